@@ -1,0 +1,67 @@
+"""The `roofline` command line: one module per subcommand under `roofline.commands`.
+
+Each command module defines `add_parser(subparsers) -> argparse.ArgumentParser` and sets `run=` on it;
+`run(args) -> int` does the work. A `UserError`/`ValueError` (bad input) is printed as one line and exits 2;
+torch is imported only inside the commands that need it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from roofline import __version__
+
+COMMANDS = [
+    "simulate",
+    "measure",
+    "calibrate",
+    "compare",
+    "predict_ops",
+    "profile_device",
+    "plan",
+    "profiles",
+    "models",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="roofline",
+        description="Capacity planning for LLM serving: a roofline cost model, a serving simulator and a "
+        "real paged-KV engine that checks them.",
+    )
+    parser.add_argument("--version", action="version", version=f"roofline {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"roofline.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"roofline.commands.{name}":
+                raise
+            continue
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except (ValueError, FileNotFoundError, IsADirectoryError) as exc:
+        print(f"roofline {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"roofline {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

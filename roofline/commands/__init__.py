@@ -1,0 +1,1 @@
+"""Subcommands of the `roofline` CLI, one module each."""
