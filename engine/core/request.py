@@ -1,0 +1,154 @@
+"""A generation request and its state, as the scheduler tracks it (vLLM V1 `vllm/v1/request.py`).
+
+    req = Request("r0", prompt_token_ids=[...], sampling=SamplingParams(max_tokens=64, ignore_eos=True),
+                  arrival_time_s=0.0, eos_token_id=2)
+
+State is one number chasing another: `num_computed_tokens` (tokens whose KV is in the cache, or scheduled to
+be) catches up with `num_tokens` (prompt plus generated tokens). There is no prefill or decode phase; a
+prefill chunk, a decode, and the recompute after a preemption are all "compute the next tokens".
+
+Metrics hooks (`first_scheduled_time_s`, `first_token_time_s`, `token_times_s`, `finish_time_s`) are stamped by
+the scheduler from the `now_s` its caller passes, never from a clock of its own: only the executor knows
+whether time is wall-clock (engine) or virtual (simulator).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class RequestStatus(enum.IntEnum):
+    WAITING = 1
+    RUNNING = 2
+    PREEMPTED = 3
+    # Everything after PREEMPTED is finished (as in vLLM).
+    FINISHED_STOPPED = 4  # EOS or a stop token
+    FINISHED_LENGTH_CAPPED = 5  # max_tokens or max_model_len
+    FINISHED_ABORTED = 6
+
+    @property
+    def is_finished(self) -> bool:
+        return self > RequestStatus.PREEMPTED
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick the next token and when to stop. `temperature == 0` is greedy; `top_k == 0` and
+    `top_p == 1` disable those filters (vLLM's conventions). `seed` makes a request's sampling reproducible."""
+
+    max_tokens: int = 16
+    ignore_eos: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature!r}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingParams.top_k must be >= 0 (0 disables it), got {self.top_k!r}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
+
+
+class Request:
+    """One request. The scheduler owns every field below the arguments; read them, do not write them
+    (the executor writes nothing: it passes `now_s` to the scheduler, which stamps the times)."""
+
+    __slots__ = (
+        "request_id",
+        "sampling",
+        "arrival_time_s",
+        "eos_token_id",
+        "priority",
+        "all_token_ids",
+        "num_prompt_tokens",
+        "num_computed_tokens",
+        "status",
+        "blocks",
+        "block_hashes",
+        "num_cached_blocks",
+        "block_table",
+        "max_num_tokens",
+        "stop_token_set",
+        "first_scheduled_time_s",
+        "finish_time_s",
+        "token_times_s",
+        "num_preemptions",
+        "num_prefix_hit_tokens",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        sampling: SamplingParams,
+        arrival_time_s: float = 0.0,
+        eos_token_id: int | None = None,
+        priority: int = 0,
+    ) -> None:
+        if not prompt_token_ids:
+            raise ValueError(f"request {request_id!r}: prompt_token_ids must not be empty")
+        self.request_id = request_id
+        self.sampling = sampling
+        self.arrival_time_s = arrival_time_s
+        self.eos_token_id = eos_token_id
+        self.priority = priority  # lower is served first under policy "priority" (vLLM's convention)
+        # Prompt followed by generated tokens; only ever appended to, so slices taken earlier stay valid.
+        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.status = RequestStatus.WAITING
+        # KV bookkeeping, owned by KVCacheManager: the blocks held (in token order), the chained hash of
+        # every full block of all_token_ids, how many leading blocks are registered in the prefix cache,
+        # and the block ids as a tuple (a new tuple whenever the table grows, so plans can share it).
+        self.blocks: list = []
+        self.block_hashes: list[int] = []
+        self.num_cached_blocks = 0
+        self.block_table: tuple[int, ...] = ()
+        # Stop rules precomputed by the scheduler: the length at which the request stops (prompt + max_tokens
+        # capped by max_model_len) and the tokens that stop it (EOS unless ignore_eos, stop_token_ids).
+        self.max_num_tokens = 0
+        self.stop_token_set: frozenset[int] = frozenset()
+        # Metrics: token_times_s holds the time of every output token (kept across preemptions).
+        self.first_scheduled_time_s: float | None = None
+        self.finish_time_s: float | None = None
+        self.token_times_s: list[float] = []
+        self.num_preemptions = 0
+        # Tokens found in the prefix cache when first scheduled (vLLM's `num_cached_tokens`).
+        self.num_prefix_hit_tokens: int | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.all_token_ids) - self.num_prompt_tokens
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.all_token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.all_token_ids[self.num_prompt_tokens :]
+
+    @property
+    def first_token_time_s(self) -> float | None:
+        return self.token_times_s[0] if self.token_times_s else None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status > RequestStatus.PREEMPTED
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, status={self.status.name}, computed={self.num_computed_tokens}/"
+            f"{self.num_tokens}, prompt={self.num_prompt_tokens})"
+        )

@@ -1,0 +1,101 @@
+"""Seeded synthetic token ids for workloads, so that `roofline measure` (real engine) and `roofline simulate`
+see the same prompts, and therefore the same prefix-cache hits.
+
+    gen = TokenIdGenerator(vocab_size=32000, seed=0, reserved_ids=(spec.bos_token_id, spec.eos_token_id))
+    system = gen.prefix(group_id=3, n=200)      # shared by every request of group 3 (system prompt, few-shot)
+    prompt = system + gen.unique(300)            # a unique suffix
+    chat = gen.session(prefix_ids=system)        # a multi-turn conversation
+    turn1 = chat.next_prompt(num_user_tokens=50)
+    turn2 = chat.next_prompt(num_user_tokens=40, num_previous_output_tokens=120)
+    # turn2 == turn1 + 120 synthetic response ids + 40 new user ids
+
+Ids are drawn uniformly from `[0, vocab_size)` minus `reserved_ids` (pass BOS/EOS and other special tokens),
+so a run with `ignore_eos` never meets a special token in its prompts. `prefix(g, n)` depends only on
+(seed, g, n): its ids come in fixed chunks each seeded by (seed, g, chunk index), so a shorter prefix of a
+group is always the start of a longer one, whatever the order of calls. `unique` and sessions draw from one
+sequential stream: the same calls in the same order give the same ids.
+
+The synthetic response ids of a session stand in for what the model answered; an engine samples other
+tokens, so only the prompt part of an earlier turn is a prefix-cache hit, in the engine and the simulator
+alike (the simulator must not feed the session's response ids back as its sampled tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+_PREFIX_CHUNK = 1024
+_STREAM_TAG = 1
+_PREFIX_TAG = 2
+
+
+class TokenIdGenerator:
+    def __init__(self, vocab_size: int, seed: int, reserved_ids: Iterable[int | None] = ()) -> None:
+        reserved = sorted({int(i) for i in reserved_ids if i is not None})
+        if vocab_size - len([i for i in reserved if 0 <= i < vocab_size]) < 2:
+            raise ValueError(f"TokenIdGenerator: vocab_size {vocab_size} leaves fewer than 2 usable token ids")
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.reserved_ids = tuple(reserved)
+        self._allowed = np.setdiff1d(np.arange(vocab_size, dtype=np.int64), np.array(reserved, dtype=np.int64))
+        self._stream = np.random.default_rng([seed, _STREAM_TAG])
+        self._prefix_chunks: dict[tuple[int, int], np.ndarray] = {}
+
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self._allowed[rng.integers(0, len(self._allowed), size=n)]
+
+    def unique(self, n: int) -> list[int]:
+        """`n` fresh ids from the sequential stream (practically never shared with another call)."""
+        if n < 0:
+            raise ValueError(f"TokenIdGenerator.unique: n must be >= 0, got {n}")
+        return self._draw(self._stream, n).tolist()
+
+    def prefix(self, group_id: int, n: int) -> list[int]:
+        """The first `n` ids of shared-prefix group `group_id` (an int >= 0)."""
+        if isinstance(group_id, bool) or not isinstance(group_id, int) or group_id < 0:
+            raise ValueError(f"TokenIdGenerator.prefix: group_id must be an integer >= 0, got {group_id!r}")
+        if n < 0:
+            raise ValueError(f"TokenIdGenerator.prefix: n must be >= 0, got {n}")
+        chunks = [self._prefix_chunk(group_id, k) for k in range(-(-n // _PREFIX_CHUNK))]
+        return np.concatenate(chunks)[:n].tolist() if chunks else []
+
+    def _prefix_chunk(self, group_id: int, k: int) -> np.ndarray:
+        key = (group_id, k)
+        chunk = self._prefix_chunks.get(key)
+        if chunk is None:
+            rng = np.random.default_rng([self.seed, _PREFIX_TAG, group_id, k])
+            chunk = self._prefix_chunks[key] = self._draw(rng, _PREFIX_CHUNK)
+        return chunk
+
+    def session(self, prefix_ids: Sequence[int] = ()) -> MultiTurnSession:
+        """A multi-turn conversation whose first prompt starts with `prefix_ids`."""
+        return MultiTurnSession(self, prefix_ids)
+
+
+class MultiTurnSession:
+    """Turn n's prompt = turn n-1's prompt + its synthetic response + the new user message."""
+
+    def __init__(self, gen: TokenIdGenerator, prefix_ids: Sequence[int] = ()) -> None:
+        self._gen = gen
+        self._prefix = list(prefix_ids)
+        self._prompt: list[int] | None = None
+        self.num_turns = 0
+
+    def next_prompt(self, num_user_tokens: int, num_previous_output_tokens: int = 0) -> list[int]:
+        """The next turn's prompt. `num_previous_output_tokens` is the length of the previous turn's
+        response (0, and only 0, for the first turn)."""
+        if num_user_tokens < 1 or num_previous_output_tokens < 0:
+            raise ValueError(
+                "MultiTurnSession.next_prompt: num_user_tokens must be >= 1 and num_previous_output_tokens >= 0, "
+                f"got {num_user_tokens} and {num_previous_output_tokens}"
+            )
+        if self._prompt is None:
+            if num_previous_output_tokens:
+                raise ValueError("MultiTurnSession.next_prompt: the first turn has no previous output tokens")
+            self._prompt = self._prefix + self._gen.unique(num_user_tokens)
+        else:
+            self._prompt = self._prompt + self._gen.unique(num_previous_output_tokens + num_user_tokens)
+        self.num_turns += 1
+        return list(self._prompt)

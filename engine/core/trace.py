@@ -1,0 +1,285 @@
+"""The step trace: what a run executed, step by step, written by the engine (measured) and the simulator
+(predicted), read by `roofline compare` and `calibrate`. Schema documented in docs/step_trace.md.
+
+    writer = StepTraceWriter()
+    writer.add_plan(plan, start_s=t0, duration_s=dt, arrival_cutoff_s=t0, execute_s=...)   # one per step
+    write_trace(out_dir, writer, metadata={...}, requests=finished_requests)
+    steps, metadata = read_trace(out_dir)          # pandas DataFrame, dict; ValueError on a wrong schema
+    per_request = read_requests(out_dir)           # pandas DataFrame
+
+A trace directory holds `steps.parquet` (one row per executed step), `run.json` (run metadata) and
+`requests.csv` (per-request metrics). The same content gives the same bytes: columns in a fixed order, no
+timestamps beyond the ones in the data, JSON with sorted keys, floats written by `repr` (shortest round-trip).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.core.request import Request
+from engine.core.scheduler import StepPlan
+
+SCHEMA_VERSION = 1
+STEPS_FILE = "steps.parquet"
+RUN_FILE = "run.json"
+REQUESTS_FILE = "requests.csv"
+_VERSION_KEY = b"roofline.step_trace.schema_version"
+
+# Every trace has these columns, in this order.
+STEP_COLUMNS: dict[str, pa.DataType] = {
+    "step_index": pa.int64(),
+    "start_s": pa.float64(),  # step start, seconds since the run started
+    "duration_s": pa.float64(),  # the whole iteration: schedule + execute + sample + bookkeeping
+    "arrival_cutoff_s": pa.float64(),  # requests that arrived by then were visible to this step's schedule
+    "num_seqs": pa.int64(),
+    "num_batched_tokens": pa.int64(),
+    "num_prefill_tokens": pa.int64(),
+    "num_decode_tokens": pa.int64(),
+    "query_lens": pa.list_(pa.int32()),  # per sequence: tokens computed this step
+    "context_lens": pa.list_(pa.int32()),  # per sequence: tokens already in the KV cache
+    "emits": pa.list_(pa.bool_()),  # per sequence: a token was sampled (logits computed)
+    "num_kv_blocks_used": pa.int64(),  # after this step's allocations
+    "num_kv_blocks_total": pa.int64(),
+    "num_preemptions": pa.int64(),
+    "num_new_prefix_hit_tokens": pa.int64(),
+    "num_running": pa.int64(),  # after scheduling this step
+    "num_waiting": pa.int64(),
+}
+# Columns a trace may add (after the required ones); any `op_<name>_s` (float64) is allowed as well.
+OPTIONAL_STEP_COLUMNS: dict[str, pa.DataType] = {
+    "schedule_s": pa.float64(),  # engine: the parts of duration_s
+    "execute_s": pa.float64(),
+    "sample_s": pa.float64(),
+    "bookkeeping_s": pa.float64(),
+    "predicted_s": pa.float64(),  # simulator: the cost model's step time
+    "request_ids": pa.list_(pa.string()),
+}
+_OP_COLUMN = re.compile(r"^op_[a-z0-9_]+_s$")
+REQUIRED_METADATA_KEYS = ("schema_version", "model", "dtypes", "engine_config", "device", "library_versions", "seed")
+
+REQUEST_COLUMNS = (
+    "request_id",
+    "arrival_s",
+    "first_scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "num_preemptions",
+    "num_prefix_hit_tokens",
+)
+_REQUEST_INT_COLUMNS = ("num_prompt_tokens", "num_output_tokens", "num_preemptions", "num_prefix_hit_tokens")
+
+
+def _column_type(name: str) -> pa.DataType | None:
+    if name in STEP_COLUMNS:
+        return STEP_COLUMNS[name]
+    if name in OPTIONAL_STEP_COLUMNS:
+        return OPTIONAL_STEP_COLUMNS[name]
+    return pa.float64() if _OP_COLUMN.match(name) else None
+
+
+def step_schema(extra_columns: Sequence[str] = ()) -> pa.Schema:
+    """The Arrow schema of a steps table with the given optional columns."""
+    fields = [pa.field(name, typ, nullable=False) for name, typ in STEP_COLUMNS.items()]
+    for name in extra_columns:
+        typ = _column_type(name)
+        if typ is None or name in STEP_COLUMNS:
+            raise ValueError(
+                f"step trace: unknown column {name!r}; allowed extras: {', '.join(OPTIONAL_STEP_COLUMNS)}, op_<name>_s"
+            )
+        fields.append(pa.field(name, typ, nullable=False))
+    return pa.schema(fields, metadata={_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+
+class StepTraceWriter:
+    """Collects step rows column by column. Every row must carry the same optional columns."""
+
+    def __init__(self) -> None:
+        self._columns: dict[str, list[Any]] = {name: [] for name in STEP_COLUMNS}
+        self._extra: tuple[str, ...] | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return len(self._columns["step_index"])
+
+    def add_plan(
+        self, plan: StepPlan, *, start_s: float, duration_s: float, arrival_cutoff_s: float, **extra: Any
+    ) -> None:
+        """One executed step: its plan, when it started, how long it took, and optional columns."""
+        self.add_row(
+            {
+                "step_index": plan.step_index,
+                "start_s": start_s,
+                "duration_s": duration_s,
+                "arrival_cutoff_s": arrival_cutoff_s,
+                "num_seqs": plan.num_seqs,
+                "num_batched_tokens": plan.num_batched_tokens,
+                "num_prefill_tokens": plan.num_prefill_tokens,
+                "num_decode_tokens": plan.num_decode_tokens,
+                "query_lens": plan.query_lens,
+                "context_lens": plan.context_lens,
+                "emits": plan.emits,
+                "num_kv_blocks_used": plan.num_kv_blocks_used,
+                "num_kv_blocks_total": plan.num_kv_blocks_total,
+                "num_preemptions": len(plan.preempted_request_ids),
+                "num_new_prefix_hit_tokens": plan.num_new_prefix_hit_tokens,
+                "num_running": plan.num_running,
+                "num_waiting": plan.num_waiting,
+                **extra,
+            }
+        )
+
+    def add_row(self, row: Mapping[str, Any]) -> None:
+        extra = tuple(name for name in row if name not in STEP_COLUMNS)
+        if self._extra is None:
+            step_schema(extra)  # validates the names
+            self._extra = extra
+            for name in extra:
+                self._columns[name] = []
+        elif set(extra) != set(self._extra):
+            raise ValueError(f"step trace row {self.num_rows}: columns {sorted(extra)} differ from {sorted(self._extra)}")
+        missing = [name for name in STEP_COLUMNS if name not in row]
+        if missing:
+            raise ValueError(f"step trace row {self.num_rows}: missing column(s) {', '.join(missing)}")
+        for name, column in self._columns.items():
+            value = row[name]
+            column.append(list(value) if isinstance(value, (list, tuple)) else value)
+
+    def table(self) -> pa.Table:
+        schema = step_schema(self._extra or ())
+        return pa.table({name: pa.array(self._columns[name], type=schema.field(name).type) for name in schema.names},
+                        schema=schema)
+
+
+def _check_schema(schema: pa.Schema, where: str) -> None:
+    names = schema.names
+    for name, typ in STEP_COLUMNS.items():
+        if name not in names:
+            raise ValueError(f"{where}: missing column {name!r} (expected {typ})")
+    for field in schema:
+        expected = _column_type(field.name)
+        if expected is None:
+            raise ValueError(
+                f"{where}: unknown column {field.name!r}; allowed extras: {', '.join(OPTIONAL_STEP_COLUMNS)}, op_<name>_s"
+            )
+        if not field.type.equals(expected):
+            raise ValueError(f"{where}: column {field.name!r} has type {field.type}, expected {expected}")
+
+
+def write_trace(
+    out_dir: str | Path,
+    steps: StepTraceWriter | pa.Table,
+    metadata: Mapping[str, Any],
+    requests: Sequence[Request] | Sequence[Mapping[str, Any]] | None = None,
+) -> None:
+    """Write `steps.parquet`, `run.json` (with schema_version added) and, if given, `requests.csv`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = steps.table() if isinstance(steps, StepTraceWriter) else steps
+    _check_schema(table.schema, "step trace")
+    table = table.replace_schema_metadata({_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+    pq.write_table(table, out / STEPS_FILE, compression="zstd")
+    meta = {**metadata, "schema_version": SCHEMA_VERSION}
+    missing = [key for key in REQUIRED_METADATA_KEYS if key not in meta]
+    if missing:
+        raise ValueError(f"run metadata: missing key(s) {', '.join(missing)}")
+    (out / RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    if requests is not None:
+        write_requests(out, requests)
+
+
+def read_trace(trace_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The steps (one row per step; list columns hold numpy arrays) and the run metadata of a trace."""
+    trace = Path(trace_dir)
+    run_path = trace / RUN_FILE
+    steps_path = trace / STEPS_FILE
+    for path in (run_path, steps_path):
+        if not path.is_file():
+            raise ValueError(f"{trace}: not a step trace directory (no {path.name})")
+    meta = json.loads(run_path.read_text())
+    version = meta.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"{run_path}: schema_version is {version!r}, this reader reads {SCHEMA_VERSION}")
+    missing = [key for key in REQUIRED_METADATA_KEYS if key not in meta]
+    if missing:
+        raise ValueError(f"{run_path}: missing key(s) {', '.join(missing)}")
+    schema = pq.read_schema(steps_path)
+    file_version = (schema.metadata or {}).get(_VERSION_KEY)
+    if file_version != str(SCHEMA_VERSION).encode():
+        raise ValueError(f"{steps_path}: schema version {file_version!r}, this reader reads {SCHEMA_VERSION}")
+    _check_schema(schema, str(steps_path))
+    return pq.read_table(steps_path).to_pandas(), meta
+
+
+def request_metrics(req: Request) -> dict[str, Any]:
+    """The per-request row of `requests.csv` (times in seconds on the run's clock; None where undefined)."""
+    first_token = req.first_token_time_s
+    n_out = req.num_output_tokens
+    times = req.token_times_s
+    return {
+        "request_id": req.request_id,
+        "arrival_s": req.arrival_time_s,
+        "first_scheduled_s": req.first_scheduled_time_s,
+        "first_token_s": first_token,
+        "finish_s": req.finish_time_s,
+        "num_prompt_tokens": req.num_prompt_tokens,
+        "num_output_tokens": n_out,
+        "ttft_s": None if first_token is None else first_token - req.arrival_time_s,
+        # Mean time per output token after the first (vLLM's TPOT).
+        "tpot_s": (times[-1] - times[0]) / (n_out - 1) if n_out > 1 and len(times) == n_out else None,
+        "e2e_s": None if req.finish_time_s is None else req.finish_time_s - req.arrival_time_s,
+        "num_preemptions": req.num_preemptions,
+        "num_prefix_hit_tokens": req.num_prefix_hit_tokens,
+    }
+
+
+def _format(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"requests.csv: non-finite value {value!r}")
+        return repr(value)
+    return str(value)
+
+
+def write_requests(out_dir: str | Path, requests: Sequence[Request] | Sequence[Mapping[str, Any]]) -> None:
+    """Write `requests.csv`: the standard columns first, then any extra keys of the rows (sorted)."""
+    rows = [request_metrics(r) if isinstance(r, Request) else dict(r) for r in requests]
+    extra = sorted({key for row in rows for key in row} - set(REQUEST_COLUMNS))
+    header = list(REQUEST_COLUMNS) + extra
+    with open(Path(out_dir) / REQUESTS_FILE, "w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(header)
+        for i, row in enumerate(rows):
+            missing = [c for c in REQUEST_COLUMNS if c not in row]
+            if missing:
+                raise ValueError(f"requests.csv row {i}: missing column(s) {', '.join(missing)}")
+            writer.writerow([_format(row.get(c)) for c in header])
+
+
+def read_requests(trace_dir: str | Path) -> pd.DataFrame:
+    """Per-request metrics of a trace directory; empty cells are NaN (counts that can be empty: <NA>)."""
+    path = Path(trace_dir) / REQUESTS_FILE
+    if not path.is_file():
+        raise ValueError(f"{trace_dir}: no {REQUESTS_FILE}")
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    if tuple(header[: len(REQUEST_COLUMNS)]) != REQUEST_COLUMNS:
+        raise ValueError(f"{path}: header must start with {','.join(REQUEST_COLUMNS)}")
+    dtypes = {c: "Int64" for c in _REQUEST_INT_COLUMNS} | {"request_id": str}
+    return pd.read_csv(path, dtype=dtypes, keep_default_na=False, na_values=[""])

@@ -1,0 +1,252 @@
+"""LLMEngine: the timed main loop that serves a list of requests and records every step.
+
+One thread does everything, in order, as vLLM's engine core does: admit the requests whose arrival time has
+come (wall clock since the start of the run; all at once when they all arrive at 0), `schedule()`, run the
+model, sample, hand the tokens back to the scheduler. Every iteration is timed in four parts
+(`schedule_s`, `execute_s`, `sample_s`, `bookkeeping_s`) with `perf_counter` around synchronised work (on
+CUDA the `execute` part comes from CUDA events); no second thread competes for the cores.
+
+    engine = LLMEngine(spec, EngineConfig(scheduler=SchedulerConfig(...)), state=None)  # random weights
+    engine.warm_up()                                    # oneDNN/cuBLAS see every batch-token bucket once
+    result = engine.run(requests, progress=print_progress)
+    result.steps        # list[StepRecord], one per executed step
+    result.requests     # the finished engine.core Requests, with their token times
+
+KV capacity: `num_blocks` if given (vLLM's `--num-gpu-blocks-override`), else `kv_cache_memory_bytes` divided
+by the bytes of one block; without either, on CUDA vLLM's rule (total memory x `gpu_memory_utilization` minus
+the peak of a profiling forward of `max_num_batched_tokens` tokens), on CPU vLLM-CPU's default KV space of
+4 GiB (`VLLM_CPU_KVCACHE_SPACE`, vllm/envs.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.attention import PagedKVCache, build_metadata
+from engine.core.config import CacheConfig, SchedulerConfig
+from engine.core.model_spec import ModelSpec
+from engine.core.request import Request
+from engine.core.scheduler import Scheduler, StepPlan
+from engine.device import describe_device, library_versions, parse_device, usable_cpus
+from engine.runner import ModelRunner
+from engine.sampler import Sampler
+from engine.weights import load_model, parse_dtype, random_state_dict
+
+CPU_DEFAULT_KV_CACHE_BYTES = 4 * 2**30  # vLLM CPU backend default KV space (VLLM_CPU_KVCACHE_SPACE=4 GiB)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    scheduler: SchedulerConfig
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    num_blocks: int | None = None  # --num-gpu-blocks-override (counts the reserved null block, as vLLM)
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    num_threads: int | None = None  # torch threads; None = every CPU this process may use
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"--gpu-memory-utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
+            raise ValueError(f"--kv-cache-memory-bytes: must be positive, got {self.kv_cache_memory_bytes}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads: must be positive, got {self.num_threads}")
+        parse_dtype(self.dtype)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One executed iteration: what ran and how long each part took (seconds, from the run's start)."""
+
+    step_index: int
+    start_s: float
+    duration_s: float
+    schedule_s: float
+    execute_s: float
+    sample_s: float
+    bookkeeping_s: float
+    arrival_cutoff_s: float  # requests that arrived by this time were visible to this schedule()
+    request_ids: tuple[str, ...]
+    query_lens: tuple[int, ...]
+    context_lens: tuple[int, ...]
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_kv_blocks_used: int
+    num_kv_blocks_total: int
+    num_preemptions: int
+    num_new_prefix_hit_tokens: int
+    num_running: int
+    num_waiting: int
+
+
+@dataclass(frozen=True)
+class RunResult:
+    steps: list[StepRecord]
+    requests: list[Request]
+    duration_s: float
+
+
+class LLMEngine:
+    def __init__(self, spec: ModelSpec, config: EngineConfig,
+                 state: dict[str, torch.Tensor] | None = None) -> None:
+        """`state`: weights with transformers' names (from `engine.weights.load_hf_dir`); None = seeded random."""
+        self.spec = spec
+        self.config = config
+        self.device = parse_device(config.device)
+        self.dtype = parse_dtype(config.dtype)
+        # Fixed before any kernel runs: oneDNN and OpenMP size their pools once.
+        self.num_threads = config.num_threads or usable_cpus()
+        torch.set_num_threads(self.num_threads)
+        if state is None:
+            state = random_state_dict(spec, config.seed, self.dtype)
+        self.model = load_model(spec, state, self.dtype, self.device, config.scheduler.max_model_len)
+        self.num_blocks = self._num_blocks()
+        self.kv_cache = PagedKVCache(spec.num_layers, self.num_blocks, config.block_size, spec.num_kv_heads,
+                                     spec.head_dim, self.dtype, self.device)
+        self.scheduler = Scheduler(config.scheduler, CacheConfig(self.num_blocks, config.block_size,
+                                                                 config.enable_prefix_caching))
+        self.runner = ModelRunner(self.model, self.kv_cache, Sampler(config.seed), self.device)
+
+    # ---- setup ----
+    def _block_bytes(self) -> int:
+        return PagedKVCache.bytes_per_block(self.spec.num_layers, self.config.block_size, self.spec.num_kv_heads,
+                                            self.spec.head_dim, self.dtype.itemsize)
+
+    def _num_blocks(self) -> int:
+        cfg = self.config
+        if cfg.num_blocks is not None:
+            return cfg.num_blocks
+        kv_bytes = cfg.kv_cache_memory_bytes
+        if kv_bytes is None:
+            kv_bytes = self._cuda_kv_bytes() if self.device.type == "cuda" else CPU_DEFAULT_KV_CACHE_BYTES
+        num_blocks = int(kv_bytes // self._block_bytes())
+        if num_blocks < 2:
+            raise ValueError(f"KV cache of {kv_bytes} bytes holds {num_blocks} blocks of {self._block_bytes()} "
+                             f"bytes; at least 2 are needed (block 0 is reserved)")
+        return num_blocks
+
+    def _cuda_kv_bytes(self) -> int:
+        # vLLM's Worker.determine_available_memory: run the largest batch once and take its peak.
+        torch.cuda.reset_peak_memory_stats(self.device)
+        num_tokens = self.config.scheduler.max_num_batched_tokens
+        scratch = PagedKVCache(self.spec.num_layers, 2, self.config.block_size, self.spec.num_kv_heads,
+                               self.spec.head_dim, self.dtype, self.device)
+        self._dummy_forward(scratch, num_decodes=0, prefill_tokens=num_tokens)
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return int(total * self.config.gpu_memory_utilization) - peak
+
+    def _dummy_forward(self, cache: PagedKVCache, num_decodes: int, prefill_tokens: int) -> None:
+        """A forward of `num_decodes` decodes and one prefill chunk, all writing into the null block 0."""
+        bs = cache.block_size
+        decodes = [([0], 0)] * num_decodes
+        prefills = [([0] * (-(-prefill_tokens // bs)), 0, prefill_tokens)] if prefill_tokens else []
+        meta = build_metadata(decodes, prefills, bs, self.device)
+        num_tokens = num_decodes + prefill_tokens
+        ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            hidden = self.model(ids, ids, meta, cache)
+            self.model.compute_logits(hidden[-min(num_tokens, self.config.scheduler.max_num_seqs):])
+
+    def warm_up(self) -> list[int]:
+        """Run every decode batch size up to max_num_seqs, and prefills of powers of two up to
+        max_num_batched_tokens, once: oneDNN builds a kernel per GEMM shape on first sight, and that cost must
+        stay out of the timed steps. Writes only into the reserved block 0. Returns the prefill sizes run."""
+        sched = self.config.scheduler
+        for num_decodes in range(1, sched.max_num_seqs + 1):
+            self._dummy_forward(self.kv_cache, num_decodes=num_decodes, prefill_tokens=0)
+        prefill_sizes = [2**k for k in range(1, sched.max_num_batched_tokens.bit_length())
+                         if 2**k < sched.max_num_batched_tokens] + [sched.max_num_batched_tokens]
+        for num_tokens in prefill_sizes:
+            self._dummy_forward(self.kv_cache, num_decodes=0, prefill_tokens=num_tokens)
+        self.runner.synchronize()
+        return prefill_sizes
+
+    def describe(self) -> dict:
+        """Run metadata: device, libraries, threads, KV cache."""
+        return {"device": describe_device(self.device), "library_versions": library_versions(),
+                "num_threads": self.num_threads, "num_kv_blocks": self.num_blocks,
+                "kv_block_bytes": self._block_bytes(), "dtype": str(self.dtype).removeprefix("torch.")}
+
+    # ---- the loop ----
+    def run(self, requests: Sequence[Request],
+            progress: Callable[[int, int, float], None] | None = None) -> RunResult:
+        """Serve `requests` (arrival_time_s relative to the start of the run) until all finish.
+        `progress(num_finished, num_total, elapsed_s)` is called after every step that finishes one."""
+        pending = deque(sorted(requests, key=lambda r: r.arrival_time_s))
+        steps: list[StepRecord] = []
+        done: list[Request] = []
+        start = time.perf_counter()
+        while pending or self.scheduler.has_unfinished():
+            now = time.perf_counter() - start
+            while pending and pending[0].arrival_time_s <= now:
+                self.scheduler.add_request(pending.popleft())
+            if not self.scheduler.has_unfinished():
+                time.sleep(max(0.0, pending[0].arrival_time_s - now))  # idle until the next arrival
+                continue
+            record, finished = self._step(start, now)
+            if record is None and not pending:
+                raise RuntimeError("scheduler made no progress with no request left to arrive")
+            if record is None:  # nothing fits until something arrives or finishes: wait for the arrival
+                time.sleep(max(0.0, pending[0].arrival_time_s - (time.perf_counter() - start)))
+                continue
+            steps.append(record)
+            done.extend(finished)
+            if finished and progress is not None:
+                progress(len(done), len(requests), time.perf_counter() - start)
+        return RunResult(steps, done, time.perf_counter() - start)
+
+    def _step(self, start: float, cutoff_s: float) -> tuple[StepRecord | None, list[Request]]:
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule(t0 - start)
+        num_preemptions = len(plan.preempted_request_ids)
+        while plan.is_empty and plan.preempted_request_ids:  # a step that only preempted: go again (vLLM)
+            plan = self.scheduler.schedule(time.perf_counter() - start)
+            num_preemptions += len(plan.preempted_request_ids)
+        if plan.is_empty:
+            return None, []
+        t1 = time.perf_counter()
+        execute_s, batch, logits = self._execute(plan)
+        t2 = time.perf_counter()
+        sampled = self.runner.sample(batch, logits)
+        t3 = time.perf_counter()
+        finished = self.scheduler.update_from_output(plan, sampled, t3 - start)
+        record = self._record(plan, start, t0, t1, t2, t3, execute_s, cutoff_s, num_preemptions)
+        return record, finished
+
+    def _execute(self, plan: StepPlan) -> tuple[float, object, torch.Tensor]:
+        if self.device.type != "cuda":
+            t = time.perf_counter()
+            batch = self.runner.prepare(plan)
+            logits = self.runner.forward(batch)
+            return time.perf_counter() - t, batch, logits
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        batch = self.runner.prepare(plan)
+        logits = self.runner.forward(batch)
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) / 1000, batch, logits
+
+    def _record(self, plan: StepPlan, start: float, t0: float, t1: float, t2: float, t3: float,
+                execute_s: float, cutoff_s: float, num_preemptions: int) -> StepRecord:
+        t4 = time.perf_counter()
+        return StepRecord(
+            step_index=plan.step_index, start_s=t0 - start, duration_s=t4 - t0, schedule_s=t1 - t0,
+            execute_s=execute_s, sample_s=t3 - t2, bookkeeping_s=t4 - t3, arrival_cutoff_s=cutoff_s,
+            request_ids=tuple(plan.request_ids), query_lens=tuple(plan.query_lens),
+            context_lens=tuple(plan.context_lens), num_prefill_tokens=plan.num_prefill_tokens,
+            num_decode_tokens=plan.num_decode_tokens, num_kv_blocks_used=plan.num_kv_blocks_used,
+            num_kv_blocks_total=plan.num_kv_blocks_total, num_preemptions=num_preemptions,
+            num_new_prefix_hit_tokens=plan.num_new_prefix_hit_tokens, num_running=plan.num_running,
+            num_waiting=plan.num_waiting)

@@ -1,0 +1,160 @@
+"""The Llama-family decoder the engine runs over a paged KV cache.
+
+Covers LlamaForCausalLM, MistralForCausalLM (without a sliding window shorter than the context),
+Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM (RMSNorm over each head's q and k before RoPE): RMSNorm,
+RoPE (default, linear and Llama-3 frequency scaling), grouped-query attention, SwiGLU MLP. Anything else,
+Mixtral's MoE included, is a `ValueError` from `check_supported`.
+
+The math follows transformers' `modeling_llama.py` (the reference the tests compare against): RMSNorm in fp32
+cast back before the weight, RoPE as rotate-half on cos/sin tables built in fp32, softmax scale head_dim**-0.5.
+The q/k/v projections are one fused matrix and the gate/up projections another (two GEMMs instead of five per
+layer, as vLLM does); `engine.weights` splits and joins them at the HF checkpoint boundary.
+
+    model = LlamaModel(spec, dtype=torch.bfloat16, device=torch.device("cpu"))
+    model.load_state_dict(engine.weights.to_fused(hf_state_dict, spec))
+    hidden = model(input_ids, positions, meta, kv_cache)      # [num_tokens, hidden]
+    logits = model.compute_logits(hidden[last_token_rows])    # [n, vocab], fp32
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.attention import AttentionMetadata, PagedKVCache, paged_attention
+from engine.core.model_spec import ModelSpec
+
+# rope_scaling types whose frequencies this engine computes; "dynamic" and "yarn" change them with the
+# sequence length or rescale attention, which the engine does not implement.
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+def check_supported(spec: ModelSpec, max_model_len: int) -> None:
+    """A `ValueError` naming what the engine cannot run for this model."""
+    if spec.is_moe:
+        raise ValueError(f"model '{spec.name}': {spec.architecture} (mixture of experts) is not supported by the "
+                         f"engine; it runs dense Llama, Mistral, Qwen2 and Qwen3 models")
+    if spec.rope_scaling is not None and spec.rope_scaling.rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ValueError(f"model '{spec.name}': rope_scaling type '{spec.rope_scaling.rope_type}' is not supported "
+                         f"by the engine; allowed: {', '.join(SUPPORTED_ROPE_TYPES)}")
+    if spec.sliding_window is not None and spec.sliding_window < max_model_len:
+        raise ValueError(f"model '{spec.name}': sliding_window {spec.sliding_window} is shorter than max_model_len "
+                         f"{max_model_len}; the engine has no sliding-window attention; lower --max-model-len")
+
+
+def rope_inv_freq(spec: ModelSpec) -> torch.Tensor:
+    """[head_dim / 2] fp32 inverse frequencies, scaled as transformers' modeling_rope_utils does."""
+    dim = spec.head_dim
+    inv_freq = 1.0 / (spec.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scaling = spec.rope_scaling
+    if scaling is None or scaling.rope_type == "default":
+        return inv_freq
+    if scaling.rope_type == "linear":
+        return inv_freq / scaling.factor
+    # Llama 3.1: long wavelengths divided by `factor`, short ones kept, a smooth blend in between
+    # (transformers `_compute_llama3_parameters`; Meta's llama-models `apply_scaling`).
+    old_len = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_len / scaling.low_freq_factor
+    high_freq_wavelen = old_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # As transformers' LlamaRMSNorm: normalise in fp32, cast back to the input dtype, then scale.
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, heads, D]; cos, sin: [T, 1, D] (the D/2 frequencies repeated twice, rotate-half convention)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        h, q, kv, inter = spec.hidden_size, spec.q_size, spec.kv_size, spec.intermediate_size
+
+        def param(*shape: int) -> nn.Parameter:
+            return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
+
+        self.input_layernorm = param(h)
+        self.qkv_proj = param(q + 2 * kv, h)  # rows: q_proj, k_proj, v_proj
+        self.qkv_bias = param(q + 2 * kv) if spec.attention_bias else None
+        self.q_norm = param(spec.head_dim) if spec.qk_norm else None
+        self.k_norm = param(spec.head_dim) if spec.qk_norm else None
+        self.o_proj = param(h, q)
+        # transformers' Llama/Mistral put `attention_bias` on o_proj too; Qwen2 has biases on q/k/v only.
+        self.o_bias = param(h) if spec.attention_bias and spec.architecture != "Qwen2ForCausalLM" else None
+        self.post_attention_layernorm = param(h)
+        self.gate_up_proj = param(2 * inter, h)  # rows: gate_proj, up_proj
+        self.down_proj = param(h, inter)
+        self.spec = spec
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata,
+                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        spec = self.spec
+        num_tokens = x.shape[0]
+        qkv = F.linear(rms_norm(x, self.input_layernorm, spec.rms_norm_eps), self.qkv_proj, self.qkv_bias)
+        q, k, v = qkv.split([spec.q_size, spec.kv_size, spec.kv_size], dim=-1)
+        q = q.view(num_tokens, spec.num_heads, spec.head_dim)
+        k = k.view(num_tokens, spec.num_kv_heads, spec.head_dim)
+        v = v.view(num_tokens, spec.num_kv_heads, spec.head_dim)
+        if self.q_norm is not None:
+            q = rms_norm(q, self.q_norm, spec.rms_norm_eps)
+            k = rms_norm(k, self.k_norm, spec.rms_norm_eps)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        attn = paged_attention(q, k, v, k_cache, v_cache, meta, spec.head_dim ** -0.5)
+        x = x + F.linear(attn, self.o_proj, self.o_bias)
+        gate, up = F.linear(rms_norm(x, self.post_attention_layernorm, spec.rms_norm_eps),
+                            self.gate_up_proj).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, self.down_proj)
+
+
+class LlamaModel(nn.Module):
+    """Embedding, decoder layers, final norm and LM head. Parameters start uninitialised: load them."""
+
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device,
+                 max_model_len: int | None = None) -> None:
+        super().__init__()
+        max_len = max_model_len or spec.max_position_embeddings
+        check_supported(spec, max_len)
+        self.spec = spec
+        self.embed_tokens = nn.Parameter(torch.empty(spec.vocab_size, spec.hidden_size, dtype=dtype,
+                                                     device=device), requires_grad=False)
+        self.layers = nn.ModuleList(DecoderLayer(spec, dtype, device) for _ in range(spec.num_layers))
+        self.norm = nn.Parameter(torch.empty(spec.hidden_size, dtype=dtype, device=device), requires_grad=False)
+        self.lm_head = None if spec.tie_word_embeddings else nn.Parameter(
+            torch.empty(spec.vocab_size, spec.hidden_size, dtype=dtype, device=device), requires_grad=False)
+        # cos/sin tables [max_len, D] computed once in fp32 and cast as transformers does per step.
+        positions = torch.arange(max_len, dtype=torch.float32)
+        freqs = torch.outer(positions, rope_inv_freq(spec))
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_table", emb.cos().to(dtype=dtype, device=device), persistent=False)
+        self.register_buffer("sin_table", emb.sin().to(dtype=dtype, device=device), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                kv_cache: PagedKVCache) -> torch.Tensor:
+        """input_ids, positions: [num_tokens] -> final-normed hidden states [num_tokens, hidden]."""
+        x = F.embedding(input_ids, self.embed_tokens)
+        cos = self.cos_table[positions][:, None, :]
+        sin = self.sin_table[positions][:, None, :]
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, meta, kv_cache.k[i], kv_cache.v[i])
+        return rms_norm(x, self.norm, self.spec.rms_norm_eps)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[n, hidden] -> [n, vocab] in fp32 (only the rows that sample a token)."""
+        weight = self.embed_tokens if self.lm_head is None else self.lm_head
+        return F.linear(hidden, weight).float()

@@ -1,0 +1,434 @@
+"""Microbenchmarks of the local device: GEMM throughput per dtype, memory read/copy bandwidth, launch overhead.
+
+    result = profile_device(ProfileSettings(device="cpu", num_threads=2))
+    result["gemm"]["bf16"]["peak_flops_per_s"], result["memory"]["read"]["plateau_bytes_per_s"]
+
+Returns plain dicts in SI units (FLOP/s, bytes, bytes/s, seconds); `roofline profile-device` turns them into a
+hardware profile. (engine never imports roofline, so this module knows nothing of the profile schema.)
+
+How it measures:
+- Every number is the median of `num_repeats` measurements; `spread` = (max - min) / median over them, the
+  run-to-run noise. One measurement loops an op until at least `min_time_s` has passed (after a warm-up call)
+  and divides: `time.perf_counter` on CPU, CUDA events on the GPU.
+- GEMM: C = A @ B over a sweep of square and transformer-shaped (m, n, k), 2 FLOP per multiply-accumulate;
+  the best shape's median is the dtype's peak. CPU: fp32 and bf16, fp16 only when a probe shows it is fast
+  (most CPUs convert fp16 in software). CUDA: fp32 (TF32 off), tf32, bf16, fp16.
+- Memory: a reduction (`sum`, reads N bytes) and a copy (`copy_`, counted as 2N bytes as STREAM does) over
+  buffer sizes doubling until far past the last-level cache. The bandwidth of the device memory is the
+  plateau: the median over the three largest sizes, which the sweep makes at least 4x the caches - measured,
+  not taken from what lscpu says. The in-cache peak is kept in the sweep.
+- Launch overhead: per-call time of a tiny element-wise op (one-element add); on CUDA the host-side time of
+  back-to-back launches, which is what an eager engine pays per kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEVICES = ("cpu", "cuda")
+
+# (m, n, k): squares, then shapes of the projections of the models measured on each device kind
+# (CPU: llama-156m, hidden 1024 / intermediate 2816; GPU: Llama-3.1-8B, hidden 4096 / intermediate 14336).
+_CPU_GEMM_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
+                    (128, 2816, 1024), (512, 2816, 1024), (2048, 2816, 1024), (2048, 1024, 2816))
+_CUDA_GEMM_SHAPES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+                     (128, 14336, 4096), (1024, 14336, 4096), (8192, 14336, 4096), (8192, 4096, 14336))
+_QUICK_GEMM_SHAPES = ((64, 64, 64), (128, 128, 128), (32, 256, 128))
+_TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+_MIB = 2**20
+# Memory sweep: powers of two; the largest sizes must be far past any cache (CPU L3s reach 32-512 MiB,
+# GPU L2s 40-96 MiB; MI300X's Infinity Cache 256 MiB).
+_CPU_MEMORY_SIZES = tuple(2**p for p in range(18, 30))  # 256 KiB .. 512 MiB
+_CUDA_MEMORY_SIZES = tuple(2**p for p in range(20, 33))  # 1 MiB .. 4 GiB
+_QUICK_MEMORY_SIZES = tuple(2**p for p in range(16, 22))  # 64 KiB .. 2 MiB
+_NUM_PLATEAU_SIZES = 3
+# A probe of fp16 on CPU below this fraction of the best of fp32/bf16 means it runs in software: skip it.
+_FP16_FAST_FRACTION = 0.5
+_FP16_PROBE_MACS = 512**3
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    device: str = "cpu"
+    num_threads: int | None = None  # CPU threads for torch; None = every core this process may run on
+    quick: bool = False  # tiny sweeps for tests: seconds, numbers not meaningful
+    num_repeats: int = 5
+    min_time_s: float = 0.2  # each measurement loops its op at least this long
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"--device: {self.device!r} is not allowed; allowed: {', '.join(DEVICES)}")
+        if self.num_threads is not None and self.num_threads <= 0:
+            raise ValueError(f"--threads: must be a positive integer, got {self.num_threads}")
+        if self.num_repeats < 2:
+            raise ValueError(f"num_repeats: must be at least 2 to measure a spread, got {self.num_repeats}")
+        if self.min_time_s <= 0:
+            raise ValueError(f"min_time_s: must be positive, got {self.min_time_s}")
+
+
+def default_num_threads() -> int:
+    """The cores this process may run on (respects taskset/cgroup affinity, unlike os.cpu_count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def profile_device(settings: ProfileSettings, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Run every microbenchmark on the device `settings` names; see the module docstring for the result."""
+    if settings.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device: cuda is not available here (torch.cuda.is_available() is False); "
+                         "allowed: cpu")
+    num_threads = settings.num_threads or default_num_threads()
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        bench = _Bench(settings, torch.device("cuda" if settings.device == "cuda" else "cpu"), log)
+        gemm, skipped = bench.gemm_all()
+        return {
+            "device": cuda_description() if settings.device == "cuda" else cpu_description(),
+            "library_versions": library_versions(),
+            "num_threads": num_threads,
+            "num_repeats": bench.num_repeats,
+            "gemm": gemm,
+            "gemm_skipped": skipped,
+            "memory": {"read": bench.memory("read"), "copy": bench.memory("copy")},
+            "launch_overhead": bench.launch_overhead(),
+        }
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+# ---- timing ---------------------------------------------------------------------------------------------
+
+
+def _stats(values: list[float]) -> tuple[float, float]:
+    """(median, spread): spread = (max - min) / median, the relative run-to-run range."""
+    median = statistics.median(values)
+    return median, (max(values) - min(values)) / median
+
+
+class _Bench:
+    """The sweeps of one device. `_seconds_per_call` is the only place that reads a clock."""
+
+    def __init__(self, settings: ProfileSettings, device: torch.device, log: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.device = device
+        self.is_cuda = device.type == "cuda"
+        self.log = log
+        self.min_time_s = 0.005 if settings.quick else settings.min_time_s
+        self.num_repeats = 2 if settings.quick else settings.num_repeats
+
+    def _sync(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+
+    def _seconds_per_call(self, fn: Callable[[], object], host_side: bool = False) -> float:
+        """Warm up, size a loop to take >= min_time_s, time it. `host_side`: time the launches on the host
+        clock (CUDA launch overhead) instead of the device's."""
+        fn()
+        self._sync()
+        start = time.perf_counter()
+        fn()
+        self._sync()
+        once_s = max(time.perf_counter() - start, 1e-7)
+        num_calls = max(1, math.ceil(self.min_time_s / once_s))
+        if self.is_cuda and not host_side:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            for _ in range(num_calls):
+                fn()
+            end.record()
+            end.synchronize()
+            return begin.elapsed_time(end) * 1e-3 / num_calls  # elapsed_time is in milliseconds
+        self._sync()
+        start = time.perf_counter()
+        for _ in range(num_calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        self._sync()
+        return elapsed / num_calls
+
+    def _rates(self, fn: Callable[[], object], work: float) -> tuple[float, float, list[float]]:
+        """(median, spread, all) of work / time over the repeats (work: FLOP or bytes per call)."""
+        rates = [work / self._seconds_per_call(fn) for _ in range(self.num_repeats)]
+        median, spread = _stats(rates)
+        return median, spread, rates
+
+    # ---- GEMM -----------------------------------------------------------------------------------------
+
+    def _gemm_shapes(self) -> tuple[tuple[int, int, int], ...]:
+        if self.settings.quick:
+            return _QUICK_GEMM_SHAPES
+        return _CUDA_GEMM_SHAPES if self.is_cuda else _CPU_GEMM_SHAPES
+
+    def _gemm_fn(self, dtype: str, m: int, n: int, k: int) -> Callable[[], object]:
+        # Seeded inputs: values do not change the time, but a seeded run is reproducible in every other way.
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        a = torch.randn(m, k, generator=generator).to(self.device, _TORCH_DTYPES[dtype])
+        b = torch.randn(k, n, generator=generator).to(self.device, _TORCH_DTYPES[dtype])
+        out = torch.empty(m, n, device=self.device, dtype=_TORCH_DTYPES[dtype])
+        return lambda: torch.matmul(a, b, out=out)
+
+    def _gemm_sweep(self, dtype: str, shapes: tuple[tuple[int, int, int], ...]) -> dict[str, Any]:
+        sweep = []
+        for m, n, k in shapes:
+            median, spread, _ = self._rates(self._gemm_fn(dtype, m, n, k), 2.0 * m * n * k)
+            sweep.append({"mnk": [m, n, k], "flops_per_s": median, "spread": spread})
+            self.log(f"gemm {dtype} {m}x{n}x{k}: {median / 1e12:.3f} TFLOP/s (spread {spread:.1%})")
+        best = max(sweep, key=lambda row: row["flops_per_s"])
+        return {"peak_flops_per_s": best["flops_per_s"], "peak_shape_mnk": best["mnk"], "spread": best["spread"],
+                "sweep": sweep}
+
+    def _with_tf32(self, dtype: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """fp32 GEMMs on CUDA use TF32 tensor cores only when allowed: measure fp32 with it off, tf32 on."""
+        if not self.is_cuda:
+            return run()
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        try:
+            return run()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
+
+    def gemm_all(self) -> tuple[dict[str, Any], dict[str, str]]:
+        shapes = self._gemm_shapes()
+        dtypes = ["fp32", "tf32", "bf16", "fp16"] if self.is_cuda else ["fp32", "bf16"]
+        results = {d: self._with_tf32(d, lambda d=d: self._gemm_sweep(d, shapes)) for d in dtypes}
+        skipped: dict[str, str] = {}
+        if not self.is_cuda:
+            # A mid-size probe: a software fp16 GEMM runs ~100x slower, so the largest shape would take minutes.
+            probe = min(shapes, key=lambda s: abs(s[0] * s[1] * s[2] - _FP16_PROBE_MACS))
+            fp16_rate, _, _ = self._rates(self._gemm_fn("fp16", *probe), 2.0 * probe[0] * probe[1] * probe[2])
+            best = max(results[d]["peak_flops_per_s"] for d in dtypes)
+            if fp16_rate >= _FP16_FAST_FRACTION * best:
+                results["fp16"] = self._gemm_sweep("fp16", shapes)
+            else:
+                skipped["fp16"] = (f"slow: {fp16_rate / 1e12:.4f} TFLOP/s at {probe[0]}x{probe[1]}x{probe[2]}, "
+                                   f"under {_FP16_FAST_FRACTION:g} x the best of {', '.join(dtypes)}")
+                self.log(f"gemm fp16 skipped ({skipped['fp16']})")
+        return results, skipped
+
+    # ---- memory ---------------------------------------------------------------------------------------
+
+    def _memory_sizes(self) -> tuple[int, ...]:
+        if self.settings.quick:
+            return _QUICK_MEMORY_SIZES
+        sizes = _CUDA_MEMORY_SIZES if self.is_cuda else _CPU_MEMORY_SIZES
+        # A copy holds two buffers: keep both under 1/4 of the memory there is.
+        limit = _available_memory_bytes(self.device) // 8
+        kept = tuple(s for s in sizes if s <= limit)
+        return kept if len(kept) > _NUM_PLATEAU_SIZES else sizes[: _NUM_PLATEAU_SIZES + 1]
+
+    def memory(self, kind: str) -> dict[str, Any]:
+        """Bandwidth of a read (sum) or a copy over the size sweep; the plateau is the device memory's."""
+        sweep = []
+        all_rates = []
+        for size in self._memory_sizes():
+            src = torch.ones(size // 4, dtype=torch.float32, device=self.device)
+            if kind == "read":
+                fn, moved = (lambda src=src: src.sum()), size
+            else:
+                dst = torch.empty_like(src)
+                fn, moved = (lambda src=src, dst=dst: dst.copy_(src)), 2 * size
+            median, spread, rates = self._rates(fn, float(moved))
+            sweep.append({"size_bytes": size, "bytes_per_s": median, "spread": spread})
+            all_rates.append(rates)
+            self.log(f"memory {kind} {size / _MIB:g} MiB: {median / 1e9:.1f} GB/s (spread {spread:.1%})")
+            del src
+        # Per repeat, the median over the plateau sizes; then median and spread over the repeats.
+        plateau = [statistics.median(r[i] for r in all_rates[-_NUM_PLATEAU_SIZES:])
+                   for i in range(self.num_repeats)]
+        median, spread = _stats(plateau)
+        return {"plateau_bytes_per_s": median, "spread": spread,
+                "plateau_sizes_bytes": [row["size_bytes"] for row in sweep[-_NUM_PLATEAU_SIZES:]],
+                "sweep": sweep}
+
+    # ---- launch overhead ------------------------------------------------------------------------------
+
+    def launch_overhead(self) -> dict[str, float]:
+        a = torch.ones(1, device=self.device)
+        b = torch.ones(1, device=self.device)
+        out = torch.empty(1, device=self.device)
+        times = [self._seconds_per_call(lambda: torch.add(a, b, out=out), host_side=True)
+                 for _ in range(self.num_repeats)]
+        median, spread = _stats(times)
+        self.log(f"launch overhead: {median * 1e6:.2f} us per op (spread {spread:.1%})")
+        return {"per_op_s": median, "spread": spread}
+
+
+# ---- device descriptions --------------------------------------------------------------------------------
+
+
+def _available_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    return _meminfo_bytes("MemAvailable") or 8 * 2**30
+
+
+def _meminfo_bytes(key: str) -> int | None:
+    """A /proc/meminfo entry (reported in kB = 1024 bytes) or None off Linux."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _cpuinfo_field(key: str) -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.split(":")[0].strip() == key:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _cache_bytes(level: int) -> int | None:
+    """Total size of one cache level over the machine (each shared instance counted once), from sysfs."""
+    instances: dict[str, int] = {}
+    for index in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            if int((index / "level").read_text()) != level or (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = (index / "size").read_text().strip()
+            shared = (index / "shared_cpu_list").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        instances[shared] = int(size.rstrip("KMG")) * units.get(size[-1], 1)
+    return sum(instances.values()) or None
+
+
+def _physical_memory_bytes() -> int:
+    """Installed memory (Linux and macOS); /proc/meminfo MemTotal where sysconf lacks the names."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return _meminfo_bytes("MemTotal") or 0
+
+
+def cpu_description() -> dict[str, Any]:
+    vendor_id = _cpuinfo_field("vendor_id") or platform.processor()
+    vendor = {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}.get(vendor_id, vendor_id or "unknown")
+    flags = set((_cpuinfo_field("flags") or "").split())
+    return {
+        "kind": "cpu",
+        "name": _cpuinfo_field("model name") or platform.processor() or platform.machine(),
+        "vendor": vendor,
+        "num_compute_units": os.cpu_count() or 1,
+        "memory_capacity_bytes": _physical_memory_bytes(),
+        "l2_cache_bytes": _cache_bytes(2),
+        "boost_clock_hz": None,  # not reliably readable inside VMs; /proc/cpuinfo MHz is the current clock
+        "tdp_w": None,
+        "pcie_bytes_per_s_per_direction": None,
+        "details": {"l3_cache_bytes": _cache_bytes(3), "platform": platform.platform(),
+                    "matrix_flags": sorted(flags & {"avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16",
+                                                    "amx_int8", "avx512_vnni", "avx_vnni"})},
+    }
+
+
+# PCIe transfer rate per lane (GT/s) and line-code efficiency by generation (8b/10b, then 128b/130b; Gen6
+# FLIT mode carries 242 payload bytes per 256).
+_PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+_PCIE_CODE = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
+
+
+def pcie_bytes_per_s(generation: int, width: int) -> float:
+    """One direction of a PCIe link: Gen5 x16 -> 63.0e9 bytes/s."""
+    return _PCIE_GT_PER_S[generation] * 1e9 * width * _PCIE_CODE[generation] / 8
+
+
+def cuda_description(index: int = 0) -> dict[str, Any]:
+    props = torch.cuda.get_device_properties(index)
+    nvml = _nvml_info(index)
+    pcie = None
+    if nvml.get("pcie_max_generation") in _PCIE_GT_PER_S and nvml.get("pcie_max_width"):
+        pcie = pcie_bytes_per_s(nvml["pcie_max_generation"], nvml["pcie_max_width"])
+    return {
+        "kind": "gpu",
+        "name": props.name,
+        "vendor": "AMD" if torch.version.hip else "NVIDIA",
+        "num_compute_units": props.multi_processor_count,
+        "memory_capacity_bytes": int(props.total_memory),
+        "l2_cache_bytes": getattr(props, "L2_cache_size", None) or None,
+        "boost_clock_hz": nvml["max_sm_clock_mhz"] * 1e6 if nvml.get("max_sm_clock_mhz") else None,
+        "tdp_w": nvml.get("power_limit_w"),
+        "pcie_bytes_per_s_per_direction": pcie,
+        "details": {"compute_capability": f"{props.major}.{props.minor}", "nvml": nvml},
+    }
+
+
+def _nvml_info(index: int) -> dict[str, Any]:
+    """Clocks, memory bus, power limit and PCIe link from NVML; whatever a query cannot answer is left out
+    (MIG slices, non-NVIDIA devices and old drivers answer only some of them)."""
+    try:
+        import pynvml  # nvidia-ml-py, part of the engine extra
+    except ImportError:
+        return {"error": "nvidia-ml-py is not installed"}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return {"error": f"nvmlInit: {exc}"}
+    try:
+        handle = _nvml_handle(pynvml, index)
+        queries: dict[str, Callable[[], Any]] = {
+            "driver_version": lambda: pynvml.nvmlSystemGetDriverVersion(),
+            "name": lambda: pynvml.nvmlDeviceGetName(handle),
+            "memory_total_bytes": lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).total,
+            "max_sm_clock_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "max_memory_clock_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            "memory_bus_width_bits": lambda: pynvml.nvmlDeviceGetMemoryBusWidth(handle),
+            "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0,  # mW
+            "pcie_max_generation": lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle),
+            "pcie_max_width": lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
+        }
+        info: dict[str, Any] = {}
+        for key, query in queries.items():
+            try:
+                value = query()
+            except pynvml.NVMLError:
+                continue
+            info[key] = value.decode() if isinstance(value, bytes) else value
+        return info
+    except pynvml.NVMLError as exc:
+        return {"error": f"no NVML handle for CUDA device {index}: {exc}"}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvml_handle(pynvml: Any, index: int) -> Any:
+    """NVML numbers devices without CUDA_VISIBLE_DEVICES, so match by UUID; fall back to the index only when
+    no remapping is in effect."""
+    uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", ""))
+    if uuid:
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        except pynvml.NVMLError:
+            pass
+    if os.environ.get("CUDA_VISIBLE_DEVICES"):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version(), "torch": str(torch.__version__)}
+    if torch.version.cuda:
+        versions["cuda"] = str(torch.version.cuda)
+    if torch.version.hip:
+        versions["hip"] = str(torch.version.hip)
+    return versions

@@ -1,0 +1,63 @@
+"""Token sampling from the logits of one step: greedy, temperature, top-k, top-p, per-request seeds.
+
+Greedy rows (temperature 0) are one batched argmax. Other rows are sampled one by one, each from its request's
+own generator when the request has a seed (so its tokens do not depend on what else is in the batch, as in
+vLLM), else from the engine's generator, seeded once from the engine seed.
+
+    sampler = Sampler(seed=0)
+    tokens = sampler.sample(logits, ["r0", "r1"], [SamplingParams(temperature=0), SamplingParams(temperature=0.8, seed=7)])
+    sampler.forget("r0")                     # when r0 finishes
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.core.request import SamplingParams
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """[V] fp32 logits with the tokens outside top-k and outside the top-p nucleus set to -inf
+    (vLLM's conventions: top_k 0 and top_p 1 are off)."""
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the tokens before it already hold top_p of the mass; the first always stays.
+        drop = probs.cumsum(-1) - probs > top_p
+        logits = logits.clone()
+        logits[order[drop]] = float("-inf")
+    return logits
+
+
+class Sampler:
+    def __init__(self, seed: int) -> None:
+        self._generator = torch.Generator().manual_seed(seed)
+        self._request_generators: dict[str, torch.Generator] = {}
+
+    def sample(self, logits: torch.Tensor, request_ids: list[str], options: list[SamplingParams]) -> list[int]:
+        """logits: [n, V] fp32, row i for request_ids[i] -> one token id per row."""
+        tokens = logits.argmax(dim=-1).tolist()
+        random_rows = [i for i, o in enumerate(options) if o.temperature > 0]
+        if random_rows:
+            rows = logits[random_rows].cpu()
+            for row, i in zip(rows, random_rows):
+                tokens[i] = self._sample_row(row, request_ids[i], options[i])
+        return tokens
+
+    def forget(self, request_id: str) -> None:
+        self._request_generators.pop(request_id, None)
+
+    def _sample_row(self, logits: torch.Tensor, request_id: str, options: SamplingParams) -> int:
+        logits = filter_logits(logits / options.temperature, options.top_k, options.top_p)
+        probs = logits.softmax(-1)
+        return int(torch.multinomial(probs, 1, generator=self._generator_for(request_id, options)).item())
+
+    def _generator_for(self, request_id: str, options: SamplingParams) -> torch.Generator:
+        if options.seed is None:
+            return self._generator
+        if request_id not in self._request_generators:
+            self._request_generators[request_id] = torch.Generator().manual_seed(options.seed)
+        return self._request_generators[request_id]

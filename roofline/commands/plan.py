@@ -1,0 +1,117 @@
+"""`roofline plan`: how many GPUs of which kind, configured how, for a traffic and its SLOs, at what cost.
+
+    roofline plan --model llama-3.1-70b --hardware h100-sxm,h200-sxm,a100-80gb-sxm --workload sharegpt-chat \\
+        --slo-ttft-s 2 --slo-tpot-s 0.1 --target-qps 20 --tensor-parallel-sizes 2,4,8 --out reports/plan
+
+Searches every hardware x tensor-parallel size x max_num_seqs with the simulator (see `roofline.plan`) and
+writes DIR/report.html, DIR/report.md, the plots and the CSV tables (see `roofline.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from roofline.errors import UserError
+from roofline.hardware import load_profile
+from roofline.plan import PlanRequest, SimulatorBackend, Slo, make_plan, parse_price_flags, prices_for
+from roofline.report import answer_text, all_tables, write_report
+from roofline.simulator import EngineArgs
+from roofline.workload import load_workload
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "plan", help="capacity plan: GPUs, configuration and cost for a traffic and SLOs",
+        description="For each hardware, tensor-parallel size and max_num_seqs: the highest request rate one "
+        "replica sustains within the SLOs (found by simulation), the replicas, GPUs and dollars for the target "
+        "rate, and how that moves with +-10 %% compute and memory efficiency. Writes an HTML/markdown report "
+        "with plots and CSV tables.")
+    parser.add_argument("--model", required=True, metavar="ID|PATH", help="model id or HF config.json / directory")
+    parser.add_argument("--hardware", required=True, metavar="H1,H2,...",
+                        help="comma-separated hardware profile ids or paths")
+    parser.add_argument("--workload", required=True, metavar="ID|PATH", help="workload id, YAML file or CSV trace")
+    parser.add_argument("--slo-ttft-s", type=float, required=True, metavar="S", help="time-to-first-token SLO")
+    parser.add_argument("--slo-tpot-s", type=float, required=True, metavar="S", help="time-per-output-token SLO")
+    parser.add_argument("--slo-percentile", type=float, default=90.0, metavar="P",
+                        help="share of requests (percent) that must meet each SLO (default: 90)")
+    parser.add_argument("--target-qps", type=float, required=True, metavar="RPS",
+                        help="the request rate to serve, requests per second")
+    parser.add_argument("--price", action="append", default=[], metavar="ID=USD_PER_HOUR",
+                        help="price of one GPU-hour of a hardware (repeatable); overrides the shipped default")
+    parser.add_argument("--tensor-parallel-sizes", default="1,2,4,8", metavar="N,...",
+                        help="tensor-parallel sizes to try (default: 1,2,4,8)")
+    parser.add_argument("--max-num-seqs", default="64,128,256", metavar="N,...",
+                        help="max_num_seqs values to try (default: 64,128,256)")
+    parser.add_argument("--sensitivity", action=argparse.BooleanOptionalAction, default=True,
+                        help="repeat every search at -10 %% and +10 %% compute and memory efficiency (default: on)")
+    parser.add_argument("--num-requests", type=int, default=2000, metavar="N",
+                        help="measured requests per simulation, after warm-up and drain (default: 2000)")
+    parser.add_argument("--workers", type=int, default=2, metavar="N", help="worker processes (default: 2)")
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory for the report")
+    engine = parser.add_argument_group("engine (vLLM's flag names)")
+    engine.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N")
+    engine.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                        help="default: the model's max_position_embeddings")
+    engine.add_argument("--block-size", type=int, default=16, metavar="N")
+    engine.add_argument("--gpu-memory-utilization", type=float, default=0.9, metavar="F")
+    engine.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
+    engine.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    engine.add_argument("--dtype", default="auto")
+    engine.add_argument("--quantization", default="none")
+    engine.add_argument("--kv-cache-dtype", default="auto")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def parse_int_list(text: str, flag: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4); anything else names the flag."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise UserError(f"{flag}: expected a comma-separated list of positive integers, got '{text}'")
+    return values
+
+
+def engine_args(args: argparse.Namespace) -> EngineArgs:
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise UserError(f"--gpu-memory-utilization: must be in (0, 1], got {args.gpu_memory_utilization}")
+    for flag, value in (("--max-num-batched-tokens", args.max_num_batched_tokens),
+                        ("--max-model-len", args.max_model_len), ("--block-size", args.block_size)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag}: must be a positive integer, got {value}")
+    return EngineArgs(max_num_batched_tokens=args.max_num_batched_tokens, block_size=args.block_size,
+                      max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
+                      enable_chunked_prefill=args.enable_chunked_prefill,
+                      enable_prefix_caching=args.enable_prefix_caching, dtype=args.dtype,
+                      quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype)
+
+
+def run(args: argparse.Namespace) -> int:
+    hardware = tuple(h.strip() for h in args.hardware.split(",") if h.strip())
+    if args.workers < 1:
+        raise UserError(f"--workers: must be a positive integer, got {args.workers}")
+    request = PlanRequest(
+        model=args.model, hardware=hardware, workload=args.workload,
+        slo=Slo(args.slo_ttft_s, args.slo_tpot_s, args.slo_percentile), target_rate_per_s=args.target_qps,
+        tensor_parallel_sizes=parse_int_list(args.tensor_parallel_sizes, "--tensor-parallel-sizes"),
+        max_num_seqs=parse_int_list(args.max_num_seqs, "--max-num-seqs"), sensitivity=args.sensitivity,
+        num_requests=args.num_requests)
+    # Unknown names fail here, once, rather than as a "does not fit" reason on every configuration.
+    for hw in hardware:
+        load_profile(hw)
+    load_workload(args.workload)
+    backend = SimulatorBackend(args.model, args.workload, engine_args(args))
+    backend.model_spec()
+    prices = prices_for(hardware, parse_price_flags(args.price))
+    started = time.perf_counter()
+    plan = make_plan(request, backend, prices, num_workers=args.workers)
+    write_report(plan, args.out)
+    print(answer_text(plan, all_tables(plan)))
+    print(f"report: {args.out / 'report.html'} ({plan.num_simulations} simulations in "
+          f"{time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    return 0

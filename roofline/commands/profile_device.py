@@ -1,0 +1,193 @@
+"""`roofline profile-device`: measure the local CPU or GPU and write a hardware profile of the shipped schema.
+
+    roofline profile-device --out cpu.yaml              # about a minute on a 2-core CPU
+    roofline profile-device --device cuda --out gpu.yaml
+    roofline simulate --hardware cpu.yaml ...           # the measured device is then a device like any other
+
+The microbenchmarks live in `engine.profile_device` (torch, imported only here in `run`); this module turns
+their SI-unit result into profile YAML: peaks = best measured GEMM per dtype, memory bandwidth = the read
+plateau past the caches, executor `eager` with the measured launch overhead, and a `measured:` section with
+the date, machine, library versions, thread count, the sweeps and their run-to-run spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+from roofline.errors import UserError
+from roofline.hardware import dump_profile, parse_profile, profile_yaml
+
+ENGINE_EXTRA_HINT = "install the engine extra: pip install -e '.[engine]'"
+_MIB = 2**20
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "profile-device", help="microbenchmark this machine's CPU or GPU into a hardware profile",
+        description="Measure GEMM throughput per dtype, memory read/copy bandwidth and per-op launch overhead "
+        "of the local device and write a hardware profile YAML (printed without --out). Needs torch.")
+    parser.add_argument("--out", metavar="FILE", help="write the profile here instead of printing it")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="device to measure (default cpu)")
+    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: all cores)")
+    parser.add_argument("--repeats", type=int, default=5, metavar="N",
+                        help="measurements per number; the median is kept, the range is the spread (default 5)")
+    parser.add_argument("--id", dest="profile_id", metavar="ID",
+                        help="id of the written profile (default: from the device name)")
+    parser.add_argument("--quick", action="store_true", help="tiny sweeps for tests (seconds; numbers not meaningful)")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads is not None and args.threads <= 0:
+        raise UserError(f"--threads: must be a positive integer, got {args.threads}")
+    if args.repeats < 2:
+        raise UserError(f"--repeats: must be at least 2 (the spread needs two measurements), got {args.repeats}")
+    try:
+        import torch  # noqa: F401  (checked here so a missing torch is one line, not a traceback)
+    except ImportError:
+        raise UserError(f"profile-device needs torch: {ENGINE_EXTRA_HINT}") from None
+    from engine.profile_device import ProfileSettings, profile_device
+
+    settings = ProfileSettings(device=args.device, num_threads=args.threads, quick=args.quick,
+                               num_repeats=args.repeats)
+    result = profile_device(settings, log=lambda line: print(line, file=sys.stderr))
+    profile = measured_profile(result, profile_id=args.profile_id, date=_now(), command=_command(args))
+    parse_profile(profile, where="profile-device output")  # what we write must load
+    if args.out:
+        dump_profile(profile, args.out)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(profile_yaml(profile))
+    return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run, with every option spelled out."""
+    parts = ["roofline", "profile-device", "--device", args.device, "--repeats", str(args.repeats)]
+    for flag, value in (("--threads", args.threads), ("--id", args.profile_id), ("--out", args.out)):
+        if value is not None:
+            parts += [flag, str(value)]
+    if args.quick:
+        parts.append("--quick")
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _sig(value: float, digits: int = 4) -> float:
+    """Measured values to `digits` significant digits: more would be noise."""
+    return float(f"{value:.{digits}g}")
+
+
+def default_id(device: dict[str, Any]) -> str:
+    """'AMD EPYC 9B45' -> 'amd-epyc-9b45' (the measured device's name as a kebab-case id)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", str(device["name"]).lower()).strip("-")
+    return slug or device["kind"]
+
+
+def measured_profile(result: dict[str, Any], profile_id: str | None, date: str, command: str) -> dict[str, Any]:
+    """The result of `engine.profile_device.profile_device` -> a profile mapping (YAML units, field order of
+    the shipped profiles)."""
+    device = result["device"]
+    threads = result["num_threads"]
+    is_cpu = device["kind"] == "cpu"
+    name = f"{device['name']} ({threads} threads, measured)" if is_cpu else f"{device['name']} (measured)"
+    peaks = {dtype: _sig(g["peak_flops_per_s"] / 1e12) for dtype, g in result["gemm"].items()}
+    read = result["memory"]["read"]
+    profile: dict[str, Any] = {
+        "id": profile_id or default_id(device),
+        "name": name,
+        "kind": device["kind"],
+        "vendor": device["vendor"],
+        "peak_tflops": peaks,
+        "memory_capacity_gb": _sig(device["memory_capacity_bytes"] / 1e9),
+        "memory_bandwidth_gb_per_s": _sig(read["plateau_bytes_per_s"] / 1e9),
+        "l2_cache_mib": _optional(device["l2_cache_bytes"], _MIB),
+        # CPU: the threads torch ran on are the compute units the measured peaks belong to.
+        "num_compute_units": threads if is_cpu else device["num_compute_units"],
+        "boost_clock_mhz": _optional(device["boost_clock_hz"], 1e6),
+        "interconnect": None,
+        "pcie_bandwidth_gb_per_s_per_direction": _optional(device["pcie_bytes_per_s_per_direction"], 1e9),
+        "tdp_w": device["tdp_w"],
+        # The peaks are achieved values, so reaching them is efficiency 1; `roofline calibrate` refines this.
+        "efficiency": {"gemm_compute_efficiency": 1.0, "memory_efficiency": 1.0},
+        # Measured in eager mode: each op pays the measured launch overhead.
+        "executor": {"mode": "eager", "kernel_launch_us": _sig(result["launch_overhead"]["per_op_s"] * 1e6)},
+        "sources": _sources(device, is_cpu),
+        "measured": _measured_section(result, date, command),
+    }
+    return profile
+
+
+def _optional(value: float | None, scale: float) -> float | None:
+    return None if value is None else _sig(value / scale)
+
+
+def _sources(device: dict[str, Any], is_cpu: bool) -> dict[str, str]:
+    tool = "measured by roofline profile-device"
+    sources = {
+        "peak_tflops": f"{tool}: best GEMM over the shape sweep, median of the repeats (measured.gemm)",
+        "memory_capacity_gb": "installed memory (sysconf / /proc/meminfo MemTotal)" if is_cpu
+        else "torch.cuda.get_device_properties().total_memory",
+        "memory_bandwidth_gb_per_s": f"{tool}: read bandwidth plateau past the caches (measured.memory.read)",
+        "num_compute_units": "torch threads used for the measurements" if is_cpu
+        else "torch.cuda.get_device_properties().multi_processor_count",
+        "efficiency": "the peaks above are achieved (measured) values, so efficiency 1 until calibrated",
+        "executor.kernel_launch_us": f"{tool}: time of a one-element add (measured.launch_overhead)",
+    }
+    if device["l2_cache_bytes"] is not None:
+        sources["l2_cache_mib"] = "sysfs /sys/devices/system/cpu/cpu*/cache (all L2 instances)" if is_cpu \
+            else "torch.cuda.get_device_properties().L2_cache_size"
+    if device["boost_clock_hz"] is not None:
+        sources["boost_clock_mhz"] = "NVML max SM clock"
+    if device["pcie_bytes_per_s_per_direction"] is not None:
+        sources["pcie_bandwidth_gb_per_s_per_direction"] = "NVML max PCIe link generation and width"
+    if device["tdp_w"] is not None:
+        sources["tdp_w"] = "NVML enforced power limit"
+    return sources
+
+
+def _measured_section(result: dict[str, Any], date: str, command: str) -> dict[str, Any]:
+    device = result["device"]
+    gemm = {
+        dtype: {
+            "peak_tflops": _sig(g["peak_flops_per_s"] / 1e12),
+            "peak_shape_mnk": g["peak_shape_mnk"],
+            "spread": _sig(g["spread"], 3),
+            "sweep": [{"mnk": row["mnk"], "tflops": _sig(row["flops_per_s"] / 1e12), "spread": _sig(row["spread"], 3)}
+                      for row in g["sweep"]],
+        }
+        for dtype, g in result["gemm"].items()
+    }
+    gemm.update({dtype: {"skipped": reason} for dtype, reason in result.get("gemm_skipped", {}).items()})
+    return {
+        "date": date,
+        "command": command,
+        "machine": {"name": device["name"], "vendor": device["vendor"],
+                    "num_compute_units": device["num_compute_units"], **device["details"]},
+        "library_versions": result["library_versions"],
+        "num_threads": result["num_threads"],
+        "num_repeats": result["num_repeats"],
+        "gemm": gemm,
+        "memory": {kind: _memory_section(result["memory"][kind]) for kind in ("read", "copy")},
+        "launch_overhead": {"per_op_us": _sig(result["launch_overhead"]["per_op_s"] * 1e6),
+                            "spread": _sig(result["launch_overhead"]["spread"], 3)},
+    }
+
+
+def _memory_section(memory: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "plateau_gb_per_s": _sig(memory["plateau_bytes_per_s"] / 1e9),
+        "spread": _sig(memory["spread"], 3),
+        "plateau_sizes_mib": [s / _MIB for s in memory["plateau_sizes_bytes"]],
+        "sweep": [{"size_mib": row["size_bytes"] / _MIB, "gb_per_s": _sig(row["bytes_per_s"] / 1e9),
+                   "spread": _sig(row["spread"], 3)} for row in memory["sweep"]],
+    }

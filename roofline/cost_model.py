@@ -1,0 +1,442 @@
+"""Time of operators and of whole engine steps on a hardware profile: a roofline with shape-aware efficiencies.
+
+    m = StepCostModel(spec, hw, quant, tp=1)
+    c = m.step_cost(query_lens, context_lens, emits)    # StepCost: total_s, breakdown_s, ops (OpCost)
+    m.step_time_s(query_lens, context_lens, emits)      # the same total, fast (cached per token count)
+
+Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost_params`):
+
+- GEMM (m x k by k x n, `groups` independent problems): the library picks an output tile (tm, tn) from
+  `GEMM_TILES` and a split-K factor s; ceil(m/tm) * ceil(n/tn) * s tiles run in waves of one tile per SM
+  (`num_compute_units`). Compute time = waves * 2*tm*tn*(k/s + gemm_tile_fixed_k) / (peak * eff / num_sms):
+  tile padding, wave quantization and the per-tile prologue/epilogue are the small-matrix penalties
+  (NVIDIA "Matrix Multiplication Background User's Guide": tile and wave quantization). Memory time =
+  (inputs + weights + outputs + split-K fp32 partials) / (bandwidth * memory_efficiency). The two overlap
+  imperfectly: t = (tc^p + tm^p)^(1/p) with p = overlap_exponent (p -> inf is the classic max roofline).
+  The fastest (tile, split) is taken, as cuBLAS/CUTLASS heuristics aim to. Plus kernel_fixed_s.
+- Attention prefill: FLOPs at attention_compute_efficiency of the activation peak, waves of Q tiles
+  (heads * ceil(q/128) work units over the SMs); KV and Q/O bytes at memory_efficiency; plus
+  kernel_fixed_s + attention_fixed_s.
+- Attention decode: KV bytes at attention_memory_efficiency (split-KV kernels fill the SMs when
+  seqs * kv_heads is small); FLOPs at attention_compute_efficiency; plus the fixed costs.
+- Elementwise, embedding, sampling: bytes at memory_efficiency, plus kernel_fixed_s per kernel.
+- MoE experts: two grouped GEMMs over the touched experts (tokens per expert rows each) at
+  moe_compute_efficiency * GEMM efficiency, plus moe_fixed_s (routing, sort/align, combine kernels).
+- All-reduce of B bytes over n GPUs (vLLM custom all-reduce / NCCL): the faster of one-shot
+  (alpha + (n-1)*B/bw: every rank reads every peer's buffer) and two-shot / ring (2*alpha + 2*(n-1)/n*B/bw:
+  reduce-scatter then all-gather); bw = per-direction link bandwidth * collective_bus_efficiency,
+  alpha = interconnect latency * collective_latency_scale. All-gather: alpha + (n-1)/n*B/bw.
+  (Thakur, Rabenseifner, Gropp, "Optimization of collective communication operations in MPICH", 2005.)
+
+A step's device time is the sum over its operators; the executor (`hw.executor`) adds host time: eager
+launches cost kernel_launch_s per kernel, CUDA graphs one replay per graph and pad the batch up to the next
+captured size; step_overhead_s per step; with host_overlaps_device the host work hides under the device time
+(total = max), otherwise it adds.
+
+The formulas use numpy ufuncs, so they run unchanged on Python floats (the simulator's scalar path) and on
+numpy arrays (fitting thousands of measured shapes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from engine.core.model_spec import ModelSpec
+from roofline.hardware import HardwareProfile
+from roofline.ops import (BatchStats, OpRecord, RankShape, emit_ops, kv_bytes_per_token_per_rank, step_ops,
+                          token_ops, weight_bytes_per_rank, attention_records)
+from roofline.quant import QuantConfig
+
+# Output tiles (rows, cols) Hopper/Ampere GEMM libraries choose among (CUTLASS 3 SM90 default cluster tiles
+# 128x128 / 128x256 / 256x128 and the 64-row tiles used for skinny problems).
+GEMM_TILES: tuple[tuple[int, int], ...] = ((128, 256), (256, 128), (128, 128), (64, 128), (64, 256))
+# Split-K factors (cuBLAS splits K when the output has too few tiles to fill the SMs); a split keeps >= 256 of K.
+GEMM_SPLITS: tuple[int, ...] = (1, 2, 4, 8, 16)
+_MIN_SPLIT_K = 256
+_K_BLOCK = 64  # K is consumed in blocks of 64 elements (128 bytes of bf16: one TMA/cp.async stage)
+_EIGHT_BIT = ("fp8", "int8")
+# Without a scale-up interconnect, collectives go over PCIe; its latency (NCCL over PCIe, small messages).
+_PCIE_COLLECTIVE_LATENCY_S = 20e-6
+_ATTENTION_ELEMENT_BYTES = 2.0  # Q and O of flash attention are bf16/fp16
+
+
+_ceil, _min, _max = np.ceil, np.minimum, np.maximum
+
+
+def _overlap(tc: Any, tm: Any, p: float) -> Any:
+    """Soft maximum of compute and memory time: (tc^p + tm^p)^(1/p), computed stably."""
+    hi = _max(tc, tm) + 1e-30
+    return hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
+
+
+def _bandwidth(hw: HardwareProfile) -> float:
+    return hw.memory_bandwidth_bytes_per_s
+
+
+def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
+                in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0) -> Any:
+    """One GEMM kernel (or one grouped GEMM of `groups` equal problems): y (m x n) = x (m x k) @ W (k x n)."""
+    e = hw.efficiency
+    eff = (e.gemm_fp8_compute_efficiency if dtype in _EIGHT_BIT else e.gemm_compute_efficiency) * eff_scale
+    sms = hw.num_compute_units
+    per_sm = hw.peak_flops(dtype) * eff / sms
+    bw = _bandwidth(hw) * e.memory_efficiency
+    base_bytes = groups * (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes)
+    best = None
+    for tm, tn in GEMM_TILES:
+        tiles = groups * _ceil(m / tm) * _ceil(n / tn)
+        for s in GEMM_SPLITS:
+            if s > 1 and np.all(k < s * _MIN_SPLIT_K):
+                continue
+            k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
+            tc = _ceil(tiles * s / sms) * 2.0 * tm * tn * (k_split + e.gemm_tile_fixed_k) / per_sm
+            extra = 0.0 if s == 1 else groups * 2.0 * m * n * 4.0 * s  # fp32 partials written and read back
+            t = _overlap(tc, (base_bytes + extra) / bw, e.overlap_exponent)
+            if s > 1:
+                t = np.where(k < s * _MIN_SPLIT_K, np.inf, t)  # this split is not allowed for this k
+            best = t if best is None else _min(best, t)
+    return best + e.kernel_fixed_s
+
+
+def act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> Any:
+    """Quantizing a GEMM input to 8 bits before a W8A8 GEMM: read m*k, write m*k bytes, one kernel."""
+    return m * k * (act_bytes + 1.0) / (_bandwidth(hw) * hw.efficiency.memory_efficiency) + hw.efficiency.kernel_fixed_s
+
+
+def attention_prefill_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, work_units: Any, head_dim: Any,
+                             dtype: str) -> Any:
+    """One varlen flash-attention call's prefill part: `work_units` = heads * Q tiles of 128 rows, run in waves
+    over the SMs; each tile also pays a prologue/epilogue (and its half-masked diagonal block) worth
+    `gemm_tile_fixed_k` keys."""
+    e = hw.efficiency
+    sms = hw.num_compute_units
+    units = _max(work_units, 1)
+    per_unit = flops / units + 4.0 * head_dim * 128 * e.gemm_tile_fixed_k
+    tc = _ceil(units / sms) * per_unit / (hw.peak_flops(dtype) * e.attention_compute_efficiency / sms)
+    tm = bytes_moved / (_bandwidth(hw) * e.memory_efficiency)
+    return _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
+
+
+def attention_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, work_units: Any, key_bytes: Any,
+                            dtype: str) -> Any:
+    """Decode attention: streams each sequence's KV cache once (split-KV kernels keep all SMs busy); each
+    (sequence, KV head) work unit also pays a prologue worth `gemm_tile_fixed_k` keys of `key_bytes`."""
+    e = hw.efficiency
+    tc = flops / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
+    tm = (bytes_moved + work_units * e.gemm_tile_fixed_k * key_bytes) / (_bandwidth(hw) * e.attention_memory_efficiency)
+    return _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
+
+
+def memory_op_time_s(hw: HardwareProfile, bytes_moved: Any, num_kernels: int) -> Any:
+    return bytes_moved / (_bandwidth(hw) * hw.efficiency.memory_efficiency) + num_kernels * hw.efficiency.kernel_fixed_s
+
+
+def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
+               weight_bytes_per_param: float, act_bytes: float) -> Any:
+    """Fused MoE: grouped gate_up (n = 2*inter, k = hidden) and down (n = hidden, k = inter) GEMMs over the
+    touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost."""
+    e = hw.efficiency
+    in_b = 1.0 if dtype in _EIGHT_BIT else act_bytes
+    kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
+              eff_scale=e.moe_compute_efficiency)
+    up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **kw)
+    down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
+    act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
+    return up + down + act + e.moe_fixed_s
+
+
+def _link(hw: HardwareProfile, num_devices: Any) -> tuple[float, float]:
+    """(bandwidth per direction, alpha) of the link a collective over `num_devices` uses."""
+    e = hw.efficiency
+    ic = hw.interconnect
+    if ic is not None:
+        return ic.bandwidth_bytes_per_s_per_direction * e.collective_bus_efficiency, ic.latency_s * \
+            e.collective_latency_scale
+    pcie = hw.pcie_bandwidth_bytes_per_s_per_direction or 16e9  # PCIe 3 x16 when the profile has none
+    return pcie * e.collective_bus_efficiency, _PCIE_COLLECTIVE_LATENCY_S * e.collective_latency_scale
+
+
+def all_reduce_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any) -> Any:
+    bw, alpha = _link(hw, num_devices)
+    n = num_devices
+    one_shot = alpha + (n - 1) * message_bytes / bw
+    two_shot = 2 * alpha + 2 * (n - 1) / n * message_bytes / bw
+    return _min(one_shot, two_shot) + hw.efficiency.kernel_fixed_s
+
+
+def all_gather_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any) -> Any:
+    bw, alpha = _link(hw, num_devices)
+    return alpha + (num_devices - 1) / num_devices * message_bytes / bw + hw.efficiency.kernel_fixed_s
+
+
+# ---- one operator record -> seconds ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """An operator record with its time: the fields of `OpRecord` plus `time_s`, `bound` and `num_kernels`."""
+
+    name: str
+    kind: str
+    count: int
+    flops: float
+    weight_bytes: float
+    act_bytes: float
+    kv_read_bytes: float
+    kv_write_bytes: float
+    comm_bytes: float
+    num_kernels: int
+    time_s: float
+    bound: str  # compute | memory | communication | latency (fixed costs dominate)
+
+
+def op_cost(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int) -> OpCost:
+    """Time of one record (all its `count` instances) and what bounds it."""
+    e = hw.efficiency
+    c = op.count
+    if op.dtype not in hw.supported_dtypes:
+        op = replace(op, dtype=quant.act_dtype)
+    bw = _bandwidth(hw)
+    moved = op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes
+    compute_s = op.flops / hw.peak_flops(op.dtype) / \
+        (e.gemm_fp8_compute_efficiency if op.dtype in _EIGHT_BIT else e.gemm_compute_efficiency)
+    memory_s = moved / (bw * e.memory_efficiency)
+    kernels = 1
+    if op.kind == "gemm":
+        m, n, k, _ = op.shape
+        w_param = op.weight_bytes / (c * n * k)
+        eight = op.dtype in _EIGHT_BIT
+        t = gemm_time_s(hw, m, n, k, op.dtype, w_param, 1.0 if eight else quant.act_bytes, quant.act_bytes)
+        if eight:
+            t += act_quant_time_s(hw, m, k, quant.act_bytes)
+            kernels = 2
+    elif op.kind == "attention_prefill":
+        t = attention_prefill_time_s(hw, op.flops / c, moved / c, op.shape[0], op.shape[2], op.dtype)
+        compute_s = op.flops / (hw.peak_flops(op.dtype) * e.attention_compute_efficiency)
+    elif op.kind == "attention_decode":
+        t = attention_decode_time_s(hw, op.flops / c, moved / c, op.shape[0], op.shape[3], op.dtype)
+        compute_s = op.flops / (hw.peak_flops(op.dtype) * e.attention_compute_efficiency)
+        memory_s = moved / (bw * e.attention_memory_efficiency)
+    elif op.kind == "moe":
+        tpe, touched, hidden, inter = op.shape
+        w_param = op.weight_bytes / (c * max(touched, 1e-30) * 3 * hidden * inter)
+        t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, quant.act_bytes)
+        kernels = 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
+    elif op.kind == "all_reduce":
+        t = all_reduce_time_s(hw, *op.shape)
+    elif op.kind == "all_gather":
+        t = all_gather_time_s(hw, *op.shape)
+    elif op.kind == "sampling":
+        kernels = 3
+        t = memory_op_time_s(hw, moved / c, kernels)
+    else:
+        assert op.kind == "elementwise", op.kind
+        kernels = kernels_per_elementwise
+        t = memory_op_time_s(hw, moved / c, kernels)
+    time_s = float(c * t)
+    return OpCost(name=op.name, kind=op.kind, count=c, flops=op.flops, weight_bytes=op.weight_bytes,
+                  act_bytes=op.act_bytes, kv_read_bytes=op.kv_read_bytes, kv_write_bytes=op.kv_write_bytes,
+                  comm_bytes=op.comm_bytes, num_kernels=c * kernels, time_s=time_s,
+                  bound=_bound(op.kind, compute_s, memory_s, time_s))
+
+
+def _bound(kind: str, compute_s: float, memory_s: float, time_s: float) -> str:
+    if kind in ("all_reduce", "all_gather"):
+        return "communication"
+    if max(compute_s, memory_s) < 0.5 * time_s:
+        return "latency"
+    return "compute" if compute_s >= memory_s else "memory"
+
+
+# ---- a whole step ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepCost:
+    total_s: float
+    device_s: float
+    host_s: float
+    breakdown_s: dict[str, float]  # operator name -> seconds; plus "host_overhead" (host time not hidden)
+    ops: tuple[OpCost, ...] = field(default=())
+    num_kernels: int = 0
+    padded_num_tokens: int = 0
+
+
+class StepCostModel:
+    """Predicted time of engine steps for one model, device, quantization and TP degree."""
+
+    def __init__(self, spec: ModelSpec, hw: HardwareProfile, quant: QuantConfig, tp: int = 1) -> None:
+        self.spec, self.hw, self.quant, self.tp = spec, hw, quant, tp
+        self.rank = RankShape.of(spec, tp)
+        for dtype in {quant.act_dtype, quant.gemm_dtype}:
+            hw.peak_flops(dtype)  # a dtype the device lacks is a UserError now, not mid-simulation
+        self._token_cache: dict[int, tuple[float, int]] = {}
+        self._emit_cache: dict[int, tuple[float, int]] = {}
+        ex = hw.executor
+        self._graph_sizes = np.asarray(ex.cuda_graph_batch_sizes, dtype=np.int64)
+        self._max_graph = int(self._graph_sizes[-1]) if ex.mode == "cuda_graphs" else 0
+
+    # -- public API --
+    def weight_bytes_per_rank(self) -> float:
+        return weight_bytes_per_rank(self.spec, self.quant, self.tp)
+
+    def kv_bytes_per_token_per_rank(self) -> float:
+        return kv_bytes_per_token_per_rank(self.spec, self.quant, self.tp)
+
+    def step_cost(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> StepCost:
+        """Every operator of the step with its FLOPs, bytes, time and bound, and the step total."""
+        stats = self._stats(query_lens, context_lens, emits)
+        padded = self._padded_tokens(stats.num_tokens)
+        ops = step_ops(self.spec, self.quant, self.tp, replace(stats, num_tokens=padded))
+        k = self.hw.executor.kernels_per_elementwise_op
+        costs = tuple(op_cost(self.hw, op, self.quant, k) for op in ops)
+        device_s = sum(c.time_s for c in costs)
+        num_kernels = sum(c.num_kernels for c in costs)
+        host_s = self._host_s(stats, num_kernels)
+        total_s = self._combine(device_s, host_s)
+        breakdown = {c.name: c.time_s for c in costs}
+        breakdown["host_overhead"] = total_s - device_s
+        return StepCost(total_s=total_s, device_s=device_s, host_s=host_s, breakdown_s=breakdown, ops=costs,
+                        num_kernels=num_kernels, padded_num_tokens=padded)
+
+    def step_time_s(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> float:
+        """`step_cost(...).total_s`, fast: token- and emit-dependent parts are cached per count; attention
+        is computed from per-step aggregates."""
+        stats = self._stats(query_lens, context_lens, emits)
+        token_s, token_k = self._cached(self._token_cache, self._padded_tokens(stats.num_tokens), self._token_part)
+        emit_s, emit_k = self._cached(self._emit_cache, stats.num_emits, self._emit_part)
+        attn_s, attn_k = self._parts_cost(attention_records(self.rank, stats, self.quant))
+        device_s = token_s + emit_s + attn_s
+        return self._combine(device_s, self._host_s(stats, token_k + emit_k + attn_k))
+
+    # -- internals --
+    def _stats(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> BatchStats:
+        return BatchStats.from_arrays(query_lens, context_lens, emits, self.spec.sliding_window)
+
+    def _padded_tokens(self, num_tokens: int) -> int:
+        """CUDA graphs: a batch of up to the largest captured size runs the graph of the next size up."""
+        if num_tokens == 0 or num_tokens > self._max_graph:
+            return num_tokens
+        return int(self._graph_sizes[np.searchsorted(self._graph_sizes, num_tokens)])
+
+    def _uses_graph(self, stats: BatchStats) -> bool:
+        return 0 < stats.num_tokens <= self._max_graph
+
+    def _host_s(self, stats: BatchStats, num_kernels: int) -> float:
+        """Host time: per-step overhead plus launches. Graphs: a decode-only batch replays one full graph;
+        a mixed batch replays piecewise graphs between the layers' attention calls, which launch eagerly
+        (vLLM V1 FULL_AND_PIECEWISE)."""
+        ex = self.hw.executor
+        if self._uses_graph(stats):
+            launches = 1 if stats.num_prefill_seqs == 0 else 2 * self.rank.layers + 1
+        else:
+            launches = num_kernels
+        return ex.step_overhead_s + launches * ex.kernel_launch_s
+
+    def _combine(self, device_s: float, host_s: float) -> float:
+        return max(device_s, host_s) if self.hw.executor.host_overlaps_device else device_s + host_s
+
+    def _parts_cost(self, ops: list[OpRecord]) -> tuple[float, int]:
+        k = self.hw.executor.kernels_per_elementwise_op
+        costs = [op_cost(self.hw, op, self.quant, k) for op in ops]
+        return sum(c.time_s for c in costs), sum(c.num_kernels for c in costs)
+
+    def _token_part(self, num_tokens: int) -> tuple[float, int]:
+        return self._parts_cost(token_ops(self.spec, self.quant, self.tp, num_tokens)) if num_tokens else (0.0, 0)
+
+    def _emit_part(self, num_emits: int) -> tuple[float, int]:
+        return self._parts_cost(emit_ops(self.spec, self.quant, self.tp, num_emits))
+
+    @staticmethod
+    def _cached(cache: dict[int, tuple[float, int]], key: int, compute: Any) -> tuple[float, int]:
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = compute(key)
+        return hit
+
+
+
+# ---- single operators, vectorized (`roofline predict-ops`, fitting on measured operator tables) ------------
+
+# Columns each single-operator kind needs (the `roofline predict-ops` input schema).
+SINGLE_OP_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k", "dtype"),
+    "attention_prefill": ("batch_size", "seq_len", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype"),
+    "attention_decode": ("batch_size", "seq_len", "num_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype"),
+    "all_reduce": ("message_bytes", "num_devices", "dtype"),
+    "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "dtype"),
+}
+# predict-ops dtype names -> (peak dtype, bytes per element).
+OP_DTYPES: dict[str, tuple[str, float]] = {"bf16": ("bf16", 2.0), "fp16": ("fp16", 2.0), "fp8": ("fp8", 1.0),
+                                           "int8": ("int8", 1.0), "fp32": ("fp32", 4.0)}
+
+
+def predict_single_ops(hw: HardwareProfile, kind: str, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Seconds for each row of one operator kind; `cols` maps the kind's `SINGLE_OP_COLUMNS` to arrays
+    (numbers as floats, dtypes as strings), already validated."""
+    n_rows = len(next(iter(cols.values())))
+    out = np.zeros(n_rows)
+    for dtype in sorted(set(cols["dtype"])):
+        sel = cols["dtype"] == dtype
+        part = {k: v[sel] for k, v in cols.items()}
+        out[sel] = _PREDICTORS[kind](hw, part, dtype)
+    return out
+
+
+def _predict_gemm(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    peak, size = OP_DTYPES[dtype]
+    m, n, k = c["m"], c["n"], c["k"]
+    # W8A8 (vLLM static per-tensor fp8 / int8): bf16 output, the bf16 input is quantized by a kernel first.
+    t = gemm_time_s(hw, m, n, k, peak, size, size, max(size, 2.0))
+    if peak in _EIGHT_BIT:
+        t = t + act_quant_time_s(hw, m, k, 2.0)
+    return t
+
+
+def _attention_shape(c: dict[str, np.ndarray], dtype: str) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """(peak dtype, kv bytes per element, q/o bytes per token, kv bytes per token) of attention rows. The math
+    runs at the activation dtype's peak also with an fp8 KV cache (see `roofline.ops.attention_records`)."""
+    kvb = np.where(c["kv_dtype"] == "fp8", 1.0, OP_DTYPES[dtype][1])
+    qo_token = c["num_heads"] * c["head_dim"] * _ATTENTION_ELEMENT_BYTES
+    kv_token = 2 * c["num_kv_heads"] * c["head_dim"] * kvb
+    return OP_DTYPES[dtype][0], kvb, qo_token, kv_token
+
+
+def _predict_attention_prefill(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    peak, _, qo_token, kv_token = _attention_shape(c, dtype)
+    b, s = c["batch_size"], c["seq_len"]
+    flops = 4.0 * c["num_heads"] * c["head_dim"] * b * s * (s + 1) / 2
+    moved = b * s * (2 * qo_token + 2 * kv_token)  # Q read, O written, new K/V read and written to the cache
+    units = c["num_heads"] * b * _ceil(s / 128)
+    return attention_prefill_time_s(hw, flops, moved, units, c["head_dim"], peak)
+
+
+def _predict_attention_decode(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    peak, _, qo_token, kv_token = _attention_shape(c, dtype)
+    b, s = c["batch_size"], c["seq_len"]
+    flops = 4.0 * c["num_heads"] * c["head_dim"] * b * s
+    moved = b * (2 * qo_token + (s + 1) * kv_token)  # the cached KV read, the new token's K/V written
+    return attention_decode_time_s(hw, flops, moved, b * c["num_kv_heads"], kv_token / c["num_kv_heads"], peak)
+
+
+def _predict_all_reduce(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    return all_reduce_time_s(hw, c["message_bytes"], c["num_devices"])
+
+
+def _predict_moe(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    peak, size = OP_DTYPES[dtype]
+    t, e, topk = c["num_tokens"], c["num_experts"], c["topk"]
+    touched = e * (1.0 - (1.0 - topk / e) ** t)
+    return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0)
+
+
+_PREDICTORS = {
+    "gemm": _predict_gemm,
+    "attention_prefill": _predict_attention_prefill,
+    "attention_decode": _predict_attention_decode,
+    "all_reduce": _predict_all_reduce,
+    "moe": _predict_moe,
+}

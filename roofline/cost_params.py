@@ -1,0 +1,177 @@
+"""The fitted and executor part of a hardware profile: the `efficiency:` and `executor:` YAML sections.
+
+Owned by the cost model (`roofline.cost_model`), parsed by `roofline.hardware.load_profile`. Every field has
+a default so a datasheet-only profile works; `from_dict` rejects unknown keys (nothing a user wrote is
+silently ignored). YAML carries units in the names (`_us`); the dataclasses hold SI seconds.
+
+    EfficiencyParams.from_dict({"memory_efficiency": 0.8}, where="h100-sxm.yaml: efficiency")
+    ExecutorParams.from_dict({"mode": "eager", "kernel_launch_us": 5}, where="cpu.yaml: executor")
+
+The efficiency fields are the few physical parameters `roofline.fit` fits per device (see `FITTABLE`):
+how close to peak the main loops run, fixed costs per kernel, per tile and per collective. The defaults are
+"datasheet" guesses from public benchmark reports (/work/shared/reference/hardware-specs.md section 4), the
+starting point and the "before fitting" baseline of BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from roofline.errors import UserError
+
+
+def _check_keys(section: dict[str, Any], allowed: list[str], where: str) -> None:
+    if not isinstance(section, dict):
+        raise UserError(f"{where}: must be a mapping of fields, got {type(section).__name__}")
+    unknown = sorted(str(k) for k in set(section) - set(allowed))
+    if unknown:
+        raise UserError(f"{where}: unknown field '{unknown[0]}'; allowed: {', '.join(allowed)}")
+
+
+def _number(section: dict[str, Any], key: str, default: float, where: str, lo: float = 0.0,
+            hi: float = float("inf")) -> float:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise UserError(f"{where}.{key}: must be a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+# EfficiencyParams field -> (YAML key, scale from YAML to SI, upper bound in YAML units).
+# Fractions of a peak are in (0, 1]; fixed costs are microseconds in YAML, seconds in the dataclass.
+_EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
+    "gemm_compute_efficiency": ("gemm_compute_efficiency", 1.0, 1.0),
+    "gemm_fp8_compute_efficiency": ("gemm_fp8_compute_efficiency", 1.0, 1.0),
+    "gemm_tile_fixed_k": ("gemm_tile_fixed_k", 1.0, 1e6),
+    "memory_efficiency": ("memory_efficiency", 1.0, 1.0),
+    "overlap_exponent": ("overlap_exponent", 1.0, 64.0),
+    "kernel_fixed_s": ("kernel_fixed_us", 1e-6, 1e6),
+    "attention_compute_efficiency": ("attention_compute_efficiency", 1.0, 1.0),
+    "attention_memory_efficiency": ("attention_memory_efficiency", 1.0, 1.0),
+    "attention_fixed_s": ("attention_fixed_us", 1e-6, 1e6),
+    "moe_compute_efficiency": ("moe_compute_efficiency", 1.0, 1.0),
+    "moe_fixed_s": ("moe_fixed_us", 1e-6, 1e6),
+    "collective_bus_efficiency": ("collective_bus_efficiency", 1.0, 1.0),
+    "collective_latency_scale": ("collective_latency_scale", 1.0, 1e3),
+}
+
+
+@dataclass(frozen=True)
+class EfficiencyParams:
+    """How close to its peaks the device runs, by kind of work (see `roofline.cost_model` for the formulas)."""
+
+    # Fraction of the dense bf16/fp16 peak a GEMM main loop reaches on full tiles (MAMF: 80 % on H100 SXM).
+    gemm_compute_efficiency: float = 0.80
+    # The same for fp8/int8 GEMMs, relative to their own peak (Azure cuBLASLt fp8: 61-70 % on H100).
+    gemm_fp8_compute_efficiency: float = 0.65
+    # Prologue/epilogue of one output tile (pipeline fill, writing C), as extra K elements of MACs.
+    gemm_tile_fixed_k: float = 64.0
+    # Fraction of peak DRAM bandwidth a streaming kernel reaches (STREAM triad on H100: 89 %).
+    memory_efficiency: float = 0.85
+    # How sharply a kernel's time switches from memory- to compute-bound: (tc^p + tm^p)^(1/p); large p -> max.
+    overlap_exponent: float = 4.0
+    # Device time of one kernel that does no work: launch latency inside a graph, ramp-up, tail.
+    kernel_fixed_s: float = 3e-6
+    # Fraction of the bf16 peak flash attention reaches in prefill (FA3 paper: up to 75 % on H100).
+    attention_compute_efficiency: float = 0.55
+    # Fraction of peak bandwidth decode attention reaches streaming the KV cache.
+    attention_memory_efficiency: float = 0.75
+    # Fixed device time of an attention call beyond one kernel's (metadata, split-KV combine).
+    attention_fixed_s: float = 5e-6
+    # Fraction of the GEMM efficiency the grouped expert GEMMs of fused MoE reach.
+    moe_compute_efficiency: float = 0.70
+    # Fixed device time of a fused-MoE call: routing, token sort/align, activation, reduce kernels.
+    moe_fixed_s: float = 20e-6
+    # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link).
+    collective_bus_efficiency: float = 0.80
+    # Multiplies the profile's interconnect latency (alpha) for the collectives the engine uses.
+    collective_latency_scale: float = 1.0
+
+    @classmethod
+    def from_dict(cls, section: dict[str, Any] | None, where: str) -> "EfficiencyParams":
+        section = section or {}
+        _check_keys(section, [key for key, _, _ in _EFFICIENCY_YAML.values()], where)
+        values = {}
+        for name, (key, scale, hi) in _EFFICIENCY_YAML.items():
+            lo = 1e-3 if hi == 1.0 else 0.0  # a zero efficiency would mean infinite time
+            values[name] = _number(section, key, getattr(cls, name) / scale, where, lo, hi) * scale
+        if values["overlap_exponent"] < 1.0:
+            raise UserError(f"{where}.overlap_exponent: must be a number in [1.0, 64.0], "
+                            f"got {values['overlap_exponent']!r}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: _round(getattr(self, name) / scale) for name, (key, scale, _) in _EFFICIENCY_YAML.items()}
+
+
+def _round(value: float) -> float:
+    """Six significant digits: YAML written from fitted values stays readable and byte-stable."""
+    return float(f"{value:.6g}")
+
+
+# The parameters `roofline.fit` may fit, by dotted name (section.field of the dataclass, SI units).
+FITTABLE = tuple(f"efficiency.{name}" for name in _EFFICIENCY_YAML) + (
+    "executor.kernel_launch_s", "executor.step_overhead_s")
+
+_EXECUTOR_MODES = ("eager", "cuda_graphs")
+
+# vLLM's default capture sizes (vllm/config/compilation.py, `cudagraph_capture_sizes`: 1, 2, 4, then steps
+# of 8 up to 256, then 16 up to max_capture_size 512).
+_VLLM_CAPTURE_SIZES = (1, 2, 4) + tuple(range(8, 257, 8)) + tuple(range(272, 513, 16))
+
+
+@dataclass(frozen=True)
+class ExecutorParams:
+    """How the serving engine runs a step on this device (see DESIGN.md: the executor is part of the model).
+
+    `eager`: every kernel is launched from the host at `kernel_launch_s` each. `cuda_graphs` (vLLM V1 default):
+    batches of up to the largest captured size are padded up to the next captured size and replayed as
+    graphs (decode-only batches as one full graph; mixed batches piecewise, attention launched eagerly per
+    layer); larger batches run eagerly. `kernels_per_elementwise_op`: kernels one norm, activation or RoPE
+    launches (1 for vLLM's fused custom ops; about 5 for an unfused PyTorch RMSNorm).
+    """
+
+    mode: str = "cuda_graphs"  # eager | cuda_graphs
+    cuda_graph_batch_sizes: tuple[int, ...] = _VLLM_CAPTURE_SIZES
+    kernel_launch_s: float = 4e-6  # host time to launch one kernel or replay one graph
+    step_overhead_s: float = 2e-3  # host time per step: schedule, prepare inputs, sample, bookkeeping
+    host_overlaps_device: bool = False  # async scheduling: host work of step i+1 hides under device step i
+    kernels_per_elementwise_op: int = 1
+
+    @classmethod
+    def from_dict(cls, section: dict[str, Any] | None, where: str) -> "ExecutorParams":
+        section = section or {}
+        allowed = ["mode", "cuda_graph_batch_sizes", "kernel_launch_us", "step_overhead_us", "host_overlaps_device",
+                   "kernels_per_elementwise_op"]
+        _check_keys(section, allowed, where)
+        mode = section.get("mode", cls.mode)
+        if mode not in _EXECUTOR_MODES:
+            raise UserError(f"{where}.mode: {mode!r} is not allowed; allowed: {', '.join(_EXECUTOR_MODES)}")
+        sizes = section.get("cuda_graph_batch_sizes", list(cls.cuda_graph_batch_sizes))
+        if not isinstance(sizes, list) or not sizes or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+            raise UserError(f"{where}.cuda_graph_batch_sizes: must be a non-empty list of positive integers")
+        overlap = section.get("host_overlaps_device", cls.host_overlaps_device)
+        if not isinstance(overlap, bool):
+            raise UserError(f"{where}.host_overlaps_device: must be true or false, got {overlap!r}")
+        per_op = section.get("kernels_per_elementwise_op", cls.kernels_per_elementwise_op)
+        if not isinstance(per_op, int) or isinstance(per_op, bool) or not 1 <= per_op <= 100:
+            raise UserError(f"{where}.kernels_per_elementwise_op: must be an integer in [1, 100], got {per_op!r}")
+        return cls(
+            mode=mode,
+            cuda_graph_batch_sizes=tuple(sorted(set(sizes))),
+            kernel_launch_s=_number(section, "kernel_launch_us", cls.kernel_launch_s * 1e6, where) * 1e-6,
+            step_overhead_s=_number(section, "step_overhead_us", cls.step_overhead_s * 1e6, where) * 1e-6,
+            host_overlaps_device=overlap,
+            kernels_per_elementwise_op=per_op,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "cuda_graph_batch_sizes": list(self.cuda_graph_batch_sizes),
+            "kernel_launch_us": _round(self.kernel_launch_s * 1e6),
+            "step_overhead_us": _round(self.step_overhead_s * 1e6),
+            "host_overlaps_device": self.host_overlaps_device,
+            "kernels_per_elementwise_op": self.kernels_per_elementwise_op,
+        }

@@ -1,0 +1,174 @@
+"""A robust fit of a profile's efficiency/executor parameters on relative error.
+
+    samples = [("gemm", {"m": 64, "n": 4096, "k": 4096, "dtype": "bf16"}, 2.1e-5), ...]
+    result = fit(samples, hw, ["efficiency.gemm_compute_efficiency", "efficiency.kernel_fixed_s"])
+    result.profile        # hw with the fitted values (a new frozen profile)
+    result.values         # {"efficiency.gemm_compute_efficiency": 0.83, ...} in SI units
+
+A sample is (operator kind, features, measured seconds). Kinds are the single-operator kinds of
+`roofline.cost_model.SINGLE_OP_COLUMNS` (features = that kind's columns), or any kind a caller's `predict`
+handles (step-trace calibration passes its own, e.g. whole steps). `predict(profile, kind, frame)` returns
+seconds for the rows of one kind; samples are grouped by kind once, so the model is evaluated vectorized.
+
+Method: parameters live in log space (they are positive; a fractional efficiency is clipped to its upper
+bound 1); the residual is log(predicted / measured), which weighs a 10 % miss on a 3 us kernel like one on a
+3 ms kernel; outliers (a mis-measured row, a kernel the model does not describe) are down-weighted by a
+soft-L1 (pseudo-Huber) loss with scale `f_scale`, solved by iteratively reweighted Levenberg-Marquardt on a
+numerical Jacobian. Deterministic: no random starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofline.cost_model import SINGLE_OP_COLUMNS, predict_single_ops
+from roofline.cost_params import FITTABLE
+from roofline.errors import UserError
+from roofline.hardware import HardwareProfile
+
+Sample = tuple[str, Mapping[str, Any], float]
+Predict = Callable[[HardwareProfile, str, pd.DataFrame], np.ndarray]
+
+# Parameters that are fractions of a peak: bounded above by 1.
+_FRACTIONS = {"gemm_compute_efficiency", "gemm_fp8_compute_efficiency", "memory_efficiency",
+              "attention_compute_efficiency", "attention_memory_efficiency", "moe_compute_efficiency",
+              "collective_bus_efficiency"}
+_MIN_VALUE = {"overlap_exponent": 1.0}
+
+
+def predict_table(profile: HardwareProfile, kind: str, frame: pd.DataFrame) -> np.ndarray:
+    """Default predictor: single operators of `roofline.cost_model.SINGLE_OP_COLUMNS`."""
+    names = SINGLE_OP_COLUMNS[kind]
+    cols = {n: frame[n].to_numpy(dtype=str if "dtype" in n else np.float64) for n in names}
+    return predict_single_ops(profile, kind, cols)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    profile: HardwareProfile
+    values: dict[str, float]  # fitted parameter -> value (SI units)
+    initial_values: dict[str, float]
+    num_iterations: int
+    train_median_abs_rel_err: float
+    train_p90_abs_rel_err: float
+
+
+def get_param(profile: HardwareProfile, name: str) -> float:
+    section, field = _split(name)
+    return float(getattr(getattr(profile, section), field))
+
+
+def with_params(profile: HardwareProfile, values: Mapping[str, float]) -> HardwareProfile:
+    """A copy of `profile` with dotted parameters (`efficiency.memory_efficiency`) replaced."""
+    by_section: dict[str, dict[str, float]] = {}
+    for name, value in values.items():
+        section, field = _split(name)
+        by_section.setdefault(section, {})[field] = float(value)
+    return replace(profile, **{s: replace(getattr(profile, s), **f) for s, f in by_section.items()})
+
+
+def _split(name: str) -> tuple[str, str]:
+    if name not in FITTABLE:
+        raise UserError(f"fit: unknown parameter '{name}'; allowed: {', '.join(FITTABLE)}")
+    section, field = name.split(".")
+    return section, field
+
+
+def relative_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """|predicted / measured - 1| per row."""
+    return np.abs(np.asarray(predicted) / np.asarray(measured) - 1.0)
+
+
+def group_samples(samples: Sequence[Sample]) -> dict[str, tuple[pd.DataFrame, np.ndarray]]:
+    """Samples -> {kind: (features frame, measured seconds)}, kinds in first-seen order."""
+    rows: dict[str, list[Mapping[str, Any]]] = {}
+    measured: dict[str, list[float]] = {}
+    for kind, features, seconds in samples:
+        if not seconds > 0:
+            raise UserError(f"fit: a measured time must be positive, got {seconds!r} for a '{kind}' sample")
+        rows.setdefault(kind, []).append(features)
+        measured.setdefault(kind, []).append(float(seconds))
+    return {k: (pd.DataFrame(rows[k]), np.asarray(measured[k])) for k in rows}
+
+
+def fit(samples: Sequence[Sample], profile: HardwareProfile, param_names: Sequence[str],
+        predict: Predict = predict_table, f_scale: float = 0.1, max_iterations: int = 60) -> FitResult:
+    """Fit `param_names` of `profile` to the samples (see the module docstring)."""
+    if not samples:
+        raise UserError("fit: no samples to fit")
+    groups = group_samples(samples)
+    names = list(dict.fromkeys(param_names))
+    for name in names:
+        _split(name)
+    x0 = np.log([max(get_param(profile, n), 1e-12) for n in names])
+    hi = np.array([0.0 if n.split(".")[1] in _FRACTIONS else np.inf for n in names])
+    lo = np.array([np.log(_MIN_VALUE.get(n.split(".")[1], 1e-12)) for n in names])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        p = with_params(profile, dict(zip(names, np.exp(np.clip(x, lo, hi)))))
+        return np.concatenate([np.log(np.maximum(predict(p, k, f), 1e-15) / m) for k, (f, m) in groups.items()])
+
+    x, iterations = _irls_levenberg_marquardt(residuals, x0, lo, hi, f_scale, max_iterations)
+    values = dict(zip(names, np.exp(x).tolist()))
+    fitted = with_params(profile, values)
+    err = np.abs(np.exp(residuals(x)) - 1.0)
+    return FitResult(profile=fitted, values=values, initial_values=dict(zip(names, np.exp(x0).tolist())),
+                     num_iterations=iterations, train_median_abs_rel_err=float(np.median(err)),
+                     train_p90_abs_rel_err=float(np.percentile(err, 90)))
+
+
+def _irls_levenberg_marquardt(residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray, lo: np.ndarray,
+                              hi: np.ndarray, f_scale: float, max_iterations: int) -> tuple[np.ndarray, int]:
+    """Minimize sum rho(r_i) with rho the soft-L1 loss 2*f^2*(sqrt(1 + (r/f)^2) - 1), by Levenberg-Marquardt
+    steps on the IRLS-weighted least squares problem (weights w = rho'(r) / r = 1/sqrt(1 + (r/f)^2))."""
+    x = np.clip(x, lo, hi)
+
+    def loss(r: np.ndarray) -> float:
+        return float(np.sum(2 * f_scale**2 * (np.sqrt(1 + (r / f_scale) ** 2) - 1)))
+
+    r = residuals(x)
+    cost = loss(r)
+    damping = 1e-2
+    iteration = 0
+    for iteration in range(1, max_iterations + 1):
+        w = 1.0 / np.sqrt(1 + (r / f_scale) ** 2)
+        jac = _jacobian(residuals, x, r, lo, hi)
+        sw = np.sqrt(w)
+        a = jac * sw[:, None]
+        b = r * sw
+        jtj = a.T @ a
+        g = a.T @ b
+        improved = False
+        while damping < 1e8:
+            step = np.linalg.solve(jtj + damping * np.diag(np.diag(jtj) + 1e-12), -g)
+            x_new = np.clip(x + step, lo, hi)
+            r_new = residuals(x_new)
+            cost_new = loss(r_new)
+            if cost_new < cost:
+                improved = True
+                converged = cost - cost_new < 1e-7 * max(cost, 1e-12)
+                x, r, cost = x_new, r_new, cost_new
+                damping = max(damping / 3, 1e-9)
+                break
+            damping *= 4
+        if not improved or converged:
+            break
+    return x, iteration
+
+
+def _jacobian(residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray, lo: np.ndarray,
+              hi: np.ndarray) -> np.ndarray:
+    """Forward differences in log space (a step of 1e-4 is a 0.01 % change of the parameter); at an upper
+    bound the step goes backwards."""
+    jac = np.empty((len(r), len(x)))
+    for i in range(len(x)):
+        h = 1e-4 if x[i] + 1e-4 <= hi[i] else -1e-4
+        xi = x.copy()
+        xi[i] += h
+        jac[:, i] = (residuals(xi) - r) / h
+    return jac

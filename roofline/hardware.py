@@ -1,0 +1,346 @@
+"""Hardware profiles: the datasheet part of a device, loaded from `hardware_profiles/<id>.yaml` or any path.
+
+    hw = load_profile("h100-sxm")          # a shipped id (case-insensitive) or a path to a YAML profile
+    hw.peak_flops("bf16")                  # 9.894e14 FLOP/s, dense
+    hw.memory_bandwidth_bytes_per_s        # 3.35e12
+    hw.efficiency, hw.executor             # roofline.cost_params.EfficiencyParams / ExecutorParams
+
+YAML fields carry their unit in the name (`memory_bandwidth_gb_per_s`, `peak_tflops`, `latency_us`); the
+dataclass holds SI units (FLOP/s, bytes, bytes/s, seconds, Hz). Decimal prefixes everywhere (1 GB = 1e9 bytes,
+1 TFLOP/s = 1e12 FLOP/s) except caches, which datasheets size in binary units (`l2_cache_mib`).
+
+Schema (every key checked, unknown keys are errors; "nullable" keys must be present, `null` = not published):
+
+    id: h100-sxm                        # lowercase kebab-case; shipped profiles: equals the file stem
+    name: NVIDIA H100 SXM5 80GB
+    kind: gpu                           # gpu | cpu
+    vendor: NVIDIA
+    peak_tflops: {fp32: .., tf32: .., bf16: .., fp16: .., fp8: .., int8: .., fp4: ..}   # dense; absent = unsupported
+    memory_capacity_gb: 85.52           # total device memory as the driver reports it (see profiles' comments)
+    memory_bandwidth_gb_per_s: 3350
+    l2_cache_mib: 50                    # nullable
+    num_compute_units: 132              # SMs (NVIDIA), CUs (AMD), cores (CPU)
+    boost_clock_mhz: 1980               # nullable
+    interconnect:                       # nullable: scale-up link; null = collectives go over PCIe
+      name: nvlink4
+      bandwidth_gb_per_s_per_direction: 450
+      latency_us: 42.5                  # time of a latency-bound collective (the alpha term)
+      max_num_gpus: 8                   # GPUs one scale-up domain joins
+    pcie_bandwidth_gb_per_s_per_direction: 64   # nullable
+    tdp_w: 700                          # nullable
+    sources: {field or field.subfield: text or URL}   # one for every number above and in efficiency/executor
+    efficiency: {...}                   # optional: roofline.cost_params.EfficiencyParams.from_dict
+    executor: {...}                     # optional: roofline.cost_params.ExecutorParams.from_dict
+    measured: {...}                     # optional: written by `roofline profile-device`
+    calibration: {...}                  # optional: written by `roofline calibrate` (free-form record)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from roofline.cost_params import EfficiencyParams, ExecutorParams
+from roofline.errors import UserError
+from roofline.registry import resolve
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+KINDS = ("gpu", "cpu")
+_ID_PATTERN = re.compile(r"^[a-z0-9]+([.-][a-z0-9]+)*$")
+
+# key -> required? Nullable keys are required (an author says `null` on purpose); the sections may be omitted.
+_TOP_KEYS: dict[str, bool] = {
+    "id": True, "name": True, "kind": True, "vendor": True, "peak_tflops": True, "memory_capacity_gb": True,
+    "memory_bandwidth_gb_per_s": True, "l2_cache_mib": True, "num_compute_units": True, "boost_clock_mhz": True,
+    "interconnect": True, "pcie_bandwidth_gb_per_s_per_direction": True, "tdp_w": True, "sources": True,
+    "efficiency": False, "executor": False, "measured": False, "calibration": False,
+}
+_INTERCONNECT_KEYS = ("name", "bandwidth_gb_per_s_per_direction", "latency_us", "max_num_gpus")
+# What `roofline profile-device` records; the values are free-form (numbers, strings, sweeps).
+_MEASURED_KEYS = ("date", "command", "machine", "library_versions", "num_threads", "num_repeats",
+                  "gemm", "memory", "launch_overhead")
+# Sections whose numbers are not datasheet facts and so need no source.
+_UNSOURCED = ("sources", "measured", "calibration")
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """The scale-up link between devices (NVLink, Infinity Fabric)."""
+
+    name: str
+    bandwidth_bytes_per_s_per_direction: float
+    latency_s: float  # a latency-bound collective's fixed time (the alpha of alpha + bytes / bandwidth)
+    max_num_gpus: int  # devices one link domain joins; tensor parallelism beyond it goes over the network
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """One device, in SI units. `peak_flops_by_dtype` holds (dtype, dense FLOP/s) pairs in `DTYPES` order."""
+
+    id: str
+    name: str
+    kind: str
+    vendor: str
+    peak_flops_by_dtype: tuple[tuple[str, float], ...]
+    memory_capacity_bytes: float
+    memory_bandwidth_bytes_per_s: float
+    l2_cache_bytes: float | None
+    num_compute_units: int
+    boost_clock_hz: float | None
+    interconnect: Interconnect | None
+    pcie_bandwidth_bytes_per_s_per_direction: float | None
+    tdp_w: float | None
+    efficiency: EfficiencyParams
+    executor: ExecutorParams
+    sources: tuple[tuple[str, str], ...] = field(compare=False, hash=False)
+    measured: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    calibration: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+
+    @property
+    def supported_dtypes(self) -> tuple[str, ...]:
+        return tuple(dtype for dtype, _ in self.peak_flops_by_dtype)
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s (ops/s for int8) of one dtype; a dtype the device lacks is a UserError."""
+        for name, flops in self.peak_flops_by_dtype:
+            if name == dtype:
+                return flops
+        raise UserError(f"hardware '{self.id}': dtype '{dtype}' is not supported; "
+                        f"supported: {', '.join(self.supported_dtypes)}")
+
+    @property
+    def is_measured(self) -> bool:
+        return self.measured is not None
+
+
+# ---- loading --------------------------------------------------------------------------------------------
+
+
+def load_profile(id_or_path: str | Path) -> HardwareProfile:
+    """A shipped id (case-insensitive) or a path to a profile YAML -> a validated `HardwareProfile`."""
+    path = resolve("hardware", id_or_path)
+    return parse_profile(read_profile_dict(path), where=str(path))
+
+
+def read_profile_dict(path: str | Path) -> dict[str, Any]:
+    """The raw YAML mapping of a profile file (parsed, not validated); malformed YAML names file and line."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"--hardware: '{path}' is a directory; expected a profile .yaml file")
+    try:
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise UserError(f"{path}: malformed YAML{line}: {problem}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: must hold a YAML mapping of profile fields, got {type(data).__name__}")
+    return data
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_profile(data: dict[str, Any], where: str) -> HardwareProfile:
+    """Validate a profile mapping (as read from YAML) and convert it to SI units. `where` names it in errors."""
+    _check_keys(data, _TOP_KEYS, where)
+    kind = data["kind"]
+    if kind not in KINDS:
+        raise UserError(f"{where}: kind: {kind!r} is not allowed; allowed: {', '.join(KINDS)}")
+    profile_id = _text(data, "id", where)
+    if not _ID_PATTERN.match(profile_id):
+        raise UserError(f"{where}: id: {profile_id!r} must be lowercase kebab-case (e.g. h100-sxm)")
+    executor = ExecutorParams.from_dict(data.get("executor"), f"{where}: executor")
+    if kind == "cpu" and executor.mode != "eager":
+        raise UserError(f"{where}: executor.mode: a cpu profile must set mode: eager (got {executor.mode!r})")
+    profile = HardwareProfile(
+        id=profile_id,
+        name=_text(data, "name", where),
+        kind=kind,
+        vendor=_text(data, "vendor", where),
+        peak_flops_by_dtype=_peak_flops(data["peak_tflops"], where),
+        memory_capacity_bytes=_positive(data, "memory_capacity_gb", where) * 1e9,
+        memory_bandwidth_bytes_per_s=_positive(data, "memory_bandwidth_gb_per_s", where) * 1e9,
+        l2_cache_bytes=_scaled(_optional_positive(data, "l2_cache_mib", where), 2**20),
+        num_compute_units=_count(data, "num_compute_units", where),
+        boost_clock_hz=_scaled(_optional_positive(data, "boost_clock_mhz", where), 1e6),
+        interconnect=_interconnect(data["interconnect"], where),
+        pcie_bandwidth_bytes_per_s_per_direction=_scaled(
+            _optional_positive(data, "pcie_bandwidth_gb_per_s_per_direction", where), 1e9),
+        tdp_w=_optional_positive(data, "tdp_w", where),
+        efficiency=EfficiencyParams.from_dict(data.get("efficiency"), f"{where}: efficiency"),
+        executor=executor,
+        sources=(),
+        measured=_measured(data.get("measured"), where),
+        calibration=_mapping_or_none(data.get("calibration"), "calibration", where),
+    )
+    # Sources last: a misspelt field is reported as such, not as a number without a source.
+    _check_sources(data, where)
+    return replace(profile, sources=tuple(sorted(data["sources"].items())))
+
+
+def dump_profile(profile: dict[str, Any], path: str | Path) -> None:
+    """Write a profile mapping as YAML: keys in the given order, so the same mapping gives the same bytes."""
+    Path(path).write_text(profile_yaml(profile))
+
+
+class _ProfileDumper(yaml.SafeDumper):
+    """Block style, except lists of scalars on one line (`mnk: [128, 4096, 1024]`); no anchors/aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = all(isinstance(item, (int, float, str, bool)) or item is None for item in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_ProfileDumper.add_representer(list, _represent_list)
+
+
+def profile_yaml(profile: dict[str, Any]) -> str:
+    """A profile mapping as YAML text, keys in the given order."""
+    return yaml.dump(profile, Dumper=_ProfileDumper, sort_keys=False, default_flow_style=False,
+                     allow_unicode=True, width=120)
+
+
+# ---- field checks ---------------------------------------------------------------------------------------
+
+
+def _check_keys(section: Any, keys: dict[str, bool] | tuple[str, ...], where: str) -> None:
+    if not isinstance(section, dict):
+        raise UserError(f"{where}: must be a mapping, got {type(section).__name__}")
+    allowed = list(keys)
+    unknown = sorted(str(k) for k in section if k not in allowed)
+    if unknown:
+        raise UserError(f"{where}: unknown field '{unknown[0]}'; allowed: {', '.join(allowed)}")
+    required = [k for k in allowed if not isinstance(keys, dict) or keys[k]]
+    missing = [k for k in required if k not in section]
+    if missing:
+        raise UserError(f"{where}: missing field '{missing[0]}' (required: {', '.join(required)})")
+
+
+def _text(data: dict[str, Any], key: str, where: str) -> str:
+    value = data[key]
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{where}: {key}: must be a non-empty string, got {value!r}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _positive(data: dict[str, Any], key: str, where: str) -> float:
+    value = data[key]
+    if not _is_number(value) or not value > 0:
+        raise UserError(f"{where}: {key}: must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _optional_positive(data: dict[str, Any], key: str, where: str) -> float | None:
+    return None if data[key] is None else _positive(data, key, where)
+
+
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else value * scale
+
+
+def _count(data: dict[str, Any], key: str, where: str) -> int:
+    value = data[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UserError(f"{where}: {key}: must be a positive integer, got {value!r}")
+    return value
+
+
+def _peak_flops(section: Any, where: str) -> tuple[tuple[str, float], ...]:
+    _check_keys(section, {d: False for d in DTYPES}, f"{where}: peak_tflops")
+    if not section:
+        raise UserError(f"{where}: peak_tflops: needs at least one dtype; allowed: {', '.join(DTYPES)}")
+    return tuple((d, _positive(section, d, f"{where}: peak_tflops") * 1e12) for d in DTYPES if d in section)
+
+
+def _interconnect(section: Any, where: str) -> Interconnect | None:
+    if section is None:
+        return None
+    here = f"{where}: interconnect"
+    _check_keys(section, _INTERCONNECT_KEYS, here)
+    return Interconnect(
+        name=_text(section, "name", here),
+        bandwidth_bytes_per_s_per_direction=_positive(section, "bandwidth_gb_per_s_per_direction", here) * 1e9,
+        latency_s=_positive(section, "latency_us", here) * 1e-6,
+        max_num_gpus=_count(section, "max_num_gpus", here),
+    )
+
+
+def _mapping_or_none(section: Any, key: str, where: str) -> dict[str, Any] | None:
+    if section is not None and not isinstance(section, dict):
+        raise UserError(f"{where}: {key}: must be a mapping, got {type(section).__name__}")
+    return section
+
+
+def _measured(section: Any, where: str) -> dict[str, Any] | None:
+    if section is None:
+        return None
+    _check_keys(section, {k: k in ("date", "machine") for k in _MEASURED_KEYS}, f"{where}: measured")
+    return section
+
+
+# ---- sources --------------------------------------------------------------------------------------------
+
+
+def _numeric_paths(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths of every number (or list of numbers) in the sourced part of a profile."""
+    paths = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if not prefix and key in _UNSOURCED:
+            continue
+        if isinstance(value, dict):
+            paths += _numeric_paths(value, f"{path}.")
+        elif _is_number(value) or (isinstance(value, list) and value and all(_is_number(v) for v in value)):
+            paths.append(path)
+    return paths
+
+
+def _check_sources(data: dict[str, Any], where: str) -> None:
+    """Every number needs a source, keyed by its field (`tdp_w`), sub-field (`peak_tflops.fp8`) or a parent
+    (`interconnect`); every source key must name a field that exists."""
+    sources = data["sources"]
+    if not isinstance(sources, dict):
+        raise UserError(f"{where}: sources: must be a mapping of field -> source text or URL")
+    for key, text in sources.items():
+        if not isinstance(text, str) or not text.strip():
+            raise UserError(f"{where}: sources.{key}: must be a non-empty source text or URL")
+        if not _path_exists(data, str(key)) or str(key).split(".")[0] in _UNSOURCED:
+            raise UserError(f"{where}: sources.{key}: names no sourced field of this profile; "
+                            f"allowed: a field with a number, e.g. {', '.join(_numeric_paths(data)[:4])}")
+    for path in _numeric_paths(data):
+        parts = path.split(".")
+        if not any(".".join(parts[:i]) in sources for i in range(1, len(parts) + 1)):
+            raise UserError(f"{where}: sources: no source for '{path}'; add 'sources.{path}' (or its parent)")
+
+
+def _path_exists(data: dict[str, Any], dotted: str) -> bool:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True

@@ -1,0 +1,198 @@
+"""How many KV-cache blocks a vLLM deployment gets on one device, computed the way vLLM computes it.
+
+vLLM (v1 `Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py; `memory_profiling` in
+vllm/utils/mem_utils.py) loads the weights, runs one profiling forward pass of `max_num_batched_tokens` tokens
+split into `min(max_num_seqs, max_num_batched_tokens)` requests followed by a sampler run on one logit row per
+request (`GPUModelRunner.profile_run` / `_dummy_sampler_run`), and then gives the KV cache what is left of the
+requested memory:
+
+    requested      = (device memory - what the driver keeps from CUDA) x gpu_memory_utilization
+    kv_cache_bytes = requested - weights - activation peak - non-torch memory
+    num_gpu_blocks = kv_cache_bytes // (bytes of one block on one rank, all layers)
+
+(vllm/v1/core/kv_cache_utils.py `get_num_blocks`: available // page_size // num_layers). The CUDA context is
+created before the baseline snapshot, so it is not subtracted (it lives in the 1 - gpu_memory_utilization
+margin), and CUDA graphs are captured after the KV cache is allocated (`compile_or_warm_up_model`), so their
+memory is logged but not subtracted either. Both terms are reported as 0 with that reason.
+
+Checked against vLLM's own logs of this accounting on an H100 (79.18 GiB): Llama-3.1-8B at the default
+gpu_memory_utilization 0.9 gets 71.26 - 14.99 - 4.76 - 0.13 = 51.38 GiB of KV cache (llm-d/llm-d-benchmark,
+config_explorer/empirical-vllm-memory-results.md); tests/test_kv_capacity.py reproduces that.
+
+    cap = compute_kv_capacity(KvCapacityInputs(...))
+    cap.num_gpu_blocks, cap.terms()    # the block count and each term in bytes, with its source
+
+`--kv-cache-memory-bytes` replaces the profiled budget (vLLM's `kv_cache_memory_bytes`) and
+`--num-gpu-blocks-override` the block count (vLLM's `num_gpu_blocks_override`). A model that does not fit, or
+a KV cache too small for one request of `max_model_len`, is a `UserError` whose one line gives the numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.model_spec import ModelSpec
+from roofline.errors import UserError
+
+GIB = 2 ** 30
+
+# Peak bytes of vLLM's profiling sampler run per logit element (rows = min(max_num_seqs, max_num_batched_tokens),
+# columns = vocab): the fp32 logits plus the sampler's temporaries. Fitted to the "Peak activation memory" vLLM
+# logged for five models on an H100 with its default max_num_seqs 1024 and max_num_batched_tokens 8192, where the
+# sampler run, not the forward pass, sets the peak (llm-d/llm-d-benchmark,
+# config_explorer/empirical-vllm-memory-results.md):
+#   Llama-3.1-8B 4.76 GiB / (1024 x 128256) = 38.9 B; Qwen3-0.6B 5.56 GiB / (1024 x 151936) = 38.4 B;
+#   Qwen3-32B 5.64 GiB / (1024 x 151936) = 38.9 B; gpt-oss-20b 7.38 GiB / (1024 x 201088) = 38.5 B;
+#   Llama-3.3-70B-FP8 TP2 4.84 GiB / (1024 x 128256) = 39.6 B.  Median: 38.9 B (about 9.7 fp32 copies).
+PROFILE_SAMPLER_BYTES_PER_LOGIT = 38.9
+
+# vLLM multiplies gpu_memory_utilization with the total that the CUDA runtime reports (torch.cuda.mem_get_info),
+# which is less than the total nvidia-smi reports and hardware profiles record: on an H100 80GB HBM3, nvidia-smi
+# shows 81559 MiB = 79.65 GiB (roofline/hardware_profiles/h100-sxm.yaml) and vLLM logs 79.18 GiB (llm-d log above).
+# The 0.47 GiB difference is applied to every device (one measured point).
+CUDA_RESERVED_BYTES = 81559 * 2 ** 20 - 79.18 * GIB
+
+# Memory allocated outside torch during profiling (cuBLAS workspaces; NCCL and custom all-reduce buffers with
+# tensor parallelism), from the same logs: 0.13 GiB on one GPU (Llama-3.1-8B, Qwen3-0.6B, gpt-oss-20b; 0.14
+# Qwen3-32B), 0.55 GiB per GPU with TP 2 (Llama-3.3-70B-FP8). One TP > 1 point: used for every TP > 1.
+NON_TORCH_BYTES_TP1 = 0.13 * GIB
+NON_TORCH_BYTES_TP_GT1 = 0.55 * GIB
+
+
+@dataclass(frozen=True)
+class KvCapacityInputs:
+    """Everything the block count depends on, in SI units (bytes)."""
+
+    spec: ModelSpec
+    memory_capacity_bytes: float  # the device's total memory as the driver reports it
+    weight_bytes_per_rank: float
+    kv_bytes_per_token_per_rank: float  # K and V, all layers, one rank
+    act_bytes: float  # bytes per activation element (2 for bf16)
+    tensor_parallel_size: int = 1
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_bytes: float | None = None  # vLLM's kv_cache_memory_bytes: replaces the profiled budget
+    num_gpu_blocks_override: int | None = None
+
+
+@dataclass(frozen=True)
+class KvCapacity:
+    """The result and every term that led to it (bytes per rank)."""
+
+    num_gpu_blocks: int
+    block_bytes: float
+    kv_cache_bytes: float
+    requested_bytes: float
+    cuda_reserved_bytes: float
+    weight_bytes: float
+    activation_peak_bytes: float
+    non_torch_bytes: float
+    source: str  # "profiled", "kv_cache_memory_bytes" or "num_gpu_blocks_override"
+    block_size: int
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the cache holds with every block full."""
+        return self.num_gpu_blocks * self.block_size
+
+    def terms(self) -> dict[str, float | int | str]:
+        """For summaries: each term, in bytes unless named otherwise."""
+        return {
+            "source": self.source,
+            "cuda_reserved_bytes": self.cuda_reserved_bytes,  # not offered by the CUDA runtime at all
+            "requested_bytes": self.requested_bytes,
+            "weight_bytes": self.weight_bytes,
+            "activation_peak_bytes": self.activation_peak_bytes,
+            "non_torch_bytes": self.non_torch_bytes,
+            "cuda_context_bytes": 0.0,  # before vLLM's baseline snapshot: inside the 1 - utilization margin
+            "cuda_graph_bytes": 0.0,  # captured after the KV cache is sized: not subtracted by vLLM
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "block_bytes": self.block_bytes,
+            "num_gpu_blocks": self.num_gpu_blocks,
+        }
+
+
+def forward_activation_peak_bytes(spec: ModelSpec, num_tokens: int, tp: int, act_bytes: float) -> float:
+    """Live activations at the widest point of one layer's forward pass of `num_tokens` tokens: the residual
+    stream and its normed copy (2 x hidden) next to the MLP's gate+up output and its SiLU-and-mul result
+    (3 x intermediate / TP; MoE: for each token's top-k experts). Earlier layers' activations are freed."""
+    inter = spec.intermediate_size * max(1, spec.num_experts_per_tok) / tp
+    return num_tokens * (2 * spec.hidden_size + 3 * inter) * act_bytes
+
+
+def sampler_peak_bytes(spec: ModelSpec, max_num_seqs: int, max_num_batched_tokens: int) -> float:
+    """vLLM's profiling sampler run: one full-vocabulary logit row per dummy request (logits are gathered to the
+    full vocabulary on every rank before sampling)."""
+    return min(max_num_seqs, max_num_batched_tokens) * spec.vocab_size * PROFILE_SAMPLER_BYTES_PER_LOGIT
+
+
+def activation_peak_bytes(inputs: KvCapacityInputs) -> float:
+    # The forward pass's tensors are freed before the sampler runs, so the peak is the larger of the two.
+    forward = forward_activation_peak_bytes(inputs.spec, inputs.max_num_batched_tokens, inputs.tensor_parallel_size,
+                                            inputs.act_bytes)
+    return max(forward, sampler_peak_bytes(inputs.spec, inputs.max_num_seqs, inputs.max_num_batched_tokens))
+
+
+def block_bytes(inputs: KvCapacityInputs) -> float:
+    """One block of `block_size` tokens, K and V, all layers, on one rank."""
+    return inputs.block_size * inputs.kv_bytes_per_token_per_rank
+
+
+def compute_kv_capacity(inputs: KvCapacityInputs) -> KvCapacity:
+    """The number of KV blocks per rank (see the module docstring); `UserError` when nothing useful fits."""
+    _check_inputs(inputs)
+    requested = (inputs.memory_capacity_bytes - CUDA_RESERVED_BYTES) * inputs.gpu_memory_utilization
+    weights = inputs.weight_bytes_per_rank
+    activation = activation_peak_bytes(inputs)
+    non_torch = NON_TORCH_BYTES_TP1 if inputs.tensor_parallel_size == 1 else NON_TORCH_BYTES_TP_GT1
+    one_block = block_bytes(inputs)
+    if inputs.kv_cache_memory_bytes is not None:
+        kv_bytes, source = float(inputs.kv_cache_memory_bytes), "kv_cache_memory_bytes"
+    else:
+        kv_bytes, source = requested - weights - activation - non_torch, "profiled"
+        if kv_bytes <= 0:
+            raise UserError(
+                f"model '{inputs.spec.name}' does not fit: {weights / GIB:.2f} GiB of weights per GPU + "
+                f"{activation / GIB:.2f} GiB activation peak + {non_torch / GIB:.2f} GiB non-torch memory exceed "
+                f"{requested / GIB:.2f} GiB ({(inputs.memory_capacity_bytes - CUDA_RESERVED_BYTES) / GIB:.2f} GiB x "
+                f"--gpu-memory-utilization "
+                f"{inputs.gpu_memory_utilization}); use a larger --tensor-parallel-size, --quantization, or a "
+                f"larger device")
+    num_blocks = int(kv_bytes // one_block)
+    if inputs.num_gpu_blocks_override is not None:
+        num_blocks, source = inputs.num_gpu_blocks_override, "num_gpu_blocks_override"
+    _check_one_request_fits(inputs, num_blocks, one_block)
+    return KvCapacity(num_gpu_blocks=num_blocks, block_bytes=one_block, kv_cache_bytes=num_blocks * one_block,
+                      requested_bytes=requested, cuda_reserved_bytes=CUDA_RESERVED_BYTES, weight_bytes=weights,
+                      activation_peak_bytes=activation, non_torch_bytes=non_torch, source=source,
+                      block_size=inputs.block_size)
+
+
+def _check_one_request_fits(inputs: KvCapacityInputs, num_blocks: int, one_block: float) -> None:
+    # vLLM's check_enough_kv_cache_memory: one request of max_model_len must fit in the cache.
+    needed_blocks = -(-inputs.max_model_len // inputs.block_size)
+    if num_blocks < needed_blocks:
+        max_len = num_blocks * inputs.block_size
+        raise UserError(
+            f"KV cache too small: one request of --max-model-len {inputs.max_model_len} needs {needed_blocks} "
+            f"blocks ({needed_blocks * one_block / GIB:.2f} GiB per GPU) but only {num_blocks} fit "
+            f"({num_blocks * one_block / GIB:.2f} GiB); the longest that fits is {max_len} tokens: lower "
+            f"--max-model-len, or raise --gpu-memory-utilization / --tensor-parallel-size")
+
+
+def _check_inputs(inputs: KvCapacityInputs) -> None:
+    if not 0 < inputs.gpu_memory_utilization <= 1:
+        raise UserError(f"--gpu-memory-utilization: must be in (0, 1], got {inputs.gpu_memory_utilization}")
+    for flag, value in (("--block-size", inputs.block_size), ("--max-num-seqs", inputs.max_num_seqs),
+                        ("--max-num-batched-tokens", inputs.max_num_batched_tokens),
+                        ("--max-model-len", inputs.max_model_len),
+                        ("--tensor-parallel-size", inputs.tensor_parallel_size)):
+        if value < 1:
+            raise UserError(f"{flag}: must be a positive integer, got {value}")
+    if inputs.kv_cache_memory_bytes is not None and inputs.kv_cache_memory_bytes <= 0:
+        raise UserError(f"--kv-cache-memory-bytes: must be positive, got {inputs.kv_cache_memory_bytes}")
+    if inputs.num_gpu_blocks_override is not None and inputs.num_gpu_blocks_override < 1:
+        raise UserError(f"--num-gpu-blocks-override: must be a positive integer, got {inputs.num_gpu_blocks_override}")

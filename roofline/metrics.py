@@ -1,0 +1,156 @@
+"""Serving metrics: from per-request times to the summary a person reads.
+
+Definitions (those of vLLM's benchmarks/benchmark_serving.py unless said otherwise):
+- TTFT: arrival to the end of the step that sampled the first output token.
+- TPOT: (finish - first token) / (output tokens - 1), per request; undefined for one-token outputs.
+- ITL: every gap between two consecutive output tokens of one request, pooled over requests.
+- end-to-end: arrival to finish; queueing: arrival to the first step that computed any of its tokens.
+- Throughput: input tokens (prompts of requests whose first token came in the window), output tokens (tokens
+  sampled in the window) and finished requests, each divided by the window's length.
+- Window: [warmup_s, end], where end is the last finish, or with `drain=True` the last arrival (the tail in which
+  no request arrives any more and the load falls is left out). Latency statistics cover the requests that arrived
+  inside the window.
+- SLOs are per request: a request is good when its TTFT <= slo_ttft_s and its TPOT <= slo_tpot_s (a one-token
+  output has no TPOT and meets that SLO). Goodput = good requests (of those that arrived in the window) per
+  second of window. For each SLO the summary gives the share of requests meeting it, in percent: the highest
+  percentile of the metric that is within the SLO.
+
+    summary = summarize(requests, itl, steps, SummaryOptions(warmup_s=10, drain=True, slo_ttft_s=0.5))
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from roofline.errors import UserError
+
+PERCENTILES = (50, 90, 99)
+LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queueing_s")
+
+
+@dataclass(frozen=True)
+class SummaryOptions:
+    warmup_s: float = 0.0
+    drain: bool = False
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.warmup_s >= 0:
+            raise UserError(f"--warmup-s: must be >= 0, got {self.warmup_s}")
+        for flag, value in (("--slo-ttft-s", self.slo_ttft_s), ("--slo-tpot-s", self.slo_tpot_s)):
+            if value is not None and not value > 0:
+                raise UserError(f"{flag}: must be > 0, got {value}")
+
+
+@dataclass(frozen=True)
+class InterTokenLatencies:
+    """All ITL gaps of a run: `gap_s[i]` belongs to request row `request_index[i]` of the requests table."""
+
+    gap_s: np.ndarray
+    request_index: np.ndarray
+
+
+def latency_stats(values: np.ndarray) -> dict[str, float | None]:
+    """mean, p50, p90, p99 of finite values (None when there are none)."""
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    stats = {"mean": float(values.mean())}
+    for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES)):
+        stats[f"p{p}"] = float(v)
+    return stats
+
+
+def measurement_window(requests: pd.DataFrame, options: SummaryOptions) -> tuple[float, float]:
+    """[start, end] of the statistics window in seconds of simulated time."""
+    end = float(requests["arrival_s"].max() if options.drain else requests["finish_s"].max())
+    start = options.warmup_s
+    if start >= end:
+        raise UserError(f"--warmup-s {options.warmup_s}: leaves no time to measure; the run's "
+                        f"{'last arrival' if options.drain else 'last finish'} is at {end:.3f} s")
+    return start, end
+
+
+def summarize(requests: pd.DataFrame, itl: InterTokenLatencies, steps: pd.DataFrame,
+              options: SummaryOptions) -> dict[str, object]:
+    """The summary of a finished run. `requests`: one row per request with arrival_s, first_token_s, finish_s,
+    num_prompt_tokens, num_output_tokens, ttft_s, tpot_s, e2e_s, queueing_s, num_preemptions,
+    num_prefix_hit_tokens. `steps`: one row per step with end_s and num_output_tokens (tokens sampled)."""
+    start, end = measurement_window(requests, options)
+    duration = end - start
+    arrived = (requests["arrival_s"] >= start) & (requests["arrival_s"] <= end)
+    measured = requests[arrived]
+    first_in = requests["first_token_s"].between(start, end)
+    finished_in = requests["finish_s"].between(start, end)
+    step_in = steps["end_s"].between(start, end)
+    latency = {m: latency_stats(measured[m].to_numpy(dtype=float)) for m in ("ttft_s", "tpot_s", "e2e_s",
+                                                                            "queueing_s")}
+    latency["itl_s"] = latency_stats(itl.gap_s[arrived.to_numpy()[itl.request_index]])
+    summary: dict[str, object] = {
+        "num_requests": int(len(requests)),
+        "num_measured_requests": int(len(measured)),
+        "window_s": [start, end],
+        "duration_s": duration,
+        "input_tokens_per_s": float(requests.loc[first_in, "num_prompt_tokens"].sum()) / duration,
+        "output_tokens_per_s": float(steps.loc[step_in, "num_output_tokens"].sum()) / duration,
+        "requests_per_s": float(finished_in.sum()) / duration,
+        "latency": {m: latency[m] for m in LATENCY_METRICS},
+        "num_preemptions": int(requests["num_preemptions"].sum()),
+        "prefix_hit_tokens": int(requests["num_prefix_hit_tokens"].sum()),
+    }
+    if options.slo_ttft_s is not None or options.slo_tpot_s is not None:
+        summary["slo"] = slo_summary(measured, options, duration)
+    return summary
+
+
+def slo_summary(measured: pd.DataFrame, options: SummaryOptions, duration_s: float) -> dict[str, object]:
+    ttft = measured["ttft_s"].to_numpy(dtype=float)
+    tpot = measured["tpot_s"].to_numpy(dtype=float)
+    meets_ttft = np.ones(len(measured), bool) if options.slo_ttft_s is None else ttft <= options.slo_ttft_s
+    # A one-token output has no TPOT (NaN) and so cannot miss the TPOT SLO.
+    meets_tpot = np.ones(len(measured), bool) if options.slo_tpot_s is None else ~(tpot > options.slo_tpot_s)
+    good = meets_ttft & meets_tpot
+    result: dict[str, object] = {"slo_ttft_s": options.slo_ttft_s, "slo_tpot_s": options.slo_tpot_s}
+    if options.slo_ttft_s is not None:
+        result["ttft_percent_meeting"] = _percent(meets_ttft)
+    if options.slo_tpot_s is not None:
+        result["tpot_percent_meeting"] = _percent(meets_tpot)
+    result["both_percent_meeting"] = _percent(good)
+    result["goodput_requests_per_s"] = float(good.sum()) / duration_s
+    return result
+
+
+def _percent(mask: np.ndarray) -> float:
+    return 100.0 * float(mask.mean()) if len(mask) else math.nan
+
+
+def format_summary(summary: dict[str, object]) -> str:
+    """The summary as aligned text for a terminal (times in ms)."""
+    window = summary["window_s"]
+    lines = [
+        f"requests            {summary['num_requests']} ({summary['num_measured_requests']} measured, "
+        f"window {window[0]:.2f}-{window[1]:.2f} s)",
+        f"throughput          {summary['requests_per_s']:.3f} req/s, {summary['input_tokens_per_s']:.1f} input "
+        f"tok/s, {summary['output_tokens_per_s']:.1f} output tok/s",
+        f"preemptions         {summary['num_preemptions']}, prefix-cache hits {summary['prefix_hit_tokens']} tokens",
+        f"{'latency (ms)':<20}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
+    ]
+    names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL", "e2e_s": "end-to-end", "queueing_s": "queueing"}
+    for metric, stats in summary["latency"].items():
+        cells = "".join(f"{'-' if v is None else f'{v * 1e3:.2f}':>10}" for v in stats.values())
+        lines.append(f"  {names[metric]:<18}{cells}")
+    slo = summary.get("slo")
+    if slo:
+        parts = []
+        if slo["slo_ttft_s"] is not None:
+            parts.append(f"TTFT <= {slo['slo_ttft_s'] * 1e3:g} ms: {slo['ttft_percent_meeting']:.1f}% of requests")
+        if slo["slo_tpot_s"] is not None:
+            parts.append(f"TPOT <= {slo['slo_tpot_s'] * 1e3:g} ms: {slo['tpot_percent_meeting']:.1f}%")
+        lines.append(f"SLO                 {'; '.join(parts)}; both: {slo['both_percent_meeting']:.1f}%")
+        lines.append(f"goodput             {slo['goodput_requests_per_s']:.3f} req/s")
+    return "\n".join(lines)

@@ -1,0 +1,306 @@
+"""Per-operator FLOP and byte counts of one engine step on one tensor-parallel rank.
+
+    stats = BatchStats.from_arrays(query_lens, context_lens, emits, sliding_window=None)
+    records = step_ops(spec, quant, tp, stats)      # list[OpRecord], one per operator (summed over layers)
+
+FLOP convention (stated once, used everywhere): 2 FLOPs per multiply-accumulate, as in the Chinchilla / Kaplan
+"6N" accounting and LLM-Viewer `model_analyzer.py`; a GEMM of an m-by-k by k-by-n product is 2*m*n*k.
+Elementwise operators (norms, RoPE, SiLU-and-mul, sampling) get nominal per-element counts (they are
+memory-bound; their FLOPs only label them).
+
+Bytes are split by kind: `weight_bytes` (parameters read), `act_bytes` (activations read + written),
+`kv_read_bytes` / `kv_write_bytes` (paged KV cache), `comm_bytes` (per-rank message of a collective).
+Tensor parallelism (Megatron-style, as vLLM): attention heads, MLP width, experts' width and vocabulary are
+split over `tp` ranks; KV heads too, replicated when `tp` exceeds them (max(1, kv_heads / tp) per rank).
+Each record also carries the shape its time formula needs (`roofline.cost_model`): GEMM (m, n, k, groups),
+attention aggregates, collective message size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.core.model_spec import ModelSpec
+from roofline.errors import UserError
+from roofline.quant import QuantConfig
+
+# Flash-attention query-tile rows (FA2/FA3 forward use 128-row Q tiles for head_dim <= 128:
+# flash-attention `hopper/tile_size.h`), used for the wave count of prefill attention.
+ATTENTION_Q_TILE = 128
+
+# Nominal FLOPs per element of the memory-bound elementwise operators.
+_NORM_FLOPS_PER_ELEMENT = 5  # residual add, square, accumulate, scale by rsqrt, scale by weight
+_ROPE_FLOPS_PER_ELEMENT = 3  # x*cos + rotate(x)*sin
+_SILU_MUL_FLOPS_PER_ELEMENT = 5  # exp, add, divide (sigmoid), multiply by x, multiply by up
+_SAMPLING_FLOPS_PER_LOGIT = 5  # temperature, max, exp, sum, compare (softmax + top-k/top-p + draw)
+
+OP_KINDS = ("gemm", "attention_prefill", "attention_decode", "elementwise", "moe", "all_reduce", "all_gather",
+            "sampling")
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One operator of one step, summed over its `count` instances (layers). Bytes and FLOPs are totals."""
+
+    name: str
+    kind: str  # one of OP_KINDS
+    count: int  # instances in the step (num_layers for per-layer operators)
+    flops: float
+    weight_bytes: float
+    act_bytes: float
+    kv_read_bytes: float = 0.0
+    kv_write_bytes: float = 0.0
+    comm_bytes: float = 0.0
+    # Shape of ONE instance, as the time formula needs it (see roofline.cost_model.op_time_s).
+    shape: tuple[float, ...] = ()
+    dtype: str = "bf16"  # the peak this operator's math runs at
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What the operators of one step depend on, aggregated over its sequences.
+
+    A sequence with one query token is a decode (it reads its context from the paged KV cache); one with more
+    is a prefill chunk (causal over its own tokens, attending its earlier context too). `pairs` counts
+    (query, key) pairs attention computes, limited by a sliding window.
+    """
+
+    num_tokens: int
+    num_emits: int
+    num_prefill_seqs: int = 0
+    prefill_tokens: int = 0
+    prefill_pairs: float = 0.0
+    prefill_q_tiles: int = 0  # sum over prefill sequences of ceil(q / ATTENTION_Q_TILE)
+    prefill_kv_tokens: float = 0.0  # keys read per head: cached context in the window + the new tokens
+    num_decode_seqs: int = 0
+    decode_pairs: float = 0.0  # = keys read per head, one query each
+
+    @classmethod
+    def from_arrays(cls, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray,
+                    sliding_window: int | None = None) -> "BatchStats":
+        q = np.asarray(query_lens, dtype=np.int64)
+        c = np.asarray(context_lens, dtype=np.int64)
+        assert q.shape == c.shape and (q >= 0).all() and (c >= 0).all(), "query/context lengths per sequence"
+        q = q.astype(np.float64)
+        c = c.astype(np.float64)
+        num_emits = int(np.count_nonzero(emits))
+        dec = q == 1
+        pre = q > 1
+        qp, cp = q[pre], c[pre]
+        w = float(sliding_window) if sliding_window else float("inf")
+        return cls(
+            num_tokens=int(q.sum()),
+            num_emits=num_emits,
+            num_prefill_seqs=int(pre.sum()),
+            prefill_tokens=int(qp.sum()),
+            prefill_pairs=float(attention_pairs(qp, cp, w).sum()),
+            prefill_q_tiles=int(np.ceil(qp / ATTENTION_Q_TILE).sum()),
+            prefill_kv_tokens=float((np.minimum(cp, w) + qp).sum()),
+            num_decode_seqs=int(dec.sum()),
+            decode_pairs=float(np.minimum(c[dec] + 1, w).sum()),
+        )
+
+
+def attention_pairs(q: np.ndarray, c: np.ndarray, window: float) -> np.ndarray:
+    """(query, key) pairs of causal attention for q new tokens after c cached ones, each query seeing at most
+    `window` keys: query i (0-based) sees min(c + i + 1, window) keys. Closed form: the first j queries see
+    c+1 .. c+j keys (j = clip(window - c, 0, q)); the rest see `window`."""
+    j = np.clip(window - c, 0, q) if np.isfinite(window) else q
+    return j * (c + 1) + j * (j - 1) / 2 + (q - j) * np.minimum(window, c + q)
+
+
+@dataclass(frozen=True)
+class RankShape:
+    """The per-rank sizes of a model under tensor parallelism `tp`."""
+
+    hidden: int
+    heads: int  # query heads per rank
+    kv_heads: int  # KV heads per rank (replicated when tp > num_kv_heads)
+    head_dim: int
+    inter: int  # MLP (or each expert's) width per rank
+    vocab: int  # vocabulary rows per rank
+    layers: int
+    num_experts: int
+    topk: int
+
+    @classmethod
+    def of(cls, spec: ModelSpec, tp: int) -> "RankShape":
+        if not isinstance(tp, int) or tp < 1:
+            raise UserError(f"--tensor-parallel-size: must be a positive integer, got {tp!r}")
+        if spec.num_heads % tp or spec.intermediate_size % tp:
+            raise UserError(f"--tensor-parallel-size: {tp} must divide num_attention_heads ({spec.num_heads}) and "
+                            f"intermediate_size ({spec.intermediate_size}) of model '{spec.name}'")
+        if spec.num_kv_heads > tp and spec.num_kv_heads % tp:
+            raise UserError(f"--tensor-parallel-size: {tp} must divide num_key_value_heads ({spec.num_kv_heads}) "
+                            f"of model '{spec.name}' or be a multiple of it")
+        return cls(hidden=spec.hidden_size, heads=spec.num_heads // tp, kv_heads=max(1, spec.num_kv_heads // tp),
+                   head_dim=spec.head_dim, inter=spec.intermediate_size // tp,
+                   vocab=-(-spec.vocab_size // tp),  # vLLM pads the vocabulary to a multiple of tp
+                   layers=spec.num_layers, num_experts=spec.num_experts, topk=spec.num_experts_per_tok)
+
+    @property
+    def qkv_width(self) -> int:
+        return (self.heads + 2 * self.kv_heads) * self.head_dim
+
+
+def gemm_record(name: str, m: float, n: int, k: int, count: int, weight_bytes_per_param: float, act_bytes: float,
+                dtype: str, in_bytes: float | None = None) -> OpRecord:
+    """y (m x n) = x (m x k) @ W (k x n); x read in `in_bytes` per element (the GEMM's input dtype)."""
+    in_bytes = act_bytes if in_bytes is None else in_bytes
+    return OpRecord(name=name, kind="gemm", count=count, flops=count * 2.0 * m * n * k,
+                    weight_bytes=count * n * k * weight_bytes_per_param,
+                    act_bytes=count * (m * k * in_bytes + m * n * act_bytes), shape=(m, n, k, 1), dtype=dtype)
+
+
+def elementwise_record(name: str, elements_read: float, elements_written: float, flops_per_element: float,
+                       count: int, act_bytes: float, weight_bytes: float = 0.0, dtype: str = "bf16") -> OpRecord:
+    return OpRecord(name=name, kind="elementwise", count=count, flops=count * flops_per_element * elements_written,
+                    weight_bytes=count * weight_bytes,
+                    act_bytes=count * (elements_read + elements_written) * act_bytes, dtype=dtype)
+
+
+def collective_record(name: str, kind: str, message_bytes: float, count: int, tp: int) -> OpRecord:
+    """An all-reduce / all-gather over `tp` ranks of a `message_bytes` buffer (the full, reduced tensor)."""
+    return OpRecord(name=name, kind=kind, count=count, flops=0.0, weight_bytes=0.0, act_bytes=0.0,
+                    comm_bytes=count * message_bytes, shape=(message_bytes, tp))
+
+
+def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[OpRecord]:
+    """Prefill and decode parts of the (one, varlen) attention call per layer. Both write the new tokens'
+    K and V into the paged cache (vLLM `reshape_and_cache_flash`) and read Q, write O."""
+    kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element  # K and V of one token, per layer
+    q_token = r.heads * r.head_dim * quant.act_bytes
+    flops_per_pair = 4.0 * r.heads * r.head_dim  # QK^T and PV: 2 MACs per (query, key, head, dim)
+    # Attention math runs at the activation peak also with an fp8 KV cache: vLLM's FA3 tables on H100 show
+    # no fp8 speed-up (aiconfigurator-core h100_sxm context attention, fp8 vs bf16 KV: 483 vs 521 TFLOP/s
+    # median for prompts >= 4096), so fp8 KV only halves the bytes.
+    dtype = quant.act_dtype
+    out = []
+    if s.num_prefill_seqs:
+        out.append(OpRecord(
+            name="attention_prefill", kind="attention_prefill", count=r.layers,
+            flops=r.layers * flops_per_pair * s.prefill_pairs, weight_bytes=0.0,
+            act_bytes=r.layers * 2 * s.prefill_tokens * q_token,
+            kv_read_bytes=r.layers * s.prefill_kv_tokens * kv_token,
+            kv_write_bytes=r.layers * s.prefill_tokens * kv_token,
+            shape=(s.prefill_q_tiles * r.heads, s.num_prefill_seqs, r.head_dim), dtype=dtype))
+    if s.num_decode_seqs:
+        out.append(OpRecord(
+            name="attention_decode", kind="attention_decode", count=r.layers,
+            flops=r.layers * flops_per_pair * s.decode_pairs, weight_bytes=0.0,
+            act_bytes=r.layers * 2 * s.num_decode_seqs * q_token,
+            kv_read_bytes=r.layers * s.decode_pairs * kv_token,
+            kv_write_bytes=r.layers * s.num_decode_seqs * kv_token,
+            shape=(s.num_decode_seqs * r.kv_heads, s.num_decode_seqs, r.head_dim,
+                   2 * r.head_dim * quant.kv_bytes_per_element), dtype=dtype))
+    return out
+
+
+def moe_record(name: str, num_tokens: float, hidden: int, inter: int, topk: int, num_experts: int, count: int,
+               quant: QuantConfig) -> OpRecord:
+    """Fused MoE experts (gate_up and down grouped GEMMs, SiLU-and-mul between) for `num_tokens` tokens routed
+    uniformly to `topk` of `num_experts`: E * (1 - (1 - topk/E)^T) experts are touched in expectation, and only
+    their weights are read. Shape: (tokens per touched expert, touched experts)."""
+    touched = num_experts * (1.0 - (1.0 - topk / num_experts) ** num_tokens) if num_tokens > 0 else 0.0
+    routed = num_tokens * topk
+    a = quant.act_bytes
+    # gate_up: routed x h -> routed x 2I; act: 2I -> I; down: I -> h; final weighted sum over topk -> h.
+    act = routed * (hidden + 2 * inter) * a + routed * 3 * inter * a + routed * (inter + hidden) * a \
+        + (routed + num_tokens) * hidden * a
+    return OpRecord(name=name, kind="moe", count=count,
+                    flops=count * (2.0 * routed * 3 * hidden * inter + _SILU_MUL_FLOPS_PER_ELEMENT * routed * inter),
+                    weight_bytes=count * touched * 3 * hidden * inter * quant.weight_bytes_per_param,
+                    act_bytes=count * act, shape=(routed / touched if touched else 0.0, touched, hidden, inter),
+                    dtype=quant.gemm_dtype)
+
+
+def step_ops(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats) -> list[OpRecord]:
+    """Every operator of one step on one rank, in execution order (per-layer operators summed over layers)."""
+    r = RankShape.of(spec, tp)
+    return token_ops(spec, quant, tp, s.num_tokens) + attention_records(r, s, quant) + emit_ops(spec, quant, tp,
+                                                                                              s.num_emits)
+
+
+def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: float) -> list[OpRecord]:
+    """The operators whose cost depends only on the number of tokens in the step (all but attention and the
+    per-emitted-token tail): embedding, norms, projections, RoPE, MLP or MoE, TP all-reduces."""
+    r = RankShape.of(spec, tp)
+    t, h, a, n_l = num_tokens, r.hidden, quant.act_bytes, r.layers
+    wb, gd = quant.weight_bytes_per_param, quant.gemm_dtype
+    # W8A8 GEMMs read their input in 8 bits (the activation is quantized first; counted in the GEMM's time).
+    in_b = 1.0 if gd in ("fp8", "int8") else a
+    qk_elems = t * (r.heads + r.kv_heads) * r.head_dim
+    ops = [OpRecord(name="embedding", kind="elementwise", count=1, flops=0.0, weight_bytes=t * h * a / tp,
+                    act_bytes=t * h * a, dtype=quant.act_dtype)]
+    if tp > 1:
+        ops.append(collective_record("embedding_all_reduce", "all_reduce", t * h * a, 1, tp))
+    ops += [
+        elementwise_record("input_norm", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, n_l, a, h * a),
+        gemm_record("qkv_proj", t, r.qkv_width, h, n_l, wb, a, gd, in_b),
+    ]
+    if spec.qk_norm:
+        ops.append(elementwise_record("qk_norm", qk_elems, qk_elems, _NORM_FLOPS_PER_ELEMENT - 1, n_l, a,
+                                      2 * r.head_dim * a))
+    ops += [
+        elementwise_record("rope", qk_elems, qk_elems, _ROPE_FLOPS_PER_ELEMENT, n_l, a),
+        gemm_record("o_proj", t, h, r.heads * r.head_dim, n_l, wb, a, gd, in_b),
+    ]
+    if tp > 1:
+        ops.append(collective_record("attn_all_reduce", "all_reduce", t * h * a, n_l, tp))
+    ops.append(elementwise_record("post_attn_norm", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, n_l, a,
+                                  h * a))
+    if spec.is_moe:
+        ops += [gemm_record("router", t, r.num_experts, h, n_l, a, a, quant.act_dtype),
+                moe_record("moe_experts", t, h, r.inter, r.topk, r.num_experts, n_l, quant)]
+    else:
+        ops += [gemm_record("gate_up_proj", t, 2 * r.inter, h, n_l, wb, a, gd, in_b),
+                elementwise_record("silu_and_mul", 2 * t * r.inter, t * r.inter, _SILU_MUL_FLOPS_PER_ELEMENT, n_l, a),
+                gemm_record("down_proj", t, h, r.inter, n_l, wb, a, gd, in_b)]
+    if tp > 1:
+        ops.append(collective_record("mlp_all_reduce", "all_reduce", t * h * a, n_l, tp))
+    ops.append(elementwise_record("final_norm", 2 * t * h, t * h, _NORM_FLOPS_PER_ELEMENT / 2, 1, a, h * a))
+    return ops
+
+
+def emit_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_emits: float) -> list[OpRecord]:
+    """LM head, logits gather and sampling, only for the sequences that emit a token this step (vLLM computes
+    logits only at those positions)."""
+    if num_emits <= 0:
+        return []
+    r = RankShape.of(spec, tp)
+    a = quant.act_bytes
+    ops = [gemm_record("lm_head", num_emits, r.vocab, r.hidden, 1, a, a, quant.act_dtype)]
+    if tp > 1:
+        ops.append(collective_record("logits_gather", "all_gather", num_emits * r.vocab * tp * a, 1, tp))
+    logits = num_emits * r.vocab * tp
+    # Sampling reads fp32 logits twice (softmax with temperature / top-k / top-p, then the draw) and writes
+    # probabilities once (vLLM v1 `Sampler`).
+    ops.append(OpRecord(name="sampling", kind="sampling", count=1, flops=_SAMPLING_FLOPS_PER_LOGIT * logits,
+                        weight_bytes=0.0, act_bytes=3 * logits * 4.0, dtype="fp32"))
+    return ops
+
+
+def weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float:
+    """Parameters one rank holds: sharded linear layers at the quantized width, the rest at the activation
+    dtype (embedding and LM head sharded by vocabulary, norms replicated)."""
+    r = RankShape.of(spec, tp)
+    h, a = r.hidden, quant.act_bytes
+    attn = (r.qkv_width + r.heads * r.head_dim) * h * quant.weight_bytes_per_param
+    if spec.attention_bias:
+        attn += r.qkv_width * a
+    if spec.is_moe:
+        mlp = r.num_experts * 3 * h * r.inter * quant.weight_bytes_per_param + r.num_experts * h * a
+    else:
+        mlp = 3 * h * r.inter * quant.weight_bytes_per_param
+    norms = (2 * h + (2 * r.head_dim if spec.qk_norm else 0)) * a
+    embed = r.vocab * h * a
+    lm_head = 0.0 if spec.tie_word_embeddings else embed
+    return r.layers * (attn + mlp + norms) + embed + lm_head + h * a
+
+
+def kv_bytes_per_token_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float:
+    """K and V of one token over all layers on one rank."""
+    r = RankShape.of(spec, tp)
+    return 2.0 * r.layers * r.kv_heads * r.head_dim * quant.kv_bytes_per_element

@@ -1,0 +1,380 @@
+"""A discrete-event simulation of vLLM-style serving on a virtual clock, driving the engine's own scheduler.
+
+Each replica is an `engine.core.Scheduler` (the very code the real engine runs) with the KV block count vLLM
+would get on the device (`roofline.kv_capacity`); each step it plans is charged the time the cost model
+predicts (`roofline.cost_model.StepCostModel`), or whatever `step_time_fn` returns. Requests are routed to
+replicas round-robin or to the one with the fewest outstanding requests.
+
+    deployment = make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs())        # resolve once, reuse
+    result = run_simulation(deployment, load_workload("sharegpt-chat"))
+    result.summary(SummaryOptions(warmup_s=10, slo_ttft_s=0.5, slo_tpot_s=0.05))
+    result.requests, result.steps, result.timeseries                                # pandas DataFrames
+
+Events live in one heap keyed (time_s, priority, seq_no): at equal times step completions come first (their
+requests finish and free blocks), then arrivals, then scheduler invocations, so a scheduler called at t sees
+every request that arrived by t; seq_no breaks the remaining ties in insertion order, which makes runs
+deterministic. A replica runs back to back while it has work, and idles until the next arrival otherwise.
+
+Sampled tokens are one fixed id that is neither BOS nor EOS (`sampled_token_id`): requests carry ignore_eos, so
+output lengths are honoured.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sys
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.core.config import CacheConfig, SchedulerConfig
+from engine.core.model_spec import ModelSpec
+from engine.core.request import Request
+from engine.core.scheduler import Scheduler
+from roofline.cost_model import StepCostModel
+from roofline.errors import UserError
+from roofline.hardware import HardwareProfile, load_profile
+from roofline.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity
+from roofline.metrics import InterTokenLatencies, SummaryOptions, summarize
+from roofline.quant import QuantConfig
+from roofline.registry import resolve
+from roofline.workload import RequestFactory, RequestSpec, Workload, sample_requests
+
+ROUTERS = ("round_robin", "least_outstanding")
+
+# Event priorities at equal times (see the module docstring).
+_STEP_END, _ARRIVAL, _SCHEDULE = 0, 1, 2
+
+StepTimeFn = Callable[[int, int, Any], float]  # (replica, step index on that replica, StepPlan) -> seconds
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """The serving engine's configuration, under vLLM's flag names. None = vLLM's default for the device."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int = 16
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    tensor_parallel_size: int = 1
+    dtype: str = "auto"
+    quantization: str = "none"
+    kv_cache_dtype: str = "auto"
+    kv_cache_memory_bytes: float | None = None
+    num_gpu_blocks_override: int | None = None
+
+
+def default_batch_limits(hw: HardwareProfile) -> tuple[int, int]:
+    """vLLM's defaults for `vllm serve` (vllm/engine/arg_utils.py `get_batch_defaults`): devices with at least
+    70 GiB that are not A100s get max_num_seqs 1024 and max_num_batched_tokens 8192, others 256 and 2048."""
+    large = hw.memory_capacity_bytes >= 70 * 2 ** 30 and "a100" not in f"{hw.id} {hw.name}".lower()
+    return (1024, 8192) if large else (256, 2048)
+
+
+@dataclass(frozen=True, eq=False)
+class Deployment:
+    """One replica's model, device and engine configuration, resolved once (a plan reuses it across runs)."""
+
+    spec: ModelSpec
+    hw: HardwareProfile
+    quant: QuantConfig
+    engine: EngineArgs
+    scheduler_config: SchedulerConfig
+    cache_config: CacheConfig
+    kv: KvCapacity
+    cost_model: StepCostModel
+
+
+def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, engine: EngineArgs) -> Deployment:
+    """Resolve ids/paths, build the cost model and compute the KV block count; `UserError` if it cannot run."""
+    spec = model if isinstance(model, ModelSpec) else _load_model(model)
+    hw = hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
+    quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization,
+                                  kv_cache_dtype=engine.kv_cache_dtype, model_dtype=spec.torch_dtype)
+    if engine.tensor_parallel_size < 1:
+        raise UserError(f"--tensor-parallel-size: must be a positive integer, got {engine.tensor_parallel_size}")
+    cost_model = StepCostModel(spec, hw, quant, engine.tensor_parallel_size)
+    default_seqs, default_tokens = default_batch_limits(hw)
+    max_model_len = engine.max_model_len or spec.max_position_embeddings
+    max_num_seqs = engine.max_num_seqs or default_seqs
+    max_num_batched_tokens = engine.max_num_batched_tokens or (
+        default_tokens if engine.enable_chunked_prefill else max(max_model_len, default_tokens))
+    kv = compute_kv_capacity(KvCapacityInputs(
+        spec=spec, memory_capacity_bytes=hw.memory_capacity_bytes,
+        weight_bytes_per_rank=cost_model.weight_bytes_per_rank(),
+        kv_bytes_per_token_per_rank=cost_model.kv_bytes_per_token_per_rank(), act_bytes=quant.act_bytes,
+        tensor_parallel_size=engine.tensor_parallel_size, block_size=engine.block_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+        gpu_memory_utilization=engine.gpu_memory_utilization, kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
+        num_gpu_blocks_override=engine.num_gpu_blocks_override))
+    try:
+        scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                           max_model_len=max_model_len,
+                                           enable_chunked_prefill=engine.enable_chunked_prefill)
+        cache_config = CacheConfig(num_blocks=kv.num_gpu_blocks, block_size=engine.block_size,
+                                   enable_prefix_caching=engine.enable_prefix_caching)
+    except ValueError as exc:
+        raise UserError(f"engine configuration: {exc}") from None
+    return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model)
+
+
+def _load_model(model: str) -> ModelSpec:
+    path = resolve("model", model)
+    try:
+        return ModelSpec.from_path(path, name=path.stem if path.suffix == ".json" else None)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class SimulationOptions:
+    num_replicas: int = 1
+    router: str = "round_robin"
+    record_steps: bool = True  # keep per-step rows with every sequence's lengths (for --out)
+
+    def __post_init__(self) -> None:
+        if self.num_replicas < 1:
+            raise UserError(f"--num-replicas: must be a positive integer, got {self.num_replicas}")
+        if self.router not in ROUTERS:
+            raise UserError(f"--router: '{self.router}' is not allowed; allowed: {', '.join(ROUTERS)}")
+
+
+@dataclass
+class SimulationResult:
+    """What a run produced; `requests` in workload order, `steps` in (start time, replica) order."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    itl: InterTokenLatencies
+    step_seqs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(repr=False)  # per step: query, context, emits
+    step_request_ids: list[tuple[str, ...]] = field(repr=False)  # per step, aligned with step_seqs
+    wall_time_s: float = 0.0
+
+    @property
+    def timeseries(self) -> pd.DataFrame:
+        """KV usage and running/waiting requests of each replica at each step start."""
+        return self.steps[["start_s", "replica", "num_running", "num_waiting", "num_kv_blocks_used",
+                           "kv_usage"]].rename(columns={"start_s": "time_s"})
+
+    def summary(self, options: SummaryOptions = SummaryOptions()) -> dict[str, object]:
+        return summarize(self.requests, self.itl, self.steps, options)
+
+
+class _Replica:
+    """One engine instance: its scheduler, the step in flight and its counters."""
+
+    def __init__(self, index: int, deployment: Deployment) -> None:
+        self.index = index
+        self.scheduler = Scheduler(deployment.scheduler_config, deployment.cache_config)
+        self.plan: Any = None
+        self.step_start_s = 0.0
+        self.num_steps = 0
+        self.num_outstanding = 0
+        self.schedule_pending = False
+
+
+class _Recorder:
+    """Per-request and per-step records, kept compact (arrays of numbers, not objects)."""
+
+    def __init__(self, specs: Sequence[RequestSpec], record_steps: bool) -> None:
+        n = len(specs)
+        self.row_of = {s.request_id: i for i, s in enumerate(specs)}
+        self.first_scheduled = np.full(n, np.nan)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.num_output = np.zeros(n, np.int64)
+        self.num_preemptions = np.zeros(n, np.int64)
+        self.num_prefix_hits = np.zeros(n, np.int64)
+        self.replica = np.zeros(n, np.int64)
+        self.itl_gap = array("d")
+        self.itl_row = array("q")
+        self.record_steps = record_steps
+        self.step_rows: list[tuple] = []
+        self.step_seqs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.step_request_ids: list[tuple[str, ...]] = []
+
+    def finished(self, req: Request) -> None:
+        row = self.row_of[req.request_id]
+        self.first_scheduled[row] = req.first_scheduled_time_s
+        self.first_token[row] = req.first_token_time_s
+        self.finish[row] = req.finish_time_s
+        self.num_output[row] = req.num_output_tokens
+        self.num_preemptions[row] = req.num_preemptions
+        self.num_prefix_hits[row] = req.num_prefix_hit_tokens or 0
+        times = req.token_times_s
+        if len(times) > 1:
+            self.itl_gap.extend(np.diff(times).tolist())
+            self.itl_row.extend([row] * (len(times) - 1))
+
+
+def run_simulation(deployment: Deployment, workload: Workload, options: SimulationOptions = SimulationOptions(),
+                   specs: Sequence[RequestSpec] | None = None, step_time_fn: StepTimeFn | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> SimulationResult:
+    """Simulate serving the workload's requests (or `specs`, in arrival order, if given) until all finished."""
+    specs = sample_requests(workload) if specs is None else specs
+    _check_lengths(specs, deployment.scheduler_config.max_model_len)
+    started = time.perf_counter()
+    replicas = [_Replica(i, deployment) for i in range(options.num_replicas)]
+    recorder = _Recorder(specs, options.record_steps)
+    time_fn = step_time_fn or _cost_model_time(deployment.cost_model)
+    spec = deployment.spec
+    make_request = RequestFactory(spec.vocab_size, workload.seed, spec.bos_token_id, spec.eos_token_id)
+    prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
+    token_id = sampled_token_id(spec)
+    heap: list[tuple[float, int, int, int]] = []
+    seq = 0
+
+    def push(time_s: float, priority: int, payload: int) -> None:
+        nonlocal seq
+        heapq.heappush(heap, (time_s, priority, seq, payload))
+        seq += 1
+
+    if specs:
+        push(specs[0].arrival_s, _ARRIVAL, 0)
+    num_done = 0
+    rr_next = 0
+    while heap:
+        now, priority, _, payload = heapq.heappop(heap)
+        if priority == _ARRIVAL:
+            replica = _route(replicas, options.router, rr_next)
+            rr_next += 1
+            recorder.replica[payload] = replica.index
+            replica.scheduler.add_request(make_request(specs[payload], prefix_tokens))
+            replica.num_outstanding += 1
+            if payload + 1 < len(specs):
+                push(specs[payload + 1].arrival_s, _ARRIVAL, payload + 1)
+            if replica.plan is None and not replica.schedule_pending:
+                replica.schedule_pending = True
+                push(now, _SCHEDULE, replica.index)
+        elif priority == _SCHEDULE:
+            replica = replicas[payload]
+            replica.schedule_pending = False
+            plan = replica.scheduler.schedule(now)
+            if plan.is_empty:
+                if plan.preempted_request_ids:  # a step that only preempted: vLLM schedules again at once
+                    replica.schedule_pending = True
+                    push(now, _SCHEDULE, replica.index)
+                continue
+            duration = time_fn(replica.index, replica.num_steps, plan)
+            _record_step(recorder, replica, plan, now, duration)
+            replica.plan, replica.step_start_s = plan, now
+            push(now + duration, _STEP_END, replica.index)
+        else:
+            replica = replicas[payload]
+            plan, replica.plan = replica.plan, None
+            replica.num_steps += 1
+            sampled = [token_id] * plan.num_seqs
+            for req in replica.scheduler.update_from_output(plan, sampled, now):
+                recorder.finished(req)
+                replica.num_outstanding -= 1
+                num_done += 1
+            if progress is not None:
+                progress(num_done, len(specs))
+            replica.schedule_pending = True
+            push(now, _SCHEDULE, replica.index)
+    return _result(specs, recorder, time.perf_counter() - started)
+
+
+def sampled_token_id(spec: ModelSpec) -> int:
+    """The id every simulated step samples: the smallest that is neither BOS nor EOS."""
+    reserved = {spec.bos_token_id, spec.eos_token_id}
+    return next(i for i in range(len(reserved) + 1) if i not in reserved)
+
+
+def _check_lengths(specs: Sequence[RequestSpec], max_model_len: int) -> None:
+    # vLLM rejects a prompt that does not leave room for one output token within max_model_len.
+    for spec in specs:
+        if spec.num_prompt_tokens >= max_model_len:
+            raise UserError(f"--max-model-len {max_model_len}: request {spec.request_id} has a prompt of "
+                            f"{spec.num_prompt_tokens} tokens; raise --max-model-len or shorten the workload")
+
+
+def _route(replicas: list[_Replica], router: str, rr_next: int) -> _Replica:
+    if router == "round_robin":
+        return replicas[rr_next % len(replicas)]
+    return min(replicas, key=lambda r: (r.num_outstanding, r.index))
+
+
+def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
+    def step_time(replica: int, step_index: int, plan: Any) -> float:
+        query, context, emits = _seq_arrays(plan)
+        return cost_model.step_time_s(query, context, emits)
+    return step_time
+
+
+def _seq_arrays(plan: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (np.array(plan.query_lens, dtype=np.int64), np.array(plan.context_lens, dtype=np.int64),
+            np.array(plan.emits, dtype=bool))
+
+
+def _record_step(recorder: _Recorder, replica: _Replica, plan: Any, now: float, duration: float) -> None:
+    recorder.step_rows.append((
+        replica.index, replica.num_steps, now, now + duration, duration, plan.num_seqs,
+        plan.num_prefill_tokens, plan.num_decode_tokens, sum(plan.emits), len(plan.preempted_request_ids),
+        plan.num_kv_blocks_used, plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running,
+        plan.num_waiting))
+    if recorder.record_steps:
+        recorder.step_seqs.append(_seq_arrays(plan))
+        recorder.step_request_ids.append(tuple(plan.request_ids))
+
+
+STEP_COLUMNS = ("replica", "step", "start_s", "end_s", "duration_s", "num_seqs", "num_prefill_tokens",
+                "num_decode_tokens", "num_output_tokens", "num_preemptions", "num_kv_blocks_used", "kv_usage",
+                "num_running", "num_waiting")
+
+
+def _result(specs: Sequence[RequestSpec], rec: _Recorder, wall_s: float) -> SimulationResult:
+    arrival = np.array([s.arrival_s for s in specs], dtype=float)
+    num_output = rec.num_output
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(num_output > 1, (rec.finish - rec.first_token) / (num_output - 1), np.nan)
+    requests = pd.DataFrame({
+        "request_id": [s.request_id for s in specs],
+        "replica": rec.replica,
+        "arrival_s": arrival,
+        "num_prompt_tokens": np.array([s.num_prompt_tokens for s in specs], dtype=np.int64),
+        "num_output_tokens": num_output,
+        "first_scheduled_s": rec.first_scheduled,
+        "first_token_s": rec.first_token,
+        "finish_s": rec.finish,
+        "queueing_s": rec.first_scheduled - arrival,
+        "ttft_s": rec.first_token - arrival,
+        "tpot_s": tpot,
+        "e2e_s": rec.finish - arrival,
+        "num_preemptions": rec.num_preemptions,
+        "num_prefix_hit_tokens": rec.num_prefix_hits,
+    })
+    steps = pd.DataFrame(rec.step_rows, columns=list(STEP_COLUMNS))
+    itl = InterTokenLatencies(np.frombuffer(rec.itl_gap, dtype=float), np.frombuffer(rec.itl_row, dtype=np.int64))
+    return SimulationResult(requests, steps, itl, rec.step_seqs, rec.step_request_ids, wall_s)
+
+
+def terminal_progress(stream: Any = None) -> Callable[[int, int], None] | None:
+    """A progress callback that redraws one line (on stderr by default) at most 5 times a second; None when the
+    stream is no terminal."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        return None
+    last = [0.0]
+
+    def show(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] < 0.2 and done < total:
+            return
+        last[0] = now
+        width = 30
+        filled = width * done // max(total, 1)
+        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} requests")
+        if done == total:
+            stream.write("\n")
+        stream.flush()
+    return show

@@ -1,0 +1,628 @@
+"""Workloads: when requests arrive and how long their prompts and outputs are.
+
+A workload is a YAML file (shipped ids live in `roofline/workloads/`), a CSV trace to replay, or the fixed-length
+synthetic workload of `--input-len/--output-len`. `simulate` and `measure` read the same flags through
+`add_workload_args(parser)` and `workload_from_args(args)`, and see the same requests: same arrival times, same
+lengths, same token ids (from `engine.core.token_ids`), for the same seed.
+
+    wl = load_workload("sharegpt-chat")                   # an id or a path (.yaml, or .csv to replay)
+    specs = sample_requests(wl)                           # list[RequestSpec], seeded by wl.seed
+    requests = build_requests(wl, specs, vocab_size=128256, eos_token_id=128001)  # engine.core Requests
+
+YAML schema (every key checked; unknown keys are errors):
+
+    name: sharegpt-chat            # free text
+    description: ...               # free text, optional
+    seed: 0                        # seeds every random stream of the workload
+    num_requests: 500              # how many requests (`--num-requests` overrides)
+    arrival:                       # omitted with `trace:`
+      process: poisson             # poisson | gamma | constant | burst | all_at_once
+      rate_per_s: 8                # mean request rate, a number or inf (`--request-rate` overrides)
+      cv: 2.0                      # gamma only: coefficient of variation of the gaps between arrivals
+      burst_size: 16               # burst only: requests that arrive together; bursts come at rate_per_s / burst_size
+    prompt_tokens: <length>        # omitted with `trace:`
+    output_tokens: <length>        # omitted with `trace:`
+    shared_prefix:                 # optional: requests start with one of a few shared prefixes (system prompts)
+      num_groups: 4                # distinct prefixes; request i uses group i mod num_groups
+      prefix_tokens: 1024          # length of each prefix, counted inside prompt_tokens
+    sessions:                      # optional: multi-turn conversations
+      num_turns: <length>          # turns per conversation
+      think_time_s: 20             # mean (exponential) time from one turn's arrival to the next one's
+    trace: file.csv                # optional: replay a CSV instead of sampling (path relative to the YAML)
+
+A <length> is a mapping with `distribution` and its parameters, in tokens; `min`/`max` clip every kind:
+
+    {distribution: fixed, value: 512}
+    {distribution: uniform, min: 16, max: 1024}                 # integers, both ends included
+    {distribution: normal, mean: 512, std: 128, min: 1}
+    {distribution: lognormal, mean_log: 6.2, std_log: 0.9, max: 8192}   # log of tokens
+    {distribution: empirical, csv: lengths.csv}                 # CSV histogram: min_tokens,max_tokens,count
+
+Multi-turn sessions: turn k+1 of a conversation arrives `think_time` after turn k arrived and its prompt is
+turn k's prompt, turn k's output and a new user message of `prompt_tokens` (open loop: the arrival does not
+wait for the answer, as in a replayed trace). Conversations start by the arrival process.
+
+CSV traces: `arrival_s,prompt_tokens,output_tokens` (seconds from the start), or the Azure LLM inference trace
+columns `TIMESTAMP,ContextTokens,GeneratedTokens` (datetimes; https://github.com/Azure/AzurePublicDataset).
+Rows are replayed in arrival order, without prefix sharing; `--request-rate` rescales time to that mean rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from engine.core.request import Request, SamplingParams
+from engine.core.token_ids import MultiTurnSession, TokenIdGenerator
+from roofline.errors import UserError
+from roofline.registry import resolve
+
+DEFAULT_WORKLOAD = "sharegpt-chat"
+ARRIVAL_PROCESSES = ("poisson", "gamma", "constant", "burst", "all_at_once")
+DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
+TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+AZURE_TRACE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_HISTOGRAM_COLUMNS = ("min_tokens", "max_tokens", "count")
+
+
+# ---- configs -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LengthDistribution:
+    """A distribution of token counts; every sample is an integer clipped to [min_tokens, max_tokens]."""
+
+    kind: str
+    value: int = 0  # fixed
+    mean: float = 0.0  # normal
+    std: float = 0.0  # normal
+    mean_log: float = 0.0  # lognormal
+    std_log: float = 0.0  # lognormal
+    histogram: tuple[tuple[int, int, float], ...] = ()  # empirical: (min_tokens, max_tokens, count) per bin
+    min_tokens: int = 1
+    max_tokens: int | None = None
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n token counts (int64)."""
+        if self.kind == "fixed":
+            raw = np.full(n, float(self.value))
+        elif self.kind == "uniform":
+            assert self.max_tokens is not None
+            raw = rng.integers(self.min_tokens, self.max_tokens + 1, size=n).astype(float)
+        elif self.kind == "normal":
+            raw = rng.normal(self.mean, self.std, size=n)
+        elif self.kind == "lognormal":
+            raw = rng.lognormal(self.mean_log, self.std_log, size=n)
+        else:
+            raw = self._sample_histogram(rng, n)
+        upper = np.inf if self.max_tokens is None else self.max_tokens
+        return np.clip(np.rint(raw), self.min_tokens, upper).astype(np.int64)
+
+    def _sample_histogram(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        # Pick a bin with probability proportional to its count, then an integer uniformly inside it.
+        bins = np.array(self.histogram, dtype=float)
+        weights = bins[:, 2] / bins[:, 2].sum()
+        index = rng.choice(len(bins), size=n, p=weights)
+        return rng.integers(bins[index, 0].astype(np.int64), bins[index, 1].astype(np.int64) + 1).astype(float)
+
+    def mean_tokens(self) -> float:
+        """The mean before clipping (for messages and sanity checks)."""
+        if self.kind == "fixed":
+            return float(self.value)
+        if self.kind == "uniform":
+            assert self.max_tokens is not None
+            return (self.min_tokens + self.max_tokens) / 2
+        if self.kind == "normal":
+            return self.mean
+        if self.kind == "lognormal":
+            return math.exp(self.mean_log + self.std_log ** 2 / 2)
+        bins = np.array(self.histogram, dtype=float)
+        return float(((bins[:, 0] + bins[:, 1]) / 2 * bins[:, 2]).sum() / bins[:, 2].sum())
+
+
+@dataclass(frozen=True)
+class ArrivalProcess:
+    """When requests (or conversations) arrive; times start at 0 s."""
+
+    process: str
+    rate_per_s: float = math.inf
+    cv: float = 1.0  # gamma
+    burst_size: int = 1  # burst
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n non-decreasing arrival times in seconds, the first at 0."""
+        if n == 0:
+            return np.zeros(0)
+        if self.process == "all_at_once" or math.isinf(self.rate_per_s):
+            return np.zeros(n)
+        mean_gap_s = 1.0 / self.rate_per_s
+        if self.process == "poisson":
+            gaps = rng.exponential(mean_gap_s, size=n - 1)
+        elif self.process == "gamma":
+            shape = 1.0 / self.cv ** 2  # CV of a gamma variable is 1/sqrt(shape)
+            gaps = rng.gamma(shape, mean_gap_s / shape, size=n - 1)
+        elif self.process == "constant":
+            gaps = np.full(n - 1, mean_gap_s)
+        else:  # burst: every burst_size-th request opens a new burst, one burst interval after the previous one
+            index = np.arange(1, n)
+            gaps = np.where(index % self.burst_size == 0, mean_gap_s * self.burst_size, 0.0)
+        return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    num_groups: int
+    prefix_tokens: int
+
+
+@dataclass(frozen=True)
+class Sessions:
+    num_turns: LengthDistribution
+    think_time_s: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A validated workload. Exactly one of (arrival, prompt_tokens, output_tokens) or trace_path is set."""
+
+    name: str
+    seed: int = 0
+    num_requests: int = 500
+    arrival: ArrivalProcess | None = None
+    prompt_tokens: LengthDistribution | None = None
+    output_tokens: LengthDistribution | None = None
+    shared_prefix: SharedPrefix | None = None
+    sessions: Sessions | None = None
+    trace_path: Path | None = None
+    trace_rate_per_s: float | None = None  # replay a trace rescaled to this mean rate
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request before it becomes an engine.core Request: what the token-id generator and the simulator need.
+
+    `num_prompt_tokens` counts everything in the prompt: the shared prefix, the history of earlier turns and the
+    new message.
+    """
+
+    request_id: str
+    arrival_s: float
+    num_prompt_tokens: int
+    num_output_tokens: int
+    prefix_group: int | None = None
+    session_id: int | None = None
+    turn: int = 0
+
+
+# ---- YAML parsing ---------------------------------------------------------------------------------------------
+
+_TOP_KEYS = ("name", "description", "seed", "num_requests", "arrival", "prompt_tokens", "output_tokens",
+             "shared_prefix", "sessions", "trace")
+_DIST_KEYS = {
+    "fixed": ("distribution", "value"),
+    "uniform": ("distribution", "min", "max"),
+    "normal": ("distribution", "mean", "std", "min", "max"),
+    "lognormal": ("distribution", "mean_log", "std_log", "min", "max"),
+    "empirical": ("distribution", "csv", "min", "max"),
+}
+_ARRIVAL_KEYS = {
+    "poisson": ("process", "rate_per_s"),
+    "gamma": ("process", "rate_per_s", "cv"),
+    "constant": ("process", "rate_per_s"),
+    "burst": ("process", "rate_per_s", "burst_size"),
+    "all_at_once": ("process",),
+}
+
+
+def _check_keys(section: Any, allowed: Sequence[str], where: str, required: Sequence[str] = ()) -> dict[str, Any]:
+    if not isinstance(section, dict):
+        raise UserError(f"{where}: must be a mapping, got {type(section).__name__}")
+    unknown = sorted(set(section) - set(allowed), key=str)
+    if unknown:
+        raise UserError(f"{where}: unknown field '{unknown[0]}'; allowed: {', '.join(allowed)}")
+    for key in required:
+        if key not in section:
+            raise UserError(f"{where}: missing field '{key}'")
+    return section
+
+
+def _number(section: dict[str, Any], key: str, where: str, lo: float = 0.0, allow_inf: bool = False,
+            positive: bool = False) -> float:
+    value = section[key]
+    if isinstance(value, str) and allow_inf and value.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise UserError(f"{where}.{key}: must be a number, got {value!r}")
+    if value < lo or (positive and value <= 0) or (math.isinf(value) and not allow_inf):
+        bound = f"> {lo}" if positive else f">= {lo}"
+        raise UserError(f"{where}.{key}: must be {bound}{' or inf' if allow_inf else ''}, got {value!r}")
+    return float(value)
+
+
+def _integer(section: dict[str, Any], key: str, where: str, lo: int = 0) -> int:
+    value = section[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise UserError(f"{where}.{key}: must be an integer >= {lo}, got {value!r}")
+    return value
+
+
+def parse_length(section: Any, where: str, base_dir: Path) -> LengthDistribution:
+    """A <length> mapping (see the module docstring) -> LengthDistribution."""
+    if not isinstance(section, dict) or "distribution" not in section:
+        raise UserError(f"{where}: must be a mapping with 'distribution' ({', '.join(DISTRIBUTIONS)})")
+    kind = section["distribution"]
+    if kind not in DISTRIBUTIONS:
+        raise UserError(f"{where}.distribution: '{kind}' is not allowed; allowed: {', '.join(DISTRIBUTIONS)}")
+    required = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"),
+                "lognormal": ("mean_log", "std_log"), "empirical": ("csv",)}[kind]
+    _check_keys(section, _DIST_KEYS[kind], where, required)
+    min_tokens = _integer(section, "min", where, 1) if "min" in section else 1
+    max_tokens = _integer(section, "max", where, 1) if "max" in section else None
+    if max_tokens is not None and max_tokens < min_tokens:
+        raise UserError(f"{where}: max ({max_tokens}) must be >= min ({min_tokens})")
+    if kind == "fixed":
+        return LengthDistribution("fixed", value=_integer(section, "value", where, 1))
+    if kind == "uniform":
+        return LengthDistribution("uniform", min_tokens=min_tokens, max_tokens=max_tokens)
+    if kind == "normal":
+        return LengthDistribution("normal", mean=_number(section, "mean", where), std=_number(section, "std", where),
+                                  min_tokens=min_tokens, max_tokens=max_tokens)
+    if kind == "lognormal":
+        return LengthDistribution("lognormal", mean_log=_number(section, "mean_log", where, lo=-math.inf),
+                                  std_log=_number(section, "std_log", where), min_tokens=min_tokens,
+                                  max_tokens=max_tokens)
+    histogram = read_histogram(base_dir / str(section["csv"]), f"{where}.csv")
+    return LengthDistribution("empirical", histogram=histogram, min_tokens=min_tokens, max_tokens=max_tokens)
+
+
+def read_histogram(path: Path, where: str) -> tuple[tuple[int, int, float], ...]:
+    """A CSV histogram `min_tokens,max_tokens,count` (bins inclusive at both ends)."""
+    frame = _read_csv(path, where)
+    missing = [c for c in _HISTOGRAM_COLUMNS if c not in frame.columns]
+    if missing:
+        raise UserError(f"{where}: '{path}' lacks column '{missing[0]}'; expected columns: "
+                        f"{','.join(_HISTOGRAM_COLUMNS)}")
+    bins = []
+    for row_number, row in enumerate(frame[list(_HISTOGRAM_COLUMNS)].itertuples(index=False), start=2):
+        lo, hi, count = row
+        if not (float(lo).is_integer() and float(hi).is_integer() and 1 <= lo <= hi and count >= 0):
+            raise UserError(f"{where}: '{path}' line {row_number}: need integers 1 <= min_tokens <= max_tokens "
+                            f"and count >= 0, got {lo},{hi},{count}")
+        bins.append((int(lo), int(hi), float(count)))
+    if not bins or sum(b[2] for b in bins) <= 0:
+        raise UserError(f"{where}: '{path}' has no bin with a positive count")
+    return tuple(bins)
+
+
+def _read_csv(path: Path, where: str) -> pd.DataFrame:
+    if not path.is_file():
+        raise UserError(f"{where}: no such file '{path}'")
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise UserError(f"{where}: '{path}' is not a readable CSV: {str(exc).splitlines()[0]}") from None
+
+
+def parse_arrival(section: Any, where: str) -> ArrivalProcess:
+    if not isinstance(section, dict) or "process" not in section:
+        raise UserError(f"{where}: must be a mapping with 'process' ({', '.join(ARRIVAL_PROCESSES)})")
+    process = section["process"]
+    if process not in ARRIVAL_PROCESSES:
+        raise UserError(f"{where}.process: '{process}' is not allowed; allowed: {', '.join(ARRIVAL_PROCESSES)}")
+    keys = _ARRIVAL_KEYS[process]
+    _check_keys(section, keys, where, keys)
+    if process == "all_at_once":
+        return ArrivalProcess("all_at_once")
+    rate = _number(section, "rate_per_s", where, allow_inf=True, positive=True)
+    cv = _number(section, "cv", where, positive=True) if process == "gamma" else 1.0
+    burst_size = _integer(section, "burst_size", where, 1) if process == "burst" else 1
+    return ArrivalProcess(process, rate_per_s=rate, cv=cv, burst_size=burst_size)
+
+
+def parse_workload(data: Any, where: str, base_dir: Path) -> Workload:
+    """A workload mapping (parsed YAML) -> a validated Workload; `where` names the file in errors."""
+    section = _check_keys(data, _TOP_KEYS, where, ("name",))
+    seed = _integer(section, "seed", where) if "seed" in section else 0
+    num_requests = _integer(section, "num_requests", where, 1) if "num_requests" in section else 500
+    common = dict(name=str(section["name"]), description=str(section.get("description", "")), seed=seed,
+                  num_requests=num_requests)
+    if "trace" in section:
+        clash = [k for k in ("arrival", "prompt_tokens", "output_tokens", "shared_prefix", "sessions") if k in section]
+        if clash:
+            raise UserError(f"{where}: '{clash[0]}' cannot be combined with 'trace' (a trace sets arrivals and lengths)")
+        trace_path = base_dir / str(section["trace"])
+        if not trace_path.is_file():
+            raise UserError(f"{where}.trace: no such file '{trace_path}'")
+        return Workload(trace_path=trace_path, **common)
+    for key in ("arrival", "prompt_tokens", "output_tokens"):
+        if key not in section:
+            raise UserError(f"{where}: missing field '{key}' (or give 'trace')")
+    shared_prefix = None
+    if "shared_prefix" in section:
+        sp = _check_keys(section["shared_prefix"], ("num_groups", "prefix_tokens"), f"{where}.shared_prefix",
+                         ("num_groups", "prefix_tokens"))
+        shared_prefix = SharedPrefix(_integer(sp, "num_groups", f"{where}.shared_prefix", 1),
+                                     _integer(sp, "prefix_tokens", f"{where}.shared_prefix", 1))
+    sessions = None
+    if "sessions" in section:
+        ss = _check_keys(section["sessions"], ("num_turns", "think_time_s"), f"{where}.sessions",
+                         ("num_turns", "think_time_s"))
+        sessions = Sessions(parse_length(ss["num_turns"], f"{where}.sessions.num_turns", base_dir),
+                            _number(ss, "think_time_s", f"{where}.sessions"))
+    return Workload(
+        arrival=parse_arrival(section["arrival"], f"{where}.arrival"),
+        prompt_tokens=parse_length(section["prompt_tokens"], f"{where}.prompt_tokens", base_dir),
+        output_tokens=parse_length(section["output_tokens"], f"{where}.output_tokens", base_dir),
+        shared_prefix=shared_prefix, sessions=sessions, **common)
+
+
+def load_workload(id_or_path: str | Path) -> Workload:
+    """A shipped id, a workload YAML or a CSV trace -> Workload."""
+    path = resolve("workload", id_or_path)
+    if path.is_dir():
+        raise UserError(f"--workload: '{path}' is a directory; expected a .yaml workload or a .csv trace")
+    if path.suffix.lower() == ".csv":
+        return Workload(name=path.stem, trace_path=path, num_requests=_count_rows(path))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{path}: malformed YAML{line}: {getattr(exc, 'problem', None) or type(exc).__name__}") from None
+    return parse_workload(data, str(path), path.parent)
+
+
+def _count_rows(path: Path) -> int:
+    return max(1, len(_read_csv(path, "--workload")))
+
+
+def fixed_workload(input_len: int, output_len: int, num_requests: int, rate_per_s: float, seed: int) -> Workload:
+    """The synthetic workload of `--input-len/--output-len`: fixed lengths, Poisson arrivals (or all at once)."""
+    return Workload(name=f"fixed-{input_len}-{output_len}", seed=seed, num_requests=num_requests,
+                    arrival=ArrivalProcess("poisson", rate_per_s=rate_per_s),
+                    prompt_tokens=LengthDistribution("fixed", value=input_len),
+                    output_tokens=LengthDistribution("fixed", value=output_len))
+
+
+# ---- sampling ---------------------------------------------------------------------------------------------------
+
+
+def sample_requests(workload: Workload) -> list[RequestSpec]:
+    """The workload's requests in arrival order (ties keep generation order), reproducible from its seed."""
+    if workload.trace_path is not None:
+        return read_trace(workload.trace_path, workload.num_requests, workload.trace_rate_per_s)
+    assert workload.arrival and workload.prompt_tokens and workload.output_tokens
+    # One independent stream per random quantity, so that changing one distribution leaves the others' draws as
+    # they were (SeedSequence.spawn: https://numpy.org/doc/stable/reference/random/parallel.html).
+    arrival_rng, prompt_rng, output_rng, session_rng = (
+        np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(workload.seed).spawn(4))
+    if workload.sessions is None:
+        specs = _single_turn(workload, arrival_rng, prompt_rng, output_rng)
+    else:
+        specs = _multi_turn(workload, arrival_rng, prompt_rng, output_rng, session_rng)
+    order = sorted(range(len(specs)), key=lambda i: (specs[i].arrival_s, i))
+    return [specs[i] for i in order]
+
+
+def _single_turn(workload: Workload, arrival_rng: np.random.Generator, prompt_rng: np.random.Generator,
+                 output_rng: np.random.Generator) -> list[RequestSpec]:
+    n = workload.num_requests
+    arrivals = workload.arrival.sample(arrival_rng, n)
+    prompts = workload.prompt_tokens.sample(prompt_rng, n)
+    outputs = workload.output_tokens.sample(output_rng, n)
+    prefix = workload.shared_prefix
+    specs = []
+    for i in range(n):
+        group = None if prefix is None else i % prefix.num_groups
+        # A shared prefix is part of the prompt: a prompt shorter than prefix + 1 is lengthened to it.
+        num_prompt = int(prompts[i]) if prefix is None else max(int(prompts[i]), prefix.prefix_tokens + 1)
+        specs.append(RequestSpec(f"r{i}", float(arrivals[i]), num_prompt, int(outputs[i]), prefix_group=group))
+    return specs
+
+
+def _multi_turn(workload: Workload, arrival_rng: np.random.Generator, prompt_rng: np.random.Generator,
+                output_rng: np.random.Generator, session_rng: np.random.Generator) -> list[RequestSpec]:
+    # Draw conversations until num_requests turns exist; the last conversation is cut short.
+    n = workload.num_requests
+    sessions = workload.sessions
+    num_turns = sessions.num_turns.sample(session_rng, n)
+    num_sessions = int(np.searchsorted(np.cumsum(num_turns), n) + 1)
+    starts = workload.arrival.sample(arrival_rng, num_sessions)
+    messages = workload.prompt_tokens.sample(prompt_rng, n)
+    outputs = workload.output_tokens.sample(output_rng, n)
+    think = session_rng.exponential(sessions.think_time_s, size=n) if sessions.think_time_s > 0 else np.zeros(n)
+    prefix = workload.shared_prefix
+    specs: list[RequestSpec] = []
+    for session in range(num_sessions):
+        arrival = float(starts[session])
+        history = 0 if prefix is None else prefix.prefix_tokens
+        for turn in range(int(num_turns[session])):
+            i = len(specs)
+            if i == n:
+                break
+            if turn > 0:
+                arrival += float(think[i])
+            num_prompt = history + int(messages[i])
+            group = None if prefix is None else session % prefix.num_groups
+            specs.append(RequestSpec(f"r{i}", arrival, num_prompt, int(outputs[i]), prefix_group=group,
+                                     session_id=session, turn=turn))
+            history = num_prompt + int(outputs[i])
+    return specs
+
+
+def read_trace(path: Path, num_requests: int | None = None, rate_per_s: float | None = None) -> list[RequestSpec]:
+    """Replay a CSV trace (our columns or Azure's); the first `num_requests` rows in arrival order."""
+    frame = _read_csv(path, "--workload")
+    if all(c in frame.columns for c in TRACE_COLUMNS):
+        arrivals = _numeric_column(frame, "arrival_s", path)
+        prompts, outputs = _numeric_column(frame, "prompt_tokens", path), _numeric_column(frame, "output_tokens", path)
+    elif all(c in frame.columns for c in AZURE_TRACE_COLUMNS):
+        try:
+            stamps = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
+        except (ValueError, TypeError) as exc:
+            raise UserError(f"--workload: '{path}' column TIMESTAMP is not a datetime: {exc}") from None
+        arrivals = (stamps - stamps.min()).dt.total_seconds().to_numpy()
+        prompts = _numeric_column(frame, "ContextTokens", path)
+        outputs = _numeric_column(frame, "GeneratedTokens", path)
+    else:
+        raise UserError(f"--workload: '{path}' must have columns {','.join(TRACE_COLUMNS)} or the Azure trace's "
+                        f"{','.join(AZURE_TRACE_COLUMNS)}; found {','.join(map(str, frame.columns))}")
+    bad = np.flatnonzero((prompts < 1) | (outputs < 1) | (arrivals < 0) | (prompts % 1 != 0) | (outputs % 1 != 0))
+    if len(bad):
+        raise UserError(f"--workload: '{path}' line {bad[0] + 2}: token counts must be integers >= 1 and arrival "
+                        f"times >= 0")
+    order = np.argsort(arrivals, kind="stable")[:num_requests]
+    arrivals = arrivals[order] - arrivals[order].min()
+    if rate_per_s is not None:
+        arrivals = _rescale(arrivals, rate_per_s)
+    return [RequestSpec(f"r{j}", float(arrivals[j]), int(prompts[i]), int(outputs[i]))
+            for j, i in enumerate(order)]
+
+
+def _numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    bad = np.flatnonzero(np.isnan(values))
+    if len(bad):
+        raise UserError(f"--workload: '{path}' line {bad[0] + 2} column {column}: not a number "
+                        f"({frame[column].iloc[bad[0]]!r})")
+    return values
+
+
+def _rescale(arrivals: np.ndarray, rate_per_s: float) -> np.ndarray:
+    """Stretch or squeeze replayed arrival times to a mean rate (inf: all at once)."""
+    if math.isinf(rate_per_s):
+        return np.zeros_like(arrivals)
+    span_s = arrivals[-1] - arrivals[0] if len(arrivals) > 1 else 0.0
+    if span_s <= 0:
+        return arrivals
+    return arrivals * ((len(arrivals) - 1) / rate_per_s / span_s)
+
+
+# ---- engine.core requests ------------------------------------------------------------------------------------
+
+
+class RequestFactory:
+    """Turns RequestSpecs, in arrival order, into engine.core Requests with token ids from
+    `engine.core.token_ids` (shared prefixes are the same ids within a group; a later turn of a conversation
+    starts with the earlier turn's prompt). Requests carry `ignore_eos`, so output lengths are honoured.
+    Ids depend on the order of calls: `simulate` (one at a time, on arrival) and `measure` (all at once) both go
+    in spec order and so see the same ids."""
+
+    def __init__(self, vocab_size: int, seed: int = 0, bos_token_id: int | None = None,
+                 eos_token_id: int | None = None) -> None:
+        self._gen = TokenIdGenerator(vocab_size, seed, reserved_ids=(bos_token_id, eos_token_id))
+        self._eos_token_id = eos_token_id
+        self._sessions: dict[int, tuple[MultiTurnSession, int, int]] = {}  # id -> (session, prompt, output)
+
+    def __call__(self, spec: RequestSpec, prefix_tokens: int = 0) -> Request:
+        return Request(spec.request_id, self.prompt_ids(spec, prefix_tokens),
+                       SamplingParams(max_tokens=spec.num_output_tokens, ignore_eos=True),
+                       arrival_time_s=spec.arrival_s, eos_token_id=self._eos_token_id)
+
+    def prompt_ids(self, spec: RequestSpec, prefix_tokens: int = 0) -> list[int]:
+        """The prompt of `spec`; `prefix_tokens` is the workload's shared-prefix length (with prefix_group)."""
+        prefix = [] if spec.prefix_group is None else self._gen.prefix(spec.prefix_group, prefix_tokens)
+        if spec.session_id is None:
+            return prefix + self._gen.unique(spec.num_prompt_tokens - len(prefix))
+        if spec.turn == 0:
+            session = self._gen.session(prefix_ids=prefix)
+            ids = session.next_prompt(spec.num_prompt_tokens - len(prefix))
+        else:
+            session, previous_prompt, previous_output = self._sessions[spec.session_id]
+            num_user = spec.num_prompt_tokens - previous_prompt - previous_output
+            ids = session.next_prompt(num_user, num_previous_output_tokens=previous_output)
+        self._sessions[spec.session_id] = (session, spec.num_prompt_tokens, spec.num_output_tokens)
+        return ids
+
+
+def build_requests(workload: Workload, specs: Sequence[RequestSpec], vocab_size: int,
+                   bos_token_id: int | None = None, eos_token_id: int | None = None) -> list[Request]:
+    """All requests at once (for `measure`), seeded by the workload's seed."""
+    factory = RequestFactory(vocab_size, workload.seed, bos_token_id, eos_token_id)
+    prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
+    return [factory(spec, prefix_tokens) for spec in specs]
+
+
+# ---- CLI flags shared by simulate and measure ------------------------------------------------------------------
+
+
+def add_workload_args(parser: argparse.ArgumentParser, default_num_requests: int | None = None) -> None:
+    """`--workload --num-requests --request-rate --input-len --output-len --seed`."""
+    group = parser.add_argument_group("workload")
+    group.add_argument("--workload", default=None, metavar="ID|PATH",
+                       help=f"workload id, YAML file or CSV trace (default: {DEFAULT_WORKLOAD}, or the fixed-length "
+                            "workload when --input-len/--output-len are given)")
+    group.add_argument("--num-requests", type=int, default=default_num_requests, metavar="N",
+                       help="number of requests (default: the workload's num_requests)")
+    group.add_argument("--request-rate", type=str, default=None, metavar="RPS",
+                       help="mean request rate per second, a number or 'inf' (all at once); overrides the workload's")
+    group.add_argument("--input-len", type=int, default=None, metavar="TOKENS",
+                       help="fixed prompt length in tokens (replaces the workload's prompt distribution)")
+    group.add_argument("--output-len", type=int, default=None, metavar="TOKENS",
+                       help="fixed output length in tokens (replaces the workload's output distribution)")
+    group.add_argument("--seed", type=int, default=None, help="random seed (default: the workload's seed)")
+
+
+def parse_rate(text: str, flag: str = "--request-rate") -> float:
+    """'8', '0.5' or 'inf' -> requests per second."""
+    try:
+        rate = float(text)
+    except ValueError:
+        raise UserError(f"{flag}: must be a positive number or 'inf', got {text!r}") from None
+    if math.isnan(rate) or rate <= 0:
+        raise UserError(f"{flag}: must be a positive number or 'inf', got {text!r}")
+    return rate
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    """The workload the shared flags describe (see `add_workload_args`)."""
+    for flag, value in (("--num-requests", args.num_requests), ("--input-len", args.input_len),
+                        ("--output-len", args.output_len)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag}: must be a positive integer, got {value}")
+    if args.seed is not None and args.seed < 0:
+        raise UserError(f"--seed: must be a non-negative integer, got {args.seed}")
+    rate = None if args.request_rate is None else parse_rate(args.request_rate)
+    fixed_lengths = args.input_len is not None or args.output_len is not None
+    if args.workload is None and fixed_lengths:
+        if args.input_len is None or args.output_len is None:
+            raise UserError("--input-len/--output-len: give both for a fixed-length workload, or a --workload")
+        return fixed_workload(args.input_len, args.output_len, args.num_requests or 1000,
+                              math.inf if rate is None else rate, args.seed or 0)
+    workload = load_workload(args.workload or DEFAULT_WORKLOAD)
+    return override_workload(workload, num_requests=args.num_requests, rate_per_s=rate, input_len=args.input_len,
+                             output_len=args.output_len, seed=args.seed)
+
+
+def override_workload(workload: Workload, num_requests: int | None = None, rate_per_s: float | None = None,
+                      input_len: int | None = None, output_len: int | None = None,
+                      seed: int | None = None) -> Workload:
+    """A copy with the flags' values in place of the file's (None = keep)."""
+    changes: dict[str, Any] = {}
+    if num_requests is not None:
+        changes["num_requests"] = num_requests
+    if seed is not None:
+        changes["seed"] = seed
+    if workload.trace_path is not None:
+        if input_len is not None or output_len is not None:
+            raise UserError("--input-len/--output-len: cannot change the lengths of a replayed trace")
+        if rate_per_s is not None:
+            changes["trace_rate_per_s"] = rate_per_s
+        return replace(workload, **changes)
+    if rate_per_s is not None:
+        process = workload.arrival.process if workload.arrival.process != "all_at_once" else "poisson"
+        changes["arrival"] = replace(workload.arrival, process=process, rate_per_s=rate_per_s)
+    if input_len is not None:
+        changes["prompt_tokens"] = LengthDistribution("fixed", value=input_len)
+    if output_len is not None:
+        changes["output_tokens"] = LengthDistribution("fixed", value=output_len)
+    return replace(workload, **changes)

@@ -1,0 +1,82 @@
+"""CLI basics: `roofline profiles` / `models` list what is shipped; bad input is one line on stderr and exit 2;
+the torch-free commands never import torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from roofline.cli import main
+from roofline.registry import list_ids
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_profiles_table_lists_every_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "bf16 TFLOP/s" in out.splitlines()[0]
+    assert all(f"\n{pid} " in out for pid in list_ids("hardware"))
+    assert "989.4" in out and "nvlink4 450/dir x8" in out
+
+
+def test_profiles_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profiles", "--json"]) == 0
+    rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
+    assert set(rows) == set(list_ids("hardware"))
+    assert rows["h100-sxm"]["peak_tflops"]["fp8"] == 1978.9
+    assert rows["l4"]["interconnect"] is None
+
+
+def test_models_table_lists_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"\n{mid} " in out for mid in list_ids("model"))
+    assert "8.03B" in out and "46.7B" in out
+
+
+def test_models_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "--json"]) == 0
+    rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["llama-3.1-8b"]["num_params"] == 8_030_261_248
+    assert rows["mixtral-8x7b"]["num_experts"] == 8
+
+
+def test_profile_device_without_torch_says_install_engine_extra(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    assert main(["profile-device", "--quick"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "install the engine extra: pip install -e '.[engine]'" in line
+
+
+def test_profile_device_cuda_without_cuda_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["profile-device", "--device", "cuda", "--quick"]) == 2
+    assert "cuda is not available" in _one_error_line(capsys.readouterr().err)
+
+
+def test_bad_flag_value_exits_2_with_one_line_and_no_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "roofline", "profile-device", "--threads", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert _one_error_line(proc.stderr) == "roofline profile-device: error: --threads: must be a positive integer, got 0"
+
+
+def test_cli_and_listing_commands_never_import_torch() -> None:
+    code = ("import sys; from roofline.cli import build_parser, main; build_parser(); "
+            "main(['profiles']); main(['models']); "
+            "import roofline.hardware, roofline.commands.profile_device; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

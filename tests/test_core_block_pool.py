@@ -1,0 +1,122 @@
+"""BlockPool and KVCacheManager: free-queue order, eviction, prefix hits (vLLM V1 semantics)."""
+
+import pytest
+
+from engine.core import CacheConfig, KVCacheManager, Request, SamplingParams
+from engine.core.block_pool import BlockPool
+
+
+def _ids(blocks):
+    return [b.block_id for b in blocks]
+
+
+def test_null_block_is_reserved():
+    pool = BlockPool(5)
+    assert pool.num_free_blocks == 4
+    assert _ids(pool.get_new_blocks(4)) == [1, 2, 3, 4]
+
+
+def test_freed_cached_blocks_are_evicted_lru_and_tail_first():
+    pool = BlockPool(7)
+    a = pool.get_new_blocks(3)  # 1 2 3
+    b = pool.get_new_blocks(2)  # 4 5
+    pool.cache_full_blocks(a, [11, 12, 13], 0, 3)
+    pool.cache_full_blocks(b, [21, 22], 0, 2)
+    pool.free_blocks(reversed(a))  # request a finishes first, its tail first
+    pool.free_blocks(reversed(b))
+    # free queue: 6 (never used), then a's chain tail-first, then b's
+    assert _ids(pool.get_new_blocks(6)) == [6, 3, 2, 1, 5, 4]
+    assert pool.num_cached_blocks == 0  # every cached block was evicted on reuse
+
+
+def test_freed_uncached_blocks_are_reused_first():
+    pool = BlockPool(6)
+    a = pool.get_new_blocks(2)  # 1 2
+    pool.cache_full_blocks(a, [7], 0, 1)  # block 1 cached, block 2 partial
+    pool.free_blocks(reversed(a))
+    # the uncached block 2 goes to the head, the cached block 1 to the tail
+    assert _ids(pool.get_new_blocks(4)) == [2, 3, 4, 5]
+    assert pool.get_cached_block(7) is a[0]
+
+
+def test_touch_takes_an_evictable_block_out_of_the_free_queue():
+    pool = BlockPool(4)
+    a = pool.get_new_blocks(1)
+    pool.cache_full_blocks(a, [9], 0, 1)
+    pool.free_blocks(a)
+    assert pool.num_free_blocks == 3
+    pool.touch(a)
+    assert pool.num_free_blocks == 2 and a[0].ref_cnt == 1
+    pool.check_invariants()
+
+
+def test_freeing_a_block_twice_fails():
+    pool = BlockPool(3)
+    a = pool.get_new_blocks(1)
+    pool.free_blocks(a)
+    with pytest.raises(AssertionError, match="freed twice"):
+        pool.free_blocks(a)
+
+
+def test_duplicate_hashes_keep_the_first_block():
+    pool = BlockPool(4)
+    a, b = pool.get_new_blocks(1), pool.get_new_blocks(1)
+    pool.cache_full_blocks(a, [5], 0, 1)
+    pool.cache_full_blocks(b, [5], 0, 1)
+    assert pool.get_cached_block(5) is a[0]
+    pool.free_blocks(a)
+    pool.get_new_blocks(2)  # evicts a's block (after the never-used one)
+    assert pool.get_cached_block(5) is b[0]
+    pool.check_invariants()
+
+
+def _req(tokens, rid="r"):
+    return Request(rid, tokens, SamplingParams(max_tokens=8))
+
+
+def test_prefix_hit_stops_one_token_short_of_the_prompt():
+    kv = KVCacheManager(CacheConfig(num_blocks=20, block_size=4), max_model_len=100)
+    first = _req(list(range(100, 108)), "a")  # two full blocks
+    kv.update_block_hashes(first)
+    assert kv.allocate_slots(first, 8)
+    same = _req(list(range(100, 108)), "b")
+    kv.update_block_hashes(same)
+    blocks, num_hit = kv.get_computed_blocks(same)
+    # 8 tokens hit at most 7, rounded down to whole blocks: the second block is recomputed
+    assert num_hit == 4 and blocks == first.blocks[:1]
+    longer = _req(list(range(100, 109)), "c")
+    kv.update_block_hashes(longer)
+    assert kv.get_computed_blocks(longer)[1] == 8
+
+
+def test_hit_chain_breaks_at_first_differing_block():
+    kv = KVCacheManager(CacheConfig(num_blocks=20, block_size=2), max_model_len=100)
+    first = _req([1, 2, 3, 4, 5, 6, 7], "a")
+    kv.update_block_hashes(first)
+    assert kv.allocate_slots(first, 7)
+    other = _req([1, 2, 9, 9, 5, 6, 7], "b")  # block 2 equals, but its parent differs
+    kv.update_block_hashes(other)
+    assert kv.get_computed_blocks(other)[1] == 2
+
+
+def test_allocate_counts_evictable_hit_blocks_against_free_blocks():
+    kv = KVCacheManager(CacheConfig(num_blocks=4, block_size=2), max_model_len=100)
+    a = _req([1, 2, 3, 4, 5], "a")
+    kv.update_block_hashes(a)
+    assert kv.allocate_slots(a, 5)  # 3 blocks: all usable ones
+    kv.free(a)
+    b = _req([1, 2, 3, 4, 6], "b")
+    kv.update_block_hashes(b)
+    hits, num_hit = kv.get_computed_blocks(b)
+    assert num_hit == 4 and all(h.ref_cnt == 0 for h in hits)
+    assert kv.allocate_slots(b, 1, hits)  # 2 evictable hits + 1 new block = 3 free blocks
+    assert kv.num_free_blocks == 0
+    kv.pool.check_invariants()
+
+
+def test_failed_allocation_changes_nothing():
+    kv = KVCacheManager(CacheConfig(num_blocks=3, block_size=2), max_model_len=100)
+    a = _req([1, 2, 3, 4, 5], "a")
+    kv.update_block_hashes(a)
+    assert not kv.allocate_slots(a, 5)
+    assert a.blocks == [] and kv.num_free_blocks == 2

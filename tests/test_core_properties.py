@@ -1,0 +1,143 @@
+"""Property tests of the scheduler and KV cache under random arrivals, lengths, budgets, cache sizes and
+prefix sharing: blocks are conserved, reference counts never go negative and match their holders, no block
+is freed twice (BlockPool asserts it), every request finishes with exactly its tokens, none is lost or
+duplicated, and the budget and max_num_seqs are never exceeded."""
+
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.core import CacheConfig, Request, RequestStatus, SamplingParams, Scheduler, SchedulerConfig
+from engine.core.scheduler import Scheduler as _Scheduler
+
+EOS = 1
+
+
+def _token(request_id: str, position: int) -> int:
+    """The fake model: a fixed token per (request, output position); EOS now and then."""
+    h = (sum(map(ord, request_id)) * 31 + position * 7) % 97
+    return EOS if h == 0 else 2 + h
+
+
+@st.composite
+def workloads(draw):
+    block_size = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    max_model_len = draw(st.integers(8, 96))
+    chunked = draw(st.booleans())
+    max_num_seqs = draw(st.integers(1, 8))
+    low = max(max_num_seqs, 1 if chunked else max_model_len)
+    budget = draw(st.integers(low, max(low, 128)))
+    config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=chunked,
+        policy=draw(st.sampled_from(["fcfs", "priority"])),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 4])),
+        scheduler_reserve_full_isl=draw(st.booleans()),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.1])),
+    )
+    min_blocks = -(-max_model_len // block_size) + 1
+    cache = CacheConfig(
+        num_blocks=draw(st.integers(min_blocks, min_blocks * 4)),
+        block_size=block_size,
+        enable_prefix_caching=draw(st.booleans()),
+    )
+    prefixes = [draw(st.lists(st.integers(2, 50), min_size=1, max_size=40)) for _ in range(2)]
+    requests = []
+    for i in range(draw(st.integers(1, 12))):
+        prefix = draw(st.sampled_from([[], prefixes[0], prefixes[1]]))
+        suffix = draw(st.lists(st.integers(2, 50), min_size=1, max_size=40))
+        prompt = (prefix + suffix)[: max_model_len - 1]
+        sampling = SamplingParams(max_tokens=draw(st.integers(1, 24)), ignore_eos=draw(st.booleans()))
+        arrival_step = draw(st.integers(0, 20))
+        requests.append((arrival_step, Request(f"r{i}", prompt, sampling, float(arrival_step), EOS,
+                                               priority=draw(st.integers(0, 2)))))
+    return config, cache, requests
+
+
+def _expected_output(req: Request, max_model_len: int) -> list[int]:
+    out = []
+    while True:
+        token = _token(req.request_id, len(out))
+        out.append(token)
+        if token == EOS and not req.sampling.ignore_eos:
+            return out
+        if len(out) >= req.sampling.max_tokens or req.num_prompt_tokens + len(out) >= max_model_len:
+            return out
+
+
+def _check_step(sched: Scheduler, plan, config: SchedulerConfig) -> None:
+    assert plan.num_batched_tokens == sum(plan.query_lens) <= config.max_num_batched_tokens
+    assert plan.num_seqs <= config.max_num_seqs and sched.num_running <= config.max_num_seqs
+    assert len(set(plan.request_ids)) == plan.num_seqs
+    assert plan.num_prefill_tokens + plan.num_decode_tokens == plan.num_batched_tokens
+    if plan.preempted_request_ids:
+        assert plan.admitted_request_ids == ()
+    bs = sched.kv.block_size
+    for seq in plan.seqs:
+        assert seq.num_query_tokens > 0
+        assert len(seq.block_ids) * bs >= seq.num_context_tokens + seq.num_query_tokens
+        assert seq.num_context_tokens + seq.num_query_tokens < config.max_model_len
+    pool = sched.kv.pool
+    pool.check_invariants()  # free + used = total, ref_cnt >= 0 and == 0 exactly for free blocks
+    holders = Counter(b.block_id for r in sched.running for b in r.blocks)
+    assert all(pool.blocks[i].ref_cnt == n for i, n in holders.items())
+    assert sum(1 for b in pool.blocks[1:] if b.ref_cnt > 0) == len(holders) == pool.num_used_blocks
+    for r in sched.running:
+        assert len(r.blocks) == -(-r.num_computed_tokens // bs) and r.block_table == tuple(b.block_id for b in r.blocks)
+
+
+def _run(config, cache, requests, check=True):
+    sched = Scheduler(config, cache)
+    pending = sorted(requests, key=lambda x: x[0])
+    finished: list[Request] = []
+    plans = []
+    step = 0
+    while pending or sched.has_unfinished():
+        while pending and pending[0][0] <= step:
+            sched.add_request(pending.pop(0)[1])
+        plan = sched.schedule(float(step))
+        if check:
+            _check_step(sched, plan, config)
+        plans.append((plan.request_ids[:], plan.query_lens[:], plan.context_lens[:], plan.block_tables[:],
+                      plan.preempted_request_ids))
+        sampled = {rid: _token(rid, sched.get_request(rid).num_output_tokens) for rid in plan.request_ids}
+        finished += sched.update_from_output(plan, sampled, float(step))
+        step += 1
+        assert step < 5000, "no progress"
+    return finished, plans, sched
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_scheduler_invariants(workload):
+    config, cache, requests = workload
+    finished, _, sched = _run(config, cache, requests)
+    assert sorted(r.request_id for r in finished) == sorted(r.request_id for _, r in requests)
+    for req in finished:
+        assert req.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
+        assert req.output_token_ids == _expected_output(req, config.max_model_len)
+        assert req.blocks == []
+    assert sched.kv.num_used_blocks == 0 and sched.num_waiting == 0 and sched.num_running == 0
+    sched.kv.pool.check_invariants()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_bulk_running_path_equals_the_loop(workload):
+    config, cache, requests = workload
+
+    def fresh():
+        return [(step, Request(r.request_id, r.prompt_token_ids, r.sampling, r.arrival_time_s, r.eos_token_id,
+                               r.priority)) for step, r in requests]
+
+    _, fast, _ = _run(config, cache, fresh(), check=False)
+    original = _Scheduler._schedule_running_bulk
+    _Scheduler._schedule_running_bulk = lambda self, plan, budget, threshold: False
+    try:
+        _, slow, _ = _run(config, cache, fresh(), check=False)
+    finally:
+        _Scheduler._schedule_running_bulk = original
+    assert fast == slow

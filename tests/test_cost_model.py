@@ -1,0 +1,124 @@
+"""Step cost model: monotonic in work, fast path equals the full breakdown, executor semantics, the fitter."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from engine.core.model_spec import ModelSpec
+from roofline.cost_model import StepCostModel, gemm_time_s
+from roofline.cost_params import EfficiencyParams, ExecutorParams
+from roofline.errors import UserError
+from roofline.fit import fit, with_params
+from roofline.hardware import load_profile
+from roofline.quant import QuantConfig
+
+SPEC = ModelSpec(name="m", architecture="LlamaForCausalLM", num_layers=4, hidden_size=1024, num_heads=16,
+                 num_kv_heads=4, head_dim=64, intermediate_size=4096, vocab_size=32000)
+BF16 = QuantConfig.from_user(model_dtype="bfloat16")
+H100 = load_profile("h100-sxm")
+
+
+def model(hw=H100, spec=SPEC, quant=BF16, tp=1) -> StepCostModel:
+    return StepCostModel(spec, hw, quant, tp)
+
+
+def step(m, q, c, e=None):
+    q, c = np.array(q), np.array(c)
+    return m.step_cost(q, c, np.ones(len(q), bool) if e is None else np.array(e, bool))
+
+
+def test_time_grows_with_tokens_and_context():
+    m = model()
+    times = [step(m, [q], [0]).total_s for q in (1, 16, 128, 1024, 4096)]
+    assert all(a <= b for a, b in zip(times, times[1:]))
+    ctx = [step(m, [1] * 32, [c] * 32).total_s for c in (0, 100, 1000, 10000, 100000)]
+    assert all(a <= b for a, b in zip(ctx, ctx[1:]))
+    assert ctx[-1] > ctx[0]
+
+
+def test_fast_path_equals_breakdown():
+    m = model()
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        n = int(rng.integers(1, 40))
+        q = np.where(rng.random(n) < 0.7, 1, rng.integers(2, 600, n))
+        c = rng.integers(0, 3000, n)
+        e = rng.random(n) < 0.8
+        full = m.step_cost(q, c, e)
+        assert m.step_time_s(q, c, e) == pytest.approx(full.total_s, rel=1e-12)
+        assert sum(full.breakdown_s.values()) == pytest.approx(full.total_s, rel=1e-12)
+
+
+def test_records_carry_bytes_time_and_bound():
+    cost = step(model(), [2048], [0])
+    ops = {o.name: o for o in cost.ops}
+    assert ops["gate_up_proj"].bound == "compute"
+    assert all(o.time_s > 0 for o in cost.ops)
+    decode = {o.name: o for o in step(model(), [1], [100]).ops}
+    assert decode["gate_up_proj"].bound in ("memory", "latency")
+
+
+def test_cuda_graphs_pad_decode_batches():
+    m = model()
+    assert step(m, [1] * 9, [10] * 9).padded_num_tokens == 16
+    eager = model(hw=replace(H100, executor=replace(H100.executor, mode="eager")))
+    assert step(eager, [1] * 9, [10] * 9).padded_num_tokens == 9
+    assert step(m, [600], [0]).padded_num_tokens == 600  # beyond the largest captured size: eager
+
+
+def test_eager_launches_cost_host_time():
+    slow = replace(H100.executor, mode="eager", kernel_launch_s=50e-6, step_overhead_s=0.0)
+    hw = replace(H100, executor=slow)
+    cost = step(model(hw=hw), [1], [10])
+    assert cost.host_s == pytest.approx(cost.num_kernels * 50e-6)
+    assert cost.total_s == pytest.approx(cost.device_s + cost.host_s)
+    overlapped = replace(hw, executor=replace(slow, host_overlaps_device=True))
+    c2 = step(model(hw=overlapped), [1], [10])
+    assert c2.total_s == pytest.approx(max(c2.device_s, c2.host_s))
+
+
+def test_tensor_parallel_reduces_per_rank_work_and_adds_collectives():
+    one, four = step(model(), [512], [0]), step(model(tp=4), [512], [0])
+    assert {o.name for o in four.ops} >= {"attn_all_reduce", "mlp_all_reduce"}
+    assert four.breakdown_s["gate_up_proj"] < one.breakdown_s["gate_up_proj"]
+    assert model(tp=4).weight_bytes_per_rank() < model().weight_bytes_per_rank() / 3
+
+
+def test_unsupported_dtype_is_user_error():
+    a100 = load_profile("a100-80gb-sxm")  # no fp8 peak
+    with pytest.raises(UserError, match="fp8"):
+        model(hw=a100, quant=QuantConfig.from_user(quantization="fp8", model_dtype="bfloat16"))
+
+
+def test_gemm_wave_quantization():
+    # 132 SMs: one row more than 12 full 128-row tiles needs a 13th row of tiles, a partial second wave,
+    # even with the best other tile shape; time is not proportional to FLOPs
+    full = gemm_time_s(H100, 128 * 12, 256 * 11, 8192, "bf16", 2.0, 2.0, 2.0)
+    over = gemm_time_s(H100, 128 * 12 + 1, 256 * 11, 8192, "bf16", 2.0, 2.0, 2.0)
+    assert over > full * 1.05
+
+
+def test_yaml_round_trip_and_unknown_keys():
+    e = EfficiencyParams(kernel_fixed_s=3.5e-6)
+    assert EfficiencyParams.from_dict(e.to_dict(), "x").to_dict() == e.to_dict()
+    x = ExecutorParams(mode="eager", kernel_launch_s=7e-6)
+    assert ExecutorParams.from_dict(x.to_dict(), "x").to_dict() == x.to_dict()
+    with pytest.raises(UserError, match="unknown field 'gemm_eff'"):
+        EfficiencyParams.from_dict({"gemm_eff": 0.5}, "x")
+    with pytest.raises(UserError, match="memory_efficiency"):
+        EfficiencyParams.from_dict({"memory_efficiency": 1.5}, "x")
+
+
+def test_fit_recovers_known_parameters():
+    truth = with_params(H100, {"efficiency.gemm_compute_efficiency": 0.7, "efficiency.kernel_fixed_s": 5e-6})
+    shapes = [(m, n, k) for m in (1, 64, 1024, 8192) for n in (1024, 8192) for k in (1024, 8192)]
+    from roofline.fit import predict_table
+    import pandas as pd
+    frame = pd.DataFrame([{"m": m, "n": n, "k": k, "dtype": "bf16"} for m, n, k in shapes])
+    seconds = predict_table(truth, "gemm", frame)
+    samples = [("gemm", row, s) for row, s in zip(frame.to_dict("records"), seconds)]
+    result = fit(samples, H100, ["efficiency.gemm_compute_efficiency", "efficiency.kernel_fixed_s"])
+    assert result.values["efficiency.gemm_compute_efficiency"] == pytest.approx(0.7, rel=1e-3)
+    assert result.values["efficiency.kernel_fixed_s"] == pytest.approx(5e-6, rel=1e-3)
+    assert result.train_median_abs_rel_err < 1e-4

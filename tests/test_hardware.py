@@ -1,0 +1,227 @@
+"""Hardware profiles: every shipped profile loads with sources; schema errors name file, field and allowed values;
+`roofline profile-device --quick` writes a profile that loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from roofline.cli import main
+from roofline.errors import UserError
+from roofline.hardware import DTYPES, dump_profile, load_profile, parse_profile, read_profile_dict
+from roofline.registry import list_ids, resolve
+
+SHIPPED = ["h100-sxm", "h100-pcie", "h200-sxm", "a100-80gb-sxm", "a100-40gb-sxm", "l40s", "l4", "a10g",
+           "rtx-4090", "b200", "mi300x"]
+
+
+def test_the_eleven_profiles_are_shipped() -> None:
+    assert set(SHIPPED) <= set(list_ids("hardware"))
+
+
+@pytest.mark.parametrize("profile_id", list_ids("hardware"))
+def test_every_shipped_profile_loads(profile_id: str) -> None:
+    hw = load_profile(profile_id)
+    assert hw.id == profile_id == resolve("hardware", profile_id).stem
+    assert hw.peak_flops("bf16") > hw.peak_flops("fp32")
+    assert hw.memory_bandwidth_bytes_per_s > 0 and hw.memory_capacity_bytes > 0
+    assert hw.kind == "gpu" and hw.executor.mode == "cuda_graphs"
+
+
+def test_units_are_converted_to_si() -> None:
+    hw = load_profile("h100-sxm")
+    assert hw.peak_flops("bf16") == pytest.approx(989.4e12)
+    assert hw.memory_bandwidth_bytes_per_s == pytest.approx(3.35e12)
+    assert hw.memory_capacity_bytes == pytest.approx(85.52e9)
+    assert hw.l2_cache_bytes == 50 * 2**20
+    assert hw.boost_clock_hz == pytest.approx(1.98e9)
+    assert hw.interconnect is not None
+    assert hw.interconnect.bandwidth_bytes_per_s_per_direction == pytest.approx(450e9)  # 900 GB/s bidirectional
+    assert hw.interconnect.latency_s == pytest.approx(42.5e-6)
+
+
+def test_pcie_only_card_has_no_interconnect() -> None:
+    hw = load_profile("l40s")
+    assert hw.interconnect is None
+    assert hw.pcie_bandwidth_bytes_per_s_per_direction == pytest.approx(32e9)
+
+
+def test_unsupported_dtype_lists_supported() -> None:
+    with pytest.raises(UserError, match="'fp8' is not supported; supported: fp32, tf32, bf16, fp16, int8"):
+        load_profile("a100-80gb-sxm").peak_flops("fp8")
+
+
+def test_ids_are_case_insensitive() -> None:
+    assert load_profile("H100-SXM") == load_profile("h100-sxm")
+
+
+def test_profile_loads_from_a_path() -> None:
+    assert load_profile(str(resolve("hardware", "l4"))) == load_profile("l4")
+
+
+def test_profiles_are_hashable_for_caches() -> None:
+    assert len({load_profile("l4"), load_profile("L4")}) == 1
+
+
+# ---- errors -----------------------------------------------------------------------------------------------
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "custom.yaml"
+    dump_profile(data, path)
+    return path
+
+
+def _h100() -> dict:
+    return read_profile_dict(resolve("hardware", "h100-sxm"))
+
+
+def test_unknown_id_lists_allowed() -> None:
+    with pytest.raises(UserError, match="unknown hardware 'h900'; allowed: a100-40gb-sxm, .*h100-sxm"):
+        load_profile("h900")
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("id: x\nname: y\npeak_tflops: {bf16: 1\nkind: gpu\n")
+    with pytest.raises(UserError, match=r"bad\.yaml: malformed YAML at line \d"):
+        load_profile(path)
+
+
+def test_duplicate_key_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text(resolve("hardware", "l4").read_text() + "tdp_w: 80\n")
+    with pytest.raises(UserError, match="dup.yaml: malformed YAML at line .*duplicate key 'tdp_w'"):
+        load_profile(path)
+
+
+def test_unknown_field_is_named_with_allowed(tmp_path: Path) -> None:
+    data = _h100()
+    data["memory_bandwith_gb_per_s"] = 1
+    with pytest.raises(UserError, match="custom.yaml: unknown field 'memory_bandwith_gb_per_s'; allowed: id, name"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_missing_field_is_named(tmp_path: Path) -> None:
+    data = _h100()
+    del data["memory_bandwidth_gb_per_s"]
+    with pytest.raises(UserError, match="custom.yaml: missing field 'memory_bandwidth_gb_per_s'"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_unknown_dtype_lists_allowed(tmp_path: Path) -> None:
+    data = _h100()
+    data["peak_tflops"]["fp6"] = 1
+    with pytest.raises(UserError, match=f"peak_tflops: unknown field 'fp6'; allowed: {', '.join(DTYPES)}"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_bad_kind_lists_allowed(tmp_path: Path) -> None:
+    data = _h100() | {"kind": "tpu"}
+    with pytest.raises(UserError, match="kind: 'tpu' is not allowed; allowed: gpu, cpu"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_negative_number_is_rejected(tmp_path: Path) -> None:
+    data = _h100() | {"memory_capacity_gb": -80}
+    with pytest.raises(UserError, match="memory_capacity_gb: must be a positive number, got -80"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_interconnect_field_is_checked(tmp_path: Path) -> None:
+    data = _h100()
+    del data["interconnect"]["latency_us"]
+    with pytest.raises(UserError, match="interconnect: missing field 'latency_us'"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_every_number_needs_a_source(tmp_path: Path) -> None:
+    data = _h100()
+    del data["sources"]["tdp_w"]
+    with pytest.raises(UserError, match="no source for 'tdp_w'"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_a_parent_source_covers_its_fields(tmp_path: Path) -> None:
+    data = _h100()
+    del data["sources"]["interconnect.latency_us"]
+    assert load_profile(_write(tmp_path, data)).interconnect == load_profile("h100-sxm").interconnect
+
+
+def test_source_for_a_missing_field_is_an_error(tmp_path: Path) -> None:
+    data = _h100()
+    data["sources"]["peak_tflops.fp4"] = "made up"
+    with pytest.raises(UserError, match="sources.peak_tflops.fp4: names no sourced field"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_efficiency_section_errors_come_from_cost_params(tmp_path: Path) -> None:
+    data = _h100()
+    data["efficiency"]["gemm_efficency"] = 0.5
+    with pytest.raises(UserError, match="custom.yaml: efficiency: unknown field 'gemm_efficency'"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_datasheet_profile_without_sections_gets_defaults(tmp_path: Path) -> None:
+    data = read_profile_dict(resolve("hardware", "l4"))
+    del data["executor"]
+    assert load_profile(_write(tmp_path, data)).executor.mode == "cuda_graphs"
+
+
+def test_cpu_profile_must_run_eager(tmp_path: Path) -> None:
+    data = read_profile_dict(resolve("hardware", "l4")) | {"kind": "cpu"}
+    with pytest.raises(UserError, match="executor.mode: a cpu profile must set mode: eager"):
+        load_profile(_write(tmp_path, data))
+
+
+def test_dump_is_deterministic_and_round_trips(tmp_path: Path) -> None:
+    data = _h100()
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    dump_profile(data, first)
+    dump_profile(data, second)
+    assert first.read_bytes() == second.read_bytes()
+    assert yaml.safe_load(first.read_text()) == data
+    assert load_profile(first) == load_profile("h100-sxm")
+
+
+def test_parse_profile_names_where() -> None:
+    with pytest.raises(UserError, match="^from calibrate: missing field 'id'"):
+        parse_profile({}, where="from calibrate")
+
+
+# ---- profile-device ---------------------------------------------------------------------------------------
+
+
+def test_profile_device_quick_writes_a_loadable_cpu_profile(tmp_path: Path) -> None:
+    """Under 10 s on a 2-core CPU (tiny sweeps)."""
+    pytest.importorskip("torch")
+    out = tmp_path / "cpu.yaml"
+    assert main(["profile-device", "--quick", "--threads", "1", "--id", "test-cpu", "--out", str(out)]) == 0
+    hw = load_profile(out)
+    assert hw.id == "test-cpu" and hw.kind == "cpu" and hw.is_measured
+    assert {"fp32", "bf16"} <= set(hw.supported_dtypes)
+    assert hw.executor.mode == "eager" and hw.executor.kernel_launch_s > 0
+    assert hw.num_compute_units == 1 and hw.measured["num_threads"] == 1
+    assert hw.measured["memory"]["read"]["plateau_gb_per_s"] > 0
+    assert all(row["spread"] >= 0 for row in hw.measured["gemm"]["bf16"]["sweep"])
+
+
+def test_profile_device_restores_torch_threads(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    main(["profile-device", "--quick", "--threads", "1", "--out", str(tmp_path / "p.yaml")])
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.gpu
+def test_profile_device_cuda_writes_a_loadable_gpu_profile(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    out = tmp_path / "gpu.yaml"
+    assert main(["profile-device", "--device", "cuda", "--quick", "--out", str(out)]) == 0
+    hw = load_profile(out)
+    assert hw.kind == "gpu" and {"fp32", "tf32", "bf16", "fp16"} <= set(hw.supported_dtypes)
+    assert hw.memory_capacity_bytes == torch.cuda.get_device_properties(0).total_memory

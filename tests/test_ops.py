@@ -1,0 +1,123 @@
+"""Closed-form FLOP and byte counts of the per-operator records, TP sharding, quantization table."""
+
+import numpy as np
+import pytest
+
+from engine.core.model_spec import ModelSpec
+from roofline.errors import UserError
+from roofline.ops import BatchStats, attention_pairs, kv_bytes_per_token_per_rank, step_ops, weight_bytes_per_rank
+from roofline.quant import QuantConfig
+
+BF16 = QuantConfig.from_user(model_dtype="bfloat16")
+
+
+def tiny(**overrides) -> ModelSpec:
+    base = dict(name="t", architecture="LlamaForCausalLM", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2,
+                head_dim=16, intermediate_size=128, vocab_size=512)
+    return ModelSpec(**{**base, **overrides})
+
+
+def ops_by_name(spec, quant, tp, q, c, e):
+    stats = BatchStats.from_arrays(np.array(q), np.array(c), np.array(e, bool), spec.sliding_window)
+    return {op.name: op for op in step_ops(spec, quant, tp, stats)}
+
+
+def test_gemm_flops_and_bytes_closed_form():
+    ops = ops_by_name(tiny(), BF16, 1, [3], [0], [True])
+    qkv = ops["qkv_proj"]  # m=3, n=(4+2*2)*16=128, k=64, 2 layers
+    assert qkv.flops == 2 * 2 * 3 * 128 * 64
+    assert qkv.weight_bytes == 2 * 128 * 64 * 2
+    assert qkv.act_bytes == 2 * (3 * 64 + 3 * 128) * 2
+    assert ops["gate_up_proj"].flops == 2 * 2 * 3 * 256 * 64
+    assert ops["down_proj"].flops == 2 * 2 * 3 * 64 * 128
+    assert ops["lm_head"].flops == 2 * 1 * 512 * 64
+
+
+def test_prefill_attention_causal_with_context():
+    ops = ops_by_name(tiny(), BF16, 1, [4], [6], [True])
+    att = ops["attention_prefill"]
+    pairs = 7 + 8 + 9 + 10  # query i sees 6 + i + 1 keys
+    assert att.flops == 2 * 4 * 4 * 16 * pairs  # layers * (2 MACs * 2 FLOPs) * heads * head_dim * pairs
+    kv_token = 2 * 2 * 16 * 2  # K and V, 2 KV heads, head_dim 16, bf16
+    assert att.kv_read_bytes == 2 * 10 * kv_token
+    assert att.kv_write_bytes == 2 * 4 * kv_token
+
+
+def test_decode_attention_reads_whole_context():
+    ops = ops_by_name(tiny(), BF16, 1, [1, 1], [9, 99], [True, True])
+    att = ops["attention_decode"]
+    assert att.flops == 2 * 4 * 4 * 16 * (10 + 100)
+    assert att.kv_read_bytes == 2 * (10 + 100) * 2 * 2 * 16 * 2
+    assert "attention_prefill" not in ops
+
+
+def test_sliding_window_limits_pairs():
+    assert attention_pairs(np.array([4.0]), np.array([6.0]), 8.0)[0] == 7 + 8 + 8 + 8
+    assert attention_pairs(np.array([5.0]), np.array([0.0]), np.inf)[0] == 15
+    ops = ops_by_name(tiny(sliding_window=4), BF16, 1, [1], [100], [True])
+    assert ops["attention_decode"].kv_read_bytes == 2 * 4 * 2 * 2 * 16 * 2
+
+
+def test_lm_head_only_for_emitting_sequences():
+    ops = ops_by_name(tiny(), BF16, 1, [8, 1], [0, 5], [False, True])
+    assert ops["lm_head"].shape[0] == 1
+    assert "lm_head" not in ops_by_name(tiny(), BF16, 1, [8], [0], [False])
+
+
+def test_tensor_parallel_shards_and_replicates_kv_heads():
+    one = ops_by_name(tiny(), BF16, 1, [4], [0], [True])
+    four = ops_by_name(tiny(), BF16, 4, [4], [0], [True])
+    assert four["gate_up_proj"].flops * 4 == one["gate_up_proj"].flops
+    assert four["o_proj"].weight_bytes * 4 == one["o_proj"].weight_bytes
+    # 2 KV heads over 4 ranks: one KV head per rank (replicated), one query head per rank
+    assert four["qkv_proj"].shape[1] == (1 + 2 * 1) * 16
+    assert kv_bytes_per_token_per_rank(tiny(), BF16, 4) == kv_bytes_per_token_per_rank(tiny(), BF16, 2)
+    assert four["attn_all_reduce"].comm_bytes == 2 * 4 * 64 * 2
+    assert "attn_all_reduce" not in one
+    assert four["lm_head"].shape[1] == 512 / 4
+
+
+def test_tp_must_divide_heads():
+    with pytest.raises(UserError, match="tensor-parallel-size"):
+        ops_by_name(tiny(), BF16, 3, [1], [0], [True])
+
+
+def test_qk_norm_only_for_qwen3():
+    assert "qk_norm" in ops_by_name(tiny(architecture="Qwen3ForCausalLM", qk_norm=True), BF16, 1, [2], [0], [True])
+    assert "qk_norm" not in ops_by_name(tiny(), BF16, 1, [2], [0], [True])
+
+
+def test_moe_touches_expected_experts():
+    spec = tiny(architecture="MixtralForCausalLM", num_experts=8, num_experts_per_tok=2)
+    ops = ops_by_name(spec, BF16, 1, [1], [0], [True])
+    moe = ops["moe_experts"]
+    assert moe.weight_bytes == pytest.approx(2 * 2 * 3 * 64 * 128 * 2)  # one token touches 2 experts
+    big = ops_by_name(spec, BF16, 1, [1000], [0], [True])["moe_experts"]
+    assert big.weight_bytes == pytest.approx(2 * 8 * 3 * 64 * 128 * 2)
+    touched = 8 * (1 - (1 - 2 / 8) ** 3)
+    three = ops_by_name(spec, BF16, 1, [3], [0], [True])["moe_experts"]
+    assert three.weight_bytes == pytest.approx(2 * touched * 3 * 64 * 128 * 2)
+    assert "router" in ops and "gate_up_proj" not in ops
+
+
+def test_weight_and_kv_bytes_per_rank():
+    spec = tiny()
+    params = spec.num_params()
+    assert weight_bytes_per_rank(spec, BF16, 1) == params * 2
+    assert kv_bytes_per_token_per_rank(spec, BF16, 1) == 2 * 2 * 2 * 16 * 2
+
+
+def test_quant_table():
+    fp8 = QuantConfig.from_user(quantization="fp8", kv_cache_dtype="fp8", model_dtype="bfloat16")
+    assert (fp8.weight_bytes_per_param, fp8.gemm_dtype, fp8.kv_bytes_per_element) == (1.0, "fp8", 1.0)
+    awq = QuantConfig.from_user(quantization="awq", model_dtype="float16")
+    assert awq.gemm_dtype == "fp16" and 0.5 < awq.weight_bytes_per_param < 0.55
+    assert QuantConfig.from_user(model_dtype="float32").act_dtype == "bf16"
+    assert QuantConfig.from_user(dtype="float32").act_bytes == 4.0
+    with pytest.raises(UserError, match="--quantization"):
+        QuantConfig.from_user(quantization="nf4")
+    with pytest.raises(UserError, match="--kv-cache-dtype"):
+        QuantConfig.from_user(kv_cache_dtype="int4")
+    fp8_ops = ops_by_name(tiny(), fp8, 1, [2], [0], [True])
+    assert fp8_ops["qkv_proj"].weight_bytes == 2 * 128 * 64 * 1.0
+    assert fp8_ops["lm_head"].weight_bytes == 512 * 64 * 2.0  # LM head stays in the activation dtype

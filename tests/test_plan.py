@@ -1,0 +1,395 @@
+"""roofline.plan / roofline.report: the rate search, the replica and cost arithmetic, prices, and the report
+files, against a small fake backend whose capacity is known in closed form."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from roofline import plan as planner
+from roofline.errors import UserError
+from roofline.plan import (NOMINAL, OPTIMISTIC, PESSIMISTIC, RATE_REL_TOL, Config, Efficiency, Fit, OpCost,
+                           PlanRequest, Price, RunResult, Search, Slo, StepProfile)
+from roofline.report import Table, all_tables, report_tables, sig, write_report
+
+
+@dataclass(frozen=True)
+class FakeBackend:
+    """One FIFO server per replica with a deterministic service time 1 / capacity; capacity grows with TP,
+    max_num_seqs and both efficiencies. TTFT = queueing + a fixed floor; TPOT grows with utilisation."""
+
+    base_rate_per_s: float = 4.0
+    ttft_floor_s: float = 0.05
+    tpot_floor_s: float = 0.02
+
+    def capacity_per_s(self, config: Config, efficiency: Efficiency) -> float:
+        return (self.base_rate_per_s * config.tensor_parallel_size * math.sqrt(config.max_num_seqs / 64)
+                * efficiency.compute * efficiency.memory)
+
+    def fit(self, config: Config) -> Fit:
+        if config.hardware == "small" and config.tensor_parallel_size == 1:
+            return Fit(None, "weights 140 GB exceed 80 GB x 0.9")
+        return Fit(10_000 * config.tensor_parallel_size)
+
+    def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int) -> RunResult:
+        mu = self.capacity_per_s(config, efficiency)
+        rng = np.random.default_rng(0)
+        unit_gaps = rng.exponential(1.0, num_requests - 1)
+        if math.isinf(rate_per_s):
+            arrival = np.zeros(num_requests)
+        else:
+            arrival = np.concatenate([[0.0], np.cumsum(unit_gaps) / rate_per_s])
+        start = np.empty(num_requests)
+        finish = np.empty(num_requests)
+        free_at = 0.0
+        for i, a in enumerate(arrival):
+            start[i] = max(a, free_at)
+            free_at = finish[i] = start[i] + 1.0 / mu
+        utilisation = min(rate_per_s / mu, 2.0)
+        tpot = np.full(num_requests, self.tpot_floor_s / efficiency.memory * (1 + utilisation))
+        tpot[::10] = np.nan  # single-token answers have no TPOT
+        in_flight = np.searchsorted(arrival, finish, side="right") - np.arange(1, num_requests + 1)
+        return RunResult(
+            ttft_s=start - arrival + self.ttft_floor_s / efficiency.compute,
+            tpot_s=tpot,
+            finish_s=finish,
+            num_prompt_tokens=np.full(num_requests, 100),
+            num_output_tokens=rng.integers(10, 200, num_requests),
+            kv_time_s=finish,
+            kv_usage=np.minimum(1.0, in_flight / config.max_num_seqs),
+            mean_num_running=float(np.mean(np.minimum(in_flight + 1, config.max_num_seqs))),
+        )
+
+    def step_profile(self, config: Config, query_lens: np.ndarray, context_lens: np.ndarray,
+                     label: str) -> StepProfile:
+        tokens = float(np.sum(query_lens))
+        ops = (OpCost("qkv_proj", 2e9 * tokens, 1e8 + 1e4 * tokens, 1e-4 + 1e-7 * tokens, "memory"),
+               OpCost("attention", 1e8 * tokens, 1e4 * float(np.sum(context_lens)) + 1, 2e-5 * tokens, "memory"),
+               OpCost("mlp", 6e9 * tokens, 3e8 + 1e4 * tokens, 3e-4 + 3e-7 * tokens, "compute"),
+               OpCost("all_reduce", 0.0, 1e4 * tokens, 1e-5, "comm"))
+        return StepProfile(label, ops, sum(op.time_s for op in ops), 1e15, 3e12)
+
+    def notes(self) -> tuple[str, ...]:
+        return ("fake backend",)
+
+
+SLO = Slo(ttft_s=0.5, tpot_s=0.05, percentile=90)
+PRICES = {"big": Price(3.0, "test offer", "https://example.com", "2026-01-01"),
+          "small": Price(1.5, "test offer", "https://example.com", "2026-01-01")}
+
+
+def _request(**kw: object) -> PlanRequest:
+    base = dict(model="llama-tiny", hardware=("big", "small"), workload="sharegpt-chat", slo=SLO,
+                target_rate_per_s=20.0, tensor_parallel_sizes=(1, 2), max_num_seqs=(64, 256), sensitivity=True,
+                num_requests=400)
+    base.update(kw)
+    return PlanRequest(**base)
+
+
+def _passes(backend: FakeBackend, config: Config, rate: float, slo: Slo = SLO) -> bool:
+    run = backend.run(config, NOMINAL, rate, planner.num_simulated_requests(400))
+    return planner.summarize(run, rate, slo).passes
+
+
+# ---- the search --------------------------------------------------------------------------------------
+
+def test_search_brackets_the_highest_passing_rate() -> None:
+    backend, config = FakeBackend(), Config("big", 2, 64)
+    search = planner.search_max_rate(backend, config, NOMINAL, SLO, 400)
+    assert search.best is not None and search.best.passes and search.best.rate_per_s == search.max_rate_per_s
+    # The bracket's failing end is at most RATE_REL_TOL above the answer, and it failed.
+    failing = [p.rate_per_s for p in search.points if not p.passes and p.rate_per_s > search.max_rate_per_s]
+    assert min(failing) <= search.max_rate_per_s * (1 + RATE_REL_TOL) + 1e-12
+    assert len(search.points) <= 10
+    assert search.saturation_rate_per_s == pytest.approx(backend.capacity_per_s(config, NOMINAL), rel=1e-6)
+    assert len(search.kv_time_s) == len(search.kv_usage) > 0
+
+
+def test_search_with_loose_slos_answers_the_saturation_rate_in_two_runs() -> None:
+    loose = Slo(ttft_s=1e6, tpot_s=1e6)
+    search = planner.search_max_rate(FakeBackend(), Config("big", 1, 64), NOMINAL, loose, 400)
+    assert len(search.points) == 2
+    assert search.max_rate_per_s == search.saturation_rate_per_s
+
+
+def test_search_reports_zero_when_the_latency_floor_exceeds_the_slo() -> None:
+    impossible = Slo(ttft_s=0.01, tpot_s=1.0)  # below the fake's 0.05 s TTFT floor
+    search = planner.search_max_rate(FakeBackend(), Config("big", 1, 64), NOMINAL, impossible, 400)
+    assert search.max_rate_per_s == 0.0 and search.best is None
+    assert len(search.points) == 2 + planner.MAX_HALVINGS
+
+
+def test_summary_excludes_warmup_and_drain_and_single_token_tpot() -> None:
+    n = 100
+    ttft = np.zeros(n)
+    ttft[:10] = ttft[-10:] = 99.0  # warm-up and drain requests: excluded
+    tpot = np.full(n, 0.01)
+    tpot[10:19] = np.nan  # one-token answers meet the TPOT SLO ...
+    tpot[19] = 0.05  # ... so this one is the only miss: 1 of 80 measured, p98 holds, p99 does not
+    run = RunResult(ttft, tpot, np.arange(1.0, n + 1), np.full(n, 7), np.full(n, 3), np.zeros(2),
+                    np.array([0.2, 0.6]), 4.0)
+    point = planner.summarize(run, 1.0, Slo(1.0, 0.02, 98))
+    assert point.ttft_s == 0.0 and point.tpot_s == pytest.approx(0.01) and point.passes
+    assert point.peak_kv_usage == 0.6 and point.mean_prompt_tokens == 7
+    assert not planner.summarize(run, 1.0, Slo(1.0, 0.02, 99)).passes
+
+
+def test_slo_percentile_passes_exactly_when_the_share_meeting_the_slo_suffices() -> None:
+    values = np.arange(1.0, 101.0)  # 90 of 100 are <= 90
+    assert planner.slo_percentile(values, 90) == 90.0
+    assert planner.slo_percentile(values, 90.5) == 91.0
+
+
+def test_num_simulated_requests_leaves_the_requested_number_measured() -> None:
+    for n in (1, 400, 2000, 2001):
+        total = planner.num_simulated_requests(n)
+        window = planner.measured_slice(total)
+        assert len(range(total)[window]) >= n
+
+
+# ---- arithmetic --------------------------------------------------------------------------------------
+
+def _search(rate: float, tp: int = 2) -> Search:
+    return Search(Config("big", tp, 64), NOMINAL, rate, rate * 2, (), None)
+
+
+def test_replicas_round_up_but_not_on_exact_multiples() -> None:
+    assert planner.replicas_needed(20.0, _search(20.0 / 3)) == 3
+    assert planner.replicas_needed(20.0, _search(6.0)) == 4
+    assert planner.replicas_needed(0.1, _search(6.0)) == 1
+    assert planner.gpus_needed(20.0, _search(6.0, tp=4)) == 16
+    assert planner.replicas_needed(20.0, _search(0.0)) is None
+
+
+def test_config_plan_cost_per_million_output_tokens() -> None:
+    plan = planner.make_plan(_request(sensitivity=False), FakeBackend(), PRICES, num_workers=1)
+    c = next(c for c in plan.configs if c.meets_slo)
+    tokens_per_hour = 20.0 * c.nominal.best.mean_output_tokens * 3600
+    assert c.usd_per_hour == c.num_gpus * c.price.usd_per_gpu_hour
+    assert c.usd_per_million_output_tokens == pytest.approx(c.usd_per_hour / tokens_per_hour * 1e6)
+
+
+def test_plan_ranks_by_cost_and_lists_configs_that_do_not_fit() -> None:
+    plan = planner.make_plan(_request(), FakeBackend(), PRICES, num_workers=1)
+    assert plan.best is not None
+    assert plan.best.usd_per_hour == min(c.usd_per_hour for c in plan.serving)
+    unfit = [c for c in plan.configs if not c.fit.fits]
+    assert {(c.config.hardware, c.config.tensor_parallel_size) for c in unfit} == {("small", 1)}
+    assert all(c.why_not == "weights 140 GB exceed 80 GB x 0.9" and c.nominal is None for c in unfit)
+    assert [c.config.hardware for c in plan.best_per_hardware()] == ["big", "small"]
+
+
+def test_sensitivity_brackets_the_nominal_answer() -> None:
+    plan = planner.make_plan(_request(), FakeBackend(), PRICES, num_workers=1)
+    for c in plan.serving:
+        assert c.pessimistic.efficiency == PESSIMISTIC and c.optimistic.efficiency == OPTIMISTIC
+        assert c.pessimistic.max_rate_per_s <= c.max_rate_per_s <= c.optimistic.max_rate_per_s
+        fewer, more = c.gpus_range()
+        assert fewer <= c.num_gpus <= more
+
+
+def test_two_workers_give_the_same_plan_as_one() -> None:
+    request = _request(hardware=("big",), tensor_parallel_sizes=(1, 2), max_num_seqs=(64,))
+    one = planner.make_plan(request, FakeBackend(), PRICES, num_workers=1)
+    two = planner.make_plan(request, FakeBackend(), PRICES, num_workers=2)
+    assert one == two
+
+
+def test_request_rejects_bad_input() -> None:
+    with pytest.raises(UserError, match="--target-qps"):
+        _request(target_rate_per_s=-1.0)
+    with pytest.raises(UserError, match="--tensor-parallel-sizes"):
+        _request(tensor_parallel_sizes=(0,))
+    with pytest.raises(UserError, match="--slo-percentile"):
+        Slo(1.0, 1.0, percentile=0)
+    with pytest.raises(UserError, match="--slo-ttft-s"):
+        Slo(-1.0, 1.0)
+
+
+# ---- prices ------------------------------------------------------------------------------------------
+
+def test_shipped_prices_name_a_shipped_hardware_a_source_and_a_date() -> None:
+    from roofline.registry import list_ids
+
+    prices = planner.load_prices()
+    assert {"h100-sxm", "h200-sxm", "a100-80gb-sxm"} <= set(prices)
+    assert set(prices) <= set(list_ids("hardware"))
+    for price in prices.values():
+        assert price.usd_per_gpu_hour > 0 and price.source.startswith("https://")
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", price.read_on)
+
+
+def test_price_flags_override_and_reject_bad_values() -> None:
+    assert planner.parse_price_flags(["h100-sxm=2.5"]) == {"h100-sxm": 2.5}
+    for bad in ("h100-sxm", "h100-sxm=-1", "=2", "h100-sxm=abc"):
+        with pytest.raises(UserError, match="--price"):
+            planner.parse_price_flags([bad])
+    prices = planner.prices_for(("h100-sxm", "x"), {"x": 1.0})
+    assert prices["x"].usd_per_gpu_hour == 1.0 and prices["h100-sxm"] == planner.load_prices()["h100-sxm"]
+    with pytest.raises(UserError, match="not among --hardware"):
+        planner.prices_for(("h100-sxm",), {"h200-sxm": 1.0})
+    with pytest.raises(UserError, match="no default price for hardware 'x'"):
+        planner.prices_for(("x",), {})
+
+
+# ---- the report --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[planner.Plan, Path]:
+    plan = planner.make_plan(_request(), FakeBackend(), PRICES, num_workers=1)
+    out = tmp_path_factory.mktemp("plan")
+    write_report(plan, out)
+    return plan, out
+
+
+def test_report_files_exist_and_every_referenced_image_exists(small_report: tuple[planner.Plan, Path]) -> None:
+    _, out = small_report
+    html_text = (out / "report.html").read_text()
+    md_text = (out / "report.md").read_text()
+    images = re.findall(r'<img src="([^"]+)"', html_text)
+    assert set(images) == set(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md_text))
+    assert {"cost.png", "latency_vs_load.png", "kv_usage.png", "step_breakdown.png", "roofline_big.png",
+            "roofline_small.png"} == set(images)
+    for name in images:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for link in re.findall(r'<a href="([^"]+)"', html_text):
+        assert (out / link).exists()
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _md_tables(text: str) -> list[list[list[str]]]:
+    tables, current = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            current.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def test_numbers_in_the_report_equal_those_in_the_csvs(small_report: tuple[planner.Plan, Path]) -> None:
+    plan, out = small_report
+    shown = report_tables(plan, all_tables(plan))
+    md_tables = _md_tables((out / "report.md").read_text())
+    html_text = (out / "report.html").read_text()
+    csv_of = {"best_per_hardware": "best_per_hardware", "serving": "serving", "not_serving": "configurations",
+              "prices": "prices"}
+    for key, table in shown.items():
+        rows = _read_csv(out / f"{csv_of[key]}.csv")
+        if key == "not_serving":
+            rows = [r for r in rows if r["status"] != "serves"]
+        expected = [[r[c] for c in table.columns] for r in rows]
+        assert expected and [list(r) for r in table.rows] == expected
+        # The same cells appear in report.md (a table with these rows) and report.html.
+        assert any(t[2:] == [[v.replace("|", "\\|") for v in r] for r in expected] for t in md_tables), key
+        for row in expected:
+            assert "".join(f">{v}</td>" for v in row) in re.sub(r"<td[^>]*>", ">", html_text.replace(
+                "&amp;", "&")).replace("&gt;", ">"), (key, row)
+    # The answer's numbers come from the best configuration's CSV row.
+    best = next(r for r in _read_csv(out / "configurations.csv")
+                if (r["hardware"], r["tensor_parallel_size"], r["max_num_seqs"])
+                == (plan.best.config.hardware, str(plan.best.config.tensor_parallel_size),
+                    str(plan.best.config.max_num_seqs)))
+    answer = (out / "report.md").read_text().split("## Answer")[1].split("\n- ")[0]
+    for column in ("num_gpus", "usd_per_hour", "usd_per_million_output_tokens", "eff_minus10_num_gpus",
+                   "eff_plus10_num_gpus"):
+        assert best[column] and best[column] in answer, column
+
+
+def test_csv_rows_cover_every_configuration_and_probe(small_report: tuple[planner.Plan, Path]) -> None:
+    plan, out = small_report
+    assert len(_read_csv(out / "configurations.csv")) == len(plan.configs) == 8
+    assert len(_read_csv(out / "search_probes.csv")) == plan.num_simulations
+
+
+def test_report_is_byte_identical_for_the_same_plan(small_report: tuple[planner.Plan, Path],
+                                                     tmp_path: Path) -> None:
+    plan, out = small_report
+    write_report(plan, tmp_path)
+    for path in sorted(out.iterdir()):
+        assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_report_without_any_serving_configuration(tmp_path: Path) -> None:
+    plan = planner.make_plan(_request(slo=Slo(0.01, 1.0), sensitivity=False, hardware=("big",),
+                                      tensor_parallel_sizes=(1,), max_num_seqs=(64,)), FakeBackend(), PRICES, 1)
+    write_report(plan, tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    assert "No configuration serves" in text and "SLOs missed even at" in text
+
+
+def test_sig_formats_without_exponents() -> None:
+    assert [sig(x) for x in (1234.5, 0.012345, 1.0, 0.0, None)] == ["1230", "0.0123", "1.00", "0", ""]
+    assert Table("t", ("a",), (("1",),)).to_csv() == "a\n1\n"
+
+
+# ---- the real backend --------------------------------------------------------------------------------
+
+def test_scale_efficiency_moves_every_compute_and_memory_fraction() -> None:
+    from dataclasses import fields
+
+    from roofline.hardware import load_profile
+
+    hw = load_profile("h100-sxm")
+    named = set(planner.COMPUTE_EFFICIENCIES) | set(planner.MEMORY_EFFICIENCIES) | set(planner.UNSCALED_EFFICIENCIES)
+    # A new *_efficiency field must be classified: this fails until it is.
+    assert {f.name for f in fields(hw.efficiency) if f.name.endswith("_efficiency")} == named
+    low = planner.scale_efficiency(hw, PESSIMISTIC)
+    for name in planner.COMPUTE_EFFICIENCIES + planner.MEMORY_EFFICIENCIES:
+        assert getattr(low.efficiency, name) == pytest.approx(0.9 * getattr(hw.efficiency, name))
+    for name in planner.UNSCALED_EFFICIENCIES:
+        assert getattr(low.efficiency, name) == getattr(hw.efficiency, name)
+    high = planner.scale_efficiency(replace(hw, efficiency=replace(hw.efficiency, memory_efficiency=0.95)),
+                                    OPTIMISTIC)
+    assert high.efficiency.memory_efficiency == 1.0  # capped
+
+
+def test_workload_at_rate_scales_arrivals_and_keeps_the_requests() -> None:
+    from roofline.workload import load_workload, sample_requests
+
+    wl = load_workload("sharegpt-chat")
+    slow = sample_requests(planner.workload_at_rate(wl, 2.0, 50)[0])
+    fast = sample_requests(planner.workload_at_rate(wl, 4.0, 50)[0])
+    burst = sample_requests(planner.workload_at_rate(wl, math.inf, 50)[0])
+    assert len(slow) == 50
+    assert [s.num_prompt_tokens for s in slow] == [s.num_prompt_tokens for s in fast]
+    assert [s.arrival_s for s in fast] == pytest.approx([s.arrival_s / 2 for s in slow])
+    assert all(s.arrival_s == 0 for s in burst)
+
+
+def test_cli_writes_a_report_with_the_real_simulator(tmp_path: Path) -> None:
+    from roofline.cli import main
+
+    out = tmp_path / "plan"
+    rc = main(["plan", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--workload", "sharegpt-chat",
+               "--slo-ttft-s", "2", "--slo-tpot-s", "0.1", "--target-qps", "5", "--tensor-parallel-sizes", "1",
+               "--max-num-seqs", "64", "--no-sensitivity", "--num-requests", "60", "--workers", "1",
+               "--max-model-len", "16384", "--out", str(out)])
+    assert rc == 0
+    rows = _read_csv(out / "configurations.csv")
+    assert len(rows) == 1 and rows[0]["status"] == "serves" and float(rows[0]["max_rate_per_replica_per_s"]) > 0
+    assert (out / "roofline_h100-sxm.png").exists() and (out / "report.html").exists()
+
+
+def test_cli_rejects_bad_flags_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from roofline.cli import main
+
+    base = ["plan", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--workload", "sharegpt-chat",
+            "--slo-ttft-s", "2", "--slo-tpot-s", "0.1", "--target-qps", "5", "--out", str(tmp_path)]
+    for extra, flag in ((["--tensor-parallel-sizes", "1,x"], "--tensor-parallel-sizes"),
+                        (["--price", "h100-sxm=free"], "--price"), (["--price", "b200=5"], "--price"),
+                        (["--hardware", "nope"], "--hardware"), (["--target-qps", "0"], "--target-qps")):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and flag in err, err

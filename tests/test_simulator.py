@@ -1,0 +1,195 @@
+"""The discrete-event simulator: fidelity to an engine loop on the same core, determinism, routing, metrics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.core.scheduler import Scheduler
+from roofline.errors import UserError
+from roofline.metrics import InterTokenLatencies, SummaryOptions, summarize
+from roofline.simulator import (EngineArgs, SimulationOptions, make_deployment, run_simulation,
+                                sampled_token_id)
+from roofline.workload import (ArrivalProcess, LengthDistribution, RequestFactory, SharedPrefix, Workload,
+                               sample_requests)
+
+SMALL_ENGINE = EngineArgs(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=512, num_gpu_blocks_override=40)
+
+
+def small_workload(num_requests: int = 40, rate: float = 200.0, seed: int = 0,
+                   shared_prefix: SharedPrefix | None = SharedPrefix(num_groups=2, prefix_tokens=32)) -> Workload:
+    return Workload(name="small", seed=seed, num_requests=num_requests, arrival=ArrivalProcess("poisson", rate),
+                    prompt_tokens=LengthDistribution("uniform", min_tokens=20, max_tokens=120),
+                    output_tokens=LengthDistribution("uniform", min_tokens=1, max_tokens=60),
+                    shared_prefix=shared_prefix)
+
+
+@pytest.fixture(scope="module")
+def deployment():  # noqa: ANN201 - a Deployment
+    return make_deployment("llama-156m", "h100-sxm", SMALL_ENGINE)
+
+
+def engine_loop_trace(deployment, workload: Workload, durations: np.ndarray) -> list[tuple]:  # noqa: ANN001
+    """What an engine does with the core: at each step add the requests that arrived by now, schedule, run
+    the step for its (here: recorded) duration, feed back the sampled tokens; idle until the next arrival."""
+    specs = sample_requests(workload)
+    make = RequestFactory(deployment.spec.vocab_size, workload.seed, deployment.spec.bos_token_id,
+                          deployment.spec.eos_token_id)
+    prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
+    sched = Scheduler(deployment.scheduler_config, deployment.cache_config)
+    token = sampled_token_id(deployment.spec)
+    now, next_spec, trace = 0.0, 0, []
+    while next_spec < len(specs) or sched.has_unfinished():
+        while next_spec < len(specs) and specs[next_spec].arrival_s <= now:
+            sched.add_request(make(specs[next_spec], prefix_tokens))
+            next_spec += 1
+        plan = sched.schedule(now)
+        if plan.is_empty:
+            if not plan.preempted_request_ids:
+                now = specs[next_spec].arrival_s
+            continue
+        trace.append((now, tuple(plan.request_ids), tuple(plan.query_lens), tuple(plan.context_lens),
+                      len(plan.preempted_request_ids)))
+        now += durations[len(trace) - 1]
+        sched.update_from_output(plan, [token] * plan.num_seqs, now)
+    return trace
+
+
+def test_replaying_measured_durations_reproduces_the_engine_batches(deployment) -> None:  # noqa: ANN001
+    workload = small_workload(num_requests=60, rate=300.0)
+    durations = np.random.default_rng(7).uniform(0.002, 0.03, size=5000)
+    engine = engine_loop_trace(deployment, workload, durations)
+    result = run_simulation(deployment, workload, step_time_fn=lambda replica, step, plan: float(durations[step]))
+    simulated = [(row.start_s, ids, tuple(q.tolist()), tuple(c.tolist()), row.num_preemptions)
+                 for row, ids, (q, c, _) in zip(result.steps.itertuples(), result.step_request_ids,
+                                                result.step_seqs)]
+    assert sum(step[4] for step in engine) > 0, "the case should exercise preemption"
+    assert len(simulated) == len(engine)
+    for sim_step, engine_step in zip(simulated, engine):
+        assert sim_step[0] == pytest.approx(engine_step[0], abs=1e-9)
+        assert sim_step[1:] == engine_step[1:]
+
+
+def test_every_request_finishes_with_its_output_tokens(deployment) -> None:  # noqa: ANN001
+    workload = small_workload()
+    result = run_simulation(deployment, workload)
+    specs = sample_requests(workload)
+    assert result.requests["num_output_tokens"].tolist() == [s.num_output_tokens for s in specs]
+    assert (result.requests["finish_s"] >= result.requests["first_token_s"]).all()
+    assert (result.requests["first_token_s"] > result.requests["arrival_s"]).all()
+    assert result.requests["num_prefix_hit_tokens"].sum() > 0  # requests of a group share 32 prefix tokens
+
+
+def test_same_seed_same_result_other_seed_differs(deployment) -> None:  # noqa: ANN001
+    first = run_simulation(deployment, small_workload(seed=1))
+    again = run_simulation(deployment, small_workload(seed=1))
+    other = run_simulation(deployment, small_workload(seed=2))
+    pd.testing.assert_frame_equal(first.requests, again.requests)
+    pd.testing.assert_frame_equal(first.steps, again.steps)
+    assert not first.requests["ttft_s"].equals(other.requests["ttft_s"])
+
+
+def test_prefix_caching_off_means_no_hits() -> None:
+    deployment = make_deployment("llama-156m", "h100-sxm",
+                                 EngineArgs(**{**SMALL_ENGINE.__dict__, "enable_prefix_caching": False}))
+    result = run_simulation(deployment, small_workload())
+    assert result.requests["num_prefix_hit_tokens"].sum() == 0
+
+
+def test_round_robin_alternates_replicas(deployment) -> None:  # noqa: ANN001
+    result = run_simulation(deployment, small_workload(num_requests=10),
+                            SimulationOptions(num_replicas=3, router="round_robin"))
+    assert result.requests["replica"].tolist() == [i % 3 for i in range(10)]
+
+
+def test_least_outstanding_balances_a_burst(deployment) -> None:  # noqa: ANN001
+    workload = small_workload(num_requests=9, rate=math.inf)
+    result = run_simulation(deployment, workload, SimulationOptions(num_replicas=3, router="least_outstanding"))
+    assert result.requests["replica"].value_counts().tolist() == [3, 3, 3]
+    assert set(result.steps["replica"]) == {0, 1, 2}
+
+
+def test_two_replicas_finish_a_burst_sooner(deployment) -> None:  # noqa: ANN001
+    workload = small_workload(num_requests=30, rate=math.inf)
+    one = run_simulation(deployment, workload)
+    two = run_simulation(deployment, workload, SimulationOptions(num_replicas=2))
+    assert two.requests["finish_s"].max() < one.requests["finish_s"].max()
+
+
+def test_prompt_longer_than_max_model_len_is_a_user_error() -> None:
+    deployment = make_deployment("llama-156m", "h100-sxm",
+                                 EngineArgs(**{**SMALL_ENGINE.__dict__, "max_model_len": 100}))
+    with pytest.raises(UserError, match="--max-model-len 100: request r"):
+        run_simulation(deployment, small_workload())
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(num_replicas=0), "--num-replicas"), (dict(router="random"), "--router: 'random'")])
+def test_bad_options_are_user_errors(options: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        SimulationOptions(**options)
+
+
+# ---- metrics on hand-made numbers ----------------------------------------------------------------------------
+
+def toy_run() -> tuple[pd.DataFrame, InterTokenLatencies, pd.DataFrame]:
+    requests = pd.DataFrame({
+        "arrival_s": [0.0, 1.0, 2.0, 3.0],
+        "first_token_s": [0.5, 1.2, 3.0, 3.1],
+        "finish_s": [1.5, 1.2, 4.0, 5.1],
+        "num_prompt_tokens": [10, 20, 30, 40],
+        "num_output_tokens": [3, 1, 5, 3],
+        "num_preemptions": [0, 0, 1, 0],
+        "num_prefix_hit_tokens": [0, 16, 0, 0],
+    })
+    requests["ttft_s"] = requests["first_token_s"] - requests["arrival_s"]
+    requests["e2e_s"] = requests["finish_s"] - requests["arrival_s"]
+    requests["queueing_s"] = requests["ttft_s"] / 2
+    n = requests["num_output_tokens"]
+    requests["tpot_s"] = np.where(n > 1, (requests["finish_s"] - requests["first_token_s"]) / (n - 1), np.nan)
+    itl = InterTokenLatencies(np.array([0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 1.0, 1.0]),
+                              np.array([0, 0, 2, 2, 2, 2, 3, 3]))
+    steps = pd.DataFrame({"end_s": [0.5, 1.0, 2.5, 4.0, 5.1], "num_output_tokens": [1, 2, 3, 4, 2]})
+    return requests, itl, steps
+
+
+def test_summary_statistics_and_throughput() -> None:
+    requests, itl, steps = toy_run()
+    summary = summarize(requests, itl, steps, SummaryOptions())
+    assert summary["window_s"] == [0.0, 5.1]
+    assert summary["requests_per_s"] == pytest.approx(4 / 5.1)
+    assert summary["input_tokens_per_s"] == pytest.approx(100 / 5.1)
+    assert summary["output_tokens_per_s"] == pytest.approx(12 / 5.1)
+    assert summary["latency"]["ttft_s"]["mean"] == pytest.approx((0.5 + 0.2 + 1.0 + 0.1) / 4)
+    assert summary["latency"]["tpot_s"]["p50"] == pytest.approx(0.5)  # of 0.5, 0.25, 1.0; one-token output left out
+    assert summary["latency"]["itl_s"]["mean"] == pytest.approx(4.0 / 8)
+    assert summary["num_preemptions"] == 1 and summary["prefix_hit_tokens"] == 16
+
+
+def test_warmup_and_drain_narrow_the_window() -> None:
+    requests, itl, steps = toy_run()
+    summary = summarize(requests, itl, steps, SummaryOptions(warmup_s=0.9, drain=True))
+    assert summary["window_s"] == [0.9, 3.0]
+    assert summary["num_measured_requests"] == 3  # arrivals at 1, 2 and 3 s
+    assert summary["latency"]["ttft_s"]["mean"] == pytest.approx((0.2 + 1.0 + 0.1) / 3)
+    assert summary["latency"]["itl_s"]["mean"] == pytest.approx((4 * 0.25 + 2 * 1.0) / 6)
+    assert summary["output_tokens_per_s"] == pytest.approx((2 + 3) / 2.1)
+
+
+def test_slo_percentages_and_goodput() -> None:
+    requests, itl, steps = toy_run()
+    slo = summarize(requests, itl, steps, SummaryOptions(slo_ttft_s=0.5, slo_tpot_s=0.5))["slo"]
+    # TTFT 0.5, 0.2, 1.0, 0.1 -> 3 of 4 meet; TPOT 0.5, none, 0.25, 1.0 -> 3 of 4 (a one-token output meets it).
+    assert slo["ttft_percent_meeting"] == pytest.approx(75.0)
+    assert slo["tpot_percent_meeting"] == pytest.approx(75.0)
+    assert slo["both_percent_meeting"] == pytest.approx(50.0)  # requests 0 and 1
+    assert slo["goodput_requests_per_s"] == pytest.approx(2 / 5.1)
+
+
+def test_warmup_past_the_end_is_a_user_error() -> None:
+    requests, itl, steps = toy_run()
+    with pytest.raises(UserError, match="--warmup-s 10"):
+        summarize(requests, itl, steps, SummaryOptions(warmup_s=10.0))
