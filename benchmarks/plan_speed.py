@@ -14,7 +14,7 @@ import platform
 import time
 from pathlib import Path
 
-from roofline.plan import PlanRequest, SimulatorBackend, Slo, make_plan, prices_for
+from roofline.plan import DEFAULT_MAX_NUM_SEQS, PlanRequest, SimulatorBackend, Slo, make_plan, prices_for
 from roofline.report import answer_text, all_tables, write_report
 from roofline.simulator import EngineArgs
 
@@ -28,7 +28,8 @@ TARGET_RATE_PER_S = 10.0
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--max-num-seqs", default="256", help="comma-separated candidates (default: 256)")
+    parser.add_argument("--max-num-seqs", default=",".join(map(str, DEFAULT_MAX_NUM_SEQS)),
+                        help="comma-separated candidates (default: roofline plan's)")
     parser.add_argument("--report-dir", type=Path, default=None, help="write the sensitivity run's report here")
     parser.add_argument("--skip-sensitivity", action="store_true")
     args = parser.parse_args()

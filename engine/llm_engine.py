@@ -9,22 +9,30 @@ CUDA the `execute` part comes from CUDA events); no second thread competes for t
     engine = LLMEngine(spec, EngineConfig(scheduler=SchedulerConfig(...)), state=None)  # random weights
     engine.warm_up()                                    # oneDNN/cuBLAS see every batch-token bucket once
     result = engine.run(requests, progress=print_progress)
-    result.steps        # list[StepRecord], one per executed step
+    result.trace        # engine.core.trace.StepTraceWriter: one row per step (result.steps as a DataFrame)
     result.requests     # the finished engine.core Requests, with their token times
+    engine.write_trace(out_dir, result, model_name="llama-156m")   # steps.parquet, run.json, requests.csv
 
 KV capacity: `num_blocks` if given (vLLM's `--num-gpu-blocks-override`), else `kv_cache_memory_bytes` divided
-by the bytes of one block; without either, on CUDA vLLM's rule (total memory x `gpu_memory_utilization` minus
-the peak of a profiling forward of `max_num_batched_tokens` tokens), on CPU vLLM-CPU's default KV space of
-4 GiB (`VLLM_CPU_KVCACHE_SPACE`, vllm/envs.py).
+by the bytes of one block; without either, vLLM's rules for `gpu_memory_utilization`: on CUDA total memory x
+utilization minus the peak of a profiling forward of `max_num_batched_tokens` tokens (vllm/v1/worker/
+gpu_worker.py), on CPU total RAM x utilization minus the process's resident memory (vllm/v1/worker/
+cpu_worker.py). On CPU with no utilization given the KV cache is 4 GiB (the old VLLM_CPU_KVCACHE_SPACE default),
+because vLLM's 0.9 of RAM would take a shared machine's memory.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import torch
 
 from engine.attention import PagedKVCache, build_metadata
@@ -32,12 +40,13 @@ from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.model_spec import ModelSpec
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler, StepPlan
+from engine.core.trace import StepTraceWriter, write_trace
 from engine.device import describe_device, library_versions, parse_device, usable_cpus
-from engine.runner import ModelRunner
+from engine.runner import ModelRunner, StepBatch
 from engine.sampler import Sampler
 from engine.weights import load_model, parse_dtype, random_state_dict
 
-CPU_DEFAULT_KV_CACHE_BYTES = 4 * 2**30  # vLLM CPU backend default KV space (VLLM_CPU_KVCACHE_SPACE=4 GiB)
+CPU_DEFAULT_KV_CACHE_BYTES = 4 * 2**30
 
 
 @dataclass(frozen=True)
@@ -47,14 +56,14 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     num_blocks: int | None = None  # --num-gpu-blocks-override (counts the reserved null block, as vLLM)
     kv_cache_memory_bytes: int | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None  # None: 0.9 on CUDA; on CPU a 4 GiB KV cache
     dtype: str = "bfloat16"
     device: str = "cpu"
     num_threads: int | None = None  # torch threads; None = every CPU this process may use
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0 < self.gpu_memory_utilization <= 1:
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"--gpu-memory-utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
             raise ValueError(f"--kv-cache-memory-bytes: must be positive, got {self.kv_cache_memory_bytes}")
@@ -64,35 +73,14 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
-class StepRecord:
-    """One executed iteration: what ran and how long each part took (seconds, from the run's start)."""
-
-    step_index: int
-    start_s: float
-    duration_s: float
-    schedule_s: float
-    execute_s: float
-    sample_s: float
-    bookkeeping_s: float
-    arrival_cutoff_s: float  # requests that arrived by this time were visible to this schedule()
-    request_ids: tuple[str, ...]
-    query_lens: tuple[int, ...]
-    context_lens: tuple[int, ...]
-    num_prefill_tokens: int
-    num_decode_tokens: int
-    num_kv_blocks_used: int
-    num_kv_blocks_total: int
-    num_preemptions: int
-    num_new_prefix_hit_tokens: int
-    num_running: int
-    num_waiting: int
-
-
-@dataclass(frozen=True)
 class RunResult:
-    steps: list[StepRecord]
-    requests: list[Request]
+    trace: StepTraceWriter  # one row per executed step (engine.core.trace schema, with the timing parts)
+    requests: list[Request]  # finished, in finishing order
     duration_s: float
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return self.trace.table().to_pandas()
 
 
 class LLMEngine:
@@ -126,15 +114,25 @@ class LLMEngine:
         if cfg.num_blocks is not None:
             return cfg.num_blocks
         kv_bytes = cfg.kv_cache_memory_bytes
-        if kv_bytes is None:
-            kv_bytes = self._cuda_kv_bytes() if self.device.type == "cuda" else CPU_DEFAULT_KV_CACHE_BYTES
+        if kv_bytes is None and self.device.type == "cuda":
+            kv_bytes = self._cuda_kv_bytes(cfg.gpu_memory_utilization or 0.9)
+        elif kv_bytes is None and cfg.gpu_memory_utilization is not None:
+            kv_bytes = self._cpu_kv_bytes(cfg.gpu_memory_utilization)
+        elif kv_bytes is None:
+            kv_bytes = CPU_DEFAULT_KV_CACHE_BYTES
         num_blocks = int(kv_bytes // self._block_bytes())
         if num_blocks < 2:
             raise ValueError(f"KV cache of {kv_bytes} bytes holds {num_blocks} blocks of {self._block_bytes()} "
                              f"bytes; at least 2 are needed (block 0 is reserved)")
         return num_blocks
 
-    def _cuda_kv_bytes(self) -> int:
+    @staticmethod
+    def _cpu_kv_bytes(utilization: float) -> int:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        resident = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return int(total * utilization) - resident
+
+    def _cuda_kv_bytes(self, utilization: float) -> int:
         # vLLM's Worker.determine_available_memory: run the largest batch once and take its peak.
         torch.cuda.reset_peak_memory_stats(self.device)
         num_tokens = self.config.scheduler.max_num_batched_tokens
@@ -144,26 +142,27 @@ class LLMEngine:
         torch.cuda.synchronize(self.device)
         peak = torch.cuda.max_memory_allocated(self.device)
         total = torch.cuda.get_device_properties(self.device).total_memory
-        return int(total * self.config.gpu_memory_utilization) - peak
+        return int(total * utilization) - peak
 
     def _dummy_forward(self, cache: PagedKVCache, num_decodes: int, prefill_tokens: int) -> None:
         """A forward of `num_decodes` decodes and one prefill chunk, all writing into the null block 0."""
         bs = cache.block_size
         decodes = [([0], 0)] * num_decodes
         prefills = [([0] * (-(-prefill_tokens // bs)), 0, prefill_tokens)] if prefill_tokens else []
-        meta = build_metadata(decodes, prefills, bs, self.device)
+        meta = build_metadata(decodes, prefills, cache, self.device)
         num_tokens = num_decodes + prefill_tokens
         ids = torch.zeros(num_tokens, dtype=torch.long, device=self.device)
         with torch.inference_mode():
             hidden = self.model(ids, ids, meta, cache)
             self.model.compute_logits(hidden[-min(num_tokens, self.config.scheduler.max_num_seqs):])
 
-    def warm_up(self) -> list[int]:
+    def warm_up(self, max_num_decodes: int | None = None) -> list[int]:
         """Run every decode batch size up to max_num_seqs, and prefills of powers of two up to
         max_num_batched_tokens, once: oneDNN builds a kernel per GEMM shape on first sight, and that cost must
-        stay out of the timed steps. Writes only into the reserved block 0. Returns the prefill sizes run."""
+        stay out of the timed steps. `max_num_decodes` caps the decode sizes (no run has more running requests
+        than requests). Writes only into the reserved block 0. Returns the prefill sizes run."""
         sched = self.config.scheduler
-        for num_decodes in range(1, sched.max_num_seqs + 1):
+        for num_decodes in range(1, min(max_num_decodes or sched.max_num_seqs, sched.max_num_seqs) + 1):
             self._dummy_forward(self.kv_cache, num_decodes=num_decodes, prefill_tokens=0)
         prefill_sizes = [2**k for k in range(1, sched.max_num_batched_tokens.bit_length())
                          if 2**k < sched.max_num_batched_tokens] + [sched.max_num_batched_tokens]
@@ -172,19 +171,34 @@ class LLMEngine:
         self.runner.synchronize()
         return prefill_sizes
 
-    def describe(self) -> dict:
-        """Run metadata: device, libraries, threads, KV cache."""
-        return {"device": describe_device(self.device), "library_versions": library_versions(),
-                "num_threads": self.num_threads, "num_kv_blocks": self.num_blocks,
-                "kv_block_bytes": self._block_bytes(), "dtype": str(self.dtype).removeprefix("torch.")}
+    def metadata(self) -> dict[str, Any]:
+        """The run metadata of a trace (engine.core.trace.REQUIRED_METADATA_KEYS and more)."""
+        dtype = str(self.dtype).removeprefix("torch.")
+        return {
+            "source": "engine",
+            "model": dataclasses.asdict(self.spec),
+            "dtypes": {"weights": dtype, "activations": dtype, "kv_cache": dtype},
+            "engine_config": {**dataclasses.asdict(self.config.scheduler), "block_size": self.config.block_size,
+                              "enable_prefix_caching": self.config.enable_prefix_caching,
+                              "num_kv_blocks": self.num_blocks, "kv_block_bytes": self._block_bytes()},
+            "device": describe_device(self.device),
+            "num_threads": self.num_threads,
+            "library_versions": library_versions(),
+            "seed": self.config.seed,
+        }
+
+    def write_trace(self, out_dir: str | Path, result: RunResult, **metadata: Any) -> None:
+        """steps.parquet, run.json (this engine's metadata plus `metadata`) and requests.csv into out_dir."""
+        write_trace(out_dir, result.trace, {**self.metadata(), "duration_s": result.duration_s, **metadata},
+                    requests=sorted(result.requests, key=lambda r: r.arrival_time_s))
 
     # ---- the loop ----
     def run(self, requests: Sequence[Request],
-            progress: Callable[[int, int, float], None] | None = None) -> RunResult:
+            progress: Callable[[int, int], None] | None = None) -> RunResult:
         """Serve `requests` (arrival_time_s relative to the start of the run) until all finish.
-        `progress(num_finished, num_total, elapsed_s)` is called after every step that finishes one."""
+        `progress(num_finished, num_total)` is called after every step that finishes one."""
         pending = deque(sorted(requests, key=lambda r: r.arrival_time_s))
-        steps: list[StepRecord] = []
+        trace = StepTraceWriter()
         done: list[Request] = []
         start = time.perf_counter()
         while pending or self.scheduler.has_unfinished():
@@ -194,19 +208,19 @@ class LLMEngine:
             if not self.scheduler.has_unfinished():
                 time.sleep(max(0.0, pending[0].arrival_time_s - now))  # idle until the next arrival
                 continue
-            record, finished = self._step(start, now)
-            if record is None and not pending:
+            finished = self._step(start, now, trace)
+            if finished is None and not pending:
                 raise RuntimeError("scheduler made no progress with no request left to arrive")
-            if record is None:  # nothing fits until something arrives or finishes: wait for the arrival
+            if finished is None:  # nothing fits until something arrives: wait for it
                 time.sleep(max(0.0, pending[0].arrival_time_s - (time.perf_counter() - start)))
                 continue
-            steps.append(record)
             done.extend(finished)
             if finished and progress is not None:
-                progress(len(done), len(requests), time.perf_counter() - start)
-        return RunResult(steps, done, time.perf_counter() - start)
+                progress(len(done), len(requests))
+        return RunResult(trace, done, time.perf_counter() - start)
 
-    def _step(self, start: float, cutoff_s: float) -> tuple[StepRecord | None, list[Request]]:
+    def _step(self, start: float, cutoff_s: float, trace: StepTraceWriter) -> list[Request] | None:
+        """One iteration; None if nothing could be scheduled."""
         t0 = time.perf_counter()
         plan = self.scheduler.schedule(t0 - start)
         num_preemptions = len(plan.preempted_request_ids)
@@ -214,17 +228,20 @@ class LLMEngine:
             plan = self.scheduler.schedule(time.perf_counter() - start)
             num_preemptions += len(plan.preempted_request_ids)
         if plan.is_empty:
-            return None, []
+            return None
         t1 = time.perf_counter()
         execute_s, batch, logits = self._execute(plan)
         t2 = time.perf_counter()
         sampled = self.runner.sample(batch, logits)
         t3 = time.perf_counter()
         finished = self.scheduler.update_from_output(plan, sampled, t3 - start)
-        record = self._record(plan, start, t0, t1, t2, t3, execute_s, cutoff_s, num_preemptions)
-        return record, finished
+        t4 = time.perf_counter()
+        trace.add_plan(plan, start_s=t0 - start, duration_s=t4 - t0, arrival_cutoff_s=cutoff_s,
+                       num_preemptions=num_preemptions, schedule_s=t1 - t0, execute_s=execute_s, sample_s=t3 - t2,
+                       bookkeeping_s=t4 - t3, request_ids=plan.request_ids)
+        return finished
 
-    def _execute(self, plan: StepPlan) -> tuple[float, object, torch.Tensor]:
+    def _execute(self, plan: StepPlan) -> tuple[float, StepBatch, torch.Tensor]:
         if self.device.type != "cuda":
             t = time.perf_counter()
             batch = self.runner.prepare(plan)
@@ -237,16 +254,3 @@ class LLMEngine:
         end.record()
         end.synchronize()
         return begin.elapsed_time(end) / 1000, batch, logits
-
-    def _record(self, plan: StepPlan, start: float, t0: float, t1: float, t2: float, t3: float,
-                execute_s: float, cutoff_s: float, num_preemptions: int) -> StepRecord:
-        t4 = time.perf_counter()
-        return StepRecord(
-            step_index=plan.step_index, start_s=t0 - start, duration_s=t4 - t0, schedule_s=t1 - t0,
-            execute_s=execute_s, sample_s=t3 - t2, bookkeeping_s=t4 - t3, arrival_cutoff_s=cutoff_s,
-            request_ids=tuple(plan.request_ids), query_lens=tuple(plan.query_lens),
-            context_lens=tuple(plan.context_lens), num_prefill_tokens=plan.num_prefill_tokens,
-            num_decode_tokens=plan.num_decode_tokens, num_kv_blocks_used=plan.num_kv_blocks_used,
-            num_kv_blocks_total=plan.num_kv_blocks_total, num_preemptions=num_preemptions,
-            num_new_prefix_hit_tokens=plan.num_new_prefix_hit_tokens, num_running=plan.num_running,
-            num_waiting=plan.num_waiting)

@@ -59,7 +59,7 @@ class ModelRunner:
         num_decodes = sum(1 for r in rows if r[1] == 1)
         meta = build_metadata([(table, ctx) for _, _, ctx, _, table in ordered[:num_decodes]],
                               [(table, ctx, q) for _, q, ctx, _, table in ordered[num_decodes:]],
-                              self.kv_cache.block_size, self.device)
+                              self.kv_cache, self.device)
 
         def as_tensor(values: list[int]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.long, device=self.device)

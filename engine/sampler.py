@@ -1,8 +1,9 @@
 """Token sampling from the logits of one step: greedy, temperature, top-k, top-p, per-request seeds.
 
-Greedy rows (temperature 0) are one batched argmax. Other rows are sampled one by one, each from its request's
-own generator when the request has a seed (so its tokens do not depend on what else is in the batch, as in
-vLLM), else from the engine's generator, seeded once from the engine seed.
+Greedy rows (temperature 0) are one batched argmax. The other rows are scaled by their temperature, filtered
+(top-k, top-p; row by row, only where asked) and drawn: rows without a seed in one `multinomial` call from the
+engine's generator (seeded once from the engine seed), rows with a seed each from its request's own generator,
+so that its tokens do not depend on what else is in the batch (as in vLLM).
 
     sampler = Sampler(seed=0)
     tokens = sampler.sample(logits, ["r0", "r1"], [SamplingParams(temperature=0), SamplingParams(temperature=0.8, seed=7)])
@@ -41,23 +42,29 @@ class Sampler:
         """logits: [n, V] fp32, row i for request_ids[i] -> one token id per row."""
         tokens = logits.argmax(dim=-1).tolist()
         random_rows = [i for i, o in enumerate(options) if o.temperature > 0]
-        if random_rows:
-            rows = logits[random_rows].cpu()
-            for row, i in zip(rows, random_rows):
-                tokens[i] = self._sample_row(row, request_ids[i], options[i])
+        if not random_rows:
+            return tokens
+        temperatures = torch.tensor([options[i].temperature for i in random_rows], dtype=torch.float32)
+        rows = logits[random_rows].cpu() / temperatures[:, None]
+        for j, i in enumerate(random_rows):
+            if options[i].top_k > 0 or options[i].top_p < 1.0:
+                rows[j] = filter_logits(rows[j], options[i].top_k, options[i].top_p)
+        probs = rows.softmax(dim=-1)
+        shared = [j for j, i in enumerate(random_rows) if options[i].seed is None]
+        if shared:  # one draw for all rows without a seed of their own
+            drawn = torch.multinomial(probs[shared], 1, generator=self._generator)[:, 0].tolist()
+            for j, token in zip(shared, drawn):
+                tokens[random_rows[j]] = token
+        for j, i in enumerate(random_rows):
+            if options[i].seed is not None:
+                generator = self._request_generator(request_ids[i], options[i].seed)
+                tokens[i] = int(torch.multinomial(probs[j], 1, generator=generator).item())
         return tokens
 
     def forget(self, request_id: str) -> None:
         self._request_generators.pop(request_id, None)
 
-    def _sample_row(self, logits: torch.Tensor, request_id: str, options: SamplingParams) -> int:
-        logits = filter_logits(logits / options.temperature, options.top_k, options.top_p)
-        probs = logits.softmax(-1)
-        return int(torch.multinomial(probs, 1, generator=self._generator_for(request_id, options)).item())
-
-    def _generator_for(self, request_id: str, options: SamplingParams) -> torch.Generator:
-        if options.seed is None:
-            return self._generator
+    def _request_generator(self, request_id: str, seed: int) -> torch.Generator:
         if request_id not in self._request_generators:
-            self._request_generators[request_id] = torch.Generator().manual_seed(options.seed)
+            self._request_generators[request_id] = torch.Generator().manual_seed(seed)
         return self._request_generators[request_id]

@@ -42,28 +42,47 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import bisect
+import math
+
 import numpy as np
 
 from engine.core.model_spec import ModelSpec
 from roofline.hardware import HardwareProfile
-from roofline.ops import (BatchStats, OpRecord, RankShape, emit_ops, kv_bytes_per_token_per_rank, step_ops,
-                          token_ops, weight_bytes_per_rank, attention_records)
+from roofline.ops import (BatchStats, OpRecord, RankShape, attention_pairs, attention_records, attention_tile,
+                          decode_attention_shape, emit_ops, kv_bytes_per_token_per_rank, prefill_attention_shape,
+                          step_ops, token_ops, weight_bytes_per_rank)
 from roofline.quant import QuantConfig
 
-# Output tiles (rows, cols) Hopper/Ampere GEMM libraries choose among (CUTLASS 3 SM90 default cluster tiles
-# 128x128 / 128x256 / 256x128 and the 64-row tiles used for skinny problems).
+# 16-bit GEMMs (cuBLAS via torch.nn.functional.linear): output tiles (rows, cols) its heuristic chooses among
+# (CUTLASS 3 SM90 cluster tiles 128x128 / 128x256 / 256x128 and the 64-row tiles of skinny problems), with
+# split-K (cuBLAS splits K when the output has too few tiles to fill the SMs); a split keeps >= 256 of K.
 GEMM_TILES: tuple[tuple[int, int], ...] = ((128, 256), (256, 128), (128, 128), (64, 128), (64, 256))
-# Split-K factors (cuBLAS splits K when the output has too few tiles to fill the SMs); a split keeps >= 256 of K.
 GEMM_SPLITS: tuple[int, ...] = (1, 2, 4, 8, 16)
+# 8-bit GEMMs (vLLM `cutlass_scaled_mm`, csrc/quantization/.../scaled_mm_c3x_sm90_fp8_dispatch.cuh): a fixed
+# dispatch on m alone, no split-K: m <= 64 -> 64x64 tiles, m <= 128 -> 64x128, else 128x128.
+# (largest m, (tile rows, tile cols)), in order.
+GEMM_TILES_8BIT: tuple[tuple[float, tuple[int, int]], ...] = ((64, (64, 64)), (128, (64, 128)),
+                                                             (math.inf, (128, 128)))
 _MIN_SPLIT_K = 256
 _K_BLOCK = 64  # K is consumed in blocks of 64 elements (128 bytes of bf16: one TMA/cp.async stage)
 _EIGHT_BIT = ("fp8", "int8")
+_QUANT_BLOCKS_PER_SM = 2  # 1024-thread blocks resident per SM (2048 threads per SM on Hopper/Ampere)
 # Without a scale-up interconnect, collectives go over PCIe; its latency (NCCL over PCIe, small messages).
 _PCIE_COLLECTIVE_LATENCY_S = 20e-6
 _ATTENTION_ELEMENT_BYTES = 2.0  # Q and O of flash attention are bf16/fp16
 
 
-_ceil, _min, _max = np.ceil, np.minimum, np.maximum
+def _ceil(x: Any) -> Any:
+    """Ceiling of a Python float (the simulator's scalar path: no numpy call) or of an array."""
+    return math.ceil(x) if isinstance(x, (int, float)) else np.ceil(x)
+
+
+def _max(a: Any, b: Any) -> Any:
+    return max(a, b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) else np.maximum(a, b)
+
+
+_min = np.minimum
 
 
 def _overlap(tc: Any, tm: Any, p: float) -> Any:
@@ -78,23 +97,49 @@ def _bandwidth(hw: HardwareProfile) -> float:
 
 def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
                 in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0) -> Any:
-    """One GEMM kernel (or one grouped GEMM of `groups` equal problems): y (m x n) = x (m x k) @ W (k x n)."""
+    """One GEMM kernel (or one grouped GEMM of `groups` equal problems): y (m x n) = x (m x k) @ W (k x n).
+
+    Tiles run in waves of one per SM (`num_compute_units`); compute time = waves * 2*tm*tn*(k/s + tile fixed
+    k) / (peak * efficiency / SMs): tile padding, wave quantization and the per-tile prologue/epilogue are the
+    small-matrix penalties (NVIDIA "Matrix Multiplication Background User's Guide": tile and wave
+    quantization). Memory time = (inputs + weights + outputs + split-K fp32 partials) / bandwidth, where a
+    16-bit kernel draws a share min(1, thread blocks / (memory_saturation_fraction * SMs)) of the bandwidth
+    (Little's law: each SM keeps a bounded number of bytes in flight); the 8-bit CUTLASS kernels are TMA
+    warp-specialized with deep K pipelines and showed no such effect on the H100 tables (the fit drove the
+    fraction to its lower bound), so they draw the full bandwidth. The two overlap as `_overlap`. 16-bit and 8-bit
+    GEMMs are different libraries (cuBLAS, CUTLASS) with their own tile choice (`GEMM_TILES`,
+    `GEMM_TILES_8BIT`), compute efficiency, per-tile cost and memory efficiency. Plus kernel_fixed_s."""
     e = hw.efficiency
-    eff = (e.gemm_fp8_compute_efficiency if dtype in _EIGHT_BIT else e.gemm_compute_efficiency) * eff_scale
+    eight = dtype in _EIGHT_BIT
+    eff = (e.gemm_fp8_compute_efficiency if eight else e.gemm_compute_efficiency) * eff_scale
+    fixed_k = e.gemm_fp8_tile_fixed_k if eight else e.gemm_tile_fixed_k
     sms = hw.num_compute_units
     per_sm = hw.peak_flops(dtype) * eff / sms
-    bw = _bandwidth(hw) * e.memory_efficiency
+    bw = _bandwidth(hw) * (e.gemm_fp8_memory_efficiency if eight else e.memory_efficiency)
+    saturating = sms * e.memory_saturation_fraction
     base_bytes = groups * (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes)
+
+    def tiled(tm: int, tn: int, s: int) -> Any:
+        tiles = groups * _ceil(m / tm) * _ceil(n / tn) * s
+        k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
+        tc = _ceil(tiles / sms) * 2.0 * tm * tn * (k_split + fixed_k) / per_sm
+        extra = 0.0 if s == 1 else groups * 2.0 * m * n * 4.0 * s  # fp32 partials written and read back
+        share = 1.0 if eight else _min(tiles / saturating, 1.0)
+        return _overlap(tc, (base_bytes + extra) / (bw * share), e.overlap_exponent)
+
     best = None
+    if eight:
+        lo = 0.0
+        for hi, (tm, tn) in GEMM_TILES_8BIT:
+            t = np.where((m > lo) & (m <= hi), tiled(tm, tn, 1), np.inf)
+            best = t if best is None else _min(best, t)
+            lo = hi
+        return best + e.kernel_fixed_s
     for tm, tn in GEMM_TILES:
-        tiles = groups * _ceil(m / tm) * _ceil(n / tn)
         for s in GEMM_SPLITS:
             if s > 1 and np.all(k < s * _MIN_SPLIT_K):
                 continue
-            k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
-            tc = _ceil(tiles * s / sms) * 2.0 * tm * tn * (k_split + e.gemm_tile_fixed_k) / per_sm
-            extra = 0.0 if s == 1 else groups * 2.0 * m * n * 4.0 * s  # fp32 partials written and read back
-            t = _overlap(tc, (base_bytes + extra) / bw, e.overlap_exponent)
+            t = tiled(tm, tn, s)
             if s > 1:
                 t = np.where(k < s * _MIN_SPLIT_K, np.inf, t)  # this split is not allowed for this k
             best = t if best is None else _min(best, t)
@@ -102,20 +147,42 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
 
 
 def act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> Any:
-    """Quantizing a GEMM input to 8 bits before a W8A8 GEMM: read m*k, write m*k bytes, one kernel."""
-    return m * k * (act_bytes + 1.0) / (_bandwidth(hw) * hw.efficiency.memory_efficiency) + hw.efficiency.kernel_fixed_s
+    """Quantizing a W8A8 GEMM's input to 8 bits, one kernel: read m*k 16-bit, write m*k 8-bit values at
+    act_quant_memory_efficiency, plus act_quant_block_s per wave of its m thread blocks (one per row, 1024
+    threads each: 2 resident per SM, as an H100 SM holds 2048 threads)."""
+    e = hw.efficiency
+    waves = _ceil(m / (_QUANT_BLOCKS_PER_SM * hw.num_compute_units))
+    return (m * k * (act_bytes + 1.0) / (_bandwidth(hw) * e.act_quant_memory_efficiency)
+            + waves * e.act_quant_block_s + e.kernel_fixed_s)
 
 
-def attention_prefill_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, work_units: Any, head_dim: Any,
-                             dtype: str) -> Any:
-    """One varlen flash-attention call's prefill part: `work_units` = heads * Q tiles of 128 rows, run in waves
-    over the SMs; each tile also pays a prologue/epilogue (and its half-masked diagonal block) worth
-    `gemm_tile_fixed_k` keys."""
+PREFILL_WAVES = "mean"
+
+
+def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, work_units: Any,
+                             longest_unit_pairs: Any, head_dim: Any, q_tile: Any, dtype: str) -> Any:
+    """One varlen flash-attention call's prefill part (arguments: `roofline.ops.prefill_attention_shape`).
+
+    Each computed (query, key) pair costs 4*head_dim matmul FLOPs plus attention_softmax_flops_per_pair of
+    softmax work. The work tiles (sequence, head, Q tile) run on the SMs in waves: compute time =
+    ceil(tiles / SMs) waves of the mean tile at attention_compute_efficiency of the peak per SM (FA3's
+    persistent scheduler; it splits the keys of long tiles over idle SMs when there are few tiles, so the
+    longest tile is no bound). Each tile also pays `attention_tile_fixed_keys` keys of prologue/epilogue
+    (load Q, rescale and write O). Bytes at memory_efficiency; overlap as `_overlap`; plus kernel_fixed_s +
+    attention_fixed_s."""
     e = hw.efficiency
     sms = hw.num_compute_units
-    units = _max(work_units, 1)
-    per_unit = flops / units + 4.0 * head_dim * 128 * e.gemm_tile_fixed_k
-    tc = _ceil(units / sms) * per_unit / (hw.peak_flops(dtype) * e.attention_compute_efficiency / sms)
+    units = _max(work_units, 1.0)
+    per_pair = 4.0 * head_dim + e.attention_softmax_flops_per_pair
+    per_sm = hw.peak_flops(dtype) * e.attention_compute_efficiency / sms
+    unit_pairs = pairs / units + q_tile * e.attention_tile_fixed_keys
+    if PREFILL_WAVES == "mean":
+        waves_pairs = _ceil(units / sms) * unit_pairs
+    elif PREFILL_WAVES == "longest":
+        waves_pairs = _max(_ceil(units / sms) * unit_pairs, longest_unit_pairs + q_tile * e.attention_tile_fixed_keys)
+    else:
+        waves_pairs = units * unit_pairs / sms
+    tc = waves_pairs * per_pair / per_sm
     tm = bytes_moved / (_bandwidth(hw) * e.memory_efficiency)
     return _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
 
@@ -214,10 +281,10 @@ def op_cost(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_e
             t += act_quant_time_s(hw, m, k, quant.act_bytes)
             kernels = 2
     elif op.kind == "attention_prefill":
-        t = attention_prefill_time_s(hw, op.flops / c, moved / c, op.shape[0], op.shape[2], op.dtype)
+        t = attention_prefill_time_s(hw, *op.shape, op.dtype)
         compute_s = op.flops / (hw.peak_flops(op.dtype) * e.attention_compute_efficiency)
     elif op.kind == "attention_decode":
-        t = attention_decode_time_s(hw, op.flops / c, moved / c, op.shape[0], op.shape[3], op.dtype)
+        t = attention_decode_time_s(hw, *op.shape, op.dtype)
         compute_s = op.flops / (hw.peak_flops(op.dtype) * e.attention_compute_efficiency)
         memory_s = moved / (bw * e.attention_memory_efficiency)
     elif op.kind == "moe":
@@ -276,8 +343,14 @@ class StepCostModel:
         self._token_cache: dict[int, tuple[float, int]] = {}
         self._emit_cache: dict[int, tuple[float, int]] = {}
         ex = hw.executor
-        self._graph_sizes = np.asarray(ex.cuda_graph_batch_sizes, dtype=np.int64)
-        self._max_graph = int(self._graph_sizes[-1]) if ex.mode == "cuda_graphs" else 0
+        self._graph_sizes = tuple(ex.cuda_graph_batch_sizes)
+        self._max_graph = self._graph_sizes[-1] if ex.mode == "cuda_graphs" else 0
+        self._q_tile = attention_tile(spec.head_dim)[0]
+        r = self.rank
+        # Per-layer constants of the attention records (`roofline.ops.attention_records`), for the fast path.
+        self._kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element
+        self._q_token = r.heads * r.head_dim * quant.act_bytes
+        self._kv_tile = attention_tile(spec.head_dim)[1]
 
     # -- public API --
     def weight_bytes_per_rank(self) -> float:
@@ -303,24 +376,43 @@ class StepCostModel:
                         num_kernels=num_kernels, padded_num_tokens=padded)
 
     def step_time_s(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> float:
-        """`step_cost(...).total_s`, fast: token- and emit-dependent parts are cached per count; attention
-        is computed from per-step aggregates."""
+        """`step_cost(...).total_s`, fast (the simulator calls it once per step): the batch is aggregated once
+        (`BatchStats`), the token- and emit-dependent operators are cached per count, and attention is the
+        same scalar formulas on the aggregates, without building records."""
         stats = self._stats(query_lens, context_lens, emits)
         token_s, token_k = self._cached(self._token_cache, self._padded_tokens(stats.num_tokens), self._token_part)
         emit_s, emit_k = self._cached(self._emit_cache, stats.num_emits, self._emit_part)
-        attn_s, attn_k = self._parts_cost(attention_records(self.rank, stats, self.quant))
+        attn_s, attn_k = self._attention_s(stats)
         device_s = token_s + emit_s + attn_s
         return self._combine(device_s, self._host_s(stats, token_k + emit_k + attn_k))
 
     # -- internals --
     def _stats(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> BatchStats:
-        return BatchStats.from_arrays(query_lens, context_lens, emits, self.spec.sliding_window)
+        return BatchStats.from_arrays(query_lens, context_lens, emits, self.spec.sliding_window, self._q_tile)
+
+    def _attention_s(self, s: BatchStats) -> tuple[float, int]:
+        """Time and kernels of the attention records of `s`, as `op_cost` computes them (same formulas, same
+        arguments: `roofline.ops.attention_records`)."""
+        r, hw, dtype = self.rank, self.hw, self.quant.act_dtype
+        t, kernels = 0.0, 0
+        if s.num_prefill_seqs:
+            shape = prefill_attention_shape(r.heads, r.head_dim, self._q_tile, self._kv_tile, s.prefill_tokens,
+                                            s.prefill_pairs, s.prefill_q_tiles, s.prefill_pad_pairs,
+                                            s.prefill_max_keys, s.prefill_kv_tokens, self._q_token, self._kv_token)
+            t += float(r.layers * attention_prefill_time_s(hw, *shape, dtype))
+            kernels += r.layers
+        if s.num_decode_seqs:
+            shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, s.num_decode_seqs, s.decode_pairs,
+                                           self._q_token, self._kv_token)
+            t += float(r.layers * attention_decode_time_s(hw, *shape, dtype))
+            kernels += r.layers
+        return t, kernels
 
     def _padded_tokens(self, num_tokens: int) -> int:
         """CUDA graphs: a batch of up to the largest captured size runs the graph of the next size up."""
         if num_tokens == 0 or num_tokens > self._max_graph:
             return num_tokens
-        return int(self._graph_sizes[np.searchsorted(self._graph_sizes, num_tokens)])
+        return self._graph_sizes[bisect.bisect_left(self._graph_sizes, num_tokens)]
 
     def _uses_graph(self, stats: BatchStats) -> bool:
         return 0 < stats.num_tokens <= self._max_graph
@@ -356,7 +448,6 @@ class StepCostModel:
         if hit is None:
             hit = cache[key] = compute(key)
         return hit
-
 
 
 # ---- single operators, vectorized (`roofline predict-ops`, fitting on measured operator tables) ------------
@@ -406,20 +497,23 @@ def _attention_shape(c: dict[str, np.ndarray], dtype: str) -> tuple[str, np.ndar
 
 
 def _predict_attention_prefill(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    """`batch_size` prompts of `seq_len` tokens each, no earlier context."""
     peak, _, qo_token, kv_token = _attention_shape(c, dtype)
-    b, s = c["batch_size"], c["seq_len"]
-    flops = 4.0 * c["num_heads"] * c["head_dim"] * b * s * (s + 1) / 2
-    moved = b * s * (2 * qo_token + 2 * kv_token)  # Q read, O written, new K/V read and written to the cache
-    units = c["num_heads"] * b * _ceil(s / 128)
-    return attention_prefill_time_s(hw, flops, moved, units, c["head_dim"], peak)
+    b, s, d = c["batch_size"], c["seq_len"], c["head_dim"]
+    tiles = np.array([attention_tile(int(x)) for x in d], dtype=np.float64).reshape(-1, 2)
+    q_tile, kv_tile = tiles[:, 0], tiles[:, 1]
+    seq_tiles = np.ceil(s / q_tile)
+    shape = prefill_attention_shape(c["num_heads"], d, q_tile, kv_tile, b * s, b * attention_pairs(s, 0.0, np.inf),
+                                    b * seq_tiles, b * (seq_tiles * q_tile - s) * s, s, b * s, qo_token, kv_token)
+    return attention_prefill_time_s(hw, *shape, peak)
 
 
 def _predict_attention_decode(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    """`batch_size` sequences of one new token each, attending `seq_len` keys (the cache and itself)."""
     peak, _, qo_token, kv_token = _attention_shape(c, dtype)
     b, s = c["batch_size"], c["seq_len"]
-    flops = 4.0 * c["num_heads"] * c["head_dim"] * b * s
-    moved = b * (2 * qo_token + (s + 1) * kv_token)  # the cached KV read, the new token's K/V written
-    return attention_decode_time_s(hw, flops, moved, b * c["num_kv_heads"], kv_token / c["num_kv_heads"], peak)
+    shape = decode_attention_shape(c["num_heads"], c["num_kv_heads"], c["head_dim"], b, b * s, qo_token, kv_token)
+    return attention_decode_time_s(hw, *shape, peak)
 
 
 def _predict_all_reduce(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:

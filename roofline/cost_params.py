@@ -43,12 +43,19 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "gemm_compute_efficiency": ("gemm_compute_efficiency", 1.0, 1.0),
     "gemm_fp8_compute_efficiency": ("gemm_fp8_compute_efficiency", 1.0, 1.0),
     "gemm_tile_fixed_k": ("gemm_tile_fixed_k", 1.0, 1e6),
+    "gemm_fp8_tile_fixed_k": ("gemm_fp8_tile_fixed_k", 1.0, 1e6),
     "memory_efficiency": ("memory_efficiency", 1.0, 1.0),
+    "gemm_fp8_memory_efficiency": ("gemm_fp8_memory_efficiency", 1.0, 1.0),
+    "memory_saturation_fraction": ("memory_saturation_fraction", 1.0, 1.0),
+    "act_quant_memory_efficiency": ("act_quant_memory_efficiency", 1.0, 1.0),
+    "act_quant_block_s": ("act_quant_block_us", 1e-6, 1e6),
     "overlap_exponent": ("overlap_exponent", 1.0, 64.0),
     "kernel_fixed_s": ("kernel_fixed_us", 1e-6, 1e6),
     "attention_compute_efficiency": ("attention_compute_efficiency", 1.0, 1.0),
     "attention_memory_efficiency": ("attention_memory_efficiency", 1.0, 1.0),
     "attention_fixed_s": ("attention_fixed_us", 1e-6, 1e6),
+    "attention_tile_fixed_keys": ("attention_tile_fixed_keys", 1.0, 1e6),
+    "attention_softmax_flops_per_pair": ("attention_softmax_flops_per_pair", 1.0, 1e6),
     "moe_compute_efficiency": ("moe_compute_efficiency", 1.0, 1.0),
     "moe_fixed_s": ("moe_fixed_us", 1e-6, 1e6),
     "collective_bus_efficiency": ("collective_bus_efficiency", 1.0, 1.0),
@@ -66,8 +73,21 @@ class EfficiencyParams:
     gemm_fp8_compute_efficiency: float = 0.65
     # Prologue/epilogue of one output tile (pipeline fill, writing C), as extra K elements of MACs.
     gemm_tile_fixed_k: float = 64.0
-    # Fraction of peak DRAM bandwidth a streaming kernel reaches (STREAM triad on H100: 89 %).
+    # The same for 8-bit GEMMs (a CUTLASS kernel with its own pipeline depth and scaling epilogue).
+    gemm_fp8_tile_fixed_k: float = 64.0
+    # Fraction of peak DRAM bandwidth a streaming kernel reaches (STREAM triad on H100: 89 %); also the
+    # bandwidth of a 16-bit GEMM's memory-bound regime (small m: weights streamed once).
     memory_efficiency: float = 0.85
+    # The memory-bound regime of 8-bit GEMMs (a different kernel and load pipeline).
+    gemm_fp8_memory_efficiency: float = 0.85
+    # Fraction of the SMs that must stream at once to saturate DRAM (Little's law: bytes in flight per SM are
+    # bounded): a kernel with fewer thread blocks reaches a proportional share of the bandwidth.
+    memory_saturation_fraction: float = 0.5
+    # Bandwidth efficiency of the kernel that quantizes a W8A8 GEMM's 16-bit input to 8 bits.
+    act_quant_memory_efficiency: float = 0.85
+    # Time of one thread block of that kernel (vLLM's static fp8 quant launches one block of 1024 threads per
+    # token row: csrc/quantization/fp8/common.cu `scaled_fp8_quant`), paid per wave of resident blocks.
+    act_quant_block_s: float = 1e-6
     # How sharply a kernel's time switches from memory- to compute-bound: (tc^p + tm^p)^(1/p); large p -> max.
     overlap_exponent: float = 4.0
     # Device time of one kernel that does no work: launch latency inside a graph, ramp-up, tail.
@@ -78,6 +98,13 @@ class EfficiencyParams:
     attention_memory_efficiency: float = 0.75
     # Fixed device time of an attention call beyond one kernel's (metadata, split-KV combine).
     attention_fixed_s: float = 5e-6
+    # Prologue/epilogue of one prefill work tile (load Q, final rescale, write O) as extra keys of work.
+    attention_tile_fixed_keys: float = 64.0
+    # Non-matmul work of one (query, key) score (exp, max, rescale), in equivalent tensor-core FLOPs: H100 SXM
+    # has 989 TFLOP/s of bf16 matmul but 3.9 TFLOP/s of exponentials (FlashAttention-3 paper, Shah et al.
+    # 2024, section 3), 256 FLOPs per exp; FA3 overlaps half or more of it with the matmuls (its ping-pong
+    # schedule). This is why FA3 reaches fewer TFLOP/s at head_dim 64 than at 256.
+    attention_softmax_flops_per_pair: float = 128.0
     # Fraction of the GEMM efficiency the grouped expert GEMMs of fused MoE reach.
     moe_compute_efficiency: float = 0.70
     # Fixed device time of a fused-MoE call: routing, token sort/align, activation, reduce kernels.
@@ -102,6 +129,13 @@ class EfficiencyParams:
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _round(getattr(self, name) / scale) for name, (key, scale, _) in _EFFICIENCY_YAML.items()}
+
+
+def efficiency_bounds(name: str) -> tuple[float, float]:
+    """(lowest, highest) allowed value of an `EfficiencyParams` field in SI units (what `from_dict` accepts)."""
+    _, scale, hi = _EFFICIENCY_YAML[name]
+    lo = 1.0 if name == "overlap_exponent" else (1e-3 if hi == 1.0 else 0.0)
+    return lo * scale, hi * scale
 
 
 def _round(value: float) -> float:

@@ -27,18 +27,22 @@ import numpy as np
 import pandas as pd
 
 from roofline.cost_model import SINGLE_OP_COLUMNS, predict_single_ops
-from roofline.cost_params import FITTABLE
+from roofline.cost_params import FITTABLE, efficiency_bounds
 from roofline.errors import UserError
 from roofline.hardware import HardwareProfile
 
 Sample = tuple[str, Mapping[str, Any], float]
 Predict = Callable[[HardwareProfile, str, pd.DataFrame], np.ndarray]
 
-# Parameters that are fractions of a peak: bounded above by 1.
-_FRACTIONS = {"gemm_compute_efficiency", "gemm_fp8_compute_efficiency", "memory_efficiency",
-              "attention_compute_efficiency", "attention_memory_efficiency", "moe_compute_efficiency",
-              "collective_bus_efficiency"}
-_MIN_VALUE = {"overlap_exponent": 1.0}
+_TINY = 1e-12  # the lowest value of a positive parameter (log space needs > 0)
+
+
+def _bounds(name: str) -> tuple[float, float]:
+    """Log-space bounds of a parameter: an efficiency field's allowed range (`efficiency_bounds`: fractions of a
+    peak at most 1), executor times positive."""
+    section, field = _split(name)
+    lo, hi = efficiency_bounds(field) if section == "efficiency" else (0.0, np.inf)
+    return np.log(max(lo, _TINY)), np.log(hi)
 
 
 def predict_table(profile: HardwareProfile, kind: str, frame: pd.DataFrame) -> np.ndarray:
@@ -105,21 +109,48 @@ def fit(samples: Sequence[Sample], profile: HardwareProfile, param_names: Sequen
     names = list(dict.fromkeys(param_names))
     for name in names:
         _split(name)
-    x0 = np.log([max(get_param(profile, n), 1e-12) for n in names])
-    hi = np.array([0.0 if n.split(".")[1] in _FRACTIONS else np.inf for n in names])
-    lo = np.array([np.log(_MIN_VALUE.get(n.split(".")[1], 1e-12)) for n in names])
+    x0 = np.log([max(get_param(profile, n), _TINY) for n in names])
+    lo, hi = (np.array(b) for b in zip(*(_bounds(n) for n in names)))
 
     def residuals(x: np.ndarray) -> np.ndarray:
         p = with_params(profile, dict(zip(names, np.exp(np.clip(x, lo, hi)))))
         return np.concatenate([np.log(np.maximum(predict(p, k, f), 1e-15) / m) for k, (f, m) in groups.items()])
 
-    x, iterations = _irls_levenberg_marquardt(residuals, x0, lo, hi, f_scale, max_iterations)
+    start = _coarse_search(residuals, x0, lo, hi, f_scale)
+    x, iterations = _irls_levenberg_marquardt(residuals, start, lo, hi, f_scale, max_iterations)
     values = dict(zip(names, np.exp(x).tolist()))
     fitted = with_params(profile, values)
     err = np.abs(np.exp(residuals(x)) - 1.0)
     return FitResult(profile=fitted, values=values, initial_values=dict(zip(names, np.exp(x0).tolist())),
                      num_iterations=iterations, train_median_abs_rel_err=float(np.median(err)),
                      train_p90_abs_rel_err=float(np.percentile(err, 90)))
+
+
+def _soft_l1(r: np.ndarray, f_scale: float) -> float:
+    return float(np.sum(2 * f_scale**2 * (np.sqrt(1 + (r / f_scale) ** 2) - 1)))
+
+
+# Coarse search before Levenberg-Marquardt: each parameter tried at these factors of its value, in turn.
+_COARSE_FACTORS = (0.25, 0.5, 2.0, 4.0)
+_COARSE_ROUNDS = 2
+
+
+def _coarse_search(residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   f_scale: float) -> np.ndarray:
+    """Deterministic coordinate search in log space over `_COARSE_FACTORS`: moves the start out of shallow
+    local minima that a gradient method from the defaults gets stuck in (the tile/wave terms make the loss
+    piecewise smooth)."""
+    x = np.clip(x, lo, hi)
+    best = _soft_l1(residuals(x), f_scale)
+    for _ in range(_COARSE_ROUNDS):
+        for i in range(len(x)):
+            for factor in _COARSE_FACTORS:
+                trial = x.copy()
+                trial[i] = np.clip(x[i] + np.log(factor), lo[i], hi[i])
+                cost = _soft_l1(residuals(trial), f_scale)
+                if cost < best:
+                    x, best = trial, cost
+    return x
 
 
 def _irls_levenberg_marquardt(residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray, lo: np.ndarray,
@@ -129,7 +160,7 @@ def _irls_levenberg_marquardt(residuals: Callable[[np.ndarray], np.ndarray], x: 
     x = np.clip(x, lo, hi)
 
     def loss(r: np.ndarray) -> float:
-        return float(np.sum(2 * f_scale**2 * (np.sqrt(1 + (r / f_scale) ** 2) - 1)))
+        return _soft_l1(r, f_scale)
 
     r = residuals(x)
     cost = loss(r)

@@ -18,7 +18,9 @@ attention aggregates, collective message size.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,9 +28,22 @@ from engine.core.model_spec import ModelSpec
 from roofline.errors import UserError
 from roofline.quant import QuantConfig
 
-# Flash-attention query-tile rows (FA2/FA3 forward use 128-row Q tiles for head_dim <= 128:
-# flash-attention `hopper/tile_size.h`), used for the wave count of prefill attention.
-ATTENTION_Q_TILE = 128
+# Flash-attention 3 forward tiles on Hopper, (Q rows, K/V rows) per thread block, by head_dim, for 16-bit
+# inputs with causal masking and a paged KV cache (flash-attention `hopper/tile_size.h`,
+# `tile_size_fwd_sm90`: <=64: 192x128, <=96: 192x128 (paged), <=128: 128x128 (causal), <=192: 128x96
+# (paged, non-TMA), else 128x80). Used for the number and shape of prefill work tiles.
+_FA3_TILES: tuple[tuple[int, int, int], ...] = ((64, 192, 128), (96, 192, 128), (128, 128, 128), (192, 128, 96))
+_FA3_TILE_LARGEST = (128, 80)
+ATTENTION_Q_TILE = 128  # the Q tile of the common head_dim 128
+
+
+def attention_tile(head_dim: int) -> tuple[int, int]:
+    """(Q rows, K/V rows) of one flash-attention work tile for this head_dim (see `_FA3_TILES`)."""
+    for max_dim, rows_q, rows_kv in _FA3_TILES:
+        if head_dim <= max_dim:
+            return rows_q, rows_kv
+    return _FA3_TILE_LARGEST
+
 
 # Nominal FLOPs per element of the memory-bound elementwise operators.
 _NORM_FLOPS_PER_ELEMENT = 5  # residual add, square, accumulate, scale by rsqrt, scale by weight
@@ -64,7 +79,8 @@ class BatchStats:
 
     A sequence with one query token is a decode (it reads its context from the paged KV cache); one with more
     is a prefill chunk (causal over its own tokens, attending its earlier context too). `pairs` counts
-    (query, key) pairs attention computes, limited by a sliding window.
+    (query, key) pairs attention computes, limited by a sliding window. `q_tile` is the flash-attention Q tile
+    (`attention_tile`): prefill work is split into Q tiles of that many rows.
     """
 
     num_tokens: int
@@ -72,42 +88,69 @@ class BatchStats:
     num_prefill_seqs: int = 0
     prefill_tokens: int = 0
     prefill_pairs: float = 0.0
-    prefill_q_tiles: int = 0  # sum over prefill sequences of ceil(q / ATTENTION_Q_TILE)
+    prefill_q_tiles: int = 0  # sum over prefill sequences of ceil(q / q_tile)
     prefill_kv_tokens: float = 0.0  # keys read per head: cached context in the window + the new tokens
+    # Rows padding the last Q tile of each prefill sequence up to q_tile, times the keys they see: work the
+    # kernel does for nothing (sum over prefill sequences of (ceil(q/q_tile)*q_tile - q) * keys of the last row).
+    prefill_pad_pairs: float = 0.0
+    prefill_max_keys: float = 0.0  # keys the last row of the longest prefill sequence sees (its critical path)
     num_decode_seqs: int = 0
     decode_pairs: float = 0.0  # = keys read per head, one query each
 
     @classmethod
     def from_arrays(cls, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray,
-                    sliding_window: int | None = None) -> "BatchStats":
-        q = np.asarray(query_lens, dtype=np.int64)
-        c = np.asarray(context_lens, dtype=np.int64)
-        assert q.shape == c.shape and (q >= 0).all() and (c >= 0).all(), "query/context lengths per sequence"
-        q = q.astype(np.float64)
-        c = c.astype(np.float64)
+                    sliding_window: int | None = None, q_tile: int = ATTENTION_Q_TILE) -> "BatchStats":
+        """Aggregate per-sequence lengths. The simulator calls this once per step, so decode sequences are
+        summed by a few numpy reductions and the (few) prefill sequences in a plain Python loop."""
+        q = np.asarray(query_lens)
+        c = np.asarray(context_lens)
+        assert q.shape == c.shape, "query/context lengths per sequence"
+        num_tokens = int(q.sum())
         num_emits = int(np.count_nonzero(emits))
-        dec = q == 1
-        pre = q > 1
-        qp, cp = q[pre], c[pre]
-        w = float(sliding_window) if sliding_window else float("inf")
-        return cls(
-            num_tokens=int(q.sum()),
-            num_emits=num_emits,
-            num_prefill_seqs=int(pre.sum()),
-            prefill_tokens=int(qp.sum()),
-            prefill_pairs=float(attention_pairs(qp, cp, w).sum()),
-            prefill_q_tiles=int(np.ceil(qp / ATTENTION_Q_TILE).sum()),
-            prefill_kv_tokens=float((np.minimum(cp, w) + qp).sum()),
-            num_decode_seqs=int(dec.sum()),
-            decode_pairs=float(np.minimum(c[dec] + 1, w).sum()),
-        )
+        if q.size == 0 or int(q.max()) <= 1:
+            # Every query length is 0 or 1; with no zeros (sum == count) every sequence is a decode.
+            dec = c if num_tokens == q.size else c[q == 1]
+            prefill = {}
+        else:
+            assert int(q.min()) >= 0, "query lengths must be >= 0"
+            dec = c[q == 1]
+            idx = np.flatnonzero(q > 1).tolist()
+            prefill = cls._prefill_sums(q[idx].tolist(), c[idx].tolist(), sliding_window, q_tile)
+        if sliding_window:
+            decode_pairs = float(np.minimum(dec + 1, sliding_window).sum())
+        else:
+            decode_pairs = float(dec.sum()) + dec.size
+        return cls(num_tokens=num_tokens, num_emits=num_emits, num_decode_seqs=int(dec.size),
+                   decode_pairs=decode_pairs, **prefill)
+
+    @staticmethod
+    def _prefill_sums(qs: list[int], cs: list[int], sliding_window: int | None, q_tile: int) -> dict[str, float]:
+        w = float(sliding_window) if sliding_window else math.inf
+        pairs = kv_tokens = pad = max_keys = 0.0
+        tiles = 0
+        for q, c in zip(qs, cs):
+            assert c >= 0, "context lengths must be >= 0"
+            n = -(-q // q_tile)
+            last_keys = min(c + q, w)
+            pairs += attention_pairs(float(q), float(c), w)
+            kv_tokens += min(c, w) + q
+            pad += (n * q_tile - q) * last_keys
+            max_keys = max(max_keys, last_keys)
+            tiles += n
+        return dict(num_prefill_seqs=len(qs), prefill_tokens=sum(qs), prefill_pairs=pairs, prefill_q_tiles=tiles,
+                    prefill_kv_tokens=float(kv_tokens), prefill_pad_pairs=float(pad), prefill_max_keys=float(max_keys))
 
 
-def attention_pairs(q: np.ndarray, c: np.ndarray, window: float) -> np.ndarray:
+def attention_pairs(q: Any, c: Any, window: float) -> Any:
     """(query, key) pairs of causal attention for q new tokens after c cached ones, each query seeing at most
     `window` keys: query i (0-based) sees min(c + i + 1, window) keys. Closed form: the first j queries see
-    c+1 .. c+j keys (j = clip(window - c, 0, q)); the rest see `window`."""
-    j = np.clip(window - c, 0, q) if np.isfinite(window) else q
+    c+1 .. c+j keys (j = clip(window - c, 0, q)); the rest see `window`. Floats or arrays."""
+    if not math.isfinite(window):
+        return q * (c + 1) + q * (q - 1) / 2
+    if isinstance(q, float) and isinstance(c, float):
+        j = min(max(window - c, 0.0), q)
+        return j * (c + 1) + j * (j - 1) / 2 + (q - j) * min(window, c + q)
+    j = np.clip(window - c, 0, q)
     return j * (c + 1) + j * (j - 1) / 2 + (q - j) * np.minimum(window, c + q)
 
 
@@ -169,7 +212,8 @@ def collective_record(name: str, kind: str, message_bytes: float, count: int, tp
 
 def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[OpRecord]:
     """Prefill and decode parts of the (one, varlen) attention call per layer. Both write the new tokens'
-    K and V into the paged cache (vLLM `reshape_and_cache_flash`) and read Q, write O."""
+    K and V into the paged cache (vLLM `reshape_and_cache_flash`) and read Q, write O. `shape` holds the
+    arguments of the time formulas (`prefill_attention_shape`, `decode_attention_shape`)."""
     kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element  # K and V of one token, per layer
     q_token = r.heads * r.head_dim * quant.act_bytes
     flops_per_pair = 4.0 * r.heads * r.head_dim  # QK^T and PV: 2 MACs per (query, key, head, dim)
@@ -179,13 +223,17 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
     dtype = quant.act_dtype
     out = []
     if s.num_prefill_seqs:
+        q_tile, kv_tile = attention_tile(r.head_dim)
         out.append(OpRecord(
             name="attention_prefill", kind="attention_prefill", count=r.layers,
             flops=r.layers * flops_per_pair * s.prefill_pairs, weight_bytes=0.0,
             act_bytes=r.layers * 2 * s.prefill_tokens * q_token,
             kv_read_bytes=r.layers * s.prefill_kv_tokens * kv_token,
             kv_write_bytes=r.layers * s.prefill_tokens * kv_token,
-            shape=(s.prefill_q_tiles * r.heads, s.num_prefill_seqs, r.head_dim), dtype=dtype))
+            shape=prefill_attention_shape(r.heads, r.head_dim, q_tile, kv_tile, s.prefill_tokens, s.prefill_pairs,
+                                          s.prefill_q_tiles, s.prefill_pad_pairs, s.prefill_max_keys,
+                                          s.prefill_kv_tokens, q_token, kv_token),
+            dtype=dtype))
     if s.num_decode_seqs:
         out.append(OpRecord(
             name="attention_decode", kind="attention_decode", count=r.layers,
@@ -193,9 +241,34 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
             act_bytes=r.layers * 2 * s.num_decode_seqs * q_token,
             kv_read_bytes=r.layers * s.decode_pairs * kv_token,
             kv_write_bytes=r.layers * s.num_decode_seqs * kv_token,
-            shape=(s.num_decode_seqs * r.kv_heads, s.num_decode_seqs, r.head_dim,
-                   2 * r.head_dim * quant.kv_bytes_per_element), dtype=dtype))
+            shape=decode_attention_shape(r.heads, r.kv_heads, r.head_dim, s.num_decode_seqs, s.decode_pairs,
+                                         q_token, kv_token),
+            dtype=dtype))
     return out
+
+
+def prefill_attention_shape(heads: Any, head_dim: Any, q_tile: Any, kv_tile: Any, tokens: Any, pairs: Any,
+                            q_tiles: Any, pad_pairs: Any, max_keys: Any, kv_tokens: Any, q_token_bytes: Any,
+                            kv_token_bytes: Any) -> tuple[Any, ...]:
+    """Arguments of `roofline.cost_model.attention_prefill_time_s` for one layer (scalars or arrays):
+    ((query, key) pairs the kernel computes over all heads, bytes moved, work tiles, pairs of the longest
+    tile, head_dim, Q tile rows).
+
+    Flash attention computes whole (q_tile x kv_tile) blocks: causal masking skips blocks above the diagonal,
+    computes the diagonal ones in full and masks them (FA2 paper, Dao 2023, section 3.1), wasting about half a
+    block per Q tile; the padding rows of a sequence's last Q tile are computed too. A work tile is one
+    (sequence, head, Q tile); the last Q tile of the longest sequence sees all its keys."""
+    computed = pairs + q_tiles * (q_tile * kv_tile / 2.0) + pad_pairs
+    moved = 2 * tokens * q_token_bytes + (kv_tokens + tokens) * kv_token_bytes  # Q, O; K/V read + new K/V written
+    return (heads * computed, moved, heads * q_tiles, q_tile * max_keys, head_dim, q_tile)
+
+
+def decode_attention_shape(heads: Any, kv_heads: Any, head_dim: Any, num_seqs: Any, pairs: Any, q_token_bytes: Any,
+                           kv_token_bytes: Any) -> tuple[Any, ...]:
+    """Arguments of `roofline.cost_model.attention_decode_time_s` for one layer: (FLOPs, bytes moved,
+    (sequence, KV head) work units, bytes of one key and value of one KV head)."""
+    moved = 2 * num_seqs * q_token_bytes + (pairs + num_seqs) * kv_token_bytes  # Q, O; cached KV; new K/V
+    return (4.0 * heads * head_dim * pairs, moved, num_seqs * kv_heads, kv_token_bytes / kv_heads)
 
 
 def moe_record(name: str, num_tokens: float, hidden: int, inter: int, topk: int, num_experts: int, count: int,

@@ -35,7 +35,7 @@ from roofline.errors import UserError
 from roofline.hardware import HardwareProfile, load_profile
 from roofline.registry import resolve
 from roofline.simulator import Deployment, EngineArgs, SimulationOptions, make_deployment, run_simulation
-from roofline.workload import Workload, load_workload, sample_requests
+from roofline.workload import Workload, load_workload
 
 # Statistics exclude the first and the last tenth of the requests (by arrival): at the start the system
 # fills from empty, at the end arrivals stop and the batch drains, and neither is the steady state whose
@@ -47,6 +47,11 @@ RATE_REL_TOL = 0.05
 # Below saturation / 2**MAX_HALVINGS a configuration is declared unable to meet the SLOs at any rate.
 MAX_HALVINGS = 6
 SENSITIVITY_DELTA = 0.10
+# Defaults of `roofline plan`: the candidates, and how many requests each probe measures.
+DEFAULT_TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
+DEFAULT_MAX_NUM_SEQS = (64, 128, 256)
+DEFAULT_NUM_REQUESTS = 2000
+DEFAULT_SLO_PERCENTILE = 90.0
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ class Slo:
 
     ttft_s: float
     tpot_s: float
-    percentile: float = 90.0
+    percentile: float = DEFAULT_SLO_PERCENTILE
 
     def __post_init__(self) -> None:
         if not (self.ttft_s > 0 and math.isfinite(self.ttft_s)):
@@ -206,10 +211,10 @@ class PlanRequest:
     workload: str
     slo: Slo
     target_rate_per_s: float
-    tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8)
-    max_num_seqs: tuple[int, ...] = (64, 128, 256)
+    tensor_parallel_sizes: tuple[int, ...] = DEFAULT_TENSOR_PARALLEL_SIZES
+    max_num_seqs: tuple[int, ...] = DEFAULT_MAX_NUM_SEQS
     sensitivity: bool = True
-    num_requests: int = 2000  # measured per probe, after warm-up and drain are excluded
+    num_requests: int = DEFAULT_NUM_REQUESTS  # measured per probe, after warm-up and drain are excluded
 
     def __post_init__(self) -> None:
         if not (self.target_rate_per_s > 0 and math.isfinite(self.target_rate_per_s)):
@@ -653,14 +658,13 @@ class SimulatorBackend:
 
     def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int) -> RunResult:
         workload, _ = workload_at_rate(_workload(self.workload), rate_per_s, num_requests)
-        specs = sample_requests(workload)
-        result = run_simulation(self.deployment(config, efficiency), specs,
-                                SimulationOptions(seed=workload.seed, record_steps=False))
+        result = run_simulation(self.deployment(config, efficiency), workload,
+                                SimulationOptions(record_steps=False))
         req, steps = result.requests, result.steps
-        window = measured_slice(len(req))
-        arrivals = req["arrival_s"].to_numpy(dtype=float)
-        lo, hi = arrivals[window][[0, -1]] if len(arrivals[window]) else (0.0, 0.0)
-        # Mean batch over the measured part of the run, weighted by step duration.
+        # Mean batch in steady state (between the 10th and 90th percentile completion, as for the
+        # throughput), weighted by step duration: what a representative decode step looks like.
+        lo, hi = np.percentile(req["finish_s"].to_numpy(dtype=float), [100 * WARMUP_FRACTION,
+                                                                       100 * (1 - DRAIN_FRACTION)])
         inside = steps["start_s"].between(lo, hi)
         durations = steps.loc[inside, "duration_s"].to_numpy(dtype=float)
         batch = steps.loc[inside, "num_seqs"].to_numpy(dtype=float)

@@ -51,7 +51,8 @@ ROUTERS = ("round_robin", "least_outstanding")
 # Event priorities at equal times (see the module docstring).
 _STEP_END, _ARRIVAL, _SCHEDULE = 0, 1, 2
 
-StepTimeFn = Callable[[int, int, Any], float]  # (replica, step index on that replica, StepPlan) -> seconds
+# (replica, step index on that replica, start time, StepPlan) -> the step's duration in seconds.
+StepTimeFn = Callable[[int, int, float, Any], float]
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,7 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
                     replica.schedule_pending = True
                     push(now, _SCHEDULE, replica.index)
                 continue
-            duration = time_fn(replica.index, replica.num_steps, plan)
+            duration = time_fn(replica.index, replica.num_steps, now, plan)
             _record_step(recorder, replica, plan, now, duration)
             replica.plan, replica.step_start_s = plan, now
             push(now + duration, _STEP_END, replica.index)
@@ -305,7 +306,7 @@ def _route(replicas: list[_Replica], router: str, rr_next: int) -> _Replica:
 
 
 def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
-    def step_time(replica: int, step_index: int, plan: Any) -> float:
+    def step_time(replica: int, step_index: int, start_s: float, plan: Any) -> float:
         query, context, emits = _seq_arrays(plan)
         return cost_model.step_time_s(query, context, emits)
     return step_time
@@ -318,18 +319,20 @@ def _seq_arrays(plan: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _record_step(recorder: _Recorder, replica: _Replica, plan: Any, now: float, duration: float) -> None:
     recorder.step_rows.append((
-        replica.index, replica.num_steps, now, now + duration, duration, plan.num_seqs,
+        replica.index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
         plan.num_prefill_tokens, plan.num_decode_tokens, sum(plan.emits), len(plan.preempted_request_ids),
-        plan.num_kv_blocks_used, plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running,
-        plan.num_waiting))
+        plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used, plan.num_kv_blocks_total,
+        plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
     if recorder.record_steps:
         recorder.step_seqs.append(_seq_arrays(plan))
         recorder.step_request_ids.append(tuple(plan.request_ids))
 
 
-STEP_COLUMNS = ("replica", "step", "start_s", "end_s", "duration_s", "num_seqs", "num_prefill_tokens",
-                "num_decode_tokens", "num_output_tokens", "num_preemptions", "num_kv_blocks_used", "kv_usage",
-                "num_running", "num_waiting")
+# One row per step; the names of engine.core.trace's step columns where they exist.
+STEP_COLUMNS = ("replica", "step_index", "start_s", "end_s", "duration_s", "num_seqs", "num_batched_tokens",
+                "num_prefill_tokens", "num_decode_tokens", "num_output_tokens", "num_preemptions",
+                "num_new_prefix_hit_tokens", "num_kv_blocks_used", "num_kv_blocks_total", "kv_usage", "num_running",
+                "num_waiting")
 
 
 def _result(specs: Sequence[RequestSpec], rec: _Recorder, wall_s: float) -> SimulationResult:

@@ -85,6 +85,7 @@ def _check_step(sched: Scheduler, plan, config: SchedulerConfig) -> None:
     holders = Counter(b.block_id for r in sched.running for b in r.blocks)
     assert all(pool.blocks[i].ref_cnt == n for i, n in holders.items())
     assert sum(1 for b in pool.blocks[1:] if b.ref_cnt > 0) == len(holders) == pool.num_used_blocks
+    assert sched._num_running_without_output == sum(r.num_output_tokens == 0 for r in sched.running)
     for r in sched.running:
         assert len(r.blocks) == -(-r.num_computed_tokens // bs) and r.block_table == tuple(b.block_id for b in r.blocks)
 

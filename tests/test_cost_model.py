@@ -37,16 +37,20 @@ def test_time_grows_with_tokens_and_context():
     assert ctx[-1] > ctx[0]
 
 
-def test_fast_path_equals_breakdown():
-    m = model()
+@pytest.mark.parametrize("spec,tp,mode", [(SPEC, 1, "cuda_graphs"), (SPEC, 4, "eager"),
+                                          (replace(SPEC, sliding_window=512), 2, "cuda_graphs")])
+def test_fast_path_equals_breakdown(spec, tp, mode):
+    hw = replace(H100, executor=replace(H100.executor, mode=mode))
+    m = model(hw=hw, spec=spec, tp=tp)
     rng = np.random.default_rng(1)
-    for _ in range(5):
-        n = int(rng.integers(1, 40))
-        q = np.where(rng.random(n) < 0.7, 1, rng.integers(2, 600, n))
-        c = rng.integers(0, 3000, n)
+    for i in range(40):
+        n = int(rng.integers(1, 80))
+        share = (0.0, 0.05, 0.7, 1.0)[i % 4]  # decode-only, mostly decode, mixed, prefill-only batches
+        q = np.where(rng.random(n) < share, rng.integers(2, 3000, n), 1)
+        c = rng.integers(0, 5000, n)
         e = rng.random(n) < 0.8
         full = m.step_cost(q, c, e)
-        assert m.step_time_s(q, c, e) == pytest.approx(full.total_s, rel=1e-12)
+        assert m.step_time_s(q, c, e) == pytest.approx(full.total_s, rel=1e-12, abs=0)
         assert sum(full.breakdown_s.values()) == pytest.approx(full.total_s, rel=1e-12)
 
 

@@ -67,10 +67,11 @@ def test_b_chunked_prefill_matches_transformers(checkpoint: Path, reference: tra
     batch = prompts([40, 7, 29, 18], seed=1)
     result, outputs = engine_greedy(checkpoint, batch, max_num_seqs=4, max_num_batched_tokens=8, block_size=4,
                                     num_blocks=128)
-    chunks_after_context = [(q, c) for s in result.steps for q, c in zip(s.query_lens, s.context_lens)
+    steps = result.steps
+    chunks_after_context = [(q, c) for qs, cs in zip(steps.query_lens, steps.context_lens) for q, c in zip(qs, cs)
                             if q > 1 and c > 0]
     assert chunks_after_context, "the budget should have split prompts into chunks"
-    assert any(s.num_prefill_tokens and s.num_decode_tokens for s in result.steps), "no mixed step"
+    assert ((steps.num_prefill_tokens > 0) & (steps.num_decode_tokens > 0)).any(), "no mixed step"
     assert outputs == [hf_greedy(reference, p) for p in batch]
 
 
@@ -79,7 +80,7 @@ def test_c_preemption_matches_transformers(checkpoint: Path, reference: transfor
     # Each request ends with 26-28 tokens = 7 blocks of 4; 16 usable blocks hold two of them.
     result, outputs = engine_greedy(checkpoint, batch, max_num_seqs=8, max_num_batched_tokens=64, block_size=4, num_blocks=17,
                                     enable_prefix_caching=False)
-    assert sum(s.num_preemptions for s in result.steps) > 0, "the tiny cache should have forced preemptions"
+    assert result.steps.num_preemptions.sum() > 0, "the tiny cache should have forced preemptions"
     assert outputs == [hf_greedy(reference, p) for p in batch]
 
 
@@ -90,5 +91,5 @@ def test_d_prefix_cache_hits_match_transformers(checkpoint: Path, reference: tra
     # A budget of 32 admits one prompt per step, so later ones find the shared blocks already cached.
     result, outputs = engine_greedy(checkpoint, batch, max_num_seqs=8, max_num_batched_tokens=32, block_size=4,
                                     num_blocks=64)
-    assert sum(s.num_new_prefix_hit_tokens for s in result.steps) >= 3 * 20
+    assert result.steps.num_new_prefix_hit_tokens.sum() >= 3 * 20
     assert outputs == [hf_greedy(reference, p) for p in batch]

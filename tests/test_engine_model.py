@@ -49,7 +49,7 @@ def paged_logits(model: LlamaModel, ids: torch.Tensor, block_size: int = 4) -> t
         for lo, hi in pieces:
             decodes = [(blocks, lo)] if hi - lo == 1 else []
             prefills = [] if decodes else [(blocks, lo, hi - lo)]
-            meta = build_metadata(decodes, prefills, block_size, CPU)
+            meta = build_metadata(decodes, prefills, cache, CPU)
             out.append(model.compute_logits(model(ids[lo:hi], torch.arange(lo, hi), meta, cache)))
     return torch.cat(out)
 

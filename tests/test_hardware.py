@@ -224,4 +224,4 @@ def test_profile_device_cuda_writes_a_loadable_gpu_profile(tmp_path: Path) -> No
     assert main(["profile-device", "--device", "cuda", "--quick", "--out", str(out)]) == 0
     hw = load_profile(out)
     assert hw.kind == "gpu" and {"fp32", "tf32", "bf16", "fp16"} <= set(hw.supported_dtypes)
-    assert hw.memory_capacity_bytes == torch.cuda.get_device_properties(0).total_memory
+    assert hw.memory_capacity_bytes == pytest.approx(torch.cuda.get_device_properties(0).total_memory, rel=1e-5)

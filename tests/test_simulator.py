@@ -62,7 +62,7 @@ def test_replaying_measured_durations_reproduces_the_engine_batches(deployment) 
     workload = small_workload(num_requests=60, rate=300.0)
     durations = np.random.default_rng(7).uniform(0.002, 0.03, size=5000)
     engine = engine_loop_trace(deployment, workload, durations)
-    result = run_simulation(deployment, workload, step_time_fn=lambda replica, step, plan: float(durations[step]))
+    result = run_simulation(deployment, workload, step_time_fn=lambda replica, step, start, plan: float(durations[step]))
     simulated = [(row.start_s, ids, tuple(q.tolist()), tuple(c.tolist()), row.num_preemptions)
                  for row, ids, (q, c, _) in zip(result.steps.itertuples(), result.step_request_ids,
                                                 result.step_seqs)]
@@ -193,3 +193,36 @@ def test_warmup_past_the_end_is_a_user_error() -> None:
     requests, itl, steps = toy_run()
     with pytest.raises(UserError, match="--warmup-s 10"):
         summarize(requests, itl, steps, SummaryOptions(warmup_s=10.0))
+
+
+def test_replaying_a_real_engine_trace_reproduces_its_batches() -> None:
+    """The real engine (llama-tiny on the CPU, wall-clock arrivals) against the simulator fed the engine's own
+    step boundaries: each simulated step lasts until the engine's next step began."""
+    pytest.importorskip("torch")
+    from engine.llm_engine import EngineConfig, LLMEngine
+    from roofline.workload import build_requests
+
+    limits = dict(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=128)
+    deployment = make_deployment("llama-tiny", "h100-sxm", EngineArgs(**limits, block_size=4,
+                                                                      num_gpu_blocks_override=40))
+    workload = Workload(name="tiny", seed=3, num_requests=14, arrival=ArrivalProcess("constant", 40.0),
+                        prompt_tokens=LengthDistribution("uniform", min_tokens=5, max_tokens=40),
+                        output_tokens=LengthDistribution("uniform", min_tokens=1, max_tokens=30),
+                        shared_prefix=SharedPrefix(num_groups=2, prefix_tokens=8))
+    specs = sample_requests(workload)
+    spec = deployment.spec
+    engine = LLMEngine(spec, EngineConfig(deployment.scheduler_config, block_size=4, num_blocks=40, num_threads=1,
+                                          dtype="float32"))
+    trace = engine.run(build_requests(workload, specs, spec.vocab_size, spec.bos_token_id, spec.eos_token_id)).steps
+    cutoffs = trace["arrival_cutoff_s"].tolist()
+
+    def engine_step_time(replica: int, step: int, start_s: float, plan: object) -> float:
+        # Until the engine's next iteration looked for arrivals (the last step: its measured duration).
+        return cutoffs[step + 1] - start_s if step + 1 < len(cutoffs) else float(trace["duration_s"].iloc[-1])
+
+    result = run_simulation(deployment, workload, specs=specs, step_time_fn=engine_step_time)
+    assert len(result.steps) == len(trace)
+    for k, (ids, (q, c, _)) in enumerate(zip(result.step_request_ids, result.step_seqs)):
+        assert list(ids) == list(trace["request_ids"].iloc[k]), k
+        assert q.tolist() == trace["query_lens"].iloc[k].tolist(), k
+        assert c.tolist() == trace["context_lens"].iloc[k].tolist(), k

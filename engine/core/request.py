@@ -76,6 +76,7 @@ class Request:
         "block_table",
         "max_num_tokens",
         "stop_token_set",
+        "next_check_len",
         "first_scheduled_time_s",
         "finish_time_s",
         "token_times_s",
@@ -115,6 +116,9 @@ class Request:
         # capped by max_model_len) and the tokens that stop it (EOS unless ignore_eos, stop_token_ids).
         self.max_num_tokens = 0
         self.stop_token_set: frozenset[int] = frozenset()
+        # The length at which update_from_output next needs a closer look (first token, a block to hash,
+        # max_num_tokens), so the common case costs one comparison.
+        self.next_check_len = 0
         # Metrics: token_times_s holds the time of every output token (kept across preemptions).
         self.first_scheduled_time_s: float | None = None
         self.finish_time_s: float | None = None

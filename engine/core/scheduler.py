@@ -234,6 +234,10 @@ class Scheduler:
         self.requests: dict[str, Request] = {}  # every unfinished request by id
         self.num_steps = 0
         self._pending: StepPlan | None = None  # the plan whose output is still to come
+        self._pending_aborted = False  # a request of the pending plan was aborted
+        # Running requests without an output token yet: only they can compute a single prompt token, which
+        # counts as prefill; when there are none, the bulk path need not look for them.
+        self._num_running_without_output = 0
 
     # ---- queries ----
     @property
@@ -288,6 +292,7 @@ class Scheduler:
         if req.eos_token_id is not None and not req.sampling.ignore_eos:
             stop.add(req.eos_token_id)
         req.stop_token_set = frozenset(stop)
+        req.next_check_len = req.num_prompt_tokens + 1
         self.kv.update_block_hashes(req)
         self.waiting.add(req)
         self.requests[req.request_id] = req
@@ -299,6 +304,8 @@ class Scheduler:
             return None
         if req.status is _RUNNING:
             self.running.remove(req)
+            self._num_running_without_output -= req.num_output_tokens == 0
+            self._pending_aborted = self._pending is not None
         else:
             self.waiting.remove(req)
         self._finish(req, RequestStatus.FINISHED_ABORTED, now_s)
@@ -383,7 +390,7 @@ class Scheduler:
         bs = kv.block_size
         last = bs - 1
         # Decodes need the manager when their token opens a block (c % bs == 0) or fills one (== bs - 1).
-        touched = [i for i, (c, m) in enumerate(zip(ctx, rem)) if m > 1 or c % bs == 0]
+        touched = [i for i, (c, m) in enumerate(zip(ctx, rem)) if m > 1 or c % bs == 0 or c % bs == last]
         num_needed = sum(-(-ntok[i] // bs) - len(running[i].blocks) for i in touched)
         if num_needed > kv.num_free_blocks:
             return False
@@ -399,7 +406,8 @@ class Scheduler:
         plan.num_batched_tokens = total
         # Prefill seqs: several tokens, or the single last prompt token (no output yet: t == prompt length).
         num_prefill_tokens = sum(m for m in rem if m > 1)
-        num_prefill_tokens += sum(1 for r, t, m in zip(running, ntok, rem) if m == 1 and t == r.num_prompt_tokens)
+        if self._num_running_without_output:
+            num_prefill_tokens += sum(1 for r, t, m in zip(running, ntok, rem) if m == 1 and t == r.num_prompt_tokens)
         plan.num_prefill_tokens = num_prefill_tokens
         plan.num_decode_tokens = total - num_prefill_tokens
         for r, t in zip(running, ntok):
@@ -421,6 +429,7 @@ class Scheduler:
         return victim, i, budget
 
     def _preempt(self, req: Request) -> None:
+        self._num_running_without_output -= req.num_output_tokens == 0
         self.kv.free(req)
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
@@ -452,6 +461,7 @@ class Scheduler:
                 break
             waiting.pop()
             running.append(req)
+            self._num_running_without_output += req.num_output_tokens == 0
             req.status = _RUNNING
             req.num_computed_tokens = num_hit_tokens
             if req.num_prefix_hit_tokens is None:
@@ -479,29 +489,48 @@ class Scheduler:
         self._pending = None
         if isinstance(sampled, dict):
             sampled = [sampled[rid] if emit else 0 for rid, emit in zip(plan.request_ids, plan.emits)]
-        kv = self.kv
-        hash_every = kv.block_size if kv.enable_caching else 0
-        finished: list[Request] = []
-        for req, emit, token in zip(plan.requests, plan.emits, sampled):
-            if not emit or req.status is not _RUNNING:
-                continue
-            tokens = req.all_token_ids
-            tokens.append(token)
-            if now_s is not None:
+        pairs = zip(plan.requests, sampled)
+        if self._pending_aborted or not all(plan.emits):
+            self._pending_aborted = False
+            pairs = [(r, t) for r, t, e in zip(plan.requests, sampled, plan.emits) if e and r.status is _RUNNING]
+        to_check: list[tuple[Request, int]] = []
+        if now_s is None:
+            for req, token in pairs:
+                tokens = req.all_token_ids
+                tokens.append(token)
+                if len(tokens) >= req.next_check_len or token in req.stop_token_set:
+                    to_check.append((req, token))
+        else:
+            for req, token in pairs:
+                tokens = req.all_token_ids
+                tokens.append(token)
                 req.token_times_s.append(now_s)
-            num_tokens = len(tokens)
-            if hash_every and num_tokens % hash_every == 0:
-                kv.update_block_hashes(req)
-            # vLLM's check_stop order: EOS (unless ignore_eos) and stop tokens, then the length limits.
-            if token in req.stop_token_set:
-                self._finish(req, RequestStatus.FINISHED_STOPPED, now_s)
-                finished.append(req)
-            elif num_tokens >= req.max_num_tokens:
-                self._finish(req, RequestStatus.FINISHED_LENGTH_CAPPED, now_s)
-                finished.append(req)
+                if len(tokens) >= req.next_check_len or token in req.stop_token_set:
+                    to_check.append((req, token))
+        finished = [req for req, token in to_check if self._check(req, token, now_s)]
         if finished:
             self.running = [r for r in self.running if r.status is _RUNNING]
         return finished
+
+    def _check(self, req: Request, token: int, now_s: float | None) -> bool:
+        """The rare events of a new token: the first output, a full block to hash, a stop (vLLM's
+        check_stop order: EOS unless ignore_eos and stop tokens, then the length limits). True if finished."""
+        num_tokens = len(req.all_token_ids)
+        if num_tokens == req.num_prompt_tokens + 1:
+            self._num_running_without_output -= 1
+        kv = self.kv
+        bs = kv.block_size
+        if kv.enable_caching and num_tokens % bs == 0:
+            kv.update_block_hashes(req)
+        if token in req.stop_token_set:
+            self._finish(req, RequestStatus.FINISHED_STOPPED, now_s)
+            return True
+        if num_tokens >= req.max_num_tokens:
+            self._finish(req, RequestStatus.FINISHED_LENGTH_CAPPED, now_s)
+            return True
+        next_block = (num_tokens // bs + 1) * bs if kv.enable_caching else req.max_num_tokens
+        req.next_check_len = min(next_block, req.max_num_tokens)
+        return False
 
     def _finish(self, req: Request, status: RequestStatus, now_s: float | None) -> None:
         req.status = status

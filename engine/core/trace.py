@@ -63,6 +63,7 @@ OPTIONAL_STEP_COLUMNS: dict[str, pa.DataType] = {
     "bookkeeping_s": pa.float64(),
     "predicted_s": pa.float64(),  # simulator: the cost model's step time
     "request_ids": pa.list_(pa.string()),
+    "replica": pa.int64(),  # simulator: which replica ran the step (step_index counts per replica)
 }
 _OP_COLUMN = re.compile(r"^op_[a-z0-9_]+_s$")
 REQUIRED_METADATA_KEYS = ("schema_version", "model", "dtypes", "engine_config", "device", "library_versions", "seed")

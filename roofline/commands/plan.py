@@ -16,7 +16,9 @@ from pathlib import Path
 
 from roofline.errors import UserError
 from roofline.hardware import load_profile
-from roofline.plan import PlanRequest, SimulatorBackend, Slo, make_plan, parse_price_flags, prices_for
+from roofline.plan import (DEFAULT_MAX_NUM_SEQS, DEFAULT_NUM_REQUESTS, DEFAULT_SLO_PERCENTILE,
+                           DEFAULT_TENSOR_PARALLEL_SIZES, PlanRequest, SimulatorBackend, Slo, make_plan,
+                           parse_price_flags, prices_for)
 from roofline.report import answer_text, all_tables, write_report
 from roofline.simulator import EngineArgs
 from roofline.workload import load_workload
@@ -35,20 +37,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--workload", required=True, metavar="ID|PATH", help="workload id, YAML file or CSV trace")
     parser.add_argument("--slo-ttft-s", type=float, required=True, metavar="S", help="time-to-first-token SLO")
     parser.add_argument("--slo-tpot-s", type=float, required=True, metavar="S", help="time-per-output-token SLO")
-    parser.add_argument("--slo-percentile", type=float, default=90.0, metavar="P",
-                        help="share of requests (percent) that must meet each SLO (default: 90)")
+    parser.add_argument("--slo-percentile", type=float, default=DEFAULT_SLO_PERCENTILE, metavar="P",
+                        help=f"share of requests (percent) that must meet each SLO (default: "
+                             f"{DEFAULT_SLO_PERCENTILE:g})")
     parser.add_argument("--target-qps", type=float, required=True, metavar="RPS",
                         help="the request rate to serve, requests per second")
     parser.add_argument("--price", action="append", default=[], metavar="ID=USD_PER_HOUR",
                         help="price of one GPU-hour of a hardware (repeatable); overrides the shipped default")
-    parser.add_argument("--tensor-parallel-sizes", default="1,2,4,8", metavar="N,...",
-                        help="tensor-parallel sizes to try (default: 1,2,4,8)")
-    parser.add_argument("--max-num-seqs", default="64,128,256", metavar="N,...",
-                        help="max_num_seqs values to try (default: 64,128,256)")
+    parser.add_argument("--tensor-parallel-sizes", default=_join(DEFAULT_TENSOR_PARALLEL_SIZES), metavar="N,...",
+                        help=f"tensor-parallel sizes to try (default: {_join(DEFAULT_TENSOR_PARALLEL_SIZES)})")
+    parser.add_argument("--max-num-seqs", default=_join(DEFAULT_MAX_NUM_SEQS), metavar="N,...",
+                        help=f"max_num_seqs values to try (default: {_join(DEFAULT_MAX_NUM_SEQS)})")
     parser.add_argument("--sensitivity", action=argparse.BooleanOptionalAction, default=True,
                         help="repeat every search at -10 %% and +10 %% compute and memory efficiency (default: on)")
-    parser.add_argument("--num-requests", type=int, default=2000, metavar="N",
-                        help="measured requests per simulation, after warm-up and drain (default: 2000)")
+    parser.add_argument("--num-requests", type=int, default=DEFAULT_NUM_REQUESTS, metavar="N",
+                        help=f"measured requests per simulation, after warm-up and drain (default: "
+                             f"{DEFAULT_NUM_REQUESTS}; fewer make the percentiles noisier)")
     parser.add_argument("--workers", type=int, default=2, metavar="N", help="worker processes (default: 2)")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory for the report")
     engine = parser.add_argument_group("engine (vLLM's flag names)")
@@ -64,6 +68,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     engine.add_argument("--kv-cache-dtype", default="auto")
     parser.set_defaults(run=run)
     return parser
+
+
+def _join(values: tuple[int, ...]) -> str:
+    return ",".join(map(str, values))
 
 
 def parse_int_list(text: str, flag: str) -> tuple[int, ...]:

@@ -35,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="device to measure (default cpu)")
     parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: all cores)")
     parser.add_argument("--repeats", type=int, default=5, metavar="N",
-                        help="measurements per number; the median is kept, the range is the spread (default 5)")
+                        help="measurements per number; the best is kept, their range is the spread (default 5)")
     parser.add_argument("--id", dest="profile_id", metavar="ID",
                         help="id of the written profile (default: from the device name)")
     parser.add_argument("--quick", action="store_true", help="tiny sweeps for tests (seconds; numbers not meaningful)")
@@ -108,7 +108,7 @@ def measured_profile(result: dict[str, Any], profile_id: str | None, date: str, 
         "kind": device["kind"],
         "vendor": device["vendor"],
         "peak_tflops": peaks,
-        "memory_capacity_gb": _sig(device["memory_capacity_bytes"] / 1e9),
+        "memory_capacity_gb": _sig(device["memory_capacity_bytes"] / 1e9, 6),  # KV capacity is sized from it
         "memory_bandwidth_gb_per_s": _sig(read["plateau_bytes_per_s"] / 1e9),
         "l2_cache_mib": _optional(device["l2_cache_bytes"], _MIB),
         # CPU: the threads torch ran on are the compute units the measured peaks belong to.
@@ -134,7 +134,7 @@ def _optional(value: float | None, scale: float) -> float | None:
 def _sources(device: dict[str, Any], is_cpu: bool) -> dict[str, str]:
     tool = "measured by roofline profile-device"
     sources = {
-        "peak_tflops": f"{tool}: best GEMM over the shape sweep, median of the repeats (measured.gemm)",
+        "peak_tflops": f"{tool}: best GEMM over the shape sweep, best of the repeats (measured.gemm)",
         "memory_capacity_gb": "installed memory (sysconf / /proc/meminfo MemTotal)" if is_cpu
         else "torch.cuda.get_device_properties().total_memory",
         "memory_bandwidth_gb_per_s": f"{tool}: read bandwidth plateau past the caches (measured.memory.read)",

@@ -5,9 +5,9 @@
         --workload sharegpt-chat --request-rate 12 --num-requests 2000 --slo-ttft-s 0.5 --slo-tpot-s 0.05 \\
         --warmup-s 20 --drain --out runs/70b
 
-`--out DIR` writes requests.csv (per request), steps.parquet (per step: the step-trace columns, the predicted
-time and its per-operator breakdown), timeseries.csv (KV usage, running and waiting requests per step) and
-summary.json. `--json` prints the summary as JSON instead of text.
+`--out DIR` writes requests.csv (per request), steps.parquet and run.json (a step trace as the engine writes one,
+`engine.core.trace`, plus the replica, the predicted time and its per-operator breakdown), timeseries.csv (KV
+usage, running and waiting requests per step) and summary.json. `--json` prints the summary as JSON instead of text.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from engine.core.trace import STEP_COLUMNS as TRACE_STEP_COLUMNS
+from engine.core.trace import step_schema, write_trace
+from roofline import __version__
 from roofline.metrics import SummaryOptions, format_summary
 from roofline.quant import DTYPE_CHOICES, KV_CACHE_DTYPE_CHOICES, QUANTIZATION_CHOICES
 from roofline.simulator import (ROUTERS, Deployment, EngineArgs, SimulationOptions, SimulationResult,
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
               f"{kv.num_gpu_blocks} blocks = {kv.num_tokens} tokens per replica")
         print(format_summary(summary))
         if args.out is not None:
-            print(f"wrote {args.out}/requests.csv, steps.parquet, timeseries.csv, summary.json")
+            print(f"wrote {args.out}/requests.csv, steps.parquet, run.json, timeseries.csv, summary.json")
     return 0
 
 
@@ -142,24 +144,51 @@ def _jsonable(value: object) -> object:
 
 
 def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResult, summary: dict[str, object]) -> None:
-    """requests.csv, steps.parquet, timeseries.csv and summary.json; the same run gives the same bytes."""
+    """requests.csv, steps.parquet + run.json (a step trace, `engine.core.trace`), timeseries.csv and
+    summary.json; the same run gives the same bytes."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    write_trace(out_dir, step_table(deployment, result), run_metadata(deployment, summary))
     result.requests.to_csv(out_dir / "requests.csv", index=False)
     result.timeseries.to_csv(out_dir / "timeseries.csv", index=False)
-    pq.write_table(step_table(deployment, result), out_dir / "steps.parquet")
     (out_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
 
 
 def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
-    """One row per step: the step columns, every sequence's query and context lengths, `predicted_s` (the time
-    the step was charged) and the cost model's per-operator breakdown as `op_<name>_s` columns."""
+    """The step-trace columns, plus `replica`, `request_ids`, `predicted_s` (the time the step was charged) and
+    the cost model's per-operator breakdown as `op_<name>_s`."""
     steps = result.steps
-    breakdowns = [deployment.cost_model.step_cost(q, c, e).breakdown_s for q, c, e in result.step_seqs]
-    frame = steps.rename(columns={"duration_s": "predicted_s"})
-    frame.insert(frame.columns.get_loc("predicted_s"), "arrival_cutoff_s", steps["start_s"])
-    frame["query_lens"] = [q.tolist() for q, _, _ in result.step_seqs]
-    frame["context_lens"] = [c.tolist() for _, c, _ in result.step_seqs]
+    seqs = result.step_seqs
+    breakdowns = [deployment.cost_model.step_cost(q, c, e).breakdown_s for q, c, e in seqs]
     names = sorted({name for b in breakdowns for name in b})
-    ops = pd.DataFrame({f"op_{name}_s": np.array([b.get(name, 0.0) for b in breakdowns]) for name in names},
-                       index=frame.index)
-    return pa.Table.from_pandas(pd.concat([frame, ops], axis=1), preserve_index=False)
+    columns: dict[str, object] = {name: steps[name].to_numpy() for name in TRACE_STEP_COLUMNS
+                                  if name in steps.columns}
+    columns["arrival_cutoff_s"] = steps["start_s"].to_numpy()  # a schedule at t sees every arrival by t
+    columns["query_lens"] = [q.tolist() for q, _, _ in seqs]
+    columns["context_lens"] = [c.tolist() for _, c, _ in seqs]
+    columns["emits"] = [e.tolist() for _, _, e in seqs]
+    columns["predicted_s"] = steps["duration_s"].to_numpy()
+    columns["request_ids"] = [list(ids) for ids in result.step_request_ids]
+    columns["replica"] = steps["replica"].to_numpy()
+    for name in names:
+        columns[f"op_{name}_s"] = np.array([b.get(name, 0.0) for b in breakdowns])
+    schema = step_schema([n for n in columns if n not in TRACE_STEP_COLUMNS])
+    return pa.table({n: pa.array(columns[n], type=schema.field(n).type) for n in schema.names}, schema=schema)
+
+
+def run_metadata(deployment: Deployment, summary: dict[str, object]) -> dict[str, object]:
+    """run.json of the step trace: what was simulated, on what, with which versions."""
+    quant = deployment.quant
+    return {
+        "kind": "simulation",
+        "model": deployment.spec.name,
+        "dtypes": {"activations": quant.act_dtype, "weights_gemm": quant.gemm_dtype, "kv_cache": quant.kv_dtype,
+                   "quantization": quant.quantization},
+        "engine_config": summary["engine"],
+        "device": {"hardware_profile": deployment.hw.id, "name": deployment.hw.name},
+        "library_versions": {"roofline": __version__, "numpy": np.__version__, "pandas": pd.__version__,
+                             "pyarrow": pa.__version__},
+        "seed": summary["seed"],
+        "workload": summary["workload"],
+        "num_replicas": summary["num_replicas"],
+        "kv_cache": summary["kv_cache"],
+    }

@@ -1,0 +1,67 @@
+"""How fast `roofline simulate` runs: wall time to simulate N requests of the ShareGPT-like workload at a rate
+above what one replica serves (so the queue grows and every step runs a full batch).
+
+    python benchmarks/sim_speed.py                        # 10,000 requests, Llama-3.1-8B on H100-SXM
+    python benchmarks/sim_speed.py --num-requests 100000
+    python benchmarks/sim_speed.py --profile              # plus the top of a cProfile by total time
+
+Prints one JSON line: wall seconds (sampling the workload, building the deployment, the simulation), steps,
+request-steps (sequences summed over steps), and the simulated throughput, so the number can be checked.
+The target (issue 6) is <= 5 s for 10,000 requests on the project's 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import platform
+import pstats
+import time
+
+from roofline.simulator import EngineArgs, SimulationOptions, make_deployment, run_simulation
+from roofline.workload import load_workload, override_workload, sample_requests
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-requests", type=int, default=10_000)
+    parser.add_argument("--request-rate", type=float, default=10.0,
+                        help="requests/s (default 10: about 1.5x what one H100 replica serves of this workload)")
+    parser.add_argument("--model", default="llama-3.1-8b")
+    parser.add_argument("--hardware", default="h100-sxm")
+    parser.add_argument("--workload", default="sharegpt-chat")
+    parser.add_argument("--profile", action="store_true", help="run under cProfile and print the top functions")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    workload = override_workload(load_workload(args.workload), num_requests=args.num_requests,
+                                 rate_per_s=args.request_rate)
+    specs = sample_requests(workload)
+    deployment = make_deployment(args.model, args.hardware, EngineArgs())
+    prepared = time.perf_counter()
+    options = SimulationOptions(record_steps=False)
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler:
+        profiler.enable()
+    result = run_simulation(deployment, workload, options, specs=specs)
+    if profiler:
+        profiler.disable()
+    finished = time.perf_counter()
+    summary = result.summary()
+    print(json.dumps({
+        "num_requests": args.num_requests, "request_rate": args.request_rate, "model": args.model,
+        "hardware": args.hardware, "workload": args.workload, "machine": f"{platform.machine()} {platform.node()}",
+        "python": platform.python_version(), "wall_s": round(finished - started, 3),
+        "prepare_s": round(prepared - started, 3), "simulate_s": round(finished - prepared, 3),
+        "num_steps": int(len(result.steps)), "num_request_steps": int(result.steps["num_seqs"].sum()),
+        "simulated_duration_s": round(summary["duration_s"], 1),
+        "simulated_output_tokens_per_s": round(summary["output_tokens_per_s"], 1),
+        "num_preemptions": summary["num_preemptions"],
+    }))
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()

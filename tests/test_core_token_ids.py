@@ -1,0 +1,44 @@
+"""Seeded token ids: reproducible, special ids avoided, prefixes consistent, sessions extend earlier turns."""
+
+import pytest
+
+from engine.core import TokenIdGenerator
+
+
+def test_same_seed_same_ids_and_other_seed_other_ids():
+    a, b, c = (TokenIdGenerator(1000, seed) for seed in (1, 1, 2))
+    assert a.unique(50) == b.unique(50) != c.unique(50)
+
+
+def test_reserved_ids_never_appear():
+    gen = TokenIdGenerator(8, seed=0, reserved_ids=(0, 1, None, 7))
+    ids = gen.unique(2000) + gen.prefix(0, 2000)
+    assert set(ids) == {2, 3, 4, 5, 6}
+
+
+def test_prefix_is_independent_of_call_order_and_length():
+    a, b = TokenIdGenerator(32000, 5), TokenIdGenerator(32000, 5)
+    a.unique(10)
+    long = a.prefix(3, 3000)
+    assert b.prefix(3, 1500) == long[:1500]
+    assert a.prefix(4, 100) != long[:100]
+
+
+def test_session_turns_extend_the_previous_prompt():
+    gen = TokenIdGenerator(32000, 0)
+    system = gen.prefix(0, 20)
+    chat = gen.session(prefix_ids=system)
+    turn1 = chat.next_prompt(num_user_tokens=5)
+    turn2 = chat.next_prompt(num_user_tokens=7, num_previous_output_tokens=11)
+    assert turn1[:20] == system and len(turn1) == 25
+    assert turn2[:25] == turn1 and len(turn2) == 25 + 11 + 7 and chat.num_turns == 2
+
+
+def test_first_turn_has_no_previous_output():
+    with pytest.raises(ValueError, match="first turn"):
+        TokenIdGenerator(100, 0).session().next_prompt(5, num_previous_output_tokens=3)
+
+
+def test_too_small_vocabulary_is_rejected():
+    with pytest.raises(ValueError, match="vocab_size"):
+        TokenIdGenerator(2, 0, reserved_ids=(0,))
