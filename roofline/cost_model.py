@@ -6,17 +6,21 @@
 
 Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost_params`):
 
-- GEMM (m x k by k x n, `groups` independent problems): the library picks an output tile (tm, tn) from
-  `GEMM_TILES` and a split-K factor s; ceil(m/tm) * ceil(n/tn) * s tiles run in waves of one tile per SM
-  (`num_compute_units`). Compute time = waves * 2*tm*tn*(k/s + gemm_tile_fixed_k) / (peak * eff / num_sms):
-  tile padding, wave quantization and the per-tile prologue/epilogue are the small-matrix penalties
-  (NVIDIA "Matrix Multiplication Background User's Guide": tile and wave quantization). Memory time =
-  (inputs + weights + outputs + split-K fp32 partials) / (bandwidth * memory_efficiency). The two overlap
-  imperfectly: t = (tc^p + tm^p)^(1/p) with p = overlap_exponent (p -> inf is the classic max roofline).
-  The fastest (tile, split) is taken, as cuBLAS/CUTLASS heuristics aim to. Plus kernel_fixed_s.
-- Attention prefill: FLOPs at attention_compute_efficiency of the activation peak, waves of Q tiles
-  (heads * ceil(q/128) work units over the SMs); KV and Q/O bytes at memory_efficiency; plus
-  kernel_fixed_s + attention_fixed_s.
+- GEMM (m x k by k x n, `groups` independent problems): output tiles (tm, tn) run in waves of one tile per SM
+  (`num_compute_units`). Compute time = waves * 2*tm*tn*(k/s + tile fixed k) / (peak * eff / num_sms): tile
+  padding, wave quantization and the per-tile prologue/epilogue are the small-matrix penalties (NVIDIA
+  "Matrix Multiplication Background User's Guide"). Memory time = (inputs + weights + outputs + split-K fp32
+  partials) / (bandwidth * memory efficiency), a 16-bit kernel with few thread blocks drawing a proportional
+  share of the bandwidth (memory_saturation_fraction). Compute and memory overlap imperfectly:
+  t = (tc^p + tm^p)^(1/p), p = overlap_exponent (p -> inf is the classic max roofline). 16-bit GEMMs (cuBLAS)
+  take the fastest (tile, split-K) of `GEMM_TILES` x `GEMM_SPLITS`; 8-bit GEMMs (vLLM CUTLASS fp8) use the
+  fixed dispatch on m of `GEMM_TILES_8BIT`, with their own efficiency, tile cost and memory efficiency, and
+  their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). Plus kernel_fixed_s.
+- Attention prefill (FA3 varlen): work tiles of (sequence, KV head, 128 or 192 packed query rows) run in
+  waves over the SMs; every computed (query, key) pair (causal pairs plus the masked half of the diagonal
+  blocks and the padding rows) costs 4*head_dim FLOPs plus the softmax's attention_softmax_flops_per_pair,
+  at attention_compute_efficiency of the peak; each wave after the first pays attention_tile_fixed_s; bytes
+  at memory_efficiency; plus kernel_fixed_s + attention_fixed_s (`attention_prefill_time_s`).
 - Attention decode: KV bytes at attention_memory_efficiency (split-KV kernels fill the SMs when
   seqs * kv_heads is small); FLOPs at attention_compute_efficiency; plus the fixed costs.
 - Elementwise, embedding, sampling: bytes at memory_efficiency, plus kernel_fixed_s per kernel.
@@ -33,8 +37,9 @@ launches cost kernel_launch_s per kernel, CUDA graphs one replay per graph and p
 captured size; step_overhead_s per step; with host_overlaps_device the host work hides under the device time
 (total = max), otherwise it adds.
 
-The formulas use numpy ufuncs, so they run unchanged on Python floats (the simulator's scalar path) and on
-numpy arrays (fitting thousands of measured shapes).
+The formulas run unchanged on Python floats (the simulator's scalar path: `_ceil`/`_max` avoid numpy calls on
+floats) and on numpy arrays (fitting thousands of measured shapes). `step_time_s` equals `step_cost().total_s`
+(tests/test_cost_model.py checks it to 1e-12 relative on random batches).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ import numpy as np
 
 from engine.core.model_spec import ModelSpec
 from roofline.hardware import HardwareProfile
-from roofline.ops import (BatchStats, OpRecord, RankShape, attention_pairs, attention_records, attention_tile,
+from roofline.ops import (BatchStats, OpRecord, RankShape, attention_pairs, attention_q_tile_tokens, attention_records,
                           decode_attention_shape, emit_ops, kv_bytes_per_token_per_rank, prefill_attention_shape,
                           step_ops, token_ops, weight_bytes_per_rank)
 from roofline.quant import QuantConfig
@@ -156,33 +161,23 @@ def act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> A
             + waves * e.act_quant_block_s + e.kernel_fixed_s)
 
 
-PREFILL_WAVES = "mean"
-
-
-def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, work_units: Any,
-                             longest_unit_pairs: Any, head_dim: Any, q_tile: Any, dtype: str) -> Any:
+def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, work_units: Any, head_dim: Any,
+                             dtype: str) -> Any:
     """One varlen flash-attention call's prefill part (arguments: `roofline.ops.prefill_attention_shape`).
 
     Each computed (query, key) pair costs 4*head_dim matmul FLOPs plus attention_softmax_flops_per_pair of
-    softmax work. The work tiles (sequence, head, Q tile) run on the SMs in waves: compute time =
-    ceil(tiles / SMs) waves of the mean tile at attention_compute_efficiency of the peak per SM (FA3's
-    persistent scheduler; it splits the keys of long tiles over idle SMs when there are few tiles, so the
-    longest tile is no bound). Each tile also pays `attention_tile_fixed_keys` keys of prologue/epilogue
-    (load Q, rescale and write O). Bytes at memory_efficiency; overlap as `_overlap`; plus kernel_fixed_s +
-    attention_fixed_s."""
+    softmax work. The work tiles run on the SMs in waves (FA3's persistent scheduler): compute time =
+    ceil(tiles / SMs) waves of the mean tile at attention_compute_efficiency of the peak per SM. Each wave
+    after the first also pays attention_tile_fixed_s (a tile's pipeline fill: load Q and the first K/V block,
+    write O; the first wave's is part of the call's fixed latency, attention_fixed_s). Bytes at
+    memory_efficiency; overlap as `_overlap`; plus kernel_fixed_s + attention_fixed_s."""
     e = hw.efficiency
     sms = hw.num_compute_units
     units = _max(work_units, 1.0)
-    per_pair = 4.0 * head_dim + e.attention_softmax_flops_per_pair
     per_sm = hw.peak_flops(dtype) * e.attention_compute_efficiency / sms
-    unit_pairs = pairs / units + q_tile * e.attention_tile_fixed_keys
-    if PREFILL_WAVES == "mean":
-        waves_pairs = _ceil(units / sms) * unit_pairs
-    elif PREFILL_WAVES == "longest":
-        waves_pairs = _max(_ceil(units / sms) * unit_pairs, longest_unit_pairs + q_tile * e.attention_tile_fixed_keys)
-    else:
-        waves_pairs = units * unit_pairs / sms
-    tc = waves_pairs * per_pair / per_sm
+    waves = _ceil(units / sms)
+    tc = waves * pairs / units * (4.0 * head_dim + e.attention_softmax_flops_per_pair) / per_sm \
+        + (waves - 1) * e.attention_tile_fixed_s
     tm = bytes_moved / (_bandwidth(hw) * e.memory_efficiency)
     return _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
 
@@ -345,12 +340,11 @@ class StepCostModel:
         ex = hw.executor
         self._graph_sizes = tuple(ex.cuda_graph_batch_sizes)
         self._max_graph = self._graph_sizes[-1] if ex.mode == "cuda_graphs" else 0
-        self._q_tile = attention_tile(spec.head_dim)[0]
+        self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads)
         r = self.rank
         # Per-layer constants of the attention records (`roofline.ops.attention_records`), for the fast path.
         self._kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element
         self._q_token = r.heads * r.head_dim * quant.act_bytes
-        self._kv_tile = attention_tile(spec.head_dim)[1]
 
     # -- public API --
     def weight_bytes_per_rank(self) -> float:
@@ -396,9 +390,9 @@ class StepCostModel:
         r, hw, dtype = self.rank, self.hw, self.quant.act_dtype
         t, kernels = 0.0, 0
         if s.num_prefill_seqs:
-            shape = prefill_attention_shape(r.heads, r.head_dim, self._q_tile, self._kv_tile, s.prefill_tokens,
+            shape = prefill_attention_shape(r.heads, r.kv_heads, r.head_dim, self._q_tile, s.prefill_tokens,
                                             s.prefill_pairs, s.prefill_q_tiles, s.prefill_pad_pairs,
-                                            s.prefill_max_keys, s.prefill_kv_tokens, self._q_token, self._kv_token)
+                                            s.prefill_kv_tokens, self._q_token, self._kv_token)
             t += float(r.layers * attention_prefill_time_s(hw, *shape, dtype))
             kernels += r.layers
         if s.num_decode_seqs:
@@ -499,12 +493,11 @@ def _attention_shape(c: dict[str, np.ndarray], dtype: str) -> tuple[str, np.ndar
 def _predict_attention_prefill(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
     """`batch_size` prompts of `seq_len` tokens each, no earlier context."""
     peak, _, qo_token, kv_token = _attention_shape(c, dtype)
-    b, s, d = c["batch_size"], c["seq_len"], c["head_dim"]
-    tiles = np.array([attention_tile(int(x)) for x in d], dtype=np.float64).reshape(-1, 2)
-    q_tile, kv_tile = tiles[:, 0], tiles[:, 1]
-    seq_tiles = np.ceil(s / q_tile)
-    shape = prefill_attention_shape(c["num_heads"], d, q_tile, kv_tile, b * s, b * attention_pairs(s, 0.0, np.inf),
-                                    b * seq_tiles, b * (seq_tiles * q_tile - s) * s, s, b * s, qo_token, kv_token)
+    b, s, d, h, kv = c["batch_size"], c["seq_len"], c["head_dim"], c["num_heads"], c["num_kv_heads"]
+    q_tile = np.array([attention_q_tile_tokens(int(x), int(y), int(z)) for x, y, z in zip(d, h, kv)])
+    tiles = np.ceil(s / q_tile)
+    shape = prefill_attention_shape(h, kv, d, q_tile, b * s, b * attention_pairs(s, 0.0, np.inf), b * tiles,
+                                    b * (tiles * q_tile - s) * s, b * s, qo_token, kv_token)
     return attention_prefill_time_s(hw, *shape, peak)
 
 

@@ -54,7 +54,7 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "attention_compute_efficiency": ("attention_compute_efficiency", 1.0, 1.0),
     "attention_memory_efficiency": ("attention_memory_efficiency", 1.0, 1.0),
     "attention_fixed_s": ("attention_fixed_us", 1e-6, 1e6),
-    "attention_tile_fixed_keys": ("attention_tile_fixed_keys", 1.0, 1e6),
+    "attention_tile_fixed_s": ("attention_tile_fixed_us", 1e-6, 1e6),
     "attention_softmax_flops_per_pair": ("attention_softmax_flops_per_pair", 1.0, 1e6),
     "moe_compute_efficiency": ("moe_compute_efficiency", 1.0, 1.0),
     "moe_fixed_s": ("moe_fixed_us", 1e-6, 1e6),
@@ -98,8 +98,8 @@ class EfficiencyParams:
     attention_memory_efficiency: float = 0.75
     # Fixed device time of an attention call beyond one kernel's (metadata, split-KV combine).
     attention_fixed_s: float = 5e-6
-    # Prologue/epilogue of one prefill work tile (load Q, final rescale, write O) as extra keys of work.
-    attention_tile_fixed_keys: float = 64.0
+    # Pipeline fill of one prefill work tile (load Q and the first K/V block before any math, write O).
+    attention_tile_fixed_s: float = 1e-6
     # Non-matmul work of one (query, key) score (exp, max, rescale), in equivalent tensor-core FLOPs: H100 SXM
     # has 989 TFLOP/s of bf16 matmul but 3.9 TFLOP/s of exponentials (FlashAttention-3 paper, Shah et al.
     # 2024, section 3), 256 FLOPs per exp; FA3 overlaps half or more of it with the matmuls (its ping-pong

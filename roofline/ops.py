@@ -28,21 +28,18 @@ from engine.core.model_spec import ModelSpec
 from roofline.errors import UserError
 from roofline.quant import QuantConfig
 
-# Flash-attention 3 forward tiles on Hopper, (Q rows, K/V rows) per thread block, by head_dim, for 16-bit
-# inputs with causal masking and a paged KV cache (flash-attention `hopper/tile_size.h`,
-# `tile_size_fwd_sm90`: <=64: 192x128, <=96: 192x128 (paged), <=128: 128x128 (causal), <=192: 128x96
-# (paged, non-TMA), else 128x80). Used for the number and shape of prefill work tiles.
-_FA3_TILES: tuple[tuple[int, int, int], ...] = ((64, 192, 128), (96, 192, 128), (128, 128, 128), (192, 128, 96))
-_FA3_TILE_LARGEST = (128, 80)
+# Flash-attention 3 forward Q tile rows on Hopper by head_dim, 16-bit inputs, causal (flash-attention
+# `hopper/tile_size.h`, `tile_size_fwd_sm90`: 192 rows for head_dim <= 96, else 128). (largest head_dim, rows).
+_FA3_Q_ROWS: tuple[tuple[float, int], ...] = ((96, 192), (math.inf, 128))
 ATTENTION_Q_TILE = 128  # the Q tile of the common head_dim 128
 
 
-def attention_tile(head_dim: int) -> tuple[int, int]:
-    """(Q rows, K/V rows) of one flash-attention work tile for this head_dim (see `_FA3_TILES`)."""
-    for max_dim, rows_q, rows_kv in _FA3_TILES:
-        if head_dim <= max_dim:
-            return rows_q, rows_kv
-    return _FA3_TILE_LARGEST
+def attention_q_tile_tokens(head_dim: int, heads: int, kv_heads: int) -> float:
+    """Tokens of one prefill work tile. vLLM calls FA3 varlen, which always packs the query heads sharing a KV
+    head into the tile's rows (flash-attention `hopper/heuristics.h` `should_pack_gqa`: true for varlen), so a
+    tile of q_rows rows covers q_rows / (heads / kv_heads) tokens of all those heads."""
+    rows = next(r for max_dim, r in _FA3_Q_ROWS if head_dim <= max_dim)
+    return rows / max(heads / kv_heads, 1.0)
 
 
 # Nominal FLOPs per element of the memory-bound elementwise operators.
@@ -79,8 +76,8 @@ class BatchStats:
 
     A sequence with one query token is a decode (it reads its context from the paged KV cache); one with more
     is a prefill chunk (causal over its own tokens, attending its earlier context too). `pairs` counts
-    (query, key) pairs attention computes, limited by a sliding window. `q_tile` is the flash-attention Q tile
-    (`attention_tile`): prefill work is split into Q tiles of that many rows.
+    (query, key) pairs attention computes, limited by a sliding window. `q_tile` is the number of tokens of one
+    flash-attention work tile (`attention_q_tile_tokens`): prefill work is split into tiles of that many tokens.
     """
 
     num_tokens: int
@@ -88,18 +85,17 @@ class BatchStats:
     num_prefill_seqs: int = 0
     prefill_tokens: int = 0
     prefill_pairs: float = 0.0
-    prefill_q_tiles: int = 0  # sum over prefill sequences of ceil(q / q_tile)
+    prefill_q_tiles: int = 0  # sum over prefill sequences of ceil(q / q_tile): work tiles per KV head
     prefill_kv_tokens: float = 0.0  # keys read per head: cached context in the window + the new tokens
-    # Rows padding the last Q tile of each prefill sequence up to q_tile, times the keys they see: work the
+    # Tokens padding the last tile of each prefill sequence up to q_tile, times the keys they see: work the
     # kernel does for nothing (sum over prefill sequences of (ceil(q/q_tile)*q_tile - q) * keys of the last row).
     prefill_pad_pairs: float = 0.0
-    prefill_max_keys: float = 0.0  # keys the last row of the longest prefill sequence sees (its critical path)
     num_decode_seqs: int = 0
     decode_pairs: float = 0.0  # = keys read per head, one query each
 
     @classmethod
     def from_arrays(cls, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray,
-                    sliding_window: int | None = None, q_tile: int = ATTENTION_Q_TILE) -> "BatchStats":
+                    sliding_window: int | None = None, q_tile: float = ATTENTION_Q_TILE) -> "BatchStats":
         """Aggregate per-sequence lengths. The simulator calls this once per step, so decode sequences are
         summed by a few numpy reductions and the (few) prefill sequences in a plain Python loop."""
         q = np.asarray(query_lens)
@@ -124,21 +120,20 @@ class BatchStats:
                    decode_pairs=decode_pairs, **prefill)
 
     @staticmethod
-    def _prefill_sums(qs: list[int], cs: list[int], sliding_window: int | None, q_tile: int) -> dict[str, float]:
+    def _prefill_sums(qs: list[int], cs: list[int], sliding_window: int | None, q_tile: float) -> dict[str, float]:
         w = float(sliding_window) if sliding_window else math.inf
-        pairs = kv_tokens = pad = max_keys = 0.0
+        pairs = kv_tokens = pad = 0.0
         tiles = 0
         for q, c in zip(qs, cs):
             assert c >= 0, "context lengths must be >= 0"
-            n = -(-q // q_tile)
+            n = math.ceil(q / q_tile)
             last_keys = min(c + q, w)
             pairs += attention_pairs(float(q), float(c), w)
             kv_tokens += min(c, w) + q
             pad += (n * q_tile - q) * last_keys
-            max_keys = max(max_keys, last_keys)
             tiles += n
         return dict(num_prefill_seqs=len(qs), prefill_tokens=sum(qs), prefill_pairs=pairs, prefill_q_tiles=tiles,
-                    prefill_kv_tokens=float(kv_tokens), prefill_pad_pairs=float(pad), prefill_max_keys=float(max_keys))
+                    prefill_kv_tokens=float(kv_tokens), prefill_pad_pairs=float(pad))
 
 
 def attention_pairs(q: Any, c: Any, window: float) -> Any:
@@ -221,17 +216,17 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
     # no fp8 speed-up (aiconfigurator-core h100_sxm context attention, fp8 vs bf16 KV: 483 vs 521 TFLOP/s
     # median for prompts >= 4096), so fp8 KV only halves the bytes.
     dtype = quant.act_dtype
+    q_tile_tokens = attention_q_tile_tokens(r.head_dim, r.heads, r.kv_heads)
     out = []
     if s.num_prefill_seqs:
-        q_tile, kv_tile = attention_tile(r.head_dim)
         out.append(OpRecord(
             name="attention_prefill", kind="attention_prefill", count=r.layers,
             flops=r.layers * flops_per_pair * s.prefill_pairs, weight_bytes=0.0,
             act_bytes=r.layers * 2 * s.prefill_tokens * q_token,
             kv_read_bytes=r.layers * s.prefill_kv_tokens * kv_token,
             kv_write_bytes=r.layers * s.prefill_tokens * kv_token,
-            shape=prefill_attention_shape(r.heads, r.head_dim, q_tile, kv_tile, s.prefill_tokens, s.prefill_pairs,
-                                          s.prefill_q_tiles, s.prefill_pad_pairs, s.prefill_max_keys,
+            shape=prefill_attention_shape(r.heads, r.kv_heads, r.head_dim, q_tile_tokens, s.prefill_tokens,
+                                          s.prefill_pairs, s.prefill_q_tiles, s.prefill_pad_pairs,
                                           s.prefill_kv_tokens, q_token, kv_token),
             dtype=dtype))
     if s.num_decode_seqs:
@@ -247,20 +242,19 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
     return out
 
 
-def prefill_attention_shape(heads: Any, head_dim: Any, q_tile: Any, kv_tile: Any, tokens: Any, pairs: Any,
-                            q_tiles: Any, pad_pairs: Any, max_keys: Any, kv_tokens: Any, q_token_bytes: Any,
+def prefill_attention_shape(heads: Any, kv_heads: Any, head_dim: Any, q_tile: Any, tokens: Any, pairs: Any,
+                            q_tiles: Any, pad_pairs: Any, kv_tokens: Any, q_token_bytes: Any,
                             kv_token_bytes: Any) -> tuple[Any, ...]:
     """Arguments of `roofline.cost_model.attention_prefill_time_s` for one layer (scalars or arrays):
-    ((query, key) pairs the kernel computes over all heads, bytes moved, work tiles, pairs of the longest
-    tile, head_dim, Q tile rows).
+    ((query, key) pairs the kernel computes over all heads, bytes moved, work tiles, head_dim).
 
-    Flash attention computes whole (q_tile x kv_tile) blocks: causal masking skips blocks above the diagonal,
-    computes the diagonal ones in full and masks them (FA2 paper, Dao 2023, section 3.1), wasting about half a
-    block per Q tile; the padding rows of a sequence's last Q tile are computed too. A work tile is one
-    (sequence, head, Q tile); the last Q tile of the longest sequence sees all its keys."""
-    computed = pairs + q_tiles * (q_tile * kv_tile / 2.0) + pad_pairs
+    Flash attention computes whole blocks: causal masking skips blocks above the diagonal, computes the
+    diagonal ones in full and masks them (FA2 paper, Dao 2023, section 3.1): a tile of T = `q_tile` tokens
+    wastes about T*T/2 pairs per head there; the padding tokens of a sequence's last tile are computed too.
+    A work tile is one (sequence, KV head, tile of T tokens of all its query heads)."""
+    computed = pairs + q_tiles * (q_tile * q_tile / 2.0) + pad_pairs
     moved = 2 * tokens * q_token_bytes + (kv_tokens + tokens) * kv_token_bytes  # Q, O; K/V read + new K/V written
-    return (heads * computed, moved, heads * q_tiles, q_tile * max_keys, head_dim, q_tile)
+    return (heads * computed, moved, kv_heads * q_tiles, head_dim)
 
 
 def decode_attention_shape(heads: Any, kv_heads: Any, head_dim: Any, num_seqs: Any, pairs: Any, q_token_bytes: Any,

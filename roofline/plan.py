@@ -10,11 +10,13 @@ higher, which gives bands on the curves and a range on the answer.
 
     request = PlanRequest(model="llama-3.1-70b", hardware=("h100-sxm", "h200-sxm"), workload="sharegpt-chat",
                           slo=Slo(ttft_s=2.0, tpot_s=0.1), target_rate_per_s=20.0)
-    plan = make_plan(request, backend, num_workers=2)
+    backend = SimulatorBackend("llama-3.1-70b", "sharegpt-chat", EngineArgs())
+    plan = make_plan(request, backend, prices_for(request.hardware, {}), num_workers=2)
     roofline.report.write_report(plan, out_dir)
 
-The searches run in `num_workers` processes; each search is a pure function of its inputs and results are
-collected in task order, so the plan does not depend on scheduling.
+The searches run in `num_workers` spawned processes (so a script calling `make_plan` with more than one
+worker needs the `if __name__ == "__main__":` guard); each search is a pure function of its inputs and the
+results are collected in task order, so the plan does not depend on scheduling.
 """
 
 from __future__ import annotations

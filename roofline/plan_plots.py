@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -25,6 +26,8 @@ from roofline.plan import Slo, StepProfile
 _DPI = 90
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray", "tab:olive",
            "tab:cyan", "tab:pink")
+# Operators get one colour each from matplotlib's 20-colour table, in the order they run in a step.
+_OP_COLORS = tuple(matplotlib.colormaps["tab20"].colors)
 
 
 def _figure(width_in: float, height_in: float) -> Figure:
@@ -45,6 +48,14 @@ def _color(i: int) -> str:
     return _COLORS[i % len(_COLORS)]
 
 
+def _op_colors(steps: list[StepProfile]) -> dict[str, tuple[float, ...]]:
+    """Operator name -> colour, by first appearance across the steps (so the legend reads in step order)."""
+    names: dict[str, None] = {}
+    for step in steps:
+        names.update((op.name, None) for op in step.ops)
+    return {name: _OP_COLORS[i % len(_OP_COLORS)] for i, name in enumerate(names)}
+
+
 # ---- roofline -----------------------------------------------------------------------------------------
 
 def roofline_chart(path: Path, title: str, prefill: StepProfile, decode: StepProfile) -> Path:
@@ -61,10 +72,10 @@ def roofline_chart(path: Path, title: str, prefill: StepProfile, decode: StepPro
     x = np.geomspace(x_lo, x_hi, 200)
     ax.plot(x, np.minimum(peak, bw * x), color="black", linewidth=1.5, label="roofline (datasheet peaks)")
     ax.axvline(peak / bw, color="gray", linestyle=":", linewidth=1)
-    ax.annotate(f"ridge {peak / bw:.0f} FLOP/B", (peak / bw, peak), textcoords="offset points", xytext=(4, -12),
-                fontsize=7, color="gray")
-    names = sorted({op.name for _, op in points})
-    colors = {name: _color(i) for i, name in enumerate(names)}
+    ax.text(peak / bw * 1.15, 0.03, f"ridge {peak / bw:.0f} FLOP/byte", transform=ax.get_xaxis_transform(),
+            fontsize=7, color="gray")
+    colors = _op_colors([prefill, decode])
+    names = [name for name in colors if any(op.name == name for _, op in points)]
     for step, marker in ((prefill, "o"), (decode, "^")):
         for op in step.ops:
             if op.flops <= 0 or op.bytes <= 0 or op.time_s <= 0:
@@ -160,8 +171,8 @@ def step_breakdown(path: Path, rows: list[tuple[str, StepProfile, StepProfile]])
     """Stacked bars of predicted time per operator: one panel for the prefill step, one for the decode step,
     one bar per configuration."""
     fig = _figure(11.0, 1.6 + 0.9 * max(1, len(rows)))
-    names = sorted({op.name for _, p, d in rows for op in (*p.ops, *d.ops)})
-    colors = {name: _color(i) for i, name in enumerate(names)}
+    colors = _op_colors([step for _, p, d in rows for step in (p, d)])
+    names = list(colors)
     for col, which in ((1, "prefill"), (2, "decode")):
         ax = fig.add_subplot(1, 2, col)
         for y, (label, prefill, decode) in enumerate(rows):

@@ -22,7 +22,6 @@ output lengths are honoured.
 from __future__ import annotations
 
 import heapq
-import math
 import sys
 import time
 from array import array
@@ -176,8 +175,7 @@ class _Replica:
     def __init__(self, index: int, deployment: Deployment) -> None:
         self.index = index
         self.scheduler = Scheduler(deployment.scheduler_config, deployment.cache_config)
-        self.plan: Any = None
-        self.step_start_s = 0.0
+        self.plan: Any = None  # the step in flight
         self.num_steps = 0
         self.num_outstanding = 0
         self.schedule_pending = False
@@ -224,65 +222,82 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
     specs = sample_requests(workload) if specs is None else specs
     _check_lengths(specs, deployment.scheduler_config.max_model_len)
     started = time.perf_counter()
-    replicas = [_Replica(i, deployment) for i in range(options.num_replicas)]
-    recorder = _Recorder(specs, options.record_steps)
-    time_fn = step_time_fn or _cost_model_time(deployment.cost_model)
-    spec = deployment.spec
-    make_request = RequestFactory(spec.vocab_size, workload.seed, spec.bos_token_id, spec.eos_token_id)
-    prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
-    token_id = sampled_token_id(spec)
-    heap: list[tuple[float, int, int, int]] = []
-    seq = 0
+    sim = _Simulation(deployment, workload, specs, options, step_time_fn or _cost_model_time(deployment.cost_model),
+                      progress)
+    sim.run()
+    return _result(specs, sim.recorder, time.perf_counter() - started)
 
-    def push(time_s: float, priority: int, payload: int) -> None:
-        nonlocal seq
-        heapq.heappush(heap, (time_s, priority, seq, payload))
-        seq += 1
 
-    if specs:
-        push(specs[0].arrival_s, _ARRIVAL, 0)
-    num_done = 0
-    rr_next = 0
-    while heap:
-        now, priority, _, payload = heapq.heappop(heap)
-        if priority == _ARRIVAL:
-            replica = _route(replicas, options.router, rr_next)
-            rr_next += 1
-            recorder.replica[payload] = replica.index
-            replica.scheduler.add_request(make_request(specs[payload], prefix_tokens))
-            replica.num_outstanding += 1
-            if payload + 1 < len(specs):
-                push(specs[payload + 1].arrival_s, _ARRIVAL, payload + 1)
-            if replica.plan is None and not replica.schedule_pending:
-                replica.schedule_pending = True
-                push(now, _SCHEDULE, replica.index)
-        elif priority == _SCHEDULE:
-            replica = replicas[payload]
-            replica.schedule_pending = False
-            plan = replica.scheduler.schedule(now)
-            if plan.is_empty:
-                if plan.preempted_request_ids:  # a step that only preempted: vLLM schedules again at once
-                    replica.schedule_pending = True
-                    push(now, _SCHEDULE, replica.index)
-                continue
-            duration = time_fn(replica.index, replica.num_steps, now, plan)
-            _record_step(recorder, replica, plan, now, duration)
-            replica.plan, replica.step_start_s = plan, now
-            push(now + duration, _STEP_END, replica.index)
-        else:
-            replica = replicas[payload]
-            plan, replica.plan = replica.plan, None
-            replica.num_steps += 1
-            sampled = [token_id] * plan.num_seqs
-            for req in replica.scheduler.update_from_output(plan, sampled, now):
-                recorder.finished(req)
-                replica.num_outstanding -= 1
-                num_done += 1
-            if progress is not None:
-                progress(num_done, len(specs))
+class _Simulation:
+    """The event loop and its three handlers (see the module docstring for the event order)."""
+
+    def __init__(self, deployment: Deployment, workload: Workload, specs: Sequence[RequestSpec],
+                 options: SimulationOptions, time_fn: StepTimeFn, progress: Callable[[int, int], None] | None) -> None:
+        spec = deployment.spec
+        self.specs, self.options, self.time_fn, self.progress = specs, options, time_fn, progress
+        self.replicas = [_Replica(i, deployment) for i in range(options.num_replicas)]
+        self.recorder = _Recorder(specs, options.record_steps)
+        self.make_request = RequestFactory(spec.vocab_size, workload.seed, spec.bos_token_id, spec.eos_token_id)
+        self.prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
+        self.token_id = sampled_token_id(spec)
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.num_routed = 0
+        self.num_done = 0
+
+    def push(self, time_s: float, priority: int, payload: int) -> None:
+        heapq.heappush(self.heap, (time_s, priority, self.seq, payload))
+        self.seq += 1
+
+    def run(self) -> None:
+        if self.specs:
+            self.push(self.specs[0].arrival_s, _ARRIVAL, 0)
+        handlers = {_ARRIVAL: self.arrive, _SCHEDULE: self.schedule, _STEP_END: self.end_step}
+        while self.heap:
+            now, priority, _, payload = heapq.heappop(self.heap)
+            handlers[priority](now, payload)
+
+    def arrive(self, now: float, index: int) -> None:
+        replica = _route(self.replicas, self.options.router, self.num_routed)
+        self.num_routed += 1
+        self.recorder.replica[index] = replica.index
+        replica.scheduler.add_request(self.make_request(self.specs[index], self.prefix_tokens))
+        replica.num_outstanding += 1
+        if index + 1 < len(self.specs):
+            self.push(self.specs[index + 1].arrival_s, _ARRIVAL, index + 1)
+        if replica.plan is None:
+            self.wake(replica, now)
+
+    def wake(self, replica: _Replica, now: float) -> None:
+        """Ask the replica's scheduler for a step at `now` (after this instant's arrivals)."""
+        if not replica.schedule_pending:
             replica.schedule_pending = True
-            push(now, _SCHEDULE, replica.index)
-    return _result(specs, recorder, time.perf_counter() - started)
+            self.push(now, _SCHEDULE, replica.index)
+
+    def schedule(self, now: float, index: int) -> None:
+        replica = self.replicas[index]
+        replica.schedule_pending = False
+        plan = replica.scheduler.schedule(now)
+        if plan.is_empty:
+            if plan.preempted_request_ids:  # a step that only preempted: vLLM schedules again at once
+                self.wake(replica, now)
+            return  # otherwise idle until the next arrival
+        duration = self.time_fn(replica.index, replica.num_steps, now, plan)
+        _record_step(self.recorder, replica, plan, now, duration)
+        replica.plan = plan
+        self.push(now + duration, _STEP_END, replica.index)
+
+    def end_step(self, now: float, index: int) -> None:
+        replica = self.replicas[index]
+        plan, replica.plan = replica.plan, None
+        replica.num_steps += 1
+        for req in replica.scheduler.update_from_output(plan, [self.token_id] * plan.num_seqs, now):
+            self.recorder.finished(req)
+            replica.num_outstanding -= 1
+            self.num_done += 1
+        if self.progress is not None:
+            self.progress(self.num_done, len(self.specs))
+        self.wake(replica, now)
 
 
 def sampled_token_id(spec: ModelSpec) -> int:

@@ -70,7 +70,8 @@ def test_bad_flag_value_exits_2_with_one_line_and_no_traceback() -> None:
     proc = subprocess.run([sys.executable, "-m", "roofline", "profile-device", "--threads", "0"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert _one_error_line(proc.stderr) == "roofline profile-device: error: --threads: must be a positive integer, got 0"
+    expected = "roofline profile-device: error: --threads: must be a positive integer, got 0"
+    assert _one_error_line(proc.stderr) == expected
 
 
 def test_cli_and_listing_commands_never_import_torch() -> None:

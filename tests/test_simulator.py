@@ -202,19 +202,22 @@ def test_replaying_a_real_engine_trace_reproduces_its_batches() -> None:
     from engine.llm_engine import EngineConfig, LLMEngine
     from roofline.workload import build_requests
 
-    limits = dict(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=128)
+    # A cache of 28 blocks of 4 tokens for up to 70-token requests: preemptions and prefix hits happen. Arrivals
+    # 10 ms apart, far more than the engine's idle-wakeup jitter, so both see the same arrivals at each step.
+    limits = dict(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=96)
     deployment = make_deployment("llama-tiny", "h100-sxm", EngineArgs(**limits, block_size=4,
-                                                                      num_gpu_blocks_override=40))
-    workload = Workload(name="tiny", seed=3, num_requests=14, arrival=ArrivalProcess("constant", 40.0),
+                                                                      num_gpu_blocks_override=28))
+    workload = Workload(name="tiny", seed=3, num_requests=14, arrival=ArrivalProcess("constant", 100.0),
                         prompt_tokens=LengthDistribution("uniform", min_tokens=5, max_tokens=40),
                         output_tokens=LengthDistribution("uniform", min_tokens=1, max_tokens=30),
                         shared_prefix=SharedPrefix(num_groups=2, prefix_tokens=8))
     specs = sample_requests(workload)
     spec = deployment.spec
-    engine = LLMEngine(spec, EngineConfig(deployment.scheduler_config, block_size=4, num_blocks=40, num_threads=1,
+    engine = LLMEngine(spec, EngineConfig(deployment.scheduler_config, block_size=4, num_blocks=28, num_threads=1,
                                           dtype="float32"))
     trace = engine.run(build_requests(workload, specs, spec.vocab_size, spec.bos_token_id, spec.eos_token_id)).steps
     cutoffs = trace["arrival_cutoff_s"].tolist()
+    assert trace["num_preemptions"].sum() > 0 and trace["num_new_prefix_hit_tokens"].sum() > 0
 
     def engine_step_time(replica: int, step: int, start_s: float, plan: object) -> float:
         # Until the engine's next iteration looked for arrivals (the last step: its measured duration).

@@ -388,9 +388,9 @@ class Scheduler:
         # No max_model_len cut either: a running request has fewer than max_model_len tokens.
         kv = self.kv
         bs = kv.block_size
-        last = bs - 1
-        # Decodes need the manager when their token opens a block (c % bs == 0) or fills one (== bs - 1).
-        touched = [i for i, (c, m) in enumerate(zip(ctx, rem)) if m > 1 or c % bs == 0 or c % bs == last]
+        # Decodes need the manager when their token opens a block (c % bs == 0) or fills one (c % bs ==
+        # bs - 1), that is when (c + 1) % bs is 1 or 0.
+        touched = [i for i, (c, m) in enumerate(zip(ctx, rem)) if m > 1 or (c + 1) % bs < 2]
         num_needed = sum(-(-ntok[i] // bs) - len(running[i].blocks) for i in touched)
         if num_needed > kv.num_free_blocks:
             return False

@@ -26,10 +26,9 @@ from roofline.workload import add_workload_args, build_requests, sample_requests
 
 ENGINE_EXTRA_HINT = "pip install -e '.[engine]'"
 DEFAULT_MODEL = "llama-156m"
-# vLLM's `vllm serve` batch limits for devices under 70 GiB (vllm/engine/arg_utils.py get_batch_defaults),
-# the same defaults `roofline simulate` uses for such devices.
-DEFAULT_MAX_NUM_SEQS = 256
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+# `vllm serve` batch limits (vllm/engine/arg_utils.py `get_batch_defaults`, vLLM 0.32): on CPU 128 sequences and
+# 2048 tokens; on GPUs 1024 and 8192 from 70 GiB up (A100s excepted), else 256 and 2048.
+CPU_BATCH_DEFAULTS = (128, 2048)
 DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32", "half", "float")
 
 
@@ -49,10 +48,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     run_group.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                            help="run each batch-token bucket once before the timed run (default: on)")
     engine = parser.add_argument_group("engine (vLLM's flag names)")
-    engine.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
-                        help=f"max sequences per step (default: {DEFAULT_MAX_NUM_SEQS})")
-    engine.add_argument("--max-num-batched-tokens", type=int, default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
-                        help=f"token budget per step (default: {DEFAULT_MAX_NUM_BATCHED_TOKENS})")
+    engine.add_argument("--max-num-seqs", type=int, default=None,
+                        help="max sequences per step (default: vLLM's for the device; CPU: 128)")
+    engine.add_argument("--max-num-batched-tokens", type=int, default=None,
+                        help="token budget per step (default: vLLM's for the device; CPU: 2048)")
     engine.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: 16)")
     engine.add_argument("--max-model-len", type=int, default=None,
                         help="max tokens per request (default: the model's max_position_embeddings)")
@@ -107,8 +106,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         spec = ModelSpec.from_path(model_path)
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    default_seqs, default_tokens = batch_defaults(device)
     scheduler = SchedulerConfig(
-        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs or default_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens or default_tokens,
         max_model_len=args.max_model_len or spec.max_position_embeddings,
         enable_chunked_prefill=args.enable_chunked_prefill)
     kv_bytes = None if args.kv_cache_memory_bytes is None else int(args.kv_cache_memory_bytes)
@@ -133,6 +134,17 @@ def run(args: argparse.Namespace) -> int:
         print(format_summary(spec.name, engine.metadata(), summary))
         print(f"wrote {args.out}/steps.parquet, run.json, requests.csv")
     return 0
+
+
+def batch_defaults(device: str) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks for this device."""
+    if device == "cpu":
+        return CPU_BATCH_DEFAULTS
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.device(device))
+    large = props.total_memory >= 70 * 2**30 and "a100" not in props.name.lower()
+    return (1024, 8192) if large else (256, 2048)
 
 
 def summarize(result: Any, num_requests: int) -> dict[str, float]:

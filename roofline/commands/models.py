@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from engine.core.model_spec import ModelSpec, format_params
 from roofline.commands.profiles import format_table
@@ -19,7 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def summary(model_id: str, spec: ModelSpec) -> dict[str, object]:
+def summary(model_id: str, spec: ModelSpec) -> dict[str, Any]:
     return {
         "id": model_id,
         "architecture": spec.architecture,
@@ -47,6 +48,6 @@ def run(args: argparse.Namespace) -> int:
     table = [[str(r["id"]), str(r["architecture"]), str(r["num_layers"]), str(r["hidden_size"]),
               f"{r['num_heads']}/{r['num_kv_heads']}",
               f"{r['num_experts_per_tok']}/{r['num_experts']}" if r["num_experts"] else "-",
-              format_params(r["num_params"]), str(r["max_position_embeddings"])] for r in rows]  # type: ignore[arg-type]
+              format_params(r["num_params"]), str(r["max_position_embeddings"])] for r in rows]
     print(format_table(header, table))
     return 0

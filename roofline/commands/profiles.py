@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from roofline.hardware import HardwareProfile, load_profile
 from roofline.registry import list_ids
@@ -17,7 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def summary(hw: HardwareProfile) -> dict[str, object]:
+def summary(hw: HardwareProfile) -> dict[str, Any]:
     """Key numbers of one profile, in the units of the YAML field names."""
     link = hw.interconnect
     return {
@@ -35,16 +36,16 @@ def summary(hw: HardwareProfile) -> dict[str, object]:
     }
 
 
-def _peak(row: dict[str, object], dtype: str) -> str:
-    value = row["peak_tflops"].get(dtype)  # type: ignore[union-attr]
+def _peak(row: dict[str, Any], dtype: str) -> str:
+    value = row["peak_tflops"].get(dtype)
     return "-" if value is None else f"{value:g}"
 
 
-def _link(row: dict[str, object]) -> str:
+def _link(row: dict[str, Any]) -> str:
     link = row["interconnect"]
     if link is None:
         return "PCIe only"
-    return f"{link['name']} {link['bandwidth_gb_per_s_per_direction']:g}/dir x{link['max_num_gpus']}"  # type: ignore[index]
+    return f"{link['name']} {link['bandwidth_gb_per_s_per_direction']:g}/dir x{link['max_num_gpus']}"
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:

