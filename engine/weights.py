@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.core.model_spec import ModelSpec
-from engine.model import LlamaModel
+from engine.model import LlamaModel, can_prepack
 
 # transformers' default `initializer_range` for Llama-family configs: weights ~ N(0, 0.02).
 INIT_STD = 0.02
@@ -136,8 +136,11 @@ def to_fused(state: dict[str, torch.Tensor], spec: ModelSpec) -> dict[str, torch
 
 def load_model(spec: ModelSpec, state: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device,
                max_model_len: int | None = None) -> LlamaModel:
-    """A `LlamaModel` holding `state` (transformers' names), cast to `dtype` on `device`, in eval mode."""
+    """A `LlamaModel` holding `state` (transformers' names), cast to `dtype` on `device`, in eval mode, its GEMM
+    weights prepacked for oneDNN where that kernel exists (bf16 on a CPU with native bf16)."""
     model = LlamaModel(spec, dtype, device, max_model_len)
     fused = {k: v.to(dtype) for k, v in to_fused(state, spec).items()}
     model.load_state_dict(fused, strict=True)
+    if can_prepack(dtype, device):
+        model.prepack_weights()
     return model.eval()
