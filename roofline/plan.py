@@ -312,14 +312,18 @@ class Plan:
     def serving(self) -> list[ConfigPlan]:
         return [c for c in self.configs if c.meets_slo]
 
+    def ranked(self) -> list[ConfigPlan]:
+        """The configurations that serve the target, best first."""
+        return sorted(self.serving, key=_rank_key)
+
     @property
     def best(self) -> ConfigPlan | None:
-        ranked = sorted(self.serving, key=_rank_key)
+        ranked = self.ranked()
         return ranked[0] if ranked else None
 
     def best_per_hardware(self) -> list[ConfigPlan]:
         best: dict[str, ConfigPlan] = {}
-        for c in sorted(self.serving, key=_rank_key):
+        for c in self.ranked():
             best.setdefault(c.config.hardware, c)
         return [best[h] for h in self.request.hardware if h in best]
 

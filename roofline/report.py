@@ -167,11 +167,10 @@ def prices_table(plan: Plan) -> Table:
 
 
 def all_tables(plan: Plan) -> dict[str, Table]:
-    serving = sorted(plan.serving, key=lambda c: (c.usd_per_hour, c.num_gpus, c.config.label))
     tables = [
         configurations_table(plan, list(plan.configs), "configurations"),
         configurations_table(plan, plan.best_per_hardware(), "best_per_hardware"),
-        configurations_table(plan, serving, "serving"),
+        configurations_table(plan, plan.ranked(), "serving"),
         probes_table(plan),
         step_ops_table(plan),
         prices_table(plan),
@@ -245,7 +244,7 @@ def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
     figures: list[tuple[str, str]] = []
     best = plan.best
     bars = []
-    for c in plan.serving:
+    for c in plan.ranked():
         low = high = None
         if c.gpus_range() is not None:
             a, b = c.gpus_range()
@@ -254,7 +253,8 @@ def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
         bars.append(plan_plots.CostBar(c.config.label, c.usd_per_hour, low, high, c is best))
     if bars:
         plan_plots.cost_by_config(out_dir / "cost.png", bars)
-        figures.append(("cost.png", "Dollars per hour to serve the target rate, cheapest first. Whiskers: the same "
+        figures.append(("cost.png", "Dollars per hour to serve the target rate, best first (cheapest; then fewest "
+                        "GPUs; then most rate per GPU). Whiskers: the same "
                         "plan with compute and memory efficiency 10 % higher (left) and lower (right)."))
     chosen = plan.best_per_hardware()
     if chosen:

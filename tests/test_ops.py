@@ -5,7 +5,8 @@ import pytest
 
 from engine.core.model_spec import ModelSpec
 from roofline.errors import UserError
-from roofline.ops import BatchStats, attention_pairs, kv_bytes_per_token_per_rank, step_ops, weight_bytes_per_rank
+from roofline.ops import (BatchStats, attention_pairs, attention_q_tile_tokens, kv_bytes_per_token_per_rank, step_ops,
+                          weight_bytes_per_rank)
 from roofline.quant import QuantConfig
 
 BF16 = QuantConfig.from_user(model_dtype="bfloat16")
@@ -49,6 +50,26 @@ def test_decode_attention_reads_whole_context():
     assert att.flops == 2 * 4 * 4 * 16 * (10 + 100)
     assert att.kv_read_bytes == 2 * (10 + 100) * 2 * 2 * 16 * 2
     assert "attention_prefill" not in ops
+
+
+def test_prefill_work_tiles_pack_query_heads():
+    # FA3 varlen packs the 4 query heads of a KV head into a 128-row tile: 32 tokens per tile
+    assert attention_q_tile_tokens(128, 32, 8) == 32
+    assert attention_q_tile_tokens(64, 8, 8) == 192  # head_dim <= 96: 192-row tiles, no grouping
+    s = BatchStats.from_arrays(np.array([100, 1, 40]), np.array([10, 7, 0]), np.ones(3, bool), q_tile=32)
+    assert (s.num_prefill_seqs, s.prefill_tokens, s.num_decode_seqs) == (2, 140, 1)
+    assert s.prefill_q_tiles == 4 + 2
+    assert s.prefill_pad_pairs == (128 - 100) * 110 + (64 - 40) * 40  # padding tokens x keys of the last row
+    assert s.prefill_pairs == sum(10 + i + 1 for i in range(100)) + 40 * 41 / 2
+    assert s.prefill_kv_tokens == 110 + 40 and s.decode_pairs == 8
+
+
+def test_decode_only_stats_match_general_path():
+    c = np.array([5, 0, 17])
+    fast = BatchStats.from_arrays(np.ones(3, int), c, np.ones(3, bool))
+    assert (fast.num_tokens, fast.num_decode_seqs, fast.decode_pairs, fast.num_prefill_seqs) == (3, 3, 25.0, 0)
+    windowed = BatchStats.from_arrays(np.array([1, 0, 1]), c, np.array([True, False, True]), sliding_window=4)
+    assert (windowed.num_decode_seqs, windowed.decode_pairs, windowed.num_emits) == (2, 4 + 4, 2)
 
 
 def test_sliding_window_limits_pairs():
