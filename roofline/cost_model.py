@@ -54,7 +54,7 @@ import numpy as np
 
 from engine.core.model_spec import ModelSpec
 from roofline.hardware import HardwareProfile
-from roofline.ops import (BatchStats, OpRecord, RankShape, attention_pairs, attention_q_tile_tokens, attention_records,
+from roofline.ops import (BatchStats, OpRecord, RankShape, attention_pairs, attention_q_tile_tokens,
                           decode_attention_shape, emit_ops, kv_bytes_per_token_per_rank, prefill_attention_shape,
                           step_ops, token_ops, weight_bytes_per_rank)
 from roofline.quant import QuantConfig

@@ -15,7 +15,7 @@ starting point and the "before fitting" baseline of BENCHMARKS.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from roofline.errors import UserError

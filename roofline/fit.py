@@ -10,11 +10,13 @@ A sample is (operator kind, features, measured seconds). Kinds are the single-op
 handles (step-trace calibration passes its own, e.g. whole steps). `predict(profile, kind, frame)` returns
 seconds for the rows of one kind; samples are grouped by kind once, so the model is evaluated vectorized.
 
-Method: parameters live in log space (they are positive; a fractional efficiency is clipped to its upper
-bound 1); the residual is log(predicted / measured), which weighs a 10 % miss on a 3 us kernel like one on a
-3 ms kernel; outliers (a mis-measured row, a kernel the model does not describe) are down-weighted by a
-soft-L1 (pseudo-Huber) loss with scale `f_scale`, solved by iteratively reweighted Levenberg-Marquardt on a
-numerical Jacobian. Deterministic: no random starts.
+Method: parameters live in log space (they are positive), clipped to the range the profile YAML accepts
+(`roofline.cost_params.efficiency_bounds`: fractions of a peak at most 1, overlap_exponent in [1, 64]); the
+residual is log(predicted / measured), which weighs a 10 % miss on a 3 us kernel like one on a 3 ms kernel;
+outliers (a mis-measured row, a kernel the model does not describe) are down-weighted by a soft-L1
+(pseudo-Huber) loss with scale `f_scale`. A coarse coordinate search (each parameter at 1/4 .. 4x, twice
+round) picks the start, then iteratively reweighted Levenberg-Marquardt on a numerical Jacobian refines it.
+Deterministic: no random starts.
 """
 
 from __future__ import annotations

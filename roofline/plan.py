@@ -602,7 +602,8 @@ def prices_for(hardware: tuple[str, ...], overrides: dict[str, float],
 # moe_compute_efficiency (a factor on the GEMM efficiency, which already moves) and collective_bus_efficiency
 # (the interconnect, neither compute nor memory).
 COMPUTE_EFFICIENCIES = ("gemm_compute_efficiency", "gemm_fp8_compute_efficiency", "attention_compute_efficiency")
-MEMORY_EFFICIENCIES = ("memory_efficiency", "attention_memory_efficiency")
+MEMORY_EFFICIENCIES = ("memory_efficiency", "attention_memory_efficiency", "gemm_fp8_memory_efficiency",
+                       "act_quant_memory_efficiency")
 UNSCALED_EFFICIENCIES = ("moe_compute_efficiency", "collective_bus_efficiency")
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.core.model_spec import ModelSpec
-from roofline.cost_model import StepCostModel, gemm_time_s
+from roofline.cost_model import StepCostModel, attention_prefill_time_s, gemm_time_s, predict_single_ops
 from roofline.cost_params import EfficiencyParams, ExecutorParams
 from roofline.errors import UserError
 from roofline.fit import fit, with_params
@@ -101,6 +101,20 @@ def test_gemm_wave_quantization():
     full = gemm_time_s(H100, 128 * 12, 256 * 11, 8192, "bf16", 2.0, 2.0, 2.0)
     over = gemm_time_s(H100, 128 * 12 + 1, 256 * 11, 8192, "bf16", 2.0, 2.0, 2.0)
     assert over > full * 1.05
+
+
+def test_prefill_attention_wave_quantization():
+    # 132 SMs: 133 equal work tiles take two waves of the same tile, 132 take one
+    pairs_per_tile = 128 * 8192
+    one = attention_prefill_time_s(H100, 132 * pairs_per_tile, 0.0, 132, 128, "bf16")
+    two = attention_prefill_time_s(H100, 133 * pairs_per_tile, 0.0, 133, 128, "bf16")
+    assert two > 1.8 * one
+
+
+def test_fp8_gemm_includes_input_quantization():
+    cols = {"m": np.array([4096.0]), "n": np.array([4096.0]), "k": np.array([4096.0]), "dtype": np.array(["fp8"])}
+    gemm_only = gemm_time_s(H100, 4096.0, 4096.0, 4096.0, "fp8", 1.0, 1.0, 2.0)
+    assert predict_single_ops(H100, "gemm", cols)[0] > gemm_only  # plus the bf16 -> fp8 quantization kernel
 
 
 def test_yaml_round_trip_and_unknown_keys():
