@@ -5,7 +5,8 @@ above what one replica serves (so the queue grows and every step runs a full bat
     python benchmarks/sim_speed.py --num-requests 100000
     python benchmarks/sim_speed.py --profile              # plus the top of a cProfile by total time
 
-Prints one JSON line: wall seconds (sampling the workload, building the deployment, the simulation), steps,
+Prints one JSON line: wall and CPU seconds of this process (sampling the workload, building the deployment, the
+simulation; CPU time is what other jobs on a shared machine disturb least), steps,
 request-steps (sequences summed over steps), and the simulated throughput, so the number can be checked.
 The target (issue 6) is <= 5 s for 10,000 requests on the project's 2-core machine.
 """
@@ -35,6 +36,7 @@ def main() -> None:
     args = parser.parse_args()
 
     started = time.perf_counter()
+    cpu_started = time.process_time()
     workload = override_workload(load_workload(args.workload), num_requests=args.num_requests,
                                  rate_per_s=args.request_rate)
     specs = sample_requests(workload)
@@ -48,11 +50,12 @@ def main() -> None:
     if profiler:
         profiler.disable()
     finished = time.perf_counter()
+    cpu_s = time.process_time() - cpu_started
     summary = result.summary()
     print(json.dumps({
         "num_requests": args.num_requests, "request_rate": args.request_rate, "model": args.model,
         "hardware": args.hardware, "workload": args.workload, "machine": f"{platform.machine()} {platform.node()}",
-        "python": platform.python_version(), "wall_s": round(finished - started, 3),
+        "python": platform.python_version(), "wall_s": round(finished - started, 3), "cpu_s": round(cpu_s, 3),
         "prepare_s": round(prepared - started, 3), "simulate_s": round(finished - prepared, 3),
         "num_steps": int(len(result.steps)), "num_request_steps": int(result.steps["num_seqs"].sum()),
         "simulated_duration_s": round(summary["duration_s"], 1),

@@ -27,6 +27,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -48,6 +49,17 @@ DRAIN_FRACTION = 0.10
 RATE_REL_TOL = 0.05
 # Below saturation / 2**MAX_HALVINGS a configuration is declared unable to meet the SLOs at any rate.
 MAX_HALVINGS = 6
+# The first probe below saturation, as a fraction of it: the answers of the shipped workloads mostly lie
+# between 0.5 and 0.95 of saturation, below the knee of the latency curve.
+FIRST_PROBE_FRACTION = 0.75
+# While no probe above the passing rate has failed, the next one goes this fraction of the way to saturation.
+UPWARD_FRACTION = 0.6
+# The search interpolates once the failing rate is within this factor of the passing one, and bisects before.
+INTERPOLATE_BELOW = 1.25
+# A search started from a related configuration's answer (the same device and TP with more max_num_seqs, or
+# the nominal efficiency for a sensitivity search) steps by this factor, at most WALK_STEPS times.
+WALK_FACTOR = 1 + 2 * RATE_REL_TOL
+WALK_STEPS = 3
 SENSITIVITY_DELTA = 0.10
 # Defaults of `roofline plan`: the candidates, and how many requests each probe measures.
 DEFAULT_TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
@@ -191,7 +203,7 @@ class Search:
     config: Config
     efficiency: Efficiency
     max_rate_per_s: float  # 0.0 when the SLOs are missed even at the lowest probed rate
-    saturation_rate_per_s: float
+    saturation_rate_per_s: float | None  # None when a warm start bracketed the answer without it
     points: tuple[Point, ...]  # in the order they ran
     best: Point | None  # the probe at max_rate_per_s
     kv_time_s: tuple[float, ...] = ()  # KV usage over time at max_rate_per_s (downsampled)
@@ -296,8 +308,7 @@ class ConfigPlan:
         if not self.meets_slo:
             assert self.nominal is not None
             lowest = min(p.rate_per_s for p in self.nominal.points)
-            return (f"SLOs missed even at {lowest:.3g} req/s (saturation {self.nominal.saturation_rate_per_s:.3g} "
-                    f"req/s): the latency floor of one request exceeds them")
+            return f"SLOs missed even at {lowest:.3g} req/s: the latency of a lone request exceeds them"
         return None
 
 
@@ -401,8 +412,8 @@ def summarize(run: RunResult, rate_per_s: float, slo: Slo) -> Point:
 
 # ---- the search --------------------------------------------------------------------------------------
 
-def search_max_rate(backend: Backend, config: Config, efficiency: Efficiency, slo: Slo,
-                    num_requests: int) -> Search:
+def search_max_rate(backend: Backend, config: Config, efficiency: Efficiency, slo: Slo, num_requests: int,
+                    start_rate_per_s: float | None = None) -> Search:
     """The highest offered rate at which the SLO percentiles hold, to within RATE_REL_TOL.
 
     Assumption: the percentile latencies do not decrease as the offered rate grows (more load never makes
@@ -410,12 +421,16 @@ def search_max_rate(backend: Backend, config: Config, efficiency: Efficiency, sl
     with arrival gaps scaled down (common random numbers): that makes the measured curve monotone up to
     scheduling effects, not only in expectation.
 
+    Cold (no `start_rate_per_s`):
     1. Saturation: all requests at once; the steady completion rate R bounds any sustainable rate.
-    2. Probe R itself (loose SLOs, e.g. offline batch, pass there: the answer is R).
-    3. Halve until a probe passes (at most MAX_HALVINGS times; none passing: the SLOs cannot be met).
-    4. Shrink [passing, failing] until it is within RATE_REL_TOL of the passing rate, by a safeguarded
-       secant (`next_rate`) on the log of the SLO ratio: typically 2 or 3 more simulations.
-    Typically 5 to 7 simulations in all.
+    2. Probe FIRST_PROBE_FRACTION x R; halve while it fails (at most MAX_HALVINGS times; if none passes,
+       the SLOs cannot be met at any rate).
+    3. While nothing above the passing rate has failed, step UPWARD_FRACTION of the way to R (ending
+       within RATE_REL_TOL of R when even that passes).
+    4. Shrink [passing, failing] to within RATE_REL_TOL of the passing rate (`refine`).
+    Typically 4 to 7 simulations. Warm (from a related configuration's answer): walk from the start by
+    WALK_FACTOR until a bracket forms (`walk`), then step 4; typically 3 simulations. A walk that brackets
+    nothing in WALK_STEPS probes continues as a cold search from what it found.
     """
     n_total = num_simulated_requests(num_requests)
     points: list[Point] = []
@@ -430,32 +445,43 @@ def search_max_rate(backend: Backend, config: Config, efficiency: Efficiency, sl
             runs[rate] = run
         return point
 
-    saturation = probe(math.inf).throughput_per_s
-    if saturation <= 0:
-        return Search(config, efficiency, 0.0, saturation, tuple(points), None)
     lo: Point | None = None
-    hi = probe(saturation)
-    if hi.passes:
-        lo = hi
-    else:
-        for _ in range(MAX_HALVINGS):
-            point = probe(hi.rate_per_s / 2)
+    hi: Point | None = None
+    saturation: float | None = None
+    if start_rate_per_s is not None and start_rate_per_s > 0:
+        lo, hi = walk(probe, start_rate_per_s)
+    if lo is None or hi is None:
+        saturation = probe(math.inf).throughput_per_s
+        rate = FIRST_PROBE_FRACTION * saturation if hi is None else min(hi.rate_per_s / 2,
+                                                                          FIRST_PROBE_FRACTION * saturation)
+        for _ in range(MAX_HALVINGS + 1 if lo is None and saturation > 0 else 0):
+            point = probe(rate)
             if point.passes:
                 lo = point
                 break
-            hi = point
-    if lo is None:
-        return Search(config, efficiency, 0.0, saturation, tuple(points), None)
-    # Illinois-style safeguard: after two probes in a row that moved the same end, bisect once.
-    last_moved_lo: bool | None = None
-    run_length = 0
-    while hi.rate_per_s > lo.rate_per_s * (1 + RATE_REL_TOL):
-        point = probe(next_rate(lo, hi, slo, bisect=run_length >= 2))
-        run_length = run_length + 1 if point.passes == last_moved_lo else 1
-        last_moved_lo = point.passes
-        lo, hi = (point, hi) if point.passes else (lo, point)
+            hi, rate = point, rate / 2
+        if lo is None:
+            return Search(config, efficiency, 0.0, saturation, tuple(points), None)
+        while hi is None and saturation > lo.rate_per_s * (1 + RATE_REL_TOL):
+            point = probe(lo.rate_per_s + UPWARD_FRACTION * (saturation - lo.rate_per_s))
+            lo, hi = (point, hi) if point.passes else (lo, point)
+    if hi is not None:
+        lo = refine(probe, lo, hi, slo)
     kv_t, kv_u = _downsample(runs[lo.rate_per_s].kv_time_s, runs[lo.rate_per_s].kv_usage)
     return Search(config, efficiency, lo.rate_per_s, saturation, tuple(points), lo, kv_t, kv_u)
+
+
+def walk(probe: Callable[[float], Point], start_rate_per_s: float) -> tuple[Point | None, Point | None]:
+    """(passing, failing) probes from stepping by WALK_FACTOR from a guess: up while it passes, down while it
+    fails, at most WALK_STEPS probes; either may be None when no bracket formed."""
+    point = probe(start_rate_per_s)
+    lo, hi = (point, None) if point.passes else (None, point)
+    for _ in range(WALK_STEPS - 1):
+        if lo is not None and hi is not None:
+            break
+        point = probe(lo.rate_per_s * WALK_FACTOR if hi is None else hi.rate_per_s / WALK_FACTOR)
+        lo, hi = (point, hi) if point.passes else (lo, point)
+    return lo, hi
 
 
 def slo_ratio(point: Point, slo: Slo) -> float:
@@ -463,20 +489,37 @@ def slo_ratio(point: Point, slo: Slo) -> float:
     return max(point.ttft_s / slo.ttft_s, point.tpot_s / slo.tpot_s)
 
 
-def next_rate(lo: Point, hi: Point, slo: Slo, bisect: bool = False) -> float:
-    """The next rate to probe inside (lo passing, hi failing).
+def refine(probe: Callable[[float], Point], lo: Point, hi: Point, slo: Slo) -> Point:
+    """The highest passing probe once [lo passing, hi failing] is within RATE_REL_TOL of lo.
 
-    Latency percentiles rise steeply towards saturation, their logarithm much less so: the secant of
-    log(SLO ratio) against rate estimates where it crosses 0. The probe keeps RATE_REL_TOL / 2 of the
-    passing rate away from both ends, so a good estimate closes the bracket in one or two probes: landing
-    just above lo it fails and leaves a bracket of RATE_REL_TOL / 2, landing just below hi it passes."""
-    a, b = lo.rate_per_s, hi.rate_per_s
-    ra, rb = slo_ratio(lo, slo), slo_ratio(hi, slo)
-    if bisect or not (0 < ra <= 1 < rb and math.isfinite(rb)):
-        return 0.5 * (a + b)
-    t = -math.log(ra) / (math.log(rb) - math.log(ra)) if ra < 1 else 0.0
-    margin = 0.5 * RATE_REL_TOL * a
-    return min(max(a + t * (b - a), a + margin), b - margin)
+    A wide bracket is bisected: a latency percentile is often flat up to a knee and then shoots up, and
+    interpolating across the knee creeps. Within INTERPOLATE_BELOW, regula falsi on f = log(SLO ratio),
+    which crosses 0 at the answer, with the Illinois rule: when the same end moves twice in a row, the
+    other end's f is halved, so a convex f cannot stall the search at one end. Each probe keeps
+    RATE_REL_TOL / 2 of lo away from both ends, so a good estimate closes the bracket at once: landing just
+    above lo it fails, just below hi it passes.
+    """
+    f_lo, f_hi = _log_ratio(lo, slo), _log_ratio(hi, slo)
+    moved_last: str | None = None
+    while hi.rate_per_s > lo.rate_per_s * (1 + RATE_REL_TOL):
+        a, b = lo.rate_per_s, hi.rate_per_s
+        interpolate = b <= a * INTERPOLATE_BELOW and math.isfinite(f_hi - f_lo) and f_hi > f_lo
+        x = a + (b - a) * -f_lo / (f_hi - f_lo) if interpolate else 0.5 * (a + b)
+        margin = 0.5 * RATE_REL_TOL * a
+        point = probe(min(max(x, a + margin), b - margin))
+        if point.passes:
+            lo, f_lo = point, _log_ratio(point, slo)
+            f_hi = f_hi / 2 if moved_last == "lo" else f_hi
+            moved_last = "lo"
+        else:
+            hi, f_hi = point, _log_ratio(point, slo)
+            f_lo = f_lo / 2 if moved_last == "hi" else f_lo
+            moved_last = "hi"
+    return lo
+
+
+def _log_ratio(point: Point, slo: Slo) -> float:
+    return math.log(max(slo_ratio(point, slo), 1e-9))
 
 
 def _downsample(t: np.ndarray, y: np.ndarray, num_points: int = 400) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -491,14 +534,23 @@ def _downsample(t: np.ndarray, y: np.ndarray, num_points: int = 400) -> tuple[tu
 
 # ---- the plan ----------------------------------------------------------------------------------------
 
-def _search_task(args: tuple[Backend, Config, Efficiency, Slo, int]) -> Search:
-    return search_max_rate(*args)
+@dataclass(frozen=True)
+class Task:
+    """One search: a configuration at an efficiency, optionally warm-started from a related answer."""
+
+    config: Config
+    efficiency: Efficiency
+    start_rate_per_s: float | None = None
 
 
-def run_searches(backend: Backend, tasks: list[tuple[Config, Efficiency]], slo: Slo, num_requests: int,
-                 num_workers: int) -> list[Search]:
-    """Every (configuration, efficiency) search, in task order; in `num_workers` processes when > 1."""
-    args = [(backend, c, e, slo, num_requests) for c, e in tasks]
+def _search_task(args: tuple[Backend, Task, Slo, int]) -> Search:
+    backend, task, slo, num_requests = args
+    return search_max_rate(backend, task.config, task.efficiency, slo, num_requests, task.start_rate_per_s)
+
+
+def run_searches(backend: Backend, tasks: list[Task], slo: Slo, num_requests: int, num_workers: int) -> list[Search]:
+    """Every search, in task order; in `num_workers` processes when > 1."""
+    args = [(backend, t, slo, num_requests) for t in tasks]
     if num_workers <= 1 or len(args) <= 1:
         return [_search_task(a) for a in args]
     # spawn, not fork: workers start clean (no inherited threads or locks) on every platform.
@@ -507,14 +559,46 @@ def run_searches(backend: Backend, tasks: list[tuple[Config, Efficiency]], slo: 
         return list(pool.map(_search_task, args, chunksize=1))
 
 
+def _answer(search: Search | None) -> float | None:
+    return search.max_rate_per_s if search is not None and search.max_rate_per_s > 0 else None
+
+
+def _scaled(rate: float | None, factor: float) -> float | None:
+    return None if rate is None else rate * factor
+
+
 def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price], num_workers: int = 2) -> Plan:
-    """Fit every configuration, search the ones that fit (and their sensitivity), pick the best."""
+    """Fit every configuration, search the ones that fit (and their sensitivity), pick the best.
+
+    Three rounds, each run in parallel, so that most searches start warm from a related answer:
+    1. per device and TP, the fitting configuration with the most max_num_seqs, cold;
+    2. the other max_num_seqs from round 1's answer; round 1's sensitivity from its nominal answer;
+    3. round 2's sensitivity from its nominal answers.
+    """
     assert all(h in prices for h in request.hardware), "prices_for() gives every planned hardware a price"
     configs = request.configs()
     fits = {c: backend.fit(c) for c in configs}
-    efficiencies = [NOMINAL, PESSIMISTIC, OPTIMISTIC] if request.sensitivity else [NOMINAL]
-    tasks = [(c, e) for c in configs if fits[c].fits for e in efficiencies]
-    searches = dict(zip(tasks, run_searches(backend, tasks, request.slo, request.num_requests, num_workers)))
+    fitting = [c for c in configs if fits[c].fits]
+    anchors: dict[tuple[str, int], Config] = {}
+    for c in fitting:  # configs() sorts max_num_seqs ascending: the last one per (hardware, TP) wins
+        anchors[(c.hardware, c.tensor_parallel_size)] = c
+    searches: dict[tuple[Config, Efficiency], Search] = {}
+
+    def run_round(tasks: list[Task]) -> None:
+        results = run_searches(backend, tasks, request.slo, request.num_requests, num_workers)
+        searches.update(((t.config, t.efficiency), s) for t, s in zip(tasks, results))
+
+    def sensitivity(cs: list[Config]) -> list[Task]:
+        if not request.sensitivity:
+            return []
+        return [Task(c, e, _scaled(_answer(searches[(c, NOMINAL)]), e.compute))
+                for c in cs for e in (PESSIMISTIC, OPTIMISTIC)]
+
+    others = [c for c in fitting if c not in anchors.values()]
+    run_round([Task(c, NOMINAL) for c in anchors.values()])
+    run_round([Task(c, NOMINAL, _answer(searches[(anchors[(c.hardware, c.tensor_parallel_size)], NOMINAL)]))
+               for c in others] + sensitivity(list(anchors.values())))
+    run_round(sensitivity(others))
     plans = tuple(
         ConfigPlan(c, fits[c], prices[c.hardware], request.target_rate_per_s,
                    searches.get((c, NOMINAL)), searches.get((c, PESSIMISTIC)), searches.get((c, OPTIMISTIC)))

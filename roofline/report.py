@@ -324,10 +324,14 @@ def method_lines(plan: Plan) -> list[str]:
         "step times from the roofline cost model). A probe simulates "
         f"{num_simulated_requests(req.num_requests)} requests and measures {req.num_requests}: the first "
         f"{WARMUP_FRACTION:.0%} and the last {DRAIN_FRACTION:.0%} by arrival are warm-up and drain.",
-        "Search: all requests at once give the saturation rate R; then R, R/2, R/4, ... (at most "
-        f"{MAX_HALVINGS} halvings) until a probe meets both SLO percentiles; then bisection until the bracket is "
-        f"within {RATE_REL_TOL:.0%}. It assumes latency percentiles never fall as load rises; every probe replays "
-        "the same seeded requests with arrival gaps scaled, which keeps the measured curve monotone.",
+        "Search: all requests at once give the saturation rate R; then 0.75 R, halved (at most "
+        f"{MAX_HALVINGS} times) until a probe meets both SLO percentiles; then up towards R until one fails; "
+        "then the bracket is shrunk until it is "
+        f"within {RATE_REL_TOL:.0%} (bisection, then regula falsi on the log of the SLO ratio). Searches for "
+        "smaller max_num_seqs and for the sensitivity start from the related answer instead (the same device "
+        "and TP with the most max_num_seqs; the nominal efficiency) and step 10 % until bracketed. It assumes "
+        "latency percentiles never fall as load rises; every probe replays the same seeded requests with "
+        "arrival gaps scaled, which keeps the measured curve monotone.",
         "Replicas = ceil(target rate / max rate per replica); GPUs = replicas x TP; USD/hour = GPUs x price; "
         "USD per million output tokens = USD/hour / (target rate x mean output tokens x 3600) x 1e6.",
         "KV headroom = 1 - the peak fraction of KV blocks in use at the highest rate within the SLOs.",

@@ -24,7 +24,6 @@ from __future__ import annotations
 import heapq
 import sys
 import time
-from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,8 +193,8 @@ class _Recorder:
         self.num_preemptions = np.zeros(n, np.int64)
         self.num_prefix_hits = np.zeros(n, np.int64)
         self.replica = np.zeros(n, np.int64)
-        self.itl_gap = array("d")
-        self.itl_row = array("q")
+        self.itl_gaps: list[np.ndarray] = []  # per finished request with 2+ tokens, its gaps
+        self.itl_rows: list[int] = []  # ... and its row
         self.record_steps = record_steps
         self.step_rows: list[tuple] = []
         self.step_seqs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -211,8 +210,8 @@ class _Recorder:
         self.num_prefix_hits[row] = req.num_prefix_hit_tokens or 0
         times = req.token_times_s
         if len(times) > 1:
-            self.itl_gap.extend(np.diff(times).tolist())
-            self.itl_row.extend([row] * (len(times) - 1))
+            self.itl_gaps.append(np.diff(times))
+            self.itl_rows.append(row)
 
 
 def run_simulation(deployment: Deployment, workload: Workload, options: SimulationOptions = SimulationOptions(),
@@ -291,7 +290,7 @@ class _Simulation:
         replica = self.replicas[index]
         plan, replica.plan = replica.plan, None
         replica.num_steps += 1
-        for req in replica.scheduler.update_from_output(plan, [self.token_id] * plan.num_seqs, now):
+        for req in replica.scheduler.update_from_output(plan, self.token_id, now):
             self.recorder.finished(req)
             replica.num_outstanding -= 1
             self.num_done += 1
@@ -322,24 +321,20 @@ def _route(replicas: list[_Replica], router: str, rr_next: int) -> _Replica:
 
 def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
     def step_time(replica: int, step_index: int, start_s: float, plan: Any) -> float:
-        query, context, emits = _seq_arrays(plan)
+        query, context, emits = plan.seq_arrays()
         return cost_model.step_time_s(query, context, emits)
     return step_time
-
-
-def _seq_arrays(plan: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return (np.array(plan.query_lens, dtype=np.int64), np.array(plan.context_lens, dtype=np.int64),
-            np.array(plan.emits, dtype=bool))
 
 
 def _record_step(recorder: _Recorder, replica: _Replica, plan: Any, now: float, duration: float) -> None:
     recorder.step_rows.append((
         replica.index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
-        plan.num_prefill_tokens, plan.num_decode_tokens, sum(plan.emits), len(plan.preempted_request_ids),
+        plan.num_prefill_tokens, plan.num_decode_tokens, int(np.count_nonzero(plan.seq_arrays()[2])),
+        len(plan.preempted_request_ids),
         plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used, plan.num_kv_blocks_total,
         plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
     if recorder.record_steps:
-        recorder.step_seqs.append(_seq_arrays(plan))
+        recorder.step_seqs.append(plan.seq_arrays())
         recorder.step_request_ids.append(tuple(plan.request_ids))
 
 
@@ -372,7 +367,9 @@ def _result(specs: Sequence[RequestSpec], rec: _Recorder, wall_s: float) -> Simu
         "num_prefix_hit_tokens": rec.num_prefix_hits,
     })
     steps = pd.DataFrame(rec.step_rows, columns=list(STEP_COLUMNS))
-    itl = InterTokenLatencies(np.frombuffer(rec.itl_gap, dtype=float), np.frombuffer(rec.itl_row, dtype=np.int64))
+    gaps = np.concatenate(rec.itl_gaps) if rec.itl_gaps else np.zeros(0)
+    rows = np.repeat(np.array(rec.itl_rows, dtype=np.int64), [len(g) for g in rec.itl_gaps])
+    itl = InterTokenLatencies(gaps, rows)
     return SimulationResult(requests, steps, itl, rec.step_seqs, rec.step_request_ids, wall_s)
 
 

@@ -83,7 +83,7 @@ def test_prefix_hit_stops_one_token_short_of_the_prompt():
     kv.update_block_hashes(same)
     blocks, num_hit = kv.get_computed_blocks(same)
     # 8 tokens hit at most 7, rounded down to whole blocks: the second block is recomputed
-    assert num_hit == 4 and blocks == first.blocks[:1]
+    assert num_hit == 4 and _ids(blocks) == first.block_ids[:1]
     longer = _req(list(range(100, 109)), "c")
     kv.update_block_hashes(longer)
     assert kv.get_computed_blocks(longer)[1] == 8
@@ -119,4 +119,4 @@ def test_failed_allocation_changes_nothing():
     a = _req([1, 2, 3, 4, 5], "a")
     kv.update_block_hashes(a)
     assert not kv.allocate_slots(a, 5)
-    assert a.blocks == [] and kv.num_free_blocks == 2
+    assert a.block_ids == [] and kv.num_free_blocks == 2

@@ -82,15 +82,17 @@ def _check_step(sched: Scheduler, plan, config: SchedulerConfig) -> None:
         assert seq.num_context_tokens + seq.num_query_tokens < config.max_model_len
     pool = sched.kv.pool
     pool.check_invariants()  # free + used = total, ref_cnt >= 0 and == 0 exactly for free blocks
-    holders = Counter(b.block_id for r in sched.running for b in r.blocks)
+    holders = Counter(b for r in sched.running for b in r.block_ids)
     assert all(pool.blocks[i].ref_cnt == n for i, n in holders.items())
     assert sum(1 for b in pool.blocks[1:] if b.ref_cnt > 0) == len(holders) == pool.num_used_blocks
     assert sched._num_running_without_output == sum(r.num_output_tokens == 0 for r in sched.running)
     for r in sched.running:
-        assert len(r.blocks) == -(-r.num_computed_tokens // bs) and r.block_table == tuple(b.block_id for b in r.blocks)
+        assert len(r.block_ids) == -(-r.num_computed_tokens // bs) and r.block_table == tuple(r.block_ids)
 
 
-def _run(config, cache, requests, check=True):
+def _run(config, cache, requests, check=True, constant=None):
+    """Drive the scheduler step by step; the fake model samples `_token`, or the int `constant` for every
+    seq (passed as one int, as the simulator does, which takes the scheduler's column path)."""
     sched = Scheduler(config, cache)
     pending = sorted(requests, key=lambda x: x[0])
     finished: list[Request] = []
@@ -104,7 +106,10 @@ def _run(config, cache, requests, check=True):
             _check_step(sched, plan, config)
         plans.append((plan.request_ids[:], plan.query_lens[:], plan.context_lens[:], plan.block_tables[:],
                       plan.preempted_request_ids))
-        sampled = {rid: _token(rid, sched.get_request(rid).num_output_tokens) for rid in plan.request_ids}
+        if constant is None:
+            sampled = {rid: _token(rid, sched.get_request(rid).num_output_tokens) for rid in plan.request_ids}
+        else:
+            sampled = constant
         finished += sched.update_from_output(plan, sampled, float(step))
         step += 1
         assert step < 5000, "no progress"
@@ -120,7 +125,7 @@ def test_scheduler_invariants(workload):
     for req in finished:
         assert req.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
         assert req.output_token_ids == _expected_output(req, config.max_model_len)
-        assert req.blocks == []
+        assert req.block_ids == []
     assert sched.kv.num_used_blocks == 0 and sched.num_waiting == 0 and sched.num_running == 0
     sched.kv.pool.check_invariants()
 
@@ -130,15 +135,41 @@ def test_scheduler_invariants(workload):
 def test_bulk_running_path_equals_the_loop(workload):
     config, cache, requests = workload
 
-    def fresh():
-        return [(step, Request(r.request_id, r.prompt_token_ids, r.sampling, r.arrival_time_s, r.eos_token_id,
-                               r.priority)) for step, r in requests]
-
-    _, fast, _ = _run(config, cache, fresh(), check=False)
+    _, fast, _ = _run(config, cache, _fresh(requests), check=False)
     original = _Scheduler._schedule_running_bulk
     _Scheduler._schedule_running_bulk = lambda self, plan, budget, threshold: False
     try:
-        _, slow, _ = _run(config, cache, fresh(), check=False)
+        _, slow, _ = _run(config, cache, _fresh(requests), check=False)
     finally:
         _Scheduler._schedule_running_bulk = original
     assert fast == slow
+
+
+def _fresh(requests):
+    return [(step, Request(r.request_id, r.prompt_token_ids, r.sampling, r.arrival_time_s, r.eos_token_id,
+                           r.priority)) for step, r in requests]
+
+
+def _outcome(finished):
+    return sorted((r.request_id, r.status, r.output_token_ids, r.token_times_s, r.first_scheduled_time_s,
+                   r.finish_time_s, r.num_preemptions, r.num_prefix_hit_tokens) for r in finished)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.sampled_from([7, EOS]))
+def test_column_path_equals_token_lists(workload, token):
+    """One int for every sampled token (the scheduler's column path, lazily written tokens and times) gives
+    the same plans, tokens, times and outcomes as the same token passed per sequence, and keeps every
+    invariant at every step."""
+    config, cache, requests = workload
+    fast_finished, fast, sched = _run(config, cache, _fresh(requests), check=False, constant=token)
+    checked_finished, checked, _ = _run(config, cache, _fresh(requests), constant=token)  # reads write tokens
+    original = _Scheduler._use_columns
+    _Scheduler._use_columns = lambda self, plan, token: False
+    try:
+        slow_finished, slow, _ = _run(config, cache, _fresh(requests), constant=token)
+    finally:
+        _Scheduler._use_columns = original
+    assert fast == slow == checked
+    assert _outcome(fast_finished) == _outcome(slow_finished) == _outcome(checked_finished)
+    assert sched.kv.num_used_blocks == 0 and sched.num_running == 0

@@ -91,3 +91,10 @@ def test_measure_without_torch_says_how_to_install(tmp_path: Path, monkeypatch: 
 def test_measure_rejects_a_bad_engine_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["measure", "--out", str(tmp_path), "--max-num-seqs", "0"]) == 2
     assert "--max-num-seqs" in capsys.readouterr().err
+
+
+def test_warm_up_writes_only_the_reserved_block() -> None:
+    engine = tiny_engine()
+    assert engine.warm_up() == [2, 4, 8, 16, 32]
+    for cache in engine.kv_cache.k + engine.kv_cache.v:  # [kv_heads, num_blocks, block_size, head_dim]
+        assert cache[:, 0].abs().sum() > 0 and cache[:, 1:].abs().sum() == 0

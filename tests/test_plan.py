@@ -111,11 +111,33 @@ def test_search_brackets_the_highest_passing_rate() -> None:
     assert len(search.kv_time_s) == len(search.kv_usage) > 0
 
 
-def test_search_with_loose_slos_answers_the_saturation_rate_in_two_runs() -> None:
+def test_search_with_loose_slos_ends_within_tolerance_of_saturation() -> None:
     loose = Slo(ttft_s=1e6, tpot_s=1e6)
     search = planner.search_max_rate(FakeBackend(), Config("big", 1, 64), NOMINAL, loose, 400)
-    assert len(search.points) == 2
-    assert search.max_rate_per_s == search.saturation_rate_per_s
+    assert all(p.passes for p in search.points) and len(search.points) <= 5
+    assert search.saturation_rate_per_s / (1 + RATE_REL_TOL) <= search.max_rate_per_s < search.saturation_rate_per_s
+
+
+@pytest.mark.parametrize("slo", [Slo(0.2, 0.05), Slo(2.0, 0.05), Slo(0.5, 0.035), Slo(0.5, 0.05, 99)])
+@pytest.mark.parametrize("config", [Config("big", 1, 64), Config("big", 2, 256), Config("big", 8, 256)])
+def test_search_answer_passes_and_the_next_rate_up_fails(slo: Slo, config: Config) -> None:
+    backend = FakeBackend()
+    search = planner.search_max_rate(backend, config, NOMINAL, slo, 400)
+    assert len(search.points) <= 9
+    assert _passes(backend, config, search.max_rate_per_s, slo)
+    above = search.max_rate_per_s * (1 + RATE_REL_TOL)
+    assert above >= search.saturation_rate_per_s or not _passes(backend, config, above, slo)
+
+
+@pytest.mark.parametrize("start_factor", [0.5, 0.9, 1.0, 1.1, 2.0])
+def test_warm_search_from_a_nearby_answer_brackets_in_few_runs(start_factor: float) -> None:
+    backend, config = FakeBackend(), Config("big", 2, 64)
+    cold = planner.search_max_rate(backend, config, NOMINAL, SLO, 400)
+    warm = planner.search_max_rate(backend, config, NOMINAL, SLO, 400, cold.max_rate_per_s * start_factor)
+    assert _passes(backend, config, warm.max_rate_per_s)
+    assert not _passes(backend, config, warm.max_rate_per_s * (1 + RATE_REL_TOL))
+    if start_factor in (0.9, 1.0, 1.1):
+        assert len(warm.points) <= 4 < len(cold.points) and warm.saturation_rate_per_s is None
 
 
 def test_search_reports_zero_when_the_latency_floor_exceeds_the_slo() -> None:
@@ -123,6 +145,8 @@ def test_search_reports_zero_when_the_latency_floor_exceeds_the_slo() -> None:
     search = planner.search_max_rate(FakeBackend(), Config("big", 1, 64), NOMINAL, impossible, 400)
     assert search.max_rate_per_s == 0.0 and search.best is None
     assert len(search.points) == 2 + planner.MAX_HALVINGS
+    assert min(p.rate_per_s for p in search.points) == pytest.approx(
+        planner.FIRST_PROBE_FRACTION * search.saturation_rate_per_s / 2 ** planner.MAX_HALVINGS)
 
 
 def test_summary_excludes_warmup_and_drain_and_single_token_tpot() -> None:

@@ -1,8 +1,12 @@
 """KV cache blocks, the free queue and the prefix-cache map (vLLM V1 `vllm/v1/core/block_pool.py`).
 
     pool = BlockPool(num_blocks=1024)
-    blocks = pool.get_new_blocks(3)          # from the head of the free queue, evicting cached ones
-    pool.free_blocks(reversed(blocks))       # ref_cnt -= 1; at 0 back into the free queue
+    ids = pool.allocate(3)                   # block ids from the head of the free queue, evicting cached ones
+    pool.register(ids[:2], [h0, h1])         # full blocks enter the prefix cache under their hashes
+    pool.free(ids[::-1])                     # ref_cnt -= 1; at 0 back into the free queue (tail block first)
+
+The same operations exist on `KVCacheBlock` objects (`get_new_blocks`, `cache_full_blocks`, `touch`,
+`free_blocks`, `get_cached_block`), views whose `ref_cnt` and `block_hash` read the pool's arrays.
 
 Block 0 is the null block (vLLM reserves it as a placeholder), so `num_blocks - 1` blocks are usable.
 
@@ -11,26 +15,48 @@ goes to the head (reused first, LIFO); a freed cached block goes to the tail, so
 least-recently-freed order (LRU). Callers free a request's blocks tail-first, so of one request's chain the
 last block is evicted first and the shared prefix survives longest. A cached block with ref_cnt 0 stays in
 the free queue (it counts as free) until it is either reused by a prefix hit (`touch`) or evicted by
-`get_new_blocks`.
+`allocate`.
 
-The queue is an `OrderedDict` (C-implemented doubly linked list): O(1) pop from the head, removal from the
-middle, append and prepend, like vLLM's hand-written `FreeKVCacheBlockQueue`.
+Everything is kept in numpy arrays so that a request's whole prompt (hundreds of blocks) is allocated, cached
+and freed in a few array operations, not one Python step per block (the simulator moves millions of blocks):
+- reference counts and the hash of each block (NO_HASH when it is not in the prefix cache);
+- the free queue as a window [head, tail) of a large array with the position of each free block in it:
+  allocation takes a slice at the head, a freed block is written before the head or after the tail, and a
+  block taken out of the middle by a prefix hit leaves a hole that allocation skips (`_compact` packs it);
+- the prefix-cache map `hash -> first block registered under it`, in which eviction only clears the block's
+  hash: an entry is valid while its block still holds that hash, stale ones are dropped when met or in a
+  periodic rebuild. Identical blocks computed by two requests are all kept (vLLM does not deduplicate, so
+  block tables stay append-only); lookups return the earliest registered that is still cached, as vLLM does.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+# CPython's hash() never returns -1 (it is its error code), so no block hash is ever NO_HASH.
+NO_HASH = -1
 
 
 class KVCacheBlock:
-    __slots__ = ("block_id", "ref_cnt", "block_hash")
+    """A view of one block of a `BlockPool`; its state lives in the pool's arrays."""
 
-    def __init__(self, block_id: int) -> None:
+    __slots__ = ("block_id", "_pool")
+
+    def __init__(self, block_id: int, pool: BlockPool) -> None:
         self.block_id = block_id
-        self.ref_cnt = 0
-        # Chained hash of the block's tokens while it is registered in the prefix cache, else None.
-        self.block_hash: int | None = None
+        self._pool = pool
+
+    @property
+    def ref_cnt(self) -> int:
+        return int(self._pool.ref_cnt[self.block_id])
+
+    @property
+    def block_hash(self) -> int | None:
+        """Chained hash of the block's tokens while it is registered in the prefix cache, else None."""
+        h = int(self._pool.block_hash[self.block_id])
+        return None if h == NO_HASH else h
 
     def __repr__(self) -> str:
         return f"KVCacheBlock({self.block_id}, ref_cnt={self.ref_cnt}, hash={self.block_hash})"
@@ -40,116 +66,239 @@ class BlockPool:
     def __init__(self, num_blocks: int) -> None:
         assert num_blocks >= 2
         self.num_blocks = num_blocks
-        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
+        self.blocks = [KVCacheBlock(i, self) for i in range(num_blocks)]
         self.null_block = self.blocks[0]
-        # block_id -> block, head = next to allocate/evict.
-        self._free: OrderedDict[int, KVCacheBlock] = OrderedDict((b.block_id, b) for b in self.blocks[1:])
-        # hash -> block, or hash -> {block_id: block} when identical blocks were computed by two requests
-        # (vLLM does not deduplicate, so block tables stay append-only); lookups return the first.
-        self._cached: dict[int, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+        self.ref_cnt = np.zeros(num_blocks, np.int64)
+        self.block_hash = np.full(num_blocks, NO_HASH, np.int64)
+        # Free queue: _queue[_head:_tail] in eviction order, with holes where _pos does not point back.
+        self._queue = np.zeros(4 * num_blocks + 16, np.int64)
+        self._pos = np.full(num_blocks, -1, np.int64)
+        self._num_free = 0
+        self._num_holes = 0
+        self._head = self._tail = 0
+        self._reset_queue(np.arange(1, num_blocks, dtype=np.int64))
+        # hash -> first block registered under it (maybe stale); later blocks with the same hash, each with the
+        # registration count of its block at the time, so that a block re-registered later is not mistaken
+        # for its earlier registration.
+        self._cached: dict[int, int] = {}
+        self._dups: dict[int, list[tuple[int, int]]] = {}
+        self._num_registrations = np.zeros(num_blocks, np.int64)
+        self._max_entries = 2 * num_blocks + 1024
 
+    # ---- counts ----
     @property
     def num_usable_blocks(self) -> int:
         return self.num_blocks - 1
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        return self._num_free
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - 1 - len(self._free)
+        return self.num_blocks - 1 - self._num_free
 
     @property
     def num_cached_blocks(self) -> int:
-        """Distinct hashes in the prefix cache (blocks in use or evictable)."""
-        return len(self._cached)
+        """Distinct hashes in the prefix cache (blocks in use or evictable); O(num_blocks)."""
+        return len(np.unique(self.block_hash[self.block_hash != NO_HASH]))
 
     def usage(self) -> float:
         return self.num_used_blocks / self.num_usable_blocks
 
+    # ---- the free queue ----
+    def _reset_queue(self, ids: np.ndarray) -> None:
+        """Lay the free queue `ids` out anew, with room for num_blocks prepends before it."""
+        head = self.num_blocks
+        self._queue[head:head + len(ids)] = ids
+        self._pos[ids] = np.arange(head, head + len(ids))
+        self._head, self._tail = head, head + len(ids)
+        self._num_free = len(ids)
+        self._num_holes = 0
+
+    def _compact(self) -> None:
+        seg = self._queue[self._head:self._tail]
+        self._reset_queue(seg[self._pos[seg] == np.arange(self._head, self._tail)])
+
+    def _take(self, n: int) -> np.ndarray:
+        """The first `n` blocks of the free queue, removed from it."""
+        assert n <= self._num_free, (n, self._num_free)
+        head = self._head
+        if not self._num_holes:
+            ids = self._queue[head:head + n].copy()
+            self._head = head + n
+        else:
+            end = head + n
+            while True:
+                seg = self._queue[head:end]
+                valid = self._pos[seg] == np.arange(head, end)
+                num_valid = int(np.count_nonzero(valid))
+                if num_valid >= n:
+                    break
+                end = min(self._tail, end + n - num_valid + 64)
+            cut = int(np.flatnonzero(valid)[n - 1]) + 1
+            ids = seg[:cut][valid[:cut]]
+            self._num_holes -= cut - n
+            self._head = head + cut
+        self._pos[ids] = -1
+        self._num_free -= n
+        return ids
+
+    def _append(self, ids: np.ndarray) -> None:
+        if self._tail + len(ids) > len(self._queue):
+            self._compact()
+        tail = self._tail
+        self._queue[tail:tail + len(ids)] = ids
+        self._pos[ids] = np.arange(tail, tail + len(ids))
+        self._tail = tail + len(ids)
+        self._num_free += len(ids)
+
+    def _prepend(self, ids: np.ndarray) -> None:
+        if self._head < len(ids):
+            self._compact()
+        head = self._head - len(ids)
+        self._queue[head:self._head] = ids
+        self._pos[ids] = np.arange(head, self._head)
+        self._head = head
+        self._num_free += len(ids)
+
+    # ---- block ids ----
+    def allocate(self, n: int) -> list[int]:
+        """Take `n` blocks (ref_cnt 1) from the head of the free queue, evicting the cached ones; the caller
+        checked there are enough."""
+        ids = self._take(n)
+        self.block_hash[ids] = NO_HASH  # eviction; their map entries are stale now
+        self.ref_cnt[ids] = 1
+        return ids.tolist()
+
+    def touch_ids(self, ids: Sequence[int]) -> None:
+        """A prefix hit takes a reference; a block at ref_cnt 0 leaves the free queue (no longer evictable)."""
+        arr = np.asarray(ids, dtype=np.int64)
+        refs = self.ref_cnt[arr]
+        idle = arr[refs == 0]
+        if len(idle):
+            self._pos[idle] = -1
+            self._num_free -= len(idle)
+            self._num_holes += len(idle)
+        self.ref_cnt[arr] = refs + 1
+
+    def free(self, ordered_ids: Sequence[int]) -> None:
+        """Drop one reference from each block (distinct ids); `ordered_ids` lists them in eviction order."""
+        if not len(ordered_ids):
+            return
+        arr = np.asarray(ordered_ids, dtype=np.int64)
+        refs = self.ref_cnt[arr]
+        if not refs.all():
+            raise AssertionError(f"block {int(arr[refs == 0][0])} freed twice")
+        refs -= 1
+        self.ref_cnt[arr] = refs
+        idle = arr[refs == 0]
+        if len(idle):
+            hashed = self.block_hash[idle] != NO_HASH
+            if hashed.any():
+                self._append(idle[hashed])
+            if not hashed.all():
+                # Prepending keeps the uncached blocks in order at the head: the first becomes the first reused.
+                self._prepend(idle[~hashed])
+
+    def register(self, ids: Sequence[int], hashes: Sequence[int]) -> None:
+        """Register blocks `ids`, now full of computed (or scheduled) tokens and not yet cached, under `hashes`."""
+        cached = self._cached
+        if len(ids) == 1:
+            block_hash = hashes[0]
+            if block_hash in cached:
+                self._register_duplicate(ids[0], block_hash)
+            else:
+                cached[block_hash] = ids[0]
+                self.block_hash[ids[0]] = block_hash
+        elif cached.keys().isdisjoint(hashes) and len(set(hashes)) == len(hashes):
+            cached.update(zip(hashes, ids))
+            self.block_hash[np.asarray(ids, dtype=np.int64)] = hashes
+        else:
+            for block_id, block_hash in zip(ids, hashes):
+                self._register_duplicate(block_id, block_hash)
+        if len(cached) > self._max_entries:
+            self._rebuild_map()
+
+    def _register_duplicate(self, block_id: int, block_hash: int) -> None:
+        """Register one block whose hash may already be in the map (as a stale or a valid entry)."""
+        first = self._first_valid(block_hash)
+        self._num_registrations[block_id] += 1
+        if first is None:
+            self._cached[block_hash] = block_id
+        else:
+            self._dups.setdefault(block_hash, []).append((block_id, int(self._num_registrations[block_id])))
+        self.block_hash[block_id] = block_hash
+
+    def lookup(self, block_hash: int) -> int | None:
+        """The block cached under `block_hash` (the earliest registered still cached), or None."""
+        block_id = self._cached.get(block_hash)
+        if block_id is None or self.block_hash[block_id] == block_hash:
+            return block_id
+        return self._first_valid(block_hash)
+
+    def _first_valid(self, block_hash: int) -> int | None:
+        """Resolve the map entry of `block_hash`: drop evicted blocks from its front; the valid first or None."""
+        block_id = self._cached.get(block_hash)
+        if block_id is None or self.block_hash[block_id] == block_hash:
+            return block_id
+        dups = self._dups.pop(block_hash, [])
+        for k, (dup_id, registration) in enumerate(dups):
+            if self.block_hash[dup_id] == block_hash and self._num_registrations[dup_id] == registration:
+                self._cached[block_hash] = dup_id
+                if k + 1 < len(dups):
+                    self._dups[block_hash] = dups[k + 1:]
+                return dup_id
+        del self._cached[block_hash]
+        return None
+
+    def _rebuild_map(self) -> None:
+        """Drop the stale entries of the map (evicted blocks), keeping each hash's first valid block."""
+        for block_hash in list(self._dups):
+            self._first_valid(block_hash)
+        later = {d for h, dups in self._dups.items() for d, r in dups
+                 if self.block_hash[d] == h and self._num_registrations[d] == r}
+        ids = np.flatnonzero(self.block_hash != NO_HASH)
+        if later:
+            ids = ids[~np.isin(ids, np.fromiter(later, np.int64, len(later)))]
+        self._cached = dict(zip(self.block_hash[ids].tolist(), ids.tolist()))
+        self._dups = {h: [(d, r) for d, r in dups if self.block_hash[d] == h and self._num_registrations[d] == r]
+                      for h, dups in self._dups.items()}
+        self._dups = {h: dups for h, dups in self._dups.items() if dups}
+
+    # ---- the same on KVCacheBlock objects ----
     def get_cached_block(self, block_hash: int) -> KVCacheBlock | None:
-        entry = self._cached.get(block_hash)
-        if entry is None or type(entry) is KVCacheBlock:
-            return entry
-        return next(iter(entry.values()))
+        block_id = self.lookup(block_hash)
+        return None if block_id is None else self.blocks[block_id]
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        """Take `num_blocks` blocks from the head of the free queue; the caller checked there are enough."""
-        assert num_blocks <= len(self._free), (num_blocks, len(self._free))
-        popitem = self._free.popitem
-        out = []
-        for _ in range(num_blocks):
-            block = popitem(last=False)[1]
-            if block.block_hash is not None:
-                self._evict(block)
-            assert block.ref_cnt == 0
-            block.ref_cnt = 1
-            out.append(block)
-        return out
-
-    def _evict(self, block: KVCacheBlock) -> None:
-        block_hash = block.block_hash
-        entry = self._cached.pop(block_hash)
-        if type(entry) is not KVCacheBlock:
-            del entry[block.block_id]
-            if entry:
-                self._cached[block_hash] = entry
-        block.block_hash = None
+        return [self.blocks[i] for i in self.allocate(num_blocks)]
 
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
-        """A prefix hit takes a reference; a block at ref_cnt 0 leaves the free queue (no longer evictable)."""
-        for block in blocks:
-            if block.ref_cnt == 0:
-                del self._free[block.block_id]
-            block.ref_cnt += 1
+        self.touch_ids([b.block_id for b in blocks])
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """Drop one reference from each block; `ordered_blocks` lists them in the order they should be evicted."""
-        to_head: list[KVCacheBlock] = []
-        free = self._free
-        for block in ordered_blocks:
-            assert block.ref_cnt > 0, f"block {block.block_id} freed twice"
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
-                if block.block_hash is None:
-                    to_head.append(block)
-                else:
-                    free[block.block_id] = block
-        # Prepending keeps `to_head` in order at the head: to_head[0] becomes the first to reuse.
-        for block in reversed(to_head):
-            free[block.block_id] = block
-            free.move_to_end(block.block_id, last=False)
+        self.free([b.block_id for b in ordered_blocks])
 
     def cache_full_blocks(
         self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[int], start: int, end: int
     ) -> None:
-        """Register blocks[start:end], now full of computed (or scheduled) tokens, under their hashes."""
-        cached = self._cached
-        for i in range(start, end):
-            block = blocks[i]
-            block_hash = block_hashes[i]
-            # Prefix-hit blocks are counted in num_cached_blocks, so every block here is unregistered.
-            assert block.block_hash is None, block
-            block.block_hash = block_hash
-            entry = cached.get(block_hash)
-            if entry is None:
-                cached[block_hash] = block
-            elif type(entry) is KVCacheBlock:
-                cached[block_hash] = {entry.block_id: entry, block.block_id: block}
-            else:
-                entry[block.block_id] = block
+        """Register blocks[start:end] under block_hashes[start:end]."""
+        self.register([b.block_id for b in blocks[start:end]], list(block_hashes[start:end]))
 
     def check_invariants(self) -> None:
-        """Blocks are conserved and reference counts consistent; for tests and debugging (O(num_blocks))."""
-        free_ids = set(self._free)
-        assert len(free_ids) == len(self._free)
-        assert 0 not in free_ids
-        for block in self.blocks[1:]:
-            assert block.ref_cnt >= 0, block
-            assert (block.ref_cnt == 0) == (block.block_id in free_ids), block
-            if block.block_hash is not None:
-                entry = self._cached[block.block_hash]
-                assert entry is block or (type(entry) is dict and entry.get(block.block_id) is block), block
-        num_entries = sum(1 if type(e) is KVCacheBlock else len(e) for e in self._cached.values())
-        assert num_entries == sum(b.block_hash is not None for b in self.blocks)
+        """Blocks are conserved and reference counts and the map consistent; for tests (O(num_blocks))."""
+        seg = self._queue[self._head:self._tail]
+        queued = seg[self._pos[seg] == np.arange(self._head, self._tail)]
+        assert len(queued) == self._num_free == len(set(queued.tolist()))
+        assert len(seg) - len(queued) == self._num_holes
+        assert 0 not in queued
+        assert (self.ref_cnt >= 0).all()
+        free = np.zeros(self.num_blocks, bool)
+        free[queued] = True
+        assert ((self.ref_cnt[1:] == 0) == free[1:]).all()
+        assert (self._pos[~free] == -1).all()
+        for block_id in np.flatnonzero(self.block_hash != NO_HASH).tolist():
+            block_hash = int(self.block_hash[block_id])
+            first = self.lookup(block_hash)
+            assert first is not None and self.block_hash[first] == block_hash

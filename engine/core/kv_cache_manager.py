@@ -5,7 +5,7 @@
     kv.update_block_hashes(req)                       # after tokens are appended
     hit_blocks, num_hit_tokens = kv.get_computed_blocks(req)
     if kv.allocate_slots(req, num_new_tokens, hit_blocks):   # False: does not fit, nothing changed
-        ...
+        ...                                            # req.block_ids: the block table
     kv.free(req)                                       # tail block first
 
 Prefix caching: every full block of a request's tokens (prompt and generated) gets a hash chained to the
@@ -22,6 +22,8 @@ layer before attention reads it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
 
 from engine.core.block_pool import BlockPool, KVCacheBlock
 from engine.core.config import CacheConfig
@@ -64,22 +66,38 @@ class KVCacheManager:
         hashes = req.block_hashes
         tokens = req.all_token_ids
         parent = hashes[-1] if hashes else ROOT_BLOCK_HASH
-        for i in range(len(hashes), len(tokens) // bs):
-            parent = hash_block_tokens(parent, tuple(tokens[i * bs : (i + 1) * bs]))
+        start = len(hashes) * bs
+        if len(tokens) - start < bs:
+            return
+        # zip(*[iterator] * bs) cuts the tokens into bs-tuples in C; each is hashed as hash_block_tokens does.
+        for block in zip(*[iter(tokens[start:])] * bs):
+            parent = hash((parent, block))
             hashes.append(parent)
+
+    def hash_next_block(self, req: Request, block_token_ids: tuple[int, ...]) -> None:
+        """Append the hash of the request's next full block, whose tokens are `block_token_ids` (the scheduler
+        passes them when it has not written the generated tokens into the request yet)."""
+        hashes = req.block_hashes
+        hashes.append(hash_block_tokens(hashes[-1] if hashes else ROOT_BLOCK_HASH, block_token_ids))
 
     def get_computed_blocks(self, req: Request) -> tuple[list[KVCacheBlock], int]:
         """The longest run of cached full blocks from the start of `req`, at most `num_tokens - 1` tokens."""
+        hit_ids = self.get_computed_block_ids(req)
+        return [self.pool.blocks[i] for i in hit_ids], len(hit_ids) * self.block_size
+
+    def get_computed_block_ids(self, req: Request) -> list[int]:
+        """`get_computed_blocks` as block ids."""
         if not self.enable_caching:
-            return [], 0
-        get = self.pool.get_cached_block
-        hits: list[KVCacheBlock] = []
-        for block_hash in req.block_hashes[: (req.num_tokens - 1) // self.block_size]:
-            block = get(block_hash)
-            if block is None:
+            return []
+        lookup = self.pool.lookup
+        hashes = req.block_hashes
+        hits: list[int] = []
+        for k in range(min(len(hashes), (req.num_tokens - 1) // self.block_size)):
+            block_id = lookup(hashes[k])
+            if block_id is None:
                 break
-            hits.append(block)
-        return hits, len(hits) * self.block_size
+            hits.append(block_id)
+        return hits
 
     def allocate_slots(
         self,
@@ -99,42 +117,54 @@ class KVCacheManager:
         all of the request's current tokens, not only this chunk. Hit blocks sitting in the free queue
         (ref_cnt 0) count against the free blocks, since taking them removes them from the queue.
         """
+        return self.allocate(req, req.num_computed_tokens, req.num_tokens, num_new_tokens,
+                             [b.block_id for b in new_computed_blocks], full_sequence_must_fit, apply_watermark)
+
+    def allocate(
+        self,
+        req: Request,
+        num_computed_tokens: int,
+        num_tokens: int,
+        num_new_tokens: int,
+        hit_ids: Sequence[int] = (),
+        full_sequence_must_fit: bool = False,
+        apply_watermark: bool = False,
+    ) -> bool:
+        """`allocate_slots` with the request's computed and total tokens given (the scheduler may keep them in
+        its columns); hits as block ids."""
         bs = self.block_size
         pool = self.pool
-        num_hit = len(new_computed_blocks)
-        num_computed = req.num_computed_tokens + num_hit * bs
-        num_held = len(req.blocks) + num_hit
+        num_hit = len(hit_ids)
+        num_computed = num_computed_tokens + num_hit * bs
+        num_held = len(req.block_ids) + num_hit
         num_required_free = self.watermark_blocks if apply_watermark else 0
         if num_hit:
-            num_required_free += sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
+            num_required_free += int(np.count_nonzero(pool.ref_cnt[np.asarray(hit_ids, dtype=np.int64)] == 0))
         num_free = pool.num_free_blocks
         if full_sequence_must_fit:
-            num_full = min(req.num_tokens, self.max_model_len)
+            num_full = min(num_tokens, self.max_model_len)
             if -(-num_full // bs) - num_held + num_required_free > num_free:
                 return False
         num_to_allocate = -(-min(num_computed + num_new_tokens, self.max_model_len) // bs) - num_held
         if num_to_allocate + num_required_free > num_free:
             return False
         if num_hit:
-            pool.touch(new_computed_blocks)
-            req.blocks.extend(new_computed_blocks)
+            pool.touch_ids(hit_ids)
+            req.block_ids.extend(hit_ids)
             req.num_cached_blocks = num_hit
-            req.block_table += tuple([b.block_id for b in new_computed_blocks])
         if num_to_allocate > 0:
-            new_blocks = pool.get_new_blocks(num_to_allocate)
-            req.blocks.extend(new_blocks)
-            req.block_table += tuple([b.block_id for b in new_blocks])
+            req.block_ids.extend(pool.allocate(num_to_allocate))
         if self.enable_caching:
             # Register blocks full of scheduled tokens; generated tokens not yet sampled are never cached.
-            num_full_blocks = min(num_computed + num_new_tokens, req.num_tokens) // bs
-            if num_full_blocks > req.num_cached_blocks:
-                pool.cache_full_blocks(req.blocks, req.block_hashes, req.num_cached_blocks, num_full_blocks)
+            num_full_blocks = min(num_computed + num_new_tokens, num_tokens) // bs
+            num_cached = req.num_cached_blocks
+            if num_full_blocks > num_cached:
+                pool.register(req.block_ids[num_cached:num_full_blocks], req.block_hashes[num_cached:num_full_blocks])
                 req.num_cached_blocks = num_full_blocks
         return True
 
     def free(self, req: Request) -> None:
         """Release all blocks of `req`, last block first so a chain is evicted from its tail."""
-        self.pool.free_blocks(reversed(req.blocks))
-        req.blocks = []
+        self.pool.free(req.block_ids[::-1])
+        req.block_ids = []
         req.num_cached_blocks = 0
-        req.block_table = ()

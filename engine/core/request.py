@@ -9,7 +9,9 @@ prefill chunk, a decode, and the recompute after a preemption are all "compute t
 
 Metrics hooks (`first_scheduled_time_s`, `first_token_time_s`, `token_times_s`, `finish_time_s`) are stamped by
 the scheduler from the `now_s` its caller passes, never from a clock of its own: only the executor knows
-whether time is wall-clock (engine) or virtual (simulator).
+whether time is wall-clock (engine) or virtual (simulator). While the scheduler keeps a running request's
+counters in arrays (its column path, taken when every sampled token is one constant id, as in the simulator),
+`num_computed_tokens`, `all_token_ids` and `token_times_s` read through them, so they are always current.
 """
 
 from __future__ import annotations
@@ -66,22 +68,22 @@ class Request:
         "arrival_time_s",
         "eos_token_id",
         "priority",
-        "all_token_ids",
         "num_prompt_tokens",
-        "num_computed_tokens",
         "status",
-        "blocks",
+        "block_ids",
         "block_hashes",
         "num_cached_blocks",
-        "block_table",
         "max_num_tokens",
         "stop_token_set",
         "next_check_len",
         "first_scheduled_time_s",
         "finish_time_s",
-        "token_times_s",
         "num_preemptions",
         "num_prefix_hit_tokens",
+        "_token_ids",
+        "_num_computed",
+        "_token_times",
+        "_cols",
     )
 
     def __init__(
@@ -101,17 +103,17 @@ class Request:
         self.eos_token_id = eos_token_id
         self.priority = priority  # lower is served first under policy "priority" (vLLM's convention)
         # Prompt followed by generated tokens; only ever appended to, so slices taken earlier stay valid.
-        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self._token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
-        self.num_computed_tokens = 0
+        self._num_computed = 0
         self.status = RequestStatus.WAITING
-        # KV bookkeeping, owned by KVCacheManager: the blocks held (in token order), the chained hash of
-        # every full block of all_token_ids, how many leading blocks are registered in the prefix cache,
-        # and the block ids as a tuple (a new tuple whenever the table grows, so plans can share it).
-        self.blocks: list = []
+        # KV bookkeeping, owned by KVCacheManager: the ids of the blocks held (in token order; a new list
+        # whenever the blocks are freed, so a plan's (list, length) snapshot of a table stays valid), the
+        # chained hash of every full block of all_token_ids, and how many leading blocks are registered in
+        # the prefix cache.
+        self.block_ids: list[int] = []
         self.block_hashes: list[int] = []
         self.num_cached_blocks = 0
-        self.block_table: tuple[int, ...] = ()
         # Stop rules precomputed by the scheduler: the length at which the request stops (prompt + max_tokens
         # capped by max_model_len) and the tokens that stop it (EOS unless ignore_eos, stop_token_ids).
         self.max_num_tokens = 0
@@ -119,13 +121,42 @@ class Request:
         # The length at which update_from_output next needs a closer look (first token, a block to hash,
         # max_num_tokens), so the common case costs one comparison.
         self.next_check_len = 0
-        # Metrics: token_times_s holds the time of every output token (kept across preemptions).
+        # Metrics: the time of every output token (kept across preemptions).
         self.first_scheduled_time_s: float | None = None
         self.finish_time_s: float | None = None
-        self.token_times_s: list[float] = []
+        self._token_times: list[float] = []
         self.num_preemptions = 0
         # Tokens found in the prefix cache when first scheduled (vLLM's `num_cached_tokens`).
         self.num_prefix_hit_tokens: int | None = None
+        # While the scheduler keeps this running request's counters in its columns (engine.core.scheduler
+        # `_Columns`), they hold its computed tokens and its last generated tokens and their times; the
+        # properties below read through them.
+        self._cols = None
+
+    @property
+    def num_computed_tokens(self) -> int:
+        """Tokens whose KV is in the cache, or scheduled to be."""
+        if self._cols is None:
+            return self._num_computed
+        return self._cols.num_computed_of(self)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt followed by the generated tokens (do not modify)."""
+        if self._cols is not None:
+            self._cols.materialize(self)
+        return self._token_ids
+
+    @property
+    def token_times_s(self) -> list[float]:
+        """The time of every output token, kept across preemptions (do not modify)."""
+        if self._cols is not None:
+            self._cols.materialize(self)
+        return self._token_times
+
+    @property
+    def block_table(self) -> tuple[int, ...]:
+        return tuple(self.block_ids)
 
     @property
     def num_tokens(self) -> int:
@@ -145,7 +176,8 @@ class Request:
 
     @property
     def first_token_time_s(self) -> float | None:
-        return self.token_times_s[0] if self.token_times_s else None
+        times = self.token_times_s
+        return times[0] if times else None
 
     @property
     def is_finished(self) -> bool:

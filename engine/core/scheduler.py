@@ -22,8 +22,11 @@ sliding-window KV groups, streaming-input sessions.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import deque
 from collections.abc import Sequence
+
+import numpy as np
 
 from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.kv_cache_manager import KVCacheManager
@@ -72,17 +75,14 @@ class ScheduledSeq:
 
 class StepPlan:
     """What one step computes, as parallel columns (index i is the i-th scheduled sequence, running
-    requests first in queue order, then new admissions). Treat it as read-only. `seqs` gives the same as
-    `ScheduledSeq` objects; the simulator reads the columns, which cost nothing to build."""
+    requests first in queue order, then new admissions). Treat it as read-only, and read `block_tables` and
+    `seqs` before `update_from_output` (they are built on first access from the requests' block lists).
+    `seq_arrays()` gives query lengths, context lengths and emits as numpy arrays, which is what the
+    simulator reads; the list columns are built on access."""
 
     __slots__ = (
         "step_index",
         "requests",
-        "request_ids",
-        "query_lens",
-        "context_lens",
-        "emits",
-        "block_tables",
         "num_batched_tokens",
         "num_prefill_tokens",
         "num_decode_tokens",
@@ -93,17 +93,19 @@ class StepPlan:
         "num_kv_blocks_total",
         "num_running",
         "num_waiting",
+        "_query",
+        "_context",
+        "_emits",
+        "_num_blocks",
+        "_bulk",
+        "_arrays",
         "_seqs",
+        "_tables",
     )
 
     def __init__(self, step_index: int) -> None:
         self.step_index = step_index
         self.requests: list[Request] = []
-        self.request_ids: list[str] = []
-        self.query_lens: list[int] = []  # tokens computed this step
-        self.context_lens: list[int] = []  # tokens already in the KV cache before this step
-        self.emits: list[bool] = []
-        self.block_tables: list[tuple[int, ...]] = []
         self.num_batched_tokens = 0
         self.num_prefill_tokens = 0  # query tokens of prefill seqs
         self.num_decode_tokens = 0  # = number of decode seqs (one token each)
@@ -114,7 +116,17 @@ class StepPlan:
         self.num_kv_blocks_total = 0
         self.num_running = 0
         self.num_waiting = 0
+        # Per sequence: tokens computed this step, tokens already in the KV cache before it, whether it
+        # samples a token, and the length of its block table. `_bulk` holds the same for the leading
+        # sequences as arrays (the scheduler's column path), the lists those after them.
+        self._query: list[int] = []
+        self._context: list[int] = []
+        self._emits: list[bool] = []
+        self._num_blocks: list[int] = []
+        self._bulk: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # query, context, num_blocks
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._seqs: tuple[ScheduledSeq, ...] | None = None
+        self._tables: list[tuple[int, ...]] | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -123,6 +135,50 @@ class StepPlan:
     @property
     def num_seqs(self) -> int:
         return len(self.requests)
+
+    def seq_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(query lengths int64, context lengths int64, emits bool), one entry per sequence."""
+        if self._arrays is None:
+            query = np.array(self._query, dtype=np.int64)
+            context = np.array(self._context, dtype=np.int64)
+            emits = np.array(self._emits, dtype=bool)
+            if self._bulk is not None:
+                bulk_query, bulk_context, _ = self._bulk
+                bulk_emits = np.ones(len(bulk_query), dtype=bool)
+                if len(query):
+                    query = np.concatenate((bulk_query, query))
+                    context = np.concatenate((bulk_context, context))
+                    emits = np.concatenate((bulk_emits, emits))
+                else:
+                    query, context, emits = bulk_query, bulk_context, bulk_emits
+            self._arrays = (query, context, emits)
+        return self._arrays
+
+    @property
+    def request_ids(self) -> list[str]:
+        return [r.request_id for r in self.requests]
+
+    @property
+    def query_lens(self) -> list[int]:
+        """Tokens computed this step."""
+        return self.seq_arrays()[0].tolist() if self._bulk is not None else self._query
+
+    @property
+    def context_lens(self) -> list[int]:
+        """Tokens already in the KV cache before this step."""
+        return self.seq_arrays()[1].tolist() if self._bulk is not None else self._context
+
+    @property
+    def emits(self) -> list[bool]:
+        return self.seq_arrays()[2].tolist() if self._bulk is not None else self._emits
+
+    @property
+    def block_tables(self) -> list[tuple[int, ...]]:
+        """Each sequence's whole block table (enough slots for context + query)."""
+        if self._tables is None:
+            lengths = self._num_blocks if self._bulk is None else self._bulk[2].tolist() + self._num_blocks
+            self._tables = [tuple(r.block_ids[:n]) for r, n in zip(self.requests, lengths)]
+        return self._tables
 
     @property
     def seqs(self) -> tuple[ScheduledSeq, ...]:
@@ -145,28 +201,27 @@ class StepPlan:
 
     def _add(self, req: Request, num_new_tokens: int) -> None:
         """Schedule `num_new_tokens` of `req` and advance its computed tokens (vLLM does this right after
-        scheduling too, in `_update_after_schedule`)."""
-        ctx = req.num_computed_tokens
+        scheduling too, in `_update_after_schedule`). `req` is not in the scheduler's columns."""
+        ctx = req._num_computed
         self.requests.append(req)
-        self.request_ids.append(req.request_id)
-        self.query_lens.append(num_new_tokens)
-        self.context_lens.append(ctx)
-        self.emits.append(ctx + num_new_tokens == len(req.all_token_ids))
-        self.block_tables.append(req.block_table)
+        self._query.append(num_new_tokens)
+        self._context.append(ctx)
+        self._emits.append(ctx + num_new_tokens == len(req._token_ids))
+        self._num_blocks.append(len(req.block_ids))
         self.num_batched_tokens += num_new_tokens
         if num_new_tokens == 1 and ctx >= req.num_prompt_tokens:
             self.num_decode_tokens += 1
         else:
             self.num_prefill_tokens += num_new_tokens
-        req.num_computed_tokens = ctx + num_new_tokens
+        req._num_computed = ctx + num_new_tokens
 
     def _remove(self, req: Request) -> int:
-        """Unschedule `req` (a victim of priority preemption); returns its tokens."""
+        """Unschedule `req` (a victim of priority preemption; plans of the object path only); returns its
+        tokens."""
         i = self.requests.index(req)
-        n = self.query_lens[i]
-        is_decode = n == 1 and self.context_lens[i] >= req.num_prompt_tokens
-        for column in (self.requests, self.request_ids, self.query_lens, self.context_lens, self.emits,
-                       self.block_tables):
+        n = self._query[i]
+        is_decode = n == 1 and self._context[i] >= req.num_prompt_tokens
+        for column in (self.requests, self._query, self._context, self._emits, self._num_blocks):
             del column[i]
         self.num_batched_tokens -= n
         if is_decode:
@@ -224,6 +279,77 @@ class _PriorityQueue:
         heapq.heapify(self._heap)
 
 
+class _Columns:
+    """The running queue's per-request counters as arrays (index i is `reqs[i]`, the scheduler's running
+    list), used while every step gives each running request all its remaining tokens and every sampled
+    token is one constant id (the simulator's case). A pure decode step then costs a few array operations
+    plus Python work only for the requests that fill or open a block, or finish.
+
+    The generated tokens of this period and their times are not written into the requests as they come:
+    every running request that has sampled a token in this period has sampled one at every update since (a
+    request that is cut short or preempted ends the period), so its `ntok - len(_token_ids)` unwritten
+    tokens are `token` at the last that many update times. `materialize` writes them out (on a read of
+    the request, to hash a block, and when the request or the period ends)."""
+
+    def __init__(self, reqs: list[Request], token: int, block_size: int) -> None:
+        self.reqs = reqs
+        self.token = token
+        self.block_token_ids = (token,) * block_size  # a block of generated tokens only
+        self.times: list[float | None] = []  # now_s of every update of the period
+        self.times_complete = True  # no update without a time (whose tokens get none, as in the object path)
+        self.ctx = np.array([r._num_computed for r in reqs], dtype=np.int64)
+        self.ntok = np.array([len(r._token_ids) for r in reqs], dtype=np.int64)
+        self.num_prompt = np.array([r.num_prompt_tokens for r in reqs], dtype=np.int64)
+        self.max_tokens = np.array([r.max_num_tokens for r in reqs], dtype=np.int64)
+        self.num_blocks = np.array([len(r.block_ids) for r in reqs], dtype=np.int64)
+        self.num_cached = np.array([r.num_cached_blocks for r in reqs], dtype=np.int64)
+        self.stops = np.array([token in r.stop_token_set for r in reqs], dtype=bool)
+        for r in reqs:
+            r._cols = self
+
+    def extend(self, new: list[Request]) -> None:
+        """Add rows for requests just appended to `reqs` (admissions)."""
+        self.ctx = np.concatenate((self.ctx, [r._num_computed for r in new]))
+        self.ntok = np.concatenate((self.ntok, [len(r._token_ids) for r in new]))
+        self.num_prompt = np.concatenate((self.num_prompt, [r.num_prompt_tokens for r in new]))
+        self.max_tokens = np.concatenate((self.max_tokens, [r.max_num_tokens for r in new]))
+        self.num_blocks = np.concatenate((self.num_blocks, [len(r.block_ids) for r in new]))
+        self.num_cached = np.concatenate((self.num_cached, [r.num_cached_blocks for r in new]))
+        self.stops = np.concatenate((self.stops, [self.token in r.stop_token_set for r in new]))
+        for r in new:
+            r._cols = self
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep the rows where `mask` is True (the caller updates `reqs` alike)."""
+        self.ctx = self.ctx[mask]
+        self.ntok = self.ntok[mask]
+        self.num_prompt = self.num_prompt[mask]
+        self.max_tokens = self.max_tokens[mask]
+        self.num_blocks = self.num_blocks[mask]
+        self.num_cached = self.num_cached[mask]
+        self.stops = self.stops[mask]
+
+    def num_computed_of(self, req: Request) -> int:
+        return int(self.ctx[self.reqs.index(req)])
+
+    def materialize(self, req: Request, i: int | None = None) -> None:
+        """Write the unwritten tokens of `req` (row `i`) and their times into it."""
+        if i is None:
+            i = self.reqs.index(req)
+        tokens = req._token_ids
+        missing = int(self.ntok[i]) - len(tokens)
+        if missing > 0:
+            tokens.extend([self.token] * missing)
+            times = self.times[-missing:]
+            req._token_times.extend(times if self.times_complete else [t for t in times if t is not None])
+
+    def detach(self, req: Request, i: int) -> None:
+        """Hand row `i` back to its request: written tokens and computed count."""
+        self.materialize(req, i)
+        req._num_computed = int(self.ctx[i])
+        req._cols = None
+
+
 class Scheduler:
     def __init__(self, config: SchedulerConfig, cache: CacheConfig) -> None:
         self.config = config
@@ -238,6 +364,8 @@ class Scheduler:
         # Running requests without an output token yet: only they can compute a single prompt token, which
         # counts as prefill; when there are none, the bulk path need not look for them.
         self._num_running_without_output = 0
+        # The running requests' counters as arrays, while steps go the column path (see `_Columns`).
+        self._cols: _Columns | None = None
 
     # ---- queries ----
     @property
@@ -302,6 +430,7 @@ class Scheduler:
         req = self.requests.get(request_id)
         if req is None:
             return None
+        self._flush()
         if req.status is _RUNNING:
             self.running.remove(req)
             self._num_running_without_output -= req.num_output_tokens == 0
@@ -331,9 +460,17 @@ class Scheduler:
         threshold = self.config.long_prefill_token_threshold
         if len(self.running) + len(self.waiting) <= 1:
             threshold = 0  # no one to starve (vLLM)
-        budget = self._schedule_running(plan, self.config.max_num_batched_tokens, threshold)
+        budget = self.config.max_num_batched_tokens
+        if self._cols is not None and self._schedule_running_columns(plan, budget, threshold):
+            budget -= plan.num_batched_tokens
+        else:
+            self._flush()
+            budget = self._schedule_running(plan, budget, threshold)
         if not plan.preempted_request_ids:
+            num_running = len(self.running)
             self._schedule_waiting(plan, budget, threshold, now_s)
+            if self._cols is not None and len(self.running) > num_running:
+                self._cols.extend(self.running[num_running:])
         plan.num_kv_blocks_used = self.kv.num_used_blocks
         plan.num_kv_blocks_total = self.kv.num_usable_blocks
         plan.num_running = len(self.running)
@@ -353,8 +490,8 @@ class Scheduler:
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            computed = req.num_computed_tokens
-            n = len(req.all_token_ids) - computed
+            computed = req._num_computed
+            n = len(req._token_ids) - computed
             if 0 < threshold < n:
                 n = threshold
             n = min(n, budget, max_pos - computed)
@@ -373,14 +510,83 @@ class Scheduler:
         plan.preempted_request_ids = tuple(preempted)
         return budget
 
+    def _schedule_running_columns(self, plan: StepPlan, budget: int, threshold: int) -> bool:
+        """`_schedule_running_bulk` on the columns: the same decision and the same calls of the KV cache
+        manager, in the same order, with array operations for everyone else. False, changing nothing, when
+        someone would be cut or preempted."""
+        cols = self._cols
+        ctx, ntok = cols.ctx, cols.ntok
+        rem = ntok - ctx
+        total = int(rem.sum())
+        if total > budget or (threshold and len(rem) and int(rem.max()) > threshold):
+            return False
+        kv = self.kv
+        bs = kv.block_size
+        need = -(-ntok // bs) - cols.num_blocks
+        if int(need.sum()) > kv.num_free_blocks:
+            return False
+        touched = (need > 0) | (rem > 1)
+        if kv.enable_caching:
+            touched |= ntok // bs > cols.num_cached
+        running = self.running
+        touched_idx = np.flatnonzero(touched)
+        if len(touched_idx):
+            if int(rem[touched_idx].max()) == 1 and int(need[touched_idx].max()) <= 1:
+                self._decode_blocks(touched_idx, need, ntok)
+            else:
+                for i in touched_idx.tolist():
+                    req = running[i]
+                    allocated = kv.allocate(req, int(ctx[i]), int(ntok[i]), int(rem[i]))
+                    assert allocated
+                    cols.num_blocks[i] = len(req.block_ids)
+                    cols.num_cached[i] = req.num_cached_blocks
+        plan.requests = running[:]
+        plan._bulk = (rem, ctx, cols.num_blocks.copy())
+        plan.num_batched_tokens = total
+        # Prefill seqs: several tokens, or the single last prompt token (no output yet: t == prompt length).
+        num_prefill_tokens = int(rem[rem > 1].sum())
+        if self._num_running_without_output:
+            num_prefill_tokens += int(np.count_nonzero((rem == 1) & (ntok == cols.num_prompt)))
+        plan.num_prefill_tokens = num_prefill_tokens
+        plan.num_decode_tokens = total - num_prefill_tokens
+        cols.ctx = ntok.copy()
+        return True
+
+    def _decode_blocks(self, touched: np.ndarray, need: np.ndarray, ntok: np.ndarray) -> None:
+        """The KV work of decodes that open a block (one new block each) or fill one (registered in the
+        prefix cache), for all of them at once: the new blocks come off the free queue in running order, as
+        one `allocate_slots` after another would take them; registering and evicting commute, since a
+        registered block is in use and the map keeps registration order."""
+        cols = self._cols
+        kv = self.kv
+        running = self.running
+        opening = touched[need[touched] > 0]
+        if len(opening):
+            for i, block_id in zip(opening.tolist(), kv.pool.allocate(len(opening))):
+                running[i].block_ids.append(block_id)
+            cols.num_blocks[opening] += 1
+        if kv.enable_caching:
+            filling = touched[ntok[touched] // kv.block_size > cols.num_cached[touched]]
+            if len(filling):
+                ids = []
+                hashes = []
+                for i in filling.tolist():
+                    req = running[i]
+                    k = req.num_cached_blocks
+                    ids.append(req.block_ids[k])
+                    hashes.append(req.block_hashes[k])
+                    req.num_cached_blocks = k + 1
+                kv.pool.register(ids, hashes)
+                cols.num_cached[filling] += 1
+
     def _schedule_running_bulk(self, plan: StepPlan, budget: int, threshold: int) -> bool:
         """The loop of `_schedule_running` for the common case, column by column: when every running
         request gets all its remaining tokens (within budget and threshold) and the free blocks cover all
         of them, nobody is cut or preempted, and only requests that need a new block or fill one (or
         prefill) need the KV cache manager. Returns False, having changed nothing, otherwise."""
         running = self.running
-        ctx = [r.num_computed_tokens for r in running]
-        ntok = [len(r.all_token_ids) for r in running]
+        ctx = [r._num_computed for r in running]
+        ntok = [len(r._token_ids) for r in running]
         rem = [t - c for t, c in zip(ntok, ctx)]
         total = sum(rem)
         if total > budget or (threshold and max(rem, default=0) > threshold):
@@ -391,18 +597,17 @@ class Scheduler:
         # Decodes need the manager when their token opens a block (c % bs == 0) or fills one (c % bs ==
         # bs - 1), that is when (c + 1) % bs is 1 or 0.
         touched = [i for i, (c, m) in enumerate(zip(ctx, rem)) if m > 1 or (c + 1) % bs < 2]
-        num_needed = sum(-(-ntok[i] // bs) - len(running[i].blocks) for i in touched)
+        num_needed = sum(-(-ntok[i] // bs) - len(running[i].block_ids) for i in touched)
         if num_needed > kv.num_free_blocks:
             return False
         for i in touched:
             allocated = kv.allocate_slots(running[i], rem[i])
             assert allocated
         plan.requests = running[:]
-        plan.request_ids = [r.request_id for r in running]
-        plan.query_lens = rem
-        plan.context_lens = ctx
-        plan.emits = [True] * len(running)
-        plan.block_tables = [r.block_table for r in running]
+        plan._query = rem
+        plan._context = ctx
+        plan._emits = [True] * len(running)
+        plan._num_blocks = [len(r.block_ids) for r in running]
         plan.num_batched_tokens = total
         # Prefill seqs: several tokens, or the single last prompt token (no output yet: t == prompt length).
         num_prefill_tokens = sum(m for m in rem if m > 1)
@@ -411,7 +616,7 @@ class Scheduler:
         plan.num_prefill_tokens = num_prefill_tokens
         plan.num_decode_tokens = total - num_prefill_tokens
         for r, t in zip(running, ntok):
-            r.num_computed_tokens = t
+            r._num_computed = t
         return True
 
     def _pop_victim(self, plan: StepPlan, i: int, budget: int) -> tuple[Request, int, int]:
@@ -429,10 +634,10 @@ class Scheduler:
         return victim, i, budget
 
     def _preempt(self, req: Request) -> None:
-        self._num_running_without_output -= req.num_output_tokens == 0
+        self._num_running_without_output -= len(req._token_ids) == req.num_prompt_tokens
         self.kv.free(req)
         req.status = RequestStatus.PREEMPTED
-        req.num_computed_tokens = 0
+        req._num_computed = 0
         req.num_preemptions += 1
         self.waiting.prepend(req)
 
@@ -444,26 +649,30 @@ class Scheduler:
         admitted: list[str] = []
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting.peek()
-            hit_blocks, num_hit_tokens = kv.get_computed_blocks(req)
-            n = len(req.all_token_ids) - num_hit_tokens
+            hit_ids = kv.get_computed_block_ids(req)
+            num_hit_tokens = len(hit_ids) * kv.block_size
+            num_tokens = len(req._token_ids)
+            n = num_tokens - num_hit_tokens
             if 0 < threshold < n:
                 n = threshold
             if not cfg.enable_chunked_prefill and n > budget:
                 break
             n = min(n, budget)
-            if not kv.allocate_slots(
+            if not kv.allocate(
                 req,
+                0,  # a waiting request has no computed tokens (preemption resets them)
+                num_tokens,
                 n,
-                hit_blocks,
+                hit_ids,
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
                 apply_watermark=bool(running),
             ):
                 break
             waiting.pop()
             running.append(req)
-            self._num_running_without_output += req.num_output_tokens == 0
+            self._num_running_without_output += num_tokens == req.num_prompt_tokens
             req.status = _RUNNING
-            req.num_computed_tokens = num_hit_tokens
+            req._num_computed = num_hit_tokens
             if req.num_prefix_hit_tokens is None:
                 req.num_prefix_hit_tokens = num_hit_tokens
             if now_s is not None and req.first_scheduled_time_s is None:
@@ -475,36 +684,43 @@ class Scheduler:
         plan.admitted_request_ids = tuple(admitted)
 
     def update_from_output(
-        self, plan: StepPlan, sampled: dict[str, int] | Sequence[int], now_s: float | None = None
+        self, plan: StepPlan, sampled: dict[str, int] | Sequence[int] | int, now_s: float | None = None
     ) -> list[Request]:
         """Append the sampled tokens, stop finished requests and free their blocks; returns them.
 
         `sampled` maps request id to token for every seq with `emits_token` (others are ignored), or is a
-        sequence aligned with the plan's seqs (entries of non-emitting seqs are ignored). Requests aborted
-        since `schedule()` are skipped.
+        sequence aligned with the plan's seqs (entries of non-emitting seqs are ignored), or is one int: the
+        token every emitting seq sampled (the simulator's case, which goes the column path). Requests
+        aborted since `schedule()` are skipped.
         """
         if plan.is_empty:
             return []
         assert plan is self._pending, "update_from_output() takes the plan of the last schedule()"
         self._pending = None
+        if isinstance(sampled, int):
+            if not self._pending_aborted and self._use_columns(plan, sampled):
+                return self._update_columns(plan, now_s)
+            sampled = [sampled] * plan.num_seqs
+        self._flush()
+        emits = plan.emits
         if isinstance(sampled, dict):
-            sampled = [sampled[rid] if emit else 0 for rid, emit in zip(plan.request_ids, plan.emits)]
+            sampled = [sampled[r.request_id] if emit else 0 for r, emit in zip(plan.requests, emits)]
         pairs = zip(plan.requests, sampled)
-        if self._pending_aborted or not all(plan.emits):
+        if self._pending_aborted or not all(emits):
             self._pending_aborted = False
-            pairs = [(r, t) for r, t, e in zip(plan.requests, sampled, plan.emits) if e and r.status is _RUNNING]
+            pairs = [(r, t) for r, t, e in zip(plan.requests, sampled, emits) if e and r.status is _RUNNING]
         to_check: list[tuple[Request, int]] = []
         if now_s is None:
             for req, token in pairs:
-                tokens = req.all_token_ids
+                tokens = req._token_ids
                 tokens.append(token)
                 if len(tokens) >= req.next_check_len or token in req.stop_token_set:
                     to_check.append((req, token))
         else:
             for req, token in pairs:
-                tokens = req.all_token_ids
+                tokens = req._token_ids
                 tokens.append(token)
-                req.token_times_s.append(now_s)
+                req._token_times.append(now_s)
                 if len(tokens) >= req.next_check_len or token in req.stop_token_set:
                     to_check.append((req, token))
         finished = [req for req, token in to_check if self._check(req, token, now_s)]
@@ -512,10 +728,84 @@ class Scheduler:
             self.running = [r for r in self.running if r.status is _RUNNING]
         return finished
 
+    def _use_columns(self, plan: StepPlan, token: int) -> bool:
+        """Whether this update can go the column path: the plan's seqs are the running queue, in order (so
+        nobody was cut short or preempted), and the columns hold `token`'s period (started here if need be)."""
+        cols = self._cols
+        if cols is not None and cols.token != token:
+            self._flush()
+            cols = None
+        if cols is None:
+            running = self.running
+            if len(plan.requests) != len(running) or not all(map(operator.is_, plan.requests, running)):
+                return False
+            self._cols = _Columns(running, token, self.kv.block_size)
+        return True
+
+    def _update_columns(self, plan: StepPlan, now_s: float | None) -> list[Request]:
+        """`update_from_output` on the columns: count the new tokens, and look closer only at requests whose
+        token is their first, fills a block or stops them (the same checks, in the same order, as `_check`)."""
+        cols = self._cols
+        emits = plan.seq_arrays()[2]
+        all_emit = bool(emits.all())
+        cols.ntok += emits
+        cols.times.append(now_s)
+        if now_s is None:
+            cols.times_complete = False
+        ntok = cols.ntok
+        kv = self.kv
+        bs = kv.block_size
+        if self._num_running_without_output:
+            first = ntok == cols.num_prompt + 1
+            if not all_emit:
+                first &= emits
+            self._num_running_without_output -= int(np.count_nonzero(first))
+        look = (ntok >= cols.max_tokens) | cols.stops
+        if kv.enable_caching:
+            look |= ntok % bs == 0
+        if not all_emit:
+            look &= emits
+        running = self.running
+        finished: list[tuple[int, Request, RequestStatus]] = []
+        for i in np.flatnonzero(look).tolist():
+            req = running[i]
+            num_tokens = int(ntok[i])
+            if kv.enable_caching and num_tokens % bs == 0:
+                written = req._token_ids
+                start = num_tokens - bs
+                if len(written) <= start:
+                    kv.hash_next_block(req, cols.block_token_ids)
+                else:
+                    num_unwritten = num_tokens - len(written)
+                    kv.hash_next_block(req, tuple(written[start:]) + cols.block_token_ids[:num_unwritten])
+            if cols.stops[i]:
+                finished.append((i, req, RequestStatus.FINISHED_STOPPED))
+            elif num_tokens >= cols.max_tokens[i]:
+                finished.append((i, req, RequestStatus.FINISHED_LENGTH_CAPPED))
+        if not finished:
+            return []
+        keep = np.ones(len(running), dtype=bool)
+        for i, req, status in finished:
+            cols.detach(req, i)
+            self._finish(req, status, now_s)
+            keep[i] = False
+        cols.keep(keep)
+        self.running = cols.reqs = [r for r in running if r.status is _RUNNING]
+        return [req for _, req, _ in finished]
+
+    def _flush(self) -> None:
+        """End the column period: hand every row back to its request."""
+        cols = self._cols
+        if cols is None:
+            return
+        for i, req in enumerate(cols.reqs):
+            cols.detach(req, i)
+        self._cols = None
+
     def _check(self, req: Request, token: int, now_s: float | None) -> bool:
         """The rare events of a new token: the first output, a full block to hash, a stop (vLLM's
         check_stop order: EOS unless ignore_eos and stop tokens, then the length limits). True if finished."""
-        num_tokens = len(req.all_token_ids)
+        num_tokens = len(req._token_ids)
         if num_tokens == req.num_prompt_tokens + 1:
             self._num_running_without_output -= 1
         kv = self.kv

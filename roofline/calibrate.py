@@ -1,0 +1,279 @@
+"""Fit a profile's efficiency and executor parameters on measurements and write a calibrated profile.
+
+Two kinds of measurements:
+
+    # engine step traces: fit on one workload, judge on another (never a split of one trace's steps)
+    report = calibrate_on_traces(hw, [load_trace("traces/a")], [load_trace("traces/b")])
+    # operator tables in the aiconfigurator-core layout: fit on half of the weight shapes, judge on the rest
+    report = calibrate_on_op_tables(hw, load_op_tables("h100_sxm"))
+    write_calibrated_profile("hardware.yaml", report, "calibrated.yaml", command="roofline calibrate ...")
+
+Both call `roofline.fit.fit`: a robust (soft-L1) fit of log(predicted / measured) over a few named physical
+parameters, deterministic, with the bounds the profile YAML accepts. For traces a sample is one step and the
+prediction is the cost model's whole-step time (`roofline.compare.predict_step_times`), so the parameters
+absorb what the engine does per kernel and per step on this device. For operator tables the parameters are
+fitted in stages, each on the operator kinds whose kernels expose them (`OP_TABLE_STAGES`).
+
+The report holds the parameters before and after and the error (median / p90 / max absolute relative) on the
+training and the held-out data, before and after; the calibrated profile records it under `calibration:`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofline.compare import Trace, error_stats, predict_step_times, step_kinds
+from roofline.cost_model import StepCostModel
+from roofline.cost_params import FITTABLE
+from roofline.errors import UserError
+from roofline.fit import Predict, fit, get_param, predict_table
+from roofline.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
+
+# What a step trace of an eager engine pins down: the GEMM and memory efficiencies (prefill is compute-bound,
+# decode streams the weights), attention (its cost grows with context), the per-kernel launch and the
+# per-step host time. `efficiency.kernel_fixed_s` is left out: in eager mode it adds to every kernel exactly
+# as `executor.kernel_launch_s` does, so the two cannot be told apart from step times.
+DEFAULT_TRACE_PARAMS = (
+    "efficiency.gemm_compute_efficiency",
+    "efficiency.memory_efficiency",
+    "efficiency.attention_compute_efficiency",
+    "efficiency.attention_memory_efficiency",
+    "executor.kernel_launch_s",
+    "executor.step_overhead_s",
+)
+
+# Operator tables: (stage, kinds fitted on, parameters), fitted in this order, each stage starting from the
+# previous one's result. MoE fits only its fixed cost: its expert GEMMs use the GEMM stage's parameters.
+OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("gemm", ("gemm",), ("gemm_compute_efficiency", "gemm_tile_fixed_k", "memory_efficiency",
+                         "memory_saturation_fraction", "gemm_fp8_compute_efficiency", "gemm_fp8_tile_fixed_k",
+                         "gemm_fp8_memory_efficiency", "act_quant_memory_efficiency", "act_quant_block_s",
+                         "overlap_exponent", "kernel_fixed_s")),
+    ("attention", ("attention_prefill", "attention_decode"),
+     ("attention_compute_efficiency", "attention_softmax_flops_per_pair", "attention_tile_fixed_s",
+      "attention_memory_efficiency", "attention_fixed_s")),
+    ("all_reduce", ("all_reduce",), ("collective_bus_efficiency", "collective_latency_scale")),
+    ("moe", ("moe",), ("moe_fixed_s",)),
+)
+# A seeded subsample of each kind's training rows keeps an operator-table fit to seconds; errors use all rows.
+MAX_TRAIN_ROWS_PER_KIND = 12000
+SPLIT_SEED = 0
+
+METHOD = ("roofline.fit: soft-L1 (f_scale 0.1) on log(predicted / measured), coordinate search then "
+          "Levenberg-Marquardt, parameters in log space within the profile's bounds")
+
+
+@dataclass(frozen=True)
+class CalibrationReport:
+    """What was fitted, on what, and how well. Errors are `roofline.compare.error_stats` dicts."""
+
+    profile: HardwareProfile  # the calibrated profile
+    source: str  # "step_traces" | "op_tables"
+    fitted_on: list[dict[str, Any]]
+    held_out: list[dict[str, Any]]
+    parameters: dict[str, dict[str, float]]  # dotted name -> {"before": .., "after": ..} (SI units)
+    error: dict[str, dict[str, Any]]  # "train" / "test" -> "before" / "after" -> error stats (+ by kind)
+    fit_seconds: float  # wall time of the fit (not written to the profile: outputs stay byte-stable)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "fitted_on": self.fitted_on, "held_out": self.held_out,
+                "method": METHOD, "parameters": self.parameters, "error": self.error}
+
+
+def check_params(names: Sequence[str]) -> list[str]:
+    """Validate `--params` names against `roofline.cost_params.FITTABLE`."""
+    if not names:
+        raise UserError(f"--params: name at least one parameter; allowed: {', '.join(FITTABLE)}")
+    for name in names:
+        if name not in FITTABLE:
+            raise UserError(f"--params: unknown parameter '{name}'; allowed: {', '.join(FITTABLE)}")
+    return list(dict.fromkeys(names))
+
+
+# ---- step traces ----------------------------------------------------------------------------------------------
+
+
+def _trace_predictor(traces: Sequence[Trace]) -> Predict:
+    """predict(profile, kind, frame) for `roofline.fit.fit`: kind `trace<i>` selects the trace, the frame's
+    `row` column its steps."""
+
+    def predict(profile: HardwareProfile, kind: str, frame: pd.DataFrame) -> np.ndarray:
+        trace = traces[int(kind.removeprefix("trace"))]
+        model = StepCostModel(trace.spec, profile, trace.quant, trace.tensor_parallel_size)
+        return predict_step_times(model, trace.steps.iloc[frame["row"].to_numpy()])
+
+    return predict
+
+
+def trace_errors(traces: Sequence[Trace], hw: HardwareProfile) -> dict[str, Any]:
+    """Error statistics of all steps of `traces` together, overall and by step kind."""
+    predicted, measured, kinds = [], [], []
+    for trace in traces:
+        model = StepCostModel(trace.spec, hw, trace.quant, trace.tensor_parallel_size)
+        predicted.append(predict_step_times(model, trace.steps))
+        measured.append(trace.steps["duration_s"].to_numpy(np.float64))
+        kinds.append(step_kinds(trace.steps))
+    p, m, k = np.concatenate(predicted), np.concatenate(measured), np.concatenate(kinds)
+    stats: dict[str, Any] = dict(error_stats(p, m))
+    stats["by_kind"] = {kind: error_stats(p[k == kind], m[k == kind]) for kind in ("prefill", "decode", "mixed")}
+    return stats
+
+
+def describe_trace(trace: Trace) -> dict[str, Any]:
+    meta = trace.metadata
+    device = meta.get("device") or {}
+    return {"trace": str(trace.path), "model": trace.spec.name, "dtype": trace.dtype,
+            "device": device.get("name"), "workload": meta.get("workload"), "num_steps": int(len(trace.steps)),
+            "num_requests": None if trace.requests is None else int(len(trace.requests))}
+
+
+def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Sequence[Trace] = (),
+                        params: Sequence[str] = DEFAULT_TRACE_PARAMS) -> CalibrationReport:
+    """Fit `params` on the steps of the `train` traces; report errors on `train` and the held-out `test`."""
+    if not train:
+        raise UserError("--trace: give at least one trace to fit on")
+    names = check_params(params)
+    samples = [(f"trace{i}", {"row": row}, float(seconds)) for i, trace in enumerate(train)
+               for row, seconds in enumerate(trace.steps["duration_s"].to_numpy(np.float64))]
+    started = time.perf_counter()
+    result = fit(samples, hw, names, predict=_trace_predictor(train))
+    seconds = time.perf_counter() - started
+    error = {"train": {"before": trace_errors(train, hw), "after": trace_errors(train, result.profile)}}
+    if test:
+        error["test"] = {"before": trace_errors(test, hw), "after": trace_errors(test, result.profile)}
+    parameters = {n: {"before": get_param(hw, n), "after": get_param(result.profile, n)} for n in names}
+    return CalibrationReport(profile=result.profile, source="step_traces",
+                             fitted_on=[describe_trace(t) for t in train], held_out=[describe_trace(t) for t in test],
+                             parameters=parameters, error=error, fit_seconds=seconds)
+
+
+# ---- operator tables ------------------------------------------------------------------------------------------
+
+
+def split_by_shape(frame: pd.DataFrame, seed: int = SPLIT_SEED) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, test): the distinct `shape_key`s (weight shape for GEMM, heads for attention, ...) in two halves
+    by a seeded permutation, so no held-out shape is ever fitted on."""
+    keys = np.array(sorted(frame["shape_key"].unique()))
+    train_keys = set(np.random.default_rng(seed).permutation(keys)[: len(keys) // 2])
+    is_train = frame["shape_key"].isin(train_keys).to_numpy()
+    return frame[is_train], frame[~is_train]
+
+
+def op_table_errors(hw: HardwareProfile, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """Error statistics of all rows together, then `by_kind`."""
+    predicted, measured, by_kind = [], [], {}
+    for kind, frame in tables.items():
+        p, m = predict_table(hw, kind, frame), frame["measured_s"].to_numpy(np.float64)
+        predicted.append(p)
+        measured.append(m)
+        by_kind[kind] = error_stats(p, m)
+    stats: dict[str, Any] = dict(error_stats(np.concatenate(predicted), np.concatenate(measured)))
+    stats["by_kind"] = by_kind
+    return {_rename_count(k): v for k, v in stats.items()}
+
+
+def _rename_count(key: str) -> str:
+    return "num_rows" if key == "num_steps" else key
+
+
+def _samples(frame: pd.DataFrame, kind: str) -> list[tuple[str, dict[str, Any], float]]:
+    if len(frame) > MAX_TRAIN_ROWS_PER_KIND:
+        frame = frame.sample(MAX_TRAIN_ROWS_PER_KIND, random_state=SPLIT_SEED)
+    cols = [c for c in frame.columns if c not in ("op", "measured_s", "shape_key")]
+    return [(kind, dict(zip(cols, row)), float(s)) for row, s in
+            zip(frame[cols].itertuples(index=False), frame["measured_s"])]
+
+
+def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
+                           source: str = "") -> CalibrationReport:
+    """Fit the `OP_TABLE_STAGES` parameters on half of each kind's shapes; report both halves."""
+    if not tables:
+        raise UserError(f"--op-tables {source}: no vLLM operator tables found")
+    split = {kind: split_by_shape(frame) for kind, frame in tables.items()}
+    train = {k: s[0] for k, s in split.items() if len(s[0])}
+    test = {k: s[1] for k, s in split.items() if len(s[1])}
+    fitted = hw
+    started = time.perf_counter()
+    names: list[str] = []
+    for _, kinds, params in OP_TABLE_STAGES:
+        samples = [s for kind in kinds if kind in train for s in _samples(train[kind], kind)]
+        if samples:
+            stage_names = [f"efficiency.{p}" for p in params]
+            fitted = fit(samples, fitted, stage_names).profile
+            names += stage_names
+    seconds = time.perf_counter() - started
+
+    def describe(part: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
+        return [{"op_tables": tables[k].attrs.get("source", source), "kind": k, "num_rows": int(len(f)),
+                 "num_shapes": int(f["shape_key"].nunique()), "split": f"by shape, seed {SPLIT_SEED}"}
+                for k, f in part.items()]
+
+    error = {"train": {"before": op_table_errors(hw, train), "after": op_table_errors(fitted, train)}}
+    if test:
+        error["test"] = {"before": op_table_errors(hw, test), "after": op_table_errors(fitted, test)}
+    parameters = {n: {"before": get_param(hw, n), "after": get_param(fitted, n)} for n in names}
+    return CalibrationReport(profile=fitted, source="op_tables", fitted_on=describe(train), held_out=describe(test),
+                             parameters=parameters, error=error, fit_seconds=seconds)
+
+
+# ---- the calibrated profile -----------------------------------------------------------------------------------
+
+
+def calibration_date() -> str:
+    """UTC date of the calibration; `SOURCE_DATE_EPOCH` (reproducible-builds.org) pins it for identical output."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch else datetime.now(timezone.utc)
+    return when.strftime("%Y-%m-%d")
+
+
+def _yaml_key(section: dict[str, Any], field: str) -> str:
+    """The YAML key of a dataclass field: the same name, or `_s` -> `_us` for times in microseconds."""
+    if field in section:
+        return field
+    key = field.removesuffix("_s") + "_us"
+    assert key in section, (field, list(section))
+    return key
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 6 significant digits (fitted values are not meaningful beyond that; the YAML stays readable)."""
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    if isinstance(value, float):
+        return float(f"{value:.6g}") if np.isfinite(value) else None
+    return value
+
+
+def calibrated_profile_dict(original: dict[str, Any], report: CalibrationReport, command: str) -> dict[str, Any]:
+    """The original profile mapping with the fitted values written into `efficiency:`/`executor:` (YAML units),
+    a source for each, and a `calibration:` record (what, when, how, how well)."""
+    data = dict(original)
+    sections = {"efficiency": report.profile.efficiency.to_dict(), "executor": report.profile.executor.to_dict()}
+    sources = dict(data["sources"])
+    for name in report.parameters:
+        section, field = name.split(".")
+        key = _yaml_key(sections[section], field)
+        data[section] = {**(data.get(section) or {}), key: sections[section][key]}
+        sources[f"{section}.{key}"] = "fitted by roofline calibrate (see calibration)"
+    data["sources"] = sources
+    data["calibration"] = _rounded({"date": calibration_date(), "command": command, **report.to_dict()})
+    return data
+
+
+def write_calibrated_profile(profile_path: Path, report: CalibrationReport, out: Path, command: str) -> None:
+    """Write the calibrated profile YAML to `out` after validating it loads."""
+    data = calibrated_profile_dict(read_profile_dict(profile_path), report, command)
+    parse_profile(data, where=str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dump_profile(data, out)

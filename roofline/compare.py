@@ -1,0 +1,333 @@
+"""Predicted against measured, step by step and end to end, for one step trace and one hardware profile.
+
+    trace = load_trace("traces/chat")                          # steps, run metadata, model spec, dtypes
+    result = compare_trace(trace, load_profile("cpu.yaml"))    # per-step table + summary
+    result.summary["median_abs_rel_err"], result.summary["by_kind"]["decode"]
+    write_report(result, Path("out"))                          # steps.csv, summary.json, PNG plots
+
+Per step, the cost model (`roofline.cost_model.StepCostModel`) predicts the duration of the step the trace ran
+(its per-sequence query and context lengths and which sequences emitted a token) and is compared with the
+measured `duration_s`, the whole iteration (schedule + execute + sample + bookkeeping), which is what the
+profile's per-step host overhead models. Relative error = predicted / measured - 1. Steps are grouped by kind:
+`prefill` (only prompt tokens), `decode` (only one-token decodes), `mixed` (both in one batch).
+
+End to end, the trace's requests (arrival times, prompt and output lengths from `requests.csv`) are replayed
+in the simulator (`roofline.simulator`, the engine's own scheduler on a virtual clock) with the engine
+configuration and KV block count the trace recorded, each step charged the predicted time; mean TTFT, mean
+TPOT and output throughput are computed the same way from the measured and the simulated requests. The replay
+keeps lengths, not token ids: prefix-cache hits of a workload with shared prefixes are not reproduced.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.core.model_spec import ModelSpec, RopeScaling
+from engine.core.trace import read_trace
+from roofline import plots
+from roofline.cost_model import StepCostModel
+from roofline.errors import UserError
+from roofline.hardware import HardwareProfile
+from roofline.quant import QuantConfig
+from roofline.registry import resolve
+from roofline.simulator import EngineArgs, SimulationOptions, make_deployment, run_simulation
+from roofline.workload import RequestSpec, fixed_workload
+
+STEP_KINDS = ("prefill", "decode", "mixed")
+# The end-to-end metrics compared: name -> (what it is, unit).
+E2E_METRICS = ("mean_ttft_s", "mean_tpot_s", "output_tokens_per_s")
+# engine run.json `dtypes.weights` (torch names) -> roofline --dtype values.
+_TORCH_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What compare and calibrate need from a step-trace directory."""
+
+    path: Path
+    steps: pd.DataFrame
+    metadata: dict[str, Any]
+    spec: ModelSpec
+    dtype: str  # --dtype, --quantization, --kv-cache-dtype of the run
+    quantization: str
+    kv_cache_dtype: str
+    tensor_parallel_size: int
+    requests: pd.DataFrame | None  # requests.csv, when the trace has one
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def quant(self) -> QuantConfig:
+        return QuantConfig.from_user(dtype=self.dtype, quantization=self.quantization,
+                                     kv_cache_dtype=self.kv_cache_dtype, model_dtype=self.spec.torch_dtype)
+
+
+# ---- loading ------------------------------------------------------------------------------------------------
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a trace directory (`engine.core.trace`) and resolve its model spec and dtypes; bad input is a
+    UserError naming the directory."""
+    path = Path(path)
+    try:
+        steps, meta = read_trace(path)
+    except ValueError as exc:
+        raise UserError(f"--trace: {exc}") from None
+    if len(steps) == 0:
+        raise UserError(f"--trace {path}: the trace has no steps")
+    if not (steps["duration_s"] > 0).all():
+        raise UserError(f"--trace {path}: steps.parquet: duration_s must be positive in every row")
+    spec = _model_spec(meta["model"], path)
+    engine_config = meta.get("engine_config") or {}
+    requests_path = path / "requests.csv"
+    requests = pd.read_csv(requests_path) if requests_path.is_file() else None
+    dtype, quantization, kv_cache_dtype = _quant_args(meta, engine_config, path)
+    return Trace(path=path, steps=steps.reset_index(drop=True), metadata=meta, spec=spec,
+                 dtype=dtype, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
+                 tensor_parallel_size=int(engine_config.get("tensor_parallel_size", 1)), requests=requests)
+
+
+def _model_spec(model: Any, path: Path) -> ModelSpec:
+    """run.json `model`: the engine writes the spec's fields, the simulator a model id."""
+    try:
+        if isinstance(model, str):
+            model_path = resolve("model", model)
+            return ModelSpec.from_path(model_path, name=model_path.stem if model_path.suffix == ".json" else None)
+        if isinstance(model, dict):
+            fields = dict(model)
+            if fields.get("rope_scaling") is not None:
+                fields["rope_scaling"] = RopeScaling(**fields["rope_scaling"])
+            return ModelSpec(**fields)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"--trace {path}: run.json model: {exc}") from None
+    raise UserError(f"--trace {path}: run.json model: must be a model id or the model spec's fields")
+
+
+def _quant_args(meta: dict[str, Any], engine_config: dict[str, Any], path: Path) -> tuple[str, str, str]:
+    """(--dtype, --quantization, --kv-cache-dtype) of the run. Simulator traces record the user's values in
+    engine_config; engine traces record the torch dtype of the weights (activations and KV cache share it)."""
+    if "dtype" in engine_config:
+        return (engine_config["dtype"], engine_config.get("quantization", "none"),
+                engine_config.get("kv_cache_dtype", "auto"))
+    weights = (meta.get("dtypes") or {}).get("weights")
+    if weights not in _TORCH_DTYPES:
+        raise UserError(f"--trace {path}: run.json dtypes.weights: {weights!r} is not allowed; "
+                        f"allowed: {', '.join(_TORCH_DTYPES)}")
+    return _TORCH_DTYPES[weights], "none", "auto"
+
+
+# ---- per step -------------------------------------------------------------------------------------------------
+
+
+def step_kinds(steps: pd.DataFrame) -> np.ndarray:
+    """`prefill`, `decode` or `mixed` per step, from its prefill and decode token counts."""
+    prefill = steps["num_prefill_tokens"].to_numpy() > 0
+    decode = steps["num_decode_tokens"].to_numpy() > 0
+    return np.where(prefill & decode, "mixed", np.where(prefill, "prefill", "decode"))
+
+
+def predict_step_times(model: StepCostModel, steps: pd.DataFrame) -> np.ndarray:
+    """The cost model's time of every step of a trace (seconds)."""
+    columns = zip(steps["query_lens"], steps["context_lens"], steps["emits"])
+    return np.array([model.step_time_s(np.asarray(q, np.int64), np.asarray(c, np.int64), np.asarray(e, bool))
+                     for q, c, e in columns], dtype=np.float64)
+
+
+def cost_model_for(trace: Trace, hw: HardwareProfile) -> StepCostModel:
+    return StepCostModel(trace.spec, hw, trace.quant, trace.tensor_parallel_size)
+
+
+def error_stats(predicted_s: np.ndarray, measured_s: np.ndarray) -> dict[str, float | int | None]:
+    """Median, p90 and max absolute relative error and the mean signed error (bias) of paired times."""
+    rel = np.asarray(predicted_s, np.float64) / np.asarray(measured_s, np.float64) - 1.0
+    if len(rel) == 0:
+        return {"num_steps": 0, "median_abs_rel_err": None, "p90_abs_rel_err": None, "max_abs_rel_err": None,
+                "mean_rel_err": None}
+    err = np.abs(rel)
+    return {"num_steps": int(len(rel)), "median_abs_rel_err": float(np.median(err)),
+            "p90_abs_rel_err": float(np.percentile(err, 90)), "max_abs_rel_err": float(err.max()),
+            "mean_rel_err": float(rel.mean())}
+
+
+def step_table(trace: Trace, hw: HardwareProfile) -> pd.DataFrame:
+    """One row per step: what ran, measured and predicted seconds, relative error, kind."""
+    steps = trace.steps
+    predicted = predict_step_times(cost_model_for(trace, hw), steps)
+    measured = steps["duration_s"].to_numpy(np.float64)
+    return pd.DataFrame({
+        "step_index": steps["step_index"].to_numpy(),
+        "start_s": steps["start_s"].to_numpy(np.float64),
+        "kind": step_kinds(steps),
+        "num_seqs": steps["num_seqs"].to_numpy(),
+        "num_batched_tokens": steps["num_batched_tokens"].to_numpy(),
+        "num_prefill_tokens": steps["num_prefill_tokens"].to_numpy(),
+        "num_decode_tokens": steps["num_decode_tokens"].to_numpy(),
+        "num_context_tokens": np.array([int(np.sum(c)) for c in steps["context_lens"]], dtype=np.int64),
+        "measured_s": measured,
+        "predicted_s": predicted,
+        "rel_err": predicted / measured - 1.0,
+    })
+
+
+def step_summary(table: pd.DataFrame) -> dict[str, Any]:
+    """Overall error statistics at the top level, then `by_kind`."""
+    summary: dict[str, Any] = dict(error_stats(table["predicted_s"], table["measured_s"]))
+    summary["by_kind"] = {kind: error_stats(table.loc[table["kind"] == kind, "predicted_s"],
+                                            table.loc[table["kind"] == kind, "measured_s"]) for kind in STEP_KINDS}
+    return summary
+
+
+# ---- end to end -----------------------------------------------------------------------------------------------
+
+
+def request_metrics(requests: pd.DataFrame) -> dict[str, float | None]:
+    """Mean TTFT, mean TPOT (requests with more than one output token) and output tokens per second from the
+    first arrival to the last finish; the same formulas for measured and simulated requests."""
+    duration = float(requests["finish_s"].max() - requests["arrival_s"].min())
+    tpot = requests["tpot_s"].to_numpy(np.float64)
+    tpot = tpot[np.isfinite(tpot)]
+    return {
+        "mean_ttft_s": float(np.nanmean(requests["ttft_s"].to_numpy(np.float64))),
+        "mean_tpot_s": float(tpot.mean()) if len(tpot) else None,
+        "output_tokens_per_s": float(requests["num_output_tokens"].sum()) / duration if duration > 0 else None,
+    }
+
+
+def replay_specs(requests: pd.DataFrame) -> list[RequestSpec]:
+    """The trace's requests as simulator request specs, in arrival order (ties keep file order)."""
+    order = np.argsort(requests["arrival_s"].to_numpy(np.float64), kind="stable")
+    rows = requests.iloc[order]
+    return [RequestSpec(request_id=str(r.request_id), arrival_s=float(r.arrival_s),
+                        num_prompt_tokens=int(r.num_prompt_tokens), num_output_tokens=int(r.num_output_tokens))
+            for r in rows.itertuples(index=False)]
+
+
+def simulate_trace(trace: Trace, hw: HardwareProfile) -> pd.DataFrame:
+    """The simulated per-request metrics of the trace's workload on `hw`, with the trace's engine settings."""
+    ec = trace.metadata.get("engine_config") or {}
+    blocks = ec.get("num_kv_blocks")
+    if blocks is None and "num_kv_blocks_total" in trace.steps:
+        blocks = int(trace.steps["num_kv_blocks_total"].iloc[0]) + 1  # block 0 is the null block
+    args = EngineArgs(max_num_seqs=ec.get("max_num_seqs"), max_num_batched_tokens=ec.get("max_num_batched_tokens"),
+                      block_size=int(ec.get("block_size", 16)), max_model_len=ec.get("max_model_len"),
+                      enable_chunked_prefill=bool(ec.get("enable_chunked_prefill", True)),
+                      enable_prefix_caching=bool(ec.get("enable_prefix_caching", True)),
+                      tensor_parallel_size=trace.tensor_parallel_size, dtype=trace.dtype,
+                      quantization=trace.quantization, kv_cache_dtype=trace.kv_cache_dtype,
+                      num_gpu_blocks_override=None if blocks is None else int(blocks))
+    deployment = make_deployment(trace.spec, hw, args)
+    specs = replay_specs(trace.requests)
+    # The workload object only carries the seed for token ids (no shared prefix: lengths are replayed).
+    workload = fixed_workload(1, 1, len(specs), math.inf, int(trace.metadata.get("seed") or 0))
+    result = run_simulation(deployment, workload, SimulationOptions(record_steps=False), specs=specs)
+    return result.requests
+
+
+def end_to_end(trace: Trace, hw: HardwareProfile) -> dict[str, Any] | None:
+    """Measured vs simulated mean TTFT, mean TPOT and output throughput; None without requests.csv or for a
+    multi-replica simulator trace (its routing is not recorded)."""
+    if trace.requests is None or len(trace.requests) == 0 or int(trace.metadata.get("num_replicas", 1)) != 1:
+        return None
+    measured = request_metrics(trace.requests)
+    predicted = request_metrics(simulate_trace(trace, hw))
+    out: dict[str, Any] = {}
+    for name in E2E_METRICS:
+        m, p = measured[name], predicted[name]
+        rel = None if m is None or p is None or m == 0 else p / m - 1.0
+        out[name] = {"measured": m, "predicted": p, "rel_err": rel}
+    return out
+
+
+# ---- the whole comparison -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    trace: Trace
+    hardware_id: str
+    table: pd.DataFrame  # step_table
+    summary: dict[str, Any]
+
+
+def compare_trace(trace: Trace, hw: HardwareProfile, e2e: bool = True) -> Comparison:
+    table = step_table(trace, hw)
+    summary: dict[str, Any] = {"trace": str(trace.path), "hardware": hw.id, "model": trace.spec.name,
+                               **step_summary(table)}
+    if e2e:
+        summary["end_to_end"] = end_to_end(trace, hw)
+    return Comparison(trace=trace, hardware_id=hw.id, table=table, summary=summary)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def summary_json(summary: dict[str, Any]) -> str:
+    return json.dumps(_jsonable(summary), indent=2) + "\n"
+
+
+def write_report(result: Comparison, out_dir: Path) -> list[Path]:
+    """steps.csv, summary.json and four PNGs into out_dir; returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = result.table
+    paths = [out_dir / "steps.csv", out_dir / "summary.json"]
+    table.to_csv(paths[0], index=False, float_format="%.9g")
+    paths[1].write_text(summary_json(result.summary))
+    by_kind = [(k, table[table["kind"] == k]) for k in STEP_KINDS]
+    title = f"{result.trace.spec.name} on {result.hardware_id}: {result.trace.name}"
+    paths.append(plots.predicted_vs_measured(
+        out_dir / "predicted_vs_measured.png",
+        [plots.Series(k, t["measured_s"].to_numpy(), t["predicted_s"].to_numpy()) for k, t in by_kind],
+        title=f"step time, {title}", unit="s"))
+    paths.append(plots.error_vs(
+        out_dir / "error_vs_batch_tokens.png",
+        [plots.Series(k, t["num_batched_tokens"].to_numpy(), t["rel_err"].to_numpy()) for k, t in by_kind],
+        xlabel="batched tokens in the step", title=f"step time error, {title}"))
+    t = table["start_s"].to_numpy()
+    paths.append(plots.over_time(
+        out_dir / "step_time_over_time.png",
+        [plots.Series("measured", t, table["measured_s"].to_numpy()),
+         plots.Series("predicted", t, table["predicted_s"].to_numpy())],
+        xlabel="time since start of run [s]", ylabel="step time [s]", title=f"step time, {title}", log_y=True))
+    paths.append(plots.over_time(
+        out_dir / "error_over_time.png", [plots.Series("relative error", t, 100.0 * table["rel_err"].to_numpy())],
+        xlabel="time since start of run [s]", ylabel="predicted / measured - 1 [%]",
+        title=f"step time error, {title}"))
+    return paths
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A few human lines: overall and per-kind step error, then the end-to-end metrics."""
+    lines = [f"{summary['model']} on {summary['hardware']}: {summary['trace']}",
+             _stats_line("all steps", summary)]
+    lines += [_stats_line(k, summary["by_kind"][k]) for k in STEP_KINDS if summary["by_kind"][k]["num_steps"]]
+    e2e = summary.get("end_to_end")
+    if e2e:
+        lines.append("end to end (simulated replay vs measured):")
+        for name in E2E_METRICS:
+            row = e2e[name]
+            if row["measured"] is not None and row["predicted"] is not None:
+                err = "" if row["rel_err"] is None else f"  ({100 * row['rel_err']:+.1f} %)"
+                lines.append(f"  {name:<20} measured {row['measured']:.4g}  predicted {row['predicted']:.4g}{err}")
+    return "\n".join(lines)
+
+
+def _stats_line(label: str, s: dict[str, Any]) -> str:
+    return (f"  {label:<10} {s['num_steps']:>6} steps  median |err| {100 * s['median_abs_rel_err']:5.1f} %  "
+            f"p90 {100 * s['p90_abs_rel_err']:5.1f} %  max {100 * s['max_abs_rel_err']:6.1f} %  "
+            f"bias {100 * s['mean_rel_err']:+5.1f} %")
