@@ -67,6 +67,7 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 # A seeded subsample of each kind's training rows keeps an operator-table fit to seconds; errors use all rows.
 MAX_TRAIN_ROWS_PER_KIND = 12000
 SPLIT_SEED = 0
+DEFAULT_MAX_FIT_STEPS = 400
 
 METHOD = ("roofline.fit: soft-L1 (f_scale 0.1) on log(predicted / measured), coordinate search then "
           "Levenberg-Marquardt, parameters in log space within the profile's bounds")
@@ -136,14 +137,30 @@ def describe_trace(trace: Trace) -> dict[str, Any]:
             "num_requests": None if trace.requests is None else int(len(trace.requests))}
 
 
+def fit_rows(num_steps: int, max_steps: int, seed: int = SPLIT_SEED) -> np.ndarray:
+    """The steps of one trace a fit uses: all, or a seeded sample of `max_steps` in step order. Each evaluation
+    of the fit predicts every sample, and a few hundred steps pin down a handful of parameters."""
+    if num_steps <= max_steps:
+        return np.arange(num_steps)
+    return np.sort(np.random.default_rng(seed).choice(num_steps, size=max_steps, replace=False))
+
+
 def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Sequence[Trace] = (),
-                        params: Sequence[str] = DEFAULT_TRACE_PARAMS) -> CalibrationReport:
-    """Fit `params` on the steps of the `train` traces; report errors on `train` and the held-out `test`."""
+                        params: Sequence[str] = DEFAULT_TRACE_PARAMS,
+                        max_fit_steps: int = DEFAULT_MAX_FIT_STEPS) -> CalibrationReport:
+    """Fit `params` on the steps of the `train` traces (at most `max_fit_steps` in all, sampled evenly per
+    trace); report errors on all steps of `train` and of the held-out `test`."""
     if not train:
         raise UserError("--trace: give at least one trace to fit on")
+    if max_fit_steps < len(train):
+        raise UserError(f"--max-fit-steps: must be at least the number of traces ({len(train)}), got {max_fit_steps}")
     names = check_params(params)
-    samples = [(f"trace{i}", {"row": row}, float(seconds)) for i, trace in enumerate(train)
-               for row, seconds in enumerate(trace.steps["duration_s"].to_numpy(np.float64))]
+    per_trace = max_fit_steps // len(train)
+    samples = []
+    for i, trace in enumerate(train):
+        durations = trace.steps["duration_s"].to_numpy(np.float64)
+        samples += [(f"trace{i}", {"row": int(row)}, float(durations[row]))
+                    for row in fit_rows(len(durations), per_trace)]
     started = time.perf_counter()
     result = fit(samples, hw, names, predict=_trace_predictor(train))
     seconds = time.perf_counter() - started
@@ -152,7 +169,8 @@ def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Seque
         error["test"] = {"before": trace_errors(test, hw), "after": trace_errors(test, result.profile)}
     parameters = {n: {"before": get_param(hw, n), "after": get_param(result.profile, n)} for n in names}
     return CalibrationReport(profile=result.profile, source="step_traces",
-                             fitted_on=[describe_trace(t) for t in train], held_out=[describe_trace(t) for t in test],
+                             fitted_on=[{**describe_trace(t), "num_fit_steps": min(len(t.steps), per_trace)}
+                                        for t in train], held_out=[describe_trace(t) for t in test],
                              parameters=parameters, error=error, fit_seconds=seconds)
 
 
@@ -169,20 +187,20 @@ def split_by_shape(frame: pd.DataFrame, seed: int = SPLIT_SEED) -> tuple[pd.Data
 
 
 def op_table_errors(hw: HardwareProfile, tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """Error statistics of all rows together, then `by_kind`."""
+    """Error statistics of all rows together, then `by_kind` (counts named `num_rows`)."""
     predicted, measured, by_kind = [], [], {}
     for kind, frame in tables.items():
         p, m = predict_table(hw, kind, frame), frame["measured_s"].to_numpy(np.float64)
         predicted.append(p)
         measured.append(m)
-        by_kind[kind] = error_stats(p, m)
-    stats: dict[str, Any] = dict(error_stats(np.concatenate(predicted), np.concatenate(measured)))
+        by_kind[kind] = _rows(error_stats(p, m))
+    stats = _rows(error_stats(np.concatenate(predicted), np.concatenate(measured)))
     stats["by_kind"] = by_kind
-    return {_rename_count(k): v for k, v in stats.items()}
+    return stats
 
 
-def _rename_count(key: str) -> str:
-    return "num_rows" if key == "num_steps" else key
+def _rows(stats: dict[str, Any]) -> dict[str, Any]:
+    return {("num_rows" if k == "num_steps" else k): v for k, v in stats.items()}
 
 
 def _samples(frame: pd.DataFrame, kind: str) -> list[tuple[str, dict[str, Any], float]]:

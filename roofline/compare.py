@@ -43,8 +43,10 @@ from roofline.workload import RequestSpec, fixed_workload
 STEP_KINDS = ("prefill", "decode", "mixed")
 # The end-to-end metrics compared: name -> (what it is, unit).
 E2E_METRICS = ("mean_ttft_s", "mean_tpot_s", "output_tokens_per_s")
-# engine run.json `dtypes.weights` (torch names) -> roofline --dtype values.
-_TORCH_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+# engine run.json `dtypes.weights` values (torch names), which are also roofline --dtype values.
+_TORCH_DTYPES = ("bfloat16", "float16", "float32")
+# requests.csv columns the end-to-end comparison reads.
+_REQUEST_COLUMNS = ("arrival_s", "finish_s", "num_prompt_tokens", "num_output_tokens", "ttft_s", "tpot_s")
 
 
 @dataclass(frozen=True)
@@ -89,11 +91,20 @@ def load_trace(path: str | Path) -> Trace:
     spec = _model_spec(meta["model"], path)
     engine_config = meta.get("engine_config") or {}
     requests_path = path / "requests.csv"
-    requests = pd.read_csv(requests_path) if requests_path.is_file() else None
+    requests = _read_requests(requests_path) if requests_path.is_file() else None
     dtype, quantization, kv_cache_dtype = _quant_args(meta, engine_config, path)
     return Trace(path=path, steps=steps.reset_index(drop=True), metadata=meta, spec=spec,
                  dtype=dtype, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
                  tensor_parallel_size=int(engine_config.get("tensor_parallel_size", 1)), requests=requests)
+
+
+def _read_requests(path: Path) -> pd.DataFrame:
+    requests = pd.read_csv(path)
+    missing = [c for c in _REQUEST_COLUMNS if c not in requests.columns]
+    if missing:
+        raise UserError(f"--trace: {path}: missing column(s) {', '.join(missing)}; "
+                        f"needed: {', '.join(_REQUEST_COLUMNS)}")
+    return requests
 
 
 def _model_spec(model: Any, path: Path) -> ModelSpec:
@@ -122,7 +133,7 @@ def _quant_args(meta: dict[str, Any], engine_config: dict[str, Any], path: Path)
     if weights not in _TORCH_DTYPES:
         raise UserError(f"--trace {path}: run.json dtypes.weights: {weights!r} is not allowed; "
                         f"allowed: {', '.join(_TORCH_DTYPES)}")
-    return _TORCH_DTYPES[weights], "none", "auto"
+    return weights, "none", "auto"
 
 
 # ---- per step -------------------------------------------------------------------------------------------------
@@ -267,18 +278,18 @@ def compare_trace(trace: Trace, hw: HardwareProfile, e2e: bool = True) -> Compar
     return Comparison(trace=trace, hardware_id=hw.id, table=table, summary=summary)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 
 
 def summary_json(summary: dict[str, Any]) -> str:
-    return json.dumps(_jsonable(summary), indent=2) + "\n"
+    return json.dumps(jsonable(summary), indent=2) + "\n"
 
 
 def write_report(result: Comparison, out_dir: Path) -> list[Path]:

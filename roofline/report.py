@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from roofline import __version__, plan_plots
-from roofline.plan import (DRAIN_FRACTION, MAX_HALVINGS, RATE_REL_TOL, SENSITIVITY_DELTA, WARMUP_FRACTION,
+from roofline.plan import (DRAIN_FRACTION, FIRST_PROBE_FRACTION, MAX_HALVINGS, RATE_REL_TOL, SENSITIVITY_DELTA, WARMUP_FRACTION,
                            ConfigPlan, Plan, Search, gpus_needed, num_simulated_requests)
 
 
@@ -324,7 +324,7 @@ def method_lines(plan: Plan) -> list[str]:
         "step times from the roofline cost model). A probe simulates "
         f"{num_simulated_requests(req.num_requests)} requests and measures {req.num_requests}: the first "
         f"{WARMUP_FRACTION:.0%} and the last {DRAIN_FRACTION:.0%} by arrival are warm-up and drain.",
-        "Search: all requests at once give the saturation rate R; then 0.75 R, halved (at most "
+        f"Search: all requests at once give the saturation rate R; then {FIRST_PROBE_FRACTION:g} R, halved (at most "
         f"{MAX_HALVINGS} times) until a probe meets both SLO percentiles; then up towards R until one fails; "
         "then the bracket is shrunk until it is "
         f"within {RATE_REL_TOL:.0%} (bisection, then regula falsi on the log of the SLO ratio). Searches for "

@@ -485,6 +485,7 @@ class Scheduler:
             return budget - plan.num_batched_tokens
         running = self.running
         kv = self.kv
+        bs = kv.block_size
         max_pos = self.config.max_model_len - 1
         preempted: list[str] = []
         i = 0
@@ -496,7 +497,9 @@ class Scheduler:
                 n = threshold
             n = min(n, budget, max_pos - computed)
             assert n > 0, req  # a request reaching max_model_len has stopped
-            while not kv.allocate_slots(req, n):
+            # A decode that neither opens nor fills a block needs nothing of the KV cache manager (as in the
+            # bulk path); every other request asks it, preempting from the tail until it fits.
+            while not (n == 1 and (computed + 1) % bs >= 2) and not kv.allocate_slots(req, n):
                 victim, i, budget = self._pop_victim(plan, i, budget)
                 self._preempt(victim)
                 preempted.append(victim.request_id)

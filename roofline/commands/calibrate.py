@@ -1,0 +1,103 @@
+"""`roofline calibrate`: fit a hardware profile's efficiency and executor parameters on measurements.
+
+    roofline calibrate --hardware cpu.yaml --out cpu-calibrated.yaml --trace traces/a --test-trace traces/b
+    roofline calibrate --hardware h100-sxm --out h100-calibrated.yaml --op-tables h100_sxm
+
+`--trace DIR ...`: engine step traces to fit on; `--test-trace DIR ...`: held-out traces of a different
+workload (other lengths, arrival rate) to judge the fit on - never a split of one trace's steps.
+`--op-tables DIR`: measured vLLM operator tables in the aiconfigurator-core layout (a system folder such as
+.../systems/data/h100_sxm, or the name of one in the installed package), split by weight shape into a fitted
+and a held-out half. The calibrated profile is the input profile with the fitted values and a `calibration:`
+record: what it was fitted on, when (UTC date; SOURCE_DATE_EPOCH pins it), the method, the parameters before
+and after, and the train and held-out error before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from roofline.aic_tables import load_op_tables
+from roofline.calibrate import (DEFAULT_MAX_FIT_STEPS, DEFAULT_TRACE_PARAMS, CalibrationReport,
+                                calibrate_on_op_tables, calibrate_on_traces, write_calibrated_profile)
+from roofline.compare import jsonable, load_trace
+from roofline.errors import UserError
+from roofline.hardware import load_profile
+from roofline.registry import resolve
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "calibrate", help="fit a hardware profile on step traces or operator tables; write a calibrated profile",
+        description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hardware", required=True, help="hardware profile id or path to start from")
+    parser.add_argument("--out", type=Path, required=True, metavar="CALIBRATED.yaml",
+                        help="calibrated profile to write")
+    data = parser.add_mutually_exclusive_group(required=True)
+    data.add_argument("--trace", type=Path, nargs="+", action="extend", metavar="DIR",
+                      help="step traces to fit on")
+    data.add_argument("--op-tables", metavar="DIR",
+                      help="aiconfigurator-core system folder (or system name, e.g. h100_sxm) to fit on")
+    parser.add_argument("--test-trace", type=Path, nargs="+", action="extend", default=[], metavar="DIR",
+                        help="held-out step traces (a different workload) to report the error on")
+    parser.add_argument("--params", default=None,
+                        help=f"comma-separated parameters to fit on traces (default: {','.join(DEFAULT_TRACE_PARAMS)})")
+    parser.add_argument("--max-fit-steps", type=int, default=None,
+                        help=f"steps the trace fit uses at most, sampled per trace (default: {DEFAULT_MAX_FIT_STEPS})")
+    parser.add_argument("--json", action="store_true", help="print the calibration report as JSON")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _op_tables(value: str) -> tuple[dict, str]:
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return load_op_tables(path.name, root=path.parent), str(path)
+    return load_op_tables(value), value
+
+
+def run(args: argparse.Namespace) -> int:
+    profile_path = resolve("hardware", args.hardware)
+    hw = load_profile(profile_path)
+    if args.op_tables is not None:
+        for flag, value in (("--test-trace", args.test_trace), ("--params", args.params),
+                            ("--max-fit-steps", args.max_fit_steps)):
+            if value:
+                raise UserError(f"{flag}: only with --trace (operator tables are fitted in fixed stages on half "
+                                f"of their shapes; the other half is held out)")
+        tables, source = _op_tables(args.op_tables)
+        report = calibrate_on_op_tables(hw, tables, source)
+    else:
+        params = DEFAULT_TRACE_PARAMS if args.params is None else [p.strip() for p in args.params.split(",")]
+        max_fit_steps = DEFAULT_MAX_FIT_STEPS if args.max_fit_steps is None else args.max_fit_steps
+        report = calibrate_on_traces(hw, [load_trace(t) for t in args.trace],
+                                     [load_trace(t) for t in args.test_trace], params, max_fit_steps)
+    command = shlex.join(["roofline", *sys.argv[2:]]) if sys.argv[1:2] == ["calibrate"] else "roofline calibrate"
+    write_calibrated_profile(profile_path, report, args.out, command)
+    if args.json:
+        print(json.dumps(jsonable(report.to_dict()), indent=2))
+    else:
+        print(format_report(report))
+        print(f"wrote {args.out}")
+    return 0
+
+
+def format_report(report: CalibrationReport) -> str:
+    lines = [f"fitted {len(report.parameters)} parameters on {report.source} in {report.fit_seconds:.1f} s:"]
+    for name, v in report.parameters.items():
+        lines.append(f"  {name:<45} {v['before']:.4g} -> {v['after']:.4g}")
+    lines.append("error (median / p90 / max |predicted / measured - 1|):")
+    for part in ("train", "test"):
+        if part in report.error:
+            lines.append(f"  {'held out' if part == 'test' else 'train':<9} before {_stats(report.error[part]['before'])}"
+                         f"   after {_stats(report.error[part]['after'])}")
+    return "\n".join(lines)
+
+
+def _stats(s: dict[str, Any]) -> str:
+    return (f"{100 * s['median_abs_rel_err']:5.1f} / {100 * s['p90_abs_rel_err']:5.1f} / "
+            f"{100 * s['max_abs_rel_err']:6.1f} %")

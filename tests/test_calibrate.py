@@ -1,0 +1,134 @@
+"""`roofline calibrate`: fitting on step traces with a held-out workload, on operator tables split by shape,
+and the calibrated profile it writes.
+
+The "measured" traces are simulated on a known profile (the truth); calibration starts from a profile with
+two parameters off and must find values that predict both the fitted and the held-out workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from roofline.calibrate import (calibrate_on_op_tables, calibrate_on_traces, check_params, fit_rows,
+                                split_by_shape)
+from roofline.cli import main
+from roofline.compare import load_trace
+from roofline.errors import UserError
+from roofline.fit import predict_table
+from roofline.hardware import load_profile
+
+TRUTH = {
+    "id": "test-cpu", "name": "test CPU", "kind": "cpu", "vendor": "test",
+    "peak_tflops": {"fp32": 0.05, "bf16": 0.2}, "memory_capacity_gb": 16, "memory_bandwidth_gb_per_s": 10,
+    "l2_cache_mib": None, "num_compute_units": 2, "boost_clock_mhz": None, "interconnect": None,
+    "pcie_bandwidth_gb_per_s_per_direction": None, "tdp_w": None,
+    "efficiency": {"gemm_compute_efficiency": 0.8, "memory_efficiency": 0.7},
+    "executor": {"mode": "eager", "kernel_launch_us": 5.0, "step_overhead_us": 1000.0},
+    "sources": {"peak_tflops": "test", "memory_capacity_gb": "test", "memory_bandwidth_gb_per_s": "test",
+                "num_compute_units": "test", "efficiency": "test", "executor": "test"},
+}
+# The profile calibration starts from: GEMM efficiency and per-step overhead are off.
+START = {**TRUTH, "efficiency": {"gemm_compute_efficiency": 0.4, "memory_efficiency": 0.7},
+         "executor": {"mode": "eager", "kernel_launch_us": 5.0, "step_overhead_us": 4000.0}}
+PARAMS = ["efficiency.gemm_compute_efficiency", "executor.step_overhead_s"]
+
+
+def simulate(out: Path, profile: Path, input_len: int, output_len: int, rate: str) -> Path:
+    assert main(["simulate", "--model", "llama-156m", "--hardware", str(profile), "--input-len", str(input_len),
+                 "--output-len", str(output_len), "--num-requests", "8", "--request-rate", rate,
+                 "--max-num-seqs", "4", "--max-num-batched-tokens", "96", "--num-gpu-blocks-override", "200",
+                 "--max-model-len", "256", "--out", str(out), "--json"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("calibrate")
+    (root / "truth.yaml").write_text(yaml.safe_dump(TRUTH, sort_keys=False))
+    (root / "start.yaml").write_text(yaml.safe_dump(START, sort_keys=False))
+    return {"truth": root / "truth.yaml", "start": root / "start.yaml", "root": root,
+            "a": simulate(root / "a", root / "truth.yaml", input_len=40, output_len=6, rate="20"),
+            "b": simulate(root / "b", root / "truth.yaml", input_len=24, output_len=12, rate="5")}
+
+
+def test_fit_on_one_workload_predicts_the_other(setup: dict[str, Path]) -> None:
+    report = calibrate_on_traces(load_profile(setup["start"]), [load_trace(setup["a"])], [load_trace(setup["b"])],
+                                 PARAMS)
+    train, test = report.error["train"], report.error["test"]
+    assert train["before"]["median_abs_rel_err"] > 0.1 and test["before"]["median_abs_rel_err"] > 0.1
+    assert train["after"]["median_abs_rel_err"] < 0.01
+    assert test["after"]["p90_abs_rel_err"] < 0.01
+    assert report.parameters["efficiency.gemm_compute_efficiency"]["after"] == pytest.approx(0.8, rel=0.05)
+    assert report.parameters["executor.step_overhead_s"]["after"] == pytest.approx(1e-3, rel=0.05)
+    assert [d["trace"] for d in report.fitted_on] == [str(setup["a"])]
+    assert [d["trace"] for d in report.held_out] == [str(setup["b"])]
+
+
+def test_cli_writes_a_calibrated_profile_that_records_the_fit(setup: dict[str, Path], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # 2023-11-14 UTC
+    args = ["calibrate", "--hardware", str(setup["start"]), "--trace", str(setup["a"]),
+            "--test-trace", str(setup["b"]), "--params", ",".join(PARAMS)]
+    assert main([*args, "--out", str(tmp_path / "one.yaml")]) == 0
+    assert main([*args, "--out", str(tmp_path / "two.yaml")]) == 0
+    assert (tmp_path / "one.yaml").read_bytes() == (tmp_path / "two.yaml").read_bytes()
+    hw = load_profile(tmp_path / "one.yaml")
+    assert hw.efficiency.gemm_compute_efficiency == pytest.approx(0.8, rel=0.05)
+    assert hw.executor.step_overhead_s == pytest.approx(1e-3, rel=0.05)
+    assert hw.efficiency.memory_efficiency == 0.7  # not fitted: unchanged
+    cal = hw.calibration
+    assert cal["date"] == "2023-11-14" and cal["source"] == "step_traces"
+    assert cal["fitted_on"][0]["trace"] == str(setup["a"]) and cal["held_out"][0]["trace"] == str(setup["b"])
+    assert cal["error"]["test"]["after"]["median_abs_rel_err"] < 0.01
+    assert set(cal["parameters"]) == set(PARAMS)
+    data = yaml.safe_load((tmp_path / "one.yaml").read_text())
+    assert "fitted by roofline calibrate" in data["sources"]["executor.step_overhead_us"]
+
+
+def test_fit_rows_samples_evenly_and_deterministically() -> None:
+    assert fit_rows(5, 10).tolist() == [0, 1, 2, 3, 4]
+    rows = fit_rows(1000, 50)
+    assert len(rows) == len(set(rows.tolist())) == 50 and np.all(np.diff(rows) > 0)
+    assert rows.tolist() == fit_rows(1000, 50).tolist()
+
+
+def test_unknown_parameter_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="--params: unknown parameter 'efficiency.nope'"):
+        check_params(["efficiency.nope"])
+
+
+def test_cli_rejects_test_traces_with_op_tables(setup: dict[str, Path], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--hardware", str(setup["start"]), "--out", str(tmp_path / "x.yaml"),
+                 "--op-tables", "h100_sxm", "--test-trace", str(setup["b"])]) == 2
+    assert "--test-trace" in capsys.readouterr().err
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_split_by_shape_never_shares_a_shape() -> None:
+    frame = pd.DataFrame({"shape_key": [f"{i % 7}" for i in range(40)], "x": range(40)})
+    train, test = split_by_shape(frame)
+    assert set(train.shape_key).isdisjoint(set(test.shape_key))
+    assert len(train) + len(test) == 40 and train.shape_key.nunique() == 3
+
+
+def test_op_table_fit_generalizes_to_held_out_shapes() -> None:
+    """GEMM rows timed by a known profile; the fit starts from other GEMM efficiencies."""
+    truth = load_profile("h100-sxm")
+    ms, shapes = [1, 16, 256, 4096], [(n, k) for n in (1024, 4096, 8192, 14336) for k in (1024, 4096, 8192)]
+    frame = pd.DataFrame([{"m": m, "n": n, "k": k, "dtype": "bf16", "shape_key": f"{n}/{k}"}
+                          for n, k in shapes for m in ms])
+    frame["measured_s"] = predict_table(truth, "gemm", frame)
+    start = load_profile("h100-sxm")
+    start = replace(start, efficiency=replace(start.efficiency, gemm_compute_efficiency=0.4, memory_efficiency=0.4))
+    report = calibrate_on_op_tables(start, {"gemm": frame}, source="synthetic")
+    assert report.error["test"]["before"]["median_abs_rel_err"] > 0.1
+    assert report.error["test"]["after"]["median_abs_rel_err"] < 0.03
+    assert {d["kind"] for d in report.fitted_on} == {"gemm"}
+    assert report.fitted_on[0]["num_shapes"] == 6 and report.held_out[0]["num_shapes"] == 6
