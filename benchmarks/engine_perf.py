@@ -1,12 +1,13 @@
 """Engine performance against vLLM's CPU backend, side by side on the same exported weights.
 
-Measures, for `llama-156m` (or --model) in bf16 with prefix caching off (so repeats recompute):
-  1. decode step time at batch 1, 8, 32, 64 with a 512-token context: B requests of 512 prompt tokens, once
-     with 1 output token and once with 1 + N; step time = (min T(1 + N) - min T(1)) / N over the repeats (noise
-     only ever adds time), the same for both engines. For this engine also the median of the trace's
-     decode-only steps (per repeat; the table shows the spread over repeats).
+Measures, for `llama-156m` (or --model) in bf16:
+  1. decode step time at batch 1, 8, 32, 64 with a 512-token context: B requests of 512 prompt tokens run once
+     untimed to fill the prefix cache, then timed with 1 output token and with 1 + N (the prompts now hit the
+     cache: one step recomputes each last prompt token, then N decode steps follow); step time =
+     (min T(1 + N) - min T(1)) / N over the repeats (noise only ever adds time), the same for both engines. For
+     this engine also the median of the trace's decode-only steps (per repeat; the table shows the spread).
   2. output tokens/s of 64 requests of 128 prompt and 64 output tokens arriving at once (vLLM's `LLM` class
-     defaults on CPU: max_num_seqs 256, max_num_batched_tokens 4096).
+     defaults on CPU: max_num_seqs 256, max_num_batched_tokens 4096; new prompts each repeat, so no cache hits).
   3. with --hardware (a `roofline profile-device` YAML): each measured step against its roofline bound,
      max(FLOPs / peak bf16 FLOP/s, bytes / memory bandwidth), bytes = weights without the embedding table plus
      the KV read and written; the fraction of the bound reached (bound / measured), median per case.
@@ -51,7 +52,7 @@ from vllm import LLM, SamplingParams
 from vllm.inputs import TokensPrompt
 job = json.loads(sys.argv[1])
 llm = LLM(model=job["model_dir"], skip_tokenizer_init=True, dtype="bfloat16", max_model_len=job["max_model_len"],
-          enable_prefix_caching=False, seed=0, max_num_seqs=job["max_num_seqs"],
+          seed=0, max_num_seqs=job["max_num_seqs"],
           max_num_batched_tokens=job["max_num_batched_tokens"])
 def timed(prompts, max_tokens):
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=job["temperature"], detokenize=False)
@@ -72,8 +73,7 @@ def engine_for(spec: ModelSpec, state: dict[str, torch.Tensor], max_num_seqs: in
                max_num_batched_tokens: int) -> LLMEngine:
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             max_model_len=MAX_MODEL_LEN)
-    return LLMEngine(spec, EngineConfig(sched, enable_prefix_caching=False, kv_cache_memory_bytes=KV_CACHE_BYTES),
-                     state)
+    return LLMEngine(spec, EngineConfig(sched, kv_cache_memory_bytes=KV_CACHE_BYTES), state)
 
 
 def run_engine(engine: LLMEngine, batch: list[list[int]], max_tokens: int, temperature: float,
@@ -114,8 +114,9 @@ def measure_engine(spec: ModelSpec, state: dict[str, torch.Tensor], args: argpar
     engine.warm_up(max_num_decodes=max(args.batches))
     for batch_size in args.batches:
         short, long, trace_median, fractions = [], [], [], []
+        batch = prompts(batch_size, args.context, spec.vocab_size, seed=batch_size)
+        run_engine(engine, batch, 1, args.temperature, f"p{batch_size}")  # fills the prefix cache
         for r in range(args.repeats):
-            batch = prompts(batch_size, args.context, spec.vocab_size, seed=1000 * r + batch_size)
             short.append(run_engine(engine, batch, 1, args.temperature, f"s{batch_size}-{r}")[0])
             t_long, steps = run_engine(engine, batch, 1 + args.decode_steps, args.temperature, f"l{batch_size}-{r}")
             long.append(t_long)
@@ -162,13 +163,13 @@ def measure_vllm(python: str, model_dir: Path, spec: ModelSpec, args: argparse.N
 
     decode_cases = []
     for batch_size in args.batches:
-        for r in range(args.repeats):
-            batch = prompts(batch_size, args.context, spec.vocab_size, seed=1000 * r + batch_size)
-            decode_cases.append([(batch, 1), (batch, 1 + args.decode_steps)])
+        batch = prompts(batch_size, args.context, spec.vocab_size, seed=batch_size)
+        decode_cases.append([(batch, 1)])  # fills the prefix cache
+        decode_cases.extend([(batch, 1), (batch, 1 + args.decode_steps)] for _ in range(args.repeats))
     timings = job(decode_cases, max(args.batches))
     results: dict[str, Any] = {"decode": {}}
     for i, batch_size in enumerate(args.batches):
-        runs = timings[i * args.repeats:(i + 1) * args.repeats]
+        runs = timings[i * (args.repeats + 1) + 1:(i + 1) * (args.repeats + 1)]
         short, long = [t0 for t0, _ in runs], [t1 for _, t1 in runs]
         results["decode"][batch_size] = {"step_s": (min(long) - min(short)) / args.decode_steps,
                                          "short_s": short, "long_s": long}

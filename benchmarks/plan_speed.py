@@ -4,13 +4,16 @@
     python benchmarks/plan_speed.py --report-dir reports/llama-3.1-70b-sharegpt-chat   # also keep a report
 
 Target (issue 8): at most 60 s without sensitivity on the project machine (2 cores); the time with
-sensitivity is reported. Prints one line per variant: wall seconds, simulations, configurations.
+sensitivity is reported. Prints one line per variant: wall seconds, CPU seconds of this process and its
+workers (less disturbed by other jobs on a shared machine), the load average, simulations, configurations.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import resource
 import time
 from pathlib import Path
 
@@ -23,6 +26,12 @@ HARDWARE = ("h100-sxm", "h200-sxm", "a100-80gb-sxm")
 WORKLOAD = "sharegpt-chat"
 SLO = Slo(ttft_s=2.0, tpot_s=0.08, percentile=90)
 TARGET_RATE_PER_S = 10.0
+
+
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and of its finished children (the pool's workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def main() -> None:
@@ -41,10 +50,11 @@ def main() -> None:
         request = PlanRequest(model=MODEL, hardware=HARDWARE, workload=WORKLOAD, slo=SLO,
                               target_rate_per_s=TARGET_RATE_PER_S, tensor_parallel_sizes=(2, 4, 8),
                               max_num_seqs=seqs, sensitivity=sensitivity)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), _cpu_s()
         plan = make_plan(request, backend, prices, num_workers=args.workers)
-        elapsed = time.perf_counter() - started
-        print(f"sensitivity={'on' if sensitivity else 'off'}: {elapsed:.1f} s, {plan.num_simulations} simulations "
+        elapsed, cpu = time.perf_counter() - started, _cpu_s() - cpu_started
+        print(f"sensitivity={'on' if sensitivity else 'off'}: {elapsed:.1f} s wall, {cpu:.1f} s CPU, load average "
+              f"{os.getloadavg()[0]:.1f}, {plan.num_simulations} simulations "
               f"of {request.num_requests} measured requests, {len(plan.configs)} configurations "
               f"({len(plan.serving)} serve the target)")
         print("  " + answer_text(plan, all_tables(plan)))

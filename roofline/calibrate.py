@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.compare import Trace, error_stats, predict_step_times, step_kinds
+from roofline.compare import STEP_KINDS, Trace, error_stats, predict_step_times, step_kinds
 from roofline.cost_model import StepCostModel
 from roofline.cost_params import FITTABLE
 from roofline.errors import UserError
@@ -125,7 +125,7 @@ def trace_errors(traces: Sequence[Trace], hw: HardwareProfile) -> dict[str, Any]
         kinds.append(step_kinds(trace.steps))
     p, m, k = np.concatenate(predicted), np.concatenate(measured), np.concatenate(kinds)
     stats: dict[str, Any] = dict(error_stats(p, m))
-    stats["by_kind"] = {kind: error_stats(p[k == kind], m[k == kind]) for kind in ("prefill", "decode", "mixed")}
+    stats["by_kind"] = {kind: error_stats(p[k == kind], m[k == kind]) for kind in STEP_KINDS}
     return stats
 
 
@@ -148,10 +148,14 @@ def fit_rows(num_steps: int, max_steps: int, seed: int = SPLIT_SEED) -> np.ndarr
 def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Sequence[Trace] = (),
                         params: Sequence[str] = DEFAULT_TRACE_PARAMS,
                         max_fit_steps: int = DEFAULT_MAX_FIT_STEPS) -> CalibrationReport:
-    """Fit `params` on the steps of the `train` traces (at most `max_fit_steps` in all, sampled evenly per
-    trace); report errors on all steps of `train` and of the held-out `test`."""
+    """Fit `params` on the steps of the `train` traces (at most `max_fit_steps` in all, an equal seeded sample
+    of each trace); report errors on all steps of `train` and of the held-out `test`."""
     if not train:
         raise UserError("--trace: give at least one trace to fit on")
+    fitted_dirs = {t.path.resolve() for t in train}
+    for trace in test:
+        if trace.path.resolve() in fitted_dirs:
+            raise UserError(f"--test-trace {trace.path}: is also a --trace; held-out data must be another workload")
     if max_fit_steps < len(train):
         raise UserError(f"--max-fit-steps: must be at least the number of traces ({len(train)}), got {max_fit_steps}")
     names = check_params(params)

@@ -76,38 +76,39 @@ class Trace:
 # ---- loading ------------------------------------------------------------------------------------------------
 
 
-def load_trace(path: str | Path) -> Trace:
+def load_trace(path: str | Path, flag: str = "--trace") -> Trace:
     """Read a trace directory (`engine.core.trace`) and resolve its model spec and dtypes; bad input is a
-    UserError naming the directory."""
+    UserError naming the flag and the directory."""
     path = Path(path)
+    where = f"{flag} {path}"
     try:
         steps, meta = read_trace(path)
     except ValueError as exc:
-        raise UserError(f"--trace: {exc}") from None
+        raise UserError(f"{flag}: {exc}") from None
     if len(steps) == 0:
-        raise UserError(f"--trace {path}: the trace has no steps")
+        raise UserError(f"{where}: the trace has no steps")
     if not (steps["duration_s"] > 0).all():
-        raise UserError(f"--trace {path}: steps.parquet: duration_s must be positive in every row")
-    spec = _model_spec(meta["model"], path)
+        raise UserError(f"{where}: steps.parquet: duration_s must be positive in every row")
+    spec = _model_spec(meta["model"], where)
     engine_config = meta.get("engine_config") or {}
     requests_path = path / "requests.csv"
-    requests = _read_requests(requests_path) if requests_path.is_file() else None
-    dtype, quantization, kv_cache_dtype = _quant_args(meta, engine_config, path)
+    requests = _read_requests(requests_path, where) if requests_path.is_file() else None
+    dtype, quantization, kv_cache_dtype = _quant_args(meta, engine_config, where)
     return Trace(path=path, steps=steps.reset_index(drop=True), metadata=meta, spec=spec,
                  dtype=dtype, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
                  tensor_parallel_size=int(engine_config.get("tensor_parallel_size", 1)), requests=requests)
 
 
-def _read_requests(path: Path) -> pd.DataFrame:
+def _read_requests(path: Path, where: str) -> pd.DataFrame:
     requests = pd.read_csv(path)
     missing = [c for c in _REQUEST_COLUMNS if c not in requests.columns]
     if missing:
-        raise UserError(f"--trace: {path}: missing column(s) {', '.join(missing)}; "
+        raise UserError(f"{where}: requests.csv: missing column(s) {', '.join(missing)}; "
                         f"needed: {', '.join(_REQUEST_COLUMNS)}")
     return requests
 
 
-def _model_spec(model: Any, path: Path) -> ModelSpec:
+def _model_spec(model: Any, where: str) -> ModelSpec:
     """run.json `model`: the engine writes the spec's fields, the simulator a model id."""
     try:
         if isinstance(model, str):
@@ -119,11 +120,11 @@ def _model_spec(model: Any, path: Path) -> ModelSpec:
                 fields["rope_scaling"] = RopeScaling(**fields["rope_scaling"])
             return ModelSpec(**fields)
     except (TypeError, ValueError) as exc:
-        raise UserError(f"--trace {path}: run.json model: {exc}") from None
-    raise UserError(f"--trace {path}: run.json model: must be a model id or the model spec's fields")
+        raise UserError(f"{where}: run.json model: {exc}") from None
+    raise UserError(f"{where}: run.json model: must be a model id or the model spec's fields")
 
 
-def _quant_args(meta: dict[str, Any], engine_config: dict[str, Any], path: Path) -> tuple[str, str, str]:
+def _quant_args(meta: dict[str, Any], engine_config: dict[str, Any], where: str) -> tuple[str, str, str]:
     """(--dtype, --quantization, --kv-cache-dtype) of the run. Simulator traces record the user's values in
     engine_config; engine traces record the torch dtype of the weights (activations and KV cache share it)."""
     if "dtype" in engine_config:
@@ -131,7 +132,7 @@ def _quant_args(meta: dict[str, Any], engine_config: dict[str, Any], path: Path)
                 engine_config.get("kv_cache_dtype", "auto"))
     weights = (meta.get("dtypes") or {}).get("weights")
     if weights not in _TORCH_DTYPES:
-        raise UserError(f"--trace {path}: run.json dtypes.weights: {weights!r} is not allowed; "
+        raise UserError(f"{where}: run.json dtypes.weights: {weights!r} is not allowed; "
                         f"allowed: {', '.join(_TORCH_DTYPES)}")
     return weights, "none", "auto"
 
@@ -299,7 +300,7 @@ def write_report(result: Comparison, out_dir: Path) -> list[Path]:
     paths = [out_dir / "steps.csv", out_dir / "summary.json"]
     table.to_csv(paths[0], index=False, float_format="%.9g")
     paths[1].write_text(summary_json(result.summary))
-    by_kind = [(k, table[table["kind"] == k]) for k in STEP_KINDS]
+    by_kind = [(k, table[table["kind"] == k]) for k in STEP_KINDS if (table["kind"] == k).any()]
     title = f"{result.trace.spec.name} on {result.hardware_id}: {result.trace.name}"
     paths.append(plots.predicted_vs_measured(
         out_dir / "predicted_vs_measured.png",

@@ -2,7 +2,7 @@
 
     m = StepCostModel(spec, hw, quant, tp=1)
     c = m.step_cost(query_lens, context_lens, emits)    # StepCost: total_s, breakdown_s, ops (OpCost)
-    m.step_time_s(query_lens, context_lens, emits)      # the same total, fast (cached per token count)
+    m.step_time_s(query_lens, context_lens, emits)      # the same total, fast (tabulated per token count)
 
 Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost_params`):
 
@@ -255,17 +255,12 @@ class OpCost:
     bound: str  # compute | memory | communication | latency (fixed costs dominate)
 
 
-def op_cost(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int) -> OpCost:
-    """Time of one record (all its `count` instances) and what bounds it."""
-    e = hw.efficiency
+def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int) -> tuple[Any, int]:
+    """Seconds of one record (all its `count` instances) and the kernels of one instance. The record's shape
+    may hold arrays (`StepCostModel` tabulates the token-count operators for many counts at once)."""
     c = op.count
     if op.dtype not in hw.supported_dtypes:
         op = replace(op, dtype=quant.act_dtype)
-    bw = _bandwidth(hw)
-    moved = op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes
-    compute_s = op.flops / hw.peak_flops(op.dtype) / \
-        (e.gemm_fp8_compute_efficiency if op.dtype in _EIGHT_BIT else e.gemm_compute_efficiency)
-    memory_s = moved / (bw * e.memory_efficiency)
     kernels = 1
     if op.kind == "gemm":
         m, n, k, _ = op.shape
@@ -277,14 +272,11 @@ def op_cost(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_e
             kernels = 2
     elif op.kind == "attention_prefill":
         t = attention_prefill_time_s(hw, *op.shape, op.dtype)
-        compute_s = op.flops / (hw.peak_flops(op.dtype) * e.attention_compute_efficiency)
     elif op.kind == "attention_decode":
         t = attention_decode_time_s(hw, *op.shape, op.dtype)
-        compute_s = op.flops / (hw.peak_flops(op.dtype) * e.attention_compute_efficiency)
-        memory_s = moved / (bw * e.attention_memory_efficiency)
     elif op.kind == "moe":
         tpe, touched, hidden, inter = op.shape
-        w_param = op.weight_bytes / (c * max(touched, 1e-30) * 3 * hidden * inter)
+        w_param = op.weight_bytes / (c * _max(touched, 1e-30) * 3 * hidden * inter)
         t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, quant.act_bytes)
         kernels = 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
     elif op.kind == "all_reduce":
@@ -293,15 +285,35 @@ def op_cost(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_e
         t = all_gather_time_s(hw, *op.shape)
     elif op.kind == "sampling":
         kernels = 3
-        t = memory_op_time_s(hw, moved / c, kernels)
+        t = memory_op_time_s(hw, _moved_bytes(op) / c, kernels)
     else:
         assert op.kind == "elementwise", op.kind
         kernels = kernels_per_elementwise
-        t = memory_op_time_s(hw, moved / c, kernels)
-    time_s = float(c * t)
-    return OpCost(name=op.name, kind=op.kind, count=c, flops=op.flops, weight_bytes=op.weight_bytes,
+        t = memory_op_time_s(hw, _moved_bytes(op) / c, kernels)
+    return c * t, kernels
+
+
+def _moved_bytes(op: OpRecord) -> Any:
+    return op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes
+
+
+def op_cost(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int) -> OpCost:
+    """Time of one record (all its `count` instances) and what bounds it."""
+    e = hw.efficiency
+    time_s, kernels = op_time_s(hw, op, quant, kernels_per_elementwise)
+    time_s = float(time_s)
+    dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
+    bw = _bandwidth(hw)
+    moved = _moved_bytes(op)
+    if op.kind.startswith("attention"):
+        compute_s = op.flops / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
+    else:
+        compute_s = op.flops / hw.peak_flops(dtype) / \
+            (e.gemm_fp8_compute_efficiency if dtype in _EIGHT_BIT else e.gemm_compute_efficiency)
+    memory_s = moved / (bw * (e.attention_memory_efficiency if op.kind == "attention_decode" else e.memory_efficiency))
+    return OpCost(name=op.name, kind=op.kind, count=op.count, flops=op.flops, weight_bytes=op.weight_bytes,
                   act_bytes=op.act_bytes, kv_read_bytes=op.kv_read_bytes, kv_write_bytes=op.kv_write_bytes,
-                  comm_bytes=op.comm_bytes, num_kernels=c * kernels, time_s=time_s,
+                  comm_bytes=op.comm_bytes, num_kernels=op.count * kernels, time_s=time_s,
                   bound=_bound(op.kind, compute_s, memory_s, time_s))
 
 
@@ -335,8 +347,9 @@ class StepCostModel:
         self.rank = RankShape.of(spec, tp)
         for dtype in {quant.act_dtype, quant.gemm_dtype}:
             hw.peak_flops(dtype)  # a dtype the device lacks is a UserError now, not mid-simulation
-        self._token_cache: dict[int, tuple[float, int]] = {}
-        self._emit_cache: dict[int, tuple[float, int]] = {}
+        # Token-count and emit-count operators tabulated in blocks of _TABLE_BLOCK counts (`_CountTable`).
+        self._token_table = _CountTable(self._token_part)
+        self._emit_table = _CountTable(self._emit_part)
         ex = hw.executor
         self._graph_sizes = tuple(ex.cuda_graph_batch_sizes)
         self._max_graph = self._graph_sizes[-1] if ex.mode == "cuda_graphs" else 0
@@ -374,8 +387,8 @@ class StepCostModel:
         (`BatchStats`), the token- and emit-dependent operators are cached per count, and attention is the
         same scalar formulas on the aggregates, without building records."""
         stats = self._stats(query_lens, context_lens, emits)
-        token_s, token_k = self._cached(self._token_cache, self._padded_tokens(stats.num_tokens), self._token_part)
-        emit_s, emit_k = self._cached(self._emit_cache, stats.num_emits, self._emit_part)
+        token_s, token_k = self._token_table.lookup(self._padded_tokens(stats.num_tokens))
+        emit_s, emit_k = self._emit_table.lookup(stats.num_emits)
         attn_s, attn_k = self._attention_s(stats)
         device_s = token_s + emit_s + attn_s
         return self._combine(device_s, self._host_s(stats, token_k + emit_k + attn_k))
@@ -425,23 +438,53 @@ class StepCostModel:
     def _combine(self, device_s: float, host_s: float) -> float:
         return max(device_s, host_s) if self.hw.executor.host_overlaps_device else device_s + host_s
 
-    def _parts_cost(self, ops: list[OpRecord]) -> tuple[float, int]:
+    def _parts_cost(self, ops: list[OpRecord]) -> tuple[np.ndarray, int]:
+        """Summed time (in `op_cost`'s order, so it equals the full path's floats) and kernels of records whose
+        shapes hold arrays of counts."""
         k = self.hw.executor.kernels_per_elementwise_op
-        costs = [op_cost(self.hw, op, self.quant, k) for op in ops]
-        return sum(c.time_s for c in costs), sum(c.num_kernels for c in costs)
+        total_s, kernels = 0, 0
+        for op in ops:
+            t, op_kernels = op_time_s(self.hw, op, self.quant, k)
+            total_s = total_s + t
+            kernels += op.count * op_kernels
+        return total_s, kernels
 
-    def _token_part(self, num_tokens: int) -> tuple[float, int]:
-        return self._parts_cost(token_ops(self.spec, self.quant, self.tp, num_tokens)) if num_tokens else (0.0, 0)
+    def _token_part(self, num_tokens: np.ndarray) -> tuple[np.ndarray, int]:
+        return self._parts_cost(token_ops(self.spec, self.quant, self.tp, num_tokens))
 
-    def _emit_part(self, num_emits: int) -> tuple[float, int]:
+    def _emit_part(self, num_emits: np.ndarray) -> tuple[np.ndarray, int]:
         return self._parts_cost(emit_ops(self.spec, self.quant, self.tp, num_emits))
 
-    @staticmethod
-    def _cached(cache: dict[int, tuple[float, int]], key: int, compute: Any) -> tuple[float, int]:
-        hit = cache.get(key)
-        if hit is None:
-            hit = cache[key] = compute(key)
-        return hit
+
+_TABLE_BLOCK = 512  # counts per tabulated block: one block covers every decode batch up to 511 sequences
+
+
+class _CountTable:
+    """(seconds, kernels) of the operators that depend on one count (tokens or emitted tokens) of a step, for
+    every count, computed lazily in blocks of `_TABLE_BLOCK` counts by one vectorized evaluation of the same
+    formulas (`part(counts array)`); a count of 0 has no operators. A mixed prefill+decode step has a token
+    count seldom seen before, so evaluating one count at a time would cost a full GEMM tile search per step."""
+
+    def __init__(self, part: Any) -> None:
+        self._part = part
+        self._blocks: dict[int, list[float]] = {}
+        self._kernels = -1  # kernels of any count >= 1 (the same operators for every count); set with a block
+
+    def lookup(self, count: int) -> tuple[float, int]:
+        if count <= 0:
+            return 0.0, 0
+        block = self._blocks.get(count // _TABLE_BLOCK)
+        if block is None:
+            block = self._fill(count // _TABLE_BLOCK)
+        return block[count % _TABLE_BLOCK], self._kernels
+
+    def _fill(self, index: int) -> list[float]:
+        # Count 0 of block 0 is never looked up; evaluate 1 there instead so every formula sees a count >= 1.
+        counts = np.arange(index * _TABLE_BLOCK, (index + 1) * _TABLE_BLOCK, dtype=np.float64)
+        counts[0] = max(counts[0], 1.0)
+        seconds, self._kernels = self._part(counts)
+        block = self._blocks[index] = np.broadcast_to(seconds, counts.shape).astype(np.float64).tolist()
+        return block
 
 
 # ---- single operators, vectorized (`roofline predict-ops`, fitting on measured operator tables) ------------

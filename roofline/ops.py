@@ -270,7 +270,8 @@ def moe_record(name: str, num_tokens: float, hidden: int, inter: int, topk: int,
     """Fused MoE experts (gate_up and down grouped GEMMs, SiLU-and-mul between) for `num_tokens` tokens routed
     uniformly to `topk` of `num_experts`: E * (1 - (1 - topk/E)^T) experts are touched in expectation, and only
     their weights are read. Shape: (tokens per touched expert, touched experts)."""
-    touched = num_experts * (1.0 - (1.0 - topk / num_experts) ** num_tokens) if num_tokens > 0 else 0.0
+    # (1 - topk/E)^0 == 1 exactly, so no tokens touch no experts; scalars or arrays of token counts.
+    touched = num_experts * (1.0 - (1.0 - topk / num_experts) ** num_tokens)
     routed = num_tokens * topk
     a = quant.act_bytes
     # gate_up: routed x h -> routed x 2I; act: 2I -> I; down: I -> h; final weighted sum over topk -> h.
@@ -279,8 +280,15 @@ def moe_record(name: str, num_tokens: float, hidden: int, inter: int, topk: int,
     return OpRecord(name=name, kind="moe", count=count,
                     flops=count * (2.0 * routed * 3 * hidden * inter + _SILU_MUL_FLOPS_PER_ELEMENT * routed * inter),
                     weight_bytes=count * touched * 3 * hidden * inter * quant.weight_bytes_per_param,
-                    act_bytes=count * act, shape=(routed / touched if touched else 0.0, touched, hidden, inter),
+                    act_bytes=count * act, shape=(_per_expert(routed, touched), touched, hidden, inter),
                     dtype=quant.gemm_dtype)
+
+
+def _per_expert(routed: Any, touched: Any) -> Any:
+    """Tokens per touched expert, 0 when none is touched (scalars or arrays)."""
+    if isinstance(touched, np.ndarray):
+        return np.where(touched > 0, routed / np.where(touched > 0, touched, 1.0), 0.0)
+    return routed / touched if touched else 0.0
 
 
 def step_ops(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats) -> list[OpRecord]:
@@ -333,8 +341,8 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: float) -
 
 def emit_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_emits: float) -> list[OpRecord]:
     """LM head, logits gather and sampling, only for the sequences that emit a token this step (vLLM computes
-    logits only at those positions)."""
-    if num_emits <= 0:
+    logits only at those positions). `num_emits`: a count or an array of counts (all > 0)."""
+    if np.max(num_emits) <= 0:
         return []
     r = RankShape.of(spec, tp)
     a = quant.act_bytes

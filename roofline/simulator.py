@@ -22,6 +22,7 @@ output lengths are honoured.
 from __future__ import annotations
 
 import heapq
+import itertools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -180,6 +181,9 @@ class _Replica:
         self.schedule_pending = False
 
 
+_ITL_BATCH = 512  # finished requests whose token times are turned into gaps at once
+
+
 class _Recorder:
     """Per-request and per-step records, kept compact (arrays of numbers, not objects)."""
 
@@ -193,8 +197,12 @@ class _Recorder:
         self.num_preemptions = np.zeros(n, np.int64)
         self.num_prefix_hits = np.zeros(n, np.int64)
         self.replica = np.zeros(n, np.int64)
-        self.itl_gaps: list[np.ndarray] = []  # per finished request with 2+ tokens, its gaps
-        self.itl_rows: list[int] = []  # ... and its row
+        self.itl_gaps: list[np.ndarray] = []  # per batch of finished requests with 2+ tokens, their gaps
+        self.itl_rows: list[np.ndarray] = []  # ... and the row of each gap
+        # Token times of finished requests not yet turned into gaps: one np.diff per batch of requests is
+        # much cheaper than one per request.
+        self._pending_times: list[list[float]] = []
+        self._pending_rows: list[int] = []
         self.record_steps = record_steps
         self.step_rows: list[tuple] = []
         self.step_seqs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -210,8 +218,24 @@ class _Recorder:
         self.num_prefix_hits[row] = req.num_prefix_hit_tokens or 0
         times = req.token_times_s
         if len(times) > 1:
-            self.itl_gaps.append(np.diff(times))
-            self.itl_rows.append(row)
+            self._pending_times.append(times)
+            self._pending_rows.append(row)
+            if len(self._pending_rows) >= _ITL_BATCH:
+                self.flush_gaps()
+
+    def flush_gaps(self) -> None:
+        """Turn the pending token times into inter-token gaps (the same floats as np.diff per request)."""
+        if not self._pending_rows:
+            return
+        lengths = np.array([len(t) for t in self._pending_times], dtype=np.int64)
+        flat = np.fromiter(itertools.chain.from_iterable(self._pending_times), dtype=float, count=int(lengths.sum()))
+        gaps = np.diff(flat)
+        ends = np.cumsum(lengths)[:-1] - 1  # gaps between one request's last and the next one's first time
+        keep = np.ones(len(gaps), dtype=bool)
+        keep[ends] = False
+        self.itl_gaps.append(gaps[keep])
+        self.itl_rows.append(np.repeat(np.array(self._pending_rows, dtype=np.int64), lengths - 1))
+        self._pending_times, self._pending_rows = [], []
 
 
 def run_simulation(deployment: Deployment, workload: Workload, options: SimulationOptions = SimulationOptions(),
@@ -367,8 +391,9 @@ def _result(specs: Sequence[RequestSpec], rec: _Recorder, wall_s: float) -> Simu
         "num_prefix_hit_tokens": rec.num_prefix_hits,
     })
     steps = pd.DataFrame(rec.step_rows, columns=list(STEP_COLUMNS))
+    rec.flush_gaps()
     gaps = np.concatenate(rec.itl_gaps) if rec.itl_gaps else np.zeros(0)
-    rows = np.repeat(np.array(rec.itl_rows, dtype=np.int64), [len(g) for g in rec.itl_gaps])
+    rows = np.concatenate(rec.itl_rows) if rec.itl_rows else np.zeros(0, dtype=np.int64)
     itl = InterTokenLatencies(gaps, rows)
     return SimulationResult(requests, steps, itl, rec.step_seqs, rec.step_request_ids, wall_s)
 

@@ -76,14 +76,16 @@ def test_cli_writes_a_calibrated_profile_that_records_the_fit(setup: dict[str, P
     args = ["calibrate", "--hardware", str(setup["start"]), "--trace", str(setup["a"]),
             "--test-trace", str(setup["b"]), "--params", ",".join(PARAMS)]
     assert main([*args, "--out", str(tmp_path / "one.yaml")]) == 0
-    assert main([*args, "--out", str(tmp_path / "two.yaml")]) == 0
-    assert (tmp_path / "one.yaml").read_bytes() == (tmp_path / "two.yaml").read_bytes()
+    (tmp_path / "first.yaml").write_bytes((tmp_path / "one.yaml").read_bytes())
+    assert main([*args, "--out", str(tmp_path / "one.yaml")]) == 0
+    assert (tmp_path / "one.yaml").read_bytes() == (tmp_path / "first.yaml").read_bytes()
     hw = load_profile(tmp_path / "one.yaml")
     assert hw.efficiency.gemm_compute_efficiency == pytest.approx(0.8, rel=0.05)
     assert hw.executor.step_overhead_s == pytest.approx(1e-3, rel=0.05)
     assert hw.efficiency.memory_efficiency == 0.7  # not fitted: unchanged
     cal = hw.calibration
     assert cal["date"] == "2023-11-14" and cal["source"] == "step_traces"
+    assert cal["command"].startswith(f"roofline calibrate --hardware {setup['start']} --out {tmp_path / 'one.yaml'}")
     assert cal["fitted_on"][0]["trace"] == str(setup["a"]) and cal["held_out"][0]["trace"] == str(setup["b"])
     assert cal["error"]["test"]["after"]["median_abs_rel_err"] < 0.01
     assert set(cal["parameters"]) == set(PARAMS)
@@ -132,3 +134,8 @@ def test_op_table_fit_generalizes_to_held_out_shapes() -> None:
     assert report.error["test"]["after"]["median_abs_rel_err"] < 0.03
     assert {d["kind"] for d in report.fitted_on} == {"gemm"}
     assert report.fitted_on[0]["num_shapes"] == 6 and report.held_out[0]["num_shapes"] == 6
+
+
+def test_a_fitted_trace_cannot_be_held_out(setup: dict[str, Path]) -> None:
+    with pytest.raises(UserError, match="held-out data must be another workload"):
+        calibrate_on_traces(load_profile(setup["start"]), [load_trace(setup["a"])], [load_trace(setup["a"])], PARAMS)

@@ -54,6 +54,25 @@ def test_fast_path_equals_breakdown(spec, tp, mode):
         assert sum(full.breakdown_s.values()) == pytest.approx(full.total_s, rel=1e-12)
 
 
+MOE = replace(SPEC, num_experts=8, num_experts_per_tok=2)
+FP8 = QuantConfig.from_user(quantization="fp8", model_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("spec,quant", [(SPEC, FP8), (MOE, BF16), (MOE, FP8)])
+def test_tabulated_counts_equal_breakdown(spec, quant):
+    """The token- and emit-count operators are tabulated in blocks of counts (vectorized); single steps of
+    counts at, across and far beyond block edges, dense or MoE, 16- or 8-bit GEMMs, equal the full path."""
+    m = model(spec=spec, quant=quant)
+    for tokens in (1, 2, 511, 512, 513, 1024, 8191, 8192, 70_001):
+        q = np.array([tokens])
+        for e in (np.array([True]), np.array([False])):
+            full = m.step_cost(q, np.array([7]), e)
+            assert m.step_time_s(q, np.array([7]), e) == pytest.approx(full.total_s, rel=1e-12, abs=0)
+    decode = np.ones(600, int)
+    full = m.step_cost(decode, np.arange(600), decode > 0)
+    assert m.step_time_s(decode, np.arange(600), decode > 0) == pytest.approx(full.total_s, rel=1e-12, abs=0)
+
+
 def test_records_carry_bytes_time_and_bound():
     cost = step(model(), [2048], [0])
     ops = {o.name: o for o in cost.ops}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,15 +74,29 @@ def run(args: argparse.Namespace) -> int:
         params = DEFAULT_TRACE_PARAMS if args.params is None else [p.strip() for p in args.params.split(",")]
         max_fit_steps = DEFAULT_MAX_FIT_STEPS if args.max_fit_steps is None else args.max_fit_steps
         report = calibrate_on_traces(hw, [load_trace(t) for t in args.trace],
-                                     [load_trace(t) for t in args.test_trace], params, max_fit_steps)
-    command = shlex.join(["roofline", *sys.argv[2:]]) if sys.argv[1:2] == ["calibrate"] else "roofline calibrate"
-    write_calibrated_profile(profile_path, report, args.out, command)
+                                     [load_trace(t, '--test-trace') for t in args.test_trace], params, max_fit_steps)
+    write_calibrated_profile(profile_path, report, args.out, command_line(args))
     if args.json:
         print(json.dumps(jsonable(report.to_dict()), indent=2))
     else:
         print(format_report(report))
         print(f"wrote {args.out}")
     return 0
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that reproduces this calibration (recorded in the profile)."""
+    words = ["roofline", "calibrate", "--hardware", str(args.hardware), "--out", str(args.out)]
+    if args.op_tables is not None:
+        words += ["--op-tables", args.op_tables]
+    else:
+        words += ["--trace", *map(str, args.trace)]
+        if args.test_trace:
+            words += ["--test-trace", *map(str, args.test_trace)]
+        for flag, value in (("--params", args.params), ("--max-fit-steps", args.max_fit_steps)):
+            if value is not None:
+                words += [flag, str(value)]
+    return shlex.join(words)
 
 
 def format_report(report: CalibrationReport) -> str:
