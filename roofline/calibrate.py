@@ -40,8 +40,8 @@ from roofline.hardware import HardwareProfile, dump_profile, parse_profile, read
 
 # What a step trace of an eager engine pins down: the GEMM and memory efficiencies (prefill is compute-bound,
 # decode streams the weights), attention (its cost grows with context), the per-kernel launch and the
-# per-step host time. `efficiency.kernel_fixed_s` is left out: in eager mode it adds to every kernel exactly
-# as `executor.kernel_launch_s` does, so the two cannot be told apart from step times.
+# per-step and per-sequence host time. `efficiency.kernel_fixed_s` is left out: in eager mode it adds to every
+# kernel exactly as `executor.kernel_launch_s` does, so the two cannot be told apart from step times.
 DEFAULT_TRACE_PARAMS = (
     "efficiency.gemm_compute_efficiency",
     "efficiency.memory_efficiency",
@@ -49,6 +49,7 @@ DEFAULT_TRACE_PARAMS = (
     "efficiency.attention_memory_efficiency",
     "executor.kernel_launch_s",
     "executor.step_overhead_s",
+    "executor.step_overhead_per_seq_s",
 )
 
 # Operator tables: (stage, kinds fitted on, parameters), fitted in this order, each stage starting from the

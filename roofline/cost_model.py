@@ -58,6 +58,7 @@ from roofline.ops import (BatchStats, OpRecord, RankShape, attention_pairs, atte
                           decode_attention_shape, emit_ops, kv_bytes_per_token_per_rank, prefill_attention_shape,
                           step_ops, token_ops, weight_bytes_per_rank)
 from roofline.quant import QuantConfig
+from roofline import cpu_timing
 
 # 16-bit GEMMs (cuBLAS via torch.nn.functional.linear): output tiles (rows, cols) its heuristic chooses among
 # (CUTLASS 3 SM90 cluster tiles 128x128 / 128x256 / 256x128 and the 64-row tiles of skinny problems), with
@@ -114,6 +115,9 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     fraction to its lower bound), so they draw the full bandwidth. The two overlap as `_overlap`. 16-bit and 8-bit
     GEMMs are different libraries (cuBLAS, CUTLASS) with their own tile choice (`GEMM_TILES`,
     `GEMM_TILES_8BIT`), compute efficiency, per-tile cost and memory efficiency. Plus kernel_fixed_s."""
+    if hw.kind == "cpu":  # no tiles or waves on a CPU (roofline.cpu_timing)
+        return cpu_timing.gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, in_bytes, out_bytes, groups,
+                                      eff_scale)
     e = hw.efficiency
     eight = dtype in _EIGHT_BIT
     eff = (e.gemm_fp8_compute_efficiency if eight else e.gemm_compute_efficiency) * eff_scale
@@ -258,6 +262,8 @@ class OpCost:
 def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int) -> tuple[Any, int]:
     """Seconds of one record (all its `count` instances) and the kernels of one instance. The record's shape
     may hold arrays (`StepCostModel` tabulates the token-count operators for many counts at once)."""
+    if hw.kind == "cpu" and op.kind in cpu_timing.HANDLED_KINDS:  # the engine's torch ops on a CPU
+        return cpu_timing.op_time_s(hw, op, quant)
     c = op.count
     if op.dtype not in hw.supported_dtypes:
         op = replace(op, dtype=quant.act_dtype)
@@ -344,6 +350,8 @@ class StepCostModel:
 
     def __init__(self, spec: ModelSpec, hw: HardwareProfile, quant: QuantConfig, tp: int = 1) -> None:
         self.spec, self.hw, self.quant, self.tp = spec, hw, quant, tp
+        if hw.kind == "cpu":
+            cpu_timing.check_profile(hw)
         self.rank = RankShape.of(spec, tp)
         for dtype in {quant.act_dtype, quant.gemm_dtype}:
             hw.peak_flops(dtype)  # a dtype the device lacks is a UserError now, not mid-simulation
@@ -370,7 +378,7 @@ class StepCostModel:
         """Every operator of the step with its FLOPs, bytes, time and bound, and the step total."""
         stats = self._stats(query_lens, context_lens, emits)
         padded = self._padded_tokens(stats.num_tokens)
-        ops = step_ops(self.spec, self.quant, self.tp, replace(stats, num_tokens=padded))
+        ops = self._step_ops(replace(stats, num_tokens=padded))
         k = self.hw.executor.kernels_per_elementwise_op
         costs = tuple(op_cost(self.hw, op, self.quant, k) for op in ops)
         device_s = sum(c.time_s for c in costs)
@@ -400,6 +408,8 @@ class StepCostModel:
     def _attention_s(self, s: BatchStats) -> tuple[float, int]:
         """Time and kernels of the attention records of `s`, as `op_cost` computes them (same formulas, same
         arguments: `roofline.ops.attention_records`)."""
+        if self.hw.kind == "cpu":
+            return self._cpu_attention_s(s)
         r, hw, dtype = self.rank, self.hw, self.quant.act_dtype
         t, kernels = 0.0, 0
         if s.num_prefill_seqs:
@@ -433,7 +443,25 @@ class StepCostModel:
             launches = 1 if stats.num_prefill_seqs == 0 else 2 * self.rank.layers + 1
         else:
             launches = num_kernels
-        return ex.step_overhead_s + launches * ex.kernel_launch_s
+        return ex.step_overhead_s + launches * ex.kernel_launch_s + ex.step_overhead_per_seq_s * (
+            stats.num_decode_seqs + stats.num_prefill_seqs)
+
+    def _step_ops(self, s: BatchStats) -> list[OpRecord]:
+        """`roofline.ops.step_ops`; on a CPU with the shapes of the engine's attention (`roofline.cpu_timing`)."""
+        if self.hw.kind != "cpu":
+            return step_ops(self.spec, self.quant, self.tp, s)
+        return (token_ops(self.spec, self.quant, self.tp, s.num_tokens)
+                + cpu_timing.attention_records(self.rank, s, self.quant)
+                + emit_ops(self.spec, self.quant, self.tp, s.num_emits))
+
+    def _cpu_attention_s(self, s: BatchStats) -> tuple[float, int]:
+        """`_attention_s` on a CPU: the same records and formulas as `step_cost` (`roofline.cpu_timing`)."""
+        t, kernels = 0.0, 0
+        for op in cpu_timing.attention_records(self.rank, s, self.quant):
+            op_t, op_kernels = cpu_timing.op_time_s(self.hw, op, self.quant)
+            t += float(op_t)
+            kernels += op.count * op_kernels
+        return t, kernels
 
     def _combine(self, device_s: float, host_s: float) -> float:
         return max(device_s, host_s) if self.hw.executor.host_overlaps_device else device_s + host_s

@@ -44,6 +44,7 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "gemm_fp8_compute_efficiency": ("gemm_fp8_compute_efficiency", 1.0, 1.0),
     "gemm_tile_fixed_k": ("gemm_tile_fixed_k", 1.0, 1e6),
     "gemm_fp8_tile_fixed_k": ("gemm_fp8_tile_fixed_k", 1.0, 1e6),
+    "gemm_fixed_rows": ("gemm_fixed_rows", 1.0, 1e6),
     "memory_efficiency": ("memory_efficiency", 1.0, 1.0),
     "gemm_fp8_memory_efficiency": ("gemm_fp8_memory_efficiency", 1.0, 1.0),
     "memory_saturation_fraction": ("memory_saturation_fraction", 1.0, 1.0),
@@ -75,6 +76,11 @@ class EfficiencyParams:
     gemm_tile_fixed_k: float = 64.0
     # The same for 8-bit GEMMs (a CUTLASS kernel with its own pipeline depth and scaling epilogue).
     gemm_fp8_tile_fixed_k: float = 64.0
+    # CPU only (`roofline.cpu_timing`, no tiles or waves there): a GEMM of m rows costs as many MACs as one of
+    # m + gemm_fixed_rows rows at full efficiency, i.e. efficiency m / (m + gemm_fixed_rows) (register blocking
+    # and B-panel loads of the microkernel amortized over few rows). oneDNN's prepacked bf16 GEMM on this
+    # project's AVX-512-BF16 EPYC, 1 thread, weights in cache: m = 4 runs at ~0.7 of the m >= 16 rate -> ~2.
+    gemm_fixed_rows: float = 2.0
     # Fraction of peak DRAM bandwidth a streaming kernel reaches (STREAM triad on H100: 89 %); also the
     # bandwidth of a 16-bit GEMM's memory-bound regime (small m: weights streamed once).
     memory_efficiency: float = 0.85
@@ -145,7 +151,7 @@ def _round(value: float) -> float:
 
 # The parameters `roofline.fit` may fit, by dotted name (section.field of the dataclass, SI units).
 FITTABLE = tuple(f"efficiency.{name}" for name in _EFFICIENCY_YAML) + (
-    "executor.kernel_launch_s", "executor.step_overhead_s")
+    "executor.kernel_launch_s", "executor.step_overhead_s", "executor.step_overhead_per_seq_s")
 
 _EXECUTOR_MODES = ("eager", "cuda_graphs")
 
@@ -169,14 +175,17 @@ class ExecutorParams:
     cuda_graph_batch_sizes: tuple[int, ...] = _VLLM_CAPTURE_SIZES
     kernel_launch_s: float = 4e-6  # host time to launch one kernel or replay one graph
     step_overhead_s: float = 2e-3  # host time per step: schedule, prepare inputs, sample, bookkeeping
+    # Host time per scheduled sequence and step (per-sequence Python in schedule, prepare inputs, block tables,
+    # sampling, update); 0 = folded into step_overhead_s (the shipped GPU profiles).
+    step_overhead_per_seq_s: float = 0.0
     host_overlaps_device: bool = False  # async scheduling: host work of step i+1 hides under device step i
     kernels_per_elementwise_op: int = 1
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None, where: str) -> "ExecutorParams":
         section = section or {}
-        allowed = ["mode", "cuda_graph_batch_sizes", "kernel_launch_us", "step_overhead_us", "host_overlaps_device",
-                   "kernels_per_elementwise_op"]
+        allowed = ["mode", "cuda_graph_batch_sizes", "kernel_launch_us", "step_overhead_us",
+                   "step_overhead_per_seq_us", "host_overlaps_device", "kernels_per_elementwise_op"]
         _check_keys(section, allowed, where)
         mode = section.get("mode", cls.mode)
         if mode not in _EXECUTOR_MODES:
@@ -196,6 +205,8 @@ class ExecutorParams:
             cuda_graph_batch_sizes=tuple(sorted(set(sizes))),
             kernel_launch_s=_number(section, "kernel_launch_us", cls.kernel_launch_s * 1e6, where) * 1e-6,
             step_overhead_s=_number(section, "step_overhead_us", cls.step_overhead_s * 1e6, where) * 1e-6,
+            step_overhead_per_seq_s=_number(section, "step_overhead_per_seq_us", cls.step_overhead_per_seq_s * 1e6,
+                                            where) * 1e-6,
             host_overlaps_device=overlap,
             kernels_per_elementwise_op=per_op,
         )
@@ -206,6 +217,7 @@ class ExecutorParams:
             "cuda_graph_batch_sizes": list(self.cuda_graph_batch_sizes),
             "kernel_launch_us": _round(self.kernel_launch_s * 1e6),
             "step_overhead_us": _round(self.step_overhead_s * 1e6),
+            "step_overhead_per_seq_us": _round(self.step_overhead_per_seq_s * 1e6),
             "host_overlaps_device": self.host_overlaps_device,
             "kernels_per_elementwise_op": self.kernels_per_elementwise_op,
         }

@@ -92,6 +92,7 @@ class BatchStats:
     prefill_pad_pairs: float = 0.0
     num_decode_seqs: int = 0
     decode_pairs: float = 0.0  # = keys read per head, one query each
+    decode_max_keys: float = 0.0  # keys of the longest decode (an engine padding block tables reads B times it)
 
     @classmethod
     def from_arrays(cls, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray,
@@ -116,8 +117,12 @@ class BatchStats:
             decode_pairs = float(np.minimum(dec + 1, sliding_window).sum())
         else:
             decode_pairs = float(dec.sum()) + dec.size
+        max_keys = 0.0
+        if dec.size:
+            max_keys = float(dec.max()) + 1.0
+            max_keys = min(max_keys, float(sliding_window)) if sliding_window else max_keys
         return cls(num_tokens=num_tokens, num_emits=num_emits, num_decode_seqs=int(dec.size),
-                   decode_pairs=decode_pairs, **prefill)
+                   decode_pairs=decode_pairs, decode_max_keys=max_keys, **prefill)
 
     @staticmethod
     def _prefill_sums(qs: list[int], cs: list[int], sliding_window: int | None, q_tile: float) -> dict[str, float]:

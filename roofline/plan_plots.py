@@ -102,13 +102,16 @@ def roofline_chart(path: Path, title: str, prefill: StepProfile, decode: StepPro
 @dataclass(frozen=True)
 class Curve:
     """Percentile latencies against offered rate for one configuration; `low`/`high` are the same search at
-    -10 % / +10 % efficiency (None without sensitivity). Each is (rate, ttft, tpot) arrays sorted by rate."""
+    -10 % / +10 % efficiency (None without sensitivity). Each is (rate, ttft, tpot) arrays sorted by rate,
+    with the highest rate within the SLOs."""
 
     label: str
     nominal: tuple[np.ndarray, np.ndarray, np.ndarray]
     max_rate_per_s: float
     low: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     high: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    low_max_rate_per_s: float | None = None
+    high_max_rate_per_s: float | None = None
 
 
 def _band(low: tuple[np.ndarray, ...], high: tuple[np.ndarray, ...], column: int) -> tuple[np.ndarray, ...]:
@@ -131,10 +134,18 @@ def latency_vs_load(path: Path, curves: list[Curve], slo: Slo) -> Path:
         for i, curve in enumerate(curves):
             rates, values = curve.nominal[0], curve.nominal[col]
             ax.plot(rates, values, marker="o", markersize=3, color=_color(i), label=curve.label)
+            for other in (curve.low, curve.high):
+                if other is not None:
+                    ax.plot(other[0], other[col], marker=".", markersize=3, linestyle="--", linewidth=0.7,
+                            color=_color(i), alpha=0.6)
             if curve.low is not None and curve.high is not None and len(curve.low[0]) > 1 and len(curve.high[0]) > 1:
                 band = _band(curve.low, curve.high, col)
                 if len(band[0]) > 1:
                     ax.fill_between(band[0], band[1], band[2], color=_color(i), alpha=0.15, linewidth=0)
+            if curve.low_max_rate_per_s and curve.high_max_rate_per_s:
+                # The answer's range: the highest rate within the SLOs at -10 % and at +10 % efficiency.
+                ax.axvspan(curve.low_max_rate_per_s, curve.high_max_rate_per_s, color=_color(i), alpha=0.12,
+                           linewidth=0)
             ax.axvline(curve.max_rate_per_s, color=_color(i), linestyle=":", linewidth=1)
         ax.axhline(limit, color="red", linestyle="--", linewidth=1.2, label=f"SLO {limit:g} s")
         ax.set_yscale("log")

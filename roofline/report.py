@@ -260,11 +260,14 @@ def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
     if chosen:
         curves = [plan_plots.Curve(c.config.label, _curve_arrays(c.nominal), c.max_rate_per_s,
                                    _curve_arrays(c.pessimistic) if c.pessimistic else None,
-                                   _curve_arrays(c.optimistic) if c.optimistic else None) for c in chosen]
+                                   _curve_arrays(c.optimistic) if c.optimistic else None,
+                                   c.pessimistic.max_rate_per_s if c.pessimistic else None,
+                                   c.optimistic.max_rate_per_s if c.optimistic else None) for c in chosen]
         plan_plots.latency_vs_load(out_dir / "latency_vs_load.png", curves, plan.request.slo)
         figures.append(("latency_vs_load.png", "Latency percentiles of one replica against offered load, for the "
-                        "best configuration of each hardware: every simulation the search ran. Red: the SLO; "
-                        "dotted: the highest rate within it; shaded: between -10 % and +10 % efficiency."))
+                        "best configuration of each hardware: every simulation the search ran (dashed: the searches at -10 % and "
+                        "+10 % efficiency). Red: the SLO; dotted: the highest rate within it; shaded: that rate's "
+                        "range from -10 % to +10 % efficiency (and the latency band where both were probed)."))
         plan_plots.kv_usage(out_dir / "kv_usage.png",
                             [(c.config.label, c.nominal.kv_time_s, c.nominal.kv_usage) for c in chosen])
         figures.append(("kv_usage.png", "KV-cache usage over simulated time at the highest rate within the SLOs "

@@ -34,7 +34,7 @@ TRUTH = {
                 "num_compute_units": "test", "efficiency": "test", "executor": "test"},
 }
 # The profile calibration starts from: GEMM efficiency and per-step overhead are off.
-START = {**TRUTH, "efficiency": {"gemm_compute_efficiency": 0.4, "memory_efficiency": 0.7},
+START = {**TRUTH, "efficiency": {"gemm_compute_efficiency": 0.2, "memory_efficiency": 0.7},
          "executor": {"mode": "eager", "kernel_launch_us": 5.0, "step_overhead_us": 4000.0}}
 PARAMS = ["efficiency.gemm_compute_efficiency", "executor.step_overhead_s"]
 

@@ -173,3 +173,34 @@ def test_column_path_equals_token_lists(workload, token):
     assert fast == slow == checked
     assert _outcome(fast_finished) == _outcome(slow_finished) == _outcome(checked_finished)
     assert sched.kv.num_used_blocks == 0 and sched.num_running == 0
+
+
+def test_preempting_steps_stay_on_the_column_path(monkeypatch):
+    """FCFS steps that preempt (a cache too small for all running requests) run on the columns, never the
+    object loop, and give the plans and outcomes of token lists (where every step takes that loop)."""
+    config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=64)
+    cache = CacheConfig(num_blocks=24, block_size=4, enable_prefix_caching=True)
+
+    def requests():
+        return [(i // 2, Request(f"r{i}", [2 + (i * 7 + k) % 40 for k in range(12 + i % 5)],
+                                 SamplingParams(max_tokens=30, ignore_eos=True), float(i // 2), EOS))
+                for i in range(10)]
+
+    object_preemptions = []  # preempting steps that took the object loop
+    original = _Scheduler._schedule_running
+
+    def counted(self, plan, budget, threshold):
+        budget = original(self, plan, budget, threshold)
+        object_preemptions.extend(plan.preempted_request_ids)
+        return budget
+
+    monkeypatch.setattr(_Scheduler, "_schedule_running", counted)
+    fast_finished, fast, _ = _run(config, cache, requests(), constant=7)
+    num_fast_object_preemptions = len(object_preemptions)
+    with monkeypatch.context() as patch:
+        patch.setattr(_Scheduler, "_use_columns", lambda self, plan, token: False)
+        slow_finished, slow, _ = _run(config, cache, requests(), constant=7)
+    assert sum(len(p[4]) for p in fast) > 0  # preemptions happened
+    assert num_fast_object_preemptions == 0 < len(object_preemptions)
+    assert fast == slow
+    assert _outcome(fast_finished) == _outcome(slow_finished)

@@ -515,8 +515,10 @@ class Scheduler:
 
     def _schedule_running_columns(self, plan: StepPlan, budget: int, threshold: int) -> bool:
         """`_schedule_running_bulk` on the columns: the same decision and the same calls of the KV cache
-        manager, in the same order, with array operations for everyone else. False, changing nothing, when
-        someone would be cut or preempted."""
+        manager, in the same order, with array operations for everyone else; when the free blocks do not
+        cover everyone (FCFS), `_allocate_or_preempt` preempts from the tail as `_schedule_running` does.
+        False, changing nothing, when someone would be cut short (budget, threshold) or preempted under
+        another policy."""
         cols = self._cols
         ctx, ntok = cols.ctx, cols.ntok
         rem = ntok - ctx
@@ -526,14 +528,19 @@ class Scheduler:
         kv = self.kv
         bs = kv.block_size
         need = -(-ntok // bs) - cols.num_blocks
-        if int(need.sum()) > kv.num_free_blocks:
+        preempting = int(need.sum()) > kv.num_free_blocks
+        if preempting and self.config.policy != "fcfs":
             return False
         touched = (need > 0) | (rem > 1)
         if kv.enable_caching:
             touched |= ntok // bs > cols.num_cached
         running = self.running
         touched_idx = np.flatnonzero(touched)
-        if len(touched_idx):
+        if preempting:
+            num_live = self._allocate_or_preempt(plan, touched_idx.tolist(), ctx, ntok, rem)
+            ctx, ntok, rem = ctx[:num_live], ntok[:num_live], rem[:num_live]
+            total = int(rem.sum())
+        elif len(touched_idx):
             if int(rem[touched_idx].max()) == 1 and int(need[touched_idx].max()) <= 1:
                 self._decode_blocks(touched_idx, need, ntok)
             else:
@@ -555,6 +562,37 @@ class Scheduler:
         cols.ctx = ntok.copy()
         return True
 
+    def _allocate_or_preempt(self, plan: StepPlan, touched: list[int], ctx: np.ndarray, ntok: np.ndarray,
+                             rem: np.ndarray) -> int:
+        """The loop of `_schedule_running` (FCFS) on the columns, when the free blocks do not cover every
+        running request: the requests that need the KV cache manager ask it in queue order, and a request
+        that does not fit preempts from the tail of the running queue until it fits or is itself preempted.
+        Victims leave the columns (their rows are the tail). Returns the number of requests left running,
+        all of which are scheduled in full."""
+        cols = self._cols
+        kv = self.kv
+        running = self.running
+        preempted: list[str] = []
+        for i in touched:
+            if i >= len(running):
+                break  # preempted already
+            req = running[i]
+            while not kv.allocate(req, int(ctx[i]), int(ntok[i]), int(rem[i])):
+                victim = running.pop()
+                cols.detach(victim, len(running))
+                self._preempt(victim)
+                preempted.append(victim.request_id)
+                if victim is req:
+                    break
+            else:
+                cols.num_blocks[i] = len(req.block_ids)
+                cols.num_cached[i] = req.num_cached_blocks
+        plan.preempted_request_ids = tuple(preempted)
+        num_live = len(running)
+        if preempted:
+            cols.keep(slice(0, num_live))
+        return num_live
+
     def _decode_blocks(self, touched: np.ndarray, need: np.ndarray, ntok: np.ndarray) -> None:
         """The KV work of decodes that open a block (one new block each) or fill one (registered in the
         prefix cache), for all of them at once: the new blocks come off the free queue in running order, as
@@ -573,9 +611,8 @@ class Scheduler:
             if len(filling):
                 ids = []
                 hashes = []
-                for i in filling.tolist():
+                for i, k in zip(filling.tolist(), cols.num_cached[filling].tolist()):
                     req = running[i]
-                    k = req.num_cached_blocks
                     ids.append(req.block_ids[k])
                     hashes.append(req.block_hashes[k])
                     req.num_cached_blocks = k + 1
@@ -770,20 +807,25 @@ class Scheduler:
             look &= emits
         running = self.running
         finished: list[tuple[int, Request, RequestStatus]] = []
-        for i in np.flatnonzero(look).tolist():
+        rows = np.flatnonzero(look)
+        if not len(rows):
+            return []
+        # The rows' counters as Python ints in one go (indexing arrays one element at a time is slow).
+        caching = kv.enable_caching
+        block = cols.block_token_ids
+        for i, num_tokens, stop, cap in zip(rows.tolist(), ntok[rows].tolist(), cols.stops[rows].tolist(),
+                                            cols.max_tokens[rows].tolist()):
             req = running[i]
-            num_tokens = int(ntok[i])
-            if kv.enable_caching and num_tokens % bs == 0:
+            if caching and num_tokens % bs == 0:
                 written = req._token_ids
                 start = num_tokens - bs
                 if len(written) <= start:
-                    kv.hash_next_block(req, cols.block_token_ids)
+                    kv.hash_next_block(req, block)
                 else:
-                    num_unwritten = num_tokens - len(written)
-                    kv.hash_next_block(req, tuple(written[start:]) + cols.block_token_ids[:num_unwritten])
-            if cols.stops[i]:
+                    kv.hash_next_block(req, tuple(written[start:]) + block[:num_tokens - len(written)])
+            if stop:
                 finished.append((i, req, RequestStatus.FINISHED_STOPPED))
-            elif num_tokens >= cols.max_tokens[i]:
+            elif num_tokens >= cap:
                 finished.append((i, req, RequestStatus.FINISHED_LENGTH_CAPPED))
         if not finished:
             return []

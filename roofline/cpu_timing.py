@@ -1,0 +1,178 @@
+"""Operator times of this project's engine (`engine/`, PyTorch eager) on a CPU: the `kind: cpu` branch of
+`roofline.cost_model`.
+
+    t, kernels = op_time_s(hw, op, quant)                      # one OpRecord, all its `count` instances
+    records = attention_records(rank, stats, quant)            # attention as the engine runs it (CPU shapes)
+    gemm_time_s(hw, m, n, k, "bf16", 2.0, 2.0, 2.0)           # one GEMM call
+
+`roofline.cost_model` calls these when the profile's `kind` is `cpu`; GPU profiles never reach this module.
+A CPU runs the engine's torch ops one after the other on its threads, so the GPU ideas (output tiles, waves
+over SMs, CUDA graphs, split-KV kernels) do not apply. What does (parameters: `hw.efficiency`, `hw.executor`,
+see `roofline.cost_params`):
+
+- GEMM (oneDNN's prepacked bf16 kernel, `engine.model.linear`): compute time = 2*n*k*(m + gemm_fixed_rows)
+  / (peak * gemm_compute_efficiency): efficiency m / (m + gemm_fixed_rows) on m rows, with no tile padding;
+  memory time = (weights + input + output) / (bandwidth * memory_efficiency): a model far larger than the
+  last-level cache streams every weight from DRAM once per step. The two overlap as a soft maximum
+  (t_c^p + t_m^p)^(1/p), p = overlap_exponent (hardware prefetch streams weights while the cores compute).
+- Attention (`engine.attention.paged_attention`, per layer): the new K/V are written with two `index_copy_`;
+  all decodes together gather their blocks (`index_select` of K and V, padded to the longest decode), then
+  two batched matmuls with an fp32 softmax between; each prefill chunk is one SDPA call (with a gather of its
+  cached context first when it has one). FLOPs at attention_compute_efficiency of the peak, the bytes those
+  torch ops move at attention_memory_efficiency (decode) / memory_efficiency (prefill), soft maximum.
+- Elementwise operators (norms, RoPE, SiLU*mul, residual adds, embedding) and sampling: bytes at
+  memory_efficiency. Their cost on a CPU is mostly the torch ops the engine issues (`ENGINE_TORCH_OPS`, counted
+  in engine/model.py): each costs executor.kernel_launch_s of host time (Python, dispatcher, allocation),
+  which `roofline.cost_model.StepCostModel` adds per kernel in eager mode, with step_overhead_s per step and
+  step_overhead_per_seq_s per scheduled sequence. There is no separate device-side fixed cost per kernel
+  (efficiency.kernel_fixed_s is a GPU parameter; on a CPU the host is the device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from roofline.errors import UserError
+from roofline.hardware import HardwareProfile
+from roofline.ops import BatchStats, OpRecord, RankShape
+from roofline.ops import attention_records as gpu_attention_records
+from roofline.quant import QuantConfig
+
+_EIGHT_BIT = ("fp8", "int8")
+
+# Torch ops (dispatched calls that compute or copy; views and splits not counted) per instance of each
+# operator record of `roofline.ops`, as engine/model.py issues them:
+# - rms_norm: float(), pow, mean, add eps, rsqrt, mul, to(dtype), mul by weight = 8; each residual add
+#   (x + o_proj(...), x + down_proj(...): 2 per layer) is counted with the norm that follows it (input_norm,
+#   post_attn_norm: 9; final_norm stays 8, layer 0's input_norm has no add before it: the totals match).
+# - RoPE per tensor: neg, cat, x*cos, rotated*sin, add = 5; q and k -> 10. qk_norm (Qwen3): two rms_norms.
+# - embedding: F.embedding, cos_table[positions], sin_table[positions]. silu_and_mul: silu, mul.
+# - lm_head: hidden[logit_rows], linear, .float(). GEMMs: one oneDNN call each.
+# - sampling (`engine.sampler`, temperature > 0): argmax, index random rows, divide by temperature, softmax,
+#   multinomial, and the two tensor builds/reads (temperatures, tolist) = 7.
+ENGINE_TORCH_OPS: dict[str, int] = {"embedding": 3, "input_norm": 9, "qk_norm": 16, "rope": 10,
+                                    "post_attn_norm": 9, "silu_and_mul": 2, "final_norm": 8, "lm_head": 3,
+                                    "sampling": 7}
+# paged_attention per layer: index_copy_ of K and of V, torch.empty of the output.
+ATTENTION_CALL_OPS = 3
+# Decodes: 2 index_select gathers, matmul, float(), mul_ scale, add_ padding bias, softmax, to(bf16), matmul,
+# transpose-reshape copy, copy into the output = 11.
+DECODE_OPS = 11
+# A prefill chunk: SDPA and the copy into the output; one with cached context also gathers K and V (+2).
+PREFILL_CHUNK_OPS = 2
+# Bytes per decode score (per head and key) of the engine's fp32 softmax path: bmm writes bf16 (2), float()
+# reads 2 writes 4, mul_ and add_ (+ bias) read and write fp32 (20), softmax reads and writes fp32 (8), to(bf16)
+# reads 4 writes 2, the second bmm reads 2: 44.
+DECODE_SCORE_BYTES = 44.0
+# Sampling bytes per fp32 logit: argmax reads 4; indexing, temperature divide and softmax read and write
+# (24); multinomial reads the probabilities and writes their running sum (8): 36.
+SAMPLING_BYTES_PER_LOGIT = 36.0
+# Extra bytes per LM-head logit row element beyond the GEMM's: .float() reads bf16 and writes fp32.
+LOGITS_TO_FP32_BYTES = 6.0
+
+
+def check_profile(hw: HardwareProfile) -> None:
+    """A CPU profile describes this engine: its per-operator op counts are `ENGINE_TORCH_OPS`, so the GPU
+    executor's single `kernels_per_elementwise_op` knob must stay at its default."""
+    if hw.executor.kernels_per_elementwise_op != 1:
+        raise UserError(f"hardware '{hw.id}': executor.kernels_per_elementwise_op: a cpu profile takes the "
+                        f"engine's own torch op counts (roofline.cpu_timing.ENGINE_TORCH_OPS); remove the field "
+                        f"or set it to 1")
+
+
+def _soft_max(tc: Any, tm: Any, p: float) -> Any:
+    """(tc^p + tm^p)^(1/p), the soft maximum of compute and memory time of `roofline.cost_model._overlap`."""
+    hi = (tc + tm) + 1e-30  # any positive scale >= both keeps the powers in range; scalars or arrays
+    return hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
+
+
+def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
+                in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0) -> Any:
+    """One GEMM call y (m x n) = x (m x k) @ W (k x n) (or `groups` equal ones): see the module docstring."""
+    e = hw.efficiency
+    eff = (e.gemm_fp8_compute_efficiency if dtype in _EIGHT_BIT else e.gemm_compute_efficiency) * eff_scale
+    tc = groups * 2.0 * n * k * (m + e.gemm_fixed_rows) / (hw.peak_flops(dtype) * eff)
+    moved = groups * (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes)
+    tm = moved / (hw.memory_bandwidth_bytes_per_s * e.memory_efficiency)
+    return _soft_max(tc, tm, e.overlap_exponent)
+
+
+def _memory_s(hw: HardwareProfile, bytes_moved: Any) -> Any:
+    return bytes_moved / (hw.memory_bandwidth_bytes_per_s * hw.efficiency.memory_efficiency)
+
+
+def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[OpRecord]:
+    """`roofline.ops.attention_records` (same names, FLOPs and bytes) with the shapes `op_time_s` needs for
+    the engine's attention. Decode: (sequences, keys per head read = sequences x longest decode's keys,
+    query heads, head_dim, bytes of one token's K and V, new tokens' K/V + Q/O bytes, torch ops).
+    Prefill: (chunks, causal (query, key) pairs, cached context tokens gathered, query heads, head_dim,
+    bytes of one token's K and V, Q/O + new K/V bytes, torch ops)."""
+    kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element
+    q_token = r.heads * r.head_dim * quant.act_bytes
+    call_ops = ATTENTION_CALL_OPS
+    out = []
+    for rec in gpu_attention_records(r, s, quant):
+        if rec.kind == "attention_decode":
+            new = s.num_decode_seqs * (2 * kv_token + 2 * q_token)  # index_copy_ reads and writes; Q, O
+            shape = (s.num_decode_seqs, s.num_decode_seqs * s.decode_max_keys, r.heads, r.head_dim, kv_token,
+                     new, call_ops + DECODE_OPS)
+        else:
+            new = s.prefill_tokens * (2 * kv_token + 2 * q_token)
+            context = s.prefill_kv_tokens - s.prefill_tokens
+            ops = (call_ops if not s.num_decode_seqs else 0) + PREFILL_CHUNK_OPS * s.num_prefill_seqs
+            shape = (s.num_prefill_seqs, s.prefill_pairs, context, r.heads, r.head_dim, kv_token, new, ops)
+        out.append(replace(rec, shape=shape))
+    return out
+
+
+def attention_decode_time_s(hw: HardwareProfile, num_seqs: float, keys: float, heads: int, head_dim: int,
+                            kv_token_bytes: float, new_bytes: float, dtype: str) -> float:
+    """One layer's decodes: gather (read the cache, write the copy, the matmuls read it: 3x the K/V of `keys`
+    keys), scores through the fp32 softmax path, two batched matmuls."""
+    e = hw.efficiency
+    tc = 4.0 * heads * head_dim * keys / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
+    moved = 3.0 * keys * kv_token_bytes + heads * keys * DECODE_SCORE_BYTES + new_bytes
+    tm = moved / (hw.memory_bandwidth_bytes_per_s * e.attention_memory_efficiency)
+    return _soft_max(tc, tm, e.overlap_exponent)
+
+
+def attention_prefill_time_s(hw: HardwareProfile, pairs: float, context_tokens: float, heads: int,
+                             head_dim: int, kv_token_bytes: float, new_bytes: float, dtype: str) -> float:
+    """One layer's prefill chunks: SDPA's (flash, causal-block-skipping) math on the causal pairs; the gather
+    of cached context (read and written, then read by SDPA) and Q/O/new K/V at memory_efficiency."""
+    e = hw.efficiency
+    tc = 4.0 * heads * head_dim * pairs / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
+    tm = _memory_s(hw, 3.0 * context_tokens * kv_token_bytes + new_bytes)
+    return _soft_max(tc, tm, e.overlap_exponent)
+
+
+def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[Any, int]:
+    """Seconds of one record (all its `count` instances; shapes may hold arrays of token counts) and the torch
+    ops of one instance. Attention records must come from `attention_records` (CPU shapes). Kinds this engine
+    never runs on a CPU (MoE, collectives) are left to `roofline.cost_model` (`HANDLED_KINDS`)."""
+    c = op.count
+    dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
+    if op.kind == "gemm":
+        m, n, k, _ = op.shape
+        eight = dtype in _EIGHT_BIT
+        t = gemm_time_s(hw, m, n, k, dtype, op.weight_bytes / (c * n * k), 1.0 if eight else quant.act_bytes,
+                        quant.act_bytes)
+        if op.name == "lm_head":  # gather the sampled rows, logits to fp32
+            t = t + _memory_s(hw, m * k * 2 * quant.act_bytes + m * n * LOGITS_TO_FP32_BYTES)
+        return c * t, ENGINE_TORCH_OPS.get(op.name, 1)
+    if op.kind == "attention_decode":
+        num_seqs, keys, heads, head_dim, kv_token, new, ops = op.shape
+        return c * attention_decode_time_s(hw, num_seqs, keys, heads, head_dim, kv_token, new, dtype), int(ops)
+    if op.kind == "attention_prefill":
+        _, pairs, context, heads, head_dim, kv_token, new, ops = op.shape
+        return c * attention_prefill_time_s(hw, pairs, context, heads, head_dim, kv_token, new, dtype), int(ops)
+    if op.kind == "sampling":
+        logits = op.act_bytes / (3 * 4.0)  # the record's fp32 logits (roofline.ops.emit_ops: 3 passes)
+        return c * _memory_s(hw, logits * SAMPLING_BYTES_PER_LOGIT), ENGINE_TORCH_OPS["sampling"]
+    assert op.kind == "elementwise", op.kind
+    moved = (op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes) / c
+    return c * _memory_s(hw, moved), ENGINE_TORCH_OPS.get(op.name, 1)
+
+
+HANDLED_KINDS = ("gemm", "attention_decode", "attention_prefill", "sampling", "elementwise")

@@ -1,0 +1,126 @@
+"""The CPU execution model (`roofline.cpu_timing`): its formulas, how step time scales, fast path = full path,
+and that GPU profiles do not reach it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.core.model_spec import ModelSpec
+from roofline import cpu_timing
+from roofline.cost_model import StepCostModel, gemm_time_s
+from roofline.cost_params import FITTABLE, EfficiencyParams, ExecutorParams
+from roofline.errors import UserError
+from roofline.hardware import load_profile
+from roofline.quant import QuantConfig
+
+CPU = load_profile(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml")
+# llama-156m's shape (roofline/models/llama-156m.json), the model the engine runs on this CPU.
+SPEC = ModelSpec(name="m", architecture="LlamaForCausalLM", num_layers=8, hidden_size=1024, num_heads=16,
+                 num_kv_heads=4, head_dim=64, intermediate_size=2816, vocab_size=32000)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return CPU
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return SPEC
+
+
+def _model(spec, hw) -> StepCostModel:
+    return StepCostModel(spec, hw, QuantConfig.from_user(model_dtype="bfloat16"))
+
+
+def test_cpu_gemm_closed_form(cpu):
+    """Soft maximum of 2nk(m + fixed rows) / (peak * eff) and bytes / (bw * eff): no tile padding."""
+    hw = replace(cpu, efficiency=replace(cpu.efficiency, overlap_exponent=64.0))
+    m, n, k = 3.0, 4096.0, 1024.0
+    e = hw.efficiency
+    tc = 2 * n * k * (m + e.gemm_fixed_rows) / (hw.peak_flops("bf16") * e.gemm_compute_efficiency)
+    tm = (m * k * 2 + n * k * 2 + m * n * 2) / (hw.memory_bandwidth_bytes_per_s * e.memory_efficiency)
+    got = gemm_time_s(hw, m, n, k, "bf16", 2.0, 2.0, 2.0)
+    assert max(tc, tm) <= got <= max(tc, tm) * 1.02
+    # Efficiency m / (m + fixed rows): 8x the rows cost less than 8x the compute time.
+    big = gemm_time_s(replace(hw, memory_bandwidth_bytes_per_s=1e18), 8 * m, n, k, "bf16", 2.0, 2.0, 2.0)
+    small = gemm_time_s(replace(hw, memory_bandwidth_bytes_per_s=1e18), m, n, k, "bf16", 2.0, 2.0, 2.0)
+    assert small * 4 < big < small * 8
+
+
+def test_step_time_scales_with_batch_and_context(cpu, spec):
+    m = _model(spec, cpu)
+
+    def decode(b: int, ctx: int) -> float:
+        return m.step_time_s(np.ones(b, np.int64), np.full(b, ctx, np.int64), np.ones(b, bool))
+
+    times = [decode(b, 256) for b in (1, 2, 8, 32, 64)]
+    assert all(a < b for a, b in zip(times, times[1:]))
+    # Decode at batch 1 streams the weights: a bigger batch costs far less than proportionally more.
+    assert times[2] < 3 * times[0]
+    assert decode(8, 256) < decode(8, 1024)
+    # Padding to the longest decode: one long sequence costs more than the same keys spread evenly.
+    ctx = np.array([100, 100, 100, 1900])
+    assert m.step_time_s(np.ones(4, np.int64), ctx, np.ones(4, bool)) > decode(4, 550)
+
+
+def test_fast_path_equals_full_path_on_cpu(cpu, spec):
+    m = _model(spec, cpu)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n_dec, n_pre = int(rng.integers(0, 20)), int(rng.integers(0, 3))
+        q = np.concatenate([np.ones(n_dec, np.int64), rng.integers(2, 300, n_pre)])
+        c = rng.integers(0, 800, n_dec + n_pre)
+        if q.size == 0:
+            continue
+        e = np.ones(q.size, bool)
+        full = m.step_cost(q, c, e)
+        assert m.step_time_s(q, c, e) == pytest.approx(full.total_s, rel=1e-12)
+
+
+def test_engine_op_counts_and_per_sequence_host_cost(cpu, spec):
+    m = _model(spec, cpu)
+    one = m.step_cost(np.array([1]), np.array([10]), np.array([True]))
+    layers = spec.num_layers
+    expected = (sum(cpu_timing.ENGINE_TORCH_OPS[n] * layers for n in ("input_norm", "rope", "post_attn_norm",
+                                                                        "silu_and_mul"))
+                + 4 * layers  # qkv, o, gate_up, down
+                + (cpu_timing.ATTENTION_CALL_OPS + cpu_timing.DECODE_OPS) * layers
+                + sum(cpu_timing.ENGINE_TORCH_OPS[n] for n in ("embedding", "final_norm", "lm_head", "sampling")))
+    assert one.num_kernels == expected
+    ex = cpu.executor
+    assert one.host_s == pytest.approx(ex.step_overhead_s + expected * ex.kernel_launch_s + ex.step_overhead_per_seq_s)
+    # Prefill chunks are SDPA calls one by one: two chunks launch more ops than one of the same tokens.
+    two = m.step_cost(np.array([64, 64]), np.array([0, 0]), np.array([True, True]))
+    single = m.step_cost(np.array([128]), np.array([0]), np.array([True]))
+    assert two.num_kernels - single.num_kernels == cpu_timing.PREFILL_CHUNK_OPS * layers
+
+
+def test_gpu_profile_never_uses_cpu_terms(spec):
+    """The CPU-only parameters do not move a GPU prediction (the per-sequence term is 0 by default)."""
+    h100 = load_profile("h100-sxm")
+    assert h100.executor.step_overhead_per_seq_s == 0.0
+    q, c, e = np.ones(16, np.int64), np.full(16, 500, np.int64), np.ones(16, bool)
+    base = _model(spec, h100).step_time_s(q, c, e)
+    moved = replace(h100, efficiency=replace(h100.efficiency, gemm_fixed_rows=1000.0))
+    assert _model(spec, moved).step_time_s(q, c, e) == base
+
+
+def test_new_parameters_are_fittable_and_round_trip():
+    assert "efficiency.gemm_fixed_rows" in FITTABLE and "executor.step_overhead_per_seq_s" in FITTABLE
+    ex = ExecutorParams.from_dict({"mode": "eager", "step_overhead_per_seq_us": 12.5}, "x")
+    assert ex.step_overhead_per_seq_s == pytest.approx(12.5e-6)
+    assert ExecutorParams.from_dict(ex.to_dict(), "x") == ex
+    assert EfficiencyParams.from_dict({"gemm_fixed_rows": 4}, "x").gemm_fixed_rows == 4.0
+    with pytest.raises(UserError, match="step_overhead_per_seq_us"):
+        ExecutorParams.from_dict({"step_overhead_per_seq_us": -1}, "x")
+
+
+def test_cpu_profile_rejects_gpu_elementwise_knob(cpu, spec):
+    bad = replace(cpu, executor=replace(cpu.executor, kernels_per_elementwise_op=5))
+    with pytest.raises(UserError, match="kernels_per_elementwise_op"):
+        _model(spec, bad)
