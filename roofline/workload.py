@@ -532,7 +532,8 @@ class RequestFactory:
         """The prompt of `spec`; `prefix_tokens` is the workload's shared-prefix length (with prefix_group)."""
         prefix = [] if spec.prefix_group is None else self._gen.prefix(spec.prefix_group, prefix_tokens)
         if spec.session_id is None:
-            return prefix + self._gen.unique(spec.num_prompt_tokens - len(prefix))
+            unique = self._gen.unique(spec.num_prompt_tokens - len(prefix))
+            return prefix + unique if prefix else unique  # no copy of a prompt without a shared prefix
         if spec.turn == 0:
             session = self._gen.session(prefix_ids=prefix)
             ids = session.next_prompt(spec.num_prompt_tokens - len(prefix))

@@ -1,8 +1,10 @@
 """Seeded token ids: reproducible, special ids avoided, prefixes consistent, sessions extend earlier turns."""
 
+import numpy as np
 import pytest
 
 from engine.core import TokenIdGenerator
+from engine.core.token_ids import _STREAM_TAG
 
 
 def test_same_seed_same_ids_and_other_seed_other_ids():
@@ -42,3 +44,13 @@ def test_first_turn_has_no_previous_output():
 def test_too_small_vocabulary_is_rejected():
     with pytest.raises(ValueError, match="vocab_size"):
         TokenIdGenerator(2, 0, reserved_ids=(0,))
+
+
+def test_unique_ids_are_the_streams_draws_as_python_ints():
+    """`unique` picks ready-made ints; they are the ids `_draw` gives for the same stream, as plain ints."""
+    gen = TokenIdGenerator(vocab_size=500, seed=4, reserved_ids=(0, 2))
+    stream = np.random.default_rng([4, _STREAM_TAG])
+    for n in (1, 33, 400):
+        ids = gen.unique(n)
+        assert ids == gen._draw(stream, n).tolist()
+        assert all(type(i) is int for i in ids)

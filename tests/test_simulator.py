@@ -205,7 +205,9 @@ def test_replaying_a_real_engine_trace_reproduces_its_batches() -> None:
     from engine.llm_engine import EngineConfig, LLMEngine
     from roofline.workload import build_requests
 
-    # A cache of 28 blocks of 4 tokens for up to 70-token requests: preemptions and prefix hits happen.
+    # A cache of 28 blocks of 4 tokens for up to 70-token requests. The first eight requests arrive together, so
+    # preemptions and prefix hits happen however fast the engine runs (simulated with steps of 10 us to 1 s:
+    # 3 to 7 preemptions); the other six arrive 10 ms apart, during the run.
     limits = dict(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=96)
     deployment = make_deployment("llama-tiny", "h100-sxm", EngineArgs(**limits, block_size=4,
                                                                       num_gpu_blocks_override=28))
@@ -213,7 +215,7 @@ def test_replaying_a_real_engine_trace_reproduces_its_batches() -> None:
                         prompt_tokens=LengthDistribution("uniform", min_tokens=5, max_tokens=40),
                         output_tokens=LengthDistribution("uniform", min_tokens=1, max_tokens=30),
                         shared_prefix=SharedPrefix(num_groups=2, prefix_tokens=8))
-    specs = sample_requests(workload)
+    specs = [dataclasses.replace(s, arrival_s=0.0) if i < 8 else s for i, s in enumerate(sample_requests(workload))]
     spec = deployment.spec
     engine = LLMEngine(spec, EngineConfig(deployment.scheduler_config, block_size=4, num_blocks=28, num_threads=1,
                                           dtype="float32"))
