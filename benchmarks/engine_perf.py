@@ -198,7 +198,8 @@ def print_table(ours: dict[str, Any], vllm: dict[str, Any] | None, args: argpars
     theirs_t = vllm["throughput"]["output_tokens_per_s"] if vllm else None
     ratio = f"{ours_t['output_tokens_per_s']['median'] / theirs_t['median']:.2f}x" if theirs_t else "pending"
     frac = cell(ours_t["bound_fraction"], 100, 0) + " %" if "bound_fraction" in ours_t else "-"
-    print(f"| {args.num_requests}x({args.input_len} in, {args.output_len} out), output tok/s | {cell(ours_t['output_tokens_per_s'], 1, 0)} | "
+    print(f"| {args.num_requests}x({args.input_len} in, {args.output_len} out), output tok/s | "
+          f"{cell(ours_t['output_tokens_per_s'], 1, 0)} | "
           f"{cell(theirs_t, 1, 0) if theirs_t else 'pending'} | {ratio} | {frac} |")
 
 

@@ -6,7 +6,8 @@ engine's generator (seeded once from the engine seed), rows with a seed each fro
 so that its tokens do not depend on what else is in the batch (as in vLLM).
 
     sampler = Sampler(seed=0)
-    tokens = sampler.sample(logits, ["r0", "r1"], [SamplingParams(temperature=0), SamplingParams(temperature=0.8, seed=7)])
+    greedy, seeded = SamplingParams(temperature=0), SamplingParams(temperature=0.8, seed=7)
+    tokens = sampler.sample(logits, ["r0", "r1"], [greedy, seeded])     # logits: [2, vocab] fp32
     sampler.forget("r0")                     # when r0 finishes
 """
 

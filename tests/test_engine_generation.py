@@ -78,8 +78,8 @@ def test_b_chunked_prefill_matches_transformers(checkpoint: Path, reference: tra
 def test_c_preemption_matches_transformers(checkpoint: Path, reference: transformers.PreTrainedModel) -> None:
     batch = prompts([14, 15, 13, 16, 12], seed=2)
     # Each request ends with 26-28 tokens = 7 blocks of 4; 16 usable blocks hold two of them.
-    result, outputs = engine_greedy(checkpoint, batch, max_num_seqs=8, max_num_batched_tokens=64, block_size=4, num_blocks=17,
-                                    enable_prefix_caching=False)
+    result, outputs = engine_greedy(checkpoint, batch, max_num_seqs=8, max_num_batched_tokens=64, block_size=4,
+                                    num_blocks=17, enable_prefix_caching=False)
     assert result.steps.num_preemptions.sum() > 0, "the tiny cache should have forced preemptions"
     assert outputs == [hf_greedy(reference, p) for p in batch]
 
