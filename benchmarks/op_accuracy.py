@@ -24,36 +24,14 @@ import numpy as np
 import pandas as pd
 
 from roofline.aic_tables import load_op_tables
+from roofline.calibrate import OP_TABLE_STAGES as STAGES  # the fit stages of `roofline calibrate --op-tables`
+from roofline.calibrate import op_table_samples, split_by_shape
 from roofline.cost_params import EfficiencyParams
 from roofline.fit import fit, predict_table, relative_errors
 from roofline.hardware import HardwareProfile, load_profile
 
-SEED = 0
-# (stage name, kinds fitted on, parameters) - each stage fits the parameters its kernels expose.
-STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("gemm", ("gemm",), ("gemm_compute_efficiency", "gemm_tile_fixed_k", "memory_efficiency",
-                         "memory_saturation_fraction", "gemm_fp8_compute_efficiency", "gemm_fp8_tile_fixed_k",
-                         "gemm_fp8_memory_efficiency", "act_quant_memory_efficiency", "act_quant_block_s",
-                         "overlap_exponent", "kernel_fixed_s")),
-    ("attention", ("attention_prefill", "attention_decode"),
-     ("attention_compute_efficiency", "attention_softmax_flops_per_pair", "attention_tile_fixed_s",
-      "attention_memory_efficiency", "attention_fixed_s")),
-    ("all_reduce", ("all_reduce",), ("collective_bus_efficiency", "collective_latency_scale")),
-    # MoE: only its fixed cost; its expert GEMMs use the GEMM stage's parameters (fitting the MoE efficiency
-    # too on 7 train shapes raised the held-out p90 from 34 % to 43 %).
-    ("moe", ("moe",), ("moe_fixed_s",)),
-)
 # aiconfigurator system folder -> roofline hardware profile id (generalization check only).
 OTHER_GPUS = {"h200_sxm": "h200-sxm", "a100_sxm": "a100-80gb-sxm", "b200_sxm": "b200"}
-MAX_TRAIN_ROWS_PER_KIND = 12000  # a seeded subsample keeps the fit to seconds; the report uses all rows
-
-
-def split_by_shape(frame: pd.DataFrame, seed: int = SEED) -> tuple[pd.DataFrame, pd.DataFrame]:
-    keys = np.array(sorted(frame.shape_key.unique()))
-    rng = np.random.default_rng(seed)
-    train_keys = set(rng.permutation(keys)[: len(keys) // 2])
-    is_train = frame.shape_key.isin(train_keys).to_numpy()
-    return frame[is_train], frame[~is_train]
 
 
 def error_rows(hw: HardwareProfile, tables: dict[str, pd.DataFrame]) -> list[dict]:
@@ -76,14 +54,7 @@ def error_rows(hw: HardwareProfile, tables: dict[str, pd.DataFrame]) -> list[dic
 def fit_h100(train: dict[str, pd.DataFrame], hw: HardwareProfile) -> tuple[HardwareProfile, list[dict]]:
     log = []
     for stage, kinds, params in STAGES:
-        samples = []
-        for kind in kinds:
-            frame = train[kind]
-            if len(frame) > MAX_TRAIN_ROWS_PER_KIND:
-                frame = frame.sample(MAX_TRAIN_ROWS_PER_KIND, random_state=SEED)
-            cols = [c for c in frame.columns if c not in ("op", "measured_s", "shape_key")]
-            samples += [(kind, dict(zip(cols, row)), s) for row, s in
-                        zip(frame[cols].itertuples(index=False), frame.measured_s)]
+        samples = [s for kind in kinds for s in op_table_samples(train[kind], kind)]
         t0 = time.perf_counter()
         result = fit(samples, hw, [f"efficiency.{p}" for p in params])
         hw = result.profile

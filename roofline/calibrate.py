@@ -208,7 +208,7 @@ def _rows(stats: dict[str, Any]) -> dict[str, Any]:
     return {("num_rows" if k == "num_steps" else k): v for k, v in stats.items()}
 
 
-def _samples(frame: pd.DataFrame, kind: str) -> list[tuple[str, dict[str, Any], float]]:
+def op_table_samples(frame: pd.DataFrame, kind: str) -> list[tuple[str, dict[str, Any], float]]:
     if len(frame) > MAX_TRAIN_ROWS_PER_KIND:
         frame = frame.sample(MAX_TRAIN_ROWS_PER_KIND, random_state=SPLIT_SEED)
     cols = [c for c in frame.columns if c not in ("op", "measured_s", "shape_key")]
@@ -228,7 +228,7 @@ def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
     started = time.perf_counter()
     names: list[str] = []
     for _, kinds, params in OP_TABLE_STAGES:
-        samples = [s for kind in kinds if kind in train for s in _samples(train[kind], kind)]
+        samples = [s for kind in kinds if kind in train for s in op_table_samples(train[kind], kind)]
         if samples:
             stage_names = [f"efficiency.{p}" for p in params]
             fitted = fit(samples, fitted, stage_names).profile
