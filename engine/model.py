@@ -7,6 +7,8 @@ Mixtral's MoE included, is a `ValueError` from `check_supported`.
 
 The math follows transformers' `modeling_llama.py` (the reference the tests compare against): RMSNorm in fp32
 cast back before the weight, RoPE as rotate-half on cos/sin tables built in fp32, softmax scale head_dim**-0.5.
+Each is written with as few torch ops as give bit-identical results (checked in fp32 and bf16): on this CPU a
+decode step's elementwise work is small and its cost is mostly per-op overhead.
 The q/k/v projections are one fused matrix and the gate/up projections another (two GEMMs instead of five per
 layer, as vLLM does); `engine.weights` splits and joins them at the HF checkpoint boundary. On a CPU with native
 bf16, `prepack_weights` moves the GEMM weights into oneDNN's blocked layout once, after loading.
@@ -88,17 +90,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # As transformers' LlamaRMSNorm: normalise in fp32, cast back to the input dtype, then scale.
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
+    # As transformers' LlamaRMSNorm: normalise in fp32, cast back to the input dtype, then scale. torch's fused
+    # F.rms_norm gives the same bits as HF's pow/mean/add/rsqrt/mul in fp32 (one op instead of five).
+    return weight * F.rms_norm(x.float(), x.shape[-1:], eps=eps).to(x.dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [T, heads, D]; cos, sin: [T, 1, D] (the D/2 frequencies repeated twice, rotate-half convention)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, heads, D]; cos, signed_sin: [T, 1, D]. HF's rotate-half x*cos + cat(-x2, x1)*sin, with the sign
+    moved into the table (signed_sin = cat(-sin1, sin2), exact) so the rotation is one `roll`."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
 
 
 class DecoderLayer(nn.Module):
@@ -131,10 +131,12 @@ class DecoderLayer(nn.Module):
         q = q.view(num_tokens, spec.num_heads, spec.head_dim)
         k = k.view(num_tokens, spec.num_kv_heads, spec.head_dim)
         v = v.view(num_tokens, spec.num_kv_heads, spec.head_dim)
+        # q and k side by side in qkv's columns: RoPE on both heads at once, one set of ops.
+        qk = qkv[:, :spec.q_size + spec.kv_size].view(num_tokens, spec.num_heads + spec.num_kv_heads, spec.head_dim)
         if self.q_norm is not None:
-            q = rms_norm(q, self.q_norm, spec.rms_norm_eps)
-            k = rms_norm(k, self.k_norm, spec.rms_norm_eps)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            qk = torch.cat((rms_norm(q, self.q_norm, spec.rms_norm_eps), rms_norm(k, self.k_norm, spec.rms_norm_eps)),
+                           dim=1)
+        q, k = apply_rope(qk, cos, sin).split([spec.num_heads, spec.num_kv_heads], dim=1)
         attn = paged_attention(q, k, v, k_cache, v_cache, meta, spec.head_dim ** -0.5)
         x = x + linear(attn, self.o_proj, self.o_bias)
         gate, up = linear(rms_norm(x, self.post_attention_layernorm, spec.rms_norm_eps),
@@ -164,19 +166,22 @@ class LlamaModel(nn.Module):
         self.lm_head = None if spec.tie_word_embeddings else nn.Parameter(
             torch.empty(spec.vocab_size, spec.hidden_size, dtype=dtype, device=device), requires_grad=False)
         self.lm_head_packed: torch.Tensor | None = None
-        # cos/sin tables [max_len, D] computed once in fp32 and cast as transformers does per step.
+        # cos and signed sin (see apply_rope) [max_len, 2, D], computed once in fp32 and cast as transformers
+        # does per step; one table so that a step indexes it once.
         positions = torch.arange(max_len, dtype=torch.float32)
         freqs = torch.outer(positions, rope_inv_freq(spec))
         emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos_table", emb.cos().to(dtype=dtype, device=device), persistent=False)
-        self.register_buffer("sin_table", emb.sin().to(dtype=dtype, device=device), persistent=False)
+        half = spec.head_dim // 2
+        signed_sin = torch.cat((-emb[:, :half].sin(), emb[:, half:].sin()), dim=-1)
+        self.register_buffer("rope_table", torch.stack((emb.cos(), signed_sin), dim=1).to(dtype=dtype, device=device),
+                             persistent=False)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 kv_cache: PagedKVCache) -> torch.Tensor:
         """input_ids, positions: [num_tokens] -> final-normed hidden states [num_tokens, hidden]."""
         x = F.embedding(input_ids, self.embed_tokens)
-        cos = self.cos_table[positions][:, None, :]
-        sin = self.sin_table[positions][:, None, :]
+        rope = self.rope_table[positions]  # [num_tokens, 2, D]
+        cos, sin = rope[:, 0:1], rope[:, 1:2]
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, meta, kv_cache.k[i], kv_cache.v[i])
         return rms_norm(x, self.norm, self.spec.rms_norm_eps)
