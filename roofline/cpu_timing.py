@@ -16,8 +16,9 @@ see `roofline.cost_params`):
   last-level cache streams every weight from DRAM once per step. The two overlap as a soft maximum
   (t_c^p + t_m^p)^(1/p), p = overlap_exponent (hardware prefetch streams weights while the cores compute).
 - Attention (`engine.attention.paged_attention`, per layer): the new K/V are written with two `index_copy_`;
-  all decodes together gather their blocks (`index_select` of K and V, padded to the longest decode), then
-  two batched matmuls with an fp32 softmax between; each prefill chunk is one SDPA call (with a gather of its
+  decodes in groups of about DECODE_GROUP_KEYS padded keys gather their blocks (`index_select` of K and V into
+  a reused scratch buffer, padded to the longest decode), then two batched matmuls with an fp32 softmax
+  between; each prefill chunk is one SDPA call (with a gather of its
   cached context first when it has one). FLOPs at attention_compute_efficiency of the peak, the bytes those
   torch ops move at attention_memory_efficiency (decode) / memory_efficiency (prefill), soft maximum.
 - Elementwise operators (norms, RoPE, SiLU*mul, residual adds, embedding) and sampling: bytes at
@@ -30,6 +31,7 @@ see `roofline.cost_params`):
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -43,22 +45,30 @@ _EIGHT_BIT = ("fp8", "int8")
 
 # Torch ops (dispatched calls that compute or copy; views and splits not counted) per instance of each
 # operator record of `roofline.ops`, as engine/model.py issues them:
-# - rms_norm: float(), pow, mean, add eps, rsqrt, mul, to(dtype), mul by weight = 8; each residual add
-#   (x + o_proj(...), x + down_proj(...): 2 per layer) is counted with the norm that follows it (input_norm,
-#   post_attn_norm: 9; final_norm stays 8, layer 0's input_norm has no add before it: the totals match).
-# - RoPE per tensor: neg, cat, x*cos, rotated*sin, add = 5; q and k -> 10. qk_norm (Qwen3): two rms_norms.
-# - embedding: F.embedding, cos_table[positions], sin_table[positions]. silu_and_mul: silu, mul.
+# - rms_norm: float(), F.rms_norm, to(dtype), mul by weight = 4; each residual add (x + o_proj(...),
+#   x + down_proj(...): 2 per layer) is counted with the norm that follows it (input_norm, post_attn_norm: 5;
+#   final_norm stays 4, layer 0's input_norm has no add before it: the totals match).
+# - RoPE on q and k together (one view of qkv's columns): x*cos, roll, *signed_sin, add = 4. qk_norm (Qwen3):
+#   two rms_norms and the cat that rejoins q and k = 9.
+# - embedding: F.embedding, rope_table[positions]. silu_and_mul: silu, mul.
 # - lm_head: hidden[logit_rows], linear, .float(). GEMMs: one oneDNN call each.
 # - sampling (`engine.sampler`, temperature > 0): argmax, index random rows, divide by temperature, softmax,
 #   multinomial, and the two tensor builds/reads (temperatures, tolist) = 7.
-ENGINE_TORCH_OPS: dict[str, int] = {"embedding": 3, "input_norm": 9, "qk_norm": 16, "rope": 10,
-                                    "post_attn_norm": 9, "silu_and_mul": 2, "final_norm": 8, "lm_head": 3,
+ENGINE_TORCH_OPS: dict[str, int] = {"embedding": 2, "input_norm": 5, "qk_norm": 9, "rope": 4,
+                                    "post_attn_norm": 5, "silu_and_mul": 2, "final_norm": 4, "lm_head": 3,
                                     "sampling": 7}
 # paged_attention per layer: index_copy_ of K and of V, torch.empty of the output.
 ATTENTION_CALL_OPS = 3
-# Decodes: 2 index_select gathers, matmul, float(), mul_ scale, add_ padding bias, softmax, to(bf16), matmul,
-# transpose-reshape copy, copy into the output = 11.
-DECODE_OPS = 11
+# Per decode group: 2 index_select gathers, matmul, float(), mul_ scale, add_ padding bias, softmax, to(bf16),
+# matmul into the output = 9.
+DECODE_OPS = 9
+# engine.attention.DECODE_GROUP_KEYS (roofline does not import engine): decodes are attended in groups of
+# consecutive sequences holding at most this many padded keys, DECODE_OPS each.
+DECODE_GROUP_KEYS = 8192
+# DRAM passes over the decodes' K/V bytes: the gather reads the cache once; its copy (written, then read by
+# the two matmuls) is a group of <= DECODE_GROUP_KEYS keys in a reused scratch buffer and stays in the cache.
+# (The engine's earlier fresh-tensor gather of all decodes at once moved them 3 times.)
+DECODE_KV_PASSES = 1.0
 # A prefill chunk: SDPA and the copy into the output; one with cached context also gathers K and V (+2).
 PREFILL_CHUNK_OPS = 2
 # Bytes per decode score (per head and key) of the engine's fp32 softmax path: bmm writes bf16 (2), float()
@@ -115,8 +125,10 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
     for rec in gpu_attention_records(r, s, quant):
         if rec.kind == "attention_decode":
             new = s.num_decode_seqs * (2 * kv_token + 2 * q_token)  # index_copy_ reads and writes; Q, O
-            shape = (s.num_decode_seqs, s.num_decode_seqs * s.decode_max_keys, r.heads, r.head_dim, kv_token,
-                     new, call_ops + DECODE_OPS)
+            keys = s.num_decode_seqs * s.decode_max_keys
+            num_groups = max(1, math.ceil(keys / DECODE_GROUP_KEYS))
+            shape = (s.num_decode_seqs, keys, r.heads, r.head_dim, kv_token, new,
+                     call_ops + DECODE_OPS * num_groups)
         else:
             new = s.prefill_tokens * (2 * kv_token + 2 * q_token)
             context = s.prefill_kv_tokens - s.prefill_tokens
@@ -128,11 +140,11 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
 
 def attention_decode_time_s(hw: HardwareProfile, num_seqs: float, keys: float, heads: int, head_dim: int,
                             kv_token_bytes: float, new_bytes: float, dtype: str) -> float:
-    """One layer's decodes: gather (read the cache, write the copy, the matmuls read it: 3x the K/V of `keys`
-    keys), scores through the fp32 softmax path, two batched matmuls."""
+    """One layer's decodes: gather (DECODE_KV_PASSES over the K/V of `keys` keys), scores through the fp32
+    softmax path, two batched matmuls."""
     e = hw.efficiency
     tc = 4.0 * heads * head_dim * keys / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
-    moved = 3.0 * keys * kv_token_bytes + heads * keys * DECODE_SCORE_BYTES + new_bytes
+    moved = DECODE_KV_PASSES * keys * kv_token_bytes + heads * keys * DECODE_SCORE_BYTES + new_bytes
     tm = moved / (hw.memory_bandwidth_bytes_per_s * e.attention_memory_efficiency)
     return _soft_max(tc, tm, e.overlap_exponent)
 

@@ -124,3 +124,12 @@ def test_cpu_profile_rejects_gpu_elementwise_knob(cpu, spec):
     bad = replace(cpu, executor=replace(cpu.executor, kernels_per_elementwise_op=5))
     with pytest.raises(UserError, match="kernels_per_elementwise_op"):
         _model(spec, bad)
+
+
+def test_decode_groups_each_launch_their_ops(cpu, spec):
+    """engine.attention attends decodes in groups of <= DECODE_GROUP_KEYS padded keys, DECODE_OPS per group."""
+    m = _model(spec, cpu)
+    ones, emit = np.ones(16, np.int64), np.ones(16, bool)
+    one_group = m.step_cost(ones, np.full(16, 100, np.int64), emit)  # 16 x ~100 keys: one group
+    three_groups = m.step_cost(ones, np.full(16, 1100, np.int64), emit)  # 16 x ~1100 keys > 2 x 8192
+    assert three_groups.num_kernels - one_group.num_kernels == 2 * cpu_timing.DECODE_OPS * spec.num_layers
