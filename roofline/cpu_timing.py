@@ -52,11 +52,12 @@ _EIGHT_BIT = ("fp8", "int8")
 #   two rms_norms and the cat that rejoins q and k = 9.
 # - embedding: F.embedding, rope_table[positions]. silu_and_mul: silu, mul.
 # - lm_head: hidden[logit_rows], linear, .float(). GEMMs: one oneDNN call each.
-# - sampling (`engine.sampler`, temperature > 0): argmax, index random rows, divide by temperature, softmax,
-#   multinomial, and the two tensor builds/reads (temperatures, tolist) = 7.
+# - sampling (`engine.sampler`, temperature > 0): argmax, tolist, the temperatures tensor, index random rows,
+#   divide by temperature, softmax, the uniforms (empty, rand, index-assign), inverse-CDF draw (cumsum, scale,
+#   searchsorted, clamp), tolist = 14.
 ENGINE_TORCH_OPS: dict[str, int] = {"embedding": 2, "input_norm": 5, "qk_norm": 9, "rope": 4,
                                     "post_attn_norm": 5, "silu_and_mul": 2, "final_norm": 4, "lm_head": 3,
-                                    "sampling": 7}
+                                    "sampling": 14}
 # paged_attention per layer: index_copy_ of K and of V, torch.empty of the output.
 ATTENTION_CALL_OPS = 3
 # Per decode group: 2 index_select gathers, matmul, float(), mul_ scale, add_ padding bias, softmax, to(bf16),
@@ -76,7 +77,7 @@ PREFILL_CHUNK_OPS = 2
 # reads 4 writes 2, the second bmm reads 2: 44.
 DECODE_SCORE_BYTES = 44.0
 # Sampling bytes per fp32 logit: argmax reads 4; indexing, temperature divide and softmax read and write
-# (24); multinomial reads the probabilities and writes their running sum (8): 36.
+# (24); the inverse-CDF draw reads the probabilities and writes their running sum (8): 36.
 SAMPLING_BYTES_PER_LOGIT = 36.0
 # Extra bytes per LM-head logit row element beyond the GEMM's: .float() reads bf16 and writes fp32.
 LOGITS_TO_FP32_BYTES = 6.0

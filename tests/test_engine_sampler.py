@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine.core.request import SamplingParams  # noqa: E402
-from engine.sampler import Sampler, filter_logits  # noqa: E402
+from engine.sampler import Sampler, filter_logits, inverse_cdf_sample  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -51,3 +51,17 @@ def test_sampling_respects_top_k() -> None:
     logits = torch.arange(100, dtype=torch.float32).repeat(64, 1)
     tokens = Sampler(seed=0).sample(logits, [str(i) for i in range(64)], [SamplingParams(top_k=3)] * 64)
     assert set(tokens) <= {97, 98, 99}
+
+
+def test_inverse_cdf_draws_follow_the_probabilities_and_skip_zeros() -> None:
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0]).repeat(20000, 1)
+    uniforms = torch.rand(20000, 1, generator=torch.Generator().manual_seed(3))
+    counts = torch.bincount(inverse_cdf_sample(probs, uniforms), minlength=5) / 20000
+    assert counts[1] == 0 and counts[4] == 0
+    # 20,000 draws: a frequency's standard error is at most 0.0036; allow about 4 of them
+    assert torch.allclose(counts, probs[0], atol=0.015)
+
+
+def test_inverse_cdf_edges_pick_the_first_and_last_possible_tokens() -> None:
+    probs = torch.tensor([[0.0, 0.25, 0.75, 0.0]] * 2)
+    assert inverse_cdf_sample(probs, torch.tensor([[0.0], [0.999999]])).tolist() == [1, 2]
