@@ -20,6 +20,7 @@ training and the held-out data, before and after; the calibrated profile records
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -69,6 +70,10 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 MAX_TRAIN_ROWS_PER_KIND = 12000
 SPLIT_SEED = 0
 DEFAULT_MAX_FIT_STEPS = 400
+# A step-trace fit is a MAP estimate: log step-time residuals with noise ~0.1 (the CPU noise floor, BENCHMARKS.md)
+# and a log-normal prior of one decade (sigma = ln 10) around the starting profile's values, so a parameter that
+# the training workload barely exercises (attention compute in short prompts) keeps its physical value.
+TRACE_PRIOR_SCALE = 0.1 / math.log(10)
 
 METHOD = ("roofline.fit: soft-L1 (f_scale 0.1) on log(predicted / measured), coordinate search then "
           "Levenberg-Marquardt, parameters in log space within the profile's bounds")
@@ -167,7 +172,7 @@ def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Seque
         samples += [(f"trace{i}", {"row": int(row)}, float(durations[row]))
                     for row in fit_rows(len(durations), per_trace)]
     started = time.perf_counter()
-    result = fit(samples, hw, names, predict=_trace_predictor(train))
+    result = fit(samples, hw, names, predict=_trace_predictor(train), prior_scale=TRACE_PRIOR_SCALE)
     seconds = time.perf_counter() - started
     error = {"train": {"before": trace_errors(train, hw), "after": trace_errors(train, result.profile)}}
     if test:

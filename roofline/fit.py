@@ -103,8 +103,14 @@ def group_samples(samples: Sequence[Sample]) -> dict[str, tuple[pd.DataFrame, np
 
 
 def fit(samples: Sequence[Sample], profile: HardwareProfile, param_names: Sequence[str],
-        predict: Predict = predict_table, f_scale: float = 0.1, max_iterations: int = 60) -> FitResult:
-    """Fit `param_names` of `profile` to the samples (see the module docstring)."""
+        predict: Predict = predict_table, f_scale: float = 0.1, max_iterations: int = 60,
+        prior_scale: float = 0.0) -> FitResult:
+    """Fit `param_names` of `profile` to the samples (see the module docstring).
+
+    `prior_scale` > 0 adds one residual per parameter, prior_scale * log(value / starting value): a log-normal
+    prior centred on the profile's values (a MAP fit). A parameter the samples barely constrain then stays near
+    its physical starting value instead of drifting to a bound to absorb noise; one the data pin down moves
+    freely (with N samples, moving it by a factor e costs as much as a prior_scale error on one sample)."""
     if not samples:
         raise UserError("fit: no samples to fit")
     groups = group_samples(samples)
@@ -114,15 +120,20 @@ def fit(samples: Sequence[Sample], profile: HardwareProfile, param_names: Sequen
     x0 = np.log([max(get_param(profile, n), _TINY) for n in names])
     lo, hi = (np.array(b) for b in zip(*(_bounds(n) for n in names)))
 
-    def residuals(x: np.ndarray) -> np.ndarray:
+    def data_residuals(x: np.ndarray) -> np.ndarray:
         p = with_params(profile, dict(zip(names, np.exp(np.clip(x, lo, hi)))))
         return np.concatenate([np.log(np.maximum(predict(p, k, f), 1e-15) / m) for k, (f, m) in groups.items()])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        if prior_scale <= 0:
+            return data_residuals(x)
+        return np.concatenate([data_residuals(x), prior_scale * (np.clip(x, lo, hi) - x0)])
 
     start = _coarse_search(residuals, x0, lo, hi, f_scale)
     x, iterations = _irls_levenberg_marquardt(residuals, start, lo, hi, f_scale, max_iterations)
     values = dict(zip(names, np.exp(x).tolist()))
     fitted = with_params(profile, values)
-    err = np.abs(np.exp(residuals(x)) - 1.0)
+    err = np.abs(np.exp(data_residuals(x)) - 1.0)
     return FitResult(profile=fitted, values=values, initial_values=dict(zip(names, np.exp(x0).tolist())),
                      num_iterations=iterations, train_median_abs_rel_err=float(np.median(err)),
                      train_p90_abs_rel_err=float(np.percentile(err, 90)))
