@@ -76,7 +76,8 @@ DEFAULT_MAX_FIT_STEPS = 400
 TRACE_PRIOR_SCALE = 0.1 / math.log(10)
 
 METHOD = ("roofline.fit: soft-L1 (f_scale 0.1) on log(predicted / measured), coordinate search then "
-          "Levenberg-Marquardt, parameters in log space within the profile's bounds")
+          "Levenberg-Marquardt, parameters in log space within the profile's bounds; step traces: plus a "
+          "log-normal prior around the starting profile (--prior-scale)")
 
 
 @dataclass(frozen=True)
@@ -153,9 +154,11 @@ def fit_rows(num_steps: int, max_steps: int, seed: int = SPLIT_SEED) -> np.ndarr
 
 def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Sequence[Trace] = (),
                         params: Sequence[str] = DEFAULT_TRACE_PARAMS,
-                        max_fit_steps: int = DEFAULT_MAX_FIT_STEPS) -> CalibrationReport:
+                        max_fit_steps: int = DEFAULT_MAX_FIT_STEPS,
+                        prior_scale: float = TRACE_PRIOR_SCALE) -> CalibrationReport:
     """Fit `params` on the steps of the `train` traces (at most `max_fit_steps` in all, an equal seeded sample
-    of each trace); report errors on all steps of `train` and of the held-out `test`."""
+    of each trace), a MAP fit with `prior_scale` (see `roofline.fit.fit`); report errors on all steps of `train`
+    and of the held-out `test`."""
     if not train:
         raise UserError("--trace: give at least one trace to fit on")
     fitted_dirs = {t.path.resolve() for t in train}
@@ -172,7 +175,7 @@ def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Seque
         samples += [(f"trace{i}", {"row": int(row)}, float(durations[row]))
                     for row in fit_rows(len(durations), per_trace)]
     started = time.perf_counter()
-    result = fit(samples, hw, names, predict=_trace_predictor(train), prior_scale=TRACE_PRIOR_SCALE)
+    result = fit(samples, hw, names, predict=_trace_predictor(train), prior_scale=prior_scale)
     seconds = time.perf_counter() - started
     error = {"train": {"before": trace_errors(train, hw), "after": trace_errors(train, result.profile)}}
     if test:

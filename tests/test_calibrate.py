@@ -7,6 +7,8 @@ two parameters off and must find values that predict both the fitted and the hel
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,7 +61,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_fit_on_one_workload_predicts_the_other(setup: dict[str, Path]) -> None:
     report = calibrate_on_traces(load_profile(setup["start"]), [load_trace(setup["a"])], [load_trace(setup["b"])],
-                                 PARAMS)
+                                 PARAMS, prior_scale=0.0)  # noise-free data: the fit alone recovers the truth
     train, test = report.error["train"], report.error["test"]
     assert train["before"]["median_abs_rel_err"] > 0.1 and test["before"]["median_abs_rel_err"] > 0.1
     assert train["after"]["median_abs_rel_err"] < 0.01
@@ -74,7 +76,7 @@ def test_cli_writes_a_calibrated_profile_that_records_the_fit(setup: dict[str, P
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # 2023-11-14 UTC
     args = ["calibrate", "--hardware", str(setup["start"]), "--trace", str(setup["a"]),
-            "--test-trace", str(setup["b"]), "--params", ",".join(PARAMS)]
+            "--test-trace", str(setup["b"]), "--params", ",".join(PARAMS), "--prior-scale", "0"]
     assert main([*args, "--out", str(tmp_path / "one.yaml")]) == 0
     (tmp_path / "first.yaml").write_bytes((tmp_path / "one.yaml").read_bytes())
     assert main([*args, "--out", str(tmp_path / "one.yaml")]) == 0
@@ -91,6 +93,15 @@ def test_cli_writes_a_calibrated_profile_that_records_the_fit(setup: dict[str, P
     assert set(cal["parameters"]) == set(PARAMS)
     data = yaml.safe_load((tmp_path / "one.yaml").read_text())
     assert "fitted by roofline calibrate" in data["sources"]["executor.step_overhead_us"]
+
+
+def test_the_prior_pulls_every_parameter_toward_the_starting_profile(setup: dict[str, Path]) -> None:
+    start = load_profile(setup["start"])
+    free, held = (calibrate_on_traces(start, [load_trace(setup["a"])], [], PARAMS, prior_scale=scale).parameters
+                  for scale in (0.0, 10.0))
+    moved = {n: tuple(abs(math.log(fit[n]["after"] / fit[n]["before"])) for fit in (free, held)) for n in PARAMS}
+    assert all(h <= f + 1e-9 for f, h in moved.values())
+    assert all(h < 0.5 * f for f, h in moved.values() if f > 0.05)
 
 
 def test_fit_rows_samples_evenly_and_deterministically() -> None:

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from roofline.aic_tables import load_op_tables
-from roofline.calibrate import (DEFAULT_MAX_FIT_STEPS, DEFAULT_TRACE_PARAMS, CalibrationReport,
-                                calibrate_on_op_tables, calibrate_on_traces, write_calibrated_profile)
+from roofline.calibrate import (DEFAULT_MAX_FIT_STEPS, DEFAULT_TRACE_PARAMS, TRACE_PRIOR_SCALE,
+                                CalibrationReport, calibrate_on_op_tables, calibrate_on_traces,
+                                write_calibrated_profile)
 from roofline.compare import jsonable, load_trace
 from roofline.errors import UserError
 from roofline.hardware import load_profile
@@ -47,6 +48,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help=f"comma-separated parameters to fit on traces (default: {','.join(DEFAULT_TRACE_PARAMS)})")
     parser.add_argument("--max-fit-steps", type=int, default=None,
                         help=f"steps the trace fit uses at most, sampled per trace (default: {DEFAULT_MAX_FIT_STEPS})")
+    parser.add_argument("--prior-scale", type=float, default=None,
+                        help=f"weight of the log-normal prior around the starting profile in a trace fit; 0 fits the "
+                             f"data alone (default: {TRACE_PRIOR_SCALE:.4f} = noise 0.1 / one decade)")
     parser.add_argument("--json", action="store_true", help="print the calibration report as JSON")
     parser.set_defaults(run=run)
     return parser
@@ -64,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     hw = load_profile(profile_path)
     if args.op_tables is not None:
         for flag, value in (("--test-trace", args.test_trace), ("--params", args.params),
-                            ("--max-fit-steps", args.max_fit_steps)):
-            if value:
+                            ("--max-fit-steps", args.max_fit_steps), ("--prior-scale", args.prior_scale)):
+            if value is not None and value != []:
                 raise UserError(f"{flag}: only with --trace (operator tables are fitted in fixed stages on half "
                                 f"of their shapes; the other half is held out)")
         tables, source = _op_tables(args.op_tables)
@@ -73,8 +77,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         params = DEFAULT_TRACE_PARAMS if args.params is None else [p.strip() for p in args.params.split(",")]
         max_fit_steps = DEFAULT_MAX_FIT_STEPS if args.max_fit_steps is None else args.max_fit_steps
+        prior_scale = TRACE_PRIOR_SCALE if args.prior_scale is None else args.prior_scale
+        if not prior_scale >= 0:
+            raise UserError(f"--prior-scale: must be a number >= 0, got {args.prior_scale}")
         report = calibrate_on_traces(hw, [load_trace(t) for t in args.trace],
-                                     [load_trace(t, '--test-trace') for t in args.test_trace], params, max_fit_steps)
+                                     [load_trace(t, '--test-trace') for t in args.test_trace], params, max_fit_steps,
+                                     prior_scale)
     write_calibrated_profile(profile_path, report, args.out, command_line(args))
     if args.json:
         print(json.dumps(jsonable(report.to_dict()), indent=2))
@@ -93,7 +101,8 @@ def command_line(args: argparse.Namespace) -> str:
         words += ["--trace", *map(str, args.trace)]
         if args.test_trace:
             words += ["--test-trace", *map(str, args.test_trace)]
-        for flag, value in (("--params", args.params), ("--max-fit-steps", args.max_fit_steps)):
+        for flag, value in (("--params", args.params), ("--max-fit-steps", args.max_fit_steps),
+                            ("--prior-scale", args.prior_scale)):
             if value is not None:
                 words += [flag, str(value)]
     return shlex.join(words)
