@@ -47,7 +47,8 @@ def test_too_small_vocabulary_is_rejected():
 
 
 def test_unique_ids_are_the_streams_draws_as_python_ints():
-    """`unique` picks ready-made ints; they are the ids `_draw` gives for the same stream, as plain ints."""
+    """`unique` gives the ids `_draw` gives for the same stream (the ids every earlier version drew), as plain
+    ints."""
     gen = TokenIdGenerator(vocab_size=500, seed=4, reserved_ids=(0, 2))
     stream = np.random.default_rng([4, _STREAM_TAG])
     for n in (1, 33, 400):
