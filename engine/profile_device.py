@@ -18,6 +18,9 @@ How it measures:
   buffer sizes doubling until far past the last-level cache. The bandwidth of the device memory is the
   plateau: the median over the three largest sizes, which the sweep makes at least 4x the caches - measured,
   not taken from what lscpu says. The in-cache peak is kept in the sweep.
+- Weight streaming: a bf16 matrix-vector product y = x W^T (one token through a linear layer, as a decode
+  step runs it) over a weight matrix 4x the last-level cache: weight bytes / time is the bandwidth the
+  memory-bound GEMMs of decode reach, often well below the plain read plateau.
 - Launch overhead: per-call time of a tiny element-wise op (one-element add); on CUDA the host-side time of
   back-to-back launches, which is what an eager engine pays per kernel.
 """
@@ -53,6 +56,7 @@ _MIB = 2**20
 _CPU_MEMORY_SIZES = tuple(2**p for p in (18, 20, 22, 24, 26, 27, 28, 29))  # 256 KiB .. 512 MiB
 _CUDA_MEMORY_SIZES = tuple(2**p for p in (20, 22, 24, 26, 28, 30, 31, 32))  # 1 MiB .. 4 GiB
 _QUICK_MEMORY_SIZES = tuple(2**p for p in range(16, 22))  # 64 KiB .. 2 MiB
+_QUICK_STREAM_BYTES = 2 * _MIB
 _NUM_PLATEAU_SIZES = 3
 # A probe of fp16 on CPU below this fraction of the best of fp32/bf16 means it runs in software: skip it.
 _FP16_FAST_FRACTION = 0.5
@@ -104,6 +108,7 @@ def profile_device(settings: ProfileSettings, log: Callable[[str], None] = lambd
             "gemm": gemm,
             "gemm_skipped": skipped,
             "memory": {"read": bench.memory("read"), "copy": bench.memory("copy")},
+            "weight_streaming": bench.weight_streaming(),
             "launch_overhead": bench.launch_overhead(),
         }
     finally:
@@ -252,6 +257,17 @@ class _Bench:
         return {"plateau_bytes_per_s": max(plateau), "spread": _spread(plateau),
                 "plateau_sizes_bytes": [row["size_bytes"] for row in sweep[-_NUM_PLATEAU_SIZES:]],
                 "sweep": sweep}
+
+    def weight_streaming(self) -> dict[str, Any]:
+        """Bandwidth of a bf16 matrix-vector product y = x W^T whose weights (k x n) stream from device memory."""
+        k = 4096
+        n = _QUICK_STREAM_BYTES // (2 * k) if self.settings.quick else max(self._memory_sizes()) // (2 * k)
+        generator = torch.Generator(device=self.device).manual_seed(0)
+        weight = torch.randn(n, k, generator=generator, device=self.device).to(torch.bfloat16)
+        x = torch.randn(1, k, generator=generator, device=self.device).to(torch.bfloat16)
+        best, spread, _ = self._rates(lambda: torch.nn.functional.linear(x, weight), 2.0 * n * k)
+        self.log(f"weight streaming (bf16 1x{k} @ {k}x{n}): {best / 1e9:.1f} GB/s (spread {spread:.1%})")
+        return {"bytes_per_s": best, "spread": spread, "weight_shape_nk": [n, k]}
 
     # ---- launch overhead ------------------------------------------------------------------------------
 

@@ -62,7 +62,7 @@ _TOP_KEYS: dict[str, bool] = {
 _INTERCONNECT_KEYS = ("name", "bandwidth_gb_per_s_per_direction", "latency_us", "max_num_gpus")
 # What `roofline profile-device` records; the values are free-form (numbers, strings, sweeps).
 _MEASURED_KEYS = ("date", "command", "machine", "library_versions", "num_threads", "num_repeats",
-                  "gemm", "memory", "launch_overhead")
+                  "gemm", "memory", "weight_streaming", "launch_overhead")
 # Sections whose numbers are not datasheet facts and so need no source.
 _UNSOURCED = ("sources", "measured", "calibration")
 

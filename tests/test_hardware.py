@@ -206,6 +206,11 @@ def test_profile_device_quick_writes_a_loadable_cpu_profile(tmp_path: Path) -> N
     assert hw.num_compute_units == 1 and hw.measured["num_threads"] == 1
     assert hw.measured["memory"]["read"]["plateau_gb_per_s"] > 0
     assert all(row["spread"] >= 0 for row in hw.measured["gemm"]["bf16"]["sweep"])
+    streaming = hw.measured["weight_streaming"]
+    assert streaming["gb_per_s"] > 0 and streaming["weight_shape_nk"][1] == 4096
+    # memory-bound GEMMs stream weights at the measured matrix-vector rate, relative to the read plateau
+    expected = min(1.0, streaming["gb_per_s"] / hw.measured["memory"]["read"]["plateau_gb_per_s"])
+    assert hw.efficiency.memory_efficiency == pytest.approx(expected, rel=0.01)
 
 
 def test_profile_device_restores_torch_threads(tmp_path: Path) -> None:

@@ -117,8 +117,12 @@ def measured_profile(result: dict[str, Any], profile_id: str | None, date: str, 
         "interconnect": None,
         "pcie_bandwidth_gb_per_s_per_direction": _optional(device["pcie_bytes_per_s_per_direction"], 1e9),
         "tdp_w": device["tdp_w"],
-        # The peaks are achieved values, so reaching them is efficiency 1; `roofline calibrate` refines this.
-        "efficiency": {"gemm_compute_efficiency": 1.0, "memory_efficiency": 1.0},
+        # The GEMM peak is an achieved value, so reaching it is efficiency 1; memory-bound GEMMs (decode) stream
+        # weights at the measured matrix-vector rate, a fraction of the read plateau. `roofline calibrate`
+        # refines both.
+        "efficiency": {"gemm_compute_efficiency": 1.0,
+                       "memory_efficiency": _sig(min(1.0, result["weight_streaming"]["bytes_per_s"]
+                                                     / read["plateau_bytes_per_s"]), 3)},
         # Measured in eager mode: each op pays the measured launch overhead.
         "executor": {"mode": "eager", "kernel_launch_us": _sig(result["launch_overhead"]["per_op_s"] * 1e6)},
         "sources": _sources(device, is_cpu),
@@ -140,7 +144,9 @@ def _sources(device: dict[str, Any], is_cpu: bool) -> dict[str, str]:
         "memory_bandwidth_gb_per_s": f"{tool}: read bandwidth plateau past the caches (measured.memory.read)",
         "num_compute_units": "torch threads used for the measurements" if is_cpu
         else "torch.cuda.get_device_properties().multi_processor_count",
-        "efficiency": "the peaks above are achieved (measured) values, so efficiency 1 until calibrated",
+        "efficiency.gemm_compute_efficiency": "the GEMM peaks above are achieved (measured) values: 1 until calibrated",
+        "efficiency.memory_efficiency": f"{tool}: bf16 matrix-vector weight streaming rate / read plateau "
+                                        "(measured.weight_streaming)",
         "executor.kernel_launch_us": f"{tool}: time of a one-element add (measured.launch_overhead)",
     }
     if device["l2_cache_bytes"] is not None:
@@ -178,6 +184,9 @@ def _measured_section(result: dict[str, Any], date: str, command: str) -> dict[s
         "num_repeats": result["num_repeats"],
         "gemm": gemm,
         "memory": {kind: _memory_section(result["memory"][kind]) for kind in ("read", "copy")},
+        "weight_streaming": {"gb_per_s": _sig(result["weight_streaming"]["bytes_per_s"] / 1e9),
+                             "spread": _sig(result["weight_streaming"]["spread"], 3),
+                             "weight_shape_nk": result["weight_streaming"]["weight_shape_nk"]},
         "launch_overhead": {"per_op_us": _sig(result["launch_overhead"]["per_op_s"] * 1e6),
                             "spread": _sig(result["launch_overhead"]["spread"], 3)},
     }
