@@ -216,14 +216,31 @@ class BlockPool:
             else:
                 cached[block_hash] = ids[0]
                 self.block_hash[ids[0]] = block_hash
-        elif cached.keys().isdisjoint(hashes) and len(set(hashes)) == len(hashes):
-            cached.update(zip(hashes, ids))
-            self.block_hash[np.asarray(ids, dtype=np.int64)] = hashes
+        elif cached.keys().isdisjoint(hashes) and self._insert_new(ids, hashes):
+            if len(ids) <= 16:
+                # Below ~16 blocks (the decodes' filled blocks) numpy's list conversion costs more than the loop.
+                block_hash = self.block_hash
+                for block_id, h in zip(ids, hashes):
+                    block_hash[block_id] = h
+            else:
+                self.block_hash[np.asarray(ids, dtype=np.int64)] = hashes
         else:
             for block_id, block_hash in zip(ids, hashes):
                 self._register_duplicate(block_id, block_hash)
         if len(cached) > self._max_entries:
             self._rebuild_map()
+
+    def _insert_new(self, ids: Sequence[int], hashes: Sequence[int]) -> bool:
+        """Map `hashes` (none of them in the map) to `ids` if they are distinct, else change nothing and return
+        False. The map's growth tells whether they were distinct, which saves building a set of them."""
+        cached = self._cached
+        num_before = len(cached)
+        cached.update(zip(hashes, ids))
+        if len(cached) - num_before == len(hashes):
+            return True
+        for block_hash in hashes:
+            cached.pop(block_hash, None)
+        return False
 
     def _register_duplicate(self, block_id: int, block_hash: int) -> None:
         """Register one block whose hash may already be in the map (as a stale or a valid entry)."""
