@@ -51,7 +51,7 @@ class ModelRunner:
         logit_rows: list[int] = []
         emitting: list[Request] = []
         for req, num_query, num_context, emits, _ in ordered:
-            input_ids.extend(req.all_token_ids[num_context:num_context + num_query])
+            input_ids.extend(req.token_ids(num_context, num_context + num_query))
             positions.extend(range(num_context, num_context + num_query))
             if emits:
                 logit_rows.append(len(input_ids) - 1)

@@ -522,25 +522,31 @@ class RequestFactory:
         self._gen = TokenIdGenerator(vocab_size, seed, reserved_ids=(bos_token_id, eos_token_id))
         self._eos_token_id = eos_token_id
         self._sessions: dict[int, tuple[MultiTurnSession, int, int]] = {}  # id -> (session, prompt, output)
+        self._sampling: dict[int, SamplingParams] = {}
 
     def __call__(self, spec: RequestSpec, prefix_tokens: int = 0) -> Request:
-        return Request(spec.request_id, self.prompt_ids(spec, prefix_tokens),
-                       SamplingParams(max_tokens=spec.num_output_tokens, ignore_eos=True),
+        sampling = self._sampling.get(spec.num_output_tokens)
+        if sampling is None:  # immutable, so requests of one output length share one
+            sampling = self._sampling[spec.num_output_tokens] = SamplingParams(max_tokens=spec.num_output_tokens,
+                                                                               ignore_eos=True)
+        return Request(spec.request_id, self.prompt_ids(spec, prefix_tokens), sampling,
                        arrival_time_s=spec.arrival_s, eos_token_id=self._eos_token_id)
 
-    def prompt_ids(self, spec: RequestSpec, prefix_tokens: int = 0) -> list[int]:
-        """The prompt of `spec`; `prefix_tokens` is the workload's shared-prefix length (with prefix_group)."""
-        prefix = [] if spec.prefix_group is None else self._gen.prefix(spec.prefix_group, prefix_tokens)
+    def prompt_ids(self, spec: RequestSpec, prefix_tokens: int = 0) -> np.ndarray:
+        """The prompt of `spec` as an int64 array; `prefix_tokens` is the workload's shared-prefix length (with
+        prefix_group)."""
+        prefix = None if spec.prefix_group is None else self._gen.prefix_array(spec.prefix_group, prefix_tokens)
+        num_prefix = 0 if prefix is None else len(prefix)
         if spec.session_id is None:
-            unique = self._gen.unique(spec.num_prompt_tokens - len(prefix))
-            return prefix + unique if prefix else unique  # no copy of a prompt without a shared prefix
+            unique = self._gen.unique_array(spec.num_prompt_tokens - num_prefix)
+            return unique if prefix is None else np.concatenate((prefix, unique))
         if spec.turn == 0:
-            session = self._gen.session(prefix_ids=prefix)
-            ids = session.next_prompt(spec.num_prompt_tokens - len(prefix))
+            session = self._gen.session(prefix_ids=() if prefix is None else prefix)
+            ids = session.next_prompt_array(spec.num_prompt_tokens - num_prefix)
         else:
             session, previous_prompt, previous_output = self._sessions[spec.session_id]
             num_user = spec.num_prompt_tokens - previous_prompt - previous_output
-            ids = session.next_prompt(num_user, num_previous_output_tokens=previous_output)
+            ids = session.next_prompt_array(num_user, num_previous_output_tokens=previous_output)
         self._sessions[spec.session_id] = (session, spec.num_prompt_tokens, spec.num_output_tokens)
         return ids
 

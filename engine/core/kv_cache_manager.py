@@ -8,12 +8,12 @@
         ...                                            # req.block_ids: the block table
     kv.free(req)                                       # tail block first
 
-Prefix caching: every full block of a request's tokens (prompt and generated) gets a hash chained to the
-hash of the block before it, `hash((parent_hash, tokens_of_block))`; a block is reused only if all blocks
-before it were too. Python hashes tuples of ints the same in every run (PYTHONHASHSEED only salts str and
-bytes), so schedules are reproducible. A full hit still recomputes the last prompt token to get its logits:
-hits are capped at `num_tokens - 1` tokens, rounded down to whole blocks, so a prompt that is an exact
-multiple of the block size recomputes its whole last block (as vLLM does). Blocks are registered in the
+Prefix caching: every full block of a request's tokens (prompt and generated) gets a hash of all tokens from
+the start of the request to its end (`engine.core.block_hash`, chained from block to block as vLLM chains
+`hash((parent_hash, tokens_of_block))`); a block is reused only if all blocks before it were too. Hashes are
+deterministic (no per-process salt), so schedules are reproducible. A full hit still recomputes the last
+prompt token to get its logits: hits are capped at `num_tokens - 1` tokens, rounded down to whole blocks, so a
+prompt that is an exact multiple of the block size recomputes its whole last block (as vLLM does). Blocks are registered in the
 cache as soon as they are full of *scheduled* tokens (vLLM caches in `allocate_slots`, before the step runs;
 a request admitted later in the same step may hit them, which is why the engine writes all new KV of a
 layer before attention reads it).
@@ -25,16 +25,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from engine.core.block_hash import (
+    ROOT_BLOCK_HASH,
+    block_hash,
+    constant_block_hash,
+    prompt_block_hashes,
+)
 from engine.core.block_pool import BlockPool, KVCacheBlock
 from engine.core.config import CacheConfig
 from engine.core.request import Request
-
-# Parent hash of a request's first block; any fixed int does (vLLM seeds NONE_HASH from PYTHONHASHSEED).
-ROOT_BLOCK_HASH = 0x5EED_B10C
-
-
-def hash_block_tokens(parent_hash: int, token_ids: tuple[int, ...]) -> int:
-    return hash((parent_hash, token_ids))
 
 
 class KVCacheManager:
@@ -59,26 +58,37 @@ class KVCacheManager:
         return self.pool.num_usable_blocks
 
     def update_block_hashes(self, req: Request) -> None:
-        """Hash the blocks of `req` that became full since the last call (no-op without prefix caching)."""
+        """Hash the blocks of `req` that became full since the last call (no-op without prefix caching): those
+        inside the prompt by array operations on its ids, the others one by one."""
         if not self.enable_caching:
             return
         bs = self.block_size
         hashes = req.block_hashes
-        tokens = req.all_token_ids
-        parent = hashes[-1] if hashes else ROOT_BLOCK_HASH
-        start = len(hashes) * bs
-        if len(tokens) - start < bs:
+        num_hashed = len(hashes)
+        num_full = req.num_tokens // bs
+        if num_full <= num_hashed:
             return
-        # zip(*[iterator] * bs) cuts the tokens into bs-tuples in C; each is hashed as hash_block_tokens does.
-        for block in zip(*[iter(tokens[start:])] * bs):
-            parent = hash((parent, block))
-            hashes.append(parent)
+        parent = hashes[-1] if hashes else ROOT_BLOCK_HASH
+        num_prompt_blocks = min(num_full, req.num_prompt_tokens // bs)
+        if num_prompt_blocks > num_hashed:
+            hashes.extend(prompt_block_hashes(parent, req.prompt_array[num_hashed * bs:num_prompt_blocks * bs],
+                                              num_hashed * bs, bs))
+        for k in range(len(hashes), num_full):
+            hashes.append(block_hash(hashes[-1] if hashes else ROOT_BLOCK_HASH, req.token_ids(k * bs, (k + 1) * bs),
+                                     k * bs))
 
-    def hash_next_block(self, req: Request, block_token_ids: tuple[int, ...]) -> None:
+    def hash_next_block(self, req: Request, block_token_ids: Sequence[int]) -> None:
         """Append the hash of the request's next full block, whose tokens are `block_token_ids` (the scheduler
         passes them when it has not written the generated tokens into the request yet)."""
         hashes = req.block_hashes
-        hashes.append(hash_block_tokens(hashes[-1] if hashes else ROOT_BLOCK_HASH, block_token_ids))
+        hashes.append(block_hash(hashes[-1] if hashes else ROOT_BLOCK_HASH, block_token_ids,
+                                 len(hashes) * self.block_size))
+
+    def hash_next_constant_block(self, req: Request, token_id: int) -> None:
+        """`hash_next_block` for a block of `block_size` copies of `token_id`."""
+        hashes = req.block_hashes
+        hashes.append(constant_block_hash(hashes[-1] if hashes else ROOT_BLOCK_HASH, token_id,
+                                          len(hashes) * self.block_size, self.block_size))
 
     def get_computed_blocks(self, req: Request) -> tuple[list[KVCacheBlock], int]:
         """The longest run of cached full blocks from the start of `req`, at most `num_tokens - 1` tokens."""

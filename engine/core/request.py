@@ -17,7 +17,10 @@ counters in arrays (its column path, taken when every sampled token is one const
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 
 class RequestStatus(enum.IntEnum):
@@ -80,7 +83,8 @@ class Request:
         "finish_time_s",
         "num_preemptions",
         "num_prefix_hit_tokens",
-        "_token_ids",
+        "_prompt",
+        "_output_ids",
         "_num_computed",
         "_token_times",
         "_cols",
@@ -89,22 +93,28 @@ class Request:
     def __init__(
         self,
         request_id: str,
-        prompt_token_ids: list[int],
+        prompt_token_ids: Sequence[int] | np.ndarray,
         sampling: SamplingParams,
         arrival_time_s: float = 0.0,
         eos_token_id: int | None = None,
         priority: int = 0,
     ) -> None:
-        if not prompt_token_ids:
-            raise ValueError(f"request {request_id!r}: prompt_token_ids must not be empty")
+        prompt = np.asarray(prompt_token_ids, dtype=np.int64)
+        if prompt.ndim != 1 or len(prompt) == 0:
+            raise ValueError(f"request {request_id!r}: prompt_token_ids must be a non-empty sequence of token ids")
+        if prompt is prompt_token_ids:  # the caller's own array: keep a read-only view of it
+            prompt = prompt.view()
+        prompt.flags.writeable = False
         self.request_id = request_id
         self.sampling = sampling
         self.arrival_time_s = arrival_time_s
         self.eos_token_id = eos_token_id
         self.priority = priority  # lower is served first under policy "priority" (vLLM's convention)
-        # Prompt followed by generated tokens; only ever appended to, so slices taken earlier stay valid.
-        self._token_ids: list[int] = list(prompt_token_ids)
-        self.num_prompt_tokens = len(prompt_token_ids)
+        # The prompt as an int64 array (the simulator never makes a Python int per prompt token) and the
+        # generated tokens, only ever appended to.
+        self._prompt = prompt
+        self._output_ids: list[int] = []
+        self.num_prompt_tokens = len(prompt)
         self._num_computed = 0
         self.status = RequestStatus.WAITING
         # KV bookkeeping, owned by KVCacheManager: the ids of the blocks held (in token order; a new list
@@ -142,10 +152,18 @@ class Request:
 
     @property
     def all_token_ids(self) -> list[int]:
-        """Prompt followed by the generated tokens (do not modify)."""
-        if self._cols is not None:
-            self._cols.materialize(self)
-        return self._token_ids
+        """Prompt followed by the generated tokens (a new list)."""
+        return self._prompt.tolist() + self.output_token_ids
+
+    def token_ids(self, start: int, stop: int) -> list[int]:
+        """`all_token_ids[start:stop]`, without building the whole list."""
+        p = self.num_prompt_tokens
+        if stop <= p:
+            return self._prompt[start:stop].tolist()
+        outputs = self.output_token_ids
+        if start >= p:
+            return outputs[start - p:stop - p]
+        return self._prompt[start:].tolist() + outputs[:stop - p]
 
     @property
     def token_times_s(self) -> list[float]:
@@ -160,19 +178,29 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.all_token_ids)
+        if self._cols is not None:
+            return self._cols.num_tokens_of(self)
+        return self.num_prompt_tokens + len(self._output_ids)
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self.all_token_ids) - self.num_prompt_tokens
+        return self.num_tokens - self.num_prompt_tokens
 
     @property
     def prompt_token_ids(self) -> list[int]:
-        return self.all_token_ids[: self.num_prompt_tokens]
+        return self._prompt.tolist()
+
+    @property
+    def prompt_array(self) -> np.ndarray:
+        """The prompt as a read-only int64 array."""
+        return self._prompt
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.all_token_ids[self.num_prompt_tokens :]
+        """The generated tokens (do not modify)."""
+        if self._cols is not None:
+            self._cols.materialize(self)
+        return self._output_ids
 
     @property
     def first_token_time_s(self) -> float | None:

@@ -191,7 +191,7 @@ class StepPlan:
             self._seqs = tuple(
                 ScheduledSeq(
                     req.request_id,
-                    req.all_token_ids[ctx : ctx + q],
+                    req.token_ids(ctx, ctx + q),
                     q,
                     ctx,
                     table,
@@ -211,7 +211,7 @@ class StepPlan:
         self.requests.append(req)
         self._query.append(num_new_tokens)
         self._context.append(ctx)
-        self._emits.append(ctx + num_new_tokens == len(req._token_ids))
+        self._emits.append(ctx + num_new_tokens == req.num_prompt_tokens + len(req._output_ids))
         self._num_blocks.append(len(req.block_ids))
         self.num_batched_tokens += num_new_tokens
         if num_new_tokens == 1 and ctx >= req.num_prompt_tokens:
@@ -292,18 +292,17 @@ class _Columns:
 
     The generated tokens of this period and their times are not written into the requests as they come:
     every running request that has sampled a token in this period has sampled one at every update since (a
-    request that is cut short or preempted ends the period), so its `ntok - len(_token_ids)` unwritten
+    request that is cut short or preempted ends the period), so its `ntok - num_prompt_tokens - len(_output_ids)` unwritten
     tokens are `token` at the last that many update times. `materialize` writes them out (on a read of
-    the request, to hash a block, and when the request or the period ends)."""
+    the request, and when the request or the period ends)."""
 
-    def __init__(self, reqs: list[Request], token: int, block_size: int) -> None:
+    def __init__(self, reqs: list[Request], token: int) -> None:
         self.reqs = reqs
         self.token = token
-        self.block_token_ids = (token,) * block_size  # a block of generated tokens only
         self.times: list[float | None] = []  # now_s of every update of the period
         self.times_complete = True  # no update without a time (whose tokens get none, as in the object path)
         self.ctx = np.array([r._num_computed for r in reqs], dtype=np.int64)
-        self.ntok = np.array([len(r._token_ids) for r in reqs], dtype=np.int64)
+        self.ntok = np.array([r.num_prompt_tokens + len(r._output_ids) for r in reqs], dtype=np.int64)
         self.num_prompt = np.array([r.num_prompt_tokens for r in reqs], dtype=np.int64)
         self.max_tokens = np.array([r.max_num_tokens for r in reqs], dtype=np.int64)
         self.num_blocks = np.array([len(r.block_ids) for r in reqs], dtype=np.int64)
@@ -315,7 +314,7 @@ class _Columns:
     def extend(self, new: list[Request]) -> None:
         """Add rows for requests just appended to `reqs` (admissions)."""
         self.ctx = np.concatenate((self.ctx, [r._num_computed for r in new]))
-        self.ntok = np.concatenate((self.ntok, [len(r._token_ids) for r in new]))
+        self.ntok = np.concatenate((self.ntok, [r.num_prompt_tokens + len(r._output_ids) for r in new]))
         self.num_prompt = np.concatenate((self.num_prompt, [r.num_prompt_tokens for r in new]))
         self.max_tokens = np.concatenate((self.max_tokens, [r.max_num_tokens for r in new]))
         self.num_blocks = np.concatenate((self.num_blocks, [len(r.block_ids) for r in new]))
@@ -337,14 +336,17 @@ class _Columns:
     def num_computed_of(self, req: Request) -> int:
         return int(self.ctx[self.reqs.index(req)])
 
+    def num_tokens_of(self, req: Request) -> int:
+        return int(self.ntok[self.reqs.index(req)])
+
     def materialize(self, req: Request, i: int | None = None) -> None:
         """Write the unwritten tokens of `req` (row `i`) and their times into it."""
         if i is None:
             i = self.reqs.index(req)
-        tokens = req._token_ids
-        missing = int(self.ntok[i]) - len(tokens)
+        outputs = req._output_ids
+        missing = int(self.ntok[i]) - req.num_prompt_tokens - len(outputs)
         if missing > 0:
-            tokens.extend([self.token] * missing)
+            outputs.extend([self.token] * missing)
             times = self.times[-missing:]
             req._token_times.extend(times if self.times_complete else [t for t in times if t is not None])
 
@@ -497,7 +499,7 @@ class Scheduler:
         while i < len(running) and budget > 0:
             req = running[i]
             computed = req._num_computed
-            n = len(req._token_ids) - computed
+            n = req.num_prompt_tokens + len(req._output_ids) - computed
             if 0 < threshold < n:
                 n = threshold
             n = min(n, budget, max_pos - computed)
@@ -631,7 +633,7 @@ class Scheduler:
         prefill) need the KV cache manager. Returns False, having changed nothing, otherwise."""
         running = self.running
         ctx = [r._num_computed for r in running]
-        ntok = [len(r._token_ids) for r in running]
+        ntok = [r.num_prompt_tokens + len(r._output_ids) for r in running]
         rem = [t - c for t, c in zip(ntok, ctx)]
         total = sum(rem)
         if total > budget or (threshold and max(rem, default=0) > threshold):
@@ -679,7 +681,7 @@ class Scheduler:
         return victim, i, budget
 
     def _preempt(self, req: Request) -> None:
-        self._num_running_without_output -= len(req._token_ids) == req.num_prompt_tokens
+        self._num_running_without_output -= not req._output_ids
         self.kv.free(req)
         req.status = RequestStatus.PREEMPTED
         req._num_computed = 0
@@ -696,7 +698,7 @@ class Scheduler:
             req = waiting.peek()
             hit_ids = kv.get_computed_block_ids(req)
             num_hit_tokens = len(hit_ids) * kv.block_size
-            num_tokens = len(req._token_ids)
+            num_tokens = req.num_prompt_tokens + len(req._output_ids)
             n = num_tokens - num_hit_tokens
             if 0 < threshold < n:
                 n = threshold
@@ -757,16 +759,16 @@ class Scheduler:
         to_check: list[tuple[Request, int]] = []
         if now_s is None:
             for req, token in pairs:
-                tokens = req._token_ids
-                tokens.append(token)
-                if len(tokens) >= req.next_check_len or token in req.stop_token_set:
+                outputs = req._output_ids
+                outputs.append(token)
+                if req.num_prompt_tokens + len(outputs) >= req.next_check_len or token in req.stop_token_set:
                     to_check.append((req, token))
         else:
             for req, token in pairs:
-                tokens = req._token_ids
-                tokens.append(token)
+                outputs = req._output_ids
+                outputs.append(token)
                 req._token_times.append(now_s)
-                if len(tokens) >= req.next_check_len or token in req.stop_token_set:
+                if req.num_prompt_tokens + len(outputs) >= req.next_check_len or token in req.stop_token_set:
                     to_check.append((req, token))
         finished = [req for req, token in to_check if self._check(req, token, now_s)]
         if finished:
@@ -784,7 +786,7 @@ class Scheduler:
             running = self.running
             if len(plan.requests) != len(running) or not all(map(operator.is_, plan.requests, running)):
                 return False
-            self._cols = _Columns(running, token, self.kv.block_size)
+            self._cols = _Columns(running, token)
         return True
 
     def _update_columns(self, plan: StepPlan, now_s: float | None) -> list[Request]:
@@ -817,17 +819,20 @@ class Scheduler:
             return []
         # The rows' counters as Python ints in one go (indexing arrays one element at a time is slow).
         caching = kv.enable_caching
-        block = cols.block_token_ids
+        token = cols.token
         for i, num_tokens, stop, cap in zip(rows.tolist(), ntok[rows].tolist(), cols.stops[rows].tolist(),
                                             cols.max_tokens[rows].tolist()):
             req = running[i]
             if caching and num_tokens % bs == 0:
-                written = req._token_ids
+                # The block's tokens: written ones (prompt, earlier outputs), then this period's, all `token`.
+                written = req.num_prompt_tokens + len(req._output_ids)
                 start = num_tokens - bs
-                if len(written) <= start:
-                    kv.hash_next_block(req, block)
+                if written <= start:
+                    kv.hash_next_constant_block(req, token)
                 else:
-                    kv.hash_next_block(req, tuple(written[start:]) + block[:num_tokens - len(written)])
+                    p = req.num_prompt_tokens
+                    tokens = req._prompt[start:].tolist() + req._output_ids if start < p else req._output_ids[start - p:]
+                    kv.hash_next_block(req, tokens + [token] * (num_tokens - written))
             if stop:
                 finished.append((i, req, RequestStatus.FINISHED_STOPPED))
             elif num_tokens >= cap:
@@ -855,7 +860,7 @@ class Scheduler:
     def _check(self, req: Request, token: int, now_s: float | None) -> bool:
         """The rare events of a new token: the first output, a full block to hash, a stop (vLLM's
         check_stop order: EOS unless ignore_eos and stop tokens, then the length limits). True if finished."""
-        num_tokens = len(req._token_ids)
+        num_tokens = req.num_prompt_tokens + len(req._output_ids)
         if num_tokens == req.num_prompt_tokens + 1:
             self._num_running_without_output -= 1
         kv = self.kv

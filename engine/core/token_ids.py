@@ -48,23 +48,26 @@ class TokenIdGenerator:
 
     def unique(self, n: int) -> list[int]:
         """`n` fresh ids from the sequential stream (practically never shared with another call)."""
+        return self.unique_array(n).tolist()
+
+    def unique_array(self, n: int) -> np.ndarray:
+        """`unique` as an int64 array (the same draws)."""
         if n < 0:
             raise ValueError(f"TokenIdGenerator.unique: n must be >= 0, got {n}")
-        # A new int object per token, allocated in order: the simulator draws tens of millions, and picking shared
-        # ready-made ints instead (one per vocabulary id, from an object array) cost ~40 ns a token in cache misses
-        # on the 4 MB of scattered int objects (sim_speed 10,000 requests: 1.0 s of 6.3 s; the whole run is
-        # 10-27 % faster this way). The price is 32 bytes a prompt token while the request lives (BENCHMARKS.md,
-        # `## Simulator`).
-        return self._draw(self._stream, n).tolist()
+        return self._draw(self._stream, n)
 
     def prefix(self, group_id: int, n: int) -> list[int]:
         """The first `n` ids of shared-prefix group `group_id` (an int >= 0)."""
+        return self.prefix_array(group_id, n).tolist()
+
+    def prefix_array(self, group_id: int, n: int) -> np.ndarray:
+        """`prefix` as an int64 array."""
         if isinstance(group_id, bool) or not isinstance(group_id, int) or group_id < 0:
             raise ValueError(f"TokenIdGenerator.prefix: group_id must be an integer >= 0, got {group_id!r}")
         if n < 0:
             raise ValueError(f"TokenIdGenerator.prefix: n must be >= 0, got {n}")
         chunks = [self._prefix_chunk(group_id, k) for k in range(-(-n // _PREFIX_CHUNK))]
-        return np.concatenate(chunks)[:n].tolist() if chunks else []
+        return np.concatenate(chunks)[:n] if chunks else np.zeros(0, dtype=np.int64)
 
     def _prefix_chunk(self, group_id: int, k: int) -> np.ndarray:
         key = (group_id, k)
@@ -82,15 +85,19 @@ class TokenIdGenerator:
 class MultiTurnSession:
     """Turn n's prompt = turn n-1's prompt + its synthetic response + the new user message."""
 
-    def __init__(self, gen: TokenIdGenerator, prefix_ids: Sequence[int] = ()) -> None:
+    def __init__(self, gen: TokenIdGenerator, prefix_ids: Sequence[int] | np.ndarray = ()) -> None:
         self._gen = gen
-        self._prefix = list(prefix_ids)
-        self._prompt: list[int] | None = None
+        self._prefix = np.asarray(prefix_ids, dtype=np.int64)
+        self._prompt: np.ndarray | None = None
         self.num_turns = 0
 
     def next_prompt(self, num_user_tokens: int, num_previous_output_tokens: int = 0) -> list[int]:
         """The next turn's prompt. `num_previous_output_tokens` is the length of the previous turn's
         response (0, and only 0, for the first turn)."""
+        return self.next_prompt_array(num_user_tokens, num_previous_output_tokens).tolist()
+
+    def next_prompt_array(self, num_user_tokens: int, num_previous_output_tokens: int = 0) -> np.ndarray:
+        """`next_prompt` as an int64 array (read-only: later turns share it)."""
         if num_user_tokens < 1 or num_previous_output_tokens < 0:
             raise ValueError(
                 "MultiTurnSession.next_prompt: num_user_tokens must be >= 1 and num_previous_output_tokens >= 0, "
@@ -99,8 +106,10 @@ class MultiTurnSession:
         if self._prompt is None:
             if num_previous_output_tokens:
                 raise ValueError("MultiTurnSession.next_prompt: the first turn has no previous output tokens")
-            self._prompt = self._prefix + self._gen.unique(num_user_tokens)
+            prompt = np.concatenate((self._prefix, self._gen.unique_array(num_user_tokens)))
         else:
-            self._prompt = self._prompt + self._gen.unique(num_previous_output_tokens + num_user_tokens)
+            prompt = np.concatenate((self._prompt, self._gen.unique_array(num_previous_output_tokens + num_user_tokens)))
+        prompt.flags.writeable = False
+        self._prompt = prompt
         self.num_turns += 1
-        return list(self._prompt)
+        return prompt

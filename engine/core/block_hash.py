@@ -1,0 +1,98 @@
+"""Prefix-cache hashes of KV blocks, computed on numpy token arrays.
+
+Block k of a request (tokens at positions [k * bs, (k + 1) * bs)) is identified by everything before and in it:
+
+    hash_k = (hash_{k-1} + sum over its positions t of w_token(x_t) * w_position(t))  mod 2^63
+    hash_{-1} = ROOT_BLOCK_HASH
+
+with w_token(x) = splitmix64(x ^ salt) and w_position(t) = splitmix64(t ^ salt') | 1, products and sums mod 2^64.
+Two requests get the same hash for block k when their first (k + 1) * bs tokens are the same; different
+prefixes collide with probability about 2^-62 per pair. This plays the part of vLLM's chained
+`hash((parent_hash, tokens_of_block))` (same hits, same misses), but a whole prompt is hashed by a few
+array operations on its ids without making a Python int per token, and a block of one repeated token (the
+simulator's generated tokens) costs one multiplication. Everything is deterministic: no salt from the
+process (PYTHONHASHSEED), so schedules are reproducible.
+
+    hashes = prompt_block_hashes(ROOT_BLOCK_HASH, ids[:n * bs], start_pos=0, block_size=bs)  # n blocks
+    h = block_hash(hashes[-1], tokens_of_next_block, start_pos=n * bs)
+    h = constant_block_hash(hashes[-1], token, start_pos=n * bs, num_tokens=bs)              # the same if all equal
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+ROOT_BLOCK_HASH = 0x5EED_B10C  # hash "before" the first block; any fixed value below 2^63 does
+_MASK_63 = (1 << 63) - 1
+_TOKEN_SALT = 0x243F6A8885A308D3
+_POSITION_SALT = 0x13198A2E03707344
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on a uint64 array (arithmetic wraps mod 2^64)."""
+    z = x + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+class _Weights:
+    """splitmix64(i ^ salt) (| 1 for positions) for i < capacity, as uint64 and as Python ints; for positions
+    also their prefix sums mod 2^64 as Python ints (`cumulative[t]` = sum of the weights of positions < t).
+    Grown by doubling, shared by all callers."""
+
+    def __init__(self, salt: int, odd: bool, cumulative: bool) -> None:
+        self.salt, self.odd, self.with_cumulative = salt, odd, cumulative
+        self.array = np.zeros(0, dtype=np.uint64)
+        self.ints: list[int] = []
+        self.cumulative: list[int] = [0]
+
+    def ensure(self, n: int) -> None:
+        if n <= len(self.ints):
+            return
+        size = max(n, 2 * len(self.ints), 1 << 16)
+        array = _splitmix64(np.arange(size, dtype=np.uint64) ^ np.uint64(self.salt))
+        self.array = array | np.uint64(1) if self.odd else array
+        self.ints = self.array.tolist()
+        if self.with_cumulative:
+            self.cumulative = [0, *np.cumsum(self.array, dtype=np.uint64).tolist()]
+
+
+_TOKENS = _Weights(_TOKEN_SALT, odd=False, cumulative=False)
+_POSITIONS = _Weights(_POSITION_SALT, odd=True, cumulative=True)
+
+
+def prompt_block_hashes(parent: int, token_ids: np.ndarray, start_pos: int, block_size: int) -> list[int]:
+    """Hashes of the whole blocks `token_ids` (int64 ids >= 0, a multiple of block_size long) at positions from
+    `start_pos` (a multiple of block_size), chained after `parent`."""
+    n = len(token_ids)
+    if n == 0:
+        return []
+    _TOKENS.ensure(int(token_ids.max()) + 1)
+    _POSITIONS.ensure(start_pos + n)
+    weighted = _TOKENS.array[token_ids] * _POSITIONS.array[start_pos:start_pos + n]
+    # The running sum at each block's last token is the sum of the contents of that block and all before it.
+    ends = np.cumsum(weighted, dtype=np.uint64)[block_size - 1::block_size]
+    return ((ends + np.uint64(parent)) & np.uint64(_MASK_63)).tolist()
+
+
+def block_hash(parent: int, token_ids: Sequence[int], start_pos: int) -> int:
+    """Hash of one block of `token_ids` (ids >= 0) at positions from `start_pos`, chained after `parent`."""
+    _TOKENS.ensure(max(token_ids) + 1)
+    _POSITIONS.ensure(start_pos + len(token_ids))
+    tokens, positions = _TOKENS.ints, _POSITIONS.ints
+    content = sum(tokens[x] * positions[t] for t, x in enumerate(token_ids, start_pos))
+    return (parent + content) & _MASK_63
+
+
+def constant_block_hash(parent: int, token_id: int, start_pos: int, num_tokens: int) -> int:
+    """`block_hash` of `num_tokens` copies of `token_id`: one multiplication by a prefix sum of the position
+    weights."""
+    end = start_pos + num_tokens
+    if end >= len(_POSITIONS.cumulative) or token_id >= len(_TOKENS.ints):
+        _TOKENS.ensure(token_id + 1)
+        _POSITIONS.ensure(end)
+    cumulative = _POSITIONS.cumulative
+    return (parent + _TOKENS.ints[token_id] * (cumulative[end] - cumulative[start_pos])) & _MASK_63
