@@ -2,7 +2,12 @@ import numpy as np
 import pytest
 
 from engine.core import CacheConfig, KVCacheManager, Request, SamplingParams
-from engine.core.block_hash import ROOT_BLOCK_HASH, block_hash, constant_block_hash, prompt_block_hashes
+from engine.core.block_hash import (
+    ROOT_BLOCK_HASH,
+    block_hash,
+    constant_block_hash,
+    prompt_block_hashes,
+)
 
 BS = 16
 
