@@ -530,7 +530,9 @@ class Scheduler:
         ctx, ntok = cols.ctx, cols.ntok
         rem = ntok - ctx
         total = int(_sum(rem))
-        if total > budget or (threshold and len(rem) and int(_max(rem)) > threshold):
+        # Every running request has a token to compute (rem >= 1), so total == count means all are decodes.
+        all_decodes = total == len(rem)
+        if total > budget or (threshold and not all_decodes and int(_max(rem)) > threshold):
             return False
         kv = self.kv
         bs = kv.block_size
@@ -538,30 +540,34 @@ class Scheduler:
         preempting = int(_sum(need)) > kv.num_free_blocks
         if preempting and self.config.policy != "fcfs":
             return False
-        touched = (need > 0) | (rem > 1)
-        if kv.enable_caching:
-            touched |= ntok // bs > cols.num_cached
         running = self.running
-        touched_idx = touched.nonzero()[0]
         if preempting:
-            num_live = self._allocate_or_preempt(plan, touched_idx.tolist(), ctx, ntok, rem)
+            touched = (need > 0) | (rem > 1)
+            if kv.enable_caching:
+                touched |= ntok // bs > cols.num_cached
+            num_live = self._allocate_or_preempt(plan, touched.nonzero()[0].tolist(), ctx, ntok, rem)
             ctx, ntok, rem = ctx[:num_live], ntok[:num_live], rem[:num_live]
             total = int(_sum(rem))
-        elif len(touched_idx):
-            if int(_max(rem[touched_idx])) == 1 and int(_max(need[touched_idx])) <= 1:
-                self._decode_blocks(touched_idx, need, ntok)
-            else:
-                for i in touched_idx.tolist():
-                    req = running[i]
-                    allocated = kv.allocate(req, int(ctx[i]), int(ntok[i]), int(rem[i]))
-                    assert allocated
-                    cols.num_blocks[i] = len(req.block_ids)
-                    cols.num_cached[i] = req.num_cached_blocks
+            all_decodes = total == num_live
+        elif all_decodes and (not len(need) or int(_max(need)) <= 1):
+            # Decodes only, none needing more than one block: who opens a block, who fills one.
+            filling = (ntok // bs > cols.num_cached).nonzero()[0] if kv.enable_caching else None
+            self._decode_blocks((need > 0).nonzero()[0], filling)
+        else:
+            touched = (need > 0) | (rem > 1)
+            if kv.enable_caching:
+                touched |= ntok // bs > cols.num_cached
+            for i in touched.nonzero()[0].tolist():
+                req = running[i]
+                allocated = kv.allocate(req, int(ctx[i]), int(ntok[i]), int(rem[i]))
+                assert allocated
+                cols.num_blocks[i] = len(req.block_ids)
+                cols.num_cached[i] = req.num_cached_blocks
         plan.requests = running[:]
         plan._bulk = (rem, ctx, cols.num_blocks.copy())
         plan.num_batched_tokens = total
         # Prefill seqs: several tokens, or the single last prompt token (no output yet: t == prompt length).
-        num_prefill_tokens = int(_sum(rem[rem > 1]))
+        num_prefill_tokens = 0 if all_decodes else int(_sum(rem[rem > 1]))
         if self._num_running_without_output:
             num_prefill_tokens += int(np.count_nonzero((rem == 1) & (ntok == cols.num_prompt)))
         plan.num_prefill_tokens = num_prefill_tokens
@@ -600,31 +606,29 @@ class Scheduler:
             cols.keep(slice(0, num_live))
         return num_live
 
-    def _decode_blocks(self, touched: np.ndarray, need: np.ndarray, ntok: np.ndarray) -> None:
-        """The KV work of decodes that open a block (one new block each) or fill one (registered in the
-        prefix cache), for all of them at once: the new blocks come off the free queue in running order, as
-        one `allocate_slots` after another would take them; registering and evicting commute, since a
-        registered block is in use and the map keeps registration order."""
+    def _decode_blocks(self, opening: np.ndarray, filling: np.ndarray | None) -> None:
+        """The KV work of decodes that open a block (rows `opening`, one new block each) or fill one (rows
+        `filling`, registered in the prefix cache; None without caching), for all of them at once: the new
+        blocks come off the free queue in running order, as one `allocate_slots` after another would take
+        them; registering and evicting commute, since a registered block is in use and the map keeps
+        registration order."""
         cols = self._cols
         kv = self.kv
         running = self.running
-        opening = touched[need[touched] > 0]
         if len(opening):
             for i, block_id in zip(opening.tolist(), kv.pool.allocate(len(opening))):
                 running[i].block_ids.append(block_id)
             cols.num_blocks[opening] += 1
-        if kv.enable_caching:
-            filling = touched[ntok[touched] // kv.block_size > cols.num_cached[touched]]
-            if len(filling):
-                ids = []
-                hashes = []
-                for i, k in zip(filling.tolist(), cols.num_cached[filling].tolist()):
-                    req = running[i]
-                    ids.append(req.block_ids[k])
-                    hashes.append(req.block_hashes[k])
-                    req.num_cached_blocks = k + 1
-                kv.pool.register(ids, hashes)
-                cols.num_cached[filling] += 1
+        if filling is not None and len(filling):
+            ids = []
+            hashes = []
+            for i, k in zip(filling.tolist(), cols.num_cached[filling].tolist()):
+                req = running[i]
+                ids.append(req.block_ids[k])
+                hashes.append(req.block_hashes[k])
+                req.num_cached_blocks = k + 1
+            kv.pool.register(ids, hashes)
+            cols.num_cached[filling] += 1
 
     def _schedule_running_bulk(self, plan: StepPlan, budget: int, threshold: int) -> bool:
         """The loop of `_schedule_running` for the common case, column by column: when every running
