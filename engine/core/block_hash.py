@@ -87,6 +87,18 @@ def block_hash(parent: int, token_ids: Sequence[int], start_pos: int) -> int:
     return (parent + content) & _MASK_63
 
 
+def constant_block_terms(token_id: int, num_positions: int) -> tuple[int, list[int]]:
+    """(w_token(token_id), prefix sums of the position weights for positions < num_positions) for a caller that
+    hashes many blocks of `token_id` inline: the block at positions [a, b) after `parent` has the hash
+    `(parent + w * (sums[b] - sums[a])) & MASK_63`, as `constant_block_hash` computes it."""
+    _TOKENS.ensure(token_id + 1)
+    _POSITIONS.ensure(num_positions)
+    return _TOKENS.ints[token_id], _POSITIONS.cumulative
+
+
+MASK_63 = _MASK_63
+
+
 def constant_block_hash(parent: int, token_id: int, start_pos: int, num_tokens: int) -> int:
     """`block_hash` of `num_tokens` copies of `token_id`: one multiplication by a prefix sum of the position
     weights."""

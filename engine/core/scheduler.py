@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from engine.core.config import CacheConfig, SchedulerConfig
+from engine.core.block_hash import MASK_63, constant_block_terms
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.request import Request, RequestStatus
 
@@ -824,6 +825,8 @@ class Scheduler:
         # The rows' counters as Python ints in one go (indexing arrays one element at a time is slow).
         caching = kv.enable_caching
         token = cols.token
+        if caching:  # a block of this period's tokens only is hashed inline (`block_hash.constant_block_hash`)
+            weight, sums = constant_block_terms(token, self.config.max_model_len + bs)
         for i, num_tokens, stop, cap in zip(rows.tolist(), ntok[rows].tolist(), cols.stops[rows].tolist(),
                                             cols.max_tokens[rows].tolist()):
             req = running[i]
@@ -831,8 +834,9 @@ class Scheduler:
                 # The block's tokens: written ones (prompt, earlier outputs), then this period's, all `token`.
                 written = req.num_prompt_tokens + len(req._output_ids)
                 start = num_tokens - bs
-                if written <= start:
-                    kv.hash_next_constant_block(req, token)
+                if written <= start:  # start >= written >= 1, so the blocks before it are hashed
+                    hashes = req.block_hashes
+                    hashes.append((hashes[-1] + weight * (sums[num_tokens] - sums[start])) & MASK_63)
                 else:
                     p = req.num_prompt_tokens
                     tokens = req._prompt[start:].tolist() + req._output_ids if start < p else req._output_ids[start - p:]
