@@ -70,9 +70,11 @@ def prompt_block_hashes(parent: int, token_ids: np.ndarray, start_pos: int, bloc
     n = len(token_ids)
     if n == 0:
         return []
-    _TOKENS.ensure(int(token_ids.max()) + 1)
     _POSITIONS.ensure(start_pos + n)
-    weighted = _TOKENS.array[token_ids] * _POSITIONS.array[start_pos:start_pos + n]
+    # Token weights computed, not gathered from `_TOKENS.array`: random reads of a vocabulary-sized table miss
+    # the caches in a long simulation, the arithmetic streams.
+    weighted = _splitmix64(token_ids.astype(np.uint64) ^ np.uint64(_TOKEN_SALT))
+    weighted *= _POSITIONS.array[start_pos:start_pos + n]
     # The running sum at each block's last token is the sum of the contents of that block and all before it.
     ends = np.cumsum(weighted, dtype=np.uint64)[block_size - 1::block_size]
     return ((ends + np.uint64(parent)) & np.uint64(_MASK_63)).tolist()
