@@ -363,7 +363,7 @@ def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
 def _record_step(recorder: _Recorder, replica: _Replica, plan: Any, now: float, duration: float) -> None:
     recorder.step_rows.append((
         replica.index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
-        plan.num_prefill_tokens, plan.num_decode_tokens, int(np.count_nonzero(plan.seq_arrays()[2])),
+        plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_emitting_seqs,
         len(plan.preempted_request_ids),
         plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used, plan.num_kv_blocks_total,
         plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))

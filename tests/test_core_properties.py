@@ -104,6 +104,7 @@ def _run(config, cache, requests, check=True, constant=None):
         plan = sched.schedule(float(step))
         if check:
             _check_step(sched, plan, config)
+        assert plan.num_emitting_seqs == sum(plan.emits)
         plans.append((plan.request_ids[:], plan.query_lens[:], plan.context_lens[:], plan.block_tables[:],
                       plan.preempted_request_ids))
         if constant is None:

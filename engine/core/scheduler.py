@@ -22,6 +22,7 @@ sliding-window KV groups, streaming-input sessions.
 from __future__ import annotations
 
 import heapq
+import itertools
 import operator
 from collections import deque
 from collections.abc import Sequence
@@ -159,6 +160,12 @@ class StepPlan:
                     query, context, emits = bulk_query, bulk_context, bulk_emits
             self._arrays = (query, context, emits)
         return self._arrays
+
+    @property
+    def num_emitting_seqs(self) -> int:
+        """Sequences that sample a token this step."""
+        num_bulk = 0 if self._bulk is None else len(self._bulk[0])  # bulk rows always do
+        return num_bulk + sum(self._emits)
 
     @property
     def request_ids(self) -> list[str]:
@@ -309,6 +316,7 @@ class _Columns:
         self.num_blocks = np.array([len(r.block_ids) for r in reqs], dtype=np.int64)
         self.num_cached = np.array([r.num_cached_blocks for r in reqs], dtype=np.int64)
         self.stops = np.array([token in r.stop_token_set for r in reqs], dtype=bool)
+        self.any_stops = bool(self.stops.any())  # False: no row's check needs `stops` (kept True once set)
         for r in reqs:
             r._cols = self
 
@@ -320,7 +328,9 @@ class _Columns:
         self.max_tokens = np.concatenate((self.max_tokens, [r.max_num_tokens for r in new]))
         self.num_blocks = np.concatenate((self.num_blocks, [len(r.block_ids) for r in new]))
         self.num_cached = np.concatenate((self.num_cached, [r.num_cached_blocks for r in new]))
-        self.stops = np.concatenate((self.stops, [self.token in r.stop_token_set for r in new]))
+        new_stops = [self.token in r.stop_token_set for r in new]
+        self.stops = np.concatenate((self.stops, new_stops))
+        self.any_stops = self.any_stops or any(new_stops)
         for r in new:
             r._cols = self
 
@@ -798,9 +808,13 @@ class Scheduler:
         """`update_from_output` on the columns: count the new tokens, and look closer only at requests whose
         token is their first, fills a block or stops them (the same checks, in the same order, as `_check`)."""
         cols = self._cols
-        emits = plan.seq_arrays()[2]
-        all_emit = bool(_all(emits))
-        cols.ntok += emits
+        if plan._bulk is not None and all(plan._emits):  # the bulk rows all emit; so do the admitted ones
+            all_emit = True
+            cols.ntok += 1
+        else:
+            emits = plan.seq_arrays()[2]
+            all_emit = bool(_all(emits))
+            cols.ntok += emits
         cols.times.append(now_s)
         if now_s is None:
             cols.times_complete = False
@@ -812,7 +826,9 @@ class Scheduler:
             if not all_emit:
                 first &= emits
             self._num_running_without_output -= int(np.count_nonzero(first))
-        look = (ntok >= cols.max_tokens) | cols.stops
+        look = ntok >= cols.max_tokens
+        if cols.any_stops:
+            look |= cols.stops
         if kv.enable_caching:
             look |= ntok % bs == 0
         if not all_emit:
@@ -827,8 +843,8 @@ class Scheduler:
         token = cols.token
         if caching:  # a block of this period's tokens only is hashed inline (`block_hash.constant_block_hash`)
             weight, sums = constant_block_terms(token, self.config.max_model_len + bs)
-        for i, num_tokens, stop, cap in zip(rows.tolist(), ntok[rows].tolist(), cols.stops[rows].tolist(),
-                                            cols.max_tokens[rows].tolist()):
+        stops = cols.stops[rows].tolist() if cols.any_stops else itertools.repeat(False)
+        for i, num_tokens, stop, cap in zip(rows.tolist(), ntok[rows].tolist(), stops, cols.max_tokens[rows].tolist()):
             req = running[i]
             if caching and num_tokens % bs == 0:
                 # The block's tokens: written ones (prompt, earlier outputs), then this period's, all `token`.
