@@ -69,3 +69,5 @@ def test_request_keeps_a_read_only_prompt_and_slices_across_outputs() -> None:
     assert req.num_tokens == 12 and req.num_output_tokens == 2 and req.prompt_token_ids == list(range(10, 20))
     with pytest.raises(ValueError, match="non-empty"):
         Request("empty", [], SamplingParams())
+    with pytest.raises(ValueError, match=">= 0"):
+        Request("negative", [3, -1], SamplingParams())

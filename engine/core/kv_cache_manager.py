@@ -8,15 +8,15 @@
         ...                                            # req.block_ids: the block table
     kv.free(req)                                       # tail block first
 
-Prefix caching: every full block of a request's tokens (prompt and generated) gets a hash of all tokens from
-the start of the request to its end (`engine.core.block_hash`, chained from block to block as vLLM chains
+Prefix caching: every full block of a request's tokens (prompt and generated) gets a hash of all tokens from the
+start of the request to its end (`engine.core.block_hash`, chained from block to block as vLLM chains
 `hash((parent_hash, tokens_of_block))`); a block is reused only if all blocks before it were too. Hashes are
-deterministic (no per-process salt), so schedules are reproducible. A full hit still recomputes the last
-prompt token to get its logits: hits are capped at `num_tokens - 1` tokens, rounded down to whole blocks, so a
-prompt that is an exact multiple of the block size recomputes its whole last block (as vLLM does). Blocks are registered in the
-cache as soon as they are full of *scheduled* tokens (vLLM caches in `allocate_slots`, before the step runs;
-a request admitted later in the same step may hit them, which is why the engine writes all new KV of a
-layer before attention reads it).
+deterministic (no per-process salt), so schedules are reproducible. A full hit still recomputes the last prompt
+token to get its logits: hits are capped at `num_tokens - 1` tokens, rounded down to whole blocks, so a prompt that
+is an exact multiple of the block size recomputes its whole last block (as vLLM does). Blocks are registered in the
+cache as soon as they are full of *scheduled* tokens (vLLM caches in `allocate_slots`, before the step runs; a
+request admitted later in the same step may hit them, which is why the engine writes all new KV of a layer before
+attention reads it).
 """
 
 from __future__ import annotations

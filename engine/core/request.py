@@ -102,6 +102,8 @@ class Request:
         prompt = np.asarray(prompt_token_ids, dtype=np.int64)
         if prompt.ndim != 1 or len(prompt) == 0:
             raise ValueError(f"request {request_id!r}: prompt_token_ids must be a non-empty sequence of token ids")
+        if int(prompt.min()) < 0:
+            raise ValueError(f"request {request_id!r}: prompt_token_ids must be >= 0, got {int(prompt.min())}")
         if prompt is prompt_token_ids:  # the caller's own array: keep a read-only view of it
             prompt = prompt.view()
         prompt.flags.writeable = False

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.block_hash import MASK_63, constant_block_terms
+from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.request import Request, RequestStatus
 
@@ -300,8 +300,8 @@ class _Columns:
 
     The generated tokens of this period and their times are not written into the requests as they come:
     every running request that has sampled a token in this period has sampled one at every update since (a
-    request that is cut short or preempted ends the period), so its `ntok - num_prompt_tokens - len(_output_ids)` unwritten
-    tokens are `token` at the last that many update times. `materialize` writes them out (on a read of
+    request that is cut short or preempted ends the period), so its unwritten tokens (`ntok` minus the prompt
+    and `_output_ids`) are `token` at the last that many update times. `materialize` writes them out (on a read of
     the request, and when the request or the period ends)."""
 
     def __init__(self, reqs: list[Request], token: int) -> None:
@@ -855,7 +855,10 @@ class Scheduler:
                     hashes.append((hashes[-1] + weight * (sums[num_tokens] - sums[start])) & MASK_63)
                 else:
                     p = req.num_prompt_tokens
-                    tokens = req._prompt[start:].tolist() + req._output_ids if start < p else req._output_ids[start - p:]
+                    if start < p:
+                        tokens = req._prompt[start:].tolist() + req._output_ids
+                    else:
+                        tokens = req._output_ids[start - p:]
                     kv.hash_next_block(req, tokens + [token] * (num_tokens - written))
             if stop:
                 finished.append((i, req, RequestStatus.FINISHED_STOPPED))

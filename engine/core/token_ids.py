@@ -115,7 +115,8 @@ class MultiTurnSession:
                 raise ValueError("MultiTurnSession.next_prompt: the first turn has no previous output tokens")
             prompt = np.concatenate((self._prefix, self._gen.unique_array(num_user_tokens)))
         else:
-            prompt = np.concatenate((self._prompt, self._gen.unique_array(num_previous_output_tokens + num_user_tokens)))
+            new_ids = self._gen.unique_array(num_previous_output_tokens + num_user_tokens)
+            prompt = np.concatenate((self._prompt, new_ids))
         prompt.flags.writeable = False
         self._prompt = prompt
         self.num_turns += 1
