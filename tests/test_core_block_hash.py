@@ -3,9 +3,10 @@ import pytest
 
 from engine.core import CacheConfig, KVCacheManager, Request, SamplingParams
 from engine.core.block_hash import (
+    MASK_63,
     ROOT_BLOCK_HASH,
     block_hash,
-    constant_block_hash,
+    constant_block_terms,
     prompt_block_hashes,
 )
 
@@ -27,7 +28,8 @@ def test_array_scalar_and_constant_paths_agree() -> None:
     hashes = prompt_block_hashes(ROOT_BLOCK_HASH, ids, 0, BS)
     assert hashes == _chained(ids)
     assert prompt_block_hashes(hashes[11], ids[12 * BS:], 12 * BS, BS) == hashes[12:]
-    assert constant_block_hash(hashes[6], 5, 7 * BS, BS) == hashes[7]
+    weight, sums = constant_block_terms(5, 40 * BS)
+    assert (hashes[6] + weight * (sums[8 * BS] - sums[7 * BS])) & MASK_63 == hashes[7]
     assert all(0 <= h < 2**63 for h in hashes) and len(set(hashes)) == len(hashes)
 
 

@@ -15,7 +15,8 @@ process (PYTHONHASHSEED), so schedules are reproducible.
 
     hashes = prompt_block_hashes(ROOT_BLOCK_HASH, ids[:n * bs], start_pos=0, block_size=bs)  # n blocks
     h = block_hash(hashes[-1], tokens_of_next_block, start_pos=n * bs)
-    h = constant_block_hash(hashes[-1], token, start_pos=n * bs, num_tokens=bs)              # the same if all equal
+    w, sums = constant_block_terms(token, num_positions)     # a block of one repeated token, inline:
+    h = (hashes[-1] + w * (sums[(n + 1) * bs] - sums[n * bs])) & MASK_63                  # the same as block_hash
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 ROOT_BLOCK_HASH = 0x5EED_B10C  # hash "before" the first block; any fixed value below 2^63 does
-_MASK_63 = (1 << 63) - 1
+MASK_63 = (1 << 63) - 1  # hashes are below 2^63: never the block pool's NO_HASH (-1)
 _TOKEN_SALT = 0x243F6A8885A308D3
 _POSITION_SALT = 0x13198A2E03707344
 
@@ -77,7 +78,7 @@ def prompt_block_hashes(parent: int, token_ids: np.ndarray, start_pos: int, bloc
     weighted *= _POSITIONS.array[start_pos:start_pos + n]
     # The running sum at each block's last token is the sum of the contents of that block and all before it.
     ends = np.cumsum(weighted, dtype=np.uint64)[block_size - 1::block_size]
-    return ((ends + np.uint64(parent)) & np.uint64(_MASK_63)).tolist()
+    return ((ends + np.uint64(parent)) & np.uint64(MASK_63)).tolist()
 
 
 def block_hash(parent: int, token_ids: Sequence[int], start_pos: int) -> int:
@@ -86,27 +87,14 @@ def block_hash(parent: int, token_ids: Sequence[int], start_pos: int) -> int:
     _POSITIONS.ensure(start_pos + len(token_ids))
     tokens, positions = _TOKENS.ints, _POSITIONS.ints
     content = sum(tokens[x] * positions[t] for t, x in enumerate(token_ids, start_pos))
-    return (parent + content) & _MASK_63
+    return (parent + content) & MASK_63
 
 
 def constant_block_terms(token_id: int, num_positions: int) -> tuple[int, list[int]]:
-    """(w_token(token_id), prefix sums of the position weights for positions < num_positions) for a caller that
-    hashes many blocks of `token_id` inline: the block at positions [a, b) after `parent` has the hash
-    `(parent + w * (sums[b] - sums[a])) & MASK_63`, as `constant_block_hash` computes it."""
+    """(w_token(token_id), prefix sums of the position weights, at least up to num_positions) for a caller that
+    hashes many blocks of `token_id` inline: `block_hash` of the block of `token_id` at positions [a, b) after
+    `parent` is `(parent + w * (sums[b] - sums[a])) & MASK_63`, one multiplication."""
     _TOKENS.ensure(token_id + 1)
     _POSITIONS.ensure(num_positions)
     return _TOKENS.ints[token_id], _POSITIONS.cumulative
 
-
-MASK_63 = _MASK_63
-
-
-def constant_block_hash(parent: int, token_id: int, start_pos: int, num_tokens: int) -> int:
-    """`block_hash` of `num_tokens` copies of `token_id`: one multiplication by a prefix sum of the position
-    weights."""
-    end = start_pos + num_tokens
-    if end >= len(_POSITIONS.cumulative) or token_id >= len(_TOKENS.ints):
-        _TOKENS.ensure(token_id + 1)
-        _POSITIONS.ensure(end)
-    cumulative = _POSITIONS.cumulative
-    return (parent + _TOKENS.ints[token_id] * (cumulative[end] - cumulative[start_pos])) & _MASK_63

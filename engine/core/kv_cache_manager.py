@@ -25,12 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.core.block_hash import (
-    ROOT_BLOCK_HASH,
-    block_hash,
-    constant_block_hash,
-    prompt_block_hashes,
-)
+from engine.core.block_hash import ROOT_BLOCK_HASH, block_hash, prompt_block_hashes
 from engine.core.block_pool import BlockPool, KVCacheBlock
 from engine.core.config import CacheConfig
 from engine.core.request import Request
@@ -83,12 +78,6 @@ class KVCacheManager:
         hashes = req.block_hashes
         hashes.append(block_hash(hashes[-1] if hashes else ROOT_BLOCK_HASH, block_token_ids,
                                  len(hashes) * self.block_size))
-
-    def hash_next_constant_block(self, req: Request, token_id: int) -> None:
-        """`hash_next_block` for a block of `block_size` copies of `token_id`."""
-        hashes = req.block_hashes
-        hashes.append(constant_block_hash(hashes[-1] if hashes else ROOT_BLOCK_HASH, token_id,
-                                          len(hashes) * self.block_size, self.block_size))
 
     def get_computed_blocks(self, req: Request) -> tuple[list[KVCacheBlock], int]:
         """The longest run of cached full blocks from the start of `req`, at most `num_tokens - 1` tokens."""

@@ -841,7 +841,7 @@ class Scheduler:
         # The rows' counters as Python ints in one go (indexing arrays one element at a time is slow).
         caching = kv.enable_caching
         token = cols.token
-        if caching:  # a block of this period's tokens only is hashed inline (`block_hash.constant_block_hash`)
+        if caching:  # a block of this period's tokens only is hashed inline (`block_hash.constant_block_terms`)
             weight, sums = constant_block_terms(token, self.config.max_model_len + bs)
         stops = cols.stops[rows].tolist() if cols.any_stops else itertools.repeat(False)
         for i, num_tokens, stop, cap in zip(rows.tolist(), ntok[rows].tolist(), stops, cols.max_tokens[rows].tolist()):
