@@ -394,7 +394,13 @@ class StepCostModel:
         """`step_cost(...).total_s`, fast (the simulator calls it once per step): the batch is aggregated once
         (`BatchStats`), the token- and emit-dependent operators are cached per count, and attention is the
         same scalar formulas on the aggregates, without building records."""
-        stats = self._stats(query_lens, context_lens, emits)
+        return self._stats_time_s(self._stats(query_lens, context_lens, emits))
+
+    def decode_step_time_s(self, context_lens: np.ndarray) -> float:
+        """`step_time_s` of a step of decodes only, from their context lengths."""
+        return self._stats_time_s(BatchStats.from_decode_contexts(context_lens, self.spec.sliding_window))
+
+    def _stats_time_s(self, stats: BatchStats) -> float:
         token_s, token_k = self._token_table.lookup(self._padded_tokens(stats.num_tokens))
         emit_s, emit_k = self._emit_table.lookup(stats.num_emits)
         attn_s, attn_k = self._attention_s(stats)

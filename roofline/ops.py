@@ -132,6 +132,23 @@ class BatchStats:
         return cls(num_tokens=num_tokens, num_emits=num_emits, num_decode_seqs=int(dec.size),
                    decode_pairs=decode_pairs, decode_max_keys=max_keys, **prefill)
 
+    @classmethod
+    def from_decode_contexts(cls, context_lens: np.ndarray, sliding_window: int | None = None) -> "BatchStats":
+        """`from_arrays` of a step of decodes only (one query token each, every one emitting), from their context
+        lengths: the same numbers, two reductions."""
+        c = context_lens
+        n = int(c.size)
+        if sliding_window:
+            decode_pairs = float(_sum(np.minimum(c + 1, sliding_window)))
+        else:
+            decode_pairs = float(_sum(c)) + n
+        max_keys = 0.0
+        if n:
+            max_keys = float(_max(c)) + 1.0
+            max_keys = min(max_keys, float(sliding_window)) if sliding_window else max_keys
+        return cls(num_tokens=n, num_emits=n, num_decode_seqs=n, decode_pairs=decode_pairs,
+                   decode_max_keys=max_keys)
+
     @staticmethod
     def _prefill_sums(qs: list[int], cs: list[int], sliding_window: int | None, q_tile: float) -> dict[str, float]:
         w = float(sliding_window) if sliding_window else math.inf

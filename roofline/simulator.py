@@ -356,6 +356,8 @@ def _route(replicas: list[_Replica], router: str, rr_next: int) -> _Replica:
 def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
     def step_time(replica: int, step_index: int, start_s: float, plan: Any) -> float:
         query, context, emits = plan.seq_arrays()
+        if not plan.num_prefill_tokens:  # decodes only (the plan counts a prompt's last token as prefill)
+            return cost_model.decode_step_time_s(context)
         return cost_model.step_time_s(query, context, emits)
     return step_time
 

@@ -10,8 +10,10 @@ from roofline.cost_model import StepCostModel, attention_prefill_time_s, gemm_ti
 from roofline.cost_params import EfficiencyParams, ExecutorParams
 from roofline.errors import UserError
 from roofline.fit import fit, with_params
-from roofline.hardware import load_profile
+from roofline.hardware import load_profile, parse_profile
 from roofline.quant import QuantConfig
+
+from profiles import TEST_CPU_PROFILE
 
 SPEC = ModelSpec(name="m", architecture="LlamaForCausalLM", num_layers=4, hidden_size=1024, num_heads=16,
                  num_kv_heads=4, head_dim=64, intermediate_size=4096, vocab_size=32000)
@@ -52,6 +54,18 @@ def test_fast_path_equals_breakdown(spec, tp, mode):
         full = m.step_cost(q, c, e)
         assert m.step_time_s(q, c, e) == pytest.approx(full.total_s, rel=1e-12, abs=0)
         assert sum(full.breakdown_s.values()) == pytest.approx(full.total_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("spec,hw", [(SPEC, H100), (replace(SPEC, sliding_window=512), H100),
+                                     (SPEC, parse_profile(TEST_CPU_PROFILE, "test"))])
+def test_decode_only_path_equals_general(spec, hw):
+    """`decode_step_time_s` (what the simulator calls for a step of decodes only) gives exactly the floats of
+    `step_time_s` with one query token and an emitted token per sequence."""
+    m = model(hw=hw, spec=spec)
+    rng = np.random.default_rng(2)
+    for n in (1, 2, 7, 64, 300):
+        c = rng.integers(0, 9000, n)
+        assert m.decode_step_time_s(c) == m.step_time_s(np.ones(n, np.int64), c, np.ones(n, bool))
 
 
 MOE = replace(SPEC, num_experts=8, num_experts_per_tok=2)

@@ -145,20 +145,19 @@ class StepPlan:
 
     def seq_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(query lengths int64, context lengths int64, emits bool), one entry per sequence."""
-        if self._arrays is None:
-            query = np.array(self._query, dtype=np.int64)
-            context = np.array(self._context, dtype=np.int64)
-            emits = np.array(self._emits, dtype=bool)
-            if self._bulk is not None:
-                bulk_query, bulk_context, _ = self._bulk
-                bulk_emits = np.ones(len(bulk_query), dtype=bool)
-                if len(query):
-                    query = np.concatenate((bulk_query, query))
-                    context = np.concatenate((bulk_context, context))
-                    emits = np.concatenate((bulk_emits, emits))
-                else:
-                    query, context, emits = bulk_query, bulk_context, bulk_emits
-            self._arrays = (query, context, emits)
+        if self._arrays is not None:
+            return self._arrays
+        if self._bulk is None:
+            self._arrays = (np.array(self._query, dtype=np.int64), np.array(self._context, dtype=np.int64),
+                            np.array(self._emits, dtype=bool))
+            return self._arrays
+        bulk_query, bulk_context, _ = self._bulk
+        bulk_emits = np.ones(len(bulk_query), dtype=bool)  # the bulk rows always emit
+        if not self._query:  # the running queue only
+            self._arrays = (bulk_query, bulk_context, bulk_emits)
+        else:  # and the requests admitted after it
+            self._arrays = (np.concatenate((bulk_query, self._query)), np.concatenate((bulk_context, self._context)),
+                            np.concatenate((bulk_emits, self._emits)))
         return self._arrays
 
     @property
