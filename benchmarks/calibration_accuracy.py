@@ -7,9 +7,9 @@
 1. Noise floor, two ways. (a) Workload A with every request arriving at once, measured twice: the schedule is
    then the same step for step (checked), and the spread of paired step times (|t2 / t1 - 1|) bounds what any
    model can reach. (b) Workload B measured twice ("b" and "b_repeat"): a per-shape oracle predicts each step by
-   the median measured time of the steps of the same shape (sequences, batched and prefill tokens, context
-   tokens in buckets of 64) in the same run ("in run") or in the other run ("across runs"). It is the error of a
-   perfect deterministic model of step time: what is left is the machine's own run-to-run and within-run noise.
+   the median measured time of the steps of the same shape in the same run ("in run") or in the other run
+   ("across runs": b's medians predict b_repeat), `roofline.compare.shape_oracle`. It is the error of a perfect
+   deterministic model of step time: what is left is the machine's own run-to-run and within-run noise.
 2. Uncalibrated: `roofline compare` of workload A (Poisson arrivals) and workload B (other lengths, other rate)
    with the `roofline profile-device` profile.
 3. Calibrated on A, judged on B: `roofline calibrate --trace A --test-trace B`, then `compare` of B with the
@@ -36,7 +36,7 @@ import numpy as np
 
 from roofline.aic_tables import load_op_tables
 from roofline.calibrate import calibrate_on_op_tables, calibrate_on_traces, write_calibrated_profile
-from roofline.compare import compare_trace, error_stats, jsonable, load_trace
+from roofline.compare import compare_trace, jsonable, load_trace, shape_oracle
 from roofline.cost_params import EfficiencyParams
 from roofline.hardware import load_profile
 
@@ -52,7 +52,6 @@ WORKLOADS = {
     "b": ["--input-len", "384", "--output-len", "64", "--num-requests", "16", "--request-rate", "1", "--seed", "2"],
 }
 WORKLOADS["b_repeat"] = WORKLOADS["b"]
-CONTEXT_BUCKET_TOKENS = 64  # shape oracle: context tokens of a step are compared in buckets of this many
 
 
 def measure(out: Path, name: str) -> Path:
@@ -77,25 +76,6 @@ def noise_floor(first: Path, second: Path) -> dict[str, Any]:
     return {"same_schedule": True, "num_steps": int(len(a)), "median_abs_rel_diff": float(np.median(err)),
             "p90_abs_rel_diff": float(np.percentile(err, 90)), "max_abs_rel_diff": float(err.max()),
             "total_time_rel_diff": float(d2.sum() / d1.sum() - 1.0)}
-
-
-def _shape_keys(steps: Any) -> list[tuple[int, int, int, int]]:
-    context = [int(np.sum(c)) // CONTEXT_BUCKET_TOKENS for c in steps["context_lens"]]
-    return list(zip(steps["num_seqs"].tolist(), steps["num_batched_tokens"].tolist(),
-                    steps["num_prefill_tokens"].tolist(), context))
-
-
-def shape_oracle(reference: Path, target: Path) -> dict[str, Any]:
-    """Error of predicting each step of `target` by the median duration of `reference`'s steps of the same shape
-    (groups of at least 3 steps; the other steps are left out and counted)."""
-    ref, tgt = load_trace(reference).steps, load_trace(target).steps
-    groups: dict[tuple[int, int, int, int], list[float]] = {}
-    for key, d in zip(_shape_keys(ref), ref["duration_s"].tolist()):
-        groups.setdefault(key, []).append(d)
-    medians = {k: float(np.median(v)) for k, v in groups.items() if len(v) >= 3}
-    pairs = [(medians[k], d) for k, d in zip(_shape_keys(tgt), tgt["duration_s"].tolist()) if k in medians]
-    predicted, measured = np.array(pairs).T
-    return {"num_steps_in_trace": int(len(tgt)), **error_stats(predicted, measured)}
 
 
 def step_errors(summary: dict[str, Any]) -> dict[str, Any]:
@@ -131,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     traces = {name: (args.out / name if args.reuse else measure(args.out, name)) for name in WORKLOADS}
     hw = load_profile(args.hardware)
+    b, b2 = load_trace(traces["b"]), load_trace(traces["b_repeat"])  # the shape oracle's "across runs": b predicts b2
     result: dict[str, Any] = {"noise_floor": noise_floor(traces["noise1"], traces["noise2"]),
-                              "shape_oracle_b": {"in_run": shape_oracle(traces["b"], traces["b"]),
-                                                 "in_run_repeat": shape_oracle(traces["b_repeat"], traces["b_repeat"]),
-                                                 "across_runs": shape_oracle(traces["b"], traces["b_repeat"])}}
+                              "shape_oracle_b": {"in_run": shape_oracle(b, b), "in_run_repeat": shape_oracle(b2, b2),
+                                                 "across_runs": shape_oracle(b, b2)}}
     result["uncalibrated"] = {w: step_errors(compare_trace(load_trace(traces[w]), hw).summary) for w in ("a", "b")}
     report = calibrate_on_traces(hw, [load_trace(traces["a"])], [load_trace(traces["b"])])
     calibrated_path = args.out / "cpu-calibrated.yaml"

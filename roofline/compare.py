@@ -16,6 +16,13 @@ in the simulator (`roofline.simulator`, the engine's own scheduler on a virtual 
 configuration and KV block count the trace recorded, each step charged the predicted time; mean TTFT, mean
 TPOT and output throughput are computed the same way from the measured and the simulated requests. The replay
 keeps lengths, not token ids: prefix-cache hits of a workload with shared prefixes are not reproduced.
+
+Noise floor: what a perfect deterministic model of step time would score. Each step is predicted by the median
+measured duration of the steps of the same shape (sequences, batched tokens, prefill tokens, context tokens in
+buckets of `NOISE_CONTEXT_BUCKET_TOKENS`; groups of at least `NOISE_MIN_GROUP` steps) of the same trace ("in
+run") or of a second measurement of the same workload ("across runs", `repeat=`). A model's error cannot be
+expected below the machine's: on a host whose speed drifts between runs, the across-runs floor is the one that
+bounds a held-out comparison.
 """
 
 from __future__ import annotations
@@ -190,6 +197,42 @@ def step_table(trace: Trace, hw: HardwareProfile) -> pd.DataFrame:
     })
 
 
+NOISE_CONTEXT_BUCKET_TOKENS = 64
+NOISE_MIN_GROUP = 3
+
+
+def _shape_keys(steps: pd.DataFrame) -> list[tuple[int, int, int, int]]:
+    context = [int(np.sum(c)) // NOISE_CONTEXT_BUCKET_TOKENS for c in steps["context_lens"]]
+    return list(zip(steps["num_seqs"].tolist(), steps["num_batched_tokens"].tolist(),
+                    steps["num_prefill_tokens"].tolist(), context))
+
+
+def shape_oracle(reference: Trace, target: Trace) -> dict[str, Any]:
+    """Error statistics of predicting `target`'s steps by the median duration of `reference`'s steps of the same
+    shape, with `num_steps` the steps that had such a group and `num_steps_in_trace` all of them."""
+    groups: dict[tuple[int, int, int, int], list[float]] = {}
+    for key, d in zip(_shape_keys(reference.steps), reference.steps["duration_s"].tolist()):
+        groups.setdefault(key, []).append(d)
+    medians = {k: float(np.median(v)) for k, v in groups.items() if len(v) >= NOISE_MIN_GROUP}
+    pairs = [(medians[k], d) for k, d in zip(_shape_keys(target.steps), target.steps["duration_s"].tolist())
+             if k in medians]
+    predicted, measured = (np.array(pairs).T if pairs else (np.zeros(0), np.zeros(0)))
+    return {"num_steps_in_trace": int(len(target.steps)), **error_stats(predicted, measured)}
+
+
+def noise_floor(trace: Trace, repeat: Trace | None = None) -> dict[str, Any]:
+    """The per-shape oracle of `trace` on itself and, given a second measurement of the same workload, of
+    `repeat` on `trace`; a repeat of another model or dtype is a UserError naming --repeat-trace."""
+    floor = {"in_run": shape_oracle(trace, trace)}
+    if repeat is not None:
+        if (repeat.spec.name, repeat.quant) != (trace.spec.name, trace.quant):
+            raise UserError(f"--repeat-trace {repeat.path}: a run of {repeat.spec.name} ({repeat.dtype}), but "
+                            f"--trace {trace.path} ran {trace.spec.name} ({trace.dtype}); pass a second "
+                            "measurement of the same workload")
+        floor["across_runs"] = shape_oracle(repeat, trace)
+    return floor
+
+
 def step_summary(table: pd.DataFrame) -> dict[str, Any]:
     """Overall error statistics at the top level, then `by_kind`."""
     summary: dict[str, Any] = dict(error_stats(table["predicted_s"], table["measured_s"]))
@@ -270,10 +313,10 @@ class Comparison:
     summary: dict[str, Any]
 
 
-def compare_trace(trace: Trace, hw: HardwareProfile, e2e: bool = True) -> Comparison:
+def compare_trace(trace: Trace, hw: HardwareProfile, e2e: bool = True, repeat: Trace | None = None) -> Comparison:
     table = step_table(trace, hw)
     summary: dict[str, Any] = {"trace": str(trace.path), "hardware": hw.id, "model": trace.spec.name,
-                               **step_summary(table)}
+                               **step_summary(table), "noise_floor": noise_floor(trace, repeat)}
     if e2e:
         summary["end_to_end"] = end_to_end(trace, hw)
     return Comparison(trace=trace, hardware_id=hw.id, table=table, summary=summary)
@@ -328,6 +371,13 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines = [f"{summary['model']} on {summary['hardware']}: {summary['trace']}",
              _stats_line("all steps", summary)]
     lines += [_stats_line(k, summary["by_kind"][k]) for k in STEP_KINDS if summary["by_kind"][k]["num_steps"]]
+    floor = summary.get("noise_floor") or {}
+    labels = {"in_run": "in this run", "across_runs": "across runs (--repeat-trace)"}
+    for key, label in labels.items():
+        f = floor.get(key)
+        if f and f["num_steps"]:
+            lines.append(f"noise floor, per-shape medians {label}: median |err| {100 * f['median_abs_rel_err']:.1f} %  "
+                         f"p90 {100 * f['p90_abs_rel_err']:.1f} %  ({f['num_steps']} of {f['num_steps_in_trace']} steps)")
     e2e = summary.get("end_to_end")
     if e2e:
         lines.append("end to end (simulated replay vs measured):")

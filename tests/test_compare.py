@@ -30,8 +30,9 @@ def write_profile(path: Path, **changes: dict) -> Path:
     return path
 
 
-def simulate(out: Path, profile: Path, input_len: int, output_len: int, rate: str, num_requests: int = 10) -> Path:
-    assert main(["simulate", "--model", "llama-156m", "--hardware", str(profile), "--input-len", str(input_len),
+def simulate(out: Path, profile: Path, input_len: int, output_len: int, rate: str, num_requests: int = 10,
+             model: str = "llama-156m") -> Path:
+    assert main(["simulate", "--model", model, "--hardware", str(profile), "--input-len", str(input_len),
                  "--output-len", str(output_len), "--num-requests", str(num_requests), "--request-rate", rate,
                  "--max-num-seqs", "4", "--max-num-batched-tokens", "96", "--num-gpu-blocks-override", "200", "--max-model-len", "256",
                  "--out", str(out), "--json"]) == 0
@@ -85,6 +86,32 @@ def test_slower_profile_over_predicts(traced: tuple[Path, Path], tmp_path: Path)
     assert s["mean_rel_err"] > 0 and s["median_abs_rel_err"] > 0.01
     assert s["end_to_end"]["mean_tpot_s"]["rel_err"] > 0
     assert s["end_to_end"]["output_tokens_per_s"]["rel_err"] < 0
+
+
+def test_noise_floor_is_the_error_of_per_shape_medians(traced: tuple[Path, Path], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Simulated step times depend on shape only (and context within a bucket), so a trace's own per-shape
+    medians predict it almost exactly; a repeat run on a slower machine predicts it too slow."""
+    profile, trace_dir = traced
+    trace = load_trace(trace_dir)
+    floor = compare_trace(trace, load_profile(profile), e2e=False, repeat=trace).summary["noise_floor"]
+    own = floor["in_run"]
+    assert 0 < own["num_steps"] <= own["num_steps_in_trace"] == len(trace.steps)
+    assert 0.0 <= own["median_abs_rel_err"] < 0.02
+    assert floor["across_runs"] == own
+    slow = write_profile(tmp_path / "slow.yaml",
+                         executor={"mode": "eager", "kernel_launch_us": 5.0, "step_overhead_us": 5000.0})
+    slow_trace = simulate(tmp_path / "slow_trace", slow, input_len=40, output_len=6, rate="20")
+    across = compare_trace(trace, load_profile(profile), e2e=False,
+                           repeat=load_trace(slow_trace)).summary["noise_floor"]["across_runs"]
+    assert across["num_steps"] > 0 and across["mean_rel_err"] > 0.05  # predicted slow: the repeat is slower
+    assert main(["compare", "--trace", str(trace_dir), "--hardware", str(profile), "--no-end-to-end",
+                 "--repeat-trace", str(slow_trace)]) == 0
+    assert "noise floor, per-shape medians across runs" in capsys.readouterr().out
+    other = simulate(tmp_path / "other", profile, input_len=40, output_len=6, rate="20", model="llama-tiny")
+    assert main(["compare", "--trace", str(trace_dir), "--hardware", str(profile), "--repeat-trace", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--repeat-trace" in err and "llama-tiny" in err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
 def test_engine_style_metadata_loads_the_same_spec_and_dtypes(traced: tuple[Path, Path], tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ overall and by step kind (prefill only, decode only, mixed). End to end: the tra
 simulator on the profile, mean TTFT, mean TPOT and output tokens/s against the measured ones. `--out DIR`
 writes steps.csv, summary.json and PNG plots (predicted vs measured with y = x, error vs batch tokens, step
 time and error over time). `--json` prints the summary (`median_abs_rel_err`, `p90_abs_rel_err` at its top).
+The noise floor is what a perfect model of step time would score: each step predicted by the median time of
+the steps of its shape in this run or, with `--repeat-trace`, in a second measurement of the same workload.
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--no-end-to-end", dest="end_to_end", action="store_false",
                         help="skip the simulated replay of the trace's requests")
+    parser.add_argument("--repeat-trace", type=Path, default=None, metavar="DIR",
+                        help="a second measurement of the same workload: the noise floor across runs (each step "
+                             "predicted by the other run's median step time of its shape)")
     parser.set_defaults(run=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     hw = load_profile(args.hardware)
-    result = compare_trace(load_trace(args.trace), hw, e2e=args.end_to_end)
+    repeat = None if args.repeat_trace is None else load_trace(args.repeat_trace, flag="--repeat-trace")
+    result = compare_trace(load_trace(args.trace), hw, e2e=args.end_to_end, repeat=repeat)
     if args.out is not None:
         write_report(result, args.out)
     if args.json:
