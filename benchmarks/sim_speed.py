@@ -5,6 +5,14 @@ above what one replica serves (so the queue grows and every step runs a full bat
     python benchmarks/sim_speed.py --num-requests 100000
     python benchmarks/sim_speed.py --profile              # plus the top of a cProfile by total time
 
+Instructions executed, which the machine's speed drifts do not disturb (valgrind; the simulation's share is the
+difference of the two counts):
+
+    PY=$(python -c 'import sys; print(sys.executable)')
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.run $PY benchmarks/sim_speed.py --num-requests 1500
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.prep $PY benchmarks/sim_speed.py --num-requests 1500 \
+        --prepare-only
+
 Prints one JSON line: wall and CPU seconds of this process (sampling the workload, building the deployment, the
 simulation; CPU time is what other jobs on a shared machine disturb least), steps,
 request-steps (sequences summed over steps), and the simulated throughput, so the number can be checked.
@@ -33,6 +41,8 @@ def main() -> None:
     parser.add_argument("--hardware", default="h100-sxm")
     parser.add_argument("--workload", default="sharegpt-chat")
     parser.add_argument("--profile", action="store_true", help="run under cProfile and print the top functions")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="sample the workload and build the deployment, then stop (a baseline for callgrind)")
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -42,6 +52,8 @@ def main() -> None:
     specs = sample_requests(workload)
     deployment = make_deployment(args.model, args.hardware, EngineArgs())
     prepared = time.perf_counter()
+    if args.prepare_only:
+        return
     options = SimulationOptions(record_steps=False)
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
