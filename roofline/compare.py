@@ -376,8 +376,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     for key, label in labels.items():
         f = floor.get(key)
         if f and f["num_steps"]:
-            lines.append(f"noise floor, per-shape medians {label}: median |err| {100 * f['median_abs_rel_err']:.1f} %  "
-                         f"p90 {100 * f['p90_abs_rel_err']:.1f} %  ({f['num_steps']} of {f['num_steps_in_trace']} steps)")
+            lines.append(f"noise floor, per-shape medians {label}: "
+                         f"median |err| {100 * f['median_abs_rel_err']:.1f} %  p90 {100 * f['p90_abs_rel_err']:.1f} %  "
+                         f"({f['num_steps']} of {f['num_steps_in_trace']} steps)")
     e2e = summary.get("end_to_end")
     if e2e:
         lines.append("end to end (simulated replay vs measured):")
