@@ -21,9 +21,9 @@ Errors are (predicted - measured) / measured; the report gives median and p90 of
 vLLM backend is tuned on this very file, so its figures are in-sample (labelled so everywhere).
 
 Per-row results are cached under OUT/cache/: simulations keyed by the row and a hash of the code and data they
-depend on (roofline/, engine/core/, hardware_profiles/, models/, benchmarks/e2e_rows.py and this file's
-SIM_VERSION), so a re-run after a change recomputes only what the change can move and an interrupted run resumes;
-the peer keyed by the row and the package version.
+depend on (roofline/ except its commands/ and planning/, engine/core/, hardware_profiles/, models/,
+benchmarks/e2e_rows.py and this file's SIM_VERSION), so a re-run after a change recomputes only what the change can
+move and an interrupted run resumes; the peer keyed by the row and the package version.
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ def source_root() -> Path:
     return roofline.registry.SOURCE_DIR
 
 
+NOT_SIMULATED = ("commands", "planning")  # roofline/ subpackages no simulated row runs (the CLI, the plan search)
+
+
 def code_identity(root: Path) -> str:
     """A hash of every file a simulation's result depends on."""
     digest = hashlib.sha256(f"sim-version {SIM_VERSION}\n".encode())
@@ -89,7 +92,8 @@ def code_identity(root: Path) -> str:
     for folder, patterns in (("roofline", ("*.py",)), ("engine/core", ("*.py",)),
                              ("hardware_profiles", ("*.yaml",)), ("models", ("*.json",))):
         for pattern in patterns:
-            files.extend(sorted((root / folder).rglob(pattern)))
+            files.extend(path for path in sorted((root / folder).rglob(pattern))
+                         if not any(part in NOT_SIMULATED for part in path.relative_to(root).parts[:2]))
     for path in files:
         digest.update((str(path.relative_to(root)) if root in path.parents else path.name).encode())
         digest.update(path.read_bytes())
