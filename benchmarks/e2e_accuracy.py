@@ -21,7 +21,7 @@ Errors are (predicted - measured) / measured; the report gives median and p90 of
 vLLM backend is tuned on this very file, so its figures are in-sample (labelled so everywhere).
 
 Per-row results are cached under OUT/cache/: simulations keyed by the row and a hash of the code and data they
-depend on (roofline/ except its commands/ and planning/, engine/core/, hardware_profiles/, models/,
+depend on (roofline/ except commands/, planning/ and calibration/, engine/core/, hardware_profiles/, models/,
 benchmarks/e2e_rows.py and this file's SIM_VERSION), so a re-run after a change recomputes only what the change can
 move and an interrupted run resumes; the peer keyed by the row and the package version.
 """
@@ -81,7 +81,7 @@ def source_root() -> Path:
     return roofline.registry.SOURCE_DIR
 
 
-NOT_SIMULATED = ("commands", "planning")  # roofline/ subpackages no simulated row runs (the CLI, the plan search)
+NOT_SIMULATED = ("commands", "planning", "calibration")  # roofline/ subpackages no simulated row imports
 
 
 def code_identity(root: Path) -> str:
