@@ -23,7 +23,9 @@ vLLM backend is tuned on this very file, so its figures are in-sample (labelled 
 Per-row results are cached under OUT/cache/: simulations keyed by the row and a hash of the code and data they
 depend on (roofline/ except commands/, planning/ and calibration/, engine/core/, hardware_profiles/, models/,
 benchmarks/e2e_rows.py and this file's SIM_VERSION), so a re-run after a change recomputes only what the change can
-move and an interrupted run resumes; the peer keyed by the row and the package version.
+move and an interrupted run resumes; the peer keyed by the row and the package version. `--reuse-verified IDENTITY`
+carries an earlier identity's rows over, per GPU, where a fixed sample of that GPU's rows re-simulates identically
+(a change that cannot move them, e.g. to the CPU cost path); REUSED.json in the cache and the report say so.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import subprocess
 import sys
 import time
 import traceback
+import zlib
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
@@ -218,6 +221,57 @@ def _simulate_worker(payload: tuple[SimCase, bool, str]) -> tuple[str, dict]:
     return case.row.row_id, data
 
 
+VERIFY_SAMPLE = 6  # rows per GPU re-simulated before an earlier identity's cached rows of that GPU are reused
+NOT_COMPARED = ("wall_s",)  # what differs between two simulations of one row by the same code
+
+
+def reuse_verified(todo: list[tuple[SimCase, bool, str]], old_cache: Path, sim_cache: Path, outcomes: dict,
+                   jobs: int, log) -> list[tuple[SimCase, bool, str]]:  # noqa: ANN001
+    """Rows cached under an earlier code identity, reused where the change cannot have moved them: per GPU, a
+    fixed sample of VERIFY_SAMPLE rows (the smallest CRC32 of their ids) is simulated now; if every one equals
+    its old result (all fields but NOT_COMPARED), the GPU's other old rows are copied into this identity's cache,
+    and REUSED.json there says from which identity, on which evidence. Otherwise the GPU is simulated afresh.
+    Returns what is left to simulate."""
+    old = {case.row.row_id: _read_json(_cache_file(old_cache, case.row.row_id)) for case, _, _ in todo}
+    by_system: dict[str, list[tuple[SimCase, bool, str]]] = defaultdict(list)
+    for item in todo:
+        if old[item[0].row.row_id] is not None:
+            by_system[item[0].row.system].append(item)
+    samples = {system: sorted(items, key=lambda t: zlib.crc32(t[0].row.row_id.encode()))[:VERIFY_SAMPLE]
+               for system, items in by_system.items()}
+    sampled = [item for items in samples.values() for item in items]
+    log(f"reuse from {old_cache.name}: re-simulating {len(sampled)} sampled rows of {len(samples)} GPUs")
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        fresh = dict(pool.map(_simulate_worker, sampled))
+    record_path = sim_cache / "REUSED.json"
+    record = _read_json(record_path) or {}
+    reused: set[str] = set()
+    for system, items in by_system.items():
+        same = [_comparable(fresh[c.row.row_id]) == _comparable(old[c.row.row_id]) for c, _, _ in samples[system]]
+        if not all(same):
+            log(f"  {system}: {same.count(False)} of {len(same)} sampled rows differ: simulated afresh")
+            continue
+        for case, _, path in items:
+            if case.row.row_id not in fresh:
+                _write_json(Path(path), old[case.row.row_id])
+            reused.add(case.row.row_id)
+        record[system] = {"from_identity": old_cache.name.removeprefix("sim-"), "rows": len(items),
+                          "verified_rows": [c.row.row_id for c, _, _ in samples[system]]}
+        log(f"  {system}: {len(same)} sampled rows identical: {len(items)} rows reused")
+    for row_id, data in fresh.items():
+        outcomes[row_id] = data
+    for item in todo:
+        if item[0].row.row_id in reused and item[0].row.row_id not in fresh:
+            outcomes[item[0].row.row_id] = old[item[0].row.row_id]
+    if record:
+        _write_json(record_path, record)
+    return [item for item in todo if item[0].row.row_id not in reused and item[0].row.row_id not in fresh]
+
+
+def _comparable(data: dict | None) -> dict | None:
+    return None if data is None else {k: v for k, v in data.items() if k not in NOT_COMPARED}
+
+
 def _mean(values: np.ndarray) -> float | None:
     values = values[np.isfinite(values)]
     return float(values.mean()) if len(values) else None
@@ -331,7 +385,10 @@ def markdown_report(meta: dict, frame: pd.DataFrame, skips: dict, stats: dict) -
              f"Command: `{meta['command']}`; machine: {meta['machine']}; wall {meta['wall_s']:.0f} s "
              f"({meta['num_simulated_now']} rows simulated now, the rest from the cache).",
              f"Data: {PEER_PACKAGE} {PEER_VERSION} `systems/silicon_sample.csv`, {meta['num_rows']} vLLM agg rows. "
-             f"Code identity {meta['code_identity']}.", "",
+             f"Code identity {meta['code_identity']}." + "".join(
+                 f" {system}: {r['rows']} rows reused from identity {r['from_identity']} ({len(r['verified_rows'])} "
+                 "sampled rows re-simulated identically)." for system, r in (meta["reused_from_earlier_identity"]
+                                                                              or {}).items()), "",
              "## Rows", "",
              "| outcome | rows |", "|---|---|"]
     lines.append(f"| simulated | {meta['num_simulated']} |")
@@ -444,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-minutes", type=float, default=0.0,
                         help="submit no new simulation after this many minutes; the rest is reported as 'not run' "
                              "and a re-run resumes them from the cache (0: no budget)")
+    parser.add_argument("--reuse-verified", default=None, metavar="IDENTITY",
+                        help="reuse the rows cached under an earlier code identity, per GPU, where a sample of "
+                             f"{VERIFY_SAMPLE} of its rows re-simulates identically now (reuse_verified)")
     parser.add_argument("--peer-only", action="store_true",
                         help="only fill the peer's cache for every row that would be simulated, then stop")
     args = parser.parse_args(argv)
@@ -490,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
             outcomes[row.row_id] = cached
         else:
             todo.append((case, row.system in sensitivity, str(path)))
+    if args.reuse_verified:
+        todo = reuse_verified(todo, args.out / "cache" / f"sim-{args.reuse_verified}", sim_cache, outcomes,
+                              args.jobs, log)
     if args.limit:
         for case, _, _ in todo[args.limit:]:
             outcomes[case.row.row_id] = {"status": "not run", "error": "--limit"}
@@ -546,7 +609,8 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": time.perf_counter() - started, "num_rows": len(rows), "num_simulated": len(sim),
             "num_simulated_now": len(todo), "num_miss": int((frame.status == "miss").sum()),
             "num_not_run": int((frame.status == "not run").sum()), "csv": str(silicon_csv_path()),
-            "peer": PEER_LABEL, "assumptions": list(ASSUMPTIONS)}
+            "peer": PEER_LABEL, "assumptions": list(ASSUMPTIONS),
+            "reused_from_earlier_identity": _read_json(sim_cache / "REUSED.json")}
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "rows.csv", index=False)
     summary = {"meta": meta, "skips": {k: dict(v) for k, v in skips.items()}, "stats": stats, "h100_targets": targets}
