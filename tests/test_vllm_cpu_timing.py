@@ -15,6 +15,7 @@ from roofline.calibration.calibrate import calibrate_on_traces
 from roofline.calibration.compare import compare_trace, cost_model_for, format_summary
 from roofline.calibration.traces import load_trace
 from roofline.cli import main
+from roofline.commands.calibrate import format_report
 from roofline.cost.hardware import load_profile
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
@@ -83,3 +84,4 @@ def test_compare_on_a_vllm_trace_uses_and_names_the_vllm_cpu_description(tmp_pat
 def test_calibrate_records_the_executor_description_of_each_trace() -> None:
     report = calibrate_on_traces(CPU, [load_trace(RECORDED)], params=("efficiency.memory_efficiency",), max_fit_steps=25)
     assert report.fitted_on[0]["executor"] == "vllm-cpu"
+    assert "executor description: vllm-cpu" in format_report(report)
