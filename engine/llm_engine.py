@@ -101,9 +101,14 @@ class LLMEngine:
         self.num_blocks = self._num_blocks()
         self.kv_cache = PagedKVCache(spec.num_layers, self.num_blocks, config.block_size, spec.num_kv_heads,
                                      spec.head_dim, self.dtype, self.device)
-        self.scheduler = Scheduler(config.scheduler, CacheConfig(self.num_blocks, config.block_size,
-                                                                 config.enable_prefix_caching))
+        self.reset()
         self.runner = ModelRunner(self.model, self.kv_cache, Sampler(config.seed), self.device)
+
+    def reset(self) -> None:
+        """A new scheduler with an empty KV cache and prefix cache (a repeat starts as the first run did); the
+        model and its warmed-up kernels stay."""
+        self.scheduler = Scheduler(self.config.scheduler, CacheConfig(self.num_blocks, self.config.block_size,
+                                                                      self.config.enable_prefix_caching))
 
     # ---- setup ----
     def _block_bytes(self) -> int:

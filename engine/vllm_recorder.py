@@ -39,12 +39,14 @@ SUPPORTED_VLLM_VERSIONS = ("0.32.0",)
 
 
 def record(job: dict[str, Any]) -> dict[str, Any]:
-    """Serve `job["requests"]` on vLLM and return {"steps": [...], "requests": [...], "metadata": {...}}.
+    """Serve `job["requests"]` on vLLM `job["repeats"]` times (default once) in one engine session and return
+    {"runs": [{"steps", "requests", "duration_s", "started_unix_s"} per repeat], "metadata": {...}}.
 
     job: model_dir (an HF directory with safetensors), engine (vLLM EngineArgs keywords: max_num_seqs,
     max_num_batched_tokens, max_model_len, block_size, enable_prefix_caching, enable_chunked_prefill, dtype,
     seed), requests ([{request_id, arrival_s, prompt_token_ids, max_tokens}]), max_concurrency (or null),
-    warmup (bool: serve a few requests first, then empty the prefix cache).
+    warmup (bool: serve a few requests first, then empty the prefix cache), repeats (int; each repeat starts
+    with an empty prefix cache).
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     import vllm
@@ -73,6 +75,41 @@ def record(job: dict[str, Any]) -> dict[str, Any]:
         engine.reset_prefix_cache()
         steps.enabled = True
 
+    runs = []
+    for k in range(int(job.get("repeats") or 1)):
+        if k:  # each repeat starts as the first did: an empty prefix cache, a fresh step log
+            engine.reset_prefix_cache()
+            steps.reset()
+        runs.append(_serve(engine, steps, job, submit))
+    config = core.vllm_config
+    metadata = {
+        "source": "vllm",
+        "vllm_version": vllm.__version__,
+        "engine_config": {
+            "max_num_seqs": config.scheduler_config.max_num_seqs,
+            "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
+            "max_model_len": config.model_config.max_model_len,
+            "enable_chunked_prefill": config.scheduler_config.enable_chunked_prefill,
+            "block_size": config.cache_config.block_size,
+            "enable_prefix_caching": config.cache_config.enable_prefix_caching,
+            "num_kv_blocks": config.cache_config.num_gpu_blocks,
+            "async_scheduling": bool(getattr(config.scheduler_config, "async_scheduling", False)),
+            "max_concurrency": job.get("max_concurrency"),
+        },
+        "dtypes": {"weights": str(config.model_config.dtype).removeprefix("torch."),
+                   "activations": str(config.model_config.dtype).removeprefix("torch."),
+                   "kv_cache": config.cache_config.cache_dtype},
+        "device": _describe_device(),
+        "library_versions": {"vllm": vllm.__version__, "torch": _version("torch"), "python": platform.python_version()},
+        "seed": job["engine"].get("seed", 0),
+        "warmup": bool(job.get("warmup")),
+    }
+    return {"runs": runs, "metadata": metadata}
+
+
+def _serve(engine: Any, steps: _StepLog, job: dict[str, Any], submit: Any) -> dict[str, Any]:
+    """One timed pass over the job's requests: {"steps", "requests", "duration_s", "started_unix_s"}."""
+    started_unix_s = time.time()
     pending = sorted(job["requests"], key=lambda r: r["arrival_s"])
     cap = job.get("max_concurrency") or len(pending) or 1
     in_flight: dict[str, dict[str, Any]] = {}
@@ -103,31 +140,8 @@ def record(job: dict[str, Any]) -> dict[str, Any]:
     for row in done:
         row["first_scheduled_s"] = steps.first_scheduled_s.get(row["request_id"])
         row["num_preemptions"] = steps.num_preemptions.get(row["request_id"], 0)
-    config = core.vllm_config
-    metadata = {
-        "source": "vllm",
-        "vllm_version": vllm.__version__,
-        "engine_config": {
-            "max_num_seqs": config.scheduler_config.max_num_seqs,
-            "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
-            "max_model_len": config.model_config.max_model_len,
-            "enable_chunked_prefill": config.scheduler_config.enable_chunked_prefill,
-            "block_size": config.cache_config.block_size,
-            "enable_prefix_caching": config.cache_config.enable_prefix_caching,
-            "num_kv_blocks": config.cache_config.num_gpu_blocks,
-            "async_scheduling": bool(getattr(config.scheduler_config, "async_scheduling", False)),
-            "max_concurrency": job.get("max_concurrency"),
-        },
-        "dtypes": {"weights": str(config.model_config.dtype).removeprefix("torch."),
-                   "activations": str(config.model_config.dtype).removeprefix("torch."),
-                   "kv_cache": config.cache_config.cache_dtype},
-        "device": _describe_device(),
-        "library_versions": {"vllm": vllm.__version__, "torch": _version("torch"), "python": platform.python_version()},
-        "seed": job["engine"].get("seed", 0),
-        "duration_s": duration,
-        "warmup": bool(job.get("warmup")),
-    }
-    return {"steps": steps.rows, "requests": sorted(done, key=lambda r: r["arrival_s"]), "metadata": metadata}
+    return {"steps": steps.rows, "requests": sorted(done, key=lambda r: r["arrival_s"]), "duration_s": duration,
+            "started_unix_s": started_unix_s}
 
 
 class _StepLog:
@@ -165,6 +179,11 @@ class _StepLog:
 
         scheduler.schedule = timed_schedule
         scheduler.update_from_output = timed_update
+
+    def reset(self) -> None:
+        """Forget the recorded steps and requests (the next repeat starts a new trace)."""
+        self.rows, self.last_end_s = [], 0.0
+        self.first_scheduled_s, self.num_preemptions = {}, {}
 
     def frontend_done(self, now: float) -> None:
         """The frontend finished processing the last step's outputs."""
@@ -245,17 +264,18 @@ def _version(package: str) -> str | None:
         return None
 
 
-def write_step_trace(records: dict[str, Any], out_dir: str | Path, **metadata: Any) -> None:
-    """The records of `record` as a step trace (steps.parquet, run.json, requests.csv) under `out_dir`.
-    `metadata`: the run metadata's `model` (the spec's fields) and any other fields or extra keys."""
+def write_step_trace(run: dict[str, Any], recorded: dict[str, Any], out_dir: str | Path, **metadata: Any) -> None:
+    """One run of `record` (an item of its "runs") as a step trace (steps.parquet, run.json, requests.csv) under
+    `out_dir`; `recorded` is record's "metadata", `metadata` the run metadata's `model` (the spec's fields) and any
+    other fields or extra keys."""
     from engine.core import metrics
     from engine.core.trace import StepTraceWriter, write_trace
 
     writer = StepTraceWriter()
-    for row in records["steps"]:
+    for row in run["steps"]:
         writer.add_row({**row, "frontend_s": row.get("frontend_s", 0.0)})
     requests = []
-    for r in records["requests"]:
+    for r in run["requests"]:
         times = r["token_times_s"]
         n = len(times)
         requests.append({
@@ -267,7 +287,8 @@ def write_step_trace(records: dict[str, Any], out_dir: str | Path, **metadata: A
             "e2e_s": metrics.e2e_s(r["arrival_s"], r["finish_s"]) if r.get("finish_s") is not None else None,
             "num_preemptions": r["num_preemptions"], "num_prefix_hit_tokens": r.get("num_prefix_hit_tokens", 0),
         })
-    write_trace(out_dir, writer, run_metadata(records["metadata"], **metadata), requests=requests)
+    write_trace(out_dir, writer, run_metadata({**recorded, "duration_s": run["duration_s"]}, **metadata),
+                requests=requests)
 
 
 def run_metadata(recorded: dict[str, Any], **metadata: Any) -> RunMetadata:

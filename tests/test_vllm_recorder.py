@@ -12,6 +12,7 @@ import pytest
 
 from engine.core.trace import read_requests, read_trace
 from engine.vllm_recorder import _StepLog, write_step_trace
+from roofline.calibration.protocol import NOISE_FLOOR_FILE, load_traces
 from roofline.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,14 +78,13 @@ def test_records_become_a_valid_step_trace(tmp_path: Path) -> None:
     engine_config = {"max_num_seqs": 4, "max_num_batched_tokens": 2048, "max_model_len": 4096,
                      "enable_chunked_prefill": True, "block_size": 128, "enable_prefix_caching": True,
                      "num_kv_blocks": 101, "async_scheduling": False, "max_concurrency": 4}
-    records = {"steps": log.rows, "metadata": {"source": "vllm", "vllm_version": "0.32.0",
-                                               "dtypes": {"weights": "bfloat16", "activations": "bfloat16",
-                                                          "kv_cache": "auto"},
-                                               "engine_config": engine_config, "device": {"type": "cpu"},
-                                               "library_versions": {}, "seed": 0, "duration_s": 1.0},
-               "requests": [{"request_id": "b", "arrival_s": 0.0, "first_scheduled_s": 0.1, "num_prompt_tokens": 64,
-                             "token_times_s": [0.2, 0.3, 0.5], "finish_s": 0.5, "num_preemptions": 0}]}
-    write_step_trace(records, tmp_path, model={"name": "m"})
+    recorded = {"source": "vllm", "vllm_version": "0.32.0",
+                "dtypes": {"weights": "bfloat16", "activations": "bfloat16", "kv_cache": "auto"},
+                "engine_config": engine_config, "device": {"type": "cpu"}, "library_versions": {}, "seed": 0}
+    run = {"steps": log.rows, "duration_s": 1.0, "started_unix_s": 0.0,
+           "requests": [{"request_id": "b", "arrival_s": 0.0, "first_scheduled_s": 0.1, "num_prompt_tokens": 64,
+                         "token_times_s": [0.2, 0.3, 0.5], "finish_s": 0.5, "num_preemptions": 0}]}
+    write_step_trace(run, recorded, tmp_path, model={"name": "m"})
     steps, meta = read_trace(tmp_path)
     assert len(steps) == 1 and meta.source == "vllm" and meta.model == {"name": "m"} and meta.duration_s == 1.0
     assert meta.engine_config.dtype == "bfloat16" and meta.engine_config.kv_cache_dtype == "auto"
@@ -117,12 +117,14 @@ def test_measure_refuses_vllm_flags_without_the_vllm_engine(tmp_path: Path,
 @pytest.mark.skipif(not VLLM_PYTHON.is_file(), reason="no vLLM environment: set ROOFLINE_VLLM_PYTHON to its python")
 def test_live_vllm_run_is_recorded(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    out = tmp_path / "trace"
+    out = tmp_path / "set"
     assert main(["measure", "--engine", "vllm", "--vllm-python", str(VLLM_PYTHON), "--model", "llama-156m",
                  "--out", str(out), "--input-len", "64", "--output-len", "8", "--num-requests", "6",
-                 "--request-rate", "inf", "--max-num-seqs", "4", "--max-concurrency", "4"]) == 0
-    steps, meta = read_trace(out)
-    requests = read_requests(out)
-    assert meta.source == "vllm" and len(requests) == 6 and (requests["num_output_tokens"] == 8).all()
-    assert steps["num_seqs"].max() <= 4
-    assert steps["emits"].map(sum).sum() == 6 * 8  # every output token came from one step's sample
+                 "--request-rate", "inf", "--max-num-seqs", "4", "--max-concurrency", "4", "--repeats", "2"]) == 0
+    for repeat in ("repeat-1", "repeat-2"):  # two repeats in one engine session, each from an empty prefix cache
+        steps, meta = read_trace(out / repeat)
+        requests = read_requests(out / repeat)
+        assert meta.source == "vllm" and len(requests) == 6 and (requests["num_output_tokens"] == 8).all()
+        assert steps["num_seqs"].max() <= 4 and steps["num_prefill_tokens"].sum() == 6 * 64
+        assert steps["emits"].map(sum).sum() == 6 * 8  # every output token came from one step's sample
+    assert len(load_traces(out)) == 2 and (out / NOISE_FLOOR_FILE).is_file()

@@ -24,7 +24,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.calibration.compare import STEP_KINDS, cost_model_for, error_stats, predict_step_times, step_kinds
+from roofline.calibration.compare import cost_model_for, predict_step_times
+from roofline.calibration.protocol import STEP_KINDS, error_stats, is_repeat_set, leave_one_repeat_out, step_kinds
 from roofline.calibration.fit import Predict, fit, get_param, predict_table
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
@@ -136,6 +137,31 @@ def trace_errors(traces: Sequence[Trace], hw: HardwareProfile) -> dict[str, Any]
     return stats
 
 
+def _overall(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in stats.items() if k != "by_kind"}
+
+
+def held_out_noise_floors(test: Sequence[Trace], before: HardwareProfile,
+                          after: HardwareProfile) -> list[dict[str, Any]]:
+    """For every repeat set among the held-out traces (two repeats or more): its noise floor left one repeat out
+    (`roofline.calibration.protocol`) and the error before and after calibration on the steps that floor covers,
+    so the calibrated error is read against what a perfect model would score on the same steps."""
+    sets: dict[Path, list[Trace]] = {}
+    for trace in test:
+        if is_repeat_set(trace.path.parent):
+            sets.setdefault(trace.path.parent, []).append(trace)
+    out = []
+    for path, traces in sets.items():
+        if len(traces) < 2:
+            continue
+        floor, pairs = leave_one_repeat_out(traces)
+        covered = [replace(t, steps=t.steps.iloc[p["row"].to_numpy()].reset_index(drop=True))
+                   for t, p in zip(traces, pairs)]
+        out.append({"repeat_set": str(path), "repeats": [t.name for t in traces], "floor": floor,
+                    "before": trace_errors(covered, before), "after": trace_errors(covered, after)})
+    return out
+
+
 def describe_trace(trace: Trace, hw: HardwareProfile) -> dict[str, Any]:
     """What a calibration record says of a trace, with the executor description `hw` predicted it with."""
     meta = trace.metadata
@@ -177,9 +203,15 @@ def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Seque
     started = time.perf_counter()
     result = fit(samples, hw, names, predict=_trace_predictor(train), prior_scale=prior_scale)
     seconds = time.perf_counter() - started
-    error = {"train": {"before": trace_errors(train, hw), "after": trace_errors(train, result.profile)}}
+    error: dict[str, dict[str, Any]] = {"train": {"before": trace_errors(train, hw),
+                                                  "after": trace_errors(train, result.profile)}}
     if test:
-        error["test"] = {"before": trace_errors(test, hw), "after": trace_errors(test, result.profile)}
+        error["test"] = {"before": trace_errors(test, hw), "after": trace_errors(test, result.profile),
+                         "per_trace": [{"trace": str(t.path), "before": _overall(trace_errors([t], hw)),
+                                        "after": _overall(trace_errors([t], result.profile))} for t in test]}
+        floors = held_out_noise_floors(test, hw, result.profile)
+        if floors:
+            error["test"]["noise_floor"] = floors
     parameters = {n: {"before": get_param(hw, n), "after": get_param(result.profile, n)} for n in names}
     return CalibrationReport(profile=result.profile, source="step_traces",
                              fitted_on=[{**describe_trace(t, hw), "num_fit_steps": min(len(t.steps), per_trace)}

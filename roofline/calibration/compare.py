@@ -1,7 +1,9 @@
-"""Predicted against measured, step by step and end to end, for one step trace and one hardware profile.
+"""Predicted against measured, step by step and end to end, for one step trace (or the repeats of one) and one
+hardware profile.
 
     trace = load_trace("traces/chat")                          # roofline.calibration.traces
     result = compare_trace(trace, load_profile("cpu.yaml"))    # per-step table + summary
+    result = compare_repeats(load_traces("traces/a"), hw)      # a repeat set (roofline.calibration.protocol)
     result.summary["median_abs_rel_err"], result.summary["by_kind"]["decode"]
     write_report(result, Path("out"))                          # steps.csv, summary.json, PNG plots
 
@@ -19,16 +21,18 @@ requests alike (the figures `measure` printed for the run, and `simulate`'s with
 keeps lengths, not token ids: prefix-cache hits of a workload with shared prefixes are not reproduced.
 
 Noise floor: what a perfect deterministic model of step time would score. Each step is predicted by the median
-measured duration of the steps of the same shape (sequences, batched tokens, prefill tokens, context tokens in
-buckets of `NOISE_CONTEXT_BUCKET_TOKENS`; groups of at least `NOISE_MIN_GROUP` steps) of the same trace ("in
-run") or of a second measurement of the same workload ("across runs", `repeat=`). A model's error cannot be
-expected below the machine's: on a host whose speed drifts between runs, the across-runs floor is the one that
-bounds a held-out comparison.
+measured duration of the steps of the same shape (`roofline.calibration.protocol.shape_keys`: kind, sequences,
+batched, prefill and context tokens in narrow buckets) of the same trace ("in run") or of a second measurement
+of the same workload ("across runs", `repeat=`). A repeat set (`roofline measure --repeats N` / `--append`) is
+compared repeat by repeat (`compare_repeats`): errors pooled and per repeat, the same errors on the steps the floor
+covers, and the floor left one repeat out, which is the one that bounds a held-out comparison on a host whose
+speed drifts between runs; end to end, the median over the repeats next to their spread.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,17 @@ import numpy as np
 import pandas as pd
 
 from roofline.calibration import plots
+from roofline.calibration.protocol import (
+    STEP_KINDS,
+    error_stats,
+    format_noise_floor,
+    leave_one_repeat_out,
+    noise_floor_of_repeats,
+    oracle_pairs,
+    per_shape_medians,
+    stats_by_kind,
+    step_kinds,
+)
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.step_cost import StepCostModel
@@ -47,19 +62,11 @@ from roofline.sim.metrics import run_figures
 from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
 from roofline.sim.workload import RequestSpec, fixed_workload
 
-STEP_KINDS = ("prefill", "decode", "mixed")
 # The end-to-end metrics compared: name -> (what it is, unit).
 E2E_METRICS = ("mean_ttft_s", "mean_tpot_s", "output_tokens_per_s")
 
 
 # ---- per step -------------------------------------------------------------------------------------------------
-
-
-def step_kinds(steps: pd.DataFrame) -> np.ndarray:
-    """`prefill`, `decode` or `mixed` per step, from its prefill and decode token counts."""
-    prefill = steps["num_prefill_tokens"].to_numpy() > 0
-    decode = steps["num_decode_tokens"].to_numpy() > 0
-    return np.where(prefill & decode, "mixed", np.where(prefill, "prefill", "decode"))
 
 
 def predict_step_times(model: StepCostModel, steps: pd.DataFrame) -> np.ndarray:
@@ -73,18 +80,6 @@ def cost_model_for(trace: Trace, hw: HardwareProfile) -> StepCostModel:
     """The cost model of the trace's model and dtypes on `hw`, describing the engine that recorded the trace
     (`Trace.cpu_engine`)."""
     return StepCostModel(trace.spec, hw, trace.quant, trace.tensor_parallel_size, cpu_engine=trace.cpu_engine)
-
-
-def error_stats(predicted_s: np.ndarray, measured_s: np.ndarray) -> dict[str, float | int | None]:
-    """Median, p90 and max absolute relative error and the mean signed error (bias) of paired times."""
-    rel = np.asarray(predicted_s, np.float64) / np.asarray(measured_s, np.float64) - 1.0
-    if len(rel) == 0:
-        return {"num_steps": 0, "median_abs_rel_err": None, "p90_abs_rel_err": None, "max_abs_rel_err": None,
-                "mean_rel_err": None}
-    err = np.abs(rel)
-    return {"num_steps": int(len(rel)), "median_abs_rel_err": float(np.median(err)),
-            "p90_abs_rel_err": float(np.percentile(err, 90)), "max_abs_rel_err": float(err.max()),
-            "mean_rel_err": float(rel.mean())}
 
 
 def step_table(trace: Trace, hw: HardwareProfile) -> pd.DataFrame:
@@ -107,27 +102,12 @@ def step_table(trace: Trace, hw: HardwareProfile) -> pd.DataFrame:
     })
 
 
-NOISE_CONTEXT_BUCKET_TOKENS = 64
-NOISE_MIN_GROUP = 3
-
-
-def _shape_keys(steps: pd.DataFrame) -> list[tuple[int, int, int, int]]:
-    context = [int(np.sum(c)) // NOISE_CONTEXT_BUCKET_TOKENS for c in steps["context_lens"]]
-    return list(zip(steps["num_seqs"].tolist(), steps["num_batched_tokens"].tolist(),
-                    steps["num_prefill_tokens"].tolist(), context))
-
-
 def shape_oracle(reference: Trace, target: Trace) -> dict[str, Any]:
     """Error statistics of predicting `target`'s steps by the median duration of `reference`'s steps of the same
-    shape, with `num_steps` the steps that had such a group and `num_steps_in_trace` all of them."""
-    groups: dict[tuple[int, int, int, int], list[float]] = {}
-    for key, d in zip(_shape_keys(reference.steps), reference.steps["duration_s"].tolist()):
-        groups.setdefault(key, []).append(d)
-    medians = {k: float(np.median(v)) for k, v in groups.items() if len(v) >= NOISE_MIN_GROUP}
-    pairs = [(medians[k], d) for k, d in zip(_shape_keys(target.steps), target.steps["duration_s"].tolist())
-             if k in medians]
-    predicted, measured = (np.array(pairs).T if pairs else (np.zeros(0), np.zeros(0)))
-    return {"num_steps_in_trace": int(len(target.steps)), **error_stats(predicted, measured)}
+    shape (`roofline.calibration.protocol.shape_keys`), with `num_steps` the steps that had such a group and
+    `num_steps_in_trace` all of them."""
+    pairs = oracle_pairs(per_shape_medians([reference]), target)
+    return {"num_steps_in_trace": int(len(target.steps)), **error_stats(pairs["predicted_s"], pairs["measured_s"])}
 
 
 def noise_floor(trace: Trace, repeat: Trace | None = None) -> dict[str, Any]:
@@ -145,10 +125,7 @@ def noise_floor(trace: Trace, repeat: Trace | None = None) -> dict[str, Any]:
 
 def step_summary(table: pd.DataFrame) -> dict[str, Any]:
     """Overall error statistics at the top level, then `by_kind`."""
-    summary: dict[str, Any] = dict(error_stats(table["predicted_s"], table["measured_s"]))
-    summary["by_kind"] = {kind: error_stats(table.loc[table["kind"] == kind, "predicted_s"],
-                                            table.loc[table["kind"] == kind, "measured_s"]) for kind in STEP_KINDS}
-    return summary
+    return stats_by_kind(table)
 
 
 # ---- end to end -----------------------------------------------------------------------------------------------
@@ -216,6 +193,45 @@ def compare_trace(trace: Trace, hw: HardwareProfile, e2e: bool = True, repeat: T
     return Comparison(trace=trace, hardware_id=hw.id, table=table, summary=summary)
 
 
+def compare_repeats(traces: Sequence[Trace], hw: HardwareProfile, e2e: bool = True) -> Comparison:
+    """The cost model against every repeat of a repeat set (`roofline.calibration.protocol`): errors over all
+    repeats' steps pooled and per repeat; the same errors on the steps the noise floor covers, next to the floor
+    (each repeat left out of the per-shape medians in turn); end to end per repeat, and the model's figure against
+    the repeats' median next to their spread."""
+    tables = [step_table(t, hw).assign(repeat=t.name) for t in traces]
+    table = pd.concat(tables, ignore_index=True)
+    floor = noise_floor_of_repeats(traces)
+    _, pairs = leave_one_repeat_out(traces)
+    covered = pd.concat([t.iloc[p["row"].to_numpy()] for t, p in zip(tables, pairs)], ignore_index=True)
+    summary: dict[str, Any] = {
+        "trace": str(traces[0].path.parent), "hardware": hw.id, "model": traces[0].spec.name,
+        "executor": traces[0].executor(hw), **step_summary(table),
+        "per_repeat": [{"repeat": t.name, **error_stats(x["predicted_s"], x["measured_s"])}
+                       for t, x in zip(traces, tables)],
+        "on_noise_floor_steps": step_summary(covered), "noise_floor": {"leave_one_repeat_out": floor}}
+    if e2e:
+        per_repeat = [end_to_end(t, hw) for t in traces]
+        summary["end_to_end"] = _end_to_end_of_repeats(per_repeat, floor["end_to_end"])
+        summary["end_to_end_per_repeat"] = per_repeat
+    return Comparison(trace=traces[0], hardware_id=hw.id, table=table, summary=summary)
+
+
+def _end_to_end_of_repeats(per_repeat: list[dict[str, Any] | None], spread: dict[str, Any]) -> dict[str, Any] | None:
+    """Per E2E metric: the repeats' median measured figure, the median predicted one (the replays differ only in
+    their recorded arrivals), the error, and the measured spread across repeats (what the error is judged by)."""
+    if any(r is None for r in per_repeat):
+        return None
+    out: dict[str, Any] = {}
+    for name in E2E_METRICS:
+        measured = [r[name]["measured"] for r in per_repeat if r is not None and r[name]["measured"] is not None]
+        predicted = [r[name]["predicted"] for r in per_repeat if r is not None and r[name]["predicted"] is not None]
+        m = float(np.median(measured)) if measured else None
+        p = float(np.median(predicted)) if predicted else None
+        rel = None if m is None or p is None or m == 0 else p / m - 1.0
+        out[name] = {"measured": m, "predicted": p, "rel_err": rel, "spread": spread[name]["spread"]}
+    return out
+
+
 def write_report(result: Comparison, out_dir: Path) -> list[Path]:
     """steps.csv, summary.json and four PNGs into out_dir; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -224,7 +240,7 @@ def write_report(result: Comparison, out_dir: Path) -> list[Path]:
     table.to_csv(paths[0], index=False, float_format="%.9g")
     paths[1].write_text(to_json(result.summary))
     by_kind = [(k, table[table["kind"] == k]) for k in STEP_KINDS if (table["kind"] == k).any()]
-    title = f"{result.trace.spec.name} on {result.hardware_id}: {result.trace.name}"
+    title = f"{result.trace.spec.name} on {result.hardware_id}: {Path(result.summary['trace']).name}"
     paths.append(plots.predicted_vs_measured(
         out_dir / "predicted_vs_measured.png",
         [plots.Series(k, t["measured_s"].to_numpy(), t["predicted_s"].to_numpy()) for k, t in by_kind],
@@ -252,7 +268,15 @@ def format_summary(summary: dict[str, Any]) -> str:
              f"executor description: {summary['executor']}",
              _stats_line("all steps", summary)]
     lines += [_stats_line(k, summary["by_kind"][k]) for k in STEP_KINDS if summary["by_kind"][k]["num_steps"]]
+    for row in summary.get("per_repeat", []):
+        lines.append(_stats_line(row["repeat"], row))
     floor = summary.get("noise_floor") or {}
+    if "leave_one_repeat_out" in floor:
+        lines.append("the same steps as the noise floor below:")
+        covered = summary["on_noise_floor_steps"]
+        lines += [_stats_line("all steps", covered)]
+        lines += [_stats_line(k, covered["by_kind"][k]) for k in STEP_KINDS if covered["by_kind"][k]["num_steps"]]
+        lines += format_noise_floor(floor["leave_one_repeat_out"])
     labels = {"in_run": "in this run", "across_runs": "across runs (--repeat-trace)"}
     for key, label in labels.items():
         f = floor.get(key)
@@ -262,11 +286,14 @@ def format_summary(summary: dict[str, Any]) -> str:
                          f"({f['num_steps']} of {f['num_steps_in_trace']} steps)")
     e2e = summary.get("end_to_end")
     if e2e:
-        lines.append("end to end (simulated replay vs measured):")
+        lines.append("end to end (simulated replay vs measured" +
+                     (", medians over the repeats):" if "end_to_end_per_repeat" in summary else "):"))
         for name in E2E_METRICS:
             row = e2e[name]
             if row["measured"] is not None and row["predicted"] is not None:
                 err = "" if row["rel_err"] is None else f"  ({100 * row['rel_err']:+.1f} %)"
+                if row.get("spread") is not None:
+                    err += f"  repeats' spread {100 * row['spread']:.1f} %"
                 lines.append(f"  {name:<20} measured {row['measured']:.4g}  predicted {row['predicted']:.4g}{err}")
     return "\n".join(lines)
 

@@ -4,7 +4,9 @@
     roofline calibrate --hardware h100-sxm --out h100-calibrated.yaml --op-tables h100_sxm
 
 `--trace DIR ...`: engine step traces to fit on; `--test-trace DIR ...`: held-out traces of a different
-workload (other lengths, arrival rate) to judge the fit on - never a split of one trace's steps.
+workload (other lengths, arrival rate) to judge the fit on - never a split of one trace's steps. Either may be a
+repeat set (`roofline measure --repeats N`, `--append`): every repeat is used, and a held-out set's noise floor
+(left one repeat out, `roofline.calibration.protocol`) is reported next to the error on the same steps.
 `--op-tables DIR`: measured vLLM operator tables in the aiconfigurator-core layout (a system folder such as
 .../systems/data/h100_sxm, or the name of one in the installed package), split by weight shape into a fitted
 and a held-out half. The calibrated profile is the input profile with the fitted values and a `calibration:`
@@ -30,7 +32,7 @@ from roofline.calibration.calibrate import (
     write_calibrated_profile,
 )
 from roofline.calibration.op_tables import load_op_tables
-from roofline.calibration.traces import load_trace
+from roofline.calibration.protocol import load_traces
 from roofline.cost.hardware import load_profile
 from roofline.errors import UserError
 from roofline.jsonable import jsonable
@@ -87,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
         prior_scale = TRACE_PRIOR_SCALE if args.prior_scale is None else args.prior_scale
         if not prior_scale >= 0:
             raise UserError(f"--prior-scale: must be a number >= 0, got {args.prior_scale}")
-        report = calibrate_on_traces(hw, [load_trace(t) for t in args.trace],
-                                     [load_trace(t, '--test-trace') for t in args.test_trace], params, max_fit_steps,
-                                     prior_scale)
+        report = calibrate_on_traces(hw, [r for t in args.trace for r in load_traces(t)],
+                                     [r for t in args.test_trace for r in load_traces(t, "--test-trace")], params,
+                                     max_fit_steps, prior_scale)
     write_calibrated_profile(profile_path, report, args.out, command_line(args))
     if args.json:
         print(json.dumps(jsonable(report.to_dict()), indent=2))
@@ -127,9 +129,21 @@ def format_report(report: CalibrationReport) -> str:
         if part in report.error:
             lines.append(f"  {'held out' if part == 'test' else 'train':<9} before {_stats(report.error[part]['before'])}"
                          f"   after {_stats(report.error[part]['after'])}")
+    test = report.error.get("test", {})
+    if len(test.get("per_trace", [])) > 1:
+        for row in test["per_trace"]:
+            lines.append(f"    {row['trace']}: before {_stats(row['before'])}   after {_stats(row['after'])}")
+    for floor in test.get("noise_floor", []):
+        f = floor["floor"]
+        lines.append(f"  held-out repeat set {floor['repeat_set']}, on the {f['num_steps']} of {f['num_steps_in_repeats']} "
+                     f"steps its noise floor covers:")
+        lines.append(f"    before {_stats(floor['before'])}   after {_stats(floor['after'])}   "
+                     f"noise floor (leave one repeat out) {_stats(f)}")
     return "\n".join(lines)
 
 
 def _stats(s: dict[str, Any]) -> str:
+    if s["median_abs_rel_err"] is None:
+        return "no steps"
     return (f"{100 * s['median_abs_rel_err']:5.1f} / {100 * s['p90_abs_rel_err']:5.1f} / "
             f"{100 * s['max_abs_rel_err']:6.1f} %")

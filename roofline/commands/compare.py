@@ -12,7 +12,9 @@ simulator on the profile, mean TTFT, mean TPOT and output tokens/s against the m
 writes steps.csv, summary.json and PNG plots (predicted vs measured with y = x, error vs batch tokens, step
 time and error over time). `--json` prints the summary (`median_abs_rel_err`, `p90_abs_rel_err` at its top).
 The noise floor is what a perfect model of step time would score: each step predicted by the median time of
-the steps of its shape in this run or, with `--repeat-trace`, in a second measurement of the same workload.
+the steps of its shape in this run or, with `--repeat-trace`, in a second measurement of the same workload. A
+repeat set (`roofline measure --repeats N`, `--append`) as --trace is compared repeat by repeat, next to its
+noise floor left one repeat out and the spread of its end-to-end figures (`roofline.calibration.protocol`).
 
 `--vllm-bench RESULT.json` simulates the run the file records (its load, its per-request lengths and send times
 when saved with --save-detailed) on the deployment the flags give, counts it as vLLM counts, and prints every
@@ -25,7 +27,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from roofline.calibration.compare import compare_trace, format_summary, write_report
+from roofline.calibration.compare import compare_repeats, compare_trace, format_summary, write_report
+from roofline.calibration.protocol import load_traces
 from roofline.calibration.traces import load_trace
 from roofline.calibration.vllm_bench import (
     compare_with_result,
@@ -52,7 +55,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "compare", help="compare a measured step trace, or a vllm bench serve result, with the prediction",
         description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", type=Path, default=None, metavar="DIR",
-                        help="step-trace directory (steps.parquet, run.json, requests.csv)")
+                        help="step-trace directory (steps.parquet, run.json, requests.csv), or a repeat set of them")
     parser.add_argument("--vllm-bench", type=Path, default=None, metavar="RESULT.json",
                         help="a result file of vllm bench serve --save-result, instead of --trace")
     parser.add_argument("--hardware", required=True, help="hardware profile id or path")
@@ -93,8 +96,15 @@ def run(args: argparse.Namespace) -> int:
         return run_vllm_bench(args)
     _refuse_bench_flags(args)
     hw = load_profile(args.hardware)
-    repeat = None if args.repeat_trace is None else load_trace(args.repeat_trace, flag="--repeat-trace")
-    result = compare_trace(load_trace(args.trace), hw, e2e=args.end_to_end, repeat=repeat)
+    traces = load_traces(args.trace)
+    if len(traces) > 1:
+        if args.repeat_trace is not None:
+            raise UserError(f"--repeat-trace: --trace {args.trace} is a repeat set, whose noise floor comes from its "
+                            "own repeats; give --repeat-trace only with a single trace")
+        result = compare_repeats(traces, hw, e2e=args.end_to_end)
+    else:
+        repeat = None if args.repeat_trace is None else load_trace(args.repeat_trace, flag="--repeat-trace")
+        result = compare_trace(traces[0], hw, e2e=args.end_to_end, repeat=repeat)
     if args.out is not None:
         write_report(result, args.out)
     if args.json:

@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from engine.core.trace import RunMetadata
+from roofline.calibration.protocol import format_noise_floor, is_repeat_set, prepare_repeat_set, record_repeat
 from roofline.engine_args import add_engine_args, engine_args_from
 from roofline.errors import UserError
 from roofline.paths import prepare_output_dir
@@ -54,6 +56,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                       help="the python of a virtual environment holding vLLM (needed with --engine vllm)")
     real.add_argument("--max-concurrency", type=int, default=None, metavar="N",
                       help="--engine vllm: at most N requests in flight, as vllm bench serve (default: no cap)")
+    protocol = parser.add_argument_group("repeats (roofline.calibration.protocol)")
+    protocol.add_argument("--repeats", type=int, default=1, metavar="N",
+                          help="serve the workload N times in one engine session; DIR becomes a repeat set "
+                               "(repeat-1/ ... with protocol.json and noise_floor.json) (default: 1, a plain trace)")
+    protocol.add_argument("--append", action="store_true",
+                          help="add the repeats to the repeat set DIR (same model, engine, workload and flags), e.g. "
+                               "after measuring another workload, so repeats interleave in time")
     add_engine_args(parser, "measure")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(run=run)
@@ -100,7 +109,18 @@ def run(args: argparse.Namespace) -> int:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"--device: {device} asked for, but this torch ({torch.__version__}) sees no CUDA device; "
                         f"allowed here: cpu, auto")
-    prepare_output_dir(args.out)
+    if args.repeats < 1:
+        raise UserError(f"--repeats: must be a positive integer, got {args.repeats}")
+    if args.repeats > 1 or args.append:
+        expected = {"source": "vllm" if args.engine == "vllm" else "engine", "model": spec.name,
+                    "workload": workload.name}
+        out_dirs: list[Path] = prepare_repeat_set(args.out, args.append, args.repeats, expected)
+    else:
+        if is_repeat_set(args.out):
+            raise UserError(f"--out {args.out}: is a repeat set; pass --append to add a repeat to it, or another "
+                            "directory")
+        prepare_output_dir(args.out)
+        out_dirs = [args.out]
     memory_bytes, device_name = _device_memory(device)
     max_num_seqs, max_num_batched_tokens = engine_args.batch_limits(spec, memory_bytes, device_name,
                                                                     is_cpu=device == "cpu")
@@ -120,27 +140,45 @@ def run(args: argparse.Namespace) -> int:
         dtype=resolve_dtype(engine_args.dtype, spec.torch_dtype), device=device, num_threads=args.threads,
         seed=workload.seed)
     specs = sample_requests(workload)
-    requests = build_requests(workload, specs, spec.vocab_size, bos_token_id=spec.bos_token_id,
+
+    def fresh_requests() -> list[Any]:  # each repeat serves new Request objects with the same tokens
+        return build_requests(workload, specs, spec.vocab_size, bos_token_id=spec.bos_token_id,
                               eos_token_id=spec.eos_token_id)
+
     if args.engine == "vllm":
-        return _measure_vllm(args, spec, state, config, requests, workload.name)
+        return _measure_vllm(args, spec, state, config, fresh_requests(), workload.name, out_dirs)
     engine = LLMEngine(spec, config, state)
     if args.warmup:
-        engine.warm_up(max_num_decodes=min(len(requests), scheduler.max_num_seqs))
-    result = engine.run(requests, progress=terminal_progress())
-    engine.write_trace(args.out, result, workload=workload.name, weights="checkpoint" if state else "random",
-                       warmup=args.warmup)
-    summary = summarize(result, len(requests))
+        engine.warm_up(max_num_decodes=min(len(specs), scheduler.max_num_seqs))
+    summaries = []
+    for k, out_dir in enumerate(out_dirs):
+        if k:
+            engine.reset()
+        started = datetime.now(timezone.utc)
+        result = engine.run(fresh_requests(), progress=terminal_progress())
+        engine.write_trace(out_dir, result, workload=workload.name, weights="checkpoint" if state else "random",
+                           warmup=args.warmup)
+        summaries.append(summarize(result, len(specs)))
+        if not args.json:
+            print(format_summary(spec.name, engine.metadata(), summaries[-1]))
+            print(f"wrote {out_dir}/steps.parquet, run.json, requests.csv")
+        _record_repeat(args, out_dir, started)
     if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(format_summary(spec.name, engine.metadata(), summary))
-        print(f"wrote {args.out}/steps.parquet, run.json, requests.csv")
+        print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
     return 0
 
 
+def _record_repeat(args: argparse.Namespace, out_dir: Path, started: datetime) -> None:
+    """A repeat of a set: listed in its protocol.json, with noise_floor.json rewritten (printed from two on)."""
+    if out_dir == args.out:
+        return
+    floor = record_repeat(args.out, out_dir, started)
+    if floor is not None and not args.json:
+        print("\n".join(format_noise_floor(floor)))
+
+
 def _measure_vllm(args: argparse.Namespace, spec: Any, state: Any, config: Any, requests: list[Any],
-                  workload_name: str) -> int:
+                  workload_name: str, out_dirs: list[Path]) -> int:
     """Serve the same requests on real vLLM (engine/vllm_recorder.py, run by --vllm-python) and write its steps in
     the step-trace schema. Random weights are exported to a temporary HF directory, as the project's engine
     would draw them (same seed); vLLM reads them with its own loader."""
@@ -181,7 +219,7 @@ def _measure_vllm(args: argparse.Namespace, spec: Any, state: Any, config: Any, 
             state = random_state_dict(spec, config.seed, parse_dtype(config.dtype))
         model_dir = save_hf_dir(spec, state, Path(tmp) / spec.name)
         job = {"model_dir": str(model_dir), "engine": engine_kwargs, "warmup": bool(args.warmup),
-               "max_concurrency": args.max_concurrency,
+               "max_concurrency": args.max_concurrency, "repeats": len(out_dirs),
                "requests": [{"request_id": r.request_id, "arrival_s": r.arrival_time_s,
                              "prompt_token_ids": [int(t) for t in r.prompt_array],
                              "max_tokens": r.sampling.max_tokens} for r in requests]}
@@ -192,18 +230,19 @@ def _measure_vllm(args: argparse.Namespace, spec: Any, state: Any, config: Any, 
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise UserError(f"--engine vllm: the vLLM run failed (exit {proc.returncode}): {tail}")
     records = json.loads(lines[-1].removeprefix("RECORDS "))
-    recorder.write_step_trace(records, args.out, model=dataclasses.asdict(spec), workload=workload_name,
-                              weights=weights)
     from engine.core.trace import read_requests
     from roofline.sim.metrics import run_figures
 
-    done = records["requests"]
-    duration = records["metadata"]["duration_s"]
-    output_tokens_per_s = run_figures(read_requests(args.out))["output_tokens_per_s"]
-    print(f"{spec.name} on vLLM {records['metadata']['vllm_version']} "
-          f"({records['metadata']['device']['name']}): {len(done)} requests, {len(records['steps'])} steps in "
-          f"{duration:.2f} s, output {output_tokens_per_s:.1f} tok/s")
-    print(f"wrote {args.out}/steps.parquet, run.json, requests.csv")
+    recorded = records["metadata"]
+    for out_dir, run_record in zip(out_dirs, records["runs"]):
+        recorder.write_step_trace(run_record, recorded, out_dir, model=dataclasses.asdict(spec),
+                                  workload=workload_name, weights=weights)
+        output_tokens_per_s = run_figures(read_requests(out_dir))["output_tokens_per_s"]
+        print(f"{spec.name} on vLLM {recorded['vllm_version']} ({recorded['device']['name']}): "
+              f"{len(run_record['requests'])} requests, {len(run_record['steps'])} steps in "
+              f"{run_record['duration_s']:.2f} s, output {output_tokens_per_s:.1f} tok/s")
+        print(f"wrote {out_dir}/steps.parquet, run.json, requests.csv")
+        _record_repeat(args, out_dir, datetime.fromtimestamp(run_record["started_unix_s"], timezone.utc))
     return 0
 
 
