@@ -32,13 +32,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.calibration.compare import predict_step_times
+from roofline.calibration.compare import cost_model_for, predict_step_times
 from roofline.calibration.protocol import STEP_KINDS, error_stats, is_repeat_set, leave_one_repeat_out, step_kinds
 from roofline.calibration.fit import Predict, fit, get_param, predict_table
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
 from roofline.cost.params import FITTABLE
-from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
 
 # What a step trace of an eager engine pins down: the GEMM and memory efficiencies (prefill is compute-bound,
@@ -120,8 +119,7 @@ def _trace_predictor(traces: Sequence[Trace]) -> Predict:
 
     def predict(profile: HardwareProfile, kind: str, frame: pd.DataFrame) -> np.ndarray:
         trace = traces[int(kind.removeprefix("trace"))]
-        model = StepCostModel(trace.spec, profile, trace.quant, trace.tensor_parallel_size)
-        return predict_step_times(model, trace.steps.iloc[frame["row"].to_numpy()])
+        return predict_step_times(cost_model_for(trace, profile), trace.steps.iloc[frame["row"].to_numpy()])
 
     return predict
 
@@ -130,8 +128,7 @@ def trace_errors(traces: Sequence[Trace], hw: HardwareProfile) -> dict[str, Any]
     """Error statistics of all steps of `traces` together, overall and by step kind."""
     predicted, measured, kinds = [], [], []
     for trace in traces:
-        model = StepCostModel(trace.spec, hw, trace.quant, trace.tensor_parallel_size)
-        predicted.append(predict_step_times(model, trace.steps))
+        predicted.append(predict_step_times(cost_model_for(trace, hw), trace.steps))
         measured.append(trace.steps["duration_s"].to_numpy(np.float64))
         kinds.append(step_kinds(trace.steps))
     p, m, k = np.concatenate(predicted), np.concatenate(measured), np.concatenate(kinds)
@@ -165,9 +162,10 @@ def held_out_noise_floors(test: Sequence[Trace], before: HardwareProfile,
     return out
 
 
-def describe_trace(trace: Trace) -> dict[str, Any]:
+def describe_trace(trace: Trace, hw: HardwareProfile) -> dict[str, Any]:
+    """What a calibration record says of a trace, with the executor description `hw` predicted it with."""
     meta = trace.metadata
-    return {"trace": str(trace.path), "model": trace.spec.name, "dtype": trace.dtype,
+    return {"trace": str(trace.path), "model": trace.spec.name, "dtype": trace.dtype, "executor": trace.executor(hw),
             "device": meta.device.get("name"), "workload": meta.workload, "num_steps": int(len(trace.steps)),
             "num_requests": None if trace.requests is None else int(len(trace.requests))}
 
@@ -216,8 +214,8 @@ def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Seque
             error["test"]["noise_floor"] = floors
     parameters = {n: {"before": get_param(hw, n), "after": get_param(result.profile, n)} for n in names}
     return CalibrationReport(profile=result.profile, source="step_traces",
-                             fitted_on=[{**describe_trace(t), "num_fit_steps": min(len(t.steps), per_trace)}
-                                        for t in train], held_out=[describe_trace(t) for t in test],
+                             fitted_on=[{**describe_trace(t, hw), "num_fit_steps": min(len(t.steps), per_trace)}
+                                        for t in train], held_out=[describe_trace(t, hw) for t in test],
                              parameters=parameters, error=error, fit_seconds=seconds)
 
 

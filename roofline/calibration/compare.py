@@ -77,7 +77,9 @@ def predict_step_times(model: StepCostModel, steps: pd.DataFrame) -> np.ndarray:
 
 
 def cost_model_for(trace: Trace, hw: HardwareProfile) -> StepCostModel:
-    return StepCostModel(trace.spec, hw, trace.quant, trace.tensor_parallel_size)
+    """The cost model of the trace's model and dtypes on `hw`, describing the engine that recorded the trace
+    (`Trace.cpu_engine`)."""
+    return StepCostModel(trace.spec, hw, trace.quant, trace.tensor_parallel_size, cpu_engine=trace.cpu_engine)
 
 
 def step_table(trace: Trace, hw: HardwareProfile) -> pd.DataFrame:
@@ -147,7 +149,7 @@ def simulate_trace(trace: Trace, hw: HardwareProfile) -> pd.DataFrame:
                       enable_chunked_prefill=ec.enable_chunked_prefill, enable_prefix_caching=ec.enable_prefix_caching,
                       tensor_parallel_size=ec.tensor_parallel_size, dtype=ec.dtype, quantization=ec.quantization,
                       kv_cache_dtype=ec.kv_cache_dtype, num_gpu_blocks_override=ec.num_kv_blocks)
-    deployment = make_deployment(trace.spec, hw, args)
+    deployment = make_deployment(trace.spec, hw, args, cpu_engine=trace.cpu_engine)
     specs = replay_specs(trace.requests)
     # The workload object only carries the seed for token ids (no shared prefix: lengths are replayed).
     workload = fixed_workload(1, 1, len(specs), math.inf, trace.metadata.seed)
@@ -184,6 +186,7 @@ class Comparison:
 def compare_trace(trace: Trace, hw: HardwareProfile, e2e: bool = True, repeat: Trace | None = None) -> Comparison:
     table = step_table(trace, hw)
     summary: dict[str, Any] = {"trace": str(trace.path), "hardware": hw.id, "model": trace.spec.name,
+                               "executor": trace.executor(hw),
                                **step_summary(table), "noise_floor": noise_floor(trace, repeat)}
     if e2e:
         summary["end_to_end"] = end_to_end(trace, hw)
@@ -202,7 +205,7 @@ def compare_repeats(traces: Sequence[Trace], hw: HardwareProfile, e2e: bool = Tr
     covered = pd.concat([t.iloc[p["row"].to_numpy()] for t, p in zip(tables, pairs)], ignore_index=True)
     summary: dict[str, Any] = {
         "trace": str(traces[0].path.parent), "hardware": hw.id, "model": traces[0].spec.name,
-        **step_summary(table),
+        "executor": traces[0].executor(hw), **step_summary(table),
         "per_repeat": [{"repeat": t.name, **error_stats(x["predicted_s"], x["measured_s"])}
                        for t, x in zip(traces, tables)],
         "on_noise_floor_steps": step_summary(covered), "noise_floor": {"leave_one_repeat_out": floor}}
@@ -262,6 +265,7 @@ def write_report(result: Comparison, out_dir: Path) -> list[Path]:
 def format_summary(summary: dict[str, Any]) -> str:
     """A few human lines: overall and per-kind step error, then the end-to-end metrics."""
     lines = [f"{summary['model']} on {summary['hardware']}: {summary['trace']}",
+             f"executor description: {summary['executor']}",
              _stats_line("all steps", summary)]
     lines += [_stats_line(k, summary["by_kind"][k]) for k in STEP_KINDS if summary["by_kind"][k]["num_steps"]]
     for row in summary.get("per_repeat", []):

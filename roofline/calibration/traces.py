@@ -17,6 +17,7 @@ import pandas as pd
 
 from engine.core.model_spec import ModelSpec, RopeScaling
 from engine.core.trace import RunMetadata, read_trace
+from roofline.cost.hardware import HardwareProfile
 from roofline.cost.quant import QuantConfig
 from roofline.errors import UserError
 from roofline.registry import load_model
@@ -48,6 +49,18 @@ class Trace:
     @property
     def tensor_parallel_size(self) -> int:
         return self.metadata.engine_config.tensor_parallel_size
+
+    @property
+    def cpu_engine(self) -> str:
+        """Whose execution a CPU profile describes for this trace (`roofline.cost.step_cost.CPU_ENGINES`): real
+        vLLM's (`source` "vllm": `roofline.cost.vllm_cpu_timing`), else this project's engine's (the engine's
+        own traces and the simulator's, which predicts with that description by default)."""
+        return "vllm-cpu" if self.metadata.source == "vllm" else "roofline-engine"
+
+    def executor(self, hw: HardwareProfile) -> str:
+        """The executor description `hw` predicts this trace with: the CPU engine on a `kind: cpu` profile, else
+        the GPU executor mode of the profile."""
+        return self.cpu_engine if hw.kind == "cpu" else f"gpu {hw.executor.mode}"
 
 
 def load_trace(path: str | Path, flag: str = "--trace") -> Trace:

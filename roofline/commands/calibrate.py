@@ -121,6 +121,9 @@ def format_report(report: CalibrationReport) -> str:
     lines = [f"fitted {len(report.parameters)} parameters on {report.source} in {report.fit_seconds:.1f} s:"]
     for name, v in report.parameters.items():
         lines.append(f"  {name:<45} {v['before']:.4g} -> {v['after']:.4g}")
+    executors = sorted({t["executor"] for t in report.fitted_on + report.held_out if "executor" in t})
+    if executors:
+        lines.append(f"executor description: {', '.join(executors)}")
     lines.append("error (median / p90 / max |predicted / measured - 1|):")
     for part in ("train", "test"):
         if part in report.error:

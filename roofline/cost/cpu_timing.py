@@ -109,7 +109,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     return _soft_max(tc, tm, e.overlap_exponent)
 
 
-def _memory_s(hw: HardwareProfile, bytes_moved: Any) -> Any:
+def memory_s(hw: HardwareProfile, bytes_moved: Any) -> Any:
     return bytes_moved / (hw.memory_bandwidth_bytes_per_s * hw.efficiency.memory_efficiency)
 
 
@@ -140,25 +140,31 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
     return out
 
 
+def attention_s(hw: HardwareProfile, pairs: Any, heads: int, head_dim: int, bytes_moved: Any,
+                memory_efficiency: float, dtype: str) -> Any:
+    """Attention of one layer on a CPU: 4*head_dim FLOPs per (query, key) pair and head at
+    attention_compute_efficiency of the peak, `bytes_moved` at `memory_efficiency` of the bandwidth, soft maximum.
+    Shared by this engine's attention and vLLM-CPU's (`roofline.cost.vllm_cpu_timing`): they differ in the bytes."""
+    e = hw.efficiency
+    tc = 4.0 * heads * head_dim * pairs / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
+    tm = bytes_moved / (hw.memory_bandwidth_bytes_per_s * memory_efficiency)
+    return _soft_max(tc, tm, e.overlap_exponent)
+
+
 def attention_decode_time_s(hw: HardwareProfile, num_seqs: float, keys: float, heads: int, head_dim: int,
                             kv_token_bytes: float, new_bytes: float, dtype: str) -> float:
     """One layer's decodes: gather (DECODE_KV_PASSES over the K/V of `keys` keys), scores through the fp32
     softmax path, two batched matmuls."""
-    e = hw.efficiency
-    tc = 4.0 * heads * head_dim * keys / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
     moved = DECODE_KV_PASSES * keys * kv_token_bytes + heads * keys * DECODE_SCORE_BYTES + new_bytes
-    tm = moved / (hw.memory_bandwidth_bytes_per_s * e.attention_memory_efficiency)
-    return _soft_max(tc, tm, e.overlap_exponent)
+    return attention_s(hw, keys, heads, head_dim, moved, hw.efficiency.attention_memory_efficiency, dtype)
 
 
 def attention_prefill_time_s(hw: HardwareProfile, pairs: float, context_tokens: float, heads: int,
                              head_dim: int, kv_token_bytes: float, new_bytes: float, dtype: str) -> float:
     """One layer's prefill chunks: SDPA's (flash, causal-block-skipping) math on the causal pairs; the gather
     of cached context (read and written, then read by SDPA) and Q/O/new K/V at memory_efficiency."""
-    e = hw.efficiency
-    tc = 4.0 * heads * head_dim * pairs / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
-    tm = _memory_s(hw, 3.0 * context_tokens * kv_token_bytes + new_bytes)
-    return _soft_max(tc, tm, e.overlap_exponent)
+    return attention_s(hw, pairs, heads, head_dim, 3.0 * context_tokens * kv_token_bytes + new_bytes,
+                       hw.efficiency.memory_efficiency, dtype)
 
 
 def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[Any, int]:
@@ -173,7 +179,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
         t = gemm_time_s(hw, m, n, k, dtype, op.weight_bytes / (c * n * k), 1.0 if eight else quant.act_bytes,
                         quant.act_bytes)
         if op.name == "lm_head":  # gather the sampled rows, logits to fp32
-            t = t + _memory_s(hw, m * k * 2 * quant.act_bytes + m * n * LOGITS_TO_FP32_BYTES)
+            t = t + memory_s(hw, m * k * 2 * quant.act_bytes + m * n * LOGITS_TO_FP32_BYTES)
         return c * t, ENGINE_TORCH_OPS.get(op.name, 1)
     if op.kind == "attention_decode":
         num_seqs, keys, heads, head_dim, kv_token, new, ops = op.shape
@@ -184,10 +190,10 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
                 int(ops))
     if op.kind == "sampling":
         logits = op.act_bytes / (3 * 4.0)  # the record's fp32 logits (roofline.cost.ops.emit_ops: 3 passes)
-        return c * _memory_s(hw, logits * SAMPLING_BYTES_PER_LOGIT), ENGINE_TORCH_OPS["sampling"]
+        return c * memory_s(hw, logits * SAMPLING_BYTES_PER_LOGIT), ENGINE_TORCH_OPS["sampling"]
     assert op.kind == "elementwise", op.kind
     moved = (op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes) / c
-    return c * _memory_s(hw, moved), ENGINE_TORCH_OPS.get(op.name, 1)
+    return c * memory_s(hw, moved), ENGINE_TORCH_OPS.get(op.name, 1)
 
 
 HANDLED_KINDS = ("gemm", "attention_decode", "attention_prefill", "sampling", "elementwise")

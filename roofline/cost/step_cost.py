@@ -47,14 +47,14 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from engine.core.model_spec import ModelSpec
-from roofline.cost import cpu_timing
+from roofline.cost import cpu_timing, vllm_cpu_timing
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.ops import (
     BatchStats,
@@ -73,6 +73,7 @@ from roofline.cost.ops import (
     weight_bytes_per_rank,
 )
 from roofline.cost.quant import QuantConfig, resolve_for_hardware, resolve_for_model
+from roofline.errors import UserError
 
 # 16-bit GEMMs (cuBLAS via torch.nn.functional.linear): output tiles (rows, cols) its heuristic chooses among
 # (CUTLASS 3 SM90 cluster tiles 128x128 / 128x256 / 256x128 and the 64-row tiles of skinny problems), with
@@ -96,6 +97,29 @@ _QUANT_BLOCKS_PER_SM = 2  # 1024-thread blocks resident per SM (2048 threads per
 # Without a scale-up interconnect, collectives go over PCIe; its latency (NCCL over PCIe, small messages).
 _PCIE_COLLECTIVE_LATENCY_S = 20e-6
 _ATTENTION_ELEMENT_BYTES = 2.0  # Q and O of flash attention are bf16/fp16
+
+
+class CpuExecutor(NamedTuple):
+    """How one engine runs a step on a CPU (a `kind: cpu` profile): its attention records and operator times."""
+
+    attention_records: Callable[[RankShape, BatchStats, QuantConfig], list[OpRecord]]
+    op_time_s: Callable[[HardwareProfile, OpRecord, QuantConfig], tuple[Any, int]]
+
+
+# The engines a CPU profile can predict (`StepCostModel(cpu_engine=...)`): this project's eager engine
+# (`roofline.cost.cpu_timing`) and real vLLM-CPU's compiled graph (`roofline.cost.vllm_cpu_timing`).
+CPU_ENGINES: dict[str, CpuExecutor] = {
+    "roofline-engine": CpuExecutor(cpu_timing.attention_records, cpu_timing.op_time_s),
+    "vllm-cpu": CpuExecutor(vllm_cpu_timing.attention_records, vllm_cpu_timing.op_time_s),
+}
+DEFAULT_CPU_ENGINE = "roofline-engine"
+
+
+def check_cpu_engine(name: str) -> str:
+    """`name` if it is one of `CPU_ENGINES`, else a UserError naming it and the allowed ones."""
+    if name not in CPU_ENGINES:
+        raise UserError(f"cpu engine {name!r} is not allowed; allowed: {', '.join(CPU_ENGINES)}")
+    return name
 
 
 def _ceil(x: Any) -> Any:
@@ -324,11 +348,13 @@ class OpCost:
     bound: str  # compute | memory | communication | latency (fixed costs dominate)
 
 
-def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int) -> tuple[Any, int]:
+def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int,
+              cpu_engine: str = DEFAULT_CPU_ENGINE) -> tuple[Any, int]:
     """Seconds of one record (all its `count` instances) and the kernels of one instance. The record's shape
-    may hold arrays (`StepCostModel` tabulates the token-count operators for many counts at once)."""
-    if hw.kind == "cpu" and op.kind in cpu_timing.HANDLED_KINDS:  # the engine's torch ops on a CPU
-        return cpu_timing.op_time_s(hw, op, quant)
+    may hold arrays (`StepCostModel` tabulates the token-count operators for many counts at once). On a CPU,
+    `cpu_engine` (one of `CPU_ENGINES`) says whose execution is described."""
+    if hw.kind == "cpu" and op.kind in cpu_timing.HANDLED_KINDS:  # the engine's ops on a CPU
+        return CPU_ENGINES[cpu_engine].op_time_s(hw, op, quant)
     c = op.count
     if op.dtype not in hw.supported_dtypes:
         op = replace(op, dtype=quant.act_dtype)
@@ -368,10 +394,11 @@ def _moved_bytes(op: OpRecord) -> Any:
     return op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes
 
 
-def op_cost(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int) -> OpCost:
+def op_cost(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int,
+            cpu_engine: str = DEFAULT_CPU_ENGINE) -> OpCost:
     """Time of one record (all its `count` instances) and what bounds it."""
     e = hw.efficiency
-    time_s, kernels = op_time_s(hw, op, quant, kernels_per_elementwise)
+    time_s, kernels = op_time_s(hw, op, quant, kernels_per_elementwise, cpu_engine)
     time_s = float(time_s)
     dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
     bw = _bandwidth(hw)
@@ -439,10 +466,14 @@ class StepCost:
 class StepCostModel:
     """Predicted time of engine steps for one model, device, quantization and TP degree."""
 
-    def __init__(self, spec: ModelSpec, hw: HardwareProfile, quant: QuantConfig, tp: int = 1) -> None:
+    def __init__(self, spec: ModelSpec, hw: HardwareProfile, quant: QuantConfig, tp: int = 1,
+                 cpu_engine: str = DEFAULT_CPU_ENGINE) -> None:
+        """`cpu_engine` (one of `CPU_ENGINES`): whose execution a `kind: cpu` profile describes; GPU profiles
+        ignore it."""
         # The checkpoint's per-module quantization (or --quantization), and the device's MoE kernel padding.
         quant = resolve_for_hardware(resolve_for_model(quant, spec), hw.family)
         self.spec, self.hw, self.quant, self.tp = spec, hw, quant, tp
+        self.cpu_engine = check_cpu_engine(cpu_engine)
         if hw.kind == "cpu":
             cpu_timing.check_profile(hw)
         self.rank = RankShape.of(spec, tp)
@@ -473,7 +504,7 @@ class StepCostModel:
         padded = self._padded_tokens(stats.num_tokens)
         ops = self._step_ops(replace(stats, num_tokens=padded))
         k = self.hw.executor.kernels_per_elementwise_op
-        costs = tuple(op_cost(self.hw, op, self.quant, k) for op in ops)
+        costs = tuple(op_cost(self.hw, op, self.quant, k, self.cpu_engine) for op in ops)
         device_s = sum(c.time_s for c in costs)
         num_kernels = sum(c.num_kernels for c in costs)
         host_s = self._host_s(stats, num_kernels)
@@ -588,7 +619,7 @@ class StepCostModel:
         k = self.hw.executor.kernels_per_elementwise_op
         names, columns, kernels = [], [], 0
         for op in ops_of(self.spec, self.quant, self.tp, array):
-            t, op_kernels = op_time_s(self.hw, op, self.quant, k)
+            t, op_kernels = op_time_s(self.hw, op, self.quant, k, self.cpu_engine)
             column = np.zeros(len(distinct))
             column[positive] = np.broadcast_to(np.asarray(t, dtype=np.float64), array.shape)
             columns.append(column)
@@ -649,7 +680,7 @@ class StepCostModel:
         k = self.hw.executor.kernels_per_elementwise_op
         names, times, kernels = [], [], []
         for op in ops:
-            t, op_kernels = op_time_s(self.hw, op, self.quant, k)
+            t, op_kernels = op_time_s(self.hw, op, self.quant, k, self.cpu_engine)
             names.append(op.name)
             times.append(float(t))
             kernels.append(op.count * op_kernels)
@@ -709,17 +740,17 @@ class StepCostModel:
             stats.num_decode_seqs + stats.num_prefill_seqs)
 
     def _step_ops(self, s: BatchStats) -> list[OpRecord]:
-        """`roofline.cost.ops.step_ops`; on a CPU with the shapes of the engine's attention (`roofline.cost.cpu_timing`)."""
+        """`roofline.cost.ops.step_ops`; on a CPU with the attention shapes of `cpu_engine` (`CPU_ENGINES`)."""
         if self.hw.kind != "cpu":
             return step_ops(self.spec, self.quant, self.tp, s)
         return (token_ops(self.spec, self.quant, self.tp, s.num_tokens)
-                + cpu_timing.attention_records(self.rank, s, self.quant)
+                + CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
                 + emit_ops(self.spec, self.quant, self.tp, s.num_emits))
 
     def _attention_records(self, s: BatchStats) -> list[OpRecord]:
-        """The attention records of `s` as `step_cost` builds them (on a CPU: `roofline.cost.cpu_timing`)."""
+        """The attention records of `s` as `step_cost` builds them (on a CPU: those of `cpu_engine`)."""
         if self.hw.kind == "cpu":
-            return cpu_timing.attention_records(self.rank, s, self.quant)
+            return CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
         return attention_records(self.rank, s, self.quant)
 
     def _records_attention_s(self, s: BatchStats) -> tuple[float, int]:
@@ -728,7 +759,7 @@ class StepCostModel:
         t, kernels = 0.0, 0
         k = self.hw.executor.kernels_per_elementwise_op
         for op in self._attention_records(s):
-            op_t, op_kernels = op_time_s(self.hw, op, self.quant, k)
+            op_t, op_kernels = op_time_s(self.hw, op, self.quant, k, self.cpu_engine)
             t += float(op_t)
             kernels += op.count * op_kernels
         return t, kernels
@@ -746,7 +777,7 @@ class StepCostModel:
         total_s: Any = 0  # an array of times once an op is added
         kernels = 0
         for op in ops:
-            t, op_kernels = op_time_s(self.hw, op, self.quant, k)
+            t, op_kernels = op_time_s(self.hw, op, self.quant, k, self.cpu_engine)
             total_s = total_s + t
             kernels += op.count * op_kernels
         return total_s, kernels

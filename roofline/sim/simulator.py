@@ -53,7 +53,7 @@ from engine.core.step_plan import StepPlan
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity
 from roofline.cost.quant import QuantConfig
-from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_cost import DEFAULT_CPU_ENGINE, StepCostModel
 from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, EngineArgs, engine_record
 from roofline.errors import UserError
 from roofline.registry import load_model
@@ -84,16 +84,18 @@ class Deployment:
     engine_record: dict[str, Any]  # the resolved engine configuration, as summaries and run metadata show it
 
 
-def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, engine: EngineArgs) -> Deployment:
-    """Resolve ids/paths, check the engine arguments against the model and the device, build the cost model and
-    compute the KV block count; `UserError` if it cannot run."""
+def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, engine: EngineArgs,
+                    cpu_engine: str = DEFAULT_CPU_ENGINE) -> Deployment:
+    """Resolve ids/paths, check the engine arguments against the model and the device, build the cost model
+    (`cpu_engine`: whose execution a CPU profile describes, `StepCostModel`) and compute the KV block count;
+    `UserError` if it cannot run."""
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     hw = hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
     engine.check_model(spec)
     engine.check_hardware(hw)
     quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization,
                                   kv_cache_dtype=engine.kv_cache_dtype, model_dtype=spec.torch_dtype)
-    cost_model = StepCostModel(spec, hw, quant, engine.tensor_parallel_size)
+    cost_model = StepCostModel(spec, hw, quant, engine.tensor_parallel_size, cpu_engine=cpu_engine)
     max_model_len = engine.resolved_max_model_len(spec)
     max_num_seqs, max_num_batched_tokens = engine.batch_limits(spec, hw.memory_capacity_bytes,
                                                                f"{hw.id} {hw.name}", is_cpu=False)
