@@ -54,10 +54,13 @@ _VLLM_KERNELS = {
                "(CutlassFP8ScaledMMLinearKernel)", "attention": "FlashAttention 3 (vllm_flash_attn_fa3), bf16 and "
                "fp8 KV", "all_reduce": "vLLM custom all-reduce in a CUDA graph", "moe": "bf16: Triton fused MoE; "
                "fp8: FlashInfer CUTLASS (modelopt fp8)"},
-    "blackwell": {"gemm_bf16": "cuBLAS (torch.nn.functional.linear)", "gemm_fp8": "CUTLASS SM100 W8A8 per-tensor "
-                  "(CutlassFP8ScaledMMLinearKernel)", "attention": "FlashInfer TRT-LLM prefill/decode kernels "
-                  "(vLLM's default backend on SM100), bf16 and fp8 KV", "all_reduce": "vLLM custom all-reduce "
-                  "in a CUDA graph", "moe": "FlashInfer TRT-LLM fused MoE (bf16 and modelopt fp8)"},
+    "blackwell": {"gemm_bf16": "cuBLAS (torch.nn.functional.linear); split-K partials reduced by a second kernel",
+                  "gemm_fp8": "CUTLASS SM100 W8A8 per-tensor (CutlassFP8ScaledMMLinearKernel)",
+                  "attention": "FlashInfer TRT-LLM (trtllm-gen) prefill/decode kernels (vLLM's default backend on "
+                  "SM100), bf16 and fp8 KV: context work tiles of 256 query rows of one query head (no GQA "
+                  "packing), persistent; decode work units of one KV head's query heads (up to 32) in waves; "
+                  "softmax on the SFU (roofline.cost.ops.TRTLLM_GEN_KERNELS)", "all_reduce": "vLLM custom "
+                  "all-reduce in a CUDA graph", "moe": "FlashInfer TRT-LLM fused MoE (bf16 and modelopt fp8)"},
     "ampere": {"gemm_bf16": "cuBLAS (vllm_default)", "gemm_fp8": "none (no fp8 tensor cores)",
                "attention": "FlashAttention 2 (vllm_flash_attn), bf16 KV", "all_reduce": "vLLM custom all-reduce "
                "in a CUDA graph", "moe": "Triton fused MoE (no balanced-routing table: not fitted)"},

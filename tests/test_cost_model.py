@@ -11,7 +11,13 @@ from roofline.calibration.fit import fit, with_params
 from roofline.cost.hardware import load_profile, parse_profile
 from roofline.cost.params import EfficiencyParams, ExecutorParams
 from roofline.cost.quant import QuantConfig
-from roofline.cost.step_cost import StepCostModel, attention_prefill_time_s, gemm_time_s, predict_single_ops
+from roofline.cost.step_cost import (
+    StepCostModel,
+    attention_decode_time_s,
+    attention_prefill_time_s,
+    gemm_time_s,
+    predict_single_ops,
+)
 from roofline.errors import UserError
 
 SPEC = ModelSpec(name="m", architecture="LlamaForCausalLM", num_layers=4, hidden_size=1024, num_heads=16,
@@ -142,6 +148,44 @@ def test_prefill_attention_wave_quantization():
     one = attention_prefill_time_s(H100, 132 * pairs_per_tile, 0.0, 132, 128, "bf16")
     two = attention_prefill_time_s(H100, 133 * pairs_per_tile, 0.0, 133, 128, "bf16")
     assert two > 1.8 * one
+
+
+def test_blackwell_softmax_scales_with_the_chips_exp_throughput():
+    # B300 (exp_throughput_factor 2) and B200 share the family's parameters and the bf16 peak: the softmax part of
+    # a prefill tile costs half as much on B300; Hopper's FA3 prefill ignores the factor
+    b200, b300 = load_profile("b200"), load_profile("b300")
+    assert b300.exp_throughput_factor == 2 and b200.exp_throughput_factor == 1
+    b300_as_b200 = replace(b300, efficiency=b200.efficiency)
+    e = b200.efficiency
+    pairs, units, head_dim = 148 * 256 * 4096, 148, 128
+    t200 = attention_prefill_time_s(b200, pairs, 0.0, units, head_dim, "bf16") - e.kernel_fixed_s - e.attention_fixed_s
+    t300 = attention_prefill_time_s(b300_as_b200, pairs, 0.0, units, head_dim, "bf16") - e.kernel_fixed_s \
+        - e.attention_fixed_s
+    softmax = e.attention_softmax_flops_per_pair
+    assert t300 / t200 == pytest.approx((4 * head_dim + softmax / 2) / (4 * head_dim + softmax), rel=1e-9)
+    assert attention_prefill_time_s(replace(H100, exp_throughput_factor=2.0), pairs, 0.0, units, head_dim, "bf16") \
+        == attention_prefill_time_s(H100, pairs, 0.0, units, head_dim, "bf16")
+
+
+def test_blackwell_decode_pays_a_fill_per_extra_wave():
+    # 148 SMs: 149 work units of no work take a second wave, one attention_tile_fixed_s more; FA3 decode has no waves
+    b200 = load_profile("b200")
+    one = attention_decode_time_s(b200, 0.0, 0.0, 148, 0.0, "bf16")
+    two = attention_decode_time_s(b200, 0.0, 0.0, 149, 0.0, "bf16")
+    assert two - one == pytest.approx(b200.efficiency.attention_tile_fixed_s, rel=1e-9)
+    assert attention_decode_time_s(H100, 0.0, 0.0, 133, 0.0, "bf16") == \
+        attention_decode_time_s(H100, 0.0, 0.0, 132, 0.0, "bf16")
+
+
+def test_blackwell_split_k_gemm_adds_a_reduction_kernel():
+    # n = 512, k = 4096, m = 16: 4 output tiles, so split-K is the fastest tiling; on Blackwell the partial sums
+    # are reduced by a second kernel (one more kernel_fixed_s); without split-K (k = 256) nothing changes
+    b200 = load_profile("b200")
+    as_hopper = replace(b200, family="hopper")
+    assert gemm_time_s(b200, 16, 512, 4096, "bf16", 2.0, 2.0, 2.0) > \
+        gemm_time_s(as_hopper, 16, 512, 4096, "bf16", 2.0, 2.0, 2.0) + 0.9 * b200.efficiency.kernel_fixed_s
+    assert gemm_time_s(b200, 16, 512, 256, "bf16", 2.0, 2.0, 2.0) == \
+        gemm_time_s(as_hopper, 16, 512, 256, "bf16", 2.0, 2.0, 2.0)
 
 
 def test_fp8_gemm_includes_input_quantization():

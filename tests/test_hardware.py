@@ -131,6 +131,17 @@ def test_negative_number_is_rejected(tmp_path: Path) -> None:
         load_profile(_write(tmp_path, data))
 
 
+def test_exp_throughput_factor_defaults_to_one_and_needs_a_source(tmp_path: Path) -> None:
+    assert load_profile("h100-sxm").exp_throughput_factor == 1.0
+    data = _h100() | {"exp_throughput_factor": 2}
+    with pytest.raises(UserError, match="no source for 'exp_throughput_factor'"):
+        load_profile(_write(tmp_path, data))
+    data["sources"] = data["sources"] | {"exp_throughput_factor": "a datasheet"}
+    assert load_profile(_write(tmp_path, data)).exp_throughput_factor == 2.0
+    with pytest.raises(UserError, match="exp_throughput_factor: must be a positive number, got 0"):
+        load_profile(_write(tmp_path, data | {"exp_throughput_factor": 0}))
+
+
 def test_interconnect_field_is_checked(tmp_path: Path) -> None:
     data = _h100()
     del data["interconnect"]["latency_us"]

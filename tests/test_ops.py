@@ -5,9 +5,15 @@ import pytest
 
 from engine.core.model_spec import ModelSpec
 from roofline.cost.ops import (
+    FA3_KERNELS,
+    TRTLLM_GEN_KERNELS,
     BatchStats,
+    attention_kernels,
     attention_pairs,
     attention_q_tile_tokens,
+    decode_attention_shape,
+    decode_work_heads,
+    prefill_attention_shape,
     kv_bytes_per_token_per_rank,
     step_ops,
     weight_bytes_per_rank,
@@ -148,3 +154,25 @@ def test_quant_table():
     fp8_ops = ops_by_name(tiny(), fp8, 1, [2], [0], [True])
     assert fp8_ops["qkv_proj"].weight_bytes == 2 * 128 * 64 * 1.0
     assert fp8_ops["lm_head"].weight_bytes == 512 * 64 * 2.0  # LM head stays in the activation dtype
+
+
+def test_family_picks_its_attention_kernels():
+    assert attention_kernels("blackwell") is TRTLLM_GEN_KERNELS
+    assert attention_kernels("hopper") is FA3_KERNELS and attention_kernels(None) is FA3_KERNELS
+
+
+def test_trtllm_context_tiles_are_256_rows_of_one_query_head():
+    # TRT-LLM's context kernel does not pack GQA heads: a tile is 256 tokens of one query head, whatever the grouping
+    assert attention_q_tile_tokens(128, 32, 8, TRTLLM_GEN_KERNELS) == 256
+    assert attention_q_tile_tokens(64, 8, 8, TRTLLM_GEN_KERNELS) == 256
+    # 300 tokens, 32 query heads, 8 KV heads: 2 token tiles per head -> 64 work tiles (FA3 packs: 8 x 2 = 16)
+    args = (32, 8, 128, 256, 300, 300 * 301 / 2, 2, 0.0, 300, 1.0, 1.0)
+    assert prefill_attention_shape(*args, TRTLLM_GEN_KERNELS)[2] == 64
+    assert prefill_attention_shape(*args)[2] == 16
+
+
+def test_trtllm_decode_units_group_up_to_32_query_heads():
+    assert decode_work_heads(32, 8, TRTLLM_GEN_KERNELS) == 8  # 4 query heads per KV head: one unit per KV head
+    assert decode_work_heads(64, 1, TRTLLM_GEN_KERNELS) == 2  # 64 heads per KV head: two CTAs of 32
+    assert decode_work_heads(64, 1) == 1  # FA3: one unit per (sequence, KV head)
+    assert decode_attention_shape(64, 1, 128, 5, 50, 1.0, 1.0, TRTLLM_GEN_KERNELS)[2] == 10

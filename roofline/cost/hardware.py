@@ -28,6 +28,9 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
       max_num_gpus: 8                   # GPUs one scale-up domain joins
     pcie_bandwidth_gb_per_s_per_direction: 64   # nullable
     tdp_w: 700                          # nullable
+    exp_throughput_factor: 2            # optional (default 1): SFU exponential (MUFU.EX2) throughput relative to
+                                        #   the family's base chip; used where the family's attention kernels run
+                                        #   the softmax on the SFU (roofline.cost.ops.AttentionKernels)
     sources: {field or field.subfield: text or URL}   # one for every number above and in efficiency/executor
     family: hopper                      # optional: the kernel family whose efficiency/executor this chip shares
     operator_tables: h100_sxm           # optional: the aiconfigurator-core system with this chip's measured tables
@@ -69,7 +72,7 @@ _TOP_KEYS: dict[str, bool] = {
     "memory_bandwidth_gb_per_s": True, "l2_cache_mib": True, "num_compute_units": True, "boost_clock_mhz": True,
     "interconnect": True, "pcie_bandwidth_gb_per_s_per_direction": True, "tdp_w": True, "sources": True,
     "efficiency": False, "executor": False, "measured": False, "calibration": False, "family": False,
-    "operator_tables": False,
+    "operator_tables": False, "exp_throughput_factor": False,
 }
 _FAMILY_KEYS: dict[str, bool] = {"id": True, "name": True, "kernels": True, "efficiency": True, "executor": True,
                                  "per_chip": False, "fit": False, "sources": True}
@@ -140,6 +143,8 @@ class HardwareProfile:
     calibration: dict[str, Any] | None = field(default=None, compare=False, hash=False)
     family: str | None = None
     operator_tables: str | None = field(default=None, compare=False, hash=False)
+    # SFU exponential throughput relative to the family's base chip (Blackwell Ultra: 2); see the schema above.
+    exp_throughput_factor: float = 1.0
     provenance: Provenance = field(default=Provenance("datasheet-only"), compare=False, hash=False)
 
     def provenance_line(self) -> str:
@@ -264,6 +269,8 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         calibration=_mapping_or_none(data.get("calibration"), "calibration", where),
         family=None if family is None else family["id"],
         operator_tables=tables,
+        exp_throughput_factor=_positive(data, "exp_throughput_factor", where) if "exp_throughput_factor" in data
+        else 1.0,
     )
     profile = replace(profile, provenance=_provenance(profile, family))
     # Sources last: a misspelt field is reported as such, not as a number without a source.

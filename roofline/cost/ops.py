@@ -34,12 +34,72 @@ _FA3_Q_ROWS: tuple[tuple[float, int], ...] = ((96, 192), (math.inf, 128))
 ATTENTION_Q_TILE = 128  # the Q tile of the common head_dim 128
 
 
-def attention_q_tile_tokens(head_dim: int, heads: int, kv_heads: int) -> float:
-    """Tokens of one prefill work tile. vLLM calls FA3 varlen, which always packs the query heads sharing a KV
-    head into the tile's rows (flash-attention `hopper/heuristics.h` `should_pack_gqa`: true for varlen), so a
-    tile of q_rows rows covers q_rows / (heads / kv_heads) tokens of all those heads."""
-    rows = next(r for max_dim, r in _FA3_Q_ROWS if head_dim <= max_dim)
-    return rows / max(heads / kv_heads, 1.0)
+@dataclass(frozen=True)
+class AttentionKernels:
+    """How a family's attention kernels split their work into work units (CTAs), which run in waves over the SMs.
+
+    `q_rows`: query rows of one prefill work tile by head_dim ((largest head_dim, rows), in order).
+    `packs_gqa`: the query heads sharing a KV head are packed into a prefill tile's rows (a tile of R rows
+    covers R / (heads / kv_heads) tokens of all of them) and one decode work unit is one (sequence, KV head);
+    otherwise a prefill tile covers R tokens of one query head, and a decode work unit is one (sequence, group
+    of at most `decode_heads_per_cta` query heads of one KV head).
+    `decode_waves`: decode work units run in waves over the SMs and each wave after the first pays
+    attention_tile_fixed_s, as prefill tiles do (`roofline.cost.step_cost.attention_decode_time_s`).
+    `softmax_on_sfu`: the softmax's cost per pair is divided by the chip's `exp_throughput_factor` (its SFU
+    exponential throughput relative to the family's base chip)."""
+
+    name: str
+    q_rows: tuple[tuple[float, int], ...]
+    packs_gqa: bool
+    decode_heads_per_cta: int = 1
+    decode_waves: bool = False
+    softmax_on_sfu: bool = False
+
+
+# vLLM's FA3 varlen on Hopper (and the FA2 kernels of Ampere/Ada, described with the same tiles): FA3 always packs
+# GQA heads for varlen (flash-attention `hopper/heuristics.h` `should_pack_gqa`).
+FA3_KERNELS = AttentionKernels(name="fa3", q_rows=_FA3_Q_ROWS, packs_gqa=True)
+# vLLM's default attention on SM100/SM103: FlashInfer's TRT-LLM ("trtllm-gen") FMHA cubins, e.g.
+# `fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP32VarSeqQ128Kv128PersistentContext`. The launch
+# (TensorRT-LLM `cpp/tensorrt_llm/kernels/trtllmGenKernels/fmha/fmhaKernels.h`, `computeNumCtas`, the same code
+# in FlashInfer's `include/flashinfer/trtllm/fmha/fmhaKernels.cuh`): grid = ceil(max_q / stepQ) x query heads
+# (context kernels: maxNumHeadsQPerKvInCta == 1, no GQA packing) x batch, run by the persistent tile scheduler.
+# One CTA holds two 128-row Q tiles (one per softmax warpgroup: the SM100 FMHA design of CUTLASS's
+# `examples/python/CuTeDSL/blackwell/fmha.py`, q_stage = 2), so a work tile is 256 query rows of one head; of
+# 128 and 256 rows the tables support 256 (blackwell attention train error 13.8 % vs 14.8 %, held-out B200
+# 12.9 % vs 14.1 %, benchmarks/gpu_profiles.py). Generation kernels put min(heads per KV head, 8 or 16
+# (SwapsMmaAb) / 32 (KeepsMmaAb)) query heads of one KV head in a CTA: one work unit per (sequence, KV head) up
+# to 32 heads per KV head. With too few CTAs to fill the SMs the generation kernels split the KV sequence over
+# more CTAs (multiCtasKvMode), else run persistent over waves. Softmax exponentials run on the SFU (MUFU.EX2),
+# whose throughput Blackwell Ultra doubles (`exp_throughput_factor` of the chip profile).
+TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256),), packs_gqa=False,
+                                      decode_heads_per_cta=32, decode_waves=True, softmax_on_sfu=True)
+_ATTENTION_KERNELS = {"blackwell": TRTLLM_GEN_KERNELS}
+
+
+def attention_kernels(family: str | None) -> AttentionKernels:
+    """The attention kernels vLLM runs on a kernel family (`HardwareProfile.family`); FA3's by default."""
+    return _ATTENTION_KERNELS.get(family or "", FA3_KERNELS)
+
+
+def attention_q_tile_tokens(head_dim: int, heads: int, kv_heads: int,
+                            kernels: AttentionKernels = FA3_KERNELS) -> float:
+    """Tokens of one prefill work tile: the tile's query rows, divided among the query heads packed into it."""
+    rows = next(r for max_dim, r in kernels.q_rows if head_dim <= max_dim)
+    return rows / max(heads / kv_heads, 1.0) if kernels.packs_gqa else float(rows)
+
+
+def attention_tile_heads(heads: Any, kv_heads: Any, kernels: AttentionKernels = FA3_KERNELS) -> Any:
+    """Prefill work tiles per token tile of a sequence: one per KV head (GQA packed) or one per query head."""
+    return kv_heads if kernels.packs_gqa else heads
+
+
+def decode_work_heads(heads: Any, kv_heads: Any, kernels: AttentionKernels = FA3_KERNELS) -> Any:
+    """Decode work units per sequence: one per KV head, or (without packing) per group of at most
+    `decode_heads_per_cta` query heads of one KV head."""
+    if kernels.packs_gqa:
+        return kv_heads
+    return kv_heads * np.ceil(heads / kv_heads / kernels.decode_heads_per_cta)
 
 
 # Nominal FLOPs per element of the memory-bound elementwise operators.
@@ -251,7 +311,8 @@ def collective_record(name: str, kind: str, message_bytes: float, count: int, tp
                     comm_bytes=count * message_bytes, shape=(message_bytes, tp))
 
 
-def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[OpRecord]:
+def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig,
+                      kernels: AttentionKernels = FA3_KERNELS) -> list[OpRecord]:
     """Prefill and decode parts of the (one, varlen) attention call per layer. Both write the new tokens'
     K and V into the paged cache (vLLM `reshape_and_cache_flash`) and read Q, write O. `shape` holds the
     arguments of the time formulas (`prefill_attention_shape`, `decode_attention_shape`).
@@ -263,8 +324,8 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
     if s.sliding is not None and r.sliding_layers:
         full = replace(r, layers=r.layers - r.sliding_layers, sliding_layers=0)
         slid = replace(r, layers=r.sliding_layers, sliding_layers=0)
-        return attention_records(full, replace(s, sliding=None), quant) + [
-            replace(op, name=op.name + "_sliding") for op in attention_records(slid, s.sliding, quant)]
+        return attention_records(full, replace(s, sliding=None), quant, kernels) + [
+            replace(op, name=op.name + "_sliding") for op in attention_records(slid, s.sliding, quant, kernels)]
     kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element  # K and V of one token, per layer
     q_token = r.heads * r.head_dim * quant.act_bytes
     flops_per_pair = 4.0 * r.heads * r.head_dim  # QK^T and PV: 2 MACs per (query, key, head, dim)
@@ -272,7 +333,7 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
     # no fp8 speed-up (aiconfigurator-core h100_sxm context attention, fp8 vs bf16 KV: 483 vs 521 TFLOP/s
     # median for prompts >= 4096), so fp8 KV only halves the bytes.
     dtype = quant.act_dtype
-    q_tile_tokens = attention_q_tile_tokens(r.head_dim, r.heads, r.kv_heads)
+    q_tile_tokens = attention_q_tile_tokens(r.head_dim, r.heads, r.kv_heads, kernels)
     out = []
     if s.num_prefill_seqs:
         out.append(OpRecord(
@@ -283,7 +344,7 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
             kv_write_bytes=r.layers * s.prefill_tokens * kv_token,
             shape=prefill_attention_shape(r.heads, r.kv_heads, r.head_dim, q_tile_tokens, s.prefill_tokens,
                                           s.prefill_pairs, s.prefill_q_tiles, s.prefill_pad_pairs,
-                                          s.prefill_kv_tokens, q_token, kv_token),
+                                          s.prefill_kv_tokens, q_token, kv_token, kernels),
             dtype=dtype))
     if s.num_decode_seqs:
         out.append(OpRecord(
@@ -293,32 +354,35 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
             kv_read_bytes=r.layers * s.decode_pairs * kv_token,
             kv_write_bytes=r.layers * s.num_decode_seqs * kv_token,
             shape=decode_attention_shape(r.heads, r.kv_heads, r.head_dim, s.num_decode_seqs, s.decode_pairs,
-                                         q_token, kv_token),
+                                         q_token, kv_token, kernels),
             dtype=dtype))
     return out
 
 
 def prefill_attention_shape(heads: Any, kv_heads: Any, head_dim: Any, q_tile: Any, tokens: Any, pairs: Any,
                             q_tiles: Any, pad_pairs: Any, kv_tokens: Any, q_token_bytes: Any,
-                            kv_token_bytes: Any) -> tuple[Any, Any, Any, Any]:
+                            kv_token_bytes: Any, kernels: AttentionKernels = FA3_KERNELS
+                            ) -> tuple[Any, Any, Any, Any]:
     """Arguments of `roofline.cost.step_cost.attention_prefill_time_s` for one layer (scalars or arrays):
     ((query, key) pairs the kernel computes over all heads, bytes moved, work tiles, head_dim).
 
     Flash attention computes whole blocks: causal masking skips blocks above the diagonal, computes the
     diagonal ones in full and masks them (FA2 paper, Dao 2023, section 3.1): a tile of T = `q_tile` tokens
     wastes about T*T/2 pairs per head there; the padding tokens of a sequence's last tile are computed too.
-    A work tile is one (sequence, KV head, tile of T tokens of all its query heads)."""
+    A work tile is one (sequence, KV head, tile of T tokens of all its query heads), or without GQA packing
+    (`kernels.packs_gqa`) one (sequence, query head, tile of T tokens)."""
     computed = pairs + q_tiles * (q_tile * q_tile / 2.0) + pad_pairs
     moved = 2 * tokens * q_token_bytes + (kv_tokens + tokens) * kv_token_bytes  # Q, O; K/V read + new K/V written
-    return (heads * computed, moved, kv_heads * q_tiles, head_dim)
+    return (heads * computed, moved, attention_tile_heads(heads, kv_heads, kernels) * q_tiles, head_dim)
 
 
 def decode_attention_shape(heads: Any, kv_heads: Any, head_dim: Any, num_seqs: Any, pairs: Any, q_token_bytes: Any,
-                           kv_token_bytes: Any) -> tuple[Any, Any, Any, Any]:
+                           kv_token_bytes: Any, kernels: AttentionKernels = FA3_KERNELS) -> tuple[Any, Any, Any, Any]:
     """Arguments of `roofline.cost.step_cost.attention_decode_time_s` for one layer: (FLOPs, bytes moved,
-    (sequence, KV head) work units, bytes of one key and value of one KV head)."""
+    work units (`decode_work_heads` per sequence), bytes of one key and value of one KV head)."""
     moved = 2 * num_seqs * q_token_bytes + (pairs + num_seqs) * kv_token_bytes  # Q, O; cached KV; new K/V
-    return (4.0 * heads * head_dim * pairs, moved, num_seqs * kv_heads, kv_token_bytes / kv_heads)
+    return (4.0 * heads * head_dim * pairs, moved, num_seqs * decode_work_heads(heads, kv_heads, kernels),
+            kv_token_bytes / kv_heads)
 
 
 def moe_record(name: str, num_tokens: float, hidden: int, inter: int, topk: int, num_experts: int, count: int,
@@ -373,11 +437,13 @@ def _per_expert(routed: Any, touched: Any) -> Any:
     return routed / touched if touched else 0.0
 
 
-def step_ops(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats) -> list[OpRecord]:
-    """Every operator of one step on one rank, in execution order (per-layer operators summed over layers)."""
+def step_ops(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats,
+             kernels: AttentionKernels = FA3_KERNELS) -> list[OpRecord]:
+    """Every operator of one step on one rank, in execution order (per-layer operators summed over layers), with
+    the attention `kernels` of the device's family (`attention_kernels`)."""
     r = RankShape.of(spec, tp)
-    return token_ops(spec, quant, tp, s.num_tokens) + attention_records(r, s, quant) + emit_ops(spec, quant, tp,
-                                                                                              s.num_emits)
+    return (token_ops(spec, quant, tp, s.num_tokens) + attention_records(r, s, quant, kernels)
+            + emit_ops(spec, quant, tp, s.num_emits))
 
 
 def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any) -> list[OpRecord]:

@@ -15,14 +15,19 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   t = (tc^p + tm^p)^(1/p), p = overlap_exponent (p -> inf is the classic max roofline). 16-bit GEMMs (cuBLAS)
   take the fastest (tile, split-K) of `GEMM_TILES` x `GEMM_SPLITS`; 8-bit GEMMs (vLLM CUTLASS fp8) use the
   fixed dispatch on m of `GEMM_TILES_8BIT`, with their own efficiency, tile cost and memory efficiency, and
-  their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). Plus kernel_fixed_s.
-- Attention prefill (FA3 varlen): work tiles of (sequence, KV head, 128 or 192 packed query rows) run in
-  waves over the SMs; every computed (query, key) pair (causal pairs plus the masked half of the diagonal
-  blocks and the padding rows) costs 4*head_dim FLOPs plus the softmax's attention_softmax_flops_per_pair,
-  at attention_compute_efficiency of the peak; each wave after the first pays attention_tile_fixed_s; bytes
-  at memory_efficiency; plus kernel_fixed_s + attention_fixed_s (`attention_prefill_time_s`).
+  their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). Plus kernel_fixed_s. On
+  Blackwell a 16-bit split-K GEMM is followed by a reduction kernel (`_SPLIT_K_REDUCTION_KERNEL_FAMILIES`).
+- Attention prefill: work tiles run in waves over the SMs, as the family's kernels cut them
+  (`roofline.cost.ops.AttentionKernels`: FA3 varlen on Hopper, (sequence, KV head, 128 or 192 packed query
+  rows); TRT-LLM's context kernel on Blackwell, (sequence, query head, 256 query rows)); every computed
+  (query, key) pair (causal pairs plus the masked half of the diagonal blocks and the padding rows) costs
+  4*head_dim FLOPs plus the softmax's attention_softmax_flops_per_pair (divided by the chip's
+  exp_throughput_factor where the softmax runs on the SFU), at attention_compute_efficiency of the peak; each
+  wave after the first pays attention_tile_fixed_s; bytes at memory_efficiency; plus kernel_fixed_s +
+  attention_fixed_s (`attention_prefill_time_s`).
 - Attention decode: KV bytes at attention_memory_efficiency (split-KV kernels fill the SMs when
-  seqs * kv_heads is small); FLOPs at attention_compute_efficiency; plus the fixed costs.
+  seqs * kv_heads is small); FLOPs at attention_compute_efficiency; plus the fixed costs; on Blackwell each
+  wave of work units after the first pays attention_tile_fixed_s.
 - Elementwise, embedding, sampling: bytes at memory_efficiency, plus kernel_fixed_s per kernel.
 - MoE experts: two grouped GEMMs over the touched experts (tokens per expert rows each) at
   moe_compute_efficiency * GEMM efficiency, plus moe_fixed_s (routing, sort/align, combine kernels); 8-bit
@@ -60,6 +65,7 @@ from roofline.cost.ops import (
     BatchStats,
     OpRecord,
     RankShape,
+    attention_kernels,
     attention_pairs,
     attention_q_tile_tokens,
     attention_records,
@@ -86,6 +92,14 @@ GEMM_SPLITS: tuple[int, ...] = (1, 2, 4, 8, 16)
 GEMM_TILES_8BIT: tuple[tuple[float, tuple[int, int]], ...] = ((64, (64, 64)), (128, (64, 128)),
                                                              (math.inf, (128, 128)))
 _MIN_SPLIT_K = 256
+# Families whose 16-bit split-K GEMMs sum their fp32 partials in a second kernel after the GEMM (cuBLASLt's
+# out-of-place split-K reduction schemes, `cublasLtReductionScheme_t` CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE /
+# OUTPUT_TYPE: partials in a workspace, reduced by a separate kernel), described for cuBLAS on SM100: the
+# Blackwell bf16 tables floor at 6-7 us for small weights (n <= 1024, m <= 256: 0.5-2 us of weight bytes), which
+# the one-kernel model predicted 40-45 % fast; with the reduction kernel the held-out bf16 GEMM error on B200
+# drops from 9.3 to 6.9 % (benchmarks/gpu_profiles.py). The reduction kernel costs kernel_fixed_s plus reading
+# the partials and writing the output at memory_efficiency. Hopper's cuBLAS fit is left as it was.
+_SPLIT_K_REDUCTION_KERNEL_FAMILIES = frozenset({"blackwell"})
 # Weight-only W4A16 MXFP4 MoE (OAI Triton `matmul_ogs` on Hopper, TRT-LLM on Blackwell): the row tile follows the
 # tokens per expert down to 16 rows, no split-K (cuBLAS's 64-row minimum wastes most of a tile on the few tokens
 # an expert gets in decode). With these tiles the held-out error on the MXFP4 tables drops from 15-22 % to 9-16 %
@@ -146,7 +160,7 @@ def _bandwidth(hw: HardwareProfile) -> float:
 
 def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
                 in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0,
-                bw_scale: float = 1.0, tiles: tuple[tuple[int, int], ...] | None = None) -> Any:
+                bw_scale: float = 1.0, tiles: tuple[tuple[int, int], ...] | None = None, cublas: bool = True) -> Any:
     """One GEMM kernel (or one grouped GEMM of `groups` equal problems): y (m x n) = x (m x k) @ W (k x n).
 
     Tiles run in waves of one per SM (`num_compute_units`); compute time = waves * 2*tm*tn*(k/s + tile fixed
@@ -159,7 +173,9 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     fraction to its lower bound), so they draw the full bandwidth. The two overlap as `_overlap`. 16-bit and 8-bit
     GEMMs are different libraries (cuBLAS, CUTLASS) with their own tile choice (`GEMM_TILES`,
     `GEMM_TILES_8BIT`), compute efficiency, per-tile cost and memory efficiency. `tiles`: another kernel's
-    tile choice (16-bit path, no split-K). Plus kernel_fixed_s."""
+    tile choice (16-bit path, no split-K). `cublas`: the 16-bit path is cuBLAS (a dense linear layer; fused-MoE
+    grouped GEMMs are other kernels and pass False), whose split-K reduction is a second kernel on the families
+    of `_SPLIT_K_REDUCTION_KERNEL_FAMILIES`. Plus kernel_fixed_s."""
     if hw.kind == "cpu":  # no tiles or waves on a CPU (roofline.cost.cpu_timing)
         return cpu_timing.gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, in_bytes, out_bytes, groups,
                                       eff_scale)
@@ -174,13 +190,18 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     bw = _bandwidth(hw) * (e.gemm_fp8_memory_efficiency if eight else e.memory_efficiency) * bw_scale
     saturating = sms * e.memory_saturation_fraction
     base_bytes = groups * (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes)
+    reduce_kernel = cublas and hw.family in _SPLIT_K_REDUCTION_KERNEL_FAMILIES
 
     def tiled(tm: int, tn: int, s: int) -> Any:
         tiles = groups * _ceil(m / tm) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
         tc = _ceil(tiles / sms) * 2.0 * tm * tn * (k_split + fixed_k) / per_sm
-        extra = 0.0 if s == 1 else groups * 2.0 * m * n * 4.0 * s  # fp32 partials written and read back
         share = 1.0 if eight else _min(tiles / saturating, 1.0)
+        if s > 1 and reduce_kernel:  # the GEMM writes s fp32 partials; a second kernel reads them, writes y
+            partials = groups * m * n * 4.0 * s
+            return (_overlap(tc, (base_bytes + partials) / (bw * share), e.overlap_exponent) + e.kernel_fixed_s
+                    + (partials + groups * m * n * out_bytes) / _bandwidth(hw) / e.memory_efficiency)
+        extra = 0.0 if s == 1 else groups * 2.0 * m * n * 4.0 * s  # fp32 partials written and read back
         return _overlap(tc, (base_bytes + extra) / (bw * share), e.overlap_exponent)
 
     best: Any = None  # the fastest tiling so far, per element of m, n, k
@@ -240,7 +261,9 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, 
     after the first also pays attention_tile_fixed_s (a tile's pipeline fill: load Q and the first K/V block,
     write O; the first wave's is part of the call's fixed latency, attention_fixed_s). Bytes at
     memory_efficiency; overlap as `_overlap`; plus kernel_fixed_s + attention_fixed_s. With an fp8 KV cache
-    (`kv_fp8`, a bool or an array of them) the compute efficiency is scaled by attention_fp8_kv_compute_factor."""
+    (`kv_fp8`, a bool or an array of them) the compute efficiency is scaled by attention_fp8_kv_compute_factor.
+    Where the family's kernels run the softmax on the SFU (`AttentionKernels.softmax_on_sfu`), its cost is
+    divided by the chip's `exp_throughput_factor` (Blackwell Ultra: 2)."""
     e = hw.efficiency
     sms = hw.num_compute_units
     units = _max(work_units, 1.0)
@@ -248,8 +271,10 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, 
         if np.any(kv_fp8) else e.attention_compute_efficiency
     per_sm = hw.peak_flops(dtype) * eff / sms
     waves = _ceil(units / sms)
-    tc = waves * pairs / units * (4.0 * head_dim + e.attention_softmax_flops_per_pair) / per_sm \
-        + (waves - 1) * e.attention_tile_fixed_s
+    softmax = e.attention_softmax_flops_per_pair
+    if attention_kernels(hw.family).softmax_on_sfu:
+        softmax = softmax / hw.exp_throughput_factor
+    tc = waves * pairs / units * (4.0 * head_dim + softmax) / per_sm + (waves - 1) * e.attention_tile_fixed_s
     tm = bytes_moved / (_bandwidth(hw) * e.memory_efficiency)
     return _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
 
@@ -257,14 +282,20 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, 
 def attention_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, work_units: Any, key_bytes: Any,
                             dtype: str, kv_fp8: Any = False) -> Any:
     """Decode attention: streams each sequence's KV cache once (split-KV kernels keep all SMs busy); each
-    (sequence, KV head) work unit also pays a prologue worth `gemm_tile_fixed_k` keys of `key_bytes`. With an
-    fp8 KV cache the bandwidth efficiency is scaled by attention_fp8_kv_bandwidth_factor."""
+    work unit (`roofline.cost.ops.decode_work_heads`) also pays a prologue worth `gemm_tile_fixed_k` keys of
+    `key_bytes`. With an fp8 KV cache the bandwidth efficiency is scaled by attention_fp8_kv_bandwidth_factor.
+    Where the family's decode kernel runs its work units in waves (`AttentionKernels.decode_waves`: TRT-LLM's
+    persistent generation kernels once the units fill the SMs), each wave after the first pays
+    attention_tile_fixed_s, as prefill tiles do."""
     e = hw.efficiency
     tc = flops / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
     eff = e.attention_memory_efficiency * np.where(kv_fp8, e.attention_fp8_kv_bandwidth_factor, 1.0) \
         if np.any(kv_fp8) else e.attention_memory_efficiency
     tm = (bytes_moved + work_units * e.gemm_tile_fixed_k * key_bytes) / (_bandwidth(hw) * eff)
-    return _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
+    t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
+    if attention_kernels(hw.family).decode_waves:
+        t = t + (_ceil(_max(work_units, 1.0) / hw.num_compute_units) - 1) * e.attention_tile_fixed_s
+    return t
 
 
 def memory_op_time_s(hw: HardwareProfile, bytes_moved: Any, num_kernels: int) -> Any:
@@ -296,7 +327,8 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
     in_b = 1.0 if dtype in _EIGHT_BIT else (0.5 + 1.0 / 16 if dtype == "fp4" else act_bytes)
     kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
-              eff_scale=eff_scale, bw_scale=bw_scale, tiles=MOE_W4A16_TILES if scheme == "mxfp4" else None)
+              eff_scale=eff_scale, bw_scale=bw_scale, tiles=MOE_W4A16_TILES if scheme == "mxfp4" else None,
+              cublas=False)
     up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **kw)
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
     act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
@@ -485,7 +517,8 @@ class StepCostModel:
         ex = hw.executor
         self._graph_sizes = tuple(ex.cuda_graph_batch_sizes)
         self._max_graph = self._graph_sizes[-1] if ex.mode == "cuda_graphs" else 0
-        self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads)
+        self._attn_kernels = attention_kernels(hw.family)
+        self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
         r = self.rank
         # Per-layer constants of the attention records (`roofline.cost.ops.attention_records`), for the fast path.
         self._kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element
@@ -654,17 +687,17 @@ class StepCostModel:
         records = [("attention_prefill", prefill, lambda: prefill_attention_shape(
             r.heads, r.kv_heads, r.head_dim, self._q_tile, field(prefill, "prefill_tokens"),
             field(prefill, "prefill_pairs"), field(prefill, "prefill_q_tiles"), field(prefill, "prefill_pad_pairs"),
-            field(prefill, "prefill_kv_tokens"), self._q_token, self._kv_token)),
+            field(prefill, "prefill_kv_tokens"), self._q_token, self._kv_token, self._attn_kernels)),
             ("attention_decode", decode, lambda: decode_attention_shape(
                 r.heads, r.kv_heads, r.head_dim, field(decode, "num_decode_seqs"), field(decode, "decode_pairs"),
-                self._q_token, self._kv_token))]
+                self._q_token, self._kv_token, self._attn_kernels))]
         names, columns, kernels = [], [], np.zeros(n, dtype=np.int64)
         for kind, rows, shape in records:
             if not len(rows):
                 continue
             first = int(rows[0])
             s = BatchStats(**{f: cols[f][first].item() for f in self._STATS_FIELDS})
-            record = next(op for op in attention_records(r, s, self.quant) if op.kind == kind)
+            record = next(op for op in attention_records(r, s, self.quant, self._attn_kernels) if op.kind == kind)
             t, op_kernels = op_time_s(self.hw, replace(record, shape=shape()), self.quant,
                                       self.hw.executor.kernels_per_elementwise_op)
             column = np.zeros(n)
@@ -708,12 +741,12 @@ class StepCostModel:
         if s.num_prefill_seqs:
             shape = prefill_attention_shape(r.heads, r.kv_heads, r.head_dim, self._q_tile, s.prefill_tokens,
                                             s.prefill_pairs, s.prefill_q_tiles, s.prefill_pad_pairs,
-                                            s.prefill_kv_tokens, self._q_token, self._kv_token)
+                                            s.prefill_kv_tokens, self._q_token, self._kv_token, self._attn_kernels)
             t += float(r.layers * attention_prefill_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8"))
             kernels += r.layers
         if s.num_decode_seqs:
             shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, s.num_decode_seqs, s.decode_pairs,
-                                           self._q_token, self._kv_token)
+                                           self._q_token, self._kv_token, self._attn_kernels)
             t += float(r.layers * attention_decode_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8"))
             kernels += r.layers
         return t, kernels
@@ -742,7 +775,7 @@ class StepCostModel:
     def _step_ops(self, s: BatchStats) -> list[OpRecord]:
         """`roofline.cost.ops.step_ops`; on a CPU with the attention shapes of `cpu_engine` (`CPU_ENGINES`)."""
         if self.hw.kind != "cpu":
-            return step_ops(self.spec, self.quant, self.tp, s)
+            return step_ops(self.spec, self.quant, self.tp, s, self._attn_kernels)
         return (token_ops(self.spec, self.quant, self.tp, s.num_tokens)
                 + CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
                 + emit_ops(self.spec, self.quant, self.tp, s.num_emits))
@@ -751,7 +784,7 @@ class StepCostModel:
         """The attention records of `s` as `step_cost` builds them (on a CPU: those of `cpu_engine`)."""
         if self.hw.kind == "cpu":
             return CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
-        return attention_records(self.rank, s, self.quant)
+        return attention_records(self.rank, s, self.quant, self._attn_kernels)
 
     def _records_attention_s(self, s: BatchStats) -> tuple[float, int]:
         """`_attention_s` from the records (a CPU; a hybrid model's full and sliding layers): the same records and
@@ -870,10 +903,11 @@ def _predict_attention_prefill(hw: HardwareProfile, c: dict[str, np.ndarray], dt
     """`batch_size` prompts of `seq_len` tokens each, no earlier context."""
     peak, _, qo_token, kv_token = _attention_shape(c, dtype)
     b, s, d, h, kv = c["batch_size"], c["seq_len"], c["head_dim"], c["num_heads"], c["num_kv_heads"]
-    q_tile = np.array([attention_q_tile_tokens(int(x), int(y), int(z)) for x, y, z in zip(d, h, kv)])
+    kernels = attention_kernels(hw.family)
+    q_tile = np.array([attention_q_tile_tokens(int(x), int(y), int(z), kernels) for x, y, z in zip(d, h, kv)])
     tiles = np.ceil(s / q_tile)
     shape = prefill_attention_shape(h, kv, d, q_tile, b * s, b * attention_pairs(s, 0.0, np.inf), b * tiles,
-                                    b * (tiles * q_tile - s) * s, b * s, qo_token, kv_token)
+                                    b * (tiles * q_tile - s) * s, b * s, qo_token, kv_token, kernels)
     return attention_prefill_time_s(hw, *shape, peak, c["kv_dtype"] == "fp8")
 
 
@@ -881,7 +915,8 @@ def _predict_attention_decode(hw: HardwareProfile, c: dict[str, np.ndarray], dty
     """`batch_size` sequences of one new token each, attending `seq_len` keys (the cache and itself)."""
     peak, _, qo_token, kv_token = _attention_shape(c, dtype)
     b, s = c["batch_size"], c["seq_len"]
-    shape = decode_attention_shape(c["num_heads"], c["num_kv_heads"], c["head_dim"], b, b * s, qo_token, kv_token)
+    shape = decode_attention_shape(c["num_heads"], c["num_kv_heads"], c["head_dim"], b, b * s, qo_token, kv_token,
+                                   attention_kernels(hw.family))
     return attention_decode_time_s(hw, *shape, peak, c["kv_dtype"] == "fp8")
 
 
