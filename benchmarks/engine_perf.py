@@ -213,7 +213,8 @@ def print_table(rounds: list[dict[str, Any]], args: argparse.Namespace) -> None:
         unit = "ms" if case.startswith("decode") else ""
         ratios = [o[case] / t[case] for o, t in zip(ours, theirs)]
         fractions = [f for r in rounds for f in _bound_fraction(r["engine"], case)]
-        print(f"| {case}{", " + unit if unit else ""} | {cell([o[case] for o in ours], scale, digits)} | "
+        label = f"{case}, {unit}" if unit else case
+        print(f"| {label} | {cell([o[case] for o in ours], scale, digits)} | "
               f"{cell([t[case] for t in theirs], scale, digits) if theirs else '-'} | "
               f"{cell(ratios, 1.0, 2) + 'x' if ratios else '-'} | "
               f"{f'{100 * statistics.median(fractions):.0f} %' if fractions else '-'} |")
