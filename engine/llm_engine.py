@@ -29,7 +29,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +78,19 @@ class RunResult:
     trace: StepTraceWriter  # one row per executed step (engine.core.trace schema, with the timing parts)
     requests: list[Request]  # finished, in finishing order
     duration_s: float
+    admitted: list[str] = field(default_factory=list)  # request ids in the order they entered the scheduler
 
     @property
     def steps(self) -> pd.DataFrame:
         return self.trace.table().to_pandas()
+
+
+def in_admission_order(requests: Sequence[Request], admitted: Sequence[str]) -> list[Request]:
+    """requests.csv's order: the order the scheduler received the requests (arrival time, then the workload's order
+    among equal arrival times), which a replay of the file (`roofline compare`) needs for first-come-first-served
+    ties; finishing order would reorder requests that arrived together."""
+    rank = {request_id: i for i, request_id in enumerate(admitted)}
+    return sorted(requests, key=lambda r: (r.arrival_time_s, rank.get(r.request_id, len(rank))))
 
 
 class LLMEngine:
@@ -204,7 +213,7 @@ class LLMEngine:
         """steps.parquet, run.json (this engine's metadata plus `metadata`: fields or extra keys) and requests.csv
         into out_dir."""
         write_trace(out_dir, result.trace, self.metadata().with_extra(duration_s=result.duration_s, **metadata),
-                    requests=sorted(result.requests, key=lambda r: r.arrival_time_s))
+                    requests=in_admission_order(result.requests, result.admitted))
 
     # ---- the loop ----
     def run(self, requests: Sequence[Request],
@@ -218,10 +227,12 @@ class LLMEngine:
         gc.freeze()
         trace = StepTraceWriter()
         done: list[Request] = []
+        admitted: list[str] = []
         start = time.perf_counter()
         while pending or self.scheduler.has_unfinished():
             now = time.perf_counter() - start
             while pending and pending[0].arrival_time_s <= now:
+                admitted.append(pending[0].request_id)
                 self.scheduler.add_request(pending.popleft())
             if not self.scheduler.has_unfinished():
                 time.sleep(max(0.0, pending[0].arrival_time_s - now))  # idle until the next arrival
@@ -235,7 +246,7 @@ class LLMEngine:
             done.extend(finished)
             if finished and progress is not None:
                 progress(len(done), len(requests))
-        return RunResult(trace, done, time.perf_counter() - start)
+        return RunResult(trace, done, time.perf_counter() - start, admitted)
 
     def _step(self, start: float, cutoff_s: float, trace: StepTraceWriter) -> list[Request] | None:
         """One iteration; None if nothing could be scheduled."""

@@ -122,7 +122,8 @@ def _serve(engine: Any, steps: _StepLog, job: dict[str, Any], submit: Any) -> di
             req = pending.pop(0)
             submit(req, time.time())
             in_flight[req["request_id"]] = {"request_id": req["request_id"], "arrival_s": now,
-                                            "num_prompt_tokens": len(req["prompt_token_ids"]), "token_times_s": []}
+                                            "num_prompt_tokens": len(req["prompt_token_ids"]), "token_times_s": [],
+                                            "submitted": len(done) + len(in_flight)}
         if not in_flight:
             time.sleep(max(0.0, pending[0]["arrival_s"] - now))
             continue
@@ -140,8 +141,12 @@ def _serve(engine: Any, steps: _StepLog, job: dict[str, Any], submit: Any) -> di
     for row in done:
         row["first_scheduled_s"] = steps.first_scheduled_s.get(row["request_id"])
         row["num_preemptions"] = steps.num_preemptions.get(row["request_id"], 0)
-    return {"steps": steps.rows, "requests": sorted(done, key=lambda r: r["arrival_s"]), "duration_s": duration,
-            "started_unix_s": started_unix_s}
+    # In submission order (arrival, then the job's order among equal arrivals), which a replay's first-come-first-
+    # served ties need; `done` is in finishing order.
+    done.sort(key=lambda r: (r["arrival_s"], r["submitted"]))
+    for row in done:
+        del row["submitted"]
+    return {"steps": steps.rows, "requests": done, "duration_s": duration, "started_unix_s": started_unix_s}
 
 
 class _StepLog:

@@ -43,6 +43,18 @@ def test_arrivals_are_admitted_in_wall_clock_time() -> None:
     assert result.duration_s >= arrivals[-1]
 
 
+def test_requests_csv_keeps_the_admission_order_of_requests_that_arrive_together(tmp_path: Path) -> None:
+    # r0 asks for the most tokens and finishes last; the file lists the requests as they were admitted, which a
+    # first-come-first-served replay of the file needs (finishing order would put r0 last).
+    batch = [Request(f"r{i}", [5 + i] * 6, SamplingParams(max_tokens=max_tokens, ignore_eos=True), arrival_time_s=0.0)
+             for i, max_tokens in enumerate([8, 2, 5, 1])]
+    engine = tiny_engine()
+    result = engine.run(batch)
+    assert [r.request_id for r in result.requests][-1] == "r0" and result.admitted == ["r0", "r1", "r2", "r3"]
+    engine.write_trace(tmp_path, result)
+    assert read_requests(tmp_path)["request_id"].tolist() == ["r0", "r1", "r2", "r3"]
+
+
 def test_step_parts_add_up_to_at_most_the_step() -> None:
     steps = tiny_engine().run(requests([0.0] * 5)).steps
     parts = steps.schedule_s + steps.execute_s + steps.sample_s + steps.bookkeeping_s

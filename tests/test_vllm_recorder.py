@@ -127,4 +127,5 @@ def test_live_vllm_run_is_recorded(tmp_path: Path) -> None:
         assert meta.source == "vllm" and len(requests) == 6 and (requests["num_output_tokens"] == 8).all()
         assert steps["num_seqs"].max() <= 4 and steps["num_prefill_tokens"].sum() == 6 * 64
         assert steps["emits"].map(sum).sum() == 6 * 8  # every output token came from one step's sample
+        assert requests["request_id"].tolist() == [f"r{i}" for i in range(6)]  # submission order, not finishing
     assert len(load_traces(out)) == 2 and (out / NOISE_FLOOR_FILE).is_file()
