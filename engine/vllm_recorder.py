@@ -248,6 +248,10 @@ def _external_id(request: Any, req_id: str) -> str:
 def _describe_device() -> dict[str, Any]:
     import torch
 
+    if torch.cuda.is_available():  # vLLM with CUDA runs the model on GPU 0 of this process (TP 1)
+        props = torch.cuda.get_device_properties(0)
+        return {"type": "cuda", "name": props.name, "memory_bytes": int(props.total_memory),
+                "num_gpus_visible": torch.cuda.device_count()}
     name = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
