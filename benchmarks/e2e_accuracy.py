@@ -43,7 +43,7 @@ import traceback
 import zlib
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +51,7 @@ import pandas as pd
 from e2e_peer import LABEL as PEER_LABEL
 from e2e_rows import (
     ASSUMPTIONS,
+    AUTO_FIT_NOTE,
     PEER_PACKAGE,
     PEER_VERSION,
     RowError,
@@ -140,14 +141,23 @@ def _write_json(path: Path, data: dict) -> None:
 
 def simulate_case(case: SimCase, sensitivity: bool) -> dict:
     """The simulator on one row: predicted means (and medians, steady state, 5 x N) and step diagnostics."""
+    from roofline.cost.kv_capacity import KvCacheTooSmall
+    from roofline.engine_args import AUTO_FIT_MAX_MODEL_LEN
     from roofline.registry import load_model
     from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
 
     row, n = case.row, case.concurrency
     started = time.perf_counter()
-    deployment = make_deployment(load_model(case.config_path), case.hardware_id, case.engine)
+    notes = list(case.notes)
+    try:
+        deployment = make_deployment(load_model(case.config_path), case.hardware_id, case.engine)
+    except KvCacheTooSmall as exc:  # vLLM would not start with the model's length: the run must have set one
+        deployment = make_deployment(load_model(case.config_path), case.hardware_id,
+                                     replace(case.engine, max_model_len=AUTO_FIT_MAX_MODEL_LEN))
+        notes.append(f"{AUTO_FIT_NOTE} ({exc}); simulated with --max-model-len -1: "
+                     f"{deployment.engine_record['max_model_len']}")
     out: dict = {"num_gpu_blocks": int(deployment.kv.num_gpu_blocks), "engine": deployment.engine_record,
-                 "notes": list(case.notes)}
+                 "notes": notes}
     runs = [("", PROMPTS_PER_CONCURRENCY, RANGE_RATIO)]
     if sensitivity:
         runs += [("_5x", SENSITIVITY_PROMPTS_PER_CONCURRENCY, RANGE_RATIO), ("_fixed", PROMPTS_PER_CONCURRENCY, 1.0)]
@@ -229,13 +239,14 @@ def reuse_verified(todo: list[tuple[SimCase, bool, str]], old_cache: Path, sim_c
                    jobs: int, log) -> list[tuple[SimCase, bool, str]]:  # noqa: ANN001
     """Rows cached under an earlier code identity, reused where the change cannot have moved them: per GPU, a
     fixed sample of VERIFY_SAMPLE rows (the smallest CRC32 of their ids) is simulated now; if every one equals
-    its old result (all fields but NOT_COMPARED), the GPU's other old rows are copied into this identity's cache,
-    and REUSED.json there says from which identity, on which evidence. Otherwise the GPU is simulated afresh.
+    its old result (all fields but NOT_COMPARED), the GPU's other old simulated rows (not its misses) are copied
+    into this identity's cache, and REUSED.json there says from which identity, on which evidence. Otherwise the
+    GPU is simulated afresh.
     Returns what is left to simulate."""
     old = {case.row.row_id: _read_json(_cache_file(old_cache, case.row.row_id)) for case, _, _ in todo}
     by_system: dict[str, list[tuple[SimCase, bool, str]]] = defaultdict(list)
-    for item in todo:
-        if old[item[0].row.row_id] is not None:
+    for item in todo:  # a miss is simulated again: it is what a change may have fixed
+        if old[item[0].row.row_id] is not None and old[item[0].row.row_id].get("status") == "simulated":
             by_system[item[0].row.system].append(item)
     samples = {system: sorted(items, key=lambda t: zlib.crc32(t[0].row.row_id.encode()))[:VERIFY_SAMPLE]
                for system, items in by_system.items()}

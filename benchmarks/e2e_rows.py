@@ -66,6 +66,11 @@ CHECKPOINT_QUANTIZATION = {"nvidia/Llama-3.1-8B-Instruct-FP8": "fp8"}
 VERSION_BATCH_DEFAULTS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
 LARGE_GPU_MIN_BYTES = 70 * 2 ** 30
 
+# A row whose model length does not fit its KV cache: vLLM refuses to start with the model's max_model_len, so the
+# measured run set --max-model-len (a length, or -1 for vLLM's auto-fit), which the file does not record.
+AUTO_FIT_NOTE = ("Where one request of the model's max_model_len does not fit the KV cache, vLLM would not start, "
+                 "so the run set a shorter --max-model-len (not recorded)")
+
 ASSUMPTIONS = (
     "Client: `vllm bench serve`-style closed loop, `--max-concurrency N --request-rate inf`, random prompts (no "
     "prefix hits), ignore_eos; N = batch_size x attention_dp_size.",
@@ -78,7 +83,9 @@ ASSUMPTIONS = (
     "Engine flags: the defaults of `vllm serve` of the row's version (0.11.2-0.19.0, nightly 2026-04; rows "
     "without a version were measured 2025-10-29 to 2025-12-05, i.e. 0.11-0.12): max_num_batched_tokens 8192, "
     "max_num_seqs 1024, gpu_memory_utilization 0.9, chunked prefill and prefix caching on, block size 16, "
-    "max_model_len from the model's config, KV cache dtype auto.",
+    "max_model_len from the model's config, KV cache dtype auto. " + AUTO_FIT_NOTE + ": simulated with "
+    "--max-model-len -1, vLLM's auto-fit to the longest request the KV cache holds (the length does not change "
+    "the simulated steps of requests that fit, only the start-up check).",
     "Mean, not median: the file's TTFT/TPOT are the means `vllm bench serve` prints (aiconfigurator's "
     "campaign stores metrics.mean_ttft / mean_tpot); the simulator's are means over the same requests. "
     "The report also gives the simulated medians' distance from the means.",

@@ -44,6 +44,8 @@ _PRESCALED_ROPE_TYPES = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "d
 # Which flags each command takes. simulate: all. plan searches tensor_parallel_size and max_num_seqs over lists
 # of its own, and sizes the KV cache per device, not by a fixed byte count or block count. measure runs the
 # project's engine on one device, unquantized, with the KV cache in the activation dtype.
+AUTO_FIT_MAX_MODEL_LEN = -1  # vLLM's --max-model-len -1
+
 _ALL = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "gpu_memory_utilization",
         "enable_chunked_prefill", "enable_prefix_caching", "tensor_parallel_size", "dtype", "quantization",
         "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override")
@@ -79,8 +81,8 @@ class EngineArgs:
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override"):
             value = getattr(self, name)
-            if value is not None:
-                _check_positive_int(name, value)
+            if value is not None and not (name == "max_model_len" and value == AUTO_FIT_MAX_MODEL_LEN):
+                _check_positive_int(name, value, " or -1 (auto-fit)" if name == "max_model_len" else "")
         _check_positive_int("tensor_parallel_size", self.tensor_parallel_size)
         _check_positive_int("block_size", self.block_size)
         if self.block_size % BLOCK_SIZE_MULTIPLE:
@@ -101,7 +103,7 @@ class EngineArgs:
     def check_model(self, spec: ModelSpec) -> None:
         """`max_model_len` within what vLLM derives from the model's config."""
         limit = derived_max_model_len(spec)
-        if self.max_model_len is not None and self.max_model_len > limit:
+        if self.max_model_len is not None and self.max_model_len != AUTO_FIT_MAX_MODEL_LEN and self.max_model_len > limit:
             raise UserError(f"--max-model-len: {self.max_model_len} exceeds the {limit} tokens vLLM derives from "
                             f"model '{spec.name}' (max_position_embeddings and RoPE scaling); allowed: 1 to {limit}")
 
@@ -119,8 +121,18 @@ class EngineArgs:
             raise UserError(f"--tensor-parallel-size: {tp} GPUs exceed one {link} domain of {hw.id} ({domain} "
                             f"GPUs); multi-node tensor parallelism is not modelled; allowed: 1 to {domain}")
 
+    @property
+    def auto_fit_max_model_len(self) -> bool:
+        """`--max-model-len -1`: vLLM lowers the model's length to the longest one request the KV cache holds
+        (vllm/v1/core/kv_cache_utils.py `_auto_fit_max_model_len`; `roofline.cost.kv_capacity`)."""
+        return self.max_model_len == AUTO_FIT_MAX_MODEL_LEN
+
     def resolved_max_model_len(self, spec: ModelSpec) -> int:
-        return self.max_model_len if self.max_model_len is not None else derived_max_model_len(spec)
+        """The length the engine is configured with before its KV cache is sized: the user's, or what vLLM
+        derives from the model's config (also for -1, which the KV-cache sizing may then lower)."""
+        if self.max_model_len is None or self.auto_fit_max_model_len:
+            return derived_max_model_len(spec)
+        return self.max_model_len
 
     def batch_limits(self, spec: ModelSpec, device_memory_bytes: float, device_name: str,
                      is_cpu: bool) -> tuple[int, int]:
@@ -182,7 +194,8 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
             "tokens per KV block, a multiple of 16 (default: 16; measure --engine vllm on a CPU: vLLM-CPU's 128, "
             "and a multiple of 32)"))),
         "max_model_len": ("--max-model-len", dict(type=int, metavar="N", help="max prompt + output tokens "
-                          "(default: what vLLM derives from the model's config)")),
+                          "(default: what vLLM derives from the model's config; -1: that, lowered to the longest "
+                          "request the KV cache holds, as vLLM's auto-fit)")),
         "gpu_memory_utilization": ("--gpu-memory-utilization", dict(type=float, metavar="FRACTION", help=(
             "fraction of device memory for weights, activations and KV cache (default: 0.9; measure on a CPU: "
             "a 4 GiB KV cache, as vLLM-CPU)"))),
@@ -231,6 +244,6 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _check_positive_int(name: str, value: object) -> None:
+def _check_positive_int(name: str, value: object, alternative: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{_flag(name)}: must be a positive integer, got {value!r}")
+        raise UserError(f"{_flag(name)}: must be a positive integer{alternative}, got {value!r}")

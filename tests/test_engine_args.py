@@ -3,6 +3,8 @@ before any work; the same flags and choices in every command that takes them."""
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,17 @@ def test_tensor_parallelism_on_a_cpu_profile_is_refused() -> None:
 def test_max_model_len_within_what_vllm_derives(capsys: pytest.CaptureFixture[str]) -> None:
     assert derived_max_model_len(load_model("llama-3.1-8b")) == 131072  # llama3 RoPE: already scaled
     _fails(["simulate", "--num-requests", "3", "--max-model-len", "200000"], capsys, "--max-model-len", "131072")
+
+
+def test_max_model_len_minus_one_auto_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--num-requests", "3", "--input-len", "256", "--output-len", "8", "--model", "llama-3.1-70b",
+             "--tensor-parallel-size", "2", "--json"]
+    _fails(["simulate", *flags], capsys, "KV cache too small", "-1: the longest that fits")
+    assert main(["simulate", *flags, "--max-model-len", "-1"]) == 0
+    engine = json.loads(capsys.readouterr().out)["engine"]
+    assert 0 < engine["max_model_len"] < 131072 and engine["max_model_len"] % 16 == 0
+    _fails(["simulate", *flags, "--max-model-len", "-2"], capsys, "--max-model-len", "or -1")
+    _fails(["measure", "--out", str(tmp_path / "t"), "--max-model-len", "-1"], capsys, "--max-model-len", "-1")
 
 
 def test_values_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:

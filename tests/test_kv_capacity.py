@@ -98,6 +98,16 @@ def test_kv_too_small_for_one_max_model_len_request() -> None:
         compute_kv_capacity(inputs)
 
 
+def test_auto_fit_lowers_max_model_len_to_the_longest_request_that_fits() -> None:
+    # vLLM's --max-model-len -1 (vllm/v1/core/kv_cache_utils.py `_auto_fit_max_model_len`): 100 blocks of 16
+    inputs = replace(vllm_h100_inputs("llama-3.1-8b", 14.99), num_gpu_blocks_override=100, max_model_len=4096,
+                     auto_fit_max_model_len=True)
+    assert compute_kv_capacity(inputs).max_model_len == 1600
+    assert compute_kv_capacity(replace(inputs, num_gpu_blocks_override=300)).max_model_len == 4096  # fits: kept
+    with pytest.raises(UserError, match="cannot auto-fit"):
+        compute_kv_capacity(replace(inputs, num_gpu_blocks_override=1, spec=spec("gpt-oss-120b")))  # windows: 2+
+
+
 @pytest.mark.parametrize("field, value, flag", [
     ("gpu_memory_utilization", 1.5, "--gpu-memory-utilization"),
     ("block_size", 0, "--block-size"),

@@ -97,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_concurrency is not None and args.max_concurrency < 1:
         raise UserError(f"--max-concurrency: must be a positive integer, got {args.max_concurrency}")
     engine_args = engine_args_from(args, "measure")
+    if engine_args.auto_fit_max_model_len:
+        raise UserError("--max-model-len: -1 (vLLM's auto-fit) is modelled by simulate, plan and compare; measure "
+                        "needs a positive length, or none for the model's")
     workload = workload_from_args(args)
     model_path = resolve("model", args.model)
     state = None

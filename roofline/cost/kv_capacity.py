@@ -46,7 +46,7 @@ a KV cache too small for one request of `max_model_len`, is a `UserError` whose 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.core.model_spec import ModelSpec
 from roofline.errors import UserError
@@ -93,6 +93,7 @@ class KvCapacityInputs:
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: float | None = None  # vLLM's kv_cache_memory_bytes: replaces the profiled budget
     num_gpu_blocks_override: int | None = None
+    auto_fit_max_model_len: bool = False  # --max-model-len -1: lower max_model_len to what fits instead of failing
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class KvCapacity:
     block_size: int
     num_kv_cache_groups: int = 1  # vLLM's KV-cache groups (hybrid models: > 1, sharing one pool of blocks)
     sliding_blocks_per_request: int = 0  # blocks the sliding groups hold at most per request, all groups
+    max_model_len: int = 0  # the engine's max_model_len: the input's, or what auto-fit lowered it to
 
     @property
     def num_tokens(self) -> int:
@@ -211,13 +213,31 @@ def compute_kv_capacity(inputs: KvCapacityInputs) -> KvCapacity:
     num_blocks = int(kv_bytes // one_block)
     if inputs.num_gpu_blocks_override is not None:
         num_blocks, source = inputs.num_gpu_blocks_override, "num_gpu_blocks_override"
+    if inputs.auto_fit_max_model_len:
+        inputs = replace(inputs, max_model_len=min(inputs.max_model_len, _longest_request(inputs, num_blocks)))
+        if inputs.max_model_len <= 0:
+            raise UserError("--max-model-len -1: cannot auto-fit max_model_len: the KV cache holds no block for "
+                            "even one token; raise --gpu-memory-utilization or --tensor-parallel-size")
     _check_one_request_fits(inputs, num_blocks, one_block)
     _, full_groups, sliding_groups = kv_cache_groups(inputs.spec)
     return KvCapacity(num_gpu_blocks=num_blocks, block_bytes=one_block, kv_cache_bytes=num_blocks * one_block,
                       requested_bytes=requested, cuda_reserved_bytes=CUDA_RESERVED_BYTES, weight_bytes=weights,
                       activation_peak_bytes=activation, non_torch_bytes=non_torch, source=source,
                       block_size=inputs.block_size, num_kv_cache_groups=full_groups + sliding_groups,
-                      sliding_blocks_per_request=sliding_blocks_per_request(inputs))
+                      sliding_blocks_per_request=sliding_blocks_per_request(inputs),
+                      max_model_len=inputs.max_model_len)
+
+
+def _longest_request(inputs: KvCapacityInputs, num_blocks: int) -> int:
+    """The longest request (tokens, whole blocks) whose KV cache fits `num_blocks`: vLLM's auto-fit
+    (`_estimate_max_model_len_from_groups`: the largest max_model_len that passes the one-request check)."""
+    _, full_groups, _ = kv_cache_groups(inputs.spec)
+    sliding = sliding_blocks_per_request(inputs)
+    return max(0, (num_blocks - sliding) // full_groups) * inputs.block_size
+
+
+class KvCacheTooSmall(UserError):
+    """One request of max_model_len does not fit the KV cache (vLLM refuses to start; -1 would auto-fit)."""
 
 
 def _check_one_request_fits(inputs: KvCapacityInputs, num_blocks: int, one_block: float) -> None:
@@ -227,12 +247,13 @@ def _check_one_request_fits(inputs: KvCapacityInputs, num_blocks: int, one_block
     sliding = sliding_blocks_per_request(inputs)
     needed_blocks = full_groups * -(-inputs.max_model_len // inputs.block_size) + sliding
     if num_blocks < needed_blocks:
-        max_len = max(0, (num_blocks - sliding) // full_groups) * inputs.block_size
-        raise UserError(
+        max_len = _longest_request(inputs, num_blocks)
+        raise KvCacheTooSmall(
             f"KV cache too small: one request of --max-model-len {inputs.max_model_len} needs {needed_blocks} "
             f"blocks ({needed_blocks * one_block / GIB:.2f} GiB per GPU) but only {num_blocks} fit "
             f"({num_blocks * one_block / GIB:.2f} GiB); the longest that fits is {max_len} tokens: lower "
-            f"--max-model-len, or raise --gpu-memory-utilization / --tensor-parallel-size")
+            f"--max-model-len (-1: the longest that fits), or raise --gpu-memory-utilization / "
+            "--tensor-parallel-size")
 
 
 def _check_inputs(inputs: KvCapacityInputs) -> None:
