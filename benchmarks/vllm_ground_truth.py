@@ -134,7 +134,8 @@ def pct(x: float | None) -> str:
 
 
 def report(result: dict[str, Any]) -> str:
-    lines = ["| engine | data | steps | median | p90 | bias | prefill | decode | mixed |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| engine | data | steps | median | p90 | bias | prefill | decode | mixed |",
+             "|---|---|---|---|---|---|---|---|---|"]
 
     def row(engine: str, label: str, s: dict[str, Any]) -> str:
         kinds = " | ".join(pct(s["by_kind"][k]["median_abs_rel_err"]) for k in ("prefill", "decode", "mixed"))

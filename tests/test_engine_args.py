@@ -4,7 +4,6 @@ before any work; the same flags and choices in every command that takes them."""
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 import pytest

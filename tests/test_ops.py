@@ -13,8 +13,8 @@ from roofline.cost.ops import (
     attention_q_tile_tokens,
     decode_attention_shape,
     decode_work_heads,
-    prefill_attention_shape,
     kv_bytes_per_token_per_rank,
+    prefill_attention_shape,
     step_ops,
     weight_bytes_per_rank,
 )

@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from roofline.calibration.compare import cost_model_for, predict_step_times
-from roofline.calibration.protocol import STEP_KINDS, error_stats, is_repeat_set, leave_one_repeat_out, step_kinds
 from roofline.calibration.fit import Predict, fit, get_param, predict_table
+from roofline.calibration.protocol import error_stats, is_repeat_set, leave_one_repeat_out, stats_by_kind, step_kinds
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
 from roofline.cost.params import FITTABLE
@@ -85,7 +85,7 @@ METHOD = ("roofline.calibration.fit: soft-L1 (f_scale 0.1) on log(predicted / me
 
 @dataclass(frozen=True)
 class CalibrationReport:
-    """What was fitted, on what, and how well. Errors are `roofline.calibration.compare.error_stats` dicts."""
+    """What was fitted, on what, and how well. Errors are `roofline.calibration.protocol.error_stats` dicts."""
 
     profile: HardwareProfile  # the calibrated profile
     source: str  # "step_traces" | "op_tables"
@@ -131,10 +131,8 @@ def trace_errors(traces: Sequence[Trace], hw: HardwareProfile) -> dict[str, Any]
         predicted.append(predict_step_times(cost_model_for(trace, hw), trace.steps))
         measured.append(trace.steps["duration_s"].to_numpy(np.float64))
         kinds.append(step_kinds(trace.steps))
-    p, m, k = np.concatenate(predicted), np.concatenate(measured), np.concatenate(kinds)
-    stats: dict[str, Any] = dict(error_stats(p, m))
-    stats["by_kind"] = {kind: error_stats(p[k == kind], m[k == kind]) for kind in STEP_KINDS}
-    return stats
+    return stats_by_kind(pd.DataFrame({"kind": np.concatenate(kinds), "predicted_s": np.concatenate(predicted),
+                                       "measured_s": np.concatenate(measured)}))
 
 
 def _overall(stats: dict[str, Any]) -> dict[str, Any]:

@@ -123,11 +123,6 @@ def noise_floor(trace: Trace, repeat: Trace | None = None) -> dict[str, Any]:
     return floor
 
 
-def step_summary(table: pd.DataFrame) -> dict[str, Any]:
-    """Overall error statistics at the top level, then `by_kind`."""
-    return stats_by_kind(table)
-
-
 # ---- end to end -----------------------------------------------------------------------------------------------
 
 
@@ -187,7 +182,7 @@ def compare_trace(trace: Trace, hw: HardwareProfile, e2e: bool = True, repeat: T
     table = step_table(trace, hw)
     summary: dict[str, Any] = {"trace": str(trace.path), "hardware": hw.id, "model": trace.spec.name,
                                "executor": trace.executor(hw),
-                               **step_summary(table), "noise_floor": noise_floor(trace, repeat)}
+                               **stats_by_kind(table), "noise_floor": noise_floor(trace, repeat)}
     if e2e:
         summary["end_to_end"] = end_to_end(trace, hw)
     return Comparison(trace=trace, hardware_id=hw.id, table=table, summary=summary)
@@ -205,10 +200,10 @@ def compare_repeats(traces: Sequence[Trace], hw: HardwareProfile, e2e: bool = Tr
     covered = pd.concat([t.iloc[p["row"].to_numpy()] for t, p in zip(tables, pairs)], ignore_index=True)
     summary: dict[str, Any] = {
         "trace": str(traces[0].path.parent), "hardware": hw.id, "model": traces[0].spec.name,
-        "executor": traces[0].executor(hw), **step_summary(table),
+        "executor": traces[0].executor(hw), **stats_by_kind(table),
         "per_repeat": [{"repeat": t.name, **error_stats(x["predicted_s"], x["measured_s"])}
                        for t, x in zip(traces, tables)],
-        "on_noise_floor_steps": step_summary(covered), "noise_floor": {"leave_one_repeat_out": floor}}
+        "on_noise_floor_steps": stats_by_kind(covered), "noise_floor": {"leave_one_repeat_out": floor}}
     if e2e:
         per_repeat = [end_to_end(t, hw) for t in traces]
         summary["end_to_end"] = _end_to_end_of_repeats(per_repeat, floor["end_to_end"])
