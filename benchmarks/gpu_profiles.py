@@ -215,9 +215,11 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
         "id": family, "name": _FAMILY_NAMES[family], "kernels": _VLLM_KERNELS[family],
         "efficiency": eff, "executor": dict(EXECUTOR)}
     if r["per_chip"]:
-        doc["per_chip"] = {pid: {"efficiency": {k: float(f"{v:.6g}") for k, v in values.items()}}
+        yaml_fields = _yaml_fields()  # field -> (YAML key, scale from YAML to SI, bound)
+        doc["per_chip"] = {pid: {"efficiency": {yaml_fields[k][0]: float(f"{v / yaml_fields[k][1]:.6g}")
+                                                for k, v in values.items()}}
                            for pid, values in r["per_chip"].items()}
-        names = sorted({k for values in r["per_chip"].values() for k in values})
+        names = sorted({yaml_fields[k][0] for values in r["per_chip"].values() for k in values})
         sources["per_chip"] = (f"{', '.join(names[:-1])} and {names[-1]} fitted per chip on the "
                                "training message sizes of its own vLLM custom all-reduce table (the collectives "
                                "ride on the chip's link); chips without tables use the family value")

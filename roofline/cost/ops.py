@@ -46,7 +46,10 @@ class AttentionKernels:
     `decode_waves`: decode work units run in waves over the SMs and each wave after the first pays
     attention_tile_fixed_s, as prefill tiles do (`roofline.cost.step_cost.attention_decode_time_s`).
     `softmax_on_sfu`: the softmax's cost per pair is divided by the chip's `exp_throughput_factor` (its SFU
-    exponential throughput relative to the family's base chip)."""
+    exponential throughput relative to the family's base chip).
+    `decode_unit_prologue`: each decode work unit also streams a prologue worth gemm_tile_fixed_k keys
+    (`roofline.cost.step_cost.attention_decode_time_s`); without it a unit's fixed cost is only its wave's
+    attention_tile_fixed_s (`decode_waves`)."""
 
     name: str
     q_rows: tuple[tuple[float, int], ...]
@@ -54,6 +57,7 @@ class AttentionKernels:
     decode_heads_per_cta: int = 1
     decode_waves: bool = False
     softmax_on_sfu: bool = False
+    decode_unit_prologue: bool = True
 
 
 # vLLM's FA3 varlen on Hopper (and the FA2 kernels of Ampere, described with the same tiles): FA3 always packs
@@ -86,8 +90,11 @@ TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256)
 # 4.0-4.5 us per wave of 142 (sequence, KV head) units at short contexts (batch 64-2048, 2-8 keys: 25-503 us).
 # With an fp8 KV cache vLLM runs FlashInfer on Ada (its decode/prefill kernels: CTAs per (sequence, KV head) and
 # 64-128-row query tiles too); the family's one description covers both.
+# One CTA per SM: a decode unit's fixed cost is its wave's (attention_tile_fixed_s), not extra bytes streamed
+# (`decode_unit_prologue` False; with it the fitted per-unit prologue, tied to gemm_tile_fixed_k, charged 3.5x the
+# tables' 4 us per wave: held-out attention 20.8 % with it, 15.9 % without, benchmarks/gpu_profiles.py).
 FA2_SPLITKV_KERNELS = AttentionKernels(name="fa2-splitkv", q_rows=((math.inf, 64),), packs_gqa=False,
-                                       decode_heads_per_cta=64, decode_waves=True)
+                                       decode_heads_per_cta=64, decode_waves=True, decode_unit_prologue=False)
 _ATTENTION_KERNELS = {"blackwell": TRTLLM_GEN_KERNELS, "ada": FA2_SPLITKV_KERNELS}
 
 

@@ -352,9 +352,11 @@ def attention_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, w
     tc = flops / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
     eff = e.attention_memory_efficiency * np.where(kv_fp8, e.attention_fp8_kv_bandwidth_factor, 1.0) \
         if np.any(kv_fp8) else e.attention_memory_efficiency
-    tm = (bytes_moved + work_units * e.gemm_tile_fixed_k * key_bytes) / (_bandwidth(hw) * eff)
+    kernels = attention_kernels(hw.family)
+    prologue = work_units * e.gemm_tile_fixed_k * key_bytes if kernels.decode_unit_prologue else 0.0
+    tm = (bytes_moved + prologue) / (_bandwidth(hw) * eff)
     t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
-    if attention_kernels(hw.family).decode_waves:
+    if kernels.decode_waves:
         t = t + (_ceil(_max(work_units, 1.0) / hw.num_compute_units) - 1) * e.attention_tile_fixed_s
     return t
 
