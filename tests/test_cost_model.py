@@ -222,6 +222,21 @@ def test_ada_fp8_gemm_dispatches_on_m_and_n():
     assert (m, n) == (16, (8192, (16, 64)))
 
 
+def test_fa2_decode_units_pay_their_wave_not_prologue_bytes():
+    # Ada's FA2 split-KV decode: one CTA per SM; a unit's fixed cost is its wave's attention_tile_fixed_s (143 units
+    # on 142 SMs: one more), not gemm_tile_fixed_k keys of extra bytes (FA3 on Hopper keeps that prologue)
+    l40s = load_profile("l40s")
+    e = l40s.efficiency
+    one = attention_decode_time_s(l40s, 0.0, 1e6, 142, 512.0, "bf16")
+    two = attention_decode_time_s(l40s, 0.0, 1e6, 143, 512.0, "bf16")
+    assert two - one == pytest.approx(e.attention_tile_fixed_s, rel=1e-9)
+    more_k = replace(l40s, efficiency=replace(e, gemm_tile_fixed_k=4 * e.gemm_tile_fixed_k))
+    assert attention_decode_time_s(more_k, 0.0, 1e6, 142, 512.0, "bf16") == one
+    h100_more_k = replace(H100, efficiency=replace(H100.efficiency, gemm_tile_fixed_k=4 * H100.efficiency.gemm_tile_fixed_k))
+    assert attention_decode_time_s(h100_more_k, 0.0, 1e6, 132, 512.0, "bf16") > \
+        attention_decode_time_s(H100, 0.0, 1e6, 132, 512.0, "bf16")
+
+
 def test_ada_all_reduce_is_custom_for_two_gpus_and_nccl_ring_above():
     # vLLM enables its custom all-reduce on PCIe-only GPUs only for 2 of them; 4 and 8 run NCCL's ring, whose
     # ring traffic (2(n-1) messages) shares one link: 2(n-1) steps + 2(n-1) B / (pcie * nccl_bus_efficiency)

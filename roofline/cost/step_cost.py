@@ -128,7 +128,7 @@ SM90_GEMM_KERNELS = GemmKernels(name="cublas-sm90", tiles=GEMM_TILES,
 SM100_GEMM_KERNELS = replace(SM90_GEMM_KERNELS, name="cublas-sm100", split_k_reduction_kernel=True)
 # Ada (SM89: no wgmma, no TMA, 99 KB of shared memory per block): cuBLAS runs the SM80 mma.sync kernels
 # (`ampere_bf16_s16816gemm_bf16_{256x128,128x256,128x128,128x64,64x64}_..._tn` and
-# `cutlass_80_tensorop_bf16_s16816gemm_..._{256x64,64x64}` in nsys traces of torch bf16 linears on Ada/Ampere),
+# `cutlass_80_tensorop_bf16_s16816gemm_..._{256x64,64x64}` in public nsys traces of torch bf16 linears on SM8x GPUs),
 # named in cuBLAS's column-major view (rows = output features, columns = tokens): as (token rows, feature
 # columns) 128x256, 256x128, 128x128, 64x128, 64x256 and 64x64. Their split-K partials are summed by
 # `cublasLt::splitKreduce_kernel` (same traces). 8-bit: vLLM's SM89 CUTLASS 2.x fp8 dispatch
@@ -438,7 +438,7 @@ CUSTOM_ALL_REDUCE = AllReduceAlgorithms(name="custom")
 # tensor_model_parallel_all_reduce falls back to pynccl (NCCL's ring). aiconfigurator's collector times exactly
 # that call (collector/collect_all_reduce.py, `tensor_model_parallel_all_reduce` under `graph_capture`). The
 # L40S tables show the two regimes: 2 GPUs 5.3 us small, 19 GB/s large; 4 and 8 GPUs 13 / 25 us small (the
-# ring's 2(n-1) steps: about 2 us each) and, at large messages, 2(n-1) messages' worth of bytes moving at one
+# ring's 2(n-1) steps: 1.4 us each, fitted) and, at large messages, 2(n-1) messages' worth of bytes moving at one
 # rate, 14.9 GB/s at 4 GPUs and 15.6 GB/s at 8 (`ring_shares_link`: the ranks' ring traffic crosses one shared
 # PCIe path of the host; a per-rank link would make 8 GPUs 1.17x slower than 4, the tables show 2.2x).
 PCIE_ALL_REDUCE = AllReduceAlgorithms(name="custom-2-gpus-else-nccl-ring", custom_max_devices=2,
