@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from roofline.calibration.calibrate import OP_TABLE_STAGES, SPLIT_SEED
+from roofline.calibration.calibrate import OP_TABLE_STAGES, SPLIT_SEED, stage_params
 from roofline.calibration.families import (
     MAX_TRAIN_ROWS_PER_KIND,
     REPORTED_KINDS,
@@ -64,10 +64,15 @@ _VLLM_KERNELS = {
     "ampere": {"gemm_bf16": "cuBLAS (vllm_default)", "gemm_fp8": "none (no fp8 tensor cores)",
                "attention": "FlashAttention 2 (vllm_flash_attn), bf16 KV", "all_reduce": "vLLM custom all-reduce "
                "in a CUDA graph", "moe": "Triton fused MoE (no balanced-routing table: not fitted)"},
-    "ada": {"gemm_bf16": "cuBLAS (torch.nn.functional.linear)", "gemm_fp8": "CUTLASS SM89 W8A8 per-tensor "
-            "(CutlassFP8ScaledMMLinearKernel)", "attention": "FlashAttention 2 (vllm_flash_attn_fa2) with a bf16 KV "
-            "cache; FlashInfer with an fp8 KV cache", "all_reduce": "vLLM custom all-reduce over PCIe in a CUDA "
-            "graph", "moe": "Triton fused MoE (bf16 and modelopt fp8)"},
+    "ada": {"gemm_bf16": "cuBLAS (torch.nn.functional.linear): SM80 mma.sync tiles, split-K partials reduced by "
+            "a second kernel (roofline.cost.step_cost.SM89_GEMM_KERNELS)", "gemm_fp8": "CUTLASS 2.x SM89 W8A8 "
+            "per-tensor (CutlassFP8ScaledMMLinearKernel), vLLM's SM89 dispatch on m and n",
+            "attention": "FlashAttention 2 (vllm_flash_attn_fa2) with a bf16 KV cache, FlashInfer with an fp8 KV "
+            "cache: FA2's split-KV kernel (paged KV), prefill tiles of 64 query rows of one query head, decode "
+            "one CTA per (sequence, KV head) in waves of one per SM (roofline.cost.ops.FA2_SPLITKV_KERNELS)",
+            "all_reduce": "PCIe only: vLLM custom all-reduce (one-shot, P2P) for 2 GPUs; NCCL ring (pynccl) for "
+            "more, in a CUDA graph (roofline.cost.step_cost.PCIE_ALL_REDUCE)",
+            "moe": "Triton fused MoE (bf16 and modelopt fp8)"},
 }
 _FAMILY_NAMES = {"hopper": "NVIDIA Hopper (SM90): H100 SXM/PCIe, H200",
                  "blackwell": "NVIDIA Blackwell (SM100/SM103): B200, B300, GB200",
@@ -133,7 +138,7 @@ def fit_one_family(family: str, members: dict[str, str]) -> dict[str, Any]:
     result = fit_family(chips, train, start)
     print(f"{family}: fit {result.fit_seconds:.1f} s on {', '.join(chips)}", file=sys.stderr)
     # Collectives ride on each chip's own link: fitted per chip (from the family value) on its own table.
-    collective = next(params for stage, _, params in OP_TABLE_STAGES if stage == "all_reduce")
+    collective = stage_params(next(params for stage, _, params in OP_TABLE_STAGES if stage == "all_reduce"), family)
     per_chip: dict[str, dict[str, float]] = {}
     for pid, system in with_tables.items():
         if "all_reduce" not in train[system]:
@@ -210,9 +215,12 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
         "id": family, "name": _FAMILY_NAMES[family], "kernels": _VLLM_KERNELS[family],
         "efficiency": eff, "executor": dict(EXECUTOR)}
     if r["per_chip"]:
-        doc["per_chip"] = {pid: {"efficiency": {k: float(f"{v:.6g}") for k, v in values.items()}}
+        yaml_fields = _yaml_fields()  # field -> (YAML key, scale from YAML to SI, bound)
+        doc["per_chip"] = {pid: {"efficiency": {yaml_fields[k][0]: float(f"{v / yaml_fields[k][1]:.6g}")
+                                                for k, v in values.items()}}
                            for pid, values in r["per_chip"].items()}
-        sources["per_chip"] = ("collective_bus_efficiency and collective_latency_scale fitted per chip on the "
+        names = sorted({yaml_fields[k][0] for values in r["per_chip"].values() for k in values})
+        sources["per_chip"] = (f"{', '.join(names[:-1])} and {names[-1]} fitted per chip on the "
                                "training message sizes of its own vLLM custom all-reduce table (the collectives "
                                "ride on the chip's link); chips without tables use the family value")
     fit_record: dict[str, Any] = {

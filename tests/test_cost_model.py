@@ -7,14 +7,21 @@ import pytest
 from profiles import TEST_CPU_PROFILE
 
 from engine.core.model_spec import ModelSpec
+from roofline.calibration.calibrate import OP_TABLE_STAGES, stage_params
 from roofline.calibration.fit import fit, with_params
+from roofline.cost import step_cost
 from roofline.cost.hardware import load_profile, parse_profile
 from roofline.cost.params import EfficiencyParams, ExecutorParams
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import (
+    NCCL_PARAMS,
+    SM89_GEMM_KERNELS,
+    SM90_GEMM_KERNELS,
     StepCostModel,
+    all_reduce_time_s,
     attention_decode_time_s,
     attention_prefill_time_s,
+    gemm_kernels,
     gemm_time_s,
     predict_single_ops,
 )
@@ -186,6 +193,71 @@ def test_blackwell_split_k_gemm_adds_a_reduction_kernel():
         gemm_time_s(as_hopper, 16, 512, 4096, "bf16", 2.0, 2.0, 2.0) + 0.9 * b200.efficiency.kernel_fixed_s
     assert gemm_time_s(b200, 16, 512, 256, "bf16", 2.0, 2.0, 2.0) == \
         gemm_time_s(as_hopper, 16, 512, 256, "bf16", 2.0, 2.0, 2.0)
+
+
+def test_ada_split_k_gemm_adds_a_reduction_kernel(monkeypatch: pytest.MonkeyPatch):
+    # cuBLAS's SM80 kernels on Ada sum split-K partials in cublasLt::splitKreduce_kernel, as on Blackwell: with
+    # split-K the fastest tiling (n = 512, k = 4096, m = 16: 8 output tiles of 64x64) the second kernel costs at
+    # least its kernel_fixed_s; without a split (k = 256) the reduction kernel changes nothing
+    assert gemm_kernels("ada") is SM89_GEMM_KERNELS and gemm_kernels("ampere") is SM90_GEMM_KERNELS
+    l40s = load_profile("l40s")
+    l40s = replace(l40s, efficiency=replace(l40s.efficiency, kernel_fixed_s=3e-6))
+    with_reduction = [gemm_time_s(l40s, 16, 512, k, "bf16", 2.0, 2.0, 2.0) for k in (4096, 256)]
+    monkeypatch.setitem(step_cost._GEMM_KERNELS, "ada", replace(SM89_GEMM_KERNELS, split_k_reduction_kernel=False))
+    without = [gemm_time_s(l40s, 16, 512, k, "bf16", 2.0, 2.0, 2.0) for k in (4096, 256)]
+    assert with_reduction[0] > without[0] + 0.9 * 3e-6
+    assert with_reduction[1] == without[1]
+
+
+def test_ada_fp8_gemm_dispatches_on_m_and_n():
+    # vLLM's SM89 fp8 dispatch: m in (128, 256] with n <= 4096 runs 64x128 tiles (SM90's table: 128x128), so a
+    # compute-bound m = 256, n = 1024 GEMM has twice the CTAs on Ada and finishes sooner than with SM90's tiles
+    l40s = load_profile("l40s")
+    e = replace(l40s.efficiency, gemm_fp8_memory_efficiency=1.0)
+    ada = replace(l40s, efficiency=e)
+    assert gemm_time_s(ada, 256, 1024, 65536, "fp8", 1.0, 1.0, 2.0) < \
+        0.6 * gemm_time_s(replace(ada, family="hopper"), 256, 1024, 65536, "fp8", 1.0, 1.0, 2.0)
+    # m <= 16 with n <= 8192: 16x64 tiles
+    m, n = SM89_GEMM_KERNELS.tiles_8bit[0][0], SM89_GEMM_KERNELS.tiles_8bit[0][1][0]
+    assert (m, n) == (16, (8192, (16, 64)))
+
+
+def test_fa2_decode_units_pay_their_wave_not_prologue_bytes():
+    # Ada's FA2 split-KV decode: one CTA per SM; a unit's fixed cost is its wave's attention_tile_fixed_s (143 units
+    # on 142 SMs: one more), not gemm_tile_fixed_k keys of extra bytes (FA3 on Hopper keeps that prologue)
+    l40s = load_profile("l40s")
+    e = l40s.efficiency
+    one = attention_decode_time_s(l40s, 0.0, 1e6, 142, 512.0, "bf16")
+    two = attention_decode_time_s(l40s, 0.0, 1e6, 143, 512.0, "bf16")
+    assert two - one == pytest.approx(e.attention_tile_fixed_s, rel=1e-9)
+    more_k = replace(l40s, efficiency=replace(e, gemm_tile_fixed_k=4 * e.gemm_tile_fixed_k))
+    assert attention_decode_time_s(more_k, 0.0, 1e6, 142, 512.0, "bf16") == one
+    h100_more_k = replace(H100, efficiency=replace(H100.efficiency, gemm_tile_fixed_k=4 * H100.efficiency.gemm_tile_fixed_k))
+    assert attention_decode_time_s(h100_more_k, 0.0, 1e6, 132, 512.0, "bf16") > \
+        attention_decode_time_s(H100, 0.0, 1e6, 132, 512.0, "bf16")
+
+
+def test_ada_all_reduce_is_custom_for_two_gpus_and_nccl_ring_above():
+    # vLLM enables its custom all-reduce on PCIe-only GPUs only for 2 of them; 4 and 8 run NCCL's ring, whose
+    # ring traffic (2(n-1) messages) shares one link: 2(n-1) steps + 2(n-1) B / (pcie * nccl_bus_efficiency)
+    l40s = load_profile("l40s")
+    e = l40s.efficiency
+    b = 1e6
+    bw = l40s.pcie_bandwidth_bytes_per_s_per_direction
+    two = all_reduce_time_s(l40s, b, 2)
+    assert two == pytest.approx(20e-6 * e.collective_latency_scale + b / (bw * e.collective_bus_efficiency)
+                                + e.kernel_fixed_s, rel=1e-12)
+    for n in (4, 8):
+        ring = 2 * (n - 1) * e.nccl_step_s + 2 * (n - 1) * b / (bw * e.nccl_bus_efficiency) + e.kernel_fixed_s
+        assert all_reduce_time_s(l40s, b, n) == pytest.approx(ring, rel=1e-12)
+    vec = all_reduce_time_s(l40s, np.array([b, b, b]), np.array([2, 4, 8]))
+    assert list(vec) == pytest.approx([two, all_reduce_time_s(l40s, b, 4), all_reduce_time_s(l40s, b, 8)], rel=1e-12)
+    # NVLink families keep the custom all-reduce at every size and never fit the NCCL parameters
+    assert all_reduce_time_s(H100, b, 8) == all_reduce_time_s(replace(H100, efficiency=replace(
+        H100.efficiency, nccl_step_s=1.0, nccl_bus_efficiency=0.01)), b, 8)
+    collective = next(params for stage, _, params in OP_TABLE_STAGES if stage == "all_reduce")
+    assert not set(NCCL_PARAMS) & set(stage_params(collective, "hopper"))
+    assert set(NCCL_PARAMS) <= set(stage_params(collective, "ada"))
 
 
 def test_fp8_gemm_includes_input_quantization():

@@ -5,6 +5,7 @@ import pytest
 
 from engine.core.model_spec import ModelSpec
 from roofline.cost.ops import (
+    FA2_SPLITKV_KERNELS,
     FA3_KERNELS,
     TRTLLM_GEN_KERNELS,
     BatchStats,
@@ -158,6 +159,7 @@ def test_quant_table():
 
 def test_family_picks_its_attention_kernels():
     assert attention_kernels("blackwell") is TRTLLM_GEN_KERNELS
+    assert attention_kernels("ada") is FA2_SPLITKV_KERNELS
     assert attention_kernels("hopper") is FA3_KERNELS and attention_kernels(None) is FA3_KERNELS
 
 
@@ -176,3 +178,20 @@ def test_trtllm_decode_units_group_up_to_32_query_heads():
     assert decode_work_heads(64, 1, TRTLLM_GEN_KERNELS) == 2  # 64 heads per KV head: two CTAs of 32
     assert decode_work_heads(64, 1) == 1  # FA3: one unit per (sequence, KV head)
     assert decode_attention_shape(64, 1, 128, 5, 50, 1.0, 1.0, TRTLLM_GEN_KERNELS)[2] == 10
+
+
+def test_fa2_splitkv_prefill_tiles_are_64_rows_of_one_query_head():
+    # FA2's split-KV kernel (paged KV on Ada): kBlockM = 64 for every head_dim, no GQA packing in prefill
+    assert attention_q_tile_tokens(128, 32, 8, FA2_SPLITKV_KERNELS) == 64
+    assert attention_q_tile_tokens(256, 8, 1, FA2_SPLITKV_KERNELS) == 64
+    # 300 tokens, 32 query heads, 8 KV heads: 5 token tiles per head -> 160 work tiles
+    args = (32, 8, 128, 64, 300, 300 * 301 / 2, 5, 0.0, 300, 1.0, 1.0)
+    assert prefill_attention_shape(*args, FA2_SPLITKV_KERNELS)[2] == 160
+
+
+def test_fa2_decode_units_are_one_per_kv_head_up_to_64_query_heads():
+    # seqlenq_ngroups_swapped: a KV head's query heads fill the 64 rows of one CTA
+    assert decode_work_heads(32, 8, FA2_SPLITKV_KERNELS) == 8
+    assert decode_work_heads(64, 1, FA2_SPLITKV_KERNELS) == 1
+    assert decode_work_heads(128, 1, FA2_SPLITKV_KERNELS) == 2
+    assert FA2_SPLITKV_KERNELS.decode_waves and not FA2_SPLITKV_KERNELS.packs_gqa

@@ -38,6 +38,7 @@ from roofline.calibration.protocol import error_stats, is_repeat_set, leave_one_
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
 from roofline.cost.params import FITTABLE
+from roofline.cost.step_cost import unused_efficiency_params
 from roofline.errors import UserError
 
 # What a step trace of an eager engine pins down: the GEMM and memory efficiencies (prefill is compute-bound,
@@ -66,9 +67,19 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
      ("attention_compute_efficiency", "attention_softmax_flops_per_pair", "attention_tile_fixed_s",
       "attention_memory_efficiency", "attention_fixed_s", "attention_fp8_kv_compute_factor",
       "attention_fp8_kv_bandwidth_factor")),
-    ("all_reduce", ("all_reduce",), ("collective_bus_efficiency", "collective_latency_scale")),
+    ("all_reduce", ("all_reduce",), ("collective_bus_efficiency", "collective_latency_scale", "nccl_bus_efficiency",
+                                     "nccl_step_s")),
     ("moe", ("moe",), ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s")),
 )
+
+
+def stage_params(params: Sequence[str], family: str | None) -> tuple[str, ...]:
+    """The parameters of a stage that the kernels of `family` read (`unused_efficiency_params`: NCCL's ring only
+    where vLLM runs it); the others are not fitted and keep their starting values."""
+    unused = unused_efficiency_params(family)
+    return tuple(p for p in params if p not in unused)
+
+
 # A seeded subsample of each kind's training rows keeps an operator-table fit to seconds; errors use all rows.
 MAX_TRAIN_ROWS_PER_KIND = 12000
 SPLIT_SEED = 0
@@ -268,7 +279,7 @@ def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
     for _, kinds, params in OP_TABLE_STAGES:
         samples = [s for kind in kinds if kind in train for s in op_table_samples(train[kind], kind)]
         if samples:
-            stage_names = [f"efficiency.{p}" for p in params]
+            stage_names = [f"efficiency.{p}" for p in stage_params(params, hw.family)]
             fitted = fit(samples, fitted, stage_names).profile
             names += stage_names
     seconds = time.perf_counter() - started

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.calibration.calibrate import OP_TABLE_STAGES, SPLIT_SEED
+from roofline.calibration.calibrate import OP_TABLE_STAGES, SPLIT_SEED, stage_params
 from roofline.calibration.fit import Predict, Sample, fit, predict_table
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.params import EfficiencyParams
@@ -97,7 +97,8 @@ def fit_family(chips: Mapping[str, HardwareProfile], train: Mapping[str, Mapping
     stages: list[dict[str, Any]] = []
     fitted: list[str] = []
     started = time.perf_counter()
-    for stage, kinds, params in OP_TABLE_STAGES:
+    for stage, kinds, all_params in OP_TABLE_STAGES:
+        params = stage_params(all_params, profile.family)
         samples: list[Sample] = []
         for kind in kinds:
             having = [s for s in systems if kind in train[s]]

@@ -46,7 +46,10 @@ class AttentionKernels:
     `decode_waves`: decode work units run in waves over the SMs and each wave after the first pays
     attention_tile_fixed_s, as prefill tiles do (`roofline.cost.step_cost.attention_decode_time_s`).
     `softmax_on_sfu`: the softmax's cost per pair is divided by the chip's `exp_throughput_factor` (its SFU
-    exponential throughput relative to the family's base chip)."""
+    exponential throughput relative to the family's base chip).
+    `decode_unit_prologue`: each decode work unit also streams a prologue worth gemm_tile_fixed_k keys
+    (`roofline.cost.step_cost.attention_decode_time_s`); without it a unit's fixed cost is only its wave's
+    attention_tile_fixed_s (`decode_waves`)."""
 
     name: str
     q_rows: tuple[tuple[float, int], ...]
@@ -54,9 +57,10 @@ class AttentionKernels:
     decode_heads_per_cta: int = 1
     decode_waves: bool = False
     softmax_on_sfu: bool = False
+    decode_unit_prologue: bool = True
 
 
-# vLLM's FA3 varlen on Hopper (and the FA2 kernels of Ampere/Ada, described with the same tiles): FA3 always packs
+# vLLM's FA3 varlen on Hopper (and the FA2 kernels of Ampere, described with the same tiles): FA3 always packs
 # GQA heads for varlen (flash-attention `hopper/heuristics.h` `should_pack_gqa`).
 FA3_KERNELS = AttentionKernels(name="fa3", q_rows=_FA3_Q_ROWS, packs_gqa=True)
 # vLLM's default attention on SM100/SM103: FlashInfer's TRT-LLM ("trtllm-gen") FMHA cubins, e.g.
@@ -74,7 +78,24 @@ FA3_KERNELS = AttentionKernels(name="fa3", q_rows=_FA3_Q_ROWS, packs_gqa=True)
 # whose throughput Blackwell Ultra doubles (`exp_throughput_factor` of the chip profile).
 TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256),), packs_gqa=False,
                                       decode_heads_per_cta=32, decode_waves=True, softmax_on_sfu=True)
-_ATTENTION_KERNELS = {"blackwell": TRTLLM_GEN_KERNELS}
+# vLLM's FLASH_ATTN backend on Ada (SM89) runs FlashAttention 2 (vllm_flash_attn, fa_version 2); with a paged KV
+# cache `mha_varlen_fwd` always launches the split-KV kernel (csrc/flash_attn/flash_api.cpp:
+# `run_mha_fwd(params, stream, /*force_split_kernel=*/paged_KV)`), whose tiles are fixed for every head_dim
+# (flash_fwd_launch_template.h `run_mha_fwd_splitkv_dispatch`: kBlockM = 64 query rows, kBlockN = 256 / 128 / 64
+# keys for head_dim <= 64 / <= 128 / above, 4 warps: 72-96 KB of shared memory, one CTA per SM on Ada's 100 KB).
+# Prefill: one CTA per (64 query rows, query head, sequence), no GQA packing. Decode (max_seqlen_q == 1):
+# `seqlenq_ngroups_swapped` moves a KV head's query heads into the 64 rows, one CTA per (sequence, KV head), split
+# over the keys (`num_splits_heuristic`) while the CTAs do not fill the SMs; past that the CTAs run in waves of one
+# per SM, each wave paying a CTA's fixed time (load Q, the first K/V block, write O): the L40S decode tables take
+# 4.0-4.5 us per wave of 142 (sequence, KV head) units at short contexts (batch 64-2048, 2-8 keys: 25-503 us).
+# With an fp8 KV cache vLLM runs FlashInfer on Ada (its decode/prefill kernels: CTAs per (sequence, KV head) and
+# 64-128-row query tiles too); the family's one description covers both.
+# One CTA per SM: a decode unit's fixed cost is its wave's (attention_tile_fixed_s), not extra bytes streamed
+# (`decode_unit_prologue` False; with it the fitted per-unit prologue, tied to gemm_tile_fixed_k, charged 3.5x the
+# tables' 4 us per wave: held-out attention 20.8 % with it, 15.9 % without, benchmarks/gpu_profiles.py).
+FA2_SPLITKV_KERNELS = AttentionKernels(name="fa2-splitkv", q_rows=((math.inf, 64),), packs_gqa=False,
+                                       decode_heads_per_cta=64, decode_waves=True, decode_unit_prologue=False)
+_ATTENTION_KERNELS = {"blackwell": TRTLLM_GEN_KERNELS, "ada": FA2_SPLITKV_KERNELS}
 
 
 def attention_kernels(family: str | None) -> AttentionKernels:

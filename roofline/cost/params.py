@@ -71,6 +71,8 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "moe_fp4_bandwidth_factor": ("moe_fp4_bandwidth_factor", 1.0, 1.0),
     "collective_bus_efficiency": ("collective_bus_efficiency", 1.0, 1.0),
     "collective_latency_scale": ("collective_latency_scale", 1.0, 1e3),
+    "nccl_bus_efficiency": ("nccl_bus_efficiency", 1.0, 1.0),
+    "nccl_step_s": ("nccl_step_us", 1e-6, 1e6),
 }
 
 
@@ -159,6 +161,11 @@ class EfficiencyParams:
     collective_bus_efficiency: float = 0.80
     # Multiplies the profile's interconnect latency (alpha) for the collectives the engine uses.
     collective_latency_scale: float = 1.0
+    # NCCL's ring all-reduce where vLLM runs it instead of its custom all-reduce (PCIe-only systems with more than
+    # 2 GPUs: `roofline.cost.step_cost.AllReduceAlgorithms`): the fraction of the per-direction PCIe bandwidth its
+    # traffic moves at, and the latency of one of its 2(n-1) steps (NCCL's LL protocol over PCIe: a few us).
+    nccl_bus_efficiency: float = 0.5
+    nccl_step_s: float = 2e-6
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None, where: str) -> "EfficiencyParams":

@@ -13,21 +13,25 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   partials) / (bandwidth * memory efficiency), a 16-bit kernel with few thread blocks drawing a proportional
   share of the bandwidth (memory_saturation_fraction). Compute and memory overlap imperfectly:
   t = (tc^p + tm^p)^(1/p), p = overlap_exponent (p -> inf is the classic max roofline). 16-bit GEMMs (cuBLAS)
-  take the fastest (tile, split-K) of `GEMM_TILES` x `GEMM_SPLITS`; 8-bit GEMMs (vLLM CUTLASS fp8) use the
-  fixed dispatch on m of `GEMM_TILES_8BIT`, with their own efficiency, tile cost and memory efficiency, and
+  take the fastest (tile, split-K) of the family's tiles (`GemmKernels`: cuBLAS's SM90 tiles on Hopper and
+  Blackwell, its SM80 mma.sync tiles on Ada) x `GEMM_SPLITS`; 8-bit GEMMs (vLLM CUTLASS fp8) use the family's
+  fixed dispatch on m (and on n on Ada), with their own efficiency, tile cost and memory efficiency, and
   their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). Plus kernel_fixed_s. On
-  Blackwell a 16-bit split-K GEMM is followed by a reduction kernel (`_SPLIT_K_REDUCTION_KERNEL_FAMILIES`).
+  Blackwell and Ada a 16-bit split-K GEMM is followed by a reduction kernel
+  (`GemmKernels.split_k_reduction_kernel`).
 - Attention prefill: work tiles run in waves over the SMs, as the family's kernels cut them
   (`roofline.cost.ops.AttentionKernels`: FA3 varlen on Hopper, (sequence, KV head, 128 or 192 packed query
-  rows); TRT-LLM's context kernel on Blackwell, (sequence, query head, 256 query rows)); every computed
+  rows); TRT-LLM's context kernel on Blackwell, (sequence, query head, 256 query rows); FA2's split-KV kernel
+  on Ada, (sequence, query head, 64 query rows)); every computed
   (query, key) pair (causal pairs plus the masked half of the diagonal blocks and the padding rows) costs
   4*head_dim FLOPs plus the softmax's attention_softmax_flops_per_pair (divided by the chip's
   exp_throughput_factor where the softmax runs on the SFU), at attention_compute_efficiency of the peak; each
   wave after the first pays attention_tile_fixed_s; bytes at memory_efficiency; plus kernel_fixed_s +
   attention_fixed_s (`attention_prefill_time_s`).
 - Attention decode: KV bytes at attention_memory_efficiency (split-KV kernels fill the SMs when
-  seqs * kv_heads is small); FLOPs at attention_compute_efficiency; plus the fixed costs; on Blackwell each
-  wave of work units after the first pays attention_tile_fixed_s.
+  seqs * kv_heads is small); FLOPs at attention_compute_efficiency; plus the fixed costs; on Blackwell (TRT-LLM
+  generation kernels) and Ada (FA2's split-KV kernel, one CTA per SM) each wave of work units after the first
+  pays attention_tile_fixed_s.
 - Elementwise, embedding, sampling: bytes at memory_efficiency, plus kernel_fixed_s per kernel.
 - MoE experts: two grouped GEMMs over the touched experts (tokens per expert rows each) at
   moe_compute_efficiency * GEMM efficiency, plus moe_fixed_s (routing, sort/align, combine kernels); 8-bit
@@ -35,7 +39,9 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
 - All-reduce of B bytes over n GPUs (vLLM custom all-reduce / NCCL): the faster of one-shot
   (alpha + (n-1)*B/bw: every rank reads every peer's buffer) and two-shot / ring (2*alpha + 2*(n-1)/n*B/bw:
   reduce-scatter then all-gather); bw = per-direction link bandwidth * collective_bus_efficiency,
-  alpha = interconnect latency * collective_latency_scale. All-gather: alpha + (n-1)/n*B/bw.
+  alpha = interconnect latency * collective_latency_scale. All-gather: alpha + (n-1)/n*B/bw. On PCIe-only
+  families (`AllReduceAlgorithms`: Ada) vLLM's custom all-reduce serves 2 GPUs only; more run NCCL's ring with
+  its own step latency and bandwidth (nccl_step_s, nccl_bus_efficiency).
   (Thakur, Rabenseifner, Gropp, "Optimization of collective communication operations in MPICH", 2005.)
 
 A step's device time is the sum over its operators; the executor (`hw.executor`) adds host time: eager
@@ -92,14 +98,62 @@ GEMM_SPLITS: tuple[int, ...] = (1, 2, 4, 8, 16)
 GEMM_TILES_8BIT: tuple[tuple[float, tuple[int, int]], ...] = ((64, (64, 64)), (128, (64, 128)),
                                                              (math.inf, (128, 128)))
 _MIN_SPLIT_K = 256
-# Families whose 16-bit split-K GEMMs sum their fp32 partials in a second kernel after the GEMM (cuBLASLt's
-# out-of-place split-K reduction schemes, `cublasLtReductionScheme_t` CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE /
-# OUTPUT_TYPE: partials in a workspace, reduced by a separate kernel), described for cuBLAS on SM100: the
-# Blackwell bf16 tables floor at 6-7 us for small weights (n <= 1024, m <= 256: 0.5-2 us of weight bytes), which
-# the one-kernel model predicted 40-45 % fast; with the reduction kernel the held-out bf16 GEMM error on B200
-# drops from 9.3 to 6.9 % (benchmarks/gpu_profiles.py). The reduction kernel costs kernel_fixed_s plus reading
-# the partials and writing the output at memory_efficiency. Hopper's cuBLAS fit is left as it was.
-_SPLIT_K_REDUCTION_KERNEL_FAMILIES = frozenset({"blackwell"})
+
+
+@dataclass(frozen=True)
+class GemmKernels:
+    """The kernels a family runs for a dense linear layer (`gemm_time_s` with `cublas=True`).
+
+    `tiles`: the 16-bit (cuBLAS) output tiles (rows of m, columns of n) its heuristic chooses among, each with the
+    split-K factors of `GEMM_SPLITS`. `split_k_reduction_kernel`: a split-K GEMM writes fp32 partials that a second
+    kernel sums (cuBLASLt's out-of-place reduction schemes, `cublasLtReductionScheme_t`
+    CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE / OUTPUT_TYPE: partials in a workspace, reduced by a separate kernel).
+    `tiles_8bit`: vLLM's CUTLASS W8A8 dispatch, no split-K: ((largest m, ((largest n, (tile rows, tile cols)),
+    ...)), ...), both in order."""
+
+    name: str
+    tiles: tuple[tuple[int, int], ...]
+    tiles_8bit: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...]
+    split_k_reduction_kernel: bool = False
+
+
+# Hopper (and Ampere, described with the same tables): cuBLAS's SM90 tiles, split-K partials reduced in place.
+SM90_GEMM_KERNELS = GemmKernels(name="cublas-sm90", tiles=GEMM_TILES,
+                                tiles_8bit=tuple((m, ((math.inf, tile),)) for m, tile in GEMM_TILES_8BIT))
+# Blackwell: the same tiles with the reduction kernel, described for cuBLAS on SM100: the Blackwell bf16 tables
+# floor at 6-7 us for small weights (n <= 1024, m <= 256: 0.5-2 us of weight bytes), which the one-kernel model
+# predicted 40-45 % fast; with the reduction kernel the held-out bf16 GEMM error on B200 drops from 9.3 to 6.9 %
+# (benchmarks/gpu_profiles.py). The reduction kernel costs kernel_fixed_s plus reading the partials and writing
+# the output at memory_efficiency. Hopper's cuBLAS fit is left as it was.
+SM100_GEMM_KERNELS = replace(SM90_GEMM_KERNELS, name="cublas-sm100", split_k_reduction_kernel=True)
+# Ada (SM89: no wgmma, no TMA, 99 KB of shared memory per block): cuBLAS runs the SM80 mma.sync kernels
+# (`ampere_bf16_s16816gemm_bf16_{256x128,128x256,128x128,128x64,64x64}_..._tn` and
+# `cutlass_80_tensorop_bf16_s16816gemm_..._{256x64,64x64}` in public nsys traces of torch bf16 linears on SM8x GPUs),
+# named in cuBLAS's column-major view (rows = output features, columns = tokens): as (token rows, feature
+# columns) 128x256, 256x128, 128x128, 64x128, 64x256 and 64x64. Their split-K partials are summed by
+# `cublasLt::splitKreduce_kernel` (same traces). 8-bit: vLLM's SM89 CUTLASS 2.x fp8 dispatch
+# (csrc/quantization/cutlass_w8a8/c2x/scaled_mm_c2x_sm89_fp8_dispatch.cuh, `cutlass_gemm_sm89_fp8_dispatch`):
+# by next_pow_2(m) (at least 16) the configs M16 / M32 / M64 / M128 / M256 / default, each choosing its
+# GemmShape<M, N, K> tile by np2 = next_pow_2(n) (np2 <= 24576 is n <= 16384, np2 <= 8196 is n <= 8192).
+SM89_GEMM_KERNELS = GemmKernels(
+    name="cublas-sm80-kernels-on-sm89",
+    tiles=((128, 256), (256, 128), (128, 128), (64, 128), (64, 256), (64, 64)),
+    tiles_8bit=(
+        (16, ((8192, (16, 64)), (16384, (16, 128)), (math.inf, (32, 64)))),
+        (32, ((8192, (32, 64)), (16384, (32, 128)), (math.inf, (32, 64)))),
+        (64, ((8192, (64, 64)), (16384, (64, 128)), (math.inf, (64, 64)))),
+        (128, ((8192, (64, 128)), (16384, (128, 128)), (math.inf, (128, 64)))),
+        (256, ((4096, (64, 128)), (math.inf, (128, 128)))),
+        (math.inf, ((4096, (128, 128)), (8192, (256, 128)), (math.inf, (128, 128))))),
+    split_k_reduction_kernel=True)
+_GEMM_KERNELS = {"blackwell": SM100_GEMM_KERNELS, "ada": SM89_GEMM_KERNELS}
+
+
+def gemm_kernels(family: str | None) -> GemmKernels:
+    """The dense GEMM kernels vLLM runs on a kernel family (`HardwareProfile.family`); SM90's by default."""
+    return _GEMM_KERNELS.get(family or "", SM90_GEMM_KERNELS)
+
+
 # Weight-only W4A16 MXFP4 MoE (OAI Triton `matmul_ogs` on Hopper, TRT-LLM on Blackwell): the row tile follows the
 # tokens per expert down to 16 rows, no split-K (cuBLAS's 64-row minimum wastes most of a tile on the few tokens
 # an expert gets in decode). With these tiles the held-out error on the MXFP4 tables drops from 15-22 % to 9-16 %
@@ -171,11 +225,11 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     (Little's law: each SM keeps a bounded number of bytes in flight); the 8-bit CUTLASS kernels are TMA
     warp-specialized with deep K pipelines and showed no such effect on the H100 tables (the fit drove the
     fraction to its lower bound), so they draw the full bandwidth. The two overlap as `_overlap`. 16-bit and 8-bit
-    GEMMs are different libraries (cuBLAS, CUTLASS) with their own tile choice (`GEMM_TILES`,
-    `GEMM_TILES_8BIT`), compute efficiency, per-tile cost and memory efficiency. `tiles`: another kernel's
-    tile choice (16-bit path, no split-K). `cublas`: the 16-bit path is cuBLAS (a dense linear layer; fused-MoE
-    grouped GEMMs are other kernels and pass False), whose split-K reduction is a second kernel on the families
-    of `_SPLIT_K_REDUCTION_KERNEL_FAMILIES`. Plus kernel_fixed_s."""
+    GEMMs are different libraries (cuBLAS, CUTLASS) with their own tile choice (`GemmKernels.tiles`,
+    `GemmKernels.tiles_8bit`), compute efficiency, per-tile cost and memory efficiency. `tiles`: another kernel's
+    tile choice (16-bit path, no split-K). `cublas`: a dense linear layer, run by the family's kernels
+    (`gemm_kernels`: their tiles, and a second split-K reduction kernel where they have one); fused-MoE grouped
+    GEMMs are other kernels and pass False (the SM90 tables). Plus kernel_fixed_s."""
     if hw.kind == "cpu":  # no tiles or waves on a CPU (roofline.cost.cpu_timing)
         return cpu_timing.gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, in_bytes, out_bytes, groups,
                                       eff_scale)
@@ -190,7 +244,10 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     bw = _bandwidth(hw) * (e.gemm_fp8_memory_efficiency if eight else e.memory_efficiency) * bw_scale
     saturating = sms * e.memory_saturation_fraction
     base_bytes = groups * (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes)
-    reduce_kernel = cublas and hw.family in _SPLIT_K_REDUCTION_KERNEL_FAMILIES
+    # Dense linear layers run the family's kernels (`GemmKernels`); fused-MoE grouped GEMMs (cublas False) are other
+    # kernels, described by the SM90 tables.
+    kernels = gemm_kernels(hw.family) if cublas else SM90_GEMM_KERNELS
+    reduce_kernel = kernels.split_k_reduction_kernel
 
     def tiled(tm: int, tn: int, s: int) -> Any:
         tiles = groups * _ceil(m / tm) * _ceil(n / tn) * s
@@ -207,12 +264,15 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     best: Any = None  # the fastest tiling so far, per element of m, n, k
     if eight:
         lo = 0.0
-        for hi, (tm, tn) in GEMM_TILES_8BIT:
-            t = np.where((m > lo) & (m <= hi), tiled(tm, tn, 1), np.inf)
-            best = t if best is None else _min(best, t)
+        for hi, by_n in kernels.tiles_8bit:
+            n_lo = 0.0
+            for n_hi, (tm, tn) in by_n:
+                t = np.where((m > lo) & (m <= hi) & (n > n_lo) & (n <= n_hi), tiled(tm, tn, 1), np.inf)
+                best = t if best is None else _min(best, t)
+                n_lo = n_hi
             lo = hi
         return best + e.kernel_fixed_s
-    for tm, tn in tiles or GEMM_TILES:
+    for tm, tn in tiles or kernels.tiles:
         for s in (1,) if tiles else GEMM_SPLITS:
             if s > 1 and np.all(k < s * _MIN_SPLIT_K):
                 continue
@@ -285,15 +345,18 @@ def attention_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, w
     work unit (`roofline.cost.ops.decode_work_heads`) also pays a prologue worth `gemm_tile_fixed_k` keys of
     `key_bytes`. With an fp8 KV cache the bandwidth efficiency is scaled by attention_fp8_kv_bandwidth_factor.
     Where the family's decode kernel runs its work units in waves (`AttentionKernels.decode_waves`: TRT-LLM's
-    persistent generation kernels once the units fill the SMs), each wave after the first pays
+    persistent generation kernels once the units fill the SMs; FA2's split-KV kernel, one CTA per SM), each wave
+    after the first pays
     attention_tile_fixed_s, as prefill tiles do."""
     e = hw.efficiency
     tc = flops / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
     eff = e.attention_memory_efficiency * np.where(kv_fp8, e.attention_fp8_kv_bandwidth_factor, 1.0) \
         if np.any(kv_fp8) else e.attention_memory_efficiency
-    tm = (bytes_moved + work_units * e.gemm_tile_fixed_k * key_bytes) / (_bandwidth(hw) * eff)
+    kernels = attention_kernels(hw.family)
+    prologue = work_units * e.gemm_tile_fixed_k * key_bytes if kernels.decode_unit_prologue else 0.0
+    tm = (bytes_moved + prologue) / (_bandwidth(hw) * eff)
     t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
-    if attention_kernels(hw.family).decode_waves:
+    if kernels.decode_waves:
         t = t + (_ceil(_max(work_units, 1.0) / hw.num_compute_units) - 1) * e.attention_tile_fixed_s
     return t
 
@@ -346,12 +409,72 @@ def _link(hw: HardwareProfile, num_devices: Any) -> tuple[float, float]:
     return pcie * e.collective_bus_efficiency, _PCIE_COLLECTIVE_LATENCY_S * e.collective_latency_scale
 
 
+@dataclass(frozen=True)
+class AllReduceAlgorithms:
+    """Which all-reduce vLLM runs on a family's systems, by the number of GPUs (`all_reduce_time_s`).
+
+    Up to `custom_max_devices` GPUs: vLLM's custom all-reduce (one-shot or two-shot over the chip's link,
+    collective_bus_efficiency / collective_latency_scale); above it, NCCL's ring (pynccl): 2(n-1) steps of
+    nccl_step_s each, and the ring's traffic (every rank sends and receives 2(n-1)/n of the message) at
+    nccl_bus_efficiency of the per-direction PCIe bandwidth per rank, or, with `ring_shares_link`, all n ranks'
+    traffic (2(n-1) messages) through one shared link at that rate."""
+
+    name: str
+    custom_max_devices: float = math.inf
+    ring_shares_link: bool = False
+
+    @property
+    def runs_nccl(self) -> bool:
+        return math.isfinite(self.custom_max_devices)
+
+
+# NVLink systems (Hopper, Blackwell, A100 SXM): vLLM's custom all-reduce for every TP size it serves.
+CUSTOM_ALL_REDUCE = AllReduceAlgorithms(name="custom")
+# PCIe-only systems (every Ada chip: L40S, L4, RTX 4090 have no NVLink): vLLM enables its custom all-reduce on
+# PCIe-only GPUs only for a world size of 2 (vllm/distributed/device_communicators/custom_all_reduce.py: "Custom
+# allreduce is disabled because it's not supported on more than two PCIe-only GPUs", `world_size > 2 and not
+# full_nvlink`), where it runs the one-stage kernel (csrc/custom_all_reduce.cuh: `world_size_ == 2` ->
+# cross_device_reduce_1stage: each rank reads its peer's buffer over P2P); otherwise
+# tensor_model_parallel_all_reduce falls back to pynccl (NCCL's ring). aiconfigurator's collector times exactly
+# that call (collector/collect_all_reduce.py, `tensor_model_parallel_all_reduce` under `graph_capture`). The
+# L40S tables show the two regimes: 2 GPUs 5.3 us small, 19 GB/s large; 4 and 8 GPUs 13 / 25 us small (the
+# ring's 2(n-1) steps: 1.4 us each, fitted) and, at large messages, 2(n-1) messages' worth of bytes moving at one
+# rate, 14.9 GB/s at 4 GPUs and 15.6 GB/s at 8 (`ring_shares_link`: the ranks' ring traffic crosses one shared
+# PCIe path of the host; a per-rank link would make 8 GPUs 1.17x slower than 4, the tables show 2.2x).
+PCIE_ALL_REDUCE = AllReduceAlgorithms(name="custom-2-gpus-else-nccl-ring", custom_max_devices=2,
+                                      ring_shares_link=True)
+_ALL_REDUCE_ALGORITHMS = {"ada": PCIE_ALL_REDUCE}
+# EfficiencyParams fields only the NCCL ring reads (a family whose all-reduce never runs it does not fit them).
+NCCL_PARAMS = ("nccl_bus_efficiency", "nccl_step_s")
+
+
+def all_reduce_algorithms(family: str | None) -> AllReduceAlgorithms:
+    """The all-reduce algorithms vLLM runs on a kernel family's systems; the custom all-reduce by default."""
+    return _ALL_REDUCE_ALGORITHMS.get(family or "", CUSTOM_ALL_REDUCE)
+
+
+def unused_efficiency_params(family: str | None) -> frozenset[str]:
+    """EfficiencyParams fields that the kernels of `family` never read (not fitted, stay at their defaults)."""
+    return frozenset() if all_reduce_algorithms(family).runs_nccl else frozenset(NCCL_PARAMS)
+
+
 def all_reduce_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any) -> Any:
+    """All-reduce of `message_bytes` over `num_devices` GPUs as the family's `AllReduceAlgorithms` run it."""
     bw, alpha = _link(hw, num_devices)
     n = num_devices
     one_shot = alpha + (n - 1) * message_bytes / bw
     two_shot = 2 * alpha + 2 * (n - 1) / n * message_bytes / bw
-    return _min(one_shot, two_shot) + hw.efficiency.kernel_fixed_s
+    custom = _min(one_shot, two_shot) + hw.efficiency.kernel_fixed_s
+    algorithms = all_reduce_algorithms(hw.family)
+    if not algorithms.runs_nccl:
+        return custom
+    e = hw.efficiency
+    ring_bw = (hw.pcie_bandwidth_bytes_per_s_per_direction or 16e9) * e.nccl_bus_efficiency
+    ring_bytes = 2 * (n - 1) * message_bytes if algorithms.ring_shares_link else 2 * (n - 1) / n * message_bytes
+    ring = 2 * (n - 1) * e.nccl_step_s + ring_bytes / ring_bw + e.kernel_fixed_s
+    if isinstance(n, (int, float)):  # the simulator's scalar path: one TP size
+        return custom if n <= algorithms.custom_max_devices else ring
+    return np.where(n <= algorithms.custom_max_devices, custom, ring)
 
 
 def all_gather_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any) -> Any:
