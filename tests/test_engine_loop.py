@@ -98,6 +98,22 @@ def test_measure_writes_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert measured[name]["measured"] == summary[name], name
 
 
+def test_measure_runs_qwen3_moe_and_compare_reads_its_trace(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["measure", "--model", "qwen3-moe-tiny", "--out", str(tmp_path), "--input-len", "8",
+                 "--output-len", "3", "--num-requests", "3", "--request-rate", "inf", "--max-num-seqs", "4",
+                 "--max-num-batched-tokens", "64", "--max-model-len", "64", "--threads", "1",
+                 "--num-gpu-blocks-override", "32", "--json"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["num_requests"] == 3
+    steps, meta = read_trace(tmp_path)
+    assert meta.model["architecture"] == "Qwen3MoeForCausalLM" and meta.model["norm_topk_prob"] and len(steps) > 0
+    profile = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "cpu-profile.yaml"
+    assert main(["compare", "--trace", str(tmp_path), "--hardware", str(profile), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["end_to_end"]["mean_tpot_s"]["predicted"] > 0
+
+
 def test_measure_without_torch_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
