@@ -176,3 +176,28 @@ def test_sliding_window_shorter_than_context_is_refused() -> None:
     spec = dataclasses.replace(TINY, architecture="MistralForCausalLM", sliding_window=64)
     with pytest.raises(ValueError, match="sliding_window 64"):
         LlamaModel(spec, torch.float32, CPU, max_model_len=128)
+
+
+def test_moe_block_issues_the_torch_ops_the_cpu_cost_model_counts() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from roofline.cost import cpu_timing
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.names.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    views = {"flatten", "select", "slice", "chunk", "unsqueeze", "resolve_conj", "resolve_neg"}
+    block = moe_block(torch.float32)
+    x = torch.randn(3, MOE_TINY.hidden_size, generator=torch.Generator().manual_seed(6))
+    with torch.inference_mode(), Recorder() as recorder:
+        block(x)
+    touched = recorder.names.count("silu")
+    computed = [n for n in recorder.names if n not in views]
+    # + tolist (not a dispatched op); the router's linear is its own record in the cost model.
+    assert len(computed) + 1 == 1 + cpu_timing.MOE_FIXED_OPS + cpu_timing.MOE_OPS_PER_EXPERT * touched

@@ -191,8 +191,9 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: float, context_tokens: 
 
 def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[Any, int]:
     """Seconds of one record (all its `count` instances; shapes may hold arrays of token counts) and the torch
-    ops of one instance. Attention records must come from `attention_records` (CPU shapes). Kinds this engine
-    never runs on a CPU (MoE, collectives) are left to `roofline.cost.step_cost` (`HANDLED_KINDS`)."""
+    ops of one instance. Attention records must come from `attention_records` (CPU shapes). The MoE
+    experts' torch ops per layer are the fixed ones; their per-expert ops are in the time (`moe_time_s`). Kinds
+    this engine never runs on a CPU (collectives) are left to `roofline.cost.step_cost` (`HANDLED_KINDS`)."""
     c = op.count
     dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
     if op.kind == "gemm":
