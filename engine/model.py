@@ -38,12 +38,17 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 SUPPORTED_MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM",)
 
 
-def check_supported(spec: ModelSpec, max_model_len: int) -> None:
-    """A `ValueError` naming what the engine cannot run for this model."""
+def check_supported_moe(spec: ModelSpec) -> None:
+    """A `ValueError` for a mixture-of-experts architecture whose experts the engine has no layout for."""
     if spec.is_moe and spec.architecture not in SUPPORTED_MOE_ARCHITECTURES:
         raise ValueError(f"model '{spec.name}': {spec.architecture} (mixture of experts) is not supported by the "
                          f"engine; it runs dense Llama, Mistral, Qwen2 and Qwen3 models and the mixture of experts "
                          f"{', '.join(SUPPORTED_MOE_ARCHITECTURES)}")
+
+
+def check_supported(spec: ModelSpec, max_model_len: int) -> None:
+    """A `ValueError` naming what the engine cannot run for this model."""
+    check_supported_moe(spec)
     if spec.rope_scaling is not None and spec.rope_scaling.rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"model '{spec.name}': rope_scaling type '{spec.rope_scaling.rope_type}' is not supported "
                          f"by the engine; allowed: {', '.join(SUPPORTED_ROPE_TYPES)}")

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.core.model_spec import ModelSpec
-from engine.model import SUPPORTED_MOE_ARCHITECTURES, LlamaModel, can_prepack
+from engine.model import LlamaModel, can_prepack, check_supported_moe
 
 # transformers' default `initializer_range` for Llama-family configs: weights ~ N(0, 0.02).
 INIT_STD = 0.02
@@ -44,9 +44,7 @@ def parse_dtype(name: str) -> torch.dtype:
 
 def hf_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
     """transformers' parameter names and shapes for this spec (MoE: Qwen3-MoE's checkpoint names only)."""
-    if spec.is_moe and spec.architecture not in SUPPORTED_MOE_ARCHITECTURES:
-        raise ValueError(f"model '{spec.name}': weights of {spec.architecture} (mixture of experts) are not "
-                         f"supported; allowed: {', '.join(SUPPORTED_MOE_ARCHITECTURES)}")
+    check_supported_moe(spec)
     h, q, kv, inter, d = spec.hidden_size, spec.q_size, spec.kv_size, spec.intermediate_size, spec.head_dim
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (spec.vocab_size, h), "model.norm.weight": (h,)}
     if not spec.tie_word_embeddings:

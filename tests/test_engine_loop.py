@@ -127,6 +127,15 @@ def test_measure_rejects_a_bad_engine_flag(tmp_path: Path, capsys: pytest.Captur
     assert "--max-num-seqs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "gpt-oss-20b"])
+def test_measure_refuses_other_moe_models_in_one_line(model: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["measure", "--model", model, "--out", str(tmp_path), "--num-requests", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "(mixture of experts) is not supported by the engine" in err
+    assert "Qwen3MoeForCausalLM" in err
+
+
 def test_warm_up_writes_only_the_reserved_block() -> None:
     engine = tiny_engine()
     assert engine.warm_up() == [2, 4, 8, 16, 32]
