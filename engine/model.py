@@ -120,7 +120,7 @@ class SparseMoeBlock(nn.Module):
     (fused gate_up GEMM, silu, mul, down GEMM: 4 ops) and experts with no tokens cost nothing; one multiply by
     the routing weights and one `index_add_` put the results back. The ops outside the expert loop:
     `MOE_FIXED_OPS`, mirrored by `roofline.cost.cpu_timing`. The `index_add_` adds each token's contributions in
-    ascending expert order, as transformers does, so bf16 results match it bit for bit."""
+    ascending expert order, as transformers does, so its bf16 sums round the same way."""
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
@@ -134,6 +134,7 @@ class SparseMoeBlock(nn.Module):
         self.experts_down_proj = param(e, h, inter)
         # After `prepack_weights`: one oneDNN-packed (gate_up, down) pair per expert, replacing the two above.
         self.packed: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.num_experts = e
         self.top_k = spec.num_experts_per_tok
         self.norm_topk_prob = spec.norm_topk_prob
 
@@ -150,7 +151,7 @@ class SparseMoeBlock(nn.Module):
             weights = weights / weights.sum(dim=-1, keepdim=True)
         # (token, choice) pairs in expert order; stable, so each expert's tokens stay in token order.
         order = experts.flatten().argsort(stable=True)  # [T*k]
-        counts = torch.bincount(experts.flatten(), minlength=self.gate.shape[0]).tolist()
+        counts = torch.bincount(experts.flatten(), minlength=self.num_experts).tolist()
         tokens = order // self.top_k  # the token of each sorted pair
         xs = x[tokens]  # [T*k, hidden], grouped by expert
         outs = []
