@@ -1,9 +1,10 @@
 """The Llama-family decoder the engine runs over a paged KV cache.
 
 Covers LlamaForCausalLM, MistralForCausalLM (without a sliding window shorter than the context),
-Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM (RMSNorm over each head's q and k before RoPE): RMSNorm,
-RoPE (default, linear and Llama-3 frequency scaling), grouped-query attention, SwiGLU MLP. Anything else,
-Mixtral's MoE included, is a `ValueError` from `check_supported`.
+Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (RMSNorm over each head's q and k before RoPE) and
+Qwen3MoeForCausalLM (Qwen3 with a sparse mixture-of-experts block in place of every MLP, `SparseMoeBlock`):
+RMSNorm, RoPE (default, linear and Llama-3 frequency scaling), grouped-query attention, SwiGLU MLP. Anything else,
+the other MoE architectures (Mixtral, gpt-oss, MiniMax-M2) included, is a `ValueError` from `check_supported`.
 
 The math follows transformers' `modeling_llama.py` (the reference the tests compare against): RMSNorm in fp32
 cast back before the weight, RoPE as rotate-half on cos/sin tables built in fp32, softmax scale head_dim**-0.5.
@@ -33,13 +34,21 @@ from engine.core.model_spec import ModelSpec
 # rope_scaling types whose frequencies this engine computes; "dynamic" and "yarn" change them with the
 # sequence length or rescale attention, which the engine does not implement.
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+# The mixture-of-experts architectures the engine runs (`SparseMoeBlock`).
+SUPPORTED_MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM",)
+
+
+def check_supported_moe(spec: ModelSpec) -> None:
+    """A `ValueError` for a mixture-of-experts architecture whose experts the engine has no layout for."""
+    if spec.is_moe and spec.architecture not in SUPPORTED_MOE_ARCHITECTURES:
+        raise ValueError(f"model '{spec.name}': {spec.architecture} (mixture of experts) is not supported by the "
+                         f"engine; it runs dense Llama, Mistral, Qwen2 and Qwen3 models and the mixture of experts "
+                         f"{', '.join(SUPPORTED_MOE_ARCHITECTURES)}")
 
 
 def check_supported(spec: ModelSpec, max_model_len: int) -> None:
     """A `ValueError` naming what the engine cannot run for this model."""
-    if spec.is_moe:
-        raise ValueError(f"model '{spec.name}': {spec.architecture} (mixture of experts) is not supported by the "
-                         f"engine; it runs dense Llama, Mistral, Qwen2 and Qwen3 models")
+    check_supported_moe(spec)
     if spec.rope_scaling is not None and spec.rope_scaling.rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"model '{spec.name}': rope_scaling type '{spec.rope_scaling.rope_type}' is not supported "
                          f"by the engine; allowed: {', '.join(SUPPORTED_ROPE_TYPES)}")
@@ -101,6 +110,79 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
 
 
+class SparseMoeBlock(nn.Module):
+    """Qwen3-MoE's sparse MLP, as transformers' `Qwen3MoeSparseMoeBlock` computes it: router logits (a linear
+    hidden -> num_experts in the activation dtype), softmax in fp32, top-k, renormalised when `norm_topk_prob`,
+    cast back; each chosen expert a SwiGLU MLP on its tokens, weighted, summed per token in expert order.
+
+    Written for a CPU, where every torch op costs host time: the (token, expert) pairs are sorted by expert once
+    and the tokens gathered in that order, so each expert that received tokens runs on one contiguous slice
+    (fused gate_up GEMM, silu, mul, down GEMM: 4 ops) and experts with no tokens cost nothing; one multiply by
+    the routing weights and one `index_add_` put the results back. The ops outside the expert loop:
+    `MOE_FIXED_OPS`, mirrored by `roofline.cost.cpu_timing`. The `index_add_` adds each token's contributions in
+    ascending expert order, as transformers does, so its bf16 sums round the same way."""
+
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        h, inter, e = spec.hidden_size, spec.intermediate_size, spec.num_experts
+
+        def param(*shape: int) -> nn.Parameter:
+            return nn.Parameter(torch.empty(shape, dtype=dtype, device=device), requires_grad=False)
+
+        self.gate = param(e, h)  # the router
+        self.experts_gate_up_proj = param(e, 2 * inter, h)  # per expert rows: gate_proj, up_proj
+        self.experts_down_proj = param(e, h, inter)
+        # After `prepack_weights`: one oneDNN-packed (gate_up, down) pair per expert, replacing the two above.
+        self.packed: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.num_experts = e
+        self.top_k = spec.num_experts_per_tok
+        self.norm_topk_prob = spec.norm_topk_prob
+
+    def expert_weights(self, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.packed is not None:
+            return self.packed[e]
+        return self.experts_gate_up_proj[e], self.experts_down_proj[e]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [T, hidden] (normed) -> [T, hidden]."""
+        probs = torch.softmax(linear(x, self.gate), dim=-1, dtype=torch.float32)  # [T, E]
+        weights, experts = probs.topk(self.top_k, dim=-1)  # [T, k] each
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        # (token, choice) pairs in expert order; stable, so each expert's tokens stay in token order.
+        order = experts.flatten().argsort(stable=True)  # [T*k]
+        counts = torch.bincount(experts.flatten(), minlength=self.num_experts).tolist()
+        tokens = order // self.top_k  # the token of each sorted pair
+        xs = x[tokens]  # [T*k, hidden], grouped by expert
+        outs = []
+        start = 0
+        for e, n in enumerate(counts):
+            if n == 0:
+                continue
+            gate_up, down = self.expert_weights(e)
+            gate, up = linear(xs[start:start + n], gate_up).chunk(2, dim=-1)
+            outs.append(linear(F.silu(gate) * up, down))
+            start += n
+        scaled = torch.cat(outs) * weights.to(x.dtype).flatten()[order, None]
+        return torch.zeros_like(x).index_add_(0, tokens, scaled)
+
+    def prepack_weights(self) -> None:
+        self.packed = [(prepack(gu), prepack(d)) for gu, d in zip(self.experts_gate_up_proj, self.experts_down_proj)]
+        packed_gate = prepack(self.gate)
+        for name in ("gate", "experts_gate_up_proj", "experts_down_proj"):
+            delattr(self, name)
+        self.gate = packed_gate
+
+
+# Torch ops (views not counted) of one `SparseMoeBlock.forward` outside its expert loop: router linear, softmax,
+# topk, argsort, bincount, tolist, //, gather x[tokens], cat, to(dtype), [order] index, mul, zeros_like,
+# index_add_ = 14; sum and div when norm_topk_prob = 2; per expert that received tokens: gate_up GEMM, silu, mul,
+# down GEMM = 4. roofline.cost.cpu_timing counts the same (it does not import engine).
+MOE_FIXED_OPS = 14
+MOE_NORM_TOPK_OPS = 2
+MOE_OPS_PER_EXPERT = 4
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
@@ -118,8 +200,11 @@ class DecoderLayer(nn.Module):
         # transformers' Llama/Mistral put `attention_bias` on o_proj too; Qwen2 has biases on q/k/v only.
         self.o_bias = param(h) if spec.attention_bias and spec.architecture != "Qwen2ForCausalLM" else None
         self.post_attention_layernorm = param(h)
-        self.gate_up_proj = param(2 * inter, h)  # rows: gate_proj, up_proj
-        self.down_proj = param(h, inter)
+        # Qwen3-MoE: a sparse MoE block in place of every dense MLP (decoder_sparse_step 1, no mlp_only_layers).
+        self.moe = SparseMoeBlock(spec, dtype, device) if spec.is_moe else None
+        if self.moe is None:
+            self.gate_up_proj = param(2 * inter, h)  # rows: gate_proj, up_proj
+            self.down_proj = param(h, inter)
         self.spec = spec
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata,
@@ -139,12 +224,16 @@ class DecoderLayer(nn.Module):
         q, k = apply_rope(qk, cos, sin).split([spec.num_heads, spec.num_kv_heads], dim=1)
         attn = paged_attention(q, k, v, k_cache, v_cache, meta, spec.head_dim ** -0.5)
         x = x + linear(attn, self.o_proj, self.o_bias)
-        gate, up = linear(rms_norm(x, self.post_attention_layernorm, spec.rms_norm_eps),
-                          self.gate_up_proj).chunk(2, dim=-1)
+        normed = rms_norm(x, self.post_attention_layernorm, spec.rms_norm_eps)
+        if self.moe is not None:
+            return x + self.moe(normed)
+        gate, up = linear(normed, self.gate_up_proj).chunk(2, dim=-1)
         return x + linear(F.silu(gate) * up, self.down_proj)
 
     def prepack_weights(self) -> None:
-        for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+        if self.moe is not None:
+            self.moe.prepack_weights()
+        for name in ("qkv_proj", "o_proj") + (("gate_up_proj", "down_proj") if self.moe is None else ()):
             packed = prepack(getattr(self, name))
             delattr(self, name)  # a parameter no more: an opaque oneDNN tensor
             setattr(self, name, packed)

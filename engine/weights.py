@@ -2,7 +2,9 @@
 
 A checkpoint here is an HF model directory: `config.json` (from `ModelSpec.to_hf_config`) plus
 `model.safetensors` with transformers' parameter names, so `transformers.AutoModelForCausalLM` and vLLM load the
-same files the engine runs. The engine fuses q/k/v and gate/up into single matrices (`to_fused`).
+same files the engine runs. The engine fuses q/k/v and gate/up into single matrices (`to_fused`); a Qwen3-MoE
+layer's experts (`mlp.experts.{e}.{gate,up,down}_proj`, transformers' and vLLM's checkpoint names) are stacked into
+[num_experts, ...] tensors, each expert's gate and up fused.
 
     state = random_state_dict(spec, seed=0, dtype=torch.bfloat16)   # transformers names
     save_hf_dir(spec, state, "out/llama-156m")
@@ -20,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.core.model_spec import ModelSpec
-from engine.model import LlamaModel, can_prepack
+from engine.model import LlamaModel, can_prepack, check_supported_moe
 
 # transformers' default `initializer_range` for Llama-family configs: weights ~ N(0, 0.02).
 INIT_STD = 0.02
@@ -41,7 +43,8 @@ def parse_dtype(name: str) -> torch.dtype:
 
 
 def hf_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
-    """transformers' parameter names and shapes for this spec."""
+    """transformers' parameter names and shapes for this spec (MoE: Qwen3-MoE's checkpoint names only)."""
+    check_supported_moe(spec)
     h, q, kv, inter, d = spec.hidden_size, spec.q_size, spec.kv_size, spec.intermediate_size, spec.head_dim
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (spec.vocab_size, h), "model.norm.weight": (h,)}
     if not spec.tie_word_embeddings:
@@ -50,9 +53,16 @@ def hf_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
         p = f"model.layers.{i}."
         shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
                    p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
-                   p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
-                   p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
-                   p + "mlp.down_proj.weight": (h, inter)}
+                   p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q)}
+        if spec.is_moe:  # Qwen3-MoE: the router, then each expert's SwiGLU MLP (the order of the draws)
+            shapes[p + "mlp.gate.weight"] = (spec.num_experts, h)
+            for e in range(spec.num_experts):
+                x = f"{p}mlp.experts.{e}."
+                shapes |= {x + "gate_proj.weight": (inter, h), x + "up_proj.weight": (inter, h),
+                           x + "down_proj.weight": (h, inter)}
+        else:
+            shapes |= {p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                       p + "mlp.down_proj.weight": (h, inter)}
         if spec.attention_bias:
             shapes |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
                        p + "self_attn.v_proj.bias": (kv,)}
@@ -122,8 +132,16 @@ def to_fused(state: dict[str, torch.Tensor], spec: ModelSpec) -> dict[str, torch
         fused[o + "post_attention_layernorm"] = state[p + "post_attention_layernorm.weight"]
         fused[o + "qkv_proj"] = torch.cat([state[a + f"{x}_proj.weight"] for x in "qkv"])
         fused[o + "o_proj"] = state[a + "o_proj.weight"]
-        fused[o + "gate_up_proj"] = torch.cat([state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]])
-        fused[o + "down_proj"] = state[p + "mlp.down_proj.weight"]
+        if spec.is_moe:
+            x = [f"{p}mlp.experts.{e}." for e in range(spec.num_experts)]
+            fused[o + "moe.gate"] = state[p + "mlp.gate.weight"]
+            fused[o + "moe.experts_gate_up_proj"] = torch.stack(
+                [torch.cat([state[e + "gate_proj.weight"], state[e + "up_proj.weight"]]) for e in x])
+            fused[o + "moe.experts_down_proj"] = torch.stack([state[e + "down_proj.weight"] for e in x])
+        else:
+            fused[o + "gate_up_proj"] = torch.cat([state[p + "mlp.gate_proj.weight"],
+                                                   state[p + "mlp.up_proj.weight"]])
+            fused[o + "down_proj"] = state[p + "mlp.down_proj.weight"]
         if spec.attention_bias:
             fused[o + "qkv_bias"] = torch.cat([state[a + f"{x}_proj.bias"] for x in "qkv"])
             if a + "o_proj.bias" in expected:

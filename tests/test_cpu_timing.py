@@ -132,3 +132,46 @@ def test_decode_groups_each_launch_their_ops(cpu, spec):
     one_group = m.step_cost(ones, np.full(16, 100, np.int64), emit)  # 16 x ~100 keys: one group
     three_groups = m.step_cost(ones, np.full(16, 1100, np.int64), emit)  # 16 x ~1100 keys > 2 x 8192
     assert three_groups.num_kernels - one_group.num_kernels == 2 * cpu_timing.DECODE_OPS * spec.num_layers
+
+
+# qwen3-moe-156m's shape (models/qwen3-moe-156m.json): llama-156m's with 16 experts of width 176, top 4.
+MOE_SPEC = ModelSpec.from_path(Path(__file__).resolve().parents[1] / "models" / "qwen3-moe-156m.json")
+
+
+def test_moe_on_cpu_is_the_engines_router_and_expert_loop(cpu):
+    m = _model(MOE_SPEC, cpu)
+    one = m.step_cost(np.array([1]), np.array([10]), np.array([True]))
+    ops = {op.name: op for op in one.ops}
+    layers = MOE_SPEC.num_layers
+    assert ops["router"].num_kernels == layers and ops["moe_experts"].num_kernels == cpu_timing.MOE_FIXED_OPS * layers
+    assert "gate_up_proj" not in ops and "silu_and_mul" not in ops
+    # One token touches its top-4 experts: 4 x (gate_up GEMM + down GEMM on 1 row), their ops' host time, the
+    # bytes around the loop.
+    a, h, i, k = 2.0, MOE_SPEC.hidden_size, MOE_SPEC.intermediate_size, MOE_SPEC.num_experts_per_tok
+    expected = (cpu_timing.gemm_time_s(cpu, 1.0, 2 * i, h, "bf16", 2.0, a, a, groups=k)
+                + cpu_timing.gemm_time_s(cpu, 1.0, h, i, "bf16", 2.0, a, a, groups=k)
+                + cpu_timing.memory_s(cpu, k * (cpu_timing.MOE_ROUTED_HIDDEN_BYTES * h
+                                                + cpu_timing.MOE_SILU_MUL_BYTES * i) * a)
+                + k * cpu_timing.MOE_OPS_PER_EXPERT * cpu.executor.kernel_launch_s)
+    assert ops["moe_experts"].time_s == pytest.approx(layers * expected, rel=1e-9)
+
+
+def test_moe_on_cpu_costs_more_experts_as_the_batch_grows(cpu):
+    m = _model(MOE_SPEC, cpu)
+
+    def experts_s(num_decodes: int) -> float:
+        cost = m.step_cost(np.ones(num_decodes, np.int64), np.full(num_decodes, 64), np.ones(num_decodes, bool))
+        return next(op.time_s for op in cost.ops if op.name == "moe_experts")
+
+    one, four, many = experts_s(1), experts_s(4), experts_s(256)
+    # 4 decodes touch 16 * (1 - (3/4)^4) = 10.9 experts in expectation, 2.7x the weights of one token's 4.
+    assert 2.0 < four / one < 3.0
+    assert many > four
+
+
+def test_moe_fast_path_equals_full_path_on_cpu(cpu):
+    m = _model(MOE_SPEC, cpu)
+    for q, c in ((np.array([1, 1, 1]), np.array([5, 50, 500])), (np.array([1, 37]), np.array([20, 0])),
+                 (np.array([300]), np.array([0]))):
+        e = np.ones(q.size, bool)
+        assert m.step_time_s(q, c, e) == pytest.approx(m.step_cost(q, c, e).total_s, rel=1e-12)

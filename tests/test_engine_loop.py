@@ -98,6 +98,22 @@ def test_measure_writes_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert measured[name]["measured"] == summary[name], name
 
 
+def test_measure_runs_qwen3_moe_and_compare_reads_its_trace(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["measure", "--model", "qwen3-moe-tiny", "--out", str(tmp_path), "--input-len", "8",
+                 "--output-len", "3", "--num-requests", "3", "--request-rate", "inf", "--max-num-seqs", "4",
+                 "--max-num-batched-tokens", "64", "--max-model-len", "64", "--threads", "1",
+                 "--num-gpu-blocks-override", "32", "--json"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["num_requests"] == 3
+    steps, meta = read_trace(tmp_path)
+    assert meta.model["architecture"] == "Qwen3MoeForCausalLM" and meta.model["norm_topk_prob"] and len(steps) > 0
+    profile = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "cpu-profile.yaml"
+    assert main(["compare", "--trace", str(tmp_path), "--hardware", str(profile), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["end_to_end"]["mean_tpot_s"]["predicted"] > 0
+
+
 def test_measure_without_torch_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
@@ -109,6 +125,15 @@ def test_measure_without_torch_says_how_to_install(tmp_path: Path, monkeypatch: 
 def test_measure_rejects_a_bad_engine_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["measure", "--out", str(tmp_path), "--max-num-seqs", "0"]) == 2
     assert "--max-num-seqs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "gpt-oss-20b"])
+def test_measure_refuses_other_moe_models_in_one_line(model: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["measure", "--model", model, "--out", str(tmp_path), "--num-requests", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "(mixture of experts) is not supported by the engine" in err
+    assert "Qwen3MoeForCausalLM" in err
 
 
 def test_warm_up_writes_only_the_reserved_block() -> None:

@@ -117,6 +117,9 @@ class ModelSpec:
     sliding_window: int | None = None
     num_experts: int = 0  # 0 = dense MLP
     num_experts_per_tok: int = 0
+    # Qwen3-MoE: renormalise the top-k router probabilities to sum to 1 (transformers' default false; Qwen3-30B-A3B
+    # sets it). Mixtral's softmax over the top-k logits is the same renormalisation; gpt-oss likewise.
+    norm_topk_prob: bool = True
     torch_dtype: str = "bfloat16"
     bos_token_id: int | None = None
     eos_token_id: int | None = None
@@ -311,6 +314,7 @@ class ModelSpec:
             sliding_window=sliding,
             num_experts=num_experts or 0,
             num_experts_per_tok=topk or 0,
+            norm_topk_prob=bool(config.get("norm_topk_prob", False)) if arch == "Qwen3MoeForCausalLM" else True,
             torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
             bos_token_id=config.get("bos_token_id"),
             eos_token_id=eos,
@@ -381,7 +385,7 @@ class ModelSpec:
             config["num_experts_per_tok"] = self.num_experts_per_tok
         if self.architecture == "Qwen3MoeForCausalLM":
             config.update(num_experts=self.num_experts, moe_intermediate_size=self.intermediate_size,
-                          decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
+                          decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=self.norm_topk_prob)
         if self.architecture == "GptOssForCausalLM":
             config["attention_bias"] = self.attention_bias
         if self.architecture == "MiniMaxM2ForCausalLM":

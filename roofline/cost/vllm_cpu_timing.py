@@ -115,3 +115,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
     assert op.kind == "elementwise", op.kind
     moved = (op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes) / c
     return c * memory_s(hw, moved), VLLM_CPU_OPS.get(op.name, 1)
+
+
+# Record kinds timed here; MoE (vLLM-CPU's fused-MoE path is not modelled) and collectives take the GPU formulas.
+HANDLED_KINDS = ("gemm", "attention_decode", "attention_prefill", "sampling", "elementwise")
