@@ -170,8 +170,8 @@ class SparseMoeBlock(nn.Module):
         self.packed = [(prepack(gu), prepack(d)) for gu, d in zip(self.experts_gate_up_proj, self.experts_down_proj)]
         packed_gate = prepack(self.gate)
         for name in ("gate", "experts_gate_up_proj", "experts_down_proj"):
-            delattr(self, name)
-        self.gate = packed_gate
+            delattr(self, name)  # parameters no more: opaque oneDNN tensors
+        setattr(self, "gate", packed_gate)
 
 
 # Torch ops (views not counted) of one `SparseMoeBlock.forward` outside its expert loop: router linear, softmax,
