@@ -189,6 +189,13 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: float, context_tokens: 
                        hw.efficiency.memory_efficiency, dtype)
 
 
+def gemm_record_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, dtype: str) -> Any:
+    """One instance of a `gemm` record as a oneDNN call (both CPU executors run their projections so)."""
+    m, n, k, _ = op.shape
+    in_bytes = 1.0 if dtype in _EIGHT_BIT else quant.act_bytes
+    return gemm_time_s(hw, m, n, k, dtype, op.weight_bytes / (op.count * n * k), in_bytes, quant.act_bytes)
+
+
 def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[Any, int]:
     """Seconds of one record (all its `count` instances; shapes may hold arrays of token counts) and the torch
     ops of one instance. Attention records must come from `attention_records` (CPU shapes). The MoE
@@ -198,9 +205,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
     dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
     if op.kind == "gemm":
         m, n, k, _ = op.shape
-        eight = dtype in _EIGHT_BIT
-        t = gemm_time_s(hw, m, n, k, dtype, op.weight_bytes / (c * n * k), 1.0 if eight else quant.act_bytes,
-                        quant.act_bytes)
+        t = gemm_record_time_s(hw, op, quant, dtype)
         if op.name == "lm_head":  # gather the sampled rows, logits to fp32
             t = t + memory_s(hw, m * k * 2 * quant.act_bytes + m * n * LOGITS_TO_FP32_BYTES)
         return c * t, ENGINE_TORCH_OPS.get(op.name, 1)

@@ -52,13 +52,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from roofline.cost.cpu_timing import attention_s, gemm_time_s, memory_s
+from roofline.cost.cpu_timing import attention_s, gemm_record_time_s, memory_s
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.ops import BatchStats, OpRecord, RankShape
 from roofline.cost.ops import attention_records as gpu_attention_records
 from roofline.cost.quant import QuantConfig
-
-_EIGHT_BIT = ("fp8", "int8")
 
 # Dispatched ops (inductor kernels, opaque custom-op calls, eager runner ops) per instance of each operator record
 # of `roofline.cost.ops` (see the module docstring for the sources); GEMMs not named here: one onednn_mm each.
@@ -98,9 +96,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
     dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
     if op.kind == "gemm":
         m, n, k, _ = op.shape
-        eight = dtype in _EIGHT_BIT
-        t = gemm_time_s(hw, m, n, k, dtype, op.weight_bytes / (c * n * k), 1.0 if eight else quant.act_bytes,
-                        quant.act_bytes)
+        t = gemm_record_time_s(hw, op, quant, dtype)
         if op.name == "lm_head":  # hidden_states[logits_indices]: the emitting rows read and written
             t = t + memory_s(hw, m * k * 2 * quant.act_bytes)
         return c * t, VLLM_CPU_OPS.get(op.name, 1)
