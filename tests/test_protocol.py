@@ -81,7 +81,7 @@ def test_buckets_are_exact_below_64_tokens_then_a_sixteenth_of_an_octave() -> No
 
 def test_identical_repeats_have_a_zero_floor(base_trace: Path, tmp_path: Path) -> None:
     root = make_set(tmp_path / "set", base_trace, [1.0, 1.0, 1.0])
-    floor = noise_floor_of_repeats(load_traces(root))
+    floor, _ = noise_floor_of_repeats(load_traces(root))
     steps = floor["steps"]
     assert floor["num_repeats"] == 3 and steps["num_steps"] == steps["num_steps_in_repeats"] > 0
     assert steps["max_abs_rel_err"] == 0.0
@@ -92,7 +92,7 @@ def test_each_repeat_is_predicted_by_the_others_pooled(base_trace: Path, tmp_pat
     # Factors 1, 2, 4: repeat 1 is predicted by the median of {2x, 4x} per shape (3x, +200 %), repeat 2 by {1x, 4x}
     # (2.5x, +25 %), repeat 3 by {1x, 2x} (1.5x, -62.5 %); a shape's steps of the other repeats pool into one median.
     root = make_set(tmp_path / "set", base_trace, [1.0, 2.0, 4.0])
-    floor = noise_floor_of_repeats(load_traces(root))
+    floor, _ = noise_floor_of_repeats(load_traces(root))
     per_repeat = {r["repeat"]: r for r in floor["steps"]["per_repeat"]}
     assert per_repeat["repeat-1"]["mean_rel_err"] == pytest.approx(2.0)
     assert per_repeat["repeat-2"]["mean_rel_err"] == pytest.approx(0.25)

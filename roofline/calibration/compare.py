@@ -45,7 +45,6 @@ from roofline.calibration.protocol import (
     STEP_KINDS,
     error_stats,
     format_noise_floor,
-    leave_one_repeat_out,
     noise_floor_of_repeats,
     oracle_pairs,
     per_shape_medians,
@@ -195,8 +194,7 @@ def compare_repeats(traces: Sequence[Trace], hw: HardwareProfile, e2e: bool = Tr
     the repeats' median next to their spread."""
     tables = [step_table(t, hw).assign(repeat=t.name) for t in traces]
     table = pd.concat(tables, ignore_index=True)
-    floor = noise_floor_of_repeats(traces)
-    _, pairs = leave_one_repeat_out(traces)
+    floor, pairs = noise_floor_of_repeats(traces)
     covered = pd.concat([t.iloc[p["row"].to_numpy()] for t, p in zip(tables, pairs)], ignore_index=True)
     summary: dict[str, Any] = {
         "trace": str(traces[0].path.parent), "hardware": hw.id, "model": traces[0].spec.name,

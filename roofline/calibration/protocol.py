@@ -4,7 +4,7 @@ measurements, pooled per shape, and the noise floor left one repeat out.
     roofline measure --out traces/a --repeats 3 ...            # three repeats of workload A in one engine session
     roofline measure --out traces/a --append ...               # one more repeat of A, e.g. after one of B
     traces = load_traces("traces/a")                           # [Trace] of every repeat (a plain trace: [it])
-    floor = noise_floor_of_repeats(traces)                     # leave-one-repeat-out, pooled per shape
+    floor, _ = noise_floor_of_repeats(traces)                  # leave-one-repeat-out, pooled per shape
 
 A host like this project's CI machine changes speed by 10-35 % between runs a minute apart (memory-bandwidth
 contention from its neighbours), so one run's per-shape medians predict a repeat a minute later no better than a
@@ -150,18 +150,19 @@ def end_to_end_spread(traces: Sequence[Trace]) -> dict[str, Any]:
     return out
 
 
-def noise_floor_of_repeats(traces: Sequence[Trace]) -> dict[str, Any]:
-    """The leave-one-repeat-out step-time floor and the end-to-end spread of a repeat set (two repeats at least)."""
+def noise_floor_of_repeats(traces: Sequence[Trace]) -> tuple[dict[str, Any], list[pd.DataFrame]]:
+    """The leave-one-repeat-out step-time floor and the end-to-end spread of a repeat set (two repeats at least),
+    and the per-repeat pairs the floor was computed on (`leave_one_repeat_out`)."""
     if len(traces) < 2:
         raise UserError(f"{traces[0].path if traces else 'the trace'}: the noise floor across repeats needs at least "
                         "two repeats of the workload (roofline measure --repeats N, or --append)")
     check_same_workload(traces)
-    steps, _ = leave_one_repeat_out(traces)
+    steps, pairs = leave_one_repeat_out(traces)
     return {"method": "leave one repeat out: each repeat's steps predicted by the median time of the steps of "
                       "the same shape in the other repeats pooled (roofline.calibration.protocol)",
             "num_repeats": len(traces), "repeats": [t.name for t in traces],
             "min_group_steps": MIN_OTHER_REPEAT_STEPS, "buckets_per_octave": BUCKETS_PER_OCTAVE,
-            "steps": steps, "end_to_end": end_to_end_spread(traces)}
+            "steps": steps, "end_to_end": end_to_end_spread(traces)}, pairs
 
 
 def format_noise_floor(floor: dict[str, Any], indent: str = "  ") -> list[str]:
@@ -280,6 +281,6 @@ def record_repeat(path: Path, repeat_dir: Path, started: datetime) -> dict[str, 
     (path / PROTOCOL_FILE).write_text(to_json(protocol))
     if len(traces) < 2:
         return None
-    floor = noise_floor_of_repeats(traces)
+    floor, _ = noise_floor_of_repeats(traces)
     (path / NOISE_FLOOR_FILE).write_text(to_json(floor))
     return floor
