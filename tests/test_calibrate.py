@@ -18,6 +18,8 @@ import yaml
 from profiles import TEST_CPU_PROFILE
 
 from roofline.calibration.calibrate import (
+    DEFAULT_TRACE_PARAMS,
+    EXERCISED_MIN_STEPS,
     calibrate_on_op_tables,
     calibrate_on_traces,
     check_params,
@@ -146,3 +148,31 @@ def test_op_table_fit_generalizes_to_held_out_shapes() -> None:
 def test_a_fitted_trace_cannot_be_held_out(setup: dict[str, Path]) -> None:
     with pytest.raises(UserError, match="held-out data must be another workload"):
         calibrate_on_traces(load_profile(setup["start"]), [load_trace(setup["a"])], [load_trace(setup["a"])], PARAMS)
+
+
+def test_default_fit_holds_the_parameters_the_steps_do_not_exercise(setup: dict[str, Path], tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    start = load_profile(setup["start"])
+    report = calibrate_on_traces(start, [load_trace(setup["a"])], [load_trace(setup["b"])])
+    params = report.parameters
+    assert set(params) == set(DEFAULT_TRACE_PARAMS)
+    efficiencies = [n for n in params if n.startswith("efficiency.")]
+    assert all(0.0 <= params[n]["exercised_steps"] <= 1.0 for n in efficiencies)
+    assert all(params[n]["exercised_steps"] is None and params[n]["fitted"] for n in params if n not in efficiencies)
+    held = [n for n in efficiencies if not params[n]["fitted"]]
+    # 40-token prompts: attention is a sliver of every step; the GEMMs carry the prefills
+    assert "efficiency.attention_compute_efficiency" in held
+    assert params["efficiency.gemm_compute_efficiency"]["fitted"]
+    for name in held:
+        assert params[name]["exercised_steps"] < EXERCISED_MIN_STEPS
+        assert params[name]["after"] == params[name]["before"]
+    named = calibrate_on_traces(start, [load_trace(setup["a"])], [], list(DEFAULT_TRACE_PARAMS)).parameters
+    assert all(v["fitted"] for v in named.values())  # named parameters are all fitted
+
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--hardware", str(setup["start"]), "--trace", str(setup["a"]), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "efficiency.attention_compute_efficiency" in text and "held: moves >= 5% of the step time in" in text
+    sources = yaml.safe_load(out.read_text())["sources"]
+    assert "efficiency.attention_compute_efficiency" not in sources
+    assert "fitted by roofline calibrate" in sources["efficiency.gemm_compute_efficiency"]

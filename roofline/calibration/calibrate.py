@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from roofline.calibration.compare import cost_model_for, predict_step_times
-from roofline.calibration.fit import Predict, fit, get_param, predict_table
+from roofline.calibration.fit import Predict, Sample, fit, get_param, group_samples, predict_table, with_params
 from roofline.calibration.protocol import error_stats, is_repeat_set, leave_one_repeat_out, stats_by_kind, step_kinds
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
@@ -88,6 +88,13 @@ DEFAULT_MAX_FIT_STEPS = 400
 # and a log-normal prior of one decade (sigma = ln 10) around the starting profile's values, so a parameter that
 # the training workload barely exercises (attention compute in short prompts) keeps its physical value.
 TRACE_PRIOR_SCALE = 0.1 / math.log(10)
+# Of the default parameters, a step-trace fit moves only those the training steps exercise: a parameter whose
+# operators carry at least EXERCISED_SENSITIVITY of the predicted step time (|d log t / d log p|, at the starting
+# profile) in at least EXERCISED_MIN_STEPS of the fitted steps. Otherwise its value is held: with a handful of
+# steps that depend on it, it would absorb what the model does not describe of the others (measured: fitted on
+# prompts of at most 512 tokens, vLLM-CPU's attention efficiencies fell 3-4x and over-charged longer contexts).
+EXERCISED_SENSITIVITY = 0.05
+EXERCISED_MIN_STEPS = 0.05
 
 METHOD = ("roofline.calibration.fit: soft-L1 (f_scale 0.1) on log(predicted / measured), coordinate search then "
           "Levenberg-Marquardt, parameters in log space within the profile's bounds; step traces: plus a "
@@ -102,7 +109,8 @@ class CalibrationReport:
     source: str  # "step_traces" | "op_tables"
     fitted_on: list[dict[str, Any]]
     held_out: list[dict[str, Any]]
-    parameters: dict[str, dict[str, float]]  # dotted name -> {"before": .., "after": ..} (SI units)
+    # dotted name -> {"before": .., "after": .. (SI units), "fitted": bool, "exercised_steps": fraction or None}
+    parameters: dict[str, dict[str, Any]]
     error: dict[str, dict[str, Any]]  # "train" / "test" -> "before" / "after" -> error stats (+ by kind)
     fit_seconds: float  # wall time of the fit (not written to the profile: outputs stay byte-stable)
 
@@ -187,13 +195,33 @@ def fit_rows(num_steps: int, max_steps: int, seed: int = SPLIT_SEED) -> np.ndarr
     return np.sort(np.random.default_rng(seed).choice(num_steps, size=max_steps, replace=False))
 
 
+def exercised_steps(hw: HardwareProfile, samples: Sequence[Sample], names: Sequence[str],
+                    predict: Predict) -> dict[str, float]:
+    """For each parameter, the fraction of the samples whose predicted time moves by at least
+    `EXERCISED_SENSITIVITY` times a small relative change of it (1 %, downwards: efficiencies may sit at their
+    upper bound 1), at `hw`'s values."""
+    groups = group_samples(samples)
+
+    def predicted(profile: HardwareProfile) -> np.ndarray:
+        return np.concatenate([predict(profile, kind, frame) for kind, (frame, _) in groups.items()])
+
+    base = predicted(hw)
+    out = {}
+    for name in names:
+        moved = predicted(with_params(hw, {name: get_param(hw, name) * 0.99}))
+        sensitivity = np.abs(np.log(moved / base)) / -math.log(0.99)
+        out[name] = float(np.mean(sensitivity >= EXERCISED_SENSITIVITY))
+    return out
+
+
 def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Sequence[Trace] = (),
-                        params: Sequence[str] = DEFAULT_TRACE_PARAMS,
+                        params: Sequence[str] | None = None,
                         max_fit_steps: int = DEFAULT_MAX_FIT_STEPS,
                         prior_scale: float = TRACE_PRIOR_SCALE) -> CalibrationReport:
     """Fit `params` on the steps of the `train` traces (at most `max_fit_steps` in all, an equal seeded sample
     of each trace), a MAP fit with `prior_scale` (see `roofline.calibration.fit.fit`); report errors on all steps of `train`
-    and of the held-out `test`."""
+    and of the held-out `test`. `params` None: the `DEFAULT_TRACE_PARAMS` that the fitted steps exercise
+    (`exercised_steps`); the others keep their values and are reported as held. Named `params` are all fitted."""
     if not train:
         raise UserError("--trace: give at least one trace to fit on")
     fitted_dirs = {t.path.resolve() for t in train}
@@ -202,7 +230,7 @@ def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Seque
             raise UserError(f"--test-trace {trace.path}: is also a --trace; held-out data must be another workload")
     if max_fit_steps < len(train):
         raise UserError(f"--max-fit-steps: must be at least the number of traces ({len(train)}), got {max_fit_steps}")
-    names = check_params(params)
+    names = check_params(DEFAULT_TRACE_PARAMS if params is None else params)
     per_trace = max_fit_steps // len(train)
     samples = []
     for i, trace in enumerate(train):
@@ -210,7 +238,15 @@ def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Seque
         samples += [(f"trace{i}", {"row": int(row)}, float(durations[row]))
                     for row in fit_rows(len(durations), per_trace)]
     started = time.perf_counter()
-    result = fit(samples, hw, names, predict=_trace_predictor(train), prior_scale=prior_scale)
+    predict = _trace_predictor(train)
+    efficiencies = [n for n in names if n.startswith("efficiency.")]
+    exercised = exercised_steps(hw, samples, efficiencies, predict) if params is None else {}
+    fitted = [n for n in names if exercised.get(n, 1.0) >= EXERCISED_MIN_STEPS]
+    if not fitted:
+        raise UserError(f"--trace: the fitted steps exercise none of the parameters {', '.join(names)} (each moves "
+                        f"less than {EXERCISED_SENSITIVITY:.0%} of the step time in {EXERCISED_MIN_STEPS:.0%} of "
+                        f"the steps); name them with --params to fit them anyway")
+    result = fit(samples, hw, fitted, predict=predict, prior_scale=prior_scale)
     seconds = time.perf_counter() - started
     error: dict[str, dict[str, Any]] = {"train": {"before": trace_errors(train, hw),
                                                   "after": trace_errors(train, result.profile)}}
@@ -221,7 +257,8 @@ def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Seque
         floors = held_out_noise_floors(test, hw, result.profile)
         if floors:
             error["test"]["noise_floor"] = floors
-    parameters = {n: {"before": get_param(hw, n), "after": get_param(result.profile, n)} for n in names}
+    parameters = {n: {"before": get_param(hw, n), "after": get_param(result.profile, n), "fitted": n in fitted,
+                      "exercised_steps": exercised.get(n)} for n in names}
     return CalibrationReport(profile=result.profile, source="step_traces",
                              fitted_on=[{**describe_trace(t, hw), "num_fit_steps": min(len(t.steps), per_trace)}
                                         for t in train], held_out=[describe_trace(t, hw) for t in test],
@@ -333,7 +370,9 @@ def calibrated_profile_dict(original: dict[str, Any], report: CalibrationReport,
     data = dict(original)
     sections = {"efficiency": report.profile.efficiency.to_dict(), "executor": report.profile.executor.to_dict()}
     sources = dict(data["sources"])
-    for name in report.parameters:
+    for name, value in report.parameters.items():
+        if not value.get("fitted", True):
+            continue
         section, field = name.split(".")
         key = _yaml_key(sections[section], field)
         data[section] = {**(data.get(section) or {}), key: sections[section][key]}

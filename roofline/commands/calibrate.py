@@ -25,6 +25,8 @@ from typing import Any
 from roofline.calibration.calibrate import (
     DEFAULT_MAX_FIT_STEPS,
     DEFAULT_TRACE_PARAMS,
+    EXERCISED_MIN_STEPS,
+    EXERCISED_SENSITIVITY,
     TRACE_PRIOR_SCALE,
     CalibrationReport,
     calibrate_on_op_tables,
@@ -54,7 +56,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--test-trace", type=Path, nargs="+", action="extend", default=[], metavar="DIR",
                         help="held-out step traces (a different workload) to report the error on")
     parser.add_argument("--params", default=None,
-                        help=f"comma-separated parameters to fit on traces (default: {','.join(DEFAULT_TRACE_PARAMS)})")
+                        help=f"comma-separated parameters to fit on traces, all of them (default: those of "
+                             f"{','.join(DEFAULT_TRACE_PARAMS)} that the fitted steps exercise; the others are held "
+                             f"and reported)")
     parser.add_argument("--max-fit-steps", type=int, default=None,
                         help=f"steps the trace fit uses at most, sampled per trace (default: {DEFAULT_MAX_FIT_STEPS})")
     parser.add_argument("--prior-scale", type=float, default=None,
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         tables, source = _op_tables(args.op_tables)
         report = calibrate_on_op_tables(hw, tables, source)
     else:
-        params = DEFAULT_TRACE_PARAMS if args.params is None else [p.strip() for p in args.params.split(",")]
+        params = None if args.params is None else [p.strip() for p in args.params.split(",")]
         max_fit_steps = DEFAULT_MAX_FIT_STEPS if args.max_fit_steps is None else args.max_fit_steps
         prior_scale = TRACE_PRIOR_SCALE if args.prior_scale is None else args.prior_scale
         if not prior_scale >= 0:
@@ -118,9 +122,14 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def format_report(report: CalibrationReport) -> str:
-    lines = [f"fitted {len(report.parameters)} parameters on {report.source} in {report.fit_seconds:.1f} s:"]
+    fitted = [n for n, v in report.parameters.items() if v.get("fitted", True)]
+    lines = [f"fitted {len(fitted)} parameters on {report.source} in {report.fit_seconds:.1f} s:"]
     for name, v in report.parameters.items():
-        lines.append(f"  {name:<45} {v['before']:.4g} -> {v['after']:.4g}")
+        if v.get("fitted", True):
+            lines.append(f"  {name:<45} {v['before']:.4g} -> {v['after']:.4g}")
+        else:
+            lines.append(f"  {name:<45} {v['before']:.4g} held: moves >= {EXERCISED_SENSITIVITY:.0%} of the step "
+                         f"time in {v['exercised_steps']:.1%} of the fitted steps (< {EXERCISED_MIN_STEPS:.0%})")
     executors = sorted({t["executor"] for t in report.fitted_on + report.held_out if "executor" in t})
     if executors:
         lines.append(f"executor description: {', '.join(executors)}")
