@@ -32,6 +32,7 @@ and freed in a few array operations, not one Python step per block (the simulato
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import overload
 
 import numpy as np
 
@@ -67,11 +68,35 @@ class KVCacheBlock:
         return f"KVCacheBlock({self.block_id}, ref_cnt={self.ref_cnt}, hash={self.block_hash})"
 
 
+class _BlockViews(Sequence[KVCacheBlock]):
+    """`pool.blocks[i]`: block `i`'s view, made on first use (`BlockPool._view`)."""
+
+    __slots__ = ("_pool",)
+
+    def __init__(self, pool: BlockPool) -> None:
+        self._pool = pool
+
+    def __len__(self) -> int:
+        return self._pool.num_blocks
+
+    @overload
+    def __getitem__(self, index: int) -> KVCacheBlock: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[KVCacheBlock]: ...
+    def __getitem__(self, index: int | slice) -> KVCacheBlock | list[KVCacheBlock]:
+        if isinstance(index, slice):
+            return [self._pool._view(i) for i in range(*index.indices(self._pool.num_blocks))]
+        return self._pool._view(range(self._pool.num_blocks)[index])
+
+
 class BlockPool:
     def __init__(self, num_blocks: int) -> None:
         assert num_blocks >= 2
         self.num_blocks = num_blocks
-        self.blocks = [KVCacheBlock(i, self) for i in range(num_blocks)]
+        # Views are made on first use: a GPU pool holds up to ~10^6 blocks, and building every view up front cost
+        # ~0.5 s per simulation while a run touches a fraction of them.
+        self._views: list[KVCacheBlock | None] = [None] * num_blocks
+        self.blocks = _BlockViews(self)
         self.null_block = self.blocks[0]
         self.ref_cnt = np.zeros(num_blocks, np.int64)
         self.block_hash = np.full(num_blocks, NO_HASH, np.int64)
@@ -91,6 +116,13 @@ class BlockPool:
         # Stale entries are dropped all at once when the map outgrows this (sim_speed, 10,000 requests: 61
         # rebuilds of ~54k entries at 2 x num_blocks, 4.76-5.57 s; 8 x: 4.57-4.81 s, alternating in one process).
         self._max_entries = 8 * num_blocks + 1024
+
+    def _view(self, block_id: int) -> KVCacheBlock:
+        """The one `KVCacheBlock` of `block_id` (made on first use, then the same object)."""
+        block = self._views[block_id]
+        if block is None:
+            block = self._views[block_id] = KVCacheBlock(block_id, self)
+        return block
 
     # ---- counts ----
     @property
@@ -311,10 +343,11 @@ class BlockPool:
     # ---- the same on KVCacheBlock objects ----
     def get_cached_block(self, block_hash: int) -> KVCacheBlock | None:
         block_id = self.lookup(block_hash)
-        return None if block_id is None else self.blocks[block_id]
+        return None if block_id is None else self._view(block_id)
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        return [self.blocks[i] for i in self.allocate(num_blocks)]
+        view = self._view
+        return [view(i) for i in self.allocate(num_blocks)]
 
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         self.touch_ids([b.block_id for b in blocks])
