@@ -83,6 +83,25 @@ def test_hybrid_bulk_breakdown_equals_step_cost() -> None:
         assert model.step_time_s(*step) == pytest.approx(cost.total_s, rel=1e-12)
 
 
+def test_hybrid_fast_path_equals_the_records_bit_for_bit() -> None:
+    """The simulator's step time of a hybrid model (full and sliding layers) on a GPU takes the attention shapes
+    directly, `_records_attention_s` from the records `step_cost` builds: the same floats and kernels, decode-only
+    and mixed steps; a decode-only step's two entry points agree."""
+    model = _model("gpt-oss-120b", tp=2)
+    rng = np.random.default_rng(0)
+    for i in range(200):
+        n = int(rng.integers(1, 64))
+        context = rng.integers(0, 20000, size=n)
+        query = np.ones(n, dtype=np.int64)
+        if i % 2:
+            query[0] = int(rng.integers(2, 4000))
+        else:
+            assert model.decode_step_time_s(context) == model.step_time_s(query, context, query > 0)
+        stats = model._stats(query, context, query > 0)
+        assert stats.sliding is not None
+        assert model._attention_s(stats) == model._records_attention_s(stats)
+
+
 def test_minimax_q_k_norm_all_reduces_under_tensor_parallelism() -> None:
     spec = load_model("minimax-m2.5")
     quant = resolve_for_model(QuantConfig.from_user(), spec)

@@ -227,21 +227,20 @@ class BatchStats:
                              hybrid: bool = False) -> "BatchStats":
         """`from_arrays` of a step of decodes only (one query token each, every one emitting), from their context
         lengths: the same numbers, two reductions."""
-        if hybrid and sliding_window:
-            return replace(cls.from_decode_contexts(context_lens, None),
-                           sliding=cls.from_decode_contexts(context_lens, sliding_window))
         c = context_lens
         n = int(c.size)
-        if sliding_window:
-            decode_pairs = float(_sum(np.minimum(c + 1, sliding_window)))
+        sliding = cls.from_decode_contexts(c, sliding_window) if hybrid and sliding_window else None
+        window = None if sliding is not None else sliding_window  # a hybrid model's full layers see every key
+        if window:
+            decode_pairs = float(_sum(np.minimum(c + 1, window)))
         else:
             decode_pairs = float(_sum(c)) + n
         max_keys = 0.0
         if n:
             max_keys = float(_max(c)) + 1.0
-            max_keys = min(max_keys, float(sliding_window)) if sliding_window else max_keys
+            max_keys = min(max_keys, float(window)) if window else max_keys
         return cls(num_tokens=n, num_emits=n, num_decode_seqs=n, decode_pairs=decode_pairs,
-                   decode_max_keys=max_keys)
+                   decode_max_keys=max_keys, sliding=sliding)
 
     @staticmethod
     def _prefill_sums(qs: list[int], cs: list[int], sliding_window: int | None, q_tile: float) -> dict[str, Any]:

@@ -859,21 +859,25 @@ class StepCostModel:
     def _attention_s(self, s: BatchStats) -> tuple[float, int]:
         """Time and kernels of the attention records of `s`, as `op_cost` computes them (same formulas, same
         arguments: `roofline.cost.ops.attention_records`)."""
-        if self.hw.kind == "cpu" or s.sliding is not None:
+        if self.hw.kind == "cpu":
             return self._records_attention_s(s)
         r, hw, dtype = self.rank, self.hw, self.quant.act_dtype
+        # A hybrid model's full layers (`s`'s own fields), then its sliding layers (`s.sliding`): the records' order.
+        parts = [(r.layers - r.sliding_layers, s), (r.sliding_layers, s.sliding)] \
+            if s.sliding is not None and r.sliding_layers else [(r.layers, s)]
         t, kernels = 0.0, 0
-        if s.num_prefill_seqs:
-            shape = prefill_attention_shape(r.heads, r.kv_heads, r.head_dim, self._q_tile, s.prefill_tokens,
-                                            s.prefill_pairs, s.prefill_q_tiles, s.prefill_pad_pairs,
-                                            s.prefill_kv_tokens, self._q_token, self._kv_token, self._attn_kernels)
-            t += float(r.layers * attention_prefill_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8"))
-            kernels += r.layers
-        if s.num_decode_seqs:
-            shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, s.num_decode_seqs, s.decode_pairs,
-                                           self._q_token, self._kv_token, self._attn_kernels)
-            t += float(r.layers * attention_decode_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8"))
-            kernels += r.layers
+        for layers, p in parts:
+            if p.num_prefill_seqs:
+                shape = prefill_attention_shape(r.heads, r.kv_heads, r.head_dim, self._q_tile, p.prefill_tokens,
+                                                p.prefill_pairs, p.prefill_q_tiles, p.prefill_pad_pairs,
+                                                p.prefill_kv_tokens, self._q_token, self._kv_token, self._attn_kernels)
+                t += float(layers * attention_prefill_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8"))
+                kernels += layers
+            if p.num_decode_seqs:
+                shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, p.num_decode_seqs, p.decode_pairs,
+                                               self._q_token, self._kv_token, self._attn_kernels)
+                t += float(layers * attention_decode_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8"))
+                kernels += layers
         return t, kernels
 
     def _padded_tokens(self, num_tokens: int) -> int:
@@ -912,8 +916,7 @@ class StepCostModel:
         return attention_records(self.rank, s, self.quant, self._attn_kernels)
 
     def _records_attention_s(self, s: BatchStats) -> tuple[float, int]:
-        """`_attention_s` from the records (a CPU; a hybrid model's full and sliding layers): the same records and
-        formulas as `step_cost`."""
+        """`_attention_s` from the records (a CPU's engine kernels): the same records and formulas as `step_cost`."""
         t, kernels = 0.0, 0
         k = self.hw.executor.kernels_per_elementwise_op
         for op in self._attention_records(s):
