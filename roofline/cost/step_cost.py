@@ -16,7 +16,9 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   take the fastest (tile, split-K) of the family's tiles (`GemmKernels`: cuBLAS's SM90 tiles on Hopper and
   Blackwell, its SM80 mma.sync tiles on Ada) x `GEMM_SPLITS`; 8-bit GEMMs (vLLM CUTLASS fp8) use the family's
   fixed dispatch on m (and on n on Ada), with their own efficiency, tile cost and memory efficiency, and
-  their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). Plus kernel_fixed_s. On
+  their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). NVFP4 linear layers run
+  FlashInfer's CuTe-DSL kernel with its untuned tactic (`cutedsl_fp4_tactic`) after a grid-stride fp4
+  quantization kernel (`fp4_act_quant_time_s`). Plus kernel_fixed_s. On
   Blackwell and Ada a 16-bit split-K GEMM is followed by a reduction kernel
   (`GemmKernels.split_k_reduction_kernel`).
 - Attention prefill: work tiles run in waves over the SMs, as the family's kernels cut them
@@ -308,9 +310,76 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
         return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0, act_bytes, eff_scale=scale) \
             + act_quant_time_s(hw, m, k, act_bytes)
     if dtype == "fp4":
-        return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 0.5 + 1.0 / 16, act_bytes,
-                           eff_scale=hw.efficiency.gemm_fp4_factor) + act_quant_time_s(hw, m, k, act_bytes)
+        return cutedsl_fp4_gemm_time_s(hw, m, n, k, weight_bytes_per_param, act_bytes) \
+            + fp4_act_quant_time_s(hw, m, k, act_bytes)
     return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, act_bytes, act_bytes)
+
+
+# NVFP4 dense GEMM as vLLM 0.24-0.32 runs it on SM100 (FlashInferCuteDslNvFp4LinearKernel ->
+# flashinfer.mm_fp4(backend="cute-dsl"), Sm100BlockScaledPersistentDenseGemmKernel). Untuned (no autotuner
+# cache: the operator tables and any shape the warm-up did not tune), FlashInfer picks the tactic analytically,
+# flashinfer/gemm/kernels/utils.py `_compute_tactic_for_m` (FlashInfer PR #2940 and #3667, 2026-04/06): m is
+# bucketed to the next power of two (at most 4096); for m <= 32 with n % 8 == 0 A and B are swapped (the kernel's
+# rows are n, its columns the m tokens); among these (tile rows, tile cols) MMA tilers the one with the best score
+# m_tiles*n_tiles * n_eff * tile_tp / (tile_m * waves) wins (n_eff: column padding; tile_tp = sqrt(area / 256^2) *
+# (short / long side)^0.25, times 0.5 for tiles larger than 128x128 when k <= 1024, 0.8 when k <= 2048; tiles
+# narrower than 64 columns only where they hold all columns). 256-row tilers are 2-CTA MMAs: two SMs of 128 rows.
+CUTEDSL_FP4_TILES: tuple[tuple[int, int], ...] = ((128, 8), (128, 16), (128, 32), (128, 64), (256, 64), (128, 128),
+                                                   (256, 128), (128, 192), (256, 192), (128, 256), (256, 256))
+_CUTEDSL_FP4_MAX_M_BUCKET = 4096
+_NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16  # E2M1 values and one E4M3 scale per 16
+
+
+def cutedsl_fp4_tactic(m: Any, n: Any, k: Any, sms: int) -> tuple[Any, Any, Any]:
+    """(tile rows, tile cols, swap_ab) FlashInfer's untuned mm_fp4 cute-dsl heuristic picks, per element (the
+    rows and columns are the kernel's: n and m when swapped)."""
+    m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
+    rep_m = np.minimum(2.0 ** np.ceil(np.log2(np.maximum(m, 1.0))), _CUTEDSL_FP4_MAX_M_BUCKET)
+    swap = (n % 8 == 0) & (rep_m <= 32) & (n > rep_m)
+    prob_m, prob_n = np.where(swap, n, rep_m), np.where(swap, rep_m, n)
+    penalty = np.where(k <= 1024, 0.5, np.where(k <= 2048, 0.8, 1.0))
+    best = np.full(np.broadcast(m, n, k).shape, -1.0)
+    tile_m, tile_n = np.full(best.shape, 128.0), np.full(best.shape, 128.0)
+    for tm, tn in CUTEDSL_FP4_TILES:
+        n_tiles = np.ceil(prob_n / tn)
+        tile_tp = math.sqrt(tm * tn / 256.0 ** 2) * (min(tm, tn) / max(tm, tn)) ** 0.25
+        ns = prob_n / (n_tiles * tn) * tile_tp * (penalty if tm * tn > 128 * 128 else 1.0)
+        ctas = np.ceil(prob_m / tm) * n_tiles
+        score = prob_m * ctas * ns / (tm * np.ceil(ctas / sms) * sms)
+        score = np.where((tn < 64) & (prob_n > tn), -np.inf, score)
+        better = score > best  # strict: the first of equal scores wins, as in FlashInfer's loop
+        best, tile_m, tile_n = np.where(better, score, best), np.where(better, tm, tile_m), np.where(better, tn, tile_n)
+    return tile_m, tile_n, swap
+
+
+def cutedsl_fp4_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weight_bytes_per_param: float,
+                            out_bytes: float) -> Any:
+    """The NVFP4 GEMM kernel (tactic: `cutedsl_fp4_tactic`): a persistent kernel whose 128-row CTA tiles (a
+    256-row tiler is two) run in waves over the SMs, each 2*128*tile_cols*(k + gemm_fp8_tile_fixed_k) FLOPs at
+    gemm_fp8_compute_efficiency * gemm_fp4_factor of the fp4 peak per SM; bytes (fp4 activations and weights with
+    their scales, the 16-bit output) at gemm_fp8_memory_efficiency; overlapped as `_overlap`; plus kernel_fixed_s."""
+    e = hw.efficiency
+    sms = hw.num_compute_units
+    tile_m, tile_n, swap = cutedsl_fp4_tactic(m, n, k, sms)
+    rows, cols = np.where(swap, n, m), np.where(swap, m, n)
+    ctas = np.ceil(rows / tile_m) * np.ceil(cols / tile_n) * (tile_m / 128.0)
+    per_sm = hw.peak_flops("fp4") * e.gemm_fp8_compute_efficiency * e.gemm_fp4_factor / sms
+    k_blocks = np.ceil(np.asarray(k, dtype=np.float64) / _K_BLOCK) * _K_BLOCK
+    tc = np.ceil(ctas / sms) * 2.0 * 128.0 * tile_n * (k_blocks + e.gemm_fp8_tile_fixed_k) / per_sm
+    moved = m * k * _NVFP4_BYTES_PER_ELEMENT + n * k * weight_bytes_per_param + m * n * out_bytes
+    share = np.minimum(ctas / (e.gemm_fp4_saturation_fraction * sms), 1.0)
+    tm = moved / (_bandwidth(hw) * e.gemm_fp8_memory_efficiency * share)
+    t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.gemm_fp4_fixed_s
+    return float(t) if np.ndim(t) == 0 else t
+
+
+def fp4_act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> Any:
+    """NVFP4's input quantization (vLLM `scaled_fp4_quant` -> `invokeFP4Quantization`, static global scale): one
+    grid-stride kernel (min(m, SMs * 2048 / block) blocks of min(k/8, 512) threads, 8 values per thread) that
+    reads the 16-bit input once and writes E2M1 values and one E4M3 scale per 16, at memory_efficiency; no
+    reduction pass and no per-row waves, unlike the per-tensor fp8 kernel (`act_quant_time_s`)."""
+    e = hw.efficiency
+    return m * k * (act_bytes + _NVFP4_BYTES_PER_ELEMENT) / (_bandwidth(hw) * e.memory_efficiency) + e.kernel_fixed_s
 
 
 def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, work_units: Any, head_dim: Any,

@@ -1,0 +1,82 @@
+"""Dense NVFP4 and block-scaled fp8 linear layers as vLLM runs them (issue 17): FlashInfer's untuned CuTe-DSL
+tactic, the grid-stride fp4 quantization kernel, the per-chip fitted parameters."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from roofline.cost.hardware import load_profile
+from roofline.cost.step_cost import (
+    cutedsl_fp4_gemm_time_s,
+    cutedsl_fp4_tactic,
+    fp4_act_quant_time_s,
+    linear_time_s,
+)
+
+NVFP4_WEIGHT_BYTES = 0.5 + 1.0 / 16
+
+
+def test_small_batches_swap_a_and_b_and_take_a_narrow_tile() -> None:
+    tile_m, tile_n, swap = cutedsl_fp4_tactic(np.array([1.0, 16.0, 64.0]), 4096.0, 4096.0, 148)
+    assert list(swap) == [True, True, False]
+    assert tile_n[0] == 8 and tile_n[1] == 16  # the kernel's columns are the tokens, bucketed to a power of two
+    assert tile_m[2] >= 128
+
+
+def test_tactic_is_chosen_for_the_power_of_two_bucket_of_m() -> None:
+    same = cutedsl_fp4_tactic(np.array([33.0, 64.0]), 7168.0, 2048.0, 148)
+    assert all(a[0] == a[1] for a in same)
+
+
+def test_no_swap_when_n_is_not_a_multiple_of_8() -> None:
+    assert not cutedsl_fp4_tactic(4.0, 4100.0, 4096.0, 148)[2]
+
+
+def test_narrow_tiles_only_where_they_hold_every_column() -> None:
+    m = np.array([2.0 ** i for i in range(13)])
+    tile_m, tile_n, swap = cutedsl_fp4_tactic(m, 8192.0, 8192.0, 148)
+    cols = np.where(swap, m, 8192.0)
+    assert np.all((tile_n >= 64) | (tile_n >= cols))
+
+
+def test_one_row_tile_costs_the_same_compute_for_65_to_128_tokens() -> None:
+    hw = load_profile("b200")
+    hw = replace(hw, efficiency=replace(hw.efficiency, gemm_fp8_memory_efficiency=1e3))  # compute-bound only
+    t65, t128 = (cutedsl_fp4_gemm_time_s(hw, m, 16384.0, 16384.0, NVFP4_WEIGHT_BYTES, 2.0) for m in (65.0, 128.0))
+    assert t65 == pytest.approx(t128, rel=1e-3)
+
+
+def test_few_ctas_draw_a_share_of_the_bandwidth() -> None:
+    hw = load_profile("b200")
+    full = replace(hw, efficiency=replace(hw.efficiency, gemm_fp4_saturation_fraction=1e-3))
+    # m = 1 swaps A and B: 1024 weight rows are 8 CTAs of 128 rows, far from the SMs that saturate DRAM.
+    assert cutedsl_fp4_gemm_time_s(hw, 1.0, 1024.0, 65536.0, NVFP4_WEIGHT_BYTES, 2.0) > \
+        1.5 * cutedsl_fp4_gemm_time_s(full, 1.0, 1024.0, 65536.0, NVFP4_WEIGHT_BYTES, 2.0)
+
+
+def test_fp4_quantization_streams_its_bytes_without_row_waves() -> None:
+    hw = load_profile("b200")
+    fixed = hw.efficiency.kernel_fixed_s
+    small, large = (fp4_act_quant_time_s(hw, m, 4096.0, 2.0) - fixed for m in (1024.0, 4096.0))
+    assert large == pytest.approx(4.0 * small)
+    assert small == pytest.approx(1024 * 4096 * (2.0 + NVFP4_WEIGHT_BYTES)
+                                  / (hw.memory_bandwidth_bytes_per_s * hw.efficiency.memory_efficiency))
+
+
+def test_nvfp4_linear_is_the_quantization_plus_the_gemm_on_scalars_and_arrays() -> None:
+    hw = load_profile("b200")
+    t = linear_time_s(hw, 256.0, 4096.0, 4096.0, "fp4", NVFP4_WEIGHT_BYTES, 2.0, "nvfp4")
+    assert isinstance(t, float)
+    assert t == pytest.approx(cutedsl_fp4_gemm_time_s(hw, 256.0, 4096.0, 4096.0, NVFP4_WEIGHT_BYTES, 2.0)
+                              + fp4_act_quant_time_s(hw, 256.0, 4096.0, 2.0))
+    many = linear_time_s(hw, np.array([256.0, 512.0]), 4096.0, 4096.0, "fp4", NVFP4_WEIGHT_BYTES, 2.0, "nvfp4")
+    assert many[0] == pytest.approx(t)
+
+
+@pytest.mark.parametrize("chip", ["b200", "gb200", "b300"])
+def test_blackwell_chips_carry_their_fitted_nvfp4_parameters(chip: str) -> None:
+    e = load_profile(chip).efficiency
+    assert e.gemm_fp4_factor < 1.0 and e.gemm_fp4_fixed_s > 0.0 and e.gemm_fp4_saturation_fraction > 0.1
