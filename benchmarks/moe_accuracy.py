@@ -163,7 +163,9 @@ def run(gpus: list[str]) -> list[dict]:
 
 # Dense GEMMs in the two new formats: table gemm_dtype -> (our scheme, peak dtype, weight bytes per parameter,
 # the efficiency parameters fitted with their starting values (YAML units: fractions, microseconds)).
-GEMM_FORMATS = {"fp8_block": ("fp8-block", "fp8", 1.0 + 4.0 / (128 * 128), {"gemm_fp8_block_factor": 0.8}),
+GEMM_FORMATS = {"fp8_block": ("fp8-block", "fp8", 1.0 + 4.0 / (128 * 128), {
+                    "gemm_fp8_block_factor": 0.8, "gemm_fp8_block_tile_fixed_k": 200.0,
+                    "act_group_quant_memory_efficiency": 0.5}),
                 "nvfp4": ("nvfp4", "fp4", 0.5 + 1.0 / 16, {"gemm_fp4_factor": 0.6, "gemm_fp4_fixed_s": 3.0,
                                                           "gemm_fp4_saturation_fraction": 0.3})}
 GEMM_TARGET = 0.10
@@ -207,9 +209,11 @@ def gemm_predict(hw: HardwareProfile, d: pd.DataFrame, gemm_dtype: str, params: 
 
 
 def _gemm_params(gemm_dtype: str, x: np.ndarray) -> dict[str, float]:
-    """Nelder-Mead's point -> parameters in SI units (fractions clipped to (0, 1], microseconds to [0, 100])."""
+    """Nelder-Mead's point -> parameters in SI units (fractions clipped to (0, 1], microseconds to [0, 100], tile
+    costs in K elements to [0, 4096])."""
     names = GEMM_FORMATS[gemm_dtype][3]
-    return {name: float(np.clip(v, 0.0, 100.0)) * 1e-6 if name.endswith("_s") else float(np.clip(v, 0.02, 1.0))
+    return {name: float(np.clip(v, 0.0, 100.0)) * 1e-6 if name.endswith("_s") else
+            float(np.clip(v, 0.0, 4096.0)) if name.endswith("_k") else float(np.clip(v, 0.02, 1.0))
             for name, v in zip(names, x)}
 
 

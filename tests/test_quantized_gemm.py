@@ -13,7 +13,9 @@ from roofline.cost.step_cost import (
     cutedsl_fp4_gemm_time_s,
     cutedsl_fp4_tactic,
     fp4_act_quant_time_s,
+    gemm_time_s,
     linear_time_s,
+    streaming_act_quant_time_s,
 )
 
 NVFP4_WEIGHT_BYTES = 0.5 + 1.0 / 16
@@ -80,3 +82,40 @@ def test_nvfp4_linear_is_the_quantization_plus_the_gemm_on_scalars_and_arrays() 
 def test_blackwell_chips_carry_their_fitted_nvfp4_parameters(chip: str) -> None:
     e = load_profile(chip).efficiency
     assert e.gemm_fp4_factor < 1.0 and e.gemm_fp4_fixed_s > 0.0 and e.gemm_fp4_saturation_fraction > 0.1
+
+
+def test_block_fp8_is_one_streaming_quantization_pass_plus_the_gemm() -> None:
+    hw = load_profile("h100-sxm")
+    e = hw.efficiency
+    group_bytes = 1.0 + 4.0 / 128  # fp8 value and its share of the fp32 scale of a 1x128 group
+    quant = streaming_act_quant_time_s(hw, 8192.0, 8192.0, 2.0, group_bytes, e.act_group_quant_memory_efficiency)
+    assert quant == pytest.approx(8192 * 8192 * (2.0 + group_bytes)
+                                  / (hw.memory_bandwidth_bytes_per_s * e.act_group_quant_memory_efficiency)
+                                  + e.kernel_fixed_s)
+    gemm = gemm_time_s(hw, 8192.0, 64.0, 8192.0, "fp8", 1.0, group_bytes, 2.0, eff_scale=e.gemm_fp8_block_factor,
+                       tile_fixed_k=e.gemm_fp8_block_tile_fixed_k)
+    assert linear_time_s(hw, 8192.0, 64.0, 8192.0, "fp8", 1.0, 2.0, "fp8-block") == pytest.approx(gemm + quant)
+
+
+def test_block_fp8_tile_cost_is_deepgemms_not_cutlasss() -> None:
+    hw = load_profile("h100-sxm")
+    cheap = replace(hw, efficiency=replace(hw.efficiency, gemm_fp8_block_tile_fixed_k=0.0))
+    per_tensor = replace(hw, efficiency=replace(hw.efficiency, gemm_fp8_block_tile_fixed_k=0.0,
+                                                gemm_fp8_tile_fixed_k=1e5))
+    args = (4096.0, 4096.0, 512.0, "fp8", 1.0, 2.0, "fp8-block")
+    assert linear_time_s(cheap, *args) == pytest.approx(linear_time_s(per_tensor, *args))
+    assert linear_time_s(hw, *args) > linear_time_s(cheap, *args)
+
+
+def test_block_fp8_off_hopper_and_blackwell_is_the_per_tensor_path_scaled() -> None:
+    hw = load_profile("l40s")
+    slow = replace(hw, efficiency=replace(hw.efficiency, gemm_fp8_block_factor=0.5))
+    args = (4096.0, 4096.0, 4096.0, "fp8", 1.0, 2.0)
+    assert linear_time_s(hw, *args, "fp8-block") == pytest.approx(linear_time_s(hw, *args, "fp8"))
+    assert linear_time_s(slow, *args, "fp8-block") > linear_time_s(slow, *args, "fp8")
+
+
+@pytest.mark.parametrize("chip", ["h100-sxm", "h200-sxm", "b200", "gb200", "b300"])
+def test_hopper_and_blackwell_chips_carry_their_fitted_block_fp8_parameters(chip: str) -> None:
+    e = load_profile(chip).efficiency
+    assert 0.5 < e.gemm_fp8_block_factor < 1.0 and 0.2 < e.act_group_quant_memory_efficiency < 0.6

@@ -163,6 +163,11 @@ def gemm_kernels(family: str | None) -> GemmKernels:
 MOE_W4A16_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), (128, 128), (128, 256))
 _K_BLOCK = 64  # K is consumed in blocks of 64 elements (128 bytes of bf16: one TMA/cp.async stage)
 _EIGHT_BIT = ("fp8", "int8")
+_NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16  # E2M1 values and one E4M3 scale per 16
+_FP8_GROUP_SCALE_BYTES = 4.0 / 128  # block-scaled fp8 activations: one fp32 scale per 1x128 group
+# Kernel families on which vLLM runs block-scaled fp8 linear layers with DeepGEMM (vllm/utils/deep_gemm.py
+# `is_deep_gemm_supported`: Hopper and Blackwell datacenter GPUs); Ada falls through to CUTLASS / Triton / Marlin.
+DEEPGEMM_FAMILIES = ("hopper", "blackwell")
 _QUANT_BLOCKS_PER_SM = 2  # 1024-thread blocks resident per SM (2048 threads per SM on Hopper/Ampere)
 # Without a scale-up interconnect, collectives go over PCIe; its latency (NCCL over PCIe, small messages).
 _PCIE_COLLECTIVE_LATENCY_S = 20e-6
@@ -218,7 +223,8 @@ def _bandwidth(hw: HardwareProfile) -> float:
 
 def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
                 in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0,
-                bw_scale: float = 1.0, tiles: tuple[tuple[int, int], ...] | None = None, cublas: bool = True) -> Any:
+                bw_scale: float = 1.0, tiles: tuple[tuple[int, int], ...] | None = None, cublas: bool = True,
+                tile_fixed_k: float | None = None) -> Any:
     """One GEMM kernel (or one grouped GEMM of `groups` equal problems): y (m x n) = x (m x k) @ W (k x n).
 
     Tiles run in waves of one per SM (`num_compute_units`); compute time = waves * 2*tm*tn*(k/s + tile fixed
@@ -233,7 +239,8 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     `GemmKernels.tiles_8bit`), compute efficiency, per-tile cost and memory efficiency. `tiles`: another kernel's
     tile choice (16-bit path, no split-K). `cublas`: a dense linear layer, run by the family's kernels
     (`gemm_kernels`: their tiles, and a second split-K reduction kernel where they have one); fused-MoE grouped
-    GEMMs are other kernels and pass False (the SM90 tables). Plus kernel_fixed_s."""
+    GEMMs are other kernels and pass False (the SM90 tables). `tile_fixed_k`: another kernel's per-tile cost (default:
+    the family's for the dtype). Plus kernel_fixed_s."""
     if hw.kind == "cpu":  # no tiles or waves on a CPU (roofline.cost.cpu_timing)
         return cpu_timing.gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, in_bytes, out_bytes, groups,
                                       eff_scale)
@@ -242,7 +249,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     # their tile dispatch and efficiencies (held-out NVFP4 MoE error on B200 16 -> 13 %, benchmarks/moe_accuracy.py).
     eight = dtype in _EIGHT_BIT or dtype == "fp4"
     eff = (e.gemm_fp8_compute_efficiency if eight else e.gemm_compute_efficiency) * eff_scale
-    fixed_k = e.gemm_fp8_tile_fixed_k if eight else e.gemm_tile_fixed_k
+    fixed_k = tile_fixed_k if tile_fixed_k is not None else e.gemm_fp8_tile_fixed_k if eight else e.gemm_tile_fixed_k
     sms = hw.num_compute_units
     per_sm = hw.peak_flops(dtype) * eff / sms
     bw = _bandwidth(hw) * (e.gemm_fp8_memory_efficiency if eight else e.memory_efficiency) * bw_scale
@@ -299,12 +306,21 @@ def act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> A
 
 def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
                   act_bytes: float, scheme: str = "none") -> Any:
-    """A linear layer as vLLM runs it: a 16-bit GEMM; or, for W8A8 (`dtype` fp8/int8) and NVFP4 W4A4 (`dtype`
-    fp4), the input quantized by one kernel (`act_quant_time_s`) and the low-precision GEMM. Block-scaled fp8
-    (`scheme` "fp8-block": DeepGEMM / CUTLASS blockwise kernels with 1x128 activation groups) reaches
-    gemm_fp8_block_factor of the per-tensor fp8 GEMM's compute efficiency; NVFP4 (FlashInfer CuteDSL / CUTLASS on
-    Blackwell: E2M1 values with an E4M3 scale per 16, so 0.5625 bytes per element in and out of the weights)
-    gemm_fp4_factor of the 16-bit GEMM's."""
+    """A linear layer as vLLM runs it: a 16-bit GEMM; or, for W8A8 (`dtype` fp8/int8), the input quantized by one
+    kernel (`act_quant_time_s`) and the CUTLASS 8-bit GEMM. Block-scaled fp8 (`scheme` "fp8-block": vLLM's
+    DeepGemmFp8BlockScaledMMKernel, 1x128 activation groups and 128x128 weight blocks, fp32 scales) quantizes its
+    input in one streaming pass (`streaming_act_quant_time_s` at act_group_quant_memory_efficiency) and runs the
+    8-bit GEMM at gemm_fp8_block_factor of its compute efficiency with gemm_fp8_block_tile_fixed_k per tile (tiles:
+    the family's 8-bit dispatch; DeepGEMM's own layout heuristic is not described) on `DEEPGEMM_FAMILIES`; elsewhere
+    it is described as the per-tensor path at gemm_fp8_block_factor. NVFP4
+    W4A4 (`dtype` fp4: E2M1 values with an E4M3 scale per 16, 0.5625 bytes per element) runs FlashInfer's CuTe-DSL
+    kernel (`cutedsl_fp4_gemm_time_s`) after `fp4_act_quant_time_s`."""
+    if dtype in _EIGHT_BIT and scheme == "fp8-block" and hw.family in DEEPGEMM_FAMILIES:
+        e = hw.efficiency
+        return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0 + _FP8_GROUP_SCALE_BYTES, act_bytes,
+                           eff_scale=e.gemm_fp8_block_factor, tile_fixed_k=e.gemm_fp8_block_tile_fixed_k) \
+            + streaming_act_quant_time_s(hw, m, k, act_bytes, 1.0 + _FP8_GROUP_SCALE_BYTES,
+                                         e.act_group_quant_memory_efficiency)
     if dtype in _EIGHT_BIT:
         scale = hw.efficiency.gemm_fp8_block_factor if scheme == "fp8-block" else 1.0
         return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0, act_bytes, eff_scale=scale) \
@@ -327,7 +343,6 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
 CUTEDSL_FP4_TILES: tuple[tuple[int, int], ...] = ((128, 8), (128, 16), (128, 32), (128, 64), (256, 64), (128, 128),
                                                    (256, 128), (128, 192), (256, 192), (128, 256), (256, 256))
 _CUTEDSL_FP4_MAX_M_BUCKET = 4096
-_NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16  # E2M1 values and one E4M3 scale per 16
 
 
 def cutedsl_fp4_tactic(m: Any, n: Any, k: Any, sms: int) -> tuple[Any, Any, Any]:
@@ -376,10 +391,19 @@ def cutedsl_fp4_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weight_
 def fp4_act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> Any:
     """NVFP4's input quantization (vLLM `scaled_fp4_quant` -> `invokeFP4Quantization`, static global scale): one
     grid-stride kernel (min(m, SMs * 2048 / block) blocks of min(k/8, 512) threads, 8 values per thread) that
-    reads the 16-bit input once and writes E2M1 values and one E4M3 scale per 16, at memory_efficiency; no
-    reduction pass and no per-row waves, unlike the per-tensor fp8 kernel (`act_quant_time_s`)."""
-    e = hw.efficiency
-    return m * k * (act_bytes + _NVFP4_BYTES_PER_ELEMENT) / (_bandwidth(hw) * e.memory_efficiency) + e.kernel_fixed_s
+    reads the 16-bit input once and writes E2M1 values and one E4M3 scale per 16 (`streaming_act_quant_time_s`)."""
+    return streaming_act_quant_time_s(hw, m, k, act_bytes, _NVFP4_BYTES_PER_ELEMENT, hw.efficiency.memory_efficiency)
+
+
+def streaming_act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, in_bytes: float, out_bytes: float,
+                               efficiency: float) -> Any:
+    """An input quantization kernel whose grid covers the scale groups (no reduction pass over the tensor, no
+    per-row waves, unlike the per-tensor fp8 kernel of `act_quant_time_s`): reads m*k values of `in_bytes` and
+    writes `out_bytes` per value (quantized value and its share of the group scale) at memory_efficiency, plus
+    kernel_fixed_s. NVFP4's `fp4_act_quant_time_s`; block-scaled fp8's vLLM `per_token_group_quant_8bit`
+    (csrc/quantization/w8a8/fp8/per_token_group_quant.cu: 16 groups of 128 values per thread block, each group
+    loaded once, its fp32 (or packed UE8M0) scale written column-major for DeepGEMM)."""
+    return m * k * (in_bytes + out_bytes) / (_bandwidth(hw) * efficiency) + hw.efficiency.kernel_fixed_s
 
 
 def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, work_units: Any, head_dim: Any,
