@@ -331,15 +331,17 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
     return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, act_bytes, act_bytes)
 
 
-# NVFP4 dense GEMM as vLLM 0.24-0.32 runs it on SM100 (FlashInferCuteDslNvFp4LinearKernel ->
-# flashinfer.mm_fp4(backend="cute-dsl"), Sm100BlockScaledPersistentDenseGemmKernel). Untuned (no autotuner
-# cache: the operator tables and any shape the warm-up did not tune), FlashInfer picks the tactic analytically,
+# NVFP4 dense GEMM as vLLM runs it on SM100 (FlashInferCuteDslNvFp4LinearKernel, first in vLLM's NVFP4 kernel order ->
+# flashinfer.mm_fp4(backend="cute-dsl"), Sm100BlockScaledPersistentDenseGemmKernel). Untuned (the operator tables;
+# vLLM's warm-up skips FlashInfer's autotuner for cute-dsl mm_fp4, `_flashinfer_autotune_skip_ops`), FlashInfer
+# picks the tactic analytically,
 # flashinfer/gemm/kernels/utils.py `_compute_tactic_for_m` (FlashInfer PR #2940 and #3667, 2026-04/06): m is
 # bucketed to the next power of two (at most 4096); for m <= 32 with n % 8 == 0 A and B are swapped (the kernel's
 # rows are n, its columns the m tokens); among these (tile rows, tile cols) MMA tilers the one with the best score
 # m_tiles*n_tiles * n_eff * tile_tp / (tile_m * waves) wins (n_eff: column padding; tile_tp = sqrt(area / 256^2) *
 # (short / long side)^0.25, times 0.5 for tiles larger than 128x128 when k <= 1024, 0.8 when k <= 2048; tiles
 # narrower than 64 columns only where they hold all columns). 256-row tilers are 2-CTA MMAs: two SMs of 128 rows.
+# FlashInfer PR #3948 (2026-07-14) revised this heuristic after the tables were measured; not described.
 CUTEDSL_FP4_TILES: tuple[tuple[int, int], ...] = ((128, 8), (128, 16), (128, 32), (128, 64), (256, 64), (128, 128),
                                                    (256, 128), (128, 192), (256, 192), (128, 256), (256, 256))
 _CUTEDSL_FP4_MAX_M_BUCKET = 4096
@@ -372,7 +374,9 @@ def cutedsl_fp4_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weight_
     """The NVFP4 GEMM kernel (tactic: `cutedsl_fp4_tactic`): a persistent kernel whose 128-row CTA tiles (a
     256-row tiler is two) run in waves over the SMs, each 2*128*tile_cols*(k + gemm_fp8_tile_fixed_k) FLOPs at
     gemm_fp8_compute_efficiency * gemm_fp4_factor of the fp4 peak per SM; bytes (fp4 activations and weights with
-    their scales, the 16-bit output) at gemm_fp8_memory_efficiency; overlapped as `_overlap`; plus kernel_fixed_s."""
+    their scales, the 16-bit output) at gemm_fp8_memory_efficiency, a kernel with fewer CTAs than
+    gemm_fp4_saturation_fraction of the SMs drawing a proportional share; overlapped as `_overlap`; plus
+    kernel_fixed_s and gemm_fp4_fixed_s (the persistent kernel's prologue)."""
     e = hw.efficiency
     sms = hw.num_compute_units
     tile_m, tile_n, swap = cutedsl_fp4_tactic(m, n, k, sms)
@@ -399,8 +403,8 @@ def streaming_act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, in_bytes: fl
                                efficiency: float) -> Any:
     """An input quantization kernel whose grid covers the scale groups (no reduction pass over the tensor, no
     per-row waves, unlike the per-tensor fp8 kernel of `act_quant_time_s`): reads m*k values of `in_bytes` and
-    writes `out_bytes` per value (quantized value and its share of the group scale) at memory_efficiency, plus
-    kernel_fixed_s. NVFP4's `fp4_act_quant_time_s`; block-scaled fp8's vLLM `per_token_group_quant_8bit`
+    writes `out_bytes` per value (quantized value and its share of the group scale) at `efficiency` of the DRAM
+    bandwidth, plus kernel_fixed_s. NVFP4's `fp4_act_quant_time_s`; block-scaled fp8's vLLM `per_token_group_quant_8bit`
     (csrc/quantization/w8a8/fp8/per_token_group_quant.cu: 16 groups of 128 values per thread block, each group
     loaded once, its fp32 (or packed UE8M0) scale written column-major for DeepGEMM)."""
     return m * k * (in_bytes + out_bytes) / (_bandwidth(hw) * efficiency) + hw.efficiency.kernel_fixed_s
