@@ -12,6 +12,8 @@ from roofline.cost.hardware import load_profile
 from roofline.cost.step_cost import (
     cutedsl_fp4_gemm_time_s,
     cutedsl_fp4_tactic,
+    deepgemm_sm90_gemm_time_s,
+    deepgemm_sm90_layout,
     fp4_act_quant_time_s,
     gemm_time_s,
     linear_time_s,
@@ -85,7 +87,7 @@ def test_blackwell_chips_carry_their_fitted_nvfp4_parameters(chip: str) -> None:
 
 
 def test_block_fp8_is_one_streaming_quantization_pass_plus_the_gemm() -> None:
-    hw = load_profile("h100-sxm")
+    hw = load_profile("b200")
     e = hw.efficiency
     group_bytes = 1.0 + 4.0 / 128  # fp8 value and its share of the fp32 scale of a 1x128 group
     quant = streaming_act_quant_time_s(hw, 8192.0, 8192.0, 2.0, group_bytes, e.act_group_quant_memory_efficiency)
@@ -119,3 +121,26 @@ def test_block_fp8_off_hopper_and_blackwell_is_the_per_tensor_path_scaled() -> N
 def test_hopper_and_blackwell_chips_carry_their_fitted_block_fp8_parameters(chip: str) -> None:
     e = load_profile(chip).efficiency
     assert 0.5 < e.gemm_fp8_block_factor < 1.0 and 0.2 < e.act_group_quant_memory_efficiency < 0.6
+
+
+def test_deepgemm_takes_16_and_32_row_blocks_only_for_that_few_tokens() -> None:
+    m = np.array([8.0, 16.0, 32.0, 33.0, 64.0, 4096.0])
+    block_m, block_n = deepgemm_sm90_layout(m, 7168.0, 16384.0, 132)
+    assert np.all((block_m >= 64) | (m <= block_m))
+    assert np.all(block_m[3:] >= 64)
+
+
+def test_deepgemm_tiles_never_exceed_128_on_both_sides() -> None:
+    m, n = np.meshgrid([1.0, 100.0, 1000.0, 10000.0], [64.0, 1000.0, 7168.0, 65536.0])
+    block_m, block_n = deepgemm_sm90_layout(m.ravel(), n.ravel(), 4096.0, 132)
+    assert not np.any((block_m > 128) & (block_n > 128))
+    assert set(np.unique(block_n)) <= set(range(16, 129, 16)) | {144, 160, 192}
+
+
+def test_hopper_block_fp8_runs_deepgemms_layout() -> None:
+    hw = load_profile("h100-sxm")
+    e = hw.efficiency
+    group_bytes = 1.0 + 4.0 / 128
+    quant = streaming_act_quant_time_s(hw, 160.0, 8192.0, 2.0, group_bytes, e.act_group_quant_memory_efficiency)
+    assert linear_time_s(hw, 160.0, 8192.0, 8192.0, "fp8", 1.0, 2.0, "fp8-block") == pytest.approx(
+        deepgemm_sm90_gemm_time_s(hw, 160.0, 8192.0, 8192.0, 1.0, group_bytes, 2.0) + quant)

@@ -16,7 +16,9 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   take the fastest (tile, split-K) of the family's tiles (`GemmKernels`: cuBLAS's SM90 tiles on Hopper and
   Blackwell, its SM80 mma.sync tiles on Ada) x `GEMM_SPLITS`; 8-bit GEMMs (vLLM CUTLASS fp8) use the family's
   fixed dispatch on m (and on n on Ada), with their own efficiency, tile cost and memory efficiency, and
-  their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). NVFP4 linear layers run
+  their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). Block-scaled fp8 linear layers
+  run DeepGEMM (its SM90 layout heuristic on Hopper, `deepgemm_sm90_layout`) after a one-pass group
+  quantization (`streaming_act_quant_time_s`). NVFP4 linear layers run
   FlashInfer's CuTe-DSL kernel with its untuned tactic (`cutedsl_fp4_tactic`) after a grid-stride fp4
   quantization kernel (`fp4_act_quant_time_s`). Plus kernel_fixed_s. On
   Blackwell and Ada a 16-bit split-K GEMM is followed by a reduction kernel
@@ -310,17 +312,21 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
     kernel (`act_quant_time_s`) and the CUTLASS 8-bit GEMM. Block-scaled fp8 (`scheme` "fp8-block": vLLM's
     DeepGemmFp8BlockScaledMMKernel, 1x128 activation groups and 128x128 weight blocks, fp32 scales) quantizes its
     input in one streaming pass (`streaming_act_quant_time_s` at act_group_quant_memory_efficiency) and runs the
-    8-bit GEMM at gemm_fp8_block_factor of its compute efficiency with gemm_fp8_block_tile_fixed_k per tile (tiles:
-    the family's 8-bit dispatch; DeepGEMM's own layout heuristic is not described) on `DEEPGEMM_FAMILIES`; elsewhere
-    it is described as the per-tensor path at gemm_fp8_block_factor. NVFP4
+    8-bit GEMM at gemm_fp8_block_factor of its compute efficiency with gemm_fp8_block_tile_fixed_k per tile on
+    `DEEPGEMM_FAMILIES` (tiles: DeepGEMM's own SM90 layout on Hopper, `deepgemm_sm90_gemm_time_s`; the family's 8-bit
+    dispatch on Blackwell, whose DeepGEMM heuristic is not described); elsewhere it is described as the per-tensor
+    path at gemm_fp8_block_factor. NVFP4
     W4A4 (`dtype` fp4: E2M1 values with an E4M3 scale per 16, 0.5625 bytes per element) runs FlashInfer's CuTe-DSL
     kernel (`cutedsl_fp4_gemm_time_s`) after `fp4_act_quant_time_s`."""
     if dtype in _EIGHT_BIT and scheme == "fp8-block" and hw.family in DEEPGEMM_FAMILIES:
         e = hw.efficiency
+        quant = streaming_act_quant_time_s(hw, m, k, act_bytes, 1.0 + _FP8_GROUP_SCALE_BYTES,
+                                           e.act_group_quant_memory_efficiency)
+        if hw.family == "hopper":
+            return deepgemm_sm90_gemm_time_s(hw, m, n, k, weight_bytes_per_param, 1.0 + _FP8_GROUP_SCALE_BYTES,
+                                             act_bytes) + quant
         return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0 + _FP8_GROUP_SCALE_BYTES, act_bytes,
-                           eff_scale=e.gemm_fp8_block_factor, tile_fixed_k=e.gemm_fp8_block_tile_fixed_k) \
-            + streaming_act_quant_time_s(hw, m, k, act_bytes, 1.0 + _FP8_GROUP_SCALE_BYTES,
-                                         e.act_group_quant_memory_efficiency)
+                           eff_scale=e.gemm_fp8_block_factor, tile_fixed_k=e.gemm_fp8_block_tile_fixed_k) + quant
     if dtype in _EIGHT_BIT:
         scale = hw.efficiency.gemm_fp8_block_factor if scheme == "fp8-block" else 1.0
         return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0, act_bytes, eff_scale=scale) \
@@ -329,6 +335,70 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
         return cutedsl_fp4_gemm_time_s(hw, m, n, k, weight_bytes_per_param, act_bytes) \
             + fp4_act_quant_time_s(hw, m, k, act_bytes)
     return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, act_bytes, act_bytes)
+
+
+# DeepGEMM's SM90 fp8 GEMM (`fp8_gemm_nt` with fp32 scales and 128x128 weight blocks: the 1D2D kernel, bf16 output)
+# picks its layout on the host, csrc/jit_kernels/heuristics/sm90.hpp `SM90ArchSpec` (DeepGEMM 891d57b, the commit
+# vLLM's tools/install_deepgemm.sh pinned for 0.24): block_m in (64, 128, 16 if m <= 16, 32 if m <= 32, 256), block_n
+# 16..192 in steps of 16 (above 128 only 144, 160, 192: the 1D2D unroll rule), not both above 128, clusters 1x1, 1x2
+# and 2x1 (multicast only with more than one wave), at least 3 pipeline stages in 232448 bytes of shared memory (4
+# for tiles under 128x192); of these the one with the fewest modelled L1/L2 cycles / wave efficiency
+# (`get_layout_info`), the first on ties. The persistent kernel then runs the tiles in waves over the SMs.
+_DEEPGEMM_SM90_SMEM_BYTES = 232448
+_DEEPGEMM_SM90_BLOCK_N = tuple(range(16, 129, 16)) + (144, 160, 192)
+
+
+def deepgemm_sm90_layout(m: Any, n: Any, k: Any, sms: int) -> tuple[Any, Any]:
+    """(block_m, block_n) DeepGEMM's SM90 heuristic picks for an fp8 1D2D GEMM, per element."""
+    m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
+    shape = np.broadcast(m, n, k).shape
+    l2_bw = math.floor(min(64.0 * sms, 8e6 / 1.3e3))  # bytes per cycle, as the heuristic models them
+    l1_bw = 128.0 * sms
+    best = np.full(shape, np.inf)
+    block_m, block_n = np.full(shape, 128.0), np.full(shape, 128.0)
+    for cluster_m, cluster_n in ((1, 1), (1, 2), (2, 1)):
+        for bm in (64, 128, 16, 32, 256):
+            allowed_m = (m <= 16) if bm == 16 else (m <= 32) if bm == 32 else np.full(shape, True)
+            for bn in _DEEPGEMM_SM90_BLOCK_N:
+                if bm > 128 and bn > 128:
+                    continue
+                uniform_sfb = 1 if 128 % bn == 0 else 2
+                smem_extra = (math.ceil(bm * bn * 2 / 1024) * 1024 + 16 * 8 * 2
+                              + np.ceil(np.ceil(k / 128) * 4 * uniform_sfb / 8) * 8)
+                stages = np.minimum((_DEEPGEMM_SM90_SMEM_BYTES - smem_extra)
+                                    // (bm * 128 + bn * 128 + math.ceil(bm * 4 / 128) * 128), 16)
+                legal = allowed_m & (stages >= (4 if bm * bn < 128 * 192 else 3))
+                blocks = np.ceil(m / bm) * np.ceil(n / bn)
+                waves = np.ceil(blocks / sms)
+                cd = bm * bn * 2.0
+                l2 = np.floor((k * (bm // cluster_n + bn // cluster_m) + cd) * blocks / l2_bw)
+                l1 = np.floor((k * (bm + bn) + k * (max(64, bm) + bn) + cd + cd) * blocks / l1_bw)
+                cycles = np.floor(np.maximum(l1, l2) / (blocks / (waves * sms)))
+                if cluster_m * cluster_n > 1:
+                    cycles = np.where(waves <= 1, np.inf, cycles)
+                better = legal & (cycles < best)
+                best = np.where(better, cycles, best)
+                block_m, block_n = np.where(better, bm, block_m), np.where(better, bn, block_n)
+    return block_m, block_n
+
+
+def deepgemm_sm90_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weight_bytes_per_param: float,
+                              in_bytes: float, out_bytes: float) -> Any:
+    """DeepGEMM's SM90 fp8 GEMM with the layout of `deepgemm_sm90_layout`: ceil(tiles / SMs) waves of
+    2*block_m*block_n*(k + gemm_fp8_block_tile_fixed_k) FLOPs per SM at gemm_fp8_compute_efficiency *
+    gemm_fp8_block_factor of the fp8 peak; bytes at gemm_fp8_memory_efficiency; overlapped as `_overlap`; plus
+    kernel_fixed_s."""
+    e = hw.efficiency
+    sms = hw.num_compute_units
+    block_m, block_n = deepgemm_sm90_layout(m, n, k, sms)
+    per_sm = hw.peak_flops("fp8") * e.gemm_fp8_compute_efficiency * e.gemm_fp8_block_factor / sms
+    k_blocks = np.ceil(np.asarray(k, dtype=np.float64) / _K_BLOCK) * _K_BLOCK
+    waves = np.ceil(np.ceil(m / block_m) * np.ceil(n / block_n) / sms)
+    tc = waves * 2.0 * block_m * block_n * (k_blocks + e.gemm_fp8_block_tile_fixed_k) / per_sm
+    tm = (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes) / (
+        _bandwidth(hw) * e.gemm_fp8_memory_efficiency)
+    t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s
+    return float(t) if np.ndim(t) == 0 else t
 
 
 # NVFP4 dense GEMM as vLLM runs it on SM100 (FlashInferCuteDslNvFp4LinearKernel, first in vLLM's NVFP4 kernel order ->
