@@ -66,7 +66,7 @@ def _chip(tmp_path: Path, **changes: object) -> Path:
 
 def test_chip_efficiency_overrides_the_family(tmp_path: Path) -> None:
     data = read_profile_dict(resolve("hardware", "h200-sxm"))
-    path = _chip(tmp_path, efficiency={"memory_efficiency": 0.5},
+    path = _chip(tmp_path, efficiency={**data.get("efficiency", {}), "memory_efficiency": 0.5},
                  sources={**data["sources"], "efficiency.memory_efficiency": "test"})
     hw = load_profile(path)
     assert hw.efficiency.memory_efficiency == 0.5
@@ -74,8 +74,9 @@ def test_chip_efficiency_overrides_the_family(tmp_path: Path) -> None:
 
 
 def test_chip_override_needs_a_source(tmp_path: Path) -> None:
+    data = read_profile_dict(resolve("hardware", "h200-sxm"))
     with pytest.raises(UserError, match="no source for 'efficiency.memory_efficiency'"):
-        load_profile(_chip(tmp_path, efficiency={"memory_efficiency": 0.5}))
+        load_profile(_chip(tmp_path, efficiency={**data.get("efficiency", {}), "memory_efficiency": 0.5}))
 
 
 def test_unknown_family_lists_the_allowed_ones(tmp_path: Path) -> None:

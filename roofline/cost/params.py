@@ -59,7 +59,11 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "moe_fp8_gemm_factor": ("moe_fp8_gemm_factor", 1.0, 1.0),
     "moe_fp8_fixed_s": ("moe_fp8_fixed_us", 1e-6, 1e6),
     "gemm_fp8_block_factor": ("gemm_fp8_block_factor", 1.0, 1.0),
+    "gemm_fp8_block_tile_fixed_k": ("gemm_fp8_block_tile_fixed_k", 1.0, 1e6),
+    "act_group_quant_memory_efficiency": ("act_group_quant_memory_efficiency", 1.0, 1.0),
     "gemm_fp4_factor": ("gemm_fp4_factor", 1.0, 1.0),
+    "gemm_fp4_fixed_s": ("gemm_fp4_fixed_us", 1e-6, 1e6),
+    "gemm_fp4_saturation_fraction": ("gemm_fp4_saturation_fraction", 1.0, 1.0),
     "moe_fp8_block_gemm_factor": ("moe_fp8_block_gemm_factor", 1.0, 1.0),
     "moe_fp8_block_fixed_s": ("moe_fp8_block_fixed_us", 1e-6, 1e6),
     "moe_fp8_block_bandwidth_factor": ("moe_fp8_block_bandwidth_factor", 1.0, 1.0),
@@ -136,11 +140,24 @@ class EfficiencyParams:
     # own routing and quantization kernels on Hopper and Blackwell; Triton on Ada).
     moe_fp8_gemm_factor: float = 0.70
     moe_fp8_fixed_s: float = 20e-6
-    # Dense linear layers in the other formats (`roofline.cost.step_cost.linear_time_s`): block-scaled fp8
-    # (DeepGEMM / CUTLASS blockwise) reaches this factor of the per-tensor fp8 GEMM's compute efficiency, NVFP4
-    # (FlashInfer CuteDSL on Blackwell) this factor of the 16-bit GEMM's, at the fp4 peak.
+    # Dense linear layers in the other formats (`roofline.cost.step_cost.linear_time_s`). Block-scaled fp8 (vLLM's
+    # DeepGEMM kernel on Hopper and Blackwell): the factor of the per-tensor fp8 GEMM's compute efficiency it reaches;
+    # its per-output-tile cost in K elements (a persistent kernel whose TMA-store epilogue overlaps the next tile's
+    # loads: much less than CUTLASS's gemm_fp8_tile_fixed_k); the bandwidth efficiency of its input quantization
+    # (vLLM `per_token_group_quant_8bit`: one pass, 1x128 groups). Defaults: guesses; the chip files carry the fits
+    # of benchmarks/moe_accuracy.py on the device-dominated rows of the eagerly timed tables.
     gemm_fp8_block_factor: float = 1.0
+    gemm_fp8_block_tile_fixed_k: float = 64.0
+    act_group_quant_memory_efficiency: float = 0.85
+    # NVFP4 (FlashInfer CuTe-DSL on Blackwell, `roofline.cost.step_cost.cutedsl_fp4_gemm_time_s`): this factor of the
+    # 8-bit GEMM's compute efficiency at the fp4 peak; a fixed device time per call beyond kernel_fixed_s (the
+    # persistent kernel's prologue: tensor-memory allocation, barrier and TMA-descriptor setup, scale-factor
+    # loads before the first MMA); the fraction of the SMs whose CTAs saturate DRAM (fewer CTAs, e.g. a swapped
+    # decode GEMM over few weight rows, draw a proportional share). Defaults: no effect; the Blackwell chip
+    # files carry the fits of benchmarks/moe_accuracy.py.
     gemm_fp4_factor: float = 1.0
+    gemm_fp4_fixed_s: float = 0.0
+    gemm_fp4_saturation_fraction: float = 1e-3
     # The other expert formats (`roofline.cost.step_cost.moe_time_s`): block-scaled fp8 (Triton
     # w8a8 block kernels on Hopper, FlashInfer TRT-LLM on Blackwell), MXFP4 weight-only W4A16 (OAI Triton on
     # Hopper, TRT-LLM mxfp4-bf16 on Blackwell) and NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM). The defaults are

@@ -16,7 +16,11 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   take the fastest (tile, split-K) of the family's tiles (`GemmKernels`: cuBLAS's SM90 tiles on Hopper and
   Blackwell, its SM80 mma.sync tiles on Ada) x `GEMM_SPLITS`; 8-bit GEMMs (vLLM CUTLASS fp8) use the family's
   fixed dispatch on m (and on n on Ada), with their own efficiency, tile cost and memory efficiency, and
-  their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). Plus kernel_fixed_s. On
+  their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). Block-scaled fp8 linear layers
+  run DeepGEMM (its SM90 layout heuristic on Hopper, `deepgemm_sm90_layout`) after a one-pass group
+  quantization (`streaming_act_quant_time_s`). NVFP4 linear layers run
+  FlashInfer's CuTe-DSL kernel with its untuned tactic (`cutedsl_fp4_tactic`) after a grid-stride fp4
+  quantization kernel (`fp4_act_quant_time_s`). Plus kernel_fixed_s. On
   Blackwell and Ada a 16-bit split-K GEMM is followed by a reduction kernel
   (`GemmKernels.split_k_reduction_kernel`).
 - Attention prefill: work tiles run in waves over the SMs, as the family's kernels cut them
@@ -161,6 +165,11 @@ def gemm_kernels(family: str | None) -> GemmKernels:
 MOE_W4A16_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), (128, 128), (128, 256))
 _K_BLOCK = 64  # K is consumed in blocks of 64 elements (128 bytes of bf16: one TMA/cp.async stage)
 _EIGHT_BIT = ("fp8", "int8")
+_NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16  # E2M1 values and one E4M3 scale per 16
+_FP8_GROUP_SCALE_BYTES = 4.0 / 128  # block-scaled fp8 activations: one fp32 scale per 1x128 group
+# Kernel families on which vLLM runs block-scaled fp8 linear layers with DeepGEMM (vllm/utils/deep_gemm.py
+# `is_deep_gemm_supported`: Hopper and Blackwell datacenter GPUs); Ada falls through to CUTLASS / Triton / Marlin.
+DEEPGEMM_FAMILIES = ("hopper", "blackwell")
 _QUANT_BLOCKS_PER_SM = 2  # 1024-thread blocks resident per SM (2048 threads per SM on Hopper/Ampere)
 # Without a scale-up interconnect, collectives go over PCIe; its latency (NCCL over PCIe, small messages).
 _PCIE_COLLECTIVE_LATENCY_S = 20e-6
@@ -216,7 +225,8 @@ def _bandwidth(hw: HardwareProfile) -> float:
 
 def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
                 in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0,
-                bw_scale: float = 1.0, tiles: tuple[tuple[int, int], ...] | None = None, cublas: bool = True) -> Any:
+                bw_scale: float = 1.0, tiles: tuple[tuple[int, int], ...] | None = None, cublas: bool = True,
+                tile_fixed_k: float | None = None) -> Any:
     """One GEMM kernel (or one grouped GEMM of `groups` equal problems): y (m x n) = x (m x k) @ W (k x n).
 
     Tiles run in waves of one per SM (`num_compute_units`); compute time = waves * 2*tm*tn*(k/s + tile fixed
@@ -231,7 +241,8 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     `GemmKernels.tiles_8bit`), compute efficiency, per-tile cost and memory efficiency. `tiles`: another kernel's
     tile choice (16-bit path, no split-K). `cublas`: a dense linear layer, run by the family's kernels
     (`gemm_kernels`: their tiles, and a second split-K reduction kernel where they have one); fused-MoE grouped
-    GEMMs are other kernels and pass False (the SM90 tables). Plus kernel_fixed_s."""
+    GEMMs are other kernels and pass False (the SM90 tables). `tile_fixed_k`: another kernel's per-tile cost (default:
+    the family's for the dtype). Plus kernel_fixed_s."""
     if hw.kind == "cpu":  # no tiles or waves on a CPU (roofline.cost.cpu_timing)
         return cpu_timing.gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, in_bytes, out_bytes, groups,
                                       eff_scale)
@@ -240,7 +251,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     # their tile dispatch and efficiencies (held-out NVFP4 MoE error on B200 16 -> 13 %, benchmarks/moe_accuracy.py).
     eight = dtype in _EIGHT_BIT or dtype == "fp4"
     eff = (e.gemm_fp8_compute_efficiency if eight else e.gemm_compute_efficiency) * eff_scale
-    fixed_k = e.gemm_fp8_tile_fixed_k if eight else e.gemm_tile_fixed_k
+    fixed_k = tile_fixed_k if tile_fixed_k is not None else e.gemm_fp8_tile_fixed_k if eight else e.gemm_tile_fixed_k
     sms = hw.num_compute_units
     per_sm = hw.peak_flops(dtype) * eff / sms
     bw = _bandwidth(hw) * (e.gemm_fp8_memory_efficiency if eight else e.memory_efficiency) * bw_scale
@@ -297,20 +308,176 @@ def act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> A
 
 def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
                   act_bytes: float, scheme: str = "none") -> Any:
-    """A linear layer as vLLM runs it: a 16-bit GEMM; or, for W8A8 (`dtype` fp8/int8) and NVFP4 W4A4 (`dtype`
-    fp4), the input quantized by one kernel (`act_quant_time_s`) and the low-precision GEMM. Block-scaled fp8
-    (`scheme` "fp8-block": DeepGEMM / CUTLASS blockwise kernels with 1x128 activation groups) reaches
-    gemm_fp8_block_factor of the per-tensor fp8 GEMM's compute efficiency; NVFP4 (FlashInfer CuteDSL / CUTLASS on
-    Blackwell: E2M1 values with an E4M3 scale per 16, so 0.5625 bytes per element in and out of the weights)
-    gemm_fp4_factor of the 16-bit GEMM's."""
+    """A linear layer as vLLM runs it: a 16-bit GEMM; or, for W8A8 (`dtype` fp8/int8), the input quantized by one
+    kernel (`act_quant_time_s`) and the CUTLASS 8-bit GEMM. Block-scaled fp8 (`scheme` "fp8-block": vLLM's
+    DeepGemmFp8BlockScaledMMKernel, 1x128 activation groups and 128x128 weight blocks, fp32 scales) quantizes its
+    input in one streaming pass (`streaming_act_quant_time_s` at act_group_quant_memory_efficiency) and runs the
+    8-bit GEMM at gemm_fp8_block_factor of its compute efficiency with gemm_fp8_block_tile_fixed_k per tile on
+    `DEEPGEMM_FAMILIES` (tiles: DeepGEMM's own SM90 layout on Hopper, `deepgemm_sm90_gemm_time_s`; the family's 8-bit
+    dispatch on Blackwell, whose DeepGEMM heuristic is not described); elsewhere it is described as the per-tensor
+    path at gemm_fp8_block_factor. NVFP4
+    W4A4 (`dtype` fp4: E2M1 values with an E4M3 scale per 16, 0.5625 bytes per element) runs FlashInfer's CuTe-DSL
+    kernel (`cutedsl_fp4_gemm_time_s`) after `fp4_act_quant_time_s`."""
+    if dtype in _EIGHT_BIT and scheme == "fp8-block" and hw.family in DEEPGEMM_FAMILIES:
+        e = hw.efficiency
+        quant = streaming_act_quant_time_s(hw, m, k, act_bytes, 1.0 + _FP8_GROUP_SCALE_BYTES,
+                                           e.act_group_quant_memory_efficiency)
+        if hw.family == "hopper":
+            return deepgemm_sm90_gemm_time_s(hw, m, n, k, weight_bytes_per_param, 1.0 + _FP8_GROUP_SCALE_BYTES,
+                                             act_bytes) + quant
+        return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0 + _FP8_GROUP_SCALE_BYTES, act_bytes,
+                           eff_scale=e.gemm_fp8_block_factor, tile_fixed_k=e.gemm_fp8_block_tile_fixed_k) + quant
     if dtype in _EIGHT_BIT:
         scale = hw.efficiency.gemm_fp8_block_factor if scheme == "fp8-block" else 1.0
         return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0, act_bytes, eff_scale=scale) \
             + act_quant_time_s(hw, m, k, act_bytes)
     if dtype == "fp4":
-        return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 0.5 + 1.0 / 16, act_bytes,
-                           eff_scale=hw.efficiency.gemm_fp4_factor) + act_quant_time_s(hw, m, k, act_bytes)
+        return cutedsl_fp4_gemm_time_s(hw, m, n, k, weight_bytes_per_param, act_bytes) \
+            + fp4_act_quant_time_s(hw, m, k, act_bytes)
     return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, act_bytes, act_bytes)
+
+
+# DeepGEMM's SM90 fp8 GEMM (`fp8_gemm_nt` with fp32 scales and 128x128 weight blocks: the 1D2D kernel, bf16 output)
+# picks its layout on the host, csrc/jit_kernels/heuristics/sm90.hpp `SM90ArchSpec` (DeepGEMM 891d57b, the commit
+# vLLM's tools/install_deepgemm.sh pinned for 0.24): block_m in (64, 128, 16 if m <= 16, 32 if m <= 32, 256), block_n
+# 16..192 in steps of 16 (above 128 only 144, 160, 192: the 1D2D unroll rule), not both above 128, clusters 1x1, 1x2
+# and 2x1 (multicast only with more than one wave), at least 3 pipeline stages in 232448 bytes of shared memory (4
+# for tiles under 128x192); of these the one with the fewest modelled L1/L2 cycles / wave efficiency
+# (`get_layout_info`), the first on ties. The persistent kernel then runs the tiles in waves over the SMs.
+_DEEPGEMM_SM90_SMEM_BYTES = 232448
+_DEEPGEMM_SM90_BLOCK_N = tuple(range(16, 129, 16)) + (144, 160, 192)
+
+
+def deepgemm_sm90_layout(m: Any, n: Any, k: Any, sms: int) -> tuple[Any, Any]:
+    """(block_m, block_n) DeepGEMM's SM90 heuristic picks for an fp8 1D2D GEMM, per element."""
+    m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
+    shape = np.broadcast(m, n, k).shape
+    l2_bw = math.floor(min(64.0 * sms, 8e6 / 1.3e3))  # bytes per cycle, as the heuristic models them
+    l1_bw = 128.0 * sms
+    best = np.full(shape, np.inf)
+    block_m, block_n = np.full(shape, 128.0), np.full(shape, 128.0)
+    for cluster_m, cluster_n in ((1, 1), (1, 2), (2, 1)):
+        for bm in (64, 128, 16, 32, 256):
+            allowed_m = (m <= 16) if bm == 16 else (m <= 32) if bm == 32 else np.full(shape, True)
+            for bn in _DEEPGEMM_SM90_BLOCK_N:
+                if bm > 128 and bn > 128:
+                    continue
+                uniform_sfb = 1 if 128 % bn == 0 else 2
+                smem_extra = (math.ceil(bm * bn * 2 / 1024) * 1024 + 16 * 8 * 2
+                              + np.ceil(np.ceil(k / 128) * 4 * uniform_sfb / 8) * 8)
+                stages = np.minimum((_DEEPGEMM_SM90_SMEM_BYTES - smem_extra)
+                                    // (bm * 128 + bn * 128 + math.ceil(bm * 4 / 128) * 128), 16)
+                legal = allowed_m & (stages >= (4 if bm * bn < 128 * 192 else 3))
+                blocks = np.ceil(m / bm) * np.ceil(n / bn)
+                waves = np.ceil(blocks / sms)
+                cd = bm * bn * 2.0
+                l2 = np.floor((k * (bm // cluster_n + bn // cluster_m) + cd) * blocks / l2_bw)
+                l1 = np.floor((k * (bm + bn) + k * (max(64, bm) + bn) + cd + cd) * blocks / l1_bw)
+                cycles = np.floor(np.maximum(l1, l2) / (blocks / (waves * sms)))
+                if cluster_m * cluster_n > 1:
+                    cycles = np.where(waves <= 1, np.inf, cycles)
+                better = legal & (cycles < best)
+                best = np.where(better, cycles, best)
+                block_m, block_n = np.where(better, bm, block_m), np.where(better, bn, block_n)
+    return block_m, block_n
+
+
+def deepgemm_sm90_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weight_bytes_per_param: float,
+                              in_bytes: float, out_bytes: float) -> Any:
+    """DeepGEMM's SM90 fp8 GEMM with the layout of `deepgemm_sm90_layout`: ceil(tiles / SMs) waves of
+    2*block_m*block_n*(k + gemm_fp8_block_tile_fixed_k) FLOPs per SM at gemm_fp8_compute_efficiency *
+    gemm_fp8_block_factor of the fp8 peak; bytes at gemm_fp8_memory_efficiency; overlapped as `_overlap`; plus
+    kernel_fixed_s."""
+    e = hw.efficiency
+    sms = hw.num_compute_units
+    block_m, block_n = deepgemm_sm90_layout(m, n, k, sms)
+    per_sm = hw.peak_flops("fp8") * e.gemm_fp8_compute_efficiency * e.gemm_fp8_block_factor / sms
+    k_blocks = np.ceil(np.asarray(k, dtype=np.float64) / _K_BLOCK) * _K_BLOCK
+    waves = np.ceil(np.ceil(m / block_m) * np.ceil(n / block_n) / sms)
+    tc = waves * 2.0 * block_m * block_n * (k_blocks + e.gemm_fp8_block_tile_fixed_k) / per_sm
+    tm = (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes) / (
+        _bandwidth(hw) * e.gemm_fp8_memory_efficiency)
+    t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s
+    return float(t) if np.ndim(t) == 0 else t
+
+
+# NVFP4 dense GEMM as vLLM runs it on SM100 (FlashInferCuteDslNvFp4LinearKernel, first in vLLM's NVFP4 kernel order ->
+# flashinfer.mm_fp4(backend="cute-dsl"), Sm100BlockScaledPersistentDenseGemmKernel). Untuned (the operator tables;
+# vLLM's warm-up skips FlashInfer's autotuner for cute-dsl mm_fp4, `_flashinfer_autotune_skip_ops`), FlashInfer
+# picks the tactic analytically,
+# flashinfer/gemm/kernels/utils.py `_compute_tactic_for_m` (FlashInfer PR #2940 and #3667, 2026-04/06): m is
+# bucketed to the next power of two (at most 4096); for m <= 32 with n % 8 == 0 A and B are swapped (the kernel's
+# rows are n, its columns the m tokens); among these (tile rows, tile cols) MMA tilers the one with the best score
+# m_tiles*n_tiles * n_eff * tile_tp / (tile_m * waves) wins (n_eff: column padding; tile_tp = sqrt(area / 256^2) *
+# (short / long side)^0.25, times 0.5 for tiles larger than 128x128 when k <= 1024, 0.8 when k <= 2048; tiles
+# narrower than 64 columns only where they hold all columns). 256-row tilers are 2-CTA MMAs: two SMs of 128 rows.
+# FlashInfer PR #3948 (2026-07-14) revised this heuristic after the tables were measured; not described.
+CUTEDSL_FP4_TILES: tuple[tuple[int, int], ...] = ((128, 8), (128, 16), (128, 32), (128, 64), (256, 64), (128, 128),
+                                                   (256, 128), (128, 192), (256, 192), (128, 256), (256, 256))
+_CUTEDSL_FP4_MAX_M_BUCKET = 4096
+
+
+def cutedsl_fp4_tactic(m: Any, n: Any, k: Any, sms: int) -> tuple[Any, Any, Any]:
+    """(tile rows, tile cols, swap_ab) FlashInfer's untuned mm_fp4 cute-dsl heuristic picks, per element (the
+    rows and columns are the kernel's: n and m when swapped)."""
+    m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
+    rep_m = np.minimum(2.0 ** np.ceil(np.log2(np.maximum(m, 1.0))), _CUTEDSL_FP4_MAX_M_BUCKET)
+    swap = (n % 8 == 0) & (rep_m <= 32) & (n > rep_m)
+    prob_m, prob_n = np.where(swap, n, rep_m), np.where(swap, rep_m, n)
+    penalty = np.where(k <= 1024, 0.5, np.where(k <= 2048, 0.8, 1.0))
+    best = np.full(np.broadcast(m, n, k).shape, -1.0)
+    tile_m, tile_n = np.full(best.shape, 128.0), np.full(best.shape, 128.0)
+    for tm, tn in CUTEDSL_FP4_TILES:
+        n_tiles = np.ceil(prob_n / tn)
+        tile_tp = math.sqrt(tm * tn / 256.0 ** 2) * (min(tm, tn) / max(tm, tn)) ** 0.25
+        ns = prob_n / (n_tiles * tn) * tile_tp * (penalty if tm * tn > 128 * 128 else 1.0)
+        ctas = np.ceil(prob_m / tm) * n_tiles
+        score = prob_m * ctas * ns / (tm * np.ceil(ctas / sms) * sms)
+        score = np.where((tn < 64) & (prob_n > tn), -np.inf, score)
+        better = score > best  # strict: the first of equal scores wins, as in FlashInfer's loop
+        best, tile_m, tile_n = np.where(better, score, best), np.where(better, tm, tile_m), np.where(better, tn, tile_n)
+    return tile_m, tile_n, swap
+
+
+def cutedsl_fp4_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weight_bytes_per_param: float,
+                            out_bytes: float) -> Any:
+    """The NVFP4 GEMM kernel (tactic: `cutedsl_fp4_tactic`): a persistent kernel whose 128-row CTA tiles (a
+    256-row tiler is two) run in waves over the SMs, each 2*128*tile_cols*(k + gemm_fp8_tile_fixed_k) FLOPs at
+    gemm_fp8_compute_efficiency * gemm_fp4_factor of the fp4 peak per SM; bytes (fp4 activations and weights with
+    their scales, the 16-bit output) at gemm_fp8_memory_efficiency, a kernel with fewer CTAs than
+    gemm_fp4_saturation_fraction of the SMs drawing a proportional share; overlapped as `_overlap`; plus
+    kernel_fixed_s and gemm_fp4_fixed_s (the persistent kernel's prologue)."""
+    e = hw.efficiency
+    sms = hw.num_compute_units
+    tile_m, tile_n, swap = cutedsl_fp4_tactic(m, n, k, sms)
+    rows, cols = np.where(swap, n, m), np.where(swap, m, n)
+    ctas = np.ceil(rows / tile_m) * np.ceil(cols / tile_n) * (tile_m / 128.0)
+    per_sm = hw.peak_flops("fp4") * e.gemm_fp8_compute_efficiency * e.gemm_fp4_factor / sms
+    k_blocks = np.ceil(np.asarray(k, dtype=np.float64) / _K_BLOCK) * _K_BLOCK
+    tc = np.ceil(ctas / sms) * 2.0 * 128.0 * tile_n * (k_blocks + e.gemm_fp8_tile_fixed_k) / per_sm
+    moved = m * k * _NVFP4_BYTES_PER_ELEMENT + n * k * weight_bytes_per_param + m * n * out_bytes
+    share = np.minimum(ctas / (e.gemm_fp4_saturation_fraction * sms), 1.0)
+    tm = moved / (_bandwidth(hw) * e.gemm_fp8_memory_efficiency * share)
+    t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.gemm_fp4_fixed_s
+    return float(t) if np.ndim(t) == 0 else t
+
+
+def fp4_act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> Any:
+    """NVFP4's input quantization (vLLM `scaled_fp4_quant` -> `invokeFP4Quantization`, static global scale): one
+    grid-stride kernel (min(m, SMs * 2048 / block) blocks of min(k/8, 512) threads, 8 values per thread) that
+    reads the 16-bit input once and writes E2M1 values and one E4M3 scale per 16 (`streaming_act_quant_time_s`)."""
+    return streaming_act_quant_time_s(hw, m, k, act_bytes, _NVFP4_BYTES_PER_ELEMENT, hw.efficiency.memory_efficiency)
+
+
+def streaming_act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, in_bytes: float, out_bytes: float,
+                               efficiency: float) -> Any:
+    """An input quantization kernel whose grid covers the scale groups (no reduction pass over the tensor, no
+    per-row waves, unlike the per-tensor fp8 kernel of `act_quant_time_s`): reads m*k values of `in_bytes` and
+    writes `out_bytes` per value (quantized value and its share of the group scale) at `efficiency` of the DRAM
+    bandwidth, plus kernel_fixed_s. NVFP4's `fp4_act_quant_time_s`; block-scaled fp8's vLLM `per_token_group_quant_8bit`
+    (csrc/quantization/w8a8/fp8/per_token_group_quant.cu: 16 groups of 128 values per thread block, each group
+    loaded once, its fp32 (or packed UE8M0) scale written column-major for DeepGEMM)."""
+    return m * k * (in_bytes + out_bytes) / (_bandwidth(hw) * efficiency) + hw.efficiency.kernel_fixed_s
 
 
 def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, work_units: Any, head_dim: Any,

@@ -35,7 +35,7 @@ from roofline.sim.workload import Workload, load_workload, sample_requests
 # nccl_bus_efficiency (the interconnect, neither compute nor memory).
 COMPUTE_EFFICIENCIES = ("gemm_compute_efficiency", "gemm_fp8_compute_efficiency", "attention_compute_efficiency")
 MEMORY_EFFICIENCIES = ("memory_efficiency", "attention_memory_efficiency", "gemm_fp8_memory_efficiency",
-                       "act_quant_memory_efficiency")
+                       "act_quant_memory_efficiency", "act_group_quant_memory_efficiency")
 UNSCALED_EFFICIENCIES = ("moe_compute_efficiency", "collective_bus_efficiency", "nccl_bus_efficiency")
 
 

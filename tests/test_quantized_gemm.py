@@ -1,0 +1,146 @@
+"""Dense NVFP4 and block-scaled fp8 linear layers as vLLM runs them (issue 17): FlashInfer's untuned CuTe-DSL
+tactic, the grid-stride fp4 quantization kernel, the per-chip fitted parameters."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from roofline.cost.hardware import load_profile
+from roofline.cost.step_cost import (
+    cutedsl_fp4_gemm_time_s,
+    cutedsl_fp4_tactic,
+    deepgemm_sm90_gemm_time_s,
+    deepgemm_sm90_layout,
+    fp4_act_quant_time_s,
+    gemm_time_s,
+    linear_time_s,
+    streaming_act_quant_time_s,
+)
+
+NVFP4_WEIGHT_BYTES = 0.5 + 1.0 / 16
+
+
+def test_small_batches_swap_a_and_b_and_take_a_narrow_tile() -> None:
+    tile_m, tile_n, swap = cutedsl_fp4_tactic(np.array([1.0, 16.0, 64.0]), 4096.0, 4096.0, 148)
+    assert list(swap) == [True, True, False]
+    assert tile_n[0] == 8 and tile_n[1] == 16  # the kernel's columns are the tokens, bucketed to a power of two
+    assert tile_m[2] >= 128
+
+
+def test_tactic_is_chosen_for_the_power_of_two_bucket_of_m() -> None:
+    same = cutedsl_fp4_tactic(np.array([33.0, 64.0]), 7168.0, 2048.0, 148)
+    assert all(a[0] == a[1] for a in same)
+
+
+def test_no_swap_when_n_is_not_a_multiple_of_8() -> None:
+    assert not cutedsl_fp4_tactic(4.0, 4100.0, 4096.0, 148)[2]
+
+
+def test_narrow_tiles_only_where_they_hold_every_column() -> None:
+    m = np.array([2.0 ** i for i in range(13)])
+    tile_m, tile_n, swap = cutedsl_fp4_tactic(m, 8192.0, 8192.0, 148)
+    cols = np.where(swap, m, 8192.0)
+    assert np.all((tile_n >= 64) | (tile_n >= cols))
+
+
+def test_one_row_tile_costs_the_same_compute_for_65_to_128_tokens() -> None:
+    hw = load_profile("b200")
+    hw = replace(hw, efficiency=replace(hw.efficiency, gemm_fp8_memory_efficiency=1e3))  # compute-bound only
+    t65, t128 = (cutedsl_fp4_gemm_time_s(hw, m, 16384.0, 16384.0, NVFP4_WEIGHT_BYTES, 2.0) for m in (65.0, 128.0))
+    assert t65 == pytest.approx(t128, rel=1e-3)
+
+
+def test_few_ctas_draw_a_share_of_the_bandwidth() -> None:
+    hw = load_profile("b200")
+    full = replace(hw, efficiency=replace(hw.efficiency, gemm_fp4_saturation_fraction=1e-3))
+    # m = 1 swaps A and B: 1024 weight rows are 8 CTAs of 128 rows, far from the SMs that saturate DRAM.
+    assert cutedsl_fp4_gemm_time_s(hw, 1.0, 1024.0, 65536.0, NVFP4_WEIGHT_BYTES, 2.0) > \
+        1.5 * cutedsl_fp4_gemm_time_s(full, 1.0, 1024.0, 65536.0, NVFP4_WEIGHT_BYTES, 2.0)
+
+
+def test_fp4_quantization_streams_its_bytes_without_row_waves() -> None:
+    hw = load_profile("b200")
+    fixed = hw.efficiency.kernel_fixed_s
+    small, large = (fp4_act_quant_time_s(hw, m, 4096.0, 2.0) - fixed for m in (1024.0, 4096.0))
+    assert large == pytest.approx(4.0 * small)
+    assert small == pytest.approx(1024 * 4096 * (2.0 + NVFP4_WEIGHT_BYTES)
+                                  / (hw.memory_bandwidth_bytes_per_s * hw.efficiency.memory_efficiency))
+
+
+def test_nvfp4_linear_is_the_quantization_plus_the_gemm_on_scalars_and_arrays() -> None:
+    hw = load_profile("b200")
+    t = linear_time_s(hw, 256.0, 4096.0, 4096.0, "fp4", NVFP4_WEIGHT_BYTES, 2.0, "nvfp4")
+    assert isinstance(t, float)
+    assert t == pytest.approx(cutedsl_fp4_gemm_time_s(hw, 256.0, 4096.0, 4096.0, NVFP4_WEIGHT_BYTES, 2.0)
+                              + fp4_act_quant_time_s(hw, 256.0, 4096.0, 2.0))
+    many = linear_time_s(hw, np.array([256.0, 512.0]), 4096.0, 4096.0, "fp4", NVFP4_WEIGHT_BYTES, 2.0, "nvfp4")
+    assert many[0] == pytest.approx(t)
+
+
+@pytest.mark.parametrize("chip", ["b200", "gb200", "b300"])
+def test_blackwell_chips_carry_their_fitted_nvfp4_parameters(chip: str) -> None:
+    e = load_profile(chip).efficiency
+    assert e.gemm_fp4_factor < 1.0 and e.gemm_fp4_fixed_s > 0.0 and e.gemm_fp4_saturation_fraction > 0.1
+
+
+def test_block_fp8_is_one_streaming_quantization_pass_plus_the_gemm() -> None:
+    hw = load_profile("b200")
+    e = hw.efficiency
+    group_bytes = 1.0 + 4.0 / 128  # fp8 value and its share of the fp32 scale of a 1x128 group
+    quant = streaming_act_quant_time_s(hw, 8192.0, 8192.0, 2.0, group_bytes, e.act_group_quant_memory_efficiency)
+    assert quant == pytest.approx(8192 * 8192 * (2.0 + group_bytes)
+                                  / (hw.memory_bandwidth_bytes_per_s * e.act_group_quant_memory_efficiency)
+                                  + e.kernel_fixed_s)
+    gemm = gemm_time_s(hw, 8192.0, 64.0, 8192.0, "fp8", 1.0, group_bytes, 2.0, eff_scale=e.gemm_fp8_block_factor,
+                       tile_fixed_k=e.gemm_fp8_block_tile_fixed_k)
+    assert linear_time_s(hw, 8192.0, 64.0, 8192.0, "fp8", 1.0, 2.0, "fp8-block") == pytest.approx(gemm + quant)
+
+
+def test_block_fp8_tile_cost_is_deepgemms_not_cutlasss() -> None:
+    hw = load_profile("h100-sxm")
+    cheap = replace(hw, efficiency=replace(hw.efficiency, gemm_fp8_block_tile_fixed_k=0.0))
+    per_tensor = replace(hw, efficiency=replace(hw.efficiency, gemm_fp8_block_tile_fixed_k=0.0,
+                                                gemm_fp8_tile_fixed_k=1e5))
+    args = (4096.0, 4096.0, 512.0, "fp8", 1.0, 2.0, "fp8-block")
+    assert linear_time_s(cheap, *args) == pytest.approx(linear_time_s(per_tensor, *args))
+    assert linear_time_s(hw, *args) > linear_time_s(cheap, *args)
+
+
+def test_block_fp8_off_hopper_and_blackwell_is_the_per_tensor_path_scaled() -> None:
+    hw = load_profile("l40s")
+    slow = replace(hw, efficiency=replace(hw.efficiency, gemm_fp8_block_factor=0.5))
+    args = (4096.0, 4096.0, 4096.0, "fp8", 1.0, 2.0)
+    assert linear_time_s(hw, *args, "fp8-block") == pytest.approx(linear_time_s(hw, *args, "fp8"))
+    assert linear_time_s(slow, *args, "fp8-block") > linear_time_s(slow, *args, "fp8")
+
+
+@pytest.mark.parametrize("chip", ["h100-sxm", "h200-sxm", "b200", "gb200", "b300"])
+def test_hopper_and_blackwell_chips_carry_their_fitted_block_fp8_parameters(chip: str) -> None:
+    e = load_profile(chip).efficiency
+    assert 0.5 < e.gemm_fp8_block_factor < 1.0 and 0.2 < e.act_group_quant_memory_efficiency < 0.6
+
+
+def test_deepgemm_takes_16_and_32_row_blocks_only_for_that_few_tokens() -> None:
+    m = np.array([8.0, 16.0, 32.0, 33.0, 64.0, 4096.0])
+    block_m, block_n = deepgemm_sm90_layout(m, 7168.0, 16384.0, 132)
+    assert np.all((block_m >= 64) | (m <= block_m))
+    assert np.all(block_m[3:] >= 64)
+
+
+def test_deepgemm_tiles_never_exceed_128_on_both_sides() -> None:
+    m, n = np.meshgrid([1.0, 100.0, 1000.0, 10000.0], [64.0, 1000.0, 7168.0, 65536.0])
+    block_m, block_n = deepgemm_sm90_layout(m.ravel(), n.ravel(), 4096.0, 132)
+    assert not np.any((block_m > 128) & (block_n > 128))
+    assert set(np.unique(block_n)) <= set(range(16, 129, 16)) | {144, 160, 192}
+
+
+def test_hopper_block_fp8_runs_deepgemms_layout() -> None:
+    hw = load_profile("h100-sxm")
+    e = hw.efficiency
+    group_bytes = 1.0 + 4.0 / 128
+    quant = streaming_act_quant_time_s(hw, 160.0, 8192.0, 2.0, group_bytes, e.act_group_quant_memory_efficiency)
+    assert linear_time_s(hw, 160.0, 8192.0, 8192.0, "fp8", 1.0, 2.0, "fp8-block") == pytest.approx(
+        deepgemm_sm90_gemm_time_s(hw, 160.0, 8192.0, 8192.0, 1.0, group_bytes, 2.0) + quant)
