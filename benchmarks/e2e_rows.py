@@ -64,6 +64,10 @@ CHECKPOINT_QUANTIZATION = {"nvidia/Llama-3.1-8B-Instruct-FP8": "fp8"}
 # (2026-08-10), after every release in the file. gpu_memory_utilization 0.9 (vllm/config/cache.py up to 0.19;
 # 0.92 from 0.22). Chunked prefill and prefix caching on, block size 16, KV cache in the model dtype: V1 defaults.
 VERSION_BATCH_DEFAULTS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
+# Asynchronous scheduling became vLLM's default in 0.14.0 (release notes; PR #27614,
+# https://github.com/vllm-project/vllm/pull/27614); before, the host's scheduling, input preparation and output
+# processing ran between the GPU's steps (the GPU profiles' executor describes both: roofline.cost.params).
+ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14)
 LARGE_GPU_MIN_BYTES = 70 * 2 ** 30
 
 # A row whose model length does not fit its KV cache: vLLM refuses to start with the model's max_model_len, so the
@@ -93,6 +97,9 @@ ASSUMPTIONS = (
     "-> fp8); an unquantized checkpoint gets the --quantization its precision column implies (fp8 -> fp8); an "
     "empty precision with an empty gemm_quant_mode is the checkpoint's dtype (bf16).",
     "attention_dp_size empty = 1 (every such row's silicon_concurrency equals batch_size).",
+    "Asynchronous scheduling: vLLM's default from 0.14.0 on (PR #27614), so on for 0.15-0.19 and the 2026 nightly "
+    "and off (`--no-async-scheduling`: host time between the GPU's steps) for 0.11.2, 0.12.0 and the unversioned "
+    "rows of 2025-10/12; a harness that passed --async-scheduling itself is not recorded.",
 )
 
 
@@ -264,9 +271,23 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
     return SimCase(row, config_path, hardware_id, engine_args_for(row, quantization), row.concurrency, tuple(notes))
 
 
+def async_scheduling_default(version: str | None) -> bool:
+    """Whether `vllm serve` of `version` schedules asynchronously by default: from 0.14.0 on (release notes; PR
+    #27614). Rows without a version were measured 2025-10-29 to 2025-12-05 (0.11-0.12): off; nightlies of 2026:
+    on."""
+    if version is None:
+        return False
+    if version.startswith("nightly"):
+        return True
+    major, minor = (int(x) for x in version.split(".")[:2])
+    return (major, minor) >= ASYNC_SCHEDULING_DEFAULT_SINCE
+
+
 def engine_args_for(row: SiliconRow, quantization: str) -> EngineArgs:
-    """vLLM's flags for the row: its version's defaults (see VERSION_BATCH_DEFAULTS), its TP and quantization."""
-    return EngineArgs(tensor_parallel_size=row.tp_size, quantization=quantization, **VERSION_BATCH_DEFAULTS)
+    """vLLM's flags for the row: its version's defaults (see VERSION_BATCH_DEFAULTS and
+    `async_scheduling_default`), its TP and quantization."""
+    return EngineArgs(tensor_parallel_size=row.tp_size, quantization=quantization,
+                      async_scheduling=async_scheduling_default(row.backend_version), **VERSION_BATCH_DEFAULTS)
 
 
 FP4_PRECISIONS = ("fp4", "nvfp4", "mxfp4")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.core.model_spec import ModelSpec
@@ -48,12 +48,13 @@ AUTO_FIT_MAX_MODEL_LEN = -1  # vLLM's --max-model-len -1
 
 _ALL = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "gpu_memory_utilization",
         "enable_chunked_prefill", "enable_prefix_caching", "tensor_parallel_size", "dtype", "quantization",
-        "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override")
+        "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override", "async_scheduling")
 COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "simulate": _ALL,
     "plan": tuple(f for f in _ALL if f not in ("max_num_seqs", "tensor_parallel_size", "kv_cache_memory_bytes",
                                                "num_gpu_blocks_override")),
-    "measure": tuple(f for f in _ALL if f not in ("tensor_parallel_size", "quantization", "kv_cache_dtype")),
+    "measure": tuple(f for f in _ALL if f not in ("tensor_parallel_size", "quantization", "kv_cache_dtype",
+                                                  "async_scheduling")),
 }
 
 
@@ -77,6 +78,9 @@ class EngineArgs:
     kv_cache_dtype: str = "auto"
     kv_cache_memory_bytes: float | None = None
     num_gpu_blocks_override: int | None = None
+    # vLLM's --async-scheduling: the scheduler plans step i+1 while the device runs step i. None: the device
+    # profile's `executor.host_overlaps_device` (its family's description of vLLM >= 0.14, where it is the default).
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override"):
@@ -111,6 +115,9 @@ class EngineArgs:
         """Tensor parallelism within one scale-up domain of `hw` (one device on a CPU)."""
         tp = self.tensor_parallel_size
         if hw.kind == "cpu":
+            if self.async_scheduling:
+                raise UserError(f"--async-scheduling: {hw.id} is a CPU profile; its engines (the project's and "
+                                f"vLLM-CPU) schedule synchronously; allowed: --no-async-scheduling or unset")
             if tp != 1:
                 raise UserError(f"--tensor-parallel-size: {hw.id} is a CPU profile, which models one device; "
                                 f"allowed: 1, got {tp}")
@@ -120,6 +127,12 @@ class EngineArgs:
         if tp > domain:
             raise UserError(f"--tensor-parallel-size: {tp} GPUs exceed one {link} domain of {hw.id} ({domain} "
                             f"GPUs); multi-node tensor parallelism is not modelled; allowed: 1 to {domain}")
+
+    def resolve_hardware(self, hw: HardwareProfile) -> HardwareProfile:
+        """`hw` with the host/device overlap of `--async-scheduling` when it is given."""
+        if self.async_scheduling is None or self.async_scheduling == hw.executor.host_overlaps_device:
+            return hw
+        return replace(hw, executor=replace(hw.executor, host_overlaps_device=self.async_scheduling))
 
     @property
     def auto_fit_max_model_len(self) -> bool:
@@ -216,6 +229,10 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
             "KV cache size per device in bytes, instead of vLLM's profiled budget"))),
         "num_gpu_blocks_override": ("--num-gpu-blocks-override", dict(type=int, metavar="N", help=(
             "KV blocks per device, instead of the computed number"))),
+        "async_scheduling": ("--async-scheduling", dict(
+            action=argparse.BooleanOptionalAction, default=None, help=(
+                "overlap the host's scheduling with the device's step (default: the profile's executor, on for "
+                "GPUs as in vLLM >= 0.14; give --no-async-scheduling for older vLLM; a CPU: off)"))),
     }
     for name in flags:
         flag, kwargs = help_for[name]
@@ -230,14 +247,17 @@ def engine_args_from(args: argparse.Namespace, command: str) -> EngineArgs:
 
 
 def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
-                  gpu_memory_utilization: float | None) -> dict[str, object]:
-    """The resolved engine configuration as written into summaries and run metadata."""
+                  gpu_memory_utilization: float | None, async_scheduling: bool | None = None) -> dict[str, object]:
+    """The resolved engine configuration as written into summaries and run metadata (`async_scheduling`: the
+    resolved overlap where a device was simulated)."""
+    extra = {} if async_scheduling is None else {"async_scheduling": async_scheduling}
     return {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
             "max_model_len": max_model_len, "block_size": engine.block_size,
             "enable_chunked_prefill": engine.enable_chunked_prefill,
             "enable_prefix_caching": engine.enable_prefix_caching,
             "tensor_parallel_size": engine.tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
-            "dtype": engine.dtype, "quantization": engine.quantization, "kv_cache_dtype": engine.kv_cache_dtype}
+            "dtype": engine.dtype, "quantization": engine.quantization, "kv_cache_dtype": engine.kv_cache_dtype,
+            **extra}
 
 
 def _flag(name: str) -> str:

@@ -71,6 +71,13 @@ def test_dense_fp8_row_on_h100_is_simulated_with_its_version_defaults() -> None:
     assert case.config_path.name == "meta-llama--Meta-Llama-3.1-70B_config.json"  # the renamed checkpoint
 
 
+@pytest.mark.parametrize("version,expected", [("0.12.0", False), ("0.11.2", False), (NAN, False), ("0.15.1", True),
+                                              ("0.19.0", True), ("nightly-5b8c30d62b754b57", True)])
+def test_async_scheduling_follows_the_version_default(version: object, expected: bool) -> None:
+    case = resolve_row(parse_row(record(backend_version=version)))
+    assert isinstance(case, SimCase) and case.engine.async_scheduling is expected
+
+
 def test_empty_precision_is_the_checkpoint_dtype() -> None:
     case = resolve_row(parse_row(record(model_path="Qwen/Qwen3-32B", precision=NAN, gemm_quant_mode=NAN,
                                         moe_quant_mode=NAN)))

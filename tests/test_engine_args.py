@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from roofline.cli import build_parser, main
@@ -50,6 +51,23 @@ def test_tensor_parallelism_on_a_cpu_profile_is_refused() -> None:
     EngineArgs().check_hardware(cpu)
     with pytest.raises(UserError, match="--tensor-parallel-size.*allowed: 1"):
         EngineArgs(tensor_parallel_size=2).check_hardware(cpu)
+
+
+def test_async_scheduling_flag_sets_the_host_overlap(capsys: pytest.CaptureFixture[str]) -> None:
+    from roofline.cost.hardware import load_profile
+    from roofline.sim.simulator import make_deployment
+
+    h100 = load_profile("h100-sxm")
+    assert h100.executor.host_overlaps_device  # the Hopper family describes vLLM >= 0.14 (async by default)
+    default = make_deployment("llama-3.1-8b", h100, EngineArgs())
+    sync = make_deployment("llama-3.1-8b", h100, EngineArgs(async_scheduling=False))
+    assert default.engine_record["async_scheduling"] is True and sync.engine_record["async_scheduling"] is False
+    contexts = np.full(128, 2000)
+    # without the overlap the host's time adds to the device's instead of hiding under it
+    assert sync.cost_model.decode_step_time_s(contexts) > default.cost_model.decode_step_time_s(contexts)
+    cpu = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml"
+    _fails(["simulate", "--num-requests", "3", "--model", "llama-156m", "--hardware", str(cpu), "--async-scheduling"],
+           capsys, "--async-scheduling", "CPU profile", "allowed: --no-async-scheduling or unset")
 
 
 def test_max_model_len_within_what_vllm_derives(capsys: pytest.CaptureFixture[str]) -> None:

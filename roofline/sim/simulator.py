@@ -93,6 +93,7 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     hw = hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
     engine.check_model(spec)
     engine.check_hardware(hw)
+    hw = engine.resolve_hardware(hw)
     quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization,
                                   kv_cache_dtype=engine.kv_cache_dtype, model_dtype=spec.torch_dtype)
     cost_model = StepCostModel(spec, hw, quant, engine.tensor_parallel_size, cpu_engine=cpu_engine)
@@ -118,7 +119,8 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
                                    enable_prefix_caching=engine.enable_prefix_caching)
     except ValueError as exc:
         raise UserError(f"engine configuration: {exc}") from None
-    record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization)
+    record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization,
+                           hw.executor.host_overlaps_device)
     return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record)
 
 
