@@ -202,6 +202,12 @@ def _max(a: Any, b: Any) -> Any:
 
 
 _min = np.minimum
+_sum = np.add.reduce  # `arr.sum()` without its Python wrapper (the simulator sums every step's contexts)
+
+
+def _any(flags: Any) -> bool:
+    """`np.any`, without a numpy call for the scalar path's Python bool."""
+    return flags if isinstance(flags, bool) else bool(np.any(flags))
 
 
 def _overlap(tc: Any, tm: Any, p: float) -> Any:
@@ -330,7 +336,7 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, 
     sms = hw.num_compute_units
     units = _max(work_units, 1.0)
     eff = e.attention_compute_efficiency * np.where(kv_fp8, e.attention_fp8_kv_compute_factor, 1.0) \
-        if np.any(kv_fp8) else e.attention_compute_efficiency
+        if _any(kv_fp8) else e.attention_compute_efficiency
     per_sm = hw.peak_flops(dtype) * eff / sms
     waves = _ceil(units / sms)
     softmax = e.attention_softmax_flops_per_pair
@@ -353,7 +359,7 @@ def attention_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, w
     e = hw.efficiency
     tc = flops / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
     eff = e.attention_memory_efficiency * np.where(kv_fp8, e.attention_fp8_kv_bandwidth_factor, 1.0) \
-        if np.any(kv_fp8) else e.attention_memory_efficiency
+        if _any(kv_fp8) else e.attention_memory_efficiency
     kernels = attention_kernels(hw.family)
     prologue = work_units * e.gemm_tile_fixed_k * key_bytes if kernels.decode_unit_prologue else 0.0
     tm = (bytes_moved + prologue) / (_bandwidth(hw) * eff)
@@ -648,6 +654,9 @@ class StepCostModel:
         # Per-layer constants of the attention records (`roofline.cost.ops.attention_records`), for the fast path.
         self._kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element
         self._q_token = r.heads * r.head_dim * quant.act_bytes
+        self._kv_fp8 = quant.kv_dtype == "fp8"
+        # `decode_step_time_s`'s shortcut applies (`_attention_s` takes its scalar formulas).
+        self._plain_decode = hw.kind != "cpu" and not spec.sliding_window
 
     # -- public API --
     def weight_bytes_per_rank(self) -> float:
@@ -679,9 +688,27 @@ class StepCostModel:
         return self._stats_time_s(self._stats(query_lens, context_lens, emits))
 
     def decode_step_time_s(self, context_lens: np.ndarray) -> float:
-        """`step_time_s` of a step of decodes only, from their context lengths."""
-        return self._stats_time_s(BatchStats.from_decode_contexts(context_lens, self.spec.sliding_window,
-                                                                  self.spec.is_hybrid_attention))
+        """`step_time_s` of a step of decodes only, from their context lengths. On a GPU without sliding windows
+        the step depends on the number of sequences and the sum of their contexts only: `_stats_time_s`'s
+        arithmetic on those two, in its order, without building a `BatchStats` (the simulator's most common call)."""
+        if not self._plain_decode:
+            return self._stats_time_s(BatchStats.from_decode_contexts(context_lens, self.spec.sliding_window,
+                                                                      self.spec.is_hybrid_attention))
+        n = int(context_lens.size)
+        if not n:
+            return self._stats_time_s(BatchStats.from_decode_contexts(context_lens))
+        token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
+        emit_s, emit_k = self._emit_table.lookup(n)
+        r = self.rank
+        shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, float(_sum(context_lens)) + n,
+                                       self._q_token, self._kv_token, self._attn_kernels)
+        # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
+        attn_s = float(r.layers * attention_decode_time_s(self.hw, *shape, self.quant.act_dtype, self._kv_fp8))
+        ex = self.hw.executor
+        # `_host_s`: a decode-only batch replays one full graph when it fits one, else launches every kernel.
+        launches = 1 if 0 < n <= self._max_graph else token_k + emit_k + r.layers
+        host_s = ex.step_overhead_s + launches * ex.kernel_launch_s + ex.step_overhead_per_seq_s * (n + 0)
+        return self._combine(token_s + emit_s + attn_s, host_s)
 
     def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
         """`step_cost(q, c, e).breakdown_s` of many steps (query, context, emits arrays each) as columns:
