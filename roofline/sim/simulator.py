@@ -340,7 +340,11 @@ class _Simulation:
                 self.send(now, self.client_queue.popleft())
         if self.progress is not None:
             self.progress(self.num_done, len(self.specs))
-        self.wake(replica, now)
+        heap = self.heap
+        if not replica.schedule_pending and (not heap or heap[0][0] > now):
+            self.schedule(now, index)  # nothing else happens at `now`: the event `wake` queues would be next
+        else:
+            self.wake(replica, now)
 
 
 def sampled_token_id(spec: ModelSpec) -> int:
