@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -203,6 +204,19 @@ def _max(a: Any, b: Any) -> Any:
 
 _min = np.minimum
 _sum = np.add.reduce  # `arr.sum()` without its Python wrapper (the simulator sums every step's contexts)
+
+
+def row_sums(values: np.ndarray) -> np.ndarray:
+    """`[sum(row) for row in values.tolist()]` as an array, the same floats: Python's `sum` of floats up to 3.11
+    adds left to right (`0 + v0 + v1 + ...`), which column-wise additions repeat; from 3.12 on it is compensated
+    (Neumaier), so there each row is summed by `sum` itself."""
+    if sys.version_info >= (3, 12):
+        return np.array([sum(row) for row in values.tolist()], dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64).view(np.ndarray)
+    total = np.zeros(len(values), dtype=np.float64)
+    for j in range(values.shape[1]):
+        total += values[:, j]
+    return total
 
 
 def _any(flags: Any) -> bool:
@@ -710,48 +724,47 @@ class StepCostModel:
         host_s = ex.step_overhead_s + launches * ex.kernel_launch_s + ex.step_overhead_per_seq_s * (n + 0)
         return self._combine(token_s + emit_s + attn_s, host_s)
 
-    def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                          concatenated: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                          ) -> dict[str, np.ndarray]:
         """`step_cost(q, c, e).breakdown_s` of many steps (query, context, emits arrays each) as columns:
         operator name -> seconds per step, 0.0 where a step lacks the operator; the same floats.
 
         In bulk: the steps are aggregated into columns of `BatchStats` fields (`_stats_columns`); the operators
         are evaluated on arrays (`_ExactPowArray`): those of the token count and of the emit count once per
-        distinct count, attention once for all steps (`_attention_columns`). Only the step's sums run per step,
-        as `step_cost`'s `sum`s (the same rounding; an absent operator adds 0.0, which changes no sum)."""
+        distinct count, attention once for all steps (`_attention_columns`); each step's total is `step_cost`'s `sum`
+        (`row_sums`: the same rounding; an absent operator adds 0.0, which changes no sum). `concatenated`: the
+        steps' query, context and emits arrays each concatenated, if the caller has them."""
         if not steps:
             return {}
-        cols, stats = self._stats_columns(steps)
+        cols, stats = self._stats_columns(steps, concatenated)
         distinct, inverse = np.unique(cols["num_tokens"].astype(np.int64), return_inverse=True)
         padded = np.array([self._padded_tokens(n) for n in distinct.tolist()], dtype=np.int64)[inverse]
-        num_tokens = distinct[inverse].tolist()
         token_names, token_s, token_k = self._count_columns(token_ops, padded)
         emit_names, emit_s, emit_k = self._count_columns(emit_ops, cols["num_emits"].astype(np.int64))
         attn_names, attn_s, attn_k = self._attention_columns(cols, stats)
         names = token_names + attn_names + emit_names  # step_cost's order
         times = np.concatenate([token_s, attn_s, emit_s], axis=1)
         kernels = (token_k + attn_k + emit_k).tolist()
-        prefill_seqs = cols["num_prefill_seqs"].astype(np.int64).tolist()
-        decode_seqs = cols["num_decode_seqs"].astype(np.int64).tolist()
-        host_cache: dict[tuple[int, int, int, int], float] = {}
-        host_overhead = []
-        for i, row in enumerate(times.tolist()):
-            device_s = sum(row)
-            key = (num_tokens[i], prefill_seqs[i], decode_seqs[i], kernels[i])
-            host_s = host_cache.get(key)
-            if host_s is None:
-                host_s = host_cache[key] = self._host_s(
-                    BatchStats(num_tokens=key[0], num_emits=0, num_prefill_seqs=key[1], num_decode_seqs=key[2]),
-                    key[3])
-            host_overhead.append(self._combine(device_s, host_s) - device_s)
+        # The host time of each distinct (tokens, prefill seqs, decode seqs, kernels), once.
+        keys = np.stack([distinct[inverse], cols["num_prefill_seqs"].astype(np.int64),
+                         cols["num_decode_seqs"].astype(np.int64), np.asarray(kernels, dtype=np.int64)], axis=1)
+        distinct_keys, key_of = np.unique(keys, axis=0, return_inverse=True)
+        host_s = np.array([self._host_s(BatchStats(num_tokens=t, num_emits=0, num_prefill_seqs=p, num_decode_seqs=d), k)
+                           for t, p, d, k in distinct_keys.tolist()], dtype=np.float64)[key_of.reshape(-1)]
+        device_s = row_sums(times)
+        ex = self.hw.executor  # `_combine`, elementwise (the same IEEE operations)
+        total_s = np.maximum(device_s, host_s) + ex.step_gap_s if ex.host_overlaps_device else device_s + host_s
         columns = {name: times[:, j].copy() for j, name in enumerate(names)}
-        columns["host_overhead"] = np.array(host_overhead, dtype=np.float64)
+        columns["host_overhead"] = total_s - device_s
         return columns
 
     # BatchStats fields aggregated per step (`_stats_columns`).
     _STATS_FIELDS = ("num_tokens", "num_emits", "num_prefill_seqs", "prefill_tokens", "prefill_pairs",
                      "prefill_q_tiles", "prefill_kv_tokens", "prefill_pad_pairs", "num_decode_seqs", "decode_pairs")
 
-    def _stats_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    def _stats_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                       concatenated: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                        ) -> tuple[dict[str, np.ndarray], list[BatchStats] | None]:
         """`_stats` of every step as columns (float64) of `_STATS_FIELDS`, and on a CPU the `BatchStats` too.
 
@@ -768,9 +781,8 @@ class StepCostModel:
             return {name: values[:, j] for j, name in enumerate(self._STATS_FIELDS)}, stats
         starts = np.zeros(n, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
-        q = np.concatenate([q for q, _, _ in steps])
-        c = np.concatenate([c for _, c, _ in steps])
-        e = np.concatenate([e for _, _, e in steps])
+        q, c, e = concatenated or (np.concatenate([q for q, _, _ in steps]), np.concatenate([c for _, c, _ in steps]),
+                                   np.concatenate([e for _, _, e in steps]))
         window = self.spec.sliding_window
         decode = q == 1
         keys = np.where(decode, np.minimum(c + 1, window) if window else c, 0)  # from_arrays' decode_pairs
