@@ -147,7 +147,7 @@ class FastPath:
         sched = self.sched
         kv = sched.kv
         bs = kv.block_size
-        need = -(-ntok // bs) - cols.num_blocks
+        need = (ntok + (bs - 1)) // bs - cols.num_blocks  # blocks short of ceil(ntok / bs)
         preempting = int(_sum(need)) > kv.num_free_blocks
         if preempting and sched.config.policy != "fcfs":
             return self._decline()
