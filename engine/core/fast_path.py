@@ -353,5 +353,7 @@ class FastPath:
             sched.finish_request(req, status, now_s)
             keep[i] = False
         cols.keep(keep)
-        sched.running = cols.reqs = [r for r in running if r.status is _RUNNING]
+        assert running is cols.reqs
+        for i, _, _ in reversed(finished):  # rows in increasing order
+            del running[i]
         return [req for _, req, _ in finished]
