@@ -31,12 +31,17 @@ _TOKEN_SALT = 0x243F6A8885A308D3
 _POSITION_SALT = 0x13198A2E03707344
 
 
+_U_GOLDEN, _U_MIX1, _U_MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_U_30, _U_27, _U_31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_U_TOKEN_SALT, _U_MASK_63 = np.uint64(_TOKEN_SALT), np.uint64(MASK_63)
+
+
 def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer on a uint64 array (arithmetic wraps mod 2^64)."""
-    z = x + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    """splitmix64's finalizer on a uint64 array (arithmetic wraps mod 2^64); `prompt_block_hashes` inlines it."""
+    z = x + _U_GOLDEN
+    z = (z ^ (z >> _U_30)) * _U_MIX1
+    z = (z ^ (z >> _U_27)) * _U_MIX2
+    return z ^ (z >> _U_31)
 
 
 class _Weights:
@@ -73,12 +78,22 @@ def prompt_block_hashes(parent: int, token_ids: np.ndarray, start_pos: int, bloc
         return []
     _POSITIONS.ensure(start_pos + n)
     # Token weights computed, not gathered from `_TOKENS.array`: random reads of a vocabulary-sized table miss
-    # the caches in a long simulation, the arithmetic streams.
-    weighted = _splitmix64(token_ids.astype(np.uint64) ^ np.uint64(_TOKEN_SALT))
-    weighted *= _POSITIONS.array[start_pos:start_pos + n]
+    # the caches in a long simulation, the arithmetic streams. `_splitmix64` in place on one array (every
+    # admitted request's prompt passes here; numpy's per-call overhead, not the arithmetic, is its cost).
+    z = token_ids.astype(np.uint64)
+    z ^= _U_TOKEN_SALT
+    z += _U_GOLDEN
+    z ^= z >> _U_30
+    z *= _U_MIX1
+    z ^= z >> _U_27
+    z *= _U_MIX2
+    z ^= z >> _U_31
+    z *= _POSITIONS.array[start_pos:start_pos + n]
     # The running sum at each block's last token is the sum of the contents of that block and all before it.
-    ends = np.cumsum(weighted, dtype=np.uint64)[block_size - 1::block_size]
-    return ((ends + np.uint64(parent)) & np.uint64(MASK_63)).tolist()
+    ends = np.cumsum(z, dtype=np.uint64)[block_size - 1::block_size]
+    ends += np.uint64(parent)
+    ends &= _U_MASK_63
+    return ends.tolist()
 
 
 def block_hash(parent: int, token_ids: Sequence[int], start_pos: int) -> int:

@@ -299,8 +299,24 @@ class BlockPool:
         asks every step."""
         cached = self._cached
         registered = self.block_hash
-        hits: list[int] = []
-        for block_hash in block_hashes[:max_num_blocks]:
+        if max_num_blocks <= 0 or not block_hashes or block_hashes[0] not in cached:
+            return []  # the common miss
+        wanted = block_hashes[:max_num_blocks]
+        hits: list[int] = list(map(cached.get, wanted))
+        try:
+            hits = hits[:hits.index(None)]
+        except ValueError:
+            pass
+        # The entries found so far still name blocks holding their hash (one array comparison); the first stale
+        # one, if any, is resolved by the loop below, which reads the map again from there (`_first_valid` is the
+        # only call that changes the map, and the entries before it are not touched by it).
+        num_hits = len(hits)
+        stale = (registered[hits] != np.array(wanted[:num_hits], dtype=np.int64)).nonzero()[0]
+        if not len(stale):
+            return hits
+        first_stale = int(stale[0])
+        del hits[first_stale:]
+        for block_hash in wanted[first_stale:]:
             block_id = cached.get(block_hash)
             if block_id is None:
                 break

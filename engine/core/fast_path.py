@@ -147,7 +147,7 @@ class FastPath:
         sched = self.sched
         kv = sched.kv
         bs = kv.block_size
-        need = -(-ntok // bs) - cols.num_blocks
+        need = (ntok + (bs - 1)) // bs - cols.num_blocks  # blocks short of ceil(ntok / bs)
         preempting = int(_sum(need)) > kv.num_free_blocks
         if preempting and sched.config.policy != "fcfs":
             return self._decline()
@@ -353,5 +353,7 @@ class FastPath:
             sched.finish_request(req, status, now_s)
             keep[i] = False
         cols.keep(keep)
-        sched.running = cols.reqs = [r for r in running if r.status is _RUNNING]
+        assert running is cols.reqs
+        for i, _, _ in reversed(finished):  # rows in increasing order
+            del running[i]
         return [req for _, req, _ in finished]

@@ -55,6 +55,18 @@ class ScheduledSeq:
         )
 
 
+_ALL_TRUE: dict[int, np.ndarray] = {}
+
+
+def _all_true(n: int) -> np.ndarray:
+    """A read-only array of `n` Trues, shared by the plans of every step with `n` bulk rows."""
+    ones = _ALL_TRUE.get(n)
+    if ones is None:
+        ones = _ALL_TRUE[n] = np.ones(n, dtype=bool)
+        ones.flags.writeable = False
+    return ones
+
+
 class StepPlan:
     """What one step computes, as parallel columns (index i is the i-th scheduled sequence, running
     requests first in queue order, then new admissions). Treat it as read-only, and read `block_tables` and
@@ -119,7 +131,8 @@ class StepPlan:
         return len(self.requests)
 
     def seq_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(query lengths int64, context lengths int64, emits bool), one entry per sequence."""
+        """(query lengths int64, context lengths int64, emits bool), one entry per sequence; read-only (a plan
+        of running requests only shares its all-True emits with the other plans of its size)."""
         if self._arrays is not None:
             return self._arrays
         if self._bulk is None:
@@ -127,7 +140,7 @@ class StepPlan:
                             np.array(self._emits, dtype=bool))
             return self._arrays
         bulk_query, bulk_context, _ = self._bulk
-        bulk_emits = np.ones(len(bulk_query), dtype=bool)  # the bulk rows always emit
+        bulk_emits = _all_true(len(bulk_query))  # the bulk rows always emit
         if not self._query:  # the running queue only
             self._arrays = (bulk_query, bulk_context, bulk_emits)
         else:  # and the requests admitted after it

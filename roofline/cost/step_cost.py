@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -211,6 +212,25 @@ def _max(a: Any, b: Any) -> Any:
 
 
 _min = np.minimum
+_sum = np.add.reduce  # `arr.sum()` without its Python wrapper (the simulator sums every step's contexts)
+
+
+def row_sums(values: np.ndarray) -> np.ndarray:
+    """`[sum(row) for row in values.tolist()]` as an array, the same floats: Python's `sum` of floats up to 3.11
+    adds left to right (`0 + v0 + v1 + ...`), which column-wise additions repeat; from 3.12 on it is compensated
+    (Neumaier), so there each row is summed by `sum` itself."""
+    if sys.version_info >= (3, 12):
+        return np.array([sum(row) for row in values.tolist()], dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64).view(np.ndarray)
+    total = np.zeros(len(values), dtype=np.float64)
+    for j in range(values.shape[1]):
+        total += values[:, j]
+    return total
+
+
+def _any(flags: Any) -> bool:
+    """`np.any`, without a numpy call for the scalar path's Python bool."""
+    return flags if isinstance(flags, bool) else bool(np.any(flags))
 
 
 def _overlap(tc: Any, tm: Any, p: float) -> Any:
@@ -497,7 +517,7 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, 
     sms = hw.num_compute_units
     units = _max(work_units, 1.0)
     eff = e.attention_compute_efficiency * np.where(kv_fp8, e.attention_fp8_kv_compute_factor, 1.0) \
-        if np.any(kv_fp8) else e.attention_compute_efficiency
+        if _any(kv_fp8) else e.attention_compute_efficiency
     per_sm = hw.peak_flops(dtype) * eff / sms
     waves = _ceil(units / sms)
     softmax = e.attention_softmax_flops_per_pair
@@ -520,7 +540,7 @@ def attention_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, w
     e = hw.efficiency
     tc = flops / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
     eff = e.attention_memory_efficiency * np.where(kv_fp8, e.attention_fp8_kv_bandwidth_factor, 1.0) \
-        if np.any(kv_fp8) else e.attention_memory_efficiency
+        if _any(kv_fp8) else e.attention_memory_efficiency
     kernels = attention_kernels(hw.family)
     prologue = work_units * e.gemm_tile_fixed_k * key_bytes if kernels.decode_unit_prologue else 0.0
     tm = (bytes_moved + prologue) / (_bandwidth(hw) * eff)
@@ -815,6 +835,9 @@ class StepCostModel:
         # Per-layer constants of the attention records (`roofline.cost.ops.attention_records`), for the fast path.
         self._kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element
         self._q_token = r.heads * r.head_dim * quant.act_bytes
+        self._kv_fp8 = quant.kv_dtype == "fp8"
+        # `decode_step_time_s`'s shortcut applies (`_attention_s` takes its scalar formulas).
+        self._plain_decode = hw.kind != "cpu" and not spec.sliding_window
 
     # -- public API --
     def weight_bytes_per_rank(self) -> float:
@@ -846,52 +869,69 @@ class StepCostModel:
         return self._stats_time_s(self._stats(query_lens, context_lens, emits))
 
     def decode_step_time_s(self, context_lens: np.ndarray) -> float:
-        """`step_time_s` of a step of decodes only, from their context lengths."""
-        return self._stats_time_s(BatchStats.from_decode_contexts(context_lens, self.spec.sliding_window,
-                                                                  self.spec.is_hybrid_attention))
+        """`step_time_s` of a step of decodes only, from their context lengths. On a GPU without sliding windows
+        the step depends on the number of sequences and the sum of their contexts only: `_stats_time_s`'s
+        arithmetic on those two, in its order, without building a `BatchStats` (the simulator's most common call)."""
+        if not self._plain_decode:
+            return self._stats_time_s(BatchStats.from_decode_contexts(context_lens, self.spec.sliding_window,
+                                                                      self.spec.is_hybrid_attention))
+        n = int(context_lens.size)
+        if not n:
+            return self._stats_time_s(BatchStats.from_decode_contexts(context_lens))
+        token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
+        emit_s, emit_k = self._emit_table.lookup(n)
+        r = self.rank
+        shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, float(_sum(context_lens)) + n,
+                                       self._q_token, self._kv_token, self._attn_kernels)
+        # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
+        attn_s = float(r.layers * attention_decode_time_s(self.hw, *shape, self.quant.act_dtype, self._kv_fp8))
+        ex = self.hw.executor
+        # `_host_s`: a decode-only batch replays one full graph when it fits one, else launches every kernel.
+        launches = 1 if 0 < n <= self._max_graph else token_k + emit_k + r.layers
+        host_s = ex.step_overhead_s + launches * ex.kernel_launch_s + ex.step_overhead_per_seq_s * (n + 0)
+        return self._combine(token_s + emit_s + attn_s, host_s)
 
-    def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                          concatenated: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                          ) -> dict[str, np.ndarray]:
         """`step_cost(q, c, e).breakdown_s` of many steps (query, context, emits arrays each) as columns:
         operator name -> seconds per step, 0.0 where a step lacks the operator; the same floats.
 
         In bulk: the steps are aggregated into columns of `BatchStats` fields (`_stats_columns`); the operators
         are evaluated on arrays (`_ExactPowArray`): those of the token count and of the emit count once per
-        distinct count, attention once for all steps (`_attention_columns`). Only the step's sums run per step,
-        as `step_cost`'s `sum`s (the same rounding; an absent operator adds 0.0, which changes no sum)."""
+        distinct count, attention once for all steps (`_attention_columns`); each step's total is `step_cost`'s `sum`
+        (`row_sums`: the same rounding; an absent operator adds 0.0, which changes no sum). `concatenated`: the
+        steps' query, context and emits arrays each concatenated, if the caller has them."""
         if not steps:
             return {}
-        cols, stats = self._stats_columns(steps)
+        cols, stats = self._stats_columns(steps, concatenated)
         distinct, inverse = np.unique(cols["num_tokens"].astype(np.int64), return_inverse=True)
         padded = np.array([self._padded_tokens(n) for n in distinct.tolist()], dtype=np.int64)[inverse]
-        num_tokens = distinct[inverse].tolist()
         token_names, token_s, token_k = self._count_columns(token_ops, padded)
         emit_names, emit_s, emit_k = self._count_columns(emit_ops, cols["num_emits"].astype(np.int64))
         attn_names, attn_s, attn_k = self._attention_columns(cols, stats)
         names = token_names + attn_names + emit_names  # step_cost's order
         times = np.concatenate([token_s, attn_s, emit_s], axis=1)
         kernels = (token_k + attn_k + emit_k).tolist()
-        prefill_seqs = cols["num_prefill_seqs"].astype(np.int64).tolist()
-        decode_seqs = cols["num_decode_seqs"].astype(np.int64).tolist()
-        host_cache: dict[tuple[int, int, int, int], float] = {}
-        host_overhead = []
-        for i, row in enumerate(times.tolist()):
-            device_s = sum(row)
-            key = (num_tokens[i], prefill_seqs[i], decode_seqs[i], kernels[i])
-            host_s = host_cache.get(key)
-            if host_s is None:
-                host_s = host_cache[key] = self._host_s(
-                    BatchStats(num_tokens=key[0], num_emits=0, num_prefill_seqs=key[1], num_decode_seqs=key[2]),
-                    key[3])
-            host_overhead.append(self._combine(device_s, host_s) - device_s)
+        # The host time of each distinct (tokens, prefill seqs, decode seqs, kernels), once.
+        keys = np.stack([distinct[inverse], cols["num_prefill_seqs"].astype(np.int64),
+                         cols["num_decode_seqs"].astype(np.int64), np.asarray(kernels, dtype=np.int64)], axis=1)
+        distinct_keys, key_of = np.unique(keys, axis=0, return_inverse=True)
+        host_s = np.array([self._host_s(BatchStats(num_tokens=t, num_emits=0, num_prefill_seqs=p, num_decode_seqs=d), k)
+                           for t, p, d, k in distinct_keys.tolist()], dtype=np.float64)[key_of.reshape(-1)]
+        device_s = row_sums(times)
+        ex = self.hw.executor  # `_combine`, elementwise (the same IEEE operations)
+        total_s = np.maximum(device_s, host_s) + ex.step_gap_s if ex.host_overlaps_device else device_s + host_s
         columns = {name: times[:, j].copy() for j, name in enumerate(names)}
-        columns["host_overhead"] = np.array(host_overhead, dtype=np.float64)
+        columns["host_overhead"] = total_s - device_s
         return columns
 
     # BatchStats fields aggregated per step (`_stats_columns`).
     _STATS_FIELDS = ("num_tokens", "num_emits", "num_prefill_seqs", "prefill_tokens", "prefill_pairs",
                      "prefill_q_tiles", "prefill_kv_tokens", "prefill_pad_pairs", "num_decode_seqs", "decode_pairs")
 
-    def _stats_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    def _stats_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                       concatenated: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                        ) -> tuple[dict[str, np.ndarray], list[BatchStats] | None]:
         """`_stats` of every step as columns (float64) of `_STATS_FIELDS`, and on a CPU the `BatchStats` too.
 
@@ -908,9 +948,8 @@ class StepCostModel:
             return {name: values[:, j] for j, name in enumerate(self._STATS_FIELDS)}, stats
         starts = np.zeros(n, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
-        q = np.concatenate([q for q, _, _ in steps])
-        c = np.concatenate([c for _, c, _ in steps])
-        e = np.concatenate([e for _, _, e in steps])
+        q, c, e = concatenated or (np.concatenate([q for q, _, _ in steps]), np.concatenate([c for _, c, _ in steps]),
+                                   np.concatenate([e for _, _, e in steps]))
         window = self.spec.sliding_window
         decode = q == 1
         keys = np.where(decode, np.minimum(c + 1, window) if window else c, 0)  # from_arrays' decode_pairs

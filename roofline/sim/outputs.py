@@ -36,13 +36,16 @@ def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
     same table as building every cell in Python, in a fraction of the time."""
     steps = result.steps
     seqs = result.step_seqs
-    breakdown = deployment.cost_model.breakdown_columns(seqs)
+    # Every step's query, context and emits arrays concatenated once, for the breakdown and the list columns.
+    concatenated = tuple(np.concatenate([arrays[i] for arrays in seqs]) if seqs else np.zeros(0) for i in range(3))
+    breakdown = deployment.cost_model.breakdown_columns(seqs, concatenated)
     columns: dict[str, object] = {name: steps[name].to_numpy() for name in TRACE_STEP_COLUMNS
                                   if name in steps.columns}
     columns["arrival_cutoff_s"] = steps["start_s"].to_numpy()  # a schedule at t sees every arrival by t
     offsets = _offsets([len(q) for q, _, _ in seqs])
-    for i, name in enumerate(("query_lens", "context_lens", "emits")):
-        columns[name] = _list_array(offsets, [arrays[i] for arrays in seqs], TRACE_STEP_COLUMNS[name])
+    for values, name in zip(concatenated, ("query_lens", "context_lens", "emits")):
+        typ = TRACE_STEP_COLUMNS[name]
+        columns[name] = pa.ListArray.from_arrays(offsets, pa.array(values, type=typ.value_type), type=typ)
     columns["predicted_s"] = steps["duration_s"].to_numpy()
     ids = result.step_request_ids
     columns["request_ids"] = pa.ListArray.from_arrays(
@@ -61,11 +64,6 @@ def _offsets(lengths: list[int]) -> pa.Array:
     np.cumsum(lengths, out=offsets[1:])
     assert offsets[-1] < 2**31, "more list values than a pa.list_ column holds"
     return pa.array(offsets.astype(np.int32))
-
-
-def _list_array(offsets: pa.Array, arrays: list[np.ndarray], typ: pa.ListType) -> pa.ListArray:
-    values = np.concatenate(arrays) if arrays else np.zeros(0)
-    return pa.ListArray.from_arrays(offsets, pa.array(values, type=typ.value_type), type=typ)
 
 
 def _array(column: object, typ: pa.DataType) -> pa.Array:

@@ -35,6 +35,7 @@ import collections
 import gc
 import heapq
 import itertools
+import operator
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -342,7 +343,11 @@ class _Simulation:
                 self.send(now, self.client_queue.popleft())
         if self.progress is not None:
             self.progress(self.num_done, len(self.specs))
-        self.wake(replica, now)
+        heap = self.heap
+        if not replica.schedule_pending and (not heap or heap[0][0] > now):
+            self.schedule(now, index)  # nothing else happens at `now`: the event `wake` queues would be next
+        else:
+            self.wake(replica, now)
 
 
 def sampled_token_id(spec: ModelSpec) -> int:
@@ -374,6 +379,9 @@ def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
     return step_time
 
 
+_REQUEST_ID = operator.attrgetter("request_id")
+
+
 def _record_step(recorder: _Recorder, replica: _Replica, plan: StepPlan, now: float, duration: float) -> None:
     recorder.step_rows.append((
         replica.index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
@@ -383,7 +391,7 @@ def _record_step(recorder: _Recorder, replica: _Replica, plan: StepPlan, now: fl
         plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
     if recorder.record_steps:
         recorder.step_seqs.append(plan.seq_arrays())
-        recorder.step_request_ids.append(tuple(plan.request_ids))
+        recorder.step_request_ids.append(tuple(map(_REQUEST_ID, plan.requests)))
 
 
 # One row per step; the names of engine.core.trace's step columns where they exist.
