@@ -62,7 +62,7 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("gemm", ("gemm",), ("gemm_compute_efficiency", "gemm_tile_fixed_k", "memory_efficiency",
                          "memory_saturation_fraction", "gemm_fp8_compute_efficiency", "gemm_fp8_tile_fixed_k",
                          "gemm_fp8_memory_efficiency", "act_quant_memory_efficiency", "act_quant_block_s",
-                         "overlap_exponent", "kernel_fixed_s")),
+                         "overlap_exponent", "kernel_fixed_s", "l2_bandwidth_factor")),
     ("attention", ("attention_prefill", "attention_decode"),
      ("attention_compute_efficiency", "attention_softmax_flops_per_pair", "attention_tile_fixed_s",
       "attention_memory_efficiency", "attention_fixed_s", "attention_fp8_kv_compute_factor",
@@ -73,11 +73,16 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
-def stage_params(params: Sequence[str], family: str | None) -> tuple[str, ...]:
+def stage_params(params: Sequence[str], family: str | None, l2_known: bool = True) -> tuple[str, ...]:
     """The parameters of a stage that the kernels of `family` read (`unused_efficiency_params`: NCCL's ring only
-    where vLLM runs it); the others are not fitted and keep their starting values."""
-    unused = unused_efficiency_params(family)
+    where vLLM runs it) and the tables' measurement condition reads (l2_bandwidth_factor: only where a chip's L2
+    capacity is known, `l2_known`, `roofline.calibration.fit.l2_resident_rows`); the others are not fitted and
+    keep their starting values."""
+    unused = unused_efficiency_params(family) | (frozenset() if l2_known else frozenset(L2_PARAMS))
     return tuple(p for p in params if p not in unused)
+
+
+L2_PARAMS = ("l2_bandwidth_factor",)
 
 
 # A seeded subsample of each kind's training rows keeps an operator-table fit to seconds; errors use all rows.
@@ -316,7 +321,7 @@ def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
     for _, kinds, params in OP_TABLE_STAGES:
         samples = [s for kind in kinds if kind in train for s in op_table_samples(train[kind], kind)]
         if samples:
-            stage_names = [f"efficiency.{p}" for p in stage_params(params, hw.family)]
+            stage_names = [f"efficiency.{p}" for p in stage_params(params, hw.family, hw.l2_cache_bytes is not None)]
             fitted = fit(samples, fitted, stage_names).profile
             names += stage_names
     seconds = time.perf_counter() - started

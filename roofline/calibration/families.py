@@ -98,7 +98,7 @@ def fit_family(chips: Mapping[str, HardwareProfile], train: Mapping[str, Mapping
     fitted: list[str] = []
     started = time.perf_counter()
     for stage, kinds, all_params in OP_TABLE_STAGES:
-        params = stage_params(all_params, profile.family)
+        params = stage_params(all_params, profile.family, any(chips[s].l2_cache_bytes is not None for s in systems))
         samples: list[Sample] = []
         for kind in kinds:
             having = [s for s in systems if kind in train[s]]
