@@ -200,7 +200,8 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
         elif field in L2_PARAMS and field in fitted:
             sources[f"efficiency.{key}"] = (f"fitted (stage '{stage_of[field][0]}', benchmarks/gpu_profiles.py) on the "
                                             f"training rows of the gemm tables whose replay working set fits in the "
-                                            f"chip's L2 (roofline.calibration.fit.l2_resident_rows): {fitted_on}. The "
+                                            f"chip's L2 (roofline.calibration.fit.l2_resident_rows): {fitted_on}; "
+                                            "applied to those rows of the attention tables too. The "
                                             "tables' measurement condition only (aiconfigurator's collectors replay "
                                             "one call on the same buffers, no L2 flush: collector/helper.py "
                                             "benchmark_with_power); never used by the serving step model, where "
