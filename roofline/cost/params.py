@@ -56,7 +56,7 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "attention_fp8_kv_bandwidth_factor": ("attention_fp8_kv_bandwidth_factor", 1.0, 1.0),
     "moe_compute_efficiency": ("moe_compute_efficiency", 1.0, 1.0),
     "moe_fixed_s": ("moe_fixed_us", 1e-6, 1e6),
-    "moe_fp8_gemm_factor": ("moe_fp8_gemm_factor", 1.0, 4.0),
+    "moe_fp8_gemm_factor": ("moe_fp8_gemm_factor", 1.0, 1.25),
     "moe_fp8_fixed_s": ("moe_fp8_fixed_us", 1e-6, 1e6),
     "gemm_fp8_block_factor": ("gemm_fp8_block_factor", 1.0, 1.0),
     "gemm_fp8_block_tile_fixed_k": ("gemm_fp8_block_tile_fixed_k", 1.0, 1e6),
@@ -141,7 +141,7 @@ class EfficiencyParams:
     moe_fixed_s: float = 20e-6
     # The same two for W8A8 fp8 fused MoE: another kernel (FlashInfer CUTLASS / TRT-LLM grouped GEMMs with their
     # own routing and quantization kernels on Hopper and Blackwell; Triton on Ada). Its factor scales both the
-    # dense fp8 GEMM's compute and memory efficiency; as another kernel it may exceed 1 (up to 4), the product
+    # dense fp8 GEMM's compute and memory efficiency; as another kernel it may exceed 1 (up to 1.25), the product
     # is capped at the peak (`roofline.cost.step_cost.moe_time_s`).
     moe_fp8_gemm_factor: float = 0.70
     moe_fp8_fixed_s: float = 20e-6
