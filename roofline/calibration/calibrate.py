@@ -33,7 +33,16 @@ import numpy as np
 import pandas as pd
 
 from roofline.calibration.compare import cost_model_for, predict_step_times
-from roofline.calibration.fit import FitResult, Predict, Sample, fit, get_param, group_samples, predict_table, with_params
+from roofline.calibration.fit import (
+    FitResult,
+    Predict,
+    Sample,
+    fit,
+    get_param,
+    group_samples,
+    predict_table,
+    with_params,
+)
 from roofline.calibration.protocol import error_stats, is_repeat_set, leave_one_repeat_out, stats_by_kind, step_kinds
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
