@@ -159,7 +159,8 @@ def fit_one_family(family: str, members: dict[str, str]) -> dict[str, Any]:
     logo = leave_one_gpu_out(chips, train, test, start)
     logo_by_id = {pid: logo[system] for pid, system in with_tables.items() if system in logo}
     return {"family": family, "members": members, "systems": list(chips), "efficiency": result.efficiency,
-            "fitted_params": result.fitted_params, "stages": result.stages, "per_chip": per_chip,
+            "fitted_params": result.fitted_params,
+            "l2_known": any(chip.l2_cache_bytes is not None for chip in chips.values()), "stages": result.stages, "per_chip": per_chip,
             "held_out": held_out, "leave_one_gpu_out": logo_by_id, "other_kernels": other_kernels,
             "versions": {system: sorted({f.attrs["vllm_version"] for f in t.values()}) for system, t in tables.items()},
             "fp8_kinds": sorted({kind for t in train.values() for kind, f in t.items()
@@ -206,6 +207,12 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
                                             "one call on the same buffers, no L2 flush: collector/helper.py "
                                             "benchmark_with_power); never used by the serving step model, where "
                                             "each layer's weights and KV cache differ and are not L2-resident")
+        elif field in L2_PARAMS and r["l2_known"]:
+            sources[f"efficiency.{key}"] = ("the default, 1 = no L2 term: fitted on the gemm tables' rows whose "
+                                            "replay working set fits in the chip's L2, it ended at 1 (no warm-L2 "
+                                            "speedup in these tables) and was dropped (roofline.calibration."
+                                            "calibrate.fit_stage); the tables' measurement condition only, never "
+                                            "used in serving")
         elif field in L2_PARAMS:
             sources[f"efficiency.{key}"] = (f"not fitted (the default, 1 = no L2 term): no {family} chip profile "
                                             "has an L2 capacity (l2_cache_mib) to tell which table rows stay in "
