@@ -159,8 +159,8 @@ def fit_one_family(family: str, members: dict[str, str]) -> dict[str, Any]:
     logo = leave_one_gpu_out(chips, train, test, start)
     logo_by_id = {pid: logo[system] for pid, system in with_tables.items() if system in logo}
     return {"family": family, "members": members, "systems": list(chips), "efficiency": result.efficiency,
-            "fitted_params": result.fitted_params,
-            "l2_known": any(chip.l2_cache_bytes is not None for chip in chips.values()), "stages": result.stages, "per_chip": per_chip,
+            "fitted_params": result.fitted_params, "stages": result.stages, "per_chip": per_chip,
+            "l2_known": any(chip.l2_cache_bytes is not None for chip in chips.values()),
             "held_out": held_out, "leave_one_gpu_out": logo_by_id, "other_kernels": other_kernels,
             "versions": {system: sorted({f.attrs["vllm_version"] for f in t.values()}) for system, t in tables.items()},
             "fp8_kinds": sorted({kind for t in train.values() for kind, f in t.items()
