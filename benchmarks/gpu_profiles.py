@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from roofline.calibration.calibrate import OP_TABLE_STAGES, SPLIT_SEED, stage_params
+from roofline.calibration.calibrate import L2_PARAMS, OP_TABLE_STAGES, SPLIT_SEED, stage_params
 from roofline.calibration.families import (
     MAX_TRAIN_ROWS_PER_KIND,
     REPORTED_KINDS,
@@ -160,6 +160,7 @@ def fit_one_family(family: str, members: dict[str, str]) -> dict[str, Any]:
     logo_by_id = {pid: logo[system] for pid, system in with_tables.items() if system in logo}
     return {"family": family, "members": members, "systems": list(chips), "efficiency": result.efficiency,
             "fitted_params": result.fitted_params, "stages": result.stages, "per_chip": per_chip,
+            "l2_known": any(chip.l2_cache_bytes is not None for chip in chips.values()),
             "held_out": held_out, "leave_one_gpu_out": logo_by_id, "other_kernels": other_kernels,
             "versions": {system: sorted({f.attrs["vllm_version"] for f in t.values()}) for system, t in tables.items()},
             "fp8_kinds": sorted({kind for t in train.values() for kind, f in t.items()
@@ -197,6 +198,25 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
         if field in fitted and fp8_only and not set(stage_of[field][1]) & set(r["fp8_kinds"]):
             sources[f"efficiency.{key}"] = (f"assumed: the EfficiencyParams default (roofline/cost/params.py): the "
                                             f"{family} tables have no fp8 rows for it")
+        elif field in L2_PARAMS and field in fitted:
+            sources[f"efficiency.{key}"] = (f"fitted (stage '{stage_of[field][0]}', benchmarks/gpu_profiles.py) on the "
+                                            f"training rows of the gemm tables whose replay working set fits in the "
+                                            f"chip's L2 (roofline.calibration.fit.l2_resident_rows): {fitted_on}; "
+                                            "applied to those rows of the attention tables too. The "
+                                            "tables' measurement condition only (aiconfigurator's collectors replay "
+                                            "one call on the same buffers, no L2 flush: collector/helper.py "
+                                            "benchmark_with_power); never used by the serving step model, where "
+                                            "each layer's weights and KV cache differ and are not L2-resident")
+        elif field in L2_PARAMS and r["l2_known"]:
+            sources[f"efficiency.{key}"] = ("the default, 1 = no L2 term: fitted on the gemm tables' rows whose "
+                                            "replay working set fits in the chip's L2, it ended at 1 (no warm-L2 "
+                                            "speedup in these tables) and was dropped (roofline.calibration."
+                                            "calibrate.fit_stage); the tables' measurement condition only, never "
+                                            "used in serving")
+        elif field in L2_PARAMS:
+            sources[f"efficiency.{key}"] = (f"not fitted (the default, 1 = no L2 term): no {family} chip profile "
+                                            "has an L2 capacity (l2_cache_mib) to tell which table rows stay in "
+                                            "the L2; the tables' measurement condition only, never used in serving")
         elif field in fitted:
             stage, kinds = stage_of[field]
             sources[f"efficiency.{key}"] = (f"fitted (stage '{stage}', benchmarks/gpu_profiles.py) on the "

@@ -33,7 +33,16 @@ import numpy as np
 import pandas as pd
 
 from roofline.calibration.compare import cost_model_for, predict_step_times
-from roofline.calibration.fit import Predict, Sample, fit, get_param, group_samples, predict_table, with_params
+from roofline.calibration.fit import (
+    FitResult,
+    Predict,
+    Sample,
+    fit,
+    get_param,
+    group_samples,
+    predict_table,
+    with_params,
+)
 from roofline.calibration.protocol import error_stats, is_repeat_set, leave_one_repeat_out, stats_by_kind, step_kinds
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
@@ -62,7 +71,7 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("gemm", ("gemm",), ("gemm_compute_efficiency", "gemm_tile_fixed_k", "memory_efficiency",
                          "memory_saturation_fraction", "gemm_fp8_compute_efficiency", "gemm_fp8_tile_fixed_k",
                          "gemm_fp8_memory_efficiency", "act_quant_memory_efficiency", "act_quant_block_s",
-                         "overlap_exponent", "kernel_fixed_s")),
+                         "overlap_exponent", "kernel_fixed_s", "l2_bandwidth_factor")),
     ("attention", ("attention_prefill", "attention_decode"),
      ("attention_compute_efficiency", "attention_softmax_flops_per_pair", "attention_tile_fixed_s",
       "attention_memory_efficiency", "attention_fixed_s", "attention_fp8_kv_compute_factor",
@@ -73,11 +82,30 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
-def stage_params(params: Sequence[str], family: str | None) -> tuple[str, ...]:
+def stage_params(params: Sequence[str], family: str | None, l2_known: bool = True) -> tuple[str, ...]:
     """The parameters of a stage that the kernels of `family` read (`unused_efficiency_params`: NCCL's ring only
-    where vLLM runs it); the others are not fitted and keep their starting values."""
-    unused = unused_efficiency_params(family)
+    where vLLM runs it) and the tables' measurement condition reads (l2_bandwidth_factor: only where a chip's L2
+    capacity is known, `l2_known`, `roofline.calibration.fit.l2_resident_rows`); the others are not fitted and
+    keep their starting values."""
+    unused = unused_efficiency_params(family) | (frozenset() if l2_known else frozenset(L2_PARAMS))
     return tuple(p for p in params if p not in unused)
+
+
+L2_PARAMS = ("l2_bandwidth_factor",)
+
+
+def fit_stage(samples: Sequence[Sample], profile: HardwareProfile, params: Sequence[str],
+              predict: Predict = predict_table) -> FitResult:
+    """`fit` of one stage's parameters (`efficiency.` names). An L2 parameter (`L2_PARAMS`) that ends at its lowest
+    value, 1 (no faster than DRAM: the term is off), is dropped and the stage refitted without it: a family whose
+    tables show no warm-L2 speedup (Hopper, Ampere) then gets the fit it had without the term, not one perturbed by
+    the optimizer's path through a parameter that changes nothing."""
+    names = [f"efficiency.{p}" for p in params]
+    result = fit(samples, profile, names, predict=predict)
+    inactive = [n for n in names if n.split(".")[1] in L2_PARAMS and result.values[n] <= 1.0 + 1e-9]
+    if inactive:
+        result = fit(samples, profile, [n for n in names if n not in inactive], predict=predict)
+    return result
 
 
 # A seeded subsample of each kind's training rows keeps an operator-table fit to seconds; errors use all rows.
@@ -316,9 +344,9 @@ def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
     for _, kinds, params in OP_TABLE_STAGES:
         samples = [s for kind in kinds if kind in train for s in op_table_samples(train[kind], kind)]
         if samples:
-            stage_names = [f"efficiency.{p}" for p in stage_params(params, hw.family)]
-            fitted = fit(samples, fitted, stage_names).profile
-            names += stage_names
+            stage = stage_params(params, hw.family, hw.l2_cache_bytes is not None)
+            fitted = fit_stage(samples, fitted, stage).profile
+            names += [f"efficiency.{p}" for p in stage]
     seconds = time.perf_counter() - started
 
     def describe(part: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.calibration.calibrate import OP_TABLE_STAGES, SPLIT_SEED, stage_params
-from roofline.calibration.fit import Predict, Sample, fit, predict_table
+from roofline.calibration.calibrate import OP_TABLE_STAGES, SPLIT_SEED, fit_stage, stage_params
+from roofline.calibration.fit import Predict, Sample, predict_table
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.params import EfficiencyParams
 
@@ -98,7 +98,7 @@ def fit_family(chips: Mapping[str, HardwareProfile], train: Mapping[str, Mapping
     fitted: list[str] = []
     started = time.perf_counter()
     for stage, kinds, all_params in OP_TABLE_STAGES:
-        params = stage_params(all_params, profile.family)
+        params = stage_params(all_params, profile.family, any(chips[s].l2_cache_bytes is not None for s in systems))
         samples: list[Sample] = []
         for kind in kinds:
             having = [s for s in systems if kind in train[s]]
@@ -108,9 +108,9 @@ def fit_family(chips: Mapping[str, HardwareProfile], train: Mapping[str, Mapping
         if not samples:
             continue
         t0 = time.perf_counter()
-        result = fit(samples, profile, [f"efficiency.{p}" for p in params], predict=predict)
+        result = fit_stage(samples, profile, params, predict=predict)
         profile = result.profile
-        fitted += params
+        fitted += [n.split(".")[1] for n in result.values]
         stages.append({"stage": stage, "num_rows": len(samples), "num_iterations": result.num_iterations,
                        "seconds": round(time.perf_counter() - t0, 1),
                        "train_median_abs_rel_err": result.train_median_abs_rel_err})

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from roofline.calibration.op_tables import replay_working_set_bytes
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.params import FITTABLE, efficiency_bounds
 from roofline.cost.step_cost import SINGLE_OP_COLUMNS, predict_single_ops
@@ -48,10 +49,35 @@ def _bounds(name: str) -> tuple[float, float]:
 
 
 def predict_table(profile: HardwareProfile, kind: str, frame: pd.DataFrame) -> np.ndarray:
-    """Default predictor: single operators of `roofline.cost.step_cost.SINGLE_OP_COLUMNS`."""
+    """Default predictor: single operators of `roofline.cost.step_cost.SINGLE_OP_COLUMNS`, as the operator tables
+    measure them (`warm_l2_profile`)."""
     names = SINGLE_OP_COLUMNS[kind]
     cols = {n: frame[n].to_numpy(dtype=str if "dtype" in n else np.float64) for n in names}
-    return predict_single_ops(profile, kind, cols)
+    out = predict_single_ops(profile, kind, cols)
+    warm = l2_resident_rows(profile, kind, cols)
+    if warm is not None and warm.any():
+        out[warm] = predict_single_ops(warm_l2_profile(profile), kind, {n: v[warm] for n, v in cols.items()})
+    return out
+
+
+def l2_resident_rows(profile: HardwareProfile, kind: str, cols: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Rows of an operator table whose replay working set (`roofline.calibration.op_tables.replay_working_set_bytes`)
+    fits in the chip's L2 (`l2_cache_mib`, the datasheet capacity): the collector replays the call on the same
+    buffers with no flush, so those rows read their bytes from the L2. None where the chip's L2 is not known or the
+    kind's working set is not described. The operator tables' measurement condition only: never used for a
+    serving step, where each layer's weights and KV cache differ and the working set between two uses of a byte
+    is the whole model."""
+    if profile.l2_cache_bytes is None:
+        return None
+    working_set = replay_working_set_bytes(kind, dict(cols))
+    return None if working_set is None else working_set <= profile.l2_cache_bytes
+
+
+def warm_l2_profile(profile: HardwareProfile) -> HardwareProfile:
+    """`profile` with its memory bandwidth at the L2-resident rate (efficiency.l2_bandwidth_factor x DRAM): every
+    byte of an L2-resident table row (weights, activations, KV cache, split-K partials) moves at that rate."""
+    return replace(profile, memory_bandwidth_bytes_per_s=profile.memory_bandwidth_bytes_per_s
+                   * profile.efficiency.l2_bandwidth_factor)
 
 
 @dataclass(frozen=True)

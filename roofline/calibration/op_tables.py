@@ -18,6 +18,12 @@ The package ships latencies (milliseconds) measured by NVIDIA's collectors (gith
   is "other"); `message_size` counts elements of `allreduce_dtype`.
 - MoE (`moe_perf`): the vLLM fused-MoE layer, bf16 and per-tensor fp8, `distribution == balanced`, TP = EP = 1.
 
+Measurement condition (`replay_working_set_bytes`): no collector flushes the L2 between runs. Each times a CUDA
+graph replayed back to back on the same buffers (`collector/helper.py` `benchmark_with_power`: 3 warm-up replays,
+then `num_runs` timed ones, no flush), so the bytes one replay touches stay in the L2 for the next one where they
+fit. `roofline.calibration.fit.predict_table` predicts the tables under that condition; serving never is (each
+layer reads other weights and another layer's KV cache: between two uses of a byte the whole model goes by).
+
 Which kernel is "default" per operator and group (dtype, or KV-cache dtype for attention): see `_GEMM_KERNELS`
 and below; the other kernels of the same groups are read with `kernels="other"`.
 
@@ -77,6 +83,36 @@ def package_root() -> Path:
         raise UserError("--op-tables: the PyPI package 'aiconfigurator-core' is not installed; "
                         "pip install aiconfigurator-core, or pass a directory") from None
     return Path(aiconfigurator_core.__file__).resolve().parent / "systems" / "data"
+
+
+# GEMM rows: the collector builds this many RowParallelLinear layers (separate weights, the same input x) and
+# replays them in one graph (`collect_gemm.py`: outside_loop_count 6 for bf16 and per-tensor fp8).
+GEMM_LAYERS_PER_REPLAY = 6
+_ELEMENT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0}
+
+
+def replay_working_set_bytes(kind: str, cols: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Bytes one timed graph replay of a table row touches (what the next replay finds in the L2 if they fit),
+    per row; None for kinds whose working set is not described (all-reduce: other GPUs' buffers; MoE).
+
+    GEMM: six layers' weights (n x k), their outputs (m x n, bf16) and, for W8A8, their quantized inputs
+    (m x k, 8 bits), plus the shared bf16 input x (m x k). Attention (`collect_attn.py`, one layer): Q and O
+    (bf16, heads x head_dim per token), the new tokens' K and V (bf16) written into the paged cache, and the
+    cache's K and V that the kernel reads (KV dtype): prefill `batch_size` x `seq_len` tokens, decode
+    `batch_size` sequences of one new token and `seq_len` cached ones."""
+    if kind == "gemm":
+        m, n, k = cols["m"], cols["n"], cols["k"]
+        size = np.array([_ELEMENT_BYTES[d] for d in cols["dtype"]])
+        quantized_in = np.where(size < 2.0, m * k * size, 0.0)
+        return GEMM_LAYERS_PER_REPLAY * (n * k * size + m * n * 2.0 + quantized_in) + m * k * 2.0
+    if kind in ("attention_prefill", "attention_decode"):
+        b, s, d = cols["batch_size"], cols["seq_len"], cols["head_dim"]
+        kv_size = np.array([_ELEMENT_BYTES[x] for x in cols["kv_dtype"]])
+        qo_token = 2.0 * cols["num_heads"] * d * 2.0
+        kv_token = 2.0 * cols["num_kv_heads"] * d
+        new_tokens = b * s if kind == "attention_prefill" else b
+        return new_tokens * (qo_token + kv_token * 2.0) + b * s * kv_token * kv_size
+    return None
 
 
 def list_systems(root: Path | None = None) -> list[str]:

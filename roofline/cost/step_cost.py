@@ -571,7 +571,10 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     if scheme is None:
         scheme = "fp8" if dtype in _EIGHT_BIT else "none"
     eff_scale, bw_scale, fixed_s = {
-        "fp8": (e.moe_fp8_gemm_factor, e.moe_fp8_gemm_factor, e.moe_fp8_fixed_s),
+        # Per-tensor fp8 experts (FlashInfer CUTLASS / TRT-LLM) may outrun the dense fp8 GEMM kernel the factor is
+        # relative to, never the peaks: factor x that kernel's efficiency is at most 1.
+        "fp8": (min(e.moe_fp8_gemm_factor, 1.0 / e.gemm_fp8_compute_efficiency),
+                min(e.moe_fp8_gemm_factor, 1.0 / e.gemm_fp8_memory_efficiency), e.moe_fp8_fixed_s),
         "fp8-block": (e.moe_fp8_block_gemm_factor, e.moe_fp8_block_bandwidth_factor, e.moe_fp8_block_fixed_s),
         "mxfp4": (e.moe_w4a16_gemm_factor, e.moe_w4a16_bandwidth_factor, e.moe_w4a16_fixed_s),
         "nvfp4": (e.moe_fp4_gemm_factor, e.moe_fp4_bandwidth_factor, e.moe_fp4_fixed_s),
