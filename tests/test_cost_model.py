@@ -75,7 +75,8 @@ FP8_KV = QuantConfig.from_user(model_dtype="bfloat16", kv_cache_dtype="fp8")
 @pytest.mark.parametrize("spec,hw,quant,tp", [
     (SPEC, H100, BF16, 1), (replace(SPEC, sliding_window=512), H100, BF16, 1),
     (SPEC, parse_profile(TEST_CPU_PROFILE, "test"), BF16, 1), (SPEC, H100, FP8_KV, 2), (SPEC, EAGER_H100, BF16, 1),
-    (SPEC, load_profile("b200"), BF16, 1), (SPEC, load_profile("l40s"), QuantConfig.from_user(quantization="fp8", model_dtype="bfloat16"), 1)])
+    (SPEC, load_profile("b200"), BF16, 1),
+    (SPEC, load_profile("l40s"), QuantConfig.from_user(quantization="fp8", model_dtype="bfloat16"), 1)])
 def test_decode_only_path_equals_general(spec, hw, quant, tp):
     """`decode_step_time_s` (what the simulator calls for a step of decodes only) gives exactly the floats of
     `step_time_s` with one query token and an emitted token per sequence: with CUDA graphs and past the largest

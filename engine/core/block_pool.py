@@ -32,7 +32,7 @@ and freed in a few array operations, not one Python step per block (the simulato
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import overload
+from typing import cast, overload
 
 import numpy as np
 
@@ -302,11 +302,9 @@ class BlockPool:
         if max_num_blocks <= 0 or not block_hashes or block_hashes[0] not in cached:
             return []  # the common miss
         wanted = block_hashes[:max_num_blocks]
-        hits: list[int] = list(map(cached.get, wanted))
-        try:
-            hits = hits[:hits.index(None)]
-        except ValueError:
-            pass
+        found: list[int | None] = [cached.get(h) for h in wanted]
+        end = found.index(None) if None in found else len(found)
+        hits = cast("list[int]", found[:end])  # no None before `end`
         # The entries found so far still name blocks holding their hash (one array comparison); the first stale
         # one, if any, is resolved by the loop below, which reads the map again from there (`_first_valid` is the
         # only call that changes the map, and the entries before it are not touched by it).

@@ -37,7 +37,8 @@ def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
     steps = result.steps
     seqs = result.step_seqs
     # Every step's query, context and emits arrays concatenated once, for the breakdown and the list columns.
-    concatenated = tuple(np.concatenate([arrays[i] for arrays in seqs]) if seqs else np.zeros(0) for i in range(3))
+    q, c, e = (np.concatenate([arrays[i] for arrays in seqs]) if seqs else np.zeros(0) for i in range(3))
+    concatenated = (q, c, e)
     breakdown = deployment.cost_model.breakdown_columns(seqs, concatenated)
     columns: dict[str, object] = {name: steps[name].to_numpy() for name in TRACE_STEP_COLUMNS
                                   if name in steps.columns}
