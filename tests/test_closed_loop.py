@@ -5,6 +5,7 @@ rate as `vllm bench serve --request-rate R --max-concurrency N` combines them.""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -100,3 +101,44 @@ def test_closed_loop_spans_replicas_and_is_deterministic(deployment) -> None:  #
 def test_bad_max_concurrency_is_a_user_error(value: object) -> None:
     with pytest.raises(UserError, match="--max-concurrency: must be a positive integer"):
         SimulationOptions(max_concurrency=value)
+
+
+def steps_before_first(result) -> dict[str, int]:  # noqa: ANN001 - a SimulationResult
+    """Per request: the steps that started at or after its send and before the first step that ran it."""
+    starts = result.steps["start_s"].to_numpy()
+    first: dict[str, int] = {}
+    for i, ids in enumerate(result.step_request_ids):
+        for request_id in ids:
+            first.setdefault(request_id, i)
+    return {row.request_id: int(np.sum(starts[:first[row.request_id]] >= row.arrival_s))
+            for row in result.requests.itertuples()}
+
+
+ROOMY = EngineArgs(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=512, num_gpu_blocks_override=400)
+
+
+@pytest.mark.parametrize("async_scheduling,lag", [(False, 0), (True, 1)])
+def test_a_request_sent_on_a_steps_outputs_joins_a_later_step(async_scheduling: bool, lag: int) -> None:
+    """vLLM's engine core schedules step k+1 as soon as step k's outputs are out, before the request sent in
+    answer arrives: it joins step k+2, or k+3 when step k+1 was already planned (asynchronous scheduling); an
+    engine with nothing to run takes it at once."""
+    deployment = make_deployment("llama-156m", "h100-sxm", replace(ROOMY, async_scheduling=async_scheduling))
+    result = run_simulation(deployment, workload(num_requests=40), SimulationOptions(max_concurrency=3))
+    offsets = steps_before_first(result)
+    replacements = result.requests[result.requests["client_queue_s"] > 0]["request_id"]
+    assert {offsets[r] for r in replacements} <= {0, lag + 1}  # 0: the engine was idle when it was sent
+    assert sum(offsets[r] == lag + 1 for r in replacements) > len(replacements) / 2
+    first_wave = result.requests[result.requests["client_queue_s"] == 0]["request_id"]
+    assert all(offsets[r] == 0 for r in first_wave)
+
+
+@pytest.mark.parametrize("async_scheduling,lag", [(False, 0), (True, 1)])
+def test_an_arrival_during_a_step_waits_for_the_planned_one_when_scheduling_is_asynchronous(
+        async_scheduling: bool, lag: int) -> None:
+    deployment = make_deployment("llama-156m", "h100-sxm", replace(ROOMY, async_scheduling=async_scheduling))
+    result = run_simulation(deployment, workload(num_requests=60, rate=400.0))
+    offsets = steps_before_first(result)
+    starts = set(result.steps["start_s"])
+    during = [r.request_id for r in result.requests.itertuples() if r.arrival_s not in starts]
+    assert {offsets[r] for r in during} <= {0, lag}  # 0: the engine was idle when it arrived
+    assert sum(offsets[r] == lag for r in during) > len(during) / 2

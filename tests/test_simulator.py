@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -65,7 +66,9 @@ def engine_loop_trace(deployment, workload: Workload, durations: np.ndarray) -> 
     return trace
 
 
-def test_replaying_measured_durations_reproduces_the_engine_batches(deployment) -> None:  # noqa: ANN001
+def test_replaying_measured_durations_reproduces_the_engine_batches() -> None:
+    # The engine's loop above schedules synchronously; with asynchronous scheduling arrivals are seen a step later.
+    deployment = make_deployment("llama-156m", "h100-sxm", replace(SMALL_ENGINE, async_scheduling=False))
     workload = small_workload(num_requests=60, rate=300.0)
     durations = np.random.default_rng(7).uniform(0.002, 0.03, size=5000)
     engine = engine_loop_trace(deployment, workload, durations)

@@ -12,8 +12,15 @@ at once), but at most N are in flight across all replicas; a request that comes 
 in the client, first come first served (an asyncio.Semaphore), and is sent the instant one in flight finishes.
 The server sees it then: `arrival_s` in the results is the send time, which is where vLLM's client starts TTFT
 and end-to-end latency; `client_queue_s` is the wait for a slot (vLLM's `queue_times`). The simulated client and
-API server cost nothing: a finished request frees its slot at the end of the step that sampled its last token,
-and the request sent then can join the very next step.
+API server take no time: a finished request frees its slot at the end of the step that sampled its last token,
+and the request is sent at that instant.
+
+When a sent request reaches the scheduler follows vLLM 0.32's engine core loop (`vllm/v1/engine/core.py`
+`run_busy_loop`: drain the input queue, then one step). A busy engine schedules step k+1 as soon as step k's
+outputs are out, before a request sent in answer to them can arrive, so that request joins step k+2. With
+asynchronous scheduling (`executor.host_overlaps_device`; `step_with_batch_queue`, a batch queue of two) step k+1
+was scheduled while step k ran, so a request arriving during step k joins step k+2, and one sent at its end step
+k+3. An idle engine takes a request at once (`_Replica.admit`).
 
     deployment = make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs())        # resolve once, reuse
     result = run_simulation(deployment, load_workload("sharegpt-chat"))
@@ -174,6 +181,23 @@ class _Replica:
         self.num_steps = 0
         self.num_outstanding = 0
         self.schedule_pending = False
+        # Schedules a request arriving during a step lets pass before it is seen: 1 with asynchronous
+        # scheduling (the next step is already planned), else 0.
+        self.lag = 1 if deployment.hw.executor.host_overlaps_device else 0
+        # Sent, not yet seen by the scheduler: [request, schedules still to let pass], in arrival order.
+        self.in_transit: list[list[Any]] = []
+
+    def admit(self, everything: bool = False) -> None:
+        """Before a schedule: add the in-transit requests whose wait is over (all of them for an engine with
+        nothing to run, which blocks on its input queue and takes them at once); count the others down."""
+        waiting = []
+        for entry in self.in_transit:
+            if everything or entry[1] == 0:
+                self.scheduler.add_request(entry[0])
+            else:
+                entry[1] -= 1
+                waiting.append(entry)
+        self.in_transit = waiting
 
 
 _ITL_BATCH = 512  # finished requests whose token times are turned into gaps at once
@@ -298,15 +322,24 @@ class _Simulation:
         else:
             self.send(now, index)
 
-    def send(self, now: float, index: int) -> None:
-        """The client sends request `index` at `now`; the router hands it to a replica at once."""
+    def send(self, now: float, index: int, ending: int | None = None) -> None:
+        """The client sends request `index` at `now`; the router hands it to a replica at once. `ending`: the
+        replica whose step ended at `now` with the outputs this send answers; routed there, the request arrives
+        after the schedule that replica makes at `now` (module docstring)."""
         self.num_in_flight += 1
         self.recorder.sent[index] = now
         replica = _route(self.replicas, self.options.router, self.num_routed)
         self.num_routed += 1
         self.recorder.replica[index] = replica.index
-        replica.scheduler.add_request(self.make_request(self.specs[index], self.prefix_tokens, arrival_s=now))
+        request = self.make_request(self.specs[index], self.prefix_tokens, arrival_s=now)
         replica.num_outstanding += 1
+        if replica.index == ending:
+            replica.in_transit.append([request, replica.lag + 1])
+            return  # end_step schedules at `now`
+        if replica.plan is None or replica.lag == 0:  # idle, or seen by the schedule at the step's end
+            replica.scheduler.add_request(request)
+        else:
+            replica.in_transit.append([request, replica.lag])
         if replica.plan is None:
             self.wake(replica, now)
 
@@ -319,9 +352,14 @@ class _Simulation:
     def schedule(self, now: float, index: int) -> None:
         replica = self.replicas[index]
         replica.schedule_pending = False
+        if replica.in_transit:
+            replica.admit()
         plan = replica.scheduler.schedule(now)
         if plan.is_empty:
             if plan.preempted_request_ids:  # a step that only preempted: vLLM schedules again at once
+                self.wake(replica, now)
+            elif replica.in_transit:  # nothing to run: the engine waits on its input and takes them at once
+                replica.admit(everything=True)
                 self.wake(replica, now)
             return  # otherwise idle until the next arrival
         duration = self.time_fn(replica.index, replica.num_steps, now, plan)
@@ -340,7 +378,7 @@ class _Simulation:
             self.num_done += 1
             self.num_in_flight -= 1
             if self.client_queue:  # the closed loop: the freed slot goes to the longest-waiting request
-                self.send(now, self.client_queue.popleft())
+                self.send(now, self.client_queue.popleft(), ending=index)
         if self.progress is not None:
             self.progress(self.num_done, len(self.specs))
         heap = self.heap
