@@ -30,7 +30,8 @@ k+3. An idle engine takes a request at once (`_Replica.admit`).
 Events live in one heap keyed (time_s, priority, seq_no): at equal times step completions come first (their
 requests finish and free blocks), then arrivals, then scheduler invocations, so a scheduler called at t sees
 every request that reached it by t (see above for when that is); seq_no breaks the remaining ties in insertion
-order, which makes runs deterministic. A replica runs back to back while it has work, and idles until the next arrival otherwise.
+order, which makes runs deterministic. A replica runs back to back while it has work, and idles until the next
+arrival otherwise.
 
 Sampled tokens are one fixed id that is neither BOS nor EOS (`sampled_token_id`): requests carry ignore_eos, so
 output lengths are honoured.
