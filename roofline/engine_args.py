@@ -247,17 +247,16 @@ def engine_args_from(args: argparse.Namespace, command: str) -> EngineArgs:
 
 
 def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
-                  gpu_memory_utilization: float | None, async_scheduling: bool | None = None) -> dict[str, object]:
+                  gpu_memory_utilization: float | None, async_scheduling: bool) -> dict[str, object]:
     """The resolved engine configuration as written into summaries and run metadata (`async_scheduling`: the
-    resolved overlap where a device was simulated)."""
-    extra = {} if async_scheduling is None else {"async_scheduling": async_scheduling}
+    device's resolved host/device overlap)."""
     return {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
             "max_model_len": max_model_len, "block_size": engine.block_size,
             "enable_chunked_prefill": engine.enable_chunked_prefill,
             "enable_prefix_caching": engine.enable_prefix_caching,
             "tensor_parallel_size": engine.tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
             "dtype": engine.dtype, "quantization": engine.quantization, "kv_cache_dtype": engine.kv_cache_dtype,
-            **extra}
+            "async_scheduling": async_scheduling}
 
 
 def _flag(name: str) -> str:

@@ -888,11 +888,7 @@ class StepCostModel:
                                        self._q_token, self._kv_token, self._attn_kernels)
         # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
         attn_s = float(r.layers * attention_decode_time_s(self.hw, *shape, self.quant.act_dtype, self._kv_fp8))
-        ex = self.hw.executor
-        # `_host_s`: a decode-only batch replays one full graph when it fits one, else launches every kernel.
-        launches = 1 if 0 < n <= self._max_graph else token_k + emit_k + r.layers
-        host_s = ex.step_overhead_s + launches * ex.kernel_launch_s + ex.step_overhead_per_seq_s * (n + 0)
-        return self._combine(token_s + emit_s + attn_s, host_s)
+        return self._combine(token_s + emit_s + attn_s, self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
 
     def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
                           concatenated: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -920,8 +916,8 @@ class StepCostModel:
         keys = np.stack([distinct[inverse], cols["num_prefill_seqs"].astype(np.int64),
                          cols["num_decode_seqs"].astype(np.int64), np.asarray(kernels, dtype=np.int64)], axis=1)
         distinct_keys, key_of = np.unique(keys, axis=0, return_inverse=True)
-        host_s = np.array([self._host_s(BatchStats(num_tokens=t, num_emits=0, num_prefill_seqs=p, num_decode_seqs=d), k)
-                           for t, p, d, k in distinct_keys.tolist()], dtype=np.float64)[key_of.reshape(-1)]
+        host_s = np.array([self._host_time_s(t, p, d, k) for t, p, d, k in distinct_keys.tolist()],
+                          dtype=np.float64)[key_of.reshape(-1)]
         device_s = row_sums(times)
         ex = self.hw.executor  # `_combine`, elementwise (the same IEEE operations)
         total_s = np.maximum(device_s, host_s) + ex.step_gap_s if ex.host_overlaps_device else device_s + host_s
@@ -1095,20 +1091,21 @@ class StepCostModel:
             return num_tokens
         return self._graph_sizes[bisect.bisect_left(self._graph_sizes, num_tokens)]
 
-    def _uses_graph(self, stats: BatchStats) -> bool:
-        return 0 < stats.num_tokens <= self._max_graph
-
     def _host_s(self, stats: BatchStats, num_kernels: int) -> float:
         """Host time: per-step overhead plus launches. Graphs: a decode-only batch replays one full graph;
         a mixed batch replays piecewise graphs between the layers' attention calls, which launch eagerly
         (vLLM V1 FULL_AND_PIECEWISE)."""
+        return self._host_time_s(stats.num_tokens, stats.num_prefill_seqs, stats.num_decode_seqs, num_kernels)
+
+    def _host_time_s(self, num_tokens: int, num_prefill_seqs: int, num_decode_seqs: int, num_kernels: int) -> float:
+        """`_host_s` from the counts it reads."""
         ex = self.hw.executor
-        if self._uses_graph(stats):
-            launches = 1 if stats.num_prefill_seqs == 0 else 2 * self.rank.layers + 1
+        if 0 < num_tokens <= self._max_graph:
+            launches = 1 if num_prefill_seqs == 0 else 2 * self.rank.layers + 1
         else:
             launches = num_kernels
         return ex.step_overhead_s + launches * ex.kernel_launch_s + ex.step_overhead_per_seq_s * (
-            stats.num_decode_seqs + stats.num_prefill_seqs)
+            num_decode_seqs + num_prefill_seqs)
 
     def _step_ops(self, s: BatchStats) -> list[OpRecord]:
         """`roofline.cost.ops.step_ops`; on a CPU with the attention shapes of `cpu_engine` (`CPU_ENGINES`)."""
