@@ -70,6 +70,54 @@ VERSION_BATCH_DEFAULTS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
 ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14)
 LARGE_GPU_MIN_BYTES = 70 * 2 ** 30
 
+# InferenceX's public serving recipes (github.com/SemiAnalysisAI/InferenceX, benchmarks/), the harness of the rows
+# whose silicon_data_source names its exports (`source_file=2026-..csv; model=...`), at the version of each script
+# that ran them: the commit that set the row's vLLM image, or the last one before the measurement date. What the
+# simulator can express is applied over the version's defaults; the rest is listed as not modelled. max_num_seqs
+# "CONC": the row's concurrency (`--max-num-seqs=$CONC`).
+@dataclass(frozen=True)
+class Harness:
+    flags: dict[str, object]
+    source: str
+    not_modelled: str = ""
+
+
+_LLAMA_70B_NOT_MODELLED = "no-enable-prefix-caching (random prompts: no hits either way)"
+INFERENCEX_HARNESS: dict[tuple[str, str, str | None], Harness] = {
+    ("meta-llama/Llama-3.1-70B", "h100_sxm", None): Harness(
+        dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
+             max_num_seqs="CONC"),
+        "benchmarks/70b_fp8_h100_slurm.sh at 2582bce40^ (the recipe removed 2025-10-29, the rows' date)"),
+    ("meta-llama/Llama-3.1-70B", "h200_sxm", None): Harness(
+        dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
+             max_num_seqs="CONC"),
+        "benchmarks/70b_fp8_h200_slurm.sh at 2582bce40^ (2025-10-29)"),
+    ("meta-llama/Llama-3.1-70B", "b200_sxm", None): Harness(
+        dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
+             max_num_seqs=512),
+        "benchmarks/70b_fp8_b200_docker.sh and 70b_fp4_b200_docker.sh at 2582bce40^ (2025-10-29)",
+        "cudagraph_mode FULL_DECODE_ONLY and the FlashInfer all-reduce / attention fusion passes"),
+    ("openai/gpt-oss-120b", "h100_sxm", "0.18.0"): Harness(
+        dict(moe_backend="marlin", enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs="CONC"),
+        "benchmarks/single_node/gptoss_fp4_h100.sh at cec542a9a (2026-03-27, image v0.18.0): VLLM_MXFP4_USE_MARLIN=1"),
+    ("openai/gpt-oss-120b", "h200_sxm", "0.18.0"): Harness(
+        dict(moe_backend="marlin", enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs="CONC"),
+        "benchmarks/single_node/gptoss_fp4_h200.sh at cec542a9a (2026-03-27, image v0.18.0): VLLM_MXFP4_USE_MARLIN=1"),
+    ("openai/gpt-oss-120b", "b200_sxm", "0.15.1"): Harness(
+        dict(kv_cache_dtype="fp8", enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512),
+        "benchmarks/single_node/gptoss_fp4_b200.sh at d2c2acb19 (2026-02-25, image v0.15.1)",
+        "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (MXFP8 activations: simulated with the default W4A16 experts) and "
+        "the all-reduce + RMSNorm fusion pass"),
+}
+
+
+def harness_of(row: "SiliconRow") -> Harness | None:
+    """The InferenceX recipe that measured `row`, if it is one of `INFERENCEX_HARNESS`."""
+    if "source_file=20" not in row.source or "model=" not in row.source:
+        return None
+    return INFERENCEX_HARNESS.get((row.model_path, row.system, row.backend_version))
+
+
 # A row whose model length does not fit its KV cache: vLLM refuses to start with the model's max_model_len, so the
 # measured run set --max-model-len (a length, or -1 for vLLM's auto-fit), which the file does not record.
 AUTO_FIT_NOTE = ("Where one request of the model's max_model_len does not fit the KV cache, vLLM would not start, "
@@ -84,7 +132,11 @@ ASSUMPTIONS = (
     "records only isl / osl. Sensitivity: exactly isl / osl tokens.",
     "Number of prompts: 10 x N (InferenceX: `--num-prompts $((CONC * 10))`); sensitivity: 5 x N, and the steady "
     "state (requests 2N..8N of the 10 x N run).",
-    "Engine flags: the defaults of `vllm serve` of the row's version (0.11.2-0.19.0, nightly 2026-04; rows "
+    "Engine flags of InferenceX's rows whose recipe is public (`INFERENCEX_HARNESS`: Llama-3.1-70B on H100 / H200 / "
+    "B200, gpt-oss-120b 0.18.0 on H100 / H200 and 0.15.1 on B200): the recipe's, where the simulator expresses "
+    "them (fp8 KV cache, --async-scheduling, --moe-backend marlin for VLLM_MXFP4_USE_MARLIN=1, --max-num-seqs, "
+    "prefix caching off); the rest is named per row. "
+    "Every other row: the defaults of `vllm serve` of the row's version (0.11.2-0.19.0, nightly 2026-04; rows "
     "without a version were measured 2025-10-29 to 2025-12-05, i.e. 0.11-0.12): max_num_batched_tokens 8192, "
     "max_num_seqs 1024, gpu_memory_utilization 0.9, chunked prefill and prefix caching on, block size 16, "
     "max_model_len from the model's config, KV cache dtype auto. " + AUTO_FIT_NOTE + ": simulated with "
@@ -268,6 +320,10 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
         ordered = tuple(r for r in SkipReason if r in reasons)
         return Skip(row, ordered, tuple(reasons[r] for r in ordered))
     assert spec is not None and quantization is not None and hardware_id is not None
+    harness = harness_of(row)
+    if harness is not None:
+        notes.append(f"engine flags of InferenceX's recipe {harness.source}"
+                     + (f"; not modelled: {harness.not_modelled}" if harness.not_modelled else ""))
     return SimCase(row, config_path, hardware_id, engine_args_for(row, quantization), row.concurrency, tuple(notes))
 
 
@@ -285,9 +341,13 @@ def async_scheduling_default(version: str | None) -> bool:
 
 def engine_args_for(row: SiliconRow, quantization: str) -> EngineArgs:
     """vLLM's flags for the row: its version's defaults (see VERSION_BATCH_DEFAULTS and
-    `async_scheduling_default`), its TP and quantization."""
-    return EngineArgs(tensor_parallel_size=row.tp_size, quantization=quantization,
-                      async_scheduling=async_scheduling_default(row.backend_version), **VERSION_BATCH_DEFAULTS)
+    `async_scheduling_default`), its TP and quantization; over them, the flags of its InferenceX recipe
+    (`harness_of`)."""
+    flags: dict[str, object] = dict(VERSION_BATCH_DEFAULTS, async_scheduling=async_scheduling_default(row.backend_version))
+    harness = harness_of(row)
+    if harness is not None:
+        flags.update({k: (row.concurrency if v == "CONC" else v) for k, v in harness.flags.items()})
+    return EngineArgs(tensor_parallel_size=row.tp_size, quantization=quantization, **flags)  # type: ignore[arg-type]
 
 
 FP4_PRECISIONS = ("fp4", "nvfp4", "mxfp4")

@@ -19,6 +19,13 @@ CuTe-DSL): the format's parameters of `roofline.cost.step_cost.linear_time_s` (`
 shapes whose (n, k) hash is not 0 mod 5, judged on the rest. The collector times fp8_block eagerly and nvfp4 in a
 CUDA graph (`EAGER_FORMATS`): fp8-block is judged on the rows where device time dominates the eager host floor.
 
+MXFP4 experts on Marlin (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1): the tables' Marlin MXFP4 kernel
+(`MARLIN_KERNEL`; one model's experts, hidden 3584, intermediate 3072, top-16 of 896, at moe_tp 1-16: five
+shapes, too few for the hash split) is judged leave-one-shape-out per kernel family: `moe_w4a16_marlin_*` fitted
+on the balanced rows of the other shapes of all the family's GPUs together (one kernel, one set of parameters),
+the left-out shape's rows judged per GPU, for each shape; the Hopper fit on all five shapes of H100 and H200 is
+the shipped default (`roofline.cost.params`).
+
 Token distributions: the tables measure balanced routing and power laws with exponent 1.01 and 1.2. The cost
 model assumes balanced routing (`roofline.cost.ops.moe_record`); the power-law rows are predicted twice: with
 that assumption, and with the distinct experts a Zipf routing (p_e proportional to e^-alpha) touches
@@ -49,7 +56,8 @@ from roofline.cost.step_cost import linear_time_s, moe_time_s  # noqa: E402
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "gb200": "gb200", "b300_sxm": "b300"}
 # table moe_dtype -> our scheme name (roofline.cost.quant)
 FORMATS = {"bfloat16": "none", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "nvfp4", "w4a16_mxfp4": "mxfp4"}
-FITTED = {"fp8-block": "moe_fp8_block", "mxfp4": "moe_w4a16", "nvfp4": "moe_fp4"}
+FITTED = {"fp8-block": "moe_fp8_block", "mxfp4": "moe_w4a16", "nvfp4": "moe_fp4", "mxfp4-marlin": "moe_w4a16_marlin"}
+MARLIN_KERNEL = "mxfp4moe_marlin_marlinexperts"  # substring of the tables' kernel_source for MXFP4 on Marlin
 DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
 TARGET = 0.15
 
@@ -90,12 +98,15 @@ def predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, skew: bool) -> np
             if alpha_name.startswith("power_law_"):
                 probs = zipf_probs(int(experts), float(alpha_name.rsplit("_", 1)[1]))
                 touched[idx] = expected_experts_touched(t[idx], int(topk), int(experts), probs)
-    weight_bytes, gemm_dtype = _SCHEMES[scheme]
+    marlin = scheme == "mxfp4-marlin"
+    weight_bytes, gemm_dtype = _SCHEMES["mxfp4" if marlin else scheme]
     dtype = gemm_dtype or "bf16"
     if dtype not in hw.supported_dtypes:
         dtype = "bf16"
     # The experts as the kernel holds them: MXFP4 kernels pad (roofline.cost.quant.resolve_for_hardware).
-    align_h, align_i = resolve_for_hardware(QuantConfig.from_user(quantization=scheme), hw.family).expert_alignment
+    quant = QuantConfig.from_user(quantization="mxfp4" if marlin else scheme,
+                                  moe_backend="marlin" if marlin else "auto")
+    align_h, align_i = resolve_for_hardware(quant, hw.family).expert_alignment
     hidden = np.ceil(d.hidden_size.to_numpy(np.float64) / align_h) * align_h
     inter = np.ceil(d.inter.to_numpy(np.float64) / align_i) * align_i
     return moe_time_s(hw, t * k / touched, touched, hidden, inter, dtype, weight_bytes or 2.0, 2.0, scheme)
@@ -158,6 +169,69 @@ def run(gpus: list[str]) -> list[dict]:
                 rows.append({"gpu": gpu, "format": scheme, "kernel": d.kernel_source.iloc[0], "distribution": dist,
                              "held_out_rows": len(part), "train_rows": int((~d.held_out).sum()),
                              "median_err_uniform": uniform, "median_err_zipf": zipf, **params})
+    return rows
+
+
+def load_marlin_table(gpu: str) -> pd.DataFrame:
+    """The MXFP4-on-Marlin rows (`MARLIN_KERNEL`) of the newest MoE table, without expert parallelism."""
+    import aiconfigurator_core
+    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / gpu / "moe" / "vllm"
+    versions = sorted(glob.glob(str(root / "*" / "moe_perf.parquet")),
+                      key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in Path(p).parent.name.split(".")))
+    d = pd.read_parquet(versions[-1])
+    d = d[(d.moe_ep_size == 1) & (d.moe_dtype == "w4a16_mxfp4") & d.kernel_source.str.contains(MARLIN_KERNEL)
+          & (d.inter_size % d.moe_tp_size == 0)]
+    return d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3,
+                    scheme="mxfp4-marlin").reset_index(drop=True)
+
+
+def _fit_joint(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame]) -> tuple[float, float, float]:
+    """`fit` over several GPUs' rows at once (one kernel family: the parameters are the family's)."""
+    prefix = FITTED["mxfp4-marlin"]
+
+    def loss(x: np.ndarray) -> float:
+        factor, bw, fixed_us = _clip(x)
+        errs = [np.abs(np.log(predict(with_params(hws[g], prefix, factor, bw, fixed_us * 1e-6), d, "mxfp4-marlin",
+                                      skew=False) / d.measured_s.to_numpy())) for g, d in tables.items()]
+        return float(np.median(np.concatenate(errs)))
+
+    best = min((minimize(loss, np.array(x0), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5,
+                                                                              "maxiter": 400})
+                for x0 in ((0.5, 0.8, 20.0), (0.2, 0.5, 40.0))), key=lambda r: r.fun)
+    factor, bw, fixed_us = _clip(best.x)
+    return factor, bw, fixed_us * 1e-6
+
+
+def run_marlin(gpus: list[str]) -> list[dict]:
+    """Leave-one-shape-out on the Marlin MXFP4 rows (module docstring), per kernel family of `gpus` (its GPUs'
+    balanced rows fitted together), judged per GPU and token distribution; and the fit on every shape."""
+    rows = []
+    tables = {g: load_marlin_table(g) for g in gpus}
+    hws = {g: load_profile(GPUS[g]) for g in gpus if not tables[g].empty}
+    for family in sorted({hw.family or "" for hw in hws.values()}):
+        members = [g for g in hws if hws[g].family == family]
+        shapes = {g: tables[g][["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]].astype(str).agg(
+            "-".join, axis=1) for g in members}
+        ratios: dict[tuple[str, str], list[float]] = {}
+        for left_out in sorted(set().union(*(set(s) for s in shapes.values()))):
+            train = {g: tables[g][(shapes[g] != left_out) & (tables[g].distribution == "balanced")] for g in members}
+            params = _fit_joint({g: hws[g] for g in members}, train)
+            for g in members:
+                test = tables[g][shapes[g] == left_out]
+                hw_s = with_params(hws[g], FITTED["mxfp4-marlin"], *params)
+                for dist, part in test.groupby("distribution"):
+                    ratios.setdefault((g, dist), []).extend(
+                        predict(hw_s, part, "mxfp4-marlin", skew=False) / part.measured_s.to_numpy())
+        factor, bw, fixed_s = _fit_joint({g: hws[g] for g in members},
+                                         {g: tables[g][tables[g].distribution == "balanced"] for g in members})
+        for (g, dist), r in sorted(ratios.items()):
+            err = np.asarray(r) - 1.0
+            rows.append({"gpu": g, "family": family, "distribution": dist, "rows": len(r),
+                         "kernel": tables[g].kernel_source.iloc[0], "median_err": float(np.median(np.abs(err))),
+                         "p90_err": float(np.quantile(np.abs(err), 0.9)), "bias": float(np.median(err)),
+                         "fit_all_shapes": {"moe_w4a16_marlin_gemm_factor": round(factor, 3),
+                                            "moe_w4a16_marlin_bandwidth_factor": round(bw, 3),
+                                            "moe_w4a16_marlin_fixed_us": round(fixed_s * 1e6, 1)}})
     return rows
 
 
@@ -276,6 +350,13 @@ def main() -> None:
         flag = "" if min(r["median_err_uniform"], r["median_err_zipf"]) <= TARGET else "  MISS"
         print(f"{r['gpu']:9} {r['format']:9} {r['distribution']:15} {r['held_out_rows']:5d} "
               f"{r['median_err_uniform']:8.1%} {r['median_err_zipf']:8.1%}  {fitted or ''}{flag}")
+    marlin_rows = run_marlin(args.gpus.split(","))
+    print(f"\n{'gpu':9} {'Marlin MXFP4':15} {'rows':>5} {'median':>7} {'p90':>7} {'bias':>7}  (leave-one-shape-out) "
+          "fit on all shapes")
+    for r in marlin_rows:
+        flag = "" if r["median_err"] <= TARGET else "  MISS"
+        print(f"{r['gpu']:9} {r['distribution']:15} {r['rows']:5d} {r['median_err']:7.1%} {r['p90_err']:7.1%} "
+              f"{r['bias']:+7.1%}  {r['fit_all_shapes']}{flag}")
     gemm_rows = run_gemm(args.gpus.split(","))
     print(f"\n{'gpu':9} {'GEMM':9} {'judged':>7} {'held':>5} {'median':>7} {'p90':>7} {'bias':>7} {'shipped':>8}  fitted")
     for r in gemm_rows:
@@ -285,7 +366,7 @@ def main() -> None:
               f"{r['p90_err']:7.1%} {r['bias']:+7.1%} {r['shipped_median_err']:8.1%}  {r['fitted']} "
               f"({r['kernel']}){floor}{flag}")
     if args.json:
-        args.json.write_text(json.dumps({"moe": rows, "gemm": gemm_rows}, indent=1))
+        args.json.write_text(json.dumps({"moe": rows, "marlin": marlin_rows, "gemm": gemm_rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ with `engine_args_from(args)`. Names, choices, defaults and checks follow vLLM 0
 - `max_model_len` is at most what vLLM derives from the model's config (`derived_max_model_len`, see there);
 - `tensor_parallel_size` stays within one scale-up domain of the hardware (`interconnect.max_num_gpus`; a
   PCIe-only device: `PCIE_HOST_MAX_NUM_GPUS`), since multi-node serving is not modelled; a CPU runs on one device;
-- `--dtype`, `--quantization`, `--kv-cache-dtype` take `roofline.cost.quant`'s choices everywhere.
+- `--dtype`, `--quantization`, `--kv-cache-dtype`, `--moe-backend` take `roofline.cost.quant`'s choices everywhere.
 
 A value left unset is vLLM's default for the device (`batch_limits`); a value the user set is used or refused.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 from engine.core.model_spec import ModelSpec
 from roofline.cost.hardware import HardwareProfile
-from roofline.cost.quant import DTYPE_CHOICES, KV_CACHE_DTYPE_CHOICES, QUANTIZATION_CHOICES
+from roofline.cost.quant import DTYPE_CHOICES, KV_CACHE_DTYPE_CHOICES, MOE_BACKEND_CHOICES, QUANTIZATION_CHOICES
 from roofline.errors import UserError
 
 VLLM_VERSION = "0.32.0"
@@ -48,13 +48,13 @@ AUTO_FIT_MAX_MODEL_LEN = -1  # vLLM's --max-model-len -1
 
 _ALL = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "gpu_memory_utilization",
         "enable_chunked_prefill", "enable_prefix_caching", "tensor_parallel_size", "dtype", "quantization",
-        "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override", "async_scheduling")
+        "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override", "async_scheduling", "moe_backend")
 COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "simulate": _ALL,
     "plan": tuple(f for f in _ALL if f not in ("max_num_seqs", "tensor_parallel_size", "kv_cache_memory_bytes",
                                                "num_gpu_blocks_override")),
     "measure": tuple(f for f in _ALL if f not in ("tensor_parallel_size", "quantization", "kv_cache_dtype",
-                                                  "async_scheduling")),
+                                                  "async_scheduling", "moe_backend")),
 }
 
 
@@ -81,6 +81,8 @@ class EngineArgs:
     # vLLM's --async-scheduling: the scheduler plans step i+1 while the device runs step i. None: the device
     # profile's `executor.host_overlaps_device` (its family's description of vLLM >= 0.14, where it is the default).
     async_scheduling: bool | None = None
+    # vLLM's --moe-backend (`roofline.cost.quant.MOE_BACKEND_CHOICES`): auto = the device's default MoE kernel.
+    moe_backend: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override"):
@@ -99,7 +101,7 @@ class EngineArgs:
             raise UserError(f"--kv-cache-memory-bytes: must be a positive number of bytes, "
                             f"got {self.kv_cache_memory_bytes}")
         for name, choices in (("dtype", DTYPE_CHOICES), ("quantization", QUANTIZATION_CHOICES),
-                              ("kv_cache_dtype", KV_CACHE_DTYPE_CHOICES)):
+                              ("kv_cache_dtype", KV_CACHE_DTYPE_CHOICES), ("moe_backend", MOE_BACKEND_CHOICES)):
             if getattr(self, name) not in choices:
                 raise UserError(f"{_flag(name)}: {getattr(self, name)!r} is not allowed; "
                                 f"allowed: {', '.join(choices)}")
@@ -118,6 +120,9 @@ class EngineArgs:
             if self.async_scheduling:
                 raise UserError(f"--async-scheduling: {hw.id} is a CPU profile; its engines (the project's and "
                                 f"vLLM-CPU) schedule synchronously; allowed: --no-async-scheduling or unset")
+            if self.moe_backend != "auto":
+                raise UserError(f"--moe-backend: {hw.id} is a CPU profile, whose engines run their own MoE loop; "
+                                f"allowed: auto, got {self.moe_backend}")
             if tp != 1:
                 raise UserError(f"--tensor-parallel-size: {hw.id} is a CPU profile, which models one device; "
                                 f"allowed: 1, got {tp}")
@@ -233,6 +238,9 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
             action=argparse.BooleanOptionalAction, default=None, help=(
                 "overlap the host's scheduling with the device's step (default: the profile's executor, on for "
                 "GPUs as in vLLM >= 0.14; give --no-async-scheduling for older vLLM; a CPU: off)"))),
+        "moe_backend": ("--moe-backend", dict(choices=MOE_BACKEND_CHOICES, default="auto", help=(
+            "MoE expert kernel (default: auto = the device's default; marlin: MXFP4 experts on Marlin W4A16, "
+            "as vLLM's --moe-backend marlin or VLLM_MXFP4_USE_MARLIN=1)"))),
     }
     for name in flags:
         flag, kwargs = help_for[name]
@@ -256,7 +264,7 @@ def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens:
             "enable_prefix_caching": engine.enable_prefix_caching,
             "tensor_parallel_size": engine.tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
             "dtype": engine.dtype, "quantization": engine.quantization, "kv_cache_dtype": engine.kv_cache_dtype,
-            "async_scheduling": async_scheduling}
+            "async_scheduling": async_scheduling, "moe_backend": engine.moe_backend}
 
 
 def _flag(name: str) -> str:

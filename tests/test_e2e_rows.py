@@ -78,6 +78,25 @@ def test_async_scheduling_follows_the_version_default(version: object, expected:
     assert isinstance(case, SimCase) and case.engine.async_scheduling is expected
 
 
+def test_inferencex_rows_take_their_recipes_flags() -> None:
+    # InferenceX's gpt-oss recipe on H100 at vLLM 0.18.0 sets VLLM_MXFP4_USE_MARLIN=1 and --max-num-seqs=$CONC;
+    # its Llama-3.1-70B recipe (2025-10-29) an fp8 KV cache and --async-scheduling; other sources keep the defaults.
+    source = "source_file=2026-03-25.csv; model=GPT-OSS-120B; silicon_concurrency=16"
+    gpt_oss = resolve_row(parse_row(record(model_path="openai/gpt-oss-120b", precision="fp4", gemm_quant_mode=NAN,
+                                           moe_quant_mode=NAN, silicon_data_source=source)))
+    assert isinstance(gpt_oss, SimCase)
+    assert (gpt_oss.engine.moe_backend, gpt_oss.engine.max_num_seqs) == ("marlin", 16)
+    assert not gpt_oss.engine.enable_prefix_caching and any("InferenceX" in n for n in gpt_oss.notes)
+    llama = resolve_row(parse_row(record(backend_version=NAN, silicon_data_source=(
+        "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=16"))))
+    assert isinstance(llama, SimCase)
+    assert (llama.engine.kv_cache_dtype, llama.engine.async_scheduling) == ("fp8", True)
+    other = resolve_row(parse_row(record(backend_version=NAN)))
+    assert isinstance(other, SimCase)
+    assert (other.engine.kv_cache_dtype, other.engine.async_scheduling, other.engine.moe_backend) == (
+        "auto", False, "auto")
+
+
 def test_empty_precision_is_the_checkpoint_dtype() -> None:
     case = resolve_row(parse_row(record(model_path="Qwen/Qwen3-32B", precision=NAN, gemm_quant_mode=NAN,
                                         moe_quant_mode=NAN)))

@@ -70,6 +70,16 @@ def test_async_scheduling_flag_sets_the_host_overlap(capsys: pytest.CaptureFixtu
            capsys, "--async-scheduling", "CPU profile", "allowed: --no-async-scheduling or unset")
 
 
+def test_moe_backend_flag_reaches_the_record_and_is_refused_on_a_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    from roofline.sim.simulator import make_deployment
+
+    marlin = make_deployment("gpt-oss-20b", "h100-sxm", EngineArgs(moe_backend="marlin"))
+    assert marlin.engine_record["moe_backend"] == "marlin" and marlin.cost_model.quant.expert_kernel == "mxfp4-marlin"
+    cpu = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml"
+    _fails(["simulate", "--num-requests", "3", "--model", "llama-156m", "--hardware", str(cpu), "--moe-backend",
+            "marlin"], capsys, "--moe-backend", "CPU profile", "allowed: auto")
+
+
 def test_max_model_len_within_what_vllm_derives(capsys: pytest.CaptureFixture[str]) -> None:
     assert derived_max_model_len(load_model("llama-3.1-8b")) == 131072  # llama3 RoPE: already scaled
     _fails(["simulate", "--num-requests", "3", "--max-model-len", "200000"], capsys, "--max-model-len", "131072")

@@ -143,3 +143,33 @@ def test_mxfp4_experts_are_padded_as_the_default_kernel_pads_them() -> None:
     h100_tp8 = next(o for o in _decode(_model("gpt-oss-120b", tp=8), 1, 100).ops if o.name == "moe_experts")
     assert h100_tp8.weight_bytes == pytest.approx(36 * 4 * (3 * 2880 * 384 * (0.5 + 1 / 32)
                                                             + (2 * 384 + 2880) * 2.0))
+
+
+def test_marlin_backend_pads_and_costs_mxfp4_experts_as_marlin() -> None:
+    # --moe-backend marlin (vLLM's VLLM_MXFP4_USE_MARLIN=1): hidden padded to 256, intermediate to 128 on Hopper
+    # too; at 8k prefill tokens the experts are compute-bound and Marlin (fitted at ~0.28 of the bf16 GEMM's
+    # efficiency) is slower than OAI Triton (~0.49); one decode token costs about the same (weight streaming).
+    spec, hw = load_model("gpt-oss-120b"), load_profile("h100-sxm")
+    marlin = StepCostModel(spec, hw, QuantConfig.from_user(moe_backend="marlin"), 2)
+    default = _model("gpt-oss-120b", tp=2)
+    assert marlin.quant.expert_alignment == (256, 128) and marlin.quant.expert_kernel == "mxfp4-marlin"
+    assert default.quant.expert_kernel == "mxfp4"
+
+    def experts_s(model: StepCostModel, tokens: int) -> float:
+        cost = model.step_cost(np.array([tokens]), np.array([0]), np.array([True]))
+        return cost.breakdown_s["moe_experts"]
+
+    assert experts_s(marlin, 8192) > 1.5 * experts_s(default, 8192)
+    assert 0.5 < experts_s(marlin, 1) / experts_s(default, 1) < 2.0
+
+
+@pytest.mark.parametrize("model_id,match", [("llama-3.1-8b", "has no MoE experts"),
+                                            ("qwen3-30b-a3b", "MXFP4 experts only.*unquantized")])
+def test_marlin_backend_without_mxfp4_experts_is_an_error(model_id: str, match: str) -> None:
+    with pytest.raises(UserError, match=f"--moe-backend marlin: .*{match}.*allowed: auto"):
+        StepCostModel(load_model(model_id), load_profile("h100-sxm"), QuantConfig.from_user(moe_backend="marlin"))
+
+
+def test_unknown_moe_backend_is_an_error() -> None:
+    with pytest.raises(UserError, match="--moe-backend: 'cutlass' is not allowed; allowed: auto, marlin"):
+        QuantConfig.from_user(moe_backend="cutlass")

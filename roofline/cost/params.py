@@ -70,6 +70,9 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "moe_w4a16_gemm_factor": ("moe_w4a16_gemm_factor", 1.0, 1.0),
     "moe_w4a16_fixed_s": ("moe_w4a16_fixed_us", 1e-6, 1e6),
     "moe_w4a16_bandwidth_factor": ("moe_w4a16_bandwidth_factor", 1.0, 1.0),
+    "moe_w4a16_marlin_gemm_factor": ("moe_w4a16_marlin_gemm_factor", 1.0, 1.0),
+    "moe_w4a16_marlin_fixed_s": ("moe_w4a16_marlin_fixed_us", 1e-6, 1e6),
+    "moe_w4a16_marlin_bandwidth_factor": ("moe_w4a16_marlin_bandwidth_factor", 1.0, 1.0),
     "moe_fp4_gemm_factor": ("moe_fp4_gemm_factor", 1.0, 1.0),
     "moe_fp4_fixed_s": ("moe_fp4_fixed_us", 1e-6, 1e6),
     "moe_fp4_bandwidth_factor": ("moe_fp4_bandwidth_factor", 1.0, 1.0),
@@ -176,6 +179,16 @@ class EfficiencyParams:
     moe_w4a16_gemm_factor: float = 0.487
     moe_w4a16_fixed_s: float = 29.2e-6
     moe_w4a16_bandwidth_factor: float = 0.89
+    # MXFP4 experts on vLLM's Marlin W4A16 MoE kernel instead (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1:
+    # e.g. InferenceX's gpt-oss recipes on H100/H200): the same three parameters, fitted on the Marlin rows of the
+    # H100 and H200 vLLM 0.24 MoE tables together, one Hopper kernel (kernel vllm_compressedtensorsw4a4mxfp4moe_
+    # marlin_marlinexperts_situ_as_silu, balanced routing; benchmarks/moe_accuracy.py `run_marlin`, leave-one-shape-
+    # out: H100 14.7 %, H200 8.6 % median; BENCHMARKS.md). Marlin dequantizes in registers at about half the OAI
+    # Triton kernel's throughput once the experts are compute-bound (~200 against ~500 TFLOP/s on H100, 8k tokens).
+    # Blackwell's Marlin rows fit 0.145 / 0.544 / 51.6 us: not shipped (no Blackwell chip file sets them yet).
+    moe_w4a16_marlin_gemm_factor: float = 0.279
+    moe_w4a16_marlin_fixed_s: float = 26.5e-6
+    moe_w4a16_marlin_bandwidth_factor: float = 0.782
     moe_fp4_gemm_factor: float = 0.568
     moe_fp4_fixed_s: float = 11.0e-6
     moe_fp4_bandwidth_factor: float = 1.0

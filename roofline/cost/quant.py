@@ -22,6 +22,12 @@ scale per 16, plus a per-tensor fp32 scale). vLLM 0.32 runs MXFP4 MoE as W4A16 b
 kernels) and on Blackwell (`FLASHINFER_TRTLLM_MXFP4_BF16` is first in `_get_priority_backends_for_gpt_oss`,
 vllm/model_executor/layers/fused_moe/oracle/mxfp4.py), so MXFP4 computes at the activation dtype's peak. NVFP4 is
 W4A4 at the fp4 peak on Blackwell; a device without fp4 runs it at the activation dtype (vLLM's Marlin fallback).
+
+MoE kernel (`--moe-backend`, vLLM's flag of the same name; `MOE_BACKEND_CHOICES`): `auto` is the device's default
+above; `marlin` runs MXFP4 experts on vLLM's Marlin W4A16 MoE kernel (what `VLLM_MXFP4_USE_MARLIN=1` selected
+before the flag existed), which pads the experts as vLLM's `mxfp4_round_up_hidden_size_and_intermediate_size`
+does for it (hidden to 256, per-rank intermediate to 128). Other formats on Marlin are not modelled (a
+`UserError`, `check_moe_backend`).
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ _SCHEMES: dict[str, tuple[float | None, str | None]] = {
     "nvfp4": (0.5 + 1.0 / 16, "fp4"),  # E2M1 + one E4M3 byte per 16 values (the per-tensor scale is negligible)
 }
 QUANTIZATION_CHOICES = tuple(_SCHEMES)
+# --moe-backend values the cost model describes (module docstring).
+MOE_BACKEND_CHOICES = ("auto", "marlin")
 KV_CACHE_DTYPE_CHOICES = ("auto", "fp8", "bfloat16", "float16")
 
 
@@ -77,6 +85,14 @@ class QuantConfig:
     # MoE kernels that pad the experts' (hidden, per-rank intermediate) sizes up to these multiples
     # (`resolve_for_hardware`); (1, 1) = none.
     expert_alignment: tuple[int, int] = (1, 1)
+    moe_backend: str = "auto"  # --moe-backend (module docstring)
+
+    @property
+    def expert_kernel(self) -> str:
+        """The experts' kernel as `roofline.cost.step_cost.moe_time_s` names it: their scheme, or
+        "mxfp4-marlin" for MXFP4 experts on Marlin."""
+        scheme = self.experts[0]
+        return "mxfp4-marlin" if scheme == "mxfp4" and self.moe_backend == "marlin" else scheme
 
     @property
     def experts(self) -> tuple[str, float, str]:
@@ -95,7 +111,7 @@ class QuantConfig:
 
     @classmethod
     def from_user(cls, dtype: str = "auto", quantization: str = "none", kv_cache_dtype: str = "auto",
-                  model_dtype: str = "bfloat16") -> "QuantConfig":
+                  model_dtype: str = "bfloat16", moe_backend: str = "auto") -> "QuantConfig":
         if dtype not in DTYPE_CHOICES and dtype not in _ACT_DTYPES:
             raise UserError(f"--dtype: {dtype!r} is not allowed; allowed: {', '.join(DTYPE_CHOICES)}")
         if quantization not in _SCHEMES:
@@ -104,6 +120,8 @@ class QuantConfig:
         if kv_cache_dtype not in KV_CACHE_DTYPE_CHOICES:
             raise UserError(f"--kv-cache-dtype: {kv_cache_dtype!r} is not allowed; "
                             f"allowed: {', '.join(KV_CACHE_DTYPE_CHOICES)}")
+        if moe_backend not in MOE_BACKEND_CHOICES:
+            raise UserError(f"--moe-backend: {moe_backend!r} is not allowed; allowed: {', '.join(MOE_BACKEND_CHOICES)}")
         act_dtype, act_bytes = _resolve_act_dtype(dtype, model_dtype)
         weight_bytes, gemm_dtype = _SCHEMES[quantization]
         if kv_cache_dtype == "fp8":
@@ -114,7 +132,8 @@ class QuantConfig:
             kv_dtype, kv_bytes = _ACT_DTYPES[kv_cache_dtype]
         return cls(act_dtype=act_dtype, act_bytes=act_bytes, gemm_dtype=gemm_dtype or act_dtype,
                    weight_bytes_per_param=weight_bytes if weight_bytes is not None else act_bytes,
-                   kv_dtype=kv_dtype, kv_bytes_per_element=kv_bytes, quantization=quantization)
+                   kv_dtype=kv_dtype, kv_bytes_per_element=kv_bytes, quantization=quantization,
+                   moe_backend=moe_backend)
 
 
 def _scheme_bytes(scheme: str, act_bytes: float, act_dtype: str) -> tuple[float, str]:
@@ -149,10 +168,24 @@ def resolve_for_hardware(quant: QuantConfig, family: str | None) -> QuantConfig:
     `mxfp4_round_up_hidden_size_and_intermediate_size`, layers/fused_moe/oracle/mxfp4.py): TRT-LLM on Blackwell
     rounds hidden up to 256 and the per-rank intermediate size up to 128 (gpt-oss: 2880 -> 3072 and 2880 -> 2944,
     9 % more expert bytes and FLOPs); the OAI Triton kernels on Hopper (and others) round the intermediate size
-    up to 64 (gpt-oss at TP 8: 360 -> 384)."""
+    up to 64 (gpt-oss at TP 8: 360 -> 384); Marlin (`--moe-backend marlin`) rounds hidden up to 256 and the
+    intermediate size up to 128 on every GPU."""
     if quant.experts[0] != "mxfp4":
         return quant
-    return replace(quant, expert_alignment=(256, 128) if family == "blackwell" else (1, 64))
+    marlin = quant.moe_backend == "marlin"
+    return replace(quant, expert_alignment=(256, 128) if family == "blackwell" or marlin else (1, 64))
+
+
+def check_moe_backend(quant: QuantConfig, spec: ModelSpec) -> None:
+    """`--moe-backend marlin` only for a model whose experts are MXFP4 (after `resolve_for_model`)."""
+    if quant.moe_backend == "auto":
+        return
+    if not spec.is_moe:
+        raise UserError(f"--moe-backend {quant.moe_backend}: model '{spec.name}' has no MoE experts; allowed: auto")
+    if quant.experts[0] != "mxfp4":
+        scheme = quant.experts[0] if quant.experts[0] != "none" else "the activation dtype (unquantized)"
+        raise UserError(f"--moe-backend {quant.moe_backend}: modelled for MXFP4 experts only; model "
+                        f"'{spec.name}' runs its experts in {scheme}; allowed: auto")
 
 
 def _resolve_act_dtype(dtype: str, model_dtype: str) -> tuple[str, float]:

@@ -89,7 +89,7 @@ from roofline.cost.ops import (
     token_ops,
     weight_bytes_per_rank,
 )
-from roofline.cost.quant import QuantConfig, resolve_for_hardware, resolve_for_model
+from roofline.cost.quant import QuantConfig, check_moe_backend, resolve_for_hardware, resolve_for_model
 from roofline.errors import UserError
 
 # 16-bit GEMMs (cuBLAS via torch.nn.functional.linear): output tiles (rows, cols) its heuristic chooses among
@@ -566,7 +566,8 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     (FlashInfer CUTLASS / TRT-LLM) moe_fp8_*; block-scaled fp8 (Triton w8a8 block on Hopper, FlashInfer TRT-LLM
     on Blackwell) moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on Hopper, TRT-LLM mxfp4-bf16 on Blackwell: 4-bit
     weights dequantized in the kernel, bf16 math) moe_w4a16_*; NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the
-    fp4 peak on Blackwell) moe_fp4_* (each: a compute factor, a bandwidth factor and a fixed cost)."""
+    fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin ("mxfp4-marlin", `--moe-backend marlin`: W4A16, its own row
+    tiles down to 16 as above) moe_w4a16_marlin_* (each: a compute factor, a bandwidth factor and a fixed cost)."""
     e = hw.efficiency
     if scheme is None:
         scheme = "fp8" if dtype in _EIGHT_BIT else "none"
@@ -577,13 +578,15 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
                 min(e.moe_fp8_gemm_factor, 1.0 / e.gemm_fp8_memory_efficiency), e.moe_fp8_fixed_s),
         "fp8-block": (e.moe_fp8_block_gemm_factor, e.moe_fp8_block_bandwidth_factor, e.moe_fp8_block_fixed_s),
         "mxfp4": (e.moe_w4a16_gemm_factor, e.moe_w4a16_bandwidth_factor, e.moe_w4a16_fixed_s),
+        "mxfp4-marlin": (e.moe_w4a16_marlin_gemm_factor, e.moe_w4a16_marlin_bandwidth_factor,
+                         e.moe_w4a16_marlin_fixed_s),
         "nvfp4": (e.moe_fp4_gemm_factor, e.moe_fp4_bandwidth_factor, e.moe_fp4_fixed_s),
     }.get(scheme, (e.moe_compute_efficiency, 1.0, e.moe_fixed_s))
     # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
     in_b = 1.0 if dtype in _EIGHT_BIT else (0.5 + 1.0 / 16 if dtype == "fp4" else act_bytes)
+    tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
     kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
-              eff_scale=eff_scale, bw_scale=bw_scale, tiles=MOE_W4A16_TILES if scheme == "mxfp4" else None,
-              cublas=False)
+              eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False)
     up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **kw)
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
     act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
@@ -721,7 +724,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
     elif op.kind == "moe":
         tpe, touched, hidden, inter = op.shape
         w_param = op.weight_bytes / (c * _max(touched, 1e-30) * 3 * hidden * inter)
-        t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, quant.act_bytes, quant.experts[0])
+        t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, quant.act_bytes, quant.expert_kernel)
         kernels = 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
     elif op.kind == "all_reduce":
         t = all_reduce_time_s(hw, *op.shape)
@@ -818,7 +821,9 @@ class StepCostModel:
         """`cpu_engine` (one of `CPU_ENGINES`): whose execution a `kind: cpu` profile describes; GPU profiles
         ignore it."""
         # The checkpoint's per-module quantization (or --quantization), and the device's MoE kernel padding.
-        quant = resolve_for_hardware(resolve_for_model(quant, spec), hw.family)
+        quant = resolve_for_model(quant, spec)
+        check_moe_backend(quant, spec)
+        quant = resolve_for_hardware(quant, hw.family)
         self.spec, self.hw, self.quant, self.tp = spec, hw, quant, tp
         self.cpu_engine = check_cpu_engine(cpu_engine)
         if hw.kind == "cpu":
