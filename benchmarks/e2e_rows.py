@@ -71,51 +71,90 @@ ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14)
 LARGE_GPU_MIN_BYTES = 70 * 2 ** 30
 
 # InferenceX's public serving recipes (github.com/SemiAnalysisAI/InferenceX, benchmarks/), the harness of the rows
-# whose silicon_data_source names its exports (`source_file=2026-..csv; model=...`), at the version of each script
-# that ran them: the commit that set the row's vLLM image, or the last one before the measurement date. What the
-# simulator can express is applied over the version's defaults; the rest is listed as not modelled. max_num_seqs
-# "CONC": the row's concurrency (`--max-num-seqs=$CONC`).
+# whose silicon_data_source names its exports or its database (`source_file=2026-..csv; model=...`, `db-dump/...`),
+# at the version of each script that ran them: the last commit to it on or before the row's `measured=` date. What
+# the simulator can express is applied over the version's defaults; the rest is listed as not modelled. Values
+# "CONC" and "2*ISL": the row's concurrency (`--max-num-seqs=$CONC`) and twice its isl (`$((ISL * 2))`).
 @dataclass(frozen=True)
 class Harness:
+    model_path: str
+    system: str
+    version: str | None
+    measured: tuple[str, str]  # first and last `measured=` date (ISO) the recipe version covers
     flags: dict[str, object]
     source: str
     not_modelled: str = ""
+    # The recipe passes --enable-expert-parallel whatever the row's moe_ep_size says (`if [ "$EP_SIZE" -ge 1 ]`).
+    expert_parallel: bool = False
 
 
-_LLAMA_70B_NOT_MODELLED = "no-enable-prefix-caching (random prompts: no hits either way)"
-INFERENCEX_HARNESS: dict[tuple[str, str, str | None], Harness] = {
-    ("meta-llama/Llama-3.1-70B", "h100_sxm", None): Harness(
-        dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
-             max_num_seqs="CONC"),
-        "benchmarks/70b_fp8_h100_slurm.sh at 2582bce40^ (the recipe removed 2025-10-29, the rows' date)"),
-    ("meta-llama/Llama-3.1-70B", "h200_sxm", None): Harness(
-        dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
-             max_num_seqs="CONC"),
-        "benchmarks/70b_fp8_h200_slurm.sh at 2582bce40^ (2025-10-29)"),
-    ("meta-llama/Llama-3.1-70B", "b200_sxm", None): Harness(
-        dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
-             max_num_seqs=512),
-        "benchmarks/70b_fp8_b200_docker.sh and 70b_fp4_b200_docker.sh at 2582bce40^ (2025-10-29)",
-        "cudagraph_mode FULL_DECODE_ONLY and the FlashInfer all-reduce / attention fusion passes"),
-    ("openai/gpt-oss-120b", "h100_sxm", "0.18.0"): Harness(
-        dict(moe_backend="marlin", enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs="CONC"),
-        "benchmarks/single_node/gptoss_fp4_h100.sh at cec542a9a (2026-03-27, image v0.18.0): VLLM_MXFP4_USE_MARLIN=1"),
-    ("openai/gpt-oss-120b", "h200_sxm", "0.18.0"): Harness(
-        dict(moe_backend="marlin", enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs="CONC"),
-        "benchmarks/single_node/gptoss_fp4_h200.sh at cec542a9a (2026-03-27, image v0.18.0): VLLM_MXFP4_USE_MARLIN=1"),
-    ("openai/gpt-oss-120b", "b200_sxm", "0.15.1"): Harness(
-        dict(kv_cache_dtype="fp8", enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512),
-        "benchmarks/single_node/gptoss_fp4_b200.sh at d2c2acb19 (2026-02-25, image v0.15.1)",
-        "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (MXFP8 activations: simulated with the default W4A16 experts) and "
-        "the all-reduce + RMSNorm fusion pass"),
-}
+_MINIMAX_B200_FLAGS: dict[str, object] = dict(kv_cache_dtype="fp8", block_size=32, max_num_batched_tokens="2*ISL",
+                                             enable_prefix_caching=False, gpu_memory_utilization=0.90)
+_MINIMAX_B200_NOT_MODELLED = "--stream-interval 20 (the API server's output batching)"
+INFERENCEX_HARNESS: tuple[Harness, ...] = (
+    Harness("meta-llama/Llama-3.1-70B", "h100_sxm", None, ("2025-10-29", "2025-10-29"),
+            dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False,
+                 max_num_batched_tokens=8192, max_num_seqs="CONC"),
+            "benchmarks/70b_fp8_h100_slurm.sh at 2582bce40^ (the recipe was removed on 2025-10-29, the rows' date)"),
+    Harness("meta-llama/Llama-3.1-70B", "h200_sxm", None, ("2025-10-29", "2025-10-29"),
+            dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False,
+                 max_num_batched_tokens=8192, max_num_seqs="CONC"),
+            "benchmarks/70b_fp8_h200_slurm.sh at 2582bce40^ (2025-10-29)"),
+    Harness("meta-llama/Llama-3.1-70B", "b200_sxm", None, ("2025-10-29", "2025-10-29"),
+            dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False,
+                 max_num_batched_tokens=8192, max_num_seqs=512),
+            "benchmarks/70b_fp8_b200_docker.sh and 70b_fp4_b200_docker.sh at 2582bce40^ (2025-10-29)",
+            "cudagraph_mode FULL_DECODE_ONLY and the FlashInfer all-reduce / attention fusion passes"),
+    Harness("openai/gpt-oss-120b", "h100_sxm", "0.18.0", ("2026-03-27", "2026-03-27"),
+            dict(moe_backend="marlin", enable_prefix_caching=False, max_num_batched_tokens=8192,
+                 max_num_seqs="CONC"),
+            "benchmarks/single_node/gptoss_fp4_h100.sh at cec542a9a (2026-03-27, image v0.18.0): "
+            "VLLM_MXFP4_USE_MARLIN=1"),
+    Harness("openai/gpt-oss-120b", "h200_sxm", "0.18.0", ("2026-03-27", "2026-03-27"),
+            dict(moe_backend="marlin", enable_prefix_caching=False, max_num_batched_tokens=8192,
+                 max_num_seqs="CONC"),
+            "benchmarks/single_node/gptoss_fp4_h200.sh at cec542a9a (2026-03-27, image v0.18.0): "
+            "VLLM_MXFP4_USE_MARLIN=1"),
+    Harness("openai/gpt-oss-120b", "b200_sxm", "0.15.1", ("2026-02-25", "2026-02-25"),
+            dict(kv_cache_dtype="fp8", enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512),
+            "benchmarks/single_node/gptoss_fp4_b200.sh at d2c2acb19 (2026-02-25, image v0.15.1)",
+            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (MXFP8 activations: simulated with the default W4A16 experts) "
+            "and the all-reduce + RMSNorm fusion pass"),
+    Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.17.0", ("2026-03-11", "2026-03-28"),
+            dict(block_size=32, gpu_memory_utilization=0.95),
+            "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at 64c20b6b5 / 626932a11 (2026-03-11 / 03-27)",
+            expert_parallel=True),
+    Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.19.0", ("2026-04-03", "2026-04-22"), _MINIMAX_B200_FLAGS,
+            "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at bddbf4031 / 41ed82dc1 (2026-04-03 / 04-21)",
+            _MINIMAX_B200_NOT_MODELLED),
+    Harness("MiniMaxAI/MiniMax-M2.5", "b300_sxm", "0.19.0", ("2026-04-17", "2026-04-21"), _MINIMAX_B200_FLAGS,
+            "benchmarks/single_node/minimaxm2.5_fp8_b300.sh at 340d7854c / 0c2467c15 (2026-04-17 / 04-21)",
+            _MINIMAX_B200_NOT_MODELLED),
+    Harness("MiniMaxAI/MiniMax-M2.5", "h200_sxm", "0.16.0", ("2026-03-01", "2026-03-01"),
+            dict(gpu_memory_utilization=0.95),
+            "benchmarks/single_node/minimaxm2.5_fp8_h200.sh at a36346339 (2026-03-01)", expert_parallel=True),
+    Harness("MiniMaxAI/MiniMax-M2.5", "h200_sxm", "0.18.0", ("2026-03-27", "2026-03-28"),
+            dict(gpu_memory_utilization=0.95),
+            "benchmarks/single_node/minimaxm2.5_fp8_h200.sh at 1d5cae141 (2026-03-27)", expert_parallel=True),
+    Harness("MiniMaxAI/MiniMax-M2.5", "h100_sxm", "0.18.0", ("2026-03-27", "2026-03-28"),
+            dict(max_num_seqs=256, gpu_memory_utilization=0.90, enable_prefix_caching=False),
+            "benchmarks/single_node/minimaxm2.5_fp8_h100.sh at 1d5cae141 / 626932a11 (2026-03-27)",
+            "cudagraph_mode PIECEWISE (attention outside the CUDA graph)"),
+)
 
 
 def harness_of(row: "SiliconRow") -> Harness | None:
-    """The InferenceX recipe that measured `row`, if it is one of `INFERENCEX_HARNESS`."""
-    if "source_file=20" not in row.source or "model=" not in row.source:
+    """The InferenceX recipe that measured `row`, if one of `INFERENCEX_HARNESS` covers it."""
+    if not ("source_file=20" in row.source and "model=" in row.source or row.source.startswith("db-dump/")):
         return None
-    return INFERENCEX_HARNESS.get((row.model_path, row.system, row.backend_version))
+    match = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.source)
+    if match is None:
+        return None
+    for h in INFERENCEX_HARNESS:
+        if (h.model_path, h.system, h.version) == (row.model_path, row.system, row.backend_version) \
+                and h.measured[0] <= match.group(1) <= h.measured[1]:
+            return h
+    return None
 
 
 # A row whose model length does not fit its KV cache: vLLM refuses to start with the model's max_model_len, so the
@@ -133,9 +172,11 @@ ASSUMPTIONS = (
     "Number of prompts: 10 x N (InferenceX: `--num-prompts $((CONC * 10))`); sensitivity: 5 x N, and the steady "
     "state (requests 2N..8N of the 10 x N run).",
     "Engine flags of InferenceX's rows whose recipe is public (`INFERENCEX_HARNESS`: Llama-3.1-70B on H100 / H200 / "
-    "B200, gpt-oss-120b 0.18.0 on H100 / H200 and 0.15.1 on B200): the recipe's, where the simulator expresses "
-    "them (fp8 KV cache, --async-scheduling, --moe-backend marlin for VLLM_MXFP4_USE_MARLIN=1, --max-num-seqs, "
-    "prefix caching off); the rest is named per row. "
+    "B200, gpt-oss-120b 0.18.0 on H100 / H200 and 0.15.1 on B200, MiniMax-M2.5 per GPU and version): the recipe's "
+    "at the row's date, where the simulator expresses them (fp8 KV cache, --async-scheduling, --moe-backend marlin "
+    "for VLLM_MXFP4_USE_MARLIN=1, --max-num-seqs, --max-num-batched-tokens, --block-size, "
+    "--gpu-memory-utilization, prefix caching off); the rest is named per row; MiniMax-M2.5 rows whose recipe "
+    "enabled expert parallelism whatever moe_ep_size says are skipped as expert-parallel. "
     "Every other row: the defaults of `vllm serve` of the row's version (0.11.2-0.19.0, nightly 2026-04; rows "
     "without a version were measured 2025-10-29 to 2025-12-05, i.e. 0.11-0.12): max_num_batched_tokens 8192, "
     "max_num_seqs 1024, gpu_memory_utilization 0.9, chunked prefill and prefix caching on, block size 16, "
@@ -316,6 +357,10 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
         reasons[SkipReason.PARALLELISM] = f"attention data parallelism {row.attention_dp_size}"
     elif is_moe and (row.moe_ep_size or 1) > 1:
         reasons[SkipReason.PARALLELISM] = f"expert parallelism {row.moe_ep_size}"
+    elif is_moe and row.tp_size > 1 and (harness := harness_of(row)) is not None and harness.expert_parallel:
+        reasons[SkipReason.PARALLELISM] = (f"expert parallelism {row.tp_size}: the row records moe_ep_size "
+                                           f"{row.moe_ep_size}, but its InferenceX recipe ({harness.source}) passes "
+                                           "--enable-expert-parallel for every EP_SIZE >= 1")
     if reasons:
         ordered = tuple(r for r in SkipReason if r in reasons)
         return Skip(row, ordered, tuple(reasons[r] for r in ordered))
@@ -346,7 +391,8 @@ def engine_args_for(row: SiliconRow, quantization: str) -> EngineArgs:
     flags: dict[str, object] = dict(VERSION_BATCH_DEFAULTS, async_scheduling=async_scheduling_default(row.backend_version))
     harness = harness_of(row)
     if harness is not None:
-        flags.update({k: (row.concurrency if v == "CONC" else v) for k, v in harness.flags.items()})
+        per_row = {"CONC": row.concurrency, "2*ISL": 2 * row.isl}
+        flags.update({k: per_row.get(v, v) if isinstance(v, str) else v for k, v in harness.flags.items()})
     return EngineArgs(tensor_parallel_size=row.tp_size, quantization=quantization, **flags)  # type: ignore[arg-type]
 
 

@@ -81,20 +81,36 @@ def test_async_scheduling_follows_the_version_default(version: object, expected:
 def test_inferencex_rows_take_their_recipes_flags() -> None:
     # InferenceX's gpt-oss recipe on H100 at vLLM 0.18.0 sets VLLM_MXFP4_USE_MARLIN=1 and --max-num-seqs=$CONC;
     # its Llama-3.1-70B recipe (2025-10-29) an fp8 KV cache and --async-scheduling; other sources keep the defaults.
-    source = "source_file=2026-03-25.csv; model=GPT-OSS-120B; silicon_concurrency=16"
+    source = "source_file=2026-03-25.csv; model=GPT-OSS-120B; silicon_concurrency=16; measured=2026-03-27T08:01:51Z"
     gpt_oss = resolve_row(parse_row(record(model_path="openai/gpt-oss-120b", precision="fp4", gemm_quant_mode=NAN,
                                            moe_quant_mode=NAN, silicon_data_source=source)))
     assert isinstance(gpt_oss, SimCase)
     assert (gpt_oss.engine.moe_backend, gpt_oss.engine.max_num_seqs) == ("marlin", 16)
     assert not gpt_oss.engine.enable_prefix_caching and any("InferenceX" in n for n in gpt_oss.notes)
     llama = resolve_row(parse_row(record(backend_version=NAN, silicon_data_source=(
-        "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=16"))))
+        "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=16; measured=2025-10-29T00:00:00.000Z"))))
     assert isinstance(llama, SimCase)
     assert (llama.engine.kv_cache_dtype, llama.engine.async_scheduling) == ("fp8", True)
     other = resolve_row(parse_row(record(backend_version=NAN)))
     assert isinstance(other, SimCase)
     assert (other.engine.kv_cache_dtype, other.engine.async_scheduling, other.engine.moe_backend) == (
         "auto", False, "auto")
+
+
+def test_minimax_recipes_set_their_flags_or_force_expert_parallelism() -> None:
+    # B200 at 0.19.0 (2026-04-03 on): fp8 KV, block 32, --max-num-batched-tokens $((ISL * 2)); H200: the recipe's
+    # `if [ "$EP_SIZE" -ge 1 ]` passes --enable-expert-parallel whatever the row's moe_ep_size says.
+    minimax = dict(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", gemm_quant_mode="fp8_block",
+                   moe_quant_mode="fp8_block", isl=8192)
+    b200 = resolve_row(parse_row(record(**minimax, system="b200_sxm", backend_version="0.19.0", silicon_data_source=(
+        "db-dump/2026-04-27; config_id=691; silicon_concurrency=16; measured=2026-04-22T00:00:00.000Z"))))
+    assert isinstance(b200, SimCase)
+    assert (b200.engine.kv_cache_dtype, b200.engine.block_size, b200.engine.max_num_batched_tokens) == ("fp8", 32,
+                                                                                                      16384)
+    h200 = resolve_row(parse_row(record(**minimax, system="h200_sxm", backend_version="0.16.0", silicon_data_source=(
+        "db-dump/2026-04-27; config_id=606; silicon_concurrency=16; measured=2026-03-01T00:00:00.000Z"))))
+    assert isinstance(h200, Skip) and h200.reasons == (SkipReason.PARALLELISM,)
+    assert "--enable-expert-parallel" in h200.details[0]
 
 
 def test_empty_precision_is_the_checkpoint_dtype() -> None:
