@@ -21,10 +21,10 @@ CUDA graph (`EAGER_FORMATS`): fp8-block is judged on the rows where device time 
 
 MXFP4 experts on Marlin (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1): the tables' Marlin MXFP4 kernel
 (`MARLIN_KERNEL`; one model's experts, hidden 3584, intermediate 3072, top-16 of 896, at moe_tp 1-16: five
-shapes, too few for the hash split) is judged leave-one-shape-out per kernel family: `moe_w4a16_marlin_*` fitted
-on the balanced rows of the other shapes of all the family's GPUs together (one kernel, one set of parameters),
-the left-out shape's rows judged per GPU, for each shape; the Hopper fit on all five shapes of H100 and H200 is
-the shipped default (`roofline.cost.params`).
+shapes, too few for the hash split) is judged leave-one-shape-out: `moe_w4a16_marlin_*` fitted on the balanced
+rows of the other shapes (`_fit_marlin`: the fixed cost per kernel family, the compute and bandwidth factors per
+GPU), the left-out shape's rows judged, for each shape; the fits on all five shapes are shipped per chip
+(`hardware_profiles/<chip>.yaml`), H100's as the default (`roofline.cost.params`).
 
 Token distributions: the tables measure balanced routing and power laws with exponent 1.01 and 1.2. The cost
 model assumes balanced routing (`roofline.cost.ops.moe_record`); the power-law rows are predicted twice: with
@@ -185,47 +185,57 @@ def load_marlin_table(gpu: str) -> pd.DataFrame:
                     scheme="mxfp4-marlin").reset_index(drop=True)
 
 
-def _fit_joint(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame]) -> tuple[float, float, float]:
-    """`fit` over several GPUs' rows at once (one kernel family: the parameters are the family's)."""
+def _fit_marlin(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame]) -> dict[str, tuple[float, ...]]:
+    """Marlin parameters per GPU of one kernel family: the fixed cost (the routing, align/sort and combine kernels
+    around the two GEMMs: the family's) fitted on all the GPUs' rows together, then each GPU's compute and
+    bandwidth factors on its own rows with that fixed cost (minimizing the median absolute log error)."""
     prefix = FITTED["mxfp4-marlin"]
 
-    def loss(x: np.ndarray) -> float:
-        factor, bw, fixed_us = _clip(x)
-        errs = [np.abs(np.log(predict(with_params(hws[g], prefix, factor, bw, fixed_us * 1e-6), d, "mxfp4-marlin",
-                                      skew=False) / d.measured_s.to_numpy())) for g, d in tables.items()]
+    def loss(x: np.ndarray, gpus: list[str], fixed_us: float | None) -> float:
+        factor, bw, fixed = _clip(np.array([x[0], x[1], x[2] if fixed_us is None else fixed_us]))
+        errs = [np.abs(np.log(predict(with_params(hws[g], prefix, factor, bw, fixed * 1e-6), tables[g],
+                                      "mxfp4-marlin", skew=False) / tables[g].measured_s.to_numpy())) for g in gpus]
         return float(np.median(np.concatenate(errs)))
 
-    best = min((minimize(loss, np.array(x0), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5,
-                                                                              "maxiter": 400})
-                for x0 in ((0.5, 0.8, 20.0), (0.2, 0.5, 40.0))), key=lambda r: r.fun)
-    factor, bw, fixed_us = _clip(best.x)
-    return factor, bw, fixed_us * 1e-6
+    def best(gpus: list[str], fixed_us: float | None) -> np.ndarray:
+        starts = ((0.5, 0.8, 20.0), (0.2, 0.5, 40.0))
+        runs = [minimize(loss, np.array(x0 if fixed_us is None else x0[:2]), args=(gpus, fixed_us),
+                         method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 400})
+                for x0 in starts]
+        return min(runs, key=lambda r: r.fun).x
+
+    fixed_us = _clip(best(list(hws), None))[2]
+    out = {}
+    for g in hws:
+        factor, bw, _ = _clip(np.array([*best([g], fixed_us), fixed_us]))
+        out[g] = (factor, bw, fixed_us * 1e-6)
+    return out
 
 
 def run_marlin(gpus: list[str]) -> list[dict]:
-    """Leave-one-shape-out on the Marlin MXFP4 rows (module docstring), per kernel family of `gpus` (its GPUs'
-    balanced rows fitted together), judged per GPU and token distribution; and the fit on every shape."""
+    """Leave-one-shape-out on the Marlin MXFP4 rows (module docstring) per kernel family of `gpus` (`_fit_marlin`
+    on the balanced rows of the other shapes), judged per GPU and token distribution; and the fit on every shape
+    (what the chip files ship)."""
     rows = []
     tables = {g: load_marlin_table(g) for g in gpus}
     hws = {g: load_profile(GPUS[g]) for g in gpus if not tables[g].empty}
     for family in sorted({hw.family or "" for hw in hws.values()}):
-        members = [g for g in hws if hws[g].family == family]
+        members = {g: hws[g] for g in hws if (hws[g].family or "") == family}
         shapes = {g: tables[g][["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]].astype(str).agg(
             "-".join, axis=1) for g in members}
         ratios: dict[tuple[str, str], list[float]] = {}
         for left_out in sorted(set().union(*(set(s) for s in shapes.values()))):
-            train = {g: tables[g][(shapes[g] != left_out) & (tables[g].distribution == "balanced")] for g in members}
-            params = _fit_joint({g: hws[g] for g in members}, train)
+            params = _fit_marlin(members, {g: tables[g][(shapes[g] != left_out)
+                                                        & (tables[g].distribution == "balanced")] for g in members})
             for g in members:
-                test = tables[g][shapes[g] == left_out]
-                hw_s = with_params(hws[g], FITTED["mxfp4-marlin"], *params)
-                for dist, part in test.groupby("distribution"):
+                hw_s = with_params(hws[g], FITTED["mxfp4-marlin"], *params[g])
+                for dist, part in tables[g][shapes[g] == left_out].groupby("distribution"):
                     ratios.setdefault((g, dist), []).extend(
                         predict(hw_s, part, "mxfp4-marlin", skew=False) / part.measured_s.to_numpy())
-        factor, bw, fixed_s = _fit_joint({g: hws[g] for g in members},
-                                         {g: tables[g][tables[g].distribution == "balanced"] for g in members})
+        shipped = _fit_marlin(members, {g: tables[g][tables[g].distribution == "balanced"] for g in members})
         for (g, dist), r in sorted(ratios.items()):
             err = np.asarray(r) - 1.0
+            factor, bw, fixed_s = shipped[g]
             rows.append({"gpu": g, "family": family, "distribution": dist, "rows": len(r),
                          "kernel": tables[g].kernel_source.iloc[0], "median_err": float(np.median(np.abs(err))),
                          "p90_err": float(np.quantile(np.abs(err), 0.9)), "bias": float(np.median(err)),

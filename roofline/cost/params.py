@@ -181,14 +181,14 @@ class EfficiencyParams:
     moe_w4a16_bandwidth_factor: float = 0.89
     # MXFP4 experts on vLLM's Marlin W4A16 MoE kernel instead (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1:
     # e.g. InferenceX's gpt-oss recipes on H100/H200): the same three parameters, fitted on the Marlin rows of the
-    # H100 and H200 vLLM 0.24 MoE tables together, one Hopper kernel (kernel vllm_compressedtensorsw4a4mxfp4moe_
-    # marlin_marlinexperts_situ_as_silu, balanced routing; benchmarks/moe_accuracy.py `run_marlin`, leave-one-shape-
-    # out: H100 14.7 %, H200 8.6 % median; BENCHMARKS.md). Marlin dequantizes in registers at about half the OAI
+    # H100 vLLM 0.24 MoE table (kernel vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu, balanced
+    # routing; benchmarks/moe_accuracy.py `run_marlin`: the fixed cost fitted on H100 and H200 together, one Hopper
+    # kernel, the two factors per chip; leave-one-shape-out 7.7 % median, p90 23.9 %, bias +0.2 %; the other chips
+    # with tables carry their own fits). Marlin dequantizes in registers at about half the OAI
     # Triton kernel's throughput once the experts are compute-bound (~200 against ~500 TFLOP/s on H100, 8k tokens).
-    # Blackwell's Marlin rows fit 0.145 / 0.544 / 51.6 us: not shipped (no Blackwell chip file sets them yet).
-    moe_w4a16_marlin_gemm_factor: float = 0.279
+    moe_w4a16_marlin_gemm_factor: float = 0.267
     moe_w4a16_marlin_fixed_s: float = 26.5e-6
-    moe_w4a16_marlin_bandwidth_factor: float = 0.782
+    moe_w4a16_marlin_bandwidth_factor: float = 1.0
     moe_fp4_gemm_factor: float = 0.568
     moe_fp4_fixed_s: float = 11.0e-6
     moe_fp4_bandwidth_factor: float = 1.0
