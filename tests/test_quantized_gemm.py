@@ -14,8 +14,9 @@ from roofline.cost.step_cost import (
     cutedsl_fp4_tactic,
     deepgemm_sm90_gemm_time_s,
     deepgemm_sm90_layout,
+    deepgemm_sm100_gemm_time_s,
+    deepgemm_sm100_layout,
     fp4_act_quant_time_s,
-    gemm_time_s,
     linear_time_s,
     streaming_act_quant_time_s,
 )
@@ -94,8 +95,7 @@ def test_block_fp8_is_one_streaming_quantization_pass_plus_the_gemm() -> None:
     assert quant == pytest.approx(8192 * 8192 * (2.0 + group_bytes)
                                   / (hw.memory_bandwidth_bytes_per_s * e.act_group_quant_memory_efficiency)
                                   + e.kernel_fixed_s)
-    gemm = gemm_time_s(hw, 8192.0, 64.0, 8192.0, "fp8", 1.0, group_bytes, 2.0, eff_scale=e.gemm_fp8_block_factor,
-                       tile_fixed_k=e.gemm_fp8_block_tile_fixed_k)
+    gemm = deepgemm_sm100_gemm_time_s(hw, 8192.0, 64.0, 8192.0, 1.0, group_bytes, 2.0)
     assert linear_time_s(hw, 8192.0, 64.0, 8192.0, "fp8", 1.0, 2.0, "fp8-block") == pytest.approx(gemm + quant)
 
 
@@ -144,3 +144,56 @@ def test_hopper_block_fp8_runs_deepgemms_layout() -> None:
     quant = streaming_act_quant_time_s(hw, 160.0, 8192.0, 2.0, group_bytes, e.act_group_quant_memory_efficiency)
     assert linear_time_s(hw, 160.0, 8192.0, 8192.0, "fp8", 1.0, 2.0, "fp8-block") == pytest.approx(
         deepgemm_sm90_gemm_time_s(hw, 160.0, 8192.0, 8192.0, 1.0, group_bytes, 2.0) + quant)
+
+
+# DeepGEMM's SM100 heuristic (csrc/jit_kernels/heuristics/sm100.hpp at 891d57b), picks worked out by hand from its
+# comparator: one wave first, then a 2-CTA cluster, then fewer waves, a fuller last wave, the smaller tile.
+@pytest.mark.parametrize("m, n, k, pick", [
+    # decode: every candidate with one block along m; swap-AB's 56 weight blocks are even, so its 2-CTA cluster
+    # wins, and of those the smallest tile (16 tokens)
+    (1.0, 7168.0, 16384.0, (16, 128, True, 2)),
+    # 4096^3: unswapped 128 x 192 / 224 take 5 waves, swapped 240 x 128 (18 x 32 = 576 tiles) 4
+    (4096.0, 4096.0, 4096.0, (240, 128, True, 2)),
+    # one wave of 128 CTAs either way (128 x 128 unswapped, or swapped): equal keys, the first candidate stays
+    (256.0, 8192.0, 8192.0, (128, 128, False, 2)),
+    # swapped 224-token tiles cover 32768 rows in 147 tiles, one wave; one weight block: no cluster
+    (32768.0, 64.0, 4096.0, (224, 128, True, 1)),
+    # unswapped 32 x 16: four tiles fill more SMs than the one swapped tile
+    (1.0, 64.0, 51200.0, (32, 16, False, 1)),
+    # swapped 32-token tiles: 4 x 32 = 128 CTAs in one wave (16 tokens would take two)
+    (128.0, 4096.0, 4096.0, (32, 128, True, 2)),
+])
+def test_deepgemm_sm100_reproduces_hand_checked_picks(m: float, n: float, k: float, pick: tuple) -> None:
+    block_m, block_n, swap_ab, cluster = deepgemm_sm100_layout(m, n, k, 148)
+    assert (int(block_m), int(block_n), bool(swap_ab), int(cluster)) == pick
+
+
+def test_deepgemm_sm100_picks_only_legal_layouts() -> None:
+    m, n, k = (x.ravel() for x in np.meshgrid([1.0, 17.0, 33.0, 64.0, 65.0, 129.0, 1000.0, 4097.0, 32768.0],
+                                              [64.0, 200.0, 1024.0, 7168.0, 51200.0], [128.0, 256.0, 512.0, 7168.0]))
+    block_m, block_n, swap_ab, cluster = deepgemm_sm100_layout(m, n, k, 148)
+    swapped, plain = swap_ab.astype(bool), ~swap_ab.astype(bool)
+    # swap-AB: the weights are the UMMA's 128 rows; the tokens 16..240 columns (256 overflows tensor memory)
+    assert np.all(block_n[swapped] == 128)
+    assert set(np.unique(block_m[swapped])) <= set(range(16, 241, 16))
+    # as given: block_m by m, block_n 16 or a multiple of 32 up to 224, above 128 only when k > 256
+    assert np.all(block_m[plain] == np.where(m <= 32, 32, np.where(m <= 64, 64, 128))[plain])
+    assert set(np.unique(block_n[plain])) <= {16, 32, 64, 96, 128, 160, 192, 224}
+    assert not np.any(plain & (block_n > 128) & (k <= 256))
+    umma_n = np.where(swapped, block_m, block_n)
+    scale_columns = (np.ceil(block_m / 128) * 128 + np.ceil(block_n / 128) * 128) / 32
+    assert np.all(2 * umma_n + scale_columns <= 512)
+    # multicast pairs two CTAs along m (as given) or n (swapped): the blocks along that side must pair up
+    paired = np.where(swapped, np.ceil(n / block_n), np.ceil(m / block_m))
+    assert np.all(paired[cluster == 2] % 2 == 0)
+
+
+def test_blackwell_block_fp8_runs_deepgemms_sm100_layout_and_hopper_keeps_sm90s() -> None:
+    group_bytes = 1.0 + 4.0 / 128
+    for chip, gemm in (("b200", deepgemm_sm100_gemm_time_s), ("h100-sxm", deepgemm_sm90_gemm_time_s)):
+        hw = load_profile(chip)
+        quant = streaming_act_quant_time_s(hw, 3000.0, 7168.0, 2.0, group_bytes,
+                                           hw.efficiency.act_group_quant_memory_efficiency)
+        assert linear_time_s(hw, 3000.0, 4096.0, 7168.0, "fp8", 1.0, 2.0, "fp8-block") == pytest.approx(
+            gemm(hw, 3000.0, 4096.0, 7168.0, 1.0, group_bytes, 2.0) + quant)
+

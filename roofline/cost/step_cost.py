@@ -17,8 +17,8 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   Blackwell, its SM80 mma.sync tiles on Ada) x `GEMM_SPLITS`; 8-bit GEMMs (vLLM CUTLASS fp8) use the family's
   fixed dispatch on m (and on n on Ada), with their own efficiency, tile cost and memory efficiency, and
   their 16-bit input is quantized first by one more kernel (`act_quant_time_s`). Block-scaled fp8 linear layers
-  run DeepGEMM (its SM90 layout heuristic on Hopper, `deepgemm_sm90_layout`) after a one-pass group
-  quantization (`streaming_act_quant_time_s`). NVFP4 linear layers run
+  run DeepGEMM (its host layout heuristic: SM90's on Hopper, `deepgemm_sm90_layout`; SM100's, with swap-AB, on
+  Blackwell, `deepgemm_sm100_layout`) after a one-pass group quantization (`streaming_act_quant_time_s`). NVFP4 linear layers run
   FlashInfer's CuTe-DSL kernel with its untuned tactic (`cutedsl_fp4_tactic`) after a grid-stride fp4
   quantization kernel (`fp4_act_quant_time_s`). Plus kernel_fixed_s. On
   Blackwell and Ada a 16-bit split-K GEMM is followed by a reduction kernel
@@ -333,9 +333,9 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
     DeepGemmFp8BlockScaledMMKernel, 1x128 activation groups and 128x128 weight blocks, fp32 scales) quantizes its
     input in one streaming pass (`streaming_act_quant_time_s` at act_group_quant_memory_efficiency) and runs the
     8-bit GEMM at gemm_fp8_block_factor of its compute efficiency with gemm_fp8_block_tile_fixed_k per tile on
-    `DEEPGEMM_FAMILIES` (tiles: DeepGEMM's own SM90 layout on Hopper, `deepgemm_sm90_gemm_time_s`; the family's 8-bit
-    dispatch on Blackwell, whose DeepGEMM heuristic is not described); elsewhere it is described as the per-tensor
-    path at gemm_fp8_block_factor. NVFP4
+    `DEEPGEMM_FAMILIES` (tiles: DeepGEMM's own layout, its SM90 heuristic on Hopper, `deepgemm_sm90_gemm_time_s`,
+    its SM100 heuristic with swap-AB on Blackwell, `deepgemm_sm100_gemm_time_s`); elsewhere it is described as the
+    per-tensor path at gemm_fp8_block_factor. NVFP4
     W4A4 (`dtype` fp4: E2M1 values with an E4M3 scale per 16, 0.5625 bytes per element) runs FlashInfer's CuTe-DSL
     kernel (`cutedsl_fp4_gemm_time_s`) after `fp4_act_quant_time_s`."""
     if dtype in _EIGHT_BIT and scheme == "fp8-block" and hw.family in DEEPGEMM_FAMILIES:
@@ -345,8 +345,8 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
         if hw.family == "hopper":
             return deepgemm_sm90_gemm_time_s(hw, m, n, k, weight_bytes_per_param, 1.0 + _FP8_GROUP_SCALE_BYTES,
                                              act_bytes) + quant
-        return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0 + _FP8_GROUP_SCALE_BYTES, act_bytes,
-                           eff_scale=e.gemm_fp8_block_factor, tile_fixed_k=e.gemm_fp8_block_tile_fixed_k) + quant
+        return deepgemm_sm100_gemm_time_s(hw, m, n, k, weight_bytes_per_param, 1.0 + _FP8_GROUP_SCALE_BYTES,
+                                          act_bytes) + quant
     if dtype in _EIGHT_BIT:
         scale = hw.efficiency.gemm_fp8_block_factor if scheme == "fp8-block" else 1.0
         return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0, act_bytes, eff_scale=scale) \
@@ -408,17 +408,113 @@ def deepgemm_sm90_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weigh
     2*block_m*block_n*(k + gemm_fp8_block_tile_fixed_k) FLOPs per SM at gemm_fp8_compute_efficiency *
     gemm_fp8_block_factor of the fp8 peak; bytes at gemm_fp8_memory_efficiency; overlapped as `_overlap`; plus
     kernel_fixed_s."""
+    block_m, block_n = deepgemm_sm90_layout(m, n, k, hw.num_compute_units)
+    return _deepgemm_gemm_time_s(hw, m, n, k, block_m, block_n, _K_BLOCK, weight_bytes_per_param, in_bytes,
+                                 out_bytes)
+
+
+def _deepgemm_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, block_m: Any, block_n: Any, k_block: int,
+                          weight_bytes_per_param: float, in_bytes: float, out_bytes: float) -> Any:
+    """A persistent DeepGEMM kernel with (block_m, block_n) output tiles, K padded to `k_block`: see
+    `deepgemm_sm90_gemm_time_s`."""
     e = hw.efficiency
     sms = hw.num_compute_units
-    block_m, block_n = deepgemm_sm90_layout(m, n, k, sms)
     per_sm = hw.peak_flops("fp8") * e.gemm_fp8_compute_efficiency * e.gemm_fp8_block_factor / sms
-    k_blocks = np.ceil(np.asarray(k, dtype=np.float64) / _K_BLOCK) * _K_BLOCK
+    k_blocks = np.ceil(np.asarray(k, dtype=np.float64) / k_block) * k_block
     waves = np.ceil(np.ceil(m / block_m) * np.ceil(n / block_n) / sms)
     tc = waves * 2.0 * block_m * block_n * (k_blocks + e.gemm_fp8_block_tile_fixed_k) / per_sm
     tm = (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes) / (
         _bandwidth(hw) * e.gemm_fp8_memory_efficiency)
     t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s
     return float(t) if np.ndim(t) == 0 else t
+
+
+# DeepGEMM's SM100 fp8 GEMM (`fp8_gemm_nt` with packed UE8M0 scales, as vLLM passes them on Blackwell: the 1D1D
+# kernel `sm100_fp8_fp4_gemm_1d1d`, K-major A and B, bf16 output, block_k 128) picks its layout on the host,
+# csrc/jit_kernels/heuristics/sm100.hpp `SM100ArchSpec` (DeepGEMM 891d57b, as the SM90 one above). Candidates, in
+# this order:
+# - A and B as given: block_m 32 if m <= 32, 64 if m <= 64, else 128 (one per problem); block_n 16, then 32 to 256
+#   in steps of 32 (to 128 only when k <= 256); clusters 1x1, then 2x1 (two CTAs along m share the weight tile by
+#   multicast; only when ceil(m / block_m) is even).
+# - swap-AB (the UMMA's 128 rows are the weights' n, its columns the m tokens): block_n 128, block_m 16 to 256 in
+#   steps of 16; clusters 1x1, then 1x2 (along n; only when ceil(n / 128) is even).
+# Tensor memory (512 columns) must hold two accumulators of the UMMA's N (block_n, or block_m when swapped) plus the
+# UE8M0 scale columns (block_m and block_n rounded up to 128, over 32): this drops block_n 256 and block_m 256
+# (2*256 + 12 > 512). With K-major A and B the 128-byte swizzle always fits. No cycle model (`get_layout_info`
+# leaves it at 0): `compare` prefers one wave, then a 2-CTA cluster, then fewer waves, then a fuller last wave,
+# then the smaller block_m + block_n, then the smaller block_m * block_n; the first of equal candidates stays
+# (`get_best_config`, common.hpp). The persistent kernel runs one CTA per SM over the tiles.
+_DEEPGEMM_SM100_BLOCK_K = 128  # 128 bytes of fp8 per stage: block_k = 128 / element size
+_DEEPGEMM_SM100_TMEM_COLUMNS = 512
+_DEEPGEMM_SM100_UMMA_M = 128  # swap-AB's block_n: the UMMA's M of layout A/D
+
+
+def _deepgemm_sm100_candidates() -> list[tuple[bool, int, int, int, int]]:
+    """(swap_ab, block_m, block_n, cluster_m, cluster_n) in the order SM100ArchSpec enumerates them; block_m 0 for
+    the unswapped layouts: it is 32, 64 or 128 by m. Tensor-memory capacity is checked here; the shape-dependent
+    rules (block_n > 128 only when k > 256, even block counts for multicast) by `deepgemm_sm100_layout`."""
+    def tmem_ok(block_m: int, block_n: int, umma_n: int) -> bool:
+        scale_columns = (math.ceil(block_m / 128) * 128 + math.ceil(block_n / 128) * 128) // 32
+        return 2 * umma_n + scale_columns <= _DEEPGEMM_SM100_TMEM_COLUMNS
+
+    out = []
+    for cluster_m in (1, 2):
+        for bn in (16,) + tuple(range(32, 257, 32)):
+            if tmem_ok(128, bn, bn):  # block_m <= 128 takes 128 scale rows whatever it is
+                out.append((False, 0, bn, cluster_m, 1))
+    for cluster_n in (1, 2):
+        for bm in range(16, 257, 16):
+            if tmem_ok(bm, _DEEPGEMM_SM100_UMMA_M, bm):
+                out.append((True, bm, _DEEPGEMM_SM100_UMMA_M, 1, cluster_n))
+    return out
+
+
+_DEEPGEMM_SM100_CANDIDATES = _deepgemm_sm100_candidates()
+
+
+def deepgemm_sm100_layout(m: Any, n: Any, k: Any, sms: int) -> tuple[Any, Any, Any, Any]:
+    """(block_m, block_n, swap_ab, cluster size) DeepGEMM's SM100 heuristic picks for an fp8 1D1D GEMM, per
+    element (block_m tiles the m tokens and block_n the n weight rows, swapped or not)."""
+    m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
+    shape = np.broadcast(m, n, k).shape
+    if sms % 2:
+        raise ValueError("DeepGEMM's SM100 kernels need an even SM count")
+    unswapped_bm = np.where(m <= 32, 32.0, np.where(m <= 64, 64.0, 128.0))
+    # the comparator's key, lexicographic: (more than one wave, -cluster size, waves, -last wave's CTAs, bm + bn,
+    # bm * bn); a candidate replaces the best so far only when its key is smaller
+    best = [np.full(shape, np.inf) for _ in range(6)]
+    block_m, block_n = np.full(shape, 128.0), np.full(shape, 128.0)
+    swap_ab, cluster = np.full(shape, False), np.full(shape, 1.0)
+    for swap, bm_fixed, bn, cluster_m, cluster_n in _DEEPGEMM_SM100_CANDIDATES:
+        bm = float(bm_fixed) if swap else unswapped_bm
+        legal = np.full(shape, True) if bn <= 128 else np.broadcast_to(k > 256, shape)
+        if cluster_m > 1:
+            legal = legal & (np.ceil(m / bm) % cluster_m == 0)
+        if cluster_n > 1:
+            legal = legal & (np.ceil(n / bn) % cluster_n == 0)
+        blocks = np.ceil(m / bm) * np.ceil(n / bn)
+        waves = np.ceil(blocks / sms)
+        last = blocks % sms
+        key = (np.where(waves > 1, 1.0, 0.0), np.full(shape, -float(cluster_m * cluster_n)), waves,
+               -np.where(last == 0, sms, last), bm + bn, bm * bn)
+        better, tied = np.full(shape, False), np.full(shape, True)
+        for new, old in zip(key, best):
+            better = better | (tied & (new < old))
+            tied = tied & (new == old)
+        better = better & legal
+        best = [np.where(better, new, old) for new, old in zip(key, best)]
+        block_m, block_n = np.where(better, bm, block_m), np.where(better, float(bn), block_n)
+        swap_ab, cluster = np.where(better, swap, swap_ab), np.where(better, cluster_m * cluster_n, cluster)
+    return block_m, block_n, swap_ab, cluster
+
+
+def deepgemm_sm100_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weight_bytes_per_param: float,
+                               in_bytes: float, out_bytes: float) -> Any:
+    """DeepGEMM's SM100 fp8 GEMM with the layout of `deepgemm_sm100_layout` (K padded to its block_k of 128), timed
+    as `deepgemm_sm90_gemm_time_s` times the SM90 kernel."""
+    block_m, block_n, _, _ = deepgemm_sm100_layout(m, n, k, hw.num_compute_units)
+    return _deepgemm_gemm_time_s(hw, m, n, k, block_m, block_n, _DEEPGEMM_SM100_BLOCK_K, weight_bytes_per_param,
+                                 in_bytes, out_bytes)
 
 
 # NVFP4 dense GEMM as vLLM runs it on SM100 (FlashInferCuteDslNvFp4LinearKernel, first in vLLM's NVFP4 kernel order ->
