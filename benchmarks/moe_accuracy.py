@@ -17,7 +17,8 @@ shapes (Nelder-Mead on the median absolute log error) and prints them; the held-
 Dense GEMMs (`gemm_perf.parquet`) in fp8-block (DeepGEMM, the kernel with the most rows) and NVFP4 (FlashInfer
 CuTe-DSL): the format's parameters of `roofline.cost.step_cost.linear_time_s` (`GEMM_FORMATS`) fitted per GPU on
 shapes whose (n, k) hash is not 0 mod 5, judged on the rest. The collector times fp8_block eagerly and nvfp4 in a
-CUDA graph (`EAGER_FORMATS`): fp8-block is judged on the rows where device time dominates the eager host floor.
+CUDA graph (`EAGER_FORMATS`): fp8-block is judged on the rows where device time dominates the eager host floor;
+the held-out error on its calls under `POWER_THROTTLE_CALL_S` is printed beside it (longer calls run power-limited).
 
 MXFP4 experts on Marlin (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1): the tables' Marlin MXFP4 kernel
 (`MARLIN_KERNEL`; one model's experts, hidden 3584, intermediate 3072, top-16 of 896, at moe_tp 1-16: five
@@ -263,6 +264,13 @@ GEMM_TARGET = 0.10
 # CUDA graph: every row is device time.
 EAGER_FORMATS = ("fp8_block",)
 EAGER_DEVICE_ROWS_FLOOR_MULTIPLE = 3.0
+# Calls longer than this run into the GPU's power limit in the collector's back-to-back loop (3 + 3 warm-up and 6
+# timed calls): on GB200 every fp8_block row the model puts above ~4-5 ms runs at about half the throughput of the
+# shorter ones, on B200 / B300 the throughput falls gradually to ~0.65x at 50 ms (BENCHMARKS.md, issue 17).
+# FlashInfer's benchmark utilities name 5 ms as the empirical threshold on B200 before sustained compute throttles
+# the SM clock (flashinfer-ai/flashinfer PR #2899). The judge keeps these rows; the held-out error without them is
+# printed beside it (a diagnostic, not the target).
+POWER_THROTTLE_CALL_S = 5e-3
 
 
 def load_gemm_table(gpu: str) -> pd.DataFrame:
@@ -344,6 +352,10 @@ def run_gemm(gpus: list[str]) -> list[dict]:
                         "fitted": {(k[:-2] + "_us" if k.endswith("_s") else k): round(v * 1e6 if k.endswith("_s")
                                                                                         else v, 3)
                                    for k, v in params.items()}})
+            if gemm_dtype in EAGER_FORMATS:
+                short = test[test.measured_s < POWER_THROTTLE_CALL_S]
+                row.update({"held_out_rows_short": len(short), **{f"short_{k}": v for k, v in gemm_errors(
+                    gemm_predict(hw, short, gemm_dtype, params), short.measured_s.to_numpy()).items()}})
             rows.append(row)
     return rows
 
@@ -371,7 +383,9 @@ def main() -> None:
     print(f"\n{'gpu':9} {'GEMM':9} {'judged':>7} {'held':>5} {'median':>7} {'p90':>7} {'bias':>7} {'shipped':>8}  fitted")
     for r in gemm_rows:
         flag = "" if r["median_err"] <= GEMM_TARGET else "  MISS"
-        floor = f" (eager host floor {r['eager_host_floor_us']} us)" if "eager_host_floor_us" in r else ""
+        floor = (f" (eager host floor {r['eager_host_floor_us']} us; held-out calls < "
+                 f"{POWER_THROTTLE_CALL_S * 1e3:.0f} ms: {r['short_median_err']:.1%} on {r['held_out_rows_short']} rows)"
+                 if "eager_host_floor_us" in r else "")
         print(f"{r['gpu']:9} {r['format']:9} {r['judged_rows']:7d} {r['held_out_rows']:5d} {r['median_err']:7.1%} "
               f"{r['p90_err']:7.1%} {r['bias']:+7.1%} {r['shipped_median_err']:8.1%}  {r['fitted']} "
               f"({r['kernel']}){floor}{flag}")
