@@ -23,7 +23,8 @@ How it measures:
   as a decode step runs them, for x of M = 1, 2, 3, ... rows (`STREAM_ROWS`): weight bytes / time per M is the
   bandwidth the memory-bound GEMMs of a batch of M tokens reach, often well below the plain read plateau and not
   the same for every M (oneDNN on the AVX-512 EPYC: ~8 % slower at M = 2 than at M = 1, ~15-25 % faster at 3-6).
-  Each repeat goes over every M, so the host's drift meets every M alike. Timed with the kernel the engine runs
+  Each repeat goes over every M, so the host's drift meets every M alike. The larger M (up to 512, a prefill
+  chunk) are compute-bound: the same sweep measures the kernel's compute rate on model-shaped weights. Timed with the kernel the engine runs
   (`STREAM_KERNELS`): on a CPU with native bf16, oneDNN's prepacked linear (`engine.model.prepack` / `linear`),
   else `torch.nn.functional.linear`; vLLM-CPU's `onednn_mm` (another oneDNN primitive) by running this file as a
   script in vLLM's environment (`python engine/profile_device.py --kernel vllm-onednn-mm`, which
@@ -66,14 +67,15 @@ _CPU_MEMORY_SIZES = tuple(2**p for p in (18, 20, 22, 24, 26, 27, 28, 29))  # 256
 _CUDA_MEMORY_SIZES = tuple(2**p for p in (20, 22, 24, 26, 28, 30, 31, 32))  # 1 MiB .. 4 GiB
 _QUICK_MEMORY_SIZES = tuple(2**p for p in range(16, 22))  # 64 KiB .. 2 MiB
 # Weight streaming: (n, k) of the weights of one layer's projections (qkv, o, gate_up, down), repeated until the
-# layers hold _STREAM_CACHE_MULTIPLE x the last-level cache; the rows swept. Past ~8 rows the rate falls on a CPU:
-# the FLOPs take over (2 M FLOP per weight byte), which 16 and 32 rows show.
+# layers hold _STREAM_CACHE_MULTIPLE x the last-level cache; the rows swept. Past ~6 rows the rate falls on a CPU:
+# the FLOPs take over (2 M FLOP per weight byte); the rows up to 512 (a prefill chunk) measure the kernel's compute
+# rate on these weights, which `roofline profile-device` fits its GEMM compute efficiency to.
 _CPU_LAYER_NK = ((1536, 1024), (1024, 1024), (5632, 1024), (1024, 2816))
 _CUDA_LAYER_NK = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 _QUICK_LAYER_NK = ((256, 128), (128, 256))
 _STREAM_CACHE_MULTIPLE = 4
 _STREAM_FALLBACK_CACHE_BYTES = 32 * _MIB  # when the last-level cache size cannot be read
-STREAM_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
+STREAM_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256, 512)
 _QUICK_STREAM_ROWS = (1, 2, 3)
 # The kernels `weight_streaming` times: this project's engine's (prepacked oneDNN when `engine.model.can_prepack`,
 # else torch's linear) and vLLM-CPU's `onednn_mm` (only in a vLLM environment).

@@ -232,6 +232,25 @@ def test_profile_device_quick_writes_a_loadable_cpu_profile(tmp_path: Path) -> N
     assert hw.efficiency.memory_efficiency == pytest.approx(expected, rel=0.01)
 
 
+def test_gemm_compute_fit_recovers_the_kernels_rate() -> None:
+    """Rows past the saturated rate, made with efficiency 0.5 and 6 fixed rows at a 1 TFLOP/s peak (and a 25 GB/s
+    streaming rate), give those two back; fewer than two such rows leave the peak as it is."""
+    from roofline.commands.profile_device import fit_gemm_compute
+
+    weight_bytes, peak, p = 100e6, 1e12, 4.0
+    t_memory = weight_bytes / 25e9
+
+    def rate(m: int) -> float:
+        t_compute = weight_bytes * (m + 6.0) / (peak * 0.5)
+        return weight_bytes / (t_compute ** p + t_memory ** p) ** (1 / p)
+
+    sweep = [{"rows": 1, "bytes_per_s": 20e9}, {"rows": 4, "bytes_per_s": 25e9}]
+    sweep += [{"rows": m, "bytes_per_s": rate(m)} for m in (16, 32, 64, 128, 256)]
+    assert fit_gemm_compute({"sweep": sweep, "weight_bytes": weight_bytes}, peak) == pytest.approx((0.5, 6.0),
+                                                                                                  abs=0.01)
+    assert fit_gemm_compute({"sweep": sweep[:3], "weight_bytes": weight_bytes}, peak) == (1.0, 2.0)
+
+
 def test_profile_device_vllm_python_must_be_a_file(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     missing = tmp_path / "no-python"

@@ -12,13 +12,16 @@ the date, machine, library versions, thread count, the sweeps and their run-to-r
 `weight_streaming` section holds the GEMM weight-streaming rate per row count of the kernel this project's engine
 runs (`roofline-engine`) and, with --vllm-python, of vLLM-CPU's (`vllm-cpu`, measured by running
 engine/profile_device.py in that environment); `efficiency.memory_efficiency` is the engine kernel's rate at one
-row over the read plateau (`roofline.cost.cpu_timing.gemm_time_s` scales it by the curve's shape).
+row over the read plateau (`roofline.cost.cpu_timing.gemm_time_s` scales it by the curve's shape), and
+`gemm_compute_efficiency` / `gemm_fixed_rows` are fitted to the same sweep's compute-bound rows (`fit_gemm_compute`):
+the engine's GEMM kernel on model-shaped weights runs at about half of the best GEMM of the shape sweep (the peak).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -154,9 +157,9 @@ def measured_profile(result: dict[str, Any], profile_id: str | None, date: str, 
         "interconnect": None,
         "pcie_bandwidth_gb_per_s_per_direction": _optional(device["pcie_bytes_per_s_per_direction"], 1e9),
         "tdp_w": device["tdp_w"],
-        # The GEMM peak is an achieved value, so reaching it is efficiency 1; memory-bound GEMMs (decode) stream
-        # weights at the measured rate of one row (a fraction of the read plateau), scaled per row count by the
-        # weight_streaming curve below. `roofline calibrate` refines both efficiencies.
+        # The GEMM peak is an achieved value, so reaching it is efficiency 1 (a CPU: the engine kernel's fit
+        # below); memory-bound GEMMs (decode) stream weights at the measured rate of one row (a fraction of the
+        # read plateau), scaled per row count by the weight_streaming curve. `roofline calibrate` refines both.
         "efficiency": {"gemm_compute_efficiency": 1.0,
                        "memory_efficiency": _sig(min(1.0, _one_row_rate(result["weight_streaming"])
                                                      / read["plateau_bytes_per_s"]), 3)},
@@ -166,6 +169,13 @@ def measured_profile(result: dict[str, Any], profile_id: str | None, date: str, 
         "measured": _measured_section(result, date, command),
     }
     if is_cpu:
+        efficiency, fixed_rows = fit_gemm_compute(result["weight_streaming"], result["gemm"]["bf16"]["peak_flops_per_s"])
+        profile["efficiency"] = {"gemm_compute_efficiency": _sig(efficiency, 3), "gemm_fixed_rows": _sig(fixed_rows, 3),
+                                 **profile["efficiency"]}
+        profile["sources"]["efficiency.gemm_compute_efficiency"] = (
+            "fitted by roofline profile-device to the engine kernel's compute-bound rows of measured.weight_streaming "
+            "(with efficiency.gemm_fixed_rows; roofline.commands.profile_device.fit_gemm_compute)")
+        profile["sources"]["efficiency.gemm_fixed_rows"] = profile["sources"]["efficiency.gemm_compute_efficiency"]
         curves = {"roofline-engine": result["weight_streaming"]}
         if "weight_streaming_vllm" in result:
             curves["vllm-cpu"] = result["weight_streaming_vllm"]
@@ -175,6 +185,38 @@ def measured_profile(result: dict[str, Any], profile_id: str | None, date: str, 
             "measured by roofline profile-device: each engine's GEMM kernel over weights 4x the last-level cache, "
             "per row count, best of the repeats, interleaved (measured.weight_streaming)")
     return profile
+
+
+# The grid `fit_gemm_compute` searches: efficiency 0.05-1 in steps of 0.005, fixed rows 0-32 in steps of 0.25.
+_FIT_EFFICIENCIES = tuple(0.05 + 0.005 * i for i in range(191))
+_FIT_FIXED_ROWS = tuple(0.25 * i for i in range(129))
+
+
+def fit_gemm_compute(streaming: dict[str, Any], peak_flops_per_s: float) -> tuple[float, float]:
+    """(gemm_compute_efficiency, gemm_fixed_rows) of `roofline.cost.cpu_timing.gemm_time_s` that best describe the
+    engine kernel's sweep past its saturated rows, where compute takes over: the time of M rows through weights of
+    W bytes (bf16: W / 2 parameters) is modelled as the soft maximum (p = the default overlap_exponent) of
+    2 (W / 2) (M + fixed rows) / (peak x efficiency) and W / (the highest measured streaming rate); least squares in
+    log time over those rows, on a grid. Fewer than two such rows: (1, the default fixed rows), the peak as it is."""
+    from roofline.cost.params import EfficiencyParams
+
+    sweep = streaming["sweep"]
+    weight_bytes = float(streaming["weight_bytes"])
+    top = max(range(len(sweep)), key=lambda i: sweep[i]["bytes_per_s"])
+    rows = [(float(r["rows"]), weight_bytes / r["bytes_per_s"]) for r in sweep[top + 1:]]
+    defaults = EfficiencyParams()
+    if len(rows) < 2:
+        return 1.0, defaults.gemm_fixed_rows
+    p, t_memory = defaults.overlap_exponent, weight_bytes / sweep[top]["bytes_per_s"]
+
+    def loss(efficiency: float, fixed_rows: float) -> float:
+        total = 0.0
+        for m, measured in rows:
+            t_compute = weight_bytes * (m + fixed_rows) / (peak_flops_per_s * efficiency)
+            total += (math.log((t_compute ** p + t_memory ** p) ** (1.0 / p) / measured)) ** 2
+        return total
+
+    return min(((e, f) for e in _FIT_EFFICIENCIES for f in _FIT_FIXED_ROWS), key=lambda ef: loss(*ef))
 
 
 def _one_row_rate(streaming: dict[str, Any]) -> float:
