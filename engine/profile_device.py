@@ -19,7 +19,7 @@ How it measures:
   plateau: the median over the three largest sizes, which the sweep makes at least 4x the caches - measured,
   not taken from what lscpu says. The in-cache peak is kept in the sweep.
 - Weight streaming: bf16 y = x W^T through the projections of transformer layers (CPU: `llama-156m`'s, hidden 1024
-  / intermediate 2816; GPU: Llama-3.1-8B's), as many layers as hold 4x the last-level cache, one after the other
+  / intermediate 2816; GPU: Llama-3.1-8B's), as many layers as hold 8x the last-level cache, one after the other
   as a decode step runs them, for x of M = 1, 2, 3, ... rows (`STREAM_ROWS`): weight bytes / time per M is the
   bandwidth the memory-bound GEMMs of a batch of M tokens reach, often well below the plain read plateau and not
   the same for every M (oneDNN on the AVX-512 EPYC: ~8 % slower at M = 2 than at M = 1, ~15-25 % faster at 3-6).
@@ -73,7 +73,9 @@ _QUICK_MEMORY_SIZES = tuple(2**p for p in range(16, 22))  # 64 KiB .. 2 MiB
 _CPU_LAYER_NK = ((1536, 1024), (1024, 1024), (5632, 1024), (1024, 2816))
 _CUDA_LAYER_NK = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 _QUICK_LAYER_NK = ((256, 128), (128, 256))
-_STREAM_CACHE_MULTIPLE = 4
+# 8x, not 4x: over 6 llama-156m layers (135 MB, 4x the 32 MiB L3) oneDNN read 33-36 GB/s at 1-6 rows, as fast as
+# the read plateau, over 8 layers (180 MB, the model's size) 22-28 GB/s (2026-11-24): some of a 4x set still hits.
+_STREAM_CACHE_MULTIPLE = 8
 _STREAM_FALLBACK_CACHE_BYTES = 32 * _MIB  # when the last-level cache size cannot be read
 STREAM_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256, 512)
 _QUICK_STREAM_ROWS = (1, 2, 3)

@@ -182,7 +182,7 @@ def measured_profile(result: dict[str, Any], profile_id: str | None, date: str, 
         profile = _insert_before(profile, "sources", "weight_streaming",
                                  {engine: _streaming_curve(c) for engine, c in curves.items()})
         profile["sources"]["weight_streaming"] = (
-            "measured by roofline profile-device: each engine's GEMM kernel over weights 4x the last-level cache, "
+            "measured by roofline profile-device: each engine's GEMM kernel over weights 8x the last-level cache, "
             "per row count, best of the repeats, interleaved (measured.weight_streaming)")
     return profile
 
