@@ -24,11 +24,11 @@ How it measures:
   bandwidth the memory-bound GEMMs of a batch of M tokens reach, often well below the plain read plateau and not
   the same for every M (oneDNN on the AVX-512 EPYC: ~8 % slower at M = 2 than at M = 1, ~15-25 % faster at 3-6).
   Each repeat goes over every M, so the host's drift meets every M alike. The larger M (up to 512, a prefill
-  chunk) are compute-bound: the same sweep measures the kernel's compute rate on model-shaped weights. Timed with the kernel the engine runs
-  (`STREAM_KERNELS`): on a CPU with native bf16, oneDNN's prepacked linear (`engine.model.prepack` / `linear`),
-  else `torch.nn.functional.linear`; vLLM-CPU's `onednn_mm` (another oneDNN primitive) by running this file as a
-  script in vLLM's environment (`python engine/profile_device.py --kernel vllm-onednn-mm`, which
-  `roofline profile-device --vllm-python` does).
+  chunk) are compute-bound: the same sweep measures the kernel's compute rate on model-shaped weights. Timed
+  with the kernel the engine runs (`STREAM_KERNELS`): on a CPU with native bf16, oneDNN's prepacked linear
+  (`engine.model.prepack` / `linear`), else `torch.nn.functional.linear`; vLLM-CPU's `onednn_mm` (another oneDNN
+  primitive) by running this file as a script in vLLM's environment (`python engine/profile_device.py --kernel
+  vllm-onednn-mm`, which `roofline profile-device --vllm-python` does).
 - Launch overhead: per-call time of a tiny element-wise op (one-element add); on CUDA the host-side time of
   back-to-back launches, which is what an eager engine pays per kernel.
 """
@@ -74,7 +74,8 @@ _CPU_LAYER_NK = ((1536, 1024), (1024, 1024), (5632, 1024), (1024, 2816))
 _CUDA_LAYER_NK = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 _QUICK_LAYER_NK = ((256, 128), (128, 256))
 # 8x, not 4x: over 6 llama-156m layers (135 MB, 4x the 32 MiB L3) oneDNN read 33-36 GB/s at 1-6 rows, as fast as
-# the read plateau, over 8 layers (180 MB, the model's size) 22-28 GB/s (2026-11-24): some of a 4x set still hits.
+# the read plateau, against 22-28 GB/s over 8 layers (181 MB, the model's size) a quarter of an hour earlier
+# (2026-11-24; not in one run, and the host drifts): 8x leaves the cache no share of the set.
 _STREAM_CACHE_MULTIPLE = 8
 _STREAM_FALLBACK_CACHE_BYTES = 32 * _MIB  # when the last-level cache size cannot be read
 STREAM_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256, 512)

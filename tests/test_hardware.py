@@ -294,6 +294,7 @@ def test_weight_streaming_errors_name_the_field(tmp_path: Path, section: dict, m
 
 def test_weight_streaming_needs_a_source_and_a_cpu(tmp_path: Path) -> None:
     data = _cpu_profile() | {"weight_streaming": {"vllm-cpu": _curve([1, 2], [1.0, 2.0])}}
+    del data["sources"]["weight_streaming"]
     with pytest.raises(UserError, match="no source for 'weight_streaming.vllm-cpu.rows'"):
         load_profile(_write(tmp_path, data))
     gpu = _h100() | {"weight_streaming": {"vllm-cpu": _curve([1, 2], [1.0, 2.0])}}

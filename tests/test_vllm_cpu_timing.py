@@ -5,6 +5,7 @@ calibrate pick the description from the trace's source and say which."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,12 +33,15 @@ BATCH = (np.array([1, 1, 1, 40]), np.array([100, 200, 300, 0]), np.array([1, 1, 
 
 
 def test_the_default_cpu_engine_is_this_engines_description_unchanged() -> None:
-    # Floats of the description before the vllm-cpu one existed (commit e2eaa05), on this profile and batch.
-    model = StepCostModel(SPEC, CPU, QUANT)
+    # Floats of the description before the vllm-cpu one existed (commit e2eaa05), on this profile as it was then
+    # (no weight-streaming curves, the GEMM efficiencies before profile-device fitted them) and batch.
+    old = replace(CPU, weight_streaming=(), efficiency=replace(
+        CPU.efficiency, gemm_compute_efficiency=1.0, gemm_fixed_rows=2.0, memory_efficiency=0.53))
+    model = StepCostModel(SPEC, old, QUANT)
     assert model.cpu_engine == "roofline-engine"
     assert model.step_time_s(*BATCH) == 0.017232581209339615
     assert model.step_cost(*BATCH).num_kernels == 295
-    explicit = StepCostModel(SPEC, CPU, QUANT, cpu_engine="roofline-engine")
+    explicit = StepCostModel(SPEC, old, QUANT, cpu_engine="roofline-engine")
     assert explicit.step_cost(*BATCH) == model.step_cost(*BATCH)
 
 
