@@ -12,6 +12,7 @@ import pytest
 from engine.core.model_spec import ModelSpec
 from roofline.cost import cpu_timing
 from roofline.cost.hardware import StreamingCurve, load_profile
+from roofline.cost.ops import BatchStats
 from roofline.cost.params import FITTABLE, EfficiencyParams, ExecutorParams
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel, gemm_time_s
@@ -92,6 +93,18 @@ def test_each_cpu_engine_streams_at_its_own_curve(cpu, spec):
         flat, "vllm-cpu", 1) * 1.1
     assert decode(dip, "vllm-cpu", 3) < decode(dip, "vllm-cpu", 2)
     assert decode(dip, "roofline-engine", 2) == decode(flat, "roofline-engine", 2)
+
+
+def test_a_chunk_after_cached_context_pays_the_whole_masked_rectangle(cpu, spec):
+    """SDPA with an explicit mask (a chunk with cached context) skips no key blocks: q x (context + q) pairs; a first
+    chunk (is_causal) only the causal ones."""
+    quant = QuantConfig.from_user(model_dtype="bfloat16")
+    stats = BatchStats.from_arrays(np.array([100, 50]), np.array([0, 300]), np.ones(2, bool))
+    assert stats.prefill_masked_pairs == 50 * 49 / 2
+    assert stats.prefill_pairs + stats.prefill_masked_pairs == 100 * 101 / 2 + 50 * 350
+    prefill = [r for r in cpu_timing.attention_records(_model(spec, cpu).rank, stats, quant)
+               if r.kind == "attention_prefill"]
+    assert prefill[0].shape[1] == 100 * 101 / 2 + 50 * 350
 
 
 def test_step_time_scales_with_batch_and_context(cpu, spec):

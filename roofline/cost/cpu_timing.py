@@ -23,8 +23,11 @@ see `roofline.cost.params`):
 - Attention (`engine.attention.paged_attention`, per layer): the new K/V are written with two `index_copy_`;
   decodes in groups of about DECODE_GROUP_KEYS padded keys gather their blocks (`index_select` of K and V into
   a reused scratch buffer, padded to the longest decode), then two batched matmuls with an fp32 softmax
-  between; each prefill chunk is one SDPA call (with a gather of its
-  cached context first when it has one). FLOPs at attention_compute_efficiency of the peak, the bytes those
+  between; each prefill chunk is one SDPA call (with a gather of its cached context first when it has one). A
+  chunk with cached context passes SDPA an explicit causal mask, and PyTorch's CPU flash kernel skips key blocks
+  only for `is_causal` (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp: `num_keys = is_causal ? min(m +
+  qBlockSize, kvSize) : kvSize`), so it computes all q x (context + q) pairs: the causal ones plus
+  `BatchStats.prefill_masked_pairs`. FLOPs at attention_compute_efficiency of the peak, the bytes those
   torch ops move at attention_memory_efficiency (decode) / memory_efficiency (prefill), soft maximum.
 - Elementwise operators (norms, RoPE, SiLU*mul, residual adds, embedding) and sampling: bytes at
   memory_efficiency. Their cost on a CPU is mostly the torch ops the engine issues (`ENGINE_TORCH_OPS`, counted
@@ -167,7 +170,8 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
             new = s.prefill_tokens * (2 * kv_token + 2 * q_token)
             context = s.prefill_kv_tokens - s.prefill_tokens
             ops = (call_ops if not s.num_decode_seqs else 0) + PREFILL_CHUNK_OPS * s.num_prefill_seqs
-            shape = (s.num_prefill_seqs, s.prefill_pairs, context, r.heads, r.head_dim, kv_token, new, ops)
+            pairs = s.prefill_pairs + s.prefill_masked_pairs  # masked chunks: the whole rectangle (docstring)
+            shape = (s.num_prefill_seqs, pairs, context, r.heads, r.head_dim, kv_token, new, ops)
         out.append(replace(rec, shape=shape))
     return out
 

@@ -928,7 +928,8 @@ class StepCostModel:
 
     # BatchStats fields aggregated per step (`_stats_columns`).
     _STATS_FIELDS = ("num_tokens", "num_emits", "num_prefill_seqs", "prefill_tokens", "prefill_pairs",
-                     "prefill_q_tiles", "prefill_kv_tokens", "prefill_pad_pairs", "num_decode_seqs", "decode_pairs")
+                     "prefill_q_tiles", "prefill_kv_tokens", "prefill_pad_pairs", "prefill_masked_pairs",
+                     "num_decode_seqs", "decode_pairs")
 
     def _stats_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
                        concatenated: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
