@@ -22,7 +22,7 @@ How it measures:
   / intermediate 2816; GPU: Llama-3.1-8B's), as many layers as hold 8x the last-level cache, one after the other
   as a decode step runs them, for x of M = 1, 2, 3, ... rows (`STREAM_ROWS`): weight bytes / time per M is the
   bandwidth the memory-bound GEMMs of a batch of M tokens reach, often well below the plain read plateau and not
-  the same for every M (oneDNN on the AVX-512 EPYC: ~8 % slower at M = 2 than at M = 1, ~15-25 % faster at 3-6).
+  the same for every M (oneDNN on the AVX-512 EPYC: 9-11 % slower at M = 2 than at M = 1, 4-17 % faster at 3-6).
   Each repeat goes over every M, so the host's drift meets every M alike. The larger M (up to 512, a prefill
   chunk) are compute-bound: the same sweep measures the kernel's compute rate on model-shaped weights. Timed
   with the kernel the engine runs (`STREAM_KERNELS`): on a CPU with native bf16, oneDNN's prepacked linear

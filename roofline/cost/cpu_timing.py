@@ -15,8 +15,8 @@ see `roofline.cost.params`):
   memory time = (weights + input + output) / (bandwidth * memory_efficiency * relative streaming rate at m rows):
   a model far larger than the last-level cache streams every weight from DRAM once per step, and how fast the
   kernel pulls them depends on m (the profile's `weight_streaming` curve, measured by `roofline profile-device`
-  for the kernel each engine runs, `HardwareProfile.streaming_curve`; on this project's EPYC oneDNN streams ~8 %
-  slower at m = 2 than at m = 1 and ~15-25 % faster at m = 3-6, which is why a 2-sequence decode step is the slowest
+  for the kernel each engine runs, `HardwareProfile.streaming_curve`; on this project's EPYC oneDNN streams 9-11 %
+  slower at m = 2 than at m = 1 and 4-17 % faster at m = 3-6, which is why a 2-sequence decode step is the slowest
   of batches 1-4). The curve gives the shape, relative to m = 1; memory_efficiency the level (calibration scales
   it); a profile without a curve streams at one rate for every m. The two overlap as a soft maximum
   (t_c^p + t_m^p)^(1/p), p = overlap_exponent (hardware prefetch streams weights while the cores compute).

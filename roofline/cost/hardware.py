@@ -46,8 +46,8 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
     calibration: {...}                  # optional: written by `roofline calibrate` (free-form record)
 
 `weight_streaming` is how fast the engine's GEMM kernel pulls weights that do not fit in the caches, as a function of
-the rows M it multiplies them with (oneDNN's bf16 kernels on the AVX-512 EPYC: ~18 % slower at M = 2 than at M = 1,
-~15-25 % faster at M = 3-6; BENCHMARKS.md issue 18). `roofline.cost.cpu_timing.gemm_time_s` takes from it the
+the rows M it multiplies them with (oneDNN's bf16 kernels on the AVX-512 EPYC: 9-11 % slower at M = 2 than at M = 1,
+4-17 % faster at M = 3-6; BENCHMARKS.md issue 18). `roofline.cost.cpu_timing.gemm_time_s` takes from it the
 *shape* `StreamingCurve.relative(m)`; the level stays `efficiency.memory_efficiency` (which calibration fits). A
 cpu profile without it (written before profile-device measured it, or by hand) streams at one rate for every M,
 and `StreamingCurve.describe` / `HardwareProfile.streaming_note` say so in every compare and calibrate record.
