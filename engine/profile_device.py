@@ -18,9 +18,17 @@ How it measures:
   buffer sizes doubling until far past the last-level cache. The bandwidth of the device memory is the
   plateau: the median over the three largest sizes, which the sweep makes at least 4x the caches - measured,
   not taken from what lscpu says. The in-cache peak is kept in the sweep.
-- Weight streaming: a bf16 matrix-vector product y = x W^T (one token through a linear layer, as a decode
-  step runs it) over a weight matrix 4x the last-level cache: weight bytes / time is the bandwidth the
-  memory-bound GEMMs of decode reach, often well below the plain read plateau.
+- Weight streaming: bf16 y = x W^T through the projections of transformer layers (CPU: `llama-156m`'s, hidden 1024
+  / intermediate 2816; GPU: Llama-3.1-8B's), as many layers as hold 8x the last-level cache, one after the other
+  as a decode step runs them, for x of M = 1, 2, 3, ... rows (`STREAM_ROWS`): weight bytes / time per M is the
+  bandwidth the memory-bound GEMMs of a batch of M tokens reach, often well below the plain read plateau and not
+  the same for every M (oneDNN on the AVX-512 EPYC: 9-11 % slower at M = 2 than at M = 1, 4-17 % faster at 3-6).
+  Each repeat goes over every M, so the host's drift meets every M alike. The larger M (up to 512, a prefill
+  chunk) are compute-bound: the same sweep measures the kernel's compute rate on model-shaped weights. Timed
+  with the kernel the engine runs (`STREAM_KERNELS`): on a CPU with native bf16, oneDNN's prepacked linear
+  (`engine.model.prepack` / `linear`), else `torch.nn.functional.linear`; vLLM-CPU's `onednn_mm` (another oneDNN
+  primitive) by running this file as a script in vLLM's environment (`python engine/profile_device.py --kernel
+  vllm-onednn-mm`, which `roofline profile-device --vllm-python` does).
 - Launch overhead: per-call time of a tiny element-wise op (one-element add); on CUDA the host-side time of
   back-to-back launches, which is what an eager engine pays per kernel.
 """
@@ -32,6 +40,7 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,7 +66,23 @@ _MIB = 2**20
 _CPU_MEMORY_SIZES = tuple(2**p for p in (18, 20, 22, 24, 26, 27, 28, 29))  # 256 KiB .. 512 MiB
 _CUDA_MEMORY_SIZES = tuple(2**p for p in (20, 22, 24, 26, 28, 30, 31, 32))  # 1 MiB .. 4 GiB
 _QUICK_MEMORY_SIZES = tuple(2**p for p in range(16, 22))  # 64 KiB .. 2 MiB
-_QUICK_STREAM_BYTES = 2 * _MIB
+# Weight streaming: (n, k) of the weights of one layer's projections (qkv, o, gate_up, down), repeated until the
+# layers hold _STREAM_CACHE_MULTIPLE x the last-level cache; the rows swept. Past ~6 rows the rate falls on a CPU:
+# the FLOPs take over (2 M FLOP per weight byte); the rows up to 512 (a prefill chunk) measure the kernel's compute
+# rate on these weights, which `roofline profile-device` fits its GEMM compute efficiency to.
+_CPU_LAYER_NK = ((1536, 1024), (1024, 1024), (5632, 1024), (1024, 2816))
+_CUDA_LAYER_NK = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
+_QUICK_LAYER_NK = ((256, 128), (128, 256))
+# 8x, not 4x: over 6 llama-156m layers (135 MB, 4x the 32 MiB L3) oneDNN read 33-36 GB/s at 1-6 rows, as fast as
+# the read plateau, against 22-28 GB/s over 8 layers (181 MB, the model's size) a quarter of an hour earlier
+# (2026-11-24; not in one run, and the host drifts): 8x leaves the cache no share of the set.
+_STREAM_CACHE_MULTIPLE = 8
+_STREAM_FALLBACK_CACHE_BYTES = 32 * _MIB  # when the last-level cache size cannot be read
+STREAM_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256, 512)
+_QUICK_STREAM_ROWS = (1, 2, 3)
+# The kernels `weight_streaming` times: this project's engine's (prepacked oneDNN when `engine.model.can_prepack`,
+# else torch's linear) and vLLM-CPU's `onednn_mm` (only in a vLLM environment).
+STREAM_KERNELS = ("engine", "vllm-onednn-mm")
 _NUM_PLATEAU_SIZES = 3
 # A probe of fp16 on CPU below this fraction of the best of fp32/bf16 means it runs in software: skip it.
 _FP16_FAST_FRACTION = 0.5
@@ -109,7 +134,7 @@ def profile_device(settings: ProfileSettings, log: Callable[[str], None] = lambd
             "gemm": gemm,
             "gemm_skipped": skipped,
             "memory": {"read": bench.memory("read"), "copy": bench.memory("copy")},
-            "weight_streaming": bench.weight_streaming(),
+            "weight_streaming": bench.weight_streaming("engine"),
             "launch_overhead": bench.launch_overhead(),
         }
     finally:
@@ -260,16 +285,56 @@ class _Bench:
                 "plateau_sizes_bytes": [row["size_bytes"] for row in sweep[-_NUM_PLATEAU_SIZES:]],
                 "sweep": sweep}
 
-    def weight_streaming(self) -> dict[str, Any]:
-        """Bandwidth of a bf16 matrix-vector product y = x W^T whose weights (k x n) stream from device memory."""
-        k = 4096
-        n = _QUICK_STREAM_BYTES // (2 * k) if self.settings.quick else max(self._memory_sizes()) // (2 * k)
+    def _stream_weights(self) -> list[torch.Tensor]:
+        """bf16 weights [n, k] of as many layers as hold _STREAM_CACHE_MULTIPLE x the last-level cache."""
+        if self.settings.quick:
+            layer, num_layers = _QUICK_LAYER_NK, 1
+        else:
+            layer = _CUDA_LAYER_NK if self.is_cuda else _CPU_LAYER_NK
+            cache = _last_level_cache_bytes(self.device) or _STREAM_FALLBACK_CACHE_BYTES
+            num_layers = max(1, math.ceil(_STREAM_CACHE_MULTIPLE * cache / sum(2 * n * k for n, k in layer)))
         generator = torch.Generator(device=self.device).manual_seed(0)
-        weight = torch.randn(n, k, generator=generator, device=self.device).to(torch.bfloat16)
-        x = torch.randn(1, k, generator=generator, device=self.device).to(torch.bfloat16)
-        best, spread, _ = self._rates(lambda: torch.nn.functional.linear(x, weight), 2.0 * n * k)
-        self.log(f"weight streaming (bf16 1x{k} @ {k}x{n}): {best / 1e9:.1f} GB/s (spread {spread:.1%})")
-        return {"bytes_per_s": best, "spread": spread, "weight_shape_nk": [n, k]}
+        return [torch.randn(n, k, generator=generator, device=self.device).to(torch.bfloat16)
+                for _ in range(num_layers) for n, k in layer]
+
+    def _stream_kernel(self, kernel: str, weights: list[torch.Tensor]) -> tuple[str, Callable[..., object]]:
+        """(description, fn(inputs by k)) that runs every weight once through `kernel`."""
+        if kernel == "vllm-onednn-mm":
+            from vllm import _custom_ops as ops  # only in a vLLM environment (see the module docstring)
+
+            # As vllm/model_executor/layers/utils.py dispatch_cpu_unquantized_gemm builds it for a dense bf16 layer.
+            handlers = [(w.shape[1], ops.create_onednn_mm(w.t(), 32)) for w in weights]
+            return ("vLLM-CPU onednn_mm (oneDNN matmul, weights prepacked by create_onednn_mm)",
+                    lambda xs: [ops.onednn_mm(h, xs[k], None) for k, h in handlers])
+        assert kernel == "engine", kernel
+        from engine.model import can_prepack, linear, prepack
+
+        if can_prepack(torch.bfloat16, self.device):
+            packed = [(w.shape[1], prepack(w)) for w in weights]
+            return ("oneDNN prepacked bf16 linear (torch.ops.mkldnn._linear_pointwise, engine.model.linear)",
+                    lambda xs: [linear(xs[k], p) for k, p in packed])
+        plain = [(w.shape[1], w) for w in weights]
+        return ("torch.nn.functional.linear (engine.model.linear without prepacked weights)",
+                lambda xs: [torch.nn.functional.linear(xs[k], w) for k, w in plain])
+
+    def weight_streaming(self, kernel: str) -> dict[str, Any]:
+        """Weight bytes per second of `kernel` (`STREAM_KERNELS`) over weights past the caches, per row count."""
+        weights = self._stream_weights()
+        weight_bytes = sum(2 * w.numel() for w in weights)
+        description, fn = self._stream_kernel(kernel, weights)
+        rows = _QUICK_STREAM_ROWS if self.settings.quick else STREAM_ROWS
+        generator = torch.Generator(device=self.device).manual_seed(1)
+        inputs = {m: {k: torch.randn(m, k, generator=generator, device=self.device).to(torch.bfloat16)
+                      for k in sorted({w.shape[1] for w in weights})} for m in rows}
+        rates: dict[int, list[float]] = {m: [] for m in rows}
+        for _ in range(self.num_repeats):  # every repeat over every M: drift meets them alike
+            for m in rows:
+                rates[m].append(weight_bytes / self._seconds_per_call(functools.partial(fn, inputs[m])))
+        sweep = [{"rows": m, "bytes_per_s": max(rates[m]), "spread": _spread(rates[m])} for m in rows]
+        for row in sweep:
+            self.log(f"weight streaming ({kernel}) M={row['rows']}: {row['bytes_per_s'] / 1e9:.1f} GB/s "
+                     f"(spread {row['spread']:.1%})")
+        return {"kernel": description, "weight_bytes": weight_bytes, "num_weights": len(weights), "sweep": sweep}
 
     # ---- launch overhead ------------------------------------------------------------------------------
 
@@ -285,6 +350,12 @@ class _Bench:
 
 
 # ---- device descriptions --------------------------------------------------------------------------------
+
+
+def _last_level_cache_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None) or None
+    return _cache_bytes(3) or _cache_bytes(2)
 
 
 def _available_memory_bytes(device: torch.device) -> int:
@@ -449,3 +520,27 @@ def library_versions() -> dict[str, str]:
     if torch.version.hip:
         versions["hip"] = str(torch.version.hip)
     return versions
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """`python engine/profile_device.py --kernel vllm-onednn-mm`: the weight-streaming sweep of one kernel, printed
+    as one `RESULT {json}` line (how `roofline profile-device --vllm-python` measures vLLM-CPU's kernel in vLLM's
+    environment, where neither roofline nor this package is installed)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=_main.__doc__)
+    parser.add_argument("--kernel", choices=STREAM_KERNELS, required=True)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    settings = ProfileSettings(device="cpu", num_threads=args.threads, quick=args.quick, num_repeats=args.repeats)
+    torch.set_num_threads(settings.num_threads or default_num_threads())
+    bench = _Bench(settings, torch.device("cpu"), lambda line: print(line, file=sys.stderr, flush=True))
+    print("RESULT " + json.dumps(bench.weight_streaming(args.kernel)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -11,7 +11,8 @@ import pytest
 
 from engine.core.model_spec import ModelSpec
 from roofline.cost import cpu_timing
-from roofline.cost.hardware import load_profile
+from roofline.cost.hardware import StreamingCurve, load_profile
+from roofline.cost.ops import BatchStats
 from roofline.cost.params import FITTABLE, EfficiencyParams, ExecutorParams
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel, gemm_time_s
@@ -49,7 +50,61 @@ def test_cpu_gemm_closed_form(cpu):
     # Efficiency m / (m + fixed rows): 8x the rows cost less than 8x the compute time.
     big = gemm_time_s(replace(hw, memory_bandwidth_bytes_per_s=1e18), 8 * m, n, k, "bf16", 2.0, 2.0, 2.0)
     small = gemm_time_s(replace(hw, memory_bandwidth_bytes_per_s=1e18), m, n, k, "bf16", 2.0, 2.0, 2.0)
-    assert small * 4 < big < small * 8
+    assert big / small == pytest.approx((8 * m + e.gemm_fixed_rows) / (m + e.gemm_fixed_rows), rel=0.02)
+    assert big < small * 8
+
+
+def _with_curve(hw, engine: str, rows: tuple, gb_per_s: tuple):
+    curve = StreamingCurve("k", rows, tuple(r * 1e9 for r in gb_per_s), (0.0,) * len(rows))
+    return replace(hw, weight_streaming=((engine, curve),))
+
+
+def test_gemm_memory_term_follows_the_streaming_curve(cpu):
+    """Memory-bound (huge peak): the time at m rows is the one-row time scaled by rate(1) / rate(m); the rate is
+    interpolated between measured rows and held at its highest beyond the saturated row count."""
+    hw = replace(cpu, peak_flops_by_dtype=(("bf16", 1e18),), weight_streaming=(),
+                 efficiency=replace(cpu.efficiency, overlap_exponent=64.0))
+    curved = _with_curve(hw, "roofline-engine", (1, 2, 4, 8), (20.0, 16.0, 30.0, 25.0))
+    curve = curved.streaming_curve("roofline-engine")
+    assert curve.saturated_rows == 4
+    assert [curve.relative(m) for m in (1, 2, 3, 4, 8, 64)] == pytest.approx([1.0, 0.8, 1.15, 1.5, 1.5, 1.5])
+    assert curve.relative(np.array([1, 3, 64])) == pytest.approx([1.0, 1.15, 1.5])
+    n, k = 4096.0, 1024.0
+
+    def t(profile, m: float) -> float:
+        return cpu_timing.gemm_time_s(profile, m, n, k, "bf16", 2.0, 0.0, 0.0,
+                                      streaming=profile.streaming_curve("roofline-engine"))
+
+    assert t(curved, 1) == pytest.approx(t(hw, 1), rel=1e-3)
+    assert t(curved, 2) == pytest.approx(t(hw, 2) / 0.8, rel=1e-3)
+    assert t(curved, 16) == pytest.approx(t(hw, 16) / 1.5, rel=1e-3)
+
+
+def test_each_cpu_engine_streams_at_its_own_curve(cpu, spec):
+    """A decode step of 2 sequences against 1: slower where the engine's curve dips at 2 rows; a curve of the
+    other engine does not act, and no curve is one rate for every row count."""
+    def decode(hw, engine: str, b: int) -> float:
+        m = StepCostModel(spec, hw, QuantConfig.from_user(model_dtype="bfloat16"), cpu_engine=engine)
+        return m.step_time_s(np.ones(b, np.int64), np.full(b, 300, np.int64), np.ones(b, bool))
+
+    flat = replace(cpu, weight_streaming=())
+    dip = _with_curve(flat, "vllm-cpu", (1, 2, 3), (25.0, 20.0, 28.0))
+    assert decode(dip, "vllm-cpu", 2) / decode(dip, "vllm-cpu", 1) > decode(flat, "vllm-cpu", 2) / decode(
+        flat, "vllm-cpu", 1) * 1.1
+    assert decode(dip, "vllm-cpu", 3) < decode(dip, "vllm-cpu", 2)
+    assert decode(dip, "roofline-engine", 2) == decode(flat, "roofline-engine", 2)
+
+
+def test_a_chunk_after_cached_context_pays_the_whole_masked_rectangle(cpu, spec):
+    """SDPA with an explicit mask (a chunk with cached context) skips no key blocks: q x (context + q) pairs; a first
+    chunk (is_causal) only the causal ones."""
+    quant = QuantConfig.from_user(model_dtype="bfloat16")
+    stats = BatchStats.from_arrays(np.array([100, 50]), np.array([0, 300]), np.ones(2, bool))
+    assert stats.prefill_masked_pairs == 50 * 49 / 2
+    assert stats.prefill_pairs + stats.prefill_masked_pairs == 100 * 101 / 2 + 50 * 350
+    prefill = [r for r in cpu_timing.attention_records(_model(spec, cpu).rank, stats, quant)
+               if r.kind == "attention_prefill"]
+    assert prefill[0].shape[1] == 100 * 101 / 2 + 50 * 350
 
 
 def test_step_time_scales_with_batch_and_context(cpu, spec):

@@ -221,11 +221,86 @@ def test_profile_device_quick_writes_a_loadable_cpu_profile(tmp_path: Path) -> N
     assert hw.num_compute_units == 1 and hw.measured["num_threads"] == 1
     assert hw.measured["memory"]["read"]["plateau_gb_per_s"] > 0
     assert all(row["spread"] >= 0 for row in hw.measured["gemm"]["bf16"]["sweep"])
-    streaming = hw.measured["weight_streaming"]
-    assert streaming["gb_per_s"] > 0 and streaming["weight_shape_nk"][1] == 4096
-    # memory-bound GEMMs stream weights at the measured matrix-vector rate, relative to the read plateau
-    expected = min(1.0, streaming["gb_per_s"] / hw.measured["memory"]["read"]["plateau_gb_per_s"])
+    # the engine's GEMM kernel, per row count; memory-bound GEMMs stream weights at its one-row rate relative to
+    # the read plateau, scaled by the curve's shape
+    curve = hw.streaming_curve("roofline-engine")
+    assert curve is not None and curve.rows == (1, 2, 3) and all(b > 0 for b in curve.bytes_per_s)
+    assert hw.streaming_curve("vllm-cpu") is None  # measured only with --vllm-python
+    sweep = hw.measured["weight_streaming"]["engine"]["sweep"]
+    assert [row["rows"] for row in sweep] == [1, 2, 3] and all(row["spread"] >= 0 for row in sweep)
+    expected = min(1.0, sweep[0]["gb_per_s"] / hw.measured["memory"]["read"]["plateau_gb_per_s"])
     assert hw.efficiency.memory_efficiency == pytest.approx(expected, rel=0.01)
+
+
+def test_gemm_compute_fit_recovers_the_kernels_rate() -> None:
+    """Rows past the saturated rate, made with efficiency 0.5 and 6 fixed rows at a 1 TFLOP/s peak (and a 25 GB/s
+    streaming rate), give those two back; fewer than two such rows leave the peak as it is."""
+    from roofline.commands.profile_device import fit_gemm_compute
+
+    weight_bytes, peak, p = 100e6, 1e12, 4.0
+    t_memory = weight_bytes / 25e9
+
+    def rate(m: int) -> float:
+        t_compute = weight_bytes * (m + 6.0) / (peak * 0.5)
+        return weight_bytes / (t_compute ** p + t_memory ** p) ** (1 / p)
+
+    sweep = [{"rows": 1, "bytes_per_s": 20e9}, {"rows": 4, "bytes_per_s": 25e9}]
+    sweep += [{"rows": m, "bytes_per_s": rate(m)} for m in (16, 32, 64, 128, 256)]
+    assert fit_gemm_compute({"sweep": sweep, "weight_bytes": weight_bytes}, peak) == pytest.approx((0.5, 6.0),
+                                                                                                  abs=0.01)
+    assert fit_gemm_compute({"sweep": sweep[:3], "weight_bytes": weight_bytes}, peak) == (1.0, 2.0)
+
+
+def test_profile_device_vllm_python_must_be_a_file(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    missing = tmp_path / "no-python"
+    assert main(["profile-device", "--quick", "--vllm-python", str(missing), "--out", str(tmp_path / "p.yaml")]) == 2
+
+
+def _cpu_profile() -> dict:
+    return read_profile_dict(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml")
+
+
+def _curve(rows: list, rates: list) -> dict:
+    return {"kernel": "k", "rows": rows, "gb_per_s": rates, "spread": [0.0] * len(rows)}
+
+
+def test_weight_streaming_curve_loads_in_si_units(tmp_path: Path) -> None:
+    data = _cpu_profile()
+    data["weight_streaming"] = {"vllm-cpu": _curve([1, 2, 4], [20.0, 18.0, 25.0])}
+    data["sources"]["weight_streaming"] = "a test"
+    hw = load_profile(_write(tmp_path, data))
+    curve = hw.streaming_curve("vllm-cpu")
+    assert curve is not None and curve.rows == (1, 2, 4) and curve.bytes_per_s == (20e9, 18e9, 25e9)
+    assert hw.streaming_curve("roofline-engine") is None
+    assert "k, GB/s by rows {1: 20, 2: 18, 4: 25}, saturated at 4 rows" in hw.streaming_note("vllm-cpu")
+    assert "assumed one rate for every row count" in hw.streaming_note("roofline-engine")
+
+
+@pytest.mark.parametrize(("section", "match"), [
+    ({"sglang": _curve([1, 2], [1.0, 1.0])}, "unknown field 'sglang'"),
+    ({"vllm-cpu": _curve([2, 4], [1.0, 1.0])}, "rows: must be increasing integers starting at 1"),
+    ({"vllm-cpu": _curve([1, 1], [1.0, 1.0])}, "rows: must be increasing integers starting at 1"),
+    ({"vllm-cpu": _curve([1, 2], [1.0])}, "gb_per_s: must be one positive number per row count"),
+    ({"vllm-cpu": _curve([1, 2], [1.0, 0.0])}, "gb_per_s: must be one positive number per row count"),
+    ({"vllm-cpu": {"rows": [1, 2], "gb_per_s": [1.0, 1.0], "spread": [0, 0]}}, "missing field 'kernel'"),
+])
+def test_weight_streaming_errors_name_the_field(tmp_path: Path, section: dict, match: str) -> None:
+    data = _cpu_profile() | {"weight_streaming": section}
+    data["sources"]["weight_streaming"] = "a test"
+    with pytest.raises(UserError, match=match):
+        load_profile(_write(tmp_path, data))
+
+
+def test_weight_streaming_needs_a_source_and_a_cpu(tmp_path: Path) -> None:
+    data = _cpu_profile() | {"weight_streaming": {"vllm-cpu": _curve([1, 2], [1.0, 2.0])}}
+    del data["sources"]["weight_streaming"]
+    with pytest.raises(UserError, match="no source for 'weight_streaming.vllm-cpu.rows'"):
+        load_profile(_write(tmp_path, data))
+    gpu = _h100() | {"weight_streaming": {"vllm-cpu": _curve([1, 2], [1.0, 2.0])}}
+    gpu["sources"]["weight_streaming"] = "a test"
+    with pytest.raises(UserError, match="weight_streaming: only a cpu profile has one"):
+        load_profile(_write(tmp_path, gpu))
 
 
 def test_profile_device_restores_torch_threads(tmp_path: Path) -> None:

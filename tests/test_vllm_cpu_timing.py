@@ -5,18 +5,19 @@ calibrate pick the description from the trace's source and say which."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from engine.core.model_spec import ModelSpec
-from roofline.calibration.calibrate import calibrate_on_traces
+from roofline.calibration.calibrate import calibrate_on_traces, write_calibrated_profile
 from roofline.calibration.compare import compare_trace, cost_model_for, format_summary
 from roofline.calibration.traces import load_trace
 from roofline.cli import main
 from roofline.commands.calibrate import format_report
-from roofline.cost.hardware import load_profile
+from roofline.cost.hardware import dump_profile, load_profile, read_profile_dict
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
@@ -32,12 +33,15 @@ BATCH = (np.array([1, 1, 1, 40]), np.array([100, 200, 300, 0]), np.array([1, 1, 
 
 
 def test_the_default_cpu_engine_is_this_engines_description_unchanged() -> None:
-    # Floats of the description before the vllm-cpu one existed (commit e2eaa05), on this profile and batch.
-    model = StepCostModel(SPEC, CPU, QUANT)
+    # Floats of the description before the vllm-cpu one existed (commit e2eaa05), on this profile as it was then
+    # (no weight-streaming curves, the GEMM efficiencies before profile-device fitted them) and batch.
+    old = replace(CPU, weight_streaming=(), efficiency=replace(
+        CPU.efficiency, gemm_compute_efficiency=1.0, gemm_fixed_rows=2.0, memory_efficiency=0.53))
+    model = StepCostModel(SPEC, old, QUANT)
     assert model.cpu_engine == "roofline-engine"
     assert model.step_time_s(*BATCH) == 0.017232581209339615
     assert model.step_cost(*BATCH).num_kernels == 295
-    explicit = StepCostModel(SPEC, CPU, QUANT, cpu_engine="roofline-engine")
+    explicit = StepCostModel(SPEC, old, QUANT, cpu_engine="roofline-engine")
     assert explicit.step_cost(*BATCH) == model.step_cost(*BATCH)
 
 
@@ -75,6 +79,8 @@ def test_compare_on_a_vllm_trace_uses_and_names_the_vllm_cpu_description(tmp_pat
     summary = compare_trace(trace, CPU, e2e=False).summary
     assert summary["executor"] == "vllm-cpu"
     assert "executor description: vllm-cpu" in format_summary(summary)
+    # what the profile assumes of vLLM's GEMM weight streaming by rows is said, whether it has a curve or not
+    assert summary["weight_streaming"] == CPU.streaming_note("vllm-cpu") in format_summary(summary)
     assert main(["compare", "--trace", str(RECORDED), "--hardware", str(REPO / "benchmarks" / "results" /
                                                                            "cpu-profile.yaml"),
                  "--out", str(tmp_path / "cmp")]) == 0
@@ -85,3 +91,21 @@ def test_calibrate_records_the_executor_description_of_each_trace() -> None:
     report = calibrate_on_traces(CPU, [load_trace(RECORDED)], params=("efficiency.memory_efficiency",), max_fit_steps=25)
     assert report.fitted_on[0]["executor"] == "vllm-cpu"
     assert "executor description: vllm-cpu" in format_report(report)
+    assert report.fitted_on[0]["weight_streaming"] == CPU.streaming_note("vllm-cpu") in format_report(report)
+
+
+def test_a_calibrated_profile_keeps_the_measured_streaming_curves(tmp_path: Path) -> None:
+    """The curve is a device measurement: calibration scales it (memory_efficiency), never drops or refits it."""
+    data = read_profile_dict(REPO / "benchmarks" / "results" / "cpu-profile.yaml")
+    data["weight_streaming"] = {"vllm-cpu": {"kernel": "k", "rows": [1, 2, 3], "gb_per_s": [25.0, 21.0, 29.0],
+                                             "spread": [0.0, 0.0, 0.0]}}
+    data["sources"]["weight_streaming"] = "a test"
+    start = tmp_path / "start.yaml"
+    dump_profile(data, start)
+    hw = load_profile(start)
+    report = calibrate_on_traces(hw, [load_trace(RECORDED)], params=("efficiency.memory_efficiency",),
+                                 max_fit_steps=25)
+    write_calibrated_profile(start, report, tmp_path / "cal.yaml", command="test")
+    calibrated = load_profile(tmp_path / "cal.yaml")
+    assert calibrated.weight_streaming == hw.weight_streaming
+    assert "GB/s by rows {1: 25, 2: 21, 3: 29}" in report.fitted_on[0]["weight_streaming"]

@@ -211,6 +211,7 @@ def describe_trace(trace: Trace, hw: HardwareProfile) -> dict[str, Any]:
     """What a calibration record says of a trace, with the executor description `hw` predicted it with."""
     meta = trace.metadata
     return {"trace": str(trace.path), "model": trace.spec.name, "dtype": trace.dtype, "executor": trace.executor(hw),
+            "weight_streaming": trace.weight_streaming(hw),
             "device": meta.device.get("name"), "workload": meta.workload, "num_steps": int(len(trace.steps)),
             "num_requests": None if trace.requests is None else int(len(trace.requests))}
 

@@ -180,7 +180,7 @@ class Comparison:
 def compare_trace(trace: Trace, hw: HardwareProfile, e2e: bool = True, repeat: Trace | None = None) -> Comparison:
     table = step_table(trace, hw)
     summary: dict[str, Any] = {"trace": str(trace.path), "hardware": hw.id, "model": trace.spec.name,
-                               "executor": trace.executor(hw),
+                               "executor": trace.executor(hw), "weight_streaming": trace.weight_streaming(hw),
                                **stats_by_kind(table), "noise_floor": noise_floor(trace, repeat)}
     if e2e:
         summary["end_to_end"] = end_to_end(trace, hw)
@@ -198,7 +198,8 @@ def compare_repeats(traces: Sequence[Trace], hw: HardwareProfile, e2e: bool = Tr
     covered = pd.concat([t.iloc[p["row"].to_numpy()] for t, p in zip(tables, pairs)], ignore_index=True)
     summary: dict[str, Any] = {
         "trace": str(traces[0].path.parent), "hardware": hw.id, "model": traces[0].spec.name,
-        "executor": traces[0].executor(hw), **stats_by_kind(table),
+        "executor": traces[0].executor(hw), "weight_streaming": traces[0].weight_streaming(hw),
+        **stats_by_kind(table),
         "per_repeat": [{"repeat": t.name, **error_stats(x["predicted_s"], x["measured_s"])}
                        for t, x in zip(traces, tables)],
         "on_noise_floor_steps": stats_by_kind(covered), "noise_floor": {"leave_one_repeat_out": floor}}
@@ -259,6 +260,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     """A few human lines: overall and per-kind step error, then the end-to-end metrics."""
     lines = [f"{summary['model']} on {summary['hardware']}: {summary['trace']}",
              f"executor description: {summary['executor']}",
+             *([summary["weight_streaming"]] if summary.get("weight_streaming") else []),
              _stats_line("all steps", summary)]
     lines += [_stats_line(k, summary["by_kind"][k]) for k in STEP_KINDS if summary["by_kind"][k]["num_steps"]]
     for row in summary.get("per_repeat", []):

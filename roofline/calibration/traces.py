@@ -62,6 +62,11 @@ class Trace:
         the GPU executor mode of the profile."""
         return self.cpu_engine if hw.kind == "cpu" else f"gpu {hw.executor.mode}"
 
+    def weight_streaming(self, hw: HardwareProfile) -> str | None:
+        """On a `kind: cpu` profile, what it assumes of this trace's engine's GEMM weight streaming by rows (a
+        measured curve, or one rate for every row count where the profile has none); None on a GPU profile."""
+        return hw.streaming_note(self.cpu_engine) if hw.kind == "cpu" else None
+
 
 def load_trace(path: str | Path, flag: str = "--trace") -> Trace:
     """Read a trace directory (`engine.core.trace`) and resolve its model spec; bad input is a UserError naming

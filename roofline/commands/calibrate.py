@@ -133,6 +133,7 @@ def format_report(report: CalibrationReport) -> str:
     executors = sorted({t["executor"] for t in report.fitted_on + report.held_out if "executor" in t})
     if executors:
         lines.append(f"executor description: {', '.join(executors)}")
+    lines += sorted({t["weight_streaming"] for t in report.fitted_on + report.held_out if t.get("weight_streaming")})
     lines.append("error (median / p90 / max |predicted / measured - 1|):")
     for part in ("train", "test"):
         if part in report.error:

