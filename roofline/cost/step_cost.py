@@ -1360,9 +1360,12 @@ def _predict_all_reduce(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: st
 
 
 def _predict_moe(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    """Uniform random routing (the serving model's assumption), unless `c` carries `experts_touched`: the operator
+    tables' own routing, a measurement condition only `roofline.calibration.fit.predict_table` passes
+    (`roofline.calibration.moe_routing`)."""
     peak, size = OP_DTYPES[dtype]
     t, e, topk = c["num_tokens"], c["num_experts"], c["topk"]
-    touched = expected_experts_touched(t, topk, e)
+    touched = c["experts_touched"] if "experts_touched" in c else expected_experts_touched(t, topk, e)
     return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0)
 
 
