@@ -172,9 +172,13 @@ class EfficiencyParams:
     # fits on aiconfigurator-core's vLLM 0.24 MoE tables (benchmarks/moe_accuracy.py; H100 for fp8-block and
     # MXFP4, B200 for NVFP4). `_gemm_factor` scales the GEMM compute efficiency, `_bandwidth_factor` the
     # bandwidth the experts' weights stream at (weight-only W4A16 kernels stream at near the full bandwidth but
-    # dequantize slowly; the fitted bandwidth factor says how fast).
-    moe_fp8_block_gemm_factor: float = 0.445
-    moe_fp8_block_fixed_s: float = 23.5e-6
+    # dequantize slowly; the fitted bandwidth factor says how fast). fp8-block (H100, balanced training rows,
+    # held-out balanced / power-law 1.01 / 1.2: 11.1 / 10.8 / 10.9 %) and NVFP4 (B200: 15.3 / 14.4 / 14.9 %) are
+    # fitted with the tables' own token distributions (`roofline.calibration.moe_routing`, 2026-11-24); MXFP4
+    # keeps its fit under uniform routing (7.6 / 13.2 / 15.1 % on H100): refitted with the tables' distributions
+    # it judged worse (15.8 / 19.6 / 19.8 %; BENCHMARKS.md, issue 17).
+    moe_fp8_block_gemm_factor: float = 0.477
+    moe_fp8_block_fixed_s: float = 21.6e-6
     moe_fp8_block_bandwidth_factor: float = 1.0
     moe_w4a16_gemm_factor: float = 0.487
     moe_w4a16_fixed_s: float = 29.2e-6
@@ -189,8 +193,8 @@ class EfficiencyParams:
     moe_w4a16_marlin_gemm_factor: float = 0.267
     moe_w4a16_marlin_fixed_s: float = 26.5e-6
     moe_w4a16_marlin_bandwidth_factor: float = 1.0
-    moe_fp4_gemm_factor: float = 0.568
-    moe_fp4_fixed_s: float = 11.0e-6
+    moe_fp4_gemm_factor: float = 0.600
+    moe_fp4_fixed_s: float = 10.9e-6
     moe_fp4_bandwidth_factor: float = 1.0
     # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link).
     collective_bus_efficiency: float = 0.80
