@@ -42,7 +42,9 @@ import glob
 import json
 import sys
 import zlib
+from collections.abc import Callable
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -89,17 +91,35 @@ def predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, routing: str = "t
     (`roofline.calibration.moe_routing`, the mean over each row's draws); "uniform", the serving model's assumption
     (`roofline.cost.ops.expected_experts_touched`)."""
     if routing == "table":
-        rows, touched, weights = table_routing(d.distribution.to_numpy(str), d.num_tokens.to_numpy(),
-                                               d.num_experts.to_numpy(), d.topk.to_numpy())
-        return mean_over_draws(rows, weights, _predict(hw, d.iloc[rows], scheme, touched), len(d))
+        rows, touched, weights, row_tiles = _table_routing(tuple(zip(d.distribution, d.num_tokens, d.num_experts,
+                                                                     d.topk)))
+        return mean_over_draws(rows, weights, _predict(hw, d.iloc[rows], scheme, touched, row_tiles), len(d))
     assert routing == "uniform", routing
     touched = expected_experts_touched(d.num_tokens.to_numpy(np.float64), d.topk.to_numpy(np.float64),
                                        d.num_experts.to_numpy(np.float64))
     return _predict(hw, d, scheme, touched)
 
 
-def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndarray) -> np.ndarray:
-    """Seconds for the rows of one format with `touched` experts each (routed tokens spread evenly over them)."""
+@lru_cache(maxsize=256)
+def _table_routing(keys: tuple[tuple[str, int, int, int], ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                         Callable[[int], np.ndarray]]:
+    """`table_routing` of rows (distribution, tokens, experts, top-k), with the touched experts and the row tiles
+    per tile height of each entry (computed once per frame: the fits evaluate the same rows many times)."""
+    rows, loads, weights = table_routing(*(np.array(col) for col in zip(*keys)))
+    tiles: dict[int, np.ndarray] = {}
+
+    def row_tiles(tm: int) -> np.ndarray:
+        if tm not in tiles:
+            tiles[tm] = np.ceil(loads / tm).sum(axis=1)
+        return tiles[tm]
+
+    return rows, (loads > 0).sum(axis=1).astype(np.float64), weights, row_tiles
+
+
+def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndarray,
+             row_tiles: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
+    """Seconds for the rows of one format with `touched` experts each: routed tokens spread evenly over them, or
+    the tables' unequal loads (`row_tiles`, `roofline.cost.step_cost.moe_time_s`)."""
     t = d.num_tokens.to_numpy(np.float64)
     k = d.topk.to_numpy(np.float64)
     marlin = scheme == "mxfp4-marlin"
@@ -113,7 +133,8 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
     align_h, align_i = resolve_for_hardware(quant, hw.family).expert_alignment
     hidden = np.ceil(d.hidden_size.to_numpy(np.float64) / align_h) * align_h
     inter = np.ceil(d.inter.to_numpy(np.float64) / align_i) * align_i
-    return moe_time_s(hw, t * k / touched, touched, hidden, inter, dtype, weight_bytes or 2.0, 2.0, scheme)
+    return moe_time_s(hw, t * k / touched, touched, hidden, inter, dtype, weight_bytes or 2.0, 2.0, scheme,
+                      row_tiles)
 
 
 def with_params(hw: HardwareProfile, prefix: str, factor: float, bandwidth_factor: float,

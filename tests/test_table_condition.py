@@ -18,7 +18,7 @@ from roofline.calibration.op_tables import GEMM_LAYERS_PER_REPLAY, replay_workin
 from roofline.cost.hardware import load_profile
 from roofline.cost.ops import expected_experts_touched
 from roofline.cost.quant import QuantConfig
-from roofline.cost.step_cost import StepCostModel, predict_single_ops
+from roofline.cost.step_cost import StepCostModel, moe_time_s, predict_single_ops
 from roofline.registry import load_model
 
 
@@ -134,3 +134,14 @@ def test_moe_table_rows_take_the_tables_routing_serving_never_does(monkeypatch: 
     assert cost.step_time_s(q, c, e) > 0
     with pytest.raises(AssertionError, match="serving step model"):
         predict_table(h100, "moe", frame)
+
+
+def test_unequal_expert_loads_pad_a_row_tile_per_expert() -> None:
+    h100 = load_profile("h100-sxm")
+    args = (h100, np.array([32.0]), np.array([64.0]), 4096.0, 1536.0, "bf16", 2.0, 2.0)
+    even = moe_time_s(*args)
+    np.testing.assert_array_equal(moe_time_s(*args, row_tiles=lambda tm: 64 * np.ceil(32.0 / tm)), even)
+    # The same 2048 routed rows, one hot expert and 63 experts of one token each: ceil(1985 / tm) + 63 row tiles.
+    loads = np.array([[1985.0] + [1.0] * 63])
+    skewed = moe_time_s(*args, row_tiles=lambda tm: np.ceil(loads / tm).sum(axis=1))
+    assert skewed[0] > even[0]

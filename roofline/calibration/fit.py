@@ -56,10 +56,9 @@ def predict_table(profile: HardwareProfile, kind: str, frame: pd.DataFrame) -> n
     names = SINGLE_OP_COLUMNS[kind]
     cols = {n: frame[n].to_numpy(dtype=str if "dtype" in n else np.float64) for n in names}
     if kind == "moe" and "distribution" in frame:  # the table's own routing (`roofline.calibration.moe_routing`)
-        rows, touched, weights = table_routing(frame["distribution"].to_numpy(str), cols["num_tokens"],
-                                               cols["num_experts"], cols["topk"])
-        per_draw = predict_single_ops(profile, kind, {**{n: v[rows] for n, v in cols.items()},
-                                                      "experts_touched": touched})
+        rows, loads, weights = table_routing(frame["distribution"].to_numpy(str), cols["num_tokens"],
+                                             cols["num_experts"], cols["topk"])
+        per_draw = predict_single_ops(profile, kind, {**{n: v[rows] for n, v in cols.items()}, "expert_loads": loads})
         return mean_over_draws(rows, weights, per_draw, len(frame))
     out = predict_single_ops(profile, kind, cols)
     warm = l2_resident_rows(profile, kind, cols)

@@ -1,7 +1,8 @@
 """The token distributions of aiconfigurator's fused-MoE tables: a MEASUREMENT CONDITION of those tables only.
 
     loads = table_expert_loads("power_law_1.2", num_tokens=8192, num_experts=128, topk=8)  # (draws, experts)
-    rows, touched = table_routing(dists, num_tokens, num_experts, topk)   # one entry per (row, draw)
+    rows, loads, weights = table_routing(dists, num_tokens, num_experts, topk)  # one entry per (row, draw)
+    seconds = mean_over_draws(rows, weights, time_of_each_entry, len(dists))
 
 The serving step model routes a step's tokens uniformly at random (`roofline.cost.ops.expected_experts_touched`,
 `moe_record`); the tables do not. Their collector (github.com/ai-dynamo/aiconfigurator, commit 095f58a51,
@@ -26,9 +27,10 @@ those experts. Per row of `num_tokens` tokens, `topk` of `num_experts` experts (
 `table_expert_loads` gives the per-expert load vectors (tokens per expert, sorted descending), deterministic: the
 balanced one exactly, the power laws as `NUM_POWER_LAW_DRAWS` draws of a generator seeded from the row's
 (distribution, T, E, k), an estimate of the expectation the 5 random draws of the table sample. A grouped GEMM
-over such a vector reads the weights of every touched expert and computes sum_e m_e rows; `table_routing`
-reduces each vector to what `roofline.cost.step_cost.moe_time_s` takes (touched experts, mean tokens per touched
-expert: equal problems) and a table row's time is the mean over its draws, as the collector's is.
+over such a vector reads the weights of every touched expert (m_e > 0) and runs sum_e ceil(m_e / tm) row tiles of
+height tm (`roofline.cost.step_cost.moe_time_s`, `row_tiles`): at 1-4k tokens under a power law many cold experts
+hold a few tokens each and pad a tile apiece, 1.1-1.8x the tiles of the same tokens spread evenly over the touched
+experts (top-8 of 128, tm 64-128). A table row's time is the mean over its draws' times, as the collector's is.
 Only `roofline.calibration` (`fit.predict_table` for MoE rows with a `distribution`) and
 benchmarks/moe_accuracy.py read this module; serving never does (tests/test_table_condition.py).
 """
@@ -123,16 +125,19 @@ def table_expert_loads(distribution: str, num_tokens: int, num_experts: int, top
 
 def table_routing(distribution: np.ndarray, num_tokens: np.ndarray, num_experts: np.ndarray,
                   topk: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per (table row, draw): (row index, experts touched, weight 1 / draws of that row). A row's time is
-    sum(weight * time(touched)) over its entries (`mean_over_draws`)."""
-    rows, touched, weights = [], [], []
-    for i, key in enumerate(zip(distribution, num_tokens, num_experts, topk)):
-        loads = table_expert_loads(str(key[0]), int(key[1]), int(key[2]), int(key[3]))
-        n = (loads > 0).sum(axis=1)
-        rows.append(np.full(n.size, i))
-        touched.append(n.astype(np.float64))
-        weights.append(np.full(n.size, 1.0 / n.size))
-    return np.concatenate(rows), np.concatenate(touched), np.concatenate(weights)
+    """Per (table row, draw): (row index, tokens per expert (entries x the most experts of any row, hottest first,
+    zero-padded), weight 1 / draws of that row). A row's time is sum(weight * time(loads)) over its entries
+    (`mean_over_draws`)."""
+    keys = list(zip(distribution, num_tokens, num_experts, topk))
+    vectors = [table_expert_loads(str(d), int(t), int(e), int(k)) for d, t, e, k in keys]
+    rows = np.concatenate([np.full(v.shape[0], i) for i, v in enumerate(vectors)])
+    loads = np.zeros((rows.size, max((v.shape[1] for v in vectors), default=0)))
+    at = 0
+    for v in vectors:
+        loads[at:at + v.shape[0], :v.shape[1]] = v
+        at += v.shape[0]
+    weights = np.concatenate([np.full(v.shape[0], 1.0 / v.shape[0]) for v in vectors])
+    return rows, loads, weights
 
 
 def mean_over_draws(rows: np.ndarray, weights: np.ndarray, seconds: np.ndarray, num_rows: int) -> np.ndarray:

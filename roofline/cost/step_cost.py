@@ -246,7 +246,7 @@ def _bandwidth(hw: HardwareProfile) -> float:
 def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
                 in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0,
                 bw_scale: float = 1.0, tiles: tuple[tuple[int, int], ...] | None = None, cublas: bool = True,
-                tile_fixed_k: float | None = None) -> Any:
+                tile_fixed_k: float | None = None, row_tiles: Callable[[int], Any] | None = None) -> Any:
     """One GEMM kernel (or one grouped GEMM of `groups` equal problems): y (m x n) = x (m x k) @ W (k x n).
 
     Tiles run in waves of one per SM (`num_compute_units`); compute time = waves * 2*tm*tn*(k/s + tile fixed
@@ -262,7 +262,9 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     tile choice (16-bit path, no split-K). `cublas`: a dense linear layer, run by the family's kernels
     (`gemm_kernels`: their tiles, and a second split-K reduction kernel where they have one); fused-MoE grouped
     GEMMs are other kernels and pass False (the SM90 tables). `tile_fixed_k`: another kernel's per-tile cost (default:
-    the family's for the dtype). Plus kernel_fixed_s."""
+    the family's for the dtype). `row_tiles`: unequal groups (tokens per expert differ), tile height -> the row
+    tiles of all groups together (sum over groups of ceil(m_g / tm)); default: `groups` equal groups of m rows.
+    Plus kernel_fixed_s."""
     if hw.kind == "cpu":  # no tiles or waves on a CPU (roofline.cost.cpu_timing)
         return cpu_timing.gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, in_bytes, out_bytes, groups,
                                       eff_scale)
@@ -283,7 +285,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     reduce_kernel = kernels.split_k_reduction_kernel
 
     def tiled(tm: int, tn: int, s: int) -> Any:
-        tiles = groups * _ceil(m / tm) * _ceil(n / tn) * s
+        tiles = (groups * _ceil(m / tm) if row_tiles is None else row_tiles(tm)) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
         tc = _ceil(tiles / sms) * 2.0 * tm * tn * (k_split + fixed_k) / per_sm
         share = 1.0 if eight else _min(tiles / saturating, 1.0)
@@ -651,7 +653,8 @@ def memory_op_time_s(hw: HardwareProfile, bytes_moved: Any, num_kernels: int) ->
 
 
 def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
-               weight_bytes_per_param: float, act_bytes: float, scheme: str | None = None) -> Any:
+               weight_bytes_per_param: float, act_bytes: float, scheme: str | None = None,
+               row_tiles: Callable[[int], Any] | None = None) -> Any:
     """Fused MoE: grouped gate_up (n = 2*inter, k = hidden) and down (n = hidden, k = inter) GEMMs over the
     touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost.
 
@@ -663,7 +666,9 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     on Blackwell) moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on Hopper, TRT-LLM mxfp4-bf16 on Blackwell: 4-bit
     weights dequantized in the kernel, bf16 math) moe_w4a16_*; NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the
     fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin ("mxfp4-marlin", `--moe-backend marlin`: W4A16, its own row
-    tiles down to 16 as above) moe_w4a16_marlin_* (each: a compute factor, a bandwidth factor and a fixed cost)."""
+    tiles down to 16 as above) moe_w4a16_marlin_* (each: a compute factor, a bandwidth factor and a fixed cost).
+    `row_tiles` (`gemm_time_s`): the experts' unequal token counts, as the operator tables route them
+    (`roofline.calibration.moe_routing`); the serving model spreads a step's tokens evenly over the touched experts."""
     e = hw.efficiency
     if scheme is None:
         scheme = "fp8" if dtype in _EIGHT_BIT else "none"
@@ -682,7 +687,7 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     in_b = 1.0 if dtype in _EIGHT_BIT else (0.5 + 1.0 / 16 if dtype == "fp4" else act_bytes)
     tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
     kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
-              eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False)
+              eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False, row_tiles=row_tiles)
     up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **kw)
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
     act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
@@ -1360,13 +1365,18 @@ def _predict_all_reduce(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: st
 
 
 def _predict_moe(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
-    """Uniform random routing (the serving model's assumption), unless `c` carries `experts_touched`: the operator
-    tables' own routing, a measurement condition only `roofline.calibration.fit.predict_table` passes
-    (`roofline.calibration.moe_routing`)."""
+    """Uniform random routing (the serving model's assumption), unless `c` carries `expert_loads` (rows x experts,
+    tokens per expert): the operator tables' own routing, a measurement condition only
+    `roofline.calibration.fit.predict_table` passes (`roofline.calibration.moe_routing`)."""
     peak, size = OP_DTYPES[dtype]
     t, e, topk = c["num_tokens"], c["num_experts"], c["topk"]
-    touched = c["experts_touched"] if "experts_touched" in c else expected_experts_touched(t, topk, e)
-    return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0)
+    if "expert_loads" not in c:
+        touched = expected_experts_touched(t, topk, e)
+        return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0)
+    loads = c["expert_loads"]
+    touched = (loads > 0).sum(axis=1).astype(np.float64)
+    return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0,
+                      row_tiles=lambda tm: np.ceil(loads / tm).sum(axis=1))
 
 
 _PREDICTORS = {
