@@ -174,28 +174,28 @@ class EfficiencyParams:
     # bandwidth the experts' weights stream at (weight-only W4A16 kernels stream at near the full bandwidth but
     # dequantize slowly; the fitted bandwidth factor says how fast). Fitted on the balanced training rows with the
     # tables' own token distributions and per-expert loads (`roofline.calibration.moe_routing`, 2026-11-24); held-out
-    # median error balanced / power law 1.01 / 1.2: fp8-block (H100) 11.1 / 9.2 / 8.9 %, MXFP4 (H100) 5.9 / 11.7 /
-    # 12.3 %, NVFP4 (B200) 15.3 / 13.9 / 14.1 % (BENCHMARKS.md, issue 17). The Blackwell chip files carry their own
+    # median error balanced / power law 1.01 / 1.2: fp8-block (H100) 11.1 / 9.2 / 9.1 %, MXFP4 (H100) 6.0 / 11.4 /
+    # 12.1 %, NVFP4 (B200) 14.9 / 13.3 / 13.5 % (BENCHMARKS.md, issue 17). The Blackwell chip files carry their own
     # fp8-block fits (FlashInfer TRT-LLM, `roofline.cost.step_cost.TRTLLM_MOE_TILES_8BIT`).
     moe_fp8_block_gemm_factor: float = 0.477
-    moe_fp8_block_fixed_s: float = 21.9e-6
+    moe_fp8_block_fixed_s: float = 21.6e-6
     moe_fp8_block_bandwidth_factor: float = 1.0
-    moe_w4a16_gemm_factor: float = 0.474
-    moe_w4a16_fixed_s: float = 29.0e-6
-    moe_w4a16_bandwidth_factor: float = 0.908
+    moe_w4a16_gemm_factor: float = 0.512
+    moe_w4a16_fixed_s: float = 29.9e-6
+    moe_w4a16_bandwidth_factor: float = 0.929
     # MXFP4 experts on vLLM's Marlin W4A16 MoE kernel instead (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1:
     # e.g. InferenceX's gpt-oss recipes on H100/H200): the same three parameters, fitted on the Marlin rows of the
     # H100 vLLM 0.24 MoE table (kernel vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu, balanced
     # routing as the tables route it, `roofline.calibration.moe_routing`; benchmarks/moe_accuracy.py `run_marlin`:
     # the fixed cost fitted on H100 and H200 together, one Hopper kernel, the two factors per chip; leave-one-shape-out
-    # median balanced / power law 1.01 / 1.2: 9.4 / 14.1 / 14.4 %; h200-sxm.yaml carries H200's factors). Marlin
+    # median balanced / power law 1.01 / 1.2: 10.2 / 14.2 / 14.7 %; h200-sxm.yaml carries H200's factors). Marlin
     # dequantizes in registers at about half the OAI Triton kernel's throughput once the experts are compute-bound
     # (~200 against ~500 TFLOP/s on H100, 8k tokens).
-    moe_w4a16_marlin_gemm_factor: float = 0.268
-    moe_w4a16_marlin_fixed_s: float = 29.2e-6
+    moe_w4a16_marlin_gemm_factor: float = 0.286
+    moe_w4a16_marlin_fixed_s: float = 49.5e-6
     moe_w4a16_marlin_bandwidth_factor: float = 1.0
-    moe_fp4_gemm_factor: float = 0.600
-    moe_fp4_fixed_s: float = 10.9e-6
+    moe_fp4_gemm_factor: float = 0.590
+    moe_fp4_fixed_s: float = 9.8e-6
     moe_fp4_bandwidth_factor: float = 1.0
     # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link).
     collective_bus_efficiency: float = 0.80
