@@ -144,16 +144,26 @@ def with_params(hw: HardwareProfile, prefix: str, factor: float, bandwidth_facto
                                                             f"{prefix}_fixed_s": fixed_s}))
 
 
+def bandwidth_cap(hw: HardwareProfile, scheme: str) -> float:
+    """The highest bandwidth factor of a format: the one at which its experts stream at the DRAM peak. The factor
+    multiplies the dense GEMMs' fitted memory efficiency (8-bit and fp4: gemm_fp8_memory_efficiency, else
+    memory_efficiency; `roofline.cost.step_cost.moe_time_s` caps the product at 1), not the peak: a fused-MoE kernel
+    may stream its weights faster than the dense GEMM kernel, never faster than the DRAM."""
+    e = hw.efficiency
+    return 1.0 / (e.gemm_fp8_memory_efficiency if scheme in ("fp8-block", "nvfp4") else e.memory_efficiency)
+
+
 def _clip(x: np.ndarray, bandwidth_max: float = 1.0) -> tuple[float, float, float]:
     return (float(np.clip(x[0], 0.02, 1.0)), float(np.clip(x[1], 0.02, bandwidth_max)),
             float(np.clip(x[2], 0.0, 500.0)))
 
 
 def fit(hw: HardwareProfile, train: pd.DataFrame, scheme: str, routing: str = "table",
-        bandwidth_max: float = 1.0) -> tuple[float, float, float]:
+        bandwidth_max: float | None = None) -> tuple[float, float, float]:
     """(compute factor, bandwidth factor, fixed seconds) minimizing the median absolute log error. `bandwidth_max`:
-    the highest bandwidth factor allowed (1: the experts stream no faster than the family's GEMMs; above 1 only as
-    a diagnostic, `--bandwidth-factor-max`)."""
+    the highest bandwidth factor allowed (None: `bandwidth_cap`, the DRAM peak; `--bandwidth-factor-max`)."""
+    if bandwidth_max is None:
+        bandwidth_max = bandwidth_cap(hw, scheme)
     prefix = FITTED[scheme]
     measured = train.measured_s.to_numpy()
 
@@ -182,7 +192,7 @@ def errors(pred: np.ndarray, measured: np.ndarray) -> dict[str, float]:
             "bias": float(np.median(err))}
 
 
-def run(gpus: list[str], routing: str = "table", bandwidth_max: float = 1.0) -> list[dict]:
+def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = None) -> list[dict]:
     """Per GPU and format: fitted on the balanced training rows, judged per distribution on the held-out shapes,
     both with `routing` (`predict`); the other routing's error beside it."""
     other = "uniform" if routing == "table" else "table"
@@ -229,11 +239,13 @@ def load_marlin_table(gpu: str) -> pd.DataFrame:
 
 
 def _fit_marlin(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame], routing: str = "table",
-                bandwidth_max: float = 1.0) -> dict[str, tuple[float, ...]]:
+                bandwidth_max: float | None = None) -> dict[str, tuple[float, ...]]:
     """Marlin parameters per GPU of one kernel family: the fixed cost (the routing, align/sort and combine kernels
     around the two GEMMs: the family's) fitted on all the GPUs' rows together, then each GPU's compute and
     bandwidth factors on its own rows with that fixed cost (minimizing the median absolute log error)."""
     prefix = FITTED["mxfp4-marlin"]
+    if bandwidth_max is None:  # one kernel family, one memory efficiency
+        bandwidth_max = bandwidth_cap(next(iter(hws.values())), "mxfp4-marlin")
 
     def loss(x: np.ndarray, gpus: list[str], fixed_us: float | None) -> float:
         factor, bw, fixed = _clip(np.array([x[0], x[1], x[2] if fixed_us is None else fixed_us]), bandwidth_max)
@@ -255,7 +267,7 @@ def _fit_marlin(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame]
     return out
 
 
-def run_marlin(gpus: list[str], routing: str = "table", bandwidth_max: float = 1.0) -> list[dict]:
+def run_marlin(gpus: list[str], routing: str = "table", bandwidth_max: float | None = None) -> list[dict]:
     """Leave-one-shape-out on the Marlin MXFP4 rows (module docstring) per kernel family of `gpus` (`_fit_marlin`
     on the balanced rows of the other shapes), judged per GPU and token distribution; and the fit on every shape
     (what the chip files ship)."""
@@ -410,8 +422,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--routing", choices=("table", "uniform"), default="table",
                     help="token routing the MoE rows are fitted and judged with (default: the tables' own)")
-    ap.add_argument("--bandwidth-factor-max", type=float, default=1.0,
-                    help="diagnostic: allow the fitted MoE bandwidth factors up to this value")
+    ap.add_argument("--bandwidth-factor-max", type=float, default=None,
+                    help="diagnostic: bound the fitted MoE bandwidth factors by this value (default: the DRAM peak)")
     ap.add_argument("--skip-gemm", action="store_true", help="only the MoE tables")
     args = ap.parse_args()
     rows = run(args.gpus.split(","), args.routing, args.bandwidth_factor_max)

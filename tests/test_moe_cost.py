@@ -186,3 +186,19 @@ def test_blackwell_block_fp8_experts_tile_tokens_by_eight_as_trtllm_does() -> No
     trtllm = moe_time_s(b200, *args)
     cutlass_tiles = moe_time_s(replace(b200, family="hopper"), *args)  # 64-row tiles: one token padded to 64 rows
     assert trtllm[0] < cutlass_tiles[0]
+
+
+def test_moe_bandwidth_factor_may_pass_the_dense_gemms_never_the_dram_peak() -> None:
+    from dataclasses import replace
+
+    from roofline.cost.step_cost import moe_time_s
+    h100 = load_profile("h100-sxm")
+    e = h100.efficiency
+
+    def decode_s(factor: float) -> float:  # one token, 8 experts: bandwidth-bound
+        hw = replace(h100, efficiency=replace(e, moe_fp8_block_bandwidth_factor=factor))
+        return float(moe_time_s(hw, 1.0, 8.0, 4096.0, 1536.0, "fp8", 1.0, 2.0, "fp8-block"))
+
+    at_peak = 1.0 / e.gemm_fp8_memory_efficiency
+    assert decode_s(1.1) < decode_s(1.0)
+    assert decode_s(2.0) == decode_s(at_peak)

@@ -694,6 +694,10 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
                          e.moe_w4a16_marlin_fixed_s),
         "nvfp4": (e.moe_fp4_gemm_factor, e.moe_fp4_bandwidth_factor, e.moe_fp4_fixed_s),
     }.get(scheme, (e.moe_compute_efficiency, 1.0, e.moe_fixed_s))
+    # The bandwidth factors multiply the dense GEMMs' memory efficiency, not the peak: a fused-MoE kernel may stream
+    # its weights faster than the dense GEMM kernel, never faster than the DRAM.
+    eight = dtype in _EIGHT_BIT or dtype == "fp4"
+    bw_scale = min(bw_scale, 1.0 / (e.gemm_fp8_memory_efficiency if eight else e.memory_efficiency))
     # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
     in_b = 1.0 if dtype in _EIGHT_BIT else (0.5 + 1.0 / 16 if dtype == "fp4" else act_bytes)
     tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
