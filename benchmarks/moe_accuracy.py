@@ -10,9 +10,10 @@ bf16, per-tensor fp8, fp8-block (128x128), NVFP4, MXFP4 (W4A16).
 
 Split by shape: a shape (hidden, inter, topk, experts, moe_tp) is held out when a hash of it is 0 mod 5; every
 token count of a shape goes to the same side. bf16 and fp8 are judged with the profile's own (family-fitted)
-parameters; for fp8-block, MXFP4 and NVFP4 this script fits the two parameters of the format
+parameters; for fp8-block, MXFP4 and NVFP4 this script fits the three parameters of the format
 (`moe_<format>_gemm_factor`, `_bandwidth_factor`, `_fixed_s`, `roofline.cost.params`) per GPU on the balanced training
-shapes (Nelder-Mead on the median absolute log error) and prints them; the held-out shapes judge them.
+shapes (Nelder-Mead on the median absolute log error from `FIT_STARTS`; the bandwidth factor up to `bandwidth_cap`,
+the DRAM peak) and prints them; the held-out shapes judge them.
 
 Dense GEMMs (`gemm_perf.parquet`) in fp8-block (DeepGEMM, the kernel with the most rows) and NVFP4 (FlashInfer
 CuTe-DSL): the format's parameters of `roofline.cost.step_cost.linear_time_s` (`GEMM_FORMATS`) fitted per GPU on
