@@ -173,3 +173,32 @@ def test_marlin_backend_without_mxfp4_experts_is_an_error(model_id: str, match: 
 def test_unknown_moe_backend_is_an_error() -> None:
     with pytest.raises(UserError, match="--moe-backend: 'cutlass' is not allowed; allowed: auto, marlin"):
         QuantConfig.from_user(moe_backend="cutlass")
+
+
+def test_blackwell_block_fp8_experts_tile_tokens_by_eight_as_trtllm_does() -> None:
+    from dataclasses import replace
+
+    from roofline.cost.step_cost import TRTLLM_MOE_TILES_8BIT, moe_time_s
+    # FlashInfer TRT-LLM: tile_tokens_dim = next power of 2 of the tokens per expert, clamped to [8, 64].
+    assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MOE_TILES_8BIT] == [(8, 8), (16, 16), (32, 32), (np.inf, 64)]
+    b200 = load_profile("b200")
+    args = (np.array([1.0]), np.array([256.0]), 7168.0, 2048.0, "fp8", 1.0, 2.0, "fp8-block")
+    trtllm = moe_time_s(b200, *args)
+    cutlass_tiles = moe_time_s(replace(b200, family="hopper"), *args)  # 64-row tiles: one token padded to 64 rows
+    assert trtllm[0] < cutlass_tiles[0]
+
+
+def test_moe_bandwidth_factor_may_pass_the_dense_gemms_never_the_dram_peak() -> None:
+    from dataclasses import replace
+
+    from roofline.cost.step_cost import moe_time_s
+    h100 = load_profile("h100-sxm")
+    e = h100.efficiency
+
+    def decode_s(factor: float) -> float:  # one token, 8 experts: bandwidth-bound
+        hw = replace(h100, efficiency=replace(e, moe_fp8_block_bandwidth_factor=factor))
+        return float(moe_time_s(hw, 1.0, 8.0, 4096.0, 1536.0, "fp8", 1.0, 2.0, "fp8-block"))
+
+    at_peak = 1.0 / e.gemm_fp8_memory_efficiency
+    assert decode_s(1.1) < decode_s(1.0)
+    assert decode_s(2.0) == decode_s(at_peak)

@@ -1,4 +1,5 @@
-"""The operator tables' measurement condition (warm L2 between graph replays) and that serving never sees it."""
+"""The operator tables' measurement conditions (warm L2 between graph replays; the MoE tables' token distributions)
+and that serving never sees them."""
 
 from __future__ import annotations
 
@@ -6,14 +7,19 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from engine.core.model_spec import ModelSpec
+from roofline.calibration import fit, moe_routing
 from roofline.calibration.calibrate import stage_params
 from roofline.calibration.fit import l2_resident_rows, predict_table
+from roofline.calibration.moe_routing import NUM_POWER_LAW_DRAWS, balanced_loads, power_law_loads, table_expert_loads
 from roofline.calibration.op_tables import GEMM_LAYERS_PER_REPLAY, replay_working_set_bytes
 from roofline.cost.hardware import load_profile
+from roofline.cost.ops import expected_experts_touched
 from roofline.cost.quant import QuantConfig
-from roofline.cost.step_cost import StepCostModel, predict_single_ops
+from roofline.cost.step_cost import StepCostModel, moe_time_s, predict_single_ops
+from roofline.registry import load_model
 
 
 def _gemm_rows() -> pd.DataFrame:
@@ -72,3 +78,70 @@ def test_the_serving_step_model_ignores_the_l2_factor() -> None:
     q, c, e = np.array([1, 1, 300]), np.array([500, 900, 0]), np.array([1, 1, 1])
     times = [StepCostModel(spec, hw, QuantConfig.from_user(model_dtype="bfloat16")).step_time_s(q, c, e) for hw in (l40s, fast)]
     assert times[0] == times[1]
+
+
+# The fused-MoE tables' token distributions (roofline.calibration.moe_routing): a measurement condition too.
+
+def test_balanced_table_rows_are_a_round_robin_over_every_expert() -> None:
+    # 16 tokens, top-8 of 128: stride 16, token t picks t, t + 16, ..., t + 112: each expert exactly once, where
+    # uniform random routing touches 82 experts in expectation.
+    assert list(balanced_loads(16, 128, 8)) == [1] * 128
+    assert expected_experts_touched(16, 8, 128) == pytest.approx(82.4, abs=0.1)
+    # Fewer tokens than the stride: t * stride / T spreads them (4 tokens: experts 0, 4, 8, ... mod 128).
+    loads = balanced_loads(4, 128, 8)
+    assert loads.sum() == 32 and loads.max() == 1 and list(np.nonzero(loads)[0][:4]) == [0, 4, 8, 12]
+    assert table_expert_loads("balanced", 16, 128, 8).shape == (1, 128)
+
+
+def test_power_law_rows_cap_each_expert_at_the_token_count_and_are_seeded() -> None:
+    loads = table_expert_loads("power_law_1.2", 8192, 128, 8)
+    assert loads.shape == (NUM_POWER_LAW_DRAWS, 128)
+    assert (loads.sum(axis=1) == 8192 * 8).all() and loads.max() <= 8192
+    assert (np.diff(loads, axis=1) <= 0).all()  # sorted descending, hottest first
+    assert 7000 < np.median(loads[:, 0]) <= 8192  # the hottest expert takes most tokens (collector: ~7.7k)
+    again = power_law_loads(8192, 128, 8, 1.2, np.random.default_rng(0))
+    np.testing.assert_array_equal(again, power_law_loads(8192, 128, 8, 1.2, np.random.default_rng(0)))
+    # Few tokens: the counts drawn on [0.01, 2] round mostly to 0 or 1 and the rest is filled up one token per
+    # least-loaded expert, so nearly every routed token has its own expert.
+    assert (table_expert_loads("power_law_1.01", 4, 128, 8) > 0).sum(axis=1).mean() > 30
+
+
+def test_overflow_goes_one_token_at_a_time_to_the_least_loaded_expert_below_the_cap() -> None:
+    assert list(moe_routing._raise_lowest(np.array([5, 0, 2, 5]), 4, 5)) == [3, 3, 5, 5]
+    assert list(moe_routing._raise_lowest(np.array([5, 5]), 3, 5)) == [5, 5]  # nowhere below the cap: dropped
+    assert sorted(moe_routing._lower_highest(np.array([4, 1, 4]), 3)) == [1, 2, 3]
+
+
+def test_moe_table_rows_take_the_tables_routing_serving_never_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    h100 = load_profile("h100-sxm")
+    frame = pd.DataFrame({"num_tokens": [16.0, 16.0], "hidden_size": [4096.0] * 2, "inter_size": [1536.0] * 2,
+                          "topk": [8.0] * 2, "num_experts": [128.0] * 2, "dtype": ["bf16"] * 2,
+                          "distribution": ["balanced", "power_law_1.2"]})
+    uniform = predict_single_ops(h100, "moe", _cols(frame.drop(columns="distribution")))
+    table = predict_table(h100, "moe", frame)
+    assert table[0] > uniform[0]  # 128 experts' weights read instead of 82
+    np.testing.assert_array_equal(predict_table(h100, "moe", frame.drop(columns="distribution")), uniform)
+
+    def fail(*args: object) -> None:
+        raise AssertionError("the serving step model read the tables' token distributions")
+
+    for module in (moe_routing, fit):  # the module and the name predict_table calls
+        monkeypatch.setattr(module, "table_routing", fail)
+    monkeypatch.setattr(moe_routing, "table_expert_loads", fail)
+    spec = load_model("qwen3-30b-a3b")
+    cost = StepCostModel(spec, h100, QuantConfig.from_user(), 1)
+    q, c, e = np.array([1, 1, 300]), np.array([500, 900, 0]), np.array([1, 1, 1])
+    assert cost.step_time_s(q, c, e) > 0
+    with pytest.raises(AssertionError, match="serving step model"):
+        predict_table(h100, "moe", frame)
+
+
+def test_unequal_expert_loads_pad_a_row_tile_per_expert() -> None:
+    h100 = load_profile("h100-sxm")
+    args = (h100, np.array([32.0]), np.array([64.0]), 4096.0, 1536.0, "bf16", 2.0, 2.0)
+    even = moe_time_s(*args)
+    np.testing.assert_array_equal(moe_time_s(*args, row_tiles=lambda tm: 64 * np.ceil(32.0 / tm)), even)
+    # The same 2048 routed rows, one hot expert and 63 experts of one token each: ceil(1985 / tm) + 63 row tiles.
+    loads = np.array([[1985.0] + [1.0] * 63])
+    skewed = moe_time_s(*args, row_tiles=lambda tm: np.ceil(loads / tm).sum(axis=1))
+    assert skewed[0] > even[0]

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from roofline.calibration.moe_routing import mean_over_draws, table_routing
 from roofline.calibration.op_tables import replay_working_set_bytes
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.params import FITTABLE, efficiency_bounds
@@ -50,9 +51,15 @@ def _bounds(name: str) -> tuple[float, float]:
 
 def predict_table(profile: HardwareProfile, kind: str, frame: pd.DataFrame) -> np.ndarray:
     """Default predictor: single operators of `roofline.cost.step_cost.SINGLE_OP_COLUMNS`, as the operator tables
-    measure them (`warm_l2_profile`)."""
+    measure them (`warm_l2_profile`; MoE rows with a `distribution` column: the tables' token distributions,
+    `roofline.calibration.moe_routing`, averaged over its draws)."""
     names = SINGLE_OP_COLUMNS[kind]
     cols = {n: frame[n].to_numpy(dtype=str if "dtype" in n else np.float64) for n in names}
+    if kind == "moe" and "distribution" in frame:  # the table's own routing (`roofline.calibration.moe_routing`)
+        rows, loads, weights = table_routing(frame["distribution"].to_numpy(str), cols["num_tokens"],
+                                             cols["num_experts"], cols["topk"])
+        per_draw = predict_single_ops(profile, kind, {**{n: v[rows] for n, v in cols.items()}, "expert_loads": loads})
+        return mean_over_draws(rows, weights, per_draw, len(frame))
     out = predict_single_ops(profile, kind, cols)
     warm = l2_resident_rows(profile, kind, cols)
     if warm is not None and warm.any():

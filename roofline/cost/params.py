@@ -66,16 +66,16 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "gemm_fp4_saturation_fraction": ("gemm_fp4_saturation_fraction", 1.0, 1.0),
     "moe_fp8_block_gemm_factor": ("moe_fp8_block_gemm_factor", 1.0, 1.0),
     "moe_fp8_block_fixed_s": ("moe_fp8_block_fixed_us", 1e-6, 1e6),
-    "moe_fp8_block_bandwidth_factor": ("moe_fp8_block_bandwidth_factor", 1.0, 1.0),
+    "moe_fp8_block_bandwidth_factor": ("moe_fp8_block_bandwidth_factor", 1.0, 2.0),
     "moe_w4a16_gemm_factor": ("moe_w4a16_gemm_factor", 1.0, 1.0),
     "moe_w4a16_fixed_s": ("moe_w4a16_fixed_us", 1e-6, 1e6),
-    "moe_w4a16_bandwidth_factor": ("moe_w4a16_bandwidth_factor", 1.0, 1.0),
+    "moe_w4a16_bandwidth_factor": ("moe_w4a16_bandwidth_factor", 1.0, 2.0),
     "moe_w4a16_marlin_gemm_factor": ("moe_w4a16_marlin_gemm_factor", 1.0, 1.0),
     "moe_w4a16_marlin_fixed_s": ("moe_w4a16_marlin_fixed_us", 1e-6, 1e6),
-    "moe_w4a16_marlin_bandwidth_factor": ("moe_w4a16_marlin_bandwidth_factor", 1.0, 1.0),
+    "moe_w4a16_marlin_bandwidth_factor": ("moe_w4a16_marlin_bandwidth_factor", 1.0, 2.0),
     "moe_fp4_gemm_factor": ("moe_fp4_gemm_factor", 1.0, 1.0),
     "moe_fp4_fixed_s": ("moe_fp4_fixed_us", 1e-6, 1e6),
-    "moe_fp4_bandwidth_factor": ("moe_fp4_bandwidth_factor", 1.0, 1.0),
+    "moe_fp4_bandwidth_factor": ("moe_fp4_bandwidth_factor", 1.0, 2.0),
     "collective_bus_efficiency": ("collective_bus_efficiency", 1.0, 1.0),
     "collective_latency_scale": ("collective_latency_scale", 1.0, 1e3),
     "nccl_bus_efficiency": ("nccl_bus_efficiency", 1.0, 1.0),
@@ -172,26 +172,33 @@ class EfficiencyParams:
     # fits on aiconfigurator-core's vLLM 0.24 MoE tables (benchmarks/moe_accuracy.py; H100 for fp8-block and
     # MXFP4, B200 for NVFP4). `_gemm_factor` scales the GEMM compute efficiency, `_bandwidth_factor` the
     # bandwidth the experts' weights stream at (weight-only W4A16 kernels stream at near the full bandwidth but
-    # dequantize slowly; the fitted bandwidth factor says how fast).
-    moe_fp8_block_gemm_factor: float = 0.445
-    moe_fp8_block_fixed_s: float = 23.5e-6
-    moe_fp8_block_bandwidth_factor: float = 1.0
-    moe_w4a16_gemm_factor: float = 0.487
-    moe_w4a16_fixed_s: float = 29.2e-6
-    moe_w4a16_bandwidth_factor: float = 0.89
+    # dequantize slowly; the fitted bandwidth factor says how fast). The bandwidth factor multiplies the dense GEMMs'
+    # memory efficiency (gemm_fp8_memory_efficiency for 8-bit and fp4, else memory_efficiency), not the peak, so it
+    # may exceed 1: `moe_time_s` caps the product at 1 (the DRAM peak). Fitted on the balanced training rows with the
+    # tables' own token distributions and per-expert loads (`roofline.calibration.moe_routing`, 2026-11-24); held-out
+    # median error balanced / power law 1.01 / 1.2: fp8-block (H100) 5.0 / 5.1 / 5.0 %, MXFP4 (H100) 6.0 / 11.4 /
+    # 12.1 %, NVFP4 (B200) 10.6 / 11.7 / 12.5 % (BENCHMARKS.md, issue 17). The Blackwell chip files carry their own
+    # fp8-block fits (FlashInfer TRT-LLM, `roofline.cost.step_cost.TRTLLM_MOE_TILES_8BIT`).
+    moe_fp8_block_gemm_factor: float = 0.436
+    moe_fp8_block_fixed_s: float = 25.8e-6
+    moe_fp8_block_bandwidth_factor: float = 1.174
+    moe_w4a16_gemm_factor: float = 0.512
+    moe_w4a16_fixed_s: float = 29.9e-6
+    moe_w4a16_bandwidth_factor: float = 0.929
     # MXFP4 experts on vLLM's Marlin W4A16 MoE kernel instead (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1:
     # e.g. InferenceX's gpt-oss recipes on H100/H200): the same three parameters, fitted on the Marlin rows of the
     # H100 vLLM 0.24 MoE table (kernel vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu, balanced
-    # routing; benchmarks/moe_accuracy.py `run_marlin`: the fixed cost fitted on H100 and H200 together, one Hopper
-    # kernel, the two factors per chip; leave-one-shape-out 7.7 % median, p90 23.9 %, bias +0.2 %; the other chips
-    # with tables carry their own fits). Marlin dequantizes in registers at about half the OAI
-    # Triton kernel's throughput once the experts are compute-bound (~200 against ~500 TFLOP/s on H100, 8k tokens).
-    moe_w4a16_marlin_gemm_factor: float = 0.267
-    moe_w4a16_marlin_fixed_s: float = 26.5e-6
-    moe_w4a16_marlin_bandwidth_factor: float = 1.0
-    moe_fp4_gemm_factor: float = 0.568
-    moe_fp4_fixed_s: float = 11.0e-6
-    moe_fp4_bandwidth_factor: float = 1.0
+    # routing as the tables route it, `roofline.calibration.moe_routing`; benchmarks/moe_accuracy.py `run_marlin`:
+    # the fixed cost fitted on H100 and H200 together, one Hopper kernel, the two factors per chip; leave-one-shape-out
+    # median balanced / power law 1.01 / 1.2: 5.6 / 11.7 / 12.9 %; h200-sxm.yaml carries H200's factors). Marlin
+    # dequantizes in registers at about half the OAI Triton kernel's throughput once the experts are compute-bound
+    # (~200 against ~500 TFLOP/s on H100, 8k tokens).
+    moe_w4a16_marlin_gemm_factor: float = 0.263
+    moe_w4a16_marlin_fixed_s: float = 49.5e-6
+    moe_w4a16_marlin_bandwidth_factor: float = 1.118
+    moe_fp4_gemm_factor: float = 0.525
+    moe_fp4_fixed_s: float = 12.3e-6
+    moe_fp4_bandwidth_factor: float = 1.263
     # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link).
     collective_bus_efficiency: float = 0.80
     # Multiplies the profile's interconnect latency (alpha) for the collectives the engine uses.

@@ -164,6 +164,15 @@ def gemm_kernels(family: str | None) -> GemmKernels:
 # an expert gets in decode). With these tiles the held-out error on the MXFP4 tables drops from 15-22 % to 9-16 %
 # (benchmarks/moe_accuracy.py).
 MOE_W4A16_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), (128, 128), (128, 256))
+# FlashInfer's TRT-LLM fused MoE, vLLM's block-scaled fp8 experts on Blackwell: the tokens are the narrow side of its
+# batched GEMMs, tiled by tile_tokens_dim = the next power of 2 of the tokens per expert, clamped to [8, 64]
+# (FlashInfer `calculate_tile_tokens_dim`: "Cap to 8-64 tokens per CTA tile as it's the range supported by the
+# kernel"; computed from the batch's mean tokens per expert), 128 weight rows per tile. In `tiles_8bit` form
+# (tokens per expert up to, ((n up to, (tm, tn)),)). With the 8-bit CUTLASS tiles (64 rows at least) the held-out
+# B200 error was 15.5 / 18.1 / 17.4 % (balanced / power law 1.01 / 1.2; 1.4-1.6x slow at 16-256 tokens, one token
+# per expert padded to 64 rows), with these 10.5 / 9.7 / 10.2 % (benchmarks/moe_accuracy.py, BENCHMARKS.md issue 17).
+TRTLLM_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
+    (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((8, 8), (16, 16), (32, 32), (math.inf, 64)))
 _K_BLOCK = 64  # K is consumed in blocks of 64 elements (128 bytes of bf16: one TMA/cp.async stage)
 _EIGHT_BIT = ("fp8", "int8")
 _NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16  # E2M1 values and one E4M3 scale per 16
@@ -247,7 +256,8 @@ def _bandwidth(hw: HardwareProfile) -> float:
 def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
                 in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0,
                 bw_scale: float = 1.0, tiles: tuple[tuple[int, int], ...] | None = None, cublas: bool = True,
-                tile_fixed_k: float | None = None) -> Any:
+                tile_fixed_k: float | None = None, row_tiles: Callable[[int], Any] | None = None,
+                tiles_8bit: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] | None = None) -> Any:
     """One GEMM kernel (or one grouped GEMM of `groups` equal problems): y (m x n) = x (m x k) @ W (k x n).
 
     Tiles run in waves of one per SM (`num_compute_units`); compute time = waves * 2*tm*tn*(k/s + tile fixed
@@ -263,7 +273,9 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     tile choice (16-bit path, no split-K). `cublas`: a dense linear layer, run by the family's kernels
     (`gemm_kernels`: their tiles, and a second split-K reduction kernel where they have one); fused-MoE grouped
     GEMMs are other kernels and pass False (the SM90 tables). `tile_fixed_k`: another kernel's per-tile cost (default:
-    the family's for the dtype). Plus kernel_fixed_s."""
+    the family's for the dtype). `row_tiles`: unequal groups (tokens per expert differ), tile height -> the row
+    tiles of all groups together (sum over groups of ceil(m_g / tm)); default: `groups` equal groups of m rows.
+    `tiles_8bit`: another 8-bit kernel's tile choice (`GemmKernels.tiles_8bit` form). Plus kernel_fixed_s."""
     if hw.kind == "cpu":  # no tiles or waves on a CPU (roofline.cost.cpu_timing)
         return cpu_timing.gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, in_bytes, out_bytes, groups,
                                       eff_scale)
@@ -284,7 +296,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     reduce_kernel = kernels.split_k_reduction_kernel
 
     def tiled(tm: int, tn: int, s: int) -> Any:
-        tiles = groups * _ceil(m / tm) * _ceil(n / tn) * s
+        tiles = (groups * _ceil(m / tm) if row_tiles is None else row_tiles(tm)) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
         tc = _ceil(tiles / sms) * 2.0 * tm * tn * (k_split + fixed_k) / per_sm
         share = 1.0 if eight else _min(tiles / saturating, 1.0)
@@ -298,7 +310,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     best: Any = None  # the fastest tiling so far, per element of m, n, k
     if eight:
         lo = 0.0
-        for hi, by_n in kernels.tiles_8bit:
+        for hi, by_n in tiles_8bit or kernels.tiles_8bit:
             n_lo = 0.0
             for n_hi, (tm, tn) in by_n:
                 t = np.where((m > lo) & (m <= hi) & (n > n_lo) & (n <= n_hi), tiled(tm, tn, 1), np.inf)
@@ -652,7 +664,8 @@ def memory_op_time_s(hw: HardwareProfile, bytes_moved: Any, num_kernels: int) ->
 
 
 def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
-               weight_bytes_per_param: float, act_bytes: float, scheme: str | None = None) -> Any:
+               weight_bytes_per_param: float, act_bytes: float, scheme: str | None = None,
+               row_tiles: Callable[[int], Any] | None = None) -> Any:
     """Fused MoE: grouped gate_up (n = 2*inter, k = hidden) and down (n = hidden, k = inter) GEMMs over the
     touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost.
 
@@ -661,10 +674,13 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     efficiency and bandwidth they reach and their fixed cost (`roofline.cost.params`):
     bf16 (Triton / FlashInfer) moe_compute_efficiency (compute only) and moe_fixed_s; per-tensor fp8
     (FlashInfer CUTLASS / TRT-LLM) moe_fp8_*; block-scaled fp8 (Triton w8a8 block on Hopper, FlashInfer TRT-LLM
-    on Blackwell) moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on Hopper, TRT-LLM mxfp4-bf16 on Blackwell: 4-bit
-    weights dequantized in the kernel, bf16 math) moe_w4a16_*; NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the
-    fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin ("mxfp4-marlin", `--moe-backend marlin`: W4A16, its own row
-    tiles down to 16 as above) moe_w4a16_marlin_* (each: a compute factor, a bandwidth factor and a fixed cost)."""
+    on Blackwell with its token tiles, `TRTLLM_MOE_TILES_8BIT`) moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on
+    Hopper, TRT-LLM mxfp4-bf16 on Blackwell: 4-bit weights dequantized in the kernel, bf16 math) moe_w4a16_*;
+    NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin
+    ("mxfp4-marlin", `--moe-backend marlin`: W4A16, its own row tiles down to 16 as above) moe_w4a16_marlin_*
+    (each: a compute factor, a bandwidth factor and a fixed cost).
+    `row_tiles` (`gemm_time_s`): the experts' unequal token counts, as the operator tables route them
+    (`roofline.calibration.moe_routing`); the serving model spreads a step's tokens evenly over the touched experts."""
     e = hw.efficiency
     if scheme is None:
         scheme = "fp8" if dtype in _EIGHT_BIT else "none"
@@ -679,11 +695,17 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
                          e.moe_w4a16_marlin_fixed_s),
         "nvfp4": (e.moe_fp4_gemm_factor, e.moe_fp4_bandwidth_factor, e.moe_fp4_fixed_s),
     }.get(scheme, (e.moe_compute_efficiency, 1.0, e.moe_fixed_s))
+    # The bandwidth factors multiply the dense GEMMs' memory efficiency, not the peak: a fused-MoE kernel may stream
+    # its weights faster than the dense GEMM kernel, never faster than the DRAM.
+    eight = dtype in _EIGHT_BIT or dtype == "fp4"
+    bw_scale = min(bw_scale, 1.0 / (e.gemm_fp8_memory_efficiency if eight else e.memory_efficiency))
     # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
     in_b = 1.0 if dtype in _EIGHT_BIT else (0.5 + 1.0 / 16 if dtype == "fp4" else act_bytes)
     tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
+    trtllm = TRTLLM_MOE_TILES_8BIT if scheme == "fp8-block" and hw.family == "blackwell" else None
     kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
-              eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False)
+              eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False, row_tiles=row_tiles,
+              tiles_8bit=trtllm)
     up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **kw)
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
     act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
@@ -1362,10 +1384,18 @@ def _predict_all_reduce(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: st
 
 
 def _predict_moe(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    """Uniform random routing (the serving model's assumption), unless `c` carries `expert_loads` (rows x experts,
+    tokens per expert): the operator tables' own routing, a measurement condition only
+    `roofline.calibration.fit.predict_table` passes (`roofline.calibration.moe_routing`)."""
     peak, size = OP_DTYPES[dtype]
     t, e, topk = c["num_tokens"], c["num_experts"], c["topk"]
-    touched = expected_experts_touched(t, topk, e)
-    return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0)
+    if "expert_loads" not in c:
+        touched = expected_experts_touched(t, topk, e)
+        return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0)
+    loads = c["expert_loads"]
+    touched = (loads > 0).sum(axis=1).astype(np.float64)
+    return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0,
+                      row_tiles=lambda tm: np.ceil(loads / tm).sum(axis=1))
 
 
 _PREDICTORS = {
