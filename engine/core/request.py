@@ -93,6 +93,8 @@ class Request:
         "_num_computed",
         "_token_times",
         "_cols",
+        "_col_off",
+        "_col_seq",
     )
 
     def __init__(
@@ -149,6 +151,8 @@ class Request:
         # (`engine.core.fast_path.RunningColumns`), they hold its computed tokens and its last generated
         # tokens and their times; the properties below read through them.
         self._cols: RunningColumns | None = None
+        self._col_off: int | None = None  # there: num_tokens - the columns' update count, while it decodes
+        self._col_seq = 0  # there: when it joined them (the running queue's order)
 
     @property
     def num_computed_tokens(self) -> int:

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from collections.abc import Callable
+
 from engine.core.request import Request
+
+BulkRows = tuple[np.ndarray, np.ndarray, np.ndarray]  # query, context and block-table lengths of the bulk rows
 
 
 class ScheduledSeq:
@@ -92,6 +96,8 @@ class StepPlan:
         "_emits",
         "_num_blocks",
         "_bulk",
+        "_bulk_fn",
+        "_bulk_context_sum",
         "_arrays",
         "_seqs",
         "_tables",
@@ -117,7 +123,11 @@ class StepPlan:
         self._context: list[int] = []
         self._emits: list[bool] = []
         self._num_blocks: list[int] = []
-        self._bulk: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # query, context, num_blocks
+        self._bulk: BulkRows | None = None
+        # The fast path hands the bulk rows over as a function, called on first use (a step of decodes only is
+        # costed from its context sum, which it gives as well), so that a step nobody reads builds no arrays.
+        self._bulk_fn: Callable[[], BulkRows] | None = None
+        self._bulk_context_sum: int | None = None
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._seqs: tuple[ScheduledSeq, ...] | None = None
         self._tables: list[tuple[int, ...]] | None = None
@@ -135,6 +145,8 @@ class StepPlan:
         of running requests only shares its all-True emits with the other plans of its size)."""
         if self._arrays is not None:
             return self._arrays
+        if self._bulk_fn is not None:
+            self._resolve_bulk()
         if self._bulk is None:
             self._arrays = (np.array(self._query, dtype=np.int64), np.array(self._context, dtype=np.int64),
                             np.array(self._emits, dtype=bool))
@@ -151,8 +163,21 @@ class StepPlan:
     @property
     def num_emitting_seqs(self) -> int:
         """Sequences that sample a token this step."""
-        num_bulk = 0 if self._bulk is None else len(self._bulk[0])  # bulk rows always do
+        num_bulk = len(self.requests) - len(self._emits)  # bulk rows always do
         return num_bulk + sum(self._emits)
+
+    @property
+    def emits_after_bulk(self) -> list[bool]:
+        """Whether each sequence added after the bulk rows (`add_seq`) samples a token (all of them without bulk
+        rows; do not modify)."""
+        return self._emits
+
+    @property
+    def num_context_tokens(self) -> int:
+        """Context lengths summed over the sequences."""
+        if self._bulk_context_sum is not None:
+            return self._bulk_context_sum + sum(self._context)
+        return int(np.add.reduce(self.seq_arrays()[1]))
 
     @property
     def all_emit(self) -> bool:
@@ -166,21 +191,23 @@ class StepPlan:
     @property
     def query_lens(self) -> list[int]:
         """Tokens computed this step."""
-        return self.seq_arrays()[0].tolist() if self._bulk is not None else self._query
+        return self.seq_arrays()[0].tolist() if self._has_bulk else self._query
 
     @property
     def context_lens(self) -> list[int]:
         """Tokens already in the KV cache before this step."""
-        return self.seq_arrays()[1].tolist() if self._bulk is not None else self._context
+        return self.seq_arrays()[1].tolist() if self._has_bulk else self._context
 
     @property
     def emits(self) -> list[bool]:
-        return self.seq_arrays()[2].tolist() if self._bulk is not None else self._emits
+        return self.seq_arrays()[2].tolist() if self._has_bulk else self._emits
 
     @property
     def block_tables(self) -> list[tuple[int, ...]]:
         """Each sequence's whole block table (enough slots for context + query)."""
         if self._tables is None:
+            if self._bulk_fn is not None:
+                self._resolve_bulk()
             lengths = self._num_blocks if self._bulk is None else self._bulk[2].tolist() + self._num_blocks
             self._tables = [tuple(r.block_ids[:n]) for r, n in zip(self.requests, lengths)]
         return self._tables
@@ -223,7 +250,7 @@ class StepPlan:
     def remove_seq(self, req: Request) -> int:
         """Unschedule `req` (a victim of priority preemption; not for plans with bulk rows); returns its
         tokens."""
-        assert self._bulk is None
+        assert not self._has_bulk
         i = self.requests.index(req)
         n = self._query[i]
         is_decode = n == 1 and self._context[i] >= req.num_prompt_tokens
@@ -245,12 +272,23 @@ class StepPlan:
         self._emits = [True] * len(requests)
         self._set_totals(num_batched_tokens, num_prefill_tokens)
 
-    def add_running_columns(self, requests: list[Request], query: np.ndarray, context: np.ndarray,
-                            num_blocks: np.ndarray, num_batched_tokens: int, num_prefill_tokens: int) -> None:
-        """`add_running` from the fast path's columns: the arrays become the plan's leading (bulk) rows."""
+    def add_running_columns(self, requests: list[Request], bulk: Callable[[], BulkRows], context_sum: int,
+                            num_batched_tokens: int, num_prefill_tokens: int) -> None:
+        """`add_running` from the fast path's columns: `bulk()` gives the arrays of the plan's leading (bulk) rows
+        (called at most once, on first use; what it reads must not change), `context_sum` their context sum."""
         self.requests = requests
-        self._bulk = (query, context, num_blocks)
+        self._bulk_fn = bulk
+        self._bulk_context_sum = context_sum
         self._set_totals(num_batched_tokens, num_prefill_tokens)
+
+    @property
+    def _has_bulk(self) -> bool:
+        return self._bulk is not None or self._bulk_fn is not None
+
+    def _resolve_bulk(self) -> None:
+        assert self._bulk_fn is not None
+        self._bulk = self._bulk_fn()
+        self._bulk_fn = None
 
     def _set_totals(self, num_batched_tokens: int, num_prefill_tokens: int) -> None:
         self.num_batched_tokens = num_batched_tokens
