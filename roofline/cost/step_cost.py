@@ -881,10 +881,21 @@ class StepCostModel:
         n = int(context_lens.size)
         if not n:
             return self._stats_time_s(BatchStats.from_decode_contexts(context_lens))
+        return self.decode_sum_time_s(n, int(_sum(context_lens)))
+
+    @property
+    def decode_depends_on_sums(self) -> bool:
+        """Whether a step of decodes only depends on its number of sequences and the sum of their contexts alone
+        (`decode_sum_time_s`)."""
+        return self._plain_decode
+
+    def decode_sum_time_s(self, n: int, context_sum: int) -> float:
+        """`decode_step_time_s` of `n` >= 1 decodes whose contexts sum to `context_sum`, where
+        `decode_depends_on_sums`."""
         token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
         emit_s, emit_k = self._emit_table.lookup(n)
         r = self.rank
-        shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, float(_sum(context_lens)) + n,
+        shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, float(context_sum) + n,
                                        self._q_token, self._kv_token, self._attn_kernels)
         # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
         attn_s = float(r.layers * attention_decode_time_s(self.hw, *shape, self.quant.act_dtype, self._kv_fp8))
