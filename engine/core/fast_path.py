@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from engine.core.block_hash import MASK_63, constant_block_terms
+from engine.core.block_hash import MASK_63, constant_block_contents
 from engine.core.request import Request, RequestStatus
 from engine.core.step_plan import BulkRows, StepPlan
 
@@ -71,8 +71,8 @@ class RunningColumns:
         self.reqs = reqs
         self.token = token
         self.block_size = block_size
-        # What hashes a block of `token` only inline, for positions below num_positions (`constant_block_terms`).
-        self.hash_terms = constant_block_terms(token, num_positions)
+        # What hashes a whole block of `token` only inline, below num_positions (`constant_block_contents`).
+        self.block_contents = constant_block_contents(token, block_size, -(-num_positions // block_size))
         self.times: list[float | None] = []  # now_s of every update of the period
         self.times_complete = True  # no update without a time (whose tokens get none, as in the object path)
         self.num_updates = 0
@@ -382,13 +382,12 @@ class FastPath:
         if caching:
             filled = cols.by_phase[-num_updates % bs]
             if filled:
-                weight, sums = cols.hash_terms
+                contents = cols.block_contents
                 for req in filled:
                     num_tokens = req._col_off + num_updates  # type: ignore[operator]  # decoders have one
-                    start = num_tokens - bs
-                    if req.num_prompt_tokens + len(req._output_ids) <= start:  # a block of `token` only
+                    if req.num_prompt_tokens + len(req._output_ids) <= num_tokens - bs:  # a block of `token` only
                         hashes = req.block_hashes
-                        hashes.append((hashes[-1] + weight * (sums[num_tokens] - sums[start])) & MASK_63)
+                        hashes.append((hashes[-1] + contents[num_tokens // bs - 1]) & MASK_63)
                     else:
                         self._hash_block(cols, req, num_tokens)
         stops = cols.stopping.pop(num_updates, None)

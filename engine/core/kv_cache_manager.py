@@ -23,6 +23,7 @@ attention reads it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -154,7 +155,8 @@ class KVCacheManager:
             num_full_blocks = min(num_computed + num_new_tokens, num_tokens) // bs
             num_cached = req.num_cached_blocks
             if num_full_blocks > num_cached:
-                pool.register(req.block_ids[num_cached:num_full_blocks], req.block_hashes[num_cached:num_full_blocks])
+                req.cache_chain = pool.register_chain(req.cache_chain, req.block_ids, req.block_hashes, num_cached,
+                                                      num_full_blocks)
                 req.num_cached_blocks = num_full_blocks
         return True
 
@@ -169,6 +171,14 @@ class KVCacheManager:
             for req, block_id in zip(opening, self.pool.allocate(len(opening))):
                 req.block_ids.append(block_id)
         if filling:
+            pool = self.pool
+            chains = [req.cache_chain for req in filling]
+            if None in chains:  # a block list with no block of its own cached yet starts a chain: one by one
+                for req in filling:
+                    k = req.num_cached_blocks
+                    req.cache_chain = pool.register_chain(req.cache_chain, req.block_ids, req.block_hashes, k, k + 1)
+                    req.num_cached_blocks = k + 1
+                return
             block_ids = []
             block_hashes = []
             for req in filling:
@@ -176,10 +186,11 @@ class KVCacheManager:
                 block_ids.append(req.block_ids[k])
                 block_hashes.append(req.block_hashes[k])
                 req.num_cached_blocks = k + 1
-            self.pool.register(block_ids, block_hashes)
+            pool.register_ends(cast("list[int]", chains), block_ids, block_hashes)
 
     def free(self, req: Request) -> None:
         """Release all blocks of `req`, last block first so a chain is evicted from its tail."""
         self.pool.free(req.block_ids[::-1])
         req.block_ids = []
         req.num_cached_blocks = 0
+        req.cache_chain = None

@@ -81,6 +81,7 @@ class Request:
         "block_ids",
         "block_hashes",
         "num_cached_blocks",
+        "cache_chain",
         "max_num_tokens",
         "stop_token_set",
         "next_check_len",
@@ -133,6 +134,7 @@ class Request:
         self.block_ids: list[int] = []
         self.block_hashes: list[int] = []
         self.num_cached_blocks = 0
+        self.cache_chain: int | None = None  # the prefix-cache chain its block list registers into (BlockPool)
         # Stop rules precomputed by the scheduler: the length at which the request stops (prompt + max_tokens
         # capped by max_model_len) and the tokens that stop it (EOS unless ignore_eos, stop_token_ids).
         self.max_num_tokens = 0
