@@ -20,6 +20,7 @@ What this uses of the scheduler: `running` (the running queue, which it may repl
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -161,7 +162,7 @@ class RunningColumns:
         req._cols = None
         req._col_off = None
 
-    def bulk_rows(self, prefill_rows: list[tuple[int, int, int, int]]) -> BulkRows:
+    def bulk_rows(self, prefill_rows: list[tuple[int, int, int, int]]) -> Callable[[], BulkRows]:
         """The plan's arrays of this step's rows, as `schedule_running` leaves them: query, context and
         block-table lengths; `prefill_rows` (row, context, query, blocks) where the rows are prefills."""
         off, num_updates, bs = self.off, self.num_updates, self.block_size

@@ -12,9 +12,9 @@ fast paths (`engine.core.fast_path`) schedule the whole running queue at once (`
 
 from __future__ import annotations
 
-import numpy as np
-
 from collections.abc import Callable
+
+import numpy as np
 
 from engine.core.request import Request
 
