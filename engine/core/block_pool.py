@@ -324,31 +324,32 @@ class BlockPool:
             return []  # the common miss
         wanted = block_hashes[:max_num_blocks]
         num_wanted = len(wanted)
+        found = [(k, chain_id) for k, block_hash in enumerate(wanted) if block_hash in starts
+                 for chain_id in starts[block_hash]]
+        if len(found) == 1:  # one chain (a preempted request's own, back): its blocks up to the first not cached
+            chain = self._chains[found[0][1]]
+            seg = chain.block_ids[chain.start:chain.start + num_wanted]
+            held = self.block_hash[np.array(seg, dtype=np.int64)] == np.array(wanted[:len(seg)], dtype=np.int64)
+            end = len(seg) if _all(held) else int(np.argmin(held))
+            return seg[:end]
         wanted_arr = np.array(wanted, dtype=np.int64)
         # Per chain starting at a wanted position: the order of registration of its block at each position, where
         # that block still holds the wanted hash (else _NEVER), and the block.
         orders = []
         blocks = []
-        for k, block_hash in enumerate(wanted):
-            found = starts.get(block_hash)
-            if found is None:
-                continue
-            for chain_id in found:
-                chain = self._chains[chain_id]
-                seg = chain.block_ids[chain.start:chain.start + num_wanted - k]
-                ids = np.zeros(num_wanted, dtype=np.int64)
-                ids[k:k + len(seg)] = seg
-                order = np.full(num_wanted, _NEVER, dtype=np.int64)
-                held = self.block_hash[ids[k:k + len(seg)]] == wanted_arr[k:k + len(seg)]
-                order[k:k + len(seg)][held] = self._reg_order[ids[k:k + len(seg)][held]]
-                orders.append(order)
-                blocks.append(ids)
-        if len(orders) == 1:
-            order, ids = orders[0], blocks[0]
-        else:
-            best = np.argmin(np.stack(orders), axis=0)
-            positions = np.arange(num_wanted)
-            order, ids = np.stack(orders)[best, positions], np.stack(blocks)[best, positions]
+        for k, chain_id in found:
+            chain = self._chains[chain_id]
+            seg = chain.block_ids[chain.start:chain.start + num_wanted - k]
+            ids = np.zeros(num_wanted, dtype=np.int64)
+            ids[k:k + len(seg)] = seg
+            order = np.full(num_wanted, _NEVER, dtype=np.int64)
+            held = self.block_hash[ids[k:k + len(seg)]] == wanted_arr[k:k + len(seg)]
+            order[k:k + len(seg)][held] = self._reg_order[ids[k:k + len(seg)][held]]
+            orders.append(order)
+            blocks.append(ids)
+        best = np.argmin(np.stack(orders), axis=0)
+        positions = np.arange(num_wanted)
+        order, ids = np.stack(orders)[best, positions], np.stack(blocks)[best, positions]
         misses = (order == _NEVER).nonzero()[0]
         end = int(misses[0]) if len(misses) else num_wanted
         return ids[:end].tolist()
