@@ -136,9 +136,10 @@ class BlockPool:
         self._reg_order = np.zeros(num_blocks, np.int64)
         self._reg_chain = np.zeros(num_blocks, np.int64)
         self._num_registered = 0
-        # `_prune_chains` when there are more. A prune takes ~10 ms with ~3 x 10^4 blocks; at 2 x the live chains
-        # + 1,024 it ran 9 times in sim_speed's 10,000 requests (0.1 s), at this bound 3 times.
-        self._max_chains = 8192
+        # `_prune_chains` when there are more. Dead chains keep their block and hash lists alive: sim_speed's 10,000
+        # requests keep ~190 chains live, prune twice (~30 ms each, mostly freeing the lists) and peak at 405 MB RSS
+        # (at 8,192 and 4x the live chains: 526 MB).
+        self._max_chains = 4096
 
     def _view(self, block_id: int) -> KVCacheBlock:
         """The one `KVCacheBlock` of `block_id` (made on first use, then the same object)."""
@@ -363,7 +364,7 @@ class BlockPool:
         for chain_id, chain in self._chains.items():  # in creation order, as the lists were
             starts.setdefault(chain.block_hashes[chain.start], []).append(chain_id)
         self._chain_starts = starts
-        self._max_chains = max(4 * len(self._chains), 8192)
+        self._max_chains = max(2 * len(self._chains), 4096)
 
     # ---- the same on KVCacheBlock objects ----
     def get_cached_block(self, block_hash: int) -> KVCacheBlock | None:
