@@ -296,7 +296,8 @@ class FastPath:
         else:
             new = running[len(cols.off):]  # admitted this step: the plan's sequences after the bulk rows
             new_emits = plan.emits_after_bulk
-        cols.join(new)
+        if new:
+            cols.join(new)
         return self._update_columns(cols, new, new_emits, now_s)
 
     def flush(self) -> None:
@@ -396,27 +397,25 @@ class FastPath:
             finished = [(req, _CAPPED) for req in stops]
         # The last step's prefills (all scheduled in full, so sampling now) and this step's admissions, in queue
         # order: their first token of the period, or none (a prompt chunk: they stay prefills).
-        joining = cols.prefills
-        cols.prefills = []
-        changed: list[Request] = []  # prefills turned decoders: their rows' `off`
-        for req in joining:
-            if self._start_decoding(cols, req, num_updates, finished):
-                changed.append(req)
-        new_off: list[int] = []
-        for req, emits in zip(new, new_emits):
-            if emits and self._start_decoding(cols, req, num_updates, finished):
-                new_off.append(cast(int, req._col_off))
-            else:
-                new_off.append(0)
-                if not emits:
-                    cols.prefills.append(req)
         off = cols.off
         running = sched.running
-        if changed:
-            off = off.copy()
-            for req in changed:
-                off[running.index(req)] = req._col_off
-        if new_off:
+        if cols.prefills:
+            joining = cols.prefills
+            cols.prefills = []
+            changed = [req for req in joining if self._start_decoding(cols, req, num_updates, finished)]
+            if changed:  # prefills turned decoders: their rows' `off`
+                off = off.copy()
+                for req in changed:
+                    off[running.index(req)] = req._col_off
+        if new:
+            new_off: list[int] = []
+            for req, emits in zip(new, new_emits):
+                if emits and self._start_decoding(cols, req, num_updates, finished):
+                    new_off.append(cast(int, req._col_off))
+                else:
+                    new_off.append(0)
+                    if not emits:
+                        cols.prefills.append(req)
             off = np.concatenate((off, new_off))
         cols.off = off
         if not finished:

@@ -23,7 +23,6 @@ attention reads it).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
 import numpy as np
 
@@ -172,21 +171,24 @@ class KVCacheManager:
                 req.block_ids.append(block_id)
         if filling:
             pool = self.pool
-            chains = [req.cache_chain for req in filling]
-            if None in chains:  # a block list with no block of its own cached yet starts a chain: one by one
-                for req in filling:
-                    k = req.num_cached_blocks
-                    req.cache_chain = pool.register_chain(req.cache_chain, req.block_ids, req.block_hashes, k, k + 1)
-                    req.num_cached_blocks = k + 1
-                return
-            block_ids = []
-            block_hashes = []
+            block_ids: list[int] = []
+            block_hashes: list[int] = []
+            chains: list[int] = []
             for req in filling:
                 k = req.num_cached_blocks
-                block_ids.append(req.block_ids[k])
-                block_hashes.append(req.block_hashes[k])
+                chain = req.cache_chain
+                if chain is None:  # its block list's first block of its own: a new chain (after the ones before)
+                    if block_ids:
+                        pool.register_ends(chains, block_ids, block_hashes)
+                        block_ids, block_hashes, chains = [], [], []
+                    req.cache_chain = pool.register_chain(None, req.block_ids, req.block_hashes, k, k + 1)
+                else:
+                    block_ids.append(req.block_ids[k])
+                    block_hashes.append(req.block_hashes[k])
+                    chains.append(chain)
                 req.num_cached_blocks = k + 1
-            pool.register_ends(cast("list[int]", chains), block_ids, block_hashes)
+            if block_ids:
+                pool.register_ends(chains, block_ids, block_hashes)
 
     def free(self, req: Request) -> None:
         """Release all blocks of `req`, last block first so a chain is evicted from its tail."""
