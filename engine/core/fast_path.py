@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the scheduler imports this module
 
 _STOPPED, _CAPPED = RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED
 _SEQ = operator.attrgetter("_col_seq")
+_max = np.maximum.reduce
 
 _ONES: dict[int, np.ndarray] = {}
 
@@ -162,6 +163,11 @@ class RunningColumns:
         req._cols = None
         req._col_off = None
 
+    def longest_context(self) -> Callable[[], int]:
+        """The longest context of this step's rows, all decoders, before it (for the plan)."""
+        off, num_updates = self.off, self.num_updates
+        return lambda: int(_max(off)) + num_updates - 1
+
     def bulk_rows(self, prefill_rows: list[tuple[int, int, int, int]]) -> Callable[[], BulkRows]:
         """The plan's arrays of this step's rows, as `schedule_running` leaves them: query, context and
         block-table lengths; `prefill_rows` (row, context, query, blocks) where the rows are prefills."""
@@ -248,7 +254,8 @@ class FastPath:
                 num_prefill_tokens += rem
             prefill_rows.append((running.index(r), ctx, rem, len(r.block_ids)))
             r._num_computed = num_tokens
-        plan.add_running_columns(running[:], cols.bulk_rows(prefill_rows), context_sum, total, num_prefill_tokens)
+        plan.add_running_columns(running[:], cols.bulk_rows(prefill_rows), context_sum, total, num_prefill_tokens,
+                                 None if prefill_rows else cols.longest_context())
         cols.scheduled = True
         return True
 

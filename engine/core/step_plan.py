@@ -98,6 +98,7 @@ class StepPlan:
         "_bulk",
         "_bulk_fn",
         "_bulk_context_sum",
+        "_bulk_decodes",
         "_arrays",
         "_seqs",
         "_tables",
@@ -128,6 +129,8 @@ class StepPlan:
         # costed from its context sum, which it gives as well), so that a step nobody reads builds no arrays.
         self._bulk_fn: Callable[[], BulkRows] | None = None
         self._bulk_context_sum: int | None = None
+        # When every bulk row is a decode (one query token): their count and a function giving their longest context.
+        self._bulk_decodes: tuple[int, Callable[[], int]] | None = None
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._seqs: tuple[ScheduledSeq, ...] | None = None
         self._tables: list[tuple[int, ...]] | None = None
@@ -183,6 +186,27 @@ class StepPlan:
     def all_emit(self) -> bool:
         """Every sequence samples a token this step."""
         return all(self._emits)  # the bulk rows always do
+
+    def seq_sums(self) -> tuple[int, int, int, list[int], list[int]] | None:
+        """The sequences of one query token (count, context sum, longest context; 0 without any) and the query and
+        context lengths of the others in order, without building arrays; None when that would take them (a plan
+        whose bulk rows are not all decodes, or without bulk rows)."""
+        if self._bulk_decodes is None or self._bulk_context_sum is None:
+            return None
+        num_bulk, bulk_max = self._bulk_decodes
+        count, total = num_bulk, self._bulk_context_sum
+        longest = bulk_max() if num_bulk else 0
+        query: list[int] = []
+        context: list[int] = []
+        for q, c in zip(self._query, self._context):
+            if q == 1:
+                count += 1
+                total += c
+                longest = max(longest, c)
+            else:
+                query.append(q)
+                context.append(c)
+        return count, total, longest, query, context
 
     @property
     def request_ids(self) -> list[str]:
@@ -273,12 +297,16 @@ class StepPlan:
         self._set_totals(num_batched_tokens, num_prefill_tokens)
 
     def add_running_columns(self, requests: list[Request], bulk: Callable[[], BulkRows], context_sum: int,
-                            num_batched_tokens: int, num_prefill_tokens: int) -> None:
+                            num_batched_tokens: int, num_prefill_tokens: int,
+                            longest_decode: Callable[[], int] | None = None) -> None:
         """`add_running` from the fast path's columns: `bulk()` gives the arrays of the plan's leading (bulk) rows
-        (called at most once, on first use; what it reads must not change), `context_sum` their context sum."""
+        (called at most once, on first use; what it reads must not change), `context_sum` their context sum;
+        `longest_decode()` their longest context where every one of them is a decode."""
         self.requests = requests
         self._bulk_fn = bulk
         self._bulk_context_sum = context_sum
+        if longest_decode is not None:
+            self._bulk_decodes = (len(requests), longest_decode)
         self._set_totals(num_batched_tokens, num_prefill_tokens)
 
     @property

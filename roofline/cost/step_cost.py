@@ -884,6 +884,24 @@ class StepCostModel:
         return self.decode_sum_time_s(n, int(_sum(context_lens)))
 
     @property
+    def rows_suffice(self) -> bool:
+        """Whether `step_time_s_of_rows` applies: a model without sliding windows (its decodes enter a step's
+        `BatchStats` as a count, a context sum and a context maximum)."""
+        return not self.spec.sliding_window
+
+    def step_time_s_of_rows(self, num_tokens: int, num_emits: int, num_decodes: int, decode_context_sum: int,
+                            decode_context_max: int, prefill_query: list[int], prefill_context: list[int]) -> float:
+        """`step_time_s` of a step given as its token and emit counts, the count, context sum and longest context
+        of its sequences of one query token, and the query and context lengths of the others in order
+        (`StepPlan.seq_sums`), where `rows_suffice`: the `BatchStats` that `BatchStats.from_arrays` builds, field
+        for field, without the arrays."""
+        prefill = BatchStats._prefill_sums(prefill_query, prefill_context, None, self._q_tile) if prefill_query else {}
+        stats = BatchStats(num_tokens=num_tokens, num_emits=num_emits, num_decode_seqs=num_decodes,
+                           decode_pairs=float(decode_context_sum) + num_decodes,
+                           decode_max_keys=float(decode_context_max) + 1.0 if num_decodes else 0.0, **prefill)
+        return self._stats_time_s(stats)
+
+    @property
     def decode_depends_on_sums(self) -> bool:
         """Whether a step of decodes only depends on its number of sequences and the sum of their contexts alone
         (`decode_sum_time_s`)."""
