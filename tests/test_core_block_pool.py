@@ -70,6 +70,23 @@ def test_duplicate_hashes_keep_the_first_block():
     pool.check_invariants()
 
 
+def test_chains_of_evicted_blocks_are_dropped_and_lookups_unchanged():
+    pool = BlockPool(6)
+    pool._max_chains = 2  # prune at every third chain
+    a = pool.get_new_blocks(2)  # 1 2
+    pool.cache_full_blocks(a, [31, 32], 0, 2)
+    pool.free_blocks(reversed(a))
+    b = pool.get_new_blocks(3)  # 3 4 5 (never used first)
+    pool.cache_full_blocks(b, [41, 42, 43], 0, 3)
+    assert pool.find_longest_cache_hit([31, 32], 2) == [1, 2]
+    c = pool.get_new_blocks(2)  # 2 1: evicts a's chain, tail first
+    pool.cache_full_blocks(c, [31, 52], 0, 2)  # a third chain: a's, evicted, is dropped
+    assert len(pool._chains) == 2
+    assert pool.find_longest_cache_hit([31, 32], 2) == [2]
+    assert pool.find_longest_cache_hit([41, 42, 43], 3) == [3, 4, 5]
+    pool.check_invariants()
+
+
 def _req(tokens, rid="r"):
     return Request(rid, tokens, SamplingParams(max_tokens=8))
 

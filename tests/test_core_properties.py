@@ -105,6 +105,13 @@ def _run(config, cache, requests, check=True, constant=None, fast_paths=True):
         if check:
             _check_step(sched, plan, config)
         assert plan.num_emitting_seqs == sum(plan.emits)
+        sums = plan.seq_sums()  # what the simulator costs a step by, where the fast path can tell without arrays
+        q, c, _ = plan.seq_arrays()
+        assert plan.num_context_tokens == int(c.sum())
+        if sums is not None:
+            dec = c[q == 1]
+            assert sums == (int(dec.size), int(dec.sum()), int(dec.max()) if dec.size else 0, q[q > 1].tolist(),
+                            c[q > 1].tolist())
         plans.append((plan.request_ids[:], plan.query_lens[:], plan.context_lens[:], plan.block_tables[:],
                       plan.preempted_request_ids, plan.emits[:], plan.num_prefill_tokens,
                       plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used))

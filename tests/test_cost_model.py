@@ -88,6 +88,28 @@ def test_decode_only_path_equals_general(spec, hw, quant, tp):
         assert m.decode_step_time_s(c) == m.step_time_s(np.ones(n, np.int64), c, np.ones(n, bool))
 
 
+@pytest.mark.parametrize("spec,hw,quant,tp", [
+    (SPEC, H100, BF16, 1), (SPEC, parse_profile(TEST_CPU_PROFILE, "test"), BF16, 1), (SPEC, H100, FP8_KV, 2),
+    (SPEC, EAGER_H100, BF16, 1), (SPEC, load_profile("b200"), BF16, 1)])
+def test_rows_path_equals_general(spec, hw, quant, tp):
+    """`step_time_s_of_rows` (the simulator's call for a step with prefills, from the plan's sums) gives exactly
+    the floats of `step_time_s` on the arrays: decodes only, mixed, prefills only, single last prompt tokens."""
+    m = model(hw=hw, spec=spec, quant=quant, tp=tp)
+    assert m.rows_suffice
+    rng = np.random.default_rng(3)
+    for i in range(40):
+        n = int(rng.integers(1, 200))
+        share = (0.0, 0.05, 0.7, 1.0)[i % 4]
+        q = np.where(rng.random(n) < share, rng.integers(2, 3000, n), 1)
+        c = rng.integers(0, 9000, n)
+        e = rng.random(n) < 0.9
+        dec = c[q == 1]
+        rows = (int(dec.size), int(dec.sum()), int(dec.max()) if dec.size else 0, q[q > 1].tolist(),
+                c[q > 1].tolist())
+        assert m.step_time_s_of_rows(int(q.sum()), int(e.sum()), *rows) == m.step_time_s(q, c, e)
+    assert not model(spec=replace(SPEC, sliding_window=512)).rows_suffice
+
+
 MOE = replace(SPEC, num_experts=8, num_experts_per_tok=2)
 FP8 = QuantConfig.from_user(quantization="fp8", model_dtype="bfloat16")
 

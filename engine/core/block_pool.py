@@ -23,16 +23,23 @@ and freed in a few array operations, not one Python step per block (the simulato
 - the free queue as a window [head, tail) of a large array with the position of each free block in it:
   allocation takes a slice at the head, a freed block is written before the head or after the tail, and a
   block taken out of the middle by a prefix hit leaves a hole that allocation skips (`_compact` packs it);
-- the prefix-cache map `hash -> first block registered under it`, in which eviction only clears the block's
-  hash: an entry is valid while its block still holds that hash, stale ones are dropped when met or in a
-  periodic rebuild. Identical blocks computed by two requests are all kept (vLLM does not deduplicate, so
-  block tables stay append-only); lookups return the earliest registered that is still cached, as vLLM does.
+- the prefix cache by chains, not by block: a *chain* is one block list of one request (`register_chain`, or
+  one `register` call), whose blocks are registered in position order from where it starts; a block in the
+  cache holds its hash in `block_hash` and the registration's order and chain in two more arrays. Only a
+  chain's start is in a map (`hash of its first registered block -> chains`), so registering a request's
+  prompt costs a few array writes and one map entry, not one per block. A lookup walks a request's chained
+  hashes from its first block: a block holding the hash of position k was registered at position k by some
+  chain that shares the request's tokens up to its start (hashes name the whole prefix), so the chains
+  starting at the positions walked so far hold every candidate; each position takes the earliest registered
+  of its candidates still holding the hash, as vLLM's map does (it does not deduplicate identical blocks
+  computed by two requests, so block tables stay append-only). Eviction only clears a block's hash; chains
+  none of whose blocks are cached any more are dropped now and then (`_prune_chains`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import cast, overload
+from typing import overload
 
 import numpy as np
 
@@ -43,6 +50,20 @@ _any = np.logical_or.reduce
 
 # CPython's hash() never returns -1 (it is its error code), so no block hash is ever NO_HASH.
 NO_HASH = -1
+
+
+_NEVER = np.iinfo(np.int64).max  # a registration order no cached block has
+
+
+class _Chain:
+    """One chain of the prefix cache: block_ids[start:] registered (so far) under block_hashes[start:]."""
+
+    __slots__ = ("block_ids", "block_hashes", "start")
+
+    def __init__(self, block_ids: list[int], block_hashes: list[int], start: int) -> None:
+        self.block_ids = block_ids
+        self.block_hashes = block_hashes
+        self.start = start
 
 
 class KVCacheBlock:
@@ -107,15 +128,18 @@ class BlockPool:
         self._num_holes = 0
         self._head = self._tail = 0
         self._reset_queue(np.arange(1, num_blocks, dtype=np.int64))
-        # hash -> first block registered under it (maybe stale); later blocks with the same hash, each with the
-        # registration count of its block at the time, so that a block re-registered later is not mistaken
-        # for its earlier registration.
-        self._cached: dict[int, int] = {}
-        self._dups: dict[int, list[tuple[int, int]]] = {}
-        self._num_registrations = np.zeros(num_blocks, np.int64)
-        # Stale entries are dropped all at once when the map outgrows this (sim_speed, 10,000 requests: 61
-        # rebuilds of ~54k entries at 2 x num_blocks, 4.76-5.57 s; 8 x: 4.57-4.81 s, alternating in one process).
-        self._max_entries = 8 * num_blocks + 1024
+        # The prefix cache's chains (module docstring): id -> chain, the ids of the chains starting with a hash,
+        # and for each cached block the order of its registration and its chain (0 when it never had one).
+        self._chains: dict[int, _Chain] = {}
+        self._chain_starts: dict[int, list[int]] = {}
+        self._num_chains_made = 0
+        self._reg_order = np.zeros(num_blocks, np.int64)
+        self._reg_chain = np.zeros(num_blocks, np.int64)
+        self._num_registered = 0
+        # `_prune_chains` when there are more. Dead chains keep their block and hash lists alive: sim_speed's 10,000
+        # requests keep ~190 chains live, prune twice (~30 ms each, mostly freeing the lists) and peak at 405 MB RSS
+        # (at 8,192 and 4x the live chains: 526 MB).
+        self._max_chains = 4096
 
     def _view(self, block_id: int) -> KVCacheBlock:
         """The one `KVCacheBlock` of `block_id` (made on first use, then the same object)."""
@@ -241,118 +265,106 @@ class BlockPool:
                 self._prepend(idle[~hashed])
 
     def register(self, ids: Sequence[int], hashes: Sequence[int]) -> None:
-        """Register blocks `ids`, now full of computed (or scheduled) tokens and not yet cached, under `hashes`."""
-        cached = self._cached
-        if len(ids) == 1:
-            block_hash = hashes[0]
-            if block_hash in cached:
-                self._register_duplicate(ids[0], block_hash)
-            else:
-                cached[block_hash] = ids[0]
-                self.block_hash[ids[0]] = block_hash
-        elif cached.keys().isdisjoint(hashes) and self._insert_new(ids, hashes):
-            if len(ids) <= 16:
-                # Below ~16 blocks (the decodes' filled blocks) numpy's list conversion costs more than the loop.
-                registered = self.block_hash
-                for block_id, h in zip(ids, hashes):
-                    registered[block_id] = h
-            else:
-                self.block_hash[np.asarray(ids, dtype=np.int64)] = hashes
-        else:
-            for block_id, block_hash in zip(ids, hashes):
-                self._register_duplicate(block_id, block_hash)
-        if len(cached) > self._max_entries:
-            self._rebuild_map()
+        """Register blocks `ids`, now full of computed (or scheduled) tokens and not yet cached, under `hashes`
+        (consecutive positions: a chain of its own)."""
+        self.register_chain(None, list(ids), list(hashes), 0, len(ids))
 
-    def _insert_new(self, ids: Sequence[int], hashes: Sequence[int]) -> bool:
-        """Map `hashes` (none of them in the map) to `ids` if they are distinct, else change nothing and return
-        False. The map's growth tells whether they were distinct, which saves building a set of them."""
-        cached = self._cached
-        num_before = len(cached)
-        cached.update(zip(hashes, ids))
-        if len(cached) - num_before == len(hashes):
-            return True
-        for block_hash in hashes:
-            cached.pop(block_hash, None)
-        return False
-
-    def _register_duplicate(self, block_id: int, block_hash: int) -> None:
-        """Register one block whose hash may already be in the map (as a stale or a valid entry)."""
-        first = self._first_valid(block_hash)
-        self._num_registrations[block_id] += 1
-        if first is None:
-            self._cached[block_hash] = block_id
+    def register_chain(self, chain: int | None, block_ids: list[int], block_hashes: list[int], start: int,
+                       end: int) -> int:
+        """Register block_ids[start:end] (consecutive positions of one block list, full and not yet cached)
+        under block_hashes[start:end]: in `chain`, the chain these lists already registered into, or in a new
+        one (None) which keeps the two lists (the caller only ever appends to them). Returns the chain."""
+        if chain is None:
+            if len(self._chains) >= self._max_chains:
+                self._prune_chains()
+            chain = self._num_chains_made = self._num_chains_made + 1
+            self._chains[chain] = _Chain(block_ids, block_hashes, start)
+            self._chain_starts.setdefault(block_hashes[start], []).append(chain)
+        n = end - start
+        order = self._num_registered
+        self._num_registered = order + n
+        if n <= 16:
+            # Below ~16 blocks (the decodes' filled blocks) numpy's list conversion costs more than the loop.
+            registered, orders, chains = self.block_hash, self._reg_order, self._reg_chain
+            for k in range(start, end):
+                block_id = block_ids[k]
+                registered[block_id] = block_hashes[k]
+                orders[block_id] = order
+                chains[block_id] = chain
+                order += 1
         else:
-            self._dups.setdefault(block_hash, []).append((block_id, int(self._num_registrations[block_id])))
-        self.block_hash[block_id] = block_hash
+            ids = np.array(block_ids[start:end], dtype=np.int64)
+            self.block_hash[ids] = block_hashes[start:end]
+            self._reg_order[ids] = np.arange(order, order + n)
+            self._reg_chain[ids] = chain
+        return chain
+
+    def register_ends(self, chains: Sequence[int], ids: Sequence[int], hashes: Sequence[int]) -> None:
+        """Register one block at the end of each of `chains` (blocks `ids` under `hashes`), in that order."""
+        order = self._num_registered
+        self._num_registered = order + len(ids)
+        registered, orders, reg_chains = self.block_hash, self._reg_order, self._reg_chain
+        for chain, block_id, block_hash in zip(chains, ids, hashes):
+            registered[block_id] = block_hash
+            orders[block_id] = order
+            reg_chains[block_id] = chain
+            order += 1
 
     def lookup(self, block_hash: int) -> int | None:
-        """The block cached under `block_hash` (the earliest registered still cached), or None."""
-        block_id = self._cached.get(block_hash)
-        if block_id is None or self.block_hash[block_id] == block_hash:
-            return block_id
-        return self._first_valid(block_hash)
+        """The block cached under `block_hash` (the earliest registered still cached), or None; O(num_blocks)."""
+        ids = np.flatnonzero(self.block_hash == block_hash)
+        if not len(ids):
+            return None
+        return int(ids[np.argmin(self._reg_order[ids])])
 
     def find_longest_cache_hit(self, block_hashes: Sequence[int], max_num_blocks: int) -> list[int]:
-        """The blocks cached under block_hashes[0], [1], ... up to the first miss, at most `max_num_blocks`
-        (vLLM's `find_longest_cache_hit`): `lookup` of each, inlined, since the head of the waiting queue
-        asks every step."""
-        cached = self._cached
-        registered = self.block_hash
-        if max_num_blocks <= 0 or not block_hashes or block_hashes[0] not in cached:
+        """The blocks cached under block_hashes[0], [1], ... (a request's chained hashes) up to the first miss, at
+        most `max_num_blocks`, each the earliest registered still cached (vLLM's `find_longest_cache_hit`)."""
+        starts = self._chain_starts
+        if max_num_blocks <= 0 or not block_hashes or block_hashes[0] not in starts:
             return []  # the common miss
         wanted = block_hashes[:max_num_blocks]
-        found: list[int | None] = [cached.get(h) for h in wanted]
-        end = found.index(None) if None in found else len(found)
-        hits = cast("list[int]", found[:end])  # no None before `end`
-        # The entries found so far still name blocks holding their hash (one array comparison); the first stale
-        # one, if any, is resolved by the loop below, which reads the map again from there (`_first_valid` is the
-        # only call that changes the map, and the entries before it are not touched by it).
-        num_hits = len(hits)
-        stale = (registered[hits] != np.array(wanted[:num_hits], dtype=np.int64)).nonzero()[0]
-        if not len(stale):
-            return hits
-        first_stale = int(stale[0])
-        del hits[first_stale:]
-        for block_hash in wanted[first_stale:]:
-            block_id = cached.get(block_hash)
-            if block_id is None:
-                break
-            if registered[block_id] != block_hash:  # evicted: a later block with that hash, or none
-                block_id = self._first_valid(block_hash)
-                if block_id is None:
-                    break
-            hits.append(block_id)
-        return hits
+        num_wanted = len(wanted)
+        found = [(k, chain_id) for k, block_hash in enumerate(wanted) if block_hash in starts
+                 for chain_id in starts[block_hash]]
+        if len(found) == 1:  # one chain (a preempted request's own, back): its blocks up to the first not cached
+            chain = self._chains[found[0][1]]
+            seg = chain.block_ids[chain.start:chain.start + num_wanted]
+            held = self.block_hash[np.array(seg, dtype=np.int64)] == np.array(wanted[:len(seg)], dtype=np.int64)
+            end = len(seg) if _all(held) else int(np.argmin(held))
+            return seg[:end]
+        wanted_arr = np.array(wanted, dtype=np.int64)
+        # Per chain starting at a wanted position: the order of registration of its block at each position, where
+        # that block still holds the wanted hash (else _NEVER), and the block.
+        orders = []
+        blocks = []
+        for k, chain_id in found:
+            chain = self._chains[chain_id]
+            seg = chain.block_ids[chain.start:chain.start + num_wanted - k]
+            ids = np.zeros(num_wanted, dtype=np.int64)
+            ids[k:k + len(seg)] = seg
+            order = np.full(num_wanted, _NEVER, dtype=np.int64)
+            held = self.block_hash[ids[k:k + len(seg)]] == wanted_arr[k:k + len(seg)]
+            order[k:k + len(seg)][held] = self._reg_order[ids[k:k + len(seg)][held]]
+            orders.append(order)
+            blocks.append(ids)
+        best = np.argmin(np.stack(orders), axis=0)
+        positions = np.arange(num_wanted)
+        order, ids = np.stack(orders)[best, positions], np.stack(blocks)[best, positions]
+        misses = (order == _NEVER).nonzero()[0]
+        end = int(misses[0]) if len(misses) else num_wanted
+        return ids[:end].tolist()
 
-    def _first_valid(self, block_hash: int) -> int | None:
-        """Resolve the map entry of `block_hash`: drop evicted blocks from its front; the valid first or None."""
-        block_id = self._cached.get(block_hash)
-        if block_id is None or self.block_hash[block_id] == block_hash:
-            return block_id
-        dups = self._dups.pop(block_hash, [])
-        for k, (dup_id, registration) in enumerate(dups):
-            if self.block_hash[dup_id] == block_hash and self._num_registrations[dup_id] == registration:
-                self._cached[block_hash] = dup_id
-                if k + 1 < len(dups):
-                    self._dups[block_hash] = dups[k + 1:]
-                return dup_id
-        del self._cached[block_hash]
-        return None
-
-    def _rebuild_map(self) -> None:
-        """Drop the stale entries of the map (evicted blocks), keeping each hash's first valid block."""
-        for block_hash in list(self._dups):
-            self._first_valid(block_hash)
-        later = {d for h, dups in self._dups.items() for d, r in dups
-                 if self.block_hash[d] == h and self._num_registrations[d] == r}
-        ids = np.flatnonzero(self.block_hash != NO_HASH)
-        if later:
-            ids = ids[~np.isin(ids, np.fromiter(later, np.int64, len(later)))]
-        self._cached = dict(zip(self.block_hash[ids].tolist(), ids.tolist()))
-        self._dups = {h: [(d, r) for d, r in dups if self.block_hash[d] == h and self._num_registrations[d] == r]
-                      for h, dups in self._dups.items()}
-        self._dups = {h: dups for h, dups in self._dups.items() if dups}
+    def _prune_chains(self) -> None:
+        """Drop the chains none of whose blocks are cached any more (their blocks were all evicted or registered
+        again by others)."""
+        live = np.unique(self._reg_chain[self.block_hash != NO_HASH]).tolist()
+        self._chains = {c: self._chains[c] for c in live if c in self._chains}
+        starts: dict[int, list[int]] = {}
+        for chain_id, chain in self._chains.items():  # in creation order, as the lists were
+            starts.setdefault(chain.block_hashes[chain.start], []).append(chain_id)
+        self._chain_starts = starts
+        self._max_chains = max(2 * len(self._chains), 4096)
 
     # ---- the same on KVCacheBlock objects ----
     def get_cached_block(self, block_hash: int) -> KVCacheBlock | None:
@@ -372,8 +384,8 @@ class BlockPool:
     def cache_full_blocks(
         self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[int], start: int, end: int
     ) -> None:
-        """Register blocks[start:end] under block_hashes[start:end]."""
-        self.register([b.block_id for b in blocks[start:end]], list(block_hashes[start:end]))
+        """Register blocks[start:end] under block_hashes[start:end] (a chain of its own)."""
+        self.register_chain(None, [b.block_id for b in blocks], list(block_hashes), start, end)
 
     def check_invariants(self) -> None:
         """Blocks are conserved and reference counts and the map consistent; for tests (O(num_blocks))."""
@@ -388,6 +400,7 @@ class BlockPool:
         assert ((self.ref_cnt[1:] == 0) == free[1:]).all()
         assert (self._pos[~free] == -1).all()
         for block_id in np.flatnonzero(self.block_hash != NO_HASH).tolist():
-            block_hash = int(self.block_hash[block_id])
-            first = self.lookup(block_hash)
-            assert first is not None and self.block_hash[first] == block_hash
+            chain = self._chains[int(self._reg_chain[block_id])]  # a cached block's chain is kept
+            position = chain.block_ids.index(block_id)
+            assert chain.block_hashes[position] == self.block_hash[block_id]
+            assert position >= chain.start and chain.block_hashes[chain.start] in self._chain_starts

@@ -4,12 +4,13 @@ scheduler's own loop; `Scheduler(..., fast_paths=False)` turns them off, which i
 
 - `schedule_running`: when every running request gets all its remaining tokens (within the budget and
   long_prefill_token_threshold), only the requests that open or fill a block (or prefill) need the KV cache
-  manager; the rest are counted as columns. When the free blocks do not cover everyone (FCFS), requests are
-  preempted from the tail, as the scheduler's loop does.
-- `update`: `update_from_output` with one token id for every sequence. The running requests' counters live in
-  numpy arrays (`RunningColumns`) for as long as this holds, and the generated tokens and their times are
-  written into the requests lazily, so a pure decode step costs a few array operations plus Python work
-  only for the requests that open or fill a block, or finish.
+  manager; the rest are counted. When the free blocks do not cover everyone (FCFS), requests are preempted
+  from the tail, as the scheduler's loop does.
+- `update`: `update_from_output` with one token id for every sequence. For as long as this holds, a running
+  request that has sampled a token is a *decoder*: it gains one token per step, so every event of its life
+  falls at an update count known in advance (`RunningColumns`), and a step costs Python work only for the
+  requests whose event it is (a block to open, a block to fill, a finish), not a pass over the running queue.
+  The generated tokens and their times are written into the requests lazily.
 
 What this uses of the scheduler: `running` (the running queue, which it may replace), `kv`, `config`,
 `num_running_without_output`, `preempt_request` and `finish_request`. What the scheduler calls:
@@ -18,93 +19,135 @@ What this uses of the scheduler: `running` (the running queue, which it may repl
 
 from __future__ import annotations
 
-import itertools
 import operator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from engine.core.block_hash import MASK_63, constant_block_terms
+from engine.core.block_hash import MASK_63, constant_block_contents
 from engine.core.request import Request, RequestStatus
-from engine.core.step_plan import StepPlan
+from engine.core.step_plan import BulkRows, StepPlan
 
 if TYPE_CHECKING:  # the scheduler imports this module
     from engine.core.scheduler import Scheduler
 
-_RUNNING = RequestStatus.RUNNING
-# Reductions called as ufunc methods: `arr.sum()` and friends go through a Python wrapper each, a measurable
-# share of a step of ~20 array operations on ~150 rows.
-_sum = np.add.reduce
+_STOPPED, _CAPPED = RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED
+_SEQ = operator.attrgetter("_col_seq")
 _max = np.maximum.reduce
-_all = np.logical_and.reduce
+
+_ONES: dict[int, np.ndarray] = {}
+
+
+def _ones(n: int) -> np.ndarray:
+    """A read-only int64 array of `n` ones (the query lengths of `n` decodes), shared by the plans of a size."""
+    ones = _ONES.get(n)
+    if ones is None:
+        ones = _ONES[n] = np.ones(n, dtype=np.int64)
+        ones.flags.writeable = False
+    return ones
 
 
 class RunningColumns:
-    """The running queue's per-request counters as arrays (index i is `reqs[i]`, the scheduler's running
-    list), kept while every step gives each running request all its remaining tokens and every sampled
-    token is `token`.
+    """The running queue's counters while every step gives each running request all its remaining tokens and
+    every sampled token is `token` (a *period*). Rows are the requests of `reqs` (the scheduler's running list),
+    in its order, which is the order they joined (`_col_seq`); each is one of:
 
-    The generated tokens of this period and their times are not written into the requests as they come:
-    every running request that has sampled a token in this period has sampled one at every update since (a
-    request that is cut short or preempted ends the period), so its unwritten tokens (`ntok` minus the prompt
-    and its written outputs) are `token` at the last that many update times. `materialize` writes them out
-    (on a read of the request, and when the request or the period ends). This is the one place outside
-    `Request` that touches its storage (`_output_ids`, `_token_times`, `_num_computed`, `_cols`)."""
+    - a decoder, which has sampled a token at every update since it joined: after `num_updates` updates it
+      holds `_col_off + num_updates` tokens, of which all but the last are computed (all once scheduled, until
+      the update), in ceil(computed / block_size) blocks. So at the update count u it fills a block when
+      (_col_off + u) % block_size == 0 (hashed then, registered at the next schedule, which also opens a block
+      for the next token one update later), and stops when _col_off + u reaches its max_num_tokens: decoders
+      are kept by `_col_off % block_size` (`by_phase`, each in queue order) and by the update count of
+      their stop (`stopping`);
+    - a prefill (`_col_off` None): joined at the last update without sampling (a prompt chunk), its counters
+      are the request's own; it is scheduled in full at the next step and becomes a decoder at that update.
 
-    def __init__(self, reqs: list[Request], token: int, num_positions: int) -> None:
+    The generated tokens of this period and their times are not written into the requests as they come: a
+    decoder's unwritten tokens (its tokens minus the prompt and its written outputs) are `token` at the last
+    that many update times. `materialize` writes them out (on a read of the request, and when the request or
+    the period ends). This is the one place outside `Request` that touches its storage (`_output_ids`,
+    `_token_times`, `_num_computed`, `_cols`, `_col_off`, `_col_seq`)."""
+
+    def __init__(self, reqs: list[Request], token: int, num_positions: int, block_size: int) -> None:
         self.reqs = reqs
         self.token = token
-        # What hashes a block of `token` only inline, for positions below num_positions (`constant_block_terms`).
-        self.hash_terms = constant_block_terms(token, num_positions)
+        self.block_size = block_size
+        # What hashes a whole block of `token` only inline, below num_positions (`constant_block_contents`).
+        self.block_contents = constant_block_contents(token, block_size, -(-num_positions // block_size))
         self.times: list[float | None] = []  # now_s of every update of the period
         self.times_complete = True  # no update without a time (whose tokens get none, as in the object path)
-        self.ctx = np.array([r._num_computed for r in reqs], dtype=np.int64)
-        self.ntok = np.array([r.num_prompt_tokens + len(r._output_ids) for r in reqs], dtype=np.int64)
-        self.num_prompt = np.array([r.num_prompt_tokens for r in reqs], dtype=np.int64)
-        self.max_tokens = np.array([r.max_num_tokens for r in reqs], dtype=np.int64)
-        self.num_blocks = np.array([len(r.block_ids) for r in reqs], dtype=np.int64)
-        self.num_cached = np.array([r.num_cached_blocks for r in reqs], dtype=np.int64)
-        self.stops = np.array([token in r.stop_token_set for r in reqs], dtype=bool)
-        self.any_stops = bool(self.stops.any())  # False: no row's check needs `stops` (kept True once set)
-        for r in reqs:
-            r._cols = self
+        self.num_updates = 0
+        self.scheduled = False  # between `schedule_running` and `update`: decoders computed all their tokens
+        self.num_joined = 0
+        # `_col_off` of each row (0 for prefills), for the plans' arrays; replaced, never written in place, so a
+        # plan can keep the one of its step.
+        self.off = np.zeros(0, dtype=np.int64)
+        self.num_decoders = 0
+        self.off_sum = 0  # of the decoders
+        self.by_phase: list[dict[Request, None]] = [{} for _ in range(block_size)]
+        self.stopping: dict[int, list[Request]] = {}
+        self.prefills: list[Request] = []  # in queue order
 
-    def extend(self, new: list[Request]) -> None:
-        """Add rows for requests just appended to `reqs` (admissions)."""
-        self.ctx = np.concatenate((self.ctx, [r._num_computed for r in new]))
-        self.ntok = np.concatenate((self.ntok, [r.num_prompt_tokens + len(r._output_ids) for r in new]))
-        self.num_prompt = np.concatenate((self.num_prompt, [r.num_prompt_tokens for r in new]))
-        self.max_tokens = np.concatenate((self.max_tokens, [r.max_num_tokens for r in new]))
-        self.num_blocks = np.concatenate((self.num_blocks, [len(r.block_ids) for r in new]))
-        self.num_cached = np.concatenate((self.num_cached, [r.num_cached_blocks for r in new]))
-        new_stops = [self.token in r.stop_token_set for r in new]
-        self.stops = np.concatenate((self.stops, new_stops))
-        self.any_stops = self.any_stops or any(new_stops)
+    def join(self, new: list[Request]) -> None:
+        """Take rows for requests just appended to `reqs` (they start as prefills; `update` sorts them out)."""
+        seq = self.num_joined
         for r in new:
             r._cols = self
+            r._col_off = None
+            r._col_seq = seq
+            seq += 1
+        self.num_joined = seq
 
-    def keep(self, mask: np.ndarray | slice) -> None:
-        """Keep the rows where `mask` is True (the caller updates `reqs` alike)."""
-        self.ctx = self.ctx[mask]
-        self.ntok = self.ntok[mask]
-        self.num_prompt = self.num_prompt[mask]
-        self.max_tokens = self.max_tokens[mask]
-        self.num_blocks = self.num_blocks[mask]
-        self.num_cached = self.num_cached[mask]
-        self.stops = self.stops[mask]
+    def add_decoder(self, req: Request, off: int) -> None:
+        req._col_off = off
+        phase = self.by_phase[off % self.block_size]
+        if phase and next(reversed(phase))._col_seq > req._col_seq:
+            # It joined before a decoder of its phase but decodes after it (a prompt chunk): keep queue order.
+            ordered = sorted([*phase, req], key=_SEQ)
+            phase.clear()
+            phase.update(dict.fromkeys(ordered))
+        else:
+            phase[req] = None
+        self.stopping.setdefault(req.max_num_tokens - off, []).append(req)
+        self.num_decoders += 1
+        self.off_sum += off
+
+    def remove(self, req: Request) -> None:
+        """Forget a row leaving mid-period (preempted or finished); its `_col_off` stays for `detach`."""
+        off = req._col_off
+        if off is None:
+            self.prefills.remove(req)
+            return
+        phase = self.by_phase[off % self.block_size]
+        if req not in phase:
+            return  # finished as it joined: never a decoder
+        del phase[req]
+        self.num_decoders -= 1
+        self.off_sum -= off
+        stops = self.stopping.get(req.max_num_tokens - off)
+        if stops is not None and req in stops:
+            stops.remove(req)
 
     def num_computed_of(self, req: Request) -> int:
-        return int(self.ctx[self.reqs.index(req)])
+        off = req._col_off
+        if off is None:
+            return req._num_computed
+        return off + self.num_updates - (not self.scheduled)
 
     def num_tokens_of(self, req: Request) -> int:
-        return int(self.ntok[self.reqs.index(req)])
+        off = req._col_off
+        if off is None:
+            return req.num_prompt_tokens + len(req._output_ids)
+        return off + self.num_updates
 
-    def materialize(self, req: Request, i: int | None = None) -> None:
-        """Write the unwritten tokens of `req` (row `i`) and their times into it."""
-        if i is None:
-            i = self.reqs.index(req)
+    def materialize(self, req: Request) -> None:
+        """Write the unwritten tokens of `req` and their times into it."""
+        off = req._col_off
+        if off is None:
+            return
         outputs = req._output_ids
-        missing = int(self.ntok[i]) - req.num_prompt_tokens - len(outputs)
+        missing = off + self.num_updates - req.num_prompt_tokens - len(outputs)
         if missing > 0:
             outputs.extend([self.token] * missing)
             times = self.times[-missing:]
@@ -113,11 +156,34 @@ class RunningColumns:
             else:
                 req._token_times.extend([t for t in times if t is not None])
 
-    def detach(self, req: Request, i: int) -> None:
-        """Hand row `i` back to its request: written tokens and computed count."""
-        self.materialize(req, i)
-        req._num_computed = int(self.ctx[i])
+    def detach(self, req: Request) -> None:
+        """Hand the row back to its request: written tokens and computed count."""
+        self.materialize(req)
+        req._num_computed = self.num_computed_of(req)
         req._cols = None
+        req._col_off = None
+
+    def longest_context(self) -> Callable[[], int]:
+        """The longest context of this step's rows, all decoders, before it (for the plan)."""
+        off, num_updates = self.off, self.num_updates
+        return lambda: int(_max(off)) + num_updates - 1
+
+    def bulk_rows(self, prefill_rows: list[tuple[int, int, int, int]]) -> Callable[[], BulkRows]:
+        """The plan's arrays of this step's rows, as `schedule_running` leaves them: query, context and
+        block-table lengths; `prefill_rows` (row, context, query, blocks) where the rows are prefills."""
+        off, num_updates, bs = self.off, self.num_updates, self.block_size
+        num_prefills = len(prefill_rows)
+
+        def bulk() -> BulkRows:
+            context = off + (num_updates - 1)
+            num_blocks = (off + (num_updates + bs - 1)) // bs
+            if not num_prefills:
+                return _ones(len(off)), context, num_blocks
+            query = np.ones(len(off), dtype=np.int64)
+            for row, ctx, num_query, num_block_ids in prefill_rows:
+                context[row], query[row], num_blocks[row] = ctx, num_query, num_block_ids
+            return query, context, num_blocks
+        return bulk
 
 
 class FastPath:
@@ -129,57 +195,87 @@ class FastPath:
 
     def schedule_running(self, plan: StepPlan, budget: int, threshold: int) -> bool:
         """Schedule the whole running queue into `plan` if each request gets all its remaining tokens, as
-        the scheduler's loop would: on the columns, the same decision and the same calls of the KV cache
-        manager in the same order, with array operations for everyone else; when the free blocks do not
-        cover everyone (FCFS), `_allocate_or_preempt` preempts from the tail as the loop does. False,
-        changing nothing but ending the column period, when someone would be cut short (budget, threshold)
-        or preempted under another policy."""
+        the scheduler's loop would: the same decision and the same calls of the KV cache manager in the same
+        order, for the requests that open or fill a block or prefill; when the free blocks do not cover
+        everyone (FCFS), `_allocate_or_preempt` preempts from the tail as the loop does. False, changing
+        nothing but ending the column period, when someone would be cut short (budget, threshold) or
+        preempted under another policy."""
         cols = self.columns
         if cols is None:
             return self._schedule_lists(plan, budget, threshold)
-        ctx, ntok = cols.ctx, cols.ntok
-        rem = ntok - ctx
-        total = int(_sum(rem))
-        # Every running request has a token to compute (rem >= 1), so total == count means all are decodes.
-        all_decodes = total == len(rem)
-        if total > budget or (threshold and not all_decodes and int(_max(rem)) > threshold):
-            return self._decline()
         sched = self.sched
         kv = sched.kv
-        bs = kv.block_size
-        need = (ntok + (bs - 1)) // bs - cols.num_blocks  # blocks short of ceil(ntok / bs)
-        preempting = int(_sum(need)) > kv.num_free_blocks
+        running = sched.running
+        bs = cols.block_size
+        num_updates = cols.num_updates
+        prefills = cols.prefills
+        total = len(running)
+        num_needed = 0
+        if prefills:
+            max_rem = 0
+            for r in prefills:
+                num_tokens = r.num_prompt_tokens + len(r._output_ids)
+                rem = num_tokens - r._num_computed
+                total += rem - 1
+                max_rem = max(max_rem, rem)
+                num_needed += -(-num_tokens // bs) - len(r.block_ids)
+            if total > budget or (threshold and max_rem > threshold):
+                return self._decline()
+        elif total > budget:
+            return self._decline()
+        opening = cols.by_phase[(1 - num_updates) % bs]
+        filling = cols.by_phase[-num_updates % bs] if kv.enable_caching else {}
+        num_needed += len(opening)
+        preempting = num_needed > kv.num_free_blocks
         if preempting and sched.config.policy != "fcfs":
             return self._decline()
-        running = sched.running
+        # Prefill rows as the plan shows them: (row, context, query, blocks held after allocation).
+        prefill_rows: list[tuple[int, int, int, int]] = []
         if preempting:
-            num_live = self._allocate_or_preempt(cols, plan, self._touched(cols, need, rem), ctx, ntok, rem)
-            ctx, ntok, rem = ctx[:num_live], ntok[:num_live], rem[:num_live]
-            total = int(_sum(rem))
-            all_decodes = total == num_live
-        elif all_decodes and (not len(need) or int(_max(need)) <= 1):
-            # Decodes only, none needing more than one block: who opens a block, who fills one.
-            opening = (need > 0).nonzero()[0]
-            filling = (ntok // bs > cols.num_cached).nonzero()[0] if kv.enable_caching else opening[:0]
-            kv.allocate_decode_slots(running, opening, filling)
-            if len(opening):
-                cols.num_blocks[opening] += 1
-            if len(filling):
-                cols.num_cached[filling] += 1
+            self._allocate_or_preempt(cols, plan, self._touched(opening, filling, prefills), num_updates)
+            cols.off = cols.off[:len(running)]  # victims are the tail rows
+            prefills = cols.prefills
+        elif not prefills:
+            kv.allocate_decode_slots(list(opening), list(filling))
         else:
-            for i in self._touched(cols, need, rem):
-                req = running[i]
-                allocated = kv.allocate(req, int(ctx[i]), int(ntok[i]), int(rem[i]))
+            for req in self._touched(opening, filling, prefills):
+                allocated = kv.allocate(req, *self._counts(cols, req, num_updates))
                 assert allocated
-                cols.num_blocks[i] = len(req.block_ids)
-                cols.num_cached[i] = req.num_cached_blocks
-        # Prefill seqs: several tokens, or the single last prompt token (no output yet: t == prompt length).
-        num_prefill_tokens = 0 if all_decodes else int(_sum(rem[rem > 1]))
-        if sched.num_running_without_output:
-            num_prefill_tokens += int(np.count_nonzero((rem == 1) & (ntok == cols.num_prompt)))
-        plan.add_running_columns(running[:], rem, ctx, cols.num_blocks.copy(), total, num_prefill_tokens)
-        cols.ctx = ntok.copy()
+        total = cols.num_decoders
+        context_sum = cols.num_decoders * (num_updates - 1) + cols.off_sum
+        num_prefill_tokens = 0
+        for r in prefills:  # every one now scheduled in full
+            num_tokens = r.num_prompt_tokens + len(r._output_ids)
+            ctx = r._num_computed
+            rem = num_tokens - ctx
+            total += rem
+            context_sum += ctx
+            if rem > 1 or num_tokens == r.num_prompt_tokens:  # several tokens, or the single last prompt token
+                num_prefill_tokens += rem
+            prefill_rows.append((running.index(r), ctx, rem, len(r.block_ids)))
+            r._num_computed = num_tokens
+        plan.add_running_columns(running[:], cols.bulk_rows(prefill_rows), context_sum, total, num_prefill_tokens,
+                                 None if prefill_rows else cols.longest_context())
+        cols.scheduled = True
         return True
+
+    @staticmethod
+    def _touched(opening: dict[Request, None], filling: dict[Request, None], prefills: list[Request]
+                 ) -> list[Request]:
+        """Rows that need the KV cache manager, in queue order: a new block, a block to register, a prefill."""
+        touched = dict(opening)
+        touched.update(filling)
+        touched.update(dict.fromkeys(prefills))
+        return sorted(touched, key=_SEQ)
+
+    @staticmethod
+    def _counts(cols: RunningColumns, req: Request, num_updates: int) -> tuple[int, int, int]:
+        """Computed tokens, tokens and tokens to schedule of a row before its step."""
+        off = req._col_off
+        if off is None:
+            num_tokens = req.num_prompt_tokens + len(req._output_ids)
+            return req._num_computed, num_tokens, num_tokens - req._num_computed
+        return off + num_updates - 1, off + num_updates, 1
 
     def _decline(self) -> bool:
         """Leave the step to the scheduler's loop: end the column period. (`_schedule_lists` would decline
@@ -199,19 +295,25 @@ class FastPath:
         if cols is None:
             if len(plan.requests) != len(running) or not all(map(operator.is_, plan.requests, running)):
                 return None
-            num_positions = self.sched.config.max_model_len + self.sched.kv.block_size
-            cols = self.columns = RunningColumns(running, token, num_positions)
-        elif len(cols.ctx) < len(running):
-            cols.extend(running[len(cols.ctx):])  # admitted this step
-        return self._update_columns(cols, plan, now_s)
+            kv = self.sched.kv
+            num_positions = self.sched.config.max_model_len + kv.block_size
+            cols = self.columns = RunningColumns(running, token, num_positions, kv.block_size)
+            new = running[:]
+            new_emits = plan.emits
+        else:
+            new = running[len(cols.off):]  # admitted this step: the plan's sequences after the bulk rows
+            new_emits = plan.emits_after_bulk
+        if new:
+            cols.join(new)
+        return self._update_columns(cols, new, new_emits, now_s)
 
     def flush(self) -> None:
         """End the column period: hand every row back to its request."""
         cols = self.columns
         if cols is None:
             return
-        for i, req in enumerate(cols.reqs[:len(cols.ctx)]):
-            cols.detach(req, i)
+        for req in cols.reqs[:len(cols.off)]:
+            cols.detach(req)
         self.columns = None
 
     def _schedule_lists(self, plan: StepPlan, budget: int, threshold: int) -> bool:
@@ -247,113 +349,126 @@ class FastPath:
             r.num_computed_tokens = t
         return True
 
-    def _touched(self, cols: RunningColumns, need: np.ndarray, rem: np.ndarray) -> list[int]:
-        """Rows that need the KV cache manager: a new block, a prefill, a block to register."""
-        touched = (need > 0) | (rem > 1)
-        if self.sched.kv.enable_caching:
-            touched |= cols.ntok // self.sched.kv.block_size > cols.num_cached
-        return touched.nonzero()[0].tolist()
-
-    def _allocate_or_preempt(self, cols: RunningColumns, plan: StepPlan, touched: list[int], ctx: np.ndarray,
-                             ntok: np.ndarray, rem: np.ndarray) -> int:
+    def _allocate_or_preempt(self, cols: RunningColumns, plan: StepPlan, touched: list[Request],
+                             num_updates: int) -> None:
         """The scheduler's loop (FCFS) on the columns, when the free blocks do not cover every running
         request: the requests that need the KV cache manager ask it in queue order, and a request that does
         not fit preempts from the tail of the running queue until it fits or is itself preempted. Victims
-        leave the columns (their rows are the tail). Returns the number of requests left running, all of
-        which are scheduled in full."""
+        leave the columns (their rows are the tail); the requests left running are all scheduled in full."""
         sched = self.sched
         kv = sched.kv
         running = sched.running
         preempted: list[str] = []
-        for i in touched:
-            if i >= len(running):
-                break  # preempted already
-            req = running[i]
-            while not kv.allocate(req, int(ctx[i]), int(ntok[i]), int(rem[i])):
+        for req in touched:
+            if req._cols is not cols:
+                break  # preempted already (victims come from the tail)
+            ctx, num_tokens, rem = self._counts(cols, req, num_updates)
+            while not kv.allocate(req, ctx, num_tokens, rem):
                 victim = running.pop()
-                cols.detach(victim, len(running))
+                cols.remove(victim)
+                cols.detach(victim)
                 sched.preempt_request(victim)
                 preempted.append(victim.request_id)
                 if victim is req:
                     break
-            else:
-                cols.num_blocks[i] = len(req.block_ids)
-                cols.num_cached[i] = req.num_cached_blocks
         plan.preempted_request_ids = tuple(preempted)
-        num_live = len(running)
-        if preempted:
-            cols.keep(slice(0, num_live))
-        return num_live
 
-    def _update_columns(self, cols: RunningColumns, plan: StepPlan, now_s: float | None) -> list[Request]:
-        """`update_from_output` on the columns: count the new tokens, and look closer only at requests whose
-        token is their first, fills a block or stops them (the same checks, in the same order, as the
-        scheduler's `_check_stop`)."""
+    def _update_columns(self, cols: RunningColumns, new: list[Request], new_emits: list[bool],
+                        now_s: float | None) -> list[Request]:
+        """`update_from_output` on the columns: the decoders whose update count it is fill a block (hashed) or
+        stop; the last step's prefills and this step's admissions sample their first token of the period (or
+        not, for a prompt chunk) and become decoders. The same checks, in the same order, as the scheduler's
+        `_check_stop`."""
         sched = self.sched
-        all_emit = plan.all_emit
-        if all_emit:
-            cols.ntok += 1
-        else:
-            emits = plan.seq_arrays()[2]
-            cols.ntok += emits
+        num_updates = cols.num_updates = cols.num_updates + 1
+        cols.scheduled = False
         cols.times.append(now_s)
         if now_s is None:
             cols.times_complete = False
-        ntok = cols.ntok
-        kv = sched.kv
-        bs = kv.block_size
-        if sched.num_running_without_output:
-            first = ntok == cols.num_prompt + 1
-            if not all_emit:
-                first &= emits
-            sched.num_running_without_output -= int(np.count_nonzero(first))
-        look = ntok >= cols.max_tokens
-        if cols.any_stops:
-            look |= cols.stops
-        if kv.enable_caching:
-            look |= ntok % bs == 0
-        if not all_emit:
-            look &= emits
-        rows = look.nonzero()[0]
-        if not len(rows):
-            return []
-        running = sched.running
-        finished: list[tuple[int, Request, RequestStatus]] = []
-        # The rows' counters as Python ints in one go (indexing arrays one element at a time is slow).
-        caching = kv.enable_caching
-        token = cols.token
-        if caching:  # a block of this period's tokens only is hashed inline
-            weight, sums = cols.hash_terms
-        stops = cols.stops[rows].tolist() if cols.any_stops else itertools.repeat(False)
-        for i, num_tokens, stop, cap in zip(rows.tolist(), ntok[rows].tolist(), stops, cols.max_tokens[rows].tolist()):
-            req = running[i]
-            if caching and num_tokens % bs == 0:
-                # The block's tokens: written ones (prompt, earlier outputs), then this period's, all `token`.
-                written = req.num_prompt_tokens + len(req._output_ids)
-                start = num_tokens - bs
-                if written <= start:  # start >= written >= 1, so the blocks before it are hashed
-                    hashes = req.block_hashes
-                    hashes.append((hashes[-1] + weight * (sums[num_tokens] - sums[start])) & MASK_63)
-                else:  # the written ones read directly: `token_ids` would write this period's into the request
-                    p = req.num_prompt_tokens
-                    if start < p:
-                        tokens = req.prompt_array[start:].tolist() + req._output_ids
+        bs = cols.block_size
+        caching = sched.kv.enable_caching
+        finished: list[tuple[Request, RequestStatus]] = []
+        if caching:
+            filled = cols.by_phase[-num_updates % bs]
+            if filled:
+                contents = cols.block_contents
+                for req in filled:
+                    num_tokens = req._col_off + num_updates  # type: ignore[operator]  # decoders have one
+                    if req.num_prompt_tokens + len(req._output_ids) <= num_tokens - bs:  # a block of `token` only
+                        hashes = req.block_hashes
+                        hashes.append((hashes[-1] + contents[num_tokens // bs - 1]) & MASK_63)
                     else:
-                        tokens = req._output_ids[start - p:]
-                    kv.hash_next_block(req, tokens + [token] * (num_tokens - written))
-            if stop:
-                finished.append((i, req, RequestStatus.FINISHED_STOPPED))
-            elif num_tokens >= cap:
-                finished.append((i, req, RequestStatus.FINISHED_LENGTH_CAPPED))
+                        self._hash_block(cols, req, num_tokens)
+        stops = cols.stopping.pop(num_updates, None)
+        if stops:
+            finished = [(req, _CAPPED) for req in stops]
+        # The last step's prefills (all scheduled in full, so sampling now) and this step's admissions, in queue
+        # order: their first token of the period, or none (a prompt chunk: they stay prefills).
+        off = cols.off
+        running = sched.running
+        if cols.prefills:
+            joining = cols.prefills
+            cols.prefills = []
+            changed = [req for req in joining if self._start_decoding(cols, req, num_updates, finished)]
+            if changed:  # prefills turned decoders: their rows' `off`
+                off = off.copy()
+                for req in changed:
+                    off[running.index(req)] = req._col_off
+        if new:
+            new_off: list[int] = []
+            for req, emits in zip(new, new_emits):
+                if emits and self._start_decoding(cols, req, num_updates, finished):
+                    new_off.append(cast(int, req._col_off))
+                else:
+                    new_off.append(0)
+                    if not emits:
+                        cols.prefills.append(req)
+            off = np.concatenate((off, new_off))
+        cols.off = off
         if not finished:
             return []
-        keep = np.ones(len(running), dtype=bool)
-        for i, req, status in finished:
-            cols.detach(req, i)
+        if len(finished) > 1:
+            finished.sort(key=lambda f: f[0]._col_seq)
+        rows = [running.index(req) for req, _ in finished]
+        for req, status in finished:
+            cols.remove(req)
+            cols.detach(req)
             sched.finish_request(req, status, now_s)
-            keep[i] = False
-        cols.keep(keep)
+        keep = np.ones(len(off), dtype=bool)
+        keep[rows] = False
+        cols.off = off[keep]
         assert running is cols.reqs
-        for i, _, _ in reversed(finished):  # rows in increasing order
+        for i in sorted(rows, reverse=True):
             del running[i]
-        return [req for _, req, _ in finished]
+        return [req for req, _ in finished]
+
+    def _start_decoding(self, cols: RunningColumns, req: Request, num_updates: int,
+                        finished: list[tuple[Request, RequestStatus]]) -> bool:
+        """A row's first sampled token of the period (its outputs are all written): hash a block it fills, then
+        stop it (listed in `finished`) or make it a decoder. True if it decodes on."""
+        sched = self.sched
+        num_tokens = req.num_prompt_tokens + len(req._output_ids) + 1
+        req._col_off = off = num_tokens - num_updates
+        if num_tokens == req.num_prompt_tokens + 1:
+            sched.num_running_without_output -= 1
+        if sched.kv.enable_caching and num_tokens % cols.block_size == 0:
+            self._hash_block(cols, req, num_tokens)
+        if cols.token in req.stop_token_set:
+            finished.append((req, _STOPPED))
+        elif num_tokens >= req.max_num_tokens:
+            finished.append((req, _CAPPED))
+        else:
+            cols.add_decoder(req, off)
+            return True
+        return False
+
+    def _hash_block(self, cols: RunningColumns, req: Request, num_tokens: int) -> None:
+        """Hash the block that `num_tokens` tokens fill, some of them not written into the request yet."""
+        written = req.num_prompt_tokens + len(req._output_ids)
+        start = num_tokens - cols.block_size
+        p = req.num_prompt_tokens
+        if start < p:  # the written ones read directly: `token_ids` would write this period's into the request
+            tokens = req.prompt_array[start:].tolist() + req._output_ids
+        else:
+            tokens = req._output_ids[start - p:]
+        self.sched.kv.hash_next_block(req, tokens + [cols.token] * (num_tokens - written))

@@ -6,7 +6,7 @@
     hit_block_ids, num_hit_tokens = kv.get_computed_blocks(req)
     if kv.allocate_slots(req, num_new_tokens, hit_block_ids):   # False: does not fit, nothing changed
         ...                                            # req.block_ids: the block table
-    kv.allocate_decode_slots(reqs, opening_rows, filling_rows)   # many one-token decodes at once (fast path)
+    kv.allocate_decode_slots(opening_reqs, filling_reqs)         # many one-token decodes at once (fast path)
     kv.free(req)                                       # tail block first
 
 Prefix caching: every full block of a request's tokens (prompt and generated) gets a hash of all tokens from the
@@ -154,33 +154,45 @@ class KVCacheManager:
             num_full_blocks = min(num_computed + num_new_tokens, num_tokens) // bs
             num_cached = req.num_cached_blocks
             if num_full_blocks > num_cached:
-                pool.register(req.block_ids[num_cached:num_full_blocks], req.block_hashes[num_cached:num_full_blocks])
+                req.cache_chain = pool.register_chain(req.cache_chain, req.block_ids, req.block_hashes, num_cached,
+                                                      num_full_blocks)
                 req.num_cached_blocks = num_full_blocks
         return True
 
-    def allocate_decode_slots(self, reqs: Sequence[Request], opening: np.ndarray, filling: np.ndarray) -> None:
-        """`allocate_slots(req, 1)` for many running requests at once (`opening` and `filling` are row numbers
-        in `reqs`), each computing one token that either opens a block (`opening`: one new block each) or
-        fills its last block (`filling`: registered in the prefix cache; none without caching); the caller
-        checked that the free blocks suffice. The new blocks come off the free queue in the order of
-        `opening`, as one `allocate_slots` after another would take them; registering and evicting commute,
-        since a registered block is in use and the map keeps registration order."""
-        if len(opening):
-            for i, block_id in zip(opening.tolist(), self.pool.allocate(len(opening))):
-                reqs[i].block_ids.append(block_id)
-        if len(filling):
-            block_ids = []
-            block_hashes = []
-            for i in filling.tolist():
-                req = reqs[i]
+    def allocate_decode_slots(self, opening: Sequence[Request], filling: Sequence[Request]) -> None:
+        """`allocate_slots(req, 1)` for many running requests at once, in queue order, each computing one token
+        that either opens a block (`opening`: one new block each) or fills its last block (`filling`: registered
+        in the prefix cache; none without caching); the caller checked that the free blocks suffice. The new
+        blocks come off the free queue in the order of `opening`, as one `allocate_slots` after another would
+        take them; registering and evicting commute, since a registered block is in use and the map keeps
+        registration order."""
+        if opening:
+            for req, block_id in zip(opening, self.pool.allocate(len(opening))):
+                req.block_ids.append(block_id)
+        if filling:
+            pool = self.pool
+            block_ids: list[int] = []
+            block_hashes: list[int] = []
+            chains: list[int] = []
+            for req in filling:
                 k = req.num_cached_blocks
-                block_ids.append(req.block_ids[k])
-                block_hashes.append(req.block_hashes[k])
+                chain = req.cache_chain
+                if chain is None:  # its block list's first block of its own: a new chain (after the ones before)
+                    if block_ids:
+                        pool.register_ends(chains, block_ids, block_hashes)
+                        block_ids, block_hashes, chains = [], [], []
+                    req.cache_chain = pool.register_chain(None, req.block_ids, req.block_hashes, k, k + 1)
+                else:
+                    block_ids.append(req.block_ids[k])
+                    block_hashes.append(req.block_hashes[k])
+                    chains.append(chain)
                 req.num_cached_blocks = k + 1
-            self.pool.register(block_ids, block_hashes)
+            if block_ids:
+                pool.register_ends(chains, block_ids, block_hashes)
 
     def free(self, req: Request) -> None:
         """Release all blocks of `req`, last block first so a chain is evicted from its tail."""
         self.pool.free(req.block_ids[::-1])
         req.block_ids = []
         req.num_cached_blocks = 0
+        req.cache_chain = None

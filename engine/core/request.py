@@ -81,6 +81,7 @@ class Request:
         "block_ids",
         "block_hashes",
         "num_cached_blocks",
+        "cache_chain",
         "max_num_tokens",
         "stop_token_set",
         "next_check_len",
@@ -93,6 +94,8 @@ class Request:
         "_num_computed",
         "_token_times",
         "_cols",
+        "_col_off",
+        "_col_seq",
     )
 
     def __init__(
@@ -131,6 +134,7 @@ class Request:
         self.block_ids: list[int] = []
         self.block_hashes: list[int] = []
         self.num_cached_blocks = 0
+        self.cache_chain: int | None = None  # the prefix-cache chain its block list registers into (BlockPool)
         # Stop rules precomputed by the scheduler: the length at which the request stops (prompt + max_tokens
         # capped by max_model_len) and the tokens that stop it (EOS unless ignore_eos, stop_token_ids).
         self.max_num_tokens = 0
@@ -149,6 +153,8 @@ class Request:
         # (`engine.core.fast_path.RunningColumns`), they hold its computed tokens and its last generated
         # tokens and their times; the properties below read through them.
         self._cols: RunningColumns | None = None
+        self._col_off: int | None = None  # there: num_tokens - the columns' update count, while it decodes
+        self._col_seq = 0  # there: when it joined them (the running queue's order)
 
     @property
     def num_computed_tokens(self) -> int:

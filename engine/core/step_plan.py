@@ -12,9 +12,13 @@ fast paths (`engine.core.fast_path`) schedule the whole running queue at once (`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from engine.core.request import Request
+
+BulkRows = tuple[np.ndarray, np.ndarray, np.ndarray]  # query, context and block-table lengths of the bulk rows
 
 
 class ScheduledSeq:
@@ -92,6 +96,9 @@ class StepPlan:
         "_emits",
         "_num_blocks",
         "_bulk",
+        "_bulk_fn",
+        "_bulk_context_sum",
+        "_bulk_decodes",
         "_arrays",
         "_seqs",
         "_tables",
@@ -117,7 +124,13 @@ class StepPlan:
         self._context: list[int] = []
         self._emits: list[bool] = []
         self._num_blocks: list[int] = []
-        self._bulk: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # query, context, num_blocks
+        self._bulk: BulkRows | None = None
+        # The fast path hands the bulk rows over as a function, called on first use (a step of decodes only is
+        # costed from its context sum, which it gives as well), so that a step nobody reads builds no arrays.
+        self._bulk_fn: Callable[[], BulkRows] | None = None
+        self._bulk_context_sum: int | None = None
+        # When every bulk row is a decode (one query token): their count and a function giving their longest context.
+        self._bulk_decodes: tuple[int, Callable[[], int]] | None = None
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._seqs: tuple[ScheduledSeq, ...] | None = None
         self._tables: list[tuple[int, ...]] | None = None
@@ -135,6 +148,8 @@ class StepPlan:
         of running requests only shares its all-True emits with the other plans of its size)."""
         if self._arrays is not None:
             return self._arrays
+        if self._bulk_fn is not None:
+            self._resolve_bulk()
         if self._bulk is None:
             self._arrays = (np.array(self._query, dtype=np.int64), np.array(self._context, dtype=np.int64),
                             np.array(self._emits, dtype=bool))
@@ -151,13 +166,47 @@ class StepPlan:
     @property
     def num_emitting_seqs(self) -> int:
         """Sequences that sample a token this step."""
-        num_bulk = 0 if self._bulk is None else len(self._bulk[0])  # bulk rows always do
+        num_bulk = len(self.requests) - len(self._emits)  # bulk rows always do
         return num_bulk + sum(self._emits)
+
+    @property
+    def emits_after_bulk(self) -> list[bool]:
+        """Whether each sequence added after the bulk rows (`add_seq`) samples a token (all of them without bulk
+        rows; do not modify)."""
+        return self._emits
+
+    @property
+    def num_context_tokens(self) -> int:
+        """Context lengths summed over the sequences."""
+        if self._bulk_context_sum is not None:
+            return self._bulk_context_sum + sum(self._context)
+        return int(np.add.reduce(self.seq_arrays()[1]))
 
     @property
     def all_emit(self) -> bool:
         """Every sequence samples a token this step."""
         return all(self._emits)  # the bulk rows always do
+
+    def seq_sums(self) -> tuple[int, int, int, list[int], list[int]] | None:
+        """The sequences of one query token (count, context sum, longest context; 0 without any) and the query and
+        context lengths of the others in order, without building arrays; None when that would take them (a plan
+        whose bulk rows are not all decodes, or without bulk rows)."""
+        if self._bulk_decodes is None or self._bulk_context_sum is None:
+            return None
+        num_bulk, bulk_max = self._bulk_decodes
+        count, total = num_bulk, self._bulk_context_sum
+        longest = bulk_max() if num_bulk else 0
+        query: list[int] = []
+        context: list[int] = []
+        for q, c in zip(self._query, self._context):
+            if q == 1:
+                count += 1
+                total += c
+                longest = max(longest, c)
+            else:
+                query.append(q)
+                context.append(c)
+        return count, total, longest, query, context
 
     @property
     def request_ids(self) -> list[str]:
@@ -166,21 +215,23 @@ class StepPlan:
     @property
     def query_lens(self) -> list[int]:
         """Tokens computed this step."""
-        return self.seq_arrays()[0].tolist() if self._bulk is not None else self._query
+        return self.seq_arrays()[0].tolist() if self._has_bulk else self._query
 
     @property
     def context_lens(self) -> list[int]:
         """Tokens already in the KV cache before this step."""
-        return self.seq_arrays()[1].tolist() if self._bulk is not None else self._context
+        return self.seq_arrays()[1].tolist() if self._has_bulk else self._context
 
     @property
     def emits(self) -> list[bool]:
-        return self.seq_arrays()[2].tolist() if self._bulk is not None else self._emits
+        return self.seq_arrays()[2].tolist() if self._has_bulk else self._emits
 
     @property
     def block_tables(self) -> list[tuple[int, ...]]:
         """Each sequence's whole block table (enough slots for context + query)."""
         if self._tables is None:
+            if self._bulk_fn is not None:
+                self._resolve_bulk()
             lengths = self._num_blocks if self._bulk is None else self._bulk[2].tolist() + self._num_blocks
             self._tables = [tuple(r.block_ids[:n]) for r, n in zip(self.requests, lengths)]
         return self._tables
@@ -223,7 +274,7 @@ class StepPlan:
     def remove_seq(self, req: Request) -> int:
         """Unschedule `req` (a victim of priority preemption; not for plans with bulk rows); returns its
         tokens."""
-        assert self._bulk is None
+        assert not self._has_bulk
         i = self.requests.index(req)
         n = self._query[i]
         is_decode = n == 1 and self._context[i] >= req.num_prompt_tokens
@@ -245,12 +296,27 @@ class StepPlan:
         self._emits = [True] * len(requests)
         self._set_totals(num_batched_tokens, num_prefill_tokens)
 
-    def add_running_columns(self, requests: list[Request], query: np.ndarray, context: np.ndarray,
-                            num_blocks: np.ndarray, num_batched_tokens: int, num_prefill_tokens: int) -> None:
-        """`add_running` from the fast path's columns: the arrays become the plan's leading (bulk) rows."""
+    def add_running_columns(self, requests: list[Request], bulk: Callable[[], BulkRows], context_sum: int,
+                            num_batched_tokens: int, num_prefill_tokens: int,
+                            longest_decode: Callable[[], int] | None = None) -> None:
+        """`add_running` from the fast path's columns: `bulk()` gives the arrays of the plan's leading (bulk) rows
+        (called at most once, on first use; what it reads must not change), `context_sum` their context sum;
+        `longest_decode()` their longest context where every one of them is a decode."""
         self.requests = requests
-        self._bulk = (query, context, num_blocks)
+        self._bulk_fn = bulk
+        self._bulk_context_sum = context_sum
+        if longest_decode is not None:
+            self._bulk_decodes = (len(requests), longest_decode)
         self._set_totals(num_batched_tokens, num_prefill_tokens)
+
+    @property
+    def _has_bulk(self) -> bool:
+        return self._bulk is not None or self._bulk_fn is not None
+
+    def _resolve_bulk(self) -> None:
+        assert self._bulk_fn is not None
+        self._bulk = self._bulk_fn()
+        self._bulk_fn = None
 
     def _set_totals(self, num_batched_tokens: int, num_prefill_tokens: int) -> None:
         self.num_batched_tokens = num_batched_tokens

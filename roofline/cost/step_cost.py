@@ -1005,10 +1005,39 @@ class StepCostModel:
         n = int(context_lens.size)
         if not n:
             return self._stats_time_s(BatchStats.from_decode_contexts(context_lens))
+        return self.decode_sum_time_s(n, int(_sum(context_lens)))
+
+    @property
+    def rows_suffice(self) -> bool:
+        """Whether `step_time_s_of_rows` applies: a model without sliding windows (its decodes enter a step's
+        `BatchStats` as a count, a context sum and a context maximum)."""
+        return not self.spec.sliding_window
+
+    def step_time_s_of_rows(self, num_tokens: int, num_emits: int, num_decodes: int, decode_context_sum: int,
+                            decode_context_max: int, prefill_query: list[int], prefill_context: list[int]) -> float:
+        """`step_time_s` of a step given as its token and emit counts, the count, context sum and longest context
+        of its sequences of one query token, and the query and context lengths of the others in order
+        (`StepPlan.seq_sums`), where `rows_suffice`: the `BatchStats` that `BatchStats.from_arrays` builds, field
+        for field, without the arrays."""
+        prefill = BatchStats._prefill_sums(prefill_query, prefill_context, None, self._q_tile) if prefill_query else {}
+        stats = BatchStats(num_tokens=num_tokens, num_emits=num_emits, num_decode_seqs=num_decodes,
+                           decode_pairs=float(decode_context_sum) + num_decodes,
+                           decode_max_keys=float(decode_context_max) + 1.0 if num_decodes else 0.0, **prefill)
+        return self._stats_time_s(stats)
+
+    @property
+    def decode_depends_on_sums(self) -> bool:
+        """Whether a step of decodes only depends on its number of sequences and the sum of their contexts alone
+        (`decode_sum_time_s`)."""
+        return self._plain_decode
+
+    def decode_sum_time_s(self, n: int, context_sum: int) -> float:
+        """`decode_step_time_s` of `n` >= 1 decodes whose contexts sum to `context_sum`, where
+        `decode_depends_on_sums`."""
         token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
         emit_s, emit_k = self._emit_table.lookup(n)
         r = self.rank
-        shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, float(_sum(context_lens)) + n,
+        shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, float(context_sum) + n,
                                        self._q_token, self._kv_token, self._attn_kernels)
         # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
         attn_s = float(r.layers * attention_decode_time_s(self.hw, *shape, self.quant.act_dtype, self._kv_fp8))
