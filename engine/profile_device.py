@@ -287,6 +287,7 @@ class _Bench:
 
     def _stream_weights(self) -> list[torch.Tensor]:
         """bf16 weights [n, k] of as many layers as hold _STREAM_CACHE_MULTIPLE x the last-level cache."""
+        layer: tuple[tuple[int, int], ...]
         if self.settings.quick:
             layer, num_layers = _QUICK_LAYER_NK, 1
         else:
