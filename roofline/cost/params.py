@@ -190,9 +190,9 @@ class EfficiencyParams:
     # H100 vLLM 0.24 MoE table (kernel vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu, balanced
     # routing as the tables route it, `roofline.calibration.moe_routing`; benchmarks/moe_accuracy.py `run_marlin`:
     # the fixed cost fitted on H100 and H200 together, one Hopper kernel, the two factors per chip; leave-one-shape-out
-    # median balanced / power law 1.01 / 1.2: 5.6 / 11.7 / 12.9 %; h200-sxm.yaml carries H200's factors). Marlin
-    # dequantizes in registers at about half the OAI Triton kernel's throughput once the experts are compute-bound
-    # (~200 against ~500 TFLOP/s on H100, 8k tokens).
+    # median balanced / power law 1.01 / 1.2: 5.6 / 11.7 / 12.9 %; h200-sxm.yaml carries H200's factors, the
+    # Blackwell chip files their own with a Blackwell fixed cost). Marlin dequantizes in registers at about half the
+    # OAI Triton kernel's throughput once the experts are compute-bound (~200 against ~500 TFLOP/s on H100, 8k tokens).
     moe_w4a16_marlin_gemm_factor: float = 0.263
     moe_w4a16_marlin_fixed_s: float = 49.5e-6
     moe_w4a16_marlin_bandwidth_factor: float = 1.118
