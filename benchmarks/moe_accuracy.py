@@ -58,7 +58,7 @@ from roofline.calibration.moe_routing import DISTRIBUTIONS, mean_over_draws, tab
 from roofline.cost.hardware import HardwareProfile, load_profile  # noqa: E402
 from roofline.cost.ops import expected_experts_touched  # noqa: E402
 from roofline.cost.quant import _SCHEMES, QuantConfig, resolve_for_hardware  # noqa: E402
-from roofline.cost.step_cost import linear_time_s, moe_time_s  # noqa: E402
+from roofline.cost.step_cost import linear_time_s, moe_bandwidth_cap, moe_row_tiles, moe_time_s  # noqa: E402
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "gb200": "gb200", "b300_sxm": "b300"}
 # table moe_dtype -> our scheme name (roofline.cost.quant)
@@ -107,14 +107,15 @@ def _table_routing(keys: tuple[tuple[str, int, int, int], ...]) -> tuple[np.ndar
     """`table_routing` of rows (distribution, tokens, experts, top-k), with the touched experts and the row tiles
     per tile height of each entry (computed once per frame: the fits evaluate the same rows many times)."""
     rows, loads, weights = table_routing(*(np.array(col) for col in zip(*keys)))
-    tiles: dict[int, np.ndarray] = {}
+    touched, row_tiles = moe_row_tiles(loads)
+    return rows, touched, weights, row_tiles
 
-    def row_tiles(tm: int) -> np.ndarray:
-        if tm not in tiles:
-            tiles[tm] = np.ceil(loads / tm).sum(axis=1)
-        return tiles[tm]
 
-    return rows, (loads > 0).sum(axis=1).astype(np.float64), weights, row_tiles
+def _expert_dtype(hw: HardwareProfile, scheme: str) -> tuple[str, float]:
+    """(the dtype the format's experts compute in on `hw`, their weight bytes per parameter)."""
+    weight_bytes, gemm_dtype = _SCHEMES["mxfp4" if scheme == "mxfp4-marlin" else scheme]
+    dtype = gemm_dtype or "bf16"
+    return (dtype if dtype in hw.supported_dtypes else "bf16"), weight_bytes or 2.0
 
 
 def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndarray,
@@ -124,18 +125,14 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
     t = d.num_tokens.to_numpy(np.float64)
     k = d.topk.to_numpy(np.float64)
     marlin = scheme == "mxfp4-marlin"
-    weight_bytes, gemm_dtype = _SCHEMES["mxfp4" if marlin else scheme]
-    dtype = gemm_dtype or "bf16"
-    if dtype not in hw.supported_dtypes:
-        dtype = "bf16"
+    dtype, weight_bytes = _expert_dtype(hw, scheme)
     # The experts as the kernel holds them: MXFP4 kernels pad (roofline.cost.quant.resolve_for_hardware).
     quant = QuantConfig.from_user(quantization="mxfp4" if marlin else scheme,
                                   moe_backend="marlin" if marlin else "auto")
     align_h, align_i = resolve_for_hardware(quant, hw.family).expert_alignment
     hidden = np.ceil(d.hidden_size.to_numpy(np.float64) / align_h) * align_h
     inter = np.ceil(d.inter.to_numpy(np.float64) / align_i) * align_i
-    return moe_time_s(hw, t * k / touched, touched, hidden, inter, dtype, weight_bytes or 2.0, 2.0, scheme,
-                      row_tiles)
+    return moe_time_s(hw, t * k / touched, touched, hidden, inter, dtype, weight_bytes, 2.0, scheme, row_tiles)
 
 
 def with_params(hw: HardwareProfile, prefix: str, factor: float, bandwidth_factor: float,
@@ -146,12 +143,9 @@ def with_params(hw: HardwareProfile, prefix: str, factor: float, bandwidth_facto
 
 
 def bandwidth_cap(hw: HardwareProfile, scheme: str) -> float:
-    """The highest bandwidth factor of a format: the one at which its experts stream at the DRAM peak. The factor
-    multiplies the dense GEMMs' fitted memory efficiency (8-bit and fp4: gemm_fp8_memory_efficiency, else
-    memory_efficiency; `roofline.cost.step_cost.moe_time_s` caps the product at 1), not the peak: a fused-MoE kernel
-    may stream its weights faster than the dense GEMM kernel, never faster than the DRAM."""
-    e = hw.efficiency
-    return 1.0 / (e.gemm_fp8_memory_efficiency if scheme in ("fp8-block", "nvfp4") else e.memory_efficiency)
+    """The highest bandwidth factor of a format on `hw`: the one at which its experts stream at the DRAM peak
+    (`roofline.cost.step_cost.moe_bandwidth_cap`)."""
+    return moe_bandwidth_cap(hw, _expert_dtype(hw, scheme)[0])
 
 
 def _clip(x: np.ndarray, bandwidth_max: float = 1.0) -> tuple[float, float, float]:

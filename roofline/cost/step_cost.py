@@ -663,6 +663,29 @@ def memory_op_time_s(hw: HardwareProfile, bytes_moved: Any, num_kernels: int) ->
     return bytes_moved / (_bandwidth(hw) * hw.efficiency.memory_efficiency) + num_kernels * hw.efficiency.kernel_fixed_s
 
 
+def moe_bandwidth_cap(hw: HardwareProfile, dtype: str) -> float:
+    """The highest bandwidth factor a fused-MoE kernel in `dtype` takes (`moe_time_s`): the factor multiplies the
+    dense GEMMs' memory efficiency (gemm_fp8_memory_efficiency for 8-bit and fp4, else memory_efficiency), not the
+    peak, so a fused-MoE kernel may stream its weights faster than the dense GEMM kernel, never faster than the
+    DRAM."""
+    e = hw.efficiency
+    return 1.0 / (e.gemm_fp8_memory_efficiency if dtype in _EIGHT_BIT or dtype == "fp4" else e.memory_efficiency)
+
+
+def moe_row_tiles(loads: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.ndarray]]:
+    """For per-expert token loads (rows x experts): the experts each row touches, and `moe_time_s`'s `row_tiles`
+    (tile height -> the row tiles of all experts together, sum over experts of ceil(load / tm); computed once per
+    height)."""
+    tiles: dict[int, np.ndarray] = {}
+
+    def row_tiles(tm: int) -> np.ndarray:
+        if tm not in tiles:
+            tiles[tm] = np.ceil(loads / tm).sum(axis=1)
+        return tiles[tm]
+
+    return (loads > 0).sum(axis=1).astype(np.float64), row_tiles
+
+
 def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
                weight_bytes_per_param: float, act_bytes: float, scheme: str | None = None,
                row_tiles: Callable[[int], Any] | None = None) -> Any:
@@ -695,10 +718,7 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
                          e.moe_w4a16_marlin_fixed_s),
         "nvfp4": (e.moe_fp4_gemm_factor, e.moe_fp4_bandwidth_factor, e.moe_fp4_fixed_s),
     }.get(scheme, (e.moe_compute_efficiency, 1.0, e.moe_fixed_s))
-    # The bandwidth factors multiply the dense GEMMs' memory efficiency, not the peak: a fused-MoE kernel may stream
-    # its weights faster than the dense GEMM kernel, never faster than the DRAM.
-    eight = dtype in _EIGHT_BIT or dtype == "fp4"
-    bw_scale = min(bw_scale, 1.0 / (e.gemm_fp8_memory_efficiency if eight else e.memory_efficiency))
+    bw_scale = min(bw_scale, moe_bandwidth_cap(hw, dtype))
     # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
     in_b = 1.0 if dtype in _EIGHT_BIT else (0.5 + 1.0 / 16 if dtype == "fp4" else act_bytes)
     tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
@@ -1421,10 +1441,9 @@ def _predict_moe(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> n
     if "expert_loads" not in c:
         touched = expected_experts_touched(t, topk, e)
         return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0)
-    loads = c["expert_loads"]
-    touched = (loads > 0).sum(axis=1).astype(np.float64)
+    touched, row_tiles = moe_row_tiles(c["expert_loads"])
     return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0,
-                      row_tiles=lambda tm: np.ceil(loads / tm).sum(axis=1))
+                      row_tiles=row_tiles)
 
 
 _PREDICTORS = {
