@@ -1,8 +1,9 @@
 """The `roofline` command line: one module per subcommand under `roofline.commands`.
 
 Each command module defines `add_parser(subparsers) -> argparse.ArgumentParser` and sets `run=` on it;
-`run(args) -> int` does the work. A `UserError`/`ValueError` (bad input) is printed as one line and exits 2;
-torch is imported only inside the commands that need it.
+`run(args) -> int` does the work. A `UserError`/`ValueError` (bad input) is printed as one line and exits 2, and
+so is a flag argparse refuses (`_Parser`: the error without the usage block); torch is imported only inside the
+commands that need it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from roofline import __version__
 
@@ -26,8 +28,17 @@ COMMANDS = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose refusals (unknown flag, invalid choice, missing or malformed value) are one line, exit
+    2, as every other bad input: argparse's own error prints the whole usage block first. The subcommands' parsers
+    are of this class too (`add_subparsers` makes them of the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="roofline",
         description="Capacity planning for LLM serving: a roofline cost model, a serving simulator and a "
         "real paged-KV engine that checks them.",

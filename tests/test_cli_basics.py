@@ -81,3 +81,18 @@ def test_cli_and_listing_commands_never_import_torch() -> None:
             "assert 'torch' not in sys.modules, 'torch was imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["simulate", "--moe-backend", "cutlass"], "--moe-backend: invalid choice: 'cutlass'"),
+    (["simulate", "--num-requests", "x"], "invalid int value: 'x'"),
+    (["simulate", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["no-such-command"], "invalid choice: 'no-such-command'"),
+])
+def test_a_flag_argparse_refuses_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                        needle: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert needle in line and line.startswith("roofline") and "--help" in line
