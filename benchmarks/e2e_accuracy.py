@@ -20,6 +20,11 @@ Errors are (predicted - measured) / measured; the report gives median and p90 of
 (mean signed error), overall, per GPU and per (model, GPU, precision, TP), ours next to the peer's. The peer's
 vLLM backend is tuned on this very file, so its figures are in-sample (labelled so everywhere).
 
+Each measured row is also checked against its stated lengths (`measured_prefill_load`): the share of the measured
+run's wall time the GPUs must have spent in the prompts' GEMMs and experts alone. Rows above 1 cannot have
+prefilled every prompt of the stated length; the report counts them and gives the errors without them beside the
+errors on every row.
+
 Per-row results are cached under OUT/cache/: simulations keyed by the row and a hash of the code and data they
 depend on (roofline/ except commands/, planning/ and calibration/, engine/core/, hardware_profiles/, models/,
 benchmarks/e2e_rows.py and this file's SIM_VERSION), so a re-run after a change recomputes only what the change can
@@ -64,7 +69,7 @@ from e2e_rows import (
     silicon_csv_path,
 )
 
-SIM_VERSION = 2  # bump when what a cached simulation row holds changes
+SIM_VERSION = 3  # bump when what a cached simulation row holds changes
 PROMPTS_PER_CONCURRENCY = 10  # the assumed --num-prompts / --max-concurrency
 SENSITIVITY_PROMPTS_PER_CONCURRENCY = 5
 RANGE_RATIO = 0.8  # the assumed --random-range-ratio (e2e_rows.ASSUMPTIONS)
@@ -173,7 +178,9 @@ def simulate_case(case: SimCase, sensitivity: bool) -> dict:
                        ttft_steady_mean_s=_mean(ttft[lo:hi]), tpot_steady_mean_s=_mean(tpot[lo:hi]),
                        ttft_first_wave_mean_s=_mean(ttft[:n]), num_requests=int(len(requests)),
                        num_preemptions=int(requests.num_preemptions.sum()), **step_diagnostics(result.steps))
-    out.update(decode_breakdown_s=decode_breakdown(deployment, row), wall_s=time.perf_counter() - started)
+    out.update(decode_breakdown_s=decode_breakdown(deployment, row),
+               prefill_linear_s_per_token=prefill_linear_s_per_token(deployment, row),
+               wall_s=time.perf_counter() - started)
     return out
 
 
@@ -217,6 +224,33 @@ def decode_breakdown(deployment, row: SiliconRow) -> dict:  # noqa: ANN001 - roo
     parts["host_not_hidden"] = cost.breakdown_s.get("host_overhead", 0.0)
     parts["total"] = cost.total_s
     return dict(parts)
+
+
+def prefill_linear_s_per_token(deployment, row: SiliconRow) -> float:  # noqa: ANN001 - roofline Deployment
+    """The cost model's GEMM and fused-MoE time per prompt token of one prefill chunk of min(isl,
+    max_num_batched_tokens) tokens: the least device time a prompt token takes (no attention, norms,
+    collectives, sampling, host), for the measured-load check (`measured_prefill_load`)."""
+    chunk = min(row.isl, int(deployment.scheduler_config.max_num_batched_tokens))
+    one = np.ones(1, dtype=np.int64)
+    cost = deployment.cost_model.step_cost(one * chunk, one * chunk, one)
+    return sum(op.time_s for op in cost.ops if op.kind in ("gemm", "moe")) / chunk
+
+
+def _mean_length(tokens: int) -> float:
+    """Mean of the assumed lengths: uniform integers in [int(RANGE_RATIO x L), L] (`client_workload`)."""
+    return (int(tokens * RANGE_RATIO) + tokens) / 2.0
+
+
+def measured_prefill_load(frame: pd.DataFrame) -> np.ndarray:
+    """Per row, the share of the measured run's wall time the GPUs must have spent in the prompts' GEMMs and
+    experts alone, at the cost model's per-token time (`prefill_linear_s_per_token`): the closed loop of N clients
+    completes N / (TTFT + (mean osl - 1) x TPOT) requests a second (the file's means), each with a mean prompt of
+    the assumed lengths. Above 1 the measured means cannot come from prompts of the stated lengths all prefilled
+    (a client re-sending prompts that the prefix cache then serves, or shorter prompts, would explain it)."""
+    osl = frame.osl.map(_mean_length).to_numpy(float)
+    isl = frame.isl.map(_mean_length).to_numpy(float)
+    duration = frame.measured_ttft_s.to_numpy(float) + (osl - 1.0) * frame.measured_tpot_s.to_numpy(float)
+    return frame.concurrency.to_numpy(float) / duration * isl * frame.prefill_linear_s_per_token.to_numpy(float)
 
 
 def _simulate_worker(payload: tuple[SimCase, bool, str]) -> tuple[str, dict]:
@@ -352,12 +386,14 @@ def build_table(rows: list[SiliconRow], outcomes: dict[str, dict], peer: dict[st
             "predicted_ttft_first_wave_s": o.get("ttft_first_wave_mean_s"),
             "num_preemptions": o.get("num_preemptions"), "prefill_time_share": o.get("prefill_time_share"),
             "decode_step_mean_s": o.get("decode_step_mean_s"),
+            "prefill_linear_s_per_token": o.get("prefill_linear_s_per_token"),
             "peer_status": p.get("status", ""), "peer_ttft_s": p.get("ttft_s"), "peer_tpot_s": p.get("tpot_s"),
             "peer_error": p.get("error", ""),
         })
     frame = pd.DataFrame.from_records(records)
-    for col in [c for c in frame.columns if c.startswith(("predicted_", "peer_t"))]:
+    for col in [c for c in frame.columns if c.startswith(("predicted_", "peer_t"))] + ["prefill_linear_s_per_token"]:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    frame["measured_prefill_load"] = measured_prefill_load(frame)
     return frame
 
 
@@ -421,6 +457,7 @@ def markdown_report(meta: dict, frame: pd.DataFrame, skips: dict, stats: dict) -
     for section in ("overall", "per_gpu", "per_group"):
         for entry in stats[section]:
             lines.append(f"| {entry['group']} | {entry['rows']} | " + " | ".join(_cells(entry)) + " |")
+    lines += load_lines(frame)
     lines += ["", "## Assumptions", ""] + [f"- {a}" for a in ASSUMPTIONS]
     lines += ["", "## The client's unrecorded settings: how the errors move with them", ""]
     lines += sensitivity_lines(frame)
@@ -429,6 +466,34 @@ def markdown_report(meta: dict, frame: pd.DataFrame, skips: dict, stats: dict) -
         for _, r in frame[frame.status == "miss"].iterrows():
             lines.append(f"- {r.row_id}: {r.error}")
     return "\n".join(lines) + "\n"
+
+
+def load_lines(frame: pd.DataFrame) -> list[str]:
+    """The measured rows checked against their stated lengths (`measured_prefill_load`): which exceed 1, and the
+    errors per GPU without them (reported beside the errors on every row, never instead of them)."""
+    sim = frame[frame.status == "simulated"]
+    over = sim[sim.measured_prefill_load > 1.0]
+    lines = ["", "## The measured rows checked against their stated lengths", "",
+             "`measured_prefill_load`: the share of the measured run's wall time the GPUs must have spent in the "
+             "prompts' GEMMs and experts alone (the cost model's time per prompt token of one chunk, attention and "
+             "everything else left out), given the measured mean TTFT and TPOT of N closed-loop clients and the "
+             f"assumed lengths. Above 1 the stated prompts cannot all have been prefilled: {len(over)} of "
+             f"{len(sim)} simulated rows.", ""]
+    if over.empty:
+        return lines
+    lines += ["| model | GPU | rows over 1 | of | load, median (max) |", "|---|---|---|---|---|"]
+    for (model, system), part in sim.groupby(["model", "system"], sort=True):
+        n_over = int((part.measured_prefill_load > 1.0).sum())
+        if n_over:
+            lines.append(f"| {model} | {system} | {n_over} | {len(part)} | "
+                         f"{part.measured_prefill_load.median():.2f} ({part.measured_prefill_load.max():.2f}) |")
+    lines += ["", "Errors per GPU without those rows (median / p90 / bias):", "",
+              "| GPU | rows | TTFT | TPOT |", "|---|---|---|---|"]
+    kept = frame[~((frame.status == "simulated") & (frame.measured_prefill_load > 1.0))]
+    for entry in group_stats(kept, ["system"]):
+        lines.append(f"| {entry['group']} | {entry['rows']} | " + " | ".join(
+            " / ".join(_pct(entry[m], f) for f in ("median", "p90", "bias")) for m in ("ttft", "tpot")) + " |")
+    return lines
 
 
 def sensitivity_lines(frame: pd.DataFrame) -> list[str]:
@@ -624,7 +689,9 @@ def main(argv: list[str] | None = None) -> int:
             "reused_from_earlier_identity": _read_json(sim_cache / "REUSED.json")}
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "rows.csv", index=False)
-    summary = {"meta": meta, "skips": {k: dict(v) for k, v in skips.items()}, "stats": stats, "h100_targets": targets}
+    over = sim[sim.measured_prefill_load > 1.0]
+    summary = {"meta": meta, "skips": {k: dict(v) for k, v in skips.items()}, "stats": stats, "h100_targets": targets,
+               "measured_prefill_load_over_1": {"rows": len(over), "per_gpu": over.system.value_counts().to_dict()}}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     (args.out / "report.md").write_text(markdown_report(meta, frame, skips, stats))
     if len(sim):

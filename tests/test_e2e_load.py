@@ -1,0 +1,40 @@
+"""benchmarks/e2e_accuracy.py's check of a measured row against its stated lengths (`measured_prefill_load`).
+Skipped without aiconfigurator-core."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("aiconfigurator_core")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from e2e_accuracy import measured_prefill_load, prefill_linear_s_per_token  # noqa: E402
+from e2e_rows import SimCase, parse_row, resolve_row  # noqa: E402
+from test_e2e_rows import record  # noqa: E402
+
+from roofline.registry import load_model  # noqa: E402
+from roofline.sim.simulator import make_deployment  # noqa: E402
+
+
+def test_load_is_the_closed_loops_prompt_tokens_per_second_times_the_time_per_token() -> None:
+    # 10 clients, requests of mean 0.9 s (TTFT 0.1 s + (mean osl 90 - 1) x ~9 ms); mean prompt 900 tokens
+    # (lengths in [800, 1000]); 1 ms of GEMMs per prompt token -> 10 / 0.9 x 900 x 1e-3 = 10x the wall time.
+    frame = pd.DataFrame({"isl": [1000], "osl": [100], "concurrency": [10], "measured_ttft_s": [0.1],
+                          "measured_tpot_s": [0.8 / 89.0], "prefill_linear_s_per_token": [1e-3]})
+    assert measured_prefill_load(frame)[0] == pytest.approx(10.0)
+
+
+def test_prefill_linear_time_is_positive_and_below_the_whole_prefill_step() -> None:
+    row = parse_row(record(isl=4096, tp_size=2.0, batch_size=4.0, silicon_data_source="silicon_concurrency=4"))
+    case = resolve_row(row)
+    assert isinstance(case, SimCase)
+    deployment = make_deployment(load_model(case.config_path), case.hardware_id, case.engine)
+    per_token = prefill_linear_s_per_token(deployment, row)
+    one = np.ones(1, dtype=np.int64)
+    step = deployment.cost_model.step_cost(one * 4096, one * 4096, one)
+    assert 0.5 * step.total_s / 4096 < per_token < step.total_s / 4096
