@@ -20,10 +20,10 @@ Errors are (predicted - measured) / measured; the report gives median and p90 of
 (mean signed error), overall, per GPU and per (model, GPU, precision, TP), ours next to the peer's. The peer's
 vLLM backend is tuned on this very file, so its figures are in-sample (labelled so everywhere).
 
-Each measured row is also checked against its stated lengths (`measured_prefill_load`): the share of the measured
-run's wall time the GPUs must have spent in the prompts' GEMMs and experts alone. Rows above 1 cannot have
-prefilled every prompt of the stated length; the report counts them and gives the errors without them beside the
-errors on every row.
+Each measured row is also checked against its stated lengths: `measured_prefill_load`, the share of the measured
+run's wall time the GPUs must have spent in the prompts' GEMMs and experts alone, and `measured_decode_load`, the
+least DRAM time of one decode step over the measured TPOT. A row above 1 on either cannot come from the stated
+lengths and batch; the report counts them and gives the errors without them beside the errors on every row.
 
 Per-row results are cached under OUT/cache/: simulations keyed by the row and a hash of the code and data they
 depend on (roofline/ except commands/, planning/ and calibration/, engine/core/, hardware_profiles/, models/,
@@ -180,6 +180,7 @@ def simulate_case(case: SimCase, sensitivity: bool) -> dict:
                        num_preemptions=int(requests.num_preemptions.sum()), **step_diagnostics(result.steps))
     out.update(decode_breakdown_s=decode_breakdown(deployment, row),
                prefill_linear_s_per_token=prefill_linear_s_per_token(deployment, row),
+               decode_read_floor_s=decode_read_floor_s(deployment, row, out.get("decode_step_mean_batch")),
                wall_s=time.perf_counter() - started)
     return out
 
@@ -234,6 +235,17 @@ def prefill_linear_s_per_token(deployment, row: SiliconRow) -> float:  # noqa: A
     one = np.ones(1, dtype=np.int64)
     cost = deployment.cost_model.step_cost(one * chunk, one * chunk, one)
     return sum(op.time_s for op in cost.ops if op.kind in ("gemm", "moe")) / chunk
+
+
+def decode_read_floor_s(deployment, row: SiliconRow, mean_batch: float | None) -> float:  # noqa: ANN001
+    """The bytes one decode step must read from DRAM (weights, the experts uniform routing touches, the KV cache at
+    mid-output context), at the chip's datasheet bandwidth, for a batch of the row's N sequences or, where the
+    simulated engine's KV cache held fewer, its mean decode batch (`mean_batch`): no decode step of that batch,
+    hence no mean TPOT, can be shorter (`measured_decode_load`)."""
+    n = max(1, min(row.concurrency, round(mean_batch))) if mean_batch else row.concurrency
+    context = np.full(n, row.isl + row.osl // 2, dtype=np.int64)
+    cost = deployment.cost_model.step_cost(np.ones(n, dtype=np.int64), context, np.ones(n, dtype=np.int64))
+    return sum(op.weight_bytes + op.kv_read_bytes for op in cost.ops) / deployment.hw.memory_bandwidth_bytes_per_s
 
 
 def _mean_length(tokens: int) -> float:
@@ -387,13 +399,16 @@ def build_table(rows: list[SiliconRow], outcomes: dict[str, dict], peer: dict[st
             "num_preemptions": o.get("num_preemptions"), "prefill_time_share": o.get("prefill_time_share"),
             "decode_step_mean_s": o.get("decode_step_mean_s"),
             "prefill_linear_s_per_token": o.get("prefill_linear_s_per_token"),
+            "decode_read_floor_s": o.get("decode_read_floor_s"),
             "peer_status": p.get("status", ""), "peer_ttft_s": p.get("ttft_s"), "peer_tpot_s": p.get("tpot_s"),
             "peer_error": p.get("error", ""),
         })
     frame = pd.DataFrame.from_records(records)
-    for col in [c for c in frame.columns if c.startswith(("predicted_", "peer_t"))] + ["prefill_linear_s_per_token"]:
+    for col in [c for c in frame.columns if c.startswith(("predicted_", "peer_t"))] + [
+            "prefill_linear_s_per_token", "decode_read_floor_s"]:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     frame["measured_prefill_load"] = measured_prefill_load(frame)
+    frame["measured_decode_load"] = frame.decode_read_floor_s / frame.measured_tpot_s
     return frame
 
 
@@ -468,29 +483,38 @@ def markdown_report(meta: dict, frame: pd.DataFrame, skips: dict, stats: dict) -
     return "\n".join(lines) + "\n"
 
 
+def inconsistent(frame: pd.DataFrame) -> pd.Series:
+    """Simulated rows whose measured means the stated lengths cannot produce: `measured_prefill_load` or
+    `measured_decode_load` above 1."""
+    return (frame.status == "simulated") & ((frame.measured_prefill_load > 1.0) | (frame.measured_decode_load > 1.0))
+
+
 def load_lines(frame: pd.DataFrame) -> list[str]:
-    """The measured rows checked against their stated lengths (`measured_prefill_load`): which exceed 1, and the
-    errors per GPU without them (reported beside the errors on every row, never instead of them)."""
+    """The measured rows checked against their stated lengths: which fail, and the errors per GPU without them
+    (reported beside the errors on every row, never instead of them)."""
     sim = frame[frame.status == "simulated"]
-    over = sim[sim.measured_prefill_load > 1.0]
+    bad = inconsistent(frame)
     lines = ["", "## The measured rows checked against their stated lengths", "",
-             "`measured_prefill_load`: the share of the measured run's wall time the GPUs must have spent in the "
-             "prompts' GEMMs and experts alone (the cost model's time per prompt token of one chunk, attention and "
+             "- `measured_prefill_load`: the share of the measured run's wall time the GPUs must have spent in the "
+             "prompts' GEMMs and experts alone (the cost model's time per prompt token of one chunk; attention and "
              "everything else left out), given the measured mean TTFT and TPOT of N closed-loop clients and the "
-             f"assumed lengths. Above 1 the stated prompts cannot all have been prefilled: {len(over)} of "
-             f"{len(sim)} simulated rows.", ""]
-    if over.empty:
+             "assumed lengths. Above 1 the stated prompts cannot all have been prefilled.",
+             "- `measured_decode_load`: the DRAM bytes one decode step of N sequences must read (weights, the "
+             "experts uniform routing touches, the KV cache at mid-output context) at the datasheet bandwidth, over "
+             "the measured mean TPOT. Above 1 no decode step of the stated batch is that short.",
+             "", f"Rows above 1 on either: {int(bad.sum())} of {len(sim)} simulated rows.", ""]
+    if not bad.any():
         return lines
-    lines += ["| model | GPU | rows over 1 | of | load, median (max) |", "|---|---|---|---|---|"]
+    lines += ["| model | GPU | rows | prefill load > 1 | decode load > 1 | prefill load median (max) | "
+              "decode load median (max) |", "|---|---|---|---|---|---|---|"]
     for (model, system), part in sim.groupby(["model", "system"], sort=True):
-        n_over = int((part.measured_prefill_load > 1.0).sum())
-        if n_over:
-            lines.append(f"| {model} | {system} | {n_over} | {len(part)} | "
-                         f"{part.measured_prefill_load.median():.2f} ({part.measured_prefill_load.max():.2f}) |")
+        pre, dec = part.measured_prefill_load, part.measured_decode_load
+        if (pre > 1.0).any() or (dec > 1.0).any():
+            lines.append(f"| {model} | {system} | {len(part)} | {int((pre > 1.0).sum())} | {int((dec > 1.0).sum())} | "
+                         f"{pre.median():.2f} ({pre.max():.2f}) | {dec.median():.2f} ({dec.max():.2f}) |")
     lines += ["", "Errors per GPU without those rows (median / p90 / bias):", "",
               "| GPU | rows | TTFT | TPOT |", "|---|---|---|---|"]
-    kept = frame[~((frame.status == "simulated") & (frame.measured_prefill_load > 1.0))]
-    for entry in group_stats(kept, ["system"]):
+    for entry in group_stats(frame[~bad], ["system"]):
         lines.append(f"| {entry['group']} | {entry['rows']} | " + " | ".join(
             " / ".join(_pct(entry[m], f) for f in ("median", "p90", "bias")) for m in ("ttft", "tpot")) + " |")
     return lines
@@ -689,9 +713,11 @@ def main(argv: list[str] | None = None) -> int:
             "reused_from_earlier_identity": _read_json(sim_cache / "REUSED.json")}
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "rows.csv", index=False)
-    over = sim[sim.measured_prefill_load > 1.0]
+    bad = frame[inconsistent(frame)]
     summary = {"meta": meta, "skips": {k: dict(v) for k, v in skips.items()}, "stats": stats, "h100_targets": targets,
-               "measured_prefill_load_over_1": {"rows": len(over), "per_gpu": over.system.value_counts().to_dict()}}
+               "inconsistent_with_stated_lengths": {"rows": len(bad), "per_gpu": bad.system.value_counts().to_dict(),
+                                                    "per_gpu_stats_without": group_stats(frame[~inconsistent(frame)],
+                                                                                         ["system"])}}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     (args.out / "report.md").write_text(markdown_report(meta, frame, skips, stats))
     if len(sim):

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("aiconfigurator_core")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from e2e_accuracy import measured_prefill_load, prefill_linear_s_per_token  # noqa: E402
+from e2e_accuracy import decode_read_floor_s, measured_prefill_load, prefill_linear_s_per_token  # noqa: E402
 from e2e_rows import SimCase, parse_row, resolve_row  # noqa: E402
 from test_e2e_rows import record  # noqa: E402
 
@@ -38,3 +38,14 @@ def test_prefill_linear_time_is_positive_and_below_the_whole_prefill_step() -> N
     one = np.ones(1, dtype=np.int64)
     step = deployment.cost_model.step_cost(one * 4096, one * 4096, one)
     assert 0.5 * step.total_s / 4096 < per_token < step.total_s / 4096
+
+
+def test_decode_floor_reads_at_least_the_weights_and_grows_with_the_batch() -> None:
+    row = parse_row(record())
+    case = resolve_row(row)
+    assert isinstance(case, SimCase)
+    deployment = make_deployment(load_model(case.config_path), case.hardware_id, case.engine)
+    floor_16 = decode_read_floor_s(deployment, row, None)
+    floor_4 = decode_read_floor_s(deployment, row, 4.0)
+    weights_per_gpu = 70.6e9 / 4  # Llama-3.1-70B in fp8, one byte a weight, on 4 GPUs
+    assert weights_per_gpu / deployment.hw.memory_bandwidth_bytes_per_s < floor_4 < floor_16
