@@ -143,6 +143,40 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class UnrecordedClient:
+    """InferenceX rows whose recorded concurrency is not the run's: the recipe at the rows' dates sent a client
+    concurrency other than the server's --max-num-seqs and --num-prompts, whose value the row does not record."""
+
+    model_path: str
+    system: str
+    concurrency: int
+    measured: tuple[str, str]  # measured= dates covered, inclusive
+    reason: str
+
+
+UNRECORDED_CLIENT: tuple[UnrecordedClient, ...] = (
+    UnrecordedClient("openai/gpt-oss-120b", "h100_sxm", 512, ("2025-11-21", "2025-12-08"),
+                     "InferenceX's benchmarks/gptoss_fp4_h100_docker.sh from d22bf9ca9 (2025-11-21) until its fix "
+                     "4e135fd3f (2025-12-08, 'fix h100 docker error') passed the client --max-concurrency 512 (hard-"
+                     "coded) with the server's --max-num-seqs $CONC and --num-prompts 10 x $CONC, CONC one of the "
+                     "sweep's 4-64 (.github/configs/nvidia-master.yaml, gptoss-fp4-h100-vllm): the file records the "
+                     "512, not the run's CONC, so the run cannot be reproduced"),
+)
+
+
+def unrecorded_client(row: "SiliconRow") -> UnrecordedClient | None:
+    """The `UNRECORDED_CLIENT` entry covering `row`, if any."""
+    match = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.source)
+    if match is None:
+        return None
+    for u in UNRECORDED_CLIENT:
+        if (u.model_path, u.system, u.concurrency) == (row.model_path, row.system, row.concurrency) \
+                and u.measured[0] <= match.group(1) <= u.measured[1]:
+            return u
+    return None
+
+
 def harness_of(row: "SiliconRow") -> Harness | None:
     """The InferenceX recipe that measured `row`, if one of `INFERENCEX_HARNESS` covers it."""
     if not ("source_file=20" in row.source and "model=" in row.source or row.source.startswith("db-dump/")):
@@ -320,7 +354,8 @@ def parse_row(record: dict) -> SiliconRow:
 
 def resolve_row(row: SiliconRow) -> SimCase | Skip:
     """The simulator's inputs for `row`, or every reason from the closed list that stops it. RowError (a miss) when
-    the row's model has no config in the package."""
+    the row cannot be read: its MoE layout contradicts its TP, or its recipe ran a client the row does not record
+    (`UNRECORDED_CLIENT`)."""
     reasons: dict[SkipReason, str] = {}
     notes: list[str] = []
     per_node = gpus_per_node(row.system)
@@ -364,6 +399,8 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
     if reasons:
         ordered = tuple(r for r in SkipReason if r in reasons)
         return Skip(row, ordered, tuple(reasons[r] for r in ordered))
+    if (defect := unrecorded_client(row)) is not None:
+        raise RowError(f"row {row.row_id}: the run's server configuration is not recorded: {defect.reason}")
     assert spec is not None and quantization is not None and hardware_id is not None
     harness = harness_of(row)
     if harness is not None:

@@ -169,7 +169,20 @@ def test_every_vllm_agg_row_is_simulated_skipped_or_a_named_miss() -> None:
             outcomes.append(resolve_row(row))
         except RowError as exc:
             misses.append(str(exc))
-    assert len(misses) == 19 and all("GPUs for the experts" in m for m in misses)  # Qwen3-235B-A22B-FP8 rows
+    layout = [m for m in misses if "GPUs for the experts" in m]  # Qwen3-235B-A22B-FP8 rows
+    client = [m for m in misses if "not recorded" in m]  # gpt-oss-120b H100 rows of a recipe's hard-coded 512
+    assert (len(layout), len(client), len(misses)) == (19, 9, 28)
     assert all(isinstance(o, (SimCase, Skip)) for o in outcomes)
     assert all(o.reasons and set(o.reasons) <= set(SkipReason) for o in outcomes if isinstance(o, Skip))
     assert sum(isinstance(o, SimCase) for o in outcomes) > 0
+
+
+def test_inferencex_rows_whose_recorded_concurrency_is_not_the_runs_are_misses() -> None:
+    source = ("source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=512; "
+              "measured=2025-12-08T00:00:00.000Z; wip=False")
+    gpt_oss = dict(model_path="openai/gpt-oss-120b", precision="fp4", gemm_quant_mode="", moe_quant_mode="",
+                   backend_version="0.11.2", batch_size=512.0, tp_size=2.0)
+    with pytest.raises(RowError, match="hard-coded"):
+        resolve_row(parse_row(record(silicon_data_source=source, **gpt_oss)))
+    later = source.replace("2025-12-08", "2025-12-09")
+    assert isinstance(resolve_row(parse_row(record(silicon_data_source=later, **gpt_oss))), SimCase)
