@@ -91,6 +91,7 @@ class Harness:
 _MINIMAX_B200_FLAGS: dict[str, object] = dict(kv_cache_dtype="fp8", block_size=32, max_num_batched_tokens="2*ISL",
                                              enable_prefix_caching=False, gpu_memory_utilization=0.90)
 _MINIMAX_B200_NOT_MODELLED = "--stream-interval 20 (the API server's output batching)"
+_GPT_OSS_2025_11_NOT_MODELLED = "cuda-graph-sizes 2048 (graphs captured up to 2,048 tokens; the simulator's up to 512)"
 INFERENCEX_HARNESS: tuple[Harness, ...] = (
     Harness("meta-llama/Llama-3.1-70B", "h100_sxm", None, ("2025-10-29", "2025-10-29"),
             dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False,
@@ -105,6 +106,20 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
                  max_num_batched_tokens=8192, max_num_seqs=512),
             "benchmarks/70b_fp8_b200_docker.sh and 70b_fp4_b200_docker.sh at 2582bce40^ (2025-10-29)",
             "cudagraph_mode FULL_DECODE_ONLY and the FlashInfer all-reduce / attention fusion passes"),
+    Harness("openai/gpt-oss-120b", "h100_sxm", None, ("2025-11-02", "2025-11-02"),
+            dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
+                 max_num_seqs="CONC"),
+            "benchmarks/gptoss_fp4_h100_slurm.sh and _docker.sh at e06929c70 (2025-11-01)",
+            _GPT_OSS_2025_11_NOT_MODELLED),
+    Harness("openai/gpt-oss-120b", "h200_sxm", None, ("2025-11-02", "2025-11-02"),
+            dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
+                 max_num_seqs="CONC"),
+            "benchmarks/gptoss_fp4_h200_slurm.sh at e06929c70 (2025-11-01)", _GPT_OSS_2025_11_NOT_MODELLED),
+    Harness("openai/gpt-oss-120b", "b200_sxm", None, ("2025-11-02", "2025-11-02"),
+            dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512),
+            "benchmarks/gptoss_fp4_b200_docker.sh at e06929c70 (2025-11-01)",
+            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (MXFP8 activations: simulated with the default W4A16 experts), "
+            "the FlashInfer all-reduce / attention fusion passes; " + _GPT_OSS_2025_11_NOT_MODELLED),
     Harness("openai/gpt-oss-120b", "h100_sxm", "0.18.0", ("2026-03-27", "2026-03-27"),
             dict(moe_backend="marlin", enable_prefix_caching=False, max_num_batched_tokens=8192,
                  max_num_seqs="CONC"),
@@ -206,7 +221,8 @@ ASSUMPTIONS = (
     "Number of prompts: 10 x N (InferenceX: `--num-prompts $((CONC * 10))`); sensitivity: 5 x N, and the steady "
     "state (requests 2N..8N of the 10 x N run).",
     "Engine flags of InferenceX's rows whose recipe is public (`INFERENCEX_HARNESS`: Llama-3.1-70B on H100 / H200 / "
-    "B200, gpt-oss-120b 0.18.0 on H100 / H200 and 0.15.1 on B200, MiniMax-M2.5 per GPU and version): the recipe's "
+    "B200, gpt-oss-120b on H100 / H200 / B200 at 2025-11-02, 0.18.0 on H100 / H200 and 0.15.1 on B200, "
+    "MiniMax-M2.5 per GPU and version): the recipe's "
     "at the row's date, where the simulator expresses them (fp8 KV cache, --async-scheduling, --moe-backend marlin "
     "for VLLM_MXFP4_USE_MARLIN=1, --max-num-seqs, --max-num-batched-tokens, --block-size, "
     "--gpu-memory-utilization, prefix caching off); the rest is named per row; MiniMax-M2.5 rows whose recipe "
