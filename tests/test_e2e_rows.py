@@ -91,6 +91,12 @@ def test_inferencex_rows_take_their_recipes_flags() -> None:
         "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=16; measured=2025-10-29T00:00:00.000Z"))))
     assert isinstance(llama, SimCase)
     assert (llama.engine.kv_cache_dtype, llama.engine.async_scheduling) == ("fp8", True)
+    early = source.replace("2026-03-25", "2026-04-06").replace("2026-03-27T08:01:51Z", "2025-11-02T00:00:00.000Z")
+    gpt_oss_early = resolve_row(parse_row(record(model_path="openai/gpt-oss-120b", precision="fp4", backend_version=NAN,
+                                                 gemm_quant_mode=NAN, moe_quant_mode=NAN, silicon_data_source=early)))
+    assert isinstance(gpt_oss_early, SimCase)  # the 2025-11-01 recipe: async scheduling, no Marlin yet
+    assert (gpt_oss_early.engine.async_scheduling, gpt_oss_early.engine.moe_backend,
+            gpt_oss_early.engine.max_num_seqs) == (True, "auto", 16)
     other = resolve_row(parse_row(record(backend_version=NAN)))
     assert isinstance(other, SimCase)
     assert (other.engine.kv_cache_dtype, other.engine.async_scheduling, other.engine.moe_backend) == (
