@@ -64,6 +64,7 @@ from e2e_rows import (
     SimCase,
     Skip,
     SkipReason,
+    harness_of,
     read_silicon_rows,
     resolve_row,
     silicon_csv_path,
@@ -412,6 +413,31 @@ def build_table(rows: list[SiliconRow], outcomes: dict[str, dict], peer: dict[st
     return frame
 
 
+def repeat_spread(rows: list[SiliconRow]) -> dict:
+    """The file's own noise floor: rows of one configuration (model, GPU, version, precision, parallelism, lengths,
+    concurrency, recipe) measured more than once with different results; per group the spread max / min - 1 of
+    TTFT and of TPOT; median and p90 over the groups, overall and per GPU."""
+    groups: dict[tuple, set[tuple[float, float]]] = defaultdict(set)
+    for r in rows:
+        harness = harness_of(r)
+        key = (r.model_path, r.system, r.backend_version, r.precision, r.tp_size, r.attention_dp_size, r.moe_tp_size,
+               r.moe_ep_size, r.isl, r.osl, r.concurrency, harness.source if harness else "")
+        groups[key].add((round(r.measured_ttft_s, 9), round(r.measured_tpot_s, 9)))  # copies differ in the last bits
+    spreads: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for key, values in groups.items():
+        if len(values) > 1:
+            ttft, tpot = (np.array(v) for v in zip(*values))
+            for group in ("all", key[1]):
+                spreads[group].append((ttft.max() / ttft.min() - 1.0, tpot.max() / tpot.min() - 1.0))
+    out = {}
+    for group, values in sorted(spreads.items(), key=lambda kv: kv[0] != "all"):
+        a = np.array(values)
+        out[group] = {"groups": len(a), "ttft_median": float(np.median(a[:, 0])),
+                      "ttft_p90": float(np.percentile(a[:, 0], 90)), "tpot_median": float(np.median(a[:, 1])),
+                      "tpot_p90": float(np.percentile(a[:, 1], 90))}
+    return out
+
+
 def group_stats(frame: pd.DataFrame, keys: list[str]) -> list[dict]:
     """Ours and the peer's error stats per group, over the simulated rows."""
     sim = frame[frame.status == "simulated"]
@@ -442,7 +468,7 @@ def _cells(entry: dict) -> list[str]:
     return cells
 
 
-def markdown_report(meta: dict, frame: pd.DataFrame, skips: dict, stats: dict) -> str:
+def markdown_report(meta: dict, frame: pd.DataFrame, skips: dict, stats: dict, spread: dict) -> str:
     lines = [f"# End-to-end judge: silicon_sample.csv ({meta['commit']}, {meta['date_utc']})", "",
              f"Command: `{meta['command']}`; machine: {meta['machine']}; wall {meta['wall_s']:.0f} s "
              f"({meta['num_simulated_now']} rows simulated now, the rest from the cache).",
@@ -472,6 +498,13 @@ def markdown_report(meta: dict, frame: pd.DataFrame, skips: dict, stats: dict) -
     for section in ("overall", "per_gpu", "per_group"):
         for entry in stats[section]:
             lines.append(f"| {entry['group']} | {entry['rows']} | " + " | ".join(_cells(entry)) + " |")
+    lines += ["", "## The file's noise floor: configurations measured more than once", "",
+              "Rows of one configuration (model, GPU, version, precision, parallelism, lengths, concurrency, recipe) "
+              "with different measured results; per group the spread max / min - 1.", "",
+              "| GPU | groups | TTFT spread median / p90 | TPOT spread median / p90 |", "|---|---|---|---|"]
+    for group, g in spread.items():
+        lines.append(f"| {group} | {g['groups']} | {_pct(g, 'ttft_median')} / {_pct(g, 'ttft_p90')} | "
+                     f"{_pct(g, 'tpot_median')} / {_pct(g, 'tpot_p90')} |")
     lines += load_lines(frame)
     lines += ["", "## Assumptions", ""] + [f"- {a}" for a in ASSUMPTIONS]
     lines += ["", "## The client's unrecorded settings: how the errors move with them", ""]
@@ -714,12 +747,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "rows.csv", index=False)
     bad = frame[inconsistent(frame)]
+    spread = repeat_spread(rows)
     summary = {"meta": meta, "skips": {k: dict(v) for k, v in skips.items()}, "stats": stats, "h100_targets": targets,
+               "repeat_spread": spread,
                "inconsistent_with_stated_lengths": {"rows": len(bad), "per_gpu": bad.system.value_counts().to_dict(),
                                                     "per_gpu_stats_without": group_stats(frame[~inconsistent(frame)],
                                                                                          ["system"])}}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    (args.out / "report.md").write_text(markdown_report(meta, frame, skips, stats))
+    (args.out / "report.md").write_text(markdown_report(meta, frame, skips, stats, spread))
     if len(sim):
         plot(frame, args.out / "pred_vs_measured.png")
     log(f"done: {len(sim)} simulated, {sum(skips['first'].values())} skipped, {meta['num_miss']} misses; "

@@ -13,7 +13,12 @@ import pytest
 pytest.importorskip("aiconfigurator_core")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from e2e_accuracy import decode_read_floor_s, measured_prefill_load, prefill_linear_s_per_token  # noqa: E402
+from e2e_accuracy import (  # noqa: E402
+    decode_read_floor_s,
+    measured_prefill_load,
+    prefill_linear_s_per_token,
+    repeat_spread,
+)
 from e2e_rows import SimCase, parse_row, resolve_row  # noqa: E402
 from test_e2e_rows import record  # noqa: E402
 
@@ -49,3 +54,14 @@ def test_decode_floor_reads_at_least_the_weights_and_grows_with_the_batch() -> N
     floor_4 = decode_read_floor_s(deployment, row, 4.0)
     weights_per_gpu = 70.6e9 / 4  # Llama-3.1-70B in fp8, one byte a weight, on 4 GPUs
     assert weights_per_gpu / deployment.hw.memory_bandwidth_bytes_per_s < floor_4 < floor_16
+
+
+def test_repeat_spread_counts_configurations_measured_twice_and_ignores_copies() -> None:
+    a = parse_row(record(id="a", silicon_ttft_ms=100.0, silicon_tpot_ms=10.0))
+    b = parse_row(record(id="b", silicon_ttft_ms=110.0, silicon_tpot_ms=10.0))
+    copy = parse_row(record(id="c", silicon_ttft_ms=100.0 + 1e-12, silicon_tpot_ms=10.0))
+    other = parse_row(record(id="d", isl=2048, silicon_ttft_ms=300.0, silicon_tpot_ms=12.0))
+    spread = repeat_spread([a, b, copy, other])
+    assert spread["all"]["groups"] == 1 and spread["h100_sxm"]["groups"] == 1
+    assert spread["all"]["ttft_median"] == pytest.approx(0.10) and spread["all"]["tpot_median"] == 0.0
+    assert repeat_spread([a, copy, other]) == {}
