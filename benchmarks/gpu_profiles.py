@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import replace
@@ -32,6 +33,7 @@ from roofline.calibration.calibrate import L2_PARAMS, OP_TABLE_STAGES, SPLIT_SEE
 from roofline.calibration.families import (
     MAX_TRAIN_ROWS_PER_KIND,
     REPORTED_KINDS,
+    fit_clock_factor,
     fit_family,
     gpu_errors,
     leave_one_gpu_out,
@@ -44,6 +46,7 @@ from roofline.cost.params import EfficiencyParams
 from roofline.registry import data_dir, list_ids, resolve
 
 PACKAGE = "aiconfigurator-core"
+CLOCK_DECIMALS = 4  # a fitted sustained_clock_factor as written to the chip profile (and used for its errors)
 TARGETS = {"gemm": 0.08, "attention": 0.15, "all_reduce": 0.20, "moe": 0.15}
 LOGO_TARGET = 0.15
 
@@ -129,7 +132,9 @@ def _kind_record(stats: dict[str, Any]) -> dict[str, Any]:
 def fit_one_family(family: str, members: dict[str, str]) -> dict[str, Any]:
     """Fit `family` on the tables of its members that have them; every number the report and YAML need."""
     with_tables = {pid: system for pid, system in members.items() if system}
-    chips = {system: load_profile(pid) for pid, system in with_tables.items()}
+    # The family is fitted, and left-one-GPU-out, with every chip at its base clock: a chip's sustained clock
+    # factor is its own, fitted after the family on its own tables (below), and unknown for a GPU without tables.
+    chips = {system: replace(load_profile(pid), sustained_clock_factor=1.0) for pid, system in with_tables.items()}
     tables = {system: load_op_tables(system) for system in chips}
     others = {system: load_op_tables(system, kernels="other") for system in chips}
     train, test = split_tables(tables)
@@ -150,16 +155,28 @@ def fit_one_family(family: str, members: dict[str, str]) -> dict[str, Any]:
                        train[system]["all_reduce"]["measured_s"])]
         fitted = fit(samples, hw, [f"efficiency.{p}" for p in collective]).profile
         per_chip[pid] = {p: get_param(fitted, f"efficiency.{p}") for p in collective}
+    # A chip whose profile declares `sustained_clock_factor` gets it fitted on its own GEMM training rows, the
+    # family's parameters held (its GEMM error at the base clock kept for the record).
+    clock: dict[str, dict[str, Any]] = {}
+    for pid, system in with_tables.items():
+        if "sustained_clock_factor" in read_profile_dict(resolve("hardware", pid)) and "gemm" in train[system]:
+            hw = replace(chips[system], efficiency=replace(result.efficiency, **per_chip.get(pid, {})))
+            factor = round(fit_clock_factor(hw, train[system]["gemm"]), CLOCK_DECIMALS)
+            clock[pid] = {"factor": factor, "num_train_rows": int(min(len(train[system]["gemm"]),
+                                                                    MAX_TRAIN_ROWS_PER_KIND)),
+                          "table": f"systems/data/{system}/gemm/vllm/{tables[system]['gemm'].attrs['vllm_version']}",
+                          "at_base_clock": gpu_errors(hw, {"gemm": test[system]["gemm"]})["by_kind"]["gemm"]}
     held_out, other_kernels = {}, {}
     for pid, system in with_tables.items():
-        hw = replace(chips[system], efficiency=replace(result.efficiency, **per_chip.get(pid, {})))
+        hw = replace(chips[system], efficiency=replace(result.efficiency, **per_chip.get(pid, {})),
+                     sustained_clock_factor=clock.get(pid, {}).get("factor", 1.0))
         held_out[pid] = gpu_errors(hw, test[system])
         if others[system]:
             other_kernels[pid] = _other_kernel_errors(hw, others[system])
     logo = leave_one_gpu_out(chips, train, test, start)
     logo_by_id = {pid: logo[system] for pid, system in with_tables.items() if system in logo}
     return {"family": family, "members": members, "systems": list(chips), "efficiency": result.efficiency,
-            "fitted_params": result.fitted_params, "stages": result.stages, "per_chip": per_chip,
+            "fitted_params": result.fitted_params, "stages": result.stages, "per_chip": per_chip, "clock": clock,
             "l2_known": any(chip.l2_cache_bytes is not None for chip in chips.values()),
             "held_out": held_out, "leave_one_gpu_out": logo_by_id, "other_kernels": other_kernels,
             "versions": {system: sorted({f.attrs["vllm_version"] for f in t.values()}) for system, t in tables.items()},
@@ -251,6 +268,11 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
         "command": "python benchmarks/gpu_profiles.py --write",
         "held_out": {pid: {k: _kind_record(v) for k, v in e["by_kind"].items()} for pid, e in r["held_out"].items()},
     }
+    if r["clock"]:
+        fit_record["note_held_out"] = "; ".join(
+            f"{pid}: with its sustained_clock_factor {c['factor']} ({pid}.yaml; at 1: GEMM median "
+            f"{_pct(c['at_base_clock']['median_abs_rel_err'])} %, bias {_pct(c['at_base_clock']['median_rel_err'])} %)"
+            for pid, c in r["clock"].items()) + "; leave_one_gpu_out predicts every chip at 1 (unknown without tables)"
     if r["leave_one_gpu_out"]:
         fit_record["leave_one_gpu_out"] = {pid: {k: _kind_record(v) for k, v in e["by_kind"].items()}
                                            for pid, e in r["leave_one_gpu_out"].items()}
@@ -303,6 +325,35 @@ def write_family(r: dict[str, Any]) -> Path:
     return path
 
 
+def clock_source(r: dict[str, Any], pid: str) -> str:
+    """The provenance of a chip's fitted sustained_clock_factor: its tables, how, and its held-out error."""
+    c, held = r["clock"][pid], r["held_out"][pid]["by_kind"]["gemm"]
+    base = c["at_base_clock"]
+    return (f"fitted: {PACKAGE} {_package_version()} {c['table']}/gemm_perf.parquet, its bf16 and per-tensor fp8 "
+            f"rows (cuBLAS, CUTLASS W8A8) of the {r['family']} family's training shapes ({c['num_train_rows']} rows), "
+            f"with the family's fitted parameters held (benchmarks/gpu_profiles.py, roofline.calibration.families."
+            f"fit_clock_factor); held-out GEMM median error {_pct(held['median_abs_rel_err'])} % (p90 "
+            f"{_pct(held['p90_abs_rel_err'])} %, bias {_pct(held['median_rel_err']):+} %), at 1: "
+            f"{_pct(base['median_abs_rel_err'])} % (p90 {_pct(base['p90_abs_rel_err'])} %, bias "
+            f"{_pct(base['median_rel_err']):+} %). The sustained SM clock against the family's base chip of the same "
+            f"datasheet peaks, which NVIDIA does not publish for either; a GPU without tables cannot know it "
+            f"(leave-one-GPU-out predicts this chip at 1)")
+
+
+def write_chip_clock(r: dict[str, Any], pid: str) -> Path:
+    """Rewrite the `sustained_clock_factor` value and its source line in the chip's profile, nothing else."""
+    path = resolve("hardware", pid)
+    text = path.read_text()
+    value = re.compile(r"^sustained_clock_factor: .*$", re.M)
+    source = re.compile(r"^  sustained_clock_factor: .*$", re.M)
+    assert len(value.findall(text)) == 1 and len(source.findall(text)) == 1, f"{path}: no one-line clock factor"
+    text = value.sub(f"sustained_clock_factor: {r['clock'][pid]['factor']}", text)
+    text = source.sub(lambda _: f"  sustained_clock_factor: {json.dumps(clock_source(r, pid))}", text)
+    path.write_text(text)
+    assert load_profile(pid).sustained_clock_factor == r["clock"][pid]["factor"]
+    return path
+
+
 # ---- printing ---------------------------------------------------------------------------------------------
 
 
@@ -320,6 +371,13 @@ def print_report(results: list[dict[str, Any]]) -> None:
                 print(f"| {r['family']} | {pid} | {kind} | {s['num_rows']} | {s['median_abs_rel_err']:.1%} | "
                       f"{s['p90_abs_rel_err']:.1%} | {s['median_rel_err']:+.1%} | <= {TARGETS[kind]:.0%}: "
                       f"{_mark(s['median_abs_rel_err'], TARGETS[kind])} |")
+    print("\n### Chip sustained clock factors (fitted on the chip's own GEMM training rows)\n")
+    print("| GPU | factor | GEMM held out at 1: median | p90 | bias |\n|---|---|---|---|---|")
+    for r in results:
+        for pid, c in r["clock"].items():
+            b = c["at_base_clock"]
+            print(f"| {pid} | {c['factor']} | {b['median_abs_rel_err']:.1%} | {b['p90_abs_rel_err']:.1%} | "
+                  f"{b['median_rel_err']:+.1%} |")
     print("\n### Held-out shapes by group\n")
     print("| GPU | kind | group | rows | median | p90 | bias |\n|---|---|---|---|---|---|---|")
     for r in results:
@@ -366,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         if args.write:
             print(f"wrote {write_family(r)}", file=sys.stderr)
+            for pid in r["clock"]:
+                print(f"wrote {write_chip_clock(r, pid)}", file=sys.stderr)
     print_report(results)
     elapsed = time.perf_counter() - t0
     print(f"\nelapsed {elapsed:.0f} s")

@@ -252,6 +252,46 @@ def test_ada_fp8_gemm_dispatches_on_m_and_n():
     assert (m, n) == (16, (8192, (16, 64)))
 
 
+def test_sm89_fp8_ctas_from_their_shared_memory_and_warps():
+    # 16x64x128, 5 stages: 51,200 B of shared memory + 1 KB reserved, so one CTA per 100 KB SM, of 2 warps (warp
+    # 16x64x64: the tile's k split in two): half the SM's 4 tensor cores. 16x128x64: two such CTAs share an SM
+    # (all 4 busy). 128x128x64: one CTA of 4 warps, the whole SM. SM90's tables: one full-rate tile per SM.
+    assert SM89_GEMM_KERNELS.cta_occupancy(16, 64) == (1, 0.5)
+    assert SM89_GEMM_KERNELS.cta_occupancy(16, 128) == (2, 0.5)
+    assert SM89_GEMM_KERNELS.cta_occupancy(128, 128) == (1, 1.0)
+    assert SM90_GEMM_KERNELS.cta_occupancy(64, 64) == (1, 1.0)
+    # A compute-bound m <= 16 fp8 GEMM on Ada (16x64 tiles, one wave) takes twice the math time of full-rate CTAs
+    l40s = load_profile("l40s")
+    ada = replace(l40s, memory_bandwidth_bytes_per_s=1e30, efficiency=replace(l40s.efficiency, kernel_fixed_s=0.0))
+    full = replace(SM89_GEMM_KERNELS, ctas_8bit=())
+    half_rate = gemm_time_s(ada, 16, 1024, 65536, "fp8", 1.0, 1.0, 2.0)
+    step_cost._GEMM_KERNELS["ada"] = full
+    try:
+        full_rate = gemm_time_s(ada, 16, 1024, 65536, "fp8", 1.0, 1.0, 2.0)
+    finally:
+        step_cost._GEMM_KERNELS["ada"] = SM89_GEMM_KERNELS
+    assert half_rate == pytest.approx(2 * full_rate, rel=1e-9)
+
+
+def test_sustained_clock_factor_speeds_dense_gemm_math_and_fixed_costs_not_hbm():
+    b200 = load_profile("b200")
+    faster = replace(b200, sustained_clock_factor=1.1)
+    # math and fixed latencies only (memory infinitely fast): 1.1x faster, cuBLAS and CUTLASS fp8 alike
+    no_memory = {"memory_bandwidth_bytes_per_s": 1e30}
+    for dtype, size in (("bf16", 2.0), ("fp8", 1.0)):
+        base = gemm_time_s(replace(b200, **no_memory), 4096, 4096, 4096, dtype, size, size, 2.0)
+        fast = gemm_time_s(replace(faster, **no_memory), 4096, 4096, 4096, dtype, size, size, 2.0)
+        assert fast == pytest.approx(base / 1.1, rel=1e-9)
+    # bytes only (math infinitely fast, no fixed cost): unchanged
+    no_math = {"peak_flops_by_dtype": tuple((d, 1e30) for d, _ in b200.peak_flops_by_dtype),
+               "efficiency": replace(b200.efficiency, kernel_fixed_s=0.0)}
+    assert gemm_time_s(replace(faster, **no_math), 1, 8192, 8192, "bf16", 2.0, 2.0, 2.0) == \
+        gemm_time_s(replace(b200, **no_math), 1, 8192, 8192, "bf16", 2.0, 2.0, 2.0)
+    # fused-MoE grouped GEMMs (other kernels, fitted per chip) are not scaled
+    assert gemm_time_s(faster, 64, 4096, 4096, "bf16", 2.0, 2.0, 2.0, groups=8, cublas=False) == \
+        gemm_time_s(b200, 64, 4096, 4096, "bf16", 2.0, 2.0, 2.0, groups=8, cublas=False)
+
+
 def test_fa2_decode_units_pay_their_wave_not_prologue_bytes():
     # Ada's FA2 split-KV decode: one CTA per SM; a unit's fixed cost is its wave's attention_tile_fixed_s (143 units
     # on 142 SMs: one more), not gemm_tile_fixed_k keys of extra bytes (FA3 on Hopper keeps that prologue)

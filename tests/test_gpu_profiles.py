@@ -3,6 +3,7 @@ is shown; the vLLM-table reader picks the default kernel per group; the shipped 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,8 @@ import pandas as pd
 import pytest
 
 from engine.core.model_spec import ModelSpec
+from roofline.calibration.families import fit_clock_factor
+from roofline.calibration.fit import predict_table
 from roofline.calibration.op_tables import load_op_tables
 from roofline.cli import main
 from roofline.cost.hardware import (
@@ -182,3 +185,20 @@ def test_h200_never_predicts_a_slower_step_than_h100(model: str, tp: int, quanti
     for q, c in _BATCHES:
         args = (np.array(q), np.array(c), np.ones(len(q), bool))
         assert h200.step_time_s(*args) <= h100.step_time_s(*args), (q[:2], c[:2])
+
+
+def test_clock_factor_fit_recovers_a_chip_faster_than_its_family() -> None:
+    # rows measured as the model predicts them at a factor of 1.07: the fit on them finds 1.07
+    b300 = replace(load_profile("b300"), sustained_clock_factor=1.0)
+    m, n, k = np.meshgrid([1, 16, 256, 4096], [1024, 4096, 8192], [1024, 8192])
+    frame = pd.DataFrame({"m": m.ravel(), "n": n.ravel(), "k": k.ravel()})
+    frame = pd.concat([frame.assign(dtype="bf16"), frame.assign(dtype="fp8")], ignore_index=True)
+    frame["measured_s"] = predict_table(replace(b300, sustained_clock_factor=1.07), "gemm", frame)
+    assert fit_clock_factor(b300, frame) == pytest.approx(1.07, rel=1e-3)
+
+
+def test_b300_clock_factor_has_a_fitted_source_with_its_held_out_error() -> None:
+    b300 = load_profile("b300")
+    source = dict(b300.sources)["sustained_clock_factor"]
+    assert source.startswith("fitted: aiconfigurator-core") and "b300_sxm/gemm" in source
+    assert "held-out GEMM median error" in source and "leave-one-GPU-out" in source

@@ -142,6 +142,17 @@ def test_exp_throughput_factor_defaults_to_one_and_needs_a_source(tmp_path: Path
         load_profile(_write(tmp_path, data | {"exp_throughput_factor": 0}))
 
 
+def test_sustained_clock_factor_defaults_to_one_and_needs_a_source(tmp_path: Path) -> None:
+    assert load_profile("b200").sustained_clock_factor == 1.0 and load_profile("b300").sustained_clock_factor > 1.0
+    data = _h100() | {"sustained_clock_factor": 1.05}
+    with pytest.raises(UserError, match="no source for 'sustained_clock_factor'"):
+        load_profile(_write(tmp_path, data))
+    data["sources"] = data["sources"] | {"sustained_clock_factor": "fitted: a table"}
+    assert load_profile(_write(tmp_path, data)).sustained_clock_factor == 1.05
+    with pytest.raises(UserError, match="sustained_clock_factor: must be a positive number, got -1"):
+        load_profile(_write(tmp_path, data | {"sustained_clock_factor": -1}))
+
+
 def test_interconnect_field_is_checked(tmp_path: Path) -> None:
     data = _h100()
     del data["interconnect"]["latency_us"]

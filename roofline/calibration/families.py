@@ -173,3 +173,37 @@ def leave_one_gpu_out(chips: Mapping[str, HardwareProfile], train: Mapping[str, 
         result = fit_family(chips, others, start)
         out[system] = gpu_errors(replace(chips[system], efficiency=result.efficiency), test[system])
     return out
+
+
+# A chip's sustained SM clock factor (`HardwareProfile.sustained_clock_factor`) is searched in this range.
+CLOCK_FACTOR_RANGE = (0.8, 1.25)
+
+
+def fit_clock_factor(hw: HardwareProfile, frame: pd.DataFrame, f_scale: float = 0.1) -> float:
+    """The `sustained_clock_factor` of one chip, fitted on its own GEMM table rows `frame` (at most
+    `MAX_TRAIN_ROWS_PER_KIND`, a seeded subsample) with `hw`'s efficiency parameters held: the factor minimising
+    the soft-L1 loss of log(predicted / measured) that `roofline.calibration.fit.fit` minimises, by golden-section
+    search in log space over `CLOCK_FACTOR_RANGE` (one parameter, a unimodal loss in practice; deterministic)."""
+    if len(frame) > MAX_TRAIN_ROWS_PER_KIND:
+        frame = frame.sample(MAX_TRAIN_ROWS_PER_KIND, random_state=SPLIT_SEED)
+    measured = frame["measured_s"].to_numpy(np.float64)
+
+    def loss(log_factor: float) -> float:
+        predicted = predict_table(replace(hw, sustained_clock_factor=float(np.exp(log_factor))), "gemm", frame)
+        r = np.log(predicted / measured)
+        return float(np.sum(2 * f_scale**2 * (np.sqrt(1 + (r / f_scale) ** 2) - 1)))
+
+    lo, hi = np.log(CLOCK_FACTOR_RANGE[0]), np.log(CLOCK_FACTOR_RANGE[1])
+    golden = (np.sqrt(5.0) - 1.0) / 2.0
+    a, b = lo + (1 - golden) * (hi - lo), lo + golden * (hi - lo)
+    loss_a, loss_b = loss(a), loss(b)
+    while hi - lo > 1e-4:  # a factor to 0.01 %
+        if loss_a < loss_b:
+            hi, b, loss_b = b, a, loss_a
+            a = lo + (1 - golden) * (hi - lo)
+            loss_a = loss(a)
+        else:
+            lo, a, loss_a = a, b, loss_b
+            b = lo + golden * (hi - lo)
+            loss_b = loss(b)
+    return float(np.exp((lo + hi) / 2))

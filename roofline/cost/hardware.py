@@ -31,6 +31,11 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
     exp_throughput_factor: 2            # optional (default 1): SFU exponential (MUFU.EX2) throughput relative to
                                         #   the family's base chip; used where the family's attention kernels run
                                         #   the softmax on the SFU (roofline.cost.ops.AttentionKernels)
+    sustained_clock_factor: 1.09        # optional (default 1): sustained SM clock relative to the family's base
+                                        #   chip of the same datasheet peaks; scales the compute rate and divides
+                                        #   the fixed latencies of the family's dense GEMM kernels, not HBM
+                                        #   (roofline.cost.step_cost.gemm_time_s); NVIDIA publishes no sustained
+                                        #   clocks, so it is fitted on the chip's own GEMM tables
     sources: {field or field.subfield: text or URL}   # one for every number above and in efficiency/executor
     family: hopper                      # optional: the kernel family whose efficiency/executor this chip shares
     operator_tables: h100_sxm           # optional: the aiconfigurator-core system with this chip's measured tables
@@ -87,6 +92,7 @@ _TOP_KEYS: dict[str, bool] = {
     "interconnect": True, "pcie_bandwidth_gb_per_s_per_direction": True, "tdp_w": True, "sources": True,
     "efficiency": False, "executor": False, "measured": False, "calibration": False, "family": False,
     "operator_tables": False, "exp_throughput_factor": False, "weight_streaming": False,
+    "sustained_clock_factor": False,
 }
 # The CPU engines a `weight_streaming` curve may describe: `roofline.cost.step_cost.CPU_ENGINES` (checked equal there).
 STREAMING_ENGINES = ("roofline-engine", "vllm-cpu")
@@ -202,6 +208,8 @@ class HardwareProfile:
     operator_tables: str | None = field(default=None, compare=False, hash=False)
     # SFU exponential throughput relative to the family's base chip (Blackwell Ultra: 2); see the schema above.
     exp_throughput_factor: float = 1.0
+    # Sustained SM clock relative to the family's base chip (B300 against B200); see the schema above.
+    sustained_clock_factor: float = 1.0
     provenance: Provenance = field(default=Provenance("datasheet-only"), compare=False, hash=False)
     # CPU only: (engine, its GEMM weight-streaming curve) pairs, `STREAMING_ENGINES` order; see `StreamingCurve`.
     weight_streaming: tuple[tuple[str, StreamingCurve], ...] = ()
@@ -226,6 +234,8 @@ class HardwareProfile:
         errors = ", ".join(f"{_KIND_NAMES.get(kind, kind)} {100 * median:.1f} %" for kind, median, _, _ in p.held_out)
         if p.status == "fitted":
             line = f"{self.id}: fitted ({p.family} family: {p.fitted_on})"
+            if self.sustained_clock_factor != 1.0:
+                line += f"; sustained clock factor {self.sustained_clock_factor:g} fitted on its own GEMM tables"
             return line + (f"; held-out median error {errors}" if errors else "")
         if p.status == "family":
             line = f"{self.id}: no operator tables of its own; {p.family} family parameters (fitted on {p.fitted_on})"
@@ -342,6 +352,8 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         operator_tables=tables,
         exp_throughput_factor=_positive(data, "exp_throughput_factor", where) if "exp_throughput_factor" in data
         else 1.0,
+        sustained_clock_factor=_positive(data, "sustained_clock_factor", where)
+        if "sustained_clock_factor" in data else 1.0,
         weight_streaming=_weight_streaming(data.get("weight_streaming"), kind, where),
     )
     profile = replace(profile, provenance=_provenance(profile, family))

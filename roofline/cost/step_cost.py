@@ -22,7 +22,9 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   FlashInfer's CuTe-DSL kernel with its untuned tactic (`cutedsl_fp4_tactic`) after a grid-stride fp4
   quantization kernel (`fp4_act_quant_time_s`). Plus kernel_fixed_s. On
   Blackwell and Ada a 16-bit split-K GEMM is followed by a reduction kernel
-  (`GemmKernels.split_k_reduction_kernel`).
+  (`GemmKernels.split_k_reduction_kernel`). On Ada the 8-bit CTAs run as many per SM as their shared memory allows,
+  at the share of the SM's tensor cores their warps occupy (`GemmKernels.cta_occupancy`). The family's dense GEMM
+  kernels run their math and fixed latencies at the chip's `sustained_clock_factor` (B300 against B200).
 - Attention prefill: work tiles run in waves over the SMs, as the family's kernels cut them
   (`roofline.cost.ops.AttentionKernels`: FA3 varlen on Hopper, (sequence, KV head, 128 or 192 packed query
   rows); TRT-LLM's context kernel on Blackwell, (sequence, query head, 256 query rows); FA2's split-KV kernel
@@ -103,6 +105,8 @@ GEMM_SPLITS: tuple[int, ...] = (1, 2, 4, 8, 16)
 GEMM_TILES_8BIT: tuple[tuple[float, tuple[int, int]], ...] = ((64, (64, 64)), (128, (64, 128)),
                                                              (math.inf, (128, 128)))
 _MIN_SPLIT_K = 256
+_SM_SUBPARTITIONS = 4  # SM sub-partitions (warp schedulers, one tensor core each) per SM since Volta
+_CTA_RESERVED_SMEM_BYTES = 1024  # shared memory the CUDA runtime reserves per CTA (SM8x and later)
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,24 @@ class GemmKernels:
     tiles: tuple[tuple[int, int], ...]
     tiles_8bit: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...]
     split_k_reduction_kernel: bool = False
+    # The CTAs of the 8-bit tiles: ((tile rows, tile cols), (warps per CTA, tile k, mainloop stages)), with the SM's
+    # shared memory; see `cta_occupancy`. Empty: one full-rate tile per SM.
+    ctas_8bit: tuple[tuple[tuple[int, int], tuple[int, int, int]], ...] = ()
+    shared_memory_per_sm_bytes: int = 0
+
+    def cta_occupancy(self, tm: int, tn: int) -> tuple[int, float]:
+        """(CTAs of a tm x tn 8-bit tile resident per SM, share of the SM's tensor throughput one CTA gets).
+
+        An SM has 4 sub-partitions, each with its own tensor core, and a warp runs on one of them: c resident CTAs
+        of w warps use min(1, c * w / 4) of the SM's math, shared by the c CTAs. c = how many CTAs' shared memory
+        (CUTLASS 2.x's multistage mainloop: stages x (tm + tn) x tk bytes of 8-bit A and B tiles, plus the 1 KB the
+        CUDA runtime reserves per CTA) fits in the SM's. Without an entry: one CTA per SM at full rate."""
+        cta = dict(self.ctas_8bit).get((tm, tn)) if self.ctas_8bit else None
+        if cta is None:
+            return 1, 1.0
+        warps, tk, stages = cta
+        ctas = max(1, self.shared_memory_per_sm_bytes // (stages * (tm + tn) * tk + _CTA_RESERVED_SMEM_BYTES))
+        return ctas, min(1.0, ctas * warps / _SM_SUBPARTITIONS) / ctas
 
 
 # Hopper (and Ampere, described with the same tables): cuBLAS's SM90 tiles, split-K partials reduced in place.
@@ -150,7 +172,20 @@ SM89_GEMM_KERNELS = GemmKernels(
         (128, ((8192, (64, 128)), (16384, (128, 128)), (math.inf, (128, 64)))),
         (256, ((4096, (64, 128)), (math.inf, (128, 128)))),
         (math.inf, ((4096, (128, 128)), (8192, (256, 128)), (math.inf, (128, 128))))),
-    split_k_reduction_kernel=True)
+    split_k_reduction_kernel=True,
+    # The same file's configs: GemmShape<tm, tn, tk> tile, WarpShape<wm, wn, wk>, MainLoopStages -> warps per CTA =
+    # (tm / wm) x (tn / wn) x (tk / wk) (CUTLASS 2.x splits the tile's k among warps where wk < tk).
+    ctas_8bit=(((16, 64), (2, 128, 5)),    # 16x64x128, warp 16x64x64, 5 stages (M16)
+               ((16, 128), (2, 64, 5)),    # 16x128x64, warp 16x64x64, 5 stages (M16)
+               ((32, 64), (4, 128, 5)),    # 32x64x128, warp 16x64x64, 5 stages (M16, M32)
+               ((32, 128), (4, 128, 4)),   # 32x128x128, warp 32x64x64, 4 stages (M32)
+               ((64, 64), (4, 128, 5)),    # 64x64x128, warp 32x64x64, 5 stages (M64)
+               ((64, 128), (4, 128, 3)),   # 64x128x128, warp 64x64x64, 3 stages (M64, M128, M256)
+               ((128, 64), (4, 128, 3)),   # 128x64x128, warp 64x64x64, 3 stages (M128)
+               ((128, 128), (4, 64, 5)),   # 128x128x64, warp 64x64x64, 5 stages (M128, M256, default)
+               ((256, 128), (8, 64, 3))),  # 256x128x64, warp 64x64x64, 3 stages (default)
+    # CUDA C++ Programming Guide, compute capability 8.9: 100 KB of shared memory per SM.
+    shared_memory_per_sm_bytes=100 * 1024)
 _GEMM_KERNELS = {"blackwell": SM100_GEMM_KERNELS, "ada": SM89_GEMM_KERNELS}
 
 
@@ -286,7 +321,11 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     eff = (e.gemm_fp8_compute_efficiency if eight else e.gemm_compute_efficiency) * eff_scale
     fixed_k = tile_fixed_k if tile_fixed_k is not None else e.gemm_fp8_tile_fixed_k if eight else e.gemm_tile_fixed_k
     sms = hw.num_compute_units
-    per_sm = hw.peak_flops(dtype) * eff / sms
+    # The chip's sustained SM clock against the family's base chip (`sustained_clock_factor`, fitted on the chip's
+    # own tables of these kernels): the math and the fixed latencies of the family's dense GEMM kernels, not HBM.
+    clock = hw.sustained_clock_factor if cublas else 1.0
+    per_sm = hw.peak_flops(dtype) * eff * clock / sms
+    fixed_s = e.kernel_fixed_s / clock
     bw = _bandwidth(hw) * (e.gemm_fp8_memory_efficiency if eight else e.memory_efficiency) * bw_scale
     saturating = sms * e.memory_saturation_fraction
     base_bytes = groups * (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes)
@@ -298,11 +337,12 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     def tiled(tm: int, tn: int, s: int) -> Any:
         tiles = (groups * _ceil(m / tm) if row_tiles is None else row_tiles(tm)) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
-        tc = _ceil(tiles / sms) * 2.0 * tm * tn * (k_split + fixed_k) / per_sm
+        ctas, rate = kernels.cta_occupancy(tm, tn) if eight else (1, 1.0)
+        tc = _ceil(tiles / (sms * ctas)) * 2.0 * tm * tn * (k_split + fixed_k) / (per_sm * rate)
         share = 1.0 if eight else _min(tiles / saturating, 1.0)
         if s > 1 and reduce_kernel:  # the GEMM writes s fp32 partials; a second kernel reads them, writes y
             partials = groups * m * n * 4.0 * s
-            return (_overlap(tc, (base_bytes + partials) / (bw * share), e.overlap_exponent) + e.kernel_fixed_s
+            return (_overlap(tc, (base_bytes + partials) / (bw * share), e.overlap_exponent) + fixed_s
                     + (partials + groups * m * n * out_bytes) / _bandwidth(hw) / e.memory_efficiency)
         extra = 0.0 if s == 1 else groups * 2.0 * m * n * 4.0 * s  # fp32 partials written and read back
         return _overlap(tc, (base_bytes + extra) / (bw * share), e.overlap_exponent)
@@ -317,7 +357,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
                 best = t if best is None else _min(best, t)
                 n_lo = n_hi
             lo = hi
-        return best + e.kernel_fixed_s
+        return best + fixed_s
     for tm, tn in tiles or kernels.tiles:
         for s in (1,) if tiles else GEMM_SPLITS:
             if s > 1 and np.all(k < s * _MIN_SPLIT_K):
@@ -326,17 +366,18 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
             if s > 1:
                 t = np.where(k < s * _MIN_SPLIT_K, np.inf, t)  # this split is not allowed for this k
             best = t if best is None else _min(best, t)
-    return best + e.kernel_fixed_s
+    return best + fixed_s
 
 
 def act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> Any:
     """Quantizing a W8A8 GEMM's input to 8 bits, one kernel: read m*k 16-bit, write m*k 8-bit values at
     act_quant_memory_efficiency, plus act_quant_block_s per wave of its m thread blocks (one per row, 1024
-    threads each: 2 resident per SM, as an H100 SM holds 2048 threads)."""
+    threads each: 2 resident per SM, as an H100 SM holds 2048 threads). Its fixed latencies run at the chip's
+    sustained clock (`sustained_clock_factor`), as the GEMM's."""
     e = hw.efficiency
     waves = _ceil(m / (_QUANT_BLOCKS_PER_SM * hw.num_compute_units))
     return (m * k * (act_bytes + 1.0) / (_bandwidth(hw) * e.act_quant_memory_efficiency)
-            + waves * e.act_quant_block_s + e.kernel_fixed_s)
+            + (waves * e.act_quant_block_s + e.kernel_fixed_s) / hw.sustained_clock_factor)
 
 
 def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
