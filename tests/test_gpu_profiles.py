@@ -202,3 +202,5 @@ def test_b300_clock_factor_has_a_fitted_source_with_its_held_out_error() -> None
     source = dict(b300.sources)["sustained_clock_factor"]
     assert source.startswith("fitted: aiconfigurator-core") and "b300_sxm/gemm" in source
     assert "held-out GEMM median error" in source and "leave-one-GPU-out" in source
+    assert "sustained clock factor" in b300.provenance_line()
+    assert "sustained clock" not in load_profile("b200").provenance_line()
