@@ -21,11 +21,12 @@ shapes whose (n, k) hash is not 0 mod 5, judged on the rest. The collector times
 CUDA graph (`EAGER_FORMATS`): fp8-block is judged on the rows where device time dominates the eager host floor;
 the held-out error on its calls under `POWER_THROTTLE_CALL_S` is printed beside it (longer calls run power-limited).
 
-MXFP4 experts on Marlin (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1): the tables' Marlin MXFP4 kernel
-(`MARLIN_KERNEL`; one model's experts, hidden 3584, intermediate 3072, top-16 of 896, at moe_tp 1-16: five
-shapes, too few for the hash split) is judged leave-one-shape-out: `moe_w4a16_marlin_*` fitted on the balanced
-rows of the other shapes (`_fit_marlin`: the fixed cost per kernel family, the compute and bandwidth factors per
-GPU), the left-out shape's rows judged, for each shape; the fits on all five shapes are shipped per chip
+MXFP4 experts on Marlin (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1): the tables' Marlin MoE kernel on
+two models' experts, MXFP4 (`MARLIN_KERNEL`; hidden 3584, intermediate 3072, top-16 of 896, moe_tp 1-16) and int4
+(`MARLIN_INT4_KERNEL`; hidden 7168, intermediate 2048, top-8 of 384, moe_tp 1-32): eleven shapes, too few for the
+hash split, judged leave-one-shape-out: `moe_w4a16_marlin_*` fitted on the balanced rows of the other shapes
+(`_fit_marlin`: the fixed cost per kernel family, the compute and bandwidth factors per GPU), the left-out shape's
+rows judged, for each shape, per model; the fits on all eleven shapes are shipped per chip
 (`hardware_profiles/<chip>.yaml`), H100's as the default (`roofline.cost.params`).
 
 Token distributions: the tables measure the collector's own "balanced" (a fixed round robin) and power-law
