@@ -9,7 +9,13 @@ import pytest
 from roofline.cost.hardware import load_profile
 from roofline.cost.ops import BatchStats, expected_experts_touched, step_ops
 from roofline.cost.quant import QuantConfig, resolve_for_model
-from roofline.cost.step_cost import StepCostModel, marlin_moe_block_size_m, marlin_moe_gemm_time_s, moe_time_s
+from roofline.cost.step_cost import (
+    StepCostModel,
+    expected_blocks_per_expert,
+    marlin_moe_block_size_m,
+    marlin_moe_gemm_time_s,
+    moe_time_s,
+)
 from roofline.errors import UserError
 from roofline.registry import load_model
 
@@ -234,6 +240,12 @@ def test_serving_marlin_experts_take_the_block_height_of_the_layers_experts() ->
     one_layer = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, 2.0, "mxfp4-marlin",
                            num_experts=num_experts)
     assert cost.breakdown_s["moe_experts"] == pytest.approx(op.count * one_layer, rel=1e-12)
-    # the same tokens over 896 experts would take 16-row blocks, not 48: a different (lower) cost
-    other = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, 2.0, "mxfp4-marlin", num_experts=896)
-    assert other < one_layer
+
+
+def test_expected_blocks_per_expert_pads_each_experts_own_count() -> None:
+    # Poisson(lambda) tokens on an expert, ceil(x / 64) blocks: an even spread of 256 would take exactly 4 blocks;
+    # the random counts exceed 256 about half the time (one block more), 4.48 in expectation.
+    assert expected_blocks_per_expert(256.0, 64) == pytest.approx(4.48, abs=0.01)
+    # few tokens: a block per expert that gets any, 1 - e^-lambda (and 2 blocks for the rare > 8)
+    np.testing.assert_allclose(expected_blocks_per_expert(np.array([0.0, 0.5]), 8), [0.0, 1 - np.exp(-0.5)],
+                               rtol=1e-6, atol=1e-12)
