@@ -770,7 +770,15 @@ def _marlin_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, h
     args = {name: kw[name] for name in ("weight_bytes_per_param", "in_bytes", "out_bytes", "eff_scale", "bw_scale",
                                         "row_tiles")}
     if args["row_tiles"] is None:  # serving: each expert's own random count, padded to whole blocks
-        args["row_tiles"] = lambda b: num_experts * expected_blocks_per_expert(routed_per_expert, b)
+        x, pmf = _poisson_pmf(routed_per_expert)
+        blocks: dict[int, Any] = {}
+
+        def row_tiles(b: int) -> Any:
+            if b not in blocks:
+                blocks[b] = num_experts * (pmf * np.ceil(x / b)).sum(axis=-1)
+            return blocks[b]
+
+        args["row_tiles"] = row_tiles
 
     def at(b: int) -> Any:
         return (marlin_moe_gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, touched, b, **args)
@@ -790,14 +798,23 @@ def expected_blocks_per_expert(routed_per_expert: Any, block_m: int) -> Any:
     every expert's own count, so spreading the tokens evenly undercounts the blocks where the mean is near a multiple
     of block_m: top-4 of 128 at 2048 / 4096 / 8192 tokens, 64-row blocks, 1.47 / 1.24 / 1.12x the blocks of the
     even spread."""
-    lam = np.asarray(routed_per_expert, dtype=np.float64)
-    top = float(lam.max()) if lam.size else 0.0
-    x = np.arange(int(np.ceil(top + 12.0 * math.sqrt(top) + 20.0)) + 1, dtype=np.float64)
-    log_factorial = np.concatenate(([0.0], np.cumsum(np.log(x[1:]))))
-    lam_ = np.maximum(lam, 1e-300)[..., None]
-    pmf = np.exp(x * np.log(lam_) - lam_ - log_factorial)
+    x, pmf = _poisson_pmf(routed_per_expert)
     blocks = (pmf * np.ceil(x / block_m)).sum(axis=-1)
     return float(blocks) if blocks.ndim == 0 else blocks
+
+
+def _poisson_pmf(mean: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(x, Poisson pmf at x for each mean: shape mean.shape + x.shape) over a window of x holding all but ~1e-20 of
+    every mean's mass (12 standard deviations either side)."""
+    lam = np.asarray(mean, dtype=np.float64)
+    lo_mean, hi_mean = (float(lam.min()), float(lam.max())) if lam.size else (0.0, 0.0)
+    lo = max(0, int(lo_mean - 12.0 * math.sqrt(hi_mean) - 20.0))
+    x = np.arange(lo, int(np.ceil(hi_mean + 12.0 * math.sqrt(hi_mean) + 20.0)) + 1, dtype=np.float64)
+    log_factorial = np.cumsum(np.log(np.maximum(np.arange(1.0, x[-1] + 1.0), 1.0)))[x.astype(np.int64) - 1] \
+        if x[-1] >= 1 else np.zeros_like(x)
+    log_factorial = np.where(x == 0, 0.0, log_factorial)
+    lam_ = np.maximum(lam, 1e-300)[..., None]
+    return x, np.exp(x * np.log(lam_) - lam_ - log_factorial)
 
 
 # Thread blocks per SM the Marlin MoE kernel launches at most (csrc/moe/marlin_moe_wna16/ops.cu
