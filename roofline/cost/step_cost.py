@@ -724,7 +724,7 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     on Blackwell with its token tiles, `TRTLLM_MOE_TILES_8BIT`) moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on
     Hopper, TRT-LLM mxfp4-bf16 on Blackwell: 4-bit weights dequantized in the kernel, bf16 math) moe_w4a16_*;
     NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin
-    ("mxfp4-marlin", `--moe-backend marlin`: W4A16, its own row tiles down to 16 as above) moe_w4a16_marlin_*
+    ("mxfp4-marlin", `--moe-backend marlin`: W4A16, `marlin_moe_gemm_time_s` given `num_experts`) moe_w4a16_marlin_*
     (each: a compute factor, a bandwidth factor and a fixed cost).
     `row_tiles` (`gemm_time_s`): the experts' unequal token counts, as the operator tables route them
     (`roofline.calibration.moe_routing`); the serving model spreads a step's tokens evenly over the touched experts.
