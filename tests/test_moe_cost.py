@@ -9,7 +9,13 @@ import pytest
 from roofline.cost.hardware import load_profile
 from roofline.cost.ops import BatchStats, expected_experts_touched, step_ops
 from roofline.cost.quant import QuantConfig, resolve_for_model
-from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_cost import (
+    StepCostModel,
+    expected_blocks_per_expert,
+    marlin_moe_block_size_m,
+    marlin_moe_gemm_time_s,
+    moe_time_s,
+)
 from roofline.errors import UserError
 from roofline.registry import load_model
 
@@ -202,3 +208,44 @@ def test_moe_bandwidth_factor_may_pass_the_dense_gemms_never_the_dram_peak() -> 
     at_peak = 1.0 / e.gemm_fp8_memory_efficiency
     assert decode_s(1.1) < decode_s(1.0)
     assert decode_s(2.0) == decode_s(at_peak)
+
+
+def test_marlin_block_size_m_follows_vllms_rule_on_mean_tokens_per_expert() -> None:
+    # vLLM fused_marlin_moe: the first of 8, 16, 32, 48, 64 with M * topk / E / block_size_m < 0.9, else 64.
+    assert marlin_moe_block_size_m(7.19) == 8 and marlin_moe_block_size_m(7.2) == 16
+    assert marlin_moe_block_size_m(14.4) == 32 and marlin_moe_block_size_m(28.8) == 48
+    assert marlin_moe_block_size_m(43.2) == 64 and marlin_moe_block_size_m(500.0) == 64
+    np.testing.assert_array_equal(marlin_moe_block_size_m(np.array([1.0, 10.0, 20.0, 40.0])), [8, 16, 32, 48])
+    # 1024 tokens: gpt-oss (top-4 of 128) 32 per expert -> 48-row blocks; Kimi-K3 (top-16 of 896) 18.3 -> 32.
+    assert marlin_moe_block_size_m(1024 * 4 / 128) == 48 and marlin_moe_block_size_m(1024 * 16 / 896) == 32
+
+
+def test_marlin_computes_whole_row_blocks() -> None:
+    # A token alone on its expert costs a whole moe block: compute-bound, 64-row blocks cost more than 8-row ones.
+    hw = load_profile("h100-sxm")
+    args = (hw, 1.0, 4096.0, 4096.0, "bf16", 2048.0)
+    kw = dict(weight_bytes_per_param=0.0, in_bytes=2.0, out_bytes=2.0, eff_scale=0.3, bw_scale=1.0)
+    assert marlin_moe_gemm_time_s(*args, 64, **kw) > 4 * marlin_moe_gemm_time_s(*args, 8, **kw)
+
+
+def test_serving_marlin_experts_take_the_block_height_of_the_layers_experts() -> None:
+    spec, hw = load_model("gpt-oss-120b"), load_profile("h100-sxm")
+    model = StepCostModel(spec, hw, QuantConfig.from_user(moe_backend="marlin"), 2)
+    q, c, e = np.array([1024]), np.array([0]), np.array([True])
+    cost = model.step_cost(q, c, e)
+    op = next(o for o in step_ops(spec, model.quant, 2, BatchStats.from_arrays(q, c, e)) if o.name == "moe_experts")
+    tpe, touched, hidden, inter, num_experts = op.shape
+    assert num_experts == spec.num_experts == 128
+    w_param = op.weight_bytes / (op.count * touched * 3 * hidden * inter)
+    one_layer = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, 2.0, "mxfp4-marlin",
+                           num_experts=num_experts)
+    assert cost.breakdown_s["moe_experts"] == pytest.approx(op.count * one_layer, rel=1e-12)
+
+
+def test_expected_blocks_per_expert_pads_each_experts_own_count() -> None:
+    # Poisson(lambda) tokens on an expert, ceil(x / 64) blocks: an even spread of 256 would take exactly 4 blocks;
+    # the random counts exceed 256 about half the time (one block more), 4.48 in expectation.
+    assert expected_blocks_per_expert(256.0, 64) == pytest.approx(4.48, abs=0.01)
+    # few tokens: a block per expert that gets any, 1 - e^-lambda (and 2 blocks for the rare > 8)
+    np.testing.assert_allclose(expected_blocks_per_expert(np.array([0.0, 0.5]), 8), [0.0, 1 - np.exp(-0.5)],
+                               rtol=1e-6, atol=1e-12)

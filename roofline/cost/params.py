@@ -186,16 +186,20 @@ class EfficiencyParams:
     moe_w4a16_fixed_s: float = 29.9e-6
     moe_w4a16_bandwidth_factor: float = 0.929
     # MXFP4 experts on vLLM's Marlin W4A16 MoE kernel instead (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1:
-    # e.g. InferenceX's gpt-oss recipes on H100/H200): the same three parameters, fitted on the Marlin rows of the
-    # H100 vLLM 0.24 MoE table (kernel vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu, balanced
-    # routing as the tables route it, `roofline.calibration.moe_routing`; benchmarks/moe_accuracy.py `run_marlin`:
-    # the fixed cost fitted on H100 and H200 together, one Hopper kernel, the two factors per chip; leave-one-shape-out
-    # median balanced / power law 1.01 / 1.2: 5.6 / 11.7 / 12.9 %; h200-sxm.yaml carries H200's factors, the
-    # Blackwell chip files their own with a Blackwell fixed cost). Marlin dequantizes in registers at about half the
-    # OAI Triton kernel's throughput once the experts are compute-bound (~200 against ~500 TFLOP/s on H100, 8k tokens).
-    moe_w4a16_marlin_gemm_factor: float = 0.263
-    moe_w4a16_marlin_fixed_s: float = 49.5e-6
-    moe_w4a16_marlin_bandwidth_factor: float = 1.118
+    # e.g. InferenceX's gpt-oss recipes on H100/H200), timed as `roofline.cost.step_cost.marlin_moe_gemm_time_s`
+    # describes the kernel (vLLM's block_size_m rule, the persistent kernel's stripes): the same three parameters,
+    # fitted on the H100 vLLM 0.24 MoE table's Marlin rows of two models, MXFP4 (vllm_compressedtensorsw4a4mxfp4moe_
+    # marlin_marlinexperts_situ_as_silu, top-16 of 896) and int4 (vllm_compressedtensorswna16marlinmoe_marlin_
+    # marlinexperts, top-8 of 384), balanced routing as the tables route it (`roofline.calibration.moe_routing`;
+    # benchmarks/moe_accuracy.py `run_marlin`: the fixed cost fitted on H100 and H200 together, one Hopper kernel, the
+    # two factors per chip); leave-one-shape-out median balanced / power law 1.01 / 1.2: MXFP4 7.1 / 12.3 / 11.6 %, int4
+    # 11.4 / 11.5 / 12.4 %. h200-sxm.yaml carries H200's factors, the Blackwell chip files their own with a Blackwell
+    # fixed cost. The previous fit (MXFP4 rows alone, one expert count; tiles of the tokens per touched expert) had a
+    # 49.5 us fixed cost and predicts the int4 rows at <= 64 tokens 12 % (H100) to 35 % (GB200) slow. Marlin dequantizes
+    # in registers at about a third of the 16-bit GEMM's efficiency once the experts are compute-bound.
+    moe_w4a16_marlin_gemm_factor: float = 0.32
+    moe_w4a16_marlin_fixed_s: float = 31.7e-6
+    moe_w4a16_marlin_bandwidth_factor: float = 1.009
     moe_fp4_gemm_factor: float = 0.525
     moe_fp4_fixed_s: float = 12.3e-6
     moe_fp4_bandwidth_factor: float = 1.263

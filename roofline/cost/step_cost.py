@@ -199,6 +199,30 @@ def gemm_kernels(family: str | None) -> GemmKernels:
 # an expert gets in decode). With these tiles the held-out error on the MXFP4 tables drops from 15-22 % to 9-16 %
 # (benchmarks/moe_accuracy.py).
 MOE_W4A16_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), (128, 128), (128, 256))
+# vLLM's Marlin MoE (`--moe-backend marlin`; vllm/model_executor/layers/fused_moe/fused_marlin_moe.py
+# `fused_marlin_moe` in 0.18.0, experts/marlin_moe.py in 0.32: "M block size selection logic"): ONE row-block
+# height per call, block_size_m = the first of 8, 16, 32, 48, 64 with M * topk / E / block_size_m < 0.9 (M tokens,
+# E the layer's experts), else 64. moe_align_block_size pads every expert's tokens to whole blocks of that height
+# and the kernel (csrc/moe/marlin_moe_wna16) computes each block in full against its expert's weights, thread_n 128
+# for one 16-row MMA block (block_size_m <= 16, `small_batch_thread_configs`) or 256 (`large_batch_thread_configs`,
+# 128 where n is not a multiple of 256). The height therefore follows the batch's MEAN tokens per expert, T k / E,
+# not each expert's own count: top-16 of 896 experts and top-4 of 128 reach a height at different token counts.
+MARLIN_MOE_BLOCK_SIZES_M: tuple[int, ...] = (8, 16, 32, 48, 64)
+_MARLIN_BLOCK_FILL = 0.9  # the rule's threshold on tokens per expert / block_size_m
+
+
+def marlin_moe_block_size_m(routed_per_expert: Any) -> Any:
+    """vLLM's Marlin MoE block_size_m (rows per moe block) for M * topk / E routed tokens per expert (scalar or
+    array; see MARLIN_MOE_BLOCK_SIZES_M)."""
+    x = np.asarray(routed_per_expert, dtype=np.float64)
+    sizes = MARLIN_MOE_BLOCK_SIZES_M
+    out = np.select([x / b < _MARLIN_BLOCK_FILL for b in sizes[:-1]], list(sizes[:-1]), sizes[-1])
+    return int(out) if out.ndim == 0 else out
+
+
+def _marlin_tiles(block_size_m: int) -> tuple[tuple[int, int], ...]:
+    """The Marlin MoE kernel's (rows, weight columns) per thread block for one block_size_m."""
+    return ((block_size_m, 128),) if block_size_m <= 16 else ((block_size_m, 256), (block_size_m, 128))
 # FlashInfer's TRT-LLM fused MoE, vLLM's block-scaled fp8 experts on Blackwell: the tokens are the narrow side of its
 # batched GEMMs, tiled by tile_tokens_dim = the next power of 2 of the tokens per expert, clamped to [8, 64]
 # (FlashInfer `calculate_tile_tokens_dim`: "Cap to 8-64 tokens per CTA tile as it's the range supported by the
@@ -729,7 +753,7 @@ def moe_row_tiles(loads: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.nda
 
 def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
                weight_bytes_per_param: float, act_bytes: float, scheme: str | None = None,
-               row_tiles: Callable[[int], Any] | None = None) -> Any:
+               row_tiles: Callable[[int], Any] | None = None, num_experts: Any = None) -> Any:
     """Fused MoE: grouped gate_up (n = 2*inter, k = hidden) and down (n = hidden, k = inter) GEMMs over the
     touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost.
 
@@ -741,10 +765,13 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     on Blackwell with its token tiles, `TRTLLM_MOE_TILES_8BIT`) moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on
     Hopper, TRT-LLM mxfp4-bf16 on Blackwell: 4-bit weights dequantized in the kernel, bf16 math) moe_w4a16_*;
     NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin
-    ("mxfp4-marlin", `--moe-backend marlin`: W4A16, its own row tiles down to 16 as above) moe_w4a16_marlin_*
+    ("mxfp4-marlin", `--moe-backend marlin`: W4A16, `marlin_moe_gemm_time_s` given `num_experts`) moe_w4a16_marlin_*
     (each: a compute factor, a bandwidth factor and a fixed cost).
     `row_tiles` (`gemm_time_s`): the experts' unequal token counts, as the operator tables route them
-    (`roofline.calibration.moe_routing`); the serving model spreads a step's tokens evenly over the touched experts."""
+    (`roofline.calibration.moe_routing`); the serving model spreads a step's tokens evenly over the touched experts.
+    `num_experts` (the layer's experts on the rank; Marlin only): Marlin's row blocks are one height per call chosen
+    from the mean tokens per expert (`marlin_moe_block_size_m`); without it the tile follows the tokens per
+    touched expert as for the other W4A16 kernels."""
     e = hw.efficiency
     if scheme is None:
         scheme = "fp8" if dtype in _EIGHT_BIT else "none"
@@ -767,10 +794,111 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
               eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False, row_tiles=row_tiles,
               tiles_8bit=trtllm)
+    act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
+    if scheme == "mxfp4-marlin" and num_experts is not None:
+        return _marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw) + act + fixed_s
     up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **kw)
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
-    act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
     return up + down + act + fixed_s
+
+
+def _marlin_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
+                    num_experts: Any, kw: dict[str, Any]) -> Any:
+    """Marlin's gate_up and down grouped GEMMs (`marlin_moe_gemm_time_s`) at vLLM's block_size_m
+    (`marlin_moe_block_size_m` of the routed tokens over all the layer's experts); each row its own height."""
+    routed_per_expert = tokens_per_expert * touched / num_experts
+    block_m = marlin_moe_block_size_m(routed_per_expert)
+    args = {name: kw[name] for name in ("weight_bytes_per_param", "in_bytes", "out_bytes", "eff_scale", "bw_scale",
+                                        "row_tiles")}
+    if args["row_tiles"] is None:  # serving: each expert's own random count, padded to whole blocks
+        x, pmf = _poisson_pmf(routed_per_expert)
+        blocks: dict[int, Any] = {}
+
+        def row_tiles(b: int) -> Any:
+            if b not in blocks:
+                blocks[b] = num_experts * (pmf * np.ceil(x / b)).sum(axis=-1)
+            return blocks[b]
+
+        args["row_tiles"] = row_tiles
+
+    def at(b: int) -> Any:
+        return (marlin_moe_gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, touched, b, **args)
+                + marlin_moe_gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, touched, b, **args))
+
+    if isinstance(block_m, int):
+        return at(block_m)
+    out = np.zeros(np.shape(block_m))
+    for b in np.unique(block_m):
+        out = np.where(block_m == b, at(int(b)), out)
+    return out
+
+
+def expected_blocks_per_expert(routed_per_expert: Any, block_m: int) -> Any:
+    """E[ceil(X / block_m)] for X ~ Poisson(routed_per_expert): an expert's row blocks under uniform random routing
+    (each of T tokens picks it with probability k / E, T large: Poisson with mean T k / E). moe_align_block_size pads
+    every expert's own count, so spreading the tokens evenly undercounts the blocks where the mean is near a multiple
+    of block_m: top-4 of 128 at 2048 / 4096 / 8192 tokens, 64-row blocks, 1.47 / 1.24 / 1.12x the blocks of the
+    even spread."""
+    x, pmf = _poisson_pmf(routed_per_expert)
+    blocks = (pmf * np.ceil(x / block_m)).sum(axis=-1)
+    return float(blocks) if blocks.ndim == 0 else blocks
+
+
+def _poisson_pmf(mean: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(x, Poisson pmf at x for each mean: shape mean.shape + x.shape) over a window of x holding all but ~1e-20 of
+    every mean's mass (12 standard deviations either side)."""
+    lam = np.asarray(mean, dtype=np.float64)
+    lo_mean, hi_mean = (float(lam.min()), float(lam.max())) if lam.size else (0.0, 0.0)
+    lo = max(0, int(lo_mean - 12.0 * math.sqrt(hi_mean) - 20.0))
+    x = np.arange(lo, int(np.ceil(hi_mean + 12.0 * math.sqrt(hi_mean) + 20.0)) + 1, dtype=np.float64)
+    log_factorial = np.cumsum(np.log(np.maximum(np.arange(1.0, x[-1] + 1.0), 1.0)))[x.astype(np.int64) - 1] \
+        if x[-1] >= 1 else np.zeros_like(x)
+    log_factorial = np.where(x == 0, 0.0, log_factorial)
+    lam_ = np.maximum(lam, 1e-300)[..., None]
+    return x, np.exp(x * np.log(lam_) - lam_ - log_factorial)
+
+
+# Thread blocks per SM the Marlin MoE kernel launches at most (csrc/moe/marlin_moe_wna16/ops.cu
+# `determine_exec_config`: 4 for one 16-row MMA block, else 2; fewer for a small problem).
+_MARLIN_BLOCKS_PER_SM = {True: 4, False: 2}
+
+
+def marlin_moe_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, groups: Any, block_m: int,
+                           weight_bytes_per_param: float, in_bytes: float, out_bytes: float, eff_scale: float,
+                           bw_scale: float, row_tiles: Callable[[int], Any] | None = None) -> Any:
+    """One Marlin MoE GEMM (vLLM csrc/moe/marlin_moe_wna16, `moe_wna16_marlin_gemm`) over `groups` experts of m
+    tokens each (or `row_tiles`), in moe blocks of `block_m` rows.
+
+    The kernel is persistent: sms * blocks_per_sm thread blocks share the problem's tile iterations (moe blocks x
+    n tiles x k tiles of thread_n x thread_k: `small_batch_thread_configs` 128 x 128 for block_m <= 16, k 64 where
+    k is not a multiple of 128; `large_batch_thread_configs` 256 x 64, n 128 where n is not a multiple of 256) in
+    equal stripes along k, partial sums reduced in global memory. blocks_per_sm: at most 4 (block_m <= 16) or 2,
+    and at most n_tiles * routed tokens * 4 / SMs (`determine_exec_config`). Compute: the busiest SM's share of
+    the tile iterations plus, per slice (moe block x n tile), the family's per-tile cost gemm_tile_fixed_k, at
+    the compute factor; bytes: each touched expert's weights once, the activations in and out, at the bandwidth
+    factor; the two overlap (`_overlap`); plus kernel_fixed_s. Every moe block is computed in full, so a token
+    alone on its expert costs block_m rows, and a call's slices grow with the moe blocks (top-k x tokens at
+    decode), not with its bytes."""
+    e = hw.efficiency
+    sms = hw.num_compute_units
+    one_block = block_m <= 16
+    tn = np.where(one_block | (n % 256 != 0), 128.0, 256.0)
+    tk = np.where(one_block & (k % 128 == 0), 128.0, 64.0)
+    moe_blocks = groups * _ceil(m / block_m) if row_tiles is None else row_tiles(block_m)
+    units = moe_blocks * _ceil(n / tn) * _ceil(k / tk)
+    routed = m * groups
+    cap = _MARLIN_BLOCKS_PER_SM[one_block]
+    per_sm_blocks = np.clip(np.floor(_ceil(n / tn) * routed * 4.0 / sms), 1.0, cap)
+    iters = _ceil(units / (sms * per_sm_blocks))
+    per_sm = hw.peak_flops(dtype) * e.gemm_compute_efficiency * eff_scale / sms
+    # Each slice (one moe block x one n tile) also pays the family's per-tile cost (gemm_tile_fixed_k: prologue,
+    # epilogue and, split along k, the reduction of its partial sums), shared out over the thread blocks.
+    slices = moe_blocks * _ceil(n / tn)
+    k_work = iters * tk + _ceil(slices / (sms * per_sm_blocks)) * e.gemm_tile_fixed_k
+    tc = k_work * per_sm_blocks * 2.0 * block_m * tn / per_sm
+    bw = _bandwidth(hw) * e.memory_efficiency * bw_scale
+    moved = groups * n * k * weight_bytes_per_param + routed * (k * in_bytes + n * out_bytes)
+    return _overlap(tc, moved / bw, e.overlap_exponent) + e.kernel_fixed_s
 
 
 def _link(hw: HardwareProfile, num_devices: Any) -> tuple[float, float]:
@@ -902,9 +1030,10 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
         flops, moved, units, key_bytes = op.shape
         t = attention_decode_time_s(hw, flops, moved, units, key_bytes, op.dtype, quant.kv_dtype == "fp8")
     elif op.kind == "moe":
-        tpe, touched, hidden, inter = op.shape
+        tpe, touched, hidden, inter, num_experts = op.shape
         w_param = op.weight_bytes / (c * _max(touched, 1e-30) * 3 * hidden * inter)
-        t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, quant.act_bytes, quant.expert_kernel)
+        t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, quant.act_bytes, quant.expert_kernel,
+                       num_experts=num_experts)
         kernels = 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
     elif op.kind == "all_reduce":
         t = all_reduce_time_s(hw, *op.shape)
