@@ -70,13 +70,13 @@ def main() -> None:
     if profiler:
         profiler.disable()
     simulated = time.perf_counter()
-    if args.out is not None:  # as `roofline simulate --out` does: the summary, then the files
+    summary = result.summary()  # once, as `roofline simulate` does, then (--out) the files
+    if args.out is not None:
         write_outputs(args.out, deployment, result, {"seed": workload.seed, "workload": workload.name,
                                                      "num_replicas": 1, "kv_cache": deployment.kv.terms(),
-                                                     **result.summary()})
+                                                     **summary})
     finished = time.perf_counter()
     cpu_s = time.process_time() - cpu_started
-    summary = result.summary()
     print(json.dumps({
         "num_requests": args.num_requests, "request_rate": args.request_rate, "model": args.model,
         "hardware": args.hardware, "workload": args.workload, "machine": f"{platform.machine()} {platform.node()}",

@@ -27,7 +27,7 @@ import numpy as np
 
 from engine.core.block_hash import MASK_63, constant_block_contents
 from engine.core.request import Request, RequestStatus
-from engine.core.step_plan import BulkRows, StepPlan
+from engine.core.step_plan import ColumnRows, StepPlan
 
 if TYPE_CHECKING:  # the scheduler imports this module
     from engine.core.scheduler import Scheduler
@@ -35,18 +35,6 @@ if TYPE_CHECKING:  # the scheduler imports this module
 _STOPPED, _CAPPED = RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED
 _SEQ = operator.attrgetter("_col_seq")
 _max = np.maximum.reduce
-
-_ONES: dict[int, np.ndarray] = {}
-
-
-def _ones(n: int) -> np.ndarray:
-    """A read-only int64 array of `n` ones (the query lengths of `n` decodes), shared by the plans of a size."""
-    ones = _ONES.get(n)
-    if ones is None:
-        ones = _ONES[n] = np.ones(n, dtype=np.int64)
-        ones.flags.writeable = False
-    return ones
-
 
 class RunningColumns:
     """The running queue's counters while every step gives each running request all its remaining tokens and
@@ -83,6 +71,9 @@ class RunningColumns:
         # `_col_off` of each row (0 for prefills), for the plans' arrays; replaced, never written in place, so a
         # plan can keep the one of its step.
         self.off = np.zeros(0, dtype=np.int64)
+        # ... and its `_col_seq`, the index of its request id in `ids` (every row that joined the period, in order).
+        self.seq = np.zeros(0, dtype=np.int64)
+        self.ids: list[str] = []
         self.num_decoders = 0
         self.off_sum = 0  # of the decoders
         self.by_phase: list[dict[Request, None]] = [{} for _ in range(block_size)]
@@ -92,6 +83,7 @@ class RunningColumns:
     def join(self, new: list[Request]) -> None:
         """Take rows for requests just appended to `reqs` (they start as prefills; `update` sorts them out)."""
         seq = self.num_joined
+        self.ids.extend([r.request_id for r in new])
         for r in new:
             r._cols = self
             r._col_off = None
@@ -168,22 +160,10 @@ class RunningColumns:
         off, num_updates = self.off, self.num_updates
         return lambda: int(_max(off)) + num_updates - 1
 
-    def bulk_rows(self, prefill_rows: list[tuple[int, int, int, int]]) -> Callable[[], BulkRows]:
-        """The plan's arrays of this step's rows, as `schedule_running` leaves them: query, context and
-        block-table lengths; `prefill_rows` (row, context, query, blocks) where the rows are prefills."""
-        off, num_updates, bs = self.off, self.num_updates, self.block_size
-        num_prefills = len(prefill_rows)
-
-        def bulk() -> BulkRows:
-            context = off + (num_updates - 1)
-            num_blocks = (off + (num_updates + bs - 1)) // bs
-            if not num_prefills:
-                return _ones(len(off)), context, num_blocks
-            query = np.ones(len(off), dtype=np.int64)
-            for row, ctx, num_query, num_block_ids in prefill_rows:
-                context[row], query[row], num_blocks[row] = ctx, num_query, num_block_ids
-            return query, context, num_blocks
-        return bulk
+    def bulk_rows(self, prefill_rows: list[tuple[int, int, int, int]]) -> ColumnRows:
+        """The plan's rows of this step, as `schedule_running` leaves them; `prefill_rows` (row, context, query,
+        blocks) where the rows are prefills."""
+        return ColumnRows(self.off, self.num_updates, self.block_size, prefill_rows, self.seq, self.ids)
 
 
 class FastPath:
@@ -234,6 +214,7 @@ class FastPath:
         if preempting:
             self._allocate_or_preempt(cols, plan, self._touched(opening, filling, prefills), num_updates)
             cols.off = cols.off[:len(running)]  # victims are the tail rows
+            cols.seq = cols.seq[:len(running)]
             prefills = cols.prefills
         elif not prefills:
             kv.allocate_decode_slots(list(opening), list(filling))
@@ -424,6 +405,7 @@ class FastPath:
                     if not emits:
                         cols.prefills.append(req)
             off = np.concatenate((off, new_off))
+            cols.seq = np.concatenate((cols.seq, np.arange(cols.num_joined - len(new), cols.num_joined)))
         cols.off = off
         if not finished:
             return []
@@ -437,6 +419,7 @@ class FastPath:
         keep = np.ones(len(off), dtype=bool)
         keep[rows] = False
         cols.off = off[keep]
+        cols.seq = cols.seq[keep]
         assert running is cols.reqs
         for i in sorted(rows, reverse=True):
             del running[i]

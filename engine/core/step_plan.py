@@ -20,6 +20,47 @@ from engine.core.request import Request
 
 BulkRows = tuple[np.ndarray, np.ndarray, np.ndarray]  # query, context and block-table lengths of the bulk rows
 
+_ONES: dict[int, np.ndarray] = {}
+
+
+def _ones(n: int) -> np.ndarray:
+    """A read-only int64 array of `n` ones (the query lengths of `n` decodes), shared by the plans of a size."""
+    ones = _ONES.get(n)
+    if ones is None:
+        ones = _ONES[n] = np.ones(n, dtype=np.int64)
+        ones.flags.writeable = False
+    return ones
+
+
+class ColumnRows:
+    """The bulk rows of one step as the fast path's columns give them (`engine.core.fast_path.RunningColumns`):
+    row i is a decode of context `off[i] + num_updates - 1` and `ceil((off[i] + num_updates) / block_size)`
+    blocks, except the rows of `prefill_rows` (row, context, query, blocks); the request of row i is
+    `ids[seq[i]]`. Called (once, on first use), it gives the plan's arrays; kept whole, it is a step's record
+    (`engine.core.step_record`). `off` and `seq` are never written in place; `ids` only grows."""
+
+    __slots__ = ("off", "num_updates", "block_size", "prefill_rows", "seq", "ids")
+
+    def __init__(self, off: np.ndarray, num_updates: int, block_size: int,
+                 prefill_rows: list[tuple[int, int, int, int]], seq: np.ndarray, ids: list[str]) -> None:
+        self.off = off
+        self.num_updates = num_updates
+        self.block_size = block_size
+        self.prefill_rows = prefill_rows
+        self.seq = seq
+        self.ids = ids
+
+    def __call__(self) -> BulkRows:
+        off, num_updates, bs = self.off, self.num_updates, self.block_size
+        context = off + (num_updates - 1)
+        num_blocks = (off + (num_updates + bs - 1)) // bs
+        if not self.prefill_rows:
+            return _ones(len(off)), context, num_blocks
+        query = np.ones(len(off), dtype=np.int64)
+        for row, ctx, num_query, num_block_ids in self.prefill_rows:
+            context[row], query[row], num_blocks[row] = ctx, num_query, num_block_ids
+        return query, context, num_blocks
+
 
 class ScheduledSeq:
     """One request's share of a step (built on demand from the plan's columns)."""
@@ -96,7 +137,7 @@ class StepPlan:
         "_emits",
         "_num_blocks",
         "_bulk",
-        "_bulk_fn",
+        "_columns",
         "_bulk_context_sum",
         "_bulk_decodes",
         "_arrays",
@@ -125,9 +166,9 @@ class StepPlan:
         self._emits: list[bool] = []
         self._num_blocks: list[int] = []
         self._bulk: BulkRows | None = None
-        # The fast path hands the bulk rows over as a function, called on first use (a step of decodes only is
-        # costed from its context sum, which it gives as well), so that a step nobody reads builds no arrays.
-        self._bulk_fn: Callable[[], BulkRows] | None = None
+        # The fast path hands the bulk rows over as its columns, turned into arrays on first use (a step of decodes
+        # only is costed from its context sum, which it gives as well), so that a step nobody reads builds none.
+        self._columns: ColumnRows | None = None
         self._bulk_context_sum: int | None = None
         # When every bulk row is a decode (one query token): their count and a function giving their longest context.
         self._bulk_decodes: tuple[int, Callable[[], int]] | None = None
@@ -148,13 +189,11 @@ class StepPlan:
         of running requests only shares its all-True emits with the other plans of its size)."""
         if self._arrays is not None:
             return self._arrays
-        if self._bulk_fn is not None:
-            self._resolve_bulk()
-        if self._bulk is None:
+        if self._columns is None:
             self._arrays = (np.array(self._query, dtype=np.int64), np.array(self._context, dtype=np.int64),
                             np.array(self._emits, dtype=bool))
             return self._arrays
-        bulk_query, bulk_context, _ = self._bulk
+        bulk_query, bulk_context, _ = self._resolve_bulk()
         bulk_emits = _all_true(len(bulk_query))  # the bulk rows always emit
         if not self._query:  # the running queue only
             self._arrays = (bulk_query, bulk_context, bulk_emits)
@@ -230,9 +269,7 @@ class StepPlan:
     def block_tables(self) -> list[tuple[int, ...]]:
         """Each sequence's whole block table (enough slots for context + query)."""
         if self._tables is None:
-            if self._bulk_fn is not None:
-                self._resolve_bulk()
-            lengths = self._num_blocks if self._bulk is None else self._bulk[2].tolist() + self._num_blocks
+            lengths = self._num_blocks if self._columns is None else self._resolve_bulk()[2].tolist() + self._num_blocks
             self._tables = [tuple(r.block_ids[:n]) for r, n in zip(self.requests, lengths)]
         return self._tables
 
@@ -296,27 +333,39 @@ class StepPlan:
         self._emits = [True] * len(requests)
         self._set_totals(num_batched_tokens, num_prefill_tokens)
 
-    def add_running_columns(self, requests: list[Request], bulk: Callable[[], BulkRows], context_sum: int,
+    def add_running_columns(self, requests: list[Request], bulk: ColumnRows, context_sum: int,
                             num_batched_tokens: int, num_prefill_tokens: int,
                             longest_decode: Callable[[], int] | None = None) -> None:
-        """`add_running` from the fast path's columns: `bulk()` gives the arrays of the plan's leading (bulk) rows
-        (called at most once, on first use; what it reads must not change), `context_sum` their context sum;
+        """`add_running` from the fast path's columns: `bulk` the plan's leading (bulk) rows (their arrays built on
+        first use), `context_sum` their context sum;
         `longest_decode()` their longest context where every one of them is a decode."""
         self.requests = requests
-        self._bulk_fn = bulk
+        self._columns = bulk
         self._bulk_context_sum = context_sum
         if longest_decode is not None:
             self._bulk_decodes = (len(requests), longest_decode)
         self._set_totals(num_batched_tokens, num_prefill_tokens)
 
     @property
-    def _has_bulk(self) -> bool:
-        return self._bulk is not None or self._bulk_fn is not None
+    def bulk_rows(self) -> ColumnRows | None:
+        """The leading rows as the fast path's columns (None without); the sequences after them are `add_seq`'s."""
+        return self._columns
 
-    def _resolve_bulk(self) -> None:
-        assert self._bulk_fn is not None
-        self._bulk = self._bulk_fn()
-        self._bulk_fn = None
+    @property
+    def seq_lists(self) -> tuple[list[int], list[int], list[bool]]:
+        """Query lengths, context lengths and emits of the sequences after the bulk rows (all of them without bulk
+        rows); do not modify."""
+        return self._query, self._context, self._emits
+
+    @property
+    def _has_bulk(self) -> bool:
+        return self._columns is not None
+
+    def _resolve_bulk(self) -> BulkRows:
+        if self._bulk is None:
+            assert self._columns is not None
+            self._bulk = self._columns()
+        return self._bulk
 
     def _set_totals(self, num_batched_tokens: int, num_prefill_tokens: int) -> None:
         self.num_batched_tokens = num_batched_tokens

@@ -5,7 +5,6 @@ breakdown), timeseries.csv (KV usage, running and waiting requests per step) and
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -36,22 +35,19 @@ def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
     same table as building every cell in Python, in a fraction of the time."""
     steps = result.steps
     seqs = result.step_seqs
-    # Every step's query, context and emits arrays concatenated once, for the breakdown and the list columns.
-    q, c, e = (np.concatenate([arrays[i] for arrays in seqs]) if seqs else np.zeros(0) for i in range(3))
-    concatenated = (q, c, e)
+    concatenated = seqs.concatenated  # every step's query, context and emits, step after step
     breakdown = deployment.cost_model.breakdown_columns(seqs, concatenated)
     columns: dict[str, object] = {name: steps[name].to_numpy() for name in TRACE_STEP_COLUMNS
                                   if name in steps.columns}
     columns["arrival_cutoff_s"] = steps["start_s"].to_numpy()  # a schedule at t sees every arrival by t
-    offsets = _offsets([len(q) for q, _, _ in seqs])
+    offsets = _offsets(seqs.offsets)
     for values, name in zip(concatenated, ("query_lens", "context_lens", "emits")):
         typ = TRACE_STEP_COLUMNS[name]
         columns[name] = pa.ListArray.from_arrays(offsets, pa.array(values, type=typ.value_type), type=typ)
     columns["predicted_s"] = steps["duration_s"].to_numpy()
-    ids = result.step_request_ids
-    columns["request_ids"] = pa.ListArray.from_arrays(
-        _offsets([len(step_ids) for step_ids in ids]),
-        pa.array(list(itertools.chain.from_iterable(ids)), type=pa.string()))
+    # Each distinct id once, then taken: the same string array as one built from every sequence's id string.
+    ids = pa.array(seqs.request_names, type=pa.string()).take(pa.array(seqs.request_index))
+    columns["request_ids"] = pa.ListArray.from_arrays(offsets, ids)
     columns["replica"] = steps["replica"].to_numpy()
     for name in sorted(breakdown):
         columns[f"op_{name}_s"] = breakdown[name]
@@ -59,10 +55,8 @@ def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
     return pa.table({n: _array(columns[n], schema.field(n).type) for n in schema.names}, schema=schema)
 
 
-def _offsets(lengths: list[int]) -> pa.Array:
-    """List offsets (int32, as `pa.list_`) of lists of these lengths."""
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+def _offsets(offsets: np.ndarray) -> pa.Array:
+    """List offsets as `pa.list_` holds them (int32)."""
     assert offsets[-1] < 2**31, "more list values than a pa.list_ column holds"
     return pa.array(offsets.astype(np.int32))
 

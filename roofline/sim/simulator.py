@@ -43,7 +43,6 @@ import collections
 import gc
 import heapq
 import itertools
-import operator
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +58,7 @@ from engine.core.model_spec import ModelSpec
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from engine.core.step_plan import StepPlan
+from engine.core.step_record import StepRecords, StepSequences
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity
 from roofline.cost.quant import QuantConfig
@@ -159,9 +159,14 @@ class SimulationResult:
     requests: pd.DataFrame
     steps: pd.DataFrame
     itl: InterTokenLatencies
-    step_seqs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(repr=False)  # per step: query, context, emits
-    step_request_ids: list[tuple[str, ...]] = field(repr=False)  # per step, aligned with step_seqs
+    # Per step: query, context, emits (empty unless the steps were recorded), and each sequence's request id.
+    step_seqs: StepSequences = field(repr=False)
     wall_time_s: float = 0.0
+
+    @property
+    def step_request_ids(self) -> list[tuple[str, ...]]:
+        """Per step, aligned with `step_seqs`: the request id of each sequence."""
+        return self.step_seqs.all_request_ids()
 
     @property
     def timeseries(self) -> pd.DataFrame:
@@ -227,8 +232,7 @@ class _Recorder:
         self._pending_rows: list[int] = []
         self.record_steps = record_steps
         self.step_rows: list[tuple] = []
-        self.step_seqs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.step_request_ids: list[tuple[str, ...]] = []
+        self.step_seqs = StepRecords()
 
     def finished(self, req: Request) -> None:
         row = self.row_of[req.request_id]
@@ -426,9 +430,6 @@ def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
     return step_time
 
 
-_REQUEST_ID = operator.attrgetter("request_id")
-
-
 def _record_step(recorder: _Recorder, replica: _Replica, plan: StepPlan, now: float, duration: float) -> None:
     recorder.step_rows.append((
         replica.index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
@@ -437,8 +438,7 @@ def _record_step(recorder: _Recorder, replica: _Replica, plan: StepPlan, now: fl
         plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used, plan.num_kv_blocks_total,
         plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
     if recorder.record_steps:
-        recorder.step_seqs.append(plan.seq_arrays())
-        recorder.step_request_ids.append(tuple(map(_REQUEST_ID, plan.requests)))
+        recorder.step_seqs.add(plan)
 
 
 # One row per step; the names of engine.core.trace's step columns where they exist.
@@ -476,7 +476,7 @@ def _result(specs: Sequence[RequestSpec], rec: _Recorder, wall_s: float) -> Simu
     gaps = np.concatenate(rec.itl_gaps) if rec.itl_gaps else np.zeros(0)
     rows = np.concatenate(rec.itl_rows) if rec.itl_rows else np.zeros(0, dtype=np.int64)
     itl = InterTokenLatencies(gaps, rows)
-    return SimulationResult(requests, steps, itl, rec.step_seqs, rec.step_request_ids, wall_s)
+    return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s)
 
 
 def terminal_progress(stream: Any = None) -> Callable[[int, int], None] | None:

@@ -1,0 +1,176 @@
+"""The sequences of many steps, recorded cheaply as the steps run and turned into arrays once at the end.
+
+    records = StepRecords()
+    records.add(plan)                                  # after each schedule: a few references, no arrays
+    seqs = records.sequences()                         # at the end: every step's arrays in one pass
+    query, context, emits = seqs.concatenated          # all steps' sequences, step after step
+    query_i, context_i, emits_i = seqs[i]              # step i's (views), as `plan.seq_arrays()` gave them
+
+A step's record is its plan's bulk rows as the fast path's columns left them (`ColumnRows`: the rows' offsets and
+update count, their request ids as indices into the period's list) and the sequences added after them (lists,
+with their request ids). A decode step of 150 requests is thus kept as two array references and an int instead
+of three 150-row arrays and 150 strings; the arrays are built for all steps at once by a few numpy passes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import numpy as np
+
+from engine.core.step_plan import ColumnRows, StepPlan
+
+_REQUEST_ID = operator.attrgetter("request_id")
+
+# (bulk rows, request ids after them, their query lengths, context lengths and emits)
+_Record = tuple[ColumnRows | None, tuple[str, ...], list[int], list[int], list[bool]]
+
+
+class StepRecords:
+    """The sequences of every step added, in order (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._records: list[_Record] = []
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def add(self, plan: StepPlan) -> None:
+        """Record `plan`'s sequences (after `schedule`, before `update_from_output`)."""
+        bulk = plan.bulk_rows
+        query, context, emits = plan.seq_lists
+        requests = plan.requests
+        tail = requests[len(requests) - len(query):] if bulk is not None else requests
+        self._records.append((bulk, tuple(map(_REQUEST_ID, tail)), query, context, emits))
+
+    def sequences(self) -> StepSequences:
+        """Every step's query lengths, context lengths, emits and request ids, built in one pass: the bulk rows'
+        offsets and request indices concatenated (a step's tail rows as zeros, written afterwards) and each step's
+        update count and id base added by one `repeat`."""
+        records = self._records
+        n = len(records)
+        # Request ids: one list of names (each period's ids once, then every tail's), each sequence an index in it.
+        names: list[str] = []
+        base_of: dict[int, int] = {}  # id() of a period's ids list -> where it starts in `names`
+        lengths: list[int] = []
+        num_updates: list[int] = []  # each step's bulk rows' context is off + num_updates - 1
+        bases: list[int] = []  # ... and their request index seq + base
+        offs: list[np.ndarray] = []
+        seqs: list[np.ndarray] = []
+        tails: list[int] = []  # steps with tail rows
+        patches: list[tuple[int, list[tuple[int, int, int, int]]]] = []  # steps with prefill rows
+        zeros = np.zeros(max((len(r[2]) for r in records), default=0), dtype=np.int64)
+        period, base = None, 0
+        for i, (rows, _, tail_query, _, _) in enumerate(records):
+            num_tail = len(tail_query)
+            if rows is not None:
+                off = rows.off
+                offs.append(off)
+                seqs.append(rows.seq)
+                lengths.append(len(off) + num_tail)
+                num_updates.append(rows.num_updates)
+                if rows.ids is not period:
+                    period = rows.ids
+                    base = base_of.get(id(period), -1)
+                    if base < 0:
+                        base = base_of[id(period)] = len(names)
+                        names.extend(period)
+                bases.append(base)
+                if rows.prefill_rows:
+                    patches.append((i, rows.prefill_rows))
+            else:
+                lengths.append(num_tail)
+                num_updates.append(1)
+                bases.append(0)
+            if num_tail:
+                tails.append(i)
+                offs.append(zeros[:num_tail])
+                seqs.append(zeros[:num_tail])
+        starts = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        total = int(starts[-1])
+        context = np.concatenate(offs) if offs else np.zeros(0, dtype=np.int64)
+        context += np.repeat(np.array(num_updates, dtype=np.int64) - 1, lengths)
+        index = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+        index += np.repeat(np.array(bases, dtype=np.int64), lengths)
+        query = np.ones(total, dtype=np.int64)
+        emits = np.ones(total, dtype=bool)
+        if tails:  # the rows after the bulk rows: written where they are
+            tail_records = [records[i] for i in tails]
+            tail_counts = np.array([len(r[2]) for r in tail_records], dtype=np.int64)
+            num_tail = int(tail_counts.sum())
+            tail_start = np.zeros(len(tails), dtype=np.int64)
+            np.cumsum(tail_counts[:-1], out=tail_start[1:])
+            steps = np.array(tails, dtype=np.int64)
+            where = np.repeat(starts[steps + 1] - tail_counts - tail_start, tail_counts) + np.arange(num_tail)
+            query[where] = np.fromiter(itertools.chain.from_iterable(r[2] for r in tail_records), np.int64, num_tail)
+            context[where] = np.fromiter(itertools.chain.from_iterable(r[3] for r in tail_records), np.int64, num_tail)
+            emits[where] = np.fromiter(itertools.chain.from_iterable(r[4] for r in tail_records), bool, num_tail)
+            index[where] = np.arange(len(names), len(names) + num_tail)
+            names.extend(itertools.chain.from_iterable(r[1] for r in tail_records))
+        for i, prefill_rows in patches:
+            start = int(starts[i])
+            for row, ctx, num_query, _ in prefill_rows:
+                context[start + row], query[start + row] = ctx, num_query
+        return StepSequences(query, context, emits, starts, names, index)
+
+
+class StepSequences(Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]):
+    """Every step's (query lengths int64, context lengths int64, emits bool), read-only: `concatenated` all of
+    them step after step, `offsets` where each step starts (n + 1 entries), item i step i's (views); and the
+    request id of every sequence, `request_names[request_index[j]]` for sequence j (`request_ids(i)` of step i)."""
+
+    def __init__(self, query: np.ndarray, context: np.ndarray, emits: np.ndarray, offsets: np.ndarray,
+                 request_names: list[str], request_index: np.ndarray) -> None:
+        for array in (query, context, emits, offsets, request_index):
+            array.flags.writeable = False
+        self.concatenated = (query, context, emits)
+        self.offsets = offsets
+        self.request_names = request_names
+        self.request_index = request_index
+
+    @classmethod
+    def empty(cls) -> StepSequences:
+        return StepRecords().sequences()
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[np.ndarray, np.ndarray, np.ndarray] | list[
+            tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        q, c, e = self.concatenated
+        return q[lo:hi], c[lo:hi], e[lo:hi]
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        q, c, e = self.concatenated
+        bounds = self.offsets.tolist()
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            yield q[lo:hi], c[lo:hi], e[lo:hi]
+
+    def request_ids(self, i: int) -> tuple[str, ...]:
+        """The request id of each of step i's sequences."""
+        names = self.request_names
+        return tuple(names[j] for j in self.request_index[self.offsets[i]:self.offsets[i + 1]].tolist())
+
+    def all_request_ids(self) -> list[tuple[str, ...]]:
+        """`request_ids(i)` of every step."""
+        names = self.request_names
+        flat = [names[j] for j in self.request_index.tolist()]
+        bounds = self.offsets.tolist()
+        return [tuple(flat[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
