@@ -72,7 +72,7 @@ class RunningColumns:
         # plan can keep the one of its step.
         self.off = np.zeros(0, dtype=np.int64)
         # ... and its `_col_seq`, the index of its request id in `ids` (every row that joined the period, in order).
-        self.seq = np.zeros(0, dtype=np.int64)
+        self.seq = np.zeros(0, dtype=np.int32)
         self.ids: list[str] = []
         self.num_decoders = 0
         self.off_sum = 0  # of the decoders
@@ -405,7 +405,8 @@ class FastPath:
                     if not emits:
                         cols.prefills.append(req)
             off = np.concatenate((off, new_off))
-            cols.seq = np.concatenate((cols.seq, np.arange(cols.num_joined - len(new), cols.num_joined)))
+            cols.seq = np.concatenate((cols.seq, np.arange(cols.num_joined - len(new), cols.num_joined,
+                                                             dtype=np.int32)))
         cols.off = off
         if not finished:
             return []

@@ -62,7 +62,8 @@ class StepRecords:
         seqs: list[np.ndarray] = []
         tails: list[int] = []  # steps with tail rows
         patches: list[tuple[int, list[tuple[int, int, int, int]]]] = []  # steps with prefill rows
-        zeros = np.zeros(max((len(r[2]) for r in records), default=0), dtype=np.int64)
+        max_tail = max((len(r[2]) for r in records), default=0)
+        zeros, zeros32 = np.zeros(max_tail, dtype=np.int64), np.zeros(max_tail, dtype=np.int32)
         period, base = None, 0
         for i, (rows, _, tail_query, _, _) in enumerate(records):
             num_tail = len(tail_query)
@@ -88,14 +89,19 @@ class StepRecords:
             if num_tail:
                 tails.append(i)
                 offs.append(zeros[:num_tail])
-                seqs.append(zeros[:num_tail])
+                seqs.append(zeros32[:num_tail])
         starts = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=starts[1:])
         total = int(starts[-1])
+        # (Every array here is as large as all steps' sequences together: int32 where the values allow, and no
+        # temporaries of that size beyond one, since fresh memory costs as much as the arithmetic.)
         context = np.concatenate(offs) if offs else np.zeros(0, dtype=np.int64)
-        context += np.repeat(np.array(num_updates, dtype=np.int64) - 1, lengths)
-        index = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
-        index += np.repeat(np.array(bases, dtype=np.int64), lengths)
+        context += np.repeat(np.array(num_updates, dtype=np.int32) - 1, lengths)
+        index = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int32)
+        edges = np.flatnonzero(np.diff(bases, prepend=0, append=0)).tolist()  # runs of steps of one id base
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            if bases[lo]:
+                index[starts[lo]:starts[hi]] += bases[lo]
         query = np.ones(total, dtype=np.int64)
         emits = np.ones(total, dtype=bool)
         if tails:  # the rows after the bulk rows: written where they are
@@ -109,7 +115,7 @@ class StepRecords:
             query[where] = np.fromiter(itertools.chain.from_iterable(r[2] for r in tail_records), np.int64, num_tail)
             context[where] = np.fromiter(itertools.chain.from_iterable(r[3] for r in tail_records), np.int64, num_tail)
             emits[where] = np.fromiter(itertools.chain.from_iterable(r[4] for r in tail_records), bool, num_tail)
-            index[where] = np.arange(len(names), len(names) + num_tail)
+            index[where] = np.arange(len(names), len(names) + num_tail, dtype=np.int32)
             names.extend(itertools.chain.from_iterable(r[1] for r in tail_records))
         for i, prefill_rows in patches:
             start = int(starts[i])
