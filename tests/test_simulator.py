@@ -270,3 +270,31 @@ def test_event_loop_makes_no_reference_cycles() -> None:
     assert gc.isenabled()
     assert sim.recorder.num_preemptions.sum() > 0 and sim.recorder.num_prefix_hits.sum() > 0
     assert gc.collect() == 0
+
+
+@pytest.mark.parametrize("engine", [SMALL_ENGINE, replace(SMALL_ENGINE, enable_prefix_caching=False),
+                                    replace(SMALL_ENGINE, max_num_batched_tokens=32, num_gpu_blocks_override=34)],
+                         ids=["caching", "no-caching", "chunks-preemptions"])
+def test_recorded_steps_equal_each_plan_as_it_ran(engine: EngineArgs) -> None:
+    # The recorder keeps each step compactly (the columns' offsets, request indices) and builds every step's
+    # arrays at the end (engine.core.step_record): the same arrays, dtypes and ids as each plan gave at its step.
+    deployment = make_deployment("llama-156m", "h100-sxm", engine)
+    seen: list[tuple] = []
+
+    def step_time(replica: int, step: int, start: float, plan) -> float:  # noqa: ANN001
+        q, c, e = plan.seq_arrays()
+        seen.append((q.copy(), c.copy(), e.copy(), tuple(plan.request_ids)))
+        return 0.01
+
+    options = SimulationOptions(num_replicas=2, router="least_outstanding")
+    result = run_simulation(deployment, small_workload(num_requests=80, rate=400.0), options, step_time_fn=step_time)
+    assert len(result.step_seqs) == len(seen) == len(result.steps)
+    if engine.num_gpu_blocks_override == 34:
+        assert result.steps["num_preemptions"].sum() > 0, "the case should exercise preemption"
+    for k, ((q, c, e, ids), (rq, rc, re), rids) in enumerate(zip(seen, result.step_seqs, result.step_request_ids)):
+        for mine, theirs in ((rq, q), (rc, c), (re, e)):
+            assert mine.dtype == theirs.dtype and np.array_equal(mine, theirs), k
+        assert rids == ids, k
+    query, context, emits = result.step_seqs.concatenated
+    assert np.array_equal(query, np.concatenate([s[0] for s in seen]))
+    assert np.array_equal(context, np.concatenate([s[1] for s in seen]))
