@@ -15,8 +15,9 @@ difference of the two counts):
         --prepare-only
 
 Prints one JSON line: wall and CPU seconds of this process (sampling the workload, building the deployment, the
-simulation and, with `--out`, writing `roofline simulate --out`'s files: `write_s` of it; CPU time is what other
-jobs on a shared machine disturb least), steps,
+simulation, its summary (once, as `roofline simulate` makes it) and, with `--out`, writing `roofline simulate
+--out`'s files: `write_s` is the summary and the files; CPU time is what other jobs on a shared machine disturb
+least), steps,
 request-steps (sequences summed over steps), and the simulated throughput, so the number can be checked.
 The target (issue 6) is <= 5 s for 10,000 requests on the project's 2-core machine; with `--out`, at most 25 % more
 (issue 20).
