@@ -346,16 +346,10 @@ class StepPlan:
             self._bulk_decodes = (len(requests), longest_decode)
         self._set_totals(num_batched_tokens, num_prefill_tokens)
 
-    @property
-    def bulk_rows(self) -> ColumnRows | None:
-        """The leading rows as the fast path's columns (None without); the sequences after them are `add_seq`'s."""
-        return self._columns
-
-    @property
-    def seq_lists(self) -> tuple[list[int], list[int], list[bool]]:
-        """Query lengths, context lengths and emits of the sequences after the bulk rows (all of them without bulk
-        rows); do not modify."""
-        return self._query, self._context, self._emits
+    def sequence_record(self) -> tuple[ColumnRows | None, list[int], list[int], list[bool]]:
+        """The plan's sequences as it holds them: the bulk rows (None without), then the query lengths, context
+        lengths and emits of the sequences after them (all of them without bulk rows); do not modify."""
+        return self._columns, self._query, self._context, self._emits
 
     @property
     def _has_bulk(self) -> bool:

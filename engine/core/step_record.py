@@ -40,8 +40,10 @@ class StepRecords:
 
     def add(self, plan: StepPlan) -> None:
         """Record `plan`'s sequences (after `schedule`, before `update_from_output`)."""
-        bulk = plan.bulk_rows
-        query, context, emits = plan.seq_lists
+        bulk, query, context, emits = plan.sequence_record()
+        if not query:  # the bulk rows only (a decode step of the running queue)
+            self._records.append((bulk, (), query, context, emits))
+            return
         requests = plan.requests
         tail = requests[len(requests) - len(query):] if bulk is not None else requests
         self._records.append((bulk, tuple(map(_REQUEST_ID, tail)), query, context, emits))
