@@ -26,7 +26,7 @@ from engine.core.step_plan import ColumnRows, StepPlan
 _REQUEST_ID = operator.attrgetter("request_id")
 
 # (bulk rows, request ids after them, their query lengths, context lengths and emits)
-_Record = tuple[ColumnRows | None, tuple[str, ...], list[int], list[int], list[bool]]
+_Record = tuple[ColumnRows | None, tuple[str, ...], Sequence[int], Sequence[int], Sequence[bool]]
 
 
 class StepRecords:
@@ -41,8 +41,8 @@ class StepRecords:
     def add(self, plan: StepPlan) -> None:
         """Record `plan`'s sequences (after `schedule`, before `update_from_output`)."""
         bulk, query, context, emits = plan.sequence_record()
-        if not query:  # the bulk rows only (a decode step of the running queue)
-            self._records.append((bulk, (), query, context, emits))
+        if not query:  # the bulk rows only (a decode step of the running queue): keeps none of the plan's lists
+            self._records.append((bulk, (), (), (), ()))
             return
         requests = plan.requests
         tail = requests[len(requests) - len(query):] if bulk is not None else requests
