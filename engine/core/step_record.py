@@ -4,7 +4,7 @@
     records.add(plan)                                  # after each schedule: a few references, no arrays
     seqs = records.sequences()                         # at the end: every step's arrays in one pass
     query, context, emits = seqs.concatenated          # all steps' sequences, step after step
-    query_i, context_i, emits_i = seqs[i]              # step i's (views), as `plan.seq_arrays()` gave them
+    query_i, context_i, emits_i = seqs[i]              # step i's (views): `plan.seq_arrays()`'s values, int32
 
 A step's record is its plan's bulk rows as the fast path's columns left them (`ColumnRows`: the rows' offsets and
 update count, their request ids as indices into the period's list) and the sequences added after them (lists,
@@ -65,7 +65,7 @@ class StepRecords:
         tails: list[int] = []  # steps with tail rows
         patches: list[tuple[int, list[tuple[int, int, int, int]]]] = []  # steps with prefill rows
         max_tail = max((len(r[2]) for r in records), default=0)
-        zeros, zeros32 = np.zeros(max_tail, dtype=np.int64), np.zeros(max_tail, dtype=np.int32)
+        zeros = np.zeros(max_tail, dtype=np.int32)
         period, base = None, 0
         for i, (rows, _, tail_query, _, _) in enumerate(records):
             num_tail = len(tail_query)
@@ -91,20 +91,21 @@ class StepRecords:
             if num_tail:
                 tails.append(i)
                 offs.append(zeros[:num_tail])
-                seqs.append(zeros32[:num_tail])
+                seqs.append(zeros[:num_tail])
         starts = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=starts[1:])
         total = int(starts[-1])
-        # (Every array here is as large as all steps' sequences together: int32 where the values allow, and no
-        # temporaries of that size beyond one, since fresh memory costs as much as the arithmetic.)
-        context = np.concatenate(offs) if offs else np.zeros(0, dtype=np.int64)
+        # Every array here is as large as all steps' sequences together: int32 (lengths are below max_model_len,
+        # indices below the number of requests), as the step trace stores them, and no temporaries of that size
+        # beyond one, since fresh memory costs as much as the arithmetic.
+        context = np.concatenate(offs, dtype=np.int32) if offs else np.zeros(0, dtype=np.int32)
         context += np.repeat(np.array(num_updates, dtype=np.int32) - 1, lengths)
         index = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int32)
         edges = np.flatnonzero(np.diff(bases, prepend=0, append=0)).tolist()  # runs of steps of one id base
         for lo, hi in zip(edges[:-1], edges[1:]):
             if bases[lo]:
                 index[starts[lo]:starts[hi]] += bases[lo]
-        query = np.ones(total, dtype=np.int64)
+        query = np.ones(total, dtype=np.int32)
         emits = np.ones(total, dtype=bool)
         if tails:  # the rows after the bulk rows: written where they are
             tail_records = [records[i] for i in tails]
@@ -114,8 +115,8 @@ class StepRecords:
             np.cumsum(tail_counts[:-1], out=tail_start[1:])
             steps = np.array(tails, dtype=np.int64)
             where = np.repeat(starts[steps + 1] - tail_counts - tail_start, tail_counts) + np.arange(num_tail)
-            query[where] = np.fromiter(itertools.chain.from_iterable(r[2] for r in tail_records), np.int64, num_tail)
-            context[where] = np.fromiter(itertools.chain.from_iterable(r[3] for r in tail_records), np.int64, num_tail)
+            query[where] = np.fromiter(itertools.chain.from_iterable(r[2] for r in tail_records), np.int32, num_tail)
+            context[where] = np.fromiter(itertools.chain.from_iterable(r[3] for r in tail_records), np.int32, num_tail)
             emits[where] = np.fromiter(itertools.chain.from_iterable(r[4] for r in tail_records), bool, num_tail)
             index[where] = np.arange(len(names), len(names) + num_tail, dtype=np.int32)
             names.extend(itertools.chain.from_iterable(r[1] for r in tail_records))
@@ -127,7 +128,8 @@ class StepRecords:
 
 
 class StepSequences(Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]):
-    """Every step's (query lengths int64, context lengths int64, emits bool), read-only: `concatenated` all of
+    """Every step's (query lengths, context lengths, emits), read-only, int32, int32 and bool (the values of
+    `plan.seq_arrays()`, which are int64; the step trace's types): `concatenated` all of
     them step after step, `offsets` where each step starts (n + 1 entries), item i step i's (views); and the
     request id of every sequence, `request_names[request_index[j]]` for sequence j (`request_ids(i)` of step i)."""
 
