@@ -58,13 +58,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from roofline.calibration.moe_routing import DISTRIBUTIONS, mean_over_draws, table_routing  # noqa: E402
 from roofline.cost.hardware import HardwareProfile, load_profile  # noqa: E402
 from roofline.cost.ops import expected_experts_touched  # noqa: E402
-from roofline.cost.quant import _SCHEMES, QuantConfig, resolve_for_hardware  # noqa: E402
+from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware  # noqa: E402
 from roofline.cost.step_cost import linear_time_s, moe_bandwidth_cap, moe_row_tiles, moe_time_s  # noqa: E402
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "gb200": "gb200", "b300_sxm": "b300"}
 # table moe_dtype -> our scheme name (roofline.cost.quant)
 FORMATS = {"bfloat16": "none", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "nvfp4", "w4a16_mxfp4": "mxfp4"}
-FITTED = {"fp8-block": "moe_fp8_block", "mxfp4": "moe_w4a16", "nvfp4": "moe_fp4", "mxfp4-marlin": "moe_w4a16_marlin"}
+FITTED = {"fp8-block": "moe_fp8_block", "mxfp4": "moe_w4a16", "nvfp4": "moe_fp4", "mxfp4-marlin": "moe_w4a16_marlin",
+          "mxfp4-mxfp8": "moe_mxfp4_mxfp8"}
+# MXFP4 experts with MXFP8 activations (`--moe-backend flashinfer-mxfp4-mxfp8`): the tables' FlashInfer TRT-LLM
+# mxfp4 x mxfp8 kernel (`w4a8_mxfp4_mxfp8`, `vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular`:
+# DeepSeek-V4's experts, hidden 4096 / 7168, top-6 of 256 / 384), Blackwell only (`run_mxfp8`).
+MXFP8_DTYPE = "w4a8_mxfp4_mxfp8"
 MARLIN_KERNEL = "mxfp4moe_marlin_marlinexperts"  # substring of the tables' kernel_source for MXFP4 on Marlin
 # The same Marlin MoE kernel (csrc/moe/marlin_moe_wna16) on int4 experts: Kimi-K2's compressed-tensors W4A16
 # (`vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts`; hidden 7168, intermediate 2048, top-8 of 384,
@@ -121,8 +126,8 @@ def _table_routing(keys: tuple[tuple[str, int, int, int], ...]) -> tuple[np.ndar
 
 def _expert_dtype(hw: HardwareProfile, scheme: str) -> tuple[str, float]:
     """(the dtype the format's experts compute in on `hw`, their weight bytes per parameter)."""
-    weight_bytes, gemm_dtype = _SCHEMES["mxfp4" if scheme == "mxfp4-marlin" else scheme]
-    dtype = gemm_dtype or "bf16"
+    weight_bytes, gemm_dtype = _SCHEMES["mxfp4" if scheme in ("mxfp4-marlin", "mxfp4-mxfp8") else scheme]
+    dtype = "fp8" if scheme == "mxfp4-mxfp8" else gemm_dtype or "bf16"
     return (dtype if dtype in hw.supported_dtypes else "bf16"), weight_bytes or 2.0
 
 
@@ -135,8 +140,8 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
     marlin = scheme == "mxfp4-marlin"
     dtype, weight_bytes = _expert_dtype(hw, scheme)
     # The experts as the kernel holds them: MXFP4 kernels pad (roofline.cost.quant.resolve_for_hardware).
-    quant = QuantConfig.from_user(quantization="mxfp4" if marlin else scheme,
-                                  moe_backend="marlin" if marlin else "auto")
+    backend = {"mxfp4-marlin": "marlin", "mxfp4-mxfp8": MXFP8_MOE_BACKEND}.get(scheme, "auto")
+    quant = QuantConfig.from_user(quantization="mxfp4" if backend != "auto" else scheme, moe_backend=backend)
     align_h, align_i = resolve_for_hardware(quant, hw.family).expert_alignment
     hidden = np.ceil(d.hidden_size.to_numpy(np.float64) / align_h) * align_h
     inter = np.ceil(d.inter.to_numpy(np.float64) / align_i) * align_i
@@ -146,7 +151,7 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
         inter = np.where(int4, d.inter.to_numpy(np.float64), inter)
         weight_bytes = np.where(int4, MARLIN_INT4_WEIGHT_BYTES, weight_bytes)
     return moe_time_s(hw, t * k / touched, touched, hidden, inter, dtype, weight_bytes, 2.0, scheme, row_tiles,
-                      num_experts=d.num_experts.to_numpy(np.float64))
+                      num_experts=d.num_experts.to_numpy(np.float64), num_tokens=t)
 
 
 def with_params(hw: HardwareProfile, prefix: str, factor: float, bandwidth_factor: float,
@@ -168,9 +173,11 @@ def _clip(x: np.ndarray, bandwidth_max: float = 1.0) -> tuple[float, float, floa
 
 
 def fit(hw: HardwareProfile, train: pd.DataFrame, scheme: str, routing: str = "table",
-        bandwidth_max: float | None = None) -> tuple[float, float, float]:
-    """(compute factor, bandwidth factor, fixed seconds) minimizing the median absolute log error. `bandwidth_max`:
-    the highest bandwidth factor allowed (None: `bandwidth_cap`, the DRAM peak; `--bandwidth-factor-max`)."""
+        bandwidth_max: float | None = None, reduce: Callable[[np.ndarray], float] = np.median
+        ) -> tuple[float, float, float]:
+    """(compute factor, bandwidth factor, fixed seconds) minimizing `reduce` (the median by default) of the absolute
+    log errors. `bandwidth_max`: the highest bandwidth factor allowed (None: `bandwidth_cap`, the DRAM peak;
+    `--bandwidth-factor-max`)."""
     if bandwidth_max is None:
         bandwidth_max = bandwidth_cap(hw, scheme)
     prefix = FITTED[scheme]
@@ -179,7 +186,7 @@ def fit(hw: HardwareProfile, train: pd.DataFrame, scheme: str, routing: str = "t
     def loss(x: np.ndarray) -> float:
         factor, bw, fixed_us = _clip(x, bandwidth_max)
         pred = predict(with_params(hw, prefix, factor, bw, fixed_us * 1e-6), train, scheme, routing)
-        return float(np.median(np.abs(np.log(pred / measured))))
+        return float(reduce(np.abs(np.log(pred / measured))))
 
     best = min((minimize(loss, np.array(x0), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5,
                                                                               "maxiter": 300})
@@ -251,23 +258,32 @@ def load_marlin_table(gpu: str) -> pd.DataFrame:
 
 def _fit_marlin(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame], routing: str = "table",
                 bandwidth_max: float | None = None) -> dict[str, tuple[float, ...]]:
-    """Marlin parameters per GPU of one kernel family: the fixed cost (the routing, align/sort and combine kernels
+    """Marlin parameters per GPU of one kernel family (`_fit_family`)."""
+    return _fit_family(hws, tables, "mxfp4-marlin", MARLIN_FIT_STARTS, routing, bandwidth_max)
+
+
+def _fit_family(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame], scheme: str,
+                starts: tuple[tuple[float, float, float], ...], routing: str = "table",
+                bandwidth_max: float | None = None, reduce: Callable[[np.ndarray], float] = np.median
+                ) -> dict[str, tuple[float, ...]]:
+    """A format's parameters per GPU of one kernel family: the fixed cost (the routing, sort and combine kernels
     around the two GEMMs: the family's) fitted on all the GPUs' rows together, then each GPU's compute and
-    bandwidth factors on its own rows with that fixed cost (minimizing the median absolute log error)."""
-    prefix = FITTED["mxfp4-marlin"]
+    bandwidth factors on its own rows with that fixed cost (minimizing `reduce`, the median by default, of the
+    absolute log errors; Nelder-Mead from `starts`)."""
+    prefix = FITTED[scheme]
     if bandwidth_max is None:  # one kernel family, one memory efficiency
-        bandwidth_max = bandwidth_cap(next(iter(hws.values())), "mxfp4-marlin")
+        bandwidth_max = bandwidth_cap(next(iter(hws.values())), scheme)
 
     def loss(x: np.ndarray, gpus: list[str], fixed_us: float | None) -> float:
         factor, bw, fixed = _clip(np.array([x[0], x[1], x[2] if fixed_us is None else fixed_us]), bandwidth_max)
         errs = [np.abs(np.log(predict(with_params(hws[g], prefix, factor, bw, fixed * 1e-6), tables[g],
-                                      "mxfp4-marlin", routing) / tables[g].measured_s.to_numpy())) for g in gpus]
-        return float(np.median(np.concatenate(errs)))
+                                      scheme, routing) / tables[g].measured_s.to_numpy())) for g in gpus]
+        return float(reduce(np.concatenate(errs)))
 
     def best(gpus: list[str], fixed_us: float | None) -> np.ndarray:
         runs = [minimize(loss, np.array(x0 if fixed_us is None else x0[:2]), args=(gpus, fixed_us),
                          method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 600})
-                for x0 in MARLIN_FIT_STARTS]
+                for x0 in starts]
         return min(runs, key=lambda r: r.fun).x
 
     fixed_us = _clip(best(list(hws), None), bandwidth_max)[2]
@@ -317,6 +333,77 @@ def run_marlin(gpus: list[str], routing: str = "table", bandwidth_max: float | N
                                             "moe_w4a16_marlin_bandwidth_factor": round(bw, 3),
                                             "moe_w4a16_marlin_fixed_us": round(fixed_s * 1e6, 1)}})
     return rows
+
+
+def load_mxfp8_table(gpu: str) -> pd.DataFrame:
+    """The MXFP4 x MXFP8 rows (`MXFP8_DTYPE`) of the newest MoE table without expert parallelism, with the shape
+    split of `load_table`; empty where the GPU has none."""
+    import aiconfigurator_core
+    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / gpu / "moe" / "vllm"
+    versions = sorted(glob.glob(str(root / "*" / "moe_perf.parquet")),
+                      key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in Path(p).parent.name.split(".")))
+    d = pd.read_parquet(versions[-1])
+    d = d[(d.moe_ep_size == 1) & (d.moe_dtype == MXFP8_DTYPE) & (d.inter_size % d.moe_tp_size == 0)]
+    d = d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3, scheme="mxfp4-mxfp8")
+    shape = d[["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]].astype(str).agg("-".join, axis=1)
+    d["held_out"] = [zlib.crc32(s.encode()) % 5 == 0 for s in shape]
+    return d.reset_index(drop=True)
+
+
+def run_mxfp8(gpus: list[str], routing: str = "table", bandwidth_max: float | None = None) -> list[dict]:
+    """MXFP4 x MXFP8 (module docstring) per kernel family of `gpus`: `moe_mxfp4_mxfp8_*` fitted on the balanced
+    training rows (`_fit_family`: the fixed cost shared by the family's GPUs, the compute and bandwidth factors per
+    GPU), judged per GPU and token distribution on the held-out shapes (hash split, as `load_table`); beside it a
+    fit of all three per GPU alone (`fit`), and the family fit on every shape (what the chip files ship)."""
+    other = "uniform" if routing == "table" else "table"
+    rows = []
+    tables = {g: load_mxfp8_table(g) for g in gpus}
+    hws = {g: load_profile(GPUS[g]) for g in gpus if not tables[g].empty}
+    for family in sorted({hw.family or "" for hw in hws.values()}):
+        members = {g: hws[g] for g in hws if (hws[g].family or "") == family}
+        balanced = {g: tables[g][tables[g].distribution == "balanced"] for g in members}
+        params = _fit_family(members, {g: b[~b.held_out] for g, b in balanced.items()}, "mxfp4-mxfp8",
+                             MXFP8_FIT_STARTS, routing, bandwidth_max, MXFP8_FIT_REDUCE)
+        shipped = _fit_family(members, balanced, "mxfp4-mxfp8", MXFP8_FIT_STARTS, routing, bandwidth_max,
+                              MXFP8_FIT_REDUCE)
+        for g in members:
+            alone = fit(hws[g], balanced[g][~balanced[g].held_out], "mxfp4-mxfp8", routing, bandwidth_max,
+                        MXFP8_FIT_REDUCE)
+            hw_s = with_params(hws[g], FITTED["mxfp4-mxfp8"], *params[g])
+            hw_alone = with_params(hws[g], FITTED["mxfp4-mxfp8"], *alone)
+            test = tables[g][tables[g].held_out]
+            for dist in DISTRIBUTIONS:
+                part = test[test.distribution == dist]
+                if part.empty:
+                    continue
+                measured = part.measured_s.to_numpy()
+                rows.append({"gpu": g, "family": family, "distribution": dist, "held_out_rows": len(part),
+                             "train_rows": int((~tables[g].held_out & (tables[g].distribution == "balanced")).sum()),
+                             "kernel": part.kernel_source.iloc[0],
+                             **errors(predict(hw_s, part, "mxfp4-mxfp8", routing), measured),
+                             **{f"{other}_{k}": v for k, v in errors(predict(hw_s, part, "mxfp4-mxfp8", other),
+                                                                     measured).items()},
+                             **{f"per_gpu_{k}": v for k, v in errors(predict(hw_alone, part, "mxfp4-mxfp8", routing),
+                                                                     measured).items()},
+                             "fit": _mxfp8_params(params[g]), "fit_per_gpu": _mxfp8_params(alone),
+                             "fit_all_shapes": _mxfp8_params(shipped[g])})
+    return rows
+
+
+def _mxfp8_params(params: tuple[float, ...]) -> dict[str, float]:
+    factor, bw, fixed_s = params
+    prefix = FITTED["mxfp4-mxfp8"]
+    return {f"{prefix}_gemm_factor": round(factor, 3), f"{prefix}_bandwidth_factor": round(bw, 3),
+            f"{prefix}_fixed_us": round(fixed_s * 1e6, 1)}
+
+
+# MXFP8's starts: FIT_STARTS and one nearer a compute-bound fp8 kernel's factor.
+MXFP8_FIT_STARTS = FIT_STARTS + ((0.3, 1.2, 30.0),)
+# MXFP8's loss: the MEAN absolute log error. Its tables hold more small-batch (weight-streaming) rows than
+# compute-bound ones, and the median loss of the other formats left the compute factor free: fitted with it, the
+# family fit took compute factors of 0.14-0.26 that predict the large batches 2-5x slow (held-out p90 102 % on
+# B200, 264-394 % on B300) at a held-out median of 4-14 %.
+MXFP8_FIT_REDUCE = np.mean
 
 
 # Dense GEMMs in the two new formats: table gemm_dtype -> (our scheme, peak dtype, weight bytes per parameter,
@@ -459,6 +546,14 @@ def main() -> None:
         flag = "" if r["median_err"] <= TARGET else "  MISS"
         print(f"{r['gpu']:9} {r['experts']:11} {r['distribution']:15} {r['rows']:5d} {r['median_err']:7.1%} "
               f"{r['p90_err']:7.1%} {r['bias']:+7.1%}  {r['fit_all_shapes']}{flag}")
+    mxfp8_rows = run_mxfp8(args.gpus.split(","), args.routing, args.bandwidth_factor_max)
+    print(f"\n{'gpu':9} {'MXFP4xMXFP8':11} {'distribution':15} {'rows':>5} {'median':>7} {'p90':>7} {'bias':>7} "
+          f"{other:>8} {'per-GPU':>8}  (held out; fixed cost per family, factors per GPU) fit on training shapes")
+    for r in mxfp8_rows:
+        flag = "" if r["median_err"] <= TARGET else "  MISS"
+        print(f"{r['gpu']:9} {'':11} {r['distribution']:15} {r['held_out_rows']:5d} {r['median_err']:7.1%} "
+              f"{r['p90_err']:7.1%} {r['bias']:+7.1%} {r[other + '_median_err']:8.1%} {r['per_gpu_median_err']:8.1%}  "
+              f"{r['fit']} (all shapes: {r['fit_all_shapes']}){flag}")
     gemm_rows = [] if args.skip_gemm else run_gemm(args.gpus.split(","))
     print(f"\n{'gpu':9} {'GEMM':9} {'judged':>7} {'held':>5} {'median':>7} {'p90':>7} {'bias':>7} {'shipped':>8}  fitted")
     for r in gemm_rows:
@@ -470,7 +565,8 @@ def main() -> None:
               f"{r['p90_err']:7.1%} {r['bias']:+7.1%} {r['shipped_median_err']:8.1%}  {r['fitted']} "
               f"({r['kernel']}){floor}{flag}")
     if args.json:
-        args.json.write_text(json.dumps({"moe": rows, "marlin": marlin_rows, "gemm": gemm_rows}, indent=1))
+        args.json.write_text(json.dumps({"moe": rows, "marlin": marlin_rows, "mxfp8": mxfp8_rows, "gemm": gemm_rows},
+                                        indent=1))
 
 
 if __name__ == "__main__":

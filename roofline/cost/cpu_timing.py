@@ -245,7 +245,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> tuple[An
 def moe_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, dtype: str) -> Any:
     """One layer's sparse MoE block without its router (see the module docstring): the touched experts' GEMM calls,
     SiLU*mul and the gather/scatter bytes, and the host time of the per-expert torch ops."""
-    tokens_per_expert, touched, hidden, inter, _ = op.shape
+    tokens_per_expert, touched, hidden, inter = op.shape[:4]
     routed = tokens_per_expert * touched
     w_param, a = quant.experts[1], quant.act_bytes
     curve = hw.streaming_curve(ENGINE)

@@ -422,7 +422,7 @@ def moe_record(name: str, num_tokens: float, hidden: int, inter: int, topk: int,
     read, so a batch of 1 reads topk experts and a large batch all E. Skewed routing touches fewer experts and
     loads some more heavily: `expected_experts_touched` takes a routing distribution, and
     benchmarks/moe_accuracy.py judges the uniform assumption on the tables' power-law distributions.
-    Shape: (tokens per touched expert, touched experts, hidden, inter, experts)."""
+    Shape: (tokens per touched expert, touched experts, hidden, inter, experts, tokens)."""
     touched = expected_experts_touched(num_tokens, topk, num_experts)
     routed = num_tokens * topk
     a = quant.act_bytes
@@ -434,7 +434,8 @@ def moe_record(name: str, num_tokens: float, hidden: int, inter: int, topk: int,
     return OpRecord(name=name, kind="moe", count=count,
                     flops=count * (2.0 * routed * 3 * hidden * inter + _SILU_MUL_FLOPS_PER_ELEMENT * routed * inter),
                     weight_bytes=count * (touched * 3 * hidden * inter * weight_bytes + bias_bytes),
-                    act_bytes=count * act, shape=(_per_expert(routed, touched), touched, hidden, inter, num_experts),
+                    act_bytes=count * act,
+                    shape=(_per_expert(routed, touched), touched, hidden, inter, num_experts, num_tokens),
                     dtype=gemm_dtype)
 
 

@@ -26,8 +26,15 @@ W4A4 at the fp4 peak on Blackwell; a device without fp4 runs it at the activatio
 MoE kernel (`--moe-backend`, vLLM's flag of the same name; `MOE_BACKEND_CHOICES`): `auto` is the device's default
 above; `marlin` runs MXFP4 experts on vLLM's Marlin W4A16 MoE kernel (what `VLLM_MXFP4_USE_MARLIN=1` selected
 before the flag existed), which pads the experts as vLLM's `mxfp4_round_up_hidden_size_and_intermediate_size`
-does for it (hidden to 256, per-rank intermediate to 128). Other formats on Marlin are not modelled (a
-`UserError`, `check_moe_backend`).
+does for it (hidden to 256, per-rank intermediate to 128). `flashinfer-mxfp4-mxfp8` runs MXFP4 experts on
+FlashInfer's TRT-LLM fused MoE with MXFP8 activations (W4A8: the input quantized to E4M3 with one E8M0 scale per
+32, fp8 x fp4 tensor-core math at the fp8 peak), what `VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1` selects on SM100 in
+vLLM 0.11-0.18 (`get_mxfp4_backend`: `Mxfp4Backend.SM100_FI_MXFP4_MXFP8_TRTLLM`, mxfp4.py). vLLM 0.32 has no
+`--moe-backend` value for it (its oracle maps the alias `flashinfer_trtllm_afp8`, which `MoEBackend` does not
+list), hence a name after the environment variable. It pads hidden and the per-rank intermediate size to 256
+(vLLM 0.18 `Mxfp4MoEMethod.create_weights`; the vLLM 0.24 operator tables time 64-, 128- and 256-wide experts
+alike). Only on Blackwell (`TrtLlmMxfp4ExpertsBase._supports_current_device`: SM100 family). Other formats on
+these kernels are not modelled (a `UserError`, `check_moe_backend`).
 """
 
 from __future__ import annotations
@@ -63,7 +70,10 @@ _SCHEMES: dict[str, tuple[float | None, str | None]] = {
 }
 QUANTIZATION_CHOICES = tuple(_SCHEMES)
 # --moe-backend values the cost model describes (module docstring).
-MOE_BACKEND_CHOICES = ("auto", "marlin")
+MXFP8_MOE_BACKEND = "flashinfer-mxfp4-mxfp8"
+MOE_BACKEND_CHOICES = ("auto", "marlin", MXFP8_MOE_BACKEND)
+# Kernel families whose chips run FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE (SM100: B200, B300, GB200).
+MXFP8_MOE_FAMILIES = ("blackwell",)
 KV_CACHE_DTYPE_CHOICES = ("auto", "fp8", "bfloat16", "float16")
 
 
@@ -89,10 +99,12 @@ class QuantConfig:
 
     @property
     def expert_kernel(self) -> str:
-        """The experts' kernel as `roofline.cost.step_cost.moe_time_s` names it: their scheme, or
-        "mxfp4-marlin" for MXFP4 experts on Marlin."""
+        """The experts' kernel as `roofline.cost.step_cost.moe_time_s` names it: their scheme, "mxfp4-marlin" for
+        MXFP4 experts on Marlin, "mxfp4-mxfp8" for MXFP4 experts with MXFP8 activations."""
         scheme = self.experts[0]
-        return "mxfp4-marlin" if scheme == "mxfp4" and self.moe_backend == "marlin" else scheme
+        if scheme != "mxfp4":
+            return scheme
+        return {"marlin": "mxfp4-marlin", MXFP8_MOE_BACKEND: "mxfp4-mxfp8"}.get(self.moe_backend, scheme)
 
     @property
     def experts(self) -> tuple[str, float, str]:
@@ -169,17 +181,28 @@ def resolve_for_hardware(quant: QuantConfig, family: str | None) -> QuantConfig:
     rounds hidden up to 256 and the per-rank intermediate size up to 128 (gpt-oss: 2880 -> 3072 and 2880 -> 2944,
     9 % more expert bytes and FLOPs); the OAI Triton kernels on Hopper (and others) round the intermediate size
     up to 64 (gpt-oss at TP 8: 360 -> 384); Marlin (`--moe-backend marlin`) rounds hidden up to 256 and the
-    intermediate size up to 128 on every GPU."""
-    if quant.experts[0] != "mxfp4":
+    intermediate size up to 128 on every GPU. MXFP8 activations (`--moe-backend flashinfer-mxfp4-mxfp8`) round both
+    up to 256 (module docstring; gpt-oss at TP 8: 360 -> 512) and compute in fp8."""
+    scheme, weight_bytes, _ = quant.experts
+    if scheme != "mxfp4":
         return quant
+    if quant.moe_backend == MXFP8_MOE_BACKEND:
+        return replace(quant, expert_quantization=scheme, expert_weight_bytes_per_param=weight_bytes,
+                       expert_gemm_dtype="fp8", expert_alignment=(256, 256))
     marlin = quant.moe_backend == "marlin"
     return replace(quant, expert_alignment=(256, 128) if family == "blackwell" or marlin else (1, 64))
 
 
-def check_moe_backend(quant: QuantConfig, spec: ModelSpec) -> None:
-    """`--moe-backend marlin` only for a model whose experts are MXFP4 (after `resolve_for_model`)."""
+def check_moe_backend(quant: QuantConfig, spec: ModelSpec, device: str = "", family: str | None = None) -> None:
+    """`--moe-backend` other than auto only for a model whose experts are MXFP4 (after `resolve_for_model`);
+    `flashinfer-mxfp4-mxfp8` only on a device of `MXFP8_MOE_FAMILIES` (`device`: its id, `family`: its kernel
+    family)."""
     if quant.moe_backend == "auto":
         return
+    if quant.moe_backend == MXFP8_MOE_BACKEND and family not in MXFP8_MOE_FAMILIES:
+        raise UserError(f"--moe-backend {MXFP8_MOE_BACKEND}: FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE runs on "
+                        f"Blackwell (SM100) only; device '{device}' is {family or 'not a Blackwell GPU'}; "
+                        f"allowed: auto, marlin")
     if not spec.is_moe:
         raise UserError(f"--moe-backend {quant.moe_backend}: model '{spec.name}' has no MoE experts; allowed: auto")
     if quant.experts[0] != "mxfp4":

@@ -232,6 +232,17 @@ def _marlin_tiles(block_size_m: int) -> tuple[tuple[int, int], ...]:
 # per expert padded to 64 rows), with these 10.5 / 9.7 / 10.2 % (benchmarks/moe_accuracy.py, BENCHMARKS.md issue 17).
 TRTLLM_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
     (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((8, 8), (16, 16), (32, 32), (math.inf, 64)))
+# The same TRT-LLM fused MoE on MXFP4 weights with MXFP8 activations (`--moe-backend flashinfer-mxfp4-mxfp8`;
+# FlashInfer `trtllm_fp4_block_scale_moe` / `_routed_moe`, csrc/trtllm_fused_moe_kernel_launcher.cu
+# `FP4BlockScaleLauncher::getSupportedTileNums`: 8, 16, 32, 64 and, for non-bf16 activations, 128 and 256 tokens
+# per tile since FlashInfer PR #2014, 2025-11). Untuned (no autotuner profile: the operator tables) the launcher
+# takes `selectDefaultTileN`, the smallest of its candidates around clamp(next power of 2 of ceil(T k / E), 8, 256),
+# i.e. one step below it: 8 tokens up to 16 per expert, then 16, 32, 64, and 128 above 128. The B200 table shows the
+# steps (DeepSeek-V4's experts, top-6 of 256: 320 -> 384 tokens, 7.5 -> 9 per expert, 114 -> 154 us: one 8-token
+# tile per expert -> two; 4096 -> 6144 tokens, 96 -> 144 per expert, 267 -> 392 us: tiles of 64 -> 128).
+TRTLLM_MXFP8_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
+    (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((16, 8), (32, 16), (64, 32), (128, 64), (math.inf, 128)))
+_MXFP8_BYTES_PER_ELEMENT = 1.0 + 1.0 / 32  # E4M3 values and one E8M0 scale per 32
 _K_BLOCK = 64  # K is consumed in blocks of 64 elements (128 bytes of bf16: one TMA/cp.async stage)
 _EIGHT_BIT = ("fp8", "int8")
 _NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16  # E2M1 values and one E4M3 scale per 16
@@ -753,7 +764,7 @@ def moe_row_tiles(loads: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.nda
 
 def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
                weight_bytes_per_param: float, act_bytes: float, scheme: str | None = None,
-               row_tiles: Callable[[int], Any] | None = None, num_experts: Any = None) -> Any:
+               row_tiles: Callable[[int], Any] | None = None, num_experts: Any = None, num_tokens: Any = None) -> Any:
     """Fused MoE: grouped gate_up (n = 2*inter, k = hidden) and down (n = hidden, k = inter) GEMMs over the
     touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost.
 
@@ -765,8 +776,10 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     on Blackwell with its token tiles, `TRTLLM_MOE_TILES_8BIT`) moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on
     Hopper, TRT-LLM mxfp4-bf16 on Blackwell: 4-bit weights dequantized in the kernel, bf16 math) moe_w4a16_*;
     NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin
-    ("mxfp4-marlin", `--moe-backend marlin`: W4A16, `marlin_moe_gemm_time_s` given `num_experts`) moe_w4a16_marlin_*
-    (each: a compute factor, a bandwidth factor and a fixed cost).
+    ("mxfp4-marlin", `--moe-backend marlin`: W4A16, `marlin_moe_gemm_time_s` given `num_experts`) moe_w4a16_marlin_*;
+    MXFP4 with MXFP8 activations ("mxfp4-mxfp8", `--moe-backend flashinfer-mxfp4-mxfp8`, `dtype` fp8:
+    `_mxfp4_mxfp8_moe_s`, which needs `num_tokens`) moe_mxfp4_mxfp8_* (each: a compute factor, a bandwidth factor
+    and a fixed cost).
     `row_tiles` (`gemm_time_s`): the experts' unequal token counts, as the operator tables route them
     (`roofline.calibration.moe_routing`); the serving model spreads a step's tokens evenly over the touched experts.
     `num_experts` (the layer's experts on the rank; Marlin only): Marlin's row blocks are one height per call chosen
@@ -785,6 +798,7 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
         "mxfp4-marlin": (e.moe_w4a16_marlin_gemm_factor, e.moe_w4a16_marlin_bandwidth_factor,
                          e.moe_w4a16_marlin_fixed_s),
         "nvfp4": (e.moe_fp4_gemm_factor, e.moe_fp4_bandwidth_factor, e.moe_fp4_fixed_s),
+        "mxfp4-mxfp8": (e.moe_mxfp4_mxfp8_gemm_factor, e.moe_mxfp4_mxfp8_bandwidth_factor, e.moe_mxfp4_mxfp8_fixed_s),
     }.get(scheme, (e.moe_compute_efficiency, 1.0, e.moe_fixed_s))
     bw_scale = min(bw_scale, moe_bandwidth_cap(hw, dtype))
     # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
@@ -794,12 +808,37 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
               eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False, row_tiles=row_tiles,
               tiles_8bit=trtllm)
+    if scheme == "mxfp4-mxfp8":
+        return _mxfp4_mxfp8_moe_s(hw, tokens_per_expert, touched, hidden, inter, num_tokens, act_bytes,
+                                  {**kw, "tiles": None, "tiles_8bit": TRTLLM_MXFP8_MOE_TILES_8BIT}) + fixed_s
     act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
     if scheme == "mxfp4-marlin" and num_experts is not None:
         return _marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw) + act + fixed_s
     up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **kw)
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
     return up + down + act + fixed_s
+
+
+def _mxfp4_mxfp8_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any,
+                       num_tokens: Any, act_bytes: float, kw: dict[str, Any]) -> Any:
+    """FlashInfer's TRT-LLM fused MoE on MXFP4 weights with MXFP8 activations (vLLM `SM100_FI_MXFP4_MXFP8_TRTLLM`,
+    `TrtLlmMxfp4Experts*`), less its fixed cost: vLLM quantizes the layer's input to MXFP8 (FlashInfer
+    `mxfp8_quantize`: one pass over the `num_tokens` x hidden bf16 input, E4M3 values and an E8M0 scale per 32
+    out); the kernel's GEMM1 (gate_up, E4M3 x E2M1 block-scaled MMA at the fp8 peak) applies the SwiGLU in its
+    epilogue and writes the intermediate as MXFP8 (per routed token `inter` values, not 2 x inter 16-bit ones: no
+    separate activation kernel); GEMM2 (down) writes bf16 per routed token; finalize sums each token's top-k
+    outputs (reads the routed rows, writes the tokens). Tokens tile by `TRTLLM_MXFP8_MOE_TILES_8BIT`."""
+    assert num_tokens is not None, "the MXFP8 path quantizes the layer's input: num_tokens is needed"
+    e = hw.efficiency
+    routed = tokens_per_expert * touched
+    quant = streaming_act_quant_time_s(hw, num_tokens, hidden, act_bytes, _MXFP8_BYTES_PER_ELEMENT,
+                                       e.memory_efficiency)
+    args = {**kw, "in_bytes": _MXFP8_BYTES_PER_ELEMENT}
+    up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, "fp8",
+                     **{**args, "out_bytes": _MXFP8_BYTES_PER_ELEMENT / 2})  # SwiGLU: 2 x inter in, inter out
+    down = gemm_time_s(hw, tokens_per_expert, hidden, inter, "fp8", **args)
+    finalize = (routed + num_tokens) * hidden * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
+    return quant + up + down + finalize
 
 
 def _marlin_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
@@ -1030,10 +1069,10 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
         flops, moved, units, key_bytes = op.shape
         t = attention_decode_time_s(hw, flops, moved, units, key_bytes, op.dtype, quant.kv_dtype == "fp8")
     elif op.kind == "moe":
-        tpe, touched, hidden, inter, num_experts = op.shape
+        tpe, touched, hidden, inter, num_experts, num_tokens = op.shape
         w_param = op.weight_bytes / (c * _max(touched, 1e-30) * 3 * hidden * inter)
         t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, quant.act_bytes, quant.expert_kernel,
-                       num_experts=num_experts)
+                       num_experts=num_experts, num_tokens=num_tokens)
         kernels = 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
     elif op.kind == "all_reduce":
         t = all_reduce_time_s(hw, *op.shape)
@@ -1131,7 +1170,7 @@ class StepCostModel:
         ignore it."""
         # The checkpoint's per-module quantization (or --quantization), and the device's MoE kernel padding.
         quant = resolve_for_model(quant, spec)
-        check_moe_backend(quant, spec)
+        check_moe_backend(quant, spec, hw.id, hw.family)
         quant = resolve_for_hardware(quant, hw.family)
         self.spec, self.hw, self.quant, self.tp = spec, hw, quant, tp
         self.cpu_engine = check_cpu_engine(cpu_engine)
