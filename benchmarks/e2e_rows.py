@@ -116,9 +116,9 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
                  max_num_seqs="CONC"),
             "benchmarks/gptoss_fp4_h200_slurm.sh at e06929c70 (2025-11-01)", _GPT_OSS_2025_11_NOT_MODELLED),
     Harness("openai/gpt-oss-120b", "b200_sxm", None, ("2025-11-02", "2025-11-02"),
-            dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512),
-            "benchmarks/gptoss_fp4_b200_docker.sh at e06929c70 (2025-11-01)",
-            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (MXFP8 activations: simulated with the default W4A16 experts), "
+            dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512,
+                 moe_backend="flashinfer-mxfp4-mxfp8"),
+            "benchmarks/gptoss_fp4_b200_docker.sh at e06929c70 (2025-11-01): VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1",
             "the FlashInfer all-reduce / attention fusion passes; " + _GPT_OSS_2025_11_NOT_MODELLED),
     Harness("openai/gpt-oss-120b", "h100_sxm", "0.18.0", ("2026-03-27", "2026-03-27"),
             dict(moe_backend="marlin", enable_prefix_caching=False, max_num_batched_tokens=8192,
@@ -131,10 +131,11 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
             "benchmarks/single_node/gptoss_fp4_h200.sh at cec542a9a (2026-03-27, image v0.18.0): "
             "VLLM_MXFP4_USE_MARLIN=1"),
     Harness("openai/gpt-oss-120b", "b200_sxm", "0.15.1", ("2026-02-25", "2026-02-25"),
-            dict(kv_cache_dtype="fp8", enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512),
-            "benchmarks/single_node/gptoss_fp4_b200.sh at d2c2acb19 (2026-02-25, image v0.15.1)",
-            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (MXFP8 activations: simulated with the default W4A16 experts) "
-            "and the all-reduce + RMSNorm fusion pass"),
+            dict(kv_cache_dtype="fp8", enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512,
+                 moe_backend="flashinfer-mxfp4-mxfp8"),
+            "benchmarks/single_node/gptoss_fp4_b200.sh at d2c2acb19 (2026-02-25, image v0.15.1): "
+            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1",
+            "the all-reduce + RMSNorm fusion pass"),
     Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.17.0", ("2026-03-11", "2026-03-28"),
             dict(block_size=32, gpu_memory_utilization=0.95),
             "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at 64c20b6b5 / 626932a11 (2026-03-11 / 03-27)",
@@ -224,7 +225,8 @@ ASSUMPTIONS = (
     "B200, gpt-oss-120b on H100 / H200 / B200 at 2025-11-02, 0.18.0 on H100 / H200 and 0.15.1 on B200, "
     "MiniMax-M2.5 per GPU and version): the recipe's "
     "at the row's date, where the simulator expresses them (fp8 KV cache, --async-scheduling, --moe-backend marlin "
-    "for VLLM_MXFP4_USE_MARLIN=1, --max-num-seqs, --max-num-batched-tokens, --block-size, "
+    "for VLLM_MXFP4_USE_MARLIN=1, --moe-backend flashinfer-mxfp4-mxfp8 for VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
+    "--max-num-seqs, --max-num-batched-tokens, --block-size, "
     "--gpu-memory-utilization, prefix caching off); the rest is named per row; MiniMax-M2.5 rows whose recipe "
     "enabled expert parallelism whatever moe_ep_size says are skipped as expert-parallel. "
     "Every other row: the defaults of `vllm serve` of the row's version (0.11.2-0.19.0, nightly 2026-04; rows "

@@ -103,6 +103,19 @@ def test_inferencex_rows_take_their_recipes_flags() -> None:
         "auto", False, "auto")
 
 
+@pytest.mark.parametrize("version,measured", [("0.15.1", "2026-02-25T08:00:00Z"), (NAN, "2025-11-02T00:00:00.000Z")])
+def test_gpt_oss_b200_recipes_run_mxfp8_activations(version: object, measured: str) -> None:
+    # InferenceX's gpt-oss B200 recipes (2025-11-01 and 0.15.1 of 2026-02-25) export
+    # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: FlashInfer's TRT-LLM MoE with MXFP8 activations, not the default W4A16.
+    source = f"source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=16; measured={measured}"
+    case = resolve_row(parse_row(record(model_path="openai/gpt-oss-120b", precision="fp4", system="b200_sxm",
+                                        backend_version=version, tp_size=1.0, gemm_quant_mode=NAN,
+                                        moe_quant_mode=NAN, silicon_data_source=source)))
+    assert isinstance(case, SimCase)
+    assert case.engine.moe_backend == "flashinfer-mxfp4-mxfp8"
+    assert not any("MXFP8 activations: simulated with the default" in n for n in case.notes)
+
+
 def test_minimax_recipes_set_their_flags_or_force_expert_parallelism() -> None:
     # B200 at 0.19.0 (2026-04-03 on): fp8 KV, block 32, --max-num-batched-tokens $((ISL * 2)); H200: the recipe's
     # `if [ "$EP_SIZE" -ge 1 ]` passes --enable-expert-parallel whatever the row's moe_ep_size says.

@@ -80,6 +80,17 @@ def test_moe_backend_flag_reaches_the_record_and_is_refused_on_a_cpu(capsys: pyt
             "marlin"], capsys, "--moe-backend", "CPU profile", "allowed: auto")
 
 
+def test_mxfp8_moe_backend_reaches_the_record_on_blackwell_and_is_refused_on_hopper(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from roofline.sim.simulator import make_deployment
+
+    mxfp8 = make_deployment("gpt-oss-20b", "b200", EngineArgs(moe_backend="flashinfer-mxfp4-mxfp8"))
+    assert mxfp8.engine_record["moe_backend"] == "flashinfer-mxfp4-mxfp8"
+    assert mxfp8.cost_model.quant.expert_kernel == "mxfp4-mxfp8"
+    _fails(["simulate", "--num-requests", "3", "--model", "gpt-oss-20b", "--hardware", "h100-sxm", "--moe-backend",
+            "flashinfer-mxfp4-mxfp8"], capsys, "--moe-backend flashinfer-mxfp4-mxfp8", "Blackwell", "allowed: auto")
+
+
 def test_max_model_len_within_what_vllm_derives(capsys: pytest.CaptureFixture[str]) -> None:
     assert derived_max_model_len(load_model("llama-3.1-8b")) == 131072  # llama3 RoPE: already scaled
     _fails(["simulate", "--num-requests", "3", "--max-model-len", "200000"], capsys, "--max-model-len", "131072")

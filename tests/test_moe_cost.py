@@ -234,7 +234,7 @@ def test_serving_marlin_experts_take_the_block_height_of_the_layers_experts() ->
     q, c, e = np.array([1024]), np.array([0]), np.array([True])
     cost = model.step_cost(q, c, e)
     op = next(o for o in step_ops(spec, model.quant, 2, BatchStats.from_arrays(q, c, e)) if o.name == "moe_experts")
-    tpe, touched, hidden, inter, num_experts = op.shape
+    tpe, touched, hidden, inter, num_experts, _ = op.shape
     assert num_experts == spec.num_experts == 128
     w_param = op.weight_bytes / (op.count * touched * 3 * hidden * inter)
     one_layer = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_param, 2.0, "mxfp4-marlin",
@@ -249,3 +249,53 @@ def test_expected_blocks_per_expert_pads_each_experts_own_count() -> None:
     # few tokens: a block per expert that gets any, 1 - e^-lambda (and 2 blocks for the rare > 8)
     np.testing.assert_allclose(expected_blocks_per_expert(np.array([0.0, 0.5]), 8), [0.0, 1 - np.exp(-0.5)],
                                rtol=1e-6, atol=1e-12)
+
+
+def _experts_s(model: StepCostModel, tokens: int) -> float:
+    cost = model.step_cost(np.array([tokens]), np.array([0]), np.array([True]))
+    return cost.breakdown_s["moe_experts"]
+
+
+def test_mxfp8_backend_pads_to_256_and_computes_in_fp8_on_blackwell() -> None:
+    # --moe-backend flashinfer-mxfp4-mxfp8 (vLLM's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1): vLLM 0.18 pads hidden and
+    # the per-rank intermediate to 256 (gpt-oss TP 8: 360 -> 512) and the GEMMs run E4M3 x E2M1 at the fp8 peak:
+    # an 8k-token prefill's experts are faster than W4A16's bf16 math (even with 512-wide experts against 384), one
+    # decode token costs about the same.
+    spec, hw = load_model("gpt-oss-120b"), load_profile("b200")
+    mxfp8 = StepCostModel(spec, hw, QuantConfig.from_user(moe_backend="flashinfer-mxfp4-mxfp8"), 8)
+    default = StepCostModel(spec, hw, QuantConfig.from_user(), 8)
+    assert (mxfp8.quant.expert_kernel, mxfp8.quant.experts[2], mxfp8.quant.expert_alignment) == (
+        "mxfp4-mxfp8", "fp8", (256, 256))
+    assert (default.quant.expert_kernel, default.quant.experts[2]) == ("mxfp4", "bf16")
+    assert mxfp8.quant.gemm_dtype == default.quant.gemm_dtype == "bf16"  # attention and dense layers unchanged
+    assert _experts_s(mxfp8, 8192) < _experts_s(default, 8192)
+    assert 0.5 < _experts_s(mxfp8, 1) / _experts_s(default, 1) < 2.0
+
+
+def test_mxfp8_backend_is_refused_off_blackwell_and_for_other_experts() -> None:
+    quant = QuantConfig.from_user(moe_backend="flashinfer-mxfp4-mxfp8")
+    with pytest.raises(UserError, match="--moe-backend flashinfer-mxfp4-mxfp8: .*Blackwell.*'h100-sxm' is hopper; "
+                                        "allowed: auto, marlin"):
+        StepCostModel(load_model("gpt-oss-120b"), load_profile("h100-sxm"), quant)
+    with pytest.raises(UserError, match="--moe-backend flashinfer-mxfp4-mxfp8: .*MXFP4 experts only.*allowed: auto"):
+        StepCostModel(load_model("qwen3-30b-a3b"), load_profile("b200"), quant)
+
+
+def test_mxfp8_experts_tile_tokens_one_step_below_trtllms_power_of_two() -> None:
+    from roofline.cost.step_cost import TRTLLM_MXFP8_MOE_TILES_8BIT
+    # FlashInfer's untuned launcher: the smallest candidate around clamp(next power of 2, 8, 256).
+    assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MXFP8_MOE_TILES_8BIT] == [
+        (16, 8), (32, 16), (64, 32), (128, 64), (np.inf, 128)]
+    b200 = load_profile("b200")
+    args = (np.array([8.0, 9.0]), np.array([256.0, 256.0]), 4096.0, 256.0, "fp8", 0.5 + 1 / 32, 2.0, "mxfp4-mxfp8")
+    one, two = moe_time_s(b200, *args, num_tokens=np.array([8.0, 9.0]) * 256 / 6)
+    assert two > one  # 9 tokens per expert: two 8-token tiles
+
+
+def test_mxfp8_experts_quantize_the_layers_input() -> None:
+    # The same routed work; more tokens (a smaller top-k) -> a longer MXFP8 quantization pass and finalize.
+    b200 = load_profile("b200")
+    args = (64.0, 128.0, 2880.0, 2944.0, "fp8", 0.5 + 1 / 32, 2.0, "mxfp4-mxfp8")
+    assert moe_time_s(b200, *args, num_tokens=8192.0) > moe_time_s(b200, *args, num_tokens=2048.0)
+    with pytest.raises(AssertionError, match="num_tokens"):
+        moe_time_s(b200, *args)
