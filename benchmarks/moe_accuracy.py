@@ -400,9 +400,9 @@ def _mxfp8_params(params: tuple[float, ...]) -> dict[str, float]:
 # MXFP8's starts: FIT_STARTS and one nearer a compute-bound fp8 kernel's factor.
 MXFP8_FIT_STARTS = FIT_STARTS + ((0.3, 1.2, 30.0),)
 # MXFP8's loss: the MEAN absolute log error. Its tables hold more small-batch (weight-streaming) rows than
-# compute-bound ones, and the median loss of the other formats left the compute factor free: fitted with it, the
-# family fit took compute factors of 0.14-0.26 that predict the large batches 2-5x slow (held-out p90 102 % on
-# B200, 264-394 % on B300) at a held-out median of 4-14 %.
+# compute-bound ones, and the median loss of the other formats leaves the compute factor free: fitted with it, the
+# family fit takes compute factors of 0.13-0.17 that predict the large batches up to 5x slow (held-out p90 215-400 %,
+# medians 6-18 %); with the mean, p90 20-27 %.
 MXFP8_FIT_REDUCE = np.mean
 
 

@@ -282,14 +282,17 @@ def test_mxfp8_backend_is_refused_off_blackwell_and_for_other_experts() -> None:
 
 
 def test_mxfp8_experts_tile_tokens_one_step_below_trtllms_power_of_two() -> None:
-    from roofline.cost.step_cost import TRTLLM_MXFP8_MOE_TILES_8BIT
+    from roofline.cost.step_cost import TRTLLM_MXFP8_MOE_TILES_8BIT, mxfp8_moe_tile_tokens
     # FlashInfer's untuned launcher: the smallest candidate around clamp(next power of 2, 8, 256).
     assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MXFP8_MOE_TILES_8BIT] == [
         (16, 8), (32, 16), (64, 32), (128, 64), (np.inf, 128)]
+    assert list(mxfp8_moe_tile_tokens(np.array([1, 16, 17, 32, 33, 64, 65, 128, 129, 5000]))) == [
+        8, 8, 16, 16, 32, 32, 64, 64, 128, 128]
+    # 9 tokens per expert: two 8-token tiles, each streaming the expert's weights (weight-bound: about twice the time).
     b200 = load_profile("b200")
-    args = (np.array([8.0, 9.0]), np.array([256.0, 256.0]), 4096.0, 256.0, "fp8", 0.5 + 1 / 32, 2.0, "mxfp4-mxfp8")
-    one, two = moe_time_s(b200, *args, num_tokens=np.array([8.0, 9.0]) * 256 / 6)
-    assert two > one  # 9 tokens per expert: two 8-token tiles
+    args = (np.array([8.0, 9.0]), np.array([384.0, 384.0]), 7168.0, 3072.0, "fp8", 0.5 + 1 / 32, 2.0, "mxfp4-mxfp8")
+    one, two = moe_time_s(b200, *args, num_tokens=np.array([8.0, 9.0]) * 384 / 6)
+    assert 1.5 * one < two < 2.5 * one
 
 
 def test_mxfp8_experts_quantize_the_layers_input() -> None:

@@ -206,14 +206,14 @@ class EfficiencyParams:
     # MXFP4 experts with MXFP8 activations on FlashInfer's TRT-LLM fused MoE (`--moe-backend flashinfer-mxfp4-mxfp8`,
     # vLLM's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: InferenceX's gpt-oss recipes on B200), timed as
     # `roofline.cost.step_cost._mxfp4_mxfp8_moe_s` describes it (fp8 x fp4 math at the fp8 peak, the MXFP8 input
-    # quantization, TRT-LLM's untuned token tiles `TRTLLM_MXFP8_MOE_TILES_8BIT`). Blackwell only (`roofline.cost.quant.
-    # check_moe_backend`); the default is the B200 fit on the vLLM 0.24 table's w4a8_mxfp4_mxfp8 balanced rows
-    # (DeepSeek-V4's experts; benchmarks/moe_accuracy.py `run_mxfp8`: the fixed cost shared by B200, B300 and GB200,
-    # the factors per chip, mean absolute log error), held-out median balanced / power law 1.01 / 1.2: 16.2 / 12.9 /
-    # 12.7 %; the chip files carry their own.
-    moe_mxfp4_mxfp8_gemm_factor: float = 0.859
-    moe_mxfp4_mxfp8_fixed_s: float = 18.1e-6
-    moe_mxfp4_mxfp8_bandwidth_factor: float = 0.974
+    # quantization, TRT-LLM's untuned token tiles `TRTLLM_MXFP8_MOE_TILES_8BIT`, each token tile re-reading its weight
+    # tile). Blackwell only (`roofline.cost.quant.check_moe_backend`); the default is the B200 fit on the vLLM 0.24
+    # table's w4a8_mxfp4_mxfp8 balanced rows (DeepSeek-V4's experts; benchmarks/moe_accuracy.py `run_mxfp8`: the fixed
+    # cost shared by B200, B300 and GB200, the factors per chip, mean absolute log error; the compute factor sits at
+    # its bound, 1), held-out median balanced / power law 1.01 / 1.2: 6.4 / 8.4 / 8.4 %; the chip files carry theirs.
+    moe_mxfp4_mxfp8_gemm_factor: float = 1.0
+    moe_mxfp4_mxfp8_fixed_s: float = 21.5e-6
+    moe_mxfp4_mxfp8_bandwidth_factor: float = 1.213
     moe_fp4_gemm_factor: float = 0.525
     moe_fp4_fixed_s: float = 12.3e-6
     moe_fp4_bandwidth_factor: float = 1.263

@@ -827,18 +827,51 @@ def _mxfp4_mxfp8_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any
     out); the kernel's GEMM1 (gate_up, E4M3 x E2M1 block-scaled MMA at the fp8 peak) applies the SwiGLU in its
     epilogue and writes the intermediate as MXFP8 (per routed token `inter` values, not 2 x inter 16-bit ones: no
     separate activation kernel); GEMM2 (down) writes bf16 per routed token; finalize sums each token's top-k
-    outputs (reads the routed rows, writes the tokens). Tokens tile by `TRTLLM_MXFP8_MOE_TILES_8BIT`."""
+    outputs (reads the routed rows, writes the tokens). Tokens tile by `TRTLLM_MXFP8_MOE_TILES_8BIT`, and each
+    token tile streams its expert's weight tile (128 weight rows x k) again: an expert of 9 tokens, two 8-token
+    tiles, moves its weights twice. The B200 table shows it: DeepSeek-V4's 7168 x 3072 experts, 512 -> 768 tokens
+    (8 -> 12 per expert, one tile -> two) 2.00 -> 2.82 ms at the same weight bytes. Without the re-reads the
+    held-out median error was 12.5-16.4 % (B200, B300, GB200; each distribution), the two-tile rows predicted
+    0.65-0.8x and the one-tile rows of large experts 1.15-1.27x; with them 6.4-10.2 % (benchmarks/moe_accuracy.py
+    `run_mxfp8`)."""
     assert num_tokens is not None, "the MXFP8 path quantizes the layer's input: num_tokens is needed"
     e = hw.efficiency
     routed = tokens_per_expert * touched
     quant = streaming_act_quant_time_s(hw, num_tokens, hidden, act_bytes, _MXFP8_BYTES_PER_ELEMENT,
                                        e.memory_efficiency)
     args = {**kw, "in_bytes": _MXFP8_BYTES_PER_ELEMENT}
+    # Every token tile streams its expert's weight tile again (the first read from DRAM, the others wherever they
+    # are): weights moved = the experts' token tiles x their weights, at the fitted bandwidth.
+    tiles_per_expert = _token_tiles(kw["row_tiles"], touched, tokens_per_expert) / _max(touched, 1e-30)
+    args["weight_bytes_per_param"] = kw["weight_bytes_per_param"] * tiles_per_expert
     up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, "fp8",
                      **{**args, "out_bytes": _MXFP8_BYTES_PER_ELEMENT / 2})  # SwiGLU: 2 x inter in, inter out
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, "fp8", **args)
     finalize = (routed + num_tokens) * hidden * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
     return quant + up + down + finalize
+
+
+def mxfp8_moe_tile_tokens(tokens_per_expert: Any) -> Any:
+    """The TRT-LLM MXFP8 MoE's token tile height for `tokens_per_expert` (`TRTLLM_MXFP8_MOE_TILES_8BIT`)."""
+    x = np.asarray(tokens_per_expert, dtype=np.float64)
+    bands = TRTLLM_MXFP8_MOE_TILES_8BIT
+    out = np.select([x <= hi for hi, _ in bands[:-1]], [float(by_n[0][1][0]) for _, by_n in bands[:-1]],
+                    float(bands[-1][1][0][1][0]))
+    return float(out) if out.ndim == 0 else out
+
+
+def _token_tiles(row_tiles: Callable[[int], Any] | None, touched: Any, tokens_per_expert: Any) -> Any:
+    """Token tiles of all touched experts at the MXFP8 MoE's tile height: `row_tiles` (the tables' loads) or
+    `touched` experts of `tokens_per_expert` each."""
+    tm = mxfp8_moe_tile_tokens(tokens_per_expert)
+    if row_tiles is None:
+        return touched * _ceil(tokens_per_expert / tm)
+    if isinstance(tm, float):
+        return row_tiles(int(tm))
+    out = np.zeros(np.shape(tm))
+    for b in np.unique(tm):
+        out = np.where(tm == b, row_tiles(int(b)), out)
+    return out
 
 
 def _marlin_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
