@@ -809,6 +809,8 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
               eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False, row_tiles=row_tiles,
               tiles_8bit=trtllm)
     if scheme == "mxfp4-mxfp8":
+        if row_tiles is None and num_experts is not None:  # serving: each expert's own count (as for Marlin)
+            kw["row_tiles"] = _poisson_row_tiles(tokens_per_expert * touched / num_experts, num_experts)
         return _mxfp4_mxfp8_moe_s(hw, tokens_per_expert, touched, hidden, inter, num_tokens, act_bytes,
                                   {**kw, "tiles": None, "tiles_8bit": TRTLLM_MXFP8_MOE_TILES_8BIT}) + fixed_s
     act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
@@ -827,7 +829,9 @@ def _mxfp4_mxfp8_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any
     out); the kernel's GEMM1 (gate_up, E4M3 x E2M1 block-scaled MMA at the fp8 peak) applies the SwiGLU in its
     epilogue and writes the intermediate as MXFP8 (per routed token `inter` values, not 2 x inter 16-bit ones: no
     separate activation kernel); GEMM2 (down) writes bf16 per routed token; finalize sums each token's top-k
-    outputs (reads the routed rows, writes the tokens). Tokens tile by `TRTLLM_MXFP8_MOE_TILES_8BIT`, and each
+    outputs (reads the routed rows, writes the tokens). Tokens tile by `TRTLLM_MXFP8_MOE_TILES_8BIT` (serving: each
+    expert's own Poisson count padded to whole tiles, `_poisson_row_tiles`, not an even spread, which at exactly 8.002
+    tokens per expert would count two 8-token tiles for every expert), and each
     token tile streams its expert's weight tile (128 weight rows x k) again: an expert of 9 tokens, two 8-token
     tiles, moves its weights twice. The B200 table shows it: DeepSeek-V4's 7168 x 3072 experts, 512 -> 768 tokens
     (8 -> 12 per expert, one tile -> two) 2.00 -> 2.82 ms at the same weight bytes. Without the re-reads the
@@ -883,15 +887,7 @@ def _marlin_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, h
     args = {name: kw[name] for name in ("weight_bytes_per_param", "in_bytes", "out_bytes", "eff_scale", "bw_scale",
                                         "row_tiles")}
     if args["row_tiles"] is None:  # serving: each expert's own random count, padded to whole blocks
-        x, pmf = _poisson_pmf(routed_per_expert)
-        blocks: dict[int, Any] = {}
-
-        def row_tiles(b: int) -> Any:
-            if b not in blocks:
-                blocks[b] = num_experts * (pmf * np.ceil(x / b)).sum(axis=-1)
-            return blocks[b]
-
-        args["row_tiles"] = row_tiles
+        args["row_tiles"] = _poisson_row_tiles(routed_per_expert, num_experts)
 
     def at(b: int) -> Any:
         return (marlin_moe_gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, touched, b, **args)
@@ -903,6 +899,21 @@ def _marlin_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, h
     for b in np.unique(block_m):
         out = np.where(block_m == b, at(int(b)), out)
     return out
+
+
+def _poisson_row_tiles(routed_per_expert: Any, num_experts: Any) -> Callable[[int], Any]:
+    """Serving's row tiles (`gemm_time_s` `row_tiles`): each of `num_experts` experts gets its own Poisson count of
+    mean `routed_per_expert` (uniform random routing), padded to whole tiles: tile height b -> E * E[ceil(X / b)]
+    (computed once per height)."""
+    x, pmf = _poisson_pmf(routed_per_expert)
+    blocks: dict[int, Any] = {}
+
+    def row_tiles(b: int) -> Any:
+        if b not in blocks:
+            blocks[b] = num_experts * (pmf * np.ceil(x / b)).sum(axis=-1)
+        return blocks[b]
+
+    return row_tiles
 
 
 def expected_blocks_per_expert(routed_per_expert: Any, block_m: int) -> Any:
