@@ -181,30 +181,28 @@ UNRECORDED_CLIENT: tuple[UnrecordedClient, ...] = (
 )
 
 
+def measured_date(row: "SiliconRow") -> str | None:
+    """The ISO date of the row's `measured=` field in silicon_data_source, if it has one."""
+    match = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.source)
+    return None if match is None else match.group(1)
+
+
 def unrecorded_client(row: "SiliconRow") -> UnrecordedClient | None:
     """The `UNRECORDED_CLIENT` entry covering `row`, if any."""
-    match = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.source)
-    if match is None:
-        return None
-    for u in UNRECORDED_CLIENT:
-        if (u.model_path, u.system, u.concurrency) == (row.model_path, row.system, row.concurrency) \
-                and u.measured[0] <= match.group(1) <= u.measured[1]:
-            return u
-    return None
+    date = measured_date(row)
+    return None if date is None else next(
+        (u for u in UNRECORDED_CLIENT if (u.model_path, u.system, u.concurrency) == (
+            row.model_path, row.system, row.concurrency) and u.measured[0] <= date <= u.measured[1]), None)
 
 
 def harness_of(row: "SiliconRow") -> Harness | None:
     """The InferenceX recipe that measured `row`, if one of `INFERENCEX_HARNESS` covers it."""
     if not ("source_file=20" in row.source and "model=" in row.source or row.source.startswith("db-dump/")):
         return None
-    match = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.source)
-    if match is None:
-        return None
-    for h in INFERENCEX_HARNESS:
-        if (h.model_path, h.system, h.version) == (row.model_path, row.system, row.backend_version) \
-                and h.measured[0] <= match.group(1) <= h.measured[1]:
-            return h
-    return None
+    date = measured_date(row)
+    return None if date is None else next(
+        (h for h in INFERENCEX_HARNESS if (h.model_path, h.system, h.version) == (
+            row.model_path, row.system, row.backend_version) and h.measured[0] <= date <= h.measured[1]), None)
 
 
 # A row whose model length does not fit its KV cache: vLLM refuses to start with the model's max_model_len, so the
