@@ -25,8 +25,10 @@ from roofline.cost.hardware import (
 )
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
+from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.registry import list_ids, resolve
+from roofline.sim.simulator import make_deployment
 
 FAMILY_OF = {"h100-sxm": "hopper", "h100-pcie": "hopper", "h200-sxm": "hopper", "b200": "blackwell",
              "b300": "blackwell", "gb200": "blackwell", "a100-80gb-sxm": "ampere", "a100-40gb-sxm": "ampere",
@@ -185,6 +187,16 @@ def test_h200_never_predicts_a_slower_step_than_h100(model: str, tp: int, quanti
     for q, c in _BATCHES:
         args = (np.array(q), np.array(c), np.ones(len(q), bool))
         assert h200.step_time_s(*args) <= h100.step_time_s(*args), (q[:2], c[:2])
+
+
+@pytest.mark.parametrize("moe_backend", ["auto", "marlin"])
+def test_h200_never_predicts_a_slower_gpt_oss_step_than_h100(moe_backend: str) -> None:
+    """The same with MXFP4 experts, whose Marlin parameters are fitted per chip (h200-sxm.yaml's own)."""
+    h100, h200 = (make_deployment("gpt-oss-120b", pid, EngineArgs(tensor_parallel_size=2, moe_backend=moe_backend))
+                  for pid in ("h100-sxm", "h200-sxm"))
+    for q, c in _BATCHES + [([8192], [0])]:
+        args = (np.array(q), np.array(c), np.ones(len(q), bool))
+        assert h200.cost_model.step_time_s(*args) <= h100.cost_model.step_time_s(*args), (q[:2], c[:2])
 
 
 def test_clock_factor_fit_recovers_a_chip_faster_than_its_family() -> None:
