@@ -13,7 +13,9 @@ token count of a shape goes to the same side. bf16 and fp8 are judged with the p
 parameters; for fp8-block, MXFP4 and NVFP4 this script fits the three parameters of the format
 (`moe_<format>_gemm_factor`, `_bandwidth_factor`, `_fixed_s`, `roofline.cost.params`) per GPU on the balanced training
 shapes (Nelder-Mead on the median absolute log error from `FIT_STARTS`; the bandwidth factor up to `bandwidth_cap`,
-the DRAM peak) and prints them; the held-out shapes judge them.
+the DRAM peak) and prints them; the held-out shapes judge them. MXFP4 on Blackwell (FlashInfer's TRT-LLM mxfp4-bf16
+MoE, described as its MXFP8 sibling, below) is fitted as that sibling (`_fit_trtllm_w4a16`: the fixed cost shared by
+B200, B300 and GB200, the factors per GPU, the mean absolute log error), and its fit on every shape printed beside it.
 
 Dense GEMMs (`gemm_perf.parquet`) in fp8-block (DeepGEMM, the kernel with the most rows) and NVFP4 (FlashInfer
 CuTe-DSL): the format's parameters of `roofline.cost.step_cost.linear_time_s` (`GEMM_FORMATS`) fitted per GPU on
@@ -59,7 +61,13 @@ from roofline.calibration.moe_routing import DISTRIBUTIONS, mean_over_draws, tab
 from roofline.cost.hardware import HardwareProfile, load_profile  # noqa: E402
 from roofline.cost.ops import expected_experts_touched  # noqa: E402
 from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware  # noqa: E402
-from roofline.cost.step_cost import linear_time_s, moe_bandwidth_cap, moe_row_tiles, moe_time_s  # noqa: E402
+from roofline.cost.step_cost import (  # noqa: E402
+    MXFP4_BF16_TRTLLM_FAMILIES,
+    linear_time_s,
+    moe_bandwidth_cap,
+    moe_row_tiles,
+    moe_time_s,
+)
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "gb200": "gb200", "b300_sxm": "b300"}
 # table moe_dtype -> our scheme name (roofline.cost.quant)
@@ -213,14 +221,15 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
     both with `routing` (`predict`); the other routing's error beside it."""
     other = "uniform" if routing == "table" else "table"
     rows = []
+    tables = {gpu: load_table(gpu) for gpu in gpus}
+    trtllm_w4a16 = _fit_trtllm_w4a16(gpus, tables, routing, bandwidth_max)
     for gpu in gpus:
         hw = load_profile(GPUS[gpu])
-        table = load_table(gpu)
-        for scheme, d in table.groupby("scheme"):
+        for scheme, d in tables[gpu].groupby("scheme"):
             params = {}
             if scheme in FITTED:
-                factor, bw, fixed_s = fit(hw, d[~d.held_out & (d.distribution == "balanced")], scheme, routing,
-                                          bandwidth_max)
+                factor, bw, fixed_s = trtllm_w4a16[gpu][0] if scheme == "mxfp4" and gpu in trtllm_w4a16 else fit(
+                    hw, d[~d.held_out & (d.distribution == "balanced")], scheme, routing, bandwidth_max)
                 hw_s = with_params(hw, FITTED[scheme], factor, bw, fixed_s)
                 params = {f"{FITTED[scheme]}_gemm_factor": round(factor, 3),
                           f"{FITTED[scheme]}_bandwidth_factor": round(bw, 3),
@@ -235,10 +244,31 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
                 measured = part.measured_s.to_numpy()
                 table = errors(predict(hw_s, part, scheme, routing), measured)
                 uniform = errors(predict(hw_s, part, scheme, other), measured)
+                shipped = ({"fit_all_shapes": _params("mxfp4", trtllm_w4a16[gpu][1])}
+                           if scheme == "mxfp4" and gpu in trtllm_w4a16 else {})
                 rows.append({"gpu": gpu, "format": scheme, "kernel": d.kernel_source.iloc[0], "distribution": dist,
                              "held_out_rows": len(part), "train_rows": int((~d.held_out).sum()), **table,
-                             **{f"{other}_{k}": v for k, v in uniform.items()}, **params})
+                             **{f"{other}_{k}": v for k, v in uniform.items()}, **params, **shipped})
     return rows
+
+
+def _fit_trtllm_w4a16(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table",
+                      bandwidth_max: float | None = None) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """MXFP4 W4A16 on the GPUs of `MXFP4_BF16_TRTLLM_FAMILIES` (FlashInfer's TRT-LLM mxfp4-bf16 MoE,
+    `roofline.cost.step_cost._mxfp4_bf16_moe_s`): `_fit_family` as for MXFP4 x MXFP8 (the fixed cost shared by the
+    family's GPUs, the factors per GPU, the mean absolute log error), on the balanced training rows and on every
+    balanced row (what the chip files ship): GPU -> (training fit, fit on all shapes)."""
+    hws = {g: load_profile(GPUS[g]) for g in gpus}
+    out: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    for family in sorted({hw.family for hw in hws.values() if hw.family in MXFP4_BF16_TRTLLM_FAMILIES}):
+        members = {g: hws[g] for g in hws if hws[g].family == family}
+        balanced = {g: tables[g][(tables[g].scheme == "mxfp4") & (tables[g].distribution == "balanced")]
+                    for g in members}
+        train = _fit_family(members, {g: b[~b.held_out] for g, b in balanced.items()}, "mxfp4", MXFP8_FIT_STARTS,
+                            routing, bandwidth_max, MXFP8_FIT_REDUCE)
+        every = _fit_family(members, balanced, "mxfp4", MXFP8_FIT_STARTS, routing, bandwidth_max, MXFP8_FIT_REDUCE)
+        out.update({g: (train[g], every[g]) for g in members})
+    return out
 
 
 def load_marlin_table(gpu: str) -> pd.DataFrame:
@@ -393,8 +423,13 @@ def run_mxfp8(gpus: list[str], routing: str = "table", bandwidth_max: float | No
 
 
 def _mxfp8_params(params: tuple[float, ...]) -> dict[str, float]:
+    return _params("mxfp4-mxfp8", params)
+
+
+def _params(scheme: str, params: tuple[float, ...]) -> dict[str, float]:
+    """A format's fitted (compute factor, bandwidth factor, fixed seconds) under their YAML names."""
     factor, bw, fixed_s = params
-    prefix = FITTED["mxfp4-mxfp8"]
+    prefix = FITTED[scheme]
     return {f"{prefix}_gemm_factor": round(factor, 3), f"{prefix}_bandwidth_factor": round(bw, 3),
             f"{prefix}_fixed_us": round(fixed_s * 1e6, 1)}
 
@@ -539,8 +574,9 @@ def main() -> None:
     for r in rows:
         fitted = {k: v for k, v in r.items() if k.startswith("moe_")}
         flag = "" if r["median_err"] <= TARGET else "  MISS"
+        shipped = f" (all shapes: {r['fit_all_shapes']})" if "fit_all_shapes" in r else ""
         print(f"{r['gpu']:9} {r['format']:9} {r['distribution']:15} {r['held_out_rows']:5d} {r['median_err']:7.1%} "
-              f"{r['p90_err']:7.1%} {r['bias']:+7.1%} {r[other + '_median_err']:8.1%}  {fitted or ''}{flag}")
+              f"{r['p90_err']:7.1%} {r['bias']:+7.1%} {r[other + '_median_err']:8.1%}  {fitted or ''}{shipped}{flag}")
     marlin_rows = run_marlin(args.gpus.split(","), args.routing, args.bandwidth_factor_max)
     print(f"\n{'gpu':9} {'Marlin':11} {'distribution':15} {'rows':>5} {'median':>7} {'p90':>7} {'bias':>7}  "
           "(leave-one-shape-out) fit on all shapes")

@@ -140,12 +140,17 @@ def test_engine_runs_qwen3_moe_and_refuses_the_other_moe_models() -> None:
 
 
 def test_mxfp4_experts_are_padded_as_the_default_kernel_pads_them() -> None:
-    # vLLM's TRT-LLM MXFP4 MoE on Blackwell: hidden 2880 -> 3072, intermediate 2880 -> 2944; OAI Triton on
-    # Hopper: intermediate per rank up to a multiple of 64 (TP 8: 360 -> 384).
-    assert _model("gpt-oss-120b", hw="b200").quant.expert_alignment == (256, 128)
+    # vLLM's TRT-LLM mxfp4-bf16 MoE on Blackwell: hidden and intermediate 2880 -> 3072 (256, as vLLM 0.18 and the
+    # operator tables: TP 8's 360 -> 512); OAI Triton on Hopper: intermediate per rank up to a multiple of 64
+    # (TP 8: 360 -> 384).
+    assert _model("gpt-oss-120b", hw="b200").quant.expert_alignment == (256, 256)
     b200 = next(o for o in _decode(_model("gpt-oss-120b", hw="b200"), 1, 100).ops if o.name == "moe_experts")
-    assert b200.weight_bytes == pytest.approx(36 * 4 * (3 * 3072 * 2944 * (0.5 + 1 / 32)
-                                                        + (2 * 2944 + 3072) * 2.0))
+    assert b200.weight_bytes == pytest.approx(36 * 4 * (3 * 3072 * 3072 * (0.5 + 1 / 32)
+                                                        + (2 * 3072 + 3072) * 2.0))
+    b200_tp8 = next(o for o in _decode(_model("gpt-oss-120b", tp=8, hw="b200"), 1, 100).ops
+                    if o.name == "moe_experts")
+    assert b200_tp8.weight_bytes == pytest.approx(36 * 4 * (3 * 3072 * 512 * (0.5 + 1 / 32)
+                                                            + (2 * 512 + 3072) * 2.0))
     h100_tp8 = next(o for o in _decode(_model("gpt-oss-120b", tp=8), 1, 100).ops if o.name == "moe_experts")
     assert h100_tp8.weight_bytes == pytest.approx(36 * 4 * (3 * 2880 * 384 * (0.5 + 1 / 32)
                                                             + (2 * 384 + 2880) * 2.0))
@@ -302,3 +307,24 @@ def test_mxfp8_experts_quantize_the_layers_input() -> None:
     assert moe_time_s(b200, *args, num_tokens=8192.0) > moe_time_s(b200, *args, num_tokens=2048.0)
     with pytest.raises(AssertionError, match="num_tokens"):
         moe_time_s(b200, *args)
+
+
+def test_blackwell_w4a16_experts_tile_tokens_up_to_32_and_reread_their_weights() -> None:
+    from roofline.cost.step_cost import TRTLLM_MXFP4_BF16_MOE_TILES, mxfp8_moe_tile_tokens
+    # bf16 activations: FlashInfer's tile candidates stop at 64, the untuned default one step below: 8, 16, then 32.
+    assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MXFP4_BF16_MOE_TILES] == [(16, 8), (32, 16), (np.inf, 32)]
+    assert list(mxfp8_moe_tile_tokens(np.array([1, 16, 17, 32, 33, 96, 5000]), TRTLLM_MXFP4_BF16_MOE_TILES)) == [
+        8, 8, 16, 16, 32, 32, 32]
+    # 10 tokens per expert: two 8-token tiles, each streaming the expert's weights (the B200 table: 1.6-1.75x).
+    b200 = load_profile("b200")
+    args = (np.array([8.0, 10.0]), np.array([128.0, 128.0]), 3072.0, 3072.0, "bf16", 0.5 + 1 / 32, 2.0, "mxfp4")
+    one, two = moe_time_s(b200, *args, num_tokens=np.array([8.0, 10.0]) * 128 / 4)
+    assert 1.4 * one < two < 2.2 * one
+    with pytest.raises(AssertionError, match="num_tokens"):
+        moe_time_s(b200, *args)
+
+
+def test_hopper_w4a16_experts_keep_the_oai_triton_description() -> None:
+    # The TRT-LLM description is Blackwell's: the same call on H100 takes the OAI Triton tiles (no num_tokens).
+    h100 = load_profile("h100-sxm")
+    assert moe_time_s(h100, 8.0, 128.0, 2880.0, 2880.0, "bf16", 0.5 + 1 / 32, 2.0, "mxfp4") > 0.0

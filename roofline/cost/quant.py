@@ -177,9 +177,11 @@ def resolve_for_model(quant: QuantConfig, spec: ModelSpec) -> QuantConfig:
 
 def resolve_for_hardware(quant: QuantConfig, family: str | None) -> QuantConfig:
     """Padding the device's default MXFP4 MoE kernel applies to the experts (vLLM 0.32
-    `mxfp4_round_up_hidden_size_and_intermediate_size`, layers/fused_moe/oracle/mxfp4.py): TRT-LLM on Blackwell
-    rounds hidden up to 256 and the per-rank intermediate size up to 128 (gpt-oss: 2880 -> 3072 and 2880 -> 2944,
-    9 % more expert bytes and FLOPs); the OAI Triton kernels on Hopper (and others) round the intermediate size
+    `mxfp4_round_up_hidden_size_and_intermediate_size`, layers/fused_moe/oracle/mxfp4.py): TRT-LLM mxfp4-bf16 on
+    Blackwell rounds hidden and the per-rank intermediate size up to 256 as vLLM 0.18 does (`Mxfp4MoEMethod.
+    create_weights`; 0.32 rounds the intermediate to 128): the vLLM 0.24 operator tables time gpt-oss's 90- and
+    180-wide per-rank experts alike and its 360-wide ones as 512, not 384 (gpt-oss: 2880 -> 3072 and 3072, 14 % more
+    expert bytes and FLOPs); the OAI Triton kernels on Hopper (and others) round the intermediate size
     up to 64 (gpt-oss at TP 8: 360 -> 384); Marlin (`--moe-backend marlin`) rounds hidden up to 256 and the
     intermediate size up to 128 on every GPU. MXFP8 activations (`--moe-backend flashinfer-mxfp4-mxfp8`) round both
     up to 256 (module docstring; gpt-oss at TP 8: 360 -> 512) and compute in fp8."""
@@ -189,6 +191,8 @@ def resolve_for_hardware(quant: QuantConfig, family: str | None) -> QuantConfig:
     if quant.moe_backend == MXFP8_MOE_BACKEND:
         return replace(quant, expert_quantization=scheme, expert_weight_bytes_per_param=weight_bytes,
                        expert_gemm_dtype="fp8", expert_alignment=(256, 256))
+    if quant.moe_backend == "auto" and family == "blackwell":  # TRT-LLM mxfp4-bf16: 256 wide, as vLLM 0.18 pads it
+        return replace(quant, expert_alignment=(256, 256))
     marlin = quant.moe_backend == "marlin"
     return replace(quant, expert_alignment=(256, 128) if family == "blackwell" or marlin else (1, 64))
 

@@ -242,6 +242,18 @@ TRTLLM_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], .
 # tile per expert -> two; 4096 -> 6144 tokens, 96 -> 144 per expert, 267 -> 392 us: tiles of 64 -> 128).
 TRTLLM_MXFP8_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
     (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((16, 8), (32, 16), (64, 32), (128, 64), (math.inf, 128)))
+# vLLM's default MXFP4 MoE on Blackwell, the same TRT-LLM fused MoE with bf16 activations (W4A16:
+# `FLASHINFER_TRTLLM_MXFP4_BF16`, FlashInfer `trtllm_fp4_block_scale_moe` with bf16 hidden states, routing inside
+# the kernel): its tile candidates stop at 64 tokens (128 and 256 are for non-bf16 activations only), so the untuned
+# default, one step below clamp(next power of 2 of T k / E, 8, 64), is 8 tokens up to 16 per expert, 16 up to 32,
+# then 32. The B200 table shows the steps (gpt-oss, top-4 of 32 and of 128 experts, moe_tp 1): 8 -> 10 tokens per
+# expert (one 8-token tile -> two) 0.122 -> 0.194 ms and 0.394 -> 0.691 ms; 64 -> 96 (two 32-token tiles -> three)
+# 0.224 -> 0.317 ms; 16 -> 20 and 32 -> 48 (the tile doubles with the tokens) no step; above 64 the time grows with
+# the 32-token tiles (2048 tokens per expert: 64 tiles, 6.0 ms; weights streamed 64 times at ~4.8 TB/s).
+TRTLLM_MXFP4_BF16_MOE_TILES: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
+    (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((16, 8), (32, 16), (math.inf, 32)))
+# Kernel families whose default MXFP4 MoE is that kernel (vLLM `_get_priority_backends_for_gpt_oss`: SM100).
+MXFP4_BF16_TRTLLM_FAMILIES = ("blackwell",)
 _MXFP8_BYTES_PER_ELEMENT = 1.0 + 1.0 / 32  # E4M3 values and one E8M0 scale per 32
 _K_BLOCK = 64  # K is consumed in blocks of 64 elements (128 bytes of bf16: one TMA/cp.async stage)
 _EIGHT_BIT = ("fp8", "int8")
@@ -813,6 +825,11 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
             kw["row_tiles"] = _poisson_row_tiles(tokens_per_expert * touched / num_experts, num_experts)
         return _mxfp4_mxfp8_moe_s(hw, tokens_per_expert, touched, hidden, inter, num_tokens, act_bytes,
                                   {**kw, "tiles": None, "tiles_8bit": TRTLLM_MXFP8_MOE_TILES_8BIT}) + fixed_s
+    if scheme == "mxfp4" and hw.family in MXFP4_BF16_TRTLLM_FAMILIES:
+        if row_tiles is None and num_experts is not None:  # serving: each expert's own count (as for MXFP8)
+            kw["row_tiles"] = _poisson_row_tiles(tokens_per_expert * touched / num_experts, num_experts)
+        return _mxfp4_bf16_moe_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_tokens, act_bytes,
+                                 {**kw, "tiles_8bit": None}) + fixed_s
     act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
     if scheme == "mxfp4-marlin" and num_experts is not None:
         return _marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw) + act + fixed_s
@@ -855,26 +872,60 @@ def _mxfp4_mxfp8_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any
     return quant + up + down + finalize
 
 
-def mxfp8_moe_tile_tokens(tokens_per_expert: Any) -> Any:
-    """The TRT-LLM MXFP8 MoE's token tile height for `tokens_per_expert` (`TRTLLM_MXFP8_MOE_TILES_8BIT`)."""
+def _mxfp4_bf16_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any,
+                      dtype: str, num_tokens: Any, act_bytes: float, kw: dict[str, Any]) -> Any:
+    """FlashInfer's TRT-LLM fused MoE on MXFP4 weights with bf16 activations (vLLM's default MXFP4 MoE on
+    Blackwell, `FLASHINFER_TRTLLM_MXFP4_BF16`, `TrtLlmMxfp4ExpertsMonolithic`), less its fixed cost: as
+    `_mxfp4_mxfp8_moe_s` without the input quantization, the math at the 16-bit peak (E2M1 weights converted in
+    the kernel), the tokens in `TRTLLM_MXFP4_BF16_MOE_TILES` tiles, each token tile streaming its expert's weight
+    tile again; GEMM1's epilogue applies the SwiGLU and writes `inter` bf16 values per routed token (no separate
+    activation kernel); finalize sums each token's top-k outputs. Without the re-reads (the 16-128-row tiles of
+    `MOE_W4A16_TILES`, one pass over the weights, fitted per chip) the held-out median error on B200 was 15.2-16.9 %
+    (+9 % bias; benchmarks/moe_accuracy.py)."""
+    assert num_tokens is not None, "the TRT-LLM MoE's finalize pass sums per token: num_tokens is needed"
+    bands = TRTLLM_MXFP4_BF16_MOE_TILES
+    tiles_per_expert = _token_tiles(kw["row_tiles"], touched, tokens_per_expert, bands) / _max(touched, 1e-30)
+    args = {**kw, "weight_bytes_per_param": kw["weight_bytes_per_param"] * tiles_per_expert}
+
+    def at(tm: int) -> Any:  # the 16-bit path takes the best of `tiles`: one tile, the kernel's
+        a = {**args, "tiles": ((tm, 128),)}
+        return (gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **{**a, "out_bytes": act_bytes / 2})
+                + gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **a))
+
+    finalize = (tokens_per_expert * touched + num_tokens) * hidden * act_bytes / (_bandwidth(hw)
+                                                                                 * hw.efficiency.memory_efficiency)
+    return _at_tile_heights(mxfp8_moe_tile_tokens(tokens_per_expert, bands), at) + finalize
+
+
+def mxfp8_moe_tile_tokens(tokens_per_expert: Any, bands: tuple[tuple[float, tuple[tuple[float, tuple[int, int]],
+                                                                                 ...]], ...]
+                          = TRTLLM_MXFP8_MOE_TILES_8BIT) -> Any:
+    """The TRT-LLM MXFP4 MoE's token tile height for `tokens_per_expert`: with MXFP8 activations
+    (`TRTLLM_MXFP8_MOE_TILES_8BIT`) or the `bands` of another activation (`TRTLLM_MXFP4_BF16_MOE_TILES`)."""
     x = np.asarray(tokens_per_expert, dtype=np.float64)
-    bands = TRTLLM_MXFP8_MOE_TILES_8BIT
     out = np.select([x <= hi for hi, _ in bands[:-1]], [float(by_n[0][1][0]) for _, by_n in bands[:-1]],
                     float(bands[-1][1][0][1][0]))
     return float(out) if out.ndim == 0 else out
 
 
-def _token_tiles(row_tiles: Callable[[int], Any] | None, touched: Any, tokens_per_expert: Any) -> Any:
-    """Token tiles of all touched experts at the MXFP8 MoE's tile height: `row_tiles` (the tables' loads) or
-    `touched` experts of `tokens_per_expert` each."""
-    tm = mxfp8_moe_tile_tokens(tokens_per_expert)
+def _token_tiles(row_tiles: Callable[[int], Any] | None, touched: Any, tokens_per_expert: Any,
+                 bands: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...]
+                 = TRTLLM_MXFP8_MOE_TILES_8BIT) -> Any:
+    """Token tiles of all touched experts at the TRT-LLM MXFP4 MoE's tile height (`mxfp8_moe_tile_tokens` of
+    `bands`): `row_tiles` (the tables' loads) or `touched` experts of `tokens_per_expert` each."""
+    tm = mxfp8_moe_tile_tokens(tokens_per_expert, bands)
     if row_tiles is None:
         return touched * _ceil(tokens_per_expert / tm)
+    return _at_tile_heights(tm, row_tiles)
+
+
+def _at_tile_heights(tm: Any, at: Callable[[int], Any]) -> Any:
+    """`at(tile height)` for each element's own tile height `tm` (a float: one height), each height evaluated once."""
     if isinstance(tm, float):
-        return row_tiles(int(tm))
+        return at(int(tm))
     out = np.zeros(np.shape(tm))
     for b in np.unique(tm):
-        out = np.where(tm == b, row_tiles(int(b)), out)
+        out = np.where(tm == b, at(int(b)), out)
     return out
 
 
