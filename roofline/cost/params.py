@@ -181,7 +181,9 @@ class EfficiencyParams:
     # tables' own token distributions and per-expert loads (`roofline.calibration.moe_routing`, 2026-11-24); held-out
     # median error balanced / power law 1.01 / 1.2: fp8-block (H100) 5.0 / 5.1 / 5.0 %, MXFP4 (H100) 6.0 / 11.4 /
     # 12.1 %, NVFP4 (B200) 10.6 / 11.7 / 12.5 % (BENCHMARKS.md, issue 17). The Blackwell chip files carry their own
-    # fp8-block fits (FlashInfer TRT-LLM, `roofline.cost.step_cost.TRTLLM_MOE_TILES_8BIT`).
+    # fp8-block fits (FlashInfer TRT-LLM, `roofline.cost.step_cost.TRTLLM_MOE_TILES_8BIT`) and their MXFP4 W4A16
+    # fits (FlashInfer TRT-LLM mxfp4-bf16, `roofline.cost.step_cost._mxfp4_bf16_moe_s`): these W4A16 values are
+    # Hopper's (OAI Triton).
     moe_fp8_block_gemm_factor: float = 0.436
     moe_fp8_block_fixed_s: float = 25.8e-6
     moe_fp8_block_bandwidth_factor: float = 1.174

@@ -194,7 +194,8 @@ def gemm_kernels(family: str | None) -> GemmKernels:
     return _GEMM_KERNELS.get(family or "", SM90_GEMM_KERNELS)
 
 
-# Weight-only W4A16 MXFP4 MoE (OAI Triton `matmul_ogs` on Hopper, TRT-LLM on Blackwell): the row tile follows the
+# Weight-only W4A16 MXFP4 MoE (OAI Triton `matmul_ogs` on Hopper; Blackwell's TRT-LLM kernel tiles as
+# `TRTLLM_MXFP4_BF16_MOE_TILES`, `_mxfp4_bf16_moe_s`): the row tile follows the
 # tokens per expert down to 16 rows, no split-K (cuBLAS's 64-row minimum wastes most of a tile on the few tokens
 # an expert gets in decode). With these tiles the held-out error on the MXFP4 tables drops from 15-22 % to 9-16 %
 # (benchmarks/moe_accuracy.py).
@@ -249,7 +250,7 @@ TRTLLM_MXFP8_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, in
 # then 32. The B200 table shows the steps (gpt-oss, top-4 of 32 and of 128 experts, moe_tp 1): 8 -> 10 tokens per
 # expert (one 8-token tile -> two) 0.122 -> 0.194 ms and 0.394 -> 0.691 ms; 64 -> 96 (two 32-token tiles -> three)
 # 0.224 -> 0.317 ms; 16 -> 20 and 32 -> 48 (the tile doubles with the tokens) no step; above 64 the time grows with
-# the 32-token tiles (2048 tokens per expert: 64 tiles, 6.0 ms; weights streamed 64 times at ~4.8 TB/s).
+# the 32-token tiles (2048 tokens per expert: 64 tiles, 6.0 ms; weights streamed 64 times at ~5.1 TB/s).
 TRTLLM_MXFP4_BF16_MOE_TILES: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
     (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((16, 8), (32, 16), (math.inf, 32)))
 # Kernel families whose default MXFP4 MoE is that kernel (vLLM `_get_priority_backends_for_gpt_oss`: SM100).
@@ -786,7 +787,8 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     bf16 (Triton / FlashInfer) moe_compute_efficiency (compute only) and moe_fixed_s; per-tensor fp8
     (FlashInfer CUTLASS / TRT-LLM) moe_fp8_*; block-scaled fp8 (Triton w8a8 block on Hopper, FlashInfer TRT-LLM
     on Blackwell with its token tiles, `TRTLLM_MOE_TILES_8BIT`) moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on
-    Hopper, TRT-LLM mxfp4-bf16 on Blackwell: 4-bit weights dequantized in the kernel, bf16 math) moe_w4a16_*;
+    Hopper; TRT-LLM mxfp4-bf16 on Blackwell, `_mxfp4_bf16_moe_s`, which needs `num_tokens`: 4-bit weights
+    dequantized in the kernel, bf16 math) moe_w4a16_*;
     NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin
     ("mxfp4-marlin", `--moe-backend marlin`: W4A16, `marlin_moe_gemm_time_s` given `num_experts`) moe_w4a16_marlin_*;
     MXFP4 with MXFP8 activations ("mxfp4-mxfp8", `--moe-backend flashinfer-mxfp4-mxfp8`, `dtype` fp8:
