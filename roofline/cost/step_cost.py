@@ -509,7 +509,7 @@ def deepgemm_sm90_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weigh
     """DeepGEMM's SM90 fp8 GEMM with the layout of `deepgemm_sm90_layout`: ceil(tiles / SMs) waves of
     2*block_m*block_n*(k + gemm_fp8_block_tile_fixed_k) FLOPs per SM at gemm_fp8_compute_efficiency *
     gemm_fp8_block_factor of the fp8 peak; bytes at gemm_fp8_memory_efficiency; overlapped as `_overlap`; plus
-    kernel_fixed_s."""
+    kernel_fixed_s. On a chip with a `power_limit` (GB200), math longer than its after_s runs at its clock_factor."""
     block_m, block_n = deepgemm_sm90_layout(m, n, k, hw.num_compute_units)
     return _deepgemm_gemm_time_s(hw, m, n, k, block_m, block_n, _K_BLOCK, weight_bytes_per_param, in_bytes,
                                  out_bytes)
