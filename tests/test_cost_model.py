@@ -10,7 +10,7 @@ from engine.core.model_spec import ModelSpec
 from roofline.calibration.calibrate import OP_TABLE_STAGES, stage_params
 from roofline.calibration.fit import fit, with_params
 from roofline.cost import step_cost
-from roofline.cost.hardware import load_profile, parse_profile
+from roofline.cost.hardware import PowerLimit, load_profile, parse_profile
 from roofline.cost.params import EfficiencyParams, ExecutorParams
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import (
@@ -23,6 +23,7 @@ from roofline.cost.step_cost import (
     attention_prefill_time_s,
     gemm_kernels,
     gemm_time_s,
+    linear_time_s,
     predict_single_ops,
 )
 from roofline.errors import UserError
@@ -290,6 +291,27 @@ def test_sustained_clock_factor_speeds_dense_gemm_math_and_fixed_costs_not_hbm()
     # fused-MoE grouped GEMMs (other kernels, fitted per chip) are not scaled
     assert gemm_time_s(faster, 64, 4096, 4096, "bf16", 2.0, 2.0, 2.0, groups=8, cublas=False) == \
         gemm_time_s(b200, 64, 4096, 4096, "bf16", 2.0, 2.0, 2.0, groups=8, cublas=False)
+
+
+def test_power_limit_slows_only_long_deepgemm_math():
+    # B200 with GB200's kind of power limit: a call whose DeepGEMM math at the full clock lasts longer than after_s
+    # runs it at clock_factor; shorter calls, bytes and Hopper's DeepGEMM are untouched
+    b200 = load_profile("b200")
+    limited = replace(b200, power_limit=PowerLimit(after_s=4e-3, clock_factor=0.5))
+    no_memory = {"memory_bandwidth_bytes_per_s": 1e30}
+    shapes = np.array([[4096.0, 4096.0, 4096.0], [32768.0, 65536.0, 51200.0]])
+    m, n, k = shapes.T
+    base = linear_time_s(replace(b200, **no_memory), m, n, k, "fp8", 1.0, 2.0, "fp8-block")
+    slow = linear_time_s(replace(limited, **no_memory), m, n, k, "fp8", 1.0, 2.0, "fp8-block")
+    assert slow[0] == base[0] and base[1] > 4e-3
+    fixed = b200.efficiency.kernel_fixed_s * 2  # the quantization kernel's and the GEMM's
+    assert slow[1] - fixed == pytest.approx(2 * (base[1] - fixed), rel=1e-3)  # the quantization pass: no bytes here
+    # the scalar (simulator) path agrees with the array path
+    assert linear_time_s(limited, 32768, 65536, 51200, "fp8", 1.0, 2.0, "fp8-block") == pytest.approx(
+        float(linear_time_s(limited, m, n, k, "fp8", 1.0, 2.0, "fp8-block")[1]), rel=1e-12)
+    # the family's cuBLAS / CUTLASS GEMMs are not limited (only DeepGEMM's tables show it)
+    assert gemm_time_s(limited, 32768, 65536, 51200, "bf16", 2.0, 2.0, 2.0) == \
+        gemm_time_s(b200, 32768, 65536, 51200, "bf16", 2.0, 2.0, 2.0)
 
 
 def test_fa2_decode_units_pay_their_wave_not_prologue_bytes():

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from roofline.cli import main
-from roofline.cost.hardware import DTYPES, dump_profile, load_profile, parse_profile, read_profile_dict
+from roofline.cost.hardware import DTYPES, PowerLimit, dump_profile, load_profile, parse_profile, read_profile_dict
 from roofline.cost.params import EfficiencyParams
 from roofline.errors import UserError
 from roofline.registry import list_ids, resolve
@@ -140,6 +140,21 @@ def test_exp_throughput_factor_defaults_to_one_and_needs_a_source(tmp_path: Path
     assert load_profile(_write(tmp_path, data)).exp_throughput_factor == 2.0
     with pytest.raises(UserError, match="exp_throughput_factor: must be a positive number, got 0"):
         load_profile(_write(tmp_path, data | {"exp_throughput_factor": 0}))
+
+
+def test_power_limit_defaults_to_none_needs_a_source_and_a_fraction(tmp_path: Path) -> None:
+    assert load_profile("b200").power_limit is None and load_profile("gb200").power_limit is not None
+    data = _h100() | {"power_limit": {"after_ms": 4.0, "clock_factor": 0.5}}
+    with pytest.raises(UserError, match="no source for 'power_limit.after_ms'"):
+        load_profile(_write(tmp_path, data))
+    data["sources"] = data["sources"] | {"power_limit": "fitted: a table"}
+    assert load_profile(_write(tmp_path, data)).power_limit == PowerLimit(after_s=4e-3, clock_factor=0.5)
+    with pytest.raises(UserError, match=r"power_limit: clock_factor: must be in \(0, 1\]"):
+        load_profile(_write(tmp_path, data | {"power_limit": {"after_ms": 4.0, "clock_factor": 1.5}}))
+    with pytest.raises(UserError, match="power_limit: must be a mapping with exactly the keys after_ms, clock_factor"):
+        load_profile(_write(tmp_path, data | {"power_limit": {"after_ms": 4.0}}))
+    with pytest.raises(UserError, match="power_limit: after_ms: must be a positive number, got 0"):
+        load_profile(_write(tmp_path, data | {"power_limit": {"after_ms": 0, "clock_factor": 0.5}}))
 
 
 def test_sustained_clock_factor_defaults_to_one_and_needs_a_source(tmp_path: Path) -> None:

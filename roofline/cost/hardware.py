@@ -36,6 +36,11 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
                                         #   the fixed latencies of the family's dense GEMM kernels, not HBM
                                         #   (roofline.cost.step_cost.gemm_time_s); NVIDIA publishes no sustained
                                         #   clocks, so it is fitted on the chip's own GEMM tables
+    power_limit:                        # optional: the clock a long compute-bound call settles at once the chip's
+      after_ms: 4.4                     #   power limit holds it down: a DeepGEMM call whose math at the full
+      clock_factor: 0.52                #   clock lasts longer than after_ms runs its math at clock_factor of it
+                                        #   (roofline.cost.step_cost._deepgemm_gemm_time_s); fitted on the chip's
+                                        #   own tables (NVIDIA publishes no sustained clocks)
     sources: {field or field.subfield: text or URL}   # one for every number above and in efficiency/executor
     family: hopper                      # optional: the kernel family whose efficiency/executor this chip shares
     operator_tables: h100_sxm           # optional: the aiconfigurator-core system with this chip's measured tables
@@ -92,7 +97,7 @@ _TOP_KEYS: dict[str, bool] = {
     "interconnect": True, "pcie_bandwidth_gb_per_s_per_direction": True, "tdp_w": True, "sources": True,
     "efficiency": False, "executor": False, "measured": False, "calibration": False, "family": False,
     "operator_tables": False, "exp_throughput_factor": False, "weight_streaming": False,
-    "sustained_clock_factor": False,
+    "sustained_clock_factor": False, "power_limit": False,
 }
 # The CPU engines a `weight_streaming` curve may describe: `roofline.cost.step_cost.CPU_ENGINES` (checked equal there).
 STREAMING_ENGINES = ("roofline-engine", "vllm-cpu")
@@ -119,6 +124,16 @@ class Interconnect:
     bandwidth_bytes_per_s_per_direction: float
     latency_s: float  # a latency-bound collective's fixed time (the alpha of alpha + bytes / bandwidth)
     max_num_gpus: int  # devices one link domain joins; tensor parallelism beyond it goes over the network
+
+
+@dataclass(frozen=True)
+class PowerLimit:
+    """A chip's power limit on long compute-bound calls: a call whose math at the full clock lasts longer than
+    `after_s` runs it at `clock_factor` of that clock (the SM clock the limit settles at). Seen on GB200's DeepGEMM
+    tables (BENCHMARKS.md, issue 17); NVIDIA publishes no sustained clocks, so both are fitted on the chip's tables."""
+
+    after_s: float
+    clock_factor: float  # in (0, 1]
 
 
 @dataclass(frozen=True)
@@ -210,6 +225,8 @@ class HardwareProfile:
     exp_throughput_factor: float = 1.0
     # Sustained SM clock relative to the family's base chip (B300 against B200); see the schema above.
     sustained_clock_factor: float = 1.0
+    # The power-limited clock of long compute-bound calls (GB200); None: no such limit described. See the schema.
+    power_limit: PowerLimit | None = None
     provenance: Provenance = field(default=Provenance("datasheet-only"), compare=False, hash=False)
     # CPU only: (engine, its GEMM weight-streaming curve) pairs, `STREAMING_ENGINES` order; see `StreamingCurve`.
     weight_streaming: tuple[tuple[str, StreamingCurve], ...] = ()
@@ -236,6 +253,9 @@ class HardwareProfile:
             line = f"{self.id}: fitted ({p.family} family: {p.fitted_on})"
             if self.sustained_clock_factor != 1.0:
                 line += f"; sustained clock factor {self.sustained_clock_factor:g} fitted on its own GEMM tables"
+            if self.power_limit is not None:
+                line += (f"; power-limited clock {self.power_limit.clock_factor:g} after "
+                         f"{self.power_limit.after_s * 1e3:g} ms of DeepGEMM math fitted on its own GEMM tables")
             return line + (f"; held-out median error {errors}" if errors else "")
         if p.status == "family":
             line = f"{self.id}: no operator tables of its own; {p.family} family parameters (fitted on {p.fitted_on})"
@@ -354,6 +374,7 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         else 1.0,
         sustained_clock_factor=_positive(data, "sustained_clock_factor", where)
         if "sustained_clock_factor" in data else 1.0,
+        power_limit=_power_limit(data["power_limit"], where) if "power_limit" in data else None,
         weight_streaming=_weight_streaming(data.get("weight_streaming"), kind, where),
     )
     profile = replace(profile, provenance=_provenance(profile, family))
@@ -413,6 +434,16 @@ def _positive(data: dict[str, Any], key: str, where: str) -> float:
     if not _is_number(value) or not value > 0:
         raise UserError(f"{where}: {key}: must be a positive number, got {value!r}")
     return float(value)
+
+
+def _power_limit(data: Any, where: str) -> PowerLimit:
+    where = f"{where}: power_limit"
+    if not isinstance(data, dict) or set(data) != {"after_ms", "clock_factor"}:
+        raise UserError(f"{where}: must be a mapping with exactly the keys after_ms, clock_factor; got {data!r}")
+    clock_factor = _positive(data, "clock_factor", where)
+    if clock_factor > 1.0:
+        raise UserError(f"{where}: clock_factor: must be in (0, 1] (a fraction of the full clock), got {clock_factor!r}")
+    return PowerLimit(after_s=_positive(data, "after_ms", where) * 1e-3, clock_factor=clock_factor)
 
 
 def _optional_positive(data: dict[str, Any], key: str, where: str) -> float | None:
