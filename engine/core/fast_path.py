@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from engine.core.block_hash import MASK_63, constant_block_contents
 from engine.core.request import Request, RequestStatus
 from engine.core.step_plan import ColumnRows, StepPlan
 
@@ -44,7 +43,8 @@ class RunningColumns:
     - a decoder, which has sampled a token at every update since it joined: after `num_updates` updates it
       holds `_col_off + num_updates` tokens, of which all but the last are computed (all once scheduled, until
       the update), in ceil(computed / block_size) blocks. So at the update count u it fills a block when
-      (_col_off + u) % block_size == 0 (hashed then, registered at the next schedule, which also opens a block
+      (_col_off + u) % block_size == 0 (registered at the next schedule, hashed only if a lookup walks into
+      it, `BlockPool`'s lazy chains; the next schedule also opens a block
       for the next token one update later), and stops when _col_off + u reaches its max_num_tokens: decoders
       are kept by `_col_off % block_size` (`by_phase`, each in queue order) and by the update count of
       their stop (`stopping`);
@@ -57,12 +57,10 @@ class RunningColumns:
     the period ends). This is the one place outside `Request` that touches its storage (`_output_ids`,
     `_token_times`, `_num_computed`, `_cols`, `_col_off`, `_col_seq`)."""
 
-    def __init__(self, reqs: list[Request], token: int, num_positions: int, block_size: int) -> None:
+    def __init__(self, reqs: list[Request], token: int, block_size: int) -> None:
         self.reqs = reqs
         self.token = token
         self.block_size = block_size
-        # What hashes a whole block of `token` only inline, below num_positions (`constant_block_contents`).
-        self.block_contents = constant_block_contents(token, block_size, -(-num_positions // block_size))
         self.times: list[float | None] = []  # now_s of every update of the period
         self.times_complete = True  # no update without a time (whose tokens get none, as in the object path)
         self.num_updates = 0
@@ -277,8 +275,7 @@ class FastPath:
             if len(plan.requests) != len(running) or not all(map(operator.is_, plan.requests, running)):
                 return None
             kv = self.sched.kv
-            num_positions = self.sched.config.max_model_len + kv.block_size
-            cols = self.columns = RunningColumns(running, token, num_positions, kv.block_size)
+            cols = self.columns = RunningColumns(running, token, kv.block_size)
             new = running[:]
             new_emits = plan.emits
         else:
@@ -356,30 +353,17 @@ class FastPath:
 
     def _update_columns(self, cols: RunningColumns, new: list[Request], new_emits: list[bool],
                         now_s: float | None) -> list[Request]:
-        """`update_from_output` on the columns: the decoders whose update count it is fill a block (hashed) or
-        stop; the last step's prefills and this step's admissions sample their first token of the period (or
-        not, for a prompt chunk) and become decoders. The same checks, in the same order, as the scheduler's
-        `_check_stop`."""
+        """`update_from_output` on the columns: the decoders whose update count it is stop (a filled block
+        waits for the next schedule, which registers it); the last step's prefills and this step's admissions
+        sample their first token of the period (or not, for a prompt chunk) and become decoders. The same checks,
+        in the same order, as the scheduler's `_check_stop`."""
         sched = self.sched
         num_updates = cols.num_updates = cols.num_updates + 1
         cols.scheduled = False
         cols.times.append(now_s)
         if now_s is None:
             cols.times_complete = False
-        bs = cols.block_size
-        caching = sched.kv.enable_caching
         finished: list[tuple[Request, RequestStatus]] = []
-        if caching:
-            filled = cols.by_phase[-num_updates % bs]
-            if filled:
-                contents = cols.block_contents
-                for req in filled:
-                    num_tokens = req._col_off + num_updates  # type: ignore[operator]  # decoders have one
-                    if req.num_prompt_tokens + len(req._output_ids) <= num_tokens - bs:  # a block of `token` only
-                        hashes = req.block_hashes
-                        hashes.append((hashes[-1] + contents[num_tokens // bs - 1]) & MASK_63)
-                    else:
-                        self._hash_block(cols, req, num_tokens)
         stops = cols.stopping.pop(num_updates, None)
         if stops:
             finished = [(req, _CAPPED) for req in stops]
@@ -428,15 +412,13 @@ class FastPath:
 
     def _start_decoding(self, cols: RunningColumns, req: Request, num_updates: int,
                         finished: list[tuple[Request, RequestStatus]]) -> bool:
-        """A row's first sampled token of the period (its outputs are all written): hash a block it fills, then
-        stop it (listed in `finished`) or make it a decoder. True if it decodes on."""
+        """A row's first sampled token of the period (its outputs are all written): stop it (listed in
+        `finished`) or make it a decoder. True if it decodes on."""
         sched = self.sched
         num_tokens = req.num_prompt_tokens + len(req._output_ids) + 1
         req._col_off = off = num_tokens - num_updates
         if num_tokens == req.num_prompt_tokens + 1:
             sched.num_running_without_output -= 1
-        if sched.kv.enable_caching and num_tokens % cols.block_size == 0:
-            self._hash_block(cols, req, num_tokens)
         if cols.token in req.stop_token_set:
             finished.append((req, _STOPPED))
         elif num_tokens >= req.max_num_tokens:
@@ -445,14 +427,3 @@ class FastPath:
             cols.add_decoder(req, off)
             return True
         return False
-
-    def _hash_block(self, cols: RunningColumns, req: Request, num_tokens: int) -> None:
-        """Hash the block that `num_tokens` tokens fill, some of them not written into the request yet."""
-        written = req.num_prompt_tokens + len(req._output_ids)
-        start = num_tokens - cols.block_size
-        p = req.num_prompt_tokens
-        if start < p:  # the written ones read directly: `token_ids` would write this period's into the request
-            tokens = req.prompt_array[start:].tolist() + req._output_ids
-        else:
-            tokens = req._output_ids[start - p:]
-        self.sched.kv.hash_next_block(req, tokens + [cols.token] * (num_tokens - written))

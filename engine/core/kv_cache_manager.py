@@ -2,7 +2,6 @@
 `single_type_kv_cache_manager.py` for full attention, `kv_cache_utils.py` for the hashes).
 
     kv = KVCacheManager(CacheConfig(num_blocks=1024, block_size=16), max_model_len=4096)
-    kv.update_block_hashes(req)                       # after tokens are appended
     hit_block_ids, num_hit_tokens = kv.get_computed_blocks(req)
     if kv.allocate_slots(req, num_new_tokens, hit_block_ids):   # False: does not fit, nothing changed
         ...                                            # req.block_ids: the block table
@@ -12,10 +11,13 @@
 Prefix caching: every full block of a request's tokens (prompt and generated) gets a hash of all tokens from the
 start of the request to its end (`engine.core.block_hash`, chained from block to block as vLLM chains
 `hash((parent_hash, tokens_of_block))`); a block is reused only if all blocks before it were too. Hashes are
-deterministic (no per-process salt), so schedules are reproducible. A full hit still recomputes the last prompt
-token to get its logits: hits are capped at `num_tokens - 1` tokens, rounded down to whole blocks, so a prompt that
-is an exact multiple of the block size recomputes its whole last block (as vLLM does). Blocks are registered in the
-cache as soon as they are full of *scheduled* tokens (vLLM caches in `allocate_slots`, before the step runs; a
+deterministic (no per-process salt), so schedules are reproducible. They are computed when first needed
+(`ensure_block_hashes`): a lookup needs the first block's, and the rest only if some chain starts with it; a
+chain is registered with the hash of its first block and placeholders (`BlockPool.register_chain`'s lazy
+chains), and hashed when a lookup walks into it. Most requests are never hashed past their first block.
+A full hit still recomputes the last prompt token to get its logits: hits are capped at `num_tokens - 1` tokens,
+rounded down to whole blocks, so a prompt that is an exact multiple of the block size recomputes its whole last
+block (as vLLM does). Blocks are registered in the cache as soon as they are full of *scheduled* tokens (vLLM caches in `allocate_slots`, before the step runs; a
 request admitted later in the same step may hit them, which is why the engine writes all new KV of a layer before
 attention reads it).
 """
@@ -23,10 +25,11 @@ attention reads it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
-from engine.core.block_hash import ROOT_BLOCK_HASH, block_hash, prompt_block_hashes
+from engine.core.block_hash import MASK_63, ROOT_BLOCK_HASH, block_hash, constant_block_terms, prompt_block_hashes
 from engine.core.block_pool import BlockPool
 from engine.core.config import CacheConfig
 from engine.core.request import Request
@@ -54,39 +57,62 @@ class KVCacheManager:
         return self.pool.num_usable_blocks
 
     def update_block_hashes(self, req: Request) -> None:
-        """Hash the blocks of `req` that became full since the last call (no-op without prefix caching): those
-        inside the prompt by array operations on its ids, the others one by one."""
-        if not self.enable_caching:
-            return
-        bs = self.block_size
+        """Hash every full block of `req` now (no-op without prefix caching); the scheduler leaves it to
+        `ensure_block_hashes`, on demand."""
+        if self.enable_caching:
+            self.ensure_block_hashes(req, req.num_tokens // self.block_size)
+
+    def ensure_block_hashes(self, req: Request, num_blocks: int) -> None:
+        """Extend `req.block_hashes` to the first `num_blocks` blocks (full, of known tokens): those inside the
+        prompt by array operations on its ids, the others one by one (a block of one repeated token, the
+        simulator's generated ones, by one multiplication)."""
         hashes = req.block_hashes
         num_hashed = len(hashes)
-        num_full = req.num_tokens // bs
-        if num_full <= num_hashed:
+        if num_blocks <= num_hashed:
             return
+        bs = self.block_size
         parent = hashes[-1] if hashes else ROOT_BLOCK_HASH
-        num_prompt_blocks = min(num_full, req.num_prompt_tokens // bs)
-        if num_prompt_blocks > num_hashed:
+        num_prompt_blocks = min(num_blocks, req.num_prompt_tokens // bs)
+        if num_prompt_blocks == num_hashed + 1:  # one block (a chain's first): Python ints beat numpy's calls
+            hashes.append(block_hash(parent, req.prompt_array[num_hashed * bs:num_prompt_blocks * bs].tolist(),
+                                     num_hashed * bs))
+        elif num_prompt_blocks > num_hashed:
             hashes.extend(prompt_block_hashes(parent, req.prompt_array[num_hashed * bs:num_prompt_blocks * bs],
                                               num_hashed * bs, bs))
-        for k in range(len(hashes), num_full):
-            hashes.append(block_hash(hashes[-1] if hashes else ROOT_BLOCK_HASH, req.token_ids(k * bs, (k + 1) * bs),
-                                     k * bs))
-
-    def hash_next_block(self, req: Request, block_token_ids: Sequence[int]) -> None:
-        """Append the hash of the request's next full block, whose tokens are `block_token_ids` (the scheduler
-        passes them when it has not written the generated tokens into the request yet)."""
-        hashes = req.block_hashes
-        hashes.append(block_hash(hashes[-1] if hashes else ROOT_BLOCK_HASH, block_token_ids,
-                                 len(hashes) * self.block_size))
+        for k in range(len(hashes), num_blocks):
+            tokens = req.token_ids(k * bs, (k + 1) * bs)
+            parent = hashes[-1] if hashes else ROOT_BLOCK_HASH
+            if tokens.count(tokens[0]) == bs:
+                weight, sums = constant_block_terms(tokens[0], (k + 1) * bs + 1)
+                hashes.append((parent + weight * (sums[(k + 1) * bs] - sums[k * bs])) & MASK_63)
+            else:
+                hashes.append(block_hash(parent, tokens, k * bs))
 
     def get_computed_blocks(self, req: Request) -> tuple[list[int], int]:
         """The longest run of cached full blocks from the start of `req`, at most `num_tokens - 1` tokens: their
         ids and the number of tokens they hold."""
         if not self.enable_caching:
             return [], 0
-        hits = self.pool.find_longest_cache_hit(req.block_hashes, (req.num_tokens - 1) // self.block_size)
+        max_num_blocks = (req.num_tokens - 1) // self.block_size
+        if max_num_blocks <= 0:
+            return [], 0
+        # A hit starts at the first block: the rest of the request is hashed only if some chain starts there.
+        self.ensure_block_hashes(req, 1)
+        if not self.pool.may_hit(req.block_hashes[0]):
+            return [], 0
+        self.ensure_block_hashes(req, max_num_blocks)
+        hits = self.pool.find_longest_cache_hit(req.block_hashes, max_num_blocks)
         return hits, len(hits) * self.block_size
+
+    def _register(self, req: Request, start: int, end: int) -> None:
+        """Register req.block_ids[start:end] in its chain, lazily hashed; a new chain needs its first hash."""
+        chain = req.cache_chain
+        if chain is None:
+            self.ensure_block_hashes(req, start + 1)
+            req.cache_chain = self.pool.register_chain(None, req.block_ids, req.block_hashes, start, end,
+                                                       partial(self.ensure_block_hashes, req))
+        else:
+            self.pool.register_chain(chain, req.block_ids, req.block_hashes, start, end)
 
     def allocate_slots(
         self,
@@ -154,8 +180,7 @@ class KVCacheManager:
             num_full_blocks = min(num_computed + num_new_tokens, num_tokens) // bs
             num_cached = req.num_cached_blocks
             if num_full_blocks > num_cached:
-                req.cache_chain = pool.register_chain(req.cache_chain, req.block_ids, req.block_hashes, num_cached,
-                                                      num_full_blocks)
+                self._register(req, num_cached, num_full_blocks)
                 req.num_cached_blocks = num_full_blocks
         return True
 
@@ -172,23 +197,21 @@ class KVCacheManager:
         if filling:
             pool = self.pool
             block_ids: list[int] = []
-            block_hashes: list[int] = []
             chains: list[int] = []
             for req in filling:
                 k = req.num_cached_blocks
                 chain = req.cache_chain
                 if chain is None:  # its block list's first block of its own: a new chain (after the ones before)
                     if block_ids:
-                        pool.register_ends(chains, block_ids, block_hashes)
-                        block_ids, block_hashes, chains = [], [], []
-                    req.cache_chain = pool.register_chain(None, req.block_ids, req.block_hashes, k, k + 1)
+                        pool.register_ends(chains, block_ids)
+                        block_ids, chains = [], []
+                    self._register(req, k, k + 1)
                 else:
                     block_ids.append(req.block_ids[k])
-                    block_hashes.append(req.block_hashes[k])
                     chains.append(chain)
                 req.num_cached_blocks = k + 1
             if block_ids:
-                pool.register_ends(chains, block_ids, block_hashes)
+                pool.register_ends(chains, block_ids)
 
     def free(self, req: Request) -> None:
         """Release all blocks of `req`, last block first so a chain is evicted from its tail."""

@@ -129,8 +129,8 @@ class Request:
         self.status = RequestStatus.WAITING
         # KV bookkeeping, owned by KVCacheManager: the ids of the blocks held (in token order; a new list
         # whenever the blocks are freed, so a plan's (list, length) snapshot of a table stays valid), the
-        # chained hash of every full block of all_token_ids, and how many leading blocks are registered in
-        # the prefix cache.
+        # chained hashes of the first full blocks of all_token_ids (computed when first needed, so maybe none),
+        # and how many leading blocks are registered in the prefix cache.
         self.block_ids: list[int] = []
         self.block_hashes: list[int] = []
         self.num_cached_blocks = 0
@@ -139,8 +139,8 @@ class Request:
         # capped by max_model_len) and the tokens that stop it (EOS unless ignore_eos, stop_token_ids).
         self.max_num_tokens = 0
         self.stop_token_set: frozenset[int] = frozenset()
-        # The length at which update_from_output next needs a closer look (first token, a block to hash,
-        # max_num_tokens), so the common case costs one comparison.
+        # The length at which update_from_output next needs a closer look (first token, max_num_tokens), so
+        # the common case costs one comparison.
         self.next_check_len = 0
         # Metrics: the time of every output token (kept across preemptions).
         self.first_scheduled_time_s: float | None = None

@@ -104,7 +104,6 @@ class Scheduler:
             stop.add(req.eos_token_id)
         req.stop_token_set = frozenset(stop)
         req.next_check_len = req.num_prompt_tokens + 1
-        self.kv.update_block_hashes(req)
         self.waiting.add_request(req)
         self.requests[req.request_id] = req
 
@@ -296,23 +295,18 @@ class Scheduler:
         return finished
 
     def _check_stop(self, req: Request, token: int, now_s: float | None) -> bool:
-        """The rare events of a new token: the first output, a full block to hash, a stop (vLLM's
+        """The rare events of a new token: the first output, a stop (vLLM's
         check_stop order: EOS unless ignore_eos and stop tokens, then the length limits). True if finished."""
         num_tokens = req.num_tokens
         if num_tokens == req.num_prompt_tokens + 1:
             self.num_running_without_output -= 1
-        kv = self.kv
-        bs = kv.block_size
-        if kv.enable_caching and num_tokens % bs == 0:
-            kv.update_block_hashes(req)
         if token in req.stop_token_set:
             self.finish_request(req, RequestStatus.FINISHED_STOPPED, now_s)
             return True
         if num_tokens >= req.max_num_tokens:
             self.finish_request(req, RequestStatus.FINISHED_LENGTH_CAPPED, now_s)
             return True
-        next_block = (num_tokens // bs + 1) * bs if kv.enable_caching else req.max_num_tokens
-        req.next_check_len = min(next_block, req.max_num_tokens)
+        req.next_check_len = req.max_num_tokens
         return False
 
     def finish_request(self, req: Request, status: RequestStatus, now_s: float | None) -> None:
