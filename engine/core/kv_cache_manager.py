@@ -17,9 +17,9 @@ chain is registered with the hash of its first block and placeholders (`BlockPoo
 chains), and hashed when a lookup walks into it. Most requests are never hashed past their first block.
 A full hit still recomputes the last prompt token to get its logits: hits are capped at `num_tokens - 1` tokens,
 rounded down to whole blocks, so a prompt that is an exact multiple of the block size recomputes its whole last
-block (as vLLM does). Blocks are registered in the cache as soon as they are full of *scheduled* tokens (vLLM caches in `allocate_slots`, before the step runs; a
-request admitted later in the same step may hit them, which is why the engine writes all new KV of a layer before
-attention reads it).
+block (as vLLM does). Blocks are registered in the cache as soon as they are full of *scheduled* tokens (vLLM
+caches in `allocate_slots`, before the step runs; a request admitted later in the same step may hit them, which is
+why the engine writes all new KV of a layer before attention reads it).
 """
 
 from __future__ import annotations
