@@ -5,10 +5,12 @@ duplicated, and the budget and max_num_seqs are never exceeded."""
 
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.core import CacheConfig, Request, RequestStatus, SamplingParams, Scheduler, SchedulerConfig
+from engine.core.block_pool import NO_HASH, BlockPool
 from engine.core.fast_path import FastPath
 
 EOS = 1
@@ -200,3 +202,36 @@ def test_preempting_steps_stay_on_the_column_path(monkeypatch):
     assert not any(p.preempted_request_ids for p in declined)
     assert fast == slow
     assert _outcome(fast_finished) == _outcome(slow_finished)
+
+
+def _eager(monkeypatch):
+    """Every registration hashed at once (what the prefix cache did before its chains were hashed lazily)."""
+    register_chain, register_ends = BlockPool.register_chain, BlockPool.register_ends
+
+    def chain_now(self, *args, **kwargs):
+        chain = register_chain(self, *args, **kwargs)
+        self._materialize(chain)
+        return chain
+
+    def ends_now(self, chains, ids):
+        register_ends(self, chains, ids)
+        for chain in dict.fromkeys(chains):
+            self._materialize(chain)
+
+    monkeypatch.setattr(BlockPool, "register_chain", chain_now)
+    monkeypatch.setattr(BlockPool, "register_ends", ends_now)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.sampled_from([None, 7]))
+def test_lazy_hashes_give_the_plans_of_eager_ones(workload, token):
+    """Chains registered under placeholders and hashed when a lookup walks into them hit the same blocks, in the
+    same order, and evict the same ones as chains hashed when registered: the same plans and outcomes."""
+    config, cache, requests = workload
+    lazy_finished, lazy, _ = _run(config, cache, _fresh(requests), constant=token)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _eager(monkeypatch)
+        eager_finished, eager, sched = _run(config, cache, _fresh(requests), constant=token)
+        assert not (sched.kv.pool.block_hash < NO_HASH).any()  # nothing left unhashed
+    assert lazy == eager
+    assert _outcome(lazy_finished) == _outcome(eager_finished)
