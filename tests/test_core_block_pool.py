@@ -3,7 +3,8 @@
 import pytest
 
 from engine.core import CacheConfig, KVCacheManager, Request, SamplingParams
-from engine.core.block_pool import BlockPool
+from engine.core.block_hash import ROOT_BLOCK_HASH, block_hash, prompt_block_hashes
+from engine.core.block_pool import NO_HASH, BlockPool
 
 
 def _ids(blocks):
@@ -137,3 +138,34 @@ def test_failed_allocation_changes_nothing():
     kv.update_block_hashes(a)
     assert not kv.allocate_slots(a, 5)
     assert a.block_ids == [] and kv.num_free_blocks == 2
+
+
+def test_a_chain_is_hashed_when_a_lookup_walks_into_it():
+    kv = KVCacheManager(CacheConfig(num_blocks=20, block_size=4), max_model_len=100)
+    a = _req(list(range(100, 112)), "a")  # three full blocks
+    assert kv.get_computed_blocks(a) == ([], 0) and len(a.block_hashes) == 1  # a miss needs the first hash only
+    assert kv.allocate_slots(a, 12)
+    pool = kv.pool
+    assert len(a.block_hashes) == 1 and (pool.block_hash[a.block_ids] < NO_HASH).all()  # placeholders
+    pool.check_invariants()
+    other = _req(list(range(200, 213)), "other")
+    assert kv.get_computed_blocks(other) == ([], 0) and len(a.block_hashes) == 1  # another first block: no walk
+    b = _req(list(range(100, 113)), "b")
+    assert kv.get_computed_blocks(b) == (a.block_ids, 12)
+    expected = prompt_block_hashes(ROOT_BLOCK_HASH, a.prompt_array, 0, 4)
+    assert a.block_hashes == expected and pool.block_hash[a.block_ids].tolist() == expected
+    assert [pool.blocks[i].block_hash for i in a.block_ids] == expected
+    pool.check_invariants()
+
+
+def test_lazy_hashes_equal_the_eager_ones_across_outputs():
+    kv = KVCacheManager(CacheConfig(num_blocks=20, block_size=4), max_model_len=100)
+    a, b = _req(list(range(100, 106)), "a"), _req(list(range(100, 106)), "b")
+    for tokens in ([7, 7], [7, 7, 7, 7], [8, 7, 7, 9]):  # one partly prompt, one of a repeated token, one mixed
+        a._output_ids.extend(tokens)
+        b._output_ids.extend(tokens)
+        kv.ensure_block_hashes(a, a.num_tokens // 4)
+    kv.update_block_hashes(b)
+    assert a.block_hashes == b.block_hashes == [
+        block_hash(ROOT_BLOCK_HASH if k == 0 else a.block_hashes[k - 1], a.token_ids(4 * k, 4 * k + 4), 4 * k)
+        for k in range(4)]
