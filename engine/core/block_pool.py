@@ -64,6 +64,7 @@ PLACEHOLDER_BASE = -2  # a lazy chain's block registered at order n holds PLACEH
 
 
 _NEVER = np.iinfo(np.int64).max  # a registration order no cached block has
+_MIN_MAX_CHAINS = 1024  # chains kept at least before `_prune_chains` (see BlockPool.__init__)
 
 
 class _Chain:
@@ -154,10 +155,10 @@ class BlockPool:
         self._reg_order = np.zeros(num_blocks, np.int64)
         self._reg_chain = np.zeros(num_blocks, np.int64)
         self._num_registered = 0
-        # `_prune_chains` when there are more. Dead chains keep their block and hash lists alive: sim_speed's 10,000
-        # requests keep ~190 chains live, prune twice (~30 ms each, mostly freeing the lists) and peak at 405 MB RSS
-        # (at 8,192 and 4x the live chains: 526 MB).
-        self._max_chains = 4096
+        # `_prune_chains` when there are more. Dead chains keep their block and hash lists alive, and a lazy one its
+        # request (prompt and outputs, to hash them): sim_speed's 10,000 requests keep ~190 chains live; pruning at
+        # 4,096 peaked at 525 MB RSS, at 1,024 at 439 MB, the same CPU time (eager hashing at 4,096: 465 MB).
+        self._max_chains = _MIN_MAX_CHAINS
 
     def _view(self, block_id: int) -> KVCacheBlock:
         """The one `KVCacheBlock` of `block_id` (made on first use, then the same object)."""
@@ -428,7 +429,7 @@ class BlockPool:
         for chain_id, chain in self._chains.items():  # in creation order, as the lists were
             starts.setdefault(chain.block_hashes[chain.start], []).append(chain_id)
         self._chain_starts = starts
-        self._max_chains = max(2 * len(self._chains), 4096)
+        self._max_chains = max(2 * len(self._chains), _MIN_MAX_CHAINS)
 
     # ---- the same on KVCacheBlock objects ----
     def get_cached_block(self, block_hash: int) -> KVCacheBlock | None:
