@@ -6,7 +6,6 @@ from engine.core.block_hash import (
     MASK_63,
     ROOT_BLOCK_HASH,
     block_hash,
-    constant_block_contents,
     constant_block_terms,
     prompt_block_hashes,
 )
@@ -31,7 +30,6 @@ def test_array_scalar_and_constant_paths_agree() -> None:
     assert prompt_block_hashes(hashes[11], ids[12 * BS:], 12 * BS, BS) == hashes[12:]
     weight, sums = constant_block_terms(5, 40 * BS)
     assert (hashes[6] + weight * (sums[8 * BS] - sums[7 * BS])) & MASK_63 == hashes[7]
-    assert (hashes[6] + constant_block_contents(5, BS, 40)[7]) & MASK_63 == hashes[7]
     assert all(0 <= h < 2**63 for h in hashes) and len(set(hashes)) == len(hashes)
 
 

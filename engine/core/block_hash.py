@@ -17,8 +17,6 @@ process (PYTHONHASHSEED), so schedules are reproducible.
     h = block_hash(hashes[-1], tokens_of_next_block, start_pos=n * bs)
     w, sums = constant_block_terms(token, num_positions)     # a block of one repeated token, inline:
     h = (hashes[-1] + w * (sums[(n + 1) * bs] - sums[n * bs])) & MASK_63                  # the same as block_hash
-    contents = constant_block_contents(token, bs, num_blocks)  # or, per whole block, one addition:
-    h = (hashes[-1] + contents[n]) & MASK_63                                                # the same again
 """
 
 from __future__ import annotations
@@ -114,12 +112,3 @@ def constant_block_terms(token_id: int, num_positions: int) -> tuple[int, list[i
     _TOKENS.ensure(token_id + 1)
     _POSITIONS.ensure(num_positions)
     return _TOKENS.ints[token_id], _POSITIONS.cumulative
-
-
-
-def constant_block_contents(token_id: int, block_size: int, num_blocks: int) -> list[int]:
-    """The content term of the whole blocks 0 .. num_blocks - 1 of `token_id` only: `block_hash` of block k of
-    `token_id` after `parent` is `(parent + contents[k]) & MASK_63` (the terms of `constant_block_terms`, reduced
-    mod 2^63 once)."""
-    weight, sums = constant_block_terms(token_id, num_blocks * block_size + 1)
-    return [(weight * (sums[(k + 1) * block_size] - sums[k * block_size])) & MASK_63 for k in range(num_blocks)]
