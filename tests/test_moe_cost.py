@@ -11,7 +11,7 @@ from roofline.cost.ops import BatchStats, expected_experts_touched, step_ops
 from roofline.cost.quant import QuantConfig, resolve_for_model
 from roofline.cost.step_cost import (
     StepCostModel,
-    expected_blocks_per_expert,
+    _poisson_row_tiles,
     marlin_moe_block_size_m,
     marlin_moe_gemm_time_s,
     moe_time_s,
@@ -247,12 +247,13 @@ def test_serving_marlin_experts_take_the_block_height_of_the_layers_experts() ->
     assert cost.breakdown_s["moe_experts"] == pytest.approx(op.count * one_layer, rel=1e-12)
 
 
-def test_expected_blocks_per_expert_pads_each_experts_own_count() -> None:
+def test_poisson_row_tiles_pad_each_experts_own_count() -> None:
     # Poisson(lambda) tokens on an expert, ceil(x / 64) blocks: an even spread of 256 would take exactly 4 blocks;
-    # the random counts exceed 256 about half the time (one block more), 4.48 in expectation.
-    assert expected_blocks_per_expert(256.0, 64) == pytest.approx(4.48, abs=0.01)
+    # the random counts exceed 256 about half the time (one block more), 4.48 in expectation (per expert).
+    assert _poisson_row_tiles(256.0, 1)(64) == pytest.approx(4.48, abs=0.01)
+    assert _poisson_row_tiles(256.0, 128)(64) == pytest.approx(128 * 4.48, abs=1.5)
     # few tokens: a block per expert that gets any, 1 - e^-lambda (and 2 blocks for the rare > 8)
-    np.testing.assert_allclose(expected_blocks_per_expert(np.array([0.0, 0.5]), 8), [0.0, 1 - np.exp(-0.5)],
+    np.testing.assert_allclose(_poisson_row_tiles(np.array([0.0, 0.5]), 1)(8), [0.0, 1 - np.exp(-0.5)],
                                rtol=1e-6, atol=1e-12)
 
 
@@ -287,11 +288,11 @@ def test_mxfp8_backend_is_refused_off_blackwell_and_for_other_experts() -> None:
 
 
 def test_mxfp8_experts_tile_tokens_one_step_below_trtllms_power_of_two() -> None:
-    from roofline.cost.step_cost import TRTLLM_MXFP8_MOE_TILES_8BIT, mxfp8_moe_tile_tokens
+    from roofline.cost.step_cost import TRTLLM_MXFP8_MOE_TILES_8BIT, trtllm_mxfp4_moe_tile_tokens
     # FlashInfer's untuned launcher: the smallest candidate around clamp(next power of 2, 8, 256).
     assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MXFP8_MOE_TILES_8BIT] == [
         (16, 8), (32, 16), (64, 32), (128, 64), (np.inf, 128)]
-    assert list(mxfp8_moe_tile_tokens(np.array([1, 16, 17, 32, 33, 64, 65, 128, 129, 5000]))) == [
+    assert list(trtllm_mxfp4_moe_tile_tokens(np.array([1, 16, 17, 32, 33, 64, 65, 128, 129, 5000]))) == [
         8, 8, 16, 16, 32, 32, 64, 64, 128, 128]
     # 9 tokens per expert: two 8-token tiles, each streaming the expert's weights (weight-bound: about twice the time).
     b200 = load_profile("b200")
@@ -310,10 +311,10 @@ def test_mxfp8_experts_quantize_the_layers_input() -> None:
 
 
 def test_blackwell_w4a16_experts_tile_tokens_up_to_32_and_reread_their_weights() -> None:
-    from roofline.cost.step_cost import TRTLLM_MXFP4_BF16_MOE_TILES, mxfp8_moe_tile_tokens
+    from roofline.cost.step_cost import TRTLLM_MXFP4_BF16_MOE_TILES, trtllm_mxfp4_moe_tile_tokens
     # bf16 activations: FlashInfer's tile candidates stop at 64, the untuned default one step below: 8, 16, then 32.
     assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MXFP4_BF16_MOE_TILES] == [(16, 8), (32, 16), (np.inf, 32)]
-    assert list(mxfp8_moe_tile_tokens(np.array([1, 16, 17, 32, 33, 96, 5000]), TRTLLM_MXFP4_BF16_MOE_TILES)) == [
+    assert list(trtllm_mxfp4_moe_tile_tokens(np.array([1, 16, 17, 32, 33, 96, 5000]), TRTLLM_MXFP4_BF16_MOE_TILES)) == [
         8, 8, 16, 16, 32, 32, 32]
     # 10 tokens per expert: two 8-token tiles, each streaming the expert's weights (the B200 table: 1.6-1.75x).
     b200 = load_profile("b200")

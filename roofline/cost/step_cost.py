@@ -898,10 +898,10 @@ def _mxfp4_bf16_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any,
 
     finalize = (tokens_per_expert * touched + num_tokens) * hidden * act_bytes / (_bandwidth(hw)
                                                                                  * hw.efficiency.memory_efficiency)
-    return _at_tile_heights(mxfp8_moe_tile_tokens(tokens_per_expert, bands), at) + finalize
+    return _at_tile_heights(trtllm_mxfp4_moe_tile_tokens(tokens_per_expert, bands), at) + finalize
 
 
-def mxfp8_moe_tile_tokens(tokens_per_expert: Any, bands: tuple[tuple[float, tuple[tuple[float, tuple[int, int]],
+def trtllm_mxfp4_moe_tile_tokens(tokens_per_expert: Any, bands: tuple[tuple[float, tuple[tuple[float, tuple[int, int]],
                                                                                  ...]], ...]
                           = TRTLLM_MXFP8_MOE_TILES_8BIT) -> Any:
     """The TRT-LLM MXFP4 MoE's token tile height for `tokens_per_expert`: with MXFP8 activations
@@ -915,9 +915,9 @@ def mxfp8_moe_tile_tokens(tokens_per_expert: Any, bands: tuple[tuple[float, tupl
 def _token_tiles(row_tiles: Callable[[int], Any] | None, touched: Any, tokens_per_expert: Any,
                  bands: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...]
                  = TRTLLM_MXFP8_MOE_TILES_8BIT) -> Any:
-    """Token tiles of all touched experts at the TRT-LLM MXFP4 MoE's tile height (`mxfp8_moe_tile_tokens` of
+    """Token tiles of all touched experts at the TRT-LLM MXFP4 MoE's tile height (`trtllm_mxfp4_moe_tile_tokens` of
     `bands`): `row_tiles` (the tables' loads) or `touched` experts of `tokens_per_expert` each."""
-    tm = mxfp8_moe_tile_tokens(tokens_per_expert, bands)
+    tm = trtllm_mxfp4_moe_tile_tokens(tokens_per_expert, bands)
     if row_tiles is None:
         return touched * _ceil(tokens_per_expert / tm)
     return _at_tile_heights(tm, row_tiles)
@@ -948,18 +948,15 @@ def _marlin_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, h
         return (marlin_moe_gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, touched, b, **args)
                 + marlin_moe_gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, touched, b, **args))
 
-    if isinstance(block_m, int):
-        return at(block_m)
-    out = np.zeros(np.shape(block_m))
-    for b in np.unique(block_m):
-        out = np.where(block_m == b, at(int(b)), out)
-    return out
+    return _at_tile_heights(float(block_m) if isinstance(block_m, int) else block_m, at)
 
 
 def _poisson_row_tiles(routed_per_expert: Any, num_experts: Any) -> Callable[[int], Any]:
     """Serving's row tiles (`gemm_time_s` `row_tiles`): each of `num_experts` experts gets its own Poisson count of
     mean `routed_per_expert` (uniform random routing), padded to whole tiles: tile height b -> E * E[ceil(X / b)]
-    (computed once per height)."""
+    (computed once per height). moe_align_block_size pads every expert's own count, so spreading the tokens evenly
+    would undercount the blocks where the mean is near a multiple of b: top-4 of 128 at 2048 / 4096 / 8192 tokens,
+    64-row blocks, 1.47 / 1.24 / 1.12x the blocks of the even spread."""
     x, pmf = _poisson_pmf(routed_per_expert)
     blocks: dict[int, Any] = {}
 
@@ -969,17 +966,6 @@ def _poisson_row_tiles(routed_per_expert: Any, num_experts: Any) -> Callable[[in
         return blocks[b]
 
     return row_tiles
-
-
-def expected_blocks_per_expert(routed_per_expert: Any, block_m: int) -> Any:
-    """E[ceil(X / block_m)] for X ~ Poisson(routed_per_expert): an expert's row blocks under uniform random routing
-    (each of T tokens picks it with probability k / E, T large: Poisson with mean T k / E). moe_align_block_size pads
-    every expert's own count, so spreading the tokens evenly undercounts the blocks where the mean is near a multiple
-    of block_m: top-4 of 128 at 2048 / 4096 / 8192 tokens, 64-row blocks, 1.47 / 1.24 / 1.12x the blocks of the
-    even spread."""
-    x, pmf = _poisson_pmf(routed_per_expert)
-    blocks = (pmf * np.ceil(x / block_m)).sum(axis=-1)
-    return float(blocks) if blocks.ndim == 0 else blocks
 
 
 def _poisson_pmf(mean: Any) -> tuple[np.ndarray, np.ndarray]:
