@@ -89,12 +89,24 @@ MARLIN_INT4_WEIGHT_BYTES = 0.5 + 2.0 / 32
 TARGET = 0.15
 
 
-def load_table(gpu: str) -> pd.DataFrame:
+def _newest_moe_table(gpu: str) -> pd.DataFrame:
+    """The newest vLLM MoE table of `gpu` in the installed aiconfigurator-core (versions compared numerically)."""
     import aiconfigurator_core
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / gpu / "moe" / "vllm"
     versions = sorted(glob.glob(str(root / "*" / "moe_perf.parquet")),
                       key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in Path(p).parent.name.split(".")))
-    d = pd.read_parquet(versions[-1])
+    return pd.read_parquet(versions[-1])
+
+
+def _with_shape_split(d: pd.DataFrame) -> pd.DataFrame:
+    """`d` with `held_out`: the shapes (hidden, inter, topk, experts, moe_tp) whose CRC32 is 0 mod 5."""
+    shape = d[["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]].astype(str).agg("-".join, axis=1)
+    d["held_out"] = [zlib.crc32(s.encode()) % 5 == 0 for s in shape]
+    return d.reset_index(drop=True)
+
+
+def load_table(gpu: str) -> pd.DataFrame:
+    d = _newest_moe_table(gpu)
     d = d[(d.moe_ep_size == 1) & d.moe_dtype.isin(list(FORMATS)) & (d.inter_size % d.moe_tp_size == 0)]
     keep = []
     for dtype, part in d.groupby("moe_dtype"):
@@ -103,9 +115,7 @@ def load_table(gpu: str) -> pd.DataFrame:
         keep.append(part[part.kernel_source == (gpt_oss[0] if gpt_oss else kernels.index[0])])
     d = pd.concat(keep)
     d = d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3, scheme=d.moe_dtype.map(FORMATS))
-    shape = d[["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]].astype(str).agg("-".join, axis=1)
-    d["held_out"] = [zlib.crc32(s.encode()) % 5 == 0 for s in shape]
-    return d.reset_index(drop=True)
+    return _with_shape_split(d)
 
 
 def predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, routing: str = "table") -> np.ndarray:
@@ -274,11 +284,7 @@ def _fit_trtllm_w4a16(gpus: list[str], tables: dict[str, pd.DataFrame], routing:
 def load_marlin_table(gpu: str) -> pd.DataFrame:
     """The Marlin MoE rows of the newest MoE table without expert parallelism: MXFP4 (`MARLIN_KERNEL`) and int4
     (`MARLIN_INT4_KERNEL`) experts."""
-    import aiconfigurator_core
-    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / gpu / "moe" / "vllm"
-    versions = sorted(glob.glob(str(root / "*" / "moe_perf.parquet")),
-                      key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in Path(p).parent.name.split(".")))
-    d = pd.read_parquet(versions[-1])
+    d = _newest_moe_table(gpu)
     d = d[(d.moe_ep_size == 1) & (((d.moe_dtype == "w4a16_mxfp4") & d.kernel_source.str.contains(MARLIN_KERNEL))
                                   | ((d.moe_dtype == MARLIN_INT4_DTYPE) & d.kernel_source.str.contains(MARLIN_INT4_KERNEL)))
           & (d.inter_size % d.moe_tp_size == 0)]
@@ -354,32 +360,23 @@ def run_marlin(gpus: list[str], routing: str = "table", bandwidth_max: float | N
                               bandwidth_max)
         for (g, dtype, dist), r in sorted(ratios.items()):
             err = np.asarray(r) - 1.0
-            factor, bw, fixed_s = shipped[g]
             kernel = tables[g].kernel_source[tables[g].moe_dtype == dtype].iloc[0]
             rows.append({"gpu": g, "family": family, "experts": dtype, "distribution": dist, "rows": len(r),
                          "kernel": kernel, "median_err": float(np.median(np.abs(err))),
                          "p90_err": float(np.quantile(np.abs(err), 0.9)), "bias": float(np.median(err)),
-                         "fit_all_shapes": {"moe_w4a16_marlin_gemm_factor": round(factor, 3),
-                                            "moe_w4a16_marlin_bandwidth_factor": round(bw, 3),
-                                            "moe_w4a16_marlin_fixed_us": round(fixed_s * 1e6, 1)}})
+                         "fit_all_shapes": _params("mxfp4-marlin", shipped[g])})
     return rows
 
 
 def load_mxfp8_table(gpu: str) -> pd.DataFrame:
     """The MXFP4 x MXFP8 rows (`MXFP8_DTYPE`) of the newest MoE table without expert parallelism, with the shape
     split of `load_table`; empty where the GPU has none."""
-    import aiconfigurator_core
-    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / gpu / "moe" / "vllm"
-    versions = sorted(glob.glob(str(root / "*" / "moe_perf.parquet")),
-                      key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in Path(p).parent.name.split(".")))
-    d = pd.read_parquet(versions[-1])
+    d = _newest_moe_table(gpu)
     d = d[(d.moe_ep_size == 1) & (d.moe_dtype == MXFP8_DTYPE) & (d.inter_size % d.moe_tp_size == 0)]
     d = d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3, scheme="mxfp4-mxfp8")
     if d.empty:  # (an empty frame's row-wise join is a frame: its column names would become rows)
         return d.assign(held_out=False).reset_index(drop=True)
-    shape = d[["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]].astype(str).agg("-".join, axis=1)
-    d["held_out"] = [zlib.crc32(s.encode()) % 5 == 0 for s in shape]
-    return d.reset_index(drop=True)
+    return _with_shape_split(d)
 
 
 def run_mxfp8(gpus: list[str], routing: str = "table", bandwidth_max: float | None = None) -> list[dict]:
@@ -417,13 +414,10 @@ def run_mxfp8(gpus: list[str], routing: str = "table", bandwidth_max: float | No
                                                                      measured).items()},
                              **{f"per_gpu_{k}": v for k, v in errors(predict(hw_alone, part, "mxfp4-mxfp8", routing),
                                                                      measured).items()},
-                             "fit": _mxfp8_params(params[g]), "fit_per_gpu": _mxfp8_params(alone),
-                             "fit_all_shapes": _mxfp8_params(shipped[g])})
+                             "fit": _params("mxfp4-mxfp8", params[g]),
+                             "fit_per_gpu": _params("mxfp4-mxfp8", alone),
+                             "fit_all_shapes": _params("mxfp4-mxfp8", shipped[g])})
     return rows
-
-
-def _mxfp8_params(params: tuple[float, ...]) -> dict[str, float]:
-    return _params("mxfp4-mxfp8", params)
 
 
 def _params(scheme: str, params: tuple[float, ...]) -> dict[str, float]:
