@@ -221,9 +221,6 @@ def marlin_moe_block_size_m(routed_per_expert: Any) -> Any:
     return int(out) if out.ndim == 0 else out
 
 
-def _marlin_tiles(block_size_m: int) -> tuple[tuple[int, int], ...]:
-    """The Marlin MoE kernel's (rows, weight columns) per thread block for one block_size_m."""
-    return ((block_size_m, 128),) if block_size_m <= 16 else ((block_size_m, 256), (block_size_m, 128))
 # FlashInfer's TRT-LLM fused MoE, vLLM's block-scaled fp8 experts on Blackwell: the tokens are the narrow side of its
 # batched GEMMs, tiled by tile_tokens_dim = the next power of 2 of the tokens per expert, clamped to [8, 64]
 # (FlashInfer `calculate_tile_tokens_dim`: "Cap to 8-64 tokens per CTA tile as it's the range supported by the
