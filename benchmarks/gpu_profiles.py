@@ -88,6 +88,7 @@ EXECUTOR = {
     "step_overhead_us": 0,
     "step_overhead_per_seq_us": 21,
     "kernel_launch_us": 4,
+    "tokenize_us_per_prompt_token": 1,
 }
 EXECUTOR_SOURCES = {
     "executor.step_gap_us": "device idle gap between decode steps of vLLM V1 with asynchronous scheduling and "
@@ -103,6 +104,11 @@ EXECUTOR_SOURCES = {
     "few microseconds plus PyTorch dispatch; the per-step gap above already contains the full-graph replay of "
     "decode steps); overlapped with the device under async scheduling, so it matters only when the host bounds "
     "a step (assumed, the same value as before this fit)",
+    "executor.tokenize_us_per_prompt_token": "vLLM's API server tokenizes a prompt on the host CPU before the "
+    "request reaches the engine core (in TTFT): 'for concurrency=1, DGX H100's CPU can do about only about 1k "
+    "tokens/ms', vllm-project/vllm issue #19012 (https://github.com/vllm-project/vllm/issues/19012, 2025-06-02, "
+    "HF tokenizers; its example, tokenizer('hi ' * 10000), 10.7 ms) -> 1 us per prompt token; one request at a "
+    "time (no tokenizer queue); the CPU of other hosts is taken to be the DGX H100's",
 }
 EXECUTOR_OVERLAP_SOURCE = ("vLLM v0.14.0 release notes: asynchronous scheduling enabled by default (PR #27614, "
                            "https://github.com/vllm-project/vllm/pull/27614): the scheduler plans step i+1 while "

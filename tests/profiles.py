@@ -10,3 +10,14 @@ TEST_CPU_PROFILE = {
     "sources": {"peak_tflops": "test", "memory_capacity_gb": "test", "memory_bandwidth_gb_per_s": "test",
                 "num_compute_units": "test", "efficiency": "test", "executor": "test"},
 }
+
+
+def gpu_profile_without_tokenizer(profile_id: str):  # noqa: ANN201 - a HardwareProfile
+    """A shipped GPU profile whose requests reach the engine at once (no API-server tokenization): the engine
+    loops the simulator is compared with in tests take requests directly, without vLLM's frontend."""
+    from dataclasses import replace
+
+    from roofline.cost.hardware import load_profile
+
+    hw = load_profile(profile_id)
+    return replace(hw, executor=replace(hw.executor, tokenize_s_per_prompt_token=0.0))

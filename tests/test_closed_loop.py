@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from profiles import gpu_profile_without_tokenizer
 
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
@@ -114,6 +115,8 @@ def steps_before_first(result) -> dict[str, int]:  # noqa: ANN001 - a Simulation
             for row in result.requests.itertuples()}
 
 
+# Admission as the engine core sees it: the request reaches it the instant it is sent (no API-server tokenization).
+NO_TOKENIZER = gpu_profile_without_tokenizer("h100-sxm")
 ROOMY = EngineArgs(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=512, num_gpu_blocks_override=400)
 
 
@@ -122,7 +125,7 @@ def test_a_request_sent_on_a_steps_outputs_joins_a_later_step(async_scheduling: 
     """vLLM's engine core schedules step k+1 as soon as step k's outputs are out, before the request sent in
     answer arrives: it joins step k+2, or k+3 when step k+1 was already planned (asynchronous scheduling); an
     engine with nothing to run takes it at once."""
-    deployment = make_deployment("llama-156m", "h100-sxm", replace(ROOMY, async_scheduling=async_scheduling))
+    deployment = make_deployment("llama-156m", NO_TOKENIZER, replace(ROOMY, async_scheduling=async_scheduling))
     result = run_simulation(deployment, workload(num_requests=40), SimulationOptions(max_concurrency=3))
     offsets = steps_before_first(result)
     replacements = result.requests[result.requests["client_queue_s"] > 0]["request_id"]
@@ -135,7 +138,7 @@ def test_a_request_sent_on_a_steps_outputs_joins_a_later_step(async_scheduling: 
 @pytest.mark.parametrize("async_scheduling,lag", [(False, 0), (True, 1)])
 def test_an_arrival_during_a_step_waits_for_the_planned_one_when_scheduling_is_asynchronous(
         async_scheduling: bool, lag: int) -> None:
-    deployment = make_deployment("llama-156m", "h100-sxm", replace(ROOMY, async_scheduling=async_scheduling))
+    deployment = make_deployment("llama-156m", NO_TOKENIZER, replace(ROOMY, async_scheduling=async_scheduling))
     result = run_simulation(deployment, workload(num_requests=60, rate=400.0))
     offsets = steps_before_first(result)
     starts = set(result.steps["start_s"])

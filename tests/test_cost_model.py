@@ -365,6 +365,9 @@ def test_yaml_round_trip_and_unknown_keys():
     assert ExecutorParams.from_dict(x.to_dict(), "x").to_dict() == x.to_dict()
     with pytest.raises(UserError, match="unknown field 'gemm_eff'"):
         EfficiencyParams.from_dict({"gemm_eff": 0.5}, "x")
+    assert ExecutorParams.from_dict({"tokenize_us_per_prompt_token": 1}, "x").tokenize_s_per_prompt_token == 1e-6
+    with pytest.raises(UserError, match=r"x\.tokenize_us_per_prompt_token: must be a number in \[0"):
+        ExecutorParams.from_dict({"tokenize_us_per_prompt_token": -1}, "x")
     with pytest.raises(UserError, match="memory_efficiency"):
         EfficiencyParams.from_dict({"memory_efficiency": 1.5}, "x")
 

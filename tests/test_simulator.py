@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from profiles import gpu_profile_without_tokenizer
 
 from engine.core.scheduler import Scheduler
 from roofline.engine_args import EngineArgs
@@ -68,7 +69,9 @@ def engine_loop_trace(deployment, workload: Workload, durations: np.ndarray) -> 
 
 def test_replaying_measured_durations_reproduces_the_engine_batches() -> None:
     # The engine's loop above schedules synchronously; with asynchronous scheduling arrivals are seen a step later.
-    deployment = make_deployment("llama-156m", "h100-sxm", replace(SMALL_ENGINE, async_scheduling=False))
+    # The engine loop takes requests directly (no API server): no tokenization before they reach it.
+    deployment = make_deployment("llama-156m", gpu_profile_without_tokenizer("h100-sxm"),
+                                 replace(SMALL_ENGINE, async_scheduling=False))
     workload = small_workload(num_requests=60, rate=300.0)
     durations = np.random.default_rng(7).uniform(0.002, 0.03, size=5000)
     engine = engine_loop_trace(deployment, workload, durations)
@@ -218,7 +221,8 @@ def test_replaying_a_real_engine_trace_reproduces_its_batches() -> None:
     # requests arrive together, so preemptions and prefix hits happen however fast the engine runs (simulated
     # with steps of 10 us to 1 s: 3 to 7 preemptions); the other six arrive 10 ms apart, during the run.
     limits = dict(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=96)
-    deployment = make_deployment("llama-tiny", "h100-sxm", EngineArgs(**limits, num_gpu_blocks_override=8))
+    deployment = make_deployment("llama-tiny", gpu_profile_without_tokenizer("h100-sxm"),
+                                 EngineArgs(**limits, num_gpu_blocks_override=8))
     workload = Workload(name="tiny", seed=3, num_requests=14, arrival=ArrivalProcess("constant", 100.0),
                         prompt_tokens=LengthDistribution("uniform", min_tokens=5, max_tokens=40),
                         output_tokens=LengthDistribution("uniform", min_tokens=1, max_tokens=30),
@@ -299,3 +303,27 @@ def test_recorded_steps_equal_each_plan_as_it_ran(engine: EngineArgs) -> None:
     query, context, emits = result.step_seqs.concatenated
     assert np.array_equal(query, np.concatenate([s[0] for s in seen]))
     assert np.array_equal(context, np.concatenate([s[1] for s in seen]))
+
+
+def test_the_api_server_tokenizes_a_prompt_before_the_engine_sees_it() -> None:
+    """A request reaches the engine core `executor.tokenize_s_per_prompt_token` x its prompt tokens after the client
+    sent it; TTFT, counted from the send, grows by exactly that on an idle engine, and decoding does not move."""
+    instant = gpu_profile_without_tokenizer("h100-sxm")
+    slow = replace(instant, executor=replace(instant.executor, tokenize_s_per_prompt_token=1e-3))
+    one = Workload(name="one", seed=0, num_requests=1, arrival=ArrivalProcess("all_at_once"),
+                   prompt_tokens=LengthDistribution("fixed", value=50), output_tokens=LengthDistribution("fixed", value=4))
+    at_once = run_simulation(make_deployment("llama-156m", instant, SMALL_ENGINE), one)
+    tokenized = run_simulation(make_deployment("llama-156m", slow, SMALL_ENGINE), one)
+    assert tokenized.requests.arrival_s[0] == at_once.requests.arrival_s[0] == 0.0
+    assert tokenized.steps.start_s[0] == pytest.approx(at_once.steps.start_s[0] + 50 * 1e-3)
+    assert tokenized.requests.ttft_s[0] == pytest.approx(at_once.requests.ttft_s[0] + 50 * 1e-3)
+    assert tokenized.requests.tpot_s[0] == pytest.approx(at_once.requests.tpot_s[0])
+
+
+def test_shipped_gpu_profiles_tokenize_at_the_published_rate() -> None:
+    """1 us per prompt token: vLLM issue #19012's 'about 1k tokens/ms' on a DGX H100 CPU (hardware_profiles
+    families' sources)."""
+    from roofline.cost.hardware import load_profile
+
+    for profile_id in ("h100-sxm", "h200-sxm", "b200", "a100-80gb-sxm", "l40s"):
+        assert load_profile(profile_id).executor.tokenize_s_per_prompt_token == pytest.approx(1e-6)

@@ -299,12 +299,17 @@ class ExecutorParams:
     # sampled tokens' handoff to the next step's inputs, the next graph's launch); added to every step.
     step_gap_s: float = 0.0
     kernels_per_elementwise_op: int = 1
+    # API-server time per prompt token before a request reaches the engine core: vLLM's frontend tokenizes the
+    # prompt (`serving_completion` / the renderer, HF tokenizers on the host CPU) and only then sends it to the
+    # engine, so TTFT, which the client starts at the send, contains it. 0 = not modelled (CPU profiles).
+    tokenize_s_per_prompt_token: float = 0.0
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None, where: str) -> "ExecutorParams":
         section = section or {}
         allowed = ["mode", "cuda_graph_batch_sizes", "kernel_launch_us", "step_overhead_us",
-                   "step_overhead_per_seq_us", "host_overlaps_device", "step_gap_us", "kernels_per_elementwise_op"]
+                   "step_overhead_per_seq_us", "host_overlaps_device", "step_gap_us", "kernels_per_elementwise_op",
+                   "tokenize_us_per_prompt_token"]
         check_fields(section, allowed, where)
         mode = section.get("mode", cls.mode)
         if mode not in _EXECUTOR_MODES:
@@ -329,6 +334,8 @@ class ExecutorParams:
             host_overlaps_device=overlap,
             step_gap_s=_number(section, "step_gap_us", cls.step_gap_s * 1e6, where) * 1e-6,
             kernels_per_elementwise_op=per_op,
+            tokenize_s_per_prompt_token=_number(section, "tokenize_us_per_prompt_token",
+                                                cls.tokenize_s_per_prompt_token * 1e6, where) * 1e-6,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -341,4 +348,5 @@ class ExecutorParams:
             "host_overlaps_device": self.host_overlaps_device,
             "step_gap_us": _round(self.step_gap_s * 1e6),
             "kernels_per_elementwise_op": self.kernels_per_elementwise_op,
+            "tokenize_us_per_prompt_token": _round(self.tokenize_s_per_prompt_token * 1e6),
         }

@@ -11,9 +11,11 @@ makes it the closed loop of vLLM's benchmark client (`vllm bench serve --max-con
 at once), but at most N are in flight across all replicas; a request that comes due while N are in flight waits
 in the client, first come first served (an asyncio.Semaphore), and is sent the instant one in flight finishes.
 The server sees it then: `arrival_s` in the results is the send time, which is where vLLM's client starts TTFT
-and end-to-end latency; `client_queue_s` is the wait for a slot (vLLM's `queue_times`). The simulated client and
-API server take no time: a finished request frees its slot at the end of the step that sampled its last token,
-and the request is sent at that instant.
+and end-to-end latency; `client_queue_s` is the wait for a slot (vLLM's `queue_times`). The simulated client takes
+no time: a finished request frees its slot at the end of the step that sampled its last token, and the request is
+sent at that instant. The API server tokenizes the prompt before handing the request to the engine core
+(`executor.tokenize_s_per_prompt_token` x prompt tokens; each request on its own, no queue): the request reaches
+the engine that much after it was sent (at once where the profile has no tokenization time).
 
 When a sent request reaches the scheduler follows vLLM 0.32's engine core loop (`vllm/v1/engine/core.py`
 `run_busy_loop`: drain the input queue, then one step). A busy engine schedules step k+1 as soon as step k's
@@ -28,10 +30,10 @@ k+3. An idle engine takes a request at once (`_Replica.admit`).
     result.requests, result.steps, result.timeseries                                # pandas DataFrames
 
 Events live in one heap keyed (time_s, priority, seq_no): at equal times step completions come first (their
-requests finish and free blocks), then arrivals, then scheduler invocations, so a scheduler called at t sees
-every request that reached it by t (see above for when that is); seq_no breaks the remaining ties in insertion
-order, which makes runs deterministic. A replica runs back to back while it has work, and idles until the next
-arrival otherwise.
+requests finish and free blocks), then arrivals, then tokenized requests reaching the engine, then scheduler
+invocations, so a scheduler called at t sees every request that reached it by t (see above for when that is);
+seq_no breaks the remaining ties in insertion order, which makes runs deterministic. A replica runs back to back
+while it has work, and idles until the next arrival otherwise.
 
 Sampled tokens are one fixed id that is neither BOS nor EOS (`sampled_token_id`): requests carry ignore_eos, so
 output lengths are honoured.
@@ -72,7 +74,7 @@ from roofline.sim.workload import RequestFactory, RequestSpec, Workload, sample_
 ROUTERS = ("round_robin", "least_outstanding")
 
 # Event priorities at equal times (see the module docstring).
-_STEP_END, _ARRIVAL, _SCHEDULE = 0, 1, 2
+_STEP_END, _ARRIVAL, _REACH, _SCHEDULE = 0, 1, 2, 3
 
 # (replica, step index on that replica, start time, StepPlan) -> the step's duration in seconds.
 StepTimeFn = Callable[[int, int, float, StepPlan], float]
@@ -297,6 +299,8 @@ class _Simulation:
         self.max_in_flight = options.max_concurrency
         self.num_in_flight = 0
         self.client_queue: collections.deque[int] = collections.deque()  # due, waiting for a slot (spec indices)
+        self.tokenize_s_per_token = deployment.hw.executor.tokenize_s_per_prompt_token
+        self.tokenizing: dict[int, Request] = {}  # sent, in the API server's tokenizer (spec index -> request)
 
     def push(self, time_s: float, priority: int, payload: int) -> None:
         heapq.heappush(self.heap, (time_s, priority, self.seq, payload))
@@ -305,7 +309,7 @@ class _Simulation:
     def run(self) -> None:
         if self.specs:
             self.push(self.specs[0].arrival_s, _ARRIVAL, 0)
-        handlers = {_ARRIVAL: self.arrive, _SCHEDULE: self.schedule, _STEP_END: self.end_step}
+        handlers = {_ARRIVAL: self.arrive, _REACH: self.reach, _SCHEDULE: self.schedule, _STEP_END: self.end_step}
         # The loop makes no reference cycles (tests/test_simulator.py checks), so reference counting frees all
         # it drops; the cyclic collector would only traverse the live requests and their token lists again and
         # again (a fifth of the run time for 10,000 requests, BENCHMARKS.md). Paused for the loop.
@@ -329,15 +333,28 @@ class _Simulation:
             self.send(now, index)
 
     def send(self, now: float, index: int, ending: int | None = None) -> None:
-        """The client sends request `index` at `now`; the router hands it to a replica at once. `ending`: the
-        replica whose step ended at `now` with the outputs this send answers; routed there, the request arrives
-        after the schedule that replica makes at `now` (module docstring)."""
+        """The client sends request `index` at `now`; after the API server's tokenization (`reach`), or at once
+        without one, the router hands it to a replica. `ending`: the replica whose step ended at `now` with the
+        outputs this send answers; routed there at once, the request arrives after the schedule that replica
+        makes at `now` (module docstring)."""
         self.num_in_flight += 1
         self.recorder.sent[index] = now
+        request = self.make_request(self.specs[index], self.prefix_tokens, arrival_s=now)
+        if self.tokenize_s_per_token > 0:
+            self.tokenizing[index] = request
+            self.push(now + self.tokenize_s_per_token * self.specs[index].num_prompt_tokens, _REACH, index)
+            return
+        self.hand_over(now, index, request, ending)
+
+    def reach(self, now: float, index: int) -> None:
+        """Request `index`, tokenized, reaches the engine core at `now`."""
+        self.hand_over(now, index, self.tokenizing.pop(index))
+
+    def hand_over(self, now: float, index: int, request: Request, ending: int | None = None) -> None:
+        """The router hands `request` (of spec `index`) to a replica at `now`."""
         replica = _route(self.replicas, self.options.router, self.num_routed)
         self.num_routed += 1
         self.recorder.replica[index] = replica.index
-        request = self.make_request(self.specs[index], self.prefix_tokens, arrival_s=now)
         replica.num_outstanding += 1
         if replica.index == ending:
             replica.in_transit.append([request, replica.lag + 1])
