@@ -107,6 +107,7 @@ GEMM_TILES_8BIT: tuple[tuple[float, tuple[int, int]], ...] = ((64, (64, 64)), (1
 _MIN_SPLIT_K = 256
 _SM_SUBPARTITIONS = 4  # SM sub-partitions (warp schedulers, one tensor core each) per SM since Volta
 _CTA_RESERVED_SMEM_BYTES = 1024  # shared memory the CUDA runtime reserves per CTA (SM8x and later)
+_MMA_8BIT_M, _MMA_8BIT_N = 16, 8  # SM89's 8-bit mma.sync.m16n8k32 (CUTLASS InstructionShape 16x8x32)
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,14 @@ class GemmKernels:
     tiles: tuple[tuple[int, int], ...]
     tiles_8bit: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...]
     split_k_reduction_kernel: bool = False
-    # The CTAs of the 8-bit tiles: ((tile rows, tile cols), (warps per CTA, tile k, mainloop stages)), with the SM's
-    # shared memory; see `cta_occupancy`. Empty: one full-rate tile per SM.
-    ctas_8bit: tuple[tuple[tuple[int, int], tuple[int, int, int]], ...] = ()
+    # The CTAs of the 8-bit tiles: ((tile rows, tile cols), (warps per CTA, tile k, mainloop stages, warp tile rows,
+    # warp tile cols)), with the SM's shared memory; see `cta_occupancy` and `warp_tile_rate`. Empty: one full-rate
+    # tile per SM.
+    ctas_8bit: tuple[tuple[tuple[int, int], tuple[int, int, int, int, int]], ...] = ()
     shared_memory_per_sm_bytes: int = 0
+    # The chip's power limit caps its math rate below the SMs' combined rate: with more than
+    # gemm_sustained_sm_fraction x SMs of them busy, every SM of the wave runs slower in proportion.
+    power_limited: bool = False
 
     def cta_occupancy(self, tm: int, tn: int) -> tuple[int, float]:
         """(CTAs of a tm x tn 8-bit tile resident per SM, share of the SM's tensor throughput one CTA gets).
@@ -139,9 +144,22 @@ class GemmKernels:
         cta = dict(self.ctas_8bit).get((tm, tn)) if self.ctas_8bit else None
         if cta is None:
             return 1, 1.0
-        warps, tk, stages = cta
+        warps, tk, stages, _, _ = cta
         ctas = max(1, self.shared_memory_per_sm_bytes // (stages * (tm + tn) * tk + _CTA_RESERVED_SMEM_BYTES))
         return ctas, min(1.0, ctas * warps / _SM_SUBPARTITIONS) / ctas
+
+    def warp_tile_rate(self, tm: int, tn: int, step_overhead_mma: float) -> float:
+        """Share of its tensor core's rate a warp of a tm x tn 8-bit tile sustains: per k-step of 32 it issues
+        (wm / 16) x (wn / 8) m16n8k32 MMAs (SM89's fp8 mma.sync) of its wm x wn warp tile and spends
+        `step_overhead_mma` MMA times besides (loading its fragments from shared memory, the CTA barrier, issuing
+        the next stage's copies), which a lone warp on its sub-partition cannot hide behind another warp's MMAs.
+        A thin warp tile pays it on fewer MMAs: a 16x64 warp tile (8 MMAs per step) runs at 8 / (8 + overhead), a
+        64x64 one (32) at 32 / (32 + overhead). Without an entry: 1."""
+        cta = dict(self.ctas_8bit).get((tm, tn)) if self.ctas_8bit else None
+        if cta is None:
+            return 1.0
+        mmas = (cta[3] // _MMA_8BIT_M) * (cta[4] // _MMA_8BIT_N)
+        return mmas / (mmas + step_overhead_mma)
 
 
 # Hopper (and Ampere, described with the same tables): cuBLAS's SM90 tiles, split-K partials reduced in place.
@@ -175,17 +193,18 @@ SM89_GEMM_KERNELS = GemmKernels(
     split_k_reduction_kernel=True,
     # The same file's configs: GemmShape<tm, tn, tk> tile, WarpShape<wm, wn, wk>, MainLoopStages -> warps per CTA =
     # (tm / wm) x (tn / wn) x (tk / wk) (CUTLASS 2.x splits the tile's k among warps where wk < tk).
-    ctas_8bit=(((16, 64), (2, 128, 5)),    # 16x64x128, warp 16x64x64, 5 stages (M16)
-               ((16, 128), (2, 64, 5)),    # 16x128x64, warp 16x64x64, 5 stages (M16)
-               ((32, 64), (4, 128, 5)),    # 32x64x128, warp 16x64x64, 5 stages (M16, M32)
-               ((32, 128), (4, 128, 4)),   # 32x128x128, warp 32x64x64, 4 stages (M32)
-               ((64, 64), (4, 128, 5)),    # 64x64x128, warp 32x64x64, 5 stages (M64)
-               ((64, 128), (4, 128, 3)),   # 64x128x128, warp 64x64x64, 3 stages (M64, M128, M256)
-               ((128, 64), (4, 128, 3)),   # 128x64x128, warp 64x64x64, 3 stages (M128)
-               ((128, 128), (4, 64, 5)),   # 128x128x64, warp 64x64x64, 5 stages (M128, M256, default)
-               ((256, 128), (8, 64, 3))),  # 256x128x64, warp 64x64x64, 3 stages (default)
+    ctas_8bit=(((16, 64), (2, 128, 5, 16, 64)),    # 16x64x128, warp 16x64x64, 5 stages (M16)
+               ((16, 128), (2, 64, 5, 16, 64)),    # 16x128x64, warp 16x64x64, 5 stages (M16)
+               ((32, 64), (4, 128, 5, 16, 64)),    # 32x64x128, warp 16x64x64, 5 stages (M16, M32)
+               ((32, 128), (4, 128, 4, 32, 64)),   # 32x128x128, warp 32x64x64, 4 stages (M32)
+               ((64, 64), (4, 128, 5, 32, 64)),    # 64x64x128, warp 32x64x64, 5 stages (M64)
+               ((64, 128), (4, 128, 3, 64, 64)),   # 64x128x128, warp 64x64x64, 3 stages (M64, M128, M256)
+               ((128, 64), (4, 128, 3, 64, 64)),   # 128x64x128, warp 64x64x64, 3 stages (M128)
+               ((128, 128), (4, 64, 5, 64, 64)),   # 128x128x64, warp 64x64x64, 5 stages (M128, M256, default)
+               ((256, 128), (8, 64, 3, 64, 64))),  # 256x128x64, warp 64x64x64, 3 stages (default)
     # CUDA C++ Programming Guide, compute capability 8.9: 100 KB of shared memory per SM.
-    shared_memory_per_sm_bytes=100 * 1024)
+    shared_memory_per_sm_bytes=100 * 1024,
+    power_limited=True)
 _GEMM_KERNELS = {"blackwell": SM100_GEMM_KERNELS, "ada": SM89_GEMM_KERNELS}
 
 
@@ -383,7 +402,16 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
         tiles = (groups * _ceil(m / tm) if row_tiles is None else row_tiles(tm)) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
         ctas, rate = kernels.cta_occupancy(tm, tn) if eight else (1, 1.0)
-        tc = _ceil(tiles / (sms * ctas)) * 2.0 * tm * tn * (k_split + fixed_k) / (per_sm * rate)
+        # the main loop's k at the warp tile's rate; the per-tile prologue/epilogue (fixed_k) is no MMA k-step
+        warp_rate = kernels.warp_tile_rate(tm, tn, e.gemm_fp8_warp_step_overhead_mma) if eight else 1.0
+        waves = _ceil(tiles / (sms * ctas))
+        tile_s = 2.0 * tm * tn * (k_split / (warp_rate * rate) + fixed_k) / per_sm
+        if not kernels.power_limited:
+            tc = waves * tile_s
+        else:  # every wave but the last runs all SMs; the last one the SMs its CTAs occupy (`GemmKernels`)
+            busy = _min(_ceil((tiles - (waves - 1) * sms * ctas) / ctas), sms)
+            cap = sms * e.gemm_sustained_sm_fraction
+            tc = tile_s * ((waves - 1) * _max(1.0, sms / cap) + _max(1.0, busy / cap))
         share = 1.0 if eight else _min(tiles / saturating, 1.0)
         if s > 1 and reduce_kernel:  # the GEMM writes s fp32 partials; a second kernel reads them, writes y
             partials = groups * m * n * 4.0 * s
@@ -1079,7 +1107,12 @@ def all_reduce_algorithms(family: str | None) -> AllReduceAlgorithms:
 
 def unused_efficiency_params(family: str | None) -> frozenset[str]:
     """EfficiencyParams fields that the kernels of `family` never read (not fitted, stay at their defaults)."""
-    return frozenset() if all_reduce_algorithms(family).runs_nccl else frozenset(NCCL_PARAMS)
+    unused = set() if all_reduce_algorithms(family).runs_nccl else set(NCCL_PARAMS)
+    if not gemm_kernels(family).ctas_8bit:  # no warp tiles described: the 8-bit tiles run at full rate
+        unused.add("gemm_fp8_warp_step_overhead_mma")
+    if not gemm_kernels(family).power_limited:
+        unused.add("gemm_sustained_sm_fraction")
+    return frozenset(unused)
 
 
 def all_reduce_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any) -> Any:
