@@ -109,10 +109,10 @@ class EfficiencyParams:
     # per sub-partition). Starting value 2 (32 clocks: a few shared-memory loads' latency); read only by families
     # whose 8-bit tiles have warp tiles described (`GemmKernels.ctas_8bit`).
     gemm_fp8_warp_step_overhead_mma: float = 2.0
-    # Power-limited chips (`GemmKernels.power_limited`: Ada's 350 W L40S): the dense GEMM math rate the chip
+    # Power-limited chips (`GemmKernels.power_limited`: Ada, e.g. the 350 W L40S): the dense GEMM math rate the chip
     # sustains with every SM busy, as a fraction of its SMs' combined rate at gemm_(fp8_)compute_efficiency; a wave
     # keeping more SMs busy than this fraction of them runs slower in proportion (the clock drops at the power
-    # limit). 1 = no cap.
+    # limit). 1 = no cap; starting value 0.8.
     gemm_sustained_sm_fraction: float = 0.8
     # CPU only (`roofline.cost.cpu_timing`, no tiles or waves there): a GEMM of m rows costs as many MACs as one of
     # m + gemm_fixed_rows rows at full efficiency, i.e. efficiency m / (m + gemm_fixed_rows) (register blocking

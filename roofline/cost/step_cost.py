@@ -23,8 +23,11 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   quantization kernel (`fp4_act_quant_time_s`). Plus kernel_fixed_s. On
   Blackwell and Ada a 16-bit split-K GEMM is followed by a reduction kernel
   (`GemmKernels.split_k_reduction_kernel`). On Ada the 8-bit CTAs run as many per SM as their shared memory allows,
-  at the share of the SM's tensor cores their warps occupy (`GemmKernels.cta_occupancy`). The family's dense GEMM
-  kernels run their math and fixed latencies at the chip's `sustained_clock_factor` (B300 against B200).
+  at the share of the SM's tensor cores their warps occupy (`GemmKernels.cta_occupancy`), their main loop at the
+  rate their warp tile sustains (`GemmKernels.warp_tile_rate`: a per-k-step overhead, staged accumulation), and the
+  chip's power limit slows a wave that keeps more than gemm_sustained_sm_fraction of its SMs busy
+  (`GemmKernels.power_limited`). The family's dense GEMM kernels run their math and fixed latencies at the chip's
+  `sustained_clock_factor` (B300 against B200).
 - Attention prefill: work tiles run in waves over the SMs, as the family's kernels cut them
   (`roofline.cost.ops.AttentionKernels`: FA3 varlen on Hopper, (sequence, KV head, 128 or 192 packed query
   rows); TRT-LLM's context kernel on Blackwell, (sequence, query head, 256 query rows); FA2's split-KV kernel
@@ -107,7 +110,27 @@ GEMM_TILES_8BIT: tuple[tuple[float, tuple[int, int]], ...] = ((64, (64, 64)), (1
 _MIN_SPLIT_K = 256
 _SM_SUBPARTITIONS = 4  # SM sub-partitions (warp schedulers, one tensor core each) per SM since Volta
 _CTA_RESERVED_SMEM_BYTES = 1024  # shared memory the CUDA runtime reserves per CTA (SM8x and later)
-_MMA_8BIT_M, _MMA_8BIT_N = 16, 8  # SM89's 8-bit mma.sync.m16n8k32 (CUTLASS InstructionShape 16x8x32)
+_MMA_8BIT_M, _MMA_8BIT_N, _MMA_8BIT_K = 16, 8, 32  # SM89's 8-bit mma.sync.m16n8k32 (InstructionShape 16x8x32)
+# Clocks of one m16n8k32 fp8 MMA on an SM89 sub-partition: L40S 733 dense fp8 TFLOPS / (142 SMs x 4 sub-partitions x
+# 2.52 GHz boost) = 512 FLOP per clock, 8192 FLOP per MMA; its FP32 pipe issues one warp instruction per clock
+# (91.6 TFLOPS = 142 x 128 lanes x 2 x 2.52 GHz).
+_MMA_8BIT_CLOCKS = 16
+
+
+class Cta8bit(NamedTuple):
+    """One CUTLASS 2.x 8-bit GEMM config's CTA: GemmShape<tm, tn, tile_k> tile, WarpShape<warp_m, warp_n, wk> warps,
+    MainLoopStages; warps = (tm / warp_m) x (tn / warp_n) x (tile_k / wk) (CUTLASS 2.x splits the tile's k among
+    warps where wk < tile_k). `staged`: its math operator is OpMultiplyAdd (not OpMultiplyAddFastAccum), which
+    CUTLASS runs on SM89 fp8 with staged accumulation (cutlass/arch/mma_sm89.h `is_sm89_staged_policy_v`;
+    gemm/threadblock/mma_multistage.h: each main-loop iteration's MMAs accumulate into a cleared temporary that is
+    then added to the accumulators)."""
+
+    warps: int
+    tile_k: int
+    stages: int
+    warp_m: int
+    warp_n: int
+    staged: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,13 +148,12 @@ class GemmKernels:
     tiles: tuple[tuple[int, int], ...]
     tiles_8bit: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...]
     split_k_reduction_kernel: bool = False
-    # The CTAs of the 8-bit tiles: ((tile rows, tile cols), (warps per CTA, tile k, mainloop stages, warp tile rows,
-    # warp tile cols)), with the SM's shared memory; see `cta_occupancy` and `warp_tile_rate`. Empty: one full-rate
-    # tile per SM.
-    ctas_8bit: tuple[tuple[tuple[int, int], tuple[int, int, int, int, int]], ...] = ()
+    # The CTAs of the 8-bit tiles: ((tile rows, tile cols), `Cta8bit`), with the SM's shared memory; see
+    # `cta_occupancy` and `warp_tile_rate`. Empty: one full-rate tile per SM.
+    ctas_8bit: tuple[tuple[tuple[int, int], Cta8bit], ...] = ()
     shared_memory_per_sm_bytes: int = 0
-    # The chip's power limit caps its math rate below the SMs' combined rate: with more than
-    # gemm_sustained_sm_fraction x SMs of them busy, every SM of the wave runs slower in proportion.
+    # The chip's power limit caps its math rate below its SMs' combined rate (`gemm_time_s`: a wave keeping more
+    # than gemm_sustained_sm_fraction of the SMs busy runs slower in proportion).
     power_limited: bool = False
 
     def cta_occupancy(self, tm: int, tn: int) -> tuple[int, float]:
@@ -144,22 +166,28 @@ class GemmKernels:
         cta = dict(self.ctas_8bit).get((tm, tn)) if self.ctas_8bit else None
         if cta is None:
             return 1, 1.0
-        warps, tk, stages, _, _ = cta
-        ctas = max(1, self.shared_memory_per_sm_bytes // (stages * (tm + tn) * tk + _CTA_RESERVED_SMEM_BYTES))
-        return ctas, min(1.0, ctas * warps / _SM_SUBPARTITIONS) / ctas
+        ctas = max(1, self.shared_memory_per_sm_bytes // (cta.stages * (tm + tn) * cta.tile_k
+                                                           + _CTA_RESERVED_SMEM_BYTES))
+        return ctas, min(1.0, ctas * cta.warps / _SM_SUBPARTITIONS) / ctas
 
     def warp_tile_rate(self, tm: int, tn: int, step_overhead_mma: float) -> float:
-        """Share of its tensor core's rate a warp of a tm x tn 8-bit tile sustains: per k-step of 32 it issues
-        (wm / 16) x (wn / 8) m16n8k32 MMAs (SM89's fp8 mma.sync) of its wm x wn warp tile and spends
-        `step_overhead_mma` MMA times besides (loading its fragments from shared memory, the CTA barrier, issuing
-        the next stage's copies), which a lone warp on its sub-partition cannot hide behind another warp's MMAs.
-        A thin warp tile pays it on fewer MMAs: a 16x64 warp tile (8 MMAs per step) runs at 8 / (8 + overhead), a
-        64x64 one (32) at 32 / (32 + overhead). Without an entry: 1."""
+        """Share of its tensor core's rate a warp of a tm x tn 8-bit tile sustains in the main loop. Per k-step of
+        32 it issues (wm / 16) x (wn / 8) m16n8k32 MMAs (SM89's fp8 mma.sync) of its wm x wn warp tile and spends
+        besides `step_overhead_mma` MMA times (loading its fragments from shared memory, the CTA barrier, issuing
+        the next stage's copies), which a lone warp on its sub-partition cannot hide behind another warp's MMAs:
+        a 16x64 warp tile (8 MMAs per step) runs at 8 / (8 + overhead), a 64x64 one (32) at 32 / (32 + overhead).
+        A staged-accumulation tile (`Cta8bit.staged`) also adds, once per main-loop iteration, its MMAs' fresh
+        partial sums into its accumulators and clears them: 2 x wm x wn / 32 FP32 instructions per thread, at one
+        warp instruction per clock against an MMA's `_MMA_8BIT_CLOCKS`. Without an entry: 1."""
         cta = dict(self.ctas_8bit).get((tm, tn)) if self.ctas_8bit else None
         if cta is None:
             return 1.0
-        mmas = (cta[3] // _MMA_8BIT_M) * (cta[4] // _MMA_8BIT_N)
-        return mmas / (mmas + step_overhead_mma)
+        mmas = (cta.warp_m // _MMA_8BIT_M) * (cta.warp_n // _MMA_8BIT_N)
+        staged = 0.0
+        if cta.staged:
+            k_steps = cta.tile_k // (cta.warps // ((tm // cta.warp_m) * (tn // cta.warp_n))) // _MMA_8BIT_K
+            staged = 2.0 * cta.warp_m * cta.warp_n / 32 / k_steps / _MMA_8BIT_CLOCKS
+        return mmas / (mmas + step_overhead_mma + staged)
 
 
 # Hopper (and Ampere, described with the same tables): cuBLAS's SM90 tiles, split-K partials reduced in place.
@@ -191,17 +219,16 @@ SM89_GEMM_KERNELS = GemmKernels(
         (256, ((4096, (64, 128)), (math.inf, (128, 128)))),
         (math.inf, ((4096, (128, 128)), (8192, (256, 128)), (math.inf, (128, 128))))),
     split_k_reduction_kernel=True,
-    # The same file's configs: GemmShape<tm, tn, tk> tile, WarpShape<wm, wn, wk>, MainLoopStages -> warps per CTA =
-    # (tm / wm) x (tn / wn) x (tk / wk) (CUTLASS 2.x splits the tile's k among warps where wk < tk).
-    ctas_8bit=(((16, 64), (2, 128, 5, 16, 64)),    # 16x64x128, warp 16x64x64, 5 stages (M16)
-               ((16, 128), (2, 64, 5, 16, 64)),    # 16x128x64, warp 16x64x64, 5 stages (M16)
-               ((32, 64), (4, 128, 5, 16, 64)),    # 32x64x128, warp 16x64x64, 5 stages (M16, M32)
-               ((32, 128), (4, 128, 4, 32, 64)),   # 32x128x128, warp 32x64x64, 4 stages (M32)
-               ((64, 64), (4, 128, 5, 32, 64)),    # 64x64x128, warp 32x64x64, 5 stages (M64)
-               ((64, 128), (4, 128, 3, 64, 64)),   # 64x128x128, warp 64x64x64, 3 stages (M64, M128, M256)
-               ((128, 64), (4, 128, 3, 64, 64)),   # 128x64x128, warp 64x64x64, 3 stages (M128)
-               ((128, 128), (4, 64, 5, 64, 64)),   # 128x128x64, warp 64x64x64, 5 stages (M128, M256, default)
-               ((256, 128), (8, 64, 3, 64, 64))),  # 256x128x64, warp 64x64x64, 3 stages (default)
+    # The same file's configs (`Cta8bit`): tile, warp tile, stages, math operator.
+    ctas_8bit=(((16, 64), Cta8bit(2, 128, 5, 16, 64)),    # 16x64x128, warp 16x64x64 (M16)
+               ((16, 128), Cta8bit(2, 64, 5, 16, 64)),    # 16x128x64, warp 16x64x64 (M16)
+               ((32, 64), Cta8bit(4, 128, 5, 16, 64)),    # 32x64x128, warp 16x64x64 (M16, M32)
+               ((32, 128), Cta8bit(4, 128, 4, 32, 64)),   # 32x128x128, warp 32x64x64 (M32)
+               ((64, 64), Cta8bit(4, 128, 5, 32, 64, staged=True)),  # 64x64x128, warp 32x64x64, OpMultiplyAdd (M64)
+               ((64, 128), Cta8bit(4, 128, 3, 64, 64)),   # 64x128x128, warp 64x64x64 (M64, M128, M256)
+               ((128, 64), Cta8bit(4, 128, 3, 64, 64)),   # 128x64x128, warp 64x64x64 (M128)
+               ((128, 128), Cta8bit(4, 64, 5, 64, 64)),   # 128x128x64, warp 64x64x64 (M128, M256, default)
+               ((256, 128), Cta8bit(8, 64, 3, 64, 64))),  # 256x128x64, warp 64x64x64 (default)
     # CUDA C++ Programming Guide, compute capability 8.9: 100 KB of shared memory per SM.
     shared_memory_per_sm_bytes=100 * 1024,
     power_limited=True)
@@ -402,16 +429,18 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
         tiles = (groups * _ceil(m / tm) if row_tiles is None else row_tiles(tm)) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
         ctas, rate = kernels.cta_occupancy(tm, tn) if eight else (1, 1.0)
-        # the main loop's k at the warp tile's rate; the per-tile prologue/epilogue (fixed_k) is no MMA k-step
+        # The main loop's k at the CTA's share of the SM's tensor cores and its warp tile's rate
+        # (`GemmKernels.warp_tile_rate`); the per-tile fixed k (prologue, epilogue) is no MMA work, at the SM's rate.
         warp_rate = kernels.warp_tile_rate(tm, tn, e.gemm_fp8_warp_step_overhead_mma) if eight else 1.0
         waves = _ceil(tiles / (sms * ctas))
-        tile_s = 2.0 * tm * tn * (k_split / (warp_rate * rate) + fixed_k) / per_sm
-        if not kernels.power_limited:
-            tc = waves * tile_s
-        else:  # every wave but the last runs all SMs; the last one the SMs its CTAs occupy (`GemmKernels`)
+        tc = waves * 2.0 * tm * tn * (k_split / (warp_rate * rate) + fixed_k) / per_sm
+        if kernels.power_limited:
+            # The chip's power limit sustains gemm_sustained_sm_fraction of its SMs' combined math rate: every wave
+            # but the last keeps all SMs busy, the last one those its CTAs occupy; a wave with more busy SMs than
+            # the limit sustains runs slower in proportion (the clock drops).
             busy = _min(_ceil((tiles - (waves - 1) * sms * ctas) / ctas), sms)
-            cap = sms * e.gemm_sustained_sm_fraction
-            tc = tile_s * ((waves - 1) * _max(1.0, sms / cap) + _max(1.0, busy / cap))
+            sustained = sms * e.gemm_sustained_sm_fraction
+            tc = tc / waves * ((waves - 1) * _max(1.0, sms / sustained) + _max(1.0, busy / sustained))
         share = 1.0 if eight else _min(tiles / saturating, 1.0)
         if s > 1 and reduce_kernel:  # the GEMM writes s fp32 partials; a second kernel reads them, writes y
             partials = groups * m * n * 4.0 * s
