@@ -39,7 +39,7 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "gemm_fp8_compute_efficiency": ("gemm_fp8_compute_efficiency", 1.0, 1.0),
     "gemm_tile_fixed_k": ("gemm_tile_fixed_k", 1.0, 1e6),
     "gemm_fp8_tile_fixed_k": ("gemm_fp8_tile_fixed_k", 1.0, 1e6),
-    "gemm_fp8_warp_step_overhead_mma": ("gemm_fp8_warp_step_overhead_mma", 1.0, 64.0),
+    "gemm_warp_step_overhead_mma": ("gemm_warp_step_overhead_mma", 1.0, 64.0),
     "gemm_sustained_sm_fraction": ("gemm_sustained_sm_fraction", 1.0, 1.0),
     "gemm_fixed_rows": ("gemm_fixed_rows", 1.0, 1e6),
     "memory_efficiency": ("memory_efficiency", 1.0, 1.0),
@@ -103,12 +103,12 @@ class EfficiencyParams:
     gemm_tile_fixed_k: float = 64.0
     # The same for 8-bit GEMMs (a CUTLASS kernel with its own pipeline depth and scaling epilogue).
     gemm_fp8_tile_fixed_k: float = 64.0
-    # 8-bit mma.sync kernels with one warp per SM sub-partition (`GemmKernels.warp_tile_rate`, Ada's CUTLASS 2.x
-    # W8A8): what each warp spends per k-step of 32 besides its MMAs (fragment loads from shared memory, barrier,
-    # the next stage's copies), in units of one m16n8k32 MMA's time (16 clocks on SM89: 8192 FLOP at 512 per clock
-    # per sub-partition). Starting value 2 (32 clocks: a few shared-memory loads' latency); read only by families
-    # whose 8-bit tiles have warp tiles described (`GemmKernels.ctas_8bit`).
-    gemm_fp8_warp_step_overhead_mma: float = 2.0
+    # mma.sync kernels whose CTAs run one warp per SM sub-partition (`GemmKernels.warp_tile_rate`: Ada's cuBLAS SM80
+    # kernels and CUTLASS 2.x W8A8): what each warp spends per MMA k-step besides its MMAs (fragment loads from
+    # shared memory, the CTA barrier, the next stage's copies), in units of one MMA's time (16 clocks on SM89).
+    # Starting value 2 (32 clocks: a few shared-memory loads' latency); read only by families whose tiles have warp
+    # tiles described (`GemmKernels.ctas_8bit`, `ctas_16bit`).
+    gemm_warp_step_overhead_mma: float = 2.0
     # Power-limited chips (`GemmKernels.power_limited`: Ada, e.g. the 350 W L40S): the dense GEMM math rate the chip
     # sustains with every SM busy, as a fraction of its SMs' combined rate at gemm_(fp8_)compute_efficiency; a wave
     # keeping more SMs busy than this fraction of them runs slower in proportion (the clock drops at the power
