@@ -23,10 +23,10 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   quantization kernel (`fp4_act_quant_time_s`). Plus kernel_fixed_s. On
   Blackwell and Ada a 16-bit split-K GEMM is followed by a reduction kernel
   (`GemmKernels.split_k_reduction_kernel`). On Ada the 8-bit CTAs run as many per SM as their shared memory allows,
-  at the share of the SM's tensor cores their warps occupy (`GemmKernels.cta_occupancy`), their main loop at the
-  rate their warp tile sustains (`GemmKernels.warp_tile_rate`: a per-k-step overhead, staged accumulation; 16-bit tiles too), and the
-  chip's power limit slows a wave that keeps more than gemm_sustained_sm_fraction of its SMs busy
-  (`GemmKernels.power_limited`). The family's dense GEMM kernels run their math and fixed latencies at the chip's
+  at the share of the SM's tensor cores their warps occupy (`GemmKernels.cta_occupancy`); the main loop of every
+  tile (16- and 8-bit) at the rate its warp tile sustains (`GemmKernels.warp_tile_rate`: a per-k-step overhead,
+  staged accumulation); and the chip's power limit slows a wave that keeps more than gemm_sustained_sm_fraction of
+  its SMs busy (`GemmKernels.power_limited`). The family's dense GEMM kernels run their math and fixed latencies at the chip's
   `sustained_clock_factor` (B300 against B200).
 - Attention prefill: work tiles run in waves over the SMs, as the family's kernels cut them
   (`roofline.cost.ops.AttentionKernels`: FA3 varlen on Hopper, (sequence, KV head, 128 or 192 packed query
