@@ -263,7 +263,8 @@ def test_sm89_fp8_ctas_from_their_shared_memory_and_warps():
     assert SM90_GEMM_KERNELS.cta_occupancy(64, 64) == (1, 1.0)
     # A compute-bound m <= 16 fp8 GEMM on Ada (16x64 tiles, one wave) takes twice the math time of full-rate CTAs
     l40s = load_profile("l40s")
-    ada = replace(l40s, memory_bandwidth_bytes_per_s=1e30, efficiency=replace(l40s.efficiency, kernel_fixed_s=0.0))
+    ada = replace(l40s, memory_bandwidth_bytes_per_s=1e30, efficiency=replace(
+        l40s.efficiency, kernel_fixed_s=0.0, gemm_fp8_tile_fixed_k=0.0, gemm_warp_step_overhead_mma=0.0))
     full = replace(SM89_GEMM_KERNELS, ctas_8bit=())
     half_rate = gemm_time_s(ada, 16, 1024, 65536, "fp8", 1.0, 1.0, 2.0)
     step_cost._GEMM_KERNELS["ada"] = full
@@ -272,6 +273,45 @@ def test_sm89_fp8_ctas_from_their_shared_memory_and_warps():
     finally:
         step_cost._GEMM_KERNELS["ada"] = SM89_GEMM_KERNELS
     assert half_rate == pytest.approx(2 * full_rate, rel=1e-9)
+
+
+def test_sm89_warp_tile_rate_from_its_mmas_per_k_step():
+    # A lone warp per sub-partition pays the per-k-step overhead on its MMAs: 16x64 (fp8) and 32x32 (bf16) warp
+    # tiles issue 8 MMAs per step, 64x64 ones 32. Two warps per sub-partition (8-warp CTAs) hide it. The fp8
+    # 64x64x128 tile (OpMultiplyAdd: staged accumulation, warp 32x64x64, k split in two) adds 2 x 32 x 64 / 32 FP32
+    # instructions per thread per iteration of 2 k-steps, at 1/16 of an MMA each: 4 MMAs.
+    assert SM89_GEMM_KERNELS.warp_tile_rate(16, 64, True, 2.0) == pytest.approx(8 / 10)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(128, 128, True, 2.0) == pytest.approx(32 / 34)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(64, 64, True, 2.0) == pytest.approx(16 / 22)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(64, 64, True, 0.0) == pytest.approx(16 / 20)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(256, 128, True, 2.0) == 1.0
+    assert SM89_GEMM_KERNELS.warp_tile_rate(64, 64, False, 2.0) == pytest.approx(8 / 10)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(128, 256, False, 2.0) == 1.0
+    assert SM90_GEMM_KERNELS.warp_tile_rate(64, 64, True, 2.0) == 1.0
+    assert SM90_GEMM_KERNELS.warp_tile_rate(128, 128, False, 2.0) == 1.0
+
+
+def test_power_limited_chip_slows_waves_that_keep_most_sms_busy():
+    # Ada: a wave keeping more than gemm_sustained_sm_fraction of the SMs busy runs slower in proportion; a call of
+    # one CTA does not. Math only (memory infinitely fast, no fixed costs).
+    l40s = load_profile("l40s")
+    base = replace(l40s, memory_bandwidth_bytes_per_s=1e30, efficiency=replace(
+        l40s.efficiency, kernel_fixed_s=0.0, gemm_sustained_sm_fraction=1.0))
+    capped = replace(base, efficiency=replace(base.efficiency, gemm_sustained_sm_fraction=0.5))
+    for dtype, size in (("bf16", 2.0), ("fp8", 1.0)):
+        many = (32768, 16384, 4096, dtype, size, size, 2.0)  # tens of full waves
+        assert gemm_time_s(capped, *many) / gemm_time_s(base, *many) == pytest.approx(2.0, rel=0.02)
+        one = (16, 64, 65536, dtype, size, size, 2.0)  # a single tile
+        assert gemm_time_s(capped, *one) == gemm_time_s(base, *one)
+    # Families that are not power-limited never read it: neither fitted nor used
+    h100 = load_profile("h100-sxm")
+    slow = replace(h100, efficiency=replace(h100.efficiency, gemm_sustained_sm_fraction=0.1))
+    assert gemm_time_s(slow, 8192, 8192, 8192, "bf16", 2.0, 2.0, 2.0) == \
+        gemm_time_s(h100, 8192, 8192, 8192, "bf16", 2.0, 2.0, 2.0)
+    assert {"gemm_sustained_sm_fraction", "gemm_warp_step_overhead_mma"} <= \
+        step_cost.unused_efficiency_params("hopper")
+    assert not {"gemm_sustained_sm_fraction", "gemm_warp_step_overhead_mma"} & \
+        step_cost.unused_efficiency_params("ada")
 
 
 def test_sustained_clock_factor_speeds_dense_gemm_math_and_fixed_costs_not_hbm():

@@ -70,6 +70,7 @@ DEFAULT_TRACE_PARAMS = (
 OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("gemm", ("gemm",), ("gemm_compute_efficiency", "gemm_tile_fixed_k", "memory_efficiency",
                          "memory_saturation_fraction", "gemm_fp8_compute_efficiency", "gemm_fp8_tile_fixed_k",
+                         "gemm_warp_step_overhead_mma", "gemm_sustained_sm_fraction",
                          "gemm_fp8_memory_efficiency", "act_quant_memory_efficiency", "act_quant_block_s",
                          "overlap_exponent", "kernel_fixed_s", "l2_bandwidth_factor")),
     ("attention", ("attention_prefill", "attention_decode"),

@@ -39,6 +39,8 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "gemm_fp8_compute_efficiency": ("gemm_fp8_compute_efficiency", 1.0, 1.0),
     "gemm_tile_fixed_k": ("gemm_tile_fixed_k", 1.0, 1e6),
     "gemm_fp8_tile_fixed_k": ("gemm_fp8_tile_fixed_k", 1.0, 1e6),
+    "gemm_warp_step_overhead_mma": ("gemm_warp_step_overhead_mma", 1.0, 64.0),
+    "gemm_sustained_sm_fraction": ("gemm_sustained_sm_fraction", 1.0, 1.0),
     "gemm_fixed_rows": ("gemm_fixed_rows", 1.0, 1e6),
     "memory_efficiency": ("memory_efficiency", 1.0, 1.0),
     "gemm_fp8_memory_efficiency": ("gemm_fp8_memory_efficiency", 1.0, 1.0),
@@ -101,6 +103,17 @@ class EfficiencyParams:
     gemm_tile_fixed_k: float = 64.0
     # The same for 8-bit GEMMs (a CUTLASS kernel with its own pipeline depth and scaling epilogue).
     gemm_fp8_tile_fixed_k: float = 64.0
+    # mma.sync kernels whose CTAs run one warp per SM sub-partition (`GemmKernels.warp_tile_rate`: Ada's cuBLAS SM80
+    # kernels and CUTLASS 2.x W8A8): what each warp spends per MMA k-step besides its MMAs (fragment loads from
+    # shared memory, the CTA barrier, the next stage's copies), in units of one MMA's time (16 clocks on SM89).
+    # Starting value 2 (32 clocks: a few shared-memory loads' latency); read only by families whose tiles have warp
+    # tiles described (`GemmKernels.ctas_8bit`, `ctas_16bit`).
+    gemm_warp_step_overhead_mma: float = 2.0
+    # Power-limited chips (`GemmKernels.power_limited`: Ada, e.g. the 350 W L40S): the dense GEMM math rate the chip
+    # sustains with every SM busy, as a fraction of its SMs' combined rate at gemm_(fp8_)compute_efficiency; a wave
+    # keeping more SMs busy than this fraction of them runs slower in proportion (the clock drops at the power
+    # limit). 1 = no cap; starting value 0.8.
+    gemm_sustained_sm_fraction: float = 0.8
     # CPU only (`roofline.cost.cpu_timing`, no tiles or waves there): a GEMM of m rows costs as many MACs as one of
     # m + gemm_fixed_rows rows at full efficiency, i.e. efficiency m / (m + gemm_fixed_rows) (register blocking
     # and B-panel loads of the microkernel amortized over few rows). oneDNN's prepacked bf16 GEMM on this

@@ -23,8 +23,11 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
   quantization kernel (`fp4_act_quant_time_s`). Plus kernel_fixed_s. On
   Blackwell and Ada a 16-bit split-K GEMM is followed by a reduction kernel
   (`GemmKernels.split_k_reduction_kernel`). On Ada the 8-bit CTAs run as many per SM as their shared memory allows,
-  at the share of the SM's tensor cores their warps occupy (`GemmKernels.cta_occupancy`). The family's dense GEMM
-  kernels run their math and fixed latencies at the chip's `sustained_clock_factor` (B300 against B200).
+  at the share of the SM's tensor cores their warps occupy (`GemmKernels.cta_occupancy`); the main loop of every
+  tile (16- and 8-bit) at the rate its warp tile sustains (`GemmKernels.warp_tile_rate`: a per-k-step overhead,
+  staged accumulation); and the chip's power limit slows a wave that keeps more than gemm_sustained_sm_fraction of
+  its SMs busy (`GemmKernels.power_limited`). The family's dense GEMM kernels run their math and fixed latencies at the chip's
+  `sustained_clock_factor` (B300 against B200).
 - Attention prefill: work tiles run in waves over the SMs, as the family's kernels cut them
   (`roofline.cost.ops.AttentionKernels`: FA3 varlen on Hopper, (sequence, KV head, 128 or 192 packed query
   rows); TRT-LLM's context kernel on Blackwell, (sequence, query head, 256 query rows); FA2's split-KV kernel
@@ -107,6 +110,30 @@ GEMM_TILES_8BIT: tuple[tuple[float, tuple[int, int]], ...] = ((64, (64, 64)), (1
 _MIN_SPLIT_K = 256
 _SM_SUBPARTITIONS = 4  # SM sub-partitions (warp schedulers, one tensor core each) per SM since Volta
 _CTA_RESERVED_SMEM_BYTES = 1024  # shared memory the CUDA runtime reserves per CTA (SM8x and later)
+# SM89's mma.sync: m16n8k16 for 16-bit and m16n8k32 for 8-bit inputs, 16 clocks each on one sub-partition (L40S:
+# 362 bf16 / 733 fp8 dense TFLOPS / (142 SMs x 4 sub-partitions x 2.52 GHz boost) = 253 / 512 FLOP per clock; 4096 /
+# 8192 FLOP per MMA); its FP32 pipe issues one warp instruction per clock (91.6 TFLOPS = 142 x 128 lanes x 2 x 2.52
+# GHz).
+_MMA_M, _MMA_N = 16, 8
+_MMA_8BIT_K = 32
+_MMA_CLOCKS = 16
+
+
+class Cta(NamedTuple):
+    """A GEMM kernel's CTA: `warps` warps of warp_m x warp_n output each (in the kernel's own view for the 8-bit
+    CUTLASS configs: rows of m; for cuBLAS's column-major kernels the count of MMAs is the same either way); for the
+    8-bit CUTLASS 2.x configs also GemmShape<tm, tn, tile_k> and MainLoopStages, with warps = (tm / warp_m) x
+    (tn / warp_n) x (tile_k / wk) (CUTLASS 2.x splits the tile's k among warps where wk < tile_k). `staged`: its
+    math operator is OpMultiplyAdd (not OpMultiplyAddFastAccum), which CUTLASS runs on SM89 fp8 with staged
+    accumulation (cutlass/arch/mma_sm89.h `is_sm89_staged_policy_v`; gemm/threadblock/mma_multistage.h: each
+    main-loop iteration's MMAs accumulate into a cleared temporary that is then added to the accumulators)."""
+
+    warps: int
+    warp_m: int
+    warp_n: int
+    tile_k: int = 0
+    stages: int = 0
+    staged: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,10 +151,15 @@ class GemmKernels:
     tiles: tuple[tuple[int, int], ...]
     tiles_8bit: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...]
     split_k_reduction_kernel: bool = False
-    # The CTAs of the 8-bit tiles: ((tile rows, tile cols), (warps per CTA, tile k, mainloop stages)), with the SM's
-    # shared memory; see `cta_occupancy`. Empty: one full-rate tile per SM.
-    ctas_8bit: tuple[tuple[tuple[int, int], tuple[int, int, int]], ...] = ()
+    # The CTAs of the 8-bit tiles: ((tile rows, tile cols), `Cta`), with the SM's shared memory; see `cta_occupancy`
+    # and `warp_tile_rate`. Empty: one full-rate tile per SM.
+    ctas_8bit: tuple[tuple[tuple[int, int], Cta], ...] = ()
     shared_memory_per_sm_bytes: int = 0
+    # The CTAs of the 16-bit tiles (`Cta`: warps and warp tile only); see `warp_tile_rate`. Empty: full rate.
+    ctas_16bit: tuple[tuple[tuple[int, int], Cta], ...] = ()
+    # The chip's power limit caps its math rate below its SMs' combined rate (`gemm_time_s`: a wave keeping more
+    # than gemm_sustained_sm_fraction of the SMs busy runs slower in proportion).
+    power_limited: bool = False
 
     def cta_occupancy(self, tm: int, tn: int) -> tuple[int, float]:
         """(CTAs of a tm x tn 8-bit tile resident per SM, share of the SM's tensor throughput one CTA gets).
@@ -139,9 +171,31 @@ class GemmKernels:
         cta = dict(self.ctas_8bit).get((tm, tn)) if self.ctas_8bit else None
         if cta is None:
             return 1, 1.0
-        warps, tk, stages = cta
-        ctas = max(1, self.shared_memory_per_sm_bytes // (stages * (tm + tn) * tk + _CTA_RESERVED_SMEM_BYTES))
-        return ctas, min(1.0, ctas * warps / _SM_SUBPARTITIONS) / ctas
+        ctas = max(1, self.shared_memory_per_sm_bytes // (cta.stages * (tm + tn) * cta.tile_k
+                                                           + _CTA_RESERVED_SMEM_BYTES))
+        return ctas, min(1.0, ctas * cta.warps / _SM_SUBPARTITIONS) / ctas
+
+    def warp_tile_rate(self, tm: int, tn: int, eight: bool, step_overhead_mma: float) -> float:
+        """Share of its tensor cores' rate a tm x tn tile's warps sustain in the main loop. Per k-step (16 of k for
+        16-bit, 32 for 8-bit inputs) a warp issues (warp_m / 16) x (warp_n / 8) MMAs of its warp tile and spends
+        besides `step_overhead_mma` MMA times (loading its fragments from shared memory, the CTA barrier, issuing the
+        next stage's copies). A lone warp on its sub-partition cannot hide it: a 32x32 or 16x64 warp tile (8 MMAs
+        per step) runs at 8 / (8 + overhead), a 64x64 one (32) at 32 / (32 + overhead); two warps per sub-partition
+        (8-warp CTAs) cover each other's overhead, up to the full rate. A staged-accumulation CTA (`Cta.staged`)
+        also adds, once per main-loop iteration, its MMAs' fresh partial sums into its accumulators and clears them:
+        2 x warp_m x warp_n / 32 FP32 instructions per thread, at one warp instruction per clock against an MMA's
+        `_MMA_CLOCKS`. Without an entry: 1."""
+        cta = dict(self.ctas_8bit if eight else self.ctas_16bit).get((tm, tn))
+        if cta is None:
+            return 1.0
+        mmas = (cta.warp_m // _MMA_M) * (cta.warp_n // _MMA_N)
+        staged = 0.0
+        if cta.staged:
+            k_steps = cta.tile_k // (cta.warps // ((tm // cta.warp_m) * (tn // cta.warp_n))) // _MMA_8BIT_K
+            staged = 2.0 * cta.warp_m * cta.warp_n / 32 / k_steps / _MMA_CLOCKS
+        ctas = self.cta_occupancy(tm, tn)[0] if eight else 1
+        warps_per_subpartition = max(1.0, ctas * cta.warps / _SM_SUBPARTITIONS)
+        return min(1.0, warps_per_subpartition * mmas / (mmas + step_overhead_mma + staged))
 
 
 # Hopper (and Ampere, described with the same tables): cuBLAS's SM90 tiles, split-K partials reduced in place.
@@ -173,19 +227,25 @@ SM89_GEMM_KERNELS = GemmKernels(
         (256, ((4096, (64, 128)), (math.inf, (128, 128)))),
         (math.inf, ((4096, (128, 128)), (8192, (256, 128)), (math.inf, (128, 128))))),
     split_k_reduction_kernel=True,
-    # The same file's configs: GemmShape<tm, tn, tk> tile, WarpShape<wm, wn, wk>, MainLoopStages -> warps per CTA =
-    # (tm / wm) x (tn / wn) x (tk / wk) (CUTLASS 2.x splits the tile's k among warps where wk < tk).
-    ctas_8bit=(((16, 64), (2, 128, 5)),    # 16x64x128, warp 16x64x64, 5 stages (M16)
-               ((16, 128), (2, 64, 5)),    # 16x128x64, warp 16x64x64, 5 stages (M16)
-               ((32, 64), (4, 128, 5)),    # 32x64x128, warp 16x64x64, 5 stages (M16, M32)
-               ((32, 128), (4, 128, 4)),   # 32x128x128, warp 32x64x64, 4 stages (M32)
-               ((64, 64), (4, 128, 5)),    # 64x64x128, warp 32x64x64, 5 stages (M64)
-               ((64, 128), (4, 128, 3)),   # 64x128x128, warp 64x64x64, 3 stages (M64, M128, M256)
-               ((128, 64), (4, 128, 3)),   # 128x64x128, warp 64x64x64, 3 stages (M128)
-               ((128, 128), (4, 64, 5)),   # 128x128x64, warp 64x64x64, 5 stages (M128, M256, default)
-               ((256, 128), (8, 64, 3))),  # 256x128x64, warp 64x64x64, 3 stages (default)
+    # The same file's configs (`Cta`): warps, warp tile, tile k, stages, math operator.
+    ctas_8bit=(((16, 64), Cta(2, 16, 64, 128, 5)),    # 16x64x128, warp 16x64x64 (M16)
+               ((16, 128), Cta(2, 16, 64, 64, 5)),    # 16x128x64, warp 16x64x64 (M16)
+               ((32, 64), Cta(4, 16, 64, 128, 5)),    # 32x64x128, warp 16x64x64 (M16, M32)
+               ((32, 128), Cta(4, 32, 64, 128, 4)),   # 32x128x128, warp 32x64x64 (M32)
+               ((64, 64), Cta(4, 32, 64, 128, 5, staged=True)),  # 64x64x128, warp 32x64x64, OpMultiplyAdd (M64)
+               ((64, 128), Cta(4, 64, 64, 128, 3)),   # 64x128x128, warp 64x64x64 (M64, M128, M256)
+               ((128, 64), Cta(4, 64, 64, 128, 3)),   # 128x64x128, warp 64x64x64 (M128)
+               ((128, 128), Cta(4, 64, 64, 64, 5)),   # 128x128x64, warp 64x64x64 (M128, M256, default)
+               ((256, 128), Cta(8, 64, 64, 64, 3))),  # 256x128x64, warp 64x64x64 (default)
     # CUDA C++ Programming Guide, compute capability 8.9: 100 KB of shared memory per SM.
-    shared_memory_per_sm_bytes=100 * 1024)
+    shared_memory_per_sm_bytes=100 * 1024,
+    # cuBLAS's SM80 kernels as CUTLASS's SM80 generator lays out their warps (tools/library/scripts/generator.py
+    # GenerateSM80_TensorOp_16816, kernel view features x tokens: 256x128 [4, 2, 1] and 128x256 [2, 4, 1]: 8 warps of
+    # 64x64; 256x64 and 128x128: 4 of 64x64; 128x64 / 64x128: 4 of 64x32 / 32x64; 64x64: 4 of 32x32), here as
+    # (token rows, feature cols) tiles.
+    ctas_16bit=(((128, 256), Cta(8, 64, 64)), ((256, 128), Cta(8, 64, 64)), ((128, 128), Cta(4, 64, 64)),
+                ((64, 128), Cta(4, 64, 32)), ((64, 256), Cta(4, 64, 64)), ((64, 64), Cta(4, 32, 32))),
+    power_limited=True)
 _GEMM_KERNELS = {"blackwell": SM100_GEMM_KERNELS, "ada": SM89_GEMM_KERNELS}
 
 
@@ -383,7 +443,18 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
         tiles = (groups * _ceil(m / tm) if row_tiles is None else row_tiles(tm)) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
         ctas, rate = kernels.cta_occupancy(tm, tn) if eight else (1, 1.0)
-        tc = _ceil(tiles / (sms * ctas)) * 2.0 * tm * tn * (k_split + fixed_k) / (per_sm * rate)
+        # The main loop's k at the CTA's share of the SM's tensor cores and its warp tile's rate
+        # (`GemmKernels.warp_tile_rate`); the per-tile fixed k (prologue, epilogue) is no MMA work, at the SM's rate.
+        warp_rate = kernels.warp_tile_rate(tm, tn, eight, e.gemm_warp_step_overhead_mma)
+        waves = _ceil(tiles / (sms * ctas))
+        tc = waves * 2.0 * tm * tn * (k_split / (warp_rate * rate) + fixed_k) / per_sm
+        if kernels.power_limited:
+            # The chip's power limit sustains gemm_sustained_sm_fraction of its SMs' combined math rate: every wave
+            # but the last keeps all SMs busy, the last one those its CTAs occupy; a wave with more busy SMs than
+            # the limit sustains runs slower in proportion (the clock drops).
+            busy = _min(_ceil((tiles - (waves - 1) * sms * ctas) / ctas), sms)
+            sustained = sms * e.gemm_sustained_sm_fraction
+            tc = tc / waves * ((waves - 1) * _max(1.0, sms / sustained) + _max(1.0, busy / sustained))
         share = 1.0 if eight else _min(tiles / saturating, 1.0)
         if s > 1 and reduce_kernel:  # the GEMM writes s fp32 partials; a second kernel reads them, writes y
             partials = groups * m * n * 4.0 * s
@@ -1079,7 +1150,13 @@ def all_reduce_algorithms(family: str | None) -> AllReduceAlgorithms:
 
 def unused_efficiency_params(family: str | None) -> frozenset[str]:
     """EfficiencyParams fields that the kernels of `family` never read (not fitted, stay at their defaults)."""
-    return frozenset() if all_reduce_algorithms(family).runs_nccl else frozenset(NCCL_PARAMS)
+    unused = set() if all_reduce_algorithms(family).runs_nccl else set(NCCL_PARAMS)
+    kernels = gemm_kernels(family)
+    if not kernels.ctas_8bit and not kernels.ctas_16bit:  # no warp tiles described: the tiles run at full rate
+        unused.add("gemm_warp_step_overhead_mma")
+    if not kernels.power_limited:
+        unused.add("gemm_sustained_sm_fraction")
+    return frozenset(unused)
 
 
 def all_reduce_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any) -> Any:
