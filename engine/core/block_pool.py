@@ -72,7 +72,7 @@ class _Chain:
     `hash_blocks` (lazy), block_hashes holds only the hashes computed so far and `hash_blocks(n)` extends it to at
     least n."""
 
-    __slots__ = ("block_ids", "block_hashes", "start", "hash_blocks")
+    __slots__ = ("block_ids", "block_hashes", "start", "hash_blocks", "closed")
 
     def __init__(self, block_ids: list[int], block_hashes: list[int], start: int,
                  hash_blocks: Callable[[int], None] | None) -> None:
@@ -80,6 +80,7 @@ class _Chain:
         self.block_hashes = block_hashes
         self.start = start
         self.hash_blocks = hash_blocks
+        self.closed = False  # its block list registers no more blocks (`close_chain`)
 
 
 class KVCacheBlock:
@@ -146,6 +147,8 @@ class BlockPool:
         self._num_free = 0
         self._num_holes = 0
         self._head = self._tail = 0
+        # Times blocks came back to the free queue (`free`): while it stands still, the free blocks only decrease.
+        self.num_returns = 0
         self._reset_queue(np.arange(1, num_blocks, dtype=np.int64))
         # The prefix cache's chains (module docstring): id -> chain, the ids of the chains starting with a hash,
         # and for each cached block the order of its registration and its chain (0 when it never had one).
@@ -185,6 +188,10 @@ class BlockPool:
         """Distinct hashes in the prefix cache (blocks in use or evictable); O(num_blocks)."""
         self._materialize_all()
         return len(np.unique(self.block_hash[self.block_hash != NO_HASH]))
+
+    @property
+    def num_chains_made(self) -> int:
+        return self._num_chains_made
 
     def usage(self) -> float:
         return self.num_used_blocks / self.num_usable_blocks
@@ -235,6 +242,7 @@ class BlockPool:
         self._pos[ids] = np.arange(tail, tail + len(ids))
         self._tail = tail + len(ids)
         self._num_free += len(ids)
+        self.num_returns += 1
 
     def _prepend(self, ids: np.ndarray) -> None:
         if self._head < len(ids):
@@ -244,6 +252,7 @@ class BlockPool:
         self._pos[ids] = np.arange(head, self._head)
         self._head = head
         self._num_free += len(ids)
+        self.num_returns += 1
 
     # ---- block ids ----
     def allocate(self, n: int) -> list[int]:
@@ -419,6 +428,18 @@ class BlockPool:
         misses = (order == _NEVER).nonzero()[0]
         end = int(misses[0]) if len(misses) else num_wanted
         return ids[:end].tolist()
+
+    def close_chain(self, chain_id: int) -> None:
+        """No more blocks will be registered in the chain (its request freed its blocks)."""
+        chain = self._chains.get(chain_id)
+        if chain is not None:
+            chain.closed = True
+
+    def candidates_closed(self, block_hashes: Sequence[int], max_num_blocks: int) -> bool:
+        """Whether every chain that `find_longest_cache_hit(block_hashes, max_num_blocks)` compares is closed: then
+        only a new chain can lengthen that hit."""
+        starts, chains = self._chain_starts, self._chains
+        return all(chains[c].closed for h in block_hashes[:max_num_blocks] if h in starts for c in starts[h])
 
     def _prune_chains(self) -> None:
         """Drop the chains none of whose blocks are cached any more (their blocks were all evicted or registered

@@ -218,4 +218,6 @@ class KVCacheManager:
         self.pool.free(req.block_ids[::-1])
         req.block_ids = []
         req.num_cached_blocks = 0
-        req.cache_chain = None
+        if req.cache_chain is not None:
+            self.pool.close_chain(req.cache_chain)
+            req.cache_chain = None

@@ -52,6 +52,8 @@ class Scheduler:
         self._pending: StepPlan | None = None  # the plan whose output is still to come
         self._pending_aborted = False  # a request of the pending plan was aborted
         self._fast = FastPath(self) if fast_paths else None
+        # The waiting queue's head when its blocks did not fit, with what its failure depended on (`_Blocked`).
+        self._blocked: _Blocked | None = None
 
     # ---- queries ----
     @property
@@ -214,8 +216,11 @@ class Scheduler:
         cfg = self.config
         kv = self.kv
         admitted: list[str] = []
+        blocked = self._blocked
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             req = self.waiting.peek_request()
+            if blocked is not None and blocked.req is req and blocked.holds(self, budget, threshold):
+                break  # the same head fails again (the usual step of a full cache: no need to look it up)
             hit_block_ids, num_hit_tokens = kv.get_computed_blocks(req)
             num_new_tokens = req.num_tokens - num_hit_tokens
             if 0 < threshold < num_new_tokens:
@@ -226,6 +231,8 @@ class Scheduler:
             if not kv.allocate_slots(req, num_new_tokens, hit_block_ids,
                                      full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
                                      apply_watermark=bool(self.running)):  # vLLM keeps the watermark for running
+                if self._fast is not None:
+                    self._blocked = _Blocked.of(self, req, budget, threshold)
                 break
             self.waiting.pop_request()
             self._admit(req, num_hit_tokens, now_s)
@@ -315,3 +322,52 @@ class Scheduler:
         req.finish_time_s = now_s
         self.kv.free(req)
         del self.requests[req.request_id]
+
+
+class _Blocked:
+    """A waiting request whose blocks did not fit, and the state its failure depended on. While that state holds,
+    trying it again fails again (`holds`), so the scheduler skips the lookup and the allocation (a fast path:
+    `fast_paths=False` tries every time). Without blocks coming back to the free queue the free blocks only
+    decrease; evictions only shorten a prefix-cache hit, which never lowers what the request needs (each lost hit
+    block is one more to allocate and at most one fewer idle hit to take out of the free queue: the full-sequence
+    check of `scheduler_reserve_full_isl`, which decides whenever it holds; a smaller chunk can need less, so with
+    a hit the failure is carried over only under that check); a larger budget only schedules more tokens. What
+    could make it fit: blocks returned (`BlockPool.num_returns`), a longer hit (a new chain starting with one of
+    its hashes; blocks registered in a chain it compares, which only an open chain takes), a lower threshold,
+    or the watermark no longer applying."""
+
+    __slots__ = ("req", "num_tokens", "num_returns", "budget", "threshold", "watermark", "first_hash", "num_chains")
+
+    def __init__(self, req: Request, num_returns: int, budget: int, threshold: int, watermark: bool,
+                 first_hash: int | None, num_chains: int | None) -> None:
+        self.req = req
+        self.num_tokens = req.num_tokens  # (the same request back at the head later holds more)
+        self.num_returns = num_returns
+        self.budget = budget
+        self.threshold = threshold
+        self.watermark = watermark
+        self.first_hash = first_hash  # its hit was empty because no chain started with it
+        self.num_chains = num_chains  # it had candidate chains, all closed: no new chain since
+
+    @classmethod
+    def of(cls, sched: Scheduler, req: Request, budget: int, threshold: int) -> _Blocked | None:
+        """After `req`'s allocation failed (its lookup just done); None when its failure cannot be carried over."""
+        kv = sched.kv
+        pool = kv.pool
+        first_hash = num_chains = None
+        max_num_blocks = (req.num_tokens - 1) // kv.block_size
+        if kv.enable_caching and max_num_blocks > 0:
+            first_hash = req.block_hashes[0]
+            if pool.may_hit(first_hash):  # then the lookup hashed all it compares
+                if not (sched.config.scheduler_reserve_full_isl
+                        and pool.candidates_closed(req.block_hashes, max_num_blocks)):
+                    return None
+                first_hash, num_chains = None, pool.num_chains_made
+        return cls(req, pool.num_returns, budget, threshold, bool(sched.running), first_hash, num_chains)
+
+    def holds(self, sched: Scheduler, budget: int, threshold: int) -> bool:
+        pool = sched.kv.pool
+        return (pool.num_returns == self.num_returns and self.req.num_tokens == self.num_tokens
+                and budget >= self.budget and threshold == self.threshold and bool(sched.running) == self.watermark
+                and (self.first_hash is None or not pool.may_hit(self.first_hash))
+                and (self.num_chains is None or pool.num_chains_made == self.num_chains))
