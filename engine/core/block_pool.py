@@ -54,9 +54,10 @@ from typing import overload
 import numpy as np
 
 # `free` runs once per finished or preempted request; `arr.all()`/`arr.any()` go through a Python wrapper each
-# (numpy's _methods), ~2 % of sim_speed's time, so the ufunc reductions are called directly.
+# (numpy's _methods), ~2 % of sim_speed's time, so the ufunc reductions are called directly; on int arrays
+# `count_nonzero` is ~10x cheaper still (`logical_and.reduce` casts them to bool first).
 _all = np.logical_and.reduce
-_any = np.logical_or.reduce
+_count_nonzero = np.count_nonzero
 
 # CPython's hash() never returns -1 (it is its error code), so no block hash is ever NO_HASH.
 NO_HASH = -1
@@ -278,20 +279,22 @@ class BlockPool:
         """Drop one reference from each block (distinct ids); `ordered_ids` lists them in eviction order."""
         if not len(ordered_ids):
             return
-        arr = np.asarray(ordered_ids, dtype=np.int64)
+        arr = np.fromiter(ordered_ids, np.int64, len(ordered_ids))
         refs = self.ref_cnt[arr]
-        if not _all(refs):
+        # (count_nonzero: numpy's logical reductions of int arrays cost ~10x more)
+        if _count_nonzero(refs) < len(refs):
             raise AssertionError(f"block {int(arr[refs == 0][0])} freed twice")
         refs -= 1
         self.ref_cnt[arr] = refs
-        idle = arr[refs == 0]
+        idle = arr[refs == 0] if _count_nonzero(refs) else arr  # (most blocks are their request's alone)
         if len(idle):
             hashed = self.block_hash[idle] != NO_HASH
-            if _any(hashed):
-                self._append(idle[hashed])
-            if not _all(hashed):
+            num_hashed = _count_nonzero(hashed)
+            if num_hashed:
+                self._append(idle[hashed] if num_hashed < len(idle) else idle)
+            if num_hashed < len(idle):
                 # Prepending keeps the uncached blocks in order at the head: the first becomes the first reused.
-                self._prepend(idle[~hashed])
+                self._prepend(idle[~hashed] if num_hashed else idle)
 
     def register(self, ids: Sequence[int], hashes: Sequence[int]) -> None:
         """Register blocks `ids`, now full of computed (or scheduled) tokens and not yet cached, under `hashes`
@@ -325,7 +328,7 @@ class BlockPool:
                 self._reg_order[block_id] = order
                 self._reg_chain[block_id] = chain
             else:
-                ids = np.array(block_ids[start:end], dtype=np.int64)
+                ids = np.fromiter(block_ids[start:end], np.int64, n)  # (np.array of a list: ~20 % slower)
                 orders = np.arange(order, order + n)
                 self.block_hash[ids] = PLACEHOLDER_BASE - orders
                 self._reg_order[ids] = orders
@@ -340,7 +343,7 @@ class BlockPool:
                 chains[block_id] = chain
                 order += 1
         else:
-            ids = np.array(block_ids[start:end], dtype=np.int64)
+            ids = np.fromiter(block_ids[start:end], np.int64, n)
             self.block_hash[ids] = block_hashes[start:end]
             self._reg_order[ids] = np.arange(order, order + n)
             self._reg_chain[ids] = chain
