@@ -217,9 +217,7 @@ class FastPath:
         elif not prefills:
             kv.allocate_decode_slots(list(opening), list(filling))
         else:
-            for req in self._touched(opening, filling, prefills):
-                allocated = kv.allocate(req, *self._counts(cols, req, num_updates))
-                assert allocated
+            self._allocate_with_prefills(cols, opening, filling, prefills, num_updates)
         total = cols.num_decoders
         context_sum = cols.num_decoders * (num_updates - 1) + cols.off_sum
         num_prefill_tokens = 0
@@ -246,6 +244,29 @@ class FastPath:
         touched.update(filling)
         touched.update(dict.fromkeys(prefills))
         return sorted(touched, key=_SEQ)
+
+    def _allocate_with_prefills(self, cols: RunningColumns, opening: dict[Request, None], filling: dict[Request, None],
+                                prefills: list[Request], num_updates: int) -> None:
+        """The touched rows in queue order when the free blocks cover them all: each prefill by `allocate`, the runs
+        of decoders between them by one `allocate_decode_slots` each (the same blocks in the same order: within
+        a run, openings take blocks in queue order and fills register in queue order, and the two commute)."""
+        kv = self.sched.kv
+        run_opening: list[Request] = []
+        run_filling: list[Request] = []
+        for req in self._touched(opening, filling, prefills):
+            if req._col_off is None:  # a prefill
+                if run_opening or run_filling:
+                    kv.allocate_decode_slots(run_opening, run_filling)
+                    run_opening, run_filling = [], []
+                allocated = kv.allocate(req, *self._counts(cols, req, num_updates))
+                assert allocated
+                continue
+            if req in opening:
+                run_opening.append(req)
+            if req in filling:  # (also opening when a block is one token)
+                run_filling.append(req)
+        if run_opening or run_filling:
+            kv.allocate_decode_slots(run_opening, run_filling)
 
     @staticmethod
     def _counts(cols: RunningColumns, req: Request, num_updates: int) -> tuple[int, int, int]:
