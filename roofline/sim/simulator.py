@@ -488,12 +488,28 @@ def _result(specs: Sequence[RequestSpec], rec: _Recorder, wall_s: float) -> Simu
         "num_preemptions": rec.num_preemptions,
         "num_prefix_hit_tokens": rec.num_prefix_hits,
     })
-    steps = pd.DataFrame(rec.step_rows, columns=list(STEP_COLUMNS))
+    steps = _step_table(rec.step_rows)
     rec.flush_gaps()
     gaps = np.concatenate(rec.itl_gaps) if rec.itl_gaps else np.zeros(0)
     rows = np.concatenate(rec.itl_rows) if rec.itl_rows else np.zeros(0, dtype=np.int64)
     itl = InterTokenLatencies(gaps, rows)
     return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s)
+
+
+def _step_table(rows: list[tuple]) -> pd.DataFrame:
+    """The step rows as a DataFrame of STEP_COLUMNS: column by column where every value of a column is a Python
+    int or every one a float (the int64 and float64 columns pandas infers from the tuples, ~5x faster), else as
+    pandas builds it from the tuples."""
+    if rows:
+        columns = {}
+        for name, values in zip(STEP_COLUMNS, zip(*rows)):
+            kinds = set(map(type, values))
+            if kinds != {int} and kinds != {float}:
+                break
+            columns[name] = np.array(values, dtype=np.int64 if int in kinds else np.float64)
+        else:
+            return pd.DataFrame(columns)
+    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 
 def terminal_progress(stream: Any = None) -> Callable[[int, int], None] | None:
