@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from engine.core import CacheConfig, Request, RequestStatus, SamplingParams, Scheduler, SchedulerConfig
 from engine.core.block_pool import NO_HASH, BlockPool
 from engine.core.fast_path import FastPath
+from engine.core.kv_cache_manager import KVCacheManager
 
 EOS = 1
 
@@ -235,3 +236,33 @@ def test_lazy_hashes_give_the_plans_of_eager_ones(workload, token):
         assert not (sched.kv.pool.block_hash < NO_HASH).any()  # nothing left unhashed
     assert lazy == eager
     assert _outcome(lazy_finished) == _outcome(eager_finished)
+
+
+def test_blocked_head_is_not_looked_up_at_every_step(monkeypatch):
+    """A waiting request whose blocks do not fit is looked up again only after something that could make it fit
+    (blocks returned, a chain it could hit, another head), not at every step as the scheduler's loop does; the plans
+    and outcomes are the loop's."""
+    config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=64)
+    cache = CacheConfig(num_blocks=24, block_size=4, enable_prefix_caching=True)
+
+    def requests():
+        return [(i // 3, Request(f"r{i}", [2 + (i * 7 + k) % 40 for k in range(12 + i % 5)],
+                                 SamplingParams(max_tokens=30, ignore_eos=True), float(i // 3), EOS))
+                for i in range(12)]
+
+    lookups = Counter()
+    original = KVCacheManager.get_computed_blocks
+
+    def counted(self, req):
+        lookups[mode] += 1
+        return original(self, req)
+
+    monkeypatch.setattr(KVCacheManager, "get_computed_blocks", counted)
+    for mode, token in (("fast", 7), ("slow", 7), ("fast-lists", None), ("slow-lists", None)):
+        results = _run(config, cache, requests(), constant=token, fast_paths=not mode.startswith("slow"))
+        if mode.startswith("fast"):
+            fast_finished, fast, _ = results
+        else:
+            assert results[1] == fast
+            assert _outcome(results[0]) == _outcome(fast_finished)
+    assert lookups["fast"] < lookups["slow"] and lookups["fast-lists"] < lookups["slow-lists"]
