@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -13,7 +15,7 @@ from engine.core.trace import STEP_COLUMNS, step_schema
 from roofline.cost.hardware import parse_profile
 from roofline.cost.step_cost import _ExactPowArray
 from roofline.engine_args import EngineArgs
-from roofline.sim.outputs import step_table
+from roofline.sim.outputs import step_table, write_csv
 from roofline.sim.simulator import Deployment, SimulationOptions, SimulationResult, make_deployment, run_simulation
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, SharedPrefix, Workload
 from tests.profiles import TEST_CPU_PROFILE
@@ -107,3 +109,27 @@ def test_exact_pow_array_rounds_as_python_floats() -> None:
     assert np.asarray(0.75 ** np.arange(5.0).view(_ExactPowArray)).tolist() == [0.75 ** n for n in range(5)]
     assert type(base.view(_ExactPowArray) + 1.0) is _ExactPowArray  # stays exact through other ufuncs
     assert math.isclose(float(np.asarray(base.view(_ExactPowArray) ** 2.0)[0]), base[0] ** 2)
+
+
+def test_write_csv_writes_the_bytes_of_pandas(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    floats = np.concatenate([rng.random(200) * 10.0 ** rng.integers(-20, 20, 200), [np.nan, np.inf, -np.inf, -0.0,
+                             0.0, 1e16, 1e15, 1e-4, 1e-5, 5e-324, 0.1, 0.1, 3.0, np.nan]])
+    n = len(floats)
+    frames = {
+        "numbers and ids": pd.DataFrame({"id": [f"req-{i % 50}" for i in range(n)], "x": floats,
+                                         "count": rng.integers(-5, 10**12, n), "small": rng.integers(0, 3, n),
+                                         "u": rng.integers(0, 9, n).astype(np.uint8)}),
+        "no rows": pd.DataFrame({"a": np.zeros(0), "b": np.zeros(0, dtype=np.int64)}),
+        # left to pandas: fields it quotes, a missing string, booleans, float32, one column
+        "comma": pd.DataFrame({"id": ["a,b", "c"], "x": [1.0, 2.0]}),
+        "quote in a name": pd.DataFrame({'say "x"': [1, 2], "y": [1.5, 2.5]}),
+        "missing id": pd.DataFrame({"id": ["a", None], "x": [1.0, 2.0]}),
+        "bool": pd.DataFrame({"flag": [True, False], "x": [1.0, 2.0]}),
+        "float32": pd.DataFrame({"x": np.array([0.1, 2.5], dtype=np.float32), "y": [1, 2]}),
+        "one column": pd.DataFrame({"id": ["", "a"]}),
+    }
+    for name, frame in frames.items():
+        write_csv(frame, tmp_path / "fast.csv")
+        frame.to_csv(tmp_path / "pandas.csv", index=False)
+        assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), name

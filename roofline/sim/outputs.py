@@ -5,6 +5,9 @@ breakdown), timeseries.csv (KV usage, running and waiting requests per step) and
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +26,46 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
     summary.json; the same run gives the same bytes."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_trace(out_dir, step_table(deployment, result), run_metadata(deployment, summary))
-    result.requests.to_csv(out_dir / "requests.csv", index=False)
-    result.timeseries.to_csv(out_dir / "timeseries.csv", index=False)
+    write_csv(result.requests, out_dir / "requests.csv")
+    write_csv(result.timeseries, out_dir / "timeseries.csv")
     (out_dir / "summary.json").write_text(to_json(summary))
+
+
+_NEEDS_QUOTES = re.compile(r'[,"\r\n]')  # the fields the csv module quotes (QUOTE_MINIMAL)
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """`frame.to_csv(path, index=False)`, the same bytes, in a fraction of the time for frames of integer, float64
+    and string columns (anything else is left to pandas). pandas writes an integer by `str`, a float64 by numpy's
+    `astype(str)`, which is Python's `repr` (the shortest string that reads back, 'inf'), NaN and a missing string
+    as an empty field, and quotes a field only if it holds a comma, a quote or a line break; here each distinct
+    value is formatted once (a step's counts and KV usage repeat) and the rows joined."""
+    cells = [_csv_cells(frame[name]) for name in frame.columns] if all(
+        isinstance(name, str) and not _NEEDS_QUOTES.search(name) for name in frame.columns) else []
+    if len(cells) < 2 or any(column is None for column in cells):  # (one empty field alone is quoted)
+        frame.to_csv(path, index=False)
+        return
+    lines = [",".join(frame.columns)]
+    lines.extend(map(",".join, zip(*cells)))
+    lines.append("")
+    path.write_bytes(os.linesep.join(lines).encode())
+
+
+def _csv_cells(column: pd.Series) -> list[str] | None:
+    """Each value of `column` as pandas' `to_csv` writes it, or None for a column left to pandas."""
+    values = column.to_numpy()
+    if values.dtype.kind in "iu":
+        distinct, index = np.unique(values, return_inverse=True)
+        return np.array(list(map(str, distinct.tolist())), dtype=object)[index].tolist()
+    if values.dtype == np.float64:  # by bit pattern: -0.0 is not 0.0, and every NaN is written empty
+        bits, index = np.unique(values.view(np.int64), return_inverse=True)
+        return np.array(["" if math.isnan(v) else repr(v) for v in bits.view(np.float64).tolist()],
+                        dtype=object)[index].tolist()
+    if isinstance(column.dtype, pd.StringDtype) or column.dtype == object:
+        strings = values.tolist()
+        if all(type(v) is str and not _NEEDS_QUOTES.search(v) for v in strings):
+            return strings
+    return None
 
 
 def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
