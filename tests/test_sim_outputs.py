@@ -13,7 +13,7 @@ import pytest
 
 from engine.core.trace import STEP_COLUMNS, step_schema
 from roofline.cost.hardware import parse_profile
-from roofline.cost.step_cost import _ExactPowArray
+from roofline.cost.step_cost import _distinct_rows, _ExactPowArray
 from roofline.engine_args import EngineArgs
 from roofline.sim.outputs import step_table, write_csv
 from roofline.sim.simulator import Deployment, SimulationOptions, SimulationResult, make_deployment, run_simulation
@@ -107,6 +107,8 @@ def test_exact_pow_array_rounds_as_python_floats() -> None:
     got = np.asarray(base.view(_ExactPowArray) ** exponents)
     assert got.tolist() == [b ** x for b, x in zip(base.tolist(), exponents.tolist())]
     assert np.asarray(0.75 ** np.arange(5.0).view(_ExactPowArray)).tolist() == [0.75 ** n for n in range(5)]
+    grid = base.reshape(40, 50).view(_ExactPowArray)  # one exponent for all (the formulas' case)
+    assert np.asarray(grid ** 1.7).tolist() == [[b ** 1.7 for b in row] for row in base.reshape(40, 50).tolist()]
     assert type(base.view(_ExactPowArray) + 1.0) is _ExactPowArray  # stays exact through other ufuncs
     assert math.isclose(float(np.asarray(base.view(_ExactPowArray) ** 2.0)[0]), base[0] ** 2)
 
@@ -133,3 +135,11 @@ def test_write_csv_writes_the_bytes_of_pandas(tmp_path: Path) -> None:
         write_csv(frame, tmp_path / "fast.csv")
         frame.to_csv(tmp_path / "pandas.csv", index=False)
         assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), name
+
+
+def test_distinct_rows_are_numpys_unique_rows() -> None:
+    rng = np.random.default_rng(1)
+    columns = [rng.integers(0, hi, 500) for hi in (3, 1, 40, 10**6)]
+    rows, inverse = _distinct_rows(columns)
+    expected, expected_inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    assert rows.tolist() == expected.tolist() and inverse.tolist() == expected_inverse.reshape(-1).tolist()

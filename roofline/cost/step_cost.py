@@ -66,6 +66,7 @@ floats) and on numpy arrays (fitting thousands of measured shapes). `step_time_s
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -75,6 +76,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from engine.core.model_spec import ModelSpec
+from engine.core.step_record import StepSequences
 from roofline.cost import cpu_timing, vllm_cpu_timing
 from roofline.cost.hardware import STREAMING_ENGINES, HardwareProfile
 from roofline.cost.ops import (
@@ -1293,12 +1295,34 @@ class _ExactPowArray(np.ndarray):
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         plain = [x.view(np.ndarray) if isinstance(x, _ExactPowArray) else x for x in inputs]
         if ufunc is np.power and method == "__call__" and not kwargs:
-            base, exponent = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in plain))
-            out = np.array(list(map(math.pow, base.ravel().tolist(), exponent.ravel().tolist())),
-                           dtype=np.float64).reshape(base.shape)
+            base, exponent = (np.asarray(x, dtype=np.float64) for x in plain)
+            if exponent.size == 1 and exponent.ndim <= base.ndim:  # one exponent (the formulas' case): no list of it
+                exponents: Any = itertools.repeat(float(exponent.reshape(-1)[0]))
+            else:
+                base, exponent = np.broadcast_arrays(base, exponent)
+                exponents = exponent.ravel().tolist()
+            out = np.fromiter(map(math.pow, base.ravel().tolist(), exponents), np.float64,
+                              base.size).reshape(base.shape)
         else:
             out = getattr(ufunc, method)(*plain, **kwargs)
         return out.view(_ExactPowArray) if isinstance(out, np.ndarray) else out
+
+
+def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)` of non-negative integer columns, by
+    one sort of each row's columns as one mixed-radix int64 (unique over rows sorts them as byte strings, ~10x
+    slower): the distinct rows (ascending) and each row's index among them."""
+    radices = [int(column.max()) + 1 if len(column) else 1 for column in columns]
+    assert all(int(column.min()) >= 0 for column in columns if len(column)), "non-negative integers"
+    assert math.prod(radices) < 2**63, "rows beyond one int64"
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    for column, radix in zip(columns, radices):
+        code = code * radix + column
+    codes, inverse = np.unique(code, return_inverse=True)
+    rows = np.empty((len(codes), len(columns)), dtype=np.int64)
+    for j in range(len(columns) - 1, -1, -1):
+        codes, rows[:, j] = np.divmod(codes, radices[j])
+    return rows, inverse
 
 
 class _OpParts(NamedTuple):
@@ -1431,20 +1455,18 @@ class StepCostModel:
         attn_s = float(r.layers * attention_decode_time_s(self.hw, *shape, self.quant.act_dtype, self._kv_fp8))
         return self._combine(token_s + emit_s + attn_s, self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
 
-    def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
-                          concatenated: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-                          ) -> dict[str, np.ndarray]:
+    def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
         """`step_cost(q, c, e).breakdown_s` of many steps (query, context, emits arrays each) as columns:
         operator name -> seconds per step, 0.0 where a step lacks the operator; the same floats.
 
         In bulk: the steps are aggregated into columns of `BatchStats` fields (`_stats_columns`); the operators
         are evaluated on arrays (`_ExactPowArray`): those of the token count and of the emit count once per
         distinct count, attention once for all steps (`_attention_columns`); each step's total is `step_cost`'s `sum`
-        (`row_sums`: the same rounding; an absent operator adds 0.0, which changes no sum). `concatenated`: the
-        steps' query, context and emits arrays each concatenated, if the caller has them."""
-        if not steps:
+        (`row_sums`: the same rounding; an absent operator adds 0.0, which changes no sum). A `StepSequences`
+        (the simulator's records) is read as its concatenated arrays, not step by step."""
+        if not len(steps):
             return {}
-        cols, stats = self._stats_columns(steps, concatenated)
+        cols, stats = self._stats_columns(steps)
         distinct, inverse = np.unique(cols["num_tokens"].astype(np.int64), return_inverse=True)
         padded = np.array([self._padded_tokens(n) for n in distinct.tolist()], dtype=np.int64)[inverse]
         token_names, token_s, token_k = self._count_columns(token_ops, padded)
@@ -1454,11 +1476,11 @@ class StepCostModel:
         times = np.concatenate([token_s, attn_s, emit_s], axis=1)
         kernels = (token_k + attn_k + emit_k).tolist()
         # The host time of each distinct (tokens, prefill seqs, decode seqs, kernels), once.
-        keys = np.stack([distinct[inverse], cols["num_prefill_seqs"].astype(np.int64),
-                         cols["num_decode_seqs"].astype(np.int64), np.asarray(kernels, dtype=np.int64)], axis=1)
-        distinct_keys, key_of = np.unique(keys, axis=0, return_inverse=True)
+        distinct_keys, key_of = _distinct_rows([distinct[inverse], cols["num_prefill_seqs"].astype(np.int64),
+                                                cols["num_decode_seqs"].astype(np.int64),
+                                                np.asarray(kernels, dtype=np.int64)])
         host_s = np.array([self._host_time_s(t, p, d, k) for t, p, d, k in distinct_keys.tolist()],
-                          dtype=np.float64)[key_of.reshape(-1)]
+                          dtype=np.float64)[key_of]
         device_s = row_sums(times)
         ex = self.hw.executor  # `_combine`, elementwise (the same IEEE operations)
         total_s = np.maximum(device_s, host_s) + ex.step_gap_s if ex.host_overlaps_device else device_s + host_s
@@ -1471,8 +1493,7 @@ class StepCostModel:
                      "prefill_q_tiles", "prefill_kv_tokens", "prefill_pad_pairs", "prefill_masked_pairs",
                      "num_decode_seqs", "decode_pairs")
 
-    def _stats_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
-                       concatenated: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    def _stats_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
                        ) -> tuple[dict[str, np.ndarray], list[BatchStats] | None]:
         """`_stats` of every step as columns (float64) of `_STATS_FIELDS`, and on a CPU the `BatchStats` too.
 
@@ -1481,7 +1502,8 @@ class StepCostModel:
         prefill chunks (longer queries) by its own Python loop (`_prefill_sums`, the same float order), step by
         step."""
         n = len(steps)
-        lengths = np.array([len(q) for q, _, _ in steps], dtype=np.int64)
+        records = steps if isinstance(steps, StepSequences) else None
+        lengths = np.diff(records.offsets) if records is not None else np.array([len(q) for q, _, _ in steps], dtype=np.int64)
         # CPU attention reads every field, a hybrid model's stats have two windows; reduceat needs rows.
         if self.hw.kind == "cpu" or self.spec.is_hybrid_attention or not lengths.all():
             stats = [self._stats(q, c, e) for q, c, e in steps]
@@ -1489,8 +1511,9 @@ class StepCostModel:
             return {name: values[:, j] for j, name in enumerate(self._STATS_FIELDS)}, stats
         starts = np.zeros(n, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
-        q, c, e = concatenated or (np.concatenate([q for q, _, _ in steps]), np.concatenate([c for _, c, _ in steps]),
-                                   np.concatenate([e for _, _, e in steps]))
+        q, c, e = records.concatenated if records is not None else (np.concatenate([q for q, _, _ in steps]),
+                                                        np.concatenate([c for _, c, _ in steps]),
+                                                        np.concatenate([e for _, _, e in steps]))
         window = self.spec.sliding_window
         decode = q == 1
         keys = np.where(decode, np.minimum(c + 1, window) if window else c, 0)  # from_arrays' decode_pairs

@@ -76,7 +76,7 @@ def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
     steps = result.steps
     seqs = result.step_seqs
     concatenated = seqs.concatenated  # every step's query, context and emits, step after step
-    breakdown = deployment.cost_model.breakdown_columns(seqs, concatenated)
+    breakdown = deployment.cost_model.breakdown_columns(seqs)
     columns: dict[str, object] = {name: steps[name].to_numpy() for name in TRACE_STEP_COLUMNS
                                   if name in steps.columns}
     columns["arrival_cutoff_s"] = steps["start_s"].to_numpy()  # a schedule at t sees every arrival by t
