@@ -1515,17 +1515,26 @@ class StepCostModel:
                                                         np.concatenate([c for _, c, _ in steps]),
                                                         np.concatenate([e for _, _, e in steps]))
         window = self.spec.sliding_window
-        decode = q == 1
-        keys = np.where(decode, np.minimum(c + 1, window) if window else c, 0)  # from_arrays' decode_pairs
         cols = {name: np.zeros(n) for name in self._STATS_FIELDS}
-        cols["num_tokens"] = np.add.reduceat(q, starts).astype(np.float64)
-        cols["num_emits"] = np.add.reduceat((e != 0).astype(np.int64), starts).astype(np.float64)
-        cols["num_decode_seqs"] = np.add.reduceat(decode.astype(np.int64), starts).astype(np.float64)
-        cols["decode_pairs"] = np.add.reduceat(keys, starts).astype(np.float64)
-        if not window:
-            cols["decode_pairs"] += cols["num_decode_seqs"]
-        prefill = np.flatnonzero(q > 1)
-        step_of = np.searchsorted(starts, prefill, side="right") - 1
+        # Most sequences are decodes (query 1) that emit: each step's counts are its length less a count of the
+        # few others (integers, exact in float64), and one sum over every sequence is left (the decodes' contexts).
+        other = np.flatnonzero(q != 1)
+        other_step = np.searchsorted(starts, other, side="right") - 1
+        num_decodes = lengths - np.bincount(other_step, minlength=n)
+        cols["num_tokens"] = num_decodes + np.bincount(other_step, weights=q[other], minlength=n)
+        silent = np.flatnonzero(e == 0)
+        cols["num_emits"] = (lengths - np.bincount(np.searchsorted(starts, silent, side="right") - 1, minlength=n)
+                             ).astype(np.float64)
+        cols["num_decode_seqs"] = num_decodes.astype(np.float64)
+        if window:  # from_arrays' decode_pairs
+            keys = np.where(q == 1, np.minimum(c + 1, window), 0)
+            cols["decode_pairs"] = np.add.reduceat(keys, starts, dtype=np.int64).astype(np.float64)
+        else:
+            context_sums = np.add.reduceat(c, starts, dtype=np.int64)
+            context_sums -= np.bincount(other_step, weights=c[other], minlength=n).astype(np.int64)
+            cols["decode_pairs"] = context_sums.astype(np.float64) + cols["num_decode_seqs"]
+        prefill = other[q[other] > 1]
+        step_of = other_step[q[other] > 1]
         qs, cs = q[prefill].tolist(), c[prefill].tolist()
         bounds = np.flatnonzero(np.diff(step_of, prepend=-1, append=n + 1)).tolist()
         sums = [BatchStats._prefill_sums(qs[lo:hi], cs[lo:hi], window, self._q_tile)
