@@ -13,6 +13,7 @@ import pytest
 
 from engine.core.trace import STEP_COLUMNS, step_schema
 from roofline.cost.hardware import parse_profile
+from roofline.cost.ops import BatchStats
 from roofline.cost.step_cost import _distinct_rows, _ExactPowArray
 from roofline.engine_args import EngineArgs
 from roofline.sim.outputs import step_table, write_csv
@@ -143,3 +144,23 @@ def test_distinct_rows_are_numpys_unique_rows() -> None:
     rows, inverse = _distinct_rows(columns)
     expected, expected_inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
     assert rows.tolist() == expected.tolist() and inverse.tolist() == expected_inverse.reshape(-1).tolist()
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "mistral-7b-v0.1"])  # no window, a 4096-key window
+def test_prefill_columns_are_prefill_sums_per_step(model: str) -> None:
+    cost_model = make_deployment(model, "h100-sxm", EngineArgs()).cost_model
+    rng = np.random.default_rng(2)
+    num_steps, num_chunks = 50, 400
+    q = rng.integers(2, 9000, num_chunks)
+    c = np.where(rng.random(num_chunks) < 0.3, 0, rng.integers(0, 20000, num_chunks))
+    step_of = np.sort(rng.integers(0, num_steps, num_chunks))
+    columns = cost_model._prefill_columns(q, c, step_of, num_steps)
+    assert columns is not None
+    window = cost_model.spec.sliding_window
+    for i in range(num_steps):
+        rows = step_of == i
+        expected = BatchStats._prefill_sums(q[rows].tolist(), c[rows].tolist(), window, cost_model._q_tile) \
+            if rows.any() else dict.fromkeys(columns, 0.0)
+        assert {name: columns[name][i] for name in columns} == expected, i
+    cost_model._q_tile = 128 / 6  # a tile of a fractional number of tokens: left to _prefill_sums
+    assert cost_model._prefill_columns(q, c, step_of, num_steps) is None

@@ -1497,10 +1497,10 @@ class StepCostModel:
                        ) -> tuple[dict[str, np.ndarray], list[BatchStats] | None]:
         """`_stats` of every step as columns (float64) of `_STATS_FIELDS`, and on a CPU the `BatchStats` too.
 
-        The sequences of all steps are concatenated and each step's sums taken by `reduceat`, with
-        `BatchStats.from_arrays`'s arithmetic: decodes (query length 1) by integer sums converted to float once;
-        prefill chunks (longer queries) by its own Python loop (`_prefill_sums`, the same float order), step by
-        step."""
+        The sequences of all steps are concatenated (a `StepSequences` holds them so) and each step's sums taken
+        with `BatchStats.from_arrays`'s arithmetic: decodes (query length 1) by integer sums converted to float
+        once; prefill chunks (longer queries) by `_prefill_columns` (exact integer sums) or else by its own Python
+        loop (`_prefill_sums`, the same float order), step by step."""
         n = len(steps)
         records = steps if isinstance(steps, StepSequences) else None
         lengths = np.diff(records.offsets) if records is not None else np.array([len(q) for q, _, _ in steps], dtype=np.int64)
@@ -1535,6 +1535,10 @@ class StepCostModel:
             cols["decode_pairs"] = context_sums.astype(np.float64) + cols["num_decode_seqs"]
         prefill = other[q[other] > 1]
         step_of = other_step[q[other] > 1]
+        exact = self._prefill_columns(q[prefill], c[prefill], step_of, n)
+        if exact is not None:
+            cols.update(exact)
+            return cols, None
         qs, cs = q[prefill].tolist(), c[prefill].tolist()
         bounds = np.flatnonzero(np.diff(step_of, prepend=-1, append=n + 1)).tolist()
         sums = [BatchStats._prefill_sums(qs[lo:hi], cs[lo:hi], window, self._q_tile)
@@ -1544,6 +1548,29 @@ class StepCostModel:
             for name in sums[0]:
                 cols[name][rows] = [step[name] for step in sums]
         return cols, None
+
+    def _prefill_columns(self, q: np.ndarray, c: np.ndarray, step_of: np.ndarray, n: int
+                         ) -> dict[str, np.ndarray] | None:
+        """The prefill fields of `_stats_columns` from each prefill chunk's query and context length and step:
+        `_prefill_sums`' terms as arrays, summed per step by `bincount`. Every term is a non-negative integer, so
+        where the sum of all of them is below 2^53 every partial sum is exact and any order of addition gives
+        `_prefill_sums`' floats; None where that fails (a work tile of a fractional number of tokens, or sums too
+        large), for `_prefill_sums` to do."""
+        q_tile = self._q_tile
+        if not float(q_tile).is_integer() or (len(q) and max(int(q.max()), int(c.max())) >= 2**26):
+            return None
+        window = self.spec.sliding_window
+        w = float(window) if window else math.inf
+        qf, cf = q.astype(np.float64), c.astype(np.float64)
+        tiles = np.ceil(qf / q_tile)
+        terms = {"num_prefill_seqs": np.ones_like(qf), "prefill_tokens": qf,
+                 "prefill_pairs": attention_pairs(qf, cf, w), "prefill_q_tiles": tiles,
+                 "prefill_kv_tokens": np.minimum(cf, w) + qf,
+                 "prefill_pad_pairs": (tiles * q_tile - qf) * np.minimum(cf + qf, w),
+                 "prefill_masked_pairs": np.where(cf != 0, qf * (qf - 1) / 2, 0.0)}
+        if any(float(values.sum()) >= 2**53 for values in terms.values()):
+            return None
+        return {name: np.bincount(step_of, weights=values, minlength=n) for name, values in terms.items()}
 
     def _count_columns(self, ops_of: Any, counts: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
         """Names, seconds (steps x operators) and kernels per step of the operators `ops_of(spec, quant, tp,
