@@ -1515,7 +1515,7 @@ class StepCostModel:
                                                         np.concatenate([c for _, c, _ in steps]),
                                                         np.concatenate([e for _, _, e in steps]))
         window = self.spec.sliding_window
-        cols = {name: np.zeros(n) for name in self._STATS_FIELDS}
+        cols: dict[str, np.ndarray] = {name: np.zeros(n) for name in self._STATS_FIELDS}
         # Most sequences are decodes (query 1) that emit: each step's counts are its length less a count of the
         # few others (integers, exact in float64), and one sum over every sequence is left (the decodes' contexts).
         other = np.flatnonzero(q != 1)
