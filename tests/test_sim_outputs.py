@@ -110,6 +110,10 @@ def test_exact_pow_array_rounds_as_python_floats() -> None:
     assert np.asarray(0.75 ** np.arange(5.0).view(_ExactPowArray)).tolist() == [0.75 ** n for n in range(5)]
     grid = base.reshape(40, 50).view(_ExactPowArray)  # one exponent for all (the formulas' case)
     assert np.asarray(grid ** 1.7).tolist() == [[b ** 1.7 for b in row] for row in base.reshape(40, 50).tolist()]
+    ones = np.array([1.0, 0.5, 1.0, 0.0]).view(_ExactPowArray)  # C pow(1, y) is 1, even for y NaN
+    for y in (1.7, math.nan, -2.0):
+        assert np.array_equal(np.asarray(ones[:3] ** y), [math.pow(b, y) for b in (1.0, 0.5, 1.0)], equal_nan=True)
+    assert float(np.asarray(np.float64(0.5).view(_ExactPowArray) ** 3.0)) == 0.125  # 0-d
     assert type(base.view(_ExactPowArray) + 1.0) is _ExactPowArray  # stays exact through other ufuncs
     assert math.isclose(float(np.asarray(base.view(_ExactPowArray) ** 2.0)[0]), base[0] ** 2)
 

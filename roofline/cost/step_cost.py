@@ -1296,13 +1296,18 @@ class _ExactPowArray(np.ndarray):
         plain = [x.view(np.ndarray) if isinstance(x, _ExactPowArray) else x for x in inputs]
         if ufunc is np.power and method == "__call__" and not kwargs:
             base, exponent = (np.asarray(x, dtype=np.float64) for x in plain)
-            if exponent.size == 1 and exponent.ndim <= base.ndim:  # one exponent (the formulas' case): no list of it
-                exponents: Any = itertools.repeat(float(exponent.reshape(-1)[0]))
+            if exponent.size == 1 and exponent.ndim <= base.ndim:
+                # One exponent (the formulas' case): no list of it, and C pow(1, y) is 1 (C99 F.9.4.4), so the
+                # bases of 1 (a soft maximum's larger term: a third of all) are not passed.
+                y = float(exponent.reshape(-1)[0])
+                out = np.ones(base.shape)
+                rest = base != 1.0
+                bases = base[rest]
+                out[rest] = np.fromiter(map(math.pow, bases.tolist(), itertools.repeat(y)), np.float64, bases.size)
             else:
                 base, exponent = np.broadcast_arrays(base, exponent)
-                exponents = exponent.ravel().tolist()
-            out = np.fromiter(map(math.pow, base.ravel().tolist(), exponents), np.float64,
-                              base.size).reshape(base.shape)
+                out = np.fromiter(map(math.pow, base.ravel().tolist(), exponent.ravel().tolist()), np.float64,
+                                  base.size).reshape(base.shape)
         else:
             out = getattr(ufunc, method)(*plain, **kwargs)
         return out.view(_ExactPowArray) if isinstance(out, np.ndarray) else out
