@@ -176,16 +176,19 @@ def test_column_path_equals_token_lists(workload, token):
     assert sched.kv.num_used_blocks == 0 and sched.num_running == 0
 
 
+def _staggered(count: int, per_arrival: int) -> list:
+    """`count` requests of 12-16 distinct-ish tokens and 30 outputs, `per_arrival` of them arriving at each whole
+    second (the small-cache tests below)."""
+    return [(i // per_arrival, Request(f"r{i}", [2 + (i * 7 + k) % 40 for k in range(12 + i % 5)],
+                                       SamplingParams(max_tokens=30, ignore_eos=True), float(i // per_arrival), EOS))
+            for i in range(count)]
+
+
 def test_preempting_steps_stay_on_the_column_path(monkeypatch):
     """FCFS steps that preempt (a cache too small for all running requests) run on the columns, never the
     scheduler's loop, and give the plans and outcomes of the loops alone."""
     config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=64)
     cache = CacheConfig(num_blocks=24, block_size=4, enable_prefix_caching=True)
-
-    def requests():
-        return [(i // 2, Request(f"r{i}", [2 + (i * 7 + k) % 40 for k in range(12 + i % 5)],
-                                 SamplingParams(max_tokens=30, ignore_eos=True), float(i // 2), EOS))
-                for i in range(10)]
 
     declined = []  # plans whose running requests the fast path left to the scheduler's loop
     original = FastPath.schedule_running
@@ -197,8 +200,8 @@ def test_preempting_steps_stay_on_the_column_path(monkeypatch):
         return handled
 
     monkeypatch.setattr(FastPath, "schedule_running", recorded)
-    fast_finished, fast, _ = _run(config, cache, requests(), constant=7)
-    slow_finished, slow, _ = _run(config, cache, requests(), constant=7, fast_paths=False)
+    fast_finished, fast, _ = _run(config, cache, _staggered(10, 2), constant=7)
+    slow_finished, slow, _ = _run(config, cache, _staggered(10, 2), constant=7, fast_paths=False)
     assert sum(len(p[4]) for p in fast) > 0  # preemptions happened
     assert not any(p.preempted_request_ids for p in declined)
     assert fast == slow
@@ -245,11 +248,6 @@ def test_blocked_head_is_not_looked_up_at_every_step(monkeypatch):
     config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=64)
     cache = CacheConfig(num_blocks=24, block_size=4, enable_prefix_caching=True)
 
-    def requests():
-        return [(i // 3, Request(f"r{i}", [2 + (i * 7 + k) % 40 for k in range(12 + i % 5)],
-                                 SamplingParams(max_tokens=30, ignore_eos=True), float(i // 3), EOS))
-                for i in range(12)]
-
     lookups = Counter()
     original = KVCacheManager.get_computed_blocks
 
@@ -259,7 +257,7 @@ def test_blocked_head_is_not_looked_up_at_every_step(monkeypatch):
 
     monkeypatch.setattr(KVCacheManager, "get_computed_blocks", counted)
     for mode, token in (("fast", 7), ("slow", 7), ("fast-lists", None), ("slow-lists", None)):
-        results = _run(config, cache, requests(), constant=token, fast_paths=not mode.startswith("slow"))
+        results = _run(config, cache, _staggered(12, 3), constant=token, fast_paths=not mode.startswith("slow"))
         if mode.startswith("fast"):
             fast_finished, fast, _ = results
         else:
