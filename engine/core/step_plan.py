@@ -36,7 +36,7 @@ class ColumnRows:
     """The bulk rows of one step as the fast path's columns give them (`engine.core.fast_path.RunningColumns`):
     row i is a decode of context `off[i] + num_updates - 1` and `ceil((off[i] + num_updates) / block_size)`
     blocks, except the rows of `prefill_rows` (row, context, query, blocks); the request of row i is
-    `ids[seq[i]]`. Called (once, on first use), it gives the plan's arrays; kept whole, it is a step's record
+    `ids[seq[i]]`. Called (once, on first use), it gives the plan's arrays; its fields are a step's record
     (`engine.core.step_record`). `off` and `seq` are never written in place; `ids` only grows."""
 
     __slots__ = ("off", "num_updates", "block_size", "prefill_rows", "seq", "ids")

@@ -21,12 +21,20 @@ from typing import overload
 
 import numpy as np
 
-from engine.core.step_plan import ColumnRows, StepPlan
+from engine.core.step_plan import StepPlan
 
 _REQUEST_ID = operator.attrgetter("request_id")
 
-# (bulk rows, request ids after them, their query lengths, context lengths and emits)
-_Record = tuple[ColumnRows | None, tuple[str, ...], Sequence[int], Sequence[int], Sequence[bool]]
+# (the bulk rows' off, seq, num_updates, period (the index of their ids list in `StepRecords._periods`) and
+# prefill rows (None without), then the request ids after them, their query lengths, context lengths and emits).
+# Flat and without the `ColumnRows`, its ids list and its (mostly empty) prefill list, so that a decode step's
+# record holds no container: the garbage collector untracks it, where every container kept alive is traversed
+# until it is old (sharegpt 10,000 requests: the collections took 0.13-0.145 s with `ColumnRows` kept, 0.05 s
+# without recording; BENCHMARKS.md "`--out`, issue 20 item 1, fifth pass").
+_Record = tuple[np.ndarray | None, np.ndarray | None, int, int, list[tuple[int, int, int, int]] | None,
+                tuple[str, ...], Sequence[int], Sequence[int], Sequence[bool]]
+_Bulk = tuple[np.ndarray | None, np.ndarray | None, int, int, list[tuple[int, int, int, int]] | None]
+_NO_BULK: _Bulk = (None, None, 1, -1, None)
 
 
 class StepRecords:
@@ -34,6 +42,8 @@ class StepRecords:
 
     def __init__(self) -> None:
         self._records: list[_Record] = []
+        self._periods: list[list[str]] = []  # the bulk rows' ids lists, each once (they only grow)
+        self._period_of: dict[int, int] = {}  # id() of one of them -> its index
 
     def __len__(self) -> int:
         return len(self._records)
@@ -41,12 +51,22 @@ class StepRecords:
     def add(self, plan: StepPlan) -> None:
         """Record `plan`'s sequences (after `schedule`, before `update_from_output`)."""
         bulk, query, context, emits = plan.sequence_record()
+        rows: _Bulk
+        if bulk is None:
+            rows = _NO_BULK
+        else:
+            ids = bulk.ids
+            period = self._period_of.get(id(ids))
+            if period is None:
+                period = self._period_of[id(ids)] = len(self._periods)
+                self._periods.append(ids)
+            rows = (bulk.off, bulk.seq, bulk.num_updates, period, bulk.prefill_rows or None)
         if not query:  # the bulk rows only (a decode step of the running queue): keeps none of the plan's lists
-            self._records.append((bulk, (), (), (), ()))
+            self._records.append((*rows, (), (), (), ()))
             return
         requests = plan.requests
         tail = requests[len(requests) - len(query):] if bulk is not None else requests
-        self._records.append((bulk, tuple(map(_REQUEST_ID, tail)), query, context, emits))
+        self._records.append((*rows, tuple(map(_REQUEST_ID, tail)), query, context, emits))
 
     def sequences(self) -> StepSequences:
         """Every step's query lengths, context lengths, emits and request ids, built in one pass: the bulk rows'
@@ -56,7 +76,7 @@ class StepRecords:
         n = len(records)
         # Request ids: one list of names (each period's ids once, then every tail's), each sequence an index in it.
         names: list[str] = []
-        base_of: dict[int, int] = {}  # id() of a period's ids list -> where it starts in `names`
+        base_of: dict[int, int] = {}  # a period -> where its ids start in `names`
         lengths: list[int] = []
         num_updates: list[int] = []  # each step's bulk rows' context is off + num_updates - 1
         bases: list[int] = []  # ... and their request index seq + base
@@ -64,26 +84,25 @@ class StepRecords:
         seqs: list[np.ndarray] = []
         tails: list[int] = []  # steps with tail rows
         patches: list[tuple[int, list[tuple[int, int, int, int]]]] = []  # steps with prefill rows
-        max_tail = max((len(r[2]) for r in records), default=0)
+        max_tail = max((len(r[6]) for r in records), default=0)
         zeros = np.zeros(max_tail, dtype=np.int32)
-        period, base = None, 0
-        for i, (rows, _, tail_query, _, _) in enumerate(records):
+        period, base = -1, 0
+        for i, (off, seq, updates, rows_period, prefill_rows, _, tail_query, _, _) in enumerate(records):
             num_tail = len(tail_query)
-            if rows is not None:
-                off = rows.off
+            if off is not None and seq is not None:
                 offs.append(off)
-                seqs.append(rows.seq)
+                seqs.append(seq)
                 lengths.append(len(off) + num_tail)
-                num_updates.append(rows.num_updates)
-                if rows.ids is not period:
-                    period = rows.ids
-                    base = base_of.get(id(period), -1)
+                num_updates.append(updates)
+                if rows_period != period:
+                    period = rows_period
+                    base = base_of.get(period, -1)
                     if base < 0:
-                        base = base_of[id(period)] = len(names)
-                        names.extend(period)
+                        base = base_of[period] = len(names)
+                        names.extend(self._periods[period])
                 bases.append(base)
-                if rows.prefill_rows:
-                    patches.append((i, rows.prefill_rows))
+                if prefill_rows:
+                    patches.append((i, prefill_rows))
             else:
                 lengths.append(num_tail)
                 num_updates.append(1)
@@ -109,17 +128,17 @@ class StepRecords:
         emits = np.ones(total, dtype=bool)
         if tails:  # the rows after the bulk rows: written where they are
             tail_records = [records[i] for i in tails]
-            tail_counts = np.array([len(r[2]) for r in tail_records], dtype=np.int64)
+            tail_counts = np.array([len(r[6]) for r in tail_records], dtype=np.int64)
             num_tail = int(tail_counts.sum())
             tail_start = np.zeros(len(tails), dtype=np.int64)
             np.cumsum(tail_counts[:-1], out=tail_start[1:])
             steps = np.array(tails, dtype=np.int64)
             where = np.repeat(starts[steps + 1] - tail_counts - tail_start, tail_counts) + np.arange(num_tail)
-            query[where] = np.fromiter(itertools.chain.from_iterable(r[2] for r in tail_records), np.int32, num_tail)
-            context[where] = np.fromiter(itertools.chain.from_iterable(r[3] for r in tail_records), np.int32, num_tail)
-            emits[where] = np.fromiter(itertools.chain.from_iterable(r[4] for r in tail_records), bool, num_tail)
+            query[where] = np.fromiter(itertools.chain.from_iterable(r[6] for r in tail_records), np.int32, num_tail)
+            context[where] = np.fromiter(itertools.chain.from_iterable(r[7] for r in tail_records), np.int32, num_tail)
+            emits[where] = np.fromiter(itertools.chain.from_iterable(r[8] for r in tail_records), bool, num_tail)
             index[where] = np.arange(len(names), len(names) + num_tail, dtype=np.int32)
-            names.extend(itertools.chain.from_iterable(r[1] for r in tail_records))
+            names.extend(itertools.chain.from_iterable(r[5] for r in tail_records))
         for i, prefill_rows in patches:
             start = int(starts[i])
             for row, ctx, num_query, _ in prefill_rows:
