@@ -116,15 +116,16 @@ class StepRecords:
         total = int(starts[-1])
         # Every array here is as large as all steps' sequences together: int32 (lengths are below max_model_len,
         # indices below the number of requests), as the step trace stores them, and no temporaries of that size
-        # beyond one, since fresh memory costs as much as the arithmetic.
+        # (the contexts' repeat becomes `query`), since fresh memory costs as much as the arithmetic.
         context = np.concatenate(offs, dtype=np.int32) if offs else np.zeros(0, dtype=np.int32)
-        context += np.repeat(np.array(num_updates, dtype=np.int32) - 1, lengths)
+        query = np.repeat(np.array(num_updates, dtype=np.int32) - 1, lengths)
+        context += query
+        query.fill(1)
         index = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int32)
         edges = np.flatnonzero(np.diff(bases, prepend=0, append=0)).tolist()  # runs of steps of one id base
         for lo, hi in zip(edges[:-1], edges[1:]):
             if bases[lo]:
                 index[starts[lo]:starts[hi]] += bases[lo]
-        query = np.ones(total, dtype=np.int32)
         emits = np.ones(total, dtype=bool)
         if tails:  # the rows after the bulk rows: written where they are
             tail_records = [records[i] for i in tails]
