@@ -15,6 +15,7 @@ from roofline.sim.bench_metrics import (
     parse_goodput,
     result_filename,
     steady_state,
+    unmodelled,
 )
 from roofline.sim.metrics import InterTokenLatencies
 
@@ -129,3 +130,11 @@ def test_bad_goodput_is_a_user_error(pairs: list[str], message: str) -> None:
 def test_bad_metric_options_are_user_errors(kwargs: dict, flag: str) -> None:
     with pytest.raises(UserError, match=flag):
         BenchMetricOptions(**kwargs)
+
+
+def test_unmodelled_names_tokenization_only_where_the_profile_leaves_it_out():
+    """A GPU profile's API server tokenizes prompts inside the simulated TTFT (executor.tokenize_us_per_prompt_token);
+    the "not modelled" list says so, and lists tokenization where the profile has none."""
+    assert "prompt tokenization" in unmodelled(0.0)[0]
+    with_tokenizer = unmodelled(1e-6)[0]
+    assert "prompt tokenization" not in with_tokenizer and "tokenize_us_per_prompt_token" in with_tokenizer

@@ -33,7 +33,7 @@ import numpy as np
 
 from roofline.errors import UserError
 from roofline.sim.bench_client import BenchLoad
-from roofline.sim.bench_metrics import UNMODELLED, BenchMetricOptions, bench_metrics
+from roofline.sim.bench_metrics import BenchMetricOptions, bench_metrics, unmodelled
 from roofline.sim.simulator import Deployment, SimulationOptions, run_simulation
 
 _STAT_KEY = re.compile(r"^(mean|median|std|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el|client_queue_time|"
@@ -182,7 +182,8 @@ def compare_with_result(record: dict[str, Any], deployment: Deployment, load: Be
         "num_replicas": options.num_replicas, "engine": deployment.engine_record,
         "offered_load": load.offered_load(), "found_in_file": replay.notes + [f"{k}: {v}" for k, v in
                                                                              replay.settings.items()],
-        "not_found": replay.not_found, "unmodelled": list(UNMODELLED),
+        "not_found": replay.not_found,
+        "unmodelled": list(unmodelled(deployment.hw.executor.tokenize_s_per_prompt_token)),
     }
     return Comparison(rows, context)
 

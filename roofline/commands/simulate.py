@@ -36,7 +36,6 @@ from roofline.paths import prepare_output_dir
 from roofline.planning.search import DRAIN_FRACTION, WARMUP_FRACTION
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args, is_bench_mode
 from roofline.sim.bench_metrics import (
-    UNMODELLED,
     BenchMetricOptions,
     bench_metrics,
     format_bench_metrics,
@@ -46,6 +45,7 @@ from roofline.sim.bench_metrics import (
     result_filename,
     result_path,
     steady_state,
+    unmodelled,
 )
 from roofline.sim.metrics import SummaryOptions, format_summary
 from roofline.sim.outputs import write_outputs
@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
                          request_rate, detailed=args.save_detailed)
     steady = steady_state(result.requests, result.itl, result.steps, WARMUP_FRACTION, DRAIN_FRACTION,
                           metric_options.percentiles)
+    not_modelled = unmodelled(deployment.hw.executor.tokenize_s_per_prompt_token)
     summary = {"model": deployment.spec.name, "hardware": deployment.hw.id,
                "hardware_provenance": deployment.hw.provenance_line(), "workload": workload.name,
                "seed": workload.seed, "num_replicas": options.num_replicas, "router": options.router,
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
                "max_concurrency": options.max_concurrency, "offered_load": offered,
                "engine": deployment.engine_record, "kv_cache": deployment.kv.terms(),
                "vllm_bench": {k: v for k, v in vllm.items() if not isinstance(v, list)},
-               "steady_state": steady, "unmodelled": list(UNMODELLED),
+               "steady_state": steady, "unmodelled": list(not_modelled),
                **result.summary(summary_options)}
     if args.out is not None:
         write_outputs(args.out, deployment, result, summary)
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_steady_state(steady, metric_options.percentiles))
         print("roofline summary (its --warmup-s/--drain window)")
         print(format_summary(summary))
-        print("not modelled: " + "; ".join(UNMODELLED))
+        print("not modelled: " + "; ".join(not_modelled))
         if args.out is not None:
             print(f"wrote {args.out}/requests.csv, steps.parquet, run.json, timeseries.csv, summary.json")
         if saved is not None:
@@ -268,7 +269,8 @@ def save_result(args: argparse.Namespace, deployment: Deployment, offered: dict[
     record["roofline"] = {"simulated": True, "model": deployment.spec.name, "hardware": deployment.hw.id,
                           "gpus_per_replica": deployment.engine.tensor_parallel_size,
                           "num_replicas": args.num_replicas, "router": args.router, "offered_load": offered,
-                          "engine": deployment.engine_record, "steady_state": steady, "unmodelled": list(UNMODELLED)}
+                          "engine": deployment.engine_record, "steady_state": steady,
+                          "unmodelled": list(unmodelled(deployment.hw.executor.tokenize_s_per_prompt_token))}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(jsonable(record)) + "\n")  # compact, as vLLM's json.dump
     return path

@@ -50,10 +50,15 @@ _HEADERS = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per 
             "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency"),
             "client_queue_time": ("Client Queue Time", "Client-side Queueing"),
             "e2el_including_client_queue": ("E2EL incl. Client Queue", "Queue-inclusive End-to-end Latency")}
-UNMODELLED = ("API server: prompt tokenization, detokenization and HTTP streaming of each token (inside vLLM's "
-              "measured TTFT, ITL and E2EL; not in the simulated ones)",
-              "the client's own overhead; network latency",
-              "failed requests (every simulated request succeeds)")
+def unmodelled(tokenize_s_per_prompt_token: float) -> tuple[str, ...]:
+    """What vLLM's client measures that the simulation leaves out, for a profile whose API server tokenizes a prompt
+    in `tokenize_s_per_prompt_token` per token (`ExecutorParams`; 0: not modelled)."""
+    api = ("API server: detokenization and HTTP streaming of each token (inside vLLM's measured TTFT, ITL and E2EL; "
+           "not in the simulated ones; the prompt's tokenization is in the simulated TTFT, "
+           "executor.tokenize_us_per_prompt_token)" if tokenize_s_per_prompt_token > 0 else
+           "API server: prompt tokenization, detokenization and HTTP streaming of each token (inside vLLM's "
+           "measured TTFT, ITL and E2EL; not in the simulated ones)")
+    return (api, "the client's own overhead; network latency", "failed requests (every simulated request succeeds)")
 
 
 @dataclass(frozen=True)
