@@ -20,8 +20,9 @@ Mirrors vLLM 0.32.0's `calculate_metrics`, its printed block and the JSON of `--
 - `max_output_tokens_per_s` and `max_concurrent_requests`: the largest count of tokens, and of requests in
   flight, over 1-s buckets from the first send.
 
-Not modelled, so absent from the simulated times: the API server (tokenizing the prompt, detokenizing and
-streaming each token over HTTP) and the client; vLLM's client measures them inside TTFT, ITL and e2el.
+Not modelled, so absent from the simulated times (`unmodelled`): the API server's detokenizing and streaming of
+each token over HTTP, and the client; vLLM's client measures them inside TTFT, ITL and e2el. The prompt's
+tokenization is in the simulated TTFT where the profile has `executor.tokenize_us_per_prompt_token`.
 
     metrics = bench_metrics(result, client_input_lens, BenchMetricOptions(goodput_ms={"ttft": 500}))
     print(format_bench_metrics(metrics, max_concurrency=32, request_rate=8.0))
