@@ -95,8 +95,13 @@ def replay_working_set_bytes(kind: str, cols: dict[str, np.ndarray]) -> np.ndarr
     """Bytes one timed graph replay of a table row touches (what the next replay finds in the L2 if they fit),
     per row; None for kinds whose working set is not described (all-reduce: other GPUs' buffers; MoE).
 
-    GEMM: six layers' weights (n x k), their outputs (m x n, bf16) and, for W8A8, their quantized inputs
-    (m x k, 8 bits), plus the shared bf16 input x (m x k). Attention (`collect_attn.py`, one layer): Q and O
+    GEMM: six layers' weights (n x k), plus ONE output (m x n, bf16), for W8A8 one quantized input (m x k, 8
+    bits), and the shared bf16 input x (m x k): the collector discards each layer's output (`op.forward(x)` in
+    its loop, the result unused), and during CUDA graph capture PyTorch's caching allocator serves allocations
+    from the graph's private pool, where a block freed earlier in the capture is reassigned to the next request
+    of its size (pytorch/pytorch#51075, "Private CUDA memory pools": "temporary internal allocations can be
+    assigned, released and reassigned"), so the six layers write the same output buffer (and quantize into the
+    same 8-bit buffer). Attention (`collect_attn.py`, one layer): Q and O
     (bf16, heads x head_dim per token), the new tokens' K and V (bf16) written into the paged cache, and the
     cache's K and V that the kernel reads (KV dtype): prefill `batch_size` x `seq_len` tokens, decode
     `batch_size` sequences of one new token and `seq_len` cached ones."""
@@ -104,7 +109,7 @@ def replay_working_set_bytes(kind: str, cols: dict[str, np.ndarray]) -> np.ndarr
         m, n, k = cols["m"], cols["n"], cols["k"]
         size = np.array([_ELEMENT_BYTES[d] for d in cols["dtype"]])
         quantized_in = np.where(size < 2.0, m * k * size, 0.0)
-        return GEMM_LAYERS_PER_REPLAY * (n * k * size + m * n * 2.0 + quantized_in) + m * k * 2.0
+        return GEMM_LAYERS_PER_REPLAY * n * k * size + m * n * 2.0 + quantized_in + m * k * 2.0
     if kind in ("attention_prefill", "attention_decode"):
         b, s, d = cols["batch_size"], cols["seq_len"], cols["head_dim"]
         kv_size = np.array([_ELEMENT_BYTES[x] for x in cols["kv_dtype"]])
