@@ -1,5 +1,6 @@
 """Step cost model: monotonic in work, fast path equals the full breakdown, executor semantics, the fitter."""
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -128,6 +129,49 @@ def test_tabulated_counts_equal_breakdown(spec, quant):
     decode = np.ones(600, int)
     full = m.step_cost(decode, np.arange(600), decode > 0)
     assert m.step_time_s(decode, np.arange(600), decode > 0) == pytest.approx(full.total_s, rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize("quant", [BF16, FP8])
+def test_tokens_tabulated_in_one_span_equal_block_by_block(quant):
+    """`expect_max_num_tokens` (a dense model on a GPU): the first lookup above the first block fills every block
+    up to the budget in one evaluation; each count's time is the float of its own block's evaluation."""
+    spanned, blockwise = model(quant=quant), model(quant=quant)
+    spanned.expect_max_num_tokens(3000)
+    counts = np.random.default_rng(3).permutation(4000).tolist()
+    assert [spanned._token_table.lookup(n) for n in counts] == [blockwise._token_table.lookup(n) for n in counts]
+    assert sorted(spanned._token_table._blocks) == sorted(blockwise._token_table._blocks) == list(range(8))
+
+
+def test_span_fills_only_dense_models():
+    """An MoE layer's Poisson row tiles depend on the counts evaluated together: its blocks are filled one by one."""
+    m = model(spec=MOE)
+    m.expect_max_num_tokens(8192)
+    m._token_table.lookup(600)
+    assert sorted(m._token_table._blocks) == [1]
+    dense = model()
+    dense.expect_max_num_tokens(8192)
+    dense._token_table.lookup(600)
+    assert sorted(dense._token_table._blocks) == list(range(1, 17))
+
+
+def test_overlap_without_the_larger_terms_pow_is_the_formula():
+    """`_overlap` computes 1.0^p as 1.0 (one pow fewer): the floats of hi * ((tc/hi)^p + (tm/hi)^p)^(1/p), on
+    Python floats and on arrays (numpy's SIMD pow), tiny and infinite times included."""
+    rng = np.random.default_rng(11)
+    tc = 10.0 ** rng.uniform(-16, 0, 200_000)
+    tm = np.where(rng.random(tc.size) < 0.01, tc, 10.0 ** rng.uniform(-16, 0, tc.size))
+    for p in (3.22164, 2.15367, 4.0):
+        for rows in (slice(None), np.maximum(tc, tm) > 1e-12):  # some larger times below ~1e-14 s, or none
+            a, b = tc[rows], tm[rows]
+            hi = np.maximum(a, b) + 1e-30
+            expected = hi * ((a / hi) ** p + (b / hi) ** p) ** (1.0 / p)
+            assert step_cost._overlap(a, b, p).tolist() == expected.tolist()
+        for a, b in zip(tc[:2000].tolist(), tm[:2000].tolist()):
+            h = max(a, b) + 1e-30
+            assert step_cost._overlap(a, b, p) == h * ((a / h) ** p + (b / h) ** p) ** (1.0 / p)
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(step_cost._overlap(np.array([np.inf, 1.0]), np.array([1.0, 2.0]), 3.0)[0])
+    assert math.isnan(step_cost._overlap(math.inf, 1.0, 3.0))
 
 
 def test_records_carry_bytes_time_and_bound():

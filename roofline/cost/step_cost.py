@@ -386,8 +386,22 @@ def _any(flags: Any) -> bool:
 
 
 def _overlap(tc: Any, tm: Any, p: float) -> Any:
-    """Soft maximum of compute and memory time: (tc^p + tm^p)^(1/p), computed stably."""
-    hi = _max(tc, tm) + 1e-30
+    """Soft maximum of compute and memory time: (tc^p + tm^p)^(1/p), computed stably as
+    hi * ((tc / hi)^p + (tm / hi)^p)^(1/p), hi = max(tc, tm) + 1e-30.
+
+    Where the larger time over hi is exactly 1.0 (hi rounds to it: any finite time above ~1e-14 s) and 1.0^p is
+    1.0 (C99 pow, and numpy's SIMD pow on this machine, BENCHMARKS.md), the sum is 1.0 + (smaller / hi)^p:
+    computed so, the same floats with one pow fewer (the larger ratio's; a third of the cost model's pow calls)."""
+    if isinstance(tc, float) and isinstance(tm, float):
+        big, small = (tc, tm) if tc >= tm else (tm, tc)
+        hi = big + 1e-30
+        if big / hi == 1.0:
+            return hi * (1.0 + (small / hi) ** p) ** (1.0 / p)
+        return hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
+    big = np.maximum(tc, tm)
+    hi = big + 1e-30
+    if (big / hi == 1.0).all():
+        return hi * (1.0 + (np.minimum(tc, tm) / hi) ** p) ** (1.0 / p)
     return hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
 
 
@@ -1448,6 +1462,16 @@ class StepCostModel:
         (`decode_sum_time_s`)."""
         return self._plain_decode
 
+    def expect_max_num_tokens(self, max_num_tokens: int) -> None:
+        """A hint, which changes no result: steps will have at most `max_num_tokens` tokens (the scheduler's
+        budget), so the token counts above the first table block are tabulated together at their first lookup
+        (`_CountTable`). Only where every token operator is elementwise in the count: a dense model on a GPU. (An
+        MoE layer's expected row tiles sum a Poisson window chosen from the block's smallest and largest count,
+        `_poisson_row_tiles`, so its counts keep the floats of their own blocks only when tabulated block by block;
+        a CPU's formulas are not checked for it.)"""
+        if not self.spec.is_moe and self.hw.kind != "cpu":
+            self._token_table.span_end = self._padded_tokens(max_num_tokens) + 1
+
     def decode_sum_time_s(self, n: int, context_sum: int) -> float:
         """`decode_step_time_s` of `n` >= 1 decodes whose contexts sum to `context_sum`, where
         `decode_depends_on_sums`."""
@@ -1769,12 +1793,19 @@ class _CountTable:
     """(seconds, kernels) of the operators that depend on one count (tokens or emitted tokens) of a step, for
     every count, computed lazily in blocks of `_TABLE_BLOCK` counts by one vectorized evaluation of the same
     formulas (`part(counts array)`); a count of 0 has no operators. A mixed prefill+decode step has a token
-    count seldom seen before, so evaluating one count at a time would cost a full GEMM tile search per step."""
+    count seldom seen before, so evaluating one count at a time would cost a full GEMM tile search per step.
+
+    `span_end` (`StepCostModel.expect_max_num_tokens`, where the formulas are elementwise in the count, so that
+    each count gets the float it gets in its own block): the first lookup of a count in [_TABLE_BLOCK, span_end)
+    fills every block of that range not yet filled in one evaluation, whose fixed cost (~2.5 ms of Python and
+    numpy calls on this machine) is then paid once instead of once per block (16 blocks up to 8,192 tokens,
+    which a long simulation fills anyway)."""
 
     def __init__(self, part: Any) -> None:
         self._part = part
         self._blocks: dict[int, list[float]] = {}
         self._kernels = -1  # kernels of any count >= 1 (the same operators for every count); set with a block
+        self.span_end = 0
 
     def lookup(self, count: int) -> tuple[float, int]:
         if count <= 0:
@@ -1785,12 +1816,21 @@ class _CountTable:
         return block[count % _TABLE_BLOCK], self._kernels
 
     def _fill(self, index: int) -> list[float]:
+        first = last = index
+        if 0 < index * _TABLE_BLOCK < self.span_end:
+            first, last = 1, (self.span_end - 1) // _TABLE_BLOCK
+            while first in self._blocks:
+                first += 1
+            while last in self._blocks:
+                last -= 1
         # Count 0 of block 0 is never looked up; evaluate 1 there instead so every formula sees a count >= 1.
-        counts = np.arange(index * _TABLE_BLOCK, (index + 1) * _TABLE_BLOCK, dtype=np.float64)
+        counts = np.arange(first * _TABLE_BLOCK, (last + 1) * _TABLE_BLOCK, dtype=np.float64)
         counts[0] = max(counts[0], 1.0)
         seconds, self._kernels = self._part(counts)
-        block = self._blocks[index] = np.broadcast_to(seconds, counts.shape).astype(np.float64).tolist()
-        return block
+        rows = np.broadcast_to(seconds, counts.shape).astype(np.float64).reshape(-1, _TABLE_BLOCK).tolist()
+        for i, row in enumerate(rows, first):
+            self._blocks.setdefault(i, row)
+        return self._blocks[index]
 
 
 # ---- single operators, vectorized (`roofline predict-ops`, fitting on measured operator tables) ------------

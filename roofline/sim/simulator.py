@@ -112,6 +112,7 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     max_model_len = engine.resolved_max_model_len(spec)
     max_num_seqs, max_num_batched_tokens = engine.batch_limits(spec, hw.memory_capacity_bytes,
                                                                f"{hw.id} {hw.name}", is_cpu=False)
+    cost_model.expect_max_num_tokens(max_num_batched_tokens)
     gpu_memory_utilization = (engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None
                               else DEFAULT_GPU_MEMORY_UTILIZATION)
     kv = compute_kv_capacity(KvCapacityInputs(
