@@ -380,6 +380,14 @@ def row_sums(values: np.ndarray) -> np.ndarray:
     return total
 
 
+_BEATEN = 1.0 - 1e-9  # `gemm_time_s`: a tiling's lower bound, shrunk by far more than rounding, at least the best
+
+
+def _all(flags: Any) -> bool:
+    """`np.all`, without a numpy call for the scalar path's Python bool."""
+    return flags if isinstance(flags, bool) else bool(flags.all())
+
+
 def _any(flags: Any) -> bool:
     """`np.any`, without a numpy call for the scalar path's Python bool."""
     return flags if isinstance(flags, bool) else bool(np.any(flags))
@@ -455,7 +463,8 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     kernels = gemm_kernels(hw.family) if cublas else SM90_GEMM_KERNELS
     reduce_kernel = kernels.split_k_reduction_kernel
 
-    def tiled(tm: int, tn: int, s: int) -> Any:
+    def tiled(tm: int, tn: int, s: int, beaten: Any = None) -> Any:
+        """The tiling's time; None if it is at least `beaten` everywhere (then `_min(beaten, it)` is `beaten`)."""
         tiles = (groups * _ceil(m / tm) if row_tiles is None else row_tiles(tm)) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
         ctas, rate = kernels.cta_occupancy(tm, tn) if eight else (1, 1.0)
@@ -474,10 +483,16 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
         share = 1.0 if eight else _min(tiles / saturating, 1.0)
         if s > 1 and reduce_kernel:  # the GEMM writes s fp32 partials; a second kernel reads them, writes y
             partials = groups * m * n * 4.0 * s
-            return (_overlap(tc, (base_bytes + partials) / (bw * share), e.overlap_exponent) + fixed_s
-                    + (partials + groups * m * n * out_bytes) / _bandwidth(hw) / e.memory_efficiency)
+            tm_s = (base_bytes + partials) / (bw * share)
+            reduce_s = (partials + groups * m * n * out_bytes) / _bandwidth(hw) / e.memory_efficiency
+            if beaten is not None and _all((_max(tc, tm_s) + fixed_s + reduce_s) * _BEATEN >= beaten):
+                return None
+            return _overlap(tc, tm_s, e.overlap_exponent) + fixed_s + reduce_s
         extra = 0.0 if s == 1 else groups * 2.0 * m * n * 4.0 * s  # fp32 partials written and read back
-        return _overlap(tc, (base_bytes + extra) / (bw * share), e.overlap_exponent)
+        tm_s = (base_bytes + extra) / (bw * share)
+        if beaten is not None and _all(_max(tc, tm_s) * _BEATEN >= beaten):
+            return None
+        return _overlap(tc, tm_s, e.overlap_exponent)
 
     best: Any = None  # the fastest tiling so far, per element of m, n, k
     if eight:
@@ -490,11 +505,18 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
                 n_lo = n_hi
             lo = hi
         return best + fixed_s
+    # A tiling whose time is at least the best so far everywhere changes nothing: its soft maximum is at least
+    # the larger of its compute and memory times (`_overlap`: hi times a power >= 1 of a sum >= 1, up to the pow's
+    # and the product's last bits; the additions after it are monotone), so where that bound, less a margin of
+    # `_BEATEN` far above those bits, is already beaten the tiling is skipped (`tiled`): the same floats without
+    # its pow calls (most split-K tilings of a count table's large m).
     for tm, tn in tiles or kernels.tiles:
         for s in (1,) if tiles else GEMM_SPLITS:
             if s > 1 and np.all(k < s * _MIN_SPLIT_K):
                 continue
-            t = tiled(tm, tn, s)
+            t = tiled(tm, tn, s, best)
+            if t is None:
+                continue
             if s > 1:
                 t = np.where(k < s * _MIN_SPLIT_K, np.inf, t)  # this split is not allowed for this k
             best = t if best is None else _min(best, t)
