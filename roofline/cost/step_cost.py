@@ -1418,6 +1418,8 @@ class StepCostModel:
         self._kv_fp8 = quant.kv_dtype == "fp8"
         # `decode_step_time_s`'s shortcut applies (`_attention_s` takes its scalar formulas).
         self._plain_decode = hw.kind != "cpu" and not spec.sliding_window
+        # `decode_sum_time_s`'s parts that depend on the number of sequences alone, by that number.
+        self._decode_parts: dict[int, tuple[float, float]] = {}
 
     # -- public API --
     def weight_bytes_per_rank(self) -> float:
@@ -1497,14 +1499,20 @@ class StepCostModel:
     def decode_sum_time_s(self, n: int, context_sum: int) -> float:
         """`decode_step_time_s` of `n` >= 1 decodes whose contexts sum to `context_sum`, where
         `decode_depends_on_sums`."""
-        token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
-        emit_s, emit_k = self._emit_table.lookup(n)
         r = self.rank
+        parts = self._decode_parts.get(n)
+        if parts is None:
+            # What depends on n alone: the token and emit operators' seconds summed first, as `_stats_time_s`'s
+            # left-to-right sum does, and the host time.
+            token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
+            emit_s, emit_k = self._emit_table.lookup(n)
+            parts = self._decode_parts[n] = (token_s + emit_s,
+                                             self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
         shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, float(context_sum) + n,
                                        self._q_token, self._kv_token, self._attn_kernels)
         # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
         attn_s = float(r.layers * attention_decode_time_s(self.hw, *shape, self.quant.act_dtype, self._kv_fp8))
-        return self._combine(token_s + emit_s + attn_s, self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
+        return self._combine(parts[0] + attn_s, parts[1])
 
     def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
         """`step_cost(q, c, e).breakdown_s` of many steps (query, context, emits arrays each) as columns:
