@@ -380,12 +380,7 @@ def row_sums(values: np.ndarray) -> np.ndarray:
     return total
 
 
-_BEATEN = 1.0 - 1e-9  # `gemm_time_s`: a tiling's lower bound, shrunk by far more than rounding, at least the best
-
-
-def _all(flags: Any) -> bool:
-    """`np.all`, without a numpy call for the scalar path's Python bool."""
-    return flags if isinstance(flags, bool) else bool(flags.all())
+_BEATEN = 1.0 - 1e-9  # `_beatable`: a tiling's lower bound, shrunk by far more than rounding, at least the best
 
 
 def _any(flags: Any) -> bool:
@@ -411,6 +406,40 @@ def _overlap(tc: Any, tm: Any, p: float) -> Any:
     if (big / hi == 1.0).all():
         return hi * (1.0 + (np.minimum(tc, tm) / hi) ** p) ** (1.0 / p)
     return hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
+
+
+def _beatable(tc: Any, tm: Any, adds: tuple[Any, ...], p: float, beaten: Any) -> Any:
+    """`_overlap(tc, tm, p)` plus each of `adds` in order (a GEMM tiling's time), where it can be below `beaten`
+    (the best time so far; None: everywhere); None if nowhere. The soft maximum is at least the larger of tc and
+    tm (hi times a power >= 1 of a sum >= 1, up to the pow's and the product's last bits) and the additions are
+    monotone, so where that bound, shrunk by `_BEATEN` (far more than those bits), is at least `beaten`, the time
+    is too and `_min(beaten, time)` is `beaten`. Where only some elements of an array can win, the time is computed
+    on those and the others hold `beaten`'s: the same `_min`, without the pow calls of the rest (most of a count
+    table's tilings and split-K factors)."""
+    if beaten is None:
+        time = _overlap(tc, tm, p)
+        for add in adds:
+            time = time + add
+        return time
+    bound = _max(tc, tm)
+    for add in adds:
+        bound = bound + add
+    can_win = bound * _BEATEN < beaten
+    if not _any(can_win):
+        return None
+    if isinstance(can_win, bool) or can_win.all():
+        return _beatable(tc, tm, adds, p, None)
+    shape = can_win.shape
+    if not all(np.ndim(x) == 0 or np.shape(x) == shape for x in (tc, tm, beaten, *adds)):
+        return _beatable(tc, tm, adds, p, None)
+    rows = np.flatnonzero(can_win)
+
+    def pick(x: Any) -> Any:
+        return x if np.ndim(x) == 0 else x.reshape(-1)[rows]
+
+    time = beaten.copy()
+    time.reshape(-1)[rows] = _beatable(pick(tc), pick(tm), tuple(pick(a) for a in adds), p, None)
+    return time
 
 
 def _bandwidth(hw: HardwareProfile) -> float:
@@ -464,7 +493,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     reduce_kernel = kernels.split_k_reduction_kernel
 
     def tiled(tm: int, tn: int, s: int, beaten: Any = None) -> Any:
-        """The tiling's time; None if it is at least `beaten` everywhere (then `_min(beaten, it)` is `beaten`)."""
+        """The tiling's time; None where it cannot beat `beaten` (`_beatable`)."""
         tiles = (groups * _ceil(m / tm) if row_tiles is None else row_tiles(tm)) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
         ctas, rate = kernels.cta_occupancy(tm, tn) if eight else (1, 1.0)
@@ -484,15 +513,13 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
         if s > 1 and reduce_kernel:  # the GEMM writes s fp32 partials; a second kernel reads them, writes y
             partials = groups * m * n * 4.0 * s
             tm_s = (base_bytes + partials) / (bw * share)
-            reduce_s = (partials + groups * m * n * out_bytes) / _bandwidth(hw) / e.memory_efficiency
-            if beaten is not None and _all((_max(tc, tm_s) + fixed_s + reduce_s) * _BEATEN >= beaten):
-                return None
-            return _overlap(tc, tm_s, e.overlap_exponent) + fixed_s + reduce_s
-        extra = 0.0 if s == 1 else groups * 2.0 * m * n * 4.0 * s  # fp32 partials written and read back
-        tm_s = (base_bytes + extra) / (bw * share)
-        if beaten is not None and _all(_max(tc, tm_s) * _BEATEN >= beaten):
-            return None
-        return _overlap(tc, tm_s, e.overlap_exponent)
+            adds: tuple[Any, ...] = (fixed_s, (partials + groups * m * n * out_bytes) / _bandwidth(hw)
+                                     / e.memory_efficiency)
+        else:
+            extra = 0.0 if s == 1 else groups * 2.0 * m * n * 4.0 * s  # fp32 partials written and read back
+            tm_s = (base_bytes + extra) / (bw * share)
+            adds = ()
+        return _beatable(tc, tm_s, adds, e.overlap_exponent, beaten)
 
     best: Any = None  # the fastest tiling so far, per element of m, n, k
     if eight:
@@ -505,11 +532,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
                 n_lo = n_hi
             lo = hi
         return best + fixed_s
-    # A tiling whose time is at least the best so far everywhere changes nothing: its soft maximum is at least
-    # the larger of its compute and memory times (`_overlap`: hi times a power >= 1 of a sum >= 1, up to the pow's
-    # and the product's last bits; the additions after it are monotone), so where that bound, less a margin of
-    # `_BEATEN` far above those bits, is already beaten the tiling is skipped (`tiled`): the same floats without
-    # its pow calls (most split-K tilings of a count table's large m).
+    # A tiling is evaluated only where it can beat the best so far (`_beatable`): the same floats.
     for tm, tn in tiles or kernels.tiles:
         for s in (1,) if tiles else GEMM_SPLITS:
             if s > 1 and np.all(k < s * _MIN_SPLIT_K):
