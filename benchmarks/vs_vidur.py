@@ -1,11 +1,14 @@
 """roofline and Vidur on one request list, side by side: run time, CPU time, peak memory, and what each simulated.
 
     python benchmarks/vs_vidur.py --vidur-python $VIDUR_VENV/bin/python \\
-        --vidur-profiling VIDUR_CHECKOUT/data/profiling [--num-requests 10000] [--repeats 3] [--chunk-size 512]
+        --vidur-profiling VIDUR_CHECKOUT/data/profiling [--setup S] [--num-requests 10000] [--repeats 3] \\
+        [--chunk-size 512] [--vidur-cache DIR]
     python benchmarks/vs_vidur.py --num-requests 2000              # roofline alone (no Vidur given)
 
-The request list (issue 20): Llama-2-7B on one H100, Poisson arrivals at 8 req/s, prompt + output tokens uniform in
-256-2,048 with a 4:1 prompt:output split, at most 128 sequences a step. It is written once, as roofline's CSV
+The request list (issue 20): Poisson arrivals (8 req/s by default), prompt + output tokens uniform in 256-2,048
+with a 4:1 prompt:output split, at most 128 sequences a step, on one of two setups (`--setup`): Llama-2-7B on one
+H100 (the issue's) or Llama-2-70B on two A100s with tensor parallelism (the one whose Vidur profiles are all
+reachable here, below). It is written once, as roofline's CSV
 trace (`arrival_s,prompt_tokens,output_tokens`) and as Vidur's trace-replay CSV (`Date,Time,PromptTokenCount,
 CompletionTokenCount`, scale factors 1), and both tools run on it alternately (roofline, Vidur, roofline, ...),
 each a fresh process writing its normal outputs: roofline `simulate --out` (requests.csv, steps.parquet with the
@@ -22,13 +25,18 @@ execution-time predictor.
 
 Vidur's profiling data: the PyPI package ships none. Vidur 0.0.26 downloads per-model operator profiles from the
 Hugging Face Hub at run time (datasets `project-vajra/...`, `snapshot_download`), which a machine without that
-network cannot reach. The profiles Vidur published are the CSVs in its repository (github.com/microsoft/vidur,
-`data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/{mlp,attention}.csv`,
-`data/profiling/network/h100_dgx/{all_reduce,send_recv}.csv`); `--vidur-profiling` names that `data/profiling`
-folder. The script builds from it the offline Hub cache Vidur reads (`<work>/vidur-cache/profiling_data/...`:
-`datasets--local--<name>/refs/main` and `snapshots/<rev>/` holding `config.json` and the xz-compressed CSVs) and
+network cannot reach. The profiles Vidur published are the CSVs in its repository (github.com/microsoft/vidur):
+`data/profiling/compute/<device>/<model>/{mlp,attention}.csv` and `data/profiling/network/<network>/{all_reduce,
+send_recv}.csv`; `--vidur-profiling` names a folder in that layout. For `llama-2-7b-h100` it is the repository's
+`data/profiling` (compute/h100/meta-llama/Llama-2-7b-hf, network/h100_dgx). For `llama-2-70b-a100-tp2`:
+compute/a100/meta-llama/Llama-2-70b-hf/mlp.csv and network/a100_pairwise_nvlink/* from the repository's HEAD, and as
+compute/a100/meta-llama/Llama-2-70b-hf/attention.csv the file data/profiling/a100/attention.csv of its first commit
+(e2d00e9: Llama-2-70B's attention shape, 8,192 wide with 64 / 8 heads, at TP 2, block size 16; the same columns
+Vidur 0.0.26 reads). The script builds from the folder the offline Hub cache Vidur reads (`datasets--local--<name>/
+refs/main` and `snapshots/<rev>/` holding `config.json` and the xz-compressed CSVs, under `--vidur-cache`) and
 runs Vidur with `HF_HUB_OFFLINE=1` against those local dataset names. Vidur trains its random forests on the
-first run and caches them in the same folder; that first run is a warm-up and is not timed.
+first run and caches them (and its prediction tables) in the same folder; that first run is a warm-up and is not
+timed (about an hour on a 2-core machine for the A100 setup; `--vidur-cache` keeps it for the next run).
 
 Prints one line per run and a summary table; `--json FILE` writes every run.
 """
@@ -44,14 +52,37 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
-VIDUR_MODEL = "meta-llama/Llama-2-7b-hf"
-VIDUR_DEVICE, VIDUR_NETWORK = "h100", "h100_dgx"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One model on one GPU type, as each tool names it."""
+
+    roofline_model: str
+    roofline_hardware: str
+    tensor_parallel: int
+    vidur_model: str
+    vidur_device: str
+    vidur_network: str
+
+
+SETUPS = {
+    # The issue's list: every profile it needs is in Vidur's repository at HEAD except attention.csv, which is
+    # stored there as a large file that no snapshot reachable here holds.
+    "llama-2-7b-h100": Setup("llama-2-7b", "h100-sxm", 1, "meta-llama/Llama-2-7b-hf", "h100", "h100_dgx"),
+    # The one attention profile Vidur published that is reachable here: Llama-2-70B's shape (8,192 wide, 64/8
+    # heads) at TP 2 on A100, in the repository's first commit (e2d00e9, data/profiling/a100/attention.csv); its
+    # mlp.csv (compute/a100/meta-llama/Llama-2-70b-hf) and the A100 pairwise-NVLink network CSVs are at HEAD.
+    "llama-2-70b-a100-tp2": Setup("llama-2-70b", "a100-80gb-sxm", 2, "meta-llama/Llama-2-70b-hf", "a100",
+                                  "a100_pairwise_nvlink"),
+}
 VIDUR_DATE = "2024-01-01"  # trace-replay rows are selected by a date; any, the same in the file and the flag
 
 
@@ -89,27 +120,30 @@ def _hub_dataset(cache: Path, name: str, files: dict[str, Path], config: dict[st
             out.write(source.read_bytes())
 
 
-def build_vidur_cache(profiling: Path, cache: Path) -> tuple[str, str]:
+def build_vidur_cache(profiling: Path, cache: Path, setup: Setup) -> tuple[str, str]:
     """The offline Hub cache of Vidur's compute and network profiles from its published CSVs; their dataset ids."""
-    compute = profiling / "compute" / VIDUR_DEVICE / VIDUR_MODEL
-    network = profiling / "network" / VIDUR_NETWORK
-    _hub_dataset(cache / "profiling_data" / "compute", "llama-2-7b-h100",
+    compute = profiling / "compute" / setup.vidur_device / setup.vidur_model
+    network = profiling / "network" / setup.vidur_network
+    compute_name = f"{setup.vidur_model.split('/')[-1].lower()}-{setup.vidur_device}"
+    network_name = setup.vidur_network.replace("_", "-")
+    _hub_dataset(cache / "profiling_data" / "compute", compute_name,
                  {"mlp.csv.xz": compute / "mlp.csv", "attention.csv.xz": compute / "attention.csv"},
-                 {"model": VIDUR_MODEL, "device_sku": VIDUR_DEVICE})
-    _hub_dataset(cache / "profiling_data" / "network", "h100-dgx",
+                 {"model": setup.vidur_model, "device_sku": setup.vidur_device})
+    _hub_dataset(cache / "profiling_data" / "network", network_name,
                  {"all_reduce.csv.xz": network / "all_reduce.csv", "send_recv.csv.xz": network / "send_recv.csv"},
-                 {"sku": VIDUR_NETWORK})
-    return "local/llama-2-7b-h100", "local/h100-dgx"
+                 {"sku": setup.vidur_network})
+    return f"local/{compute_name}", f"local/{network_name}"
 
 
-def roofline_command(trace: Path, out: Path, chunk_size: int | None) -> list[str]:
-    cmd = [sys.executable, "-m", "roofline", "simulate", "--model", "llama-2-7b", "--hardware", "h100-sxm",
+def roofline_command(trace: Path, out: Path, chunk_size: int | None, setup: Setup) -> list[str]:
+    cmd = [sys.executable, "-m", "roofline", "simulate", "--model", setup.roofline_model, "--hardware",
+           setup.roofline_hardware, "--tensor-parallel-size", str(setup.tensor_parallel),
            "--workload", str(trace), "--max-num-seqs", "128", "--out", str(out), "--json"]
     return cmd + (["--max-num-batched-tokens", str(chunk_size)] if chunk_size else [])
 
 
 def vidur_command(python: str, trace: Path, out: Path, cache: Path, datasets: tuple[str, str],
-                  chunk_size: int | None) -> list[str]:
+                  chunk_size: int | None, setup: Setup) -> list[str]:
     predictor = "--random_forrest_execution_time_predictor_config"
     if chunk_size:
         scheduler = ["--replica_scheduler_config_type", "sarathi", "--sarathi_scheduler_config_batch_size_cap", "128",
@@ -117,8 +151,9 @@ def vidur_command(python: str, trace: Path, out: Path, cache: Path, datasets: tu
     else:
         scheduler = ["--replica_scheduler_config_type", "vllm", "--vllm_scheduler_config_batch_size_cap", "128",
                      "--vllm_scheduler_config_max_tokens_in_batch", "8192"]
-    return [python, "-m", "vidur.main", "--replica_config_device", VIDUR_DEVICE,
-            "--replica_config_network_device", VIDUR_NETWORK, "--replica_config_model_name", VIDUR_MODEL,
+    return [python, "-m", "vidur.main", "--replica_config_device", setup.vidur_device,
+            "--replica_config_network_device", setup.vidur_network, "--replica_config_model_name", setup.vidur_model,
+            "--replica_config_tensor_parallel_size", str(setup.tensor_parallel),
             "--request_generator_config_type", "trace_replay", "--trace_request_generator_config_trace_file",
             str(trace), "--trace_request_generator_config_date", VIDUR_DATE,
             "--trace_request_generator_config_prefill_scale_factor", "1",
@@ -170,6 +205,8 @@ def vidur_served(out: Path, requests: pd.DataFrame) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--setup", choices=sorted(SETUPS), default="llama-2-7b-h100",
+                        help="model and GPU (default llama-2-7b-h100, the issue's list)")
     parser.add_argument("--num-requests", type=int, default=10_000)
     parser.add_argument("--request-rate", type=float, default=8.0, help="Poisson arrivals, requests/s (default 8)")
     parser.add_argument("--seed", type=int, default=0)
@@ -180,6 +217,9 @@ def main() -> int:
     parser.add_argument("--vidur-profiling", type=Path, default=None,
                         help="Vidur's published profiling CSVs: the data/profiling folder of its repository")
     parser.add_argument("--work-dir", type=Path, default=Path("vs-vidur"), help="traces and outputs (kept)")
+    parser.add_argument("--vidur-cache", type=Path, default=None,
+                        help="Vidur's cache (profiles, trained forests, prediction tables), kept between runs of "
+                             "this script (default: inside --work-dir, which each run empties)")
     parser.add_argument("--json", type=Path, default=None, help="write every run here")
     args = parser.parse_args()
     if args.vidur_python and args.vidur_profiling is None:
@@ -191,14 +231,15 @@ def main() -> int:
     requests = request_list(args.num_requests, args.request_rate, args.seed)
     roofline_trace, vidur_trace = write_traces(requests, work)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    tools = {"roofline": lambda out: (roofline_command(roofline_trace, out, args.chunk_size), env)}
+    setup = SETUPS[args.setup]
+    tools = {"roofline": lambda out: (roofline_command(roofline_trace, out, args.chunk_size, setup), env)}
     if args.vidur_python:
-        cache = work / "vidur-cache"
-        datasets = build_vidur_cache(args.vidur_profiling.resolve(), cache)
+        cache = args.vidur_cache.resolve() if args.vidur_cache else work / "vidur-cache"
+        datasets = build_vidur_cache(args.vidur_profiling.resolve(), cache, setup)
         vidur_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         vidur_env.update(HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
         tools["vidur"] = lambda out: (vidur_command(args.vidur_python, vidur_trace, out, cache, datasets,
-                                                    args.chunk_size), vidur_env)
+                                                    args.chunk_size, setup), vidur_env)
         warm = run_measured(*tools["vidur"](work / "vidur-warmup"), cwd=work)  # trains and caches its forests
         print(f"vidur warm-up: exit {warm['returncode']}, {warm['wall_s']:.1f} s", flush=True)
         if warm["returncode"] != 0:
@@ -222,7 +263,8 @@ def main() -> int:
             if run["returncode"] != 0:
                 print(run["stderr_tail"], flush=True)
 
-    print(f"\n{args.num_requests} requests at {args.request_rate} req/s, chunk size {args.chunk_size or 'none'}; "
+    print(f"\n{args.setup}: {args.num_requests} requests at {args.request_rate} req/s, "
+          f"chunk size {args.chunk_size or 'none'}; "
           "medians over the runs:")
     print("| tool | wall (s), each run | median wall (s) | CPU (s) | peak RSS (MB) | output tok/s | mean TTFT (s) "
           "| mean TPOT (s) |")
