@@ -5,6 +5,7 @@ breakdown), timeseries.csv (KV usage, running and waiting requests per step) and
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import os
 import re
@@ -23,12 +24,24 @@ from roofline.sim.simulator import Deployment, SimulationResult
 
 def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResult, summary: dict[str, object]) -> None:
     """requests.csv, steps.parquet + run.json (a step trace, `engine.core.trace`), timeseries.csv and
-    summary.json; the same run gives the same bytes."""
+    summary.json; the same run gives the same bytes.
+
+    The cyclic garbage collector is paused meanwhile, as for the simulation's loop: the writing makes tens of
+    thousands of containers that live until written (the CSVs' rows), enough to start a collection of every
+    generation, which traverses the whole simulation's objects again (0.05-0.07 s for sharegpt's 10,000
+    requests: BENCHMARKS.md, "`--out`, issue 20 item 1, fifth session") and finds the cycles that the
+    collection at exit finds anyway."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_trace(out_dir, step_table(deployment, result), run_metadata(deployment, summary))
-    write_csv(result.requests, out_dir / "requests.csv")
-    write_csv(result.timeseries, out_dir / "timeseries.csv")
-    (out_dir / "summary.json").write_text(to_json(summary))
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        write_trace(out_dir, step_table(deployment, result), run_metadata(deployment, summary))
+        write_csv(result.requests, out_dir / "requests.csv")
+        write_csv(result.timeseries, out_dir / "timeseries.csv")
+        (out_dir / "summary.json").write_text(to_json(summary))
+    finally:
+        if collecting:
+            gc.enable()
 
 
 _NEEDS_QUOTES = re.compile(r'[,"\r\n]')  # the fields the csv module quotes (QUOTE_MINIMAL)
