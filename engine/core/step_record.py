@@ -7,9 +7,10 @@
     query_i, context_i, emits_i = seqs[i]              # step i's (views): `plan.seq_arrays()`'s values, int32
 
 A step's record is its plan's bulk rows as the fast path's columns left them (`ColumnRows`: the rows' offsets and
-update count, their request ids as indices into the period's list) and the sequences added after them (lists,
-with their request ids). A decode step of 150 requests is thus kept as two array references and an int instead
-of three 150-row arrays and 150 strings; the arrays are built for all steps at once by a few numpy passes.
+update count, their request ids as indices into the period's list) and the sequences added after them (their
+values and request ids, appended to flat lists). A decode step of 150 requests is thus kept as two array
+references and an int instead of three 150-row arrays and 150 strings; the arrays are built for all steps at once
+by a few numpy passes.
 """
 
 from __future__ import annotations
@@ -25,126 +26,129 @@ from engine.core.step_plan import StepPlan
 
 _REQUEST_ID = operator.attrgetter("request_id")
 
-# (the bulk rows' off, seq, num_updates, period (the index of their ids list in `StepRecords._periods`) and
-# prefill rows (None without), then the request ids after them, their query lengths, context lengths and emits).
-# Flat and without the `ColumnRows`, its ids list and its (mostly empty) prefill list, so that a decode step's
-# record holds no container: the garbage collector untracks it, where every container kept alive is traversed
-# until it is old (sharegpt 10,000 requests: the collections took 0.13-0.145 s with `ColumnRows` kept, 0.05 s
-# without recording; BENCHMARKS.md "`--out`, issue 20 item 1, fifth pass").
-_Record = tuple[np.ndarray | None, np.ndarray | None, int, int, list[tuple[int, int, int, int]] | None,
-                tuple[str, ...], Sequence[int], Sequence[int], Sequence[bool]]
-_Bulk = tuple[np.ndarray | None, np.ndarray | None, int, int, list[tuple[int, int, int, int]] | None]
-_NO_BULK: _Bulk = (None, None, 1, -1, None)
-
 
 class StepRecords:
-    """The sequences of every step added, in order (see the module docstring)."""
+    """The sequences of every step added, in order (see the module docstring).
+
+    Kept as columns, one entry per step: the bulk rows' `off` and `seq` arrays (empty without bulk rows), update
+    count, period (the index of their ids list in `_periods`; -1 without) and prefill rows (None without), and
+    the number of rows after them, whose query lengths, context lengths, emits and request ids are appended to
+    four flat lists. So a step adds no container of its own: the records hold a few dozen objects, not one tuple
+    per step and the plan's lists, which the garbage collector's first collection after the simulation's loop
+    traversed (0.035 s of sharegpt's 10,000 requests: BENCHMARKS.md, "`--out`, issue 20 item 1, fifth
+    session")."""
 
     def __init__(self) -> None:
-        self._records: list[_Record] = []
+        self._off: list[np.ndarray] = []
+        self._seq: list[np.ndarray] = []
+        self._num_updates: list[int] = []
+        self._period: list[int] = []
+        self._prefill_rows: list[list[tuple[int, int, int, int]] | None] = []
+        self._num_tail: list[int] = []
+        self._tail_ids: list[str] = []
+        self._tail_query: list[int] = []
+        self._tail_context: list[int] = []
+        self._tail_emits: list[bool] = []
         self._periods: list[list[str]] = []  # the bulk rows' ids lists, each once (they only grow)
         self._period_of: dict[int, int] = {}  # id() of one of them -> its index
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._num_tail)
 
     def add(self, plan: StepPlan) -> None:
         """Record `plan`'s sequences (after `schedule`, before `update_from_output`)."""
         bulk, query, context, emits = plan.sequence_record()
-        rows: _Bulk
         if bulk is None:
-            rows = _NO_BULK
+            self._off.append(_NO_ROWS64)
+            self._seq.append(_NO_ROWS32)
+            self._num_updates.append(1)
+            self._period.append(-1)
+            self._prefill_rows.append(None)
         else:
             ids = bulk.ids
             period = self._period_of.get(id(ids))
             if period is None:
                 period = self._period_of[id(ids)] = len(self._periods)
                 self._periods.append(ids)
-            rows = (bulk.off, bulk.seq, bulk.num_updates, period, bulk.prefill_rows or None)
-        if not query:  # the bulk rows only (a decode step of the running queue): keeps none of the plan's lists
-            self._records.append((*rows, (), (), (), ()))
-            return
-        requests = plan.requests
-        tail = requests[len(requests) - len(query):] if bulk is not None else requests
-        self._records.append((*rows, tuple(map(_REQUEST_ID, tail)), query, context, emits))
+            self._off.append(bulk.off)
+            self._seq.append(bulk.seq)
+            self._num_updates.append(bulk.num_updates)
+            self._period.append(period)
+            self._prefill_rows.append(bulk.prefill_rows or None)
+        self._num_tail.append(len(query))
+        if query:  # rows after the bulk rows (all rows without bulk rows)
+            requests = plan.requests
+            self._tail_ids.extend(map(_REQUEST_ID, requests[len(requests) - len(query):]))
+            self._tail_query.extend(query)
+            self._tail_context.extend(context)
+            self._tail_emits.extend(emits)
 
     def sequences(self) -> StepSequences:
         """Every step's query lengths, context lengths, emits and request ids, built in one pass: the bulk rows'
         offsets and request indices concatenated (a step's tail rows as zeros, written afterwards) and each step's
         update count and id base added by one `repeat`."""
-        records = self._records
-        n = len(records)
-        # Request ids: one list of names (each period's ids once, then every tail's), each sequence an index in it.
-        names: list[str] = []
-        base_of: dict[int, int] = {}  # a period -> where its ids start in `names`
-        lengths: list[int] = []
-        num_updates: list[int] = []  # each step's bulk rows' context is off + num_updates - 1
-        bases: list[int] = []  # ... and their request index seq + base
-        offs: list[np.ndarray] = []
-        seqs: list[np.ndarray] = []
-        tails: list[int] = []  # steps with tail rows
-        patches: list[tuple[int, list[tuple[int, int, int, int]]]] = []  # steps with prefill rows
-        max_tail = max((len(r[6]) for r in records), default=0)
-        zeros = np.zeros(max_tail, dtype=np.int32)
-        period, base = -1, 0
-        for i, (off, seq, updates, rows_period, prefill_rows, _, tail_query, _, _) in enumerate(records):
-            num_tail = len(tail_query)
-            if off is not None and seq is not None:
-                offs.append(off)
-                seqs.append(seq)
-                lengths.append(len(off) + num_tail)
-                num_updates.append(updates)
-                if rows_period != period:
-                    period = rows_period
-                    base = base_of.get(period, -1)
-                    if base < 0:
-                        base = base_of[period] = len(names)
-                        names.extend(self._periods[period])
-                bases.append(base)
-                if prefill_rows:
-                    patches.append((i, prefill_rows))
-            else:
-                lengths.append(num_tail)
-                num_updates.append(1)
-                bases.append(0)
-            if num_tail:
-                tails.append(i)
-                offs.append(zeros[:num_tail])
-                seqs.append(zeros[:num_tail])
+        n = len(self)
+        num_tail = np.array(self._num_tail, dtype=np.int64)
+        lengths = np.fromiter(map(len, self._off), np.int64, n) + num_tail
         starts = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=starts[1:])
         total = int(starts[-1])
+        tails = np.flatnonzero(num_tail)  # steps with tail rows
+        # Request ids: one list of names (each period's ids once, then every tail's), each sequence an index in it.
+        # A step's bulk rows index their period's list from where it starts in `names` (the period's base).
+        names: list[str] = []
+        base_of: dict[int, int] = {-1: 0}  # a period -> its base (no bulk rows: none to index)
+        periods = self._period
+        runs = np.flatnonzero(np.diff(periods, prepend=-2)).tolist() if n else []  # each run of one period
+        run_bases = []
+        for i in runs:
+            base = base_of.get(periods[i])
+            if base is None:
+                base = base_of[periods[i]] = len(names)
+                names.extend(self._periods[periods[i]])
+            run_bases.append(base)
+        # A step's tail rows as zeros after its bulk rows, in the contexts and the request indices alike.
+        offs, seqs = self._off, self._seq
+        if len(tails):
+            zeros = np.zeros(int(num_tail.max()), dtype=np.int32)
+            gaps = [_NO_ROWS32] * n
+            for i, k in zip(tails.tolist(), num_tail[tails].tolist()):
+                gaps[i] = zeros[:k]
+            offs = list(itertools.chain.from_iterable(zip(offs, gaps)))
+            seqs = list(itertools.chain.from_iterable(zip(seqs, gaps)))
         # Every array here is as large as all steps' sequences together: int32 (lengths are below max_model_len,
         # indices below the number of requests), as the step trace stores them, and no temporaries of that size
         # (the contexts' repeat becomes `query`), since fresh memory costs as much as the arithmetic.
-        context = np.concatenate(offs, dtype=np.int32) if offs else np.zeros(0, dtype=np.int32)
-        query = np.repeat(np.array(num_updates, dtype=np.int32) - 1, lengths)
+        context = np.concatenate(offs, dtype=np.int32) if n else np.zeros(0, dtype=np.int32)
+        query = np.repeat(np.array(self._num_updates, dtype=np.int32) - 1, lengths)
         context += query
         query.fill(1)
-        index = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int32)
-        edges = np.flatnonzero(np.diff(bases, prepend=0, append=0)).tolist()  # runs of steps of one id base
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            if bases[lo]:
-                index[starts[lo]:starts[hi]] += bases[lo]
+        index = np.concatenate(seqs, dtype=np.int32) if n else np.zeros(0, dtype=np.int32)
+        for lo, hi, base in zip(runs, runs[1:] + [n], run_bases):
+            if base:
+                index[starts[lo]:starts[hi]] += base
         emits = np.ones(total, dtype=bool)
-        if tails:  # the rows after the bulk rows: written where they are
-            tail_records = [records[i] for i in tails]
-            tail_counts = np.array([len(r[6]) for r in tail_records], dtype=np.int64)
-            num_tail = int(tail_counts.sum())
+        if len(tails):  # the rows after the bulk rows: written where they are
+            tail_counts = num_tail[tails]
+            count = int(tail_counts.sum())
             tail_start = np.zeros(len(tails), dtype=np.int64)
             np.cumsum(tail_counts[:-1], out=tail_start[1:])
-            steps = np.array(tails, dtype=np.int64)
-            where = np.repeat(starts[steps + 1] - tail_counts - tail_start, tail_counts) + np.arange(num_tail)
-            query[where] = np.fromiter(itertools.chain.from_iterable(r[6] for r in tail_records), np.int32, num_tail)
-            context[where] = np.fromiter(itertools.chain.from_iterable(r[7] for r in tail_records), np.int32, num_tail)
-            emits[where] = np.fromiter(itertools.chain.from_iterable(r[8] for r in tail_records), bool, num_tail)
-            index[where] = np.arange(len(names), len(names) + num_tail, dtype=np.int32)
-            names.extend(itertools.chain.from_iterable(r[5] for r in tail_records))
-        for i, prefill_rows in patches:
-            start = int(starts[i])
-            for row, ctx, num_query, _ in prefill_rows:
-                context[start + row], query[start + row] = ctx, num_query
+            where = np.repeat(starts[tails + 1] - tail_counts - tail_start, tail_counts) + np.arange(count)
+            query[where] = self._tail_query
+            context[where] = self._tail_context
+            emits[where] = self._tail_emits
+            index[where] = np.arange(len(names), len(names) + count, dtype=np.int32)
+            names.extend(self._tail_ids)
+        for i, prefill_rows in enumerate(self._prefill_rows):
+            if prefill_rows:
+                start = int(starts[i])
+                for row, ctx, num_query, _ in prefill_rows:
+                    context[start + row], query[start + row] = ctx, num_query
         return StepSequences(query, context, emits, starts, names, index)
+
+
+_NO_ROWS64 = np.zeros(0, dtype=np.int64)  # the bulk rows of a step without any
+_NO_ROWS32 = np.zeros(0, dtype=np.int32)
 
 
 class StepSequences(Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]):
