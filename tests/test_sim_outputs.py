@@ -14,7 +14,7 @@ import pytest
 from engine.core.trace import STEP_COLUMNS, step_schema
 from roofline.cost.hardware import parse_profile
 from roofline.cost.ops import BatchStats
-from roofline.cost.step_cost import _distinct_rows, _ExactPowArray
+from roofline.cost.step_cost import _distinct_rows, _ExactPowArray, _segment_sums
 from roofline.engine_args import EngineArgs
 from roofline.sim.outputs import step_table, write_csv
 from roofline.sim.simulator import Deployment, SimulationOptions, SimulationResult, make_deployment, run_simulation
@@ -116,6 +116,37 @@ def test_exact_pow_array_rounds_as_python_floats() -> None:
     assert float(np.asarray(np.float64(0.5).view(_ExactPowArray) ** 3.0)) == 0.125  # 0-d
     assert type(base.view(_ExactPowArray) + 1.0) is _ExactPowArray  # stays exact through other ufuncs
     assert math.isclose(float(np.asarray(base.view(_ExactPowArray) ** 2.0)[0]), base[0] ** 2)
+
+
+def test_exact_pow_array_is_c_pow_bit_for_bit() -> None:
+    # np.float_power (C pow per element) against math.pow on random bit patterns and the special values; numpy's
+    # `power` on arrays (SIMD) differs in the last bit for some of these.
+    rng = np.random.default_rng(1)
+    special = np.array([0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 5e-324, 1e308, -2.0, 0.5, 3.0])
+    bases = np.concatenate([np.repeat(special, len(special)), rng.integers(0, 2**63, 20_000).view(np.float64),
+                            rng.random(20_000) * 50.0])
+    exponents = np.concatenate([np.tile(special, len(special)), rng.normal(0.0, 3.0, 20_000),
+                                rng.normal(1.0, 0.5, 20_000)])
+    with np.errstate(all="ignore"):
+        got = np.asarray(bases.view(_ExactPowArray) ** exponents)
+    for b, y, g in zip(bases.tolist(), exponents.tolist(), got.tolist()):
+        try:
+            want = math.pow(b, y)
+        except (OverflowError, ValueError):  # where C pow gives inf or NaN, Python raises
+            continue
+        assert math.isnan(want) and math.isnan(g) or np.float64(want).tobytes() == np.float64(g).tobytes(), (b, y)
+
+
+def test_segment_sums_equal_reduceat_in_int64() -> None:
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(1, 300, 500)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    for values in (rng.integers(0, 131_072, lengths.sum(), dtype=np.int32),  # summed in int32
+                   rng.integers(-2**31, 2**31 - 1, lengths.sum(), dtype=np.int32),  # would overflow: in int64
+                   rng.integers(0, 2**40, lengths.sum(), dtype=np.int64)):
+        got = _segment_sums(values, starts, lengths)
+        assert got.dtype == np.int64
+        assert np.array_equal(got, np.add.reduceat(values, starts, dtype=np.int64))
 
 
 def test_write_csv_writes_the_bytes_of_pandas(tmp_path: Path) -> None:
