@@ -1349,7 +1349,7 @@ class _ExactPowArray(np.ndarray):
     numpy's `power` on float64 arrays is vectorized (SIMD: SVML on AVX-512) and differs from C `pow` in the last
     bit for about 5 % of inputs; `float_power` has no SIMD loop and calls `npy_pow`, which is C `pow`, per
     element (checked equal to `math.pow` bit for bit on 4 M random bit patterns and exponents, 0, -0, inf,
-    NaN and subnormals; 8x faster than mapping `math.pow`). So the formulas evaluated on arrays give the floats
+    NaN and subnormals; 3.5-10x faster than mapping `math.pow`). So the formulas evaluated on arrays give the floats
     of `step_cost`'s scalar evaluation (`StepCostModel.breakdown_columns`)."""
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
