@@ -55,3 +55,22 @@ def test_unique_ids_are_the_streams_draws_as_python_ints():
         ids = gen.unique(n)
         assert ids == gen._draw(stream, n).tolist()
         assert all(type(i) is int for i in ids)
+
+
+@pytest.mark.parametrize("vocab_size, reserved", [(3, (0,)), (256, ()), (50_000, (0, 2)), (128_256, (128_000, 128_001)),
+                                                  (2**33, (5,))])
+def test_ids_drawn_ahead_are_those_of_one_draw_per_call(vocab_size, reserved):
+    """`unique_array` hands out ids drawn ahead in large draws: each call gets the ids a draw of its own length from
+    the stream would give, in call order, across the draws' boundaries (calls longer than a draw, empty calls,
+    sessions' draws in between)."""
+    gen = TokenIdGenerator(vocab_size=vocab_size, seed=7, reserved_ids=reserved)
+    stream = np.random.default_rng([7, _STREAM_TAG])
+    sizes = np.random.default_rng(1).choice([0, 1, 2, 3, 17, 2340, 9000], size=60).tolist() + [70_000, 5, 140_000, 1]
+    for n in sizes:
+        ids = gen.unique_array(n)
+        assert ids.dtype == np.int64 and ids.flags.writeable and ids.base is None
+        np.testing.assert_array_equal(ids, gen._draw(stream, n))
+    chat = gen.session()
+    first = chat.next_prompt_array(10)
+    np.testing.assert_array_equal(first, gen._draw(stream, 10))
+    np.testing.assert_array_equal(chat.next_prompt_array(4, 6)[10:], gen._draw(stream, 10))
