@@ -192,6 +192,22 @@ def test_warmup_and_drain_narrow_the_window() -> None:
     assert summary["output_tokens_per_s"] == pytest.approx((2 + 3) / 2.1)
 
 
+def test_latency_stats_leave_out_undefined_values_and_copy_only_then() -> None:
+    # All finite (the ITL gaps of a run): the statistics of the array itself, the same floats as of a copy.
+    from roofline.sim.metrics import latency_stats
+
+    values = np.random.default_rng(0).exponential(0.02, size=100_001)
+    copied = values[np.isfinite(values)]
+    assert latency_stats(values) == {"mean": float(copied.mean()),
+                                     **{f"p{p}": float(v) for p, v in zip((50, 90, 99), np.percentile(copied,
+                                                                                                  (50, 90, 99)))}}
+    with_nan = values.copy()
+    with_nan[::3] = np.nan
+    finite = values[np.ones(len(values), dtype=bool) & (np.arange(len(values)) % 3 != 0)]
+    assert latency_stats(with_nan) == latency_stats(finite)
+    assert latency_stats(np.array([np.nan, np.inf])) == {"mean": None, "p50": None, "p90": None, "p99": None}
+
+
 def test_slo_percentages_and_goodput() -> None:
     requests, itl, steps = toy_run()
     slo = summarize(requests, itl, steps, SummaryOptions(slo_ttft_s=0.5, slo_tpot_s=0.5))["slo"]

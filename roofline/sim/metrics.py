@@ -30,6 +30,7 @@ import pandas as pd
 from roofline.errors import UserError
 
 PERCENTILES = (50, 90, 99)
+_all = np.logical_and.reduce  # (of a bool array; `arr.all()` goes through a Python wrapper)
 LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queueing_s")
 
 
@@ -58,7 +59,9 @@ class InterTokenLatencies:
 
 def latency_stats(values: np.ndarray) -> dict[str, float | None]:
     """mean, p50, p90, p99 of finite values (None when there are none)."""
-    values = values[np.isfinite(values)]
+    finite = np.isfinite(values)
+    if not _all(finite):  # (no copy when all are: the ITL gaps of a long run are millions)
+        values = values[finite]
     if len(values) == 0:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
     stats: dict[str, float | None] = {"mean": float(values.mean())}
@@ -107,7 +110,10 @@ def summarize(requests: pd.DataFrame, itl: InterTokenLatencies, steps: pd.DataFr
     step_in = steps["end_s"].between(start, end)
     latency = {m: latency_stats(measured[m].to_numpy(dtype=float)) for m in ("ttft_s", "tpot_s", "e2e_s",
                                                                             "queueing_s")}
-    latency["itl_s"] = latency_stats(itl.gap_s[arrived.to_numpy()[itl.request_index]])
+    arrived_rows = arrived.to_numpy()
+    # The gaps of the requests that arrived in the window; all of them without a window (no copy then).
+    itl_gaps = itl.gap_s if _all(arrived_rows) else itl.gap_s[arrived_rows[itl.request_index]]
+    latency["itl_s"] = latency_stats(itl_gaps)
     summary: dict[str, Any] = {
         "num_requests": int(len(requests)),
         "num_measured_requests": int(len(measured)),

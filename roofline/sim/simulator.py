@@ -277,8 +277,19 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
     started = time.perf_counter()
     sim = _Simulation(deployment, workload, specs, options, step_time_fn or _cost_model_time(deployment.cost_model),
                       progress)
-    sim.run()
-    return _result(specs, sim.recorder, time.perf_counter() - started)
+    # The loop makes no reference cycles (tests/test_simulator.py checks), so reference counting frees all it
+    # drops; the cyclic collector would only traverse the live requests and their token lists again and again (a
+    # fifth of the run time for 10,000 requests, BENCHMARKS.md). Paused for the loop and the result tables: right
+    # after the loop every object it left alive is in the youngest generation, and each young collection while the
+    # tables are built traversed them and the tables' tuples again (~40 collections, ~50 ms at 10,000 requests).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        sim.run()
+        return _result(specs, sim.recorder, time.perf_counter() - started)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class _Simulation:
@@ -311,18 +322,9 @@ class _Simulation:
         if self.specs:
             self.push(self.specs[0].arrival_s, _ARRIVAL, 0)
         handlers = {_ARRIVAL: self.arrive, _REACH: self.reach, _SCHEDULE: self.schedule, _STEP_END: self.end_step}
-        # The loop makes no reference cycles (tests/test_simulator.py checks), so reference counting frees all
-        # it drops; the cyclic collector would only traverse the live requests and their token lists again and
-        # again (a fifth of the run time for 10,000 requests, BENCHMARKS.md). Paused for the loop.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            while self.heap:
-                now, priority, _, payload = heapq.heappop(self.heap)
-                handlers[priority](now, payload)
-        finally:
-            if collecting:
-                gc.enable()
+        while self.heap:
+            now, priority, _, payload = heapq.heappop(self.heap)
+            handlers[priority](now, payload)
 
     def arrive(self, now: float, index: int) -> None:
         """Request `index` comes due at the client: sent now, or queued for a slot in the closed loop."""
