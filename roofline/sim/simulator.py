@@ -44,7 +44,6 @@ from __future__ import annotations
 import collections
 import gc
 import heapq
-import itertools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -210,9 +209,6 @@ class _Replica:
         self.in_transit = waiting
 
 
-_ITL_BATCH = 512  # finished requests whose token times are turned into gaps at once
-
-
 class _Recorder:
     """Per-request and per-step records, kept compact (arrays of numbers, not objects)."""
 
@@ -227,12 +223,16 @@ class _Recorder:
         self.num_prefix_hits = np.zeros(n, np.int64)
         self.replica = np.zeros(n, np.int64)
         self.sent = np.full(n, np.nan)  # when the client sent it (= the arrival time in open loop)
-        self.itl_gaps: list[np.ndarray] = []  # per batch of finished requests with 2+ tokens, their gaps
-        self.itl_rows: list[np.ndarray] = []  # ... and the row of each gap
-        # Token times of finished requests not yet turned into gaps: one np.diff per batch of requests is
-        # much cheaper than one per request.
-        self._pending_times: list[list[float]] = []
-        self._pending_rows: list[int] = []
+        # Every ITL gap of the run in finishing order, gaps [0, num_gaps) written: a request has at most its
+        # max_tokens - 1 gaps, so the arrays rarely grow. Each finished request's gaps are written straight into
+        # them (`_write_gaps`): no per-batch arrays and no concatenation at the end, whose fresh pages (~70 MB at
+        # 10,000 requests) cost page faults, on this VM a tenth of the run's CPU time (BENCHMARKS.md). Pages
+        # past the gaps written are never touched.
+        capacity = sum(max(s.num_output_tokens - 1, 0) for s in specs)
+        self.itl_gap_s = np.empty(capacity)
+        self.itl_row = np.empty(capacity, np.int64)  # the row of each gap
+        self.num_gaps = 0
+        self._times = np.empty(0)  # a request's token times as floats, reused
         self.record_steps = record_steps
         self.step_rows: list[tuple] = []
         self.step_seqs = StepRecords()
@@ -247,25 +247,23 @@ class _Recorder:
         self.num_prefix_hits[row] = req.num_prefix_hit_tokens or 0
         times = req.token_times_s
         if len(times) > 1:
-            self._pending_times.append(times)
-            self._pending_rows.append(row)
-            if len(self._pending_rows) >= _ITL_BATCH:
-                self.flush_gaps()
+            self._write_gaps(row, times)
 
-    def flush_gaps(self) -> None:
-        """Turn the pending token times into inter-token gaps (the same floats as `engine.core.metrics.itl_s`,
-        np.diff, per request)."""
-        if not self._pending_rows:
-            return
-        lengths = np.array([len(t) for t in self._pending_times], dtype=np.int64)
-        flat = np.fromiter(itertools.chain.from_iterable(self._pending_times), dtype=float, count=int(lengths.sum()))
-        gaps = np.diff(flat)
-        ends = np.cumsum(lengths)[:-1] - 1  # gaps between one request's last and the next one's first time
-        keep = np.ones(len(gaps), dtype=bool)
-        keep[ends] = False
-        self.itl_gaps.append(gaps[keep])
-        self.itl_rows.append(np.repeat(np.array(self._pending_rows, dtype=np.int64), lengths - 1))
-        self._pending_times, self._pending_rows = [], []
+    def _write_gaps(self, row: int, times_s: list[float]) -> None:
+        """Append the request's inter-token gaps (np.diff of its token times, the same floats as
+        `engine.core.metrics.itl_s`) and their row."""
+        n = len(times_s)
+        times = self._times
+        if n > len(times):
+            times = self._times = np.empty(max(n, 2 * len(times)))
+        times[:n] = times_s
+        start = self.num_gaps
+        end = self.num_gaps = start + n - 1
+        if end > len(self.itl_gap_s):
+            self.itl_gap_s = np.concatenate((self.itl_gap_s[:start], np.empty(2 * end - start)))
+            self.itl_row = np.concatenate((self.itl_row[:start], np.empty(2 * end - start, np.int64)))
+        np.subtract(times[1:n], times[:n - 1], out=self.itl_gap_s[start:end])
+        self.itl_row[start:end] = row
 
 
 def run_simulation(deployment: Deployment, workload: Workload, options: SimulationOptions = SimulationOptions(),
@@ -492,10 +490,7 @@ def _result(specs: Sequence[RequestSpec], rec: _Recorder, wall_s: float) -> Simu
         "num_prefix_hit_tokens": rec.num_prefix_hits,
     })
     steps = _step_table(rec.step_rows)
-    rec.flush_gaps()
-    gaps = np.concatenate(rec.itl_gaps) if rec.itl_gaps else np.zeros(0)
-    rows = np.concatenate(rec.itl_rows) if rec.itl_rows else np.zeros(0, dtype=np.int64)
-    itl = InterTokenLatencies(gaps, rows)
+    itl = InterTokenLatencies(rec.itl_gap_s[:rec.num_gaps], rec.itl_row[:rec.num_gaps])
     return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s)
 
 
