@@ -143,7 +143,7 @@ def roofline_command(trace: Path, out: Path, chunk_size: int | None, setup: Setu
 
 
 def vidur_command(python: str, trace: Path, out: Path, cache: Path, datasets: tuple[str, str],
-                  chunk_size: int | None, setup: Setup) -> list[str]:
+                  chunk_size: int | None, setup: Setup, stages: int) -> list[str]:
     predictor = "--random_forrest_execution_time_predictor_config"
     if chunk_size:
         scheduler = ["--replica_scheduler_config_type", "sarathi", "--sarathi_scheduler_config_batch_size_cap", "128",
@@ -153,7 +153,9 @@ def vidur_command(python: str, trace: Path, out: Path, cache: Path, datasets: tu
                      "--vllm_scheduler_config_max_tokens_in_batch", "8192"]
     return [python, "-m", "vidur.main", "--replica_config_device", setup.vidur_device,
             "--replica_config_network_device", setup.vidur_network, "--replica_config_model_name", setup.vidur_model,
+            # Vidur's default is 8-way tensor parallelism: the setup's instead. Its pipeline stages: `--vidur-stages`.
             "--replica_config_tensor_parallel_size", str(setup.tensor_parallel),
+            "--replica_config_num_pipeline_stages", str(stages),
             "--request_generator_config_type", "trace_replay", "--trace_request_generator_config_trace_file",
             str(trace), "--trace_request_generator_config_date", VIDUR_DATE,
             "--trace_request_generator_config_prefill_scale_factor", "1",
@@ -216,6 +218,10 @@ def main() -> int:
     parser.add_argument("--vidur-python", default=None, help="the Python of an environment with `vidur` installed")
     parser.add_argument("--vidur-profiling", type=Path, default=None,
                         help="Vidur's published profiling CSVs: the data/profiling folder of its repository")
+    parser.add_argument("--vidur-stages", type=int, default=2,
+                        help="Vidur's pipeline stages (default 2, Vidur's own default: with 1, Vidur 0.0.26 stopped "
+                             "on an assertion in Request.on_batch_stage_end on the llama-2-70b-a100-tp2 list; "
+                             "roofline models no pipeline parallelism and runs tensor parallelism only)")
     parser.add_argument("--work-dir", type=Path, default=Path("vs-vidur"), help="traces and outputs (kept)")
     parser.add_argument("--vidur-cache", type=Path, default=None,
                         help="Vidur's cache (profiles, trained forests, prediction tables), kept between runs of "
@@ -239,7 +245,7 @@ def main() -> int:
         vidur_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         vidur_env.update(HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
         tools["vidur"] = lambda out: (vidur_command(args.vidur_python, vidur_trace, out, cache, datasets,
-                                                    args.chunk_size, setup), vidur_env)
+                                                    args.chunk_size, setup, args.vidur_stages), vidur_env)
         warm = run_measured(*tools["vidur"](work / "vidur-warmup"), cwd=work)  # trains and caches its forests
         print(f"vidur warm-up: exit {warm['returncode']}, {warm['wall_s']:.1f} s", flush=True)
         if warm["returncode"] != 0:
