@@ -5,7 +5,6 @@ breakdown), timeseries.csv (KV usage, running and waiting requests per step) and
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import os
 import re
@@ -19,7 +18,7 @@ from engine.core.trace import STEP_COLUMNS as TRACE_STEP_COLUMNS
 from engine.core.trace import EngineConfigRecord, RunMetadata, step_schema, write_trace
 from roofline import __version__
 from roofline.jsonable import to_json
-from roofline.sim.simulator import Deployment, SimulationResult
+from roofline.sim.simulator import Deployment, SimulationResult, gc_paused
 
 
 def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResult, summary: dict[str, object]) -> None:
@@ -32,16 +31,11 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
     requests: BENCHMARKS.md, "`--out`, issue 20 item 1, fifth session") and finds the cycles that the
     collection at exit finds anyway."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         write_trace(out_dir, step_table(deployment, result), run_metadata(deployment, summary))
         write_csv(result.requests, out_dir / "requests.csv")
         write_csv(result.timeseries, out_dir / "timeseries.csv")
         (out_dir / "summary.json").write_text(to_json(summary))
-    finally:
-        if collecting:
-            gc.enable()
 
 
 _NEEDS_QUOTES = re.compile(r'[,"\r\n]')  # the fields the csv module quotes (QUOTE_MINIMAL)

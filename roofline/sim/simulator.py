@@ -42,11 +42,12 @@ output lengths are honoured.
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import heapq
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -280,11 +281,20 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
     # fifth of the run time for 10,000 requests, BENCHMARKS.md). Paused for the loop and the result tables: right
     # after the loop every object it left alive is in the youngest generation, and each young collection while the
     # tables are built traversed them and the tables' tuples again (~40 collections, ~50 ms at 10,000 requests).
+    with gc_paused():
+        sim.run()
+        return _result(specs, sim.recorder, time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused for the block (as it was after it): for work that makes no reference
+    cycles worth collecting early but many containers, each young collection of which traverses every live
+    object again."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        sim.run()
-        return _result(specs, sim.recorder, time.perf_counter() - started)
+        yield
     finally:
         if collecting:
             gc.enable()
