@@ -228,6 +228,8 @@ def main() -> int:
                              "this script (default: inside --work-dir, which each run empties)")
     parser.add_argument("--json", type=Path, default=None, help="write every run here")
     args = parser.parse_args()
+    if args.vidur_stages < 1:
+        parser.error(f"--vidur-stages: a whole number >= 1, got {args.vidur_stages}")
     if args.vidur_python and args.vidur_profiling is None:
         parser.error("--vidur-python needs --vidur-profiling (Vidur's package ships no profiling data)")
 
