@@ -399,13 +399,22 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
         notes.append(quant_note)
     is_moe = spec.is_moe if spec is not None else _config_is_moe(raw)
     moe_width = (row.moe_tp_size or 1) * (row.moe_ep_size or 1)
-    if is_moe and moe_width != row.tp_size * row.attention_dp_size:
-        # vLLM runs the experts over all tp x dp GPUs; a row whose MoE layout spans another width cannot be read.
+    # vLLM runs the experts over all tp x dp GPUs, their TP flattened across the data-parallel ranks when expert
+    # parallelism is off (`FusedMoEParallelConfig.flatten_tp_across_dp`, vllm/model_executor/layers/fused_moe/
+    # config.py): experts over a multiple of attention's TP, attention_dp empty, are data parallelism not recorded.
+    implied_dp = moe_width // row.tp_size if row.attention_dp_size == 1 and moe_width % row.tp_size == 0 else 1
+    if is_moe and moe_width != row.tp_size * max(row.attention_dp_size, implied_dp):
+        # A row whose MoE layout spans another width cannot be read.
         raise RowError(f"row {row.row_id}: moe_tp {row.moe_tp_size} x moe_ep {row.moe_ep_size} = {moe_width} GPUs for "
                        f"the experts, but tp {row.tp_size} x attention_dp {row.attention_dp_size} = "
                        f"{row.tp_size * row.attention_dp_size} for attention")
     if row.attention_dp_size > 1:
         reasons[SkipReason.PARALLELISM] = f"attention data parallelism {row.attention_dp_size}"
+    elif is_moe and implied_dp > 1:
+        reasons[SkipReason.PARALLELISM] = (f"attention data parallelism {implied_dp}, not recorded: the experts span "
+                                           f"moe_tp {row.moe_tp_size} x moe_ep {row.moe_ep_size} = {moe_width} GPUs "
+                                           f"over tp {row.tp_size}, which vLLM runs only as --data-parallel-size "
+                                           f"{implied_dp}")
     elif is_moe and (row.moe_ep_size or 1) > 1:
         reasons[SkipReason.PARALLELISM] = f"expert parallelism {row.moe_ep_size}"
     elif is_moe and row.tp_size > 1 and (harness := harness_of(row)) is not None and harness.expert_parallel:
