@@ -85,9 +85,12 @@ class TokenIdGenerator:
         if pos + n > len(ahead):
             rest = ahead[pos:]
             ahead = self._ahead = np.concatenate((rest, self._draw(self._stream, max(n - len(rest), _STREAM_AHEAD))))
+            ahead.flags.writeable = False
             pos = 0
         self._ahead_pos = pos + n
-        return ahead[pos:pos + n].copy()  # (a copy: a view would keep the whole draw alive with its request)
+        # A read-only view, not a copy: the ~28 prompts of one draw hold it together (the same bytes as their
+        # copies) and, arriving together, mostly finish together.
+        return ahead[pos:pos + n]
 
     def prefix(self, group_id: int, n: int) -> list[int]:
         """The first `n` ids of shared-prefix group `group_id` (an int >= 0)."""
