@@ -339,7 +339,11 @@ def write_trace(
     table = steps.table() if isinstance(steps, StepTraceWriter) else steps
     _check_schema(table.schema, "step trace")
     table = table.replace_schema_metadata({_VERSION_KEY: str(SCHEMA_VERSION).encode()})
-    pq.write_table(table, out / STEPS_FILE, compression="zstd")
+    # Dictionary pages for the per-sequence lists only (ids and lengths repeat; the times do not, and a dictionary
+    # tried on them is dropped page after page) and no min/max statistics: a third less time for a simulator's
+    # long trace, the same table (BENCHMARKS.md, "`--out`, issue 20 item 1, seventh session").
+    lists = [f"{name}.list.element" for name in table.column_names if pa.types.is_list(table.schema.field(name).type)]
+    pq.write_table(table, out / STEPS_FILE, compression="zstd", use_dictionary=lists, write_statistics=False)
     assert isinstance(metadata, RunMetadata), "write_trace takes a RunMetadata"
     meta = {**metadata.to_json(), "schema_version": SCHEMA_VERSION}
     (out / RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
