@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from roofline.cost.params import ExecutorParams
 from roofline.errors import UserError
 from roofline.sim.bench_metrics import (
     BenchMetricOptions,
@@ -132,9 +133,13 @@ def test_bad_metric_options_are_user_errors(kwargs: dict, flag: str) -> None:
         BenchMetricOptions(**kwargs)
 
 
-def test_unmodelled_names_tokenization_only_where_the_profile_leaves_it_out():
-    """A GPU profile's API server tokenizes prompts inside the simulated TTFT (executor.tokenize_us_per_prompt_token);
-    the "not modelled" list says so, and lists tokenization where the profile has none."""
-    assert "prompt tokenization" in unmodelled(0.0)[0]
-    with_tokenizer = unmodelled(1e-6)[0]
+def test_unmodelled_names_what_the_profile_leaves_out_of_the_api_server():
+    """A GPU profile's API server tokenizes prompts and spends a fixed time per request inside the simulated TTFT
+    (executor.tokenize_us_per_prompt_token, executor.frontend_us_per_request); the "not modelled" list says so, and
+    lists each part where the profile has none."""
+    neither = unmodelled(ExecutorParams())[0]
+    assert "prompt tokenization" in neither and "way to the engine core" in neither and "simulated TTFT" not in neither
+    with_tokenizer = unmodelled(ExecutorParams(tokenize_s_per_prompt_token=1e-6))[0]
     assert "prompt tokenization" not in with_tokenizer and "tokenize_us_per_prompt_token" in with_tokenizer
+    both = unmodelled(ExecutorParams(tokenize_s_per_prompt_token=1e-6, frontend_s_per_request=3e-3))[0]
+    assert "way to the engine core" not in both and "frontend_us_per_request" in both

@@ -183,7 +183,7 @@ def compare_with_result(record: dict[str, Any], deployment: Deployment, load: Be
         "offered_load": load.offered_load(), "found_in_file": replay.notes + [f"{k}: {v}" for k, v in
                                                                              replay.settings.items()],
         "not_found": replay.not_found,
-        "unmodelled": list(unmodelled(deployment.hw.executor.tokenize_s_per_prompt_token)),
+        "unmodelled": list(unmodelled(deployment.hw.executor)),
     }
     return Comparison(rows, context)
 

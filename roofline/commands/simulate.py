@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                          request_rate, detailed=args.save_detailed)
     steady = steady_state(result.requests, result.itl, result.steps, WARMUP_FRACTION, DRAIN_FRACTION,
                           metric_options.percentiles)
-    not_modelled = unmodelled(deployment.hw.executor.tokenize_s_per_prompt_token)
+    not_modelled = unmodelled(deployment.hw.executor)
     summary = {"model": deployment.spec.name, "hardware": deployment.hw.id,
                "hardware_provenance": deployment.hw.provenance_line(), "workload": workload.name,
                "seed": workload.seed, "num_replicas": options.num_replicas, "router": options.router,
@@ -270,7 +270,7 @@ def save_result(args: argparse.Namespace, deployment: Deployment, offered: dict[
                           "gpus_per_replica": deployment.engine.tensor_parallel_size,
                           "num_replicas": args.num_replicas, "router": args.router, "offered_load": offered,
                           "engine": deployment.engine_record, "steady_state": steady,
-                          "unmodelled": list(unmodelled(deployment.hw.executor.tokenize_s_per_prompt_token))}
+                          "unmodelled": list(unmodelled(deployment.hw.executor))}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(jsonable(record)) + "\n")  # compact, as vLLM's json.dump
     return path

@@ -316,13 +316,19 @@ class ExecutorParams:
     # prompt (`serving_completion` / the renderer, HF tokenizers on the host CPU) and only then sends it to the
     # engine, so TTFT, which the client starts at the send, contains it. 0 = not modelled (CPU profiles).
     tokenize_s_per_prompt_token: float = 0.0
+    # Time per request outside the engine core besides tokenization, inside the client's TTFT: the API server's HTTP
+    # handling, request parsing and input processing, the IPC to the engine core process and back, the output
+    # processor and the streaming of the first token. Charged before the request reaches the engine core (in a
+    # closed loop the same client-side TTFT, latency and engine arrivals as splitting it into a way in and a way
+    # out). 0 = not modelled (CPU profiles).
+    frontend_s_per_request: float = 0.0
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None, where: str) -> "ExecutorParams":
         section = section or {}
         allowed = ["mode", "cuda_graph_batch_sizes", "kernel_launch_us", "step_overhead_us",
                    "step_overhead_per_seq_us", "host_overlaps_device", "step_gap_us", "kernels_per_elementwise_op",
-                   "tokenize_us_per_prompt_token"]
+                   "tokenize_us_per_prompt_token", "frontend_us_per_request"]
         check_fields(section, allowed, where)
         mode = section.get("mode", cls.mode)
         if mode not in _EXECUTOR_MODES:
@@ -349,6 +355,8 @@ class ExecutorParams:
             kernels_per_elementwise_op=per_op,
             tokenize_s_per_prompt_token=_number(section, "tokenize_us_per_prompt_token",
                                                 cls.tokenize_s_per_prompt_token * 1e6, where) * 1e-6,
+            frontend_s_per_request=_number(section, "frontend_us_per_request", cls.frontend_s_per_request * 1e6,
+                                           where) * 1e-6,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -362,4 +370,5 @@ class ExecutorParams:
             "step_gap_us": _round(self.step_gap_s * 1e6),
             "kernels_per_elementwise_op": self.kernels_per_elementwise_op,
             "tokenize_us_per_prompt_token": _round(self.tokenize_s_per_prompt_token * 1e6),
+            "frontend_us_per_request": _round(self.frontend_s_per_request * 1e6),
         }

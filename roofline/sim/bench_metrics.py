@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from engine.core import metrics
+from roofline.cost.params import ExecutorParams
 from roofline.errors import UserError
 from roofline.sim.metrics import InterTokenLatencies, meets_slos, rate_per_s
 
@@ -51,14 +52,19 @@ _HEADERS = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per 
             "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency"),
             "client_queue_time": ("Client Queue Time", "Client-side Queueing"),
             "e2el_including_client_queue": ("E2EL incl. Client Queue", "Queue-inclusive End-to-end Latency")}
-def unmodelled(tokenize_s_per_prompt_token: float) -> tuple[str, ...]:
-    """What vLLM's client measures that the simulation leaves out, for a profile whose API server tokenizes a prompt
-    in `tokenize_s_per_prompt_token` per token (`ExecutorParams`; 0: not modelled)."""
-    api = ("API server: detokenization and HTTP streaming of each token (inside vLLM's measured TTFT, ITL and E2EL; "
-           "not in the simulated ones; the prompt's tokenization is in the simulated TTFT, "
-           "executor.tokenize_us_per_prompt_token)" if tokenize_s_per_prompt_token > 0 else
-           "API server: prompt tokenization, detokenization and HTTP streaming of each token (inside vLLM's "
-           "measured TTFT, ITL and E2EL; not in the simulated ones)")
+def unmodelled(executor: ExecutorParams) -> tuple[str, ...]:
+    """What vLLM's client measures that the simulation leaves out, for a profile's executor: its API server's prompt
+    tokenization (`tokenize_s_per_prompt_token`) and the rest of a request's time outside the engine core
+    (`frontend_s_per_request`) are in the simulated TTFT where they are above 0."""
+    modelled = [name for name, value in (("executor.tokenize_us_per_prompt_token", executor.tokenize_s_per_prompt_token),
+                                         ("executor.frontend_us_per_request", executor.frontend_s_per_request))
+                if value > 0]
+    left_out = [part for part, value in (("prompt tokenization", executor.tokenize_s_per_prompt_token),
+                                         ("the request's way to the engine core and the first token's way back",
+                                          executor.frontend_s_per_request)) if value == 0]
+    api = ("API server: " + ", ".join([*left_out, "detokenization and HTTP streaming of each later token"])
+           + " (inside vLLM's measured TTFT, ITL and E2EL; not in the simulated ones"
+           + (f"; in the simulated TTFT: {', '.join(modelled)})" if modelled else ")"))
     return (api, "the client's own overhead; network latency", "failed requests (every simulated request succeeds)")
 
 

@@ -14,8 +14,10 @@ The server sees it then: `arrival_s` in the results is the send time, which is w
 and end-to-end latency; `client_queue_s` is the wait for a slot (vLLM's `queue_times`). The simulated client takes
 no time: a finished request frees its slot at the end of the step that sampled its last token, and the request is
 sent at that instant. The API server tokenizes the prompt before handing the request to the engine core
-(`executor.tokenize_s_per_prompt_token` x prompt tokens; each request on its own, no queue): the request reaches
-the engine that much after it was sent (at once where the profile has no tokenization time).
+(`executor.tokenize_s_per_prompt_token` x prompt tokens; each request on its own, no queue), and a request spends
+`executor.frontend_s_per_request` more outside the engine core (HTTP, input processing, the IPC both ways, the
+first token's way back to the client; all charged on the way in): the request reaches the engine that much after
+it was sent (at once where the profile has neither).
 
 When a sent request reaches the scheduler follows vLLM 0.32's engine core loop (`vllm/v1/engine/core.py`
 `run_busy_loop`: drain the input queue, then one step). A busy engine schedules step k+1 as soon as step k's
@@ -30,8 +32,8 @@ k+3. An idle engine takes a request at once (`_Replica.admit`).
     result.requests, result.steps, result.timeseries                                # pandas DataFrames
 
 Events live in one heap keyed (time_s, priority, seq_no): at equal times step completions come first (their
-requests finish and free blocks), then arrivals, then tokenized requests reaching the engine, then scheduler
-invocations, so a scheduler called at t sees every request that reached it by t (see above for when that is);
+requests finish and free blocks), then arrivals, then requests out of the API server reaching the engine, then
+scheduler invocations, so a scheduler called at t sees every request that reached it by t (see above for when that is);
 seq_no breaks the remaining ties in insertion order, which makes runs deterministic. A replica runs back to back
 while it has work, and idles until the next arrival otherwise.
 
@@ -320,7 +322,8 @@ class _Simulation:
         self.num_in_flight = 0
         self.client_queue: collections.deque[int] = collections.deque()  # due, waiting for a slot (spec indices)
         self.tokenize_s_per_token = deployment.hw.executor.tokenize_s_per_prompt_token
-        self.tokenizing: dict[int, Request] = {}  # sent, in the API server's tokenizer (spec index -> request)
+        self.frontend_s = deployment.hw.executor.frontend_s_per_request
+        self.in_frontend: dict[int, Request] = {}  # sent, not yet at the engine core (spec index -> request)
 
     def push(self, time_s: float, priority: int, payload: int) -> None:
         heapq.heappush(self.heap, (time_s, priority, self.seq, payload))
@@ -344,22 +347,23 @@ class _Simulation:
             self.send(now, index)
 
     def send(self, now: float, index: int, ending: int | None = None) -> None:
-        """The client sends request `index` at `now`; after the API server's tokenization (`reach`), or at once
-        without one, the router hands it to a replica. `ending`: the replica whose step ended at `now` with the
-        outputs this send answers; routed there at once, the request arrives after the schedule that replica
-        makes at `now` (module docstring)."""
+        """The client sends request `index` at `now`; after the API server (`reach`: tokenization and the rest of
+        the frontend), or at once without one, the router hands it to a replica. `ending`: the replica whose step
+        ended at `now` with the outputs this send answers; routed there at once, the request arrives after the
+        schedule that replica makes at `now` (module docstring)."""
         self.num_in_flight += 1
         self.recorder.sent[index] = now
         request = self.make_request(self.specs[index], self.prefix_tokens, arrival_s=now)
-        if self.tokenize_s_per_token > 0:
-            self.tokenizing[index] = request
-            self.push(now + self.tokenize_s_per_token * self.specs[index].num_prompt_tokens, _REACH, index)
+        if self.tokenize_s_per_token > 0 or self.frontend_s > 0:
+            self.in_frontend[index] = request
+            self.push(now + self.frontend_s + self.tokenize_s_per_token * self.specs[index].num_prompt_tokens, _REACH,
+                      index)
             return
         self.hand_over(now, index, request, ending)
 
     def reach(self, now: float, index: int) -> None:
-        """Request `index`, tokenized, reaches the engine core at `now`."""
-        self.hand_over(now, index, self.tokenizing.pop(index))
+        """Request `index`, through the API server, reaches the engine core at `now`."""
+        self.hand_over(now, index, self.in_frontend.pop(index))
 
     def hand_over(self, now: float, index: int, request: Request, ending: int | None = None) -> None:
         """The router hands `request` (of spec `index`) to a replica at `now`."""
