@@ -93,7 +93,7 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def make_model(model_dir: Path) -> None:
+def make_model(model_dir: Path, vocab_size: int) -> None:
     """Random-weight HF directory (engine.weights, as `roofline measure --engine vllm`) plus a word-level
     tokenizer over the model's vocabulary, so the server detokenizes its outputs as in production."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -101,9 +101,10 @@ def make_model(model_dir: Path) -> None:
     from engine.core.model_spec import ModelSpec
     from engine.weights import parse_dtype, random_state_dict, save_hf_dir
 
-    spec = ModelSpec.from_hf_config(TINY_CONFIG, "llama-tiny")
+    config = {**TINY_CONFIG, "vocab_size": vocab_size}
+    spec = ModelSpec.from_hf_config(config, "llama-tiny")
     save_hf_dir(spec, random_state_dict(spec, 0, parse_dtype("bfloat16")), model_dir)
-    vocab = {f"t{i}": i for i in range(TINY_CONFIG["vocab_size"])}
+    vocab = {f"t{i}": i for i in range(vocab_size)}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.save(str(model_dir / "tokenizer.json"))
@@ -255,12 +256,12 @@ async def one_request(session: Any, url: str, body: bytes) -> dict[str, float]:
 
 
 async def run_cell(port: int, concurrency: int, prompt_tokens: int, max_tokens: int, num_requests: int,
-                   seed: int) -> list[dict[str, float]]:
+                   seed: int, vocab_size: int) -> list[dict[str, float]]:
     """Closed loop: `concurrency` workers, each sending its next request when its previous one finished."""
     import aiohttp
 
     rng = random.Random(seed)
-    bodies = [payload([rng.randrange(3, TINY_CONFIG["vocab_size"]) for _ in range(prompt_tokens)], max_tokens)
+    bodies = [payload([rng.randrange(3, vocab_size) for _ in range(prompt_tokens)], max_tokens)
               for _ in range(num_requests)]
     url = f"http://127.0.0.1:{port}/v1/completions"
     results: list[dict[str, float]] = [{} for _ in bodies]
@@ -275,7 +276,7 @@ async def run_cell(port: int, concurrency: int, prompt_tokens: int, max_tokens: 
     return results
 
 
-async def run_burst(port: int, num_requests: int, prompt_tokens: int, seed: int) -> list[dict[str, float]]:
+async def run_burst(port: int, num_requests: int, prompt_tokens: int, seed: int, vocab_size: int) -> list[dict[str, float]]:
     """`num_requests` requests sent at once (a closed loop's first wave), max_tokens 1: per request in send order."""
     import aiohttp
 
@@ -283,7 +284,7 @@ async def run_burst(port: int, num_requests: int, prompt_tokens: int, seed: int)
     url = f"http://127.0.0.1:{port}/v1/completions"
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
-        bodies = [payload([rng.randrange(3, TINY_CONFIG["vocab_size"]) for _ in range(prompt_tokens)], 1)
+        bodies = [payload([rng.randrange(3, vocab_size) for _ in range(prompt_tokens)], 1)
                   for _ in range(num_requests)]
         return list(await asyncio.gather(*(one_request(session, url, body) for body in bodies)))
 
@@ -301,7 +302,7 @@ def attach_log_stamps(args: argparse.Namespace, requests: list[dict[str, Any]]) 
 
 def burst(args: argparse.Namespace, prompt_tokens: int, seed: int) -> dict[str, Any]:
     before = scrape(args.port)
-    requests = asyncio.run(run_burst(args.port, args.burst, prompt_tokens, seed))
+    requests = asyncio.run(run_burst(args.port, args.burst, prompt_tokens, seed, args.vocab_size))
     after = scrape(args.port)
     engine = {name: (after[f"{name}_sum"] - before[f"{name}_sum"]) / (after[f"{name}_count"] - before[f"{name}_count"])
               for name in ("time_to_first_token_seconds", "request_queue_time_seconds", "request_prefill_time_seconds")}
@@ -337,7 +338,8 @@ def measure(args: argparse.Namespace, cell: tuple[int, int, int], seed: int) -> 
     before = scrape(args.port)
     cpu_before = cpu_seconds(args.pids)
     started = time.time()
-    requests = asyncio.run(run_cell(args.port, concurrency, prompt_tokens, max_tokens, num_requests, seed))
+    requests = asyncio.run(run_cell(args.port, concurrency, prompt_tokens, max_tokens, num_requests, seed,
+                                          args.vocab_size))
     wall_s = time.time() - started
     cpu_after = cpu_seconds(args.pids)
     after = scrape(args.port)
@@ -496,6 +498,8 @@ def main() -> int:
                         help="comma-separated cores: VLLM_CPU_OMP_THREADS_BIND (the Worker) and the EngineCore's")
     parser.add_argument("--kv-gib", type=int, default=1)
     parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--vocab-size", type=int, default=TINY_CONFIG["vocab_size"],
+                        help="of a model built anew (a smaller vocabulary shortens the LM head, so the engine's step)")
     parser.add_argument("--cells", choices=("ttft", "tokens"), default="ttft",
                         help="ttft: the TTFT cells, HTTP floor and bursts; tokens: streamed 128/512-token outputs at "
                              "concurrency 1-128 (the API server's cost per output token)")
@@ -518,7 +522,8 @@ def main() -> int:
     os.sched_setaffinity(0, {int(c) for c in args.client_cores.split(",")})
     args.server_log = args.out.with_suffix(".server.log")
     if not (args.model_dir / "config.json").exists():
-        make_model(args.model_dir)
+        make_model(args.model_dir, args.vocab_size)
+    args.vocab_size = json.loads((args.model_dir / "config.json").read_text())["vocab_size"]
     proc = None if args.no_server else start_server(args)
     args.pids = server_pids(args.no_server or proc.pid)
     pin_engine_core(args.pids, {int(c) for c in args.engine_cores.split(",")})
