@@ -85,8 +85,8 @@ CELLS = [(1, 1, 1), (1, 128, 16), (1, 1024, 16), (1, 2000, 16), (4, 128, 16), (4
          (16, 1024, 16)]
 # --cells tokens: 128-token prompts, streamed outputs of 128 and 512 tokens; the max_tokens 1 cell at each concurrency
 # gives the API server's per-request CPU, which the per-token figure subtracts.
-TOKEN_CONCURRENCIES = (1, 4, 16, 64, 128)
-TOKEN_CELLS = [(c, 128, m) for c in TOKEN_CONCURRENCIES for m in (1, 128, 512)]
+TOKEN_CONCURRENCIES = "1,4,16,64,128"
+TOKEN_MAX_TOKENS = (1, 128, 512)
 
 
 def log(message: str) -> None:
@@ -498,6 +498,7 @@ def main() -> int:
                         help="comma-separated cores: VLLM_CPU_OMP_THREADS_BIND (the Worker) and the EngineCore's")
     parser.add_argument("--kv-gib", type=int, default=1)
     parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--concurrencies", default=TOKEN_CONCURRENCIES, help="of --cells tokens, comma-separated")
     parser.add_argument("--vocab-size", type=int, default=TINY_CONFIG["vocab_size"],
                         help="of a model built anew (a smaller vocabulary shortens the LM head, so the engine's step)")
     parser.add_argument("--cells", choices=("ttft", "tokens"), default="ttft",
@@ -530,7 +531,8 @@ def main() -> int:
     log("processes and CPU affinity: " + ", ".join(f"{name} {pid} {sorted(os.sched_getaffinity(pid))}"
                                                     for name, pid in args.pids.items())
         + f"; client {sorted(os.sched_getaffinity(0))}")
-    cell_list = TOKEN_CELLS if args.cells == "tokens" else CELLS
+    cell_list = CELLS if args.cells == "ttft" else [(int(c), 128, m) for c in args.concurrencies.split(",")
+                                                    for m in TOKEN_MAX_TOKENS]
     try:
         log("warm-up")
         for cell in cell_list:
