@@ -78,7 +78,7 @@ class TokenIdGenerator:
         return self.unique_array(n).tolist()
 
     def unique_array(self, n: int) -> np.ndarray:
-        """`unique` as an int64 array (the same draws)."""
+        """`unique` as a read-only int64 array (the same draws): a view of the ids drawn ahead."""
         if n < 0:
             raise ValueError(f"TokenIdGenerator.unique: n must be >= 0, got {n}")
         ahead, pos = self._ahead, self._ahead_pos
