@@ -90,6 +90,9 @@ class Harness:
 
 _MINIMAX_B200_FLAGS: dict[str, object] = dict(kv_cache_dtype="fp8", block_size=32, max_num_batched_tokens="2*ISL",
                                              enable_prefix_caching=False, gpu_memory_utilization=0.90)
+# From 2026-04-21 the recipes export VLLM_FLOAT32_MATMUL_PRECISION=high (TF32 for MiniMax-M2's fp32 router GEMM,
+# vllm-project/recipes#353; before, vLLM's default "highest": true fp32).
+_MINIMAX_B200_TF32_FLAGS: dict[str, object] = dict(_MINIMAX_B200_FLAGS, float32_matmul_precision="high")
 _MINIMAX_B200_NOT_MODELLED = "--stream-interval 20 (the API server's output batching)"
 _GPT_OSS_2025_11_NOT_MODELLED = "cuda-graph-sizes 2048 (graphs captured up to 2,048 tokens; the simulator's up to 512)"
 INFERENCEX_HARNESS: tuple[Harness, ...] = (
@@ -140,12 +143,18 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
             dict(block_size=32, gpu_memory_utilization=0.95),
             "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at 64c20b6b5 / 626932a11 (2026-03-11 / 03-27)",
             expert_parallel=True),
-    Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.19.0", ("2026-04-03", "2026-04-22"), _MINIMAX_B200_FLAGS,
-            "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at bddbf4031 / 41ed82dc1 (2026-04-03 / 04-21)",
-            _MINIMAX_B200_NOT_MODELLED),
-    Harness("MiniMaxAI/MiniMax-M2.5", "b300_sxm", "0.19.0", ("2026-04-17", "2026-04-21"), _MINIMAX_B200_FLAGS,
-            "benchmarks/single_node/minimaxm2.5_fp8_b300.sh at 340d7854c / 0c2467c15 (2026-04-17 / 04-21)",
-            _MINIMAX_B200_NOT_MODELLED),
+    Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.19.0", ("2026-04-03", "2026-04-20"), _MINIMAX_B200_FLAGS,
+            "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at bddbf4031 (2026-04-03) and minimaxm2.5_fp4_b200.sh "
+            "at 79bd988e9 (2026-04-08)", _MINIMAX_B200_NOT_MODELLED),
+    Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.19.0", ("2026-04-21", "2026-04-22"), _MINIMAX_B200_TF32_FLAGS,
+            "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at 41ed82dc1 and minimaxm2.5_fp4_b200.sh at 13962fcfa "
+            "(2026-04-21): VLLM_FLOAT32_MATMUL_PRECISION=high", _MINIMAX_B200_NOT_MODELLED),
+    Harness("MiniMaxAI/MiniMax-M2.5", "b300_sxm", "0.19.0", ("2026-04-17", "2026-04-20"), _MINIMAX_B200_FLAGS,
+            "benchmarks/single_node/minimaxm2.5_fp8_b300.sh at 340d7854c and minimaxm2.5_fp4_b300.sh at 22d0f12f7 "
+            "(2026-04-17)", _MINIMAX_B200_NOT_MODELLED),
+    Harness("MiniMaxAI/MiniMax-M2.5", "b300_sxm", "0.19.0", ("2026-04-21", "2026-04-21"), _MINIMAX_B200_TF32_FLAGS,
+            "benchmarks/single_node/minimaxm2.5_fp8_b300.sh at 0c2467c15 and minimaxm2.5_fp4_b300.sh at 633fd2377 "
+            "(2026-04-21): VLLM_FLOAT32_MATMUL_PRECISION=high", _MINIMAX_B200_NOT_MODELLED),
     Harness("MiniMaxAI/MiniMax-M2.5", "h200_sxm", "0.16.0", ("2026-03-01", "2026-03-01"),
             dict(gpu_memory_utilization=0.95),
             "benchmarks/single_node/minimaxm2.5_fp8_h200.sh at a36346339 (2026-03-01)", expert_parallel=True),
@@ -224,7 +233,8 @@ ASSUMPTIONS = (
     "MiniMax-M2.5 per GPU and version): the recipe's "
     "at the row's date, where the simulator expresses them (fp8 KV cache, --async-scheduling, --moe-backend marlin "
     "for VLLM_MXFP4_USE_MARLIN=1, --moe-backend flashinfer-mxfp4-mxfp8 for VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
-    "--max-num-seqs, --max-num-batched-tokens, --block-size, "
+    "--float32-matmul-precision high for VLLM_FLOAT32_MATMUL_PRECISION=high, --max-num-seqs, "
+    "--max-num-batched-tokens, --block-size, "
     "--gpu-memory-utilization, prefix caching off); the rest is named per row; MiniMax-M2.5 rows whose recipe "
     "enabled expert parallelism whatever moe_ep_size says are skipped as expert-parallel. "
     "Every other row: the defaults of `vllm serve` of the row's version (0.11.2-0.19.0, nightly 2026-04; rows "

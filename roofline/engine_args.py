@@ -26,7 +26,13 @@ from typing import Any
 
 from engine.core.model_spec import ModelSpec
 from roofline.cost.hardware import HardwareProfile
-from roofline.cost.quant import DTYPE_CHOICES, KV_CACHE_DTYPE_CHOICES, MOE_BACKEND_CHOICES, QUANTIZATION_CHOICES
+from roofline.cost.quant import (
+    DTYPE_CHOICES,
+    FLOAT32_MATMUL_PRECISION_CHOICES,
+    KV_CACHE_DTYPE_CHOICES,
+    MOE_BACKEND_CHOICES,
+    QUANTIZATION_CHOICES,
+)
 from roofline.errors import UserError
 
 VLLM_VERSION = "0.32.0"
@@ -48,13 +54,15 @@ AUTO_FIT_MAX_MODEL_LEN = -1  # vLLM's --max-model-len -1
 
 _ALL = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "gpu_memory_utilization",
         "enable_chunked_prefill", "enable_prefix_caching", "tensor_parallel_size", "dtype", "quantization",
-        "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override", "async_scheduling", "moe_backend")
+        "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override", "async_scheduling", "moe_backend",
+        "float32_matmul_precision")
 COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "simulate": _ALL,
     "plan": tuple(f for f in _ALL if f not in ("max_num_seqs", "tensor_parallel_size", "kv_cache_memory_bytes",
                                                "num_gpu_blocks_override")),
     "measure": tuple(f for f in _ALL if f not in ("tensor_parallel_size", "quantization", "kv_cache_dtype",
-                                                  "async_scheduling", "moe_backend")),
+                                                  "async_scheduling", "moe_backend",
+                                                  "float32_matmul_precision")),
 }
 
 
@@ -83,6 +91,9 @@ class EngineArgs:
     async_scheduling: bool | None = None
     # vLLM's --moe-backend (`roofline.cost.quant.MOE_BACKEND_CHOICES`): auto = the device's default MoE kernel.
     moe_backend: str = "auto"
+    # vLLM's VLLM_FLOAT32_MATMUL_PRECISION (`roofline.cost.quant.FLOAT32_MATMUL_PRECISION_DTYPES`): the dtype of
+    # the GEMMs vLLM runs in fp32 (MiniMax-M2's router); vLLM's default "highest" = true fp32.
+    float32_matmul_precision: str = "highest"
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override"):
@@ -101,7 +112,8 @@ class EngineArgs:
             raise UserError(f"--kv-cache-memory-bytes: must be a positive number of bytes, "
                             f"got {self.kv_cache_memory_bytes}")
         for name, choices in (("dtype", DTYPE_CHOICES), ("quantization", QUANTIZATION_CHOICES),
-                              ("kv_cache_dtype", KV_CACHE_DTYPE_CHOICES), ("moe_backend", MOE_BACKEND_CHOICES)):
+                              ("kv_cache_dtype", KV_CACHE_DTYPE_CHOICES), ("moe_backend", MOE_BACKEND_CHOICES),
+                              ("float32_matmul_precision", FLOAT32_MATMUL_PRECISION_CHOICES)):
             if getattr(self, name) not in choices:
                 raise UserError(f"{_flag(name)}: {getattr(self, name)!r} is not allowed; "
                                 f"allowed: {', '.join(choices)}")
@@ -123,6 +135,9 @@ class EngineArgs:
             if self.moe_backend != "auto":
                 raise UserError(f"--moe-backend: {hw.id} is a CPU profile, whose engines run their own MoE loop; "
                                 f"allowed: auto, got {self.moe_backend}")
+            if self.float32_matmul_precision != "highest":
+                raise UserError(f"--float32-matmul-precision: {hw.id} is a CPU profile, whose engines compute in "
+                                f"fp32 as they are; allowed: highest, got {self.float32_matmul_precision}")
             if tp != 1:
                 raise UserError(f"--tensor-parallel-size: {hw.id} is a CPU profile, which models one device; "
                                 f"allowed: 1, got {tp}")
@@ -243,6 +258,10 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
             "as vLLM's --moe-backend marlin or VLLM_MXFP4_USE_MARLIN=1; flashinfer-mxfp4-mxfp8: MXFP4 experts with "
             "MXFP8 activations on FlashInfer's TRT-LLM MoE, Blackwell only, as VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1)"
             ))),
+        "float32_matmul_precision": ("--float32-matmul-precision", dict(
+            choices=FLOAT32_MATMUL_PRECISION_CHOICES, default="highest", help=(
+                "vLLM's VLLM_FLOAT32_MATMUL_PRECISION: the dtype of the GEMMs vLLM runs in fp32, e.g. MiniMax-M2's "
+                "router (default: highest = true fp32 on the CUDA cores; high: TF32; medium: bf16)"))),
     }
     for name in flags:
         flag, kwargs = help_for[name]
@@ -266,7 +285,8 @@ def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens:
             "enable_prefix_caching": engine.enable_prefix_caching,
             "tensor_parallel_size": engine.tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
             "dtype": engine.dtype, "quantization": engine.quantization, "kv_cache_dtype": engine.kv_cache_dtype,
-            "async_scheduling": async_scheduling, "moe_backend": engine.moe_backend}
+            "async_scheduling": async_scheduling, "moe_backend": engine.moe_backend,
+            "float32_matmul_precision": engine.float32_matmul_precision}
 
 
 def _flag(name: str) -> str:

@@ -80,6 +80,18 @@ def test_moe_backend_flag_reaches_the_record_and_is_refused_on_a_cpu(capsys: pyt
             "marlin"], capsys, "--moe-backend", "CPU profile", "allowed: auto")
 
 
+def test_float32_matmul_precision_reaches_the_record_and_is_refused_on_a_cpu(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from roofline.sim.simulator import make_deployment
+
+    high = make_deployment("minimax-m2.5", "b300", EngineArgs(tensor_parallel_size=4, float32_matmul_precision="high"))
+    assert high.engine_record["float32_matmul_precision"] == "high" and high.cost_model.quant.fp32_gemm_dtype == "tf32"
+    cpu = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml"
+    _fails(["simulate", "--num-requests", "3", "--model", "llama-156m", "--hardware", str(cpu),
+            "--float32-matmul-precision", "high"], capsys, "--float32-matmul-precision", "CPU profile",
+           "allowed: highest")
+
+
 def test_mxfp8_moe_backend_reaches_the_record_on_blackwell_and_is_refused_on_hopper(
         capsys: pytest.CaptureFixture[str]) -> None:
     from roofline.sim.simulator import make_deployment

@@ -15,6 +15,7 @@ from roofline.cost.step_cost import (
     marlin_moe_block_size_m,
     marlin_moe_gemm_time_s,
     moe_time_s,
+    simt_gemm_time_s,
 )
 from roofline.errors import UserError
 from roofline.registry import load_model
@@ -329,3 +330,36 @@ def test_hopper_w4a16_experts_keep_the_oai_triton_description() -> None:
     # The TRT-LLM description is Blackwell's: the same call on H100 takes the OAI Triton tiles (no num_tokens).
     h100 = load_profile("h100-sxm")
     assert moe_time_s(h100, 8.0, 128.0, 2880.0, 2880.0, "bf16", 0.5 + 1 / 32, 2.0, "mxfp4") > 0.0
+
+
+def test_minimax_routes_in_fp32_at_the_float32_matmul_precision() -> None:
+    """MiniMax-M2's router runs in fp32 as vLLM runs it (`ModelSpec.router_fp32`): its input cast to fp32, fp32
+    weights and logits, the GEMM in the dtype VLLM_FLOAT32_MATMUL_PRECISION gives (default true fp32, on the CUDA
+    cores; `--float32-matmul-precision high` TF32); other MoE models route in the activation dtype, uncast."""
+    stats = BatchStats.from_arrays(np.array([8192]), np.array([0]), np.array([True]))
+    spec = load_model("minimax-m2.5")
+    ops = {o.name: o for o in step_ops(spec, resolve_for_model(QuantConfig.from_user(), spec), 2, stats)}
+    router = ops["router"]
+    assert router.dtype == "fp32"
+    assert router.weight_bytes == 62 * 256 * 3072 * 4.0
+    assert router.act_bytes == 62 * (8192 * 3072 * 4.0 + 8192 * 256 * 4.0)
+    assert ops["router_cast"].act_bytes == 62 * 8192 * 3072 * (2.0 + 4.0)
+    tf32 = {o.name: o for o in step_ops(spec, resolve_for_model(
+        QuantConfig.from_user(float32_matmul_precision="high"), spec), 2, stats)}
+    assert tf32["router"].dtype == "tf32"
+    qwen = load_model("qwen3-30b-a3b")
+    qwen_ops = {o.name: o for o in step_ops(qwen, resolve_for_model(QuantConfig.from_user(), qwen), 2, stats)}
+    assert qwen_ops["router"].dtype == "bf16" and "router_cast" not in qwen_ops
+
+    # At 8,192 tokens the fp32 GEMM is compute-bound at the fp32 peak (no tensor cores): at least its FLOPs over
+    # the peak at the fitted GEMM efficiency, and over ten times the TF32 one.
+    hw = load_profile("b200")
+    fp32_s = simt_gemm_time_s(hw, 8192, 256, 3072, 4.0)
+    assert fp32_s >= 2.0 * 8192 * 256 * 3072 / (hw.peak_flops("fp32") * hw.efficiency.gemm_compute_efficiency)
+    fp32 = _model("minimax-m2.5", tp=2, hw="b200")
+    high = StepCostModel(spec, hw, resolve_for_model(QuantConfig.from_user(float32_matmul_precision="high"), spec),
+                         2)
+    step = (np.array([8192]), np.array([0]), np.array([True]))
+    assert fp32.step_cost(*step).breakdown_s["router"] > 10 * high.step_cost(*step).breakdown_s["router"]
+    with pytest.raises(UserError, match="--float32-matmul-precision: 'low' is not allowed; allowed: highest, high"):
+        QuantConfig.from_user(float32_matmul_precision="low")

@@ -168,6 +168,15 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
+    def router_fp32(self) -> bool:
+        """Whether vLLM runs the router in fp32: MiniMax-M2's gate is a `ReplicatedLinear` with fp32 weights fed
+        the hidden states cast to fp32 (`router_logits_dtype=torch.float32`; vllm/model_executor/models/
+        minimax_m2.py, 0.19.0 and 0.32.0 alike), so its GEMM runs at the float32 matmul precision vLLM sets
+        (`VLLM_FLOAT32_MATMUL_PRECISION`, default "highest": true fp32, no tensor cores). Other architectures
+        route in the activation dtype."""
+        return self.architecture == "MiniMaxM2ForCausalLM"
+
+    @property
     def q_size(self) -> int:
         return self.num_heads * self.head_dim
 

@@ -510,8 +510,8 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any) -> 
     ops.append(elementwise_record("post_attn_norm", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, n_l, a,
                                   h * a))
     if spec.is_moe:
-        ops += [gemm_record("router", t, r.num_experts, h, n_l, a, a, quant.act_dtype),
-                moe_record("moe_experts", t, *expert_shape(r, quant), r.topk, r.num_experts, n_l, quant,
+        ops += router_records(spec, quant, t, r.num_experts, h, n_l, a)
+        ops += [moe_record("moe_experts", t, *expert_shape(r, quant), r.topk, r.num_experts, n_l, quant,
                            spec.expert_bias)]
     else:
         ops += [gemm_record("gate_up_proj", t, 2 * r.inter, h, n_l, wb, a, gd, in_b),
@@ -521,6 +521,18 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any) -> 
         ops.append(collective_record("mlp_all_reduce", "all_reduce", t * h * a, n_l, tp))
     ops.append(elementwise_record("final_norm", 2 * t * h, t * h, _NORM_FLOPS_PER_ELEMENT / 2, 1, a, h * a))
     return ops
+
+
+def router_records(spec: ModelSpec, quant: QuantConfig, t: Any, num_experts: int, h: int, n_l: int,
+                   a: float) -> list[OpRecord]:
+    """The router GEMM (replicated on every TP rank: `ReplicatedLinear`), in the activation dtype, or in fp32
+    where vLLM runs it so (`ModelSpec.router_fp32`, MiniMax-M2): the hidden states cast to fp32 first (read in the
+    activation dtype, written in fp32), fp32 weights and logits, the GEMM at the float32 matmul precision
+    (`QuantConfig.fp32_gemm_dtype`: true fp32 by vLLM's default)."""
+    if not spec.router_fp32:
+        return [gemm_record("router", t, num_experts, h, n_l, a, a, quant.act_dtype)]
+    return [elementwise_record("router_cast", t * h * a, t * h * 4.0, 0.0, n_l, 1.0),
+            gemm_record("router", t, num_experts, h, n_l, 4.0, 4.0, quant.fp32_gemm_dtype, 4.0)]
 
 
 def emit_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_emits: Any) -> list[OpRecord]:

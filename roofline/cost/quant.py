@@ -72,6 +72,12 @@ QUANTIZATION_CHOICES = tuple(_SCHEMES)
 # --moe-backend values the cost model describes (module docstring).
 MXFP8_MOE_BACKEND = "flashinfer-mxfp4-mxfp8"
 MOE_BACKEND_CHOICES = ("auto", "marlin", MXFP8_MOE_BACKEND)
+# vLLM's VLLM_FLOAT32_MATMUL_PRECISION (vllm/envs.py, default "highest"; the GPU worker passes it to
+# `torch.set_float32_matmul_precision`, vllm/v1/worker/gpu_worker.py) -> the dtype an fp32 GEMM computes in:
+# "highest" true fp32 (no tensor cores), "high" TF32 tensor cores, "medium" bf16 tensor cores (PyTorch's meaning of
+# the three). It matters where vLLM runs a GEMM in fp32: MiniMax-M2's router (`ModelSpec.router_fp32`).
+FLOAT32_MATMUL_PRECISION_DTYPES = {"highest": "fp32", "high": "tf32", "medium": "bf16"}
+FLOAT32_MATMUL_PRECISION_CHOICES = tuple(FLOAT32_MATMUL_PRECISION_DTYPES)
 # Kernel families whose chips run FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE (SM100: B200, B300, GB200).
 MXFP8_MOE_FAMILIES = ("blackwell",)
 KV_CACHE_DTYPE_CHOICES = ("auto", "fp8", "bfloat16", "float16")
@@ -96,6 +102,12 @@ class QuantConfig:
     # (`resolve_for_hardware`); (1, 1) = none.
     expert_alignment: tuple[int, int] = (1, 1)
     moe_backend: str = "auto"  # --moe-backend (module docstring)
+    float32_matmul_precision: str = "highest"  # --float32-matmul-precision (FLOAT32_MATMUL_PRECISION_DTYPES)
+
+    @property
+    def fp32_gemm_dtype(self) -> str:
+        """The dtype an fp32 GEMM computes in (`FLOAT32_MATMUL_PRECISION_DTYPES`)."""
+        return FLOAT32_MATMUL_PRECISION_DTYPES[self.float32_matmul_precision]
 
     @property
     def expert_kernel(self) -> str:
@@ -123,7 +135,8 @@ class QuantConfig:
 
     @classmethod
     def from_user(cls, dtype: str = "auto", quantization: str = "none", kv_cache_dtype: str = "auto",
-                  model_dtype: str = "bfloat16", moe_backend: str = "auto") -> "QuantConfig":
+                  model_dtype: str = "bfloat16", moe_backend: str = "auto",
+                  float32_matmul_precision: str = "highest") -> "QuantConfig":
         if dtype not in DTYPE_CHOICES and dtype not in _ACT_DTYPES:
             raise UserError(f"--dtype: {dtype!r} is not allowed; allowed: {', '.join(DTYPE_CHOICES)}")
         if quantization not in _SCHEMES:
@@ -134,6 +147,9 @@ class QuantConfig:
                             f"allowed: {', '.join(KV_CACHE_DTYPE_CHOICES)}")
         if moe_backend not in MOE_BACKEND_CHOICES:
             raise UserError(f"--moe-backend: {moe_backend!r} is not allowed; allowed: {', '.join(MOE_BACKEND_CHOICES)}")
+        if float32_matmul_precision not in FLOAT32_MATMUL_PRECISION_CHOICES:
+            raise UserError(f"--float32-matmul-precision: {float32_matmul_precision!r} is not allowed; "
+                            f"allowed: {', '.join(FLOAT32_MATMUL_PRECISION_CHOICES)}")
         act_dtype, act_bytes = _resolve_act_dtype(dtype, model_dtype)
         weight_bytes, gemm_dtype = _SCHEMES[quantization]
         if kv_cache_dtype == "fp8":
@@ -145,7 +161,7 @@ class QuantConfig:
         return cls(act_dtype=act_dtype, act_bytes=act_bytes, gemm_dtype=gemm_dtype or act_dtype,
                    weight_bytes_per_param=weight_bytes if weight_bytes is not None else act_bytes,
                    kv_dtype=kv_dtype, kv_bytes_per_element=kv_bytes, quantization=quantization,
-                   moe_backend=moe_backend)
+                   moe_backend=moe_backend, float32_matmul_precision=float32_matmul_precision)
 
 
 def _scheme_bytes(scheme: str, act_bytes: float, act_dtype: str) -> tuple[float, str]:

@@ -878,6 +878,18 @@ def attention_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, w
     return t
 
 
+def simt_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weight_bytes_per_param: float) -> Any:
+    """An fp32 GEMM at PyTorch's "highest" float32 matmul precision (cuBLAS SGEMM on the CUDA cores, fp32 in and
+    out): a roofline of its FLOPs at the fp32 peak and its bytes at the DRAM rate, at the family's fitted GEMM
+    compute and memory efficiencies, plus kernel_fixed_s. No tensor-core tile padding: cuBLAS runs small-m fp32
+    problems as GEMV or small SIMT tiles. An assumption: no operator table times fp32 GEMMs (aiconfigurator-core
+    0.12.0's vLLM GEMM tables hold bf16, fp8, fp8-block and NVFP4 only)."""
+    e = hw.efficiency
+    tc = 2.0 * m * n * k / (hw.peak_flops("fp32") * e.gemm_compute_efficiency)
+    tm = (4.0 * m * k + weight_bytes_per_param * n * k + 4.0 * m * n) / (_bandwidth(hw) * e.memory_efficiency)
+    return _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s
+
+
 def memory_op_time_s(hw: HardwareProfile, bytes_moved: Any, num_kernels: int) -> Any:
     return bytes_moved / (_bandwidth(hw) * hw.efficiency.memory_efficiency) + num_kernels * hw.efficiency.kernel_fixed_s
 
@@ -1275,7 +1287,10 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
     if op.dtype not in hw.supported_dtypes:
         op = replace(op, dtype=quant.act_dtype)
     kernels = 1
-    if op.kind == "gemm":
+    if op.kind == "gemm" and op.dtype == "fp32":  # true fp32 (MiniMax-M2's router): no tensor cores
+        m, n, k, _ = op.shape
+        t = simt_gemm_time_s(hw, m, n, k, op.weight_bytes / (c * n * k))
+    elif op.kind == "gemm":
         m, n, k, _ = op.shape
         w_param = op.weight_bytes / (c * n * k)
         t = linear_time_s(hw, m, n, k, op.dtype, w_param, quant.act_bytes, quant.quantization)

@@ -109,7 +109,8 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     hw = engine.resolve_hardware(hw)
     quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization,
                                   kv_cache_dtype=engine.kv_cache_dtype, model_dtype=spec.torch_dtype,
-                                  moe_backend=engine.moe_backend)
+                                  moe_backend=engine.moe_backend,
+                                  float32_matmul_precision=engine.float32_matmul_precision)
     cost_model = StepCostModel(spec, hw, quant, engine.tensor_parallel_size, cpu_engine=cpu_engine)
     max_model_len = engine.resolved_max_model_len(spec)
     max_num_seqs, max_num_batched_tokens = engine.batch_limits(spec, hw.memory_capacity_bytes,
