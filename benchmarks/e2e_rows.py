@@ -143,6 +143,10 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
             dict(block_size=32, gpu_memory_utilization=0.95),
             "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at 64c20b6b5 / 626932a11 (2026-03-11 / 03-27)",
             expert_parallel=True),
+    Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "nightly-5b8c30d62b754b57", ("2026-04-03", "2026-04-03"),
+            dict(kv_cache_dtype="fp8", block_size=32, enable_prefix_caching=False, gpu_memory_utilization=0.95),
+            "benchmarks/single_node/minimaxm2.5_fp4_b200.sh at 08bcde8f1 (2026-04-02, image "
+            "vllm/vllm-openai:nightly-5b8c30d62b754b575e043ce2fc0dcbf8a64f6306)", _MINIMAX_B200_NOT_MODELLED),
     Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.19.0", ("2026-04-03", "2026-04-20"), _MINIMAX_B200_FLAGS,
             "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at bddbf4031 (2026-04-03) and minimaxm2.5_fp4_b200.sh "
             "at 79bd988e9 (2026-04-08)", _MINIMAX_B200_NOT_MODELLED),
