@@ -164,6 +164,13 @@ class BlockPool:
         # 4,096 peaked at 525 MB RSS, at 1,024 at 439 MB, the same CPU time (eager hashing at 4,096: 465 MB).
         self._max_chains = _MIN_MAX_CHAINS
 
+    def release_chains(self) -> None:
+        """Forget every chain of the prefix cache (the pool answers no lookup after): a lazy chain's hasher is a
+        callback into the `KVCacheManager` that owns this pool, a reference cycle only the cyclic collector would
+        free. For the end of a run (`Scheduler.shutdown`)."""
+        self._chains.clear()
+        self._chain_starts.clear()
+
     def _view(self, block_id: int) -> KVCacheBlock:
         """The one `KVCacheBlock` of `block_id` (made on first use, then the same object)."""
         block = self._views[block_id]

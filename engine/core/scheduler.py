@@ -80,6 +80,11 @@ class Scheduler:
         return bool(self.requests)
 
     # ---- requests in and out ----
+    def shutdown(self) -> None:
+        """End of the run (vLLM's `Scheduler.shutdown`): the prefix cache's chains are released
+        (`BlockPool.release_chains`), so that reference counting frees the scheduler when it is dropped."""
+        self.kv.pool.release_chains()
+
     def add_request(self, req: Request) -> None:
         """Queue a new request. Raises ValueError for a duplicate id, a prompt of max_model_len tokens or
         more (vLLM's input check), or a request whose tokens could never fit in the whole KV cache."""
