@@ -239,7 +239,6 @@ class _Recorder:
         assert n < 2**31, "more requests than an int32 row index holds"
         self.itl_row = np.empty(capacity, np.int32)
         self.num_gaps = 0
-        self._times = np.empty(0)  # a request's token times as floats, reused
         self.record_steps = record_steps
         self.step_rows: list[tuple] = []
         self.step_seqs = StepRecords()
@@ -260,10 +259,7 @@ class _Recorder:
         """Append the request's inter-token gaps (np.diff of its token times, the same floats as
         `engine.core.metrics.itl_s`) and their row."""
         n = len(times_s)
-        times = self._times
-        if n > len(times):
-            times = self._times = np.empty(max(n, 2 * len(times)))
-        times[:n] = times_s
+        times = np.fromiter(times_s, np.float64, n)  # (a list into a reused buffer's slice: ~20 % slower)
         start = self.num_gaps
         end = self.num_gaps = start + n - 1
         if end > len(self.itl_gap_s):
