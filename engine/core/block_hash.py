@@ -22,7 +22,6 @@ process (PYTHONHASHSEED), so schedules are reproducible.
 from __future__ import annotations
 
 import operator
-
 from collections.abc import Sequence
 
 import numpy as np
