@@ -309,8 +309,9 @@ def read_profile_dict(path: str | Path) -> dict[str, Any]:
     return data
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last one silently)."""
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """A SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last one silently); libyaml's
+    parser where PyYAML has it (the same documents, ~10x faster to read than the pure-Python one)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()

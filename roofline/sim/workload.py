@@ -368,7 +368,7 @@ def load_workload(id_or_path: str | Path) -> Workload:
     if path.suffix.lower() == ".csv":
         return Workload(name=path.stem, trace_path=path, num_requests=_count_rows(path))
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml if there
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
