@@ -487,6 +487,14 @@ def test_vllm_serve_lines_use_only_vllm_0_32_flags(small_report: tuple[planner.P
     assert "--quantization fp8" in line and "--kv-cache-dtype fp8" in line and "--max-num-batched-tokens 4096" in line
     with_checkpoint = vllm_serve_command("m", engines[1], quantized, parse_checkpoints(["fp8=org/m-FP8"], "fp8"))
     assert with_checkpoint.startswith("vllm serve org/m-FP8 ") and "--quantization" not in with_checkpoint
+    # Every engine flag the user gave is in the line; what vLLM reads from its environment, as a prefix.
+    marlin = vllm_serve_command("m", EngineArgs(moe_backend="marlin", async_scheduling=False), best, {})
+    assert "--moe-backend marlin" in marlin and "--no-async-scheduling" in marlin
+    assert {w for w in marlin.split() if w.startswith("--")} <= known
+    env = vllm_serve_command("m", EngineArgs(moe_backend="flashinfer-mxfp4-mxfp8", float32_matmul_precision="high"),
+                             best, {})
+    assert env.startswith("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 VLLM_FLOAT32_MATMUL_PRECISION=high vllm serve ")
+    assert "--moe-backend" not in env
     for bad in (["fp8"], ["awq=org/m-AWQ"]):
         with pytest.raises(UserError, match="--checkpoint"):
             parse_checkpoints(bad, "fp8")

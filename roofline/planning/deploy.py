@@ -1,8 +1,10 @@
 """The deployable answer of a plan: the `vllm serve` command line of a configuration, and the whole plan as JSON.
 
 The command line uses vLLM 0.32's flag names (`roofline.engine_args.VLLM_VERSION`; tests check every flag against
-the flags vLLM 0.32.0's `EngineArgs` defines). It states the configuration, every engine flag the user gave and
-the block size, prefix caching and chunked prefill explicitly; the settings left to vLLM's device defaults
+the flags vLLM 0.32.0's `EngineArgs` defines). It states the configuration, every engine flag the user gave (the
+two vLLM reads from its environment as a prefix: `VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1` for `--moe-backend
+flashinfer-mxfp4-mxfp8`, `VLLM_FLOAT32_MATMUL_PRECISION`) and the block size, prefix caching and chunked prefill
+explicitly; the settings left to vLLM's device defaults
 (`max_num_batched_tokens`, `gpu_memory_utilization` 0.9) are the defaults the plan simulated.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from roofline.cost.quant import MXFP8_MOE_BACKEND
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.planning.plan import ConfigPlan, Plan
@@ -60,7 +63,17 @@ def vllm_serve_command(model: str, engine: EngineArgs, c: ConfigPlan, checkpoint
         args += ["--quantization", _ONLINE_QUANTIZATION[quantization]]
     if config.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", config.kv_cache_dtype]
-    return shlex.join(args)
+    if engine.async_scheduling is not None:
+        args.append("--async-scheduling" if engine.async_scheduling else "--no-async-scheduling")
+    if engine.moe_backend == "marlin":
+        args += ["--moe-backend", "marlin"]
+    # Settings vLLM reads from its environment (`roofline.cost.quant`: no vLLM 0.32 flag for them).
+    env = []
+    if engine.moe_backend == MXFP8_MOE_BACKEND:
+        env.append("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1")
+    if engine.float32_matmul_precision != "highest":
+        env.append(f"VLLM_FLOAT32_MATMUL_PRECISION={engine.float32_matmul_precision}")
+    return shlex.join(env + args)
 
 
 def goodput_arg(plan: Plan) -> str:
