@@ -465,6 +465,21 @@ def test_max_model_len_defaults_to_the_longest_request_so_70b_fits_on_two_h100()
     assert not default.fit(Config("h100-sxm", 2, 64)).fits and chosen.fit(Config("h100-sxm", 2, 64)).fits
 
 
+def test_the_answer_names_a_pre_quantized_checkpoint_s_own_weights(small_report: tuple[planner.Plan, Path]) -> None:
+    """Without --quantization a pre-quantized checkpoint serves (and is simulated in) its own format: the answer
+    says so instead of "unquantized", and the deploy line's placeholder names no quantization."""
+    from roofline.engine_args import EngineArgs
+    from roofline.planning.deploy import vllm_serve_command
+    from roofline.planning.report import all_tables, answer_text
+
+    plan, _ = small_report
+    assert plan.best is not None and plan.best.config.quantization == "none"
+    assert "(unquantized, " in answer_text(plan, all_tables(plan))
+    block = replace(plan, request=replace(plan.request, checkpoint_quantization="fp8-block"))
+    assert "(the checkpoint's fp8-block weights, " in answer_text(block, all_tables(block))
+    assert vllm_serve_command("m", EngineArgs(), plan.best, {}).startswith("vllm serve '<m checkpoint>' ")
+
+
 def test_vllm_serve_lines_use_only_vllm_0_32_flags(small_report: tuple[planner.Plan, Path]) -> None:
     from roofline.engine_args import EngineArgs
     from roofline.planning.deploy import parse_checkpoints, plan_json, vllm_serve_command

@@ -164,13 +164,15 @@ def run(args: argparse.Namespace) -> int:
     hardware = tuple(h.strip() for h in args.hardware.split(",") if h.strip())
     space = search_space(args)
     executor = make_executor(args)
+    spec = load_model(args.model)
     request = PlanRequest(
         model=args.model, hardware=hardware, workload=args.workload,
         slo=Slo(args.slo_ttft_s, args.slo_tpot_s, args.slo_percentile, args.slo_itl_s, args.slo_e2el_s),
         target_rate_per_s=args.target_qps,
         tensor_parallel_sizes=parse_int_list(args.tensor_parallel_sizes, "--tensor-parallel-sizes"),
         max_num_seqs=parse_int_list(args.max_num_seqs, "--max-num-seqs"), sensitivity=args.sensitivity,
-        num_requests=args.num_requests, **space)
+        num_requests=args.num_requests,
+        checkpoint_quantization=spec.checkpoint_quant.method if spec.checkpoint_quant is not None else None, **space)
     # Unknown names fail here, once, rather than as a "does not fit" reason on every configuration.
     for hw in hardware:
         load_profile(hw)
@@ -178,7 +180,6 @@ def run(args: argparse.Namespace) -> int:
     # The searched knobs live in each configuration; the engine holds the rest.
     args.quantization, args.kv_cache_dtype, args.max_num_batched_tokens = "none", "auto", None
     engine = engine_args_from(args, "plan")
-    spec = load_model(args.model)
     engine.check_model(spec)
     checkpoints = parse_checkpoints(args.checkpoint, request.quantizations)
     prices = prices_for(hardware, parse_price_flags(args.price))

@@ -45,7 +45,8 @@ def vllm_serve_command(model: str, engine: EngineArgs, c: ConfigPlan, checkpoint
     budget; the rest from `engine`); a placeholder stands for a checkpoint not given."""
     config = c.config
     quantization = config.quantization
-    checkpoint = checkpoints.get(quantization) or f"<{model} checkpoint ({quantization})>"
+    checkpoint = checkpoints.get(quantization) or (f"<{model} checkpoint>" if quantization == "none" else
+                                                   f"<{model} checkpoint ({quantization})>")
     args = ["vllm", "serve", checkpoint, "--tensor-parallel-size", str(config.tensor_parallel_size),
             "--max-num-seqs", str(config.max_num_seqs)]
     if engine.max_model_len is not None:

@@ -76,6 +76,9 @@ class PlanRequest:
     quantizations: tuple[str, ...] = ("none",)
     kv_cache_dtypes: tuple[str, ...] = ("auto",)
     max_num_batched_tokens: tuple[int | None, ...] = (None,)  # None: vLLM's default for the device
+    # How the model's checkpoint stores its weights (`CheckpointQuant.method`), None when unquantized: what the
+    # quantization "none" (no --quantization flag) serves.
+    checkpoint_quantization: str | None = None
 
     def __post_init__(self) -> None:
         if not (self.target_rate_per_s > 0 and math.isfinite(self.target_rate_per_s)):

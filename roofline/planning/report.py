@@ -371,7 +371,10 @@ def answer_text(plan: Plan, tables: dict[str, Table]) -> str:
     row = dict(zip(tables["configurations"].columns,
                    tables["configurations"].rows[list(plan.configs).index(best)]))
     cfg = best.config
-    storage = (f"{'unquantized' if cfg.quantization == 'none' else cfg.quantization + ' weights'}, "
+    weights = (cfg.quantization + " weights" if cfg.quantization != "none" else
+               f"the checkpoint's {req.checkpoint_quantization} weights" if req.checkpoint_quantization else
+               "unquantized")
+    storage = (f"{weights}, "
                f"{'KV cache in the activation dtype' if cfg.kv_cache_dtype == 'auto' else cfg.kv_cache_dtype + ' KV cache'}")
     cost = (f"for {row['usd_per_hour']} USD/hour ({row['usd_per_million_output_tokens']} USD per million output "
             f"tokens)" if best.price is not None else
