@@ -3,11 +3,13 @@ hybrid sliding-window attention, MiniMax-M2's q/k-norm all-reduce, gpt-oss on on
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from roofline.cost.hardware import load_profile
-from roofline.cost.ops import BatchStats, expected_experts_touched, step_ops
+from roofline.cost.ops import BatchStats, expected_experts_touched, step_ops, weight_bytes_per_rank
 from roofline.cost.quant import QuantConfig, resolve_for_model
 from roofline.cost.step_cost import (
     StepCostModel,
@@ -363,3 +365,8 @@ def test_minimax_routes_in_fp32_at_the_float32_matmul_precision() -> None:
     assert fp32.step_cost(*step).breakdown_s["router"] > 10 * high.step_cost(*step).breakdown_s["router"]
     with pytest.raises(UserError, match="--float32-matmul-precision: 'low' is not allowed; allowed: highest, high"):
         QuantConfig.from_user(float32_matmul_precision="low")
+    # The fp32 router's weights and score-correction bias take 4 bytes each in the weight memory, not 2.
+    quant = resolve_for_model(QuantConfig.from_user(), spec)
+    as_bf16 = replace(spec, architecture="Qwen3MoeForCausalLM")
+    assert not as_bf16.router_fp32
+    assert weight_bytes_per_rank(spec, quant, 2) - weight_bytes_per_rank(as_bf16, quant, 2) == 62 * (256 * 3072 + 256) * 2

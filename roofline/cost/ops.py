@@ -570,9 +570,10 @@ def weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float
         _, expert_bytes, _ = quant.experts
         eh, ei = expert_shape(r, quant)
         bias = (2 * ei + eh) * a if spec.expert_bias else 0.0
-        mlp = r.num_experts * (3 * eh * ei * expert_bytes + bias) + r.num_experts * h * a
+        router = 4.0 if spec.router_fp32 else a  # (fp32 weights and score-correction bias: `router_records`)
+        mlp = r.num_experts * (3 * eh * ei * expert_bytes + bias) + r.num_experts * h * router
         if spec.router_bias:
-            mlp += r.num_experts * a
+            mlp += r.num_experts * router
     else:
         mlp = 3 * h * r.inter * quant.weight_bytes_per_param + bias
     qk_norm = 0
