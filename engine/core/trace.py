@@ -327,6 +327,9 @@ def _check_schema(schema: pa.Schema, where: str) -> None:
             raise ValueError(f"{where}: column {field.name!r} has type {field.type}, expected {expected}")
 
 
+_ROW_GROUP_STEPS = 8192  # steps per Parquet row group of steps.parquet (`write_trace`)
+
+
 def write_trace(
     out_dir: str | Path,
     steps: StepTraceWriter | pa.Table,
@@ -341,9 +344,12 @@ def write_trace(
     table = table.replace_schema_metadata({_VERSION_KEY: str(SCHEMA_VERSION).encode()})
     # Dictionary pages for the per-sequence lists only (ids and lengths repeat; the times do not, and a dictionary
     # tried on them is dropped page after page) and no min/max statistics: a third less time for a simulator's
-    # long trace, the same table (BENCHMARKS.md, "`--out`, issue 20 item 1, seventh session").
+    # long trace, the same table (BENCHMARKS.md, "`--out`, issue 20 item 1, seventh session"). Row groups of
+    # `_ROW_GROUP_STEPS` steps: the writer's buffers are a row group's, reused from one to the next, so a long
+    # trace touches less fresh memory (first-touched pages are most of the write's cost on this project's VMs).
     lists = [f"{name}.list.element" for name in table.column_names if pa.types.is_list(table.schema.field(name).type)]
-    pq.write_table(table, out / STEPS_FILE, compression="zstd", use_dictionary=lists, write_statistics=False)
+    pq.write_table(table, out / STEPS_FILE, compression="zstd", use_dictionary=lists, write_statistics=False,
+                   row_group_size=_ROW_GROUP_STEPS)
     assert isinstance(metadata, RunMetadata), "write_trace takes a RunMetadata"
     meta = {**metadata.to_json(), "schema_version": SCHEMA_VERSION}
     (out / RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
