@@ -88,18 +88,29 @@ class Harness:
     expert_parallel: bool = False
 
 
-_MINIMAX_B200_FLAGS: dict[str, object] = dict(kv_cache_dtype="fp8", block_size=32, max_num_batched_tokens="2*ISL",
-                                             enable_prefix_caching=False, gpu_memory_utilization=0.90)
-# From 2026-04-21 the recipes export VLLM_FLOAT32_MATMUL_PRECISION=high (TF32 for MiniMax-M2's fp32 router GEMM,
-# vllm-project/recipes#353; before, vLLM's default "highest": true fp32).
-_MINIMAX_B200_TF32_FLAGS: dict[str, object] = dict(_MINIMAX_B200_FLAGS, float32_matmul_precision="high")
-_MINIMAX_B200_NOT_MODELLED = ("--stream-interval 20 (the API server's output batching); --max-cudagraph-capture-size 2048 "
-                              "(graphs captured up to 2,048 tokens; the simulator's up to 512)")
+# InferenceX's MiniMax-M2.5 recipes for vLLM 0.19.0 on B200 and B300 (`_minimax_0_19`).
+_MINIMAX_0_19_FLAGS: dict[str, object] = dict(kv_cache_dtype="fp8", block_size=32, max_num_batched_tokens="2*ISL",
+                                              enable_prefix_caching=False, gpu_memory_utilization=0.90)
+_STREAM_INTERVAL = "--stream-interval 20 (the API server's output batching)"
+_MINIMAX_0_19_NOT_MODELLED = (_STREAM_INTERVAL + "; --max-cudagraph-capture-size 2048 (graphs captured up to 2,048 "
+                              "tokens; the simulator's up to 512)")
 # Before 2026-04-21 the fp8 scripts (and the nightly's) also exported FlashInfer's MNNVL all-reduce backend.
 _MNNVL = "VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl (FlashInfer's all-reduce backend)"
-_MINIMAX_MNNVL_NOT_MODELLED = _MINIMAX_B200_NOT_MODELLED + "; in the fp8 script " + _MNNVL
 # The nightly's recipe (08bcde8f1) kept vLLM's capture sizes.
-_MINIMAX_NIGHTLY_NOT_MODELLED = "--stream-interval 20 (the API server's output batching); " + _MNNVL
+_MINIMAX_NIGHTLY_NOT_MODELLED = _STREAM_INTERVAL + "; " + _MNNVL
+
+
+def _minimax_0_19(system: str, first: str, last: str, before: str, after: str) -> tuple[Harness, Harness]:
+    """The recipes of InferenceX's MiniMax-M2.5 rows of vLLM 0.19.0 on `system`, measured `first` to `last`: the
+    scripts `before` 2026-04-21, and from then on `after`, which export VLLM_FLOAT32_MATMUL_PRECISION=high (TF32 for
+    MiniMax-M2's fp32 router GEMM, vllm-project/recipes#353; before, vLLM's default "highest": true fp32)."""
+    return (Harness("MiniMaxAI/MiniMax-M2.5", system, "0.19.0", (first, "2026-04-20"), _MINIMAX_0_19_FLAGS, before,
+                    _MINIMAX_0_19_NOT_MODELLED + "; in the fp8 script " + _MNNVL),
+            Harness("MiniMaxAI/MiniMax-M2.5", system, "0.19.0", ("2026-04-21", last),
+                    dict(_MINIMAX_0_19_FLAGS, float32_matmul_precision="high"),
+                    after + ": VLLM_FLOAT32_MATMUL_PRECISION=high", _MINIMAX_0_19_NOT_MODELLED))
+
+
 _GPT_OSS_2025_11_NOT_MODELLED = "cuda-graph-sizes 2048 (graphs captured up to 2,048 tokens; the simulator's up to 512)"
 INFERENCEX_HARNESS: tuple[Harness, ...] = (
     Harness("meta-llama/Llama-3.1-70B", "h100_sxm", None, ("2025-10-29", "2025-10-29"),
@@ -153,18 +164,16 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
             dict(kv_cache_dtype="fp8", block_size=32, enable_prefix_caching=False, gpu_memory_utilization=0.95),
             "benchmarks/single_node/minimaxm2.5_fp4_b200.sh at 08bcde8f1 (2026-04-02, image "
             "vllm/vllm-openai:nightly-5b8c30d62b754b575e043ce2fc0dcbf8a64f6306)", _MINIMAX_NIGHTLY_NOT_MODELLED),
-    Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.19.0", ("2026-04-03", "2026-04-20"), _MINIMAX_B200_FLAGS,
-            "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at bddbf4031 (2026-04-03) and minimaxm2.5_fp4_b200.sh "
-            "at 79bd988e9 (2026-04-08)", _MINIMAX_MNNVL_NOT_MODELLED),
-    Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.19.0", ("2026-04-21", "2026-04-22"), _MINIMAX_B200_TF32_FLAGS,
-            "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at 41ed82dc1 and minimaxm2.5_fp4_b200.sh at 13962fcfa "
-            "(2026-04-21): VLLM_FLOAT32_MATMUL_PRECISION=high", _MINIMAX_B200_NOT_MODELLED),
-    Harness("MiniMaxAI/MiniMax-M2.5", "b300_sxm", "0.19.0", ("2026-04-17", "2026-04-20"), _MINIMAX_B200_FLAGS,
-            "benchmarks/single_node/minimaxm2.5_fp8_b300.sh at 340d7854c and minimaxm2.5_fp4_b300.sh at 22d0f12f7 "
-            "(2026-04-17)", _MINIMAX_MNNVL_NOT_MODELLED),
-    Harness("MiniMaxAI/MiniMax-M2.5", "b300_sxm", "0.19.0", ("2026-04-21", "2026-04-21"), _MINIMAX_B200_TF32_FLAGS,
-            "benchmarks/single_node/minimaxm2.5_fp8_b300.sh at 0c2467c15 and minimaxm2.5_fp4_b300.sh at 633fd2377 "
-            "(2026-04-21): VLLM_FLOAT32_MATMUL_PRECISION=high", _MINIMAX_B200_NOT_MODELLED),
+    *_minimax_0_19("b200_sxm", "2026-04-03", "2026-04-22",
+                   "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at bddbf4031 (2026-04-03) and minimaxm2.5_fp4_b200.sh "
+                   "at 79bd988e9 (2026-04-08)",
+                   "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at 41ed82dc1 and minimaxm2.5_fp4_b200.sh at 13962fcfa "
+                   "(2026-04-21)"),
+    *_minimax_0_19("b300_sxm", "2026-04-17", "2026-04-21",
+                   "benchmarks/single_node/minimaxm2.5_fp8_b300.sh at 340d7854c and minimaxm2.5_fp4_b300.sh at 22d0f12f7 "
+                   "(2026-04-17)",
+                   "benchmarks/single_node/minimaxm2.5_fp8_b300.sh at 0c2467c15 and minimaxm2.5_fp4_b300.sh at 633fd2377 "
+                   "(2026-04-21)"),
     Harness("MiniMaxAI/MiniMax-M2.5", "h200_sxm", "0.16.0", ("2026-03-01", "2026-03-01"),
             dict(gpu_memory_utilization=0.95),
             "benchmarks/single_node/minimaxm2.5_fp8_h200.sh at a36346339 (2026-03-01)", expert_parallel=True),

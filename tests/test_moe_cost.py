@@ -346,9 +346,6 @@ def test_minimax_routes_in_fp32_at_the_float32_matmul_precision() -> None:
     assert router.weight_bytes == 62 * 256 * 3072 * 4.0
     assert router.act_bytes == 62 * (8192 * 3072 * 4.0 + 8192 * 256 * 4.0)
     assert ops["router_cast"].act_bytes == 62 * 8192 * 3072 * (2.0 + 4.0)
-    tf32 = {o.name: o for o in step_ops(spec, resolve_for_model(
-        QuantConfig.from_user(float32_matmul_precision="high"), spec), 2, stats)}
-    assert tf32["router"].dtype == "tf32"
     qwen = load_model("qwen3-30b-a3b")
     qwen_ops = {o.name: o for o in step_ops(qwen, resolve_for_model(QuantConfig.from_user(), qwen), 2, stats)}
     assert qwen_ops["router"].dtype == "bf16" and "router_cast" not in qwen_ops
@@ -363,6 +360,11 @@ def test_minimax_routes_in_fp32_at_the_float32_matmul_precision() -> None:
                          2)
     step = (np.array([8192]), np.array([0]), np.array([True]))
     assert fp32.step_cost(*step).breakdown_s["router"] > 10 * high.step_cost(*step).breakdown_s["router"]
+    # The precision applies to every fp32 GEMM (vLLM sets it for the process): `--dtype float32`'s linear layers too.
+    fp32_model = StepCostModel(load_model("llama-tiny"), hw, QuantConfig.from_user(dtype="float32"), 1)
+    tf32_model = StepCostModel(load_model("llama-tiny"), hw,
+                               QuantConfig.from_user(dtype="float32", float32_matmul_precision="high"), 1)
+    assert tf32_model.step_cost(*step).breakdown_s["qkv_proj"] < fp32_model.step_cost(*step).breakdown_s["qkv_proj"]
     with pytest.raises(UserError, match="--float32-matmul-precision: 'low' is not allowed; allowed: highest, high"):
         QuantConfig.from_user(float32_matmul_precision="low")
     # The fp32 router's weights and score-correction bias take 4 bytes each in the weight memory, not 2.

@@ -133,6 +133,7 @@ def test_multi_turn_prompt_extends_previous_turn(tmp_path: Path) -> None:
     (BASIC.replace("value: 7", "valu: 7"), "unknown field 'valu'"),
     (BASIC.replace("name: basic\n", ""), "missing field 'name'"),
     ("name: x\narrival: [1, 2\n", "malformed YAML"),
+    (BASIC + "name: again\n", "malformed YAML at line .*duplicate key 'name'"),  # not silently the last one
 ])
 def test_bad_yaml_is_one_line_user_error(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(UserError, match=message) as info:

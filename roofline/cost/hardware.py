@@ -85,6 +85,7 @@ import yaml
 from roofline.cost.params import EfficiencyParams, ExecutorParams
 from roofline.errors import UserError, check_fields
 from roofline.registry import data_dir, resolve
+from roofline.yaml_file import read_yaml
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 KINDS = ("gpu", "cpu")
@@ -297,30 +298,10 @@ def read_profile_dict(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"--hardware: '{path}' is a directory; expected a profile .yaml file")
-    try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise UserError(f"{path}: malformed YAML{line}: {problem}") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: must hold a YAML mapping of profile fields, got {type(data).__name__}")
     return data
-
-
-class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """A SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last one silently); libyaml's
-    parser where PyYAML has it (the same documents, ~10x faster to read than the pure-Python one)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
 
 
 def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None) -> HardwareProfile:

@@ -527,12 +527,12 @@ def router_records(spec: ModelSpec, quant: QuantConfig, t: Any, num_experts: int
                    a: float) -> list[OpRecord]:
     """The router GEMM (replicated on every TP rank: `ReplicatedLinear`), in the activation dtype, or in fp32
     where vLLM runs it so (`ModelSpec.router_fp32`, MiniMax-M2): the hidden states cast to fp32 first (read in the
-    activation dtype, written in fp32), fp32 weights and logits, the GEMM at the float32 matmul precision
-    (`QuantConfig.fp32_gemm_dtype`: true fp32 by vLLM's default)."""
+    activation dtype, written in fp32), fp32 weights and logits; an fp32 GEMM runs at the float32 matmul precision
+    (`roofline.cost.step_cost`: `QuantConfig.fp32_gemm_dtype`, true fp32 by vLLM's default)."""
     if not spec.router_fp32:
         return [gemm_record("router", t, num_experts, h, n_l, a, a, quant.act_dtype)]
     return [elementwise_record("router_cast", t * h * a, t * h * 4.0, 0.0, n_l, 1.0),
-            gemm_record("router", t, num_experts, h, n_l, 4.0, 4.0, quant.fp32_gemm_dtype, 4.0)]
+            gemm_record("router", t, num_experts, h, n_l, 4.0, 4.0, "fp32", 4.0)]
 
 
 def emit_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_emits: Any) -> list[OpRecord]:

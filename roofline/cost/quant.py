@@ -75,7 +75,8 @@ MOE_BACKEND_CHOICES = ("auto", "marlin", MXFP8_MOE_BACKEND)
 # vLLM's VLLM_FLOAT32_MATMUL_PRECISION (vllm/envs.py, default "highest"; the GPU worker passes it to
 # `torch.set_float32_matmul_precision`, vllm/v1/worker/gpu_worker.py) -> the dtype an fp32 GEMM computes in:
 # "highest" true fp32 (no tensor cores), "high" TF32 tensor cores, "medium" bf16 tensor cores (PyTorch's meaning of
-# the three). It matters where vLLM runs a GEMM in fp32: MiniMax-M2's router (`ModelSpec.router_fp32`).
+# the three), applied by the cost model to every fp32 GEMM (`roofline.cost.step_cost._as_run`): MiniMax-M2's router
+# (`ModelSpec.router_fp32`) and the linear layers of `--dtype float32`.
 FLOAT32_MATMUL_PRECISION_DTYPES = {"highest": "fp32", "high": "tf32", "medium": "bf16"}
 FLOAT32_MATMUL_PRECISION_CHOICES = tuple(FLOAT32_MATMUL_PRECISION_DTYPES)
 # Kernel families whose chips run FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE (SM100: B200, B300, GB200).

@@ -1276,6 +1276,17 @@ class OpCost:
     bound: str  # compute | memory | communication | latency (fixed costs dominate)
 
 
+def _as_run(hw: HardwareProfile, op: OpRecord, quant: QuantConfig) -> OpRecord:
+    """`op` in the dtype its kernel computes in: an fp32 GEMM at vLLM's float32 matmul precision
+    (`QuantConfig.fp32_gemm_dtype`: true fp32 by default, TF32 or bf16 as VLLM_FLOAT32_MATMUL_PRECISION says), and
+    a dtype the device lacks replaced by the activation dtype."""
+    if op.kind == "gemm" and op.dtype == "fp32" and quant.fp32_gemm_dtype != "fp32":
+        op = replace(op, dtype=quant.fp32_gemm_dtype)
+    if op.dtype not in hw.supported_dtypes:
+        op = replace(op, dtype=quant.act_dtype)
+    return op
+
+
 def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_elementwise: int,
               cpu_engine: str = DEFAULT_CPU_ENGINE) -> tuple[Any, int]:
     """Seconds of one record (all its `count` instances) and the kernels of one instance. The record's shape
@@ -1284,10 +1295,9 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
     if hw.kind == "cpu" and op.kind in CPU_ENGINES[cpu_engine].handled_kinds:  # the engine's ops on a CPU
         return CPU_ENGINES[cpu_engine].op_time_s(hw, op, quant)
     c = op.count
-    if op.dtype not in hw.supported_dtypes:
-        op = replace(op, dtype=quant.act_dtype)
+    op = _as_run(hw, op, quant)
     kernels = 1
-    if op.kind == "gemm" and op.dtype == "fp32":  # true fp32 (MiniMax-M2's router): no tensor cores
+    if op.kind == "gemm" and op.dtype == "fp32":  # true fp32: no tensor cores
         m, n, k, _ = op.shape
         t = simt_gemm_time_s(hw, m, n, k, op.weight_bytes / (c * n * k))
     elif op.kind == "gemm":
@@ -1332,7 +1342,7 @@ def op_cost(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per_e
     e = hw.efficiency
     time_s, kernels = op_time_s(hw, op, quant, kernels_per_elementwise, cpu_engine)
     time_s = float(time_s)
-    dtype = op.dtype if op.dtype in hw.supported_dtypes else quant.act_dtype
+    dtype = _as_run(hw, op, quant).dtype
     bw = _bandwidth(hw)
     moved = _moved_bytes(op)
     if op.kind.startswith("attention"):

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from roofline.errors import UserError
 from roofline.registry import data_file
+from roofline.yaml_file import read_yaml
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ _PRICE_FIELDS = ("usd_per_gpu_hour", "offer", "source", "read_on", "via")
 
 def load_prices(path: Path = PRICES_PATH) -> dict[str, Price]:
     """The shipped default prices by hardware id (see hardware_profiles/prices.yaml for their sources)."""
-    raw: dict[str, Any] = yaml.safe_load(Path(path).read_text()) or {}
+    raw: dict[str, Any] = read_yaml(path) or {}
     prices = {}
     for hw, entry in raw.items():
         where = f"{path}: {hw}"

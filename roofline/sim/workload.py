@@ -58,12 +58,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from engine.core.request import Request, SamplingParams
 from engine.core.token_ids import MultiTurnSession, TokenIdGenerator
 from roofline.errors import UserError, check_fields
 from roofline.registry import resolve
+from roofline.yaml_file import read_yaml
 
 DEFAULT_WORKLOAD = "sharegpt-chat"
 ARRIVAL_PROCESSES = ("poisson", "gamma", "constant", "burst", "all_at_once")
@@ -367,13 +367,7 @@ def load_workload(id_or_path: str | Path) -> Workload:
         raise UserError(f"--workload: '{path}' is a directory; expected a .yaml workload or a .csv trace")
     if path.suffix.lower() == ".csv":
         return Workload(name=path.stem, trace_path=path, num_requests=_count_rows(path))
-    try:
-        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml if there
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{path}: malformed YAML{line}: {getattr(exc, 'problem', None) or type(exc).__name__}") from None
-    return parse_workload(data, str(path), path.parent)
+    return parse_workload(read_yaml(path), str(path), path.parent)
 
 
 def _count_rows(path: Path) -> int:
