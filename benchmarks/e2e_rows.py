@@ -123,9 +123,10 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
             "benchmarks/70b_fp8_h200_slurm.sh at 2582bce40^ (2025-10-29)"),
     Harness("meta-llama/Llama-3.1-70B", "b200_sxm", None, ("2025-10-29", "2025-10-29"),
             dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False,
-                 max_num_batched_tokens=8192, max_num_seqs=512),
-            "benchmarks/70b_fp8_b200_docker.sh and 70b_fp4_b200_docker.sh at 2582bce40^ (2025-10-29)",
-            "cudagraph_mode FULL_DECODE_ONLY and the FlashInfer all-reduce / attention fusion passes"),
+                 max_num_batched_tokens=8192, max_num_seqs=512, cudagraph_mode="FULL_DECODE_ONLY"),
+            "benchmarks/70b_fp8_b200_docker.sh and 70b_fp4_b200_docker.sh at 2582bce40^ (2025-10-29): "
+            "--compilation-config cudagraph_mode FULL_DECODE_ONLY",
+            "the FlashInfer all-reduce / attention fusion passes (with no splitting ops: one compiled graph)"),
     Harness("openai/gpt-oss-120b", "h100_sxm", None, ("2025-11-02", "2025-11-02"),
             dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
                  max_num_seqs="CONC"),
@@ -181,9 +182,10 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
             dict(gpu_memory_utilization=0.95),
             "benchmarks/single_node/minimaxm2.5_fp8_h200.sh at 1d5cae141 (2026-03-27)", expert_parallel=True),
     Harness("MiniMaxAI/MiniMax-M2.5", "h100_sxm", "0.18.0", ("2026-03-27", "2026-03-28"),
-            dict(max_num_seqs=256, gpu_memory_utilization=0.90, enable_prefix_caching=False),
-            "benchmarks/single_node/minimaxm2.5_fp8_h100.sh at 1d5cae141 / 626932a11 (2026-03-27)",
-            "cudagraph_mode PIECEWISE (attention outside the CUDA graph)"),
+            dict(max_num_seqs=256, gpu_memory_utilization=0.90, enable_prefix_caching=False,
+                 cudagraph_mode="PIECEWISE"),
+            "benchmarks/single_node/minimaxm2.5_fp8_h100.sh at 1d5cae141 / 626932a11 (2026-03-27): "
+            "--compilation-config cudagraph_mode PIECEWISE"),
 )
 
 
@@ -252,7 +254,8 @@ ASSUMPTIONS = (
     "MiniMax-M2.5 per GPU and version): the recipe's "
     "at the row's date, where the simulator expresses them (fp8 KV cache, --async-scheduling, --moe-backend marlin "
     "for VLLM_MXFP4_USE_MARLIN=1, --moe-backend flashinfer-mxfp4-mxfp8 for VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
-    "--float32-matmul-precision high for VLLM_FLOAT32_MATMUL_PRECISION=high, --max-num-seqs, "
+    "--float32-matmul-precision high for VLLM_FLOAT32_MATMUL_PRECISION=high, --cudagraph-mode for the compilation "
+    "config's cudagraph_mode, --max-num-seqs, "
     "--max-num-batched-tokens, --block-size, "
     "--gpu-memory-utilization, prefix caching off); the rest is named per row; MiniMax-M2.5 rows whose recipe "
     "enabled expert parallelism whatever moe_ep_size says are skipped as expert-parallel. "

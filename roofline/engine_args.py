@@ -36,6 +36,15 @@ from roofline.cost.quant import (
 from roofline.errors import UserError
 
 VLLM_VERSION = "0.32.0"
+# vLLM's CompilationConfig.cudagraph_mode (vllm/config/compilation.py `CUDAGraphMode`) as the simulator prices a
+# step's host time (`roofline.cost.step_cost.StepCostModel`): FULL_AND_PIECEWISE (vLLM's default) replays one full
+# graph for a batch of decodes and piecewise graphs, attention launched between them, for a batch with prefills;
+# FULL_DECODE_ONLY runs a batch with prefills without graphs; PIECEWISE uses piecewise graphs for every batch; NONE
+# (also --enforce-eager) none at all. Batches above the largest captured size run without graphs in every mode.
+# FULL is left out: whether its graphs take a batch with prefills depends on the attention backend (vLLM lowers
+# the mode where the backend cannot).
+CUDAGRAPH_MODE_CHOICES = ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE", "NONE")
+DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
 GIB = 2 ** 30
 BLOCK_SIZE_MULTIPLE = 16
 DEFAULT_BLOCK_SIZE = 16
@@ -55,14 +64,14 @@ AUTO_FIT_MAX_MODEL_LEN = -1  # vLLM's --max-model-len -1
 _ALL = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "gpu_memory_utilization",
         "enable_chunked_prefill", "enable_prefix_caching", "tensor_parallel_size", "dtype", "quantization",
         "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override", "async_scheduling", "moe_backend",
-        "float32_matmul_precision")
+        "float32_matmul_precision", "cudagraph_mode", "enforce_eager")
 COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "simulate": _ALL,
     "plan": tuple(f for f in _ALL if f not in ("max_num_seqs", "tensor_parallel_size", "kv_cache_memory_bytes",
                                                "num_gpu_blocks_override")),
     "measure": tuple(f for f in _ALL if f not in ("tensor_parallel_size", "quantization", "kv_cache_dtype",
                                                   "async_scheduling", "moe_backend",
-                                                  "float32_matmul_precision")),
+                                                  "float32_matmul_precision", "cudagraph_mode", "enforce_eager")),
 }
 
 
@@ -94,6 +103,10 @@ class EngineArgs:
     # vLLM's VLLM_FLOAT32_MATMUL_PRECISION (`roofline.cost.quant.FLOAT32_MATMUL_PRECISION_DTYPES`): the dtype of
     # the GEMMs vLLM runs in fp32 (MiniMax-M2's router); vLLM's default "highest" = true fp32.
     float32_matmul_precision: str = "highest"
+    # vLLM's -cc.cudagraph_mode (`CUDAGRAPH_MODE_CHOICES`); None: vLLM's default, FULL_AND_PIECEWISE. --enforce-eager:
+    # no CUDA graphs (NONE); with another mode given it is a contradiction, refused.
+    cudagraph_mode: str | None = None
+    enforce_eager: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override"):
@@ -117,6 +130,20 @@ class EngineArgs:
             if getattr(self, name) not in choices:
                 raise UserError(f"{_flag(name)}: {getattr(self, name)!r} is not allowed; "
                                 f"allowed: {', '.join(choices)}")
+        if self.cudagraph_mode is not None and self.cudagraph_mode not in CUDAGRAPH_MODE_CHOICES:
+            raise UserError(f"--cudagraph-mode: {self.cudagraph_mode!r} is not allowed; allowed: "
+                            f"{', '.join(CUDAGRAPH_MODE_CHOICES)} (FULL is not modelled: whether its graphs take "
+                            f"a batch with prefills depends on vLLM's attention backend)")
+        if self.enforce_eager and self.cudagraph_mode not in (None, "NONE"):
+            raise UserError(f"--enforce-eager: runs without CUDA graphs, which contradicts --cudagraph-mode "
+                            f"{self.cudagraph_mode}; allowed with --enforce-eager: --cudagraph-mode NONE or unset")
+
+    @property
+    def resolved_cudagraph_mode(self) -> str:
+        """The CUDA-graph mode the engine runs: NONE under --enforce-eager, else the given one or vLLM's default."""
+        if self.enforce_eager:
+            return "NONE"
+        return self.cudagraph_mode or DEFAULT_CUDAGRAPH_MODE
 
     def check_model(self, spec: ModelSpec) -> None:
         """`max_model_len` within what vLLM derives from the model's config."""
@@ -138,6 +165,10 @@ class EngineArgs:
             if self.float32_matmul_precision != "highest":
                 raise UserError(f"--float32-matmul-precision: {hw.id} is a CPU profile, whose engines compute in "
                                 f"fp32 as they are; allowed: highest, got {self.float32_matmul_precision}")
+            if self.cudagraph_mode is not None or self.enforce_eager:
+                given = "--enforce-eager" if self.enforce_eager else f"--cudagraph-mode {self.cudagraph_mode}"
+                raise UserError(f"{given}: {hw.id} is a CPU profile, whose engines run without CUDA graphs; "
+                                f"allowed: --cudagraph-mode and --enforce-eager unset")
             if tp != 1:
                 raise UserError(f"--tensor-parallel-size: {hw.id} is a CPU profile, which models one device; "
                                 f"allowed: 1, got {tp}")
@@ -262,6 +293,13 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
             choices=FLOAT32_MATMUL_PRECISION_CHOICES, default="highest", help=(
                 "vLLM's VLLM_FLOAT32_MATMUL_PRECISION: the dtype of the GEMMs vLLM runs in fp32, e.g. MiniMax-M2's "
                 "router (default: highest = true fp32 on the CUDA cores; high: TF32; medium: bf16)"))),
+        "cudagraph_mode": ("--cudagraph-mode", dict(choices=CUDAGRAPH_MODE_CHOICES, default=None, help=(
+            "vLLM's -cc.cudagraph_mode (default: FULL_AND_PIECEWISE: a full graph for a batch of decodes, piecewise "
+            "graphs with attention launched from the host for a batch with prefills; FULL_DECODE_ONLY: a batch "
+            "with prefills without graphs; PIECEWISE: piecewise graphs for every batch; NONE: no graphs)"))),
+        "enforce_eager": ("--enforce-eager", dict(action="store_true", default=None, help=(
+            "vLLM's --enforce-eager: no CUDA graphs, every kernel launched from the host (as --cudagraph-mode "
+            "NONE)"))),
     }
     for name in flags:
         flag, kwargs = help_for[name]
@@ -276,9 +314,11 @@ def engine_args_from(args: argparse.Namespace, command: str) -> EngineArgs:
 
 
 def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
-                  gpu_memory_utilization: float | None, async_scheduling: bool) -> dict[str, object]:
+                  gpu_memory_utilization: float | None, async_scheduling: bool, cudagraph_mode: str
+                  ) -> dict[str, object]:
     """The resolved engine configuration as written into summaries and run metadata (`async_scheduling`: the
-    device's resolved host/device overlap)."""
+    device's resolved host/device overlap; `cudagraph_mode`: the one the cost model prices, NONE on a device
+    whose executor runs eagerly)."""
     return {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
             "max_model_len": max_model_len, "block_size": engine.block_size,
             "enable_chunked_prefill": engine.enable_chunked_prefill,
@@ -286,7 +326,7 @@ def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens:
             "tensor_parallel_size": engine.tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
             "dtype": engine.dtype, "quantization": engine.quantization, "kv_cache_dtype": engine.kv_cache_dtype,
             "async_scheduling": async_scheduling, "moe_backend": engine.moe_backend,
-            "float32_matmul_precision": engine.float32_matmul_precision}
+            "float32_matmul_precision": engine.float32_matmul_precision, "cudagraph_mode": cudagraph_mode}
 
 
 def _flag(name: str) -> str:

@@ -223,6 +223,38 @@ def test_eager_launches_cost_host_time():
     assert c2.total_s == pytest.approx(max(c2.device_s, c2.host_s))
 
 
+@pytest.mark.parametrize("mode, decode_launches, mixed_launches, mixed_padded", [
+    ("FULL_AND_PIECEWISE", 1, "piecewise", True),
+    ("FULL_DECODE_ONLY", 1, "all", False),
+    ("PIECEWISE", "piecewise", "piecewise", True),
+    ("NONE", "all", "all", False),
+])
+def test_cudagraph_mode_sets_which_batches_replay_graphs(mode, decode_launches, mixed_launches, mixed_padded):
+    launch = 7e-6
+    ex = replace(H100.executor, kernel_launch_s=launch, step_overhead_s=0.0, step_overhead_per_seq_s=0.0,
+                 host_overlaps_device=False, step_gap_s=0.0)
+    m = StepCostModel(SPEC, replace(H100, executor=ex), BF16, 1, cudagraph_mode=mode)
+    piecewise = 2 * SPEC.num_layers + 1  # the pieces between the layers' attention calls
+
+    def launches(expected, cost):
+        return {"all": cost.num_kernels, "piecewise": piecewise}.get(expected, expected) * launch
+
+    decode = step(m, [1] * 9, [10] * 9)
+    assert decode.host_s == pytest.approx(launches(decode_launches, decode))
+    assert decode.padded_num_tokens == (9 if decode_launches == "all" else 16)
+    mixed = step(m, [200, 1], [0, 10])
+    assert mixed.host_s == pytest.approx(launches(mixed_launches, mixed))
+    assert mixed.padded_num_tokens == (208 if mixed_padded else 201)
+    assert m.step_time_s(np.array([200, 1]), np.array([0, 10]), np.array([1, 1])) == pytest.approx(mixed.total_s)
+    beyond = step(m, [600], [0])  # above the largest captured size: no graph in any mode
+    assert beyond.host_s == pytest.approx(beyond.num_kernels * launch) and beyond.padded_num_tokens == 600
+    batches = [(np.array(q), np.array(c), np.ones(len(q), bool)) for q, c in (([1] * 9, [10] * 9), ([200, 1], [0, 10]))]
+    columns = m.breakdown_columns(batches)  # the bulk path: the same floats as step_cost's
+    for i, cost in enumerate((decode, mixed)):
+        assert {name: values[i] for name, values in columns.items() if values[i]} == {
+            name: t for name, t in cost.breakdown_s.items() if t}
+
+
 def test_tensor_parallel_reduces_per_rank_work_and_adds_collectives():
     one, four = step(model(), [512], [0]), step(model(tp=4), [512], [0])
     assert {o.name for o in four.ops} >= {"attn_all_reduce", "mlp_all_reduce"}

@@ -190,3 +190,22 @@ def test_batch_defaults_follow_vllm_0_32() -> None:
     # Without chunked prefill the default budget holds a whole max_model_len prompt.
     assert EngineArgs(enable_chunked_prefill=False, max_model_len=20000).batch_limits(
         spec, 80 * GIB, "h100", False) == (1024, 20000)
+
+
+def test_cudagraph_mode_reaches_the_record_and_contradictions_are_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from roofline.sim.simulator import make_deployment
+
+    assert make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs()).engine_record["cudagraph_mode"] == \
+        "FULL_AND_PIECEWISE"
+    decode_only = make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs(cudagraph_mode="FULL_DECODE_ONLY"))
+    assert decode_only.engine_record["cudagraph_mode"] == "FULL_DECODE_ONLY"
+    assert make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs(enforce_eager=True)).engine_record[
+        "cudagraph_mode"] == "NONE"
+    with pytest.raises(UserError, match="FULL is not modelled"):
+        EngineArgs(cudagraph_mode="FULL")
+    _fails(["simulate", "--num-requests", "3", "--enforce-eager", "--cudagraph-mode", "PIECEWISE"], capsys,
+           "--enforce-eager", "contradicts --cudagraph-mode PIECEWISE", "allowed")
+    cpu = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml"
+    _fails(["simulate", "--num-requests", "3", "--model", "llama-156m", "--hardware", str(cpu), "--enforce-eager"],
+           capsys, "--enforce-eager", "CPU profile", "allowed")

@@ -510,6 +510,9 @@ def test_vllm_serve_lines_use_only_vllm_0_32_flags(small_report: tuple[planner.P
                              best, {})
     assert env.startswith("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 VLLM_FLOAT32_MATMUL_PRECISION=high vllm serve ")
     assert "--moe-backend" not in env
+    graphs = vllm_serve_command("m", EngineArgs(cudagraph_mode="FULL_DECODE_ONLY"), best, {})
+    assert "--compilation-config.cudagraph_mode FULL_DECODE_ONLY" in graphs  # vLLM's dotted config syntax
+    assert "--enforce-eager" in vllm_serve_command("m", EngineArgs(enforce_eager=True), best, {}).split()
     for bad in (["fp8"], ["awq=org/m-AWQ"]):
         with pytest.raises(UserError, match="--checkpoint"):
             parse_checkpoints(bad, "fp8")

@@ -1431,13 +1431,25 @@ class StepCost:
     padded_num_tokens: int = 0
 
 
+# vLLM's cudagraph modes (`roofline.engine_args.CUDAGRAPH_MODE_CHOICES`): the graph a batch of decodes and a batch
+# with prefills replays up to the largest captured size (vllm/v1/cudagraph_dispatcher.py: `decode_mode()` and
+# `mixed_mode()` of vllm/config/compilation.py `CUDAGraphMode`); None: launched from the host.
+_GRAPHS_OF_MODE: dict[str, tuple[str | None, str | None]] = {
+    "FULL_AND_PIECEWISE": ("full", "piecewise"),
+    "FULL_DECODE_ONLY": ("full", None),
+    "PIECEWISE": ("piecewise", "piecewise"),
+    "NONE": (None, None),
+}
+
+
 class StepCostModel:
     """Predicted time of engine steps for one model, device, quantization and TP degree."""
 
     def __init__(self, spec: ModelSpec, hw: HardwareProfile, quant: QuantConfig, tp: int = 1,
-                 cpu_engine: str = DEFAULT_CPU_ENGINE) -> None:
+                 cpu_engine: str = DEFAULT_CPU_ENGINE, cudagraph_mode: str = "FULL_AND_PIECEWISE") -> None:
         """`cpu_engine` (one of `CPU_ENGINES`): whose execution a `kind: cpu` profile describes; GPU profiles
-        ignore it."""
+        ignore it. `cudagraph_mode` (`roofline.engine_args.CUDAGRAPH_MODE_CHOICES`): which batches replay CUDA
+        graphs on a device whose executor captures them (`_host_time_s`)."""
         # The checkpoint's per-module quantization (or --quantization), and the device's MoE kernel padding.
         quant = resolve_for_model(quant, spec)
         check_moe_backend(quant, spec, hw.id, hw.family)
@@ -1454,7 +1466,11 @@ class StepCostModel:
         self._emit_table = _CountTable(self._emit_part)
         ex = hw.executor
         self._graph_sizes = tuple(ex.cuda_graph_batch_sizes)
-        self._max_graph = self._graph_sizes[-1] if ex.mode == "cuda_graphs" else 0
+        graphs = _GRAPHS_OF_MODE[cudagraph_mode] if ex.mode == "cuda_graphs" else (None, None)
+        # The graph that runs a batch of decodes and one with prefills, up to the largest captured size: "full",
+        # "piecewise" or None (launched from the host).
+        self._decode_graph, self._mixed_graph = graphs
+        self._max_graph = self._graph_sizes[-1] if graphs != (None, None) else 0
         self._attn_kernels = attention_kernels(hw.family)
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
         r = self.rank
@@ -1477,7 +1493,7 @@ class StepCostModel:
     def step_cost(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> StepCost:
         """Every operator of the step with its FLOPs, bytes, time and bound, and the step total."""
         stats = self._stats(query_lens, context_lens, emits)
-        padded = self._padded_tokens(stats.num_tokens)
+        padded = self._padded_tokens(stats.num_tokens, stats.num_prefill_seqs > 0)
         ops = self._step_ops(replace(stats, num_tokens=padded))
         k = self.hw.executor.kernels_per_elementwise_op
         costs = tuple(op_cost(self.hw, op, self.quant, k, self.cpu_engine) for op in ops)
@@ -1574,6 +1590,10 @@ class StepCostModel:
         cols, stats = self._stats_columns(steps)
         distinct, inverse = np.unique(cols["num_tokens"].astype(np.int64), return_inverse=True)
         padded = np.array([self._padded_tokens(n) for n in distinct.tolist()], dtype=np.int64)[inverse]
+        if self._mixed_graph != self._decode_graph:  # batches with prefills padded as their own graph pads them
+            mixed = cols["num_prefill_seqs"] > 0
+            padded[mixed] = np.array([self._padded_tokens(n, True) for n in distinct.tolist()],
+                                     dtype=np.int64)[inverse][mixed]
         token_names, token_s, token_k = self._count_columns(token_ops, padded)
         emit_names, emit_s, emit_k = self._count_columns(emit_ops, cols["num_emits"].astype(np.int64))
         attn_names, attn_s, attn_k = self._attention_columns(cols, stats)
@@ -1756,7 +1776,8 @@ class StepCostModel:
         return _OpParts(tuple(names), tuple(times), tuple(kernels))
 
     def _stats_time_s(self, stats: BatchStats) -> float:
-        token_s, token_k = self._token_table.lookup(self._padded_tokens(stats.num_tokens))
+        padded = self._padded_tokens(stats.num_tokens, stats.num_prefill_seqs > 0)
+        token_s, token_k = self._token_table.lookup(padded)
         emit_s, emit_k = self._emit_table.lookup(stats.num_emits)
         attn_s, attn_k = self._attention_s(stats)
         device_s = token_s + emit_s + attn_s
@@ -1791,23 +1812,31 @@ class StepCostModel:
                 kernels += layers
         return t, kernels
 
-    def _padded_tokens(self, num_tokens: int) -> int:
-        """CUDA graphs: a batch of up to the largest captured size runs the graph of the next size up."""
-        if num_tokens == 0 or num_tokens > self._max_graph:
+    def _padded_tokens(self, num_tokens: int, mixed: bool = False) -> int:
+        """CUDA graphs: a batch of up to the largest captured size runs the graph of the next size up (`mixed`: a
+        batch with prefills, unpadded where such a batch runs without graphs)."""
+        if num_tokens == 0 or num_tokens > self._max_graph or (self._mixed_graph is None if mixed
+                                                                 else self._decode_graph is None):
             return num_tokens
         return self._graph_sizes[bisect.bisect_left(self._graph_sizes, num_tokens)]
 
     def _host_s(self, stats: BatchStats, num_kernels: int) -> float:
-        """Host time: per-step overhead plus launches. Graphs: a decode-only batch replays one full graph;
-        a mixed batch replays piecewise graphs between the layers' attention calls, which launch eagerly
-        (vLLM V1 FULL_AND_PIECEWISE)."""
+        """Host time: per-step overhead plus launches. Up to the largest captured size, a batch replays the graph
+        its kind runs in the CUDA-graph mode (vLLM's default FULL_AND_PIECEWISE: one full graph for a batch of
+        decodes; piecewise graphs between the layers' attention calls, which launch from the host, for a batch
+        with prefills); a batch without a graph launches every kernel."""
         return self._host_time_s(stats.num_tokens, stats.num_prefill_seqs, stats.num_decode_seqs, num_kernels)
 
     def _host_time_s(self, num_tokens: int, num_prefill_seqs: int, num_decode_seqs: int, num_kernels: int) -> float:
         """`_host_s` from the counts it reads."""
         ex = self.hw.executor
+        graph = None  # above the largest captured size: no graph
         if 0 < num_tokens <= self._max_graph:
-            launches = 1 if num_prefill_seqs == 0 else 2 * self.rank.layers + 1
+            graph = self._mixed_graph if num_prefill_seqs else self._decode_graph
+        if graph == "full":
+            launches = 1
+        elif graph == "piecewise":
+            launches = 2 * self.rank.layers + 1
         else:
             launches = num_kernels
         return ex.step_overhead_s + launches * ex.kernel_launch_s + ex.step_overhead_per_seq_s * (

@@ -68,6 +68,10 @@ def vllm_serve_command(model: str, engine: EngineArgs, c: ConfigPlan, checkpoint
         args.append("--async-scheduling" if engine.async_scheduling else "--no-async-scheduling")
     if engine.moe_backend == "marlin":
         args += ["--moe-backend", "marlin"]
+    if engine.enforce_eager:
+        args.append("--enforce-eager")
+    elif engine.cudagraph_mode is not None:
+        args += ["--compilation-config.cudagraph_mode", engine.cudagraph_mode]
     # Settings vLLM reads from its environment (`roofline.cost.quant`: no vLLM 0.32 flag for them).
     env = []
     if engine.moe_backend == MXFP8_MOE_BACKEND:
