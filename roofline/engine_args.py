@@ -33,18 +33,10 @@ from roofline.cost.quant import (
     MOE_BACKEND_CHOICES,
     QUANTIZATION_CHOICES,
 )
+from roofline.cost.step_cost import CUDAGRAPH_MODE_CHOICES, DEFAULT_CUDAGRAPH_MODE
 from roofline.errors import UserError
 
 VLLM_VERSION = "0.32.0"
-# vLLM's CompilationConfig.cudagraph_mode (vllm/config/compilation.py `CUDAGraphMode`) as the simulator prices a
-# step's host time (`roofline.cost.step_cost.StepCostModel`): FULL_AND_PIECEWISE (vLLM's default) replays one full
-# graph for a batch of decodes and piecewise graphs, attention launched between them, for a batch with prefills;
-# FULL_DECODE_ONLY runs a batch with prefills without graphs; PIECEWISE uses piecewise graphs for every batch; NONE
-# (also --enforce-eager) none at all. Batches above the largest captured size run without graphs in every mode.
-# FULL is left out: whether its graphs take a batch with prefills depends on the attention backend (vLLM lowers
-# the mode where the backend cannot).
-CUDAGRAPH_MODE_CHOICES = ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "PIECEWISE", "NONE")
-DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
 GIB = 2 ** 30
 BLOCK_SIZE_MULTIPLE = 16
 DEFAULT_BLOCK_SIZE = 16

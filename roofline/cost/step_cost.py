@@ -1431,25 +1431,31 @@ class StepCost:
     padded_num_tokens: int = 0
 
 
-# vLLM's cudagraph modes (`roofline.engine_args.CUDAGRAPH_MODE_CHOICES`): the graph a batch of decodes and a batch
-# with prefills replays up to the largest captured size (vllm/v1/cudagraph_dispatcher.py: `decode_mode()` and
-# `mixed_mode()` of vllm/config/compilation.py `CUDAGraphMode`); None: launched from the host.
+# vLLM's CompilationConfig.cudagraph_mode (vllm/config/compilation.py `CUDAGraphMode`; the flag --cudagraph-mode):
+# the graph a batch of decodes and a batch with prefills replays up to the largest captured size
+# (vllm/v1/cudagraph_dispatcher.py: the mode's `decode_mode()` and `mixed_mode()`), "full" (one launch), "piecewise"
+# (the pieces between the layers' attention calls, attention launched from the host) or None (every kernel launched
+# from the host; also every batch above the largest captured size). FULL_AND_PIECEWISE is vLLM's default;
+# NONE is also --enforce-eager. FULL is left out: whether its graphs take a batch with prefills depends on the
+# attention backend (vLLM lowers the mode where the backend cannot).
 _GRAPHS_OF_MODE: dict[str, tuple[str | None, str | None]] = {
     "FULL_AND_PIECEWISE": ("full", "piecewise"),
     "FULL_DECODE_ONLY": ("full", None),
     "PIECEWISE": ("piecewise", "piecewise"),
     "NONE": (None, None),
 }
+CUDAGRAPH_MODE_CHOICES = tuple(_GRAPHS_OF_MODE)
+DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
 
 
 class StepCostModel:
     """Predicted time of engine steps for one model, device, quantization and TP degree."""
 
     def __init__(self, spec: ModelSpec, hw: HardwareProfile, quant: QuantConfig, tp: int = 1,
-                 cpu_engine: str = DEFAULT_CPU_ENGINE, cudagraph_mode: str = "FULL_AND_PIECEWISE") -> None:
+                 cpu_engine: str = DEFAULT_CPU_ENGINE, cudagraph_mode: str = DEFAULT_CUDAGRAPH_MODE) -> None:
         """`cpu_engine` (one of `CPU_ENGINES`): whose execution a `kind: cpu` profile describes; GPU profiles
-        ignore it. `cudagraph_mode` (`roofline.engine_args.CUDAGRAPH_MODE_CHOICES`): which batches replay CUDA
-        graphs on a device whose executor captures them (`_host_time_s`)."""
+        ignore it. `cudagraph_mode` (`CUDAGRAPH_MODE_CHOICES`): which batches replay CUDA graphs on a device whose
+        executor captures them (`_host_time_s`)."""
         # The checkpoint's per-module quantization (or --quantization), and the device's MoE kernel padding.
         quant = resolve_for_model(quant, spec)
         check_moe_backend(quant, spec, hw.id, hw.family)
