@@ -1472,7 +1472,9 @@ class StepCostModel:
         self._emit_table = _CountTable(self._emit_part)
         ex = hw.executor
         self._graph_sizes = tuple(ex.cuda_graph_batch_sizes)
-        graphs = _GRAPHS_OF_MODE[cudagraph_mode] if ex.mode == "cuda_graphs" else (None, None)
+        # The mode this device runs: NONE where its executor launches every kernel (`executor.mode: eager`).
+        self.cudagraph_mode = cudagraph_mode if ex.mode == "cuda_graphs" else "NONE"
+        graphs = _GRAPHS_OF_MODE[self.cudagraph_mode]
         # The graph that runs a batch of decodes and one with prefills, up to the largest captured size: "full",
         # "piecewise" or None (launched from the host).
         self._decode_graph, self._mixed_graph = graphs
