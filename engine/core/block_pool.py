@@ -148,8 +148,6 @@ class BlockPool:
         self._num_free = 0
         self._num_holes = 0
         self._head = self._tail = 0
-        # Times blocks came back to the free queue (`free`): while it stands still, the free blocks only decrease.
-        self.num_returns = 0
         self._reset_queue(np.arange(1, num_blocks, dtype=np.int64))
         # The prefix cache's chains (module docstring): id -> chain, the ids of the chains starting with a hash,
         # and for each cached block the order of its registration and its chain (0 when it never had one).
@@ -250,7 +248,6 @@ class BlockPool:
         self._pos[ids] = np.arange(tail, tail + len(ids))
         self._tail = tail + len(ids)
         self._num_free += len(ids)
-        self.num_returns += 1
 
     def _prepend(self, ids: np.ndarray) -> None:
         if self._head < len(ids):
@@ -260,7 +257,6 @@ class BlockPool:
         self._pos[ids] = np.arange(head, self._head)
         self._head = head
         self._num_free += len(ids)
-        self.num_returns += 1
 
     # ---- block ids ----
     def allocate(self, n: int) -> list[int]:

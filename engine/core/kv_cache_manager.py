@@ -43,6 +43,8 @@ class KVCacheManager:
         self.pool = BlockPool(cache.num_blocks)
         # vLLM: int(watermark * num_blocks), kept free when admitting waiting or preempted requests.
         self.watermark_blocks = int(watermark * cache.num_blocks)
+        # Free blocks the last allocation that returned False needed (more than there were).
+        self.failed_need = 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -164,10 +166,13 @@ class KVCacheManager:
         num_free = pool.num_free_blocks
         if full_sequence_must_fit:
             num_full = min(num_tokens, self.max_model_len)
-            if -(-num_full // bs) - num_held + num_required_free > num_free:
+            need = -(-num_full // bs) - num_held + num_required_free
+            if need > num_free:
+                self.failed_need = need
                 return False
         num_to_allocate = -(-min(num_computed + num_new_tokens, self.max_model_len) // bs) - num_held
         if num_to_allocate + num_required_free > num_free:
+            self.failed_need = num_to_allocate + num_required_free
             return False
         if num_hit:
             pool.touch_ids(hit_ids)

@@ -332,22 +332,24 @@ class Scheduler:
 class _Blocked:
     """A waiting request whose blocks did not fit, and the state its failure depended on. While that state holds,
     trying it again fails again (`holds`), so the scheduler skips the lookup and the allocation (a fast path:
-    `fast_paths=False` tries every time). Without blocks coming back to the free queue the free blocks only
-    decrease; evictions only shorten a prefix-cache hit, which never lowers what the request needs (each lost hit
-    block is one more to allocate and at most one fewer idle hit to take out of the free queue: the full-sequence
-    check of `scheduler_reserve_full_isl`, which decides whenever it holds; a smaller chunk can need less, so with
-    a hit the failure is carried over only under that check); a larger budget only schedules more tokens. What
-    could make it fit: blocks returned (`BlockPool.num_returns`), a longer hit (a new chain starting with one of
-    its hashes; blocks registered in a chain it compares, which only an open chain takes), a lower threshold,
-    or the watermark no longer applying."""
+    `fast_paths=False` tries every time). It fails again while the free blocks stay below what it needed then
+    (`KVCacheManager.failed_need`), as long as what it needs cannot have dropped: evictions only shorten a
+    prefix-cache hit, which never lowers the need (each lost hit block is one more to allocate and at most one
+    fewer idle hit to take out of the free queue: the full-sequence check of `scheduler_reserve_full_isl`, which
+    decides whenever it holds; a smaller chunk can need less, so with a hit the failure is carried over only under
+    that check); a hit block returned to the free queue is one more idle hit to take out of it; no hit block is
+    taken out of the free queue by anyone else, since no one is admitted past the head; a larger budget only
+    schedules more tokens. What could lower the need: a longer hit (a new chain starting with one of its hashes;
+    blocks registered in a chain it compares, which only an open chain takes), a lower threshold, or the watermark
+    no longer applying."""
 
-    __slots__ = ("req", "num_tokens", "num_returns", "budget", "threshold", "watermark", "first_hash", "num_chains")
+    __slots__ = ("req", "num_tokens", "need", "budget", "threshold", "watermark", "first_hash", "num_chains")
 
-    def __init__(self, req: Request, num_returns: int, budget: int, threshold: int, watermark: bool,
+    def __init__(self, req: Request, need: int, budget: int, threshold: int, watermark: bool,
                  first_hash: int | None, num_chains: int | None) -> None:
         self.req = req
         self.num_tokens = req.num_tokens  # (the same request back at the head later holds more)
-        self.num_returns = num_returns
+        self.need = need
         self.budget = budget
         self.threshold = threshold
         self.watermark = watermark
@@ -368,11 +370,11 @@ class _Blocked:
                         and pool.candidates_closed(req.block_hashes, max_num_blocks)):
                     return None
                 first_hash, num_chains = None, pool.num_chains_made
-        return cls(req, pool.num_returns, budget, threshold, bool(sched.running), first_hash, num_chains)
+        return cls(req, kv.failed_need, budget, threshold, bool(sched.running), first_hash, num_chains)
 
     def holds(self, sched: Scheduler, budget: int, threshold: int) -> bool:
         pool = sched.kv.pool
-        return (pool.num_returns == self.num_returns and self.req.num_tokens == self.num_tokens
+        return (pool.num_free_blocks < self.need and self.req.num_tokens == self.num_tokens
                 and budget >= self.budget and threshold == self.threshold and bool(sched.running) == self.watermark
                 and (self.first_hash is None or not pool.may_hit(self.first_hash))
                 and (self.num_chains is None or pool.num_chains_made == self.num_chains))
