@@ -212,15 +212,26 @@ def test_cuda_graphs_pad_decode_batches():
 
 
 def test_eager_launches_cost_host_time():
-    slow = replace(H100.executor, mode="eager", kernel_launch_s=50e-6, step_overhead_s=0.0,
+    # On a GPU the launches overlap the kernels already running: a step takes the rest of its host work plus the
+    # longer of its launches and its device time, whether or not the host schedules the next step meanwhile.
+    slow = replace(H100.executor, mode="eager", kernel_launch_s=10e-6, step_overhead_s=1e-3,
                    step_overhead_per_seq_s=0.0, host_overlaps_device=False, step_gap_s=0.0)
     hw = replace(H100, executor=slow)
-    cost = step(model(hw=hw), [1], [10])
-    assert cost.host_s == pytest.approx(cost.num_kernels * 50e-6)
-    assert cost.total_s == pytest.approx(cost.device_s + cost.host_s)
+    decode = step(model(hw=hw), [1], [10])
+    assert decode.host_s == pytest.approx(1e-3 + decode.num_kernels * 10e-6)
+    assert decode.num_kernels * 10e-6 > decode.device_s  # launch-bound
+    assert decode.total_s == pytest.approx(decode.host_s)
+    prefill = step(model(hw=hw), [4096], [0])
+    assert prefill.num_kernels * 10e-6 < prefill.device_s  # the launches hide under the kernels
+    assert prefill.total_s == pytest.approx(1e-3 + prefill.device_s)
     overlapped = replace(hw, executor=replace(slow, host_overlaps_device=True))
     c2 = step(model(hw=overlapped), [1], [10])
     assert c2.total_s == pytest.approx(max(c2.device_s, c2.host_s))
+    # On a CPU the ops run on the host one after another: device and host time add.
+    cpu = parse_profile(TEST_CPU_PROFILE, "test")
+    assert not cpu.executor.host_overlaps_device
+    c3 = step(model(hw=cpu), [1], [10])
+    assert c3.total_s == pytest.approx(c3.device_s + c3.host_s)
 
 
 @pytest.mark.parametrize("mode, decode_launches, mixed_launches, mixed_padded", [

@@ -299,9 +299,10 @@ class ExecutorParams:
 
     mode: str = "cuda_graphs"  # eager | cuda_graphs
     cuda_graph_batch_sizes: tuple[int, ...] = _VLLM_CAPTURE_SIZES
-    # The two host times below are ASSUMED round numbers for vLLM on a GPU host, not measured or fitted here (the
-    # operator tables time kernels only, and no GPU step trace was recorded yet): `roofline calibrate --trace` on
-    # a vLLM or engine step trace is how a profile gets real values (benchmarks/gpu_trace.sh).
+    # Defaults for a profile that states none (the GPU families state theirs, with sources: the launch time from
+    # public A/B runs of vLLM's CUDA-graph modes, benchmarks/host_launch_evidence.py). The operator tables time
+    # kernels only; `roofline calibrate --trace` on a vLLM or engine step trace is how a profile gets measured values
+    # (benchmarks/gpu_trace.sh).
     kernel_launch_s: float = 4e-6  # host time to launch one kernel or replay one graph
     step_overhead_s: float = 2e-3  # host time per step: schedule, prepare inputs, sample, bookkeeping
     # Host time per scheduled sequence and step (per-sequence Python in schedule, prepare inputs, block tables,

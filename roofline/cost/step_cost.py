@@ -56,7 +56,9 @@ Per operator (the formulas; parameters are `hw.efficiency`, see `roofline.cost.p
 A step's device time is the sum over its operators; the executor (`hw.executor`) adds host time: eager
 launches cost kernel_launch_s per kernel, CUDA graphs one replay per graph and pad the batch up to the next
 captured size; step_overhead_s per step; with host_overlaps_device the host work hides under the device time
-(total = max, plus the idle gap step_gap_s between steps that overlapping leaves), otherwise it adds.
+(total = max, plus the idle gap step_gap_s between steps that overlapping leaves); otherwise the rest of the host
+work adds, and on a GPU the launches overlap the kernels already launched (total = rest + max(device, launches));
+on a CPU everything adds.
 
 The formulas run unchanged on Python floats (the simulator's scalar path: `_ceil`/`_max` avoid numpy calls on
 floats) and on numpy arrays (fitting thousands of measured shapes). `step_time_s` equals `step_cost().total_s`
@@ -1489,7 +1491,7 @@ class StepCostModel:
         # `decode_step_time_s`'s shortcut applies (`_attention_s` takes its scalar formulas).
         self._plain_decode = hw.kind != "cpu" and not spec.sliding_window
         # `decode_sum_time_s`'s parts that depend on the number of sequences alone, by that number.
-        self._decode_parts: dict[int, tuple[float, float]] = {}
+        self._decode_parts: dict[int, tuple[float, float, float]] = {}
 
     # -- public API --
     def weight_bytes_per_rank(self) -> float:
@@ -1507,8 +1509,8 @@ class StepCostModel:
         costs = tuple(op_cost(self.hw, op, self.quant, k, self.cpu_engine) for op in ops)
         device_s = sum(c.time_s for c in costs)
         num_kernels = sum(c.num_kernels for c in costs)
-        host_s = self._host_s(stats, num_kernels)
-        total_s = self._combine(device_s, host_s)
+        host_s, launch_s = self._host_s(stats, num_kernels)
+        total_s = self._combine(device_s, host_s, launch_s)
         breakdown = {c.name: c.time_s for c in costs}
         breakdown["host_overhead"] = total_s - device_s
         return StepCost(total_s=total_s, device_s=device_s, host_s=host_s, breakdown_s=breakdown, ops=costs,
@@ -1577,12 +1579,12 @@ class StepCostModel:
             token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
             emit_s, emit_k = self._emit_table.lookup(n)
             parts = self._decode_parts[n] = (token_s + emit_s,
-                                             self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
+                                             *self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
         shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, float(context_sum) + n,
                                        self._q_token, self._kv_token, self._attn_kernels)
         # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
         attn_s = float(r.layers * attention_decode_time_s(self.hw, *shape, self.quant.act_dtype, self._kv_fp8))
-        return self._combine(parts[0] + attn_s, parts[1])
+        return self._combine(parts[0] + attn_s, parts[1], parts[2])
 
     def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
         """`step_cost(q, c, e).breakdown_s` of many steps (query, context, emits arrays each) as columns:
@@ -1612,11 +1614,16 @@ class StepCostModel:
         distinct_keys, key_of = _distinct_rows([distinct[inverse], cols["num_prefill_seqs"].astype(np.int64),
                                                 cols["num_decode_seqs"].astype(np.int64),
                                                 np.asarray(kernels, dtype=np.int64)])
-        host_s = np.array([self._host_time_s(t, p, d, k) for t, p, d, k in distinct_keys.tolist()],
-                          dtype=np.float64)[key_of]
+        host_s, launch_s = np.array([self._host_time_s(t, p, d, k) for t, p, d, k in distinct_keys.tolist()],
+                                    dtype=np.float64).reshape(-1, 2)[key_of].T
         device_s = row_sums(times)
         ex = self.hw.executor  # `_combine`, elementwise (the same IEEE operations)
-        total_s = np.maximum(device_s, host_s) + ex.step_gap_s if ex.host_overlaps_device else device_s + host_s
+        if ex.host_overlaps_device:
+            total_s = np.maximum(device_s, host_s) + ex.step_gap_s
+        elif self.hw.kind == "cpu":
+            total_s = device_s + host_s
+        else:
+            total_s = (host_s - launch_s) + np.maximum(device_s, launch_s)
         columns = {name: times[:, j].copy() for j, name in enumerate(names)}
         columns["host_overhead"] = total_s - device_s
         return columns
@@ -1789,7 +1796,7 @@ class StepCostModel:
         emit_s, emit_k = self._emit_table.lookup(stats.num_emits)
         attn_s, attn_k = self._attention_s(stats)
         device_s = token_s + emit_s + attn_s
-        return self._combine(device_s, self._host_s(stats, token_k + emit_k + attn_k))
+        return self._combine(device_s, *self._host_s(stats, token_k + emit_k + attn_k))
 
     # -- internals --
     def _stats(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> BatchStats:
@@ -1828,14 +1835,15 @@ class StepCostModel:
             return num_tokens
         return self._graph_sizes[bisect.bisect_left(self._graph_sizes, num_tokens)]
 
-    def _host_s(self, stats: BatchStats, num_kernels: int) -> float:
-        """Host time: per-step overhead plus launches. Up to the largest captured size, a batch replays the graph
-        its kind runs in the CUDA-graph mode (vLLM's default FULL_AND_PIECEWISE: one full graph for a batch of
-        decodes; piecewise graphs between the layers' attention calls, which launch from the host, for a batch
-        with prefills); a batch without a graph launches every kernel."""
+    def _host_s(self, stats: BatchStats, num_kernels: int) -> tuple[float, float]:
+        """Host time (per-step overhead plus launches) and the launches' part of it. Up to the largest captured
+        size, a batch replays the graph its kind runs in the CUDA-graph mode (vLLM's default FULL_AND_PIECEWISE:
+        one full graph for a batch of decodes; piecewise graphs between the layers' attention calls, which launch
+        from the host, for a batch with prefills); a batch without a graph launches every kernel."""
         return self._host_time_s(stats.num_tokens, stats.num_prefill_seqs, stats.num_decode_seqs, num_kernels)
 
-    def _host_time_s(self, num_tokens: int, num_prefill_seqs: int, num_decode_seqs: int, num_kernels: int) -> float:
+    def _host_time_s(self, num_tokens: int, num_prefill_seqs: int, num_decode_seqs: int, num_kernels: int
+                     ) -> tuple[float, float]:
         """`_host_s` from the counts it reads."""
         ex = self.hw.executor
         graph = None  # above the largest captured size: no graph
@@ -1847,8 +1855,9 @@ class StepCostModel:
             launches = 2 * self.rank.layers + 1
         else:
             launches = num_kernels
-        return ex.step_overhead_s + launches * ex.kernel_launch_s + ex.step_overhead_per_seq_s * (
-            num_decode_seqs + num_prefill_seqs)
+        launch_s = launches * ex.kernel_launch_s
+        return ex.step_overhead_s + launch_s + ex.step_overhead_per_seq_s * (num_decode_seqs + num_prefill_seqs), \
+            launch_s
 
     def _step_ops(self, s: BatchStats) -> list[OpRecord]:
         """`roofline.cost.ops.step_ops`; on a CPU with the attention shapes of `cpu_engine` (`CPU_ENGINES`)."""
@@ -1874,11 +1883,19 @@ class StepCostModel:
             kernels += op.count * op_kernels
         return t, kernels
 
-    def _combine(self, device_s: float, host_s: float) -> float:
-        """Step time from device and host time: overlapped (async scheduling), the slower of the two plus the
-        device idle gap between steps that overlapping leaves (`step_gap_s`); otherwise their sum."""
+    def _combine(self, device_s: float, host_s: float, launch_s: float) -> float:
+        """Step time from device time, host time and the launches' part of the host time. Async scheduling: the
+        host work of the next step overlaps this step's device time, so the slower of the two, plus the device idle
+        gap between steps that overlapping leaves (`step_gap_s`). Otherwise on a GPU the host prepares the step,
+        then launches its kernels while the device runs those already launched (a CUDA launch returns at once), so
+        the launches and the device time overlap: the rest of the host time plus the slower of the two. On a CPU the
+        ops run on the host one after another: the sum."""
         ex = self.hw.executor
-        return max(device_s, host_s) + ex.step_gap_s if ex.host_overlaps_device else device_s + host_s
+        if ex.host_overlaps_device:
+            return max(device_s, host_s) + ex.step_gap_s
+        if self.hw.kind == "cpu":
+            return device_s + host_s
+        return (host_s - launch_s) + max(device_s, launch_s)
 
     def _parts_cost(self, ops: list[OpRecord]) -> tuple[np.ndarray, int]:
         """Summed time (in `op_cost`'s order, so it equals the full path's floats) and kernels of records whose
