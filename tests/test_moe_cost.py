@@ -218,6 +218,21 @@ def test_moe_bandwidth_factor_may_pass_the_dense_gemms_never_the_dram_peak() -> 
     assert decode_s(2.0) == decode_s(at_peak)
 
 
+def test_per_tensor_fp8_experts_cost_a_time_per_touched_expert() -> None:
+    # FlashInfer CUTLASS's grouped GEMMs on Hopper: moe_fp8_expert_fixed_s per touched expert (fitted on the tables'
+    # small token counts); the other formats have no such term.
+    h100 = load_profile("h100-sxm")
+    assert h100.efficiency.moe_fp8_expert_fixed_s > 0
+
+    def moe_s(per_expert_s: float, touched: float, scheme: str) -> float:
+        hw = replace(h100, efficiency=replace(h100.efficiency, moe_fp8_expert_fixed_s=per_expert_s))
+        return float(moe_time_s(hw, 1.0, touched, 2048.0, 768.0, "fp8", 1.0, 2.0, scheme))
+
+    for touched in (8.0, 128.0):
+        assert moe_s(2e-6, touched, "fp8") - moe_s(0.0, touched, "fp8") == pytest.approx(touched * 2e-6)
+        assert moe_s(2e-6, touched, "fp8-block") == moe_s(0.0, touched, "fp8-block")
+
+
 def test_marlin_block_size_m_follows_vllms_rule_on_mean_tokens_per_expert() -> None:
     # vLLM fused_marlin_moe: the first of 8, 16, 32, 48, 64 with M * topk / E / block_size_m < 0.9, else 64.
     assert marlin_moe_block_size_m(7.19) == 8 and marlin_moe_block_size_m(7.2) == 16

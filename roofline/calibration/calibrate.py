@@ -79,7 +79,8 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
       "attention_fp8_kv_bandwidth_factor")),
     ("all_reduce", ("all_reduce",), ("collective_bus_efficiency", "collective_latency_scale", "nccl_bus_efficiency",
                                      "nccl_step_s")),
-    ("moe", ("moe",), ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s")),
+    ("moe", ("moe",), ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s",
+                       "moe_fp8_expert_fixed_s")),
 )
 
 

@@ -60,6 +60,7 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "moe_fixed_s": ("moe_fixed_us", 1e-6, 1e6),
     "moe_fp8_gemm_factor": ("moe_fp8_gemm_factor", 1.0, 1.25),
     "moe_fp8_fixed_s": ("moe_fp8_fixed_us", 1e-6, 1e6),
+    "moe_fp8_expert_fixed_s": ("moe_fp8_expert_fixed_us", 1e-6, 1e6),
     "gemm_fp8_block_factor": ("gemm_fp8_block_factor", 1.0, 1.0),
     "gemm_fp8_block_tile_fixed_k": ("gemm_fp8_block_tile_fixed_k", 1.0, 1e6),
     "act_group_quant_memory_efficiency": ("act_group_quant_memory_efficiency", 1.0, 1.0),
@@ -164,6 +165,10 @@ class EfficiencyParams:
     # is capped at the peak (`roofline.cost.step_cost.moe_time_s`).
     moe_fp8_gemm_factor: float = 0.70
     moe_fp8_fixed_s: float = 20e-6
+    # Its time per touched expert beyond the GEMM roofline: the grouped GEMM's work per group (the expert's problem
+    # and per-tensor scales set up, its tiles' prologue), which the tables show at small token counts (Hopper's
+    # FlashInfer CUTLASS kernel: ~1 us an expert). The default is the fit's start.
+    moe_fp8_expert_fixed_s: float = 1e-6
     # Dense linear layers in the other formats (`roofline.cost.step_cost.linear_time_s`). Block-scaled fp8 (vLLM's
     # DeepGEMM kernel on Hopper and Blackwell): the factor of the per-tensor fp8 GEMM's compute efficiency it reaches;
     # its per-output-tile cost in K elements (a persistent kernel whose TMA-store epilogue overlaps the next tile's
