@@ -929,8 +929,9 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     `scheme` (`roofline.cost.quant` names; None: fp8 for an 8-bit dtype, else bf16) picks the factor of the GEMM
     efficiency and bandwidth they reach and their fixed cost (`roofline.cost.params`):
     bf16 (Triton / FlashInfer) moe_compute_efficiency (compute only) and moe_fixed_s; per-tensor fp8
-    (FlashInfer CUTLASS / TRT-LLM) moe_fp8_*, plus moe_fp8_expert_fixed_s per touched expert; block-scaled fp8 (Triton w8a8 block on Hopper, FlashInfer TRT-LLM
-    on Blackwell with its token tiles, `TRTLLM_MOE_TILES_8BIT`) moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on
+    (FlashInfer CUTLASS / TRT-LLM) moe_fp8_*, plus moe_fp8_expert_fixed_s per touched expert; block-scaled fp8
+    (Triton w8a8 block on Hopper, FlashInfer TRT-LLM on Blackwell with its token tiles, `TRTLLM_MOE_TILES_8BIT`)
+    moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on
     Hopper; TRT-LLM mxfp4-bf16 on Blackwell, `_mxfp4_bf16_moe_s`, which needs `num_tokens`: 4-bit weights
     dequantized in the kernel, bf16 math) moe_w4a16_*;
     NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin
