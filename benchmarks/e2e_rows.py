@@ -90,10 +90,10 @@ class Harness:
 
 # InferenceX's MiniMax-M2.5 recipes for vLLM 0.19.0 on B200 and B300 (`_minimax_0_19`).
 _MINIMAX_0_19_FLAGS: dict[str, object] = dict(kv_cache_dtype="fp8", block_size=32, max_num_batched_tokens="2*ISL",
-                                              enable_prefix_caching=False, gpu_memory_utilization=0.90)
+                                              enable_prefix_caching=False, gpu_memory_utilization=0.90,
+                                              max_cudagraph_capture_size=2048)
 _STREAM_INTERVAL = "--stream-interval 20 (the API server's output batching)"
-_MINIMAX_0_19_NOT_MODELLED = (_STREAM_INTERVAL + "; --max-cudagraph-capture-size 2048 (graphs captured up to 2,048 "
-                              "tokens; the simulator's up to 512)")
+_MINIMAX_0_19_NOT_MODELLED = _STREAM_INTERVAL
 # Before 2026-04-21 the fp8 scripts (and the nightly's) also exported FlashInfer's MNNVL all-reduce backend.
 _MNNVL = "VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl (FlashInfer's all-reduce backend)"
 # The nightly's recipe (08bcde8f1) kept vLLM's capture sizes.
@@ -111,7 +111,8 @@ def _minimax_0_19(system: str, first: str, last: str, before: str, after: str) -
                     after + ": VLLM_FLOAT32_MATMUL_PRECISION=high", _MINIMAX_0_19_NOT_MODELLED))
 
 
-_GPT_OSS_2025_11_NOT_MODELLED = "cuda-graph-sizes 2048 (graphs captured up to 2,048 tokens; the simulator's up to 512)"
+# Their config.yaml's `cuda-graph-sizes: 2048` (vLLM 0.11's one-value form: the largest capture size) is
+# --max-cudagraph-capture-size 2048.
 INFERENCEX_HARNESS: tuple[Harness, ...] = (
     Harness("meta-llama/Llama-3.1-70B", "h100_sxm", None, ("2025-10-29", "2025-10-29"),
             dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False,
@@ -129,18 +130,18 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
             "the FlashInfer all-reduce / attention fusion passes (with no splitting ops: one compiled graph)"),
     Harness("openai/gpt-oss-120b", "h100_sxm", None, ("2025-11-02", "2025-11-02"),
             dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
-                 max_num_seqs="CONC"),
-            "benchmarks/gptoss_fp4_h100_slurm.sh and _docker.sh at e06929c70 (2025-11-01)",
-            _GPT_OSS_2025_11_NOT_MODELLED),
+                 max_num_seqs="CONC", max_cudagraph_capture_size=2048),
+            "benchmarks/gptoss_fp4_h100_slurm.sh and _docker.sh at e06929c70 (2025-11-01): cuda-graph-sizes 2048"),
     Harness("openai/gpt-oss-120b", "h200_sxm", None, ("2025-11-02", "2025-11-02"),
             dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
-                 max_num_seqs="CONC"),
-            "benchmarks/gptoss_fp4_h200_slurm.sh at e06929c70 (2025-11-01)", _GPT_OSS_2025_11_NOT_MODELLED),
+                 max_num_seqs="CONC", max_cudagraph_capture_size=2048),
+            "benchmarks/gptoss_fp4_h200_slurm.sh at e06929c70 (2025-11-01): cuda-graph-sizes 2048"),
     Harness("openai/gpt-oss-120b", "b200_sxm", None, ("2025-11-02", "2025-11-02"),
             dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512,
-                 moe_backend="flashinfer-mxfp4-mxfp8"),
-            "benchmarks/gptoss_fp4_b200_docker.sh at e06929c70 (2025-11-01): VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1",
-            "the FlashInfer all-reduce / attention fusion passes; " + _GPT_OSS_2025_11_NOT_MODELLED),
+                 moe_backend="flashinfer-mxfp4-mxfp8", max_cudagraph_capture_size=2048),
+            "benchmarks/gptoss_fp4_b200_docker.sh at e06929c70 (2025-11-01): VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
+            "cuda-graph-sizes 2048",
+            "the FlashInfer all-reduce / attention fusion passes"),
     Harness("openai/gpt-oss-120b", "h100_sxm", "0.18.0", ("2026-03-27", "2026-03-27"),
             dict(moe_backend="marlin", enable_prefix_caching=False, max_num_batched_tokens=8192,
                  max_num_seqs="CONC"),
@@ -255,14 +256,16 @@ ASSUMPTIONS = (
     "at the row's date, where the simulator expresses them (fp8 KV cache, --async-scheduling, --moe-backend marlin "
     "for VLLM_MXFP4_USE_MARLIN=1, --moe-backend flashinfer-mxfp4-mxfp8 for VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
     "--float32-matmul-precision high for VLLM_FLOAT32_MATMUL_PRECISION=high, --cudagraph-mode for the compilation "
-    "config's cudagraph_mode, --max-num-seqs, "
+    "config's cudagraph_mode, --max-cudagraph-capture-size for `cuda-graph-sizes` / `--max-cudagraph-capture-size` "
+    "(gpt-oss 2025-11, MiniMax-M2.5 0.19), --max-num-seqs, "
     "--max-num-batched-tokens, --block-size, "
     "--gpu-memory-utilization, prefix caching off); the rest is named per row; MiniMax-M2.5 rows whose recipe "
     "enabled expert parallelism whatever moe_ep_size says are skipped as expert-parallel. "
     "Every other row: the defaults of `vllm serve` of the row's version (0.11.2-0.19.0, nightly 2026-04; rows "
     "without a version were measured 2025-10-29 to 2025-12-05, i.e. 0.11-0.12): max_num_batched_tokens 8192, "
     "max_num_seqs 1024, gpu_memory_utilization 0.9, chunked prefill and prefix caching on, block size 16, "
-    "max_model_len from the model's config, KV cache dtype auto. " + AUTO_FIT_NOTE + ": simulated with "
+    "max_model_len from the model's config, KV cache dtype auto, CUDA graphs captured up to min(2 x max_num_seqs, "
+    "512) tokens (1,024 for gpt-oss). " + AUTO_FIT_NOTE + ": simulated with "
     "--max-model-len -1, vLLM's auto-fit to the longest request the KV cache holds (the length does not change "
     "the simulated steps of requests that fit, only the start-up check).",
     "Mean, not median: the file's TTFT/TPOT are the means `vllm bench serve` prints (aiconfigurator's "

@@ -41,6 +41,10 @@ GIB = 2 ** 30
 BLOCK_SIZE_MULTIPLE = 16
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+# vLLM's default ceiling of the CUDA-graph capture sizes (`EngineArgs.cudagraph_capture_sizes`).
+DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE = 512
+# Architectures whose vLLM model config sets the ceiling when the user does not (vllm/model_executor/models/config.py).
+_CAPTURE_SIZE_OF_ARCHITECTURE = {"GptOssForCausalLM": 1024}
 # A host without a scale-up link joins its GPUs over PCIe: a standard server holds up to 8. Beyond one host,
 # tensor parallelism crosses the network, which is not modelled.
 PCIE_HOST_MAX_NUM_GPUS = 8
@@ -56,14 +60,15 @@ AUTO_FIT_MAX_MODEL_LEN = -1  # vLLM's --max-model-len -1
 _ALL = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "gpu_memory_utilization",
         "enable_chunked_prefill", "enable_prefix_caching", "tensor_parallel_size", "dtype", "quantization",
         "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override", "async_scheduling", "moe_backend",
-        "float32_matmul_precision", "cudagraph_mode", "enforce_eager")
+        "float32_matmul_precision", "cudagraph_mode", "enforce_eager", "max_cudagraph_capture_size")
 COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "simulate": _ALL,
     "plan": tuple(f for f in _ALL if f not in ("max_num_seqs", "tensor_parallel_size", "kv_cache_memory_bytes",
                                                "num_gpu_blocks_override")),
     "measure": tuple(f for f in _ALL if f not in ("tensor_parallel_size", "quantization", "kv_cache_dtype",
                                                   "async_scheduling", "moe_backend",
-                                                  "float32_matmul_precision", "cudagraph_mode", "enforce_eager")),
+                                                  "float32_matmul_precision", "cudagraph_mode", "enforce_eager",
+                                                  "max_cudagraph_capture_size")),
 }
 
 
@@ -99,9 +104,13 @@ class EngineArgs:
     # no CUDA graphs (NONE); with another mode given it is a contradiction, refused.
     cudagraph_mode: str | None = None
     enforce_eager: bool = False
+    # vLLM's --max-cudagraph-capture-size: the largest batch (in tokens) that replays a graph; None: vLLM's default,
+    # min(2 x max_num_seqs, 512) (`cudagraph_capture_sizes`).
+    max_cudagraph_capture_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override",
+                     "max_cudagraph_capture_size"):
             value = getattr(self, name)
             if value is not None and not (name == "max_model_len" and value == AUTO_FIT_MAX_MODEL_LEN):
                 _check_positive_int(name, value, " or -1 (auto-fit)" if name == "max_model_len" else "")
@@ -129,6 +138,10 @@ class EngineArgs:
         if self.enforce_eager and self.cudagraph_mode not in (None, "NONE"):
             raise UserError(f"--enforce-eager: runs without CUDA graphs, which contradicts --cudagraph-mode "
                             f"{self.cudagraph_mode}; allowed with --enforce-eager: --cudagraph-mode NONE or unset")
+        if self.max_cudagraph_capture_size is not None and self.resolved_cudagraph_mode == "NONE":
+            given = "--enforce-eager" if self.enforce_eager else "--cudagraph-mode NONE"
+            raise UserError(f"--max-cudagraph-capture-size: {given} captures no CUDA graphs, so a capture size "
+                            f"would be ignored; allowed with {given}: --max-cudagraph-capture-size unset")
 
     @property
     def resolved_cudagraph_mode(self) -> str:
@@ -136,6 +149,28 @@ class EngineArgs:
         if self.enforce_eager:
             return "NONE"
         return self.cudagraph_mode or DEFAULT_CUDAGRAPH_MODE
+
+    def cudagraph_capture_sizes(self, max_num_seqs: int, max_num_batched_tokens: int,
+                                architecture: str = "") -> tuple[int, ...]:
+        """The batch sizes, in tokens, that vLLM 0.32 captures CUDA graphs for (`VllmConfig._set_cudagraph_sizes`,
+        one token per decode): up to a ceiling of --max-cudagraph-capture-size, else min(2 x max_num_seqs, 512)
+        (1,024 for gpt-oss, `GptOssForCausalLMConfig.verify_and_update_config`, as if given), at most
+        max_num_batched_tokens: 1, 2, 4, multiples of 8 below 256, multiples of 16 from 256; then
+        max_num_batched_tokens where the ceiling reaches it, and max_num_seqs where the ceiling is the default and
+        reaches it. (Since vLLM PR #49390 the default is 1,024 on data-center Blackwell: not modelled.)"""
+        given = self.max_cudagraph_capture_size
+        if given is None and architecture in _CAPTURE_SIZE_OF_ARCHITECTURE:
+            given = _CAPTURE_SIZE_OF_ARCHITECTURE[architecture]
+        ceiling = min(given if given is not None else min(2 * max_num_seqs, DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE),
+                      max_num_batched_tokens)
+        sizes = {n for n in (1, 2, 4) if n <= ceiling}
+        sizes.update(range(8, min(ceiling + 1, 256), 8))
+        sizes.update(range(256, ceiling + 1, 16))
+        if max_num_batched_tokens <= ceiling:
+            sizes.add(max_num_batched_tokens)
+        if given is None and max_num_seqs <= ceiling:
+            sizes.add(max_num_seqs)
+        return tuple(sorted(sizes))
 
     def check_model(self, spec: ModelSpec) -> None:
         """`max_model_len` within what vLLM derives from the model's config."""
@@ -157,10 +192,11 @@ class EngineArgs:
             if self.float32_matmul_precision != "highest":
                 raise UserError(f"--float32-matmul-precision: {hw.id} is a CPU profile, whose engines compute in "
                                 f"fp32 as they are; allowed: highest, got {self.float32_matmul_precision}")
-            if self.cudagraph_mode is not None or self.enforce_eager:
-                given = "--enforce-eager" if self.enforce_eager else f"--cudagraph-mode {self.cudagraph_mode}"
+            if self.cudagraph_mode is not None or self.enforce_eager or self.max_cudagraph_capture_size is not None:
+                given = ("--enforce-eager" if self.enforce_eager else f"--cudagraph-mode {self.cudagraph_mode}"
+                         if self.cudagraph_mode is not None else "--max-cudagraph-capture-size")
                 raise UserError(f"{given}: {hw.id} is a CPU profile, whose engines run without CUDA graphs; "
-                                f"allowed: --cudagraph-mode and --enforce-eager unset")
+                                f"allowed: --cudagraph-mode, --enforce-eager and --max-cudagraph-capture-size unset")
             if tp != 1:
                 raise UserError(f"--tensor-parallel-size: {hw.id} is a CPU profile, which models one device; "
                                 f"allowed: 1, got {tp}")
@@ -295,6 +331,10 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
         "enforce_eager": ("--enforce-eager", dict(action="store_true", default=None, help=(
             "vLLM's --enforce-eager: no CUDA graphs, every kernel launched from the host (as --cudagraph-mode "
             "NONE)"))),
+        "max_cudagraph_capture_size": ("--max-cudagraph-capture-size", dict(type=int, default=None, help=(
+            "vLLM's --max-cudagraph-capture-size: the largest batch, in tokens, that replays a CUDA graph (default: "
+            "min(2 x max_num_seqs, 512), at most max_num_batched_tokens; larger batches launch every kernel from "
+            "the host)"))),
     }
     for name in flags:
         flag, kwargs = help_for[name]
@@ -309,11 +349,12 @@ def engine_args_from(args: argparse.Namespace, command: str) -> EngineArgs:
 
 
 def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
-                  gpu_memory_utilization: float | None, async_scheduling: bool, cudagraph_mode: str
-                  ) -> dict[str, object]:
+                  gpu_memory_utilization: float | None, async_scheduling: bool, cudagraph_mode: str,
+                  max_cudagraph_capture_size: int) -> dict[str, object]:
     """The resolved engine configuration as written into summaries and run metadata (`async_scheduling`: the
     device's resolved host/device overlap; `cudagraph_mode`: the one the cost model prices, NONE on a device
-    whose executor runs eagerly)."""
+    whose executor runs eagerly; `max_cudagraph_capture_size`: the largest batch that replays a graph, 0
+    without graphs)."""
     return {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
             "max_model_len": max_model_len, "block_size": engine.block_size,
             "enable_chunked_prefill": engine.enable_chunked_prefill,
@@ -321,7 +362,8 @@ def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens:
             "tensor_parallel_size": engine.tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
             "dtype": engine.dtype, "quantization": engine.quantization, "kv_cache_dtype": engine.kv_cache_dtype,
             "async_scheduling": async_scheduling, "moe_backend": engine.moe_backend,
-            "float32_matmul_precision": engine.float32_matmul_precision, "cudagraph_mode": cudagraph_mode}
+            "float32_matmul_precision": engine.float32_matmul_precision, "cudagraph_mode": cudagraph_mode,
+            "max_cudagraph_capture_size": max_cudagraph_capture_size}
 
 
 def _flag(name: str) -> str:

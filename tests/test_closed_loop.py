@@ -117,7 +117,10 @@ def steps_before_first(result) -> dict[str, int]:  # noqa: ANN001 - a Simulation
 
 # Admission as the engine core sees it: the request reaches it the instant it is sent (no API-server tokenization).
 NO_TOKENIZER = gpu_profile_without_tokenizer("h100-sxm")
-ROOMY = EngineArgs(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=512, num_gpu_blocks_override=400)
+# Every step replays a graph (vLLM's default ceiling, 2 x max_num_seqs, would launch the larger prefill steps kernel by
+# kernel, host-bound on this small model: steps long enough to queue requests past max_num_seqs).
+ROOMY = EngineArgs(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=512, num_gpu_blocks_override=400,
+                   max_cudagraph_capture_size=512)
 
 
 @pytest.mark.parametrize("async_scheduling,lag", [(False, 0), (True, 1)])

@@ -192,6 +192,49 @@ def test_batch_defaults_follow_vllm_0_32() -> None:
         spec, 80 * GIB, "h100", False) == (1024, 20000)
 
 
+def test_cudagraph_capture_sizes_follow_vllm_0_32() -> None:
+    from roofline.cost.params import ExecutorParams
+
+    # vLLM's default: min(2 x max_num_seqs, 512) at most max_num_batched_tokens, on 1, 2, 4 / 8 / 16 strides.
+    assert EngineArgs().cudagraph_capture_sizes(1024, 8192) == ExecutorParams().cuda_graph_batch_sizes
+    assert EngineArgs().cudagraph_capture_sizes(4, 8192) == (1, 2, 4, 8)
+    sizes = EngineArgs().cudagraph_capture_sizes(100, 8192)  # ceiling 200; max_num_seqs off the stride, added
+    assert sizes[-1] == 200 and 100 in sizes and 104 in sizes and 196 not in sizes
+    # Given: the ceiling, strides of 16 from 256, at most the token budget (which is then captured itself).
+    given = EngineArgs(max_cudagraph_capture_size=2048)
+    assert given.cudagraph_capture_sizes(4, 8192)[-3:] == (2016, 2032, 2048)
+    assert given.cudagraph_capture_sizes(4, 1000)[-2:] == (992, 1000)
+    # gpt-oss: vLLM's model config sets 1,024 where the user sets nothing.
+    assert EngineArgs().cudagraph_capture_sizes(4, 8192, "GptOssForCausalLM")[-1] == 1024
+    assert given.cudagraph_capture_sizes(4, 8192, "GptOssForCausalLM")[-1] == 2048
+
+
+def test_max_cudagraph_capture_size_sets_which_batches_replay_graphs(capsys: pytest.CaptureFixture[str]) -> None:
+    from profiles import TEST_CPU_PROFILE
+
+    from roofline.cost.hardware import parse_profile
+    from roofline.sim.simulator import make_deployment
+
+    def prefill(engine: EngineArgs):  # noqa: ANN202 - a StepCost
+        cm = make_deployment("llama-3.1-8b", "h100-sxm", engine).cost_model
+        return cm.step_cost(np.array([1000]), np.array([0]), np.array([True]))
+
+    eager, graphed = prefill(EngineArgs()), prefill(EngineArgs(max_cudagraph_capture_size=1024))
+    layers = load_model("llama-3.1-8b").num_layers
+    launch = make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs()).hw.executor.kernel_launch_s
+    assert eager.padded_num_tokens == 1000 and graphed.padded_num_tokens == 1008
+    assert graphed.host_s < eager.host_s
+    assert graphed.host_s - eager.host_s == pytest.approx(((2 * layers + 1) - eager.num_kernels) * launch)
+    record = make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs(max_num_seqs=64)).engine_record
+    assert record["max_cudagraph_capture_size"] == 128
+    with pytest.raises(UserError, match="--max-cudagraph-capture-size: --enforce-eager captures no CUDA graphs"):
+        EngineArgs(enforce_eager=True, max_cudagraph_capture_size=1024)
+    with pytest.raises(UserError, match="--max-cudagraph-capture-size: must be a positive integer"):
+        EngineArgs(max_cudagraph_capture_size=0)
+    with pytest.raises(UserError, match="--max-cudagraph-capture-size: .* CPU profile"):
+        EngineArgs(max_cudagraph_capture_size=64).check_hardware(parse_profile(TEST_CPU_PROFILE, "test"))
+
+
 def test_cudagraph_mode_reaches_the_record_and_contradictions_are_refused(
         capsys: pytest.CaptureFixture[str]) -> None:
     from roofline.sim.simulator import make_deployment

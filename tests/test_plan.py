@@ -491,13 +491,15 @@ def test_vllm_serve_lines_use_only_vllm_0_32_flags(small_report: tuple[planner.P
     quantized = replace(best, config=replace(best.config, quantization="fp8", kv_cache_dtype="fp8",
                                              max_num_batched_tokens=4096))
     engines = [EngineArgs(), EngineArgs(dtype="bfloat16", enable_prefix_caching=False, enable_chunked_prefill=False,
-                                        max_model_len=4096, gpu_memory_utilization=0.8)]
+                                        max_model_len=4096, gpu_memory_utilization=0.8),
+               EngineArgs(max_cudagraph_capture_size=2048)]
     for engine in engines:
         for serving in (best, quantized):
             line = vllm_serve_command("m", engine, serving, {})
             flags = {w for w in line.split() if w.startswith("--")}
             assert flags <= known, flags - known
             assert f"--tensor-parallel-size {serving.config.tensor_parallel_size}" in line
+    assert "--max-cudagraph-capture-size 2048" in vllm_serve_command("m", engines[2], best, {})
     line = vllm_serve_command("m", engines[1], quantized, {})
     assert "--quantization fp8" in line and "--kv-cache-dtype fp8" in line and "--max-num-batched-tokens 4096" in line
     with_checkpoint = vllm_serve_command("m", engines[1], quantized, parse_checkpoints(["fp8=org/m-FP8"], "fp8"))

@@ -1457,10 +1457,12 @@ class StepCostModel:
     """Predicted time of engine steps for one model, device, quantization and TP degree."""
 
     def __init__(self, spec: ModelSpec, hw: HardwareProfile, quant: QuantConfig, tp: int = 1,
-                 cpu_engine: str = DEFAULT_CPU_ENGINE, cudagraph_mode: str = DEFAULT_CUDAGRAPH_MODE) -> None:
+                 cpu_engine: str = DEFAULT_CPU_ENGINE, cudagraph_mode: str = DEFAULT_CUDAGRAPH_MODE,
+                 capture_sizes: tuple[int, ...] | None = None) -> None:
         """`cpu_engine` (one of `CPU_ENGINES`): whose execution a `kind: cpu` profile describes; GPU profiles
         ignore it. `cudagraph_mode` (`CUDAGRAPH_MODE_CHOICES`): which batches replay CUDA graphs on a device whose
-        executor captures them (`_host_time_s`)."""
+        executor captures them (`_host_time_s`); `capture_sizes`: the batch sizes they are captured for (None: the
+        profile's `executor.cuda_graph_batch_sizes`; `roofline.engine_args.EngineArgs.cudagraph_capture_sizes`)."""
         # The checkpoint's per-module quantization (or --quantization), and the device's MoE kernel padding.
         quant = resolve_for_model(quant, spec)
         check_moe_backend(quant, spec, hw.id, hw.family)
@@ -1476,7 +1478,7 @@ class StepCostModel:
         self._token_table = _CountTable(self._token_part)
         self._emit_table = _CountTable(self._emit_part)
         ex = hw.executor
-        self._graph_sizes = tuple(ex.cuda_graph_batch_sizes)
+        self._graph_sizes = tuple(ex.cuda_graph_batch_sizes if capture_sizes is None else capture_sizes)
         # The mode this device runs: NONE where its executor launches every kernel (`executor.mode: eager`).
         self.cudagraph_mode = cudagraph_mode if ex.mode == "cuda_graphs" else "NONE"
         graphs = _GRAPHS_OF_MODE[self.cudagraph_mode]
@@ -1484,6 +1486,7 @@ class StepCostModel:
         # "piecewise" or None (launched from the host).
         self._decode_graph, self._mixed_graph = graphs
         self._max_graph = self._graph_sizes[-1] if graphs != (None, None) else 0
+        self.max_capture_size = self._max_graph  # the largest batch that replays a graph (0: none does)
         self._attn_kernels = attention_kernels(hw.family)
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
         r = self.rank

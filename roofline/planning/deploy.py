@@ -72,6 +72,8 @@ def vllm_serve_command(model: str, engine: EngineArgs, c: ConfigPlan, checkpoint
         args.append("--enforce-eager")
     elif engine.cudagraph_mode is not None:
         args += ["--compilation-config.cudagraph_mode", engine.cudagraph_mode]
+    if engine.max_cudagraph_capture_size is not None:
+        args += ["--max-cudagraph-capture-size", str(engine.max_cudagraph_capture_size)]
     # Settings vLLM reads from its environment (`roofline.cost.quant`: no vLLM 0.32 flag for them).
     env = []
     if engine.moe_backend == MXFP8_MOE_BACKEND:

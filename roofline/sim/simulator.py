@@ -111,11 +111,13 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
                                   kv_cache_dtype=engine.kv_cache_dtype, model_dtype=spec.torch_dtype,
                                   moe_backend=engine.moe_backend,
                                   float32_matmul_precision=engine.float32_matmul_precision)
-    cost_model = StepCostModel(spec, hw, quant, engine.tensor_parallel_size, cpu_engine=cpu_engine,
-                               cudagraph_mode=engine.resolved_cudagraph_mode)
-    max_model_len = engine.resolved_max_model_len(spec)
     max_num_seqs, max_num_batched_tokens = engine.batch_limits(spec, hw.memory_capacity_bytes,
                                                                f"{hw.id} {hw.name}", is_cpu=False)
+    capture_sizes = (engine.cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, spec.architecture)
+                     if hw.kind != "cpu" and hw.executor.mode == "cuda_graphs" else None)
+    cost_model = StepCostModel(spec, hw, quant, engine.tensor_parallel_size, cpu_engine=cpu_engine,
+                               cudagraph_mode=engine.resolved_cudagraph_mode, capture_sizes=capture_sizes)
+    max_model_len = engine.resolved_max_model_len(spec)
     cost_model.expect_max_num_tokens(max_num_batched_tokens)
     gpu_memory_utilization = (engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None
                               else DEFAULT_GPU_MEMORY_UTILIZATION)
@@ -137,7 +139,7 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     except ValueError as exc:
         raise UserError(f"engine configuration: {exc}") from None
     record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization,
-                           hw.executor.host_overlaps_device, cost_model.cudagraph_mode)
+                           hw.executor.host_overlaps_device, cost_model.cudagraph_mode, cost_model.max_capture_size)
     return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record)
 
 
