@@ -112,7 +112,10 @@ def _minimax_0_19(system: str, first: str, last: str, before: str, after: str) -
 
 
 # Their config.yaml's `cuda-graph-sizes: 2048` (vLLM 0.11's one-value form: the largest capture size) is
-# --max-cudagraph-capture-size 2048.
+# --max-cudagraph-capture-size 2048; vLLM 0.11.0 (the release of the rows' date) caps it at 992 where FlashAttention
+# 3 runs the full graphs, i.e. on Hopper (SemiAnalysisAI/InferenceX#117, quoting vllm/model_executor/models/config.py
+# at 6c728f777; the cap went with vllm-project/vllm#27840, 2025-11).
+_GPT_OSS_2025_11_SOURCE = "cuda-graph-sizes 2048 (992 on Hopper: vLLM 0.11.0's FlashAttention-3 cap)"
 INFERENCEX_HARNESS: tuple[Harness, ...] = (
     Harness("meta-llama/Llama-3.1-70B", "h100_sxm", None, ("2025-10-29", "2025-10-29"),
             dict(kv_cache_dtype="fp8", async_scheduling=True, enable_prefix_caching=False,
@@ -130,12 +133,12 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
             "the FlashInfer all-reduce / attention fusion passes (with no splitting ops: one compiled graph)"),
     Harness("openai/gpt-oss-120b", "h100_sxm", None, ("2025-11-02", "2025-11-02"),
             dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
-                 max_num_seqs="CONC", max_cudagraph_capture_size=2048),
-            "benchmarks/gptoss_fp4_h100_slurm.sh and _docker.sh at e06929c70 (2025-11-01): cuda-graph-sizes 2048"),
+                 max_num_seqs="CONC", max_cudagraph_capture_size=992),
+            "benchmarks/gptoss_fp4_h100_slurm.sh and _docker.sh at e06929c70 (2025-11-01): " + _GPT_OSS_2025_11_SOURCE),
     Harness("openai/gpt-oss-120b", "h200_sxm", None, ("2025-11-02", "2025-11-02"),
             dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192,
-                 max_num_seqs="CONC", max_cudagraph_capture_size=2048),
-            "benchmarks/gptoss_fp4_h200_slurm.sh at e06929c70 (2025-11-01): cuda-graph-sizes 2048"),
+                 max_num_seqs="CONC", max_cudagraph_capture_size=992),
+            "benchmarks/gptoss_fp4_h200_slurm.sh at e06929c70 (2025-11-01): " + _GPT_OSS_2025_11_SOURCE),
     Harness("openai/gpt-oss-120b", "b200_sxm", None, ("2025-11-02", "2025-11-02"),
             dict(async_scheduling=True, enable_prefix_caching=False, max_num_batched_tokens=8192, max_num_seqs=512,
                  moe_backend="flashinfer-mxfp4-mxfp8", max_cudagraph_capture_size=2048),
