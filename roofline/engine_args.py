@@ -333,8 +333,8 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
             "NONE)"))),
         "max_cudagraph_capture_size": ("--max-cudagraph-capture-size", dict(type=int, default=None, help=(
             "vLLM's --max-cudagraph-capture-size: the largest batch, in tokens, that replays a CUDA graph (default: "
-            "min(2 x max_num_seqs, 512), at most max_num_batched_tokens; larger batches launch every kernel from "
-            "the host)"))),
+            "min(2 x max_num_seqs, 512), 1,024 for gpt-oss; at most max_num_batched_tokens, as vLLM truncates it; "
+            "larger batches launch every kernel from the host)"))),
     }
     for name in flags:
         flag, kwargs = help_for[name]
