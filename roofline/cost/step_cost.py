@@ -1486,7 +1486,6 @@ class StepCostModel:
         # "piecewise" or None (launched from the host).
         self._decode_graph, self._mixed_graph = graphs
         self._max_graph = self._graph_sizes[-1] if graphs != (None, None) else 0
-        self.max_capture_size = self._max_graph  # the largest batch that replays a graph (0: none does)
         self._attn_kernels = attention_kernels(hw.family)
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
         r = self.rank
@@ -1500,6 +1499,11 @@ class StepCostModel:
         self._decode_parts: dict[int, tuple[float, float, float]] = {}
 
     # -- public API --
+    @property
+    def max_capture_size(self) -> int:
+        """The largest batch, in tokens, that replays a CUDA graph (0: none does)."""
+        return self._max_graph
+
     def weight_bytes_per_rank(self) -> float:
         return weight_bytes_per_rank(self.spec, self.quant, self.tp)
 
@@ -1623,13 +1627,7 @@ class StepCostModel:
         host_s, launch_s = np.array([self._host_time_s(t, p, d, k) for t, p, d, k in distinct_keys.tolist()],
                                     dtype=np.float64).reshape(-1, 2)[key_of].T
         device_s = row_sums(times)
-        ex = self.hw.executor  # `_combine`, elementwise (the same IEEE operations)
-        if ex.host_overlaps_device:
-            total_s = np.maximum(device_s, host_s) + ex.step_gap_s
-        elif self.hw.kind == "cpu":
-            total_s = device_s + host_s
-        else:
-            total_s = (host_s - launch_s) + np.maximum(device_s, launch_s)
+        total_s = self._combine(device_s, host_s, launch_s)  # elementwise: the same IEEE operations
         columns = {name: times[:, j].copy() for j, name in enumerate(names)}
         columns["host_overhead"] = total_s - device_s
         return columns
@@ -1889,19 +1887,19 @@ class StepCostModel:
             kernels += op.count * op_kernels
         return t, kernels
 
-    def _combine(self, device_s: float, host_s: float, launch_s: float) -> float:
+    def _combine(self, device_s: Any, host_s: Any, launch_s: Any) -> Any:
         """Step time from device time, host time and the launches' part of the host time. Async scheduling: the
         host work of the next step overlaps this step's device time, so the slower of the two, plus the device idle
         gap between steps that overlapping leaves (`step_gap_s`). Otherwise on a GPU the host prepares the step,
         then launches its kernels while the device runs those already launched (a CUDA launch returns at once), so
         the launches and the device time overlap: the rest of the host time plus the slower of the two. On a CPU the
-        ops run on the host one after another: the sum."""
+        ops run on the host one after another: the sum. Floats or arrays (`breakdown_columns`), elementwise."""
         ex = self.hw.executor
         if ex.host_overlaps_device:
-            return max(device_s, host_s) + ex.step_gap_s
+            return _max(device_s, host_s) + ex.step_gap_s
         if self.hw.kind == "cpu":
             return device_s + host_s
-        return (host_s - launch_s) + max(device_s, launch_s)
+        return (host_s - launch_s) + _max(device_s, launch_s)
 
     def _parts_cost(self, ops: list[OpRecord]) -> tuple[np.ndarray, int]:
         """Summed time (in `op_cost`'s order, so it equals the full path's floats) and kernels of records whose
