@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from roofline.calibration.calibrate import L2_PARAMS, OP_TABLE_STAGES, SPLIT_SEED, stage_params
+from roofline.calibration.calibrate import FITTED_ELSEWHERE, L2_PARAMS, OP_TABLE_STAGES, SPLIT_SEED, stage_params
 from roofline.calibration.families import (
     MAX_TRAIN_ROWS_PER_KIND,
     REPORTED_KINDS,
@@ -144,7 +144,9 @@ def fit_one_family(family: str, members: dict[str, str]) -> dict[str, Any]:
     tables = {system: load_op_tables(system) for system in chips}
     others = {system: load_op_tables(system, kernels="other") for system in chips}
     train, test = split_tables(tables)
-    start = EfficiencyParams()
+    # The parameters another fit gives the family (`FITTED_ELSEWHERE`) start, and stay, at the family profile's values.
+    kept = FITTED_ELSEWHERE.get(family, ())
+    start = replace(EfficiencyParams(), **{p: getattr(next(iter(chips.values())).efficiency, p) for p in kept})
     t0 = time.perf_counter()
     result = fit_family(chips, train, start)
     print(f"{family}: fit {result.fit_seconds:.1f} s on {', '.join(chips)}", file=sys.stderr)

@@ -233,6 +233,36 @@ def test_per_tensor_fp8_experts_cost_a_time_per_touched_expert() -> None:
         assert moe_s(2e-6, touched, "fp8-block") == moe_s(0.0, touched, "fp8-block")
 
 
+def test_per_tensor_fp8_experts_stream_weights_no_faster_than_the_kernels_rate() -> None:
+    # Hopper's FlashInfer CUTLASS per-tensor fp8 MoE streams the touched experts' weights at a rate its HBM does not
+    # set (the tables: 1.57 / 1.58 us per MB at one token on H100 / H200): the grouped GEMMs take at least
+    # touched x 3 x hidden x inter bytes over `moe_fp8_weight_rate`, the same on both chips; without the limit (the
+    # default) H200's bandwidth would make it faster (on H100 the fitted bandwidth factor alone is about as slow).
+    h100, h200 = load_profile("h100-sxm"), load_profile("h200-sxm")
+    rate = h100.efficiency.moe_fp8_weight_rate
+    assert rate == h200.efficiency.moe_fp8_weight_rate < h100.memory_bandwidth_bytes_per_s
+    touched, hidden, inter = 8.0, 6144.0, 2048.0
+
+    def moe_s(hw, weight_rate: float, scheme: str = "fp8") -> float:
+        hw = replace(hw, efficiency=replace(hw.efficiency, moe_fp8_weight_rate=weight_rate))
+        return float(moe_time_s(hw, 1.0, touched, hidden, inter, "fp8", 1.0, 2.0, scheme))
+
+    weights_s = touched * 3 * hidden * inter / rate
+    e = h100.efficiency
+    for hw in (h100, h200):
+        assert moe_s(hw, rate) >= weights_s + e.moe_fp8_fixed_s + touched * e.moe_fp8_expert_fixed_s
+        assert moe_s(hw, rate, "fp8-block") == moe_s(hw, 1e15, "fp8-block")  # per-tensor fp8 only
+    assert moe_s(h200, rate) > moe_s(h200, 1e15)  # binding at one token
+    assert moe_s(h200, rate) == pytest.approx(moe_s(h100, rate), rel=0.05)
+    assert moe_s(h200, rate) <= moe_s(h100, rate)
+
+
+def test_a_weight_rate_of_zero_is_refused() -> None:
+    from roofline.cost.params import EfficiencyParams
+    with pytest.raises(UserError, match="moe_fp8_weight_rate_tb_per_s"):
+        EfficiencyParams.from_dict({"moe_fp8_weight_rate_tb_per_s": 0}, "hopper.efficiency")
+
+
 def test_marlin_block_size_m_follows_vllms_rule_on_mean_tokens_per_expert() -> None:
     # vLLM fused_marlin_moe: the first of 8, 16, 32, 48, 64 with M * topk / E / block_size_m < 0.9, else 64.
     assert marlin_moe_block_size_m(7.19) == 8 and marlin_moe_block_size_m(7.2) == 16

@@ -88,12 +88,19 @@ def stage_params(params: Sequence[str], family: str | None, l2_known: bool = Tru
     """The parameters of a stage that the kernels of `family` read (`unused_efficiency_params`: NCCL's ring only
     where vLLM runs it) and the tables' measurement condition reads (l2_bandwidth_factor: only where a chip's L2
     capacity is known, `l2_known`, `roofline.calibration.fit.l2_resident_rows`); the others are not fitted and
-    keep their starting values."""
-    unused = unused_efficiency_params(family) | (frozenset() if l2_known else frozenset(L2_PARAMS))
+    keep their starting values, as do those another fit gives the family (`FITTED_ELSEWHERE`)."""
+    unused = (unused_efficiency_params(family) | (frozenset() if l2_known else frozenset(L2_PARAMS))
+              | frozenset(FITTED_ELSEWHERE.get(family or "", ())))
     return tuple(p for p in params if p not in unused)
 
 
 L2_PARAMS = ("l2_bandwidth_factor",)
+# Parameters a family's operator-table stages leave at the family profile's values, by family: Hopper's per-tensor
+# fp8 MoE (FlashInfer CUTLASS), fitted jointly over H100 and H200 by benchmarks/moe_accuracy.py (`_fit_fp8_joint`)
+# on the tables' TP-sliced experts too, with its weight rate, which the MoE stage's rows (TP = 1) cannot separate
+# from its fixed costs.
+FITTED_ELSEWHERE = {"hopper": ("moe_fp8_gemm_factor", "moe_fp8_fixed_s", "moe_fp8_expert_fixed_s",
+                               "moe_fp8_weight_rate")}
 
 
 def fit_stage(samples: Sequence[Sample], profile: HardwareProfile, params: Sequence[str],

@@ -61,6 +61,7 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "moe_fp8_gemm_factor": ("moe_fp8_gemm_factor", 1.0, 1.25),
     "moe_fp8_fixed_s": ("moe_fp8_fixed_us", 1e-6, 1e6),
     "moe_fp8_expert_fixed_s": ("moe_fp8_expert_fixed_us", 1e-6, 1e6),
+    "moe_fp8_weight_rate": ("moe_fp8_weight_rate_tb_per_s", 1e12, 1e3),
     "gemm_fp8_block_factor": ("gemm_fp8_block_factor", 1.0, 1.0),
     "gemm_fp8_block_tile_fixed_k": ("gemm_fp8_block_tile_fixed_k", 1.0, 1e6),
     "act_group_quant_memory_efficiency": ("act_group_quant_memory_efficiency", 1.0, 1.0),
@@ -90,6 +91,8 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
 }
 # Fields whose lowest allowed value is 1 (a soft-max exponent; a rate never below the DRAM rate).
 _AT_LEAST_ONE = ("overlap_exponent", "l2_bandwidth_factor")
+# Absolute rates (bytes per second): positive, at least 1 GB/s (0.001 TB/s in YAML).
+_RATES = ("moe_fp8_weight_rate",)
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,12 @@ class EfficiencyParams:
     # and per-tensor scales set up, its tiles' prologue), which the tables show at small token counts (Hopper's
     # FlashInfer CUTLASS kernel: ~1 us an expert). The default is the fit's start.
     moe_fp8_expert_fixed_s: float = 1e-6
+    # The rate, in bytes per second, at which its grouped GEMMs stream the touched experts' weights at most, whatever
+    # the chip's DRAM: a property of the kernel, not of HBM. The tables show it on Hopper (FlashInfer CUTLASS): at one
+    # token the time grows by 1.57 us per MB of touched expert weights on H100 and 1.58 on H200 (0.64 TB/s, a fifth
+    # and a seventh of their HBM peaks), so the DRAM roofline with a factor relative to each chip's bandwidth cannot
+    # describe both. Default 1,000 TB/s: no limit (the families' MoE stage fits it).
+    moe_fp8_weight_rate: float = 1e15
     # Dense linear layers in the other formats (`roofline.cost.step_cost.linear_time_s`). Block-scaled fp8 (vLLM's
     # DeepGEMM kernel on Hopper and Blackwell): the factor of the per-tensor fp8 GEMM's compute efficiency it reaches;
     # its per-output-tile cost in K elements (a persistent kernel whose TMA-store epilogue overlaps the next tile's
@@ -271,7 +280,7 @@ class EfficiencyParams:
 def efficiency_bounds(name: str) -> tuple[float, float]:
     """(lowest, highest) allowed value of an `EfficiencyParams` field in SI units (what `from_dict` accepts)."""
     _, scale, hi = _EFFICIENCY_YAML[name]
-    lo = 1.0 if name in _AT_LEAST_ONE else (1e-3 if hi == 1.0 else 0.0)  # a zero efficiency: infinite time
+    lo = 1.0 if name in _AT_LEAST_ONE else (1e-3 if hi == 1.0 or name in _RATES else 0.0)  # zero: infinite time
     return lo * scale, hi * scale
 
 

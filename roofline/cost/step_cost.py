@@ -929,7 +929,8 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     `scheme` (`roofline.cost.quant` names; None: fp8 for an 8-bit dtype, else bf16) picks the factor of the GEMM
     efficiency and bandwidth they reach and their fixed cost (`roofline.cost.params`):
     bf16 (Triton / FlashInfer) moe_compute_efficiency (compute only) and moe_fixed_s; per-tensor fp8
-    (FlashInfer CUTLASS / TRT-LLM) moe_fp8_*, plus moe_fp8_expert_fixed_s per touched expert; block-scaled fp8
+    (FlashInfer CUTLASS / TRT-LLM) moe_fp8_*, its grouped GEMMs no faster than streaming the touched experts'
+    weights at moe_fp8_weight_rate, plus moe_fp8_expert_fixed_s per touched expert; block-scaled fp8
     (Triton w8a8 block on Hopper, FlashInfer TRT-LLM on Blackwell with its token tiles, `TRTLLM_MOE_TILES_8BIT`)
     moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on
     Hopper; TRT-LLM mxfp4-bf16 on Blackwell, `_mxfp4_bf16_moe_s`, which needs `num_tokens`: 4-bit weights
@@ -982,8 +983,10 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
         return _marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw) + act + fixed_s
     up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **kw)
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
-    if scheme == "fp8":  # per-tensor fp8's grouped GEMMs: a time per touched expert (moe_fp8_expert_fixed_s)
-        return up + down + act + fixed_s + touched * e.moe_fp8_expert_fixed_s
+    if scheme == "fp8":  # per-tensor fp8's grouped GEMMs: weights streamed at most at moe_fp8_weight_rate, and a
+        # time per touched expert (moe_fp8_expert_fixed_s)
+        weights_s = touched * 3.0 * hidden * inter * weight_bytes_per_param / e.moe_fp8_weight_rate
+        return _max(up + down, weights_s) + act + fixed_s + touched * e.moe_fp8_expert_fixed_s
     return up + down + act + fixed_s
 
 
