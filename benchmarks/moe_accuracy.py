@@ -9,8 +9,9 @@ kernel vLLM runs by default for each format (the one with the most rows; for MXF
 bf16, per-tensor fp8, fp8-block (128x128), NVFP4, MXFP4 (W4A16).
 
 Split by shape: a shape (hidden, inter, topk, experts, moe_tp) is held out when a hash of it is 0 mod 5; every
-token count of a shape goes to the same side. bf16 and fp8 are judged with the profile's own (family-fitted)
-parameters; for fp8-block, MXFP4 and NVFP4 this script fits the three parameters of the format
+token count of a shape goes to the same side. bf16 and per-tensor fp8 are judged with the profile's own
+(family-fitted) parameters, except on Hopper, whose two GPUs this script fits jointly (`_fit_joint`: one set per
+format, shipped in the family file); for fp8-block, MXFP4 and NVFP4 this script fits the three parameters of the format
 (`moe_<format>_gemm_factor`, `_bandwidth_factor`, `_fixed_s`, `roofline.cost.params`) per GPU on the balanced training
 shapes (Nelder-Mead on the median absolute log error from `FIT_STARTS`; the bandwidth factor up to `bandwidth_cap`,
 the DRAM peak) and prints them; the held-out shapes judge them. MXFP4 on Blackwell (FlashInfer's TRT-LLM mxfp4-bf16
@@ -233,14 +234,14 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
     rows = []
     tables = {gpu: load_table(gpu) for gpu in gpus}
     trtllm_w4a16 = _fit_trtllm_w4a16(gpus, tables, routing, bandwidth_max)
-    fp8_joint = _fit_fp8_joint(gpus, tables, routing)
+    joint = _fit_joint(gpus, tables, routing)
     for gpu in gpus:
         hw = load_profile(GPUS[gpu])
         for scheme, d in tables[gpu].groupby("scheme"):
             params = {}
-            if scheme == "fp8" and gpu in fp8_joint:
-                hw_s = with_fp8_params(hw, fp8_joint[gpu])
-                params = _fp8_params(fp8_joint[gpu])
+            if (gpu, scheme) in joint:
+                hw_s = with_values(hw, joint[gpu, scheme])
+                params = _yaml_values(joint[gpu, scheme])
             elif scheme in FITTED:
                 factor, bw, fixed_s = trtllm_w4a16[gpu][0] if scheme == "mxfp4" and gpu in trtllm_w4a16 else fit(
                     hw, d[~d.held_out & (d.distribution == "balanced")], scheme, routing, bandwidth_max)
@@ -266,57 +267,68 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
     return rows
 
 
-# Per-tensor fp8 experts on Hopper (vLLM's FlashInfer CUTLASS fused MoE, one kernel on H100 and H200): fitted here
-# jointly over the family's GPUs, one parameter set (`_fit_fp8_joint`), and shipped in
+# bf16 (Triton) and per-tensor fp8 (FlashInfer CUTLASS) experts on Hopper, one kernel each on H100 and H200: fitted
+# here jointly over the family's GPUs, one parameter set per format (`_fit_joint`), and shipped in
 # hardware_profiles/families/<family>.yaml, where the families' MoE stage (benchmarks/gpu_profiles.py, TP = 1 rows
-# only) fits the other families' fp8 experts. The kernel streams the touched experts' weights at a rate its HBM does
-# not set (`roofline.cost.params.EfficiencyParams.moe_fp8_weight_rate`), which that stage's rows, full-width experts
-# only, cannot separate from its fixed costs: fitted there the rate made H100's held-out fp8 cells worse here
-# (14 -> 17-19 %).
-FP8_JOINT_FAMILIES = {"hopper": ("h100_sxm", "h200_sxm")}
-# Nelder-Mead starts: (compute factor, fixed us, us per touched expert, us per MB of touched expert weights).
-FP8_FIT_STARTS = ((0.25, 150.0, 0.65, 1.0), (0.5, 40.0, 0.5, 1.5), (0.3, 60.0, 0.0, 1.2))
+# only) fits the other families' bf16 and fp8 experts. Its rows have no TP-sliced (narrow) experts: fitted there,
+# the per-tensor fp8 weight rate (`roofline.cost.params.EfficiencyParams.moe_fp8_weight_rate`, which the HBM does not
+# set) made H100's held-out fp8 cells here worse (14 -> 17-19 %), and the bf16 values held H200's power-law cells out
+# at 16.8-16.9 %.
+JOINT_FAMILIES = {"hopper": ("h100_sxm", "h200_sxm")}
+# Per format: the fitted fields (`EfficiencyParams`), each with its Nelder-Mead coordinate's range and its value from
+# that coordinate (the weight rate is searched as us per MB of touched expert weights), and the starts.
+JOINT_FIELDS: dict[str, tuple[tuple[str, tuple[float, float], Callable[[float], float]], ...]] = {
+    "none": (("moe_compute_efficiency", (0.02, 1.0), float), ("moe_fixed_s", (0.0, 500.0), lambda us: us * 1e-6)),
+    "fp8": (("moe_fp8_gemm_factor", (0.02, 1.0), float), ("moe_fp8_fixed_s", (0.0, 500.0), lambda us: us * 1e-6),
+            ("moe_fp8_expert_fixed_s", (0.0, 50.0), lambda us: us * 1e-6),
+            ("moe_fp8_weight_rate", (1e-3, 10.0), lambda us_per_mb: 1e12 / us_per_mb)),
+}
+JOINT_STARTS = {"none": ((0.8, 14.0), (0.5, 25.0), (0.3, 40.0)),
+                "fp8": ((0.25, 150.0, 0.65, 1.0), (0.5, 40.0, 0.5, 1.5), (0.3, 60.0, 0.0, 1.2))}
+# The fields as the family files write them (`roofline.cost.params`): YAML key, scale from SI.
+_YAML_UNITS = {"moe_compute_efficiency": ("moe_compute_efficiency", 1.0), "moe_fixed_s": ("moe_fixed_us", 1e6),
+               "moe_fp8_gemm_factor": ("moe_fp8_gemm_factor", 1.0), "moe_fp8_fixed_s": ("moe_fp8_fixed_us", 1e6),
+               "moe_fp8_expert_fixed_s": ("moe_fp8_expert_fixed_us", 1e6),
+               "moe_fp8_weight_rate": ("moe_fp8_weight_rate_tb_per_s", 1e-12)}
 
 
-def _fp8_clip(x: np.ndarray) -> tuple[float, float, float, float]:
-    """(compute factor, fixed s, s per touched expert, weight rate in bytes/s) from the Nelder-Mead vector."""
-    return (float(np.clip(x[0], 0.02, 1.0)), float(np.clip(x[1], 0.0, 500.0)) * 1e-6,
-            float(np.clip(x[2], 0.0, 50.0)) * 1e-6, 1e12 / float(np.clip(x[3], 1e-3, 10.0)))
+def _joint_values(scheme: str, x: np.ndarray) -> dict[str, float]:
+    """The format's `EfficiencyParams` values (SI) from a Nelder-Mead vector, each coordinate clipped to its range."""
+    return {name: convert(float(np.clip(v, *bounds))) for (name, bounds, convert), v in zip(JOINT_FIELDS[scheme], x)}
 
 
-def with_fp8_params(hw: HardwareProfile, p: tuple[float, float, float, float]) -> HardwareProfile:
-    return replace(hw, efficiency=replace(hw.efficiency, moe_fp8_gemm_factor=p[0], moe_fp8_fixed_s=p[1],
-                                          moe_fp8_expert_fixed_s=p[2], moe_fp8_weight_rate=p[3]))
+def with_values(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfile:
+    return replace(hw, efficiency=replace(hw.efficiency, **values))
 
 
-def _fp8_params(p: tuple[float, float, float, float]) -> dict[str, float]:
-    return {"moe_fp8_gemm_factor": round(p[0], 6), "moe_fp8_fixed_us": round(p[1] * 1e6, 3),
-            "moe_fp8_expert_fixed_us": round(p[2] * 1e6, 4), "moe_fp8_weight_rate_tb_per_s": round(p[3] / 1e12, 4)}
+def _yaml_values(values: dict[str, float]) -> dict[str, float]:
+    return {_YAML_UNITS[k][0]: float(f"{v * _YAML_UNITS[k][1]:.6g}") for k, v in values.items()}
 
 
-def _fit_fp8_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table"
-                   ) -> dict[str, tuple[float, float, float, float]]:
-    """Per-tensor fp8 parameters per GPU of `FP8_JOINT_FAMILIES` (the families with all their GPUs in `gpus`):
-    one set per family, minimizing the median absolute log error over the family's balanced training rows
-    together (Nelder-Mead from `FP8_FIT_STARTS`)."""
-    out: dict[str, tuple[float, float, float, float]] = {}
-    for members in FP8_JOINT_FAMILIES.values():
+def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table"
+               ) -> dict[tuple[str, str], dict[str, float]]:
+    """(GPU, format) -> fitted values, for the formats of `JOINT_FIELDS` on the GPUs of `JOINT_FAMILIES` (the
+    families with all their GPUs in `gpus`): one set per family and format, minimizing the median absolute log error
+    over the family's balanced training rows together (Nelder-Mead from `JOINT_STARTS`)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for members in JOINT_FAMILIES.values():
         if not all(g in gpus for g in members):
             continue
         hws = {g: load_profile(GPUS[g]) for g in members}
-        train = {g: t[(t.scheme == "fp8") & ~t.held_out & (t.distribution == "balanced")]
-                 for g, t in tables.items() if g in members}
+        for scheme in JOINT_FIELDS:
+            train = {g: t[(t.scheme == scheme) & ~t.held_out & (t.distribution == "balanced")]
+                     for g, t in tables.items() if g in members}
 
-        def loss(x: np.ndarray) -> float:
-            p = _fp8_clip(x)
-            errs = [np.abs(np.log(predict(with_fp8_params(hws[g], p), d, "fp8", routing) / d.measured_s.to_numpy()))
-                    for g, d in train.items()]
-            return float(np.median(np.concatenate(errs)))
+            def loss(x: np.ndarray) -> float:
+                values = _joint_values(scheme, x)
+                errs = [np.abs(np.log(predict(with_values(hws[g], values), d, scheme, routing)
+                                      / d.measured_s.to_numpy())) for g, d in train.items()]
+                return float(np.median(np.concatenate(errs)))
 
-        runs = [minimize(loss, np.array(x0), method="Nelder-Mead",
-                         options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 400}) for x0 in FP8_FIT_STARTS]
-        fitted = _fp8_clip(min(runs, key=lambda r: r.fun).x)
-        out.update({g: fitted for g in members})
+            runs = [minimize(loss, np.array(x0), method="Nelder-Mead",
+                             options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 400}) for x0 in JOINT_STARTS[scheme]]
+            fitted = _joint_values(scheme, min(runs, key=lambda r: r.fun).x)
+            out.update({(g, scheme): fitted for g in members})
     return out
 
 

@@ -95,12 +95,12 @@ def stage_params(params: Sequence[str], family: str | None, l2_known: bool = Tru
 
 
 L2_PARAMS = ("l2_bandwidth_factor",)
-# Parameters a family's operator-table stages leave at the family profile's values, by family: Hopper's per-tensor
-# fp8 MoE (FlashInfer CUTLASS), fitted jointly over H100 and H200 by benchmarks/moe_accuracy.py (`_fit_fp8_joint`)
-# on the tables' TP-sliced experts too, with its weight rate, which the MoE stage's rows (TP = 1) cannot separate
-# from its fixed costs.
-FITTED_ELSEWHERE = {"hopper": ("moe_fp8_gemm_factor", "moe_fp8_fixed_s", "moe_fp8_expert_fixed_s",
-                               "moe_fp8_weight_rate")}
+# Parameters a family's operator-table stages leave at the family profile's values, by family: Hopper's bf16 (Triton)
+# and per-tensor fp8 (FlashInfer CUTLASS) fused MoE, fitted jointly over H100 and H200 by benchmarks/moe_accuracy.py
+# (`_fit_joint`) on the tables' TP-sliced (narrow) experts too, which the MoE stage's rows (TP = 1) lack; the fp8
+# weight rate is not separable from its fixed costs on those rows.
+FITTED_ELSEWHERE = {"hopper": ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s",
+                               "moe_fp8_expert_fixed_s", "moe_fp8_weight_rate")}
 
 
 def fit_stage(samples: Sequence[Sample], profile: HardwareProfile, params: Sequence[str],
@@ -353,8 +353,8 @@ def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
     names: list[str] = []
     for _, kinds, params in OP_TABLE_STAGES:
         samples = [s for kind in kinds if kind in train for s in op_table_samples(train[kind], kind)]
-        if samples:
-            stage = stage_params(params, hw.family, hw.l2_cache_bytes is not None)
+        stage = stage_params(params, hw.family, hw.l2_cache_bytes is not None)
+        if samples and stage:  # a stage may have nothing left to fit (`FITTED_ELSEWHERE`)
             fitted = fit_stage(samples, fitted, stage).profile
             names += [f"efficiency.{p}" for p in stage]
     seconds = time.perf_counter() - started
