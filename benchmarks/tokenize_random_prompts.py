@@ -12,7 +12,20 @@ from a random offset, decoded to text, re-encoded and cut or padded to the targe
 receives that text and tokenizes it. Each string is encoded 7 times, interleaved; the median is reported, per
 token of its own encoding. The question it answers: does such text tokenize slower per token than the reference
 string, i.e. does 1 us per token under-state the tokenization of the judge's rows? (Per-token costs are this host's;
-the ratio to the reference string is what carries over.)
+the ratio to the reference string is what carries over.) Then how often vLLM's detokenizer would be primed with a
+whole prompt (`detokenizer_priming`).
+
+A production tokenizer instead of the trained one: `--tokenizer FILE` (a tokenizer.json). gpt-oss's o200k vocabulary,
+rebuilt from the npm registry (js-tiktoken 1.0.21 ships OpenAI's o200k_base ranks; the file written below is
+byte-identical to OpenAI's o200k_base.tiktoken, sha256 446a9538...1a2d, tiktoken's expected hash):
+
+    npm pack js-tiktoken@1.0.21 && tar xzf js-tiktoken-1.0.21.tgz
+    node -e 'const r=require("./package/dist/ranks/o200k_base.cjs"); const fs=require("fs"); let o=[];
+      for (const x of r.bpe_ranks.split("\n").filter(Boolean)) { const [_,off,...t]=x.split(" ");
+      t.forEach((b,i)=>o.push(b+" "+(+off+i))); } fs.writeFileSync("o200k_base.tiktoken", o.join("\n")+"\n");
+      fs.writeFileSync("o200k_pat.txt", r.pat_str)'
+    pip install tiktoken && python -c 'from transformers.convert_slow_tokenizer import TikTokenConverter as C; C(
+    vocab_file="o200k_base.tiktoken", pattern=open("o200k_pat.txt").read()).converted().save("o200k.json")'
 """
 
 from __future__ import annotations
@@ -102,10 +115,44 @@ def main() -> None:
                       "us_per_token": per_token * 1e6, "relative_to_reference": per_token / reference}
         print(f"{name:28s} {tokens[name]:6d} tokens {len(cases[name]):6d} chars  "
               f"{per_token * 1e6:5.2f} us/token  x{per_token / reference:.2f} the reference")
+    priming = detokenizer_priming(tok, rng)
+    for length, r in priming.items():
+        print(f"vLLM's detokenizer primed with the whole prompt: {r['whole_prompt']} of {r['prompts']} random "
+              f"{length}-token prompts; DecodeStream {r['us_per_token']:.2f} us/token")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python "
                                                f"{platform.python_version()}", "vocab_size": tok.vocab_size,
-                                    "repeats": REPEATS, "cases": rows}, indent=1) + "\n")
+                                    "repeats": REPEATS, "cases": rows, "detokenizer_priming": priming},
+                                   indent=1) + "\n")
+
+
+PRIMING_PROMPTS = 40
+
+
+def detokenizer_priming(tok, rng: np.random.Generator) -> dict[str, dict[str, float]]:  # noqa: ANN001
+    """vLLM's FastIncrementalDetokenizer (vllm/v1/engine/detokenizer.py, V1 since 2025) primes a request's
+    DecodeStream, when the output processor adds the request (before the engine core gets it, so inside TTFT),
+    with the shortest prompt suffix of 4-23 tokens that decodes without U+FFFD, or with the whole prompt where
+    none does: a step per prompt token. Per prompt length: how many of `PRIMING_PROMPTS` random prompts (built as
+    above, tokenized as the server does) take the whole-prompt path, and the median DecodeStream time per token."""
+    from tokenizers.decoders import DecodeStream
+
+    inner = tok._tokenizer
+    out = {}
+    for length in (1024, 8192):
+        whole, per_token = 0, []
+        for k in range(PRIMING_PROMPTS):
+            ids = tok.encode(random_prompt(tok, length, k, int(rng.integers(0, tok.vocab_size)), rng),
+                             add_special_tokens=False)
+            whole += all("\ufffd" in inner.decode(ids[-i:]) for i in range(4, min(len(ids) + 1, 24)))
+            stream = DecodeStream(skip_special_tokens=True)
+            started = time.perf_counter()
+            for tid in ids:
+                stream.step(inner, tid)
+            per_token.append((time.perf_counter() - started) / len(ids))
+        out[str(length)] = {"prompts": PRIMING_PROMPTS, "whole_prompt": whole,
+                            "us_per_token": statistics.median(per_token) * 1e6}
+    return out
 
 
 if __name__ == "__main__":
