@@ -8,7 +8,7 @@ import pytest
 from profiles import TEST_CPU_PROFILE
 
 from engine.core.model_spec import ModelSpec
-from roofline.calibration.calibrate import OP_TABLE_STAGES, stage_params
+from roofline.calibration.calibrate import FITTED_ELSEWHERE, OP_TABLE_STAGES, stage_params
 from roofline.calibration.fit import fit, with_params
 from roofline.cost import step_cost
 from roofline.cost.hardware import PowerLimit, load_profile, parse_profile
@@ -497,6 +497,15 @@ def test_ada_all_reduce_is_custom_for_two_gpus_and_nccl_ring_above():
     collective = next(params for stage, _, params in OP_TABLE_STAGES if stage == "all_reduce")
     assert not set(NCCL_PARAMS) & set(stage_params(collective, "hopper"))
     assert set(NCCL_PARAMS) <= set(stage_params(collective, "ada"))
+
+
+def test_hoppers_moe_parameters_are_left_to_the_joint_fit():
+    # benchmarks/moe_accuracy.py fits Hopper's bf16 and per-tensor fp8 MoE on both chips together
+    # (FITTED_ELSEWHERE): the family stage fits none of them there, every other family keeps its MoE stage.
+    moe = next(params for stage, _, params in OP_TABLE_STAGES if stage == "moe")
+    assert stage_params(moe, "hopper") == ()
+    assert set(stage_params(moe, "blackwell")) == set(moe)
+    assert set(FITTED_ELSEWHERE["hopper"]) >= set(moe)
 
 
 def test_fp8_gemm_includes_input_quantization():
