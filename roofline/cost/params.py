@@ -176,7 +176,8 @@ class EfficiencyParams:
     # the chip's DRAM: a property of the kernel, not of HBM. The tables show it on Hopper (FlashInfer CUTLASS): at one
     # token the time grows by 1.57 us per MB of touched expert weights on H100 and 1.58 on H200 (0.64 TB/s, a fifth
     # and a seventh of their HBM peaks), so the DRAM roofline with a factor relative to each chip's bandwidth cannot
-    # describe both. Default 1,000 TB/s: no limit (the families' MoE stage fits it).
+    # describe both. Default 1,000 TB/s: no limit; Hopper's family file carries the joint fit of both chips
+    # (benchmarks/moe_accuracy.py `_fit_joint`).
     moe_fp8_weight_rate: float = 1e15
     # Dense linear layers in the other formats (`roofline.cost.step_cost.linear_time_s`). Block-scaled fp8 (vLLM's
     # DeepGEMM kernel on Hopper and Blackwell): the factor of the per-tensor fp8 GEMM's compute efficiency it reaches;
