@@ -174,6 +174,8 @@ def test_column_path_equals_token_lists(workload, token):
     assert fast == slow == checked
     assert _outcome(fast_finished) == _outcome(slow_finished) == _outcome(checked_finished)
     assert sched.kv.num_used_blocks == 0 and sched.num_running == 0
+    for req in fast_finished + checked_finished + slow_finished:  # (the columns' views, or a conversion)
+        assert req.token_times_array.tolist() == req.token_times_s
 
 
 def _staggered(count: int, per_arrival: int) -> list:

@@ -96,6 +96,7 @@ class Request:
         "_output_ids",
         "_num_computed",
         "_token_times",
+        "_times_array",
         "_cols",
         "_col_off",
         "_col_seq",
@@ -149,6 +150,10 @@ class Request:
         self.first_scheduled_time_s: float | None = None
         self.finish_time_s: float | None = None
         self._token_times: list[float] = []
+        # The same floats as an array while the fast path's columns had them as one (a view of their times, set
+        # as `_token_times` is first written from them): the first len(_times_array) entries of _token_times,
+        # and all of them while the lengths agree (`token_times_array`).
+        self._times_array: np.ndarray | None = None
         self.num_preemptions = 0
         # Tokens found in the prefix cache when first scheduled (vLLM's `num_cached_tokens`).
         self.num_prefix_hit_tokens: int | None = None
@@ -199,6 +204,17 @@ class Request:
         if self._cols is not None:
             self._cols.materialize(self)
         return self._token_times
+
+    @property
+    def token_times_array(self) -> np.ndarray:
+        """`token_times_s` as a float64 array, the same floats (do not modify): the columns' own array where they
+        wrote every time of the request (no conversion of a list of floats, ~200 instructions a token), else a
+        new one."""
+        times = self.token_times_s
+        shared = self._times_array
+        if shared is not None and len(shared) == len(times):
+            return shared
+        return np.fromiter(times, np.float64, len(times))
 
     @property
     def block_table(self) -> tuple[int, ...]:
