@@ -91,6 +91,7 @@ def _check_step(sched: Scheduler, plan, config: SchedulerConfig) -> None:
     assert sched.num_running_without_output == sum(r.num_output_tokens == 0 for r in sched.running)
     for r in sched.running:
         assert len(r.block_ids) == -(-r.num_computed_tokens // bs) and r.block_table == tuple(r.block_ids)
+        assert r.block_ids_head.tolist() == r.block_ids[:len(r.block_ids_head)]  # the KV manager's array of them
 
 
 def _run(config, cache, requests, check=True, constant=None, fast_paths=True):

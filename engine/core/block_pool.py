@@ -262,12 +262,16 @@ class BlockPool:
     def allocate(self, n: int) -> list[int]:
         """Take `n` blocks (ref_cnt 1) from the head of the free queue, evicting the cached ones; the caller
         checked there are enough."""
+        return self.allocate_array(n).tolist()
+
+    def allocate_array(self, n: int) -> np.ndarray:
+        """`allocate` as an int64 array (the pool never writes it)."""
         ids = self._take(n)
         self.block_hash[ids] = NO_HASH  # eviction; their map entries are stale now
         self.ref_cnt[ids] = 1
-        return ids.tolist()
+        return ids
 
-    def touch_ids(self, ids: Sequence[int]) -> None:
+    def touch_ids(self, ids: Sequence[int] | np.ndarray) -> None:
         """A prefix hit takes a reference; a block at ref_cnt 0 leaves the free queue (no longer evictable)."""
         arr = np.asarray(ids, dtype=np.int64)
         refs = self.ref_cnt[arr]
@@ -278,11 +282,13 @@ class BlockPool:
             self._num_holes += len(idle)
         self.ref_cnt[arr] = refs + 1
 
-    def free(self, ordered_ids: Sequence[int]) -> None:
-        """Drop one reference from each block (distinct ids); `ordered_ids` lists them in eviction order."""
+    def free(self, ordered_ids: Sequence[int] | np.ndarray) -> None:
+        """Drop one reference from each block (distinct ids); `ordered_ids` lists them in eviction order (an int64
+        array is read, never written)."""
         if not len(ordered_ids):
             return
-        arr = np.fromiter(ordered_ids, np.int64, len(ordered_ids))
+        arr = ordered_ids if isinstance(ordered_ids, np.ndarray) else np.fromiter(ordered_ids, np.int64,
+                                                                                   len(ordered_ids))
         refs = self.ref_cnt[arr]
         # (count_nonzero: numpy's logical reductions of int arrays cost ~10x more)
         if _count_nonzero(refs) < len(refs):
@@ -305,13 +311,15 @@ class BlockPool:
         self.register_chain(None, list(ids), list(hashes), 0, len(ids))
 
     def register_chain(self, chain: int | None, block_ids: list[int], block_hashes: list[int], start: int,
-                       end: int, hash_blocks: Callable[[int], None] | None = None) -> int:
+                       end: int, hash_blocks: Callable[[int], None] | None = None,
+                       ids: np.ndarray | None = None) -> int:
         """Register block_ids[start:end] (consecutive positions of one block list, full and not yet cached)
         under block_hashes[start:end]: in `chain`, the chain these lists already registered into, or in a new
         one (None) which keeps the two lists (the caller only ever appends to them). Returns the chain.
         A new chain made with `hash_blocks` is lazy (module docstring): block_hashes needs only its hashes up to
         `start` (the key), the rest are computed by `hash_blocks(n)` when a lookup walks into the chain; its
-        blocks are registered under placeholders, here and in `register_ends`."""
+        blocks are registered under placeholders, here and in `register_ends`. `ids`: block_ids[start:end] as an
+        int64 array, where the caller has one (no list to convert)."""
         if chain is None:
             if len(self._chains) >= self._max_chains:
                 self._prune_chains()
@@ -331,7 +339,8 @@ class BlockPool:
                 self._reg_order[block_id] = order
                 self._reg_chain[block_id] = chain
             else:
-                ids = np.fromiter(block_ids[start:end], np.int64, n)  # (np.array of a list: ~20 % slower)
+                if ids is None:
+                    ids = np.fromiter(block_ids[start:end], np.int64, n)  # (np.array of a list: ~20 % slower)
                 orders = np.arange(order, order + n)
                 self.block_hash[ids] = PLACEHOLDER_BASE - orders
                 self._reg_order[ids] = orders
@@ -346,7 +355,8 @@ class BlockPool:
                 chains[block_id] = chain
                 order += 1
         else:
-            ids = np.fromiter(block_ids[start:end], np.int64, n)
+            if ids is None:
+                ids = np.fromiter(block_ids[start:end], np.int64, n)
             self.block_hash[ids] = block_hashes[start:end]
             self._reg_order[ids] = np.arange(order, order + n)
             self._reg_chain[ids] = chain

@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # the fast path imports this module
 
 
 _min = np.minimum.reduce
+NO_BLOCK_IDS = np.zeros(0, dtype=np.int64)  # `Request.block_ids_head` of a request holding no run of blocks
+NO_BLOCK_IDS.flags.writeable = False
 
 
 class RequestStatus(enum.IntEnum):
@@ -82,6 +84,7 @@ class Request:
         "num_prompt_tokens",
         "status",
         "block_ids",
+        "block_ids_head",
         "block_hashes",
         "num_cached_blocks",
         "cache_chain",
@@ -134,8 +137,11 @@ class Request:
         # KV bookkeeping, owned by KVCacheManager: the ids of the blocks held (in token order; a new list
         # whenever the blocks are freed, so a plan's (list, length) snapshot of a table stays valid), the
         # chained hashes of the first full blocks of all_token_ids (computed when first needed, so maybe none),
-        # and how many leading blocks are registered in the prefix cache.
+        # and how many leading blocks are registered in the prefix cache. `block_ids_head` is block_ids[:k] as an
+        # int64 array for the blocks that came in whole runs (prefix hits, prompt chunks), before any decode block
+        # was appended one by one, so that registering and freeing them converts no list of ints.
         self.block_ids: list[int] = []
+        self.block_ids_head = NO_BLOCK_IDS
         self.block_hashes: list[int] = []
         self.num_cached_blocks = 0
         self.cache_chain: int | None = None  # the prefix-cache chain its block list registers into (BlockPool)
