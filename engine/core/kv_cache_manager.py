@@ -75,9 +75,8 @@ class KVCacheManager:
         bs = self.block_size
         parent = hashes[-1] if hashes else ROOT_BLOCK_HASH
         num_prompt_blocks = min(num_blocks, req.num_prompt_tokens // bs)
-        if num_prompt_blocks == num_hashed + 1:  # one block (a chain's first): Python ints beat numpy's calls
-            hashes.append(block_hash(parent, req.prompt_array[num_hashed * bs:num_prompt_blocks * bs].tolist(),
-                                     num_hashed * bs))
+        if num_prompt_blocks == num_hashed + 1:  # one block (a chain's first): fewer numpy calls
+            hashes.append(block_hash(parent, req.prompt_array[num_hashed * bs:num_prompt_blocks * bs], num_hashed * bs))
         elif num_prompt_blocks > num_hashed:
             hashes.extend(prompt_block_hashes(parent, req.prompt_array[num_hashed * bs:num_prompt_blocks * bs],
                                               num_hashed * bs, bs))
