@@ -25,9 +25,10 @@ and freed in a few array operations, not one Python step per block (the simulato
   block taken out of the middle by a prefix hit leaves a hole that allocation skips (`_compact` packs it);
 - the prefix cache by chains, not by block: a *chain* is one block list of one request (`register_chain`, or
   one `register` call), whose blocks are registered in position order from where it starts; a block in the
-  cache holds its hash in `block_hash` and the registration's order and chain in two more arrays. Only a
-  chain's start is in a map (`hash of its first registered block -> chains`), so registering a request's
-  prompt costs a few array writes and one map entry, not one per block. A lookup walks a request's chained
+  cache holds its hash in `block_hash` and the registration's order and chain in two more arrays (a lazy chain's
+  block not yet hashed: its order in its placeholder, below). Only a chain's start is in a map (`hash of its
+  first registered block -> chains`), so registering a request's prompt costs a few array writes and one map
+  entry, not one per block. A lookup walks a request's chained
   hashes from its first block: a block holding the hash of position k was registered at position k by some
   chain that shares the request's tokens up to its start (hashes name the whole prefix), so the chains
   starting at the positions walked so far hold every candidate; each position takes the earliest registered
@@ -150,7 +151,9 @@ class BlockPool:
         self._head = self._tail = 0
         self._reset_queue(np.arange(1, num_blocks, dtype=np.int64))
         # The prefix cache's chains (module docstring): id -> chain, the ids of the chains starting with a hash,
-        # and for each cached block the order of its registration and its chain (0 when it never had one).
+        # and for each cached block the order of its registration and its chain (0 when it never had one). A lazy
+        # chain's block holds its order in its placeholder instead (PLACEHOLDER_BASE - order), until `_materialize`
+        # hashes it and writes the order here: one array write fewer per registered block.
         self._chains: dict[int, _Chain] = {}
         self._chain_starts: dict[int, list[int]] = {}
         self._num_chains_made = 0
@@ -336,14 +339,11 @@ class BlockPool:
             if n == 1:
                 block_id = block_ids[start]
                 self.block_hash[block_id] = PLACEHOLDER_BASE - order
-                self._reg_order[block_id] = order
                 self._reg_chain[block_id] = chain
             else:
                 if ids is None:
                     ids = np.fromiter(block_ids[start:end], np.int64, n)  # (np.array of a list: ~20 % slower)
-                orders = np.arange(order, order + n)
-                self.block_hash[ids] = PLACEHOLDER_BASE - orders
-                self._reg_order[ids] = orders
+                self.block_hash[ids] = PLACEHOLDER_BASE - np.arange(order, order + n)
                 self._reg_chain[ids] = chain
         elif n <= 16:
             # Below ~16 blocks (the decodes' filled blocks) numpy's list conversion costs more than the loop.
@@ -366,10 +366,9 @@ class BlockPool:
         """Register one block at the end of each of `chains` (lazy ones), blocks `ids`, in that order."""
         order = self._num_registered
         self._num_registered = order + len(ids)
-        registered, orders, reg_chains = self.block_hash, self._reg_order, self._reg_chain
+        registered, reg_chains = self.block_hash, self._reg_chain
         for chain, block_id in zip(chains, ids):
             registered[block_id] = PLACEHOLDER_BASE - order
-            orders[block_id] = order
             reg_chains[block_id] = chain
             order += 1
 
@@ -386,8 +385,9 @@ class BlockPool:
         if not len(mine):
             return
         chain.hash_blocks(start + int(mine[-1]) + 1)
-        self.block_hash[ids[mine]] = np.array(chain.block_hashes[start:start + int(mine[-1]) + 1],
-                                              dtype=np.int64)[mine]
+        held = ids[mine]
+        self._reg_order[held] = PLACEHOLDER_BASE - self.block_hash[held]  # (the placeholders held the orders)
+        self.block_hash[held] = np.array(chain.block_hashes[start:start + int(mine[-1]) + 1], dtype=np.int64)[mine]
 
     def _materialize_all(self) -> None:
         for chain_id in np.unique(self._reg_chain[self.block_hash < NO_HASH]).tolist():
@@ -504,9 +504,10 @@ class BlockPool:
         for block_id in np.flatnonzero(self.block_hash != NO_HASH).tolist():
             chain = self._chains[int(self._reg_chain[block_id])]  # a cached block's chain is kept
             position = chain.block_ids.index(block_id)
-            if self.block_hash[block_id] < NO_HASH:  # a lazy chain's block not hashed yet
+            if self.block_hash[block_id] < NO_HASH:  # a lazy chain's block not hashed yet (its order in it)
                 assert chain.hash_blocks is not None
-                assert self.block_hash[block_id] == PLACEHOLDER_BASE - self._reg_order[block_id]
             else:
                 assert chain.block_hashes[position] == self.block_hash[block_id]
             assert position >= chain.start and chain.block_hashes[chain.start] in self._chain_starts
+        placeholders = self.block_hash[self.block_hash < NO_HASH]  # each a registration's own order
+        assert len(np.unique(placeholders)) == len(placeholders)
