@@ -219,12 +219,15 @@ class BlockPool:
         seg = self._queue[self._head:self._tail]
         self._reset_queue(seg[self._pos[seg] == np.arange(self._head, self._tail)])
 
-    def _take(self, n: int) -> np.ndarray:
-        """The first `n` blocks of the free queue, removed from it."""
+    def _take(self, n: int, keep: bool = True) -> np.ndarray:
+        """The first `n` blocks of the free queue, removed from it (`keep=False`: maybe a view of the queue, for a
+        caller done with it before the queue changes)."""
         assert n <= self._num_free, (n, self._num_free)
         head = self._head
         if not self._num_holes:
-            ids = self._queue[head:head + n].copy()
+            ids = self._queue[head:head + n]
+            if keep:
+                ids = ids.copy()
             self._head = head + n
         else:
             end = head + n
@@ -256,8 +259,13 @@ class BlockPool:
         if self._head < len(ids):
             self._compact()
         head = self._head - len(ids)
-        self._queue[head:self._head] = ids
-        self._pos[ids] = np.arange(head, self._head)
+        if len(ids) == 1:  # (a request's tail block: two item writes cost a third of three array calls)
+            block_id = int(ids[0])
+            self._queue[head] = block_id
+            self._pos[block_id] = head
+        else:
+            self._queue[head:self._head] = ids
+            self._pos[ids] = np.arange(head, self._head)
         self._head = head
         self._num_free += len(ids)
 
@@ -265,11 +273,12 @@ class BlockPool:
     def allocate(self, n: int) -> list[int]:
         """Take `n` blocks (ref_cnt 1) from the head of the free queue, evicting the cached ones; the caller
         checked there are enough."""
-        return self.allocate_array(n).tolist()
+        return self.allocate_array(n, keep=False).tolist()
 
-    def allocate_array(self, n: int) -> np.ndarray:
-        """`allocate` as an int64 array (the pool never writes it)."""
-        ids = self._take(n)
+    def allocate_array(self, n: int, keep: bool = True) -> np.ndarray:
+        """`allocate` as an int64 array (the pool never writes it; `keep=False`: to be read before the pool changes,
+        maybe a view of its queue)."""
+        ids = self._take(n, keep)
         self.block_hash[ids] = NO_HASH  # eviction; their map entries are stale now
         self.ref_cnt[ids] = 1
         return ids
@@ -292,21 +301,27 @@ class BlockPool:
             return
         arr = ordered_ids if isinstance(ordered_ids, np.ndarray) else np.fromiter(ordered_ids, np.int64,
                                                                                    len(ordered_ids))
-        refs = self.ref_cnt[arr]
+        refs = self.ref_cnt[arr] - 1
         # (count_nonzero: numpy's logical reductions of int arrays cost ~10x more)
-        if _count_nonzero(refs) < len(refs):
-            raise AssertionError(f"block {int(arr[refs == 0][0])} freed twice")
-        refs -= 1
+        num_held = _count_nonzero(refs)  # blocks other requests still hold (or freed twice: -1)
+        if num_held and _count_nonzero(refs < 0):
+            raise AssertionError(f"block {int(arr[refs < 0][0])} freed twice")
         self.ref_cnt[arr] = refs
-        idle = arr[refs == 0] if _count_nonzero(refs) else arr  # (most blocks are their request's alone)
-        if len(idle):
+        idle = arr[refs == 0] if num_held else arr  # (most blocks are their request's alone)
+        n = len(idle)
+        if n:
             hashed = self.block_hash[idle] != NO_HASH
             num_hashed = _count_nonzero(hashed)
-            if num_hashed:
-                self._append(idle[hashed] if num_hashed < len(idle) else idle)
-            if num_hashed < len(idle):
+            num_uncached = n - num_hashed
+            if not num_uncached or not num_hashed:
+                (self._append if num_hashed else self._prepend)(idle)
+            elif _all(hashed[num_uncached:]):  # the usual split: the uncached first (a request's tail block)
+                self._append(idle[num_uncached:])
+                self._prepend(idle[:num_uncached])
+            else:
+                self._append(idle[hashed])
                 # Prepending keeps the uncached blocks in order at the head: the first becomes the first reused.
-                self._prepend(idle[~hashed] if num_hashed else idle)
+                self._prepend(idle[~hashed])
 
     def register(self, ids: Sequence[int], hashes: Sequence[int]) -> None:
         """Register blocks `ids`, now full of computed (or scheduled) tokens and not yet cached, under `hashes`
