@@ -33,6 +33,28 @@ def test_array_scalar_and_constant_paths_agree() -> None:
     assert all(0 <= h < 2**63 for h in hashes) and len(set(hashes)) == len(hashes)
 
 
+def _splitmix64(x: int) -> int:
+    m = (1 << 64) - 1
+    z = (x + 0x9E3779B97F4A7C15) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+
+
+def test_block_hash_is_the_documented_sum_over_python_ints() -> None:
+    # hash_k = (parent + sum of w_token(x_t) * w_position(t)) mod 2^63, computed exactly; block_hash sums mod 2^64 in
+    # uint64 (the same low 63 bits), for ids past its table too.
+    from engine.core.block_hash import _POSITION_SALT, _TOKEN_SALT
+
+    rng = np.random.default_rng(2)
+    for vocab, start in ((1000, 0), (300_000, 16 * 4097)):
+        ids = rng.integers(0, vocab, BS).tolist()
+        parent = int(rng.integers(0, 2**63))
+        exact = sum(_splitmix64(x ^ _TOKEN_SALT) * (_splitmix64((start + t) ^ _POSITION_SALT) | 1)
+                    for t, x in enumerate(ids))
+        assert block_hash(parent, ids, start) == block_hash(parent, np.array(ids), start) == (parent + exact) % 2**63
+
+
 def test_a_hash_names_the_whole_prefix() -> None:
     rng = np.random.default_rng(1)
     a = rng.integers(0, 50_000, 8 * BS)

@@ -91,6 +91,7 @@ def _check_step(sched: Scheduler, plan, config: SchedulerConfig) -> None:
     assert sched.num_running_without_output == sum(r.num_output_tokens == 0 for r in sched.running)
     for r in sched.running:
         assert len(r.block_ids) == -(-r.num_computed_tokens // bs) and r.block_table == tuple(r.block_ids)
+        assert r.block_ids_head.tolist() == r.block_ids[:len(r.block_ids_head)]  # the KV manager's array of them
 
 
 def _run(config, cache, requests, check=True, constant=None, fast_paths=True):
@@ -174,6 +175,8 @@ def test_column_path_equals_token_lists(workload, token):
     assert fast == slow == checked
     assert _outcome(fast_finished) == _outcome(slow_finished) == _outcome(checked_finished)
     assert sched.kv.num_used_blocks == 0 and sched.num_running == 0
+    for req in fast_finished + checked_finished + slow_finished:  # (the columns' views, or a conversion)
+        assert req.token_times_array.tolist() == req.token_times_s
 
 
 def _staggered(count: int, per_arrival: int) -> list:

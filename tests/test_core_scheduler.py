@@ -215,6 +215,23 @@ def test_metrics_are_stamped_from_the_callers_clock():
     assert req.token_times_s == [2.0, 3.0] and req.num_prefix_hit_tokens == 0
 
 
+def test_column_path_hands_a_finished_request_its_times_as_a_view():
+    # One token id for every sequence (the simulator's case): the fast path's columns write the times of a request
+    # that decoded only within them as a view of their own array, the same floats as token_times_s.
+    import numpy as np
+
+    sched = _sched()
+    sched.add_request(_req("a", 10, max_tokens=5))
+    finished = []
+    for step in range(6):
+        plan = sched.schedule(float(step))
+        finished += sched.update_from_output(plan, 7, 0.5 + step)
+    req = finished[0]
+    assert req.token_times_s == [0.5, 1.5, 2.5, 3.5, 4.5]
+    assert req.token_times_array.tolist() == req.token_times_s
+    assert np.shares_memory(req.token_times_array, sched._fast.columns.times_array)
+
+
 def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
         SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=128)

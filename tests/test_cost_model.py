@@ -90,6 +90,24 @@ def test_decode_only_path_equals_general(spec, hw, quant, tp):
         assert m.decode_step_time_s(c) == m.step_time_s(np.ones(n, np.int64), c, np.ones(n, bool))
 
 
+@pytest.mark.parametrize("hw,quant", [(H100, BF16), (H100, FP8_KV), (load_profile("b200"), BF16),
+                                      (load_profile("l40s"), BF16)])
+def test_decode_attention_terms_give_the_floats_of_the_whole_formula(hw, quant):
+    """The steps' decode attention (`_decode_layer_s`: its terms computed once per number of sequences) is
+    `attention_decode_time_s` of the shape, float for float, for each attention kernel family."""
+    from roofline.cost.ops import decode_attention_shape
+
+    m = model(hw=hw, quant=quant)
+    r = m.rank
+    rng = np.random.default_rng(4)
+    for n in (1, 3, 64, 300, 700, 3, 64):  # (repeated: from the cache)
+        pairs = float(rng.integers(0, 9000 * n)) + n
+        shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, pairs, m._q_token, m._kv_token,
+                                       m._attn_kernels)
+        whole = step_cost.attention_decode_time_s(hw, *shape, m.quant.act_dtype, m.quant.kv_dtype == "fp8")
+        assert m._decode_layer_s(n, pairs) == whole
+
+
 @pytest.mark.parametrize("spec,hw,quant,tp", [
     (SPEC, H100, BF16, 1), (SPEC, parse_profile(TEST_CPU_PROFILE, "test"), BF16, 1), (SPEC, H100, FP8_KV, 2),
     (SPEC, EAGER_H100, BF16, 1), (SPEC, load_profile("b200"), BF16, 1)])

@@ -228,7 +228,8 @@ def test_recorded_itl_gaps_are_each_requests_token_time_differences(max_tokens: 
     for i in order:
         recorder.finished(SimpleNamespace(request_id=f"r{i}", first_scheduled_time_s=0.0, first_token_time_s=0.0,
                                           finish_time_s=1.0, num_output_tokens=lengths[i], num_preemptions=0,
-                                          num_prefix_hit_tokens=0, token_times_s=times[i]))
+                                          num_prefix_hit_tokens=0, token_times_s=times[i],
+                                          token_times_array=np.array(times[i], dtype=np.float64)))
     gaps, rows = recorder.itl_gap_s[:recorder.num_gaps], recorder.itl_row[:recorder.num_gaps]
     expected = [itl_s(times[i]) for i in order if lengths[i] > 1]
     np.testing.assert_array_equal(gaps, np.concatenate(expected))  # bit for bit

@@ -25,9 +25,10 @@ and freed in a few array operations, not one Python step per block (the simulato
   block taken out of the middle by a prefix hit leaves a hole that allocation skips (`_compact` packs it);
 - the prefix cache by chains, not by block: a *chain* is one block list of one request (`register_chain`, or
   one `register` call), whose blocks are registered in position order from where it starts; a block in the
-  cache holds its hash in `block_hash` and the registration's order and chain in two more arrays. Only a
-  chain's start is in a map (`hash of its first registered block -> chains`), so registering a request's
-  prompt costs a few array writes and one map entry, not one per block. A lookup walks a request's chained
+  cache holds its hash in `block_hash` and the registration's order and chain in two more arrays (a lazy chain's
+  block not yet hashed: its order in its placeholder, below). Only a chain's start is in a map (`hash of its
+  first registered block -> chains`), so registering a request's prompt costs a few array writes and one map
+  entry, not one per block. A lookup walks a request's chained
   hashes from its first block: a block holding the hash of position k was registered at position k by some
   chain that shares the request's tokens up to its start (hashes name the whole prefix), so the chains
   starting at the positions walked so far hold every candidate; each position takes the earliest registered
@@ -150,7 +151,9 @@ class BlockPool:
         self._head = self._tail = 0
         self._reset_queue(np.arange(1, num_blocks, dtype=np.int64))
         # The prefix cache's chains (module docstring): id -> chain, the ids of the chains starting with a hash,
-        # and for each cached block the order of its registration and its chain (0 when it never had one).
+        # and for each cached block the order of its registration and its chain (0 when it never had one). A lazy
+        # chain's block holds its order in its placeholder instead (PLACEHOLDER_BASE - order), until `_materialize`
+        # hashes it and writes the order here: one array write fewer per registered block.
         self._chains: dict[int, _Chain] = {}
         self._chain_starts: dict[int, list[int]] = {}
         self._num_chains_made = 0
@@ -216,12 +219,15 @@ class BlockPool:
         seg = self._queue[self._head:self._tail]
         self._reset_queue(seg[self._pos[seg] == np.arange(self._head, self._tail)])
 
-    def _take(self, n: int) -> np.ndarray:
-        """The first `n` blocks of the free queue, removed from it."""
+    def _take(self, n: int, keep: bool = True) -> np.ndarray:
+        """The first `n` blocks of the free queue, removed from it (`keep=False`: maybe a view of the queue, for a
+        caller done with it before the queue changes)."""
         assert n <= self._num_free, (n, self._num_free)
         head = self._head
         if not self._num_holes:
-            ids = self._queue[head:head + n].copy()
+            ids = self._queue[head:head + n]
+            if keep:
+                ids = ids.copy()
             self._head = head + n
         else:
             end = head + n
@@ -253,8 +259,13 @@ class BlockPool:
         if self._head < len(ids):
             self._compact()
         head = self._head - len(ids)
-        self._queue[head:self._head] = ids
-        self._pos[ids] = np.arange(head, self._head)
+        if len(ids) == 1:  # (a request's tail block: two item writes cost a third of three array calls)
+            block_id = int(ids[0])
+            self._queue[head] = block_id
+            self._pos[block_id] = head
+        else:
+            self._queue[head:self._head] = ids
+            self._pos[ids] = np.arange(head, self._head)
         self._head = head
         self._num_free += len(ids)
 
@@ -262,12 +273,17 @@ class BlockPool:
     def allocate(self, n: int) -> list[int]:
         """Take `n` blocks (ref_cnt 1) from the head of the free queue, evicting the cached ones; the caller
         checked there are enough."""
-        ids = self._take(n)
+        return self.allocate_array(n, keep=False).tolist()
+
+    def allocate_array(self, n: int, keep: bool = True) -> np.ndarray:
+        """`allocate` as an int64 array (the pool never writes it; `keep=False`: to be read before the pool changes,
+        maybe a view of its queue)."""
+        ids = self._take(n, keep)
         self.block_hash[ids] = NO_HASH  # eviction; their map entries are stale now
         self.ref_cnt[ids] = 1
-        return ids.tolist()
+        return ids
 
-    def touch_ids(self, ids: Sequence[int]) -> None:
+    def touch_ids(self, ids: Sequence[int] | np.ndarray) -> None:
         """A prefix hit takes a reference; a block at ref_cnt 0 leaves the free queue (no longer evictable)."""
         arr = np.asarray(ids, dtype=np.int64)
         refs = self.ref_cnt[arr]
@@ -278,26 +294,34 @@ class BlockPool:
             self._num_holes += len(idle)
         self.ref_cnt[arr] = refs + 1
 
-    def free(self, ordered_ids: Sequence[int]) -> None:
-        """Drop one reference from each block (distinct ids); `ordered_ids` lists them in eviction order."""
+    def free(self, ordered_ids: Sequence[int] | np.ndarray) -> None:
+        """Drop one reference from each block (distinct ids); `ordered_ids` lists them in eviction order (an int64
+        array is read, never written)."""
         if not len(ordered_ids):
             return
-        arr = np.fromiter(ordered_ids, np.int64, len(ordered_ids))
-        refs = self.ref_cnt[arr]
+        arr = ordered_ids if isinstance(ordered_ids, np.ndarray) else np.fromiter(ordered_ids, np.int64,
+                                                                                   len(ordered_ids))
+        refs = self.ref_cnt[arr] - 1
         # (count_nonzero: numpy's logical reductions of int arrays cost ~10x more)
-        if _count_nonzero(refs) < len(refs):
-            raise AssertionError(f"block {int(arr[refs == 0][0])} freed twice")
-        refs -= 1
+        num_held = _count_nonzero(refs)  # blocks other requests still hold (or freed twice: -1)
+        if num_held and _count_nonzero(refs < 0):
+            raise AssertionError(f"block {int(arr[refs < 0][0])} freed twice")
         self.ref_cnt[arr] = refs
-        idle = arr[refs == 0] if _count_nonzero(refs) else arr  # (most blocks are their request's alone)
-        if len(idle):
+        idle = arr[refs == 0] if num_held else arr  # (most blocks are their request's alone)
+        n = len(idle)
+        if n:
             hashed = self.block_hash[idle] != NO_HASH
             num_hashed = _count_nonzero(hashed)
-            if num_hashed:
-                self._append(idle[hashed] if num_hashed < len(idle) else idle)
-            if num_hashed < len(idle):
+            num_uncached = n - num_hashed
+            if not num_uncached or not num_hashed:
+                (self._append if num_hashed else self._prepend)(idle)
+            elif _all(hashed[num_uncached:]):  # the usual split: the uncached first (a request's tail block)
+                self._append(idle[num_uncached:])
+                self._prepend(idle[:num_uncached])
+            else:
+                self._append(idle[hashed])
                 # Prepending keeps the uncached blocks in order at the head: the first becomes the first reused.
-                self._prepend(idle[~hashed] if num_hashed else idle)
+                self._prepend(idle[~hashed])
 
     def register(self, ids: Sequence[int], hashes: Sequence[int]) -> None:
         """Register blocks `ids`, now full of computed (or scheduled) tokens and not yet cached, under `hashes`
@@ -305,13 +329,15 @@ class BlockPool:
         self.register_chain(None, list(ids), list(hashes), 0, len(ids))
 
     def register_chain(self, chain: int | None, block_ids: list[int], block_hashes: list[int], start: int,
-                       end: int, hash_blocks: Callable[[int], None] | None = None) -> int:
+                       end: int, hash_blocks: Callable[[int], None] | None = None,
+                       ids: np.ndarray | None = None) -> int:
         """Register block_ids[start:end] (consecutive positions of one block list, full and not yet cached)
         under block_hashes[start:end]: in `chain`, the chain these lists already registered into, or in a new
         one (None) which keeps the two lists (the caller only ever appends to them). Returns the chain.
         A new chain made with `hash_blocks` is lazy (module docstring): block_hashes needs only its hashes up to
         `start` (the key), the rest are computed by `hash_blocks(n)` when a lookup walks into the chain; its
-        blocks are registered under placeholders, here and in `register_ends`."""
+        blocks are registered under placeholders, here and in `register_ends`. `ids`: block_ids[start:end] as an
+        int64 array, where the caller has one (no list to convert)."""
         if chain is None:
             if len(self._chains) >= self._max_chains:
                 self._prune_chains()
@@ -328,13 +354,11 @@ class BlockPool:
             if n == 1:
                 block_id = block_ids[start]
                 self.block_hash[block_id] = PLACEHOLDER_BASE - order
-                self._reg_order[block_id] = order
                 self._reg_chain[block_id] = chain
             else:
-                ids = np.fromiter(block_ids[start:end], np.int64, n)  # (np.array of a list: ~20 % slower)
-                orders = np.arange(order, order + n)
-                self.block_hash[ids] = PLACEHOLDER_BASE - orders
-                self._reg_order[ids] = orders
+                if ids is None:
+                    ids = np.fromiter(block_ids[start:end], np.int64, n)  # (np.array of a list: ~20 % slower)
+                self.block_hash[ids] = PLACEHOLDER_BASE - np.arange(order, order + n)
                 self._reg_chain[ids] = chain
         elif n <= 16:
             # Below ~16 blocks (the decodes' filled blocks) numpy's list conversion costs more than the loop.
@@ -346,7 +370,8 @@ class BlockPool:
                 chains[block_id] = chain
                 order += 1
         else:
-            ids = np.fromiter(block_ids[start:end], np.int64, n)
+            if ids is None:
+                ids = np.fromiter(block_ids[start:end], np.int64, n)
             self.block_hash[ids] = block_hashes[start:end]
             self._reg_order[ids] = np.arange(order, order + n)
             self._reg_chain[ids] = chain
@@ -356,10 +381,9 @@ class BlockPool:
         """Register one block at the end of each of `chains` (lazy ones), blocks `ids`, in that order."""
         order = self._num_registered
         self._num_registered = order + len(ids)
-        registered, orders, reg_chains = self.block_hash, self._reg_order, self._reg_chain
+        registered, reg_chains = self.block_hash, self._reg_chain
         for chain, block_id in zip(chains, ids):
             registered[block_id] = PLACEHOLDER_BASE - order
-            orders[block_id] = order
             reg_chains[block_id] = chain
             order += 1
 
@@ -376,8 +400,9 @@ class BlockPool:
         if not len(mine):
             return
         chain.hash_blocks(start + int(mine[-1]) + 1)
-        self.block_hash[ids[mine]] = np.array(chain.block_hashes[start:start + int(mine[-1]) + 1],
-                                              dtype=np.int64)[mine]
+        held = ids[mine]
+        self._reg_order[held] = PLACEHOLDER_BASE - self.block_hash[held]  # (the placeholders held the orders)
+        self.block_hash[held] = np.array(chain.block_hashes[start:start + int(mine[-1]) + 1], dtype=np.int64)[mine]
 
     def _materialize_all(self) -> None:
         for chain_id in np.unique(self._reg_chain[self.block_hash < NO_HASH]).tolist():
@@ -494,9 +519,10 @@ class BlockPool:
         for block_id in np.flatnonzero(self.block_hash != NO_HASH).tolist():
             chain = self._chains[int(self._reg_chain[block_id])]  # a cached block's chain is kept
             position = chain.block_ids.index(block_id)
-            if self.block_hash[block_id] < NO_HASH:  # a lazy chain's block not hashed yet
+            if self.block_hash[block_id] < NO_HASH:  # a lazy chain's block not hashed yet (its order in it)
                 assert chain.hash_blocks is not None
-                assert self.block_hash[block_id] == PLACEHOLDER_BASE - self._reg_order[block_id]
             else:
                 assert chain.block_hashes[position] == self.block_hash[block_id]
             assert position >= chain.start and chain.block_hashes[chain.start] in self._chain_starts
+        placeholders = self.block_hash[self.block_hash < NO_HASH]  # each a registration's own order
+        assert len(np.unique(placeholders)) == len(placeholders)

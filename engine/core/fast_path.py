@@ -55,7 +55,7 @@ class RunningColumns:
     decoder's unwritten tokens (its tokens minus the prompt and its written outputs) are `token` at the last
     that many update times. `materialize` writes them out (on a read of the request, and when the request or
     the period ends). This is the one place outside `Request` that touches its storage (`_output_ids`,
-    `_token_times`, `_num_computed`, `_cols`, `_col_off`, `_col_seq`)."""
+    `_token_times`, `_times_array`, `_num_computed`, `_cols`, `_col_off`, `_col_seq`)."""
 
     def __init__(self, reqs: list[Request], token: int, block_size: int) -> None:
         self.reqs = reqs
@@ -63,6 +63,9 @@ class RunningColumns:
         self.block_size = block_size
         self.times: list[float | None] = []  # now_s of every update of the period
         self.times_complete = True  # no update without a time (whose tokens get none, as in the object path)
+        # The same times as a float64 array, times_array[:num_updates] written while times_complete; grown by
+        # doubling into a new array, so the views requests keep of it (`materialize`) never change.
+        self.times_array = np.empty(1024)
         self.num_updates = 0
         self.scheduled = False  # between `schedule_running` and `update`: decoders computed all their tokens
         self.num_joined = 0
@@ -142,6 +145,8 @@ class RunningColumns:
             outputs.extend([self.token] * missing)
             times = self.times[-missing:]
             if self.times_complete:  # then no time is None
+                if not req._token_times:  # its times are these alone: the request keeps them as an array too
+                    req._times_array = self.times_array[self.num_updates - missing:self.num_updates]
                 req._token_times.extend(cast("list[float]", times))
             else:
                 req._token_times.extend([t for t in times if t is not None])
@@ -384,6 +389,10 @@ class FastPath:
         cols.times.append(now_s)
         if now_s is None:
             cols.times_complete = False
+        elif cols.times_complete:
+            if num_updates > len(cols.times_array):
+                cols.times_array = np.concatenate((cols.times_array, np.empty(len(cols.times_array))))
+            cols.times_array[num_updates - 1] = now_s
         finished: list[tuple[Request, RequestStatus]] = []
         stops = cols.stopping.pop(num_updates, None)
         if stops:

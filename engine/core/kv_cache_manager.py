@@ -32,7 +32,7 @@ import numpy as np
 from engine.core.block_hash import MASK_63, ROOT_BLOCK_HASH, block_hash, constant_block_terms, prompt_block_hashes
 from engine.core.block_pool import BlockPool
 from engine.core.config import CacheConfig
-from engine.core.request import Request
+from engine.core.request import NO_BLOCK_IDS, Request
 
 
 class KVCacheManager:
@@ -75,9 +75,8 @@ class KVCacheManager:
         bs = self.block_size
         parent = hashes[-1] if hashes else ROOT_BLOCK_HASH
         num_prompt_blocks = min(num_blocks, req.num_prompt_tokens // bs)
-        if num_prompt_blocks == num_hashed + 1:  # one block (a chain's first): Python ints beat numpy's calls
-            hashes.append(block_hash(parent, req.prompt_array[num_hashed * bs:num_prompt_blocks * bs].tolist(),
-                                     num_hashed * bs))
+        if num_prompt_blocks == num_hashed + 1:  # one block (a chain's first): fewer numpy calls
+            hashes.append(block_hash(parent, req.prompt_array[num_hashed * bs:num_prompt_blocks * bs], num_hashed * bs))
         elif num_prompt_blocks > num_hashed:
             hashes.extend(prompt_block_hashes(parent, req.prompt_array[num_hashed * bs:num_prompt_blocks * bs],
                                               num_hashed * bs, bs))
@@ -109,12 +108,14 @@ class KVCacheManager:
     def _register(self, req: Request, start: int, end: int) -> None:
         """Register req.block_ids[start:end] in its chain, lazily hashed; a new chain needs its first hash."""
         chain = req.cache_chain
+        head = req.block_ids_head
+        ids = head[start:end] if end <= len(head) else None
         if chain is None:
             self.ensure_block_hashes(req, start + 1)
             req.cache_chain = self.pool.register_chain(None, req.block_ids, req.block_hashes, start, end,
-                                                       partial(self.ensure_block_hashes, req))
+                                                       partial(self.ensure_block_hashes, req), ids)
         else:
-            self.pool.register_chain(chain, req.block_ids, req.block_hashes, start, end)
+            self.pool.register_chain(chain, req.block_ids, req.block_hashes, start, end, ids=ids)
 
     def allocate_slots(
         self,
@@ -159,10 +160,13 @@ class KVCacheManager:
         pool = self.pool
         num_hit = len(hit_ids)
         num_computed = num_computed_tokens + num_hit * bs
-        num_held = len(req.block_ids) + num_hit
+        num_held_before = len(req.block_ids)
+        num_held = num_held_before + num_hit
         num_required_free = self.watermark_blocks if apply_watermark else 0
+        hit_array = NO_BLOCK_IDS
         if num_hit:
-            num_required_free += int(np.count_nonzero(pool.ref_cnt[np.asarray(hit_ids, dtype=np.int64)] == 0))
+            hit_array = np.asarray(hit_ids, dtype=np.int64)
+            num_required_free += int(np.count_nonzero(pool.ref_cnt[hit_array] == 0))
         num_free = pool.num_free_blocks
         if full_sequence_must_fit:
             num_full = min(num_tokens, self.max_model_len)
@@ -175,11 +179,16 @@ class KVCacheManager:
             self.failed_need = num_to_allocate + num_required_free
             return False
         if num_hit:
-            pool.touch_ids(hit_ids)
+            pool.touch_ids(hit_array)
             req.block_ids.extend(hit_ids)
             req.num_cached_blocks = num_hit
+        new_ids = NO_BLOCK_IDS
         if num_to_allocate > 0:
-            req.block_ids.extend(pool.allocate(num_to_allocate))
+            new_ids = pool.allocate_array(num_to_allocate)
+            req.block_ids.extend(new_ids.tolist())
+        if len(req.block_ids_head) == num_held_before and len(req.block_ids) > num_held_before:
+            # The head held every block: it takes these runs too.
+            req.block_ids_head = new_ids if not num_held else np.concatenate((req.block_ids_head, hit_array, new_ids))
         if self.enable_caching:
             # Register blocks full of scheduled tokens; generated tokens not yet sampled are never cached.
             num_full_blocks = min(num_computed + num_new_tokens, num_tokens) // bs
@@ -220,8 +229,15 @@ class KVCacheManager:
 
     def free(self, req: Request) -> None:
         """Release all blocks of `req`, last block first so a chain is evicted from its tail."""
-        self.pool.free(req.block_ids[::-1])
+        head, ids = req.block_ids_head, req.block_ids
+        if not len(head):
+            self.pool.free(ids[::-1])
+        else:  # only the blocks appended after the head are converted
+            tail = ids[len(head):]
+            tail.reverse()
+            self.pool.free(np.concatenate((np.fromiter(tail, np.int64, len(tail)), head[::-1])) if tail else head[::-1])
         req.block_ids = []
+        req.block_ids_head = NO_BLOCK_IDS
         req.num_cached_blocks = 0
         if req.cache_chain is not None:
             self.pool.close_chain(req.cache_chain)

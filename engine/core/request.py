@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # the fast path imports this module
 
 
 _min = np.minimum.reduce
+NO_BLOCK_IDS = np.zeros(0, dtype=np.int64)  # `Request.block_ids_head` of a request holding no run of blocks
+NO_BLOCK_IDS.flags.writeable = False
 
 
 class RequestStatus(enum.IntEnum):
@@ -82,6 +84,7 @@ class Request:
         "num_prompt_tokens",
         "status",
         "block_ids",
+        "block_ids_head",
         "block_hashes",
         "num_cached_blocks",
         "cache_chain",
@@ -96,6 +99,7 @@ class Request:
         "_output_ids",
         "_num_computed",
         "_token_times",
+        "_times_array",
         "_cols",
         "_col_off",
         "_col_seq",
@@ -133,8 +137,11 @@ class Request:
         # KV bookkeeping, owned by KVCacheManager: the ids of the blocks held (in token order; a new list
         # whenever the blocks are freed, so a plan's (list, length) snapshot of a table stays valid), the
         # chained hashes of the first full blocks of all_token_ids (computed when first needed, so maybe none),
-        # and how many leading blocks are registered in the prefix cache.
+        # and how many leading blocks are registered in the prefix cache. `block_ids_head` is block_ids[:k] as an
+        # int64 array for the blocks that came in whole runs (prefix hits, prompt chunks), before any decode block
+        # was appended one by one, so that registering and freeing them converts no list of ints.
         self.block_ids: list[int] = []
+        self.block_ids_head = NO_BLOCK_IDS
         self.block_hashes: list[int] = []
         self.num_cached_blocks = 0
         self.cache_chain: int | None = None  # the prefix-cache chain its block list registers into (BlockPool)
@@ -149,6 +156,10 @@ class Request:
         self.first_scheduled_time_s: float | None = None
         self.finish_time_s: float | None = None
         self._token_times: list[float] = []
+        # The same floats as an array while the fast path's columns had them as one (a view of their times, set
+        # as `_token_times` is first written from them): the first len(_times_array) entries of _token_times,
+        # and all of them while the lengths agree (`token_times_array`).
+        self._times_array: np.ndarray | None = None
         self.num_preemptions = 0
         # Tokens found in the prefix cache when first scheduled (vLLM's `num_cached_tokens`).
         self.num_prefix_hit_tokens: int | None = None
@@ -199,6 +210,17 @@ class Request:
         if self._cols is not None:
             self._cols.materialize(self)
         return self._token_times
+
+    @property
+    def token_times_array(self) -> np.ndarray:
+        """`token_times_s` as a float64 array, the same floats (do not modify): the columns' own array where they
+        wrote every time of the request (no conversion of a list of floats, ~200 instructions a token), else a
+        new one."""
+        times = self.token_times_s
+        shared = self._times_array
+        if shared is not None and len(shared) == len(times):
+            return shared
+        return np.fromiter(times, np.float64, len(times))
 
     @property
     def block_table(self) -> tuple[int, ...]:

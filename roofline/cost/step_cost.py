@@ -867,16 +867,44 @@ def attention_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, w
     persistent generation kernels once the units fill the SMs; FA2's split-KV kernel, one CTA per SM), each wave
     after the first pays
     attention_tile_fixed_s, as prefill tiles do."""
+    return attention_decode_time_of_terms_s(attention_decode_terms(hw, work_units, key_bytes, dtype, kv_fp8), flops,
+                                            bytes_moved)
+
+
+class DecodeAttentionTerms(NamedTuple):
+    """The parts of `attention_decode_time_s` that depend on the device, the dtypes and the work units alone (not on
+    the FLOPs and bytes of the contexts), so that a caller timing many steps of one batch size computes them once."""
+
+    compute_flops_per_s: Any  # peak at the attention compute efficiency
+    prologue_bytes: Any  # the work units' prologues
+    bandwidth_bytes_per_s: Any  # at the attention memory efficiency (fp8-scaled)
+    overlap_exponent: float
+    kernel_fixed_s: float
+    attention_fixed_s: float
+    waves_s: Any  # the waves after the first (`AttentionKernels.decode_waves`), else None
+
+
+def attention_decode_terms(hw: HardwareProfile, work_units: Any, key_bytes: Any, dtype: str,
+                           kv_fp8: Any = False) -> DecodeAttentionTerms:
     e = hw.efficiency
-    tc = flops / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
     eff = e.attention_memory_efficiency * np.where(kv_fp8, e.attention_fp8_kv_bandwidth_factor, 1.0) \
         if _any(kv_fp8) else e.attention_memory_efficiency
     kernels = attention_kernels(hw.family)
     prologue = work_units * e.gemm_tile_fixed_k * key_bytes if kernels.decode_unit_prologue else 0.0
-    tm = (bytes_moved + prologue) / (_bandwidth(hw) * eff)
-    t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s
-    if kernels.decode_waves:
-        t = t + (_ceil(_max(work_units, 1.0) / hw.num_compute_units) - 1) * e.attention_tile_fixed_s
+    waves = (_ceil(_max(work_units, 1.0) / hw.num_compute_units) - 1) * e.attention_tile_fixed_s \
+        if kernels.decode_waves else None
+    return DecodeAttentionTerms(hw.peak_flops(dtype) * e.attention_compute_efficiency, prologue, _bandwidth(hw) * eff,
+                                e.overlap_exponent, e.kernel_fixed_s, e.attention_fixed_s, waves)
+
+
+def attention_decode_time_of_terms_s(terms: DecodeAttentionTerms, flops: Any, bytes_moved: Any) -> Any:
+    """`attention_decode_time_s` from its `attention_decode_terms`: the same floats."""
+    compute_rate, prologue, bandwidth, p, kernel_fixed_s, attention_fixed_s, waves_s = terms
+    tc = flops / compute_rate
+    tm = (bytes_moved + prologue) / bandwidth
+    t = _overlap(tc, tm, p) + kernel_fixed_s + attention_fixed_s
+    if waves_s is not None:
+        t = t + waves_s
     return t
 
 
@@ -1500,6 +1528,9 @@ class StepCostModel:
         self._plain_decode = hw.kind != "cpu" and not spec.sliding_window
         # `decode_sum_time_s`'s parts that depend on the number of sequences alone, by that number.
         self._decode_parts: dict[int, tuple[float, float, float]] = {}
+        # `_decode_layer_s`'s, by number of decodes: their bytes of Q and O, and the time's terms.
+        self._decode_terms: dict[int, tuple[float, DecodeAttentionTerms]] = {}
+        self._decode_flops_per_pair = 4.0 * self.rank.heads * self.rank.head_dim  # (decode_attention_shape's order)
 
     # -- public API --
     @property
@@ -1588,15 +1619,13 @@ class StepCostModel:
         parts = self._decode_parts.get(n)
         if parts is None:
             # What depends on n alone: the token and emit operators' seconds summed first, as `_stats_time_s`'s
-            # left-to-right sum does, and the host time.
+            # left-to-right sum does, and the host time (the attention's: `_decode_layer_s`).
             token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
             emit_s, emit_k = self._emit_table.lookup(n)
             parts = self._decode_parts[n] = (token_s + emit_s,
                                              *self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
-        shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, float(context_sum) + n,
-                                       self._q_token, self._kv_token, self._attn_kernels)
         # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
-        attn_s = float(r.layers * attention_decode_time_s(self.hw, *shape, self.quant.act_dtype, self._kv_fp8))
+        attn_s = float(r.layers * self._decode_layer_s(n, float(context_sum) + n))
         return self._combine(parts[0] + attn_s, parts[1], parts[2])
 
     def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -1828,11 +1857,25 @@ class StepCostModel:
                 t += float(layers * attention_prefill_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8"))
                 kernels += layers
             if p.num_decode_seqs:
-                shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, p.num_decode_seqs, p.decode_pairs,
-                                               self._q_token, self._kv_token, self._attn_kernels)
-                t += float(layers * attention_decode_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8"))
+                t += float(layers * self._decode_layer_s(p.num_decode_seqs, p.decode_pairs))
                 kernels += layers
         return t, kernels
+
+    def _decode_layer_s(self, num_seqs: int, pairs: float) -> float:
+        """`attention_decode_time_s` of one layer's decode attention over `num_seqs` sequences and `pairs` keys
+        (a GPU's kernels) at its `decode_attention_shape`, with what depends on the number of sequences alone computed
+        once per number: the shape's bytes of Q and O, and the time's terms."""
+        batch = self._decode_terms.get(num_seqs)
+        if batch is None:
+            r = self.rank
+            _, _, work_units, key_bytes = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, num_seqs, 0.0,
+                                                                 self._q_token, self._kv_token, self._attn_kernels)
+            batch = self._decode_terms[num_seqs] = (2 * num_seqs * self._q_token, attention_decode_terms(
+                self.hw, work_units, key_bytes, self.quant.act_dtype, self._kv_fp8))
+        # decode_attention_shape's FLOPs and bytes moved, the same operations
+        flops = self._decode_flops_per_pair * pairs
+        moved = batch[0] + (pairs + num_seqs) * self._kv_token
+        return attention_decode_time_of_terms_s(batch[1], flops, moved)
 
     def _padded_tokens(self, num_tokens: int, mixed: bool = False) -> int:
         """CUDA graphs: a batch of up to the largest captured size runs the graph of the next size up (`mixed`: a
