@@ -3,6 +3,7 @@
     python benchmarks/gpu_profiles.py                     # fit every family, print the tables
     python benchmarks/gpu_profiles.py --family hopper     # one family
     python benchmarks/gpu_profiles.py --write             # also write hardware_profiles/families/<family>.yaml
+                                                          # (what the fit does not set kept from the file it replaces)
     python benchmarks/gpu_profiles.py --json out.json     # every number as JSON
 
 Ground truth: PyPI `aiconfigurator-core` (0.12.0), the vLLM operator tables of each shipped chip profile that
@@ -329,8 +330,35 @@ HEADER = ("# Kernel family {family}: efficiency and executor parameters shared b
 def write_family(r: dict[str, Any]) -> Path:
     path = data_dir("hardware_profiles") / FAMILIES_DIR / f"{r['family']}.yaml"
     path.parent.mkdir(exist_ok=True)
-    path.write_text(HEADER.format(family=r["family"]) + profile_yaml(family_document(r)))
+    doc = family_document(r)
+    if path.exists():
+        doc = keep_unfitted(doc, read_profile_dict(path), r)
+    path.write_text(HEADER.format(family=r["family"]) + profile_yaml(doc))
     return path
+
+
+def keep_unfitted(doc: dict[str, Any], existing: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
+    """`doc` (the fit's family document) with what this fit does not set taken from the family file it replaces:
+    its executor section and those parameters' sources (sourced elsewhere: BENCHMARKS.md, host_launch_evidence.py),
+    and each efficiency parameter the fit did not fit (`FITTED_ELSEWHERE`'s, by benchmarks/moe_accuracy.py) with its
+    value and source as the file has them. An efficiency parameter neither fitted nor in the file is left out (its
+    `EfficiencyParams` default applies), as is its source."""
+    yaml_key = {field: key for field, (key, _, _) in _yaml_fields().items()}
+    fitted = {yaml_key[f] for f in r["fitted_params"]}
+    old_eff, old_sources = existing.get("efficiency") or {}, existing.get("sources") or {}
+    eff = {k: (v if k in fitted else old_eff[k]) for k, v in doc["efficiency"].items() if k in fitted or k in old_eff}
+    old_executor = {name: text for name, text in old_sources.items() if name.startswith("executor.")}
+    sources = {}
+    for name, text in doc["sources"].items():
+        section, _, key = name.partition(".")
+        if section == "efficiency" and key not in fitted:
+            if key in old_eff and name in old_sources:
+                sources[name] = old_sources[name]
+        elif section == "executor":  # the file's executor sources, in its order, where the fit's would go
+            sources.update(old_executor or {name: text})
+        else:
+            sources[name] = text
+    return {**doc, "efficiency": eff, "executor": existing.get("executor", doc["executor"]), "sources": sources}
 
 
 def clock_source(r: dict[str, Any], pid: str) -> str:

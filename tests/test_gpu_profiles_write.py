@@ -1,0 +1,38 @@
+"""benchmarks/gpu_profiles.py --write: what the fit does not set is kept from the family file it replaces."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from gpu_profiles import keep_unfitted  # noqa: E402
+
+
+def test_write_keeps_the_files_executor_and_the_parameters_fitted_elsewhere() -> None:
+    fit = {"fitted_params": ("gemm_compute_efficiency",)}
+    doc = {"id": "hopper",
+           "efficiency": {"gemm_compute_efficiency": 0.8, "moe_fp8_fixed_us": 20.0, "gemm_fixed_rows": 2.0},
+           "executor": {"kernel_launch_us": 4},
+           "fit": {"held_out": {}},
+           "sources": {"efficiency.gemm_compute_efficiency": "fitted now",
+                       "efficiency.moe_fp8_fixed_us": "assumed: the default",
+                       "efficiency.gemm_fixed_rows": "CPU-only",
+                       "executor.kernel_launch_us": "the writer's old text",
+                       "per_chip": "per chip"}}
+    existing = {"efficiency": {"gemm_compute_efficiency": 0.7, "moe_fp8_fixed_us": 68.3},
+                "executor": {"kernel_launch_us": 40, "frontend_us_per_request": 4640},
+                "sources": {"efficiency.gemm_compute_efficiency": "fitted before",
+                            "efficiency.moe_fp8_fixed_us": "fitted by benchmarks/moe_accuracy.py",
+                            "executor.kernel_launch_us": "host_launch_evidence.py",
+                            "executor.frontend_us_per_request": "measured on vLLM"}}
+    out = keep_unfitted(doc, existing, fit)
+    # fitted now: the new value and source; fitted elsewhere: the file's; neither (a default): left out
+    assert out["efficiency"] == {"gemm_compute_efficiency": 0.8, "moe_fp8_fixed_us": 68.3}
+    assert out["executor"] == existing["executor"]
+    assert out["sources"] == {"efficiency.gemm_compute_efficiency": "fitted now",
+                              "efficiency.moe_fp8_fixed_us": "fitted by benchmarks/moe_accuracy.py",
+                              "executor.kernel_launch_us": "host_launch_evidence.py",
+                              "executor.frontend_us_per_request": "measured on vLLM", "per_chip": "per chip"}
+    assert out["fit"] == doc["fit"] and out["id"] == "hopper"
