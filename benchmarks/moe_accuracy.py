@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from roofline.calibration.moe_routing import DISTRIBUTIONS, mean_over_draws, table_routing  # noqa: E402
 from roofline.cost.hardware import HardwareProfile, PowerLimit, load_profile  # noqa: E402
 from roofline.cost.ops import expected_experts_touched  # noqa: E402
+from roofline.cost.params import _EFFICIENCY_YAML  # noqa: E402
 from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware  # noqa: E402
 from roofline.cost.step_cost import (  # noqa: E402
     MXFP4_BF16_TRTLLM_FAMILIES,
@@ -285,11 +286,6 @@ JOINT_FIELDS: dict[str, tuple[tuple[str, tuple[float, float], Callable[[float], 
 }
 JOINT_STARTS = {"none": ((0.8, 14.0), (0.5, 25.0), (0.3, 40.0)),
                 "fp8": ((0.25, 150.0, 0.65, 1.0), (0.5, 40.0, 0.5, 1.5), (0.3, 60.0, 0.0, 1.2))}
-# The fields as the family files write them (`roofline.cost.params`): YAML key, scale from SI.
-_YAML_UNITS = {"moe_compute_efficiency": ("moe_compute_efficiency", 1.0), "moe_fixed_s": ("moe_fixed_us", 1e6),
-               "moe_fp8_gemm_factor": ("moe_fp8_gemm_factor", 1.0), "moe_fp8_fixed_s": ("moe_fp8_fixed_us", 1e6),
-               "moe_fp8_expert_fixed_s": ("moe_fp8_expert_fixed_us", 1e6),
-               "moe_fp8_weight_rate": ("moe_fp8_weight_rate_tb_per_s", 1e-12)}
 
 
 def _joint_values(scheme: str, x: np.ndarray) -> dict[str, float]:
@@ -302,7 +298,8 @@ def with_values(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfil
 
 
 def _yaml_values(values: dict[str, float]) -> dict[str, float]:
-    return {_YAML_UNITS[k][0]: float(f"{v * _YAML_UNITS[k][1]:.6g}") for k, v in values.items()}
+    """The values as the family files write them (`roofline.cost.params`: YAML key, scale from YAML to SI)."""
+    return {_EFFICIENCY_YAML[k][0]: float(f"{v / _EFFICIENCY_YAML[k][1]:.6g}") for k, v in values.items()}
 
 
 def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table"
