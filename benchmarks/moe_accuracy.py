@@ -174,11 +174,15 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
                       num_experts=d.num_experts.to_numpy(np.float64), num_tokens=t)
 
 
+def with_values(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfile:
+    """`hw` with these `EfficiencyParams` values (SI)."""
+    return replace(hw, efficiency=replace(hw.efficiency, **values))
+
+
 def with_params(hw: HardwareProfile, prefix: str, factor: float, bandwidth_factor: float,
                 fixed_s: float) -> HardwareProfile:
-    return replace(hw, efficiency=replace(hw.efficiency, **{f"{prefix}_gemm_factor": factor,
-                                                            f"{prefix}_bandwidth_factor": bandwidth_factor,
-                                                            f"{prefix}_fixed_s": fixed_s}))
+    return with_values(hw, {f"{prefix}_gemm_factor": factor, f"{prefix}_bandwidth_factor": bandwidth_factor,
+                            f"{prefix}_fixed_s": fixed_s})
 
 
 def bandwidth_cap(hw: HardwareProfile, scheme: str) -> float:
@@ -291,10 +295,6 @@ JOINT_STARTS = {"none": ((0.8, 14.0), (0.5, 25.0), (0.3, 40.0)),
 def _joint_values(scheme: str, x: np.ndarray) -> dict[str, float]:
     """The format's `EfficiencyParams` values (SI) from a Nelder-Mead vector, each coordinate clipped to its range."""
     return {name: convert(float(np.clip(v, *bounds))) for (name, bounds, convert), v in zip(JOINT_FIELDS[scheme], x)}
-
-
-def with_values(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfile:
-    return replace(hw, efficiency=replace(hw.efficiency, **values))
 
 
 def _yaml_values(values: dict[str, float]) -> dict[str, float]:
