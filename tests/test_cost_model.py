@@ -12,6 +12,7 @@ from roofline.calibration.calibrate import FITTED_ELSEWHERE, OP_TABLE_STAGES, st
 from roofline.calibration.fit import fit, with_params
 from roofline.cost import step_cost
 from roofline.cost.hardware import PowerLimit, load_profile, parse_profile
+from roofline.cost.ops import collective_record
 from roofline.cost.params import EfficiencyParams, ExecutorParams
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import (
@@ -25,6 +26,7 @@ from roofline.cost.step_cost import (
     gemm_kernels,
     gemm_time_s,
     linear_time_s,
+    memory_op_time_s,
     predict_single_ops,
 )
 from roofline.errors import UserError
@@ -282,6 +284,50 @@ def test_cudagraph_mode_sets_which_batches_replay_graphs(mode, decode_launches, 
     for i, cost in enumerate((decode, mixed)):
         assert {name: values[i] for name, values in columns.items() if values[i]} == {
             name: t for name, t in cost.breakdown_s.items() if t}
+
+
+@pytest.mark.parametrize("mode, mixed_eager", [("FULL_AND_PIECEWISE", False), ("FULL_DECODE_ONLY", True),
+                                                ("PIECEWISE", False), ("NONE", True)])
+def test_all_reduces_outside_a_cuda_graph_copy_their_input_first(mode, mixed_eager):
+    # vLLM's custom all-reduce, called outside a CUDA graph, copies its input into its registered buffer: one
+    # read and one write of the message more, in every step that replays no graph and only there.
+    m = StepCostModel(SPEC, H100, BF16, 2, cudagraph_mode=mode)
+    layers = SPEC.num_layers
+
+    def expected(tokens, eager):
+        message = tokens * SPEC.hidden_size * BF16.act_bytes
+        copy = memory_op_time_s(H100, 2 * message, 1) if eager else 0.0
+        return layers * (all_reduce_time_s(H100, message, 2) + copy)
+
+    decode = step(m, [1] * 9, [10] * 9)  # replays a graph of 16 tokens, but in NONE
+    mixed = step(m, [200, 1], [0, 10])
+    beyond = step(m, [600], [0])  # above the largest captured size: no graph in any mode
+    assert decode.breakdown_s["attn_all_reduce"] == pytest.approx(
+        expected(decode.padded_num_tokens, mode == "NONE"), rel=1e-12)
+    assert mixed.breakdown_s["mlp_all_reduce"] == pytest.approx(
+        expected(mixed.padded_num_tokens, mixed_eager), rel=1e-12)
+    assert beyond.breakdown_s["attn_all_reduce"] == pytest.approx(expected(600, True), rel=1e-12)
+    assert expected(600, True) > expected(600, False)
+    batches = [(np.array(q), np.array(c), np.ones(len(q), bool)) for q, c in
+               (([1] * 9, [10] * 9), ([200, 1], [0, 10]), ([600], [0]))]
+    columns = m.breakdown_columns(batches)  # the bulk path and the simulator's path: the same floats
+    for i, (cost, (q, c, e)) in enumerate(zip((decode, mixed, beyond), batches)):
+        assert {name: values[i] for name, values in columns.items() if values[i]} == {
+            name: t for name, t in cost.breakdown_s.items() if t}
+        assert m.step_time_s(q, c, e) == cost.total_s
+
+
+def test_eager_all_reduce_copy_only_where_the_custom_all_reduce_runs():
+    # NCCL's ring (PCIe-only GPUs above 2) reduces in place; a CPU runs no CUDA all-reduce.
+    l40s = load_profile("l40s")
+    for n, copies in ((2, True), (4, False)):
+        copy = all_reduce_time_s(l40s, 1e7, n, 2e7) - all_reduce_time_s(l40s, 1e7, n)
+        assert copy == (pytest.approx(memory_op_time_s(l40s, 2e7, 1), rel=1e-9) if copies else 0.0)
+    cpu = parse_profile(TEST_CPU_PROFILE, "test")
+    cost = step(model(hw=cpu, tp=2), [600], [0])
+    in_place = collective_record("attn_all_reduce", "all_reduce", 600 * SPEC.hidden_size * BF16.act_bytes,
+                                 SPEC.num_layers, 2)
+    assert cost.breakdown_s["attn_all_reduce"] == step_cost.op_time_s(cpu, in_place, BF16, 1)[0]
 
 
 def test_tensor_parallel_reduces_per_rank_work_and_adds_collectives():

@@ -338,6 +338,19 @@ def collective_record(name: str, kind: str, message_bytes: float, count: int, tp
                     comm_bytes=count * message_bytes, shape=(message_bytes, tp))
 
 
+def all_reduce_record(name: str, message_bytes: Any, count: int, tp: int, eager: Any) -> OpRecord:
+    """A TP all-reduce of `message_bytes` (`collective_record`); where `eager` (a step that replays no CUDA graph),
+    the shape's third element is the bytes of the copy vLLM's custom all-reduce makes first: outside a CUDA graph
+    its input is not in the buffer registered with the peers, so it is copied there, read once and written once
+    (vllm/distributed/device_communicators/custom_all_reduce.py, `custom_all_reduce`: "outside of cuda graph
+    context, custom allreduce incurs a cost of cudaMemcpy"; `all_reduce(input, registered=False)`). aiconfigurator's
+    tables time both paths (`vllm_graph`, `vllm_eager`): at 16 MB and above the eager call is slower by one read
+    and one write of the message at 0.80-0.90 of the DRAM bandwidth on H100, H200, B200, B300 and A100
+    (BENCHMARKS.md, "The all-reduce of a step without a CUDA graph"). `eager`: a bool or an array of them."""
+    record = collective_record(name, "all_reduce", message_bytes, count, tp)
+    return replace(record, shape=(message_bytes, tp, 2 * message_bytes * eager))
+
+
 def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig,
                       kernels: AttentionKernels = FA3_KERNELS) -> list[OpRecord]:
     """Prefill and decode parts of the (one, varlen) attention call per layer. Both write the new tokens'
@@ -466,19 +479,22 @@ def _per_expert(routed: Any, touched: Any) -> Any:
 
 
 def step_ops(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats,
-             kernels: AttentionKernels = FA3_KERNELS) -> list[OpRecord]:
+             kernels: AttentionKernels = FA3_KERNELS, graph_max_tokens: float = math.inf) -> list[OpRecord]:
     """Every operator of one step on one rank, in execution order (per-layer operators summed over layers), with
-    the attention `kernels` of the device's family (`attention_kernels`)."""
+    the attention `kernels` of the device's family (`attention_kernels`); `graph_max_tokens`: `token_ops`."""
     r = RankShape.of(spec, tp)
-    return (token_ops(spec, quant, tp, s.num_tokens) + attention_records(r, s, quant, kernels)
+    return (token_ops(spec, quant, tp, s.num_tokens, graph_max_tokens) + attention_records(r, s, quant, kernels)
             + emit_ops(spec, quant, tp, s.num_emits))
 
 
-def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any) -> list[OpRecord]:
+def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any,
+              graph_max_tokens: float = math.inf) -> list[OpRecord]:
     """The operators whose cost depends only on the number of tokens in the step (all but attention and the
     per-emitted-token tail): embedding, norms, projections, RoPE, MLP or MoE, TP all-reduces. `num_tokens`: a count
-    or an array of counts."""
+    or an array of counts. A step of more than `graph_max_tokens` tokens replays no CUDA graph: its all-reduces
+    take the eager path (`all_reduce_record`)."""
     r = RankShape.of(spec, tp)
+    eager = num_tokens > graph_max_tokens
     t, h, a, n_l = num_tokens, r.hidden, quant.act_bytes, r.layers
     wb, gd = quant.weight_bytes_per_param, quant.gemm_dtype
     # W8A8 GEMMs read their input in 8 bits (the activation is quantized first; counted in the GEMM's time).
@@ -487,7 +503,7 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any) -> 
     ops = [OpRecord(name="embedding", kind="elementwise", count=1, flops=0.0, weight_bytes=t * h * a / tp,
                     act_bytes=t * h * a, dtype=quant.act_dtype)]
     if tp > 1:
-        ops.append(collective_record("embedding_all_reduce", "all_reduce", t * h * a, 1, tp))
+        ops.append(all_reduce_record("embedding_all_reduce", t * h * a, 1, tp, eager))
     ops += [
         elementwise_record("input_norm", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, n_l, a, h * a),
         gemm_record("qkv_proj", t, r.qkv_width, h, n_l, wb, a, gd, in_b),
@@ -500,13 +516,13 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any) -> 
             # MiniMax-M2: one RMSNorm over all heads' q (and k), sharded by TP: the per-token sums of squares
             # (2 fp32 per token) are all-reduced in every layer (vLLM MiniMaxText01RMSNormTP,
             # layers/minimax_rms_norm/rms_norm_tp.py `_all_reduce_variance`).
-            ops.append(collective_record("qk_norm_all_reduce", "all_reduce", t * 2 * 4.0, n_l, tp))
+            ops.append(all_reduce_record("qk_norm_all_reduce", t * 2 * 4.0, n_l, tp, eager))
     ops += [
         elementwise_record("rope", qk_elems, qk_elems, _ROPE_FLOPS_PER_ELEMENT, n_l, a),
         gemm_record("o_proj", t, h, r.heads * r.head_dim, n_l, wb, a, gd, in_b),
     ]
     if tp > 1:
-        ops.append(collective_record("attn_all_reduce", "all_reduce", t * h * a, n_l, tp))
+        ops.append(all_reduce_record("attn_all_reduce", t * h * a, n_l, tp, eager))
     ops.append(elementwise_record("post_attn_norm", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, n_l, a,
                                   h * a))
     if spec.is_moe:
@@ -518,7 +534,7 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any) -> 
                 elementwise_record("silu_and_mul", 2 * t * r.inter, t * r.inter, _SILU_MUL_FLOPS_PER_ELEMENT, n_l, a),
                 gemm_record("down_proj", t, h, r.inter, n_l, wb, a, gd, in_b)]
     if tp > 1:
-        ops.append(collective_record("mlp_all_reduce", "all_reduce", t * h * a, n_l, tp))
+        ops.append(all_reduce_record("mlp_all_reduce", t * h * a, n_l, tp, eager))
     ops.append(elementwise_record("final_norm", 2 * t * h, t * h, _NORM_FLOPS_PER_ELEMENT / 2, 1, a, h * a))
     return ops
 

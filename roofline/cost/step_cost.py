@@ -72,6 +72,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -1267,13 +1268,19 @@ def unused_efficiency_params(family: str | None) -> frozenset[str]:
     return frozenset(unused)
 
 
-def all_reduce_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any) -> Any:
-    """All-reduce of `message_bytes` over `num_devices` GPUs as the family's `AllReduceAlgorithms` run it."""
+def all_reduce_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any, copy_bytes: Any = 0.0) -> Any:
+    """All-reduce of `message_bytes` over `num_devices` GPUs as the family's `AllReduceAlgorithms` run it, in a CUDA
+    graph. Where `copy_bytes` > 0 (a step without a CUDA graph, `roofline.cost.ops.all_reduce_record`), vLLM's custom
+    all-reduce first copies its input into its registered buffer: one streaming copy kernel moving that many bytes
+    (NCCL's ring, where it runs instead, reduces in place)."""
     bw, alpha = _link(hw, num_devices)
     n = num_devices
     one_shot = alpha + (n - 1) * message_bytes / bw
     two_shot = 2 * alpha + 2 * (n - 1) / n * message_bytes / bw
     custom = _min(one_shot, two_shot) + hw.efficiency.kernel_fixed_s
+    if np.any(copy_bytes):
+        copy = np.where(copy_bytes > 0, memory_op_time_s(hw, copy_bytes, 1), 0.0)
+        custom = custom + (float(copy) if np.ndim(copy) == 0 else copy)
     algorithms = all_reduce_algorithms(hw.family)
     if not algorithms.runs_nccl:
         return custom
@@ -1517,6 +1524,13 @@ class StepCostModel:
         # "piecewise" or None (launched from the host).
         self._decode_graph, self._mixed_graph = graphs
         self._max_graph = self._graph_sizes[-1] if graphs != (None, None) else 0
+        # Steps of more tokens than this replay no CUDA graph: their all-reduces take the eager path
+        # (`roofline.cost.ops.all_reduce_record`); a CPU runs no CUDA all-reduce. A batch with prefills in a mode
+        # without a graph for it (FULL_DECODE_ONLY) is eager at every size: its token operators are tabulated apart.
+        self._graph_max_tokens = math.inf if hw.kind == "cpu" else self._max_graph
+        self._mixed_eager = hw.kind != "cpu" and self._mixed_graph is None and self._max_graph > 0
+        self._mixed_token_table = _CountTable(partial(self._token_part, graph_max_tokens=0)) \
+            if self._mixed_eager else self._token_table
         self._attn_kernels = attention_kernels(hw.family)
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
         r = self.rank
@@ -1646,7 +1660,11 @@ class StepCostModel:
             mixed = cols["num_prefill_seqs"] > 0
             padded[mixed] = np.array([self._padded_tokens(n, True) for n in distinct.tolist()],
                                      dtype=np.int64)[inverse][mixed]
-        token_names, token_s, token_k = self._count_columns(token_ops, padded)
+        token_names, token_s, token_k = self._count_columns(
+            partial(token_ops, graph_max_tokens=self._graph_max_tokens), padded)
+        if self._mixed_eager and (cols["num_prefill_seqs"] > 0).any():  # batches with prefills: eager at any size
+            mixed = cols["num_prefill_seqs"] > 0
+            token_s[mixed] = self._count_columns(partial(token_ops, graph_max_tokens=0), padded[mixed])[1]
         emit_names, emit_s, emit_k = self._count_columns(emit_ops, cols["num_emits"].astype(np.int64))
         attn_names, attn_s, attn_k = self._attention_columns(cols, stats)
         names = token_names + attn_names + emit_names  # step_cost's order
@@ -1828,7 +1846,7 @@ class StepCostModel:
 
     def _stats_time_s(self, stats: BatchStats) -> float:
         padded = self._padded_tokens(stats.num_tokens, stats.num_prefill_seqs > 0)
-        token_s, token_k = self._token_table.lookup(padded)
+        token_s, token_k = (self._mixed_token_table if stats.num_prefill_seqs else self._token_table).lookup(padded)
         emit_s, emit_k = self._emit_table.lookup(stats.num_emits)
         attn_s, attn_k = self._attention_s(stats)
         device_s = token_s + emit_s + attn_s
@@ -1912,7 +1930,8 @@ class StepCostModel:
     def _step_ops(self, s: BatchStats) -> list[OpRecord]:
         """`roofline.cost.ops.step_ops`; on a CPU with the attention shapes of `cpu_engine` (`CPU_ENGINES`)."""
         if self.hw.kind != "cpu":
-            return step_ops(self.spec, self.quant, self.tp, s, self._attn_kernels)
+            graph_max = 0 if self._mixed_eager and s.num_prefill_seqs else self._graph_max_tokens
+            return step_ops(self.spec, self.quant, self.tp, s, self._attn_kernels, graph_max)
         return (token_ops(self.spec, self.quant, self.tp, s.num_tokens)
                 + CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
                 + emit_ops(self.spec, self.quant, self.tp, s.num_emits))
@@ -1959,8 +1978,9 @@ class StepCostModel:
             kernels += op.count * op_kernels
         return total_s, kernels
 
-    def _token_part(self, num_tokens: np.ndarray) -> tuple[np.ndarray, int]:
-        return self._parts_cost(token_ops(self.spec, self.quant, self.tp, num_tokens))
+    def _token_part(self, num_tokens: np.ndarray, graph_max_tokens: float | None = None) -> tuple[np.ndarray, int]:
+        graph_max = self._graph_max_tokens if graph_max_tokens is None else graph_max_tokens
+        return self._parts_cost(token_ops(self.spec, self.quant, self.tp, num_tokens, graph_max))
 
     def _emit_part(self, num_emits: np.ndarray) -> tuple[np.ndarray, int]:
         return self._parts_cost(emit_ops(self.spec, self.quant, self.tp, num_emits))
