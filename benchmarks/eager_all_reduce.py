@@ -10,7 +10,9 @@ the measured eager-minus-graph time and what bandwidth one read and one write of
 be, then the error on the eager rows of at least `--min-mib` MiB of the graph path alone (the model before the copy
 term) and with the copy (`all_reduce_time_s(..., copy_bytes=2 x message)`). Below ~4 MiB the eager rows are
 flat at 20-40 us: the host's time per call in the collector's loop, which a serving step's launches overlap with
-its kernels (`StepCostModel._combine`), so they are not the device time a step pays and are left out.
+its kernels (`StepCostModel._combine`), so they are not the device time a step pays and are left out. Last, the
+graph rows' own error by message size and number of GPUs (what a step in a graph pays; where the profiles' collective
+parameters are fitted).
 """
 
 from __future__ import annotations
@@ -69,6 +71,20 @@ def main(argv: list[str] | None = None) -> int:
                   f"{_stats(alone / measured - 1)} | {_stats(copied / measured - 1)} | {len(e)} |")
         if len(pooled[0]):
             print(f"| {pid} | all | | | {_stats(pooled[0])} | {_stats(pooled[1])} | {len(pooled[0])} |")
+    print("\nGraph rows (the fitted path; training and held-out rows together) by message size, median / p90 (bias):\n")
+    bands = ((0, 2**20, "< 1 MiB"), (2**20, 16 * 2**20, "1-16 MiB"), (16 * 2**20, 2**28, "16-256 MiB"))
+    print("| GPU | GPUs | " + " | ".join(name for _, _, name in bands) + " |")
+    print("|---|---|" + "---|" * len(bands))
+    for pid, system in SYSTEMS.items():
+        hw = load_profile(pid)
+        graph = load_op_tables(system)["all_reduce"]
+        for n in sorted(graph.num_devices.unique()):
+            cells = []
+            for lo, hi, _ in bands:
+                g = graph[(graph.num_devices == n) & (graph.message_bytes >= lo) & (graph.message_bytes < hi)]
+                predicted = np.array([all_reduce_time_s(hw, float(b), int(n)) for b in g.message_bytes])
+                cells.append(_stats(predicted / g.measured_s.to_numpy() - 1) if len(g) else "-")
+            print(f"| {pid} | {n} | " + " | ".join(cells) + " |")
     return 0
 
 

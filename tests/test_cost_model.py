@@ -314,7 +314,32 @@ def test_all_reduces_outside_a_cuda_graph_copy_their_input_first(mode, mixed_eag
     for i, (cost, (q, c, e)) in enumerate(zip((decode, mixed, beyond), batches)):
         assert {name: values[i] for name, values in columns.items() if values[i]} == {
             name: t for name, t in cost.breakdown_s.items() if t}
-        assert m.step_time_s(q, c, e) == cost.total_s
+        assert m.step_time_s(q, c, e) == pytest.approx(cost.total_s, rel=1e-12, abs=0)
+
+
+def test_custom_all_reduce_runs_the_kernel_vllm_dispatches():
+    # csrc/custom_all_reduce.cuh: one-stage on 2 GPUs at every size and below 512 KiB (<= 4 GPUs) or 256 KiB
+    # (<= 8 GPUs); two-stage otherwise; each at its own fraction of the link.
+    hw = replace(H100, efficiency=replace(H100.efficiency, collective_one_stage_bus_efficiency=0.5,
+                                          collective_bus_efficiency=0.8))
+    e, link = hw.efficiency, hw.interconnect.bandwidth_bytes_per_s_per_direction
+    alpha = hw.interconnect.latency_s * e.collective_latency_scale
+
+    def one(b, n):
+        return alpha + (n - 1) * b / (link * 0.5) + e.kernel_fixed_s
+
+    def two(b, n):
+        return 2 * alpha + 2 * (n - 1) / n * b / (link * 0.8) + e.kernel_fixed_s
+
+    kib = 1024
+    cases = [(2, 64 * kib, one), (2, 64 * 1024 * kib, one), (4, 500 * kib, one), (4, 512 * kib, two),
+             (8, 255 * kib, one), (8, 300 * kib, two), (8, 64 * 1024 * kib, two)]
+    for n, b, form in cases:
+        assert all_reduce_time_s(hw, float(b), n) == pytest.approx(form(b, n), rel=1e-12), (n, b)
+    sizes = np.array([b for _, b, _ in cases], dtype=float)
+    counts = np.array([n for n, _, _ in cases])
+    assert list(all_reduce_time_s(hw, sizes, counts)) == pytest.approx([form(b, n) for n, b, form in cases],
+                                                                       rel=1e-12)
 
 
 def test_eager_all_reduce_copy_only_where_the_custom_all_reduce_runs():
@@ -548,7 +573,7 @@ def test_ada_all_reduce_is_custom_for_two_gpus_and_nccl_ring_above():
     b = 1e6
     bw = l40s.pcie_bandwidth_bytes_per_s_per_direction
     two = all_reduce_time_s(l40s, b, 2)
-    assert two == pytest.approx(20e-6 * e.collective_latency_scale + b / (bw * e.collective_bus_efficiency)
+    assert two == pytest.approx(20e-6 * e.collective_latency_scale + b / (bw * e.collective_one_stage_bus_efficiency)
                                 + e.kernel_fixed_s, rel=1e-12)
     for n in (4, 8):
         ring = 2 * (n - 1) * e.nccl_step_s + 2 * (n - 1) * b / (bw * e.nccl_bus_efficiency) + e.kernel_fixed_s

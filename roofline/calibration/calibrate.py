@@ -77,8 +77,8 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
      ("attention_compute_efficiency", "attention_softmax_flops_per_pair", "attention_tile_fixed_s",
       "attention_memory_efficiency", "attention_fixed_s", "attention_fp8_kv_compute_factor",
       "attention_fp8_kv_bandwidth_factor")),
-    ("all_reduce", ("all_reduce",), ("collective_bus_efficiency", "collective_latency_scale", "nccl_bus_efficiency",
-                                     "nccl_step_s")),
+    ("all_reduce", ("all_reduce",), ("collective_bus_efficiency", "collective_one_stage_bus_efficiency",
+                                     "collective_latency_scale", "nccl_bus_efficiency", "nccl_step_s")),
     ("moe", ("moe",), ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s",
                        "moe_fp8_expert_fixed_s")),
 )

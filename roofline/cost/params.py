@@ -84,6 +84,7 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "moe_fp4_fixed_s": ("moe_fp4_fixed_us", 1e-6, 1e6),
     "moe_fp4_bandwidth_factor": ("moe_fp4_bandwidth_factor", 1.0, 2.0),
     "collective_bus_efficiency": ("collective_bus_efficiency", 1.0, 1.0),
+    "collective_one_stage_bus_efficiency": ("collective_one_stage_bus_efficiency", 1.0, 1.0),
     "collective_latency_scale": ("collective_latency_scale", 1.0, 1e3),
     "nccl_bus_efficiency": ("nccl_bus_efficiency", 1.0, 1.0),
     "nccl_step_s": ("nccl_step_us", 1e-6, 1e6),
@@ -247,8 +248,15 @@ class EfficiencyParams:
     moe_fp4_gemm_factor: float = 0.525
     moe_fp4_fixed_s: float = 12.3e-6
     moe_fp4_bandwidth_factor: float = 1.263
-    # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link).
+    # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link): vLLM's
+    # custom all-reduce's two-stage kernel (reduce-scatter, then all-gather).
     collective_bus_efficiency: float = 0.80
+    # The same for its one-stage kernel (every rank reads every peer's whole buffer), which it runs on 2 GPUs at
+    # every size and on fully connected 4 / 8 GPUs below 512 / 256 KiB (`roofline.cost.step_cost.all_reduce_time_s`).
+    # It reads from its peers with 36 thread blocks (csrc/custom_all_reduce.cuh, `block_limit`), fewer bytes in
+    # flight than a link needs: aiconfigurator's 2-GPU tables reach ~0.5-0.6 of the link where 4 and 8 GPUs' two-stage
+    # rows reach ~0.65-0.8.
+    collective_one_stage_bus_efficiency: float = 0.80
     # Multiplies the profile's interconnect latency (alpha) for the collectives the engine uses.
     collective_latency_scale: float = 1.0
     # NCCL's ring all-reduce where vLLM runs it instead of its custom all-reduce (PCIe-only systems with more than

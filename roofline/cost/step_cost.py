@@ -366,6 +366,13 @@ def _max(a: Any, b: Any) -> Any:
 
 
 _min = np.minimum
+
+
+def _where(condition: Any, a: Any, b: Any) -> Any:
+    """`np.where`, and a plain choice (a float stays a float) where the condition is one bool."""
+    if isinstance(condition, (bool, np.bool_)):
+        return a if condition else b
+    return np.where(condition, a, b)
 _sum = np.add.reduce  # `arr.sum()` without its Python wrapper (the simulator sums every step's contexts)
 
 
@@ -1203,14 +1210,21 @@ def marlin_moe_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: s
 
 
 def _link(hw: HardwareProfile, num_devices: Any) -> tuple[float, float]:
-    """(bandwidth per direction, alpha) of the link a collective over `num_devices` uses."""
+    """(bandwidth per direction, alpha) of the link a collective over `num_devices` uses, the bandwidth at the
+    two-stage (bus) efficiency."""
     e = hw.efficiency
+    return _link_bandwidth(hw) * e.collective_bus_efficiency, _link_latency_s(hw) * e.collective_latency_scale
+
+
+def _link_bandwidth(hw: HardwareProfile) -> float:
     ic = hw.interconnect
     if ic is not None:
-        return ic.bandwidth_bytes_per_s_per_direction * e.collective_bus_efficiency, ic.latency_s * \
-            e.collective_latency_scale
-    pcie = hw.pcie_bandwidth_bytes_per_s_per_direction or 16e9  # PCIe 3 x16 when the profile has none
-    return pcie * e.collective_bus_efficiency, _PCIE_COLLECTIVE_LATENCY_S * e.collective_latency_scale
+        return ic.bandwidth_bytes_per_s_per_direction
+    return hw.pcie_bandwidth_bytes_per_s_per_direction or 16e9  # PCIe 3 x16 when the profile has none
+
+
+def _link_latency_s(hw: HardwareProfile) -> float:
+    return hw.interconnect.latency_s if hw.interconnect is not None else _PCIE_COLLECTIVE_LATENCY_S
 
 
 @dataclass(frozen=True)
@@ -1259,7 +1273,10 @@ def all_reduce_algorithms(family: str | None) -> AllReduceAlgorithms:
 
 def unused_efficiency_params(family: str | None) -> frozenset[str]:
     """EfficiencyParams fields that the kernels of `family` never read (not fitted, stay at their defaults)."""
-    unused = set() if all_reduce_algorithms(family).runs_nccl else set(NCCL_PARAMS)
+    algorithms = all_reduce_algorithms(family)
+    unused = set() if algorithms.runs_nccl else set(NCCL_PARAMS)
+    if algorithms.custom_max_devices <= 2:  # the custom all-reduce on 2 GPUs only: its one-stage kernel only
+        unused.add("collective_bus_efficiency")
     kernels = gemm_kernels(family)
     if not kernels.ctas_8bit and not kernels.ctas_16bit:  # no warp tiles described: the tiles run at full rate
         unused.add("gemm_warp_step_overhead_mma")
@@ -1275,9 +1292,14 @@ def all_reduce_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any,
     (NCCL's ring, where it runs instead, reduces in place)."""
     bw, alpha = _link(hw, num_devices)
     n = num_devices
-    one_shot = alpha + (n - 1) * message_bytes / bw
-    two_shot = 2 * alpha + 2 * (n - 1) / n * message_bytes / bw
-    custom = _min(one_shot, two_shot) + hw.efficiency.kernel_fixed_s
+    e = hw.efficiency
+    one_stage = alpha + (n - 1) * message_bytes / (_link_bandwidth(hw) * e.collective_one_stage_bus_efficiency)
+    two_stage = 2 * alpha + 2 * (n - 1) / n * message_bytes / bw
+    # The kernel vLLM's custom all-reduce launches (csrc/custom_all_reduce.cuh, REDUCE_CASE): one-stage on 2 GPUs,
+    # and on fully connected ones below 512 KiB (up to 4 GPUs) or 256 KiB (up to 8); two-stage otherwise. (Beyond
+    # 8 GPUs vLLM has no custom all-reduce; the two-stage form stands in for NCCL there.)
+    small = ((n <= 4) & (message_bytes < 512 * 1024)) | ((n <= 8) & (message_bytes < 256 * 1024))
+    custom = _where((n == 2) | small, one_stage, two_stage) + e.kernel_fixed_s
     if np.any(copy_bytes):
         copy = np.where(copy_bytes > 0, memory_op_time_s(hw, copy_bytes, 1), 0.0)
         custom = custom + (float(copy) if np.ndim(copy) == 0 else copy)
