@@ -320,7 +320,8 @@ def test_all_reduces_outside_a_cuda_graph_copy_their_input_first(mode, mixed_eag
 def test_custom_all_reduce_runs_the_kernel_vllm_dispatches():
     # csrc/custom_all_reduce.cuh: one-stage on 2 GPUs at every size and below 512 KiB (<= 4 GPUs) or 256 KiB
     # (<= 8 GPUs); two-stage otherwise; each at its own fraction of the link.
-    hw = replace(H100, efficiency=replace(H100.efficiency, collective_one_stage_bus_efficiency=0.5,
+    b200 = load_profile("b200")  # Blackwell: the custom all-reduce at every size
+    hw = replace(b200, efficiency=replace(b200.efficiency, collective_one_stage_bus_efficiency=0.5,
                                           collective_bus_efficiency=0.8))
     e, link = hw.efficiency, hw.interconnect.bandwidth_bytes_per_s_per_direction
     alpha = hw.interconnect.latency_s * e.collective_latency_scale
@@ -580,12 +581,36 @@ def test_ada_all_reduce_is_custom_for_two_gpus_and_nccl_ring_above():
         assert all_reduce_time_s(l40s, b, n) == pytest.approx(ring, rel=1e-12)
     vec = all_reduce_time_s(l40s, np.array([b, b, b]), np.array([2, 4, 8]))
     assert list(vec) == pytest.approx([two, all_reduce_time_s(l40s, b, 4), all_reduce_time_s(l40s, b, 8)], rel=1e-12)
-    # NVLink families keep the custom all-reduce at every size and never fit the NCCL parameters
-    assert all_reduce_time_s(H100, b, 8) == all_reduce_time_s(replace(H100, efficiency=replace(
-        H100.efficiency, nccl_step_s=1.0, nccl_bus_efficiency=0.01)), b, 8)
+    # Blackwell keeps the custom all-reduce at every size and never fits the NCCL parameters
+    b200 = load_profile("b200")
+    assert all_reduce_time_s(b200, b, 8) == all_reduce_time_s(replace(b200, efficiency=replace(
+        b200.efficiency, nccl_step_s=1.0, nccl_bus_efficiency=0.01)), b, 8)
     collective = next(params for stage, _, params in OP_TABLE_STAGES if stage == "all_reduce")
-    assert not set(NCCL_PARAMS) & set(stage_params(collective, "hopper"))
+    assert not set(NCCL_PARAMS) & set(stage_params(collective, "blackwell"))
     assert set(NCCL_PARAMS) <= set(stage_params(collective, "ada"))
+    assert set(NCCL_PARAMS) <= set(stage_params(collective, "hopper"))
+
+
+def test_hopper_all_reduce_leaves_the_custom_kernel_above_vllms_size_limits():
+    # all_reduce_utils.py CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"]: 64 MiB (2 GPUs), 32 MiB (4), 512 KiB (6), 256 KiB (8);
+    # above them (and on GPU counts without a custom all-reduce) vLLM's symmetric-memory or NCCL all-reduce, timed
+    # as NCCL's ring over NVLink, which copies its input first outside a CUDA graph too.
+    e, link = H100.efficiency, H100.interconnect.bandwidth_bytes_per_s_per_direction
+    b200 = replace(load_profile("b200"), interconnect=H100.interconnect, efficiency=e)  # the custom form alone
+
+    def ring(b, n):
+        return 2 * (n - 1) * e.nccl_step_s + 2 * (n - 1) / n * b / (link * e.nccl_bus_efficiency) + e.kernel_fixed_s
+
+    mib = 2.0**20
+    for n, limit in ((2, 64 * mib), (4, 32 * mib), (6, 0.5 * mib), (8, 0.25 * mib)):
+        assert all_reduce_time_s(H100, limit, n) == all_reduce_time_s(b200, limit, n)
+        assert all_reduce_time_s(H100, limit + 2, n) == pytest.approx(ring(limit + 2, n), rel=1e-12)
+        eager = all_reduce_time_s(H100, limit + 2, n, 2 * (limit + 2)) - all_reduce_time_s(H100, limit + 2, n)
+        assert eager == pytest.approx(memory_op_time_s(H100, 2 * (limit + 2), 1), rel=1e-9)
+    assert all_reduce_time_s(H100, 1024.0, 16) == pytest.approx(ring(1024.0, 16), rel=1e-12)
+    sizes, counts = np.array([mib, 40 * mib, mib, 300 * 1024.0]), np.array([2, 4, 8, 8])
+    assert list(all_reduce_time_s(H100, sizes, counts)) == pytest.approx(
+        [all_reduce_time_s(H100, float(b), int(n)) for b, n in zip(sizes, counts)], rel=1e-12)
 
 
 def test_hoppers_moe_parameters_are_left_to_the_joint_fit():
