@@ -20,6 +20,7 @@ from profiles import TEST_CPU_PROFILE
 from roofline.calibration.calibrate import (
     DEFAULT_TRACE_PARAMS,
     EXERCISED_MIN_STEPS,
+    FITTED_ELSEWHERE,
     calibrate_on_op_tables,
     calibrate_on_traces,
     check_params,
@@ -29,6 +30,7 @@ from roofline.calibration.calibrate import (
 from roofline.calibration.fit import predict_table
 from roofline.calibration.traces import load_trace
 from roofline.cli import main
+from roofline.commands.calibrate import format_report
 from roofline.cost.hardware import load_profile
 from roofline.errors import UserError
 
@@ -143,6 +145,22 @@ def test_op_table_fit_generalizes_to_held_out_shapes() -> None:
     assert report.error["test"]["after"]["median_abs_rel_err"] < 0.03
     assert {d["kind"] for d in report.fitted_on} == {"gemm"}
     assert report.fitted_on[0]["num_shapes"] == 6 and report.held_out[0]["num_shapes"] == 6
+
+
+def test_op_table_fit_says_which_moe_parameters_another_fit_gives_hopper() -> None:
+    """Hopper's MoE parameters come from benchmarks/moe_accuracy.py's joint fit (`FITTED_ELSEWHERE`): a calibration
+    on MoE rows leaves them as shipped and its report says so, parameter by parameter, with the reason."""
+    truth = load_profile("h100-sxm")
+    frame = pd.DataFrame([{"num_tokens": t, "hidden_size": h, "inter_size": i, "topk": 8, "num_experts": 128,
+                           "dtype": "bf16", "distribution": "balanced", "shape_key": f"{h}/{i}"}
+                          for t in (1, 64, 1024) for h, i in ((2048, 768), (4096, 1536), (2880, 2880), (7168, 2048))])
+    frame["measured_s"] = predict_table(truth, "moe", frame) * 1.3
+    report = calibrate_on_op_tables(truth, {"moe": frame}, source="synthetic")
+    held = {n: v for n, v in report.parameters.items() if not v.get("fitted", True)}
+    assert set(held) == {f"efficiency.{p}" for p in FITTED_ELSEWHERE["hopper"]}
+    assert all(v["before"] == v["after"] and "moe_accuracy.py" in v["held"] for v in held.values())
+    text = format_report(report)
+    assert "efficiency.moe_fixed_s" in text and "held: the family profile's value, fitted jointly" in text
 
 
 def test_a_fitted_trace_cannot_be_held_out(setup: dict[str, Path]) -> None:

@@ -101,6 +101,10 @@ L2_PARAMS = ("l2_bandwidth_factor",)
 # weight rate is not separable from its fixed costs on those rows.
 FITTED_ELSEWHERE = {"hopper": ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s",
                                "moe_fp8_expert_fixed_s", "moe_fp8_weight_rate")}
+# Why, as a calibration report says it for each of them (`calibrate_on_op_tables`).
+FITTED_ELSEWHERE_WHY = {"hopper": "the family profile's value, fitted jointly over H100 and H200 on the MoE tables' "
+                                  "TP-sliced experts too (benchmarks/moe_accuracy.py); the MoE stage's rows cannot "
+                                  "separate it"}
 
 
 def fit_stage(samples: Sequence[Sample], profile: HardwareProfile, params: Sequence[str],
@@ -146,7 +150,8 @@ class CalibrationReport:
     source: str  # "step_traces" | "op_tables"
     fitted_on: list[dict[str, Any]]
     held_out: list[dict[str, Any]]
-    # dotted name -> {"before": .., "after": .. (SI units), "fitted": bool, "exercised_steps": fraction or None}
+    # dotted name -> {"before": .., "after": .. (SI units), "fitted": bool, "exercised_steps": fraction or None,
+    # "held": why a parameter was not fitted, where another fit gives it (`FITTED_ELSEWHERE_WHY`)}
     parameters: dict[str, dict[str, Any]]
     error: dict[str, dict[str, Any]]  # "train" / "test" -> "before" / "after" -> error stats (+ by kind)
     fit_seconds: float  # wall time of the fit (not written to the profile: outputs stay byte-stable)
@@ -367,7 +372,13 @@ def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
     error = {"train": {"before": op_table_errors(hw, train), "after": op_table_errors(fitted, train)}}
     if test:
         error["test"] = {"before": op_table_errors(hw, test), "after": op_table_errors(fitted, test)}
-    parameters = {n: {"before": get_param(hw, n), "after": get_param(fitted, n)} for n in names}
+    parameters: dict[str, dict[str, Any]] = {n: {"before": get_param(hw, n), "after": get_param(fitted, n)}
+                                             for n in names}
+    if "moe" in train:  # the MoE stage ran: say which of its parameters it left, and why
+        for p in FITTED_ELSEWHERE.get(hw.family or "", ()):
+            value = get_param(hw, f"efficiency.{p}")
+            parameters[f"efficiency.{p}"] = {"before": value, "after": value, "fitted": False,
+                                             "held": FITTED_ELSEWHERE_WHY[hw.family or ""]}
     return CalibrationReport(profile=fitted, source="op_tables", fitted_on=describe(train), held_out=describe(test),
                              parameters=parameters, error=error, fit_seconds=seconds)
 

@@ -127,6 +127,8 @@ def format_report(report: CalibrationReport) -> str:
     for name, v in report.parameters.items():
         if v.get("fitted", True):
             lines.append(f"  {name:<45} {v['before']:.4g} -> {v['after']:.4g}")
+        elif "held" in v:
+            lines.append(f"  {name:<45} {v['before']:.4g} held: {v['held']}")
         else:
             lines.append(f"  {name:<45} {v['before']:.4g} held: moves >= {EXERCISED_SENSITIVITY:.0%} of the step "
                          f"time in {v['exercised_steps']:.1%} of the fitted steps (< {EXERCISED_MIN_STEPS:.0%})")
