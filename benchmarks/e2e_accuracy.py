@@ -67,6 +67,7 @@ from e2e_rows import (
     harness_of,
     read_silicon_rows,
     resolve_row,
+    row_origin,
     silicon_csv_path,
 )
 
@@ -386,7 +387,7 @@ def build_table(rows: list[SiliconRow], outcomes: dict[str, dict], peer: dict[st
     for row in rows:
         o, p = outcomes[row.row_id], peer.get(row.row_id, {})
         records.append({
-            "row_id": row.row_id, "model": row.model_path, "system": row.system,
+            "row_id": row.row_id, "model": row.model_path, "system": row.system, "origin": row_origin(row),
             "precision": row.precision or "(none)", "tp": row.tp_size, "isl": row.isl, "osl": row.osl,
             "concurrency": row.concurrency, "backend_version": row.backend_version or "",
             "measured_ttft_s": row.measured_ttft_s, "measured_tpot_s": row.measured_tpot_s,
@@ -498,6 +499,14 @@ def markdown_report(meta: dict, frame: pd.DataFrame, skips: dict, stats: dict, s
     for section in ("overall", "per_gpu", "per_group"):
         for entry in stats[section]:
             lines.append(f"| {entry['group']} | {entry['rows']} | " + " | ".join(_cells(entry)) + " |")
+    lines += ["", "By where the rows come from (`silicon_data_source`): InferenceX's public harness, whose client the "
+              "simulation follows (its recipes, `--num-prompts` 10 x N, ranged lengths), or aiconfigurator's own "
+              "gap-analysis campaigns, whose client (number of prompts, length distribution) the file does not "
+              "record (the sensitivity section below shows how far that moves TTFT):", "",
+              "| GPU / origin | rows | TTFT ours | TTFT peer (in-sample) | TPOT ours | TPOT peer (in-sample) |",
+              "|---|---|---|---|---|---|"]
+    for entry in stats["per_gpu_origin"]:
+        lines.append(f"| {entry['group']} | {entry['rows']} | " + " | ".join(_cells(entry)) + " |")
     lines += ["", "## The file's noise floor: configurations measured more than once", "",
               "Rows of one configuration (model, GPU, version, precision, parallelism, lengths, concurrency, recipe) "
               "with different measured results; per group the spread max / min - 1.", "",
@@ -728,7 +737,8 @@ def main(argv: list[str] | None = None) -> int:
     frame = build_table(rows, outcomes, peer)
     sim = frame[frame.status == "simulated"]
     stats = {"overall": group_stats(frame, []), "per_gpu": group_stats(frame, ["system"]),
-             "per_group": group_stats(frame, ["model", "system", "precision", "tp"])}
+             "per_group": group_stats(frame, ["model", "system", "precision", "tp"]),
+             "per_gpu_origin": group_stats(frame, ["system", "origin"])}
     h100 = next((e for e in stats["per_gpu"] if e["group"] == "h100_sxm"), None)
     targets = {}
     if h100 is not None:

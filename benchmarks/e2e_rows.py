@@ -229,9 +229,23 @@ def unrecorded_client(row: "SiliconRow") -> UnrecordedClient | None:
             row.model_path, row.system, row.concurrency) and u.measured[0] <= date <= u.measured[1]), None)
 
 
+# Where a row's measurement comes from, by its silicon_data_source (`row_origin`): InferenceX's public harness
+# (dated source files naming the model, or its dashboard's database dump), or one of aiconfigurator's own gap-analysis
+# campaigns (a local path such as .../aic-auto-gap-analysis/data/<gpu>/vllm/<version>/<model>.csv), whose client
+# (number of prompts, length distribution) the file does not record and whose scripts are not public.
+ORIGIN_INFERENCEX = "InferenceX (public harness)"
+ORIGIN_AIC_CAMPAIGN = "aiconfigurator's campaigns (client not recorded)"
+
+
+def row_origin(row: "SiliconRow") -> str:
+    """`ORIGIN_INFERENCEX` or `ORIGIN_AIC_CAMPAIGN` for `row`."""
+    inferencex = "source_file=20" in row.source and "model=" in row.source or row.source.startswith("db-dump/")
+    return ORIGIN_INFERENCEX if inferencex else ORIGIN_AIC_CAMPAIGN
+
+
 def harness_of(row: "SiliconRow") -> Harness | None:
     """The InferenceX recipe that measured `row`, if one of `INFERENCEX_HARNESS` covers it."""
-    if not ("source_file=20" in row.source and "model=" in row.source or row.source.startswith("db-dump/")):
+    if row_origin(row) != ORIGIN_INFERENCEX:
         return None
     date = measured_date(row)
     return None if date is None else next(

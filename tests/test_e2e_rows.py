@@ -13,6 +13,8 @@ pytest.importorskip("aiconfigurator_core")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from e2e_rows import (  # noqa: E402
+    ORIGIN_AIC_CAMPAIGN,
+    ORIGIN_INFERENCEX,
     RowError,
     SimCase,
     Skip,
@@ -21,6 +23,7 @@ from e2e_rows import (  # noqa: E402
     parse_row,
     read_silicon_rows,
     resolve_row,
+    row_origin,
 )
 
 NAN = math.nan
@@ -212,3 +215,16 @@ def test_inferencex_rows_whose_recorded_concurrency_is_not_the_runs_are_misses()
         resolve_row(parse_row(record(silicon_data_source=source, **gpt_oss)))
     later = source.replace("2025-12-08", "2025-12-09")
     assert isinstance(resolve_row(parse_row(record(silicon_data_source=later, **gpt_oss))), SimCase)
+
+
+def test_rows_are_told_apart_by_where_they_were_measured() -> None:
+    """InferenceX's dated source files and dashboard dumps against aiconfigurator's own gap-analysis campaigns (a local
+    path in silicon_data_source, client not recorded): every H100 Qwen3-32B row is a campaign row, every H100
+    Llama-3.1-70B row InferenceX's."""
+    rows = [r for r in read_silicon_rows() if r.system == "h100_sxm"]
+    origins = {(r.model_path, row_origin(r)) for r in rows}
+    assert ("Qwen/Qwen3-32B", ORIGIN_AIC_CAMPAIGN) in origins
+    assert ("Qwen/Qwen3-32B", ORIGIN_INFERENCEX) not in origins
+    assert {o for m, o in origins if m == "meta-llama/Llama-3.1-70B"} == {ORIGIN_INFERENCEX}
+    assert row_origin(parse_row(record(silicon_data_source="db-dump/2026-04-27; config_id=1; silicon_concurrency=16"))
+                      ) == ORIGIN_INFERENCEX
