@@ -254,8 +254,8 @@ class EfficiencyParams:
     # The same for its one-stage kernel (every rank reads every peer's whole buffer), which it runs on 2 GPUs at
     # every size and on fully connected 4 / 8 GPUs below 512 / 256 KiB (`roofline.cost.step_cost.all_reduce_time_s`).
     # It reads from its peers with 36 thread blocks (csrc/custom_all_reduce.cuh, `block_limit`), fewer bytes in
-    # flight than a link needs: aiconfigurator's 2-GPU tables reach ~0.5-0.6 of the link where 4 and 8 GPUs' two-stage
-    # rows reach ~0.65-0.8.
+    # flight than a link needs: fitted on aiconfigurator's tables it reaches 0.50-0.59 of the link on H100, H200,
+    # B200, B300 and A100 (0.21 on GB200's NVL72), the two-stage kernel 0.57-0.68.
     collective_one_stage_bus_efficiency: float = 0.80
     # Multiplies the profile's interconnect latency (alpha) for the collectives the engine uses.
     collective_latency_scale: float = 1.0

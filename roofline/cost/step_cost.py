@@ -366,6 +366,7 @@ def _max(a: Any, b: Any) -> Any:
 
 
 _min = np.minimum
+_sum = np.add.reduce  # `arr.sum()` without its Python wrapper (the simulator sums every step's contexts)
 
 
 def _where(condition: Any, a: Any, b: Any) -> Any:
@@ -373,7 +374,6 @@ def _where(condition: Any, a: Any, b: Any) -> Any:
     if isinstance(condition, (bool, np.bool_)):
         return a if condition else b
     return np.where(condition, a, b)
-_sum = np.add.reduce  # `arr.sum()` without its Python wrapper (the simulator sums every step's contexts)
 
 
 def row_sums(values: np.ndarray) -> np.ndarray:
@@ -1260,8 +1260,8 @@ class AllReduceAlgorithms:
 # NVLink systems (Blackwell, A100 SXM): vLLM's custom all-reduce for every TP size and message. (vLLM caps it on
 # SM100 too, at 2 MiB for 2 and 4 GPUs and 1 MiB for 8, `CUSTOM_ALL_REDUCE_MAX_SIZES["10.0"]`; above, its
 # symmetric-memory all-reduce, whose time differs by GPU count (B200 tables: 2 GPUs slower per byte from 2 to 8
-# MiB than NCCL above 8 MiB, 8 GPUs faster): one ring form beyond the cap holds out worse than the custom form at
-# all sizes (BENCHMARKS.md, GPU profiles section, "The kernel the custom all-reduce launches").)
+# MiB than NCCL above 8 MiB, 8 GPUs faster): one ring form beyond the cap fitted worse than the custom form at all
+# sizes (BENCHMARKS.md, GPU profiles section, "Hopper: the custom all-reduce only up to vLLM's size limits").)
 CUSTOM_ALL_REDUCE = AllReduceAlgorithms(name="custom")
 # Hopper: vLLM's custom all-reduce takes at most 64 MiB on 2 GPUs, 32 MiB on 4, 512 KiB on 6 and 256 KiB on 8
 # (vllm/distributed/device_communicators/all_reduce_utils.py `CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"]`, applied where
