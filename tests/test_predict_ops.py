@@ -46,6 +46,7 @@ def test_bigger_gemm_takes_longer(tmp_path):
     ("gemm,-4,1,1,bf16,,,,,,,,,,,,,", "row 2, column 'm'"),
     ("attention_decode,,,,bf16,1,8,32,6,128,bf16,,,,,,,", "row 2, column 'num_kv_heads'"),
     ("moe,,,,bf16,,,,,,,,,16,64,64,9,8", "row 2, column 'topk'"),
+    ("all_reduce,,,,bf16,,,,,,,1048576,1,,,,,", "row 2, column 'num_devices': must be >= 2"),
 ])
 def test_bad_rows_name_row_and_column(tmp_path, capsys, row, message):
     rc, _ = run(tmp_path, [row])

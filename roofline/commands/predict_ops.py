@@ -84,7 +84,12 @@ def predict_frame(hw: HardwareProfile, frame: pd.DataFrame, where: str) -> np.nd
 
 
 def _check_relations(kind: str, cols: dict[str, np.ndarray], rows: np.ndarray, where: str) -> None:
-    """Constraints between columns: top-k of at most all experts; query heads a multiple of KV heads."""
+    """Constraints between columns: top-k of at most all experts; query heads a multiple of KV heads; an all-reduce
+    over at least 2 GPUs (vLLM runs none at TP 1)."""
+    if kind == "all_reduce" and np.any(cols["num_devices"] < 2):
+        i = rows[np.flatnonzero(cols["num_devices"] < 2)[0]]
+        raise UserError(f"--input {where}: row {i + 2}, column 'num_devices': must be >= 2 (an all-reduce over one "
+                        "GPU does nothing; vLLM runs none at tensor-parallel size 1)")
     pairs = {"moe": ("topk", "num_experts"), "attention_prefill": ("num_kv_heads", "num_heads"),
              "attention_decode": ("num_kv_heads", "num_heads")}
     if kind not in pairs:
