@@ -8,15 +8,17 @@ moe_tp_size > 1 rows are the per-rank width inter_size / moe_tp_size, as tensor 
 kernel vLLM runs by default for each format (the one with the most rows; for MXFP4 the gpt-oss path). Formats:
 bf16, per-tensor fp8, fp8-block (128x128), NVFP4, MXFP4 (W4A16).
 
-Split by shape: a shape (hidden, inter, topk, experts, moe_tp) is held out when a hash of it is 0 mod 5; every
-token count of a shape goes to the same side. bf16 and per-tensor fp8 are judged with the profile's own
-(family-fitted) parameters, except on Hopper, whose two GPUs this script fits jointly (`_fit_joint`: one set per
-format, shipped in the family file); for fp8-block, MXFP4 and NVFP4 this script fits the three parameters of the format
-(`moe_<format>_gemm_factor`, `_bandwidth_factor`, `_fixed_s`, `roofline.cost.params`) per GPU on the balanced training
-shapes (Nelder-Mead on the median absolute log error from `FIT_STARTS`; the bandwidth factor up to `bandwidth_cap`,
-the DRAM peak) and prints them; the held-out shapes judge them. MXFP4 on Blackwell (FlashInfer's TRT-LLM mxfp4-bf16
-MoE, described as its MXFP8 sibling, below) is fitted as that sibling (`_fit_trtllm_w4a16`: the fixed cost shared by
-B200, B300 and GB200, the factors per GPU, the mean absolute log error), and its fit on every shape printed beside it.
+Split by shape: a shape (hidden, inter, topk, experts, moe_tp) is held out when a hash of it is 0 mod 5; every token
+count of a shape goes to the same side. Nemotron-H's experts have no gate (`gated`,
+`roofline.calibration.op_tables.nongated_moe_shapes`). bf16 and per-tensor fp8 are judged with the profile's own
+(family-fitted) parameters, except on Hopper and Blackwell, whose GPUs this script fits jointly per family
+(`_fit_joint`: one set per format, shipped in the family file); for fp8-block, MXFP4 and NVFP4 this script fits the
+three parameters of the format (`moe_<format>_gemm_factor`, `_bandwidth_factor`, `_fixed_s`, `roofline.cost.params`)
+per GPU on the balanced training shapes (Nelder-Mead on the median absolute log error from `FIT_STARTS`; the bandwidth
+factor up to `bandwidth_cap`, the DRAM peak) and prints them; the held-out shapes judge them. MXFP4 on Blackwell
+(FlashInfer's TRT-LLM mxfp4-bf16 MoE, described as its MXFP8 sibling, below) is fitted as that sibling
+(`_fit_trtllm_w4a16`: the fixed cost shared by B200, B300 and GB200, the factors per GPU, the mean absolute log
+error), and its fit on every shape printed beside it.
 
 Dense GEMMs (`gemm_perf.parquet`) in fp8-block (DeepGEMM, the kernel with the most rows) and NVFP4 (FlashInfer
 CuTe-DSL): the format's parameters of `roofline.cost.step_cost.linear_time_s` (`GEMM_FORMATS`) fitted per GPU on
@@ -59,6 +61,7 @@ from scipy.optimize import minimize, minimize_scalar
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from roofline.calibration.moe_routing import DISTRIBUTIONS, mean_over_draws, table_routing  # noqa: E402
+from roofline.calibration.op_tables import moe_rows_gated  # noqa: E402
 from roofline.cost.hardware import HardwareProfile, PowerLimit, load_profile  # noqa: E402
 from roofline.cost.ops import expected_experts_touched  # noqa: E402
 from roofline.cost.params import _EFFICIENCY_YAML  # noqa: E402
@@ -116,7 +119,8 @@ def load_table(gpu: str) -> pd.DataFrame:
         gpt_oss = [k for k in kernels.index if "gptoss" in k]
         keep.append(part[part.kernel_source == (gpt_oss[0] if gpt_oss else kernels.index[0])])
     d = pd.concat(keep)
-    d = d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3, scheme=d.moe_dtype.map(FORMATS))
+    d = d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3, scheme=d.moe_dtype.map(FORMATS),
+                 gated=moe_rows_gated(d))
     return _with_shape_split(d)
 
 
@@ -170,8 +174,9 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
         hidden = np.where(int4, d.hidden_size.to_numpy(np.float64), hidden)
         inter = np.where(int4, d.inter.to_numpy(np.float64), inter)
         weight_bytes = np.where(int4, MARLIN_INT4_WEIGHT_BYTES, weight_bytes)
+    gated = d.gated.to_numpy(bool) if "gated" in d else True
     return moe_time_s(hw, t * k / touched, touched, hidden, inter, dtype, weight_bytes, 2.0, scheme, row_tiles,
-                      num_experts=d.num_experts.to_numpy(np.float64), num_tokens=t)
+                      num_experts=d.num_experts.to_numpy(np.float64), num_tokens=t, gated=gated)
 
 
 def with_values(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfile:
@@ -272,19 +277,20 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
     return rows
 
 
-# bf16 (Triton) and per-tensor fp8 (FlashInfer CUTLASS) experts on Hopper, one kernel each on H100 and H200: fitted
-# here jointly over the family's GPUs, one parameter set per format (`_fit_joint`), and shipped in
-# hardware_profiles/families/<family>.yaml, where the families' MoE stage (benchmarks/gpu_profiles.py, TP = 1 rows
-# only) fits the other families' bf16 and fp8 experts. Its rows have no TP-sliced (narrow) experts: fitted there,
-# the per-tensor fp8 weight rate (`roofline.cost.params.EfficiencyParams.moe_fp8_weight_rate`, which the HBM does not
-# set) made H100's held-out fp8 cells here worse (14 -> 17-19 %), and the bf16 values held H200's power-law cells out
-# at 16.8-16.9 %.
-JOINT_FAMILIES = {"hopper": ("h100_sxm", "h200_sxm")}
+# bf16 and per-tensor fp8 experts on Hopper (Triton, FlashInfer CUTLASS) and Blackwell (FlashInfer TRT-LLM), one
+# kernel each per family: fitted here jointly over the family's GPUs, one parameter set per format (`_fit_joint`), and
+# shipped in hardware_profiles/families/<family>.yaml, where the families' MoE stage (benchmarks/gpu_profiles.py,
+# TP = 1 rows only) fits the other families' bf16 and fp8 experts. Its rows have no TP-sliced (narrow) experts:
+# fitted there, the per-tensor fp8 weight rate (`roofline.cost.params.EfficiencyParams.moe_fp8_weight_rate`, which the
+# HBM does not set) made H100's held-out fp8 cells here worse (14 -> 17-19 %), the bf16 values held H200's power-law
+# cells out at 16.8-16.9 %, and Blackwell's (half its TP = 1 training shapes top-1 / top-2 experts, under-predicted
+# 20-40 % at large batches) held B200's fp8 cells out at 15.4-16.7 % and every bf16 cell +10-12 % biased.
+JOINT_FAMILIES = {"hopper": ("h100_sxm", "h200_sxm"), "blackwell": ("b200_sxm", "gb200", "b300_sxm")}
 # Per format: the fitted fields (`EfficiencyParams`), each with its Nelder-Mead coordinate's range and its value from
 # that coordinate (the weight rate is searched as us per MB of touched expert weights), and the starts.
 JOINT_FIELDS: dict[str, tuple[tuple[str, tuple[float, float], Callable[[float], float]], ...]] = {
     "none": (("moe_compute_efficiency", (0.02, 1.0), float), ("moe_fixed_s", (0.0, 500.0), lambda us: us * 1e-6)),
-    "fp8": (("moe_fp8_gemm_factor", (0.02, 1.0), float), ("moe_fp8_fixed_s", (0.0, 500.0), lambda us: us * 1e-6),
+    "fp8": (("moe_fp8_gemm_factor", (0.02, 1.5), float), ("moe_fp8_fixed_s", (0.0, 500.0), lambda us: us * 1e-6),
             ("moe_fp8_expert_fixed_s", (0.0, 50.0), lambda us: us * 1e-6),
             ("moe_fp8_weight_rate", (1e-3, 10.0), lambda us_per_mb: 1e12 / us_per_mb)),
 }

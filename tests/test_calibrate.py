@@ -194,3 +194,17 @@ def test_default_fit_holds_the_parameters_the_steps_do_not_exercise(setup: dict[
     sources = yaml.safe_load(out.read_text())["sources"]
     assert "efficiency.attention_compute_efficiency" not in sources
     assert "fitted by roofline calibrate" in sources["efficiency.gemm_compute_efficiency"]
+
+
+def test_the_op_tables_mark_nemotron_h_experts_ungated() -> None:
+    """The MoE tables carry no activation: the package's Nemotron-H configs name the shapes whose experts the collector
+    runs without a gate (relu2_no_mul), read as `gated` False; every other shape is gated."""
+    pytest.importorskip("aiconfigurator_core")
+    from roofline.calibration.op_tables import load_op_tables, nongated_moe_shapes
+
+    nemotron = {(1024, 2688, 22, 512), (2048, 5120, 22, 512), (2688, 1856, 6, 128)}  # Super, Ultra, Nano (latent)
+    assert nongated_moe_shapes() == nemotron
+    moe = load_op_tables("b200_sxm")["moe"]
+    shapes = list(zip(moe.hidden_size, moe.inter_size, moe.topk, moe.num_experts))
+    assert list(moe.gated) == [s not in nemotron for s in shapes]
+    assert (~moe.gated).any() and moe.gated.any()

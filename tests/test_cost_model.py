@@ -613,13 +613,14 @@ def test_hopper_all_reduce_leaves_the_custom_kernel_above_vllms_size_limits():
         [all_reduce_time_s(H100, float(b), int(n)) for b, n in zip(sizes, counts)], rel=1e-12)
 
 
-def test_hoppers_moe_parameters_are_left_to_the_joint_fit():
-    # benchmarks/moe_accuracy.py fits Hopper's bf16 and per-tensor fp8 MoE on both chips together
-    # (FITTED_ELSEWHERE): the family stage fits none of them there, every other family keeps its MoE stage.
+def test_hopper_and_blackwell_moe_parameters_are_left_to_the_joint_fit():
+    # benchmarks/moe_accuracy.py fits the bf16 and per-tensor fp8 MoE of Hopper and Blackwell over each family's chips
+    # together (FITTED_ELSEWHERE): the family stage fits none of them there, Ada and Ampere keep their MoE stage.
     moe = next(params for stage, _, params in OP_TABLE_STAGES if stage == "moe")
-    assert stage_params(moe, "hopper") == ()
-    assert set(stage_params(moe, "blackwell")) == set(moe)
-    assert set(FITTED_ELSEWHERE["hopper"]) >= set(moe)
+    for family in ("hopper", "blackwell"):
+        assert stage_params(moe, family) == ()
+        assert set(FITTED_ELSEWHERE[family]) >= set(moe)
+    assert set(stage_params(moe, "ada")) == set(moe)
 
 
 def test_fp8_gemm_includes_input_quantization():

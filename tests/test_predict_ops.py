@@ -59,3 +59,20 @@ def test_missing_column(tmp_path, capsys):
     src.write_text("op,m,n,dtype\ngemm,1,2,bf16\n")
     rc = main(["predict-ops", "--hardware", "h100-sxm", "--input", str(src), "--output", str(tmp_path / "o.csv")])
     assert rc == 2 and "missing column 'k'" in capsys.readouterr().err
+
+
+def test_moe_gated_column_is_optional_and_checked(tmp_path, capsys):
+    # `gated` (true / false) is optional: absent, experts are gated (SwiGLU); false, one up projection (Nemotron-H).
+    src, dst = tmp_path / "ops.csv", tmp_path / "pred.csv"
+    shape = "moe,32,2048,5120,22,512,fp8"
+    src.write_text(f"op,num_tokens,hidden_size,inter_size,topk,num_experts,dtype,gated\n{shape},true\n{shape},FALSE\n")
+    assert main(["predict-ops", "--hardware", "b200", "--input", str(src), "--output", str(dst)]) == 0
+    gated, ungated = pd.read_csv(dst).predicted_s
+    assert ungated < 0.8 * gated
+    rc, absent = run(tmp_path, ["moe,,,,bf16,,,,,,,,,256,4096,14336,2,8"])
+    src.write_text("op,num_tokens,hidden_size,inter_size,topk,num_experts,dtype,gated\nmoe,256,4096,14336,2,8,bf16,true\n")
+    assert main(["predict-ops", "--hardware", "h100-sxm", "--input", str(src), "--output", str(dst)]) == 0
+    assert rc == 0 and pd.read_csv(absent).predicted_s[0] == pd.read_csv(dst).predicted_s[0]
+    src.write_text(f"op,num_tokens,hidden_size,inter_size,topk,num_experts,dtype,gated\n{shape},maybe\n")
+    assert main(["predict-ops", "--hardware", "b200", "--input", str(src), "--output", str(dst)]) == 2
+    assert "row 2, column 'gated': 'maybe' is not allowed for op 'moe'; allowed: true, false" in capsys.readouterr().err

@@ -95,16 +95,21 @@ def stage_params(params: Sequence[str], family: str | None, l2_known: bool = Tru
 
 
 L2_PARAMS = ("l2_bandwidth_factor",)
-# Parameters a family's operator-table stages leave at the family profile's values, by family: Hopper's bf16 (Triton)
-# and per-tensor fp8 (FlashInfer CUTLASS) fused MoE, fitted jointly over H100 and H200 by benchmarks/moe_accuracy.py
-# (`_fit_joint`) on the tables' TP-sliced (narrow) experts too, which the MoE stage's rows (TP = 1) lack; the fp8
-# weight rate is not separable from its fixed costs on those rows.
-FITTED_ELSEWHERE = {"hopper": ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s",
-                               "moe_fp8_expert_fixed_s", "moe_fp8_weight_rate")}
+# Parameters a family's operator-table stages leave at the family profile's values, by family: the bf16 and per-tensor
+# fp8 fused MoE of Hopper (Triton, FlashInfer CUTLASS) and Blackwell (FlashInfer TRT-LLM), fitted jointly over the
+# family's GPUs by benchmarks/moe_accuracy.py (`_fit_joint`) on the tables' TP-sliced (narrow) experts too, which
+# the MoE stage's rows (TP = 1) lack; the fp8 weight rate is not separable from its fixed costs on those rows, and on
+# Blackwell the TP = 1 training shapes are half top-1 / top-2 experts (Mixtral's, Llama 4's) that the model
+# under-predicts at large batches by 20-40 %, which a fit on them alone spreads over every other shape (its own
+# held-out MoE error 7.9 -> 15.5 % on B200 once the Nemotron-H shapes were described as ungated).
+_JOINT_MOE = ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s", "moe_fp8_expert_fixed_s",
+              "moe_fp8_weight_rate")
+FITTED_ELSEWHERE = {"hopper": _JOINT_MOE, "blackwell": _JOINT_MOE}
 # Why, as a calibration report says it for each of them (`calibrate_on_op_tables`).
-FITTED_ELSEWHERE_WHY = {"hopper": "the family profile's value, fitted jointly over H100 and H200 on the MoE tables' "
-                                  "TP-sliced experts too (benchmarks/moe_accuracy.py); the MoE stage's rows cannot "
-                                  "separate it"}
+FITTED_ELSEWHERE_WHY = {family: f"the family profile's value, fitted jointly over {chips} on the MoE tables' "
+                                "TP-sliced experts too (benchmarks/moe_accuracy.py); the MoE stage's rows cannot "
+                                "separate it"
+                        for family, chips in (("hopper", "H100 and H200"), ("blackwell", "B200, GB200 and B300"))}
 
 
 def fit_stage(samples: Sequence[Sample], profile: HardwareProfile, params: Sequence[str],

@@ -32,7 +32,7 @@ from roofline.calibration.moe_routing import mean_over_draws, table_routing
 from roofline.calibration.op_tables import replay_working_set_bytes
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.params import FITTABLE, efficiency_bounds
-from roofline.cost.step_cost import SINGLE_OP_COLUMNS, predict_single_ops
+from roofline.cost.step_cost import OPTIONAL_OP_COLUMNS, SINGLE_OP_COLUMNS, predict_single_ops
 from roofline.errors import UserError
 
 Sample = tuple[str, Mapping[str, Any], float]
@@ -55,6 +55,7 @@ def predict_table(profile: HardwareProfile, kind: str, frame: pd.DataFrame) -> n
     `roofline.calibration.moe_routing`, averaged over its draws)."""
     names = SINGLE_OP_COLUMNS[kind]
     cols = {n: frame[n].to_numpy(dtype=str if "dtype" in n else np.float64) for n in names}
+    cols.update({n: frame[n].to_numpy(bool) for n in OPTIONAL_OP_COLUMNS.get(kind, ()) if n in frame})
     if kind == "moe" and "distribution" in frame:  # the table's own routing (`roofline.calibration.moe_routing`)
         rows, loads, weights = table_routing(frame["distribution"].to_numpy(str), cols["num_tokens"],
                                              cols["num_experts"], cols["topk"])

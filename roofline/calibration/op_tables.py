@@ -17,6 +17,8 @@ The package ships latencies (milliseconds) measured by NVIDIA's collectors (gith
 - All-reduce (`custom_allreduce_perf`): backend `vllm_graph` (the CUDA-graph path vLLM serves with; `vllm_eager`
   is "other"); `message_size` counts elements of `allreduce_dtype`.
 - MoE (`moe_perf`): the vLLM fused-MoE layer, bf16 and per-tensor fp8, `distribution == balanced`, TP = EP = 1.
+  The tables do not say which experts are gated; `gated` is False for the shapes of the package's Nemotron-H
+  configs (`nongated_moe_shapes`: the collector runs their relu2 experts without a gate, one up projection).
 
 Measurement condition (`replay_working_set_bytes`): no collector flushes the L2 between runs. Each times a CUDA
 graph replayed back to back on the same buffers (`collector/helper.py` `benchmark_with_power`: 3 warm-up replays,
@@ -34,6 +36,8 @@ for GEMM; documented per kind in `_SHAPE_KEYS`). Nothing is copied into this rep
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -240,5 +244,43 @@ def _moe(d: pd.DataFrame) -> pd.DataFrame:
           & (d.moe_ep_size == 1)]
     return pd.DataFrame({"op": "moe", "num_tokens": d.num_tokens, "hidden_size": d.hidden_size,
                          "inter_size": d.inter_size, "topk": d.topk, "num_experts": d.num_experts,
-                         "dtype": d.moe_dtype.map(_DTYPES), "measured_s": d.latency * 1e-3,
-                         "kernel": d.kernel_source})
+                         "dtype": d.moe_dtype.map(_DTYPES), "gated": moe_rows_gated(d),
+                         "measured_s": d.latency * 1e-3, "kernel": d.kernel_source})
+
+
+def moe_rows_gated(d: pd.DataFrame) -> np.ndarray:
+    """Per row of a `moe_perf` table (columns hidden_size, inter_size, topk, num_experts): whether its experts are
+    gated (False for `nongated_moe_shapes`)."""
+    nongated = nongated_moe_shapes()
+    keys = zip(d.hidden_size, d.inter_size, d.topk, d.num_experts)
+    return np.array([(int(h), int(i), int(k), int(e)) not in nongated for h, i, k, e in keys], dtype=bool)
+
+
+@lru_cache(maxsize=1)
+def nongated_moe_shapes() -> frozenset[tuple[int, int, int, int]]:
+    """(hidden, intermediate, top-k, experts) of the MoE tables' cases whose experts have no gate.
+
+    The collector (github.com/ai-dynamo/aiconfigurator at 095f58a51, `collector/vllm/collect_moe.py`) builds each
+    case's FusedMoE from the package's own config of its model (`model_configs/<org>--<name>_config.json`); for
+    `model_type` nemotron_h it sets the activation to `<mlp_hidden_act>_no_mul` (relu2_no_mul) and loads the
+    experts as vLLM serves those checkpoints (ModelOptFp8MoEMethod: `w13_num_shards = 2 if is_act_and_mul else
+    1`): one up projection, no gate. The tables carry no activation column, so the shapes of the Nemotron-H configs
+    the package ships (hidden = `moe_latent_size` where the model projects to a latent before its experts, as
+    Nemotron 3 Super and Ultra do) are these cases. They are faster than a gated expert of the same shape by
+    about 3/2 (B200 per-tensor fp8, hidden 2048, intermediate 5120, top-22 of 512 at 32 tokens, every expert
+    touched: 10.7 TB/s counted as gated, 7.1 as not; the top-8 shapes of the same table 5.6-7.2). No package
+    installed: none."""
+    try:
+        import aiconfigurator_core
+    except ImportError:
+        return frozenset()
+    shapes = set()
+    for path in sorted((Path(aiconfigurator_core.__file__).resolve().parent / "model_configs").glob("*_config.json")):
+        config = json.loads(path.read_text())
+        config = config.get("text_config", config)
+        if config.get("model_type") != "nemotron_h" or not config.get("n_routed_experts"):
+            continue
+        hidden = config.get("moe_latent_size") or config["hidden_size"]
+        shapes.add((int(hidden), int(config["moe_intermediate_size"]), int(config["num_experts_per_tok"]),
+                    int(config["n_routed_experts"])))
+    return frozenset(shapes)

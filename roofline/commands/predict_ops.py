@@ -6,8 +6,10 @@ Input columns: `op` (gemm, attention_prefill, attention_decode, all_reduce, moe)
 (`roofline.cost.step_cost.SINGLE_OP_COLUMNS`): gemm `m,n,k,dtype` (y = x W, x is m-by-k; dtype bf16, fp16, fp8,
 int8); attention `batch_size,seq_len,num_heads,num_kv_heads,head_dim,dtype,kv_dtype` (seq_len: prompt length
 for prefill, KV length for decode); all_reduce `message_bytes,num_devices,dtype`; moe
-`num_tokens,hidden_size,inter_size,topk,num_experts,dtype`. Columns other rows need may be empty. Output: the
-input rows, unchanged, plus `predicted_s`.
+`num_tokens,hidden_size,inter_size,topk,num_experts,dtype`, and optionally `gated` (true: gate and up projections
+with SiLU-and-mul between, SwiGLU experts, the value when the column is absent; false: one up projection and an
+elementwise activation, as Nemotron-H's relu2 experts). Columns other rows need may be empty. Output: the input
+rows, unchanged, plus `predicted_s`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from roofline.cost.hardware import HardwareProfile, load_profile
-from roofline.cost.step_cost import OP_DTYPES, SINGLE_OP_COLUMNS, predict_single_ops
+from roofline.cost.step_cost import OP_DTYPES, OPTIONAL_OP_COLUMNS, SINGLE_OP_COLUMNS, predict_single_ops
 from roofline.errors import UserError
 
 _GEMM_DTYPES = ("bf16", "fp16", "fp8", "int8")
@@ -78,6 +80,8 @@ def predict_frame(hw: HardwareProfile, frame: pd.DataFrame, where: str) -> np.nd
                 raise UserError(f"--input {where}: missing column '{name}' (needed by op '{kind}' in row "
                                 f"{rows[0] + 2}); {kind} needs: {', '.join(names)}")
         cols = {name: _column(frame, rows, name, kind, where) for name in names}
+        cols.update({name: _flag(frame, rows, name, kind, where) for name in OPTIONAL_OP_COLUMNS.get(kind, ())
+                     if name in frame.columns})
         _check_relations(kind, cols, rows, where)
         out[rows] = predict_single_ops(hw, kind, cols)
     return out
@@ -124,3 +128,16 @@ def _column(frame: pd.DataFrame, rows: np.ndarray, name: str, kind: str, where: 
             raise UserError(f"--input {where}: row {i + 2}, column '{name}': {v!r} must be a whole number >= 1")
         numbers[j] = x
     return numbers
+
+
+_FLAGS = {"true": True, "false": False}
+
+
+def _flag(frame: pd.DataFrame, rows: np.ndarray, name: str, kind: str, where: str) -> np.ndarray:
+    """A true / false column of `kind`'s rows (`OPTIONAL_OP_COLUMNS`)."""
+    values = frame[name].to_numpy()[rows]
+    for i, v in zip(rows, values):
+        if v.strip().lower() not in _FLAGS:
+            raise UserError(f"--input {where}: row {i + 2}, column '{name}': {v!r} is not allowed for op '{kind}'; "
+                            f"allowed: {', '.join(_FLAGS)}")
+    return np.array([_FLAGS[v.strip().lower()] for v in values])

@@ -957,9 +957,13 @@ def moe_row_tiles(loads: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.nda
 
 def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
                weight_bytes_per_param: float, act_bytes: float, scheme: str | None = None,
-               row_tiles: Callable[[int], Any] | None = None, num_experts: Any = None, num_tokens: Any = None) -> Any:
+               row_tiles: Callable[[int], Any] | None = None, num_experts: Any = None, num_tokens: Any = None,
+               gated: Any = True) -> Any:
     """Fused MoE: grouped gate_up (n = 2*inter, k = hidden) and down (n = hidden, k = inter) GEMMs over the
-    touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost.
+    touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost. `gated` False (per row where
+    arrays): experts without a gate, one up projection (n = inter) and an elementwise activation between, as vLLM
+    runs Nemotron-H's relu2 experts (`is_act_and_mul` False: w13 holds one shard, not two); the SwiGLU-only
+    kernels (MXFP4 on Blackwell, MXFP8 activations, Marlin) take gated experts only.
 
     Each weight format runs other kernels in vLLM 0.32 (the fused-MoE oracles, layers/fused_moe/oracle/):
     `scheme` (`roofline.cost.quant` names; None: fp8 for an 8-bit dtype, else bf16) picks the factor of the GEMM
@@ -1004,6 +1008,9 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
               eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False, row_tiles=row_tiles,
               tiles_8bit=trtllm)
+    swiglu_only = scheme in ("mxfp4-mxfp8", "mxfp4-marlin") or (scheme == "mxfp4"
+                                                                  and hw.family in MXFP4_BF16_TRTLLM_FAMILIES)
+    assert not swiglu_only or np.all(gated), f"{scheme} experts are gated (SwiGLU) only"
     if scheme == "mxfp4-mxfp8":
         if row_tiles is None and num_experts is not None:  # serving: each expert's own count (as for Marlin)
             kw["row_tiles"] = _poisson_row_tiles(tokens_per_expert * touched / num_experts, num_experts)
@@ -1014,14 +1021,16 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
             kw["row_tiles"] = _poisson_row_tiles(tokens_per_expert * touched / num_experts, num_experts)
         return _mxfp4_bf16_moe_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_tokens, act_bytes,
                                  {**kw, "tiles_8bit": None}) + fixed_s
-    act = tokens_per_expert * touched * 3 * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
+    # Up projections out (2 x inter a routed token gated, inter not) read by the activation, its inter values written.
+    up_width = np.where(gated, 2.0, 1.0) if not isinstance(gated, bool) else (2.0 if gated else 1.0)
+    act = tokens_per_expert * touched * (up_width + 1.0) * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
     if scheme == "mxfp4-marlin" and num_experts is not None:
         return _marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw) + act + fixed_s
-    up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **kw)
+    up = gemm_time_s(hw, tokens_per_expert, up_width * inter, hidden, dtype, **kw)
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
     if scheme == "fp8":  # per-tensor fp8's grouped GEMMs: weights streamed at most at moe_fp8_weight_rate, and a
         # time per touched expert (moe_fp8_expert_fixed_s)
-        weights_s = touched * 3.0 * hidden * inter * weight_bytes_per_param / e.moe_fp8_weight_rate
+        weights_s = touched * (up_width + 1.0) * hidden * inter * weight_bytes_per_param / e.moe_fp8_weight_rate
         return _max(up + down, weights_s) + act + fixed_s + touched * e.moe_fp8_expert_fixed_s
     return up + down + act + fixed_s
 
@@ -2092,6 +2101,10 @@ SINGLE_OP_COLUMNS: dict[str, tuple[str, ...]] = {
     "all_reduce": ("message_bytes", "num_devices", "dtype"),
     "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "dtype"),
 }
+# Columns a kind may have (true or false; `roofline predict-ops`): absent, the value in the comment. moe `gated`:
+# gate and up projections with SiLU-and-mul between (true, SwiGLU experts), or one up projection and an elementwise
+# activation (false, Nemotron-H's relu2 experts; `moe_time_s`).
+OPTIONAL_OP_COLUMNS: dict[str, tuple[str, ...]] = {"moe": ("gated",)}  # gated: true
 # predict-ops dtype names -> (peak dtype, bytes per element).
 OP_DTYPES: dict[str, tuple[str, float]] = {"bf16": ("bf16", 2.0), "fp16": ("fp16", 2.0), "fp8": ("fp8", 1.0),
                                            "int8": ("int8", 1.0), "fp32": ("fp32", 4.0)}
@@ -2159,12 +2172,14 @@ def _predict_moe(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> n
     `roofline.calibration.fit.predict_table` passes (`roofline.calibration.moe_routing`)."""
     peak, size = OP_DTYPES[dtype]
     t, e, topk = c["num_tokens"], c["num_experts"], c["topk"]
+    gated = c.get("gated", True)
     if "expert_loads" not in c:
         touched = expected_experts_touched(t, topk, e)
-        return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0)
+        return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0,
+                          gated=gated)
     touched, row_tiles = moe_row_tiles(c["expert_loads"])
     return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0,
-                      row_tiles=row_tiles)
+                      row_tiles=row_tiles, gated=gated)
 
 
 _PREDICTORS = {
