@@ -290,7 +290,7 @@ JOINT_FAMILIES = {"hopper": ("h100_sxm", "h200_sxm"), "blackwell": ("b200_sxm", 
 # that coordinate (the weight rate is searched as us per MB of touched expert weights), and the starts.
 JOINT_FIELDS: dict[str, tuple[tuple[str, tuple[float, float], Callable[[float], float]], ...]] = {
     "none": (("moe_compute_efficiency", (0.02, 1.0), float), ("moe_fixed_s", (0.0, 500.0), lambda us: us * 1e-6)),
-    "fp8": (("moe_fp8_gemm_factor", (0.02, 1.5), float), ("moe_fp8_fixed_s", (0.0, 500.0), lambda us: us * 1e-6),
+    "fp8": (("moe_fp8_gemm_factor", (0.02, 1.25), float), ("moe_fp8_fixed_s", (0.0, 500.0), lambda us: us * 1e-6),
             ("moe_fp8_expert_fixed_s", (0.0, 50.0), lambda us: us * 1e-6),
             ("moe_fp8_weight_rate", (1e-3, 10.0), lambda us_per_mb: 1e12 / us_per_mb)),
 }

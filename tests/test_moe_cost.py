@@ -197,7 +197,7 @@ def test_blackwell_block_fp8_experts_tile_tokens_by_eight_as_trtllm_does() -> No
     assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MOE_TILES_8BIT] == [(8, 8), (16, 16), (32, 32), (np.inf, 64)]
     b200 = load_profile("b200")
     args = (np.array([1.0]), np.array([256.0]), 7168.0, 2048.0, "fp8", 1.0, 2.0, "fp8-block")
-    trtllm = moe_time_s(b200, *args)
+    trtllm = moe_time_s(b200, *args, num_tokens=32.0)
     cutlass_tiles = moe_time_s(replace(b200, family="hopper"), *args)  # 64-row tiles: one token padded to 64 rows
     assert trtllm[0] < cutlass_tiles[0]
 
@@ -429,10 +429,10 @@ def test_ungated_experts_have_one_up_projection() -> None:
         for scheme in ("none", "fp8", "fp8-block", "nvfp4"):
             dtype = "fp4" if scheme == "nvfp4" and "fp4" in hw.supported_dtypes else "fp8" if scheme != "none" else "bf16"
             args = (hw, 4.0, 64.0, 2048.0, 5120.0, dtype, 1.0, 2.0, scheme)
-            gated, ungated = float(moe_time_s(*args)), float(moe_time_s(*args, gated=False))
+            gated, ungated = (float(moe_time_s(*args, num_tokens=16.0, gated=g)) for g in (True, False))
             assert ungated < gated
             both = moe_time_s(hw, np.array([4.0, 4.0]), np.array([64.0, 64.0]), 2048.0, 5120.0, dtype, 1.0, 2.0, scheme,
-                              gated=np.array([True, False]))
+                              num_tokens=np.array([16.0, 16.0]), gated=np.array([True, False]))
             assert list(both) == pytest.approx([gated, ungated], rel=1e-12)
     h = replace(h100, efficiency=replace(h100.efficiency, moe_fp8_weight_rate=1e9))  # the weight rate binds
     weights = {g: float(moe_time_s(h, 1.0, 8.0, 2048.0, 5120.0, "fp8", 1.0, 2.0, "fp8", gated=g)) for g in (True, False)}
@@ -441,3 +441,25 @@ def test_ungated_experts_have_one_up_projection() -> None:
     assert weights[False] == pytest.approx(fixed + 8 * 2 * 2048 * 5120 / 1e9, rel=1e-3)
     with pytest.raises(AssertionError):  # the SwiGLU-only kernels take gated experts only
         moe_time_s(b200, 4.0, 64.0, 2880.0, 2880.0, "bf16", 0.53, 2.0, "mxfp4", num_tokens=16.0, gated=False)
+
+
+def test_blackwells_trtllm_moe_adds_its_finalize_pass() -> None:
+    # FlashInfer's TRT-LLM-gen MoE runs a finalize kernel after GEMM2: each token's top-k bf16 rows read, its output
+    # row written; a cost per routed token that stays when the experts narrow (TP), absent on Hopper's kernels.
+    from dataclasses import replace
+
+    from roofline.cost.step_cost import TRTLLM_MOE_FAMILIES, _trtllm_finalize_s
+    b200 = load_profile("b200")
+    assert b200.family in TRTLLM_MOE_FAMILIES
+    tokens, topk, hidden = 8192.0, 8.0, 4096.0
+    finalize = _trtllm_finalize_s(b200, tokens * topk, tokens, hidden, 2.0)
+    assert finalize == pytest.approx((tokens * topk + tokens) * hidden * 2.0
+                                     / (b200.memory_bandwidth_bytes_per_s * b200.efficiency.memory_efficiency))
+    as_hopper = replace(b200, family="hopper")
+    for scheme, dtype in (("nvfp4", "fp4"), ("fp8-block", "fp8"), ("none", "bf16")):
+        args = (tokens * topk / 256, 256.0, hidden, 64.0, dtype, 0.5625 if dtype == "fp4" else 1.0, 2.0, scheme)
+        with_pass = float(moe_time_s(b200, *args, num_tokens=tokens))
+        assert with_pass > finalize
+        assert with_pass == pytest.approx(float(moe_time_s(as_hopper, *args, num_tokens=tokens)) + finalize, rel=0.3)
+    with pytest.raises(AssertionError):  # the pass sums per token: the tokens are needed
+        moe_time_s(b200, 4.0, 64.0, hidden, 512.0, "fp4", 0.5625, 2.0, "nvfp4")

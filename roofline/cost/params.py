@@ -209,8 +209,9 @@ class EfficiencyParams:
     # may exceed 1: `moe_time_s` caps the product at 1 (the DRAM peak). Fitted on the balanced training rows with the
     # tables' own token distributions and per-expert loads (`roofline.calibration.moe_routing`, 2026-11-24); held-out
     # median error balanced / power law 1.01 / 1.2: fp8-block (H100) 5.0 / 5.1 / 5.0 %, MXFP4 (H100) 6.0 / 11.4 /
-    # 12.1 %, NVFP4 (B200; Nemotron-H's experts ungated, `roofline.calibration.op_tables.nongated_moe_shapes`) 10.9 /
-    # 12.6 / 13.1 % (BENCHMARKS.md, issue 17). The Blackwell chip files carry their own
+    # 12.1 %, NVFP4 (B200; Nemotron-H's experts ungated, `roofline.calibration.op_tables.nongated_moe_shapes`; the
+    # TRT-LLM MoE's finalize pass, `roofline.cost.step_cost._trtllm_finalize_s`) 8.5 / 10.9 / 10.9 % (BENCHMARKS.md,
+    # issue 17). The Blackwell chip files carry their own
     # fp8-block fits (FlashInfer TRT-LLM, `roofline.cost.step_cost.TRTLLM_MOE_TILES_8BIT`) and their MXFP4 W4A16
     # fits (FlashInfer TRT-LLM mxfp4-bf16, `roofline.cost.step_cost._mxfp4_bf16_moe_s`): these W4A16 values are
     # Hopper's (OAI Triton).
@@ -246,9 +247,9 @@ class EfficiencyParams:
     moe_mxfp4_mxfp8_gemm_factor: float = 1.0
     moe_mxfp4_mxfp8_fixed_s: float = 21.5e-6
     moe_mxfp4_mxfp8_bandwidth_factor: float = 1.213
-    moe_fp4_gemm_factor: float = 0.57
-    moe_fp4_fixed_s: float = 15.9e-6
-    moe_fp4_bandwidth_factor: float = 1.25
+    moe_fp4_gemm_factor: float = 0.63
+    moe_fp4_fixed_s: float = 16.4e-6
+    moe_fp4_bandwidth_factor: float = 1.264
     # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link): vLLM's
     # custom all-reduce's two-stage kernel (reduce-scatter, then all-gather).
     collective_bus_efficiency: float = 0.80
