@@ -968,7 +968,9 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost. `gated` False (per row where
     arrays): experts without a gate, one up projection (n = inter) and an elementwise activation between, as vLLM
     runs Nemotron-H's relu2 experts (`is_act_and_mul` False: w13 holds one shard, not two); the SwiGLU-only
-    kernels (MXFP4 on Blackwell, MXFP8 activations, Marlin) take gated experts only.
+    kernels (MXFP4 on Blackwell, MXFP8 activations, Marlin) take gated experts only. On `TRTLLM_MOE_FAMILIES`
+    (FlashInfer's TRT-LLM-gen MoE, every format but Marlin) its finalize pass is added (`_trtllm_finalize_s`):
+    `num_tokens`, the layer's tokens, is needed there.
 
     Each weight format runs other kernels in vLLM 0.32 (the fused-MoE oracles, layers/fused_moe/oracle/):
     `scheme` (`roofline.cost.quant` names; None: fp8 for an 8-bit dtype, else bf16) picks the factor of the GEMM
