@@ -68,6 +68,7 @@ from roofline.cost.params import _EFFICIENCY_YAML  # noqa: E402
 from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware  # noqa: E402
 from roofline.cost.step_cost import (  # noqa: E402
     MXFP4_BF16_TRTLLM_FAMILIES,
+    TRTLLM_WIDE_TILE_SCHEMES,
     linear_time_s,
     moe_bandwidth_cap,
     moe_row_tiles,
@@ -308,8 +309,8 @@ def _yaml_values(values: dict[str, float]) -> dict[str, float]:
     return {_EFFICIENCY_YAML[k][0]: float(f"{v / _EFFICIENCY_YAML[k][1]:.6g}") for k, v in values.items()}
 
 
-def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table"
-               ) -> dict[tuple[str, str], dict[str, float]]:
+def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table",
+               values: dict[str, float] | None = None) -> dict[tuple[str, str], dict[str, float]]:
     """(GPU, format) -> fitted values, for the formats of `JOINT_FIELDS` on the GPUs of `JOINT_FAMILIES` (the
     families with all their GPUs in `gpus`): one set per family and format, minimizing the median absolute log error
     over the family's balanced training rows together (Nelder-Mead from `JOINT_STARTS`)."""
@@ -317,7 +318,7 @@ def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = 
     for members in JOINT_FAMILIES.values():
         if not all(g in gpus for g in members):
             continue
-        hws = {g: load_profile(GPUS[g]) for g in members}
+        hws = {g: with_values(load_profile(GPUS[g]), values or {}) for g in members}
         for scheme in JOINT_FIELDS:
             train = {g: t[(t.scheme == scheme) & ~t.held_out & (t.distribution == "balanced")]
                      for g, t in tables.items() if g in members}
@@ -333,6 +334,43 @@ def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = 
             fitted = _joint_values(scheme, min(runs, key=lambda r: r.fun).x)
             out.update({(g, scheme): fitted for g in members})
     return out
+
+
+# `--fit-wide-tile`: `moe_trtllm_wide_tile_bandwidth_factor`, one value for the TRT-LLM family's formats in
+# `roofline.cost.step_cost.TRTLLM_WIDE_TILE_SCHEMES`, searched in this range (golden section, to this width).
+WIDE_TILE_RANGE = (0.5, 1.0)
+WIDE_TILE_TOLERANCE = 0.005
+
+
+def fit_wide_tile(gpus: list[str], routing: str = "table") -> tuple[float, list[tuple[float, float]]]:
+    """The Blackwell family's `moe_trtllm_wide_tile_bandwidth_factor` and the (value, loss) pairs tried: the value
+    minimizing the sum, over B200, GB200 and B300 and the formats it acts on, of the training loss (median absolute
+    log error, balanced training shapes) the formats of `TRTLLM_WIDE_TILE_SCHEMES` reach with their own parameters
+    refitted at that value (per GPU, `fit`; per-tensor fp8, were it among them, jointly, `_fit_joint`, its loss
+    counted once per GPU). Bounded golden-section search over `WIDE_TILE_RANGE` (deterministic)."""
+    members = [g for g in JOINT_FAMILIES["blackwell"] if g in gpus]
+    tables = {g: load_table(g) for g in members}
+    tried: list[tuple[float, float]] = []
+
+    def loss(factor: float) -> float:
+        values = {"moe_trtllm_wide_tile_bandwidth_factor": factor}
+        total = 0.0
+        joint = _fit_joint(members, tables, routing, values) if "fp8" in TRTLLM_WIDE_TILE_SCHEMES else {}
+        for g in members:
+            hw = with_values(load_profile(GPUS[g]), values)
+            for scheme in TRTLLM_WIDE_TILE_SCHEMES:
+                d = tables[g]
+                train = d[(d.scheme == scheme) & ~d.held_out & (d.distribution == "balanced")]
+                hw_s = (with_values(hw, joint[g, scheme]) if scheme == "fp8"
+                        else with_params(hw, FITTED[scheme], *fit(hw, train, scheme, routing)))
+                total += float(np.median(np.abs(np.log(predict(hw_s, train, scheme, routing)
+                                                       / train.measured_s.to_numpy()))))
+        tried.append((factor, total))
+        print(f"  wide-tile factor {factor:.4f}: training loss {total:.5f}", file=sys.stderr)
+        return total
+
+    best = minimize_scalar(loss, bounds=WIDE_TILE_RANGE, method="bounded", options={"xatol": WIDE_TILE_TOLERANCE})
+    return float(best.x), tried
 
 
 def _fit_trtllm_w4a16(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table",
@@ -665,7 +703,14 @@ def main() -> None:
     ap.add_argument("--bandwidth-factor-max", type=float, default=None,
                     help="diagnostic: bound the fitted MoE bandwidth factors by this value (default: the DRAM peak)")
     ap.add_argument("--skip-gemm", action="store_true", help="only the MoE tables")
+    ap.add_argument("--fit-wide-tile", action="store_true",
+                    help="fit Blackwell's moe_trtllm_wide_tile_bandwidth_factor (about 2 minutes) and stop")
     args = ap.parse_args()
+    if args.fit_wide_tile:
+        factor, tried = fit_wide_tile(args.gpus.split(","), args.routing)
+        print(f"moe_trtllm_wide_tile_bandwidth_factor: {factor:.4g} (tried: "
+              f"{', '.join(f'{f:.4f} -> {v:.5f}' for f, v in sorted(tried))})")
+        return
     rows = run(args.gpus.split(","), args.routing, args.bandwidth_factor_max)
     other = "uniform" if args.routing == "table" else "table"
     print(f"{'gpu':9} {'format':9} {'distribution':15} {'rows':>5} {'median':>7} {'p90':>7} {'bias':>7} "

@@ -197,7 +197,7 @@ def test_blackwell_block_fp8_experts_tile_tokens_by_eight_as_trtllm_does() -> No
     assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MOE_TILES_8BIT] == [(8, 8), (16, 16), (32, 32), (np.inf, 64)]
     b200 = load_profile("b200")
     args = (np.array([1.0]), np.array([256.0]), 7168.0, 2048.0, "fp8", 1.0, 2.0, "fp8-block")
-    trtllm = moe_time_s(b200, *args, num_tokens=32.0)
+    trtllm = moe_time_s(b200, *args, num_experts=256.0, num_tokens=32.0)
     cutlass_tiles = moe_time_s(replace(b200, family="hopper"), *args)  # 64-row tiles: one token padded to 64 rows
     assert trtllm[0] < cutlass_tiles[0]
 
@@ -429,10 +429,11 @@ def test_ungated_experts_have_one_up_projection() -> None:
         for scheme in ("none", "fp8", "fp8-block", "nvfp4"):
             dtype = "fp4" if scheme == "nvfp4" and "fp4" in hw.supported_dtypes else "fp8" if scheme != "none" else "bf16"
             args = (hw, 4.0, 64.0, 2048.0, 5120.0, dtype, 1.0, 2.0, scheme)
-            gated, ungated = (float(moe_time_s(*args, num_tokens=16.0, gated=g)) for g in (True, False))
+            gated, ungated = (float(moe_time_s(*args, num_experts=64.0, num_tokens=16.0, gated=g))
+                              for g in (True, False))
             assert ungated < gated
             both = moe_time_s(hw, np.array([4.0, 4.0]), np.array([64.0, 64.0]), 2048.0, 5120.0, dtype, 1.0, 2.0, scheme,
-                              num_tokens=np.array([16.0, 16.0]), gated=np.array([True, False]))
+                              num_experts=64.0, num_tokens=np.array([16.0, 16.0]), gated=np.array([True, False]))
             assert list(both) == pytest.approx([gated, ungated], rel=1e-12)
     h = replace(h100, efficiency=replace(h100.efficiency, moe_fp8_weight_rate=1e9))  # the weight rate binds
     weights = {g: float(moe_time_s(h, 1.0, 8.0, 2048.0, 5120.0, "fp8", 1.0, 2.0, "fp8", gated=g)) for g in (True, False)}
@@ -458,8 +459,30 @@ def test_blackwells_trtllm_moe_adds_its_finalize_pass() -> None:
     as_hopper = replace(b200, family="hopper")
     for scheme, dtype in (("nvfp4", "fp4"), ("fp8-block", "fp8"), ("none", "bf16")):
         args = (tokens * topk / 256, 256.0, hidden, 64.0, dtype, 0.5625 if dtype == "fp4" else 1.0, 2.0, scheme)
-        with_pass = float(moe_time_s(b200, *args, num_tokens=tokens))
+        with_pass = float(moe_time_s(b200, *args, num_experts=256.0, num_tokens=tokens))
         assert with_pass > finalize
         assert with_pass == pytest.approx(float(moe_time_s(as_hopper, *args, num_tokens=tokens)) + finalize, rel=0.3)
     with pytest.raises(AssertionError):  # the pass sums per token: the tokens are needed
-        moe_time_s(b200, 4.0, 64.0, hidden, 512.0, "fp4", 0.5625, 2.0, "nvfp4")
+        moe_time_s(b200, 4.0, 64.0, hidden, 512.0, "bf16", 2.0, 2.0, "none")
+
+
+def test_trtllm_block_fp8_experts_stream_slower_past_an_eight_token_tile() -> None:
+    # FlashInfer's tile: next power of 2 of routed // experts, clamped to [8, 64]; past 8 the block-fp8 experts'
+    # weights stream at moe_trtllm_wide_tile_bandwidth_factor of their bandwidth; other formats and Hopper untouched.
+    from dataclasses import replace
+
+    from roofline.cost.step_cost import trtllm_tile_tokens
+    assert list(trtllm_tile_tokens(np.array([8.0, 2056.0, 2560.0, 8192.0, 32768.0]), 256.0)) == [8, 8, 16, 32, 64]
+    b200, h100 = load_profile("b200"), load_profile("h100-sxm")
+    assert b200.efficiency.moe_trtllm_wide_tile_bandwidth_factor < 1.0 == h100.efficiency.moe_trtllm_wide_tile_bandwidth_factor
+
+    def moe_s(hw, factor: float, tokens: float, scheme: str, dtype: str) -> float:
+        hw = replace(hw, efficiency=replace(hw.efficiency, moe_trtllm_wide_tile_bandwidth_factor=factor))
+        routed = tokens * 8
+        return float(moe_time_s(hw, routed / 256, 256.0, 3072.0, 1536.0, dtype, 1.0, 2.0, scheme,
+                                num_experts=256.0, num_tokens=tokens))
+    assert moe_s(b200, 0.5, 256.0, "fp8-block", "fp8") == moe_s(b200, 1.0, 256.0, "fp8-block", "fp8")  # tile 8
+    assert moe_s(b200, 0.5, 512.0, "fp8-block", "fp8") > moe_s(b200, 1.0, 512.0, "fp8-block", "fp8")  # tile 16
+    for scheme, dtype in (("fp8", "fp8"), ("nvfp4", "fp4"), ("none", "bf16")):
+        assert moe_s(b200, 0.5, 512.0, scheme, dtype) == moe_s(b200, 1.0, 512.0, scheme, dtype)
+    assert moe_s(h100, 0.5, 512.0, "fp8-block", "fp8") == moe_s(h100, 1.0, 512.0, "fp8-block", "fp8")

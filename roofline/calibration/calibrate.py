@@ -104,7 +104,7 @@ L2_PARAMS = ("l2_bandwidth_factor",)
 # held-out MoE error 7.9 -> 15.5 % on B200 once the Nemotron-H shapes were described as ungated).
 _JOINT_MOE = ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s", "moe_fp8_expert_fixed_s",
               "moe_fp8_weight_rate")
-FITTED_ELSEWHERE = {"hopper": _JOINT_MOE, "blackwell": _JOINT_MOE}
+FITTED_ELSEWHERE = {"hopper": _JOINT_MOE, "blackwell": _JOINT_MOE + ("moe_trtllm_wide_tile_bandwidth_factor",)}
 # Why, as a calibration report says it for each of them (`calibrate_on_op_tables`).
 FITTED_ELSEWHERE_WHY = {family: f"the family profile's value, fitted jointly over {chips} on the MoE tables' "
                                 "TP-sliced experts too (benchmarks/moe_accuracy.py); the MoE stage's rows cannot "

@@ -83,6 +83,7 @@ _EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
     "moe_fp4_gemm_factor": ("moe_fp4_gemm_factor", 1.0, 1.0),
     "moe_fp4_fixed_s": ("moe_fp4_fixed_us", 1e-6, 1e6),
     "moe_fp4_bandwidth_factor": ("moe_fp4_bandwidth_factor", 1.0, 2.0),
+    "moe_trtllm_wide_tile_bandwidth_factor": ("moe_trtllm_wide_tile_bandwidth_factor", 1.0, 1.0),
     "collective_bus_efficiency": ("collective_bus_efficiency", 1.0, 1.0),
     "collective_one_stage_bus_efficiency": ("collective_one_stage_bus_efficiency", 1.0, 1.0),
     "collective_latency_scale": ("collective_latency_scale", 1.0, 1e3),
@@ -250,6 +251,12 @@ class EfficiencyParams:
     moe_fp4_gemm_factor: float = 0.63
     moe_fp4_fixed_s: float = 16.4e-6
     moe_fp4_bandwidth_factor: float = 1.264
+    # FlashInfer's TRT-LLM-gen MoE on block-fp8 experts (Blackwell; `roofline.cost.step_cost.TRTLLM_WIDE_TILE_SCHEMES`)
+    # streams the experts' weights slower once its token tile passes 8 (`roofline.cost.step_cost.trtllm_tile_tokens`):
+    # this factor of the format's bandwidth there. The B200 table steps up at that boundary at the same weights by
+    # 1.29-1.31x (median over shapes; per-tensor fp8, NVFP4 and bf16 1.11-1.20x, which their growth with the tokens
+    # covers). Fitted by benchmarks/moe_accuracy.py `--fit-wide-tile`; 1 (no effect) elsewhere.
+    moe_trtllm_wide_tile_bandwidth_factor: float = 1.0
     # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link): vLLM's
     # custom all-reduce's two-stage kernel (reduce-scatter, then all-gather).
     collective_bus_efficiency: float = 0.80

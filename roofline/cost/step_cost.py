@@ -321,6 +321,19 @@ MXFP4_BF16_TRTLLM_FAMILIES = ("blackwell",)
 # launches PermuteGemm1, GEMM2 (bf16 out per routed token) and then a separate finalize kernel
 # (`moe::dev::finalize::run`): `_trtllm_finalize_s`.
 TRTLLM_MOE_FAMILIES = ("blackwell",)
+# Its formats whose weights stream at `moe_trtllm_wide_tile_bandwidth_factor` of their bandwidth once the token tile
+# passes 8 (`trtllm_tile_tokens`): block fp8 (DeepSeek FP8: the B200 table steps up 1.29-1.31x there at the same
+# weights, median over shapes; per-tensor fp8 1.11-1.12x, NVFP4 1.12-1.20x and bf16 1.11-1.14x, what their own
+# growth with the tokens explains).
+TRTLLM_WIDE_TILE_SCHEMES = ("fp8-block",)
+
+
+def trtllm_tile_tokens(routed: Any, num_experts: Any) -> Any:
+    """The token tile FlashInfer's TRT-LLM-gen MoE takes for a call (FlashInfer `calculate_tile_tokens_dim`): the
+    next power of 2 of the tokens per expert assuming a perfect spread, routed // experts (integer division),
+    clamped to [8, 64]."""
+    per_expert = np.floor(np.asarray(routed, dtype=np.float64) / num_experts + 1e-9)
+    return np.clip(2.0 ** np.ceil(np.log2(np.maximum(per_expert, 1.0))), 8.0, 64.0)
 _MXFP8_BYTES_PER_ELEMENT = 1.0 + 1.0 / 32  # E4M3 values and one E8M0 scale per 32
 _K_BLOCK = 64  # K is consumed in blocks of 64 elements (128 bytes of bf16: one TMA/cp.async stage)
 _EIGHT_BIT = ("fp8", "int8")
@@ -970,7 +983,9 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     runs Nemotron-H's relu2 experts (`is_act_and_mul` False: w13 holds one shard, not two); the SwiGLU-only
     kernels (MXFP4 on Blackwell, MXFP8 activations, Marlin) take gated experts only. On `TRTLLM_MOE_FAMILIES`
     (FlashInfer's TRT-LLM-gen MoE, every format but Marlin) its finalize pass is added (`_trtllm_finalize_s`):
-    `num_tokens`, the layer's tokens, is needed there.
+    `num_tokens`, the layer's tokens, is needed there; its 8- and 4-bit formats (`TRTLLM_WIDE_TILE_SCHEMES`) stream
+    their weights at `moe_trtllm_wide_tile_bandwidth_factor` of their bandwidth once the token tile passes 8
+    (`trtllm_tile_tokens`, which needs `num_experts`).
 
     Each weight format runs other kernels in vLLM 0.32 (the fused-MoE oracles, layers/fused_moe/oracle/):
     `scheme` (`roofline.cost.quant` names; None: fp8 for an 8-bit dtype, else bf16) picks the factor of the GEMM
@@ -1012,8 +1027,13 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     in_b = 1.0 if dtype in _EIGHT_BIT else (0.5 + 1.0 / 16 if dtype == "fp4" else act_bytes)
     tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
     trtllm = TRTLLM_MOE_TILES_8BIT if scheme == "fp8-block" and hw.family == "blackwell" else None
+    weights_bw: Any = bw_scale
+    if hw.family in TRTLLM_MOE_FAMILIES and scheme in TRTLLM_WIDE_TILE_SCHEMES:
+        assert num_experts is not None, "the TRT-LLM MoE's token tile follows the tokens per expert: num_experts"
+        wide = trtllm_tile_tokens(tokens_per_expert * touched, num_experts) > 8
+        weights_bw = bw_scale * np.where(wide, e.moe_trtllm_wide_tile_bandwidth_factor, 1.0)
     kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
-              eff_scale=eff_scale, bw_scale=bw_scale, tiles=tiles, cublas=False, row_tiles=row_tiles,
+              eff_scale=eff_scale, bw_scale=weights_bw, tiles=tiles, cublas=False, row_tiles=row_tiles,
               tiles_8bit=trtllm)
     swiglu_only = scheme in ("mxfp4-mxfp8", "mxfp4-marlin") or (scheme == "mxfp4"
                                                                   and hw.family in MXFP4_BF16_TRTLLM_FAMILIES)
@@ -1330,6 +1350,8 @@ def unused_efficiency_params(family: str | None) -> frozenset[str]:
         unused.add("gemm_warp_step_overhead_mma")
     if not kernels.power_limited:
         unused.add("gemm_sustained_sm_fraction")
+    if family not in TRTLLM_MOE_FAMILIES:
+        unused.add("moe_trtllm_wide_tile_bandwidth_factor")
     return frozenset(unused)
 
 
@@ -2192,10 +2214,10 @@ def _predict_moe(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> n
     if "expert_loads" not in c:
         touched = expected_experts_touched(t, topk, e)
         return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0,
-                          num_tokens=t, gated=gated)
+                          num_experts=e, num_tokens=t, gated=gated)
     touched, row_tiles = moe_row_tiles(c["expert_loads"])
     return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0,
-                      row_tiles=row_tiles, num_tokens=t, gated=gated)
+                      row_tiles=row_tiles, num_experts=e, num_tokens=t, gated=gated)
 
 
 _PREDICTORS = {
