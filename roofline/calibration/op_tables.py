@@ -16,8 +16,9 @@ The package ships latencies (milliseconds) measured by NVIDIA's collectors (gith
   one query token per sequence, KV length `isl + step`. `window_size == 0`, `beam_width == 1`.
 - All-reduce (`custom_allreduce_perf`): backend `vllm_graph` (the CUDA-graph path vLLM serves with; `vllm_eager`
   is "other"); `message_size` counts elements of `allreduce_dtype`.
-- MoE (`moe_perf`): the vLLM fused-MoE layer, bf16 and per-tensor fp8, `distribution == balanced`, TP = EP = 1.
-  The tables do not say which experts are gated; `gated` is False for the shapes of the package's Nemotron-H
+- MoE (`moe_perf`): the vLLM fused-MoE layer, bf16 and per-tensor fp8, `distribution == balanced`, TP = EP = 1,
+  with that `distribution` (the collector's round-robin routing, which `roofline.calibration.fit.predict_table`
+  reproduces: `roofline.calibration.moe_routing`). The tables do not say which experts are gated; `gated` is False for the shapes of the package's Nemotron-H
   configs (`nongated_moe_shapes`: the collector runs their relu2 experts without a gate, one up projection).
 
 Measurement condition (`replay_working_set_bytes`): no collector flushes the L2 between runs. Each times a CUDA
@@ -245,7 +246,7 @@ def _moe(d: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"op": "moe", "num_tokens": d.num_tokens, "hidden_size": d.hidden_size,
                          "inter_size": d.inter_size, "topk": d.topk, "num_experts": d.num_experts,
                          "dtype": d.moe_dtype.map(_DTYPES), "gated": moe_rows_gated(d),
-                         "measured_s": d.latency * 1e-3, "kernel": d.kernel_source})
+                         "distribution": d.distribution, "measured_s": d.latency * 1e-3, "kernel": d.kernel_source})
 
 
 def moe_rows_gated(d: pd.DataFrame) -> np.ndarray:
