@@ -309,8 +309,8 @@ def _yaml_values(values: dict[str, float]) -> dict[str, float]:
     return {_EFFICIENCY_YAML[k][0]: float(f"{v / _EFFICIENCY_YAML[k][1]:.6g}") for k, v in values.items()}
 
 
-def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table",
-               values: dict[str, float] | None = None) -> dict[tuple[str, str], dict[str, float]]:
+def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table"
+               ) -> dict[tuple[str, str], dict[str, float]]:
     """(GPU, format) -> fitted values, for the formats of `JOINT_FIELDS` on the GPUs of `JOINT_FAMILIES` (the
     families with all their GPUs in `gpus`): one set per family and format, minimizing the median absolute log error
     over the family's balanced training rows together (Nelder-Mead from `JOINT_STARTS`)."""
@@ -318,7 +318,7 @@ def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = 
     for members in JOINT_FAMILIES.values():
         if not all(g in gpus for g in members):
             continue
-        hws = {g: with_values(load_profile(GPUS[g]), values or {}) for g in members}
+        hws = {g: load_profile(GPUS[g]) for g in members}
         for scheme in JOINT_FIELDS:
             train = {g: t[(t.scheme == scheme) & ~t.held_out & (t.distribution == "balanced")]
                      for g, t in tables.items() if g in members}
@@ -345,9 +345,9 @@ WIDE_TILE_TOLERANCE = 0.005
 def fit_wide_tile(gpus: list[str], routing: str = "table") -> tuple[float, list[tuple[float, float]]]:
     """The Blackwell family's `moe_trtllm_wide_tile_bandwidth_factor` and the (value, loss) pairs tried: the value
     minimizing the sum, over B200, GB200 and B300 and the formats it acts on, of the training loss (median absolute
-    log error, balanced training shapes) the formats of `TRTLLM_WIDE_TILE_SCHEMES` reach with their own parameters
-    refitted at that value (per GPU, `fit`; per-tensor fp8, were it among them, jointly, `_fit_joint`, its loss
-    counted once per GPU). Bounded golden-section search over `WIDE_TILE_RANGE` (deterministic)."""
+    log error, balanced training shapes) the formats of `TRTLLM_WIDE_TILE_SCHEMES` (per-GPU fitted formats of
+    `FITTED`) reach with their own parameters refitted at that value (`fit`). Bounded golden-section search over
+    `WIDE_TILE_RANGE` (deterministic)."""
     members = [g for g in JOINT_FAMILIES["blackwell"] if g in gpus]
     tables = {g: load_table(g) for g in members}
     tried: list[tuple[float, float]] = []
@@ -355,14 +355,12 @@ def fit_wide_tile(gpus: list[str], routing: str = "table") -> tuple[float, list[
     def loss(factor: float) -> float:
         values = {"moe_trtllm_wide_tile_bandwidth_factor": factor}
         total = 0.0
-        joint = _fit_joint(members, tables, routing, values) if "fp8" in TRTLLM_WIDE_TILE_SCHEMES else {}
         for g in members:
             hw = with_values(load_profile(GPUS[g]), values)
             for scheme in TRTLLM_WIDE_TILE_SCHEMES:
                 d = tables[g]
                 train = d[(d.scheme == scheme) & ~d.held_out & (d.distribution == "balanced")]
-                hw_s = (with_values(hw, joint[g, scheme]) if scheme == "fp8"
-                        else with_params(hw, FITTED[scheme], *fit(hw, train, scheme, routing)))
+                hw_s = with_params(hw, FITTED[scheme], *fit(hw, train, scheme, routing))
                 total += float(np.median(np.abs(np.log(predict(hw_s, train, scheme, routing)
                                                        / train.measured_s.to_numpy()))))
         tried.append((factor, total))

@@ -18,8 +18,9 @@ The package ships latencies (milliseconds) measured by NVIDIA's collectors (gith
   is "other"); `message_size` counts elements of `allreduce_dtype`.
 - MoE (`moe_perf`): the vLLM fused-MoE layer, bf16 and per-tensor fp8, `distribution == balanced`, TP = EP = 1,
   with that `distribution` (the collector's round-robin routing, which `roofline.calibration.fit.predict_table`
-  reproduces: `roofline.calibration.moe_routing`). The tables do not say which experts are gated; `gated` is False for the shapes of the package's Nemotron-H
-  configs (`nongated_moe_shapes`: the collector runs their relu2 experts without a gate, one up projection).
+  reproduces: `roofline.calibration.moe_routing`). The tables do not say which experts are gated; `gated` is
+  False for the shapes of the package's Nemotron-H configs (`nongated_moe_shapes`: the collector runs their relu2
+  experts without a gate, one up projection).
 
 Measurement condition (`replay_working_set_bytes`): no collector flushes the L2 between runs. Each times a CUDA
 graph replayed back to back on the same buffers (`collector/helper.py` `benchmark_with_power`: 3 warm-up replays,

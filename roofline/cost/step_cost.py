@@ -983,7 +983,7 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     runs Nemotron-H's relu2 experts (`is_act_and_mul` False: w13 holds one shard, not two); the SwiGLU-only
     kernels (MXFP4 on Blackwell, MXFP8 activations, Marlin) take gated experts only. On `TRTLLM_MOE_FAMILIES`
     (FlashInfer's TRT-LLM-gen MoE, every format but Marlin) its finalize pass is added (`_trtllm_finalize_s`):
-    `num_tokens`, the layer's tokens, is needed there; its 8- and 4-bit formats (`TRTLLM_WIDE_TILE_SCHEMES`) stream
+    `num_tokens`, the layer's tokens, is needed there; its block-fp8 experts (`TRTLLM_WIDE_TILE_SCHEMES`) stream
     their weights at `moe_trtllm_wide_tile_bandwidth_factor` of their bandwidth once the token tile passes 8
     (`trtllm_tile_tokens`, which needs `num_experts`).
 
@@ -1026,7 +1026,7 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
     in_b = 1.0 if dtype in _EIGHT_BIT else (0.5 + 1.0 / 16 if dtype == "fp4" else act_bytes)
     tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
-    trtllm = TRTLLM_MOE_TILES_8BIT if scheme == "fp8-block" and hw.family == "blackwell" else None
+    trtllm = TRTLLM_MOE_TILES_8BIT if scheme == "fp8-block" and hw.family in TRTLLM_MOE_FAMILIES else None
     weights_bw: Any = bw_scale
     if hw.family in TRTLLM_MOE_FAMILIES and scheme in TRTLLM_WIDE_TILE_SCHEMES:
         assert num_experts is not None, "the TRT-LLM MoE's token tile follows the tokens per expert: num_experts"
