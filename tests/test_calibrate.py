@@ -149,7 +149,7 @@ def test_op_table_fit_generalizes_to_held_out_shapes() -> None:
 
 @pytest.mark.parametrize("profile,family", [("h100-sxm", "hopper"), ("b200", "blackwell")])
 def test_op_table_fit_says_which_moe_parameters_another_fit_gives(profile: str, family: str) -> None:
-    """Hopper's and Blackwell's MoE parameters come from benchmarks/moe_accuracy.py's joint fit (`FITTED_ELSEWHERE`):
+    """Hopper's and Blackwell's MoE parameters come from benchmarks/accuracy/moe_accuracy.py's joint fit (`FITTED_ELSEWHERE`):
     a calibration on MoE rows leaves them as shipped and its report says so, parameter by parameter, with the reason."""
     truth = load_profile(profile)
     frame = pd.DataFrame([{"num_tokens": t, "hidden_size": h, "inter_size": i, "topk": 8, "num_experts": 128,

@@ -18,7 +18,7 @@ from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel, gemm_time_s
 from roofline.errors import UserError
 
-CPU = load_profile(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml")
+CPU = load_profile(Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml")
 # llama-156m's shape (models/llama-156m.json), the model the engine runs on this CPU.
 SPEC = ModelSpec(name="m", architecture="LlamaForCausalLM", num_layers=8, hidden_size=1024, num_heads=16,
                  num_kv_heads=4, head_dim=64, intermediate_size=2816, vocab_size=32000)

@@ -1,27 +1,23 @@
-"""benchmarks/e2e_accuracy.py's check of a measured row against its stated lengths (`measured_prefill_load`).
-Skipped without aiconfigurator-core."""
+"""roofline.judge.checks: the end-to-end judge's check of a measured row against its stated lengths
+(`measured_prefill_load`). Skipped without aiconfigurator-core."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 pytest.importorskip("aiconfigurator_core")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from e2e_accuracy import (  # noqa: E402
+from test_e2e_rows import record  # noqa: E402
+
+from roofline.judge.checks import (  # noqa: E402
     decode_read_floor_s,
     measured_prefill_load,
     prefill_linear_s_per_token,
     repeat_spread,
 )
-from e2e_rows import SimCase, parse_row, resolve_row  # noqa: E402
-from test_e2e_rows import record  # noqa: E402
-
+from roofline.judge.rows import SimCase, parse_row, resolve_row  # noqa: E402
 from roofline.registry import load_model  # noqa: E402
 from roofline.sim.simulator import make_deployment  # noqa: E402
 

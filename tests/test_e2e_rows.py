@@ -1,18 +1,15 @@
-"""benchmarks/e2e_rows.py: silicon_sample.csv rows read right (concurrency, GPUs, quantization) and every vLLM agg
+"""roofline.judge.rows: silicon_sample.csv rows read right (concurrency, GPUs, quantization) and every vLLM agg
 row either simulated or skipped with a reason from the closed list. Skipped without aiconfigurator-core."""
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("aiconfigurator_core")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from e2e_rows import (  # noqa: E402
+from roofline.judge.rows import (  # noqa: E402
     ORIGIN_AIC_CAMPAIGN,
     ORIGIN_INFERENCEX,
     RowError,

@@ -1,16 +1,11 @@
-"""benchmarks/e2e_ttft_gap.py: the per-request / per-token split of the judge's TTFT gap."""
+"""roofline.judge.ttft_gap: the per-request / per-token split of the judge's TTFT gap."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from e2e_ttft_gap import fit_gap, gap_table, mean_prompt_tokens  # noqa: E402
+from roofline.judge.ttft_gap import fit_gap, gap_table, mean_prompt_tokens
 
 
 def test_mean_prompt_tokens_is_the_mean_of_the_ranged_lengths() -> None:

@@ -47,7 +47,7 @@ def test_tensor_parallelism_stays_within_one_nvlink_domain(capsys: pytest.Captur
 def test_tensor_parallelism_on_a_cpu_profile_is_refused() -> None:
     from roofline.cost.hardware import load_profile
 
-    cpu = load_profile(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml")
+    cpu = load_profile(Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml")
     EngineArgs().check_hardware(cpu)
     with pytest.raises(UserError, match="--tensor-parallel-size.*allowed: 1"):
         EngineArgs(tensor_parallel_size=2).check_hardware(cpu)
@@ -65,7 +65,7 @@ def test_async_scheduling_flag_sets_the_host_overlap(capsys: pytest.CaptureFixtu
     contexts = np.full(128, 2000)
     # without the overlap the host's time adds to the device's instead of hiding under it
     assert sync.cost_model.decode_step_time_s(contexts) > default.cost_model.decode_step_time_s(contexts)
-    cpu = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml"
+    cpu = Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml"
     _fails(["simulate", "--num-requests", "3", "--model", "llama-156m", "--hardware", str(cpu), "--async-scheduling"],
            capsys, "--async-scheduling", "CPU profile", "allowed: --no-async-scheduling or unset")
 
@@ -75,7 +75,7 @@ def test_moe_backend_flag_reaches_the_record_and_is_refused_on_a_cpu(capsys: pyt
 
     marlin = make_deployment("gpt-oss-20b", "h100-sxm", EngineArgs(moe_backend="marlin"))
     assert marlin.engine_record["moe_backend"] == "marlin" and marlin.cost_model.quant.expert_kernel == "mxfp4-marlin"
-    cpu = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml"
+    cpu = Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml"
     _fails(["simulate", "--num-requests", "3", "--model", "llama-156m", "--hardware", str(cpu), "--moe-backend",
             "marlin"], capsys, "--moe-backend", "CPU profile", "allowed: auto")
 
@@ -86,7 +86,7 @@ def test_float32_matmul_precision_reaches_the_record_and_is_refused_on_a_cpu(
 
     high = make_deployment("minimax-m2.5", "b300", EngineArgs(tensor_parallel_size=4, float32_matmul_precision="high"))
     assert high.engine_record["float32_matmul_precision"] == "high" and high.cost_model.quant.fp32_gemm_dtype == "tf32"
-    cpu = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml"
+    cpu = Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml"
     _fails(["simulate", "--num-requests", "3", "--model", "llama-156m", "--hardware", str(cpu),
             "--float32-matmul-precision", "high"], capsys, "--float32-matmul-precision", "CPU profile",
            "allowed: highest")
@@ -249,6 +249,6 @@ def test_cudagraph_mode_reaches_the_record_and_contradictions_are_refused(
         EngineArgs(cudagraph_mode="FULL")
     _fails(["simulate", "--num-requests", "3", "--enforce-eager", "--cudagraph-mode", "PIECEWISE"], capsys,
            "--enforce-eager", "contradicts --cudagraph-mode PIECEWISE", "allowed")
-    cpu = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml"
+    cpu = Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml"
     _fails(["simulate", "--num-requests", "3", "--model", "llama-156m", "--hardware", str(cpu), "--enforce-eager"],
            capsys, "--enforce-eager", "CPU profile", "allowed")

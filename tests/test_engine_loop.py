@@ -91,7 +91,7 @@ def test_measure_writes_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert steps.num_decode_tokens.sum() + steps.num_prefill_tokens.sum() >= 3 * 8 + 2 * 3
     assert meta.engine_config.max_num_seqs == 4 and meta.extra["weights"] == "random"
     # compare reads the same figures from the trace (JSON floats printed with repr: exact)
-    profile = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "cpu-profile.yaml"
+    profile = Path(__file__).resolve().parent.parent / "tests" / "data" / "cpu-profile.yaml"
     assert main(["compare", "--trace", str(tmp_path), "--hardware", str(profile), "--json"]) == 0
     measured = json.loads(capsys.readouterr().out)["end_to_end"]
     for name in ("output_tokens_per_s", "mean_ttft_s", "mean_tpot_s"):
@@ -108,7 +108,7 @@ def test_measure_runs_qwen3_moe_and_compare_reads_its_trace(tmp_path: Path,
     assert json.loads(capsys.readouterr().out)["num_requests"] == 3
     steps, meta = read_trace(tmp_path)
     assert meta.model["architecture"] == "Qwen3MoeForCausalLM" and meta.model["norm_topk_prob"] and len(steps) > 0
-    profile = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "cpu-profile.yaml"
+    profile = Path(__file__).resolve().parent.parent / "tests" / "data" / "cpu-profile.yaml"
     assert main(["compare", "--trace", str(tmp_path), "--hardware", str(profile), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["end_to_end"]["mean_tpot_s"]["predicted"] > 0

@@ -284,7 +284,7 @@ def test_profile_device_vllm_python_must_be_a_file(tmp_path: Path) -> None:
 
 
 def _cpu_profile() -> dict:
-    return read_profile_dict(Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cpu-profile.yaml")
+    return read_profile_dict(Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml")
 
 
 def _curve(rows: list, rates: list) -> dict:

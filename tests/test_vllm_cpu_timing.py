@@ -23,7 +23,7 @@ from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
-CPU = load_profile(REPO / "benchmarks" / "results" / "cpu-profile.yaml")
+CPU = load_profile(REPO / "tests" / "data" / "cpu-profile.yaml")
 RECORDED = REPO / "tests" / "data" / "vllm-0.32.0-cpu-trace"  # real vLLM 0.32.0 on a loaded CPU (source "vllm")
 SPEC = ModelSpec(name="m", architecture="LlamaForCausalLM", num_layers=8, hidden_size=1024, num_heads=16,
                  num_kv_heads=4, head_dim=64, intermediate_size=2816, vocab_size=32000)
@@ -81,7 +81,7 @@ def test_compare_on_a_vllm_trace_uses_and_names_the_vllm_cpu_description(tmp_pat
     assert "executor description: vllm-cpu" in format_summary(summary)
     # what the profile assumes of vLLM's GEMM weight streaming by rows is said, whether it has a curve or not
     assert summary["weight_streaming"] == CPU.streaming_note("vllm-cpu") in format_summary(summary)
-    assert main(["compare", "--trace", str(RECORDED), "--hardware", str(REPO / "benchmarks" / "results" /
+    assert main(["compare", "--trace", str(RECORDED), "--hardware", str(REPO / "tests" / "data" /
                                                                            "cpu-profile.yaml"),
                  "--out", str(tmp_path / "cmp")]) == 0
     assert json.loads((tmp_path / "cmp" / "summary.json").read_text())["executor"] == "vllm-cpu"
@@ -96,7 +96,7 @@ def test_calibrate_records_the_executor_description_of_each_trace() -> None:
 
 def test_a_calibrated_profile_keeps_the_measured_streaming_curves(tmp_path: Path) -> None:
     """The curve is a device measurement: calibration scales it (memory_efficiency), never drops or refits it."""
-    data = read_profile_dict(REPO / "benchmarks" / "results" / "cpu-profile.yaml")
+    data = read_profile_dict(REPO / "tests" / "data" / "cpu-profile.yaml")
     data["weight_streaming"] = {"vllm-cpu": {"kernel": "k", "rows": [1, 2, 3], "gb_per_s": [25.0, 21.0, 29.0],
                                              "spread": [0.0, 0.0, 0.0]}}
     data["sources"]["weight_streaming"] = "a test"

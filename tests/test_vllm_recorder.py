@@ -98,7 +98,7 @@ def test_a_recorded_vllm_trace_is_read_and_compared(tmp_path: Path) -> None:
     assert meta.source == "vllm" and meta.extra["vllm_version"] == "0.32.0" and len(steps) > 0
     assert meta.engine_config.num_kv_blocks == int(steps["num_kv_blocks_total"].iloc[0]) + 1
     assert (steps["num_batched_tokens"] == steps["query_lens"].map(sum)).all()
-    assert main(["compare", "--trace", str(RECORDED), "--hardware", str(REPO / "benchmarks" / "results" /
+    assert main(["compare", "--trace", str(RECORDED), "--hardware", str(REPO / "tests" / "data" /
                                                                            "cpu-profile.yaml"),
                  "--out", str(tmp_path / "cmp"), "--json"]) == 0
 

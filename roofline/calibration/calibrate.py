@@ -97,7 +97,7 @@ def stage_params(params: Sequence[str], family: str | None, l2_known: bool = Tru
 L2_PARAMS = ("l2_bandwidth_factor",)
 # Parameters a family's operator-table stages leave at the family profile's values, by family: the bf16 and per-tensor
 # fp8 fused MoE of Hopper (Triton, FlashInfer CUTLASS) and Blackwell (FlashInfer TRT-LLM), fitted jointly over the
-# family's GPUs by benchmarks/moe_accuracy.py (`_fit_joint`) on the tables' TP-sliced (narrow) experts too, which
+# family's GPUs by benchmarks/accuracy/moe_accuracy.py (`_fit_joint`) on the tables' TP-sliced (narrow) experts too, which
 # the MoE stage's rows (TP = 1) lack; the fp8 weight rate is not separable from its fixed costs on those rows, and on
 # Blackwell the TP = 1 training shapes are half top-1 / top-2 experts (Mixtral's, Llama 4's) that the model
 # under-predicts at large batches by 20-40 %, which a fit on them alone spreads over every other shape (its own
@@ -107,7 +107,7 @@ _JOINT_MOE = ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "m
 FITTED_ELSEWHERE = {"hopper": _JOINT_MOE, "blackwell": _JOINT_MOE + ("moe_trtllm_wide_tile_bandwidth_factor",)}
 # Why, as a calibration report says it for each of them (`calibrate_on_op_tables`).
 FITTED_ELSEWHERE_WHY = {family: f"the family profile's value, fitted jointly over {chips} on the MoE tables' "
-                                "TP-sliced experts too (benchmarks/moe_accuracy.py); the MoE stage's rows cannot "
+                                "TP-sliced experts too (benchmarks/accuracy/moe_accuracy.py); the MoE stage's rows cannot "
                                 "separate it"
                         for family, chips in (("hopper", "H100 and H200"), ("blackwell", "B200, GB200 and B300"))}
 

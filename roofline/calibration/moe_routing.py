@@ -32,7 +32,7 @@ height tm (`roofline.cost.step_cost.moe_time_s`, `row_tiles`): at 1-4k tokens un
 hold a few tokens each and pad a tile apiece, 1.1-1.8x the tiles of the same tokens spread evenly over the touched
 experts (top-8 of 128, tm 64-128). A table row's time is the mean over its draws' times, as the collector's is.
 Only `roofline.calibration` (`fit.predict_table` for MoE rows with a `distribution`) and
-benchmarks/moe_accuracy.py read this module; serving never does (tests/test_table_condition.py).
+benchmarks/accuracy/moe_accuracy.py read this module; serving never does (tests/test_table_condition.py).
 """
 
 from __future__ import annotations

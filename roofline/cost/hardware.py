@@ -67,7 +67,7 @@ CUTLASS fp8 on Hopper; FlashInfer TRT-LLM on Blackwell; ...) is shared by the GP
 its datasheet numbers. A family file holds `id`, `name`, `kernels` (text), `efficiency`, `executor`, optional
 `per_chip: {chip id: {efficiency: {...}}}` (values a family fit sets per chip: the collectives, which ride on
 the chip's own link), an optional `fit` record (what the parameters were fitted on and their held-out and
-leave-one-GPU-out errors, written by benchmarks/gpu_profiles.py) and `sources` for every number. A chip's
+leave-one-GPU-out errors, written by benchmarks/accuracy/gpu_profiles.py) and `sources` for every number. A chip's
 parameters are the family's, then its `per_chip` entry, then the chip file's own `efficiency`/`executor`.
 `HardwareProfile.provenance` says where they came from; `provenance_line()` says it in one line.
 """

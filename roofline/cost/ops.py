@@ -71,7 +71,7 @@ FA3_KERNELS = AttentionKernels(name="fa3", q_rows=_FA3_Q_ROWS, packs_gqa=True)
 # One CTA holds two 128-row Q tiles (one per softmax warpgroup: the SM100 FMHA design of CUTLASS's
 # `examples/python/CuTeDSL/blackwell/fmha.py`, q_stage = 2), so a work tile is 256 query rows of one head; of
 # 128 and 256 rows the tables support 256 (blackwell attention train error 13.8 % vs 14.8 %, held-out B200
-# 12.9 % vs 14.1 %, benchmarks/gpu_profiles.py). Generation kernels put min(heads per KV head, 8 or 16
+# 12.9 % vs 14.1 %, benchmarks/accuracy/gpu_profiles.py). Generation kernels put min(heads per KV head, 8 or 16
 # (SwapsMmaAb) / 32 (KeepsMmaAb)) query heads of one KV head in a CTA: one work unit per (sequence, KV head) up
 # to 32 heads per KV head. With too few CTAs to fill the SMs the generation kernels split the KV sequence over
 # more CTAs (multiCtasKvMode), else run persistent over waves. Softmax exponentials run on the SFU (MUFU.EX2),
@@ -92,7 +92,7 @@ TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256)
 # 64-128-row query tiles too); the family's one description covers both.
 # One CTA per SM: a decode unit's fixed cost is its wave's (attention_tile_fixed_s), not extra bytes streamed
 # (`decode_unit_prologue` False; with it the fitted per-unit prologue, tied to gemm_tile_fixed_k, charged 3.5x the
-# tables' 4 us per wave: held-out attention 20.8 % with it, 15.9 % without, benchmarks/gpu_profiles.py).
+# tables' 4 us per wave: held-out attention 20.8 % with it, 15.9 % without, benchmarks/accuracy/gpu_profiles.py).
 FA2_SPLITKV_KERNELS = AttentionKernels(name="fa2-splitkv", q_rows=((math.inf, 64),), packs_gqa=False,
                                        decode_heads_per_cta=64, decode_waves=True, decode_unit_prologue=False)
 _ATTENTION_KERNELS = {"blackwell": TRTLLM_GEN_KERNELS, "ada": FA2_SPLITKV_KERNELS}
@@ -434,7 +434,7 @@ def moe_record(name: str, num_tokens: float, hidden: int, inter: int, topk: int,
     tables): E * (1 - (1 - topk/E)^T) distinct experts are touched in expectation, and only their weights are
     read, so a batch of 1 reads topk experts and a large batch all E. Skewed routing touches fewer experts and
     loads some more heavily: `expected_experts_touched` takes a routing distribution, and
-    benchmarks/moe_accuracy.py judges the uniform assumption on the tables' power-law distributions.
+    benchmarks/accuracy/moe_accuracy.py judges the uniform assumption on the tables' power-law distributions.
     Shape: (tokens per touched expert, touched experts, hidden, inter, experts, tokens)."""
     touched = expected_experts_touched(num_tokens, topk, num_experts)
     routed = num_tokens * topk

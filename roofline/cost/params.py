@@ -179,14 +179,14 @@ class EfficiencyParams:
     # token the time grows by 1.57 us per MB of touched expert weights on H100 and 1.58 on H200 (0.64 TB/s, a fifth
     # and a seventh of their HBM peaks), so the DRAM roofline with a factor relative to each chip's bandwidth cannot
     # describe both. Default 1,000 TB/s: no limit; Hopper's family file carries the joint fit of both chips
-    # (benchmarks/moe_accuracy.py `_fit_joint`).
+    # (benchmarks/accuracy/moe_accuracy.py `_fit_joint`).
     moe_fp8_weight_rate: float = 1e15
     # Dense linear layers in the other formats (`roofline.cost.step_cost.linear_time_s`). Block-scaled fp8 (vLLM's
     # DeepGEMM kernel on Hopper and Blackwell): the factor of the per-tensor fp8 GEMM's compute efficiency it reaches;
     # its per-output-tile cost in K elements (a persistent kernel whose TMA-store epilogue overlaps the next tile's
     # loads: much less than CUTLASS's gemm_fp8_tile_fixed_k); the bandwidth efficiency of its input quantization
     # (vLLM `per_token_group_quant_8bit`: one pass, 1x128 groups). Defaults: guesses; the chip files carry the fits
-    # of benchmarks/moe_accuracy.py on the device-dominated rows of the eagerly timed tables.
+    # of benchmarks/accuracy/moe_accuracy.py on the device-dominated rows of the eagerly timed tables.
     gemm_fp8_block_factor: float = 1.0
     gemm_fp8_block_tile_fixed_k: float = 64.0
     act_group_quant_memory_efficiency: float = 0.85
@@ -195,14 +195,14 @@ class EfficiencyParams:
     # persistent kernel's prologue: tensor-memory allocation, barrier and TMA-descriptor setup, scale-factor
     # loads before the first MMA); the fraction of the SMs whose CTAs saturate DRAM (fewer CTAs, e.g. a swapped
     # decode GEMM over few weight rows, draw a proportional share). Defaults: no effect; the Blackwell chip
-    # files carry the fits of benchmarks/moe_accuracy.py.
+    # files carry the fits of benchmarks/accuracy/moe_accuracy.py.
     gemm_fp4_factor: float = 1.0
     gemm_fp4_fixed_s: float = 0.0
     gemm_fp4_saturation_fraction: float = 1e-3
     # The other expert formats (`roofline.cost.step_cost.moe_time_s`): block-scaled fp8 (Triton
     # w8a8 block kernels on Hopper, FlashInfer TRT-LLM on Blackwell), MXFP4 weight-only W4A16 (OAI Triton on
     # Hopper, TRT-LLM mxfp4-bf16 on Blackwell) and NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM). The defaults are
-    # fits on aiconfigurator-core's vLLM 0.24 MoE tables (benchmarks/moe_accuracy.py; H100 for fp8-block and
+    # fits on aiconfigurator-core's vLLM 0.24 MoE tables (benchmarks/accuracy/moe_accuracy.py; H100 for fp8-block and
     # MXFP4, B200 for NVFP4). `_gemm_factor` scales the GEMM compute efficiency, `_bandwidth_factor` the
     # bandwidth the experts' weights stream at (weight-only W4A16 kernels stream at near the full bandwidth but
     # dequantize slowly; the fitted bandwidth factor says how fast). The bandwidth factor multiplies the dense GEMMs'
@@ -228,7 +228,7 @@ class EfficiencyParams:
     # fitted on the H100 vLLM 0.24 MoE table's Marlin rows of two models, MXFP4 (vllm_compressedtensorsw4a4mxfp4moe_
     # marlin_marlinexperts_situ_as_silu, top-16 of 896) and int4 (vllm_compressedtensorswna16marlinmoe_marlin_
     # marlinexperts, top-8 of 384), balanced routing as the tables route it (`roofline.calibration.moe_routing`;
-    # benchmarks/moe_accuracy.py `run_marlin`: the fixed cost fitted on H100 and H200 together, one Hopper kernel, the
+    # benchmarks/accuracy/moe_accuracy.py `run_marlin`: the fixed cost fitted on H100 and H200 together, one Hopper kernel, the
     # two factors per chip); leave-one-shape-out median balanced / power law 1.01 / 1.2: MXFP4 7.1 / 12.3 / 11.6 %, int4
     # 11.4 / 11.5 / 12.4 %. h200-sxm.yaml carries H200's factors, the Blackwell chip files their own with a Blackwell
     # fixed cost. The previous fit (MXFP4 rows alone, one expert count; tiles of the tokens per touched expert) had a
@@ -242,7 +242,7 @@ class EfficiencyParams:
     # `roofline.cost.step_cost._mxfp4_mxfp8_moe_s` describes it (fp8 x fp4 math at the fp8 peak, the MXFP8 input
     # quantization, TRT-LLM's untuned token tiles `TRTLLM_MXFP8_MOE_TILES_8BIT`, each token tile re-reading its weight
     # tile). Blackwell only (`roofline.cost.quant.check_moe_backend`); the default is the B200 fit on the vLLM 0.24
-    # table's w4a8_mxfp4_mxfp8 balanced rows (DeepSeek-V4's experts; benchmarks/moe_accuracy.py `run_mxfp8`: the fixed
+    # table's w4a8_mxfp4_mxfp8 balanced rows (DeepSeek-V4's experts; benchmarks/accuracy/moe_accuracy.py `run_mxfp8`: the fixed
     # cost shared by B200, B300 and GB200, the factors per chip, mean absolute log error; the compute factor sits at
     # its bound, 1), held-out median balanced / power law 1.01 / 1.2: 6.4 / 8.4 / 8.4 %; the chip files carry theirs.
     moe_mxfp4_mxfp8_gemm_factor: float = 1.0
@@ -255,7 +255,7 @@ class EfficiencyParams:
     # streams the experts' weights slower once its token tile passes 8 (`roofline.cost.step_cost.trtllm_tile_tokens`):
     # this factor of the format's bandwidth there. The B200 table steps up at that boundary at the same weights by
     # 1.29-1.31x (median over shapes; per-tensor fp8, NVFP4 and bf16 1.11-1.20x, which their growth with the tokens
-    # covers). Fitted by benchmarks/moe_accuracy.py `--fit-wide-tile`; 1 (no effect) elsewhere.
+    # covers). Fitted by benchmarks/accuracy/moe_accuracy.py `--fit-wide-tile`; 1 (no effect) elsewhere.
     moe_trtllm_wide_tile_bandwidth_factor: float = 1.0
     # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link): vLLM's
     # custom all-reduce's two-stage kernel (reduce-scatter, then all-gather).
@@ -332,9 +332,9 @@ class ExecutorParams:
     mode: str = "cuda_graphs"  # eager | cuda_graphs
     cuda_graph_batch_sizes: tuple[int, ...] = _VLLM_CAPTURE_SIZES
     # Defaults for a profile that states none (the GPU families state theirs, with sources: the launch time from
-    # public A/B runs of vLLM's CUDA-graph modes, benchmarks/host_launch_evidence.py). The operator tables time
+    # public A/B runs of vLLM's CUDA-graph modes, benchmarks/ground_truth/host_launch_evidence.py). The operator tables time
     # kernels only; `roofline calibrate --trace` on a vLLM or engine step trace is how a profile gets measured values
-    # (benchmarks/gpu_trace.sh).
+    # (benchmarks/ground_truth/gpu_trace.sh).
     kernel_launch_s: float = 4e-6  # host time to launch one kernel or replay one graph
     step_overhead_s: float = 2e-3  # host time per step: schedule, prepare inputs, sample, bookkeeping
     # Host time per scheduled sequence and step (per-sequence Python in schedule, prepare inputs, block tables,

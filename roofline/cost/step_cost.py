@@ -208,7 +208,7 @@ SM90_GEMM_KERNELS = GemmKernels(name="cublas-sm90", tiles=GEMM_TILES,
 # Blackwell: the same tiles with the reduction kernel, described for cuBLAS on SM100: the Blackwell bf16 tables
 # floor at 6-7 us for small weights (n <= 1024, m <= 256: 0.5-2 us of weight bytes), which the one-kernel model
 # predicted 40-45 % fast; with the reduction kernel the held-out bf16 GEMM error on B200 drops from 9.3 to 6.9 %
-# (benchmarks/gpu_profiles.py). The reduction kernel costs kernel_fixed_s plus reading the partials and writing
+# (benchmarks/accuracy/gpu_profiles.py). The reduction kernel costs kernel_fixed_s plus reading the partials and writing
 # the output at memory_efficiency. Hopper's cuBLAS fit is left as it was.
 SM100_GEMM_KERNELS = replace(SM90_GEMM_KERNELS, name="cublas-sm100", split_k_reduction_kernel=True)
 # Ada (SM89: no wgmma, no TMA, 99 KB of shared memory per block): cuBLAS runs the SM80 mma.sync kernels
@@ -262,7 +262,7 @@ def gemm_kernels(family: str | None) -> GemmKernels:
 # `TRTLLM_MXFP4_BF16_MOE_TILES`, `_mxfp4_bf16_moe_s`): the row tile follows the
 # tokens per expert down to 16 rows, no split-K (cuBLAS's 64-row minimum wastes most of a tile on the few tokens
 # an expert gets in decode). With these tiles the held-out error on the MXFP4 tables drops from 15-22 % to 9-16 %
-# (benchmarks/moe_accuracy.py).
+# (benchmarks/accuracy/moe_accuracy.py).
 MOE_W4A16_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), (128, 128), (128, 256))
 # vLLM's Marlin MoE (`--moe-backend marlin`; vllm/model_executor/layers/fused_moe/fused_marlin_moe.py
 # `fused_marlin_moe` in 0.18.0, experts/marlin_moe.py in 0.32: "M block size selection logic"): ONE row-block
@@ -291,7 +291,7 @@ def marlin_moe_block_size_m(routed_per_expert: Any) -> Any:
 # kernel"; computed from the batch's mean tokens per expert), 128 weight rows per tile. In `tiles_8bit` form
 # (tokens per expert up to, ((n up to, (tm, tn)),)). With the 8-bit CUTLASS tiles (64 rows at least) the held-out
 # B200 error was 15.5 / 18.1 / 17.4 % (balanced / power law 1.01 / 1.2; 1.4-1.6x slow at 16-256 tokens, one token
-# per expert padded to 64 rows), with these 10.5 / 9.7 / 10.2 % (benchmarks/moe_accuracy.py, BENCHMARKS.md issue 17).
+# per expert padded to 64 rows), with these 10.5 / 9.7 / 10.2 % (benchmarks/accuracy/moe_accuracy.py, BENCHMARKS.md issue 17).
 TRTLLM_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
     (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((8, 8), (16, 16), (32, 32), (math.inf, 64)))
 # The same TRT-LLM fused MoE on MXFP4 weights with MXFP8 activations (`--moe-backend flashinfer-mxfp4-mxfp8`;
@@ -501,7 +501,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
                                       eff_scale)
     e = hw.efficiency
     # fp4 GEMMs (NVFP4 on Blackwell: CUTLASS / TRT-LLM / CuteDSL) are CUTLASS-style kernels like the 8-bit ones:
-    # their tile dispatch and efficiencies (held-out NVFP4 MoE error on B200 16 -> 13 %, benchmarks/moe_accuracy.py).
+    # their tile dispatch and efficiencies (held-out NVFP4 MoE error on B200 16 -> 13 %, benchmarks/accuracy/moe_accuracy.py).
     eight = dtype in _EIGHT_BIT or dtype == "fp4"
     eff = (e.gemm_fp8_compute_efficiency if eight else e.gemm_compute_efficiency) * eff_scale
     fixed_k = tile_fixed_k if tile_fixed_k is not None else e.gemm_fp8_tile_fixed_k if eight else e.gemm_tile_fixed_k
@@ -1080,7 +1080,7 @@ def _mxfp4_mxfp8_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any
     tiles, moves its weights twice. The B200 table shows it: DeepSeek-V4's 7168 x 3072 experts, 512 -> 768 tokens
     (8 -> 12 per expert, one tile -> two) 2.00 -> 2.82 ms at the same weight bytes. Without the re-reads the
     held-out median error was 12.5-16.4 % (B200, B300, GB200; each distribution), the two-tile rows predicted
-    0.65-0.8x and the one-tile rows of large experts 1.15-1.27x; with them 6.4-10.2 % (benchmarks/moe_accuracy.py
+    0.65-0.8x and the one-tile rows of large experts 1.15-1.27x; with them 6.4-10.2 % (benchmarks/accuracy/moe_accuracy.py
     `run_mxfp8`)."""
     assert num_tokens is not None, "the MXFP8 path quantizes the layer's input: num_tokens is needed"
     e = hw.efficiency
@@ -1115,7 +1115,7 @@ def _mxfp4_bf16_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any,
     tile again; GEMM1's epilogue applies the SwiGLU and writes `inter` bf16 values per routed token (no separate
     activation kernel); finalize sums each token's top-k outputs. Without the re-reads (the 16-128-row tiles of
     `MOE_W4A16_TILES`, one pass over the weights, fitted per chip) the held-out median error on B200 was 15.2-16.9 %
-    (+9 % bias; benchmarks/moe_accuracy.py)."""
+    (+9 % bias; benchmarks/accuracy/moe_accuracy.py)."""
     assert num_tokens is not None, "the TRT-LLM MoE's finalize pass sums per token: num_tokens is needed"
     bands = TRTLLM_MXFP4_BF16_MOE_TILES
     tiles_per_expert = _token_tiles(kw["row_tiles"], touched, tokens_per_expert, bands) / _max(touched, 1e-30)

@@ -1,10 +1,10 @@
 """How long `roofline plan` takes, and whether the executors agree.
 
-    python benchmarks/plan_speed.py                       # issue 8: without and with sensitivity, 2 workers
-    python benchmarks/plan_speed.py --report-dir reports/plan-llama-3.1-70b-sharegpt-chat   # also keep a report
-    python benchmarks/plan_speed.py --subset60 --executors 1,2,ray   # issue 19: 60 configurations, 1 and 2 local
+    python benchmarks/speed/plan_speed.py                       # issue 8: without and with sensitivity, 2 workers
+    python benchmarks/speed/plan_speed.py --report-dir reports/plan-llama-3.1-70b-sharegpt-chat   # also keep a report
+    python benchmarks/speed/plan_speed.py --subset60 --executors 1,2,ray   # issue 19: 60 configurations, 1 and 2 local
                                                                      # workers and a local Ray (2 CPUs)
-    python benchmarks/plan_speed.py --full                # issue 19: the full search space (576 configurations)
+    python benchmarks/speed/plan_speed.py --full                # issue 19: the full search space (576 configurations)
 
 Issue 8's target: at most 60 s without sensitivity on the project machine (2 cores). Issue 19's: 2 workers at
 least 1.7x faster than 1 on the 60-configuration subset; the full plan timed once. Prints one line per run: wall

@@ -1,7 +1,7 @@
 """Real vLLM and this project's engine as ground truth on this CPU, under the measurement protocol (issue 18).
 
-    python benchmarks/vllm_ground_truth.py --vllm-python "$VLLM_VENV/bin/python" --out /tmp/gt     # measure + judge
-    python benchmarks/vllm_ground_truth.py --out /tmp/gt --reuse --json gt.json                     # judge again
+    python benchmarks/ground_truth/vllm_ground_truth.py --vllm-python "$VLLM_VENV/bin/python" --out /tmp/gt     # measure + judge
+    python benchmarks/ground_truth/vllm_ground_truth.py --out /tmp/gt --reuse --json gt.json                     # judge again
 
 `llama-156m` in bf16 on every core, block size 128 for both engines (vLLM-CPU's default). Two workloads that
 differ in lengths, arrival pattern and token budget:
@@ -19,7 +19,7 @@ Measurement (roofline.calibration.protocol): `--repeats` rounds; each round meas
 whole session and meet the host's drift as a held-out judgement does.
 
 Judgement, per engine, with the `roofline profile-device` profile `--hardware` (default
-benchmarks/results/cpu-profile.yaml):
+tests/data/cpu-profile.yaml):
 1. uncalibrated: `compare` of A's and B's repeat sets, error per step kind;
 2. calibrated on A (all repeats), judged on B: per repeat before and after, and on the steps B's noise floor
    covers, next to that floor (each of B's repeats predicted by the per-shape medians of its other repeats);
@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PROFILE = REPO / "benchmarks" / "results" / "cpu-profile.yaml"
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PROFILE = REPO / "tests" / "data" / "cpu-profile.yaml"
 MODEL = "llama-156m"
 ENGINES = ("vllm", "engine")
 COMMON = ["--model", MODEL, "--dtype", "bfloat16", "--block-size", "128"]
@@ -106,7 +106,7 @@ def judge(out: Path, hardware: Path) -> dict[str, Any]:
             result["uncalibrated"][f"{engine}-{w}"] = _compact(s)
         report = calibrate_on_traces(hw, sets[engine, "a"], sets[engine, "b"])
         path = out / f"calibrated-{engine}.yaml"
-        write_calibrated_profile(hardware, report, path, command=f"benchmarks/vllm_ground_truth.py ({engine}, A)")
+        write_calibrated_profile(hardware, report, path, command=f"benchmarks/ground_truth/vllm_ground_truth.py ({engine}, A)")
         calibrated[engine] = load_profile(path)
         test = report.error["test"]
         after = compare_repeats(sets[engine, "b"], calibrated[engine]).summary

@@ -2,7 +2,7 @@
 under the benchmark client aiconfigurator itself generates, against the judge's default client. A sensitivity of
 the end-to-end judge (`e2e_accuracy.py`), nothing fitted: the file does not record which client measured these rows.
 
-    python benchmarks/e2e_aic_harness.py [--model Qwen3-32B] [--out rows.csv]
+    python benchmarks/accuracy/e2e_aic_harness.py [--model Qwen3-32B] [--out rows.csv]
 
 The client aiconfigurator generates for a deployment (github.com/ai-dynamo/aiconfigurator,
 `src/aiconfigurator/generator/config/backend_templates/benchmark/bench_run.sh.j2`, defaults in
@@ -12,7 +12,7 @@ The client aiconfigurator generates for a deployment (github.com/ai-dynamo/aicon
 for every warmup response before it starts the measured requests (its warmup documentation), so the measured run
 starts from an idle engine; the warmup's prompts are in vLLM's prefix cache when it does.
 
-Simulated per row, as the judge simulates a row otherwise (`e2e_rows.resolve_row`: engine flags, quantization):
+Simulated per row, as the judge simulates a row otherwise (`roofline.judge.rows.resolve_row`: engine flags, quantization):
 - `exact`: 20N requests of exactly isl / osl tokens, closed loop of N, every request measured;
 - `pool`: 22N requests, request i sending prompt i mod 100 (a shared prefix of isl - 1 tokens per prompt, so a
   repeat hits every full block, as a repeated prompt does), the first 2N (the warmup) dropped from the means.
@@ -30,10 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from e2e_accuracy import client_workload  # noqa: E402
-from e2e_rows import SimCase, read_silicon_rows, resolve_row  # noqa: E402
+from roofline.judge.checks import client_workload
+from roofline.judge.rows import SimCase, read_silicon_rows, resolve_row
 
 CAMPAIGN = "aic-auto-gap-analysis"
 REQUESTS_PER_CONCURRENCY = 20  # --num-requests $((concurrency * 20)) (BENCH_MULTI_ROUND)

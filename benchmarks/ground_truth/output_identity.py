@@ -1,6 +1,6 @@
 """Simulator outputs of this tree against those of an earlier commit, file by file (a refactor changes no result).
 
-    python benchmarks/output_identity.py --baseline 479dcdb [--candidate REF] [--out DIR] [--case sharegpt-chat ...]
+    python benchmarks/ground_truth/output_identity.py --baseline 479dcdb [--candidate REF] [--out DIR] [--case sharegpt-chat ...]
 
 For every case (each shipped workload with the default deployment, plus a tensor-parallel, two-replica
 deployment under the least-outstanding router), runs `roofline simulate --out` once with the baseline commit
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RESULT_FILES = ("requests.csv", "steps.parquet", "timeseries.csv", "summary.json")
 
 CASES: dict[str, list[str]] = {

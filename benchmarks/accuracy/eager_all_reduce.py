@@ -1,6 +1,6 @@
 """The all-reduce of a step without a CUDA graph: the cost model against aiconfigurator-core's eager rows.
 
-    python benchmarks/eager_all_reduce.py [--min-mib 16]
+    python benchmarks/accuracy/eager_all_reduce.py [--min-mib 16]
 
 vLLM's custom all-reduce called outside a CUDA graph first copies its input into the buffer it registered with its
 peers (`roofline.cost.ops.all_reduce_record`); a step of more tokens than the largest captured graph (a prefill of
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from roofline.calibration.op_tables import load_op_tables  # noqa: E402
 from roofline.cost.hardware import load_profile  # noqa: E402

@@ -1,7 +1,7 @@
 """Operator cost model against measured vLLM operator latencies (PyPI `aiconfigurator-core`).
 
-    python benchmarks/op_accuracy.py                       # H100 SXM fit + held-out report + other GPUs
-    python benchmarks/op_accuracy.py --json out.json       # also write every number as JSON
+    python benchmarks/accuracy/op_accuracy.py                       # H100 SXM fit + held-out report + other GPUs
+    python benchmarks/accuracy/op_accuracy.py --json out.json       # also write every number as JSON
 
 For each operator kind the distinct shape keys (`roofline.calibration.op_tables`: weight shape (n, k) for GEMM; heads /
 KV heads / head_dim for attention; message size for all-reduce; hidden / inter / topk / experts for MoE)
@@ -11,7 +11,7 @@ absolute relative error is reported on the held-out half, per kind and dtype, be
 profile with `EfficiencyParams()` defaults) and after. Other GPUs' tables are never fitted on: they are
 predicted with their datasheet profile and the H100-fitted efficiency parameters (all rows).
 
-The shipped parameters now come from `benchmarks/gpu_profiles.py` (one fit per kernel family over all its GPUs,
+The shipped parameters now come from `benchmarks/accuracy/gpu_profiles.py` (one fit per kernel family over all its GPUs,
 written to hardware_profiles/families/); this script stays the single-GPU (H100) view of the same model.
 """
 

@@ -1,10 +1,10 @@
-"""Two builds of the simulator timed against each other: `benchmarks/sim_speed.py` (10,000 requests by default) run in
+"""Two builds of the simulator timed against each other: `benchmarks/speed/sim_speed.py` (10,000 requests by default) run in
 fresh processes from two source trees, alternating, and the ratio of their median in-process CPU times.
 
     git worktree add --detach /tmp/wt-a5a1f9e a5a1f9e       # the build to compare with (issue 20's "today")
-    python benchmarks/sim_speed_ab.py --rounds 12 /tmp/wt-a5a1f9e .
+    python benchmarks/speed/sim_speed_ab.py --rounds 12 /tmp/wt-a5a1f9e .
 
-Each tree runs its own `benchmarks/sim_speed.py` with `PYTHONPATH` set to it, so each imports its own `roofline`.
+Each tree runs its own `benchmarks/speed/sim_speed.py` with `PYTHONPATH` set to it, so each imports its own `roofline`.
 Prints one line per round (both CPU times, their ratio, the load average) and the medians' ratio with the range of
 the per-round ratios: this machine's speed drifts between runs a minute apart, so alternate and report the spread.
 """
@@ -22,7 +22,9 @@ from pathlib import Path
 
 def cpu_s(tree: Path, num_requests: int) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
-    out = subprocess.run([sys.executable, "benchmarks/sim_speed.py", "--num-requests", str(num_requests)], cwd=tree,
+    script = next(path for path in ("benchmarks/speed/sim_speed.py", "benchmarks/speed/sim_speed.py")  # before the move
+                  if (tree / path).exists())
+    out = subprocess.run([sys.executable, script, "--num-requests", str(num_requests)], cwd=tree,
                          env=env, capture_output=True, text=True, check=True).stdout
     return float(json.loads(out.strip().splitlines()[-1])["cpu_s"])
 

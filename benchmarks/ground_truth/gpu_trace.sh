@@ -3,7 +3,7 @@
 # simulator's prediction for the matching hardware profile, and print the lines for BENCHMARKS.md.
 #
 #   pip install -e '.[engine]'            # on the GPU machine, once (torch with CUDA)
-#   bash benchmarks/gpu_trace.sh [OUT_DIR]
+#   bash benchmarks/ground_truth/gpu_trace.sh [OUT_DIR]
 #
 # Environment: MODEL (default llama-156m), HW (hardware profile id; default picked from the device name),
 # NUM_REQUESTS_FIXED (default 256), NUM_REQUESTS_CHAT (default 500), CHAT_RATE (requests/s, default 8).
@@ -52,7 +52,7 @@ python - "$OUT" "$DEVICE_NAME" "$HW" <<'EOF'
 import json, sys
 from pathlib import Path
 out, device, hw = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-print(f"\nGPU traces on {device} (profile {hw}), `bash benchmarks/gpu_trace.sh`:")
+print(f"\nGPU traces on {device} (profile {hw}), `bash benchmarks/ground_truth/gpu_trace.sh`:")
 print("| workload | steps | median abs rel err | p90 abs rel err |")
 print("|---|---|---|---|")
 for workload in ("fixed", "chat"):

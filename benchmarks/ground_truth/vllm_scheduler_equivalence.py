@@ -14,7 +14,7 @@ Setup (a separate virtual environment, outside the repo; pip takes torch 2.13.0 
 
 Run from the repo root (engine.core is imported from the working tree, numpy is all it needs):
 
-    /work/venvs/vllm/bin/python benchmarks/vllm_scheduler_equivalence.py --num-workloads 1000 --seed 0
+    /work/venvs/vllm/bin/python benchmarks/ground_truth/vllm_scheduler_equivalence.py --num-workloads 1000 --seed 0
 
 Each workload draws a configuration (block size, cache size from barely one max-length request to roomy,
 budget, max_num_seqs, max_model_len, chunked prefill and prefix caching on or off, FCFS or priority,
@@ -37,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import torch  # noqa: E402  (vLLM's KV spec takes a torch dtype)

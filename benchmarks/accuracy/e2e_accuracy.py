@@ -3,11 +3,11 @@
 estimator on the same rows. A judge only: nothing is fitted on this file.
 
     pip install -e '.[benchmarks]'                     # aiconfigurator-core==0.12.0 (read, never copied)
-    python benchmarks/e2e_accuracy.py                  # -> benchmarks/results/e2e/ (git-ignored): report.md,
+    python benchmarks/accuracy/e2e_accuracy.py         # -> benchmarks/results/e2e/ (git-ignored): report.md,
                                                        #    summary.json, rows.csv, pred_vs_measured.png
-    python benchmarks/e2e_accuracy.py --jobs 2 --systems h100_sxm --no-peer
+    python benchmarks/accuracy/e2e_accuracy.py --jobs 2 --systems h100_sxm --no-peer
 
-Per row (`e2e_rows.py` reads the row and states every assumption; `e2e_peer.py` is the peer):
+Per row (`roofline.judge.rows` reads the row and states every assumption; `roofline.judge.peer` is the peer):
 - the benchmark client is `vllm bench serve --max-concurrency N --request-rate inf` with 10 x N prompts whose
   lengths are uniform in [0.8 L, L] (InferenceX's harness): the simulator's closed loop
   (`SimulationOptions(max_concurrency=N)`), N sent at t = 0, each later one the instant one finishes;
@@ -26,8 +26,8 @@ least DRAM time of one decode step over the measured TPOT. A row above 1 on eith
 lengths and batch; the report counts them and gives the errors without them beside the errors on every row.
 
 Per-row results are cached under OUT/cache/: simulations keyed by the row and a hash of the code and data they
-depend on (roofline/ except commands/, planning/ and calibration/, engine/core/, hardware_profiles/, models/,
-benchmarks/e2e_rows.py and this file's SIM_VERSION), so a re-run after a change recomputes only what the change can
+depend on (roofline/ except commands/, planning/ and calibration/, so with roofline/judge/; engine/core/,
+hardware_profiles/, models/ and this file's SIM_VERSION), so a re-run after a change recomputes only what the change can
 move and an interrupted run resumes; the peer keyed by the row and the package version. `--reuse-verified IDENTITY`
 carries an earlier identity's rows over, per GPU, where a fixed sample of that GPU's rows re-simulates identically
 (a change that cannot move them, e.g. to the CPU cost path); REUSED.json in the cache and the report say so.
@@ -53,8 +53,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from e2e_peer import LABEL as PEER_LABEL
-from e2e_rows import (
+
+from roofline.judge.checks import (
+    RANGE_RATIO,
+    client_workload,
+    decode_read_floor_s,
+    measured_prefill_load,
+    prefill_linear_s_per_token,
+    repeat_spread,
+)
+from roofline.judge.peer import LABEL as PEER_LABEL
+from roofline.judge.rows import (
     ASSUMPTIONS,
     AUTO_FIT_NOTE,
     PEER_PACKAGE,
@@ -64,7 +73,6 @@ from e2e_rows import (
     SimCase,
     Skip,
     SkipReason,
-    harness_of,
     read_silicon_rows,
     resolve_row,
     row_origin,
@@ -74,10 +82,8 @@ from e2e_rows import (
 SIM_VERSION = 3  # bump when what a cached simulation row holds changes
 PROMPTS_PER_CONCURRENCY = 10  # the assumed --num-prompts / --max-concurrency
 SENSITIVITY_PROMPTS_PER_CONCURRENCY = 5
-RANGE_RATIO = 0.8  # the assumed --random-range-ratio (e2e_rows.ASSUMPTIONS)
 STEADY_WAVES = (2, 8)  # steady state: requests [2N, 8N) of the 10 x N run
-SEED = 0
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "e2e"
+DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "e2e"  # git-ignored
 SYSTEM_ORDER = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm")
 TARGETS = {"tpot_median": 0.10, "tpot_p90": 0.25, "ttft_median": 0.20}  # H100 rows (issue 15)
 
@@ -98,8 +104,7 @@ NOT_SIMULATED = ("commands", "planning", "calibration")  # roofline/ subpackages
 def code_identity(root: Path) -> str:
     """A hash of every file a simulation's result depends on."""
     digest = hashlib.sha256(f"sim-version {SIM_VERSION}\n".encode())
-    here = Path(__file__).resolve().parent
-    files = [here / "e2e_rows.py"]
+    files: list[Path] = []  # roofline/judge/ (the rows' reading and the client) is hashed with roofline/
     for folder, patterns in (("roofline", ("*.py",)), ("engine/core", ("*.py",)),
                              ("hardware_profiles", ("*.yaml",)), ("models", ("*.json",))):
         for pattern in patterns:
@@ -117,7 +122,7 @@ def commit_label(root: Path) -> str:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "roofline", "engine/core",
-                                "hardware_profiles", "models", "benchmarks/e2e_rows.py"],
+                                "hardware_profiles", "models"],
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         marker = root / "COMMIT"  # an exported tree (git archive) may carry its commit in this file
@@ -187,21 +192,6 @@ def simulate_case(case: SimCase, sensitivity: bool) -> dict:
     return out
 
 
-def client_workload(row: SiliconRow, num_prompts: int, range_ratio: float):  # noqa: ANN201 - a Workload
-    """`num_prompts` requests due at t = 0 (`--request-rate inf`); lengths uniform integers in
-    [int(L x range_ratio), L] (the random dataset of InferenceX's benchmark_serving.py), or exactly L at 1.0."""
-    from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
-
-    def lengths(tokens: int) -> LengthDistribution:
-        if range_ratio >= 1.0:
-            return LengthDistribution("fixed", value=tokens)
-        return LengthDistribution("uniform", min_tokens=max(1, int(tokens * range_ratio)), max_tokens=tokens)
-
-    return Workload(name=f"silicon-{row.isl}x{row.osl}", seed=SEED, num_requests=num_prompts,
-                    arrival=ArrivalProcess("all_at_once"), prompt_tokens=lengths(row.isl),
-                    output_tokens=lengths(row.osl))
-
-
 def step_diagnostics(steps: pd.DataFrame) -> dict:
     """Which steps the time went to: decode-only steps against steps carrying prefill tokens."""
     prefill = steps.num_prefill_tokens.to_numpy() > 0
@@ -227,44 +217,6 @@ def decode_breakdown(deployment, row: SiliconRow) -> dict:  # noqa: ANN001 - roo
     parts["host_not_hidden"] = cost.breakdown_s.get("host_overhead", 0.0)
     parts["total"] = cost.total_s
     return dict(parts)
-
-
-def prefill_linear_s_per_token(deployment, row: SiliconRow) -> float:  # noqa: ANN001 - roofline Deployment
-    """The cost model's GEMM and fused-MoE time per prompt token of one prefill chunk of min(isl,
-    max_num_batched_tokens) tokens: the least device time a prompt token takes (no attention, norms,
-    collectives, sampling, host), for the measured-load check (`measured_prefill_load`)."""
-    chunk = min(row.isl, int(deployment.scheduler_config.max_num_batched_tokens))
-    one = np.ones(1, dtype=np.int64)
-    cost = deployment.cost_model.step_cost(one * chunk, one * chunk, one)
-    return sum(op.time_s for op in cost.ops if op.kind in ("gemm", "moe")) / chunk
-
-
-def decode_read_floor_s(deployment, row: SiliconRow, mean_batch: float | None) -> float:  # noqa: ANN001
-    """The bytes one decode step must read from DRAM (weights, the experts uniform routing touches, the KV cache at
-    mid-output context), at the chip's datasheet bandwidth, for a batch of the row's N sequences or, where the
-    simulated engine's KV cache held fewer, its mean decode batch (`mean_batch`): no decode step of that batch,
-    hence no mean TPOT, can be shorter (`measured_decode_load`)."""
-    n = max(1, min(row.concurrency, round(mean_batch))) if mean_batch else row.concurrency
-    context = np.full(n, row.isl + row.osl // 2, dtype=np.int64)
-    cost = deployment.cost_model.step_cost(np.ones(n, dtype=np.int64), context, np.ones(n, dtype=np.int64))
-    return sum(op.weight_bytes + op.kv_read_bytes for op in cost.ops) / deployment.hw.memory_bandwidth_bytes_per_s
-
-
-def _mean_length(tokens: int) -> float:
-    """Mean of the assumed lengths: uniform integers in [int(RANGE_RATIO x L), L] (`client_workload`)."""
-    return (int(tokens * RANGE_RATIO) + tokens) / 2.0
-
-
-def measured_prefill_load(frame: pd.DataFrame) -> np.ndarray:
-    """Per row, the share of the measured run's wall time the GPUs must have spent in the prompts' GEMMs and
-    experts alone, at the cost model's per-token time (`prefill_linear_s_per_token`): the closed loop of N clients
-    completes N / (TTFT + (mean osl - 1) x TPOT) requests a second (the file's means), each with a mean prompt of
-    the assumed lengths. Above 1 the measured means cannot come from prompts of the stated lengths all prefilled
-    (a client re-sending prompts that the prefix cache then serves, or shorter prompts, would explain it)."""
-    osl = frame.osl.map(_mean_length).to_numpy(float)
-    isl = frame.isl.map(_mean_length).to_numpy(float)
-    duration = frame.measured_ttft_s.to_numpy(float) + (osl - 1.0) * frame.measured_tpot_s.to_numpy(float)
-    return frame.concurrency.to_numpy(float) / duration * isl * frame.prefill_linear_s_per_token.to_numpy(float)
 
 
 def _simulate_worker(payload: tuple[SimCase, bool, str]) -> tuple[str, dict]:
@@ -347,7 +299,7 @@ def _median(values: np.ndarray) -> float | None:
 def peer_results(rows: list[SiliconRow], cache_dir: Path, log, deadline: float = math.inf) -> dict[str, dict]:  # noqa: ANN001
     """The peer's estimate per row, from the cache or computed now (H100 rows first); rows left when `deadline`
     (a perf_counter time) passes are 'not run' (a re-run resumes them)."""
-    from e2e_peer import peer_estimate
+    from roofline.judge.peer import peer_estimate
 
     order = {system: i for i, system in enumerate(SYSTEM_ORDER)}
     todo = sorted((r for r in rows if _read_json(_cache_file(cache_dir, r.row_id)) is None),
@@ -412,31 +364,6 @@ def build_table(rows: list[SiliconRow], outcomes: dict[str, dict], peer: dict[st
     frame["measured_prefill_load"] = measured_prefill_load(frame)
     frame["measured_decode_load"] = frame.decode_read_floor_s / frame.measured_tpot_s
     return frame
-
-
-def repeat_spread(rows: list[SiliconRow]) -> dict:
-    """The file's own noise floor: rows of one configuration (model, GPU, version, precision, parallelism, lengths,
-    concurrency, recipe) measured more than once with different results; per group the spread max / min - 1 of
-    TTFT and of TPOT; median and p90 over the groups, overall and per GPU."""
-    groups: dict[tuple, set[tuple[float, float]]] = defaultdict(set)
-    for r in rows:
-        harness = harness_of(r)
-        key = (r.model_path, r.system, r.backend_version, r.precision, r.tp_size, r.attention_dp_size, r.moe_tp_size,
-               r.moe_ep_size, r.isl, r.osl, r.concurrency, harness.source if harness else "")
-        groups[key].add((round(r.measured_ttft_s, 9), round(r.measured_tpot_s, 9)))  # copies differ in the last bits
-    spreads: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for key, values in groups.items():
-        if len(values) > 1:
-            ttft, tpot = (np.array(v) for v in zip(*values))
-            for group in ("all", key[1]):
-                spreads[group].append((ttft.max() / ttft.min() - 1.0, tpot.max() / tpot.min() - 1.0))
-    out = {}
-    for group, values in sorted(spreads.items(), key=lambda kv: kv[0] != "all"):
-        a = np.array(values)
-        out[group] = {"groups": len(a), "ttft_median": float(np.median(a[:, 0])),
-                      "ttft_p90": float(np.percentile(a[:, 0], 90)), "tpot_median": float(np.median(a[:, 1])),
-                      "tpot_p90": float(np.percentile(a[:, 1], 90))}
-    return out
 
 
 def group_stats(frame: pd.DataFrame, keys: list[str]) -> list[dict]:
@@ -747,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = {k: {"value": v, "target": TARGETS[k], "met": v is not None and v <= TARGETS[k]}
                    for k, v in targets.items()}
     meta = {"commit": commit, "code_identity": identity, "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "command": "python benchmarks/e2e_accuracy.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python benchmarks/accuracy/e2e_accuracy.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "machine": f"{platform.node() or 'host'}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
             "wall_s": time.perf_counter() - started, "num_rows": len(rows), "num_simulated": len(sim),
             "num_simulated_now": len(todo), "num_miss": int((frame.status == "miss").sum()),

@@ -1,14 +1,14 @@
 """Where the end-to-end judge's TTFT misses: measured minus predicted mean TTFT of the concurrency-4 rows, split
 into a part per request and a part per prompt token, per (model, GPU, vLLM version, precision).
 
-    python benchmarks/e2e_ttft_gap.py /tmp/me/s3/e2e_run14/rows.csv      # a judge run's rows.csv
+    python -m roofline.judge.ttft_gap $OUT/rows.csv      # a judge run's rows.csv (e2e_accuracy.py --out $OUT)
 
 A diagnosis of the judge's residuals, never an input to the model: nothing here is fitted into a profile or a
 parameter (silicon_sample.csv is a judge only). At concurrency 4 a prompt of <= 8,192 tokens is prefilled in one
 step and rarely queues, so the gap is what the simulator lacks per request: if it is flat in TP (1-8) and in the
 GPU, it is not device work split by TP, and its slope per prompt token says how it grows with the prompt. The
-prompt length is the mean of the judge's ranged lengths, uniform integers in [int(0.8 L), L] (benchmarks/
-e2e_rows.py ASSUMPTIONS).
+prompt length is the mean of the judge's ranged lengths, uniform integers in [int(0.8 L), L]
+(`roofline.judge.rows.ASSUMPTIONS`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from roofline.judge.checks import RANGE_RATIO  # InferenceX's --random-range-ratio
+
 CONCURRENCY = 4
-RANGE_RATIO = 0.8  # benchmarks/e2e_accuracy.py RANGE_RATIO: InferenceX's --random-range-ratio
 
 
 def mean_prompt_tokens(isl: int) -> float:
@@ -60,7 +61,7 @@ def gap_table(rows: list[dict[str, str]]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("rows_csv", type=Path, help="a judge run's rows.csv (benchmarks/e2e_accuracy.py --out)")
+    parser.add_argument("rows_csv", type=Path, help="a judge run's rows.csv (e2e_accuracy.py --out)")
     args = parser.parse_args()
     with args.rows_csv.open(newline="") as f:
         print("\n".join(gap_table(list(csv.DictReader(f)))))

@@ -1,8 +1,8 @@
 """What `--out` adds to a simulation's time (issue 20: at most 25 %), on the saturated ShareGPT-like benchmark
-(`benchmarks/sim_speed.py`, 10,000 requests) and on the issue's request list (Llama-2-7B on H100, 10,000 requests,
-Poisson 8 req/s, `benchmarks/vs_vidur.py`'s `request_list`, seed 0, `--max-num-seqs 128`).
+(`benchmarks/speed/sim_speed.py`, 10,000 requests) and on the issue's request list (Llama-2-7B on H100, 10,000 requests,
+Poisson 8 req/s, `benchmarks/speed/vs_vidur.py`'s `request_list`, seed 0, `--max-num-seqs 128`).
 
-    python benchmarks/out_overhead.py --rounds 8
+    python benchmarks/speed/out_overhead.py --rounds 8
 
 Each round runs the four commands in fresh processes (each workload without and with `--out`, in that order); wall
 time around the child and its CPU time (user + system, `os.wait4`). Prints the median of each, the overhead of
@@ -21,10 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from vs_vidur import request_list  # this folder: the script's own directory is on sys.path
 
-from vs_vidur import request_list  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def child(cmd: list[str]) -> tuple[float, float, float]:
@@ -46,8 +45,8 @@ def main() -> None:
     request_list(10_000, 8.0, 0).to_csv(trace, index=False)
     listed = [sys.executable, "-m", "roofline", "simulate", "--model", "llama-2-7b", "--hardware", "h100-sxm",
               "--workload", str(trace), "--max-num-seqs", "128", "--json"]
-    cases = {"sharegpt": [sys.executable, "benchmarks/sim_speed.py"],
-             "sharegpt --out": [sys.executable, "benchmarks/sim_speed.py", "--out", str(work / "out")],
+    cases = {"sharegpt": [sys.executable, "benchmarks/speed/sim_speed.py"],
+             "sharegpt --out": [sys.executable, "benchmarks/speed/sim_speed.py", "--out", str(work / "out")],
              "list": listed, "list --out": [*listed, "--out", str(work / "out")]}
     runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in cases}
     for i in range(args.rounds):

@@ -1,8 +1,8 @@
 """How well the cost model and simulator predict the real engine on this CPU, before and after calibration.
 
-    python benchmarks/calibration_accuracy.py --out /tmp/calib            # measure, then evaluate
-    python benchmarks/calibration_accuracy.py --out /tmp/calib --reuse    # evaluate traces already there
-    python benchmarks/calibration_accuracy.py --out /tmp/calib --skip-op-tables --json result.json
+    python benchmarks/accuracy/calibration_accuracy.py --out /tmp/calib            # measure, then evaluate
+    python benchmarks/accuracy/calibration_accuracy.py --out /tmp/calib --reuse    # evaluate traces already there
+    python benchmarks/accuracy/calibration_accuracy.py --out /tmp/calib --skip-op-tables --json result.json
 
 1. Noise floor, two ways. (a) Workload A with every request arriving at once, measured twice: the schedule is
    then the same step for step (checked), and the spread of paired step times (|t2 / t1 - 1|) bounds what any
@@ -42,8 +42,8 @@ from roofline.cost.hardware import load_profile
 from roofline.cost.params import EfficiencyParams
 from roofline.jsonable import jsonable
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PROFILE = REPO / "benchmarks" / "results" / "cpu-profile.yaml"
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PROFILE = REPO / "tests" / "data" / "cpu-profile.yaml"
 MODEL = "llama-156m"
 ENGINE = ["--max-num-seqs", "32", "--max-num-batched-tokens", "512", "--dtype", "bfloat16"]
 # name -> workload flags. A and B differ in prompt and output lengths and in arrival rate.

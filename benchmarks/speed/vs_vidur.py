@@ -1,9 +1,9 @@
 """roofline and Vidur on one request list, side by side: run time, CPU time, peak memory, and what each simulated.
 
-    python benchmarks/vs_vidur.py --vidur-python $VIDUR_VENV/bin/python \\
+    python benchmarks/speed/vs_vidur.py --vidur-python $VIDUR_VENV/bin/python \\
         --vidur-profiling VIDUR_CHECKOUT/data/profiling [--setup S] [--num-requests 10000] [--repeats 3] \\
         [--chunk-size 512] [--vidur-cache DIR]
-    python benchmarks/vs_vidur.py --num-requests 2000              # roofline alone (no Vidur given)
+    python benchmarks/speed/vs_vidur.py --num-requests 2000              # roofline alone (no Vidur given)
 
 The request list (issue 20): Poisson arrivals (8 req/s by default), prompt + output tokens uniform in 256-2,048
 with a 4:1 prompt:output split, at most 128 sequences a step, on one of two setups (`--setup`): Llama-2-7B on one
@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The host time of one launch outside a CUDA graph in vLLM (`executor.kernel_launch_us` of the GPU families),
 derived from public A/B runs of vLLM's CUDA-graph modes and this cost model's count of each step's launches.
 
-    python benchmarks/host_launch_evidence.py
+    python benchmarks/ground_truth/host_launch_evidence.py
 
 A step that launches its kernels from the host (no graph) takes the longer of its device time and its launches
 (`StepCostModel._combine`); where the launches are the longer, a run's time per decode step minus the per-step

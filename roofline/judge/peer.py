@@ -1,4 +1,5 @@
-"""The peer for `benchmarks/e2e_accuracy.py`: aiconfigurator-core 0.12.0's own estimator on a silicon_sample.csv row.
+"""The peer for `benchmarks/accuracy/e2e_accuracy.py`: aiconfigurator-core 0.12.0's own estimator on a
+silicon_sample.csv row.
 
 Entry point: the core SDK's agg path, `aiconfigurator_core.sdk.backends.factory.get_backend("vllm").run_agg(model,
 database, RuntimeConfig(isl, osl, batch_size), ctx_tokens=isl)`, with the model built by
@@ -15,7 +16,7 @@ per-layer prefill dispatch overhead "recalibrated ... against the full silicon c
 "calibrated to the silicon corpus"), so its errors here are training errors, not predictions.
 
 Runs on the CPU; no network: checkpoints the package does not cache under the row's name use the same alias as
-the simulator (`e2e_rows.MODEL_ALIASES`), with the row's quant modes.
+the simulator (`rows.MODEL_ALIASES`), with the row's quant modes.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
-from e2e_rows import MODEL_ALIASES, SiliconRow
+from roofline.judge.rows import MODEL_ALIASES, SiliconRow
 
 LABEL = "aiconfigurator-core 0.12.0 (in-sample)"
 
@@ -61,7 +64,9 @@ def peer_estimate(row: SiliconRow) -> PeerEstimate:
                 moe_ep = 1
         else:
             moe_tp, moe_ep = moe_tp or 1, moe_ep or 1
-        model_config = build_model_config(row.tp_size, row.pp_size, row.attention_dp_size, moe_tp, moe_ep,
+        # None for an unset MoE size: the package resolves it (`resolve_moe_parallelism` below)
+        model_config = build_model_config(row.tp_size, row.pp_size, row.attention_dp_size,
+                                          moe_tp, moe_ep,  # type: ignore[arg-type]
                                           gemm_quant_mode=row.gemm_quant_mode, moe_quant_mode=row.moe_quant_mode)
         if check_is_moe(model_path):
             model_config.resolve_moe_parallelism()
@@ -102,7 +107,7 @@ def database_version(row: SiliconRow) -> str:
 
 
 @cache
-def _database(system: str, version: str):  # noqa: ANN202 - the package's PerfDatabase
+def _database(system: str, version: str) -> Any:  # the package's PerfDatabase
     from aiconfigurator_core.sdk.perf_database import get_database_view
 
     with _quiet():
@@ -113,7 +118,7 @@ def _database(system: str, version: str):  # noqa: ANN202 - the package's PerfDa
 
 
 @contextlib.contextmanager
-def _quiet():  # noqa: ANN202
+def _quiet() -> Iterator[None]:
     """The package logs and prints per call (fallback rows, loaded configs); keep the judge's output readable."""
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)

@@ -1,5 +1,5 @@
-"""The rows of aiconfigurator-core's `silicon_sample.csv`, read for `benchmarks/e2e_accuracy.py`: what each vLLM `agg`
-row measured, under which deployment, and either the simulator's inputs for it or why it is skipped.
+"""The rows of aiconfigurator-core's `silicon_sample.csv`, read for `benchmarks/accuracy/e2e_accuracy.py`: what
+each vLLM row measured, under which deployment, and either the simulator's inputs for it or why it is skipped.
 
     rows = read_silicon_rows()                     # every vLLM agg row of the installed package (0.12.0)
     for row in rows:
@@ -376,7 +376,8 @@ def package_dir() -> Path:
     try:
         import aiconfigurator_core
     except ImportError as exc:  # pragma: no cover - the test skips without the package
-        raise ImportError(f"benchmarks/e2e_accuracy.py reads the measured runs of {PEER_PACKAGE}=={PEER_VERSION}: "
+        raise ImportError("benchmarks/accuracy/e2e_accuracy.py reads the measured runs of "
+                          f"{PEER_PACKAGE}=={PEER_VERSION}: "
                           "pip install -e '.[benchmarks]'") from exc
     return Path(aiconfigurator_core.__file__).resolve().parent
 
@@ -564,7 +565,8 @@ def checkpoint_quantization(model_path: str, raw_config: dict) -> str | None:
     another scheme's name, or None for an unquantized checkpoint."""
     if model_path in CHECKPOINT_QUANTIZATION:
         return CHECKPOINT_QUANTIZATION[model_path]
-    text = raw_config.get("text_config") if isinstance(raw_config.get("text_config"), dict) else {}
+    text_config = raw_config.get("text_config")
+    text = text_config if isinstance(text_config, dict) else {}
     config = raw_config.get("quantization_config") or text.get("quantization_config")
     quant_file = package_dir() / "model_configs" / f"{model_path.replace('/', '--')}_hf_quant_config.json"
     if config is None and quant_file.exists():  # ModelOpt checkpoints: hf_quant_config.json
@@ -608,7 +610,8 @@ def gpus_per_node(system: str) -> int:
 
 
 def _config_is_moe(raw: dict) -> bool:
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    text_config = raw.get("text_config")
+    text = text_config if isinstance(text_config, dict) else raw
     return any(text.get(k) for k in ("num_local_experts", "num_experts", "n_routed_experts"))
 
 
@@ -622,7 +625,7 @@ def _text(value: object) -> str | None:
 def _optional_int(value: object) -> int | None:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    return int(value)
+    return int(value)  # type: ignore[call-overload]  # a pandas cell: int, float or str
 
 
 def _positive(value: object) -> float | None:

@@ -1,6 +1,6 @@
 """Speed of engine.core's scheduler: what the simulator pays per step, without any cost model.
 
-    python benchmarks/core_speed.py
+    python benchmarks/speed/core_speed.py
 
 1. A decode step of 256 running requests (context ~1000 tokens, prefix caching on): schedule() plus
    update_from_output(), best of several repeats of 200 steps (the machine is shared; the minimum is the
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.core import CacheConfig, Request, SamplingParams, Scheduler, SchedulerConfig, TokenIdGenerator  # noqa: E402
 

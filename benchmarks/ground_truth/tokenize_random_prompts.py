@@ -2,7 +2,7 @@
 against the string vLLM's maintainers timed on a DGX H100 host (vLLM issue #19012: `tokenizer("hi " * 10000)`,
 10.7 ms, "about 1k tokens/ms"), which `executor.tokenize_us_per_prompt_token: 1` is taken from.
 
-    python benchmarks/tokenize_random_prompts.py --out benchmarks/results/tokenize-random-prompts/this-host.json
+    python benchmarks/ground_truth/tokenize_random_prompts.py --out benchmarks/results/tokenize-random-prompts/this-host.json
 
 No production tokenizer is on this machine (no model hub), so it trains one: a byte-level BPE of 131,072 tokens
 (`tokenizers`, GPT-2's byte-level pre-tokenizer) on the first ~80 MB of .md/.rst/.txt/.py files of this Python's

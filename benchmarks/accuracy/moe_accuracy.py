@@ -1,6 +1,6 @@
 """Fused-MoE operator accuracy per weight format and token distribution, on aiconfigurator-core's vLLM tables.
 
-    python benchmarks/moe_accuracy.py [--gpus h100_sxm,b200_sxm] [--json out.json]
+    python benchmarks/accuracy/moe_accuracy.py [--gpus h100_sxm,b200_sxm] [--json out.json]
 
 Data: `aiconfigurator_core/systems/data/<gpu>/moe/vllm/<newest version>/moe_perf.parquet` (PyPI
 aiconfigurator-core==0.12.0; read from the installed package), rows without expert parallelism (moe_ep_size 1;
@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize, minimize_scalar
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from roofline.calibration.moe_routing import DISTRIBUTIONS, mean_over_draws, table_routing  # noqa: E402
 from roofline.calibration.op_tables import moe_rows_gated  # noqa: E402
@@ -280,7 +280,7 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
 
 # bf16 and per-tensor fp8 experts on Hopper (Triton, FlashInfer CUTLASS) and Blackwell (FlashInfer TRT-LLM), one
 # kernel each per family: fitted here jointly over the family's GPUs, one parameter set per format (`_fit_joint`), and
-# shipped in hardware_profiles/families/<family>.yaml, where the families' MoE stage (benchmarks/gpu_profiles.py,
+# shipped in hardware_profiles/families/<family>.yaml, where the families' MoE stage (benchmarks/accuracy/gpu_profiles.py,
 # TP = 1 rows only) fits the other families' bf16 and fp8 experts. Its rows have no TP-sliced (narrow) experts:
 # fitted there, the per-tensor fp8 weight rate (`roofline.cost.params.EfficiencyParams.moe_fp8_weight_rate`, which the
 # HBM does not set) made H100's held-out fp8 cells here worse (14 -> 17-19 %), the bf16 values held H200's power-law
