@@ -162,3 +162,92 @@ def test_hybrid_max_model_len_check_counts_both_groups() -> None:
     # 5287 blocks: the full group needs ceil(L / 16) and the sliding group 521, so 4766 x 16 = 76,256 tokens fit.
     with pytest.raises(UserError, match="longest that fits is 76256 tokens"):
         compute_kv_capacity(replace(_gpt_oss_120b_h100(2.0), max_model_len=131072))
+
+
+# ---- Qwen3-32B bf16 on one H100, and what vLLM logs by version (issue 37) -------------------------------------
+
+def _qwen3_32b_h100(**changes: object) -> KvCapacityInputs:
+    from roofline.cost.ops import kv_bytes_per_token_per_rank, weight_bytes_per_rank
+    from roofline.cost.quant import QuantConfig, resolve_for_model
+    s = spec("qwen3-32b")
+    quant = resolve_for_model(QuantConfig.from_user(), s)
+    inputs = KvCapacityInputs(spec=s, memory_capacity_bytes=H100_NVIDIA_SMI_BYTES,
+                              weight_bytes_per_rank=weight_bytes_per_rank(s, quant, 1),
+                              kv_bytes_per_token_per_rank=kv_bytes_per_token_per_rank(s, quant, 1), act_bytes=2.0,
+                              max_num_seqs=1024, max_num_batched_tokens=8192, max_model_len=16000)
+    return replace(inputs, **changes)  # type: ignore[arg-type]
+
+
+def test_qwen3_32b_bf16_on_h100_equals_the_hand_calculation() -> None:
+    # By hand (bytes). Weights: embedding and LM head (untied) 2 x 151936 x 5120 = 1,555,824,640 parameters, final
+    # norm 5120; per layer q 5120 x 8192, k and v 5120 x 1024 each, o 8192 x 5120, q/k norms 2 x 128, MLP
+    # 3 x 5120 x 25600, two norms 2 x 5120: 487,598,336 x 64 layers; 32,762,123,264 parameters x 2 B
+    # = 65,524,246,528 (vLLM logged "Model loading took 61.03 GiB", llm-d's log). Requested 79.18 GiB x 0.9
+    # = 76,516,989,861.888; the sampler run (vLLM's default 1024 rows on an H100) 1024 x 151936 x 38.9
+    # = 6,052,157,849.6 > the forward pass's 8192 x (2 x 5120 + 3 x 25600) x 2 = 1,426,063,360; non-torch
+    # 139,586,437.12. Budget 4,800,999,047.168 (vLLM logged "Available KV cache memory: 4.45 GiB"); a block is
+    # 16 tokens x 64 layers x 8 heads x 128 x K,V x 2 B = 4,194,304: 1144 blocks, 18,304 tokens.
+    inputs = _qwen3_32b_h100()
+    assert inputs.weight_bytes_per_rank == 65_524_246_528
+    cap = compute_kv_capacity(inputs)
+    assert cap.activation_peak_bytes == pytest.approx(6_052_157_849.6)
+    assert cap.block_bytes == 4_194_304
+    assert cap.num_gpu_blocks == 1144 and cap.reported_num_tokens == 18_304
+    assert cap.max_concurrency == pytest.approx(1144 / 1000)  # "Maximum concurrency for 16,000 tokens": 1.14x
+
+
+def test_qwen3_32b_bf16_on_h100_refuses_32k_as_vllm_does_and_takes_it_with_256_sequences() -> None:
+    # vLLM refused --max-model-len 32000 with its H100 defaults (llm-d's log): 2000 blocks needed, 1144 there.
+    with pytest.raises(UserError, match=r"needs 2000 blocks .* only 1144 fit .* longest that fits is 18304 tokens"):
+        compute_kv_capacity(_qwen3_32b_h100(max_model_len=32000))
+    # --max-num-seqs 256: the sampler run takes 256 x 151936 x 38.9 = 1,513,039,462.4 (still above the forward
+    # pass), the budget 9,340,117,434.368 holds 2226 blocks = 35,616 tokens, so one 32,768-token request fits.
+    cap = compute_kv_capacity(_qwen3_32b_h100(max_model_len=32768, max_num_seqs=256))
+    assert cap.num_gpu_blocks == 2226 and cap.reported_num_tokens == 35_616
+
+
+@pytest.mark.parametrize("version, async_scheduling, tokens, concurrency", [
+    # 5287 blocks (the hand calculation above). Per request at max_model_len 32768: the full group 2048 blocks and
+    # the sliding group cdiv(min(128 - 1 + in-flight tokens, 32768), 16) + 1: 521 with one step of 8192 in flight,
+    # 1033 with two (asynchronous scheduling, vLLM >= 0.20's `max_in_flight_tokens`).
+    ("0.11.0", False, 5287 // 2 * 16, 5287 / 2569),  # up to 0.19: blocks // groups x block size = 42,288
+    ("0.11.0", True, 5287 // 2 * 16, 5287 / 2569),  # no in-flight reserve before 0.20
+    ("0.32.0", False, 67_436, 5287 / 2569),  # since: int(concurrency x max_model_len)
+    ("0.32.0", True, 56_229, 5287 / 3081),
+])
+def test_gpt_oss_120b_log_lines_by_version(version: str, async_scheduling: bool, tokens: int,
+                                           concurrency: float) -> None:
+    cap = compute_kv_capacity(replace(_gpt_oss_120b_h100(2.0), vllm_version=version,
+                                      async_scheduling=async_scheduling))
+    assert cap.num_gpu_blocks == 5287 and cap.num_kv_cache_groups == 2
+    assert cap.reported_num_tokens == tokens
+    assert cap.max_concurrency == pytest.approx(concurrency)
+
+
+def test_dense_model_logs_the_same_tokens_in_every_version() -> None:
+    old = compute_kv_capacity(_qwen3_32b_h100(vllm_version="0.10.1"))
+    new = compute_kv_capacity(_qwen3_32b_h100(vllm_version="0.32.0"))
+    assert old.reported_num_tokens == new.reported_num_tokens == old.num_tokens
+    assert not old.cuda_graph_bytes_not_modelled and new.cuda_graph_bytes_not_modelled  # subtracted from 0.21
+
+
+@pytest.mark.parametrize("version", ["0.7.3", "latest", ""])
+def test_bad_vllm_version_names_the_field(version: str) -> None:
+    with pytest.raises(UserError, match="vLLM version"):
+        compute_kv_capacity(_qwen3_32b_h100(vllm_version=version))
+
+
+def test_kv_capacity_cases_file_runs_and_every_case_has_a_source() -> None:
+    # The judge's cases (benchmarks/data/vllm_kv_capacity_cases.yaml) resolve and predict; its numbers go to
+    # BENCHMARKS.md, never into a test.
+    import sys
+    from pathlib import Path
+
+    import yaml
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import kv_capacity_accuracy as bench  # type: ignore[import-not-found]
+    cases = yaml.safe_load((root / "benchmarks" / "data" / "vllm_kv_capacity_cases.yaml").read_text())["cases"]
+    assert all(case["source"].startswith("https://") for case in cases)
+    result = bench.compare(cases)
+    assert len(result["rows"]) + len(result["skipped"]) == len(cases)

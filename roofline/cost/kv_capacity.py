@@ -32,12 +32,29 @@ larger's when within 1.25x of it); all groups draw blocks from one pool, and one
 
 (gpt-oss-120b: 18 sliding + 18 full layers -> two groups of 18 layers: a block costs 18 layers' pages, not 36).
 A request then takes blocks in every group: ceil(len / block_size) in a full group, at most
-cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1 in a sliding one
+cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1 in a sliding one (twice the
+batched tokens with asynchronous scheduling from vLLM 0.20 on, `max_in_flight_tokens`)
 (`SlidingWindowSpec.max_memory_usage_bytes`): `_check_one_request_fits` counts both. The simulator's scheduler
 keeps one block table per request, the full-attention one: it does not charge the few blocks a sliding group
 holds per running request (their count is in `KvCapacity.sliding_blocks_per_request`). An fp8 KV cache
 (`--kv-cache-dtype fp8`) halves the page: vLLM stores fp8 K and V with per-tensor scales kept per layer, not per
 block.
+
+What vLLM logs, by version (read in vLLM 0.10.1.1, 0.11.0, 0.13.0, 0.19.1, 0.26.0 and 0.32.0's
+vllm/v1/core/kv_cache_utils.py): "Maximum concurrency for L tokens per request: Cx" is
+`get_max_concurrency_for_kv_cache_config`, num_gpu_blocks / the blocks one request of max_model_len takes in every
+group (full groups cdiv(L, block_size), sliding groups their window as above). "GPU KV cache size: N tokens" was
+num_gpu_blocks // num_kv_cache_groups x block_size up to 0.19 (`_report_kv_cache_config`), and is
+int(C x L) since (`get_kv_cache_capacity`, read in 0.26.0 and 0.32.0): the same for a model of one group when L is
+a multiple of the block size, not for a hybrid one. `KvCapacity.reported_num_tokens` and `.max_concurrency` are
+those two numbers for `KvCapacityInputs.vllm_version`.
+
+CUDA graphs: from vLLM 0.21 on (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1: "CUDA graph memory profiling
+is enabled (default since v0.21.0)" in vLLM's own log; the env default reads "0" in 0.19.1 and "1" in 0.26.0)
+`Worker.determine_available_memory` also subtracts `profile_cudagraph_memory()`, a capture of the two largest graphs
+of each mode extrapolated to all of them. That estimate is not modelled here (it depends on torch.compile's
+piecewise split and the capture sizes); `KvCapacity.cuda_graph_bytes_not_modelled` says when vLLM would subtract it,
+and BENCHMARKS.md how large the logged "Graph capturing ... took X GiB" is next to the KV budget.
 
 `--kv-cache-memory-bytes` replaces the profiled budget (vLLM's `kv_cache_memory_bytes`) and
 `--num-gpu-blocks-override` the block count (vLLM's `num_gpu_blocks_override`). A model that does not fit, or
@@ -94,6 +111,8 @@ class KvCapacityInputs:
     kv_cache_memory_bytes: float | None = None  # vLLM's kv_cache_memory_bytes: replaces the profiled budget
     num_gpu_blocks_override: int | None = None
     auto_fit_max_model_len: bool = False  # --max-model-len -1: lower max_model_len to what fits instead of failing
+    vllm_version: str = "0.32.0"  # whose accounting and log lines (see the module docstring)
+    async_scheduling: bool = False  # two batches in flight: a sliding group holds a second step's tokens (>= 0.20)
 
 
 @dataclass(frozen=True)
@@ -113,6 +132,10 @@ class KvCapacity:
     num_kv_cache_groups: int = 1  # vLLM's KV-cache groups (hybrid models: > 1, sharing one pool of blocks)
     sliding_blocks_per_request: int = 0  # blocks the sliding groups hold at most per request, all groups
     max_model_len: int = 0  # the engine's max_model_len: the input's, or what auto-fit lowered it to
+    blocks_per_max_len_request: int = 0  # blocks one request of max_model_len takes, all groups
+    reported_num_tokens: int = 0  # vLLM's "GPU KV cache size: N tokens" for the version
+    max_concurrency: float = 0.0  # vLLM's "Maximum concurrency for max_model_len tokens per request: Cx"
+    cuda_graph_bytes_not_modelled: bool = False  # the version subtracts a CUDA-graph estimate this model lacks
 
     @property
     def num_tokens(self) -> int:
@@ -134,6 +157,8 @@ class KvCapacity:
             "block_bytes": self.block_bytes,
             "num_gpu_blocks": self.num_gpu_blocks,
             "num_kv_cache_groups": self.num_kv_cache_groups,
+            "reported_num_tokens": self.reported_num_tokens,
+            "max_concurrency": self.max_concurrency,
         }
 
 
@@ -178,6 +203,14 @@ def block_bytes(inputs: KvCapacityInputs) -> float:
     return inputs.block_size * inputs.kv_bytes_per_token_per_rank * group_size / inputs.spec.num_layers
 
 
+def max_in_flight_tokens(inputs: KvCapacityInputs) -> int:
+    """Tokens scheduled but not yet freed from a sliding window: one step's budget, two with asynchronous
+    scheduling (`VllmConfig.max_in_flight_tokens` = max_concurrent_batches x max_num_batched_tokens, read in 0.26.0
+    and 0.32.0; 0.19.1 and earlier take one step's, `SlidingWindowSpec.max_memory_usage_bytes`)."""
+    batches = 2 if inputs.async_scheduling and parse_vllm_version(inputs.vllm_version) >= IN_FLIGHT_SINCE else 1
+    return batches * inputs.max_num_batched_tokens
+
+
 def sliding_blocks_per_request(inputs: KvCapacityInputs) -> int:
     """Blocks the sliding-window groups of a hybrid model hold at most for one request (vLLM
     `SlidingWindowSpec.max_memory_usage_bytes`: the window plus one step's tokens, and one block more)."""
@@ -186,17 +219,67 @@ def sliding_blocks_per_request(inputs: KvCapacityInputs) -> int:
         return 0
     window = inputs.spec.sliding_window
     assert window is not None
-    tokens = min(window - 1 + inputs.max_num_batched_tokens, inputs.max_model_len)
+    tokens = min(window - 1 + max_in_flight_tokens(inputs), inputs.max_model_len)
     return sliding_groups * (-(-tokens // inputs.block_size) + 1)
+
+
+def parse_vllm_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a vLLM release string ("0.11.2", "0.19.1rc1.dev8+g4b7f5ea1a"); `UserError` otherwise."""
+    parts = version.strip().lstrip("v").split(".")
+    try:
+        major, minor = int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or "x")
+    except (IndexError, ValueError):
+        raise UserError(f"vLLM version: expected a release such as 0.11.0, got {version!r}") from None
+    if (major, minor) < (0, 8):
+        raise UserError(f"vLLM version: {version} is before 0.8; the KV accounting here is vLLM V1's "
+                        "(its default engine from 0.8)")
+    return major, minor
+
+
+# The first vLLM release whose "GPU KV cache size" is max_concurrency x max_model_len (0.19.1 still divides the
+# block count by the groups; 0.26.0 multiplies; the releases between were not read: 0.20 is assumed to be the change,
+# which matters only for hybrid models).
+REPORT_FROM_CONCURRENCY_SINCE = (0, 20)
+# The first vLLM release whose sliding windows reserve for every batch in flight (absent in 0.19.1, present in 0.26.0;
+# assumed from 0.20).
+IN_FLIGHT_SINCE = (0, 20)
+# The first vLLM release that subtracts its CUDA-graph memory estimate from the KV budget by default.
+CUDA_GRAPH_ESTIMATE_SINCE = (0, 21)
+
+
+def blocks_per_max_len_request(inputs: KvCapacityInputs) -> int:
+    """Blocks one request of max_model_len holds at most, all groups (`get_max_concurrency_for_kv_cache_config`)."""
+    _, full_groups, _ = kv_cache_groups(inputs.spec)
+    return full_groups * -(-inputs.max_model_len // inputs.block_size) + sliding_blocks_per_request(inputs)
+
+
+def reported_capacity(inputs: KvCapacityInputs, num_blocks: int) -> tuple[int, float]:
+    """vLLM's two log lines for `num_blocks`: ("GPU KV cache size" tokens, "Maximum concurrency" x), by version."""
+    _, full_groups, sliding_groups = kv_cache_groups(inputs.spec)
+    concurrency = num_blocks / blocks_per_max_len_request(inputs)
+    if parse_vllm_version(inputs.vllm_version) >= REPORT_FROM_CONCURRENCY_SINCE:
+        return int(concurrency * inputs.max_model_len), concurrency
+    return num_blocks // (full_groups + sliding_groups) * inputs.block_size, concurrency
+
+
+def _budget_terms(inputs: KvCapacityInputs) -> tuple[float, float, float, float]:
+    """(requested, weights, activation peak, non-torch) bytes per rank."""
+    requested = (inputs.memory_capacity_bytes - CUDA_RESERVED_BYTES) * inputs.gpu_memory_utilization
+    non_torch = NON_TORCH_BYTES_TP1 if inputs.tensor_parallel_size == 1 else NON_TORCH_BYTES_TP_GT1
+    return requested, inputs.weight_bytes_per_rank, activation_peak_bytes(inputs), non_torch
+
+
+def profiled_kv_budget_bytes(inputs: KvCapacityInputs) -> float:
+    """vLLM's "Available KV cache memory" of the profile run, in bytes per rank; negative when nothing is left (vLLM
+    then refuses to start)."""
+    requested, weights, activation, non_torch = _budget_terms(inputs)
+    return requested - weights - activation - non_torch
 
 
 def compute_kv_capacity(inputs: KvCapacityInputs) -> KvCapacity:
     """The number of KV blocks per rank (see the module docstring); `UserError` when nothing useful fits."""
     _check_inputs(inputs)
-    requested = (inputs.memory_capacity_bytes - CUDA_RESERVED_BYTES) * inputs.gpu_memory_utilization
-    weights = inputs.weight_bytes_per_rank
-    activation = activation_peak_bytes(inputs)
-    non_torch = NON_TORCH_BYTES_TP1 if inputs.tensor_parallel_size == 1 else NON_TORCH_BYTES_TP_GT1
+    requested, weights, activation, non_torch = _budget_terms(inputs)
     one_block = block_bytes(inputs)
     if inputs.kv_cache_memory_bytes is not None:
         kv_bytes, source = float(inputs.kv_cache_memory_bytes), "kv_cache_memory_bytes"
@@ -220,12 +303,18 @@ def compute_kv_capacity(inputs: KvCapacityInputs) -> KvCapacity:
                             "even one token; raise --gpu-memory-utilization or --tensor-parallel-size")
     _check_one_request_fits(inputs, num_blocks, one_block)
     _, full_groups, sliding_groups = kv_cache_groups(inputs.spec)
+    reported_tokens, concurrency = reported_capacity(inputs, num_blocks)
+    graphs_not_modelled = (source == "profiled"
+                           and parse_vllm_version(inputs.vllm_version) >= CUDA_GRAPH_ESTIMATE_SINCE)
     return KvCapacity(num_gpu_blocks=num_blocks, block_bytes=one_block, kv_cache_bytes=num_blocks * one_block,
                       requested_bytes=requested, cuda_reserved_bytes=CUDA_RESERVED_BYTES, weight_bytes=weights,
                       activation_peak_bytes=activation, non_torch_bytes=non_torch, source=source,
                       block_size=inputs.block_size, num_kv_cache_groups=full_groups + sliding_groups,
                       sliding_blocks_per_request=sliding_blocks_per_request(inputs),
-                      max_model_len=inputs.max_model_len)
+                      max_model_len=inputs.max_model_len,
+                      blocks_per_max_len_request=blocks_per_max_len_request(inputs),
+                      reported_num_tokens=reported_tokens, max_concurrency=concurrency,
+                      cuda_graph_bytes_not_modelled=graphs_not_modelled)
 
 
 def _longest_request(inputs: KvCapacityInputs, num_blocks: int) -> int:
@@ -267,5 +356,6 @@ def _check_inputs(inputs: KvCapacityInputs) -> None:
             raise UserError(f"{flag}: must be a positive integer, got {value}")
     if inputs.kv_cache_memory_bytes is not None and inputs.kv_cache_memory_bytes <= 0:
         raise UserError(f"--kv-cache-memory-bytes: must be positive, got {inputs.kv_cache_memory_bytes}")
+    parse_vllm_version(inputs.vllm_version)
     if inputs.num_gpu_blocks_override is not None and inputs.num_gpu_blocks_override < 1:
         raise UserError(f"--num-gpu-blocks-override: must be a positive integer, got {inputs.num_gpu_blocks_override}")

@@ -128,7 +128,8 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
         tensor_parallel_size=engine.tensor_parallel_size, block_size=engine.block_size, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
-        num_gpu_blocks_override=engine.num_gpu_blocks_override, auto_fit_max_model_len=engine.auto_fit_max_model_len))
+        num_gpu_blocks_override=engine.num_gpu_blocks_override, auto_fit_max_model_len=engine.auto_fit_max_model_len,
+        async_scheduling=hw.executor.host_overlaps_device))
     max_model_len = kv.max_model_len  # lowered by --max-model-len -1 to what the KV cache holds
     try:
         scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
