@@ -50,7 +50,7 @@ from roofline.registry import load_model  # noqa: E402
 DEFAULT_CASES = ROOT / "benchmarks" / "data" / "vllm_kv_capacity_cases.yaml"
 ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14)  # vLLM's --async-scheduling default on GPUs (engine_args.EngineArgs)
 FLAG_FIELDS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-               "tensor_parallel_size", "quantization", "kv_cache_dtype", "block_size", "enforce_eager")
+               "tensor_parallel_size", "quantization", "kv_cache_dtype", "block_size", "enforce_eager", "moe_backend")
 
 
 @dataclass(frozen=True)
