@@ -245,8 +245,8 @@ def test_kv_capacity_cases_file_runs_and_every_case_has_a_source() -> None:
 
     import yaml
     root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "benchmarks"))
-    import kv_capacity_accuracy as bench  # type: ignore[import-not-found]
+    sys.path.insert(0, str(root / "benchmarks" / "accuracy"))
+    import kv_capacity as bench  # type: ignore[import-not-found]
     cases = yaml.safe_load((root / "benchmarks" / "data" / "vllm_kv_capacity_cases.yaml").read_text())["cases"]
     assert all(case["source"].startswith("https://") for case in cases)
     result = bench.compare(cases)

@@ -1,6 +1,6 @@
 """KV capacity as vLLM logs it, predicted and compared case by case (the judge of `roofline.cost.kv_capacity`).
 
-    python benchmarks/kv_capacity_accuracy.py [--cases benchmarks/data/vllm_kv_capacity_cases.yaml] [--json]
+    python benchmarks/accuracy/kv_capacity.py [--cases benchmarks/data/vllm_kv_capacity_cases.yaml] [--json]
 
 Each case of the YAML file is a (model, GPU, vLLM version, flags) whose startup log is public (the file gives the
 source). The deployment is resolved as `roofline simulate` resolves it (`roofline.sim.simulator.make_deployment`'s
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from roofline.cost.hardware import load_profile  # noqa: E402
