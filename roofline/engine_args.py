@@ -26,6 +26,7 @@ from typing import Any
 
 from engine.core.model_spec import ModelSpec
 from roofline.cost.hardware import HardwareProfile
+from roofline.cost.host import CUDAGRAPH_MODE_CHOICES, DEFAULT_CUDAGRAPH_MODE
 from roofline.cost.quant import (
     DTYPE_CHOICES,
     FLOAT32_MATMUL_PRECISION_CHOICES,
@@ -33,7 +34,6 @@ from roofline.cost.quant import (
     MOE_BACKEND_CHOICES,
     QUANTIZATION_CHOICES,
 )
-from roofline.cost.step_cost import CUDAGRAPH_MODE_CHOICES, DEFAULT_CUDAGRAPH_MODE
 from roofline.errors import UserError
 
 VLLM_VERSION = "0.32.0"

@@ -10,25 +10,19 @@ from profiles import TEST_CPU_PROFILE
 from engine.core.model_spec import ModelSpec
 from roofline.calibration.calibrate import FITTED_ELSEWHERE, OP_TABLE_STAGES, stage_params
 from roofline.calibration.fit import fit, with_params
-from roofline.cost import step_cost
+from roofline.cost import kernels, op_time, roofline_math
 from roofline.cost.hardware import PowerLimit, load_profile, parse_profile
+from roofline.cost.kernels import NCCL_PARAMS, attention, gemm
+from roofline.cost.kernels.attention import attention_decode_time_s, attention_prefill_time_s
+from roofline.cost.kernels.collectives import all_reduce_time_s
+from roofline.cost.kernels.gemm import SM89_GEMM_KERNELS, SM90_GEMM_KERNELS, gemm_kernels, gemm_time_s
+from roofline.cost.op_time import linear_time_s
 from roofline.cost.ops import collective_record
 from roofline.cost.params import EfficiencyParams, ExecutorParams
 from roofline.cost.quant import QuantConfig
-from roofline.cost.step_cost import (
-    NCCL_PARAMS,
-    SM89_GEMM_KERNELS,
-    SM90_GEMM_KERNELS,
-    StepCostModel,
-    all_reduce_time_s,
-    attention_decode_time_s,
-    attention_prefill_time_s,
-    gemm_kernels,
-    gemm_time_s,
-    linear_time_s,
-    memory_op_time_s,
-    predict_single_ops,
-)
+from roofline.cost.roofline_math import memory_op_time_s
+from roofline.cost.single_ops import predict_single_ops
+from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
 
 SPEC = ModelSpec(name="m", architecture="LlamaForCausalLM", num_layers=4, hidden_size=1024, num_heads=16,
@@ -106,7 +100,7 @@ def test_decode_attention_terms_give_the_floats_of_the_whole_formula(hw, quant):
         pairs = float(rng.integers(0, 9000 * n)) + n
         shape = decode_attention_shape(r.heads, r.kv_heads, r.head_dim, n, pairs, m._q_token, m._kv_token,
                                        m._attn_kernels)
-        whole = step_cost.attention_decode_time_s(hw, *shape, m.quant.act_dtype, m.quant.kv_dtype == "fp8")
+        whole = attention.attention_decode_time_s(hw, *shape, m.quant.act_dtype, m.quant.kv_dtype == "fp8")
         assert m._decode_layer_s(n, pairs) == whole
 
 
@@ -185,13 +179,13 @@ def test_overlap_without_the_larger_terms_pow_is_the_formula():
             a, b = tc[rows], tm[rows]
             hi = np.maximum(a, b) + 1e-30
             expected = hi * ((a / hi) ** p + (b / hi) ** p) ** (1.0 / p)
-            assert step_cost._overlap(a, b, p).tolist() == expected.tolist()
+            assert roofline_math._overlap(a, b, p).tolist() == expected.tolist()
         for a, b in zip(tc[:2000].tolist(), tm[:2000].tolist()):
             h = max(a, b) + 1e-30
-            assert step_cost._overlap(a, b, p) == h * ((a / h) ** p + (b / h) ** p) ** (1.0 / p)
+            assert roofline_math._overlap(a, b, p) == h * ((a / h) ** p + (b / h) ** p) ** (1.0 / p)
     with np.errstate(invalid="ignore"):
-        assert np.isnan(step_cost._overlap(np.array([np.inf, 1.0]), np.array([1.0, 2.0]), 3.0)[0])
-    assert math.isnan(step_cost._overlap(math.inf, 1.0, 3.0))
+        assert np.isnan(roofline_math._overlap(np.array([np.inf, 1.0]), np.array([1.0, 2.0]), 3.0)[0])
+    assert math.isnan(roofline_math._overlap(math.inf, 1.0, 3.0))
 
 
 @pytest.mark.parametrize("hw_id", ["h100-sxm", "a100-80gb-sxm", "b200", "l40s", "mi300x"])
@@ -203,11 +197,11 @@ def test_gemm_skips_beaten_tilings_without_changing_a_float(hw_id, monkeypatch):
     m = np.arange(1.0, 8705.0)
     shapes = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096), (512, 7168), (2048, 512)]
     calls = []
-    overlap = step_cost._overlap
-    monkeypatch.setattr(step_cost, "_overlap", lambda *a: calls.append(np.size(a[0])) or overlap(*a))
+    overlap = roofline_math._overlap
+    monkeypatch.setattr(roofline_math, "_overlap", lambda *a: calls.append(np.size(a[0])) or overlap(*a))
     skipping = [gemm_time_s(hw, x, n, k, "bf16", 2.0, 2.0, 2.0) for n, k in shapes for x in (m, 1, 700, 8192)]
     num_skipping = sum(calls)
-    monkeypatch.setattr(step_cost, "_BEATEN", 0.0)
+    monkeypatch.setattr(roofline_math, "_BEATEN", 0.0)
     calls.clear()
     every = [gemm_time_s(hw, x, n, k, "bf16", 2.0, 2.0, 2.0) for n, k in shapes for x in (m, 1, 700, 8192)]
     assert [np.asarray(t).tolist() for t in skipping] == [np.asarray(t).tolist() for t in every]
@@ -353,7 +347,7 @@ def test_eager_all_reduce_copy_only_where_the_custom_all_reduce_runs():
     cost = step(model(hw=cpu, tp=2), [600], [0])
     in_place = collective_record("attn_all_reduce", "all_reduce", 600 * SPEC.hidden_size * BF16.act_bytes,
                                  SPEC.num_layers, 2)
-    assert cost.breakdown_s["attn_all_reduce"] == step_cost.op_time_s(cpu, in_place, BF16, 1)[0]
+    assert cost.breakdown_s["attn_all_reduce"] == op_time.op_time_s(cpu, in_place, BF16, 1)[0]
 
 
 def test_tensor_parallel_reduces_per_rank_work_and_adds_collectives():
@@ -431,7 +425,7 @@ def test_ada_split_k_gemm_adds_a_reduction_kernel(monkeypatch: pytest.MonkeyPatc
     l40s = load_profile("l40s")
     l40s = replace(l40s, efficiency=replace(l40s.efficiency, kernel_fixed_s=3e-6))
     with_reduction = [gemm_time_s(l40s, 16, 512, k, "bf16", 2.0, 2.0, 2.0) for k in (4096, 256)]
-    monkeypatch.setitem(step_cost._GEMM_KERNELS, "ada", replace(SM89_GEMM_KERNELS, split_k_reduction_kernel=False))
+    monkeypatch.setitem(gemm._GEMM_KERNELS, "ada", replace(SM89_GEMM_KERNELS, split_k_reduction_kernel=False))
     without = [gemm_time_s(l40s, 16, 512, k, "bf16", 2.0, 2.0, 2.0) for k in (4096, 256)]
     assert with_reduction[0] > without[0] + 0.9 * 3e-6
     assert with_reduction[1] == without[1]
@@ -464,11 +458,11 @@ def test_sm89_fp8_ctas_from_their_shared_memory_and_warps():
         l40s.efficiency, kernel_fixed_s=0.0, gemm_fp8_tile_fixed_k=0.0, gemm_warp_step_overhead_mma=0.0))
     full = replace(SM89_GEMM_KERNELS, ctas_8bit=())
     half_rate = gemm_time_s(ada, 16, 1024, 65536, "fp8", 1.0, 1.0, 2.0)
-    step_cost._GEMM_KERNELS["ada"] = full
+    gemm._GEMM_KERNELS["ada"] = full
     try:
         full_rate = gemm_time_s(ada, 16, 1024, 65536, "fp8", 1.0, 1.0, 2.0)
     finally:
-        step_cost._GEMM_KERNELS["ada"] = SM89_GEMM_KERNELS
+        gemm._GEMM_KERNELS["ada"] = SM89_GEMM_KERNELS
     assert half_rate == pytest.approx(2 * full_rate, rel=1e-9)
 
 
@@ -506,9 +500,9 @@ def test_power_limited_chip_slows_waves_that_keep_most_sms_busy():
     assert gemm_time_s(slow, 8192, 8192, 8192, "bf16", 2.0, 2.0, 2.0) == \
         gemm_time_s(h100, 8192, 8192, 8192, "bf16", 2.0, 2.0, 2.0)
     assert {"gemm_sustained_sm_fraction", "gemm_warp_step_overhead_mma"} <= \
-        step_cost.unused_efficiency_params("hopper")
+        kernels.unused_efficiency_params("hopper")
     assert not {"gemm_sustained_sm_fraction", "gemm_warp_step_overhead_mma"} & \
-        step_cost.unused_efficiency_params("ada")
+        kernels.unused_efficiency_params("ada")
 
 
 def test_sustained_clock_factor_speeds_dense_gemm_math_and_fixed_costs_not_hbm():
@@ -666,4 +660,4 @@ def test_row_sums_equal_python_sum():
         values = rng.random((500, num_columns)) * 10.0 ** rng.integers(-9, 2, (500, num_columns))
         values[rng.random(values.shape) < 0.2] = 0.0  # operators a step lacks
         expected = [sum(row) for row in values.tolist()]
-        assert step_cost.row_sums(values).tolist() == expected
+        assert roofline_math.row_sums(values).tolist() == expected

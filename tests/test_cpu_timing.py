@@ -1,4 +1,4 @@
-"""The CPU execution model (`roofline.cost.cpu_timing`): its formulas, how step time scales, fast path = full path,
+"""The CPU execution model (`roofline.cost.cpu.engine`): its formulas, how step time scales, fast path = full path,
 and that GPU profiles do not reach it."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from engine.core.model_spec import ModelSpec
-from roofline.cost import cpu_timing
+from roofline.cost.cpu import engine as cpu_timing
 from roofline.cost.hardware import StreamingCurve, load_profile
+from roofline.cost.kernels.gemm import gemm_time_s
 from roofline.cost.ops import BatchStats
 from roofline.cost.params import FITTABLE, EfficiencyParams, ExecutorParams
 from roofline.cost.quant import QuantConfig
-from roofline.cost.step_cost import StepCostModel, gemm_time_s
+from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
 
 CPU = load_profile(Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml")

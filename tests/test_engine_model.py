@@ -181,7 +181,7 @@ def test_sliding_window_shorter_than_context_is_refused() -> None:
 def test_moe_block_issues_the_torch_ops_the_cpu_cost_model_counts() -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from roofline.cost import cpu_timing
+    from roofline.cost.cpu import engine as cpu_timing
 
     class Recorder(TorchDispatchMode):
         def __init__(self) -> None:

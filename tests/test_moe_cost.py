@@ -9,16 +9,11 @@ import numpy as np
 import pytest
 
 from roofline.cost.hardware import load_profile
+from roofline.cost.kernels.gemm import simt_gemm_time_s
+from roofline.cost.kernels.moe import _poisson_row_tiles, marlin_moe_block_size_m, marlin_moe_gemm_time_s, moe_time_s
 from roofline.cost.ops import BatchStats, expected_experts_touched, step_ops, weight_bytes_per_rank
 from roofline.cost.quant import QuantConfig, resolve_for_model
-from roofline.cost.step_cost import (
-    StepCostModel,
-    _poisson_row_tiles,
-    marlin_moe_block_size_m,
-    marlin_moe_gemm_time_s,
-    moe_time_s,
-    simt_gemm_time_s,
-)
+from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
 from roofline.registry import load_model
 
@@ -192,7 +187,7 @@ def test_unknown_moe_backend_is_an_error() -> None:
 def test_blackwell_block_fp8_experts_tile_tokens_by_eight_as_trtllm_does() -> None:
     from dataclasses import replace
 
-    from roofline.cost.step_cost import TRTLLM_MOE_TILES_8BIT, moe_time_s
+    from roofline.cost.kernels.moe import TRTLLM_MOE_TILES_8BIT, moe_time_s
     # FlashInfer TRT-LLM: tile_tokens_dim = next power of 2 of the tokens per expert, clamped to [8, 64].
     assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MOE_TILES_8BIT] == [(8, 8), (16, 16), (32, 32), (np.inf, 64)]
     b200 = load_profile("b200")
@@ -205,7 +200,7 @@ def test_blackwell_block_fp8_experts_tile_tokens_by_eight_as_trtllm_does() -> No
 def test_moe_bandwidth_factor_may_pass_the_dense_gemms_never_the_dram_peak() -> None:
     from dataclasses import replace
 
-    from roofline.cost.step_cost import moe_time_s
+    from roofline.cost.kernels.moe import moe_time_s
     h100 = load_profile("h100-sxm")
     e = h100.efficiency
 
@@ -338,7 +333,7 @@ def test_mxfp8_backend_is_refused_off_blackwell_and_for_other_experts() -> None:
 
 
 def test_mxfp8_experts_tile_tokens_one_step_below_trtllms_power_of_two() -> None:
-    from roofline.cost.step_cost import TRTLLM_MXFP8_MOE_TILES_8BIT, trtllm_mxfp4_moe_tile_tokens
+    from roofline.cost.kernels.moe import TRTLLM_MXFP8_MOE_TILES_8BIT, trtllm_mxfp4_moe_tile_tokens
     # FlashInfer's untuned launcher: the smallest candidate around clamp(next power of 2, 8, 256).
     assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MXFP8_MOE_TILES_8BIT] == [
         (16, 8), (32, 16), (64, 32), (128, 64), (np.inf, 128)]
@@ -361,7 +356,7 @@ def test_mxfp8_experts_quantize_the_layers_input() -> None:
 
 
 def test_blackwell_w4a16_experts_tile_tokens_up_to_32_and_reread_their_weights() -> None:
-    from roofline.cost.step_cost import TRTLLM_MXFP4_BF16_MOE_TILES, trtllm_mxfp4_moe_tile_tokens
+    from roofline.cost.kernels.moe import TRTLLM_MXFP4_BF16_MOE_TILES, trtllm_mxfp4_moe_tile_tokens
     # bf16 activations: FlashInfer's tile candidates stop at 64, the untuned default one step below: 8, 16, then 32.
     assert [(hi, by_n[0][1][0]) for hi, by_n in TRTLLM_MXFP4_BF16_MOE_TILES] == [(16, 8), (32, 16), (np.inf, 32)]
     assert list(trtllm_mxfp4_moe_tile_tokens(np.array([1, 16, 17, 32, 33, 96, 5000]), TRTLLM_MXFP4_BF16_MOE_TILES)) == [
@@ -449,7 +444,7 @@ def test_blackwells_trtllm_moe_adds_its_finalize_pass() -> None:
     # row written; a cost per routed token that stays when the experts narrow (TP), absent on Hopper's kernels.
     from dataclasses import replace
 
-    from roofline.cost.step_cost import TRTLLM_MOE_FAMILIES, _trtllm_finalize_s
+    from roofline.cost.kernels.moe import TRTLLM_MOE_FAMILIES, _trtllm_finalize_s
     b200 = load_profile("b200")
     assert b200.family in TRTLLM_MOE_FAMILIES
     tokens, topk, hidden = 8192.0, 8.0, 4096.0
@@ -471,7 +466,7 @@ def test_trtllm_block_fp8_experts_stream_slower_past_an_eight_token_tile() -> No
     # weights stream at moe_trtllm_wide_tile_bandwidth_factor of their bandwidth; other formats and Hopper untouched.
     from dataclasses import replace
 
-    from roofline.cost.step_cost import trtllm_tile_tokens
+    from roofline.cost.kernels.moe import trtllm_tile_tokens
     assert list(trtllm_tile_tokens(np.array([8.0, 2056.0, 2560.0, 8192.0, 32768.0]), 256.0)) == [8, 8, 16, 32, 64]
     b200, h100 = load_profile("b200"), load_profile("h100-sxm")
     assert b200.efficiency.moe_trtllm_wide_tile_bandwidth_factor < 1.0 == h100.efficiency.moe_trtllm_wide_tile_bandwidth_factor

@@ -4,16 +4,18 @@ import numpy as np
 import pytest
 
 from engine.core.model_spec import ModelSpec
-from roofline.cost.ops import (
+from roofline.cost.kernels.attention import (
     FA2_SPLITKV_KERNELS,
     FA3_KERNELS,
     TRTLLM_GEN_KERNELS,
-    BatchStats,
     attention_kernels,
-    attention_pairs,
     attention_q_tile_tokens,
-    decode_attention_shape,
     decode_work_heads,
+)
+from roofline.cost.ops import (
+    BatchStats,
+    attention_pairs,
+    decode_attention_shape,
     kv_bytes_per_token_per_rank,
     prefill_attention_shape,
     step_ops,

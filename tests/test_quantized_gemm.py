@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from roofline.cost.hardware import load_profile
-from roofline.cost.step_cost import (
+from roofline.cost.kernels.gemm import streaming_act_quant_time_s
+from roofline.cost.kernels.gemm_block_scaled import (
     cutedsl_fp4_gemm_time_s,
     cutedsl_fp4_tactic,
     deepgemm_sm90_gemm_time_s,
@@ -17,9 +18,8 @@ from roofline.cost.step_cost import (
     deepgemm_sm100_gemm_time_s,
     deepgemm_sm100_layout,
     fp4_act_quant_time_s,
-    linear_time_s,
-    streaming_act_quant_time_s,
 )
+from roofline.cost.op_time import linear_time_s
 
 NVFP4_WEIGHT_BYTES = 0.5 + 1.0 / 16
 

@@ -14,7 +14,7 @@ import pytest
 from engine.core.trace import STEP_COLUMNS, step_schema
 from roofline.cost.hardware import parse_profile
 from roofline.cost.ops import BatchStats
-from roofline.cost.step_cost import _distinct_rows, _ExactPowArray, _segment_sums
+from roofline.cost.roofline_math import _distinct_rows, _ExactPowArray, _segment_sums
 from roofline.engine_args import EngineArgs
 from roofline.sim.outputs import step_table, write_csv
 from roofline.sim.simulator import Deployment, SimulationOptions, SimulationResult, make_deployment, run_simulation
@@ -45,7 +45,7 @@ CASES = {
                         EngineArgs(tensor_parallel_size=4, quantization="fp8", max_num_seqs=32,
                                    max_num_batched_tokens=384, max_model_len=4096),
                         workload(40, (50, 700), (1, 80))),
-    # A CPU profile: the engine's attention records (roofline.cost.cpu_timing), eager launches.
+    # A CPU profile: the engine's attention records (roofline.cost.cpu.engine), eager launches.
     "cpu": ("llama-156m", parse_profile(TEST_CPU_PROFILE, where="test"),
             EngineArgs(max_num_seqs=8, max_num_batched_tokens=128, max_model_len=1024, num_gpu_blocks_override=64),
             workload(40, (20, 300), (1, 60))),

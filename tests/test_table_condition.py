@@ -16,9 +16,11 @@ from roofline.calibration.fit import l2_resident_rows, predict_table
 from roofline.calibration.moe_routing import NUM_POWER_LAW_DRAWS, balanced_loads, power_law_loads, table_expert_loads
 from roofline.calibration.op_tables import GEMM_LAYERS_PER_REPLAY, replay_working_set_bytes
 from roofline.cost.hardware import load_profile
+from roofline.cost.kernels.moe import moe_time_s
 from roofline.cost.ops import expected_experts_touched
 from roofline.cost.quant import QuantConfig
-from roofline.cost.step_cost import StepCostModel, moe_time_s, predict_single_ops
+from roofline.cost.single_ops import predict_single_ops
+from roofline.cost.step_cost import StepCostModel
 from roofline.registry import load_model
 
 

@@ -1,4 +1,4 @@
-"""vLLM-CPU's execution as a CPU executor (`roofline.cost.vllm_cpu_timing`, `StepCostModel(cpu_engine=...)`): the
+"""vLLM-CPU's execution as a CPU executor (`roofline.cost.cpu.vllm_cpu`, `StepCostModel(cpu_engine=...)`): the
 default stays this engine's description, float for float; the compiled graph dispatches fewer ops; compare and
 calibrate pick the description from the trace's source and say which."""
 

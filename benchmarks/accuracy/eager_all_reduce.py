@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from roofline.calibration.op_tables import load_op_tables  # noqa: E402
 from roofline.cost.hardware import load_profile  # noqa: E402
-from roofline.cost.step_cost import all_reduce_time_s  # noqa: E402
+from roofline.cost.kernels.collectives import all_reduce_time_s  # noqa: E402
 
 # GPU profile -> aiconfigurator-core system with vLLM all-reduce tables.
 SYSTEMS = {"h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm",

@@ -63,17 +63,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from roofline.calibration.moe_routing import DISTRIBUTIONS, mean_over_draws, table_routing  # noqa: E402
 from roofline.calibration.op_tables import moe_rows_gated  # noqa: E402
 from roofline.cost.hardware import HardwareProfile, PowerLimit, load_profile  # noqa: E402
-from roofline.cost.ops import expected_experts_touched  # noqa: E402
-from roofline.cost.params import _EFFICIENCY_YAML  # noqa: E402
-from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware  # noqa: E402
-from roofline.cost.step_cost import (  # noqa: E402
+from roofline.cost.kernels.moe import (  # noqa: E402
     MXFP4_BF16_TRTLLM_FAMILIES,
     TRTLLM_WIDE_TILE_SCHEMES,
-    linear_time_s,
     moe_bandwidth_cap,
     moe_row_tiles,
     moe_time_s,
 )
+from roofline.cost.op_time import linear_time_s  # noqa: E402
+from roofline.cost.ops import expected_experts_touched  # noqa: E402
+from roofline.cost.params import _EFFICIENCY_YAML  # noqa: E402
+from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware  # noqa: E402
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "gb200": "gb200", "b300_sxm": "b300"}
 # table moe_dtype -> our scheme name (roofline.cost.quant)

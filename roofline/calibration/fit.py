@@ -6,7 +6,7 @@
     result.values         # {"efficiency.gemm_compute_efficiency": 0.83, ...} in SI units
 
 A sample is (operator kind, features, measured seconds). Kinds are the single-operator kinds of
-`roofline.cost.step_cost.SINGLE_OP_COLUMNS` (features = that kind's columns), or any kind a caller's `predict`
+`roofline.cost.single_ops.SINGLE_OP_COLUMNS` (features = that kind's columns), or any kind a caller's `predict`
 handles (step-trace calibration passes its own, e.g. whole steps). `predict(profile, kind, frame)` returns
 seconds for the rows of one kind; samples are grouped by kind once, so the model is evaluated vectorized.
 
@@ -32,7 +32,7 @@ from roofline.calibration.moe_routing import mean_over_draws, table_routing
 from roofline.calibration.op_tables import replay_working_set_bytes
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.params import FITTABLE, efficiency_bounds
-from roofline.cost.step_cost import OPTIONAL_OP_COLUMNS, SINGLE_OP_COLUMNS, predict_single_ops
+from roofline.cost.single_ops import OPTIONAL_OP_COLUMNS, SINGLE_OP_COLUMNS, predict_single_ops
 from roofline.errors import UserError
 
 Sample = tuple[str, Mapping[str, Any], float]
@@ -50,7 +50,7 @@ def _bounds(name: str) -> tuple[float, float]:
 
 
 def predict_table(profile: HardwareProfile, kind: str, frame: pd.DataFrame) -> np.ndarray:
-    """Default predictor: single operators of `roofline.cost.step_cost.SINGLE_OP_COLUMNS`, as the operator tables
+    """Default predictor: single operators of `roofline.cost.single_ops.SINGLE_OP_COLUMNS`, as the operator tables
     measure them (`warm_l2_profile`; MoE rows with a `distribution` column: the tables' token distributions,
     `roofline.calibration.moe_routing`, averaged over its draws)."""
     names = SINGLE_OP_COLUMNS[kind]

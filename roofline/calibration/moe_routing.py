@@ -28,7 +28,7 @@ those experts. Per row of `num_tokens` tokens, `topk` of `num_experts` experts (
 balanced one exactly, the power laws as `NUM_POWER_LAW_DRAWS` draws of a generator seeded from the row's
 (distribution, T, E, k), an estimate of the expectation the 5 random draws of the table sample. A grouped GEMM
 over such a vector reads the weights of every touched expert (m_e > 0) and runs sum_e ceil(m_e / tm) row tiles of
-height tm (`roofline.cost.step_cost.moe_time_s`, `row_tiles`): at 1-4k tokens under a power law many cold experts
+height tm (`roofline.cost.kernels.moe.moe_time_s`, `row_tiles`): at 1-4k tokens under a power law many cold experts
 hold a few tokens each and pad a tile apiece, 1.1-1.8x the tiles of the same tokens spread evenly over the touched
 experts (top-8 of 128, tm 64-128). A table row's time is the mean over its draws' times, as the collector's is.
 Only `roofline.calibration` (`fit.predict_table` for MoE rows with a `distribution`) and

@@ -31,7 +31,7 @@ layer reads other weights and another layer's KV cache: between two uses of a by
 Which kernel is "default" per operator and group (dtype, or KV-cache dtype for attention): see `_GEMM_KERNELS`
 and below; the other kernels of the same groups are read with `kernels="other"`.
 
-Rows come back in the `roofline predict-ops` schema (`roofline.cost.step_cost.SINGLE_OP_COLUMNS`) with
+Rows come back in the `roofline predict-ops` schema (`roofline.cost.single_ops.SINGLE_OP_COLUMNS`) with
 `measured_s` (seconds) and `shape_key`, the key a held-out split is made by (distinct weight shape (n, k)
 for GEMM; documented per kind in `_SHAPE_KEYS`). Nothing is copied into this repository.
 """

@@ -52,8 +52,8 @@ class Trace:
 
     @property
     def cpu_engine(self) -> str:
-        """Whose execution a CPU profile describes for this trace (`roofline.cost.step_cost.CPU_ENGINES`): real
-        vLLM's (`source` "vllm": `roofline.cost.vllm_cpu_timing`), else this project's engine's (the engine's
+        """Whose execution a CPU profile describes for this trace (`roofline.cost.cpu.CPU_ENGINES`): real
+        vLLM's (`source` "vllm": `roofline.cost.cpu.vllm_cpu`), else this project's engine's (the engine's
         own traces and the simulator's, which predicts with that description by default)."""
         return "vllm-cpu" if self.metadata.source == "vllm" else "roofline-engine"
 

@@ -3,7 +3,7 @@
     roofline predict-ops --hardware h100-sxm --input ops.csv --output predicted.csv
 
 Input columns: `op` (gemm, attention_prefill, attention_decode, all_reduce, moe) and that op's columns
-(`roofline.cost.step_cost.SINGLE_OP_COLUMNS`): gemm `m,n,k,dtype` (y = x W, x is m-by-k; dtype bf16, fp16, fp8,
+(`roofline.cost.single_ops.SINGLE_OP_COLUMNS`): gemm `m,n,k,dtype` (y = x W, x is m-by-k; dtype bf16, fp16, fp8,
 int8); attention `batch_size,seq_len,num_heads,num_kv_heads,head_dim,dtype,kv_dtype` (seq_len: prompt length
 for prefill, KV length for decode); all_reduce `message_bytes,num_devices,dtype`; moe
 `num_tokens,hidden_size,inter_size,topk,num_experts,dtype`, and optionally `gated` (true: gate and up projections
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from roofline.cost.hardware import HardwareProfile, load_profile
-from roofline.cost.step_cost import OP_DTYPES, OPTIONAL_OP_COLUMNS, SINGLE_OP_COLUMNS, predict_single_ops
+from roofline.cost.single_ops import OP_DTYPES, OPTIONAL_OP_COLUMNS, SINGLE_OP_COLUMNS, predict_single_ops
 from roofline.errors import UserError
 
 _GEMM_DTYPES = ("bf16", "fp16", "fp8", "int8")

@@ -12,7 +12,7 @@ the date, machine, library versions, thread count, the sweeps and their run-to-r
 `weight_streaming` section holds the GEMM weight-streaming rate per row count of the kernel this project's engine
 runs (`roofline-engine`) and, with --vllm-python, of vLLM-CPU's (`vllm-cpu`, measured by running
 engine/profile_device.py in that environment); `efficiency.memory_efficiency` is the engine kernel's rate at one
-row over the read plateau (`roofline.cost.cpu_timing.gemm_time_s` scales it by the curve's shape), and
+row over the read plateau (`roofline.cost.cpu.engine.gemm_time_s` scales it by the curve's shape), and
 `gemm_compute_efficiency` / `gemm_fixed_rows` are fitted to the same sweep's compute-bound rows (`fit_gemm_compute`):
 the engine's GEMM kernel on model-shaped weights runs at about half of the best GEMM of the shape sweep (the peak).
 """
@@ -193,7 +193,7 @@ _FIT_FIXED_ROWS = tuple(0.25 * i for i in range(129))
 
 
 def fit_gemm_compute(streaming: dict[str, Any], peak_flops_per_s: float) -> tuple[float, float]:
-    """(gemm_compute_efficiency, gemm_fixed_rows) of `roofline.cost.cpu_timing.gemm_time_s` that best describe the
+    """(gemm_compute_efficiency, gemm_fixed_rows) of `roofline.cost.cpu.engine.gemm_time_s` that best describe the
     engine kernel's sweep past its saturated rows, where compute takes over: the time of M rows through weights of
     W bytes (bf16: W / 2 parameters) is modelled as the soft maximum (p = the default overlap_exponent) of
     2 (W / 2) (M + fixed rows) / (peak x efficiency) and W / (the highest measured streaming rate); least squares in

