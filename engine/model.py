@@ -119,7 +119,7 @@ class SparseMoeBlock(nn.Module):
     and the tokens gathered in that order, so each expert that received tokens runs on one contiguous slice
     (fused gate_up GEMM, silu, mul, down GEMM: 4 ops) and experts with no tokens cost nothing; one multiply by
     the routing weights and one `index_add_` put the results back. The ops outside the expert loop:
-    `MOE_FIXED_OPS`, mirrored by `roofline.cost.cpu_timing`. The `index_add_` adds each token's contributions in
+    `MOE_FIXED_OPS`, mirrored by `roofline.cost.cpu.engine`. The `index_add_` adds each token's contributions in
     ascending expert order, as transformers does, so its bf16 sums round the same way."""
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
@@ -177,7 +177,7 @@ class SparseMoeBlock(nn.Module):
 # Torch ops (views not counted) of one `SparseMoeBlock.forward` outside its expert loop: router linear, softmax,
 # topk, argsort, bincount, tolist, //, gather x[tokens], cat, to(dtype), [order] index, mul, zeros_like,
 # index_add_ = 14; sum and div when norm_topk_prob = 2; per expert that received tokens: gate_up GEMM, silu, mul,
-# down GEMM = 4. roofline.cost.cpu_timing counts the same (it does not import engine).
+# down GEMM = 4. roofline.cost.cpu.engine counts the same (it does not import engine).
 MOE_FIXED_OPS = 14
 MOE_NORM_TOPK_OPS = 2
 MOE_OPS_PER_EXPERT = 4
