@@ -13,11 +13,13 @@ TEST_CPU_PROFILE = {
 
 
 def gpu_profile_without_tokenizer(profile_id: str):  # noqa: ANN201 - a HardwareProfile
-    """A shipped GPU profile whose requests reach the engine at once (no API-server tokenization or frontend time):
-    the engine loops the simulator is compared with in tests take requests directly, without vLLM's frontend."""
+    """A shipped GPU profile whose requests reach the engine at once (no API server: no `host:` section, no
+    tokenization or frontend time): the engine loops the simulator is compared with in tests take requests directly,
+    without vLLM's frontend."""
     from dataclasses import replace
 
     from roofline.cost.hardware import load_profile
 
     hw = load_profile(profile_id)
-    return replace(hw, executor=replace(hw.executor, tokenize_s_per_prompt_token=0.0, frontend_s_per_request=0.0))
+    return replace(hw, host=None,
+                   executor=replace(hw.executor, tokenize_s_per_prompt_token=0.0, frontend_s_per_request=0.0))

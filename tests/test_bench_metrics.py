@@ -137,9 +137,17 @@ def test_unmodelled_names_what_the_profile_leaves_out_of_the_api_server():
     """A GPU profile's API server tokenizes prompts and spends a fixed time per request inside the simulated TTFT
     (executor.tokenize_us_per_prompt_token, executor.frontend_us_per_request); the "not modelled" list says so, and
     lists each part where the profile has none."""
-    neither = unmodelled(ExecutorParams())[0]
+    from dataclasses import replace
+
+    from roofline.cost.hardware import load_profile
+
+    hw = load_profile("h100-sxm")
+    assert not any("API server" in part for part in unmodelled(hw))  # its host section: the API server simulated
+    bare = replace(hw, host=None)
+    neither = unmodelled(replace(bare, executor=ExecutorParams()))[0]
     assert "prompt tokenization" in neither and "way to the engine core" in neither and "simulated TTFT" not in neither
-    with_tokenizer = unmodelled(ExecutorParams(tokenize_s_per_prompt_token=1e-6))[0]
+    with_tokenizer = unmodelled(replace(bare, executor=ExecutorParams(tokenize_s_per_prompt_token=1e-6)))[0]
     assert "prompt tokenization" not in with_tokenizer and "tokenize_us_per_prompt_token" in with_tokenizer
-    both = unmodelled(ExecutorParams(tokenize_s_per_prompt_token=1e-6, frontend_s_per_request=3e-3))[0]
+    both = unmodelled(replace(bare, executor=ExecutorParams(tokenize_s_per_prompt_token=1e-6,
+                                                            frontend_s_per_request=3e-3)))[0]
     assert "way to the engine core" not in both and "frontend_us_per_request" in both

@@ -145,3 +145,28 @@ def test_a_summary_only_file_is_reproduced_from_the_dataset_flags_and_seed(tmp_p
     assert out["offered_load"]["request_rate"] == 40.0
     for row in out["metrics"]:
         assert row["rel_err"] is None or abs(row["rel_err"]) < 1e-12, row
+
+
+@pytest.mark.parametrize("flags, overrides, where", [
+    (["--vllm-version", "0.7.3"], {}, "--vllm-version"),
+    ([], {"version": "0.6.6.post1"}, "--vllm-bench: the file's version"),
+    (["--vllm-version", "latest"], {}, "--vllm-version"),
+])
+def test_results_of_vllm_before_the_v1_engine_are_refused(tmp_path: Path, flags: list[str], overrides: dict,
+                                                          where: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = summary_only_result(tmp_path / "r.json", **overrides)
+    assert main(["compare", "--vllm-bench", str(path), "--hardware", "h100-sxm", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and where in err[0], err
+
+
+def test_v1_version_chat_backend_and_api_server_count_are_used_and_shown(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    path = summary_only_result(tmp_path / "r.json", backend="openai-chat", endpoint_type="openai-chat")
+    argv = ["--vllm-bench", str(path), "--hardware", "h100-sxm", "--random-input-len", "256",
+            "--random-output-len", "32"]
+    out = compare_json([*argv, "--vllm-version", "0.11.0", "--api-server-count", "2"], capsys)
+    assert (out["vllm_version"], out["endpoint"], out["api_server_count"]) == ("0.11.0", "chat", 2)
+    assert compare_json([*argv, "--endpoint", "completions"], capsys)["endpoint"] == "completions"
+    assert main(["compare", *argv]) == 0
+    assert "vLLM version: not in the file and no --vllm-version" in capsys.readouterr().out

@@ -57,6 +57,7 @@ from roofline.cost.step_cost import StepCostModel
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.jsonable import to_json
+from roofline.sim.api_server import without_api_server
 from roofline.sim.metrics import run_figures
 from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
 from roofline.sim.workload import RequestSpec, fixed_workload
@@ -143,7 +144,8 @@ def simulate_trace(trace: Trace, hw: HardwareProfile) -> pd.DataFrame:
                       enable_chunked_prefill=ec.enable_chunked_prefill, enable_prefix_caching=ec.enable_prefix_caching,
                       tensor_parallel_size=ec.tensor_parallel_size, dtype=ec.dtype, quantization=ec.quantization,
                       kv_cache_dtype=ec.kv_cache_dtype, num_gpu_blocks_override=ec.num_kv_blocks)
-    deployment = make_deployment(trace.spec, hw, args, cpu_engine=trace.cpu_engine)
+    # A trace's requests were submitted to the engine in-process (the engine's loop, vLLM's LLMEngine): no API server.
+    deployment = make_deployment(trace.spec, without_api_server(hw), args, cpu_engine=trace.cpu_engine)
     specs = replay_specs(trace.requests)
     # The workload object only carries the seed for token ids (no shared prefix: lengths are replayed).
     workload = fixed_workload(1, 1, len(specs), math.inf, trace.metadata.seed)

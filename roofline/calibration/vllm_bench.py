@@ -45,6 +45,39 @@ LOAD_KEYS = ("num_prompts", "request_rate", "burstiness", "max_concurrency", "ra
              "ramp_up_end_rps")
 
 
+# The V1 engine, which the simulator describes (its scheduler is engine.core's, vLLM 0.32's), is vLLM's default
+# from 0.8.0 (release notes: "V1 engine enabled by default"; VLLM_USE_V1=0 still selected V0 until 0.10 removed it).
+FIRST_V1_VERSION = (0, 8)
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[.+-].*)?$")
+
+
+def check_vllm_version(record: dict[str, Any], flag: str | None) -> str | None:
+    """The vLLM release of the run (`--vllm-version`, else a `vllm_version` or `version` key of the file, which
+    `vllm bench serve --metadata` can add; vLLM itself records none); `UserError` for one before the V1 engine."""
+    where, text = "--vllm-version", flag
+    if text is None:
+        for key in ("vllm_version", "version"):
+            if isinstance(record.get(key), str):
+                where, text = f"--vllm-bench: the file's {key}", record[key]
+                break
+    if text is None:
+        return None
+    match = _VERSION.match(text.strip())
+    if match is None:
+        raise UserError(f"{where}: {text!r} is not a vLLM version; give one such as 0.11.0")
+    if (int(match.group(1)), int(match.group(2))) < FIRST_V1_VERSION:
+        raise UserError(f"{where}: vLLM {text} ran the V0 engine (V1 is the default from 0.8.0); the simulator "
+                        f"describes V1, so this result is not compared")
+    return text.strip()
+
+
+def endpoint_of(record: dict[str, Any]) -> str:
+    """The endpoint a result's client called, from its `backend` (or older `endpoint_type`): the chat backends
+    ("openai-chat", ...) call /v1/chat/completions, the others /v1/completions."""
+    backend = record.get("backend", record.get("endpoint_type"))
+    return "chat" if isinstance(backend, str) and "chat" in backend else "completions"
+
+
 def read_vllm_result(path: Path, index: int | None = None) -> dict[str, Any]:
     """One result of a `vllm bench serve --save-result` file (`--append-result` files hold one per line)."""
     try:
@@ -160,7 +193,7 @@ class Comparison:
 
 def compare_with_result(record: dict[str, Any], deployment: Deployment, load: BenchLoad,
                         metric_options: BenchMetricOptions, options: SimulationOptions, replay: Replay,
-                        model: str, hardware: str) -> Comparison:
+                        model: str, hardware: str, vllm_version: str | None = None) -> Comparison:
     bench = load.build(deployment.spec)
     result = run_simulation(deployment, bench.workload, options, specs=bench.specs)
     predicted = bench_metrics(result.requests, result.itl, bench.client_input_lens, metric_options,
@@ -178,12 +211,13 @@ def compare_with_result(record: dict[str, Any], deployment: Deployment, load: Be
         rows.append({"metric": key, "predicted": value, "measured": measured, "rel_err": rel})
     context = {
         "vllm_result": {k: record.get(k) for k in ("date", "backend", "label", "model_id", "tokenizer_id")},
+        "vllm_version": vllm_version, "endpoint": options.endpoint, "api_server_count": options.api_server_count,
         "model": model, "hardware": hardware, "gpus_per_replica": deployment.engine.tensor_parallel_size,
         "num_replicas": options.num_replicas, "engine": deployment.engine_record,
         "offered_load": load.offered_load(), "found_in_file": replay.notes + [f"{k}: {v}" for k, v in
                                                                              replay.settings.items()],
         "not_found": replay.not_found,
-        "unmodelled": list(unmodelled(deployment.hw.executor)),
+        "unmodelled": list(unmodelled(deployment.hw)),
     }
     return Comparison(rows, context)
 
@@ -196,6 +230,9 @@ def format_comparison(comparison: Comparison) -> str:
              f"{ctx['num_replicas']} x {ctx['gpus_per_replica']} x {ctx['hardware']} "
              f"({ctx['gpus_per_replica']} GPU{'s' * (ctx['gpus_per_replica'] > 1)} per replica)",
              f"engine: {engine}", f"offered load: {load}",
+             "vLLM version: " + (ctx["vllm_version"] or "not in the file and no --vllm-version (the simulator "
+                                                        "describes the V1 engine, vLLM >= 0.8)")
+             + f"; endpoint: {ctx['endpoint']}; API-server processes: {ctx['api_server_count']}",
              "from the file: " + "; ".join(ctx["found_in_file"]),
              "not in the file: " + "; ".join(ctx["not_found"]),
              f"{'metric':<34}{'predicted':>14}{'measured':>14}{'rel. error':>12}"]

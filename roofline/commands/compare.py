@@ -31,7 +31,9 @@ from roofline.calibration.compare import compare_repeats, compare_trace, format_
 from roofline.calibration.protocol import load_traces
 from roofline.calibration.traces import load_trace
 from roofline.calibration.vllm_bench import (
+    check_vllm_version,
     compare_with_result,
+    endpoint_of,
     format_comparison,
     measured_metric_options,
     read_vllm_result,
@@ -42,6 +44,7 @@ from roofline.engine_args import add_engine_args, engine_args_from
 from roofline.errors import UserError
 from roofline.jsonable import to_json
 from roofline.registry import list_ids
+from roofline.sim.api_server import add_api_server_args
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args
 from roofline.sim.bench_metrics import parse_goodput
 from roofline.sim.simulator import ROUTERS, SimulationOptions, make_deployment
@@ -74,6 +77,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        help="which result of a file written with --append-result")
     bench.add_argument("--num-replicas", type=int, default=1, help="replicas behind the router (default: 1)")
     bench.add_argument("--router", choices=ROUTERS, default="round_robin")
+    add_api_server_args(bench)
+    bench.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
+                       help="the vLLM release that served the run (vLLM does not record it): below 0.8, the V0 "
+                            "engine, refused")
     bench.add_argument("--num-prompts", dest="num_requests", type=int, default=None, metavar="N",
                        help="default: the file's num_prompts")
     bench.add_argument("--request-rate", default=None, metavar="RPS", help="default: the file's request_rate")
@@ -134,15 +141,19 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
     if not args.end_to_end:
         raise UserError("--no-end-to-end: only with --trace, not with --vllm-bench")
     record = read_vllm_result(args.vllm_bench, args.result_index)
+    version = check_vllm_version(record, args.vllm_version)
+    endpoint = args.endpoint or endpoint_of(record)
     model = args.model or _model_from_record(record)
-    deployment = make_deployment(model, args.hardware, engine_args_from(args, "simulate"))
+    # A vllm bench serve result is vLLM's: on a cpu profile, the vLLM-CPU executor description.
+    deployment = make_deployment(model, args.hardware, engine_args_from(args, "simulate"), cpu_engine="vllm-cpu")
     replay = replay_from_result(record)
     load = bench_load_from_args(args, replay.lengths, replay.due_s, replay.settings)
     options = SimulationOptions(num_replicas=args.num_replicas, router=args.router, record_steps=False,
-                                max_concurrency=load.max_concurrency)
+                                max_concurrency=load.max_concurrency, api_server_count=args.api_server_count,
+                                endpoint=endpoint)
     metric_options = measured_metric_options(record, parse_goodput(args.goodput))
     comparison = compare_with_result(record, deployment, load, metric_options, options, replay, model,
-                                     deployment.hw.id)
+                                     deployment.hw.id, version)
     if args.json:
         print(to_json(comparison.as_dict()), end="")
     else:

@@ -34,6 +34,7 @@ from roofline.errors import UserError
 from roofline.jsonable import jsonable, to_json
 from roofline.paths import prepare_output_dir
 from roofline.planning.search import DRAIN_FRACTION, WARMUP_FRACTION
+from roofline.sim.api_server import add_api_server_args
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args, is_bench_mode
 from roofline.sim.bench_metrics import (
     BenchMetricOptions,
@@ -79,6 +80,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     deploy.add_argument("--num-replicas", type=int, default=1, help="replicas behind the router (default: 1)")
     deploy.add_argument("--router", choices=ROUTERS, default="round_robin",
                         help="how requests are spread over replicas (default: round_robin)")
+    add_api_server_args(deploy)
     add_engine_args(parser, "simulate")
     stats = parser.add_argument_group("statistics")
     stats.add_argument("--slo-ttft-s", type=float, default=None, help="per-request time-to-first-token SLO (s)")
@@ -142,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
         max_concurrency, request_rate = args.max_concurrency, _workload_rate(workload)
         offered = workload_load(workload, max_concurrency)
     options = SimulationOptions(num_replicas=args.num_replicas, router=args.router,
-                                record_steps=args.out is not None, max_concurrency=max_concurrency)
+                                record_steps=args.out is not None, max_concurrency=max_concurrency,
+                                api_server_count=args.api_server_count, endpoint=args.endpoint or "completions")
     if args.out is not None:
         prepare_output_dir(args.out)
     result = run_simulation(deployment, workload, options, specs=specs, progress=terminal_progress())
@@ -152,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
                          request_rate, detailed=args.save_detailed)
     steady = steady_state(result.requests, result.itl, result.steps, WARMUP_FRACTION, DRAIN_FRACTION,
                           metric_options.percentiles)
-    not_modelled = unmodelled(deployment.hw.executor)
+    not_modelled = unmodelled(deployment.hw)
     summary = {"model": deployment.spec.name, "hardware": deployment.hw.id,
                "hardware_provenance": deployment.hw.provenance_line(), "workload": workload.name,
                "seed": workload.seed, "num_replicas": options.num_replicas, "router": options.router,
@@ -270,7 +273,7 @@ def save_result(args: argparse.Namespace, deployment: Deployment, offered: dict[
                           "gpus_per_replica": deployment.engine.tensor_parallel_size,
                           "num_replicas": args.num_replicas, "router": args.router, "offered_load": offered,
                           "engine": deployment.engine_record, "steady_state": steady,
-                          "unmodelled": list(unmodelled(deployment.hw.executor))}
+                          "unmodelled": list(unmodelled(deployment.hw))}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(jsonable(record)) + "\n")  # compact, as vLLM's json.dump
     return path

@@ -52,6 +52,11 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
         rows: [1, 2, 3, 4, 6, 8, 12, 16]      # M, the rows of the GEMM's input (tokens), increasing from 1
         gb_per_s: [24.6, 22.4, 27.3, ...]     # weight bytes / time, best of the repeats, per row count
         spread: [0.05, 0.06, ...]             # (max - min) / median over the repeats, per row count
+    host:                               # optional (a family may hold it): the host CPU of vLLM's API server and
+      cpu_model: Intel Xeon 8480C       #   engine-core loop and its single-thread speed relative to the host the
+      single_thread_speed_relative: 2   #   API-server costs were measured on (roofline.cost.host_cpu, roofline.sim.
+                                        #   api_server); replaces executor.tokenize_us_per_prompt_token and
+                                        #   executor.frontend_us_per_request
     measured: {...}                     # optional: written by `roofline profile-device`
     calibration: {...}                  # optional: written by `roofline calibrate` (free-form record)
 
@@ -82,6 +87,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from roofline.cost.host_cpu import HostCpu
 from roofline.cost.params import EfficiencyParams, ExecutorParams
 from roofline.errors import UserError, check_fields
 from roofline.registry import data_dir, resolve
@@ -98,13 +104,13 @@ _TOP_KEYS: dict[str, bool] = {
     "interconnect": True, "pcie_bandwidth_gb_per_s_per_direction": True, "tdp_w": True, "sources": True,
     "efficiency": False, "executor": False, "measured": False, "calibration": False, "family": False,
     "operator_tables": False, "exp_throughput_factor": False, "weight_streaming": False,
-    "sustained_clock_factor": False, "power_limit": False,
+    "sustained_clock_factor": False, "power_limit": False, "host": False,
 }
 # The CPU engines a `weight_streaming` curve may describe: `roofline.cost.cpu.CPU_ENGINES` (checked equal there).
 STREAMING_ENGINES = ("roofline-engine", "vllm-cpu")
 _STREAMING_KEYS = ("kernel", "rows", "gb_per_s", "spread")
 _FAMILY_KEYS: dict[str, bool] = {"id": True, "name": True, "kernels": True, "efficiency": True, "executor": True,
-                                 "per_chip": False, "fit": False, "sources": True}
+                                 "per_chip": False, "fit": False, "sources": True, "host": False}
 FAMILIES_DIR = "families"  # the family files' folder, under hardware_profiles/ (or beside a profile given by path)
 # How a profile's efficiency parameters were obtained (`Provenance.status`).
 PROVENANCE_STATUSES = ("fitted", "family", "calibrated", "measured", "datasheet-only")
@@ -231,6 +237,8 @@ class HardwareProfile:
     provenance: Provenance = field(default=Provenance("datasheet-only"), compare=False, hash=False)
     # CPU only: (engine, its GEMM weight-streaming curve) pairs, `STREAMING_ENGINES` order; see `StreamingCurve`.
     weight_streaming: tuple[tuple[str, StreamingCurve], ...] = ()
+    # The host CPU that runs vLLM's API server and engine-core loop (`roofline.cost.host_cpu`); None: not described.
+    host: HostCpu | None = None
 
     def streaming_curve(self, engine: str) -> StreamingCurve | None:
         """The measured weight-streaming curve of `engine`'s GEMM kernel, or None: one rate for every row count."""
@@ -328,6 +336,11 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         efficiency_section = {**family["efficiency"], **(chip.get("efficiency") or {}), **(efficiency_section or {})}
         executor_section = {**family["executor"], **(executor_section or {})}
     executor = ExecutorParams.from_dict(executor_section, f"{where}: executor")
+    host_section = data.get("host", family.get("host") if family is not None else None)
+    host = None if host_section is None else HostCpu.from_dict(host_section, f"{where}: host")
+    if host is not None and (executor.tokenize_s_per_prompt_token > 0 or executor.frontend_s_per_request > 0):
+        raise UserError(f"{where}: host: the API server it describes replaces executor.tokenize_us_per_prompt_token "
+                        f"and executor.frontend_us_per_request; remove those two or the host section")
     if kind == "cpu" and executor.mode != "eager":
         raise UserError(f"{where}: executor.mode: a cpu profile must set mode: eager (got {executor.mode!r})")
     profile = HardwareProfile(
@@ -358,6 +371,7 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         if "sustained_clock_factor" in data else 1.0,
         power_limit=_power_limit(data["power_limit"], where) if "power_limit" in data else None,
         weight_streaming=_weight_streaming(data.get("weight_streaming"), kind, where),
+        host=host,
     )
     profile = replace(profile, provenance=_provenance(profile, family))
     # Sources last: a misspelt field is reported as such, not as a number without a source.
@@ -591,6 +605,8 @@ def _parse_family(data: dict[str, Any], where: str) -> dict[str, Any]:
     # Parsed for their errors (unknown fields, ranges); the merged values are parsed again per chip.
     EfficiencyParams.from_dict(data["efficiency"], f"{where}: efficiency")
     ExecutorParams.from_dict(data["executor"], f"{where}: executor")
+    if data.get("host") is not None:
+        HostCpu.from_dict(data["host"], f"{where}: host")
     per_chip = data.get("per_chip") or {}
     if not isinstance(per_chip, dict):
         raise UserError(f"{where}: per_chip: must be a mapping of chip id -> {{efficiency: {{...}}}}")

@@ -20,9 +20,11 @@ Mirrors vLLM 0.32.0's `calculate_metrics`, its printed block and the JSON of `--
 - `max_output_tokens_per_s` and `max_concurrent_requests`: the largest count of tokens, and of requests in
   flight, over 1-s buckets from the first send.
 
-Not modelled, so absent from the simulated times (`unmodelled`): the API server's detokenizing and streaming of
-each token over HTTP, and the client; vLLM's client measures them inside TTFT, ITL and e2el. The prompt's
-tokenization is in the simulated TTFT where the profile has `executor.tokenize_us_per_prompt_token`.
+Where the profile describes its host CPU (`host:`), the API server is a stage of the simulation
+(`roofline.sim.api_server`: each request's input work and each step's streamed outputs queue in its processes), so
+the simulated TTFT, ITL and e2el contain it as vLLM's client measures them; otherwise only the executor's older
+terms (`executor.tokenize_us_per_prompt_token`, `executor.frontend_us_per_request`), where above 0. Not modelled
+(`unmodelled`): the client's own overhead and the network.
 
     metrics = bench_metrics(result, client_input_lens, BenchMetricOptions(goodput_ms={"ttft": 500}))
     print(format_bench_metrics(metrics, max_concurrency=32, request_rate=8.0))
@@ -40,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from engine.core import metrics
-from roofline.cost.params import ExecutorParams
+from roofline.cost.hardware import HardwareProfile
 from roofline.errors import UserError
 from roofline.sim.metrics import InterTokenLatencies, meets_slos, rate_per_s
 
@@ -52,10 +54,15 @@ _HEADERS = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per 
             "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency"),
             "client_queue_time": ("Client Queue Time", "Client-side Queueing"),
             "e2el_including_client_queue": ("E2EL incl. Client Queue", "Queue-inclusive End-to-end Latency")}
-def unmodelled(executor: ExecutorParams) -> tuple[str, ...]:
-    """What vLLM's client measures that the simulation leaves out, for a profile's executor: its API server's prompt
-    tokenization (`tokenize_s_per_prompt_token`) and the rest of a request's time outside the engine core
-    (`frontend_s_per_request`) are in the simulated TTFT where they are above 0."""
+def unmodelled(hw: HardwareProfile) -> tuple[str, ...]:
+    """What vLLM's client measures that the simulation leaves out, for a profile: with a `host:` section the API
+    server is simulated; without, its prompt tokenization (`executor.tokenize_s_per_prompt_token`) and the rest of
+    a request's time outside the engine core (`executor.frontend_s_per_request`) are in the simulated TTFT where
+    they are above 0."""
+    rest = ("the client's own overhead; network latency", "failed requests (every simulated request succeeds)")
+    if hw.host is not None:
+        return rest
+    executor = hw.executor
     modelled = [name for name, value in (("executor.tokenize_us_per_prompt_token", executor.tokenize_s_per_prompt_token),
                                          ("executor.frontend_us_per_request", executor.frontend_s_per_request))
                 if value > 0]
@@ -64,8 +71,9 @@ def unmodelled(executor: ExecutorParams) -> tuple[str, ...]:
                                           executor.frontend_s_per_request)) if value == 0]
     api = ("API server: " + ", ".join([*left_out, "detokenization and HTTP streaming of each later token"])
            + " (inside vLLM's measured TTFT, ITL and E2EL; not in the simulated ones"
-           + (f"; in the simulated TTFT: {', '.join(modelled)})" if modelled else ")"))
-    return (api, "the client's own overhead; network latency", "failed requests (every simulated request succeeds)")
+           + (f"; in the simulated TTFT: {', '.join(modelled)})" if modelled else ")")
+           + "; the profile has no host: section")
+    return (api, *rest)
 
 
 @dataclass(frozen=True)

@@ -71,13 +71,14 @@ from roofline.cost.step_cost import StepCostModel
 from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, EngineArgs, engine_record
 from roofline.errors import UserError
 from roofline.registry import load_model
+from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
 from roofline.sim.metrics import InterTokenLatencies, SummaryOptions, summarize
 from roofline.sim.workload import RequestFactory, RequestSpec, Workload, sample_requests
 
 ROUTERS = ("round_robin", "least_outstanding")
 
 # Event priorities at equal times (see the module docstring).
-_STEP_END, _ARRIVAL, _REACH, _SCHEDULE = 0, 1, 2, 3
+_STEP_END, _SEEN, _ARRIVAL, _REACH, _SCHEDULE = 0, 1, 2, 3, 4
 
 # (replica, step index on that replica, start time, StepPlan) -> the step's duration in seconds.
 StepTimeFn = Callable[[int, int, float, StepPlan], float]
@@ -151,8 +152,20 @@ class SimulationOptions:
     router: str = "round_robin"
     record_steps: bool = True  # keep per-step rows with every sequence's lengths (for --out)
     max_concurrency: int | None = None  # closed loop: at most this many requests in flight (None: open loop)
+    # vLLM's API server (`roofline.sim.api_server`; needs the profile's `host:` section): its processes per replica
+    # (`vllm serve --api-server-count`) and the endpoint the client calls (`vllm bench serve --endpoint`).
+    api_server_count: int = 1
+    endpoint: str = "completions"
+    # The API server's costs on the reference host, before the profile's host speed divides them (None: the measured
+    # `ApiServerCosts()`); for fits and tests.
+    api_server_costs: ApiServerCosts | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.api_server_count, bool) or not isinstance(self.api_server_count, int) \
+                or self.api_server_count < 1:
+            raise UserError(f"--api-server-count: must be a positive integer, got {self.api_server_count!r}")
+        if self.endpoint not in ENDPOINTS:
+            raise UserError(f"--endpoint: {self.endpoint!r} is not allowed; allowed: {', '.join(ENDPOINTS)}")
         if self.num_replicas < 1:
             raise UserError(f"--num-replicas: must be a positive integer, got {self.num_replicas}")
         if self.max_concurrency is not None and (isinstance(self.max_concurrency, bool)
@@ -248,15 +261,21 @@ class _Recorder:
         self.step_rows: list[tuple] = []
         self.step_seqs = StepRecords()
 
-    def finished(self, req: Request) -> None:
+    def finished(self, req: Request, times: np.ndarray | None = None) -> None:
+        """Record a finished request; `times`: its tokens' times where they differ from those the scheduler stamped
+        (the client's, behind an API server of more than one process)."""
         row = self.row_of[req.request_id]
         self.first_scheduled[row] = req.first_scheduled_time_s
-        self.first_token[row] = req.first_token_time_s
-        self.finish[row] = req.finish_time_s
         self.num_output[row] = req.num_output_tokens
         self.num_preemptions[row] = req.num_preemptions
         self.num_prefix_hits[row] = req.num_prefix_hit_tokens or 0
-        times = req.token_times_array  # (mostly a view of the scheduler's array of step times: no conversion)
+        if times is None:
+            self.first_token[row] = req.first_token_time_s
+            self.finish[row] = req.finish_time_s
+            times = req.token_times_array  # (mostly a view of the scheduler's array of step times: no conversion)
+        else:
+            self.first_token[row] = times[0]
+            self.finish[row] = times[-1]
         if len(times) > 1:
             self._write_gaps(row, times)
 
@@ -271,6 +290,28 @@ class _Recorder:
             self.itl_row = np.concatenate((self.itl_row[:start], np.empty(2 * end - start, np.int32)))
         np.subtract(times[1:n], times[:n - 1], out=self.itl_gap_s[start:end])
         self.itl_row[start:end] = row
+
+
+class _SeenTimes:
+    """For one API-server process of one replica: the end times of the steps that had tokens for it (increasing) and
+    when its clients saw them."""
+
+    def __init__(self) -> None:
+        self.engine_s = np.empty(256)
+        self.seen_s = np.empty(256)
+        self.num = 0
+
+    def add(self, engine_s: float, seen_s: float) -> None:
+        if self.num == len(self.engine_s):
+            self.engine_s = np.concatenate((self.engine_s, np.empty(self.num)))
+            self.seen_s = np.concatenate((self.seen_s, np.empty(self.num)))
+        self.engine_s[self.num] = engine_s
+        self.seen_s[self.num] = seen_s
+        self.num += 1
+
+    def map(self, engine_times_s: np.ndarray) -> np.ndarray:
+        """When the client saw tokens the engine sampled at `engine_times_s` (step end times added before)."""
+        return self.seen_s[np.searchsorted(self.engine_s[:self.num], engine_times_s)]
 
 
 def run_simulation(deployment: Deployment, workload: Workload, options: SimulationOptions = SimulationOptions(),
@@ -335,6 +376,21 @@ class _Simulation:
         self.tokenize_s_per_token = deployment.hw.executor.tokenize_s_per_prompt_token
         self.frontend_s = deployment.hw.executor.frontend_s_per_request
         self.in_frontend: dict[int, Request] = {}  # sent, not yet at the engine core (spec index -> request)
+        # vLLM's API server per replica, where the profile describes the host CPU (`roofline.sim.api_server`).
+        host = deployment.hw.host
+        if host is None and (options.api_server_count != 1 or options.endpoint != "completions"):
+            flag = "--api-server-count" if options.api_server_count != 1 else "--endpoint"
+            raise UserError(f"{flag}: hardware profile '{deployment.hw.id}' has no host: section, so its API server "
+                            f"is not modelled; add host: (cpu_model, single_thread_speed_relative) to the profile")
+        self.api: list[ApiServer] | None = None
+        if host is not None:
+            costs = (options.api_server_costs or ApiServerCosts()).scaled(1.0 / host.single_thread_speed_relative)
+            self.api = [ApiServer(costs, options.api_server_count, options.endpoint) for _ in self.replicas]
+        # With more than one process per API server: each request's process, and per (replica, process) when its
+        # client saw each step's tokens (`_SeenTimes`).
+        self.process_of = np.zeros(len(specs), np.int64) if options.api_server_count > 1 else None
+        self.seen_times = [[_SeenTimes() for _ in range(options.api_server_count)] for _ in self.replicas] \
+            if options.api_server_count > 1 else None
 
     def push(self, time_s: float, priority: int, payload: int) -> None:
         heapq.heappush(self.heap, (time_s, priority, self.seq, payload))
@@ -343,7 +399,8 @@ class _Simulation:
     def run(self) -> None:
         if self.specs:
             self.push(self.specs[0].arrival_s, _ARRIVAL, 0)
-        handlers = {_ARRIVAL: self.arrive, _REACH: self.reach, _SCHEDULE: self.schedule, _STEP_END: self.end_step}
+        handlers = {_ARRIVAL: self.arrive, _REACH: self.reach, _SCHEDULE: self.schedule, _STEP_END: self.end_step,
+                    _SEEN: self.seen}
         while self.heap:
             now, priority, _, payload = heapq.heappop(self.heap)
             handlers[priority](now, payload)
@@ -365,6 +422,14 @@ class _Simulation:
         self.num_in_flight += 1
         self.recorder.sent[index] = now
         request = self.make_request(self.specs[index], self.prefix_tokens, arrival_s=now)
+        if self.api is not None:  # routed now, to the replica whose API server takes it in
+            replica = self.route(index)
+            process, reach_s = self.api[replica.index].take_request(now, self.specs[index].num_prompt_tokens)
+            if self.process_of is not None:
+                self.process_of[index] = process
+            self.in_frontend[index] = request
+            self.push(reach_s, _REACH, index)
+            return
         if self.tokenize_s_per_token > 0 or self.frontend_s > 0:
             self.in_frontend[index] = request
             self.push(now + self.frontend_s + self.tokenize_s_per_token * self.specs[index].num_prompt_tokens, _REACH,
@@ -374,14 +439,25 @@ class _Simulation:
 
     def reach(self, now: float, index: int) -> None:
         """Request `index`, through the API server, reaches the engine core at `now`."""
-        self.hand_over(now, index, self.in_frontend.pop(index))
+        if self.api is not None:
+            self.enter(now, self.replicas[self.recorder.replica[index]], self.in_frontend.pop(index))
+        else:
+            self.hand_over(now, index, self.in_frontend.pop(index))
 
-    def hand_over(self, now: float, index: int, request: Request, ending: int | None = None) -> None:
-        """The router hands `request` (of spec `index`) to a replica at `now`."""
+    def route(self, index: int) -> _Replica:
+        """The router picks the replica of request `index`."""
         replica = _route(self.replicas, self.options.router, self.num_routed)
         self.num_routed += 1
         self.recorder.replica[index] = replica.index
         replica.num_outstanding += 1
+        return replica
+
+    def hand_over(self, now: float, index: int, request: Request, ending: int | None = None) -> None:
+        """The router hands `request` (of spec `index`) to a replica at `now`."""
+        self.enter(now, self.route(index), request, ending)
+
+    def enter(self, now: float, replica: _Replica, request: Request, ending: int | None = None) -> None:
+        """`request` reaches `replica`'s engine core at `now`."""
         if replica.index == ending:
             replica.in_transit.append([request, replica.lag + 1])
             return  # end_step schedules at `now`
@@ -421,6 +497,9 @@ class _Simulation:
         plan, replica.plan = replica.plan, None
         assert plan is not None, "a step ended on a replica with no step in flight"
         replica.num_steps += 1
+        if self.api is not None:
+            self.end_step_streamed(now, replica, plan)
+            return
         for req in replica.scheduler.update_from_output(plan, self.token_id, now):
             self.recorder.finished(req)
             replica.num_outstanding -= 1
@@ -428,13 +507,60 @@ class _Simulation:
             self.num_in_flight -= 1
             if self.client_queue:  # the closed loop: the freed slot goes to the longest-waiting request
                 self.send(now, self.client_queue.popleft(), ending=index)
+        self.next_step(now, replica)
+
+    def next_step(self, now: float, replica: _Replica) -> None:
         if self.progress is not None:
             self.progress(self.num_done, len(self.specs))
         heap = self.heap
         if not replica.schedule_pending and (not heap or heap[0][0] > now):
-            self.schedule(now, index)  # nothing else happens at `now`: the event `wake` queues would be next
+            self.schedule(now, replica.index)  # nothing else happens at `now`: the event `wake` queues would be next
         else:
             self.wake(replica, now)
+
+    def end_step_streamed(self, now: float, replica: _Replica, plan: StepPlan) -> None:
+        """`end_step` behind an API server: the step's tokens reach their clients when the API-server process of
+        each request has streamed them (`ApiServer.stream_outputs`), and a closed-loop client sends its next
+        request then (`seen`)."""
+        api = self.api[replica.index]  # type: ignore[index]
+        if self.seen_times is None:  # one process: every token of the step is seen at the same time
+            num = plan.num_emitting_seqs
+            seen_s = api.stream_outputs(now, 0, num) if num else now
+            finished = replica.scheduler.update_from_output(plan, self.token_id, seen_s)
+            for req in finished:
+                self.recorder.finished(req)
+                self.request_seen(replica, seen_s)
+        else:
+            row_of, process_of = self.recorder.row_of, self.process_of
+            counts = [0] * api.num_processes
+            for req, emit in zip(plan.requests, plan.emits):
+                if emit:
+                    counts[process_of[row_of[req.request_id]]] += 1  # type: ignore[index]
+            seen_times = self.seen_times[replica.index]
+            for process, num in enumerate(counts):
+                if num:
+                    seen_times[process].add(now, api.stream_outputs(now, process, num))
+            for req in replica.scheduler.update_from_output(plan, self.token_id, now):
+                times = seen_times[process_of[row_of[req.request_id]]].map(req.token_times_array)  # type: ignore[index]
+                self.recorder.finished(req, times)
+                self.request_seen(replica, float(times[-1]))
+        self.next_step(now, replica)
+
+    def request_seen(self, replica: _Replica, seen_s: float) -> None:
+        """A request of `replica` finished; its last token reached its client at `seen_s`: a closed loop frees its
+        slot then."""
+        replica.num_outstanding -= 1
+        self.num_done += 1
+        if self.max_in_flight is None:
+            self.num_in_flight -= 1
+        else:
+            self.push(seen_s, _SEEN, 0)
+
+    def seen(self, now: float, payload: int) -> None:
+        """A closed-loop client saw a request's last token at `now`: the slot goes to the longest-waiting request."""
+        self.num_in_flight -= 1
+        if self.client_queue:
+            self.send(now, self.client_queue.popleft())
 
 
 def sampled_token_id(spec: ModelSpec) -> int:

