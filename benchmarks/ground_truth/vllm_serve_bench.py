@@ -143,7 +143,7 @@ def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path
     else:
         raise SystemExit("vllm serve did not become healthy in 900 s")
     # Every thread of the EngineCore onto the engine's core (it busy-waits on its Worker; see
-    # benchmarks/vllm_frontend_overhead.py `pin_engine_core`).
+    # benchmarks/ground_truth/vllm_frontend_overhead.py `pin_engine_core`).
     cores = {int(c) for c in args.engine_cores.split(",")}
     for pid, name in server_pids(proc.pid).items():
         if name.startswith("VLLM::EngineCor"):
