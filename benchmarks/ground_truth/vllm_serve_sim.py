@@ -36,7 +36,7 @@ METRICS = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "output_throughput"
 
 def engine_argv(server_flags: list[str]) -> list[str]:
     """The server's engine flags as `roofline compare` takes them (same names as vLLM's)."""
-    keep = {"--max-num-seqs", "--max-num-batched-tokens", "--max-model-len"}
+    keep = {"--max-num-seqs", "--max-num-batched-tokens", "--max-model-len", "--dtype"}
     out = []
     for i, flag in enumerate(server_flags):
         if flag in keep:
