@@ -47,7 +47,7 @@ for workload in fixed chat; do
     > "$OUT/$workload/compare.json"
 done
 
-# Lines for the `## Engine performance` section of BENCHMARKS.md.
+# Lines for a `## ` section of BENCHMARKS.md (its layout: the file's opening).
 python - "$OUT" "$DEVICE_NAME" "$HW" <<'EOF'
 import json, sys
 from pathlib import Path

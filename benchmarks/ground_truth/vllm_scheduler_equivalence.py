@@ -4,7 +4,7 @@ Drives vLLM's `vllm.v1.core.sched.scheduler.Scheduler` with fake model outputs (
 tests/v1/core/test_scheduler.py does) and `engine.core.Scheduler` side by side on the same random workloads,
 and compares every step: which requests run, how many tokens each computes, from which context (after a
 prefix-cache hit), which requests are preempted, which finish. Not a test (vLLM is heavy); results go to
-BENCHMARKS.md, section "Scheduler equivalence with vLLM".
+BENCHMARKS.md, section "vLLM scheduler equivalence".
 
 Setup (a separate virtual environment, outside the repo; pip takes torch 2.13.0 from the local wheel):
 

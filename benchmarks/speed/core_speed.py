@@ -8,7 +8,7 @@
 2. 10,000 requests (prompt 50-1500, output 20-600 tokens, uniform; all arrive at once) through the scheduler
    with max_num_seqs 256, budget 8192 and a fake executor: total seconds and steps.
 Times are CPU time of this process (`time.process_time`), which other jobs on a shared machine disturb far
-less than wall time. Results go to BENCHMARKS.md, section "Scheduler equivalence with vLLM" (engine.core speed).
+less than wall time. Results go to BENCHMARKS.md, section "Scheduler speed".
 """
 
 from __future__ import annotations

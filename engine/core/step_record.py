@@ -35,8 +35,8 @@ class StepRecords:
     the number of rows after them, whose query lengths, context lengths, emits and request ids are appended to
     four flat lists. So a step adds no container of its own: the records hold a few dozen objects, not one tuple
     per step and the plan's lists, which the garbage collector's first collection after the simulation's loop
-    traversed (0.035 s of sharegpt's 10,000 requests: BENCHMARKS.md, "`--out`, issue 20 item 1, fifth
-    session")."""
+    traversed (0.035 s of sharegpt's 10,000 requests: docs/benchmark-history/2026-11-24.md, "`--out`, issue
+    20 item 1, fifth session")."""
 
     def __init__(self) -> None:
         self._off: list[np.ndarray] = []

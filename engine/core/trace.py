@@ -345,10 +345,10 @@ def write_trace(
     # No dictionary pages (a dictionary tried on the times is dropped page after page; on the per-sequence lists it
     # costs more to build than it saves: the ids and lengths write in two thirds of the time plain), the contexts
     # delta-encoded (bit-packed differences: 1.5 MB against 7.8 MB with a dictionary), no min/max statistics: for a
-    # simulator's long trace 0.28 -> 0.20 s and 10.3 -> 4.0 MB, the same table (BENCHMARKS.md, "`--out`, issue 20,
-    # ninth session"). Row groups of `_ROW_GROUP_STEPS` steps: the writer's buffers are a row group's, reused from
-    # one to the next, so a long trace touches less fresh memory (first-touched pages are most of the write's cost
-    # on this project's VMs).
+    # simulator's long trace 0.28 -> 0.20 s and 10.3 -> 4.0 MB, the same table (docs/benchmark-history/2026-11-25.md,
+    # "`--out`, issue 20, ninth session"). Row groups of `_ROW_GROUP_STEPS` steps: the writer's buffers are a row
+    # group's, reused from one to the next, so a long trace touches less fresh memory (first-touched pages are most
+    # of the write's cost on this project's VMs).
     pq.write_table(table, out / STEPS_FILE, compression="zstd", use_dictionary=False, write_statistics=False,
                    column_encoding={"context_lens.list.element": "DELTA_BINARY_PACKED"},
                    row_group_size=_ROW_GROUP_STEPS)
