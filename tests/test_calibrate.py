@@ -197,6 +197,7 @@ def test_default_fit_holds_the_parameters_the_steps_do_not_exercise(setup: dict[
     assert "fitted by roofline calibrate" in sources["efficiency.gemm_compute_efficiency"]
 
 
+@pytest.mark.slow  # reads every operator table of b200_sxm
 def test_the_op_tables_mark_nemotron_h_experts_ungated() -> None:
     """The MoE tables carry no activation: the package's Nemotron-H configs name the shapes whose experts the collector
     runs without a gate (relu2_no_mul), read as `gated` False; every other shape is gated."""
