@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 import numpy as np
 
+from engine.core.config import SchedulerConfig
+from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.request import Request, RequestStatus
 from engine.core.step_plan import ColumnRows, StepPlan
-
-if TYPE_CHECKING:  # the scheduler imports this module
-    from engine.core.scheduler import Scheduler
 
 _STOPPED, _CAPPED = RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED
 _SEQ = operator.attrgetter("_col_seq")
@@ -169,10 +168,24 @@ class RunningColumns:
         return ColumnRows(self.off, self.num_updates, self.block_size, prefill_rows, self.seq, self.ids)
 
 
+class SchedulerState(Protocol):
+    """What the fast paths use of their scheduler (`engine.core.scheduler.Scheduler`, which implements this and
+    imports this module; the module docstring says how each is used)."""
+
+    config: SchedulerConfig
+    kv: KVCacheManager
+    running: list[Request]
+    num_running_without_output: int
+
+    def preempt_request(self, req: Request) -> None: ...
+
+    def finish_request(self, req: Request, status: RequestStatus, now_s: float | None) -> None: ...
+
+
 class FastPath:
     """The fast paths of one scheduler (see the module docstring)."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: SchedulerState) -> None:
         self.sched = scheduler
         self.columns: RunningColumns | None = None  # while updates go the column path
 

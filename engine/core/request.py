@@ -20,13 +20,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:  # the fast path imports this module
-    from engine.core.fast_path import RunningColumns
-
 
 _min = np.minimum.reduce
 NO_BLOCK_IDS = np.zeros(0, dtype=np.int64)  # `Request.block_ids_head` of a request holding no run of blocks
@@ -69,6 +65,24 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_k must be >= 0 (0 disables it), got {self.top_k!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
+
+
+class ColumnStorage(Protocol):
+    """Where a running request's counters and last generated tokens live while the scheduler's fast path keeps them
+    in columns (`engine.core.fast_path.RunningColumns`, which implements this): a `Request` reads them through these
+    three calls. Declared here so that this module needs nothing of the fast path, which imports it."""
+
+    def num_computed_of(self, req: Request) -> int:
+        """`req.num_computed_tokens`."""
+        ...
+
+    def num_tokens_of(self, req: Request) -> int:
+        """`req.num_tokens`."""
+        ...
+
+    def materialize(self, req: Request) -> None:
+        """Write the request's unwritten tokens and their times into it."""
+        ...
 
 
 class Request:
@@ -166,7 +180,7 @@ class Request:
         # While the scheduler's fast path keeps this running request's counters in its columns
         # (`engine.core.fast_path.RunningColumns`), they hold its computed tokens and its last generated
         # tokens and their times; the properties below read through them.
-        self._cols: RunningColumns | None = None
+        self._cols: ColumnStorage | None = None
         self._col_off: int | None = None  # there: num_tokens - the columns' update count, while it decodes
         self._col_seq = 0  # there: when it joined them (the running queue's order)
 
