@@ -91,7 +91,7 @@ def simulate_all(index: dict[str, Any], hardware: str, costs: Any = None,
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(index["model_config"]))
         return {run["name"]: simulate_run(run, model_dir, hardware, index["server_flags"], costs)
-                for run in index["runs"] if names is None or run["name"] in names}
+                for run in index["runs"] if (names is None or run["name"] in names) and "excluded" not in run}
 
 
 def cell_of(run: dict[str, Any]) -> str:
@@ -119,24 +119,30 @@ def summarize(index: dict[str, Any], predicted: dict[str, dict[str, float]]) -> 
     return rows
 
 
-def fit(index: dict[str, Any], hardware: str, cells: set[str]) -> Any:
-    """A coarse grid over the input cost per request, the output pass and per-token costs and the non-serial
-    latency (reference-host seconds), minimizing the mean |error| of METRICS over the runs of `cells`."""
+# The grids: the completions endpoint's terms first (on the completions cells named by --fit), then the chat
+# endpoint's own terms (on the chat cells named by --fit-chat) with the completions terms fixed.
+GRID = {"request_s": (0.4e-3, 1.0e-3, 2.0e-3), "output_token_s": (65e-6, 150e-6)}
+CHAT_GRID = {"chat_request_s": (0.0, 2e-3, 4e-3), "chat_output_token_s": (0.0, 50e-6)}
+
+
+def fit(index: dict[str, Any], hardware: str, cells: set[str], grid: dict[str, tuple[float, ...]],
+        base: Any = None) -> Any:
+    """The point of `grid` (reference-host seconds, the other costs from `base`) minimizing the mean |error| of
+    METRICS over the runs of `cells`."""
+    import itertools
+
     from roofline.sim.api_server import ApiServerCosts
 
     names = {run["name"] for run in index["runs"] if cell_of(run) in cells}
-    base = ApiServerCosts()
+    base = base or ApiServerCosts()
     best = None
-    for request_s in (0.2e-3, 0.4e-3, 0.7e-3, 1.0e-3, 1.5e-3):
-        for output_token_s in (30e-6, 65e-6, 100e-6):
-            for latency_s in (1.5e-3, 3.77e-3, 6e-3):
-                costs = replace(base, request_s=request_s, output_token_s=output_token_s, latency_s=latency_s)
-                rows = summarize(index, simulate_all(index, hardware, costs, names))
-                score = statistics.mean(abs(row[m]["error_pct"]) for row in rows for m in METRICS)
-                if best is None or score < best[0]:
-                    best = (score, costs)
-                print(f"fit: request {request_s * 1e3:.2f} ms, token {output_token_s * 1e6:.0f} us, latency "
-                      f"{latency_s * 1e3:.2f} ms -> {score:.1f} %", file=sys.stderr, flush=True)
+    for values in itertools.product(*grid.values()):
+        costs = replace(base, **dict(zip(grid, values)))
+        rows = summarize(index, simulate_all(index, hardware, costs, names))
+        score = statistics.mean(abs(row[m]["error_pct"]) for row in rows for m in METRICS)
+        if best is None or score < best[0]:
+            best = (score, costs)
+        print(f"fit: {dict(zip(grid, values))} -> {score:.1f} %", file=sys.stderr, flush=True)
     assert best is not None
     return best[1]
 
@@ -163,7 +169,9 @@ def main() -> int:
     parser.add_argument("--hardware", help="hardware profile (a cpu profile; with host: for the API server)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--fit", default=None, metavar="CELLS",
-                        help="comma-separated cell suffixes to fit on, e.g. completions-a1")
+                        help="comma-separated cell suffixes to fit the completions terms on, e.g. completions-a1")
+    parser.add_argument("--fit-chat", default=None, metavar="CELLS",
+                        help="comma-separated cell suffixes to fit the chat terms on, e.g. chat-a1")
     parser.add_argument("--report", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args()
     if args.report:
@@ -172,11 +180,14 @@ def main() -> int:
     index = json.loads(args.runs.read_text())
     costs = None
     record: dict[str, Any] = {"hardware": args.hardware}
-    if args.fit:
-        suffixes = args.fit.split(",")
-        cells = {cell_of(r) for r in index["runs"] if any(cell_of(r).endswith(s) for s in suffixes)}
-        costs = fit(index, args.hardware, cells)
-        record.update(fitted_on=sorted(cells), costs={k: getattr(costs, k) for k in costs.__dataclass_fields__})
+    fitted_on: list[str] = []
+    for flag, grid in ((args.fit, GRID), (args.fit_chat, CHAT_GRID)):
+        if flag:
+            cells = {cell_of(r) for r in index["runs"] if any(cell_of(r).endswith(s) for s in flag.split(","))}
+            costs = fit(index, args.hardware, cells, grid, costs)
+            fitted_on += sorted(cells)
+    if costs is not None:
+        record.update(fitted_on=fitted_on, costs={k: getattr(costs, k) for k in costs.__dataclass_fields__})
     predicted = simulate_all(index, args.hardware, costs)
     record.update(predicted=predicted, rows=summarize(index, predicted))
     args.out.write_text(json.dumps(record, indent=1) + "\n")

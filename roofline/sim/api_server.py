@@ -58,12 +58,15 @@ class ApiServerCosts:
     text tokenize slower?"); `output_pass_s` and `output_token_s`: a line through the API server's CPU per
     streamed token at concurrency 1-128 (470 us at 1 token per pass, 62-98 us at 64-128 tokens per pass; "The API
     server's cost per streamed token"); `latency_s`: the time outside the engine core at concurrency 1, 4.64 ms,
-    less the input and one output pass. The chat terms were first assumed equal to the completions' (0), then fitted
-    on real `vllm serve` runs (BENCHMARKS.md).
+    less the input and one output pass. `chat_request_s`: real `vllm serve` bursts of 100 128-token prompts on the
+    reference host, chat against completions endpoint, 2 repeats with 1 and with 2 API-server processes: TTFT grows
+    by 4-6 ms more per position on the chat endpoint, of which ~1 ms is the engine's share of the template's 16
+    tokens; the grid fit on the chat cells with one process picked 4 ms too (a flat optimum; BENCHMARKS.md, "vLLM's
+    API server in a burst"). `chat_output_token_s`: not resolved by those runs (0).
     """
 
     request_s: float = 0.40e-3
-    chat_request_s: float = 0.0
+    chat_request_s: float = 4.0e-3
     prompt_token_s: float = 2.1e-6
     output_pass_s: float = 0.40e-3
     output_token_s: float = 65e-6
