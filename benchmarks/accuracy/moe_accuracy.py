@@ -51,7 +51,7 @@ import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +72,7 @@ from roofline.cost.kernels.moe import (  # noqa: E402
 )
 from roofline.cost.op_time import linear_time_s  # noqa: E402
 from roofline.cost.ops import expected_experts_touched  # noqa: E402
-from roofline.cost.params import _EFFICIENCY_YAML  # noqa: E402
+from roofline.cost.params import _EFFICIENCY_YAML, EFFICIENCY_PARAMS, group_fields, search_value  # noqa: E402
 from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware  # noqa: E402
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "gb200": "gb200", "b300_sxm": "b300"}
@@ -278,6 +278,12 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
     return rows
 
 
+def _search_range(name: str) -> tuple[float, float]:
+    search = EFFICIENCY_PARAMS[name].search
+    assert search is not None, name
+    return search
+
+
 # bf16 and per-tensor fp8 experts on Hopper (Triton, FlashInfer CUTLASS) and Blackwell (FlashInfer TRT-LLM), one
 # kernel each per family: fitted here jointly over the family's GPUs, one parameter set per format (`_fit_joint`), and
 # shipped in hardware_profiles/families/<family>.yaml, where the families' MoE stage (benchmarks/accuracy/gpu_profiles.py,
@@ -287,14 +293,13 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
 # cells out at 16.8-16.9 %, and Blackwell's (half its TP = 1 training shapes top-1 / top-2 experts, under-predicted
 # 20-40 % at large batches) held B200's fp8 cells out at 15.4-16.7 % and every bf16 cell +10-12 % biased.
 JOINT_FAMILIES = {"hopper": ("h100_sxm", "h200_sxm"), "blackwell": ("b200_sxm", "gb200", "b300_sxm")}
-# Per format: the fitted fields (`EfficiencyParams`), each with its Nelder-Mead coordinate's range and its value from
-# that coordinate (the weight rate is searched as us per MB of touched expert weights), and the starts.
+# Per format: the fitted fields (`EfficiencyParams`, stage `moe_joint`), each with its Nelder-Mead coordinate's range
+# and its value from that coordinate (`roofline.cost.params.search_value`: the weight rate is searched as us per MB of
+# touched expert weights), and the starts.
+JOINT_GROUPS = {"none": "moe_bf16", "fp8": "moe_fp8"}  # format -> its `roofline.cost.params` group
 JOINT_FIELDS: dict[str, tuple[tuple[str, tuple[float, float], Callable[[float], float]], ...]] = {
-    "none": (("moe_compute_efficiency", (0.02, 1.0), float), ("moe_fixed_s", (0.0, 500.0), lambda us: us * 1e-6)),
-    "fp8": (("moe_fp8_gemm_factor", (0.02, 1.25), float), ("moe_fp8_fixed_s", (0.0, 500.0), lambda us: us * 1e-6),
-            ("moe_fp8_expert_fixed_s", (0.0, 50.0), lambda us: us * 1e-6),
-            ("moe_fp8_weight_rate", (1e-3, 10.0), lambda us_per_mb: 1e12 / us_per_mb)),
-}
+    scheme: tuple((name, _search_range(name), partial(search_value, name)) for name in group_fields(group, "moe_joint"))
+    for scheme, group in JOINT_GROUPS.items()}
 JOINT_STARTS = {"none": ((0.8, 14.0), (0.5, 25.0), (0.3, 40.0)),
                 "fp8": ((0.25, 150.0, 0.65, 1.0), (0.5, 40.0, 0.5, 1.5), (0.3, 60.0, 0.0, 1.2))}
 
@@ -548,11 +553,10 @@ MXFP8_FIT_REDUCE = np.mean
 
 # Dense GEMMs in the two new formats: table gemm_dtype -> (our scheme, peak dtype, weight bytes per parameter,
 # the efficiency parameters fitted with their starting values (YAML units: fractions, microseconds)).
-GEMM_FORMATS = {"fp8_block": ("fp8-block", "fp8", 1.0 + 4.0 / (128 * 128), {
-                    "gemm_fp8_block_factor": 0.8, "gemm_fp8_block_tile_fixed_k": 200.0,
-                    "act_group_quant_memory_efficiency": 0.5}),
-                "nvfp4": ("nvfp4", "fp4", 0.5 + 1.0 / 16, {"gemm_fp4_factor": 0.6, "gemm_fp4_fixed_s": 3.0,
-                                                          "gemm_fp4_saturation_fraction": 0.3})}
+GEMM_FORMATS = {"fp8_block": ("fp8-block", "fp8", 1.0 + 4.0 / (128 * 128),
+                              dict(zip(group_fields("gemm_fp8_block", "gemm_format"), (0.8, 200.0, 0.5)))),
+                "nvfp4": ("nvfp4", "fp4", 0.5 + 1.0 / 16,
+                          dict(zip(group_fields("gemm_fp4", "gemm_format"), (0.6, 3.0, 0.3))))}
 GEMM_TARGET = 0.10
 # The collector times fp8_block eagerly (aiconfigurator collector/vllm/collect_gemm.py: `use_cuda_graph=gemm_type !=
 # "fp8_block"`; 3 warm-up and 6 timed back-to-back `forward` calls between two CUDA events), so each row is about

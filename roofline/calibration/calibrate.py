@@ -47,41 +47,28 @@ from roofline.calibration.protocol import error_stats, is_repeat_set, leave_one_
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
 from roofline.cost.kernels import unused_efficiency_params
-from roofline.cost.params import FITTABLE
+from roofline.cost.params import FITTABLE, stage_fields
 from roofline.errors import UserError
 
 # What a step trace of an eager engine pins down: the GEMM and memory efficiencies (prefill is compute-bound,
 # decode streams the weights), attention (its cost grows with context), the per-kernel launch and the
 # per-step and per-sequence host time. `efficiency.kernel_fixed_s` is left out: in eager mode it adds to every
 # kernel exactly as `executor.kernel_launch_s` does, so the two cannot be told apart from step times.
-DEFAULT_TRACE_PARAMS = (
-    "efficiency.gemm_compute_efficiency",
-    "efficiency.memory_efficiency",
-    "efficiency.attention_compute_efficiency",
-    "efficiency.attention_memory_efficiency",
+DEFAULT_TRACE_PARAMS = tuple(f"efficiency.{p}" for p in stage_fields("trace")) + (
     "executor.kernel_launch_s",
     "executor.step_overhead_s",
     "executor.step_overhead_per_seq_s",
 )
 
 # Operator tables: (stage, kinds fitted on, parameters), fitted in this order, each stage starting from the
-# previous one's result. MoE fits a factor on the GEMM stage's efficiency and a fixed cost, per dtype (bf16
-# and fp8 fused MoE are different kernels).
-OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("gemm", ("gemm",), ("gemm_compute_efficiency", "gemm_tile_fixed_k", "memory_efficiency",
-                         "memory_saturation_fraction", "gemm_fp8_compute_efficiency", "gemm_fp8_tile_fixed_k",
-                         "gemm_warp_step_overhead_mma", "gemm_sustained_sm_fraction",
-                         "gemm_fp8_memory_efficiency", "act_quant_memory_efficiency", "act_quant_block_s",
-                         "overlap_exponent", "kernel_fixed_s", "l2_bandwidth_factor")),
-    ("attention", ("attention_prefill", "attention_decode"),
-     ("attention_compute_efficiency", "attention_softmax_flops_per_pair", "attention_tile_fixed_s",
-      "attention_memory_efficiency", "attention_fixed_s", "attention_fp8_kv_compute_factor",
-      "attention_fp8_kv_bandwidth_factor")),
-    ("all_reduce", ("all_reduce",), ("collective_bus_efficiency", "collective_one_stage_bus_efficiency",
-                                     "collective_latency_scale", "nccl_bus_efficiency", "nccl_step_s")),
-    ("moe", ("moe",), ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s",
-                       "moe_fp8_expert_fixed_s")),
-)
+# previous one's result; a stage's parameters are those declared with it (`roofline.cost.params`, in declaration
+# order). MoE fits a factor on the GEMM stage's efficiency and a fixed cost, per dtype (bf16 and fp8 fused MoE are
+# different kernels).
+OP_TABLE_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gemm", ("gemm",)), ("attention", ("attention_prefill", "attention_decode")), ("all_reduce", ("all_reduce",)),
+    ("moe", ("moe",)))
+OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = tuple(
+    (stage, kinds, stage_fields(stage)) for stage, kinds in OP_TABLE_KINDS)
 
 
 def stage_params(params: Sequence[str], family: str | None, l2_known: bool = True) -> tuple[str, ...]:
@@ -102,8 +89,7 @@ L2_PARAMS = ("l2_bandwidth_factor",)
 # Blackwell the TP = 1 training shapes are half top-1 / top-2 experts (Mixtral's, Llama 4's) that the model
 # under-predicts at large batches by 20-40 %, which a fit on them alone spreads over every other shape (its own
 # held-out MoE error 7.9 -> 15.5 % on B200 once the Nemotron-H shapes were described as ungated).
-_JOINT_MOE = ("moe_compute_efficiency", "moe_fixed_s", "moe_fp8_gemm_factor", "moe_fp8_fixed_s", "moe_fp8_expert_fixed_s",
-              "moe_fp8_weight_rate")
+_JOINT_MOE = stage_fields("moe_joint")
 FITTED_ELSEWHERE = {"hopper": _JOINT_MOE, "blackwell": _JOINT_MOE + ("moe_trtllm_wide_tile_bandwidth_factor",)}
 # Why, as a calibration report says it for each of them (`calibrate_on_op_tables`).
 FITTED_ELSEWHERE_WHY = {family: f"the family profile's value, fitted jointly over {chips} on the MoE tables' "

@@ -18,7 +18,7 @@ bandwidth (STREAM-like copy/triad in the same guide), decode weight streaming 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from roofline.errors import UserError, check_fields
@@ -32,69 +32,75 @@ def _number(section: dict[str, Any], key: str, default: float, where: str, lo: f
     return float(value)
 
 
-# EfficiencyParams field -> (YAML key, scale from YAML to SI, upper bound in YAML units).
-# Fractions of a peak are in (0, 1]; fixed costs are microseconds in YAML, seconds in the dataclass.
-_EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {
-    "gemm_compute_efficiency": ("gemm_compute_efficiency", 1.0, 1.0),
-    "gemm_fp8_compute_efficiency": ("gemm_fp8_compute_efficiency", 1.0, 1.0),
-    "gemm_tile_fixed_k": ("gemm_tile_fixed_k", 1.0, 1e6),
-    "gemm_fp8_tile_fixed_k": ("gemm_fp8_tile_fixed_k", 1.0, 1e6),
-    "gemm_warp_step_overhead_mma": ("gemm_warp_step_overhead_mma", 1.0, 64.0),
-    "gemm_sustained_sm_fraction": ("gemm_sustained_sm_fraction", 1.0, 1.0),
-    "gemm_fixed_rows": ("gemm_fixed_rows", 1.0, 1e6),
-    "memory_efficiency": ("memory_efficiency", 1.0, 1.0),
-    "gemm_fp8_memory_efficiency": ("gemm_fp8_memory_efficiency", 1.0, 1.0),
-    "memory_saturation_fraction": ("memory_saturation_fraction", 1.0, 1.0),
-    "act_quant_memory_efficiency": ("act_quant_memory_efficiency", 1.0, 1.0),
-    "act_quant_block_s": ("act_quant_block_us", 1e-6, 1e6),
-    "overlap_exponent": ("overlap_exponent", 1.0, 64.0),
-    "kernel_fixed_s": ("kernel_fixed_us", 1e-6, 1e6),
-    "attention_compute_efficiency": ("attention_compute_efficiency", 1.0, 1.0),
-    "attention_memory_efficiency": ("attention_memory_efficiency", 1.0, 1.0),
-    "attention_fixed_s": ("attention_fixed_us", 1e-6, 1e6),
-    "attention_tile_fixed_s": ("attention_tile_fixed_us", 1e-6, 1e6),
-    "attention_softmax_flops_per_pair": ("attention_softmax_flops_per_pair", 1.0, 1e6),
-    "attention_fp8_kv_compute_factor": ("attention_fp8_kv_compute_factor", 1.0, 1.0),
-    "attention_fp8_kv_bandwidth_factor": ("attention_fp8_kv_bandwidth_factor", 1.0, 1.0),
-    "moe_compute_efficiency": ("moe_compute_efficiency", 1.0, 1.0),
-    "moe_fixed_s": ("moe_fixed_us", 1e-6, 1e6),
-    "moe_fp8_gemm_factor": ("moe_fp8_gemm_factor", 1.0, 1.25),
-    "moe_fp8_fixed_s": ("moe_fp8_fixed_us", 1e-6, 1e6),
-    "moe_fp8_expert_fixed_s": ("moe_fp8_expert_fixed_us", 1e-6, 1e6),
-    "moe_fp8_weight_rate": ("moe_fp8_weight_rate_tb_per_s", 1e12, 1e3),
-    "gemm_fp8_block_factor": ("gemm_fp8_block_factor", 1.0, 1.0),
-    "gemm_fp8_block_tile_fixed_k": ("gemm_fp8_block_tile_fixed_k", 1.0, 1e6),
-    "act_group_quant_memory_efficiency": ("act_group_quant_memory_efficiency", 1.0, 1.0),
-    "gemm_fp4_factor": ("gemm_fp4_factor", 1.0, 1.0),
-    "gemm_fp4_fixed_s": ("gemm_fp4_fixed_us", 1e-6, 1e6),
-    "gemm_fp4_saturation_fraction": ("gemm_fp4_saturation_fraction", 1.0, 1.0),
-    "moe_fp8_block_gemm_factor": ("moe_fp8_block_gemm_factor", 1.0, 1.0),
-    "moe_fp8_block_fixed_s": ("moe_fp8_block_fixed_us", 1e-6, 1e6),
-    "moe_fp8_block_bandwidth_factor": ("moe_fp8_block_bandwidth_factor", 1.0, 2.0),
-    "moe_w4a16_gemm_factor": ("moe_w4a16_gemm_factor", 1.0, 1.0),
-    "moe_w4a16_fixed_s": ("moe_w4a16_fixed_us", 1e-6, 1e6),
-    "moe_w4a16_bandwidth_factor": ("moe_w4a16_bandwidth_factor", 1.0, 2.0),
-    "moe_w4a16_marlin_gemm_factor": ("moe_w4a16_marlin_gemm_factor", 1.0, 1.0),
-    "moe_w4a16_marlin_fixed_s": ("moe_w4a16_marlin_fixed_us", 1e-6, 1e6),
-    "moe_w4a16_marlin_bandwidth_factor": ("moe_w4a16_marlin_bandwidth_factor", 1.0, 2.0),
-    "moe_mxfp4_mxfp8_gemm_factor": ("moe_mxfp4_mxfp8_gemm_factor", 1.0, 1.0),
-    "moe_mxfp4_mxfp8_fixed_s": ("moe_mxfp4_mxfp8_fixed_us", 1e-6, 1e6),
-    "moe_mxfp4_mxfp8_bandwidth_factor": ("moe_mxfp4_mxfp8_bandwidth_factor", 1.0, 2.0),
-    "moe_fp4_gemm_factor": ("moe_fp4_gemm_factor", 1.0, 1.0),
-    "moe_fp4_fixed_s": ("moe_fp4_fixed_us", 1e-6, 1e6),
-    "moe_fp4_bandwidth_factor": ("moe_fp4_bandwidth_factor", 1.0, 2.0),
-    "moe_trtllm_wide_tile_bandwidth_factor": ("moe_trtllm_wide_tile_bandwidth_factor", 1.0, 1.0),
-    "collective_bus_efficiency": ("collective_bus_efficiency", 1.0, 1.0),
-    "collective_one_stage_bus_efficiency": ("collective_one_stage_bus_efficiency", 1.0, 1.0),
-    "collective_latency_scale": ("collective_latency_scale", 1.0, 1e3),
-    "nccl_bus_efficiency": ("nccl_bus_efficiency", 1.0, 1.0),
-    "nccl_step_s": ("nccl_step_us", 1e-6, 1e6),
-    "l2_bandwidth_factor": ("l2_bandwidth_factor", 1.0, 64.0),
+# Each efficiency parameter is declared once, as its `EfficiencyParams` field below: `name: float = _param(default,
+# unit, group, stages, ...)`. Everything else about a parameter is derived from that declaration
+# (`EFFICIENCY_PARAMS`): its YAML key (the field name with its unit: `_s` -> `_us`, a rate + `_tb_per_s`), the scale
+# from YAML to SI, its bounds, the fit stages that set it and its operator-family group.
+#
+# unit -> (YAML key suffix, scale from YAML to SI, lowest and highest allowed value in YAML units). A fraction of
+# a peak is in [0.001, 1] (zero would be an infinite time); a fixed time is in microseconds; a "factor" states its
+# upper bound (`hi`); a rate in TB/s is at least 1 GB/s.
+UNITS: dict[str, tuple[str, float, float, float | None]] = {
+    "fraction": ("", 1.0, 1e-3, 1.0),
+    "factor": ("", 1.0, 0.0, None),
+    "us": ("_us", 1e-6, 0.0, 1e6),
+    "TB/s": ("_tb_per_s", 1e12, 1e-3, 1e3),
+    "K elements": ("", 1.0, 0.0, 1e6),
+    "MMA k-steps": ("", 1.0, 0.0, 64.0),
+    "rows": ("", 1.0, 0.0, 1e6),
+    "FLOPs": ("", 1.0, 0.0, 1e6),
+    "exponent": ("", 1.0, 1.0, 64.0),
 }
-# Fields whose lowest allowed value is 1 (a soft-max exponent; a rate never below the DRAM rate).
-_AT_LEAST_ONE = ("overlap_exponent", "l2_bandwidth_factor")
-# Absolute rates (bytes per second): positive, at least 1 GB/s (0.001 TB/s in YAML).
-_RATES = ("moe_fp8_weight_rate",)
+# Operator-family groups (the kernels a parameter describes; `roofline.cost.step_cost` reads them).
+GROUPS: dict[str, str] = {
+    "device": "every GPU kernel: DRAM streaming, the memory/compute soft roofline, a kernel's fixed time",
+    "gemm": "dense bf16/fp16 and per-tensor 8-bit GEMMs (cuBLAS, CUTLASS) and their input quantization",
+    "gemm_fp8_block": "block-scaled fp8 dense GEMMs (DeepGEMM) and their group quantization",
+    "gemm_fp4": "NVFP4 dense GEMMs (FlashInfer CuTe-DSL)",
+    "cpu": "CPU executors only (roofline.cost.cpu_timing)",
+    "attention": "prefill and decode attention (FlashAttention 2/3, FlashInfer TRT-LLM)",
+    "moe_bf16": "16-bit fused MoE",
+    "moe_fp8": "per-tensor fp8 fused MoE",
+    "moe_fp8_block": "block-scaled fp8 fused MoE",
+    "moe_w4a16": "MXFP4 weight-only fused MoE (OAI Triton, FlashInfer TRT-LLM mxfp4-bf16)",
+    "moe_w4a16_marlin": "MXFP4 / int4 experts on vLLM's Marlin MoE",
+    "moe_mxfp4_mxfp8": "MXFP4 experts with MXFP8 activations (FlashInfer TRT-LLM)",
+    "moe_fp4": "NVFP4 fused MoE",
+    "moe_trtllm": "FlashInfer TRT-LLM-gen fused MoE, across formats",
+    "collectives": "all-reduce and all-gather (vLLM custom all-reduce, NCCL)",
+    "op_tables": "the operator tables' measurement condition only, never a serving step",
+}
+# Fit stages: who sets a parameter. The operator-table stages of `roofline calibrate --op-tables`
+# (`roofline.calibration.calibrate.OP_TABLE_STAGES`, in this order) and the family fit's other steps
+# (`roofline.calibration.family_fit`): `moe_joint` (16-bit and per-tensor fp8 MoE fitted jointly over a family's
+# chips), `moe_wide_tile` (TRT-LLM's wide token tile), `moe_format` / `gemm_format` (the other weight formats, per
+# chip: benchmarks/accuracy/moe_accuracy.py), `cpu_profile` (`roofline profile-device`); `trace`: what a step-trace
+# calibration fits by default (`roofline.calibration.calibrate.DEFAULT_TRACE_PARAMS`).
+STAGES = ("gemm", "attention", "all_reduce", "moe", "moe_joint", "moe_wide_tile", "moe_format", "gemm_format",
+          "cpu_profile", "trace")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """The declaration of one efficiency parameter (`EFFICIENCY_PARAMS[name]`)."""
+
+    name: str  # the `EfficiencyParams` field (SI units)
+    key: str  # its YAML key, unit in the name
+    unit: str  # a key of `UNITS`
+    scale: float  # YAML value * scale = SI value
+    lo: float  # lowest allowed value, YAML units
+    hi: float  # highest allowed value, YAML units
+    default: float  # SI; "no effect" or a datasheet guess, never a fit (fits live in the YAML they were fitted into)
+    group: str  # a key of `GROUPS`
+    stages: tuple[str, ...]  # the fit stages that set it (`STAGES`)
+    search: tuple[float, float] | None  # `moe_joint`'s search range in its coordinate (`joint_value`)
+
+
+def _param(default: float, unit: str, group: str, stages: tuple[str, ...], lo: float | None = None,
+           hi: float | None = None, search: tuple[float, float] | None = None) -> Any:
+    """An `EfficiencyParams` field declaration (a dataclass field whose metadata `EFFICIENCY_PARAMS` reads)."""
+    return field(default=default, metadata={"unit": unit, "group": group, "stages": stages, "lo": lo, "hi": hi,
+                                            "search": search})
 
 
 @dataclass(frozen=True)
@@ -102,184 +108,167 @@ class EfficiencyParams:
     """How close to its peaks the device runs, by kind of work (see `roofline.cost.step_cost` for the formulas)."""
 
     # Fraction of the dense bf16/fp16 peak a GEMM main loop reaches on full tiles (MAMF: 80 % on H100 SXM).
-    gemm_compute_efficiency: float = 0.80
-    # The same for fp8/int8 GEMMs, relative to their own peak (Azure cuBLASLt fp8: 61-70 % on H100).
-    gemm_fp8_compute_efficiency: float = 0.65
+    gemm_compute_efficiency: float = _param(0.80, "fraction", "gemm", ("gemm", "trace"))
     # Prologue/epilogue of one output tile (pipeline fill, writing C), as extra K elements of MACs.
-    gemm_tile_fixed_k: float = 64.0
-    # The same for 8-bit GEMMs (a CUTLASS kernel with its own pipeline depth and scaling epilogue).
-    gemm_fp8_tile_fixed_k: float = 64.0
+    gemm_tile_fixed_k: float = _param(64.0, "K elements", "gemm", ("gemm",))
+    # Fraction of peak DRAM bandwidth a streaming kernel reaches (STREAM triad on H100: 89 %); also the
+    # bandwidth of a 16-bit GEMM's memory-bound regime (small m: weights streamed once).
+    memory_efficiency: float = _param(0.85, "fraction", "device", ("gemm", "trace"))
+    # Fraction of the SMs that must stream at once to saturate DRAM (Little's law: bytes in flight per SM are
+    # bounded): a kernel with fewer thread blocks reaches a proportional share of the bandwidth.
+    memory_saturation_fraction: float = _param(0.5, "fraction", "device", ("gemm",))
+    # Fraction of the fp8/int8 peak an 8-bit GEMM main loop reaches (Azure cuBLASLt fp8: 61-70 % on H100).
+    gemm_fp8_compute_efficiency: float = _param(0.65, "fraction", "gemm", ("gemm",))
+    # gemm_tile_fixed_k of 8-bit GEMMs (a CUTLASS kernel with its own pipeline depth and scaling epilogue).
+    gemm_fp8_tile_fixed_k: float = _param(64.0, "K elements", "gemm", ("gemm",))
     # mma.sync kernels whose CTAs run one warp per SM sub-partition (`GemmKernels.warp_tile_rate`: Ada's cuBLAS SM80
     # kernels and CUTLASS 2.x W8A8): what each warp spends per MMA k-step besides its MMAs (fragment loads from
     # shared memory, the CTA barrier, the next stage's copies), in units of one MMA's time (16 clocks on SM89).
     # Starting value 2 (32 clocks: a few shared-memory loads' latency); read only by families whose tiles have warp
     # tiles described (`GemmKernels.ctas_8bit`, `ctas_16bit`).
-    gemm_warp_step_overhead_mma: float = 2.0
+    gemm_warp_step_overhead_mma: float = _param(2.0, "MMA k-steps", "gemm", ("gemm",))
     # Power-limited chips (`GemmKernels.power_limited`: Ada, e.g. the 350 W L40S): the dense GEMM math rate the chip
     # sustains with every SM busy, as a fraction of its SMs' combined rate at gemm_(fp8_)compute_efficiency; a wave
     # keeping more SMs busy than this fraction of them runs slower in proportion (the clock drops at the power
     # limit). 1 = no cap; starting value 0.8.
-    gemm_sustained_sm_fraction: float = 0.8
+    gemm_sustained_sm_fraction: float = _param(0.8, "fraction", "gemm", ("gemm",))
+    # memory_efficiency in the memory-bound regime of 8-bit GEMMs (a different kernel and load pipeline).
+    gemm_fp8_memory_efficiency: float = _param(0.85, "fraction", "gemm", ("gemm",))
+    # Bandwidth efficiency of the kernel that quantizes a W8A8 GEMM's 16-bit input to 8 bits.
+    act_quant_memory_efficiency: float = _param(0.85, "fraction", "gemm", ("gemm",))
+    # Time of one thread block of that kernel (vLLM's static fp8 quant launches one block of 1024 threads per
+    # token row: csrc/quantization/fp8/common.cu `scaled_fp8_quant`), paid per wave of resident blocks.
+    act_quant_block_s: float = _param(1e-6, "us", "gemm", ("gemm",))
+    # How sharply a kernel's time switches from memory- to compute-bound: (tc^p + tm^p)^(1/p); large p -> max.
+    overlap_exponent: float = _param(4.0, "exponent", "device", ("gemm",))
+    # Device time of one kernel that does no work: launch latency inside a graph, ramp-up, tail.
+    kernel_fixed_s: float = _param(3e-6, "us", "device", ("gemm",))
     # CPU only (`roofline.cost.cpu_timing`, no tiles or waves there): a GEMM of m rows costs as many MACs as one of
     # m + gemm_fixed_rows rows at full efficiency, i.e. efficiency m / (m + gemm_fixed_rows) (register blocking
     # and B-panel loads of the microkernel amortized over few rows). oneDNN's prepacked bf16 GEMM on this
     # project's AVX-512-BF16 EPYC, 1 thread, weights in cache: m = 4 runs at ~0.7 of the m >= 16 rate -> ~2.
-    gemm_fixed_rows: float = 2.0
-    # Fraction of peak DRAM bandwidth a streaming kernel reaches (STREAM triad on H100: 89 %); also the
-    # bandwidth of a 16-bit GEMM's memory-bound regime (small m: weights streamed once).
-    memory_efficiency: float = 0.85
-    # The memory-bound regime of 8-bit GEMMs (a different kernel and load pipeline).
-    gemm_fp8_memory_efficiency: float = 0.85
-    # Fraction of the SMs that must stream at once to saturate DRAM (Little's law: bytes in flight per SM are
-    # bounded): a kernel with fewer thread blocks reaches a proportional share of the bandwidth.
-    memory_saturation_fraction: float = 0.5
-    # Bandwidth efficiency of the kernel that quantizes a W8A8 GEMM's 16-bit input to 8 bits.
-    act_quant_memory_efficiency: float = 0.85
-    # Time of one thread block of that kernel (vLLM's static fp8 quant launches one block of 1024 threads per
-    # token row: csrc/quantization/fp8/common.cu `scaled_fp8_quant`), paid per wave of resident blocks.
-    act_quant_block_s: float = 1e-6
-    # How sharply a kernel's time switches from memory- to compute-bound: (tc^p + tm^p)^(1/p); large p -> max.
-    overlap_exponent: float = 4.0
-    # Device time of one kernel that does no work: launch latency inside a graph, ramp-up, tail.
-    kernel_fixed_s: float = 3e-6
+    gemm_fixed_rows: float = _param(2.0, "rows", "cpu", ("cpu_profile",))
     # Fraction of the bf16 peak flash attention reaches in prefill (FA3 paper: up to 75 % on H100).
-    attention_compute_efficiency: float = 0.55
-    # Fraction of peak bandwidth decode attention reaches streaming the KV cache.
-    attention_memory_efficiency: float = 0.75
-    # Fixed device time of an attention call beyond one kernel's (metadata, split-KV combine).
-    attention_fixed_s: float = 5e-6
-    # Pipeline fill of one prefill work tile (load Q and the first K/V block before any math, write O).
-    attention_tile_fixed_s: float = 1e-6
+    attention_compute_efficiency: float = _param(0.55, "fraction", "attention", ("attention", "trace"))
     # Non-matmul work of one (query, key) score (exp, max, rescale), in equivalent tensor-core FLOPs: H100 SXM
     # has 989 TFLOP/s of bf16 matmul but 3.9 TFLOP/s of exponentials (FlashAttention-3 paper, Shah et al.
     # 2024, section 3), 256 FLOPs per exp; FA3 overlaps half or more of it with the matmuls (its ping-pong
     # schedule). This is why FA3 reaches fewer TFLOP/s at head_dim 64 than at 256.
-    attention_softmax_flops_per_pair: float = 128.0
+    attention_softmax_flops_per_pair: float = _param(128.0, "FLOPs", "attention", ("attention",))
+    # Pipeline fill of one prefill work tile (load Q and the first K/V block before any math, write O).
+    attention_tile_fixed_s: float = _param(1e-6, "us", "attention", ("attention",))
+    # Fraction of peak bandwidth decode attention reaches streaming the KV cache.
+    attention_memory_efficiency: float = _param(0.75, "fraction", "attention", ("attention", "trace"))
+    # Fixed device time of an attention call beyond one kernel's (metadata, split-KV combine).
+    attention_fixed_s: float = _param(5e-6, "us", "attention", ("attention",))
     # With an fp8 KV cache the attention kernels are other instantiations (FA3 and TRT-LLM convert K/V tiles
     # before the matmuls): prefill reaches this factor of attention_compute_efficiency, decode this factor of
     # attention_memory_efficiency. 1 = as fast as with a 16-bit cache (per byte).
-    attention_fp8_kv_compute_factor: float = 1.0
-    attention_fp8_kv_bandwidth_factor: float = 1.0
+    attention_fp8_kv_compute_factor: float = _param(1.0, "fraction", "attention", ("attention",))
+    attention_fp8_kv_bandwidth_factor: float = _param(1.0, "fraction", "attention", ("attention",))
     # Fraction of the GEMM efficiency the grouped expert GEMMs of fused MoE reach.
-    moe_compute_efficiency: float = 0.70
+    moe_compute_efficiency: float = _param(0.70, "fraction", "moe_bf16", ("moe", "moe_joint"), search=(0.02, 1.0))
     # Fixed device time of a fused-MoE call: routing, token sort/align, activation, reduce kernels.
-    moe_fixed_s: float = 20e-6
+    moe_fixed_s: float = _param(20e-6, "us", "moe_bf16", ("moe", "moe_joint"), search=(0.0, 500.0))
     # The same two for W8A8 fp8 fused MoE: another kernel (FlashInfer CUTLASS / TRT-LLM grouped GEMMs with their
     # own routing and quantization kernels on Hopper and Blackwell; Triton on Ada). Its factor scales both the
     # dense fp8 GEMM's compute and memory efficiency; as another kernel it may exceed 1 (up to 1.25), the product
     # is capped at the peak (`roofline.cost.step_cost.moe_time_s`).
-    moe_fp8_gemm_factor: float = 0.70
-    moe_fp8_fixed_s: float = 20e-6
+    moe_fp8_gemm_factor: float = _param(0.70, "factor", "moe_fp8", ("moe", "moe_joint"), hi=1.25, search=(0.02, 1.25))
+    moe_fp8_fixed_s: float = _param(20e-6, "us", "moe_fp8", ("moe", "moe_joint"), search=(0.0, 500.0))
     # Its time per touched expert beyond the GEMM roofline: the grouped GEMM's work per group (the expert's problem
     # and per-tensor scales set up, its tiles' prologue), which the tables show at small token counts (Hopper's
     # FlashInfer CUTLASS kernel: ~1 us an expert). The default is the fit's start.
-    moe_fp8_expert_fixed_s: float = 1e-6
+    moe_fp8_expert_fixed_s: float = _param(1e-6, "us", "moe_fp8", ("moe", "moe_joint"), search=(0.0, 50.0))
     # The rate, in bytes per second, at which its grouped GEMMs stream the touched experts' weights at most, whatever
     # the chip's DRAM: a property of the kernel, not of HBM. The tables show it on Hopper (FlashInfer CUTLASS): at one
     # token the time grows by 1.57 us per MB of touched expert weights on H100 and 1.58 on H200 (0.64 TB/s, a fifth
     # and a seventh of their HBM peaks), so the DRAM roofline with a factor relative to each chip's bandwidth cannot
     # describe both. Default 1,000 TB/s: no limit; Hopper's family file carries the joint fit of both chips
     # (benchmarks/accuracy/moe_accuracy.py `_fit_joint`).
-    moe_fp8_weight_rate: float = 1e15
+    moe_fp8_weight_rate: float = _param(1e15, "TB/s", "moe_fp8", ("moe_joint",), search=(0.001, 10.0))
     # Dense linear layers in the other formats (`roofline.cost.step_cost.linear_time_s`). Block-scaled fp8 (vLLM's
     # DeepGEMM kernel on Hopper and Blackwell): the factor of the per-tensor fp8 GEMM's compute efficiency it reaches;
     # its per-output-tile cost in K elements (a persistent kernel whose TMA-store epilogue overlaps the next tile's
     # loads: much less than CUTLASS's gemm_fp8_tile_fixed_k); the bandwidth efficiency of its input quantization
     # (vLLM `per_token_group_quant_8bit`: one pass, 1x128 groups). Defaults: guesses; the chip files carry the fits
     # of benchmarks/accuracy/moe_accuracy.py on the device-dominated rows of the eagerly timed tables.
-    gemm_fp8_block_factor: float = 1.0
-    gemm_fp8_block_tile_fixed_k: float = 64.0
-    act_group_quant_memory_efficiency: float = 0.85
+    gemm_fp8_block_factor: float = _param(1.0, "fraction", "gemm_fp8_block", ("gemm_format",))
+    gemm_fp8_block_tile_fixed_k: float = _param(64.0, "K elements", "gemm_fp8_block", ("gemm_format",))
+    act_group_quant_memory_efficiency: float = _param(0.85, "fraction", "gemm_fp8_block", ("gemm_format",))
     # NVFP4 (FlashInfer CuTe-DSL on Blackwell, `roofline.cost.step_cost.cutedsl_fp4_gemm_time_s`): this factor of the
     # 8-bit GEMM's compute efficiency at the fp4 peak; a fixed device time per call beyond kernel_fixed_s (the
     # persistent kernel's prologue: tensor-memory allocation, barrier and TMA-descriptor setup, scale-factor
     # loads before the first MMA); the fraction of the SMs whose CTAs saturate DRAM (fewer CTAs, e.g. a swapped
     # decode GEMM over few weight rows, draw a proportional share). Defaults: no effect; the Blackwell chip
     # files carry the fits of benchmarks/accuracy/moe_accuracy.py.
-    gemm_fp4_factor: float = 1.0
-    gemm_fp4_fixed_s: float = 0.0
-    gemm_fp4_saturation_fraction: float = 1e-3
-    # The other expert formats (`roofline.cost.step_cost.moe_time_s`): block-scaled fp8 (Triton
-    # w8a8 block kernels on Hopper, FlashInfer TRT-LLM on Blackwell), MXFP4 weight-only W4A16 (OAI Triton on
-    # Hopper, TRT-LLM mxfp4-bf16 on Blackwell) and NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM). The defaults are
-    # fits on aiconfigurator-core's vLLM 0.24 MoE tables (benchmarks/accuracy/moe_accuracy.py; H100 for fp8-block and
-    # MXFP4, B200 for NVFP4). `_gemm_factor` scales the GEMM compute efficiency, `_bandwidth_factor` the
-    # bandwidth the experts' weights stream at (weight-only W4A16 kernels stream at near the full bandwidth but
-    # dequantize slowly; the fitted bandwidth factor says how fast). The bandwidth factor multiplies the dense GEMMs'
-    # memory efficiency (gemm_fp8_memory_efficiency for 8-bit and fp4, else memory_efficiency), not the peak, so it
-    # may exceed 1: `moe_time_s` caps the product at 1 (the DRAM peak). Fitted on the balanced training rows with the
-    # tables' own token distributions and per-expert loads (`roofline.calibration.moe_routing`, 2026-11-24); held-out
-    # median error balanced / power law 1.01 / 1.2: fp8-block (H100) 5.0 / 5.1 / 5.0 %, MXFP4 (H100) 6.0 / 11.4 /
-    # 12.1 %, NVFP4 (B200; Nemotron-H's experts ungated, `roofline.calibration.op_tables.nongated_moe_shapes`; the
-    # TRT-LLM MoE's finalize pass, `roofline.cost.step_cost._trtllm_finalize_s`) 8.5 / 10.9 / 10.9 % (BENCHMARKS.md,
-    # issue 17). The Blackwell chip files carry their own
-    # fp8-block fits (FlashInfer TRT-LLM, `roofline.cost.step_cost.TRTLLM_MOE_TILES_8BIT`) and their MXFP4 W4A16
-    # fits (FlashInfer TRT-LLM mxfp4-bf16, `roofline.cost.step_cost._mxfp4_bf16_moe_s`): these W4A16 values are
-    # Hopper's (OAI Triton).
-    moe_fp8_block_gemm_factor: float = 0.436
-    moe_fp8_block_fixed_s: float = 25.8e-6
-    moe_fp8_block_bandwidth_factor: float = 1.174
-    moe_w4a16_gemm_factor: float = 0.512
-    moe_w4a16_fixed_s: float = 29.9e-6
-    moe_w4a16_bandwidth_factor: float = 0.929
+    gemm_fp4_factor: float = _param(1.0, "fraction", "gemm_fp4", ("gemm_format",))
+    gemm_fp4_fixed_s: float = _param(0.0, "us", "gemm_fp4", ("gemm_format",))
+    gemm_fp4_saturation_fraction: float = _param(1e-3, "fraction", "gemm_fp4", ("gemm_format",))
+    # The other expert formats (`roofline.cost.step_cost.moe_time_s`): block-scaled fp8 (Triton w8a8 block kernels
+    # on Hopper, FlashInfer TRT-LLM on Blackwell), MXFP4 weight-only W4A16 (OAI Triton on Hopper, TRT-LLM mxfp4-bf16
+    # on Blackwell) and NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM). `_gemm_factor` scales the GEMM compute efficiency,
+    # `_bandwidth_factor` the bandwidth the experts' weights stream at (weight-only W4A16 kernels stream at near the
+    # full bandwidth but dequantize slowly), `_fixed_s` is the call's fixed device time. The bandwidth factor
+    # multiplies the dense GEMMs' memory efficiency (gemm_fp8_memory_efficiency for 8-bit and fp4, else
+    # memory_efficiency), not the peak, so it may exceed 1: `moe_time_s` caps the product at 1 (the DRAM peak).
+    # Defaults of every MoE format here: no effect (factors 1, no fixed cost). The fits on aiconfigurator-core's
+    # vLLM MoE tables (benchmarks/accuracy/moe_accuracy.py, the tables' own routing: `roofline.calibration.moe_routing`) live
+    # in the YAML they were fitted into: hardware_profiles/families/hopper.yaml (H100's), blackwell.yaml (B200's
+    # NVFP4) and each chip file's own.
+    moe_fp8_block_gemm_factor: float = _param(1.0, "fraction", "moe_fp8_block", ("moe_format",))
+    moe_fp8_block_fixed_s: float = _param(0.0, "us", "moe_fp8_block", ("moe_format",))
+    moe_fp8_block_bandwidth_factor: float = _param(1.0, "factor", "moe_fp8_block", ("moe_format",), hi=2.0)
+    moe_w4a16_gemm_factor: float = _param(1.0, "fraction", "moe_w4a16", ("moe_format",))
+    moe_w4a16_fixed_s: float = _param(0.0, "us", "moe_w4a16", ("moe_format",))
+    moe_w4a16_bandwidth_factor: float = _param(1.0, "factor", "moe_w4a16", ("moe_format",), hi=2.0)
     # MXFP4 experts on vLLM's Marlin W4A16 MoE kernel instead (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1:
     # e.g. InferenceX's gpt-oss recipes on H100/H200), timed as `roofline.cost.step_cost.marlin_moe_gemm_time_s`
-    # describes the kernel (vLLM's block_size_m rule, the persistent kernel's stripes): the same three parameters,
-    # fitted on the H100 vLLM 0.24 MoE table's Marlin rows of two models, MXFP4 (vllm_compressedtensorsw4a4mxfp4moe_
-    # marlin_marlinexperts_situ_as_silu, top-16 of 896) and int4 (vllm_compressedtensorswna16marlinmoe_marlin_
-    # marlinexperts, top-8 of 384), balanced routing as the tables route it (`roofline.calibration.moe_routing`;
-    # benchmarks/accuracy/moe_accuracy.py `run_marlin`: the fixed cost fitted on H100 and H200 together, one Hopper kernel, the
-    # two factors per chip); leave-one-shape-out median balanced / power law 1.01 / 1.2: MXFP4 7.1 / 12.3 / 11.6 %, int4
-    # 11.4 / 11.5 / 12.4 %. h200-sxm.yaml carries H200's factors, the Blackwell chip files their own with a Blackwell
-    # fixed cost. The previous fit (MXFP4 rows alone, one expert count; tiles of the tokens per touched expert) had a
-    # 49.5 us fixed cost and predicts the int4 rows at <= 64 tokens 12 % (H100) to 35 % (GB200) slow. Marlin dequantizes
-    # in registers at about a third of the 16-bit GEMM's efficiency once the experts are compute-bound.
-    moe_w4a16_marlin_gemm_factor: float = 0.32
-    moe_w4a16_marlin_fixed_s: float = 31.7e-6
-    moe_w4a16_marlin_bandwidth_factor: float = 1.009
+    # describes the kernel (vLLM's block_size_m rule, the persistent kernel's stripes): the same three parameters.
+    # Marlin dequantizes in registers, so its compute factor is well below the 16-bit GEMM's once the experts are
+    # compute-bound.
+    moe_w4a16_marlin_gemm_factor: float = _param(1.0, "fraction", "moe_w4a16_marlin", ("moe_format",))
+    moe_w4a16_marlin_fixed_s: float = _param(0.0, "us", "moe_w4a16_marlin", ("moe_format",))
+    moe_w4a16_marlin_bandwidth_factor: float = _param(1.0, "factor", "moe_w4a16_marlin", ("moe_format",), hi=2.0)
     # MXFP4 experts with MXFP8 activations on FlashInfer's TRT-LLM fused MoE (`--moe-backend flashinfer-mxfp4-mxfp8`,
     # vLLM's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: InferenceX's gpt-oss recipes on B200), timed as
     # `roofline.cost.step_cost._mxfp4_mxfp8_moe_s` describes it (fp8 x fp4 math at the fp8 peak, the MXFP8 input
     # quantization, TRT-LLM's untuned token tiles `TRTLLM_MXFP8_MOE_TILES_8BIT`, each token tile re-reading its weight
-    # tile). Blackwell only (`roofline.cost.quant.check_moe_backend`); the default is the B200 fit on the vLLM 0.24
-    # table's w4a8_mxfp4_mxfp8 balanced rows (DeepSeek-V4's experts; benchmarks/accuracy/moe_accuracy.py `run_mxfp8`: the fixed
-    # cost shared by B200, B300 and GB200, the factors per chip, mean absolute log error; the compute factor sits at
-    # its bound, 1), held-out median balanced / power law 1.01 / 1.2: 6.4 / 8.4 / 8.4 %; the chip files carry theirs.
-    moe_mxfp4_mxfp8_gemm_factor: float = 1.0
-    moe_mxfp4_mxfp8_fixed_s: float = 21.5e-6
-    moe_mxfp4_mxfp8_bandwidth_factor: float = 1.213
-    moe_fp4_gemm_factor: float = 0.63
-    moe_fp4_fixed_s: float = 16.4e-6
-    moe_fp4_bandwidth_factor: float = 1.264
+    # tile). Blackwell only (`roofline.cost.quant.check_moe_backend`); then NVFP4 (see above).
+    moe_mxfp4_mxfp8_gemm_factor: float = _param(1.0, "fraction", "moe_mxfp4_mxfp8", ("moe_format",))
+    moe_mxfp4_mxfp8_fixed_s: float = _param(0.0, "us", "moe_mxfp4_mxfp8", ("moe_format",))
+    moe_mxfp4_mxfp8_bandwidth_factor: float = _param(1.0, "factor", "moe_mxfp4_mxfp8", ("moe_format",), hi=2.0)
+    moe_fp4_gemm_factor: float = _param(1.0, "fraction", "moe_fp4", ("moe_format",))
+    moe_fp4_fixed_s: float = _param(0.0, "us", "moe_fp4", ("moe_format",))
+    moe_fp4_bandwidth_factor: float = _param(1.0, "factor", "moe_fp4", ("moe_format",), hi=2.0)
     # FlashInfer's TRT-LLM-gen MoE on block-fp8 experts (Blackwell; `roofline.cost.step_cost.TRTLLM_WIDE_TILE_SCHEMES`)
     # streams the experts' weights slower once its token tile passes 8 (`roofline.cost.step_cost.trtllm_tile_tokens`):
-    # this factor of the format's bandwidth there. The B200 table steps up at that boundary at the same weights by
-    # 1.29-1.31x (median over shapes; per-tensor fp8, NVFP4 and bf16 1.11-1.20x, which their growth with the tokens
-    # covers). Fitted by benchmarks/accuracy/moe_accuracy.py `--fit-wide-tile`; 1 (no effect) elsewhere.
-    moe_trtllm_wide_tile_bandwidth_factor: float = 1.0
+    # this factor of the format's bandwidth there (the tables step up at that boundary at the same weights). Fitted
+    # by `roofline calibrate --op-tables --family blackwell` (stage moe_wide_tile); 1 = no effect.
+    moe_trtllm_wide_tile_bandwidth_factor: float = _param(1.0, "fraction", "moe_trtllm", ("moe_wide_tile",))
     # Fraction of the per-direction link bandwidth an all-reduce reaches (NCCL bus bandwidth / link): vLLM's
     # custom all-reduce's two-stage kernel (reduce-scatter, then all-gather).
-    collective_bus_efficiency: float = 0.80
+    collective_bus_efficiency: float = _param(0.80, "fraction", "collectives", ("all_reduce",))
     # The same for its one-stage kernel (every rank reads every peer's whole buffer), which it runs on 2 GPUs at
     # every size and on fully connected 4 / 8 GPUs below 512 / 256 KiB (`roofline.cost.step_cost.all_reduce_time_s`).
     # It reads from its peers with 36 thread blocks (csrc/custom_all_reduce.cuh, `block_limit`), fewer bytes in
     # flight than a link needs: fitted on aiconfigurator's tables it reaches 0.50-0.59 of the link on H100, H200,
     # B200, B300 and A100 (0.21 on GB200's NVL72), the two-stage kernel 0.57-0.68.
-    collective_one_stage_bus_efficiency: float = 0.80
+    collective_one_stage_bus_efficiency: float = _param(0.80, "fraction", "collectives", ("all_reduce",))
     # Multiplies the profile's interconnect latency (alpha) for the collectives the engine uses.
-    collective_latency_scale: float = 1.0
+    collective_latency_scale: float = _param(1.0, "factor", "collectives", ("all_reduce",), hi=1000.0)
     # NCCL's ring all-reduce where vLLM runs it instead of its custom all-reduce (PCIe-only systems with more than
     # 2 GPUs: `roofline.cost.step_cost.AllReduceAlgorithms`): the fraction of the per-direction PCIe bandwidth its
     # traffic moves at, and the latency of one of its 2(n-1) steps (NCCL's LL protocol over PCIe: a few us).
-    nccl_bus_efficiency: float = 0.5
-    nccl_step_s: float = 2e-6
+    nccl_bus_efficiency: float = _param(0.5, "fraction", "collectives", ("all_reduce",))
+    nccl_step_s: float = _param(2e-6, "us", "collectives", ("all_reduce",))
     # MEASUREMENT CONDITION OF THE OPERATOR TABLES ONLY, never used by the serving step model: the rate at which a
     # kernel reads a working set that the previous replay of the same call left in the L2, as a multiple of the
     # DRAM bandwidth. aiconfigurator's collectors replay one call (GEMM: six layers) on the same buffers with no
     # L2 flush, so where that working set fits in the chip's L2 (`l2_cache_mib`), its bytes come from the L2
     # (`roofline.calibration.fit.predict_table`). In serving, the bytes between two uses of a weight or KV block
     # are the whole model's: they are never L2-resident. 1 = no faster than DRAM.
-    l2_bandwidth_factor: float = 1.0
+    l2_bandwidth_factor: float = _param(1.0, "factor", "op_tables", ("gemm",), lo=1.0, hi=64.0)
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None, where: str) -> "EfficiencyParams":
@@ -295,11 +284,47 @@ class EfficiencyParams:
         return {key: _round(getattr(self, name) / scale) for name, (key, scale, _) in _EFFICIENCY_YAML.items()}
 
 
+def _declarations() -> dict[str, ParamSpec]:
+    out = {}
+    for f in fields(EfficiencyParams):
+        m = f.metadata
+        suffix, scale, lo, hi = UNITS[m["unit"]]
+        stem = f.name.removesuffix("_s") if m["unit"] == "us" else f.name
+        hi = m["hi"] if m["hi"] is not None else hi
+        assert hi is not None and m["group"] in GROUPS and set(m["stages"]) <= set(STAGES), f.name
+        out[f.name] = ParamSpec(name=f.name, key=stem + suffix, unit=m["unit"], scale=scale,
+                                lo=m["lo"] if m["lo"] is not None else lo, hi=hi, default=f.default, group=m["group"],
+                                stages=m["stages"], search=m["search"])
+    return out
+
+
+# Every efficiency parameter's declaration, in field order (the order the YAML is written in).
+EFFICIENCY_PARAMS: dict[str, ParamSpec] = _declarations()
+# EfficiencyParams field -> (YAML key, scale from YAML to SI, upper bound in YAML units), derived.
+_EFFICIENCY_YAML: dict[str, tuple[str, float, float]] = {n: (p.key, p.scale, p.hi) for n, p in EFFICIENCY_PARAMS.items()}
+
+
+def stage_fields(stage: str) -> tuple[str, ...]:
+    """The parameters a fit stage sets, in declaration order."""
+    return tuple(n for n, p in EFFICIENCY_PARAMS.items() if stage in p.stages)
+
+
+def group_fields(group: str, stage: str) -> tuple[str, ...]:
+    """The parameters of an operator-family group that a fit stage sets, in declaration order."""
+    return tuple(n for n in stage_fields(stage) if EFFICIENCY_PARAMS[n].group == group)
+
+
+def search_value(name: str, coordinate: float) -> float:
+    """A search coordinate of `ParamSpec.search` -> the parameter's SI value: the coordinate is the YAML value, or
+    for a rate (TB/s) its reciprocal, microseconds per MB (a time per byte, as the tables show it)."""
+    p = EFFICIENCY_PARAMS[name]
+    return p.scale / coordinate if p.unit == "TB/s" else coordinate * p.scale
+
+
 def efficiency_bounds(name: str) -> tuple[float, float]:
     """(lowest, highest) allowed value of an `EfficiencyParams` field in SI units (what `from_dict` accepts)."""
-    _, scale, hi = _EFFICIENCY_YAML[name]
-    lo = 1.0 if name in _AT_LEAST_ONE else (1e-3 if hi == 1.0 or name in _RATES else 0.0)  # zero: infinite time
-    return lo * scale, hi * scale
+    p = EFFICIENCY_PARAMS[name]
+    return p.lo * p.scale, p.hi * p.scale
 
 
 def _round(value: float) -> float:
