@@ -149,7 +149,7 @@ def test_op_table_fit_generalizes_to_held_out_shapes() -> None:
 
 @pytest.mark.parametrize("profile,family", [("h100-sxm", "hopper"), ("b200", "blackwell")])
 def test_op_table_fit_says_which_moe_parameters_another_fit_gives(profile: str, family: str) -> None:
-    """Hopper's and Blackwell's MoE parameters come from benchmarks/accuracy/moe_accuracy.py's joint fit (`FITTED_ELSEWHERE`):
+    """Hopper's and Blackwell's MoE parameters come from the family's joint fit (`FITTED_ELSEWHERE`, stage moe_joint):
     a calibration on MoE rows leaves them as shipped and its report says so, parameter by parameter, with the reason."""
     truth = load_profile(profile)
     frame = pd.DataFrame([{"num_tokens": t, "hidden_size": h, "inter_size": i, "topk": 8, "num_experts": 128,
@@ -159,7 +159,7 @@ def test_op_table_fit_says_which_moe_parameters_another_fit_gives(profile: str, 
     report = calibrate_on_op_tables(truth, {"moe": frame}, source="synthetic")
     held = {n: v for n, v in report.parameters.items() if not v.get("fitted", True)}
     assert set(held) == {f"efficiency.{p}" for p in FITTED_ELSEWHERE[family]}
-    assert all(v["before"] == v["after"] and "moe_accuracy.py" in v["held"] for v in held.values())
+    assert all(v["before"] == v["after"] and f"--op-tables --family {family}" in v["held"] for v in held.values())
     text = format_report(report)
     assert "efficiency.moe_fixed_s" in text and "held: the family profile's value, fitted jointly" in text
 

@@ -608,7 +608,7 @@ def test_hopper_all_reduce_leaves_the_custom_kernel_above_vllms_size_limits():
 
 
 def test_hopper_and_blackwell_moe_parameters_are_left_to_the_joint_fit():
-    # benchmarks/accuracy/moe_accuracy.py fits the bf16 and per-tensor fp8 MoE of Hopper and Blackwell over each family's chips
+    # The family fit's moe_joint stage fits the bf16 and per-tensor fp8 MoE of Hopper and Blackwell over their chips
     # together (FITTED_ELSEWHERE): the family stage fits none of them there, Ada and Ampere keep their MoE stage.
     moe = next(params for stage, _, params in OP_TABLE_STAGES if stage == "moe")
     for family in ("hopper", "blackwell"):

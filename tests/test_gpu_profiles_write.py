@@ -1,14 +1,9 @@
-"""benchmarks/accuracy/gpu_profiles.py --write: what the fit does not set is kept from the family file it replaces."""
+"""`roofline calibrate --op-tables --family F --write`: what the fit does not set is kept from the family file it
+replaces."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# a script, not a module, until its --write moves behind `roofline calibrate --op-tables` (issue 36)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy"))
-
-from gpu_profiles import keep_unfitted  # noqa: E402
+from roofline.calibration.family_fit import keep_unfitted
 
 
 def test_write_keeps_the_files_executor_and_the_parameters_fitted_elsewhere() -> None:
@@ -25,7 +20,7 @@ def test_write_keeps_the_files_executor_and_the_parameters_fitted_elsewhere() ->
     existing = {"efficiency": {"gemm_compute_efficiency": 0.7, "moe_fp8_fixed_us": 68.3},
                 "executor": {"kernel_launch_us": 40, "frontend_us_per_request": 4640},
                 "sources": {"efficiency.gemm_compute_efficiency": "fitted before",
-                            "efficiency.moe_fp8_fixed_us": "fitted by benchmarks/accuracy/moe_accuracy.py",
+                            "efficiency.moe_fp8_fixed_us": "fitted by benchmarks/moe_accuracy.py",
                             "executor.kernel_launch_us": "host_launch_evidence.py",
                             "executor.frontend_us_per_request": "measured on vLLM"}}
     out = keep_unfitted(doc, existing, fit)
@@ -33,7 +28,7 @@ def test_write_keeps_the_files_executor_and_the_parameters_fitted_elsewhere() ->
     assert out["efficiency"] == {"gemm_compute_efficiency": 0.8, "moe_fp8_fixed_us": 68.3}
     assert out["executor"] == existing["executor"]
     assert out["sources"] == {"efficiency.gemm_compute_efficiency": "fitted now",
-                              "efficiency.moe_fp8_fixed_us": "fitted by benchmarks/accuracy/moe_accuracy.py",
+                              "efficiency.moe_fp8_fixed_us": "fitted by benchmarks/moe_accuracy.py",
                               "executor.kernel_launch_us": "host_launch_evidence.py",
                               "executor.frontend_us_per_request": "measured on vLLM", "per_chip": "per chip"}
     assert out["fit"] == doc["fit"] and out["id"] == "hopper"

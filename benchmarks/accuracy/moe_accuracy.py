@@ -11,14 +11,15 @@ bf16, per-tensor fp8, fp8-block (128x128), NVFP4, MXFP4 (W4A16).
 Split by shape: a shape (hidden, inter, topk, experts, moe_tp) is held out when a hash of it is 0 mod 5; every token
 count of a shape goes to the same side. Nemotron-H's experts have no gate (`gated`,
 `roofline.calibration.op_tables.nongated_moe_shapes`). bf16 and per-tensor fp8 are judged with the profile's own
-(family-fitted) parameters, except on Hopper and Blackwell, whose GPUs this script fits jointly per family
-(`_fit_joint`: one set per format, shipped in the family file); for fp8-block, MXFP4 and NVFP4 this script fits the
-three parameters of the format (`moe_<format>_gemm_factor`, `_bandwidth_factor`, `_fixed_s`, `roofline.cost.params`)
-per GPU on the balanced training shapes (Nelder-Mead on the median absolute log error from `FIT_STARTS`; the bandwidth
-factor up to `bandwidth_cap`, the DRAM peak) and prints them; the held-out shapes judge them. MXFP4 on Blackwell
-(FlashInfer's TRT-LLM mxfp4-bf16 MoE, described as its MXFP8 sibling, below) is fitted as that sibling
-(`_fit_trtllm_w4a16`: the fixed cost shared by B200, B300 and GB200, the factors per GPU, the mean absolute log
-error), and its fit on every shape printed beside it.
+(family-fitted) parameters, except on Hopper and Blackwell, whose GPUs are fitted jointly per family
+(`roofline.calibration.moe_fits.fit_joint`, one set per format: what `roofline calibrate --op-tables --family F
+--write` ships in the family file, refitted here on the same training rows and judged); for fp8-block, MXFP4 and
+NVFP4 this script fits the three parameters of the format (`moe_<format>_gemm_factor`, `_bandwidth_factor`,
+`_fixed_s`, `roofline.cost.params`) per GPU on the balanced training shapes (Nelder-Mead on the median absolute log
+error from `FIT_STARTS`; the bandwidth factor up to `bandwidth_cap`, the DRAM peak) and prints them; the held-out
+shapes judge them. MXFP4 on Blackwell (FlashInfer's TRT-LLM mxfp4-bf16 MoE, described as its MXFP8 sibling, below)
+is fitted as that sibling (`_fit_trtllm_w4a16`: the fixed cost shared by B200, B300 and GB200, the factors per GPU,
+the mean absolute log error), and its fit on every shape printed beside it.
 
 Dense GEMMs (`gemm_perf.parquet`) in fp8-block (DeepGEMM, the kernel with the most rows) and NVFP4 (FlashInfer
 CuTe-DSL): the format's parameters of `roofline.cost.step_cost.linear_time_s` (`GEMM_FORMATS`) fitted per GPU on
@@ -51,7 +52,6 @@ import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
-from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -60,175 +60,34 @@ from scipy.optimize import minimize, minimize_scalar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from roofline.calibration.moe_routing import DISTRIBUTIONS, mean_over_draws, table_routing  # noqa: E402
-from roofline.calibration.op_tables import moe_rows_gated  # noqa: E402
-from roofline.cost.hardware import HardwareProfile, PowerLimit, load_profile  # noqa: E402
-from roofline.cost.kernels.moe import (  # noqa: E402
-    MXFP4_BF16_TRTLLM_FAMILIES,
-    TRTLLM_WIDE_TILE_SCHEMES,
-    moe_bandwidth_cap,
-    moe_row_tiles,
-    moe_time_s,
+from roofline.calibration.moe_fits import (  # noqa: E402
+    FIT_STARTS,
+    FITTED,
+    JOINT_FAMILIES,
+    MARLIN_INT4_DTYPE,
+    MARLIN_INT4_KERNEL,
+    MARLIN_KERNEL,
+    MXFP8_DTYPE,
+    _clip,
+    _newest_moe_table,
+    _with_shape_split,
+    bandwidth_cap,
+    fit_format,
+    fit_joint,
+    fit_wide_tile,
+    load_table,
+    predict,
+    with_params,
+    with_values,
 )
+from roofline.calibration.moe_routing import DISTRIBUTIONS  # noqa: E402
+from roofline.cost.hardware import HardwareProfile, PowerLimit, load_profile  # noqa: E402
+from roofline.cost.kernels.moe import MXFP4_BF16_TRTLLM_FAMILIES  # noqa: E402
 from roofline.cost.op_time import linear_time_s  # noqa: E402
-from roofline.cost.ops import expected_experts_touched  # noqa: E402
-from roofline.cost.params import _EFFICIENCY_YAML, EFFICIENCY_PARAMS, group_fields, search_value  # noqa: E402
-from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware  # noqa: E402
+from roofline.cost.params import EFFICIENCY_PARAMS, group_fields  # noqa: E402
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "gb200": "gb200", "b300_sxm": "b300"}
-# table moe_dtype -> our scheme name (roofline.cost.quant)
-FORMATS = {"bfloat16": "none", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "nvfp4", "w4a16_mxfp4": "mxfp4"}
-FITTED = {"fp8-block": "moe_fp8_block", "mxfp4": "moe_w4a16", "nvfp4": "moe_fp4", "mxfp4-marlin": "moe_w4a16_marlin",
-          "mxfp4-mxfp8": "moe_mxfp4_mxfp8"}
-# MXFP4 experts with MXFP8 activations (`--moe-backend flashinfer-mxfp4-mxfp8`): the tables' FlashInfer TRT-LLM
-# mxfp4 x mxfp8 kernel (`w4a8_mxfp4_mxfp8`, `vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular`:
-# DeepSeek-V4's experts, hidden 4096 / 7168, top-6 of 256 / 384), Blackwell only (`run_mxfp8`).
-MXFP8_DTYPE = "w4a8_mxfp4_mxfp8"
-MARLIN_KERNEL = "mxfp4moe_marlin_marlinexperts"  # substring of the tables' kernel_source for MXFP4 on Marlin
-# The same Marlin MoE kernel (csrc/moe/marlin_moe_wna16) on int4 experts: Kimi-K2's compressed-tensors W4A16
-# (`vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts`; hidden 7168, intermediate 2048, top-8 of 384,
-# moe_tp 1-32): 4-bit weights with a bf16 scale per group of 32 (0.5 + 2/32 bytes per parameter), not padded.
-# A second expert count and top-k for the Marlin fit (MXFP4's table holds top-16 of 896 only).
-MARLIN_INT4_KERNEL = "wna16marlinmoe_marlin_marlinexperts"
-MARLIN_INT4_DTYPE = "int4_wo"
-MARLIN_INT4_WEIGHT_BYTES = 0.5 + 2.0 / 32
 TARGET = 0.15
-
-
-def _newest_moe_table(gpu: str) -> pd.DataFrame:
-    """The newest vLLM MoE table of `gpu` in the installed aiconfigurator-core (versions compared numerically)."""
-    import aiconfigurator_core
-    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / gpu / "moe" / "vllm"
-    versions = sorted(glob.glob(str(root / "*" / "moe_perf.parquet")),
-                      key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in Path(p).parent.name.split(".")))
-    return pd.read_parquet(versions[-1])
-
-
-def _with_shape_split(d: pd.DataFrame) -> pd.DataFrame:
-    """`d` with `held_out`: the shapes (hidden, inter, topk, experts, moe_tp) whose CRC32 is 0 mod 5."""
-    shape = d[["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]].astype(str).agg("-".join, axis=1)
-    d["held_out"] = [zlib.crc32(s.encode()) % 5 == 0 for s in shape]
-    return d.reset_index(drop=True)
-
-
-def load_table(gpu: str) -> pd.DataFrame:
-    d = _newest_moe_table(gpu)
-    d = d[(d.moe_ep_size == 1) & d.moe_dtype.isin(list(FORMATS)) & (d.inter_size % d.moe_tp_size == 0)]
-    keep = []
-    for dtype, part in d.groupby("moe_dtype"):
-        kernels = part.kernel_source.value_counts()
-        gpt_oss = [k for k in kernels.index if "gptoss" in k]
-        keep.append(part[part.kernel_source == (gpt_oss[0] if gpt_oss else kernels.index[0])])
-    d = pd.concat(keep)
-    d = d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3, scheme=d.moe_dtype.map(FORMATS),
-                 gated=moe_rows_gated(d))
-    return _with_shape_split(d)
-
-
-def predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, routing: str = "table") -> np.ndarray:
-    """Seconds for the rows of one format. `routing`: "table", the tables' own token distributions
-    (`roofline.calibration.moe_routing`, the mean over each row's draws); "uniform", the serving model's assumption
-    (`roofline.cost.ops.expected_experts_touched`)."""
-    if routing == "table":
-        rows, touched, weights, row_tiles = _table_routing(tuple(zip(d.distribution, d.num_tokens, d.num_experts,
-                                                                     d.topk)))
-        return mean_over_draws(rows, weights, _predict(hw, d.iloc[rows], scheme, touched, row_tiles), len(d))
-    assert routing == "uniform", routing
-    touched = expected_experts_touched(d.num_tokens.to_numpy(np.float64), d.topk.to_numpy(np.float64),
-                                       d.num_experts.to_numpy(np.float64))
-    return _predict(hw, d, scheme, touched)
-
-
-@lru_cache(maxsize=256)
-def _table_routing(keys: tuple[tuple[str, int, int, int], ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                         Callable[[int], np.ndarray]]:
-    """`table_routing` of rows (distribution, tokens, experts, top-k), with the touched experts and the row tiles
-    per tile height of each entry (computed once per frame: the fits evaluate the same rows many times)."""
-    rows, loads, weights = table_routing(*(np.array(col) for col in zip(*keys)))
-    touched, row_tiles = moe_row_tiles(loads)
-    return rows, touched, weights, row_tiles
-
-
-def _expert_dtype(hw: HardwareProfile, scheme: str) -> tuple[str, float]:
-    """(the dtype the format's experts compute in on `hw`, their weight bytes per parameter)."""
-    weight_bytes, gemm_dtype = _SCHEMES["mxfp4" if scheme in ("mxfp4-marlin", "mxfp4-mxfp8") else scheme]
-    dtype = "fp8" if scheme == "mxfp4-mxfp8" else gemm_dtype or "bf16"
-    return (dtype if dtype in hw.supported_dtypes else "bf16"), weight_bytes or 2.0
-
-
-def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndarray,
-             row_tiles: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
-    """Seconds for the rows of one format with `touched` experts each: routed tokens spread evenly over them, or
-    the tables' unequal loads (`row_tiles`, `roofline.cost.step_cost.moe_time_s`)."""
-    t = d.num_tokens.to_numpy(np.float64)
-    k = d.topk.to_numpy(np.float64)
-    marlin = scheme == "mxfp4-marlin"
-    dtype, weight_bytes = _expert_dtype(hw, scheme)
-    # The experts as the kernel holds them: MXFP4 kernels pad (roofline.cost.quant.resolve_for_hardware).
-    backend = {"mxfp4-marlin": "marlin", "mxfp4-mxfp8": MXFP8_MOE_BACKEND}.get(scheme, "auto")
-    quant = QuantConfig.from_user(quantization="mxfp4" if backend != "auto" else scheme, moe_backend=backend)
-    align_h, align_i = resolve_for_hardware(quant, hw.family).expert_alignment
-    hidden = np.ceil(d.hidden_size.to_numpy(np.float64) / align_h) * align_h
-    inter = np.ceil(d.inter.to_numpy(np.float64) / align_i) * align_i
-    if marlin and "moe_dtype" in d and (d.moe_dtype == MARLIN_INT4_DTYPE).any():  # int4 experts: no padding
-        int4 = (d.moe_dtype == MARLIN_INT4_DTYPE).to_numpy()
-        hidden = np.where(int4, d.hidden_size.to_numpy(np.float64), hidden)
-        inter = np.where(int4, d.inter.to_numpy(np.float64), inter)
-        weight_bytes = np.where(int4, MARLIN_INT4_WEIGHT_BYTES, weight_bytes)
-    gated = d.gated.to_numpy(bool) if "gated" in d else True
-    return moe_time_s(hw, t * k / touched, touched, hidden, inter, dtype, weight_bytes, 2.0, scheme, row_tiles,
-                      num_experts=d.num_experts.to_numpy(np.float64), num_tokens=t, gated=gated)
-
-
-def with_values(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfile:
-    """`hw` with these `EfficiencyParams` values (SI)."""
-    return replace(hw, efficiency=replace(hw.efficiency, **values))
-
-
-def with_params(hw: HardwareProfile, prefix: str, factor: float, bandwidth_factor: float,
-                fixed_s: float) -> HardwareProfile:
-    return with_values(hw, {f"{prefix}_gemm_factor": factor, f"{prefix}_bandwidth_factor": bandwidth_factor,
-                            f"{prefix}_fixed_s": fixed_s})
-
-
-def bandwidth_cap(hw: HardwareProfile, scheme: str) -> float:
-    """The highest bandwidth factor of a format on `hw`: the one at which its experts stream at the DRAM peak
-    (`roofline.cost.step_cost.moe_bandwidth_cap`)."""
-    return moe_bandwidth_cap(hw, _expert_dtype(hw, scheme)[0])
-
-
-def _clip(x: np.ndarray, bandwidth_max: float = 1.0) -> tuple[float, float, float]:
-    return (float(np.clip(x[0], 0.02, 1.0)), float(np.clip(x[1], 0.02, bandwidth_max)),
-            float(np.clip(x[2], 0.0, 500.0)))
-
-
-def fit(hw: HardwareProfile, train: pd.DataFrame, scheme: str, routing: str = "table",
-        bandwidth_max: float | None = None, reduce: Callable[[np.ndarray], float] = np.median
-        ) -> tuple[float, float, float]:
-    """(compute factor, bandwidth factor, fixed seconds) minimizing `reduce` (the median by default) of the absolute
-    log errors. `bandwidth_max`: the highest bandwidth factor allowed (None: `bandwidth_cap`, the DRAM peak;
-    `--bandwidth-factor-max`)."""
-    if bandwidth_max is None:
-        bandwidth_max = bandwidth_cap(hw, scheme)
-    prefix = FITTED[scheme]
-    measured = train.measured_s.to_numpy()
-
-    def loss(x: np.ndarray) -> float:
-        factor, bw, fixed_us = _clip(x, bandwidth_max)
-        pred = predict(with_params(hw, prefix, factor, bw, fixed_us * 1e-6), train, scheme, routing)
-        return float(reduce(np.abs(np.log(pred / measured))))
-
-    best = min((minimize(loss, np.array(x0), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5,
-                                                                              "maxiter": 300})
-                for x0 in FIT_STARTS), key=lambda r: r.fun)
-    factor, bw, fixed_us = _clip(best.x, bandwidth_max)
-    return factor, bw, fixed_us * 1e-6
-
-
-# Nelder-Mead starts (compute factor, bandwidth factor, fixed us). The median loss is flat in patches: from the first
-# two alone the H100 MXFP4 fit with the tables' routing stopped at a training loss of 0.103 where (0.487, 0.89,
-# 29.2 us) has 0.062; the third start finds 0.053. Fixed starts: the fit does not depend on what a profile ships.
-FIT_STARTS = ((0.5, 0.8, 20.0), (0.2, 0.5, 40.0), (0.5, 0.9, 30.0))
 
 
 def errors(pred: np.ndarray, measured: np.ndarray) -> dict[str, float]:
@@ -254,7 +113,7 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
                 hw_s = with_values(hw, joint[gpu, scheme])
                 params = _yaml_values(joint[gpu, scheme])
             elif scheme in FITTED:
-                factor, bw, fixed_s = trtllm_w4a16[gpu][0] if scheme == "mxfp4" and gpu in trtllm_w4a16 else fit(
+                factor, bw, fixed_s = trtllm_w4a16[gpu][0] if scheme == "mxfp4" and gpu in trtllm_w4a16 else fit_format(
                     hw, d[~d.held_out & (d.distribution == "balanced")], scheme, routing, bandwidth_max)
                 hw_s = with_params(hw, FITTED[scheme], factor, bw, fixed_s)
                 params = {f"{FITTED[scheme]}_gemm_factor": round(factor, 3),
@@ -278,102 +137,22 @@ def run(gpus: list[str], routing: str = "table", bandwidth_max: float | None = N
     return rows
 
 
-def _search_range(name: str) -> tuple[float, float]:
-    search = EFFICIENCY_PARAMS[name].search
-    assert search is not None, name
-    return search
-
-
-# bf16 and per-tensor fp8 experts on Hopper (Triton, FlashInfer CUTLASS) and Blackwell (FlashInfer TRT-LLM), one
-# kernel each per family: fitted here jointly over the family's GPUs, one parameter set per format (`_fit_joint`), and
-# shipped in hardware_profiles/families/<family>.yaml, where the families' MoE stage (benchmarks/accuracy/gpu_profiles.py,
-# TP = 1 rows only) fits the other families' bf16 and fp8 experts. Its rows have no TP-sliced (narrow) experts:
-# fitted there, the per-tensor fp8 weight rate (`roofline.cost.params.EfficiencyParams.moe_fp8_weight_rate`, which the
-# HBM does not set) made H100's held-out fp8 cells here worse (14 -> 17-19 %), the bf16 values held H200's power-law
-# cells out at 16.8-16.9 %, and Blackwell's (half its TP = 1 training shapes top-1 / top-2 experts, under-predicted
-# 20-40 % at large batches) held B200's fp8 cells out at 15.4-16.7 % and every bf16 cell +10-12 % biased.
-JOINT_FAMILIES = {"hopper": ("h100_sxm", "h200_sxm"), "blackwell": ("b200_sxm", "gb200", "b300_sxm")}
-# Per format: the fitted fields (`EfficiencyParams`, stage `moe_joint`), each with its Nelder-Mead coordinate's range
-# and its value from that coordinate (`roofline.cost.params.search_value`: the weight rate is searched as us per MB of
-# touched expert weights), and the starts.
-JOINT_GROUPS = {"none": "moe_bf16", "fp8": "moe_fp8"}  # format -> its `roofline.cost.params` group
-JOINT_FIELDS: dict[str, tuple[tuple[str, tuple[float, float], Callable[[float], float]], ...]] = {
-    scheme: tuple((name, _search_range(name), partial(search_value, name)) for name in group_fields(group, "moe_joint"))
-    for scheme, group in JOINT_GROUPS.items()}
-JOINT_STARTS = {"none": ((0.8, 14.0), (0.5, 25.0), (0.3, 40.0)),
-                "fp8": ((0.25, 150.0, 0.65, 1.0), (0.5, 40.0, 0.5, 1.5), (0.3, 60.0, 0.0, 1.2))}
-
-
-def _joint_values(scheme: str, x: np.ndarray) -> dict[str, float]:
-    """The format's `EfficiencyParams` values (SI) from a Nelder-Mead vector, each coordinate clipped to its range."""
-    return {name: convert(float(np.clip(v, *bounds))) for (name, bounds, convert), v in zip(JOINT_FIELDS[scheme], x)}
-
-
 def _yaml_values(values: dict[str, float]) -> dict[str, float]:
     """The values as the family files write them (`roofline.cost.params`: YAML key, scale from YAML to SI)."""
-    return {_EFFICIENCY_YAML[k][0]: float(f"{v / _EFFICIENCY_YAML[k][1]:.6g}") for k, v in values.items()}
+    return {EFFICIENCY_PARAMS[k].key: float(f"{v / EFFICIENCY_PARAMS[k].scale:.6g}") for k, v in values.items()}
 
 
 def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table"
                ) -> dict[tuple[str, str], dict[str, float]]:
-    """(GPU, format) -> fitted values, for the formats of `JOINT_FIELDS` on the GPUs of `JOINT_FAMILIES` (the
-    families with all their GPUs in `gpus`): one set per family and format, minimizing the median absolute log error
-    over the family's balanced training rows together (Nelder-Mead from `JOINT_STARTS`)."""
+    """(GPU, format) -> the values of `roofline.calibration.moe_fits.fit_joint` on the shipped profiles, for the
+    families of `JOINT_FAMILIES` with all their GPUs in `gpus` (what `roofline calibrate --op-tables --family F`
+    fits and writes)."""
     out: dict[tuple[str, str], dict[str, float]] = {}
     for members in JOINT_FAMILIES.values():
-        if not all(g in gpus for g in members):
-            continue
-        hws = {g: load_profile(GPUS[g]) for g in members}
-        for scheme in JOINT_FIELDS:
-            train = {g: t[(t.scheme == scheme) & ~t.held_out & (t.distribution == "balanced")]
-                     for g, t in tables.items() if g in members}
-
-            def loss(x: np.ndarray) -> float:
-                values = _joint_values(scheme, x)
-                errs = [np.abs(np.log(predict(with_values(hws[g], values), d, scheme, routing)
-                                      / d.measured_s.to_numpy())) for g, d in train.items()]
-                return float(np.median(np.concatenate(errs)))
-
-            runs = [minimize(loss, np.array(x0), method="Nelder-Mead",
-                             options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 400}) for x0 in JOINT_STARTS[scheme]]
-            fitted = _joint_values(scheme, min(runs, key=lambda r: r.fun).x)
-            out.update({(g, scheme): fitted for g in members})
+        if all(g in gpus for g in members):
+            fitted = fit_joint({g: load_profile(GPUS[g]) for g in members}, tables, routing)
+            out.update({(g, scheme): values for g in members for scheme, values in fitted.items()})
     return out
-
-
-# `--fit-wide-tile`: `moe_trtllm_wide_tile_bandwidth_factor`, one value for the TRT-LLM family's formats in
-# `roofline.cost.step_cost.TRTLLM_WIDE_TILE_SCHEMES`, searched in this range (golden section, to this width).
-WIDE_TILE_RANGE = (0.5, 1.0)
-WIDE_TILE_TOLERANCE = 0.005
-
-
-def fit_wide_tile(gpus: list[str], routing: str = "table") -> tuple[float, list[tuple[float, float]]]:
-    """The Blackwell family's `moe_trtllm_wide_tile_bandwidth_factor` and the (value, loss) pairs tried: the value
-    minimizing the sum, over B200, GB200 and B300 and the formats it acts on, of the training loss (median absolute
-    log error, balanced training shapes) the formats of `TRTLLM_WIDE_TILE_SCHEMES` (per-GPU fitted formats of
-    `FITTED`) reach with their own parameters refitted at that value (`fit`). Bounded golden-section search over
-    `WIDE_TILE_RANGE` (deterministic)."""
-    members = [g for g in JOINT_FAMILIES["blackwell"] if g in gpus]
-    tables = {g: load_table(g) for g in members}
-    tried: list[tuple[float, float]] = []
-
-    def loss(factor: float) -> float:
-        values = {"moe_trtllm_wide_tile_bandwidth_factor": factor}
-        total = 0.0
-        for g in members:
-            hw = with_values(load_profile(GPUS[g]), values)
-            for scheme in TRTLLM_WIDE_TILE_SCHEMES:
-                d = tables[g]
-                train = d[(d.scheme == scheme) & ~d.held_out & (d.distribution == "balanced")]
-                hw_s = with_params(hw, FITTED[scheme], *fit(hw, train, scheme, routing))
-                total += float(np.median(np.abs(np.log(predict(hw_s, train, scheme, routing)
-                                                       / train.measured_s.to_numpy()))))
-        tried.append((factor, total))
-        print(f"  wide-tile factor {factor:.4f}: training loss {total:.5f}", file=sys.stderr)
-        return total
-
-    best = minimize_scalar(loss, bounds=WIDE_TILE_RANGE, method="bounded", options={"xatol": WIDE_TILE_TOLERANCE})
-    return float(best.x), tried
 
 
 def _fit_trtllm_w4a16(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table",
@@ -510,7 +289,7 @@ def run_mxfp8(gpus: list[str], routing: str = "table", bandwidth_max: float | No
         shipped = _fit_family(members, balanced, "mxfp4-mxfp8", MXFP8_FIT_STARTS, routing, bandwidth_max,
                               MXFP8_FIT_REDUCE)
         for g in members:
-            alone = fit(hws[g], balanced[g][~balanced[g].held_out], "mxfp4-mxfp8", routing, bandwidth_max,
+            alone = fit_format(hws[g], balanced[g][~balanced[g].held_out], "mxfp4-mxfp8", routing, bandwidth_max,
                         MXFP8_FIT_REDUCE)
             hw_s = with_params(hws[g], FITTED["mxfp4-mxfp8"], *params[g])
             hw_alone = with_params(hws[g], FITTED["mxfp4-mxfp8"], *alone)
@@ -706,10 +485,13 @@ def main() -> None:
                     help="diagnostic: bound the fitted MoE bandwidth factors by this value (default: the DRAM peak)")
     ap.add_argument("--skip-gemm", action="store_true", help="only the MoE tables")
     ap.add_argument("--fit-wide-tile", action="store_true",
-                    help="fit Blackwell's moe_trtllm_wide_tile_bandwidth_factor (about 2 minutes) and stop")
+                    help="fit Blackwell's moe_trtllm_wide_tile_bandwidth_factor as `roofline calibrate --op-tables "
+                         "--family blackwell` does (roofline.calibration.moe_fits.fit_wide_tile), print it and stop")
     args = ap.parse_args()
     if args.fit_wide_tile:
-        factor, tried = fit_wide_tile(args.gpus.split(","), args.routing)
+        members = [g for g in JOINT_FAMILIES["blackwell"] if g in args.gpus.split(",")]
+        factor, tried = fit_wide_tile({g: load_profile(GPUS[g]) for g in members}, {g: load_table(g) for g in members},
+                                      args.routing, log=lambda line: print(line, file=sys.stderr))
         print(f"moe_trtllm_wide_tile_bandwidth_factor: {factor:.4g} (tried: "
               f"{', '.join(f'{f:.4f} -> {v:.5f}' for f, v in sorted(tried))})")
         return

@@ -84,17 +84,17 @@ def stage_params(params: Sequence[str], family: str | None, l2_known: bool = Tru
 L2_PARAMS = ("l2_bandwidth_factor",)
 # Parameters a family's operator-table stages leave at the family profile's values, by family: the bf16 and per-tensor
 # fp8 fused MoE of Hopper (Triton, FlashInfer CUTLASS) and Blackwell (FlashInfer TRT-LLM), fitted jointly over the
-# family's GPUs by benchmarks/accuracy/moe_accuracy.py (`_fit_joint`) on the tables' TP-sliced (narrow) experts too, which
-# the MoE stage's rows (TP = 1) lack; the fp8 weight rate is not separable from its fixed costs on those rows, and on
-# Blackwell the TP = 1 training shapes are half top-1 / top-2 experts (Mixtral's, Llama 4's) that the model
-# under-predicts at large batches by 20-40 %, which a fit on them alone spreads over every other shape (its own
-# held-out MoE error 7.9 -> 15.5 % on B200 once the Nemotron-H shapes were described as ungated).
+# family's GPUs (stage `moe_joint`, `roofline.calibration.moe_fits.fit_joint`, run by `roofline calibrate --op-tables
+# --family F`) on the tables' TP-sliced (narrow) experts too, which the MoE stage's rows (TP = 1) lack: the fp8 weight
+# rate is not separable from its fixed costs on those rows, and on Blackwell the TP = 1 training shapes are half
+# top-1 / top-2 experts (Mixtral's, Llama 4's) that the model under-predicts at large batches, which a fit on them
+# alone spreads over every other shape; Blackwell's TRT-LLM wide-tile factor (stage `moe_wide_tile`) likewise.
 _JOINT_MOE = stage_fields("moe_joint")
-FITTED_ELSEWHERE = {"hopper": _JOINT_MOE, "blackwell": _JOINT_MOE + ("moe_trtllm_wide_tile_bandwidth_factor",)}
+FITTED_ELSEWHERE = {"hopper": _JOINT_MOE, "blackwell": _JOINT_MOE + stage_fields("moe_wide_tile")}
 # Why, as a calibration report says it for each of them (`calibrate_on_op_tables`).
 FITTED_ELSEWHERE_WHY = {family: f"the family profile's value, fitted jointly over {chips} on the MoE tables' "
-                                "TP-sliced experts too (benchmarks/accuracy/moe_accuracy.py); the MoE stage's rows cannot "
-                                "separate it"
+                                f"TP-sliced experts too (roofline calibrate --op-tables --family {family}); the MoE "
+                                "stage's rows cannot separate it"
                         for family, chips in (("hopper", "H100 and H200"), ("blackwell", "B200, GB200 and B300"))}
 
 

@@ -17,6 +17,10 @@ outliers (a mis-measured row, a kernel the model does not describe) are down-wei
 (pseudo-Huber) loss with scale `f_scale`. A coarse coordinate search (each parameter at 1/4 .. 4x, twice
 round) picks the start, then iteratively reweighted Levenberg-Marquardt on a numerical Jacobian refines it.
 Deterministic: no random starts.
+
+The MoE fits of a kernel family (`roofline.calibration.moe_fits`) minimize a median (or mean) absolute log error,
+which is flat in patches and not a sum of squares: `minimize_from_starts` (Nelder-Mead from fixed starts, the best
+end point) and `minimize_bounded_scalar` (one parameter, bounded) are the optimizers for such a loss.
 """
 
 from __future__ import annotations
@@ -250,3 +254,23 @@ def _jacobian(residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: n
         xi[i] += h
         jac[:, i] = (residuals(xi) - r) / h
     return jac
+
+
+def minimize_from_starts(loss: Callable[..., float], starts: Sequence[Sequence[float]], max_iterations: int,
+                         args: tuple[Any, ...] = ()) -> np.ndarray:
+    """The point minimizing `loss(x, *args)`: Nelder-Mead (scipy, to 1e-3 in x and 1e-5 in the loss, at most
+    `max_iterations`) from each of `starts`, the end point with the lowest loss (the first on a tie). Deterministic.
+    Bounds are the loss's to apply (clip its coordinates)."""
+    from scipy.optimize import minimize  # (imported when a fit runs: the CLI starts without it)
+
+    runs = [minimize(loss, np.array(x0, dtype=np.float64), args=args, method="Nelder-Mead",
+                     options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": max_iterations}) for x0 in starts]
+    return np.asarray(min(runs, key=lambda r: r.fun).x)
+
+
+def minimize_bounded_scalar(loss: Callable[[float], float], bounds: tuple[float, float], tolerance: float) -> float:
+    """The value in `bounds` minimizing a one-parameter `loss`: bounded Brent / golden-section search (scipy) to
+    `tolerance`. Deterministic."""
+    from scipy.optimize import minimize_scalar
+
+    return float(minimize_scalar(loss, bounds=bounds, method="bounded", options={"xatol": tolerance}).x)

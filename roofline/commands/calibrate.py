@@ -2,6 +2,7 @@
 
     roofline calibrate --hardware cpu.yaml --out cpu-calibrated.yaml --trace traces/a --test-trace traces/b
     roofline calibrate --hardware h100-sxm --out h100-calibrated.yaml --op-tables h100_sxm
+    roofline calibrate --op-tables --family hopper [--write]
 
 `--trace DIR ...`: engine step traces to fit on; `--test-trace DIR ...`: held-out traces of a different
 workload (other lengths, arrival rate) to judge the fit on - never a split of one trace's steps. Either may be a
@@ -12,6 +13,12 @@ repeat set (`roofline measure --repeats N`, `--append`): every repeat is used, a
 and a held-out half. The calibrated profile is the input profile with the fitted values and a `calibration:`
 record: what it was fitted on, when (UTC date; SOURCE_DATE_EPOCH pins it), the method, the parameters before
 and after, and the train and held-out error before and after.
+
+`--op-tables --family F`: fit kernel family F on the operator tables of all its chips together (each chip's
+`operator_tables:`), every stage of `roofline.calibration.family_fit` (the op-table stages, per-chip collectives and
+clock factors, the family's joint MoE fits); print the fitted values against the shipped family file and the held-out
+errors; `--write` rewrites hardware_profiles/families/F.yaml (and the fitted chips' clock factors), the one writer of
+a family's fitted values.
 """
 
 from __future__ import annotations
@@ -45,14 +52,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser = subparsers.add_parser(
         "calibrate", help="fit a hardware profile on step traces or operator tables; write a calibrated profile",
         description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hardware", required=True, help="hardware profile id or path to start from")
-    parser.add_argument("--out", type=Path, required=True, metavar="CALIBRATED.yaml",
-                        help="calibrated profile to write")
+    parser.add_argument("--hardware", help="hardware profile id or path to start from (not with --family)")
+    parser.add_argument("--out", type=Path, metavar="CALIBRATED.yaml",
+                        help="calibrated profile to write (not with --family)")
     data = parser.add_mutually_exclusive_group(required=True)
     data.add_argument("--trace", type=Path, nargs="+", action="extend", metavar="DIR",
                       help="step traces to fit on")
-    data.add_argument("--op-tables", metavar="DIR",
-                      help="aiconfigurator-core system folder (or system name, e.g. h100_sxm) to fit on")
+    data.add_argument("--op-tables", metavar="DIR", nargs="?", const="",
+                      help="aiconfigurator-core system folder (or system name, e.g. h100_sxm) to fit on; with "
+                           "--family, no value (the family's chips name their tables)")
+    parser.add_argument("--family", help="with --op-tables: fit this kernel family (hardware_profiles/families)")
+    parser.add_argument("--write", action="store_true",
+                        help="with --family: write the family file and the fitted chips' clock factors")
     parser.add_argument("--test-trace", type=Path, nargs="+", action="extend", default=[], metavar="DIR",
                         help="held-out step traces (a different workload) to report the error on")
     parser.add_argument("--params", default=None,
@@ -77,6 +88,15 @@ def _op_tables(value: str) -> tuple[dict, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.family is not None:
+        return run_family(args)
+    if args.write:
+        raise UserError("--write: only with --op-tables --family F (a calibrated profile is written to --out)")
+    if args.op_tables == "":
+        raise UserError("--op-tables: name the system folder or name to fit on (no value only with --family F)")
+    for flag, value in (("--hardware", args.hardware), ("--out", args.out)):
+        if value is None:
+            raise UserError(f"{flag}: required (except with --op-tables --family F)")
     profile_path = resolve("hardware", args.hardware)
     hw = load_profile(profile_path)
     if args.op_tables is not None:
@@ -102,6 +122,40 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_report(report))
         print(f"wrote {args.out}")
+    return 0
+
+
+def run_family(args: argparse.Namespace) -> int:
+    """`--op-tables --family F [--write]`: fit the family, print its values against the file's, write on --write."""
+    from roofline.calibration.family_fit import (
+        chips_by_family,
+        family_report,
+        fit_one_family,
+        write_chip_clock,
+        write_family,
+    )
+
+    if args.op_tables != "":
+        raise UserError("--family: takes --op-tables without a value" + ("" if args.op_tables is not None else
+                        " (fits a family on the operator tables its chips name)"))
+    for flag, value in (("--hardware", args.hardware), ("--out", args.out), ("--trace", args.trace),
+                        ("--test-trace", args.test_trace or None), ("--params", args.params),
+                        ("--max-fit-steps", args.max_fit_steps), ("--prior-scale", args.prior_scale),
+                        ("--json", args.json or None)):
+        if value is not None:
+            raise UserError(f"{flag}: not with --family (a family is fitted on its chips' operator tables)")
+    families = chips_by_family()
+    if args.family not in families:
+        raise UserError(f"--family: {args.family!r} is not allowed; allowed: {', '.join(sorted(families))}")
+    if not any(families[args.family].values()):
+        raise UserError(f"--family: no {args.family} chip profile names operator tables (operator_tables:); "
+                        "nothing to fit")
+    r = fit_one_family(args.family, families[args.family], log=print)
+    print(family_report(r))
+    if args.write:
+        print(f"wrote {write_family(r)}")
+        for pid in r["clock"]:
+            print(f"wrote {write_chip_clock(r, pid)}")
     return 0
 
 

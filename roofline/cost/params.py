@@ -292,6 +292,7 @@ def _declarations() -> dict[str, ParamSpec]:
         stem = f.name.removesuffix("_s") if m["unit"] == "us" else f.name
         hi = m["hi"] if m["hi"] is not None else hi
         assert hi is not None and m["group"] in GROUPS and set(m["stages"]) <= set(STAGES), f.name
+        assert isinstance(f.default, float), f.name
         out[f.name] = ParamSpec(name=f.name, key=stem + suffix, unit=m["unit"], scale=scale,
                                 lo=m["lo"] if m["lo"] is not None else lo, hi=hi, default=f.default, group=m["group"],
                                 stages=m["stages"], search=m["search"])
