@@ -93,7 +93,7 @@ def test_declarations_are_complete_and_consistent() -> None:
 def _profile_yamls() -> list[Path]:
     folder = data_dir("hardware_profiles")
     return [*sorted(folder.glob("*.yaml")), *sorted((folder / "families").glob("*.yaml")),
-            ROOT / "benchmarks" / "results" / "cpu-profile.yaml"]
+            ROOT / "tests" / "data" / "cpu-profile.yaml"]
 
 
 def test_every_yaml_efficiency_key_is_declared() -> None:
@@ -119,7 +119,7 @@ def test_shipped_profiles_parse_to_the_values_of_e697551() -> None:
     MXFP8 MoE outside Blackwell (`check_moe_backend` refuses it there), and a CPU profile's GPU MoE formats (the CPU
     engines time MoE with their own model, `roofline.cost.cpu_timing.moe_time_s`); those take the no-effect
     defaults."""
-    cpu = "benchmarks/results/cpu-profile.yaml"
+    cpu = "tests/data/cpu-profile.yaml"  # benchmarks/results/cpu-profile.yaml at e697551
     assert sorted(BASELINE) == sorted([*list_ids("hardware"), cpu])
     for pid, before in BASELINE.items():
         hw = load_profile(ROOT / pid if pid == cpu else pid)
