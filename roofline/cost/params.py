@@ -51,7 +51,7 @@ UNITS: dict[str, tuple[str, float, float, float | None]] = {
     "FLOPs": ("", 1.0, 0.0, 1e6),
     "exponent": ("", 1.0, 1.0, 64.0),
 }
-# Operator-family groups (the kernels a parameter describes; `roofline.cost.step_cost` reads them).
+# Operator-family groups (the kernels a parameter describes; `roofline.cost.kernels` reads them).
 GROUPS: dict[str, str] = {
     "device": "every GPU kernel: DRAM streaming, the memory/compute soft roofline, a kernel's fixed time",
     "gemm": "dense bf16/fp16 and per-tensor 8-bit GEMMs (cuBLAS, CUTLASS) and their input quantization",
@@ -173,7 +173,7 @@ class EfficiencyParams:
     # The same two for W8A8 fp8 fused MoE: another kernel (FlashInfer CUTLASS / TRT-LLM grouped GEMMs with their
     # own routing and quantization kernels on Hopper and Blackwell; Triton on Ada). Its factor scales both the
     # dense fp8 GEMM's compute and memory efficiency; as another kernel it may exceed 1 (up to 1.25), the product
-    # is capped at the peak (`roofline.cost.step_cost.moe_time_s`).
+    # is capped at the peak (`roofline.cost.kernels.moe.moe_time_s`).
     moe_fp8_gemm_factor: float = _param(0.70, "factor", "moe_fp8", ("moe", "moe_joint"), hi=1.25, search=(0.02, 1.25))
     moe_fp8_fixed_s: float = _param(20e-6, "us", "moe_fp8", ("moe", "moe_joint"), search=(0.0, 500.0))
     # Its time per touched expert beyond the GEMM roofline: the grouped GEMM's work per group (the expert's problem
@@ -187,7 +187,7 @@ class EfficiencyParams:
     # describe both. Default 1,000 TB/s: no limit; Hopper's family file carries the joint fit of both chips
     # (benchmarks/accuracy/moe_accuracy.py `_fit_joint`).
     moe_fp8_weight_rate: float = _param(1e15, "TB/s", "moe_fp8", ("moe_joint",), search=(0.001, 10.0))
-    # Dense linear layers in the other formats (`roofline.cost.step_cost.linear_time_s`). Block-scaled fp8 (vLLM's
+    # Dense linear layers in the other formats (`roofline.cost.op_time.linear_time_s`). Block-scaled fp8 (vLLM's
     # DeepGEMM kernel on Hopper and Blackwell): the factor of the per-tensor fp8 GEMM's compute efficiency it reaches;
     # its per-output-tile cost in K elements (a persistent kernel whose TMA-store epilogue overlaps the next tile's
     # loads: much less than CUTLASS's gemm_fp8_tile_fixed_k); the bandwidth efficiency of its input quantization
@@ -196,8 +196,8 @@ class EfficiencyParams:
     gemm_fp8_block_factor: float = _param(1.0, "fraction", "gemm_fp8_block", ("gemm_format",))
     gemm_fp8_block_tile_fixed_k: float = _param(64.0, "K elements", "gemm_fp8_block", ("gemm_format",))
     act_group_quant_memory_efficiency: float = _param(0.85, "fraction", "gemm_fp8_block", ("gemm_format",))
-    # NVFP4 (FlashInfer CuTe-DSL on Blackwell, `roofline.cost.step_cost.cutedsl_fp4_gemm_time_s`): this factor of the
-    # 8-bit GEMM's compute efficiency at the fp4 peak; a fixed device time per call beyond kernel_fixed_s (the
+    # NVFP4 (FlashInfer CuTe-DSL on Blackwell, `roofline.cost.kernels.gemm_block_scaled.cutedsl_fp4_gemm_time_s`):
+    # this factor of the 8-bit GEMM's compute efficiency at the fp4 peak; a fixed device time per call beyond kernel_fixed_s (the
     # persistent kernel's prologue: tensor-memory allocation, barrier and TMA-descriptor setup, scale-factor
     # loads before the first MMA); the fraction of the SMs whose CTAs saturate DRAM (fewer CTAs, e.g. a swapped
     # decode GEMM over few weight rows, draw a proportional share). Defaults: no effect; the Blackwell chip
@@ -205,7 +205,7 @@ class EfficiencyParams:
     gemm_fp4_factor: float = _param(1.0, "fraction", "gemm_fp4", ("gemm_format",))
     gemm_fp4_fixed_s: float = _param(0.0, "us", "gemm_fp4", ("gemm_format",))
     gemm_fp4_saturation_fraction: float = _param(1e-3, "fraction", "gemm_fp4", ("gemm_format",))
-    # The other expert formats (`roofline.cost.step_cost.moe_time_s`): block-scaled fp8 (Triton w8a8 block kernels
+    # The other expert formats (`roofline.cost.kernels.moe.moe_time_s`): block-scaled fp8 (Triton w8a8 block kernels
     # on Hopper, FlashInfer TRT-LLM on Blackwell), MXFP4 weight-only W4A16 (OAI Triton on Hopper, TRT-LLM mxfp4-bf16
     # on Blackwell) and NVFP4 W4A4 (FlashInfer CUTLASS / TRT-LLM). `_gemm_factor` scales the GEMM compute efficiency,
     # `_bandwidth_factor` the bandwidth the experts' weights stream at (weight-only W4A16 kernels stream at near the
@@ -223,7 +223,7 @@ class EfficiencyParams:
     moe_w4a16_fixed_s: float = _param(0.0, "us", "moe_w4a16", ("moe_format",))
     moe_w4a16_bandwidth_factor: float = _param(1.0, "factor", "moe_w4a16", ("moe_format",), hi=2.0)
     # MXFP4 experts on vLLM's Marlin W4A16 MoE kernel instead (`--moe-backend marlin`, vLLM's VLLM_MXFP4_USE_MARLIN=1:
-    # e.g. InferenceX's gpt-oss recipes on H100/H200), timed as `roofline.cost.step_cost.marlin_moe_gemm_time_s`
+    # e.g. InferenceX's gpt-oss recipes on H100/H200), timed as `roofline.cost.kernels.moe.marlin_moe_gemm_time_s`
     # describes the kernel (vLLM's block_size_m rule, the persistent kernel's stripes): the same three parameters.
     # Marlin dequantizes in registers, so its compute factor is well below the 16-bit GEMM's once the experts are
     # compute-bound.
@@ -232,7 +232,7 @@ class EfficiencyParams:
     moe_w4a16_marlin_bandwidth_factor: float = _param(1.0, "factor", "moe_w4a16_marlin", ("moe_format",), hi=2.0)
     # MXFP4 experts with MXFP8 activations on FlashInfer's TRT-LLM fused MoE (`--moe-backend flashinfer-mxfp4-mxfp8`,
     # vLLM's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: InferenceX's gpt-oss recipes on B200), timed as
-    # `roofline.cost.step_cost._mxfp4_mxfp8_moe_s` describes it (fp8 x fp4 math at the fp8 peak, the MXFP8 input
+    # `roofline.cost.kernels.moe._mxfp4_mxfp8_moe_s` describes it (fp8 x fp4 math at the fp8 peak, the MXFP8 input
     # quantization, TRT-LLM's untuned token tiles `TRTLLM_MXFP8_MOE_TILES_8BIT`, each token tile re-reading its weight
     # tile). Blackwell only (`roofline.cost.quant.check_moe_backend`); then NVFP4 (see above).
     moe_mxfp4_mxfp8_gemm_factor: float = _param(1.0, "fraction", "moe_mxfp4_mxfp8", ("moe_format",))
@@ -241,8 +241,8 @@ class EfficiencyParams:
     moe_fp4_gemm_factor: float = _param(1.0, "fraction", "moe_fp4", ("moe_format",))
     moe_fp4_fixed_s: float = _param(0.0, "us", "moe_fp4", ("moe_format",))
     moe_fp4_bandwidth_factor: float = _param(1.0, "factor", "moe_fp4", ("moe_format",), hi=2.0)
-    # FlashInfer's TRT-LLM-gen MoE on block-fp8 experts (Blackwell; `roofline.cost.step_cost.TRTLLM_WIDE_TILE_SCHEMES`)
-    # streams the experts' weights slower once its token tile passes 8 (`roofline.cost.step_cost.trtllm_tile_tokens`):
+    # FlashInfer's TRT-LLM-gen MoE on block-fp8 experts (Blackwell; `roofline.cost.kernels.moe.TRTLLM_WIDE_TILE_SCHEMES`)
+    # streams the experts' weights slower once its token tile passes 8 (`roofline.cost.kernels.moe.trtllm_tile_tokens`):
     # this factor of the format's bandwidth there (the tables step up at that boundary at the same weights). Fitted
     # by `roofline calibrate --op-tables --family blackwell` (stage moe_wide_tile); 1 = no effect.
     moe_trtllm_wide_tile_bandwidth_factor: float = _param(1.0, "fraction", "moe_trtllm", ("moe_wide_tile",))
@@ -250,7 +250,7 @@ class EfficiencyParams:
     # custom all-reduce's two-stage kernel (reduce-scatter, then all-gather).
     collective_bus_efficiency: float = _param(0.80, "fraction", "collectives", ("all_reduce",))
     # The same for its one-stage kernel (every rank reads every peer's whole buffer), which it runs on 2 GPUs at
-    # every size and on fully connected 4 / 8 GPUs below 512 / 256 KiB (`roofline.cost.step_cost.all_reduce_time_s`).
+    # every size and on fully connected 4 / 8 GPUs below 512 / 256 KiB (`roofline.cost.kernels.collectives.all_reduce_time_s`).
     # It reads from its peers with 36 thread blocks (csrc/custom_all_reduce.cuh, `block_limit`), fewer bytes in
     # flight than a link needs: fitted on aiconfigurator's tables it reaches 0.50-0.59 of the link on H100, H200,
     # B200, B300 and A100 (0.21 on GB200's NVL72), the two-stage kernel 0.57-0.68.
@@ -258,7 +258,7 @@ class EfficiencyParams:
     # Multiplies the profile's interconnect latency (alpha) for the collectives the engine uses.
     collective_latency_scale: float = _param(1.0, "factor", "collectives", ("all_reduce",), hi=1000.0)
     # NCCL's ring all-reduce where vLLM runs it instead of its custom all-reduce (PCIe-only systems with more than
-    # 2 GPUs: `roofline.cost.step_cost.AllReduceAlgorithms`): the fraction of the per-direction PCIe bandwidth its
+    # 2 GPUs: `roofline.cost.kernels.collectives.AllReduceAlgorithms`): the fraction of the per-direction PCIe bandwidth its
     # traffic moves at, and the latency of one of its 2(n-1) steps (NCCL's LL protocol over PCIe: a few us).
     nccl_bus_efficiency: float = _param(0.5, "fraction", "collectives", ("all_reduce",))
     nccl_step_s: float = _param(2e-6, "us", "collectives", ("all_reduce",))
