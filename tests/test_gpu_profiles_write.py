@@ -32,3 +32,22 @@ def test_write_keeps_the_files_executor_and_the_parameters_fitted_elsewhere() ->
                               "executor.kernel_launch_us": "host_launch_evidence.py",
                               "executor.frontend_us_per_request": "measured on vLLM", "per_chip": "per chip"}
     assert out["fit"] == doc["fit"] and out["id"] == "hopper"
+
+
+def test_write_keeps_sections_it_does_not_write_where_the_file_has_them() -> None:
+    """A section the fit does not write (`host:`) and its sources stay, in the file's order."""
+    fit = {"fitted_params": ("gemm_compute_efficiency",)}
+    doc = {"id": "hopper", "efficiency": {"gemm_compute_efficiency": 0.8}, "executor": {}, "fit": {"held_out": {}},
+           "sources": {"efficiency.gemm_compute_efficiency": "fitted now", "per_chip": "per chip"}}
+    existing = {"id": "hopper", "efficiency": {"gemm_compute_efficiency": 0.7}, "executor": {"kernel_launch_us": 40},
+                "fit": {}, "host": {"single_thread_speed_relative": 2.0},
+                "sources": {"host.single_thread_speed_relative": "DGX H100 host",
+                            "efficiency.gemm_compute_efficiency": "fitted before",
+                            "executor.kernel_launch_us": "host_launch_evidence.py"}}
+    out = keep_unfitted(doc, existing, fit)
+    assert list(out) == ["id", "efficiency", "executor", "fit", "host", "sources"]
+    assert out["host"] == existing["host"]
+    assert list(out["sources"].items()) == [("host.single_thread_speed_relative", "DGX H100 host"),
+                                            ("efficiency.gemm_compute_efficiency", "fitted now"),
+                                            ("executor.kernel_launch_us", "host_launch_evidence.py"),
+                                            ("per_chip", "per chip")]

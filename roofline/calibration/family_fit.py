@@ -347,25 +347,37 @@ def write_family(r: dict[str, Any]) -> Path:
 
 def keep_unfitted(doc: dict[str, Any], existing: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     """`doc` (the fit's family document) with what this fit does not set taken from the family file it replaces:
-    its executor section and those parameters' sources (sourced elsewhere: BENCHMARKS.md, host_launch_evidence.py),
-    and each efficiency parameter the fit did not fit (a per-chip MoE format's, say) with its value and source as the
-    file has them. An efficiency parameter neither fitted nor in the file is left out (its `EfficiencyParams` default,
-    no effect, applies), as is its source."""
+    its executor section and every section the fit does not write (`host:`, say), with their sources
+    (sourced elsewhere: BENCHMARKS.md, host_launch_evidence.py), in the file's order, and each efficiency parameter the
+    fit did not fit (a per-chip MoE format's, say) with its value and source as the file has them. An efficiency
+    parameter neither fitted nor in the file is left out (its `EfficiencyParams` default, no effect, applies), as is
+    its source."""
     fitted = {EFFICIENCY_PARAMS[f].key for f in r["fitted_params"]}
     old_eff, old_sources = existing.get("efficiency") or {}, existing.get("sources") or {}
     eff = {k: (v if k in fitted else old_eff[k]) for k, v in doc["efficiency"].items() if k in fitted or k in old_eff}
-    old_executor = {name: text for name, text in old_sources.items() if name.startswith("executor.")}
-    sources = {}
+    written: dict[str, str] = {}  # the fit's sources of the sections it writes (the executor is the file's)
     for name, text in doc["sources"].items():
         section, _, key = name.partition(".")
         if section == "efficiency" and key not in fitted:
             if key in old_eff and name in old_sources:
-                sources[name] = old_sources[name]
-        elif section == "executor":  # the file's executor sources, in its order, where the fit's would go
-            sources.update(old_executor or {name: text})
-        else:
+                written[name] = old_sources[name]
+        elif section != "executor":
+            written[name] = text
+    sections = {"efficiency", "per_chip"}  # the source keys `written` holds, by section
+
+    def section_of(name: str) -> str:
+        return name.partition(".")[0]
+
+    sources: dict[str, str] = {}
+    for name, text in old_sources.items():  # the file's order: each written section where it was, others as they are
+        if section_of(name) not in sections:
             sources[name] = text
-    return {**doc, "efficiency": eff, "executor": existing.get("executor", doc["executor"]), "sources": sources}
+        elif not any(section_of(n) == section_of(name) for n in sources):
+            sources.update({n: v for n, v in written.items() if section_of(n) == section_of(name)})
+    sources.update({n: v for n, v in written.items() if n not in sources})
+    out = {**doc, "efficiency": eff, "executor": existing.get("executor", doc["executor"]), "sources": sources}
+    ordered = {k: out.get(k, existing[k]) for k in existing if k in out or k != "per_chip"}
+    return {**ordered, **{k: v for k, v in out.items() if k not in ordered}}
 
 
 def clock_source(r: dict[str, Any], pid: str) -> str:
