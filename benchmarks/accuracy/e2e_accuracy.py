@@ -155,17 +155,19 @@ def simulate_case(case: SimCase, sensitivity: bool) -> dict:
     """The simulator on one row: predicted means (and medians, steady state, 5 x N) and step diagnostics."""
     from roofline.cost.kv_capacity import KvCacheTooSmall
     from roofline.engine_args import AUTO_FIT_MAX_MODEL_LEN
+    from roofline.judge.rows import kv_vllm_version
     from roofline.registry import load_model
     from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
 
     row, n = case.row, case.concurrency
     started = time.perf_counter()
     notes = list(case.notes)
+    version = kv_vllm_version(row.backend_version)  # the row's vLLM sizes its KV cache
     try:
-        deployment = make_deployment(load_model(case.config_path), case.hardware_id, case.engine)
+        deployment = make_deployment(load_model(case.config_path), case.hardware_id, case.engine, vllm_version=version)
     except KvCacheTooSmall as exc:  # vLLM would not start with the model's length: the run must have set one
         deployment = make_deployment(load_model(case.config_path), case.hardware_id,
-                                     replace(case.engine, max_model_len=AUTO_FIT_MAX_MODEL_LEN))
+                                     replace(case.engine, max_model_len=AUTO_FIT_MAX_MODEL_LEN), vllm_version=version)
         notes.append(f"{AUTO_FIT_NOTE} ({exc}); simulated with --max-model-len -1: "
                      f"{deployment.engine_record['max_model_len']}")
     out: dict = {"num_gpu_blocks": int(deployment.kv.num_gpu_blocks), "engine": deployment.engine_record,

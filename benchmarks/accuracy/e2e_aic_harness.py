@@ -41,12 +41,14 @@ DATASET_ENTRIES = 100  # AIPerf's --num-dataset-entries default
 
 def simulate(case: SimCase, pool: bool) -> tuple[float, float]:
     """Mean TTFT and TPOT (s) of the measured requests."""
+    from roofline.judge.rows import kv_vllm_version
     from roofline.registry import load_model
     from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
     from roofline.sim.workload import SharedPrefix
 
     row, n = case.row, case.concurrency
-    deployment = make_deployment(load_model(case.config_path), case.hardware_id, case.engine)
+    deployment = make_deployment(load_model(case.config_path), case.hardware_id, case.engine,
+                                 vllm_version=kv_vllm_version(row.backend_version))
     warmup = WARMUP_PER_CONCURRENCY * n if pool else 0
     workload = client_workload(row, REQUESTS_PER_CONCURRENCY * n + warmup, 1.0)
     if pool:

@@ -20,7 +20,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from roofline.cost.hardware import load_profile  # noqa: E402
 from roofline.cost.kv_capacity import (  # noqa: E402
+    CUDA_RESERVED_BYTES,
     GIB,
     KvCapacityInputs,
     block_bytes,
@@ -69,6 +70,8 @@ def kv_inputs(case: dict[str, Any]) -> KvCapacityInputs:
     """The KV-sizing inputs of a case, resolved as `make_deployment` resolves them."""
     spec = load_model(case["model"])
     hw = load_profile(case["hardware"])
+    if "cuda_total_gib" in case:  # a GPU without a profile: the total its log states (only memory enters KV sizing)
+        hw = replace(hw, memory_capacity_bytes=case["cuda_total_gib"] * GIB + CUDA_RESERVED_BYTES)
     engine = EngineArgs(**{k: case[k] for k in FLAG_FIELDS if k in case})
     engine.check_model(spec)
     quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization,
@@ -85,7 +88,7 @@ def kv_inputs(case: dict[str, Any]) -> KvCapacityInputs:
         max_num_batched_tokens=max_num_batched_tokens, max_model_len=engine.resolved_max_model_len(spec),
         gpu_memory_utilization=(engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None
                                 else DEFAULT_GPU_MEMORY_UTILIZATION),
-        vllm_version=version,
+        vllm_version=version, weights_quantized=quant.quantization != "none" or quant.experts[0] != "none",
         async_scheduling=bool(case.get("async_scheduling",
                                        parse_vllm_version(version) >= ASYNC_SCHEDULING_DEFAULT_SINCE)))
 

@@ -33,7 +33,7 @@ larger's when within 1.25x of it); all groups draw blocks from one pool, and one
 (gpt-oss-120b: 18 sliding + 18 full layers -> two groups of 18 layers: a block costs 18 layers' pages, not 36).
 A request then takes blocks in every group: ceil(len / block_size) in a full group, at most
 cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1 in a sliding one (twice the
-batched tokens with asynchronous scheduling from vLLM 0.20 on, `max_in_flight_tokens`)
+batched tokens with asynchronous scheduling from vLLM 0.26 on, `max_in_flight_tokens`)
 (`SlidingWindowSpec.max_memory_usage_bytes`): `_check_one_request_fits` counts both. The simulator's scheduler
 keeps one block table per request, the full-attention one: it does not charge the few blocks a sliding group
 holds per running request (their count is in `KvCapacity.sliding_blocks_per_request`). An fp8 KV cache
@@ -45,7 +45,7 @@ vllm/v1/core/kv_cache_utils.py): "Maximum concurrency for L tokens per request: 
 `get_max_concurrency_for_kv_cache_config`, num_gpu_blocks / the blocks one request of max_model_len takes in every
 group (full groups cdiv(L, block_size), sliding groups their window as above). "GPU KV cache size: N tokens" was
 num_gpu_blocks // num_kv_cache_groups x block_size up to 0.19 (`_report_kv_cache_config`), and is
-int(C x L) since (`get_kv_cache_capacity`, read in 0.26.0 and 0.32.0): the same for a model of one group when L is
+int(C x L) from 0.22 (read in 0.22.0, 0.26.0 and 0.32.0; `get_kv_cache_capacity`): the same for a model of one group when L is
 a multiple of the block size, not for a hybrid one. `KvCapacity.reported_num_tokens` and `.max_concurrency` are
 those two numbers for `KvCapacityInputs.vllm_version`.
 
@@ -69,16 +69,37 @@ from engine.core.model_spec import ModelSpec
 from roofline.errors import UserError
 
 GIB = 2 ** 30
+FP32_BYTES = 4
 
 # Peak bytes of vLLM's profiling sampler run per logit element (rows = min(max_num_seqs, max_num_batched_tokens),
-# columns = vocab): the fp32 logits plus the sampler's temporaries. Fitted to the "Peak activation memory" vLLM
-# logged for five models on an H100 with its default max_num_seqs 1024 and max_num_batched_tokens 8192, where the
-# sampler run, not the forward pass, sets the peak (llm-d/llm-d-benchmark,
-# config_explorer/empirical-vllm-memory-results.md):
+# columns = vocab), by the sampler the version runs on the dummy batch (temperature 0.5, top-p 0.9, top-k vocab - 1;
+# `_dummy_sampler_run`):
+# - up to 0.16 (read in 0.11.0, 0.13.0, 0.16.0): top-k/top-p by sorting the vocabulary (FlashInfer's fused sampler by
+#   default in 0.11, opt-in later): measured, not derived. Fitted to the "Peak activation memory" vLLM logged for five
+#   models on an H100 with its default max_num_seqs 1024 and max_num_batched_tokens 8192, where the sampler run, not
+#   the forward pass, sets the peak (llm-d/llm-d-benchmark, config_explorer/empirical-vllm-memory-results.md, vLLM
+#   0.11 or later):
 #   Llama-3.1-8B 4.76 GiB / (1024 x 128256) = 38.9 B; Qwen3-0.6B 5.56 GiB / (1024 x 151936) = 38.4 B;
 #   Qwen3-32B 5.64 GiB / (1024 x 151936) = 38.9 B; gpt-oss-20b 7.38 GiB / (1024 x 201088) = 38.5 B;
 #   Llama-3.3-70B-FP8 TP2 4.84 GiB / (1024 x 128256) = 39.6 B.  Median: 38.9 B (about 9.7 fp32 copies).
 PROFILE_SAMPLER_BYTES_PER_LOGIT = 38.9
+# - from 0.18 on the V1 model runner (read in 0.18.0, 0.19.1, 0.22.0, 0.26.0): top-k/top-p in place by a Triton kernel
+#   (vllm/v1/sample/ops/topk_topp_triton.py `apply_top_k_top_p_triton`, a buffer of at most one row per SM), so the
+#   peak is the logits in the model dtype, their fp32 copy (`Sampler.forward`), the softmax probabilities and the
+#   exponential noise of `random_sample`: act_bytes + 3 x 4.
+TRITON_TOPK_FP32_COPIES = 3
+TRITON_TOPK_SINCE = (0, 18)  # absent in 0.16.0, present in 0.18.0 (0.17 not read)
+# - on model runner V2 (vllm/v1/worker/gpu/model_runner.py `_dummy_sampler_run`: the dummy batch skips top-k/top-p;
+#   `Sampler.apply_sampling_params` makes one fp32 copy; the Gumbel sample is one Triton kernel): act_bytes + 4.
+#   Which models it runs by default (`VllmConfig.use_v2_model_runner`): none before 0.22 (VLLM_USE_V2_MODEL_RUNNER
+#   defaults to 0 in 0.19.1); Qwen3ForCausalLM unquantized in 0.22.0; Qwen3, Llama and Mistral (with a few MoE
+#   architectures none of the shipped ones is) in 0.24.0; every dense model in 0.26.0; every model in 0.32.0
+#   (0.20-0.21, 0.23, 0.25 and 0.27-0.31 not read: each rule holds here from the release it was read in).
+MRV2_QWEN3_SINCE = (0, 22)
+MRV2_ARCHITECTURES_SINCE = (0, 24)
+MRV2_ARCHITECTURES = ("Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
+MRV2_DENSE_SINCE = (0, 26)
+MRV2_ALL_SINCE = (0, 32)
 
 # vLLM multiplies gpu_memory_utilization with the total that the CUDA runtime reports (torch.cuda.mem_get_info),
 # which is less than the total nvidia-smi reports and hardware profiles record: on an H100 80GB HBM3, nvidia-smi
@@ -112,7 +133,8 @@ class KvCapacityInputs:
     num_gpu_blocks_override: int | None = None
     auto_fit_max_model_len: bool = False  # --max-model-len -1: lower max_model_len to what fits instead of failing
     vllm_version: str = "0.32.0"  # whose accounting and log lines (see the module docstring)
-    async_scheduling: bool = False  # two batches in flight: a sliding group holds a second step's tokens (>= 0.20)
+    weights_quantized: bool = False  # a quantized checkpoint (decides vLLM 0.22's model runner, see above)
+    async_scheduling: bool = False  # two batches in flight: a sliding group holds a second step's tokens (>= 0.26)
 
 
 @dataclass(frozen=True)
@@ -170,17 +192,42 @@ def forward_activation_peak_bytes(spec: ModelSpec, num_tokens: int, tp: int, act
     return num_tokens * (2 * spec.hidden_size + 3 * inter) * act_bytes
 
 
-def sampler_peak_bytes(spec: ModelSpec, max_num_seqs: int, max_num_batched_tokens: int) -> float:
+def sampler_peak_bytes(spec: ModelSpec, max_num_seqs: int, max_num_batched_tokens: int,
+                       bytes_per_logit: float = PROFILE_SAMPLER_BYTES_PER_LOGIT) -> float:
     """vLLM's profiling sampler run: one full-vocabulary logit row per dummy request (logits are gathered to the
     full vocabulary on every rank before sampling)."""
-    return min(max_num_seqs, max_num_batched_tokens) * spec.vocab_size * PROFILE_SAMPLER_BYTES_PER_LOGIT
+    return min(max_num_seqs, max_num_batched_tokens) * spec.vocab_size * bytes_per_logit
+
+
+def uses_model_runner_v2(inputs: KvCapacityInputs) -> bool:
+    """Whether the version runs the model on model runner V2 by default (see MRV2_* above)."""
+    version = parse_vllm_version(inputs.vllm_version)
+    if version >= MRV2_ALL_SINCE:
+        return True
+    if version >= MRV2_DENSE_SINCE:
+        return not inputs.spec.is_moe
+    if version >= MRV2_ARCHITECTURES_SINCE:
+        return inputs.spec.architecture in MRV2_ARCHITECTURES
+    if version >= MRV2_QWEN3_SINCE:
+        return inputs.spec.architecture == "Qwen3ForCausalLM" and not inputs.weights_quantized
+    return False
+
+
+def sampler_bytes_per_logit(inputs: KvCapacityInputs) -> float:
+    """Peak bytes per logit element of the version's profiling sampler run (see the constants above)."""
+    if uses_model_runner_v2(inputs):
+        return inputs.act_bytes + FP32_BYTES
+    if parse_vllm_version(inputs.vllm_version) >= TRITON_TOPK_SINCE:
+        return inputs.act_bytes + TRITON_TOPK_FP32_COPIES * FP32_BYTES
+    return PROFILE_SAMPLER_BYTES_PER_LOGIT
 
 
 def activation_peak_bytes(inputs: KvCapacityInputs) -> float:
     # The forward pass's tensors are freed before the sampler runs, so the peak is the larger of the two.
     forward = forward_activation_peak_bytes(inputs.spec, inputs.max_num_batched_tokens, inputs.tensor_parallel_size,
                                             inputs.act_bytes)
-    return max(forward, sampler_peak_bytes(inputs.spec, inputs.max_num_seqs, inputs.max_num_batched_tokens))
+    return max(forward, sampler_peak_bytes(inputs.spec, inputs.max_num_seqs, inputs.max_num_batched_tokens,
+                                           sampler_bytes_per_logit(inputs)))
 
 
 def kv_cache_groups(spec: ModelSpec) -> tuple[int, int, int]:
@@ -206,7 +253,7 @@ def block_bytes(inputs: KvCapacityInputs) -> float:
 def max_in_flight_tokens(inputs: KvCapacityInputs) -> int:
     """Tokens scheduled but not yet freed from a sliding window: one step's budget, two with asynchronous
     scheduling (`VllmConfig.max_in_flight_tokens` = max_concurrent_batches x max_num_batched_tokens, read in 0.26.0
-    and 0.32.0; 0.19.1 and earlier take one step's, `SlidingWindowSpec.max_memory_usage_bytes`)."""
+    and 0.32.0; 0.24.0 and earlier take one step's, `SlidingWindowSpec.max_memory_usage_bytes`)."""
     batches = 2 if inputs.async_scheduling and parse_vllm_version(inputs.vllm_version) >= IN_FLIGHT_SINCE else 1
     return batches * inputs.max_num_batched_tokens
 
@@ -236,13 +283,12 @@ def parse_vllm_version(version: str) -> tuple[int, int]:
     return major, minor
 
 
-# The first vLLM release whose "GPU KV cache size" is max_concurrency x max_model_len (0.19.1 still divides the
-# block count by the groups; 0.26.0 multiplies; the releases between were not read: 0.20 is assumed to be the change,
-# which matters only for hybrid models).
-REPORT_FROM_CONCURRENCY_SINCE = (0, 20)
-# The first vLLM release whose sliding windows reserve for every batch in flight (absent in 0.19.1, present in 0.26.0;
-# assumed from 0.20).
-IN_FLIGHT_SINCE = (0, 20)
+# The first vLLM release read whose "GPU KV cache size" is max_concurrency x max_model_len (0.19.1 still divides the
+# block count by the groups, 0.22.0 multiplies; 0.20-0.21 not read; it matters only for hybrid models).
+REPORT_FROM_CONCURRENCY_SINCE = (0, 22)
+# The first vLLM release read whose sliding windows reserve for every batch in flight (absent in 0.24.0, present in
+# 0.26.0; 0.25 not read).
+IN_FLIGHT_SINCE = (0, 26)
 # The first vLLM release that subtracts its CUDA-graph memory estimate from the KV budget by default.
 CUDA_GRAPH_ESTIMATE_SINCE = (0, 21)
 

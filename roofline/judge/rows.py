@@ -499,6 +499,17 @@ def async_scheduling_default(version: str | None) -> bool:
     return (major, minor) >= ASYNC_SCHEDULING_DEFAULT_SINCE
 
 
+def kv_vllm_version(version: str | None) -> str:
+    """The vLLM release whose memory profile sizes the row's KV cache (`roofline.cost.kv_capacity`): the row's;
+    rows without one were measured 2025-10-29 to 2025-12-05 (0.11-0.12, the same profile: 0.11.0); the 2026
+    nightlies after the last release in the file (0.19.0)."""
+    if version is None:
+        return "0.11.0"
+    if version.startswith("nightly"):
+        return "0.19.0"
+    return version
+
+
 def engine_args_for(row: SiliconRow, quantization: str) -> EngineArgs:
     """vLLM's flags for the row: its version's defaults (see VERSION_BATCH_DEFAULTS and
     `async_scheduling_default`), its TP and quantization; over them, the flags of its InferenceX recipe

@@ -68,7 +68,7 @@ from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
-from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, EngineArgs, engine_record
+from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION, EngineArgs, engine_record
 from roofline.errors import UserError
 from roofline.registry import load_model
 from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
@@ -100,9 +100,10 @@ class Deployment:
 
 
 def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, engine: EngineArgs,
-                    cpu_engine: str = DEFAULT_CPU_ENGINE) -> Deployment:
+                    cpu_engine: str = DEFAULT_CPU_ENGINE, vllm_version: str = VLLM_VERSION) -> Deployment:
     """Resolve ids/paths, check the engine arguments against the model and the device, build the cost model
-    (`cpu_engine`: whose execution a CPU profile describes, `StepCostModel`) and compute the KV block count;
+    (`cpu_engine`: whose execution a CPU profile describes, `StepCostModel`) and compute the KV block count
+    (with `vllm_version`'s memory profile, `roofline.cost.kv_capacity`; the scheduler is vLLM 0.32's whatever it);
     `UserError` if it cannot run."""
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     hw = hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
@@ -131,7 +132,8 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
         max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
         num_gpu_blocks_override=engine.num_gpu_blocks_override, auto_fit_max_model_len=engine.auto_fit_max_model_len,
-        async_scheduling=hw.executor.host_overlaps_device))
+        async_scheduling=hw.executor.host_overlaps_device,
+        weights_quantized=quant.quantization != "none" or quant.experts[0] != "none", vllm_version=vllm_version))
     max_model_len = kv.max_model_len  # lowered by --max-model-len -1 to what the KV cache holds
     try:
         scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
