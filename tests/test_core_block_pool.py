@@ -169,3 +169,63 @@ def test_lazy_hashes_equal_the_eager_ones_across_outputs():
     assert a.block_hashes == b.block_hashes == [
         block_hash(ROOT_BLOCK_HASH if k == 0 else a.block_hashes[k - 1], a.token_ids(4 * k, 4 * k + 4), 4 * k)
         for k in range(4)]
+
+
+# ---- hybrid models: sliding-window groups in the same pool (vLLM 0.32's hybrid allocator) ----------------------
+
+def _hybrid_kv(num_blocks: int = 64, cap: int = 100) -> KVCacheManager:
+    # One sliding group with a window of 8 tokens (2 blocks of 4) beside the full group.
+    return KVCacheManager(CacheConfig(num_blocks=num_blocks, block_size=4, enable_prefix_caching=False,
+                                      num_sliding_groups=1, sliding_window=8, sliding_admission_cap_blocks=cap),
+                          max_model_len=1000)
+
+
+def _advance(kv: KVCacheManager, req: Request, num_new: int) -> bool:
+    if not kv.allocate_slots(req, num_new):
+        return False
+    req.num_computed_tokens += num_new
+    return True
+
+
+def test_sliding_group_takes_a_block_for_every_new_block_of_a_chunk():
+    kv = _hybrid_kv()
+    a = _req(list(range(1, 21)), "a")  # 20 tokens = 5 blocks of 4
+    assert _advance(kv, a, 20)
+    assert len(a.block_ids) == 5 and len(a.sliding_block_ids) == 5  # the whole chunk, both groups
+    assert kv.num_used_blocks == 10
+    kv.pool.check_invariants()
+
+
+def test_sliding_blocks_leave_as_the_window_passes_them():
+    kv = _hybrid_kv()
+    a = _req(list(range(1, 21)), "a")
+    assert _advance(kv, a, 20)
+    a.append_output_token(7, None)
+    # The next step frees the blocks whose tokens all precede computed - window + 1 = 13: blocks 0-2 (tokens
+    # 0-11), then takes block 5 for token 20 in both groups (vLLM's remove_skipped_blocks before allocating).
+    assert _advance(kv, a, 1)
+    assert a.sliding_first_block == 3 and len(a.sliding_block_ids) == 3  # blocks 3, 4, 5
+    assert len(a.block_ids) == 6 and kv.num_used_blocks == 9
+    kv.free(a)
+    assert kv.num_used_blocks == 0 and a.sliding_block_ids == [] and a.sliding_first_block == 0
+    kv.pool.check_invariants()
+
+
+def test_admission_reserves_the_whole_sequence_in_the_sliding_group_up_to_its_cap():
+    # 19 free blocks: a 40-token prompt needs 10 full blocks and, for the sliding group, min(10, cap) blocks.
+    assert not _hybrid_kv(num_blocks=20).allocate_slots(_req(list(range(1, 41)), "a"), 8, full_sequence_must_fit=True)
+    kv = _hybrid_kv(num_blocks=20, cap=4)
+    a = _req(list(range(1, 41)), "a")
+    assert kv.allocate_slots(a, 8, full_sequence_must_fit=True)  # 10 + 4 <= 19
+    assert len(a.block_ids) == 2 and len(a.sliding_block_ids) == 2  # the first chunk only is allocated
+
+
+def test_dense_cache_holds_no_sliding_blocks():
+    kv = KVCacheManager(CacheConfig(num_blocks=64, block_size=4, enable_prefix_caching=False), max_model_len=1000)
+    a = _req(list(range(1, 21)), "a")
+    assert _advance(kv, a, 20) and a.sliding_block_ids == [] and kv.num_used_blocks == 5
+
+
+def test_sliding_settings_without_groups_are_refused():
+    with pytest.raises(ValueError, match="num_sliding_groups"):
+        CacheConfig(num_blocks=8, sliding_window=128)

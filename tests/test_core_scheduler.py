@@ -241,3 +241,22 @@ def test_config_validation_names_the_field():
         SchedulerConfig(policy="lifo")
     with pytest.raises(ValueError, match="num_blocks"):
         CacheConfig(num_blocks=1)
+
+
+def test_hybrid_model_runs_to_completion_and_returns_every_block():
+    # A sliding-window group (window 8 tokens) beside the full group, in a pool too small for all requests at once:
+    # requests are admitted, preempted and resumed, and the pool ends empty.
+    cache = CacheConfig(num_blocks=40, block_size=4, num_sliding_groups=1, sliding_window=8,
+                        sliding_admission_cap_blocks=20)
+    sched = Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=128), cache)
+    assert sched._fast is None  # the batched decode path knows one block table
+    for i in range(6):
+        sched.add_request(_req(f"r{i}", 30 + i, max_tokens=40))
+    for _ in range(2000):
+        if not sched.has_unfinished():
+            break
+        _step(sched)
+        for req in sched.running:  # the full table grows with the tokens, the sliding one stays near the window
+            assert len(req.sliding_block_ids) <= -(-(8 - 1 + 64) // 4) + 1
+    assert not sched.has_unfinished() and sched.num_kv_blocks_used == 0
+    sched.kv.pool.check_invariants()

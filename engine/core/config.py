@@ -81,9 +81,22 @@ class CacheConfig:
     num_blocks: int
     block_size: int = 16
     enable_prefix_caching: bool = True
+    # A hybrid model's sliding-window KV groups (vLLM's hybrid allocator: every group draws its blocks from the
+    # one pool): how many, their window in tokens, and the blocks one request may reserve in each at admission
+    # (`SlidingWindowSpec.max_admission_blocks_per_request`). 0 groups: every layer in the one full-attention table.
+    num_sliding_groups: int = 0
+    sliding_window: int = 0
+    sliding_admission_cap_blocks: int = 0
 
     def __post_init__(self) -> None:
         _require_positive("CacheConfig", num_blocks=self.num_blocks, block_size=self.block_size)
+        if self.num_sliding_groups:
+            _require_positive("CacheConfig", num_sliding_groups=self.num_sliding_groups,
+                              sliding_window=self.sliding_window,
+                              sliding_admission_cap_blocks=self.sliding_admission_cap_blocks)
+        elif self.sliding_window or self.sliding_admission_cap_blocks:
+            raise ValueError("CacheConfig.sliding_window and sliding_admission_cap_blocks need num_sliding_groups > 0, "
+                             f"got num_sliding_groups={self.num_sliding_groups!r}")
         if self.num_blocks < 2:
             raise ValueError(
                 f"CacheConfig.num_blocks must be >= 2 (block 0 is the reserved null block), got {self.num_blocks}"

@@ -20,6 +20,16 @@ rounded down to whole blocks, so a prompt that is an exact multiple of the block
 block (as vLLM does). Blocks are registered in the cache as soon as they are full of *scheduled* tokens (vLLM
 caches in `allocate_slots`, before the step runs; a request admitted later in the same step may hit them, which is
 why the engine writes all new KV of a layer before attention reads it).
+
+Hybrid models (`CacheConfig.num_sliding_groups`, gpt-oss: sliding-window and full-attention layers) take blocks
+for their sliding groups from the same pool, as vLLM 0.32's hybrid allocator does (vllm/v1/core/kv_cache_manager.py
+`allocate_slots`, single_type_kv_cache_manager.py `SlidingWindowManager`): each step first frees the blocks whose
+tokens all left the window of the computed tokens (`remove_skipped_blocks`: tokens before num_computed - window + 1),
+then each sliding group takes a block for every new block index of the step, like the full group; an admission
+(`full_sequence_must_fit`) also needs room for the whole sequence in every sliding group, capped at
+`sliding_admission_cap_blocks` (`apply_admission_cap`). `req.block_ids` stays the full-attention table; the sliding
+groups' blocks are held uncached in `req.sliding_block_ids`. Not mirrored: prefix-cache hits of the sliding groups
+(a hit's window, at most window / block_size + 1 blocks a group, is allocated anew instead of reused).
 """
 
 from __future__ import annotations
@@ -41,6 +51,9 @@ class KVCacheManager:
         self.enable_caching = cache.enable_prefix_caching
         self.max_model_len = max_model_len
         self.pool = BlockPool(cache.num_blocks)
+        self.num_sliding_groups = cache.num_sliding_groups
+        self.sliding_window = cache.sliding_window
+        self.sliding_cap = cache.sliding_admission_cap_blocks
         # vLLM: int(watermark * num_blocks), kept free when admitting waiting or preempted requests.
         self.watermark_blocks = int(watermark * cache.num_blocks)
         # Free blocks the last allocation that returned False needed (more than there were).
@@ -139,7 +152,7 @@ class KVCacheManager:
         bs = self.block_size
         if num_new_tokens == 1 and 0 < num_computed % bs < bs - 1 and not (
             new_computed_block_ids or full_sequence_must_fit or apply_watermark
-        ):
+        ) and not (self.num_sliding_groups and (num_computed - self.sliding_window + 1) % bs == 0):
             return True  # the common decode: its slot is in the last block held, which it does not fill
         return self.allocate(req, num_computed, req.num_tokens, num_new_tokens, new_computed_block_ids,
                              full_sequence_must_fit, apply_watermark)
@@ -168,16 +181,26 @@ class KVCacheManager:
             hit_array = np.asarray(hit_ids, dtype=np.int64)
             num_required_free += int(np.count_nonzero(pool.ref_cnt[hit_array] == 0))
         num_free = pool.num_free_blocks
+        sliding = self.num_sliding_groups
         if full_sequence_must_fit:
             num_full = min(num_tokens, self.max_model_len)
             need = -(-num_full // bs) - num_held + num_required_free
+            if sliding:
+                need += sliding * self._sliding_blocks_to_reserve(req, num_full, num_computed, num_held)
             if need > num_free:
                 self.failed_need = need
                 return False
-        num_to_allocate = -(-min(num_computed + num_new_tokens, self.max_model_len) // bs) - num_held
-        if num_to_allocate + num_required_free > num_free:
-            self.failed_need = num_to_allocate + num_required_free
+        end_block = -(-min(num_computed + num_new_tokens, self.max_model_len) // bs)
+        num_to_allocate = end_block - num_held
+        num_sliding_new = 0
+        if sliding:
+            num_free += self._free_skipped_sliding_blocks(req, num_computed, num_held)
+            num_sliding_new = sliding * (end_block - req.sliding_first_block - len(req.sliding_block_ids) // sliding)
+        if num_to_allocate + num_sliding_new + num_required_free > num_free:
+            self.failed_need = num_to_allocate + num_sliding_new + num_required_free
             return False
+        if num_sliding_new > 0:
+            self._allocate_sliding(req, end_block)
         if num_hit:
             pool.touch_ids(hit_array)
             req.block_ids.extend(hit_ids)
@@ -197,6 +220,48 @@ class KVCacheManager:
                 self._register(req, num_cached, num_full_blocks)
                 req.num_cached_blocks = num_full_blocks
         return True
+
+    def _sliding_blocks_to_reserve(self, req: Request, num_tokens: int, num_computed: int, num_held: int) -> int:
+        """Blocks one sliding group still needs for `num_tokens` tokens at admission (vLLM's
+        `get_num_blocks_to_allocate` with `apply_admission_cap`): the whole sequence's, capped, less the blocks
+        it holds or skips (the window's start, or a prefix hit's length: its blocks are not reserved here)."""
+        required = min(-(-num_tokens // self.block_size), self.sliding_cap)
+        first = max(self._skipped_blocks(num_computed), num_held)
+        if req.sliding_block_ids:
+            first = req.sliding_first_block + len(req.sliding_block_ids) // self.num_sliding_groups
+        return max(required - first, 0)
+
+    def _skipped_blocks(self, num_computed: int) -> int:
+        """Leading blocks whose tokens all left the window of `num_computed` computed tokens (vLLM
+        `SlidingWindowManager.get_num_skipped_tokens`: num_computed - window + 1)."""
+        return max(0, num_computed - self.sliding_window + 1) // self.block_size
+
+    def _free_skipped_sliding_blocks(self, req: Request, num_computed: int, num_held: int) -> int:
+        """`remove_skipped_blocks`: free the sliding blocks out of the window (also when the allocation then
+        fails, as vLLM does); a request holding none starts its table at the window (or its prefix hit).
+        Returns how many blocks went back to the pool."""
+        groups = self.num_sliding_groups
+        skipped = self._skipped_blocks(num_computed)
+        ids = req.sliding_block_ids
+        if not ids:
+            req.sliding_first_block = max(skipped, num_held)
+            return 0
+        num_drop = min(skipped - req.sliding_first_block, len(ids) // groups)
+        if num_drop <= 0:
+            return 0
+        dropped = ids[:num_drop * groups]
+        del ids[:num_drop * groups]
+        req.sliding_first_block += num_drop
+        self.pool.free(dropped)
+        return len(dropped)
+
+    def _allocate_sliding(self, req: Request, end_block: int) -> None:
+        """Each sliding group takes a block for every block index up to `end_block` it does not hold."""
+        groups = self.num_sliding_groups
+        ids = req.sliding_block_ids
+        num_new = end_block - req.sliding_first_block - len(ids) // groups
+        if num_new > 0:
+            ids.extend(self.pool.allocate(num_new * groups))
 
     def allocate_decode_slots(self, opening: Sequence[Request], filling: Sequence[Request]) -> None:
         """`allocate_slots(req, 1)` for many running requests at once, in queue order, each computing one token
@@ -239,6 +304,10 @@ class KVCacheManager:
         req.block_ids = []
         req.block_ids_head = NO_BLOCK_IDS
         req.num_cached_blocks = 0
+        if req.sliding_block_ids:
+            self.pool.free(req.sliding_block_ids[::-1])
+            req.sliding_block_ids = []
+        req.sliding_first_block = 0
         if req.cache_chain is not None:
             self.pool.close_chain(req.cache_chain)
             req.cache_chain = None

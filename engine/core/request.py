@@ -102,6 +102,8 @@ class Request:
         "block_hashes",
         "num_cached_blocks",
         "cache_chain",
+        "sliding_block_ids",
+        "sliding_first_block",
         "max_num_tokens",
         "stop_token_set",
         "next_check_len",
@@ -159,6 +161,10 @@ class Request:
         self.block_hashes: list[int] = []
         self.num_cached_blocks = 0
         self.cache_chain: int | None = None  # the prefix-cache chain its block list registers into (BlockPool)
+        # A hybrid model's sliding-window groups (KVCacheManager): the blocks they hold, group by group for each
+        # block index from `sliding_first_block` on (those before it left the window and were freed).
+        self.sliding_block_ids: list[int] = []
+        self.sliding_first_block = 0
         # Stop rules precomputed by the scheduler: the length at which the request stops (prompt + max_tokens
         # capped by max_model_len) and the tokens that stop it (EOS unless ignore_eos, stop_token_ids).
         self.max_num_tokens = 0

@@ -19,8 +19,8 @@ sequence, go through `engine.core.fast_path` with the same effect; `fast_paths=F
 loops below (for tests).
 
 Left out of vLLM's scheduler, none of which the engine has: speculative decoding and lookahead slots,
-encoder inputs, LoRA, structured output, KV connectors, async scheduling, pipeline parallelism, Mamba and
-sliding-window KV groups, streaming-input sessions.
+encoder inputs, LoRA, structured output, KV connectors, async scheduling, pipeline parallelism, Mamba KV
+groups, streaming-input sessions (sliding-window groups: `KVCacheManager`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ class Scheduler:
         self.num_running_without_output = 0
         self._pending: StepPlan | None = None  # the plan whose output is still to come
         self._pending_aborted = False  # a request of the pending plan was aborted
-        self._fast = FastPath(self) if fast_paths else None
+        # (The fast path's batched decode allocation knows one block table per request: not a hybrid model's.)
+        self._fast = FastPath(self) if fast_paths and not cache.num_sliding_groups else None
         # The waiting queue's head when its blocks did not fit, with what its failure depended on (`_Blocked`).
         self._blocked: _Blocked | None = None
 

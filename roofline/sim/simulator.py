@@ -65,7 +65,7 @@ from engine.core.step_plan import StepPlan
 from engine.core.step_record import StepRecords, StepSequences
 from roofline.cost.cpu import DEFAULT_CPU_ENGINE
 from roofline.cost.hardware import HardwareProfile, load_profile
-from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity
+from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity, kv_cache_groups
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
 from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION, EngineArgs, engine_record
@@ -139,8 +139,15 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
         scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                            max_model_len=max_model_len,
                                            enable_chunked_prefill=engine.enable_chunked_prefill)
+        # A hybrid model's sliding-window groups draw from the same pool (vLLM's hybrid allocator; the one full
+        # group is the scheduler's block table, `kv_cache_groups` gives every shipped hybrid model one).
+        _, full_groups, sliding_groups = kv_cache_groups(spec)
+        assert full_groups == 1, f"{spec.name}: {full_groups} full-attention KV groups"
         cache_config = CacheConfig(num_blocks=kv.num_gpu_blocks, block_size=engine.block_size,
-                                   enable_prefix_caching=engine.enable_prefix_caching)
+                                   enable_prefix_caching=engine.enable_prefix_caching,
+                                   num_sliding_groups=sliding_groups,
+                                   sliding_window=(spec.sliding_window or 0) if sliding_groups else 0,
+                                   sliding_admission_cap_blocks=kv.sliding_blocks_per_request // max(sliding_groups, 1))
     except ValueError as exc:
         raise UserError(f"engine configuration: {exc}") from None
     record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization,
