@@ -35,8 +35,8 @@ A request then takes blocks in every group: ceil(len / block_size) in a full gro
 cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1 in a sliding one (twice the
 batched tokens with asynchronous scheduling from vLLM 0.26 on, `max_in_flight_tokens`)
 (`SlidingWindowSpec.max_memory_usage_bytes`): `_check_one_request_fits` counts both. The simulator's scheduler
-keeps one block table per request, the full-attention one: it does not charge the few blocks a sliding group
-holds per running request (their count is in `KvCapacity.sliding_blocks_per_request`). An fp8 KV cache
+charges the sliding groups' blocks in the same pool (`engine.core.kv_cache_manager`, hybrid models), with
+`KvCapacity.sliding_blocks_per_request` (all groups) as its admission cap. An fp8 KV cache
 (`--kv-cache-dtype fp8`) halves the page: vLLM stores fp8 K and V with per-tensor scales kept per layer, not per
 block.
 
