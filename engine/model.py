@@ -39,7 +39,12 @@ SUPPORTED_MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM",)
 
 
 def check_supported_moe(spec: ModelSpec) -> None:
-    """A `ValueError` for a mixture-of-experts architecture whose experts the engine has no layout for."""
+    """A `ValueError` for multi-head latent attention (DeepSeek-V3 family: the engine has no MLA layers or latent KV
+    cache; the simulator models it) or a mixture-of-experts architecture whose experts the engine has no layout for."""
+    if spec.is_mla:
+        raise ValueError(f"model '{spec.name}': multi-head latent attention ({spec.architecture}) is not supported by "
+                         f"the engine; it runs dense Llama, Mistral, Qwen2 and Qwen3 models and the mixture of experts "
+                         f"{', '.join(SUPPORTED_MOE_ARCHITECTURES)}; `roofline simulate` models this model")
     if spec.is_moe and spec.architecture not in SUPPORTED_MOE_ARCHITECTURES:
         raise ValueError(f"model '{spec.name}': {spec.architecture} (mixture of experts) is not supported by the "
                          f"engine; it runs dense Llama, Mistral, Qwen2 and Qwen3 models and the mixture of experts "

@@ -150,10 +150,10 @@ def test_qwen3_moe_reads_moe_intermediate_size() -> None:
 
 def test_unsupported_architecture_lists_the_moe_ones(tmp_path: Path) -> None:
     config = json.loads(resolve("model", "llama-tiny").read_text())
-    config["architectures"] = ["DeepseekV3ForCausalLM"]
+    config["architectures"] = ["Glm4MoeForCausalLM"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="DeepseekV3ForCausalLM.*GptOssForCausalLM, Qwen3MoeForCausalLM, "
-                                         "MiniMaxM2ForCausalLM"):
+    with pytest.raises(ValueError, match="Glm4MoeForCausalLM.*GptOssForCausalLM, Qwen3MoeForCausalLM, "
+                                         "MiniMaxM2ForCausalLM, DeepseekV3ForCausalLM"):
         ModelSpec.from_path(tmp_path)
 
 
@@ -187,7 +187,10 @@ def test_aiconfigurator_style_hf_quant_config_name_is_read(tmp_path: Path) -> No
 # presets must describe the same shapes. Read from the installed package; skipped without it.
 _AIC_CONFIGS = {"gpt-oss-20b": "openai--gpt-oss-20b", "gpt-oss-120b": "openai--gpt-oss-120b",
                 "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B", "qwen3-235b-a22b": "Qwen--Qwen3-235B-A22B",
-                "qwen3-235b-a22b-fp8": "Qwen--Qwen3-235B-A22B-FP8", "minimax-m2.5": "MiniMaxAI--MiniMax-M2.5"}
+                "qwen3-235b-a22b-fp8": "Qwen--Qwen3-235B-A22B-FP8", "minimax-m2.5": "MiniMaxAI--MiniMax-M2.5",
+                "deepseek-v3": "deepseek-ai--DeepSeek-V3", "deepseek-r1": "deepseek-ai--DeepSeek-R1",
+                "deepseek-v3.1-nvfp4": "nvidia--DeepSeek-V3.1-NVFP4", "kimi-k2": "moonshotai--Kimi-K2-Instruct",
+                "kimi-k2.5": "moonshotai--Kimi-K2.5", "kimi-k2.5-nvfp4": "nvidia--Kimi-K2.5-NVFP4"}
 
 
 @pytest.mark.parametrize("model_id", sorted(_AIC_CONFIGS))
@@ -202,3 +205,85 @@ def test_moe_preset_matches_aiconfigurator_config(model_id: str) -> None:
     assert (ours.checkpoint_quant is None) == (theirs.checkpoint_quant is None)
     if ours.checkpoint_quant is not None:
         assert ours.checkpoint_quant.method == theirs.checkpoint_quant.method
+
+
+# ---- DeepSeek-V3 family: latent attention, dense first layers, shared experts (issue 38) ----------------------
+
+# DeepSeek-V3 README (https://huggingface.co/deepseek-ai/DeepSeek-V3): "685B, which includes 671B of the Main Model
+# weights and 14B of the Multi-Token Prediction (MTP) Module weights"; "37B activated". Kimi-K2 on Hugging Face:
+# 1.03T parameters (the model card: "1 trillion total parameters, 32 billion activated"). Active without the
+# embedding table, the convention of gpt-oss's model card (see test_moe_param_counts_within_1_percent_of_published).
+@pytest.mark.parametrize("model_id, total, with_mtp, active_billions", [
+    ("deepseek-v3", 671e9, 685e9, 37),
+    ("deepseek-r1", 671e9, 685e9, 37),
+    ("deepseek-v3.1-nvfp4", 671e9, 685e9, 37),
+    ("kimi-k2", 1.03e12, 1.03e12, 32),
+    ("kimi-k2.5", 1.03e12, 1.03e12, 32),
+    ("kimi-k2.5-nvfp4", 1.03e12, 1.03e12, 32),
+])
+def test_deepseek_family_param_counts_within_1_percent_of_published(model_id: str, total: float, with_mtp: float,
+                                                                     active_billions: int) -> None:
+    spec = _preset(model_id)
+    assert spec.num_params() == pytest.approx(total, rel=0.01)
+    assert spec.num_params() + spec.num_mtp_params() == pytest.approx(with_mtp, rel=0.01)
+    assert round(spec.num_active_params(include_embedding=False) / 1e9) == active_billions
+
+
+def test_deepseek_v3_reads_latent_attention_dense_layers_and_grouped_routing() -> None:
+    spec = _preset("deepseek-v3")
+    assert spec.mla is not None and spec.mla.latent_width == 576 and spec.mla.qk_head_dim == 192
+    assert (spec.mla.q_lora_rank, spec.mla.kv_lora_rank, spec.mla.v_head_dim) == (1536, 512, 128)
+    assert (spec.num_dense_layers, spec.num_moe_layers, spec.dense_intermediate_size, spec.intermediate_size) == (
+        3, 58, 18432, 2048)
+    assert (spec.num_experts, spec.num_experts_per_tok, spec.num_shared_experts) == (256, 8, 1)
+    assert (spec.num_expert_groups, spec.topk_expert_groups, spec.num_mtp_layers) == (8, 4, 1)
+    assert spec.router_bias and spec.checkpoint_quant is not None and spec.checkpoint_quant.method == "fp8-block"
+    # One layer's latent cache entry: 576 values; K and V are not stored per head.
+    assert spec.kv_bytes_per_token(2.0) == 61 * 576 * 2.0
+
+
+def test_mla_attention_params_by_hand() -> None:
+    # q_a 7168x1536 + q_a_norm 1536 + q_b 1536x(128x192) + kv_a 7168x576 + kv_a_norm 512 + kv_b 512x(128x256)
+    # + o 128x128x7168
+    spec = _preset("deepseek-v3")
+    assert spec.attention_params() == (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256
+                                       + 128 * 128 * 7168)
+
+
+def test_kimi_k25_wrapper_is_read_as_its_text_model_with_int4_experts() -> None:
+    spec = _preset("kimi-k2.5")
+    assert spec.architecture == "DeepseekV3ForCausalLM" and spec.num_experts == 384 and spec.num_heads == 64
+    ck = spec.checkpoint_quant
+    assert ck is not None and ck.method == "w4a16-int4"
+    assert ck.ignores("model.layers.3.self_attn.q_b_proj") and ck.ignores("model.layers.3.mlp.shared_experts.down_proj")
+    assert ck.ignores("model.layers.0.mlp.gate_up_proj") and not ck.ignores("model.layers.3.mlp.experts")
+
+
+def test_multimodal_wrapper_ignore_list_is_renamed_to_the_text_model(tmp_path: Path) -> None:
+    text = json.loads(resolve("model", "kimi-k2").read_text())
+    del text["quantization_config"]
+    wrapper = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": text,
+               "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                       "ignore": ["language_model.model.layers.*.self_attn*"]}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(wrapper))
+    ck = ModelSpec.from_path(path).checkpoint_quant
+    assert ck is not None and ck.method == "nvfp4" and ck.ignore == ("model.layers.*.self_attn*",)
+
+
+def test_deepseek_v32_sparse_attention_is_refused_by_name(tmp_path: Path) -> None:
+    config = json.loads(resolve("model", "deepseek-v3").read_text())
+    config.update(architectures=["DeepseekV32ForCausalLM"], index_topk=2048)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="DeepseekV32ForCausalLM.*sparse attention.*2048 keys.*not modelled"):
+        ModelSpec.from_path(path)
+
+
+def test_compressed_tensors_scheme_other_than_w4a16_group_32_is_an_error(tmp_path: Path) -> None:
+    config = json.loads(resolve("model", "kimi-k2.5").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = 128
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="compressed-tensors scheme.*allowed: 4-bit int weights, group_size 32"):
+        ModelSpec.from_path(path)

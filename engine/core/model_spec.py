@@ -3,14 +3,18 @@
 A `ModelSpec` is the frozen, validated shape of a decoder-only transformer: what the engine builds and what
 the cost model counts. It loads the `config.json` of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 Qwen3ForCausalLM, MixtralForCausalLM and the MoE architectures GptOssForCausalLM (`gpt_oss`),
-Qwen3MoeForCausalLM (`qwen3_moe`) and MiniMaxM2ForCausalLM (`minimax_m2`); anything else is a `ValueError`
-naming the architecture and the supported ones. A checkpoint's own `quantization_config` (and NVIDIA's
+Qwen3MoeForCausalLM (`qwen3_moe`), MiniMaxM2ForCausalLM (`minimax_m2`) and DeepseekV3ForCausalLM (`deepseek_v3`:
+DeepSeek-V3 / R1 and Kimi-K2, whose text model is the same architecture; Kimi-K2.5's KimiK25ForConditionalGeneration
+is read as its `text_config`, the vision tower left out); anything else is a `ValueError` naming the architecture
+and the supported ones. DeepSeek-V3.2 (`DeepseekV32ForCausalLM`, sparse attention through an indexer) is refused
+by name. A checkpoint's own `quantization_config` (and NVIDIA's
 `hf_quant_config.json` next to the config) is kept as `CheckpointQuant`; `roofline.cost.quant` resolves it per
 module.
 
 Parameter counting (`num_params`, `num_active_params`): every tensor vLLM loads for serving (embedding, LM head
 unless tied, decoder layers with biases, norms, attention sinks, router and its correction bias, final norm;
-not the multi-token-prediction modules of MiniMax-M2, which vLLM loads only for speculative decoding).
+not the multi-token-prediction modules of MiniMax-M2 and DeepSeek-V3, which vLLM loads only for speculative
+decoding: `num_mtp_params` counts DeepSeek's).
 Active = what one token touches: everything but the experts it is not routed to; `include_embedding=False`
 leaves the embedding table out (a lookup, not a matmul), the convention of OpenAI's gpt-oss model card.
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,14 +43,20 @@ SUPPORTED_ARCHITECTURES = (
     "GptOssForCausalLM",
     "Qwen3MoeForCausalLM",
     "MiniMaxM2ForCausalLM",
+    "DeepseekV3ForCausalLM",
 )
+# Wrappers whose text model is a supported architecture: read from their `text_config`.
+_TEXT_CONFIG_WRAPPERS = ("KimiK25ForConditionalGeneration",)
 _MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
                 "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss",
-                "Qwen3MoeForCausalLM": "qwen3_moe", "MiniMaxM2ForCausalLM": "minimax_m2"}
+                "Qwen3MoeForCausalLM": "qwen3_moe", "MiniMaxM2ForCausalLM": "minimax_m2",
+                "DeepseekV3ForCausalLM": "deepseek_v3"}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 # quant_method of a checkpoint's quantization_config (or hf_quant_config.json's quant_algo) -> our scheme name
 # (`roofline.cost.quant`). fp8 with weight_block_size [128, 128] is "fp8-block".
-CHECKPOINT_QUANT_METHODS = ("fp8", "fp8-block", "mxfp4", "nvfp4")
+# compressed-tensors 4-bit integer weights with a bf16 scale per group of 32, 16-bit activations (Kimi-K2.5's experts)
+# is "w4a16-int4".
+CHECKPOINT_QUANT_METHODS = ("fp8", "fp8-block", "mxfp4", "nvfp4", "w4a16-int4")
 
 _ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 
@@ -84,6 +95,10 @@ class CheckpointQuant:
                 raw["weight_block_size"] = [128, 128]
         elif self.method == "nvfp4":
             raw = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+        elif self.method == "w4a16-int4":
+            raw = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+                "targets": ["Linear"], "input_activations": None,
+                "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}}}}
         else:
             raw = {"quant_method": self.method}
         return {**raw, "modules_to_not_convert": list(self.ignore)}
@@ -91,9 +106,36 @@ class CheckpointQuant:
     def ignores(self, module: str) -> bool:
         """Whether a module (its name in vLLM, e.g. "model.layers.0.self_attn.qkv_proj") is left unquantized:
         a pattern matches when it is a dotted prefix of the name or fnmatch-matches it (vLLM's `is_layer_skipped`
-        prefix test; `*` wildcards of modelopt's exclude_modules)."""
-        return any(fnmatch.fnmatch(module, p) or fnmatch.fnmatch(module, p + ".*")
-                   or f".{p}." in f".{module}." for p in self.ignore)
+        prefix test; `*` wildcards of modelopt's exclude_modules; compressed-tensors' "re:" patterns are regular
+        expressions matched at the start of the name, vLLM's `find_matched_target` / `_is_equal_or_regex_match`)."""
+        return any(re.match(p[3:], module) is not None if p.startswith("re:") else
+                   fnmatch.fnmatch(module, p) or fnmatch.fnmatch(module, p + ".*") or f".{p}." in f".{module}."
+                   for p in self.ignore)
+
+
+@dataclass(frozen=True)
+class MlaDims:
+    """Multi-head latent attention (DeepSeek-V2 paper, section 2.1; HF `DeepseekV3Config`; vLLM
+    `DeepseekV2MLAAttention`, model_executor/models/deepseek_v2.py). Per token: q = W_qb(norm(W_qa x)) gives each
+    head a `qk_nope_head_dim` part and a `qk_rope_head_dim` part (RoPE); W_kva x gives the `kv_lora_rank`-wide
+    latent c (normed) and one shared `qk_rope_head_dim`-wide rotated key k_pe; W_kvb c gives each head's key (nope
+    part) and its `v_head_dim`-wide value. The KV cache holds c and k_pe only: `latent_width` values per token and
+    layer, one "head" for all query heads. `q_lora_rank` None: q = W_q x directly (DeepSeek-V2-Lite)."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_width(self) -> int:
+        """Values cached per token and layer: the latent and the rotated key (512 + 64 = 576 for DeepSeek-V3)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
 
 
 @dataclass(frozen=True)
@@ -133,6 +175,19 @@ class ModelSpec:
     expert_bias: bool = False  # gpt-oss: biases on every expert's gate_up and down
     router_bias: bool = False  # gpt-oss: a bias on the router; MiniMax-M2: e_score_correction_bias
     checkpoint_quant: CheckpointQuant | None = None
+    # DeepSeek-V3 family (`deepseek_v3`): latent attention, the first `num_dense_layers` layers with a dense MLP of
+    # `dense_intermediate_size` (first_k_dense_replace, intermediate_size), then MoE layers, each with
+    # `num_shared_experts` experts every token passes through besides its routed top-k (n_shared_experts; vLLM
+    # builds them as one MLP `num_shared_experts` times as wide), routed in `num_expert_groups` groups of which the
+    # best `topk_expert_groups` are searched (n_group, topk_group; the grouped top-k costs no GEMM), and
+    # `num_mtp_layers` multi-token-prediction modules (num_nextn_predict_layers: counted by `num_mtp_params`, not run).
+    mla: MlaDims | None = None
+    num_dense_layers: int = 0
+    dense_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    num_expert_groups: int = 1
+    topk_expert_groups: int = 1
+    num_mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         where = f"model '{self.name}'"
@@ -161,6 +216,26 @@ class ModelSpec:
                 raise ValueError(f"{where}: sliding_attention layers need a sliding_window")
         if self.rotary_dim is not None and not 0 < self.rotary_dim <= self.head_dim:
             raise ValueError(f"{where}: rotary_dim must be in (0, head_dim], got {self.rotary_dim}")
+        if self.mla is not None:
+            for field in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                value = getattr(self.mla, field)
+                if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                    raise ValueError(f"{where}: {field} must be a positive integer, got {value!r}")
+            if self.mla.q_lora_rank is not None and (not isinstance(self.mla.q_lora_rank, int)
+                                                     or self.mla.q_lora_rank <= 0):
+                raise ValueError(f"{where}: q_lora_rank must be a positive integer or null, got "
+                                 f"{self.mla.q_lora_rank!r}")
+        if not 0 <= self.num_dense_layers <= self.num_layers:
+            raise ValueError(f"{where}: first_k_dense_replace must be in [0, num_hidden_layers], got "
+                             f"{self.num_dense_layers}")
+        if self.num_dense_layers and self.dense_intermediate_size <= 0:
+            raise ValueError(f"{where}: dense layers need a positive intermediate_size")
+        if self.num_expert_groups < 1 or self.num_experts % self.num_expert_groups or \
+                not 1 <= self.topk_expert_groups <= self.num_expert_groups:
+            raise ValueError(f"{where}: n_group must divide n_routed_experts and topk_group be in [1, n_group], got "
+                             f"n_group {self.num_expert_groups}, topk_group {self.topk_expert_groups}")
+        if self.num_shared_experts < 0 or self.num_mtp_layers < 0:
+            raise ValueError(f"{where}: n_shared_experts and num_nextn_predict_layers must be >= 0")
 
     # ---- shapes -----------------------------------------------------------------------------------
     @property
@@ -184,9 +259,25 @@ class ModelSpec:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
-    def layer_params(self) -> dict[str, int]:
-        """Parameters of one decoder layer, by part."""
+    @property
+    def is_mla(self) -> bool:
+        return self.mla is not None
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers with MoE experts (all of an MoE model's but its first `num_dense_layers`)."""
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    def attention_params(self) -> int:
+        """One layer's attention parameters."""
         h = self.hidden_size
+        if self.mla is not None:
+            m, heads = self.mla, self.num_heads
+            # q_a_proj + q_a_layernorm + q_b_proj (or q_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj
+            q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * m.qk_head_dim if m.q_lora_rank
+                 else h * heads * m.qk_head_dim)
+            return (q + h * m.latent_width + m.kv_lora_rank + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+                    + heads * m.v_head_dim * h)
         attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
         if self.attention_bias:
             attn += self.q_size + 2 * self.kv_size
@@ -196,12 +287,21 @@ class ModelSpec:
             attn += self.q_size + self.kv_size if self.qk_norm_per_layer else 2 * self.head_dim
         if self.attention_sinks:
             attn += self.num_heads
-        mlp = self.expert_params()  # dense: gate, up, down
-        if self.is_moe:
-            mlp = self.num_experts * mlp + h * self.num_experts  # experts + router
+        return attn
+
+    def layer_params(self, dense: bool = False) -> dict[str, int]:
+        """Parameters of one decoder layer, by part; `dense`: one of an MoE model's first dense layers."""
+        h = self.hidden_size
+        if not self.is_moe:
+            mlp = self.expert_params()  # dense: gate, up, down
+        elif dense:
+            mlp = 3 * h * self.dense_intermediate_size
+        else:
+            mlp = self.num_experts * self.expert_params() + h * self.num_experts  # experts + router
+            mlp += 3 * h * self.intermediate_size * self.num_shared_experts
             if self.router_bias:
                 mlp += self.num_experts
-        return {"attention": attn, "mlp": mlp, "norms": 2 * h}
+        return {"attention": self.attention_params(), "mlp": mlp, "norms": 2 * h}
 
     def expert_params(self) -> int:
         """One expert's (or the dense MLP's) gate, up and down projections, with their biases."""
@@ -226,7 +326,17 @@ class ModelSpec:
         """All parameters, counting the LM head once more when it is not tied to the embedding."""
         embed = self.vocab_size * self.hidden_size
         lm_head = 0 if self.tie_word_embeddings else embed
-        return embed + lm_head + self.hidden_size + self.num_layers * sum(self.layer_params().values())
+        return (embed + lm_head + self.hidden_size + (self.num_layers - self.num_dense_layers)
+                * sum(self.layer_params().values()) + self.num_dense_layers * sum(self.layer_params(dense=True).values()))
+
+    def num_mtp_params(self) -> int:
+        """The multi-token-prediction modules' parameters as the checkpoint stores them (DeepSeek-V3 report, section
+        2.2; vLLM `DeepSeekMultiTokenPredictorLayer`, models/deepseek_mtp.py): per module its own embedding and
+        output head copies, two input norms (enorm, hnorm), the projection of the two concatenated (eh_proj, 2h ->
+        h), one MoE decoder layer and the head's norm."""
+        h = self.hidden_size
+        per = 2 * self.vocab_size * h + 3 * h + 2 * h * h + sum(self.layer_params().values())
+        return self.num_mtp_layers * per
 
     def num_active_params(self, include_embedding: bool = True) -> int:
         """Parameters a token touches (MoE: only its top-k experts); without the embedding table if asked."""
@@ -234,10 +344,12 @@ class ModelSpec:
         if not self.is_moe:
             return self.num_params() - embed
         inactive = (self.num_experts - self.num_experts_per_tok) * self.expert_params()
-        return self.num_params() - self.num_layers * inactive - embed
+        return self.num_params() - self.num_moe_layers * inactive - embed
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
-        """K and V of one token over all layers (unsharded)."""
+        """K and V of one token over all layers (unsharded); MLA: the latent and rotated key (`MlaDims.latent_width`)."""
+        if self.mla is not None:
+            return self.num_layers * self.mla.latent_width * kv_bytes_per_element
         return 2 * self.num_layers * self.kv_size * kv_bytes_per_element
 
     # ---- HF config --------------------------------------------------------------------------------
@@ -246,6 +358,12 @@ class ModelSpec:
         where = f"model '{name}'"
         archs = config.get("architectures") or []
         arch = archs[0] if archs else None
+        if arch in _TEXT_CONFIG_WRAPPERS and isinstance(config.get("text_config"), dict):
+            return cls.from_hf_config(_text_model_config(config), name)
+        if arch == "DeepseekV32ForCausalLM":
+            raise ValueError(f"{where}: architecture 'DeepseekV32ForCausalLM' (DeepSeek-V3.2's sparse attention: an "
+                             f"indexer selecting {config.get('index_topk', 2048)} keys per query) is not modelled; "
+                             f"allowed: {', '.join(SUPPORTED_ARCHITECTURES)}")
         if arch not in SUPPORTED_ARCHITECTURES:
             raise ValueError(f"{where}: architecture {arch!r} is not supported; "
                              f"allowed: {', '.join(SUPPORTED_ARCHITECTURES)}")
@@ -287,18 +405,30 @@ class ModelSpec:
         eos = config.get("eos_token_id")
         if isinstance(eos, list):
             eos = eos[0] if eos else None
-        moe = arch in ("MixtralForCausalLM", "GptOssForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM")
+        moe = arch in ("MixtralForCausalLM", "GptOssForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
+                       "DeepseekV3ForCausalLM")
+        deepseek = arch == "DeepseekV3ForCausalLM"
+        mla = None
+        if deepseek:
+            if config.get("moe_layer_freq", 1) != 1:
+                raise ValueError(f"{where}: moe_layer_freq {config.get('moe_layer_freq')} is not supported; allowed: 1")
+            mla = MlaDims(q_lora_rank=config.get("q_lora_rank"), kv_lora_rank=need("kv_lora_rank"),
+                          qk_nope_head_dim=need("qk_nope_head_dim"), qk_rope_head_dim=need("qk_rope_head_dim"),
+                          v_head_dim=need("v_head_dim"))
+            head_dim = mla.qk_head_dim
         if arch == "Qwen3MoeForCausalLM":
             if config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1:
                 raise ValueError(f"{where}: dense layers among MoE layers (mlp_only_layers, decoder_sparse_step "
                                  f"!= 1) are not supported")
             inter = need("moe_intermediate_size")
+        elif deepseek:
+            inter = need("moe_intermediate_size")
         else:
             inter = need("intermediate_size")
         if arch == "MiniMaxM2ForCausalLM" and config.get("shared_intermediate_size", 0):
             raise ValueError(f"{where}: shared experts (shared_intermediate_size > 0) are not supported")
-        num_experts = (config.get("num_experts") if arch == "Qwen3MoeForCausalLM"
-                       else config.get("num_local_experts")) if moe else 0
+        num_experts = ({"Qwen3MoeForCausalLM": config.get("num_experts"), "DeepseekV3ForCausalLM":
+                        config.get("n_routed_experts")}.get(arch, config.get("num_local_experts"))) if moe else 0
         topk = (config.get("num_experts_per_tok") or config.get("experts_per_token")) if moe else 0
         gpt_oss = arch == "GptOssForCausalLM"
         minimax = arch == "MiniMaxM2ForCausalLM"
@@ -308,7 +438,7 @@ class ModelSpec:
             num_layers=need("num_hidden_layers"),
             hidden_size=hidden,
             num_heads=heads,
-            num_kv_heads=config.get("num_key_value_heads") or heads,
+            num_kv_heads=heads if deepseek else config.get("num_key_value_heads") or heads,
             head_dim=head_dim,
             intermediate_size=inter,
             vocab_size=need("vocab_size"),
@@ -323,7 +453,8 @@ class ModelSpec:
             sliding_window=sliding,
             num_experts=num_experts or 0,
             num_experts_per_tok=topk or 0,
-            norm_topk_prob=bool(config.get("norm_topk_prob", False)) if arch == "Qwen3MoeForCausalLM" else True,
+            norm_topk_prob=bool(config.get("norm_topk_prob", False)) if arch in ("Qwen3MoeForCausalLM",
+                                                                                  "DeepseekV3ForCausalLM") else True,
             torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
             bos_token_id=config.get("bos_token_id"),
             eos_token_id=eos,
@@ -333,8 +464,16 @@ class ModelSpec:
             qk_norm_per_layer=minimax and config.get("qk_norm_type", "per_layer") == "per_layer",
             rotary_dim=config.get("rotary_dim") if minimax else None,
             expert_bias=gpt_oss,
-            router_bias=gpt_oss or (minimax and bool(config.get("use_routing_bias", False))),
+            router_bias=gpt_oss or (minimax and bool(config.get("use_routing_bias", False)))
+            or (deepseek and config.get("topk_method") == "noaux_tc"),  # e_score_correction_bias
             checkpoint_quant=checkpoint_quant(config.get("quantization_config"), where),
+            mla=mla,
+            num_dense_layers=int(config.get("first_k_dense_replace") or 0) if deepseek else 0,
+            dense_intermediate_size=need("intermediate_size") if deepseek else 0,
+            num_shared_experts=int(config.get("n_shared_experts") or 0) if deepseek else 0,
+            num_expert_groups=int(config.get("n_group") or 1) if deepseek else 1,
+            topk_expert_groups=int(config.get("topk_group") or 1) if deepseek else 1,
+            num_mtp_layers=int(config.get("num_nextn_predict_layers") or 0) if deepseek else 0,
         )
 
     @classmethod
@@ -401,11 +540,39 @@ class ModelSpec:
             config.update(use_qk_norm=self.qk_norm, qk_norm_type="per_layer" if self.qk_norm_per_layer else
                           "per_head", rotary_dim=self.rotary_dim, use_routing_bias=self.router_bias,
                           shared_intermediate_size=0, scoring_func="sigmoid")
+        if self.mla is not None:
+            del config["num_local_experts"], config["head_dim"]
+            config.update(q_lora_rank=self.mla.q_lora_rank, kv_lora_rank=self.mla.kv_lora_rank,
+                          qk_nope_head_dim=self.mla.qk_nope_head_dim, qk_rope_head_dim=self.mla.qk_rope_head_dim,
+                          v_head_dim=self.mla.v_head_dim, n_routed_experts=self.num_experts,
+                          moe_intermediate_size=self.intermediate_size, intermediate_size=self.dense_intermediate_size,
+                          first_k_dense_replace=self.num_dense_layers, n_shared_experts=self.num_shared_experts,
+                          n_group=self.num_expert_groups, topk_group=self.topk_expert_groups,
+                          num_nextn_predict_layers=self.num_mtp_layers, norm_topk_prob=self.norm_topk_prob,
+                          topk_method="noaux_tc" if self.router_bias else "greedy", scoring_func="sigmoid",
+                          moe_layer_freq=1)
         if self.layer_types is not None:
             config["layer_types"] = list(self.layer_types)
         if self.checkpoint_quant is not None:
             config["quantization_config"] = self.checkpoint_quant.to_hf_config()
         return config
+
+
+def _text_model_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal wrapper's text model config (Kimi-K2.5: `text_config`, a DeepseekV3ForCausalLM), with the
+    wrapper's quantization_config, its ignore patterns renamed from the wrapper's module names
+    ("language_model.model.layers...") to the text model's ("model.layers...")."""
+    text = dict(config["text_config"])
+    quant = config.get("quantization_config") or text.get("quantization_config")
+    if quant:
+        quant = dict(quant)
+        for key in ("ignore", "modules_to_not_convert", "exclude_modules", "ignored_layers"):
+            if quant.get(key):
+                quant[key] = [p.replace("language_model.", "", 1) for p in quant[key]]
+        text["quantization_config"] = quant
+    for key in ("torch_dtype", "dtype"):
+        text.setdefault(key, config.get(key))
+    return text
 
 
 def checkpoint_quant(raw: dict[str, Any] | None, where: str) -> CheckpointQuant | None:
@@ -419,7 +586,9 @@ def checkpoint_quant(raw: dict[str, Any] | None, where: str) -> CheckpointQuant 
     method = str(raw.get("quant_method", "")).lower()
     ignore = tuple(raw.get("modules_to_not_convert") or raw.get("ignored_layers") or raw.get("ignore")
                    or raw.get("exclude_modules") or ())
-    if method == "modelopt":
+    if method == "compressed-tensors":
+        method = _compressed_tensors_method(raw, where)
+    elif method == "modelopt":
         algo = str(raw.get("quant_algo", "")).upper()
         method = {"FP8": "fp8", "NVFP4": "nvfp4"}.get(algo, f"modelopt {algo}")
     elif method == "fp8":
@@ -430,8 +599,22 @@ def checkpoint_quant(raw: dict[str, Any] | None, where: str) -> CheckpointQuant 
             method = "fp8-block"
     if method not in CHECKPOINT_QUANT_METHODS:
         raise ValueError(f"{where}: quantization_config quant_method {method!r} is not supported; "
-                         f"allowed: fp8 (per-tensor or weight_block_size [128, 128]), mxfp4, modelopt FP8 / NVFP4")
+                         f"allowed: fp8 (per-tensor or weight_block_size [128, 128]), mxfp4, modelopt FP8 / NVFP4, "
+                         f"compressed-tensors W4A16 int4 group 32")
     return CheckpointQuant(method=method, ignore=ignore)
+
+
+def _compressed_tensors_method(raw: dict[str, Any], where: str) -> str:
+    """A compressed-tensors config's one weight scheme: 4-bit symmetric integer weights per group of 32 with
+    16-bit activations (vLLM `CompressedTensorsWNA16`; its MoE `CompressedTensorsWNA16MarlinMoEMethod`) is
+    "w4a16-int4"; every other scheme a ValueError naming it."""
+    groups = list((raw.get("config_groups") or {}).values())
+    schemes = {(w.get("type"), w.get("num_bits"), w.get("strategy"), w.get("group_size"),
+                g.get("input_activations") is None) for g in groups for w in [g.get("weights") or {}]}
+    if schemes == {("int", 4, "group", 32, True)}:
+        return "w4a16-int4"
+    raise ValueError(f"{where}: compressed-tensors scheme {sorted(map(str, schemes))} is not supported; "
+                     f"allowed: 4-bit int weights, group_size 32, 16-bit activations (W4A16)")
 
 
 def format_params(n: float) -> str:

@@ -212,6 +212,9 @@ class RankShape:
     def of(cls, spec: ModelSpec, tp: int) -> "RankShape":
         if not isinstance(tp, int) or tp < 1:
             raise UserError(f"--tensor-parallel-size: must be a positive integer, got {tp!r}")
+        if spec.is_mla:
+            raise UserError(f"model '{spec.name}': multi-head latent attention ({spec.architecture}) is not modelled "
+                            f"by the step cost yet")
         if spec.num_heads % tp or spec.intermediate_size % tp:
             raise UserError(f"--tensor-parallel-size: {tp} must divide num_attention_heads ({spec.num_heads}) and "
                             f"intermediate_size ({spec.intermediate_size}) of model '{spec.name}'")
