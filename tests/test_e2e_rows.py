@@ -140,7 +140,7 @@ def test_empty_precision_is_the_checkpoint_dtype() -> None:
 
 @pytest.mark.parametrize("overrides, reason", [
     ({"precision": "int4", "gemm_quant_mode": "int4_wo"}, SkipReason.PRECISION),
-    ({"model_path": "deepseek-ai/DeepSeek-V3", "precision": "fp4"}, SkipReason.ARCHITECTURE),
+    ({"model_path": "deepseek-ai/DeepSeek-V3.2", "precision": "fp8"}, SkipReason.ARCHITECTURE),
     ({"system": "b60"}, SkipReason.GPU),
     ({"attention_dp_size": 2.0, "silicon_data_source": "silicon_concurrency=32"}, SkipReason.PARALLELISM),
     ({"tp_size": 16.0}, SkipReason.MULTI_NODE),
@@ -151,7 +151,7 @@ def test_skip_reasons(overrides: dict, reason: SkipReason) -> None:
 
 
 def test_several_reasons_are_all_listed_in_closed_list_order() -> None:
-    skip = resolve_row(parse_row(record(model_path="deepseek-ai/DeepSeek-V3", precision="int4", tp_size=16.0)))
+    skip = resolve_row(parse_row(record(model_path="deepseek-ai/DeepSeek-V3.2", precision="int4", tp_size=16.0)))
     assert isinstance(skip, Skip)
     assert skip.reasons == (SkipReason.ARCHITECTURE, SkipReason.PRECISION, SkipReason.MULTI_NODE)
 

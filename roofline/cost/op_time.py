@@ -18,6 +18,7 @@ from roofline.cost.kernels.gemm_block_scaled import (
     deepgemm_sm100_gemm_time_s,
     fp4_act_quant_time_s,
 )
+from roofline.cost.kernels.mla import MLA_OP_KINDS, mla_op_time_s
 from roofline.cost.kernels.moe import moe_time_s
 from roofline.cost.ops import OpRecord
 from roofline.cost.quant import EIGHT_BIT_DTYPES, FP8_GROUP_SCALE_BYTES, QuantConfig
@@ -123,6 +124,8 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
         t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_expert, quant.act_bytes, quant.expert_kernel,
                        num_experts=num_experts, num_tokens=num_tokens)
         kernels = 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
+    elif op.kind in MLA_OP_KINDS:
+        t = mla_op_time_s(hw, op, quant.kv_dtype == "fp8")
     elif op.kind == "all_reduce":
         t = all_reduce_time_s(hw, *op.shape)
     elif op.kind == "all_gather":

@@ -212,9 +212,9 @@ class RankShape:
     def of(cls, spec: ModelSpec, tp: int) -> "RankShape":
         if not isinstance(tp, int) or tp < 1:
             raise UserError(f"--tensor-parallel-size: must be a positive integer, got {tp!r}")
-        if spec.is_mla:
-            raise UserError(f"model '{spec.name}': multi-head latent attention ({spec.architecture}) is not modelled "
-                            f"by the step cost yet")
+        if spec.num_dense_layers and spec.dense_intermediate_size % tp:
+            raise UserError(f"--tensor-parallel-size: {tp} must divide the dense layers' intermediate_size "
+                            f"({spec.dense_intermediate_size}) of model '{spec.name}'")
         if spec.num_heads % tp or spec.intermediate_size % tp:
             raise UserError(f"--tensor-parallel-size: {tp} must divide num_attention_heads ({spec.num_heads}) and "
                             f"intermediate_size ({spec.intermediate_size}) of model '{spec.name}'")
@@ -399,8 +399,15 @@ def step_ops(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats,
     """Every operator of one step on one rank, in execution order (per-layer operators summed over layers), with
     the attention `kernels` of the device's family (`attention_kernels`); `graph_max_tokens`: `token_ops`."""
     r = RankShape.of(spec, tp)
-    return (token_ops(spec, quant, tp, s.num_tokens, graph_max_tokens) + attention_records(r, s, quant, kernels)
-            + emit_ops(spec, quant, tp, s.num_emits))
+    attention = mla_step_records(spec, quant, tp, s) if spec.is_mla else attention_records(r, s, quant, kernels)
+    return token_ops(spec, quant, tp, s.num_tokens, graph_max_tokens) + attention + emit_ops(spec, quant, tp,
+                                                                                             s.num_emits)
+
+
+def mla_step_records(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats) -> list[OpRecord]:
+    """An MLA model's attention records of a step (`roofline.cost.kernels.mla.mla_attention_records`)."""
+    from roofline.cost.kernels.mla import MlaBatch, mla_attention_records, mla_heads_per_rank
+    return mla_attention_records(spec, quant, tp, MlaBatch.from_stats(s, mla_heads_per_rank(spec, tp)))
 
 
 def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any,
@@ -420,10 +427,12 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any,
                     act_bytes=t * h * a, dtype=quant.act_dtype)]
     if tp > 1:
         ops.append(all_reduce_record("embedding_all_reduce", t * h * a, 1, tp, eager))
-    ops += [
-        elementwise_record("input_norm", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, n_l, a, h * a),
-        gemm_record("qkv_proj", t, r.qkv_width, h, n_l, wb, a, gd, in_b),
-    ]
+    ops.append(elementwise_record("input_norm", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, n_l, a, h * a))
+    if spec.is_mla:  # latent attention: its token operators (`roofline.cost.kernels.mla`), o_proj last
+        from roofline.cost.kernels.mla import mla_token_records
+        ops += mla_token_records(spec, quant, tp, t)
+    else:
+        ops.append(gemm_record("qkv_proj", t, r.qkv_width, h, n_l, wb, a, gd, in_b))
     if spec.qk_norm:
         norm_weights = (r.heads + r.kv_heads) * r.head_dim if spec.qk_norm_per_layer else 2 * r.head_dim
         ops.append(elementwise_record("qk_norm", qk_elems, qk_elems, _NORM_FLOPS_PER_ELEMENT - 1, n_l, a,
@@ -433,18 +442,32 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any,
             # (2 fp32 per token) are all-reduced in every layer (vLLM MiniMaxText01RMSNormTP,
             # layers/minimax_rms_norm/rms_norm_tp.py `_all_reduce_variance`).
             ops.append(all_reduce_record("qk_norm_all_reduce", t * 2 * 4.0, n_l, tp, eager))
-    ops += [
-        elementwise_record("rope", qk_elems, qk_elems, _ROPE_FLOPS_PER_ELEMENT, n_l, a),
-        gemm_record("o_proj", t, h, r.heads * r.head_dim, n_l, wb, a, gd, in_b),
-    ]
+    if not spec.is_mla:
+        ops += [
+            elementwise_record("rope", qk_elems, qk_elems, _ROPE_FLOPS_PER_ELEMENT, n_l, a),
+            gemm_record("o_proj", t, h, r.heads * r.head_dim, n_l, wb, a, gd, in_b),
+        ]
     if tp > 1:
         ops.append(all_reduce_record("attn_all_reduce", t * h * a, n_l, tp, eager))
     ops.append(elementwise_record("post_attn_norm", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, n_l, a,
                                   h * a))
     if spec.is_moe:
-        ops += router_records(spec, quant, t, r.num_experts, h, n_l, a)
-        ops += [moe_record("moe_experts", t, *expert_shape(r, quant), r.topk, r.num_experts, n_l, quant,
+        n_moe, n_dense = spec.num_moe_layers, spec.num_dense_layers
+        if n_dense:  # DeepSeek's first dense layers (first_k_dense_replace)
+            dense = spec.dense_intermediate_size // tp
+            ops += [gemm_record("dense_gate_up_proj", t, 2 * dense, h, n_dense, wb, a, gd, in_b),
+                    elementwise_record("dense_silu_and_mul", 2 * t * dense, t * dense, _SILU_MUL_FLOPS_PER_ELEMENT,
+                                       n_dense, a),
+                    gemm_record("dense_down_proj", t, h, dense, n_dense, wb, a, gd, in_b)]
+        ops += router_records(spec, quant, t, r.num_experts, h, n_moe, a)
+        ops += [moe_record("moe_experts", t, *expert_shape(r, quant), r.topk, r.num_experts, n_moe, quant,
                            spec.expert_bias)]
+        if spec.num_shared_experts:  # DeepSeek's shared experts: one MLP of their combined width, every token
+            shared = r.inter * spec.num_shared_experts
+            ops += [gemm_record("shared_gate_up_proj", t, 2 * shared, h, n_moe, wb, a, gd, in_b),
+                    elementwise_record("shared_silu_and_mul", 2 * t * shared, t * shared, _SILU_MUL_FLOPS_PER_ELEMENT,
+                                       n_moe, a),
+                    gemm_record("shared_down_proj", t, h, shared, n_moe, wb, a, gd, in_b)]
     else:
         ops += [gemm_record("gate_up_proj", t, 2 * r.inter, h, n_l, wb, a, gd, in_b),
                 elementwise_record("silu_and_mul", 2 * t * r.inter, t * r.inter, _SILU_MUL_FLOPS_PER_ELEMENT, n_l, a),
@@ -491,6 +514,16 @@ def weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float
     r = RankShape.of(spec, tp)
     h, a = r.hidden, quant.act_bytes
     attn = (r.qkv_width + r.heads * r.head_dim) * h * quant.weight_bytes_per_param
+    if spec.mla is not None:
+        m = spec.mla
+        # fused q/kv down-projection (replicated on every rank), q_b_proj, kv_b_proj, o_proj (split by TP), the two
+        # latent norms; W_UK_T and W_UV, which vLLM derives from kv_b_proj and keeps beside it in the activation
+        # dtype (`MLACommonBaseImpl.process_weights_after_loading`).
+        q_rank = m.q_lora_rank or 0
+        attn = ((h * (q_rank + m.latent_width) if q_rank else h * (r.heads * m.qk_head_dim + m.latent_width))
+                + q_rank * r.heads * m.qk_head_dim + m.kv_lora_rank * r.heads * (m.qk_nope_head_dim + m.v_head_dim)
+                + r.heads * m.v_head_dim * h) * quant.weight_bytes_per_param \
+            + (q_rank + m.kv_lora_rank) * a + r.heads * m.kv_lora_rank * (m.qk_nope_head_dim + m.v_head_dim) * a
     if spec.attention_bias:
         attn += r.qkv_width * a
     if spec.o_proj_bias:
@@ -506,6 +539,7 @@ def weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float
         mlp = r.num_experts * (3 * eh * ei * expert_bytes + bias) + r.num_experts * h * router
         if spec.router_bias:
             mlp += r.num_experts * router
+        mlp += 3 * h * r.inter * spec.num_shared_experts * quant.weight_bytes_per_param
     else:
         mlp = 3 * h * r.inter * quant.weight_bytes_per_param + bias
     qk_norm = 0
@@ -514,10 +548,17 @@ def weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float
     norms = (2 * h + qk_norm) * a
     embed = r.vocab * h * a
     lm_head = 0.0 if spec.tie_word_embeddings else embed
-    return r.layers * (attn + mlp + norms) + embed + lm_head + h * a
+    n_dense = spec.num_dense_layers if spec.is_moe else 0
+    if not n_dense:
+        return r.layers * (attn + mlp + norms) + embed + lm_head + h * a
+    dense = 3 * h * (spec.dense_intermediate_size // tp) * quant.weight_bytes_per_param
+    return r.layers * (attn + norms) + (r.layers - n_dense) * mlp + n_dense * dense + embed + lm_head + h * a
 
 
 def kv_bytes_per_token_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float:
-    """K and V of one token over all layers on one rank."""
+    """K and V of one token over all layers on one rank; MLA: the latent and rotated key of every layer, which every
+    rank holds whole (vLLM's `MLAAttentionSpec`: one KV head, not split by tensor parallelism)."""
+    if spec.mla is not None:
+        return spec.num_layers * spec.mla.latent_width * quant.kv_bytes_per_element
     r = RankShape.of(spec, tp)
     return 2.0 * r.layers * r.kv_heads * r.head_dim * quant.kv_bytes_per_element

@@ -59,6 +59,7 @@ GROUPS: dict[str, str] = {
     "gemm_fp4": "NVFP4 dense GEMMs (FlashInfer CuTe-DSL)",
     "cpu": "CPU executors only (roofline.cost.cpu_timing)",
     "attention": "prefill and decode attention (FlashAttention 2/3, FlashInfer TRT-LLM)",
+    "mla": "multi-head latent attention (DeepSeek-V3 family): its prefill flash attention and absorbed decode kernel",
     "moe_bf16": "16-bit fused MoE",
     "moe_fp8": "per-tensor fp8 fused MoE",
     "moe_fp8_block": "block-scaled fp8 fused MoE",
@@ -74,10 +75,11 @@ GROUPS: dict[str, str] = {
 # (`roofline.calibration.calibrate.OP_TABLE_STAGES`, in this order) and the family fit's other steps
 # (`roofline.calibration.family_fit`): `moe_joint` (16-bit and per-tensor fp8 MoE fitted jointly over a family's
 # chips), `moe_wide_tile` (TRT-LLM's wide token tile), `moe_format` / `gemm_format` (the other weight formats, per
-# chip: benchmarks/accuracy/moe_accuracy.py), `cpu_profile` (`roofline profile-device`); `trace`: what a step-trace
+# chip: benchmarks/accuracy/moe_accuracy.py), `mla` (multi-head latent attention, per chip:
+# benchmarks/accuracy/mla_accuracy.py), `cpu_profile` (`roofline profile-device`); `trace`: what a step-trace
 # calibration fits by default (`roofline.calibration.calibrate.DEFAULT_TRACE_PARAMS`).
 STAGES = ("gemm", "attention", "all_reduce", "moe", "moe_joint", "moe_wide_tile", "moe_format", "gemm_format",
-          "cpu_profile", "trace")
+          "mla", "cpu_profile", "trace")
 
 
 @dataclass(frozen=True)
@@ -269,6 +271,20 @@ class EfficiencyParams:
     # (`roofline.calibration.fit.predict_table`). In serving, the bytes between two uses of a weight or KV block
     # are the whole model's: they are never L2-resident. 1 = no faster than DRAM.
     l2_bandwidth_factor: float = _param(1.0, "factor", "op_tables", ("gemm",), lo=1.0, hi=64.0)
+    # Multi-head latent attention (`roofline.cost.kernels.mla`): its prefill flash attention (head 192 / 128) at this
+    # factor of attention_compute_efficiency, plus a fixed time per call of the prefill path; its absorbed decode
+    # kernel (576-wide heads over the latent cache) at these fractions of the bf16 peak and the DRAM bandwidth, a
+    # fixed time per call and one per wave of 64-row work tiles; the `_fp8_kv` three for the decode kernel vLLM
+    # runs with an fp8 KV cache (another kernel on Hopper: FlashMLA).
+    mla_prefill_compute_factor: float = _param(1.0, "factor", "mla", ("mla",), hi=2.0)
+    mla_prefill_fixed_s: float = _param(10e-6, "us", "mla", ("mla",))
+    mla_decode_compute_efficiency: float = _param(0.5, "fraction", "mla", ("mla",))
+    mla_decode_memory_efficiency: float = _param(0.7, "fraction", "mla", ("mla",))
+    mla_decode_fixed_s: float = _param(5e-6, "us", "mla", ("mla",))
+    mla_decode_tile_fixed_s: float = _param(1e-6, "us", "mla", ("mla",))
+    mla_decode_fp8_kv_compute_efficiency: float = _param(0.5, "fraction", "mla", ("mla",))
+    mla_decode_fp8_kv_memory_efficiency: float = _param(0.7, "fraction", "mla", ("mla",))
+    mla_decode_fp8_kv_fixed_s: float = _param(5e-6, "us", "mla", ("mla",))
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None, where: str) -> "EfficiencyParams":

@@ -67,6 +67,9 @@ _SCHEMES: dict[str, tuple[float | None, str | None]] = {
     "gptq": (0.5 + 2.5 / 128, None),
     "mxfp4": (0.5 + 1.0 / 32, None),  # E2M1 + one E8M0 byte per 32 values; W4A16 in vLLM (module docstring)
     "nvfp4": (0.5 + 1.0 / 16, "fp4"),  # E2M1 + one E4M3 byte per 16 values (the per-tensor scale is negligible)
+    # compressed-tensors W4A16: 4-bit integers with a bf16 scale per group of 32 (Kimi-K2.5's experts), dequantized
+    # in the kernel (vLLM `CompressedTensorsWNA16`; its MoE `CompressedTensorsWNA16MarlinMoEMethod`: Marlin).
+    "w4a16-int4": (0.5 + 2.0 / 32, None),
 }
 QUANTIZATION_CHOICES = tuple(_SCHEMES)
 # --moe-backend values the cost model describes (module docstring).
@@ -122,6 +125,8 @@ class QuantConfig:
         """The experts' kernel as `roofline.cost.kernels.moe.moe_time_s` names it: their scheme, "mxfp4-marlin" for
         MXFP4 experts on Marlin, "mxfp4-mxfp8" for MXFP4 experts with MXFP8 activations."""
         scheme = self.experts[0]
+        if scheme == "w4a16-int4":  # vLLM's Marlin W4A16 MoE, the kernel `--moe-backend marlin` runs MXFP4 on
+            return "mxfp4-marlin"
         if scheme != "mxfp4":
             return scheme
         return {"marlin": "mxfp4-marlin", MXFP8_MOE_BACKEND: "mxfp4-mxfp8"}.get(self.moe_backend, scheme)
@@ -177,8 +182,10 @@ def _scheme_bytes(scheme: str, act_bytes: float, act_dtype: str) -> tuple[float,
     return (weight_bytes if weight_bytes is not None else act_bytes), (gemm_dtype or act_dtype)
 
 
-# Module names (as vLLM names them) whose ignore-list membership decides each group's scheme.
+# Module names (as vLLM names them) whose ignore-list membership decides each group's scheme; MLA models: the
+# query up-projection (NVIDIA's DeepSeek NVFP4 checkpoints leave q_a/q_b/kv_a/kv_b in bf16 and quantize o_proj).
 _ATTENTION_MODULE = "model.layers.0.self_attn.qkv_proj"
+_MLA_ATTENTION_MODULE = "model.layers.0.self_attn.q_b_proj"
 _EXPERT_MODULES = {"MiniMaxM2ForCausalLM": "model.layers.0.block_sparse_moe.experts",
                    "MixtralForCausalLM": "model.layers.0.block_sparse_moe.experts"}
 
@@ -194,7 +201,7 @@ def resolve_for_model(quant: QuantConfig, spec: ModelSpec) -> QuantConfig:
         raise UserError(f"--quantization {user} contradicts model '{spec.name}': its checkpoint is quantized "
                         f"with {ck.method} (quantization_config); leave --quantization out or pass {ck.method}")
     expert_module = _EXPERT_MODULES.get(spec.architecture, "model.layers.0.mlp.experts")
-    linear = "none" if ck.ignores(_ATTENTION_MODULE) else ck.method
+    linear = "none" if ck.ignores(_MLA_ATTENTION_MODULE if spec.is_mla else _ATTENTION_MODULE) else ck.method
     experts = "none" if (not spec.is_moe or ck.ignores(expert_module)) else ck.method
     return quant.with_scheme(linear, experts)
 

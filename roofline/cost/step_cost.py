@@ -45,6 +45,7 @@ from roofline.cost.ops import (
     decode_attention_shape,
     emit_ops,
     kv_bytes_per_token_per_rank,
+    mla_step_records,
     prefill_attention_shape,
     step_ops,
     token_ops,
@@ -121,7 +122,7 @@ class StepCostModel:
         self._q_token = r.heads * r.head_dim * quant.act_bytes
         self._kv_fp8 = quant.kv_dtype == "fp8"
         # `decode_step_time_s`'s shortcut applies (`_attention_s` takes its scalar formulas).
-        self._plain_decode = hw.kind != "cpu" and not spec.sliding_window
+        self._plain_decode = hw.kind != "cpu" and not spec.sliding_window and not spec.is_mla
         # `decode_sum_time_s`'s parts that depend on the number of sequences alone, by that number.
         self._decode_parts: dict[int, tuple[float, float, float]] = {}
         # `_decode_layer_s`'s, by number of decodes: their bytes of Q and O, and the time's terms.
@@ -281,7 +282,7 @@ class StepCostModel:
         records = steps if isinstance(steps, StepSequences) else None
         lengths = np.diff(records.offsets) if records is not None else np.array([len(q) for q, _, _ in steps], dtype=np.int64)
         # CPU attention reads every field, a hybrid model's stats have two windows; reduceat needs rows.
-        if self.hw.kind == "cpu" or self.spec.is_hybrid_attention or not lengths.all():
+        if self.hw.kind == "cpu" or self.spec.is_hybrid_attention or self.spec.is_mla or not lengths.all():
             stats = [self._stats(q, c, e) for q, c, e in steps]
             values = np.array([[getattr(s, f) for f in self._STATS_FIELDS] for s in stats], dtype=np.float64)
             return {name: values[:, j] for j, name in enumerate(self._STATS_FIELDS)}, stats
@@ -442,7 +443,7 @@ class StepCostModel:
     def _attention_s(self, s: BatchStats) -> tuple[float, int]:
         """Time and kernels of the attention records of `s`, as `op_cost` computes them (same formulas, same
         arguments: `roofline.cost.ops.attention_records`)."""
-        if self.hw.kind == "cpu":
+        if self.hw.kind == "cpu" or self.spec.is_mla:
             return self._records_attention_s(s)
         r, hw, dtype = self.rank, self.hw, self.quant.act_dtype
         # A hybrid model's full layers (`s`'s own fields), then its sliding layers (`s.sliding`): the records' order.
@@ -494,6 +495,8 @@ class StepCostModel:
         """The attention records of `s` as `step_cost` builds them (on a CPU: those of `cpu_engine`)."""
         if self.hw.kind == "cpu":
             return CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
+        if self.spec.is_mla:
+            return mla_step_records(self.spec, self.quant, self.tp, s)
         return attention_records(self.rank, s, self.quant, self._attn_kernels)
 
     def _records_attention_s(self, s: BatchStats) -> tuple[float, int]:

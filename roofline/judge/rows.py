@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from engine.core.model_spec import checkpoint_quant
 from roofline.cost.quant import QUANTIZATION_CHOICES
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
@@ -524,7 +525,8 @@ def engine_args_for(row: SiliconRow, quantization: str) -> EngineArgs:
 
 FP4_PRECISIONS = ("fp4", "nvfp4", "mxfp4")
 # The checkpoint schemes a precision column value agrees with (FP4 precisions are handled apart).
-_CHECKPOINTS_OF_PRECISION = {"fp8": ("fp8", "fp8-block"), "int4": ("awq", "gptq", "compressed-tensors int4")}
+_CHECKPOINTS_OF_PRECISION = {"fp8": ("fp8", "fp8-block"),
+                             "int4": ("awq", "gptq", "w4a16-int4", "compressed-tensors int4")}
 
 
 def served_checkpoint(row: SiliconRow) -> tuple[str, Path, str]:
@@ -592,6 +594,10 @@ def checkpoint_quantization(model_path: str, raw_config: dict) -> str | None:
     if method == "fp8":
         return "fp8-block" if config.get("weight_block_size") else "fp8"
     if method == "compressed-tensors":
+        try:  # the schemes the model reader knows (W4A16 int4, group 32: "w4a16-int4")
+            return checkpoint_quant(config, f"model {model_path}").method  # type: ignore[union-attr]
+        except ValueError:
+            pass
         groups = config.get("config_groups") or {}
         bits = {g.get("weights", {}).get("num_bits") for g in groups.values() if isinstance(g, dict)} - {None}
         return f"compressed-tensors int{min(bits)}" if bits else "compressed-tensors"

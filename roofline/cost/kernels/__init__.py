@@ -6,6 +6,7 @@ differs per generation is tables and flags):
     attention.py          flash-attention work units per family; prefill and decode time
     moe.py                fused MoE: Triton / CUTLASS grouped GEMMs, TRT-LLM-gen MoE, Marlin
     collectives.py        all-reduce and all-gather per family
+    mla.py                multi-head latent attention (DeepSeek-V3 family): its records and its two kernels
 """
 
 from __future__ import annotations
