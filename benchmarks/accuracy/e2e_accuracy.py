@@ -564,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output and cache folder (default: %(default)s)")
     parser.add_argument("--systems", default="", help="comma-separated systems to simulate (default: all)")
+    parser.add_argument("--models", default="",
+                        help="comma-separated parts of model paths to simulate, e.g. Kimi-K2.5 (default: all)")
     parser.add_argument("--sensitivity-systems", default="h100_sxm",
                         help="systems whose rows also run 5 x N prompts (default: %(default)s; '' for none)")
     parser.add_argument("--jobs", type=int, default=2, help="simulation processes (default: %(default)s)")
@@ -588,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"roofline from {root} ({commit}), code identity {identity}")
     rows = read_silicon_rows()
     systems = {s for s in args.systems.split(",") if s}
+    models = [m for m in args.models.split(",") if m]
     sensitivity = {s for s in args.sensitivity_systems.split(",") if s}
     sim_cache = args.out / "cache" / f"sim-{identity}"
     peer_cache = args.out / "cache" / f"peer-{PEER_VERSION}"
@@ -614,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if systems and row.system not in systems:
             outcomes[row.row_id] = {"status": "not run", "error": "--systems"}
+            continue
+        if models and not any(m in row.model_path for m in models):
+            outcomes[row.row_id] = {"status": "not run", "error": "--models"}
             continue
         path = _cache_file(sim_cache, row.row_id)
         cached = _read_json(path)

@@ -128,6 +128,8 @@ class StepCostModel:
         # `_decode_layer_s`'s, by number of decodes: their bytes of Q and O, and the time's terms.
         self._decode_terms: dict[int, tuple[float, DecodeAttentionTerms]] = {}
         self._decode_flops_per_pair = 4.0 * self.rank.heads * self.rank.head_dim  # (decode_attention_shape's order)
+        # MLA: the W_UK / W_UV batched matmuls' (time, kernels), by (record name, decodes) (`_mla_attention_s`).
+        self._mla_bmm: dict[tuple[str, int], tuple[float, int]] = {}
 
     # -- public API --
     @property
@@ -443,7 +445,9 @@ class StepCostModel:
     def _attention_s(self, s: BatchStats) -> tuple[float, int]:
         """Time and kernels of the attention records of `s`, as `op_cost` computes them (same formulas, same
         arguments: `roofline.cost.ops.attention_records`)."""
-        if self.hw.kind == "cpu" or self.spec.is_mla:
+        if self.spec.is_mla and self.hw.kind != "cpu":
+            return self._mla_attention_s(s)
+        if self.hw.kind == "cpu":
             return self._records_attention_s(s)
         r, hw, dtype = self.rank, self.hw, self.quant.act_dtype
         # A hybrid model's full layers (`s`'s own fields), then its sliding layers (`s.sliding`): the records' order.
@@ -498,6 +502,26 @@ class StepCostModel:
         if self.spec.is_mla:
             return mla_step_records(self.spec, self.quant, self.tp, s)
         return attention_records(self.rank, s, self.quant, self._attn_kernels)
+
+    def _mla_attention_s(self, s: BatchStats) -> tuple[float, int]:
+        """`_records_attention_s` of an MLA model, the same floats, with the W_UK / W_UV batched matmuls' times
+        (which depend on the number of decodes alone) computed once per number of decodes."""
+        t, kernels = 0.0, 0
+        k = self.hw.executor.kernels_per_elementwise_op
+        for op in mla_step_records(self.spec, self.quant, self.tp, s):
+            if op.kind == "mla_bmm":
+                key = (op.name, s.num_decode_seqs)
+                cached = self._mla_bmm.get(key)
+                if cached is None:
+                    op_t, op_kernels = op_time_s(self.hw, op, self.quant, k, self.cpu_engine)
+                    cached = self._mla_bmm[key] = (float(op_t), op.count * op_kernels)
+                t += cached[0]
+                kernels += cached[1]
+                continue
+            op_t, op_kernels = op_time_s(self.hw, op, self.quant, k, self.cpu_engine)
+            t += float(op_t)
+            kernels += op.count * op_kernels
+        return t, kernels
 
     def _records_attention_s(self, s: BatchStats) -> tuple[float, int]:
         """`_attention_s` from the records (a CPU's engine kernels): the same records and formulas as `step_cost`."""

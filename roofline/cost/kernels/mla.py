@@ -258,9 +258,11 @@ def mla_op_time_s(hw: HardwareProfile, op: OpRecord, kv_fp8: bool) -> Any:
     batched matmuls as one grouped 16-bit GEMM each (`gemm_time_s` with `groups` = heads: torch.bmm runs cuBLAS's
     batched GEMM)."""
     if op.kind == "mla_prefill":
-        t = mla_prefill_time_s(hw, *op.shape)
+        flops, moved, tiles, width = op.shape
+        t = mla_prefill_time_s(hw, flops, moved, tiles, width)
     elif op.kind == "mla_decode":
-        t = mla_decode_time_s(hw, *op.shape, kv_fp8=kv_fp8)
+        flops, moved, tiles, tokens = op.shape
+        t = mla_decode_time_s(hw, flops, moved, tiles, tokens, kv_fp8)
     else:
         assert op.kind == "mla_bmm", op.kind
         m, n, k, groups = op.shape
