@@ -209,7 +209,7 @@ def run_gpu(gpu: str) -> tuple[HardwareProfile, dict[str, float], list[tuple[str
                 report.append((split, phase, med, p90, count))
     before = np.flatnonzero(d.held_out.to_numpy())
     med0, p900, _ = _stats(predict(hw, comp, before), measured[before])
-    report.append(("held-out, shipped values", "all", med0, p900, before.size))
+    report.append(("held-out, the profile's values before this fit", "all", med0, p900, before.size))
     return fitted, {n.split(".", 1)[1]: v for n, v in result.values.items()}, report
 
 
