@@ -300,8 +300,9 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
                                                                 help="GPUs per replica (default: 1)")),
         "dtype": ("--dtype", dict(choices=DTYPE_CHOICES, default="auto",
                                   help="activation dtype (default: auto = the checkpoint's, bf16 for fp32)")),
-        "quantization": ("--quantization", dict(choices=QUANTIZATION_CHOICES, default="none",
-                                                help="weight quantization (default: none)")),
+        "quantization": ("--quantization", dict(choices=QUANTIZATION_CHOICES, default=None, help=(
+            "weight quantization (default: the checkpoint's own, else none; another scheme on an unquantized "
+            "checkpoint is a what-if, announced)"))),
         "kv_cache_dtype": ("--kv-cache-dtype", dict(choices=KV_CACHE_DTYPE_CHOICES, default="auto",
                                                     help="KV cache dtype (default: auto = the activation dtype)")),
         "kv_cache_memory_bytes": ("--kv-cache-memory-bytes", dict(type=float, metavar="BYTES", help=(
@@ -346,6 +347,17 @@ def engine_args_from(args: argparse.Namespace, command: str) -> EngineArgs:
     # An unset flag (None) keeps the dataclass default: vLLM's default, resolved where the device is known.
     given = {name: getattr(args, name) for name in COMMAND_FLAGS[command] if getattr(args, name) is not None}
     return EngineArgs(**given)
+
+
+def check_quantization_flag(given: str | None, spec: ModelSpec) -> None:
+    """`--quantization none` given for a quantized checkpoint: vLLM always serves a checkpoint in the scheme of its
+    `quantization_config` (vllm/config/model.py `_verify_quantization`), so an unquantized run of it cannot be asked
+    for; refused rather than ignored. (Other contradictions are refused by `roofline.cost.quant.resolve_for_model`.)"""
+    ck = spec.checkpoint_quant
+    if given == "none" and ck is not None:
+        raise UserError(f"--quantization none: model '{spec.name}' is a {ck.method} checkpoint (its "
+                        f"quantization_config), which vLLM always serves as {ck.method}; allowed: leave "
+                        f"--quantization out, or {ck.method}")
 
 
 def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,

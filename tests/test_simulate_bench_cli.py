@@ -30,11 +30,17 @@ def test_random_dataset_summary_in_vllms_terms(capsys: pytest.CaptureFixture[str
     assert "request_throughput" in summary["steady_state"]
 
 
-def test_text_output_has_load_engine_vllm_block_and_steady_state(capsys: pytest.CaptureFixture[str]) -> None:
+def test_text_output_has_load_engine_vllm_block_verdict_and_verbose_steady_state(
+        capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", *RANDOM]) == 0
     out = capsys.readouterr().out
-    assert "1 GPU per replica" in out and "offered load: " in out and "engine: max_num_seqs=" in out
+    assert "1 GPU per replica" in out and "offered load: " in out and "engine: tensor_parallel_size=1" in out
     assert "Serving Benchmark Result" in out and "Maximum request concurrency:" in out
+    assert "\nsummary: TTFT p50/p90" in out and "\nverdict: closed loop of 8" in out
+    assert "Steady state" not in out and "not modelled:" not in out and "hardware profile:" not in out
+    assert main(["simulate", *RANDOM, "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "engine: max_num_seqs=" in out and "hardware profile:" in out
     assert "Steady state (not vLLM's counting)" in out and "not modelled:" in out
 
 

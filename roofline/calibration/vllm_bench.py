@@ -35,6 +35,7 @@ from roofline.errors import UserError
 from roofline.sim.bench_client import BenchLoad
 from roofline.sim.bench_metrics import BenchMetricOptions, bench_metrics, unmodelled
 from roofline.sim.simulator import Deployment, SimulationOptions, run_simulation
+from roofline.sim.verdict import load_verdict
 
 _STAT_KEY = re.compile(r"^(mean|median|std|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el|client_queue_time|"
                        r"e2el_including_client_queue)_ms$")
@@ -218,6 +219,11 @@ def compare_with_result(record: dict[str, Any], deployment: Deployment, load: Be
                                                                              replay.settings.items()],
         "not_found": replay.not_found,
         "unmodelled": list(unmodelled(deployment.hw)),
+        # Whether the simulated deployment keeps up with the file's load (`roofline.sim.verdict`).
+        "verdict": load_verdict(result.requests, result.steps, deployment.scheduler_config.max_num_seqs,
+                                deployment.scheduler_config.max_num_batched_tokens,
+                                burst=False,  # (a burst is recognised from the due times)
+                                max_concurrency=load.max_concurrency).as_dict(),
     }
     return Comparison(rows, context)
 
@@ -240,6 +246,7 @@ def format_comparison(comparison: Comparison) -> str:
         rel = "-" if row["rel_err"] is None else f"{row['rel_err'] * 100:+.1f}%"
         lines.append(f"{row['metric']:<34}{_number(row['predicted']):>14}{_number(row['measured']):>14}{rel:>12}")
     lines.append("not modelled: " + "; ".join(ctx["unmodelled"]))
+    lines.append(f"simulated {ctx['verdict']['text']}")
     return "\n".join(lines)
 
 

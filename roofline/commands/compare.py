@@ -40,7 +40,7 @@ from roofline.calibration.vllm_bench import (
     replay_from_result,
 )
 from roofline.cost.hardware import load_profile
-from roofline.engine_args import add_engine_args, engine_args_from
+from roofline.engine_args import add_engine_args, check_quantization_flag, engine_args_from
 from roofline.errors import UserError
 from roofline.jsonable import to_json
 from roofline.registry import list_ids
@@ -146,6 +146,7 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
     model = args.model or _model_from_record(record)
     # A vllm bench serve result is vLLM's: on a cpu profile, the vLLM-CPU executor description.
     deployment = make_deployment(model, args.hardware, engine_args_from(args, "simulate"), cpu_engine="vllm-cpu")
+    check_quantization_flag(args.quantization, deployment.spec)
     replay = replay_from_result(record)
     load = bench_load_from_args(args, replay.lengths, replay.due_s, replay.settings)
     options = SimulationOptions(num_replicas=args.num_replicas, router=args.router, record_steps=False,

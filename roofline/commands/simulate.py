@@ -29,7 +29,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from roofline.engine_args import add_engine_args, engine_args_from
+from roofline.engine_args import add_engine_args, check_quantization_flag, engine_args_from
 from roofline.errors import UserError
 from roofline.jsonable import jsonable, to_json
 from roofline.paths import prepare_output_dir
@@ -58,9 +58,16 @@ from roofline.sim.simulator import (
     run_simulation,
     terminal_progress,
 )
+from roofline.sim.verdict import load_verdict
 from roofline.sim.workload import Workload, add_workload_args, workload_from_args
 
 DEFAULT_MODEL = "llama-3.1-8b"
+# The engine settings the default output shows (--verbose: all of them).
+_SHORT_ENGINE_KEYS = ("tensor_parallel_size", "quantization", "dtype", "kv_cache_dtype", "max_num_seqs",
+                      "max_num_batched_tokens", "max_model_len")
+# Schemes vLLM applies to an unquantized checkpoint at load time (`--quantization fp8`: dynamic per-tensor fp8,
+# vllm/model_executor/layers/quantization/fp8.py `Fp8Config` with is_checkpoint_fp8_serialized False).
+ONLINE_QUANTIZATIONS = ("fp8",)
 DEFAULT_HARDWARE = "h100-sxm"
 _BENCH_ONLY_FLAGS = ("dataset_path", "tokenizer", "random_input_len", "random_output_len", "random_range_ratio",
                      "random_prefix_len", "sharegpt_output_len", "ramp_up_start_rps", "ramp_up_end_rps")
@@ -93,7 +100,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=None, metavar="DIR",
                      help="write requests.csv, steps.parquet, timeseries.csv and summary.json here")
-    out.add_argument("--json", action="store_true", help="print the summary as JSON")
+    out.add_argument("--json", action="store_true", help="print the summary as JSON (with the load verdict)")
+    out.add_argument("--verbose", "-v", action="store_true",
+                     help="also print the whole engine configuration, the hardware profile's provenance, the "
+                          "steady state (where one exists), roofline's own summary and what is not modelled")
     parser.set_defaults(run=run)
     return parser
 
@@ -128,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     if args.save_detailed and not args.save_result:
         raise UserError("--save-detailed: only with --save-result")
     deployment = make_deployment(args.model, args.hardware, engine_args_from(args, "simulate"))
+    check_quantization_flag(args.quantization, deployment.spec)
     if is_bench_mode(args):
         load = bench_load_from_args(args)
         bench = load.build(deployment.spec)
@@ -170,19 +181,36 @@ def run(args: argparse.Namespace) -> int:
     saved = None
     if args.save_result:
         saved = save_result(args, deployment, offered, vllm, steady)
+    verdict = load_verdict(result.requests, result.steps, deployment.scheduler_config.max_num_seqs,
+                           deployment.scheduler_config.max_num_batched_tokens, burst=_is_burst(request_rate),
+                           max_concurrency=max_concurrency)
     if args.json:
-        print(to_json(summary), end="")
+        # The printed summary adds the verdict; summary.json under --out stays the run's record as it was.
+        print(to_json({**summary, "verdict": verdict.as_dict()}), end="")
     else:
-        print(header_text(deployment, options, workload, offered))
+        print(header_text(deployment, options, workload, offered, verbose=args.verbose))
         print(format_bench_metrics(vllm, max_concurrency, request_rate, metric_options))
-        print(format_steady_state(steady, metric_options.percentiles))
-        print("roofline summary (its --warmup-s/--drain window)")
-        print(format_summary(summary))
-        print("not modelled: " + "; ".join(not_modelled))
+        if args.verbose:
+            if verdict.steady:
+                print(format_steady_state(steady, metric_options.percentiles))
+            else:
+                print("steady state: none (" + ("a burst" if verdict.burst and max_concurrency is None
+                                                else "the queue grows without bound") + "), so no figures")
+            print("roofline summary (its --warmup-s/--drain window)")
+            print(format_summary(summary))
+            print("not modelled: " + "; ".join(not_modelled))
+        else:
+            print(short_summary(summary))
+        print(verdict.line())
+        for note in quantization_notes(deployment):
+            print(f"note: {note}")
         if args.out is not None:
             print(f"wrote {args.out}/requests.csv, steps.parquet, run.json, timeseries.csv, summary.json")
         if saved is not None:
             print(f"wrote {saved}")
+        if not args.verbose:
+            print("(--verbose: the whole engine configuration, steady state, percentiles, what is not modelled; "
+                  "--json: everything)")
     return 0
 
 
@@ -194,6 +222,60 @@ def _refuse_bench_only_flags(args: argparse.Namespace) -> None:
     if args.ignore_eos or args.num_warmups:
         raise UserError("--ignore-eos/--num-warmups: vllm bench serve flags; give --dataset-name random or sharegpt "
                         "with them (a workload's outputs always run to their length)")
+
+
+def _is_burst(request_rate: float | str | None) -> bool:
+    try:
+        return math.isinf(float(request_rate)) if request_rate is not None else False
+    except (TypeError, ValueError):
+        return False
+
+
+def short_summary(summary: dict[str, Any]) -> str:
+    """One line of roofline's own figures the vLLM block does not give: p90 latencies, queueing, preemptions,
+    prefix hits, and the SLO shares when SLOs are given."""
+    lat = summary["latency"]
+
+    def ms(metric: str, p: str) -> str:
+        value = lat[metric][p]
+        return "-" if value is None else f"{value * 1e3:.0f}"
+
+    text = (f"summary: TTFT p50/p90 {ms('ttft_s', 'p50')}/{ms('ttft_s', 'p90')} ms, TPOT p50/p90 "
+            f"{ms('tpot_s', 'p50')}/{ms('tpot_s', 'p90')} ms, queueing mean {ms('queueing_s', 'mean')} ms, "
+            f"{summary['num_preemptions']} preemptions, {summary['prefix_hit_tokens']} prefix-cache hit tokens")
+    slo = summary.get("slo")
+    if slo:
+        parts = []
+        if slo["slo_ttft_s"] is not None:
+            parts.append(f"TTFT <= {slo['slo_ttft_s'] * 1e3:g} ms {slo['ttft_percent_meeting']:.1f}%")
+        if slo["slo_tpot_s"] is not None:
+            parts.append(f"TPOT <= {slo['slo_tpot_s'] * 1e3:g} ms {slo['tpot_percent_meeting']:.1f}%")
+        text += (f"; SLO {', '.join(parts)}, both {slo['both_percent_meeting']:.1f}%, goodput "
+                 f"{slo['goodput_requests_per_s']:.3f} req/s")
+    return text
+
+
+def simulated_quantization(deployment: Deployment) -> str:
+    """The weight formats the cost model prices, per module where they differ (a checkpoint's own scheme, e.g.
+    gpt-oss: attention bf16, experts MXFP4), not just the --quantization flag."""
+    q = deployment.cost_model.quant  # resolved per module against the checkpoint (`resolve_for_model`)
+    linear = q.quantization if q.quantization != "none" else f"none ({q.act_dtype})"
+    if not deployment.spec.is_moe:
+        return linear
+    scheme = q.experts[0]
+    experts = scheme if scheme != "none" else f"none ({q.act_dtype})"
+    return linear if experts == linear else f"attention/dense {linear}, experts {experts}"
+
+
+def quantization_notes(deployment: Deployment) -> list[str]:
+    """What the user should know about the simulated formats: a weight quantization on a checkpoint stored
+    unquantized is a what-if (vLLM would load such a checkpoint only for schemes it quantizes online)."""
+    ck, user = deployment.spec.checkpoint_quant, deployment.engine.quantization
+    if ck is None and user not in ("none",) + ONLINE_QUANTIZATIONS:
+        return [f"--quantization {user}: model '{deployment.spec.name}' is an unquantized checkpoint, so this is a "
+                f"what-if (its weights priced as {user}); vLLM serves {user} only from a checkpoint quantized with "
+                f"it (online it quantizes only to {', '.join(ONLINE_QUANTIZATIONS)})"]
+    return []
 
 
 def _workload_rate(workload: Workload) -> float:
@@ -217,17 +299,22 @@ def workload_load(workload: Workload, max_concurrency: int | None) -> dict[str, 
 
 
 def header_text(deployment: Deployment, options: SimulationOptions, workload: Workload,
-                offered: dict[str, Any]) -> str:
+                offered: dict[str, Any], verbose: bool = True) -> str:
     kv = deployment.kv
     tp = deployment.engine.tensor_parallel_size
     replicas, gpus = options.num_replicas, tp * options.num_replicas
     load = ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}" for k, v in offered.items()
                      if v is not None)
-    engine = ", ".join(f"{k}={v}" for k, v in deployment.engine_record.items())
+    record = {**deployment.engine_record, "quantization": simulated_quantization(deployment)}
+    if verbose:
+        engine = ", ".join(f"{k}={v}" for k, v in record.items())
+    else:
+        engine = ", ".join(f"{k}={record[k]}" for k in _SHORT_ENGINE_KEYS if k in record)
     return (f"{deployment.spec.name} on {replicas} replica{'s' * (replicas > 1)} of {tp} x {deployment.hw.id} "
             f"({tp} GPU{'s' * (tp > 1)} per replica, {gpus} GPU{'s' * (gpus > 1)} in all), workload "
             f"{workload.name}; KV cache {kv.num_gpu_blocks} blocks = {kv.num_tokens} tokens per replica\n"
-            f"offered load: {load}\nengine: {engine}\nhardware profile: {deployment.hw.provenance_line()}")
+            f"offered load: {load}\nengine: {engine}"
+            + (f"\nhardware profile: {deployment.hw.provenance_line()}" if verbose else ""))
 
 
 def format_steady_state(steady: dict[str, Any], percentiles: tuple[float, ...]) -> str:
