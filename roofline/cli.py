@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from typing import NoReturn
 
@@ -57,21 +58,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "run", None):
-        parser.print_help()
-        return 2
+    command = "roofline"
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "run", None):
+            parser.print_help()
+            return 2
+        command = f"roofline {args.command}"
         return int(args.run(args) or 0)
-    except (ValueError, FileNotFoundError, IsADirectoryError) as exc:
-        print(f"roofline {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError,
+            PermissionError) as exc:
+        print(f"{command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"roofline {args.command}: interrupted", file=sys.stderr)
+        # A second Ctrl-C while this one unwinds ends the process at once (the default action, exit 130 in a
+        # shell), never with a traceback; worker pools and Ray were already ended where the interrupt passed
+        # through them (`roofline.planning.executor`).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        print(f"\n{command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    """A user error's message; an OS error (a path that is a file, not writable, ...) as its path and reason."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return str(exc)
 
 
 if __name__ == "__main__":

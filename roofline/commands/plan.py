@@ -14,6 +14,7 @@ tables (see `roofline.planning.report`) and DIR/plan.json. Each list flag has a 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import replace
@@ -32,12 +33,15 @@ from roofline.planning.plan import (
     DEFAULT_MAX_NUM_SEQS,
     DEFAULT_NUM_REQUESTS,
     DEFAULT_TENSOR_PARALLEL_SIZES,
+    LOAD_CURVE_FRACTIONS,
     PlanRequest,
     make_plan,
+    num_families,
+    num_searches,
 )
 from roofline.planning.prices import parse_price_flags, prices_for
 from roofline.planning.report import all_tables, answer_text, write_report
-from roofline.planning.search import DEFAULT_SLO_PERCENTILE, Slo, num_simulated_requests
+from roofline.planning.search import DEFAULT_SLO_PERCENTILE, NOMINAL, Config, Slo, num_simulated_requests
 from roofline.registry import load_model
 from roofline.sim.workload import load_workload
 
@@ -87,12 +91,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--ray-address", metavar="ADDR|auto", help="run the simulations as Ray tasks on this "
                         "cluster (auto: the one this machine belongs to) instead of local processes; needs the "
                         "ray extra: pip install 'roofline[ray]'")
-    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
-                        help="directory for the report and plan.json (every configuration, its outcome and reason)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="directory for the report and plan.json (every configuration, its outcome and reason); "
+                             "required but with --dry-run")
     parser.add_argument("--checkpoint", action="append", default=[], metavar="QUANT=REPO",
                         help="the checkpoint (HF repo or path) to serve for one planned quantization (repeatable), "
                              "written into the `vllm serve` lines (default: a placeholder to fill in)")
     parser.add_argument("--json", action="store_true", help="print the whole plan as JSON (as plan.json)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the search space (what fits, how many searches and simulations) and its "
+                             "estimated time, from one timed simulation, then stop without writing anything")
     add_engine_args(parser, "plan")
     # Unset (None) rather than vLLM's default, so that a single-value flag given beside its list is detected.
     parser.set_defaults(run=run, quantization=None, kv_cache_dtype=None)
@@ -160,7 +168,115 @@ def make_executor(args: argparse.Namespace) -> Executor:
     return LocalExecutor(workers)
 
 
+# Simulations per search (`roofline.planning.search.search_max_rate`: "typically 4 to 7" cold, "typically 3" warm),
+# for the estimate only.
+SIMULATIONS_PER_COLD_SEARCH = 6
+SIMULATIONS_PER_WARM_SEARCH = 3
+# How often progress is printed when stderr is not a terminal (a log): every this many seconds, and at each round.
+LOG_INTERVAL_S = 10.0
+
+
+def _workers(args: argparse.Namespace) -> int:
+    return 1 if args.ray_address is not None else (2 if args.workers is None else args.workers)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class PlanReporter:
+    """`make_plan`'s progress on stderr (stdout stays the answer, or the JSON): the search space and an estimate
+    from one timed simulation at the start, then each round's searches as they finish, with the time left."""
+
+    def __init__(self, backend: SimulatorBackend, request: PlanRequest, executor: Executor, workers: int) -> None:
+        self.backend, self.request, self.executor, self.workers = backend, request, executor, workers
+        self.stream = sys.stderr
+        self.tty = self.stream.isatty()
+        self.started = time.perf_counter()
+        self.weight_total = 0.0
+        self.weight_done = 0.0
+        self.task_weight = 1.0
+        self.name, self.num_tasks, self.num_done = "", 0, 0
+        self.last_print = 0.0
+
+    def _say(self, text: str, redraw: bool = False) -> None:
+        if self.tty and redraw:
+            self.stream.write(f"\r\033[K{text}")
+        else:
+            self.stream.write(("\n" if self.tty and self.last_print else "") + text + ("" if self.tty else "\n"))
+        self.stream.flush()
+        self.last_print = time.perf_counter()
+
+    def planned(self, fitting: list[Config], num_configs: int, num_cold: int, num_warm: int,
+                num_probes: int) -> None:
+        r = self.request
+        dims = (f"{len(r.hardware)} hardware x {len(r.tensor_parallel_sizes)} TP x {len(r.quantizations)} "
+                f"quantization x {len(r.kv_cache_dtypes)} KV dtype x {len(r.max_num_batched_tokens)} token budget x "
+                f"{len(r.max_num_seqs)} max_num_seqs")
+        n = num_simulated_requests(r.num_requests)
+        sims = num_cold * SIMULATIONS_PER_COLD_SEARCH + num_warm * SIMULATIONS_PER_WARM_SEARCH + num_probes
+        self.weight_total = sims
+        head = (f"roofline plan: {num_configs} configurations ({dims}), {num_configs - len(fitting)} do not fit; "
+                f"{num_cold} cold + {num_warm} warm searches (sensitivity {'on' if r.sensitivity else 'off'}) + "
+                f"{num_probes} load-curve probes: about {sims} simulations of {n} requests")
+        if not fitting:
+            self._say(head)
+            return
+        self._say(head + "; timing one ...")
+        t0 = time.perf_counter()
+        self.backend.run(fitting[0], NOMINAL, math.inf, n)  # a cold search's first probe (all requests at once)
+        one = time.perf_counter() - t0
+        parallel = max(1, min(self.workers, num_cold + num_warm))
+        self._say(f"roofline plan: one simulation took {one:.1f} s here, so about {_duration(sims * one / parallel)} "
+                  f"on {self.executor.describe()} (narrow the search: fewer --hardware, --tensor-parallel-sizes, "
+                  f"--max-num-seqs or list values, --no-sensitivity, a smaller --num-requests; --dry-run shows the "
+                  f"space)")
+
+    def round(self, name: str, num_tasks: int) -> None:
+        self.name, self.num_tasks, self.num_done = name, num_tasks, 0
+        per_task = {"1": SIMULATIONS_PER_COLD_SEARCH, "4": 1}.get(name[0], SIMULATIONS_PER_WARM_SEARCH)
+        self.task_weight = per_task
+        if num_tasks:
+            self._show(force=True)
+
+    def task_done(self) -> None:
+        self.num_done += 1
+        self.weight_done += self.task_weight
+        self._show(force=self.num_done == self.num_tasks)
+
+    def _show(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and not self.tty and now - self.last_print < LOG_INTERVAL_S:
+            return
+        elapsed = now - self.started
+        left = ""
+        if self.weight_done > 0 and self.weight_total > self.weight_done:
+            left = f", about {_duration(elapsed / self.weight_done * (self.weight_total - self.weight_done))} left"
+        self._say(f"roofline plan: round {self.name}: {self.num_done}/{self.num_tasks} done, "
+                  f"{_duration(elapsed)} elapsed{left}", redraw=True)
+
+    def finish(self) -> None:
+        if self.tty and self.last_print:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def dry_run_text(configs: list[Config], fits: dict) -> str:
+    """The configurations grouped by all but max_num_seqs, each group with whether it fits (or why not)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for c in configs:
+        head = c.label.rsplit(" seqs", 1)[0] if " seqs" in c.label else c.label
+        verdict = "fits" if fits[c].fits else f"does not fit: {fits[c].reason}"
+        groups.setdefault((head, verdict), []).append(c.max_num_seqs)
+    return "\n".join(f"{head} max_num_seqs {','.join(map(str, seqs))}: {verdict}"
+                     for (head, verdict), seqs in groups.items())
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.out is None and not args.dry_run:
+        raise UserError("--out: required (the directory for the report and plan.json), unless --dry-run")
     hardware = tuple(h.strip() for h in args.hardware.split(",") if h.strip())
     space = search_space(args)
     executor = make_executor(args)
@@ -183,7 +299,8 @@ def run(args: argparse.Namespace) -> int:
     engine.check_model(spec)
     checkpoints = parse_checkpoints(args.checkpoint, request.quantizations)
     prices = prices_for(hardware, parse_price_flags(args.price))
-    prepare_output_dir(args.out)
+    if args.out is not None and not args.dry_run:
+        prepare_output_dir(args.out)
     notes: tuple[str, ...] = ()
     if engine.max_model_len is None:
         choice = choose_max_model_len(args.workload, num_simulated_requests(request.num_requests), engine.block_size,
@@ -193,8 +310,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"roofline plan: {choice.note()} (--max-model-len sets another)", file=sys.stderr)
     backend = SimulatorBackend(args.model, args.workload, engine, notes)
     started = time.perf_counter()
+    reporter = PlanReporter(backend, request, executor, _workers(args))
+    if args.dry_run:
+        configs = request.configs()
+        fits = {c: backend.fit(c) for c in configs}
+        fitting = [c for c in configs if fits[c].fits]
+        cold, warm = num_searches(len(fitting), num_families(fitting), request.sensitivity)
+        reporter.planned(fitting, len(configs), cold, warm,
+                         len({c.hardware for c in fitting}) * len(LOAD_CURVE_FRACTIONS))
+        print(dry_run_text(configs, fits))
+        return 0
     with executor:
-        plan = make_plan(request, backend, prices, executor=executor)
+        plan = make_plan(request, backend, prices, executor=executor, progress=reporter)
+    reporter.finish()
     deploy = tuple(vllm_serve_command(args.model, engine, c, checkpoints) for c in plan.best_per_hardware())
     write_report(plan, args.out, deploy)
     as_json = to_json(plan_json(plan, engine, checkpoints))

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import signal
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
@@ -31,7 +32,7 @@ R = TypeVar("R")
 class Executor(Protocol):
     """Maps a function over independent items, returning the results in item order."""
 
-    def map(self, fn: Callable[[T], R], items: list[T]) -> list[R]: ...
+    def map(self, fn: Callable[[T], R], items: list[T], on_done: Callable[[], None] | None = None) -> list[R]: ...
 
     def describe(self) -> str: ...
 
@@ -53,14 +54,46 @@ class LocalExecutor:
         self.num_workers = num_workers
         self._pool: ProcessPoolExecutor | None = None
 
-    def map(self, fn: Callable[[T], R], items: list[T]) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: list[T], on_done: Callable[[], None] | None = None) -> list[R]:
+        """`fn` of every item, in item order; `on_done()` after each item finishes (progress)."""
         if self.num_workers <= 1 or len(items) <= 1:
-            return [fn(item) for item in items]
+            results = []
+            for item in items:
+                results.append(fn(item))
+                if on_done is not None:
+                    on_done()
+            return results
         if self._pool is None:
-            # spawn, not fork: workers start clean (no inherited threads or locks) on every platform.
+            # spawn, not fork: workers start clean (no inherited threads or locks) on every platform. Workers ignore
+            # SIGINT: a Ctrl-C reaches the whole process group, and only this process handles it (`kill`).
             self._pool = ProcessPoolExecutor(max_workers=self.num_workers,
-                                             mp_context=multiprocessing.get_context("spawn"))
-        return list(self._pool.map(fn, items, chunksize=1))
+                                             mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_ignore_sigint)
+        futures: list[Future[R]] = [self._pool.submit(fn, item) for item in items]
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    future.result()  # (raises a task's exception at once)
+                    if on_done is not None:
+                        on_done()
+            return [f.result() for f in futures]
+        except BaseException:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """End the workers now, their tasks unfinished (an interrupt or an error: nothing waits for them)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list(getattr(pool, "_processes", {}).values())  # (no public handle on the workers)
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=2)
 
     def describe(self) -> str:
         return "this process" if self.num_workers == 1 else f"{self.num_workers} local worker processes"
@@ -76,6 +109,10 @@ class LocalExecutor:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class RayExecutor:
@@ -104,12 +141,24 @@ class RayExecutor:
             self._started = True
         return ray
 
-    def map(self, fn: Callable[[T], R], items: list[T]) -> list[R]:
+    def map(self, fn: Callable[[T], R], items: list[T], on_done: Callable[[], None] | None = None) -> list[R]:
         if not items:
             return []
         ray = self._ray()
         remote = ray.remote(num_cpus=1, max_retries=0)(fn)
-        return list(ray.get([remote.remote(item) for item in items]))
+        refs = [remote.remote(item) for item in items]
+        try:
+            pending = list(refs)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                if on_done is not None:
+                    for _ in done:
+                        on_done()
+            return list(ray.get(refs))
+        except BaseException:
+            for ref in refs:  # an interrupt or a failed task: nothing waits for the others
+                ray.cancel(ref, force=True)
+            raise
 
     def describe(self) -> str:
         return f"Ray at {self.address}" if self.address else "a local Ray"

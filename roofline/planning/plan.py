@@ -29,7 +29,9 @@ executor, the number of workers or the scheduling.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -305,13 +307,14 @@ def _probe_task(args: tuple[Backend, Config, Slo, int, float]) -> Point:
 
 
 def run_searches(backend: Backend, tasks: list[Task], slo: Slo, num_requests: int,
-                 executor: Executor | int = 1) -> list[Search]:
-    """Every search, in task order, on `executor` (an int: that many local worker processes)."""
+                 executor: Executor | int = 1, on_done: Callable[[], None] | None = None) -> list[Search]:
+    """Every search, in task order, on `executor` (an int: that many local worker processes); `on_done()` after
+    each."""
     args = [(backend, t, slo, num_requests) for t in tasks]
     if isinstance(executor, int):
         with LocalExecutor(executor) as local:
-            return local.map(_search_task, args)
-    return executor.map(_search_task, args)
+            return local.map(_search_task, args, on_done)
+    return executor.map(_search_task, args, on_done)
 
 
 def _answer(search: Search | None) -> float | None:
@@ -327,8 +330,30 @@ def _family(c: Config) -> tuple[str, int, str, str, int | None]:
     return (c.hardware, c.tensor_parallel_size, c.quantization, c.kv_cache_dtype, c.max_num_batched_tokens)
 
 
+class PlanProgress(Protocol):
+    """What `make_plan` reports as it goes (`roofline.commands.plan` prints it)."""
+
+    def planned(self, fitting: list[Config], num_configs: int, num_cold: int, num_warm: int,
+                num_probes: int) -> None: ...
+
+    def round(self, name: str, num_tasks: int) -> None: ...
+
+    def task_done(self) -> None: ...
+
+
+def num_searches(num_fitting: int, num_families: int, sensitivity: bool) -> tuple[int, int]:
+    """(cold, warm) searches `make_plan` runs: one cold per family, every other configuration and every
+    sensitivity search warm."""
+    return num_families, num_fitting * (3 if sensitivity else 1) - num_families
+
+
+def num_families(fitting: list[Config]) -> int:
+    """The families (configurations equal but for max_num_seqs) among `fitting`: one cold search each."""
+    return len({_family(c) for c in fitting})
+
+
 def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | None], num_workers: int = 2,
-              executor: Executor | None = None) -> Plan:
+              executor: Executor | None = None, progress: PlanProgress | None = None) -> Plan:
     """Fit every configuration (pruning those that cannot fit), search the rest (and their sensitivity), pick
     the best, and probe the load curve of each hardware's best. On `executor`, else `num_workers` local processes.
 
@@ -340,7 +365,7 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
     """
     if executor is None:
         with LocalExecutor(num_workers) as local:
-            return make_plan(request, backend, prices, executor=local)
+            return make_plan(request, backend, prices, executor=local, progress=progress)
     assert all(h in prices for h in request.hardware), "prices_for() gives every planned hardware an entry"
     configs = request.configs()
     fits = {c: backend.fit(c) for c in configs}
@@ -349,9 +374,18 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
     for c in fitting:  # configs() sorts max_num_seqs ascending: the last one per family wins
         anchors[_family(c)] = c
     searches: dict[tuple[Config, Efficiency], Search] = {}
+    num_chosen = len({c.hardware for c in fitting})  # one load curve per hardware that has a fitting config
+    if progress is not None:
+        progress.planned(fitting, len(configs), *num_searches(len(fitting), len(anchors), request.sensitivity),
+                         num_chosen * len(LOAD_CURVE_FRACTIONS))
+    round_names = iter(("1/4 cold searches", "2/4 warm searches", "3/4 sensitivity searches"))
 
     def run_round(tasks: list[Task]) -> None:
-        results = run_searches(backend, tasks, request.slo, request.num_requests, executor)
+        name = next(round_names)
+        if progress is not None:
+            progress.round(name, len(tasks))
+        results = run_searches(backend, tasks, request.slo, request.num_requests, executor,
+                               progress.task_done if progress is not None else None)
         searches.update(((t.config, t.efficiency), s) for t, s in zip(tasks, results))
 
     def sensitivity(cs: list[Config]) -> list[Task]:
@@ -374,8 +408,10 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
     chosen = plan.best_per_hardware()
     saturation = {c.config: _saturation(c, searches.get((anchors[_family(c.config)], NOMINAL))) for c in chosen}
     probes = [(c.config, f * saturation[c.config]) for c in chosen for f in LOAD_CURVE_FRACTIONS]
+    if progress is not None:
+        progress.round("4/4 load-curve probes", len(probes))
     points = executor.map(_probe_task, [(backend, cfg, request.slo, request.num_requests, rate)
-                                        for cfg, rate in probes])
+                                        for cfg, rate in probes], progress.task_done if progress is not None else None)
     curves: dict[Config, tuple[Point, ...]] = {c.config: () for c in chosen}
     for (cfg, _), point in zip(probes, points):
         curves[cfg] += (point,)
