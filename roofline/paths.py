@@ -28,6 +28,8 @@ def check_output_file(path: Path, flag: str = "--out") -> Path:
     if path.is_dir():
         raise UserError(f"{flag}: '{path}' is a directory; give a file path")
     parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise UserError(f"{flag}: '{parent}' (in '{path}') is a file, not a directory")
     if not parent.is_dir():
         raise UserError(f"{flag}: the directory '{parent}' does not exist")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):

@@ -9,6 +9,7 @@ silent last-one-wins.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,12 @@ class UniqueKeyLoader(_SafeLoader):  # type: ignore[misc, valid-type]
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2 (and JSON) read `1e30` as a number; PyYAML follows YAML 1.1, whose floats need a dot (`1.0e+30`), and
+# returns the text "1e30". Read both as numbers, so that a field written either way is checked as the number it is.
+UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                                      list("-+0123456789"))
 
 
 def read_yaml(path: str | Path) -> Any:

@@ -138,6 +138,11 @@ class MlaDims:
         return self.kv_lora_rank + self.qk_rope_head_dim
 
 
+# ModelSpec fields under their HF config.json names, for messages about a config's values.
+_HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+             "num_kv_heads": "num_key_value_heads"}
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -195,7 +200,7 @@ class ModelSpec:
                       "intermediate_size", "vocab_size", "max_position_embeddings"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{where}: {field} must be a positive integer, got {value!r}")
+                raise ValueError(f"{where}: {_HF_NAMES.get(field, field)} must be a positive integer, got {value!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"{where}: num_attention_heads ({self.num_heads}) must be a multiple of "
                              f"num_key_value_heads ({self.num_kv_heads})")
@@ -438,7 +443,10 @@ class ModelSpec:
             num_layers=need("num_hidden_layers"),
             hidden_size=hidden,
             num_heads=heads,
-            num_kv_heads=heads if deepseek else config.get("num_key_value_heads") or heads,
+            # Absent or null: as many KV heads as query heads (HF's default); 0 is an error, never a default.
+            # (DeepSeek's MLA caches one latent per token: its query heads stand in, as before.)
+            num_kv_heads=heads if deepseek or config.get("num_key_value_heads") is None
+            else config["num_key_value_heads"],
             head_dim=head_dim,
             intermediate_size=inter,
             vocab_size=need("vocab_size"),

@@ -94,6 +94,9 @@ def read_vllm_result(path: Path, index: int | None = None) -> dict[str, Any]:
             records = [json.loads(line) for line in text.splitlines() if line.strip()]
         except json.JSONDecodeError as exc:
             raise UserError(f"--vllm-bench: '{path}' is not JSON: {exc}") from None
+    if not records:
+        raise UserError(f"--vllm-bench: '{path}' holds no result (an empty file); give a file vllm bench serve "
+                        f"--save-result wrote")
     if index is None and len(records) > 1:
         raise UserError(f"--vllm-bench: '{path}' holds {len(records)} results (--append-result); choose one with "
                         f"--result-index 0..{len(records) - 1}")
@@ -103,7 +106,64 @@ def read_vllm_result(path: Path, index: int | None = None) -> dict[str, Any]:
     record = records[index]
     if not isinstance(record, dict) or "duration" not in record or "completed" not in record:
         raise UserError(f"--vllm-bench: '{path}' is not a vllm bench serve result (no 'duration' and 'completed')")
+    check_record(record, f"--vllm-bench: '{path}'")
     return record
+
+
+# The largest count or length a result can hold and still describe a run (`roofline.sim.workload`'s bounds).
+_MAX_TOKENS = 10_000_000
+_MAX_COUNT = 100_000_000
+
+
+def check_record(record: dict[str, Any], where: str) -> None:
+    """The load and per-request fields of a result, each a value vLLM could have written: a bad one names the
+    file's key (not the flag it would fill) and what is allowed."""
+    def bad(key: str, allowed: str) -> UserError:
+        return UserError(f"{where}: key '{key}': {record[key]!r} is not allowed; allowed: {allowed}")
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def is_num(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    for key in ("num_prompts", "completed"):
+        if record.get(key) is not None and not (is_int(record[key]) and 0 <= record[key] <= _MAX_COUNT):
+            raise bad(key, f"an integer from 0 to {_MAX_COUNT:,}")
+    if record.get("max_concurrency") is not None and not (is_int(record["max_concurrency"])
+                                                           and 1 <= record["max_concurrency"] <= _MAX_COUNT):
+        raise bad("max_concurrency", f"null or an integer from 1 to {_MAX_COUNT:,}")
+    rate = record.get("request_rate")
+    if rate is not None and not ((is_num(rate) and rate > 0 and not math.isnan(rate))
+                                 or (isinstance(rate, str) and rate.strip().lower() in ("inf", "infinity"))):
+        raise bad("request_rate", "a positive number or inf")
+    for key in ("duration", "burstiness", "ramp_up_start_rps", "ramp_up_end_rps"):
+        value = record.get(key)
+        if value is not None and not (is_num(value) and math.isfinite(value)
+                                      and (value > 0 if key in ("duration", "burstiness") else value >= 0)):
+            raise bad(key, "a finite number " + ("> 0" if key in ("duration", "burstiness") else ">= 0"))
+    if record.get("ramp_up_strategy") is not None and record["ramp_up_strategy"] not in ("linear", "exponential"):
+        raise bad("ramp_up_strategy", "linear, exponential or null")
+    for key, lo in (("input_lens", 0), ("output_lens", 0)):
+        values = record.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, list):
+            raise bad(key, f"a list of integers from {lo} to {_MAX_TOKENS:,}")
+        wrong = next((i for i, v in enumerate(values) if not (is_int(v) and lo <= v <= _MAX_TOKENS)), None)
+        if wrong is not None:
+            raise UserError(f"{where}: key '{key}'[{wrong}]: {values[wrong]!r} is not allowed; allowed: integers "
+                            f"from {lo} to {_MAX_TOKENS:,}")
+    for key in ("start_times", "queue_times", "latencies", "ttfts"):
+        values = record.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, list):
+            raise bad(key, "a list of finite numbers of seconds")
+        wrong = next((i for i, v in enumerate(values) if not (is_num(v) and math.isfinite(v))), None)
+        if wrong is not None:
+            raise UserError(f"{where}: key '{key}'[{wrong}]: {values[wrong]!r} is not allowed; allowed: finite "
+                            f"numbers of seconds")
 
 
 @dataclass(frozen=True)

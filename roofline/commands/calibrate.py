@@ -45,6 +45,7 @@ from roofline.calibration.protocol import load_traces
 from roofline.cost.hardware import load_profile
 from roofline.errors import UserError
 from roofline.jsonable import jsonable
+from roofline.paths import check_output_file
 from roofline.registry import resolve
 
 
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--hardware", args.hardware), ("--out", args.out)):
         if value is None:
             raise UserError(f"{flag}: required (except with --op-tables --family F)")
+    check_output_file(args.out, "--out")  # before the fit, which can take minutes
     profile_path = resolve("hardware", args.hardware)
     hw = load_profile(profile_path)
     if args.op_tables is not None:

@@ -24,6 +24,7 @@ import pandas as pd
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.single_ops import OP_DTYPES, OPTIONAL_OP_COLUMNS, SINGLE_OP_COLUMNS, predict_single_ops
 from roofline.errors import UserError
+from roofline.paths import check_output_file
 
 _GEMM_DTYPES = ("bf16", "fp16", "fp8", "int8")
 _ATTENTION_DTYPES = ("bf16", "fp16")
@@ -44,6 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_file(args.output, "--output")
     hw = load_profile(args.hardware)
     frame = read_ops_csv(args.input)
     frame["predicted_s"] = predict_frame(hw, frame, str(args.input))

@@ -33,6 +33,7 @@ from typing import Any
 
 from roofline.cost.hardware import dump_profile, parse_profile, profile_yaml
 from roofline.errors import UserError
+from roofline.paths import check_output_file
 
 ENGINE_EXTRA_HINT = "install the engine extra: pip install -e '.[engine]'"
 _MIB = 2**20
@@ -63,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--threads: must be a positive integer, got {args.threads}")
     if args.repeats < 2:
         raise UserError(f"--repeats: must be at least 2 (the spread needs two measurements), got {args.repeats}")
+    if args.out:
+        check_output_file(Path(args.out), "--out")  # before minutes of benchmarking
     if args.vllm_python is not None and (args.device != "cpu" or not args.vllm_python.is_file()):
         raise UserError(f"--vllm-python: needs --device cpu and the python of a vLLM-CPU environment, got "
                         f"{args.vllm_python} (device {args.device})")

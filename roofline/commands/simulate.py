@@ -137,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
     metric_options = metric_options_from(args)
     if args.save_detailed and not args.save_result:
         raise UserError("--save-detailed: only with --save-result")
+    for flag, given in (("--result-dir", args.result_dir), ("--result-filename", args.result_filename)):
+        if given is not None and not args.save_result:
+            raise UserError(f"{flag}: only with --save-result (nothing is saved without it)")
     deployment = make_deployment(args.model, args.hardware, engine_args_from(args, "simulate"))
     check_quantization_flag(args.quantization, deployment.spec)
     if is_bench_mode(args):
@@ -159,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
                                 api_server_count=args.api_server_count, endpoint=args.endpoint or "completions")
     if args.out is not None:
         prepare_output_dir(args.out)
+    if args.save_result:
+        check_result_dir(args.result_dir)
     result = run_simulation(deployment, workload, options, specs=specs, progress=terminal_progress())
     if client_input_lens is None:
         client_input_lens = result.requests["num_prompt_tokens"].to_numpy()
@@ -212,6 +217,17 @@ def run(args: argparse.Namespace) -> int:
             print("(--verbose: the whole engine configuration, steady state, percentiles, what is not modelled; "
                   "--json: everything)")
     return 0
+
+
+def check_result_dir(result_dir: Path | None) -> None:
+    """--result-dir is a directory or can be made one (before the simulation, not after)."""
+    if result_dir is None:
+        return
+    if result_dir.exists() and not result_dir.is_dir():
+        raise UserError(f"--result-dir: '{result_dir}' exists and is not a directory; give a directory path")
+    parent = next((p for p in [result_dir, *result_dir.parents] if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise UserError(f"--result-dir: '{parent}' (in '{result_dir}') is not a directory")
 
 
 def _refuse_bench_only_flags(args: argparse.Namespace) -> None:

@@ -425,10 +425,20 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _positive(data: dict[str, Any], key: str, where: str) -> float:
+# Upper bounds of a profile's numbers beyond which the value is a typo, not a device (each ~100x the largest shipped
+# figure: B300's 15 PFLOP/s dense fp4, 288 GB and 8 TB/s of HBM3e, NVLink 5's 900 GB/s per direction); any other
+# positive field: a finite number up to 1e9.
+_UPPER_BOUNDS = {"memory_capacity_gb": 1e5, "memory_bandwidth_gb_per_s": 1e6, "bandwidth_gb_per_s_per_direction": 1e6,
+                 "pcie_bandwidth_gb_per_s_per_direction": 1e5, "l2_cache_mib": 1e5, "boost_clock_mhz": 1e5}
+_PEAK_TFLOPS_UPPER_BOUND = 1e6
+_DEFAULT_UPPER_BOUND = 1e9
+
+
+def _positive(data: dict[str, Any], key: str, where: str, upper: float | None = None) -> float:
     value = data[key]
-    if not _is_number(value) or not value > 0:
-        raise UserError(f"{where}: {key}: must be a positive number, got {value!r}")
+    upper = upper if upper is not None else _UPPER_BOUNDS.get(key, _DEFAULT_UPPER_BOUND)
+    if not _is_number(value) or not 0 < value <= upper:  # (also refuses nan and inf)
+        raise UserError(f"{where}: {key}: must be a positive finite number up to {upper:g}, got {value!r}")
     return float(value)
 
 
@@ -461,7 +471,8 @@ def _peak_flops(section: Any, where: str) -> tuple[tuple[str, float], ...]:
     _check_keys(section, {d: False for d in DTYPES}, f"{where}: peak_tflops")
     if not section:
         raise UserError(f"{where}: peak_tflops: needs at least one dtype; allowed: {', '.join(DTYPES)}")
-    return tuple((d, _positive(section, d, f"{where}: peak_tflops") * 1e12) for d in DTYPES if d in section)
+    return tuple((d, _positive(section, d, f"{where}: peak_tflops", _PEAK_TFLOPS_UPPER_BOUND) * 1e12)
+                 for d in DTYPES if d in section)
 
 
 def _interconnect(section: Any, where: str) -> Interconnect | None:

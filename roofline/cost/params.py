@@ -27,8 +27,9 @@ from roofline.errors import UserError, check_fields
 def _number(section: dict[str, Any], key: str, default: float, where: str, lo: float = 0.0,
             hi: float = float("inf")) -> float:
     value = section.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-        raise UserError(f"{where}.{key}: must be a number in [{lo}, {hi}], got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi \
+            or abs(value) == float("inf"):  # (an inf bound still means a finite number)
+        raise UserError(f"{where}.{key}: must be a finite number in [{lo}, {hi}], got {value!r}")
     return float(value)
 
 

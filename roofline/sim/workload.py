@@ -71,6 +71,14 @@ DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 AZURE_TRACE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _HISTOGRAM_COLUMNS = ("min_tokens", "max_tokens", "count")
+# Bounds beyond which a number in a workload or trace is a mistake, not a workload: no model serves a context
+# longer than 10 million tokens (Llama 4 Scout's window, the longest published); a rate above a million requests
+# per second, a think time or an arrival beyond a year (3.2e7 s), or more than 100 million requests, describe no
+# serving run this simulator can answer for.
+MAX_TOKENS = 10_000_000
+MAX_RATE_PER_S = 1e6
+MAX_TIME_S = 3.2e7
+MAX_NUM_REQUESTS = 100_000_000
 
 
 # ---- configs -------------------------------------------------------------------------------------------------
@@ -231,23 +239,49 @@ _ARRIVAL_KEYS = {
 
 
 def _number(section: dict[str, Any], key: str, where: str, lo: float = 0.0, allow_inf: bool = False,
-            positive: bool = False) -> float:
+            positive: bool = False, hi: float = math.inf) -> float:
+    """A finite number in [lo, hi] (> lo with `positive`), or inf where `allow_inf`."""
     value = section[key]
     if isinstance(value, str) and allow_inf and value.strip().lower() in ("inf", "infinity"):
         return math.inf
+    bound = f"> {lo:g}" if positive else f">= {lo:g}"
+    allowed = f"a number {bound}" + (f" and <= {hi:g}" if math.isfinite(hi) else "") + (" or inf" if allow_inf
+                                                                                          else "")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise UserError(f"{where}.{key}: must be a number, got {value!r}")
-    if value < lo or (positive and value <= 0) or (math.isinf(value) and not allow_inf):
-        bound = f"> {lo}" if positive else f">= {lo}"
-        raise UserError(f"{where}.{key}: must be {bound}{' or inf' if allow_inf else ''}, got {value!r}")
+        raise UserError(f"{where}.{key}: must be {allowed}, got {value!r}")
+    if value < lo or (positive and value <= 0) or (math.isinf(value) and not allow_inf) \
+            or (math.isfinite(value) and value > hi):
+        raise UserError(f"{where}.{key}: must be {allowed}, got {value!r}")
     return float(value)
 
 
-def _integer(section: dict[str, Any], key: str, where: str, lo: int = 0) -> int:
+def _integer(section: dict[str, Any], key: str, where: str, lo: int = 0, hi: int = MAX_TOKENS) -> int:
     value = section[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise UserError(f"{where}.{key}: must be an integer >= {lo}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise UserError(f"{where}.{key}: must be an integer from {lo} to {hi:,}, got {value!r}")
     return value
+
+
+def _check_clipping(dist: LengthDistribution, where: str) -> LengthDistribution:
+    """A normal or lognormal whose centre lies outside [min, max] would clip most samples to one bound: the
+    lengths would then be that bound, not the distribution written. Refused, naming the centre."""
+    if dist.kind == "normal":
+        centre, what = dist.mean, f"mean {dist.mean:g}"
+    elif dist.kind == "lognormal":
+        centre = math.exp(dist.mean_log)
+        what = f"mean_log {dist.mean_log:g} (a median of {centre:.4g} tokens)"
+    else:
+        return dist
+    upper = dist.max_tokens if dist.max_tokens is not None else MAX_TOKENS
+    if centre > upper:
+        bound = f"max {upper}" if dist.max_tokens is not None else f"{MAX_TOKENS:,} tokens"
+        raise UserError(f"{where}: {what} lies above {bound}, so most lengths would be clipped to {upper}; allowed: "
+                        f"a centre within [min, max]" + (f" (mean_log <= {math.log(upper):.3g})"
+                                                         if dist.kind == "lognormal" else ""))
+    if centre < dist.min_tokens:
+        raise UserError(f"{where}: {what} lies below min {dist.min_tokens}, so most lengths would be clipped to "
+                        f"{dist.min_tokens}; allowed: a centre within [min, max]")
+    return dist
 
 
 def parse_length(section: Any, where: str, base_dir: Path) -> LengthDistribution:
@@ -269,12 +303,14 @@ def parse_length(section: Any, where: str, base_dir: Path) -> LengthDistribution
     if kind == "uniform":
         return LengthDistribution("uniform", min_tokens=min_tokens, max_tokens=max_tokens)
     if kind == "normal":
-        return LengthDistribution("normal", mean=_number(section, "mean", where), std=_number(section, "std", where),
-                                  min_tokens=min_tokens, max_tokens=max_tokens)
+        return _check_clipping(LengthDistribution(
+            "normal", mean=_number(section, "mean", where, hi=MAX_TOKENS),
+            std=_number(section, "std", where, hi=MAX_TOKENS), min_tokens=min_tokens, max_tokens=max_tokens), where)
     if kind == "lognormal":
-        return LengthDistribution("lognormal", mean_log=_number(section, "mean_log", where, lo=-math.inf),
-                                  std_log=_number(section, "std_log", where), min_tokens=min_tokens,
-                                  max_tokens=max_tokens)
+        # exp(mean_log + std_log^2 / 2) is the mean: both bounded so that it is a number of tokens.
+        return _check_clipping(LengthDistribution(
+            "lognormal", mean_log=_number(section, "mean_log", where, lo=-50.0, hi=math.log(MAX_TOKENS)),
+            std_log=_number(section, "std_log", where, hi=5.0), min_tokens=min_tokens, max_tokens=max_tokens), where)
     histogram = read_histogram(base_dir / str(section["csv"]), f"{where}.csv")
     return LengthDistribution("empirical", histogram=histogram, min_tokens=min_tokens, max_tokens=max_tokens)
 
@@ -317,17 +353,18 @@ def parse_arrival(section: Any, where: str) -> ArrivalProcess:
     check_fields(section, keys, where, keys)
     if process == "all_at_once":
         return ArrivalProcess("all_at_once")
-    rate = _number(section, "rate_per_s", where, allow_inf=True, positive=True)
-    cv = _number(section, "cv", where, positive=True) if process == "gamma" else 1.0
-    burst_size = _integer(section, "burst_size", where, 1) if process == "burst" else 1
+    rate = _number(section, "rate_per_s", where, allow_inf=True, positive=True, hi=MAX_RATE_PER_S)
+    cv = _number(section, "cv", where, positive=True, hi=1000.0) if process == "gamma" else 1.0
+    burst_size = _integer(section, "burst_size", where, 1, MAX_NUM_REQUESTS) if process == "burst" else 1
     return ArrivalProcess(process, rate_per_s=rate, cv=cv, burst_size=burst_size)
 
 
 def parse_workload(data: Any, where: str, base_dir: Path) -> Workload:
     """A workload mapping (parsed YAML) -> a validated Workload; `where` names the file in errors."""
     section = check_fields(data, _TOP_KEYS, where, ("name",))
-    seed = _integer(section, "seed", where) if "seed" in section else 0
-    num_requests = _integer(section, "num_requests", where, 1) if "num_requests" in section else 500
+    seed = _integer(section, "seed", where, 0, 2**32 - 1) if "seed" in section else 0  # numpy's seed range
+    num_requests = (_integer(section, "num_requests", where, 1, MAX_NUM_REQUESTS) if "num_requests" in section
+                    else 500)
     name, description = str(section["name"]), str(section.get("description", ""))
     if "trace" in section:
         clash = [k for k in ("arrival", "prompt_tokens", "output_tokens", "shared_prefix", "sessions") if k in section]
@@ -351,7 +388,7 @@ def parse_workload(data: Any, where: str, base_dir: Path) -> Workload:
         ss = check_fields(section["sessions"], ("num_turns", "think_time_s"), f"{where}.sessions",
                          ("num_turns", "think_time_s"))
         sessions = Sessions(parse_length(ss["num_turns"], f"{where}.sessions.num_turns", base_dir),
-                            _number(ss, "think_time_s", f"{where}.sessions"))
+                            _number(ss, "think_time_s", f"{where}.sessions", hi=MAX_TIME_S))
     return Workload(
         name, seed, num_requests, description=description,
         arrival=parse_arrival(section["arrival"], f"{where}.arrival"),
@@ -466,10 +503,18 @@ def read_trace(path: Path, num_requests: int | None = None, rate_per_s: float | 
     else:
         raise UserError(f"--workload: '{path}' must have columns {','.join(TRACE_COLUMNS)} or the Azure trace's "
                         f"{','.join(AZURE_TRACE_COLUMNS)}; found {','.join(map(str, frame.columns))}")
-    bad = np.flatnonzero((prompts < 1) | (outputs < 1) | (arrivals < 0) | (prompts % 1 != 0) | (outputs % 1 != 0))
-    if len(bad):
-        raise UserError(f"--workload: '{path}' line {bad[0] + 2}: token counts must be integers >= 1 and arrival "
-                        f"times >= 0")
+    names = ("arrival_s", "prompt_tokens", "output_tokens") if "arrival_s" in frame.columns else \
+        AZURE_TRACE_COLUMNS
+    for column, values, bad in (
+            (names[0], arrivals, ~np.isfinite(arrivals) | (arrivals < 0) | (arrivals > MAX_TIME_S)),
+            (names[1], prompts, ~np.isfinite(prompts) | (prompts < 1) | (prompts % 1 != 0) | (prompts > MAX_TOKENS)),
+            (names[2], outputs, ~np.isfinite(outputs) | (outputs < 1) | (outputs % 1 != 0) | (outputs > MAX_TOKENS))):
+        rows = np.flatnonzero(bad)
+        if len(rows):
+            allowed = (f"seconds from 0 to {MAX_TIME_S:g}" if values is arrivals
+                       else f"integers from 1 to {MAX_TOKENS:,}")
+            raise UserError(f"--workload: '{path}' line {rows[0] + 2} column {column}: {values[rows[0]]:g} is not "
+                            f"allowed; allowed: {allowed}")
     order = np.argsort(arrivals, kind="stable")[:num_requests]
     arrivals = arrivals[order] - arrivals[order].min()
     if rate_per_s is not None:
