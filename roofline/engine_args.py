@@ -35,6 +35,16 @@ from roofline.cost.quant import (
     QUANTIZATION_CHOICES,
 )
 from roofline.errors import UserError
+from roofline.vllm_flags import (
+    CHECKPOINT_QUANTIZATIONS,
+    DTYPE_ALIASES,
+    KV_CACHE_DTYPE_ALIASES,
+    QUANTIZATION_ALIASES,
+    UNMODELLED_QUANTIZATIONS,
+    alias_type,
+    human_readable_int,
+    human_readable_int_or_auto,
+)
 
 VLLM_VERSION = "0.32.0"
 GIB = 2 ** 30
@@ -279,15 +289,16 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
     help_for: dict[str, tuple[str, dict[str, Any]]] = {
         "max_num_seqs": ("--max-num-seqs", dict(type=int, metavar="N", help="max sequences per step (default: "
                          "vLLM's for the device: 1024 on GPUs with >= 70 GiB except A100s, else 256; CPU 128)")),
-        "max_num_batched_tokens": ("--max-num-batched-tokens", dict(type=int, metavar="N", help="token budget per "
+        "max_num_batched_tokens": ("--max-num-batched-tokens", dict(type=human_readable_int, metavar="N", help="token budget per "
                                    "step (default: vLLM's: 16384 on >= 160 GiB GPUs, 8192 on >= 70 GiB except "
                                    "A100s, else 2048; CPU 2048)")),
         "block_size": ("--block-size", dict(type=int, default=None, metavar="N", help=(
             "tokens per KV block, a multiple of 16 (default: 16; measure --engine vllm on a CPU: vLLM-CPU's 128, "
             "and a multiple of 32)"))),
-        "max_model_len": ("--max-model-len", dict(type=int, metavar="N", help="max prompt + output tokens "
-                          "(default: what vLLM derives from the model's config; -1: that, lowered to the longest "
-                          "request the KV cache holds, as vLLM's auto-fit)")),
+        "max_model_len": ("--max-model-len", dict(type=human_readable_int_or_auto, metavar="N", help=(
+            "max prompt + output tokens, as vLLM reads it: 32k = 32000, 32K = 32768 (default: what vLLM derives "
+            "from the model's config; -1 or auto: that, lowered to the longest request the KV cache holds, as "
+            "vLLM's auto-fit)"))),
         "gpu_memory_utilization": ("--gpu-memory-utilization", dict(type=float, metavar="FRACTION", help=(
             "fraction of device memory for weights, activations and KV cache (default: 0.9; measure on a CPU: "
             "a 4 GiB KV cache, as vLLM-CPU)"))),
@@ -298,15 +309,23 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
             help="reuse KV blocks of shared prefixes (default: on)")),
         "tensor_parallel_size": ("--tensor-parallel-size", dict(type=int, default=1, metavar="N",
                                                                 help="GPUs per replica (default: 1)")),
-        "dtype": ("--dtype", dict(choices=DTYPE_CHOICES, default="auto",
-                                  help="activation dtype (default: auto = the checkpoint's, bf16 for fp32)")),
-        "quantization": ("--quantization", dict(choices=QUANTIZATION_CHOICES, default=None, help=(
-            "weight quantization (default: the checkpoint's own, else none; another scheme on an unquantized "
-            "checkpoint is a what-if, announced)"))),
-        "kv_cache_dtype": ("--kv-cache-dtype", dict(choices=KV_CACHE_DTYPE_CHOICES, default="auto",
-                                                    help="KV cache dtype (default: auto = the activation dtype)")),
-        "kv_cache_memory_bytes": ("--kv-cache-memory-bytes", dict(type=float, metavar="BYTES", help=(
-            "KV cache size per device in bytes, instead of vLLM's profiled budget"))),
+        "dtype": ("--dtype", dict(type=alias_type(DTYPE_CHOICES, DTYPE_ALIASES, "--dtype"), default="auto",
+                                  metavar="{" + ",".join(DTYPE_CHOICES) + "}", help=(
+            "activation dtype (default: auto = the checkpoint's, bf16 for fp32; vLLM's half and float too)"))),
+        "quantization": ("--quantization", dict(
+            type=alias_type(QUANTIZATION_CHOICES, QUANTIZATION_ALIASES, "--quantization", CHECKPOINT_QUANTIZATIONS,
+                            UNMODELLED_QUANTIZATIONS), default=None,
+            metavar="{" + ",".join(QUANTIZATION_CHOICES + CHECKPOINT_QUANTIZATIONS) + "}", help=(
+                "weight quantization (default: the checkpoint's own, else none; another scheme on an unquantized "
+                "checkpoint is a what-if, announced; vLLM's names too: awq_marlin, gptq_marlin, modelopt, "
+                "modelopt_fp4, fbgemm_fp8, ptpc_fp8, compressed-tensors = the checkpoint's)"))),
+        "kv_cache_dtype": ("--kv-cache-dtype", dict(
+            type=alias_type(KV_CACHE_DTYPE_CHOICES, KV_CACHE_DTYPE_ALIASES, "--kv-cache-dtype"), default="auto",
+            metavar="{" + ",".join(KV_CACHE_DTYPE_CHOICES) + "}",
+            help="KV cache dtype (default: auto = the activation dtype; vLLM's fp8_e4m3 and fp8_e5m2 are fp8)")),
+        "kv_cache_memory_bytes": ("--kv-cache-memory-bytes", dict(type=human_readable_int, metavar="BYTES", help=(
+            "KV cache size per device in bytes, instead of vLLM's profiled budget (vLLM's suffixes: 40G = 40 x "
+            "2^30, 40g = 40 x 10^9)"))),
         "num_gpu_blocks_override": ("--num-gpu-blocks-override", dict(type=int, metavar="N", help=(
             "KV blocks per device, instead of the computed number"))),
         "async_scheduling": ("--async-scheduling", dict(
@@ -344,8 +363,10 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
 
 def engine_args_from(args: argparse.Namespace, command: str) -> EngineArgs:
     """The `EngineArgs` of the flags `add_engine_args(parser, command)` added; the others keep their defaults."""
-    # An unset flag (None) keeps the dataclass default: vLLM's default, resolved where the device is known.
-    given = {name: getattr(args, name) for name in COMMAND_FLAGS[command] if getattr(args, name) is not None}
+    # An unset flag (None) keeps the dataclass default: vLLM's default, resolved where the device is known;
+    # compressed-tensors, too: the checkpoint's own scheme (`check_quantization_flag` refuses it without one).
+    given = {name: getattr(args, name) for name in COMMAND_FLAGS[command]
+             if getattr(args, name) is not None and getattr(args, name) not in CHECKPOINT_QUANTIZATIONS}
     return EngineArgs(**given)
 
 
@@ -354,6 +375,10 @@ def check_quantization_flag(given: str | None, spec: ModelSpec) -> None:
     `quantization_config` (vllm/config/model.py `_verify_quantization`), so an unquantized run of it cannot be asked
     for; refused rather than ignored. (Other contradictions are refused by `roofline.cost.quant.resolve_for_model`.)"""
     ck = spec.checkpoint_quant
+    if given in CHECKPOINT_QUANTIZATIONS and ck is None:
+        raise UserError(f"--quantization {given}: reads the scheme from the checkpoint's quantization_config, and "
+                        f"model '{spec.name}' has none (an unquantized checkpoint); allowed: leave it out, or a "
+                        f"scheme to price as a what-if: {', '.join(QUANTIZATION_CHOICES)}")
     if given == "none" and ck is not None:
         raise UserError(f"--quantization none: model '{spec.name}' is a {ck.method} checkpoint (its "
                         f"quantization_config), which vLLM always serves as {ck.method}; allowed: leave "

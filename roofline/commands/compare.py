@@ -48,6 +48,7 @@ from roofline.sim.api_server import add_api_server_args
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args
 from roofline.sim.bench_metrics import parse_goodput
 from roofline.sim.simulator import ROUTERS, SimulationOptions, make_deployment
+from roofline.vllm_flags import add_vllm_serve_flags
 
 # Flags that only mean something with --vllm-bench (dest names), refused with --trace when set.
 _TRACE_FLAGS = ("out", "repeat_trace")
@@ -92,6 +93,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                        help="the run's goodput SLOs (vLLM does not record them)")
     add_bench_args(parser)
     add_engine_args(parser, "simulate")
+    add_vllm_serve_flags(parser, "simulate")
     parser.set_defaults(run=run, bench_defaults={a.dest: a.default for a in parser._actions})
     return parser
 

@@ -17,6 +17,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from roofline.planning.report import all_tables, answer_text, write_report
 from roofline.planning.search import DEFAULT_SLO_PERCENTILE, NOMINAL, Config, Slo, num_simulated_requests
 from roofline.registry import load_model
 from roofline.sim.workload import load_workload
+from roofline.vllm_flags import add_vllm_serve_flags, canonical_kv_cache_dtype, canonical_quantization
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -102,6 +104,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="print the search space (what fits, how many searches and simulations) and its "
                              "estimated time, from one timed simulation, then stop without writing anything")
     add_engine_args(parser, "plan")
+    add_vllm_serve_flags(parser, "plan")
     # Unset (None) rather than vLLM's default, so that a single-value flag given beside its list is detected.
     parser.set_defaults(run=run, quantization=None, kv_cache_dtype=None)
     return parser
@@ -122,9 +125,11 @@ def parse_int_list(text: str, flag: str) -> tuple[int, ...]:
     return values
 
 
-def parse_choice_list(text: str, flag: str, choices: tuple[str, ...]) -> tuple[str, ...]:
-    """'none,fp8' -> ('none', 'fp8'), each one of `choices`; anything else names the flag and the choices."""
-    values = tuple(v.strip() for v in text.split(","))
+def parse_choice_list(text: str, flag: str, choices: tuple[str, ...],
+                      alias: Callable[[str], str] = str) -> tuple[str, ...]:
+    """'none,fp8' -> ('none', 'fp8'), each one of `choices` (or vLLM's alias of one, `alias`); anything else names
+    the flag and the choices."""
+    values = tuple(alias(v.strip()) for v in text.split(","))
     bad = [v for v in values if v not in choices]
     if bad:
         raise UserError(f"{flag}: '{bad[0]}' is not allowed; allowed: {', '.join(choices)} (comma-separated)")
@@ -144,9 +149,11 @@ def search_space(args: argparse.Namespace) -> dict[str, tuple]:
     _one_or_list(args.kv_cache_dtype, args.kv_cache_dtypes, "--kv-cache-dtype", "--kv-cache-dtypes")
     _one_or_list(args.max_num_batched_tokens, args.max_num_batched_tokens_list, "--max-num-batched-tokens",
                  "--max-num-batched-tokens-list")
-    quantizations = (parse_choice_list(args.quantizations, "--quantizations", QUANTIZATION_CHOICES)
+    quantizations = (parse_choice_list(args.quantizations, "--quantizations", QUANTIZATION_CHOICES,
+                                       canonical_quantization)
                      if args.quantizations is not None else (args.quantization or "none",))
-    kv_cache_dtypes = (parse_choice_list(args.kv_cache_dtypes, "--kv-cache-dtypes", KV_CACHE_DTYPE_CHOICES)
+    kv_cache_dtypes = (parse_choice_list(args.kv_cache_dtypes, "--kv-cache-dtypes", KV_CACHE_DTYPE_CHOICES,
+                                         canonical_kv_cache_dtype)
                        if args.kv_cache_dtypes is not None else (args.kv_cache_dtype or "auto",))
     tokens: tuple[int | None, ...] = (
         parse_int_list(args.max_num_batched_tokens_list, "--max-num-batched-tokens-list")

@@ -60,6 +60,7 @@ from roofline.sim.simulator import (
 )
 from roofline.sim.verdict import load_verdict
 from roofline.sim.workload import Workload, add_workload_args, workload_from_args
+from roofline.vllm_flags import add_vllm_serve_flags
 
 DEFAULT_MODEL = "llama-3.1-8b"
 # The engine settings the default output shows (--verbose: all of them).
@@ -104,6 +105,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     out.add_argument("--verbose", "-v", action="store_true",
                      help="also print the whole engine configuration, the hardware profile's provenance, the "
                           "steady state (where one exists), roofline's own summary and what is not modelled")
+    add_vllm_serve_flags(parser, "simulate")
     parser.set_defaults(run=run)
     return parser
 

@@ -438,7 +438,8 @@ def _positive(data: dict[str, Any], key: str, where: str, upper: float | None = 
     value = data[key]
     upper = upper if upper is not None else _UPPER_BOUNDS.get(key, _DEFAULT_UPPER_BOUND)
     if not _is_number(value) or not 0 < value <= upper:  # (also refuses nan and inf)
-        raise UserError(f"{where}: {key}: must be a positive finite number up to {upper:g}, got {value!r}")
+        raise UserError(f"{where}: {key}: must be a positive number, got {value!r} (allowed: finite, up to "
+                        f"{upper:g})")
     return float(value)
 
 

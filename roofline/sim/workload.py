@@ -245,10 +245,9 @@ def _number(section: dict[str, Any], key: str, where: str, lo: float = 0.0, allo
     if isinstance(value, str) and allow_inf and value.strip().lower() in ("inf", "infinity"):
         return math.inf
     bound = f"> {lo:g}" if positive else f">= {lo:g}"
-    allowed = f"a number {bound}" + (f" and <= {hi:g}" if math.isfinite(hi) else "") + (" or inf" if allow_inf
-                                                                                          else "")
+    allowed = bound + (f" and <= {hi:g}" if math.isfinite(hi) else "") + (" or inf" if allow_inf else "")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise UserError(f"{where}.{key}: must be {allowed}, got {value!r}")
+        raise UserError(f"{where}.{key}: must be a number {allowed}, got {value!r}")
     if value < lo or (positive and value <= 0) or (math.isinf(value) and not allow_inf) \
             or (math.isfinite(value) and value > hi):
         raise UserError(f"{where}.{key}: must be {allowed}, got {value!r}")
