@@ -55,7 +55,16 @@ import numpy as np
 
 from engine.core.model_spec import ModelSpec
 from roofline.errors import UserError
-from roofline.sim.workload import ArrivalProcess, LengthDistribution, RequestSpec, SharedPrefix, Workload, parse_rate
+from roofline.sim.workload import (
+    MAX_NUM_REQUESTS,
+    ArrivalProcess,
+    LengthDistribution,
+    RequestSpec,
+    SharedPrefix,
+    Workload,
+    check_seed,
+    parse_rate,
+)
 
 VLLM_BENCH_VERSION = "0.32.0"
 DATASET_NAMES = ("random", "sharegpt")
@@ -299,8 +308,11 @@ class BenchLoad:
     name: str = field(default="")
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_prompts, bool) or not isinstance(self.num_prompts, int) or self.num_prompts < 1:
-            raise UserError(f"--num-prompts: must be a positive integer, got {self.num_prompts!r}")
+        if isinstance(self.num_prompts, bool) or not isinstance(self.num_prompts, int) or \
+                not 1 <= self.num_prompts <= MAX_NUM_REQUESTS:
+            raise UserError(f"--num-prompts: must be a positive integer up to {MAX_NUM_REQUESTS:,}, got "
+                            f"{self.num_prompts!r}")
+        check_seed(self.seed)
         if not self.request_rate > 0:
             raise UserError(f"--request-rate: must be a positive number or 'inf', got {self.request_rate!r}")
         if not self.burstiness > 0:

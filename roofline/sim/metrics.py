@@ -45,8 +45,8 @@ class SummaryOptions:
         if not self.warmup_s >= 0:
             raise UserError(f"--warmup-s: must be >= 0, got {self.warmup_s}")
         for flag, value in (("--slo-ttft-s", self.slo_ttft_s), ("--slo-tpot-s", self.slo_tpot_s)):
-            if value is not None and not value > 0:
-                raise UserError(f"{flag}: must be > 0, got {value}")
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise UserError(f"{flag}: must be a finite number > 0 (seconds), got {value}")
 
 
 @dataclass(frozen=True)

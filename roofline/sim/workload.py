@@ -78,7 +78,8 @@ _HISTOGRAM_COLUMNS = ("min_tokens", "max_tokens", "count")
 MAX_TOKENS = 10_000_000
 MAX_RATE_PER_S = 1e6
 MAX_TIME_S = 3.2e7
-MAX_NUM_REQUESTS = 100_000_000
+MAX_NUM_REQUESTS = 10_000_000  # (100,000 requests take 1.5 GB: BENCHMARKS.md, simulator speed)
+MAX_SEED = 2**32 - 1
 
 
 # ---- configs -------------------------------------------------------------------------------------------------
@@ -361,7 +362,7 @@ def parse_arrival(section: Any, where: str) -> ArrivalProcess:
 def parse_workload(data: Any, where: str, base_dir: Path) -> Workload:
     """A workload mapping (parsed YAML) -> a validated Workload; `where` names the file in errors."""
     section = check_fields(data, _TOP_KEYS, where, ("name",))
-    seed = _integer(section, "seed", where, 0, 2**32 - 1) if "seed" in section else 0  # numpy's seed range
+    seed = _integer(section, "seed", where, 0, MAX_SEED) if "seed" in section else 0
     num_requests = (_integer(section, "num_requests", where, 1, MAX_NUM_REQUESTS) if "num_requests" in section
                     else 500)
     name, description = str(section["name"]), str(section.get("description", ""))
@@ -616,25 +617,30 @@ def add_workload_args(parser: argparse.ArgumentParser, default_num_requests: int
     group.add_argument("--seed", type=int, default=None, help="random seed (default: the workload's seed)")
 
 
+def check_seed(seed: int | None, flag: str = "--seed") -> None:
+    """A seed numpy's and vLLM's client's legacy `np.random.seed` accept: 0 to 2**32 - 1."""
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise UserError(f"{flag}: must be an integer from 0 to {MAX_SEED}, got {seed}")
+
+
 def parse_rate(text: str, flag: str = "--request-rate") -> float:
     """'8', '0.5' or 'inf' -> requests per second."""
     try:
         rate = float(text)
     except ValueError:
         raise UserError(f"{flag}: must be a positive number or 'inf', got {text!r}") from None
-    if math.isnan(rate) or rate <= 0:
-        raise UserError(f"{flag}: must be a positive number or 'inf', got {text!r}")
+    if math.isnan(rate) or rate <= 0 or (math.isfinite(rate) and rate > MAX_RATE_PER_S):
+        raise UserError(f"{flag}: must be a positive number up to {MAX_RATE_PER_S:g} or 'inf', got {text!r}")
     return rate
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
     """The workload the shared flags describe (see `add_workload_args`)."""
-    for flag, value in (("--num-requests", args.num_requests), ("--input-len", args.input_len),
-                        ("--output-len", args.output_len)):
-        if value is not None and value < 1:
-            raise UserError(f"{flag}: must be a positive integer, got {value}")
-    if args.seed is not None and args.seed < 0:
-        raise UserError(f"--seed: must be a non-negative integer, got {args.seed}")
+    for flag, value, hi in (("--num-requests", args.num_requests, MAX_NUM_REQUESTS),
+                            ("--input-len", args.input_len, MAX_TOKENS), ("--output-len", args.output_len, MAX_TOKENS)):
+        if value is not None and not 1 <= value <= hi:
+            raise UserError(f"{flag}: must be a positive integer up to {hi:,}, got {value}")
+    check_seed(args.seed)
     rate = None if args.request_rate is None else parse_rate(args.request_rate)
     fixed_lengths = args.input_len is not None or args.output_len is not None
     if args.workload is None and fixed_lengths:
