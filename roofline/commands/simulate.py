@@ -34,6 +34,7 @@ from roofline.errors import UserError
 from roofline.jsonable import jsonable, to_json
 from roofline.paths import prepare_output_dir
 from roofline.planning.search import DRAIN_FRACTION, WARMUP_FRACTION
+from roofline.registry import load_model
 from roofline.sim.api_server import add_api_server_args
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args, is_bench_mode
 from roofline.sim.bench_metrics import (
@@ -142,8 +143,9 @@ def run(args: argparse.Namespace) -> int:
     for flag, given in (("--result-dir", args.result_dir), ("--result-filename", args.result_filename)):
         if given is not None and not args.save_result:
             raise UserError(f"{flag}: only with --save-result (nothing is saved without it)")
-    deployment = make_deployment(args.model, args.hardware, engine_args_from(args, "simulate"))
-    check_quantization_flag(args.quantization, deployment.spec)
+    spec = load_model(args.model)
+    check_quantization_flag(args.quantization, spec)  # before the deployment, which may not fit without it
+    deployment = make_deployment(spec, args.hardware, engine_args_from(args, "simulate"))
     if is_bench_mode(args):
         load = bench_load_from_args(args)
         bench = load.build(deployment.spec)
@@ -155,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         if workload.trace_path is not None and args.seed is not None:
             # A trace fixes arrivals and lengths and shares no prefixes: no simulated number depends on a seed.
             raise UserError(f"--seed: a CSV trace ({workload.trace_path}) is replayed as recorded and no simulated "
-                            f"result depends on a seed; drop --seed")
+                            f"result depends on a seed; give no --seed with a trace")
         specs, client_input_lens = None, None
         max_concurrency, request_rate = args.max_concurrency, _workload_rate(workload)
         offered = workload_load(workload, max_concurrency)

@@ -212,15 +212,21 @@ class RankShape:
     def of(cls, spec: ModelSpec, tp: int) -> "RankShape":
         if not isinstance(tp, int) or tp < 1:
             raise UserError(f"--tensor-parallel-size: must be a positive integer, got {tp!r}")
+        def splits(t: int) -> bool:
+            return not (spec.num_heads % t or spec.intermediate_size % t or (spec.num_kv_heads > t
+                                                                             and spec.num_kv_heads % t)
+                        or (spec.num_dense_layers and spec.dense_intermediate_size % t))
+        allowed = ", ".join(str(t) for t in range(1, 65) if splits(t))
         if spec.num_dense_layers and spec.dense_intermediate_size % tp:
             raise UserError(f"--tensor-parallel-size: {tp} must divide the dense layers' intermediate_size "
-                            f"({spec.dense_intermediate_size}) of model '{spec.name}'")
+                            f"({spec.dense_intermediate_size}) of model '{spec.name}'; allowed up to 64: {allowed}")
         if spec.num_heads % tp or spec.intermediate_size % tp:
             raise UserError(f"--tensor-parallel-size: {tp} must divide num_attention_heads ({spec.num_heads}) and "
-                            f"intermediate_size ({spec.intermediate_size}) of model '{spec.name}'")
+                            f"intermediate_size ({spec.intermediate_size}) of model '{spec.name}'; allowed up to 64: "
+                            f"{allowed}")
         if spec.num_kv_heads > tp and spec.num_kv_heads % tp:
             raise UserError(f"--tensor-parallel-size: {tp} must divide num_key_value_heads ({spec.num_kv_heads}) "
-                            f"of model '{spec.name}' or be a multiple of it")
+                            f"of model '{spec.name}' or be a multiple of it; allowed up to 64: {allowed}")
         return cls(hidden=spec.hidden_size, heads=spec.num_heads // tp, kv_heads=max(1, spec.num_kv_heads // tp),
                    head_dim=spec.head_dim, inter=spec.intermediate_size // tp,
                    vocab=-(-spec.vocab_size // tp),  # vLLM pads the vocabulary to a multiple of tp

@@ -29,7 +29,7 @@ def _number(section: dict[str, Any], key: str, default: float, where: str, lo: f
     value = section.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi \
             or abs(value) == float("inf"):  # (an inf bound still means a finite number)
-        raise UserError(f"{where}.{key}: must be a finite number in [{lo}, {hi}], got {value!r}")
+        raise UserError(f"{where}.{key}: must be a number in [{lo}, {hi}] (finite), got {value!r}")
     return float(value)
 
 

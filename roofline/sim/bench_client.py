@@ -103,6 +103,8 @@ class RandomDataset:
                             ("--random-prefix-len", self.prefix_len)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise UserError(f"{flag}: must be an integer >= 0, got {value!r}")
+        if self.output_len < 1:  # (vLLM's client would make it 1 token, `bounds`: refused, not replaced)
+            raise UserError(f"--random-output-len: must be an integer >= 1, got {self.output_len}")
         for ratio in (self.input_range_ratio, self.output_range_ratio):
             if not 0.0 <= ratio < 1.0:
                 raise UserError(f"--random-range-ratio: must be in [0, 1) (or a JSON dict of 'input' and 'output' "
@@ -243,7 +245,7 @@ class RampUp:
                             f"{', '.join(RAMP_UP_STRATEGIES)}")
         if not 0 < self.start_rps <= self.end_rps or math.isinf(self.end_rps):
             # vLLM refuses start > end and a negative rate, and its get_request fails on a first rate of 0.
-            raise UserError(f"--ramp-up-start-rps/--ramp-up-end-rps: need 0 < start <= end < inf, got "
+            raise UserError(f"--ramp-up-start-rps/--ramp-up-end-rps: must be 0 < start <= end < inf, got "
                             f"{self.start_rps} and {self.end_rps}")
 
     def rates(self, n: int) -> np.ndarray:
@@ -459,7 +461,7 @@ def bench_load_from_args(args: argparse.Namespace, lengths: tuple[Sequence[int],
         raise UserError(f"--dataset-name: '{dataset_name}' is not simulated; allowed: {', '.join(DATASET_NAMES)}")
     if getattr(args, "workload", None) is not None:
         raise UserError("--workload: cannot be combined with vllm bench serve's --dataset-name, --burstiness or "
-                        "--ramp-up-strategy; use one or the other")
+                        "--ramp-up-strategy; give one or the other")
     input_len = _first(args.input_len, args.random_input_len, DEFAULT_RANDOM_INPUT_LEN)  # --input-len maps as vLLM
     output_len = _first(args.output_len, args.random_output_len, DEFAULT_RANDOM_OUTPUT_LEN)
     dataset: RandomDataset | ShareGPTDataset
@@ -476,8 +478,8 @@ def bench_load_from_args(args: argparse.Namespace, lengths: tuple[Sequence[int],
         dataset = RandomDataset(input_len, output_len, in_ratio, out_ratio, args.random_prefix_len or 0)
     else:
         if args.dataset_path is None and lengths is None:
-            raise UserError("--dataset-path: --dataset-name sharegpt needs the ShareGPT JSON file (no default "
-                            "length table is shipped: no public source of its lengths was found)")
+            raise UserError("--dataset-path: --dataset-name sharegpt needs the ShareGPT JSON file: give --dataset-path "
+                            "FILE (no default length table is shipped: no public source of its lengths was found)")
         if args.tokenizer is None and lengths is None:
             raise UserError("--tokenizer: --dataset-name sharegpt needs a local tokenizer directory to count tokens")
         sharegpt_output_len = _first(args.output_len, args.sharegpt_output_len, None)

@@ -369,7 +369,8 @@ def parse_workload(data: Any, where: str, base_dir: Path) -> Workload:
     if "trace" in section:
         clash = [k for k in ("arrival", "prompt_tokens", "output_tokens", "shared_prefix", "sessions") if k in section]
         if clash:
-            raise UserError(f"{where}: '{clash[0]}' cannot be combined with 'trace' (a trace sets arrivals and lengths)")
+            raise UserError(f"{where}: '{clash[0]}' cannot be combined with 'trace' (a trace sets arrivals and lengths); "
+                            f"give one of them")
         trace_path = base_dir / str(section["trace"])
         if not trace_path.is_file():
             raise UserError(f"{where}.trace: no such file '{trace_path}'")
@@ -527,8 +528,8 @@ def _numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
     bad = np.flatnonzero(np.isnan(values))
     if len(bad):
-        raise UserError(f"--workload: '{path}' line {bad[0] + 2} column {column}: not a number "
-                        f"({frame[column].iloc[bad[0]]!r})")
+        raise UserError(f"--workload: '{path}' line {bad[0] + 2} column {column}: {str(frame[column].iloc[bad[0]])!r} "
+                        f"is not a number; allowed: numbers")
     return values
 
 
@@ -604,7 +605,8 @@ def add_workload_args(parser: argparse.ArgumentParser, default_num_requests: int
     group = parser.add_argument_group("workload")
     group.add_argument("--workload", default=None, metavar="ID|PATH",
                        help=f"workload id, YAML file or CSV trace (default: {DEFAULT_WORKLOAD}, or the fixed-length "
-                            "workload when --input-len/--output-len are given)")
+                            "workload when --input-len/--output-len are given); the formats, with an example each: "
+                            "docs/workload-formats.md")
     group.add_argument("--num-requests", "--num-prompts", type=int, default=default_num_requests, metavar="N",
                        help="number of requests (vllm bench serve's --num-prompts; default: the workload's "
                             "num_requests)")
