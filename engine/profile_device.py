@@ -96,6 +96,10 @@ class ProfileSettings:
     quick: bool = False  # tiny sweeps for tests: seconds, numbers not meaningful
     num_repeats: int = 5
     min_time_s: float = 0.1  # each measurement loops its op at least this long
+    # Seconds the GEMM sweep of one dtype may take: a shape whose estimated time (from the rate the previous shape
+    # measured) would pass it is not run. A dtype this CPU emulates (bf16 without AVX512_BF16/AMX: about 1/100 of
+    # fp32 on an AVX2-only EPYC) would otherwise take tens of minutes on the large shapes.
+    gemm_budget_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -104,6 +108,8 @@ class ProfileSettings:
             raise ValueError(f"--threads: must be a positive integer, got {self.num_threads}")
         if self.num_repeats < 2:
             raise ValueError(f"num_repeats: must be at least 2 to measure a spread, got {self.num_repeats}")
+        if not self.gemm_budget_s > 0:
+            raise ValueError(f"gemm_budget_s: must be positive, got {self.gemm_budget_s}")
         if self.min_time_s <= 0:
             raise ValueError(f"min_time_s: must be positive, got {self.min_time_s}")
 
@@ -125,6 +131,8 @@ def profile_device(settings: ProfileSettings, log: Callable[[str], None] = lambd
     torch.set_num_threads(num_threads)
     try:
         bench = _Bench(settings, torch.device("cuda" if settings.device == "cuda" else "cpu"), log)
+        if settings.device == "cpu":
+            log(native_dtypes_line())
         gemm, skipped = bench.gemm_all()
         return {
             "device": cuda_description() if settings.device == "cuda" else cpu_description(),
@@ -211,12 +219,28 @@ class _Bench:
         out = torch.empty(m, n, device=self.device, dtype=_TORCH_DTYPES[dtype])
         return lambda: torch.matmul(a, b, out=out)
 
+    def _estimated_s(self, flops: float, rate: float) -> float:
+        """How long `_rates` takes for a call of `flops` at `rate`: per repeat a warm-up call, a sizing call and a
+        loop of at least min_time_s."""
+        once = flops / rate
+        return self.num_repeats * (2 * once + max(self.min_time_s, once))
+
     def _gemm_sweep(self, dtype: str, shapes: tuple[tuple[int, int, int], ...]) -> dict[str, Any]:
         sweep: list[dict[str, Any]] = []
-        for m, n, k in shapes:
+        started = time.perf_counter()
+        budget = math.inf if self.settings.quick else self.settings.gemm_budget_s
+        for i, (m, n, k) in enumerate(shapes):
+            if sweep:
+                estimate = self._estimated_s(2.0 * m * n * k, float(sweep[-1]["flops_per_s"]))
+                elapsed = time.perf_counter() - started
+                if elapsed + estimate > budget:
+                    self.log(f"gemm {dtype}: stopped after {i} of {len(shapes)} shapes: {m}x{n}x{k} would take "
+                             f"about {estimate:.0f} s at the rate measured, past the {budget:g} s budget per dtype")
+                    break
             rate, spread, _ = self._rates(self._gemm_fn(dtype, m, n, k), 2.0 * m * n * k)
             sweep.append({"mnk": [m, n, k], "flops_per_s": rate, "spread": spread})
-            self.log(f"gemm {dtype} {m}x{n}x{k}: {rate / 1e12:.3f} TFLOP/s (spread {spread:.1%})")
+            self.log(f"gemm {dtype} [{i + 1}/{len(shapes)}] {m}x{n}x{k}: {rate / 1e12:.3f} TFLOP/s (spread "
+                     f"{spread:.1%}; {time.perf_counter() - started:.0f} s of the dtype's {budget:g} s)")
         best = max(sweep, key=lambda row: float(row["flops_per_s"]))
         return {"peak_flops_per_s": best["flops_per_s"], "peak_shape_mnk": best["mnk"], "spread": best["spread"],
                 "sweep": sweep}
@@ -375,6 +399,24 @@ def _meminfo_bytes(key: str) -> int | None:
     except OSError:
         return None
     return None
+
+
+# CPU flags (as /proc/cpuinfo spells them) that run a dtype's GEMMs in hardware; without them PyTorch converts to
+# fp32 and back (oneDNN's reference path for bf16/fp16 on AVX2).
+_NATIVE_DTYPE_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+
+
+def native_dtypes_line() -> str:
+    """Which dtypes this CPU multiplies natively, from its flags: one line for the log."""
+    flags = set((_cpuinfo_field("flags") or "").split())
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    parts = [f"fp32 ({vector})"]
+    for dtype, needed in _NATIVE_DTYPE_FLAGS.items():
+        have = [f for f in needed if f in flags]
+        parts.append(f"{dtype} native ({', '.join(have)})" if have else
+                     f"{dtype} emulated (no {' or '.join(needed)}: expect its GEMMs far below fp32; profile and run "
+                     f"in fp32 here)")
+    return "this CPU runs: " + "; ".join(parts)
 
 
 def _cpuinfo_field(key: str) -> str | None:

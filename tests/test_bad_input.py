@@ -299,6 +299,7 @@ CASES: list[tuple[str, str]] = [
     # profile-device
     ("profile-device --threads 0", "--threads"),
     ("profile-device --repeats 1", "--repeats"),
+    *[(f"profile-device --gemm-budget-s {v}", "--gemm-budget-s") for v in ("0", "-1", "inf", "nan", "x")],
     ("profile-device --device tpu", "--device"),
     ("profile-device --vllm-python {d}/nope", "--vllm-python"),
     ("profile-device --out {d}/afile/p.yaml", "--out"),

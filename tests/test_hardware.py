@@ -346,3 +346,26 @@ def test_profile_device_cuda_writes_a_loadable_gpu_profile(tmp_path: Path) -> No
     hw = load_profile(out)
     assert hw.kind == "gpu" and {"fp32", "tf32", "bf16", "fp16"} <= set(hw.supported_dtypes)
     assert hw.memory_capacity_bytes == pytest.approx(torch.cuda.get_device_properties(0).total_memory, rel=1e-5)
+
+
+def test_profile_device_gemm_sweep_stops_at_its_time_budget() -> None:
+    """A shape whose estimated time (from the previous shape's rate) would pass the per-dtype budget is not run."""
+    pytest.importorskip("torch")
+    import torch
+
+    from engine.profile_device import ProfileSettings, _Bench
+
+    lines: list[str] = []
+    bench = _Bench(ProfileSettings(num_repeats=2, min_time_s=0.001, gemm_budget_s=0.5), torch.device("cpu"),
+                   lines.append)
+    result = bench._gemm_sweep("fp32", ((32, 32, 32), (8192, 8192, 8192)))
+    assert [row["mnk"] for row in result["sweep"]] == [[32, 32, 32]]
+    assert any("stopped after 1 of 2 shapes: 8192x8192x8192" in line for line in lines)
+
+
+def test_profile_device_says_which_dtypes_this_cpu_runs_natively() -> None:
+    pytest.importorskip("torch")
+    from engine.profile_device import native_dtypes_line
+
+    line = native_dtypes_line()
+    assert line.startswith("this CPU runs: fp32") and "bf16 " in line and "fp16 " in line

@@ -51,6 +51,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="measurements per number; the best is kept, their range is the spread (default 5)")
     parser.add_argument("--id", dest="profile_id", metavar="ID",
                         help="id of the written profile (default: from the device name)")
+    parser.add_argument("--gemm-budget-s", type=float, default=60.0, metavar="S",
+                        help="seconds the GEMM sweep of one dtype may take; larger shapes that would pass it (from "
+                             "the rate measured so far) are not run (default: 60; a dtype the CPU emulates, e.g. bf16 "
+                             "without AVX512_BF16/AMX, runs ~100x slower than fp32)")
     parser.add_argument("--quick", action="store_true", help="tiny sweeps for tests (seconds; numbers not meaningful)")
     parser.add_argument("--vllm-python", type=Path, default=None, metavar="PATH",
                         help="CPU: also measure vLLM-CPU's GEMM kernel (onednn_mm) in the vLLM environment of this "
@@ -62,6 +66,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads <= 0:
         raise UserError(f"--threads: must be a positive integer, got {args.threads}")
+    if not 0 < args.gemm_budget_s < math.inf:
+        raise UserError(f"--gemm-budget-s: must be a positive finite number of seconds, got {args.gemm_budget_s}")
     if args.repeats < 2:
         raise UserError(f"--repeats: must be at least 2 (the spread needs two measurements), got {args.repeats}")
     if args.out:
@@ -76,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.profile_device import ProfileSettings, profile_device
 
     settings = ProfileSettings(device=args.device, num_threads=args.threads, quick=args.quick,
-                               num_repeats=args.repeats)
+                               num_repeats=args.repeats, gemm_budget_s=args.gemm_budget_s)
     result = profile_device(settings, log=lambda line: print(line, file=sys.stderr))
     if args.vllm_python is not None:
         result["weight_streaming_vllm"] = _vllm_weight_streaming(args, result["num_threads"])
@@ -111,7 +117,8 @@ def _vllm_weight_streaming(args: argparse.Namespace, num_threads: int) -> dict[s
 
 def _command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run, with every option spelled out."""
-    parts = ["roofline", "profile-device", "--device", args.device, "--repeats", str(args.repeats)]
+    parts = ["roofline", "profile-device", "--device", args.device, "--repeats", str(args.repeats),
+             "--gemm-budget-s", f"{args.gemm_budget_s:g}"]
     for flag, value in (("--threads", args.threads), ("--id", args.profile_id), ("--vllm-python", args.vllm_python),
                         ("--out", args.out)):
         if value is not None:
