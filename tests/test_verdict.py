@@ -98,3 +98,18 @@ def test_quantization_none_on_a_quantized_checkpoint_is_refused(capsys: pytest.C
                  "--num-requests", "5"]) == 2
     err = capsys.readouterr().err
     assert "--quantization none: model 'gpt-oss-120b' is a mxfp4 checkpoint" in err and "allowed:" in err
+
+
+def test_compare_vllm_bench_prints_the_simulated_verdict(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A closed loop of 8 (max_concurrency 8, every request due at once): the engine's queue stays bounded."""
+    record = {"model_id": "llama-156m", "num_prompts": 40, "request_rate": "inf", "burstiness": 1.0,
+              "max_concurrency": 8, "duration": 4.0, "completed": 40, "mean_ttft_ms": 40.0}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(record))
+    argv = ["compare", "--vllm-bench", str(path), "--hardware", "h100-sxm", "--max-model-len", "4096",
+            "--random-input-len", "128", "--random-output-len", "8"]
+    assert main(argv) == 0
+    assert "\nsimulated verdict: closed loop of 8: offered a burst (all requests at once)" in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert verdict["max_concurrency"] == 8 and verdict["steady_state"] and not verdict["overloaded"]
