@@ -13,6 +13,7 @@ import pytest
 from roofline.cli import main as _main
 from roofline.vllm_flags import TIMING_NEUTRAL, VLLM_SERVE_FLAGS, human_readable_int, human_readable_int_or_auto
 
+
 def main(argv: list[str]) -> int:
     """The CLI in this process; argparse's refusals (SystemExit) as their exit code."""
     try:
