@@ -48,7 +48,7 @@ from roofline.cost.kernels.mla import (  # noqa: E402
     mla_prefill_time_s,
     mla_records,
 )
-from roofline.cost.params import _EFFICIENCY_YAML  # noqa: E402
+from roofline.cost.params import _EFFICIENCY_YAML, stage_fields  # noqa: E402
 from roofline.cost.quant import QuantConfig  # noqa: E402
 from roofline.cost.step_cost import op_time_s  # noqa: E402
 from roofline.registry import load_model  # noqa: E402
@@ -56,9 +56,7 @@ from roofline.registry import load_model  # noqa: E402
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
         "l40s": "l40s"}
 GEMM_TYPES = {"bfloat16": "none", "fp8_block": "fp8-block", "nvfp4": "nvfp4"}
-MLA_PARAMS = ("mla_prefill_compute_factor", "mla_decode_compute_efficiency", "mla_decode_memory_efficiency",
-              "mla_decode_fixed_s", "mla_decode_fp8_kv_compute_efficiency", "mla_decode_fp8_kv_memory_efficiency",
-              "mla_decode_fp8_kv_fixed_s", "mla_prefill_fixed_s", "mla_decode_tile_fixed_s")
+MLA_PARAMS = stage_fields("mla")  # declaration order is the fit order
 TARGET_MEDIAN, TARGET_P90 = 0.10, 0.25
 
 

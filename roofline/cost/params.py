@@ -278,14 +278,14 @@ class EfficiencyParams:
     # fixed time per call and one per wave of 64-row work tiles; the `_fp8_kv` three for the decode kernel vLLM
     # runs with an fp8 KV cache (another kernel on Hopper: FlashMLA).
     mla_prefill_compute_factor: float = _param(1.0, "factor", "mla", ("mla",), hi=2.0)
-    mla_prefill_fixed_s: float = _param(10e-6, "us", "mla", ("mla",))
     mla_decode_compute_efficiency: float = _param(0.5, "fraction", "mla", ("mla",))
     mla_decode_memory_efficiency: float = _param(0.7, "fraction", "mla", ("mla",))
     mla_decode_fixed_s: float = _param(5e-6, "us", "mla", ("mla",))
-    mla_decode_tile_fixed_s: float = _param(1e-6, "us", "mla", ("mla",))
     mla_decode_fp8_kv_compute_efficiency: float = _param(0.5, "fraction", "mla", ("mla",))
     mla_decode_fp8_kv_memory_efficiency: float = _param(0.7, "fraction", "mla", ("mla",))
     mla_decode_fp8_kv_fixed_s: float = _param(5e-6, "us", "mla", ("mla",))
+    mla_prefill_fixed_s: float = _param(10e-6, "us", "mla", ("mla",))
+    mla_decode_tile_fixed_s: float = _param(1e-6, "us", "mla", ("mla",))
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None, where: str) -> "EfficiencyParams":
