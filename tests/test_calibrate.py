@@ -20,7 +20,6 @@ from profiles import TEST_CPU_PROFILE
 from roofline.calibration.calibrate import (
     DEFAULT_TRACE_PARAMS,
     EXERCISED_MIN_STEPS,
-    FITTED_ELSEWHERE,
     calibrate_on_op_tables,
     calibrate_on_traces,
     check_params,
@@ -32,6 +31,7 @@ from roofline.calibration.traces import load_trace
 from roofline.cli import main
 from roofline.commands.calibrate import format_report
 from roofline.cost.hardware import load_profile
+from roofline.cost.kernels import kernel_family
 from roofline.errors import UserError
 
 TRUTH = TEST_CPU_PROFILE
@@ -149,8 +149,9 @@ def test_op_table_fit_generalizes_to_held_out_shapes() -> None:
 
 @pytest.mark.parametrize("profile,family", [("h100-sxm", "hopper"), ("b200", "blackwell")])
 def test_op_table_fit_says_which_moe_parameters_another_fit_gives(profile: str, family: str) -> None:
-    """Hopper's and Blackwell's MoE parameters come from the family's joint fit (`FITTED_ELSEWHERE`, stage moe_joint):
-    a calibration on MoE rows leaves them as shipped and its report says so, parameter by parameter, with the reason."""
+    """Hopper's and Blackwell's MoE parameters come from the family's joint fit (`KernelFamily.fitted_elsewhere`, stage
+    moe_joint): a calibration on MoE rows leaves them as shipped and its report says so, parameter by parameter, with
+    the reason."""
     truth = load_profile(profile)
     frame = pd.DataFrame([{"num_tokens": t, "hidden_size": h, "inter_size": i, "topk": 8, "num_experts": 128,
                            "dtype": "bf16", "distribution": "balanced", "shape_key": f"{h}/{i}"}
@@ -158,7 +159,7 @@ def test_op_table_fit_says_which_moe_parameters_another_fit_gives(profile: str, 
     frame["measured_s"] = predict_table(truth, "moe", frame) * 1.3
     report = calibrate_on_op_tables(truth, {"moe": frame}, source="synthetic")
     held = {n: v for n, v in report.parameters.items() if not v.get("fitted", True)}
-    assert set(held) == {f"efficiency.{p}" for p in FITTED_ELSEWHERE[family]}
+    assert set(held) == {f"efficiency.{p}" for p in kernel_family(family).fitted_elsewhere}
     assert all(v["before"] == v["after"] and f"--op-tables --family {family}" in v["held"] for v in held.values())
     text = format_report(report)
     assert "efficiency.moe_fixed_s" in text and "held: the family profile's value, fitted jointly" in text

@@ -8,14 +8,14 @@ import pytest
 from profiles import TEST_CPU_PROFILE
 
 from engine.core.model_spec import ModelSpec
-from roofline.calibration.calibrate import FITTED_ELSEWHERE, OP_TABLE_STAGES, stage_params
+from roofline.calibration.calibrate import OP_TABLE_STAGES, stage_params
 from roofline.calibration.fit import fit, with_params
 from roofline.cost import kernels, op_time, roofline_math
 from roofline.cost.hardware import PowerLimit, load_profile, parse_profile
-from roofline.cost.kernels import NCCL_PARAMS, attention, gemm
+from roofline.cost.kernels import NCCL_PARAMS, attention
 from roofline.cost.kernels.attention import attention_decode_time_s, attention_prefill_time_s
 from roofline.cost.kernels.collectives import all_reduce_time_s
-from roofline.cost.kernels.gemm import SM89_GEMM_KERNELS, SM90_GEMM_KERNELS, gemm_kernels, gemm_time_s
+from roofline.cost.kernels.gemm import SM89_GEMM_KERNELS, SM90_GEMM_KERNELS, gemm_time_s
 from roofline.cost.op_time import linear_time_s
 from roofline.cost.ops import collective_record
 from roofline.cost.params import EfficiencyParams, ExecutorParams
@@ -343,7 +343,9 @@ def test_eager_all_reduce_copy_only_where_the_custom_all_reduce_runs():
     for n, copies in ((2, True), (4, False)):
         copy = all_reduce_time_s(l40s, 1e7, n, 2e7) - all_reduce_time_s(l40s, 1e7, n)
         assert copy == (pytest.approx(memory_op_time_s(l40s, 2e7, 1), rel=1e-9) if copies else 0.0)
-    cpu = parse_profile(TEST_CPU_PROFILE, "test")
+    pcie = {"pcie_bandwidth_gb_per_s_per_direction": 16, "pcie_latency_us": 20}  # collectives over PCIe need both
+    cpu = parse_profile({**TEST_CPU_PROFILE, **pcie, "sources": {**TEST_CPU_PROFILE["sources"], **dict.fromkeys(pcie,
+                                                                                                        "test")}}, "test")
     cost = step(model(hw=cpu, tp=2), [600], [0])
     in_place = collective_record("attn_all_reduce", "all_reduce", 600 * SPEC.hidden_size * BF16.act_bytes,
                                  SPEC.num_layers, 2)
@@ -421,11 +423,13 @@ def test_ada_split_k_gemm_adds_a_reduction_kernel(monkeypatch: pytest.MonkeyPatc
     # cuBLAS's SM80 kernels on Ada sum split-K partials in cublasLt::splitKreduce_kernel, as on Blackwell: with
     # split-K the fastest tiling (n = 512, k = 4096, m = 16: 8 output tiles of 64x64) the second kernel costs at
     # least its kernel_fixed_s; without a split (k = 256) the reduction kernel changes nothing
-    assert gemm_kernels("ada") is SM89_GEMM_KERNELS and gemm_kernels("ampere") is SM90_GEMM_KERNELS
+    assert kernels.kernel_family("ada").gemm is SM89_GEMM_KERNELS
+    assert kernels.kernel_family("ampere").gemm is SM90_GEMM_KERNELS
     l40s = load_profile("l40s")
     l40s = replace(l40s, efficiency=replace(l40s.efficiency, kernel_fixed_s=3e-6))
     with_reduction = [gemm_time_s(l40s, 16, 512, k, "bf16", 2.0, 2.0, 2.0) for k in (4096, 256)]
-    monkeypatch.setitem(gemm._GEMM_KERNELS, "ada", replace(SM89_GEMM_KERNELS, split_k_reduction_kernel=False))
+    monkeypatch.setitem(kernels.KERNEL_FAMILIES, "ada", replace(kernels.ADA, gemm=replace(SM89_GEMM_KERNELS,
+                                                                                split_k_reduction_kernel=False)))
     without = [gemm_time_s(l40s, 16, 512, k, "bf16", 2.0, 2.0, 2.0) for k in (4096, 256)]
     assert with_reduction[0] > without[0] + 0.9 * 3e-6
     assert with_reduction[1] == without[1]
@@ -448,38 +452,42 @@ def test_sm89_fp8_ctas_from_their_shared_memory_and_warps():
     # 16x64x128, 5 stages: 51,200 B of shared memory + 1 KB reserved, so one CTA per 100 KB SM, of 2 warps (warp
     # 16x64x64: the tile's k split in two): half the SM's 4 tensor cores. 16x128x64: two such CTAs share an SM
     # (all 4 busy). 128x128x64: one CTA of 4 warps, the whole SM. SM90's tables: one full-rate tile per SM.
-    assert SM89_GEMM_KERNELS.cta_occupancy(16, 64) == (1, 0.5)
-    assert SM89_GEMM_KERNELS.cta_occupancy(16, 128) == (2, 0.5)
-    assert SM89_GEMM_KERNELS.cta_occupancy(128, 128) == (1, 1.0)
-    assert SM90_GEMM_KERNELS.cta_occupancy(64, 64) == (1, 1.0)
+    sm89 = (100 * 1024, 4)  # L40S: architecture.shared_memory_per_sm_kib, sm_subpartitions
+    assert load_profile("l40s").architecture.shared_memory_per_sm_bytes == sm89[0]
+    assert SM89_GEMM_KERNELS.cta_occupancy(16, 64, *sm89) == (1, 0.5)
+    assert SM89_GEMM_KERNELS.cta_occupancy(16, 128, *sm89) == (2, 0.5)
+    assert SM89_GEMM_KERNELS.cta_occupancy(128, 128, *sm89) == (1, 1.0)
+    assert SM90_GEMM_KERNELS.cta_occupancy(64, 64, *sm89) == (1, 1.0)
     # A compute-bound m <= 16 fp8 GEMM on Ada (16x64 tiles, one wave) takes twice the math time of full-rate CTAs
     l40s = load_profile("l40s")
     ada = replace(l40s, memory_bandwidth_bytes_per_s=1e30, efficiency=replace(
         l40s.efficiency, kernel_fixed_s=0.0, gemm_fp8_tile_fixed_k=0.0, gemm_warp_step_overhead_mma=0.0))
     full = replace(SM89_GEMM_KERNELS, ctas_8bit=())
     half_rate = gemm_time_s(ada, 16, 1024, 65536, "fp8", 1.0, 1.0, 2.0)
-    gemm._GEMM_KERNELS["ada"] = full
+    saved = kernels.KERNEL_FAMILIES["ada"]
+    kernels.KERNEL_FAMILIES["ada"] = replace(saved, gemm=full)
     try:
         full_rate = gemm_time_s(ada, 16, 1024, 65536, "fp8", 1.0, 1.0, 2.0)
     finally:
-        gemm._GEMM_KERNELS["ada"] = SM89_GEMM_KERNELS
+        kernels.KERNEL_FAMILIES["ada"] = saved
     assert half_rate == pytest.approx(2 * full_rate, rel=1e-9)
 
 
 def test_sm89_warp_tile_rate_from_its_mmas_per_k_step():
+    sm89 = (100 * 1024, 4)  # L40S: architecture.shared_memory_per_sm_kib, sm_subpartitions
     # A lone warp per sub-partition pays the per-k-step overhead on its MMAs: 16x64 (fp8) and 32x32 (bf16) warp
     # tiles issue 8 MMAs per step, 64x64 ones 32. Two warps per sub-partition (8-warp CTAs) hide it. The fp8
     # 64x64x128 tile (OpMultiplyAdd: staged accumulation, warp 32x64x64, k split in two) adds 2 x 32 x 64 / 32 FP32
     # instructions per thread per iteration of 2 k-steps, at 1/16 of an MMA each: 4 MMAs.
-    assert SM89_GEMM_KERNELS.warp_tile_rate(16, 64, True, 2.0) == pytest.approx(8 / 10)
-    assert SM89_GEMM_KERNELS.warp_tile_rate(128, 128, True, 2.0) == pytest.approx(32 / 34)
-    assert SM89_GEMM_KERNELS.warp_tile_rate(64, 64, True, 2.0) == pytest.approx(16 / 22)
-    assert SM89_GEMM_KERNELS.warp_tile_rate(64, 64, True, 0.0) == pytest.approx(16 / 20)
-    assert SM89_GEMM_KERNELS.warp_tile_rate(256, 128, True, 2.0) == 1.0
-    assert SM89_GEMM_KERNELS.warp_tile_rate(64, 64, False, 2.0) == pytest.approx(8 / 10)
-    assert SM89_GEMM_KERNELS.warp_tile_rate(128, 256, False, 2.0) == 1.0
-    assert SM90_GEMM_KERNELS.warp_tile_rate(64, 64, True, 2.0) == 1.0
-    assert SM90_GEMM_KERNELS.warp_tile_rate(128, 128, False, 2.0) == 1.0
+    assert SM89_GEMM_KERNELS.warp_tile_rate(16, 64, True, 2.0, *sm89) == pytest.approx(8 / 10)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(128, 128, True, 2.0, *sm89) == pytest.approx(32 / 34)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(64, 64, True, 2.0, *sm89) == pytest.approx(16 / 22)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(64, 64, True, 0.0, *sm89) == pytest.approx(16 / 20)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(256, 128, True, 2.0, *sm89) == 1.0
+    assert SM89_GEMM_KERNELS.warp_tile_rate(64, 64, False, 2.0, *sm89) == pytest.approx(8 / 10)
+    assert SM89_GEMM_KERNELS.warp_tile_rate(128, 256, False, 2.0, *sm89) == 1.0
+    assert SM90_GEMM_KERNELS.warp_tile_rate(64, 64, True, 2.0, *sm89) == 1.0
+    assert SM90_GEMM_KERNELS.warp_tile_rate(128, 128, False, 2.0, *sm89) == 1.0
 
 
 def test_power_limited_chip_slows_waves_that_keep_most_sms_busy():
@@ -500,9 +508,9 @@ def test_power_limited_chip_slows_waves_that_keep_most_sms_busy():
     assert gemm_time_s(slow, 8192, 8192, 8192, "bf16", 2.0, 2.0, 2.0) == \
         gemm_time_s(h100, 8192, 8192, 8192, "bf16", 2.0, 2.0, 2.0)
     assert {"gemm_sustained_sm_fraction", "gemm_warp_step_overhead_mma"} <= \
-        kernels.unused_efficiency_params("hopper")
+        kernels.kernel_family("hopper").unused_params()
     assert not {"gemm_sustained_sm_fraction", "gemm_warp_step_overhead_mma"} & \
-        kernels.unused_efficiency_params("ada")
+        kernels.kernel_family("ada").unused_params()
 
 
 def test_sustained_clock_factor_speeds_dense_gemm_math_and_fixed_costs_not_hbm():
@@ -609,11 +617,12 @@ def test_hopper_all_reduce_leaves_the_custom_kernel_above_vllms_size_limits():
 
 def test_hopper_and_blackwell_moe_parameters_are_left_to_the_joint_fit():
     # The family fit's moe_joint stage fits the bf16 and per-tensor fp8 MoE of Hopper and Blackwell over their chips
-    # together (FITTED_ELSEWHERE): the family stage fits none of them there, Ada and Ampere keep their MoE stage.
+    # together (KernelFamily.fitted_elsewhere): the family stage fits none of them there, Ada and Ampere keep their MoE
+    # stage.
     moe = next(params for stage, _, params in OP_TABLE_STAGES if stage == "moe")
     for family in ("hopper", "blackwell"):
         assert stage_params(moe, family) == ()
-        assert set(FITTED_ELSEWHERE[family]) >= set(moe)
+        assert set(kernels.kernel_family(family).fitted_elsewhere) >= set(moe)
     assert set(stage_params(moe, "ada")) == set(moe)
 
 

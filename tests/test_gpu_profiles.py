@@ -104,7 +104,7 @@ def test_a_local_family_file_wins_over_the_shipped_one(tmp_path: Path) -> None:
 
 
 def test_family_schema_errors_name_the_field(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="hopper.yaml: unknown field 'efficency'; allowed: id, name, kernels"):
+    with pytest.raises(UserError, match="hopper.yaml: unknown field 'efficency'; allowed: id, name, efficiency"):
         load_profile(_family_copy(tmp_path, efficency={}))
 
 

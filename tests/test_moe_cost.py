@@ -444,9 +444,10 @@ def test_blackwells_trtllm_moe_adds_its_finalize_pass() -> None:
     # row written; a cost per routed token that stays when the experts narrow (TP), absent on Hopper's kernels.
     from dataclasses import replace
 
-    from roofline.cost.kernels.moe import TRTLLM_MOE_FAMILIES, _trtllm_finalize_s
+    from roofline.cost.kernels import kernel_family
+    from roofline.cost.kernels.moe import _trtllm_finalize_s
     b200 = load_profile("b200")
-    assert b200.family in TRTLLM_MOE_FAMILIES
+    assert kernel_family(b200.family).moe.trtllm_gen
     tokens, topk, hidden = 8192.0, 8.0, 4096.0
     finalize = _trtllm_finalize_s(b200, tokens * topk, tokens, hidden, 2.0)
     assert finalize == pytest.approx((tokens * topk + tokens) * hidden * 2.0

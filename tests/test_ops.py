@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from engine.core.model_spec import ModelSpec
+from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.attention import (
     FA2_SPLITKV_KERNELS,
     FA3_KERNELS,
     TRTLLM_GEN_KERNELS,
-    attention_kernels,
     attention_q_tile_tokens,
     decode_work_heads,
 )
@@ -160,9 +160,9 @@ def test_quant_table():
 
 
 def test_family_picks_its_attention_kernels():
-    assert attention_kernels("blackwell") is TRTLLM_GEN_KERNELS
-    assert attention_kernels("ada") is FA2_SPLITKV_KERNELS
-    assert attention_kernels("hopper") is FA3_KERNELS and attention_kernels(None) is FA3_KERNELS
+    assert kernel_family("blackwell").attention is TRTLLM_GEN_KERNELS
+    assert kernel_family("ada").attention is FA2_SPLITKV_KERNELS
+    assert kernel_family("hopper").attention is FA3_KERNELS and kernel_family(None).attention is FA3_KERNELS
 
 
 def test_trtllm_context_tiles_are_256_rows_of_one_query_head():

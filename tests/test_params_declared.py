@@ -12,8 +12,8 @@ import yaml
 
 from roofline.calibration.calibrate import DEFAULT_TRACE_PARAMS, OP_TABLE_STAGES
 from roofline.cost.hardware import load_profile
+from roofline.cost.kernels import kernel_family
 from roofline.cost.params import EFFICIENCY_PARAMS, GROUPS, STAGES, UNITS, EfficiencyParams, stage_fields
-from roofline.cost.quant import MXFP8_MOE_FAMILIES
 from roofline.registry import data_dir, list_ids
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +125,7 @@ def test_shipped_profiles_parse_to_the_values_of_e697551() -> None:
         hw = load_profile(ROOT / pid if pid == cpu else pid)
         after = {f.name: getattr(hw.efficiency, f.name) for f in fields(hw.efficiency)}
         unread = set()
-        if hw.family not in MXFP8_MOE_FAMILIES:
+        if not kernel_family(hw.family).moe.mxfp8_activations:
             unread |= set(stage_fields("moe_format")) & {n for n in after if n.startswith("moe_mxfp4_mxfp8")}
         if hw.kind == "cpu":
             unread |= set(stage_fields("moe_format"))

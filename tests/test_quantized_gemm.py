@@ -125,14 +125,14 @@ def test_hopper_and_blackwell_chips_carry_their_fitted_block_fp8_parameters(chip
 
 def test_deepgemm_takes_16_and_32_row_blocks_only_for_that_few_tokens() -> None:
     m = np.array([8.0, 16.0, 32.0, 33.0, 64.0, 4096.0])
-    block_m, block_n = deepgemm_sm90_layout(m, 7168.0, 16384.0, 132)
+    block_m, block_n = deepgemm_sm90_layout(m, 7168.0, 16384.0, 132, 232448)
     assert np.all((block_m >= 64) | (m <= block_m))
     assert np.all(block_m[3:] >= 64)
 
 
 def test_deepgemm_tiles_never_exceed_128_on_both_sides() -> None:
     m, n = np.meshgrid([1.0, 100.0, 1000.0, 10000.0], [64.0, 1000.0, 7168.0, 65536.0])
-    block_m, block_n = deepgemm_sm90_layout(m.ravel(), n.ravel(), 4096.0, 132)
+    block_m, block_n = deepgemm_sm90_layout(m.ravel(), n.ravel(), 4096.0, 132, 232448)
     assert not np.any((block_m > 128) & (block_n > 128))
     assert set(np.unique(block_n)) <= set(range(16, 129, 16)) | {144, 160, 192}
 

@@ -82,7 +82,7 @@ from roofline.calibration.moe_fits import (  # noqa: E402
 )
 from roofline.calibration.moe_routing import DISTRIBUTIONS  # noqa: E402
 from roofline.cost.hardware import HardwareProfile, PowerLimit, load_profile  # noqa: E402
-from roofline.cost.kernels.moe import MXFP4_BF16_TRTLLM_FAMILIES  # noqa: E402
+from roofline.cost.kernels import kernel_family  # noqa: E402
 from roofline.cost.op_time import linear_time_s  # noqa: E402
 from roofline.cost.params import EFFICIENCY_PARAMS, group_fields  # noqa: E402
 
@@ -157,13 +157,13 @@ def _fit_joint(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = 
 
 def _fit_trtllm_w4a16(gpus: list[str], tables: dict[str, pd.DataFrame], routing: str = "table",
                       bandwidth_max: float | None = None) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
-    """MXFP4 W4A16 on the GPUs of `MXFP4_BF16_TRTLLM_FAMILIES` (FlashInfer's TRT-LLM mxfp4-bf16 MoE,
+    """MXFP4 W4A16 on the GPUs whose family runs it (`MoeKernels.mxfp4_bf16_trtllm`) (FlashInfer's TRT-LLM mxfp4-bf16 MoE,
     `roofline.cost.step_cost._mxfp4_bf16_moe_s`): `_fit_family` as for MXFP4 x MXFP8 (the fixed cost shared by the
     family's GPUs, the factors per GPU, the mean absolute log error), on the balanced training rows and on every
     balanced row (what the chip files ship): GPU -> (training fit, fit on all shapes)."""
     hws = {g: load_profile(GPUS[g]) for g in gpus}
     out: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
-    for family in sorted({hw.family for hw in hws.values() if hw.family in MXFP4_BF16_TRTLLM_FAMILIES}):
+    for family in sorted({hw.family for hw in hws.values() if kernel_family(hw.family).moe.mxfp4_bf16_trtllm}):
         members = {g: hws[g] for g in hws if hws[g].family == family}
         balanced = {g: tables[g][(tables[g].scheme == "mxfp4") & (tables[g].distribution == "balanced")]
                     for g in members}

@@ -46,7 +46,7 @@ from roofline.calibration.fit import (
 from roofline.calibration.protocol import error_stats, is_repeat_set, leave_one_repeat_out, stats_by_kind, step_kinds
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
-from roofline.cost.kernels import unused_efficiency_params
+from roofline.cost.kernels import kernel_family
 from roofline.cost.params import FITTABLE, stage_fields
 from roofline.errors import UserError
 
@@ -72,30 +72,17 @@ OP_TABLE_STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = tupl
 
 
 def stage_params(params: Sequence[str], family: str | None, l2_known: bool = True) -> tuple[str, ...]:
-    """The parameters of a stage that the kernels of `family` read (`unused_efficiency_params`: NCCL's ring only
+    """The parameters of a stage that the kernels of `family` read (`KernelFamily.unused_params`: NCCL's ring only
     where vLLM runs it) and the tables' measurement condition reads (l2_bandwidth_factor: only where a chip's L2
     capacity is known, `l2_known`, `roofline.calibration.fit.l2_resident_rows`); the others are not fitted and
-    keep their starting values, as do those another fit gives the family (`FITTED_ELSEWHERE`)."""
-    unused = (unused_efficiency_params(family) | (frozenset() if l2_known else frozenset(L2_PARAMS))
-              | frozenset(FITTED_ELSEWHERE.get(family or "", ())))
+    keep their starting values, as do those another fit gives the family (`KernelFamily.fitted_elsewhere`)."""
+    kernels = kernel_family(family)
+    unused = (kernels.unused_params() | (frozenset() if l2_known else frozenset(L2_PARAMS))
+              | frozenset(kernels.fitted_elsewhere))
     return tuple(p for p in params if p not in unused)
 
 
 L2_PARAMS = ("l2_bandwidth_factor",)
-# Parameters a family's operator-table stages leave at the family profile's values, by family: the bf16 and per-tensor
-# fp8 fused MoE of Hopper (Triton, FlashInfer CUTLASS) and Blackwell (FlashInfer TRT-LLM), fitted jointly over the
-# family's GPUs (stage `moe_joint`, `roofline.calibration.moe_fits.fit_joint`, run by `roofline calibrate --op-tables
-# --family F`) on the tables' TP-sliced (narrow) experts too, which the MoE stage's rows (TP = 1) lack: the fp8 weight
-# rate is not separable from its fixed costs on those rows, and on Blackwell the TP = 1 training shapes are half
-# top-1 / top-2 experts (Mixtral's, Llama 4's) that the model under-predicts at large batches, which a fit on them
-# alone spreads over every other shape; Blackwell's TRT-LLM wide-tile factor (stage `moe_wide_tile`) likewise.
-_JOINT_MOE = stage_fields("moe_joint")
-FITTED_ELSEWHERE = {"hopper": _JOINT_MOE, "blackwell": _JOINT_MOE + stage_fields("moe_wide_tile")}
-# Why, as a calibration report says it for each of them (`calibrate_on_op_tables`).
-FITTED_ELSEWHERE_WHY = {family: f"the family profile's value, fitted jointly over {chips} on the MoE tables' "
-                                f"TP-sliced experts too (roofline calibrate --op-tables --family {family}); the MoE "
-                                "stage's rows cannot separate it"
-                        for family, chips in (("hopper", "H100 and H200"), ("blackwell", "B200, GB200 and B300"))}
 
 
 def fit_stage(samples: Sequence[Sample], profile: HardwareProfile, params: Sequence[str],
@@ -142,7 +129,7 @@ class CalibrationReport:
     fitted_on: list[dict[str, Any]]
     held_out: list[dict[str, Any]]
     # dotted name -> {"before": .., "after": .. (SI units), "fitted": bool, "exercised_steps": fraction or None,
-    # "held": why a parameter was not fitted, where another fit gives it (`FITTED_ELSEWHERE_WHY`)}
+    # "held": why a parameter was not fitted, where another fit gives it (`KernelFamily.fitted_why`)}
     parameters: dict[str, dict[str, Any]]
     error: dict[str, dict[str, Any]]  # "train" / "test" -> "before" / "after" -> error stats (+ by kind)
     fit_seconds: float  # wall time of the fit (not written to the profile: outputs stay byte-stable)
@@ -350,7 +337,7 @@ def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
     for _, kinds, params in OP_TABLE_STAGES:
         samples = [s for kind in kinds if kind in train for s in op_table_samples(train[kind], kind)]
         stage = stage_params(params, hw.family, hw.l2_cache_bytes is not None)
-        if samples and stage:  # a stage may have nothing left to fit (`FITTED_ELSEWHERE`)
+        if samples and stage:  # a stage may have nothing left to fit (`KernelFamily.fitted_elsewhere`)
             fitted = fit_stage(samples, fitted, stage).profile
             names += [f"efficiency.{p}" for p in stage]
     seconds = time.perf_counter() - started
@@ -366,10 +353,11 @@ def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
     parameters: dict[str, dict[str, Any]] = {n: {"before": get_param(hw, n), "after": get_param(fitted, n)}
                                              for n in names}
     if "moe" in train:  # the MoE stage ran: say which of its parameters it left, and why
-        for p in FITTED_ELSEWHERE.get(hw.family or "", ()):
+        kernels = kernel_family(hw.family)
+        for p in kernels.fitted_elsewhere:
             value = get_param(hw, f"efficiency.{p}")
             parameters[f"efficiency.{p}"] = {"before": value, "after": value, "fitted": False,
-                                             "held": FITTED_ELSEWHERE_WHY[hw.family or ""]}
+                                             "held": kernels.fitted_why}
     return CalibrationReport(profile=fitted, source="op_tables", fitted_on=describe(train), held_out=describe(test),
                              parameters=parameters, error=error, fit_seconds=seconds)
 

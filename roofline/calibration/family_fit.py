@@ -11,9 +11,9 @@ The one pipeline that writes a family's fitted values (issue 36). Stages, each a
 (`roofline.calibration.families.fit_family`); the collectives again per chip (they ride on the chip's own link,
 `per_chip:`); a chip that declares a `sustained_clock_factor` gets it fitted on its own GEMM rows; for the families
 of `roofline.calibration.moe_fits.JOINT_FAMILIES`, `moe_joint` (bf16 and per-tensor fp8 MoE over the family's chips,
-`roofline.calibration.moe_fits.fit_joint`) and, where the family holds it (`FITTED_ELSEWHERE`), `moe_wide_tile`
+`roofline.calibration.moe_fits.fit_joint`) and, where the family holds it (`KernelFamily.fitted_elsewhere`), `moe_wide_tile`
 (`fit_wide_tile`). Then held-out errors per chip, leave-one-GPU-out, and the other kernels of the tables. The written
-file keeps what the fit does not set from the file it replaces (its name, kernels, executor and their sources; every
+file keeps what the fit does not set from the file it replaces (its name, executor and their sources; every
 efficiency parameter no stage fits: per-chip MoE formats and the like, with its value and source).
 
 Ground truth: PyPI `aiconfigurator-core`, the vLLM operator tables of each shipped chip profile that names them
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from roofline.calibration.calibrate import FITTED_ELSEWHERE, L2_PARAMS, OP_TABLE_STAGES, SPLIT_SEED, stage_params
+from roofline.calibration.calibrate import L2_PARAMS, OP_TABLE_STAGES, SPLIT_SEED, stage_params
 from roofline.calibration.families import (
     MAX_TRAIN_ROWS_PER_KIND,
     REPORTED_KINDS,
@@ -48,6 +48,7 @@ from roofline.calibration.fit import fit, get_param
 from roofline.calibration.moe_fits import JOINT_FAMILIES, fit_joint, fit_wide_tile, load_table
 from roofline.calibration.op_tables import load_op_tables
 from roofline.cost.hardware import FAMILIES_DIR, HardwareProfile, load_profile, profile_yaml, read_profile_dict
+from roofline.cost.kernels import kernel_family
 from roofline.cost.params import EFFICIENCY_PARAMS, EfficiencyParams
 from roofline.errors import UserError
 from roofline.registry import data_dir, list_ids, resolve
@@ -77,11 +78,11 @@ def _kind_record(stats: dict[str, Any]) -> dict[str, Any]:
 
 
 def family_file(family: str) -> Path:
-    """The shipped family file of `family`: it must exist (its name, kernels and executor are written by hand)."""
+    """The shipped family file of `family`: it must exist (its name and executor are written by hand)."""
     path = data_dir("hardware_profiles") / FAMILIES_DIR / f"{family}.yaml"
     if not path.exists():
         raise UserError(f"--family: {family!r} has no family file {FAMILIES_DIR}/{family}.yaml (write its id, name, "
-                        "kernels, executor and sources first)")
+                        "executor and sources first)")
     return path
 
 
@@ -97,8 +98,9 @@ def fit_one_family(family: str, members: dict[str, str], log: Callable[[str], No
     tables = {system: load_op_tables(system) for system in chips}
     others = {system: load_op_tables(system, kernels="other") for system in chips}
     train, test = split_tables(tables)
-    # The parameters another fit gives the family (`FITTED_ELSEWHERE`) start, and stay, at the family profile's values.
-    kept = FITTED_ELSEWHERE.get(family, ())
+    # The parameters another fit gives the family (`KernelFamily.fitted_elsewhere`) start, and stay, at the family
+    # profile's values.
+    kept = kernel_family(family).fitted_elsewhere
     start = replace(EfficiencyParams(), **{p: getattr(next(iter(chips.values())).efficiency, p) for p in kept})
     t0 = time.perf_counter()
     result = fit_family(chips, train, start)
@@ -140,7 +142,7 @@ def fit_one_family(family: str, members: dict[str, str], log: Callable[[str], No
         joint = {n: v for values in fit_joint(as_written(efficiency), moe_tables).values() for n, v in values.items()}
         efficiency, fitted_params = _rounded(replace(efficiency, **joint), joint), fitted_params + tuple(joint)
         log(f"{family}: moe_joint {time.perf_counter() - t1:.1f} s")
-        if WIDE_TILE in FITTED_ELSEWHERE.get(family, ()):  # TRT-LLM's wide token tile (stage moe_wide_tile)
+        if WIDE_TILE in kernel_family(family).fitted_elsewhere:  # TRT-LLM's wide token tile (stage moe_wide_tile)
             t1 = time.perf_counter()
             factor, _ = fit_wide_tile(as_written(efficiency), moe_tables, log=log)
             efficiency, fitted_params = replace(efficiency, **{WIDE_TILE: factor}), fitted_params + (WIDE_TILE,)
@@ -265,11 +267,11 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
             sources[f"efficiency.{key}"] = "CPU-only parameter (roofline.cost.cpu_timing); unused on GPUs"
         else:
             sources[f"efficiency.{key}"] = (f"assumed: the EfficiencyParams default (roofline/cost/params.py): no "
-                                            f"{family} table exercises it (see kernels)")
-    # the executor, the name and the kernels: the family file's own (written by hand, with their sources)
+                                            f"{family} table exercises it (see roofline.cost.kernels.KERNEL_FAMILIES)")
+    # the executor and the name: the family file's own (written by hand, with their sources)
     sources.update({k: v for k, v in (existing.get("sources") or {}).items() if k.startswith("executor.")})
     doc: dict[str, Any] = {
-        "id": family, "name": existing["name"], "kernels": existing["kernels"],
+        "id": family, "name": existing["name"],
         "efficiency": eff, "executor": existing["executor"]}
     if r["per_chip"]:
         yaml_fields = {n: (p.key, p.scale) for n, p in EFFICIENCY_PARAMS.items()}

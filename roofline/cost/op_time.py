@@ -8,16 +8,11 @@ from typing import Any
 
 from roofline.cost.cpu import CPU_ENGINES, DEFAULT_CPU_ENGINE
 from roofline.cost.hardware import HardwareProfile
+from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.attention import attention_decode_time_s, attention_prefill_time_s
 from roofline.cost.kernels.collectives import all_gather_time_s, all_reduce_time_s
 from roofline.cost.kernels.gemm import act_quant_time_s, gemm_time_s, simt_gemm_time_s, streaming_act_quant_time_s
-from roofline.cost.kernels.gemm_block_scaled import (
-    DEEPGEMM_FAMILIES,
-    cutedsl_fp4_gemm_time_s,
-    deepgemm_sm90_gemm_time_s,
-    deepgemm_sm100_gemm_time_s,
-    fp4_act_quant_time_s,
-)
+from roofline.cost.kernels.gemm_block_scaled import cutedsl_fp4_gemm_time_s, fp4_act_quant_time_s
 from roofline.cost.kernels.mla import MLA_OP_KINDS, mla_op_time_s
 from roofline.cost.kernels.moe import moe_time_s
 from roofline.cost.ops import OpRecord
@@ -49,21 +44,17 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
     kernel (`act_quant_time_s`) and the CUTLASS 8-bit GEMM. Block-scaled fp8 (`scheme` "fp8-block": vLLM's
     DeepGemmFp8BlockScaledMMKernel, 1x128 activation groups and 128x128 weight blocks, fp32 scales) quantizes its
     input in one streaming pass (`streaming_act_quant_time_s` at act_group_quant_memory_efficiency) and runs the
-    8-bit GEMM at gemm_fp8_block_factor of its compute efficiency with gemm_fp8_block_tile_fixed_k per tile on
-    `DEEPGEMM_FAMILIES` (tiles: DeepGEMM's own layout, its SM90 heuristic on Hopper, `deepgemm_sm90_gemm_time_s`,
+    8-bit GEMM at gemm_fp8_block_factor of its compute efficiency with gemm_fp8_block_tile_fixed_k per tile where
+    the family runs DeepGEMM (`KernelFamily.block_fp8_gemm`: its SM90 heuristic on Hopper, `deepgemm_sm90_gemm_time_s`,
     its SM100 heuristic with swap-AB on Blackwell, `deepgemm_sm100_gemm_time_s`); elsewhere it is described as the
     per-tensor path at gemm_fp8_block_factor. NVFP4
     W4A4 (`dtype` fp4: E2M1 values with an E4M3 scale per 16, 0.5625 bytes per element) runs FlashInfer's CuTe-DSL
     kernel (`cutedsl_fp4_gemm_time_s`) after `fp4_act_quant_time_s`."""
-    if dtype in EIGHT_BIT_DTYPES and scheme == "fp8-block" and hw.family in DEEPGEMM_FAMILIES:
-        e = hw.efficiency
+    block_fp8 = kernel_family(hw.family).block_fp8_gemm if scheme == "fp8-block" else None
+    if dtype in EIGHT_BIT_DTYPES and block_fp8 is not None:
         quant = streaming_act_quant_time_s(hw, m, k, act_bytes, 1.0 + FP8_GROUP_SCALE_BYTES,
-                                           e.act_group_quant_memory_efficiency)
-        if hw.family == "hopper":
-            return deepgemm_sm90_gemm_time_s(hw, m, n, k, weight_bytes_per_param, 1.0 + FP8_GROUP_SCALE_BYTES,
-                                             act_bytes) + quant
-        return deepgemm_sm100_gemm_time_s(hw, m, n, k, weight_bytes_per_param, 1.0 + FP8_GROUP_SCALE_BYTES,
-                                          act_bytes) + quant
+                                           hw.efficiency.act_group_quant_memory_efficiency)
+        return block_fp8.time_s(hw, m, n, k, weight_bytes_per_param, 1.0 + FP8_GROUP_SCALE_BYTES, act_bytes) + quant
     if dtype in EIGHT_BIT_DTYPES:
         scale = hw.efficiency.gemm_fp8_block_factor if scheme == "fp8-block" else 1.0
         return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, 1.0, act_bytes, eff_scale=scale) \

@@ -40,9 +40,13 @@ these kernels are not modelled (a `UserError`, `check_moe_backend`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from engine.core.model_spec import ModelSpec
 from roofline.errors import UserError
+
+if TYPE_CHECKING:  # (the kernels import the formats' byte sizes from here)
+    from roofline.cost.kernels.moe import MoeKernels
 
 # --dtype value -> (activation dtype name in `roofline.cost.hardware.DTYPES`, bytes per element).
 # "auto" takes the model's torch_dtype; vLLM runs float32 checkpoints in bfloat16 on GPUs
@@ -82,8 +86,6 @@ MOE_BACKEND_CHOICES = ("auto", "marlin", MXFP8_MOE_BACKEND)
 # (`ModelSpec.router_fp32`) and the linear layers of `--dtype float32`.
 FLOAT32_MATMUL_PRECISION_DTYPES = {"highest": "fp32", "high": "tf32", "medium": "bf16"}
 FLOAT32_MATMUL_PRECISION_CHOICES = tuple(FLOAT32_MATMUL_PRECISION_DTYPES)
-# Kernel families whose chips run FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE (SM100: B200, B300, GB200).
-MXFP8_MOE_FAMILIES = ("blackwell",)
 KV_CACHE_DTYPE_CHOICES = ("auto", "fp8", "bfloat16", "float16")
 
 # Compute dtypes that run at an 8-bit peak (W8A8), and the bytes per element of the block-scaled formats with their
@@ -206,7 +208,7 @@ def resolve_for_model(quant: QuantConfig, spec: ModelSpec) -> QuantConfig:
     return quant.with_scheme(linear, experts)
 
 
-def resolve_for_hardware(quant: QuantConfig, family: str | None) -> QuantConfig:
+def resolve_for_hardware(quant: QuantConfig, moe: MoeKernels) -> QuantConfig:
     """Padding the device's default MXFP4 MoE kernel applies to the experts (vLLM 0.32
     `mxfp4_round_up_hidden_size_and_intermediate_size`, layers/fused_moe/oracle/mxfp4.py): TRT-LLM mxfp4-bf16 on
     Blackwell rounds hidden and the per-rank intermediate size up to 256 as vLLM 0.18 does (`Mxfp4MoEMethod.
@@ -222,19 +224,20 @@ def resolve_for_hardware(quant: QuantConfig, family: str | None) -> QuantConfig:
     if quant.moe_backend == MXFP8_MOE_BACKEND:
         return replace(quant, expert_quantization=scheme, expert_weight_bytes_per_param=weight_bytes,
                        expert_gemm_dtype="fp8", expert_alignment=(256, 256))
-    if quant.moe_backend == "auto" and family == "blackwell":  # TRT-LLM mxfp4-bf16: 256 wide, as vLLM 0.18 pads it
+    if quant.moe_backend == "auto" and moe.mxfp4_bf16_trtllm:  # TRT-LLM mxfp4-bf16: 256 wide, as vLLM 0.18 pads it
         return replace(quant, expert_alignment=(256, 256))
     marlin = quant.moe_backend == "marlin"
-    return replace(quant, expert_alignment=(256, 128) if family == "blackwell" or marlin else (1, 64))
+    return replace(quant, expert_alignment=(256, 128) if moe.mxfp4_bf16_trtllm or marlin else (1, 64))
 
 
-def check_moe_backend(quant: QuantConfig, spec: ModelSpec, device: str = "", family: str | None = None) -> None:
+def check_moe_backend(quant: QuantConfig, spec: ModelSpec, moe: MoeKernels, device: str = "",
+                      family: str | None = None) -> None:
     """`--moe-backend` other than auto only for a model whose experts are MXFP4 (after `resolve_for_model`);
-    `flashinfer-mxfp4-mxfp8` only on a device of `MXFP8_MOE_FAMILIES` (`device`: its id, `family`: its kernel
-    family)."""
+    `flashinfer-mxfp4-mxfp8` only where the device's MoE kernels run it (`moe`: its family's; `device`: its id,
+    `family`: its kernel family)."""
     if quant.moe_backend == "auto":
         return
-    if quant.moe_backend == MXFP8_MOE_BACKEND and family not in MXFP8_MOE_FAMILIES:
+    if quant.moe_backend == MXFP8_MOE_BACKEND and not moe.mxfp8_activations:
         raise UserError(f"--moe-backend {MXFP8_MOE_BACKEND}: FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE runs on "
                         f"Blackwell (SM100) only; device '{device}' is {family or 'not a Blackwell GPU'}; "
                         f"allowed: auto, marlin")

@@ -6,12 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from roofline.cost.hardware import HardwareProfile
-from roofline.cost.kernels.attention import (
-    attention_decode_time_s,
-    attention_kernels,
-    attention_prefill_time_s,
-    attention_q_tile_tokens,
-)
+from roofline.cost.kernels import kernel_family
+from roofline.cost.kernels.attention import attention_decode_time_s, attention_prefill_time_s, attention_q_tile_tokens
 from roofline.cost.kernels.collectives import all_reduce_time_s
 from roofline.cost.kernels.gemm import act_quant_time_s, gemm_time_s
 from roofline.cost.kernels.moe import moe_row_tiles, moe_time_s
@@ -72,7 +68,7 @@ def _predict_attention_prefill(hw: HardwareProfile, c: dict[str, np.ndarray], dt
     """`batch_size` prompts of `seq_len` tokens each, no earlier context."""
     peak, _, qo_token, kv_token = _attention_shape(c, dtype)
     b, s, d, h, kv = c["batch_size"], c["seq_len"], c["head_dim"], c["num_heads"], c["num_kv_heads"]
-    kernels = attention_kernels(hw.family)
+    kernels = kernel_family(hw.family).attention
     q_tile = np.array([attention_q_tile_tokens(int(x), int(y), int(z), kernels) for x, y, z in zip(d, h, kv)])
     tiles = np.ceil(s / q_tile)
     shape = prefill_attention_shape(h, kv, d, q_tile, b * s, b * attention_pairs(s, 0.0, np.inf), b * tiles,
@@ -85,7 +81,7 @@ def _predict_attention_decode(hw: HardwareProfile, c: dict[str, np.ndarray], dty
     peak, _, qo_token, kv_token = _attention_shape(c, dtype)
     b, s = c["batch_size"], c["seq_len"]
     shape = decode_attention_shape(c["num_heads"], c["num_kv_heads"], c["head_dim"], b, b * s, qo_token, kv_token,
-                                   attention_kernels(hw.family))
+                                   kernel_family(hw.family).attention)
     return attention_decode_time_s(hw, *shape, peak, c["kv_dtype"] == "fp8")
 
 

@@ -27,11 +27,11 @@ from roofline.cost.cpu import CPU_ENGINES, DEFAULT_CPU_ENGINE, check_cpu_engine
 from roofline.cost.cpu import engine as cpu_engine_timing
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.host import DEFAULT_CUDAGRAPH_MODE, HostModel
+from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.attention import (
     DecodeAttentionTerms,
     attention_decode_terms,
     attention_decode_time_of_terms_s,
-    attention_kernels,
     attention_prefill_time_s,
     attention_q_tile_tokens,
 )
@@ -87,8 +87,10 @@ class StepCostModel:
         profile's `executor.cuda_graph_batch_sizes`; `roofline.engine_args.EngineArgs.cudagraph_capture_sizes`)."""
         # The checkpoint's per-module quantization (or --quantization), and the device's MoE kernel padding.
         quant = resolve_for_model(quant, spec)
-        check_moe_backend(quant, spec, hw.id, hw.family)
-        quant = resolve_for_hardware(quant, hw.family)
+        family = kernel_family(hw.family)
+        family.check_profile(hw)
+        check_moe_backend(quant, spec, family.moe, hw.id, hw.family)
+        quant = resolve_for_hardware(quant, family.moe)
         self.spec, self.hw, self.quant, self.tp = spec, hw, quant, tp
         self.cpu_engine = check_cpu_engine(cpu_engine)
         if hw.kind == "cpu":
@@ -114,7 +116,7 @@ class StepCostModel:
         self._mixed_eager = self.host.mixed_eager
         self._mixed_token_table = _CountTable(partial(self._token_part, graph_max_tokens=0)) \
             if self._mixed_eager else self._token_table
-        self._attn_kernels = attention_kernels(hw.family)
+        self._attn_kernels = family.attention
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
         r = self.rank
         # Per-layer constants of the attention records (`roofline.cost.ops.attention_records`), for the fast path.

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+import roofline.cost.kernels as kernel_families  # (the records hold this module's tables: bound at call time)
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.roofline_math import _any, _bandwidth, _ceil, _max, _overlap
 
@@ -93,14 +94,6 @@ TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256)
 # tables' 4 us per wave: held-out attention 20.8 % with it, 15.9 % without, benchmarks/accuracy/gpu_profiles.py).
 FA2_SPLITKV_KERNELS = AttentionKernels(name="fa2-splitkv", q_rows=((math.inf, 64),), packs_gqa=False,
                                        decode_heads_per_cta=64, decode_waves=True, decode_unit_prologue=False)
-_ATTENTION_KERNELS = {"blackwell": TRTLLM_GEN_KERNELS, "ada": FA2_SPLITKV_KERNELS}
-
-
-def attention_kernels(family: str | None) -> AttentionKernels:
-    """The attention kernels vLLM runs on a kernel family (`HardwareProfile.family`); FA3's by default."""
-    return _ATTENTION_KERNELS.get(family or "", FA3_KERNELS)
-
-
 def attention_q_tile_tokens(head_dim: int, heads: int, kv_heads: int,
                             kernels: AttentionKernels = FA3_KERNELS) -> float:
     """Tokens of one prefill work tile: the tile's query rows, divided among the query heads packed into it."""
@@ -143,7 +136,7 @@ def attention_prefill_time_s(hw: HardwareProfile, pairs: Any, bytes_moved: Any, 
     per_sm = hw.peak_flops(dtype) * eff / sms
     waves = _ceil(units / sms)
     softmax = e.attention_softmax_flops_per_pair
-    if attention_kernels(hw.family).softmax_on_sfu:
+    if kernel_families.kernel_family(hw.family).attention.softmax_on_sfu:
         softmax = softmax / hw.exp_throughput_factor
     tc = waves * pairs / units * (4.0 * head_dim + softmax) / per_sm + (waves - 1) * e.attention_tile_fixed_s
     tm = bytes_moved / (_bandwidth(hw) * e.memory_efficiency)
@@ -181,7 +174,7 @@ def attention_decode_terms(hw: HardwareProfile, work_units: Any, key_bytes: Any,
     e = hw.efficiency
     eff = e.attention_memory_efficiency * np.where(kv_fp8, e.attention_fp8_kv_bandwidth_factor, 1.0) \
         if _any(kv_fp8) else e.attention_memory_efficiency
-    kernels = attention_kernels(hw.family)
+    kernels = kernel_families.kernel_family(hw.family).attention
     prologue = work_units * e.gemm_tile_fixed_k * key_bytes if kernels.decode_unit_prologue else 0.0
     waves = (_ceil(_max(work_units, 1.0) / hw.num_compute_units) - 1) * e.attention_tile_fixed_s \
         if kernels.decode_waves else None

@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 
+import roofline.cost.kernels as kernel_families  # (the records hold this module's tables: bound at call time)
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.roofline_math import _where, memory_op_time_s
-
-# Without a scale-up interconnect, collectives go over PCIe; its latency (NCCL over PCIe, small messages).
-_PCIE_COLLECTIVE_LATENCY_S = 20e-6
+from roofline.errors import UserError
 
 
 def _link(hw: HardwareProfile, num_devices: Any) -> tuple[float, float]:
@@ -35,11 +34,19 @@ def _link_bandwidth(hw: HardwareProfile) -> float:
     ic = hw.interconnect
     if ic is not None:
         return ic.bandwidth_bytes_per_s_per_direction
-    return hw.pcie_bandwidth_bytes_per_s_per_direction or 16e9  # PCIe 3 x16 when the profile has none
+    if hw.pcie_bandwidth_bytes_per_s_per_direction is None:
+        raise UserError(f"hardware profile {hw.id}: collectives go over PCIe (interconnect: null), whose "
+                        "pcie_bandwidth_gb_per_s_per_direction is null; give it, with a source")
+    return hw.pcie_bandwidth_bytes_per_s_per_direction
 
 
 def _link_latency_s(hw: HardwareProfile) -> float:
-    return hw.interconnect.latency_s if hw.interconnect is not None else _PCIE_COLLECTIVE_LATENCY_S
+    if hw.interconnect is not None:
+        return hw.interconnect.latency_s
+    if hw.pcie_latency_s is None:
+        raise UserError(f"hardware profile {hw.id}: collectives go over PCIe (interconnect: null); add "
+                        "pcie_latency_us (a latency-bound collective's time over PCIe), with a source")
+    return hw.pcie_latency_s
 
 
 @dataclass(frozen=True)
@@ -99,12 +106,6 @@ HOPPER_ALL_REDUCE = AllReduceAlgorithms(
 # PCIe path of the host; a per-rank link would make 8 GPUs 1.17x slower than 4, the tables show 2.2x).
 PCIE_ALL_REDUCE = AllReduceAlgorithms(name="custom-2-gpus-else-nccl-ring", custom_max_devices=2,
                                       ring_shares_link=True)
-_ALL_REDUCE_ALGORITHMS = {"ada": PCIE_ALL_REDUCE, "hopper": HOPPER_ALL_REDUCE}
-def all_reduce_algorithms(family: str | None) -> AllReduceAlgorithms:
-    """The all-reduce algorithms vLLM runs on a kernel family's systems; the custom all-reduce by default."""
-    return _ALL_REDUCE_ALGORITHMS.get(family or "", CUSTOM_ALL_REDUCE)
-
-
 def all_reduce_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any, copy_bytes: Any = 0.0) -> Any:
     """All-reduce of `message_bytes` over `num_devices` GPUs as the family's `AllReduceAlgorithms` run it, in a CUDA
     graph. Where `copy_bytes` > 0 (a step without a CUDA graph, `roofline.cost.ops.all_reduce_record`), vLLM's custom
@@ -128,7 +129,7 @@ def all_reduce_time_s(hw: HardwareProfile, message_bytes: Any, num_devices: Any,
         copy = np.where(copy_bytes > 0, memory_op_time_s(hw, copy_bytes, 1), 0.0)
         copy = float(copy) if np.ndim(copy) == 0 else copy
         custom = custom + copy
-    algorithms = all_reduce_algorithms(hw.family)
+    algorithms = kernel_families.kernel_family(hw.family).all_reduce
     if not algorithms.runs_nccl:
         return custom
     ring_bw = _link_bandwidth(hw) * e.nccl_bus_efficiency

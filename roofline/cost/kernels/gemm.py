@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+import roofline.cost.kernels as kernel_families  # (the records hold this module's tables: bound at call time)
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.quant import EIGHT_BIT_DTYPES
 from roofline.cost.roofline_math import _bandwidth, _beatable, _ceil, _max, _min, _overlap
@@ -50,7 +51,6 @@ GEMM_SPLITS: tuple[int, ...] = (1, 2, 4, 8, 16)
 GEMM_TILES_8BIT: tuple[tuple[float, tuple[int, int]], ...] = ((64, (64, 64)), (128, (64, 128)),
                                                              (math.inf, (128, 128)))
 _MIN_SPLIT_K = 256
-_SM_SUBPARTITIONS = 4  # SM sub-partitions (warp schedulers, one tensor core each) per SM since Volta
 _CTA_RESERVED_SMEM_BYTES = 1024  # shared memory the CUDA runtime reserves per CTA (SM8x and later)
 # SM89's mma.sync: m16n8k16 for 16-bit and m16n8k32 for 8-bit inputs, 16 clocks each on one sub-partition (L40S:
 # 362 bf16 / 733 fp8 dense TFLOPS / (142 SMs x 4 sub-partitions x 2.52 GHz boost) = 253 / 512 FLOP per clock; 4096 /
@@ -93,31 +93,32 @@ class GemmKernels:
     tiles: tuple[tuple[int, int], ...]
     tiles_8bit: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...]
     split_k_reduction_kernel: bool = False
-    # The CTAs of the 8-bit tiles: ((tile rows, tile cols), `Cta`), with the SM's shared memory; see `cta_occupancy`
-    # and `warp_tile_rate`. Empty: one full-rate tile per SM.
+    # The CTAs of the 8-bit tiles: ((tile rows, tile cols), `Cta`); see `cta_occupancy` and `warp_tile_rate` (they
+    # read the chip's `architecture.shared_memory_per_sm_kib` and `sm_subpartitions`). Empty: one full-rate tile per SM.
     ctas_8bit: tuple[tuple[tuple[int, int], Cta], ...] = ()
-    shared_memory_per_sm_bytes: int = 0
     # The CTAs of the 16-bit tiles (`Cta`: warps and warp tile only); see `warp_tile_rate`. Empty: full rate.
     ctas_16bit: tuple[tuple[tuple[int, int], Cta], ...] = ()
     # The chip's power limit caps its math rate below its SMs' combined rate (`gemm_time_s`: a wave keeping more
     # than gemm_sustained_sm_fraction of the SMs busy runs slower in proportion).
     power_limited: bool = False
 
-    def cta_occupancy(self, tm: int, tn: int) -> tuple[int, float]:
+    def cta_occupancy(self, tm: int, tn: int, shared_memory_per_sm_bytes: int, subpartitions: int
+                      ) -> tuple[int, float]:
         """(CTAs of a tm x tn 8-bit tile resident per SM, share of the SM's tensor throughput one CTA gets).
 
-        An SM has 4 sub-partitions, each with its own tensor core, and a warp runs on one of them: c resident CTAs
-        of w warps use min(1, c * w / 4) of the SM's math, shared by the c CTAs. c = how many CTAs' shared memory
+        An SM has `subpartitions` sub-partitions (4 since Volta), each with its own tensor core, and a warp runs on one
+        of them: c resident CTAs of w warps use min(1, c * w / 4) of the SM's math, shared by the c CTAs. c = how many
+        CTAs' shared memory
         (CUTLASS 2.x's multistage mainloop: stages x (tm + tn) x tk bytes of 8-bit A and B tiles, plus the 1 KB the
         CUDA runtime reserves per CTA) fits in the SM's. Without an entry: one CTA per SM at full rate."""
         cta = dict(self.ctas_8bit).get((tm, tn)) if self.ctas_8bit else None
         if cta is None:
             return 1, 1.0
-        ctas = max(1, self.shared_memory_per_sm_bytes // (cta.stages * (tm + tn) * cta.tile_k
-                                                           + _CTA_RESERVED_SMEM_BYTES))
-        return ctas, min(1.0, ctas * cta.warps / _SM_SUBPARTITIONS) / ctas
+        ctas = max(1, shared_memory_per_sm_bytes // (cta.stages * (tm + tn) * cta.tile_k + _CTA_RESERVED_SMEM_BYTES))
+        return ctas, min(1.0, ctas * cta.warps / subpartitions) / ctas
 
-    def warp_tile_rate(self, tm: int, tn: int, eight: bool, step_overhead_mma: float) -> float:
+    def warp_tile_rate(self, tm: int, tn: int, eight: bool, step_overhead_mma: float,
+                       shared_memory_per_sm_bytes: int, subpartitions: int) -> float:
         """Share of its tensor cores' rate a tm x tn tile's warps sustain in the main loop. Per k-step (16 of k for
         16-bit, 32 for 8-bit inputs) a warp issues (warp_m / 16) x (warp_n / 8) MMAs of its warp tile and spends
         besides `step_overhead_mma` MMA times (loading its fragments from shared memory, the CTA barrier, issuing the
@@ -135,8 +136,8 @@ class GemmKernels:
         if cta.staged:
             k_steps = cta.tile_k // (cta.warps // ((tm // cta.warp_m) * (tn // cta.warp_n))) // _MMA_8BIT_K
             staged = 2.0 * cta.warp_m * cta.warp_n / 32 / k_steps / _MMA_CLOCKS
-        ctas = self.cta_occupancy(tm, tn)[0] if eight else 1
-        warps_per_subpartition = max(1.0, ctas * cta.warps / _SM_SUBPARTITIONS)
+        ctas = self.cta_occupancy(tm, tn, shared_memory_per_sm_bytes, subpartitions)[0] if eight else 1
+        warps_per_subpartition = max(1.0, ctas * cta.warps / subpartitions)
         return min(1.0, warps_per_subpartition * mmas / (mmas + step_overhead_mma + staged))
 
 
@@ -179,8 +180,6 @@ SM89_GEMM_KERNELS = GemmKernels(
                ((128, 64), Cta(4, 64, 64, 128, 3)),   # 128x64x128, warp 64x64x64 (M128)
                ((128, 128), Cta(4, 64, 64, 64, 5)),   # 128x128x64, warp 64x64x64 (M128, M256, default)
                ((256, 128), Cta(8, 64, 64, 64, 3))),  # 256x128x64, warp 64x64x64 (default)
-    # CUDA C++ Programming Guide, compute capability 8.9: 100 KB of shared memory per SM.
-    shared_memory_per_sm_bytes=100 * 1024,
     # cuBLAS's SM80 kernels as CUTLASS's SM80 generator lays out their warps (tools/library/scripts/generator.py
     # GenerateSM80_TensorOp_16816, kernel view features x tokens: 256x128 [4, 2, 1] and 128x256 [2, 4, 1]: 8 warps of
     # 64x64; 256x64 and 128x128: 4 of 64x64; 128x64 / 64x128: 4 of 64x32 / 32x64; 64x64: 4 of 32x32), here as
@@ -188,17 +187,20 @@ SM89_GEMM_KERNELS = GemmKernels(
     ctas_16bit=(((128, 256), Cta(8, 64, 64)), ((256, 128), Cta(8, 64, 64)), ((128, 128), Cta(4, 64, 64)),
                 ((64, 128), Cta(4, 64, 32)), ((64, 256), Cta(4, 64, 64)), ((64, 64), Cta(4, 32, 32))),
     power_limited=True)
-_GEMM_KERNELS = {"blackwell": SM100_GEMM_KERNELS, "ada": SM89_GEMM_KERNELS}
 
 
-def gemm_kernels(family: str | None) -> GemmKernels:
-    """The dense GEMM kernels vLLM runs on a kernel family (`HardwareProfile.family`); SM90's by default."""
-    return _GEMM_KERNELS.get(family or "", SM90_GEMM_KERNELS)
+def sm_facts(hw: HardwareProfile, kernels: GemmKernels) -> tuple[int, int]:
+    """(shared memory per SM in bytes, SM sub-partitions) of `hw` where `kernels` describe their CTAs (`cta_occupancy`,
+    `warp_tile_rate`), else (0, 0): unread."""
+    if not kernels.ctas_8bit and not kernels.ctas_16bit:
+        return 0, 0
+    arch, needed_by = hw.architecture, f"the {kernels.name} GEMM kernels' CTAs"
+    smem = arch.require("shared_memory_per_sm_bytes", hw.id, needed_by) if kernels.ctas_8bit else 0
+    return smem, arch.require("sm_subpartitions", hw.id, needed_by)
 
 
 
 _K_BLOCK = 64  # K is consumed in blocks of 64 elements (128 bytes of bf16: one TMA/cp.async stage)
-_QUANT_BLOCKS_PER_SM = 2  # 1024-thread blocks resident per SM (2048 threads per SM on Hopper/Ampere)
 
 
 def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
@@ -246,17 +248,18 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     base_bytes = groups * (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes)
     # Dense linear layers run the family's kernels (`GemmKernels`); fused-MoE grouped GEMMs (cublas False) are other
     # kernels, described by the SM90 tables.
-    kernels = gemm_kernels(hw.family) if cublas else SM90_GEMM_KERNELS
+    kernels = kernel_families.kernel_family(hw.family).gemm if cublas else SM90_GEMM_KERNELS
     reduce_kernel = kernels.split_k_reduction_kernel
+    smem, subpartitions = sm_facts(hw, kernels)
 
     def tiled(tm: int, tn: int, s: int, beaten: Any = None) -> Any:
         """The tiling's time; None where it cannot beat `beaten` (`_beatable`)."""
         tiles = (groups * _ceil(m / tm) if row_tiles is None else row_tiles(tm)) * _ceil(n / tn) * s
         k_split = _ceil(k / (s * _K_BLOCK)) * _K_BLOCK
-        ctas, rate = kernels.cta_occupancy(tm, tn) if eight else (1, 1.0)
+        ctas, rate = kernels.cta_occupancy(tm, tn, smem, subpartitions) if eight else (1, 1.0)
         # The main loop's k at the CTA's share of the SM's tensor cores and its warp tile's rate
         # (`GemmKernels.warp_tile_rate`); the per-tile fixed k (prologue, epilogue) is no MMA work, at the SM's rate.
-        warp_rate = kernels.warp_tile_rate(tm, tn, eight, e.gemm_warp_step_overhead_mma)
+        warp_rate = kernels.warp_tile_rate(tm, tn, eight, e.gemm_warp_step_overhead_mma, smem, subpartitions)
         waves = _ceil(tiles / (sms * ctas))
         tc = waves * 2.0 * tm * tn * (k_split / (warp_rate * rate) + fixed_k) / per_sm
         if kernels.power_limited:
@@ -306,10 +309,11 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
 def act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) -> Any:
     """Quantizing a W8A8 GEMM's input to 8 bits, one kernel: read m*k 16-bit, write m*k 8-bit values at
     act_quant_memory_efficiency, plus act_quant_block_s per wave of its m thread blocks (one per row, 1024
-    threads each: 2 resident per SM, as an H100 SM holds 2048 threads). Its fixed latencies run at the chip's
+    threads each: the chip's `architecture.act_quant_blocks_per_sm` resident per SM). Its fixed latencies run at the chip's
     sustained clock (`sustained_clock_factor`), as the GEMM's."""
     e = hw.efficiency
-    waves = _ceil(m / (_QUANT_BLOCKS_PER_SM * hw.num_compute_units))
+    blocks_per_sm = hw.architecture.require("act_quant_blocks_per_sm", hw.id, "the per-tensor fp8 input quantization")
+    waves = _ceil(m / (blocks_per_sm * hw.num_compute_units))
     return (m * k * (act_bytes + 1.0) / (_bandwidth(hw) * e.act_quant_memory_efficiency)
             + (waves * e.act_quant_block_s + e.kernel_fixed_s) / hw.sustained_clock_factor)
 

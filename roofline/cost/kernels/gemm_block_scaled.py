@@ -4,6 +4,8 @@ GEMM with its input quantization."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,23 +15,20 @@ from roofline.cost.kernels.gemm import _K_BLOCK, streaming_act_quant_time_s
 from roofline.cost.quant import NVFP4_BYTES_PER_ELEMENT
 from roofline.cost.roofline_math import _bandwidth, _overlap
 
-# Kernel families on which vLLM runs block-scaled fp8 linear layers with DeepGEMM (vllm/utils/deep_gemm.py
-# `is_deep_gemm_supported`: Hopper and Blackwell datacenter GPUs); Ada falls through to CUTLASS / Triton / Marlin.
-DEEPGEMM_FAMILIES = ("hopper", "blackwell")
-
 # DeepGEMM's SM90 fp8 GEMM (`fp8_gemm_nt` with fp32 scales and 128x128 weight blocks: the 1D2D kernel, bf16 output)
 # picks its layout on the host, csrc/jit_kernels/heuristics/sm90.hpp `SM90ArchSpec` (DeepGEMM 891d57b, the commit
 # vLLM's tools/install_deepgemm.sh pinned for 0.24): block_m in (64, 128, 16 if m <= 16, 32 if m <= 32, 256), block_n
 # 16..192 in steps of 16 (above 128 only 144, 160, 192: the 1D2D unroll rule), not both above 128, clusters 1x1, 1x2
-# and 2x1 (multicast only with more than one wave), at least 3 pipeline stages in 232448 bytes of shared memory (4
+# and 2x1 (multicast only with more than one wave), at least 3 pipeline stages in the SM90 opt-in shared memory of one
+# block, `SM90ArchSpec::smem_capacity` = 232448 bytes (the chip's `architecture.shared_memory_per_block_kib`; 4
 # for tiles under 128x192); of these the one with the fewest modelled L1/L2 cycles / wave efficiency
 # (`get_layout_info`), the first on ties. The persistent kernel then runs the tiles in waves over the SMs.
-_DEEPGEMM_SM90_SMEM_BYTES = 232448
 _DEEPGEMM_SM90_BLOCK_N = tuple(range(16, 129, 16)) + (144, 160, 192)
 
 
-def deepgemm_sm90_layout(m: Any, n: Any, k: Any, sms: int) -> tuple[Any, Any]:
-    """(block_m, block_n) DeepGEMM's SM90 heuristic picks for an fp8 1D2D GEMM, per element."""
+def deepgemm_sm90_layout(m: Any, n: Any, k: Any, sms: int, shared_memory_bytes: int) -> tuple[Any, Any]:
+    """(block_m, block_n) DeepGEMM's SM90 heuristic picks for an fp8 1D2D GEMM, per element, on a chip whose one
+    block may hold `shared_memory_bytes`."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
     shape = np.broadcast(m, n, k).shape
     l2_bw = math.floor(min(64.0 * sms, 8e6 / 1.3e3))  # bytes per cycle, as the heuristic models them
@@ -45,7 +44,7 @@ def deepgemm_sm90_layout(m: Any, n: Any, k: Any, sms: int) -> tuple[Any, Any]:
                 uniform_sfb = 1 if 128 % bn == 0 else 2
                 smem_extra = (math.ceil(bm * bn * 2 / 1024) * 1024 + 16 * 8 * 2
                               + np.ceil(np.ceil(k / 128) * 4 * uniform_sfb / 8) * 8)
-                stages = np.minimum((_DEEPGEMM_SM90_SMEM_BYTES - smem_extra)
+                stages = np.minimum((shared_memory_bytes - smem_extra)
                                     // (bm * 128 + bn * 128 + math.ceil(bm * 4 / 128) * 128), 16)
                 legal = allowed_m & (stages >= (4 if bm * bn < 128 * 192 else 3))
                 blocks = np.ceil(m / bm) * np.ceil(n / bn)
@@ -68,7 +67,8 @@ def deepgemm_sm90_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weigh
     2*block_m*block_n*(k + gemm_fp8_block_tile_fixed_k) FLOPs per SM at gemm_fp8_compute_efficiency *
     gemm_fp8_block_factor of the fp8 peak; bytes at gemm_fp8_memory_efficiency; overlapped as `_overlap`; plus
     kernel_fixed_s. On a chip with a `power_limit` (GB200), math longer than its after_s runs at its clock_factor."""
-    block_m, block_n = deepgemm_sm90_layout(m, n, k, hw.num_compute_units)
+    smem = hw.architecture.require("shared_memory_per_block_bytes", hw.id, "DeepGEMM's SM90 layout heuristic")
+    block_m, block_n = deepgemm_sm90_layout(m, n, k, hw.num_compute_units, smem)
     return _deepgemm_gemm_time_s(hw, m, n, k, block_m, block_n, _K_BLOCK, weight_bytes_per_param, in_bytes,
                                  out_bytes)
 
@@ -247,3 +247,16 @@ def fp4_act_quant_time_s(hw: HardwareProfile, m: Any, k: Any, act_bytes: float) 
     return streaming_act_quant_time_s(hw, m, k, act_bytes, NVFP4_BYTES_PER_ELEMENT, hw.efficiency.memory_efficiency)
 
 
+@dataclass(frozen=True)
+class BlockScaledGemmKernels:
+    """The kernel a family runs for a block-scaled fp8 linear layer (1x128 activation groups, 128x128 weight blocks;
+    vLLM's DeepGemmFp8BlockScaledMMKernel where vllm/utils/deep_gemm.py `is_deep_gemm_supported`: Hopper and Blackwell
+    datacenter GPUs): its time with K-major fp8 operands (`time_s(hw, m, n, k, weight bytes per parameter, input bytes
+    per element, output bytes per element)`)."""
+
+    name: str
+    time_s: Callable[[HardwareProfile, Any, Any, Any, float, float, float], Any]
+
+
+DEEPGEMM_SM90 = BlockScaledGemmKernels("deepgemm-sm90", deepgemm_sm90_gemm_time_s)
+DEEPGEMM_SM100 = BlockScaledGemmKernels("deepgemm-sm100", deepgemm_sm100_gemm_time_s)

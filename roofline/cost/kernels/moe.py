@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+import roofline.cost.kernels as kernel_families  # (the records hold this module's tables: bound at call time)
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.kernels.gemm import gemm_time_s, streaming_act_quant_time_s
 from roofline.cost.quant import EIGHT_BIT_DTYPES, MXFP8_BYTES_PER_ELEMENT, NVFP4_BYTES_PER_ELEMENT
@@ -75,13 +77,32 @@ TRTLLM_MXFP8_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, in
 # the 32-token tiles (2048 tokens per expert: 64 tiles, 6.0 ms; weights streamed 64 times at ~5.1 TB/s).
 TRTLLM_MXFP4_BF16_MOE_TILES: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
     (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((16, 8), (32, 16), (math.inf, 32)))
-# Kernel families whose default MXFP4 MoE is that kernel (vLLM `_get_priority_backends_for_gpt_oss`: SM100).
-MXFP4_BF16_TRTLLM_FAMILIES = ("blackwell",)
-# Kernel families whose fused MoE (every format the tables time there by default: bf16, per-tensor fp8, fp8-block,
-# NVFP4, MXFP4) is FlashInfer's TRT-LLM-gen MoE, whose runner (csrc/trtllm_fused_moe_runner.cu `MoE::Runner::run`)
-# launches PermuteGemm1, GEMM2 (bf16 out per routed token) and then a separate finalize kernel
-# (`moe::dev::finalize::run`): `_trtllm_finalize_s`.
-TRTLLM_MOE_FAMILIES = ("blackwell",)
+
+
+@dataclass(frozen=True)
+class MoeKernels:
+    """The fused-MoE kernels vLLM runs on a family (`moe_time_s`).
+
+    `trtllm_gen`: the fused MoE of every format the tables time there by default (bf16, per-tensor fp8, fp8-block,
+    NVFP4, MXFP4) is FlashInfer's TRT-LLM-gen MoE, whose runner (csrc/trtllm_fused_moe_runner.cu `MoE::Runner::run`)
+    launches PermuteGemm1, GEMM2 (bf16 out per routed token) and then a separate finalize kernel
+    (`moe::dev::finalize::run`): `_trtllm_finalize_s`; block-scaled fp8 experts take its token tiles
+    (`TRTLLM_MOE_TILES_8BIT`) and wide-tile bandwidth (`TRTLLM_WIDE_TILE_SCHEMES`).
+    `mxfp4_bf16_trtllm`: the default MXFP4 MoE is TRT-LLM's mxfp4-bf16 kernel (vLLM `_get_priority_backends_for_gpt_oss`:
+    SM100; `_mxfp4_bf16_moe_s`); otherwise OAI Triton's `matmul_ogs` (`MOE_W4A16_TILES`).
+    `mxfp8_activations`: `--moe-backend flashinfer-mxfp4-mxfp8` (FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE) runs here."""
+
+    name: str
+    trtllm_gen: bool = False
+    mxfp4_bf16_trtllm: bool = False
+    mxfp8_activations: bool = False
+
+
+# Hopper, Ampere, Ada: Triton fused MoE (bf16, block fp8), FlashInfer CUTLASS (per-tensor fp8), OAI Triton (MXFP4).
+TRITON_MOE = MoeKernels(name="triton-cutlass")
+# Blackwell (SM100): FlashInfer's TRT-LLM-gen fused MoE for every format.
+TRTLLM_GEN_MOE = MoeKernels(name="flashinfer-trtllm-gen", trtllm_gen=True, mxfp4_bf16_trtllm=True,
+                            mxfp8_activations=True)
 # Its formats whose weights stream at `moe_trtllm_wide_tile_bandwidth_factor` of their bandwidth once the token tile
 # passes 8 (`trtllm_tile_tokens`): block fp8 (DeepSeek FP8: the B200 table steps up 1.29-1.31x there at the same
 # weights, median over shapes; per-tensor fp8 1.11-1.12x, NVFP4 1.12-1.20x and bf16 1.11-1.14x, what their own
@@ -128,7 +149,7 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost. `gated` False (per row where
     arrays): experts without a gate, one up projection (n = inter) and an elementwise activation between, as vLLM
     runs Nemotron-H's relu2 experts (`is_act_and_mul` False: w13 holds one shard, not two); the SwiGLU-only
-    kernels (MXFP4 on Blackwell, MXFP8 activations, Marlin) take gated experts only. On `TRTLLM_MOE_FAMILIES`
+    kernels (MXFP4 on Blackwell, MXFP8 activations, Marlin) take gated experts only. Where `MoeKernels.trtllm_gen`
     (FlashInfer's TRT-LLM-gen MoE, every format but Marlin) its finalize pass is added (`_trtllm_finalize_s`):
     `num_tokens`, the layer's tokens, is needed there; its block-fp8 experts (`TRTLLM_WIDE_TILE_SCHEMES`) stream
     their weights at `moe_trtllm_wide_tile_bandwidth_factor` of their bandwidth once the token tile passes 8
@@ -155,6 +176,7 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     from the mean tokens per expert (`marlin_moe_block_size_m`); without it the tile follows the tokens per
     touched expert as for the other W4A16 kernels."""
     e = hw.efficiency
+    kernels = kernel_families.kernel_family(hw.family).moe
     if scheme is None:
         scheme = "fp8" if dtype in EIGHT_BIT_DTYPES else "none"
     eff_scale, bw_scale, fixed_s = {
@@ -173,9 +195,9 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
     in_b = 1.0 if dtype in EIGHT_BIT_DTYPES else (NVFP4_BYTES_PER_ELEMENT if dtype == "fp4" else act_bytes)
     tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
-    trtllm = TRTLLM_MOE_TILES_8BIT if scheme == "fp8-block" and hw.family in TRTLLM_MOE_FAMILIES else None
+    trtllm = TRTLLM_MOE_TILES_8BIT if scheme == "fp8-block" and kernels.trtllm_gen else None
     weights_bw: Any = bw_scale
-    if hw.family in TRTLLM_MOE_FAMILIES and scheme in TRTLLM_WIDE_TILE_SCHEMES:
+    if kernels.trtllm_gen and scheme in TRTLLM_WIDE_TILE_SCHEMES:
         assert num_experts is not None, "the TRT-LLM MoE's token tile follows the tokens per expert: num_experts"
         wide = trtllm_tile_tokens(tokens_per_expert * touched, num_experts) > 8
         weights_bw = bw_scale * np.where(wide, e.moe_trtllm_wide_tile_bandwidth_factor, 1.0)
@@ -183,14 +205,14 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
               eff_scale=eff_scale, bw_scale=weights_bw, tiles=tiles, cublas=False, row_tiles=row_tiles,
               tiles_8bit=trtllm)
     swiglu_only = scheme in ("mxfp4-mxfp8", "mxfp4-marlin") or (scheme == "mxfp4"
-                                                                  and hw.family in MXFP4_BF16_TRTLLM_FAMILIES)
+                                                                  and kernels.mxfp4_bf16_trtllm)
     assert not swiglu_only or np.all(gated), f"{scheme} experts are gated (SwiGLU) only"
     if scheme == "mxfp4-mxfp8":
         if row_tiles is None and num_experts is not None:  # serving: each expert's own count (as for Marlin)
             kw["row_tiles"] = _poisson_row_tiles(tokens_per_expert * touched / num_experts, num_experts)
         return _mxfp4_mxfp8_moe_s(hw, tokens_per_expert, touched, hidden, inter, num_tokens, act_bytes,
                                   {**kw, "tiles": None, "tiles_8bit": TRTLLM_MXFP8_MOE_TILES_8BIT}) + fixed_s
-    if scheme == "mxfp4" and hw.family in MXFP4_BF16_TRTLLM_FAMILIES:
+    if scheme == "mxfp4" and kernels.mxfp4_bf16_trtllm:
         if row_tiles is None and num_experts is not None:  # serving: each expert's own count (as for MXFP8)
             kw["row_tiles"] = _poisson_row_tiles(tokens_per_expert * touched / num_experts, num_experts)
         return _mxfp4_bf16_moe_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_tokens, act_bytes,
@@ -202,7 +224,7 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
         return _marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw) + act + fixed_s
     up = gemm_time_s(hw, tokens_per_expert, up_width * inter, hidden, dtype, **kw)
     down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
-    if hw.family in TRTLLM_MOE_FAMILIES:  # FlashInfer's TRT-LLM fused MoE: its finalize kernel after GEMM2
+    if kernels.trtllm_gen:  # FlashInfer's TRT-LLM fused MoE: its finalize kernel after GEMM2
         assert num_tokens is not None, "the TRT-LLM MoE's finalize pass sums per token: num_tokens is needed"
         act = act + _trtllm_finalize_s(hw, tokens_per_expert * touched, num_tokens, hidden, act_bytes)
     if scheme == "fp8":  # per-tensor fp8's grouped GEMMs: weights streamed at most at moe_fp8_weight_rate, and a
@@ -246,7 +268,7 @@ def _mxfp4_mxfp8_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any
 
 
 def _trtllm_finalize_s(hw: HardwareProfile, routed: Any, num_tokens: Any, hidden: Any, act_bytes: float) -> Any:
-    """The TRT-LLM-gen fused MoE's finalize kernel (`TRTLLM_MOE_FAMILIES`): each token's top-k GEMM2 rows (bf16,
+    """The TRT-LLM-gen fused MoE's finalize kernel (`MoeKernels.trtllm_gen`): each token's top-k GEMM2 rows (bf16,
     `routed` of them) read, weighted and summed into its output row (`num_tokens` written), a streaming pass. It is
     a cost per routed token that does not shrink with the experts' width: on B200's NVFP4 table (hidden 4096, top-8
     of 256, 16,384 tokens) the layer takes 581 us at intermediate 128 a rank and 579 us at 64."""
