@@ -23,6 +23,7 @@ from roofline.cost.quant import QuantConfig
 from roofline.cost.roofline_math import memory_op_time_s
 from roofline.cost.single_ops import predict_single_ops
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 from roofline.errors import UserError
 
 SPEC = ModelSpec(name="m", architecture="LlamaForCausalLM", num_layers=4, hidden_size=1024, num_heads=16,
@@ -37,7 +38,7 @@ def model(hw=H100, spec=SPEC, quant=BF16, tp=1) -> StepCostModel:
 
 def step(m, q, c, e=None):
     q, c = np.array(q), np.array(c)
-    return m.step_cost(q, c, np.ones(len(q), bool) if e is None else np.array(e, bool))
+    return m.cost(StepArrays(q, c, np.ones(len(q), bool) if e is None else np.array(e, bool)))
 
 
 def test_time_grows_with_tokens_and_context():
@@ -61,8 +62,8 @@ def test_fast_path_equals_breakdown(spec, tp, mode):
         q = np.where(rng.random(n) < share, rng.integers(2, 3000, n), 1)
         c = rng.integers(0, 5000, n)
         e = rng.random(n) < 0.8
-        full = m.step_cost(q, c, e)
-        assert m.step_time_s(q, c, e) == pytest.approx(full.total_s, rel=1e-12, abs=0)
+        full = m.cost(StepArrays(q, c, e))
+        assert m.time_s(StepArrays(q, c, e)) == pytest.approx(full.total_s, rel=1e-12, abs=0)
         assert sum(full.breakdown_s.values()) == pytest.approx(full.total_s, rel=1e-12)
 
 
@@ -76,14 +77,16 @@ FP8_KV = QuantConfig.from_user(model_dtype="bfloat16", kv_cache_dtype="fp8")
     (SPEC, load_profile("b200"), BF16, 1),
     (SPEC, load_profile("l40s"), QuantConfig.from_user(quantization="fp8", model_dtype="bfloat16"), 1)])
 def test_decode_only_path_equals_general(spec, hw, quant, tp):
-    """`decode_step_time_s` (what the simulator calls for a step of decodes only) gives exactly the floats of
-    `step_time_s` with one query token and an emitted token per sequence: with CUDA graphs and past the largest
-    graph, eager, an fp8 KV cache, TP, each attention kernel family, a sliding window, a CPU."""
+    """`time_s` of a step of decodes only (from the number of sequences and their context sum, or their contexts)
+    gives exactly the floats of the general path (`_arrays_time_s`: `BatchStats` of the arrays) with one query
+    token and an emitted token per sequence: with CUDA graphs and past the largest graph, eager, an fp8 KV cache,
+    TP, each attention kernel family, a sliding window, a CPU."""
     m = model(hw=hw, spec=spec, quant=quant, tp=tp)
     rng = np.random.default_rng(2)
     for n in (1, 2, 7, 64, 300, 700):
         c = rng.integers(0, 9000, n)
-        assert m.decode_step_time_s(c) == m.step_time_s(np.ones(n, np.int64), c, np.ones(n, bool))
+        ones, emits = np.ones(n, np.int64), np.ones(n, bool)
+        assert m.time_s(StepArrays(ones, c, emits)) == m._arrays_time_s(ones, c, emits)
 
 
 @pytest.mark.parametrize("hw,quant", [(H100, BF16), (H100, FP8_KV), (load_profile("b200"), BF16),
@@ -108,10 +111,11 @@ def test_decode_attention_terms_give_the_floats_of_the_whole_formula(hw, quant):
     (SPEC, H100, BF16, 1), (SPEC, parse_profile(TEST_CPU_PROFILE, "test"), BF16, 1), (SPEC, H100, FP8_KV, 2),
     (SPEC, EAGER_H100, BF16, 1), (SPEC, load_profile("b200"), BF16, 1)])
 def test_rows_path_equals_general(spec, hw, quant, tp):
-    """`step_time_s_of_rows` (the simulator's call for a step with prefills, from the plan's sums) gives exactly
-    the floats of `step_time_s` on the arrays: decodes only, mixed, prefills only, single last prompt tokens."""
+    """`time_s` of a step with prefills given by its sums (`StepShape.seq_sums`: what a plan hands over without
+    building arrays) gives exactly the floats of the general path on the arrays: decodes only, mixed, prefills only,
+    single last prompt tokens."""
     m = model(hw=hw, spec=spec, quant=quant, tp=tp)
-    assert m.rows_suffice
+    assert m._rows_suffice
     rng = np.random.default_rng(3)
     for i in range(40):
         n = int(rng.integers(1, 200))
@@ -122,8 +126,28 @@ def test_rows_path_equals_general(spec, hw, quant, tp):
         dec = c[q == 1]
         rows = (int(dec.size), int(dec.sum()), int(dec.max()) if dec.size else 0, q[q > 1].tolist(),
                 c[q > 1].tolist())
-        assert m.step_time_s_of_rows(int(q.sum()), int(e.sum()), *rows) == m.step_time_s(q, c, e)
-    assert not model(spec=replace(SPEC, sliding_window=512)).rows_suffice
+        assert m.time_s(_SumsOnly(q, c, e, rows)) == m._arrays_time_s(q, c, e)
+    assert not model(spec=replace(SPEC, sliding_window=512))._rows_suffice
+
+
+class _SumsOnly(StepArrays):
+    """A step shape that hands over its counts and sums (as a scheduler's plan does) and refuses its arrays."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, q: np.ndarray, c: np.ndarray, e: np.ndarray, rows: tuple) -> None:
+        super().__init__(q, c, e)
+        self.rows = rows
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return max(1, super().num_prefill_tokens)  # (the all-decode steps too: through their sums)
+
+    def seq_sums(self) -> tuple:  # type: ignore[override]
+        return self.rows
+
+    def seq_arrays(self) -> tuple:
+        raise AssertionError("the sums suffice")
 
 
 MOE = replace(SPEC, num_experts=8, num_experts_per_tok=2)
@@ -138,11 +162,11 @@ def test_tabulated_counts_equal_breakdown(spec, quant):
     for tokens in (1, 2, 511, 512, 513, 1024, 8191, 8192, 70_001):
         q = np.array([tokens])
         for e in (np.array([True]), np.array([False])):
-            full = m.step_cost(q, np.array([7]), e)
-            assert m.step_time_s(q, np.array([7]), e) == pytest.approx(full.total_s, rel=1e-12, abs=0)
+            full = m.cost(StepArrays(q, np.array([7]), e))
+            assert m.time_s(StepArrays(q, np.array([7]), e)) == pytest.approx(full.total_s, rel=1e-12, abs=0)
     decode = np.ones(600, int)
-    full = m.step_cost(decode, np.arange(600), decode > 0)
-    assert m.step_time_s(decode, np.arange(600), decode > 0) == pytest.approx(full.total_s, rel=1e-12, abs=0)
+    full = m.cost(StepArrays(decode, np.arange(600), decode > 0))
+    assert m.time_s(StepArrays(decode, np.arange(600), decode > 0)) == pytest.approx(full.total_s, rel=1e-12, abs=0)
 
 
 @pytest.mark.parametrize("quant", [BF16, FP8])
@@ -270,7 +294,7 @@ def test_cudagraph_mode_sets_which_batches_replay_graphs(mode, decode_launches, 
     mixed = step(m, [200, 1], [0, 10])
     assert mixed.host_s == pytest.approx(launches(mixed_launches, mixed))
     assert mixed.padded_num_tokens == (208 if mixed_padded else 201)
-    assert m.step_time_s(np.array([200, 1]), np.array([0, 10]), np.array([1, 1])) == pytest.approx(mixed.total_s)
+    assert m.time_s(StepArrays(np.array([200, 1]), np.array([0, 10]), np.array([1, 1]))) == pytest.approx(mixed.total_s)
     beyond = step(m, [600], [0])  # above the largest captured size: no graph in any mode
     assert beyond.host_s == pytest.approx(beyond.num_kernels * launch) and beyond.padded_num_tokens == 600
     batches = [(np.array(q), np.array(c), np.ones(len(q), bool)) for q, c in (([1] * 9, [10] * 9), ([200, 1], [0, 10]))]
@@ -308,7 +332,7 @@ def test_all_reduces_outside_a_cuda_graph_copy_their_input_first(mode, mixed_eag
     for i, (cost, (q, c, e)) in enumerate(zip((decode, mixed, beyond), batches)):
         assert {name: values[i] for name, values in columns.items() if values[i]} == {
             name: t for name, t in cost.breakdown_s.items() if t}
-        assert m.step_time_s(q, c, e) == pytest.approx(cost.total_s, rel=1e-12, abs=0)
+        assert m.time_s(StepArrays(q, c, e)) == pytest.approx(cost.total_s, rel=1e-12, abs=0)
 
 
 def test_custom_all_reduce_runs_the_kernel_vllm_dispatches():

@@ -17,6 +17,7 @@ from roofline.cost.ops import BatchStats
 from roofline.cost.params import FITTABLE, EfficiencyParams, ExecutorParams
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 from roofline.errors import UserError
 
 CPU = load_profile(Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml")
@@ -86,7 +87,7 @@ def test_each_cpu_engine_streams_at_its_own_curve(cpu, spec):
     other engine does not act, and no curve is one rate for every row count."""
     def decode(hw, engine: str, b: int) -> float:
         m = StepCostModel(spec, hw, QuantConfig.from_user(model_dtype="bfloat16"), cpu_engine=engine)
-        return m.step_time_s(np.ones(b, np.int64), np.full(b, 300, np.int64), np.ones(b, bool))
+        return m.time_s(StepArrays(np.ones(b, np.int64), np.full(b, 300, np.int64), np.ones(b, bool)))
 
     flat = replace(cpu, weight_streaming=())
     dip = _with_curve(flat, "vllm-cpu", (1, 2, 3), (25.0, 20.0, 28.0))
@@ -112,7 +113,7 @@ def test_step_time_scales_with_batch_and_context(cpu, spec):
     m = _model(spec, cpu)
 
     def decode(b: int, ctx: int) -> float:
-        return m.step_time_s(np.ones(b, np.int64), np.full(b, ctx, np.int64), np.ones(b, bool))
+        return m.time_s(StepArrays(np.ones(b, np.int64), np.full(b, ctx, np.int64), np.ones(b, bool)))
 
     times = [decode(b, 256) for b in (1, 2, 8, 32, 64)]
     assert all(a < b for a, b in zip(times, times[1:]))
@@ -121,7 +122,7 @@ def test_step_time_scales_with_batch_and_context(cpu, spec):
     assert decode(8, 256) < decode(8, 1024)
     # Padding to the longest decode: one long sequence costs more than the same keys spread evenly.
     ctx = np.array([100, 100, 100, 1900])
-    assert m.step_time_s(np.ones(4, np.int64), ctx, np.ones(4, bool)) > decode(4, 550)
+    assert m.time_s(StepArrays(np.ones(4, np.int64), ctx, np.ones(4, bool))) > decode(4, 550)
 
 
 def test_fast_path_equals_full_path_on_cpu(cpu, spec):
@@ -134,13 +135,13 @@ def test_fast_path_equals_full_path_on_cpu(cpu, spec):
         if q.size == 0:
             continue
         e = np.ones(q.size, bool)
-        full = m.step_cost(q, c, e)
-        assert m.step_time_s(q, c, e) == pytest.approx(full.total_s, rel=1e-12)
+        full = m.cost(StepArrays(q, c, e))
+        assert m.time_s(StepArrays(q, c, e)) == pytest.approx(full.total_s, rel=1e-12)
 
 
 def test_engine_op_counts_and_per_sequence_host_cost(cpu, spec):
     m = _model(spec, cpu)
-    one = m.step_cost(np.array([1]), np.array([10]), np.array([True]))
+    one = m.cost(StepArrays(np.array([1]), np.array([10]), np.array([True])))
     layers = spec.num_layers
     expected = (sum(cpu_timing.ENGINE_TORCH_OPS[n] * layers for n in ("input_norm", "rope", "post_attn_norm",
                                                                         "silu_and_mul"))
@@ -151,8 +152,8 @@ def test_engine_op_counts_and_per_sequence_host_cost(cpu, spec):
     ex = cpu.executor
     assert one.host_s == pytest.approx(ex.step_overhead_s + expected * ex.kernel_launch_s + ex.step_overhead_per_seq_s)
     # Prefill chunks are SDPA calls one by one: two chunks launch more ops than one of the same tokens.
-    two = m.step_cost(np.array([64, 64]), np.array([0, 0]), np.array([True, True]))
-    single = m.step_cost(np.array([128]), np.array([0]), np.array([True]))
+    two = m.cost(StepArrays(np.array([64, 64]), np.array([0, 0]), np.array([True, True])))
+    single = m.cost(StepArrays(np.array([128]), np.array([0]), np.array([True])))
     assert two.num_kernels - single.num_kernels == cpu_timing.PREFILL_CHUNK_OPS * layers
 
 
@@ -160,9 +161,9 @@ def test_gpu_profile_never_uses_cpu_terms(spec):
     """The CPU-only parameters do not move a GPU prediction."""
     h100 = load_profile("h100-sxm")
     q, c, e = np.ones(16, np.int64), np.full(16, 500, np.int64), np.ones(16, bool)
-    base = _model(spec, h100).step_time_s(q, c, e)
+    base = _model(spec, h100).time_s(StepArrays(q, c, e))
     moved = replace(h100, efficiency=replace(h100.efficiency, gemm_fixed_rows=1000.0))
-    assert _model(spec, moved).step_time_s(q, c, e) == base
+    assert _model(spec, moved).time_s(StepArrays(q, c, e)) == base
 
 
 def test_new_parameters_are_fittable_and_round_trip():
@@ -185,8 +186,8 @@ def test_decode_groups_each_launch_their_ops(cpu, spec):
     """engine.attention attends decodes in groups of <= DECODE_GROUP_KEYS padded keys, DECODE_OPS per group."""
     m = _model(spec, cpu)
     ones, emit = np.ones(16, np.int64), np.ones(16, bool)
-    one_group = m.step_cost(ones, np.full(16, 100, np.int64), emit)  # 16 x ~100 keys: one group
-    three_groups = m.step_cost(ones, np.full(16, 1100, np.int64), emit)  # 16 x ~1100 keys > 2 x 8192
+    one_group = m.cost(StepArrays(ones, np.full(16, 100, np.int64), emit))  # 16 x ~100 keys: one group
+    three_groups = m.cost(StepArrays(ones, np.full(16, 1100, np.int64), emit))  # 16 x ~1100 keys > 2 x 8192
     assert three_groups.num_kernels - one_group.num_kernels == 2 * cpu_timing.DECODE_OPS * spec.num_layers
 
 
@@ -196,7 +197,7 @@ MOE_SPEC = ModelSpec.from_path(Path(__file__).resolve().parents[1] / "models" / 
 
 def test_moe_on_cpu_is_the_engines_router_and_expert_loop(cpu):
     m = _model(MOE_SPEC, cpu)
-    one = m.step_cost(np.array([1]), np.array([10]), np.array([True]))
+    one = m.cost(StepArrays(np.array([1]), np.array([10]), np.array([True])))
     ops = {op.name: op for op in one.ops}
     layers = MOE_SPEC.num_layers
     assert ops["router"].num_kernels == layers and ops["moe_experts"].num_kernels == cpu_timing.MOE_FIXED_OPS * layers
@@ -216,7 +217,7 @@ def test_moe_on_cpu_costs_more_experts_as_the_batch_grows(cpu):
     m = _model(MOE_SPEC, cpu)
 
     def experts_s(num_decodes: int) -> float:
-        cost = m.step_cost(np.ones(num_decodes, np.int64), np.full(num_decodes, 64), np.ones(num_decodes, bool))
+        cost = m.cost(StepArrays(np.ones(num_decodes, np.int64), np.full(num_decodes, 64), np.ones(num_decodes, bool)))
         return next(op.time_s for op in cost.ops if op.name == "moe_experts")
 
     one, four, many = experts_s(1), experts_s(4), experts_s(256)
@@ -230,4 +231,4 @@ def test_moe_fast_path_equals_full_path_on_cpu(cpu):
     for q, c in ((np.array([1, 1, 1]), np.array([5, 50, 500])), (np.array([1, 37]), np.array([20, 0])),
                  (np.array([300]), np.array([0]))):
         e = np.ones(q.size, bool)
-        assert m.step_time_s(q, c, e) == pytest.approx(m.step_cost(q, c, e).total_s, rel=1e-12)
+        assert m.time_s(StepArrays(q, c, e)) == pytest.approx(m.cost(StepArrays(q, c, e)).total_s, rel=1e-12)

@@ -11,6 +11,7 @@ pytest.importorskip("aiconfigurator_core")
 
 from test_e2e_rows import record  # noqa: E402
 
+from roofline.cost.step_shape import StepArrays  # noqa: E402
 from roofline.judge.checks import (  # noqa: E402
     decode_read_floor_s,
     measured_prefill_load,
@@ -37,7 +38,7 @@ def test_prefill_linear_time_is_positive_and_below_the_whole_prefill_step() -> N
     deployment = make_deployment(load_model(case.config_path), case.hardware_id, case.engine)
     per_token = prefill_linear_s_per_token(deployment, row)
     one = np.ones(1, dtype=np.int64)
-    step = deployment.cost_model.step_cost(one * 4096, one * 4096, one)
+    step = deployment.cost_model.cost(StepArrays(one * 4096, one * 4096, one))
     assert 0.5 * step.total_s / 4096 < per_token < step.total_s / 4096
 
 

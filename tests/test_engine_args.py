@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from roofline.cli import build_parser, main
+from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs, default_batch_limits, derived_max_model_len
 from roofline.errors import UserError
 from roofline.planning.backend import SimulatorBackend
@@ -64,7 +65,8 @@ def test_async_scheduling_flag_sets_the_host_overlap(capsys: pytest.CaptureFixtu
     assert default.engine_record["async_scheduling"] is True and sync.engine_record["async_scheduling"] is False
     contexts = np.full(128, 2000)
     # without the overlap the host's time adds to the device's instead of hiding under it
-    assert sync.cost_model.decode_step_time_s(contexts) > default.cost_model.decode_step_time_s(contexts)
+    decodes = StepArrays(np.ones(128, np.int64), contexts, np.ones(128, bool))
+    assert sync.cost_model.time_s(decodes) > default.cost_model.time_s(decodes)
     cpu = Path(__file__).resolve().parents[1] / "tests" / "data" / "cpu-profile.yaml"
     _fails(["simulate", "--num-requests", "3", "--model", "llama-156m", "--hardware", str(cpu), "--async-scheduling"],
            capsys, "--async-scheduling", "CPU profile", "allowed: --no-async-scheduling or unset")
@@ -217,7 +219,7 @@ def test_max_cudagraph_capture_size_sets_which_batches_replay_graphs(capsys: pyt
 
     def prefill(engine: EngineArgs):  # noqa: ANN202 - a StepCost
         cm = make_deployment("llama-3.1-8b", "h100-sxm", engine).cost_model
-        return cm.step_cost(np.array([1000]), np.array([0]), np.array([True]))
+        return cm.cost(StepArrays(np.array([1000]), np.array([0]), np.array([True])))
 
     eager, graphed = prefill(EngineArgs()), prefill(EngineArgs(max_cudagraph_capture_size=1024))
     layers = load_model("llama-3.1-8b").num_layers

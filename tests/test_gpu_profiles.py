@@ -25,6 +25,7 @@ from roofline.cost.hardware import (
 )
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.registry import list_ids, resolve
@@ -186,7 +187,7 @@ def test_h200_never_predicts_a_slower_step_than_h100(model: str, tp: int, quanti
     h100, h200 = (StepCostModel(spec, load_profile(pid), quant, tp) for pid in ("h100-sxm", "h200-sxm"))
     for q, c in _BATCHES:
         args = (np.array(q), np.array(c), np.ones(len(q), bool))
-        assert h200.step_time_s(*args) <= h100.step_time_s(*args), (q[:2], c[:2])
+        assert h200.time_s(StepArrays(*args)) <= h100.time_s(StepArrays(*args)), (q[:2], c[:2])
 
 
 @pytest.mark.parametrize("moe_backend", ["auto", "marlin"])
@@ -196,7 +197,7 @@ def test_h200_never_predicts_a_slower_gpt_oss_step_than_h100(moe_backend: str) -
                   for pid in ("h100-sxm", "h200-sxm"))
     for q, c in _BATCHES + [([8192], [0])]:
         args = (np.array(q), np.array(c), np.ones(len(q), bool))
-        assert h200.cost_model.step_time_s(*args) <= h100.cost_model.step_time_s(*args), (q[:2], c[:2])
+        assert h200.cost_model.time_s(StepArrays(*args)) <= h100.cost_model.time_s(StepArrays(*args)), (q[:2], c[:2])
 
 
 def test_clock_factor_fit_recovers_a_chip_faster_than_its_family() -> None:

@@ -19,6 +19,7 @@ from roofline.cost.kernels.attention import TRTLLM_GEN_KERNELS
 from roofline.cost.kernels.collectives import all_reduce_time_s
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 from roofline.errors import UserError
 from roofline.registry import data_dir
 
@@ -54,8 +55,8 @@ def test_a_new_family_is_one_record_plus_its_family_file(tmp_path: Path, monkeyp
     fake = load_profile(path)
     assert fake.family == "fake" and kernels.kernel_family(fake.family) is record
     batch = (np.array([1000, 1]), np.array([0, 500]), np.array([True, True]))
-    ours = StepCostModel(SPEC, fake, BF16).step_cost(*batch).breakdown_s
-    theirs = StepCostModel(SPEC, replace(fake, family="hopper"), BF16).step_cost(*batch).breakdown_s
+    ours = StepCostModel(SPEC, fake, BF16).cost(StepArrays(*batch)).breakdown_s
+    theirs = StepCostModel(SPEC, replace(fake, family="hopper"), BF16).cost(StepArrays(*batch)).breakdown_s
     assert ours["attention_prefill"] != theirs["attention_prefill"]
     assert {k: v for k, v in ours.items() if not k.startswith(("attention", "host"))} == \
         {k: v for k, v in theirs.items() if not k.startswith(("attention", "host"))}

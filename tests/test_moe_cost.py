@@ -14,6 +14,7 @@ from roofline.cost.kernels.moe import _poisson_row_tiles, marlin_moe_block_size_
 from roofline.cost.ops import BatchStats, expected_experts_touched, step_ops, weight_bytes_per_rank
 from roofline.cost.quant import QuantConfig, resolve_for_model
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 from roofline.errors import UserError
 from roofline.registry import load_model
 
@@ -24,7 +25,7 @@ def _model(model_id: str, tp: int = 1, quantization: str = "none", hw: str = "h1
 
 
 def _decode(model: StepCostModel, batch: int, context: int):  # noqa: ANN202
-    return model.step_cost(np.ones(batch, dtype=np.int64), np.full(batch, context), np.ones(batch, dtype=bool))
+    return model.cost(StepArrays(np.ones(batch, dtype=np.int64), np.full(batch, context), np.ones(batch, dtype=bool)))
 
 
 def test_touched_experts_batch_1_reads_top_k_large_batch_reads_all() -> None:
@@ -81,10 +82,10 @@ def test_hybrid_bulk_breakdown_equals_step_cost() -> None:
              (np.array([1]), np.array([20]), np.array([True]))]
     columns = model.breakdown_columns(steps)
     for i, step in enumerate(steps):
-        cost = model.step_cost(*step)
+        cost = model.cost(StepArrays(*step))
         for name, value in cost.breakdown_s.items():
             assert columns[name][i] == value
-        assert model.step_time_s(*step) == pytest.approx(cost.total_s, rel=1e-12)
+        assert model.time_s(StepArrays(*step)) == pytest.approx(cost.total_s, rel=1e-12)
 
 
 def test_hybrid_fast_path_equals_the_records_bit_for_bit() -> None:
@@ -100,7 +101,7 @@ def test_hybrid_fast_path_equals_the_records_bit_for_bit() -> None:
         if i % 2:
             query[0] = int(rng.integers(2, 4000))
         else:
-            assert model.decode_step_time_s(context) == model.step_time_s(query, context, query > 0)
+            assert model.time_s(StepArrays(query, context, query > 0)) == model._arrays_time_s(query, context, query > 0)
         stats = model._stats(query, context, query > 0)
         assert stats.sliding is not None
         assert model._attention_s(stats) == model._records_attention_s(stats)
@@ -165,7 +166,7 @@ def test_marlin_backend_pads_and_costs_mxfp4_experts_as_marlin() -> None:
     assert default.quant.expert_kernel == "mxfp4"
 
     def experts_s(model: StepCostModel, tokens: int) -> float:
-        cost = model.step_cost(np.array([tokens]), np.array([0]), np.array([True]))
+        cost = model.cost(StepArrays(np.array([tokens]), np.array([0]), np.array([True])))
         return cost.breakdown_s["moe_experts"]
 
     assert experts_s(marlin, 8192) > 1.5 * experts_s(default, 8192)
@@ -282,7 +283,7 @@ def test_serving_marlin_experts_take_the_block_height_of_the_layers_experts() ->
     spec, hw = load_model("gpt-oss-120b"), load_profile("h100-sxm")
     model = StepCostModel(spec, hw, QuantConfig.from_user(moe_backend="marlin"), 2)
     q, c, e = np.array([1024]), np.array([0]), np.array([True])
-    cost = model.step_cost(q, c, e)
+    cost = model.cost(StepArrays(q, c, e))
     op = next(o for o in step_ops(spec, model.quant, 2, BatchStats.from_arrays(q, c, e)) if o.name == "moe_experts")
     tpe, touched, hidden, inter, num_experts, _ = op.shape
     assert num_experts == spec.num_experts == 128
@@ -303,7 +304,7 @@ def test_poisson_row_tiles_pad_each_experts_own_count() -> None:
 
 
 def _experts_s(model: StepCostModel, tokens: int) -> float:
-    cost = model.step_cost(np.array([tokens]), np.array([0]), np.array([True]))
+    cost = model.cost(StepArrays(np.array([tokens]), np.array([0]), np.array([True])))
     return cost.breakdown_s["moe_experts"]
 
 
@@ -401,12 +402,12 @@ def test_minimax_routes_in_fp32_at_the_float32_matmul_precision() -> None:
     high = StepCostModel(spec, hw, resolve_for_model(QuantConfig.from_user(float32_matmul_precision="high"), spec),
                          2)
     step = (np.array([8192]), np.array([0]), np.array([True]))
-    assert fp32.step_cost(*step).breakdown_s["router"] > 10 * high.step_cost(*step).breakdown_s["router"]
+    assert fp32.cost(StepArrays(*step)).breakdown_s["router"] > 10 * high.cost(StepArrays(*step)).breakdown_s["router"]
     # The precision applies to every fp32 GEMM (vLLM sets it for the process): `--dtype float32`'s linear layers too.
     fp32_model = StepCostModel(load_model("llama-tiny"), hw, QuantConfig.from_user(dtype="float32"), 1)
     tf32_model = StepCostModel(load_model("llama-tiny"), hw,
                                QuantConfig.from_user(dtype="float32", float32_matmul_precision="high"), 1)
-    assert tf32_model.step_cost(*step).breakdown_s["qkv_proj"] < fp32_model.step_cost(*step).breakdown_s["qkv_proj"]
+    assert tf32_model.cost(StepArrays(*step)).breakdown_s["qkv_proj"] < fp32_model.cost(StepArrays(*step)).breakdown_s["qkv_proj"]
     with pytest.raises(UserError, match="--float32-matmul-precision: 'low' is not allowed; allowed: highest, high"):
         QuantConfig.from_user(float32_matmul_precision="low")
     # The fp32 router's weights and score-correction bias take 4 bytes each in the weight memory, not 2.

@@ -15,6 +15,7 @@ from engine.core.trace import STEP_COLUMNS, step_schema
 from roofline.cost.hardware import parse_profile
 from roofline.cost.ops import BatchStats
 from roofline.cost.roofline_math import _distinct_rows, _ExactPowArray, _segment_sums
+from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.sim.outputs import step_table, write_csv
 from roofline.sim.simulator import Deployment, SimulationOptions, SimulationResult, make_deployment, run_simulation
@@ -68,7 +69,7 @@ def test_bulk_breakdown_equals_step_cost_of_every_step(case: str) -> None:
     columns = model.breakdown_columns(seqs)
     names: set[str] = set()
     for i, (q, c, e) in enumerate(seqs):
-        expected = model.step_cost(q, c, e).breakdown_s
+        expected = model.cost(StepArrays(q, c, e)).breakdown_s
         names |= expected.keys()
         assert {name: columns[name][i] for name in columns} == {name: expected.get(name, 0.0) for name in columns}, i
     assert names == set(columns)
@@ -81,7 +82,7 @@ def test_bulk_breakdown_of_no_steps_is_empty() -> None:
 def cell_by_cell_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
     """`step_table` as it was first written: every list and every breakdown built per step in Python."""
     steps, seqs = result.steps, result.step_seqs
-    breakdowns = [deployment.cost_model.step_cost(q, c, e).breakdown_s for q, c, e in seqs]
+    breakdowns = [deployment.cost_model.cost(StepArrays(q, c, e)).breakdown_s for q, c, e in seqs]
     columns: dict[str, object] = {name: steps[name].to_numpy() for name in STEP_COLUMNS if name in steps.columns}
     columns["arrival_cutoff_s"] = steps["start_s"].to_numpy()
     columns["query_lens"] = [q.tolist() for q, _, _ in seqs]

@@ -21,6 +21,7 @@ from roofline.cost.ops import expected_experts_touched
 from roofline.cost.quant import QuantConfig
 from roofline.cost.single_ops import predict_single_ops
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 from roofline.registry import load_model
 
 
@@ -79,7 +80,8 @@ def test_the_serving_step_model_ignores_the_l2_factor() -> None:
                      num_kv_heads=4, head_dim=64, intermediate_size=4096, vocab_size=32000)
     fast = replace(l40s, efficiency=replace(l40s.efficiency, l2_bandwidth_factor=64.0))
     q, c, e = np.array([1, 1, 300]), np.array([500, 900, 0]), np.array([1, 1, 1])
-    times = [StepCostModel(spec, hw, QuantConfig.from_user(model_dtype="bfloat16")).step_time_s(q, c, e) for hw in (l40s, fast)]
+    bf16 = QuantConfig.from_user(model_dtype="bfloat16")
+    times = [StepCostModel(spec, hw, bf16).time_s(StepArrays(q, c, e)) for hw in (l40s, fast)]
     assert times[0] == times[1]
 
 
@@ -134,7 +136,7 @@ def test_moe_table_rows_take_the_tables_routing_serving_never_does(monkeypatch: 
     spec = load_model("qwen3-30b-a3b")
     cost = StepCostModel(spec, h100, QuantConfig.from_user(), 1)
     q, c, e = np.array([1, 1, 300]), np.array([500, 900, 0]), np.array([1, 1, 1])
-    assert cost.step_time_s(q, c, e) > 0
+    assert cost.time_s(StepArrays(q, c, e)) > 0
     with pytest.raises(AssertionError, match="serving step model"):
         predict_table(h100, "moe", frame)
 

@@ -20,6 +20,7 @@ from roofline.commands.calibrate import format_report
 from roofline.cost.hardware import dump_profile, load_profile, read_profile_dict
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 from roofline.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,15 +40,15 @@ def test_the_default_cpu_engine_is_this_engines_description_unchanged() -> None:
         CPU.efficiency, gemm_compute_efficiency=1.0, gemm_fixed_rows=2.0, memory_efficiency=0.53))
     model = StepCostModel(SPEC, old, QUANT)
     assert model.cpu_engine == "roofline-engine"
-    assert model.step_time_s(*BATCH) == 0.017232581209339615
-    assert model.step_cost(*BATCH).num_kernels == 295
+    assert model.time_s(StepArrays(*BATCH)) == 0.017232581209339615
+    assert model.cost(StepArrays(*BATCH)).num_kernels == 295
     explicit = StepCostModel(SPEC, old, QUANT, cpu_engine="roofline-engine")
-    assert explicit.step_cost(*BATCH) == model.step_cost(*BATCH)
+    assert explicit.cost(StepArrays(*BATCH)) == model.cost(StepArrays(*BATCH))
 
 
 def test_vllm_cpu_dispatches_fewer_host_ops_than_the_eager_engine() -> None:
-    eager = StepCostModel(SPEC, CPU, QUANT).step_cost(*BATCH)
-    vllm = StepCostModel(SPEC, CPU, QUANT, cpu_engine="vllm-cpu").step_cost(*BATCH)
+    eager = StepCostModel(SPEC, CPU, QUANT).cost(StepArrays(*BATCH))
+    vllm = StepCostModel(SPEC, CPU, QUANT, cpu_engine="vllm-cpu").cost(StepArrays(*BATCH))
     # Per layer: 4 fused inductor kernels (2 norms, RoPE, SiLU-and-mul), 4 oneDNN GEMMs, 2 attention calls; then
     # embedding, final norm, LM-head gather + GEMM, 5 sampler ops.
     assert vllm.num_kernels == 8 * (4 + 4 + 2) + 1 + 1 + 2 + 5
@@ -57,14 +58,14 @@ def test_vllm_cpu_dispatches_fewer_host_ops_than_the_eager_engine() -> None:
 
 def test_vllm_cpu_fast_path_equals_the_full_path() -> None:
     model = StepCostModel(SPEC, CPU, QUANT, cpu_engine="vllm-cpu")
-    assert model.step_time_s(*BATCH) == pytest.approx(model.step_cost(*BATCH).total_s, rel=1e-12)
+    assert model.time_s(StepArrays(*BATCH)) == pytest.approx(model.cost(StepArrays(*BATCH)).total_s, rel=1e-12)
 
 
 def test_vllm_cpu_attention_reads_only_the_keys_each_decode_has() -> None:
     # One long and many short decodes: this engine pads every decode to the longest; vLLM's kernel does not.
     q, c, e = np.ones(4, dtype=np.int64), np.array([3000, 10, 10, 10]), np.ones(4, dtype=bool)
-    eager = StepCostModel(SPEC, CPU, QUANT).step_cost(q, c, e).breakdown_s["attention_decode"]
-    vllm = StepCostModel(SPEC, CPU, QUANT, cpu_engine="vllm-cpu").step_cost(q, c, e).breakdown_s["attention_decode"]
+    eager = StepCostModel(SPEC, CPU, QUANT).cost(StepArrays(q, c, e)).breakdown_s["attention_decode"]
+    vllm = StepCostModel(SPEC, CPU, QUANT, cpu_engine="vllm-cpu").cost(StepArrays(q, c, e)).breakdown_s["attention_decode"]
     assert vllm < 0.5 * eager
 
 

@@ -54,6 +54,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from roofline.cost.step_shape import StepArrays
 from roofline.judge.checks import (
     RANGE_RATIO,
     client_workload,
@@ -212,7 +213,7 @@ def decode_breakdown(deployment, row: SiliconRow) -> dict:  # noqa: ANN001 - roo
     """The cost model's decode step at the row's concurrency and mid-output context, by operator kind."""
     n = row.concurrency
     context = np.full(n, row.isl + row.osl // 2, dtype=np.int64)
-    cost = deployment.cost_model.step_cost(np.ones(n, dtype=np.int64), context, np.ones(n, dtype=np.int64))
+    cost = deployment.cost_model.cost(StepArrays(np.ones(n, dtype=np.int64), context, np.ones(n, dtype=np.int64)))
     parts: dict[str, float] = defaultdict(float)
     for op in cost.ops:
         parts[op.kind] += op.time_s

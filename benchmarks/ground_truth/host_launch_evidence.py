@@ -32,6 +32,7 @@ import json
 
 import numpy as np
 
+from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.sim.simulator import make_deployment
 
@@ -42,8 +43,8 @@ def decode_step(model: str, hardware: str, tp: int, quantization: str, batch: in
     tokens each, under CUDA-graph `mode`."""
     engine = EngineArgs(tensor_parallel_size=tp, quantization=quantization, cudagraph_mode=mode, max_model_len=8192)
     cm = make_deployment(model, hardware, engine).cost_model
-    step = cm.step_cost(np.ones(batch, dtype=np.int64), np.full(batch, context, dtype=np.int64),
-                        np.ones(batch, dtype=bool))
+    step = cm.cost(StepArrays(np.ones(batch, dtype=np.int64), np.full(batch, context, dtype=np.int64),
+                        np.ones(batch, dtype=bool)))
     ex = cm.hw.executor
     launches = int(round((step.host_s - ex.step_overhead_s - ex.step_overhead_per_seq_s * batch)
                          / ex.kernel_launch_s))

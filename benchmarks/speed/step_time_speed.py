@@ -19,6 +19,7 @@ from engine.core.model_spec import ModelSpec
 from roofline.cost.hardware import load_profile
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 
 SEED = 0
 NUM_BATCHES = 5000
@@ -43,12 +44,12 @@ def main() -> int:
     model = StepCostModel(SPEC, load_profile("h100-sxm"), QuantConfig.from_user(model_dtype="bfloat16"))
     data = batches(np.random.default_rng(SEED))
     for q, c, e in data:  # warm the token/emit caches, check equality
-        assert abs(model.step_time_s(q, c, e) / model.step_cost(q, c, e).total_s - 1.0) <= 1e-12
+        assert abs(model.time_s(StepArrays(q, c, e)) / model.cost(StepArrays(q, c, e)).total_s - 1.0) <= 1e-12
     for name, subset in (("all", data), ("decode-only", [b for b in data if b[0].max() == 1]),
                          ("mixed", [b for b in data if b[0].max() > 1])):
         t0 = time.perf_counter()
         for q, c, e in subset:
-            model.step_time_s(q, c, e)
+            model.time_s(StepArrays(q, c, e))
         per_call_us = (time.perf_counter() - t0) / len(subset) * 1e6
         print(f"{name}: {len(subset)} calls, {per_call_us:.1f} us per call")
     return 0

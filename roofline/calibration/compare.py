@@ -54,6 +54,7 @@ from roofline.calibration.protocol import (
 from roofline.calibration.traces import Trace
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.jsonable import to_json
@@ -72,7 +73,7 @@ E2E_METRICS = ("mean_ttft_s", "mean_tpot_s", "output_tokens_per_s")
 def predict_step_times(model: StepCostModel, steps: pd.DataFrame) -> np.ndarray:
     """The cost model's time of every step of a trace (seconds)."""
     columns = zip(steps["query_lens"], steps["context_lens"], steps["emits"])
-    return np.array([model.step_time_s(np.asarray(q, np.int64), np.asarray(c, np.int64), np.asarray(e, bool))
+    return np.array([model.time_s(StepArrays(np.asarray(q, np.int64), np.asarray(c, np.int64), np.asarray(e, bool)))
                      for q, c, e in columns], dtype=np.float64)
 
 

@@ -1,12 +1,12 @@
 """Time of operators and of whole engine steps on a hardware profile: a roofline with shape-aware efficiencies.
 
     m = StepCostModel(spec, hw, quant, tp=1)
-    c = m.step_cost(query_lens, context_lens, emits)    # StepCost: total_s, breakdown_s, ops (OpCost)
-    m.step_time_s(query_lens, context_lens, emits)      # the same total, fast (tabulated per token count)
-
+    c = m.cost(StepArrays(query_lens, context_lens, emits))   # StepCost: total_s, breakdown_s, ops (OpCost)
+    m.time_s(plan)                  # the same total, fast: any StepShape (a scheduler's StepPlan is one)
+    m.breakdown_columns(steps)      # `cost(...).breakdown_s` of many steps, as columns (the simulator's --out)
 
 The formulas run unchanged on Python floats (the simulator's scalar path: `_ceil`/`_max` avoid numpy calls on
-floats) and on numpy arrays (fitting thousands of measured shapes). `step_time_s` equals `step_cost().total_s`
+floats) and on numpy arrays (fitting thousands of measured shapes). `time_s` equals `cost().total_s`
 (tests/test_cost_model.py checks it to 1e-12 relative on random batches).
 """
 
@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from engine.core.model_spec import ModelSpec
-from engine.core.step_record import StepSequences
 from roofline.cost.count_table import _CountTable
 from roofline.cost.cpu import CPU_ENGINES, DEFAULT_CPU_ENGINE, check_cpu_engine
 from roofline.cost.cpu import engine as cpu_engine_timing
@@ -52,7 +51,8 @@ from roofline.cost.ops import (
     weight_bytes_per_rank,
 )
 from roofline.cost.quant import QuantConfig, check_moe_backend, resolve_for_hardware, resolve_for_model
-from roofline.cost.roofline_math import _distinct_rows, _ExactPowArray, _segment_sums, _sum, row_sums
+from roofline.cost.roofline_math import _distinct_rows, _ExactPowArray, _segment_sums, row_sums
+from roofline.cost.step_shape import ConcatenatedSteps, StepShape
 
 
 class _OpParts(NamedTuple):
@@ -123,9 +123,11 @@ class StepCostModel:
         self._kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element
         self._q_token = r.heads * r.head_dim * quant.act_bytes
         self._kv_fp8 = quant.kv_dtype == "fp8"
-        # `decode_step_time_s`'s shortcut applies (`_attention_s` takes its scalar formulas).
+        # A step of decodes only depends on its number of sequences and the sum of their contexts alone (`time_s`).
         self._plain_decode = hw.kind != "cpu" and not spec.sliding_window and not spec.is_mla
-        # `decode_sum_time_s`'s parts that depend on the number of sequences alone, by that number.
+        # A step's decodes enter its `BatchStats` as a count, a context sum and a context maximum (`_rows_time_s`).
+        self._rows_suffice = not spec.sliding_window
+        # `time_s`'s parts of a step of decodes only that depend on the number of sequences alone, by that number.
         self._decode_parts: dict[int, tuple[float, float, float]] = {}
         # `_decode_layer_s`'s, by number of decodes: their bytes of Q and O, and the time's terms.
         self._decode_terms: dict[int, tuple[float, DecodeAttentionTerms]] = {}
@@ -145,9 +147,9 @@ class StepCostModel:
     def kv_bytes_per_token_per_rank(self) -> float:
         return kv_bytes_per_token_per_rank(self.spec, self.quant, self.tp)
 
-    def step_cost(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> StepCost:
-        """Every operator of the step with its FLOPs, bytes, time and bound, and the step total."""
-        stats = self._stats(query_lens, context_lens, emits)
+    def cost(self, shape: StepShape) -> StepCost:
+        """Every operator of the step with its FLOPs, bytes, time and bound, and the step total (from its arrays)."""
+        stats = self._stats(*shape.seq_arrays())
         padded = self._padded_tokens(stats.num_tokens, stats.num_prefill_seqs > 0)
         ops = self._step_ops(replace(stats, num_tokens=padded))
         k = self.hw.executor.kernels_per_elementwise_op
@@ -161,47 +163,61 @@ class StepCostModel:
         return StepCost(total_s=total_s, device_s=device_s, host_s=host_s, breakdown_s=breakdown, ops=costs,
                         num_kernels=num_kernels, padded_num_tokens=padded)
 
-    def step_time_s(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> float:
-        """`step_cost(...).total_s`, fast (the simulator calls it once per step): the batch is aggregated once
-        (`BatchStats`), the token- and emit-dependent operators are cached per count, and attention is the
-        same scalar formulas on the aggregates, without building records."""
+    def time_s(self, shape: StepShape) -> float:
+        """`cost(shape).total_s` (to 1e-12 relative), fast: the simulator calls it once per step. The same floats
+        whichever of the shape's parts it reads (tests/test_cost_model.py checks them against `_arrays_time_s` bit
+        for bit); it reads the cheapest that determines the step:
+
+        - decodes only, on a GPU without sliding windows: the number of sequences and their context sum; what
+          depends on the number alone (token and emit operators, host time) is cached per number, and attention is
+          `_attention_s`'s arithmetic on the two (`_decode_layer_s`);
+        - otherwise decodes only: their context lengths (`BatchStats.from_decode_contexts`);
+        - with prefills, without sliding windows: the decodes' count, context sum and longest context and the
+          prefill chunks' lengths (`StepShape.seq_sums`), where the shape has them;
+        - else the arrays (`BatchStats.from_arrays`).
+
+        The token- and emit-count operators are tabulated per count (`_CountTable`); attention is the records'
+        scalar formulas on the aggregates (`_attention_s`), without building records."""
+        if not shape.num_prefill_tokens:  # decodes only (a prompt's last token counts as prefill)
+            n = shape.num_seqs
+            if self._plain_decode and n:
+                r = self.rank
+                parts = self._decode_parts.get(n)
+                if parts is None:
+                    # What depends on n alone: the token and emit operators' seconds summed first, as
+                    # `_stats_time_s`'s left-to-right sum does, and the host time (the attention's: `_decode_layer_s`).
+                    token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
+                    emit_s, emit_k = self._emit_table.lookup(n)
+                    parts = self._decode_parts[n] = (token_s + emit_s,
+                                                     *self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
+                # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
+                attn_s = float(r.layers * self._decode_layer_s(n, float(shape.num_context_tokens) + n))
+                return self._combine(parts[0] + attn_s, parts[1], parts[2])
+            context = shape.seq_arrays()[1]
+            if self._plain_decode:  # (no sequences)
+                return self._stats_time_s(BatchStats.from_decode_contexts(context))
+            return self._stats_time_s(BatchStats.from_decode_contexts(context, self.spec.sliding_window,
+                                                                      self.spec.is_hybrid_attention))
+        sums = shape.seq_sums() if self._rows_suffice else None
+        if sums is not None:
+            return self._rows_time_s(shape.num_batched_tokens, shape.num_emitting_seqs, *sums)
+        return self._arrays_time_s(*shape.seq_arrays())
+
+    def _arrays_time_s(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> float:
+        """`time_s` from the arrays: the batch aggregated once (`BatchStats.from_arrays`), then `_stats_time_s`."""
         return self._stats_time_s(self._stats(query_lens, context_lens, emits))
 
-    def decode_step_time_s(self, context_lens: np.ndarray) -> float:
-        """`step_time_s` of a step of decodes only, from their context lengths. On a GPU without sliding windows
-        the step depends on the number of sequences and the sum of their contexts only: `_stats_time_s`'s
-        arithmetic on those two, in its order, without building a `BatchStats` (the simulator's most common call)."""
-        if not self._plain_decode:
-            return self._stats_time_s(BatchStats.from_decode_contexts(context_lens, self.spec.sliding_window,
-                                                                      self.spec.is_hybrid_attention))
-        n = int(context_lens.size)
-        if not n:
-            return self._stats_time_s(BatchStats.from_decode_contexts(context_lens))
-        return self.decode_sum_time_s(n, int(_sum(context_lens)))
-
-    @property
-    def rows_suffice(self) -> bool:
-        """Whether `step_time_s_of_rows` applies: a model without sliding windows (its decodes enter a step's
-        `BatchStats` as a count, a context sum and a context maximum)."""
-        return not self.spec.sliding_window
-
-    def step_time_s_of_rows(self, num_tokens: int, num_emits: int, num_decodes: int, decode_context_sum: int,
-                            decode_context_max: int, prefill_query: list[int], prefill_context: list[int]) -> float:
-        """`step_time_s` of a step given as its token and emit counts, the count, context sum and longest context
-        of its sequences of one query token, and the query and context lengths of the others in order
-        (`StepPlan.seq_sums`), where `rows_suffice`: the `BatchStats` that `BatchStats.from_arrays` builds, field
+    def _rows_time_s(self, num_tokens: int, num_emits: int, num_decodes: int, decode_context_sum: int,
+                     decode_context_max: int, prefill_query: list[int], prefill_context: list[int]) -> float:
+        """`time_s` of a step given as its token and emit counts, the count, context sum and longest context of its
+        sequences of one query token, and the query and context lengths of the others in order
+        (`StepShape.seq_sums`), where `_rows_suffice`: the `BatchStats` that `BatchStats.from_arrays` builds, field
         for field, without the arrays."""
         prefill = BatchStats._prefill_sums(prefill_query, prefill_context, None, self._q_tile) if prefill_query else {}
         stats = BatchStats(num_tokens=num_tokens, num_emits=num_emits, num_decode_seqs=num_decodes,
                            decode_pairs=float(decode_context_sum) + num_decodes,
                            decode_max_keys=float(decode_context_max) + 1.0 if num_decodes else 0.0, **prefill)
         return self._stats_time_s(stats)
-
-    @property
-    def decode_depends_on_sums(self) -> bool:
-        """Whether a step of decodes only depends on its number of sequences and the sum of their contexts alone
-        (`decode_sum_time_s`)."""
-        return self._plain_decode
 
     def expect_max_num_tokens(self, max_num_tokens: int) -> None:
         """A hint, which changes no result: steps will have at most `max_num_tokens` tokens (the scheduler's
@@ -213,31 +229,15 @@ class StepCostModel:
         if not self.spec.is_moe and self.hw.kind != "cpu":
             self._token_table.span_end = self._padded_tokens(max_num_tokens) + 1
 
-    def decode_sum_time_s(self, n: int, context_sum: int) -> float:
-        """`decode_step_time_s` of `n` >= 1 decodes whose contexts sum to `context_sum`, where
-        `decode_depends_on_sums`."""
-        r = self.rank
-        parts = self._decode_parts.get(n)
-        if parts is None:
-            # What depends on n alone: the token and emit operators' seconds summed first, as `_stats_time_s`'s
-            # left-to-right sum does, and the host time (the attention's: `_decode_layer_s`).
-            token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
-            emit_s, emit_k = self._emit_table.lookup(n)
-            parts = self._decode_parts[n] = (token_s + emit_s,
-                                             *self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
-        # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
-        attn_s = float(r.layers * self._decode_layer_s(n, float(context_sum) + n))
-        return self._combine(parts[0] + attn_s, parts[1], parts[2])
-
     def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
-        """`step_cost(q, c, e).breakdown_s` of many steps (query, context, emits arrays each) as columns:
+        """`cost(StepArrays(q, c, e)).breakdown_s` of many steps (query, context, emits arrays each) as columns:
         operator name -> seconds per step, 0.0 where a step lacks the operator; the same floats.
 
         In bulk: the steps are aggregated into columns of `BatchStats` fields (`_stats_columns`); the operators
         are evaluated on arrays (`_ExactPowArray`): those of the token count and of the emit count once per
-        distinct count, attention once for all steps (`_attention_columns`); each step's total is `step_cost`'s `sum`
-        (`row_sums`: the same rounding; an absent operator adds 0.0, which changes no sum). A `StepSequences`
-        (the simulator's records) is read as its concatenated arrays, not step by step."""
+        distinct count, attention once for all steps (`_attention_columns`); each step's total is `cost`'s `sum`
+        (`row_sums`: the same rounding; an absent operator adds 0.0, which changes no sum). `ConcatenatedSteps`
+        (the simulator's records) are read as their concatenated arrays, not step by step."""
         if not len(steps):
             return {}
         cols, stats = self._stats_columns(steps)
@@ -254,7 +254,7 @@ class StepCostModel:
             token_s[mixed] = self._count_columns(partial(token_ops, graph_max_tokens=0), padded[mixed])[1]
         emit_names, emit_s, emit_k = self._count_columns(emit_ops, cols["num_emits"].astype(np.int64))
         attn_names, attn_s, attn_k = self._attention_columns(cols, stats)
-        names = token_names + attn_names + emit_names  # step_cost's order
+        names = token_names + attn_names + emit_names  # cost's order
         times = np.concatenate([token_s, attn_s, emit_s], axis=1)
         kernels = (token_k + attn_k + emit_k).tolist()
         # The host time of each distinct (tokens, prefill seqs, decode seqs, kernels), once.
@@ -278,12 +278,12 @@ class StepCostModel:
                        ) -> tuple[dict[str, np.ndarray], list[BatchStats] | None]:
         """`_stats` of every step as columns (float64) of `_STATS_FIELDS`, and on a CPU the `BatchStats` too.
 
-        The sequences of all steps are concatenated (a `StepSequences` holds them so) and each step's sums taken
+        The sequences of all steps are concatenated (`ConcatenatedSteps` hold them so) and each step's sums taken
         with `BatchStats.from_arrays`'s arithmetic: decodes (query length 1) by integer sums converted to float
         once; prefill chunks (longer queries) by `_prefill_columns` (exact integer sums) or else by its own Python
         loop (`_prefill_sums`, the same float order), step by step."""
         n = len(steps)
-        records = steps if isinstance(steps, StepSequences) else None
+        records = steps if isinstance(steps, ConcatenatedSteps) else None
         lengths = np.diff(records.offsets) if records is not None else np.array([len(q) for q, _, _ in steps], dtype=np.int64)
         # CPU attention reads every field, a hybrid model's stats have two windows; reduceat needs rows.
         if self.hw.kind == "cpu" or self.spec.is_hybrid_attention or self.spec.is_mla or not lengths.all():
@@ -498,7 +498,7 @@ class StepCostModel:
                 + emit_ops(self.spec, self.quant, self.tp, s.num_emits))
 
     def _attention_records(self, s: BatchStats) -> list[OpRecord]:
-        """The attention records of `s` as `step_cost` builds them (on a CPU: those of `cpu_engine`)."""
+        """The attention records of `s` as `cost` builds them (on a CPU: those of `cpu_engine`)."""
         if self.hw.kind == "cpu":
             return CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
         if self.spec.is_mla:
@@ -526,7 +526,7 @@ class StepCostModel:
         return t, kernels
 
     def _records_attention_s(self, s: BatchStats) -> tuple[float, int]:
-        """`_attention_s` from the records (a CPU's engine kernels): the same records and formulas as `step_cost`."""
+        """`_attention_s` from the records (a CPU's engine kernels): the same records and formulas as `cost`."""
         t, kernels = 0.0, 0
         k = self.hw.executor.kernels_per_elementwise_op
         for op in self._attention_records(s):

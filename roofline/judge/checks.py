@@ -13,6 +13,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
+from roofline.cost.step_shape import StepArrays
 from roofline.judge.rows import SiliconRow, harness_of
 from roofline.sim.simulator import Deployment
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
@@ -41,7 +42,7 @@ def prefill_linear_s_per_token(deployment: Deployment, row: SiliconRow) -> float
     collectives, sampling, host), for the measured-load check (`measured_prefill_load`)."""
     chunk = min(row.isl, int(deployment.scheduler_config.max_num_batched_tokens))
     one = np.ones(1, dtype=np.int64)
-    cost = deployment.cost_model.step_cost(one * chunk, one * chunk, one)
+    cost = deployment.cost_model.cost(StepArrays(one * chunk, one * chunk, one))
     return sum(op.time_s for op in cost.ops if op.kind in ("gemm", "moe")) / chunk
 
 
@@ -52,7 +53,7 @@ def decode_read_floor_s(deployment: Deployment, row: SiliconRow, mean_batch: flo
     hence no mean TPOT, can be shorter (`measured_decode_load`)."""
     n = max(1, min(row.concurrency, round(mean_batch))) if mean_batch else row.concurrency
     context = np.full(n, row.isl + row.osl // 2, dtype=np.int64)
-    cost = deployment.cost_model.step_cost(np.ones(n, dtype=np.int64), context, np.ones(n, dtype=np.int64))
+    cost = deployment.cost_model.cost(StepArrays(np.ones(n, dtype=np.int64), context, np.ones(n, dtype=np.int64)))
     return sum(op.weight_bytes + op.kv_read_bytes for op in cost.ops) / deployment.hw.memory_bandwidth_bytes_per_s
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from engine.core.model_spec import ModelSpec
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.ops import RankShape
+from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.planning.search import (
@@ -119,7 +120,7 @@ class SimulatorBackend:
     def step_profile(self, config: Config, query_lens: np.ndarray, context_lens: np.ndarray,
                      label: str) -> StepProfile:
         d = self.deployment(config, NOMINAL)
-        cost = d.cost_model.step_cost(query_lens, context_lens, np.ones(len(query_lens), dtype=bool))
+        cost = d.cost_model.cost(StepArrays(query_lens, context_lens, np.ones(len(query_lens), dtype=bool)))
         ops = [OpSummary(o.name, o.flops, o.weight_bytes + o.act_bytes + o.kv_read_bytes + o.kv_write_bytes,
                       o.time_s, o.bound) for o in cost.ops]
         if cost.total_s > cost.device_s:

@@ -593,18 +593,10 @@ def _route(replicas: list[_Replica], router: str, rr_next: int) -> _Replica:
 
 
 def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
-    by_sums = cost_model.decode_depends_on_sums
-    by_rows = cost_model.rows_suffice
+    time_s = cost_model.time_s  # a StepPlan is a StepShape: the cost model reads what it needs of it
 
     def step_time(replica: int, step_index: int, start_s: float, plan: StepPlan) -> float:
-        if not plan.num_prefill_tokens:  # decodes only (the plan counts a prompt's last token as prefill)
-            if by_sums and plan.requests:
-                return cost_model.decode_sum_time_s(len(plan.requests), plan.num_context_tokens)
-            return cost_model.decode_step_time_s(plan.seq_arrays()[1])
-        sums = plan.seq_sums() if by_rows else None
-        if sums is not None:
-            return cost_model.step_time_s_of_rows(plan.num_batched_tokens, plan.num_emitting_seqs, *sums)
-        return cost_model.step_time_s(*plan.seq_arrays())
+        return time_s(plan)
     return step_time
 
 
