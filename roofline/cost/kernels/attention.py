@@ -63,18 +63,17 @@ class AttentionKernels:
 # GQA heads for varlen (flash-attention `hopper/heuristics.h` `should_pack_gqa`).
 FA3_KERNELS = AttentionKernels(name="fa3", q_rows=_FA3_Q_ROWS, packs_gqa=True)
 # vLLM's default attention on SM100/SM103: FlashInfer's TRT-LLM ("trtllm-gen") FMHA cubins, e.g.
-# `fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP32VarSeqQ128Kv128PersistentContext`. The launch
-# (TensorRT-LLM `cpp/tensorrt_llm/kernels/trtllmGenKernels/fmha/fmhaKernels.h`, `computeNumCtas`, the same code
-# in FlashInfer's `include/flashinfer/trtllm/fmha/fmhaKernels.cuh`): grid = ceil(max_q / stepQ) x query heads
-# (context kernels: maxNumHeadsQPerKvInCta == 1, no GQA packing) x batch, run by the persistent tile scheduler.
-# One CTA holds two 128-row Q tiles (one per softmax warpgroup: the SM100 FMHA design of CUTLASS's
-# `examples/python/CuTeDSL/blackwell/fmha.py`, q_stage = 2), so a work tile is 256 query rows of one head; of
-# 128 and 256 rows the tables support 256 (blackwell attention train error 13.8 % vs 14.8 %, held-out B200
-# 12.9 % vs 14.1 %, benchmarks/accuracy/gpu_profiles.py). Generation kernels put min(heads per KV head, 8 or 16
-# (SwapsMmaAb) / 32 (KeepsMmaAb)) query heads of one KV head in a CTA: one work unit per (sequence, KV head) up
-# to 32 heads per KV head. With too few CTAs to fill the SMs the generation kernels split the KV sequence over
-# more CTAs (multiCtasKvMode), else run persistent over waves. Softmax exponentials run on the SFU (MUFU.EX2),
-# whose throughput Blackwell Ultra doubles (`exp_throughput_factor` of the chip profile).
+# `fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP32VarSeqQ128Kv128PersistentContext`. The launch (TensorRT-LLM
+# `cpp/tensorrt_llm/kernels/trtllmGenKernels/fmha/fmhaKernels.h`, `computeNumCtas`, the same code in FlashInfer's
+# `include/flashinfer/trtllm/fmha/fmhaKernels.cuh`): grid = ceil(max_q / stepQ) x query heads (context kernels:
+# maxNumHeadsQPerKvInCta == 1, no GQA packing) x batch, run by the persistent tile scheduler. One CTA holds two 128-row
+# Q tiles (one per softmax warpgroup: the SM100 FMHA design of CUTLASS's `examples/python/CuTeDSL/blackwell/fmha.py`,
+# q_stage = 2), so a work tile is 256 query rows of one head; of 128 and 256 rows the tables fit 256 better
+# (benchmarks/accuracy/gpu_profiles.py). Generation kernels put min(heads per KV head, 8 or 16 (SwapsMmaAb) / 32
+# (KeepsMmaAb)) query heads of one KV head in a CTA: one work unit per (sequence, KV head) up to 32 heads per KV head.
+# With too few CTAs to fill the SMs the generation kernels split the KV sequence over more CTAs (multiCtasKvMode), else
+# run persistent over waves. Softmax exponentials run on the SFU (MUFU.EX2), whose throughput Blackwell Ultra doubles
+# (`exp_throughput_factor` of the chip profile).
 TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256),), packs_gqa=False,
                                       decode_heads_per_cta=32, decode_waves=True, softmax_on_sfu=True)
 # vLLM's FLASH_ATTN backend on Ada (SM89) runs FlashAttention 2 (vllm_flash_attn, fa_version 2); with a paged KV
@@ -91,7 +90,7 @@ TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256)
 # 64-128-row query tiles too); the family's one description covers both.
 # One CTA per SM: a decode unit's fixed cost is its wave's (attention_tile_fixed_s), not extra bytes streamed
 # (`decode_unit_prologue` False; with it the fitted per-unit prologue, tied to gemm_tile_fixed_k, charged 3.5x the
-# tables' 4 us per wave: held-out attention 20.8 % with it, 15.9 % without, benchmarks/accuracy/gpu_profiles.py).
+# tables' 4 us per wave; benchmarks/accuracy/gpu_profiles.py compares both).
 FA2_SPLITKV_KERNELS = AttentionKernels(name="fa2-splitkv", q_rows=((math.inf, 64),), packs_gqa=False,
                                        decode_heads_per_cta=64, decode_waves=True, decode_unit_prologue=False)
 def attention_q_tile_tokens(head_dim: int, heads: int, kv_heads: int,

@@ -145,10 +145,9 @@ class GemmKernels:
 SM90_GEMM_KERNELS = GemmKernels(name="cublas-sm90", tiles=GEMM_TILES,
                                 tiles_8bit=tuple((m, ((math.inf, tile),)) for m, tile in GEMM_TILES_8BIT))
 # Blackwell: the same tiles with the reduction kernel, described for cuBLAS on SM100: the Blackwell bf16 tables
-# floor at 6-7 us for small weights (n <= 1024, m <= 256: 0.5-2 us of weight bytes), which the one-kernel model
-# predicted 40-45 % fast; with the reduction kernel the held-out bf16 GEMM error on B200 drops from 9.3 to 6.9 %
-# (benchmarks/accuracy/gpu_profiles.py). The reduction kernel costs kernel_fixed_s plus reading the partials and writing
-# the output at memory_efficiency. Hopper's cuBLAS fit is left as it was.
+# floor at 6-7 us for small weights (n <= 1024, m <= 256: 0.5-2 us of weight bytes), the second kernel's fixed
+# cost (benchmarks/accuracy/gpu_profiles.py compares both descriptions). The reduction kernel costs kernel_fixed_s
+# plus reading the partials and writing the output at memory_efficiency. Hopper's cuBLAS is described without it.
 SM100_GEMM_KERNELS = replace(SM90_GEMM_KERNELS, name="cublas-sm100", split_k_reduction_kernel=True)
 # Ada (SM89: no wgmma, no TMA, 99 KB of shared memory per block): cuBLAS runs the SM80 mma.sync kernels
 # (`ampere_bf16_s16816gemm_bf16_{256x128,128x256,128x128,128x64,64x64}_..._tn` and
@@ -233,7 +232,7 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
                                       eff_scale)
     e = hw.efficiency
     # fp4 GEMMs (NVFP4 on Blackwell: CUTLASS / TRT-LLM / CuteDSL) are CUTLASS-style kernels like the 8-bit ones:
-    # their tile dispatch and efficiencies (held-out NVFP4 MoE error on B200 16 -> 13 %, benchmarks/accuracy/moe_accuracy.py).
+    # their tile dispatch and efficiencies (benchmarks/accuracy/moe_accuracy.py judges it on the NVFP4 MoE tables).
     eight = dtype in EIGHT_BIT_DTYPES or dtype == "fp4"
     eff = (e.gemm_fp8_compute_efficiency if eight else e.gemm_compute_efficiency) * eff_scale
     fixed_k = tile_fixed_k if tile_fixed_k is not None else e.gemm_fp8_tile_fixed_k if eight else e.gemm_tile_fixed_k

@@ -21,11 +21,10 @@ from roofline.cost.kernels.gemm import gemm_time_s, streaming_act_quant_time_s
 from roofline.cost.quant import EIGHT_BIT_DTYPES, MXFP8_BYTES_PER_ELEMENT, NVFP4_BYTES_PER_ELEMENT
 from roofline.cost.roofline_math import Num, _bandwidth, _ceil, _max, _overlap
 
-# # Weight-only W4A16 MXFP4 MoE (OAI Triton `matmul_ogs` on Hopper; Blackwell's TRT-LLM kernel tiles as
+# Weight-only W4A16 MXFP4 MoE (OAI Triton `matmul_ogs` on Hopper; Blackwell's TRT-LLM kernel tiles as
 # `TRTLLM_MXFP4_BF16_MOE_TILES`, `_mxfp4_bf16_moe_s`): the row tile follows the
 # tokens per expert down to 16 rows, no split-K (cuBLAS's 64-row minimum wastes most of a tile on the few tokens
-# an expert gets in decode). With these tiles the held-out error on the MXFP4 tables drops from 15-22 % to 9-16 %
-# (benchmarks/accuracy/moe_accuracy.py).
+# an expert gets in decode; benchmarks/accuracy/moe_accuracy.py judges them on the MXFP4 tables).
 MOE_W4A16_TILES: tuple[tuple[int, int], ...] = ((16, 128), (32, 128), (64, 128), (128, 128), (128, 256))
 # vLLM's Marlin MoE (`--moe-backend marlin`; vllm/model_executor/layers/fused_moe/fused_marlin_moe.py
 # `fused_marlin_moe` in 0.18.0, experts/marlin_moe.py in 0.32: "M block size selection logic"): ONE row-block
@@ -52,9 +51,8 @@ def marlin_moe_block_size_m(routed_per_expert: Any) -> Any:
 # batched GEMMs, tiled by tile_tokens_dim = the next power of 2 of the tokens per expert, clamped to [8, 64]
 # (FlashInfer `calculate_tile_tokens_dim`: "Cap to 8-64 tokens per CTA tile as it's the range supported by the
 # kernel"; computed from the batch's mean tokens per expert), 128 weight rows per tile. In `tiles_8bit` form
-# (tokens per expert up to, ((n up to, (tm, tn)),)). With the 8-bit CUTLASS tiles (64 rows at least) the held-out
-# B200 error was 15.5 / 18.1 / 17.4 % (balanced / power law 1.01 / 1.2; 1.4-1.6x slow at 16-256 tokens, one token
-# per expert padded to 64 rows), with these 10.5 / 9.7 / 10.2 % (benchmarks/accuracy/moe_accuracy.py, BENCHMARKS.md issue 17).
+# (tokens per expert up to, ((n up to, (tm, tn)),)). The 8-bit CUTLASS tiles (64 rows at least) would pad one token
+# per expert to 64 rows (benchmarks/accuracy/moe_accuracy.py judges both on the B200 tables).
 TRTLLM_MOE_TILES_8BIT: tuple[tuple[float, tuple[tuple[float, tuple[int, int]], ...]], ...] = tuple(
     (hi, ((math.inf, (tm, 128)),)) for hi, tm in ((8, 8), (16, 16), (32, 32), (math.inf, 64)))
 # The same TRT-LLM fused MoE on MXFP4 weights with MXFP8 activations (`--moe-backend flashinfer-mxfp4-mxfp8`;
@@ -247,10 +245,8 @@ def _mxfp4_mxfp8_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any
     tokens per expert would count two 8-token tiles for every expert), and each
     token tile streams its expert's weight tile (128 weight rows x k) again: an expert of 9 tokens, two 8-token
     tiles, moves its weights twice. The B200 table shows it: DeepSeek-V4's 7168 x 3072 experts, 512 -> 768 tokens
-    (8 -> 12 per expert, one tile -> two) 2.00 -> 2.82 ms at the same weight bytes. Without the re-reads the
-    held-out median error was 12.5-16.4 % (B200, B300, GB200; each distribution), the two-tile rows predicted
-    0.65-0.8x and the one-tile rows of large experts 1.15-1.27x; with them 6.4-10.2 % (benchmarks/accuracy/moe_accuracy.py
-    `run_mxfp8`)."""
+    (8 -> 12 per expert, one tile -> two) 2.00 -> 2.82 ms at the same weight bytes (benchmarks/accuracy/moe_accuracy.py
+    `run_mxfp8` judges the description)."""
     assert num_tokens is not None, "the MXFP8 path quantizes the layer's input: num_tokens is needed"
     e = hw.efficiency
     routed = tokens_per_expert * touched
@@ -282,9 +278,8 @@ def _mxfp4_bf16_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any,
     `_mxfp4_mxfp8_moe_s` without the input quantization, the math at the 16-bit peak (E2M1 weights converted in
     the kernel), the tokens in `TRTLLM_MXFP4_BF16_MOE_TILES` tiles, each token tile streaming its expert's weight
     tile again; GEMM1's epilogue applies the SwiGLU and writes `inter` bf16 values per routed token (no separate
-    activation kernel); finalize sums each token's top-k outputs. Without the re-reads (the 16-128-row tiles of
-    `MOE_W4A16_TILES`, one pass over the weights, fitted per chip) the held-out median error on B200 was 15.2-16.9 %
-    (+9 % bias; benchmarks/accuracy/moe_accuracy.py)."""
+    activation kernel); finalize sums each token's top-k outputs (benchmarks/accuracy/moe_accuracy.py judges it
+    against the one-pass `MOE_W4A16_TILES` description)."""
     assert num_tokens is not None, "the TRT-LLM MoE's finalize pass sums per token: num_tokens is needed"
     bands = TRTLLM_MXFP4_BF16_MOE_TILES
     tiles_per_expert = _token_tiles(kw["row_tiles"], touched, tokens_per_expert, bands) / _max(touched, 1e-30)
