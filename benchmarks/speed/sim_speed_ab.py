@@ -22,7 +22,7 @@ from pathlib import Path
 
 def cpu_s(tree: Path, num_requests: int) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
-    script = next(path for path in ("benchmarks/speed/sim_speed.py", "benchmarks/speed/sim_speed.py")  # before the move
+    script = next(path for path in ("benchmarks/speed/sim_speed.py", "benchmarks/sim_speed.py")  # before the move
                   if (tree / path).exists())
     out = subprocess.run([sys.executable, script, "--num-requests", str(num_requests)], cwd=tree,
                          env=env, capture_output=True, text=True, check=True).stdout
