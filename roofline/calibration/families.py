@@ -105,7 +105,7 @@ def fit_family(chips: Mapping[str, HardwareProfile], train: Mapping[str, Mapping
             for system in having:
                 per_gpu = MAX_TRAIN_ROWS_PER_KIND // (len(having) * len(kinds))
                 samples += _samples(train[system][kind], f"{system}{_SEP}{kind}", per_gpu)
-        if not samples or not params:  # no rows, or nothing left to fit (`FITTED_ELSEWHERE`)
+        if not samples or not params:  # no rows, or nothing left to fit (`KernelFamily.fitted_elsewhere`)
             continue
         t0 = time.perf_counter()
         result = fit_stage(samples, profile, params, predict=predict)

@@ -3,10 +3,12 @@ the kernel formulas of `roofline.cost.kernels`; on a CPU profile the engine's ow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from roofline.cost.cpu import CPU_ENGINES, DEFAULT_CPU_ENGINE
+from roofline.cost.cpu import engine as cpu_engine
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.attention import attention_decode_time_s, attention_prefill_time_s
@@ -36,6 +38,20 @@ class OpCost:
     num_kernels: int
     time_s: float
     bound: str  # compute | memory | communication | latency (fixed costs dominate)
+
+
+def gemm_formula(hw: HardwareProfile) -> Callable[..., Any]:
+    """The GEMM formula of `hw` (`gemm_time_s`'s arguments): a GPU's tiles and waves, or on a CPU (`kind: cpu`) this
+    project's engine's GEMM (`roofline.cost.cpu.engine.gemm_time_s`: no tiles or waves; a GPU kernel's tile
+    arguments do not apply there). The fused MoE of a CPU engine that leaves MoE to these formulas (vLLM-CPU) and
+    predict-ops on a CPU profile take it."""
+    return _cpu_gemm_time_s if hw.kind == "cpu" else gemm_time_s
+
+
+def _cpu_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
+                     in_bytes: float, out_bytes: float, groups: Any = 1, eff_scale: float = 1.0,
+                     **gpu_kernel_args: Any) -> Any:
+    return cpu_engine.gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, in_bytes, out_bytes, groups, eff_scale)
 
 
 def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_bytes_per_param: float,
@@ -113,7 +129,7 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
         tpe, touched, hidden, inter, num_experts, num_tokens = op.shape
         w_expert = op.weight_bytes / (c * _max(touched, 1e-30) * 3 * hidden * inter)
         t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_expert, quant.act_bytes, quant.expert_kernel,
-                       num_experts=num_experts, num_tokens=num_tokens)
+                       num_experts=num_experts, num_tokens=num_tokens, gemm=gemm_formula(hw))
         kernels = 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
     elif op.kind in MLA_OP_KINDS:
         t = mla_op_time_s(hw, op, quant.kv_dtype == "fp8")

@@ -403,7 +403,7 @@ def _per_expert(routed: Any, touched: Any) -> Any:
 def step_ops(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats,
              kernels: AttentionKernels = FA3_KERNELS, graph_max_tokens: float = math.inf) -> list[OpRecord]:
     """Every operator of one step on one rank, in execution order (per-layer operators summed over layers), with
-    the attention `kernels` of the device's family (`attention_kernels`); `graph_max_tokens`: `token_ops`."""
+    the attention `kernels` of the device's family (`KernelFamily.attention`); `graph_max_tokens`: `token_ops`."""
     r = RankShape.of(spec, tp)
     attention = mla_step_records(spec, quant, tp, s) if spec.is_mla else attention_records(r, s, quant, kernels)
     return token_ops(spec, quant, tp, s.num_tokens, graph_max_tokens) + attention + emit_ops(spec, quant, tp,

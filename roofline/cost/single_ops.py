@@ -9,8 +9,9 @@ from roofline.cost.hardware import HardwareProfile
 from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.attention import attention_decode_time_s, attention_prefill_time_s, attention_q_tile_tokens
 from roofline.cost.kernels.collectives import all_reduce_time_s
-from roofline.cost.kernels.gemm import act_quant_time_s, gemm_time_s
+from roofline.cost.kernels.gemm import act_quant_time_s
 from roofline.cost.kernels.moe import moe_row_tiles, moe_time_s
+from roofline.cost.op_time import gemm_formula
 from roofline.cost.ops import attention_pairs, decode_attention_shape, expected_experts_touched, prefill_attention_shape
 from roofline.cost.quant import EIGHT_BIT_DTYPES
 
@@ -49,7 +50,7 @@ def _predict_gemm(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> 
     peak, size = OP_DTYPES[dtype]
     m, n, k = c["m"], c["n"], c["k"]
     # W8A8 (vLLM static per-tensor fp8 / int8): bf16 output, the bf16 input is quantized by a kernel first.
-    t = gemm_time_s(hw, m, n, k, peak, size, size, max(size, 2.0))
+    t = gemm_formula(hw)(hw, m, n, k, peak, size, size, max(size, 2.0))
     if peak in EIGHT_BIT_DTYPES:
         t = t + act_quant_time_s(hw, m, k, 2.0)
     return t
@@ -99,10 +100,10 @@ def _predict_moe(hw: HardwareProfile, c: dict[str, np.ndarray], dtype: str) -> n
     if "expert_loads" not in c:
         touched = expected_experts_touched(t, topk, e)
         return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0,
-                          num_experts=e, num_tokens=t, gated=gated)
+                          num_experts=e, num_tokens=t, gated=gated, gemm=gemm_formula(hw))
     touched, row_tiles = moe_row_tiles(c["expert_loads"])
     return moe_time_s(hw, t * topk / touched, touched, c["hidden_size"], c["inter_size"], peak, size, 2.0,
-                      row_tiles=row_tiles, num_experts=e, num_tokens=t, gated=gated)
+                      row_tiles=row_tiles, num_experts=e, num_tokens=t, gated=gated, gemm=gemm_formula(hw))
 
 
 _PREDICTORS = {

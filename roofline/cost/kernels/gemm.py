@@ -220,16 +220,11 @@ def gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weight_
     GEMMs are different libraries (cuBLAS, CUTLASS) with their own tile choice (`GemmKernels.tiles`,
     `GemmKernels.tiles_8bit`), compute efficiency, per-tile cost and memory efficiency. `tiles`: another kernel's
     tile choice (16-bit path, no split-K). `cublas`: a dense linear layer, run by the family's kernels
-    (`gemm_kernels`: their tiles, and a second split-K reduction kernel where they have one); fused-MoE grouped
+    (`KernelFamily.gemm`: their tiles, and a second split-K reduction kernel where they have one); fused-MoE grouped
     GEMMs are other kernels and pass False (the SM90 tables). `tile_fixed_k`: another kernel's per-tile cost (default:
     the family's for the dtype). `row_tiles`: unequal groups (tokens per expert differ), tile height -> the row
     tiles of all groups together (sum over groups of ceil(m_g / tm)); default: `groups` equal groups of m rows.
     `tiles_8bit`: another 8-bit kernel's tile choice (`GemmKernels.tiles_8bit` form). Plus kernel_fixed_s."""
-    if hw.kind == "cpu":  # no tiles or waves on a CPU (roofline.cost.cpu.engine)
-        from roofline.cost.cpu import engine as cpu_engine  # (the CPU executors import the records, which import
-        # the attention kernels: imported here, where a CPU profile's fused MoE reaches it)
-        return cpu_engine.gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, in_bytes, out_bytes, groups,
-                                      eff_scale)
     e = hw.efficiency
     # fp4 GEMMs (NVFP4 on Blackwell: CUTLASS / TRT-LLM / CuteDSL) are CUTLASS-style kernels like the 8-bit ones:
     # their tile dispatch and efficiencies (benchmarks/accuracy/moe_accuracy.py judges it on the NVFP4 MoE tables).

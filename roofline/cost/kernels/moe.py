@@ -142,7 +142,7 @@ def moe_row_tiles(loads: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.nda
 def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
                weight_bytes_per_param: Num, act_bytes: float, scheme: str | None = None,
                row_tiles: Callable[[int], Any] | None = None, num_experts: Any = None, num_tokens: Any = None,
-               gated: Any = True) -> Any:
+               gated: Any = True, gemm: Callable[..., Any] = gemm_time_s) -> Any:
     """Fused MoE: grouped gate_up (n = 2*inter, k = hidden) and down (n = hidden, k = inter) GEMMs over the
     touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost. `gated` False (per row where
     arrays): experts without a gate, one up projection (n = inter) and an elementwise activation between, as vLLM
@@ -172,7 +172,8 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     (`roofline.calibration.moe_routing`); the serving model spreads a step's tokens evenly over the touched experts.
     `num_experts` (the layer's experts on the rank; Marlin only): Marlin's row blocks are one height per call chosen
     from the mean tokens per expert (`marlin_moe_block_size_m`); without it the tile follows the tokens per
-    touched expert as for the other W4A16 kernels."""
+    touched expert as for the other W4A16 kernels. `gemm`: the grouped GEMMs' formula (`gemm_time_s`'s arguments;
+    a CPU's, `roofline.cost.op_time.gemm_formula`)."""
     e = hw.efficiency
     kernels = kernel_families.kernel_family(hw.family).moe
     if scheme is None:
@@ -220,8 +221,8 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     act = tokens_per_expert * touched * (up_width + 1.0) * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
     if scheme == "mxfp4-marlin" and num_experts is not None:
         return _marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw) + act + fixed_s
-    up = gemm_time_s(hw, tokens_per_expert, up_width * inter, hidden, dtype, **kw)
-    down = gemm_time_s(hw, tokens_per_expert, hidden, inter, dtype, **kw)
+    up = gemm(hw, tokens_per_expert, up_width * inter, hidden, dtype, **kw)
+    down = gemm(hw, tokens_per_expert, hidden, inter, dtype, **kw)
     if kernels.trtllm_gen:  # FlashInfer's TRT-LLM fused MoE: its finalize kernel after GEMM2
         assert num_tokens is not None, "the TRT-LLM MoE's finalize pass sums per token: num_tokens is needed"
         act = act + _trtllm_finalize_s(hw, tokens_per_expert * touched, num_tokens, hidden, act_bytes)
