@@ -1,11 +1,11 @@
-"""Speed of `StepCostModel.step_time_s`, the simulator's per-step call (target: <= 30 us per call).
+"""Speed of `StepCostModel.time_s`, the simulator's per-step call (target: <= 30 us per call).
 
     python benchmarks/speed/step_time_speed.py          # Llama-3.1-8B shapes on h100-sxm, bf16, TP 1
 
 Batches are drawn like a serving run's steps (seeded): mostly decode-only steps of 1-256 sequences, and
 mixed steps where one or two sequences prefill a chunk of up to 2048 tokens. The token-count cache is warmed
 first (a simulation reaches steady state after its first thousand steps), then every batch is timed once.
-Also checks that the fast path equals `step_cost().total_s` on every batch.
+Also checks that the fast path equals `cost().total_s` on every batch.
 """
 
 from __future__ import annotations
