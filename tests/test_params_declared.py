@@ -117,7 +117,7 @@ BASELINE = json.loads((ROOT / "tests" / "data" / "efficiency-e697551.json").read
 def test_shipped_profiles_parse_to_the_values_of_e697551() -> None:
     """Exactly, except where e697551's defaults were fits that no longer apply and nothing reads them: MXFP4 x
     MXFP8 MoE outside Blackwell (`check_moe_backend` refuses it there), and a CPU profile's GPU MoE formats (the CPU
-    engines time MoE with their own model, `roofline.cost.cpu_timing.moe_time_s`); those take the no-effect
+    engines time MoE with their own model, `roofline.cost.cpu.engine.moe_time_s`); those take the no-effect
     defaults."""
     cpu = "tests/data/cpu-profile.yaml"  # benchmarks/results/cpu-profile.yaml at e697551
     assert sorted(BASELINE) == sorted([*list_ids("hardware"), cpu])

@@ -264,7 +264,7 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
                                             f"training shapes of the {'/'.join(kinds)} tables: {fitted_on}; "
                                             "held-out error in fit.held_out")
         elif field == "gemm_fixed_rows":
-            sources[f"efficiency.{key}"] = "CPU-only parameter (roofline.cost.cpu_timing); unused on GPUs"
+            sources[f"efficiency.{key}"] = "CPU-only parameter (roofline.cost.cpu.engine); unused on GPUs"
         else:
             sources[f"efficiency.{key}"] = (f"assumed: the EfficiencyParams default (roofline/cost/params.py): no "
                                             f"{family} table exercises it (see roofline.cost.kernels.KERNEL_FAMILIES)")

@@ -58,7 +58,7 @@ GROUPS: dict[str, str] = {
     "gemm": "dense bf16/fp16 and per-tensor 8-bit GEMMs (cuBLAS, CUTLASS) and their input quantization",
     "gemm_fp8_block": "block-scaled fp8 dense GEMMs (DeepGEMM) and their group quantization",
     "gemm_fp4": "NVFP4 dense GEMMs (FlashInfer CuTe-DSL)",
-    "cpu": "CPU executors only (roofline.cost.cpu_timing)",
+    "cpu": "CPU executors only (roofline.cost.cpu.engine)",
     "attention": "prefill and decode attention (FlashAttention 2/3, FlashInfer TRT-LLM)",
     "mla": "multi-head latent attention (DeepSeek-V3 family): its prefill flash attention and absorbed decode kernel",
     "moe_bf16": "16-bit fused MoE",
