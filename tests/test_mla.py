@@ -13,6 +13,7 @@ from roofline.cost.kernels.mla import MlaBatch, mla_backend, mla_records
 from roofline.cost.ops import BatchStats
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.registry import load_model
@@ -93,6 +94,7 @@ def test_records_up_project_cached_context_in_prefill_and_absorb_in_decode() -> 
 def test_step_time_paths_agree_for_mla() -> None:
     model = _r1_tp8()
     q, c, e = np.array([1, 1, 700]), np.array([100, 2000, 0]), np.array([1, 1, 1])
-    assert model.step_time_s(q, c, e) == model.step_cost(q, c, e).total_s
+    assert model.time_s(StepArrays(q, c, e)) == model.cost(StepArrays(q, c, e)).total_s
     contexts = np.array([100, 2000])
-    assert model.decode_step_time_s(contexts) == model.step_cost(np.ones(2, int), contexts, np.ones(2, int)).total_s
+    decodes = StepArrays(np.ones(2, int), contexts, np.ones(2, int))
+    assert model.time_s(decodes) == model._arrays_time_s(*decodes.seq_arrays()) == model.cost(decodes).total_s
