@@ -1,8 +1,8 @@
 """How well the cost model and simulator predict the real engine on this CPU, before and after calibration.
 
-    python benchmarks/accuracy/calibration_accuracy.py --out /tmp/calib            # measure, then evaluate
-    python benchmarks/accuracy/calibration_accuracy.py --out /tmp/calib --reuse    # evaluate traces already there
-    python benchmarks/accuracy/calibration_accuracy.py --out /tmp/calib --skip-op-tables --json result.json
+    python benchmarks/accuracy/calibration_accuracy.py --out $OUT/calib            # measure, then evaluate
+    python benchmarks/accuracy/calibration_accuracy.py --out $OUT/calib --reuse    # evaluate traces already there
+    python benchmarks/accuracy/calibration_accuracy.py --out $OUT/calib --skip-op-tables --json result.json
 
 1. Noise floor, two ways. (a) Workload A with every request arriving at once, measured twice: the schedule is
    then the same step for step (checked), and the spread of paired step times (|t2 / t1 - 1|) bounds what any

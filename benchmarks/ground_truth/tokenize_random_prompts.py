@@ -37,6 +37,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def random_prompt(tok, length: int, index: int, offset: int, rng: np.random.Gene
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    parser.add_argument("--tokenizer", type=Path, default=Path("/tmp/roofline-bpe131k.json"),
+    parser.add_argument("--tokenizer", type=Path, default=Path(tempfile.gettempdir()) / "roofline-bpe131k.json",
                         help="trained tokenizer file (trained here if absent)")
     args = parser.parse_args()
     from transformers import PreTrainedTokenizerFast

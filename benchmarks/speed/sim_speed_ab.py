@@ -1,8 +1,8 @@
 """Two builds of the simulator timed against each other: `benchmarks/speed/sim_speed.py` (10,000 requests by default) run in
 fresh processes from two source trees, alternating, and the ratio of their median in-process CPU times.
 
-    git worktree add --detach /tmp/wt-a5a1f9e a5a1f9e       # the build to compare with (issue 20's "today")
-    python benchmarks/speed/sim_speed_ab.py --rounds 12 /tmp/wt-a5a1f9e .
+    git worktree add --detach $OUT/wt-a5a1f9e a5a1f9e       # the build to compare with (issue 20's "today")
+    python benchmarks/speed/sim_speed_ab.py --rounds 12 $OUT/wt-a5a1f9e .
 
 Each tree runs its own `benchmarks/speed/sim_speed.py` with `PYTHONPATH` set to it, so each imports its own `roofline`.
 Prints one line per round (both CPU times, their ratio, the load average) and the medians' ratio with the range of
