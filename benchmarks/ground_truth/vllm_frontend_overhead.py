@@ -73,6 +73,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from vllm_serve_bench import server_pids as session_pids  # this folder (on sys.path when run as a script)
+
 # A small Llama: the frontend's work does not depend on the model's size, and one core must run the engine.
 TINY_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
                "intermediate_size": 704, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -185,19 +187,8 @@ def request_log_stamps(server_log: Path) -> dict[str, dict[str, float]]:
 
 def server_pids(leader: int) -> dict[str, int]:
     """{process name: pid} of the server's session: the API server, VLLM::EngineCore, VLLM::Worker."""
-    pids = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[3]) == leader:  # the session id (start_new_session: the leader's pid)
-            name = stat.split("(", 1)[1].rsplit(")", 1)[0]
-            pids["api_server" if int(entry.name) == leader else name.replace("VLLM::", "")] = int(entry.name)
-    return pids
+    return {"api_server" if pid == leader else name.replace("VLLM::", ""): pid
+            for pid, name in session_pids(leader).items()}
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
