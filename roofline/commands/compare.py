@@ -42,8 +42,9 @@ from roofline.calibration.vllm_bench import (
 from roofline.cost.hardware import load_profile
 from roofline.engine_args import add_engine_args, check_quantization_flag, engine_args_from
 from roofline.errors import UserError
+from roofline.hf_cache import cached_config, looks_like_hf_id
 from roofline.jsonable import to_json
-from roofline.registry import list_ids, load_model
+from roofline.registry import list_ids, load_model, preset_hf_ids
 from roofline.sim.api_server import add_api_server_args
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args
 from roofline.sim.bench_metrics import parse_goodput
@@ -168,8 +169,11 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
 def _model_from_record(record: dict) -> str:
     model_id = str(record.get("model_id") or "")
     candidates = [model_id, model_id.split("/")[-1].lower()]
+    if model_id.lower() in preset_hf_ids():  # a shipped preset by its HF id
+        return preset_hf_ids()[model_id.lower()]
     for candidate in candidates:
-        if candidate and (Path(candidate).exists() or candidate.lower() in list_ids("model")):
+        if candidate and (Path(candidate).exists() or candidate.lower() in list_ids("model")
+                          or (looks_like_hf_id(candidate) and isinstance(cached_config(candidate), Path))):
             return candidate
     raise UserError(f"--model: give the model (the result's model_id {model_id!r} is not a shipped id or a path; "
                     f"see roofline models)")

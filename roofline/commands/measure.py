@@ -26,7 +26,7 @@ from roofline.calibration.protocol import format_noise_floor, is_repeat_set, pre
 from roofline.engine_args import add_engine_args, engine_args_from
 from roofline.errors import UserError
 from roofline.paths import prepare_output_dir
-from roofline.registry import load_model, resolve
+from roofline.registry import load_model, resolve_model
 from roofline.sim.workload import add_workload_args, build_requests, sample_requests, workload_from_args
 
 ENGINE_EXTRA_HINT = "pip install -e '.[engine]'"
@@ -101,8 +101,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--max-model-len: -1 (vLLM's auto-fit) is modelled by simulate, plan and compare; measure "
                         "needs a positive length, or none for the model's")
     workload = workload_from_args(args)
-    model_path = resolve("model", args.model)
+    model_path, _ = resolve_model(args.model)
     state = None
+    if model_path.name == "config.json" and any(model_path.parent.glob("*.safetensors")):
+        model_path = model_path.parent  # an HF cache snapshot: its weights beside the config
     if model_path.is_dir() and any(model_path.glob("*.safetensors")):
         spec, state = load_hf_dir(model_path)
     else:
