@@ -3,6 +3,7 @@
     roofline calibrate --hardware cpu.yaml --out cpu-calibrated.yaml --trace traces/a --test-trace traces/b
     roofline calibrate --hardware h100-sxm --out h100-calibrated.yaml --op-tables h100_sxm
     roofline calibrate --op-tables --family hopper [--write]
+    roofline calibrate --op-tables --all-to-all [--write]
 
 `--trace DIR ...`: engine step traces to fit on; `--test-trace DIR ...`: held-out traces of a different
 workload (other lengths, arrival rate) to judge the fit on - never a split of one trace's steps. Either may be a
@@ -19,6 +20,10 @@ and after, and the train and held-out error before and after.
 clock factors, the family's joint MoE fits); print the fitted values against the shipped family file and the held-out
 errors; `--write` rewrites hardware_profiles/families/F.yaml (and the fitted chips' clock factors), the one writer of
 a family's fitted values.
+
+`--op-tables --all-to-all`: fit expert parallelism's dispatch and combine (`roofline.cost.kernels.all_to_all`: DeepEP
+high-throughput and low-latency, NCCL all-gather / reduce-scatter) per chip on the tables each chip profile names,
+held out by shape (`roofline.calibration.all_to_all_fit`); `--write` writes the values into the chips' profiles.
 """
 
 from __future__ import annotations
@@ -63,8 +68,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                       help="aiconfigurator-core system folder (or system name, e.g. h100_sxm) to fit on; with "
                            "--family, no value (the family's chips name their tables)")
     parser.add_argument("--family", help="with --op-tables: fit this kernel family (hardware_profiles/families)")
+    parser.add_argument("--all-to-all", action="store_true",
+                        help="with --op-tables (no value): fit expert parallelism's dispatch / combine per chip on "
+                             "the DeepEP and NCCL tables of every chip that names them")
     parser.add_argument("--write", action="store_true",
-                        help="with --family: write the family file and the fitted chips' clock factors")
+                        help="with --family: write the family file and the fitted chips' clock factors; with "
+                             "--all-to-all: write the fitted values into the chips' profiles")
     parser.add_argument("--test-trace", type=Path, nargs="+", action="extend", default=[], metavar="DIR",
                         help="held-out step traces (a different workload) to report the error on")
     parser.add_argument("--params", default=None,
@@ -89,10 +98,13 @@ def _op_tables(value: str) -> tuple[dict, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.all_to_all:
+        return run_all_to_all(args)
     if args.family is not None:
         return run_family(args)
     if args.write:
-        raise UserError("--write: only with --op-tables --family F (a calibrated profile is written to --out)")
+        raise UserError("--write: only with --op-tables --family F or --op-tables --all-to-all (a calibrated profile "
+                        "is written to --out)")
     if args.op_tables == "":
         raise UserError("--op-tables: name the system folder or name to fit on (no value only with --family F)")
     for flag, value in (("--hardware", args.hardware), ("--out", args.out)):
@@ -158,6 +170,27 @@ def run_family(args: argparse.Namespace) -> int:
         print(f"wrote {write_family(r)}")
         for pid in r["clock"]:
             print(f"wrote {write_chip_clock(r, pid)}")
+    return 0
+
+
+def run_all_to_all(args: argparse.Namespace) -> int:
+    """`--op-tables --all-to-all [--write]`: fit the all-to-all kernels per chip, print held-out errors, write on
+    --write (roofline.calibration.all_to_all_fit)."""
+    from roofline.calibration.all_to_all_fit import chips_with_tables, fit_chip, report_lines, write_chip
+
+    if args.op_tables != "":
+        raise UserError("--all-to-all: takes --op-tables without a value (each chip profile names its tables)")
+    for flag, value in (("--hardware", args.hardware), ("--out", args.out), ("--trace", args.trace),
+                        ("--family", args.family), ("--test-trace", args.test_trace or None),
+                        ("--params", args.params), ("--max-fit-steps", args.max_fit_steps),
+                        ("--prior-scale", args.prior_scale), ("--json", args.json or None)):
+        if value is not None:
+            raise UserError(f"{flag}: not with --all-to-all (fitted per chip on the tables its profile names)")
+    for chip, system in chips_with_tables().items():
+        r = fit_chip(chip, system)
+        print("\n".join(report_lines(r)))
+        if args.write:
+            print(f"wrote {write_chip(r)}")
     return 0
 
 

@@ -70,6 +70,8 @@ GROUPS: dict[str, str] = {
     "moe_fp4": "NVFP4 fused MoE",
     "moe_trtllm": "FlashInfer TRT-LLM-gen fused MoE, across formats",
     "collectives": "all-reduce and all-gather (vLLM custom all-reduce, NCCL)",
+    "all_to_all": "expert parallelism's dispatch and combine (DeepEP high-throughput / low-latency, NCCL "
+                  "all-gather / reduce-scatter)",
     "op_tables": "the operator tables' measurement condition only, never a serving step",
 }
 # Fit stages: who sets a parameter. The operator-table stages of `roofline calibrate --op-tables`
@@ -77,10 +79,11 @@ GROUPS: dict[str, str] = {
 # (`roofline.calibration.family_fit`): `moe_joint` (16-bit and per-tensor fp8 MoE fitted jointly over a family's
 # chips), `moe_wide_tile` (TRT-LLM's wide token tile), `moe_format` / `gemm_format` (the other weight formats, per
 # chip: benchmarks/accuracy/moe_accuracy.py), `mla` (multi-head latent attention, per chip:
-# benchmarks/accuracy/mla_accuracy.py), `cpu_profile` (`roofline profile-device`); `trace`: what a step-trace
+# benchmarks/accuracy/mla_accuracy.py), `all_to_all` (expert parallelism's dispatch / combine, per chip: `roofline
+# calibrate --op-tables --all-to-all`), `cpu_profile` (`roofline profile-device`); `trace`: what a step-trace
 # calibration fits by default (`roofline.calibration.calibrate.DEFAULT_TRACE_PARAMS`).
 STAGES = ("gemm", "attention", "all_reduce", "moe", "moe_joint", "moe_wide_tile", "moe_format", "gemm_format",
-          "mla", "cpu_profile", "trace")
+          "mla", "all_to_all", "cpu_profile", "trace")
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,33 @@ class EfficiencyParams:
     # traffic moves at, and the latency of one of its 2(n-1) steps (NCCL's LL protocol over PCIe: a few us).
     nccl_bus_efficiency: float = _param(0.5, "fraction", "collectives", ("all_reduce",))
     nccl_step_s: float = _param(2e-6, "us", "collectives", ("all_reduce",))
+    # Expert parallelism's dispatch / combine per MoE layer (`roofline.cost.kernels.all_to_all`): per backend and
+    # phase, the fraction of the per-direction link bandwidth the bytes a rank sends off-rank move at (16-bit
+    # activations counted; an fp8 wire format shows as a higher value), the fixed time of the phase (DeepEP
+    # high-throughput dispatch: its host-synchronised count exchange) and the time per token copy sent (DeepEP's
+    # kernels run on a few SMs, 20 for high-throughput: per-token work bounds small hidden sizes below the link).
+    # Starting values are guesses; fitted per chip on aiconfigurator-core's vLLM moe_a2a tables by
+    # `roofline calibrate --op-tables --all-to-all`.
+    deepep_ht_dispatch_bus_efficiency: float = _param(0.5, "fraction", "all_to_all", ("all_to_all",))
+    deepep_ht_dispatch_fixed_s: float = _param(100e-6, "us", "all_to_all", ("all_to_all",))
+    deepep_ht_dispatch_copy_s: float = _param(0.0, "us", "all_to_all", ("all_to_all",))
+    deepep_ht_combine_bus_efficiency: float = _param(0.5, "fraction", "all_to_all", ("all_to_all",))
+    deepep_ht_combine_fixed_s: float = _param(50e-6, "us", "all_to_all", ("all_to_all",))
+    deepep_ht_combine_copy_s: float = _param(0.0, "us", "all_to_all", ("all_to_all",))
+    deepep_ll_dispatch_bus_efficiency: float = _param(0.5, "fraction", "all_to_all", ("all_to_all",))
+    deepep_ll_dispatch_fixed_s: float = _param(30e-6, "us", "all_to_all", ("all_to_all",))
+    deepep_ll_dispatch_copy_s: float = _param(0.0, "us", "all_to_all", ("all_to_all",))
+    deepep_ll_combine_bus_efficiency: float = _param(0.5, "fraction", "all_to_all", ("all_to_all",))
+    deepep_ll_combine_fixed_s: float = _param(30e-6, "us", "all_to_all", ("all_to_all",))
+    deepep_ll_combine_copy_s: float = _param(0.0, "us", "all_to_all", ("all_to_all",))
+    # vLLM's default backend (allgather_reducescatter): NCCL's all-gather (dispatch) and reduce-scatter (combine)
+    # over the link, and the latency of each of their n - 1 ring steps; fitted on the chip's NCCL tables
+    # (nccl_perf: all_gather, reduce_scatter).
+    nccl_ag_bus_efficiency: float = _param(0.7, "fraction", "all_to_all", ("all_to_all",))
+    nccl_ag_fixed_s: float = _param(10e-6, "us", "all_to_all", ("all_to_all",))
+    nccl_rs_bus_efficiency: float = _param(0.7, "fraction", "all_to_all", ("all_to_all",))
+    nccl_rs_fixed_s: float = _param(10e-6, "us", "all_to_all", ("all_to_all",))
+    nccl_ag_rs_step_s: float = _param(1e-6, "us", "all_to_all", ("all_to_all",))
     # MEASUREMENT CONDITION OF THE OPERATOR TABLES ONLY, never used by the serving step model: the rate at which a
     # kernel reads a working set that the previous replay of the same call left in the L2, as a multiple of the
     # DRAM bandwidth. aiconfigurator's collectors replay one call (GEMM: six layers) on the same buffers with no
