@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 from profiles import gpu_profile_without_tokenizer
 
-from roofline.cost.hardware import load_profile, parse_profile, read_profile_dict
+from roofline.cost.hardware import load_profile, parse_profile
 from roofline.cost.host_cpu import HostCpu
+from roofline.cost.profile_yaml import read_profile_dict
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.registry import resolve
 from roofline.sim.api_server import ApiServer, ApiServerCosts
-from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
+from roofline.sim.deployment import make_deployment
+from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
 
 ENGINE = EngineArgs(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=512, num_gpu_blocks_override=400,

@@ -14,7 +14,8 @@ from profiles import gpu_profile_without_tokenizer
 
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
-from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
+from roofline.sim.deployment import make_deployment
+from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload, sample_requests
 
 ENGINE = EngineArgs(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=512, num_gpu_blocks_override=40)

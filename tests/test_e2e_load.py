@@ -20,7 +20,7 @@ from roofline.judge.checks import (  # noqa: E402
 )
 from roofline.judge.rows import SimCase, parse_row, resolve_row  # noqa: E402
 from roofline.registry import load_model  # noqa: E402
-from roofline.sim.simulator import make_deployment  # noqa: E402
+from roofline.sim.deployment import make_deployment
 
 
 def test_load_is_the_closed_loops_prompt_tokens_per_second_times_the_time_per_token() -> None:

@@ -9,9 +9,8 @@ import pytest
 
 pytest.importorskip("aiconfigurator_core")
 
-from roofline.judge.rows import (  # noqa: E402
-    ORIGIN_AIC_CAMPAIGN,
-    ORIGIN_INFERENCEX,
+from roofline.judge.harness import ORIGIN_AIC_CAMPAIGN, ORIGIN_INFERENCEX, row_origin
+from roofline.judge.rows import (
     RowError,
     SimCase,
     Skip,
@@ -20,7 +19,6 @@ from roofline.judge.rows import (  # noqa: E402
     parse_row,
     read_silicon_rows,
     resolve_row,
-    row_origin,
 )
 
 NAN = math.nan

@@ -56,7 +56,7 @@ def test_tensor_parallelism_on_a_cpu_profile_is_refused() -> None:
 
 def test_async_scheduling_flag_sets_the_host_overlap(capsys: pytest.CaptureFixture[str]) -> None:
     from roofline.cost.hardware import load_profile
-    from roofline.sim.simulator import make_deployment
+    from roofline.sim.deployment import make_deployment
 
     h100 = load_profile("h100-sxm")
     assert h100.executor.host_overlaps_device  # the Hopper family describes vLLM >= 0.14 (async by default)
@@ -73,7 +73,7 @@ def test_async_scheduling_flag_sets_the_host_overlap(capsys: pytest.CaptureFixtu
 
 
 def test_moe_backend_flag_reaches_the_record_and_is_refused_on_a_cpu(capsys: pytest.CaptureFixture[str]) -> None:
-    from roofline.sim.simulator import make_deployment
+    from roofline.sim.deployment import make_deployment
 
     marlin = make_deployment("gpt-oss-20b", "h100-sxm", EngineArgs(moe_backend="marlin"))
     assert marlin.engine_record["moe_backend"] == "marlin" and marlin.cost_model.quant.expert_kernel == "mxfp4-marlin"
@@ -84,7 +84,7 @@ def test_moe_backend_flag_reaches_the_record_and_is_refused_on_a_cpu(capsys: pyt
 
 def test_float32_matmul_precision_reaches_the_record_and_is_refused_on_a_cpu(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from roofline.sim.simulator import make_deployment
+    from roofline.sim.deployment import make_deployment
 
     high = make_deployment("minimax-m2.5", "b300", EngineArgs(tensor_parallel_size=4, float32_matmul_precision="high"))
     assert high.engine_record["float32_matmul_precision"] == "high" and high.cost_model.quant.fp32_gemm_dtype == "tf32"
@@ -96,7 +96,7 @@ def test_float32_matmul_precision_reaches_the_record_and_is_refused_on_a_cpu(
 
 def test_mxfp8_moe_backend_reaches_the_record_on_blackwell_and_is_refused_on_hopper(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from roofline.sim.simulator import make_deployment
+    from roofline.sim.deployment import make_deployment
 
     mxfp8 = make_deployment("gpt-oss-20b", "b200", EngineArgs(moe_backend="flashinfer-mxfp4-mxfp8"))
     assert mxfp8.engine_record["moe_backend"] == "flashinfer-mxfp4-mxfp8"
@@ -215,7 +215,7 @@ def test_max_cudagraph_capture_size_sets_which_batches_replay_graphs(capsys: pyt
     from profiles import TEST_CPU_PROFILE
 
     from roofline.cost.hardware import parse_profile
-    from roofline.sim.simulator import make_deployment
+    from roofline.sim.deployment import make_deployment
 
     def prefill(engine: EngineArgs):  # noqa: ANN202 - a StepCost
         cm = make_deployment("llama-3.1-8b", "h100-sxm", engine).cost_model
@@ -239,7 +239,7 @@ def test_max_cudagraph_capture_size_sets_which_batches_replay_graphs(capsys: pyt
 
 def test_cudagraph_mode_reaches_the_record_and_contradictions_are_refused(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from roofline.sim.simulator import make_deployment
+    from roofline.sim.deployment import make_deployment
 
     assert make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs()).engine_record["cudagraph_mode"] == \
         "FULL_AND_PIECEWISE"

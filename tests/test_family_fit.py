@@ -12,8 +12,9 @@ from roofline.calibration import moe_fits
 from roofline.calibration.family_fit import written_chip
 from roofline.calibration.moe_fits import JOINT_FIELDS, fit_joint, predict
 from roofline.cli import main
-from roofline.cost.hardware import load_profile, read_profile_dict
+from roofline.cost.hardware import load_profile
 from roofline.cost.params import EFFICIENCY_PARAMS, EfficiencyParams
+from roofline.cost.profile_yaml import read_profile_dict
 from roofline.registry import data_dir
 
 

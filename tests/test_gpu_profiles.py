@@ -15,21 +15,15 @@ from roofline.calibration.families import fit_clock_factor
 from roofline.calibration.fit import predict_table
 from roofline.calibration.op_tables import load_op_tables
 from roofline.cli import main
-from roofline.cost.hardware import (
-    dump_profile,
-    family_path,
-    list_families,
-    load_family,
-    load_profile,
-    read_profile_dict,
-)
+from roofline.cost.hardware import family_path, list_families, load_family, load_profile
+from roofline.cost.profile_yaml import dump_profile, read_profile_dict
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
 from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.registry import list_ids, resolve
-from roofline.sim.simulator import make_deployment
+from roofline.sim.deployment import make_deployment
 
 FAMILY_OF = {"h100-sxm": "hopper", "h100-pcie": "hopper", "h200-sxm": "hopper", "b200": "blackwell",
              "b300": "blackwell", "gb200": "blackwell", "a100-80gb-sxm": "ampere", "a100-40gb-sxm": "ampere",

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from roofline.cli import main
-from roofline.cost.hardware import DTYPES, PowerLimit, dump_profile, load_profile, parse_profile, read_profile_dict
+from roofline.cost.hardware import DTYPES, PowerLimit, load_profile, parse_profile
 from roofline.cost.params import EfficiencyParams
+from roofline.cost.profile_yaml import dump_profile, read_profile_dict
 from roofline.errors import UserError
 from roofline.registry import list_ids, resolve
 

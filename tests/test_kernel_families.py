@@ -14,9 +14,10 @@ import yaml
 from engine.core.model_spec import ModelSpec
 from roofline.cli import main
 from roofline.cost import kernels
-from roofline.cost.hardware import load_profile, read_profile_dict
+from roofline.cost.hardware import load_profile
 from roofline.cost.kernels.attention import TRTLLM_GEN_KERNELS
 from roofline.cost.kernels.collectives import all_reduce_time_s
+from roofline.cost.profile_yaml import read_profile_dict
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
 from roofline.cost.step_shape import StepArrays

@@ -17,7 +17,7 @@ from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.registry import load_model
-from roofline.sim.simulator import make_deployment
+from roofline.sim.deployment import make_deployment
 
 FP8_BLOCK = 1.0 + 4.0 / (128 * 128)  # bytes per fp8 parameter with one fp32 scale per 128 x 128 block
 

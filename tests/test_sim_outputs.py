@@ -17,8 +17,10 @@ from roofline.cost.ops import BatchStats
 from roofline.cost.roofline_math import _distinct_rows, _ExactPowArray, _segment_sums
 from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
+from roofline.sim.deployment import Deployment, make_deployment
 from roofline.sim.outputs import step_table, write_csv
-from roofline.sim.simulator import Deployment, SimulationOptions, SimulationResult, make_deployment, run_simulation
+from roofline.sim.recorder import SimulationResult
+from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, SharedPrefix, Workload
 from tests.profiles import TEST_CPU_PROFILE
 

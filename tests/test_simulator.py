@@ -14,8 +14,9 @@ from profiles import gpu_profile_without_tokenizer
 from engine.core.scheduler import Scheduler
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
+from roofline.sim.deployment import make_deployment
 from roofline.sim.metrics import InterTokenLatencies, SummaryOptions, summarize
-from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation, sampled_token_id
+from roofline.sim.simulator import SimulationOptions, run_simulation, sampled_token_id
 from roofline.sim.workload import (
     ArrivalProcess,
     LengthDistribution,
@@ -217,12 +218,12 @@ def test_recorded_itl_gaps_are_each_requests_token_time_differences(max_tokens: 
     from types import SimpleNamespace
 
     from engine.core.metrics import itl_s
-    from roofline.sim import simulator
+    from roofline.sim.recorder import Recorder
 
     rng = np.random.default_rng(5)
     lengths = rng.integers(0, 40, size=700).tolist() + [900]
     specs = [RequestSpec(f"r{i}", 0.0, 10, max_tokens or max(n, 1)) for i, n in enumerate(lengths)]
-    recorder = simulator._Recorder(specs, record_steps=False)
+    recorder = Recorder(specs, record_steps=False)
     order = rng.permutation(len(specs)).tolist()
     times = {i: np.cumsum(rng.exponential(0.01, size=lengths[i])).tolist() for i in order}
     for i in order:

@@ -17,7 +17,8 @@ from roofline.calibration.compare import compare_trace, cost_model_for, format_s
 from roofline.calibration.traces import load_trace
 from roofline.cli import main
 from roofline.commands.calibrate import format_report
-from roofline.cost.hardware import dump_profile, load_profile, read_profile_dict
+from roofline.cost.hardware import load_profile
+from roofline.cost.profile_yaml import dump_profile, read_profile_dict
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
 from roofline.cost.step_shape import StepArrays

@@ -11,15 +11,8 @@ import pytest
 
 from roofline.errors import UserError
 from roofline.registry import list_ids
-from roofline.sim.workload import (
-    ArrivalProcess,
-    LengthDistribution,
-    add_workload_args,
-    load_workload,
-    read_trace,
-    sample_requests,
-    workload_from_args,
-)
+from roofline.sim.workload import ArrivalProcess, LengthDistribution, load_workload, read_trace, sample_requests
+from roofline.sim.workload_args import add_workload_args, workload_from_args
 
 SHIPPED = ("sharegpt-chat", "long-summarization", "code-completion", "offline-batch", "multi-turn-chat")
 

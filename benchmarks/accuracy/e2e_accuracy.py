@@ -63,6 +63,7 @@ from roofline.judge.checks import (
     prefill_linear_s_per_token,
     repeat_spread,
 )
+from roofline.judge.harness import row_origin
 from roofline.judge.peer import LABEL as PEER_LABEL
 from roofline.judge.rows import (
     ASSUMPTIONS,
@@ -76,7 +77,6 @@ from roofline.judge.rows import (
     SkipReason,
     read_silicon_rows,
     resolve_row,
-    row_origin,
     silicon_csv_path,
 )
 
@@ -158,7 +158,8 @@ def simulate_case(case: SimCase, sensitivity: bool) -> dict:
     from roofline.engine_args import AUTO_FIT_MAX_MODEL_LEN
     from roofline.judge.rows import kv_vllm_version
     from roofline.registry import load_model
-    from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
+    from roofline.sim.deployment import make_deployment
+    from roofline.sim.simulator import SimulationOptions, run_simulation
 
     row, n = case.row, case.concurrency
     started = time.perf_counter()

@@ -43,7 +43,8 @@ def simulate(case: SimCase, pool: bool) -> tuple[float, float]:
     """Mean TTFT and TPOT (s) of the measured requests."""
     from roofline.judge.rows import kv_vllm_version
     from roofline.registry import load_model
-    from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
+    from roofline.sim.deployment import make_deployment
+    from roofline.sim.simulator import SimulationOptions, run_simulation
     from roofline.sim.workload import SharedPrefix
 
     row, n = case.row, case.concurrency

@@ -3,7 +3,7 @@
     python benchmarks/accuracy/kv_capacity.py [--cases benchmarks/data/vllm_kv_capacity_cases.yaml] [--json]
 
 Each case of the YAML file is a (model, GPU, vLLM version, flags) whose startup log is public (the file gives the
-source). The deployment is resolved as `roofline simulate` resolves it (`roofline.sim.simulator.make_deployment`'s
+source). The deployment is resolved as `roofline simulate` resolves it (`roofline.sim.deployment.make_deployment`'s
 steps up to the KV sizing: the model's weights per rank from the cost model, vLLM's batch defaults for the device),
 with the version's accounting (`KvCapacityInputs.vllm_version`; asynchronous scheduling on from vLLM 0.14, its
 default on GPUs). Compared:

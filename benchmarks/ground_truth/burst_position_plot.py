@@ -21,7 +21,8 @@ import numpy as np
 from roofline.cost.hardware import load_profile
 from roofline.engine_args import EngineArgs
 from roofline.sim.api_server import ApiServerCosts, without_api_server
-from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
+from roofline.sim.deployment import make_deployment
+from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, load_workload
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
-from roofline.sim.simulator import make_deployment
+from roofline.sim.deployment import make_deployment
 
 
 def decode_step(model: str, hardware: str, tp: int, quantization: str, batch: int, context: int,

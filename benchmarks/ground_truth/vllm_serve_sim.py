@@ -52,7 +52,8 @@ def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_fla
     from roofline.cli import build_parser
     from roofline.sim.bench_client import bench_load_from_args
     from roofline.sim.bench_metrics import parse_goodput
-    from roofline.sim.simulator import SimulationOptions, make_deployment
+    from roofline.sim.deployment import make_deployment
+    from roofline.sim.simulator import SimulationOptions
 
     record = dict(run["result"])
     extra = round((run["server_prompt_tokens"] - sum(record["input_lens"])) / len(record["input_lens"]))

@@ -34,9 +34,11 @@ import time
 from pathlib import Path
 
 from roofline.engine_args import EngineArgs
+from roofline.sim.deployment import make_deployment
 from roofline.sim.outputs import write_outputs
-from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
-from roofline.sim.workload import load_workload, override_workload, sample_requests
+from roofline.sim.simulator import SimulationOptions, run_simulation
+from roofline.sim.workload import load_workload, sample_requests
+from roofline.sim.workload_args import override_workload
 
 
 def main() -> None:

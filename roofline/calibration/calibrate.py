@@ -45,9 +45,10 @@ from roofline.calibration.fit import (
 )
 from roofline.calibration.protocol import error_stats, is_repeat_set, leave_one_repeat_out, stats_by_kind, step_kinds
 from roofline.calibration.traces import Trace
-from roofline.cost.hardware import HardwareProfile, dump_profile, parse_profile, read_profile_dict
+from roofline.cost.hardware import HardwareProfile, parse_profile
 from roofline.cost.kernels import kernel_family
 from roofline.cost.params import FITTABLE, stage_fields
+from roofline.cost.profile_yaml import dump_profile, read_profile_dict
 from roofline.errors import UserError
 
 # What a step trace of an eager engine pins down: the GEMM and memory efficiencies (prefill is compute-bound,

@@ -59,8 +59,9 @@ from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.jsonable import to_json
 from roofline.sim.api_server import without_api_server
+from roofline.sim.deployment import make_deployment
 from roofline.sim.metrics import run_figures
-from roofline.sim.simulator import SimulationOptions, make_deployment, run_simulation
+from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import RequestSpec, fixed_workload
 
 # The end-to-end metrics compared: name -> (what it is, unit).

@@ -47,9 +47,10 @@ from roofline.calibration.families import (
 from roofline.calibration.fit import fit, get_param
 from roofline.calibration.moe_fits import JOINT_FAMILIES, fit_joint, fit_wide_tile, load_table
 from roofline.calibration.op_tables import load_op_tables
-from roofline.cost.hardware import FAMILIES_DIR, HardwareProfile, load_profile, profile_yaml, read_profile_dict
+from roofline.cost.hardware import FAMILIES_DIR, HardwareProfile, load_profile
 from roofline.cost.kernels import kernel_family
 from roofline.cost.params import EFFICIENCY_PARAMS, EfficiencyParams
+from roofline.cost.profile_yaml import profile_yaml, read_profile_dict
 from roofline.errors import UserError
 from roofline.registry import data_dir, list_ids, resolve
 

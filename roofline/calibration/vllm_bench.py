@@ -34,7 +34,8 @@ import numpy as np
 from roofline.errors import UserError
 from roofline.sim.bench_client import BenchLoad
 from roofline.sim.bench_metrics import BenchMetricOptions, bench_metrics, unmodelled
-from roofline.sim.simulator import Deployment, SimulationOptions, run_simulation
+from roofline.sim.deployment import Deployment
+from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.verdict import load_verdict
 
 _STAT_KEY = re.compile(r"^(mean|median|std|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el|client_queue_time|"

@@ -48,7 +48,8 @@ from roofline.registry import list_ids, load_model, preset_hf_ids
 from roofline.sim.api_server import add_api_server_args
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args
 from roofline.sim.bench_metrics import parse_goodput
-from roofline.sim.simulator import ROUTERS, SimulationOptions, make_deployment
+from roofline.sim.deployment import make_deployment
+from roofline.sim.simulator import ROUTERS, SimulationOptions
 from roofline.vllm_flags import add_vllm_serve_flags
 
 # Flags that only mean something with --vllm-bench (dest names), refused with --trace when set.

@@ -27,7 +27,8 @@ from roofline.engine_args import add_engine_args, engine_args_from
 from roofline.errors import UserError
 from roofline.paths import prepare_output_dir
 from roofline.registry import load_model, resolve_model
-from roofline.sim.workload import add_workload_args, build_requests, sample_requests, workload_from_args
+from roofline.sim.workload import build_requests, sample_requests
+from roofline.sim.workload_args import add_workload_args, workload_from_args
 
 ENGINE_EXTRA_HINT = "pip install -e '.[engine]'"
 DEFAULT_MODEL = "llama-156m"

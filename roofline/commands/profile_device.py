@@ -31,7 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from roofline.cost.hardware import dump_profile, parse_profile, profile_yaml
+from roofline.cost.hardware import parse_profile
+from roofline.cost.profile_yaml import dump_profile, profile_yaml
 from roofline.errors import UserError
 from roofline.paths import check_output_file
 

@@ -49,18 +49,13 @@ from roofline.sim.bench_metrics import (
     steady_state,
     unmodelled,
 )
+from roofline.sim.deployment import Deployment, make_deployment
 from roofline.sim.metrics import SummaryOptions, format_summary
 from roofline.sim.outputs import write_outputs
-from roofline.sim.simulator import (
-    ROUTERS,
-    Deployment,
-    SimulationOptions,
-    make_deployment,
-    run_simulation,
-    terminal_progress,
-)
+from roofline.sim.simulator import ROUTERS, SimulationOptions, run_simulation, terminal_progress
 from roofline.sim.verdict import load_verdict
-from roofline.sim.workload import Workload, add_workload_args, workload_from_args
+from roofline.sim.workload import Workload
+from roofline.sim.workload_args import add_workload_args, workload_from_args
 from roofline.vllm_flags import add_vllm_serve_flags
 
 DEFAULT_MODEL = "llama-3.1-8b"

@@ -87,14 +87,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from roofline.cost.architecture import Architecture, parse_architecture
 from roofline.cost.host_cpu import HostCpu
 from roofline.cost.params import EfficiencyParams, ExecutorParams
-from roofline.errors import UserError, check_fields
+from roofline.cost.profile_yaml import (
+    check_keys,
+    check_sources,
+    count_field,
+    is_number,
+    optional_positive,
+    positive,
+    read_profile_dict,
+    text_field,
+)
+from roofline.errors import UserError
 from roofline.registry import data_dir, resolve
-from roofline.yaml_file import read_yaml
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 KINDS = ("gpu", "cpu")
@@ -122,8 +130,6 @@ _INTERCONNECT_KEYS = ("name", "bandwidth_gb_per_s_per_direction", "latency_us", 
 # What `roofline profile-device` records; the values are free-form (numbers, strings, sweeps).
 _MEASURED_KEYS = ("date", "command", "machine", "library_versions", "num_threads", "num_repeats",
                   "gemm", "memory", "weight_streaming", "launch_overhead")
-# Sections whose numbers are not datasheet facts and so need no source.
-_UNSOURCED = ("sources", "measured", "calibration", "family", "operator_tables")
 _FAMILY_UNSOURCED = ("sources", "fit", "id", "name")
 
 
@@ -307,21 +313,10 @@ def load_profile(id_or_path: str | Path) -> HardwareProfile:
     return parse_profile(read_profile_dict(path), where=str(path), base_dir=path.parent)
 
 
-def read_profile_dict(path: str | Path) -> dict[str, Any]:
-    """The raw YAML mapping of a profile file (parsed, not validated); malformed YAML names file and line."""
-    path = Path(path)
-    if path.is_dir():
-        raise UserError(f"--hardware: '{path}' is a directory; expected a profile .yaml file")
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: must hold a YAML mapping of profile fields, got {type(data).__name__}")
-    return data
-
-
 def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None) -> HardwareProfile:
     """Validate a profile mapping (as read from YAML) and convert it to SI units. `where` names it in errors;
     a `family:` is looked up in `base_dir/families/` first, then among the shipped families."""
-    _check_keys(data, _TOP_KEYS, where)
+    check_keys(data, _TOP_KEYS, where)
     family = _family(data, where, base_dir)
     tables = data.get("operator_tables")
     if tables is not None and (not isinstance(tables, str) or not tables.strip()):
@@ -330,7 +325,7 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
     kind = data["kind"]
     if kind not in KINDS:
         raise UserError(f"{where}: kind: {kind!r} is not allowed; allowed: {', '.join(KINDS)}")
-    profile_id = _text(data, "id", where)
+    profile_id = text_field(data, "id", where)
     if not _ID_PATTERN.match(profile_id):
         raise UserError(f"{where}: id: {profile_id!r} must be lowercase kebab-case (e.g. h100-sxm)")
     efficiency_section, executor_section = data.get("efficiency"), data.get("executor")
@@ -351,19 +346,19 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         raise UserError(f"{where}: executor.mode: a cpu profile must set mode: eager (got {executor.mode!r})")
     profile = HardwareProfile(
         id=profile_id,
-        name=_text(data, "name", where),
+        name=text_field(data, "name", where),
         kind=kind,
-        vendor=_text(data, "vendor", where),
+        vendor=text_field(data, "vendor", where),
         peak_flops_by_dtype=_peak_flops(data["peak_tflops"], where),
-        memory_capacity_bytes=_positive(data, "memory_capacity_gb", where) * 1e9,
-        memory_bandwidth_bytes_per_s=_positive(data, "memory_bandwidth_gb_per_s", where) * 1e9,
-        l2_cache_bytes=_scaled(_optional_positive(data, "l2_cache_mib", where), 2**20),
-        num_compute_units=_count(data, "num_compute_units", where),
-        boost_clock_hz=_scaled(_optional_positive(data, "boost_clock_mhz", where), 1e6),
+        memory_capacity_bytes=positive(data, "memory_capacity_gb", where) * 1e9,
+        memory_bandwidth_bytes_per_s=positive(data, "memory_bandwidth_gb_per_s", where) * 1e9,
+        l2_cache_bytes=_scaled(optional_positive(data, "l2_cache_mib", where), 2**20),
+        num_compute_units=count_field(data, "num_compute_units", where),
+        boost_clock_hz=_scaled(optional_positive(data, "boost_clock_mhz", where), 1e6),
         interconnect=_interconnect(data["interconnect"], where),
         pcie_bandwidth_bytes_per_s_per_direction=_scaled(
-            _optional_positive(data, "pcie_bandwidth_gb_per_s_per_direction", where), 1e9),
-        tdp_w=_optional_positive(data, "tdp_w", where),
+            optional_positive(data, "pcie_bandwidth_gb_per_s_per_direction", where), 1e9),
+        tdp_w=optional_positive(data, "tdp_w", where),
         efficiency=EfficiencyParams.from_dict(efficiency_section, f"{where}: efficiency"),
         executor=executor,
         sources=(),
@@ -371,116 +366,46 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         calibration=_mapping_or_none(data.get("calibration"), "calibration", where),
         family=None if family is None else family["id"],
         operator_tables=tables,
-        exp_throughput_factor=_positive(data, "exp_throughput_factor", where) if "exp_throughput_factor" in data
+        exp_throughput_factor=positive(data, "exp_throughput_factor", where) if "exp_throughput_factor" in data
         else 1.0,
-        sustained_clock_factor=_positive(data, "sustained_clock_factor", where)
+        sustained_clock_factor=positive(data, "sustained_clock_factor", where)
         if "sustained_clock_factor" in data else 1.0,
         power_limit=_power_limit(data["power_limit"], where) if "power_limit" in data else None,
         weight_streaming=_weight_streaming(data.get("weight_streaming"), kind, where),
         host=host,
-        pcie_latency_s=_positive(data, "pcie_latency_us", where) / 1e6 if "pcie_latency_us" in data else None,
+        pcie_latency_s=positive(data, "pcie_latency_us", where) / 1e6 if "pcie_latency_us" in data else None,
         architecture=parse_architecture(data.get("architecture", {}), f"{where}: architecture"),
     )
     profile = replace(profile, provenance=_provenance(profile, family))
     # Sources last: a misspelt field is reported as such, not as a number without a source.
-    _check_sources(data, where)
+    check_sources(data, where)
     return replace(profile, sources=tuple(sorted(data["sources"].items())))
 
 
-def dump_profile(profile: dict[str, Any], path: str | Path) -> None:
-    """Write a profile mapping as YAML: keys in the given order, so the same mapping gives the same bytes."""
-    Path(path).write_text(profile_yaml(profile))
 
-
-class _ProfileDumper(yaml.SafeDumper):
-    """Block style, except lists of scalars on one line (`mnk: [128, 4096, 1024]`); no anchors/aliases."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
-    flow = all(isinstance(item, (int, float, str, bool)) or item is None for item in data)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
-
-
-_ProfileDumper.add_representer(list, _represent_list)
-
-
-def profile_yaml(profile: dict[str, Any]) -> str:
-    """A profile mapping as YAML text, keys in the given order."""
-    return yaml.dump(profile, Dumper=_ProfileDumper, sort_keys=False, default_flow_style=False,
-                     allow_unicode=True, width=120)
-
-
-# ---- field checks ---------------------------------------------------------------------------------------
-
-
-def _check_keys(section: Any, keys: dict[str, bool] | tuple[str, ...], where: str) -> None:
-    """`check_fields` with the fields given as {name: required} (a tuple: all required)."""
-    required = [k for k in keys if not isinstance(keys, dict) or keys[k]]
-    check_fields(section, list(keys), where, required)
-
-
-def _text(data: dict[str, Any], key: str, where: str) -> str:
-    value = data[key]
-    if not isinstance(value, str) or not value.strip():
-        raise UserError(f"{where}: {key}: must be a non-empty string, got {value!r}")
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-# Upper bounds of a profile's numbers beyond which the value is a typo, not a device (each ~100x the largest shipped
-# figure: B300's 15 PFLOP/s dense fp4, 288 GB and 8 TB/s of HBM3e, NVLink 5's 900 GB/s per direction); any other
-# positive field: a finite number up to 1e9.
-_UPPER_BOUNDS = {"memory_capacity_gb": 1e5, "memory_bandwidth_gb_per_s": 1e6, "bandwidth_gb_per_s_per_direction": 1e6,
-                 "pcie_bandwidth_gb_per_s_per_direction": 1e5, "l2_cache_mib": 1e5, "boost_clock_mhz": 1e5}
+# A peak above this is a typo, not a device (~100x B300's 15 PFLOP/s dense fp4; see profile_yaml's other bounds).
 _PEAK_TFLOPS_UPPER_BOUND = 1e6
-_DEFAULT_UPPER_BOUND = 1e9
-
-
-def _positive(data: dict[str, Any], key: str, where: str, upper: float | None = None) -> float:
-    value = data[key]
-    upper = upper if upper is not None else _UPPER_BOUNDS.get(key, _DEFAULT_UPPER_BOUND)
-    if not _is_number(value) or not 0 < value <= upper:  # (also refuses nan and inf)
-        raise UserError(f"{where}: {key}: must be a positive number, got {value!r} (allowed: finite, up to "
-                        f"{upper:g})")
-    return float(value)
 
 
 def _power_limit(data: Any, where: str) -> PowerLimit:
     where = f"{where}: power_limit"
     if not isinstance(data, dict) or set(data) != {"after_ms", "clock_factor"}:
         raise UserError(f"{where}: must be a mapping with exactly the keys after_ms, clock_factor; got {data!r}")
-    clock_factor = _positive(data, "clock_factor", where)
+    clock_factor = positive(data, "clock_factor", where)
     if clock_factor > 1.0:
         raise UserError(f"{where}: clock_factor: must be in (0, 1] (a fraction of the full clock), got {clock_factor!r}")
-    return PowerLimit(after_s=_positive(data, "after_ms", where) * 1e-3, clock_factor=clock_factor)
-
-
-def _optional_positive(data: dict[str, Any], key: str, where: str) -> float | None:
-    return None if data[key] is None else _positive(data, key, where)
+    return PowerLimit(after_s=positive(data, "after_ms", where) * 1e-3, clock_factor=clock_factor)
 
 
 def _scaled(value: float | None, scale: float) -> float | None:
     return None if value is None else value * scale
 
 
-def _count(data: dict[str, Any], key: str, where: str) -> int:
-    value = data[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise UserError(f"{where}: {key}: must be a positive integer, got {value!r}")
-    return value
-
-
 def _peak_flops(section: Any, where: str) -> tuple[tuple[str, float], ...]:
-    _check_keys(section, {d: False for d in DTYPES}, f"{where}: peak_tflops")
+    check_keys(section, {d: False for d in DTYPES}, f"{where}: peak_tflops")
     if not section:
         raise UserError(f"{where}: peak_tflops: needs at least one dtype; allowed: {', '.join(DTYPES)}")
-    return tuple((d, _positive(section, d, f"{where}: peak_tflops", _PEAK_TFLOPS_UPPER_BOUND) * 1e12)
+    return tuple((d, positive(section, d, f"{where}: peak_tflops", _PEAK_TFLOPS_UPPER_BOUND) * 1e12)
                  for d in DTYPES if d in section)
 
 
@@ -488,12 +413,12 @@ def _interconnect(section: Any, where: str) -> Interconnect | None:
     if section is None:
         return None
     here = f"{where}: interconnect"
-    _check_keys(section, _INTERCONNECT_KEYS, here)
+    check_keys(section, _INTERCONNECT_KEYS, here)
     return Interconnect(
-        name=_text(section, "name", here),
-        bandwidth_bytes_per_s_per_direction=_positive(section, "bandwidth_gb_per_s_per_direction", here) * 1e9,
-        latency_s=_positive(section, "latency_us", here) * 1e-6,
-        max_num_gpus=_count(section, "max_num_gpus", here),
+        name=text_field(section, "name", here),
+        bandwidth_bytes_per_s_per_direction=positive(section, "bandwidth_gb_per_s_per_direction", here) * 1e9,
+        latency_s=positive(section, "latency_us", here) * 1e-6,
+        max_num_gpus=count_field(section, "max_num_gpus", here),
     )
 
 
@@ -509,21 +434,21 @@ def _weight_streaming(section: Any, kind: str, where: str) -> tuple[tuple[str, S
     here = f"{where}: weight_streaming"
     if kind != "cpu":
         raise UserError(f"{here}: only a cpu profile has one (its CPU engines' GEMM kernels); remove it")
-    _check_keys(section, {e: False for e in STREAMING_ENGINES}, here)
+    check_keys(section, {e: False for e in STREAMING_ENGINES}, here)
     curves = []
     for engine in STREAMING_ENGINES:
         if engine not in section:
             continue
         entry, at = section[engine], f"{here}.{engine}"
-        _check_keys(entry, _STREAMING_KEYS, at)
-        kernel = _text(entry, "kernel", at)
+        check_keys(entry, _STREAMING_KEYS, at)
+        kernel = text_field(entry, "kernel", at)
         rows, rates, spread = entry["rows"], entry["gb_per_s"], entry["spread"]
         if (not isinstance(rows, list) or not rows or rows[0] != 1 or len(rows) < 2
                 or not all(isinstance(r, int) and not isinstance(r, bool) for r in rows)
                 or any(b <= a for a, b in zip(rows, rows[1:]))):
             raise UserError(f"{at}.rows: must be increasing integers starting at 1 (at least two), got {rows!r}")
         for key, values in (("gb_per_s", rates), ("spread", spread)):
-            if (not isinstance(values, list) or len(values) != len(rows) or not all(_is_number(v) for v in values)
+            if (not isinstance(values, list) or len(values) != len(rows) or not all(is_number(v) for v in values)
                     or not all(v > 0 if key == "gb_per_s" else v >= 0 for v in values)):
                 raise UserError(f"{at}.{key}: must be one {'positive' if key == 'gb_per_s' else 'non-negative'} "
                                 f"number per row count ({len(rows)}), got {values!r}")
@@ -535,52 +460,11 @@ def _weight_streaming(section: Any, kind: str, where: str) -> tuple[tuple[str, S
 def _measured(section: Any, where: str) -> dict[str, Any] | None:
     if section is None:
         return None
-    _check_keys(section, {k: k in ("date", "machine") for k in _MEASURED_KEYS}, f"{where}: measured")
+    check_keys(section, {k: k in ("date", "machine") for k in _MEASURED_KEYS}, f"{where}: measured")
     return section
 
 
 # ---- sources --------------------------------------------------------------------------------------------
-
-
-def _numeric_paths(data: dict[str, Any], prefix: str = "", unsourced: tuple[str, ...] = _UNSOURCED) -> list[str]:
-    """Dotted paths of every number (or list of numbers) in the sourced part of a profile."""
-    paths = []
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if not prefix and key in unsourced:
-            continue
-        if isinstance(value, dict):
-            paths += _numeric_paths(value, f"{path}.", unsourced)
-        elif _is_number(value) or (isinstance(value, list) and value and all(_is_number(v) for v in value)):
-            paths.append(path)
-    return paths
-
-
-def _check_sources(data: dict[str, Any], where: str, unsourced: tuple[str, ...] = _UNSOURCED) -> None:
-    """Every number needs a source, keyed by its field (`tdp_w`), sub-field (`peak_tflops.fp8`) or a parent
-    (`interconnect`); every source key must name a field that exists."""
-    sources = data["sources"]
-    if not isinstance(sources, dict):
-        raise UserError(f"{where}: sources: must be a mapping of field -> source text or URL")
-    for key, text in sources.items():
-        if not isinstance(text, str) or not text.strip():
-            raise UserError(f"{where}: sources.{key}: must be a non-empty source text or URL")
-        if not _path_exists(data, str(key)) or str(key).split(".")[0] in unsourced:
-            raise UserError(f"{where}: sources.{key}: names no sourced field of this profile; "
-                            f"allowed: a field with a number, e.g. {', '.join(_numeric_paths(data, '', unsourced)[:4])}")
-    for path in _numeric_paths(data, "", unsourced):
-        parts = path.split(".")
-        if not any(".".join(parts[:i]) in sources for i in range(1, len(parts) + 1)):
-            raise UserError(f"{where}: sources: no source for '{path}'; add 'sources.{path}' (or its parent)")
-
-
-def _path_exists(data: dict[str, Any], dotted: str) -> bool:
-    node: Any = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
 
 
 # ---- kernel families --------------------------------------------------------------------------------------
@@ -614,11 +498,11 @@ def load_family(name: str, base_dir: Path | None = None) -> dict[str, Any]:
 
 
 def _parse_family(data: dict[str, Any], where: str) -> dict[str, Any]:
-    _check_keys(data, _FAMILY_KEYS, where)
-    family_id = _text(data, "id", where)
+    check_keys(data, _FAMILY_KEYS, where)
+    family_id = text_field(data, "id", where)
     if Path(where).stem != family_id:
         raise UserError(f"{where}: id: {family_id!r} must equal the file name '{Path(where).stem}'")
-    _text(data, "name", where)
+    text_field(data, "name", where)
     # Parsed for their errors (unknown fields, ranges); the merged values are parsed again per chip.
     EfficiencyParams.from_dict(data["efficiency"], f"{where}: efficiency")
     ExecutorParams.from_dict(data["executor"], f"{where}: executor")
@@ -628,11 +512,11 @@ def _parse_family(data: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(per_chip, dict):
         raise UserError(f"{where}: per_chip: must be a mapping of chip id -> {{efficiency: {{...}}}}")
     for chip, section in per_chip.items():
-        _check_keys(section, ("efficiency",), f"{where}: per_chip.{chip}")
+        check_keys(section, ("efficiency",), f"{where}: per_chip.{chip}")
         EfficiencyParams.from_dict({**data["efficiency"], **section["efficiency"]},
                                    f"{where}: per_chip.{chip}.efficiency")
     _mapping_or_none(data.get("fit"), "fit", where)
-    _check_sources(data, where, _FAMILY_UNSOURCED)
+    check_sources(data, where, _FAMILY_UNSOURCED)
     return data
 
 

@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 
 from roofline.cost.step_shape import StepArrays
-from roofline.judge.rows import SiliconRow, harness_of
-from roofline.sim.simulator import Deployment
+from roofline.judge.harness import harness_of
+from roofline.judge.rows import SiliconRow
+from roofline.sim.deployment import Deployment
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
 
 RANGE_RATIO = 0.8  # the assumed --random-range-ratio (rows.ASSUMPTIONS)

@@ -27,7 +27,8 @@ from roofline.planning.search import (
     StepProfile,
 )
 from roofline.registry import load_model
-from roofline.sim.simulator import Deployment, SimulationOptions, make_deployment, run_simulation
+from roofline.sim.deployment import Deployment, make_deployment
+from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import Workload, load_workload, sample_requests
 
 # What the sensitivity moves. Compute: the fractions of a compute peak that GEMMs and attention reach.

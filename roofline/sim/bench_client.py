@@ -62,9 +62,8 @@ from roofline.sim.workload import (
     RequestSpec,
     SharedPrefix,
     Workload,
-    check_seed,
-    parse_rate,
 )
+from roofline.sim.workload_args import check_seed, parse_rate
 
 VLLM_BENCH_VERSION = "0.32.0"
 DATASET_NAMES = ("random", "sharegpt")

@@ -19,7 +19,9 @@ from engine.core.trace import STEP_COLUMNS as TRACE_STEP_COLUMNS
 from engine.core.trace import EngineConfigRecord, RunMetadata, step_schema, write_trace
 from roofline import __version__
 from roofline.jsonable import to_json
-from roofline.sim.simulator import Deployment, SimulationResult, gc_paused
+from roofline.sim.deployment import Deployment
+from roofline.sim.recorder import SimulationResult
+from roofline.sim.simulator import gc_paused
 
 
 def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResult, summary: dict[str, object]) -> None:

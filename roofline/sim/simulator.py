@@ -50,29 +50,20 @@ import heapq
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from engine.core import metrics
-from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.model_spec import ModelSpec
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from engine.core.step_plan import StepPlan
-from engine.core.step_record import StepRecords, StepSequences
-from roofline.cost.cpu import DEFAULT_CPU_ENGINE
-from roofline.cost.hardware import HardwareProfile, load_profile
-from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity, kv_cache_groups
-from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
-from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION, EngineArgs, engine_record
 from roofline.errors import UserError
-from roofline.registry import load_model
 from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
-from roofline.sim.metrics import InterTokenLatencies, SummaryOptions, summarize
+from roofline.sim.deployment import Deployment
+from roofline.sim.recorder import Recorder, SimulationResult, build_result
 from roofline.sim.workload import RequestFactory, RequestSpec, Workload, sample_requests
 
 ROUTERS = ("round_robin", "least_outstanding")
@@ -82,77 +73,6 @@ _STEP_END, _SEEN, _ARRIVAL, _REACH, _SCHEDULE = 0, 1, 2, 3, 4
 
 # (replica, step index on that replica, start time, StepPlan) -> the step's duration in seconds.
 StepTimeFn = Callable[[int, int, float, StepPlan], float]
-
-
-@dataclass(frozen=True, eq=False)
-class Deployment:
-    """One replica's model, device and engine configuration, resolved once (a plan reuses it across runs)."""
-
-    spec: ModelSpec
-    hw: HardwareProfile
-    quant: QuantConfig
-    engine: EngineArgs
-    scheduler_config: SchedulerConfig
-    cache_config: CacheConfig
-    kv: KvCapacity
-    cost_model: StepCostModel
-    engine_record: dict[str, Any]  # the resolved engine configuration, as summaries and run metadata show it
-
-
-def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, engine: EngineArgs,
-                    cpu_engine: str = DEFAULT_CPU_ENGINE, vllm_version: str = VLLM_VERSION) -> Deployment:
-    """Resolve ids/paths, check the engine arguments against the model and the device, build the cost model
-    (`cpu_engine`: whose execution a CPU profile describes, `StepCostModel`) and compute the KV block count
-    (with `vllm_version`'s memory profile, `roofline.cost.kv_capacity`; the scheduler is vLLM 0.32's whatever it);
-    `UserError` if it cannot run."""
-    spec = model if isinstance(model, ModelSpec) else load_model(model)
-    hw = hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
-    engine.check_model(spec)
-    engine.check_hardware(hw)
-    hw = engine.resolve_hardware(hw)
-    quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization,
-                                  kv_cache_dtype=engine.kv_cache_dtype, model_dtype=spec.torch_dtype,
-                                  moe_backend=engine.moe_backend,
-                                  float32_matmul_precision=engine.float32_matmul_precision)
-    max_num_seqs, max_num_batched_tokens = engine.batch_limits(spec, hw.memory_capacity_bytes,
-                                                               f"{hw.id} {hw.name}", is_cpu=False)
-    capture_sizes = (engine.cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, spec.architecture)
-                     if hw.kind != "cpu" and hw.executor.mode == "cuda_graphs" else None)
-    cost_model = StepCostModel(spec, hw, quant, engine.tensor_parallel_size, cpu_engine=cpu_engine,
-                               cudagraph_mode=engine.resolved_cudagraph_mode, capture_sizes=capture_sizes)
-    max_model_len = engine.resolved_max_model_len(spec)
-    cost_model.expect_max_num_tokens(max_num_batched_tokens)
-    gpu_memory_utilization = (engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None
-                              else DEFAULT_GPU_MEMORY_UTILIZATION)
-    kv = compute_kv_capacity(KvCapacityInputs(
-        spec=spec, memory_capacity_bytes=hw.memory_capacity_bytes,
-        weight_bytes_per_rank=cost_model.weight_bytes_per_rank(),
-        kv_bytes_per_token_per_rank=cost_model.kv_bytes_per_token_per_rank(), act_bytes=quant.act_bytes,
-        tensor_parallel_size=engine.tensor_parallel_size, block_size=engine.block_size, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
-        num_gpu_blocks_override=engine.num_gpu_blocks_override, auto_fit_max_model_len=engine.auto_fit_max_model_len,
-        async_scheduling=hw.executor.host_overlaps_device,
-        weights_quantized=quant.quantization != "none" or quant.experts[0] != "none", vllm_version=vllm_version))
-    max_model_len = kv.max_model_len  # lowered by --max-model-len -1 to what the KV cache holds
-    try:
-        scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                           max_model_len=max_model_len,
-                                           enable_chunked_prefill=engine.enable_chunked_prefill)
-        # A hybrid model's sliding-window groups draw from the same pool (vLLM's hybrid allocator; the one full
-        # group is the scheduler's block table, `kv_cache_groups` gives every shipped hybrid model one).
-        _, full_groups, sliding_groups = kv_cache_groups(spec)
-        assert full_groups == 1, f"{spec.name}: {full_groups} full-attention KV groups"
-        cache_config = CacheConfig(num_blocks=kv.num_gpu_blocks, block_size=engine.block_size,
-                                   enable_prefix_caching=engine.enable_prefix_caching,
-                                   num_sliding_groups=sliding_groups,
-                                   sliding_window=(spec.sliding_window or 0) if sliding_groups else 0,
-                                   sliding_admission_cap_blocks=kv.sliding_blocks_per_request // max(sliding_groups, 1))
-    except ValueError as exc:
-        raise UserError(f"engine configuration: {exc}") from None
-    record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization,
-                           hw.executor.host_overlaps_device, cost_model.cudagraph_mode, cost_model.max_capture_size)
-    return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record)
 
 
 @dataclass(frozen=True)
@@ -185,32 +105,6 @@ class SimulationOptions:
             raise UserError(f"--router: '{self.router}' is not allowed; allowed: {', '.join(ROUTERS)}")
 
 
-@dataclass
-class SimulationResult:
-    """What a run produced; `requests` in workload order, `steps` in (start time, replica) order."""
-
-    requests: pd.DataFrame
-    steps: pd.DataFrame
-    itl: InterTokenLatencies
-    # Per step: query, context, emits (empty unless the steps were recorded), and each sequence's request id.
-    step_seqs: StepSequences = field(repr=False)
-    wall_time_s: float = 0.0
-
-    @property
-    def step_request_ids(self) -> list[tuple[str, ...]]:
-        """Per step, aligned with `step_seqs`: the request id of each sequence."""
-        return self.step_seqs.all_request_ids()
-
-    @property
-    def timeseries(self) -> pd.DataFrame:
-        """KV usage and running/waiting requests of each replica at each step start."""
-        return self.steps[["start_s", "replica", "num_running", "num_waiting", "num_kv_blocks_used",
-                           "kv_usage"]].rename(columns={"start_s": "time_s"})
-
-    def summary(self, options: SummaryOptions = SummaryOptions()) -> dict[str, Any]:
-        return summarize(self.requests, self.itl, self.steps, options)
-
-
 class _Replica:
     """One engine instance: its scheduler, the step in flight and its counters."""
 
@@ -238,67 +132,6 @@ class _Replica:
                 entry[1] -= 1
                 waiting.append(entry)
         self.in_transit = waiting
-
-
-class _Recorder:
-    """Per-request and per-step records, kept compact (arrays of numbers, not objects)."""
-
-    def __init__(self, specs: Sequence[RequestSpec], record_steps: bool) -> None:
-        n = len(specs)
-        self.row_of = {s.request_id: i for i, s in enumerate(specs)}
-        self.first_scheduled = np.full(n, np.nan)
-        self.first_token = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.num_output = np.zeros(n, np.int64)
-        self.num_preemptions = np.zeros(n, np.int64)
-        self.num_prefix_hits = np.zeros(n, np.int64)
-        self.replica = np.zeros(n, np.int64)
-        self.sent = np.full(n, np.nan)  # when the client sent it (= the arrival time in open loop)
-        # Every ITL gap of the run in finishing order, gaps [0, num_gaps) written: a request has at most its
-        # max_tokens - 1 gaps, so the arrays rarely grow. Each finished request's gaps are written straight into
-        # them (`_write_gaps`): no per-batch arrays and no concatenation at the end, whose fresh pages (~70 MB at
-        # 10,000 requests) cost page faults, on this VM a tenth of the run's CPU time (BENCHMARKS.md). Pages
-        # past the gaps written are never touched.
-        capacity = sum(max(s.num_output_tokens - 1, 0) for s in specs)
-        self.itl_gap_s = np.empty(capacity)
-        # The row of each gap, as int32: half the memory of int64 (17.5 MB at 10,000 ShareGPT requests), the same
-        # indexing and stable sorts; rows are below 2^31.
-        assert n < 2**31, "more requests than an int32 row index holds"
-        self.itl_row = np.empty(capacity, np.int32)
-        self.num_gaps = 0
-        self.record_steps = record_steps
-        self.step_rows: list[tuple] = []
-        self.step_seqs = StepRecords()
-
-    def finished(self, req: Request, times: np.ndarray | None = None) -> None:
-        """Record a finished request; `times`: its tokens' times where they differ from those the scheduler stamped
-        (the client's, behind an API server of more than one process)."""
-        row = self.row_of[req.request_id]
-        self.first_scheduled[row] = req.first_scheduled_time_s
-        self.num_output[row] = req.num_output_tokens
-        self.num_preemptions[row] = req.num_preemptions
-        self.num_prefix_hits[row] = req.num_prefix_hit_tokens or 0
-        if times is None:
-            self.first_token[row] = req.first_token_time_s
-            self.finish[row] = req.finish_time_s
-            times = req.token_times_array  # (mostly a view of the scheduler's array of step times: no conversion)
-        else:
-            self.first_token[row] = times[0]
-            self.finish[row] = times[-1]
-        if len(times) > 1:
-            self._write_gaps(row, times)
-
-    def _write_gaps(self, row: int, times: np.ndarray) -> None:
-        """Append the request's inter-token gaps (np.diff of its token times, the same floats as
-        `engine.core.metrics.itl_s`) and their row."""
-        n = len(times)
-        start = self.num_gaps
-        end = self.num_gaps = start + n - 1
-        if end > len(self.itl_gap_s):
-            self.itl_gap_s = np.concatenate((self.itl_gap_s[:start], np.empty(2 * end - start)))
-            self.itl_row = np.concatenate((self.itl_row[:start], np.empty(2 * end - start, np.int32)))
-        np.subtract(times[1:n], times[:n - 1], out=self.itl_gap_s[start:end])
-        self.itl_row[start:end] = row
 
 
 class _SeenTimes:
@@ -342,7 +175,7 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
     # block traverses only what the result keeps, not the loop's requests, blocks and token lists.
     with gc_paused():
         sim.run()
-        result = _result(specs, sim.recorder, time.perf_counter() - started)
+        result = build_result(specs, sim.recorder, time.perf_counter() - started)
         for replica in sim.replicas:
             replica.scheduler.shutdown()
         del sim
@@ -371,7 +204,7 @@ class _Simulation:
         spec = deployment.spec
         self.specs, self.options, self.time_fn, self.progress = specs, options, time_fn, progress
         self.replicas = [_Replica(i, deployment) for i in range(options.num_replicas)]
-        self.recorder = _Recorder(specs, options.record_steps)
+        self.recorder = Recorder(specs, options.record_steps)
         self.make_request = RequestFactory(spec.vocab_size, workload.seed, spec.bos_token_id, spec.eos_token_id)
         self.prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
         self.token_id = sampled_token_id(spec)
@@ -600,7 +433,7 @@ def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
     return step_time
 
 
-def _record_step(recorder: _Recorder, replica: _Replica, plan: StepPlan, now: float, duration: float) -> None:
+def _record_step(recorder: Recorder, replica: _Replica, plan: StepPlan, now: float, duration: float) -> None:
     recorder.step_rows.append((
         replica.index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
         plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_emitting_seqs,
@@ -609,57 +442,6 @@ def _record_step(recorder: _Recorder, replica: _Replica, plan: StepPlan, now: fl
         plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
     if recorder.record_steps:
         recorder.step_seqs.add(plan)
-
-
-# One row per step; the names of engine.core.trace's step columns where they exist.
-STEP_COLUMNS = ("replica", "step_index", "start_s", "end_s", "duration_s", "num_seqs", "num_batched_tokens",
-                "num_prefill_tokens", "num_decode_tokens", "num_output_tokens", "num_preemptions",
-                "num_new_prefix_hit_tokens", "num_kv_blocks_used", "num_kv_blocks_total", "kv_usage", "num_running",
-                "num_waiting")
-
-
-def _result(specs: Sequence[RequestSpec], rec: _Recorder, wall_s: float) -> SimulationResult:
-    due = np.array([s.arrival_s for s in specs], dtype=float)
-    arrival = rec.sent  # at the server: when the client sent it
-    num_output = rec.num_output
-    # The last token is sampled in the step that finishes the request: finish is the last token's time.
-    tpot = metrics.tpot_s_array(rec.first_token, rec.finish, num_output)
-    requests = pd.DataFrame({
-        "request_id": [s.request_id for s in specs],
-        "replica": rec.replica,
-        "arrival_s": arrival,
-        "client_queue_s": arrival - due,
-        "num_prompt_tokens": np.array([s.num_prompt_tokens for s in specs], dtype=np.int64),
-        "num_output_tokens": num_output,
-        "first_scheduled_s": rec.first_scheduled,
-        "first_token_s": rec.first_token,
-        "finish_s": rec.finish,
-        "queueing_s": metrics.queueing_s(arrival, rec.first_scheduled),
-        "ttft_s": metrics.ttft_s(arrival, rec.first_token),
-        "tpot_s": tpot,
-        "e2e_s": metrics.e2e_s(arrival, rec.finish),
-        "num_preemptions": rec.num_preemptions,
-        "num_prefix_hit_tokens": rec.num_prefix_hits,
-    })
-    steps = _step_table(rec.step_rows)
-    itl = InterTokenLatencies(rec.itl_gap_s[:rec.num_gaps], rec.itl_row[:rec.num_gaps])
-    return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s)
-
-
-def _step_table(rows: list[tuple]) -> pd.DataFrame:
-    """The step rows as a DataFrame of STEP_COLUMNS: column by column where every value of a column is a Python
-    int or every one a float (the int64 and float64 columns pandas infers from the tuples, ~5x faster), else as
-    pandas builds it from the tuples."""
-    if rows:
-        columns = {}
-        for name, values in zip(STEP_COLUMNS, zip(*rows)):
-            kinds = set(map(type, values))
-            if kinds != {int} and kinds != {float}:
-                break
-            columns[name] = np.array(values, dtype=np.int64 if int in kinds else np.float64)
-        else:
-            return pd.DataFrame(columns)
-    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
 
 
 def terminal_progress(stream: Any = None) -> Callable[[int, int], None] | None:

@@ -118,7 +118,7 @@ class Verdict:
 
 def load_verdict(requests: pd.DataFrame, steps: pd.DataFrame, max_num_seqs: int, max_num_batched_tokens: int,
                  burst: bool, max_concurrency: int | None = None) -> Verdict:
-    """The verdict of a run from its requests and steps tables (`roofline.sim.simulator.SimulationResult`);
+    """The verdict of a run from its requests and steps tables (`roofline.sim.recorder.SimulationResult`);
     `burst`: every request was made due at once (an infinite request rate); `max_concurrency`: the closed loop's
     number of slots, None in open loop."""
     n = len(requests)

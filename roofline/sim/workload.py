@@ -2,8 +2,8 @@
 
 A workload is a YAML file (shipped ids live in `workloads/`), a CSV trace to replay, or the fixed-length
 synthetic workload of `--input-len/--output-len`. `simulate` and `measure` read the same flags through
-`add_workload_args(parser)` and `workload_from_args(args)`, and see the same requests: same arrival times, same
-lengths, same token ids (from `engine.core.token_ids`), for the same seed.
+`roofline.sim.workload_args` (`add_workload_args(parser)`, `workload_from_args(args)`), and see the same requests:
+same arrival times, same lengths, same token ids (from `engine.core.token_ids`), for the same seed.
 
     wl = load_workload("sharegpt-chat")                   # an id or a path (.yaml, or .csv to replay)
     specs = sample_requests(wl)                           # list[RequestSpec], seeded by wl.seed
@@ -49,10 +49,9 @@ Rows are replayed in arrival order, without prefix sharing; `--request-rate` res
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -595,87 +594,3 @@ def build_requests(workload: Workload, specs: Sequence[RequestSpec], vocab_size:
     factory = RequestFactory(vocab_size, workload.seed, bos_token_id, eos_token_id)
     prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
     return [factory(spec, prefix_tokens) for spec in specs]
-
-
-# ---- CLI flags shared by simulate and measure ------------------------------------------------------------------
-
-
-def add_workload_args(parser: argparse.ArgumentParser, default_num_requests: int | None = None) -> None:
-    """`--workload --num-requests (= --num-prompts) --request-rate --input-len --output-len --seed`."""
-    group = parser.add_argument_group("workload")
-    group.add_argument("--workload", default=None, metavar="ID|PATH",
-                       help=f"workload id, YAML file or CSV trace (default: {DEFAULT_WORKLOAD}, or the fixed-length "
-                            "workload when --input-len/--output-len are given); the formats, with an example each: "
-                            "docs/workload-formats.md")
-    group.add_argument("--num-requests", "--num-prompts", type=int, default=default_num_requests, metavar="N",
-                       help="number of requests (vllm bench serve's --num-prompts; default: the workload's "
-                            "num_requests)")
-    group.add_argument("--request-rate", type=str, default=None, metavar="RPS",
-                       help="mean request rate per second, a number or 'inf' (all at once); overrides the workload's")
-    group.add_argument("--input-len", type=int, default=None, metavar="TOKENS",
-                       help="fixed prompt length in tokens (replaces the workload's prompt distribution)")
-    group.add_argument("--output-len", type=int, default=None, metavar="TOKENS",
-                       help="fixed output length in tokens (replaces the workload's output distribution)")
-    group.add_argument("--seed", type=int, default=None, help="random seed (default: the workload's seed)")
-
-
-def check_seed(seed: int | None, flag: str = "--seed") -> None:
-    """A seed numpy's and vLLM's client's legacy `np.random.seed` accept: 0 to 2**32 - 1."""
-    if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise UserError(f"{flag}: must be an integer from 0 to {MAX_SEED}, got {seed}")
-
-
-def parse_rate(text: str, flag: str = "--request-rate") -> float:
-    """'8', '0.5' or 'inf' -> requests per second."""
-    try:
-        rate = float(text)
-    except ValueError:
-        raise UserError(f"{flag}: must be a positive number or 'inf', got {text!r}") from None
-    if math.isnan(rate) or rate <= 0 or (math.isfinite(rate) and rate > MAX_RATE_PER_S):
-        raise UserError(f"{flag}: must be a positive number up to {MAX_RATE_PER_S:g} or 'inf', got {text!r}")
-    return rate
-
-
-def workload_from_args(args: argparse.Namespace) -> Workload:
-    """The workload the shared flags describe (see `add_workload_args`)."""
-    for flag, value, hi in (("--num-requests", args.num_requests, MAX_NUM_REQUESTS),
-                            ("--input-len", args.input_len, MAX_TOKENS), ("--output-len", args.output_len, MAX_TOKENS)):
-        if value is not None and not 1 <= value <= hi:
-            raise UserError(f"{flag}: must be a positive integer up to {hi:,}, got {value}")
-    check_seed(args.seed)
-    rate = None if args.request_rate is None else parse_rate(args.request_rate)
-    fixed_lengths = args.input_len is not None or args.output_len is not None
-    if args.workload is None and fixed_lengths:
-        if args.input_len is None or args.output_len is None:
-            raise UserError("--input-len/--output-len: give both for a fixed-length workload, or a --workload")
-        return fixed_workload(args.input_len, args.output_len, args.num_requests or 1000,
-                              math.inf if rate is None else rate, args.seed or 0)
-    workload = load_workload(args.workload or DEFAULT_WORKLOAD)
-    return override_workload(workload, num_requests=args.num_requests, rate_per_s=rate, input_len=args.input_len,
-                             output_len=args.output_len, seed=args.seed)
-
-
-def override_workload(workload: Workload, num_requests: int | None = None, rate_per_s: float | None = None,
-                      input_len: int | None = None, output_len: int | None = None,
-                      seed: int | None = None) -> Workload:
-    """A copy with the flags' values in place of the file's (None = keep)."""
-    changes: dict[str, Any] = {}
-    if num_requests is not None:
-        changes["num_requests"] = num_requests
-    if seed is not None:
-        changes["seed"] = seed
-    if workload.trace_path is not None:
-        if input_len is not None or output_len is not None:
-            raise UserError("--input-len/--output-len: cannot change the lengths of a replayed trace")
-        if rate_per_s is not None:
-            changes["trace_rate_per_s"] = rate_per_s
-        return replace(workload, **changes)
-    if rate_per_s is not None:
-        arrival, _, _ = workload.synthetic
-        process = arrival.process if arrival.process != "all_at_once" else "poisson"
-        changes["arrival"] = replace(arrival, process=process, rate_per_s=rate_per_s)
-    if input_len is not None:
-        changes["prompt_tokens"] = LengthDistribution("fixed", value=input_len)
-    if output_len is not None:
-        changes["output_tokens"] = LengthDistribution("fixed", value=output_len)
-    return replace(workload, **changes)

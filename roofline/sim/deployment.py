@@ -1,0 +1,90 @@
+"""One replica's deployment resolved once: the model, the device, the engine arguments checked against both, the cost
+model and the KV block count vLLM would get (`make_deployment`); a plan reuses it across runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.core.config import CacheConfig, SchedulerConfig
+from engine.core.model_spec import ModelSpec
+from roofline.cost.cpu import DEFAULT_CPU_ENGINE
+from roofline.cost.hardware import HardwareProfile, load_profile
+from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity, kv_cache_groups
+from roofline.cost.quant import QuantConfig
+from roofline.cost.step_cost import StepCostModel
+from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION, EngineArgs, engine_record
+from roofline.errors import UserError
+from roofline.registry import load_model
+
+
+@dataclass(frozen=True, eq=False)
+class Deployment:
+    """One replica's model, device and engine configuration, resolved once (a plan reuses it across runs)."""
+
+    spec: ModelSpec
+    hw: HardwareProfile
+    quant: QuantConfig
+    engine: EngineArgs
+    scheduler_config: SchedulerConfig
+    cache_config: CacheConfig
+    kv: KvCapacity
+    cost_model: StepCostModel
+    engine_record: dict[str, Any]  # the resolved engine configuration, as summaries and run metadata show it
+
+
+def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, engine: EngineArgs,
+                    cpu_engine: str = DEFAULT_CPU_ENGINE, vllm_version: str = VLLM_VERSION) -> Deployment:
+    """Resolve ids/paths, check the engine arguments against the model and the device, build the cost model
+    (`cpu_engine`: whose execution a CPU profile describes, `StepCostModel`) and compute the KV block count
+    (with `vllm_version`'s memory profile, `roofline.cost.kv_capacity`; the scheduler is vLLM 0.32's whatever it);
+    `UserError` if it cannot run."""
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    hw = hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
+    engine.check_model(spec)
+    engine.check_hardware(hw)
+    hw = engine.resolve_hardware(hw)
+    quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization,
+                                  kv_cache_dtype=engine.kv_cache_dtype, model_dtype=spec.torch_dtype,
+                                  moe_backend=engine.moe_backend,
+                                  float32_matmul_precision=engine.float32_matmul_precision)
+    max_num_seqs, max_num_batched_tokens = engine.batch_limits(spec, hw.memory_capacity_bytes,
+                                                               f"{hw.id} {hw.name}", is_cpu=False)
+    capture_sizes = (engine.cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, spec.architecture)
+                     if hw.kind != "cpu" and hw.executor.mode == "cuda_graphs" else None)
+    cost_model = StepCostModel(spec, hw, quant, engine.tensor_parallel_size, cpu_engine=cpu_engine,
+                               cudagraph_mode=engine.resolved_cudagraph_mode, capture_sizes=capture_sizes)
+    max_model_len = engine.resolved_max_model_len(spec)
+    cost_model.expect_max_num_tokens(max_num_batched_tokens)
+    gpu_memory_utilization = (engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None
+                              else DEFAULT_GPU_MEMORY_UTILIZATION)
+    kv = compute_kv_capacity(KvCapacityInputs(
+        spec=spec, memory_capacity_bytes=hw.memory_capacity_bytes,
+        weight_bytes_per_rank=cost_model.weight_bytes_per_rank(),
+        kv_bytes_per_token_per_rank=cost_model.kv_bytes_per_token_per_rank(), act_bytes=quant.act_bytes,
+        tensor_parallel_size=engine.tensor_parallel_size, block_size=engine.block_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
+        num_gpu_blocks_override=engine.num_gpu_blocks_override, auto_fit_max_model_len=engine.auto_fit_max_model_len,
+        async_scheduling=hw.executor.host_overlaps_device,
+        weights_quantized=quant.quantization != "none" or quant.experts[0] != "none", vllm_version=vllm_version))
+    max_model_len = kv.max_model_len  # lowered by --max-model-len -1 to what the KV cache holds
+    try:
+        scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                           max_model_len=max_model_len,
+                                           enable_chunked_prefill=engine.enable_chunked_prefill)
+        # A hybrid model's sliding-window groups draw from the same pool (vLLM's hybrid allocator; the one full
+        # group is the scheduler's block table, `kv_cache_groups` gives every shipped hybrid model one).
+        _, full_groups, sliding_groups = kv_cache_groups(spec)
+        assert full_groups == 1, f"{spec.name}: {full_groups} full-attention KV groups"
+        cache_config = CacheConfig(num_blocks=kv.num_gpu_blocks, block_size=engine.block_size,
+                                   enable_prefix_caching=engine.enable_prefix_caching,
+                                   num_sliding_groups=sliding_groups,
+                                   sliding_window=(spec.sliding_window or 0) if sliding_groups else 0,
+                                   sliding_admission_cap_blocks=kv.sliding_blocks_per_request // max(sliding_groups, 1))
+    except ValueError as exc:
+        raise UserError(f"engine configuration: {exc}") from None
+    record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization,
+                           hw.executor.host_overlaps_device, cost_model.cudagraph_mode, cost_model.max_capture_size)
+    return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record)
+

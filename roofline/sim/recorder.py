@@ -1,0 +1,156 @@
+"""What a simulation records while it runs (per request and per step, kept as arrays of numbers) and the result it
+builds from them: the request and step tables, the inter-token gaps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.core import metrics
+from engine.core.request import Request
+from engine.core.step_record import StepRecords, StepSequences
+from roofline.sim.metrics import InterTokenLatencies, SummaryOptions, summarize
+from roofline.sim.workload import RequestSpec
+
+
+@dataclass
+class SimulationResult:
+    """What a run produced; `requests` in workload order, `steps` in (start time, replica) order."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    itl: InterTokenLatencies
+    # Per step: query, context, emits (empty unless the steps were recorded), and each sequence's request id.
+    step_seqs: StepSequences = field(repr=False)
+    wall_time_s: float = 0.0
+
+    @property
+    def step_request_ids(self) -> list[tuple[str, ...]]:
+        """Per step, aligned with `step_seqs`: the request id of each sequence."""
+        return self.step_seqs.all_request_ids()
+
+    @property
+    def timeseries(self) -> pd.DataFrame:
+        """KV usage and running/waiting requests of each replica at each step start."""
+        return self.steps[["start_s", "replica", "num_running", "num_waiting", "num_kv_blocks_used",
+                           "kv_usage"]].rename(columns={"start_s": "time_s"})
+
+    def summary(self, options: SummaryOptions = SummaryOptions()) -> dict[str, Any]:
+        return summarize(self.requests, self.itl, self.steps, options)
+
+
+class Recorder:
+    """Per-request and per-step records, kept compact (arrays of numbers, not objects)."""
+
+    def __init__(self, specs: Sequence[RequestSpec], record_steps: bool) -> None:
+        n = len(specs)
+        self.row_of = {s.request_id: i for i, s in enumerate(specs)}
+        self.first_scheduled = np.full(n, np.nan)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.num_output = np.zeros(n, np.int64)
+        self.num_preemptions = np.zeros(n, np.int64)
+        self.num_prefix_hits = np.zeros(n, np.int64)
+        self.replica = np.zeros(n, np.int64)
+        self.sent = np.full(n, np.nan)  # when the client sent it (= the arrival time in open loop)
+        # Every ITL gap of the run in finishing order, gaps [0, num_gaps) written: a request has at most its
+        # max_tokens - 1 gaps, so the arrays rarely grow. Each finished request's gaps are written straight into
+        # them (`_write_gaps`): no per-batch arrays and no concatenation at the end, whose fresh pages (~70 MB at
+        # 10,000 requests) cost page faults, on this VM a tenth of the run's CPU time (BENCHMARKS.md). Pages
+        # past the gaps written are never touched.
+        capacity = sum(max(s.num_output_tokens - 1, 0) for s in specs)
+        self.itl_gap_s = np.empty(capacity)
+        # The row of each gap, as int32: half the memory of int64 (17.5 MB at 10,000 ShareGPT requests), the same
+        # indexing and stable sorts; rows are below 2^31.
+        assert n < 2**31, "more requests than an int32 row index holds"
+        self.itl_row = np.empty(capacity, np.int32)
+        self.num_gaps = 0
+        self.record_steps = record_steps
+        self.step_rows: list[tuple] = []
+        self.step_seqs = StepRecords()
+
+    def finished(self, req: Request, times: np.ndarray | None = None) -> None:
+        """Record a finished request; `times`: its tokens' times where they differ from those the scheduler stamped
+        (the client's, behind an API server of more than one process)."""
+        row = self.row_of[req.request_id]
+        self.first_scheduled[row] = req.first_scheduled_time_s
+        self.num_output[row] = req.num_output_tokens
+        self.num_preemptions[row] = req.num_preemptions
+        self.num_prefix_hits[row] = req.num_prefix_hit_tokens or 0
+        if times is None:
+            self.first_token[row] = req.first_token_time_s
+            self.finish[row] = req.finish_time_s
+            times = req.token_times_array  # (mostly a view of the scheduler's array of step times: no conversion)
+        else:
+            self.first_token[row] = times[0]
+            self.finish[row] = times[-1]
+        if len(times) > 1:
+            self._write_gaps(row, times)
+
+    def _write_gaps(self, row: int, times: np.ndarray) -> None:
+        """Append the request's inter-token gaps (np.diff of its token times, the same floats as
+        `engine.core.metrics.itl_s`) and their row."""
+        n = len(times)
+        start = self.num_gaps
+        end = self.num_gaps = start + n - 1
+        if end > len(self.itl_gap_s):
+            self.itl_gap_s = np.concatenate((self.itl_gap_s[:start], np.empty(2 * end - start)))
+            self.itl_row = np.concatenate((self.itl_row[:start], np.empty(2 * end - start, np.int32)))
+        np.subtract(times[1:n], times[:n - 1], out=self.itl_gap_s[start:end])
+        self.itl_row[start:end] = row
+
+
+# One row per step; the names of engine.core.trace's step columns where they exist.
+STEP_COLUMNS = ("replica", "step_index", "start_s", "end_s", "duration_s", "num_seqs", "num_batched_tokens",
+                "num_prefill_tokens", "num_decode_tokens", "num_output_tokens", "num_preemptions",
+                "num_new_prefix_hit_tokens", "num_kv_blocks_used", "num_kv_blocks_total", "kv_usage", "num_running",
+                "num_waiting")
+
+
+def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float) -> SimulationResult:
+    due = np.array([s.arrival_s for s in specs], dtype=float)
+    arrival = rec.sent  # at the server: when the client sent it
+    num_output = rec.num_output
+    # The last token is sampled in the step that finishes the request: finish is the last token's time.
+    tpot = metrics.tpot_s_array(rec.first_token, rec.finish, num_output)
+    requests = pd.DataFrame({
+        "request_id": [s.request_id for s in specs],
+        "replica": rec.replica,
+        "arrival_s": arrival,
+        "client_queue_s": arrival - due,
+        "num_prompt_tokens": np.array([s.num_prompt_tokens for s in specs], dtype=np.int64),
+        "num_output_tokens": num_output,
+        "first_scheduled_s": rec.first_scheduled,
+        "first_token_s": rec.first_token,
+        "finish_s": rec.finish,
+        "queueing_s": metrics.queueing_s(arrival, rec.first_scheduled),
+        "ttft_s": metrics.ttft_s(arrival, rec.first_token),
+        "tpot_s": tpot,
+        "e2e_s": metrics.e2e_s(arrival, rec.finish),
+        "num_preemptions": rec.num_preemptions,
+        "num_prefix_hit_tokens": rec.num_prefix_hits,
+    })
+    steps = _step_table(rec.step_rows)
+    itl = InterTokenLatencies(rec.itl_gap_s[:rec.num_gaps], rec.itl_row[:rec.num_gaps])
+    return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s)
+
+
+def _step_table(rows: list[tuple]) -> pd.DataFrame:
+    """The step rows as a DataFrame of STEP_COLUMNS: column by column where every value of a column is a Python
+    int or every one a float (the int64 and float64 columns pandas infers from the tuples, ~5x faster), else as
+    pandas builds it from the tuples."""
+    if rows:
+        columns = {}
+        for name, values in zip(STEP_COLUMNS, zip(*rows)):
+            kinds = set(map(type, values))
+            if kinds != {int} and kinds != {float}:
+                break
+            columns[name] = np.array(values, dtype=np.int64 if int in kinds else np.float64)
+        else:
+            return pd.DataFrame(columns)
+    return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+
