@@ -51,9 +51,17 @@ def check_supported_moe(spec: ModelSpec) -> None:
                          f"{', '.join(SUPPORTED_MOE_ARCHITECTURES)}")
 
 
+# Dense architectures whose layers this engine builds (Llama's layer; Qwen2's qkv bias, Qwen3's q/k norm).
+SUPPORTED_DENSE_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+
+
 def check_supported(spec: ModelSpec, max_model_len: int) -> None:
     """A `ValueError` naming what the engine cannot run for this model."""
     check_supported_moe(spec)
+    if not spec.is_moe and spec.architecture not in SUPPORTED_DENSE_ARCHITECTURES:
+        raise ValueError(f"model '{spec.name}': {spec.architecture} is not supported by the engine; it runs "
+                         f"{', '.join(SUPPORTED_DENSE_ARCHITECTURES)} and the mixture of experts "
+                         f"{', '.join(SUPPORTED_MOE_ARCHITECTURES)}; `roofline simulate` models this model")
     if spec.rope_scaling is not None and spec.rope_scaling.rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"model '{spec.name}': rope_scaling type '{spec.rope_scaling.rope_type}' is not supported "
                          f"by the engine; allowed: {', '.join(SUPPORTED_ROPE_TYPES)}")

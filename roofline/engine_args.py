@@ -274,10 +274,12 @@ def derived_max_model_len(spec: ModelSpec) -> int:
     """The longest context vLLM 0.32 allows for a model (vllm/config/model.py `_get_and_verify_max_len`): its
     max_position_embeddings, times the RoPE scaling factor for RoPE types that do not already include it
     (linear, dynamic). vLLM also caps it at a sliding window only when `--disable-sliding-window` is given, a
-    flag not modelled here."""
+    flag not modelled here. Gemma 3's linear scaling is left out (`"gemma3" not in hf_config.model_type` there: its
+    factor scales the global layers' RoPE, not the context)."""
     scaling = spec.rope_scaling
     factor = 1.0
-    if scaling is not None and scaling.rope_type not in _PRESCALED_ROPE_TYPES and scaling.rope_type != "default":
+    if scaling is not None and scaling.rope_type not in _PRESCALED_ROPE_TYPES and scaling.rope_type != "default" \
+            and spec.architecture != "Gemma3ForCausalLM":
         factor = scaling.factor
     return int(spec.max_position_embeddings * factor)
 

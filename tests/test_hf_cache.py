@@ -62,10 +62,10 @@ def test_cache_folder_follows_huggingface_hub(tmp_path: Path, monkeypatch: pytes
 
 
 def test_cached_model_resolves_by_hf_id(hub: Path) -> None:
-    config = cache_model(hub, "Qwen/Qwen3-14B", CONFIG)
-    assert resolve_model("Qwen/Qwen3-14B") == (config, "Qwen/Qwen3-14B")
-    spec = load_model("Qwen/Qwen3-14B")
-    assert (spec.name, spec.num_layers, spec.hidden_size, spec.qk_norm) == ("Qwen/Qwen3-14B", 40, 5120, True)
+    config = cache_model(hub, "acme/Qwen3-Custom-14B", CONFIG)
+    assert resolve_model("acme/Qwen3-Custom-14B") == (config, "acme/Qwen3-Custom-14B")
+    spec = load_model("acme/Qwen3-Custom-14B")
+    assert (spec.name, spec.num_layers, spec.hidden_size, spec.qk_norm) == ("acme/Qwen3-Custom-14B", 40, 5120, True)
     assert spec.checkpoint_quant is None
 
 
@@ -73,8 +73,8 @@ def test_hf_home_locates_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    cache_model(tmp_path / "hf" / "hub", "Qwen/Qwen3-14B", CONFIG)
-    assert load_model("Qwen/Qwen3-14B").num_layers == 40
+    cache_model(tmp_path / "hf" / "hub", "acme/Qwen3-Custom-14B", CONFIG)
+    assert load_model("acme/Qwen3-Custom-14B").num_layers == 40
 
 
 def test_cached_quantization_is_read(hub: Path) -> None:
@@ -82,9 +82,9 @@ def test_cached_quantization_is_read(hub: Path) -> None:
     cache_model(hub, "Org/Fp8", {**CONFIG, "quantization_config": {"quant_method": "fp8",
                                                                     "activation_scheme": "dynamic"}})
     assert load_model("Org/Fp8").checkpoint_quant.method == "fp8"  # type: ignore[union-attr]
-    cache_model(hub, "nvidia/Qwen3-14B-NVFP4", CONFIG,
+    cache_model(hub, "acme/Qwen3-Custom-14B-NVFP4", CONFIG,
                 quant={"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}})
-    quant = load_model("nvidia/Qwen3-14B-NVFP4").checkpoint_quant
+    quant = load_model("acme/Qwen3-Custom-14B-NVFP4").checkpoint_quant
     assert quant is not None and (quant.method, quant.ignore) == ("nvfp4", ("lm_head",))
 
 
@@ -124,11 +124,11 @@ def test_a_path_comes_last(hub: Path, tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_a_miss_says_where_it_looked(hub: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cached_config("Qwen/Qwen3-14B") == f"{hub / 'models--Qwen--Qwen3-14B'}: no such folder"
-    code = main(["simulate", "--model", "Qwen/Qwen3-14B", "--hardware", "h100-sxm", "--num-requests", "2"])
+    assert cached_config("acme/Qwen3-Custom-14B") == f"{hub / 'models--acme--Qwen3-Custom-14B'}: no such folder"
+    code = main(["simulate", "--model", "acme/Qwen3-Custom-14B", "--hardware", "h100-sxm", "--num-requests", "2"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err
-    assert str(hub / "models--Qwen--Qwen3-14B") in err and "huggingface-cli download Qwen/Qwen3-14B" in err
+    assert str(hub / "models--acme--Qwen3-Custom-14B") in err and "huggingface-cli download acme/Qwen3-Custom-14B" in err
     assert "pass a config.json or model directory as --model" in err
 
 
@@ -139,9 +139,9 @@ def test_a_snapshot_without_config_is_a_miss(hub: Path) -> None:
 
 
 def test_simulate_runs_a_cached_model(hub: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cache_model(hub, "Qwen/Qwen3-14B", CONFIG)
-    code = main(["simulate", "--model", "Qwen/Qwen3-14B", "--hardware", "h100-sxm", "--num-prompts", "4",
+    cache_model(hub, "acme/Qwen3-Custom-14B", CONFIG)
+    code = main(["simulate", "--model", "acme/Qwen3-Custom-14B", "--hardware", "h100-sxm", "--num-prompts", "4",
                  "--dataset-name", "random", "--random-input-len", "64", "--random-output-len", "4", "--json"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
-    assert (summary["model"], summary["num_requests"]) == ("Qwen/Qwen3-14B", 4)
+    assert (summary["model"], summary["num_requests"]) == ("acme/Qwen3-Custom-14B", 4)

@@ -150,18 +150,18 @@ def test_qwen3_moe_reads_moe_intermediate_size() -> None:
 
 def test_unsupported_architecture_lists_the_moe_ones(tmp_path: Path) -> None:
     config = json.loads(resolve("model", "llama-tiny").read_text())
-    config["architectures"] = ["Glm4MoeForCausalLM"]
+    config["architectures"] = ["Qwen3NextForCausalLM"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="Glm4MoeForCausalLM.*GptOssForCausalLM, Qwen3MoeForCausalLM, "
+    with pytest.raises(ValueError, match="Qwen3NextForCausalLM.*GptOssForCausalLM, Qwen3MoeForCausalLM, "
                                          "MiniMaxM2ForCausalLM, DeepseekV3ForCausalLM"):
         ModelSpec.from_path(tmp_path)
 
 
 def test_unsupported_quantization_method_is_an_error(tmp_path: Path) -> None:
     config = json.loads(resolve("model", "qwen3-30b-a3b").read_text())
-    config["quantization_config"] = {"quant_method": "awq", "bits": 4}
+    config["quantization_config"] = {"quant_method": "bitsandbytes"}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="quant_method 'awq' is not supported; allowed: fp8"):
+    with pytest.raises(ValueError, match="quant_method 'bitsandbytes' is not supported; allowed: fp8"):
         ModelSpec.from_path(tmp_path)
 
 

@@ -44,19 +44,48 @@ SUPPORTED_ARCHITECTURES = (
     "Qwen3MoeForCausalLM",
     "MiniMaxM2ForCausalLM",
     "DeepseekV3ForCausalLM",
+    "Glm4MoeForCausalLM",
+    "Gemma3ForCausalLM",
+    "Phi3ForCausalLM",
 )
-# Wrappers whose text model is a supported architecture: read from their `text_config`.
-_TEXT_CONFIG_WRAPPERS = ("KimiK25ForConditionalGeneration",)
+# Wrappers whose text model is a supported architecture: read from their `text_config` (the vision tower left out);
+# the text model's architecture where its text_config names none (HF's multimodal configs: Gemma 3 4B-27B,
+# Mistral-Small-3.1 / 3.2).
+_TEXT_CONFIG_WRAPPERS = {"KimiK25ForConditionalGeneration": "DeepseekV3ForCausalLM",
+                         "Gemma3ForConditionalGeneration": "Gemma3ForCausalLM",
+                         "Mistral3ForConditionalGeneration": "MistralForCausalLM"}
+# Architectures refused by the layer they add, named (issue 39): their per-request state or attention pattern is not
+# what the cost model and the KV-cache manager describe.
+_REFUSED_ARCHITECTURES = {
+    "Qwen3NextForCausalLM": "gated DeltaNet linear-attention layers with a per-request recurrent state (vLLM "
+                            "qwen3_next.py GatedDeltaNet, MambaSpec state) among its full-attention layers",
+    "NemotronHForCausalLM": "Mamba-2 state-space layers with a per-request SSM state (vLLM nemotron_h.py "
+                            "MambaMixer2) among its attention layers",
+    "Llama4ForConditionalGeneration": "Llama 4: chunked local attention of attention_chunk_size tokens with NoPE "
+                                      "global layers every fourth layer, MoE on interleave_moe_layer_step layers",
+    "Llama4ForCausalLM": "Llama 4: chunked local attention of attention_chunk_size tokens with NoPE global layers "
+                         "every fourth layer, MoE on interleave_moe_layer_step layers",
+}
+# Gemma 3's text config as transformers' Gemma3TextConfig defaults it (transformers 5.x
+# models/gemma3/configuration_gemma3.py): HF's multimodal Gemma 3 configs leave these out of text_config.
+_GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+                         "rope_theta": 1_000_000.0, "tie_word_embeddings": True, "head_dim": 256,
+                         "sliding_window": 4096, "sliding_window_pattern": 6}
 _MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
                 "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss",
                 "Qwen3MoeForCausalLM": "qwen3_moe", "MiniMaxM2ForCausalLM": "minimax_m2",
-                "DeepseekV3ForCausalLM": "deepseek_v3"}
+                "DeepseekV3ForCausalLM": "deepseek_v3", "Glm4MoeForCausalLM": "glm4_moe",
+                "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3"}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 # quant_method of a checkpoint's quantization_config (or hf_quant_config.json's quant_algo) -> our scheme name
 # (`roofline.cost.quant`). fp8 with weight_block_size [128, 128] is "fp8-block".
 # compressed-tensors 4-bit integer weights with a bf16 scale per group of 32, 16-bit activations (Kimi-K2.5's experts)
 # is "w4a16-int4".
-CHECKPOINT_QUANT_METHODS = ("fp8", "fp8-block", "mxfp4", "nvfp4", "w4a16-int4")
+# AutoAWQ / GPTQ 4-bit weights in groups of 128 (vLLM awq_marlin / gptq_marlin) are "awq" / "gptq";
+# compressed-tensors 8-bit integer weights and activations (W8A8, vLLM `CompressedTensorsW8A8Int8`) "int8", its 8-bit
+# float weights and activations (`CompressedTensorsW8A8Fp8`) "fp8".
+CHECKPOINT_QUANT_METHODS = ("fp8", "fp8-block", "mxfp4", "nvfp4", "w4a16-int4", "awq", "gptq", "int8")
+_INT4_GROUP_SIZE = 128
 
 _ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 
@@ -95,6 +124,12 @@ class CheckpointQuant:
                 raw["weight_block_size"] = [128, 128]
         elif self.method == "nvfp4":
             raw = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+        elif self.method in ("awq", "gptq"):
+            raw = {"quant_method": self.method, "bits": 4, "group_size": _INT4_GROUP_SIZE}
+        elif self.method == "int8":
+            raw = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+                "targets": ["Linear"], "input_activations": {"num_bits": 8, "type": "int", "strategy": "token"},
+                "weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}}
         elif self.method == "w4a16-int4":
             raw = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
                 "targets": ["Linear"], "input_activations": None,
@@ -193,6 +228,9 @@ class ModelSpec:
     num_expert_groups: int = 1
     topk_expert_groups: int = 1
     num_mtp_layers: int = 0
+    # Gemma 3: RMSNorms before and after both attention and the MLP (input, post_attention, pre_feedforward,
+    # post_feedforward; vLLM gemma3.py `Gemma3DecoderLayer`): four per layer, not two.
+    sandwich_norms: bool = False
 
     def __post_init__(self) -> None:
         where = f"model '{self.name}'"
@@ -254,7 +292,9 @@ class ModelSpec:
         minimax_m2.py, 0.19.0 and 0.32.0 alike), so its GEMM runs at the float32 matmul precision vLLM sets
         (`VLLM_FLOAT32_MATMUL_PRECISION`, default "highest": true fp32, no tensor cores). Other architectures
         route in the activation dtype."""
-        return self.architecture == "MiniMaxM2ForCausalLM"
+        # GLM-4.x MoE likewise: its gate is an fp32 nn.Linear fed `hidden_states.to(torch.float32)` (vLLM
+        # models/glm4_moe.py `Glm4MoE`).
+        return self.architecture in ("MiniMaxM2ForCausalLM", "Glm4MoeForCausalLM")
 
     @property
     def q_size(self) -> int:
@@ -306,7 +346,7 @@ class ModelSpec:
             mlp += 3 * h * self.intermediate_size * self.num_shared_experts
             if self.router_bias:
                 mlp += self.num_experts
-        return {"attention": self.attention_params(), "mlp": mlp, "norms": 2 * h}
+        return {"attention": self.attention_params(), "mlp": mlp, "norms": (4 if self.sandwich_norms else 2) * h}
 
     def expert_params(self) -> int:
         """One expert's (or the dense MLP's) gate, up and down projections, with their biases."""
@@ -364,10 +404,18 @@ class ModelSpec:
         archs = config.get("architectures") or []
         arch = archs[0] if archs else None
         if arch in _TEXT_CONFIG_WRAPPERS and isinstance(config.get("text_config"), dict):
-            return cls.from_hf_config(_text_model_config(config), name)
+            text = _text_model_config(config)
+            text.setdefault("architectures", [_TEXT_CONFIG_WRAPPERS[arch]])
+            return cls.from_hf_config(text, name)
+        if arch == "Gemma3ForCausalLM":
+            config = {**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in config.items() if v is not None or
+                                                  k == "rope_scaling"}}
         if arch == "DeepseekV32ForCausalLM":
             raise ValueError(f"{where}: architecture 'DeepseekV32ForCausalLM' (DeepSeek-V3.2's sparse attention: an "
                              f"indexer selecting {config.get('index_topk', 2048)} keys per query) is not modelled; "
+                             f"allowed: {', '.join(SUPPORTED_ARCHITECTURES)}")
+        if arch in _REFUSED_ARCHITECTURES:
+            raise ValueError(f"{where}: architecture {arch!r} ({_REFUSED_ARCHITECTURES[arch]}) is not modelled; "
                              f"allowed: {', '.join(SUPPORTED_ARCHITECTURES)}")
         if arch not in SUPPORTED_ARCHITECTURES:
             raise ValueError(f"{where}: architecture {arch!r} is not supported; "
@@ -405,14 +453,26 @@ class ModelSpec:
             # vLLM's gpt_oss.py slides on even layers (`layer_idx % 2 == 0`); the config's layer_types say the same.
             layer_types = layer_types or ["sliding_attention" if i % 2 == 0 else "full_attention"
                                           for i in range(need("num_hidden_layers"))]
+        elif arch == "Gemma3ForCausalLM":
+            # vLLM gemma3.py: a layer slides when config.layer_types says so; older configs give
+            # sliding_window_pattern instead: every pattern-th layer is global (transformers' Gemma3TextConfig).
+            pattern = int(config.get("sliding_window_pattern") or 6)
+            layer_types = layer_types or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+                                          for i in range(need("num_hidden_layers"))]
         elif layer_types is not None and arch not in ("MistralForCausalLM",):
             layer_types = None  # other architectures apply one attention type to every layer in vLLM
         eos = config.get("eos_token_id")
         if isinstance(eos, list):
             eos = eos[0] if eos else None
         moe = arch in ("MixtralForCausalLM", "GptOssForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
-                       "DeepseekV3ForCausalLM")
+                       "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM")
         deepseek = arch == "DeepseekV3ForCausalLM"
+        # GLM-4.5 / 4.6 (vLLM models/glm4_moe.py): DeepSeek-V3's MoE layout (first_k_dense_replace dense layers,
+        # shared experts, sigmoid routing with e_score_correction_bias, grouped top-k) under GQA attention with
+        # optional qkv bias (attention_bias), optional per-head q/k RMSNorm (use_qk_norm) and RoPE on
+        # partial_rotary_factor of each head (0.5).
+        glm = arch == "Glm4MoeForCausalLM"
+        deepseek_moe = deepseek or glm
         mla = None
         if deepseek:
             if config.get("moe_layer_freq", 1) != 1:
@@ -426,14 +486,15 @@ class ModelSpec:
                 raise ValueError(f"{where}: dense layers among MoE layers (mlp_only_layers, decoder_sparse_step "
                                  f"!= 1) are not supported")
             inter = need("moe_intermediate_size")
-        elif deepseek:
+        elif deepseek_moe:
             inter = need("moe_intermediate_size")
         else:
             inter = need("intermediate_size")
         if arch == "MiniMaxM2ForCausalLM" and config.get("shared_intermediate_size", 0):
             raise ValueError(f"{where}: shared experts (shared_intermediate_size > 0) are not supported")
         num_experts = ({"Qwen3MoeForCausalLM": config.get("num_experts"), "DeepseekV3ForCausalLM":
-                        config.get("n_routed_experts")}.get(arch, config.get("num_local_experts"))) if moe else 0
+                        config.get("n_routed_experts"), "Glm4MoeForCausalLM": config.get("n_routed_experts")}
+                       .get(arch, config.get("num_local_experts"))) if moe else 0
         topk = (config.get("num_experts_per_tok") or config.get("experts_per_token")) if moe else 0
         gpt_oss = arch == "GptOssForCausalLM"
         minimax = arch == "MiniMaxM2ForCausalLM"
@@ -455,14 +516,15 @@ class ModelSpec:
             rope_scaling=rope_scaling,
             max_position_embeddings=config.get("max_position_embeddings", 4096),
             rms_norm_eps=float(config.get("rms_norm_eps", 1e-5)),
-            qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM") or (minimax and
-                                                                            bool(config.get("use_qk_norm"))),
+            qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM")
+            or ((minimax or glm) and bool(config.get("use_qk_norm"))),
             attention_bias=arch == "Qwen2ForCausalLM" or bool(config.get("attention_bias", False)),
             sliding_window=sliding,
             num_experts=num_experts or 0,
             num_experts_per_tok=topk or 0,
             norm_topk_prob=bool(config.get("norm_topk_prob", False)) if arch in ("Qwen3MoeForCausalLM",
-                                                                                  "DeepseekV3ForCausalLM") else True,
+                                                                                  "DeepseekV3ForCausalLM",
+                                                                                  "Glm4MoeForCausalLM") else True,
             torch_dtype=str(config.get("torch_dtype") or config.get("dtype") or "bfloat16"),
             bos_token_id=config.get("bos_token_id"),
             eos_token_id=eos,
@@ -470,18 +532,20 @@ class ModelSpec:
             attention_sinks=gpt_oss,
             o_proj_bias=gpt_oss and bool(config.get("attention_bias", False)),
             qk_norm_per_layer=minimax and config.get("qk_norm_type", "per_layer") == "per_layer",
-            rotary_dim=config.get("rotary_dim") if minimax else None,
+            rotary_dim=config.get("rotary_dim") if minimax else
+            int(head_dim * float(config.get("partial_rotary_factor", 0.5))) if glm else None,
             expert_bias=gpt_oss,
             router_bias=gpt_oss or (minimax and bool(config.get("use_routing_bias", False)))
-            or (deepseek and config.get("topk_method") == "noaux_tc"),  # e_score_correction_bias
+            or (deepseek and config.get("topk_method") == "noaux_tc") or glm,  # e_score_correction_bias
             checkpoint_quant=checkpoint_quant(config.get("quantization_config"), where),
             mla=mla,
-            num_dense_layers=int(config.get("first_k_dense_replace") or 0) if deepseek else 0,
-            dense_intermediate_size=need("intermediate_size") if deepseek else 0,
-            num_shared_experts=int(config.get("n_shared_experts") or 0) if deepseek else 0,
-            num_expert_groups=int(config.get("n_group") or 1) if deepseek else 1,
-            topk_expert_groups=int(config.get("topk_group") or 1) if deepseek else 1,
-            num_mtp_layers=int(config.get("num_nextn_predict_layers") or 0) if deepseek else 0,
+            num_dense_layers=int(config.get("first_k_dense_replace") or 0) if deepseek_moe else 0,
+            dense_intermediate_size=need("intermediate_size") if deepseek_moe else 0,
+            num_shared_experts=int(config.get("n_shared_experts") or 0) if deepseek_moe else 0,
+            num_expert_groups=int(config.get("n_group") or 1) if deepseek_moe else 1,
+            topk_expert_groups=int(config.get("topk_group") or 1) if deepseek_moe else 1,
+            num_mtp_layers=int(config.get("num_nextn_predict_layers") or 0) if deepseek_moe else 0,
+            sandwich_norms=arch == "Gemma3ForCausalLM",
         )
 
     @classmethod
@@ -548,6 +612,14 @@ class ModelSpec:
             config.update(use_qk_norm=self.qk_norm, qk_norm_type="per_layer" if self.qk_norm_per_layer else
                           "per_head", rotary_dim=self.rotary_dim, use_routing_bias=self.router_bias,
                           shared_intermediate_size=0, scoring_func="sigmoid")
+        if self.architecture == "Glm4MoeForCausalLM":
+            del config["num_local_experts"]
+            config.update(n_routed_experts=self.num_experts, moe_intermediate_size=self.intermediate_size,
+                          intermediate_size=self.dense_intermediate_size, first_k_dense_replace=self.num_dense_layers,
+                          n_shared_experts=self.num_shared_experts, n_group=self.num_expert_groups,
+                          topk_group=self.topk_expert_groups, num_nextn_predict_layers=self.num_mtp_layers,
+                          norm_topk_prob=self.norm_topk_prob, use_qk_norm=self.qk_norm,
+                          partial_rotary_factor=(self.rotary_dim or self.head_dim) / self.head_dim)
         if self.mla is not None:
             del config["num_local_experts"], config["head_dim"]
             config.update(q_lora_rank=self.mla.q_lora_rank, kv_lora_rank=self.mla.kv_lora_rank,
@@ -596,6 +668,11 @@ def checkpoint_quant(raw: dict[str, Any] | None, where: str) -> CheckpointQuant 
                    or raw.get("exclude_modules") or ())
     if method == "compressed-tensors":
         method = _compressed_tensors_method(raw, where)
+    elif method in ("awq", "gptq"):
+        bits, group = raw.get("bits", raw.get("w_bit")), raw.get("group_size", raw.get("q_group_size"))
+        if (bits, group) != (4, _INT4_GROUP_SIZE):
+            raise ValueError(f"{where}: {method} with bits {bits}, group_size {group} is not supported; allowed: "
+                             f"bits 4, group_size {_INT4_GROUP_SIZE}")
     elif method == "modelopt":
         algo = str(raw.get("quant_algo", "")).upper()
         method = {"FP8": "fp8", "NVFP4": "nvfp4"}.get(algo, f"modelopt {algo}")
@@ -608,7 +685,7 @@ def checkpoint_quant(raw: dict[str, Any] | None, where: str) -> CheckpointQuant 
     if method not in CHECKPOINT_QUANT_METHODS:
         raise ValueError(f"{where}: quantization_config quant_method {method!r} is not supported; "
                          f"allowed: fp8 (per-tensor or weight_block_size [128, 128]), mxfp4, modelopt FP8 / NVFP4, "
-                         f"compressed-tensors W4A16 int4 group 32")
+                         f"awq / gptq (4-bit, group 128), compressed-tensors W4A16 int4 group 32, W8A8 int8 or fp8")
     return CheckpointQuant(method=method, ignore=ignore)
 
 
@@ -621,8 +698,17 @@ def _compressed_tensors_method(raw: dict[str, Any], where: str) -> str:
                 g.get("input_activations") is None) for g in groups for w in [g.get("weights") or {}]}
     if schemes == {("int", 4, "group", 32, True)}:
         return "w4a16-int4"
+    # W8A8: 8-bit weights (per channel or per tensor) and 8-bit activations (vLLM CompressedTensorsW8A8Int8 / Fp8).
+    acts = {(a.get("type"), a.get("num_bits")) for g in groups for a in [g.get("input_activations") or {}]}
+    eight_bit = {(t, b, st) for t, b, st, _, _ in schemes}
+    if eight_bit == {("int", 8, "channel")} or eight_bit == {("int", 8, "tensor")}:
+        if acts == {("int", 8)}:
+            return "int8"
+    if eight_bit in ({("float", 8, "channel")}, {("float", 8, "tensor")}) and acts == {("float", 8)}:
+        return "fp8"
     raise ValueError(f"{where}: compressed-tensors scheme {sorted(map(str, schemes))} is not supported; "
-                     f"allowed: 4-bit int weights, group_size 32, 16-bit activations (W4A16)")
+                     f"allowed: 4-bit int weights, group_size 32, 16-bit activations (W4A16); 8-bit int or float "
+                     f"weights per channel or tensor with 8-bit activations of the same type (W8A8)")
 
 
 def format_params(n: float) -> str:

@@ -457,6 +457,9 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any,
         ops.append(all_reduce_record("attn_all_reduce", t * h * a, n_l, tp, eager))
     ops.append(elementwise_record("post_attn_norm", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, n_l, a,
                                   h * a))
+    if spec.sandwich_norms:  # Gemma 3: the attention output and the MLP output normed too (`ModelSpec.sandwich_norms`)
+        ops.append(elementwise_record("sandwich_norms", 2 * t * h, 2 * t * h, _NORM_FLOPS_PER_ELEMENT / 2, 2 * n_l,
+                                      a, h * a))
     if spec.is_moe:
         n_moe, n_dense = spec.num_moe_layers, spec.num_dense_layers
         if n_dense:  # DeepSeek's first dense layers (first_k_dense_replace)
@@ -551,7 +554,7 @@ def weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float
     qk_norm = 0
     if spec.qk_norm:
         qk_norm = (r.heads + r.kv_heads) * r.head_dim if spec.qk_norm_per_layer else 2 * r.head_dim
-    norms = (2 * h + qk_norm) * a
+    norms = ((4 if spec.sandwich_norms else 2) * h + qk_norm) * a
     embed = r.vocab * h * a
     lm_head = 0.0 if spec.tie_word_embeddings else embed
     n_dense = spec.num_dense_layers if spec.is_moe else 0
