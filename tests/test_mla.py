@@ -98,3 +98,26 @@ def test_step_time_paths_agree_for_mla() -> None:
     contexts = np.array([100, 2000])
     decodes = StepArrays(np.ones(2, int), contexts, np.ones(2, int))
     assert model.time_s(decodes) == model._arrays_time_s(*decodes.seq_arrays()) == model.cost(decodes).total_s
+
+
+def test_decode_tiles_follow_the_family_kernel_rows() -> None:
+    # 128 heads, one decode token over 999 cached: Triton MLA (Ada, BLOCK_H 16) 8 tiles, FlashMLA / FA3 (64 rows) 2
+    triton = MlaBatch.from_lengths([1], [999], heads=128, threshold=1, rows=16)
+    hopper = MlaBatch.from_lengths([1], [999], heads=128, threshold=512)
+    assert (triton.decode_tiles, hopper.decode_tiles) == (8, 2)
+    assert (triton.decode_latent_reads, hopper.decode_latent_reads) == (8 * 1000, 2 * 1000)
+    assert triton.decode_latent_tokens == hopper.decode_latent_tokens == 1000
+    assert triton.decode_row_keys == hopper.decode_row_keys == 128 * 1000
+    spec = replace(load_model("deepseek-v3"), num_layers=1, num_dense_layers=1)
+    rec = next(r for r in mla_records(spec, QuantConfig.from_user(), 1, triton) if r.name == "mla_decode")
+    assert rec.kv_read_bytes == 1000 * 576 * 2.0  # from DRAM once
+    assert rec.shape[3] == 7 * 1000 * 576 * 2.0  # read again by the 7 other tiles (mla_decode_reread_fraction)
+
+
+def test_legacy_collector_time_is_a_table_condition_only() -> None:
+    spec, hw = load_model("deepseek-r1"), load_profile("h200-sxm")
+    assert hw.efficiency.mla_table_legacy_fixed_s > 0  # fitted on H200's legacy MLA tables
+    steps = StepArrays(np.array([1, 1, 700]), np.array([100, 2000, 0]), np.array([1, 1, 1]))
+    times = [StepCostModel(spec, replace(hw, efficiency=replace(hw.efficiency, mla_table_legacy_fixed_s=v)),
+                           QuantConfig.from_user(), 8).time_s(steps) for v in (0.0, 1.0)]
+    assert times[0] == times[1]

@@ -20,7 +20,17 @@ row whose working set (weights, latents, activations of the module) fits in the 
 
 Held out by shape: the per-rank head counts whose CRC32 is 0 mod 4 (4 and 16: TP 32 and 8 of DeepSeek-V3's 128
 heads, TP 16 and 4 of Kimi-K2's 64) are never fitted on. Fitted with `roofline.calibration.fit.fit` (log residuals,
-soft-L1) on the rest: the nine `mla_*` efficiency fields per GPU (six where the tables have no fp8 KV cache).
+soft-L1) on the rest: the `mla_*` efficiency fields per GPU (those of the fp8 KV cache only where the tables have it).
+
+Two collectors: B200's tables were re-collected with aiconfigurator's fused-op fix (their collection_meta.yaml:
+ai-dynamo/aiconfigurator#1423, "the previous rows ran the never-in-serving native chain (+34%)"); the others are
+"provenance: legacy". The legacy rows are slower than the serving path: GB300's legacy 0.24.0 rows run 1.6x its
+re-collected 0.27.0 rows (median over the 8,784 shared context shapes; 35-60 us more per call at a few tokens), and
+B300's and GB200's legacy rows 1.65x B200's on the same shapes, more than the chips differ. Hence (`FIT_ON`,
+`LEGACY_HELD`): B300 and GB200 (same kernel family, same kernels) take B200's fit, their own tables judged only; the
+legacy tables of Hopper and Ada (no re-collected table in their family) are fitted with the legacy collector's time
+per call as a table condition (`mla_table_legacy_fixed_s`, never used in serving) and the serving path's times per
+call (`LEGACY_HELD`) held at B200's fit: a constant per call cannot be told apart from the collector's in one table.
 """
 
 from __future__ import annotations
@@ -38,8 +48,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.core.model_spec import ModelSpec  # noqa: E402
-from roofline.calibration.fit import fit, warm_l2_profile  # noqa: E402
+from roofline.calibration.fit import fit, warm_l2_profile, with_params  # noqa: E402
 from roofline.cost.hardware import HardwareProfile, load_profile  # noqa: E402
+from roofline.cost.kernels import kernel_family  # noqa: E402
 from roofline.cost.kernels.mla import (  # noqa: E402
     MlaBatch,
     mla_backend,
@@ -57,6 +68,11 @@ GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "b30
         "l40s": "l40s"}
 GEMM_TYPES = {"bfloat16": "none", "fp8_block": "fp8-block", "nvfp4": "nvfp4"}
 MLA_PARAMS = stage_fields("mla")  # declaration order is the fit order
+# GPUs whose MLA fields are another GPU's fit: their tables are legacy collections of the same kernels (docstring).
+FIT_ON = {"b300_sxm": "b200_sxm", "gb200": "b200_sxm"}
+LEGACY_PARAM = "mla_table_legacy_fixed_s"
+# The serving path's times per call (not per tile), held at the re-collected (B200) fit where a legacy table is fitted.
+LEGACY_HELD = tuple(n for n in MLA_PARAMS if n.endswith("_fixed_s") and "_tile_" not in n and n != LEGACY_PARAM)
 TARGET_MEDIAN, TARGET_P90 = 0.10, 0.25
 
 
@@ -68,6 +84,17 @@ def newest_version(gpu: str) -> str:
     import aiconfigurator_core
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / gpu / "mla" / "vllm"
     return max((Path(p).name for p in glob.glob(str(root / "*"))), key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def legacy_collector(gpu: str) -> bool:
+    """Whether `gpu`'s newest MLA tables come from aiconfigurator's legacy collector (module docstring): "provenance:
+    legacy" without the re-collection's `norm_dispatch` note."""
+    import aiconfigurator_core
+    import yaml
+    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / gpu / "mla" / "vllm" / newest_version(gpu)
+    meta = yaml.safe_load((root / "collection_meta.yaml").read_text())
+    tables = meta.get("tables") or {}
+    return meta.get("provenance") == "legacy" and not any("norm_dispatch" in (t or {}) for t in tables.values())
 
 
 def module_table(gpu: str) -> pd.DataFrame:
@@ -100,6 +127,7 @@ class Components:
     kv_fp8: np.ndarray
     has_decode: np.ndarray
     has_prefill: np.ndarray
+    legacy: bool = False
 
 
 def _spec(heads: int) -> ModelSpec:
@@ -109,6 +137,7 @@ def _spec(heads: int) -> ModelSpec:
 
 
 def _batches(d: pd.DataFrame, family: str | None) -> list[MlaBatch]:
+    rows = kernel_family(family).attention.mla_decode_rows
     out = []
     for row in d.itertuples():
         backend = mla_backend(family, row.kv_cache_dtype == "fp8")
@@ -117,11 +146,11 @@ def _batches(d: pd.DataFrame, family: str | None) -> list[MlaBatch]:
             q, c = np.full(b, int(row.isl)), np.zeros(b, dtype=np.int64)
         else:
             q, c = np.ones(b, dtype=np.int64), np.full(b, int(row.step) - 1)
-        out.append(MlaBatch.from_lengths(q, c, int(row.num_heads), backend.decode_threshold))
+        out.append(MlaBatch.from_lengths(q, c, int(row.num_heads), backend.decode_threshold, rows=rows))
     return out
 
 
-def components(hw: HardwareProfile, d: pd.DataFrame) -> Components:
+def components(hw: HardwareProfile, d: pd.DataFrame, legacy: bool = False) -> Components:
     """Rows grouped by (heads, linear format, KV dtype, path): each group's operators timed at once, the batch sums
     as arrays (the cost model's functions take arrays)."""
     warm_hw = warm_l2_profile(hw)
@@ -155,7 +184,7 @@ def components(hw: HardwareProfile, d: pd.DataFrame) -> Components:
             else:
                 rest[idx] += op_time_s(hw, r, quant, 1)[0]
                 rest_warm[idx] += op_time_s(warm_hw, r, quant, 1)[0]
-    return Components(rest, rest_warm, warm, dec, pre, fp8, has_d, has_p)
+    return Components(rest, rest_warm, warm, dec, pre, fp8, has_d, has_p, legacy)
 
 
 def predict(hw: HardwareProfile, comp: Components, rows: np.ndarray) -> np.ndarray:
@@ -177,6 +206,8 @@ def predict(hw: HardwareProfile, comp: Components, rows: np.ndarray) -> np.ndarr
         if s.size:
             t[np.searchsorted(idx, s)] += mla_prefill_time_s(h, *comp.prefill_shape[s].T)
         out[sel] = t
+    if comp.legacy:
+        out += hw.efficiency.mla_table_legacy_fixed_s
     return out
 
 
@@ -185,18 +216,38 @@ def _stats(pred: np.ndarray, measured: np.ndarray) -> tuple[float, float, int]:
     return float(np.median(err)), float(np.percentile(err, 90)), int(err.size)
 
 
-def run_gpu(gpu: str) -> tuple[HardwareProfile, dict[str, float], list[tuple[str, str, float, float, int]]]:
+def run_gpu(gpu: str, reference: dict[str, float] | None = None
+            ) -> tuple[HardwareProfile, dict[str, float], list[tuple[str, str, float, float, int]]]:
+    """Fit `gpu`'s mla_* fields on its training rows and judge them on all rows. `reference`: the re-collected
+    table's fit (B200's), whose `LEGACY_HELD` values a legacy table's fit holds; a GPU in `FIT_ON` is not fitted:
+    it takes `reference` whole and its rows only judge it."""
     d = module_table(gpu)
     hw = load_profile(GPUS[gpu])
-    comp = components(hw, d)
+    legacy = legacy_collector(gpu)
+    comp = components(hw, d, legacy and gpu not in FIT_ON)
     train = np.flatnonzero(~d.held_out.to_numpy())
     measured = d.measured_s.to_numpy()
-    samples = [("mla_module", {"row": int(i)}, float(measured[i])) for i in train]
-    names = [f"efficiency.{p}" for p in MLA_PARAMS]
+    names = [n for n in MLA_PARAMS if n != LEGACY_PARAM]
     if not d.kv_cache_dtype.eq("fp8").any():
         names = [n for n in names if "fp8_kv" not in n]
-    result = fit(samples, hw, names, predict=lambda p, _k, f: predict(p, comp, f["row"].to_numpy()))
-    fitted = result.profile
+    before = hw
+    if gpu in FIT_ON:
+        assert reference is not None, f"{gpu} takes {FIT_ON[gpu]}'s fit: fit that first"
+        fitted = with_params(hw, {f"efficiency.{n}": v for n, v in reference.items()})
+        values = dict(reference)
+    else:
+        start, held = hw, {}
+        if comp.legacy:
+            assert reference is not None, f"{gpu}'s legacy table holds the re-collected fit's {LEGACY_HELD}"
+            held = {n: reference[n] for n in LEGACY_HELD if n in names}
+            names = [n for n in names if n not in held] + [LEGACY_PARAM]
+            start = with_params(hw, {f"efficiency.{n}": v for n, v in held.items()}
+                                | {f"efficiency.{LEGACY_PARAM}": 30e-6})
+        samples = [("mla_module", {"row": int(i)}, float(measured[i])) for i in train]
+        result = fit(samples, start, [f"efficiency.{n}" for n in names],
+                     predict=lambda p, _k, f: predict(p, comp, f["row"].to_numpy()))
+        fitted = result.profile
+        values = {n: getattr(fitted.efficiency, n) for n in MLA_PARAMS if n in names or n in held}
     report = []
     for split, mask in (("train", ~d.held_out), ("held-out", d.held_out)):
         for phase in ("context", "generation", "all"):
@@ -205,10 +256,10 @@ def run_gpu(gpu: str) -> tuple[HardwareProfile, dict[str, float], list[tuple[str
             if rows.size:
                 med, p90, count = _stats(predict(fitted, comp, rows), measured[rows])
                 report.append((split, phase, med, p90, count))
-    before = np.flatnonzero(d.held_out.to_numpy())
-    med0, p900, _ = _stats(predict(hw, comp, before), measured[before])
-    report.append(("held-out, the profile's values before this fit", "all", med0, p900, before.size))
-    return fitted, {n.split(".", 1)[1]: v for n, v in result.values.items()}, report
+    rows = np.flatnonzero(d.held_out.to_numpy())
+    med0, p900, _ = _stats(predict(before, comp, rows), measured[rows])
+    report.append(("held-out, the profile's values before this fit", "all", med0, p900, rows.size))
+    return fitted, values, report
 
 
 def yaml_lines(values: dict[str, float]) -> list[str]:
@@ -227,10 +278,18 @@ def write_profile(gpu: str, values: dict[str, float], version: str, held: tuple[
     path = Path(__file__).resolve().parents[2] / "hardware_profiles" / f"{GPUS[gpu]}.yaml"
     lines = [ln for ln in path.read_text().splitlines() if not any(
         ln.strip().startswith((f"{_EFFICIENCY_YAML[n][0]}:", f"efficiency.{_EFFICIENCY_YAML[n][0]}:")) for n in MLA_PARAMS)]
-    source = (f"fitted by benchmarks/accuracy/mla_accuracy.py on aiconfigurator-core 0.12.0 systems/data/{gpu}/mla/vllm/"
-              f"{version}/mla_context_module_perf.parquet and mla_generation_module_perf.parquet (vLLM's default MLA "
-              f"kernels, bf16 prefill queries), the per-rank head counts whose CRC32 is not 0 mod 4; held-out "
-              f"(heads 4 and 16) median error {100 * held[0]:.1f} % (p90 {100 * held[1]:.1f} %)")
+    tables = (f"aiconfigurator-core 0.12.0 systems/data/{gpu}/mla/vllm/{version}/mla_context_module_perf.parquet and "
+              f"mla_generation_module_perf.parquet (vLLM's default MLA kernels, bf16 prefill queries)")
+    error = f"held-out (heads 4 and 16) median error {100 * held[0]:.1f} % (p90 {100 * held[1]:.1f} %)"
+    if gpu in FIT_ON:
+        source = (f"{GPUS[FIT_ON[gpu]]}'s fit by benchmarks/accuracy/mla_accuracy.py (FIT_ON: the same kernels; this "
+                  f"chip's tables are legacy collections, 1.6x slower than the serving path): against {tables}, "
+                  f"{error}")
+    else:
+        legacy = (f"; legacy collector: {', '.join(LEGACY_HELD)} held at b200's fit, the collector's own time per "
+                  f"call fitted as {LEGACY_PARAM} (a table condition)") if legacy_collector(gpu) else ""
+        source = (f"fitted by benchmarks/accuracy/mla_accuracy.py on {tables}, the per-rank head counts whose CRC32 "
+                  f"is not 0 mod 4{legacy}; {error}")
     new = [f"  {line.strip()}" for line in yaml_lines(values)]
     top = [i for i, ln in enumerate(lines) if ln and not ln.startswith((" ", "#"))]
     eff = next((i for i in top if lines[i].startswith("efficiency:")), None)
@@ -252,9 +311,14 @@ def main() -> None:
     args = ap.parse_args()
     print("| GPU | split | phase | median | p90 | rows |")
     print("|---|---|---|---|---|---|")
-    fits = {}
-    for gpu in args.gpus.split(","):
-        _, values, report = run_gpu(gpu)
+    fits: dict[str, dict[str, float]] = {}
+    gpus = sorted(args.gpus.split(","), key=lambda g: g != "b200_sxm")  # B200's fit first: the others may hold it
+    needed = sorted({"b200_sxm" for g in gpus if g in FIT_ON or legacy_collector(g)} - set(gpus))
+    for gpu in needed + gpus:
+        _, values, report = run_gpu(gpu, fits.get("b200_sxm"))
+        fits[gpu] = values
+        if gpu in needed:
+            continue
         fits[gpu] = values
         for split, phase, med, p90, count in report:
             print(f"| {gpu} | {split} | {phase} | {100 * med:.1f} % | {100 * p90:.1f} % | {count} |")

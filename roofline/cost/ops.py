@@ -405,15 +405,19 @@ def step_ops(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats,
     """Every operator of one step on one rank, in execution order (per-layer operators summed over layers), with
     the attention `kernels` of the device's family (`KernelFamily.attention`); `graph_max_tokens`: `token_ops`."""
     r = RankShape.of(spec, tp)
-    attention = mla_step_records(spec, quant, tp, s) if spec.is_mla else attention_records(r, s, quant, kernels)
+    attention = mla_step_records(spec, quant, tp, s, kernels) if spec.is_mla else attention_records(r, s, quant,
+                                                                                                    kernels)
     return token_ops(spec, quant, tp, s.num_tokens, graph_max_tokens) + attention + emit_ops(spec, quant, tp,
                                                                                              s.num_emits)
 
 
-def mla_step_records(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats) -> list[OpRecord]:
-    """An MLA model's attention records of a step (`roofline.cost.kernels.mla.mla_attention_records`)."""
+def mla_step_records(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats,
+                     kernels: AttentionKernels = FA3_KERNELS) -> list[OpRecord]:
+    """An MLA model's attention records of a step (`roofline.cost.kernels.mla.mla_attention_records`), its decode
+    work tiles as the family's `kernels` cut them (`AttentionKernels.mla_decode_rows`)."""
     from roofline.cost.kernels.mla import MlaBatch, mla_attention_records, mla_heads_per_rank
-    return mla_attention_records(spec, quant, tp, MlaBatch.from_stats(s, mla_heads_per_rank(spec, tp)))
+    batch = MlaBatch.from_stats(s, mla_heads_per_rank(spec, tp), kernels.mla_decode_rows)
+    return mla_attention_records(spec, quant, tp, batch)
 
 
 def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any,

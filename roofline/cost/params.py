@@ -303,10 +303,11 @@ class EfficiencyParams:
     # are the whole model's: they are never L2-resident. 1 = no faster than DRAM.
     l2_bandwidth_factor: float = _param(1.0, "factor", "op_tables", ("gemm",), lo=1.0, hi=64.0)
     # Multi-head latent attention (`roofline.cost.kernels.mla`): its prefill flash attention (head 192 / 128) at this
-    # factor of attention_compute_efficiency, plus a fixed time per call of the prefill path; its absorbed decode
-    # kernel (576-wide heads over the latent cache) at these fractions of the bf16 peak and the DRAM bandwidth, a
-    # fixed time per call and one per wave of 64-row work tiles; the `_fp8_kv` three for the decode kernel vLLM
-    # runs with an fp8 KV cache (another kernel on Hopper: FlashMLA).
+    # factor of attention_compute_efficiency, a fixed time per wave of its work tiles and one per call of the
+    # prefill path; its absorbed decode kernel (576-wide heads over the latent cache) at these fractions of the bf16
+    # peak and the DRAM bandwidth, a fixed time per call and one per wave of work tiles, and the fraction of the
+    # latents' repeated reads (by a sequence's other head tiles) that costs DRAM time; the `_fp8_kv` three for the
+    # decode kernel vLLM runs with an fp8 KV cache (another kernel on Hopper: FlashMLA).
     mla_prefill_compute_factor: float = _param(1.0, "factor", "mla", ("mla",), hi=2.0)
     mla_decode_compute_efficiency: float = _param(0.5, "fraction", "mla", ("mla",))
     mla_decode_memory_efficiency: float = _param(0.7, "fraction", "mla", ("mla",))
@@ -316,6 +317,12 @@ class EfficiencyParams:
     mla_decode_fp8_kv_fixed_s: float = _param(5e-6, "us", "mla", ("mla",))
     mla_prefill_fixed_s: float = _param(10e-6, "us", "mla", ("mla",))
     mla_decode_tile_fixed_s: float = _param(1e-6, "us", "mla", ("mla",))
+    mla_prefill_tile_fixed_s: float = _param(1e-6, "us", "mla", ("mla",))
+    mla_decode_reread_fraction: float = _param(1.0, "fraction", "mla", ("mla",), lo=0.0, hi=1.0)
+    # MEASUREMENT CONDITION OF THE MLA MODULE TABLES ONLY, never used by the serving step model: the time per module
+    # call that aiconfigurator's legacy MLA collector adds (its rows ran a never-in-serving native chain: the
+    # package's own B200 collection_meta.yaml, ai-dynamo/aiconfigurator#1423; `benchmarks/accuracy/mla_accuracy.py`).
+    mla_table_legacy_fixed_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None, where: str) -> "EfficiencyParams":

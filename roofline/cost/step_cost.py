@@ -502,7 +502,7 @@ class StepCostModel:
         if self.hw.kind == "cpu":
             return CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
         if self.spec.is_mla:
-            return mla_step_records(self.spec, self.quant, self.tp, s)
+            return mla_step_records(self.spec, self.quant, self.tp, s, self._attn_kernels)
         return attention_records(self.rank, s, self.quant, self._attn_kernels)
 
     def _mla_attention_s(self, s: BatchStats) -> tuple[float, int]:
@@ -510,7 +510,7 @@ class StepCostModel:
         (which depend on the number of decodes alone) computed once per number of decodes."""
         t, kernels = 0.0, 0
         k = self.hw.executor.kernels_per_elementwise_op
-        for op in mla_step_records(self.spec, self.quant, self.tp, s):
+        for op in mla_step_records(self.spec, self.quant, self.tp, s, self._attn_kernels):
             if op.kind == "mla_bmm":
                 key = (op.name, s.num_decode_seqs)
                 cached = self._mla_bmm.get(key)

@@ -57,6 +57,7 @@ class AttentionKernels:
     decode_waves: bool = False
     softmax_on_sfu: bool = False
     decode_unit_prologue: bool = True
+    mla_decode_rows: int = 64
 
 
 # vLLM's FA3 varlen on Hopper (and the FA2 kernels of Ampere, described with the same tiles): FA3 always packs
@@ -92,7 +93,8 @@ TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256)
 # (`decode_unit_prologue` False; with it the fitted per-unit prologue, tied to gemm_tile_fixed_k, charged 3.5x the
 # tables' 4 us per wave; benchmarks/accuracy/gpu_profiles.py compares both).
 FA2_SPLITKV_KERNELS = AttentionKernels(name="fa2-splitkv", q_rows=((math.inf, 64),), packs_gqa=False,
-                                       decode_heads_per_cta=64, decode_waves=True, decode_unit_prologue=False)
+                                       decode_heads_per_cta=64, decode_waves=True, decode_unit_prologue=False,
+                                       mla_decode_rows=16)
 def attention_q_tile_tokens(head_dim: int, heads: int, kv_heads: int,
                             kernels: AttentionKernels = FA3_KERNELS) -> float:
     """Tokens of one prefill work tile: the tile's query rows, divided among the query heads packed into it."""

@@ -29,8 +29,13 @@ The decode kernels per family and KV dtype (`MLA_BACKENDS`, vLLM 0.24 `CudaPlatf
 MLA, as the aiconfigurator-core tables record them): Hopper FLASH_ATTN_MLA (FA3 with a 576-wide head, bf16 KV only,
 `reorder_batch_threshold` 512) and FLASHMLA for an fp8 KV cache (threshold 128); Blackwell FLASHINFER_MLA
 (TRT-LLM-gen MLA kernels, decode only); Ada and SM120 TRITON_MLA. Prefill: FLASH_ATTN (vLLM's flash-attention)
-on all of them (`prefill/selector.py`). A decode work tile holds 64 query rows (heads x query tokens of one
-sequence: FlashMLA's and FA3's 64-row Q tile): h < 64 heads pad to 64 rows, h = 128 reads the latents twice.
+on all of them with a bf16 query (`prefill/selector.py`; the tables' context rows name it). A decode work tile holds
+`AttentionKernels.mla_decode_rows` query rows (heads x query tokens of one sequence): 64 for FlashMLA's and FA3's
+Q tile (and the Blackwell kernels, described alike), 16 for the Triton MLA kernel (vLLM
+`vllm/v1/attention/ops/triton_decode_attention.py` `_decode_grouped_att_m_fwd`: BLOCK_H = 16, grid (batch,
+cdiv(heads, 16), splits)). Fewer heads pad a tile; more heads read the latents once per tile, the repeated reads
+of one sequence's latents by its other tiles (running at the same time) partly from the L2:
+`mla_decode_reread_fraction` of their bytes cost DRAM time.
 
 The kernels' efficiencies are the chip's `mla_*` efficiency fields, fitted on the package's vLLM MLA module tables
 (`benchmarks/accuracy/mla_accuracy.py`), per KV dtype for the decode kernel.
@@ -50,8 +55,9 @@ from roofline.cost.ops import OpRecord, elementwise_record, gemm_record
 from roofline.cost.quant import QuantConfig
 from roofline.errors import UserError
 
-# Query rows of one decode work tile (heads x query tokens of a sequence): FlashMLA's `BLOCK_SIZE_M` 64
-# (csrc/flash_mla/kernels, `Flash_fwd_kernel_traits_mla`) and FA3's 64-row tile for a 576-wide head.
+# Query rows of one decode work tile (heads x query tokens of a sequence) where the family does not say otherwise
+# (`AttentionKernels.mla_decode_rows`): FlashMLA's `BLOCK_SIZE_M` 64 (csrc/flash_mla/kernels,
+# `Flash_fwd_kernel_traits_mla`) and FA3's 64-row tile for a 576-wide head.
 MLA_DECODE_ROWS = 64
 _ROPE_FLOPS_PER_ELEMENT = 3
 _NORM_FLOPS_PER_ELEMENT = 5
@@ -94,15 +100,17 @@ def mla_backend(family: str | None, kv_fp8: bool) -> MlaBackend:
 @dataclass(frozen=True)
 class MlaBatch:
     """What the MLA operators of one step depend on, per path (`MlaBackend.decode_threshold` splits them):
-    decode path: sequences, query tokens, (query token, key) pairs, padded work rows x keys (sum over sequences of
-    ceil(q h / 64) 64 (c + q)), latent reads (sum of ceil(q h / 64) (c + q)); prefill path: tokens, cached context
-    tokens (up-projected again), (query, key) pairs, query tiles, padding pairs, keys read."""
+    decode path: sequences, query tokens, work tiles (sum over sequences of ceil(q h / R), R rows a tile),
+    padded work rows x keys (sum of ceil(q h / R) R (c + q)), latent reads by all tiles (sum of ceil(q h / R)
+    (c + q)), the latents themselves (sum of c + q); prefill path: tokens, cached context tokens (up-projected
+    again), (query, key) pairs, query tiles, padding pairs, keys read."""
 
     decode_seqs: int = 0
     decode_tokens: int = 0
     decode_tiles: int = 0  # work tiles: sum over sequences of ceil(q h / 64)
     decode_row_keys: float = 0.0
     decode_latent_reads: float = 0.0
+    decode_latent_tokens: float = 0.0
     prefill_seqs: int = 0
     prefill_tokens: int = 0
     prefill_context_tokens: float = 0.0
@@ -112,22 +120,23 @@ class MlaBatch:
 
     @classmethod
     def from_lengths(cls, query_lens: Any, context_lens: Any, heads: int, threshold: int,
-                     q_tile: int = 128) -> "MlaBatch":
-        """Per-sequence query and context lengths -> the sums (query length 0 sequences are skipped)."""
+                     q_tile: int = 128, rows: int = MLA_DECODE_ROWS) -> "MlaBatch":
+        """Per-sequence query and context lengths -> the sums (query length 0 sequences are skipped); `rows`: query
+        rows of a decode work tile (`AttentionKernels.mla_decode_rows`)."""
         q = np.asarray(query_lens, dtype=np.int64)
         c = np.asarray(context_lens, dtype=np.int64)
         live = q > 0
         q, c = q[live], c[live]
         dec = q <= threshold
         qd, cd = q[dec], c[dec]
-        tiles = np.ceil(qd * heads / MLA_DECODE_ROWS)
+        tiles = np.ceil(qd * heads / rows)
         qp, cp = q[~dec].astype(np.float64), c[~dec].astype(np.float64)
         n_tiles = np.ceil(qp / q_tile)
         pairs = qp * (cp + 1) + qp * (qp - 1) / 2
         pad = (n_tiles * q_tile - qp) * (cp + qp)
         return cls(decode_seqs=int(qd.size), decode_tokens=int(qd.sum()), decode_tiles=int(tiles.sum()),
-                   decode_row_keys=float((tiles * MLA_DECODE_ROWS * (cd + qd)).sum()),
-                   decode_latent_reads=float((tiles * (cd + qd)).sum()),
+                   decode_row_keys=float((tiles * rows * (cd + qd)).sum()),
+                   decode_latent_reads=float((tiles * (cd + qd)).sum()), decode_latent_tokens=float((cd + qd).sum()),
                    prefill_seqs=int(qp.size), prefill_tokens=int(qp.sum()), prefill_context_tokens=float(cp.sum()),
                    prefill_pairs=float(pairs.sum()), prefill_q_tiles=int(n_tiles.sum()),
                    prefill_pad_pairs=float(pad.sum()))
@@ -137,15 +146,16 @@ class MlaBatch:
         return self.decode_tokens + self.prefill_tokens
 
     @classmethod
-    def from_stats(cls, s: Any, heads: int) -> "MlaBatch":
+    def from_stats(cls, s: Any, heads: int, rows: int = MLA_DECODE_ROWS) -> "MlaBatch":
         """From a step's `roofline.cost.ops.BatchStats`: its decodes (one query token) on the decode path, every
         longer query on the prefill path. vLLM sends queries up to the decode backend's `reorder_batch_threshold`
         through the decode path too (Hopper: 512 / 128 tokens); the aggregates do not keep them apart, so the step
         model charges such short chunks the prefill path (the tables' fit, `from_lengths`, splits them exactly)."""
-        tiles = -(-heads // MLA_DECODE_ROWS)
+        tiles = -(-heads // rows)
         return cls(decode_seqs=s.num_decode_seqs, decode_tokens=s.num_decode_seqs,
-                   decode_tiles=s.num_decode_seqs * tiles, decode_row_keys=tiles * MLA_DECODE_ROWS * s.decode_pairs,
-                   decode_latent_reads=tiles * s.decode_pairs, prefill_seqs=s.num_prefill_seqs,
+                   decode_tiles=s.num_decode_seqs * tiles, decode_row_keys=tiles * rows * s.decode_pairs,
+                   decode_latent_reads=tiles * s.decode_pairs, decode_latent_tokens=s.decode_pairs,
+                   prefill_seqs=s.num_prefill_seqs,
                    prefill_tokens=s.prefill_tokens, prefill_context_tokens=s.prefill_kv_tokens - s.prefill_tokens,
                    prefill_pairs=s.prefill_pairs, prefill_q_tiles=s.prefill_q_tiles,
                    prefill_pad_pairs=s.prefill_pad_pairs)
@@ -232,11 +242,12 @@ def mla_attention_records(spec: ModelSpec, quant: QuantConfig, tp: int, b: MlaBa
                                quant.act_dtype))
         width = m.latent_width + m.kv_lora_rank  # QK over L + R, PV over L
         qo = b.decode_tokens * h * (m.latent_width + m.kv_lora_rank) * a
-        latent = b.decode_latent_reads * m.latent_width * kvb
+        latent = b.decode_latent_tokens * m.latent_width * kvb  # each latent from DRAM once
+        reread = (b.decode_latent_reads - b.decode_latent_tokens) * m.latent_width * kvb  # by a sequence's other tiles
         ops.append(OpRecord(name="mla_decode", kind="mla_decode", count=n_l,
                             flops=n_l * 2.0 * width * b.decode_row_keys, weight_bytes=0.0, act_bytes=n_l * qo,
                             kv_read_bytes=n_l * latent,
-                            shape=(2.0 * width * b.decode_row_keys, qo + latent, b.decode_tiles, b.decode_tokens),
+                            shape=(2.0 * width * b.decode_row_keys, qo + latent, b.decode_tiles, reread),
                             dtype=quant.act_dtype))
         ops.append(_bmm_record("mla_w_uv", b.decode_tokens, m.v_head_dim, m.kv_lora_rank, h, n_l, a,
                                quant.act_dtype))
@@ -261,8 +272,8 @@ def mla_op_time_s(hw: HardwareProfile, op: OpRecord, kv_fp8: bool) -> Any:
         flops, moved, tiles, width = op.shape
         t = mla_prefill_time_s(hw, flops, moved, tiles, width)
     elif op.kind == "mla_decode":
-        flops, moved, tiles, tokens = op.shape
-        t = mla_decode_time_s(hw, flops, moved, tiles, tokens, kv_fp8)
+        flops, moved, tiles, reread = op.shape
+        t = mla_decode_time_s(hw, flops, moved, tiles, reread, kv_fp8)
     else:
         assert op.kind == "mla_bmm", op.kind
         m, n, k, groups = op.shape
@@ -279,10 +290,11 @@ def _soft_max(tc: Any, tm: Any, p: float) -> Any:
 
 def mla_prefill_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, work_tiles: Any, head_width: Any) -> Any:
     """vLLM's MLA prefill flash attention (query/key head 192, value 128, h heads, causal) of one layer: the family's
-    attention kernel description (`attention_compute_efficiency` per SM over waves of work tiles, a tile fixed cost
-    per wave after the first, the softmax per pair) at `mla_prefill_compute_factor` of its efficiency, plus the
-    kernel's and the attention's fixed costs. `flops` are those of the computed pairs (diagonal tiles and padding
-    included), `head_width` the QK plus PV width (320). Plus `mla_prefill_fixed_s`: the prefill path's own kernels
+    attention kernel description (`attention_compute_efficiency` per SM over waves of work tiles, the softmax per
+    pair) at `mla_prefill_compute_factor` of its efficiency, `mla_prefill_tile_fixed_s` per wave of work tiles (a
+    tile's Q load, its K/V pipeline fill and its output write, which a short sequence's tile pays whole: many short
+    prompts cost far more than their pairs), plus the kernel's and the attention's fixed costs. `flops` are those of
+    the computed pairs (diagonal tiles and padding included), `head_width` the QK plus PV width (320). Plus `mla_prefill_fixed_s`: the prefill path's own kernels
     besides the attention (query and key concatenation, the workspace gather, output copies), per call."""
     e = hw.efficiency
     sms = hw.num_compute_units
@@ -290,19 +302,20 @@ def mla_prefill_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, work_t
     per_sm = hw.peak_flops("bf16") * e.attention_compute_efficiency * e.mla_prefill_compute_factor / sms
     waves = np.ceil(units / sms)
     pairs_flops = flops * (1.0 + e.attention_softmax_flops_per_pair / (2.0 * head_width))
-    tc = waves * pairs_flops / units / per_sm + (waves - 1) * e.attention_tile_fixed_s
+    tc = waves * (pairs_flops / units / per_sm + e.mla_prefill_tile_fixed_s)
     tm = bytes_moved / (hw.memory_bandwidth_bytes_per_s * e.memory_efficiency)
     return _soft_max(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.attention_fixed_s + e.mla_prefill_fixed_s
 
 
-def mla_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, num_tiles: Any, num_tokens: Any,
+def mla_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, num_tiles: Any, reread_bytes: Any,
                       kv_fp8: bool = False) -> Any:
     """The absorbed MLA decode kernel of one layer (FlashMLA / FA3-MLA / FlashInfer MLA / Triton MLA): the padded
-    work rows' FLOPs at `mla_decode_compute_efficiency` of the bf16 peak, the latent reads and the query and output
-    at `mla_decode_memory_efficiency` of the DRAM bandwidth (the `_fp8_kv` fields with an fp8 KV cache, another
-    kernel), overlapped; plus `mla_decode_tile_fixed_s` per wave of its `num_tiles` work tiles over the SMs (a
-    tile's Q load, output write and split combine), `mla_decode_fixed_s` (the metadata and combine kernels) and the
-    kernel's fixed cost. `num_tokens` labels the batch (not used by the formula)."""
+    work rows' FLOPs at `mla_decode_compute_efficiency` of the bf16 peak, the latents (read once) and the query and
+    output, plus `mla_decode_reread_fraction` of `reread_bytes` (the latents read again by a sequence's other work
+    tiles, partly from the L2), at `mla_decode_memory_efficiency` of the DRAM bandwidth (the `_fp8_kv` fields with
+    an fp8 KV cache, another kernel), overlapped; plus `mla_decode_tile_fixed_s` per wave of its `num_tiles` work
+    tiles over the SMs (a tile's Q load, output write and split combine), `mla_decode_fixed_s` (the metadata and
+    combine kernels) and the kernel's fixed cost."""
     e = hw.efficiency
     if kv_fp8:
         ce, me, fixed = e.mla_decode_fp8_kv_compute_efficiency, e.mla_decode_fp8_kv_memory_efficiency, \
@@ -310,7 +323,7 @@ def mla_decode_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, num_til
     else:
         ce, me, fixed = e.mla_decode_compute_efficiency, e.mla_decode_memory_efficiency, e.mla_decode_fixed_s
     tc = flops / (hw.peak_flops("bf16") * ce)
-    tm = bytes_moved / (hw.memory_bandwidth_bytes_per_s * me)
+    tm = (bytes_moved + e.mla_decode_reread_fraction * reread_bytes) / (hw.memory_bandwidth_bytes_per_s * me)
     waves = np.ceil(np.maximum(num_tiles, 1.0) / hw.num_compute_units)
     return _soft_max(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + fixed + waves * e.mla_decode_tile_fixed_s
 
