@@ -294,8 +294,9 @@ def mla_prefill_time_s(hw: HardwareProfile, flops: Any, bytes_moved: Any, work_t
     pair) at `mla_prefill_compute_factor` of its efficiency, `mla_prefill_tile_fixed_s` per wave of work tiles (a
     tile's Q load, its K/V pipeline fill and its output write, which a short sequence's tile pays whole: many short
     prompts cost far more than their pairs), plus the kernel's and the attention's fixed costs. `flops` are those of
-    the computed pairs (diagonal tiles and padding included), `head_width` the QK plus PV width (320). Plus `mla_prefill_fixed_s`: the prefill path's own kernels
-    besides the attention (query and key concatenation, the workspace gather, output copies), per call."""
+    the computed pairs (diagonal tiles and padding included), `head_width` the QK plus PV width (320). Plus
+    `mla_prefill_fixed_s`: the prefill path's own kernels besides the attention (query and key concatenation, the
+    workspace gather, output copies), per call."""
     e = hw.efficiency
     sms = hw.num_compute_units
     units = np.maximum(work_tiles, 1.0)
