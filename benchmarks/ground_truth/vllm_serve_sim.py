@@ -47,7 +47,7 @@ def engine_argv(server_flags: list[str]) -> list[str]:
 
 
 def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_flags: list[str],
-                 costs: Any = None) -> dict[str, float]:
+                 costs: Any = None, api_cores: int | None = None) -> dict[str, float]:
     from roofline.calibration import vllm_bench
     from roofline.cli import build_parser
     from roofline.sim.bench_client import bench_load_from_args
@@ -70,7 +70,15 @@ def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_fla
         fields = inspect.signature(SimulationOptions).parameters
         kwargs: dict[str, Any] = {"record_steps": False, "max_concurrency": load.max_concurrency}
         if "api_server_count" in fields:
-            kwargs.update(api_server_count=run["api_server_count"], endpoint=run["endpoint"], api_server_costs=costs)
+            from roofline.sim.api_server import ApiServerCosts
+
+            count = run["api_server_count"]
+            costs = costs or ApiServerCosts()
+            if api_cores is not None and count > api_cores:
+                # More API-server processes than the cores they were pinned to: they share them (processor
+                # sharing), so each runs at api_cores / count of a core's speed.
+                costs = costs.scaled(count / api_cores)
+            kwargs.update(api_server_count=count, endpoint=run["endpoint"], api_server_costs=costs)
         options = SimulationOptions(**kwargs)
         metric_options = vllm_bench.measured_metric_options(record, parse_goodput(None))
         comparison = vllm_bench.compare_with_result(record, deployment, load, metric_options, options, replay,
@@ -91,8 +99,17 @@ def simulate_all(index: dict[str, Any], hardware: str, costs: Any = None,
         model_dir = Path(tmp) / "llama-tiny"
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(index["model_config"]))
-        return {run["name"]: simulate_run(run, model_dir, hardware, index["server_flags"], costs)
+        return {run["name"]: simulate_run(run, model_dir, hardware, index["server_flags"], costs, api_cores(index))
                 for run in index["runs"] if (names is None or run["name"] in names) and "excluded" not in run}
+
+
+def api_cores(index: dict[str, Any]) -> int:
+    """How many cores the API-server processes were pinned to (taskset -c list, e.g. "0" or "0,2-3")."""
+    cores = 0
+    for part in str(index.get("api_cores", "0")).split(","):
+        low, _, high = part.partition("-")
+        cores += int(high or low) - int(low) + 1
+    return cores
 
 
 def cell_of(run: dict[str, Any]) -> str:
@@ -117,6 +134,60 @@ def summarize(index: dict[str, Any], predicted: dict[str, dict[str, float]]) -> 
             row[metric] = {"measured": mid, "spread_pct": 100 * (max(measured) - min(measured)) / mid,
                            "predicted": pred, "error_pct": 100 * (pred / mid - 1)}
         rows.append(row)
+    return rows
+
+
+def cpu_rows(index: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per cell, medians over its repeats of the CPU seconds each process took in the engine's working window
+    (`vllm_serve_bench.py` `CpuSampler.engine_window`), and the CPU each core gave to other sessions' niced work
+    (`nice_s`) and left idle meanwhile."""
+    groups = {"api_server": ("api_server/", "APIServer"), "client": ("client/",),
+              "engine_core": ("VLLM::EngineCor/",), "worker": ("VLLM::Worker/",)}
+    cells: dict[str, list[dict[str, float]]] = {}
+    for run in index["runs"]:
+        window = run.get("engine_window")
+        if not window or "excluded" in run:
+            continue
+        row = {"wall_s": window["wall_s"]}
+        for group, marks in groups.items():
+            row[f"{group}_cpu_s"] = sum(v for k, v in window["threads_cpu_s"].items() if any(m in k for m in marks))
+        for cpu, use in window["cpus"].items():
+            row[f"{cpu}_others_s"] = use["nice_s"]
+            row[f"{cpu}_idle_s"] = use["idle_s"]
+        cells.setdefault(cell_of(run), []).append(row)
+    return [{"cell": cell, "repeats": len(rows), **{k: round(statistics.median(r[k] for r in rows), 3)
+                                                    for k in rows[0]}} for cell, rows in cells.items()]
+
+
+def decode_step_ms(trace_dirs: list[Path]) -> dict[int, float]:
+    """Median duration (ms) of the pure-decode steps of in-process step traces (`roofline measure --engine vllm`,
+    repeat sets or single traces), by number of sequences, without the scheduler's own `schedule_s`."""
+    import pandas as pd
+
+    from engine.core.trace import read_trace
+
+    frames = []
+    for trace in trace_dirs:
+        repeats = sorted(trace.glob("repeat-*")) or [trace]
+        for repeat in repeats:
+            steps, _ = read_trace(repeat)
+            frames.append(steps[steps["num_prefill_tokens"] == 0])
+    steps = pd.concat(frames)
+    return {int(n): 1e3 * float((g["duration_s"] - g["schedule_s"]).median()) for n, g in steps.groupby("num_seqs")}
+
+
+def served_step_rows(index: dict[str, Any], reference: dict[int, float]) -> list[dict[str, Any]]:
+    """Per run: the served engine's pure-decode steps (the server's iteration log: `engine_steps`) against the
+    in-process engine's median pure-decode step of the same batch size (`decode_step_ms`): the median ratio, over
+    the steps whose batch size the reference has."""
+    rows = []
+    for run in index["runs"]:
+        ratios = [step[5] / reference[step[3]] for step in run.get("engine_steps", [])
+                  if step[1] == 0 and step[3] in reference]
+        if ratios:
+            rows.append({"run": run["name"], "decode_steps": len(ratios),
+                         "served_over_inprocess": round(statistics.median(ratios), 3),
+                         "loadavg_before": run["loadavg_before"][0]})
     return rows
 
 
@@ -174,6 +245,9 @@ def main() -> int:
     parser.add_argument("--fit-chat", default=None, metavar="CELLS",
                         help="comma-separated cell suffixes to fit the chat terms on, e.g. chat-a1")
     parser.add_argument("--report", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--reference-traces", nargs="*", type=Path, default=[],
+                        help="in-process step traces of the same model and core (roofline measure --engine vllm): "
+                             "the served engine's decode steps are compared with theirs")
     args = parser.parse_args()
     if args.report:
         print(report(json.loads(args.report[0].read_text()), json.loads(args.report[1].read_text())))
@@ -190,7 +264,9 @@ def main() -> int:
     if costs is not None:
         record.update(fitted_on=fitted_on, costs={k: getattr(costs, k) for k in costs.__dataclass_fields__})
     predicted = simulate_all(index, args.hardware, costs)
-    record.update(predicted=predicted, rows=summarize(index, predicted))
+    record.update(predicted=predicted, rows=summarize(index, predicted), cpu_rows=cpu_rows(index))
+    if args.reference_traces:
+        record["served_steps"] = served_step_rows(index, decode_step_ms(args.reference_traces))
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     for row in record["rows"]:
         print(row["cell"], " ".join(f"{m} {row[m]['measured']:.1f}/{row[m]['predicted']:.1f} "
