@@ -129,10 +129,10 @@ def test_shipped_profiles_parse_to_the_values_of_e697551() -> None:
             unread |= set(stage_fields("moe_format")) & {n for n in after if n.startswith("moe_mxfp4_mxfp8")}
         if hw.kind == "cpu":
             unread |= set(stage_fields("moe_format"))
-        # fields declared after e697551 (the MLA module's, the all-to-all's) are new, not changed: they keep
-        # no-effect defaults unless the profile states them
-        assert {n for n in after if n not in before} <= set(stage_fields("mla")) | set(stage_fields("all_to_all")), \
-            pid
+        # fields declared after e697551 (the MLA module's, the all-to-all's, the unfitted weight-only GEMMs') are
+        # new, not changed: they keep no-effect defaults unless the profile states them
+        assert {n for n in after if n not in before} <= set(stage_fields("mla")) | set(stage_fields("all_to_all")) \
+            | set(stage_fields("unfitted")), pid
         changed = {n for n in after if n in before and after[n] != before[n]}
         assert changed <= unread, (pid, sorted(changed - unread))
         assert all(after[n] == EFFICIENCY_PARAMS[n].default for n in changed), pid

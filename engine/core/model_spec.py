@@ -110,6 +110,10 @@ class CheckpointQuant:
 
     method: str
     ignore: tuple[str, ...] = ()
+    # "modelopt" for NVIDIA ModelOpt's FP8 checkpoints (quant_method modelopt, or hf_quant_config.json): vLLM loads
+    # them only on GPUs with fp8 tensor cores (`ModelOptFp8Config.get_min_capability` 89), unlike its own fp8 format,
+    # which it runs weight-only on Marlin there; "" otherwise.
+    producer: str = ""
 
     def __post_init__(self) -> None:
         if self.method not in CHECKPOINT_QUANT_METHODS:
@@ -118,8 +122,10 @@ class CheckpointQuant:
 
     def to_hf_config(self) -> dict[str, Any]:
         """A `quantization_config` that `checkpoint_quant` reads back as this."""
-        if self.method in ("fp8", "fp8-block"):
-            raw: dict[str, Any] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+        if self.method == "fp8" and self.producer == "modelopt":
+            raw: dict[str, Any] = {"quant_method": "modelopt", "quant_algo": "FP8"}
+        elif self.method in ("fp8", "fp8-block"):
+            raw = {"quant_method": "fp8", "activation_scheme": "dynamic"}
             if self.method == "fp8-block":
                 raw["weight_block_size"] = [128, 128]
         elif self.method == "nvfp4":
@@ -686,7 +692,8 @@ def checkpoint_quant(raw: dict[str, Any] | None, where: str) -> CheckpointQuant 
         raise ValueError(f"{where}: quantization_config quant_method {method!r} is not supported; "
                          f"allowed: fp8 (per-tensor or weight_block_size [128, 128]), mxfp4, modelopt FP8 / NVFP4, "
                          f"awq / gptq (4-bit, group 128), compressed-tensors W4A16 int4 group 32, W8A8 int8 or fp8")
-    return CheckpointQuant(method=method, ignore=ignore)
+    modelopt_fp8 = str(raw.get("quant_method", "")).lower() == "modelopt" and method == "fp8"
+    return CheckpointQuant(method=method, ignore=ignore, producer="modelopt" if modelopt_fp8 else "")
 
 
 def _compressed_tensors_method(raw: dict[str, Any], where: str) -> str:

@@ -4,7 +4,9 @@ from (a table, or JSON with --json).
 The `parameters` column: `fitted <family>` (the family's parameters were fitted on this chip's measured vLLM
 operator tables), `family <family>` (no tables for this chip: the family's parameters, fitted on its other GPUs)
 or `datasheet-only`; `median error` is the held-out median error per operator kind (GEMM / attention /
-all-reduce / MoE) of a fitted chip, or the error to expect for a family member without tables."""
+all-reduce / MoE) of a fitted chip, or the error to expect for a family member without tables. `unfitted` (JSON,
+and the table's footnote): the parameters no fit sets, because no operator table times their kernel (fit stage
+`unfitted` of `roofline.cost.params`: the weight-only GEMMs' Marlin factor), with the value every profile runs."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import json
 from typing import Any
 
 from roofline.cost.hardware import HardwareProfile, load_profile
+from roofline.cost.params import EFFICIENCY_PARAMS, stage_fields
 from roofline.registry import list_ids
 
 
@@ -46,6 +49,8 @@ def summary(hw: HardwareProfile) -> dict[str, Any]:
             "median_error_pct": {kind: round(100 * median, 1) for kind, median, _, _ in hw.provenance.held_out},
             "line": hw.provenance_line(),
         },
+        "unfitted": {EFFICIENCY_PARAMS[name].key: getattr(hw.efficiency, name) / EFFICIENCY_PARAMS[name].scale
+                     for name in stage_fields("unfitted")},
     }
 
 
@@ -103,4 +108,8 @@ def run(args: argparse.Namespace) -> int:
     print("\nparameters: fitted = on this chip's measured vLLM operator tables (aiconfigurator-core); family = "
           "shared from its kernel family, fitted on other GPUs; median error G/A/C/M: held-out (fitted) or "
           "expected (family) median error of GEMM / attention / all-reduce / MoE.")
+    unfitted = sorted({f"{key} = {value:g}" for r in rows for key, value in r["unfitted"].items()})
+    print(f"unfitted everywhere (no operator table times the kernel; the value from its documented behaviour): "
+          f"{', '.join(unfitted)} (weight-only GEMMs on Marlin: AWQ / GPTQ int4, fp8 and NVFP4 without their tensor "
+          f"cores; roofline.cost.kernels.gemm_weight_only)")
     return 0

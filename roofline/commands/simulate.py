@@ -29,6 +29,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from roofline.cost.kernels import kernel_family
+from roofline.cost.kernels.gemm_weight_only import kernel_label
 from roofline.engine_args import add_engine_args, check_quantization_flag, engine_args_from
 from roofline.errors import UserError
 from roofline.jsonable import jsonable, to_json
@@ -275,6 +277,10 @@ def simulated_quantization(deployment: Deployment) -> str:
     gpt-oss: attention bf16, experts MXFP4), not just the --quantization flag."""
     q = deployment.cost_model.quant  # resolved per module against the checkpoint (`resolve_for_model`)
     linear = q.quantization if q.quantization != "none" else f"none ({q.act_dtype})"
+    if q.gemm_dtype == q.act_dtype and q.weight_bytes_per_param < q.act_bytes and deployment.hw.kind != "cpu":
+        # weight-only (16-bit math on narrower weights): its mixed-input kernel
+        kernels = kernel_family(deployment.hw.family).weight_only
+        linear += f" ({kernel_label(kernels, q.quantization, q.weight_bytes_per_param)})"
     if not deployment.spec.is_moe:
         return linear
     scheme = q.experts[0]

@@ -15,6 +15,7 @@ from roofline.cost.kernels.attention import attention_decode_time_s, attention_p
 from roofline.cost.kernels.collectives import all_gather_time_s, all_reduce_time_s
 from roofline.cost.kernels.gemm import act_quant_time_s, gemm_time_s, simt_gemm_time_s, streaming_act_quant_time_s
 from roofline.cost.kernels.gemm_block_scaled import cutedsl_fp4_gemm_time_s, fp4_act_quant_time_s
+from roofline.cost.kernels.gemm_weight_only import weight_only_time_s
 from roofline.cost.kernels.mla import MLA_OP_KINDS, mla_op_time_s
 from roofline.cost.kernels.moe import moe_time_s
 from roofline.cost.ops import OpRecord
@@ -65,7 +66,10 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
     its SM100 heuristic with swap-AB on Blackwell, `deepgemm_sm100_gemm_time_s`); elsewhere it is described as the
     per-tensor path at gemm_fp8_block_factor. NVFP4
     W4A4 (`dtype` fp4: E2M1 values with an E4M3 scale per 16, 0.5625 bytes per element) runs FlashInfer's CuTe-DSL
-    kernel (`cutedsl_fp4_gemm_time_s`) after `fp4_act_quant_time_s`."""
+    kernel (`cutedsl_fp4_gemm_time_s`) after `fp4_act_quant_time_s`. A 16-bit GEMM whose weights are narrower than
+    its activations is weight-only (AWQ / GPTQ int4, fp8 or NVFP4 on a GPU without their tensor cores): the mixed-input
+    kernel vLLM picks for `scheme` on the family (`KernelFamily.weight_only`: Marlin or Machete,
+    `roofline.cost.kernels.gemm_weight_only`)."""
     block_fp8 = kernel_family(hw.family).block_fp8_gemm if scheme == "fp8-block" else None
     if dtype in EIGHT_BIT_DTYPES and block_fp8 is not None:
         quant = streaming_act_quant_time_s(hw, m, k, act_bytes, 1.0 + FP8_GROUP_SCALE_BYTES,
@@ -78,6 +82,9 @@ def linear_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, weigh
     if dtype == "fp4":
         return cutedsl_fp4_gemm_time_s(hw, m, n, k, weight_bytes_per_param, act_bytes) \
             + fp4_act_quant_time_s(hw, m, k, act_bytes)
+    if weight_bytes_per_param < act_bytes:
+        return weight_only_time_s(hw, kernel_family(hw.family).weight_only, scheme, m, n, k, dtype,
+                                  weight_bytes_per_param, act_bytes)
     return gemm_time_s(hw, m, n, k, dtype, weight_bytes_per_param, act_bytes, act_bytes)
 
 

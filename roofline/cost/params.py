@@ -58,6 +58,7 @@ GROUPS: dict[str, str] = {
     "gemm": "dense bf16/fp16 and per-tensor 8-bit GEMMs (cuBLAS, CUTLASS) and their input quantization",
     "gemm_fp8_block": "block-scaled fp8 dense GEMMs (DeepGEMM) and their group quantization",
     "gemm_fp4": "NVFP4 dense GEMMs (FlashInfer CuTe-DSL)",
+    "gemm_weight_only": "weight-only (mixed-input) dense GEMMs: Marlin (W4A16, W8A16 fp8, FP4), Machete",
     "cpu": "CPU executors only (roofline.cost.cpu.engine)",
     "attention": "prefill and decode attention (FlashAttention 2/3, FlashInfer TRT-LLM)",
     "mla": "multi-head latent attention (DeepSeek-V3 family): its prefill flash attention and absorbed decode kernel",
@@ -81,9 +82,11 @@ GROUPS: dict[str, str] = {
 # chip: benchmarks/accuracy/moe_accuracy.py), `mla` (multi-head latent attention, per chip:
 # benchmarks/accuracy/mla_accuracy.py), `all_to_all` (expert parallelism's dispatch / combine, per chip: `roofline
 # calibrate --op-tables --all-to-all`), `cpu_profile` (`roofline profile-device`); `trace`: what a step-trace
-# calibration fits by default (`roofline.calibration.calibrate.DEFAULT_TRACE_PARAMS`).
+# calibration fits by default (`roofline.calibration.calibrate.DEFAULT_TRACE_PARAMS`); `unfitted`: no fit sets it (no
+# operator table times its kernel): its declared default, from the kernel's documented behaviour, is what runs, and
+# `roofline profiles` and `simulate` say so.
 STAGES = ("gemm", "attention", "all_reduce", "moe", "moe_joint", "moe_wide_tile", "moe_format", "gemm_format",
-          "mla", "all_to_all", "cpu_profile", "trace")
+          "mla", "all_to_all", "cpu_profile", "trace", "unfitted")
 
 
 @dataclass(frozen=True)
@@ -323,6 +326,12 @@ class EfficiencyParams:
     # call that aiconfigurator's legacy MLA collector adds (its rows ran a never-in-serving native chain: the
     # package's own B200 collection_meta.yaml, ai-dynamo/aiconfigurator#1423; `benchmarks/accuracy/mla_accuracy.py`).
     mla_table_legacy_fixed_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
+    # Weight-only linear layers on Marlin (`roofline.cost.kernels.gemm_weight_only.marlin_time_s`): the factor of the
+    # 16-bit GEMM's compute efficiency its mma.sync main loop, the dequantization interleaved, reaches. Default 1:
+    # Marlin's README (IST-DASLab/marlin: "essentially ideal speedups", its Ampere/Ada kernel). Stage `unfitted`: no
+    # operator table times Marlin. On Hopper and Blackwell, whose 16-bit rate is that of their wgmma / tcgen05 kernels,
+    # Marlin runs SM80 mma.sync ("not yet optimized for Hopper", the same README), so 1 is optimistic there.
+    marlin_compute_factor: float = _param(1.0, "fraction", "gemm_weight_only", ("unfitted",))
 
     @classmethod
     def from_dict(cls, section: dict[str, Any] | None, where: str) -> "EfficiencyParams":

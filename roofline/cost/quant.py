@@ -230,6 +230,37 @@ def resolve_for_hardware(quant: QuantConfig, moe: MoeKernels) -> QuantConfig:
     return replace(quant, expert_alignment=(256, 128) if moe.mxfp4_bf16_trtllm or marlin else (1, 64))
 
 
+# Formats vLLM runs weight-only on Marlin where the device lacks their tensor cores
+# (`roofline.cost.kernels.gemm_weight_only`): fp8 below compute capability 8.9 (Ampere), NVFP4 below 10.0.
+MARLIN_FALLBACK_DTYPES = ("fp8", "fp4")
+
+
+def resolve_for_device(quant: QuantConfig, spec: ModelSpec, supported_dtypes: tuple[str, ...],
+                       device: str = "") -> QuantConfig:
+    """Linear layers whose 8-bit float or FP4 weights the device cannot multiply (`MARLIN_FALLBACK_DTYPES` not among
+    `supported_dtypes`) computed in the activation dtype: weight-only, as vLLM runs them on Marlin (`Fp8LinearMethod`
+    `use_marlin` below capability 8.9; NVFP4's Marlin fallback). A `UserError`, as vLLM refuses it, for a ModelOpt
+    FP8 checkpoint there (`ModelOptFp8Config.get_min_capability` 89), and for MoE experts in such a format (vLLM's
+    Marlin MoE for them is not modelled)."""
+    fallback = quant.gemm_dtype in MARLIN_FALLBACK_DTYPES and quant.gemm_dtype not in supported_dtypes
+    scheme, expert_bytes, expert_dtype = quant.experts
+    if spec.is_moe and scheme != "none" and expert_dtype in MARLIN_FALLBACK_DTYPES \
+            and expert_dtype not in supported_dtypes:
+        raise UserError(f"model '{spec.name}': its MoE experts in {scheme} need {expert_dtype} tensor cores, which "
+                        f"device '{device}' lacks; vLLM's Marlin MoE for them there is not modelled; allowed: a "
+                        f"device with {expert_dtype} ({', '.join(supported_dtypes)} here)")
+    if not fallback:
+        return quant
+    ck = spec.checkpoint_quant
+    if ck is not None and ck.producer == "modelopt" and quant.quantization == "fp8":
+        raise UserError(f"model '{spec.name}': a ModelOpt FP8 checkpoint, which vLLM loads only on GPUs with fp8 "
+                        f"tensor cores (ModelOptFp8Config: compute capability >= 8.9); device '{device}' has none; "
+                        f"allowed there: an fp8 checkpoint in vLLM's own format (quant_method fp8, compressed-tensors) "
+                        f"or --quantization fp8 on an unquantized one, which vLLM runs weight-only on Marlin")
+    return replace(quant, gemm_dtype=quant.act_dtype, expert_quantization=scheme,
+                   expert_weight_bytes_per_param=expert_bytes, expert_gemm_dtype=expert_dtype)
+
+
 def check_moe_backend(quant: QuantConfig, spec: ModelSpec, moe: MoeKernels, device: str = "",
                       family: str | None = None) -> None:
     """`--moe-backend` other than auto only for a model whose experts are MXFP4 (after `resolve_for_model`);

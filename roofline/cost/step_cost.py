@@ -50,7 +50,13 @@ from roofline.cost.ops import (
     token_ops,
     weight_bytes_per_rank,
 )
-from roofline.cost.quant import QuantConfig, check_moe_backend, resolve_for_hardware, resolve_for_model
+from roofline.cost.quant import (
+    QuantConfig,
+    check_moe_backend,
+    resolve_for_device,
+    resolve_for_hardware,
+    resolve_for_model,
+)
 from roofline.cost.roofline_math import _distinct_rows, _ExactPowArray, _segment_sums, row_sums
 from roofline.cost.step_shape import ConcatenatedSteps, StepShape
 
@@ -91,6 +97,8 @@ class StepCostModel:
         family.check_profile(hw)
         check_moe_backend(quant, spec, family.moe, hw.id, hw.family)
         quant = resolve_for_hardware(quant, family.moe)
+        if hw.kind != "cpu":  # fp8 / NVFP4 weights without their tensor cores: weight-only on Marlin
+            quant = resolve_for_device(quant, spec, hw.supported_dtypes, hw.id)
         self.spec, self.hw, self.quant, self.tp = spec, hw, quant, tp
         self.cpu_engine = check_cpu_engine(cpu_engine)
         if hw.kind == "cpu":

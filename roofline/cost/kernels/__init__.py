@@ -3,6 +3,7 @@ differs per generation is tables and flags, one `KernelFamily` record each):
 
     gemm.py               dense GEMMs (cuBLAS 16-bit, CUTLASS 8-bit), activation quantization, fp32 SIMT
     gemm_block_scaled.py  DeepGEMM fp8 (SM90 / SM100 layouts), CuTe-DSL NVFP4
+    gemm_weight_only.py   weight-only (mixed-input) GEMMs: Marlin, Machete
     attention.py          flash-attention work units per family; prefill and decode time
     moe.py                fused MoE: Triton / CUTLASS grouped GEMMs, TRT-LLM-gen MoE, Marlin
     collectives.py        all-reduce and all-gather per family
@@ -33,6 +34,7 @@ from roofline.cost.kernels.gemm import (
     sm_facts,
 )
 from roofline.cost.kernels.gemm_block_scaled import DEEPGEMM_SM90, DEEPGEMM_SM100, BlockScaledGemmKernels
+from roofline.cost.kernels.gemm_weight_only import MARLIN_EVERYWHERE, SM90_WEIGHT_ONLY, WeightOnlyKernels
 from roofline.cost.kernels.moe import TRITON_MOE, TRTLLM_GEN_MOE, MoeKernels
 from roofline.cost.params import stage_fields
 from roofline.errors import UserError
@@ -47,6 +49,7 @@ class KernelFamily:
 
     `gemm`: dense linear layers (16-bit cuBLAS, 8-bit CUTLASS); `block_fp8_gemm`: block-scaled fp8 linear layers
     (None: described as the per-tensor fp8 path at gemm_fp8_block_factor, `roofline.cost.op_time.linear_time_s`);
+    `weight_only`: the mixed-input kernel of weight-only linear layers per scheme (Marlin, Machete);
     `attention`, `moe`, `all_reduce`: as named. `fitted_elsewhere`: efficiency parameters the family's
     operator-table fit leaves at the family profile's values because another fit gives them, and `fitted_why` says
     which (`roofline.calibration.calibrate.stage_params`)."""
@@ -57,6 +60,7 @@ class KernelFamily:
     moe: MoeKernels
     all_reduce: AllReduceAlgorithms
     block_fp8_gemm: BlockScaledGemmKernels | None = None
+    weight_only: WeightOnlyKernels = MARLIN_EVERYWHERE
     fitted_elsewhere: tuple[str, ...] = ()
     fitted_why: str = ""
 
@@ -102,7 +106,8 @@ AMPERE = KernelFamily(id="ampere", gemm=SM90_GEMM_KERNELS, attention=FA3_KERNELS
 ADA = KernelFamily(id="ada", gemm=SM89_GEMM_KERNELS, attention=FA2_SPLITKV_KERNELS, moe=TRITON_MOE,
                    all_reduce=PCIE_ALL_REDUCE)
 HOPPER = KernelFamily(id="hopper", gemm=SM90_GEMM_KERNELS, attention=FA3_KERNELS, moe=TRITON_MOE,
-                      all_reduce=HOPPER_ALL_REDUCE, block_fp8_gemm=DEEPGEMM_SM90, fitted_elsewhere=_JOINT_MOE,
+                      all_reduce=HOPPER_ALL_REDUCE, block_fp8_gemm=DEEPGEMM_SM90, weight_only=SM90_WEIGHT_ONLY,
+                      fitted_elsewhere=_JOINT_MOE,
                       fitted_why=_joint_moe_why("hopper", "H100 and H200"))
 BLACKWELL = KernelFamily(id="blackwell", gemm=SM100_GEMM_KERNELS, attention=TRTLLM_GEN_KERNELS, moe=TRTLLM_GEN_MOE,
                          all_reduce=CUSTOM_ALL_REDUCE, block_fp8_gemm=DEEPGEMM_SM100,
