@@ -48,6 +48,15 @@ def test_models_json(capsys: pytest.CaptureFixture[str]) -> None:
     rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["llama-3.1-8b"]["num_params"] == 8_030_261_248
     assert rows["mixtral-8x7b"]["num_experts"] == 8
+    # the issue-39 columns: KV bytes per token (32 layers x K, V x 8 heads x 128 x 2 bytes), quantization, fitted
+    assert rows["llama-3.1-8b"]["kv_bytes_per_token_16bit"] == 32 * 2 * 8 * 128 * 2
+    assert rows["llama-3.1-8b"]["hf_id"] == "meta-llama/Llama-3.1-8B"
+    assert "meta-llama/llama-3.1-8b-instruct" in rows["llama-3.1-8b"]["also_hf_ids"]
+    assert (rows["gpt-oss-120b"]["quantization"], rows["gpt-oss-120b"]["fitted"]) == \
+        ("attention bf16, experts mxfp4", "tables")
+    assert rows["qwen2.5-7b-instruct-awq"]["fitted"] == "no: AWQ int4 (Marlin)"
+    assert rows["gemma-3-27b"]["attention"] == "52 sliding (1024) + 10 full"
+    assert rows["glm-4.5"]["num_active_params"] < rows["glm-4.5"]["num_params"] / 10
 
 
 def test_profile_device_without_torch_says_install_engine_extra(monkeypatch: pytest.MonkeyPatch,
