@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
+import threading
+from types import FrameType
 from typing import NoReturn
 
 from roofline import __version__
@@ -82,6 +85,44 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+# Functions an interrupt must not be raised in (`_interrupt`): callbacks whose exceptions Python prints and drops
+# (importlib's module-lock weakref callback `cb`, weak dictionaries' `_remove`, finalizers) and `__set_name__`, whose
+# exception class creation wraps in a RuntimeError.
+_NOT_INTERRUPTIBLE = frozenset({"cb", "_remove", "__del__", "__set_name__"})
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGINT as Python's default handler, KeyboardInterrupt, unless it comes while one of `_NOT_INTERRUPTIBLE` runs:
+    there it would be lost (printed as "Exception ignored", the program running on) or turned into another error, so
+    it is sent again 10 ms later. Seen with Ctrl-C in a plan's first seconds, while it imports numpy, pandas and
+    scipy."""
+    if frame is not None and frame.f_code.co_name in _NOT_INTERRUPTIBLE:
+        timer = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+        timer.daemon = True
+        timer.start()
+        return
+    raise KeyboardInterrupt
+
+
+def entry() -> NoReturn:
+    """The `roofline` console script and `python -m roofline`: `main`'s exit status. Ctrl-C goes through `_interrupt`
+    (where it is not ignored: a process started with SIGINT ignored keeps it so). After a Ctrl-C the process ends at
+    once (`os._exit`, its output flushed): the interpreter's own shutdown would join what is left (a pool's workers,
+    threads a library started), which can block past the few seconds Ctrl-C is allowed, and a second Ctrl-C there
+    would end it by the signal rather than with 130."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
+    status = main()
+    if status == 130:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
+    sys.exit(status)
+
+
 def _one_line(exc: BaseException) -> str:
     """A user error's message; an OS error (a path that is a file, not writable, ...) as its path and reason."""
     if isinstance(exc, OSError) and exc.filename is not None:
@@ -90,4 +131,4 @@ def _one_line(exc: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
