@@ -191,8 +191,13 @@ def test_default_fit_holds_the_parameters_the_steps_do_not_exercise(setup: dict[
 
     out = tmp_path / "cal.yaml"
     assert main(["calibrate", "--hardware", str(setup["start"]), "--trace", str(setup["a"]), "--out", str(out)]) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "efficiency.attention_compute_efficiency" in text and "held: moves >= 5% of the step time in" in text
+    # Progress on stderr while it fits: what is fitted on how much, then the iterations, each line timed.
+    progress = captured.err.splitlines()
+    assert progress[0].startswith("roofline calibrate: [0m00s] ") and "samples: coarse search done" in progress[0]
+    assert any("iteration 1/" in line for line in progress[1:])
     sources = yaml.safe_load(out.read_text())["sources"]
     assert "efficiency.attention_compute_efficiency" not in sources
     assert "fitted by roofline calibrate" in sources["efficiency.gemm_compute_efficiency"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,16 +87,16 @@ L2_PARAMS = ("l2_bandwidth_factor",)
 
 
 def fit_stage(samples: Sequence[Sample], profile: HardwareProfile, params: Sequence[str],
-              predict: Predict = predict_table) -> FitResult:
+              predict: Predict = predict_table, progress: Callable[[str], None] | None = None) -> FitResult:
     """`fit` of one stage's parameters (`efficiency.` names). An L2 parameter (`L2_PARAMS`) that ends at its lowest
     value, 1 (no faster than DRAM: the term is off), is dropped and the stage refitted without it: a family whose
     tables show no warm-L2 speedup (Hopper, Ampere) then gets the fit it had without the term, not one perturbed by
     the optimizer's path through a parameter that changes nothing."""
     names = [f"efficiency.{p}" for p in params]
-    result = fit(samples, profile, names, predict=predict)
+    result = fit(samples, profile, names, predict=predict, progress=progress)
     inactive = [n for n in names if n.split(".")[1] in L2_PARAMS and result.values[n] <= 1.0 + 1e-9]
     if inactive:
-        result = fit(samples, profile, [n for n in names if n not in inactive], predict=predict)
+        result = fit(samples, profile, [n for n in names if n not in inactive], predict=predict, progress=progress)
     return result
 
 
@@ -239,11 +239,13 @@ def exercised_steps(hw: HardwareProfile, samples: Sequence[Sample], names: Seque
 def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Sequence[Trace] = (),
                         params: Sequence[str] | None = None,
                         max_fit_steps: int = DEFAULT_MAX_FIT_STEPS,
-                        prior_scale: float = TRACE_PRIOR_SCALE) -> CalibrationReport:
+                        prior_scale: float = TRACE_PRIOR_SCALE,
+                        progress: Callable[[str], None] | None = None) -> CalibrationReport:
     """Fit `params` on the steps of the `train` traces (at most `max_fit_steps` in all, an equal seeded sample
     of each trace), a MAP fit with `prior_scale` (see `roofline.calibration.fit.fit`); report errors on all steps of `train`
     and of the held-out `test`. `params` None: the `DEFAULT_TRACE_PARAMS` that the fitted steps exercise
-    (`exercised_steps`); the others keep their values and are reported as held. Named `params` are all fitted."""
+    (`exercised_steps`); the others keep their values and are reported as held. Named `params` are all fitted.
+    `progress` gets a line as the fit goes (`roofline.calibration.fit.fit`)."""
     if not train:
         raise UserError("--trace: give at least one trace to fit on")
     fitted_dirs = {t.path.resolve() for t in train}
@@ -268,7 +270,7 @@ def calibrate_on_traces(hw: HardwareProfile, train: Sequence[Trace], test: Seque
         raise UserError(f"--trace: the fitted steps exercise none of the parameters {', '.join(names)} (each moves "
                         f"less than {EXERCISED_SENSITIVITY:.0%} of the step time in {EXERCISED_MIN_STEPS:.0%} of "
                         f"the steps); name them with --params to fit them anyway")
-    result = fit(samples, hw, fitted, predict=predict, prior_scale=prior_scale)
+    result = fit(samples, hw, fitted, predict=predict, prior_scale=prior_scale, progress=progress)
     seconds = time.perf_counter() - started
     error: dict[str, dict[str, Any]] = {"train": {"before": trace_errors(train, hw),
                                                   "after": trace_errors(train, result.profile)}}
@@ -324,9 +326,10 @@ def op_table_samples(frame: pd.DataFrame, kind: str) -> list[tuple[str, dict[str
             zip(frame[cols].itertuples(index=False), frame["measured_s"])]
 
 
-def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
-                           source: str = "") -> CalibrationReport:
-    """Fit the `OP_TABLE_STAGES` parameters on half of each kind's shapes; report both halves."""
+def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame], source: str = "",
+                           progress: Callable[[str], None] | None = None) -> CalibrationReport:
+    """Fit the `OP_TABLE_STAGES` parameters on half of each kind's shapes; report both halves. `progress` gets a
+    line per stage and as each stage's fit goes."""
     if not tables:
         raise UserError(f"--op-tables {source}: no vLLM operator tables found")
     split = {kind: split_by_shape(frame) for kind, frame in tables.items()}
@@ -335,12 +338,14 @@ def calibrate_on_op_tables(hw: HardwareProfile, tables: dict[str, pd.DataFrame],
     fitted = hw
     started = time.perf_counter()
     names: list[str] = []
-    for _, kinds, params in OP_TABLE_STAGES:
-        samples = [s for kind in kinds if kind in train for s in op_table_samples(train[kind], kind)]
-        stage = stage_params(params, hw.family, hw.l2_cache_bytes is not None)
-        if samples and stage:  # a stage may have nothing left to fit (`KernelFamily.fitted_elsewhere`)
-            fitted = fit_stage(samples, fitted, stage).profile
-            names += [f"efficiency.{p}" for p in stage]
+    stages = [(name, [s for kind in kinds if kind in train for s in op_table_samples(train[kind], kind)],
+               stage_params(params, hw.family, hw.l2_cache_bytes is not None)) for name, kinds, params in OP_TABLE_STAGES]
+    stages = [(name, samples, stage) for name, samples, stage in stages if samples and stage]  # (`fitted_elsewhere`)
+    for i, (name, samples, stage) in enumerate(stages):
+        if progress is not None:
+            progress(f"stage {i + 1}/{len(stages)} {name}: {len(stage)} parameters on {len(samples)} rows")
+        fitted = fit_stage(samples, fitted, stage, progress=progress).profile
+        names += [f"efficiency.{p}" for p in stage]
     seconds = time.perf_counter() - started
 
     def describe(part: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:

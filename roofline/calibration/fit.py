@@ -142,13 +142,14 @@ def group_samples(samples: Sequence[Sample]) -> dict[str, tuple[pd.DataFrame, np
 
 def fit(samples: Sequence[Sample], profile: HardwareProfile, param_names: Sequence[str],
         predict: Predict = predict_table, f_scale: float = 0.1, max_iterations: int = 60,
-        prior_scale: float = 0.0) -> FitResult:
+        prior_scale: float = 0.0, progress: Callable[[str], None] | None = None) -> FitResult:
     """Fit `param_names` of `profile` to the samples (see the module docstring).
 
     `prior_scale` > 0 adds one residual per parameter, prior_scale * log(value / starting value): a log-normal
     prior centred on the profile's values (a MAP fit). A parameter the samples barely constrain then stays near
     its physical starting value instead of drifting to a bound to absorb noise; one the data pin down moves
-    freely (with N samples, moving it by a factor e costs as much as a prior_scale error on one sample)."""
+    freely (with N samples, moving it by a factor e costs as much as a prior_scale error on one sample).
+    `progress` gets a line after the coarse search and after each Levenberg-Marquardt iteration."""
     if not samples:
         raise UserError("fit: no samples to fit")
     groups = group_samples(samples)
@@ -168,7 +169,10 @@ def fit(samples: Sequence[Sample], profile: HardwareProfile, param_names: Sequen
         return np.concatenate([data_residuals(x), prior_scale * (np.clip(x, lo, hi) - x0)])
 
     start = _coarse_search(residuals, x0, lo, hi, f_scale)
-    x, iterations = _irls_levenberg_marquardt(residuals, start, lo, hi, f_scale, max_iterations)
+    if progress is not None:
+        progress(f"{len(names)} parameters on {sum(len(m) for _, m in groups.values())} samples: coarse search done, "
+                 f"then at most {max_iterations} Levenberg-Marquardt iterations")
+    x, iterations = _irls_levenberg_marquardt(residuals, start, lo, hi, f_scale, max_iterations, progress)
     values = dict(zip(names, np.exp(x).tolist()))
     fitted = with_params(profile, values)
     err = np.abs(np.exp(data_residuals(x)) - 1.0)
@@ -205,7 +209,8 @@ def _coarse_search(residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray,
 
 
 def _irls_levenberg_marquardt(residuals: Callable[[np.ndarray], np.ndarray], x: np.ndarray, lo: np.ndarray,
-                              hi: np.ndarray, f_scale: float, max_iterations: int) -> tuple[np.ndarray, int]:
+                              hi: np.ndarray, f_scale: float, max_iterations: int,
+                              progress: Callable[[str], None] | None = None) -> tuple[np.ndarray, int]:
     """Minimize sum rho(r_i) with rho the soft-L1 loss 2*f^2*(sqrt(1 + (r/f)^2) - 1), by Levenberg-Marquardt
     steps on the IRLS-weighted least squares problem (weights w = rho'(r) / r = 1/sqrt(1 + (r/f)^2))."""
     x = np.clip(x, lo, hi)
@@ -238,6 +243,8 @@ def _irls_levenberg_marquardt(residuals: Callable[[np.ndarray], np.ndarray], x: 
                 damping = max(damping / 3, 1e-9)
                 break
             damping *= 4
+        if progress is not None:
+            progress(f"iteration {iteration}/{max_iterations}: loss {cost:.6g}")
         if not improved or converged:
             break
     return x, iteration

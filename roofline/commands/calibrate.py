@@ -30,7 +30,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                 raise UserError(f"{flag}: only with --trace (operator tables are fitted in fixed stages on half "
                                 f"of their shapes; the other half is held out)")
         tables, source = _op_tables(args.op_tables)
-        report = calibrate_on_op_tables(hw, tables, source)
+        report = calibrate_on_op_tables(hw, tables, source, progress=progress_printer())
     else:
         params = None if args.params is None else [p.strip() for p in args.params.split(",")]
         max_fit_steps = DEFAULT_MAX_FIT_STEPS if args.max_fit_steps is None else args.max_fit_steps
@@ -129,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--prior-scale: must be a number >= 0, got {args.prior_scale}")
         report = calibrate_on_traces(hw, [r for t in args.trace for r in load_traces(t)],
                                      [r for t in args.test_trace for r in load_traces(t, "--test-trace")], params,
-                                     max_fit_steps, prior_scale)
+                                     max_fit_steps, prior_scale, progress=progress_printer())
     write_calibrated_profile(profile_path, report, args.out, command_line(args))
     if args.json:
         print(json.dumps(jsonable(report.to_dict()), indent=2))
@@ -164,7 +168,7 @@ def run_family(args: argparse.Namespace) -> int:
     if not any(families[args.family].values()):
         raise UserError(f"--family: no {args.family} chip profile names operator tables (operator_tables:); "
                         "nothing to fit")
-    r = fit_one_family(args.family, families[args.family], log=print)
+    r = fit_one_family(args.family, families[args.family], log=progress_printer())
     print(family_report(r))
     if args.write:
         print(f"wrote {write_family(r)}")
@@ -192,6 +196,22 @@ def run_all_to_all(args: argparse.Namespace) -> int:
         if args.write:
             print(f"wrote {write_chip(r)}")
     return 0
+
+
+def progress_printer(min_interval_s: float = 2.0) -> Callable[[str], None]:
+    """Progress lines on stderr, each with the time since the first: a fit's stage lines and first iteration always,
+    its later iterations at most every `min_interval_s` (a fit can take minutes; nothing else says it is running)."""
+    started = time.perf_counter()
+    last = [-math.inf]
+
+    def show(line: str) -> None:
+        now = time.perf_counter()
+        if line.startswith("iteration") and not line.startswith("iteration 1/") and now - last[0] < min_interval_s:
+            return
+        last[0] = now
+        elapsed = int(now - started)
+        print(f"roofline calibrate: [{elapsed // 60}m{elapsed % 60:02d}s] {line}", file=sys.stderr, flush=True)
+    return show
 
 
 def command_line(args: argparse.Namespace) -> str:
