@@ -22,6 +22,7 @@ throughput errors; the other cells are then the held-out judgement.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import inspect
 import json
 import statistics
@@ -159,6 +160,29 @@ def cpu_rows(index: dict[str, Any]) -> list[dict[str, Any]]:
                                                     for k in rows[0]}} for cell, rows in cells.items()]
 
 
+def ttft_rows(index: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per cell, medians over its repeats of where the mean TTFT went (ms), from vLLM's own histograms of each run
+    (`server_histograms`): the client's TTFT; the API server's (`time_to_first_token_seconds`: from the request's
+    arrival in the API server to its first token there); inside it the engine's queueing and prefill (scheduled to
+    first token); the rest of the API server's TTFT (its input work after the arrival stamp, the IPC hops, the
+    first token's output processing); and the client's share (HTTP in, the first chunk out, the client's own
+    processing: client TTFT - API-server TTFT)."""
+    cells: dict[str, list[dict[str, float]]] = {}
+    for run in index["runs"]:
+        h = run.get("server_histograms")
+        if not h or "time_to_first_token_seconds_mean" not in h or "excluded" in run:
+            continue
+        api = 1e3 * h["time_to_first_token_seconds_mean"]
+        queue, prefill = 1e3 * h["request_queue_time_seconds_mean"], 1e3 * h["request_prefill_time_seconds_mean"]
+        client = run["result"]["mean_ttft_ms"]
+        cells.setdefault(cell_of(run), []).append({
+            "client_ttft_ms": client, "api_server_ttft_ms": api, "engine_queue_ms": queue,
+            "engine_prefill_ms": prefill, "api_server_rest_ms": api - queue - prefill, "client_share_ms": client - api,
+            "api_server_itl_ms": 1e3 * h["inter_token_latency_seconds_mean"]})
+    return [{"cell": cell, "repeats": len(rows), **{k: round(statistics.median(r[k] for r in rows), 1)
+                                                    for k in rows[0]}} for cell, rows in cells.items()]
+
+
 def decode_step_ms(trace_dirs: list[Path]) -> dict[int, float]:
     """Median duration (ms) of the pure-decode steps of in-process step traces (`roofline measure --engine vllm`,
     repeat sets or single traces), by number of sequences, without the scheduler's own `schedule_s`."""
@@ -258,13 +282,16 @@ def main() -> int:
     fitted_on: list[str] = []
     for flag, grid in ((args.fit, GRID), (args.fit_chat, CHAT_GRID)):
         if flag:
-            cells = {cell_of(r) for r in index["runs"] if any(cell_of(r).endswith(s) for s in flag.split(","))}
+            # A pattern names cells by suffix ("completions-a1") or shell pattern ("burst100-*-a1").
+            cells = {cell_of(r) for r in index["runs"]
+                     if any(cell_of(r).endswith(p) or fnmatch.fnmatch(cell_of(r), p) for p in flag.split(","))}
             costs = fit(index, args.hardware, cells, grid, costs)
             fitted_on += sorted(cells)
     if costs is not None:
         record.update(fitted_on=fitted_on, costs={k: getattr(costs, k) for k in costs.__dataclass_fields__})
     predicted = simulate_all(index, args.hardware, costs)
-    record.update(predicted=predicted, rows=summarize(index, predicted), cpu_rows=cpu_rows(index))
+    record.update(predicted=predicted, rows=summarize(index, predicted), cpu_rows=cpu_rows(index),
+                  ttft_rows=ttft_rows(index))
     if args.reference_traces:
         record["served_steps"] = served_step_rows(index, decode_step_ms(args.reference_traces))
     args.out.write_text(json.dumps(record, indent=1) + "\n")
