@@ -47,13 +47,15 @@ SUPPORTED_ARCHITECTURES = (
     "Glm4MoeForCausalLM",
     "Gemma3ForCausalLM",
     "Phi3ForCausalLM",
+    "Llama4ForCausalLM",
 )
 # Wrappers whose text model is a supported architecture: read from their `text_config` (the vision tower left out);
 # the text model's architecture where its text_config names none (HF's multimodal configs: Gemma 3 4B-27B,
 # Mistral-Small-3.1 / 3.2).
 _TEXT_CONFIG_WRAPPERS = {"KimiK25ForConditionalGeneration": "DeepseekV3ForCausalLM",
                          "Gemma3ForConditionalGeneration": "Gemma3ForCausalLM",
-                         "Mistral3ForConditionalGeneration": "MistralForCausalLM"}
+                         "Mistral3ForConditionalGeneration": "MistralForCausalLM",
+                         "Llama4ForConditionalGeneration": "Llama4ForCausalLM"}
 # Architectures refused by the layer they add, named (issue 39): their per-request state or attention pattern is not
 # what the cost model and the KV-cache manager describe.
 _REFUSED_ARCHITECTURES = {
@@ -61,10 +63,13 @@ _REFUSED_ARCHITECTURES = {
                             "qwen3_next.py GatedDeltaNet, MambaSpec state) among its full-attention layers",
     "NemotronHForCausalLM": "Mamba-2 state-space layers with a per-request SSM state (vLLM nemotron_h.py "
                             "MambaMixer2) among its attention layers",
-    "Llama4ForConditionalGeneration": "Llama 4: chunked local attention of attention_chunk_size tokens with NoPE "
-                                      "global layers every fourth layer, MoE on interleave_moe_layer_step layers",
-    "Llama4ForCausalLM": "Llama 4: chunked local attention of attention_chunk_size tokens with NoPE global layers "
-                         "every fourth layer, MoE on interleave_moe_layer_step layers",
+    "Qwen3_5ForConditionalGeneration": "Qwen3.5: gated DeltaNet linear-attention layers (layer_types "
+                                       "linear_attention) with a per-request recurrent state",
+    "Qwen3_5MoeForConditionalGeneration": "Qwen3.5 MoE: gated DeltaNet linear-attention layers (layer_types "
+                                          "linear_attention) with a per-request recurrent state",
+    "KimiLinearForCausalLM": "Kimi Delta Attention linear-attention layers with a per-request recurrent state",
+    "KimiK3ForConditionalGeneration": "its text model KimiLinearForCausalLM: Kimi Delta Attention linear-attention "
+                                      "layers with a per-request recurrent state",
 }
 # Gemma 3's text config as transformers' Gemma3TextConfig defaults it (transformers 5.x
 # models/gemma3/configuration_gemma3.py): HF's multimodal Gemma 3 configs leave these out of text_config.
@@ -75,7 +80,7 @@ _MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Q
                 "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss",
                 "Qwen3MoeForCausalLM": "qwen3_moe", "MiniMaxM2ForCausalLM": "minimax_m2",
                 "DeepseekV3ForCausalLM": "deepseek_v3", "Glm4MoeForCausalLM": "glm4_moe",
-                "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3"}
+                "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3", "Llama4ForCausalLM": "llama4_text"}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 # quant_method of a checkpoint's quantization_config (or hf_quant_config.json's quant_algo) -> our scheme name
 # (`roofline.cost.quant`). fp8 with weight_block_size [128, 128] is "fp8-block".
@@ -237,6 +242,10 @@ class ModelSpec:
     # Gemma 3: RMSNorms before and after both attention and the MLP (input, post_attention, pre_feedforward,
     # post_feedforward; vLLM gemma3.py `Gemma3DecoderLayer`): four per layer, not two.
     sandwich_norms: bool = False
+    # Llama 4: its "sliding_attention" layers attend within chunks of `sliding_window` tokens (attention_chunk_size;
+    # vLLM ChunkedLocalAttention: a query at position p sees the p mod chunk + 1 keys of its chunk), its
+    # "full_attention" layers (NoPE, every fourth) every key.
+    chunked_local_attention: bool = False
 
     def __post_init__(self) -> None:
         where = f"model '{self.name}'"
@@ -263,6 +272,8 @@ class ModelSpec:
                                  f"{self.num_layers} layers")
             if "sliding_attention" in self.layer_types and self.sliding_window is None:
                 raise ValueError(f"{where}: sliding_attention layers need a sliding_window")
+        if self.chunked_local_attention and not self.is_hybrid_attention:
+            raise ValueError(f"{where}: chunked local attention needs both chunked and global layers (no_rope_layers)")
         if self.rotary_dim is not None and not 0 < self.rotary_dim <= self.head_dim:
             raise ValueError(f"{where}: rotary_dim must be in (0, head_dim], got {self.rotary_dim}")
         if self.mla is not None:
@@ -465,13 +476,19 @@ class ModelSpec:
             pattern = int(config.get("sliding_window_pattern") or 6)
             layer_types = layer_types or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
                                           for i in range(need("num_hidden_layers"))]
+        elif arch == "Llama4ForCausalLM":
+            # vLLM llama4.py: a layer whose no_rope_layers entry is 0 is a NoPE global layer, the others (RoPE) attend
+            # within chunks of attention_chunk_size; transformers' Llama4TextConfig default: every fourth layer NoPE.
+            nope = config.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(need("num_hidden_layers"))]
+            layer_types = ["sliding_attention" if use_rope else "full_attention" for use_rope in nope]
+            sliding = need("attention_chunk_size")
         elif layer_types is not None and arch not in ("MistralForCausalLM",):
             layer_types = None  # other architectures apply one attention type to every layer in vLLM
         eos = config.get("eos_token_id")
         if isinstance(eos, list):
             eos = eos[0] if eos else None
         moe = arch in ("MixtralForCausalLM", "GptOssForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM",
-                       "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM")
+                       "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Llama4ForCausalLM")
         deepseek = arch == "DeepseekV3ForCausalLM"
         # GLM-4.5 / 4.6 (vLLM models/glm4_moe.py): DeepSeek-V3's MoE layout (first_k_dense_replace dense layers,
         # shared experts, sigmoid routing with e_score_correction_bias, grouped top-k) under GQA attention with
@@ -479,6 +496,12 @@ class ModelSpec:
         # partial_rotary_factor of each head (0.5).
         glm = arch == "Glm4MoeForCausalLM"
         deepseek_moe = deepseek or glm
+        # Llama 4 (vLLM models/llama4.py): MoE on every interleave_moe_layer_step-th layer (top-k of
+        # num_local_experts experts of intermediate_size, plus one shared expert of that width), dense MLPs of
+        # intermediate_size_mlp on the others; counted as num_dense_layers dense layers (the order does not change a
+        # step's cost). Its q/k L2 norm has no weights (use_qk_norm: `L2Norm`), not counted.
+        llama4 = arch == "Llama4ForCausalLM"
+        moe_step = int(config.get("interleave_moe_layer_step") or 1) if llama4 else 1
         mla = None
         if deepseek:
             if config.get("moe_layer_freq", 1) != 1:
@@ -545,13 +568,16 @@ class ModelSpec:
             or (deepseek and config.get("topk_method") == "noaux_tc") or glm,  # e_score_correction_bias
             checkpoint_quant=checkpoint_quant(config.get("quantization_config"), where),
             mla=mla,
-            num_dense_layers=int(config.get("first_k_dense_replace") or 0) if deepseek_moe else 0,
-            dense_intermediate_size=need("intermediate_size") if deepseek_moe else 0,
-            num_shared_experts=int(config.get("n_shared_experts") or 0) if deepseek_moe else 0,
+            num_dense_layers=int(config.get("first_k_dense_replace") or 0) if deepseek_moe else
+            need("num_hidden_layers") - need("num_hidden_layers") // moe_step if llama4 else 0,
+            dense_intermediate_size=need("intermediate_size") if deepseek_moe else
+            need("intermediate_size_mlp") if llama4 and moe_step > 1 else 0,
+            num_shared_experts=int(config.get("n_shared_experts") or 0) if deepseek_moe else 1 if llama4 else 0,
             num_expert_groups=int(config.get("n_group") or 1) if deepseek_moe else 1,
             topk_expert_groups=int(config.get("topk_group") or 1) if deepseek_moe else 1,
             num_mtp_layers=int(config.get("num_nextn_predict_layers") or 0) if deepseek_moe else 0,
             sandwich_norms=arch == "Gemma3ForCausalLM",
+            chunked_local_attention=llama4,
         )
 
     @classmethod
@@ -618,6 +644,11 @@ class ModelSpec:
             config.update(use_qk_norm=self.qk_norm, qk_norm_type="per_layer" if self.qk_norm_per_layer else
                           "per_head", rotary_dim=self.rotary_dim, use_routing_bias=self.router_bias,
                           shared_intermediate_size=0, scoring_func="sigmoid")
+        if self.architecture == "Llama4ForCausalLM":
+            assert self.layer_types is not None
+            config.update(interleave_moe_layer_step=self.num_layers // self.num_moe_layers,
+                          intermediate_size_mlp=self.dense_intermediate_size, attention_chunk_size=self.sliding_window,
+                          no_rope_layers=[int(t == "sliding_attention") for t in self.layer_types])
         if self.architecture == "Glm4MoeForCausalLM":
             del config["num_local_experts"]
             config.update(n_routed_experts=self.num_experts, moe_intermediate_size=self.intermediate_size,

@@ -106,14 +106,16 @@ class BatchStats:
     @classmethod
     def from_arrays(cls, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray,
                     sliding_window: int | None = None, q_tile: float = ATTENTION_Q_TILE,
-                    hybrid: bool = False) -> "BatchStats":
+                    hybrid: bool = False, chunked: bool = False) -> "BatchStats":
         """Aggregate per-sequence lengths. The simulator calls this once per step, so decode sequences are
         summed by a few numpy reductions and the (few) prefill sequences in a plain Python loop. `hybrid`: only
         some layers slide (`ModelSpec.is_hybrid_attention`): the full layers' stats with the sliding ones'
-        in `sliding`."""
+        in `sliding`. `chunked`: the window is chunked local attention (`ModelSpec.chunked_local_attention`): a
+        query at position p sees the keys of its own chunk of `sliding_window` tokens, p mod window + 1 of them."""
         if hybrid and sliding_window:
             full = cls.from_arrays(query_lens, context_lens, emits, None, q_tile)
-            return replace(full, sliding=cls.from_arrays(query_lens, context_lens, emits, sliding_window, q_tile))
+            return replace(full, sliding=cls.from_arrays(query_lens, context_lens, emits, sliding_window, q_tile,
+                                                         chunked=chunked))
         q = np.asarray(query_lens)
         c = np.asarray(context_lens)
         assert q.shape == c.shape, "query/context lengths per sequence"
@@ -127,7 +129,9 @@ class BatchStats:
             assert int(_min(q)) >= 0, "query lengths must be >= 0"
             dec = c[q == 1]
             idx = np.flatnonzero(q > 1).tolist()
-            prefill = cls._prefill_sums(q[idx].tolist(), c[idx].tolist(), sliding_window, q_tile)
+            prefill = cls._prefill_sums(q[idx].tolist(), c[idx].tolist(), sliding_window, q_tile, chunked)
+        if chunked and sliding_window:
+            return cls._chunked_decodes(num_tokens, num_emits, dec, sliding_window, prefill)
         if sliding_window:
             decode_pairs = float(_sum(np.minimum(dec + 1, sliding_window)))
         else:
@@ -140,13 +144,24 @@ class BatchStats:
                    decode_pairs=decode_pairs, decode_max_keys=max_keys, **prefill)
 
     @classmethod
+    def _chunked_decodes(cls, num_tokens: int, num_emits: int, dec: np.ndarray, chunk: int,
+                         prefill: dict[str, Any]) -> "BatchStats":
+        """The stats of chunked local attention layers (`from_arrays`' `chunked`): a decode at context c sees the
+        c mod chunk earlier keys of its chunk and itself."""
+        keys = dec % chunk + 1
+        return cls(num_tokens=num_tokens, num_emits=num_emits, num_decode_seqs=int(dec.size),
+                   decode_pairs=float(_sum(keys)), decode_max_keys=float(_max(keys)) if dec.size else 0.0, **prefill)
+
+    @classmethod
     def from_decode_contexts(cls, context_lens: np.ndarray, sliding_window: int | None = None,
-                             hybrid: bool = False) -> "BatchStats":
+                             hybrid: bool = False, chunked: bool = False) -> "BatchStats":
         """`from_arrays` of a step of decodes only (one query token each, every one emitting), from their context
         lengths: the same numbers, two reductions."""
         c = context_lens
         n = int(c.size)
-        sliding = cls.from_decode_contexts(c, sliding_window) if hybrid and sliding_window else None
+        if chunked and sliding_window and not hybrid:
+            return cls._chunked_decodes(n, n, c, sliding_window, {})
+        sliding = cls.from_decode_contexts(c, sliding_window, chunked=chunked) if hybrid and sliding_window else None
         window = None if sliding is not None else sliding_window  # a hybrid model's full layers see every key
         if window:
             decode_pairs = float(_sum(np.minimum(c + 1, window)))
@@ -160,17 +175,25 @@ class BatchStats:
                    decode_max_keys=max_keys, sliding=sliding)
 
     @staticmethod
-    def _prefill_sums(qs: list[int], cs: list[int], sliding_window: int | None, q_tile: float) -> dict[str, Any]:
-        """The prefill fields of a `BatchStats`, by name (counts as int, sums as float)."""
+    def _prefill_sums(qs: list[int], cs: list[int], sliding_window: int | None, q_tile: float,
+                      chunked: bool = False) -> dict[str, Any]:
+        """The prefill fields of a `BatchStats`, by name (counts as int, sums as float); `chunked`: the window is
+        chunked local attention (`from_arrays`)."""
         w = float(sliding_window) if sliding_window else math.inf
         pairs = kv_tokens = pad = masked = 0.0
         tiles = 0
         for q, c in zip(qs, cs):
             assert c >= 0, "context lengths must be >= 0"
             n = math.ceil(q / q_tile)
-            last_keys = min(c + q, w)
-            pairs += attention_pairs(float(q), float(c), w)
-            kv_tokens += min(c, w) + q
+            if chunked and sliding_window:
+                chunk = sliding_window
+                last_keys = float((c + q - 1) % chunk + 1)
+                pairs += chunked_attention_pairs(q, c, chunk)
+                kv_tokens += c % chunk + q
+            else:
+                last_keys = min(c + q, w)
+                pairs += attention_pairs(float(q), float(c), w)
+                kv_tokens += min(c, w) + q
             pad += (n * q_tile - q) * last_keys
             tiles += n
             if c:
@@ -178,6 +201,16 @@ class BatchStats:
         return dict(num_prefill_seqs=len(qs), prefill_tokens=sum(qs), prefill_pairs=pairs, prefill_q_tiles=tiles,
                     prefill_kv_tokens=float(kv_tokens), prefill_pad_pairs=float(pad),
                     prefill_masked_pairs=float(masked))
+
+
+def chunked_attention_pairs(q: int, c: int, chunk: int) -> float:
+    """(query, key) pairs of chunked local attention (Llama 4: vLLM's ChunkedLocalAttention) for q new tokens after
+    c cached ones: the query at position p sees p mod chunk + 1 keys. Sum over p in [c, c + q) = F(c + q) - F(c),
+    F(n) = (n // chunk) * chunk (chunk + 1) / 2 + r (r + 1) / 2 with r = n mod chunk."""
+    def prefix(n: int) -> float:
+        r = n % chunk
+        return (n // chunk) * chunk * (chunk + 1) / 2 + r * (r + 1) / 2
+    return prefix(c + q) - prefix(c)
 
 
 def attention_pairs(q: Any, c: Any, window: float) -> Any:

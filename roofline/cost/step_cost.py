@@ -205,7 +205,8 @@ class StepCostModel:
             if self._plain_decode:  # (no sequences)
                 return self._stats_time_s(BatchStats.from_decode_contexts(context))
             return self._stats_time_s(BatchStats.from_decode_contexts(context, self.spec.sliding_window,
-                                                                      self.spec.is_hybrid_attention))
+                                                                      self.spec.is_hybrid_attention,
+                                                                      self.spec.chunked_local_attention))
         sums = shape.seq_sums() if self._rows_suffice else None
         if sums is not None:
             return self._rows_time_s(shape.num_batched_tokens, shape.num_emitting_seqs, *sums)
@@ -450,7 +451,7 @@ class StepCostModel:
     # -- internals --
     def _stats(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> BatchStats:
         return BatchStats.from_arrays(query_lens, context_lens, emits, self.spec.sliding_window, self._q_tile,
-                                      self.spec.is_hybrid_attention)
+                                      self.spec.is_hybrid_attention, self.spec.chunked_local_attention)
 
     def _attention_s(self, s: BatchStats) -> tuple[float, int]:
         """Time and kernels of the attention records of `s`, as `op_cost` computes them (same formulas, same
