@@ -27,6 +27,7 @@ from typing import Any
 from engine.core.model_spec import ModelSpec
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.host import CUDAGRAPH_MODE_CHOICES, DEFAULT_CUDAGRAPH_MODE
+from roofline.cost.kernels.all_to_all import ALL2ALL_BACKENDS, DEFAULT_ALL2ALL_BACKEND
 from roofline.cost.quant import (
     DTYPE_CHOICES,
     FLOAT32_MATMUL_PRECISION_CHOICES,
@@ -35,6 +36,7 @@ from roofline.cost.quant import (
     QUANTIZATION_CHOICES,
 )
 from roofline.errors import UserError
+from roofline.parallel_config import ParallelArgs, parse_eplb_config
 from roofline.vllm_flags import (
     CHECKPOINT_QUANTIZATIONS,
     DTYPE_ALIASES,
@@ -71,8 +73,12 @@ _ALL = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len",
         "enable_chunked_prefill", "enable_prefix_caching", "tensor_parallel_size", "dtype", "quantization",
         "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override", "async_scheduling", "moe_backend",
         "float32_matmul_precision", "cudagraph_mode", "enforce_eager", "max_cudagraph_capture_size")
+# Data / expert / pipeline parallelism: simulate only (plan and measure refuse them as vllm serve flags they do not
+# model, `roofline.vllm_flags`).
+_PARALLEL = ("data_parallel_size", "data_parallel_size_local", "enable_expert_parallel", "all2all_backend",
+             "enable_eplb", "eplb_config", "pipeline_parallel_size")
 COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
-    "simulate": _ALL,
+    "simulate": _ALL + _PARALLEL,
     "plan": tuple(f for f in _ALL if f not in ("max_num_seqs", "tensor_parallel_size", "kv_cache_memory_bytes",
                                                "num_gpu_blocks_override")),
     "measure": tuple(f for f in _ALL if f not in ("tensor_parallel_size", "quantization", "kv_cache_dtype",
@@ -117,6 +123,15 @@ class EngineArgs:
     # vLLM's --max-cudagraph-capture-size: the largest batch (in tokens) that replays a graph; None: vLLM's default,
     # min(2 x max_num_seqs, 512) (`cudagraph_capture_sizes`).
     max_cudagraph_capture_size: int | None = None
+    # Data, expert and pipeline parallelism (`roofline.parallel_config`, vLLM's names and defaults): DP ranks, this
+    # node's share of them, experts placed whole over DP x TP ranks, their all2all backend, EPLB and its JSON config.
+    data_parallel_size: int = 1
+    data_parallel_size_local: int | None = None
+    enable_expert_parallel: bool = False
+    all2all_backend: str = DEFAULT_ALL2ALL_BACKEND
+    enable_eplb: bool = False
+    eplb_config: str | None = None
+    pipeline_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override",
@@ -125,6 +140,7 @@ class EngineArgs:
             if value is not None and not (name == "max_model_len" and value == AUTO_FIT_MAX_MODEL_LEN):
                 _check_positive_int(name, value, " or -1 (auto-fit)" if name == "max_model_len" else "")
         _check_positive_int("tensor_parallel_size", self.tensor_parallel_size)
+        self.parallel.check(self.tensor_parallel_size)
         _check_positive_int("block_size", self.block_size)
         if self.block_size % BLOCK_SIZE_MULTIPLE:
             raise UserError(f"--block-size: must be a positive multiple of {BLOCK_SIZE_MULTIPLE} (vLLM "
@@ -152,6 +168,16 @@ class EngineArgs:
             given = "--enforce-eager" if self.enforce_eager else "--cudagraph-mode NONE"
             raise UserError(f"--max-cudagraph-capture-size: {given} captures no CUDA graphs, so a capture size "
                             f"would be ignored; allowed with {given}: --max-cudagraph-capture-size unset")
+
+    @property
+    def parallel(self) -> ParallelArgs:
+        """The data / expert / pipeline parallelism flags as one checked record."""
+        return ParallelArgs(data_parallel_size=self.data_parallel_size,
+                            data_parallel_size_local=self.data_parallel_size_local,
+                            enable_expert_parallel=self.enable_expert_parallel, all2all_backend=self.all2all_backend,
+                            enable_eplb=self.enable_eplb,
+                            num_redundant_experts=parse_eplb_config(self.eplb_config) if self.eplb_config else 0,
+                            pipeline_parallel_size=self.pipeline_parallel_size)
 
     @property
     def resolved_cudagraph_mode(self) -> str:
@@ -183,7 +209,8 @@ class EngineArgs:
         return tuple(sorted(sizes))
 
     def check_model(self, spec: ModelSpec) -> None:
-        """`max_model_len` within what vLLM derives from the model's config."""
+        """`max_model_len` within what vLLM derives from the model's config; DP / EP on a MoE model."""
+        self.parallel.check_model(spec)
         limit = derived_max_model_len(spec)
         if self.max_model_len is not None and self.max_model_len != AUTO_FIT_MAX_MODEL_LEN and self.max_model_len > limit:
             raise UserError(f"--max-model-len: {self.max_model_len} exceeds the {limit} tokens vLLM derives from "
@@ -210,12 +237,14 @@ class EngineArgs:
             if tp != 1:
                 raise UserError(f"--tensor-parallel-size: {hw.id} is a CPU profile, which models one device; "
                                 f"allowed: 1, got {tp}")
+            self.parallel.layout(hw, tp)
             return
         domain, link = ((hw.interconnect.max_num_gpus, hw.interconnect.name) if hw.interconnect is not None
                         else (PCIE_HOST_MAX_NUM_GPUS, "PCIe within one host"))
         if tp > domain:
             raise UserError(f"--tensor-parallel-size: {tp} GPUs exceed one {link} domain of {hw.id} ({domain} "
                             f"GPUs); multi-node tensor parallelism is not modelled; allowed: 1 to {domain}")
+        self.parallel.layout(hw, tp)
 
     def resolve_hardware(self, hw: HardwareProfile) -> HardwareProfile:
         """`hw` with the host/device overlap of `--async-scheduling` when it is given."""
@@ -357,6 +386,25 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
             "vLLM's --max-cudagraph-capture-size: the largest batch, in tokens, that replays a CUDA graph (default: "
             "min(2 x max_num_seqs, 512), 1,024 for gpt-oss; at most max_num_batched_tokens, as vLLM truncates it; "
             "larger batches launch every kernel from the host)"))),
+        "data_parallel_size": ("--data-parallel-size", dict(type=int, default=None, metavar="N", help=(
+            "vLLM's data-parallel ranks of a MoE model, each with its own scheduler and KV cache behind vLLM's load "
+            "balancer, stepping in lockstep (default: 1)"))),
+        "data_parallel_size_local": ("--data-parallel-size-local", dict(type=int, default=None, metavar="N", help=(
+            "DP ranks on this node (default: all of them); fewer puts the all-to-all across nodes, not modelled "
+            "yet"))),
+        "enable_expert_parallel": ("--enable-expert-parallel", dict(action="store_true", default=None, help=(
+            "place whole experts over the DP x TP ranks instead of slicing them (default: off)"))),
+        "all2all_backend": ("--all2all-backend", dict(default=None, metavar="BACKEND", help=(
+            f"the MoE token exchange with DP > 1 (default: {DEFAULT_ALL2ALL_BACKEND}; vLLM's choices: "
+            f"{', '.join(ALL2ALL_BACKENDS)}; timed: allgather_reducescatter, deepep_high_throughput, "
+            "deepep_low_latency; pplx and naive fall back to allgather_reducescatter, as in vLLM)"))),
+        "enable_eplb": ("--enable-eplb", dict(action="store_true", default=None, help=(
+            "vLLM's expert-parallel load balancer (with --enable-expert-parallel): redundant experts from "
+            "--eplb-config rebalance the ranks' expert load"))),
+        "eplb_config": ("--eplb-config", dict(default=None, metavar="JSON", help=(
+            "vLLM's EPLBConfig as JSON, e.g. '{\"num_redundant_experts\": 32}'"))),
+        "pipeline_parallel_size": ("--pipeline-parallel-size", dict(type=int, default=None, metavar="N", help=(
+            "pipeline stages (default: 1; more is not modelled yet)"))),
     }
     for name in flags:
         flag, kwargs = help_for[name]
@@ -402,7 +450,13 @@ def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens:
             "dtype": engine.dtype, "quantization": engine.quantization, "kv_cache_dtype": engine.kv_cache_dtype,
             "async_scheduling": async_scheduling, "moe_backend": engine.moe_backend,
             "float32_matmul_precision": engine.float32_matmul_precision, "cudagraph_mode": cudagraph_mode,
-            "max_cudagraph_capture_size": max_cudagraph_capture_size}
+            "max_cudagraph_capture_size": max_cudagraph_capture_size,
+            **({} if engine.parallel.is_default else {
+                "data_parallel_size": engine.data_parallel_size,
+                "data_parallel_size_local": engine.data_parallel_size_local or engine.data_parallel_size,
+                "enable_expert_parallel": engine.enable_expert_parallel,
+                "all2all_backend": engine.parallel.resolved_all2all_backend, "enable_eplb": engine.enable_eplb,
+                "num_redundant_experts": engine.parallel.num_redundant_experts})}
 
 
 def _flag(name: str) -> str:

@@ -220,8 +220,14 @@ CASES: list[tuple[str, str]] = [
     ("simulate --model gpt-oss-120b --hardware h200-sxm --quantization none", "--quantization none"),
     ("simulate --model gpt-oss-120b --hardware h200-sxm --quantization fp8", "--quantization fp8"),
     ("simulate --model llama-3.1-70b --hardware l4", "does not fit"),
+    # data / expert / pipeline parallelism: checked as vLLM checks them (more in tests/test_data_parallel.py)
+    *[(f"simulate {flag}", field) for flag, field in (
+        ("-pp 2", "--pipeline-parallel-size"), ("--pipeline-parallel-size 2", "--pipeline-parallel-size"),
+        ("-dp 2", "--data-parallel-size"), ("--data-parallel-size 2", "--data-parallel-size"),
+        ("-ep", "--enable-expert-parallel"), ("--enable-expert-parallel", "--enable-expert-parallel"),
+        ("--model qwen3-30b-a3b -dp 2 --all2all-backend nixl_ep", "--all2all-backend"),
+        ("--model qwen3-30b-a3b -dp 2 --enable-eplb", "--enable-eplb"))],
     *[(f"simulate {flag}", flag.split()[0]) for flag in (
-        "-pp 2", "--pipeline-parallel-size 2", "-dp 2", "--data-parallel-size 2", "-ep", "--enable-expert-parallel",
         "--speculative-config {}", "--spec-model m", "--enable-lora", "--max-loras 2", "-dcp 2", "-pcp 2",
         "--cpu-offload-gb 4", "--kv-transfer-config {}", "--nnodes 2", "--enable-dbo", "--attention-backend FLASHINFER",
         "--compilation-config {}", "--cudagraph-capture-sizes 1 2", "--scheduling-policy priority",

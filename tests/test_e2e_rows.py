@@ -126,8 +126,8 @@ def test_minimax_recipes_set_their_flags_or_force_expert_parallelism() -> None:
                                                                                                       16384)
     h200 = resolve_row(parse_row(record(**minimax, system="h200_sxm", backend_version="0.16.0", silicon_data_source=(
         "db-dump/2026-04-27; config_id=606; silicon_concurrency=16; measured=2026-03-01T00:00:00.000Z"))))
-    assert isinstance(h200, Skip) and h200.reasons == (SkipReason.PARALLELISM,)
-    assert "--enable-expert-parallel" in h200.details[0]
+    assert isinstance(h200, SimCase) and h200.engine.enable_expert_parallel
+    assert any("--enable-expert-parallel" in n for n in h200.notes)
 
 
 def test_empty_precision_is_the_checkpoint_dtype() -> None:
@@ -140,7 +140,7 @@ def test_empty_precision_is_the_checkpoint_dtype() -> None:
     ({"precision": "int4", "gemm_quant_mode": "int4_wo"}, SkipReason.PRECISION),
     ({"model_path": "deepseek-ai/DeepSeek-V3.2", "precision": "fp8"}, SkipReason.ARCHITECTURE),
     ({"system": "b60"}, SkipReason.GPU),
-    ({"attention_dp_size": 2.0, "silicon_data_source": "silicon_concurrency=32"}, SkipReason.PARALLELISM),
+    ({"attention_dp_size": 2.0, "silicon_data_source": "silicon_concurrency=32"}, SkipReason.PARALLELISM),  # dense
     ({"tp_size": 16.0}, SkipReason.MULTI_NODE),
 ])
 def test_skip_reasons(overrides: dict, reason: SkipReason) -> None:
@@ -173,11 +173,11 @@ def test_checkpoint_quantization_reads_the_checkpoint_config() -> None:
 
 def test_experts_over_a_multiple_of_attention_tp_are_unrecorded_data_parallelism() -> None:
     # vLLM flattens the experts' TP across data-parallel ranks (FusedMoEParallelConfig.flatten_tp_across_dp): moe_tp 4
-    # over tp 2 with attention_dp empty is --data-parallel-size 2, which is not modelled.
+    # over tp 2 with attention_dp empty is --data-parallel-size 2, simulated so (issue 40).
     outcome = resolve_row(parse_row(record(model_path="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm", tp_size=2.0,
                                            moe_tp_size=4.0, moe_ep_size=1.0)))
-    assert isinstance(outcome, Skip) and outcome.reasons == (SkipReason.PARALLELISM,)
-    assert "attention data parallelism 2, not recorded" in outcome.details[0]
+    assert isinstance(outcome, SimCase)
+    assert (outcome.engine.data_parallel_size, outcome.engine.enable_expert_parallel) == (2, False)
     with pytest.raises(RowError, match="moe_tp 3 x moe_ep 1 = 3 GPUs"):  # not a multiple of tp: unreadable
         resolve_row(parse_row(record(model_path="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm", tp_size=2.0,
                                      moe_tp_size=3.0, moe_ep_size=1.0)))
@@ -194,8 +194,14 @@ def test_every_vllm_agg_row_is_simulated_skipped_or_a_named_miss() -> None:
             misses.append(str(exc))
     client = [m for m in misses if "not recorded" in m]  # gpt-oss-120b H100 rows of a recipe's hard-coded 512
     assert (len(client), len(misses)) == (9, 9)
-    implied_dp = [o for o in outcomes if isinstance(o, Skip) and "not recorded: the experts span" in o.details[0]]
-    assert len(implied_dp) == 19  # Qwen3-235B-A22B-FP8 H200 rows of aiconfigurator's own campaign
+    # Qwen3-235B-A22B-FP8 H200 rows of aiconfigurator's own campaign whose experts span more GPUs than attention's
+    # TP: the unrecorded --data-parallel-size vLLM needs for them, simulated (issue 40).
+    implied_dp = [o for o in outcomes if isinstance(o, SimCase) and o.row.attention_dp_size == 1
+                  and o.engine.data_parallel_size > 1]
+    assert len(implied_dp) == 19
+    # No row is skipped for data or expert parallelism of a MoE model any more; the multi-node ones are (61).
+    assert not [o for o in outcomes if isinstance(o, Skip) and SkipReason.PARALLELISM in o.reasons]
+    assert sum(isinstance(o, Skip) and o.reasons[0] == SkipReason.MULTI_NODE for o in outcomes) == 61
     assert all(isinstance(o, (SimCase, Skip)) for o in outcomes)
     assert all(o.reasons and set(o.reasons) <= set(SkipReason) for o in outcomes if isinstance(o, Skip))
     assert sum(isinstance(o, SimCase) for o in outcomes) > 0

@@ -77,10 +77,10 @@ def test_compressed_tensors_takes_the_checkpoints_scheme(capsys: pytest.CaptureF
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["-pp", "2"], "-pp (--pipeline-parallel-size): a vllm serve flag the simulator does not model yet "
-                   "(pipeline parallelism)"),
-    (["--data-parallel-size", "2"], "does not model yet (data parallelism (use --num-replicas"),
-    (["-ep"], "-ep (--enable-expert-parallel): a vllm serve flag the simulator does not model yet"),
+    (["-pp", "2"], "--pipeline-parallel-size (-pp): 2: pipeline parallelism is a vllm serve setting the simulator does "
+                   "not model yet; allowed: 1"),
+    (["--data-parallel-size", "2"], "model 'llama-156m' is dense, whose DP ranks vLLM runs as independent engines"),
+    (["-ep"], "--enable-expert-parallel: model 'llama-156m' has no MoE layers"),
     (["--speculative-config", "{\"method\": \"ngram\"}"], "not model yet (speculative decoding)"),
     (["--enable-lora"], "(LoRA adapters)"),
     (["--cpu-offload-gb", "4"], "(CPU offloading)"),

@@ -572,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="systems whose rows also run 5 x N prompts (default: %(default)s; '' for none)")
     parser.add_argument("--jobs", type=int, default=2, help="simulation processes (default: %(default)s)")
     parser.add_argument("--no-peer", action="store_true", help="skip aiconfigurator's estimator")
+    parser.add_argument("--parallel-only", action="store_true",
+                        help="simulate only the rows served with data or expert parallelism (issue 40)")
     parser.add_argument("--limit", type=int, default=0, help="simulate at most this many rows (0: all)")
     parser.add_argument("--budget-minutes", type=float, default=0.0,
                         help="submit no new simulation after this many minutes; the rest is reported as 'not run' "
@@ -622,6 +624,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if models and not any(m in row.model_path for m in models):
             outcomes[row.row_id] = {"status": "not run", "error": "--models"}
+            continue
+        if args.parallel_only and case.engine.parallel.data_parallel_size == 1 \
+                and not case.engine.enable_expert_parallel:
+            outcomes[row.row_id] = {"status": "not run", "error": "--parallel-only"}
             continue
         path = _cache_file(sim_cache, row.row_id)
         cached = _read_json(path)

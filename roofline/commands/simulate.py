@@ -62,7 +62,8 @@ from roofline.vllm_flags import add_vllm_serve_flags
 
 DEFAULT_MODEL = "llama-3.1-8b"
 # The engine settings the default output shows (--verbose: all of them).
-_SHORT_ENGINE_KEYS = ("tensor_parallel_size", "quantization", "dtype", "kv_cache_dtype", "max_num_seqs",
+_SHORT_ENGINE_KEYS = ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "all2all_backend",
+                      "quantization", "dtype", "kv_cache_dtype", "max_num_seqs",
                       "max_num_batched_tokens", "max_model_len")
 # Schemes vLLM applies to an unquantized checkpoint at load time (`--quantization fp8`: dynamic per-tensor fp8,
 # vllm/model_executor/layers/quantization/fp8.py `Fp8Config` with is_checkpoint_fp8_serialized False).
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     summary = {"model": deployment.spec.name, "hardware": deployment.hw.id,
                "hardware_provenance": deployment.hw.provenance_line(), "workload": workload.name,
                "seed": workload.seed, "num_replicas": options.num_replicas, "router": options.router,
-               "gpus_per_replica": deployment.engine.tensor_parallel_size,
+               "gpus_per_replica": deployment.gpus_per_replica,
                "max_concurrency": options.max_concurrency, "offered_load": offered,
                "engine": deployment.engine_record, "kv_cache": deployment.kv.terms(),
                "vllm_bench": {k: v for k, v in vllm.items() if not isinstance(v, list)},
@@ -322,7 +323,7 @@ def workload_load(workload: Workload, max_concurrency: int | None) -> dict[str, 
 def header_text(deployment: Deployment, options: SimulationOptions, workload: Workload,
                 offered: dict[str, Any], verbose: bool = True) -> str:
     kv = deployment.kv
-    tp = deployment.engine.tensor_parallel_size
+    tp = deployment.gpus_per_replica  # TP x DP
     replicas, gpus = options.num_replicas, tp * options.num_replicas
     load = ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}" for k, v in offered.items()
                      if v is not None)
@@ -331,9 +332,12 @@ def header_text(deployment: Deployment, options: SimulationOptions, workload: Wo
         engine = ", ".join(f"{k}={v}" for k, v in record.items())
     else:
         engine = ", ".join(f"{k}={record[k]}" for k in _SHORT_ENGINE_KEYS if k in record)
-    return (f"{deployment.spec.name} on {replicas} replica{'s' * (replicas > 1)} of {tp} x {deployment.hw.id} "
+    dp = deployment.engine.data_parallel_size
+    layout = f" (DP {dp} x TP {tp // dp})" if dp > 1 else ""
+    return (f"{deployment.spec.name} on {replicas} replica{'s' * (replicas > 1)} of {tp} x {deployment.hw.id}{layout} "
             f"({tp} GPU{'s' * (tp > 1)} per replica, {gpus} GPU{'s' * (gpus > 1)} in all), workload "
-            f"{workload.name}; KV cache {kv.num_gpu_blocks} blocks = {kv.num_tokens} tokens per replica\n"
+            f"{workload.name}; KV cache {kv.num_gpu_blocks} blocks = {kv.num_tokens} tokens per "
+            f"{'DP rank' if dp > 1 else 'replica'}\n"
             f"offered load: {load}\nengine: {engine}"
             + (f"\nhardware profile: {deployment.hw.provenance_line()}" if verbose else ""))
 
@@ -378,7 +382,7 @@ def save_result(args: argparse.Namespace, deployment: Deployment, offered: dict[
         record.update(ramp_up_strategy=ramp[0], ramp_up_start_rps=ramp[1], ramp_up_end_rps=ramp[2])
     record.update(vllm)
     record["roofline"] = {"simulated": True, "model": deployment.spec.name, "hardware": deployment.hw.id,
-                          "gpus_per_replica": deployment.engine.tensor_parallel_size,
+                          "gpus_per_replica": deployment.gpus_per_replica,
                           "num_replicas": args.num_replicas, "router": args.router, "offered_load": offered,
                           "engine": deployment.engine_record, "steady_state": steady,
                           "unmodelled": list(unmodelled(deployment.hw))}

@@ -284,30 +284,29 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
         raise RowError(f"row {row.row_id}: moe_tp {row.moe_tp_size} x moe_ep {row.moe_ep_size} = {moe_width} GPUs for "
                        f"the experts, but tp {row.tp_size} x attention_dp {row.attention_dp_size} = "
                        f"{row.tp_size * row.attention_dp_size} for attention")
-    if row.attention_dp_size > 1:
-        reasons[SkipReason.PARALLELISM] = f"attention data parallelism {row.attention_dp_size}"
-    elif is_moe and implied_dp > 1:
-        reasons[SkipReason.PARALLELISM] = (f"attention data parallelism {implied_dp}, not recorded: the experts span "
-                                           f"moe_tp {row.moe_tp_size} x moe_ep {row.moe_ep_size} = {moe_width} GPUs "
-                                           f"over tp {row.tp_size}, which vLLM runs only as --data-parallel-size "
-                                           f"{implied_dp}")
-    elif is_moe and (row.moe_ep_size or 1) > 1:
-        reasons[SkipReason.PARALLELISM] = f"expert parallelism {row.moe_ep_size}"
-    elif is_moe and row.tp_size > 1 and (harness := harness_of(row)) is not None and harness.expert_parallel:
-        reasons[SkipReason.PARALLELISM] = (f"expert parallelism {row.tp_size}: the row records moe_ep_size "
-                                           f"{row.moe_ep_size}, but its InferenceX recipe ({harness.source}) passes "
-                                           "--enable-expert-parallel for every EP_SIZE >= 1")
+    # Data / expert parallelism (issue 40): a MoE model's DP ranks (attention_dp, or the unrecorded DP its experts'
+    # width implies) and --enable-expert-parallel (moe_ep > 1, or the row's InferenceX recipe passing it whatever
+    # moe_ep_size says) are simulated (`roofline.sim.data_parallel`); a dense model's DP ranks are not modelled.
+    data_parallel = max(row.attention_dp_size, implied_dp) if is_moe else row.attention_dp_size
+    harness = harness_of(row)
+    expert_parallel = is_moe and row.tp_size * data_parallel > 1 and (
+        (row.moe_ep_size or 1) > 1 or (harness is not None and harness.expert_parallel))
+    if not is_moe and row.attention_dp_size > 1:
+        reasons[SkipReason.PARALLELISM] = f"attention data parallelism {row.attention_dp_size} of a dense model"
     if reasons:
         ordered = tuple(r for r in SkipReason if r in reasons)
         return Skip(row, ordered, tuple(reasons[r] for r in ordered))
     if (defect := unrecorded_client(row)) is not None:
         raise RowError(f"row {row.row_id}: the run's server configuration is not recorded: {defect.reason}")
     assert spec is not None and quantization is not None and hardware_id is not None
-    harness = harness_of(row)
     if harness is not None:
         notes.append(f"engine flags of InferenceX's recipe {harness.source}"
                      + (f"; not modelled: {harness.not_modelled}" if harness.not_modelled else ""))
-    return SimCase(row, config_path, hardware_id, engine_args_for(row, quantization), row.concurrency, tuple(notes))
+    if data_parallel > 1 or expert_parallel:
+        notes.append(f"--data-parallel-size {data_parallel}" + (" --enable-expert-parallel" if expert_parallel else "")
+                     + " with vLLM's default --all2all-backend allgather_reducescatter (the row records no backend)")
+    return SimCase(row, config_path, hardware_id, engine_args_for(row, quantization, data_parallel, expert_parallel),
+                   row.concurrency, tuple(notes))
 
 
 def async_scheduling_default(version: str | None) -> bool:
@@ -333,15 +332,17 @@ def kv_vllm_version(version: str | None) -> str:
     return version
 
 
-def engine_args_for(row: SiliconRow, quantization: str) -> EngineArgs:
+def engine_args_for(row: SiliconRow, quantization: str, data_parallel_size: int = 1,
+                    expert_parallel: bool = False) -> EngineArgs:
     """vLLM's flags for the row: its version's defaults (see VERSION_BATCH_DEFAULTS and
-    `async_scheduling_default`), its TP and quantization; over them, the flags of its InferenceX recipe
-    (`harness_of`)."""
+    `async_scheduling_default`), its TP, DP, expert parallelism and quantization; over them, the flags of its
+    InferenceX recipe (`harness_of`)."""
     flags: dict[str, object] = dict(VERSION_BATCH_DEFAULTS, async_scheduling=async_scheduling_default(row.backend_version))
     harness = harness_of(row)
     if harness is not None:
         per_row = {"CONC": row.concurrency, "2*ISL": 2 * row.isl}
         flags.update({k: per_row.get(v, v) if isinstance(v, str) else v for k, v in harness.flags.items()})
+    flags.update(data_parallel_size=data_parallel_size, enable_expert_parallel=expert_parallel)
     return EngineArgs(tensor_parallel_size=row.tp_size, quantization=quantization, **flags)  # type: ignore[arg-type]
 
 

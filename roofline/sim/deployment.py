@@ -9,6 +9,7 @@ from typing import Any
 from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.model_spec import ModelSpec
 from roofline.cost.cpu import DEFAULT_CPU_ENGINE
+from roofline.cost.expert_parallel import DataParallelMoe
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity, kv_cache_groups
 from roofline.cost.quant import QuantConfig
@@ -31,6 +32,13 @@ class Deployment:
     kv: KvCapacity
     cost_model: StepCostModel
     engine_record: dict[str, Any]  # the resolved engine configuration, as summaries and run metadata show it
+    # Data / expert parallelism of a MoE model (`roofline.cost.expert_parallel`): the group's MoE layers; None
+    # without DP or EP.
+    moe: DataParallelMoe | None = None
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.engine.tensor_parallel_size * self.engine.data_parallel_size
 
 
 def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, engine: EngineArgs,
@@ -56,11 +64,17 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
                                cudagraph_mode=engine.resolved_cudagraph_mode, capture_sizes=capture_sizes)
     max_model_len = engine.resolved_max_model_len(spec)
     cost_model.expect_max_num_tokens(max_num_batched_tokens)
+    parallel = engine.parallel
+    moe = None
+    if spec.is_moe and (parallel.data_parallel_size > 1 or parallel.enable_expert_parallel):
+        moe = DataParallelMoe(cost_model, parallel.layout(hw, engine.tensor_parallel_size),
+                              parallel.resolved_all2all_backend, parallel.num_redundant_experts)
+    weight_bytes = cost_model.weight_bytes_per_rank() - (moe.expert_weight_bytes_saved() if moe is not None else 0.0)
     gpu_memory_utilization = (engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None
                               else DEFAULT_GPU_MEMORY_UTILIZATION)
     kv = compute_kv_capacity(KvCapacityInputs(
         spec=spec, memory_capacity_bytes=hw.memory_capacity_bytes,
-        weight_bytes_per_rank=cost_model.weight_bytes_per_rank(),
+        weight_bytes_per_rank=weight_bytes,
         kv_bytes_per_token_per_rank=cost_model.kv_bytes_per_token_per_rank(), act_bytes=quant.act_bytes,
         tensor_parallel_size=engine.tensor_parallel_size, block_size=engine.block_size, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
@@ -86,5 +100,5 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
         raise UserError(f"engine configuration: {exc}") from None
     record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization,
                            hw.executor.host_overlaps_device, cost_model.cudagraph_mode, cost_model.max_capture_size)
-    return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record)
+    return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record, moe)
 

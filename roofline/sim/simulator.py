@@ -57,11 +57,11 @@ import numpy as np
 
 from engine.core.model_spec import ModelSpec
 from engine.core.request import Request
-from engine.core.scheduler import Scheduler
 from engine.core.step_plan import StepPlan
 from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
 from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
+from roofline.sim.data_parallel import group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import Recorder, SimulationResult, build_result
 from roofline.sim.workload import RequestFactory, RequestSpec, Workload, sample_requests
@@ -110,7 +110,7 @@ class _Replica:
 
     def __init__(self, index: int, deployment: Deployment) -> None:
         self.index = index
-        self.scheduler = Scheduler(deployment.scheduler_config, deployment.cache_config)
+        self.scheduler = make_scheduler(deployment)  # vLLM's, or a DP group's (roofline.sim.data_parallel)
         self.plan: StepPlan | None = None  # the step in flight
         self.num_steps = 0
         self.num_outstanding = 0
@@ -163,7 +163,7 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
     specs = sample_requests(workload) if specs is None else specs
     _check_lengths(specs, deployment.scheduler_config.max_model_len)
     started = time.perf_counter()
-    sim = _Simulation(deployment, workload, specs, options, step_time_fn or _cost_model_time(deployment.cost_model),
+    sim = _Simulation(deployment, workload, specs, options, step_time_fn or _default_time(deployment),
                       progress)
     # The loop makes no reference cycles (tests/test_simulator.py checks), so reference counting frees all it
     # drops; the cyclic collector would only traverse the live requests and their token lists again and again (a
@@ -330,7 +330,8 @@ class _Simulation:
                 self.wake(replica, now)
             return  # otherwise idle until the next arrival
         duration = self.time_fn(replica.index, replica.num_steps, now, plan)
-        _record_step(self.recorder, replica, plan, now, duration)
+        for engine_index, rank_plan in ranks_of(replica.index, plan):  # a DP group: each rank's plan
+            _record_step(self.recorder, engine_index, rank_plan, now, duration)
         replica.plan = plan
         self.push(now + duration, _STEP_END, replica.index)
 
@@ -433,9 +434,15 @@ def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
     return step_time
 
 
-def _record_step(recorder: Recorder, replica: _Replica, plan: StepPlan, now: float, duration: float) -> None:
+def _default_time(deployment: Deployment) -> StepTimeFn:
+    if deployment.moe is not None:
+        return group_step_time(deployment)
+    return _cost_model_time(deployment.cost_model)
+
+
+def _record_step(recorder: Recorder, engine_index: int, plan: StepPlan, now: float, duration: float) -> None:
     recorder.step_rows.append((
-        replica.index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
+        engine_index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
         plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_emitting_seqs,
         len(plan.preempted_request_ids),
         plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used, plan.num_kv_blocks_total,

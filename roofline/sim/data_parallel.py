@@ -1,0 +1,153 @@
+"""A MoE model served with vLLM's data parallelism: one engine core (scheduler, KV cache) per DP rank behind vLLM's
+load balancer, the ranks stepping in lockstep.
+
+    scheduler = make_scheduler(deployment)        # engine.core.Scheduler, or a DataParallelScheduler for DP > 1
+    time_fn = group_step_time(deployment)         # a StepTimeFn for the group's plans
+
+How vLLM 0.32 runs it:
+- Ranks: `--data-parallel-size N` starts N engine cores (vllm/v1/engine/core.py `DPEngineCoreProc` for a MoE model),
+  each with its own `Scheduler` and KV cache sized on its own GPUs (`roofline.sim.deployment`).
+- Load balancing (vllm/v1/engine/core_client.py `DPLBAsyncMPClient.get_core_engine_for_request`): the front end
+  sends each request to the rank with the lowest waiting * 4 + running, scanning from rank 0 (one API server;
+  ties to the lowest index), from counts the DP coordinator (vllm/v1/engine/coordinator.py) publishes about every
+  100 ms; between two publications the client adds each request it sends to its rank's waiting count. Here the
+  counts are re-read from the ranks' schedulers at the first group step at least `LB_STATS_INTERVAL_S` after the
+  last read (the coordinator's timer runs on its own clock; an idle group keeps its last counts).
+- Lockstep (`DPEngineCoreProc.run_busy_loop`, `_has_global_unfinished_reqs`): while any rank has work every rank
+  steps; a rank with nothing scheduled runs a dummy batch (`execute_dummy_batch`, one token) so that its MoE layers
+  join the collectives. A step lasts as long as the slowest rank's: the ranks' attention and dense parts differ,
+  the MoE layers are shared (`roofline.cost.expert_parallel.DataParallelMoe`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from engine.core.request import Request
+from engine.core.scheduler import Scheduler
+from engine.core.step_plan import StepPlan
+from roofline.cost.step_shape import StepArrays
+from roofline.sim.deployment import Deployment
+
+LB_STATS_INTERVAL_S = 0.1  # the DP coordinator's publication interval (coordinator.py: 100 ms)
+LB_WAITING_WEIGHT = 4  # score = waiting * 4 + running (core_client.py)
+
+
+class GroupPlan:
+    """One lockstep step of a DP group: each rank's plan (an empty one runs the dummy batch)."""
+
+    __slots__ = ("plans",)
+
+    def __init__(self, plans: list[StepPlan]) -> None:
+        self.plans = plans
+
+    @property
+    def is_empty(self) -> bool:
+        return all(p.is_empty for p in self.plans)
+
+    @property
+    def preempted_request_ids(self) -> tuple[str, ...]:
+        return tuple(itertools.chain.from_iterable(p.preempted_request_ids for p in self.plans))
+
+    @property
+    def num_emitting_seqs(self) -> int:
+        return sum(p.num_emitting_seqs for p in self.plans)
+
+    @property
+    def requests(self) -> list[Request]:
+        return [r for p in self.plans for r in p.requests]
+
+    @property
+    def emits(self) -> list[bool]:
+        return [e for p in self.plans for e in p.emits]
+
+
+class DataParallelScheduler:
+    """The DP ranks' schedulers behind vLLM's load balancer, as one scheduler to the event loop (module
+    docstring)."""
+
+    def __init__(self, deployment: Deployment, data_parallel_size: int) -> None:
+        self.ranks = [Scheduler(deployment.scheduler_config, deployment.cache_config)
+                      for _ in range(data_parallel_size)]
+        self.lb_counts = [[0, 0] for _ in self.ranks]  # [waiting, running] as the front end last heard them
+        self.lb_read_s = -math.inf
+
+    def add_request(self, request: Request) -> None:
+        scores = [w * LB_WAITING_WEIGHT + r for w, r in self.lb_counts]
+        rank = scores.index(min(scores))
+        self.lb_counts[rank][0] += 1
+        self.ranks[rank].add_request(request)
+
+    def schedule(self, now_s: float) -> GroupPlan:
+        if now_s >= self.lb_read_s + LB_STATS_INTERVAL_S:
+            self.lb_counts = [[s.num_waiting, s.num_running] for s in self.ranks]
+            self.lb_read_s = now_s
+        return GroupPlan([s.schedule(now_s) for s in self.ranks])
+
+    def update_from_output(self, plan: GroupPlan, sampled: int, now_s: float | None = None) -> list[Request]:
+        return [req for s, p in zip(self.ranks, plan.plans) if not p.is_empty
+                for req in s.update_from_output(p, sampled, now_s)]
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(s.num_waiting for s in self.ranks)
+
+    @property
+    def num_running(self) -> int:
+        return sum(s.num_running for s in self.ranks)
+
+    def has_unfinished(self) -> bool:
+        return any(s.has_unfinished() for s in self.ranks)
+
+    def shutdown(self) -> None:
+        for s in self.ranks:
+            s.shutdown()
+
+
+def make_scheduler(deployment: Deployment) -> Any:
+    """The event loop's scheduler of one replica: vLLM's, or the DP group's."""
+    dp = deployment.engine.data_parallel_size
+    if dp > 1:
+        return DataParallelScheduler(deployment, dp)
+    return Scheduler(deployment.scheduler_config, deployment.cache_config)
+
+
+def ranks_of(index: int, plan: Any) -> list[tuple[int, StepPlan]]:
+    """(engine index, plan) of each rank of replica `index`'s step: DP rank r of replica i is engine i * DP + r."""
+    if isinstance(plan, GroupPlan):
+        n = len(plan.plans)
+        return [(index * n + r, p) for r, p in enumerate(plan.plans)]
+    return [(index, plan)]
+
+
+def group_step_time(deployment: Deployment) -> Callable[[int, int, float, Any], float]:
+    """The step time of a DP group's plan: the slowest rank's own step without its MoE experts, plus the MoE layers
+    of the group (`DataParallelMoe.step_s`); a plain plan's time as the cost model gives it."""
+    cost_model = deployment.cost_model
+    time_s = cost_model.time_s
+    moe = deployment.moe
+    dummy = StepArrays(np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=bool))
+    dummy_s = time_s(dummy) - moe.rank_moe_s(1) if moe is not None else 0.0
+
+    def step_time(replica: int, step_index: int, start_s: float, plan: Any) -> float:
+        if moe is None:
+            return time_s(plan)
+        if not isinstance(plan, GroupPlan):  # expert parallelism over one rank's TP GPUs: no exchange
+            t = plan.num_batched_tokens
+            return time_s(plan) - moe.rank_moe_s(t) + moe.step_s([t])
+        tokens, own = [], []
+        for p in plan.plans:
+            if p.is_empty:
+                tokens.append(1)
+                own.append(dummy_s)
+            else:
+                t = p.num_batched_tokens
+                tokens.append(t)
+                own.append(time_s(p) - moe.rank_moe_s(t))
+        return max(own) + moe.step_s(tokens)
+    return step_time

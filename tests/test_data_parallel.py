@@ -1,0 +1,142 @@
+"""Data and expert parallelism (issue 40): vLLM's flags checked as vLLM checks them (`roofline.parallel_config`), a
+DP group's ranks behind vLLM's load balancer stepping in lockstep (`roofline.sim.data_parallel`), and the MoE layers of
+the group (`roofline.cost.expert_parallel`)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+
+import numpy as np
+import pytest
+
+from engine.core.request import Request, SamplingParams
+from roofline.cli import main
+from roofline.cost.expert_parallel import rank_shares
+from roofline.engine_args import EngineArgs
+from roofline.errors import UserError
+from roofline.parallel_config import ParallelArgs, parse_eplb_config
+from roofline.sim.data_parallel import DataParallelScheduler, GroupPlan, group_step_time
+from roofline.sim.deployment import make_deployment
+from roofline.sim.simulator import SimulationOptions, run_simulation
+from roofline.sim.workload import load_workload
+
+
+def _run(line: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(shlex.split(line))
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 2
+    return rc, out.getvalue(), err.getvalue().strip()
+
+
+BASE = "simulate --model qwen3-30b-a3b --hardware h200-sxm --num-requests 4 --request-rate inf --random-input-len 64 " \
+       "--random-output-len 4"
+
+
+@pytest.mark.parametrize("flags, field", [
+    ("--data-parallel-size 0", "--data-parallel-size"),
+    ("-dp 2 --data-parallel-size-local 3", "--data-parallel-size-local"),
+    ("-dp 4 --data-parallel-size-local 2", "--data-parallel-size-local"),  # the all-to-all across nodes
+    ("-dp 16", "--data-parallel-size"),  # 16 ranks on one 8-GPU node
+    ("-dp 4 -tp 4", "--data-parallel-size"),
+    ("-dp 2 --all2all-backend nope", "--all2all-backend"),
+    ("-dp 2 --all2all-backend mori_low_latency", "--all2all-backend"),
+    ("-dp 2 --enable-eplb", "--enable-eplb"),
+    ("--enable-expert-parallel --enable-eplb", "--enable-eplb"),  # TP x DP = 1
+    ("-dp 2 --eplb-config '{\"num_redundant_experts\": 8}'", "--eplb-config"),  # without EPLB
+    ("-dp 2 -ep --enable-eplb --eplb-config '{\"num_redundant_experts\": -1}'", "--eplb-config"),
+    ("-dp 2 -ep --enable-eplb --eplb-config '{\"bogus\": 1}'", "--eplb-config"),
+    ("-dp 2 -ep --enable-eplb --eplb-config 'nope'", "--eplb-config"),
+    ("-pp 2", "--pipeline-parallel-size"),
+])
+def test_bad_parallel_flags_are_one_line_naming_the_flag(flags: str, field: str) -> None:
+    rc, out, err = _run(f"{BASE} {flags}")
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1 and field in err, err
+    assert "allowed" in err or "must be" in err, err
+
+
+def test_dense_models_refuse_expert_and_data_parallelism() -> None:
+    for flags, field in (("-dp 2", "--data-parallel-size"), ("-tp 2 -ep", "--enable-expert-parallel")):
+        rc, _, err = _run(f"simulate --model llama-3.1-8b --hardware h200-sxm --num-requests 2 {flags}")
+        assert rc == 2 and field in err and "allowed" in err, err
+
+
+def test_vllm_checks_and_defaults() -> None:
+    assert ParallelArgs(all2all_backend="pplx").resolved_all2all_backend == "allgather_reducescatter"
+    assert ParallelArgs().resolved_all2all_backend == "allgather_reducescatter"  # vLLM 0.32's default
+    assert parse_eplb_config('{"num_redundant_experts": 32, "window_size": 100}') == 32
+    with pytest.raises(UserError, match="communicator"):
+        parse_eplb_config('{"communicator": "pynccl"}')  # async EPLB (the default) refuses NCCL communicators
+    assert EngineArgs(data_parallel_size=2, enable_expert_parallel=True, enable_eplb=True,
+                      eplb_config='{"num_redundant_experts": 16}').parallel.num_redundant_experts == 16
+
+
+def test_load_balancer_scores_waiting_four_times_running_from_stale_counts() -> None:
+    deployment = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2,
+                                                                           enable_expert_parallel=True))
+    group = DataParallelScheduler(deployment, 2)
+
+    def request(i: int) -> Request:
+        return Request(f"r{i}", list(range(1, 33)), SamplingParams(max_tokens=4, ignore_eos=True), arrival_time_s=0.0)
+
+    # Fresh counts are zero; each request sent adds one to its rank's waiting count until the next read.
+    for i in range(4):
+        group.add_request(request(i))
+    assert [s.num_waiting for s in group.ranks] == [2, 2]
+    plan = group.schedule(0.0)  # counts re-read: both ranks run 2, wait 0
+    assert isinstance(plan, GroupPlan) and [p.num_seqs for p in plan.plans] == [2, 2]
+    group.add_request(request(4))  # scores 2, 2: the first rank
+    group.add_request(request(5))  # scores 6, 2: the second
+    assert [s.num_waiting for s in group.ranks] == [1, 1]
+
+
+def test_group_step_lasts_as_long_as_the_slowest_rank_and_idle_ranks_run_a_dummy_batch() -> None:
+    deployment = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2,
+                                                                           enable_expert_parallel=True))
+    step_time = group_step_time(deployment)
+    group = DataParallelScheduler(deployment, 2)
+    group.ranks[0].add_request(Request("a", list(range(1, 2049)), SamplingParams(max_tokens=2, ignore_eos=True),
+                                       arrival_time_s=0.0))
+    plan = group.schedule(0.0)
+    assert not plan.plans[0].is_empty and plan.plans[1].is_empty
+    busy = step_time(0, 0, 0.0, plan)
+    moe = deployment.moe
+    assert moe is not None
+    own = deployment.cost_model.time_s(plan.plans[0]) - moe.rank_moe_s(2048)
+    assert busy == pytest.approx(own + moe.step_s([2048, 1]), rel=1e-12)
+
+
+def test_busiest_rank_share_and_eplb() -> None:
+    uniform = np.full(8, 1 / 8)
+    assert np.allclose(rank_shares(uniform, 4), 0.25)
+    zipf = np.arange(1, 9, dtype=float) ** -1.2
+    zipf /= zipf.sum()
+    plain = rank_shares(zipf, 4)
+    assert plain[0] == pytest.approx(zipf[:2].sum())  # linear placement: the two hottest experts on rank 0
+    balanced = rank_shares(zipf, 4, num_redundant=4)  # 12 slots, 3 per rank
+    assert balanced.sum() == pytest.approx(1.0) and balanced.max() < plain.max()
+
+
+def test_expert_parallel_frees_expert_memory_for_the_kv_cache() -> None:
+    tp2 = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(tensor_parallel_size=2))
+    dp2 = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2, enable_expert_parallel=True))
+    dp2_tp1 = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs())
+    # Per GPU: DP 2 with EP holds half the experts and all of attention; TP 1 holds everything.
+    assert dp2_tp1.kv.num_gpu_blocks < dp2.kv.num_gpu_blocks
+    assert tp2.kv.num_gpu_blocks > 0 and dp2.gpus_per_replica == 2
+
+
+def test_same_seed_same_result_with_data_parallelism() -> None:
+    deployment = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=4,
+                                                                           enable_expert_parallel=True))
+    workload = load_workload("sharegpt-chat")
+    from dataclasses import replace
+    workload = replace(workload, num_requests=40)
+    a = run_simulation(deployment, workload, SimulationOptions(max_concurrency=16))
+    b = run_simulation(deployment, workload, SimulationOptions(max_concurrency=16))
+    assert a.requests.equals(b.requests) and a.steps.equals(b.steps)
+    assert set(a.steps.replica) == {0, 1, 2, 3}  # each DP rank's steps, as vLLM's engines log them
