@@ -33,15 +33,17 @@ from roofline.sim.workload import Workload, load_workload, sample_requests
 
 # What the sensitivity moves. Compute: the fractions of a compute peak that GEMMs and attention reach.
 # Memory: the fractions of DRAM bandwidth that streaming kernels and decode attention reach. Left alone:
-# moe_compute_efficiency (a factor on the GEMM efficiency, which already moves) and the collectives' bus efficiencies
-# (the interconnect, neither compute nor memory).
+# moe_compute_efficiency (a factor on the GEMM efficiency, which already moves) and the collectives' and all-to-all's
+# bus efficiencies (the interconnect, neither compute nor memory).
 COMPUTE_EFFICIENCIES = ("gemm_compute_efficiency", "gemm_fp8_compute_efficiency", "attention_compute_efficiency",
                         "mla_decode_compute_efficiency", "mla_decode_fp8_kv_compute_efficiency")
 MEMORY_EFFICIENCIES = ("memory_efficiency", "attention_memory_efficiency", "gemm_fp8_memory_efficiency",
                        "act_quant_memory_efficiency", "act_group_quant_memory_efficiency",
                        "mla_decode_memory_efficiency", "mla_decode_fp8_kv_memory_efficiency")
 UNSCALED_EFFICIENCIES = ("moe_compute_efficiency", "collective_bus_efficiency", "collective_one_stage_bus_efficiency",
-                         "nccl_bus_efficiency")
+                         "nccl_bus_efficiency", "deepep_ht_dispatch_bus_efficiency", "deepep_ht_combine_bus_efficiency",
+                         "deepep_ll_dispatch_bus_efficiency", "deepep_ll_combine_bus_efficiency",
+                         "nccl_ag_bus_efficiency", "nccl_rs_bus_efficiency")
 
 
 def scale_efficiency(hw: HardwareProfile, efficiency: Efficiency) -> HardwareProfile:
