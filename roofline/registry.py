@@ -69,7 +69,7 @@ def resolve(kind: str, name_or_path: str | Path) -> Path:
             candidate = data_dir(folder) / f"{text.lower()}{suffix}"
             if candidate.exists():
                 return candidate
-    looks_like_path = "/" in text or text.endswith((".yaml", ".yml", ".json", ".csv"))
+    looks_like_path = "/" in text or text.endswith((".yaml", ".yml", ".json", ".csv", ".jsonl"))
     if looks_like_path:
         raise UserError(f"--{kind}: no such file '{text}'")
     raise UserError(f"--{kind}: unknown {kind} '{text}'; allowed: {', '.join(list_ids(kind))}, or a path to a file")

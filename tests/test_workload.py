@@ -11,7 +11,8 @@ import pytest
 
 from roofline.errors import UserError
 from roofline.registry import list_ids
-from roofline.sim.workload import ArrivalProcess, LengthDistribution, load_workload, read_trace, sample_requests
+from roofline.sim.traces import read_trace
+from roofline.sim.workload import ArrivalProcess, LengthDistribution, load_workload, sample_requests
 from roofline.sim.workload_args import add_workload_args, workload_from_args
 
 SHIPPED = ("sharegpt-chat", "long-summarization", "code-completion", "offline-batch", "multi-turn-chat")

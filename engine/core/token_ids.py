@@ -33,6 +33,7 @@ _PREFIX_CHUNK = 1024
 _STREAM_AHEAD = 1 << 16
 _STREAM_TAG = 1
 _PREFIX_TAG = 2
+_BLOCK_TAG = 3
 
 
 class TokenIdGenerator:
@@ -112,6 +113,14 @@ class TokenIdGenerator:
             rng = np.random.default_rng([self.seed, _PREFIX_TAG, group_id, k])
             chunk = self._prefix_chunks[key] = self._draw(rng, _PREFIX_CHUNK)
         return chunk
+
+    def block_array(self, block_id: int, n: int) -> np.ndarray:
+        """`n` ids of the token block `block_id` (an int >= 0): the same ids wherever the block recurs (a replayed
+        trace's block hashes, `roofline.sim.traces`), drawn afresh each call rather than kept (a day's trace names
+        millions of blocks)."""
+        if isinstance(block_id, bool) or not isinstance(block_id, int) or block_id < 0:
+            raise ValueError(f"TokenIdGenerator.block_array: block_id must be an integer >= 0, got {block_id!r}")
+        return self._draw(np.random.default_rng([self.seed, _BLOCK_TAG, block_id]), n)
 
     def session(self, prefix_ids: Sequence[int] | np.ndarray = ()) -> MultiTurnSession:
         """A multi-turn conversation whose first prompt starts with `prefix_ids`."""

@@ -153,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
         _refuse_bench_only_flags(args)
         workload = workload_from_args(args)
         if workload.trace_path is not None and args.seed is not None:
-            # A trace fixes arrivals and lengths and shares no prefixes: no simulated number depends on a seed.
-            raise UserError(f"--seed: a CSV trace ({workload.trace_path}) is replayed as recorded and no simulated "
+            # A trace fixes arrivals, lengths and (a Mooncake trace's block ids) which prompts share which prefixes:
+            # no simulated number depends on a seed.
+            raise UserError(f"--seed: a trace ({workload.trace_path}) is replayed as recorded and no simulated "
                             f"result depends on a seed; give no --seed with a trace")
         specs, client_input_lens = None, None
         max_concurrency, request_rate = args.max_concurrency, _workload_rate(workload)

@@ -67,8 +67,6 @@ from roofline.yaml_file import read_yaml
 DEFAULT_WORKLOAD = "sharegpt-chat"
 ARRIVAL_PROCESSES = ("poisson", "gamma", "constant", "burst", "all_at_once")
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
-TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
-AZURE_TRACE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _HISTOGRAM_COLUMNS = ("min_tokens", "max_tokens", "count")
 # Bounds beyond which a number in a workload or trace is a mistake, not a workload: no model serves a context
 # longer than 10 million tokens (Llama 4 Scout's window, the longest published); a rate above a million requests
@@ -216,6 +214,10 @@ class RequestSpec:
     prefix_group: int | None = None
     session_id: int | None = None
     turn: int = 0
+    # A replayed trace's token blocks (`roofline.sim.traces`): the prompt is these blocks' ids in order, each
+    # `block_tokens` long, cut at num_prompt_tokens; equal ids are equal blocks, so prefix caching sees the trace's reuse.
+    block_ids: tuple[int, ...] | None = None
+    block_tokens: int = 0
 
 
 # ---- YAML parsing ---------------------------------------------------------------------------------------------
@@ -316,7 +318,7 @@ def parse_length(section: Any, where: str, base_dir: Path) -> LengthDistribution
 
 def read_histogram(path: Path, where: str) -> tuple[tuple[int, int, float], ...]:
     """A CSV histogram `min_tokens,max_tokens,count` (bins inclusive at both ends)."""
-    frame = _read_csv(path, where)
+    frame = read_csv_table(path, where)
     missing = [c for c in _HISTOGRAM_COLUMNS if c not in frame.columns]
     if missing:
         raise UserError(f"{where}: '{path}' lacks column '{missing[0]}'; expected columns: "
@@ -333,7 +335,7 @@ def read_histogram(path: Path, where: str) -> tuple[tuple[int, int, float], ...]
     return tuple(bins)
 
 
-def _read_csv(path: Path, where: str) -> pd.DataFrame:
+def read_csv_table(path: Path, where: str) -> pd.DataFrame:
     if not path.is_file():
         raise UserError(f"{where}: no such file '{path}'")
     try:
@@ -398,17 +400,20 @@ def parse_workload(data: Any, where: str, base_dir: Path) -> Workload:
 
 
 def load_workload(id_or_path: str | Path) -> Workload:
-    """A shipped id, a workload YAML or a CSV trace -> Workload."""
+    """A shipped id, a workload YAML, a CSV trace or a Mooncake JSONL trace -> Workload."""
     path = resolve("workload", id_or_path)
     if path.is_dir():
         raise UserError(f"--workload: '{path}' is a directory; expected a .yaml workload or a .csv trace")
     if path.suffix.lower() == ".csv":
         return Workload(name=path.stem, trace_path=path, num_requests=_count_rows(path))
+    if path.suffix.lower() == ".jsonl":  # a Mooncake trace (roofline.sim.traces)
+        from roofline.sim.traces import count_mooncake_requests
+        return Workload(name=path.stem, trace_path=path, num_requests=count_mooncake_requests(path))
     return parse_workload(read_yaml(path), str(path), path.parent)
 
 
 def _count_rows(path: Path) -> int:
-    return max(1, len(_read_csv(path, "--workload")))
+    return max(1, len(read_csv_table(path, "--workload")))
 
 
 def fixed_workload(input_len: int, output_len: int, num_requests: int, rate_per_s: float, seed: int) -> Workload:
@@ -425,6 +430,7 @@ def fixed_workload(input_len: int, output_len: int, num_requests: int, rate_per_
 def sample_requests(workload: Workload) -> list[RequestSpec]:
     """The workload's requests in arrival order (ties keep generation order), reproducible from its seed."""
     if workload.trace_path is not None:
+        from roofline.sim.traces import read_trace  # (traces builds on this module's RequestSpec)
         return read_trace(workload.trace_path, workload.num_requests, workload.trace_rate_per_s)
     # One independent stream per random quantity, so that changing one distribution leaves the others' draws as
     # they were (SeedSequence.spawn: https://numpy.org/doc/stable/reference/random/parallel.html).
@@ -486,62 +492,6 @@ def _multi_turn(workload: Workload, sessions: Sessions, arrival_rng: np.random.G
     return specs
 
 
-def read_trace(path: Path, num_requests: int | None = None, rate_per_s: float | None = None) -> list[RequestSpec]:
-    """Replay a CSV trace (our columns or Azure's); the first `num_requests` rows in arrival order."""
-    frame = _read_csv(path, "--workload")
-    if all(c in frame.columns for c in TRACE_COLUMNS):
-        arrivals = _numeric_column(frame, "arrival_s", path)
-        prompts, outputs = _numeric_column(frame, "prompt_tokens", path), _numeric_column(frame, "output_tokens", path)
-    elif all(c in frame.columns for c in AZURE_TRACE_COLUMNS):
-        try:
-            stamps = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
-        except (ValueError, TypeError) as exc:
-            raise UserError(f"--workload: '{path}' column TIMESTAMP is not a datetime: {exc}") from None
-        arrivals = (stamps - stamps.min()).dt.total_seconds().to_numpy()
-        prompts = _numeric_column(frame, "ContextTokens", path)
-        outputs = _numeric_column(frame, "GeneratedTokens", path)
-    else:
-        raise UserError(f"--workload: '{path}' must have columns {','.join(TRACE_COLUMNS)} or the Azure trace's "
-                        f"{','.join(AZURE_TRACE_COLUMNS)}; found {','.join(map(str, frame.columns))}")
-    names = ("arrival_s", "prompt_tokens", "output_tokens") if "arrival_s" in frame.columns else \
-        AZURE_TRACE_COLUMNS
-    for column, values, bad in (
-            (names[0], arrivals, ~np.isfinite(arrivals) | (arrivals < 0) | (arrivals > MAX_TIME_S)),
-            (names[1], prompts, ~np.isfinite(prompts) | (prompts < 1) | (prompts % 1 != 0) | (prompts > MAX_TOKENS)),
-            (names[2], outputs, ~np.isfinite(outputs) | (outputs < 1) | (outputs % 1 != 0) | (outputs > MAX_TOKENS))):
-        rows = np.flatnonzero(bad)
-        if len(rows):
-            allowed = (f"seconds from 0 to {MAX_TIME_S:g}" if values is arrivals
-                       else f"integers from 1 to {MAX_TOKENS:,}")
-            raise UserError(f"--workload: '{path}' line {rows[0] + 2} column {column}: {values[rows[0]]:g} is not "
-                            f"allowed; allowed: {allowed}")
-    order = np.argsort(arrivals, kind="stable")[:num_requests]
-    arrivals = arrivals[order] - arrivals[order].min()
-    if rate_per_s is not None:
-        arrivals = _rescale(arrivals, rate_per_s)
-    return [RequestSpec(f"r{j}", float(arrivals[j]), int(prompts[i]), int(outputs[i]))
-            for j, i in enumerate(order)]
-
-
-def _numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    bad = np.flatnonzero(np.isnan(values))
-    if len(bad):
-        raise UserError(f"--workload: '{path}' line {bad[0] + 2} column {column}: {str(frame[column].iloc[bad[0]])!r} "
-                        f"is not a number; allowed: numbers")
-    return values
-
-
-def _rescale(arrivals: np.ndarray, rate_per_s: float) -> np.ndarray:
-    """Stretch or squeeze replayed arrival times to a mean rate (inf: all at once)."""
-    if math.isinf(rate_per_s):
-        return np.zeros_like(arrivals)
-    span_s = arrivals[-1] - arrivals[0] if len(arrivals) > 1 else 0.0
-    if span_s <= 0:
-        return arrivals
-    return arrivals * ((len(arrivals) - 1) / rate_per_s / span_s)
-
-
 # ---- engine.core requests ------------------------------------------------------------------------------------
 
 
@@ -572,6 +522,9 @@ class RequestFactory:
     def prompt_ids(self, spec: RequestSpec, prefix_tokens: int = 0) -> np.ndarray:
         """The prompt of `spec` as an int64 array; `prefix_tokens` is the workload's shared-prefix length (with
         prefix_group)."""
+        if spec.block_ids is not None:
+            blocks = [self._gen.block_array(b, spec.block_tokens) for b in spec.block_ids]
+            return np.concatenate(blocks)[:spec.num_prompt_tokens]
         prefix = None if spec.prefix_group is None else self._gen.prefix_array(spec.prefix_group, prefix_tokens)
         num_prefix = 0 if prefix is None else len(prefix)
         if spec.session_id is None:

@@ -1,0 +1,91 @@
+"""Mooncake traces replayed as workloads (`roofline.sim.traces`).
+
+tests/data/mooncake-conversation-head30.jsonl is the first 30 lines of Mooncake's public conversation trace
+(github.com/kvcache-ai/Mooncake, FAST25-release/traces/conversation_trace.jsonl at 3b5a59413, Apache-2.0; Qin et al.,
+FAST'25, appendix A), unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from roofline.engine_args import EngineArgs
+from roofline.errors import UserError
+from roofline.sim.deployment import make_deployment
+from roofline.sim.simulator import run_simulation
+from roofline.sim.traces import MOONCAKE_BLOCK_TOKENS, read_mooncake_trace, trace_cache_ratio
+from roofline.sim.workload import RequestFactory, load_workload, sample_requests
+from roofline.sim.workload_args import override_workload
+
+EXCERPT = Path(__file__).parent / "data" / "mooncake-conversation-head30.jsonl"
+
+
+def _lines() -> list[dict]:
+    return [json.loads(line) for line in EXCERPT.read_text().splitlines()]
+
+
+def test_the_excerpt_replays_line_for_line_in_arrival_order() -> None:
+    specs = read_mooncake_trace(EXCERPT)
+    lines = _lines()
+    assert len(specs) == len(lines) == 30
+    assert [s.arrival_s for s in specs] == [line["timestamp"] / 1e3 for line in lines]  # already in order, from 0
+    assert [(s.num_prompt_tokens, s.num_output_tokens) for s in specs][:2] == [(6758, 500), (7322, 490)]
+    assert all(s.block_ids == tuple(line["hash_ids"]) and s.block_tokens == 512 for s, line in zip(specs, lines))
+    # through the workload loader, as `--workload FILE.jsonl` reads it; --num-requests and --request-rate apply
+    # (the first 20: ten at 0 ms, ten at 3,000 ms, stretched to a mean of 2 per second: the last at 19 / 2 s)
+    workload = override_workload(load_workload(EXCERPT), num_requests=20, rate_per_s=2.0)
+    assert workload.num_requests == 20
+    replayed = sample_requests(workload)
+    assert len(replayed) == 20 and replayed[-1].arrival_s == pytest.approx(19 / 2.0)
+
+
+def test_the_trace_cache_ratio_counts_the_tokens_of_blocks_seen_before() -> None:
+    # In these 30 lines only block 0 (the first 512 tokens, a shared system prompt) recurs: 29 requests reuse it.
+    lines = _lines()
+    assert trace_cache_ratio(read_mooncake_trace(EXCERPT)) == 29 * 512 / sum(line["input_length"] for line in lines)
+
+
+def test_prompts_are_made_of_their_blocks_so_equal_ids_are_equal_tokens() -> None:
+    specs = read_mooncake_trace(EXCERPT)
+    factory = RequestFactory(vocab_size=128256, seed=0, bos_token_id=128000, eos_token_id=128001)
+    first, second = (factory.prompt_ids(s) for s in specs[:2])
+    assert len(first) == 6758 and len(second) == 7322
+    assert np.array_equal(first[:MOONCAKE_BLOCK_TOKENS], second[:MOONCAKE_BLOCK_TOKENS])  # block 0 in both
+    assert not np.array_equal(first[512:1024], second[512:1024])  # blocks 1 and 14
+    again = RequestFactory(vocab_size=128256, seed=0, bos_token_id=128000, eos_token_id=128001)
+    assert np.array_equal(again.prompt_ids(specs[1]), second)  # a function of the seed and the block ids
+    assert not {128000, 128001} & set(second.tolist())
+
+
+def test_the_simulated_prefix_cache_hits_the_shared_block() -> None:
+    deployment = make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs(max_model_len=131072))  # (a 87,169-token prompt)
+    result = run_simulation(deployment, load_workload(EXCERPT))
+    hits = result.requests["num_prefix_hit_tokens"].to_numpy()
+    # A request that arrives after block 0 was computed hits it, in whole 16-token blocks, never beyond it.
+    assert hits.max() == MOONCAKE_BLOCK_TOKENS and set(hits.tolist()) <= {0, MOONCAKE_BLOCK_TOKENS}
+    assert (hits > 0).sum() >= 15
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1]}',
+     "line 1: hash_ids: 1 blocks for input_length 600; allowed: ceil(600 / 512) = 2"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1], "user": 3}',
+     "line 1: keys hash_ids, input_length, output_length, timestamp, user; allowed: exactly timestamp"),
+    ('{"timestamp": -1, "input_length": 10, "output_length": 5, "hash_ids": [1]}', "line 1: timestamp: -1"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 0, "hash_ids": [1]}',
+     "line 1: output_length: 0 is not allowed; allowed: integers from 1"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [-2]}',
+     "line 1: hash_ids: must be a list of integers >= 0"),
+    ('{"timestamp": 0, "input_length": 10', "line 1: not a JSON object"),
+    ("", "holds no requests"),
+])
+def test_a_malformed_trace_is_refused_naming_the_line_and_field(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(UserError, match=None) as info:
+        read_mooncake_trace(path)
+    assert message in str(info.value)
