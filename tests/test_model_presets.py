@@ -160,3 +160,10 @@ def test_linear_attention_and_state_space_models_are_refused_naming_the_layer(ar
     with pytest.raises(ValueError, match=f"architecture '{arch}' \\(.*{layer}.*per-request .*state.*\\) is not "
                                          f"modelled; allowed: "):
         ModelSpec.from_hf_config({**config, "architectures": [arch]}, "m")
+
+
+def test_simulate_lists_what_it_leaves_out_of_the_model() -> None:
+    from roofline.commands.simulate import model_unmodelled
+    assert any("chunked local attention's KV blocks" in n for n in model_unmodelled(load_model("llama-4-scout")))
+    assert any("multi-token-prediction" in n for n in model_unmodelled(load_model("glm-4.5")))
+    assert model_unmodelled(load_model("llama-3.1-8b")) == ()

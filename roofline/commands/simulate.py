@@ -29,6 +29,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from engine.core.model_spec import ModelSpec
 from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.gemm_weight_only import kernel_label
 from roofline.engine_args import add_engine_args, check_quantization_flag, engine_args_from
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
                          request_rate, detailed=args.save_detailed)
     steady = steady_state(result.requests, result.itl, result.steps, WARMUP_FRACTION, DRAIN_FRACTION,
                           metric_options.percentiles)
-    not_modelled = unmodelled(deployment.hw)
+    not_modelled = unmodelled(deployment.hw) + model_unmodelled(deployment.spec)
     summary = {"model": deployment.spec.name, "hardware": deployment.hw.id,
                "hardware_provenance": deployment.hw.provenance_line(), "workload": workload.name,
                "seed": workload.seed, "num_replicas": options.num_replicas, "router": options.router,
@@ -290,6 +291,18 @@ def simulated_quantization(deployment: Deployment) -> str:
     return linear if experts == linear else f"attention/dense {linear}, experts {experts}"
 
 
+def model_unmodelled(spec: ModelSpec) -> tuple[str, ...]:
+    """What the simulation leaves out of the model as vLLM runs it (issue 39's architectures)."""
+    notes = []
+    if spec.chunked_local_attention:
+        notes.append(f"chunked local attention's KV blocks are freed as a sliding window of {spec.sliding_window} "
+                     f"tokens (vLLM frees a chunk's blocks when the next chunk starts: the same peak, a lower mean); "
+                     f"its q/k L2 norm and the NoPE layers' attention temperature (elementwise) are not timed")
+    if spec.num_mtp_layers:
+        notes.append(f"the {spec.num_mtp_layers} multi-token-prediction layer(s) (run only for speculative decoding)")
+    return tuple(notes)
+
+
 def quantization_notes(deployment: Deployment) -> list[str]:
     """What the user should know about the simulated formats: a weight quantization on a checkpoint stored
     unquantized is a what-if (vLLM would load such a checkpoint only for schemes it quantizes online)."""
@@ -386,7 +399,7 @@ def save_result(args: argparse.Namespace, deployment: Deployment, offered: dict[
                           "gpus_per_replica": deployment.gpus_per_replica,
                           "num_replicas": args.num_replicas, "router": args.router, "offered_load": offered,
                           "engine": deployment.engine_record, "steady_state": steady,
-                          "unmodelled": list(unmodelled(deployment.hw))}
+                          "unmodelled": list(unmodelled(deployment.hw) + model_unmodelled(deployment.spec))}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(jsonable(record)) + "\n")  # compact, as vLLM's json.dump
     return path
