@@ -79,6 +79,9 @@ def test_fp8_on_ampere_runs_weight_only_marlin() -> None:
     bf16, fp8 = _decode_step_s("llama-3.1-8b", "a100-80gb-sxm"), _decode_step_s("llama-3.1-8b", "a100-80gb-sxm", "fp8")
     assert 0.5 < fp8 / bf16 < 0.8
     assert _decode_step_s("qwen3-8b-fp8", "a100-80gb-sxm") < _decode_step_s("qwen3-8b", "a100-80gb-sxm")
+    # compressed-tensors FP8-dynamic (vLLM CompressedTensorsW8A16Fp8 below capability 8.9): the same Marlin path
+    spec = load_model("llama-3.1-8b-instruct-fp8-dynamic")
+    assert StepCostModel(spec, load_profile("a100-80gb-sxm"), QuantConfig.from_user()).quant.gemm_dtype == "bf16"
 
 
 def test_nvfp4_on_hopper_runs_weight_only_marlin() -> None:
