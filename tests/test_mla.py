@@ -121,3 +121,27 @@ def test_legacy_collector_time_is_a_table_condition_only() -> None:
     times = [StepCostModel(spec, replace(hw, efficiency=replace(hw.efficiency, mla_table_legacy_fixed_s=v)),
                            QuantConfig.from_user(), 8).time_s(steps) for v in (0.0, 1.0)]
     assert times[0] == times[1]
+
+
+def test_shared_experts_and_dense_layers_take_their_checkpoint_scheme() -> None:
+    # Kimi-K2.5-NVFP4 leaves only lm_head and self_attn unquantized: its shared experts and dense layer 0 are NVFP4
+    # GEMMs; Kimi-K2.5 (compressed-tensors W4A16) ignores them: bf16.
+    stats = BatchStats.from_arrays(np.ones(4, dtype=int), np.full(4, 100), np.ones(4, dtype=int))
+    hw = load_profile("b200")
+    for model, dtype, wb in (("kimi-k2.5-nvfp4", "fp4", 0.5625), ("kimi-k2.5", "bf16", 2.0)):
+        cost = StepCostModel(load_model(model), hw, QuantConfig.from_user(), 8)
+        ops = {o.name: o for o in cost._step_ops(stats)}
+        for name in ("shared_gate_up_proj", "shared_down_proj", "dense_gate_up_proj", "dense_down_proj"):
+            assert ops[name].dtype == dtype, (model, name)
+        shared = ops["shared_down_proj"]
+        assert shared.weight_bytes == 60 * 7168 * 2048 // 8 * wb  # 60 MoE layers x hidden x shared width / TP
+
+
+def test_a_checkpoint_quantizing_only_one_of_shared_experts_and_dense_layers_is_refused() -> None:
+    from roofline.cost.quant import resolve_for_model
+    spec = load_model("kimi-k2.5-nvfp4")
+    assert spec.checkpoint_quant is not None
+    odd = replace(spec, checkpoint_quant=replace(spec.checkpoint_quant,
+                                                 ignore=spec.checkpoint_quant.ignore + ("re:.*shared_experts.*",)))
+    with pytest.raises(UserError, match="quantizes one of model.layers.0.mlp.gate_up_proj and"):
+        resolve_for_model(QuantConfig.from_user(), odd)

@@ -499,21 +499,23 @@ def token_ops(spec: ModelSpec, quant: QuantConfig, tp: int, num_tokens: Any,
                                       a, h * a))
     if spec.is_moe:
         n_moe, n_dense = spec.num_moe_layers, spec.num_dense_layers
+        _, mwb, mgd = quant.mlp  # DeepSeek's dense layers and shared experts: their checkpoint scheme
+        m_in_b = 1.0 if mgd in EIGHT_BIT_DTYPES else a
         if n_dense:  # DeepSeek's first dense layers (first_k_dense_replace)
             dense = spec.dense_intermediate_size // tp
-            ops += [gemm_record("dense_gate_up_proj", t, 2 * dense, h, n_dense, wb, a, gd, in_b),
+            ops += [gemm_record("dense_gate_up_proj", t, 2 * dense, h, n_dense, mwb, a, mgd, m_in_b),
                     elementwise_record("dense_silu_and_mul", 2 * t * dense, t * dense, _SILU_MUL_FLOPS_PER_ELEMENT,
                                        n_dense, a),
-                    gemm_record("dense_down_proj", t, h, dense, n_dense, wb, a, gd, in_b)]
+                    gemm_record("dense_down_proj", t, h, dense, n_dense, mwb, a, mgd, m_in_b)]
         ops += router_records(spec, quant, t, r.num_experts, h, n_moe, a)
         ops += [moe_record("moe_experts", t, *expert_shape(r, quant), r.topk, r.num_experts, n_moe, quant,
                            spec.expert_bias)]
         if spec.num_shared_experts:  # DeepSeek's shared experts: one MLP of their combined width, every token
             shared = r.inter * spec.num_shared_experts
-            ops += [gemm_record("shared_gate_up_proj", t, 2 * shared, h, n_moe, wb, a, gd, in_b),
+            ops += [gemm_record("shared_gate_up_proj", t, 2 * shared, h, n_moe, mwb, a, mgd, m_in_b),
                     elementwise_record("shared_silu_and_mul", 2 * t * shared, t * shared, _SILU_MUL_FLOPS_PER_ELEMENT,
                                        n_moe, a),
-                    gemm_record("shared_down_proj", t, h, shared, n_moe, wb, a, gd, in_b)]
+                    gemm_record("shared_down_proj", t, h, shared, n_moe, mwb, a, mgd, m_in_b)]
     else:
         ops += [gemm_record("gate_up_proj", t, 2 * r.inter, h, n_l, wb, a, gd, in_b),
                 elementwise_record("silu_and_mul", 2 * t * r.inter, t * r.inter, _SILU_MUL_FLOPS_PER_ELEMENT, n_l, a),
@@ -585,7 +587,7 @@ def weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float
         mlp = r.num_experts * (3 * eh * ei * expert_bytes + bias) + r.num_experts * h * router
         if spec.router_bias:
             mlp += r.num_experts * router
-        mlp += 3 * h * r.inter * spec.num_shared_experts * quant.weight_bytes_per_param
+        mlp += 3 * h * r.inter * spec.num_shared_experts * quant.mlp[1]
     else:
         mlp = 3 * h * r.inter * quant.weight_bytes_per_param + bias
     qk_norm = 0
@@ -597,7 +599,7 @@ def weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float
     n_dense = spec.num_dense_layers if spec.is_moe else 0
     if not n_dense:
         return r.layers * (attn + mlp + norms) + embed + lm_head + h * a
-    dense = 3 * h * (spec.dense_intermediate_size // tp) * quant.weight_bytes_per_param
+    dense = 3 * h * (spec.dense_intermediate_size // tp) * quant.mlp[1]
     return r.layers * (attn + norms) + (r.layers - n_dense) * mlp + n_dense * dense + embed + lm_head + h * a
 
 

@@ -111,6 +111,13 @@ class QuantConfig:
     expert_quantization: str | None = None
     expert_weight_bytes_per_param: float | None = None
     expert_gemm_dtype: str | None = None
+    # The shared experts and first dense layers of a DeepSeek-V3-family model (`ModelSpec.num_shared_experts`,
+    # `num_dense_layers`): their scheme, bytes per parameter and GEMM dtype (None: the linear layers'); a checkpoint
+    # may quantize them and leave the attention unquantized (NVIDIA's Kimi-K2.5-NVFP4: `ignore` lm_head and
+    # self_attn only) or the reverse.
+    mlp_quantization: str | None = None
+    mlp_weight_bytes_per_param: float | None = None
+    mlp_gemm_dtype: str | None = None
     # MoE kernels that pad the experts' (hidden, per-rank intermediate) sizes up to these multiples
     # (`resolve_for_hardware`); (1, 1) = none.
     expert_alignment: tuple[int, int] = (1, 1)
@@ -141,12 +148,23 @@ class QuantConfig:
         assert self.expert_weight_bytes_per_param is not None and self.expert_gemm_dtype is not None
         return self.expert_quantization, self.expert_weight_bytes_per_param, self.expert_gemm_dtype
 
-    def with_scheme(self, linear: str, experts: str) -> "QuantConfig":
-        """This config with the linear layers in scheme `linear` and the experts in `experts`."""
+    @property
+    def mlp(self) -> tuple[str, float, str]:
+        """(scheme, weight bytes per parameter, GEMM dtype) of the shared experts and first dense layers."""
+        if self.mlp_quantization is None:
+            return self.quantization, self.weight_bytes_per_param, self.gemm_dtype
+        assert self.mlp_weight_bytes_per_param is not None and self.mlp_gemm_dtype is not None
+        return self.mlp_quantization, self.mlp_weight_bytes_per_param, self.mlp_gemm_dtype
+
+    def with_scheme(self, linear: str, experts: str, mlp: str | None = None) -> "QuantConfig":
+        """This config with the linear layers in scheme `linear`, the experts in `experts`, and the shared experts
+        and first dense layers in `mlp` (None: the linear layers')."""
         lw, lg = _scheme_bytes(linear, self.act_bytes, self.act_dtype)
         ew, eg = _scheme_bytes(experts, self.act_bytes, self.act_dtype)
+        mw, mg = _scheme_bytes(mlp, self.act_bytes, self.act_dtype) if mlp is not None else (None, None)
         return replace(self, quantization=linear, weight_bytes_per_param=lw, gemm_dtype=lg,
-                       expert_quantization=experts, expert_weight_bytes_per_param=ew, expert_gemm_dtype=eg)
+                       expert_quantization=experts, expert_weight_bytes_per_param=ew, expert_gemm_dtype=eg,
+                       mlp_quantization=mlp, mlp_weight_bytes_per_param=mw, mlp_gemm_dtype=mg)
 
     @classmethod
     def from_user(cls, dtype: str = "auto", quantization: str = "none", kv_cache_dtype: str = "auto",
@@ -188,6 +206,8 @@ def _scheme_bytes(scheme: str, act_bytes: float, act_dtype: str) -> tuple[float,
 # query up-projection (NVIDIA's DeepSeek NVFP4 checkpoints leave q_a/q_b/kv_a/kv_b in bf16 and quantize o_proj).
 _ATTENTION_MODULE = "model.layers.0.self_attn.qkv_proj"
 _MLA_ATTENTION_MODULE = "model.layers.0.self_attn.q_b_proj"
+_DENSE_MLP_MODULE = "model.layers.0.mlp.gate_up_proj"
+_SHARED_EXPERTS_MODULE = "model.layers.1.mlp.shared_experts.gate_up_proj"
 _EXPERT_MODULES = {"MiniMaxM2ForCausalLM": "model.layers.0.block_sparse_moe.experts",
                    "MixtralForCausalLM": "model.layers.0.block_sparse_moe.experts"}
 
@@ -205,7 +225,18 @@ def resolve_for_model(quant: QuantConfig, spec: ModelSpec) -> QuantConfig:
     expert_module = _EXPERT_MODULES.get(spec.architecture, "model.layers.0.mlp.experts")
     linear = "none" if ck.ignores(_MLA_ATTENTION_MODULE if spec.is_mla else _ATTENTION_MODULE) else ck.method
     experts = "none" if (not spec.is_moe or ck.ignores(expert_module)) else ck.method
-    return quant.with_scheme(linear, experts)
+    mlp = None
+    if spec.is_moe and (spec.num_shared_experts or spec.num_dense_layers):
+        # DeepSeek-V3 family (vLLM deepseek_v2.py): layer 0 dense (`first_k_dense_replace`), later layers' shared
+        # experts; each checked only where the model has it.
+        modules = ([_DENSE_MLP_MODULE] if spec.num_dense_layers else []) \
+            + ([_SHARED_EXPERTS_MODULE] if spec.num_shared_experts else [])
+        schemes = {"none" if ck.ignores(m) else ck.method for m in modules}
+        if len(schemes) > 1:
+            raise UserError(f"model '{spec.name}': its quantization_config quantizes one of {' and '.join(modules)} "
+                            f"but not the other; modelled: both quantized or both left unquantized")
+        mlp = schemes.pop()
+    return quant.with_scheme(linear, experts, mlp)
 
 
 def resolve_for_hardware(quant: QuantConfig, moe: MoeKernels) -> QuantConfig:

@@ -34,6 +34,13 @@ from roofline.cost.kernels.attention import (
     attention_prefill_time_s,
     attention_q_tile_tokens,
 )
+from roofline.cost.kernels.mla import (
+    MlaBatch,
+    mla_attention_records,
+    mla_decode_shape,
+    mla_decode_time_s,
+    mla_heads_per_rank,
+)
 from roofline.cost.op_time import OpCost, op_cost, op_time_s
 from roofline.cost.ops import (
     BatchStats,
@@ -131,8 +138,9 @@ class StepCostModel:
         self._kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element
         self._q_token = r.heads * r.head_dim * quant.act_bytes
         self._kv_fp8 = quant.kv_dtype == "fp8"
+        self._mla_heads = mla_heads_per_rank(spec, tp) if spec.is_mla else 0
         # A step of decodes only depends on its number of sequences and the sum of their contexts alone (`time_s`).
-        self._plain_decode = hw.kind != "cpu" and not spec.sliding_window and not spec.is_mla
+        self._plain_decode = hw.kind != "cpu" and not spec.sliding_window
         # A step's decodes enter its `BatchStats` as a count, a context sum and a context maximum (`_rows_time_s`).
         self._rows_suffice = not spec.sliding_window
         # `time_s`'s parts of a step of decodes only that depend on the number of sequences alone, by that number.
@@ -190,16 +198,21 @@ class StepCostModel:
             n = shape.num_seqs
             if self._plain_decode and n:
                 r = self.rank
+                pairs = float(shape.num_context_tokens) + n
+                if self.spec.is_mla:  # `_mla_attention_s` of decodes only (its kernels depend on n alone)
+                    attn_s, attn_k = self._mla_decode_only_s(n, pairs)
                 parts = self._decode_parts.get(n)
                 if parts is None:
                     # What depends on n alone: the token and emit operators' seconds summed first, as
                     # `_stats_time_s`'s left-to-right sum does, and the host time (the attention's: `_decode_layer_s`).
                     token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
                     emit_s, emit_k = self._emit_table.lookup(n)
+                    kernels = attn_k if self.spec.is_mla else r.layers
                     parts = self._decode_parts[n] = (token_s + emit_s,
-                                                     *self._host_time_s(n, 0, n, token_k + emit_k + r.layers))
-                # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
-                attn_s = float(r.layers * self._decode_layer_s(n, float(shape.num_context_tokens) + n))
+                                                     *self._host_time_s(n, 0, n, token_k + emit_k + kernels))
+                if not self.spec.is_mla:
+                    # As `_attention_s`: t = 0.0 + float(...), which is float(...) itself.
+                    attn_s = float(r.layers * self._decode_layer_s(n, pairs))
                 return self._combine(parts[0] + attn_s, parts[1], parts[2])
             context = shape.seq_arrays()[1]
             if self._plain_decode:  # (no sequences)
@@ -519,6 +532,8 @@ class StepCostModel:
         (which depend on the number of decodes alone) computed once per number of decodes."""
         t, kernels = 0.0, 0
         k = self.hw.executor.kernels_per_elementwise_op
+        if s.num_decode_seqs and not s.num_prefill_seqs:  # decodes only: the records' floats, without the records
+            return self._mla_decode_only_s(s.num_decode_seqs, s.decode_pairs)
         for op in mla_step_records(self.spec, self.quant, self.tp, s, self._attn_kernels):
             if op.kind == "mla_bmm":
                 key = (op.name, s.num_decode_seqs)
@@ -533,6 +548,26 @@ class StepCostModel:
             t += float(op_t)
             kernels += op.count * op_kernels
         return t, kernels
+
+    def _mla_decode_only_s(self, n: int, pairs: float) -> tuple[float, int]:
+        """`_mla_attention_s` of a step of `n` decodes over `pairs` keys: W_UK, the absorbed decode kernel, W_UV,
+        in the records' order and with their arguments (`mla_attention_records`, `op_time_s`), the batched matmuls
+        computed once per `n`."""
+        b = MlaBatch.of_decodes(n, pairs, self._mla_heads, self._attn_kernels.mla_decode_rows)
+        if ("mla_w_uk", n) not in self._mla_bmm:
+            k = self.hw.executor.kernels_per_elementwise_op
+            for op in mla_attention_records(self.spec, self.quant, self.tp, b):
+                if op.kind == "mla_bmm":
+                    op_t, op_kernels = op_time_s(self.hw, op, self.quant, k, self.cpu_engine)
+                    self._mla_bmm[(op.name, n)] = (float(op_t), op.count * op_kernels)
+        shape = mla_decode_shape(self.spec, self.quant, self.tp, b.decode_tokens, b.decode_row_keys,
+                                 b.decode_latent_tokens, b.decode_latent_reads, b.decode_tiles)
+        n_l = self.spec.num_layers
+        w_uk, w_uv = self._mla_bmm[("mla_w_uk", n)], self._mla_bmm[("mla_w_uv", n)]
+        t = 0.0 + w_uk[0]
+        t += float(n_l * mla_decode_time_s(self.hw, *shape, self._kv_fp8))
+        t += w_uv[0]
+        return t, w_uk[1] + n_l + w_uv[1]
 
     def _records_attention_s(self, s: BatchStats) -> tuple[float, int]:
         """`_attention_s` from the records (a CPU's engine kernels): the same records and formulas as `cost`."""

@@ -43,7 +43,7 @@ The kernels' efficiencies are the chip's `mla_*` efficiency fields, fitted on th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -146,19 +146,22 @@ class MlaBatch:
         return self.decode_tokens + self.prefill_tokens
 
     @classmethod
+    def of_decodes(cls, num_seqs: int, pairs: float, heads: int, rows: int = MLA_DECODE_ROWS) -> "MlaBatch":
+        """`num_seqs` decodes (one query token each) over `pairs` keys in all (their contexts plus themselves)."""
+        tiles = -(-heads // rows)
+        return cls(decode_seqs=num_seqs, decode_tokens=num_seqs, decode_tiles=num_seqs * tiles,
+                   decode_row_keys=tiles * rows * pairs, decode_latent_reads=tiles * pairs, decode_latent_tokens=pairs)
+
+    @classmethod
     def from_stats(cls, s: Any, heads: int, rows: int = MLA_DECODE_ROWS) -> "MlaBatch":
         """From a step's `roofline.cost.ops.BatchStats`: its decodes (one query token) on the decode path, every
         longer query on the prefill path. vLLM sends queries up to the decode backend's `reorder_batch_threshold`
         through the decode path too (Hopper: 512 / 128 tokens); the aggregates do not keep them apart, so the step
         model charges such short chunks the prefill path (the tables' fit, `from_lengths`, splits them exactly)."""
-        tiles = -(-heads // rows)
-        return cls(decode_seqs=s.num_decode_seqs, decode_tokens=s.num_decode_seqs,
-                   decode_tiles=s.num_decode_seqs * tiles, decode_row_keys=tiles * rows * s.decode_pairs,
-                   decode_latent_reads=tiles * s.decode_pairs, decode_latent_tokens=s.decode_pairs,
-                   prefill_seqs=s.num_prefill_seqs,
-                   prefill_tokens=s.prefill_tokens, prefill_context_tokens=s.prefill_kv_tokens - s.prefill_tokens,
-                   prefill_pairs=s.prefill_pairs, prefill_q_tiles=s.prefill_q_tiles,
-                   prefill_pad_pairs=s.prefill_pad_pairs)
+        return replace(cls.of_decodes(s.num_decode_seqs, s.decode_pairs, heads, rows),
+                       prefill_seqs=s.num_prefill_seqs, prefill_tokens=s.prefill_tokens,
+                       prefill_context_tokens=s.prefill_kv_tokens - s.prefill_tokens, prefill_pairs=s.prefill_pairs,
+                       prefill_q_tiles=s.prefill_q_tiles, prefill_pad_pairs=s.prefill_pad_pairs)
 
 
 def mla_heads_per_rank(spec: ModelSpec, tp: int) -> int:
@@ -240,18 +243,29 @@ def mla_attention_records(spec: ModelSpec, quant: QuantConfig, tp: int, b: MlaBa
         # `MLACommonBaseImpl.process_weights_after_loading`; the tables' bf16 torch.bmm).
         ops.append(_bmm_record("mla_w_uk", b.decode_tokens, m.kv_lora_rank, m.qk_nope_head_dim, h, n_l, a,
                                quant.act_dtype))
-        width = m.latent_width + m.kv_lora_rank  # QK over L + R, PV over L
-        qo = b.decode_tokens * h * (m.latent_width + m.kv_lora_rank) * a
-        latent = b.decode_latent_tokens * m.latent_width * kvb  # each latent from DRAM once
-        reread = (b.decode_latent_reads - b.decode_latent_tokens) * m.latent_width * kvb  # by a sequence's other tiles
-        ops.append(OpRecord(name="mla_decode", kind="mla_decode", count=n_l,
-                            flops=n_l * 2.0 * width * b.decode_row_keys, weight_bytes=0.0, act_bytes=n_l * qo,
-                            kv_read_bytes=n_l * latent,
-                            shape=(2.0 * width * b.decode_row_keys, qo + latent, b.decode_tiles, reread),
+        shape = mla_decode_shape(spec, quant, tp, b.decode_tokens, b.decode_row_keys, b.decode_latent_tokens,
+                                 b.decode_latent_reads, b.decode_tiles)
+        ops.append(OpRecord(name="mla_decode", kind="mla_decode", count=n_l, flops=n_l * shape[0], weight_bytes=0.0,
+                            act_bytes=n_l * (shape[1] - b.decode_latent_tokens * m.latent_width * kvb),
+                            kv_read_bytes=n_l * b.decode_latent_tokens * m.latent_width * kvb, shape=shape,
                             dtype=quant.act_dtype))
         ops.append(_bmm_record("mla_w_uv", b.decode_tokens, m.v_head_dim, m.kv_lora_rank, h, n_l, a,
                                quant.act_dtype))
     return ops
+
+
+def mla_decode_shape(spec: ModelSpec, quant: QuantConfig, tp: int, tokens: Any, row_keys: Any, latent_tokens: Any,
+                     latent_reads: Any, tiles: Any) -> tuple[Any, Any, Any, Any]:
+    """One layer's absorbed decode kernel (`mla_decode_time_s`'s arguments after `hw`): FLOPs of the padded work rows
+    (QK over L + R, PV over L), the query, output and latents read once, the work tiles, and the latents' repeated
+    reads by a sequence's other tiles (`MlaBatch`'s decode sums)."""
+    m = spec.mla
+    assert m is not None, "an MLA model"
+    h, a, kvb = mla_heads_per_rank(spec, tp), quant.act_bytes, quant.kv_bytes_per_element
+    width = m.latent_width + m.kv_lora_rank
+    qo = tokens * h * width * a
+    return (2.0 * width * row_keys, qo + latent_tokens * m.latent_width * kvb, tiles,
+            (latent_reads - latent_tokens) * m.latent_width * kvb)
 
 
 def _bmm_record(name: str, m: float, n: int, k: int, groups: int, count: int, a: float, dtype: str) -> OpRecord:
