@@ -73,7 +73,7 @@ class ParallelLayout:
     data_parallel_size: int
     tensor_parallel_size: int
     ranks_per_node: int
-    gpus_per_node: int  # the profile's scale-up domain (`interconnect.max_num_gpus`)
+    gpus_per_node: int  # the profile's `scale_out.gpus_per_node`, else its scale-up domain
     expert_parallel: bool
 
     @property
@@ -152,21 +152,29 @@ class ParallelArgs:
                             "allowed: 1 (give --num-replicas N for N independent engines)")
 
     def layout(self, hw: HardwareProfile, tensor_parallel_size: int) -> ParallelLayout:
-        """The node layout, checked against the device: one node holds `interconnect.max_num_gpus` GPUs (HGX: 8;
-        NVL72: 72), TP stays within it, and so do this node's ranks (--data-parallel-size-local, default all of
-        them, as vLLM's create_engine_config)."""
+        """The node layout, checked against the device: a node holds the profile's `scale_out.gpus_per_node` GPUs
+        (else one scale-up domain, `interconnect.max_num_gpus`: HGX 8, NVL72 72), TP stays within it, and so do
+        this node's ranks (--data-parallel-size-local, default all of them, as vLLM's create_engine_config); more
+        nodes than one need the profile's scale_out network."""
         domain = hw.interconnect.max_num_gpus if hw.interconnect is not None else 8
+        per_node = hw.scale_out.gpus_per_node if hw.scale_out is not None else domain
         local = self.data_parallel_size_local or self.data_parallel_size
         if self.data_parallel_size > 1 and hw.kind == "cpu":
             raise UserError(f"--data-parallel-size: {hw.id} is a CPU profile, which models one device; allowed: 1")
-        if local * tensor_parallel_size > domain:
+        if local * tensor_parallel_size > per_node:
             given = "--data-parallel-size-local" if self.data_parallel_size_local else "--data-parallel-size"
             raise UserError(f"{given}: {local} ranks x TP {tensor_parallel_size} on one node exceed its "
-                            f"{domain} GPUs ({hw.id}); allowed: ranks per node (--data-parallel-size-local) x TP "
-                            f"<= {domain}")
+                            f"{per_node} GPUs ({hw.id}); allowed: ranks per node (--data-parallel-size-local) x TP "
+                            f"<= {per_node}")
         if local < self.data_parallel_size:
-            raise UserError(f"--data-parallel-size-local: {local} of {self.data_parallel_size} ranks per node puts "
-                            "the MoE layers' all-to-all across nodes, whose network the simulator does not model "
-                            f"yet; allowed: --data-parallel-size-local {self.data_parallel_size}")
-        return ParallelLayout(self.data_parallel_size, tensor_parallel_size, local, domain,
+            if hw.scale_out is None:
+                raise UserError(f"--data-parallel-size-local: {local} of {self.data_parallel_size} ranks per node "
+                                f"puts the MoE layers' all-to-all across nodes, and profile {hw.id} describes no "
+                                "network between nodes (scale_out:); allowed: --data-parallel-size-local "
+                                f"{self.data_parallel_size}, or a profile with a scale_out section")
+            if self.data_parallel_size % local:
+                raise UserError(f"--data-parallel-size-local: {local} must divide --data-parallel-size "
+                                f"({self.data_parallel_size}): the same number of ranks on every node; allowed: a "
+                                "divisor")
+        return ParallelLayout(self.data_parallel_size, tensor_parallel_size, local, per_node,
                               self.enable_expert_parallel)

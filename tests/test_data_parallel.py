@@ -40,7 +40,8 @@ BASE = "simulate --model qwen3-30b-a3b --hardware h200-sxm --num-requests 4 --re
 @pytest.mark.parametrize("flags, field", [
     ("--data-parallel-size 0", "--data-parallel-size"),
     ("-dp 2 --data-parallel-size-local 3", "--data-parallel-size-local"),
-    ("-dp 4 --data-parallel-size-local 2", "--data-parallel-size-local"),  # the all-to-all across nodes
+    ("-dp 4 --data-parallel-size-local 3", "--data-parallel-size-local"),  # 3 does not divide 4
+    ("--hardware gb200 -dp 4 --data-parallel-size-local 2", "--data-parallel-size-local"),  # no scale_out network
     ("-dp 16", "--data-parallel-size"),  # 16 ranks on one 8-GPU node
     ("-dp 4 -tp 4", "--data-parallel-size"),
     ("-dp 2 --all2all-backend nope", "--all2all-backend"),
@@ -140,3 +141,28 @@ def test_same_seed_same_result_with_data_parallelism() -> None:
     b = run_simulation(deployment, workload, SimulationOptions(max_concurrency=16))
     assert a.requests.equals(b.requests) and a.steps.equals(b.steps)
     assert set(a.steps.replica) == {0, 1, 2, 3}  # each DP rank's steps, as vLLM's engines log them
+
+
+def test_across_nodes_the_inter_node_share_goes_over_the_nic() -> None:
+    from dataclasses import replace as dc_replace
+
+    from roofline.cost.hardware import load_profile
+    from roofline.cost.kernels.all_to_all import a2a_bytes, a2a_time_s
+
+    hw = load_profile("h200-sxm")
+    assert hw.scale_out is not None and hw.scale_out.gpus_per_node == 8
+    e = dc_replace(hw.efficiency, deepep_ll_dispatch_bus_efficiency=0.5, deepep_ll_dispatch_fixed_s=0.0,
+                   deepep_ll_dispatch_copy_s=0.0)
+    hw = dc_replace(hw, efficiency=e)
+    moved = a2a_bytes("deepep_low_latency", 128, 7168, 8, 256, 16)
+    inter = (16 - 8) / 15  # of the bytes sent off-rank, those bound for the other node
+    expected = max(moved * (1 - inter) / (450e9 * 0.5), moved * inter / (50e9 * 0.5))
+    assert a2a_time_s(hw, "deepep_low_latency", "dispatch", 128, 7168, 8, 256, 16) == pytest.approx(expected, rel=1e-12)
+    two_nodes = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(
+        tensor_parallel_size=4, data_parallel_size=4, data_parallel_size_local=2, enable_expert_parallel=True))
+    assert two_nodes.gpus_per_replica == 16 and two_nodes.moe is not None
+    one_node = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(
+        tensor_parallel_size=2, data_parallel_size=4, enable_expert_parallel=True))
+    assert one_node.moe is not None
+    # 256 tokens per GPU both: across two nodes the exchange waits on the NIC.
+    assert two_nodes.moe._exchange_table(1024) > one_node.moe._exchange_table(512)

@@ -574,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peer", action="store_true", help="skip aiconfigurator's estimator")
     parser.add_argument("--parallel-only", action="store_true",
                         help="simulate only the rows served with data or expert parallelism (issue 40)")
+    parser.add_argument("--multi-node-only", action="store_true",
+                        help="simulate only the rows served over more than one node (issue 40)")
     parser.add_argument("--limit", type=int, default=0, help="simulate at most this many rows (0: all)")
     parser.add_argument("--budget-minutes", type=float, default=0.0,
                         help="submit no new simulation after this many minutes; the rest is reported as 'not run' "
@@ -628,6 +630,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.parallel_only and case.engine.parallel.data_parallel_size == 1 \
                 and not case.engine.enable_expert_parallel:
             outcomes[row.row_id] = {"status": "not run", "error": "--parallel-only"}
+            continue
+        if args.multi_node_only and case.engine.data_parallel_size_local is None:
+            outcomes[row.row_id] = {"status": "not run", "error": "--multi-node-only"}
             continue
         path = _cache_file(sim_cache, row.row_id)
         cached = _read_json(path)

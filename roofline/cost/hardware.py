@@ -26,6 +26,10 @@ Schema (every key checked, unknown keys are errors; "nullable" keys must be pres
       bandwidth_gb_per_s_per_direction: 450
       latency_us: 42.5                  # time of a latency-bound collective (the alpha term)
       max_num_gpus: 8                   # GPUs one scale-up domain joins
+    scale_out:                          # optional: the network between nodes (multi-node data / expert parallelism)
+      name: connectx7-ndr400
+      bandwidth_gb_per_s_per_direction: 50   # one NIC per GPU
+      gpus_per_node: 8
     pcie_bandwidth_gb_per_s_per_direction: 64   # nullable; pcie_latency_us: 20 optional; both where collectives use PCIe
     architecture: {...}                 # optional: per-SM facts of kernel descriptions (roofline.cost.architecture)
     tdp_w: 700                          # nullable
@@ -116,7 +120,7 @@ _TOP_KEYS: dict[str, bool] = {
     "efficiency": False, "executor": False, "measured": False, "calibration": False, "family": False,
     "operator_tables": False, "exp_throughput_factor": False, "weight_streaming": False,
     "sustained_clock_factor": False, "power_limit": False, "host": False, "pcie_latency_us": False,
-    "architecture": False,
+    "architecture": False, "scale_out": False,
 }
 # The CPU engines a `weight_streaming` curve may describe: `roofline.cost.cpu.CPU_ENGINES` (checked equal there).
 STREAMING_ENGINES = ("roofline-engine", "vllm-cpu")
@@ -127,6 +131,7 @@ FAMILIES_DIR = "families"  # the family files' folder, under hardware_profiles/ 
 # How a profile's efficiency parameters were obtained (`Provenance.status`).
 PROVENANCE_STATUSES = ("fitted", "family", "calibrated", "measured", "datasheet-only")
 _INTERCONNECT_KEYS = ("name", "bandwidth_gb_per_s_per_direction", "latency_us", "max_num_gpus")
+_SCALE_OUT_KEYS = ("name", "bandwidth_gb_per_s_per_direction", "gpus_per_node")
 # What `roofline profile-device` records; the values are free-form (numbers, strings, sweeps).
 _MEASURED_KEYS = ("date", "command", "machine", "library_versions", "num_threads", "num_repeats",
                   "gemm", "memory", "weight_streaming", "launch_overhead")
@@ -141,6 +146,16 @@ class Interconnect:
     bandwidth_bytes_per_s_per_direction: float
     latency_s: float  # a latency-bound collective's fixed time (the alpha of alpha + bytes / bandwidth)
     max_num_gpus: int  # devices one link domain joins; tensor parallelism beyond it goes over the network
+
+
+@dataclass(frozen=True)
+class ScaleOut:
+    """The network between nodes: one NIC per GPU at this per-direction bandwidth (HGX: ConnectX-7, 400 Gb/s), and
+    the GPUs one node holds (vLLM's --data-parallel-size-local x TP at most)."""
+
+    name: str
+    bandwidth_bytes_per_s_per_direction: float
+    gpus_per_node: int
 
 
 @dataclass(frozen=True)
@@ -251,6 +266,7 @@ class HardwareProfile:
     host: HostCpu | None = None
     pcie_latency_s: float | None = None  # a latency-bound collective's fixed time over PCIe (the schema above)
     architecture: Architecture = Architecture()
+    scale_out: ScaleOut | None = None  # the network between nodes; None: not described (multi-node refused)
 
     def streaming_curve(self, engine: str) -> StreamingCurve | None:
         """The measured weight-streaming curve of `engine`'s GEMM kernel, or None: one rate for every row count."""
@@ -375,6 +391,7 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         host=host,
         pcie_latency_s=positive(data, "pcie_latency_us", where) / 1e6 if "pcie_latency_us" in data else None,
         architecture=parse_architecture(data.get("architecture", {}), f"{where}: architecture"),
+        scale_out=_scale_out(data["scale_out"], where) if "scale_out" in data else None,
     )
     profile = replace(profile, provenance=_provenance(profile, family))
     # Sources last: a misspelt field is reported as such, not as a number without a source.
@@ -420,6 +437,15 @@ def _interconnect(section: Any, where: str) -> Interconnect | None:
         latency_s=positive(section, "latency_us", here) * 1e-6,
         max_num_gpus=count_field(section, "max_num_gpus", here),
     )
+
+
+def _scale_out(section: Any, where: str) -> ScaleOut:
+    here = f"{where}: scale_out"
+    check_keys(section, {k: True for k in _SCALE_OUT_KEYS}, here)
+    return ScaleOut(name=text_field(section, "name", here),
+                    bandwidth_bytes_per_s_per_direction=positive(section, "bandwidth_gb_per_s_per_direction",
+                                                                 here) * 1e9,
+                    gpus_per_node=count_field(section, "gpus_per_node", here))
 
 
 def _mapping_or_none(section: Any, key: str, where: str) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ import enum
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -31,6 +31,7 @@ import pandas as pd
 import yaml
 
 from engine.core.model_spec import checkpoint_quant
+from roofline.cost.hardware import load_profile
 from roofline.cost.quant import QUANTIZATION_CHOICES
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
@@ -251,10 +252,14 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
     reasons: dict[SkipReason, str] = {}
     notes: list[str] = []
     per_node = gpus_per_node(row.system)
-    if row.num_gpus > per_node:
+    hardware_id = SYSTEM_PROFILES.get(row.system)
+    # More GPUs than a node holds: data-parallel ranks over nodes where the profile describes the network between
+    # them (`scale_out:`, issue 40), else a skip.
+    multi_node = row.num_gpus > per_node
+    if multi_node and (row.pp_size > 1 or row.tp_size > per_node or row.attention_dp_size == 1 or hardware_id is None
+                       or hardware_id not in list_ids("hardware") or load_profile(hardware_id).scale_out is None):
         reasons[SkipReason.MULTI_NODE] = (f"{row.num_gpus} GPUs (tp {row.tp_size} x pp {row.pp_size} x dp "
                                           f"{row.attention_dp_size}) > {per_node} per {row.system} node")
-    hardware_id = SYSTEM_PROFILES.get(row.system)
     if hardware_id is None or hardware_id not in list_ids("hardware"):
         reasons[SkipReason.GPU] = f"no hardware profile for {row.system}"
     served, config_path, config_note = served_checkpoint(row)
@@ -302,11 +307,14 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
     if harness is not None:
         notes.append(f"engine flags of InferenceX's recipe {harness.source}"
                      + (f"; not modelled: {harness.not_modelled}" if harness.not_modelled else ""))
+    local = per_node // row.tp_size if multi_node else None
     if data_parallel > 1 or expert_parallel:
         notes.append(f"--data-parallel-size {data_parallel}" + (" --enable-expert-parallel" if expert_parallel else "")
+                     + (f" --data-parallel-size-local {local} (over {row.num_gpus // per_node} nodes; the all-to-all "
+                        "across nodes is unmeasured)" if local else "")
                      + " with vLLM's default --all2all-backend allgather_reducescatter (the row records no backend)")
-    return SimCase(row, config_path, hardware_id, engine_args_for(row, quantization, data_parallel, expert_parallel),
-                   row.concurrency, tuple(notes))
+    engine = replace(engine_args_for(row, quantization, data_parallel, expert_parallel), data_parallel_size_local=local)
+    return SimCase(row, config_path, hardware_id, engine, row.concurrency, tuple(notes))
 
 
 def async_scheduling_default(version: str | None) -> bool:

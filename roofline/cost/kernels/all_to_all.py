@@ -14,8 +14,8 @@ Backends (vllm/distributed/device_communicators/all2all.py):
   - deepep_low_latency (DeepEP LL kernels, decode batches of at most a few hundred tokens per rank): each token is
     sent to each of its top-k experts (no deduplication per rank), in a fixed-size buffer, without host sync.
 Per phase: time = fixed + token copies sent off-rank * time per copy + bytes sent off-rank / (per-direction link
-bandwidth * efficiency), bytes in the activations' 16-bit width (the tables' "default" wire format; an fp8
-dispatch shows as a higher efficiency).
+bandwidth * efficiency) (across nodes: `_transfer_s`, unmeasured), bytes in the activations' 16-bit width (the
+tables' "default" wire format; an fp8 dispatch shows as a higher efficiency).
 
 Distinct ranks a token reaches under uniform routing of `topk` experts out of `num_experts`, placed `E / n` per
 rank: n * (1 - C(E - E/n, k) / C(E, k)) (the hypergeometric chance that a rank holds none of the k).
@@ -98,10 +98,29 @@ def a2a_time_s(hw: HardwareProfile, backend: str, phase: str, tokens_per_rank: A
     efficiency, fixed, per_copy = _phase_params(hw, backend, phase)
     moved = a2a_bytes(backend, tokens_per_rank, hidden, topk, num_experts, ep_size)
     copies = tokens_per_rank * token_copies(backend, topk, num_experts, ep_size) * (ep_size - 1) / ep_size
-    t = fixed + copies * per_copy + moved / (_link_bandwidth(hw) * efficiency)
+    t = fixed + copies * per_copy + _transfer_s(hw, backend, moved, ep_size, efficiency)
     if backend == "allgather_reducescatter":
         t = t + (ep_size - 1) * hw.efficiency.nccl_ag_rs_step_s
     return np.where(np.asarray(ep_size) > 1, t, 0.0) if np.ndim(t) else (t if ep_size > 1 else 0.0)
+
+
+def _transfer_s(hw: HardwareProfile, backend: str, moved: Any, ep_size: Any, efficiency: float) -> Any:
+    """Seconds the bytes one rank sends off-rank take. Within one scale-up domain (`interconnect.max_num_gpus`):
+    the link at the phase's efficiency. Across domains (HGX nodes, over the profile's `scale_out` NICs, one per
+    GPU): the share bound for other domains, (n - G) / (n - 1) of it, goes over the rank's NIC, the rest over NVLink,
+    at once (DeepEP's internode kernels; NCCL's rings, one per NIC, carry the same inter-node bytes per NIC).
+    UNMEASURED: no table times an all-to-all across nodes, so the NIC is assumed to reach the phase's fitted
+    efficiency."""
+    link = _link_bandwidth(hw) * efficiency
+    domain = hw.interconnect.max_num_gpus if hw.interconnect is not None else 8
+    if np.all(np.asarray(ep_size) <= domain):
+        return moved / link
+    assert hw.scale_out is not None, f"{hw.id}: an all-to-all across nodes without a scale_out section"
+    nic = hw.scale_out.bandwidth_bytes_per_s_per_direction * efficiency
+    n = np.asarray(ep_size, dtype=np.float64)
+    inter = np.clip((n - domain) / np.maximum(n - 1, 1), 0.0, 1.0)
+    across = np.maximum(moved * (1 - inter) / link, moved * inter / nic)
+    return np.where(n <= domain, moved / link, across)
 
 
 def nccl_collective_time_s(hw: HardwareProfile, op: str, message_bytes: Any, num_devices: Any) -> Any:
