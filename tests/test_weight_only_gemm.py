@@ -109,6 +109,8 @@ def test_simulate_names_the_kernel_and_profiles_the_unfitted_factor(capsys: pyte
             "random", "--num-prompts", "4", "--random-input-len", "64", "--random-output-len", "4"]
     assert main(args) == 0
     assert "quantization=awq (Marlin W4A16, unfitted)" in capsys.readouterr().out
+    assert main([*args[:2], "llama-3.1-8b-instruct-w8a8", *args[3:]]) == 0
+    assert "quantization=int8 (CUTLASS W8A8 int8 at the fp8 kernels' fit, unfitted)" in capsys.readouterr().out
     assert main(["profiles", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert all(r["unfitted"] == {"marlin_compute_factor": 1.0} for r in rows if r["kind"] == "gpu")

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
           "shared from its kernel family, fitted on other GPUs; median error G/A/C/M: held-out (fitted) or "
           "expected (family) median error of GEMM / attention / all-reduce / MoE.")
     unfitted = sorted({f"{key} = {value:g}" for r in rows for key, value in r["unfitted"].items()})
-    print(f"unfitted everywhere (no operator table times the kernel; the value from its documented behaviour): "
+    print(f"unfitted (no operator table times the kernel; the value from its documented behaviour): "
           f"{', '.join(unfitted)} (weight-only GEMMs on Marlin: AWQ / GPTQ int4, fp8 and NVFP4 without their tensor "
           f"cores; roofline.cost.kernels.gemm_weight_only)")
     return 0

@@ -284,6 +284,8 @@ def simulated_quantization(deployment: Deployment) -> str:
         # weight-only (16-bit math on narrower weights): its mixed-input kernel
         kernels = kernel_family(deployment.hw.family).weight_only
         linear += f" ({kernel_label(kernels, q.quantization, q.weight_bytes_per_param)})"
+    elif q.gemm_dtype == "int8" and deployment.hw.kind != "cpu":  # no operator table times vLLM's int8 W8A8
+        linear += " (CUTLASS W8A8 int8 at the fp8 kernels' fit, unfitted)"
     if not deployment.spec.is_moe:
         return linear
     scheme = q.experts[0]
