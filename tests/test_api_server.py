@@ -159,3 +159,48 @@ def test_host_section_is_validated() -> None:
     both = {**data, "executor": {"frontend_us_per_request": 4640}}
     with pytest.raises(UserError, match=r"host: the API server it describes replaces"):
         parse_profile(both, "p.yaml")
+
+
+def test_costs_measured_on_the_host_replace_the_scaled_reference_ones() -> None:
+    """host.api_server_costs_s: seconds measured on that host, used as they are; the costs it does not state are
+    the reference ones divided by the host's speed."""
+    host = HostCpu.from_dict({"cpu_model": "x", "single_thread_speed_relative": 2.0,
+                              "api_server_costs_s": {"request": 0.02, "output_pass": 0.002}}, "p.yaml: host")
+    costs = ApiServerCosts.for_host(host)
+    reference = ApiServerCosts()
+    assert costs.request_s == 0.02 and costs.output_pass_s == 0.002
+    assert costs.output_token_s == reference.output_token_s / 2 and costs.latency_s == reference.latency_s / 2
+    assert host.to_dict()["api_server_costs_s"] == {"request": 0.02, "output_pass": 0.002}
+    # In a run: the measured input work (20 ms, longer than a step) per position of a burst; costs given to the run
+    # override the host's.
+    deployment = make_deployment("llama-156m", replace(gpu_profile_without_tokenizer("h100-sxm"), host=host), ENGINE)
+    step = lambda replica, s, start, plan: STEP_S  # noqa: E731
+    measured = run_simulation(deployment, _burst(3), SimulationOptions(), step_time_fn=step)
+    per_request = 0.02 + 16 * reference.prompt_token_s / 2
+    latency = reference.latency_s / 2  # not measured on the host: the reference's at its speed
+    assert np.allclose(measured.requests.first_scheduled_s, [per_request * (k + 1) + latency for k in range(3)],
+                       rtol=0, atol=1e-12)
+    given = run_simulation(deployment, _burst(3), SimulationOptions(api_server_costs=INPUT_ONLY), step_time_fn=step)
+    assert np.allclose(given.requests.first_scheduled_s, [0.01 * (k + 1) for k in range(3)], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("costs", "message"), [
+    ({"request_s": 0.001}, r"host\.api_server_costs_s\.request_s: not an API-server cost; allowed: request, "),
+    ({"request": -0.001}, r"host\.api_server_costs_s\.request: must be seconds in \[0, 1\], got -0\.001"),
+    ({"request": "1ms"}, r"host\.api_server_costs_s\.request: must be seconds in \[0, 1\], got '1ms'"),
+    ([0.001], r"host\.api_server_costs_s: must be a mapping of request, chat_request, "),
+])
+def test_measured_host_costs_are_validated(costs: object, message: str) -> None:
+    data = read_profile_dict(resolve("hardware", "h100-sxm"))
+    host = {"cpu_model": "x", "single_thread_speed_relative": 1, "api_server_costs_s": costs}
+    with pytest.raises(UserError, match=message):
+        parse_profile({**data, "host": host}, "p.yaml")
+
+
+def test_the_served_engine_core_adds_its_own_work_to_every_step() -> None:
+    """engine_step_s (the served engine core's per-step work beyond an in-process step) lengthens each step: one
+    request of 1 prompt step and 3 decode steps of 10 ms each takes 4 x 15 ms in the engine with 5 ms more per step."""
+    result = _run(_burst(1, output=4), replace(INPUT_ONLY, request_s=0.0, engine_step_s=0.005))
+    bare = _run(_burst(1, output=4), replace(INPUT_ONLY, request_s=0.0))
+    assert np.allclose(result.requests.ttft_s - bare.requests.ttft_s, 0.005, rtol=0, atol=1e-12)
+    assert np.allclose(result.requests.e2e_s - bare.requests.e2e_s, 4 * 0.005, rtol=0, atol=1e-12)

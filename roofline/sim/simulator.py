@@ -226,7 +226,9 @@ class _Simulation:
                             f"is not modelled; add host: (cpu_model, single_thread_speed_relative) to the profile")
         self.api: list[ApiServer] | None = None
         if host is not None:
-            costs = (options.api_server_costs or ApiServerCosts()).scaled(1.0 / host.single_thread_speed_relative)
+            # Costs given for a fit or a test are reference-host costs; else the host's (its measured ones, if any).
+            costs = options.api_server_costs.scaled(1.0 / host.single_thread_speed_relative) \
+                if options.api_server_costs is not None else ApiServerCosts.for_host(host)
             self.api = [ApiServer(costs, options.api_server_count, options.endpoint) for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
         # client saw each step's tokens (`_SeenTimes`).
@@ -330,6 +332,8 @@ class _Simulation:
                 self.wake(replica, now)
             return  # otherwise idle until the next arrival
         duration = self.time_fn(replica.index, replica.num_steps, now, plan)
+        if self.api is not None:  # the served engine core's own per-step work (ApiServerCosts.engine_step_s)
+            duration += self.api[replica.index].engine_step_s
         for engine_index, rank_plan in ranks_of(replica.index, plan):  # a DP group: each rank's plan
             _record_step(self.recorder, engine_index, rank_plan, now, duration)
         replica.plan = plan
