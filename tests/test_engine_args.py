@@ -134,7 +134,7 @@ def test_seed_on_a_csv_trace_is_refused(tmp_path: Path, capsys: pytest.CaptureFi
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.5,20,5\n")
     assert main(["simulate", "--workload", str(trace), "--json"]) == 0
     capsys.readouterr()
-    _fails(["simulate", "--workload", str(trace), "--seed", "3"], capsys, "--seed", "CSV trace")
+    _fails(["simulate", "--workload", str(trace), "--seed", "3"], capsys, "--seed", "a trace (")
 
 
 def test_output_paths_are_checked_before_simulating(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,11 +54,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace-dir", type=Path, required=True)
     ap.add_argument("--request-rate", type=float, default=1.0, help="mean arrival rate the trace is scaled to")
+    ap.add_argument("--traces", default=",".join(PUBLISHED), help="comma-separated traces to run (default: all)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     deployment = make_deployment(MODEL, HARDWARE, EngineArgs(tensor_parallel_size=TP, max_model_len=MAX_MODEL_LEN))
     rows = []
     for name, (avg_in, avg_out, ratio, count) in PUBLISHED.items():
+        if name not in args.traces.split(","):
+            continue
         path = args.trace_dir / f"{name}_trace.jsonl"
         if not path.exists() or path.stat().st_size == 0:
             print(f"{name}: {path} not found, skipped")
@@ -69,23 +72,29 @@ def main() -> None:
                "avg_output": sum(s.num_output_tokens for s in specs) / len(specs), "published_avg_output": avg_out,
                "cache_ratio_tokens": trace_cache_ratio(specs), "cache_ratio_blocks": block_ratio(specs),
                "published_cache_ratio": ratio}
-        workload = Workload(name=path.stem, trace_path=path, num_requests=len(specs),
-                            trace_rate_per_s=args.request_rate)
+        workload = Workload(name=path.stem, trace_path=path, num_requests=len(specs))
+        # vLLM refuses a prompt that leaves no room for an output token within max_model_len (an error response):
+        # those requests are left out of the simulation and counted.
+        served = [s for s in read_mooncake_trace(path, rate_per_s=args.request_rate)
+                  if s.num_prompt_tokens < MAX_MODEL_LEN]
+        row["refused_over_max_model_len"] = len(specs) - len(served)
         wall, cpu = time.perf_counter(), time.process_time()
-        result = run_simulation(deployment, workload)
+        result = run_simulation(deployment, workload, specs=served)
         row.update({"simulated_wall_s": time.perf_counter() - wall, "simulated_cpu_s": time.process_time() - cpu})
         req = result.requests
+        row["trace_cache_ratio_served"] = trace_cache_ratio(served)
         hit_rate = float(req["num_prefix_hit_tokens"].sum() / req["num_prompt_tokens"].sum())
         row.update({"request_rate": args.request_rate, "kv_cache_tokens": deployment.kv.num_gpu_blocks
                     * deployment.cache_config.block_size, "simulated_hit_rate": hit_rate,
-                    "hit_rate_of_trace_ratio": hit_rate / row["cache_ratio_tokens"],
+                    "hit_rate_of_trace_ratio": hit_rate / row["trace_cache_ratio_served"],
                     "mean_ttft_s": float(req["ttft_s"].mean()), "median_ttft_s": float(req["ttft_s"].median())})
         rows.append(row)
         print(f"{name}: {row['requests']} requests (published {count}); mean input {row['avg_input']:.0f} / output "
               f"{row['avg_output']:.0f} tokens (published {avg_in} / {avg_out}); the trace's reuse "
               f"{row['cache_ratio_tokens']:.1%} of tokens, {row['cache_ratio_blocks']:.1%} of {MOONCAKE_BLOCK_TOKENS}-token "
               f"blocks (published cache ratio {ratio:.0%})")
-        print(f"  simulated {MODEL} on {HARDWARE} TP {TP}, one instance, {row['kv_cache_tokens']:,} tokens of KV cache, "
+        print(f"  simulated {MODEL} on {HARDWARE} TP {TP}, one instance ({row['refused_over_max_model_len']} requests over "
+              f"max_model_len {MAX_MODEL_LEN:,} refused), {row['kv_cache_tokens']:,} tokens of KV cache, "
               f"arrivals scaled to {args.request_rate:g}/s: prefix-cache hits {hit_rate:.1%} of prompt tokens "
               f"({row['hit_rate_of_trace_ratio']:.0%} of the trace's reuse); mean TTFT {row['mean_ttft_s']:.2f} s, "
               f"median {row['median_ttft_s']:.2f} s; {row['simulated_wall_s']:.0f} s wall, "
