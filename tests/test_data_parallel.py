@@ -33,8 +33,8 @@ def _run(line: str) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue().strip()
 
 
-BASE = "simulate --model qwen3-30b-a3b --hardware h200-sxm --num-requests 4 --request-rate inf --random-input-len 64 " \
-       "--random-output-len 4"
+BASE = "simulate --model qwen3-30b-a3b --hardware h200-sxm --dataset-name random --num-prompts 4 " \
+       "--random-input-len 64 --random-output-len 4"
 
 
 @pytest.mark.parametrize("flags, field", [
@@ -166,3 +166,8 @@ def test_across_nodes_the_inter_node_share_goes_over_the_nic() -> None:
     assert one_node.moe is not None
     # 256 tokens per GPU both: across two nodes the exchange waits on the NIC.
     assert two_nodes.moe._exchange_table(1024) > one_node.moe._exchange_table(512)
+
+
+def test_removed_all2all_backends_fall_back_as_vllm_does_and_say_so() -> None:
+    rc, out, err = _run(f"{BASE} -dp 2 --all2all-backend pplx")
+    assert rc == 0 and "--all2all-backend pplx: removed from vLLM, which falls back to allgather_reducescatter" in err

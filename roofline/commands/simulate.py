@@ -26,6 +26,7 @@ import argparse
 import datetime
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
     spec = load_model(args.model)
     check_quantization_flag(args.quantization, spec)  # before the deployment, which may not fit without it
     deployment = make_deployment(spec, args.hardware, engine_args_from(args, "simulate"))
+    parallel = deployment.engine.parallel
+    if parallel.all2all_backend != parallel.resolved_all2all_backend:  # vLLM's own fallback, said as vLLM says it
+        print(f"roofline simulate: --all2all-backend {parallel.all2all_backend}: removed from vLLM, which falls back "
+              f"to {parallel.resolved_all2all_backend} (vllm/config/parallel.py); simulated so", file=sys.stderr)
     if is_bench_mode(args):
         load = bench_load_from_args(args)
         bench = load.build(deployment.spec)
