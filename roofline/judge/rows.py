@@ -101,7 +101,7 @@ ASSUMPTIONS = (
     "(gpt-oss 2025-11, MiniMax-M2.5 0.19), --max-num-seqs, "
     "--max-num-batched-tokens, --block-size, "
     "--gpu-memory-utilization, prefix caching off); the rest is named per row; MiniMax-M2.5 rows whose recipe "
-    "enabled expert parallelism whatever moe_ep_size says are skipped as expert-parallel. "
+    "enabled expert parallelism whatever moe_ep_size says are simulated with --enable-expert-parallel. "
     "Every other row: the defaults of `vllm serve` of the row's version (0.11.2-0.19.0, nightly 2026-04; rows "
     "without a version were measured 2025-10-29 to 2025-12-05, i.e. 0.11-0.12): max_num_batched_tokens 8192, "
     "max_num_seqs 1024, gpu_memory_utilization 0.9, chunked prefill and prefix caching on, block size 16, "
@@ -116,6 +116,11 @@ ASSUMPTIONS = (
     "-> fp8); an unquantized checkpoint gets the --quantization its precision column implies (fp8 -> fp8); an "
     "empty precision with an empty gemm_quant_mode is the checkpoint's dtype (bf16).",
     "attention_dp_size empty = 1 (every such row's silicon_concurrency equals batch_size).",
+    "Data / expert parallelism (a MoE model): --data-parallel-size attention_dp_size (or the DP the experts' width "
+    "implies), --enable-expert-parallel where moe_ep_size > 1 or the recipe passes it, vLLM's default "
+    "--all2all-backend allgather_reducescatter (no row records one), no EPLB; over two nodes "
+    "--data-parallel-size-local = GPUs per node / TP, the all-to-all across nodes over the profile's scale_out NICs "
+    "(unmeasured). A dense model's data parallelism is skipped.",
     "Asynchronous scheduling: vLLM's default from 0.14.0 on (PR #27614), so on for 0.15-0.19 and the 2026 nightly "
     "and off (`--no-async-scheduling`: host time between the GPU's steps) for 0.11.2, 0.12.0 and the unversioned "
     "rows of 2025-10/12; a harness that passed --async-scheduling itself is not recorded.",
