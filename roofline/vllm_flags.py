@@ -256,11 +256,29 @@ def add_vllm_serve_flags(parser: argparse.ArgumentParser, command: str) -> None:
             flag_action(parser, command, flag)
 
 
+# Data / expert parallelism: `roofline simulate` takes these (`roofline.parallel_config`); the other commands do not.
+SIMULATE_ONLY = frozenset(("--data-parallel-size", "--data-parallel-size-local", "--enable-expert-parallel",
+                           "--all2all-backend", "--enable-eplb", "--eplb-config"))
+
+
+class _SimulateOnly(argparse.Action):
+    """A data / expert parallelism flag on a command other than simulate."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        name = SHORT_ALIASES.get(option_string or "", option_string)
+        shown = f"{option_string} ({name})" if name != option_string else str(option_string)
+        parser.error(f"{shown}: data / expert parallelism is taken by roofline simulate only (this command does "
+                     f"not model it yet); remove it, or simulate the layout with roofline simulate")
+
+
 def flag_action(parser: argparse.ArgumentParser, command: str, flag: str, *aliases: str) -> None:
     group = _unmodelled_group(parser)
     names = [flag, *aliases]
     if command == "plan" and flag in _PLAN_LISTS:
         group.add_argument(*names, action=_NotTaken, nargs="?", help=argparse.SUPPRESS)
+    elif flag in SIMULATE_ONLY:
+        group.add_argument(*names, action=_SimulateOnly, nargs="?", help=argparse.SUPPRESS)
     elif flag in TIMING_NEUTRAL:
         group.add_argument(*names, action=_TimingNeutral, nargs="?", help=argparse.SUPPRESS)
     else:
