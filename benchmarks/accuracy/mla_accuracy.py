@@ -9,7 +9,7 @@ installed package) time vLLM's whole `DeepseekV2MLAAttention` forward of DeepSee
 tensor-parallel rank's share) in a CUDA graph (aiconfigurator `collector/vllm/collect_mla_module.py`): fused q/kv
 down-projection, norms, q_b_proj, RoPE, the attention (prefill or absorbed decode), o_proj; context rows: `batch_size`
 prompts of `isl` tokens, no cached context; generation rows: one token per sequence with `step` - 1 cached tokens.
-Rows: the default kernels only (the decode backend vLLM picks for the row's KV dtype, `MLA_BACKENDS`; prefill query
+Rows: the default kernels only (the decode backend vLLM picks for the row's KV dtype, `KernelFamily.mla`; prefill query
 compute in bf16, `mla_dtype` bfloat16), linear layers bf16, block fp8 or nvfp4 (`gemm_type`).
 
 Predicted: the sum of the layer's operators (`roofline.cost.kernels.mla.mla_records` for one layer), the GEMMs and

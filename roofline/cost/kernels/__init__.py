@@ -35,6 +35,7 @@ from roofline.cost.kernels.gemm import (
 )
 from roofline.cost.kernels.gemm_block_scaled import DEEPGEMM_SM90, DEEPGEMM_SM100, BlockScaledGemmKernels
 from roofline.cost.kernels.gemm_weight_only import MARLIN_EVERYWHERE, SM90_WEIGHT_ONLY, WeightOnlyKernels
+from roofline.cost.kernels.mla import ADA_MLA, BLACKWELL_MLA, HOPPER_MLA, MlaBackend
 from roofline.cost.kernels.moe import TRITON_MOE, TRTLLM_GEN_MOE, MoeKernels
 from roofline.cost.params import stage_fields
 from roofline.errors import UserError
@@ -49,7 +50,8 @@ class KernelFamily:
 
     `gemm`: dense linear layers (16-bit cuBLAS, 8-bit CUTLASS); `block_fp8_gemm`: block-scaled fp8 linear layers
     (None: described as the per-tensor fp8 path at gemm_fp8_block_factor, `roofline.cost.op_time.linear_time_s`);
-    `weight_only`: the mixed-input kernel of weight-only linear layers per scheme (Marlin, Machete);
+    `weight_only`: the mixed-input kernel of weight-only linear layers per scheme (Marlin, Machete); `mla`: the
+    multi-head latent attention backends with a bf16 and with an fp8 KV cache (None: MLA not modelled there);
     `attention`, `moe`, `all_reduce`: as named. `fitted_elsewhere`: efficiency parameters the family's
     operator-table fit leaves at the family profile's values because another fit gives them, and `fitted_why` says
     which (`roofline.calibration.calibrate.stage_params`)."""
@@ -61,6 +63,7 @@ class KernelFamily:
     all_reduce: AllReduceAlgorithms
     block_fp8_gemm: BlockScaledGemmKernels | None = None
     weight_only: WeightOnlyKernels = MARLIN_EVERYWHERE
+    mla: tuple[MlaBackend, MlaBackend] | None = None
     fitted_elsewhere: tuple[str, ...] = ()
     fitted_why: str = ""
 
@@ -104,13 +107,14 @@ AMPERE = KernelFamily(id="ampere", gemm=SM90_GEMM_KERNELS, attention=FA3_KERNELS
                       all_reduce=CUSTOM_ALL_REDUCE)
 # Ada (L40S, L4, RTX 4090): cuBLAS's SM80 kernels and CUTLASS 2.x SM89 fp8, FA2's split-KV kernel, PCIe only.
 ADA = KernelFamily(id="ada", gemm=SM89_GEMM_KERNELS, attention=FA2_SPLITKV_KERNELS, moe=TRITON_MOE,
-                   all_reduce=PCIE_ALL_REDUCE)
+                   all_reduce=PCIE_ALL_REDUCE, mla=ADA_MLA)
 HOPPER = KernelFamily(id="hopper", gemm=SM90_GEMM_KERNELS, attention=FA3_KERNELS, moe=TRITON_MOE,
                       all_reduce=HOPPER_ALL_REDUCE, block_fp8_gemm=DEEPGEMM_SM90, weight_only=SM90_WEIGHT_ONLY,
+                      mla=HOPPER_MLA,
                       fitted_elsewhere=_JOINT_MOE,
                       fitted_why=_joint_moe_why("hopper", "H100 and H200"))
 BLACKWELL = KernelFamily(id="blackwell", gemm=SM100_GEMM_KERNELS, attention=TRTLLM_GEN_KERNELS, moe=TRTLLM_GEN_MOE,
-                         all_reduce=CUSTOM_ALL_REDUCE, block_fp8_gemm=DEEPGEMM_SM100,
+                         all_reduce=CUSTOM_ALL_REDUCE, block_fp8_gemm=DEEPGEMM_SM100, mla=BLACKWELL_MLA,
                          fitted_elsewhere=_JOINT_MOE + stage_fields("moe_wide_tile"),
                          fitted_why=_joint_moe_why("blackwell", "B200, GB200 and B300"))
 # Family id (`HardwareProfile.family`) -> its record.

@@ -25,7 +25,7 @@ and rank, with h = heads / TP query heads, latent width L = kv_lora_rank (512), 
                       ("mla_decode"), W_UV (per head, L -> V)
     o_proj            T x h V -> hidden, row-parallel (its all-reduce is the layer's usual one)
 
-The decode kernels per family and KV dtype (`MLA_BACKENDS`, vLLM 0.24 `CudaPlatform.get_attn_backend_cls` order for
+The decode kernels per family and KV dtype (`KernelFamily.mla`, vLLM 0.24 `CudaPlatform.get_attn_backend_cls` order for
 MLA, as the aiconfigurator-core tables record them): Hopper FLASH_ATTN_MLA (FA3 with a 576-wide head, bf16 KV only,
 `reorder_batch_threshold` 512) and FLASHMLA for an fp8 KV cache (threshold 128); Blackwell FLASHINFER_MLA
 (TRT-LLM-gen MLA kernels, decode only); Ada and SM120 TRITON_MLA. Prefill: FLASH_ATTN (vLLM's flash-attention)
@@ -74,27 +74,24 @@ class MlaBackend:
     prefill: str = "FLASH_ATTN"
 
 
-# (family, KV dtype is fp8) -> backend. Thresholds: vllm/v1/attention/backends/mla/flashattn_mla.py (512),
-# flashmla.py (128); FlashInfer MLA and Triton MLA take decodes only (the tables' FLASHINFER_MLA and TRITON_MLA
-# context rows are their one-token rows).
-MLA_BACKENDS: dict[tuple[str, bool], MlaBackend] = {
-    ("hopper", False): MlaBackend("FLASH_ATTN_MLA", 512),
-    ("hopper", True): MlaBackend("FLASHMLA", 128),
-    ("blackwell", False): MlaBackend("FLASHINFER_MLA", 1),
-    ("blackwell", True): MlaBackend("FLASHINFER_MLA", 1),
-    ("ada", False): MlaBackend("TRITON_MLA", 1),
-    ("ada", True): MlaBackend("TRITON_MLA", 1),
-}
+# The backends each family runs (`KernelFamily.mla`, bf16 KV then fp8 KV). Thresholds:
+# vllm/v1/attention/backends/mla/flashattn_mla.py (512), flashmla.py (128); FlashInfer MLA and Triton MLA take decodes
+# only (the tables' FLASHINFER_MLA and TRITON_MLA context rows are their one-token rows).
+HOPPER_MLA = (MlaBackend("FLASH_ATTN_MLA", 512), MlaBackend("FLASHMLA", 128))
+BLACKWELL_MLA = (MlaBackend("FLASHINFER_MLA", 1), MlaBackend("FLASHINFER_MLA", 1))
+ADA_MLA = (MlaBackend("TRITON_MLA", 1), MlaBackend("TRITON_MLA", 1))
 
 
 def mla_backend(family: str | None, kv_fp8: bool) -> MlaBackend:
-    """vLLM's MLA kernels on a kernel family; a UserError for a family without one."""
-    backend = MLA_BACKENDS.get((family or "", kv_fp8))
-    if backend is None:
-        families = sorted({f for f, _ in MLA_BACKENDS})
+    """vLLM's MLA kernels on a kernel family (`KernelFamily.mla`); a UserError for a family without them."""
+    from roofline.cost.kernels import KERNEL_FAMILIES  # (the records are built from this module's backends)
+
+    record = KERNEL_FAMILIES.get(family or "")
+    if record is None or record.mla is None:
+        families = sorted(f.id for f in KERNEL_FAMILIES.values() if f.mla is not None)
         raise UserError(f"multi-head latent attention is modelled on the kernel families {', '.join(families)}; "
                         f"the device's family is {family or 'not set'}")
-    return backend
+    return record.mla[kv_fp8]
 
 
 @dataclass(frozen=True)
