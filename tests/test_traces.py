@@ -17,7 +17,7 @@ from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.sim.deployment import make_deployment
 from roofline.sim.simulator import run_simulation
-from roofline.sim.traces import MOONCAKE_BLOCK_TOKENS, read_mooncake_trace, trace_cache_ratio
+from roofline.sim.traces import MOONCAKE_BLOCK_TOKENS, read_mooncake_trace, read_trace, trace_cache_ratio
 from roofline.sim.workload import RequestFactory, load_workload, sample_requests
 from roofline.sim.workload_args import override_workload
 
@@ -89,3 +89,43 @@ def test_a_malformed_trace_is_refused_naming_the_line_and_field(tmp_path: Path, 
     with pytest.raises(UserError, match=None) as info:
         read_mooncake_trace(path)
     assert message in str(info.value)
+
+
+def test_a_window_and_a_speed_replay_part_of_a_trace_faster(tmp_path: Path) -> None:
+    from roofline.cli import main
+
+    # The excerpt's clock: ten requests at 0 s, sixteen at 3 s, three at 5.999 s, one at 9 s.
+    window = read_mooncake_trace(EXCERPT, window_s=(3.0, 9.0), speed=2.0)
+    assert [s.arrival_s for s in window] == [0.0] * 16 + [pytest.approx(2.999 / 2)] * 3  # from 3 s, at 2x
+    assert window[0].num_prompt_tokens == 13544  # the first request at 3 s
+    csv = tmp_path / "t.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n2,10,5\n4,10,5\n")
+    assert [s.arrival_s for s in read_trace(csv, window_s=(1.0, 4.0), speed=0.5)] == [0.0, 2.0]
+    out = tmp_path / "run"
+    assert main(["simulate", "--workload", str(EXCERPT), "--trace-window", "3:9", "--trace-speed", "2",
+                 "--max-model-len", "131072", "--out", str(out)]) == 0
+    load = json.loads((out / "run.json").read_text())["offered_load"]
+    assert load["trace_window_s"] == [3.0, 9.0] and load["trace_speed"] == 2.0
+    assert len((out / "requests.csv").read_text().splitlines()) == 1 + 19
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--trace-window", "9:3"], "--trace-window: '9:3' is not allowed; allowed: 0 <= START < END"),
+    (["--trace-window", "3-9"], "--trace-window: '3-9' is not allowed; allowed: START:END in seconds"),
+    (["--trace-window", "100:200"], "--trace-window 100:200: no request of"),
+    (["--trace-speed", "0"], "--trace-speed: 0.0 is not allowed; allowed: a factor above 0"),
+    (["--trace-speed", "2", "--request-rate", "3"], "--trace-speed: not with --request-rate"),
+])
+def test_bad_trace_replay_flags_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+                                             ) -> None:
+    from roofline.cli import main
+
+    assert main(["simulate", "--workload", str(EXCERPT), "--max-model-len", "131072", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_trace_flags_on_a_synthetic_workload_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from roofline.cli import main
+
+    assert main(["simulate", "--workload", "sharegpt-chat", "--trace-speed", "2"]) == 2
+    assert "--trace-speed: only with a trace" in capsys.readouterr().err

@@ -333,6 +333,10 @@ def workload_load(workload: Workload, max_concurrency: int | None) -> dict[str, 
                                "seed": workload.seed, "max_concurrency": max_concurrency}
     if workload.trace_path is not None:
         load.update(trace=str(workload.trace_path), request_rate=workload.trace_rate_per_s or "as recorded")
+        if workload.trace_window_s is not None:
+            load.update(trace_window_s=list(workload.trace_window_s))
+        if workload.trace_speed is not None:
+            load.update(trace_speed=workload.trace_speed)
     else:
         arrival, prompt_tokens, output_tokens = workload.synthetic
         rate = arrival.rate_per_s

@@ -67,11 +67,12 @@ def _integer(record: dict[str, Any], key: str, lo: int, hi: int, where: str) -> 
     return value
 
 
-def read_mooncake_trace(path: Path, num_requests: int | None = None,
-                        rate_per_s: float | None = None) -> list[RequestSpec]:
-    """The trace's first `num_requests` requests in arrival order (ties in file order), arrivals from 0 (rescaled to a
-    mean of `rate_per_s` where given, inf: all at once), each prompt its blocks (module docstring). Every field is
-    checked; a block count other than ceil(input_length / 512) is refused."""
+def read_mooncake_trace(path: Path, num_requests: int | None = None, rate_per_s: float | None = None,
+                        window_s: tuple[float, float] | None = None,
+                        speed: float | None = None) -> list[RequestSpec]:
+    """The trace's first `num_requests` requests in arrival order (ties in file order), arranged as `arrange` says,
+    each prompt its blocks (module docstring). Every field is checked; a block count other than
+    ceil(input_length / 512) is refused."""
     arrivals, prompts, outputs, blocks = [], [], [], []
     for number, record in _records(path):
         where = f"--workload: '{path}' line {number}"
@@ -97,13 +98,33 @@ def read_mooncake_trace(path: Path, num_requests: int | None = None,
         blocks.append(tuple(ids))
     if not arrivals:
         raise UserError(f"--workload: '{path}' holds no requests; a Mooncake trace has one JSON object per line")
-    times = np.asarray(arrivals, dtype=float)
-    order = np.argsort(times, kind="stable")[:num_requests]
-    times = times[order] - times[order].min()
-    if rate_per_s is not None:
-        times = rescale_arrivals(times, rate_per_s)
+    order, times = arrange(np.asarray(arrivals, dtype=float), path, num_requests, rate_per_s, window_s, speed)
     return [RequestSpec(f"r{j}", float(times[j]), prompts[i], outputs[i], block_ids=blocks[i],
                         block_tokens=MOONCAKE_BLOCK_TOKENS) for j, i in enumerate(order)]
+
+
+def arrange(arrivals: np.ndarray, path: Path, num_requests: int | None = None, rate_per_s: float | None = None,
+            window_s: tuple[float, float] | None = None, speed: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, arrival times) of a replay: the rows in arrival order (ties in file order) whose arrival, on the trace's
+    own clock from its first arrival, lies in `window_s` [start, end) (all where None), the first `num_requests`
+    of them; times from the window's start (else the first arrival), divided by `speed`, or rescaled to a mean of
+    `rate_per_s` (inf: all at once)."""
+    order = np.argsort(arrivals, kind="stable")
+    times = arrivals[order] - arrivals[order[0]]
+    start = 0.0
+    if window_s is not None:
+        start, end = window_s
+        inside = (times >= start) & (times < end)
+        if not inside.any():
+            raise UserError(f"--trace-window {start:g}:{end:g}: no request of '{path}' arrives in it; allowed: a "
+                            f"window within 0:{times[-1]:g} s of the trace's own clock")
+        order, times = order[inside], times[inside]
+    order, times = order[:num_requests], times[:num_requests] - start
+    if speed is not None:
+        times = times / speed
+    if rate_per_s is not None:
+        times = rescale_arrivals(times, rate_per_s)
+    return order, times
 
 
 def trace_cache_ratio(specs: Sequence[RequestSpec]) -> float:
@@ -129,11 +150,12 @@ TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 AZURE_TRACE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
-def read_trace(path: Path, num_requests: int | None = None, rate_per_s: float | None = None) -> list[RequestSpec]:
-    """Replay a CSV trace (our columns or Azure's) or a Mooncake JSONL trace (`roofline.sim.traces`); the first
-    `num_requests` rows in arrival order."""
+def read_trace(path: Path, num_requests: int | None = None, rate_per_s: float | None = None,
+               window_s: tuple[float, float] | None = None, speed: float | None = None) -> list[RequestSpec]:
+    """Replay a CSV trace (our columns or Azure's) or a Mooncake JSONL trace (`read_mooncake_trace`): the first
+    `num_requests` rows in arrival order, arranged as `arrange` says."""
     if path.suffix.lower() == ".jsonl":
-        return read_mooncake_trace(path, num_requests, rate_per_s)
+        return read_mooncake_trace(path, num_requests, rate_per_s, window_s, speed)
     frame = read_csv_table(path, "--workload")
     if all(c in frame.columns for c in TRACE_COLUMNS):
         arrivals = _numeric_column(frame, "arrival_s", path)
@@ -161,12 +183,8 @@ def read_trace(path: Path, num_requests: int | None = None, rate_per_s: float | 
                        else f"integers from 1 to {MAX_TOKENS:,}")
             raise UserError(f"--workload: '{path}' line {rows[0] + 2} column {column}: {values[rows[0]]:g} is not "
                             f"allowed; allowed: {allowed}")
-    order = np.argsort(arrivals, kind="stable")[:num_requests]
-    arrivals = arrivals[order] - arrivals[order].min()
-    if rate_per_s is not None:
-        arrivals = rescale_arrivals(arrivals, rate_per_s)
-    return [RequestSpec(f"r{j}", float(arrivals[j]), int(prompts[i]), int(outputs[i]))
-            for j, i in enumerate(order)]
+    order, times = arrange(arrivals, path, num_requests, rate_per_s, window_s, speed)
+    return [RequestSpec(f"r{j}", float(times[j]), int(prompts[i]), int(outputs[i])) for j, i in enumerate(order)]
 
 
 def _numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:

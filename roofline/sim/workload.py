@@ -189,6 +189,10 @@ class Workload:
     sessions: Sessions | None = None
     trace_path: Path | None = None
     trace_rate_per_s: float | None = None  # replay a trace rescaled to this mean rate
+    # Replay only the trace's requests arriving in [start, end) seconds of its own clock (0 = its first arrival), the
+    # window's start then at 0 (`--trace-window`), and/or `trace_speed` times faster (`--trace-speed`).
+    trace_window_s: tuple[float, float] | None = None
+    trace_speed: float | None = None
     description: str = ""
 
     @property
@@ -431,7 +435,8 @@ def sample_requests(workload: Workload) -> list[RequestSpec]:
     """The workload's requests in arrival order (ties keep generation order), reproducible from its seed."""
     if workload.trace_path is not None:
         from roofline.sim.traces import read_trace  # (traces builds on this module's RequestSpec)
-        return read_trace(workload.trace_path, workload.num_requests, workload.trace_rate_per_s)
+        return read_trace(workload.trace_path, workload.num_requests, workload.trace_rate_per_s,
+                          workload.trace_window_s, workload.trace_speed)
     # One independent stream per random quantity, so that changing one distribution leaves the others' draws as
     # they were (SeedSequence.spawn: https://numpy.org/doc/stable/reference/random/parallel.html).
     arrival_rng, prompt_rng, output_rng, session_rng = (

@@ -23,7 +23,8 @@ from roofline.sim.workload import (
 
 
 def add_workload_args(parser: argparse.ArgumentParser, default_num_requests: int | None = None) -> None:
-    """`--workload --num-requests (= --num-prompts) --request-rate --input-len --output-len --seed`."""
+    """`--workload --num-requests (= --num-prompts) --request-rate --input-len --output-len --seed --trace-window
+    --trace-speed`."""
     group = parser.add_argument_group("workload")
     group.add_argument("--workload", default=None, metavar="ID|PATH",
                        help=f"workload id, YAML file or CSV trace (default: {DEFAULT_WORKLOAD}, or the fixed-length "
@@ -39,6 +40,11 @@ def add_workload_args(parser: argparse.ArgumentParser, default_num_requests: int
     group.add_argument("--output-len", type=int, default=None, metavar="TOKENS",
                        help="fixed output length in tokens (replaces the workload's output distribution)")
     group.add_argument("--seed", type=int, default=None, help="random seed (default: the workload's seed)")
+    group.add_argument("--trace-window", default=None, metavar="START:END",
+                       help="replay only a trace's requests arriving from START to END seconds of its own clock (0 = "
+                            "its first arrival), e.g. a peak hour 3600:7200; the window starts at 0")
+    group.add_argument("--trace-speed", type=float, default=None, metavar="K",
+                       help="replay a trace K times faster (0.5: at half speed); instead of --request-rate")
 
 
 def check_seed(seed: int | None, flag: str = "--seed") -> None:
@@ -73,8 +79,37 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         return fixed_workload(args.input_len, args.output_len, args.num_requests or 1000,
                               math.inf if rate is None else rate, args.seed or 0)
     workload = load_workload(args.workload or DEFAULT_WORKLOAD)
-    return override_workload(workload, num_requests=args.num_requests, rate_per_s=rate, input_len=args.input_len,
-                             output_len=args.output_len, seed=args.seed)
+    workload = override_workload(workload, num_requests=args.num_requests, rate_per_s=rate, input_len=args.input_len,
+                                 output_len=args.output_len, seed=args.seed)
+    return with_trace_replay(workload, args.trace_window, args.trace_speed,
+                             rate is not None)
+
+
+def with_trace_replay(workload: Workload, window: str | None, speed: float | None, rate_given: bool) -> Workload:
+    """The workload with `--trace-window START:END` and `--trace-speed K` applied (trace replays only)."""
+    if window is None and speed is None:
+        return workload
+    flag = "--trace-window" if window is not None else "--trace-speed"
+    if workload.trace_path is None:
+        raise UserError(f"{flag}: only with a trace (--workload FILE.csv or FILE.jsonl); {workload.name} is synthetic")
+    changes: dict[str, Any] = {}
+    if window is not None:
+        try:
+            start, end = (float(x) for x in window.split(":"))
+        except ValueError:
+            raise UserError(f"--trace-window: {window!r} is not allowed; allowed: START:END in seconds, e.g. "
+                            "3600:7200") from None
+        if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
+            raise UserError(f"--trace-window: {window!r} is not allowed; allowed: 0 <= START < END, finite seconds")
+        changes["trace_window_s"] = (start, end)
+    if speed is not None:
+        if rate_given:
+            raise UserError("--trace-speed: not with --request-rate (both set the replay's rate); give one")
+        if not (math.isfinite(speed) and 0 < speed <= MAX_RATE_PER_S):
+            raise UserError(f"--trace-speed: {speed!r} is not allowed; allowed: a factor above 0, up to "
+                            f"{MAX_RATE_PER_S:g}")
+        changes["trace_speed"] = speed
+    return replace(workload, **changes)
 
 
 def override_workload(workload: Workload, num_requests: int | None = None, rate_per_s: float | None = None,
