@@ -9,6 +9,7 @@ commands that need it.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import signal
@@ -75,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # A second Ctrl-C while this one unwinds ends the process at once (the default action, exit 130 in a
-        # shell), never with a traceback; worker pools and Ray were already ended where the interrupt passed
-        # through them (`roofline.planning.executor`).
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # A second Ctrl-C while this one unwinds (or one `_interrupt` re-sends late) ends the process at once with
+        # 130, never with a traceback; worker pools and Ray were already ended where the interrupt passed through
+        # them (`roofline.planning.executor`).
+        signal.signal(signal.SIGINT, lambda signum, frame: _exit_now(130))
         print(f"\n{command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -104,23 +105,37 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+# After a Ctrl-C the exit handlers (multiprocessing's: a pool's queues and semaphores released, its processes joined)
+# get this long before the process ends anyway.
+_SHUTDOWN_AFTER_INTERRUPT_S = 3.0
+
+
 def entry() -> NoReturn:
     """The `roofline` console script and `python -m roofline`: `main`'s exit status. Ctrl-C goes through `_interrupt`
-    (where it is not ignored: a process started with SIGINT ignored keeps it so). After a Ctrl-C the process ends at
-    once (`os._exit`, its output flushed): the interpreter's own shutdown would join what is left (a pool's workers,
-    threads a library started), which can block past the few seconds Ctrl-C is allowed, and a second Ctrl-C there
-    would end it by the signal rather than with 130."""
+    (where it is not ignored: a process started with SIGINT ignored keeps it so). After a Ctrl-C the exit handlers run
+    (nothing left to warn of leaked semaphores), under a watchdog of `_SHUTDOWN_AFTER_INTERRUPT_S`, and the process
+    ends with 130 by `os._exit`: the interpreter's own exit would end it by SIGINT instead when a KeyboardInterrupt
+    once passed through a C extension's `PyRun_String` (CPython's unhandled-KeyboardInterrupt flag, seen in 3 of 30
+    Ctrl-Cs in a plan's first second), whatever was caught since."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
     status = main()
     if status == 130:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(130)
+        watchdog = threading.Timer(_SHUTDOWN_AFTER_INTERRUPT_S, _exit_now, (130,))
+        watchdog.daemon = True
+        watchdog.start()
+        atexit._run_exitfuncs()
+        _exit_now(130)
     sys.exit(status)
+
+
+def _exit_now(status: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 def _one_line(exc: BaseException) -> str:

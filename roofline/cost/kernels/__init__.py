@@ -35,7 +35,7 @@ from roofline.cost.kernels.gemm import (
 )
 from roofline.cost.kernels.gemm_block_scaled import DEEPGEMM_SM90, DEEPGEMM_SM100, BlockScaledGemmKernels
 from roofline.cost.kernels.gemm_weight_only import MARLIN_EVERYWHERE, SM90_WEIGHT_ONLY, WeightOnlyKernels
-from roofline.cost.kernels.mla import ADA_MLA, BLACKWELL_MLA, HOPPER_MLA, MlaBackend
+from roofline.cost.kernels.mla_backends import ADA_MLA, BLACKWELL_MLA, HOPPER_MLA, MlaBackend
 from roofline.cost.kernels.moe import TRITON_MOE, TRTLLM_GEN_MOE, MoeKernels
 from roofline.cost.params import stage_fields
 from roofline.errors import UserError

@@ -51,6 +51,7 @@ import numpy as np
 from engine.core.model_spec import ModelSpec
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.kernels.gemm import gemm_time_s
+from roofline.cost.kernels.mla_backends import MlaBackend
 from roofline.cost.ops import OpRecord, elementwise_record, gemm_record
 from roofline.cost.quant import QuantConfig
 from roofline.errors import UserError
@@ -63,23 +64,6 @@ _ROPE_FLOPS_PER_ELEMENT = 3
 _NORM_FLOPS_PER_ELEMENT = 5
 
 
-@dataclass(frozen=True)
-class MlaBackend:
-    """The MLA kernels vLLM runs on a family for one KV dtype: the decode backend's name (as vLLM and the
-    tables name it) and its `reorder_batch_threshold` (query lengths up to it take the decode path: "process
-    small prefills with decode pathway"), and the prefill backend's name."""
-
-    decode: str
-    decode_threshold: int
-    prefill: str = "FLASH_ATTN"
-
-
-# The backends each family runs (`KernelFamily.mla`, bf16 KV then fp8 KV). Thresholds:
-# vllm/v1/attention/backends/mla/flashattn_mla.py (512), flashmla.py (128); FlashInfer MLA and Triton MLA take decodes
-# only (the tables' FLASHINFER_MLA and TRITON_MLA context rows are their one-token rows).
-HOPPER_MLA = (MlaBackend("FLASH_ATTN_MLA", 512), MlaBackend("FLASHMLA", 128))
-BLACKWELL_MLA = (MlaBackend("FLASHINFER_MLA", 1), MlaBackend("FLASHINFER_MLA", 1))
-ADA_MLA = (MlaBackend("TRITON_MLA", 1), MlaBackend("TRITON_MLA", 1))
 
 
 def mla_backend(family: str | None, kv_fp8: bool) -> MlaBackend:
