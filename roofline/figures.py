@@ -5,10 +5,9 @@ files with the same matplotlib version. Used by `roofline.calibration.plots` and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the commands (~0.6 s of every start)
-    from matplotlib.figure import Figure
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 DPI = 100
 # One fixed colour per series position, so a series keeps its colour across the plots of one report.
@@ -17,9 +16,6 @@ COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:b
 
 
 def new_figure(width_in: float, height_in: float) -> Figure:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(width_in, height_in), dpi=DPI)
     FigureCanvasAgg(fig)
     return fig

@@ -13,13 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:  # (matplotlib is imported when a figure is drawn: roofline.figures)
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from roofline.figures import COLORS as _COLORS
 from roofline.figures import new_figure, save_png

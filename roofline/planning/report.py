@@ -23,6 +23,7 @@ import numpy as np
 from roofline import __version__
 from roofline.cost.hardware import load_profile
 from roofline.errors import UserError
+from roofline.planning import plots as plan_plots
 from roofline.planning.plan import LOAD_CURVE_FRACTIONS, ConfigPlan, Plan, gpus_needed
 from roofline.planning.search import (
     DRAIN_FRACTION,
@@ -299,8 +300,6 @@ def _saturation_of(plan: Plan, c: ConfigPlan) -> float | None:
 
 def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
     """The plots; returns (file name, caption) in report order."""
-    from roofline.planning import plots as plan_plots  # (matplotlib only where a report is drawn)
-
     figures: list[tuple[str, str]] = []
     best = plan.best
     bars = []
