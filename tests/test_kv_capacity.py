@@ -229,7 +229,7 @@ def test_gpt_oss_120b_log_lines_by_version(version: str, async_scheduling: bool,
 
 
 @pytest.mark.parametrize("version, model_id, quantized, bytes_per_logit", [
-    ("0.11.0", "qwen3-32b", False, 38.9),  # sort / FlashInfer top-k/top-p: measured (PROFILE_SAMPLER_BYTES_PER_LOGIT)
+    ("0.11.0", "qwen3-32b", False, 38.9),  # PyTorch's sorting top-k/top-p: measured (PROFILE_SAMPLER_BYTES_PER_LOGIT)
     ("0.16.0", "llama-3.1-8b", False, 38.9),
     ("0.19.1", "qwen3-8b", False, 2 + 3 * 4),  # in-place Triton top-k/top-p: bf16 logits + fp32 copy, probs, noise
     ("0.22.0", "qwen3-8b", False, 2 + 4),  # model runner V2 for Qwen3ForCausalLM: bf16 logits + one fp32 copy
@@ -244,6 +244,24 @@ def test_gpt_oss_120b_log_lines_by_version(version: str, async_scheduling: bool,
 def test_sampler_peak_by_version(version: str, model_id: str, quantized: bool, bytes_per_logit: float) -> None:
     inputs = replace(vllm_h100_inputs(model_id, 10.0), vllm_version=version, weights_quantized=quantized)
     assert sampler_bytes_per_logit(inputs) == bytes_per_logit
+
+
+@pytest.mark.parametrize("version, bytes_per_logit", [
+    ("0.10.1.1", 2 + 3 * 4),  # FlashInfer's top_k_first: bf16 logits, the fp32 copy, the masked copy, probabilities
+    ("0.16.0", 2 + 3 * 4),
+    ("0.19.1", 2 + 3 * 4),  # from 0.18 the version decides (the Triton sampler), FlashInfer or not
+    ("0.26.0", 2 + 4),
+])
+def test_flashinfer_sampler_before_the_triton_one(version: str, bytes_per_logit: float) -> None:
+    inputs = replace(vllm_h100_inputs("qwen2.5-7b", 10.0), vllm_version=version, topk_topp_sampler="flashinfer")
+    assert sampler_bytes_per_logit(inputs) == bytes_per_logit
+    pytorch = replace(inputs, topk_topp_sampler="pytorch")
+    assert activation_peak_bytes(inputs) <= activation_peak_bytes(pytorch)
+
+
+def test_unknown_sampler_names_the_field_and_the_choices() -> None:
+    with pytest.raises(UserError, match="topk_topp_sampler: allowed: pytorch, flashinfer, got sort"):
+        compute_kv_capacity(replace(vllm_h100_inputs("qwen2.5-7b", 10.0), topk_topp_sampler="sort"))
 
 
 def test_dense_model_logs_the_same_tokens_in_every_version() -> None:

@@ -89,6 +89,7 @@ def kv_inputs(case: dict[str, Any]) -> KvCapacityInputs:
         gpu_memory_utilization=(engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None
                                 else DEFAULT_GPU_MEMORY_UTILIZATION),
         vllm_version=version, weights_quantized=quant.quantization != "none" or quant.experts[0] != "none",
+        topk_topp_sampler=case.get("topk_topp_sampler", "pytorch"),
         async_scheduling=bool(case.get("async_scheduling",
                                        parse_vllm_version(version) >= ASYNC_SCHEDULING_DEFAULT_SINCE)))
 

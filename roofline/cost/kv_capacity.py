@@ -74,8 +74,8 @@ FP32_BYTES = 4
 # Peak bytes of vLLM's profiling sampler run per logit element (rows = min(max_num_seqs, max_num_batched_tokens),
 # columns = vocab), by the sampler the version runs on the dummy batch (temperature 0.5, top-p 0.9, top-k vocab - 1;
 # `_dummy_sampler_run`):
-# - up to 0.16 (read in 0.11.0, 0.13.0, 0.16.0): top-k/top-p by sorting the vocabulary (FlashInfer's fused sampler by
-#   default in 0.11, opt-in later): measured, not derived. Fitted to the "Peak activation memory" vLLM logged for five
+# - up to 0.16 (read in 0.10.1.1, 0.11.0, 0.13.0, 0.16.0): top-k/top-p by sorting the vocabulary (PyTorch's sampler:
+#   the pip wheel without FlashInfer; with FlashInfer see below): measured, not derived. Fitted to the "Peak activation memory" vLLM logged for five
 #   models on an H100 with its default max_num_seqs 1024 and max_num_batched_tokens 8192, where the sampler run, not
 #   the forward pass, sets the peak (llm-d/llm-d-benchmark, config_explorer/empirical-vllm-memory-results.md, vLLM
 #   0.11 or later):
@@ -83,6 +83,14 @@ FP32_BYTES = 4
 #   Qwen3-32B 5.64 GiB / (1024 x 151936) = 38.9 B; gpt-oss-20b 7.38 GiB / (1024 x 201088) = 38.5 B;
 #   Llama-3.3-70B-FP8 TP2 4.84 GiB / (1024 x 128256) = 39.6 B.  Median: 38.9 B (about 9.7 fp32 copies).
 PROFILE_SAMPLER_BYTES_PER_LOGIT = 38.9
+#   With FlashInfer installed (vLLM's Docker image; an optional extra of the pip wheel in 0.10-0.11, whose log then
+#   says "Using FlashInfer for top-p & top-k sampling.", vllm/v1/sample/ops/topk_topp_sampler.py `TopKTopPSampler`)
+#   the same versions sample without sorting: `flashinfer_sample` calls FlashInfer's
+#   `top_k_top_p_sampling_from_logits`, whose default "top_k_first" order makes a masked fp32 copy
+#   (`top_k_mask_logits`) and its softmax. Live at the peak: the logits in the model dtype (held by
+#   `_dummy_sampler_run`), their fp32 copy (`Sampler.forward`; temperature is applied in place), the masked copy
+#   and the probabilities: act_bytes + 3 x 4, as the Triton sampler below (`KvCapacityInputs.topk_topp_sampler`).
+TOPK_TOPP_SAMPLERS = ("pytorch", "flashinfer")
 # - from 0.18 on the V1 model runner (read in 0.18.0, 0.19.1, 0.22.0, 0.26.0): top-k/top-p in place by a Triton kernel
 #   (vllm/v1/sample/ops/topk_topp_triton.py `apply_top_k_top_p_triton`, a buffer of at most one row per SM), so the
 #   peak is the logits in the model dtype, their fp32 copy (`Sampler.forward`), the softmax probabilities and the
@@ -135,6 +143,9 @@ class KvCapacityInputs:
     vllm_version: str = "0.32.0"  # whose accounting and log lines (see the module docstring)
     weights_quantized: bool = False  # a quantized checkpoint (decides vLLM 0.22's model runner, see above)
     async_scheduling: bool = False  # two batches in flight: a sliding group holds a second step's tokens (>= 0.26)
+    # The top-k/top-p sampler of vLLM < 0.18's profiling run: "pytorch" (sorting; vLLM's pip wheel without FlashInfer,
+    # or VLLM_USE_FLASHINFER_SAMPLER=0) or "flashinfer" (FlashInfer installed). From 0.18 on the version decides.
+    topk_topp_sampler: str = "pytorch"
 
 
 @dataclass(frozen=True)
@@ -217,7 +228,7 @@ def sampler_bytes_per_logit(inputs: KvCapacityInputs) -> float:
     """Peak bytes per logit element of the version's profiling sampler run (see the constants above)."""
     if uses_model_runner_v2(inputs):
         return inputs.act_bytes + FP32_BYTES
-    if parse_vllm_version(inputs.vllm_version) >= TRITON_TOPK_SINCE:
+    if parse_vllm_version(inputs.vllm_version) >= TRITON_TOPK_SINCE or inputs.topk_topp_sampler == "flashinfer":
         return inputs.act_bytes + TRITON_TOPK_FP32_COPIES * FP32_BYTES
     return PROFILE_SAMPLER_BYTES_PER_LOGIT
 
@@ -403,5 +414,7 @@ def _check_inputs(inputs: KvCapacityInputs) -> None:
     if inputs.kv_cache_memory_bytes is not None and inputs.kv_cache_memory_bytes <= 0:
         raise UserError(f"--kv-cache-memory-bytes: must be positive, got {inputs.kv_cache_memory_bytes}")
     parse_vllm_version(inputs.vllm_version)
+    if inputs.topk_topp_sampler not in TOPK_TOPP_SAMPLERS:
+        raise UserError(f"topk_topp_sampler: allowed: {', '.join(TOPK_TOPP_SAMPLERS)}, got {inputs.topk_topp_sampler}")
     if inputs.num_gpu_blocks_override is not None and inputs.num_gpu_blocks_override < 1:
         raise UserError(f"--num-gpu-blocks-override: must be a positive integer, got {inputs.num_gpu_blocks_override}")
