@@ -74,11 +74,11 @@ FP32_BYTES = 4
 # Peak bytes of vLLM's profiling sampler run per logit element (rows = min(max_num_seqs, max_num_batched_tokens),
 # columns = vocab), by the sampler the version runs on the dummy batch (temperature 0.5, top-p 0.9, top-k vocab - 1;
 # `_dummy_sampler_run`):
-# - up to 0.16 (read in 0.10.1.1, 0.11.0, 0.13.0, 0.16.0): top-k/top-p by sorting the vocabulary (PyTorch's sampler:
-#   the pip wheel without FlashInfer; with FlashInfer see below): measured, not derived. Fitted to the "Peak activation memory" vLLM logged for five
-#   models on an H100 with its default max_num_seqs 1024 and max_num_batched_tokens 8192, where the sampler run, not
-#   the forward pass, sets the peak (llm-d/llm-d-benchmark, config_explorer/empirical-vllm-memory-results.md, vLLM
-#   0.11 or later):
+# - up to 0.16 (read in 0.10.1.1, 0.11.0, 0.13.0, 0.16.0): top-k/top-p by sorting the vocabulary (PyTorch's sampler: the
+#   pip wheel without FlashInfer; with FlashInfer see below): measured, not derived. Fitted to the "Peak activation
+#   memory" vLLM logged for five models on an H100 with its default max_num_seqs 1024 and max_num_batched_tokens 8192,
+#   where the sampler run, not the forward pass, sets the peak (llm-d/llm-d-benchmark, config_explorer/empirical-vllm-
+#   memory-results.md, vLLM 0.11 or later):
 #   Llama-3.1-8B 4.76 GiB / (1024 x 128256) = 38.9 B; Qwen3-0.6B 5.56 GiB / (1024 x 151936) = 38.4 B;
 #   Qwen3-32B 5.64 GiB / (1024 x 151936) = 38.9 B; gpt-oss-20b 7.38 GiB / (1024 x 201088) = 38.5 B;
 #   Llama-3.3-70B-FP8 TP2 4.84 GiB / (1024 x 128256) = 39.6 B.  Median: 38.9 B (about 9.7 fp32 copies).
