@@ -167,3 +167,52 @@ def test_simulate_lists_what_it_leaves_out_of_the_model() -> None:
     assert any("chunked local attention's KV blocks" in n for n in model_unmodelled(load_model("llama-4-scout")))
     assert any("multi-token-prediction" in n for n in model_unmodelled(load_model("glm-4.5")))
     assert model_unmodelled(load_model("llama-3.1-8b")) == ()
+
+
+# The shape fields the simulator reads, compared between a shipped preset and the same checkpoint's config.json as
+# aiconfigurator-core 0.12.0 ships it (`aiconfigurator_core/model_configs/ORG--NAME_config.json`, copied there from
+# the Hugging Face hub): the presets written from the published configs must equal them.
+SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "vocab_size", "head_dim", "num_local_experts", "num_experts", "num_experts_per_tok",
+                "moe_intermediate_size", "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
+                "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_group",
+                "topk_group", "tie_word_embeddings", "interleave_moe_layer_step", "attention_chunk_size",
+                "sliding_window", "shared_expert_intermediate_size", "intermediate_size_mlp")
+
+
+def _aic_configs() -> dict[str, Path]:
+    aic = pytest.importorskip("aiconfigurator_core")
+    folder = Path(aic.__file__).resolve().parent / "model_configs"
+    return {_hf_key(p.name[:-len("_config.json")].split("--", 1)[1]): p for p in folder.glob("*_config.json")
+            if not p.name.endswith("hf_quant_config.json")}
+
+
+def _hf_key(name: str) -> str:
+    """A checkpoint's name without its org, case and Meta's old "Meta-" prefix (Meta-Llama-3.1-8B = Llama-3.1-8B)."""
+    name = name.lower()
+    return name[len("meta-"):] if name.startswith("meta-llama") else name
+
+
+def _text_fields(config: dict) -> dict:
+    return {**config, **config.get("text_config", {})}
+
+
+def test_presets_equal_the_hf_configs_aiconfigurator_ships() -> None:
+    configs = _aic_configs()
+    compared = []
+    for model_id in list_ids("model"):
+        preset = json.loads((data_dir("models") / f"{model_id}.json").read_text())
+        source = preset.get("_source", "")
+        if not source.startswith("https://huggingface.co/"):  # the tiny CPU models' made-up shapes
+            continue
+        name = _hf_key(source[len("https://huggingface.co/"):].split("/blob/")[0].split("/")[-1])
+        if name not in configs:
+            continue
+        ours, theirs = _text_fields(preset), _text_fields(json.loads(configs[name].read_text()))
+        for field in SHAPE_FIELDS:
+            if field in theirs:
+                assert ours.get(field) == theirs[field], (model_id, field, ours.get(field), theirs[field])
+        compared.append(model_id)
+    # 24 presets have a counterpart in aiconfigurator-core 0.12.0 (Qwen3, Llama 3.1 / 4, DeepSeek-V3/R1,
+    # Kimi-K2/K2.5, gpt-oss, MiniMax-M2.5, Mixtral, their FP8 / NVFP4 checkpoints).
+    assert len(compared) >= 24, compared
