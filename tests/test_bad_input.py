@@ -96,6 +96,9 @@ BAD_TRACES = {
     "output-inf": (TRACE_HEAD + "0,10,inf\n", "output_tokens"),
     "columns": ("time,in,out\n0,1,1\n", "arrival_s,prompt_tokens,output_tokens"),
     "azure-bad-time": ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,10\n", "TIMESTAMP"),
+    "azure-neg": ("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:01+00:00,10,-1\n", "GeneratedTokens"),
+    "burstgpt-neg": ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "5,ChatGPT,-3,18,15,Conversation log\n", "Request tokens"),
 }
 
 # name -> (the change to h100-sxm.yaml: (line start, replacement)), and the field named.

@@ -57,6 +57,7 @@ from roofline.sim.deployment import Deployment, make_deployment
 from roofline.sim.metrics import SummaryOptions, format_summary
 from roofline.sim.outputs import write_outputs
 from roofline.sim.simulator import ROUTERS, SimulationOptions, run_simulation, terminal_progress
+from roofline.sim.traces import trace_rows
 from roofline.sim.verdict import load_verdict
 from roofline.sim.workload import Workload
 from roofline.sim.workload_args import add_workload_args, workload_from_args
@@ -332,7 +333,11 @@ def workload_load(workload: Workload, max_concurrency: int | None) -> dict[str, 
     load: dict[str, Any] = {"workload": workload.name, "num_requests": workload.num_requests,
                                "seed": workload.seed, "max_concurrency": max_concurrency}
     if workload.trace_path is not None:
-        load.update(trace=str(workload.trace_path), request_rate=workload.trace_rate_per_s or "as recorded")
+        rows = trace_rows(workload.trace_path)  # (parsed once: the replay read it)
+        load.update(trace=str(workload.trace_path), trace_format=rows.format,
+                    request_rate=workload.trace_rate_per_s or "as recorded")
+        if rows.num_left_out:
+            load.update(left_out=rows.left_out_reason)
         if workload.trace_window_s is not None:
             load.update(trace_window_s=list(workload.trace_window_s))
         if workload.trace_speed is not None:

@@ -1,5 +1,11 @@
-"""Traces replayed as workloads: a CSV of ours or Azure's (`read_trace`), and Mooncake's public production traces with
-the prefix reuse they record (`read_mooncake_trace`); `--workload FILE.csv|FILE.jsonl`.
+"""Traces replayed as workloads, `--workload FILE.csv|FILE.jsonl`: a CSV of ours or a public production trace's as
+published (Azure's LLM inference traces 2023/2024, BurstGPT; `roofline.sim.trace_csv`, told apart by the header), and
+Mooncake's JSONL traces with the prefix reuse they record. `--trace-window START:END` replays a slice of the trace's
+own clock (a peak hour), `--trace-speed K` plays it K times faster, `--request-rate` rescales it to a mean rate
+(`arrange`), whatever the format.
+
+    rows = trace_rows(path)                 # TraceRows, every request in file order (parsed once per process)
+    specs = read_trace(path, window_s=(3600, 7200), speed=2.0)   # in arrival order, from 0
 
 Mooncake (the serving traces of Moonshot AI's Kimi; Qin et al., "Mooncake: Trading More Storage for Less
 Computation", FAST'25, appendix A; files at github.com/kvcache-ai/Mooncake, FAST25-release/traces/, Apache-2.0):
@@ -16,6 +22,7 @@ so the scheduler's prefix cache finds the reuse the trace recorded, at vLLM's ow
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -23,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from roofline.errors import UserError
-from roofline.sim.workload import MAX_TIME_S, MAX_TOKENS, RequestSpec, read_csv_table
+from roofline.sim.trace_csv import TraceRows, read_csv_trace
+from roofline.sim.workload import MAX_TIME_S, MAX_TOKENS, RequestSpec
 
 MOONCAKE_BLOCK_TOKENS = 512  # the traces' block size (paper, appendix A.2)
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -52,14 +59,6 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise UserError(f"--workload: '{path}' is not UTF-8 text; expected a Mooncake JSONL trace") from None
 
 
-def count_mooncake_requests(path: Path) -> int:
-    """The number of requests in the trace (its non-empty lines)."""
-    count = sum(1 for _ in _records(path))
-    if count == 0:
-        raise UserError(f"--workload: '{path}' holds no requests; a Mooncake trace has one JSON object per line")
-    return count
-
-
 def _integer(record: dict[str, Any], key: str, lo: int, hi: int, where: str) -> int:
     value = record[key]
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
@@ -67,12 +66,9 @@ def _integer(record: dict[str, Any], key: str, lo: int, hi: int, where: str) -> 
     return value
 
 
-def read_mooncake_trace(path: Path, num_requests: int | None = None, rate_per_s: float | None = None,
-                        window_s: tuple[float, float] | None = None,
-                        speed: float | None = None) -> list[RequestSpec]:
-    """The trace's first `num_requests` requests in arrival order (ties in file order), arranged as `arrange` says,
-    each prompt its blocks (module docstring). Every field is checked; a block count other than
-    ceil(input_length / 512) is refused."""
+def _mooncake_rows(path: Path) -> TraceRows:
+    """Every request of a Mooncake trace in file order; every field checked, a block count other than
+    ceil(input_length / 512) refused."""
     arrivals, prompts, outputs, blocks = [], [], [], []
     for number, record in _records(path):
         where = f"--workload: '{path}' line {number}"
@@ -98,9 +94,18 @@ def read_mooncake_trace(path: Path, num_requests: int | None = None, rate_per_s:
         blocks.append(tuple(ids))
     if not arrivals:
         raise UserError(f"--workload: '{path}' holds no requests; a Mooncake trace has one JSON object per line")
-    order, times = arrange(np.asarray(arrivals, dtype=float), path, num_requests, rate_per_s, window_s, speed)
-    return [RequestSpec(f"r{j}", float(times[j]), prompts[i], outputs[i], block_ids=blocks[i],
-                        block_tokens=MOONCAKE_BLOCK_TOKENS) for j, i in enumerate(order)]
+    times = np.asarray(arrivals, dtype=float)
+    return TraceRows("mooncake", times - times.min(), np.asarray(prompts, dtype=np.int64),
+                     np.asarray(outputs, dtype=np.int64), block_ids=tuple(blocks), block_tokens=MOONCAKE_BLOCK_TOKENS)
+
+
+def read_mooncake_trace(path: Path, num_requests: int | None = None, rate_per_s: float | None = None,
+                        window_s: tuple[float, float] | None = None,
+                        speed: float | None = None) -> list[RequestSpec]:
+    """A Mooncake trace replayed (`read_trace`), each prompt its blocks (module docstring)."""
+    if path.suffix.lower() != ".jsonl":
+        raise ValueError(f"read_mooncake_trace: {path} is not a .jsonl file")
+    return read_trace(path, num_requests, rate_per_s, window_s, speed)
 
 
 def arrange(arrivals: np.ndarray, path: Path, num_requests: int | None = None, rate_per_s: float | None = None,
@@ -144,56 +149,36 @@ def trace_cache_ratio(specs: Sequence[RequestSpec]) -> float:
     return hit / total if total else 0.0
 
 
-TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+def trace_rows(path: Path) -> TraceRows:
+    """Every request of a trace file, parsed once per process and file version (the workload's request count and
+    its replay read the same rows; a week of Azure's takes a minute to parse): a Mooncake JSONL trace by its
+    suffix, a CSV trace by its header (`roofline.sim.trace_csv`)."""
+    if not path.is_file():
+        raise UserError(f"--workload: no such file '{path}'")
+    stat = path.stat()
+    return _cached_rows(str(path.resolve()), stat.st_mtime_ns, stat.st_size, str(path))
 
 
-AZURE_TRACE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+@functools.lru_cache(maxsize=1)
+def _cached_rows(resolved: str, mtime_ns: int, size: int, shown: str) -> TraceRows:
+    path = Path(shown)
+    if path.suffix.lower() == ".jsonl":
+        return _mooncake_rows(path)
+    return read_csv_trace(path)
 
 
 def read_trace(path: Path, num_requests: int | None = None, rate_per_s: float | None = None,
                window_s: tuple[float, float] | None = None, speed: float | None = None) -> list[RequestSpec]:
-    """Replay a CSV trace (our columns or Azure's) or a Mooncake JSONL trace (`read_mooncake_trace`): the first
-    `num_requests` rows in arrival order, arranged as `arrange` says."""
-    if path.suffix.lower() == ".jsonl":
-        return read_mooncake_trace(path, num_requests, rate_per_s, window_s, speed)
-    frame = read_csv_table(path, "--workload")
-    if all(c in frame.columns for c in TRACE_COLUMNS):
-        arrivals = _numeric_column(frame, "arrival_s", path)
-        prompts, outputs = _numeric_column(frame, "prompt_tokens", path), _numeric_column(frame, "output_tokens", path)
-    elif all(c in frame.columns for c in AZURE_TRACE_COLUMNS):
-        try:
-            stamps = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
-        except (ValueError, TypeError) as exc:
-            raise UserError(f"--workload: '{path}' column TIMESTAMP is not a datetime: {exc}") from None
-        arrivals = (stamps - stamps.min()).dt.total_seconds().to_numpy()
-        prompts = _numeric_column(frame, "ContextTokens", path)
-        outputs = _numeric_column(frame, "GeneratedTokens", path)
-    else:
-        raise UserError(f"--workload: '{path}' must have columns {','.join(TRACE_COLUMNS)} or the Azure trace's "
-                        f"{','.join(AZURE_TRACE_COLUMNS)}; found {','.join(map(str, frame.columns))}")
-    names = ("arrival_s", "prompt_tokens", "output_tokens") if "arrival_s" in frame.columns else \
-        AZURE_TRACE_COLUMNS
-    for column, values, bad in (
-            (names[0], arrivals, ~np.isfinite(arrivals) | (arrivals < 0) | (arrivals > MAX_TIME_S)),
-            (names[1], prompts, ~np.isfinite(prompts) | (prompts < 1) | (prompts % 1 != 0) | (prompts > MAX_TOKENS)),
-            (names[2], outputs, ~np.isfinite(outputs) | (outputs < 1) | (outputs % 1 != 0) | (outputs > MAX_TOKENS))):
-        rows = np.flatnonzero(bad)
-        if len(rows):
-            allowed = (f"seconds from 0 to {MAX_TIME_S:g}" if values is arrivals
-                       else f"integers from 1 to {MAX_TOKENS:,}")
-            raise UserError(f"--workload: '{path}' line {rows[0] + 2} column {column}: {values[rows[0]]:g} is not "
-                            f"allowed; allowed: {allowed}")
-    order, times = arrange(arrivals, path, num_requests, rate_per_s, window_s, speed)
-    return [RequestSpec(f"r{j}", float(times[j]), int(prompts[i]), int(outputs[i])) for j, i in enumerate(order)]
-
-
-def _numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    bad = np.flatnonzero(np.isnan(values))
-    if len(bad):
-        raise UserError(f"--workload: '{path}' line {bad[0] + 2} column {column}: {str(frame[column].iloc[bad[0]])!r} "
-                        f"is not a number; allowed: numbers")
-    return values
+    """Replay a trace (`trace_rows`): the first `num_requests` requests in arrival order, arranged as `arrange`
+    says; a Mooncake trace's prompts are its blocks."""
+    rows = trace_rows(path)
+    order, times = arrange(rows.arrival_s, path, num_requests, rate_per_s, window_s, speed)
+    prompts, outputs = rows.prompt_tokens.tolist(), rows.output_tokens.tolist()
+    if rows.block_ids is None:
+        return [RequestSpec(f"r{j}", t, prompts[i], outputs[i]) for j, (i, t) in enumerate(zip(order.tolist(),
+                                                                                               times.tolist()))]
+    return [RequestSpec(f"r{j}", t, prompts[i], outputs[i], block_ids=rows.block_ids[i],
+                        block_tokens=rows.block_tokens) for j, (i, t) in enumerate(zip(order.tolist(), times.tolist()))]
 
 
 def rescale_arrivals(arrivals: np.ndarray, rate_per_s: float) -> np.ndarray:

@@ -42,9 +42,10 @@ Multi-turn sessions: turn k+1 of a conversation arrives `think_time` after turn 
 turn k's prompt, turn k's output and a new user message of `prompt_tokens` (open loop: the arrival does not
 wait for the answer, as in a replayed trace). Conversations start by the arrival process.
 
-CSV traces: `arrival_s,prompt_tokens,output_tokens` (seconds from the start), or the Azure LLM inference trace
-columns `TIMESTAMP,ContextTokens,GeneratedTokens` (datetimes; https://github.com/Azure/AzurePublicDataset).
-Rows are replayed in arrival order, without prefix sharing; `--request-rate` rescales time to that mean rate.
+CSV traces: `arrival_s,prompt_tokens,output_tokens` (seconds from the start), or a public production trace as
+published: Azure's LLM inference traces (`TIMESTAMP,ContextTokens,GeneratedTokens`) or BurstGPT (`Timestamp,Model,
+Request tokens,Response tokens,Total tokens,Log Type`); `roofline.sim.trace_csv`. Rows are replayed in arrival
+order, without prefix sharing; `--request-rate` rescales time to that mean rate (`roofline.sim.traces.arrange`).
 """
 
 from __future__ import annotations
@@ -408,16 +409,10 @@ def load_workload(id_or_path: str | Path) -> Workload:
     path = resolve("workload", id_or_path)
     if path.is_dir():
         raise UserError(f"--workload: '{path}' is a directory; expected a .yaml workload or a .csv trace")
-    if path.suffix.lower() == ".csv":
-        return Workload(name=path.stem, trace_path=path, num_requests=_count_rows(path))
-    if path.suffix.lower() == ".jsonl":  # a Mooncake trace (roofline.sim.traces)
-        from roofline.sim.traces import count_mooncake_requests
-        return Workload(name=path.stem, trace_path=path, num_requests=count_mooncake_requests(path))
+    if path.suffix.lower() in (".csv", ".jsonl"):  # a trace (roofline.sim.traces): CSV, or Mooncake's JSONL
+        from roofline.sim.traces import trace_rows
+        return Workload(name=path.stem, trace_path=path, num_requests=len(trace_rows(path)))
     return parse_workload(read_yaml(path), str(path), path.parent)
-
-
-def _count_rows(path: Path) -> int:
-    return max(1, len(read_csv_table(path, "--workload")))
 
 
 def fixed_workload(input_len: int, output_len: int, num_requests: int, rate_per_s: float, seed: int) -> Workload:
