@@ -17,7 +17,9 @@ out, as `roofline plan` measures it) and roofline's own summary (the `--warmup-s
 `--save-detailed` for the per-request lists), plus a `roofline` section with the deployment and the load.
 `--out DIR` writes requests.csv (per request), steps.parquet and run.json (a step trace as the engine writes one,
 `engine.core.trace`, plus the replica, the predicted time and its per-operator breakdown), timeseries.csv (KV
-usage, running and waiting requests per step) and summary.json. `--json` prints the summary as JSON instead of text.
+usage, running and waiting requests per step), load_over_time.csv (per time bin: offered load, KV usage, queue,
+latency and SLO attainment; `roofline.sim.timeline`; with a trace also load_over_time.png) and summary.json. A trace
+replay (and --verbose) prints the peaks of that table in one line. `--json` prints the summary as JSON instead of text.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ from roofline.sim.bench_metrics import (
 )
 from roofline.sim.deployment import Deployment, make_deployment
 from roofline.sim.metrics import SummaryOptions, format_summary
-from roofline.sim.outputs import write_outputs
+from roofline.sim.outputs import write_csv, write_outputs
 from roofline.sim.simulator import ROUTERS, SimulationOptions, run_simulation, terminal_progress
+from roofline.sim.timeline import draw_load_over_time, format_peaks, load_over_time, peaks
 from roofline.sim.traces import trace_rows
 from roofline.sim.verdict import load_verdict
 from roofline.sim.workload import Workload
@@ -102,7 +105,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_result_args(parser)
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=None, metavar="DIR",
-                     help="write requests.csv, steps.parquet, timeseries.csv and summary.json here")
+                     help="write requests.csv, steps.parquet, timeseries.csv, load_over_time.csv and summary.json "
+                          "here")
     out.add_argument("--json", action="store_true", help="print the summary as JSON (with the load verdict)")
     out.add_argument("--verbose", "-v", action="store_true",
                      help="also print the whole engine configuration, the hardware profile's provenance, the "
@@ -191,8 +195,14 @@ def run(args: argparse.Namespace) -> int:
                "vllm_bench": {k: v for k, v in vllm.items() if not isinstance(v, list)},
                "steady_state": steady, "unmodelled": list(not_modelled),
                **result.summary(summary_options)}
+    load_table = load_over_time(result.requests, result.steps, args.slo_ttft_s, args.slo_tpot_s)
+    summary["load_over_time"] = peaks(load_table)
     if args.out is not None:
         write_outputs(args.out, deployment, result, summary)
+        write_csv(load_table, args.out / "load_over_time.csv")
+        if workload.trace_path is not None:  # (a trace's load varies; matplotlib only for it)
+            draw_load_over_time(load_table, args.out / "load_over_time.png",
+                                f"{deployment.spec.name} on {deployment.hw.id}, {workload.name}")
     saved = None
     if args.save_result:
         saved = save_result(args, deployment, offered, vllm, steady)
@@ -216,11 +226,14 @@ def run(args: argparse.Namespace) -> int:
             print("not modelled: " + "; ".join(not_modelled))
         else:
             print(short_summary(summary))
+        if args.verbose or workload.trace_path is not None:
+            print(format_peaks(summary["load_over_time"]))
         print(verdict.line())
         for note in quantization_notes(deployment):
             print(f"note: {note}")
         if args.out is not None:
-            print(f"wrote {args.out}/requests.csv, steps.parquet, run.json, timeseries.csv, summary.json")
+            print(f"wrote {args.out}/requests.csv, steps.parquet, run.json, timeseries.csv, summary.json, "
+                  f"load_over_time.csv" + (", load_over_time.png" if workload.trace_path is not None else ""))
         if saved is not None:
             print(f"wrote {saved}")
         if not args.verbose:

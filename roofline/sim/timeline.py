@@ -1,0 +1,249 @@
+"""The load of a run over time: the run cut into bins of one width chosen from its span (at most `MAX_BINS`), and per
+bin the offered load, what was served, the KV cache, the queue and the latency and SLO attainment of the requests
+that arrived in it. A replayed day of a production trace shows its peak hours here, where the run's summary averages
+them away.
+
+    table = load_over_time(result.requests, result.steps, slo_ttft_s=2.0, slo_tpot_s=0.08)  # a DataFrame, a bin a row
+    print(format_peaks(table))          # one line: the busiest bin and the peaks of KV usage, queue and SLO misses
+    draw_load_over_time(table, path)    # four panels, PNG
+
+Columns (times in seconds of the run's clock; a bin is [start_s, end_s)):
+- `arrivals_per_s`, `offered_prompt_tokens_per_s`, `offered_output_tokens_per_s`: the requests arriving in the bin
+  (at the server), their prompts and outputs, per second of bin: the offered load.
+- `finished_per_s`, `output_tokens_per_s`: requests finished and tokens sampled in the bin (steps by their end).
+- `kv_usage_mean`, `num_running_mean`, `num_waiting_mean`: time averages over the bin of each replica's KV-cache
+  usage (the share of its blocks in use, as vLLM's `kv_cache_usage`; averaged over replicas), running and waiting
+  requests (summed over replicas); each step holds the values it was scheduled with from its start to its end,
+  an idle replica none. `kv_usage_max`, `num_waiting_max`: the highest of any replica's steps running in the bin.
+- `ttft_p50_s`, `ttft_p90_s`, `tpot_p50_s`: of the requests that arrived in the bin (empty: none arrived);
+  `ttft_slo_percent`, `tpot_slo_percent`, `slo_percent` with SLOs: the share of them meeting the TTFT, the TPOT
+  and both SLOs (`roofline.sim.metrics.meets_slos`).
+
+Computed from the requests and steps tables the simulation keeps, in a few vectorised passes (no per-request Python).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofline.sim.metrics import meets_slos
+
+MAX_BINS = 60
+# Bin widths a person reads without arithmetic: sub-second to a week.
+BIN_WIDTHS_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
+                7200.0, 10800.0, 21600.0, 43200.0, 86400.0, 172800.0, 604800.0)
+
+
+def bin_width_s(span_s: float) -> float:
+    """The narrowest width of `BIN_WIDTHS_S` that cuts [0, span_s] into at most MAX_BINS bins."""
+    for width in BIN_WIDTHS_S:
+        if span_s <= width * MAX_BINS:
+            return width
+    return math.ceil(span_s / MAX_BINS / BIN_WIDTHS_S[-1]) * BIN_WIDTHS_S[-1]
+
+
+def load_over_time(requests: pd.DataFrame, steps: pd.DataFrame, slo_ttft_s: float | None = None,
+                   slo_tpot_s: float | None = None, width_s: float | None = None) -> pd.DataFrame:
+    """The table of the module docstring, bins from 0 to past the run's last arrival and last step."""
+    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    start, end = steps["start_s"].to_numpy(dtype=float), steps["end_s"].to_numpy(dtype=float)
+    span = max(float(arrival.max(initial=0.0)), float(end.max(initial=0.0)))
+    width = width_s if width_s is not None else bin_width_s(span)
+    num_bins = max(1, math.ceil(span / width))  # (a time at the span's end falls in the last bin)
+    edges = np.arange(num_bins + 1) * width
+    table: dict[str, np.ndarray] = {"start_s": edges[:-1], "end_s": edges[1:]}
+
+    # offered load: requests by arrival bin
+    arrived_bin = np.minimum((arrival // width).astype(np.int64), num_bins - 1)
+    table["arrivals_per_s"] = np.bincount(arrived_bin, minlength=num_bins) / width
+    for column, name in (("num_prompt_tokens", "offered_prompt_tokens_per_s"),
+                         ("num_output_tokens", "offered_output_tokens_per_s")):
+        table[name] = np.bincount(arrived_bin, requests[column].to_numpy(dtype=float), num_bins) / width
+
+    # served: finishes, and tokens sampled by the end of their step
+    finish = requests["finish_s"].to_numpy(dtype=float)
+    finished = np.isfinite(finish)
+    table["finished_per_s"] = np.bincount(_bins(finish[finished], width, num_bins), minlength=num_bins) / width
+    table["output_tokens_per_s"] = np.bincount(_bins(end, width, num_bins), steps["num_output_tokens"].to_numpy(
+        dtype=float), num_bins) / width
+
+    # the engines: time averages and maxima of per-step values
+    replica = steps["replica"].to_numpy()
+    replicas = np.unique(replica)
+    for column, how in (("kv_usage", "mean"), ("num_running", "sum"), ("num_waiting", "sum")):
+        values = steps[column].to_numpy(dtype=float)
+        total = np.zeros(num_bins)
+        for r in replicas:
+            mine = replica == r
+            total += np.diff(_integral(start[mine], end[mine], values[mine], edges)) / width
+        table[f"{column}_mean"] = total / len(replicas) if how == "mean" and len(replicas) else total
+        if column != "num_running":
+            table[f"{column}_max"] = _max_per_bin(start, end, values, replica, replicas, edges)
+
+    # the requests that arrived in each bin: latency, SLOs
+    ttft, tpot = requests["ttft_s"].to_numpy(dtype=float), requests["tpot_s"].to_numpy(dtype=float)
+    table["ttft_p50_s"] = _per_bin(ttft, arrived_bin, num_bins, _median)
+    table["ttft_p90_s"] = _per_bin(ttft, arrived_bin, num_bins, _p90)
+    table["tpot_p50_s"] = _per_bin(tpot, arrived_bin, num_bins, _median)
+    values = {"ttft": ttft, "tpot": tpot}
+    slos = {name: limit for name, limit in (("ttft", slo_ttft_s), ("tpot", slo_tpot_s)) if limit is not None}
+    for name, limit in slos.items():
+        table[f"{name}_slo_percent"] = _share(meets_slos(values, {name: limit}), arrived_bin, num_bins)
+    if slos:
+        table["slo_percent"] = _share(meets_slos(values, slos), arrived_bin, num_bins)
+    return pd.DataFrame(table)
+
+
+def _median(values: np.ndarray) -> float:
+    return float(np.percentile(values, 50))
+
+
+def _p90(values: np.ndarray) -> float:
+    return float(np.percentile(values, 90))
+
+
+def _bins(times: np.ndarray, width: float, num_bins: int) -> np.ndarray:
+    return np.minimum((times // width).astype(np.int64), num_bins - 1)
+
+
+def _integral(start: np.ndarray, end: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The integral from 0 to each time of `at` of one replica's step signal: values[i] over [start[i], end[i]), 0
+    between its steps (which do not overlap); piecewise linear, so interpolated exactly between its breaks."""
+    if len(start) == 0:
+        return np.zeros(len(at))
+    order = np.argsort(start, kind="stable")
+    start, end, values = start[order], end[order], values[order]
+    after = np.cumsum(values * (end - start))
+    before = after - values * (end - start)
+    times = np.column_stack((start, end)).ravel()
+    levels = np.column_stack((before, after)).ravel()
+    return np.interp(at, times, levels, left=0.0, right=float(after[-1]))
+
+
+def _max_per_bin(start: np.ndarray, end: np.ndarray, values: np.ndarray, replica: np.ndarray,
+                 replicas: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Per bin, the highest value of any step running in it: those starting in it and the one each replica was
+    running at its start."""
+    num_bins = len(edges) - 1
+    width = edges[1] - edges[0]
+    best = np.zeros(num_bins)
+    if len(start) == 0:
+        return best
+    np.maximum.at(best, _bins(start, width, num_bins), values)
+    for r in replicas:
+        mine = np.flatnonzero(replica == r)
+        order = mine[np.argsort(start[mine], kind="stable")]
+        running = np.searchsorted(start[order], edges[:-1], side="right") - 1  # the last step started by the edge
+        has = running >= 0
+        step = order[running[has]]
+        inside = end[step] > edges[:-1][has]
+        bins = np.flatnonzero(has)[inside]
+        best[bins] = np.maximum(best[bins], values[step[inside]])
+    return best
+
+
+def _per_bin(values: np.ndarray, bins: np.ndarray, num_bins: int,
+             statistic: Callable[[np.ndarray], float]) -> np.ndarray:
+    """`statistic` of each bin's finite values (NaN for a bin with none)."""
+    keep = np.isfinite(values)
+    values, bins = values[keep], bins[keep]
+    order = np.argsort(bins, kind="stable")
+    bounds = np.searchsorted(bins[order], np.arange(num_bins + 1))
+    sorted_values = values[order]
+    return np.array([float(statistic(sorted_values[lo:hi])) if hi > lo else math.nan
+                     for lo, hi in zip(bounds[:-1], bounds[1:])])
+
+
+def _share(good: np.ndarray, bins: np.ndarray, num_bins: int) -> np.ndarray:
+    """Percent of each bin's requests that are good (NaN for a bin without requests)."""
+    count = np.bincount(bins, minlength=num_bins).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, 100.0 * np.bincount(bins, good.astype(float), num_bins) / count, math.nan)
+
+
+def peaks(table: pd.DataFrame) -> dict[str, Any]:
+    """The bins a reader looks for: the busiest (arrivals), the fullest KV cache, the longest queue and, with SLOs,
+    the lowest attainment; each with its bin's start."""
+    width = float(table["end_s"].iloc[0] - table["start_s"].iloc[0])
+    result: dict[str, Any] = {"bin_s": width, "num_bins": len(table)}
+    for column, key in (("arrivals_per_s", "peak_arrivals_per_s"), ("kv_usage_max", "peak_kv_usage"),
+                        ("num_waiting_max", "peak_num_waiting")):
+        row = int(table[column].to_numpy().argmax())
+        result[key] = {"value": float(table[column].iloc[row]), "at_s": float(table["start_s"].iloc[row])}
+    if "slo_percent" in table.columns and table["slo_percent"].notna().any():
+        row = int(np.nanargmin(table["slo_percent"].to_numpy()))
+        result["lowest_slo_percent"] = {"value": float(table["slo_percent"].iloc[row]),
+                                        "at_s": float(table["start_s"].iloc[row])}
+    return result
+
+
+def format_peaks(summary: dict[str, Any]) -> str:
+    """`peaks` as one line for the printed summary."""
+    busy, kv, queue = summary["peak_arrivals_per_s"], summary["peak_kv_usage"], summary["peak_num_waiting"]
+    text = (f"over time ({_duration(summary['bin_s'])} bins; --out: load_over_time.csv): busiest "
+            f"{busy['value']:.2f} req/s at {_clock(busy['at_s'])}, KV cache up to {kv['value']:.0%} at "
+            f"{_clock(kv['at_s'])}, up to {queue['value']:.0f} waiting at {_clock(queue['at_s'])}")
+    if "lowest_slo_percent" in summary:
+        low = summary["lowest_slo_percent"]
+        text += f"; lowest SLO attainment {low['value']:.1f}% (requests arriving at {_clock(low['at_s'])})"
+    return text
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
+def _clock(seconds: float) -> str:
+    """A bin's start as h:mm:ss of the run's clock (s below a minute)."""
+    if seconds < 60:
+        return f"{seconds:g} s"
+    whole = int(round(seconds))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def draw_load_over_time(table: pd.DataFrame, path: Path, title: str) -> Path:
+    """Four panels sharing the time axis: offered and served requests per second; KV usage; waiting requests; SLO
+    attainment (or TTFT percentiles without SLOs)."""
+    from roofline.figures import COLORS, new_figure, save_png
+
+    span = float(table["end_s"].iloc[-1])
+    unit, scale = ("h", 3600.0) if span > 3 * 3600 else ("min", 60.0) if span > 180 else ("s", 1.0)
+    mid = (table["start_s"] + table["end_s"]).to_numpy() / 2 / scale
+    fig = new_figure(9, 9)
+    axes = fig.subplots(4, 1, sharex=True)
+    axes[0].plot(mid, table["arrivals_per_s"], color=COLORS[0], label="arrived (offered)")
+    axes[0].plot(mid, table["finished_per_s"], color=COLORS[1], label="finished")
+    axes[0].set_ylabel("requests / s")
+    axes[1].plot(mid, 100 * table["kv_usage_mean"], color=COLORS[0], label="mean")
+    axes[1].plot(mid, 100 * table["kv_usage_max"], color=COLORS[3], label="max")
+    axes[1].set_ylabel("KV cache used (%)")
+    axes[1].set_ylim(0, 105)
+    axes[2].plot(mid, table["num_waiting_mean"], color=COLORS[0], label="mean")
+    axes[2].plot(mid, table["num_waiting_max"], color=COLORS[3], label="max")
+    axes[2].set_ylabel("waiting requests")
+    if "slo_percent" in table.columns:
+        for i, column in enumerate(c for c in ("ttft_slo_percent", "tpot_slo_percent", "slo_percent")
+                                   if c in table.columns):
+            axes[3].plot(mid, table[column], color=COLORS[i], label=column.replace("_percent", "").replace("_", " "))
+        axes[3].set_ylabel("requests meeting (%)")
+        axes[3].set_ylim(0, 105)
+    else:
+        axes[3].plot(mid, 1e3 * table["ttft_p50_s"], color=COLORS[0], label="TTFT p50")
+        axes[3].plot(mid, 1e3 * table["ttft_p90_s"], color=COLORS[3], label="TTFT p90")
+        axes[3].set_ylabel("TTFT of arrivals (ms)")
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right", fontsize=8)
+    axes[3].set_xlabel(f"time ({unit}), bins of {_duration(float(table['end_s'].iloc[0]))}")
+    fig.suptitle(title)
+    return save_png(fig, path, rect=(0, 0, 1, 0.97))
