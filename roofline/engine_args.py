@@ -437,17 +437,21 @@ def check_quantization_flag(given: str | None, spec: ModelSpec) -> None:
 
 def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                   gpu_memory_utilization: float | None, async_scheduling: bool, cudagraph_mode: str,
-                  max_cudagraph_capture_size: int) -> dict[str, object]:
+                  max_cudagraph_capture_size: int, kv_cache_dtype: str | None = None) -> dict[str, object]:
     """The resolved engine configuration as written into summaries and run metadata (`async_scheduling`: the
     device's resolved host/device overlap; `cudagraph_mode`: the one the cost model prices, NONE on a device
     whose executor runs eagerly; `max_cudagraph_capture_size`: the largest batch that replays a graph, 0
-    without graphs)."""
+    without graphs; `kv_cache_dtype`: --kv-cache-dtype auto resolved to a checkpoint's declared KV dtype, recorded
+    with `kv_cache_dtype_source` "checkpoint", `roofline.cost.quant.resolve_kv_cache_dtype`)."""
+    from_checkpoint = kv_cache_dtype is not None and kv_cache_dtype != engine.kv_cache_dtype
     return {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
             "max_model_len": max_model_len, "block_size": engine.block_size,
             "enable_chunked_prefill": engine.enable_chunked_prefill,
             "enable_prefix_caching": engine.enable_prefix_caching,
             "tensor_parallel_size": engine.tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
-            "dtype": engine.dtype, "quantization": engine.quantization, "kv_cache_dtype": engine.kv_cache_dtype,
+            "dtype": engine.dtype, "quantization": engine.quantization,
+            "kv_cache_dtype": kv_cache_dtype if from_checkpoint else engine.kv_cache_dtype,
+            **({"kv_cache_dtype_source": "checkpoint"} if from_checkpoint else {}),
             "async_scheduling": async_scheduling, "moe_backend": engine.moe_backend,
             "float32_matmul_precision": engine.float32_matmul_precision, "cudagraph_mode": cudagraph_mode,
             "max_cudagraph_capture_size": max_cudagraph_capture_size,

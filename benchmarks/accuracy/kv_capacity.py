@@ -42,7 +42,7 @@ from roofline.cost.kv_capacity import (  # noqa: E402
     profiled_kv_budget_bytes,
     reported_capacity,
 )
-from roofline.cost.quant import QuantConfig  # noqa: E402
+from roofline.cost.quant import QuantConfig, resolve_kv_cache_dtype  # noqa: E402
 from roofline.cost.step_cost import StepCostModel  # noqa: E402
 from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, EngineArgs  # noqa: E402
 from roofline.errors import UserError  # noqa: E402
@@ -74,13 +74,13 @@ def kv_inputs(case: dict[str, Any]) -> KvCapacityInputs:
         hw = replace(hw, memory_capacity_bytes=case["cuda_total_gib"] * GIB + CUDA_RESERVED_BYTES)
     engine = EngineArgs(**{k: case[k] for k in FLAG_FIELDS if k in case})
     engine.check_model(spec)
+    version = str(case["vllm_version"])
     quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization,
-                                  kv_cache_dtype=engine.kv_cache_dtype, model_dtype=spec.torch_dtype,
-                                  moe_backend=engine.moe_backend)
+                                  kv_cache_dtype=resolve_kv_cache_dtype(engine.kv_cache_dtype, spec, version),
+                                  model_dtype=spec.torch_dtype, moe_backend=engine.moe_backend)
     max_num_seqs, max_num_batched_tokens = engine.batch_limits(spec, hw.memory_capacity_bytes,
                                                                f"{hw.id} {hw.name}", is_cpu=False)
     cost = StepCostModel(spec, hw, quant, engine.tensor_parallel_size)
-    version = str(case["vllm_version"])
     return KvCapacityInputs(
         spec=spec, memory_capacity_bytes=hw.memory_capacity_bytes, weight_bytes_per_rank=cost.weight_bytes_per_rank(),
         kv_bytes_per_token_per_rank=cost.kv_bytes_per_token_per_rank(), act_bytes=quant.act_bytes,

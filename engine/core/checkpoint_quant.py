@@ -35,6 +35,11 @@ class CheckpointQuant:
     # them only on GPUs with fp8 tensor cores (`ModelOptFp8Config.get_min_capability` 89), unlike its own fp8 format,
     # which it runs weight-only on Marlin there; "" otherwise.
     producer: str = ""
+    # The KV-cache dtype a ModelOpt checkpoint declares (`kv_cache_scheme` {dynamic: false, num_bits: 8, type: float}
+    # or `kv_cache_quant_algo` "FP8" -> "fp8"; "NVFP4" -> "nvfp4"), read as vLLM's `get_kv_cache_quant_algo_string`
+    # (vllm/utils/torch_utils.py) reads it; "" when the checkpoint declares none or is not ModelOpt. Whether vLLM
+    # uses it for --kv-cache-dtype auto depends on its version (`roofline.cost.quant.resolve_kv_cache_dtype`).
+    kv_cache_dtype: str = ""
 
     def __post_init__(self) -> None:
         if self.method not in CHECKPOINT_QUANT_METHODS:
@@ -63,6 +68,8 @@ class CheckpointQuant:
                 "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}}}}
         else:
             raw = {"quant_method": self.method}
+        if self.kv_cache_dtype:
+            raw["kv_cache_quant_algo"] = self.kv_cache_dtype.upper()
         return {**raw, "modules_to_not_convert": list(self.ignore)}
 
     def ignores(self, module: str) -> bool:
@@ -106,8 +113,28 @@ def checkpoint_quant(raw: dict[str, Any] | None, where: str) -> CheckpointQuant 
         raise ValueError(f"{where}: quantization_config quant_method {method!r} is not supported; "
                          f"allowed: fp8 (per-tensor or weight_block_size [128, 128]), mxfp4, modelopt FP8 / NVFP4, "
                          f"awq / gptq (4-bit, group 128), compressed-tensors W4A16 int4 group 32, W8A8 int8 or fp8")
-    modelopt_fp8 = str(raw.get("quant_method", "")).lower() == "modelopt" and method == "fp8"
-    return CheckpointQuant(method=method, ignore=ignore, producer="modelopt" if modelopt_fp8 else "")
+    modelopt = str(raw.get("quant_method", "")).lower().startswith("modelopt")
+    return CheckpointQuant(method=method, ignore=ignore, producer="modelopt" if modelopt and method == "fp8" else "",
+                           kv_cache_dtype=_modelopt_kv_cache_dtype(raw, where) if modelopt else "")
+
+
+def _modelopt_kv_cache_dtype(raw: dict[str, Any], where: str) -> str:
+    """The KV-cache dtype a ModelOpt config declares, as vLLM's `get_kv_cache_quant_algo_string` reads it: the first
+    of `kv_cache_scheme` / `kv_cache_quant_algo` (in a nested "quantization" or at the top); a scheme dict of static
+    8-bit floats is fp8; a string "FP8" / "NVFP4" (any case) is fp8 / nvfp4. Anything else: ValueError (vLLM warns
+    and falls back to the model dtype; the simulator names it instead of guessing)."""
+    inner = raw.get("quantization", raw)
+    algo = (inner.get("kv_cache_scheme") or raw.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+            or raw.get("kv_cache_quant_algo"))
+    if not algo:
+        return ""
+    if isinstance(algo, dict):
+        if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+            return "fp8"
+    elif str(algo).lower() in ("fp8", "nvfp4"):
+        return str(algo).lower()
+    raise ValueError(f"{where}: quantization_config kv_cache_scheme / kv_cache_quant_algo {algo!r} is not supported; "
+                     "allowed: FP8, NVFP4, or {dynamic: false, num_bits: 8, type: float}")
 
 
 def _compressed_tensors_method(raw: dict[str, Any], where: str) -> str:

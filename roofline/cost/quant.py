@@ -212,6 +212,33 @@ _EXPERT_MODULES = {"MiniMaxM2ForCausalLM": "model.layers.0.block_sparse_moe.expe
                    "MixtralForCausalLM": "model.layers.0.block_sparse_moe.experts"}
 
 
+# vLLM resolves --kv-cache-dtype auto to the KV-cache dtype a ModelOpt checkpoint declares
+# (`EngineArgs.create_engine_config` -> `resolve_kv_cache_dtype_string`, vllm/utils/torch_utils.py; vllm-project/vllm
+# PR 29980): read in 0.17.0 and 0.32.0, absent in 0.11.0 and 0.13.0 (0.14-0.16 not read: the rule holds from 0.17).
+# Its map takes FP8 in 0.17.0 and FP8 and NVFP4 in 0.32.0 (an unmapped value falls back to the model dtype).
+CHECKPOINT_KV_DTYPE_SINCE = (0, 17)
+CHECKPOINT_NVFP4_KV_SINCE = (0, 32)
+
+
+def resolve_kv_cache_dtype(requested: str, spec: ModelSpec, vllm_version: str) -> str:
+    """--kv-cache-dtype as vLLM `vllm_version` resolves it for this checkpoint: `requested` unless it is "auto" and
+    the version takes the checkpoint's declared KV dtype (see above); `UserError` for an NVFP4 KV cache (not
+    modelled)."""
+    from roofline.cost.kv_capacity import parse_vllm_version  # kv_capacity imports nothing of this module
+
+    declared = spec.checkpoint_quant.kv_cache_dtype if spec.checkpoint_quant is not None else ""
+    version = parse_vllm_version(vllm_version)
+    if requested != "auto" or not declared or version < CHECKPOINT_KV_DTYPE_SINCE:
+        return requested
+    if declared == "nvfp4":
+        if version < CHECKPOINT_NVFP4_KV_SINCE:
+            return requested
+        raise UserError(f"model '{spec.name}': its checkpoint declares an NVFP4 KV cache, which vLLM "
+                        f"{vllm_version} uses for --kv-cache-dtype auto and the simulator does not model; pass "
+                        "--kv-cache-dtype fp8 or bfloat16")
+    return declared
+
+
 def resolve_for_model(quant: QuantConfig, spec: ModelSpec) -> QuantConfig:
     """The deployment's quantization per module: the checkpoint's (`spec.checkpoint_quant`) unless it has
     none, `--quantization` (`quant.quantization`) otherwise; `UserError` when the two contradict."""

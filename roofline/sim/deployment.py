@@ -12,7 +12,7 @@ from roofline.cost.cpu import DEFAULT_CPU_ENGINE
 from roofline.cost.expert_parallel import DataParallelMoe
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity, kv_cache_groups
-from roofline.cost.quant import QuantConfig
+from roofline.cost.quant import QuantConfig, resolve_kv_cache_dtype
 from roofline.cost.step_cost import StepCostModel
 from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION, EngineArgs, engine_record
 from roofline.errors import UserError
@@ -52,8 +52,9 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     engine.check_model(spec)
     engine.check_hardware(hw)
     hw = engine.resolve_hardware(hw)
-    quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization,
-                                  kv_cache_dtype=engine.kv_cache_dtype, model_dtype=spec.torch_dtype,
+    kv_cache_dtype = resolve_kv_cache_dtype(engine.kv_cache_dtype, spec, vllm_version)
+    quant = QuantConfig.from_user(dtype=engine.dtype, quantization=engine.quantization, kv_cache_dtype=kv_cache_dtype,
+                                  model_dtype=spec.torch_dtype,
                                   moe_backend=engine.moe_backend,
                                   float32_matmul_precision=engine.float32_matmul_precision)
     max_num_seqs, max_num_batched_tokens = engine.batch_limits(spec, hw.memory_capacity_bytes,
@@ -99,6 +100,7 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     except ValueError as exc:
         raise UserError(f"engine configuration: {exc}") from None
     record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization,
-                           hw.executor.host_overlaps_device, cost_model.cudagraph_mode, cost_model.max_capture_size)
+                           hw.executor.host_overlaps_device, cost_model.cudagraph_mode, cost_model.max_capture_size,
+                           kv_cache_dtype)
     return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record, moe)
 
