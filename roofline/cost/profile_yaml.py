@@ -13,7 +13,7 @@ from roofline.errors import UserError, check_fields
 from roofline.yaml_file import read_yaml
 
 # Sections whose numbers are not datasheet facts and so need no source.
-_UNSOURCED = ("sources", "measured", "calibration", "family", "operator_tables")
+_UNSOURCED = ("sources", "measured", "calibration", "family", "operator_tables", "uncertainty")
 
 
 def read_profile_dict(path: str | Path) -> dict[str, Any]:

@@ -150,6 +150,9 @@ class StepCostModel:
         self._decode_flops_per_pair = 4.0 * self.rank.heads * self.rank.head_dim  # (decode_attention_shape's order)
         # MLA: the W_UK / W_UV batched matmuls' (time, kernels), by (record name, decodes) (`_mla_attention_s`).
         self._mla_bmm: dict[tuple[str, int], tuple[float, int]] = {}
+        # Factors on attention's time of a sampled cost model (`roofline.cost.uncertainty`); 1 as fitted.
+        self._prefill_factor = hw.op_time_factors.attention_prefill
+        self._decode_factor = hw.op_time_factors.attention_decode
 
     # -- public API --
     @property
@@ -483,7 +486,8 @@ class StepCostModel:
                 shape = prefill_attention_shape(r.heads, r.kv_heads, r.head_dim, self._q_tile, p.prefill_tokens,
                                                 p.prefill_pairs, p.prefill_q_tiles, p.prefill_pad_pairs,
                                                 p.prefill_kv_tokens, self._q_token, self._kv_token, self._attn_kernels)
-                t += float(layers * attention_prefill_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8"))
+                t += float(layers * attention_prefill_time_s(hw, *shape, dtype, self.quant.kv_dtype == "fp8")
+                           * self._prefill_factor)
                 kernels += layers
             if p.num_decode_seqs:
                 t += float(layers * self._decode_layer_s(p.num_decode_seqs, p.decode_pairs))
@@ -504,7 +508,7 @@ class StepCostModel:
         # decode_attention_shape's FLOPs and bytes moved, the same operations
         flops = self._decode_flops_per_pair * pairs
         moved = batch[0] + (pairs + num_seqs) * self._kv_token
-        return attention_decode_time_of_terms_s(batch[1], flops, moved)
+        return attention_decode_time_of_terms_s(batch[1], flops, moved) * self._decode_factor
 
     def _host_s(self, stats: BatchStats, num_kernels: int) -> tuple[float, float]:
         """Host time and the launches' part of it (`HostModel.time_s`) of the step `stats` describe."""
