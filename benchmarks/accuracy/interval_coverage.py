@@ -6,7 +6,8 @@ nothing here is fitted on `silicon_sample.csv`.
 
 A stratified subset, by a fixed rule: per GPU, the rows `e2e_accuracy.py` simulates (`roofline.judge.rows`:
 vLLM `agg` rows that are not skipped) whose assumed client generates at most `--max-client-tokens` output tokens
-(10 x N x OSL; 1M keeps 80 % of each GPU's rows and a quarter of the simulation work), ordered by the CRC-32 of their
+(10 x N x OSL; 250k keeps about half of each GPU's rows, 115 to 253, and a twelfth of the simulation work of the
+first 50 rows: the short runs, so the subset leans to low concurrency and short outputs), ordered by the CRC-32 of their
 row id, the first `--rows-per-gpu`; run GPU by GPU in turn (the first row of each, then the second, ...), so that a
 `--budget-minutes` leaves every GPU with about as many rows. Each row as
 `e2e_accuracy.py` runs it (the assumed client: 10 x N prompts, lengths uniform in [0.8 L, L], `--max-concurrency N`,
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output and cache folder (default: %(default)s)")
     parser.add_argument("--rows-per-gpu", type=int, default=50, help="rows per GPU (default: %(default)s)")
-    parser.add_argument("--max-client-tokens", type=float, default=1e6,
+    parser.add_argument("--max-client-tokens", type=float, default=2.5e5,
                         help="only rows whose client generates at most this many tokens (default: %(default)g)")
     parser.add_argument("--level", type=float, default=DEFAULT_LEVEL_PERCENT, help="interval, %% (default: %(default)s)")
     parser.add_argument("--samples", type=int, default=DEFAULT_NUM_SAMPLES, help="sampled cost models per row "

@@ -89,6 +89,11 @@ class OpUncertainty:
         """The kind's measured / predicted at probabilities `u` (linear in ln ratio between levels)."""
         return np.exp(np.interp(u, self.levels, np.log(self.quantiles[kind])))
 
+    def factors_at(self, level: float) -> OpTimeFactors:
+        """Every kind at the same probability `level` of its measured / predicted (e.g. 0.9: each kind as slow as
+        its 90th percentile at once, as if the kinds' errors were fully correlated)."""
+        return OpTimeFactors(**{k: float(f"{self.ratio_at(k, np.array([level]))[0]:.6g}") for k in self.quantiles})
+
     def sample(self, n: int, seed: int) -> list[OpTimeFactors]:
         """`n` factor sets: per kind the ratios at the midpoints of n equal strata of (0, 1), shuffled per kind
         (one seeded generator, kinds in `KINDS` order), independent between kinds."""
