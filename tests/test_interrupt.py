@@ -1,5 +1,5 @@
 """Ctrl-C on a long command: `roofline plan` (a worker pool, and in this process) ends within a few seconds, exit
-130, one line and no traceback; progress and an estimate come first, on stderr."""
+130, one line and no traceback; the search space and its bounds come first, on stderr."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ PLAN = [sys.executable, "-m", "roofline", "plan", "--model", "llama-3.1-8b", "--
         "--tensor-parallel-sizes", "1", "--max-num-seqs", "64,128,256", "--num-requests", "300"]
 
 
-# Ten Ctrl-Cs at different moments of a plan: while it imports (`roofline.cli._interrupt`) and parses, while it
-# times its first simulation, and during its first round of searches; half to the whole process group (a
+# Ten Ctrl-Cs at different moments of a plan: while it imports (`roofline.cli._interrupt`) and parses, as it has
+# bounded the space and starts simulating, and during its first round of probes; half to the whole process group (a
 # terminal's Ctrl-C, the pool workers too), half to the main process only (`kill -INT`); with a pool of 2 workers
 # and in this process. (moment: seconds after the start, or the stderr line after which it comes and the seconds
 # after that line; workers; whole group)
 TRIES = [(0.7, "2", True), (1.0, "1", False), (1.5, "2", False), (2.0, "1", True), (3.0, "2", True),
-         (("one simulation took", 0.0), "2", True), (("one simulation took", 0.2), "1", False),
-         (("round 1/4", 0.0), "2", True), (("round 1/4", 1.0), "2", False), (("round 1/4", 2.0), "1", True)]
+         (("by branch and bound", 0.0), "2", True), (("by branch and bound", 0.2), "1", False),
+         (("search round 1", 0.0), "2", True), (("search round 1", 1.0), "2", False),
+         (("search round 1", 2.0), "1", True)]
 
 
 def _interrupt_once(tmp_path, moment, workers: str, whole_group: bool) -> tuple[int, float, str]:
@@ -70,16 +71,20 @@ def test_sigint_ends_plan_within_5_s_with_exit_130_and_no_traceback_10_of_10(tmp
                  if "resource_tracker" not in line and "warnings.warn(" not in line]
         assert "Traceback" not in err and lines[-1] in ("roofline: interrupted", "roofline plan: interrupted"), where
         assert elapsed < 5, where
-    # The estimate comes first, on stderr, from the plan's first seconds.
-    assert "one simulation took" in err and "about" in err
+    # The search space and what the bounds pruned come first, on stderr, in the plan's first seconds.
+    assert "3 configurations" in err and "by branch and bound" in err
 
 
-def test_plan_dry_run_prints_the_space_and_an_estimate_and_writes_nothing(tmp_path, capsys) -> None:
+def test_plan_dry_run_prints_the_space_and_its_bounds_and_writes_nothing(tmp_path, capsys) -> None:
     from roofline.cli import main
 
     out = tmp_path / "plan"
     assert main(["plan", *PLAN[4:], "--num-requests", "40", "--out", str(out), "--dry-run"]) == 0
     captured = capsys.readouterr()
-    assert "h100-sxm TP1" in captured.out and "max_num_seqs 64,128,256: fits" in captured.out
-    assert "3 configurations" in captured.err and "one simulation took" in captured.err
+    lines = captured.out.strip().splitlines()
+    assert all(line.startswith("h100-sxm TP1 max_num_seqs ") and ": fits; at most " in line
+               and "req/s per replica" in line and "so at least 1 replica(s), 1 GPUs" in line for line in lines)
+    assert sorted(int(s) for line in lines for s in line.split("max_num_seqs ")[1].split(":")[0].split(",")) \
+        == [64, 128, 256]
+    assert "3 configurations" in captured.err and "0 miss an SLO at any rate" in captured.err
     assert not out.exists()

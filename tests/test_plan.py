@@ -18,6 +18,7 @@ from roofline.planning import backend
 from roofline.planning import plan as planner
 from roofline.planning import prices as pricing
 from roofline.planning import search as searching
+from roofline.planning.bounds import Bounds
 from roofline.planning.plan import PlanRequest
 from roofline.planning.prices import Price
 from roofline.planning.report import MAX_SHOWN_ROWS, Table, all_tables, report_tables, sig, write_report
@@ -83,6 +84,12 @@ class FakeBackend:
             kv_usage=np.minimum(1.0, in_flight / config.max_num_seqs),
             mean_num_running=float(np.mean(np.minimum(in_flight + 1, config.max_num_seqs))),
         )
+
+    def bounds(self, config: Config, efficiency: Efficiency, num_requests: int, percentile: float) -> Bounds:
+        """The server's capacity (a finite run passes a little above it: `Bounds.passable_rate_per_s`); the latency
+        floors."""
+        return Bounds(self.capacity_per_s(config, efficiency), self.ttft_floor_s / efficiency.compute,
+                      self.tpot_floor_s / efficiency.memory, 0.0, "compute")
 
     def step_profile(self, config: Config, query_lens: np.ndarray, context_lens: np.ndarray,
                      label: str) -> StepProfile:
@@ -227,11 +234,14 @@ def test_plan_ranks_by_cost_and_lists_configs_that_do_not_fit() -> None:
     assert [c.config.hardware for c in plan.best_per_hardware()] == ["big", "small"]
 
 
-def test_sensitivity_brackets_the_nominal_answer() -> None:
+def test_sensitivity_brackets_the_nominal_answer_of_each_hardware_s_best() -> None:
     plan = planner.make_plan(_request(), FakeBackend(), PRICES, num_workers=1)
-    for c in plan.serving:
+    assert plan.best_per_hardware()
+    for c in plan.best_per_hardware():
         assert c.pessimistic.efficiency == PESSIMISTIC and c.optimistic.efficiency == OPTIMISTIC
-        assert c.pessimistic.max_rate_per_s <= c.max_rate_per_s <= c.optimistic.max_rate_per_s
+        # The sensitivity asks for replicas only: its rates are the target / the replicas that passed.
+        replicas = [planner.replicas_needed(c.target_rate_per_s, s) for s in (c.optimistic, c.nominal, c.pessimistic)]
+        assert replicas[0] <= replicas[1] <= replicas[2]
         fewer, more = c.gpus_range()
         assert fewer <= c.num_gpus <= more
 
@@ -360,12 +370,16 @@ def test_report_is_byte_identical_for_the_same_plan(small_report: tuple[planner.
         assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
 
 
-def test_report_without_any_serving_configuration(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("prune", "reason"), [(True, "SLOs missed at any rate, before simulating: the TTFT"),
+                                               (False, "SLOs missed even at")])
+def test_report_without_any_serving_configuration(tmp_path: Path, prune: bool, reason: str) -> None:
     plan = planner.make_plan(_request(slo=Slo(0.01, 1.0), sensitivity=False, hardware=("big",),
-                                      tensor_parallel_sizes=(1,), max_num_seqs=(64,)), FakeBackend(), PRICES, 1)
+                                      tensor_parallel_sizes=(1,), max_num_seqs=(64,), prune=prune), FakeBackend(),
+                             PRICES, 1)
     write_report(plan, tmp_path)
     text = (tmp_path / "report.md").read_text()
-    assert "No configuration serves" in text and "SLOs missed even at" in text
+    assert "No configuration serves" in text and reason in text
+    assert (plan.num_simulations == 0) == prune
 
 
 def test_sig_formats_without_exponents() -> None:

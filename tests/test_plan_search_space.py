@@ -121,7 +121,7 @@ def test_configs_cover_every_knob_and_keep_max_num_seqs_ascending_per_family() -
     assert {c.max_num_batched_tokens for c in configs} == {None, 16384}
     families: dict[tuple, list[int]] = {}
     for c in configs:
-        families.setdefault(planner._family(c), []).append(c.max_num_seqs)
+        families.setdefault(c.label.rsplit(" seqs", 1)[0] + str(c.max_num_batched_tokens), []).append(c.max_num_seqs)
     assert all(seqs == [64, 256] for seqs in families.values())
     assert Config("h", 2, 64, "fp8", "fp8", 8192).label == "h TP2 fp8 kv-fp8 seqs64 tokens8192"
 
@@ -256,7 +256,7 @@ def test_cli_exits_1_when_nothing_fits_without_simulating(tmp_path: Path, capsys
                "--slo-ttft-s", "2", "--slo-tpot-s", "0.1", "--target-qps", "5", "--tensor-parallel-sizes", "1,3",
                "--max-num-seqs", "64", "--no-sensitivity", "--workers", "1", "--out", str(tmp_path / "p")])
     err = capsys.readouterr().err
-    assert rc == 1 and "no configuration serves" in err and "2 pruned before simulation; 0 simulations" in err
+    assert rc == 1 and "no configuration serves" in err and "2 do not fit, 0 pruned by the cost model's bounds or by cost; 0 simulations" in err
 
 
 def test_cli_searches_the_lists_and_writes_them_into_plan_json(tmp_path: Path) -> None:
@@ -294,7 +294,7 @@ def serial_plan() -> Plan:
 
 
 def test_a_local_process_pool_gives_the_serial_plan(serial_plan: Plan) -> None:
-    assert serial_plan.num_simulations > 8 and serial_plan.load_curves
+    assert serial_plan.num_simulations > 2 and serial_plan.load_curves
     with LocalExecutor(2) as pool:
         assert planner.make_plan(SMALL_REQUEST, SMALL_BACKEND, {"h100-sxm": None}, executor=pool) == serial_plan
 

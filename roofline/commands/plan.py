@@ -14,7 +14,6 @@ tables (see `roofline.planning.report`) and DIR/plan.json. Each list flag has a 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -34,13 +33,11 @@ from roofline.planning.plan import (
     DEFAULT_MAX_NUM_SEQS,
     DEFAULT_NUM_REQUESTS,
     DEFAULT_TENSOR_PARALLEL_SIZES,
-    LOAD_CURVE_FRACTIONS,
     PlanRequest,
     make_plan,
-    num_families,
-    num_searches,
 )
 from roofline.planning.prices import parse_price_flags, prices_for
+from roofline.planning.prune import replicas_lower_bound
 from roofline.planning.report import all_tables, answer_text, write_report
 from roofline.planning.search import DEFAULT_SLO_PERCENTILE, NOMINAL, Config, Slo, num_simulated_requests
 from roofline.registry import load_model
@@ -102,8 +99,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                              "written into the `vllm serve` lines (default: a placeholder to fill in)")
     parser.add_argument("--json", action="store_true", help="print the whole plan as JSON (as plan.json)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the search space (what fits, how many searches and simulations) and its "
-                             "estimated time, from one timed simulation, then stop without writing anything")
+                        help="print the search space (what fits; per configuration the cost model's bound on its "
+                             "rate and the fewest replicas and GPUs it can need) and stop without simulating or "
+                             "writing anything")
+    parser.add_argument("--exhaustive", action="store_true",
+                        help="search every configuration that fits to its answer, without pruning by the cost "
+                             "model's bounds or by cost (the same answer, many more simulations; for checking)")
     add_engine_args(parser, "plan")
     add_vllm_serve_flags(parser, "plan")
     # Unset (None) rather than vLLM's default, so that a single-value flag given beside its list is detected.
@@ -176,16 +177,8 @@ def make_executor(args: argparse.Namespace) -> Executor:
     return LocalExecutor(workers)
 
 
-# Simulations per search (`roofline.planning.search.search_max_rate`: "typically 4 to 7" cold, "typically 3" warm),
-# for the estimate only.
-SIMULATIONS_PER_COLD_SEARCH = 6
-SIMULATIONS_PER_WARM_SEARCH = 3
 # How often progress is printed when stderr is not a terminal (a log): every this many seconds, and at each round.
 LOG_INTERVAL_S = 10.0
-
-
-def _workers(args: argparse.Namespace) -> int:
-    return 1 if args.ray_address is not None else (2 if args.workers is None else args.workers)
 
 
 def _duration(seconds: float) -> str:
@@ -195,18 +188,16 @@ def _duration(seconds: float) -> str:
 
 
 class PlanReporter:
-    """`make_plan`'s progress on stderr (stdout stays the answer, or the JSON): the search space and an estimate
-    from one timed simulation at the start, then each round's searches as they finish, with the time left."""
+    """`make_plan`'s progress on stderr (stdout stays the answer, or the JSON): the search space and what the bounds
+    pruned at the start, then each round of probes as it finishes. No estimate up front: how many probes the
+    branch and bound needs is known only as it goes."""
 
-    def __init__(self, backend: SimulatorBackend, request: PlanRequest, executor: Executor, workers: int) -> None:
-        self.backend, self.request, self.executor, self.workers = backend, request, executor, workers
+    def __init__(self, request: PlanRequest, executor: Executor) -> None:
+        self.request, self.executor = request, executor
         self.stream = sys.stderr
         self.tty = self.stream.isatty()
         self.started = time.perf_counter()
-        self.weight_total = 0.0
-        self.weight_done = 0.0
-        self.task_weight = 1.0
-        self.name, self.num_tasks, self.num_done = "", 0, 0
+        self.phase, self.num_rounds, self.num_probes, self.num_done = "", 0, 0, 0
         self.last_print = 0.0
 
     def _say(self, text: str, redraw: bool = False) -> None:
@@ -217,53 +208,33 @@ class PlanReporter:
         self.stream.flush()
         self.last_print = time.perf_counter()
 
-    def planned(self, fitting: list[Config], num_configs: int, num_cold: int, num_warm: int,
-                num_probes: int) -> None:
+    def planned(self, num_configs: int, num_fitting: int, num_slo_bound: int) -> None:
         r = self.request
         dims = (f"{len(r.hardware)} hardware x {len(r.tensor_parallel_sizes)} TP x {len(r.quantizations)} "
                 f"quantization x {len(r.kv_cache_dtypes)} KV dtype x {len(r.max_num_batched_tokens)} token budget x "
                 f"{len(r.max_num_seqs)} max_num_seqs")
-        n = num_simulated_requests(r.num_requests)
-        sims = num_cold * SIMULATIONS_PER_COLD_SEARCH + num_warm * SIMULATIONS_PER_WARM_SEARCH + num_probes
-        self.weight_total = sims
-        head = (f"roofline plan: {num_configs} configurations ({dims}), {num_configs - len(fitting)} do not fit; "
-                f"{num_cold} cold + {num_warm} warm searches (sensitivity {'on' if r.sensitivity else 'off'}) + "
-                f"{num_probes} load-curve probes: about {sims} simulations of {n} requests")
-        if not fitting:
-            self._say(head)
-            return
-        self._say(head + "; timing one ...")
-        t0 = time.perf_counter()
-        self.backend.run(fitting[0], NOMINAL, math.inf, n)  # a cold search's first probe (all requests at once)
-        one = time.perf_counter() - t0
-        parallel = max(1, min(self.workers, num_cold + num_warm))
-        self._say(f"roofline plan: one simulation took {one:.1f} s here, so about {_duration(sims * one / parallel)} "
-                  f"on {self.executor.describe()} (narrow the search: fewer --hardware, --tensor-parallel-sizes, "
-                  f"--max-num-seqs or list values, --no-sensitivity, a smaller --num-requests; --dry-run shows the "
-                  f"space)")
+        self._say(f"roofline plan: {num_configs} configurations ({dims}): {num_configs - num_fitting} do not fit, "
+                  f"{num_slo_bound} miss an SLO at any rate by the cost model's bounds; searching the other "
+                  f"{num_fitting - num_slo_bound} by branch and bound on replicas ({'pruned' if r.prune else 'every one'}"
+                  f", probes of {num_simulated_requests(r.num_requests)} requests on {self.executor.describe()})")
 
-    def round(self, name: str, num_tasks: int) -> None:
-        self.name, self.num_tasks, self.num_done = name, num_tasks, 0
-        per_task = {"1": SIMULATIONS_PER_COLD_SEARCH, "4": 1}.get(name[0], SIMULATIONS_PER_WARM_SEARCH)
-        self.task_weight = per_task
-        if num_tasks:
-            self._show(force=True)
+    def round(self, phase: str, num_probes: int) -> None:
+        if phase != self.phase:
+            self.phase, self.num_rounds = phase, 0
+        self.num_rounds += 1
+        self.num_probes += num_probes
+        self._show(force=True)
 
     def task_done(self) -> None:
         self.num_done += 1
-        self.weight_done += self.task_weight
-        self._show(force=self.num_done == self.num_tasks)
+        self._show(force=self.num_done == self.num_probes)
 
     def _show(self, force: bool = False) -> None:
         now = time.perf_counter()
         if not force and not self.tty and now - self.last_print < LOG_INTERVAL_S:
             return
-        elapsed = now - self.started
-        left = ""
-        if self.weight_done > 0 and self.weight_total > self.weight_done:
-            left = f", about {_duration(elapsed / self.weight_done * (self.weight_total - self.weight_done))} left"
-        self._say(f"roofline plan: round {self.name}: {self.num_done}/{self.num_tasks} done, "
-                  f"{_duration(elapsed)} elapsed{left}", redraw=True)
+        self._say(f"roofline plan: {self.phase} round {self.num_rounds}: {self.num_done}/{self.num_probes} probes "
+                  f"done, {_duration(now - self.started)} elapsed", redraw=True)
 
     def finish(self) -> None:
         if self.tty and self.last_print:
@@ -271,12 +242,23 @@ class PlanReporter:
             self.stream.flush()
 
 
-def dry_run_text(configs: list[Config], fits: dict) -> str:
-    """The configurations grouped by all but max_num_seqs, each group with whether it fits (or why not)."""
+def dry_run_text(configs: list[Config], fits: dict, bounds: dict, request: PlanRequest) -> str:
+    """The configurations grouped by all but max_num_seqs, each group with whether it fits (or why not) and, if it
+    does, the cost model's bounds: the highest rate, the fewest replicas and GPUs for the target, an SLO missed."""
     groups: dict[tuple[str, str], list[int]] = {}
     for c in configs:
         head = c.label.rsplit(" seqs", 1)[0] if " seqs" in c.label else c.label
-        verdict = "fits" if fits[c].fits else f"does not fit: {fits[c].reason}"
+        if not fits[c].fits:
+            verdict = f"does not fit: {fits[c].reason}"
+        else:
+            b = bounds[c]
+            k = replicas_lower_bound(request.target_rate_per_s, b.passable_rate_per_s(
+                request.slo.ttft_s, num_simulated_requests(request.num_requests)))
+            verdict = (f"fits; at most {b.rate_per_s:.3g} req/s per replica ({b.limited_by} bound), so at least {k} "
+                       f"replica(s), {k * c.tensor_parallel_size} GPUs")
+            miss = b.misses(request.slo.limits())
+            if miss is not None:
+                verdict += f"; {miss}"
         groups.setdefault((head, verdict), []).append(c.max_num_seqs)
     return "\n".join(f"{head} max_num_seqs {','.join(map(str, seqs))}: {verdict}"
                      for (head, verdict), seqs in groups.items())
@@ -298,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
         target_rate_per_s=args.target_qps,
         tensor_parallel_sizes=parse_int_list(args.tensor_parallel_sizes, "--tensor-parallel-sizes"),
         max_num_seqs=parse_int_list(args.max_num_seqs, "--max-num-seqs"), sensitivity=args.sensitivity,
-        num_requests=args.num_requests,
+        num_requests=args.num_requests, prune=not args.exhaustive,
         checkpoint_quantization=spec.checkpoint_quant.method if spec.checkpoint_quant is not None else None, **space)
     # Unknown names fail here, once, rather than as a "does not fit" reason on every configuration.
     for hw in hardware:
@@ -321,15 +303,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"roofline plan: {choice.note()} (--max-model-len sets another)", file=sys.stderr)
     backend = SimulatorBackend(args.model, args.workload, engine, notes)
     started = time.perf_counter()
-    reporter = PlanReporter(backend, request, executor, _workers(args))
+    reporter = PlanReporter(request, executor)
     if args.dry_run:
         configs = request.configs()
         fits = {c: backend.fit(c) for c in configs}
-        fitting = [c for c in configs if fits[c].fits]
-        cold, warm = num_searches(len(fitting), num_families(fitting), request.sensitivity)
-        reporter.planned(fitting, len(configs), cold, warm,
-                         len({c.hardware for c in fitting}) * len(LOAD_CURVE_FRACTIONS))
-        print(dry_run_text(configs, fits))
+        bounds = {c: backend.bounds(c, NOMINAL, request.num_requests, request.slo.percentile)
+                  for c in configs if fits[c].fits}
+        reporter.planned(len(configs), len(bounds),
+                         sum(b.misses(request.slo.limits()) is not None for b in bounds.values()))
+        print(dry_run_text(configs, fits, bounds, request))
         return 0
     with executor:
         plan = make_plan(request, backend, prices, executor=executor, progress=reporter)
@@ -344,8 +326,9 @@ def run(args: argparse.Namespace) -> int:
         print(answer_text(plan, all_tables(plan)))
         if deploy:
             print(f"deploy: {deploy[0]}")
-    print(f"report: {args.out / 'report.html'} ({len(plan.configs)} configurations, {len(plan.pruned)} pruned "
-          f"before simulation; {plan.num_simulations} simulations on {executor.describe()} in "
+    print(f"report: {args.out / 'report.html'} ({len(plan.configs)} configurations: {len(plan.pruned)} do not fit, "
+          f"{len(plan.skipped)} pruned by the cost model's bounds or by cost; {plan.num_simulations} simulations on "
+          f"{executor.describe()} in "
           f"{time.perf_counter() - started:.1f} s)", file=sys.stderr)
     if plan.best is None:
         print("roofline plan: no configuration serves the target within the SLOs; the report says why for each",

@@ -15,6 +15,7 @@ from roofline.cost.ops import RankShape
 from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
+from roofline.planning.bounds import BatchLimits, Bounds, replica_bounds
 from roofline.planning.search import (
     DRAIN_FRACTION,
     NOMINAL,
@@ -25,11 +26,12 @@ from roofline.planning.search import (
     OpSummary,
     RunResult,
     StepProfile,
+    measured_slice,
 )
 from roofline.registry import load_model
 from roofline.sim.deployment import Deployment, make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
-from roofline.sim.workload import Workload, load_workload, sample_requests
+from roofline.sim.workload import RequestSpec, Workload, load_workload, sample_requests
 
 # What the sensitivity moves. Compute: the fractions of a compute peak that GEMMs and attention reach.
 # Memory: the fractions of DRAM bandwidth that streaming kernels and decode attention reach. Left alone:
@@ -131,6 +133,11 @@ class SimulatorBackend:
         return StepProfile(label, tuple(ops), cost.total_s, d.hw.peak_flops(d.quant.gemm_dtype),
                            d.hw.memory_bandwidth_bytes_per_s)
 
+    def bounds(self, config: Config, efficiency: Efficiency, num_requests: int, percentile: float) -> Bounds:
+        """The cost model's bounds on the configuration's rate and SLO percentiles (`roofline.planning.bounds`), over
+        the `num_requests` requests every probe simulates."""
+        return _bounds(self, config, efficiency, num_requests, percentile)
+
     def notes(self) -> tuple[str, ...]:
         _, note = workload_at_rate(_workload(self.workload), 1.0, 1)
         return self.extra_notes + (() if note is None else (note,))
@@ -139,6 +146,24 @@ class SimulatorBackend:
 @functools.lru_cache(maxsize=None)
 def _workload(name: str) -> Workload:
     return load_workload(name)
+
+
+@functools.lru_cache(maxsize=4)
+def _specs(name: str, num_requests: int) -> list[RequestSpec]:
+    # The requests every probe replays (a rate only rescales their arrivals).
+    return sample_requests(workload_at_rate(_workload(name), 1.0, num_requests)[0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _bounds(backend: SimulatorBackend, config: Config, efficiency: Efficiency, num_requests: int,
+            percentile: float) -> Bounds:
+    d = backend.deployment(config, efficiency)
+    workload = _workload(backend.workload)
+    sched = d.scheduler_config
+    limits = BatchLimits(sched.max_num_seqs, sched.max_num_batched_tokens, d.kv.num_tokens)
+    specs = _specs(backend.workload, num_requests)
+    return replica_bounds(d.cost_model.time_s, specs, measured_slice(len(specs)), limits, percentile,
+                          workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0, sched.max_model_len)
 
 
 @functools.lru_cache(maxsize=None)

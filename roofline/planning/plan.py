@@ -31,14 +31,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from roofline.cost.quant import KV_CACHE_DTYPE_CHOICES, QUANTIZATION_CHOICES
 from roofline.errors import UserError
+from roofline.planning.bounds import Bounds
 from roofline.planning.executor import Executor, LocalExecutor
 from roofline.planning.prices import Price
+from roofline.planning.prune import Refine, ReplicaSearch, probe_task, replicas_lower_bound, run_rounds
 from roofline.planning.search import (
     NOMINAL,
     OPTIMISTIC,
@@ -51,17 +53,17 @@ from roofline.planning.search import (
     Search,
     Slo,
     StepProfile,
-    probe_point,
-    search_max_rate,
+    num_simulated_requests,
 )
 
 # Defaults of `roofline plan`: the candidates, and how many requests each probe measures.
 DEFAULT_TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 DEFAULT_MAX_NUM_SEQS = (64, 128, 256)
 DEFAULT_NUM_REQUESTS = 2000
-# The latency-against-load curve of each hardware's best configuration adds probes at these fractions of its
-# saturation rate: light load (where latency is the lone request's) and past saturation (where queues grow).
-LOAD_CURVE_FRACTIONS = (0.05, 0.2, 0.4, 1.1, 1.3)
+# The latency-against-load curve of the best configuration adds probes at these fractions of its highest rate within
+# the SLOs: light load (where latency is the lone request's) and past it (where queues grow); its search's probes
+# fill in between.
+LOAD_CURVE_FRACTIONS = (0.25, 1.25)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,9 @@ class PlanRequest:
     # How the model's checkpoint stores its weights (`CheckpointQuant.method`), None when unquantized: what the
     # quantization "none" (no --quantization flag) serves.
     checkpoint_quantization: str | None = None
+    # Prune with the cost model's bounds and branch and bound (`roofline.planning.prune`); False: search every
+    # configuration that fits to its answer (`--exhaustive`), the reference the pruned plan's answer equals.
+    prune: bool = True
 
     def __post_init__(self) -> None:
         if not (self.target_rate_per_s > 0 and math.isfinite(self.target_rate_per_s)):
@@ -123,6 +128,11 @@ class ConfigPlan:
     nominal: Search | None = None
     pessimistic: Search | None = None
     optimistic: Search | None = None
+    bounds: Bounds | None = None  # the cost model's bounds (None: it does not fit)
+    # Why the search was not run or was cut short (`roofline.planning.prune`): an SLO bound missed, or it cannot
+    # serve with as few GPUs as its hardware's best. None: searched to its answer.
+    skipped: str | None = None
+    refined: bool = False  # its rate refined to within RATE_REL_TOL (else: the target / replicas it passed at)
 
     @property
     def meets_slo(self) -> bool:
@@ -196,6 +206,8 @@ class ConfigPlan:
         """Why this configuration cannot serve, or None."""
         if not self.fit.fits:
             return self.fit.reason
+        if self.skipped is not None and not self.meets_slo:
+            return self.skipped
         if not self.meets_slo:
             assert self.nominal is not None
             lowest = min(p.rate_per_s for p in self.nominal.points)
@@ -219,6 +231,11 @@ class Plan:
     def pruned(self) -> list[ConfigPlan]:
         """The configurations that cannot fit, rejected before any simulation."""
         return [c for c in self.configs if not c.fit.fits]
+
+    @property
+    def skipped(self) -> list[ConfigPlan]:
+        """The configurations that fit but whose search the bounds left out or cut short (`ConfigPlan.skipped`)."""
+        return [c for c in self.configs if c.fit.fits and c.skipped is not None and not c.meets_slo]
 
     def ranked(self) -> list[ConfigPlan]:
         """The configurations that serve the target, best first: those with a price by cost, then those
@@ -287,145 +304,134 @@ def gpus_needed(target_rate_per_s: float, search: Search | None) -> int | None:
 
 # ---- the plan ----------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Task:
-    """One search: a configuration at an efficiency, optionally warm-started from a related answer."""
-
-    config: Config
-    efficiency: Efficiency
-    start_rate_per_s: float | None = None
-
-
-def _search_task(args: tuple[Backend, Task, Slo, int]) -> Search:
-    backend, task, slo, num_requests = args
-    return search_max_rate(backend, task.config, task.efficiency, slo, num_requests, task.start_rate_per_s)
-
-
-def _probe_task(args: tuple[Backend, Config, Slo, int, float]) -> Point:
-    backend, config, slo, num_requests, rate = args
-    return probe_point(backend, config, NOMINAL, slo, num_requests, rate)
-
-
-def run_searches(backend: Backend, tasks: list[Task], slo: Slo, num_requests: int,
-                 executor: Executor | int = 1, on_done: Callable[[], None] | None = None) -> list[Search]:
-    """Every search, in task order, on `executor` (an int: that many local worker processes); `on_done()` after
-    each."""
-    args = [(backend, t, slo, num_requests) for t in tasks]
-    if isinstance(executor, int):
-        with LocalExecutor(executor) as local:
-            return local.map(_search_task, args, on_done)
-    return executor.map(_search_task, args, on_done)
-
-
-def _answer(search: Search | None) -> float | None:
-    return search.max_rate_per_s if search is not None and search.max_rate_per_s > 0 else None
-
-
-def _scaled(rate: float | None, factor: float) -> float | None:
-    return None if rate is None else rate * factor
-
-
-def _family(c: Config) -> tuple[str, int, str, str, int | None]:
-    """The configurations that differ only in max_num_seqs share a family (and warm starts)."""
-    return (c.hardware, c.tensor_parallel_size, c.quantization, c.kv_cache_dtype, c.max_num_batched_tokens)
-
-
 class PlanProgress(Protocol):
     """What `make_plan` reports as it goes (`roofline.commands.plan` prints it)."""
 
-    def planned(self, fitting: list[Config], num_configs: int, num_cold: int, num_warm: int,
-                num_probes: int) -> None: ...
+    def planned(self, num_configs: int, num_fitting: int, num_slo_bound: int) -> None: ...
 
-    def round(self, name: str, num_tasks: int) -> None: ...
+    def round(self, phase: str, num_probes: int) -> None: ...
 
     def task_done(self) -> None: ...
 
 
-def num_searches(num_fitting: int, num_families: int, sensitivity: bool) -> tuple[int, int]:
-    """(cold, warm) searches `make_plan` runs: one cold per family, every other configuration and every
-    sensitivity search warm."""
-    return num_families, num_fitting * (3 if sensitivity else 1) - num_families
+class _Caps:
+    """Per hardware, the fewest GPUs a configuration was seen to serve the target with: no search of that hardware
+    probes a replica count that needs more (branch and bound)."""
 
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.best_gpus: dict[str, int] = {}
+        self.searches: list[ReplicaSearch] = []
 
-def num_families(fitting: list[Config]) -> int:
-    """The families (configurations equal but for max_num_seqs) among `fitting`: one cold search each."""
-    return len({_family(c) for c in fitting})
+    def update(self) -> None:
+        for s in self.searches:
+            if s.pass_k is not None:
+                gpus = s.pass_k * s.config.tensor_parallel_size
+                hw = s.config.hardware
+                self.best_gpus[hw] = min(self.best_gpus.get(hw, gpus), gpus)
+
+    def cap_for(self, config: Config) -> Callable[[], int | None]:
+        def cap() -> int | None:
+            best = self.best_gpus.get(config.hardware) if self.enabled else None
+            return None if best is None else best // config.tensor_parallel_size
+        return cap
 
 
 def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | None], num_workers: int = 2,
               executor: Executor | None = None, progress: PlanProgress | None = None) -> Plan:
-    """Fit every configuration (pruning those that cannot fit), search the rest (and their sensitivity), pick
-    the best, and probe the load curve of each hardware's best. On `executor`, else `num_workers` local processes.
-
-    Rounds of independent tasks, so that most searches start warm from a related answer:
-    1. per family (all but max_num_seqs equal), the fitting configuration with the most max_num_seqs, cold;
-    2. the family's other max_num_seqs from round 1's answer; round 1's sensitivity from its nominal answer;
-    3. round 2's sensitivity from its nominal answers;
-    4. the extra load-curve probes of each hardware's best configuration.
-    """
+    """Fit every configuration (pruning those that cannot fit), bound the rest with the cost model, search the
+    replicas each needs with branch and bound per hardware (`roofline.planning.prune`), refine the rate of each
+    hardware's best, and ask the sensitivity and the load curve of the best. On `executor`, else `num_workers` local
+    processes. With `request.prune` False every fitting configuration is searched to its answer (the reference
+    the pruned plan equals)."""
     if executor is None:
         with LocalExecutor(num_workers) as local:
             return make_plan(request, backend, prices, executor=local, progress=progress)
     assert all(h in prices for h in request.hardware), "prices_for() gives every planned hardware an entry"
+    target, slo, n = request.target_rate_per_s, request.slo, request.num_requests
     configs = request.configs()
     fits = {c: backend.fit(c) for c in configs}
     fitting = [c for c in configs if fits[c].fits]
-    anchors: dict[tuple[str, int, str, str, int | None], Config] = {}
-    for c in fitting:  # configs() sorts max_num_seqs ascending: the last one per family wins
-        anchors[_family(c)] = c
-    searches: dict[tuple[Config, Efficiency], Search] = {}
-    num_chosen = len({c.hardware for c in fitting})  # one load curve per hardware that has a fitting config
+    bounds = {c: backend.bounds(c, NOMINAL, n, slo.percentile) for c in fitting}
+    skipped: dict[Config, str] = {}
+    if request.prune:
+        skipped = {c: why for c in fitting if (why := bounds[c].misses(slo.limits())) is not None}
     if progress is not None:
-        progress.planned(fitting, len(configs), *num_searches(len(fitting), len(anchors), request.sensitivity),
-                         num_chosen * len(LOAD_CURVE_FRACTIONS))
-    round_names = iter(("1/4 cold searches", "2/4 warm searches", "3/4 sensitivity searches"))
+        progress.planned(len(configs), len(fitting), len(skipped))
 
-    def run_round(tasks: list[Task]) -> None:
-        name = next(round_names)
-        if progress is not None:
-            progress.round(name, len(tasks))
-        results = run_searches(backend, tasks, request.slo, request.num_requests, executor,
-                               progress.task_done if progress is not None else None)
-        searches.update(((t.config, t.efficiency), s) for t, s in zip(tasks, results))
+    def rounds(phase: str, jobs: list[Any], after_round: Callable[[], None] | None = None) -> None:
+        run_rounds(backend, jobs, slo, n, executor, (lambda k: progress.round(phase, k)) if progress else None,
+                   progress.task_done if progress is not None else None, after_round)
 
-    def sensitivity(cs: list[Config]) -> list[Task]:
-        if not request.sensitivity:
-            return []
-        return [Task(c, e, _scaled(_answer(searches[(c, NOMINAL)]), e.compute))
-                for c in cs for e in (PESSIMISTIC, OPTIMISTIC)]
+    # 1. Replicas per configuration, branch and bound per hardware.
+    caps = _Caps(request.prune)
+    num_simulated = num_simulated_requests(n)
 
-    others = [c for c in fitting if c not in anchors.values()]
-    run_round([Task(c, NOMINAL) for c in anchors.values()])
-    run_round([Task(c, NOMINAL, _answer(searches[(anchors[_family(c)], NOMINAL)])) for c in others]
-              + sensitivity(list(anchors.values())))
-    run_round(sensitivity(others))
-    plans = tuple(
-        ConfigPlan(c, fits[c], prices[c.hardware], request.target_rate_per_s,
-                   searches.get((c, NOMINAL)), searches.get((c, PESSIMISTIC)), searches.get((c, OPTIMISTIC)))
-        for c in configs
-    )
+    def k_min(b: Bounds) -> int:
+        return replicas_lower_bound(target, b.passable_rate_per_s(slo.ttft_s, num_simulated))
+
+    nominal = {c: ReplicaSearch(c, NOMINAL, target, k_min(bounds[c]), caps.cap_for(c))
+               for c in fitting if c not in skipped}
+    caps.searches = list(nominal.values())
+    rounds("search", list(nominal.values()), caps.update)
+    for c, s in nominal.items():
+        if s.dominated or (s.pass_k is not None and not s.decided):
+            gpus = caps.best_gpus.get(c.hardware)
+            skipped[c] = (f"cannot serve with as few GPUs as the best of {c.hardware} ({gpus}): it needs "
+                          f"{s.fail_k + 1} replicas or more ({'probed' if s.points else 'cost-model bound'})")
+    # 2. The rate of each hardware's best (and of those tied with it on GPUs) refined.
+    to_refine = [c for c, s in nominal.items() if s.decided and s.pass_k is not None
+                 and (not request.prune or s.pass_k * c.tensor_parallel_size == caps.best_gpus[c.hardware])]
+    refines = {c: _refine(nominal[c], slo, bounds[c].passable_rate_per_s(slo.ttft_s, num_simulated))
+               for c in to_refine}
+    rounds("refine", list(refines.values()))
+    searches = {c: (refines[c].search() if c in refines else s.search()) for c, s in nominal.items() if s.points}
+
+    def config_plans(sens: dict[tuple[Config, Efficiency], Search]) -> tuple[ConfigPlan, ...]:
+        return tuple(ConfigPlan(c, fits[c], prices[c.hardware], target, searches.get(c),
+                                sens.get((c, PESSIMISTIC)), sens.get((c, OPTIMISTIC)), bounds.get(c), skipped.get(c),
+                                c in refines) for c in configs)
+
+    chosen = Plan(request, config_plans({})).best_per_hardware()
+    # 3. Sensitivity of each hardware's best: the replicas at -10 % and +10 % efficiency, from the nominal answer.
+    sensitivity: list[ReplicaSearch] = []
+    if request.sensitivity:
+        for cp in chosen:
+            c, k = cp.config, nominal[cp.config].pass_k
+            assert k is not None
+            sensitivity.append(ReplicaSearch(c, PESSIMISTIC, target, k))  # less efficient: no fewer replicas
+            k_opt = k_min(backend.bounds(c, OPTIMISTIC, n, slo.percentile))
+            sensitivity.append(ReplicaSearch(c, OPTIMISTIC, target, min(k, k_opt), implied_pass_k=k,
+                                             first_k=k - 1 if k > 1 else None))
+        rounds("sensitivity", list(sensitivity))
+    sens = {(s.config, s.efficiency): s.search() for s in sensitivity}
+    plans = config_plans(sens)
     plan = Plan(request, plans)
-    chosen = plan.best_per_hardware()
-    saturation = {c.config: _saturation(c, searches.get((anchors[_family(c.config)], NOMINAL))) for c in chosen}
-    probes = [(c.config, f * saturation[c.config]) for c in chosen for f in LOAD_CURVE_FRACTIONS]
-    if progress is not None:
-        progress.round("4/4 load-curve probes", len(probes))
-    points = executor.map(_probe_task, [(backend, cfg, request.slo, request.num_requests, rate)
-                                        for cfg, rate in probes], progress.task_done if progress is not None else None)
-    curves: dict[Config, tuple[Point, ...]] = {c.config: () for c in chosen}
-    for (cfg, _), point in zip(probes, points):
-        curves[cfg] += (point,)
-    profiles = {c.config.hardware: representative_steps(backend, c) for c in chosen}
+    # 4. The load curve of the best configuration: light load, and past the highest rate within the SLOs.
+    curves: dict[Config, tuple[Point, ...]] = {}
+    best = plan.best
+    if best is not None:
+        probes = [LOAD_CURVE_FRACTIONS[0] * best.search.max_rate_per_s,
+                  LOAD_CURVE_FRACTIONS[1] * best.search.max_rate_per_s]
+        if progress is not None:
+            progress.round("load curve", len(probes))
+        results = executor.map(probe_task, [(backend, best.config, NOMINAL, slo, n, r) for r in probes],
+                               progress.task_done if progress is not None else None)
+        curves[best.config] = tuple(r.point for r in results)
+    profiles = {c.config.hardware: representative_steps(backend, c) for c in plan.best_per_hardware()}
     return Plan(request, plans, profiles, backend.notes(), curves)
 
 
-def _saturation(c: ConfigPlan, anchor: Search | None) -> float:
-    """The configuration's saturation rate: its own cold search's, else its family anchor's (a warm search
-    does not measure it), else above every rate probed."""
-    for search in (c.nominal, anchor):
-        if search is not None and search.saturation_rate_per_s:
-            return search.saturation_rate_per_s
-    return max(p.rate_per_s for p in c.search.points if math.isfinite(p.rate_per_s)) * 1.25
+def _refine(search: ReplicaSearch, slo: Slo, passable_rate_per_s: float) -> Refine:
+    """The bracket above a decided search's answer: its failing probe at target / (k - 1), else (k at the bound's
+    smallest) the rate bound, above which no probe passes."""
+    k = search.pass_k
+    assert k is not None
+    failed = search.results.get(k - 1)
+    if failed is not None:
+        return Refine(search, slo, search.target / (k - 1), failed.point)
+    hi = passable_rate_per_s if k == 1 else min(passable_rate_per_s, search.target / (k - 1))
+    return Refine(search, slo, max(hi, search.target / k), None)
 
 
 def representative_steps(backend: Backend, c: ConfigPlan) -> tuple[StepProfile, StepProfile]:

@@ -24,11 +24,11 @@ from roofline import __version__
 from roofline.cost.hardware import load_profile
 from roofline.errors import UserError
 from roofline.planning import plots as plan_plots
+from roofline.planning.bounds import RATE_MARGIN
 from roofline.planning.plan import LOAD_CURVE_FRACTIONS, ConfigPlan, Plan, gpus_needed
+from roofline.planning.prune import JUMP_FRACTION, ROUND_SIZE
 from roofline.planning.search import (
     DRAIN_FRACTION,
-    FIRST_PROBE_FRACTION,
-    MAX_HALVINGS,
     RATE_REL_TOL,
     SENSITIVITY_DELTA,
     WARMUP_FRACTION,
@@ -128,7 +128,11 @@ def config_columns(plan: Plan) -> tuple[str, ...]:
 def _status(c: ConfigPlan) -> str:
     if not c.fit.fits:
         return "does not fit"
-    return "serves" if c.meets_slo else "misses SLO"
+    if c.meets_slo:
+        return "serves"
+    if c.skipped is not None:
+        return "pruned" if c.skipped.startswith("cannot serve") else "misses SLO (bound)"
+    return "misses SLO"
 
 
 def _rate(s: Search | None) -> str:
@@ -408,9 +412,10 @@ def setup_lines(plan: Plan) -> list[str]:
         f"search space: hardware {', '.join(req.hardware)}; tensor-parallel sizes {_values(req.tensor_parallel_sizes)}; "
         f"quantization {_values(req.quantizations)}; KV-cache dtype {_values(req.kv_cache_dtypes)}; "
         f"max_num_batched_tokens {_values(req.max_num_batched_tokens)}; max_num_seqs {_values(req.max_num_seqs)}",
-        f"{len(plan.configs)} configurations: {pruned} pruned before any simulation (cannot fit), "
-        f"{len(plan.configs) - pruned} searched, {len(plan.serving)} serve the target; {plan.num_simulations} "
-        f"simulations of {num_simulated_requests(req.num_requests)} requests each",
+        f"{len(plan.configs)} configurations: {pruned} cannot fit, {len(plan.skipped)} pruned by the cost model's "
+        f"bounds or by cost (an SLO missed at any rate, or more GPUs than their hardware's best), "
+        f"{len(plan.configs) - pruned - len(plan.skipped)} searched, {len(plan.serving)} serve the target; "
+        f"{plan.num_simulations} simulations of {num_simulated_requests(req.num_requests)} requests each",
     ]
     cheapest = plan.cheapest
     if cheapest is not None:
@@ -441,15 +446,24 @@ def method_lines(plan: Plan) -> list[str]:
         f"{WARMUP_FRACTION:.0%} and the last {DRAIN_FRACTION:.0%} by arrival are warm-up and drain. A probe passes "
         f"when the p{req.slo.percentile:g} of every SLO metric is within its limit (ITL: over the pooled "
         "inter-token gaps of the measured requests).",
-        f"Search: all requests at once give the saturation rate R; then {FIRST_PROBE_FRACTION:g} R, halved (at most "
-        f"{MAX_HALVINGS} times) until a probe meets all SLO percentiles; then up towards R until one fails; "
-        "then the bracket is shrunk until it is "
-        f"within {RATE_REL_TOL:.0%} (bisection, then regula falsi on the log of the SLO ratio). Searches for "
-        "smaller max_num_seqs and for the sensitivity start from the related answer instead (the same "
-        "configuration with the most max_num_seqs; the nominal efficiency) and step 10 % until bracketed. It "
-        "assumes latency percentiles never fall as load rises; every probe replays the same seeded requests with "
-        "arrival gaps scaled, which keeps the measured curve monotone. The latency-against-load plot adds probes "
-        f"at {', '.join(f'{f:g}' for f in LOAD_CURVE_FRACTIONS)} x the saturation rate.",
+        "Bounds, before any simulation (roofline/planning/bounds.py): from the cost model's step times and the "
+        "probes' requests, the highest rate one replica could sustain (its decode steps, its KV capacity and its "
+        f"GEMM compute, raised {RATE_MARGIN:.0%} for a finite run) and the lowest SLO percentiles its requests could "
+        "see. A configuration whose latency bound already misses an SLO is not simulated; the rate bound gives the "
+        "fewest replicas worth probing.",
+        "Search (roofline/planning/prune.py): per configuration, the fewest replicas k whose probe at target / k "
+        "meets the SLOs; from the bound's k, then after an overloaded failing probe towards "
+        f"{JUMP_FRACTION:g} x the rate it served, then bisection between the largest failing and the smallest "
+        "passing k. Branch and bound per hardware: once a configuration serves with G GPUs, no other configuration "
+        "of that hardware probes a k that needs more than G GPUs, and one whose bound already needs more is not "
+        "simulated (\"pruned\": its hardware's best is known without it). The best configuration of each hardware "
+        "(and those tied with it on GPUs) then has its rate refined between target / k and target / (k - 1) to "
+        f"within {RATE_REL_TOL:.0%} (bisection, then regula falsi on the log of the SLO ratio); the others' "
+        "max rate per replica is target / k, the rate they were shown to pass. Probes run in rounds of "
+        f"{ROUND_SIZE}, the cheapest pending first. It assumes latency percentiles never fall as load rises; every "
+        "probe replays the same seeded requests with arrival gaps scaled, which keeps the measured curve "
+        "monotone. The latency-against-load plot adds probes to the best configuration's at "
+        f"{' and '.join(f'{f:g}' for f in LOAD_CURVE_FRACTIONS)} x its highest rate within the SLOs.",
         "Replicas = ceil(target rate / max rate per replica); GPUs = replicas x TP; USD/hour = GPUs x price; "
         "USD per million output tokens = USD/hour / (target rate x mean output tokens x 3600) x 1e6. The "
         "deployment sustains replicas x max rate per replica within the SLOs; the Pareto front holds the "
@@ -457,9 +471,9 @@ def method_lines(plan: Plan) -> list[str]:
         "KV headroom = 1 - the peak fraction of KV blocks in use at the highest rate within the SLOs.",
     ]
     if req.sensitivity:
-        lines.append(f"Sensitivity: every search repeated with the profile's compute efficiencies and memory "
-                     f"efficiencies all x{1 - SENSITIVITY_DELTA:g} and all x{1 + SENSITIVITY_DELTA:g} "
-                     "(capped at 1).")
+        lines.append(f"Sensitivity: the replicas of each hardware's best configuration with the profile's compute "
+                     f"efficiencies and memory efficiencies all x{1 - SENSITIVITY_DELTA:g} and all "
+                     f"x{1 + SENSITIVITY_DELTA:g} (capped at 1), searched from the nominal answer.")
     lines.append(f"roofline {__version__}.")
     return lines
 
@@ -486,7 +500,8 @@ def _truncated(plan: Plan, key: str, shown: dict[str, Table]) -> str:
 SECTIONS = (("Best configuration per hardware", "best_per_hardware"),
             ("Cheapest configuration and the Pareto front of cost against sustained rate", "pareto_front"),
             ("All configurations that serve the target", "serving"),
-            ("Configurations that cannot serve (pruned before simulation, or missing an SLO)", "not_serving"))
+            ("Configurations that cannot serve or cannot beat their hardware's best (pruned before or during the "
+             "search, or missing an SLO)", "not_serving"))
 
 
 def render_markdown(plan: Plan, shown: dict[str, Table], answer: str, figures: list[tuple[str, str]],

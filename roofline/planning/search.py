@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from roofline.errors import UserError
+from roofline.planning.bounds import Bounds
 
 # Statistics exclude the first and the last tenth of the requests (by arrival): at the start the system
 # fills from empty, at the end arrivals stop and the batch drains, and neither is the steady state whose
@@ -176,6 +177,11 @@ class Backend(Protocol):
     def fit(self, config: Config) -> Fit: ...
 
     def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int) -> RunResult: ...
+
+    def bounds(self, config: Config, efficiency: Efficiency, num_requests: int, percentile: float) -> Bounds:
+        """The highest rate one replica could sustain and the lowest SLO percentiles a probe of `num_requests`
+        measured requests could see, from the cost model alone (`roofline.planning.bounds`)."""
+        ...
 
     def step_profile(self, config: Config, query_lens: np.ndarray, context_lens: np.ndarray,
                      label: str) -> StepProfile: ...
