@@ -256,7 +256,8 @@ def test_cli_exits_1_when_nothing_fits_without_simulating(tmp_path: Path, capsys
                "--slo-ttft-s", "2", "--slo-tpot-s", "0.1", "--target-qps", "5", "--tensor-parallel-sizes", "1,3",
                "--max-num-seqs", "64", "--no-sensitivity", "--workers", "1", "--out", str(tmp_path / "p")])
     err = capsys.readouterr().err
-    assert rc == 1 and "no configuration serves" in err and "2 do not fit, 0 pruned by the cost model's bounds or by cost; 0 simulations" in err
+    assert rc == 1 and "no configuration serves" in err and (
+        "2 do not fit, 0 pruned by the cost model's bounds or by cost; 0 simulations" in err)
 
 
 def test_cli_searches_the_lists_and_writes_them_into_plan_json(tmp_path: Path) -> None:
