@@ -9,10 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.core.request import Request, SamplingParams
 from roofline.errors import UserError
 from roofline.registry import list_ids
 from roofline.sim.traces import read_trace
-from roofline.sim.workload import ArrivalProcess, LengthDistribution, load_workload, sample_requests
+from roofline.sim.workload import (
+    ArrivalProcess,
+    LengthDistribution,
+    PromptStream,
+    RequestFactory,
+    load_workload,
+    sample_requests,
+)
 from roofline.sim.workload_args import add_workload_args, workload_from_args
 
 SHIPPED = ("sharegpt-chat", "long-summarization", "code-completion", "offline-batch", "multi-turn-chat")
@@ -191,3 +199,32 @@ def test_flags_override_workload_file() -> None:
 def test_bad_flags_are_user_errors(argv: list[str], message: str) -> None:
     with pytest.raises(UserError, match=message):
         workload_from_args(parse(argv))
+
+
+def test_prompt_stream_gives_the_ids_of_eager_requests_in_any_order_of_asking() -> None:
+    """The simulator's lazy prompts (`PromptStream`, `Request.lazy`): asked for out of spec order (a later request
+    scheduled first on another replica), every prompt still has the ids `RequestFactory` gives in spec order, for
+    unique prompts, shared prefixes and multi-turn sessions."""
+    for name in ("sharegpt-chat", "multi-turn-chat", "code-completion"):
+        workload = load_workload(name)
+        specs = sample_requests(workload)[:40]
+        prefix = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
+        make = RequestFactory(32000, workload.seed, 1, 2)
+        eager = [make(s, prefix) for s in specs]
+        factory = RequestFactory(32000, workload.seed, 1, 2)
+        stream = PromptStream(factory, specs, prefix)
+        lazy = [factory.lazy(s, stream.source(i), s.arrival_s) for i, s in enumerate(specs)]
+        assert all(r._prompt is None for r in lazy)  # nothing made before it is read
+        for i in [5, 0, 39, 6, *range(1, 5), *range(7, 39)]:
+            assert np.array_equal(lazy[i].prompt_array, eager[i].prompt_array), (name, i)
+            assert lazy[i].num_prompt_tokens == eager[i].num_prompt_tokens
+            assert lazy[i].token_ids(0, 3) == eager[i].token_ids(0, 3)
+        assert not stream._made  # each made prompt was handed to its request
+
+
+def test_lazy_request_refuses_a_source_of_the_wrong_length() -> None:
+    req = Request.lazy("r", 3, lambda: np.arange(4), SamplingParams(max_tokens=2))
+    with pytest.raises(ValueError, match="gave \\(4,\\) ids"):
+        req.prompt_array
+    with pytest.raises(ValueError, match="num_prompt_tokens must be a positive integer"):
+        Request.lazy("r", 0, lambda: np.arange(1), SamplingParams())

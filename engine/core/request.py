@@ -18,7 +18,7 @@ current.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,6 +27,8 @@ import numpy as np
 _min = np.minimum.reduce
 NO_BLOCK_IDS = np.zeros(0, dtype=np.int64)  # `Request.block_ids_head` of a request holding no run of blocks
 NO_BLOCK_IDS.flags.writeable = False
+_ONE_ID = np.zeros(1, dtype=np.int64)  # the stand-in prompt `Request.lazy` builds its request with
+_ONE_ID.flags.writeable = False
 
 
 class RequestStatus(enum.IntEnum):
@@ -112,6 +114,7 @@ class Request:
         "num_preemptions",
         "num_prefix_hit_tokens",
         "_prompt",
+        "_prompt_source",
         "_output_ids",
         "_num_computed",
         "_token_times",
@@ -145,7 +148,8 @@ class Request:
         self.priority = priority  # lower is served first under policy "priority" (vLLM's convention)
         # The prompt as an int64 array (the simulator never makes a Python int per prompt token) and the
         # generated tokens, only ever appended to.
-        self._prompt = prompt
+        self._prompt: np.ndarray | None = prompt
+        self._prompt_source: Callable[[], np.ndarray] | None = None  # (`Request.lazy`)
         self._output_ids: list[int] = []
         self.num_prompt_tokens = len(prompt)
         self._num_computed = 0
@@ -212,17 +216,17 @@ class Request:
     @property
     def all_token_ids(self) -> list[int]:
         """Prompt followed by the generated tokens (a new list)."""
-        return self._prompt.tolist() + self.output_token_ids
+        return self.prompt_array.tolist() + self.output_token_ids
 
     def token_ids(self, start: int, stop: int) -> list[int]:
         """`all_token_ids[start:stop]`, without building the whole list."""
         p = self.num_prompt_tokens
         if stop <= p:
-            return self._prompt[start:stop].tolist()
+            return self.prompt_array[start:stop].tolist()
         outputs = self.output_token_ids
         if start >= p:
             return outputs[start - p:stop - p]
-        return self._prompt[start:].tolist() + outputs[:stop - p]
+        return self.prompt_array[start:].tolist() + outputs[:stop - p]
 
     @property
     def token_times_s(self) -> list[float]:
@@ -258,12 +262,41 @@ class Request:
 
     @property
     def prompt_token_ids(self) -> list[int]:
-        return self._prompt.tolist()
+        return self.prompt_array.tolist()
 
     @property
     def prompt_array(self) -> np.ndarray:
         """The prompt as a read-only int64 array."""
-        return self._prompt
+        prompt = self._prompt
+        if prompt is None:
+            prompt = self._load_prompt()
+        return prompt
+
+    def _load_prompt(self) -> np.ndarray:
+        assert self._prompt_source is not None
+        prompt = np.asarray(self._prompt_source(), dtype=np.int64)
+        if prompt.shape != (self.num_prompt_tokens,) or _min(prompt) < 0:
+            raise ValueError(f"request {self.request_id!r}: its prompt source gave {prompt.shape} ids (not "
+                             f"{self.num_prompt_tokens} ids >= 0)")
+        if prompt.flags.writeable:
+            prompt = prompt.view()
+            prompt.flags.writeable = False
+        self._prompt, self._prompt_source = prompt, None
+        return prompt
+
+    @classmethod
+    def lazy(cls, request_id: str, num_prompt_tokens: int, prompt_source: Callable[[], np.ndarray],
+             sampling: SamplingParams, arrival_time_s: float = 0.0, eos_token_id: int | None = None,
+             priority: int = 0) -> Request:
+        """A request whose prompt ids are made when first read (`prompt_source()`: `num_prompt_tokens` ids >= 0):
+        a simulation's waiting requests, which may be hundreds of thousands in an overloaded run, then hold no ids
+        (the scheduler reads them only to hash the prompt's blocks, when it first schedules the request)."""
+        if isinstance(num_prompt_tokens, bool) or not isinstance(num_prompt_tokens, int) or num_prompt_tokens < 1:
+            raise ValueError(f"request {request_id!r}: num_prompt_tokens must be a positive integer, got "
+                             f"{num_prompt_tokens!r}")
+        req = cls(request_id, _ONE_ID, sampling, arrival_time_s, eos_token_id, priority)
+        req._prompt, req._prompt_source, req.num_prompt_tokens = None, prompt_source, num_prompt_tokens
+        return req
 
     @property
     def output_token_ids(self) -> list[int]:

@@ -64,7 +64,7 @@ from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
 from roofline.sim.data_parallel import group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import Recorder, SimulationResult, build_result
-from roofline.sim.workload import RequestFactory, RequestSpec, Workload, sample_requests
+from roofline.sim.workload import PromptStream, RequestFactory, RequestSpec, Workload, sample_requests
 
 ROUTERS = ("round_robin", "least_outstanding")
 
@@ -207,6 +207,8 @@ class _Simulation:
         self.recorder = Recorder(specs, options.record_steps)
         self.make_request = RequestFactory(spec.vocab_size, workload.seed, spec.bos_token_id, spec.eos_token_id)
         self.prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
+        # Prompts made when the scheduler first reads them, in spec order: the queue of an overloaded run holds no ids.
+        self.prompts = PromptStream(self.make_request, specs, self.prefix_tokens)
         self.token_id = sampled_token_id(spec)
         self.heap: list[tuple[float, int, int, int]] = []
         self.seq = 0
@@ -265,7 +267,7 @@ class _Simulation:
         schedule that replica makes at `now` (module docstring)."""
         self.num_in_flight += 1
         self.recorder.sent[index] = now
-        request = self.make_request(self.specs[index], self.prefix_tokens, arrival_s=now)
+        request = self.make_request.lazy(self.specs[index], self.prompts.source(index), now)
         if self.api is not None:  # routed now, to the replica whose API server takes it in
             replica = self.route(index)
             process, reach_s = self.api[replica.index].take_request(now, self.specs[index].num_prompt_tokens)
@@ -445,12 +447,15 @@ def _default_time(deployment: Deployment) -> StepTimeFn:
 
 
 def _record_step(recorder: Recorder, engine_index: int, plan: StepPlan, now: float, duration: float) -> None:
-    recorder.step_rows.append((
+    rows = recorder.steps
+    rows.append((
         engine_index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
         plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_emitting_seqs,
         len(plan.preempted_request_ids),
         plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used, plan.num_kv_blocks_total,
         plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
+    if len(rows.rows) >= rows.CHUNK:
+        rows.flush()
     if recorder.record_steps:
         recorder.step_seqs.add(plan)
 

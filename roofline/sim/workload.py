@@ -50,8 +50,9 @@ order, without prefix sharing; `--request-rate` rescales time to that mean rate 
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -519,6 +520,16 @@ class RequestFactory:
                        arrival_time_s=spec.arrival_s if arrival_s is None else arrival_s,
                        eos_token_id=self._eos_token_id)
 
+    def lazy(self, spec: RequestSpec, prompt_source: Callable[[], np.ndarray], arrival_s: float) -> Request:
+        """The request of `spec` arriving at `arrival_s`, its prompt made when the scheduler first reads it
+        (`Request.lazy`; `PromptStream.source` makes the same ids as `__call__` in spec order)."""
+        sampling = self._sampling.get(spec.num_output_tokens)
+        if sampling is None:
+            sampling = self._sampling[spec.num_output_tokens] = SamplingParams(max_tokens=spec.num_output_tokens,
+                                                                               ignore_eos=True)
+        return Request.lazy(spec.request_id, spec.num_prompt_tokens, prompt_source, sampling, arrival_time_s=arrival_s,
+                            eos_token_id=self._eos_token_id)
+
     def prompt_ids(self, spec: RequestSpec, prefix_tokens: int = 0) -> np.ndarray:
         """The prompt of `spec` as an int64 array; `prefix_tokens` is the workload's shared-prefix length (with
         prefix_group)."""
@@ -539,6 +550,27 @@ class RequestFactory:
             ids = session.next_prompt_array(num_user, num_previous_output_tokens=previous_output)
         self._sessions[spec.session_id] = (session, spec.num_prompt_tokens, spec.num_output_tokens)
         return ids
+
+
+class PromptStream:
+    """The prompts of `specs`, made in spec order (so the ids are those `RequestFactory.__call__` gives request after
+    request) but each only when first asked for: `source(i)` is a callable giving spec i's prompt. Prompts made
+    before they are asked for (a later request scheduled first, on another replica) wait here."""
+
+    def __init__(self, factory: RequestFactory, specs: Sequence[RequestSpec], prefix_tokens: int = 0) -> None:
+        self._factory, self._specs, self._prefix_tokens = factory, specs, prefix_tokens
+        self._next = 0  # the first spec whose prompt is not made yet
+        self._made: dict[int, np.ndarray] = {}
+
+    def source(self, index: int) -> Callable[[], np.ndarray]:
+        return functools.partial(self._prompt, index)
+
+    def _prompt(self, index: int) -> np.ndarray:
+        made = self._made
+        while self._next <= index:
+            made[self._next] = self._factory.prompt_ids(self._specs[self._next], self._prefix_tokens)
+            self._next += 1
+        return made.pop(index)
 
 
 def build_requests(workload: Workload, specs: Sequence[RequestSpec], vocab_size: int,
