@@ -210,33 +210,41 @@ def test_latency_stats_leave_out_undefined_values_and_copy_only_then() -> None:
     assert latency_stats(np.array([np.nan, np.inf])) == {"mean": None, "p50": None, "p90": None, "p99": None}
 
 
-@pytest.mark.parametrize("max_tokens", [None, 3], ids=["within-max-tokens", "arrays-grow"])
-def test_recorded_itl_gaps_are_each_requests_token_time_differences(max_tokens: int | None) -> None:
-    # The recorder writes each finished request's gaps into arrays sized for every request's max_tokens - 1 gaps
-    # (growing them if a request had more): in finishing order, np.diff of each request's token times
-    # (engine.core.metrics.itl_s), none for a request with fewer than two tokens.
+def test_recorded_itl_gaps_are_each_requests_token_time_differences() -> None:
+    # The recorder keeps each finished request's tokens as runs of stamps (roofline.sim.token_times); its gaps are,
+    # in finishing order, np.diff of each request's token times (engine.core.metrics.itl_s), bit for bit, none for
+    # a request with fewer than two tokens.
     from types import SimpleNamespace
 
     from engine.core.metrics import itl_s
     from roofline.sim.recorder import Recorder
+    from roofline.sim.token_times import TimeSeries
 
     rng = np.random.default_rng(5)
-    lengths = rng.integers(0, 40, size=700).tolist() + [900]
-    specs = [RequestSpec(f"r{i}", 0.0, 10, max_tokens or max(n, 1)) for i, n in enumerate(lengths)]
+    lengths = rng.integers(1, 40, size=700).tolist() + [900]
+    specs = [RequestSpec(f"r{i}", 0.0, 10, max(n, 1)) for i, n in enumerate(lengths)]
     recorder = Recorder(specs, record_steps=False)
     order = rng.permutation(len(specs)).tolist()
-    times = {i: np.cumsum(rng.exponential(0.01, size=lengths[i])).tolist() for i in order}
+    stamps = np.cumsum(rng.exponential(0.01, size=3000))
+    series = TimeSeries()
+    for t in stamps.tolist():
+        series.add(t)
+    times = {}
+    for i in order:  # each request's tokens at some of the stamps, in order (runs and holes)
+        picks = np.sort(rng.choice(len(stamps), size=lengths[i], replace=False))
+        times[i] = stamps[picks].tolist()
     for i in order:
         recorder.finished(SimpleNamespace(request_id=f"r{i}", first_scheduled_time_s=0.0, first_token_time_s=0.0,
                                           finish_time_s=1.0, num_output_tokens=lengths[i], num_preemptions=0,
                                           num_prefix_hit_tokens=0, token_times_s=times[i],
-                                          token_times_array=np.array(times[i], dtype=np.float64)))
-    gaps, rows = recorder.itl_gap_s[:recorder.num_gaps], recorder.itl_row[:recorder.num_gaps]
+                                          token_times_array=np.array(times[i], dtype=np.float64)), series)
+    token_times = recorder.token_runs.token_times(len(specs))
+    gaps, rows = token_times.gap_s, token_times.request_index
     expected = [itl_s(times[i]) for i in order if lengths[i] > 1]
     np.testing.assert_array_equal(gaps, np.concatenate(expected))  # bit for bit
     np.testing.assert_array_equal(rows, np.concatenate([[i] * (lengths[i] - 1) for i in order if lengths[i] > 1]))
-    assert rows.dtype == np.int32 and gaps.dtype == np.float64  # (rows as int32: half the memory)
-    assert (len(recorder.itl_gap_s) > sum(max(s.num_output_tokens - 1, 0) for s in specs)) == (max_tokens is not None)
+    assert rows.dtype == np.int32 and gaps.dtype == np.float64
+    assert len(token_times.times) == len(stamps)  # the stamps once: no request kept times of its own
 
 
 def test_slo_percentages_and_goodput() -> None:

@@ -45,6 +45,7 @@ from engine.core import metrics
 from roofline.cost.hardware import HardwareProfile
 from roofline.errors import UserError
 from roofline.sim.metrics import InterTokenLatencies, meets_slos, rate_per_s
+from roofline.sim.token_times import TokenTimes, WeightedValues
 
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
 DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")  # vLLM's default for generative models
@@ -130,8 +131,14 @@ def percentile_word(p: float) -> str:
     return str(int(p)) if int(p) == p else str(p)
 
 
-def _stats(values: np.ndarray, percentiles: Sequence[float]) -> tuple[float, float, float, list[float]]:
+def _stats(values: np.ndarray | WeightedValues, percentiles: Sequence[float]) -> tuple[float, float, float,
+                                                                                       list[float]]:
     """(mean, median, std, percentiles) in ms, as vLLM (an empty list counts as [0])."""
+    if isinstance(values, WeightedValues) and len(values):  # a simulation's ITL gaps, pooled
+        return (values.mean() * 1000, values.median() * 1000, values.std() * 1000,
+                [values.percentile(p) * 1000 for p in percentiles])
+    if isinstance(values, WeightedValues):
+        values = np.zeros(0)
     data = values if len(values) else np.zeros(1)
     return (float(np.mean(data) * 1000), float(np.median(data) * 1000), float(np.std(data) * 1000),
             [float(np.percentile(data, p) * 1000) for p in percentiles])
@@ -156,7 +163,7 @@ def per_request_token_times(requests: pd.DataFrame, itl: InterTokenLatencies) ->
     return all_times, all_rows
 
 
-def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies, client_input_lens: np.ndarray,
+def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, client_input_lens: np.ndarray,
                   options: BenchMetricOptions, max_concurrency: int | None, request_rate: float,
                   detailed: bool = False) -> dict[str, Any]:
     """vLLM's result keys for a finished simulation (`requests` in send order, as the simulator returns them)."""
@@ -169,8 +176,7 @@ def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies, client_input
     # vLLM's client: TPOT from its own TTFT and latency; a one-token output counts TPOT 0 towards goodput.
     all_tpots = np.nan_to_num(metrics.tpot_s_array(ttft, e2el, output_lens), nan=0.0)
     tpots = all_tpots[output_lens > 1]
-    order = np.argsort(itl.request_index, kind="stable")
-    itls = itl.gap_s[order]
+    itls = itl.values() if isinstance(itl, TokenTimes) else itl.values_by_request()
     duration = float(finish.max())
     completed = len(requests)
     total_input = int(np.sum(client_input_lens))
@@ -190,10 +196,11 @@ def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies, client_input
         "total_token_throughput": (total_input + total_output) / duration,
     }
     if detailed:
-        rows = itl.request_index[order]
+        order = np.argsort(itl.request_index, kind="stable")
+        rows, gaps = itl.request_index[order], itl.gap_s[order]
         bounds = np.searchsorted(rows, np.arange(completed + 1))
         result.update(input_lens=[int(v) for v in client_input_lens], output_lens=output_lens.tolist(),
-                      ttfts=ttft.tolist(), itls=[itls[bounds[i]:bounds[i + 1]].tolist() for i in range(completed)])
+                      ttfts=ttft.tolist(), itls=[gaps[bounds[i]:bounds[i + 1]].tolist() for i in range(completed)])
     result["latencies"] = e2el.tolist()
     if detailed:
         result["start_times"] = start.tolist()
@@ -201,7 +208,7 @@ def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies, client_input
     if detailed:
         result["errors"] = [""] * completed
     result.update(max_output_tokens_per_s=peak_tokens, max_concurrent_requests=peak_requests, rtfx=0.0)
-    values = {"ttft": ttft, "tpot": tpots, "itl": itls, "e2el": e2el}
+    values: dict[str, np.ndarray | WeightedValues] = {"ttft": ttft, "tpot": tpots, "itl": itls, "e2el": e2el}
     if max_concurrency is not None:
         values["client_queue_time"] = queue
         if not math.isinf(request_rate):
@@ -218,13 +225,19 @@ def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies, client_input
     return result
 
 
-def _peaks(requests: pd.DataFrame, itl: InterTokenLatencies, start: np.ndarray, finish: np.ndarray) -> tuple[float, int]:
+def _peaks(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, start: np.ndarray,
+           finish: np.ndarray) -> tuple[float, int]:
     """vLLM's max_output_tokens_per_s and max_concurrent_requests: 1-s buckets from the first send."""
     first_send = float(start.min())
     num_buckets = int(np.ceil(finish.max() - first_send)) + 1
-    times, _ = per_request_token_times(requests, itl)
+    if isinstance(itl, TokenTimes):  # each step's stamp once, with the number of tokens stamped with it
+        times, weights = itl.times, itl.tokens_at_stamps()
+    else:
+        times, weights = per_request_token_times(requests, itl)[0], None
     buckets = (times - first_send).astype(np.int64)
-    tokens = np.bincount(buckets[(buckets >= 0) & (buckets < num_buckets)], minlength=num_buckets)
+    counted = (buckets >= 0) & (buckets < num_buckets)
+    tokens = np.bincount(buckets[counted], weights=None if weights is None else weights[counted],
+                         minlength=num_buckets)
     first_second = (start - first_send).astype(np.int64)
     last_second = (finish - first_send).astype(np.int64)
     change = np.zeros(num_buckets + 1, dtype=np.int64)
@@ -273,7 +286,7 @@ def format_bench_metrics(metrics: dict[str, Any], max_concurrency: int | None, r
 # ---- steady state --------------------------------------------------------------------------------------------
 
 
-def steady_state(requests: pd.DataFrame, itl: InterTokenLatencies, steps: pd.DataFrame, warmup_fraction: float,
+def steady_state(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, steps: pd.DataFrame, warmup_fraction: float,
                  drain_fraction: float, percentiles: Sequence[float]) -> dict[str, Any]:
     """Figures of the steady state, which vLLM's counting does not give: the first `warmup_fraction` and the last
     `drain_fraction` of the requests by send order left out of the latencies; throughput between the
@@ -298,10 +311,11 @@ def steady_state(requests: pd.DataFrame, itl: InterTokenLatencies, steps: pd.Dat
         out["output_throughput"] = float(steps.loc[in_window, "num_output_tokens"].sum()) / span
     sub = requests[kept]
     n_out = sub["num_output_tokens"].to_numpy()
-    values = {"ttft": sub["ttft_s"].to_numpy(dtype=float), "e2el": sub["e2e_s"].to_numpy(dtype=float),
-              "tpot": metrics.tpot_s_array(sub["ttft_s"].to_numpy(dtype=float), sub["e2e_s"].to_numpy(dtype=float),
-                                           n_out)[n_out > 1],
-              "itl": itl.gap_s[kept[itl.request_index]]}
+    values: dict[str, np.ndarray | WeightedValues] = {
+        "ttft": sub["ttft_s"].to_numpy(dtype=float), "e2el": sub["e2e_s"].to_numpy(dtype=float),
+        "tpot": metrics.tpot_s_array(sub["ttft_s"].to_numpy(dtype=float), sub["e2e_s"].to_numpy(dtype=float),
+                                     n_out)[n_out > 1],
+        "itl": itl.values(kept)}
     for name in ("ttft", "tpot", "itl", "e2el"):
         mean, median, std, pcts = _stats(values[name], percentiles)
         out[f"mean_{name}_ms"] = mean

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from roofline.errors import UserError
+from roofline.sim.token_times import TokenTimes, WeightedValues
 
 PERCENTILES = (50, 90, 99)
 _all = np.logical_and.reduce  # (of a bool array; `arr.all()` goes through a Python wrapper)
@@ -56,16 +57,29 @@ class InterTokenLatencies:
     gap_s: np.ndarray
     request_index: np.ndarray
 
+    def values(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The gaps of the requests where `rows` (a bool per request row) is True; all of them without (no copy)."""
+        return self.gap_s if rows is None else self.gap_s[rows[self.request_index]]
 
-def latency_stats(values: np.ndarray) -> dict[str, float | None]:
+    def values_by_request(self) -> np.ndarray:
+        """Every gap, request row after request row (vLLM's client pools them so)."""
+        return self.gap_s[np.argsort(self.request_index, kind="stable")]
+
+
+def latency_stats(values: np.ndarray | WeightedValues) -> dict[str, float | None]:
     """mean, p50, p90, p99 of finite values (None when there are none)."""
-    finite = np.isfinite(values)
+    if isinstance(values, WeightedValues):  # a simulation's gaps (finite), pooled
+        if len(values) == 0:
+            return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+        return {"mean": values.mean(), **{f"p{p}": values.percentile(p) for p in PERCENTILES}}
+    array = values
+    finite = np.isfinite(array)
     if not _all(finite):  # (no copy when all are: the ITL gaps of a long run are millions)
-        values = values[finite]
-    if len(values) == 0:
+        array = array[finite]
+    if len(array) == 0:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
-    stats: dict[str, float | None] = {"mean": float(values.mean())}
-    for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES)):
+    stats: dict[str, float | None] = {"mean": float(array.mean())}
+    for p, v in zip(PERCENTILES, np.percentile(array, PERCENTILES)):
         stats[f"p{p}"] = float(v)
     return stats
 
@@ -95,7 +109,7 @@ def measurement_window(requests: pd.DataFrame, options: SummaryOptions) -> tuple
     return start, end
 
 
-def summarize(requests: pd.DataFrame, itl: InterTokenLatencies, steps: pd.DataFrame,
+def summarize(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, steps: pd.DataFrame,
               options: SummaryOptions) -> dict[str, Any]:
     """The summary of a finished run. `requests`: one row per request with arrival_s, first_token_s, finish_s,
     num_prompt_tokens, num_output_tokens, ttft_s, tpot_s, e2e_s, queueing_s, num_preemptions,
@@ -112,8 +126,7 @@ def summarize(requests: pd.DataFrame, itl: InterTokenLatencies, steps: pd.DataFr
                                                                             "queueing_s")}
     arrived_rows = arrived.to_numpy()
     # The gaps of the requests that arrived in the window; all of them without a window (no copy then).
-    itl_gaps = itl.gap_s if _all(arrived_rows) else itl.gap_s[arrived_rows[itl.request_index]]
-    latency["itl_s"] = latency_stats(itl_gaps)
+    latency["itl_s"] = latency_stats(itl.values(None if _all(arrived_rows) else arrived_rows))
     summary: dict[str, Any] = {
         "num_requests": int(len(requests)),
         "num_measured_requests": int(len(measured)),

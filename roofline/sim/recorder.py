@@ -14,6 +14,7 @@ from engine.core import metrics
 from engine.core.request import Request
 from engine.core.step_record import StepRecords, StepSequences
 from roofline.sim.metrics import InterTokenLatencies, SummaryOptions, summarize
+from roofline.sim.token_times import Segments, TimeSeries, TokenTimes
 from roofline.sim.workload import RequestSpec
 
 
@@ -23,7 +24,7 @@ class SimulationResult:
 
     requests: pd.DataFrame
     steps: pd.DataFrame
-    itl: InterTokenLatencies
+    itl: InterTokenLatencies | TokenTimes  # (a simulation's: TokenTimes)
     # Per step: query, context, emits (empty unless the steps were recorded), and each sequence's request id.
     step_seqs: StepSequences = field(repr=False)
     wall_time_s: float = 0.0
@@ -57,25 +58,17 @@ class Recorder:
         self.num_prefix_hits = np.zeros(n, np.int64)
         self.replica = np.zeros(n, np.int64)
         self.sent = np.full(n, np.nan)  # when the client sent it (= the arrival time in open loop)
-        # Every ITL gap of the run in finishing order, gaps [0, num_gaps) written: a request has at most its
-        # max_tokens - 1 gaps, so the arrays rarely grow. Each finished request's gaps are written straight into
-        # them (`_write_gaps`): no per-batch arrays and no concatenation at the end, whose fresh pages (~70 MB at
-        # 10,000 requests) cost page faults, on this VM a tenth of the run's CPU time (BENCHMARKS.md). Pages
-        # past the gaps written are never touched.
-        capacity = sum(max(s.num_output_tokens - 1, 0) for s in specs)
-        self.itl_gap_s = np.empty(capacity)
-        # The row of each gap, as int32: half the memory of int64 (17.5 MB at 10,000 ShareGPT requests), the same
-        # indexing and stable sorts; rows are below 2^31.
-        assert n < 2**31, "more requests than an int32 row index holds"
-        self.itl_row = np.empty(capacity, np.int32)
-        self.num_gaps = 0
+        # Every token's time, as runs of the replicas' step stamps (`roofline.sim.token_times`): 8 bytes a step and
+        # 32 a run instead of 12 bytes a token.
+        self.token_runs = Segments()
         self.record_steps = record_steps
         self.steps = StepRows()
         self.step_seqs = StepRecords()
 
-    def finished(self, req: Request, times: np.ndarray | None = None) -> None:
-        """Record a finished request; `times`: its tokens' times where they differ from those the scheduler stamped
-        (the client's, behind an API server of more than one process)."""
+    def finished(self, req: Request, series: TimeSeries, times: np.ndarray | None = None) -> None:
+        """Record a finished request whose tokens were stamped with entries of `series` (its replica's step times,
+        or when its API-server process's client saw them); `times`: its tokens' times where they differ from those
+        the scheduler stamped (the client's, behind an API server of more than one process)."""
         row = self.row_of[req.request_id]
         self.first_scheduled[row] = req.first_scheduled_time_s
         self.num_output[row] = req.num_output_tokens
@@ -88,20 +81,7 @@ class Recorder:
         else:
             self.first_token[row] = times[0]
             self.finish[row] = times[-1]
-        if len(times) > 1:
-            self._write_gaps(row, times)
-
-    def _write_gaps(self, row: int, times: np.ndarray) -> None:
-        """Append the request's inter-token gaps (np.diff of its token times, the same floats as
-        `engine.core.metrics.itl_s`) and their row."""
-        n = len(times)
-        start = self.num_gaps
-        end = self.num_gaps = start + n - 1
-        if end > len(self.itl_gap_s):
-            self.itl_gap_s = np.concatenate((self.itl_gap_s[:start], np.empty(2 * end - start)))
-            self.itl_row = np.concatenate((self.itl_row[:start], np.empty(2 * end - start, np.int32)))
-        np.subtract(times[1:n], times[:n - 1], out=self.itl_gap_s[start:end])
-        self.itl_row[start:end] = row
+        self.token_runs.add(row, times, series)
 
 
 # One row per step; the names of engine.core.trace's step columns where they exist. The columns holding times (and
@@ -170,5 +150,5 @@ def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float) -> 
         "num_prefix_hit_tokens": rec.num_prefix_hits,
     })
     steps = rec.steps.table()
-    itl = InterTokenLatencies(rec.itl_gap_s[:rec.num_gaps], rec.itl_row[:rec.num_gaps])
+    itl = rec.token_runs.token_times(len(specs))
     return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s)

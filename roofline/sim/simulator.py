@@ -64,6 +64,7 @@ from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
 from roofline.sim.data_parallel import group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import Recorder, SimulationResult, build_result
+from roofline.sim.token_times import TimeSeries
 from roofline.sim.workload import PromptStream, RequestFactory, RequestSpec, Workload, sample_requests
 
 ROUTERS = ("round_robin", "least_outstanding")
@@ -120,6 +121,9 @@ class _Replica:
         self.lag = 1 if deployment.hw.executor.host_overlaps_device else 0
         # Sent, not yet seen by the scheduler: [request, schedules still to let pass], in arrival order.
         self.in_transit: list[list[Any]] = []
+        # The time stamped on each step's tokens, step after step (its end, or when the API server's client saw its
+        # tokens): a request's tokens are runs of these (`roofline.sim.token_times`).
+        self.stamps = TimeSeries()
 
     def admit(self, everything: bool = False) -> None:
         """Before a schedule: add the in-transit requests whose wait is over (all of them for an engine with
@@ -136,24 +140,19 @@ class _Replica:
 
 class _SeenTimes:
     """For one API-server process of one replica: the end times of the steps that had tokens for it (increasing) and
-    when its clients saw them."""
+    when its clients saw them (the stamps of its requests' tokens)."""
 
     def __init__(self) -> None:
-        self.engine_s = np.empty(256)
-        self.seen_s = np.empty(256)
-        self.num = 0
+        self.engine = TimeSeries()
+        self.seen = TimeSeries()
 
     def add(self, engine_s: float, seen_s: float) -> None:
-        if self.num == len(self.engine_s):
-            self.engine_s = np.concatenate((self.engine_s, np.empty(self.num)))
-            self.seen_s = np.concatenate((self.seen_s, np.empty(self.num)))
-        self.engine_s[self.num] = engine_s
-        self.seen_s[self.num] = seen_s
-        self.num += 1
+        self.engine.add(engine_s)
+        self.seen.add(seen_s)
 
     def map(self, engine_times_s: np.ndarray) -> np.ndarray:
         """When the client saw tokens the engine sampled at `engine_times_s` (step end times added before)."""
-        return self.seen_s[np.searchsorted(self.engine_s[:self.num], engine_times_s)]
+        return self.seen.values[np.searchsorted(self.engine.values[:self.engine.num], engine_times_s)]
 
 
 def run_simulation(deployment: Deployment, workload: Workload, options: SimulationOptions = SimulationOptions(),
@@ -349,8 +348,9 @@ class _Simulation:
         if self.api is not None:
             self.end_step_streamed(now, replica, plan)
             return
+        replica.stamps.add(now)
         for req in replica.scheduler.update_from_output(plan, self.token_id, now):
-            self.recorder.finished(req)
+            self.recorder.finished(req, replica.stamps)
             replica.num_outstanding -= 1
             self.num_done += 1
             self.num_in_flight -= 1
@@ -375,9 +375,10 @@ class _Simulation:
         if self.seen_times is None:  # one process: every token of the step is seen at the same time
             num = plan.num_emitting_seqs
             seen_s = api.stream_outputs(now, 0, num) if num else now
+            replica.stamps.add(seen_s)
             finished = replica.scheduler.update_from_output(plan, self.token_id, seen_s)
             for req in finished:
-                self.recorder.finished(req)
+                self.recorder.finished(req, replica.stamps)
                 self.request_seen(replica, seen_s)
         else:
             row_of, process_of = self.recorder.row_of, self.process_of
@@ -390,8 +391,9 @@ class _Simulation:
                 if num:
                     seen_times[process].add(now, api.stream_outputs(now, process, num))
             for req in replica.scheduler.update_from_output(plan, self.token_id, now):
-                times = seen_times[process_of[row_of[req.request_id]]].map(req.token_times_array)  # type: ignore[index]
-                self.recorder.finished(req, times)
+                seen = seen_times[process_of[row_of[req.request_id]]]  # type: ignore[index]
+                times = seen.map(req.token_times_array)
+                self.recorder.finished(req, seen.seen, times)
                 self.request_seen(replica, float(times[-1]))
         self.next_step(now, replica)
 

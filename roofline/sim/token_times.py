@@ -1,0 +1,232 @@
+"""Every output token's time of a simulation, kept compact: the run's time stamps once, each request's tokens as runs
+of them.
+
+A simulated token is stamped with the time of the step that sampled it (its end, or when the API server's client
+saw that step's tokens), so the tokens of a request are runs of consecutive entries of its replica's stamps, one
+run from its first token to its last unless it was preempted. `TokenTimes` keeps the stamps (`times`, 8 bytes a
+step) and per run its request row, first stamp and length, instead of every gap as a float and a row (12 bytes a
+token: 5.3 GB for 1,000,000 ShareGPT requests). Every gap is still there exactly: the gap between the tokens at
+stamps g-1 and g is `times[g] - times[g-1]`, the same subtraction of the same floats as `np.diff` of the request's
+token times; between runs, the first stamp of the next minus the last of the one before.
+
+The ITL statistics need only the pooled gaps as a multiset (`WeightedValues`: each distinct stamp difference with
+its count), so the percentiles and the median are numpy's to the bit (`weighted_percentile` repeats numpy's
+linear interpolation on the order statistics); a mean or a standard deviation is a sum over the multiset
+(`math.fsum` of count x value), which may differ from numpy's pairwise sum of the gaps in a given order in its
+last bits (BENCHMARKS.md, "Output identity").
+
+    series = recorder.new_series()       # one per replica (or API-server process): series.add(t) per step
+    recorder.finished(req, times, series)
+    token_times.values(rows_mask)        # the pooled gaps of those requests, as a WeightedValues
+    token_times.gap_s, token_times.request_index    # every gap, explicitly (InterTokenLatencies' arrays)
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class TimeSeries:
+    """Time stamps in the order they are added (nondecreasing in practice; `Segments.add` checks what it uses)."""
+
+    def __init__(self) -> None:
+        self.values = np.empty(1024)
+        self.num = 0
+
+    def add(self, time_s: float) -> None:
+        if self.num == len(self.values):
+            self.values = np.concatenate((self.values, np.empty(self.num)))
+        self.values[self.num] = time_s
+        self.num += 1
+
+
+class Segments:
+    """The runs of every finished request, in finishing order: request row, series, first stamp, length."""
+
+    def __init__(self) -> None:
+        self.series: list[TimeSeries] = []
+        self._index_of: dict[int, int] = {}  # id() of a series -> its index
+        self.row = array("q")
+        self.series_index = array("q")
+        self.start = array("q")
+        self.length = array("q")
+
+    def _series_index(self, series: TimeSeries) -> int:
+        index = self._index_of.get(id(series))
+        if index is None:
+            index = self._index_of[id(series)] = len(self.series)
+            self.series.append(series)
+        return index
+
+    def add(self, row: int, times: np.ndarray, series: TimeSeries) -> None:
+        """Request `row`'s token times, each an entry of `series` (else kept as a series of their own)."""
+        n = len(times)
+        if n == 0:
+            return
+        stamps = series.values[:series.num]
+        first = int(np.searchsorted(stamps, times[0]))
+        if first + n <= series.num and np.array_equal(stamps[first:first + n], times):  # one run (the common case)
+            self._append(row, self._series_index(series), first, n)
+            return
+        where = np.searchsorted(stamps, times)
+        if int(where[-1]) < series.num and np.array_equal(stamps[where], times):
+            breaks = np.flatnonzero(np.diff(where) != 1) + 1
+            bounds = [0, *breaks.tolist(), n]
+            index = self._series_index(series)
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                self._append(row, index, int(where[lo]), hi - lo)
+            return
+        own = TimeSeries()  # times not among the stamps (not expected): kept as they are
+        own.values = np.array(times, dtype=np.float64)
+        own.num = n
+        self._append(row, self._series_index(own), 0, n)
+
+    def _append(self, row: int, series: int, start: int, length: int) -> None:
+        self.row.append(row)
+        self.series_index.append(series)
+        self.start.append(start)
+        self.length.append(length)
+
+    def token_times(self, num_requests: int) -> TokenTimes:
+        """The runs over one array of every series' stamps."""
+        offsets = np.zeros(len(self.series) + 1, dtype=np.int64)
+        np.cumsum([s.num for s in self.series], out=offsets[1:])
+        times = np.concatenate([s.values[:s.num] for s in self.series]) if self.series else np.zeros(0)
+        series = np.frombuffer(self.series_index, dtype=np.int64) if len(self.series_index) else \
+            np.zeros(0, dtype=np.int64)
+        start = (np.frombuffer(self.start, dtype=np.int64) if len(self.start) else np.zeros(0, dtype=np.int64)) \
+            + offsets[series]
+        row = np.frombuffer(self.row, dtype=np.int64).copy() if len(self.row) else np.zeros(0, dtype=np.int64)
+        length = np.frombuffer(self.length, dtype=np.int64).copy() if len(self.length) else \
+            np.zeros(0, dtype=np.int64)
+        return TokenTimes(times, row, start, length, num_requests)
+
+
+@dataclass(frozen=True)
+class WeightedValues:
+    """A multiset of floats: `values` ascending, each `counts` times (counts > 0)."""
+
+    values: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def of(cls, values: np.ndarray, counts: np.ndarray) -> WeightedValues:
+        keep = counts > 0
+        values, counts = values[keep], counts[keep]
+        order = np.argsort(values, kind="stable")
+        return cls(values[order], counts[order].astype(np.int64))
+
+    def __len__(self) -> int:
+        return int(self.counts.sum())
+
+    def ranked(self, ranks: np.ndarray) -> np.ndarray:
+        """The values at these 0-based ranks of the sorted multiset."""
+        return self.values[np.searchsorted(np.cumsum(self.counts), ranks, side="right")]
+
+    def mean(self) -> float:
+        """The mean (count x value summed by `math.fsum`)."""
+        return math.fsum((self.values * self.counts).tolist()) / len(self)
+
+    def std(self) -> float:
+        """The population standard deviation, as numpy's `std`: the root of the mean squared deviation from the
+        mean."""
+        deviation = self.values - self.mean()
+        return math.sqrt(math.fsum((deviation * deviation * self.counts).tolist()) / len(self))
+
+    def median(self) -> float:
+        """numpy's median: the middle value, or the mean of the two middle ones ((a + b) / 2)."""
+        n = len(self)
+        if n % 2:
+            return float(self.ranked(np.array([n // 2]))[0])
+        a, b = self.ranked(np.array([n // 2 - 1, n // 2]))
+        return float((a + b) / 2.0)
+
+    def percentile(self, q: float) -> float:
+        return weighted_percentile(self, q)
+
+
+def weighted_percentile(values: WeightedValues, q: float) -> float:
+    """`np.percentile(x, q)` (linear interpolation) of the multiset x: numpy's virtual index, its neighbouring order
+    statistics and its `_lerp`, on float64 as numpy computes them (tests/test_token_times.py checks equality)."""
+    n = len(values)
+    virtual = np.float64(n - 1) * np.true_divide(np.float64(q), 100)
+    if virtual >= n - 1:
+        below = above = n - 1
+        gamma = virtual - np.float64(-1)  # numpy's gamma there (its index is -1); a == b, so it is unused
+    elif virtual < 0:
+        below = above = 0
+        gamma = virtual
+    else:
+        below = int(np.floor(virtual))
+        above = below + 1
+        gamma = virtual - np.float64(below)
+    a, b = values.ranked(np.array([below, above]))
+    diff = b - a
+    if gamma >= 0.5:
+        return float(b - diff * (1 - gamma))
+    return float(a + diff * gamma)
+
+
+class TokenTimes:
+    """Every token time of a run: the stamps (`times`) and, per run of a request's tokens in finishing order, its
+    request row, first stamp (an index into `times`) and length (module docstring)."""
+
+    def __init__(self, times: np.ndarray, row: np.ndarray, start: np.ndarray, length: np.ndarray,
+                 num_requests: int) -> None:
+        self.times, self.row, self.start, self.length = times, row, start, length
+        self.num_requests = num_requests
+
+    @property
+    def num_gaps(self) -> int:
+        return int(self.length.sum()) - len(np.unique(self.row))
+
+    def values(self, rows: np.ndarray | None = None) -> WeightedValues:
+        """The gaps between consecutive tokens of each request (of the rows where `rows` is True), pooled."""
+        row, start, length = self.row, self.start, self.length
+        if rows is not None:
+            keep = rows[row]
+            row, start, length = row[keep], start[keep], length[keep]
+        g = len(self.times)
+        inside = np.cumsum(np.bincount(start + 1, minlength=g + 1) - np.bincount(start + length, minlength=g + 1))
+        counts = inside[1:g]  # gaps from stamp k to k + 1: times[k + 1] - times[k]
+        steps = self.times[1:] - self.times[:-1]
+        same = np.flatnonzero(row[1:] == row[:-1])  # a request's next run: the gap across a preemption
+        across = self.times[start[same + 1]] - self.times[start[same] + length[same] - 1]
+        return WeightedValues.of(np.concatenate((steps, across)),
+                                 np.concatenate((counts, np.ones(len(across), dtype=np.int64))))
+
+    def tokens_at_stamps(self) -> np.ndarray:
+        """How many tokens were stamped with each entry of `times`."""
+        g = len(self.times)
+        return np.cumsum(np.bincount(self.start, minlength=g + 1) - np.bincount(self.start + self.length,
+                                                                              minlength=g + 1))[:g]
+
+    def _token_stamps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every token's stamp index, run after run, and the run of each."""
+        length = self.length
+        total = int(length.sum())
+        run_first = np.zeros(len(length), dtype=np.int64)
+        np.cumsum(length[:-1], out=run_first[1:])
+        run = np.repeat(np.arange(len(length)), length)
+        return self.start[run] + (np.arange(total) - run_first[run]), run
+
+    @property
+    def gap_s(self) -> np.ndarray:
+        """Every gap, request after request in finishing order (`InterTokenLatencies.gap_s`)."""
+        return self._explicit()[0]
+
+    @property
+    def request_index(self) -> np.ndarray:
+        """The request row of each of `gap_s` (int32)."""
+        return self._explicit()[1]
+
+    def _explicit(self) -> tuple[np.ndarray, np.ndarray]:
+        stamps, run = self._token_stamps()
+        rows = self.row[run]
+        later = np.flatnonzero(rows[1:] == rows[:-1]) + 1  # every token but a request's first
+        times = self.times
+        return times[stamps[later]] - times[stamps[later - 1]], rows[later].astype(np.int32)

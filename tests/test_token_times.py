@@ -1,0 +1,90 @@
+"""A simulation's token times kept as runs of step stamps (`roofline.sim.token_times`): the gaps, their pooled
+statistics and the peaks are those of the explicit gaps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from roofline.sim.token_times import Segments, TimeSeries, WeightedValues, weighted_percentile
+
+
+def _series(times: np.ndarray) -> TimeSeries:
+    series = TimeSeries()
+    for t in times.tolist():
+        series.add(t)
+    return series
+
+
+def _runs() -> tuple[Segments, list[np.ndarray], list[int]]:
+    """Requests on two replicas: one run each, runs split by a preemption, equal stamps (a step whose client saw
+    its tokens when it saw the step before's) and times that are no stamps."""
+    rng = np.random.default_rng(3)
+    stamps = [np.cumsum(rng.uniform(0.01, 0.05, 400)), np.cumsum(rng.uniform(0.01, 0.05, 300))]
+    stamps[0][50:53] = stamps[0][49]  # repeated stamps
+    series = [_series(s) for s in stamps]
+    segments = Segments()
+    times_of: list[np.ndarray] = []
+    rows = []
+    for row in range(60):
+        replica = row % 2
+        s = stamps[replica]
+        first = int(rng.integers(0, len(s) - 40))
+        n = int(rng.integers(1, 40))
+        picks = np.arange(first, first + n)
+        if row % 7 == 3 and n > 5:  # preempted: a hole in its steps
+            picks = np.concatenate((picks[:3], picks[3:] + 20))
+        times = s[picks]
+        if row == 11:
+            times = times + 1e-3  # not stamps
+        segments.add(row, times, series[replica])
+        times_of.append(times)
+        rows.append(row)
+    return segments, times_of, rows
+
+
+def test_gaps_are_the_explicit_gaps_in_finishing_order() -> None:
+    segments, times_of, rows = _runs()
+    tt = segments.token_times(len(rows))
+    expected = np.concatenate([np.diff(t) for t in times_of])
+    expected_rows = np.concatenate([np.full(len(t) - 1, r) for t, r in zip(times_of, rows)])
+    assert np.array_equal(tt.gap_s, expected)  # bit for bit: the same subtractions
+    assert np.array_equal(tt.request_index, expected_rows)
+    assert tt.request_index.dtype == np.int32
+    assert tt.num_gaps == len(expected)
+    assert len(segments.row) > len(rows)  # the preempted requests have more than one run
+
+
+def test_pooled_values_and_statistics_equal_numpys_on_the_gaps() -> None:
+    segments, times_of, rows = _runs()
+    tt = segments.token_times(len(rows))
+    for mask in (None, np.arange(len(rows)) % 3 != 0):
+        chosen = [t for r, t in zip(rows, times_of) if mask is None or mask[r]]
+        gaps = np.concatenate([np.diff(t) for t in chosen])
+        pooled = tt.values(mask)
+        assert len(pooled) == len(gaps)
+        assert np.array_equal(np.repeat(pooled.values, pooled.counts), np.sort(gaps))
+        for q in (0, 1, 25, 50, 90, 99, 99.9, 100, 37.3):
+            assert pooled.percentile(q) == np.percentile(gaps, q)
+        assert pooled.median() == np.median(gaps)
+        assert pooled.mean() == pytest.approx(np.mean(gaps), rel=1e-14)
+        assert pooled.std() == pytest.approx(np.std(gaps), rel=1e-12)
+
+
+def test_weighted_percentile_is_numpys_on_random_multisets() -> None:
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 7, 100, 1001):
+        values = np.round(rng.exponential(1.0, n), int(rng.integers(1, 4)))  # ties
+        pooled = WeightedValues.of(values, np.ones(n, dtype=np.int64))
+        for q in rng.uniform(0, 100, 20).tolist() + [0.0, 50.0, 99.0, 100.0]:
+            assert weighted_percentile(pooled, q) == np.percentile(values, q), (n, q)
+        assert pooled.median() == np.median(values)
+
+
+def test_tokens_at_stamps_count_every_token_once() -> None:
+    segments, times_of, rows = _runs()
+    tt = segments.token_times(len(rows))
+    counts = tt.tokens_at_stamps()
+    assert counts.sum() == sum(len(t) for t in times_of)
+    stamped = np.repeat(tt.times, counts)
+    assert np.array_equal(np.sort(stamped), np.sort(np.concatenate(times_of)))
