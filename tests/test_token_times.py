@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from roofline.sim import token_times
 from roofline.sim.token_times import Segments, TimeSeries, WeightedValues, weighted_percentile
 
 
@@ -55,7 +56,13 @@ def test_gaps_are_the_explicit_gaps_in_finishing_order() -> None:
     assert len(segments.row) > len(rows)  # the preempted requests have more than one run
 
 
-def test_pooled_values_and_statistics_equal_numpys_on_the_gaps() -> None:
+@pytest.mark.parametrize("exact_order", [True, False], ids=["in-order", "multiset"])
+def test_pooled_values_and_statistics_equal_numpys_on_the_gaps(exact_order: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Up to EXACT_ORDER_MAX_GAPS gaps the mean and std are numpy's on the gaps in finishing order, bit for bit;
+    # above, math.fsum's on the multiset (to 1e-14 here).
+    if not exact_order:
+        monkeypatch.setattr(token_times, "EXACT_ORDER_MAX_GAPS", 0)
     segments, times_of, rows = _runs()
     tt = segments.token_times(len(rows))
     for mask in (None, np.arange(len(rows)) % 3 != 0):
@@ -67,8 +74,15 @@ def test_pooled_values_and_statistics_equal_numpys_on_the_gaps() -> None:
         for q in (0, 1, 25, 50, 90, 99, 99.9, 100, 37.3):
             assert pooled.percentile(q) == np.percentile(gaps, q)
         assert pooled.median() == np.median(gaps)
-        assert pooled.mean() == pytest.approx(np.mean(gaps), rel=1e-14)
-        assert pooled.std() == pytest.approx(np.std(gaps), rel=1e-12)
+        if exact_order:
+            assert pooled.mean() == np.mean(gaps) and pooled.std() == np.std(gaps)
+        else:
+            assert pooled.mean() == pytest.approx(np.mean(gaps), rel=1e-14)
+            assert pooled.std() == pytest.approx(np.std(gaps), rel=1e-12)
+    by_request = tt.values(by_request=True)
+    in_rows = np.concatenate([np.diff(t) for _, t in sorted(zip(rows, times_of), key=lambda p: p[0])])
+    if exact_order:
+        assert by_request.mean() == np.mean(in_rows) and by_request.std() == np.std(in_rows)
 
 
 def test_weighted_percentile_is_numpys_on_random_multisets() -> None:

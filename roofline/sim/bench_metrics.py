@@ -176,7 +176,7 @@ def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes,
     # vLLM's client: TPOT from its own TTFT and latency; a one-token output counts TPOT 0 towards goodput.
     all_tpots = np.nan_to_num(metrics.tpot_s_array(ttft, e2el, output_lens), nan=0.0)
     tpots = all_tpots[output_lens > 1]
-    itls = itl.values() if isinstance(itl, TokenTimes) else itl.values_by_request()
+    itls = itl.values(by_request=True) if isinstance(itl, TokenTimes) else itl.values_by_request()
     duration = float(finish.max())
     completed = len(requests)
     total_input = int(np.sum(client_input_lens))
