@@ -202,3 +202,46 @@ def test_prefill_columns_are_prefill_sums_per_step(model: str) -> None:
         assert {name: columns[name][i] for name in columns} == expected, i
     cost_model._q_tile = 128 / 6  # a tile of a fractional number of tokens: left to _prefill_sums
     assert cost_model._prefill_columns(q, c, step_of, num_steps) is None
+
+
+def test_streamed_step_trace_is_the_whole_tables_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out`'s steps.parquet written in parts as the simulation runs (`StepTraceStream`) is the file of the whole
+    table written at once, byte for byte, with parts and row groups shrunk to one step (a part per step; the first
+    steps, prefill chunks of long prompts, sample no token), each part's all-zero operator columns left out as
+    `breakdown_columns` leaves out an operator no step of it has (a later part with the column widens the file)."""
+    from engine.core import trace
+    from roofline.sim import outputs, recorder, simulator
+
+    for module in (trace, outputs):
+        monkeypatch.setattr(module, "ROW_GROUP_STEPS", 1)
+    monkeypatch.setattr(recorder.StepRows, "CHUNK", 1)
+    monkeypatch.setattr(simulator, "STEPS_PER_PART", 1)
+    model, hardware, engine, load = CASES["mistral-sliding-window"]
+    deployment = make_deployment(model, hardware, engine)
+    whole = run_simulation(deployment, load, SimulationOptions(record_steps=True))
+    summary = {"seed": 3, "workload": "small", "num_replicas": 1, "kv_cache": {}}
+    outputs.write_outputs(tmp_path / "whole", deployment, whole, summary)
+
+    original = outputs.steps_table
+    widened = []
+
+    def sparse_table(deployment: Deployment, steps: pd.DataFrame, seqs: object) -> pa.Table:
+        table = original(deployment, steps, seqs)  # type: ignore[arg-type]
+        zero = [n for n in table.column_names if n.startswith("op_") and not np.any(table.column(n).to_numpy())]
+        return table.drop_columns(zero)
+
+    def widen(self: outputs.StepTraceStream, schema: pa.Schema) -> None:
+        widened.append(schema)
+        original_widen(self, schema)
+
+    original_widen = outputs.StepTraceStream._widen
+    monkeypatch.setattr(outputs, "steps_table", sparse_table)
+    monkeypatch.setattr(outputs.StepTraceStream, "_widen", widen)
+    (tmp_path / "parts").mkdir()
+    stream = outputs.StepTraceStream(tmp_path / "parts", deployment)
+    parts = run_simulation(deployment, load, SimulationOptions(), step_sink=stream.write)
+    outputs.write_outputs(tmp_path / "parts", deployment, parts, summary, stream)
+    assert len(whole.steps) > 100 and len(parts.step_seqs) == 0  # many parts; no sequences kept
+    assert widened  # some part lacked an operator a later one had
+    for name in ("steps.parquet", "requests.csv", "timeseries.csv", "run.json"):
+        assert (tmp_path / "parts" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name

@@ -327,7 +327,7 @@ def _check_schema(schema: pa.Schema, where: str) -> None:
             raise ValueError(f"{where}: column {field.name!r} has type {field.type}, expected {expected}")
 
 
-_ROW_GROUP_STEPS = 8192  # steps per Parquet row group of steps.parquet (`write_trace`)
+ROW_GROUP_STEPS = 8192  # steps per Parquet row group of steps.parquet (`write_trace`)
 
 
 def write_trace(
@@ -340,23 +340,37 @@ def write_trace(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = steps.table() if isinstance(steps, StepTraceWriter) else steps
-    _check_schema(table.schema, "step trace")
-    table = table.replace_schema_metadata({_VERSION_KEY: str(SCHEMA_VERSION).encode()})
-    # No dictionary pages (a dictionary tried on the times is dropped page after page; on the per-sequence lists it
-    # costs more to build than it saves: the ids and lengths write in two thirds of the time plain), the contexts
-    # delta-encoded (bit-packed differences: 1.5 MB against 7.8 MB with a dictionary), no min/max statistics: for a
-    # simulator's long trace 0.28 -> 0.20 s and 10.3 -> 4.0 MB, the same table (docs/benchmark-history/2026-11-25.md,
-    # "`--out`, issue 20, ninth session"). Row groups of `_ROW_GROUP_STEPS` steps: the writer's buffers are a row
-    # group's, reused from one to the next, so a long trace touches less fresh memory (first-touched pages are most
-    # of the write's cost on this project's VMs).
-    pq.write_table(table, out / STEPS_FILE, compression="zstd", use_dictionary=False, write_statistics=False,
-                   column_encoding={"context_lens.list.element": "DELTA_BINARY_PACKED"},
-                   row_group_size=_ROW_GROUP_STEPS)
-    assert isinstance(metadata, RunMetadata), "write_trace takes a RunMetadata"
-    meta = {**metadata.to_json(), "schema_version": SCHEMA_VERSION}
-    (out / RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    with open_steps_file(out, table.schema) as writer:
+        writer.write_table(table.replace_schema_metadata(writer.schema.metadata), row_group_size=ROW_GROUP_STEPS)
+    write_run_file(out, metadata)
     if requests is not None:
         write_requests(out, requests)
+
+
+def open_steps_file(out_dir: Path, schema: pa.Schema) -> pq.ParquetWriter:
+    """A writer of `steps.parquet` in `out_dir` for tables of `schema` (checked; the schema version set), which
+    `write_trace` writes with, so that a table written in parts of `ROW_GROUP_STEPS` steps (a simulation's
+    steps as they come, `roofline.sim.outputs.StepTraceStream`) gives the file of the table written at once.
+
+    No dictionary pages (a dictionary tried on the times is dropped page after page; on the per-sequence lists it
+    costs more to build than it saves: the ids and lengths write in two thirds of the time plain), the contexts
+    delta-encoded (bit-packed differences: 1.5 MB against 7.8 MB with a dictionary), no min/max statistics: for a
+    simulator's long trace 0.28 -> 0.20 s and 10.3 -> 4.0 MB, the same table (docs/benchmark-history/2026-11-25.md,
+    "`--out`, issue 20, ninth session"). Row groups of `ROW_GROUP_STEPS` steps: the writer's buffers are a row
+    group's, reused from one to the next, so a long trace touches less fresh memory (first-touched pages are most
+    of the write's cost on this project's VMs)."""
+    _check_schema(schema, "step trace")
+    schema = schema.with_metadata({_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+    return pq.ParquetWriter(Path(out_dir) / STEPS_FILE, schema, compression="zstd", use_dictionary=False,
+                            write_statistics=False,
+                            column_encoding={"context_lens.list.element": "DELTA_BINARY_PACKED"})
+
+
+def write_run_file(out_dir: Path, metadata: RunMetadata) -> None:
+    """`run.json` of a trace: the run metadata with the schema version."""
+    assert isinstance(metadata, RunMetadata), "write_trace takes a RunMetadata"
+    meta = {**metadata.to_json(), "schema_version": SCHEMA_VERSION}
+    (Path(out_dir) / RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
 def read_trace(trace_dir: str | Path) -> tuple[pd.DataFrame, RunMetadata]:

@@ -67,7 +67,7 @@ from roofline.sim.intervals import (
     run_samples,
 )
 from roofline.sim.metrics import SummaryOptions, format_summary
-from roofline.sim.outputs import write_csv, write_outputs
+from roofline.sim.outputs import StepTraceStream, write_csv, write_outputs
 from roofline.sim.simulator import ROUTERS, SimulationOptions, run_simulation, terminal_progress
 from roofline.sim.timeline import draw_load_over_time, format_peaks, load_over_time, peaks
 from roofline.sim.traces import trace_rows
@@ -197,11 +197,14 @@ def run(args: argparse.Namespace) -> int:
                                 api_server_count=args.api_server_count, endpoint=args.endpoint or "completions")
     intervals = None if args.intervals is None else \
         IntervalSpec.from_flags(args.intervals, args.interval_samples, deployment.hw, workload.seed or 0)
+    stream = None
     if args.out is not None:
         prepare_output_dir(args.out)
+        stream = StepTraceStream(args.out, deployment)  # steps.parquet written as the steps come
     if args.save_result:
         check_result_dir(args.result_dir)
-    result = run_simulation(deployment, workload, options, specs=specs, progress=terminal_progress())
+    result = run_simulation(deployment, workload, options, specs=specs, progress=terminal_progress(),
+                            step_sink=None if stream is None else stream.write)
     if client_input_lens is None:
         client_input_lens = result.requests["num_prompt_tokens"].to_numpy()
     vllm = bench_metrics(result.requests, result.itl, client_input_lens, metric_options, max_concurrency,
@@ -232,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         samples = run_samples(run_one, intervals.profiles(deployment.hw), intervals.num_workers)
         summary["intervals"] = interval_record(interval_metrics(vllm, summary), samples, intervals, deployment.hw)
     if args.out is not None:
-        write_outputs(args.out, deployment, result, summary)
+        write_outputs(args.out, deployment, result, summary, stream)
         write_csv(load_table, args.out / "load_over_time.csv")
         if workload.trace_path is not None:  # (a trace's load varies; matplotlib only for it)
             draw_load_over_time(load_table, args.out / "load_over_time.png",

@@ -8,23 +8,35 @@ import dataclasses
 import math
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from engine.core.step_record import StepSequences
+from engine.core.trace import (
+    ROW_GROUP_STEPS,
+    STEPS_FILE,
+    EngineConfigRecord,
+    RunMetadata,
+    open_steps_file,
+    step_schema,
+    write_run_file,
+    write_trace,
+)
 from engine.core.trace import STEP_COLUMNS as TRACE_STEP_COLUMNS
-from engine.core.trace import EngineConfigRecord, RunMetadata, step_schema, write_trace
 from roofline import __version__
 from roofline.jsonable import to_json
 from roofline.sim.deployment import Deployment
-from roofline.sim.recorder import SimulationResult
+from roofline.sim.recorder import STEP_COLUMNS, SimulationResult
 from roofline.sim.simulator import gc_paused
 
 
-def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResult, summary: dict[str, object]) -> None:
+def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResult, summary: dict[str, object],
+                  stream: StepTraceStream | None = None) -> None:
     """requests.csv, steps.parquet + run.json (a step trace, `engine.core.trace`), timeseries.csv and
     summary.json; the same run gives the same bytes.
 
@@ -32,9 +44,20 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
     thousands of containers that live until written (the CSVs' rows), enough to start a collection of every
     generation, which traverses the whole simulation's objects again (0.05-0.07 s for sharegpt's 10,000
     requests: BENCHMARKS.md, "`--out`, issue 20 item 1, fifth session") and finds the cycles that the
-    collection at exit finds anyway."""
+    collection at exit finds anyway.
+
+    `stream`: the StepTraceStream the simulation wrote steps.parquet into (finished here), instead of the result's
+    step sequences."""
     out_dir.mkdir(parents=True, exist_ok=True)
     metadata = run_metadata(deployment, summary)
+    if stream is not None:
+        with gc_paused():
+            write_csv(result.requests, out_dir / "requests.csv")
+            write_csv(result.timeseries, out_dir / "timeseries.csv")
+            (out_dir / "summary.json").write_text(to_json(summary))
+            stream.close()
+            write_run_file(out_dir, metadata)
+        return
     with gc_paused(), ThreadPoolExecutor(max_workers=1) as pool:
         # The step trace's Parquet encoding on a second thread: it runs without the GIL, beside the CSVs' Python
         # formatting (each file is written by one thread alone, so the bytes do not depend on the interleaving). The
@@ -88,8 +111,11 @@ def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
     the cost model's per-operator breakdown as `op_<name>_s`. Built column by column from arrays: the per-step
     lists as one array of values with offsets, the breakdown in bulk (`StepCostModel.breakdown_columns`); the
     same table as building every cell in Python, in a fraction of the time."""
-    steps = result.steps
-    seqs = result.step_seqs
+    return steps_table(deployment, result.steps, result.step_seqs)
+
+
+def steps_table(deployment: Deployment, steps: pd.DataFrame, seqs: StepSequences) -> pa.Table:
+    """`step_table` of some steps: their rows of the steps table and their sequences."""
     concatenated = seqs.concatenated  # every step's query, context and emits, step after step
     breakdown = deployment.cost_model.breakdown_columns(seqs)
     columns: dict[str, object] = {name: steps[name].to_numpy() for name in TRACE_STEP_COLUMNS
@@ -108,6 +134,83 @@ def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
         columns[f"op_{name}_s"] = breakdown[name]
     schema = step_schema([n for n in columns if n not in TRACE_STEP_COLUMNS])
     return pa.table({n: _array(columns[n], schema.field(n).type) for n in schema.names}, schema=schema)
+
+
+class StepTraceStream:
+    """steps.parquet written as the simulation runs (`run_simulation(step_sink=stream.write)`): each part of
+    `roofline.sim.simulator.STEPS_PER_PART` steps becomes its rows of the file and is dropped, so `--out` holds a
+    part's sequences, not the whole run's (a sequence per request and step: 450 million for 1,000,000 ShareGPT
+    requests). The parts are multiples of the file's row groups, so the file is the one the whole table written at
+    once gives (one part: the same bytes). An operator absent from a part (no prefill in it, say) is 0.0 there, as
+    in the whole table; one first met in a later part widens the file: what was written is copied, row group by
+    row group, into a file with the column (0.0 in the earlier steps)."""
+
+    def __init__(self, out_dir: Path, deployment: Deployment) -> None:
+        self.out_dir, self.deployment = out_dir, deployment
+        self._writer: pq.ParquetWriter | None = None
+        self._schema: pa.Schema | None = None
+        # A part's Parquet encoding runs on a second thread (without the GIL) while the simulation goes on; one
+        # part at a time, so that at most two parts' tables are alive.
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._pending: Future[None] | None = None
+
+    def write(self, steps: pd.DataFrame, seqs: StepSequences) -> None:
+        table = steps_table(self.deployment, steps, seqs)
+        self._wait()
+        if self._schema is None:
+            self._open(table.schema)
+        assert self._schema is not None and self._writer is not None
+        if set(table.schema.names) - set(self._schema.names):
+            self._widen(table.schema)
+        self._pending = self._pool.submit(self._writer.write_table, _conform(table, self._schema),
+                                          row_group_size=ROW_GROUP_STEPS)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()  # (raises what the thread raised)
+            self._pending = None
+
+    def close(self) -> None:
+        """Finish the file (a run of no steps: the empty table's)."""
+        if self._writer is None:
+            self.write(pd.DataFrame({name: np.zeros(0) for name in STEP_COLUMNS}), StepSequences.empty())
+        self._wait()
+        self._pool.shutdown()
+        assert self._writer is not None
+        self._writer.close()
+
+    def _open(self, schema: pa.Schema) -> None:
+        self._writer = open_steps_file(self.out_dir, schema)
+        self._schema = self._writer.schema
+
+    def _widen(self, schema: pa.Schema) -> None:
+        """Reopen the file with the new operator columns of `schema` too, the steps written so far copied."""
+        assert self._writer is not None and self._schema is not None
+        self._writer.close()
+        path = self.out_dir / STEPS_FILE
+        kept = path.with_name(STEPS_FILE + ".part")
+        path.replace(kept)
+        ops = sorted({n for n in [*self._schema.names, *schema.names] if n.startswith("op_")})
+        self._open(step_schema([*[n for n in self._schema.names if n not in TRACE_STEP_COLUMNS
+                                  and not n.startswith("op_")], *ops]))
+        assert self._writer is not None and self._schema is not None
+        source = pq.ParquetFile(kept)
+        for i in range(source.num_row_groups):
+            self._writer.write_table(_conform(source.read_row_group(i), self._schema), row_group_size=ROW_GROUP_STEPS)
+        kept.unlink()
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table`'s columns in `schema`'s order, 0.0 for an operator it lacks."""
+    zeros = None
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            columns.append(table.column(field.name))
+        else:
+            zeros = zeros if zeros is not None else pa.array(np.zeros(table.num_rows), type=field.type)
+            columns.append(zeros)
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _offsets(offsets: np.ndarray) -> pa.Array:

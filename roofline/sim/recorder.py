@@ -3,7 +3,7 @@ builds from them: the request and step tables, the inter-token gaps."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,7 @@ class SimulationResult:
 class Recorder:
     """Per-request and per-step records, kept compact (arrays of numbers, not objects)."""
 
-    def __init__(self, specs: Sequence[RequestSpec], record_steps: bool) -> None:
+    def __init__(self, specs: Sequence[RequestSpec], record_steps: bool, step_sink: StepSink | None = None) -> None:
         n = len(specs)
         self.row_of = {s.request_id: i for i, s in enumerate(specs)}
         self.first_scheduled = np.full(n, np.nan)
@@ -61,9 +61,21 @@ class Recorder:
         # Every token's time, as runs of the replicas' step stamps (`roofline.sim.token_times`): 8 bytes a step and
         # 32 a run instead of 12 bytes a token.
         self.token_runs = Segments()
-        self.record_steps = record_steps
+        self.record_steps = record_steps or step_sink is not None
         self.steps = StepRows()
-        self.step_seqs = StepRecords()
+        self.step_seqs = StepRecords()  # the steps' sequences since the last part went to `step_sink`
+        # Where the steps go in parts as they come (`roofline.sim.outputs.StepTraceStream.write`), if anywhere, and
+        # how many of them went.
+        self.step_sink = step_sink
+        self.num_streamed_steps = 0
+
+    def stream_steps(self) -> None:
+        """Hand the steps recorded since the last part to `step_sink` and drop their sequences."""
+        assert self.step_sink is not None
+        seqs, self.step_seqs = self.step_seqs.sequences(), StepRecords()
+        frame = self.steps.frame(self.num_streamed_steps)
+        self.num_streamed_steps += len(frame)
+        self.step_sink(frame, seqs)
 
     def finished(self, req: Request, series: TimeSeries, times: np.ndarray | None = None) -> None:
         """Record a finished request whose tokens were stamped with entries of `series` (its replica's step times,
@@ -83,6 +95,9 @@ class Recorder:
             self.finish[row] = times[-1]
         self.token_runs.add(row, times, series)
 
+
+# Takes the rows of some steps (a DataFrame of STEP_COLUMNS) and their sequences.
+StepSink = Callable[[pd.DataFrame, StepSequences], None]
 
 # One row per step; the names of engine.core.trace's step columns where they exist. The columns holding times (and
 # the KV usage) are float64, the others int64.
@@ -116,14 +131,33 @@ class StepRows:
             self.rows.clear()
 
     def table(self) -> pd.DataFrame:
-        """The rows as a DataFrame of STEP_COLUMNS (float64 where `_FLOAT_COLUMNS`, else int64)."""
+        """The rows as a DataFrame of STEP_COLUMNS (float64 where `_FLOAT_COLUMNS`, else int64); the rows are
+        dropped."""
         self.flush()
-        blocks, self._blocks = self._blocks or [np.zeros((0, len(STEP_COLUMNS)))], []
-        columns = {}
-        for i, name in enumerate(STEP_COLUMNS):  # column by column: no copy of all of them at once
-            column = np.concatenate([block[:, i] for block in blocks])
-            columns[name] = column if name in _FLOAT_COLUMNS else column.astype(np.int64)
-        return pd.DataFrame(columns, copy=False)
+        blocks, self._blocks = self._blocks, []
+        return _frame(blocks)
+
+    def frame(self, start: int) -> pd.DataFrame:
+        """`table()`'s rows from row `start` on, the rows kept."""
+        self.flush()
+        first = 0
+        for i, block in enumerate(self._blocks):
+            if first + len(block) > start:
+                blocks = self._blocks[i:]
+                blocks[0] = blocks[0][start - first:]
+                return _frame(blocks)
+            first += len(block)
+        return _frame([])
+
+
+def _frame(blocks: list[np.ndarray]) -> pd.DataFrame:
+    """Blocks of step rows as a DataFrame of STEP_COLUMNS (float64 where `_FLOAT_COLUMNS`, else int64)."""
+    blocks = blocks or [np.zeros((0, len(STEP_COLUMNS)))]
+    columns = {}
+    for i, name in enumerate(STEP_COLUMNS):  # column by column: no copy of all of them at once
+        column = np.concatenate([block[:, i] for block in blocks])
+        columns[name] = column if name in _FLOAT_COLUMNS else column.astype(np.int64)
+    return pd.DataFrame(columns, copy=False)
 
 
 def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float) -> SimulationResult:
@@ -149,6 +183,9 @@ def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float) -> 
         "num_preemptions": rec.num_preemptions,
         "num_prefix_hit_tokens": rec.num_prefix_hits,
     })
+    if rec.step_sink is not None and (len(rec.step_seqs) or not rec.num_streamed_steps):
+        rec.stream_steps()  # the last part
     steps = rec.steps.table()
     itl = rec.token_runs.token_times(len(specs))
+    # (Streamed steps: their sequences went to the sink, none here.)
     return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s)

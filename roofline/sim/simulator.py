@@ -63,11 +63,14 @@ from roofline.errors import UserError
 from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
 from roofline.sim.data_parallel import group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
-from roofline.sim.recorder import Recorder, SimulationResult, build_result
+from roofline.sim.recorder import Recorder, SimulationResult, StepSink, build_result
 from roofline.sim.token_times import TimeSeries
 from roofline.sim.workload import PromptStream, RequestFactory, RequestSpec, Workload, sample_requests
 
 ROUTERS = ("round_robin", "least_outstanding")
+# Steps per part handed to a step sink: a multiple of the step rows' blocks (`StepRows.CHUNK`) and of steps.parquet's
+# row groups (`engine.core.trace.ROW_GROUP_STEPS`), so that the parts' rows of the file are the whole table's.
+STEPS_PER_PART = 8 * 8192
 
 # Event priorities at equal times (see the module docstring).
 _STEP_END, _SEEN, _ARRIVAL, _REACH, _SCHEDULE = 0, 1, 2, 3, 4
@@ -157,13 +160,16 @@ class _SeenTimes:
 
 def run_simulation(deployment: Deployment, workload: Workload, options: SimulationOptions = SimulationOptions(),
                    specs: Sequence[RequestSpec] | None = None, step_time_fn: StepTimeFn | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> SimulationResult:
-    """Simulate serving the workload's requests (or `specs`, in arrival order, if given) until all finished."""
+                   progress: Callable[[int, int], None] | None = None,
+                   step_sink: StepSink | None = None) -> SimulationResult:
+    """Simulate serving the workload's requests (or `specs`, in arrival order, if given) until all finished.
+    `step_sink`: takes the steps with their sequences in parts of `STEPS_PER_PART` as they come
+    (`roofline.sim.outputs.StepTraceStream.write`; the result then holds no step sequences)."""
     specs = sample_requests(workload) if specs is None else specs
     _check_lengths(specs, deployment.scheduler_config.max_model_len)
     started = time.perf_counter()
     sim = _Simulation(deployment, workload, specs, options, step_time_fn or _default_time(deployment),
-                      progress)
+                      progress, step_sink)
     # The loop makes no reference cycles (tests/test_simulator.py checks), so reference counting frees all it
     # drops; the cyclic collector would only traverse the live requests and their token lists again and again (a
     # fifth of the run time for 10,000 requests, BENCHMARKS.md). Paused for the loop and the result tables: right
@@ -199,11 +205,12 @@ class _Simulation:
     """The event loop and its three handlers (see the module docstring for the event order)."""
 
     def __init__(self, deployment: Deployment, workload: Workload, specs: Sequence[RequestSpec],
-                 options: SimulationOptions, time_fn: StepTimeFn, progress: Callable[[int, int], None] | None) -> None:
+                 options: SimulationOptions, time_fn: StepTimeFn, progress: Callable[[int, int], None] | None,
+                 step_sink: StepSink | None = None) -> None:
         spec = deployment.spec
         self.specs, self.options, self.time_fn, self.progress = specs, options, time_fn, progress
         self.replicas = [_Replica(i, deployment) for i in range(options.num_replicas)]
-        self.recorder = Recorder(specs, options.record_steps)
+        self.recorder = Recorder(specs, options.record_steps, step_sink)
         self.make_request = RequestFactory(spec.vocab_size, workload.seed, spec.bos_token_id, spec.eos_token_id)
         self.prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
         # Prompts made when the scheduler first reads them, in spec order: the queue of an overloaded run holds no ids.
@@ -458,6 +465,10 @@ def _record_step(recorder: Recorder, engine_index: int, plan: StepPlan, now: flo
         plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
     if len(rows.rows) >= rows.CHUNK:
         rows.flush()
+        if recorder.step_sink is not None and len(recorder.step_seqs) + 1 >= STEPS_PER_PART:
+            recorder.step_seqs.add(plan)
+            recorder.stream_steps()
+            return
     if recorder.record_steps:
         recorder.step_seqs.add(plan)
 
