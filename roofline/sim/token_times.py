@@ -196,6 +196,7 @@ class TokenTimes:
                  num_requests: int) -> None:
         self.times, self.row, self.start, self.length = times, row, start, length
         self.num_requests = num_requests
+        self._explicit_gaps: tuple[np.ndarray, np.ndarray] | None = None  # kept up to EXACT_ORDER_MAX_GAPS
 
     @property
     def num_gaps(self) -> int:
@@ -253,8 +254,13 @@ class TokenTimes:
         return self._explicit()[1]
 
     def _explicit(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._explicit_gaps is not None:
+            return self._explicit_gaps
         stamps, run = self._token_stamps()
         rows = self.row[run]
         later = np.flatnonzero(rows[1:] == rows[:-1]) + 1  # every token but a request's first
         times = self.times
-        return times[stamps[later]] - times[stamps[later - 1]], rows[later].astype(np.int32)
+        explicit = times[stamps[later]] - times[stamps[later - 1]], rows[later].astype(np.int32)
+        if len(later) <= EXACT_ORDER_MAX_GAPS:  # (the statistics' orders and the planner read them again)
+            self._explicit_gaps = explicit
+        return explicit
