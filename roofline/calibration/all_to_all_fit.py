@@ -27,6 +27,7 @@ import pandas as pd
 
 from roofline.calibration.fit import fit
 from roofline.calibration.op_tables import package_root
+from roofline.calibration.profile_writer import write_profile_values
 from roofline.cost.hardware import HardwareProfile, load_profile, read_profile_dict
 from roofline.cost.kernels.all_to_all import TABLE_BACKENDS, a2a_time_s, nccl_collective_time_s
 from roofline.cost.params import EFFICIENCY_PARAMS, stage_fields
@@ -182,25 +183,14 @@ def source_text(r: ChipFit) -> str:
             f"not 0 mod 3; NCCL rows: the message sizes whose CRC32 is not 0 mod 3); held-out median error {held}")
 
 
-def write_chip(r: ChipFit) -> Path:
-    """Insert the fitted values and their sources into the chip's profile YAML, replacing earlier ones."""
-    path = resolve("hardware", r.chip)
-    keys = {EFFICIENCY_PARAMS[n].key for n in PARAMS}
-    lines = [ln for ln in path.read_text().splitlines()
-             if not any(ln.strip().startswith((f"{k}:", f"efficiency.{k}:")) for k in keys)]
-    new = [f"  {EFFICIENCY_PARAMS[n].key}: {_yaml_value(n, v)}" for n, v in r.values.items()]
-    top = [i for i, ln in enumerate(lines) if ln and not ln.startswith((" ", "#"))]
-    eff = next((i for i in top if lines[i].startswith("efficiency:")), None)
-    src = next(i for i in top if lines[i].startswith("sources:"))
-    if eff is None:
-        lines[src:src] = ["efficiency:"] + new
-    else:
-        end = next(i for i in top if i > eff)
-        lines[end:end] = new
+def write_chip(r: ChipFit, path: Path | None = None) -> Path:
+    """Write the fitted values and their sources into the chip's profile YAML (`path`: another copy of it), in
+    place (`roofline.calibration.profile_writer`)."""
+    path = path or resolve("hardware", r.chip)
     source = source_text(r).replace('"', "'")
-    lines += [f'  efficiency.{EFFICIENCY_PARAMS[n].key}: "{source}"' for n in r.values]
-    path.write_text("\n".join(lines) + "\n")
-    load_profile(r.chip)  # the written file reads back
+    write_profile_values(path, {EFFICIENCY_PARAMS[n].key: float(_yaml_value(n, v)) for n, v in r.values.items()},
+                         {f"efficiency.{EFFICIENCY_PARAMS[n].key}": source for n in r.values})
+    load_profile(path)  # the written file reads back
     return path
 
 

@@ -24,8 +24,6 @@ the same tables give the same YAML bytes. benchmarks/accuracy/gpu_profiles.py pr
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -47,6 +45,7 @@ from roofline.calibration.families import (
 from roofline.calibration.fit import fit, get_param
 from roofline.calibration.moe_fits import JOINT_FAMILIES, fit_joint, fit_wide_tile, load_table
 from roofline.calibration.op_tables import load_op_tables
+from roofline.calibration.profile_writer import write_profile_values
 from roofline.cost.hardware import FAMILIES_DIR, HardwareProfile, load_profile
 from roofline.cost.kernels import kernel_family
 from roofline.cost.params import EFFICIENCY_PARAMS, EfficiencyParams
@@ -398,17 +397,13 @@ def clock_source(r: dict[str, Any], pid: str) -> str:
             f"(leave-one-GPU-out predicts this chip at 1)")
 
 
-def write_chip_clock(r: dict[str, Any], pid: str) -> Path:
-    """Rewrite the `sustained_clock_factor` value and its source line in the chip's profile, nothing else."""
-    path = resolve("hardware", pid)
-    text = path.read_text()
-    value = re.compile(r"^sustained_clock_factor: .*$", re.M)
-    source = re.compile(r"^  sustained_clock_factor: .*$", re.M)
-    assert len(value.findall(text)) == 1 and len(source.findall(text)) == 1, f"{path}: no one-line clock factor"
-    text = value.sub(f"sustained_clock_factor: {r['clock'][pid]['factor']}", text)
-    text = source.sub(lambda _: f"  sustained_clock_factor: {json.dumps(clock_source(r, pid))}", text)
-    path.write_text(text)
-    assert load_profile(pid).sustained_clock_factor == r["clock"][pid]["factor"]
+def write_chip_clock(r: dict[str, Any], pid: str, path: Path | None = None) -> Path:
+    """Set the `sustained_clock_factor` value and its source in the chip's profile (`path`: another copy of it),
+    nothing else (`roofline.calibration.profile_writer`)."""
+    path = path or resolve("hardware", pid)
+    write_profile_values(path, {}, {"sustained_clock_factor": clock_source(r, pid)},
+                         top={"sustained_clock_factor": r["clock"][pid]["factor"]})
+    assert load_profile(path).sustained_clock_factor == r["clock"][pid]["factor"]
     return path
 
 

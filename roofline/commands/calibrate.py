@@ -4,6 +4,7 @@
     roofline calibrate --hardware h100-sxm --out h100-calibrated.yaml --op-tables h100_sxm
     roofline calibrate --op-tables --family hopper [--write]
     roofline calibrate --op-tables --all-to-all [--write]
+    roofline calibrate --op-tables --op gemm-formats|moe-formats|mla|all-to-all [--chip C | --family F] [--write]
 
 `--trace DIR ...`: engine step traces to fit on; `--test-trace DIR ...`: held-out traces of a different
 workload (other lengths, arrival rate) to judge the fit on - never a split of one trace's steps. Either may be a
@@ -29,6 +30,12 @@ with `--write` rewrites the section too).
 `--op-tables --all-to-all`: fit expert parallelism's dispatch and combine (`roofline.cost.kernels.all_to_all`: DeepEP
 high-throughput and low-latency, NCCL all-gather / reduce-scatter) per chip on the tables each chip profile names,
 held out by shape (`roofline.calibration.all_to_all_fit`); `--write` writes the values into the chips' profiles.
+
+`--op-tables --op OP`: one operator family's per-chip fit (`roofline.calibration.chip_fit`): `gemm-formats` (block
+fp8 and NVFP4 dense GEMMs, a declared power limit), `moe-formats` (block fp8, NVFP4, MXFP4, MXFP4 x MXFP8, Marlin
+MoE), `mla` (MLA attention), `all-to-all`; of one chip (`--chip C`), the chips of a family (`--family F`; for
+moe-formats also the family file's values, its reference chip's), or every chip with the tables; `--write` edits
+the fitted values and their sources into the profiles in place (`roofline.calibration.profile_writer`).
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--all-to-all", action="store_true",
                         help="with --op-tables (no value): fit expert parallelism's dispatch / combine per chip on "
                              "the DeepEP and NCCL tables of every chip that names them")
+    parser.add_argument("--op", help="with --op-tables (no value): the per-chip fit to run: "
+                                     "gemm-formats, moe-formats, mla or all-to-all")
+    parser.add_argument("--chip", help="with --op: fit this chip only (a shipped profile id)")
     parser.add_argument("--write", action="store_true",
                         help="with --family: write the family file and the fitted chips' clock factors; with "
                              "--all-to-all: write the fitted values into the chips' profiles")
@@ -111,6 +121,10 @@ def _op_tables(value: str) -> tuple[dict, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.op is not None:
+        return run_op(args)
+    if args.chip is not None:
+        raise UserError("--chip: only with --op (gemm-formats, moe-formats, mla or all-to-all)")
     if args.all_to_all:
         return run_all_to_all(args)
     if args.family is not None:
@@ -194,6 +208,28 @@ def run_family(args: argparse.Namespace) -> int:
         print(uncertainty_report(args.family, section))
         if args.write:
             print(f"wrote {write_uncertainty(family_file(args.family), section)} (uncertainty)")
+    return 0
+
+
+def run_op(args: argparse.Namespace) -> int:
+    """`--op-tables --op OP [--chip C | --family F] [--write]` (roofline.calibration.chip_fit)."""
+    from roofline.calibration.chip_fit import fit_op, select_chips, write
+
+    if args.op_tables != "":
+        raise UserError("--op: takes --op-tables without a value (each chip profile names its tables)")
+    for flag, value in (("--hardware", args.hardware), ("--out", args.out), ("--trace", args.trace),
+                        ("--all-to-all", args.all_to_all or None), ("--test-trace", args.test_trace or None),
+                        ("--params", args.params), ("--max-fit-steps", args.max_fit_steps),
+                        ("--prior-scale", args.prior_scale), ("--json", args.json or None)):
+        if value is not None:
+            raise UserError(f"{flag}: not with --op (fitted per chip on the tables its profile names)")
+    if args.chip is not None and args.family is not None:
+        raise UserError("--chip: not with --family (name one chip, or a family for all its chips)")
+    chips = select_chips(args.op, args.chip, args.family)
+    for w in fit_op(args.op, chips, args.family, log=progress_printer()):
+        print("\n".join(w.report))
+        if args.write:
+            print(f"wrote {write(w)}")
     return 0
 
 

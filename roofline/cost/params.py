@@ -79,9 +79,9 @@ GROUPS: dict[str, str] = {
 # (`roofline.calibration.calibrate.OP_TABLE_STAGES`, in this order) and the family fit's other steps
 # (`roofline.calibration.family_fit`): `moe_joint` (16-bit and per-tensor fp8 MoE fitted jointly over a family's
 # chips), `moe_wide_tile` (TRT-LLM's wide token tile), `moe_format` / `gemm_format` (the other weight formats, per
-# chip: benchmarks/accuracy/moe_accuracy.py), `mla` (multi-head latent attention, per chip:
-# benchmarks/accuracy/mla_accuracy.py), `all_to_all` (expert parallelism's dispatch / combine, per chip: `roofline
-# calibrate --op-tables --all-to-all`), `cpu_profile` (`roofline profile-device`); `trace`: what a step-trace
+# chip: `roofline calibrate --op-tables --op moe-formats` / `--op gemm-formats`), `mla` (multi-head latent attention,
+# per chip: `--op mla`), `all_to_all` (expert parallelism's dispatch / combine, per chip: `--op all-to-all`; the
+# per-chip ops: `roofline.calibration.chip_fit`), `cpu_profile` (`roofline profile-device`); `trace`: what a step-trace
 # calibration fits by default (`roofline.calibration.calibrate.DEFAULT_TRACE_PARAMS`); `unfitted`: no fit sets it (no
 # operator table times its kernel): its declared default, from the kernel's documented behaviour, is what runs, and
 # `roofline profiles` and `simulate` say so.
@@ -194,14 +194,14 @@ class EfficiencyParams:
     # token the time grows by 1.57 us per MB of touched expert weights on H100 and 1.58 on H200 (0.64 TB/s, a fifth
     # and a seventh of their HBM peaks), so the DRAM roofline with a factor relative to each chip's bandwidth cannot
     # describe both. Default 1,000 TB/s: no limit; Hopper's family file carries the joint fit of both chips
-    # (benchmarks/accuracy/moe_accuracy.py `_fit_joint`).
+    # (`roofline.calibration.moe_fits.fit_joint`, stage moe_joint of the family fit).
     moe_fp8_weight_rate: float = _param(1e15, "TB/s", "moe_fp8", ("moe_joint",), search=(0.001, 10.0))
     # Dense linear layers in the other formats (`roofline.cost.op_time.linear_time_s`). Block-scaled fp8 (vLLM's
     # DeepGEMM kernel on Hopper and Blackwell): the factor of the per-tensor fp8 GEMM's compute efficiency it reaches;
     # its per-output-tile cost in K elements (a persistent kernel whose TMA-store epilogue overlaps the next tile's
     # loads: much less than CUTLASS's gemm_fp8_tile_fixed_k); the bandwidth efficiency of its input quantization
     # (vLLM `per_token_group_quant_8bit`: one pass, 1x128 groups). Defaults: guesses; the chip files carry the fits
-    # of benchmarks/accuracy/moe_accuracy.py on the device-dominated rows of the eagerly timed tables.
+    # of `roofline calibrate --op-tables --op gemm-formats` on the device-dominated rows of the eagerly timed tables.
     gemm_fp8_block_factor: float = _param(1.0, "fraction", "gemm_fp8_block", ("gemm_format",))
     gemm_fp8_block_tile_fixed_k: float = _param(64.0, "K elements", "gemm_fp8_block", ("gemm_format",))
     act_group_quant_memory_efficiency: float = _param(0.85, "fraction", "gemm_fp8_block", ("gemm_format",))
@@ -210,7 +210,7 @@ class EfficiencyParams:
     # persistent kernel's prologue: tensor-memory allocation, barrier and TMA-descriptor setup, scale-factor
     # loads before the first MMA); the fraction of the SMs whose CTAs saturate DRAM (fewer CTAs, e.g. a swapped
     # decode GEMM over few weight rows, draw a proportional share). Defaults: no effect; the Blackwell chip
-    # files carry the fits of benchmarks/accuracy/moe_accuracy.py.
+    # files carry the fits of `roofline calibrate --op-tables --op gemm-formats`.
     gemm_fp4_factor: float = _param(1.0, "fraction", "gemm_fp4", ("gemm_format",))
     gemm_fp4_fixed_s: float = _param(0.0, "us", "gemm_fp4", ("gemm_format",))
     gemm_fp4_saturation_fraction: float = _param(1e-3, "fraction", "gemm_fp4", ("gemm_format",))
@@ -222,9 +222,9 @@ class EfficiencyParams:
     # multiplies the dense GEMMs' memory efficiency (gemm_fp8_memory_efficiency for 8-bit and fp4, else
     # memory_efficiency), not the peak, so it may exceed 1: `moe_time_s` caps the product at 1 (the DRAM peak).
     # Defaults of every MoE format here: no effect (factors 1, no fixed cost). The fits on aiconfigurator-core's
-    # vLLM MoE tables (benchmarks/accuracy/moe_accuracy.py, the tables' own routing: `roofline.calibration.moe_routing`) live
-    # in the YAML they were fitted into: hardware_profiles/families/hopper.yaml (H100's), blackwell.yaml (B200's
-    # NVFP4) and each chip file's own.
+    # vLLM MoE tables (`roofline calibrate --op-tables --op moe-formats`, the tables' own routing:
+    # `roofline.calibration.moe_routing`) live in the YAML they were written into: each chip file's own, and the
+    # family file's (its reference chip's, for chips without tables).
     moe_fp8_block_gemm_factor: float = _param(1.0, "fraction", "moe_fp8_block", ("moe_format",))
     moe_fp8_block_fixed_s: float = _param(0.0, "us", "moe_fp8_block", ("moe_format",))
     moe_fp8_block_bandwidth_factor: float = _param(1.0, "factor", "moe_fp8_block", ("moe_format",), hi=2.0)
@@ -324,7 +324,7 @@ class EfficiencyParams:
     mla_decode_reread_fraction: float = _param(1.0, "fraction", "mla", ("mla",), lo=0.0, hi=1.0)
     # MEASUREMENT CONDITION OF THE MLA MODULE TABLES ONLY, never used by the serving step model: the time per module
     # call that aiconfigurator's legacy MLA collector adds (its rows ran a never-in-serving native chain: the
-    # package's own B200 collection_meta.yaml, ai-dynamo/aiconfigurator#1423; `benchmarks/accuracy/mla_accuracy.py`).
+    # package's own B200 collection_meta.yaml, ai-dynamo/aiconfigurator#1423; `roofline.calibration.mla_fit`).
     mla_table_legacy_fixed_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
     # Weight-only linear layers on Marlin (`roofline.cost.kernels.gemm_weight_only.marlin_time_s`): the factor of the
     # 16-bit GEMM's compute efficiency its mma.sync main loop, the dequantization interleaved, reaches. Default 1:

@@ -38,7 +38,7 @@ of one sequence's latents by its other tiles (running at the same time) partly f
 `mla_decode_reread_fraction` of their bytes cost DRAM time.
 
 The kernels' efficiencies are the chip's `mla_*` efficiency fields, fitted on the package's vLLM MLA module tables
-(`benchmarks/accuracy/mla_accuracy.py`), per KV dtype for the decode kernel.
+(`roofline calibrate --op-tables --op mla`, `roofline.calibration.mla_fit`), per KV dtype for the decode kernel.
 """
 
 from __future__ import annotations

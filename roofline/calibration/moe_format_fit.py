@@ -1,0 +1,233 @@
+"""Fit a chip's fused-MoE weight formats on aiconfigurator-core's vLLM MoE tables (`roofline calibrate --op-tables
+--chip C --op moe-formats`): block fp8, NVFP4, MXFP4 (OAI Triton on Hopper, FlashInfer TRT-LLM mxfp4-bf16 on
+Blackwell), MXFP4 x MXFP8 (FlashInfer TRT-LLM) and vLLM's Marlin MoE (MXFP4 and int4 experts).
+
+    fits = fit_moe_formats("b200")     # format -> MoeFormatFit (values as written, rows, held-out errors)
+
+Data and split: `roofline.calibration.moe_fits` (`load_table`: rows without expert parallelism, the default kernel
+per format, a shape held out when its CRC32 is 0 mod 5, the tables' own routing). Each format has three parameters
+(`moe_<format>_gemm_factor`, `_bandwidth_factor`, `_fixed_s`, `roofline.cost.params`), fitted on balanced rows,
+the bandwidth factor up to `moe_fits.bandwidth_cap` (the DRAM peak):
+
+- fp8-block, NVFP4, and MXFP4 where Triton runs it (Hopper): per chip on its training shapes (`moe_fits.fit_format`,
+  median absolute log error, starts `FIT_STARTS`); the held-out shapes judge it.
+- MXFP4 on FlashInfer TRT-LLM (`MoeKernels.mxfp4_bf16_trtllm`), MXFP4 x MXFP8 and Marlin: `fit_family_format`, the
+  fixed cost (the routing, sort and combine kernels around the two GEMMs: the kernel family's) fitted on all the
+  family's chips' rows together, then each chip's two factors on its own rows with that fixed cost; on every
+  balanced row of every shape (Marlin's eleven shapes are too few for the hash split; the TRT-LLM formats'
+  shipped fits take every shape too). Their held-out error (leave one shape out, training shapes only) is the
+  judge's: benchmarks/accuracy/moe_accuracy.py.
+
+The chips are those of `moe_fits.GPUS` (the order the family fits sum their losses in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from roofline.calibration.moe_fits import (
+    FIT_STARTS,
+    FITTED,
+    GPUS,
+    MARLIN_INT4_DTYPE,
+    MARLIN_INT4_KERNEL,
+    MARLIN_KERNEL,
+    MXFP8_DTYPE,
+    _clip,
+    _newest_moe_table,
+    _with_shape_split,
+    bandwidth_cap,
+    fit_format,
+    load_table,
+    predict,
+    with_params,
+)
+from roofline.calibration.moe_routing import DISTRIBUTIONS
+from roofline.cost.hardware import HardwareProfile, load_profile
+from roofline.cost.kernels import kernel_family
+
+# Marlin's starts: FIT_STARTS and two nearer its compute factor (~0.3 of the 16-bit GEMM's efficiency); with FIT_STARTS
+# alone the shared fixed cost stopped at 25.7 us, H200's MXFP4 rows held out 12.7 % at a -12 % bias, with these 30.7 us.
+MARLIN_FIT_STARTS = FIT_STARTS + ((0.3, 1.0, 30.0), (0.3, 0.7, 40.0))
+# MXFP8's starts: FIT_STARTS and one nearer a compute-bound fp8 kernel's factor.
+MXFP8_FIT_STARTS = FIT_STARTS + ((0.3, 1.2, 30.0),)
+# The TRT-LLM MXFP4 formats' loss: the MEAN absolute log error. Their tables hold more small-batch (weight-streaming)
+# rows than compute-bound ones, and the median loss of the other formats leaves the compute factor free: fitted with
+# it, the MXFP8 family fit took compute factors of 0.13-0.17 that predict the large batches up to 5x slow.
+MXFP8_FIT_REDUCE = np.mean
+# The values as written: factors to 3 decimals, the fixed cost in us to 1.
+FACTOR_DECIMALS, FIXED_US_DECIMALS = 3, 1
+
+
+def load_marlin_table(gpu: str) -> pd.DataFrame:
+    """The Marlin MoE rows of the newest MoE table without expert parallelism: MXFP4 (`MARLIN_KERNEL`) and int4
+    (`MARLIN_INT4_KERNEL`) experts."""
+    d = _newest_moe_table(gpu)
+    d = d[(d.moe_ep_size == 1) & (((d.moe_dtype == "w4a16_mxfp4") & d.kernel_source.str.contains(MARLIN_KERNEL))
+                                  | ((d.moe_dtype == MARLIN_INT4_DTYPE) & d.kernel_source.str.contains(MARLIN_INT4_KERNEL)))
+          & (d.inter_size % d.moe_tp_size == 0)]
+    return d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3,
+                    scheme="mxfp4-marlin").reset_index(drop=True)
+
+
+def load_mxfp8_table(gpu: str) -> pd.DataFrame:
+    """The MXFP4 x MXFP8 rows (`MXFP8_DTYPE`) of the newest MoE table without expert parallelism, with the shape
+    split of `load_table`; empty where the GPU has none."""
+    d = _newest_moe_table(gpu)
+    d = d[(d.moe_ep_size == 1) & (d.moe_dtype == MXFP8_DTYPE) & (d.inter_size % d.moe_tp_size == 0)]
+    d = d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3, scheme="mxfp4-mxfp8")
+    if d.empty:  # (an empty frame's row-wise join is a frame: its column names would become rows)
+        return d.assign(held_out=False).reset_index(drop=True)
+    return _with_shape_split(d)
+
+
+def fit_family_format(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame], scheme: str,
+                      starts: tuple[tuple[float, float, float], ...], routing: str = "table",
+                      bandwidth_max: float | None = None, reduce: Callable[[np.ndarray], float] = np.median
+                      ) -> dict[str, tuple[float, float, float]]:
+    """A format's (compute factor, bandwidth factor, fixed seconds) per GPU of one kernel family: the fixed cost
+    fitted on all the GPUs' rows together, then each GPU's two factors on its own rows with that fixed cost
+    (minimizing `reduce`, the median by default, of the absolute log errors; Nelder-Mead from `starts`)."""
+    prefix = FITTED[scheme]
+    if bandwidth_max is None:  # one kernel family, one memory efficiency
+        bandwidth_max = bandwidth_cap(next(iter(hws.values())), scheme)
+
+    def loss(x: np.ndarray, gpus: list[str], fixed_us: float | None) -> float:
+        factor, bw, fixed = _clip(np.array([x[0], x[1], x[2] if fixed_us is None else fixed_us]), bandwidth_max)
+        errs = [np.abs(np.log(predict(with_params(hws[g], prefix, factor, bw, fixed * 1e-6), tables[g],
+                                      scheme, routing) / tables[g].measured_s.to_numpy())) for g in gpus]
+        return float(reduce(np.concatenate(errs)))
+
+    def best(gpus: list[str], fixed_us: float | None) -> np.ndarray:
+        runs = [minimize(loss, np.array(x0 if fixed_us is None else x0[:2]), args=(gpus, fixed_us),
+                         method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 600})
+                for x0 in starts]
+        return min(runs, key=lambda r: r.fun).x
+
+    fixed_us = _clip(best(list(hws), None), bandwidth_max)[2]
+    out = {}
+    for g in hws:
+        factor, bw, _ = _clip(np.array([*best([g], fixed_us), fixed_us]), bandwidth_max)
+        out[g] = (factor, bw, fixed_us * 1e-6)
+    return out
+
+
+def yaml_values(scheme: str, params: tuple[float, float, float]) -> dict[str, float]:
+    """A format's fitted (compute factor, bandwidth factor, fixed seconds) -> {YAML key: value as written}."""
+    factor, bw, fixed_s = params
+    prefix = FITTED[scheme]
+    return {f"{prefix}_gemm_factor": round(factor, FACTOR_DECIMALS),
+            f"{prefix}_bandwidth_factor": round(bw, FACTOR_DECIMALS),
+            f"{prefix}_fixed_us": round(fixed_s * 1e6, FIXED_US_DECIMALS)}
+
+
+def written(scheme: str, values: dict[str, float]) -> tuple[float, float, float]:
+    """The (factor, bandwidth factor, fixed seconds) a chip file with `values` (`yaml_values`) reads back."""
+    prefix = FITTED[scheme]
+    return (values[f"{prefix}_gemm_factor"], values[f"{prefix}_bandwidth_factor"],
+            values[f"{prefix}_fixed_us"] * 1e-6)
+
+
+def errors(pred: np.ndarray, measured: np.ndarray) -> dict[str, float]:
+    """Median and p90 absolute relative error and the bias (the median signed error)."""
+    err = pred / measured - 1.0
+    return {"median_err": float(np.median(np.abs(err))), "p90_err": float(np.quantile(np.abs(err), 0.9)),
+            "bias": float(np.median(err))}
+
+
+@dataclass(frozen=True)
+class MoeFormatFit:
+    """One format's fit for one chip."""
+
+    scheme: str  # roofline.cost.quant scheme (FITTED's keys)
+    how: str  # "per_chip" (training shapes) or "family" (every shape, the fixed cost shared)
+    family_systems: tuple[str, ...]  # the systems a family fit pooled (the fixed cost's)
+    kernels: tuple[str, ...]  # the tables' kernel_source(s) fitted on
+    dtypes: tuple[str, ...]  # the tables' moe_dtype(s)
+    table: str  # systems/data/<system>/moe/vllm/<v>/moe_perf.parquet
+    values: dict[str, float]  # YAML key -> value as written
+    fit_rows: int
+    fit_shapes: int
+    held_out: dict[str, dict[str, float]]  # distribution -> errors on the held-out shapes (per_chip fits only)
+
+
+def chips_with_moe_tables() -> dict[str, str]:
+    """chip id -> system, for the chips whose MoE format tables are fitted (`moe_fits.GPUS`, in its order)."""
+    return {pid: system for system, pid in GPUS.items()}
+
+
+def _family_members(pid: str) -> dict[str, HardwareProfile]:
+    """system -> profile of the chips of `moe_fits.GPUS` in `pid`'s kernel family, in `GPUS` order."""
+    family = load_profile(pid).family
+    return {system: hw for system, other in GPUS.items() if (hw := load_profile(other)).family == family}
+
+
+def _table_path(system: str) -> str:
+    from roofline.calibration.op_tables import package_root
+    root = package_root() / system / "moe" / "vllm"
+    newest = max(root.glob("*/moe_perf.parquet"),
+                 key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in p.parent.name.split(".")))
+    return str(newest.relative_to(package_root()))
+
+
+# The formats fitted over a kernel family's chips: scheme -> (rows loader per system, Nelder-Mead starts, loss).
+FAMILY_FORMATS: dict[str, tuple[Callable[[str], pd.DataFrame], tuple[tuple[float, float, float], ...],
+                                Callable[[np.ndarray], float]]] = {
+    "mxfp4": (lambda g: load_table(g).query("scheme == 'mxfp4'"), MXFP8_FIT_STARTS, MXFP8_FIT_REDUCE),
+    "mxfp4-mxfp8": (load_mxfp8_table, MXFP8_FIT_STARTS, MXFP8_FIT_REDUCE),
+    "mxfp4-marlin": (load_marlin_table, MARLIN_FIT_STARTS, np.median)}
+
+
+@lru_cache(maxsize=32)
+def _family_fit(systems: tuple[str, ...], scheme: str, routing: str) -> dict[str, tuple[float, float, float]]:
+    """`fit_family_format` of `scheme` over `systems` (in this order) on their balanced rows (computed once per
+    family and format: each chip of the family reads it)."""
+    loader, starts, reduce = FAMILY_FORMATS[scheme]
+    tables = {g: (t := loader(g))[t.distribution == "balanced"] for g in systems}
+    return fit_family_format({g: load_profile(GPUS[g]) for g in systems}, tables, scheme, starts, routing, None, reduce)
+
+
+def fit_moe_formats(pid: str, routing: str = "table") -> dict[str, MoeFormatFit]:
+    """Every MoE format `pid`'s table has rows of (module docstring) -> its fit for `pid`."""
+    if pid not in GPUS.values():
+        raise ValueError(pid)
+    system = next(s for s, p in GPUS.items() if p == pid)
+    hw = load_profile(pid)
+    members = _family_members(pid)
+    table = _table_path(system)
+    out: dict[str, MoeFormatFit] = {}
+    d = load_table(system)
+    trtllm_mxfp4 = kernel_family(hw.family).moe.mxfp4_bf16_trtllm
+    for scheme, part in d.groupby("scheme"):
+        if scheme not in FITTED or (scheme == "mxfp4" and trtllm_mxfp4):
+            continue
+        balanced = part[part.distribution == "balanced"]
+        train = balanced[~balanced.held_out]
+        values = yaml_values(str(scheme), fit_format(hw, train, str(scheme), routing))
+        hw_s = with_params(hw, FITTED[str(scheme)], *written(str(scheme), values))
+        test = part[part.held_out]
+        held = {dist: errors(predict(hw_s, t, str(scheme), routing), t.measured_s.to_numpy())
+                for dist in DISTRIBUTIONS if not (t := test[test.distribution == dist]).empty}
+        out[str(scheme)] = MoeFormatFit(str(scheme), "per_chip", (system,), (str(part.kernel_source.iloc[0]),),
+                                        (str(part.moe_dtype.iloc[0]),), table, values, len(train),
+                                        int(train[["hidden_size", "inter_size", "topk", "num_experts",
+                                                   "moe_tp_size"]].drop_duplicates().shape[0]), held)
+    for scheme, (loader, _, _) in FAMILY_FORMATS.items():
+        if scheme == "mxfp4" and not trtllm_mxfp4:
+            continue
+        tables = {g: t[t.distribution == "balanced"] for g in members if not (t := loader(g)).empty}
+        if system not in tables:
+            continue
+        fitted = _family_fit(tuple(tables), scheme, routing)
+        mine = tables[system]
+        out[scheme] = MoeFormatFit(scheme, "family", tuple(tables), tuple(sorted(mine.kernel_source.unique())),
+                                   tuple(sorted(mine.moe_dtype.unique())), table, yaml_values(scheme, fitted[system]),
+                                   len(mine), int(mine[["hidden_size", "inter_size", "topk", "num_experts",
+                                                        "moe_tp_size"]].drop_duplicates().shape[0]), {})
+    return out

@@ -1,0 +1,112 @@
+"""The one writer of fitted values (`roofline.calibration.profile_writer`) and the per-chip fits behind `roofline
+calibrate --op-tables --op OP` (`roofline.calibration.chip_fit`)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from roofline.calibration.profile_writer import profile_text_with, write_profile_values, yaml_number
+from roofline.cli import main
+from roofline.cost.hardware import load_profile
+from roofline.registry import data_dir, list_ids, resolve
+
+PROFILES = data_dir("hardware_profiles")
+SHIPPED = sorted([resolve("hardware", pid) for pid in list_ids("hardware")]
+                 + list((PROFILES / "families").glob("*.yaml")))
+
+
+def _own_values(text: str) -> tuple[dict, dict, dict]:
+    data = yaml.safe_load(text)
+    sources = {k: v for k, v in (data.get("sources") or {}).items()
+               if k.startswith("efficiency.") or k in ("power_limit", "sustained_clock_factor")}
+    top = {k: data[k] for k in ("power_limit", "sustained_clock_factor") if k in data}
+    return data.get("efficiency") or {}, sources, top
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_writing_a_profiles_own_values_changes_no_byte(path: Path) -> None:
+    text = path.read_text()
+    efficiency, sources, top = _own_values(text)
+    assert profile_text_with(text, efficiency, sources, top) == text
+
+
+def test_writer_edits_in_place_appends_new_keys_and_is_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / "hopper.yaml"
+    shutil.copy(PROFILES / "families" / "hopper.yaml", path)  # multi-line single-quoted sources
+    before = yaml.safe_load(path.read_text())
+    lines_before = path.read_text().splitlines()
+    changed = write_profile_values(
+        path, {"moe_fp8_block_gemm_factor": 0.5, "mla_decode_fixed_us": 1e-06},
+        {"efficiency.moe_fp8_block_gemm_factor": 'new "quoted" source', "efficiency.mla_decode_fixed_us": "added"},
+        top={"power_limit": {"after_ms": 4.25, "clock_factor": 0.5}})
+    assert changed
+    after = yaml.safe_load(path.read_text())
+    lines = path.read_text().splitlines()
+    # only what was given changed; the edited key kept its place, the new one closes the section
+    assert after["efficiency"] == {**before["efficiency"], "moe_fp8_block_gemm_factor": 0.5,
+                                   "mla_decode_fixed_us": 1e-06}
+    assert list(after["efficiency"]) == list(before["efficiency"]) + ["mla_decode_fixed_us"]
+    assert "  mla_decode_fixed_us: 1.0e-06" in lines
+    assert after["sources"] == {**before["sources"], "efficiency.moe_fp8_block_gemm_factor": 'new "quoted" source',
+                                "efficiency.mla_decode_fixed_us": "added"}
+    assert after["power_limit"] == {"after_ms": 4.25, "clock_factor": 0.5}
+    assert lines[0] == lines_before[0] and lines[-1].startswith("  efficiency.mla_decode_fixed_us")
+    # the same values again: no byte changes
+    text = path.read_text()
+    assert not write_profile_values(path, {"moe_fp8_block_gemm_factor": 0.5}, {}, {"power_limit": after["power_limit"]})
+    assert path.read_text() == text
+
+
+@pytest.mark.parametrize("value, text", [(1e-06, "1.0e-06"), (2.123e-12, "2.123e-12"), (0.314, "0.314"),
+                                         (1.0, "1.0"), (31.7, "31.7"), (228.48, "228.48")])
+def test_numbers_are_written_as_yaml_reads_them(value: float, text: str) -> None:
+    assert yaml_number(value) == text and yaml.safe_load(text) == value
+
+
+@pytest.mark.slow
+def test_gemm_format_fit_reproduces_the_shipped_h200_values(tmp_path: Path) -> None:
+    """The fit of h200-sxm's block-fp8 GEMMs, written into a copy of its profile, leaves every value as shipped (its
+    sources name the command); ~15 s of CPU."""
+    from roofline.calibration.chip_fit import fit_op, write
+
+    copy = tmp_path / "h200-sxm.yaml"
+    shutil.copy(resolve("hardware", "h200-sxm"), copy)
+    (w,) = fit_op("gemm-formats", ["h200-sxm"])
+    assert set(w.efficiency) == {"gemm_fp8_block_factor", "gemm_fp8_block_tile_fixed_k",
+                                 "act_group_quant_memory_efficiency"}
+    write(w, copy)
+    shipped, written = yaml.safe_load(resolve("hardware", "h200-sxm").read_text()), yaml.safe_load(copy.read_text())
+    assert written["efficiency"] == shipped["efficiency"]
+    assert load_profile(copy) == load_profile("h200-sxm")
+    assert all("--op gemm-formats --chip h200-sxm" in written["sources"][f"efficiency.{k}"] for k in w.efficiency)
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 2
+    return rc, err.getvalue().strip()
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["calibrate", "--op-tables", "--op", "bogus"], "--op"),
+    (["calibrate", "--op-tables", "--op", "mla", "--chip", "a10g"], "--chip"),
+    (["calibrate", "--op-tables", "--op", "moe-formats", "--family", "ada"], "--family"),
+    (["calibrate", "--op-tables", "--op", "mla", "--chip", "h200-sxm", "--family", "hopper"], "--chip"),
+    (["calibrate", "--op-tables", "h200_sxm", "--op", "mla"], "--op"),
+    (["calibrate", "--op-tables", "--op", "mla", "--hardware", "h200-sxm"], "--hardware"),
+    (["calibrate", "--op-tables", "--op", "mla", "--all-to-all"], "--all-to-all"),
+    (["calibrate", "--op-tables", "--chip", "h200-sxm"], "--chip"),
+])
+def test_calibrate_op_refuses_in_one_line(argv: list[str], field: str) -> None:
+    rc, message = _run(argv)
+    assert rc == 2 and len(message.splitlines()) == 1 and field in message, message
