@@ -112,6 +112,12 @@ def test_every_yaml_efficiency_key_is_declared() -> None:
 
 
 BASELINE = json.loads((ROOT / "tests" / "data" / "efficiency-e697551.json").read_text())
+# Deliberate refits since e697551, each with its held-out errors in its history note: chip -> the fields it changed.
+REFITTED = {
+    # H200's own block-fp8 and MXFP4 MoE fits (it ran H100's): docs/benchmark-history/2026-11-29c-fits.md
+    "h200-sxm": {f"{prefix}_{p}" for prefix in ("moe_fp8_block", "moe_w4a16")
+                 for p in ("gemm_factor", "bandwidth_factor", "fixed_s")},
+}
 
 
 def test_shipped_profiles_parse_to_the_values_of_e697551() -> None:
@@ -133,6 +139,6 @@ def test_shipped_profiles_parse_to_the_values_of_e697551() -> None:
         # new, not changed: they keep no-effect defaults unless the profile states them
         assert {n for n in after if n not in before} <= set(stage_fields("mla")) | set(stage_fields("all_to_all")) \
             | set(stage_fields("unfitted")), pid
-        changed = {n for n in after if n in before and after[n] != before[n]}
+        changed = {n for n in after if n in before and after[n] != before[n]} - REFITTED.get(pid, set())
         assert changed <= unread, (pid, sorted(changed - unread))
         assert all(after[n] == EFFICIENCY_PARAMS[n].default for n in changed), pid
