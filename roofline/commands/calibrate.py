@@ -132,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if args.uncertainty:
         raise UserError("--uncertainty: only with --op-tables --family F (a family's held-out operator-table rows)")
     if args.write:
-        raise UserError("--write: only with --op-tables --family F or --op-tables --all-to-all (a calibrated profile "
-                        "is written to --out)")
+        raise UserError("--write: only with --op-tables --family F, --op-tables --op OP or --op-tables --all-to-all "
+                        "(a calibrated profile is written to --out)")
     if args.op_tables == "":
         raise UserError("--op-tables: name the system folder or name to fit on (no value only with --family F)")
     for flag, value in (("--hardware", args.hardware), ("--out", args.out)):
@@ -218,7 +218,8 @@ def run_op(args: argparse.Namespace) -> int:
     if args.op_tables != "":
         raise UserError("--op: takes --op-tables without a value (each chip profile names its tables)")
     for flag, value in (("--hardware", args.hardware), ("--out", args.out), ("--trace", args.trace),
-                        ("--all-to-all", args.all_to_all or None), ("--test-trace", args.test_trace or None),
+                        ("--all-to-all", args.all_to_all or None), ("--uncertainty", args.uncertainty or None),
+                        ("--test-trace", args.test_trace or None),
                         ("--params", args.params), ("--max-fit-steps", args.max_fit_steps),
                         ("--prior-scale", args.prior_scale), ("--json", args.json or None)):
         if value is not None:
