@@ -56,7 +56,10 @@ def test_writer_edits_in_place_appends_new_keys_and_is_idempotent(tmp_path: Path
     assert after["sources"] == {**before["sources"], "efficiency.moe_fp8_block_gemm_factor": 'new "quoted" source',
                                 "efficiency.mla_decode_fixed_us": "added"}
     assert after["power_limit"] == {"after_ms": 4.25, "clock_factor": 0.5}
-    assert lines[0] == lines_before[0] and lines[-1].startswith("  efficiency.mla_decode_fixed_us")
+    start = lines.index("sources:")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith(" ")), len(lines))
+    assert lines[0] == lines_before[0] and lines[end - 1] == '  efficiency.mla_decode_fixed_us: "added"'
+    assert lines[end:] == lines_before[len(lines_before) - (len(lines) - end):]  # the sections after sources: kept
     # the same values again: no byte changes
     text = path.read_text()
     assert not write_profile_values(path, {"moe_fp8_block_gemm_factor": 0.5}, {}, {"power_limit": after["power_limit"]})
