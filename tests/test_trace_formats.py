@@ -20,6 +20,7 @@ import pytest
 from roofline.errors import UserError
 from roofline.sim.traces import read_trace, trace_rows
 from roofline.sim.workload import load_workload, sample_requests
+from roofline.sim.workload_args import with_trace_replay
 
 AZURE_2023 = Path(__file__).parent / "data" / "azure-llm-conv-2023-head20.csv"
 AZURE_2024 = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -138,3 +139,30 @@ def test_simulate_replays_a_burstgpt_file_and_says_what_it_left_out(tmp_path: Pa
     assert load["trace_format"] == "burstgpt" and load["trace_speed"] == 10.0
     arrivals = [float(line.split(",")[2]) for line in (out / "requests.csv").read_text().splitlines()[1:]]
     assert arrivals == [0.0, 4.0, 11.3]
+
+
+def test_the_busiest_window_is_the_stretch_with_the_most_arrivals(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from roofline.cli import main
+
+    # The excerpt's busiest 2 s hold 7 requests, from 18:15:54.4260870 (7.745497 s of its clock) to 18:15:55.5826
+    # (8.2514 ... 9.5826 s); the next-best start (8.2514 s) holds 7 too, the earliest is taken.
+    out = tmp_path / "run"
+    assert main(["simulate", "--workload", str(AZURE_2023), "--trace-window", "busiest:2", "--out", str(out)]) == 0
+    load = json.loads((out / "run.json").read_text())["offered_load"]
+    assert load["trace_window_s"] == [pytest.approx(7.745497), pytest.approx(9.745497)]
+    assert len((out / "requests.csv").read_text().splitlines()) == 1 + 7
+    assert "trace_window_s [7.745497" in capsys.readouterr().out
+    # longer than the trace: all of it, from 0
+    specs = sample_requests(with_trace_replay(load_workload(AZURE_2023), "busiest:3600", None, False))
+    assert len(specs) == 20 and specs[-1].arrival_s == pytest.approx(13.025088)
+
+
+@pytest.mark.parametrize("window, message", [
+    ("busiest:0", "allowed: busiest:SECONDS with SECONDS > 0"),
+    ("busiest:hour", "allowed: START:END in seconds (e.g. 3600:7200) or busiest:SECONDS"),
+])
+def test_a_bad_busiest_window_is_one_line(window: str, message: str) -> None:
+    with pytest.raises(UserError, match=None) as info:
+        with_trace_replay(load_workload(AZURE_2023), window, None, False)
+    assert message in str(info.value)

@@ -20,7 +20,7 @@ Published (what each file is compared with):
   _2: 3,858.4k / 3,784.2k; _3: 5,344.0k / 4,956.1k).
 
 The simulation: the trace's busiest hour (the 2023 traces are one hour: all of it) replayed as recorded
-(`--trace-window`), served by Llama-3.1-70B on 4x H100-SXM (TP 4), vLLM's defaults, SLOs of the README's plan
+(`--trace-window busiest:3600`), served by Llama-3.1-70B on 4x H100-SXM (TP 4), vLLM's defaults, SLOs of the README's plan
 example (TTFT 2 s, TPOT 80 ms): latency, SLO attainment, and the busiest / fullest / worst bins of its load over time.
 """
 
@@ -41,7 +41,7 @@ from roofline.sim.deployment import make_deployment  # noqa: E402
 from roofline.sim.metrics import SummaryOptions  # noqa: E402
 from roofline.sim.simulator import SimulationOptions, run_simulation  # noqa: E402
 from roofline.sim.timeline import format_peaks, load_over_time, peaks  # noqa: E402
-from roofline.sim.traces import read_trace, trace_rows  # noqa: E402
+from roofline.sim.traces import busiest_window, read_trace, trace_rows  # noqa: E402
 from roofline.sim.workload import Workload  # noqa: E402
 
 MODEL, HARDWARE, TP = "llama-3.1-70b", "h100-sxm", 4
@@ -55,16 +55,6 @@ AZURE_2024 = {"azure-2024-conv": ("AzureLLMInferenceTrace_conv_1week.csv", 27303
 BURSTGPT_LINES = {"BurstGPT_1.csv": 1429.7e3, "BurstGPT_without_fails_1.csv": 1404.3e3,
                   "BurstGPT_2.csv": 3858.4e3, "BurstGPT_without_fails_2.csv": 3784.2e3,
                   "BurstGPT_3.csv": 5344.0e3, "BurstGPT_without_fails_3.csv": 4956.1e3}
-
-
-def busiest_window(arrival_s: np.ndarray, width_s: float) -> tuple[float, float]:
-    """[start, start + width) holding the most arrivals, starting at an arrival (whole trace if it is shorter)."""
-    times = np.sort(arrival_s)
-    if times[-1] - times[0] < width_s:
-        return float(times[0]), float(times[0]) + width_s
-    counts = np.searchsorted(times, times + width_s, side="left") - np.arange(len(times))
-    start = float(times[int(counts.argmax())])
-    return start, start + width_s
 
 
 def describe(name: str, path: Path, published_rows: float, medians: tuple[int, int] | None) -> dict:

@@ -132,6 +132,15 @@ def arrange(arrivals: np.ndarray, path: Path, num_requests: int | None = None, r
     return order, times
 
 
+def busiest_window(arrival_s: np.ndarray, width_s: float) -> tuple[float, float]:
+    """[start, start + width_s) of a trace's own clock (`TraceRows.arrival_s`) holding the most arrivals, starting at
+    an arrival, the earliest of equals (the whole trace from 0 when it is shorter): `--trace-window busiest:SECONDS`."""
+    times = np.sort(arrival_s, kind="stable")
+    counts = np.searchsorted(times, times + width_s, side="left") - np.arange(len(times))
+    start = float(times[int(counts.argmax())])
+    return start, start + width_s
+
+
 def trace_cache_ratio(specs: Sequence[RequestSpec]) -> float:
     """The share of the prompts' tokens in blocks an earlier request already had (in arrival order): what an
     unbounded prefix cache would hit, the reuse the trace itself records."""

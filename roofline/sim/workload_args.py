@@ -40,9 +40,10 @@ def add_workload_args(parser: argparse.ArgumentParser, default_num_requests: int
     group.add_argument("--output-len", type=int, default=None, metavar="TOKENS",
                        help="fixed output length in tokens (replaces the workload's output distribution)")
     group.add_argument("--seed", type=int, default=None, help="random seed (default: the workload's seed)")
-    group.add_argument("--trace-window", default=None, metavar="START:END",
+    group.add_argument("--trace-window", default=None, metavar="START:END|busiest:SECONDS",
                        help="replay only a trace's requests arriving from START to END seconds of its own clock (0 = "
-                            "its first arrival), e.g. a peak hour 3600:7200; the window starts at 0")
+                            "its first arrival), e.g. 3600:7200, or in its busiest stretch of SECONDS: busiest:3600 "
+                            "(a peak hour); the window starts at 0")
     group.add_argument("--trace-speed", type=float, default=None, metavar="K",
                        help="replay a trace K times faster (0.5: at half speed); instead of --request-rate")
 
@@ -94,14 +95,7 @@ def with_trace_replay(workload: Workload, window: str | None, speed: float | Non
         raise UserError(f"{flag}: only with a trace (--workload FILE.csv or FILE.jsonl); {workload.name} is synthetic")
     changes: dict[str, Any] = {}
     if window is not None:
-        try:
-            start, end = (float(x) for x in window.split(":"))
-        except ValueError:
-            raise UserError(f"--trace-window: {window!r} is not allowed; allowed: START:END in seconds, e.g. "
-                            "3600:7200") from None
-        if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
-            raise UserError(f"--trace-window: {window!r} is not allowed; allowed: 0 <= START < END, finite seconds")
-        changes["trace_window_s"] = (start, end)
+        changes["trace_window_s"] = _trace_window(window, workload)
     if speed is not None:
         if rate_given:
             raise UserError("--trace-speed: not with --request-rate (both set the replay's rate); give one")
@@ -110,6 +104,30 @@ def with_trace_replay(workload: Workload, window: str | None, speed: float | Non
                             f"{MAX_RATE_PER_S:g}")
         changes["trace_speed"] = speed
     return replace(workload, **changes)
+
+
+def _trace_window(window: str, workload: Workload) -> tuple[float, float]:
+    """START:END, or busiest:SECONDS (the trace's busiest stretch of that length: `traces.busiest_window`)."""
+    allowed = "START:END in seconds (e.g. 3600:7200) or busiest:SECONDS (e.g. busiest:3600)"
+    first, _, rest = window.partition(":")
+    if first.strip().lower() == "busiest":
+        try:
+            width = float(rest)
+        except ValueError:
+            raise UserError(f"--trace-window: {window!r} is not allowed; allowed: {allowed}") from None
+        if not (math.isfinite(width) and width > 0):
+            raise UserError(f"--trace-window: {window!r} is not allowed; allowed: busiest:SECONDS with SECONDS > 0, "
+                            "finite")
+        from roofline.sim.traces import busiest_window, trace_rows  # (traces builds on workload)
+        assert workload.trace_path is not None
+        return busiest_window(trace_rows(workload.trace_path).arrival_s, width)
+    try:
+        start, end = float(first), float(rest)
+    except ValueError:
+        raise UserError(f"--trace-window: {window!r} is not allowed; allowed: {allowed}") from None
+    if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end):
+        raise UserError(f"--trace-window: {window!r} is not allowed; allowed: 0 <= START < END, finite seconds")
+    return start, end
 
 
 def override_workload(workload: Workload, num_requests: int | None = None, rate_per_s: float | None = None,
