@@ -17,7 +17,8 @@ Formats (the columns this reader needs; any others in the file are not read):
   et al., KDD'25); BurstGPT_3 adds `Session ID` and `Elapsed time` (read past: a replay is open loop).
 
 A production trace records failed requests: BurstGPT's `BurstGPT_{1,2,3}.csv` keep them with `Response tokens` 0
-(its README; the `_without_fails` files leave them out). A row of the azure or burstgpt format with 0 output or 0
+(its README; the `_without_fails` files leave them out, as `vllm bench serve --dataset-name burstgpt` does:
+vllm/benchmarks/datasets.py `BurstGPTDataset.load_data`). A row of the azure or burstgpt format with 0 output or 0
 prompt tokens is a request no engine served (vLLM refuses an empty prompt and a max_tokens of 0), so it is left
 out and counted (`TraceRows.num_left_out`), never silently; anything else a number cannot be (text, a fraction, a
 negative, beyond `MAX_TOKENS`) is refused naming the file, line and column. The file is read in chunks, so a
