@@ -351,8 +351,8 @@ def test_numbers_in_the_report_equal_those_in_the_csvs(small_report: tuple[plann
                 == (plan.best.config.hardware, str(plan.best.config.tensor_parallel_size),
                     str(plan.best.config.max_num_seqs)))
     answer = (out / "report.md").read_text().split("## Answer")[1].split("\n- ")[0]
-    for column in ("num_gpus", "usd_per_hour", "usd_per_million_output_tokens", "eff_minus10_num_gpus",
-                   "eff_plus10_num_gpus"):
+    for column in ("num_gpus", "usd_per_hour", "usd_per_million_output_tokens", "pessimistic_num_gpus",
+                   "optimistic_num_gpus", "pessimistic_usd_per_million_output_tokens"):
         assert best[column] and best[column] in answer, column
 
 
@@ -394,7 +394,7 @@ def test_scale_efficiency_moves_every_compute_and_memory_fraction() -> None:
 
     from roofline.cost.hardware import load_profile
 
-    hw = load_profile("h100-sxm")
+    hw = replace(load_profile("h100-sxm"), uncertainty=None)  # (a profile without measured uncertainty)
     named = set(backend.COMPUTE_EFFICIENCIES) | set(backend.MEMORY_EFFICIENCIES) | set(backend.UNSCALED_EFFICIENCIES)
     # A new *_efficiency field must be classified: this fails until it is.
     assert {f.name for f in fields(hw.efficiency) if f.name.endswith("_efficiency")} == named
@@ -406,6 +406,23 @@ def test_scale_efficiency_moves_every_compute_and_memory_fraction() -> None:
     high = backend.scale_efficiency(replace(hw, efficiency=replace(hw.efficiency, memory_efficiency=0.95)),
                                     OPTIMISTIC)
     assert high.efficiency.memory_efficiency == 1.0  # capped
+
+
+def test_with_measured_uncertainty_the_sensitivity_moves_operator_times_to_their_percentiles() -> None:
+    from roofline.cost.hardware import load_profile
+    from roofline.cost.uncertainty import KINDS
+    from roofline.planning.plan import sensitivity_band
+
+    hw = load_profile("h100-sxm")
+    low, high = backend.scale_efficiency(hw, PESSIMISTIC), backend.scale_efficiency(hw, OPTIMISTIC)
+    assert low.efficiency == high.efficiency == hw.efficiency  # the efficiencies stay; the operator times move
+    for kind in KINDS:
+        slow, fast = getattr(low.op_time_factors, kind), getattr(high.op_time_factors, kind)
+        assert slow == pytest.approx(float(hw.uncertainty.ratio_at(kind, np.array([0.9]))[0]), rel=1e-5)
+        assert fast == pytest.approx(float(hw.uncertainty.ratio_at(kind, np.array([0.1]))[0]), rel=1e-5)
+        assert fast < 1 < slow, kind
+    assert "90th (pessimistic)" in sensitivity_band(["h100-sxm"])
+    assert "10 % lower" in sensitivity_band(["mi300x"]) and "90th" not in sensitivity_band(["mi300x"])
 
 
 def test_workload_at_rate_scales_arrivals_and_keeps_the_requests() -> None:

@@ -52,7 +52,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "and max_num_seqs: whether it fits (checked without simulating; if not, why and what would make it fit), "
         "the highest request rate one replica sustains within the SLOs (found by simulation), the replicas, GPUs "
         "and dollars for the target rate, the cheapest configuration and the Pareto front of cost against rate, "
-        "and how that moves with +-10 % compute and memory efficiency. Writes an HTML/markdown report with plots, "
+        "and how that moves between pessimistic and optimistic operator times (each kind at the 90th / 10th "
+        "percentile of its measured error, where the profile states it; else -10 / +10 % efficiency). Writes "
+        "an HTML/markdown report with plots, "
         "CSV tables and plan.json.")
     parser.add_argument("--model", required=True, metavar="ID|PATH", help="model id or HF config.json / directory")
     parser.add_argument("--hardware", required=True, metavar="H1,H2,...",
@@ -83,7 +85,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--max-num-batched-tokens-list", metavar="N,...", help="max_num_batched_tokens values to "
                         "try (default: --max-num-batched-tokens's value, else vLLM's default for the device)")
     parser.add_argument("--sensitivity", action=argparse.BooleanOptionalAction, default=True,
-                        help="repeat every search at -10 %% and +10 %% compute and memory efficiency (default: on)")
+                        help="repeat the best configurations' searches with every operator kind's time at the 90th and 10th "
+                             "percentile of its measured / predicted (the profile's uncertainty: section; else "
+                             "-10 %% and +10 %% compute and memory efficiency) (default: on)")
     parser.add_argument("--num-requests", type=int, default=DEFAULT_NUM_REQUESTS, metavar="N",
                         help=f"measured requests per simulation, after warm-up and drain (default: "
                              f"{DEFAULT_NUM_REQUESTS}; fewer make the percentiles noisier)")

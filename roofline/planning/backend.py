@@ -49,7 +49,11 @@ UNSCALED_EFFICIENCIES = ("moe_compute_efficiency", "collective_bus_efficiency", 
 
 
 def scale_efficiency(hw: HardwareProfile, efficiency: Efficiency) -> HardwareProfile:
-    """The profile with its compute and memory efficiencies multiplied, capped at 1 (no kernel beats peak)."""
+    """The profile with every operator kind's time at `efficiency.quantile` of its measured / predicted where the
+    profile states its uncertainty (`roofline.cost.uncertainty`); else with its compute and memory efficiencies
+    multiplied, capped at 1 (no kernel beats peak)."""
+    if efficiency.quantile is not None and hw.uncertainty is not None:
+        return replace(hw, op_time_factors=hw.uncertainty.factors_at(efficiency.quantile))
     e = hw.efficiency
     changes = {name: min(1.0, getattr(e, name) * efficiency.compute) for name in COMPUTE_EFFICIENCIES}
     changes.update({name: min(1.0, getattr(e, name) * efficiency.memory) for name in MEMORY_EFFICIENCIES})

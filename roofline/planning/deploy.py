@@ -107,7 +107,8 @@ def plan_json(plan: Plan, engine: EngineArgs, checkpoints: dict[str, str]) -> di
             "num_replicas": c.num_replicas, "num_gpus": c.num_gpus, "sustained_rate_per_s": c.sustained_rate_per_s,
             "usd_per_gpu_hour": c.price.usd_per_gpu_hour if c.price else None, "usd_per_hour": c.usd_per_hour,
             "usd_per_million_output_tokens": c.usd_per_million_output_tokens, "kv_headroom": c.kv_headroom,
-            "gpus_at_plus_minus_10pct_efficiency": c.gpus_range(), "is_best": c is best,
+            "gpus_optimistic_pessimistic": c.gpus_range(),
+            "usd_per_million_output_tokens_optimistic_pessimistic": c.usd_per_million_range(), "is_best": c is best,
             "on_pareto_front": c in front,
             "vllm_serve": vllm_serve_command(request.model, engine, c, checkpoints) if c.meets_slo else None,
         }

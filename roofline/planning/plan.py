@@ -10,8 +10,10 @@ end-to-end latency) within its limit. Each probe is one simulation of the worklo
 runs it: the real one is `roofline.planning.backend.SimulatorBackend`, fakes in the tests). From the rate
 follow the replicas and GPUs for the target rate, dollars per hour and per million output tokens, the KV-cache
 headroom, the cheapest configuration and the Pareto front of cost against the rate a deployment sustains.
-Sensitivity repeats every search with the profile's compute and memory efficiencies both 10 % lower and both
-10 % higher, which gives bands on the curves and a range on the answer.
+Sensitivity repeats the best configurations' searches pessimistically and optimistically: every operator kind's time at
+the 90th and at the 10th percentile of its measured / predicted on held-out operator-table rows, where the profile
+states them (`roofline.cost.uncertainty`), else compute and memory efficiency 10 % lower and higher; it gives bands on
+the curves and a range on the answer (GPUs, USD per hour and per million output tokens).
 
     request = PlanRequest(model="llama-3.1-70b", hardware=("h100-sxm", "h200-sxm"), workload="sharegpt-chat",
                           slo=Slo(ttft_s=2.0, tpot_s=0.1), target_rate_per_s=20.0, quantizations=("none", "fp8"))
@@ -29,7 +31,7 @@ executor, the number of workers or the scheduling.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -45,6 +47,7 @@ from roofline.planning.search import (
     NOMINAL,
     OPTIMISTIC,
     PESSIMISTIC,
+    SENSITIVITY_DELTA,
     Backend,
     Config,
     Efficiency,
@@ -195,11 +198,19 @@ class ConfigPlan:
         return 1.0 - self.best_point.peak_kv_usage if self.meets_slo else None
 
     def gpus_range(self) -> tuple[int | None, int | None] | None:
-        """(GPUs if efficiencies are 10 % higher, GPUs if 10 % lower); None without sensitivity."""
+        """(GPUs needed optimistically, pessimistically: `OPTIMISTIC`, `PESSIMISTIC`); None without sensitivity."""
         if self.pessimistic is None or self.optimistic is None:
             return None
         return (gpus_needed(self.target_rate_per_s, self.optimistic),
                 gpus_needed(self.target_rate_per_s, self.pessimistic))
+
+    def usd_per_million_range(self) -> tuple[float | None, float | None] | None:
+        """USD per million output tokens with the optimistic and the pessimistic GPUs (`gpus_range`)."""
+        span, nominal, gpus = self.gpus_range(), self.usd_per_million_output_tokens, self.num_gpus
+        if span is None or nominal is None or not gpus:
+            return None
+        low, high = span
+        return (None if low is None else nominal * low / gpus, None if high is None else nominal * high / gpus)
 
     @property
     def why_not(self) -> str | None:
@@ -288,6 +299,30 @@ def _rank_key(c: ConfigPlan) -> tuple[bool, float, int, float, str]:
     assert num_gpus is not None, f"{c.config.label}: ranked but not serving"
     return (c.price is None, c.usd_per_hour or 0.0, num_gpus, -c.search.max_rate_per_s / c.config.tensor_parallel_size,
             c.config.label)
+
+
+def sensitivity_band(hardware: Sequence[str]) -> str:
+    """What the pessimistic and optimistic searches of a plan over `hardware` (ids or paths) change, in words."""
+    from roofline.cost.hardware import load_profile
+
+    def has_uncertainty(h: str) -> bool:
+        try:
+            return load_profile(h).uncertainty is not None
+        except UserError:  # a backend's own hardware (tests' fakes): no profile, so efficiencies are what moves
+            return False
+
+    measured = [h for h in hardware if has_uncertainty(h)]
+    texts = []
+    if measured:
+        texts.append(f"every operator kind's time at the 90th (pessimistic) and the 10th (optimistic) percentile of its "
+                     f"measured / predicted on held-out operator-table rows ({', '.join(measured)}: the profile's "
+                     f"uncertainty section); an 80 % band if the kinds' errors move together, wider if they are "
+                     f"independent; host and API-server times are not in it")
+    if len(measured) < len(hardware):
+        rest = [h for h in hardware if h not in measured]
+        texts.append(f"compute and memory efficiency {100 * SENSITIVITY_DELTA:g} % lower (pessimistic) and higher "
+                     f"(optimistic), capped at 1 ({', '.join(rest)}: no measured uncertainty)")
+    return "; ".join(texts)
 
 
 def replicas_needed(target_rate_per_s: float, search: Search | None) -> int | None:

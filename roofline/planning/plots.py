@@ -245,7 +245,7 @@ def cost_by_config(path: Path, bars: list[CostBar]) -> Path:
             ax.plot([bar.high_usd_per_hour] * 2, [y - 0.2, y + 0.2], color="black", linewidth=1.2)
     ax.set_yticks(range(len(bars)), [b.label for b in bars], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("deployment cost for the target rate [USD/hour] (whiskers: efficiency +-10 %)")
+    ax.set_xlabel("deployment cost for the target rate [USD/hour] (whiskers: optimistic / pessimistic)")
     ax.set_title("cost by configuration (green: best)", fontsize=9)
     ax.grid(True, axis="x", alpha=0.3)
     return save_png(fig, path)

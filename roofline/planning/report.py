@@ -25,12 +25,11 @@ from roofline.cost.hardware import load_profile
 from roofline.errors import UserError
 from roofline.planning import plots as plan_plots
 from roofline.planning.bounds import RATE_MARGIN
-from roofline.planning.plan import LOAD_CURVE_FRACTIONS, ConfigPlan, Plan, gpus_needed
+from roofline.planning.plan import LOAD_CURVE_FRACTIONS, ConfigPlan, Plan, gpus_needed, sensitivity_band
 from roofline.planning.prune import JUMP_FRACTION, ROUND_SIZE
 from roofline.planning.search import (
     DRAIN_FRACTION,
     RATE_REL_TOL,
-    SENSITIVITY_DELTA,
     WARMUP_FRACTION,
     Point,
     Search,
@@ -120,8 +119,9 @@ def config_columns(plan: Plan) -> tuple[str, ...]:
                "peak_kv_usage_pct", "kv_headroom_pct", "num_replicas", "num_gpus", "sustained_rate_per_s",
                "usd_per_gpu_hour", "usd_per_hour", "usd_per_million_output_tokens", "pareto"]
     if plan.request.sensitivity:
-        columns += ["eff_minus10_max_rate_per_s", "eff_plus10_max_rate_per_s", "eff_minus10_num_gpus",
-                    "eff_plus10_num_gpus", "eff_minus10_usd_per_hour", "eff_plus10_usd_per_hour"]
+        columns += ["pessimistic_max_rate_per_s", "optimistic_max_rate_per_s", "pessimistic_num_gpus",
+                    "optimistic_num_gpus", "pessimistic_usd_per_hour", "optimistic_usd_per_hour",
+                    "pessimistic_usd_per_million_output_tokens", "optimistic_usd_per_million_output_tokens"]
     return tuple(columns + ["num_simulations", "reason", "fix"])
 
 
@@ -155,8 +155,10 @@ def config_row(plan: Plan, c: ConfigPlan, front: list[ConfigPlan]) -> tuple[str,
            usd(c.usd_per_million_output_tokens), "yes" if c in front else ""]
     if plan.request.sensitivity:
         gpus = c.gpus_range() or (None, None)
+        per_million = c.usd_per_million_range() or (None, None)
         row += [_rate(c.pessimistic), _rate(c.optimistic), count(gpus[1]), count(gpus[0]),
-                _usd_per_hour(c, c.pessimistic), _usd_per_hour(c, c.optimistic)]
+                _usd_per_hour(c, c.pessimistic), _usd_per_hour(c, c.optimistic), usd(per_million[1]),
+                usd(per_million[0])]
     row += [str(sum(len(s.points) for s in searches)), c.why_not or "", c.fit.fix or ""]
     return tuple(row)
 
@@ -235,9 +237,11 @@ def column_titles(plan: Plan) -> dict[str, str]:
         "sustained_rate_per_s": "deployment sustains [req/s]",
         "usd_per_gpu_hour": "USD per GPU-hour", "usd_per_hour": "USD per hour",
         "usd_per_million_output_tokens": "USD per M output tokens", "pareto": "Pareto",
-        "eff_minus10_max_rate_per_s": "max rate at -10 % eff.", "eff_plus10_max_rate_per_s": "max rate at +10 % eff.",
-        "eff_minus10_num_gpus": "GPUs at -10 % eff.", "eff_plus10_num_gpus": "GPUs at +10 % eff.",
-        "eff_minus10_usd_per_hour": "USD/h at -10 % eff.", "eff_plus10_usd_per_hour": "USD/h at +10 % eff.",
+        "pessimistic_max_rate_per_s": "max rate, pessimistic", "optimistic_max_rate_per_s": "max rate, optimistic",
+        "pessimistic_num_gpus": "GPUs, pessimistic", "optimistic_num_gpus": "GPUs, optimistic",
+        "pessimistic_usd_per_hour": "USD/h, pessimistic", "optimistic_usd_per_hour": "USD/h, optimistic",
+        "pessimistic_usd_per_million_output_tokens": "USD per M tokens, pessimistic",
+        "optimistic_usd_per_million_output_tokens": "USD per M tokens, optimistic",
         "num_simulations": "simulations", "reason": "reason", "fix": "would fit with", "offer": "offer",
         "source": "source", "read_on": "read on",
     }
@@ -255,7 +259,8 @@ def shown_columns(plan: Plan, table: str) -> tuple[str, ...]:
     shown = [*KEY_COLUMNS, "max_rate_per_replica_per_s", *slos, "kv_headroom_pct", "num_replicas", "num_gpus",
              "usd_per_hour", "usd_per_million_output_tokens"]
     if plan.request.sensitivity:
-        shown += ["eff_minus10_num_gpus", "eff_plus10_num_gpus"]
+        shown += ["optimistic_num_gpus", "pessimistic_num_gpus", "optimistic_usd_per_million_output_tokens",
+                  "pessimistic_usd_per_million_output_tokens"]
     return tuple(shown)
 
 
@@ -322,7 +327,7 @@ def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
         shown = f"the {MAX_COST_BARS} cheapest of {len(bars)}" if len(bars) > MAX_COST_BARS else "all"
         figures.append(("cost.png", f"Dollars per hour to serve the target rate ({shown} serving configurations "
                         "with a price), best first (cheapest; then fewest GPUs; then most rate per GPU). Whiskers: "
-                        "the same plan with compute and memory efficiency 10 % higher (left) and lower (right)."))
+                        "optimistic (left) and pessimistic (right), as the Method says."))
     front = plan.pareto_front()
     if front:
         points = [plan_plots.ParetoPoint(c.config.label, *c.cost_and_rate(), c in front, c is plan.cheapest)
@@ -344,9 +349,9 @@ def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
                                    [(name, title) for name, _, title in CURVE_METRICS])
         figures.append(("latency_vs_load.png", "Latency percentiles of one replica against offered load, from light "
                         "load to past saturation, for the best configuration of each hardware: every simulation of "
-                        "its search and of its load curve (dashed: the searches at -10 % and +10 % efficiency). "
+                        "its search and of its load curve (dashed: the pessimistic and optimistic searches). "
                         "Red: the SLO; dotted: the highest rate within all SLOs; grey: the saturation rate; shaded: "
-                        "the highest rate's range from -10 % to +10 % efficiency."))
+                        "the highest rate's range from pessimistic to optimistic (the Method says what they are)."))
         plan_plots.kv_usage(out_dir / "kv_usage.png",
                             [(c.config.label, c.search.kv_time_s, c.search.kv_usage) for c in chosen])
         figures.append(("kv_usage.png", "KV-cache usage over simulated time at the highest rate within the SLOs "
@@ -389,9 +394,15 @@ def answer_text(plan: Plan, tables: dict[str, Table]) -> str:
             f"max_num_batched_tokens {row['max_num_batched_tokens']}, each sustaining "
             f"{row['max_rate_per_replica_per_s']} req/s within the SLOs, {cost}.")
     if req.sensitivity and best.price is not None:
-        text += (f" With compute and memory efficiency 10 % lower it needs {row['eff_minus10_num_gpus'] or 'more'} "
-                 f"GPUs ({row['eff_minus10_usd_per_hour'] or '?'} USD/hour), 10 % higher "
-                 f"{row['eff_plus10_num_gpus']} GPUs ({row['eff_plus10_usd_per_hour']} USD/hour).")
+        measured = "90th (pessimistic)" in sensitivity_band([cfg.hardware])
+        text += ((" With every operator kind as slow as the 90th percentile of its measured / predicted (at least 90 % "
+                  "confidence as far as operator-time errors go; host and API-server times not included) it needs "
+                  if measured else " With compute and memory efficiency 10 % lower it needs ")
+                 + f"{row['pessimistic_num_gpus'] or 'more'} GPUs ({row['pessimistic_usd_per_hour'] or '?'} USD/hour, "
+                 f"{row['pessimistic_usd_per_million_output_tokens'] or '?'} USD per million output tokens); "
+                 + ("at the 10th percentile " if measured else "10 % higher ")
+                 + f"{row['optimistic_num_gpus']} GPUs ({row['optimistic_usd_per_hour']} USD/hour, "
+                 f"{row['optimistic_usd_per_million_output_tokens']} USD per million output tokens).")
     return text
 
 
@@ -471,9 +482,8 @@ def method_lines(plan: Plan) -> list[str]:
         "KV headroom = 1 - the peak fraction of KV blocks in use at the highest rate within the SLOs.",
     ]
     if req.sensitivity:
-        lines.append(f"Sensitivity: the replicas of each hardware's best configuration with the profile's compute "
-                     f"efficiencies and memory efficiencies all x{1 - SENSITIVITY_DELTA:g} and all "
-                     f"x{1 + SENSITIVITY_DELTA:g} (capped at 1), searched from the nominal answer.")
+        lines.append(f"Sensitivity: the replicas of each hardware's best configuration, pessimistic and optimistic "
+                     f"({sensitivity_band(req.hardware)}), searched from the nominal answer.")
     lines.append(f"roofline {__version__}.")
     return lines
 
