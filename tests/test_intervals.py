@@ -23,7 +23,7 @@ from roofline.cost.uncertainty import KINDS, OpTimeFactors, chip_uncertainty
 from roofline.errors import UserError
 from roofline.registry import load_model, resolve
 
-SIM = ["simulate", "--model", "llama-3.1-8b", "--num-requests", "40", "--request-rate", "8", "--intervals",
+SIM = ["simulate", "--model", "llama-3.1-8b", "--num-requests", "20", "--request-rate", "8", "--intervals",
        "--interval-samples", "4"]
 
 

@@ -395,8 +395,9 @@ def answer_text(plan: Plan, tables: dict[str, Table]) -> str:
             f"{row['max_rate_per_replica_per_s']} req/s within the SLOs, {cost}.")
     if req.sensitivity and best.price is not None:
         measured = "90th (pessimistic)" in sensitivity_band([cfg.hardware])
-        text += ((" With every operator kind as slow as the 90th percentile of its measured / predicted (at least 90 % "
-                  "confidence as far as operator-time errors go; host and API-server times not included) it needs "
+        text += ((" With every operator kind as slow as the 90th percentile of its measured / predicted (90 % "
+                  "confidence if the kinds' errors move together, more if independent; operator times only, not the "
+                  "host's or API server's) it needs "
                   if measured else " With compute and memory efficiency 10 % lower it needs ")
                  + f"{row['pessimistic_num_gpus'] or 'more'} GPUs ({row['pessimistic_usd_per_hour'] or '?'} USD/hour, "
                  f"{row['pessimistic_usd_per_million_output_tokens'] or '?'} USD per million output tokens); "
