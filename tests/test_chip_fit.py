@@ -110,6 +110,8 @@ def _run(argv: list[str]) -> tuple[int, str]:
     (["calibrate", "--op-tables", "--op", "mla", "--all-to-all"], "--all-to-all"),
     (["calibrate", "--op-tables", "--chip", "h200-sxm"], "--chip"),
     (["calibrate", "--op-tables", "--op", "mla", "--uncertainty"], "--uncertainty"),
+    (["calibrate", "--op-tables", "--op", "mla", "--format", "nvfp4"], "--format"),
+    (["calibrate", "--op-tables", "--op", "moe-formats", "--format", "int3"], "--format"),
 ])
 def test_calibrate_op_refuses_in_one_line(argv: list[str], field: str) -> None:
     rc, message = _run(argv)

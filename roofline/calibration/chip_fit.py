@@ -156,14 +156,14 @@ MOE_FORMAT_NOTES = {
 }
 
 
-def _moe_writes(chip: str) -> ChipWrite:
+def _moe_writes(chip: str, formats: frozenset[str] | None = None) -> ChipWrite:
     from roofline.calibration.moe_format_fit import fit_moe_formats
 
     efficiency: dict[str, float] = {}
     sources: dict[str, str] = {}
     report = []
     cmd = command("moe-formats", chip)
-    for scheme, f in fit_moe_formats(chip).items():
+    for scheme, f in fit_moe_formats(chip, formats=formats).items():
         what = (f"{PACKAGE} {version(PACKAGE)} systems/data/{f.table}, its {' and '.join(f.dtypes)} rows "
                 f"({', '.join(f.kernels)}; no expert parallelism)")
         if f.how == "per_chip":
@@ -306,11 +306,15 @@ def select_chips(op: str, chip: str | None, family: str | None) -> list[str]:
 
 
 def fit_op(op: str, chips: list[str], family: str | None = None,
-           log: Callable[[str], None] = lambda _: None) -> list[ChipWrite]:
-    """The writes of `op`'s fit of `chips` (and, for moe-formats with `family`, the family file's)."""
+           log: Callable[[str], None] = lambda _: None, formats: frozenset[str] | None = None) -> list[ChipWrite]:
+    """The writes of `op`'s fit of `chips` (and, for moe-formats with `family`, the family file's); `formats`:
+    moe-formats only, these formats (`moe_fits.FITTED`'s keys) only."""
     if op == "mla":
         return _mla_writes(chips)
-    fitter = {"gemm-formats": _gemm_writes, "moe-formats": _moe_writes, "all-to-all": _a2a_writes}[op]
+    fitters: dict[str, Callable[[str], ChipWrite]] = {
+        "gemm-formats": _gemm_writes, "moe-formats": lambda chip: _moe_writes(chip, formats),
+        "all-to-all": _a2a_writes}
+    fitter = fitters[op]
     out = []
     for chip in chips:
         log(f"{op}: fitting {chip}")

@@ -193,8 +193,9 @@ def _family_fit(systems: tuple[str, ...], scheme: str, routing: str) -> dict[str
     return fit_family_format({g: load_profile(GPUS[g]) for g in systems}, tables, scheme, starts, routing, None, reduce)
 
 
-def fit_moe_formats(pid: str, routing: str = "table") -> dict[str, MoeFormatFit]:
-    """Every MoE format `pid`'s table has rows of (module docstring) -> its fit for `pid`."""
+def fit_moe_formats(pid: str, routing: str = "table", formats: frozenset[str] | None = None
+                    ) -> dict[str, MoeFormatFit]:
+    """Every MoE format `pid`'s table has rows of (module docstring), or those of `formats`, -> its fit for `pid`."""
     if pid not in GPUS.values():
         raise ValueError(pid)
     system = next(s for s, p in GPUS.items() if p == pid)
@@ -205,7 +206,7 @@ def fit_moe_formats(pid: str, routing: str = "table") -> dict[str, MoeFormatFit]
     d = load_table(system)
     trtllm_mxfp4 = kernel_family(hw.family).moe.mxfp4_bf16_trtllm
     for scheme, part in d.groupby("scheme"):
-        if scheme not in FITTED or (scheme == "mxfp4" and trtllm_mxfp4):
+        if scheme not in FITTED or (scheme == "mxfp4" and trtllm_mxfp4) or (formats and scheme not in formats):
             continue
         balanced = part[part.distribution == "balanced"]
         train = balanced[~balanced.held_out]
@@ -219,7 +220,7 @@ def fit_moe_formats(pid: str, routing: str = "table") -> dict[str, MoeFormatFit]
                                         int(train[["hidden_size", "inter_size", "topk", "num_experts",
                                                    "moe_tp_size"]].drop_duplicates().shape[0]), held)
     for scheme, (loader, _, _) in FAMILY_FORMATS.items():
-        if scheme == "mxfp4" and not trtllm_mxfp4:
+        if (scheme == "mxfp4" and not trtllm_mxfp4) or (formats and scheme not in formats):
             continue
         tables = {g: t[t.distribution == "balanced"] for g in members if not (t := loader(g)).empty}
         if system not in tables:

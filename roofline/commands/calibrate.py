@@ -90,6 +90,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--op", help="with --op-tables (no value): the per-chip fit to run: "
                                      "gemm-formats, moe-formats, mla or all-to-all")
     parser.add_argument("--chip", help="with --op: fit this chip only (a shipped profile id)")
+    parser.add_argument("--format", dest="moe_format",
+                        help="with --op moe-formats: fit this weight format only (fp8-block, nvfp4, mxfp4, "
+                             "mxfp4-mxfp8, mxfp4-marlin)")
     parser.add_argument("--write", action="store_true",
                         help="with --family: write the family file and the fitted chips' clock factors; with "
                              "--all-to-all: write the fitted values into the chips' profiles")
@@ -125,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         return run_op(args)
     if args.chip is not None:
         raise UserError("--chip: only with --op (gemm-formats, moe-formats, mla or all-to-all)")
+    if args.moe_format is not None:
+        raise UserError("--format: only with --op moe-formats")
     if args.all_to_all:
         return run_all_to_all(args)
     if args.family is not None:
@@ -227,7 +232,15 @@ def run_op(args: argparse.Namespace) -> int:
     if args.chip is not None and args.family is not None:
         raise UserError("--chip: not with --family (name one chip, or a family for all its chips)")
     chips = select_chips(args.op, args.chip, args.family)
-    for w in fit_op(args.op, chips, args.family, log=progress_printer()):
+    formats = None
+    if args.moe_format is not None:
+        from roofline.calibration.moe_fits import FITTED
+        if args.op != "moe-formats":
+            raise UserError("--format: only with --op moe-formats")
+        if args.moe_format not in FITTED:
+            raise UserError(f"--format: {args.moe_format!r} is not allowed; allowed: {', '.join(FITTED)}")
+        formats = frozenset({args.moe_format})
+    for w in fit_op(args.op, chips, args.family, log=progress_printer(), formats=formats):
         print("\n".join(w.report))
         if args.write:
             print(f"wrote {write(w)}")
