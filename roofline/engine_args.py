@@ -73,14 +73,15 @@ _ALL = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len",
         "enable_chunked_prefill", "enable_prefix_caching", "tensor_parallel_size", "dtype", "quantization",
         "kv_cache_dtype", "kv_cache_memory_bytes", "num_gpu_blocks_override", "async_scheduling", "moe_backend",
         "float32_matmul_precision", "cudagraph_mode", "enforce_eager", "max_cudagraph_capture_size")
-# Data / expert / pipeline parallelism: simulate only (plan and measure refuse them as vllm serve flags they do not
-# model, `roofline.vllm_flags`).
+# Data / expert / pipeline parallelism: simulate (plan searches data_parallel_size and enable_expert_parallel over
+# lists of its own and takes all2all_backend; measure refuses them as vllm serve flags it does not model,
+# `roofline.vllm_flags`).
 _PARALLEL = ("data_parallel_size", "data_parallel_size_local", "enable_expert_parallel", "all2all_backend",
              "enable_eplb", "eplb_config", "pipeline_parallel_size")
 COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
     "simulate": _ALL + _PARALLEL,
     "plan": tuple(f for f in _ALL if f not in ("max_num_seqs", "tensor_parallel_size", "kv_cache_memory_bytes",
-                                               "num_gpu_blocks_override")),
+                                               "num_gpu_blocks_override")) + ("all2all_backend",),
     "measure": tuple(f for f in _ALL if f not in ("tensor_parallel_size", "quantization", "kv_cache_dtype",
                                                   "async_scheduling", "moe_backend",
                                                   "float32_matmul_precision", "cudagraph_mode", "enforce_eager",

@@ -224,7 +224,10 @@ class _TimingNeutral(argparse.Action):
 
 
 # roofline plan's lists for vLLM's single-value flags.
-_PLAN_LISTS = {"--tensor-parallel-size": "--tensor-parallel-sizes N,...", "--kv-cache-memory-bytes": "nothing: "
+_PLAN_LISTS = {"--tensor-parallel-size": "--tensor-parallel-sizes N,...",
+               "--data-parallel-size": "--data-parallel-sizes N,...", "--enable-expert-parallel": "--expert-parallel "
+               "off,on", "--data-parallel-size-local": "nothing: it puts as many DP ranks on a node as its GPUs hold",
+               "--kv-cache-memory-bytes": "nothing: "
                "it sizes the KV cache per device as vLLM does", "--num-gpu-blocks-override": "nothing: it sizes the "
                "KV cache per device as vLLM does"}
 

@@ -5,7 +5,8 @@ the cost model's bounds hold against simulated saturation."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,9 +43,10 @@ def _request(**kw: object) -> PlanRequest:
 
 
 def _answer(plan: planner.Plan) -> list[tuple]:
-    """Each hardware's best: configuration, replicas, GPUs, cost, refined rate, and the sensitivity's GPUs."""
-    return [(c.config, c.num_replicas, c.num_gpus, c.usd_per_hour, c.max_rate_per_s, c.gpus_range())
-            for c in plan.best_per_hardware()]
+    """Each hardware's best: configuration, replicas, GPUs, cost; the answer's refined rate and sensitivity."""
+    assert plan.best is not None
+    return [(c.config, c.num_replicas, c.num_gpus, c.usd_per_hour) for c in plan.best_per_hardware()] + [
+        (plan.best.max_rate_per_s, plan.best.gpus_range())]
 
 
 @pytest.mark.parametrize("target", [3.0, 40.0, 130.0])
@@ -130,3 +132,58 @@ def test_the_rate_bound_holds_against_the_simulated_saturation(hardware: str, tp
     # The latency floors: no request is faster than its bound at any load.
     light = summarize(backend.run(config, NOMINAL, 0.2 * served, 300), 0.2 * served, slo)
     assert bounds.ttft_s <= light.ttft_s and bounds.tpot_s <= light.tpot_s
+
+
+# ---- data / expert parallelism ---------------------------------------------------------------------------
+
+def test_launch_lines_of_a_two_node_dp_ep_replica_name_head_and_headless_nodes() -> None:
+    from roofline.engine_args import EngineArgs
+    from roofline.planning.deploy import DP_RPC_PORT, HEAD_NODE_ADDRESS, launch
+    from roofline.planning.plan import ConfigPlan
+    from roofline.planning.search import Fit
+
+    known = {line for line in (Path(__file__).parent / "data" / "vllm-0.32.0-engine-flags.txt").read_text().split()
+             if line.startswith("--")} | {"--headless"}  # (a vllm serve flag, not an engine flag)
+    one_node = ConfigPlan(Config("h200-sxm", 1, 256, data_parallel_size=8, expert_parallel=True), Fit(1000), None, 1.0)
+    (line,) = launch("deepseek-r1", EngineArgs(), one_node, {})
+    assert "--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel --max-num-seqs 256" in line
+    assert "--headless" not in line and "--data-parallel-size-local" not in line
+    two_nodes = replace(one_node, config=replace(one_node.config, data_parallel_size=16))
+    head, worker = launch("deepseek-r1", EngineArgs(all2all_backend="deepep_low_latency"), two_nodes, {})
+    common = (f"--data-parallel-size-local 8 --data-parallel-address '{HEAD_NODE_ADDRESS}' --data-parallel-rpc-port "
+              f"{DP_RPC_PORT}")
+    assert head.endswith(common) and "--data-parallel-size 16" in head and "--headless" not in head
+    assert worker.endswith(f"--headless {common} --data-parallel-start-rank 8")
+    for text in (head, worker):
+        assert "--enable-expert-parallel" in text and "--all2all-backend deepep_low_latency" in text
+        assert {w for w in text.split() if w.startswith("--")} <= known
+
+
+def test_the_search_space_holds_dp_and_ep_layouts_with_tp() -> None:
+    request = PlanRequest(model="deepseek-r1", hardware=("h200-sxm",), workload="sharegpt-chat", slo=Slo(5.0, 0.2),
+                          target_rate_per_s=4.0, tensor_parallel_sizes=(1, 8), data_parallel_sizes=(1, 8, 16),
+                          expert_parallel=(False, True), max_num_seqs=(64,))
+    labels = [c.label for c in request.configs()]
+    assert len(labels) == len(set(labels)) == 2 * 3 * 2
+    assert {"h200-sxm TP8 seqs64", "h200-sxm TP1 DP8 EP seqs64", "h200-sxm TP1 DP16 EP seqs64"} <= set(labels)
+    assert Config("h", 1, 64, data_parallel_size=16, expert_parallel=True).num_gpus == 16
+
+
+@pytest.mark.slow
+def test_the_plan_searches_dp_and_ep_layouts_of_a_moe_model() -> None:
+    request = PlanRequest(model="deepseek-r1", hardware=("h200-sxm",), workload="sharegpt-chat", slo=Slo(5.0, 0.2),
+                          target_rate_per_s=4.0, tensor_parallel_sizes=(1, 8), data_parallel_sizes=(1, 16),
+                          expert_parallel=(True,), max_num_seqs=(64,), sensitivity=False, num_requests=40)
+    backend = SimulatorBackend("deepseek-r1", "sharegpt-chat", EngineArgs(max_model_len=8192))
+    fits = {c.label: backend.fit(c) for c in request.configs()}
+    assert not fits["h200-sxm TP1 EP seqs64"].fits  # 671B parameters on one GPU
+    assert fits["h200-sxm TP1 DP16 EP seqs64"].fits  # two nodes of 8, over the profile's scale_out network
+    with LocalExecutor(1) as executor:
+        plan = planner.make_plan(request, backend, {"h200-sxm": None}, executor=executor)
+    assert plan.best is not None
+    gpus = {c.config.label: c.num_gpus for c in plan.configs}
+    assert gpus[plan.best.config.label] == min(g for g in gpus.values() if g is not None)
+    rows = {r.label.rsplit(" seqs", 1)[0]: r for r in plan.layouts}
+    assert plan.layouts[0].label == plan.best.config.label and len(rows) == len(plan.layouts)
+    for r in plan.layouts:
+        assert r.limited_by and (r.num_gpus is None or set(r.decode_s) >= {"attention", "MoE experts", "all-to-all"})

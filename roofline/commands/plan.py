@@ -22,17 +22,18 @@ from pathlib import Path
 
 from roofline.cost.hardware import load_profile
 from roofline.cost.quant import KV_CACHE_DTYPE_CHOICES, QUANTIZATION_CHOICES
-from roofline.engine_args import add_engine_args, derived_max_model_len, engine_args_from
+from roofline.engine_args import EngineArgs, add_engine_args, derived_max_model_len, engine_args_from
 from roofline.errors import UserError
 from roofline.jsonable import to_json
 from roofline.paths import prepare_output_dir
 from roofline.planning.backend import SimulatorBackend, choose_max_model_len
-from roofline.planning.deploy import parse_checkpoints, plan_json, vllm_serve_command
+from roofline.planning.deploy import launch, parse_checkpoints, plan_json
 from roofline.planning.executor import Executor, LocalExecutor, RayExecutor
 from roofline.planning.plan import (
     DEFAULT_MAX_NUM_SEQS,
     DEFAULT_NUM_REQUESTS,
     DEFAULT_TENSOR_PARALLEL_SIZES,
+    ConfigPlan,
     PlanRequest,
     make_plan,
 )
@@ -76,6 +77,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="price of one GPU-hour of a hardware (repeatable); overrides the shipped default")
     parser.add_argument("--tensor-parallel-sizes", default=_join(DEFAULT_TENSOR_PARALLEL_SIZES), metavar="N,...",
                         help=f"tensor-parallel sizes to try (default: {_join(DEFAULT_TENSOR_PARALLEL_SIZES)})")
+    parser.add_argument("--data-parallel-sizes", default="1", metavar="N,...",
+                        help="data-parallel sizes to try (a MoE model's DP ranks, each TP GPUs, as one replica; ranks "
+                             "fill one node after another; default: 1)")
+    parser.add_argument("--expert-parallel", default="off", metavar="off,on",
+                        help="expert parallelism to try: off, on or off,on (vLLM's --enable-expert-parallel; default: "
+                             "off)")
     parser.add_argument("--max-num-seqs", default=_join(DEFAULT_MAX_NUM_SEQS), metavar="N,...",
                         help=f"max_num_seqs values to try (default: {_join(DEFAULT_MAX_NUM_SEQS)})")
     parser.add_argument("--quantizations", metavar="Q,...", help=f"weight quantizations to try, of "
@@ -259,13 +266,22 @@ def dry_run_text(configs: list[Config], fits: dict, bounds: dict, request: PlanR
             k = replicas_lower_bound(request.target_rate_per_s, b.passable_rate_per_s(
                 request.slo.ttft_s, num_simulated_requests(request.num_requests)))
             verdict = (f"fits; at most {b.rate_per_s:.3g} req/s per replica ({b.limited_by} bound), so at least {k} "
-                       f"replica(s), {k * c.tensor_parallel_size} GPUs")
+                       f"replica(s), {k * c.num_gpus} GPUs")
             miss = b.misses(request.slo.limits())
             if miss is not None:
                 verdict += f"; {miss}"
         groups.setdefault((head, verdict), []).append(c.max_num_seqs)
     return "\n".join(f"{head} max_num_seqs {','.join(map(str, seqs))}: {verdict}"
                      for (head, verdict), seqs in groups.items())
+
+
+def deploy_block(model: str, engine: EngineArgs, c: ConfigPlan, checkpoints: dict[str, str]) -> str:
+    """The launch of one configuration's replica: its `vllm serve` line, or one per node with a comment naming it."""
+    lines = launch(model, engine, c, checkpoints)
+    if len(lines) == 1:
+        return lines[0]
+    return "\n".join(f"# {c.config.label}, node {i + 1} of {len(lines)} ({'head' if i == 0 else 'headless'}):\n{line}"
+                     for i, line in enumerate(lines))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -283,6 +299,9 @@ def run(args: argparse.Namespace) -> int:
         slo=Slo(args.slo_ttft_s, args.slo_tpot_s, args.slo_percentile, args.slo_itl_s, args.slo_e2el_s),
         target_rate_per_s=args.target_qps,
         tensor_parallel_sizes=parse_int_list(args.tensor_parallel_sizes, "--tensor-parallel-sizes"),
+        data_parallel_sizes=parse_int_list(args.data_parallel_sizes, "--data-parallel-sizes"),
+        expert_parallel=tuple(v == "on" for v in parse_choice_list(args.expert_parallel, "--expert-parallel",
+                                                                   ("off", "on"))),
         max_num_seqs=parse_int_list(args.max_num_seqs, "--max-num-seqs"), sensitivity=args.sensitivity,
         num_requests=args.num_requests, prune=not args.exhaustive,
         checkpoint_quantization=spec.checkpoint_quant.method if spec.checkpoint_quant is not None else None, **space)
@@ -320,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
     with executor:
         plan = make_plan(request, backend, prices, executor=executor, progress=reporter)
     reporter.finish()
-    deploy = tuple(vllm_serve_command(args.model, engine, c, checkpoints) for c in plan.best_per_hardware())
+    deploy = tuple(deploy_block(args.model, engine, c, checkpoints) for c in plan.best_per_hardware())
     write_report(plan, args.out, deploy)
     as_json = to_json(plan_json(plan, engine, checkpoints))
     (args.out / "plan.json").write_text(as_json)
@@ -329,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(answer_text(plan, all_tables(plan)))
         if deploy:
-            print(f"deploy: {deploy[0]}")
+            print("deploy:\n" + deploy[0])
     print(f"report: {args.out / 'report.html'} ({len(plan.configs)} configurations: {len(plan.pruned)} do not fit, "
           f"{len(plan.skipped)} pruned by the cost model's bounds or by cost; {plan.num_simulations} simulations on "
           f"{executor.describe()} in "

@@ -154,6 +154,14 @@ class DataParallelMoe:
             a2a_time_s(self.hw, self.backend, phase, per_gpu, self.hidden, self.topk, self.num_experts, n)
             for phase in ("dispatch", "combine"))
 
+    def experts_s(self, total_tokens: int) -> float:
+        """The busiest rank's expert work (all MoE layers) when the group's ranks hold `total_tokens` in all."""
+        return self._experts_table(max(int(total_tokens), 1))
+
+    def exchange_s(self, largest_tokens: int) -> float:
+        """Dispatch and combine (all MoE layers) when the largest rank holds `largest_tokens`."""
+        return self._exchange_table(max(int(largest_tokens), 1))
+
     def step_s(self, tokens_per_rank: Any) -> float:
         """The MoE layers' time of a group step whose DP ranks hold `tokens_per_rank` tokens each (an idle rank 1):
         the busiest rank's expert work, plus dispatch and combine of the largest rank's tokens."""

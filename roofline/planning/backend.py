@@ -4,6 +4,7 @@ the sensitivity's scaled profiles."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,6 +47,20 @@ UNSCALED_EFFICIENCIES = ("moe_compute_efficiency", "collective_bus_efficiency", 
                          "nccl_bus_efficiency", "deepep_ht_dispatch_bus_efficiency", "deepep_ht_combine_bus_efficiency",
                          "deepep_ll_dispatch_bus_efficiency", "deepep_ll_combine_bus_efficiency",
                          "nccl_ag_bus_efficiency", "nccl_rs_bus_efficiency")
+
+
+# What takes a decode step's time, as the report explains a layout by it.
+DECODE_PARTS = ("attention", "MoE experts", "all-to-all", "TP collectives", "host", "other layers")
+
+
+def _decode_part(op: str) -> str:
+    if op == "moe_experts":
+        return "MoE experts"
+    if op in ("attention", "attention_decode", "mla_decode", "mla_w_uk", "mla_w_uv") or op.startswith("attn"):
+        return "attention"
+    if "all_reduce" in op or "all_gather" in op or "reduce_scatter" in op:
+        return "TP collectives"
+    return "host" if op == "host_overhead" else "other layers"
 
 
 def scale_efficiency(hw: HardwareProfile, efficiency: Efficiency) -> HardwareProfile:
@@ -142,6 +157,21 @@ class SimulatorBackend:
         the `num_requests` requests every probe simulates."""
         return _bounds(self, config, efficiency, num_requests, percentile)
 
+    def decode_breakdown(self, config: Config, num_seqs: int, context: int) -> dict[str, float]:
+        """Seconds of one decode step of `num_seqs` sequences of `context` tokens on every rank, by what takes them
+        (`DECODE_PARTS`): a DP / EP group's MoE layers as the group runs them (the busiest rank's experts, the
+        all-to-all), the rest as the rank's cost model prices it."""
+        d = self.deployment(config, NOMINAL)
+        n = max(1, num_seqs)
+        shape = StepArrays(np.ones(n, dtype=np.int64), np.full(n, context, dtype=np.int64), np.ones(n, dtype=bool))
+        out = dict.fromkeys(DECODE_PARTS, 0.0)
+        for name, seconds in d.cost_model.cost(shape).breakdown_s.items():
+            out[_decode_part(name)] += seconds
+        if d.moe is not None:
+            out["MoE experts"] = d.moe.experts_s(n * config.data_parallel_size)
+            out["all-to-all"] = d.moe.exchange_s(n)
+        return out
+
     def notes(self) -> tuple[str, ...]:
         _, note = workload_at_rate(_workload(self.workload), 1.0, 1)
         return self.extra_notes + (() if note is None else (note,))
@@ -166,8 +196,24 @@ def _bounds(backend: SimulatorBackend, config: Config, efficiency: Efficiency, n
     sched = d.scheduler_config
     limits = BatchLimits(sched.max_num_seqs, sched.max_num_batched_tokens, d.kv.num_tokens)
     specs = _specs(backend.workload, num_requests)
-    return replica_bounds(d.cost_model.time_s, specs, measured_slice(len(specs)), limits, percentile,
-                          workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0, sched.max_model_len)
+    b = replica_bounds(rank_step_floor(d), specs, measured_slice(len(specs)), limits, percentile,
+                       workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0, sched.max_model_len)
+    # DP ranks: each serves its own requests at no more than one rank's bound (its steps are no shorter).
+    return replace(b, rate_per_s=b.rate_per_s * config.data_parallel_size)
+
+
+def rank_step_floor(d: Deployment) -> Callable[[StepArrays], float]:
+    """A lower bound on the step time of one rank holding `shape`: the cost model's, with a DP / EP group's MoE
+    layers (`roofline.sim.data_parallel.group_step_time`) as they are when every other rank runs a dummy token."""
+    time_s, moe = d.cost_model.time_s, d.moe
+    if moe is None:
+        return time_s
+    others = [1] * (d.engine.data_parallel_size - 1)
+
+    def step_s(shape: StepArrays) -> float:
+        t = shape.num_batched_tokens
+        return time_s(shape) - moe.rank_moe_s(t) + moe.step_s([t, *others])
+    return step_s
 
 
 @functools.lru_cache(maxsize=None)
@@ -181,10 +227,24 @@ def _model(model: str) -> ModelSpec:
 
 
 def engine_for(backend: SimulatorBackend, config: Config) -> EngineArgs:
-    """The backend's engine flags with the configuration's."""
+    """The backend's engine flags with the configuration's. DP ranks fill one node after another: as many per node
+    as its GPUs hold at the configuration's TP (`ranks_per_node`), `--data-parallel-size-local` when that is fewer
+    than all of them."""
+    dp = config.data_parallel_size
+    local = ranks_per_node(_profile(config.hardware), config) if dp > 1 else dp
     return replace(backend.engine, tensor_parallel_size=config.tensor_parallel_size,
                    max_num_seqs=config.max_num_seqs, quantization=config.quantization,
-                   kv_cache_dtype=config.kv_cache_dtype, max_num_batched_tokens=config.max_num_batched_tokens)
+                   kv_cache_dtype=config.kv_cache_dtype, max_num_batched_tokens=config.max_num_batched_tokens,
+                   data_parallel_size=dp, data_parallel_size_local=local if local < dp else None,
+                   enable_expert_parallel=config.expert_parallel)
+
+
+def ranks_per_node(hw: HardwareProfile, config: Config) -> int:
+    """DP ranks on one node: the node's GPUs (`scale_out.gpus_per_node`, else one scale-up domain, as
+    `roofline.parallel_config.ParallelArgs.layout`) over TP, at most DP."""
+    domain = hw.interconnect.max_num_gpus if hw.interconnect is not None else 8
+    per_node = hw.scale_out.gpus_per_node if hw.scale_out is not None else domain
+    return max(1, min(config.data_parallel_size, per_node // config.tensor_parallel_size))
 
 
 @functools.lru_cache(maxsize=64)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from roofline.cost.hardware import load_profile
+from roofline.cost.kernels.all_to_all import DEFAULT_ALL2ALL_BACKEND
 from roofline.cost.quant import MXFP8_MOE_BACKEND
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
+from roofline.planning.backend import ranks_per_node
 from roofline.planning.plan import ConfigPlan, Plan
 
 # --quantization values a plan may use, and what `vllm serve` needs for them: fp8 quantizes an unquantized
@@ -40,6 +43,40 @@ def parse_checkpoints(values: list[str], quantizations: tuple[str, ...] | str) -
     return out
 
 
+# Multi-node data parallelism as vLLM 0.32's docs launch it (docs/serving/data_parallel_deployment.md, "Internal Load
+# Balancing"): one `vllm serve` per node, all with --data-parallel-size, --data-parallel-size-local, the head node's
+# address and one RPC port; the head node runs the API server and ranks 0 .. L-1, every other node `--headless` from
+# --data-parallel-start-rank. The port is vLLM's default (vllm/config/parallel.py ParallelConfig.data_parallel_rpc_port),
+# written out so that every node names the same one.
+HEAD_NODE_ADDRESS = "<head-node-ip>"
+DP_RPC_PORT = 29550
+
+
+def launch_commands(model: str, engine: EngineArgs, c: ConfigPlan, checkpoints: dict[str, str],
+                    ranks_per_node: int) -> tuple[str, ...]:
+    """The `vllm serve` line of each node of one replica: one line on one node; over nodes (DP ranks beyond one
+    node's GPUs, `ranks_per_node` on each), the head node's line and a `--headless` line per other node."""
+    head = vllm_serve_command(model, engine, c, checkpoints)
+    dp = c.config.data_parallel_size
+    if dp <= ranks_per_node:
+        return (head,)
+    assert dp % ranks_per_node == 0, f"{c.config.label}: {dp} ranks over nodes of {ranks_per_node}"
+    common = ["--data-parallel-size-local", str(ranks_per_node), "--data-parallel-address", HEAD_NODE_ADDRESS,
+              "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+    lines = [head + " " + shlex.join(common)]
+    for node in range(1, dp // ranks_per_node):
+        lines.append(head + " " + shlex.join(["--headless", *common, "--data-parallel-start-rank",
+                                              str(node * ranks_per_node)]))
+    return tuple(lines)
+
+
+def launch(model: str, engine: EngineArgs, c: ConfigPlan, checkpoints: dict[str, str]) -> tuple[str, ...]:
+    """`launch_commands` with the hardware profile's node size."""
+    config = c.config
+    per_node = ranks_per_node(load_profile(config.hardware), config) if config.data_parallel_size > 1 else 1
+    return launch_commands(model, engine, c, checkpoints, per_node)
+
+
 def vllm_serve_command(model: str, engine: EngineArgs, c: ConfigPlan, checkpoints: dict[str, str]) -> str:
     """The `vllm serve` line of one configuration (its TP, max_num_seqs, quantization, KV-cache dtype and token
     budget; the rest from `engine`); a placeholder stands for a checkpoint not given."""
@@ -47,8 +84,14 @@ def vllm_serve_command(model: str, engine: EngineArgs, c: ConfigPlan, checkpoint
     quantization = config.quantization
     checkpoint = checkpoints.get(quantization) or (f"<{model} checkpoint>" if quantization == "none" else
                                                    f"<{model} checkpoint ({quantization})>")
-    args = ["vllm", "serve", checkpoint, "--tensor-parallel-size", str(config.tensor_parallel_size),
-            "--max-num-seqs", str(config.max_num_seqs)]
+    args = ["vllm", "serve", checkpoint, "--tensor-parallel-size", str(config.tensor_parallel_size)]
+    if config.data_parallel_size > 1:
+        args += ["--data-parallel-size", str(config.data_parallel_size)]
+    if config.expert_parallel:
+        args.append("--enable-expert-parallel")
+    if (config.data_parallel_size > 1 or config.expert_parallel) and engine.all2all_backend != DEFAULT_ALL2ALL_BACKEND:
+        args += ["--all2all-backend", engine.all2all_backend]
+    args += ["--max-num-seqs", str(config.max_num_seqs)]
     if engine.max_model_len is not None:
         args += ["--max-model-len", str(engine.max_model_len)]
     if config.max_num_batched_tokens is not None:
@@ -99,6 +142,8 @@ def plan_json(plan: Plan, engine: EngineArgs, checkpoints: dict[str, str]) -> di
         cfg = c.config
         return {
             "label": cfg.label, "hardware": cfg.hardware, "tensor_parallel_size": cfg.tensor_parallel_size,
+            "data_parallel_size": cfg.data_parallel_size, "expert_parallel": cfg.expert_parallel,
+            "num_gpus_per_replica": cfg.num_gpus,
             "quantization": cfg.quantization, "kv_cache_dtype": cfg.kv_cache_dtype,
             "max_num_seqs": cfg.max_num_seqs,
             "max_num_batched_tokens": cfg.max_num_batched_tokens or c.fit.max_num_batched_tokens,
@@ -111,6 +156,7 @@ def plan_json(plan: Plan, engine: EngineArgs, checkpoints: dict[str, str]) -> di
             "usd_per_million_output_tokens_optimistic_pessimistic": c.usd_per_million_range(), "is_best": c is best,
             "on_pareto_front": c in front,
             "vllm_serve": vllm_serve_command(request.model, engine, c, checkpoints) if c.meets_slo else None,
+            "launch_per_node": list(launch(request.model, engine, c, checkpoints)) if c.meets_slo else None,
         }
 
     ranked = plan.ranked()

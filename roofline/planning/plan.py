@@ -57,6 +57,7 @@ from roofline.planning.search import (
     Slo,
     StepProfile,
     num_simulated_requests,
+    slo_ratio,
 )
 
 # Defaults of `roofline plan`: the candidates, and how many requests each probe measures.
@@ -82,6 +83,9 @@ class PlanRequest:
     num_requests: int = DEFAULT_NUM_REQUESTS  # measured per probe, after warm-up and drain are excluded
     quantizations: tuple[str, ...] = ("none",)
     kv_cache_dtypes: tuple[str, ...] = ("auto",)
+    # Data-parallel sizes and expert parallelism off / on (a MoE model's layouts: `Config.data_parallel_size`).
+    data_parallel_sizes: tuple[int, ...] = (1,)
+    expert_parallel: tuple[bool, ...] = (False,)
     max_num_batched_tokens: tuple[int | None, ...] = (None,)  # None: vLLM's default for the device
     # How the model's checkpoint stores its weights (`CheckpointQuant.method`), None when unquantized: what the
     # quantization "none" (no --quantization flag) serves.
@@ -96,6 +100,7 @@ class PlanRequest:
         if not self.hardware:
             raise UserError("--hardware: give at least one hardware id or path")
         for flag, values in (("--tensor-parallel-sizes", self.tensor_parallel_sizes),
+                             ("--data-parallel-sizes", self.data_parallel_sizes),
                              ("--max-num-seqs", self.max_num_seqs),
                              ("--max-num-batched-tokens-list", tuple(v for v in self.max_num_batched_tokens
                                                                      if v is not None) or (1,))):
@@ -115,8 +120,9 @@ class PlanRequest:
         """Every combination, in a fixed order; per (hardware, TP, quantization, KV dtype, token budget) the
         max_num_seqs ascend (the plan's warm starts rely on it)."""
         tokens = sorted(set(self.max_num_batched_tokens), key=lambda v: -1 if v is None else v)
-        return [Config(h, tp, seqs, q, kv, n) for h in dict.fromkeys(self.hardware)
-                for tp in sorted(set(self.tensor_parallel_sizes)) for q in dict.fromkeys(self.quantizations)
+        return [Config(h, tp, seqs, q, kv, n, dp, ep) for h in dict.fromkeys(self.hardware)
+                for tp in sorted(set(self.tensor_parallel_sizes)) for dp in sorted(set(self.data_parallel_sizes))
+                for ep in dict.fromkeys(self.expert_parallel) for q in dict.fromkeys(self.quantizations)
                 for kv in dict.fromkeys(self.kv_cache_dtypes) for n in tokens for seqs in sorted(set(self.max_num_seqs))]
 
 
@@ -136,6 +142,8 @@ class ConfigPlan:
     # serve with as few GPUs as its hardware's best. None: searched to its answer.
     skipped: str | None = None
     refined: bool = False  # its rate refined to within RATE_REL_TOL (else: the target / replicas it passed at)
+    # Its worst SLO percentile over its limit at the target rate / its replicas (<= 1): equal cost and GPUs rank by it.
+    load_ratio: float | None = None
 
     @property
     def meets_slo(self) -> bool:
@@ -233,6 +241,7 @@ class Plan:
     profiles: dict[str, tuple[StepProfile, StepProfile]] = field(default_factory=dict)  # hw -> (prefill, decode)
     notes: tuple[str, ...] = ()  # what the backend adapted (e.g. the arrival process), shown in the report
     load_curves: dict[Config, tuple[Point, ...]] = field(default_factory=dict)  # extra probes, by rate
+    layouts: tuple[Any, ...] = ()  # what limits each parallel layout (`roofline.planning.layouts.LayoutRow`)
 
     @property
     def serving(self) -> list[ConfigPlan]:
@@ -292,12 +301,13 @@ class Plan:
         return sum(len(s.points) for s in searches) + sum(len(p) for p in self.load_curves.values())
 
 
-def _rank_key(c: ConfigPlan) -> tuple[bool, float, int, float, str]:
-    # Priced first, cheapest deployment first; then fewer GPUs; then more headroom per GPU; then name, for
+def _rank_key(c: ConfigPlan) -> tuple[bool, float, int, int, float, str]:
+    # Priced first, cheapest deployment first; then fewer GPUs; then more max_num_seqs (room for bursts); then more
+    # headroom at the target load (the lower worst SLO ratio at the rate each replica gets); then name, for
     # determinism. Without a price only the GPUs rank.
     num_gpus = c.num_gpus
     assert num_gpus is not None, f"{c.config.label}: ranked but not serving"
-    return (c.price is None, c.usd_per_hour or 0.0, num_gpus, -c.search.max_rate_per_s / c.config.tensor_parallel_size,
+    return (c.price is None, c.usd_per_hour or 0.0, num_gpus, -c.config.max_num_seqs, c.load_ratio or 0.0,
             c.config.label)
 
 
@@ -334,7 +344,7 @@ def replicas_needed(target_rate_per_s: float, search: Search | None) -> int | No
 
 def gpus_needed(target_rate_per_s: float, search: Search | None) -> int | None:
     n = replicas_needed(target_rate_per_s, search)
-    return None if n is None or search is None else n * search.config.tensor_parallel_size
+    return None if n is None or search is None else n * search.config.num_gpus
 
 
 # ---- the plan ----------------------------------------------------------------------------------------
@@ -350,25 +360,32 @@ class PlanProgress(Protocol):
 
 
 class _Caps:
-    """Per hardware, the fewest GPUs a configuration was seen to serve the target with: no search of that hardware
-    probes a replica count that needs more (branch and bound)."""
+    """Per hardware, the fewest GPUs a configuration was seen to serve the target with, and the most max_num_seqs
+    among those that do: no search of that hardware probes a replica count that needs more GPUs, nor as many unless
+    it could win the tie (`_rank_key`: no fewer max_num_seqs). Branch and bound."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.best_gpus: dict[str, int] = {}
+        self.best_seqs: dict[str, int] = {}
         self.searches: list[ReplicaSearch] = []
 
     def update(self) -> None:
         for s in self.searches:
             if s.pass_k is not None:
-                gpus = s.pass_k * s.config.tensor_parallel_size
-                hw = s.config.hardware
-                self.best_gpus[hw] = min(self.best_gpus.get(hw, gpus), gpus)
+                gpus, hw = s.pass_k * s.config.num_gpus, s.config.hardware
+                if gpus < self.best_gpus.get(hw, gpus + 1):
+                    self.best_gpus[hw], self.best_seqs[hw] = gpus, s.config.max_num_seqs
+                elif gpus == self.best_gpus[hw]:
+                    self.best_seqs[hw] = max(self.best_seqs[hw], s.config.max_num_seqs)
 
     def cap_for(self, config: Config) -> Callable[[], int | None]:
         def cap() -> int | None:
             best = self.best_gpus.get(config.hardware) if self.enabled else None
-            return None if best is None else best // config.tensor_parallel_size
+            if best is None:
+                return None
+            can_tie = config.max_num_seqs >= self.best_seqs[config.hardware]
+            return (best if can_tie else best - 1) // config.num_gpus
         return cap
 
 
@@ -405,8 +422,18 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
     def k_min(b: Bounds) -> int:
         return replicas_lower_bound(target, b.passable_rate_per_s(slo.ttft_s, num_simulated))
 
-    nominal = {c: ReplicaSearch(c, NOMINAL, target, k_min(bounds[c]), caps.cap_for(c))
-               for c in fitting if c not in skipped}
+    # The configurations equal but for max_num_seqs form a family: its member with the most max_num_seqs searches
+    # first (`configs()` puts it last), the others start from its answer.
+    nominal: dict[Config, ReplicaSearch] = {}
+    leaders: dict[tuple, ReplicaSearch] = {}
+    for c in reversed(fitting):
+        if c not in skipped:
+            family = (c.hardware, c.tensor_parallel_size, c.data_parallel_size, c.expert_parallel, c.quantization,
+                      c.kv_cache_dtype, c.max_num_batched_tokens)
+            nominal[c] = ReplicaSearch(c, NOMINAL, target, k_min(bounds[c]), caps.cap_for(c), slo=slo,
+                                       leader=leaders.get(family))
+            leaders.setdefault(family, nominal[c])
+    nominal = {c: nominal[c] for c in fitting if c in nominal}
     caps.searches = list(nominal.values())
     rounds("search", list(nominal.values()), caps.update)
     for c, s in nominal.items():
@@ -414,30 +441,34 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
             gpus = caps.best_gpus.get(c.hardware)
             skipped[c] = (f"cannot serve with as few GPUs as the best of {c.hardware} ({gpus}): it needs "
                           f"{s.fail_k + 1} replicas or more ({'probed' if s.points else 'cost-model bound'})")
-    # 2. The rate of each hardware's best (and of those tied with it on GPUs) refined.
-    to_refine = [c for c, s in nominal.items() if s.decided and s.pass_k is not None
-                 and (not request.prune or s.pass_k * c.tensor_parallel_size == caps.best_gpus[c.hardware])]
-    refines = {c: _refine(nominal[c], slo, bounds[c].passable_rate_per_s(slo.ttft_s, num_simulated))
-               for c in to_refine}
-    rounds("refine", list(refines.values()))
-    searches = {c: (refines[c].search() if c in refines else s.search()) for c, s in nominal.items() if s.points}
+    # 2. The rate of each hardware's best refined (ranked by cost, GPUs and the SLO ratio at the target load, which
+    # every passing configuration has measured).
+    load_ratio = {c: slo_ratio(s.results[s.pass_k].point, slo) for c, s in nominal.items() if s.pass_k is not None}
+    searches = {c: s.search() for c, s in nominal.items() if s.points}
+    refines: dict[Config, Refine] = {}
 
     def config_plans(sens: dict[tuple[Config, Efficiency], Search]) -> tuple[ConfigPlan, ...]:
         return tuple(ConfigPlan(c, fits[c], prices[c.hardware], target, searches.get(c),
                                 sens.get((c, PESSIMISTIC)), sens.get((c, OPTIMISTIC)), bounds.get(c), skipped.get(c),
-                                c in refines) for c in configs)
+                                c in refines, load_ratio.get(c)) for c in configs)
 
-    chosen = Plan(request, config_plans({})).best_per_hardware()
-    # 3. Sensitivity of each hardware's best: the replicas at -10 % and +10 % efficiency, from the nominal answer.
+    first = Plan(request, config_plans({})).best
+    to_refine = ([first.config] if first is not None else []) if request.prune else \
+        [c for c, s in nominal.items() if s.decided]
+    refines = {c: _refine(nominal[c], bounds[c].passable_rate_per_s(slo.ttft_s, num_simulated)) for c in to_refine}
+    rounds("refine", list(refines.values()))
+    searches.update({c: r.search() for c, r in refines.items()})
+    best_now = Plan(request, config_plans({})).best
+    # 3. Sensitivity of the best: the replicas at -10 % and +10 % efficiency, from the nominal answer.
     sensitivity: list[ReplicaSearch] = []
-    if request.sensitivity:
-        for cp in chosen:
+    if request.sensitivity and best_now is not None:
+        for cp in (best_now,):
             c, k = cp.config, nominal[cp.config].pass_k
             assert k is not None
-            sensitivity.append(ReplicaSearch(c, PESSIMISTIC, target, k))  # less efficient: no fewer replicas
+            sensitivity.append(ReplicaSearch(c, PESSIMISTIC, target, k, slo=slo))  # less efficient: no fewer replicas
             k_opt = k_min(backend.bounds(c, OPTIMISTIC, n, slo.percentile))
             sensitivity.append(ReplicaSearch(c, OPTIMISTIC, target, min(k, k_opt), implied_pass_k=k,
-                                             first_k=k - 1 if k > 1 else None))
+                                             first_k=k - 1 if k > 1 else None, slo=slo))
         rounds("sensitivity", list(sensitivity))
     sens = {(s.config, s.efficiency): s.search() for s in sensitivity}
     plans = config_plans(sens)
@@ -454,19 +485,20 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
                                progress.task_done if progress is not None else None)
         curves[best.config] = tuple(r.point for r in results)
     profiles = {c.config.hardware: representative_steps(backend, c) for c in plan.best_per_hardware()}
-    return Plan(request, plans, profiles, backend.notes(), curves)
+    from roofline.planning.layouts import layout_rows  # (it reads plans: imported here, not at the top)
+
+    return Plan(request, plans, profiles, backend.notes(), curves, layout_rows(plan, backend))
 
 
-def _refine(search: ReplicaSearch, slo: Slo, passable_rate_per_s: float) -> Refine:
+def _refine(search: ReplicaSearch, passable_rate_per_s: float) -> Refine:
     """The bracket above a decided search's answer: its failing probe at target / (k - 1), else (k at the bound's
     smallest) the rate bound, above which no probe passes."""
     k = search.pass_k
     assert k is not None
-    failed = search.results.get(k - 1)
-    if failed is not None:
-        return Refine(search, slo, search.target / (k - 1), failed.point)
+    if k - 1 in search.results:
+        return Refine(search, search.target / (k - 1))
     hi = passable_rate_per_s if k == 1 else min(passable_rate_per_s, search.target / (k - 1))
-    return Refine(search, slo, max(hi, search.target / k), None)
+    return Refine(search, max(hi, search.target / k))
 
 
 def representative_steps(backend: Backend, c: ConfigPlan) -> tuple[StepProfile, StepProfile]:

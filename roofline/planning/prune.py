@@ -7,11 +7,13 @@ overloaded measures the rate the replica serves, which sets the next guess; once
 the largest failing and the smallest passing k ends it. Only each hardware's cheapest deployment matters (the
 report shows each hardware's best; the answer is the cheapest of them): once some configuration of a hardware
 serves with G GPUs, no other of that hardware probes a k that needs more than G GPUs (branch and bound), and one
-whose bound already needs more is never simulated. Equal GPUs are probed: the tie is broken by the rate per GPU.
+whose bound already needs more is never simulated. Equal GPUs are probed where the tie could go either way
+(`roofline.planning.plan._rank_key`: more max_num_seqs first, then the worst SLO ratio at the target load, which each
+probe at T / k measures). The configurations equal but for max_num_seqs start from the answer of the one with the
+most (a warm start: its k, then one less).
 
-The best configurations (each hardware's, and those tied with it) then have their rate refined to within
-`RATE_REL_TOL` between the passing T / k and the failing T / (k - 1) (`Refine`); the sensitivity asks the same
-question at -10 % and +10 % efficiency starting from the nominal k.
+The answer then has its rate refined to within `RATE_REL_TOL` between the passing T / k and the failing T / (k - 1)
+(`Refine`); the sensitivity asks the same question at -10 % and +10 % efficiency starting from the nominal k.
 
 Every probe of a round is independent (`probe_task` on the plan's executor); a round takes the `ROUND_SIZE` cheapest
 pending probes, so the probes run, and the plan, depend neither on the executor nor on its number of workers. A
@@ -28,7 +30,6 @@ from typing import Protocol
 
 from roofline.planning.executor import Executor
 from roofline.planning.search import (
-    INTERPOLATE_BELOW,
     MAX_HALVINGS,
     RATE_REL_TOL,
     Backend,
@@ -51,6 +52,9 @@ ROUND_SIZE = 4
 # fraction of the throughput it measured: the answers of the shipped workloads lie at 0.6-0.95 of saturation.
 JUMP_FRACTION = 0.8
 OVERLOADED = 0.95
+# A failing probe that was not overloaded and whose worst SLO percentile is within this factor of its limit is a near
+# miss: the next guess is one replica more (else twice the replicas).
+NEAR_MISS = 1.5
 
 
 @dataclass(frozen=True)
@@ -92,15 +96,20 @@ class ReplicaSearch:
 
     def __init__(self, config: Config, efficiency: Efficiency, target_rate_per_s: float, k_min: int,
                  cap_k: Callable[[], int | None] = lambda: None, implied_pass_k: int | None = None,
-                 first_k: int | None = None) -> None:
+                 first_k: int | None = None, slo: Slo | None = None, leader: ReplicaSearch | None = None) -> None:
         self.config, self.efficiency, self.target = config, efficiency, target_rate_per_s
         self.k_min = max(1, k_min)
         self.fail_k = self.k_min - 1
         self.pass_k = implied_pass_k
         self.k_max = self.k_min * 2 ** MAX_HALVINGS
         self.guess = max(self.k_min, first_k or self.k_min)
-        self.first_k = first_k  # probed first even below a known pass (a related search's answer minus one)
+        # A warm start (`first_k`, or the `leader`'s answer once it has one: the same configuration with the most
+        # max_num_seqs) steps down one replica at a time from a pass, where a cold one bisects.
+        self.step_down = first_k is not None or leader is not None
+        self.leader = leader
+        self.started = leader is None
         self.cap_k = cap_k
+        self.slo = slo
         self.points: list[Point] = []
         self.results: dict[int, ProbeResult] = {}
         self.exhausted = False  # failed at k_max: the SLOs are missed at any rate
@@ -109,13 +118,25 @@ class ReplicaSearch:
     def decided(self) -> bool:
         return self.pass_k is not None and self.pass_k == self.fail_k + 1
 
+    @property
+    def finished(self) -> bool:
+        return self.started and self.next_k() is None
+
     def next_k(self) -> int | None:
         if self.decided or self.exhausted:
             return None
+        if not self.started:
+            assert self.leader is not None
+            if not self.leader.finished:
+                return None  # waits for its leader's answer
+            self.started = True
+            if self.leader.decided and self.leader.pass_k is not None:
+                self.guess = max(self.k_min, self.leader.pass_k)
+            return self.next_k()
         if self.pass_k is None:
             k = min(self.guess, self.k_max)
-        elif self.first_k is not None and self.fail_k < self.first_k < self.pass_k and not self.points:
-            k = self.first_k
+        elif self.step_down and self.pass_k - 1 not in self.results:
+            k = self.pass_k - 1
         else:
             k = (self.fail_k + self.pass_k) // 2
         cap = self.cap_k()
@@ -127,7 +148,7 @@ class ReplicaSearch:
         k = self.next_k()
         if k is None:
             return None
-        return (float(k * self.config.tensor_parallel_size), self.target / k), self.target / k
+        return (float(k * self.config.num_gpus), self.target / k), self.target / k
 
     def record(self, rate: float, result: ProbeResult) -> None:
         k = round(self.target / rate)
@@ -144,13 +165,16 @@ class ReplicaSearch:
             served = point.throughput_per_s
             if 0 < served < OVERLOADED * rate:  # capacity-limited: aim below what it served
                 self.guess = max(k + 1, math.ceil(self.target / (JUMP_FRACTION * served) * (1 - 1e-9)))
-            else:  # latency-limited at this load: halve the rate
+            elif self.slo is not None and slo_ratio(point, self.slo) <= NEAR_MISS:  # just missed: one more
+                self.guess = k + 1
+            else:  # latency-limited well above the SLO at this load: halve the rate
                 self.guess = 2 * k
 
     @property
     def dominated(self) -> bool:
         """Cut short by the cap: no k the cap allows passes, and the search is not over."""
-        return not self.decided and not self.exhausted and self.next_k() is None and self.pass_k is None
+        return self.started and not self.decided and not self.exhausted and self.next_k() is None \
+            and self.pass_k is None
 
     def search(self) -> Search:
         """The search as the plan reports it: the highest passing rate probed (target / pass_k)."""
@@ -163,51 +187,35 @@ class ReplicaSearch:
 
 class Refine:
     """The highest passing rate between a passing probe `lo` and a failing rate `hi_rate` (probed: `hi`; or above
-    the rate bound), to within RATE_REL_TOL of it: bisection while the bracket is wide, then regula falsi on the log
-    of the SLO ratio with the Illinois rule (as `roofline.planning.search.refine`)."""
+    the rate bound), to within RATE_REL_TOL of it, by geometric bisection (a latency percentile is flat up to a knee
+    and then shoots up: interpolating across the knee creeps)."""
 
-    def __init__(self, search: ReplicaSearch, slo: Slo, hi_rate: float, hi: Point | None) -> None:
-        self.inner, self.slo = search, slo
+    def __init__(self, search: ReplicaSearch, hi_rate: float) -> None:
+        self.inner = search
         self.config, self.efficiency = search.config, search.efficiency
         assert search.pass_k is not None
         lo = search.results[search.pass_k]
         self.lo, self.lo_result = lo.point, lo
-        self.hi_rate, self.hi = hi_rate, hi
-        self.f_lo = _log_ratio(self.lo, slo)
-        self.f_hi = _log_ratio(hi, slo) if hi is not None else math.nan
-        self.moved_last: str | None = None
+        self.hi_rate = hi_rate
         self.points: list[Point] = []
 
     def next_rate(self) -> tuple[tuple[float, ...], float] | None:
         a, b = self.lo.rate_per_s, self.hi_rate
         if b <= a * (1 + RATE_REL_TOL):
             return None
-        interpolate = (self.hi is not None and b <= a * INTERPOLATE_BELOW and math.isfinite(self.f_hi - self.f_lo)
-                       and self.f_hi > self.f_lo)
-        x = a + (b - a) * -self.f_lo / (self.f_hi - self.f_lo) if interpolate else 0.5 * (a + b)
-        margin = 0.5 * RATE_REL_TOL * a
-        return (0.0,), min(max(x, a + margin), b - margin)
+        return (0.0,), math.sqrt(a * b)
 
     def record(self, rate: float, result: ProbeResult) -> None:
-        point = result.point
-        self.points.append(point)
-        if point.passes:
-            self.lo, self.lo_result, self.f_lo = point, result, _log_ratio(point, self.slo)
-            self.f_hi = self.f_hi / 2 if self.moved_last == "lo" else self.f_hi
-            self.moved_last = "lo"
+        self.points.append(result.point)
+        if result.point.passes:
+            self.lo, self.lo_result = result.point, result
         else:
-            self.hi, self.hi_rate, self.f_hi = point, rate, _log_ratio(point, self.slo)
-            self.f_lo = self.f_lo / 2 if self.moved_last == "hi" else self.f_lo
-            self.moved_last = "hi"
+            self.hi_rate = rate
 
     def search(self) -> Search:
         inner = self.inner.search()
         return Search(self.config, self.efficiency, self.lo.rate_per_s, None, inner.points + tuple(self.points),
                       self.lo, self.lo_result.kv_time_s, self.lo_result.kv_usage)
-
-
-def _log_ratio(point: Point, slo: Slo) -> float:
-    return math.log(max(slo_ratio(point, slo), 1e-9))
 
 
 def run_rounds(backend: Backend, jobs: Sequence[Job], slo: Slo, num_requests: int, executor: Executor,

@@ -24,7 +24,9 @@ from roofline import __version__
 from roofline.cost.hardware import load_profile
 from roofline.errors import UserError
 from roofline.planning import plots as plan_plots
+from roofline.planning.backend import DECODE_PARTS
 from roofline.planning.bounds import RATE_MARGIN
+from roofline.planning.layouts import explain
 from roofline.planning.plan import LOAD_CURVE_FRACTIONS, ConfigPlan, Plan, gpus_needed, sensitivity_band
 from roofline.planning.prune import JUMP_FRACTION, ROUND_SIZE
 from roofline.planning.search import (
@@ -208,6 +210,24 @@ def prices_table(plan: Plan) -> Table:
     return Table("prices", ("hardware", "usd_per_gpu_hour", "offer", "source", "read_on"), tuple(rows))
 
 
+LAYOUT_COLUMNS = ("configuration", "num_gpus", "rate_per_gpu_per_s", "peak_kv_usage_pct", "seqs_per_rank",
+                  "decode_step_ms", *(f"{part.replace(' ', '_').replace('-', '_')}_pct" for part in DECODE_PARTS),
+                  "limited_by")
+
+
+def layouts_table(plan: Plan) -> Table:
+    """What limits each parallel layout (`roofline.planning.layouts`): its best configuration, GPUs for the target,
+    and one decode step at its answer's batch split by part."""
+    rows = []
+    for r in plan.layouts:
+        total = sum(r.decode_s.values())
+        shares = [pct(r.decode_s[p] / total) if total > 0 else "" for p in DECODE_PARTS]
+        rows.append((r.label, count(r.num_gpus), sig(r.rate_per_gpu), pct(r.peak_kv_usage),
+                     count(r.num_seqs_per_rank) if r.decode_s else "", sig(total * 1e3) if total > 0 else "",
+                     *shares, r.limited_by))
+    return Table("layouts", LAYOUT_COLUMNS, tuple(rows))
+
+
 def all_tables(plan: Plan) -> dict[str, Table]:
     tables = [
         configurations_table(plan, list(plan.configs), "configurations"),
@@ -218,6 +238,8 @@ def all_tables(plan: Plan) -> dict[str, Table]:
         step_ops_table(plan),
         prices_table(plan),
     ]
+    if plan.layouts:
+        tables.append(layouts_table(plan))
     return {t.name: t for t in tables}
 
 
@@ -281,6 +303,7 @@ def report_tables(plan: Plan, tables: dict[str, Table]) -> dict[str, Table]:
         "serving": _subtable(tables["serving"], shown_columns(plan, "serving")),
         "not_serving": _subtable(configs, shown_columns(plan, "not_serving"), not_serving),
         "prices": _subtable(tables["prices"], shown_columns(plan, "prices")),
+        **({"layouts": tables["layouts"]} if "layouts" in tables else {}),
     }
 
 
@@ -326,8 +349,8 @@ def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
         plan_plots.cost_by_config(out_dir / "cost.png", bars[:MAX_COST_BARS])
         shown = f"the {MAX_COST_BARS} cheapest of {len(bars)}" if len(bars) > MAX_COST_BARS else "all"
         figures.append(("cost.png", f"Dollars per hour to serve the target rate ({shown} serving configurations "
-                        "with a price), best first (cheapest; then fewest GPUs; then most rate per GPU). Whiskers: "
-                        "optimistic (left) and pessimistic (right), as the Method says."))
+                        "with a price), best first (cheapest; then fewest GPUs; then the most headroom at the target "
+                        "load). Whiskers: optimistic (left) and pessimistic (right), as the Method says."))
     front = plan.pareto_front()
     if front:
         points = [plan_plots.ParetoPoint(c.config.label, *c.cost_and_rate(), c in front, c is plan.cheapest)
@@ -468,22 +491,26 @@ def method_lines(plan: Plan) -> list[str]:
         f"{JUMP_FRACTION:g} x the rate it served, then bisection between the largest failing and the smallest "
         "passing k. Branch and bound per hardware: once a configuration serves with G GPUs, no other configuration "
         "of that hardware probes a k that needs more than G GPUs, and one whose bound already needs more is not "
-        "simulated (\"pruned\": its hardware's best is known without it). The best configuration of each hardware "
-        "(and those tied with it on GPUs) then has its rate refined between target / k and target / (k - 1) to "
-        f"within {RATE_REL_TOL:.0%} (bisection, then regula falsi on the log of the SLO ratio); the others' "
+        "simulated (\"pruned\": its hardware's best is known without it); equal cost and GPUs rank by more "
+        "max_num_seqs, then by the worst SLO percentile over its limit at the target load. The configurations equal "
+        "but for max_num_seqs start from the answer of the one with the most. The best configuration then has its "
+        "rate refined "
+        "between target / k and target / (k - 1) to "
+        f"within {RATE_REL_TOL:.0%} (geometric bisection); the others' "
         "max rate per replica is target / k, the rate they were shown to pass. Probes run in rounds of "
         f"{ROUND_SIZE}, the cheapest pending first. It assumes latency percentiles never fall as load rises; every "
         "probe replays the same seeded requests with arrival gaps scaled, which keeps the measured curve "
         "monotone. The latency-against-load plot adds probes to the best configuration's at "
         f"{' and '.join(f'{f:g}' for f in LOAD_CURVE_FRACTIONS)} x its highest rate within the SLOs.",
-        "Replicas = ceil(target rate / max rate per replica); GPUs = replicas x TP; USD/hour = GPUs x price; "
+        "Replicas = the fewest that pass (= ceil(target rate / max rate per replica)); GPUs = replicas x TP; "
+        "USD/hour = GPUs x price; "
         "USD per million output tokens = USD/hour / (target rate x mean output tokens x 3600) x 1e6. The "
         "deployment sustains replicas x max rate per replica within the SLOs; the Pareto front holds the "
         "configurations that no other beats on both USD/hour and that rate.",
         "KV headroom = 1 - the peak fraction of KV blocks in use at the highest rate within the SLOs.",
     ]
     if req.sensitivity:
-        lines.append(f"Sensitivity: the replicas of each hardware's best configuration, pessimistic and optimistic "
+        lines.append(f"Sensitivity: the replicas of the best configuration, pessimistic and optimistic "
                      f"({sensitivity_band(req.hardware)}), searched from the nominal answer.")
     lines.append(f"roofline {__version__}.")
     return lines
@@ -508,6 +535,7 @@ def _truncated(plan: Plan, key: str, shown: dict[str, Table]) -> str:
     return f"The first {len(shown[key].rows)} of {total} rows; all of them in {csv_name}."
 
 
+LAYOUTS_TITLE = "What limits each parallel layout"
 SECTIONS = (("Best configuration per hardware", "best_per_hardware"),
             ("Cheapest configuration and the Pareto front of cost against sustained rate", "pareto_front"),
             ("All configurations that serve the target", "serving"),
@@ -523,6 +551,8 @@ def render_markdown(plan: Plan, shown: dict[str, Table], answer: str, figures: l
     if deploy:
         parts += ["## Deploy", "", "The best configuration of each hardware, as `vllm serve` runs it:", "", "```",
                   *deploy, "```", ""]
+    if "layouts" in shown:
+        parts += [f"## {LAYOUTS_TITLE}", "", explain(plan.layouts), "", _md_table(shown["layouts"], titles), ""]
     for title, key in SECTIONS + (("Prices", "prices"),):
         parts += [f"## {title}", "", _md_table(shown[key], titles) if shown[key].rows else "(none)", ""]
         if _truncated(plan, key, shown):
@@ -592,6 +622,9 @@ def render_html(plan: Plan, shown: dict[str, Table], answer: str, figures: list[
     if deploy:
         parts += ["<h2>Deploy</h2>", "<p>The best configuration of each hardware, as <code>vllm serve</code> runs "
                   "it:</p>", "<pre>" + "\n".join(html.escape(line) for line in deploy) + "</pre>"]
+    if "layouts" in shown:
+        parts += [f"<h2>{LAYOUTS_TITLE}</h2>", f"<p>{html.escape(explain(plan.layouts))}</p>",
+                  _html_table(shown["layouts"], titles)]
     parts += [figure_html[n] for n in ("cost.png",) if n in figure_html]
     for heading, key in SECTIONS:
         parts += [f"<h2>{heading}</h2>", _html_table(shown[key], titles, best_key)]

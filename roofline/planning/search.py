@@ -78,10 +78,23 @@ class Config:
     quantization: str = "none"
     kv_cache_dtype: str = "auto"
     max_num_batched_tokens: int | None = None
+    # vLLM's data parallelism (a MoE model's DP ranks step in lockstep as one replica) and expert parallelism
+    # (`roofline.parallel_config`); the ranks fill one node after another (`roofline.planning.backend.engine_for`).
+    data_parallel_size: int = 1
+    expert_parallel: bool = False
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of one replica: TP x DP."""
+        return self.tensor_parallel_size * self.data_parallel_size
 
     @property
     def label(self) -> str:
         parts = [self.hardware, f"TP{self.tensor_parallel_size}"]
+        if self.data_parallel_size > 1:
+            parts.append(f"DP{self.data_parallel_size}")
+        if self.expert_parallel:
+            parts.append("EP")
         if self.quantization != "none":
             parts.append(self.quantization)
         if self.kv_cache_dtype != "auto":
@@ -91,9 +104,9 @@ class Config:
             parts.append(f"tokens{self.max_num_batched_tokens}")
         return " ".join(parts)
 
-    def sort_key(self) -> tuple[str, int, str, str, int, int]:
-        return (self.hardware, self.tensor_parallel_size, self.quantization, self.kv_cache_dtype,
-                self.max_num_batched_tokens or 0, self.max_num_seqs)
+    def sort_key(self) -> tuple[str, int, int, bool, str, str, int, int]:
+        return (self.hardware, self.tensor_parallel_size, self.data_parallel_size, self.expert_parallel,
+                self.quantization, self.kv_cache_dtype, self.max_num_batched_tokens or 0, self.max_num_seqs)
 
 
 @dataclass(frozen=True)
