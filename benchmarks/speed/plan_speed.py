@@ -5,6 +5,8 @@
     python benchmarks/speed/plan_speed.py --subset60 --executors 1,2,ray   # issue 19: 60 configurations, 1 and 2 local
                                                                      # workers and a local Ray (2 CPUs)
     python benchmarks/speed/plan_speed.py --full                # issue 19: the full search space (576 configurations)
+    python benchmarks/speed/plan_speed.py --space1024 --executors 2,ray1,ray2,ray4   # issue 42: 1,024 configurations,
+                                                                     # 2 local workers and a local Ray of 1, 2, 4 CPUs
 
 Issue 8's target: at most 60 s without sensitivity on the project machine (2 cores). Issue 19's: 2 workers at
 least 1.7x faster than 1 on the 60-configuration subset; the full plan timed once. Prints one line per run: wall
@@ -47,6 +49,12 @@ FULL = dict(tensor_parallel_sizes=(1, 2, 4, 8), quantizations=("none", "fp8", "a
             max_num_batched_tokens=(None, 16384), max_num_seqs=(64, 128, 256))
 
 
+# Issue 42's space: 4 devices x TP 1, 2, 4, 8 x 2 quantizations x 2 KV dtypes x 4 token budgets x 4 max_num_seqs =
+# 1,024 configurations, the plan's defaults otherwise (2,000 measured requests per probe, sensitivity on).
+SPACE1024 = dict(tensor_parallel_sizes=(1, 2, 4, 8), quantizations=("none", "fp8"), kv_cache_dtypes=("auto", "fp8"),
+                 max_num_batched_tokens=(2048, 4096, 8192, 16384), max_num_seqs=(32, 64, 128, 256))
+
+
 def _cpu_s() -> float:
     """User + system CPU seconds of this process and of its finished children (the pool's workers; not Ray's)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -66,12 +74,14 @@ def _machine_state() -> str:
 
 
 def _executor(kind: str) -> Executor:
-    if kind == "ray":
+    if kind.startswith("ray"):  # ray (2 CPUs) or rayN: a local multi-process Ray cluster of N worker slots
         import ray
 
+        num_cpus = int(kind[3:] or 2)
         started = time.perf_counter()
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        print(f"  ray.init(num_cpus=2): {time.perf_counter() - started:.1f} s (not in the plan's time)")
+        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        print(f"  ray.init(num_cpus={num_cpus}): {time.perf_counter() - started:.1f} s (not in the plan's time); this "
+              f"machine has {os.cpu_count()} cores")
         return RayExecutor(None)
     return LocalExecutor(int(kind))
 
@@ -84,16 +94,17 @@ def timed_plan(request: PlanRequest, backend: SimulatorBackend, kind: str) -> tu
         with executor:
             plan = make_plan(request, backend, prices_for(request.hardware, {}), executor=executor)
     finally:
-        if kind == "ray":
+        if kind.startswith("ray"):
             import ray
 
             ray.shutdown()
     elapsed, cpu = time.perf_counter() - started, _cpu_s() - cpu_started
-    searched = len(plan.configs) - len(plan.pruned)
-    print(f"executor {executor.describe()}: {elapsed:.1f} s wall, {cpu:.1f} s CPU (this process and pool workers), "
-          f"{plan.num_simulations} simulations of {num_simulated_requests(request.num_requests)} requests, "
-          f"{len(plan.configs)} configurations ({len(plan.pruned)} pruned, {searched} searched, "
-          f"{len(plan.serving)} serve the target)\n  before: {before}\n  after:  {_machine_state()}")
+    searched = len(plan.configs) - len(plan.pruned) - len(plan.skipped)
+    print(f"executor {kind} ({executor.describe()}): {elapsed:.1f} s wall, {cpu:.1f} s CPU (this process and pool "
+          f"workers; not Ray's), {plan.num_simulations} simulations of {num_simulated_requests(request.num_requests)} "
+          f"requests, {len(plan.configs)} configurations ({len(plan.pruned)} do not fit, {len(plan.skipped)} pruned "
+          f"by bounds or cost, {searched} searched, {len(plan.serving)} serve the target)\n  before: {before}\n"
+          f"  after:  {_machine_state()}", flush=True)
     print("  " + answer_text(plan, all_tables(plan)))
     return plan, elapsed
 
@@ -116,6 +127,19 @@ def issue19(args: argparse.Namespace) -> None:
     print(f"identical plans on every executor: {'yes' if all(p == first for p in plans.values()) else 'NO'}")
     if "1" in times and "2" in times:
         print(f"speed-up of 2 workers over 1: {times['1'] / times['2']:.2f}x (target >= 1.7x)")
+
+
+def issue42(args: argparse.Namespace) -> None:
+    engine = EngineArgs()
+    num_requests = args.num_requests or PlanRequest.num_requests
+    choice = choose_max_model_len(WORKLOAD, num_simulated_requests(num_requests), engine.block_size, 131072)
+    backend = SimulatorBackend(MODEL, WORKLOAD, EngineArgs(max_model_len=choice.max_model_len))
+    request = PlanRequest(model=MODEL, hardware=ISSUE19_HARDWARE, workload=WORKLOAD, slo=SLO,
+                          target_rate_per_s=TARGET_RATE_PER_S, num_requests=num_requests, **SPACE1024)
+    print(f"space1024: {len(request.configs())} configurations; {choice.note()}", flush=True)
+    plans = {kind: timed_plan(request, backend, kind)[0] for kind in args.executors.split(",")}
+    first = next(iter(plans.values()))
+    print(f"identical plans on every executor: {'yes' if all(p == first for p in plans.values()) else 'NO'}")
 
 
 def issue8(args: argparse.Namespace) -> None:
@@ -149,12 +173,15 @@ def main() -> None:
     parser.add_argument("--skip-sensitivity", action="store_true")
     parser.add_argument("--subset60", action="store_true", help="issue 19: the fixed 60-configuration subset")
     parser.add_argument("--full", action="store_true", help="issue 19: the full search space")
+    parser.add_argument("--space1024", action="store_true", help="issue 42: 1,024 configurations")
     parser.add_argument("--num-requests", type=int, default=None,
                         help=f"issue 19: measured requests per probe (default: {ISSUE19_NUM_REQUESTS})")
     parser.add_argument("--executors", default="2", help="issue 19: comma-separated: a number of local workers, "
                         "or ray (a local Ray with 2 CPUs); default: 2")
     args = parser.parse_args()
-    if args.subset60 or args.full:
+    if args.space1024:
+        issue42(args)
+    elif args.subset60 or args.full:
         issue19(args)
     else:
         issue8(args)

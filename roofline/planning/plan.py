@@ -64,10 +64,12 @@ from roofline.planning.search import (
 DEFAULT_TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 DEFAULT_MAX_NUM_SEQS = (64, 128, 256)
 DEFAULT_NUM_REQUESTS = 2000
-# The latency-against-load curve of the best configuration adds probes at these fractions of its highest rate within
-# the SLOs: light load (where latency is the lone request's) and past it (where queues grow); its search's probes
-# fill in between.
-LOAD_CURVE_FRACTIONS = (0.25, 1.25)
+# The latency-against-load curve of the best configuration adds a probe at light load (where latency is the lone
+# request's), at these fractions of its highest rate within the SLOs; its search's probes, passing and failing, give
+# the rest of the curve.
+LOAD_CURVE_FRACTIONS = (0.25,)
+# ... each probe measuring this fraction of the requests a search's probe measures (a lone request's latency needs few).
+LOAD_CURVE_REQUEST_FRACTION = 0.25
 
 
 @dataclass(frozen=True)
@@ -402,9 +404,11 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
     assert all(h in prices for h in request.hardware), "prices_for() gives every planned hardware an entry"
     target, slo, n = request.target_rate_per_s, request.slo, request.num_requests
     configs = request.configs()
-    fits = {c: backend.fit(c) for c in configs}
+    # Fit and bounds of every configuration, on the executor (a thousand configurations take a minute of CPU).
+    checked = executor.map(_check_task, [(backend, c, n, slo.percentile) for c in configs])
+    fits = {c: fit for c, (fit, _) in zip(configs, checked)}
     fitting = [c for c in configs if fits[c].fits]
-    bounds = {c: backend.bounds(c, NOMINAL, n, slo.percentile) for c in fitting}
+    bounds = {c: b for c, (_, b) in zip(configs, checked) if b is not None}
     skipped: dict[Config, str] = {}
     if request.prune:
         skipped = {c: why for c in fitting if (why := bounds[c].misses(slo.limits())) is not None}
@@ -477,17 +481,24 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
     curves: dict[Config, tuple[Point, ...]] = {}
     best = plan.best
     if best is not None:
-        probes = [LOAD_CURVE_FRACTIONS[0] * best.search.max_rate_per_s,
-                  LOAD_CURVE_FRACTIONS[1] * best.search.max_rate_per_s]
+        probes = [f * best.search.max_rate_per_s for f in LOAD_CURVE_FRACTIONS]
         if progress is not None:
             progress.round("load curve", len(probes))
-        results = executor.map(probe_task, [(backend, best.config, NOMINAL, slo, n, r) for r in probes],
+        light = max(1, round(n * LOAD_CURVE_REQUEST_FRACTION))
+        results = executor.map(probe_task, [(backend, best.config, NOMINAL, slo, light, r) for r in probes],
                                progress.task_done if progress is not None else None)
         curves[best.config] = tuple(r.point for r in results)
     profiles = {c.config.hardware: representative_steps(backend, c) for c in plan.best_per_hardware()}
     from roofline.planning.layouts import layout_rows  # (it reads plans: imported here, not at the top)
 
     return Plan(request, plans, profiles, backend.notes(), curves, layout_rows(plan, backend))
+
+
+def _check_task(args: tuple[Backend, Config, int, float]) -> tuple[Fit, Bounds | None]:
+    """Whether a configuration fits, and if it does its bounds (an executor task)."""
+    backend, config, num_requests, percentile = args
+    fit = backend.fit(config)
+    return fit, (backend.bounds(config, NOMINAL, num_requests, percentile) if fit.fits else None)
 
 
 def _refine(search: ReplicaSearch, passable_rate_per_s: float) -> Refine:

@@ -12,7 +12,7 @@ whose bound already needs more is never simulated. Equal GPUs are probed where t
 probe at T / k measures). The configurations equal but for max_num_seqs start from the answer of the one with the
 most (a warm start: its k, then one less).
 
-The answer then has its rate refined to within `RATE_REL_TOL` between the passing T / k and the failing T / (k - 1)
+The answer then has its rate refined to within `REFINE_REL_TOL` between the passing T / k and the failing T / (k - 1)
 (`Refine`); the sensitivity asks the same question at -10 % and +10 % efficiency starting from the nominal k.
 
 Every probe of a round is independent (`probe_task` on the plan's executor); a round takes the `ROUND_SIZE` cheapest
@@ -31,7 +31,6 @@ from typing import Protocol
 from roofline.planning.executor import Executor
 from roofline.planning.search import (
     MAX_HALVINGS,
-    RATE_REL_TOL,
     Backend,
     Config,
     Efficiency,
@@ -55,6 +54,9 @@ OVERLOADED = 0.95
 # A failing probe that was not overloaded and whose worst SLO percentile is within this factor of its limit is a near
 # miss: the next guess is one replica more (else twice the replicas).
 NEAR_MISS = 1.5
+# The answer's rate per replica is refined to within this fraction (its replicas and cost are exact without it: it
+# only says how much of the last replica's rate is used).
+REFINE_REL_TOL = 0.10
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ class ReplicaSearch:
 
 class Refine:
     """The highest passing rate between a passing probe `lo` and a failing rate `hi_rate` (probed: `hi`; or above
-    the rate bound), to within RATE_REL_TOL of it, by geometric bisection (a latency percentile is flat up to a knee
+    the rate bound), to within REFINE_REL_TOL of it, by geometric bisection (a latency percentile is flat up to a knee
     and then shoots up: interpolating across the knee creeps)."""
 
     def __init__(self, search: ReplicaSearch, hi_rate: float) -> None:
@@ -201,7 +203,7 @@ class Refine:
 
     def next_rate(self) -> tuple[tuple[float, ...], float] | None:
         a, b = self.lo.rate_per_s, self.hi_rate
-        if b <= a * (1 + RATE_REL_TOL):
+        if b <= a * (1 + REFINE_REL_TOL):
             return None
         return (0.0,), math.sqrt(a * b)
 
@@ -229,7 +231,14 @@ def run_rounds(backend: Backend, jobs: Sequence[Job], slo: Slo, num_requests: in
                    for p, rate in (nxt,)]
         if not pending:
             return total
-        pending.sort(key=lambda x: (x[0], x[1]))
+        # Cheapest first relative to the cheapest pending probe of the same hardware, so that every hardware finds
+        # its first answer (and its cap) in the first rounds.
+        least: dict[str, float] = {}
+        for p, i, _ in pending:
+            hw = jobs[i].config.hardware
+            least[hw] = min(least.get(hw, p[0]), p[0])
+        pending.sort(key=lambda x: (x[0][0] / least[jobs[x[1]].config.hardware]
+                                    if least[jobs[x[1]].config.hardware] > 0 else 0.0, x[0], x[1]))
         chosen = pending[:ROUND_SIZE]
         if on_round is not None:
             on_round(len(chosen))

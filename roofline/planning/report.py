@@ -27,11 +27,17 @@ from roofline.planning import plots as plan_plots
 from roofline.planning.backend import DECODE_PARTS
 from roofline.planning.bounds import RATE_MARGIN
 from roofline.planning.layouts import explain
-from roofline.planning.plan import LOAD_CURVE_FRACTIONS, ConfigPlan, Plan, gpus_needed, sensitivity_band
-from roofline.planning.prune import JUMP_FRACTION, ROUND_SIZE
+from roofline.planning.plan import (
+    LOAD_CURVE_FRACTIONS,
+    LOAD_CURVE_REQUEST_FRACTION,
+    ConfigPlan,
+    Plan,
+    gpus_needed,
+    sensitivity_band,
+)
+from roofline.planning.prune import JUMP_FRACTION, REFINE_REL_TOL, ROUND_SIZE
 from roofline.planning.search import (
     DRAIN_FRACTION,
-    RATE_REL_TOL,
     WARMUP_FRACTION,
     Point,
     Search,
@@ -496,12 +502,13 @@ def method_lines(plan: Plan) -> list[str]:
         "but for max_num_seqs start from the answer of the one with the most. The best configuration then has its "
         "rate refined "
         "between target / k and target / (k - 1) to "
-        f"within {RATE_REL_TOL:.0%} (geometric bisection); the others' "
+        f"within {REFINE_REL_TOL:.0%} (geometric bisection); the others' "
         "max rate per replica is target / k, the rate they were shown to pass. Probes run in rounds of "
         f"{ROUND_SIZE}, the cheapest pending first. It assumes latency percentiles never fall as load rises; every "
         "probe replays the same seeded requests with arrival gaps scaled, which keeps the measured curve "
         "monotone. The latency-against-load plot adds probes to the best configuration's at "
-        f"{' and '.join(f'{f:g}' for f in LOAD_CURVE_FRACTIONS)} x its highest rate within the SLOs.",
+        f"{' and '.join(f'{f:g}' for f in LOAD_CURVE_FRACTIONS)} x its highest rate within the SLOs (measuring "
+        f"{LOAD_CURVE_REQUEST_FRACTION:.0%} of the requests: light load needs few).",
         "Replicas = the fewest that pass (= ceil(target rate / max rate per replica)); GPUs = replicas x TP; "
         "USD/hour = GPUs x price; "
         "USD per million output tokens = USD/hour / (target rate x mean output tokens x 3600) x 1e6. The "
