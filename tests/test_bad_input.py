@@ -252,6 +252,10 @@ CASES: list[tuple[str, str]] = [
     *[(f"{PLAN} --target-qps {v}", "--target-qps") for v in ("0", "nan", "inf", "-1")],
     *[(f"{PLAN} --slo-ttft-s {v}", "--slo-ttft-s") for v in ("0", "nan")],
     (f"{PLAN} --slo-tpot-s inf", "--slo-tpot-s"),
+    *[(f"{PLAN} {flag}", field) for flag, field in (
+        ("--data-parallel-sizes 0", "--data-parallel-sizes"), ("--data-parallel-sizes 2,x", "--data-parallel-sizes"),
+        ("--expert-parallel yes", "--expert-parallel"), ("--data-parallel-size 8", "--data-parallel-size"),
+        ("-dp 8", "--data-parallel-size"), ("--enable-expert-parallel", "--enable-expert-parallel"))],
     *[(f"{PLAN} --slo-percentile {v}", "--slo-percentile") for v in ("0", "101", "nan")],
     (f"{PLAN} --slo-itl-s -1", "--slo-itl-s"),
     (f"{PLAN} --slo-e2el-s nan", "--slo-e2el-s"),

@@ -187,3 +187,12 @@ def test_the_plan_searches_dp_and_ep_layouts_of_a_moe_model() -> None:
     assert plan.layouts[0].label == plan.best.config.label and len(rows) == len(plan.layouts)
     for r in plan.layouts:
         assert r.limited_by and (r.num_gpus is None or set(r.decode_s) >= {"attention", "MoE experts", "all-to-all"})
+
+
+def test_a_rank_with_fewer_experts_than_a_token_picks_has_all_of_them_touched() -> None:
+    from roofline.cost.ops import expected_experts_touched
+
+    # DeepSeek's 256 experts over 128 GPUs: 2 per rank, 8 picked per token.
+    assert expected_experts_touched(5, 8, 2) == 2.0 and expected_experts_touched(0, 8, 2) == 0.0
+    assert expected_experts_touched(np.array([0.0, 1.0, 3.0]), 8, 2).tolist() == [0.0, 2.0, 2.0]
+    assert expected_experts_touched(3, 8, 256) == 256 * (1 - (1 - 8 / 256) ** 3)  # k <= E: unchanged

@@ -137,18 +137,20 @@ def test_request_rejects_bad_lists_naming_the_flag_and_the_choices() -> None:
 
 # ---- cheapest and Pareto front -----------------------------------------------------------------------
 
-def _serving(label: str, tp: int, rate: float, usd_per_gpu_hour: float | None) -> ConfigPlan:
-    config = Config(label, tp, 64)
+def _serving(label: str, tp: int, rate: float, usd_per_gpu_hour: float | None, load_ratio: float = 0.5,
+             seqs: int = 64) -> ConfigPlan:
+    config = Config(label, tp, seqs)
     point = Point(rate, 0.1, 0.01, rate, True, 100.0, 100.0, 0.5, 8.0)
     price = None if usd_per_gpu_hour is None else Price(usd_per_gpu_hour, "o", "s", "2026-01-01")
-    return ConfigPlan(config, Fit(1000), price, 10.0, Search(config, NOMINAL, rate, None, (point,), point))
+    return ConfigPlan(config, Fit(1000), price, 10.0, Search(config, NOMINAL, rate, None, (point,), point),
+                      load_ratio=load_ratio)
 
 
 def test_pareto_front_and_cheapest_of_cost_against_sustained_rate() -> None:
     configs = (
-        _serving("a", 1, 2.5, 2.0),   # 4 replicas, 4 GPUs: 8 USD/h, sustains 10
-        _serving("b", 2, 6.0, 2.0),   # 2 replicas, 4 GPUs: 8 USD/h, sustains 12 -> beats a
-        _serving("c", 4, 11.0, 2.0),  # 1 replica, 4 GPUs: 8 USD/h, sustains 11 -> beaten by b
+        _serving("a", 1, 2.5, 2.0, 0.9),   # 4 replicas, 4 GPUs: 8 USD/h, sustains 10
+        _serving("b", 2, 6.0, 2.0, 0.5),   # 2 replicas, 4 GPUs: 8 USD/h, sustains 12 -> beats a
+        _serving("c", 4, 11.0, 2.0, 0.7),  # 1 replica, 4 GPUs: 8 USD/h, sustains 11 -> beaten by b
         _serving("d", 8, 30.0, 2.0),  # 1 replica, 8 GPUs: 16 USD/h, sustains 30
         _serving("e", 1, 1.0, 3.0),   # 10 replicas: 30 USD/h, sustains 10 -> beaten by d
         _serving("f", 1, 10.0, None),  # no price: on no front, ranked after the priced ones
@@ -156,8 +158,11 @@ def test_pareto_front_and_cheapest_of_cost_against_sustained_rate() -> None:
     plan = Plan(_request(hardware=("a", "b", "c", "d", "e", "f")), configs)
     assert [c.config.hardware for c in plan.pareto_front()] == ["b", "d"]
     assert plan.cheapest.config.hardware == "b" and plan.best is plan.cheapest
-    # a and c cost the same on the same GPUs: more rate per GPU first (c: 11 / 4 > a: 2.5 / 1)
+    # a, b and c cost the same on the same GPUs: the most headroom at the target load first (the lowest worst SLO
+    # ratio at target / replicas), after more max_num_seqs
     assert [c.config.hardware for c in plan.ranked()] == ["b", "c", "a", "d", "e", "f"]
+    more_seqs = Plan(_request(hardware=("a", "b")), (_serving("a", 1, 2.5, 2.0, 0.9, seqs=128), configs[1]))
+    assert [c.config.hardware for c in more_seqs.ranked()] == ["a", "b"]
     assert plan.unpriced_hardware == ["f"]
 
 

@@ -418,9 +418,16 @@ def expected_experts_touched(num_tokens: Any, topk: Any, num_experts: Any, probs
     """Distinct experts a step of `num_tokens` tokens routes to, in expectation. Uniform routing (`probs` None):
     E * (1 - (1 - k/E)^T): each expert is missed by one token with probability 1 - k/E. Otherwise `probs` (E
     routing probabilities summing to 1, e.g. a power law): sum_e 1 - (1 - min(1, k p_e))^T. Scalars or arrays
-    of token counts; 0 tokens touch no expert ((1 - x)^0 == 1 exactly)."""
+    of token counts; 0 tokens touch no expert ((1 - x)^0 == 1 exactly). A rank holding fewer experts than a token
+    picks (expert parallelism over more GPUs than E / k, e.g. DeepSeek's 256 experts over 128 GPUs) has every one
+    touched by each token: k/E is capped at 1, as min(1, k p_e) is."""
     if probs is None:
-        return num_experts * (1.0 - (1.0 - topk / num_experts) ** num_tokens)
+        ratio = topk / num_experts
+        if np.ndim(ratio):
+            ratio = np.minimum(ratio, 1.0)
+        elif ratio > 1.0:
+            ratio = 1.0
+        return num_experts * (1.0 - (1.0 - ratio) ** num_tokens)
     p = np.minimum(1.0, topk * np.asarray(probs, dtype=np.float64))
     t = np.asarray(num_tokens, dtype=np.float64)
     return (1.0 - (1.0 - p[None, :]) ** t.reshape(-1, 1)).sum(axis=1).reshape(t.shape)

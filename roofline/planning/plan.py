@@ -1,19 +1,21 @@
 """Capacity planning: which hardware, how configured, how many GPUs, at what cost, for a traffic and SLOs.
 
-The search space is every engine knob the simulator models: hardware x tensor-parallel size x quantization x
-KV-cache dtype x `max_num_batched_tokens` x `max_num_seqs`. Every configuration is first checked for fit
-without simulating (`Backend.fit`: weights and one `max_model_len` request's KV cache against device memory,
-TP against the model's heads and the scale-up domain); those that cannot fit are pruned with their reason and
-the change that would make them fit. For each one that fits, a search over the offered request rate finds the
-highest rate one replica sustains with the chosen percentile of every SLO (TTFT, TPOT, and optionally ITL and
-end-to-end latency) within its limit. Each probe is one simulation of the workload at that rate (a `Backend`
-runs it: the real one is `roofline.planning.backend.SimulatorBackend`, fakes in the tests). From the rate
-follow the replicas and GPUs for the target rate, dollars per hour and per million output tokens, the KV-cache
-headroom, the cheapest configuration and the Pareto front of cost against the rate a deployment sustains.
-Sensitivity repeats the best configurations' searches pessimistically and optimistically: every operator kind's time at
-the 90th and at the 10th percentile of its measured / predicted on held-out operator-table rows, where the profile
-states them (`roofline.cost.uncertainty`), else compute and memory efficiency 10 % lower and higher; it gives bands on
-the curves and a range on the answer (GPUs, USD per hour and per million output tokens).
+The search space is every engine knob the simulator models: hardware x tensor-parallel size x data-parallel size x
+expert parallelism x quantization x KV-cache dtype x `max_num_batched_tokens` x `max_num_seqs`. Every configuration
+is first checked for fit without simulating (`Backend.fit`: weights and one `max_model_len` request's KV cache
+against device memory, TP against the model's heads and the scale-up domain); those that cannot fit are pruned with
+their reason and the change that would make them fit. The others are bounded by the cost model
+(`roofline.planning.bounds`: a replica's highest rate, its lowest SLO percentiles) and searched for the fewest
+replicas that serve the target with the chosen percentile of every SLO (TTFT, TPOT, and optionally ITL and
+end-to-end latency) within its limit, by branch and bound per hardware (`roofline.planning.prune`): what a bound shows
+cannot meet the SLOs or cannot beat its hardware's best is never simulated. Each probe is one simulation of the
+workload at a rate (a `Backend` runs it: the real one is `roofline.planning.backend.SimulatorBackend`, fakes in the
+tests). From the replicas follow the GPUs, dollars per hour and per million output tokens, the KV-cache headroom,
+the cheapest configuration and the Pareto front of cost against the rate a deployment sustains (among those
+searched). The answer's rate is refined, and its sensitivity searched pessimistically and optimistically: every operator
+kind's time at the 90th and at the 10th percentile of its measured / predicted on held-out operator-table rows,
+where the profile states them (`roofline.cost.uncertainty`), else compute and memory efficiency 10 % lower and higher;
+it gives a range on the answer (GPUs, USD per hour and per million output tokens).
 
     request = PlanRequest(model="llama-3.1-70b", hardware=("h100-sxm", "h200-sxm"), workload="sharegpt-chat",
                           slo=Slo(ttft_s=2.0, tpot_s=0.1), target_rate_per_s=20.0, quantizations=("none", "fp8"))
