@@ -149,8 +149,11 @@ class SimulatorBackend:
                       o.time_s, o.bound) for o in cost.ops]
         if cost.total_s > cost.device_s:
             ops.append(OpSummary("host_overhead", 0.0, 0.0, cost.total_s - cost.device_s, "host"))
-        return StepProfile(label, tuple(ops), cost.total_s, d.hw.peak_flops(d.quant.gemm_dtype),
-                           d.hw.memory_bandwidth_bytes_per_s)
+        try:
+            peak = d.hw.peak_flops(d.quant.gemm_dtype)
+        except UserError:  # weight-only kernels (fp8 weights on Ampere run on Marlin): the activations' dtype computes
+            peak = d.hw.peak_flops("bf16" if "bf16" in dict(d.hw.peak_flops_by_dtype) else "fp16")
+        return StepProfile(label, tuple(ops), cost.total_s, peak, d.hw.memory_bandwidth_bytes_per_s)
 
     def bounds(self, config: Config, efficiency: Efficiency, num_requests: int, percentile: float) -> Bounds:
         """The cost model's bounds on the configuration's rate and SLO percentiles (`roofline.planning.bounds`), over
@@ -161,15 +164,25 @@ class SimulatorBackend:
         """Seconds of one decode step of `num_seqs` sequences of `context` tokens on every rank, by what takes them
         (`DECODE_PARTS`): a DP / EP group's MoE layers as the group runs them (the busiest rank's experts, the
         all-to-all), the rest as the rank's cost model prices it."""
-        d = self.deployment(config, NOMINAL)
         n = max(1, num_seqs)
-        shape = StepArrays(np.ones(n, dtype=np.int64), np.full(n, context, dtype=np.int64), np.ones(n, dtype=bool))
+        return self._breakdown(config, StepArrays(np.ones(n, dtype=np.int64), np.full(n, context, dtype=np.int64),
+                                                  np.ones(n, dtype=bool)))
+
+    def prefill_breakdown(self, config: Config) -> dict[str, float]:
+        """As `decode_breakdown`, of one prefill chunk of max_num_batched_tokens tokens on every rank."""
+        tokens = self.deployment(config, NOMINAL).scheduler_config.max_num_batched_tokens
+        return self._breakdown(config, StepArrays(np.array([tokens], dtype=np.int64), np.zeros(1, dtype=np.int64),
+                                                  np.ones(1, dtype=bool)))
+
+    def _breakdown(self, config: Config, shape: StepArrays) -> dict[str, float]:
+        d = self.deployment(config, NOMINAL)
         out = dict.fromkeys(DECODE_PARTS, 0.0)
         for name, seconds in d.cost_model.cost(shape).breakdown_s.items():
             out[_decode_part(name)] += seconds
         if d.moe is not None:
-            out["MoE experts"] = d.moe.experts_s(n * config.data_parallel_size)
-            out["all-to-all"] = d.moe.exchange_s(n)
+            tokens = shape.num_batched_tokens
+            out["MoE experts"] = d.moe.experts_s(tokens * config.data_parallel_size)
+            out["all-to-all"] = d.moe.exchange_s(tokens)
         return out
 
     def notes(self) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from roofline.errors import UserError
 from roofline.planning.plan import ConfigPlan, Plan
 
 KV_FULL = 0.95
@@ -49,21 +50,35 @@ def layout_rows(plan: Plan, backend: object) -> tuple[LayoutRow, ...]:
         serving = [c for c in ranked if _layout(c) == layout]
         if not serving:
             first = next(c for c in plan.configs if c.fit.fits and _layout(c) == layout)
-            rows.append(LayoutRow(first.config.label.rsplit(" seqs", 1)[0], None, None, None, {}, 0,
-                                  first.why_not or "misses the SLOs"))
+            why = first.why_not or "misses the SLOs"
+            prefill = getattr(backend, "prefill_breakdown", None)
+            try:  # what its prefill chunk spends its time on (the TTFT it cannot meet)
+                parts = prefill(first.config) if prefill is not None else {}
+            except UserError:  # an operator the cost model's per-operator breakdown does not price on this device
+                parts = {}
+            if parts:
+                total = sum(parts.values())
+                top = max(parts, key=lambda k: parts[k])
+                why += f"; a full prefill chunk takes {total:.3g} s, {parts[top] / total:.0%} of it {top}"
+            rows.append(LayoutRow(first.config.label.rsplit(" seqs", 1)[0], None, None, None, {}, 0, why))
             continue
         c = serving[0]
         best = c.best_point
         dp = c.config.data_parallel_size
         per_rank = max(1, round(best.mean_num_running / dp))
         context = round(best.mean_prompt_tokens + best.mean_output_tokens / 2)
-        parts = breakdown(c.config, per_rank, context)
+        try:
+            parts = breakdown(c.config, per_rank, context)
+        except UserError:  # (as above)
+            parts = {}
         total = sum(parts.values())
         if best.peak_kv_usage >= KV_FULL:
             why = f"KV capacity (peak use {best.peak_kv_usage:.0%} at its answer)"
-        else:
+        elif parts:
             top = max(parts, key=lambda k: parts[k])
             why = f"{top} ({parts[top] / total:.0%} of a decode step)"
+        else:
+            why = "(its step breakdown is not priced on this device)"
         rate = c.search.max_rate_per_s / c.config.num_gpus
         rows.append(LayoutRow(c.config.label, c.num_gpus, rate, best.peak_kv_usage, parts, per_rank, why))
     order = {c.config.label: i for i, c in enumerate(ranked)}
