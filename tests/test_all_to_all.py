@@ -4,16 +4,14 @@ refusals."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 from dataclasses import replace
 from math import comb
 
 import numpy as np
 import pytest
+from test_bad_input import run_cli
 
 from roofline.calibration.all_to_all_fit import BACKEND_LABELS, NCCL_OPS, load_a2a_tables, predict
-from roofline.cli import main
 from roofline.cost.hardware import load_profile
 from roofline.cost.kernels.all_to_all import a2a_bytes, a2a_time_s, distinct_ranks, nccl_collective_time_s
 
@@ -71,13 +69,8 @@ def test_shipped_values_predict_the_held_out_rows_within_15_percent_per_backend(
 
 
 def _run(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:
-            rc = exc.code if isinstance(exc.code, int) else 2
-    return rc, err.getvalue().strip()
+    rc, _, err = run_cli(argv)
+    return rc, err.strip()
 
 
 @pytest.mark.parametrize("argv, field", [

@@ -3,16 +3,14 @@ calibrate --op-tables --op OP` (`roofline.calibration.chip_fit`)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from test_bad_input import run_cli
 
 from roofline.calibration.profile_writer import profile_text_with, write_profile_values, yaml_number
-from roofline.cli import main
 from roofline.cost.hardware import load_profile
 from roofline.registry import data_dir, list_ids, resolve
 
@@ -91,13 +89,8 @@ def test_gemm_format_fit_reproduces_the_shipped_h200_values(tmp_path: Path) -> N
 
 
 def _run(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:
-            rc = exc.code if isinstance(exc.code, int) else 2
-    return rc, err.getvalue().strip()
+    rc, _, err = run_cli(argv)
+    return rc, err.strip()
 
 
 @pytest.mark.parametrize("argv, field", [
