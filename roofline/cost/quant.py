@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.core.model_spec import ModelSpec
+from roofline.cost.kv_capacity import parse_vllm_version
 from roofline.errors import UserError
 
 if TYPE_CHECKING:  # (the kernels import the formats' byte sizes from here)
@@ -224,8 +225,6 @@ def resolve_kv_cache_dtype(requested: str, spec: ModelSpec, vllm_version: str) -
     """--kv-cache-dtype as vLLM `vllm_version` resolves it for this checkpoint: `requested` unless it is "auto" and
     the version takes the checkpoint's declared KV dtype (see above); `UserError` for an NVFP4 KV cache (not
     modelled)."""
-    from roofline.cost.kv_capacity import parse_vllm_version  # kv_capacity imports nothing of this module
-
     declared = spec.checkpoint_quant.kv_cache_dtype if spec.checkpoint_quant is not None else ""
     version = parse_vllm_version(vllm_version)
     if requested != "auto" or not declared or version < CHECKPOINT_KV_DTYPE_SINCE:
