@@ -142,3 +142,29 @@ def test_writing_the_section_replaces_it_and_keeps_every_other_byte(tmp_path: Pa
     path.write_text(head + section_text(_section(0.1)) + tail)
     write_uncertainty(path, _section(0.2))
     assert path.read_text() == head + section_text(_section(0.2)) + tail
+
+
+def test_mla_and_all_to_all_factors_scale_their_kernels_only() -> None:
+    """The `mla` factor multiplies the MLA records (prefill, absorbed decode, W_UK / W_UV) and nothing else, on the
+    records' path and on the decode-only fast path alike; `all_to_all` multiplies expert parallelism's exchange."""
+    from roofline.cost.expert_parallel import DataParallelMoe
+    from roofline.parallel_config import ParallelLayout
+
+    spec, hw = load_model("deepseek-r1"), load_profile("h200-sxm")
+    quant = QuantConfig.from_user(dtype="auto", model_dtype=spec.torch_dtype)
+    factors = OpTimeFactors(mla=1.25, all_to_all=0.5)
+    nominal, sampled_model = StepCostModel(spec, hw, quant, 8), StepCostModel(spec, replace(hw, op_time_factors=factors),
+                                                                             quant, 8)
+    shape = StepArrays(np.array([512, 1, 1]), np.array([512, 300, 900]), np.array([1, 1, 1]))
+    decodes = StepArrays(np.array([1] * 4), np.array([100, 200, 300, 400]), np.array([1] * 4))
+    for s in (shape, decodes):
+        a, b = nominal.cost(s), sampled_model.cost(s)
+        kinds = {op.kind for op in a.ops}
+        assert {"mla_decode", "mla_bmm"} <= kinds
+        for x, y in zip(a.ops, b.ops):
+            want = 1.25 if x.kind.startswith("mla_") else 1.0
+            assert y.time_s == pytest.approx(x.time_s * want, rel=1e-12), x.name
+        assert sampled_model.time_s(s) == pytest.approx(b.total_s, rel=1e-12)  # the fast path applies it too
+    layout = ParallelLayout(8, 1, 8, 8, True)
+    a2a = [DataParallelMoe(m, layout, "deepep_low_latency").exchange_s(64) for m in (nominal, sampled_model)]
+    assert a2a[0] > 0 and a2a[1] == pytest.approx(0.5 * a2a[0], rel=1e-12)

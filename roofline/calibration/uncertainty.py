@@ -9,7 +9,8 @@
 For every chip of the family that names operator tables (`operator_tables:`): its tables as the family fit reads them
 (`roofline.calibration.op_tables.load_op_tables`), split as the fit splits them (`roofline.calibration.families.
 split_tables`, the family's chips together, seed `SPLIT_SEED`), and each held-out row predicted with the chip as
-`load_profile` reads it (the family's written parameters, its per-chip values and clock factor). Per chip and operator
+`load_profile` reads it (the family's written parameters, its per-chip values and clock factor); and the held-out rows
+of its MLA module tables and its all-to-all tables, split as their own fits split them (`mla_fit`, `all_to_all_fit`). Per chip and operator
 kind the section holds the quantiles of measured / predicted at `LEVELS`; `without_tables` pools every chip's rows
 (for a chip of the family without tables: a lower bound). Nothing is fitted here, and nothing is read from the
 end-to-end judge (`silicon_sample.csv`). `roofline.cost.uncertainty` reads the section; `roofline simulate
@@ -29,7 +30,7 @@ from roofline.calibration.calibrate import SPLIT_SEED
 from roofline.calibration.families import split_tables
 from roofline.calibration.fit import predict_table
 from roofline.calibration.op_tables import load_op_tables
-from roofline.cost.hardware import load_profile
+from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.profile_yaml import profile_yaml, read_profile_dict
 from roofline.cost.uncertainty import KINDS, check_section, chip_uncertainty
 
@@ -46,6 +47,33 @@ def command(family: str) -> str:
 def _entry(ratios: np.ndarray) -> dict[str, Any]:
     q = np.quantile(ratios, LEVELS)
     return {"num_rows": int(len(ratios)), "measured_over_predicted": [float(f"{v:.{DIGITS}g}") for v in q]}
+
+
+def _mla_ratios(system: str) -> np.ndarray | None:
+    """Measured / predicted of the held-out rows of vLLM's MLA module tables (`roofline.calibration.mla_fit`'s
+    split), the chip's fit as it is written. A chip whose fit is another's (`mla_fit.FIT_ON`: its own tables are a
+    legacy collection that runs slower than the serving path) takes that chip's rows: the same kernels, the same
+    values."""
+    from roofline.calibration import mla_fit
+    system = mla_fit.FIT_ON.get(system, system)
+    if system not in mla_fit.GPUS:
+        return None
+    d = mla_fit.module_table(system)
+    hw = load_profile(mla_fit.GPUS[system])
+    rows = np.flatnonzero(d.held_out.to_numpy())
+    comp = mla_fit.components(hw, d, mla_fit.legacy_collector(system))
+    return d.measured_s.to_numpy(np.float64)[rows] / mla_fit.predict(hw, comp, rows)
+
+
+def _all_to_all_ratios(hw: HardwareProfile, system: str) -> np.ndarray | None:
+    """Measured / predicted of the held-out rows of the chip's DeepEP and NCCL all-gather / reduce-scatter tables
+    (`roofline.calibration.all_to_all_fit`'s split; the backends pooled)."""
+    from roofline.calibration import all_to_all_fit
+    d = all_to_all_fit.load_a2a_tables(system)
+    if d.empty:
+        return None
+    held = d[d.held_out].reset_index(drop=True)
+    return held.measured_s.to_numpy(np.float64) / all_to_all_fit.predict(hw, held)
 
 
 def family_uncertainty(family: str, members: dict[str, str], log: Callable[[str], None] = lambda _: None
@@ -67,7 +95,11 @@ def family_uncertainty(family: str, members: dict[str, str], log: Callable[[str]
             ratios = frame["measured_s"].to_numpy(np.float64) / predict_table(hw, kind, frame)
             per_chip[pid][kind] = _entry(ratios)
             pooled.setdefault(kind, []).append(ratios)
-        log(f"{family}: {pid} " + ", ".join(f"{k} {len(v)}" for k, v in [(k, test[system].get(k, ())) for k in KINDS]))
+        for kind, ratios in (("mla", _mla_ratios(system)), ("all_to_all", _all_to_all_ratios(hw, system))):
+            if ratios is not None and len(ratios):
+                per_chip[pid][kind] = _entry(ratios)
+                pooled.setdefault(kind, []).append(ratios)
+        log(f"{family}: {pid} " + ", ".join(f"{k} {v['num_rows']}" for k, v in per_chip[pid].items()))
     from importlib.metadata import version
     return {
         "method": "measured / predicted of every held-out row of the family fit's shape split (seed "

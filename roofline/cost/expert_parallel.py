@@ -150,9 +150,11 @@ class DataParallelMoe:
             return np.zeros_like(largest, dtype=np.float64)
         per_gpu = np.asarray(largest, dtype=np.float64) / self.layout.tensor_parallel_size
         n = self.layout.num_gpus
-        return self.num_moe_layers * sum(
+        t = self.num_moe_layers * sum(
             a2a_time_s(self.hw, self.backend, phase, per_gpu, self.hidden, self.topk, self.num_experts, n)
             for phase in ("dispatch", "combine"))
+        factor = self.hw.op_time_factors.all_to_all  # a sampled cost model's (`roofline.cost.uncertainty`)
+        return t if factor == 1.0 else t * factor
 
     def experts_s(self, total_tokens: int) -> float:
         """The busiest rank's expert work (all MoE layers) when the group's ranks hold `total_tokens` in all."""

@@ -153,6 +153,7 @@ class StepCostModel:
         # Factors on attention's time of a sampled cost model (`roofline.cost.uncertainty`); 1 as fitted.
         self._prefill_factor = hw.op_time_factors.attention_prefill
         self._decode_factor = hw.op_time_factors.attention_decode
+        self._mla_factor = hw.op_time_factors.mla
 
     # -- public API --
     @property
@@ -569,7 +570,8 @@ class StepCostModel:
         n_l = self.spec.num_layers
         w_uk, w_uv = self._mla_bmm[("mla_w_uk", n)], self._mla_bmm[("mla_w_uv", n)]
         t = 0.0 + w_uk[0]
-        t += float(n_l * mla_decode_time_s(self.hw, *shape, self._kv_fp8))
+        decode_s = float(n_l * mla_decode_time_s(self.hw, *shape, self._kv_fp8))
+        t += decode_s if self._mla_factor == 1.0 else decode_s * self._mla_factor  # `op_time_s`'s factor
         t += w_uv[0]
         return t, w_uk[1] + n_l + w_uv[1]
 

@@ -27,7 +27,10 @@ run (an error of a kind at a model's shapes is shared by its layers and steps), 
 inverse of the kind's quantile function (linear in ln ratio between levels, held at the outermost levels) at one
 point of each of `n` equal strata of (0, 1), the strata's midpoints shuffled per kind by a seeded generator (Latin
 hypercube: n samples cover every kind's distribution evenly). Kinds not in the section (and the executor's host
-terms, MLA attention, expert parallelism's all-to-all, elementwise kernels) keep factor 1.
+terms, elementwise kernels and sampling) keep factor 1. `mla` is the whole-module error of vLLM's MLA attention
+(`roofline.calibration.mla_fit`'s held-out rows), applied to the MLA records only (the module's projections are GEMMs,
+sampled as such); `all_to_all` is expert parallelism's dispatch and combine (`roofline.calibration.all_to_all_fit`'s
+held-out rows).
 """
 
 from __future__ import annotations
@@ -39,13 +42,14 @@ import numpy as np
 
 from roofline.errors import UserError, check_fields
 
-# The operator kinds sampled: those the operator tables time (`roofline.calibration.families.REPORTED_KINDS`'s kinds).
-KINDS = ("gemm", "attention_prefill", "attention_decode", "moe", "all_reduce")
+# The operator kinds sampled: those the operator tables time (`roofline.calibration.families.REPORTED_KINDS`'s kinds,
+# then the MLA module and all-to-all tables'; appended, so that the earlier kinds' draws stay as they were).
+KINDS = ("gemm", "attention_prefill", "attention_decode", "moe", "all_reduce", "mla", "all_to_all")
 # Operator-record kind (`roofline.cost.ops.OpRecord.kind`) -> the sampled kind whose factor it takes.
 _RECORD_KIND = {"gemm": "gemm", "attention_prefill": "attention_prefill", "attention_decode": "attention_decode",
-                "moe": "moe", "all_reduce": "all_reduce", "all_gather": "all_reduce"}
-NOT_SAMPLED = ("the host: executor step and launch times, the API server", "MLA attention",
-               "expert parallelism's all-to-all", "elementwise kernels and sampling")
+                "moe": "moe", "all_reduce": "all_reduce", "all_gather": "all_reduce",
+                "mla_prefill": "mla", "mla_decode": "mla", "mla_bmm": "mla"}
+NOT_SAMPLED = ("the host: executor step and launch times, the API server", "elementwise kernels and sampling")
 _SECTION_KEYS = ("method", "command", "fitted_on", "levels", "per_chip", "without_tables")
 _KIND_KEYS = ("num_rows", "measured_over_predicted")
 
@@ -59,6 +63,8 @@ class OpTimeFactors:
     attention_decode: float = 1.0
     moe: float = 1.0
     all_reduce: float = 1.0
+    mla: float = 1.0
+    all_to_all: float = 1.0
 
     def of(self, record_kind: str) -> float:
         """The factor of an operator record's kind (1 for kinds that are not sampled)."""

@@ -11,7 +11,7 @@ held-out operator-table rows), one factor per kind and sample (Latin hypercube o
 independent, `OpUncertainty.sample`), each sample a whole simulation of the same requests with every operator of a
 kind slower or faster by its factor. The central value is the run with the cost model as fitted (the numbers the
 plain run prints); the interval is the samples' (100 - level) / 2 and (100 + level) / 2 percentiles (numpy linear).
-Not sampled (`roofline.cost.uncertainty.NOT_SAMPLED`): the host's and API server's terms, MLA, the all-to-all,
+Not sampled (`roofline.cost.uncertainty.NOT_SAMPLED`): the host's and API server's terms,
 elementwise kernels; nor run-to-run noise, which no GPU profile states.
 
 The samples run on `num_workers` forked processes (they inherit the parent's imports, model, requests and caches, so
