@@ -292,3 +292,22 @@ def test_kv_capacity_cases_file_runs_and_every_case_has_a_source() -> None:
     assert all(isinstance(case["source"], str) and case["source"] for case in cases)
     result = bench.compare(cases)
     assert len(result["rows"]) + len(result["skipped"]) == len(cases)
+
+
+def test_triton_mxfp4_keeps_the_experts_scales_twice_before_vllm_0_25() -> None:
+    """vLLM's OAI Triton MXFP4 MoE (Hopper's default for gpt-oss) kept the checkpoint's block scales beside the
+    swizzled ones before 0.25 (`roofline.cost.quant.kept_scale_copy_bytes`): one E8M0 byte per 32 expert weights
+    more, hand-computed for gpt-oss-120b on one H100 (36 layers x 128 experts x 3 x 2880 x 2880 weights / 32)."""
+    from roofline.cost.hardware import load_profile
+    from roofline.cost.quant import QuantConfig
+    from roofline.cost.step_cost import StepCostModel
+
+    s = spec("gpt-oss-120b")
+    copy = 36 * 128 * 3 * 2880 * 2880 / 32
+    for hw_id, backend, version, extra in (("h100-sxm", "auto", "0.11.0", copy), ("h100-sxm", "auto", "0.24.0", copy),
+                                           ("h100-sxm", "auto", "0.25.0", 0.0), ("h100-sxm", "marlin", "0.11.0", 0.0),
+                                           ("b200", "auto", "0.11.0", 0.0)):
+        quant = QuantConfig.from_user(dtype="auto", model_dtype=s.torch_dtype, moe_backend=backend)
+        model = StepCostModel(s, load_profile(hw_id), quant)
+        assert model.loaded_weight_bytes_per_rank(version) - model.weight_bytes_per_rank() == \
+            pytest.approx(extra, rel=1e-12), (hw_id, backend, version)

@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-gpu", type=int, default=50, help="rows per GPU (default: %(default)s)")
     parser.add_argument("--max-client-tokens", type=float, default=2.5e5,
                         help="only rows whose client generates at most this many tokens (default: %(default)g)")
+    parser.add_argument("--models", default="",
+                        help="comma-separated model names of the selected rows to run (default: all; a subset's "
+                             "figures are that subset's)")
     parser.add_argument("--level", type=float, default=DEFAULT_LEVEL_PERCENT, help="interval, %% (default: %(default)s)")
     parser.add_argument("--samples", type=int, default=DEFAULT_NUM_SAMPLES, help="sampled cost models per row "
                                                                                    "(default: %(default)s)")
@@ -147,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     cache = args.out / "cache" / f"{identity}-l{args.level:g}-n{args.samples}-s{SEED}"
     cache.mkdir(parents=True, exist_ok=True)
     cases = select_rows(args.rows_per_gpu, args.max_client_tokens)
+    if args.models:
+        wanted = set(args.models.split(","))
+        models = {c.row.model_path.split("/")[-1] for c in cases}
+        if wanted - models:
+            parser.error(f"--models: {', '.join(sorted(wanted - models))} not among the selected rows' models; "
+                         f"allowed: {', '.join(sorted(models))}")
+        cases = [c for c in cases if c.row.model_path.split("/")[-1] in wanted]
     print(f"{len(cases)} rows ({args.rows_per_gpu} per GPU at most), code identity {identity}", file=sys.stderr)
     results: list[dict] = []
     todo = []

@@ -610,6 +610,17 @@ def weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float
     return r.layers * (attn + norms) + (r.layers - n_dense) * mlp + n_dense * dense + embed + lm_head + h * a
 
 
+def expert_weight_bytes_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float:
+    """The routed experts' weights one rank holds (all MoE layers, TP-sliced, no biases): `weight_bytes_per_rank`'s
+    expert term."""
+    if not spec.is_moe:
+        return 0.0
+    r = RankShape.of(spec, tp)
+    _, expert_bytes, _ = quant.experts
+    eh, ei = expert_shape(r, quant)
+    return (r.layers - spec.num_dense_layers) * r.num_experts * 3 * eh * ei * expert_bytes
+
+
 def kv_bytes_per_token_per_rank(spec: ModelSpec, quant: QuantConfig, tp: int) -> float:
     """K and V of one token over all layers on one rank; MLA: the latent and rotated key of every layer, which every
     rank holds whole (vLLM's `MLAAttentionSpec`: one KV head, not split by tensor parallelism)."""

@@ -287,6 +287,28 @@ def resolve_for_hardware(quant: QuantConfig, moe: MoeKernels) -> QuantConfig:
     return replace(quant, expert_alignment=(256, 128) if moe.mxfp4_bf16_trtllm or marlin else (1, 64))
 
 
+# vLLM's OAI Triton MXFP4 MoE (the default MXFP4 experts' kernel where it is not TRT-LLM's: Hopper) swizzles the
+# experts' block scales into its precision configs; before vLLM 0.25 the checkpoint's scale parameters stayed
+# registered beside them (vLLM 0.11.0 `Mxfp4MoEMethod.process_weights_after_loading`, TRITON branch: deletes
+# w13_weight / w2_weight only; 0.24.0 the same after `convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`), so the
+# loaded weights hold the experts' scales twice. 0.25.0's converter deletes them (fused_moe/oracle/mxfp4.py: "The
+# original mxfp4 block scales have been swizzled into the precision configs ... drop the now-dead weight/scale
+# Parameters"; vLLM PR #46549, merged 2026-06-24, "~6 GB"). Read in the 0.11.0, 0.24.0 and 0.25.0 wheels.
+TRITON_MXFP4_SCALES_FREED_SINCE = (0, 25)
+MXFP4_SCALE_BYTES_PER_PARAM = 1.0 / 32  # one E8M0 byte per 32 values (`_WEIGHT_BYTES["mxfp4"]`)
+
+
+def kept_scale_copy_bytes(expert_weight_bytes: float, quant: QuantConfig, moe: MoeKernels, vllm_version: str) -> float:
+    """Bytes per rank that vLLM `vllm_version` keeps loaded beyond the kernel's weights: a second copy of the MXFP4
+    experts' block scales under the OAI Triton MoE before 0.25 (above); `expert_weight_bytes`: the rank's experts'
+    bytes (values and scales), 0 elsewhere."""
+    scheme, bytes_per_param, _ = quant.experts
+    if (scheme != "mxfp4" or quant.moe_backend != "auto" or moe.mxfp4_bf16_trtllm
+            or parse_vllm_version(vllm_version) >= TRITON_MXFP4_SCALES_FREED_SINCE):
+        return 0.0
+    return expert_weight_bytes * MXFP4_SCALE_BYTES_PER_PARAM / bytes_per_param
+
+
 # Formats vLLM runs weight-only on Marlin where the device lacks their tensor cores
 # (`roofline.cost.kernels.gemm_weight_only`): fp8 below compute capability 8.9 (Ampere), NVFP4 below 10.0.
 MARLIN_FALLBACK_DTYPES = ("fp8", "fp4")

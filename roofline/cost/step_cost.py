@@ -50,6 +50,7 @@ from roofline.cost.ops import (
     attention_records,
     decode_attention_shape,
     emit_ops,
+    expert_weight_bytes_per_rank,
     kv_bytes_per_token_per_rank,
     mla_step_records,
     prefill_attention_shape,
@@ -60,6 +61,7 @@ from roofline.cost.ops import (
 from roofline.cost.quant import (
     QuantConfig,
     check_moe_backend,
+    kept_scale_copy_bytes,
     resolve_for_device,
     resolve_for_hardware,
     resolve_for_model,
@@ -132,6 +134,7 @@ class StepCostModel:
         self._mixed_token_table = _CountTable(partial(self._token_part, graph_max_tokens=0)) \
             if self._mixed_eager else self._token_table
         self._attn_kernels = family.attention
+        self._moe_kernels = family.moe
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
         r = self.rank
         # Per-layer constants of the attention records (`roofline.cost.ops.attention_records`), for the fast path.
@@ -163,6 +166,14 @@ class StepCostModel:
 
     def weight_bytes_per_rank(self) -> float:
         return weight_bytes_per_rank(self.spec, self.quant, self.tp)
+
+    def loaded_weight_bytes_per_rank(self, vllm_version: str, experts_saved_bytes: float = 0.0) -> float:
+        """The weights vLLM `vllm_version` holds loaded on a rank (its "Model loading took" figure): the kernels'
+        weights less `experts_saved_bytes` (experts another layout places elsewhere, `DataParallelMoe`), plus what
+        the version keeps beside them (`kept_scale_copy_bytes`)."""
+        experts = expert_weight_bytes_per_rank(self.spec, self.quant, self.tp) - experts_saved_bytes
+        return self.weight_bytes_per_rank() - experts_saved_bytes + kept_scale_copy_bytes(
+            experts, self.quant, self._moe_kernels, vllm_version)
 
     def kv_bytes_per_token_per_rank(self) -> float:
         return kv_bytes_per_token_per_rank(self.spec, self.quant, self.tp)

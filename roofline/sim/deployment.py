@@ -70,7 +70,8 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     if spec.is_moe and (parallel.data_parallel_size > 1 or parallel.enable_expert_parallel):
         moe = DataParallelMoe(cost_model, parallel.layout(hw, engine.tensor_parallel_size),
                               parallel.resolved_all2all_backend, parallel.num_redundant_experts)
-    weight_bytes = cost_model.weight_bytes_per_rank() - (moe.expert_weight_bytes_saved() if moe is not None else 0.0)
+    weight_bytes = cost_model.loaded_weight_bytes_per_rank(
+        vllm_version, moe.expert_weight_bytes_saved() if moe is not None else 0.0)
     gpu_memory_utilization = (engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None
                               else DEFAULT_GPU_MEMORY_UTILIZATION)
     kv = compute_kv_capacity(KvCapacityInputs(
