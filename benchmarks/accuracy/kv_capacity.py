@@ -82,7 +82,8 @@ def kv_inputs(case: dict[str, Any]) -> KvCapacityInputs:
                                                                f"{hw.id} {hw.name}", is_cpu=False)
     cost = StepCostModel(spec, hw, quant, engine.tensor_parallel_size)
     return KvCapacityInputs(
-        spec=spec, memory_capacity_bytes=hw.memory_capacity_bytes, weight_bytes_per_rank=cost.loaded_weight_bytes_per_rank(version),
+        spec=spec, memory_capacity_bytes=hw.memory_capacity_bytes,
+        weight_bytes_per_rank=cost.loaded_weight_bytes_per_rank(version),
         kv_bytes_per_token_per_rank=cost.kv_bytes_per_token_per_rank(), act_bytes=quant.act_bytes,
         tensor_parallel_size=engine.tensor_parallel_size, block_size=engine.block_size, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, max_model_len=engine.resolved_max_model_len(spec),

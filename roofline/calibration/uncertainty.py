@@ -9,8 +9,9 @@
 For every chip of the family that names operator tables (`operator_tables:`): its tables as the family fit reads them
 (`roofline.calibration.op_tables.load_op_tables`), split as the fit splits them (`roofline.calibration.families.
 split_tables`, the family's chips together, seed `SPLIT_SEED`), and each held-out row predicted with the chip as
-`load_profile` reads it (the family's written parameters, its per-chip values and clock factor); and the held-out rows
-of its MLA module tables and its all-to-all tables, split as their own fits split them (`mla_fit`, `all_to_all_fit`). Per chip and operator
+`load_profile` reads it (the family's written parameters, its per-chip values and clock factor); and the held-out
+rows of its MLA module tables and its all-to-all tables, split as their own fits split them (`mla_fit`,
+`all_to_all_fit`). Per chip and operator
 kind the section holds the quantiles of measured / predicted at `LEVELS`; `without_tables` pools every chip's rows
 (for a chip of the family without tables: a lower bound). Nothing is fitted here, and nothing is read from the
 end-to-end judge (`silicon_sample.csv`). `roofline.cost.uncertainty` reads the section; `roofline simulate
