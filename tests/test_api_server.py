@@ -46,30 +46,38 @@ INPUT_ONLY = ApiServerCosts(request_s=0.02, chat_request_s=0.0, prompt_token_s=0
 
 
 def test_a_burst_queues_behind_one_process_and_ttft_grows_with_the_position() -> None:
-    """Input work (20 ms) longer than a step (10 ms): request k reaches an idle engine at 20 (k + 1) ms; the output
-    work of each step queues behind the input work already taken (first come, first served in one event loop), so
-    the first four first tokens leave when the burst is in (100 ms), the last one a step after it reached."""
+    """Input work (20 ms) longer than a step (10 ms): request k reaches an idle engine at 20 (k + 1) ms and its token
+    leaves with the end of its step: the output work (none here) does not wait for the input work still queued."""
     result = _run(_burst(5), INPUT_ONLY)
     assert np.allclose(result.requests.first_scheduled_s, [0.02 * (k + 1) for k in range(5)], rtol=0, atol=1e-12)
-    assert np.allclose(result.requests.ttft_s, [0.1, 0.1, 0.1, 0.1, 0.11], rtol=0, atol=1e-12)
+    assert np.allclose(result.requests.ttft_s, [0.02 * (k + 1) + STEP_S for k in range(5)], rtol=0, atol=1e-12)
     assert np.allclose(result.requests.arrival_s, 0.0)
     # Spread out (one request every 50 ms), each request's TTFT is its own input work and step.
     spread = replace(_burst(5), arrival=ArrivalProcess("constant", 20.0))
     assert np.allclose(_run(spread, INPUT_ONLY).requests.ttft_s, 0.02 + STEP_S, rtol=0, atol=1e-12)
 
 
+def test_output_work_runs_first_and_delays_the_input_work_pending() -> None:
+    """A step's output pass (5 ms) runs as soon as the step ends, before the input work queued, which it delays:
+    request 0 in at 20 ms, its step to 30, streamed 30-35 ms; request 1's input (due at 40) ends at 45, its step to
+    55, streamed 55-60; request 2's input (due at 60) is delayed by both passes to 70, its step to 80, seen at 85."""
+    result = _run(_burst(3), replace(INPUT_ONLY, output_pass_s=0.005))
+    assert np.allclose(result.requests.first_scheduled_s, [0.02, 0.045, 0.07], rtol=0, atol=1e-12)
+    assert np.allclose(result.requests.ttft_s, [0.035, 0.06, 0.085], rtol=0, atol=1e-12)
+
+
 def test_two_processes_take_a_burst_in_parallel() -> None:
     """--api-server-count 2: requests alternate between two processes, so pairs reach the engine together: 0 and 1
-    at 20 ms (one step; their tokens wait for the input work of 2 and 3 until 40 ms), 2 and 3 at 40 ms."""
+    at 20 ms (one step, their tokens out at 30 ms), 2 and 3 at 40 ms."""
     result = _run(_burst(4), INPUT_ONLY, api_server_count=2)
     assert np.allclose(result.requests.first_scheduled_s, [0.02, 0.02, 0.04, 0.04], rtol=0, atol=1e-12)
-    assert np.allclose(result.requests.ttft_s, [0.04, 0.04, 0.05, 0.05], rtol=0, atol=1e-12)
+    assert np.allclose(result.requests.ttft_s, [0.03, 0.03, 0.05, 0.05], rtol=0, atol=1e-12)
 
 
 def test_the_host_speed_divides_the_api_server_costs() -> None:
     fast = _run(_burst(5), INPUT_ONLY, speed=2.0)
     assert np.allclose(fast.requests.first_scheduled_s, [0.01 * (k + 1) for k in range(5)], rtol=0, atol=1e-12)
-    assert np.allclose(fast.requests.ttft_s, [0.05, 0.05, 0.05, 0.05, 0.06], rtol=0, atol=1e-12)
+    assert np.allclose(fast.requests.ttft_s, [0.01 * (k + 1) + STEP_S for k in range(5)], rtol=0, atol=1e-12)
 
 
 def test_the_chat_endpoint_adds_its_own_input_and_output_work() -> None:
@@ -96,12 +104,16 @@ def test_output_work_longer_than_a_step_stretches_the_clients_tpot() -> None:
     assert np.allclose(result.requests.tpot_s[1:], (18 * 0.0165 + 0.0145) / 19, rtol=1e-9, atol=0)
 
 
-def test_a_request_waits_for_the_output_work_queued_before_it() -> None:
-    """Output work and input work share the process in the order they arrive: ApiServer alone, exact times."""
+def test_input_work_waits_for_output_work_and_is_delayed_by_later_output_work() -> None:
+    """ApiServer alone, exact times: a request taken while an output pass runs (to 6 ms) starts after it (done at
+    26 ms); a pass taken at 10 ms runs at once (to 12 ms) and delays the pending request by its 2 ms."""
     server = ApiServer(replace(INPUT_ONLY, output_pass_s=0.001, output_token_s=0.0005), num_processes=1)
     assert server.stream_outputs(0.0, 0, num_tokens=10) == pytest.approx(0.006)
-    assert server.take_request(0.002, num_prompt_tokens=5) == (0, pytest.approx(0.026))
-    assert server.stream_outputs(0.010, 0, num_tokens=2) == pytest.approx(0.028)
+    assert server.take_request(0.002, num_prompt_tokens=5) == (0, 0, pytest.approx(0.026))
+    assert server.stream_outputs(0.010, 0, num_tokens=2) == pytest.approx(0.012)
+    assert server.reach_s(0.026, 0, 0) == pytest.approx(0.028)
+    assert server.reach_s(0.028, 0, 0) == pytest.approx(0.028)  # done: no later pass delays it
+    assert server.stream_outputs(0.030, 0, num_tokens=0) == pytest.approx(0.031)
 
 
 def test_closed_loop_sends_the_next_request_when_the_client_saw_the_last_token() -> None:
@@ -178,8 +190,10 @@ def test_costs_measured_on_the_host_replace_the_scaled_reference_ones() -> None:
     measured = run_simulation(deployment, _burst(3), SimulationOptions(), step_time_fn=step)
     per_request = 0.02 + 16 * reference.prompt_token_s / 2
     latency = reference.latency_s / 2  # not measured on the host: the reference's at its speed
-    assert np.allclose(measured.requests.first_scheduled_s, [per_request * (k + 1) + latency for k in range(3)],
-                       rtol=0, atol=1e-12)
+    # Each step's output pass (its one token) delays the input work still pending: request 1 by one, 2 by two.
+    output = 0.002 + reference.output_token_s / 2
+    assert np.allclose(measured.requests.first_scheduled_s,
+                       [per_request * (k + 1) + k * output + latency for k in range(3)], rtol=0, atol=1e-12)
     given = run_simulation(deployment, _burst(3), SimulationOptions(api_server_costs=INPUT_ONLY), step_time_fn=step)
     assert np.allclose(given.requests.first_scheduled_s, [0.01 * (k + 1) for k in range(3)], rtol=0, atol=1e-12)
 

@@ -58,6 +58,13 @@ LOADS: dict[str, list[str]] = {
                  "--random-input-len", "128", "--random-output-len", "32"],
     "burst100-long": ["--num-prompts", "100", "--request-rate", "inf", "--random-input-len", "1024",
                       "--random-output-len", "128"],
+    # The same burst with one output token: against burst100, the client's and the API server's CPU per request
+    # split into per-request and per-streamed-token work; and one request at a time: the time outside the engine
+    # with nothing else on the API server's core.
+    "burst100-out1": ["--num-prompts", "100", "--request-rate", "inf", "--random-input-len", "128",
+                      "--random-output-len", "1"],
+    "closed1": ["--num-prompts", "40", "--request-rate", "inf", "--max-concurrency", "1",
+                "--random-input-len", "128", "--random-output-len", "32"],
 }
 ENDPOINTS = {"completions": ["--backend", "openai", "--endpoint", "/v1/completions"],
              "chat": ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]}
@@ -308,8 +315,13 @@ class CpuSampler(threading.Thread):
         if not busy:
             return {}
         first, last = self.samples[busy[0] - 1], self.samples[busy[-1]]
-        threads = {key: round(last[2][key] - first[2].get(key, 0.0), 3) for key in sorted(last[2])
-                   if last[2][key] - first[2].get(key, 0.0) > 0}
+        # A thread's CPU at the window's end: its last sample up to then (the client may have exited by that sample:
+        # it ends as soon as its last request is answered).
+        end: dict[str, float] = {}
+        for sample in self.samples[busy[0] - 1:busy[-1] + 1]:
+            end.update(sample[2])
+        threads = {key: round(end[key] - first[2].get(key, 0.0), 3) for key in sorted(end)
+                   if end[key] - first[2].get(key, 0.0) > 0}
         return {"wall_s": round(last[0] - first[0], 3), "threads_cpu_s": threads, "cpus": cpu_use_s(first[1], last[1])}
 
 

@@ -48,7 +48,8 @@ def engine_argv(server_flags: list[str]) -> list[str]:
 
 
 def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_flags: list[str],
-                 costs: Any = None, api_cores: int | None = None) -> dict[str, float]:
+                 costs: Any = None, api_cores: int | None = None,
+                 client: dict[str, float] | None = None) -> dict[str, float]:
     from roofline.calibration import vllm_bench
     from roofline.cli import build_parser
     from roofline.sim.bench_client import bench_load_from_args
@@ -75,13 +76,19 @@ def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_fla
 
             count = run["api_server_count"]
             host = deployment.hw.host
-            if api_cores is not None and count > api_cores:
-                # More API-server processes than the cores they were pinned to: they share them (processor
-                # sharing), so each runs at api_cores / count of a core's speed. (Given costs are reference-host
-                # costs, which the simulator divides by the host's speed; without them, the host's own costs.)
+            shared = api_cores is not None and count > api_cores
+            if client or shared:
+                # Given costs are reference-host costs, which the simulator divides by the host's speed; without
+                # them, the host's own costs.
+                speed = host.single_thread_speed_relative if host is not None else 1.0
                 if costs is None:
-                    costs = ApiServerCosts.for_host(host).scaled(host.single_thread_speed_relative) \
+                    costs = ApiServerCosts.for_host(host).scaled(speed) \
                         if host is not None and hasattr(ApiServerCosts, "for_host") else ApiServerCosts()
+                # The client's work on the same cores (seconds on this host, so at the reference host's speed).
+                costs = with_client(costs, {k: v * speed for k, v in client.items()} if client else None)
+            if shared:
+                # More API-server processes than the cores they were pinned to: they share them (processor
+                # sharing), so each runs at api_cores / count of a core's speed.
                 costs = costs.scaled(count / api_cores)
             kwargs.update(api_server_count=count, endpoint=run["endpoint"], api_server_costs=costs)
         options = SimulationOptions(**kwargs)
@@ -98,13 +105,14 @@ def _engine_args(args: argparse.Namespace) -> Any:
     return engine_args_from(args, "simulate")
 
 
-def simulate_all(index: dict[str, Any], hardware: str, costs: Any = None,
-                 names: set[str] | None = None) -> dict[str, dict[str, float]]:
+def simulate_all(index: dict[str, Any], hardware: str, costs: Any = None, names: set[str] | None = None,
+                 client: dict[str, float] | None = None) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "llama-tiny"
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(index["model_config"]))
-        return {run["name"]: simulate_run(run, model_dir, hardware, index["server_flags"], costs, api_cores(index))
+        return {run["name"]: simulate_run(run, model_dir, hardware, index["server_flags"], costs, api_cores(index),
+                                          client)
                 for run in index["runs"] if (names is None or run["name"] in names) and "excluded" not in run}
 
 
@@ -255,9 +263,9 @@ CHAT_GRID = {"chat_request_s": (0.0, 2e-3, 4e-3, 8e-3), "chat_output_token_s": (
 
 
 def fit(index: dict[str, Any], hardware: str, cells: set[str], grid: dict[str, tuple[float, ...]],
-        base: Any = None) -> Any:
+        base: Any = None, client: dict[str, float] | None = None) -> Any:
     """The point of `grid` (reference-host seconds, the other costs from `base`) minimizing the mean |error| of
-    METRICS over the runs of `cells`."""
+    METRICS over the runs of `cells` (with the client's costs `client` on the API server's cores)."""
     import itertools
 
     from roofline.sim.api_server import ApiServerCosts
@@ -267,7 +275,7 @@ def fit(index: dict[str, Any], hardware: str, cells: set[str], grid: dict[str, t
     best = None
     for values in itertools.product(*grid.values()):
         costs = replace(base, **dict(zip(grid, values)))
-        rows = summarize(index, simulate_all(index, hardware, costs, names))
+        rows = summarize(index, simulate_all(index, hardware, costs, names, client))
         score = statistics.mean(abs(row[m]["error_pct"]) for row in rows for m in METRICS)
         if best is None or score < best[0]:
             best = (score, costs)
@@ -276,45 +284,60 @@ def fit(index: dict[str, Any], hardware: str, cells: set[str], grid: dict[str, t
     return best[1]
 
 
-def api_cpu_fit(index: dict[str, Any], cells: set[str]) -> dict[str, float]:
-    """Least squares of the API server's CPU seconds in each run's engine window (`cpu_rows`' api_server) over the
-    runs of `cells`: cpu = per_request x requests + per_step x engine steps (the server's iteration log; the
-    client's one-prompt test run counted as a request). Requests of one cell set carry the same prompt and output
-    lengths, so per_request holds the input work and the request's share of the output work alike."""
+def window_cpu_s(run: dict[str, Any], marks: tuple[str, ...]) -> float:
+    """CPU seconds of the threads whose key starts with or contains one of `marks` in the run's engine window."""
+    return sum(v for k, v in run["engine_window"]["threads_cpu_s"].items() if any(k.startswith(m) or m in k
+                                                                                  for m in marks))
+
+
+def api_cpu_fit(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Least squares of the API server's CPU seconds in each run's engine window (`cpu_rows`' api_server) over
+    `runs` (one API-server process each): cpu = per_request x requests + per_token x output tokens + per_step x
+    engine steps (the server's iteration log) + chat_per_request x requests on the chat endpoint; the client's
+    one-prompt test run (32 tokens) counted as a request. Runs of one output length alone cannot tell per_request
+    from per_token: the fit needs loads of different output lengths (burst100 against burst100-out1)."""
     import numpy as np
 
     rows, cpu = [], []
-    for run in index["runs"]:
-        window = run.get("engine_window")
-        if cell_of(run) not in cells or not window or "excluded" in run:
+    for run in runs:
+        res = run["result"]
+        requests = res["completed"] + 1
+        rows.append([requests, sum(res["output_lens"]) + 32, len(run.get("engine_steps", [])),
+                     requests if run["endpoint"] == "chat" else 0])
+        cpu.append(window_cpu_s(run, ("api_server", "APIServer")))
+    solution, *_ = np.linalg.lstsq(np.array(rows, float), np.array(cpu), rcond=None)
+    per_request, per_token, per_step, chat = (float(x) for x in solution)
+    return {"per_request_s": per_request, "per_token_s": per_token, "per_step_s": per_step,
+            "chat_per_request_s": chat, "runs": len(cpu)}
+
+
+def client_cpu_fit(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Least squares of the client's (`vllm bench serve`) CPU seconds in each run's engine window over `runs`:
+    cpu = per_request x requests + per_token x output tokens, where the window holds the client's CPU and not its
+    start-up (window at most 1 s longer than the run: the sampler's windows that began before the client had
+    imported vLLM hold ~17 s of start-up)."""
+    import numpy as np
+
+    rows, cpu = [], []
+    for run in runs:
+        window = run["engine_window"]
+        if window["wall_s"] > run["result"]["duration"] + 1.0 or not any(k.startswith("client/")
+                                                                         for k in window["threads_cpu_s"]):
             continue
-        api = sum(v for k, v in window["threads_cpu_s"].items() if k.startswith("api_server") or "APIServer" in k)
-        rows.append([run["result"]["completed"] + 1, len(run.get("engine_steps", []))])
-        cpu.append(api)
-    (per_request, per_step), *_ = np.linalg.lstsq(np.array(rows, float), np.array(cpu), rcond=None)
-    return {"per_request_s": float(per_request), "per_step_s": float(per_step), "runs": len(cpu)}
+        rows.append([run["result"]["completed"] + 1, sum(run["result"]["output_lens"]) + 32])
+        cpu.append(window_cpu_s(run, ("client/",)))
+    (per_request, per_token), *_ = np.linalg.lstsq(np.array(rows, float), np.array(cpu), rcond=None)
+    return {"per_request_s": float(per_request), "per_token_s": float(per_token), "runs": len(cpu)}
 
 
-def fit_split(index: dict[str, Any], hardware: str, cells: set[str], base: Any, per_request_s: float,
-              input_name: str, token_name: str, input_grid: tuple[float, ...]) -> Any:
-    """Split `per_request_s` of API-server CPU between serial input work (`input_name`, on `input_grid`) and
-    output work per streamed token (`token_name`: the rest over the mean output tokens per request) at the point
-    minimizing the mean |error| of METRICS over the runs of `cells`."""
-    names = {run["name"] for run in index["runs"] if cell_of(run) in cells}
-    runs = [run for run in index["runs"] if run["name"] in names]
-    output_tokens = statistics.mean(statistics.mean(r["result"]["output_lens"]) for r in runs)
-    best = None
-    for input_s in input_grid:
-        token_s = max(0.0, (per_request_s - input_s) / output_tokens)
-        costs = replace(base, **{input_name: input_s, token_name: token_s})
-        rows = summarize(index, simulate_all(index, hardware, costs, names))
-        score = statistics.mean(abs(row[m]["error_pct"]) for row in rows for m in METRICS)
-        if best is None or score < best[0]:
-            best = (score, costs)
-        print(f"fit: {input_name} {input_s * 1e3:.2f} ms, {token_name} {token_s * 1e6:.0f} us -> {score:.1f} %",
-              file=sys.stderr, flush=True)
-    assert best is not None
-    return best[1]
+def with_client(costs: Any, client: dict[str, float] | None) -> Any:
+    """The API-server costs with the client's work added, where the client ran on the API server's cores (as
+    vllm_serve_bench.py pins it): its sending of each request before the API server takes it in, its reading of
+    each streamed chunk beside the API server's output work (one core's work, served in the same order)."""
+    if not client:
+        return costs
+    return replace(costs, request_s=costs.request_s + client["request_s"],
+                   output_token_s=costs.output_token_s + client["output_token_s"])
 
 
 # How much slower than the reference host (roofline.sim.api_server.REFERENCE_HOST) this host runs the API server's
@@ -370,6 +393,12 @@ def main() -> int:
                              "rate20-completions-a1'): the API server's costs from their CPU accounting and timing")
     parser.add_argument("--fit-cpu-chat", default=None, metavar="CELLS",
                         help="the chat endpoint's cells for its extra costs, with --fit-cpu")
+    parser.add_argument("--fit-runs", nargs="*", type=Path, default=[], metavar="INDEX",
+                        help="indexes of vllm_serve_bench.py runs used in the --fit-cpu fit only, never judged "
+                             "(runs-split.json: bursts of one output token, one request at a time)")
+    parser.add_argument("--client-costs", type=Path, default=None, metavar="JSON",
+                        help="an --out file of a --fit-cpu fit: its client_costs_s (the client's CPU per request and "
+                             "per streamed token, on the API server's cores) added to the API server's costs")
     parser.add_argument("--fit-host-scale", default=None, metavar="CELLS",
                         help="comma-separated cell patterns (e.g. 'burst100-*-a1,rate20-*-a1') to fit one factor on "
                              "that scales every reference API-server cost (this host's speed, HOST_SCALES)")
@@ -385,34 +414,42 @@ def main() -> int:
     costs = None
     record: dict[str, Any] = {"hardware": args.hardware}
     fitted_on: list[str] = []
+    client = json.loads(args.client_costs.read_text())["client_costs_s"] if args.client_costs else None
     if args.fit_cpu:
-        # The API server's CPU per request and per engine step from the fit cells' CPU accounting, then the split
-        # of the per-request part between input and output work by the fit cells' timing; the chat endpoint's
-        # extra CPU per request likewise (its own cells).
+        # The API server's CPU per request, per streamed token, per engine step and the chat endpoint's per request
+        # from the CPU accounting of the fit cells and the fit runs (--fit-runs: the same bursts with one output
+        # token tell per-request from per-token work), all but tokenization taken as serial input work; the
+        # client's CPU likewise, added where it shares the API server's core; then the rest of a request's time
+        # outside the engine (latency_s) and the served engine core's own work per step (engine_step_s) by timing,
+        # on the fit cells and the fit runs' one-at-a-time loads (closed1).
         from roofline.sim.api_server import ApiServerCosts
 
-        def pick(patterns: str) -> set[str]:
-            return {cell_of(r) for r in index["runs"] if any(fnmatch.fnmatch(cell_of(r), p) for p in patterns.split(","))}
+        def pick(patterns: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [r for r in runs if any(fnmatch.fnmatch(cell_of(r), p) for p in patterns.split(",") if p)]
 
-        plain, chat = pick(args.fit_cpu), pick(args.fit_cpu_chat or "")
-        cpu = api_cpu_fit(index, plain)
+        split = [run for path in args.fit_runs for run in json.loads(path.read_text())["runs"]
+                 if run["api_server_count"] == 1 and "excluded" not in run]
+        fit_runs = pick(f"{args.fit_cpu},{args.fit_cpu_chat or ''}", index["runs"])
+        fit_cells = {cell_of(r) for r in fit_runs}
+        cpu, client_cpu = api_cpu_fit(fit_runs + split), client_cpu_fit(fit_runs + split)
         base = ApiServerCosts()
         prompt_s = base.prompt_token_s * 128  # the campaign's prompts (tokenization: not separable here)
-        costs = replace(base, output_pass_s=max(0.0, cpu["per_step_s"]))
-        costs = fit_split(index, args.hardware, plain, costs, cpu["per_request_s"] - prompt_s, "request_s",
-                          "output_token_s", tuple(x * cpu["per_request_s"] for x in (0.1, 0.25, 0.4, 0.55, 0.7)))
-        record["api_cpu"] = {"plain": cpu}
-        if chat:
-            chat_cpu = api_cpu_fit(index, chat)
-            extra = chat_cpu["per_request_s"] - cpu["per_request_s"]
-            record["api_cpu"]["chat"] = chat_cpu
-            costs = fit_split(index, args.hardware, chat, costs, max(0.0, extra), "chat_request_s",
-                              "chat_output_token_s", tuple(x * max(0.0, extra) for x in (0.0, 0.5, 1.0)))
-        # The served engine core's own per-step work beyond an in-process step, on every fit cell; the servers'
-        # iteration logs bound it (the time per step outside the Worker's forward pass: `step_gap_rows`, 2.7-2.9 ms on
-        # the 2026-11-29 rate-limited cells, schedule() and update_from_output() included), so the grid stops there.
-        costs = fit(index, args.hardware, plain | chat, {"engine_step_s": (0.0, 1e-3, 2e-3, 2.5e-3)}, costs)
-        fitted_on += sorted(plain | chat)
+        costs = replace(base, request_s=cpu["per_request_s"] - prompt_s, output_token_s=max(0.0, cpu["per_token_s"]),
+                        output_pass_s=max(0.0, cpu["per_step_s"]), chat_request_s=max(0.0, cpu["chat_per_request_s"]),
+                        chat_output_token_s=0.0)
+        client = {"request_s": client_cpu["per_request_s"], "output_token_s": client_cpu["per_token_s"]}
+        record["api_cpu"], record["client_cpu"] = cpu, client_cpu
+        # Timing: latency_s and engine_step_s on the fit cells and the closed loops of the fit runs together (the
+        # servers' iteration logs bound engine_step_s: the time per step outside the Worker's forward pass,
+        # `step_gap_rows`, 1.9-3.0 ms on these cells, schedule() and update_from_output() included; at one request
+        # at a time the CPU work above already spans the measured time outside the engine, so latency_s from 0).
+        timing = {**index, "runs": fit_runs + [dict(r, name=f"split-{r['name']}") for r in split
+                                               if r["load"] == "closed1"]}
+        costs = fit(timing, args.hardware, {cell_of(r) for r in timing["runs"]},
+                    {"latency_s": (0.0, 1e-3, 2e-3, 3e-3, 4e-3),
+                     "engine_step_s": (1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3)}, costs, client)
+        fitted_on += sorted(fit_cells)
+        record["fit_runs"] = [str(path) for path in args.fit_runs]
     if args.fit_host_scale:
         cells = {cell_of(r) for r in index["runs"]
                  if any(fnmatch.fnmatch(cell_of(r), p) for p in args.fit_host_scale.split(","))}
@@ -428,7 +465,9 @@ def main() -> int:
             fitted_on += sorted(cells)
     if costs is not None:
         record.update(fitted_on=fitted_on, costs={k: getattr(costs, k) for k in costs.__dataclass_fields__})
-    predicted = simulate_all(index, args.hardware, costs)
+    if client is not None:
+        record["client_costs_s"] = client
+    predicted = simulate_all(index, args.hardware, costs, client=client)
     record.update(predicted=predicted, rows=summarize(index, predicted), cpu_rows=cpu_rows(index),
                   ttft_rows=ttft_rows(index), step_gap_rows=step_gap_rows(index))
     if args.reference_traces:

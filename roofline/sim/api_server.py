@@ -8,18 +8,27 @@ to the output processor (priming the incremental detokenizer) and sends it to th
 The engine core runs its busy loop (schedule, execute, `update_from_output`) and sends each step's outputs back;
 in the API server `AsyncLLM.output_handler` takes each message and `OutputProcessor.process_outputs` detokenizes
 every request's new token incrementally and hands it to the request's stream, whose generator writes one SSE
-chunk (`serving_completion` / `serving_chat`). All of that is Python on one event loop: a request's input work,
-and every step's output work, wait for the loop, so a burst of N requests sent at once queues behind it and the
-k-th request reaches the engine after about k requests' input work; each step's outputs wait for the input work
-already queued. With `--api-server-count N` the requests are spread over N such processes (round robin here; the
+chunk (`serving_completion` / `serving_chat`). All of that is Python on one event loop, so a burst of N requests
+sent at once queues behind it and the k-th request reaches the engine after about k requests' input work. The
+step's outputs do not wait for that queue: asyncio runs the ready callbacks in rounds (`BaseEventLoop._run_once`),
+each request's coroutine gives the loop up at every await of its input path, and `output_handler` is one task that
+runs in the round after the engine core's message arrives, processing at most `VLLM_V1_OUTPUT_PROC_CHUNK_SIZE`
+(128) outputs between yields "so that we don't block the event loop for too long" (`async_llm.py`). So a step's
+output work waits for about one slice of each request being taken in, not for their whole input work, and the
+requests still being taken in wait for it. (Measured in real `vllm serve` bursts of 1,000: the first requests'
+tokens stream at the engine's step pace while the rest are still being taken in; BENCHMARKS.md, "vLLM's API server
+in a burst".) With `--api-server-count N` the requests are spread over N such processes (round robin here; the
 kernel spreads connections over the processes' shared socket), and the engine core sends each process the outputs
 of its own requests.
 
-The model, per process, a single server, first come first served in the order the simulation submits work:
+The model, per process, a single server on which output work runs before the input work queued (preemptive
+priority, the slices taken as infinitely small); input work first come first served, output work likewise:
 - input work per request: `request_s` (+ `chat_request_s` on the chat endpoint) + `prompt_token_s` x prompt
-  tokens (tokenization);
+  tokens (tokenization); it starts after the output work under way and is delayed by output work taken before
+  it ends;
 - output work per engine step with outputs for the process: `output_pass_s` + `output_token_s` (+
-  `chat_output_token_s`) x its tokens in the step; the client sees the step's tokens when it ends;
+  `chat_output_token_s`) x its tokens in the step, after the process's earlier output work; the client sees the
+  step's tokens when it ends;
 - the rest of a request's time outside the engine core that does not occupy the loop (`latency_s`: the IPC hops
   both ways, the client's HTTP), charged on the way in;
 - the served engine core's own work per step beyond an in-process step (`engine_step_s`), added to each step.
@@ -29,12 +38,14 @@ The costs are seconds on the reference host (`REFERENCE_HOST`), divided by the p
 
     costs = ApiServerCosts.for_host(hw.host)
     server = ApiServer(costs, num_processes=2, endpoint="chat")
-    process, reach_s = server.take_request(now_s, num_prompt_tokens=1024)   # when it reaches the engine core
-    seen_s = server.stream_outputs(step_end_s, process, num_tokens=37)      # when the client sees them
+    process, ticket, reach_s = server.take_request(now_s, num_prompt_tokens=1024)  # reaches the engine core ...
+    seen_s = server.stream_outputs(step_end_s, process, num_tokens=37)             # when the client sees them
+    reach_s = server.reach_s(reach_s, process, ticket)   # ... later, if output work came first meanwhile
 """
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -95,7 +106,11 @@ class ApiServerCosts:
 
 
 class ApiServer:
-    """`num_processes` API-server processes, each busy until `busy_until_s[p]`; requests assigned round robin."""
+    """`num_processes` API-server processes; requests assigned round robin. Per process, output work runs before
+    the input work queued (see the module docstring): `output_busy_until_s[p]` ends its output work taken so far;
+    its pending input work is a FIFO of tickets, each ending at `base_s[ticket] + shift_s[p]`, where `shift_s[p]`
+    sums the output work taken while input work was pending (each such pass delays every pending request by its
+    length)."""
 
     def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions") -> None:
         if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
@@ -110,22 +125,53 @@ class ApiServer:
         self.latency_s = costs.latency_s
         self.engine_step_s = costs.engine_step_s  # added to each engine step (see ApiServerCosts)
         self.num_processes = num_processes
-        self.busy_until_s = [0.0] * num_processes
+        self.output_busy_until_s = [0.0] * num_processes
+        self.shift_s = [0.0] * num_processes
+        self.pending: list[collections.deque[int]] = [collections.deque() for _ in range(num_processes)]
+        self.base_s: dict[int, float] = {}  # pending ticket -> its end less its process's shift_s
+        self.finished_s: dict[int, float] = {}  # ticket -> when its input work ended, once no output can delay it
         self.num_taken = 0
 
-    def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, float]:
-        """A request sent at `now_s`: (its process, when it reaches the engine core)."""
+    def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, int, float]:
+        """A request sent at `now_s`: (its process, its ticket, when it reaches the engine core as far as known now:
+        output work taken later may delay it; `reach_s` says when it does)."""
         process = self.num_taken % self.num_processes
+        ticket = self.num_taken
         self.num_taken += 1
-        done = max(now_s, self.busy_until_s[process]) + self.request_s + self.prompt_token_s * num_prompt_tokens
-        self.busy_until_s[process] = done
-        return process, done + self.latency_s
+        pending, shift = self.pending[process], self.shift_s[process]
+        start = max(now_s, self.output_busy_until_s[process],
+                    self.base_s[pending[-1]] + shift if pending else now_s)
+        done = start + self.request_s + self.prompt_token_s * num_prompt_tokens
+        pending.append(ticket)
+        self.base_s[ticket] = done - shift
+        return process, ticket, done + self.latency_s
+
+    def reach_s(self, now_s: float, process: int, ticket: int) -> float:
+        """When request `ticket` of `process` reaches the engine core, with the output work taken by `now_s`."""
+        self._finish(process, now_s)
+        done = self.finished_s.get(ticket)
+        reach = (self.base_s[ticket] + self.shift_s[process] if done is None else done) + self.latency_s
+        if reach <= now_s:
+            del self.finished_s[ticket]
+        return reach
+
+    def _finish(self, process: int, now_s: float) -> None:
+        """The input work of `process` done by `now_s` is final: no later output pass delays it."""
+        pending, shift = self.pending[process], self.shift_s[process]
+        while pending and self.base_s[pending[0]] + shift <= now_s:
+            ticket = pending.popleft()
+            self.finished_s[ticket] = self.base_s.pop(ticket) + shift
 
     def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
-        """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them."""
-        done = max(now_s, self.busy_until_s[process]) + self.output_pass_s + self.output_token_s * num_tokens
-        self.busy_until_s[process] = done
-        return done
+        """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them.
+        The pass starts once the process's earlier output work is done; input work still pending waits for it."""
+        start = max(now_s, self.output_busy_until_s[process])
+        work = self.output_pass_s + self.output_token_s * num_tokens
+        self._finish(process, start)  # input work done before the pass is not delayed by it
+        if self.pending[process]:
+            self.shift_s[process] += work
+        self.output_busy_until_s[process] = start + work
+        return start + work
 
 
 def without_api_server(hw: HardwareProfile) -> HardwareProfile:

@@ -226,6 +226,7 @@ class _Simulation:
         self.tokenize_s_per_token = deployment.hw.executor.tokenize_s_per_prompt_token
         self.frontend_s = deployment.hw.executor.frontend_s_per_request
         self.in_frontend: dict[int, Request] = {}  # sent, not yet at the engine core (spec index -> request)
+        self.api_ticket: dict[int, tuple[int, int]] = {}  # ... behind an API server: (its process, its ticket)
         # vLLM's API server per replica, where the profile describes the host CPU (`roofline.sim.api_server`).
         host = deployment.hw.host
         if host is None and (options.api_server_count != 1 or options.endpoint != "completions"):
@@ -276,10 +277,11 @@ class _Simulation:
         request = self.make_request.lazy(self.specs[index], self.prompts.source(index), now)
         if self.api is not None:  # routed now, to the replica whose API server takes it in
             replica = self.route(index)
-            process, reach_s = self.api[replica.index].take_request(now, self.specs[index].num_prompt_tokens)
+            process, ticket, reach_s = self.api[replica.index].take_request(now, self.specs[index].num_prompt_tokens)
             if self.process_of is not None:
                 self.process_of[index] = process
             self.in_frontend[index] = request
+            self.api_ticket[index] = (process, ticket)
             self.push(reach_s, _REACH, index)
             return
         if self.tokenize_s_per_token > 0 or self.frontend_s > 0:
@@ -292,7 +294,15 @@ class _Simulation:
     def reach(self, now: float, index: int) -> None:
         """Request `index`, through the API server, reaches the engine core at `now`."""
         if self.api is not None:
-            self.enter(now, self.replicas[self.recorder.replica[index]], self.in_frontend.pop(index))
+            replica = self.replicas[self.recorder.replica[index]]
+            # Output work the API server took since the request was sent may have delayed its input work (the
+            # event loop runs the output handler first: roofline.sim.api_server): come back then.
+            reach_s = self.api[replica.index].reach_s(now, *self.api_ticket[index])
+            if reach_s > now:
+                self.push(reach_s, _REACH, index)
+                return
+            del self.api_ticket[index]
+            self.enter(now, replica, self.in_frontend.pop(index))
         else:
             self.hand_over(now, index, self.in_frontend.pop(index))
 
