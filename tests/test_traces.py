@@ -129,3 +129,19 @@ def test_trace_flags_on_a_synthetic_workload_are_refused(capsys: pytest.CaptureF
 
     assert main(["simulate", "--workload", "sharegpt-chat", "--trace-speed", "2"]) == 2
     assert "--trace-speed: only with a trace" in capsys.readouterr().err
+
+
+def test_a_trace_longer_than_the_maximum_needs_a_count_or_a_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from roofline.cli import main
+
+    # The maximum lowered to 3 (10,000,000 in a test file would take minutes): a 4-row trace is one request over it.
+    monkeypatch.setattr("roofline.sim.traces.MAX_NUM_REQUESTS", 3)
+    csv = tmp_path / "t.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n2,10,5\n4,10,5\n")
+    assert main(["simulate", "--workload", str(csv)]) == 2
+    assert capsys.readouterr().err == (f"roofline simulate: error: --workload {csv}: 4 requests to replay, more than "
+                                       "the 3 one run simulates; allowed: --num-requests up to 3, or a --trace-window "
+                                       "holding at most that many\n")
+    assert [s.arrival_s for s in read_trace(csv, num_requests=3)] == [0.0, 1.0, 2.0]
+    assert [s.arrival_s for s in read_trace(csv, window_s=(1.0, 5.0))] == [0.0, 1.0, 3.0]

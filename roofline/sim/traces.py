@@ -33,7 +33,7 @@ import numpy as np
 
 from roofline.errors import UserError
 from roofline.sim.trace_csv import TraceRows, read_csv_trace
-from roofline.sim.workload import MAX_TIME_S, MAX_TOKENS, RequestSpec
+from roofline.sim.workload import MAX_NUM_REQUESTS, MAX_TIME_S, MAX_TOKENS, RequestSpec
 
 MOONCAKE_BLOCK_TOKENS = 512  # the traces' block size (paper, appendix A.2)
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -112,8 +112,9 @@ def arrange(arrivals: np.ndarray, path: Path, num_requests: int | None = None, r
             window_s: tuple[float, float] | None = None, speed: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(rows, arrival times) of a replay: the rows in arrival order (ties in file order) whose arrival, on the trace's
     own clock from its first arrival, lies in `window_s` [start, end) (all where None), the first `num_requests`
-    of them; times from the window's start (else the first arrival), divided by `speed`, or rescaled to a mean of
-    `rate_per_s` (inf: all at once)."""
+    of them (at most `MAX_NUM_REQUESTS`: more is a UserError, as `--num-requests` above it is); times from the
+    window's start (else the first arrival), divided by `speed`, or rescaled to a mean of `rate_per_s` (inf: all at
+    once)."""
     order = np.argsort(arrivals, kind="stable")
     times = arrivals[order] - arrivals[order[0]]
     start = 0.0
@@ -124,6 +125,10 @@ def arrange(arrivals: np.ndarray, path: Path, num_requests: int | None = None, r
             raise UserError(f"--trace-window {start:g}:{end:g}: no request of '{path}' arrives in it; allowed: a "
                             f"window within 0:{times[-1]:g} s of the trace's own clock")
         order, times = order[inside], times[inside]
+    if min(len(order), num_requests or len(order)) > MAX_NUM_REQUESTS:
+        raise UserError(f"--workload {path}: {len(order):,} requests to replay, more than the {MAX_NUM_REQUESTS:,} one "
+                        f"run simulates; allowed: --num-requests up to {MAX_NUM_REQUESTS:,}, or a --trace-window "
+                        "holding at most that many")
     order, times = order[:num_requests], times[:num_requests] - start
     if speed is not None:
         times = times / speed
