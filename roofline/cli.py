@@ -42,7 +42,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with `command` (a subcommand's name as typed: `simulate`, `predict-ops`) only that
+    subcommand's parser, so that a run imports its own command's modules and not every other's (calibrate's and
+    plan's import matplotlib, pandas and scipy: most of `roofline simulate`'s start)."""
     parser = _Parser(
         prog="roofline",
         description="Capacity planning for LLM serving: a roofline cost model, a serving simulator and a "
@@ -50,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"roofline {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    names = COMMANDS if command is None else [command.replace("-", "_")]
+    for name in names:
         try:
             module = importlib.import_module(f"roofline.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -61,10 +65,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _named_command(argv: list[str]) -> str | None:
+    """The subcommand `argv` names first, if it is one of `COMMANDS` (argparse takes the first argument that is not
+    an option as the subcommand: the top level has no option with a value); None otherwise (no subcommand, a
+    misspelt one, or `--help` / `--version` before it), where the whole parser is built."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    if first is None or any(arg.startswith("-") for arg in argv[:argv.index(first)]):
+        return None
+    return first if first.replace("-", "_") in COMMANDS and "_" not in first else None
+
+
 def main(argv: list[str] | None = None) -> int:
     command = "roofline"
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser(_named_command(argv))
         args = parser.parse_args(argv)
         if not getattr(args, "run", None):
             parser.print_help()

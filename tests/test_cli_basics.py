@@ -105,3 +105,30 @@ def test_a_flag_argparse_refuses_is_one_line_and_exit_2(capsys: pytest.CaptureFi
     assert exc.value.code == 2
     line = _one_error_line(capsys.readouterr().err)
     assert needle in line and line.startswith("roofline") and "--help" in line
+
+
+@pytest.mark.parametrize("argv, command", [
+    (["simulate", "--num-requests", "3"], "simulate"),
+    (["profile-device", "--help"], "profile-device"),
+    (["--version"], None),
+    (["--help", "simulate"], None),  # an option before the command: the whole parser
+    (["simulat"], None),  # a misspelt command: argparse lists every command
+    (["predict_ops"], None),  # the module's name, not the command's
+    ([], None),
+])
+def test_a_named_command_builds_its_parser_alone(argv: list[str], command: str | None) -> None:
+    from roofline.cli import _named_command
+
+    assert _named_command(argv) == command
+
+
+def test_simulate_imports_no_other_commands_modules() -> None:
+    # `roofline simulate` builds only its own parser: calibrate's plots (matplotlib), the planner and Parquet's
+    # writer (only for --out) stay unimported, most of the process's start before (BENCHMARKS.md, Simulator speed).
+    code = ("import sys; from roofline.cli import main; "
+            "assert main(['simulate', '--num-requests', '2', '--json']) == 0; "
+            "loaded = [m for m in ('matplotlib', 'scipy', 'roofline.calibration', 'roofline.planning', "
+            "'roofline.commands.plan', 'pyarrow.parquet', 'roofline.sim.outputs') if m in sys.modules]; "
+            "assert not loaded, loaded")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

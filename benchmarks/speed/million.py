@@ -11,9 +11,12 @@ Each run is `python -m roofline simulate --model llama-3.1-8b --hardware h100-sx
 RSS (the child's `ru_maxrss`) from `os.wait4`. The targets (issue 42): 1,000,000 requests in <= 60 s wall and
 <= 4 GB peak RSS; 10,000 requests in <= 1 s of CPU (reported for the whole process and without the process's own
 start, `roofline simulate --num-requests 1`, which is measured too); `--out` adds at most 25 % (rounds of the
-10,000-request run without and with `--out`, alternating). The load average before and after each run is
-printed with it: CPU and wall times of a loaded machine are no measurements of the simulator (peak RSS is).
-Prints one JSON object per run as it ends, then the table.
+10,000-request run without and with `--out`, alternating). Before the runs the repository's packages are compiled to
+bytecode (`compileall`), as an installed package is: with `PYTHONDONTWRITEBYTECODE` set (this project's sessions
+set it) every process would otherwise compile the project's modules it imports from source (BENCHMARKS.md,
+Simulator speed). The load average before and after each run is printed with it: CPU and wall times of a loaded
+machine are no measurements of the simulator (peak RSS is). Prints one JSON object per run as it ends, then the
+table.
 """
 
 from __future__ import annotations
@@ -65,10 +68,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-requests", type=int, default=1_000_000, help="the large run (default 1,000,000)")
     parser.add_argument("--small", type=int, default=10_000, help="the small run (default 10,000)")
-    parser.add_argument("--out-rounds", type=int, default=2, help="rounds without and with --out (default 2)")
+    parser.add_argument("--out-rounds", type=int, default=2, help="rounds without and with --out (default 2; 0: none)")
     parser.add_argument("--skip-large", action="store_true", help="leave out the large run")
     args = parser.parse_args()
 
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "roofline", "engine"], cwd=REPO, check=True)
     start = run(1)
     small = [run(args.small) for _ in range(2)]
     rows = [("process start (1 request)", f"{start['cpu_s']} s CPU", "", "")]
@@ -81,15 +85,16 @@ def main() -> None:
         for i in range(args.out_rounds):
             plain.append(run(args.small))
             written.append(run(args.small, Path(tmp) / f"out-{i}"))
-    for key in ("wall_s", "cpu_s"):
+    for key in ("wall_s", "cpu_s") if args.out_rounds else ():
         a = statistics.median(float(r[key]) for r in plain)  # type: ignore[arg-type]
         b = statistics.median(float(r[key]) for r in written)  # type: ignore[arg-type]
         overhead = b / a - 1
         rows.append((f"--out, {args.small:,} requests, {key[:-2]} (median of {args.out_rounds})",
                      f"{a:.2f} -> {b:.2f} s: {overhead:+.1%}", f"<= +{TARGETS['out_overhead']:.0%}",
                      _met(overhead <= TARGETS["out_overhead"])))
-    rows.append((f"--out, {args.small:,} requests, peak RSS", f"{plain[0]['peak_rss_mb']} -> "
-                 f"{written[0]['peak_rss_mb']} MB", "", ""))
+    if args.out_rounds:
+        rows.append((f"--out, {args.small:,} requests, peak RSS", f"{plain[0]['peak_rss_mb']} -> "
+                     f"{written[0]['peak_rss_mb']} MB", "", ""))
     if not args.skip_large:
         large = run(args.num_requests)
         rss_gb = float(large["peak_rss_mb"]) / 1024  # type: ignore[arg-type]

@@ -40,11 +40,12 @@ from roofline.engine_args import add_engine_args, check_quantization_flag, engin
 from roofline.errors import UserError
 from roofline.jsonable import jsonable, to_json
 from roofline.paths import prepare_output_dir
-from roofline.planning.search import DRAIN_FRACTION, WARMUP_FRACTION
 from roofline.registry import load_model
 from roofline.sim.api_server import add_api_server_args
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args, is_bench_mode
 from roofline.sim.bench_metrics import (
+    DRAIN_FRACTION,
+    WARMUP_FRACTION,
     BenchMetricOptions,
     bench_metrics,
     format_bench_metrics,
@@ -67,7 +68,6 @@ from roofline.sim.intervals import (
     run_samples,
 )
 from roofline.sim.metrics import SummaryOptions, format_summary
-from roofline.sim.outputs import StepTraceStream, write_csv, write_outputs
 from roofline.sim.simulator import ROUTERS, SimulationOptions, run_simulation, terminal_progress
 from roofline.sim.timeline import draw_load_over_time, format_peaks, load_over_time, peaks
 from roofline.sim.traces import trace_rows
@@ -199,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
         IntervalSpec.from_flags(args.intervals, args.interval_samples, deployment.hw, workload.seed or 0)
     stream = None
     if args.out is not None:
+        # (imported only for --out: Parquet's writer is a fifth of the process's start)
+        from roofline.sim.outputs import StepTraceStream, write_csv, write_outputs
         prepare_output_dir(args.out)
         stream = StepTraceStream(args.out, deployment)  # steps.parquet written as the steps come
     if args.save_result:

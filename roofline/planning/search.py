@@ -16,12 +16,11 @@ import numpy as np
 
 from roofline.errors import UserError
 from roofline.planning.bounds import Bounds
+from roofline.sim.bench_metrics import DRAIN_FRACTION, WARMUP_FRACTION
 
-# Statistics exclude the first and the last tenth of the requests (by arrival): at the start the system
-# fills from empty, at the end arrivals stop and the batch drains, and neither is the steady state whose
-# latency the SLO is about. Each probe simulates enough requests that `num_requests` remain measured.
-WARMUP_FRACTION = 0.10
-DRAIN_FRACTION = 0.10
+# Statistics exclude the first and the last tenth of the requests by arrival (`WARMUP_FRACTION`, `DRAIN_FRACTION`,
+# defined with the steady state they cut, in roofline.sim.bench_metrics). Each probe simulates enough requests that
+# `num_requests` remain measured.
 # The search stops when the bracket [passing, failing] is within this fraction of the passing rate.
 RATE_REL_TOL = 0.05
 # Below saturation / 2**MAX_HALVINGS a configuration is declared unable to meet the SLOs at any rate.

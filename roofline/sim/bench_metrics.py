@@ -51,6 +51,11 @@ PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_
 DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")  # vLLM's default for generative models
 DEFAULT_METRIC_PERCENTILES = (99.0,)
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+# The steady state (`steady_state`, and every probe of `roofline plan`) excludes the first and the last tenth of the
+# requests by arrival: at the start the system fills from empty, at the end arrivals stop and the batch drains, and
+# neither is the steady state whose latency an SLO is about.
+WARMUP_FRACTION = 0.10
+DRAIN_FRACTION = 0.10
 _HEADERS = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
             "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency"),
             "client_queue_time": ("Client Queue Time", "Client-side Queueing"),

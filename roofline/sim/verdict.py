@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from roofline.planning.search import DRAIN_FRACTION, WARMUP_FRACTION
+from roofline.sim.bench_metrics import DRAIN_FRACTION, WARMUP_FRACTION
 
 # The wait grows by more than this many seconds per second of due time: the queue grows without bound (a 5 %
 # shortfall of served against offered load; below it the run's own noise, e.g. a burst of long prompts, dominates).
