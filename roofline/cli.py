@@ -90,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
             PermissionError) as exc:
         print(f"{command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except Terminated:
+        # As for Ctrl-C below: the pools and Ray tasks were ended on the way out; a second SIGTERM ends it at once.
+        signal.signal(signal.SIGTERM, lambda signum, frame: _exit_now(TERMINATED_STATUS))
+        print(f"\n{command}: terminated", file=sys.stderr)
+        return TERMINATED_STATUS
     except KeyboardInterrupt:
         # A second Ctrl-C while this one unwinds (or one `_interrupt` re-sends late) ends the process at once with
         # 130, never with a traceback; worker pools and Ray were already ended where the interrupt passed through
@@ -107,17 +112,29 @@ def main(argv: list[str] | None = None) -> int:
 _NOT_INTERRUPTIBLE = frozenset({"cb", "_remove", "__del__", "__set_name__"})
 
 
+class Terminated(BaseException):
+    """SIGTERM (`kill PID`, a job scheduler's stop), raised in the main thread as Ctrl-C raises KeyboardInterrupt. It
+    unwinds through the executors, which end their worker processes and Ray tasks on any exception
+    (`roofline.planning.executor.LocalExecutor.map`), so `roofline plan` leaves no orphaned workers: Python's default
+    for SIGTERM ends the main process at once, and the spawned pool workers, blocked on their task queue, never learn
+    of it. A BaseException, as KeyboardInterrupt, so that no `except Exception` swallows it."""
+
+
+# The exit status after a SIGTERM: 128 + the signal's number, as a shell reports a process ended by it.
+TERMINATED_STATUS = 128 + signal.SIGTERM
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGINT as Python's default handler, KeyboardInterrupt, unless it comes while one of `_NOT_INTERRUPTIBLE` runs:
-    there it would be lost (printed as "Exception ignored", the program running on) or turned into another error, so
-    it is sent again 10 ms later. Seen with Ctrl-C in a plan's first seconds, while it imports numpy, pandas and
-    scipy."""
+    """SIGINT as Python's default handler, KeyboardInterrupt (SIGTERM: `Terminated`), unless it comes while one of
+    `_NOT_INTERRUPTIBLE` runs: there it would be lost (printed as "Exception ignored", the program running on) or
+    turned into another error, so it is sent again 10 ms later. Seen with Ctrl-C in a plan's first seconds, while it
+    imports numpy, pandas and scipy."""
     if frame is not None and frame.f_code.co_name in _NOT_INTERRUPTIBLE:
-        timer = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+        timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
         timer.daemon = True
         timer.start()
         return
-    raise KeyboardInterrupt
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 # After a Ctrl-C the exit handlers (multiprocessing's: a pool's queues and semaphores released, its processes joined)
@@ -131,16 +148,19 @@ def entry() -> NoReturn:
     (nothing left to warn of leaked semaphores), under a watchdog of `_SHUTDOWN_AFTER_INTERRUPT_S`, and the process
     ends with 130 by `os._exit`: the interpreter's own exit would end it by SIGINT instead when a KeyboardInterrupt
     once passed through a C extension's `PyRun_String` (CPython's unhandled-KeyboardInterrupt flag, seen in 3 of 30
-    Ctrl-Cs in a plan's first second), whatever was caught since."""
+    Ctrl-Cs in a plan's first second), whatever was caught since. SIGTERM likewise (`Terminated`, exit 143), where it
+    is at its default."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
     status = main()
-    if status == 130:
-        watchdog = threading.Timer(_SHUTDOWN_AFTER_INTERRUPT_S, _exit_now, (130,))
+    if status in (130, TERMINATED_STATUS):
+        watchdog = threading.Timer(_SHUTDOWN_AFTER_INTERRUPT_S, _exit_now, (status,))
         watchdog.daemon = True
         watchdog.start()
         atexit._run_exitfuncs()
-        _exit_now(130)
+        _exit_now(status)
     sys.exit(status)
 
 

@@ -88,3 +88,43 @@ def test_plan_dry_run_prints_the_space_and_its_bounds_and_writes_nothing(tmp_pat
         == [64, 128, 256]
     assert "3 configurations" in captured.err and "0 miss an SLO at any rate" in captured.err
     assert not out.exists()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_sigterm_ends_plan_and_its_pool_workers_with_exit_143(tmp_path) -> None:
+    """`kill PID` (SIGTERM to the main process only) during the first round of probes on 2 workers: the plan exits
+    143 with one line and no traceback, and within 5 s no process of its process group is left (before
+    `roofline.cli.Terminated`, the spawned workers stayed, orphaned, holding its stderr open)."""
+    proc = subprocess.Popen([*PLAN, "--workers", "2", "--out", str(tmp_path / "plan")], stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    assert proc.stderr is not None
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if "search round 1" in line or not line:
+                break
+        assert any("search round 1" in line for line in lines), lines
+        time.sleep(0.5)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=5)
+        while _group_alive(proc.pid) and time.monotonic() - sent < 5:
+            time.sleep(0.1)
+        left = _group_alive(proc.pid)
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = "".join(lines) + proc.stderr.read()  # (after the group is gone: a worker left holds the pipe open)
+    assert not left, f"processes of the plan left 5 s after SIGTERM: {err!r}"
+    last = [line for line in err.strip().splitlines() if "resource_tracker" not in line and "warnings.warn(" not in line]
+    assert rc == 143 and "Traceback" not in err and last[-1] == "roofline plan: terminated", err

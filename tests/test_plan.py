@@ -56,7 +56,8 @@ class FakeBackend:
             return Fit(None, "weights 140 GB exceed 80 GB x 0.9")
         return Fit(10_000 * config.tensor_parallel_size)
 
-    def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int) -> RunResult:
+    def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int,
+            stop_slo: Slo | None = None) -> RunResult:
         mu = self.capacity_per_s(config, efficiency)
         rng = np.random.default_rng(0)
         unit_gaps = rng.exponential(1.0, num_requests - 1)

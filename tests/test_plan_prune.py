@@ -29,9 +29,10 @@ class CountingBackend(FakeBackend):
 
     runs: list[Config] = field(default_factory=list, compare=False, hash=False)
 
-    def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int) -> RunResult:
+    def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int,
+            stop_slo: Slo | None = None) -> RunResult:
         self.runs.append(config)
-        return super().run(config, efficiency, rate_per_s, num_requests)
+        return super().run(config, efficiency, rate_per_s, num_requests, stop_slo)
 
 
 def _request(**kw: object) -> PlanRequest:
@@ -77,7 +78,7 @@ def test_replica_search_finds_the_fewest_replicas_that_pass(target: float) -> No
     slo, n = SLO, 400
 
     def passes(k: int) -> bool:
-        return probe_task((backend, config, NOMINAL, slo, n, target / k)).point.passes
+        return probe_task((backend, config, NOMINAL, slo, n, target / k, False)).point.passes
 
     smallest = next(k for k in range(1, 200) if passes(k))
     bound = backend.bounds(config, NOMINAL, n, slo.percentile).passable_rate_per_s(slo.ttft_s, 500)

@@ -114,8 +114,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                              "rate and the fewest replicas and GPUs it can need) and stop without simulating or "
                              "writing anything")
     parser.add_argument("--exhaustive", action="store_true",
-                        help="search every configuration that fits to its answer, without pruning by the cost "
-                             "model's bounds or by cost (the same answer, many more simulations; for checking)")
+                        help="search every configuration that fits to its answer with whole probes, without pruning "
+                             "by the cost model's bounds or by cost and without ending a probe once it misses an SLO "
+                             "(the same answer, many more and longer simulations; for checking)")
     add_engine_args(parser, "plan")
     add_vllm_serve_flags(parser, "plan")
     # Unset (None) rather than vLLM's default, so that a single-value flag given beside its list is detected.

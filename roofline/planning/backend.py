@@ -16,7 +16,8 @@ from roofline.cost.ops import RankShape
 from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
-from roofline.planning.bounds import BatchLimits, Bounds, replica_bounds
+from roofline.planning.bounds import BatchLimits, Bounds, replica_bounds, uncached_prompt_tokens
+from roofline.planning.early_stop import floors, slo_early_stop
 from roofline.planning.search import (
     DRAIN_FRACTION,
     NOMINAL,
@@ -26,6 +27,7 @@ from roofline.planning.search import (
     Fit,
     OpSummary,
     RunResult,
+    Slo,
     StepProfile,
     measured_slice,
 )
@@ -120,25 +122,54 @@ class SimulatorBackend:
             return Fit(None, str(exc), "; or ".join(fit_fixes(self, config)) or None)
         return Fit(d.kv.num_tokens, max_num_batched_tokens=d.scheduler_config.max_num_batched_tokens)
 
-    def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int) -> RunResult:
+    def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int,
+            stop_slo: Slo | None = None) -> RunResult:
+        """One replica at `rate_per_s`. With `stop_slo`, the run ends as soon as it certainly misses that SLO
+        (`roofline.planning.early_stop`): then its latencies are floors and its statistics those of the part run."""
         workload, _ = workload_at_rate(_workload(self.workload), rate_per_s, num_requests)
-        result = run_simulation(self.deployment(config, efficiency), workload,
-                                SimulationOptions(record_steps=False))
+        specs = sample_requests(workload)
+        stop = slo_early_stop(stop_slo, specs, measured_slice(len(specs))) if stop_slo is not None else None
+        result = run_simulation(self.deployment(config, efficiency), workload, SimulationOptions(record_steps=False),
+                                specs=specs, early_stop=stop)
         req, steps = result.requests, result.steps
+        finish = req["finish_s"].to_numpy(dtype=float)
         # Mean batch in steady state (between the 10th and 90th percentile completion, as for the
         # throughput), weighted by step duration: what a representative decode step looks like.
-        lo, hi = np.percentile(req["finish_s"].to_numpy(dtype=float), [100 * WARMUP_FRACTION,
-                                                                       100 * (1 - DRAIN_FRACTION)])
+        done = finish[np.isfinite(finish)]
+        lo, hi = np.percentile(done, [100 * WARMUP_FRACTION, 100 * (1 - DRAIN_FRACTION)]) if len(done) \
+            else (-np.inf, np.inf)
         inside = steps["start_s"].between(lo, hi)
         durations = steps.loc[inside, "duration_s"].to_numpy(dtype=float)
         batch = steps.loc[inside, "num_seqs"].to_numpy(dtype=float)
         mean_batch = float(np.average(batch, weights=durations)) if durations.sum() > 0 else 1.0
+        kv_time, kv_usage = steps["start_s"].to_numpy(dtype=float), steps["kv_usage"].to_numpy(dtype=float)
+        prompts = req["num_prompt_tokens"].to_numpy()
+        if result.stopped_at_s is not None:
+            outputs = np.array([s.num_output_tokens for s in specs], dtype=np.int64)
+            # What the run served: the tokens it computed per second over the second half of the part it ran, in
+            # requests of the workload's mean uncached prompt and output (its completions so far are mostly of the
+            # short requests, and lag). Within 5 % of the whole run's steady throughput on the README plan's
+            # overloaded probes (docs/benchmark-history/2026-11-29d-plan.md); a next guess's estimate only.
+            start = steps["start_s"].to_numpy(dtype=float)
+            half = start >= (start[0] + result.stopped_at_s) / 2 if len(start) else np.zeros(0, dtype=bool)
+            prefix = _workload(self.workload).shared_prefix
+            per_request = float(np.mean(uncached_prompt_tokens(specs, prefix.prefix_tokens if prefix else 0)
+                                        + outputs))
+            span = result.stopped_at_s - float(start[half][0]) if half.any() else 0.0
+            served = float(steps["num_batched_tokens"].to_numpy()[half].sum()) / span / per_request if span > 0 \
+                else None
+            ttft, tpot, e2e = floors(result.stopped_at_s, req["arrival_s"].to_numpy(dtype=float),
+                                     req["first_token_s"].to_numpy(dtype=float), finish, outputs)
+            empty = np.zeros(0)
+            return RunResult(ttft_s=ttft, tpot_s=tpot, finish_s=finish, num_prompt_tokens=prompts,
+                             num_output_tokens=outputs, kv_time_s=kv_time, kv_usage=kv_usage,
+                             mean_num_running=mean_batch, e2e_s=e2e, itl_s=empty,
+                             itl_request_index=empty.astype(np.int64), stopped_at_s=result.stopped_at_s,
+                             served_per_s=served)
         return RunResult(
             ttft_s=req["ttft_s"].to_numpy(dtype=float), tpot_s=req["tpot_s"].to_numpy(dtype=float),
-            finish_s=req["finish_s"].to_numpy(dtype=float),
-            num_prompt_tokens=req["num_prompt_tokens"].to_numpy(), num_output_tokens=req["num_output_tokens"].to_numpy(),
-            kv_time_s=steps["start_s"].to_numpy(dtype=float), kv_usage=steps["kv_usage"].to_numpy(dtype=float),
-            mean_num_running=mean_batch, e2e_s=req["e2e_s"].to_numpy(dtype=float),
+            finish_s=finish, num_prompt_tokens=prompts, num_output_tokens=req["num_output_tokens"].to_numpy(),
+            kv_time_s=kv_time, kv_usage=kv_usage, mean_num_running=mean_batch, e2e_s=req["e2e_s"].to_numpy(dtype=float),
             itl_s=np.asarray(result.itl.gap_s, dtype=float), itl_request_index=np.asarray(result.itl.request_index))
 
     def step_profile(self, config: Config, query_lens: np.ndarray, context_lens: np.ndarray,

@@ -94,8 +94,9 @@ class PlanRequest:
     # How the model's checkpoint stores its weights (`CheckpointQuant.method`), None when unquantized: what the
     # quantization "none" (no --quantization flag) serves.
     checkpoint_quantization: str | None = None
-    # Prune with the cost model's bounds and branch and bound (`roofline.planning.prune`); False: search every
-    # configuration that fits to its answer (`--exhaustive`), the reference the pruned plan's answer equals.
+    # Prune with the cost model's bounds and branch and bound (`roofline.planning.prune`), and end each probe once it
+    # certainly misses the SLOs (`roofline.planning.early_stop`); False: search every configuration that fits to its
+    # answer with whole probes (`--exhaustive`), the reference the pruned plan's answer equals.
     prune: bool = True
 
     def __post_init__(self) -> None:
@@ -419,7 +420,7 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
 
     def rounds(phase: str, jobs: list[Any], after_round: Callable[[], None] | None = None) -> None:
         run_rounds(backend, jobs, slo, n, executor, (lambda k: progress.round(phase, k)) if progress else None,
-                   progress.task_done if progress is not None else None, after_round)
+                   progress.task_done if progress is not None else None, after_round, early_stop=request.prune)
 
     # 1. Replicas per configuration, branch and bound per hardware.
     caps = _Caps(request.prune)
@@ -487,7 +488,7 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
         if progress is not None:
             progress.round("load curve", len(probes))
         light = max(1, round(n * LOAD_CURVE_REQUEST_FRACTION))
-        results = executor.map(probe_task, [(backend, best.config, NOMINAL, slo, light, r) for r in probes],
+        results = executor.map(probe_task, [(backend, best.config, NOMINAL, slo, light, r, False) for r in probes],
                                progress.task_done if progress is not None else None)
         curves[best.config] = tuple(r.point for r in results)
     profiles = {c.config.hardware: representative_steps(backend, c) for c in plan.best_per_hardware()}

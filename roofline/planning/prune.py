@@ -68,10 +68,11 @@ class ProbeResult:
     kv_usage: tuple[float, ...] = ()
 
 
-def probe_task(args: tuple[Backend, Config, Efficiency, Slo, int, float]) -> ProbeResult:
-    """One simulation at one offered rate (an executor task)."""
-    backend, config, efficiency, slo, num_requests, rate = args
-    run = backend.run(config, efficiency, rate, num_simulated_requests(num_requests))
+def probe_task(args: tuple[Backend, Config, Efficiency, Slo, int, float, bool]) -> ProbeResult:
+    """One simulation at one offered rate (an executor task); with `early_stop` (the last item) it ends as soon as it
+    certainly misses the SLOs (`roofline.planning.early_stop`: the same pass / fail)."""
+    backend, config, efficiency, slo, num_requests, rate, early_stop = args
+    run = backend.run(config, efficiency, rate, num_simulated_requests(num_requests), slo if early_stop else None)
     point = summarize(run, rate, slo)
     if point.passes and math.isfinite(rate):
         return ProbeResult(point, *_downsample(run.kv_time_s, run.kv_usage))
@@ -222,9 +223,10 @@ class Refine:
 
 def run_rounds(backend: Backend, jobs: Sequence[Job], slo: Slo, num_requests: int, executor: Executor,
                on_round: Callable[[int], None] | None = None, on_done: Callable[[], None] | None = None,
-               after_round: Callable[[], None] | None = None) -> int:
+               after_round: Callable[[], None] | None = None, early_stop: bool = False) -> int:
     """Drive `jobs` to their end: each round probes the ROUND_SIZE lowest-priority next probes (at most one per job),
-    on `executor`, and records them, then calls `after_round()`. Returns the number of probes run."""
+    on `executor`, and records them, then calls `after_round()`. Returns the number of probes run. `early_stop`:
+    probes end once they certainly miss the SLOs (`probe_task`)."""
     total = 0
     while True:
         pending = [(p, i, rate) for i, job in enumerate(jobs) if (nxt := job.next_rate()) is not None
@@ -242,8 +244,8 @@ def run_rounds(backend: Backend, jobs: Sequence[Job], slo: Slo, num_requests: in
         chosen = pending[:ROUND_SIZE]
         if on_round is not None:
             on_round(len(chosen))
-        results = executor.map(probe_task, [(backend, jobs[i].config, jobs[i].efficiency, slo, num_requests, rate)
-                                            for _, i, rate in chosen], on_done)
+        results = executor.map(probe_task, [(backend, jobs[i].config, jobs[i].efficiency, slo, num_requests, rate,
+                                             early_stop) for _, i, rate in chosen], on_done)
         for (_, i, rate), result in zip(chosen, results):
             jobs[i].record(rate, result)
         total += len(chosen)

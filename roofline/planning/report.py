@@ -57,9 +57,9 @@ CURVE_METRICS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("itl",
 
 
 def _curve_arrays(points: tuple[Point, ...] | list[Point]) -> tuple[np.ndarray, ...]:
-    """(rates, then one array per CURVE_METRICS metric) over the probes at finite rates, by rate; NaN where a
-    metric was not measured."""
-    kept = sorted((p for p in points if math.isfinite(p.rate_per_s)), key=lambda p: p.rate_per_s)
+    """(rates, then one array per CURVE_METRICS metric) over the whole probes at finite rates, by rate; NaN where a
+    metric was not measured. A probe stopped once it missed an SLO (`Point.complete` False) has only lower bounds."""
+    kept = sorted((p for p in points if math.isfinite(p.rate_per_s) and p.complete), key=lambda p: p.rate_per_s)
     columns = [np.array([p.rate_per_s for p in kept])]
     for _, attr, _ in CURVE_METRICS:
         columns.append(np.array([math.nan if getattr(p, attr) is None else getattr(p, attr) for p in kept]))
@@ -114,7 +114,8 @@ def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
                                    [(name, title) for name, _, title in CURVE_METRICS])
         figures.append(("latency_vs_load.png", "Latency percentiles of one replica against offered load, from light "
                         "load to past saturation, for the best configuration of each hardware: every simulation of "
-                        "its search and of its load curve (dashed: the pessimistic and optimistic searches). "
+                        "its search and of its load curve that ran to its end (not those stopped once they missed an "
+                        "SLO) (dashed: the pessimistic and optimistic searches). "
                         "Red: the SLO; dotted: the highest rate within all SLOs; grey: the saturation rate; shaded: "
                         "the highest rate's range from pessimistic to optimistic (the Method says what they are)."))
         plan_plots.kv_usage(out_dir / "kv_usage.png",
@@ -222,7 +223,11 @@ def method_lines(plan: Plan) -> list[str]:
         f"{num_simulated_requests(req.num_requests)} requests and measures {req.num_requests}: the first "
         f"{WARMUP_FRACTION:.0%} and the last {DRAIN_FRACTION:.0%} by arrival are warm-up and drain. A probe passes "
         f"when the p{req.slo.percentile:g} of every SLO metric is within its limit (ITL: over the pooled "
-        "inter-token gaps of the measured requests).",
+        "inter-token gaps of the measured requests)." + (
+            " A probe ends as soon as it certainly misses an SLO (roofline/planning/early_stop.py: the SLO percentile "
+            "of what every request has waited so far is over the limit, so the whole run would miss it too); its "
+            "percentiles are then lower bounds (search_probes.csv: complete = no) and it is left out of the "
+            "latency-against-load plot." if req.prune else ""),
         "Bounds, before any simulation (roofline/planning/bounds.py): from the cost model's step times and the "
         "probes' requests, the highest rate one replica could sustain (its decode steps, its KV capacity and its "
         f"GEMM compute, raised {RATE_MARGIN:.0%} for a finite run) and the lowest SLO percentiles its requests could "

@@ -152,7 +152,7 @@ def configurations_table(plan: Plan, configs: list[ConfigPlan], name: str) -> Ta
 
 def probes_table(plan: Plan) -> Table:
     columns = (*KEY_COLUMNS, "efficiency", "probe", "rate_per_s", _pcol(plan, "ttft"), _pcol(plan, "tpot"),
-               _pcol(plan, "itl"), _pcol(plan, "e2el"), "throughput_per_s", "passes")
+               _pcol(plan, "itl"), _pcol(plan, "e2el"), "throughput_per_s", "passes", "complete")
     rows = []
     for c in plan.configs:
         runs = [(s.efficiency.label, s.points) for s in (c.nominal, c.pessimistic, c.optimistic) if s is not None]
@@ -162,7 +162,7 @@ def probes_table(plan: Plan) -> Table:
             for i, p in enumerate(points):
                 rows.append((*_key(c), label, str(i), "inf" if math.isinf(p.rate_per_s) else sig(p.rate_per_s),
                              sig(p.ttft_s), sig(p.tpot_s), sig(p.itl_s), sig(p.e2e_s), sig(p.throughput_per_s),
-                             "yes" if p.passes else "no"))
+                             "yes" if p.passes else "no", "yes" if p.complete else "no"))
     return Table("search_probes", columns, tuple(rows))
 
 

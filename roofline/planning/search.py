@@ -149,6 +149,11 @@ class RunResult:
     e2e_s: np.ndarray | None = None  # arrival to finish, per request (None: the backend does not measure it)
     itl_s: np.ndarray | None = None  # every gap between two output tokens of a request, pooled
     itl_request_index: np.ndarray | None = None  # the request (row) of each gap
+    # Where the run ended once it certainly missed an SLO (`roofline.planning.early_stop`), None when it ran to the end:
+    # then the latencies above are floors (lower bounds), the ITL gaps none, and finish_s NaN for the unfinished.
+    stopped_at_s: float | None = None
+    # A stopped run's estimate of the rate it serves (requests/s), for the search's next guess; None: from finish_s.
+    served_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -194,7 +199,11 @@ class Backend(Protocol):
 
     def fit(self, config: Config) -> Fit: ...
 
-    def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int) -> RunResult: ...
+    def run(self, config: Config, efficiency: Efficiency, rate_per_s: float, num_requests: int,
+            stop_slo: Slo | None = None) -> RunResult:
+        """One simulation of one replica. With `stop_slo` it may end as soon as it certainly misses that SLO
+        (`RunResult.stopped_at_s`); a backend that cannot stop early runs to the end."""
+        ...
 
     def bounds(self, config: Config, efficiency: Efficiency, num_requests: int, percentile: float) -> Bounds:
         """The highest rate one replica could sustain and the lowest SLO percentiles a probe of `num_requests`
@@ -224,6 +233,9 @@ class Point:
     mean_num_running: float
     itl_s: float | None = None  # the SLO percentile of the pooled inter-token gaps (None: not measured)
     e2e_s: float | None = None  # the SLO percentile of end-to-end latency (None: not measured)
+    # False: the probe stopped once it certainly missed an SLO (`roofline.planning.early_stop`); its percentiles are
+    # lower bounds and its throughput that of the requests finished by then.
+    complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -288,7 +300,7 @@ def summarize(run: RunResult, rate_per_s: float, slo: Slo) -> Point:
         rate_per_s=rate_per_s,
         ttft_s=ttft_p,
         tpot_s=tpot_p,
-        throughput_per_s=steady_throughput_per_s(run.finish_s),
+        throughput_per_s=run.served_per_s if run.served_per_s is not None else steady_throughput_per_s(run.finish_s),
         passes=True,
         mean_prompt_tokens=float(np.mean(run.num_prompt_tokens[window])),
         mean_output_tokens=float(np.mean(run.num_output_tokens[window])),
@@ -296,8 +308,11 @@ def summarize(run: RunResult, rate_per_s: float, slo: Slo) -> Point:
         mean_num_running=run.mean_num_running,
         itl_s=itl_p,
         e2e_s=e2e_p,
+        complete=run.stopped_at_s is None,
     )
-    return replace(point, passes=meets_slo(point, slo))
+    point = replace(point, passes=meets_slo(point, slo))
+    assert point.complete or not point.passes, "a run stops early only once it certainly misses an SLO"
+    return point
 
 
 def probe_point(backend: Backend, config: Config, efficiency: Efficiency, slo: Slo, num_requests: int,

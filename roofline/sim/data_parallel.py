@@ -104,6 +104,11 @@ class DataParallelScheduler:
     def has_unfinished(self) -> bool:
         return any(s.has_unfinished() for s in self.ranks)
 
+    @property
+    def requests(self) -> dict[str, Request]:
+        """Every unfinished request of every rank by id, as `Scheduler.requests`."""
+        return {rid: req for s in self.ranks for rid, req in s.requests.items()}
+
     def shutdown(self) -> None:
         for s in self.ranks:
             s.shutdown()

@@ -28,6 +28,8 @@ class SimulationResult:
     # Per step: query, context, emits (empty unless the steps were recorded), and each sequence's request id.
     step_seqs: StepSequences = field(repr=False)
     wall_time_s: float = 0.0
+    # Where an early stop (`roofline.sim.simulator.EarlyStop`) ended the run, None when every request finished.
+    stopped_at_s: float | None = None
 
     @property
     def step_request_ids(self) -> list[tuple[str, ...]]:
@@ -160,7 +162,8 @@ def _frame(blocks: list[np.ndarray]) -> pd.DataFrame:
     return pd.DataFrame(columns, copy=False)
 
 
-def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float) -> SimulationResult:
+def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float,
+                 stopped_at_s: float | None = None) -> SimulationResult:
     due = np.array([s.arrival_s for s in specs], dtype=float)
     arrival = rec.sent  # at the server: when the client sent it
     num_output = rec.num_output
@@ -188,4 +191,4 @@ def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float) -> 
     steps = rec.steps.table()
     itl = rec.token_runs.token_times(len(specs))
     # (Streamed steps: their sequences went to the sink, none here.)
-    return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s)
+    return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s, stopped_at_s)

@@ -47,6 +47,7 @@ import collections
 import contextlib
 import gc
 import heapq
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -109,6 +110,27 @@ class SimulationOptions:
             raise UserError(f"--router: '{self.router}' is not allowed; allowed: {', '.join(ROUTERS)}")
 
 
+@dataclass(frozen=True)
+class EarlyStop:
+    """Looks at a run while it goes and may end it before every request has finished: at `first_s`, `first_s +
+    every_s`, `first_s + 2 every_s`, ... (simulated seconds) it calls `decided(now_s, sent_s, first_token_s,
+    finish_s)` with, per request in workload order, when it was sent, when its first token and its last were
+    sampled, as known at `now_s` (NaN: not yet); True ends the run there (`SimulationResult.stopped_at_s`).
+
+    What is known at `now_s` is exactly what the whole run knows by then: the loop handles events in time order and
+    an event before `now_s` depends only on the requests sent before it (their specs and prompts; the next arrival
+    is queued by the one before it), so the run to `now_s` is the whole run's first part. The planner ends a probe
+    once its SLO percentile is certainly missed (`roofline.planning.early_stop`). One API-server process only: with
+    more, the times a client sees are mapped from the steps' only at the end."""
+
+    first_s: float
+    every_s: float
+    decided: Callable[[float, np.ndarray, np.ndarray, np.ndarray], bool]
+
+    def __post_init__(self) -> None:
+        assert self.every_s > 0 and math.isfinite(self.first_s), "EarlyStop: checks at increasing finite times"
+
+
 class _Replica:
     """One engine instance: its scheduler, the step in flight and its counters."""
 
@@ -161,10 +183,13 @@ class _SeenTimes:
 def run_simulation(deployment: Deployment, workload: Workload, options: SimulationOptions = SimulationOptions(),
                    specs: Sequence[RequestSpec] | None = None, step_time_fn: StepTimeFn | None = None,
                    progress: Callable[[int, int], None] | None = None,
-                   step_sink: StepSink | None = None) -> SimulationResult:
+                   step_sink: StepSink | None = None, early_stop: EarlyStop | None = None) -> SimulationResult:
     """Simulate serving the workload's requests (or `specs`, in arrival order, if given) until all finished.
     `step_sink`: takes the steps with their sequences in parts of `STEPS_PER_PART` as they come
-    (`roofline.sim.outputs.StepTraceStream.write`; the result then holds no step sequences)."""
+    (`roofline.sim.outputs.StepTraceStream.write`; the result then holds no step sequences). `early_stop`: checks
+    that may end the run sooner (`EarlyStop`); the requests unfinished then have no finish time (NaN), and a first
+    token time if they had one."""
+    assert early_stop is None or options.api_server_count == 1, "EarlyStop: one API-server process only"
     specs = sample_requests(workload) if specs is None else specs
     _check_lengths(specs, deployment.scheduler_config.max_model_len)
     started = time.perf_counter()
@@ -179,8 +204,8 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
     # schedulers release their prefix-cache callbacks, `Scheduler.shutdown`), so the first young collection after the
     # block traverses only what the result keeps, not the loop's requests, blocks and token lists.
     with gc_paused():
-        sim.run()
-        result = build_result(specs, sim.recorder, time.perf_counter() - started)
+        sim.run(early_stop)
+        result = build_result(specs, sim.recorder, time.perf_counter() - started, sim.stopped_at_s)
         for replica in sim.replicas:
             replica.scheduler.shutdown()
         del sim
@@ -218,6 +243,7 @@ class _Simulation:
         self.token_id = sampled_token_id(spec)
         self.heap: list[tuple[float, int, int, int]] = []
         self.seq = 0
+        self.stopped_at_s: float | None = None  # where an EarlyStop ended the run
         self.num_routed = 0
         self.num_done = 0
         self.max_in_flight = options.max_concurrency
@@ -249,14 +275,43 @@ class _Simulation:
         heapq.heappush(self.heap, (time_s, priority, self.seq, payload))
         self.seq += 1
 
-    def run(self) -> None:
+    def run(self, early_stop: EarlyStop | None = None) -> None:
         if self.specs:
             self.push(self.specs[0].arrival_s, _ARRIVAL, 0)
         handlers = {_ARRIVAL: self.arrive, _REACH: self.reach, _SCHEDULE: self.schedule, _STEP_END: self.end_step,
                     _SEEN: self.seen}
-        while self.heap:
-            now, priority, _, payload = heapq.heappop(self.heap)
+        heap = self.heap
+        if early_stop is None:
+            while heap:
+                now, priority, _, payload = heapq.heappop(heap)
+                handlers[priority](now, payload)
+            return
+        num_checks = 0
+        check_s = early_stop.first_s
+        while heap:
+            if heap[0][0] >= check_s:  # every event before check_s is handled
+                first_token_s = self.first_token_times()
+                if early_stop.decided(check_s, self.recorder.sent, first_token_s, self.recorder.finish):
+                    self.recorder.first_token[:] = first_token_s
+                    self.stopped_at_s = check_s
+                    return
+                num_checks += 1
+                check_s = early_stop.first_s + num_checks * early_stop.every_s
+                continue
+            now, priority, _, payload = heapq.heappop(heap)
             handlers[priority](now, payload)
+
+    def first_token_times(self) -> np.ndarray:
+        """Per request, when its first token was sampled: the recorded time of a finished request, the scheduler's
+        stamp of an unfinished one that has a token, else NaN."""
+        first = self.recorder.first_token.copy()
+        row_of = self.recorder.row_of
+        for replica in self.replicas:
+            for req in replica.scheduler.requests.values():
+                t = req.first_token_time_s
+                if t is not None:
+                    first[row_of[req.request_id]] = t
+        return first
 
     def arrive(self, now: float, index: int) -> None:
         """Request `index` comes due at the client: sent now, or queued for a slot in the closed loop."""
