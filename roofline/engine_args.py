@@ -405,7 +405,7 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
         "eplb_config": ("--eplb-config", dict(default=None, metavar="JSON", help=(
             "vLLM's EPLBConfig as JSON, e.g. '{\"num_redundant_experts\": 32}'"))),
         "pipeline_parallel_size": ("--pipeline-parallel-size", dict(type=int, default=None, metavar="N", help=(
-            "pipeline stages (default: 1; more is not modelled yet)"))),
+            "pipeline stages, vLLM's layer split, with -tp (default: 1; with -dp or -ep not modelled yet)"))),
     }
     for name in flags:
         flag, kwargs = help_for[name]
@@ -461,7 +461,8 @@ def engine_record(engine: EngineArgs, max_num_seqs: int, max_num_batched_tokens:
                 "data_parallel_size_local": engine.data_parallel_size_local or engine.data_parallel_size,
                 "enable_expert_parallel": engine.enable_expert_parallel,
                 "all2all_backend": engine.parallel.resolved_all2all_backend, "enable_eplb": engine.enable_eplb,
-                "num_redundant_experts": engine.parallel.num_redundant_experts})}
+                "num_redundant_experts": engine.parallel.num_redundant_experts}),
+            **({"pipeline_parallel_size": engine.pipeline_parallel_size} if engine.pipeline_parallel_size > 1 else {})}
 
 
 def _flag(name: str) -> str:

@@ -9,8 +9,11 @@ Sources: vllm/config/parallel.py (`ParallelConfig`: field bounds; `_validate_par
 and "naive" fall back to allgather_reducescatter; `All2AllBackend`, default "allgather_reducescatter";
 `use_all2all`: the all2all backend runs only where data_parallel_size > 1; `use_sequence_parallel_moe`; `EPLBConfig`),
 vllm/engine/arg_utils.py `create_engine_config` (data_parallel_size_local defaults to data_parallel_size: every rank on
-this node), vllm/v1/engine/core.py (a MoE model's DP ranks run `DPEngineCoreProc`: lockstep steps; a dense model's
-ranks are independent engines).
+this node; with `--nnodes N` the world size TP x PP x DP must divide by N, and the multiprocessing executor puts ranks
+world_size / N per node in order, rank = PP rank x TP + TP rank: vllm/v1/executor/multiproc_executor.py), vllm/v1/engine/
+core.py (a MoE model's DP ranks run `DPEngineCoreProc`: lockstep steps; a dense model's ranks are independent engines).
+Pipeline parallelism (`roofline.cost.pipeline`) is modelled with tensor parallelism; with data or expert parallelism
+(which vLLM runs) it is refused as not modelled yet.
 """
 
 from __future__ import annotations
@@ -75,10 +78,11 @@ class ParallelLayout:
     ranks_per_node: int
     gpus_per_node: int  # the profile's `scale_out.gpus_per_node`, else its scale-up domain
     expert_parallel: bool
+    pipeline_parallel_size: int = 1
 
     @property
     def num_gpus(self) -> int:
-        return self.data_parallel_size * self.tensor_parallel_size
+        return self.data_parallel_size * self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def ep_size(self) -> int:
@@ -88,7 +92,15 @@ class ParallelLayout:
 
     @property
     def num_nodes(self) -> int:
+        if self.pipeline_parallel_size > 1:  # (no DP with PP: `ParallelArgs.check`)
+            return math.ceil(self.num_gpus / self.gpus_per_node)
         return math.ceil(self.data_parallel_size / self.ranks_per_node)
+
+    def stage_node(self, stage: int) -> int:
+        """The node of pipeline stage `stage`: vLLM's multiprocessing executor gives node r the world ranks
+        r x world / nodes onwards, and stage s holds ranks s x TP to (s + 1) x TP - 1 (`layout` checks that no
+        TP group straddles two nodes)."""
+        return stage * self.tensor_parallel_size // (self.num_gpus // self.num_nodes)
 
 
 @dataclass(frozen=True)
@@ -120,9 +132,11 @@ class ParallelArgs:
         if self.all2all_backend not in TIMED_BACKENDS + REMOVED_BACKENDS:
             raise UserError(f"--all2all-backend: {self.all2all_backend} is a vllm serve choice the simulator does "
                             f"not model yet; allowed: {', '.join(TIMED_BACKENDS)}")
-        if self.pipeline_parallel_size > 1:
-            raise UserError(f"--pipeline-parallel-size (-pp): {self.pipeline_parallel_size}: pipeline parallelism is a vllm "
-                            "serve setting the simulator does not model yet; allowed: 1")
+        if self.pipeline_parallel_size > 1 and (self.data_parallel_size > 1 or self.enable_expert_parallel):
+            given = "--data-parallel-size" if self.data_parallel_size > 1 else "--enable-expert-parallel"
+            raise UserError(f"--pipeline-parallel-size (-pp): {self.pipeline_parallel_size} with {given}: pipeline "
+                            "parallelism combined with data or expert parallelism is a vllm serve setting the "
+                            "simulator does not model yet; allowed: -pp 1 with DP / EP, or -pp N with -tp only")
         if self.enable_eplb and not self.enable_expert_parallel:
             raise UserError("--enable-eplb: enable_expert_parallel must be True to use EPLB (vLLM); allowed: with "
                             "--enable-expert-parallel")
@@ -146,6 +160,10 @@ class ParallelArgs:
         if self.enable_expert_parallel and not spec.is_moe:
             raise UserError(f"--enable-expert-parallel: model '{spec.name}' has no MoE layers, so there are no "
                             "experts to place; allowed: leave it out")
+        if self.pipeline_parallel_size > spec.num_layers:
+            raise UserError(f"--pipeline-parallel-size (-pp): {self.pipeline_parallel_size} stages for the "
+                            f"{spec.num_layers} layers of model '{spec.name}' leave a stage without layers, which the "
+                            f"simulator does not model; allowed: 1 to {spec.num_layers}")
         if self.data_parallel_size > 1 and not spec.is_moe:
             raise UserError(f"--data-parallel-size: model '{spec.name}' is dense, whose DP ranks vLLM runs as "
                             "independent engines behind its load balancer, which the simulator does not model yet; "
@@ -161,6 +179,8 @@ class ParallelArgs:
         local = self.data_parallel_size_local or self.data_parallel_size
         if self.data_parallel_size > 1 and hw.kind == "cpu":
             raise UserError(f"--data-parallel-size: {hw.id} is a CPU profile, which models one device; allowed: 1")
+        if self.pipeline_parallel_size > 1:
+            return self._pipeline_layout(hw, tensor_parallel_size, per_node)
         if local * tensor_parallel_size > per_node:
             given = "--data-parallel-size-local" if self.data_parallel_size_local else "--data-parallel-size"
             raise UserError(f"{given}: {local} ranks x TP {tensor_parallel_size} on one node exceed its "
@@ -178,3 +198,25 @@ class ParallelArgs:
                                 "divisor")
         return ParallelLayout(self.data_parallel_size, tensor_parallel_size, local, per_node,
                               self.enable_expert_parallel)
+
+    def _pipeline_layout(self, hw: HardwareProfile, tp: int, per_node: int) -> ParallelLayout:
+        """TP x PP GPUs on as few nodes as hold them, checked as vLLM's `--nnodes` launch checks them
+        (vllm/engine/arg_utils.py `create_engine_config`: the world size divisible by the nodes), and no TP group
+        split between two nodes (tensor parallelism across nodes is not modelled)."""
+        pp = self.pipeline_parallel_size
+        if hw.kind == "cpu":
+            raise UserError(f"--pipeline-parallel-size (-pp): {hw.id} is a CPU profile, which models one device; "
+                            "allowed: 1")
+        world = tp * pp
+        nodes = math.ceil(world / per_node)
+        if nodes > 1:
+            if hw.scale_out is None:
+                raise UserError(f"--pipeline-parallel-size (-pp): TP {tp} x PP {pp} = {world} GPUs exceed one node "
+                                f"of {hw.id} ({per_node} GPUs), and the profile describes no network between nodes "
+                                f"(scale_out:); allowed: TP x PP <= {per_node}, or a profile with a scale_out section")
+            if world % nodes or (world // nodes) % tp:
+                raise UserError(f"--pipeline-parallel-size (-pp): TP {tp} x PP {pp} = {world} GPUs on {nodes} nodes "
+                                f"of {per_node} GPUs split a TP group between two nodes (vLLM --nnodes {nodes}: "
+                                f"{world / nodes:g} ranks per node); allowed: TP x PP a multiple of the nodes' GPUs, "
+                                "or within one node")
+        return ParallelLayout(1, tp, 1, per_node, False, pp)

@@ -230,7 +230,7 @@ CASES: list[tuple[str, str]] = [
     ("simulate --model llama-3.1-70b --hardware l4", "does not fit"),
     # data / expert / pipeline parallelism: checked as vLLM checks them (more in tests/test_data_parallel.py)
     *[(f"simulate {flag}", field) for flag, field in (
-        ("-pp 2", "--pipeline-parallel-size"), ("--pipeline-parallel-size 2", "--pipeline-parallel-size"),
+        ("-pp 0", "--pipeline-parallel-size"), ("--pipeline-parallel-size 2 -dp 2", "--pipeline-parallel-size"),
         ("-dp 2", "--data-parallel-size"), ("--data-parallel-size 2", "--data-parallel-size"),
         ("-ep", "--enable-expert-parallel"), ("--enable-expert-parallel", "--enable-expert-parallel"),
         ("--model qwen3-30b-a3b -dp 2 --all2all-backend nixl_ep", "--all2all-backend"),
@@ -294,7 +294,7 @@ CASES: list[tuple[str, str]] = [
     (f"{CMP} --result-index -1", "--result-index"),
     (f"{CMP} --request-rate -2", "--request-rate"),
     (f"{CMP} --num-prompts 0", "--num-prompts"),
-    (f"{CMP} -pp 2", "-pp"),
+    (f"{CMP} -pp 2 -dp 2", "-pp"),
     (f"{CMP} --quantization none --model gpt-oss-120b", "--quantization none"),
     (f"{CMP} --no-end-to-end", "--no-end-to-end"),
     ("compare --hardware h100-sxm --trace {d}/nope --model llama-3.1-8b", "--model"),

@@ -77,8 +77,9 @@ def test_compressed_tensors_takes_the_checkpoints_scheme(capsys: pytest.CaptureF
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["-pp", "2"], "--pipeline-parallel-size (-pp): 2: pipeline parallelism is a vllm serve setting the simulator does "
-                   "not model yet; allowed: 1"),
+    (["-pp", "2", "-dp", "2"], "--pipeline-parallel-size (-pp): 2 with --data-parallel-size: pipeline parallelism "
+                               "combined with data or expert parallelism is a vllm serve setting the simulator does "
+                               "not model yet"),
     (["--data-parallel-size", "2"], "model 'llama-156m' is dense, whose DP ranks vLLM runs as independent engines"),
     (["-ep"], "--enable-expert-parallel: model 'llama-156m' has no MoE layers"),
     (["--speculative-config", "{\"method\": \"ngram\"}"], "not model yet (speculative decoding)"),

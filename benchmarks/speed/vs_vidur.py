@@ -221,7 +221,7 @@ def main() -> int:
     parser.add_argument("--vidur-stages", type=int, default=2,
                         help="Vidur's pipeline stages (default 2, Vidur's own default: with 1, Vidur 0.0.26 stopped "
                              "on an assertion in Request.on_batch_stage_end on the llama-2-70b-a100-tp2 list; "
-                             "roofline models no pipeline parallelism and runs tensor parallelism only)")
+                             "roofline runs the setup's tensor parallelism alone: no -pp is passed to it)")
     parser.add_argument("--work-dir", type=Path, default=Path("vs-vidur"), help="traces and outputs (kept)")
     parser.add_argument("--vidur-cache", type=Path, default=None,
                         help="Vidur's cache (profiles, trained forests, prediction tables), kept between runs of "

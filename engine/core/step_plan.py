@@ -293,14 +293,16 @@ class StepPlan:
         return self._seqs
 
     # ---- filled by the scheduler ----
-    def add_seq(self, req: Request, num_new_tokens: int) -> None:
-        """Schedule `num_new_tokens` of `req` after its computed tokens (which the scheduler then advances)."""
+    def add_seq(self, req: Request, num_new_tokens: int, num_placeholders: int = 0) -> None:
+        """Schedule `num_new_tokens` of `req` after its computed tokens (which the scheduler then advances);
+        `num_placeholders`: its tokens sampled by steps still in flight (`engine.core.pipeline_scheduler`), which
+        the step's last token may be."""
         ctx = req.num_computed_tokens
         num_prompt_tokens = req.num_prompt_tokens
         self.requests.append(req)
         self._query.append(num_new_tokens)
         self._context.append(ctx)
-        self._emits.append(ctx + num_new_tokens == req.num_tokens)
+        self._emits.append(ctx + num_new_tokens == req.num_tokens + num_placeholders)
         self._num_blocks.append(len(req.block_ids))
         self.num_batched_tokens += num_new_tokens
         if num_new_tokens == 1 and ctx >= num_prompt_tokens:

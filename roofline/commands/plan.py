@@ -80,6 +80,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--data-parallel-sizes", default="1", metavar="N,...",
                         help="data-parallel sizes to try (a MoE model's DP ranks, each TP GPUs, as one replica; ranks "
                              "fill one node after another; default: 1)")
+    parser.add_argument("--pipeline-parallel-sizes", default="1", metavar="N,...",
+                        help="pipeline-parallel sizes to try (vLLM's -pp: stages of TP GPUs each, across nodes over "
+                             "the profile's scale_out network where one node cannot hold them; default: 1)")
     parser.add_argument("--expert-parallel", default="off", metavar="off,on",
                         help="expert parallelism to try: off, on or off,on (vLLM's --enable-expert-parallel; default: "
                              "off)")
@@ -222,7 +225,8 @@ class PlanReporter:
 
     def planned(self, num_configs: int, num_fitting: int, num_slo_bound: int) -> None:
         r = self.request
-        dims = (f"{len(r.hardware)} hardware x {len(r.tensor_parallel_sizes)} TP x {len(r.quantizations)} "
+        pp = f"{len(r.pipeline_parallel_sizes)} PP x " if len(r.pipeline_parallel_sizes) > 1 else ""
+        dims = (f"{len(r.hardware)} hardware x {len(r.tensor_parallel_sizes)} TP x {pp}{len(r.quantizations)} "
                 f"quantization x {len(r.kv_cache_dtypes)} KV dtype x {len(r.max_num_batched_tokens)} token budget x "
                 f"{len(r.max_num_seqs)} max_num_seqs")
         self._say(f"roofline plan: {num_configs} configurations ({dims}): {num_configs - num_fitting} do not fit, "
@@ -301,6 +305,7 @@ def run(args: argparse.Namespace) -> int:
         target_rate_per_s=args.target_qps,
         tensor_parallel_sizes=parse_int_list(args.tensor_parallel_sizes, "--tensor-parallel-sizes"),
         data_parallel_sizes=parse_int_list(args.data_parallel_sizes, "--data-parallel-sizes"),
+        pipeline_parallel_sizes=parse_int_list(args.pipeline_parallel_sizes, "--pipeline-parallel-sizes"),
         expert_parallel=tuple(v == "on" for v in parse_choice_list(args.expert_parallel, "--expert-parallel",
                                                                    ("off", "on"))),
         max_num_seqs=parse_int_list(args.max_num_seqs, "--max-num-seqs"), sensitivity=args.sensitivity,

@@ -250,6 +250,11 @@ def rank_step_floor(d: Deployment) -> Callable[[StepArrays], float]:
     """A lower bound on the step time of one rank holding `shape`: the cost model's, with a DP / EP group's MoE
     layers (`roofline.sim.data_parallel.group_step_time`) as they are when every other rank runs a dummy token."""
     time_s, moe = d.cost_model.time_s, d.moe
+    if d.pipeline is not None:
+        # A pipeline: every stage runs every batch one after another, so the run lasts at least its busiest stage's
+        # total, which is at least the sum of each batch's fastest stage; and a batch's latency is at least any stage's.
+        stages = [m.time_s for m in d.pipeline.cost_models]
+        return lambda shape: min(t(shape) for t in stages)
     if moe is None:
         return time_s
     others = [1] * (d.engine.data_parallel_size - 1)
@@ -280,7 +285,8 @@ def engine_for(backend: SimulatorBackend, config: Config) -> EngineArgs:
                    max_num_seqs=config.max_num_seqs, quantization=config.quantization,
                    kv_cache_dtype=config.kv_cache_dtype, max_num_batched_tokens=config.max_num_batched_tokens,
                    data_parallel_size=dp, data_parallel_size_local=local if local < dp else None,
-                   enable_expert_parallel=config.expert_parallel)
+                   enable_expert_parallel=config.expert_parallel,
+                   pipeline_parallel_size=config.pipeline_parallel_size)
 
 
 def ranks_per_node(hw: HardwareProfile, config: Config) -> int:

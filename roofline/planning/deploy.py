@@ -20,6 +20,7 @@ from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.planning.backend import ranks_per_node
 from roofline.planning.plan import ConfigPlan, Plan
+from roofline.planning.search import Config
 
 # --quantization values a plan may use, and what `vllm serve` needs for them: fp8 quantizes an unquantized
 # checkpoint when it loads (`--quantization fp8`); the other schemes need a checkpoint already in that format,
@@ -50,6 +51,12 @@ def parse_checkpoints(values: list[str], quantizations: tuple[str, ...] | str) -
 # written out so that every node names the same one.
 HEAD_NODE_ADDRESS = "<head-node-ip>"
 DP_RPC_PORT = 29550
+# Multi-node pipeline parallelism with vLLM 0.32's multiprocessing executor (vllm/engine/arg_utils.py
+# `create_engine_config`: --nnodes, --node-rank, --master-addr, --master-port; vllm/entrypoints/cli/serve.py
+# `run_headless`: "Run headless workers (for multi-node PP/TP)"): every node runs the same `vllm serve` with its
+# --node-rank, the head (rank 0) the API server, the others --headless. The port is vLLM's default
+# (vllm/config/parallel.py ParallelConfig.master_port), written out so that every node names the same one.
+MASTER_PORT = 29501
 
 
 def launch_commands(model: str, engine: EngineArgs, c: ConfigPlan, checkpoints: dict[str, str],
@@ -58,6 +65,11 @@ def launch_commands(model: str, engine: EngineArgs, c: ConfigPlan, checkpoints: 
     node's GPUs, `ranks_per_node` on each), the head node's line and a `--headless` line per other node."""
     head = vllm_serve_command(model, engine, c, checkpoints)
     dp = c.config.data_parallel_size
+    nodes = pipeline_nodes(c.config)
+    if nodes > 1:
+        common = ["--nnodes", str(nodes), "--master-addr", HEAD_NODE_ADDRESS, "--master-port", str(MASTER_PORT)]
+        return tuple(head + " " + shlex.join([*common, "--node-rank", str(rank), *(["--headless"] if rank else [])])
+                     for rank in range(nodes))
     if dp <= ranks_per_node:
         return (head,)
     assert dp % ranks_per_node == 0, f"{c.config.label}: {dp} ranks over nodes of {ranks_per_node}"
@@ -77,6 +89,16 @@ def launch(model: str, engine: EngineArgs, c: ConfigPlan, checkpoints: dict[str,
     return launch_commands(model, engine, c, checkpoints, per_node)
 
 
+def pipeline_nodes(config: Config) -> int:
+    """Nodes a pipeline-parallel replica spans (`roofline.parallel_config.ParallelLayout.num_nodes`); 1 without PP."""
+    if config.pipeline_parallel_size == 1:
+        return 1
+    hw = load_profile(config.hardware)
+    domain = hw.interconnect.max_num_gpus if hw.interconnect is not None else 8
+    per_node = hw.scale_out.gpus_per_node if hw.scale_out is not None else domain
+    return -(-config.num_gpus // per_node)
+
+
 def vllm_serve_command(model: str, engine: EngineArgs, c: ConfigPlan, checkpoints: dict[str, str]) -> str:
     """The `vllm serve` line of one configuration (its TP, max_num_seqs, quantization, KV-cache dtype and token
     budget; the rest from `engine`); a placeholder stands for a checkpoint not given."""
@@ -85,6 +107,8 @@ def vllm_serve_command(model: str, engine: EngineArgs, c: ConfigPlan, checkpoint
     checkpoint = checkpoints.get(quantization) or (f"<{model} checkpoint>" if quantization == "none" else
                                                    f"<{model} checkpoint ({quantization})>")
     args = ["vllm", "serve", checkpoint, "--tensor-parallel-size", str(config.tensor_parallel_size)]
+    if config.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(config.pipeline_parallel_size)]
     if config.data_parallel_size > 1:
         args += ["--data-parallel-size", str(config.data_parallel_size)]
     if config.expert_parallel:
@@ -143,6 +167,7 @@ def plan_json(plan: Plan, engine: EngineArgs, checkpoints: dict[str, str]) -> di
         return {
             "label": cfg.label, "hardware": cfg.hardware, "tensor_parallel_size": cfg.tensor_parallel_size,
             "data_parallel_size": cfg.data_parallel_size, "expert_parallel": cfg.expert_parallel,
+            "pipeline_parallel_size": cfg.pipeline_parallel_size,
             "num_gpus_per_replica": cfg.num_gpus,
             "quantization": cfg.quantization, "kv_cache_dtype": cfg.kv_cache_dtype,
             "max_num_seqs": cfg.max_num_seqs,

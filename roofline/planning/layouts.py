@@ -32,9 +32,10 @@ class LayoutRow:
     limited_by: str
 
 
-def _layout(c: ConfigPlan) -> tuple[str, int, int, bool]:
+def _layout(c: ConfigPlan) -> tuple[str, int, int, int, bool]:
     cfg = c.config
-    return (cfg.hardware, cfg.tensor_parallel_size, cfg.data_parallel_size, cfg.expert_parallel)
+    return (cfg.hardware, cfg.tensor_parallel_size, cfg.pipeline_parallel_size, cfg.data_parallel_size,
+            cfg.expert_parallel)
 
 
 def layout_rows(plan: Plan, backend: object) -> tuple[LayoutRow, ...]:

@@ -1,21 +1,21 @@
 """Capacity planning: which hardware, how configured, how many GPUs, at what cost, for a traffic and SLOs.
 
-The search space is every engine knob the simulator models: hardware x tensor-parallel size x data-parallel size x
-expert parallelism x quantization x KV-cache dtype x `max_num_batched_tokens` x `max_num_seqs`. Every configuration
-is first checked for fit without simulating (`Backend.fit`: weights and one `max_model_len` request's KV cache
-against device memory, TP against the model's heads and the scale-up domain); those that cannot fit are pruned with
-their reason and the change that would make them fit. The others are bounded by the cost model
+The search space is every engine knob the simulator models: hardware x tensor-parallel size x pipeline-parallel size x
+data-parallel size x expert parallelism x quantization x KV-cache dtype x `max_num_batched_tokens` x `max_num_seqs`.
+Every configuration is first checked for fit without simulating (`Backend.fit`: weights and one `max_model_len`
+request's KV cache against device memory, TP against the model's heads and the scale-up domain); those that cannot fit
+are pruned with their reason and the change that would make them fit. The others are bounded by the cost model
 (`roofline.planning.bounds`: a replica's highest rate, its lowest SLO percentiles) and searched for the fewest
-replicas that serve the target with the chosen percentile of every SLO (TTFT, TPOT, and optionally ITL and
-end-to-end latency) within its limit, by branch and bound per hardware (`roofline.planning.prune`): what a bound shows
-cannot meet the SLOs or cannot beat its hardware's best is never simulated. Each probe is one simulation of the
-workload at a rate (a `Backend` runs it: the real one is `roofline.planning.backend.SimulatorBackend`, fakes in the
-tests). From the replicas follow the GPUs, dollars per hour and per million output tokens, the KV-cache headroom,
-the cheapest configuration and the Pareto front of cost against the rate a deployment sustains (among those
-searched). The answer's rate is refined, and its sensitivity searched pessimistically and optimistically: every operator
-kind's time at the 90th and at the 10th percentile of its measured / predicted on held-out operator-table rows,
-where the profile states them (`roofline.cost.uncertainty`), else compute and memory efficiency 10 % lower and higher;
-it gives a range on the answer (GPUs, USD per hour and per million output tokens).
+replicas that serve the target with the chosen percentile of every SLO (TTFT, TPOT, and optionally ITL and end-to-end
+latency) within its limit, by branch and bound per hardware (`roofline.planning.prune`): what a bound shows cannot
+meet the SLOs or cannot beat its hardware's best is never simulated. Each probe is one simulation of the workload at a
+rate (a `Backend` runs it: the real one is `roofline.planning.backend.SimulatorBackend`, fakes in the tests). From the
+replicas follow the GPUs, dollars per hour and per million output tokens, the KV-cache headroom, the cheapest
+configuration and the Pareto front of cost against the rate a deployment sustains (among those searched). The answer's
+rate is refined, and its sensitivity searched pessimistically and optimistically: every operator kind's time at the
+90th and at the 10th percentile of its measured / predicted on held-out operator-table rows, where the profile states
+them (`roofline.cost.uncertainty`), else compute and memory efficiency 10 % lower and higher; it gives a range on the
+answer (GPUs, USD per hour and per million output tokens).
 
     request = PlanRequest(model="llama-3.1-70b", hardware=("h100-sxm", "h200-sxm"), workload="sharegpt-chat",
                           slo=Slo(ttft_s=2.0, tpot_s=0.1), target_rate_per_s=20.0, quantizations=("none", "fp8"))
@@ -90,6 +90,7 @@ class PlanRequest:
     # Data-parallel sizes and expert parallelism off / on (a MoE model's layouts: `Config.data_parallel_size`).
     data_parallel_sizes: tuple[int, ...] = (1,)
     expert_parallel: tuple[bool, ...] = (False,)
+    pipeline_parallel_sizes: tuple[int, ...] = (1,)  # pipeline stages (`Config.pipeline_parallel_size`)
     max_num_batched_tokens: tuple[int | None, ...] = (None,)  # None: vLLM's default for the device
     # How the model's checkpoint stores its weights (`CheckpointQuant.method`), None when unquantized: what the
     # quantization "none" (no --quantization flag) serves.
@@ -106,6 +107,7 @@ class PlanRequest:
             raise UserError("--hardware: give at least one hardware id or path")
         for flag, values in (("--tensor-parallel-sizes", self.tensor_parallel_sizes),
                              ("--data-parallel-sizes", self.data_parallel_sizes),
+                             ("--pipeline-parallel-sizes", self.pipeline_parallel_sizes),
                              ("--max-num-seqs", self.max_num_seqs),
                              ("--max-num-batched-tokens-list", tuple(v for v in self.max_num_batched_tokens
                                                                      if v is not None) or (1,))):
@@ -125,8 +127,9 @@ class PlanRequest:
         """Every combination, in a fixed order; per (hardware, TP, quantization, KV dtype, token budget) the
         max_num_seqs ascend (the plan's warm starts rely on it)."""
         tokens = sorted(set(self.max_num_batched_tokens), key=lambda v: -1 if v is None else v)
-        return [Config(h, tp, seqs, q, kv, n, dp, ep) for h in dict.fromkeys(self.hardware)
-                for tp in sorted(set(self.tensor_parallel_sizes)) for dp in sorted(set(self.data_parallel_sizes))
+        return [Config(h, tp, seqs, q, kv, n, dp, ep, pp) for h in dict.fromkeys(self.hardware)
+                for tp in sorted(set(self.tensor_parallel_sizes)) for pp in sorted(set(self.pipeline_parallel_sizes))
+                for dp in sorted(set(self.data_parallel_sizes))
                 for ep in dict.fromkeys(self.expert_parallel) for q in dict.fromkeys(self.quantizations)
                 for kv in dict.fromkeys(self.kv_cache_dtypes) for n in tokens for seqs in sorted(set(self.max_num_seqs))]
 
@@ -435,8 +438,8 @@ def make_plan(request: PlanRequest, backend: Backend, prices: dict[str, Price | 
     leaders: dict[tuple, ReplicaSearch] = {}
     for c in reversed(fitting):
         if c not in skipped:
-            family = (c.hardware, c.tensor_parallel_size, c.data_parallel_size, c.expert_parallel, c.quantization,
-                      c.kv_cache_dtype, c.max_num_batched_tokens)
+            family = (c.hardware, c.tensor_parallel_size, c.pipeline_parallel_size, c.data_parallel_size,
+                      c.expert_parallel, c.quantization, c.kv_cache_dtype, c.max_num_batched_tokens)
             nominal[c] = ReplicaSearch(c, NOMINAL, target, k_min(bounds[c]), caps.cap_for(c), slo=slo,
                                        leader=leaders.get(family))
             leaders.setdefault(family, nominal[c])

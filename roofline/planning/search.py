@@ -81,15 +81,19 @@ class Config:
     # (`roofline.parallel_config`); the ranks fill one node after another (`roofline.planning.backend.engine_for`).
     data_parallel_size: int = 1
     expert_parallel: bool = False
+    # vLLM's pipeline parallelism: stages of TP GPUs each, on as few nodes as hold them (`roofline.cost.pipeline`).
+    pipeline_parallel_size: int = 1
 
     @property
     def num_gpus(self) -> int:
-        """GPUs of one replica: TP x DP."""
-        return self.tensor_parallel_size * self.data_parallel_size
+        """GPUs of one replica: TP x DP x PP."""
+        return self.tensor_parallel_size * self.data_parallel_size * self.pipeline_parallel_size
 
     @property
     def label(self) -> str:
         parts = [self.hardware, f"TP{self.tensor_parallel_size}"]
+        if self.pipeline_parallel_size > 1:
+            parts.append(f"PP{self.pipeline_parallel_size}")
         if self.data_parallel_size > 1:
             parts.append(f"DP{self.data_parallel_size}")
         if self.expert_parallel:
@@ -103,9 +107,10 @@ class Config:
             parts.append(f"tokens{self.max_num_batched_tokens}")
         return " ".join(parts)
 
-    def sort_key(self) -> tuple[str, int, int, bool, str, str, int, int]:
-        return (self.hardware, self.tensor_parallel_size, self.data_parallel_size, self.expert_parallel,
-                self.quantization, self.kv_cache_dtype, self.max_num_batched_tokens or 0, self.max_num_seqs)
+    def sort_key(self) -> tuple[str, int, int, int, bool, str, str, int, int]:
+        return (self.hardware, self.tensor_parallel_size, self.pipeline_parallel_size, self.data_parallel_size,
+                self.expert_parallel, self.quantization, self.kv_cache_dtype, self.max_num_batched_tokens or 0,
+                self.max_num_seqs)
 
 
 @dataclass(frozen=True)

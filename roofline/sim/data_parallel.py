@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.core.pipeline_scheduler import PipelineScheduler
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from engine.core.step_plan import StepPlan
@@ -115,10 +116,13 @@ class DataParallelScheduler:
 
 
 def make_scheduler(deployment: Deployment) -> Any:
-    """The event loop's scheduler of one replica: vLLM's, or the DP group's."""
+    """The event loop's scheduler of one replica: vLLM's, the DP group's, or the one of a pipeline."""
     dp = deployment.engine.data_parallel_size
     if dp > 1:
         return DataParallelScheduler(deployment, dp)
+    if deployment.pipeline is not None:  # batches in flight (engine.core.pipeline_scheduler)
+        return PipelineScheduler(deployment.scheduler_config, deployment.cache_config,
+                                 deployment.pipeline.num_stages, deployment.hw.executor.host_overlaps_device)
     return Scheduler(deployment.scheduler_config, deployment.cache_config)
 
 

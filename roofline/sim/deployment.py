@@ -12,6 +12,7 @@ from roofline.cost.cpu import DEFAULT_CPU_ENGINE
 from roofline.cost.expert_parallel import DataParallelMoe
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity, kv_cache_groups
+from roofline.cost.pipeline import PipelineStages, StageCostModel
 from roofline.cost.quant import QuantConfig, resolve_kv_cache_dtype
 from roofline.cost.step_cost import StepCostModel
 from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION, EngineArgs, engine_record
@@ -35,10 +36,12 @@ class Deployment:
     # Data / expert parallelism of a MoE model (`roofline.cost.expert_parallel`): the group's MoE layers; None
     # without DP or EP.
     moe: DataParallelMoe | None = None
+    # Pipeline parallelism (`roofline.cost.pipeline`): the stages and their cost models; None with one stage.
+    pipeline: PipelineStages | None = None
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.engine.tensor_parallel_size * self.engine.data_parallel_size
+        return self.engine.tensor_parallel_size * self.engine.data_parallel_size * self.engine.pipeline_parallel_size
 
 
 def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, engine: EngineArgs,
@@ -70,20 +73,35 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     if spec.is_moe and (parallel.data_parallel_size > 1 or parallel.enable_expert_parallel):
         moe = DataParallelMoe(cost_model, parallel.layout(hw, engine.tensor_parallel_size),
                               parallel.resolved_all2all_backend, parallel.num_redundant_experts)
-    weight_bytes = cost_model.loaded_weight_bytes_per_rank(
-        vllm_version, moe.expert_weight_bytes_saved() if moe is not None else 0.0)
+    pipeline = None
+    if parallel.pipeline_parallel_size > 1:
+        layout = parallel.layout(hw, engine.tensor_parallel_size)
+        pipeline = PipelineStages.build(
+            spec, hw, engine.tensor_parallel_size, parallel.pipeline_parallel_size, layout.stage_node,
+            lambda stage, first, last: StageCostModel(
+                stage, hw, quant, engine.tensor_parallel_size, first, last, cpu_engine=cpu_engine,
+                cudagraph_mode=engine.resolved_cudagraph_mode, capture_sizes=capture_sizes))
     gpu_memory_utilization = (engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None
                               else DEFAULT_GPU_MEMORY_UTILIZATION)
-    kv = compute_kv_capacity(KvCapacityInputs(
-        spec=spec, memory_capacity_bytes=hw.memory_capacity_bytes,
-        weight_bytes_per_rank=weight_bytes,
-        kv_bytes_per_token_per_rank=cost_model.kv_bytes_per_token_per_rank(), act_bytes=quant.act_bytes,
-        tensor_parallel_size=engine.tensor_parallel_size, block_size=engine.block_size, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
-        num_gpu_blocks_override=engine.num_gpu_blocks_override, auto_fit_max_model_len=engine.auto_fit_max_model_len,
-        async_scheduling=hw.executor.host_overlaps_device,
-        weights_quantized=quant.quantization != "none" or quant.experts[0] != "none", vllm_version=vllm_version))
+
+    def capacity(stage_spec: ModelSpec, model: StepCostModel, saved_bytes: float) -> KvCapacity:
+        return compute_kv_capacity(KvCapacityInputs(
+            spec=stage_spec, memory_capacity_bytes=hw.memory_capacity_bytes,
+            weight_bytes_per_rank=model.loaded_weight_bytes_per_rank(vllm_version, saved_bytes),
+            kv_bytes_per_token_per_rank=model.kv_bytes_per_token_per_rank(), act_bytes=quant.act_bytes,
+            tensor_parallel_size=engine.tensor_parallel_size, block_size=engine.block_size,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
+            num_gpu_blocks_override=engine.num_gpu_blocks_override,
+            auto_fit_max_model_len=engine.auto_fit_max_model_len, async_scheduling=hw.executor.host_overlaps_device,
+            weights_quantized=quant.quantization != "none" or quant.experts[0] != "none",
+            vllm_version=vllm_version))
+    if pipeline is None:
+        kv = capacity(spec, cost_model, moe.expert_weight_bytes_saved() if moe is not None else 0.0)
+    else:
+        # Each stage's workers profile their own layers; every worker then gets the smallest block count
+        # (vllm/v1/core/kv_cache_utils.py `get_kv_cache_configs`, step 5): the scarcest stage's capacity.
+        kv = min((capacity(m.spec, m, 0.0) for m in pipeline.cost_models), key=lambda c: c.num_gpu_blocks)
     max_model_len = kv.max_model_len  # lowered by --max-model-len -1 to what the KV cache holds
     try:
         scheduler_config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
@@ -103,5 +121,5 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization,
                            hw.executor.host_overlaps_device, cost_model.cudagraph_mode, cost_model.max_capture_size,
                            kv_cache_dtype)
-    return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record, moe)
+    return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record, moe, pipeline)
 

@@ -64,6 +64,7 @@ from roofline.errors import UserError
 from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
 from roofline.sim.data_parallel import group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
+from roofline.sim.pipeline_engine import PipelineEngine
 from roofline.sim.recorder import Recorder, SimulationResult, StepSink, build_result
 from roofline.sim.token_times import TimeSeries
 from roofline.sim.workload import PromptStream, RequestFactory, RequestSpec, Workload, sample_requests
@@ -142,8 +143,11 @@ class _Replica:
         self.num_outstanding = 0
         self.schedule_pending = False
         # Schedules a request arriving during a step lets pass before it is seen: 1 with asynchronous
-        # scheduling (the next step is already planned), else 0.
-        self.lag = 1 if deployment.hw.executor.host_overlaps_device else 0
+        # scheduling (the next step is already planned), else 0. A pipeline's engine core drains its input before
+        # every call of its batch-queue loop (`_Simulation.pipeline_step`): 0.
+        overlap = deployment.hw.executor.host_overlaps_device
+        self.pipeline = PipelineEngine(deployment.pipeline, overlap) if deployment.pipeline is not None else None
+        self.lag = 1 if overlap and self.pipeline is None else 0
         # Sent, not yet seen by the scheduler: [request, schedules still to let pass], in arrival order.
         self.in_transit: list[list[Any]] = []
         # The time stamped on each step's tokens, step after step (its end, or when the API server's client saw its
@@ -190,6 +194,9 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
     that may end the run sooner (`EarlyStop`); the requests unfinished then have no finish time (NaN), and a first
     token time if they had one."""
     assert early_stop is None or options.api_server_count == 1, "EarlyStop: one API-server process only"
+    if deployment.pipeline is not None and step_time_fn is not None:
+        raise UserError("--pipeline-parallel-size (-pp): a pipeline's batches are timed stage by stage "
+                        "(roofline.sim.pipeline_engine); allowed: no step_time_fn with -pp")
     specs = sample_requests(workload) if specs is None else specs
     _check_lengths(specs, deployment.scheduler_config.max_model_len)
     started = time.perf_counter()
@@ -394,6 +401,9 @@ class _Simulation:
     def schedule(self, now: float, index: int) -> None:
         replica = self.replicas[index]
         replica.schedule_pending = False
+        if replica.pipeline is not None:
+            self.pipeline_step(now, replica)
+            return
         if replica.in_transit:
             replica.admit()
         plan = replica.scheduler.schedule(now)
@@ -412,10 +422,42 @@ class _Simulation:
         replica.plan = plan
         self.push(now + duration, _STEP_END, replica.index)
 
+    def pipeline_step(self, now: float, replica: _Replica) -> None:
+        """A pipeline's engine core at `now` (`roofline.sim.pipeline_engine`): the calls of its batch-queue loop,
+        each after draining its input, until it blocks on the oldest batch (whose output `end_step` takes) or has
+        nothing to do."""
+        engine, scheduler = replica.pipeline, replica.scheduler
+        assert engine is not None
+        host_s = self.api[replica.index].engine_step_s if self.api is not None else 0.0
+        while True:
+            if replica.in_transit:
+                replica.admit()
+            if scheduler.has_unfinished() and not engine.is_full:
+                plan = scheduler.schedule(now)
+                done = engine.submit(plan, now, host_s)
+                if not plan.is_empty:
+                    _record_step(self.recorder, replica.index, plan, now, done - now)
+                if not engine.is_full and (not plan.is_empty or scheduler.has_unfinished()):
+                    continue
+            elif not engine.queue:
+                if replica.in_transit:  # idle: it waits on its input and takes them at once
+                    replica.admit(everything=True)
+                    continue
+                replica.plan = None
+                return
+            replica.plan, done = engine.queue[0]
+            self.push(max(done, now), _STEP_END, replica.index)
+            return
+
     def end_step(self, now: float, index: int) -> None:
         replica = self.replicas[index]
         plan, replica.plan = replica.plan, None
         assert plan is not None, "a step ended on a replica with no step in flight"
+        if replica.pipeline is not None:
+            replica.pipeline.queue.popleft()
+            if plan.is_empty:
+                self.next_step(now, replica)
+                return
         replica.num_steps += 1
         if self.api is not None:
             self.end_step_streamed(now, replica, plan)
