@@ -10,7 +10,13 @@ import pytest
 
 from roofline.cost.hardware import load_profile
 from roofline.cost.kernels.gemm import simt_gemm_time_s
-from roofline.cost.kernels.moe import _poisson_row_tiles, marlin_moe_block_size_m, marlin_moe_gemm_time_s, moe_time_s
+from roofline.cost.kernels.moe import (
+    _poisson_row_tiles,
+    marlin_moe_block_size_m,
+    marlin_moe_gemm_time_s,
+    marlin_slice_steps,
+    moe_time_s,
+)
 from roofline.cost.ops import BatchStats, expected_experts_touched, step_ops, weight_bytes_per_rank
 from roofline.cost.quant import QuantConfig, resolve_for_model
 from roofline.cost.step_cost import StepCostModel
@@ -277,6 +283,47 @@ def test_marlin_computes_whole_row_blocks() -> None:
     args = (hw, 1.0, 4096.0, 4096.0, "bf16", 2048.0)
     kw = dict(weight_bytes_per_param=0.0, in_bytes=2.0, out_bytes=2.0, eff_scale=0.3, bw_scale=1.0)
     assert marlin_moe_gemm_time_s(*args, 64, **kw) > 4 * marlin_moe_gemm_time_s(*args, 8, **kw)
+
+
+def test_marlin_slice_steps_follow_the_kernels_stripes() -> None:
+    # 528 blocks (132 SMs x 4). Kimi-K2's gate_up at TP 32, one token (8 moe blocks x 1 n tile x 56 k tiles = 448
+    # tile iterations): iters = 1, every block one k tile of one slice; a slice is shared by 56 blocks, each but the
+    # first waiting for the one before: 1 + 55 steps.
+    assert marlin_slice_steps(448.0, 56.0, 528.0) == 56.0
+    # Its down projection (k = 64: one k tile per slice), 8 moe blocks x 56 n tiles = 448 slices: one each, no sharing.
+    assert marlin_slice_steps(448.0, 1.0, 528.0) == 1.0
+    # 4 iterations per block, 56 k tiles: g = 4, floor((56 - 4 + 3) / 56) + 1 = 1 slice, shared by
+    # floor(55 / 4) + 1 = 14 blocks (13 waits); 1 k tile per slice: 4 slices per block, none shared.
+    assert marlin_slice_steps(4 * 528.0, 56.0, 528.0) == 1.0 + 13.0
+    assert marlin_slice_steps(4 * 528.0, 1.0, 528.0) == 4.0
+    # 3 iterations over 4 k tiles (g = 1): a block spans two slices and a slice holds parts of two blocks.
+    np.testing.assert_array_equal(marlin_slice_steps(np.array([3 * 528.0]), np.array([4.0]), 528.0), [2.0 + 1.0])
+
+
+def test_marlin_dequantization_rate_caps_the_weight_stream_per_sm() -> None:
+    # One token's gate_up on 8 experts (4096 x 7168, 8-row moe blocks: 128 x 128 tiles): 8 x 32 x 56 = 14,336 tile
+    # iterations over 528 blocks, 28 per block, 4 blocks an SM -> 28 x 4 x 128 x 128 = 1,835,008 weights an SM.
+    hw = load_profile("h100-sxm")
+    args = (hw, 1.0, 4096.0, 7168.0, "bf16", 8.0, 8)
+    kw = dict(weight_bytes_per_param=0.0, in_bytes=2.0, out_bytes=2.0, eff_scale=1.0, bw_scale=1.0)
+    free = marlin_moe_gemm_time_s(*args, **kw)
+    capped = marlin_moe_gemm_time_s(*args, **kw, dequant_rate=1e9)  # 1 G weights/s an SM: 1.835 ms of dequantization
+    assert capped - free == pytest.approx(1.835008e-3, rel=0.01)
+    slow = replace(hw, efficiency=replace(hw.efficiency, moe_w4a16_marlin_slice_s=2e-6))
+    # 28 of a slice's 56 k tiles a block: one slice each, its second block waiting for the first: 2 steps
+    assert marlin_moe_gemm_time_s(slow, *args[1:], **kw) == pytest.approx(free + 2 * 2e-6, rel=1e-9)
+
+
+def test_marlin_int4_and_fp4_experts_take_their_own_dequantization_rate() -> None:
+    hw = load_profile("h200-sxm")
+    e = replace(hw.efficiency, moe_w4a16_marlin_int4_dequant_rate=60e9, moe_w4a16_marlin_fp4_dequant_rate=30e9)
+    hw = replace(hw, efficiency=e)
+    t = {int4: moe_time_s(hw, 1.0, 8.0, 7168.0, 2048.0, "bf16", 0.5625, 2.0, "mxfp4-marlin", num_experts=384.0,
+                          num_tokens=1.0, marlin_int4=int4) for int4 in (True, False)}
+    assert t[False] > t[True]
+    both = moe_time_s(hw, 1.0, 8.0, 7168.0, 2048.0, "bf16", 0.5625, 2.0, "mxfp4-marlin", num_experts=384.0,
+                      num_tokens=1.0, marlin_int4=np.array([True, False]))
+    np.testing.assert_allclose(both, [t[True], t[False]], rtol=1e-12)
 
 
 def test_serving_marlin_experts_take_the_block_height_of_the_layers_experts() -> None:

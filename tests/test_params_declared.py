@@ -13,7 +13,15 @@ import yaml
 from roofline.calibration.calibrate import DEFAULT_TRACE_PARAMS, OP_TABLE_STAGES
 from roofline.cost.hardware import load_profile
 from roofline.cost.kernels import kernel_family
-from roofline.cost.params import EFFICIENCY_PARAMS, GROUPS, STAGES, UNITS, EfficiencyParams, stage_fields
+from roofline.cost.params import (
+    EFFICIENCY_PARAMS,
+    GROUPS,
+    STAGES,
+    UNITS,
+    EfficiencyParams,
+    group_fields,
+    stage_fields,
+)
 from roofline.registry import data_dir, list_ids
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +129,11 @@ REFITTED = {
     # file held the fit rounded by hand); same note
     **{chip: {"moe_trtllm_wide_tile_bandwidth_factor"} for chip in ("b200", "b300", "gb200")},
 }
+# Marlin MoE refitted with its slice step and per-weight-type dequantization rates (the Hopper and Blackwell family
+# fits): docs/benchmark-history/2026-11-29d-moe.md
+for _chip in ("h100-sxm", "h200-sxm", "b200", "b300", "gb200"):
+    REFITTED[_chip] = REFITTED.get(_chip, set()) | {f"moe_w4a16_marlin_{p}" for p in ("gemm_factor", "bandwidth_factor",
+                                                                                     "fixed_s")}
 
 
 def test_shipped_profiles_parse_to_the_values_of_e697551() -> None:
@@ -141,7 +154,7 @@ def test_shipped_profiles_parse_to_the_values_of_e697551() -> None:
         # fields declared after e697551 (the MLA module's, the all-to-all's, the unfitted weight-only GEMMs') are
         # new, not changed: they keep no-effect defaults unless the profile states them
         assert {n for n in after if n not in before} <= set(stage_fields("mla")) | set(stage_fields("all_to_all")) \
-            | set(stage_fields("unfitted")), pid
+            | set(stage_fields("unfitted")) | set(group_fields("moe_w4a16_marlin", "moe_format")), pid
         changed = {n for n in after if n in before and after[n] != before[n]} - REFITTED.get(pid, set())
         assert changed <= unread, (pid, sorted(changed - unread))
         assert all(after[n] == EFFICIENCY_PARAMS[n].default for n in changed), pid

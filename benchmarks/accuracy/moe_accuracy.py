@@ -92,6 +92,7 @@ from roofline.calibration.moe_format_fit import (  # noqa: E402
     fit_family_format,
     load_marlin_table,
     load_mxfp8_table,
+    yaml_values,
 )
 from roofline.calibration.moe_routing import DISTRIBUTIONS  # noqa: E402
 from roofline.cost.hardware import HardwareProfile, load_profile  # noqa: E402
@@ -261,11 +262,9 @@ def run_mxfp8(gpus: list[str], routing: str = "table", bandwidth_max: float | No
 
 
 def _params(scheme: str, params: tuple[float, ...]) -> dict[str, float]:
-    """A format's fitted (compute factor, bandwidth factor, fixed seconds) under their YAML names."""
-    factor, bw, fixed_s = params
-    prefix = FITTED[scheme]
-    return {f"{prefix}_gemm_factor": round(factor, 3), f"{prefix}_bandwidth_factor": round(bw, 3),
-            f"{prefix}_fixed_us": round(fixed_s * 1e6, 1)}
+    """A format's fitted (compute factor, bandwidth factor, fixed seconds, *family-shared values) under their YAML
+    names, as the chip files write them."""
+    return yaml_values(scheme, params)
 
 
 def run_gemm(gpus: list[str]) -> list[dict]:

@@ -152,7 +152,8 @@ MOE_FORMAT_NOTES = {
     "mxfp4-mxfp8": "MXFP4 experts with MXFP8 activations (FlashInfer TRT-LLM: MXFP8 input quantization, fp8 x fp4 "
                    "math at the fp8 peak, its token tiles each re-reading its weight tile, experts padded to 256)",
     "mxfp4-marlin": "vLLM's Marlin MoE kernel (csrc/moe/marlin_moe_wna16) on MXFP4 and int4 experts, timed as "
-                    "roofline.cost.kernels.moe describes it (vLLM's block_size_m rule, the kernel's stripes)",
+                    "roofline.cost.kernels.moe describes it (vLLM's block_size_m rule, the kernel's stripes, its "
+                    "slice steps, the weights dequantized per moe block at the weight type's rate per SM)",
 }
 
 
@@ -177,7 +178,9 @@ def _moe_writes(chip: str, formats: frozenset[str] | None = None) -> ChipWrite:
             report.append(f"{chip} {scheme}: {f.values}; held out: {held}")
         else:
             loss = "median" if scheme == "mxfp4-marlin" else "mean"
-            text = (f"fitted by `{cmd}` (roofline.calibration.moe_format_fit.fit_family_format: the fixed cost "
+            shared = ("the fixed cost, the slice step and the int4 / fp4 dequantization rates per SM"
+                      if scheme == "mxfp4-marlin" else "the fixed cost")
+            text = (f"fitted by `{cmd}` (roofline.calibration.moe_format_fit.fit_family_format: {shared} "
                     f"shared by {', '.join(f.family_systems)}, fitted on their rows together, the two factors on "
                     f"this chip's; {loss} absolute log error) on {what}, every balanced row ({f.fit_rows} rows, "
                     f"{f.fit_shapes} shapes), routed as the collector routes them (roofline.calibration.moe_routing); "

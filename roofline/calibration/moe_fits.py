@@ -41,7 +41,7 @@ from roofline.cost.hardware import HardwareProfile
 from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.moe import TRTLLM_WIDE_TILE_SCHEMES, moe_bandwidth_cap, moe_row_tiles, moe_time_s
 from roofline.cost.ops import expected_experts_touched
-from roofline.cost.params import EFFICIENCY_PARAMS, group_fields, search_value
+from roofline.cost.params import EFFICIENCY_PARAMS, GROUPS, group_fields, search_value
 from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware
 
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "gb200": "gb200", "b300_sxm": "b300"}
@@ -148,7 +148,9 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
     # moe_time_s is elementwise over numpy arrays; its annotation names the scalar case only
     return moe_time_s(hw, t * k / touched, touched, hidden, inter, dtype, cast(float, weight_bytes), 2.0, scheme,
                       row_tiles,
-                      num_experts=d.num_experts.to_numpy(np.float64), num_tokens=t, gated=gated)
+                      num_experts=d.num_experts.to_numpy(np.float64), num_tokens=t, gated=gated,
+                      marlin_int4=(d.moe_dtype == MARLIN_INT4_DTYPE).to_numpy() if marlin and "moe_dtype" in d
+                      else False)
 
 
 def with_values(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfile:
@@ -157,9 +159,22 @@ def with_values(hw: HardwareProfile, values: dict[str, float]) -> HardwareProfil
 
 
 def with_params(hw: HardwareProfile, prefix: str, factor: float, bandwidth_factor: float,
-                fixed_s: float) -> HardwareProfile:
+                fixed_s: float, *shared: float) -> HardwareProfile:
+    """`hw` with a format's three values and, where it has them, its family-shared ones (`family_shared`, in that
+    order, SI)."""
+    names = family_shared(prefix)
+    assert len(shared) in (0, len(names)), (prefix, shared)
     return with_values(hw, {f"{prefix}_gemm_factor": factor, f"{prefix}_bandwidth_factor": bandwidth_factor,
-                            f"{prefix}_fixed_s": fixed_s})
+                            f"{prefix}_fixed_s": fixed_s, **dict(zip(names, shared))})
+
+
+def family_shared(prefix: str) -> tuple[str, ...]:
+    """A format's parameters beyond its three (`FITTED`'s prefix: `_gemm_factor`, `_bandwidth_factor`, `_fixed_s`)
+    that its family fit shares over the family's chips (`roofline.calibration.moe_format_fit.fit_family_format`):
+    its other `moe_format` parameters of the same group, in declaration order (Marlin's slice step and its
+    dequantization rates per weight type: the same SMs run the same kernel)."""
+    own = {f"{prefix}_gemm_factor", f"{prefix}_bandwidth_factor", f"{prefix}_fixed_s"}
+    return tuple(n for n in group_fields(prefix, "moe_format") if n not in own) if prefix in GROUPS else ()
 
 
 def bandwidth_cap(hw: HardwareProfile, scheme: str) -> float:

@@ -23,6 +23,7 @@ The chips are those of `moe_fits.GPUS` (the order the family fits sum their loss
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -43,6 +44,7 @@ from roofline.calibration.moe_fits import (
     _newest_moe_table,
     _with_shape_split,
     bandwidth_cap,
+    family_shared,
     fit_format,
     load_table,
     predict,
@@ -51,10 +53,18 @@ from roofline.calibration.moe_fits import (
 from roofline.calibration.moe_routing import DISTRIBUTIONS
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.kernels import kernel_family
+from roofline.cost.params import EFFICIENCY_PARAMS
 
-# Marlin's starts: FIT_STARTS and two nearer its compute factor (~0.3 of the 16-bit GEMM's efficiency); with FIT_STARTS
-# alone the shared fixed cost stopped at 25.7 us, H200's MXFP4 rows held out 12.7 % at a -12 % bias, with these 30.7 us.
-MARLIN_FIT_STARTS = FIT_STARTS + ((0.3, 1.0, 30.0), (0.3, 0.7, 40.0))
+# Marlin's starts (compute factor, bandwidth factor, fixed us, slice step us, int4 and fp4 dequantization rates in G
+# weights/s per SM: `family_shared`): near its compute factor (~0.3 of the 16-bit GEMM's efficiency on Hopper, ~0.15
+# on Blackwell), weights at or near the DRAM peak, a few us per slice step, 30-60 G weights/s per SM (20-30 per
+# clock at ~2 GHz: a dozen-odd integer / half2 instructions per 8 weights, dequant.h).
+MARLIN_FIT_STARTS = ((0.3, 1.0, 30.0, 2.0, 40.0, 40.0), (0.3, 0.9, 20.0, 1.0, 60.0, 30.0),
+                     (0.15, 1.2, 25.0, 3.0, 30.0, 25.0))
+# The range of a fitted rate's log (YAML units, G weights/s per SM): 1 to 10,000.
+_LOG_RATE = (0.0, math.log(1e4))
+# Family-shared values as written: four significant digits.
+SHARED_DIGITS = 4
 # MXFP8's starts: FIT_STARTS and one nearer a compute-bound fp8 kernel's factor.
 MXFP8_FIT_STARTS = FIT_STARTS + ((0.3, 1.2, 30.0),)
 # The TRT-LLM MXFP4 formats' loss: the MEAN absolute log error. Their tables hold more small-batch (weight-streaming)
@@ -88,50 +98,74 @@ def load_mxfp8_table(gpu: str) -> pd.DataFrame:
 
 
 def fit_family_format(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame], scheme: str,
-                      starts: tuple[tuple[float, float, float], ...], routing: str = "table",
+                      starts: tuple[tuple[float, ...], ...], routing: str = "table",
                       bandwidth_max: float | None = None, reduce: Callable[[np.ndarray], float] = np.median
-                      ) -> dict[str, tuple[float, float, float]]:
-    """A format's (compute factor, bandwidth factor, fixed seconds) per GPU of one kernel family: the fixed cost
-    fitted on all the GPUs' rows together, then each GPU's two factors on its own rows with that fixed cost
-    (minimizing `reduce`, the median by default, of the absolute log errors; Nelder-Mead from `starts`)."""
+                      ) -> dict[str, tuple[float, ...]]:
+    """A format's (compute factor, bandwidth factor, fixed seconds, *shared values) per GPU of one kernel family:
+    the fixed cost and the format's family-shared parameters (`family_shared`: Marlin's slice step and
+    dequantization rates) fitted on all the GPUs' rows together, then each GPU's two factors on its own rows with
+    those held (minimizing `reduce`, the median by default, of the absolute log errors; Nelder-Mead from `starts`,
+    each (factor, bandwidth factor, fixed us, then the shared values in YAML units), and for the per-GPU factors
+    also from the joint fit's)."""
     prefix = FITTED[scheme]
+    shared = family_shared(prefix)
+    rate = np.array([EFFICIENCY_PARAMS[n].unit != "us" for n in shared], dtype=bool)
+    scale = np.array([EFFICIENCY_PARAMS[n].scale for n in shared])
     if bandwidth_max is None:  # one kernel family, one memory efficiency
         bandwidth_max = bandwidth_cap(next(iter(hws.values())), scheme)
 
-    def loss(x: np.ndarray, gpus: list[str], fixed_us: float | None) -> float:
-        factor, bw, fixed = _clip(np.array([x[0], x[1], x[2] if fixed_us is None else fixed_us]), bandwidth_max)
-        errs = [np.abs(np.log(predict(with_params(hws[g], prefix, factor, bw, fixed * 1e-6), tables[g],
-                                      scheme, routing) / tables[g].measured_s.to_numpy())) for g in gpus]
+    def values(x: np.ndarray, common: np.ndarray | None) -> tuple[float, ...]:
+        # shared coordinates: a time in us (at least 0), a rate as its log in YAML units
+        z = np.asarray(x[2:] if common is None else common, dtype=np.float64)
+        factor, bw, fixed = _clip(np.array([x[0], x[1], z[0]]), bandwidth_max)
+        extra = np.where(rate, np.exp(np.clip(z[1:], *_LOG_RATE)), np.clip(z[1:], 0.0, 500.0)) * scale
+        return (factor, bw, fixed * 1e-6, *(float(v) for v in extra))
+
+    def loss(x: np.ndarray, gpus: list[str], common: np.ndarray | None) -> float:
+        params = values(x, common)
+        errs = [np.abs(np.log(predict(with_params(hws[g], prefix, *params), tables[g], scheme, routing)
+                              / tables[g].measured_s.to_numpy())) for g in gpus]
         return float(reduce(np.concatenate(errs)))
 
-    def best(gpus: list[str], fixed_us: float | None) -> np.ndarray:
-        runs = [minimize(loss, np.array(x0 if fixed_us is None else x0[:2]), args=(gpus, fixed_us),
-                         method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 600})
-                for x0 in starts]
+    def best(gpus: list[str], common: np.ndarray | None, x0s: list[np.ndarray]) -> np.ndarray:
+        runs = [minimize(loss, x0, args=(gpus, common), method="Nelder-Mead",
+                         options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 1500 if shared else 600}) for x0 in x0s]
         return min(runs, key=lambda r: r.fun).x
 
-    fixed_us = _clip(best(list(hws), None), bandwidth_max)[2]
+    def coordinates(start: tuple[float, ...]) -> np.ndarray:
+        assert len(start) == 3 + len(shared), (scheme, start)
+        extra = np.array(start[3:], dtype=np.float64)
+        return np.array([*start[:3], *np.where(rate, np.log(np.maximum(extra, 1e-300)), extra)])
+
+    joint = best(list(hws), None, [coordinates(x0) for x0 in starts])
+    common = joint[2:]
     out = {}
     for g in hws:
-        factor, bw, _ = _clip(np.array([*best([g], fixed_us), fixed_us]), bandwidth_max)
-        out[g] = (factor, bw, fixed_us * 1e-6)
+        x0s = ([joint[:2]] if shared else []) + [np.array(x0[:2]) for x0 in starts]
+        out[g] = values(best([g], common, x0s), common)
     return out
 
 
-def yaml_values(scheme: str, params: tuple[float, float, float]) -> dict[str, float]:
-    """A format's fitted (compute factor, bandwidth factor, fixed seconds) -> {YAML key: value as written}."""
-    factor, bw, fixed_s = params
+def yaml_values(scheme: str, params: tuple[float, ...]) -> dict[str, float]:
+    """A format's fitted (compute factor, bandwidth factor, fixed seconds, *shared SI values) -> {YAML key: value as
+    written}."""
+    factor, bw, fixed_s, *extra = params
     prefix = FITTED[scheme]
+    shared = {EFFICIENCY_PARAMS[n].key: float(f"{v / EFFICIENCY_PARAMS[n].scale:.{SHARED_DIGITS}g}")
+              for n, v in zip(family_shared(prefix), extra)}
     return {f"{prefix}_gemm_factor": round(factor, FACTOR_DECIMALS),
             f"{prefix}_bandwidth_factor": round(bw, FACTOR_DECIMALS),
-            f"{prefix}_fixed_us": round(fixed_s * 1e6, FIXED_US_DECIMALS)}
+            f"{prefix}_fixed_us": round(fixed_s * 1e6, FIXED_US_DECIMALS), **shared}
 
 
-def written(scheme: str, values: dict[str, float]) -> tuple[float, float, float]:
-    """The (factor, bandwidth factor, fixed seconds) a chip file with `values` (`yaml_values`) reads back."""
+def written(scheme: str, values: dict[str, float]) -> tuple[float, ...]:
+    """The (factor, bandwidth factor, fixed seconds, *shared SI values) a chip file with `values` (`yaml_values`)
+    reads back."""
     prefix = FITTED[scheme]
     return (values[f"{prefix}_gemm_factor"], values[f"{prefix}_bandwidth_factor"],
-            values[f"{prefix}_fixed_us"] * 1e-6)
+            values[f"{prefix}_fixed_us"] * 1e-6,
+            *(values[EFFICIENCY_PARAMS[n].key] * EFFICIENCY_PARAMS[n].scale for n in family_shared(prefix)
+              if EFFICIENCY_PARAMS[n].key in values))
 
 
 def errors(pred: np.ndarray, measured: np.ndarray) -> dict[str, float]:
@@ -177,7 +211,7 @@ def _table_path(system: str) -> str:
 
 
 # The formats fitted over a kernel family's chips: scheme -> (rows loader per system, Nelder-Mead starts, loss).
-FAMILY_FORMATS: dict[str, tuple[Callable[[str], pd.DataFrame], tuple[tuple[float, float, float], ...],
+FAMILY_FORMATS: dict[str, tuple[Callable[[str], pd.DataFrame], tuple[tuple[float, ...], ...],
                                 Callable[[np.ndarray], float]]] = {
     "mxfp4": (lambda g: load_table(g).query("scheme == 'mxfp4'"), MXFP8_FIT_STARTS, MXFP8_FIT_REDUCE),
     "mxfp4-mxfp8": (load_mxfp8_table, MXFP8_FIT_STARTS, MXFP8_FIT_REDUCE),
@@ -185,7 +219,7 @@ FAMILY_FORMATS: dict[str, tuple[Callable[[str], pd.DataFrame], tuple[tuple[float
 
 
 @lru_cache(maxsize=32)
-def _family_fit(systems: tuple[str, ...], scheme: str, routing: str) -> dict[str, tuple[float, float, float]]:
+def _family_fit(systems: tuple[str, ...], scheme: str, routing: str) -> dict[str, tuple[float, ...]]:
     """`fit_family_format` of `scheme` over `systems` (in this order) on their balanced rows (computed once per
     family and format: each chip of the family reads it)."""
     loader, starts, reduce = FAMILY_FORMATS[scheme]

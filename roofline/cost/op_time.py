@@ -136,7 +136,8 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
         tpe, touched, hidden, inter, num_experts, num_tokens = op.shape
         w_expert = op.weight_bytes / (c * _max(touched, 1e-30) * 3 * hidden * inter)
         t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_expert, quant.act_bytes, quant.expert_kernel,
-                       num_experts=num_experts, num_tokens=num_tokens, gemm=gemm_formula(hw))
+                       num_experts=num_experts, num_tokens=num_tokens, gemm=gemm_formula(hw),
+                       marlin_int4=quant.experts[0] == "w4a16-int4")
         kernels = 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
     elif op.kind in MLA_OP_KINDS:
         t = mla_op_time_s(hw, op, quant.kv_dtype == "fp8")

@@ -46,6 +46,7 @@ UNITS: dict[str, tuple[str, float, float, float | None]] = {
     "factor": ("", 1.0, 0.0, None),
     "us": ("_us", 1e-6, 0.0, 1e6),
     "TB/s": ("_tb_per_s", 1e12, 1e-3, 1e3),
+    "G weights/s per SM": ("_g_per_s", 1e9, 1e-3, 1e9),
     "K elements": ("", 1.0, 0.0, 1e6),
     "MMA k-steps": ("", 1.0, 0.0, 64.0),
     "rows": ("", 1.0, 0.0, 1e6),
@@ -239,6 +240,23 @@ class EfficiencyParams:
     moe_w4a16_marlin_gemm_factor: float = _param(1.0, "fraction", "moe_w4a16_marlin", ("moe_format",))
     moe_w4a16_marlin_fixed_s: float = _param(0.0, "us", "moe_w4a16_marlin", ("moe_format",))
     moe_w4a16_marlin_bandwidth_factor: float = _param(1.0, "factor", "moe_w4a16_marlin", ("moe_format",), hi=2.0)
+    # Its time per slice step (`roofline.cost.kernels.moe.marlin_slice_steps`): a thread block that finishes a slice
+    # (one moe block x one n tile) drains its cp.async pipeline (`cp_async_wait<0>`), and a slice shared along k is
+    # reduced in fp32 through the global C_tmp buffer by its blocks one after the other (`barrier_acquire(&locks[..],
+    # slice_idx)`, `global_reduce_fp32`); the busiest block's slices and the most-shared slice's serial reductions
+    # are the call's critical path. Default 0: no effect. Fitted with the fixed cost over a family's chips.
+    moe_w4a16_marlin_slice_s: float = _param(0.0, "us", "moe_w4a16_marlin", ("moe_format",))
+    # The weights one SM dequantizes per second, per weight type (csrc/quantization/gptq_marlin/dequant.h, called
+    # from the kernel's `matmul` once per weight sub-tile and moe block): int4 with a bf16 scale per group
+    # (`dequant<nv_bfloat162, kU4B8>`: two lop3 with the FasterTransformer magic exponent and a bf16 subtract per
+    # pair of values), FP4 e2m1 (`dequant<nv_bfloat162, kFE2M1f>`: and, shift and or per pair, the e8m0 scales
+    # converted per sub-tile by `dequant_fp8_scales`); each then multiplied by its group scale (`scale`). The
+    # instructions run on the SM's integer / half2 pipes beside its mma.sync, so a Marlin call moves weights no
+    # faster than its busiest SM dequantizes them, whatever the DRAM: MXFP4 experts run at the same speed on H100
+    # and H200 (the tables: H100 / H200 time 0.97-1.05 at every shape), int4 ones 1.1-1.2x faster on H200.
+    # Defaults: no limit (1e9 G/s). Fitted per weight type over a family's chips (same SMs, same rate).
+    moe_w4a16_marlin_int4_dequant_rate: float = _param(1e18, "G weights/s per SM", "moe_w4a16_marlin", ("moe_format",))
+    moe_w4a16_marlin_fp4_dequant_rate: float = _param(1e18, "G weights/s per SM", "moe_w4a16_marlin", ("moe_format",))
     # MXFP4 experts with MXFP8 activations on FlashInfer's TRT-LLM fused MoE (`--moe-backend flashinfer-mxfp4-mxfp8`,
     # vLLM's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: InferenceX's gpt-oss recipes on B200), timed as
     # `roofline.cost.kernels.moe._mxfp4_mxfp8_moe_s` describes it (fp8 x fp4 math at the fp8 peak, the MXFP8 input

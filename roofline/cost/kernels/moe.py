@@ -142,7 +142,7 @@ def moe_row_tiles(loads: np.ndarray) -> tuple[np.ndarray, Callable[[int], np.nda
 def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
                weight_bytes_per_param: Num, act_bytes: float, scheme: str | None = None,
                row_tiles: Callable[[int], Any] | None = None, num_experts: Any = None, num_tokens: Any = None,
-               gated: Any = True, gemm: Callable[..., Any] = gemm_time_s) -> Any:
+               gated: Any = True, gemm: Callable[..., Any] = gemm_time_s, marlin_int4: Any = False) -> Any:
     """Fused MoE: grouped gate_up (n = 2*inter, k = hidden) and down (n = hidden, k = inter) GEMMs over the
     touched experts, SiLU-and-mul between, plus the fixed routing/sort/combine cost. `gated` False (per row where
     arrays): experts without a gate, one up projection (n = inter) and an elementwise activation between, as vLLM
@@ -172,7 +172,9 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     (`roofline.calibration.moe_routing`); the serving model spreads a step's tokens evenly over the touched experts.
     `num_experts` (the layer's experts on the rank; Marlin only): Marlin's row blocks are one height per call chosen
     from the mean tokens per expert (`marlin_moe_block_size_m`); without it the tile follows the tokens per
-    touched expert as for the other W4A16 kernels. `gemm`: the grouped GEMMs' formula (`gemm_time_s`'s arguments;
+    touched expert as for the other W4A16 kernels; `marlin_int4` (per row where arrays): the Marlin kernel's weights
+    are int4 with bf16 group scales (compressed-tensors W4A16), not FP4 e2m1 (MXFP4): the dequantization rate
+    differs (`marlin_moe_gemm_time_s`). `gemm`: the grouped GEMMs' formula (`gemm_time_s`'s arguments;
     a CPU's, `roofline.cost.op_time.gemm_formula`)."""
     e = hw.efficiency
     kernels = kernel_families.kernel_family(hw.family).moe
@@ -220,7 +222,8 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     up_width = np.where(gated, 2.0, 1.0) if not isinstance(gated, bool) else (2.0 if gated else 1.0)
     act = tokens_per_expert * touched * (up_width + 1.0) * inter * act_bytes / (_bandwidth(hw) * e.memory_efficiency)
     if scheme == "mxfp4-marlin" and num_experts is not None:
-        return _marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw) + act + fixed_s
+        return (_marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw, marlin_int4)
+                + act + fixed_s)
     up = gemm(hw, tokens_per_expert, up_width * inter, hidden, dtype, **kw)
     down = gemm(hw, tokens_per_expert, hidden, inter, dtype, **kw)
     if kernels.trtllm_gen:  # FlashInfer's TRT-LLM fused MoE: its finalize kernel after GEMM2
@@ -328,13 +331,18 @@ def _at_tile_heights(tm: Any, at: Callable[[int], Any]) -> Any:
 
 
 def _marlin_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any, dtype: str,
-                    num_experts: Any, kw: dict[str, Any]) -> Any:
+                    num_experts: Any, kw: dict[str, Any], int4: Any = False) -> Any:
     """Marlin's gate_up and down grouped GEMMs (`marlin_moe_gemm_time_s`) at vLLM's block_size_m
-    (`marlin_moe_block_size_m` of the routed tokens over all the layer's experts); each row its own height."""
+    (`marlin_moe_block_size_m` of the routed tokens over all the layer's experts); each row its own height; `int4`:
+    int4 weights (else FP4 e2m1), whose dequantization rate the chip states."""
     routed_per_expert = tokens_per_expert * touched / num_experts
     block_m = marlin_moe_block_size_m(routed_per_expert)
     args = {name: kw[name] for name in ("weight_bytes_per_param", "in_bytes", "out_bytes", "eff_scale", "bw_scale",
                                         "row_tiles")}
+    e = hw.efficiency
+    args["dequant_rate"] = np.where(int4, e.moe_w4a16_marlin_int4_dequant_rate, e.moe_w4a16_marlin_fp4_dequant_rate) \
+        if not isinstance(int4, bool) else (e.moe_w4a16_marlin_int4_dequant_rate if int4
+                                           else e.moe_w4a16_marlin_fp4_dequant_rate)
     if args["row_tiles"] is None:  # serving: each expert's own random count, padded to whole blocks
         args["row_tiles"] = _poisson_row_tiles(routed_per_expert, num_experts)
 
@@ -383,7 +391,8 @@ _MARLIN_BLOCKS_PER_SM = {True: 4, False: 2}
 
 def marlin_moe_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: str, groups: Any, block_m: int,
                            weight_bytes_per_param: float, in_bytes: float, out_bytes: float, eff_scale: float,
-                           bw_scale: float, row_tiles: Callable[[int], Any] | None = None) -> Any:
+                           bw_scale: float, row_tiles: Callable[[int], Any] | None = None,
+                           dequant_rate: Any = math.inf) -> Any:
     """One Marlin MoE GEMM (vLLM csrc/moe/marlin_moe_wna16, `moe_wna16_marlin_gemm`) over `groups` experts of m
     tokens each (or `row_tiles`), in moe blocks of `block_m` rows.
 
@@ -396,7 +405,10 @@ def marlin_moe_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: s
     the compute factor; bytes: each touched expert's weights once, the activations in and out, at the bandwidth
     factor; the two overlap (`_overlap`); plus kernel_fixed_s. Every moe block is computed in full, so a token
     alone on its expert costs block_m rows, and a call's slices grow with the moe blocks (top-k x tokens at
-    decode), not with its bytes."""
+    decode), not with its bytes. Every moe block also dequantizes its weight tiles again, in registers beside the
+    MMAs: the busiest SM's tile iterations x thread_n x thread_k weights at `dequant_rate` (weights per second an
+    SM, the weight type's: `_marlin_gemms_s`) bound the compute time from below. Plus the call's slice steps on its
+    critical path (`marlin_slice_steps`) at moe_w4a16_marlin_slice_s each."""
     e = hw.efficiency
     sms = hw.num_compute_units
     one_block = block_m <= 16
@@ -414,7 +426,31 @@ def marlin_moe_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: s
     slices = moe_blocks * _ceil(n / tn)
     k_work = iters * tk + _ceil(slices / (sms * per_sm_blocks)) * e.gemm_tile_fixed_k
     tc = k_work * per_sm_blocks * 2.0 * block_m * tn / per_sm
+    # Every tile iteration dequantizes its thread_k x thread_n weights once per moe block (the kernel's `matmul`
+    # converts each weight fragment, then runs the block's MMAs on it): the SM's thread blocks together convert
+    # iters x blocks_per_sm tiles at `dequant_rate` weights per second, beside the MMAs (interleaved, "the m
+    # dimension as the inner loop in order to encourage overlapping dequantization and matmul").
+    tc = _max(tc, iters * per_sm_blocks * tn * tk / dequant_rate)
     bw = _bandwidth(hw) * e.memory_efficiency * bw_scale
     moved = groups * n * k * weight_bytes_per_param + routed * (k * in_bytes + n * out_bytes)
-    return _overlap(tc, moved / bw, e.overlap_exponent) + e.kernel_fixed_s
+    steps = marlin_slice_steps(units, _ceil(k / tk), sms * per_sm_blocks)
+    return _overlap(tc, moved / bw, e.overlap_exponent) + e.kernel_fixed_s + steps * e.moe_w4a16_marlin_slice_s
+
+
+def marlin_slice_steps(units: Any, k_tiles: Any, blocks: Any) -> Any:
+    """The slice steps on one Marlin MoE call's critical path (csrc/moe/marlin_moe_wna16/marlin_template.h): each of
+    `blocks` persistent thread blocks runs iters = ceil(units / blocks) consecutive tile iterations of the flattened
+    (slice, k tile) sequence, a slice being one moe block x one n tile of `k_tiles` k tiles. A block pays a step per
+    slice it works on (the pipeline drained and refilled, `start_pipes`), and the blocks sharing a slice along k
+    hand its fp32 partial sums on one after another in slice order (`barrier_acquire(&locks[locks_off],
+    slice_idx)`, `global_reduce_fp32`). With g = gcd(iters, k_tiles): the busiest block touches
+    floor((k_tiles - g + iters - 1) / k_tiles) + 1 slices, and a slice is shared by at most
+    floor((k_tiles - g + iters - 1) / iters) + 1 blocks, each but the first waiting for the one before."""
+    iters = np.maximum(_ceil(units / blocks), 1.0)
+    it = np.asarray(iters, dtype=np.int64)
+    kt = np.asarray(k_tiles, dtype=np.int64)
+    g = np.gcd(it, kt).astype(np.float64)
+    span = k_tiles - g + iters - 1.0
+    out = np.floor(span / k_tiles) + 1.0 + np.floor(span / iters)
+    return float(out) if np.ndim(out) == 0 else out
 
