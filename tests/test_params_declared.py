@@ -130,8 +130,8 @@ REFITTED = {
     **{chip: {"moe_trtllm_wide_tile_bandwidth_factor"} for chip in ("b200", "b300", "gb200")},
 }
 # Marlin MoE refitted with its slice step and per-weight-type dequantization rates (the Hopper and Blackwell family
-# fits): docs/benchmark-history/2026-11-29d-moe.md
-for _chip in ("h100-sxm", "h200-sxm", "b200", "b300", "gb200"):
+# fits; h100-pcie reads the Hopper family file's): docs/benchmark-history/2026-11-29d-moe.md
+for _chip in ("h100-sxm", "h100-pcie", "h200-sxm", "b200", "b300", "gb200"):
     REFITTED[_chip] = REFITTED.get(_chip, set()) | {f"moe_w4a16_marlin_{p}" for p in ("gemm_factor", "bandwidth_factor",
                                                                                      "fixed_s")}
 
