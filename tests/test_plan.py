@@ -555,3 +555,21 @@ def test_vllm_serve_lines_use_only_vllm_0_32_flags(small_report: tuple[planner.P
     assert [c["is_best"] for c in doc["configurations"]].count(True) == 1
     for c in doc["configurations"]:
         assert (c["reason"] is None) == c["serves"] and (c["vllm_serve"] is not None) == c["serves"]
+
+
+def test_layouts_differing_only_in_dp_or_ep_are_distinct_rows_and_shown_only_when_searched(tmp_path: Path) -> None:
+    plan = planner.make_plan(_request(hardware=("big",), tensor_parallel_sizes=(2,), max_num_seqs=(64,),
+                                      data_parallel_sizes=(1, 2), expert_parallel=(False, True), sensitivity=False),
+                             FakeBackend(), PRICES, num_workers=1)
+    write_report(plan, tmp_path)
+    rows = _read_csv(tmp_path / "configurations.csv")
+    keys = {(r["tensor_parallel_size"], r["pipeline_parallel_size"], r["data_parallel_size"], r["expert_parallel"])
+            for r in rows}
+    assert keys == {("2", "1", dp, ep) for dp in ("1", "2") for ep in ("no", "yes")}
+    shown = report_tables(plan, all_tables(plan))["serving"].columns
+    assert "data_parallel_size" in shown and "expert_parallel" in shown and "pipeline_parallel_size" not in shown
+    assert plan.best is not None and len(re.findall(r'<tr class="best">', (tmp_path / "report.html").read_text())) >= 1
+    # A TP-only search shows no layout column (the CSVs still hold them).
+    tp_only = planner.make_plan(_request(sensitivity=False), FakeBackend(), PRICES, num_workers=1)
+    assert not {"data_parallel_size", "expert_parallel", "pipeline_parallel_size"} & set(
+        report_tables(tp_only, all_tables(tp_only))["serving"].columns)

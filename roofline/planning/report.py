@@ -34,17 +34,18 @@ from roofline.planning.report_tables import (  # noqa: F401 - MAX_SHOWN_ROWS, Ta
     MAX_COST_BARS,
     MAX_SHOWN_ROWS,
     Table,
-    _key,
     all_tables,
     column_titles,
     hardware_slug,
     report_tables,
+    shown_key,
     sig,
     usd,
 )
 from roofline.planning.search import (
     DRAIN_FRACTION,
     WARMUP_FRACTION,
+    Config,
     Point,
     num_simulated_requests,
 )
@@ -136,6 +137,14 @@ def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
 
 # ---- text --------------------------------------------------------------------------------------------
 
+
+def _layout_words(cfg: Config) -> str:
+    """The pipeline / data / expert parallelism of a replica, in words ('' for TP alone)."""
+    words = ([f"pipeline-parallel size {cfg.pipeline_parallel_size}"] if cfg.pipeline_parallel_size > 1 else []) + \
+        ([f"data-parallel size {cfg.data_parallel_size}"] if cfg.data_parallel_size > 1 else []) + \
+        (["expert parallelism"] if cfg.expert_parallel else [])
+    return "".join(f", {w}" for w in words)
+
 def answer_text(plan: Plan, tables: dict[str, Table]) -> str:
     """The answer in one paragraph, its numbers taken from the best configuration's CSV row."""
     req = plan.request
@@ -156,7 +165,7 @@ def answer_text(plan: Plan, tables: dict[str, Table]) -> str:
             f"({cfg.hardware} has no price: ranked by GPUs; --price {cfg.hardware}=USD_PER_GPU_HOUR prices it)")
     text = (f"Serve {sig(req.target_rate_per_s)} requests/s of {req.workload} with {req.model} on "
             f"{row['num_gpus']} x {cfg.hardware}: {row['num_replicas']} replica(s) of tensor-parallel size "
-            f"{row['tensor_parallel_size']} ({storage}) with max_num_seqs {row['max_num_seqs']} and "
+            f"{row['tensor_parallel_size']}{_layout_words(cfg)} ({storage}) with max_num_seqs {row['max_num_seqs']} and "
             f"max_num_batched_tokens {row['max_num_batched_tokens']}, each sustaining "
             f"{row['max_rate_per_replica_per_s']} req/s within the SLOs, {cost}.")
     if req.sensitivity and best.price is not None:
@@ -359,7 +368,7 @@ def render_html(plan: Plan, shown: dict[str, Table], answer: str, figures: list[
     """One self-contained page: the plots are embedded (data URIs), so the file can be mailed on its own."""
     titles = column_titles(plan)
     best = plan.best
-    best_key = None if best is None else _key(best)
+    best_key = None if best is None else shown_key(plan, best)
     title = f"Capacity plan: {plan.request.model} on {', '.join(plan.request.hardware)}"
     parts = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
              f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",

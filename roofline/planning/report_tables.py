@@ -83,16 +83,33 @@ def _pcol(plan: Plan, metric: str) -> str:
     return f"{metric}_p{plan.request.slo.percentile:g}_s"
 
 
-# The columns that name a configuration, in every table that lists configurations.
-KEY_COLUMNS = ("hardware", "tensor_parallel_size", "quantization", "kv_cache_dtype", "max_num_seqs",
-               "max_num_batched_tokens")
+# The columns that name a configuration, in every table that lists configurations (layouts that differ only in
+# PP, DP or EP are different rows of every CSV).
+KEY_COLUMNS = ("hardware", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "expert_parallel",
+               "quantization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens")
 
 
 def _key(c: ConfigPlan) -> tuple[str, ...]:
     cfg = c.config
     tokens = cfg.max_num_batched_tokens or c.fit.max_num_batched_tokens
-    return (cfg.hardware, str(cfg.tensor_parallel_size), cfg.quantization, cfg.kv_cache_dtype,
-            str(cfg.max_num_seqs), count(tokens))
+    return (cfg.hardware, str(cfg.tensor_parallel_size), str(cfg.pipeline_parallel_size), str(cfg.data_parallel_size),
+            "yes" if cfg.expert_parallel else "no", cfg.quantization, cfg.kv_cache_dtype, str(cfg.max_num_seqs),
+            count(tokens))
+
+
+def _shown_key(plan: Plan) -> tuple[str, ...]:
+    """KEY_COLUMNS as the report shows them: a layout column only where the search space varies it."""
+    req = plan.request
+    varied = {"pipeline_parallel_size": set(req.pipeline_parallel_sizes) != {1},
+              "data_parallel_size": set(req.data_parallel_sizes) != {1},
+              "expert_parallel": set(req.expert_parallel) != {False}}
+    return tuple(c for c in KEY_COLUMNS if varied.get(c, True))
+
+
+def shown_key(plan: Plan, c: ConfigPlan) -> tuple[str, ...]:
+    """A configuration's key cells as the report's tables show them (the row a report highlights)."""
+    cells = dict(zip(KEY_COLUMNS, _key(c)))
+    return tuple(cells[name] for name in _shown_key(plan))
 
 
 def config_columns(plan: Plan) -> tuple[str, ...]:
@@ -229,7 +246,8 @@ def column_titles(plan: Plan) -> dict[str, str]:
     """CSV column -> its heading in the report."""
     p = f"p{plan.request.slo.percentile:g}"
     return {
-        "hardware": "hardware", "tensor_parallel_size": "TP", "quantization": "quant.",
+        "hardware": "hardware", "tensor_parallel_size": "TP", "pipeline_parallel_size": "PP",
+        "data_parallel_size": "DP", "expert_parallel": "EP", "quantization": "quant.",
         "kv_cache_dtype": "KV dtype", "max_num_seqs": "max seqs", "max_num_batched_tokens": "max batched tokens",
         "status": "status", "kv_capacity_tokens": "KV capacity [tokens]", "saturation_rate_per_s": "saturation [req/s]",
         "max_rate_per_replica_per_s": "max rate per replica [req/s]", _pcol(plan, "ttft"): f"TTFT {p} [s]",
@@ -254,11 +272,11 @@ def shown_columns(plan: Plan, table: str) -> tuple[str, ...]:
     if table == "prices":
         return ("hardware", "usd_per_gpu_hour", "offer", "source", "read_on")
     if table == "not_serving":
-        return (*KEY_COLUMNS, "status", "reason", "fix")
+        return (*_shown_key(plan), "status", "reason", "fix")
     if table == "pareto_front":
-        return (*KEY_COLUMNS, "num_gpus", "sustained_rate_per_s", "usd_per_hour", "usd_per_million_output_tokens")
+        return (*_shown_key(plan), "num_gpus", "sustained_rate_per_s", "usd_per_hour", "usd_per_million_output_tokens")
     slos = [_pcol(plan, name) for name in plan.request.slo.limits()]
-    shown = [*KEY_COLUMNS, "max_rate_per_replica_per_s", *slos, "kv_headroom_pct", "num_replicas", "num_gpus",
+    shown = [*_shown_key(plan), "max_rate_per_replica_per_s", *slos, "kv_headroom_pct", "num_replicas", "num_gpus",
              "usd_per_hour", "usd_per_million_output_tokens"]
     if plan.request.sensitivity:
         shown += ["optimistic_num_gpus", "pessimistic_num_gpus", "optimistic_usd_per_million_output_tokens",
