@@ -44,7 +44,12 @@ from e2e_accuracy import (  # noqa: E402 - the judge's own reading of the rows a
 
 from roofline.judge.checks import RANGE_RATIO, client_workload  # noqa: E402
 from roofline.judge.rows import RowError, SimCase, Skip, read_silicon_rows, resolve_row  # noqa: E402
-from roofline.sim.intervals import DEFAULT_LEVEL_PERCENT, DEFAULT_NUM_SAMPLES, IntervalSpec  # noqa: E402
+from roofline.sim.intervals import (  # noqa: E402
+    DEFAULT_LEVEL_PERCENT,
+    DEFAULT_NUM_SAMPLES,
+    IntervalSpec,
+    apply_noise,
+)
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "e2e" / "intervals"  # git-ignored
 SEED = 0  # the sampling seed (roofline simulate's default workload seed)
@@ -90,10 +95,12 @@ def simulate_row(case: SimCase, spec: IntervalSpec) -> dict:
     out: dict = {"row_id": row.row_id, "system": row.system, "model": row.model_path.split("/")[-1],
                  "measured_ttft_s": row.measured_ttft_s, "measured_tpot_s": row.measured_tpot_s}
     started = time.perf_counter()
-    for label, profile in [("central", hw)] + [(f"sample_{i}", p) for i, p in enumerate(spec.profiles(hw))]:
+    noise = [{}] + spec.noise(hw)  # the run-to-run factors where the host states them (none for the central value)
+    for (label, profile), factors in zip([("central", hw)] + [(f"sample_{i}", p)
+                                                                for i, p in enumerate(spec.profiles(hw))], noise):
         result = run_simulation(make_deployment(spec_model, profile, engine, vllm_version=version), workload, options)
-        out[label] = {"ttft_s": _mean(result.requests.ttft_s.to_numpy()),
-                      "tpot_s": _mean(result.requests.tpot_s.to_numpy())}
+        out[label] = apply_noise({"ttft_s": _mean(result.requests.ttft_s.to_numpy()),
+                                  "tpot_s": _mean(result.requests.tpot_s.to_numpy())}, factors)
     out["wall_s"] = time.perf_counter() - started
     return out
 

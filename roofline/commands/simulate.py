@@ -62,6 +62,7 @@ from roofline.sim.intervals import (
     DEFAULT_LEVEL_PERCENT,
     DEFAULT_NUM_SAMPLES,
     IntervalSpec,
+    apply_noise,
     format_intervals,
     interval_metrics,
     interval_record,
@@ -234,7 +235,9 @@ def run(args: argparse.Namespace) -> int:
             return interval_metrics(bench_metrics(sampled.requests, sampled.itl, lens, metric_options,
                                                   max_concurrency, request_rate), sampled.summary(summary_options))
 
-        samples = run_samples(run_one, intervals.profiles(deployment.hw), intervals.num_workers)
+        samples = [apply_noise(m, f) for m, f in zip(
+            run_samples(run_one, intervals.profiles(deployment.hw), intervals.num_workers),
+            intervals.noise(deployment.hw))]
         summary["intervals"] = interval_record(interval_metrics(vllm, summary), samples, intervals, deployment.hw)
     if args.out is not None:
         write_outputs(args.out, deployment, result, summary, stream)

@@ -23,6 +23,10 @@ speed, the ones it does not state keep that:
       single_thread_speed_relative: 1.0
       api_server_costs_s: {request: 0.006, output_pass: 0.002}
 
+A host may also state how sure those costs are and how much a served run varies between repeats
+(`api_server_cost_uncertainty`, `served_run_to_run_noise`: `roofline.cost.host_uncertainty`), which
+`roofline simulate --intervals` samples; `cost_factors` are a sampled cost model's factors on the costs.
+
 A profile without the section describes no API server: the simulator then charges the executor's older
 per-request terms (`executor.tokenize_us_per_prompt_token`, `executor.frontend_us_per_request`), if any.
 """
@@ -32,9 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from roofline.cost.host_uncertainty import NOISE_METRICS, RatioQuantiles, read_ratio_quantiles
 from roofline.errors import UserError, check_fields
 
-HOST_KEYS = ("cpu_model", "single_thread_speed_relative", "api_server_costs_s")
+HOST_KEYS = ("cpu_model", "single_thread_speed_relative", "api_server_costs_s", "api_server_cost_uncertainty",
+             "served_run_to_run_noise")
 REQUIRED_HOST_KEYS = ("cpu_model", "single_thread_speed_relative")
 # The API server's costs a host may state (roofline.sim.api_server.ApiServerCosts, each without its "_s").
 COST_NAMES = ("request", "chat_request", "prompt_token", "output_pass", "output_token", "chat_output_token",
@@ -44,11 +50,15 @@ COST_NAMES = ("request", "chat_request", "prompt_token", "output_pass", "output_
 @dataclass(frozen=True)
 class HostCpu:
     """The host CPU: its model (text), its single-thread speed relative to the reference host (> 0), and the
-    API-server costs measured on it, if any ((name, seconds) pairs, names from COST_NAMES)."""
+    API-server costs measured on it, if any ((name, seconds) pairs, names from COST_NAMES); how sure they are and
+    how much a served run varies, if stated; a sampled cost model's factors on the costs ((name, factor) pairs)."""
 
     cpu_model: str
     single_thread_speed_relative: float
     api_server_costs_s: tuple[tuple[str, float], ...] = ()
+    cost_uncertainty: RatioQuantiles | None = None
+    run_to_run_noise: RatioQuantiles | None = None
+    cost_factors: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def from_dict(cls, section: Any, where: str) -> "HostCpu":
@@ -70,8 +80,14 @@ class HostCpu:
                                 f"{', '.join(COST_NAMES)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise UserError(f"{where}.api_server_costs_s.{name}: must be seconds in [0, 1], got {value!r}")
+        cost_unc = section.get("api_server_cost_uncertainty")
+        noise = section.get("served_run_to_run_noise")
         return cls(cpu_model=model.strip(), single_thread_speed_relative=float(speed),
-                   api_server_costs_s=tuple((name, float(costs[name])) for name in COST_NAMES if name in costs))
+                   api_server_costs_s=tuple((name, float(costs[name])) for name in COST_NAMES if name in costs),
+                   cost_uncertainty=None if cost_unc is None else read_ratio_quantiles(
+                       cost_unc, "api_server_cost_uncertainty", COST_NAMES, where),
+                   run_to_run_noise=None if noise is None else read_ratio_quantiles(
+                       noise, "served_run_to_run_noise", NOISE_METRICS, where))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cpu_model": self.cpu_model,

@@ -49,7 +49,8 @@ KINDS = ("gemm", "attention_prefill", "attention_decode", "moe", "all_reduce", "
 _RECORD_KIND = {"gemm": "gemm", "attention_prefill": "attention_prefill", "attention_decode": "attention_decode",
                 "moe": "moe", "all_reduce": "all_reduce", "all_gather": "all_reduce",
                 "mla_prefill": "mla", "mla_decode": "mla", "mla_bmm": "mla"}
-NOT_SAMPLED = ("the host: executor step and launch times, the API server", "elementwise kernels and sampling")
+NOT_SAMPLED = ("the host: executor step and launch times; the API server's terms unless the host states their "
+               "uncertainty (roofline.cost.host_uncertainty)", "elementwise kernels and sampling")
 _SECTION_KEYS = ("method", "command", "fitted_on", "levels", "per_chip", "without_tables")
 _KIND_KEYS = ("num_rows", "measured_over_predicted")
 

@@ -97,9 +97,12 @@ class ApiServerCosts:
     @classmethod
     def for_host(cls, host: HostCpu) -> "ApiServerCosts":
         """The costs on `host`: those it states as measured on it (`host.api_server_costs_s`), the others the
-        reference costs divided by its single-thread speed relative to the reference host."""
+        reference costs divided by its single-thread speed relative to the reference host; each times the host's
+        sampled factor where it has one (`host.cost_factors`, `roofline simulate --intervals`)."""
         costs = cls().scaled(1.0 / host.single_thread_speed_relative)
-        return replace(costs, **{f"{name}_s": value for name, value in host.api_server_costs_s})
+        costs = replace(costs, **{f"{name}_s": value for name, value in host.api_server_costs_s})
+        return replace(costs, **{f"{name}_s": getattr(costs, f"{name}_s") * factor
+                                 for name, factor in host.cost_factors})
 
     def scaled(self, factor: float) -> "ApiServerCosts":
         return replace(self, **{name: getattr(self, name) * factor for name in self.__dataclass_fields__})

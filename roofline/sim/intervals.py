@@ -9,10 +9,12 @@ measured uncertainty (`roofline simulate --intervals`).
 What is sampled: the profile's `uncertainty` (`roofline.cost.uncertainty`: per operator kind, measured / predicted on
 held-out operator-table rows), one factor per kind and sample (Latin hypercube over the kind's quantiles, kinds
 independent, `OpUncertainty.sample`), each sample a whole simulation of the same requests with every operator of a
-kind slower or faster by its factor. The central value is the run with the cost model as fitted (the numbers the
-plain run prints); the interval is the samples' (100 - level) / 2 and (100 + level) / 2 percentiles (numpy linear).
-Not sampled (`roofline.cost.uncertainty.NOT_SAMPLED`): the host's and API server's terms,
-elementwise kernels; nor run-to-run noise, which no GPU profile states.
+kind slower or faster by its factor; where the host states them (`roofline.cost.host_uncertainty`), the API server's
+cost terms likewise (one factor per term, `host.cost_factors`), and the served run-to-run noise as a factor on the
+sample's TTFT and TPOT figures (`apply_noise`). The central value is the run with the cost model as fitted (the
+numbers the plain run prints); the interval is the samples' (100 - level) / 2 and (100 + level) / 2 percentiles
+(numpy linear). Not sampled (`not_sampled`): the executor's host terms (step and launch times), elementwise kernels,
+and whatever the profile does not state.
 
 The samples run on `num_workers` forked processes (they inherit the parent's imports, model, requests and caches, so
 a sample costs one simulation), in sample order whatever finishes first: the same seed gives the same bytes.
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from roofline.cost.hardware import HardwareProfile
+from roofline.cost.host_uncertainty import NOISE_METRICS
 from roofline.cost.uncertainty import NOT_SAMPLED
 from roofline.errors import UserError
 
@@ -72,18 +75,35 @@ class IntervalSpec:
             if value != int(value) or not SAMPLES_RANGE[0] <= value <= SAMPLES_RANGE[1]:
                 raise UserError(f"--interval-samples: {samples} is not allowed; allowed: {allowed_n}")
             n = int(value)
-        if hw.uncertainty is None:
-            raise UserError(f"--intervals: hardware profile {hw.id} states no operator-time uncertainty (an "
-                            f"uncertainty: section, its own or its family's: roofline calibrate --op-tables --family "
-                            f"F --uncertainty --write); allowed: a profile of a family fitted on operator tables "
-                            f"(roofline profiles)")
+        host = hw.host
+        if hw.uncertainty is None and (host is None or (host.cost_uncertainty is None
+                                                        and host.run_to_run_noise is None)):
+            raise UserError(f"--intervals: hardware profile {hw.id} states no uncertainty (an uncertainty: section, "
+                            f"its own or its family's: roofline calibrate --op-tables --family F --uncertainty "
+                            f"--write; or host.api_server_cost_uncertainty / host.served_run_to_run_noise); allowed: "
+                            f"a profile of a family fitted on operator tables (roofline profiles)")
         if workers is None:
             workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         return cls(percent, n, seed, max(1, min(workers, n)))
 
     def profiles(self, hw: HardwareProfile) -> list[HardwareProfile]:
-        assert hw.uncertainty is not None
-        return [replace(hw, op_time_factors=f) for f in hw.uncertainty.sample(self.num_samples, self.seed)]
+        """The sampled cost models: the operator kinds' factors and, where the host states its API-server costs'
+        uncertainty, the cost terms' factors."""
+        n = self.num_samples
+        out = [hw] * n if hw.uncertainty is None else \
+            [replace(hw, op_time_factors=f) for f in hw.uncertainty.sample(n, self.seed)]
+        host = hw.host
+        if host is not None and host.cost_uncertainty is not None:
+            out = [replace(p, host=replace(host, cost_factors=f))
+                   for p, f in zip(out, host.cost_uncertainty.sample(n, self.seed))]
+        return out
+
+    def noise(self, hw: HardwareProfile) -> list[dict[str, float]]:
+        """Per sample, the run-to-run factor on its TTFT and TPOT figures (1 where the host states no noise)."""
+        host = hw.host
+        if host is None or host.run_to_run_noise is None:
+            return [{} for _ in range(self.num_samples)]
+        return [dict(f) for f in host.run_to_run_noise.sample(self.num_samples, self.seed)]
 
     def bounds(self, values: Sequence[float]) -> tuple[float, float]:
         tail = (100.0 - self.level_percent) / 2
@@ -143,6 +163,34 @@ def interval_metrics(vllm: dict[str, Any], summary: dict[str, Any]) -> dict[str,
     return out
 
 
+def apply_noise(metrics: dict[str, float | None], factors: dict[str, float]) -> dict[str, float | None]:
+    """A sample's figures with the run-to-run noise: every TTFT figure (mean, median, percentiles; `*_ttft_ms`, and
+    the coverage judge's `ttft_s`) times the TTFT factor, every TPOT figure likewise; the others as they are."""
+    out = dict(metrics)
+    for metric in NOISE_METRICS:
+        factor = factors.get(metric)
+        if factor is None:
+            continue
+        for key, value in metrics.items():
+            if value is not None and (key.endswith(f"_{metric}_ms") or key == f"{metric}_s"):
+                out[key] = value * factor
+    return out
+
+
+def not_sampled(hw: HardwareProfile) -> list[str]:
+    """What `--intervals` leaves at its fitted value for `hw`."""
+    host = hw.host
+    out = [] if hw.uncertainty is not None else ["operator times (the profile states no operator uncertainty)"]
+    out.append("the host: executor step and launch times")
+    if host is not None:
+        left = [] if host.cost_uncertainty is None else [n for n, _ in host.cost_uncertainty.ratios]
+        out.append("the API server's " + ("terms" if not left else "terms other than " + ", ".join(left)))
+    out.append(NOT_SAMPLED[-1])
+    if host is None or host.run_to_run_noise is None:
+        out.append("run-to-run noise (the profile states none)")
+    return out
+
+
 def _float(value: Any) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
@@ -150,7 +198,6 @@ def _float(value: Any) -> float | None:
 def interval_record(central: dict[str, float | None], samples: list[dict[str, float | None]], spec: IntervalSpec,
                     hw: HardwareProfile) -> dict[str, Any]:
     """What --json and --save-result hold: the method and, per figure, the central value and the interval."""
-    assert hw.uncertainty is not None
     metrics: dict[str, Any] = {}
     for key, value in central.items():
         values = [s.get(key) for s in samples]
@@ -160,14 +207,31 @@ def interval_record(central: dict[str, float | None], samples: list[dict[str, fl
         low, high = spec.bounds([float(v) for v in values if v is not None])
         metrics[key] = {"central": value, "low": low, "high": high}
     tail = (100.0 - spec.level_percent) / 2
+    host = hw.host
+    drawn = []
+    if hw.uncertainty is not None:
+        drawn.append(f"one factor per operator kind on every operator's time, drawn from {hw.uncertainty.source}")
+    if host is not None and host.cost_uncertainty is not None:
+        drawn.append(f"one factor per API-server cost term ({', '.join(n for n, _ in host.cost_uncertainty.ratios)}) "
+                     f"from the host's api_server_cost_uncertainty ({host.cost_uncertainty.source})")
+    if host is not None and host.run_to_run_noise is not None:
+        drawn.append(f"a run-to-run factor on the TTFT and TPOT figures from the host's served_run_to_run_noise "
+                     f"({host.run_to_run_noise.source})")
+    profiles = spec.profiles(hw)
+    factors: list[dict[str, Any]] = [p.op_time_factors.as_dict() if hw.uncertainty is not None else {}
+                                     for p in profiles]
+    for entry, p, noise in zip(factors, profiles, spec.noise(hw)):
+        if p.host is not None and p.host.cost_factors:
+            entry["api_server"] = dict(p.host.cost_factors)
+        if noise:
+            entry["run_to_run"] = noise
     return {
         "level_percent": spec.level_percent, "num_samples": spec.num_samples, "seed": spec.seed,
-        "method": f"{spec.num_samples} simulations of the same requests, each with one factor per operator kind on "
-                  f"every operator's time, drawn from {hw.uncertainty.source} (Latin hypercube over each kind's "
-                  f"quantiles, kinds independent); central: the cost model as fitted; interval: the samples' "
-                  f"{tail:g}th and {100 - tail:g}th percentiles (numpy linear)",
-        "not_sampled": list(NOT_SAMPLED) + ["run-to-run noise (no GPU profile states it)"],
-        "factors": [f.as_dict() for f in hw.uncertainty.sample(spec.num_samples, spec.seed)],
+        "method": f"{spec.num_samples} simulations of the same requests, each with " + "; ".join(drawn)
+                  + f" (Latin hypercube over each entry's quantiles, entries independent); central: the cost model "
+                  f"as fitted; interval: the samples' {tail:g}th and {100 - tail:g}th percentiles (numpy linear)",
+        "not_sampled": not_sampled(hw),
+        "factors": factors,
         "metrics": metrics,
     }
 

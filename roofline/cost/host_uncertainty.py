@@ -1,0 +1,92 @@
+"""How sure a host's API-server costs are, and how much a served run varies between repeats: two optional parts of a
+profile's `host:` section (`roofline.cost.host_cpu`), sampled by `roofline simulate --intervals` beside the operator
+kinds (`roofline.cost.uncertainty`).
+
+    host:
+      api_server_costs_s: {...}                      # the costs (seconds), where measured on this host
+      api_server_cost_uncertainty:                   # per cost term: quantiles of resample / fit (ratios)
+        method: ...                                  # free text: what the numbers are
+        command: python benchmarks/ground_truth/api_cost_uncertainty.py
+        levels: [0.025, ..., 0.975]                  # probability levels, increasing, in (0, 1)
+        resample_over_fit: {request: [...], output_pass: [...], output_token: [...]}   # one ratio per level
+      served_run_to_run_noise:                       # per metric: quantiles of one run / the mean of its repeats
+        method: ...
+        command: ...
+        levels: [...]
+        run_over_mean: {ttft: [...], tpot: [...]}
+
+`api_server_cost_uncertainty` multiplies the API server's cost terms (`roofline.sim.api_server.ApiServerCosts`, the
+names of `host_cpu.COST_NAMES`) of a sampled cost model, one factor per term, the same for every request and step of
+the run; `served_run_to_run_noise` multiplies a sampled run's TTFT and TPOT figures (the client's; a repeat of the
+same load differs by it from another). Both are drawn like the operator kinds (`OpUncertainty.sample`: Latin
+hypercube over each entry's quantiles, linear in ln ratio between levels, entries independent), each from its own
+seeded generator, so that adding them leaves the operator kinds' draws as they were.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from roofline.cost.uncertainty import _levels
+from roofline.errors import UserError, check_fields
+
+NOISE_METRICS = ("ttft", "tpot")
+_COST_KEYS = ("method", "command", "levels", "resample_over_fit")
+_NOISE_KEYS = ("method", "command", "levels", "run_over_mean")
+# Per section, the generator's stream after [41, seed] (the operator kinds draw from [41, seed] itself).
+_STREAM = {"api_server_cost_uncertainty": 1, "served_run_to_run_noise": 2}
+
+
+@dataclass(frozen=True)
+class RatioQuantiles:
+    """Per entry (a cost term, a metric), quantiles of a ratio at `levels`; `names` fixes the draw order."""
+
+    section: str  # the host field it was read from
+    names: tuple[str, ...]  # every name the section may hold, in draw order
+    levels: tuple[float, ...]
+    ratios: tuple[tuple[str, tuple[float, ...]], ...]
+    source: str  # the command that wrote it
+
+    def sample(self, n: int, seed: int) -> list[tuple[tuple[str, float], ...]]:
+        """`n` factor sets ((name, factor) pairs): per entry the ratios at the midpoints of n equal strata of (0, 1),
+        shuffled per name (one generator per section, a permutation drawn for every name in `names`)."""
+        rng = np.random.default_rng([41, seed, _STREAM[self.section]])
+        midpoints = (np.arange(n) + 0.5) / n
+        given = dict(self.ratios)
+        columns: dict[str, np.ndarray] = {}
+        for name in self.names:
+            order = rng.permutation(n)
+            if name in given:
+                columns[name] = np.exp(np.interp(midpoints[order], self.levels, np.log(given[name])))
+        return [tuple((k, float(f"{v[i]:.6g}")) for k, v in columns.items()) for i in range(n)]
+
+
+def read_ratio_quantiles(section: Any, field: str, names: tuple[str, ...], where: str) -> RatioQuantiles:
+    """A host section's `field` (api_server_cost_uncertainty or served_run_to_run_noise), validated (UserError
+    naming the field)."""
+    where = f"{where}.{field}"
+    table_key = "resample_over_fit" if field == "api_server_cost_uncertainty" else "run_over_mean"
+    check_fields(section, list(_COST_KEYS if table_key == "resample_over_fit" else _NOISE_KEYS), where,
+                 ["levels", table_key])
+    levels = _levels(section, where)
+    table = section[table_key]
+    if not isinstance(table, dict) or not table:
+        raise UserError(f"{where}.{table_key}: must be a mapping of {', '.join(names)} to ratios (one per level)")
+    ratios = []
+    for name in names:
+        if name not in table:
+            continue
+        values = table[name]
+        if not isinstance(values, list) or len(values) != len(levels) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e3 for v in values) \
+                or any(b < a for a, b in zip(values, values[1:])):
+            raise UserError(f"{where}.{table_key}.{name}: must be {len(levels)} positive ratios (one per level), "
+                            f"non-decreasing, got {values!r}")
+        ratios.append((name, tuple(float(v) for v in values)))
+    unknown = sorted(set(table) - set(names))
+    if unknown:
+        raise UserError(f"{where}.{table_key}.{unknown[0]}: not allowed; allowed: {', '.join(names)}")
+    return RatioQuantiles(field, names, levels, tuple(ratios), str(section.get("command", "?")))
