@@ -218,3 +218,19 @@ def test_the_served_engine_core_adds_its_own_work_to_every_step() -> None:
     bare = _run(_burst(1, output=4), replace(INPUT_ONLY, request_s=0.0))
     assert np.allclose(result.requests.ttft_s - bare.requests.ttft_s, 0.005, rtol=0, atol=1e-12)
     assert np.allclose(result.requests.e2e_s - bare.requests.e2e_s, 4 * 0.005, rtol=0, atol=1e-12)
+
+
+def test_the_outputs_hand_off_delays_what_the_client_sees_not_the_engine() -> None:
+    """output_latency_s (the hand-off of a step's outputs from the engine core to the API server's output handler)
+    delays every token the client sees by the same 3 ms: TTFT and end-to-end latency grow by 3 ms, TPOT and the
+    engine's steps do not change; a closed loop of one client sends each next request 3 ms later."""
+    costs = replace(INPUT_ONLY, request_s=0.0, output_pass_s=0.001)
+    result = _run(_burst(1, output=4), replace(costs, output_latency_s=0.003))
+    bare = _run(_burst(1, output=4), costs)
+    assert np.allclose(result.requests.ttft_s - bare.requests.ttft_s, 0.003, rtol=0, atol=1e-12)
+    assert np.allclose(result.requests.e2e_s - bare.requests.e2e_s, 0.003, rtol=0, atol=1e-12)
+    assert np.allclose(result.requests.tpot_s, bare.requests.tpot_s, rtol=0, atol=1e-12)
+    assert np.allclose(result.steps.duration_s, bare.steps.duration_s, rtol=0, atol=1e-12)
+    closed, bare_closed = (_run(_burst(2, output=1), replace(costs, output_latency_s=latency), max_concurrency=1)
+                           for latency in (0.003, 0.0))
+    assert closed.requests.arrival_s.iloc[1] - bare_closed.requests.arrival_s.iloc[1] == pytest.approx(0.003, abs=1e-12)

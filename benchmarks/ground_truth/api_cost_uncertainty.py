@@ -132,7 +132,8 @@ def host_sections(report: dict[str, Any]) -> dict[str, Any]:
                       f"{costs['residual_pct']['median_abs']} %, p90 {costs['residual_pct']['p90_abs']} %; not stated: "
                       + ", ".join(f"{t} ({100 * costs['nonpositive_share'][t]:.1f} % of the resamples at or below 0)"
                                   for t in left)
-                      + "; latency and engine_step (a timing grid, not this fit). Never the end-to-end judge",
+                      + "; latency, output_latency and engine_step (measured apart, not this fit). Never the end-to-end "
+                        "judge",
             "command": COMMAND, "levels": report["levels"],
             "resample_over_fit": {t: costs["resample_over_fit"][t] for t in SAMPLED_TERMS}},
         "served_run_to_run_noise": {

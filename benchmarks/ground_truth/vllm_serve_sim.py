@@ -33,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 METRICS = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "output_throughput")
+# The ApiServerCosts that are CPU work of the API-server process (and of the client added to them) on its core.
+API_CORE_WORK = ("request_s", "chat_request_s", "prompt_token_s", "output_pass_s", "output_token_s",
+                 "chat_output_token_s")
 
 
 def engine_argv(server_flags: list[str]) -> list[str]:
@@ -88,8 +91,11 @@ def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_fla
                 costs = with_client(costs, {k: v * speed for k, v in client.items()} if client else None)
             if shared:
                 # More API-server processes than the cores they were pinned to: they share them (processor
-                # sharing), so each runs at api_cores / count of a core's speed.
-                costs = costs.scaled(count / api_cores)
+                # sharing), so each runs its work at api_cores / count of a core's speed. Only the work on those
+                # cores: the hops (latency_s, output_latency_s) are no CPU work of theirs and the engine core's own
+                # per-step work (engine_step_s) runs on the engine's core (until 2026-11-29e all were scaled).
+                factor = count / api_cores
+                costs = replace(costs, **{name: getattr(costs, name) * factor for name in API_CORE_WORK})
             kwargs.update(api_server_count=count, endpoint=run["endpoint"], api_server_costs=costs)
         options = SimulationOptions(**kwargs)
         metric_options = vllm_bench.measured_metric_options(record, parse_goodput(None))
@@ -399,6 +405,13 @@ def main() -> int:
     parser.add_argument("--client-costs", type=Path, default=None, metavar="JSON",
                         help="an --out file of a --fit-cpu fit: its client_costs_s (the client's CPU per request and "
                              "per streamed token, on the API server's cores) added to the API server's costs")
+    parser.add_argument("--engine-step", type=Path, default=None, metavar="JSON",
+                        help="with --fit-cpu: engine_step_s as served_step_overhead.py measured it (its --out file) "
+                             "instead of fitting it by timing")
+    parser.add_argument("--hops", type=Path, default=None, metavar="INDEX",
+                        help="with --fit-cpu: latency_s and output_latency_s from a vllm_serve_bench.py --timeline "
+                             "index (its closed1 runs' hop to the engine core, its rate20 runs' outputs' hand-off) "
+                             "instead of fitting latency_s by timing")
     parser.add_argument("--fit-host-scale", default=None, metavar="CELLS",
                         help="comma-separated cell patterns (e.g. 'burst100-*-a1,rate20-*-a1') to fit one factor on "
                              "that scales every reference API-server cost (this host's speed, HOST_SCALES)")
@@ -445,9 +458,28 @@ def main() -> int:
         # at a time the CPU work above already spans the measured time outside the engine, so latency_s from 0).
         timing = {**index, "runs": fit_runs + [dict(r, name=f"split-{r['name']}") for r in split
                                                if r["load"] == "closed1"]}
-        costs = fit(timing, args.hardware, {cell_of(r) for r in timing["runs"]},
-                    {"latency_s": (0.0, 1e-3, 2e-3, 3e-3, 4e-3),
-                     "engine_step_s": (1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3)}, costs, client)
+        grid: dict[str, tuple[float, ...]] = {}
+        if args.hops:
+            # Measured (vllm_serve_bench.py --timeline, vllm_timeline.py): the request's hop to the engine core where
+            # nothing else waits (one request at a time: closed1, the engine idle at its arrival) and the outputs'
+            # hand-off to the API server's output handler at the steady load (rate20); the means of the runs' means.
+            traced = [r for r in json.loads(args.hops.read_text())["runs"] if "timeline" in r]
+            hop_in = [r["timeline"]["engine_to_queued_ms"]["mean"] for r in traced if r["load"] == "closed1"]
+            hop_out = [r["timeline"]["output_handoff_ms"]["mean"] for r in traced if r["load"] == "rate20"]
+            costs = replace(costs, latency_s=statistics.mean(hop_in) / 1e3,
+                            output_latency_s=statistics.mean(hop_out) / 1e3)
+            record["hops"] = {"index": str(args.hops), "closed1_engine_to_queued_ms": hop_in,
+                              "rate20_output_handoff_ms": hop_out}
+        else:
+            grid["latency_s"] = (0.0, 1e-3, 2e-3, 3e-3, 4e-3)
+        if args.engine_step:
+            # Measured instead (served_step_overhead.py: served steps against in-process steps of the same shape).
+            costs = replace(costs, engine_step_s=json.loads(args.engine_step.read_text())["engine_step_s"])
+            record["engine_step"] = str(args.engine_step)
+        else:
+            grid["engine_step_s"] = (1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3)
+        if grid:
+            costs = fit(timing, args.hardware, {cell_of(r) for r in timing["runs"]}, grid, costs, client)
         fitted_on += sorted(fit_cells)
         record["fit_runs"] = [str(path) for path in args.fit_runs]
     if args.fit_host_scale:

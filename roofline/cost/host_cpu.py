@@ -44,7 +44,7 @@ HOST_KEYS = ("cpu_model", "single_thread_speed_relative", "api_server_costs_s", 
 REQUIRED_HOST_KEYS = ("cpu_model", "single_thread_speed_relative")
 # The API server's costs a host may state (roofline.sim.api_server.ApiServerCosts, each without its "_s").
 COST_NAMES = ("request", "chat_request", "prompt_token", "output_pass", "output_token", "chat_output_token",
-              "latency", "engine_step")
+              "latency", "output_latency", "engine_step")
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,14 @@ priority, the slices taken as infinitely small); input work first come first ser
 - output work per engine step with outputs for the process: `output_pass_s` + `output_token_s` (+
   `chat_output_token_s`) x its tokens in the step, after the process's earlier output work; the client sees the
   step's tokens when it ends;
-- the rest of a request's time outside the engine core that does not occupy the loop (`latency_s`: the IPC hops
-  both ways, the client's HTTP), charged on the way in;
+- the rest of a request's time outside the engine core that does not occupy the loop (`latency_s`: the request's
+  hop to the engine core, the client's HTTP; in the reference costs also the hop back, their `output_latency_s`
+  being 0), charged on the way in;
+- the hand-off of each step's outputs from the engine core to the API server's output handler (`output_latency_s`:
+  `EngineCoreProc.process_output_sockets`' thread encodes and sends them over ZMQ, the API server's
+  `process_outputs_socket` task receives and decodes them, `output_handler` takes them a loop round later), a
+  delay that does not occupy the loop: the client sees a step's tokens that much later (added after the output
+  pass; that the loop is free for input work meanwhile is not modelled);
 - the served engine core's own work per step beyond an in-process step (`engine_step_s`), added to each step.
 The costs are seconds on the reference host (`REFERENCE_HOST`), divided by the profile's
 `host.single_thread_speed_relative` (`roofline.cost.host_cpu`). The engine core's own per-step work per sequence
@@ -82,7 +88,11 @@ class ApiServerCosts:
     the model in a Worker process, `vllm/platforms/cpu.py`; shared-memory `MessageQueue`,
     `vllm/distributed/device_communicators/shm_broadcast.py`) and the outputs' serialization to the API server
     (`EngineCoreProc.process_output_sockets`); 0 on the reference (not measured on a GPU host), measured on the CPU
-    host by vllm_serve_sim.py (BENCHMARKS.md, "vLLM's API server in a burst").
+    host (served_step_overhead.py; BENCHMARKS.md, "vLLM's API server in a burst"). `output_latency_s`: from a step's
+    outputs leaving the engine core's step (`EngineCoreOutputs.timestamp`) to the API server's output handler taking
+    them (`IterationStats.iteration_timestamp`), per request's first token in real `vllm serve` runs
+    (`vllm_serve_bench.py --timeline`); 0 on the reference (not measured on a GPU host; on the CPU host most of it
+    is the wake-up of the sending and receiving threads on cores kept busy by the Worker and the API server).
     """
 
     request_s: float = 0.40e-3
@@ -92,6 +102,7 @@ class ApiServerCosts:
     output_token_s: float = 65e-6
     chat_output_token_s: float = 0.0
     latency_s: float = 3.77e-3
+    output_latency_s: float = 0.0
     engine_step_s: float = 0.0
 
     @classmethod
@@ -126,6 +137,7 @@ class ApiServer:
         self.output_pass_s = costs.output_pass_s
         self.output_token_s = costs.output_token_s + (costs.chat_output_token_s if chat else 0.0)
         self.latency_s = costs.latency_s
+        self.output_latency_s = costs.output_latency_s
         self.engine_step_s = costs.engine_step_s  # added to each engine step (see ApiServerCosts)
         self.num_processes = num_processes
         self.output_busy_until_s = [0.0] * num_processes
@@ -167,14 +179,15 @@ class ApiServer:
 
     def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
         """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them.
-        The pass starts once the process's earlier output work is done; input work still pending waits for it."""
+        The pass starts once the process's earlier output work is done; input work still pending waits for it; the
+        client has the tokens `output_latency_s` after the pass ends (the hand-off's delay: module docstring)."""
         start = max(now_s, self.output_busy_until_s[process])
         work = self.output_pass_s + self.output_token_s * num_tokens
         self._finish(process, start)  # input work done before the pass is not delayed by it
         if self.pending[process]:
             self.shift_s[process] += work
         self.output_busy_until_s[process] = start + work
-        return start + work
+        return start + work + self.output_latency_s
 
 
 def without_api_server(hw: HardwareProfile) -> HardwareProfile:
