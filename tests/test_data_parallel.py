@@ -17,7 +17,8 @@ from roofline.cost.expert_parallel import rank_shares
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.parallel_config import ParallelArgs, parse_eplb_config
-from roofline.sim.data_parallel import DataParallelScheduler, GroupPlan, group_step_time
+from roofline.sim.api_server import resolve_api_server_count
+from roofline.sim.data_parallel import DataParallelScheduler, GroupPlan, dp_padded_tokens, group_step_time
 from roofline.sim.deployment import make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import load_workload
@@ -94,6 +95,42 @@ def test_load_balancer_scores_waiting_four_times_running_from_stale_counts() -> 
     group.add_request(request(4))  # scores 2, 2: the first rank
     group.add_request(request(5))  # scores 6, 2: the second
     assert [s.num_waiting for s in group.ranks] == [1, 1]
+
+
+def test_each_api_server_balances_from_its_own_start_rank_adding_the_client_count() -> None:
+    deployment = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=4,
+                                                                           enable_expert_parallel=True))
+    group = DataParallelScheduler(deployment, 4, num_clients=2)
+
+    def send(i: int, client: int) -> None:
+        request = Request(f"r{i}", list(range(1, 33)), SamplingParams(max_tokens=4, ignore_eos=True),
+                          arrival_time_s=0.0)
+        group.client_of[request.request_id] = client
+        group.add_request(request)
+
+    # Client 1 scans from rank 4 * 1 // 2 = 2, client 0 from rank 0; each adds 2 (the client count) per send to
+    # its own view only: client 1 fills ranks 2, 3, then wraps to 0, which client 0 also picked.
+    send(0, 1)
+    send(1, 0)
+    send(2, 1)
+    send(3, 1)
+    assert [s.num_waiting for s in group.ranks] == [2, 0, 1, 1]
+    assert group.lb_views[1] == [[2, 0], [0, 0], [2, 0], [2, 0]] and group.lb_views[0] == [[2, 0], [0, 0], [0, 0],
+                                                                                           [0, 0]]
+    assert resolve_api_server_count(None, 4, True) == 4 and resolve_api_server_count(None, 4, False) == 1
+    assert resolve_api_server_count(3, 4, True) == 3 and resolve_api_server_count(None, 1, True) == 1
+
+
+def test_dp_ranks_are_padded_to_the_largest_graph_size_unless_one_runs_eager() -> None:
+    deployment = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2))
+    host = deployment.cost_model.host
+    top = host.max_graph
+    assert top > 20 and host.padded_tokens(13) == 16  # vLLM's capture sizes 1, 2, 4, 8, 16, 24, ...
+    assert dp_padded_tokens(host, [13, 1], [False, False]) == [16, 16]  # the idle rank's dummy token padded too
+    assert dp_padded_tokens(host, [13, 3], [True, False]) == [16, 16]  # a piecewise-graph batch with prefills
+    assert dp_padded_tokens(host, [top + 1, 3], [True, False]) == [top + 1, 3]  # one rank eager: no padding
+    eager = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2, enforce_eager=True))
+    assert dp_padded_tokens(eager.cost_model.host, [13, 1], [False, False]) == [13, 1]
 
 
 def test_group_step_lasts_as_long_as_the_slowest_rank_and_idle_ranks_run_a_dummy_batch() -> None:

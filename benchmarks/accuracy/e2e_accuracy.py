@@ -179,7 +179,8 @@ def simulate_case(case: SimCase, sensitivity: bool) -> dict:
         runs += [("_5x", SENSITIVITY_PROMPTS_PER_CONCURRENCY, RANGE_RATIO), ("_fixed", PROMPTS_PER_CONCURRENCY, 1.0)]
     for suffix, multiple, ratio in runs:
         result = run_simulation(deployment, client_workload(row, multiple * n, ratio),
-                                SimulationOptions(max_concurrency=n, record_steps=False))
+                                SimulationOptions(max_concurrency=n, record_steps=False,
+                                                  api_server_count=case.api_server_count))
         requests = result.requests  # workload order = send order of the closed loop
         ttft, tpot = requests.ttft_s.to_numpy(), requests.tpot_s.to_numpy()
         out.update({f"ttft_mean{suffix}_s": _mean(ttft), f"tpot_mean{suffix}_s": _mean(tpot)})

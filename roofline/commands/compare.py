@@ -45,7 +45,7 @@ from roofline.errors import UserError
 from roofline.hf_cache import cached_config, looks_like_hf_id
 from roofline.jsonable import to_json
 from roofline.registry import list_ids, load_model, preset_hf_ids
-from roofline.sim.api_server import add_api_server_args
+from roofline.sim.api_server import add_api_server_args, resolve_api_server_count
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args
 from roofline.sim.bench_metrics import parse_goodput
 from roofline.sim.deployment import make_deployment
@@ -155,7 +155,10 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
     replay = replay_from_result(record)
     load = bench_load_from_args(args, replay.lengths, replay.due_s, replay.settings)
     options = SimulationOptions(num_replicas=args.num_replicas, router=args.router, record_steps=False,
-                                max_concurrency=load.max_concurrency, api_server_count=args.api_server_count,
+                                max_concurrency=load.max_concurrency,
+                                api_server_count=resolve_api_server_count(
+                                    args.api_server_count, deployment.engine.data_parallel_size,
+                                    deployment.hw.host is not None),
                                 endpoint=endpoint)
     metric_options = measured_metric_options(record, parse_goodput(args.goodput))
     comparison = compare_with_result(record, deployment, load, metric_options, options, replay, model,

@@ -41,7 +41,7 @@ from roofline.errors import UserError
 from roofline.jsonable import jsonable, to_json
 from roofline.paths import prepare_output_dir
 from roofline.registry import load_model
-from roofline.sim.api_server import add_api_server_args
+from roofline.sim.api_server import add_api_server_args, resolve_api_server_count
 from roofline.sim.bench_client import add_bench_args, bench_load_from_args, is_bench_mode
 from roofline.sim.bench_metrics import (
     DRAIN_FRACTION,
@@ -195,7 +195,10 @@ def run(args: argparse.Namespace) -> int:
         offered = workload_load(workload, max_concurrency)
     options = SimulationOptions(num_replicas=args.num_replicas, router=args.router,
                                 record_steps=args.out is not None, max_concurrency=max_concurrency,
-                                api_server_count=args.api_server_count, endpoint=args.endpoint or "completions")
+                                api_server_count=resolve_api_server_count(
+                                    args.api_server_count, deployment.engine.data_parallel_size,
+                                    deployment.hw.host is not None),
+                                endpoint=args.endpoint or "completions")
     intervals = None if args.intervals is None else \
         IntervalSpec.from_flags(args.intervals, args.interval_samples, deployment.hw, workload.seed or 0)
     stream = None

@@ -75,6 +75,7 @@ VERSION_BATCH_DEFAULTS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
 # processing ran between the GPU's steps (the GPU profiles' executor describes both: roofline.cost.params).
 ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14)
 LARGE_GPU_MIN_BYTES = 70 * 2 ** 30
+API_SERVER_COUNT_DP_DEFAULT_SINCE = (0, 17)  # `api_server_count_default`
 
 
 # A row whose model length does not fit its KV cache: vLLM refuses to start with the model's max_model_len, so the
@@ -121,6 +122,8 @@ ASSUMPTIONS = (
     "--all2all-backend allgather_reducescatter (no row records one), no EPLB; over two nodes "
     "--data-parallel-size-local = GPUs per node / TP, the all-to-all across nodes over the profile's scale_out NICs "
     "(unmeasured). A dense model's data parallelism is skipped.",
+    "API-server processes: vLLM's default, the data-parallel size from 0.17.0 on (`vllm serve` with internal "
+    "load balancing), 1 before and without data parallelism.",
     "Asynchronous scheduling: vLLM's default from 0.14.0 on (PR #27614), so on for 0.15-0.19 and the 2026 nightly "
     "and off (`--no-async-scheduling`: host time between the GPU's steps) for 0.11.2, 0.12.0 and the unversioned "
     "rows of 2025-10/12; a harness that passed --async-scheduling itself is not recorded.",
@@ -188,6 +191,7 @@ class SimCase:
     engine: EngineArgs
     concurrency: int
     notes: tuple[str, ...] = ()  # row-specific assumptions (aliases, quantization source)
+    api_server_count: int = 1  # `vllm serve`'s API-server processes (`api_server_count_default`)
 
 
 @dataclass(frozen=True)
@@ -319,7 +323,23 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
                         "across nodes is unmeasured)" if local else "")
                      + " with vLLM's default --all2all-backend allgather_reducescatter (the row records no backend)")
     engine = replace(engine_args_for(row, quantization, data_parallel, expert_parallel), data_parallel_size_local=local)
-    return SimCase(row, config_path, hardware_id, engine, row.concurrency, tuple(notes))
+    api_servers = api_server_count_default(row.backend_version, data_parallel)
+    if api_servers > 1:
+        notes.append(f"--api-server-count {api_servers}: vLLM's default with --data-parallel-size {data_parallel}")
+    return SimCase(row, config_path, hardware_id, engine, row.concurrency, tuple(notes), api_servers)
+
+
+def api_server_count_default(version: str | None, data_parallel_size: int) -> int:
+    """`vllm serve`'s API-server processes when the run did not set them: the data-parallel size from 0.17.0 on
+    (vllm/entrypoints/cli/serve.py `ServeSubcommand.cmd`, internal load balancing; read in 0.17.0 and 0.32.0), 1
+    before (0.12.0's `--api-server-count` defaults to 1; read). Every data-parallel row of the file is 0.12.0 or
+    0.17.0-0.19.0 (the versions between were not read)."""
+    if data_parallel_size == 1 or version is None:
+        return 1
+    if version.startswith("nightly"):
+        return data_parallel_size
+    major, minor = (int(x) for x in version.split(".")[:2])
+    return data_parallel_size if (major, minor) >= API_SERVER_COUNT_DP_DEFAULT_SINCE else 1
 
 
 def async_scheduling_default(version: str | None) -> bool:

@@ -197,11 +197,22 @@ def without_api_server(hw: HardwareProfile) -> HardwareProfile:
                                                    frontend_s_per_request=0.0))
 
 
+def resolve_api_server_count(count: int | None, data_parallel_size: int, has_host: bool) -> int:
+    """`--api-server-count` as `vllm serve` 0.32 resolves it when not given (vllm/entrypoints/cli/serve.py
+    `ServeSubcommand.cmd`, internal load balancing: "Defaulting api_server_count to data_parallel_size"; the same in
+    0.17.0, while 0.12.0's flag defaults to 1): the data-parallel size. Without a `host:` section in the profile no
+    API server is modelled, and the default is 1."""
+    if count is not None:
+        return count
+    return data_parallel_size if has_host else 1
+
+
 def add_api_server_args(group: Any) -> None:
     """vLLM's API-server flags (`roofline.sim.api_server`): `vllm serve --api-server-count` and the endpoint the
     client calls (`vllm bench serve --endpoint`, by its name)."""
-    group.add_argument("--api-server-count", type=int, default=1, metavar="N",
-                       help="API-server processes per replica (vllm serve --api-server-count; default: 1)")
+    group.add_argument("--api-server-count", type=int, default=None, metavar="N",
+                       help="API-server processes per replica (vllm serve --api-server-count; default: vLLM's, "
+                            "the --data-parallel-size, 1 without data parallelism)")
     group.add_argument("--endpoint", choices=ENDPOINTS, default=None,
                        help="the endpoint the client calls: completions (/v1/completions, default) or chat "
                             "(/v1/chat/completions)")

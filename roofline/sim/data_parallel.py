@@ -12,11 +12,16 @@ How vLLM 0.32 runs it:
   ties to the lowest index), from counts the DP coordinator (vllm/v1/engine/coordinator.py) publishes about every
   100 ms; between two publications the client adds each request it sends to its rank's waiting count. Here the
   counts are re-read from the ranks' schedulers at the first group step at least `LB_STATS_INTERVAL_S` after the
-  last read (the coordinator's timer runs on its own clock; an idle group keeps its last counts).
+  last read (the coordinator's timer runs on its own clock; an idle group keeps its last counts). `vllm serve`
+  starts one API server per DP rank by default (vllm/entrypoints/cli/serve.py, `roofline.sim.api_server.
+  resolve_api_server_count`); each has its own client, which scans from rank DP x its index // their number and
+  adds their number per request it sends (standing in for the others' sends).
 - Lockstep (`DPEngineCoreProc.run_busy_loop`, `_has_global_unfinished_reqs`): while any rank has work every rank
   steps; a rank with nothing scheduled runs a dummy batch (`execute_dummy_batch`, one token) so that its MoE layers
   join the collectives. A step lasts as long as the slowest rank's: the ranks' attention and dense parts differ,
-  the MoE layers are shared (`roofline.cost.expert_parallel.DataParallelMoe`).
+  the MoE layers are shared (`roofline.cost.expert_parallel.DataParallelMoe`). Before each forward pass the ranks
+  agree on their token counts and pad to the largest where none runs eager (`dp_padded_tokens`): the MoE layers
+  carry DP x the largest count.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from engine.core.pipeline_scheduler import PipelineScheduler
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler
 from engine.core.step_plan import StepPlan
+from roofline.cost.host import HostModel
 from roofline.cost.step_shape import StepArrays
 from roofline.sim.deployment import Deployment
 
@@ -70,23 +76,40 @@ class GroupPlan:
 
 class DataParallelScheduler:
     """The DP ranks' schedulers behind vLLM's load balancer, as one scheduler to the event loop (module
-    docstring)."""
+    docstring). `num_clients`: the API-server processes, each with its own load-balancing client
+    (`DPLBAsyncMPClient`); `client_of[request_id]`: the process a request came through (0 if not set)."""
 
-    def __init__(self, deployment: Deployment, data_parallel_size: int) -> None:
+    def __init__(self, deployment: Deployment, data_parallel_size: int, num_clients: int = 1) -> None:
         self.ranks = [Scheduler(deployment.scheduler_config, deployment.cache_config)
                       for _ in range(data_parallel_size)]
-        self.lb_counts = [[0, 0] for _ in self.ranks]  # [waiting, running] as the front end last heard them
+        self.num_clients = num_clients
+        # Each client's [waiting, running] per rank, as it last heard them plus its own sends since.
+        self.lb_views = [[[0, 0] for _ in self.ranks] for _ in range(num_clients)]
         self.lb_read_s = -math.inf
+        self.client_of: dict[str, int] = {}
 
     def add_request(self, request: Request) -> None:
-        scores = [w * LB_WAITING_WEIGHT + r for w, r in self.lb_counts]
-        rank = scores.index(min(scores))
-        self.lb_counts[rank][0] += 1
+        """vLLM's `DPLBAsyncMPClient.get_core_engine_for_request`: the lowest waiting * 4 + running, scanning from
+        the client's start index (DP x client index // clients; ties to the first scanned), then the client adds
+        the number of clients to the chosen rank's waiting count (standing in for the other clients' sends until
+        the coordinator's next counts)."""
+        client = self.client_of.pop(request.request_id, 0)
+        counts = self.lb_views[client]
+        n = len(counts)
+        start = n * client // self.num_clients
+        rank, best = start, math.inf
+        for i in range(n):
+            idx = (start + i) % n
+            waiting, running = counts[idx]
+            score = waiting * LB_WAITING_WEIGHT + running
+            if score < best:
+                rank, best = idx, score
+        counts[rank][0] += self.num_clients
         self.ranks[rank].add_request(request)
 
     def schedule(self, now_s: float) -> GroupPlan:
-        if now_s >= self.lb_read_s + LB_STATS_INTERVAL_S:
-            self.lb_counts = [[s.num_waiting, s.num_running] for s in self.ranks]
+        if now_s >= self.lb_read_s + LB_STATS_INTERVAL_S:  # the coordinator publishes to every client
+            self.lb_views = [[[s.num_waiting, s.num_running] for s in self.ranks] for _ in self.lb_views]
             self.lb_read_s = now_s
         return GroupPlan([s.schedule(now_s) for s in self.ranks])
 
@@ -115,11 +138,12 @@ class DataParallelScheduler:
             s.shutdown()
 
 
-def make_scheduler(deployment: Deployment) -> Any:
-    """The event loop's scheduler of one replica: vLLM's, the DP group's, or the one of a pipeline."""
+def make_scheduler(deployment: Deployment, num_clients: int = 1) -> Any:
+    """The event loop's scheduler of one replica: vLLM's, the DP group's (behind `num_clients` API-server
+    processes), or the one of a pipeline."""
     dp = deployment.engine.data_parallel_size
     if dp > 1:
-        return DataParallelScheduler(deployment, dp)
+        return DataParallelScheduler(deployment, dp, num_clients)
     if deployment.pipeline is not None:  # batches in flight (engine.core.pipeline_scheduler)
         return PipelineScheduler(deployment.scheduler_config, deployment.cache_config,
                                  deployment.pipeline.num_stages, deployment.hw.executor.host_overlaps_device)
@@ -134,11 +158,30 @@ def ranks_of(index: int, plan: Any) -> list[tuple[int, StepPlan]]:
     return [(index, plan)]
 
 
+def dp_padded_tokens(host: HostModel, tokens: list[int], mixed: list[bool]) -> list[int]:
+    """The token counts the DP ranks run, as vLLM 0.32 agrees on them before each forward pass
+    (vllm/v1/worker/gpu_model_runner.py `_determine_batch_execution_and_padding`, vllm/v1/worker/dp_utils.py
+    `coordinate_batch_across_dp`): each rank pads its batch to its CUDA graph's size and picks its runtime graph
+    mode; one all-reduce shares both; the ranks take the least mode (`_post_process_cudagraph_mode`), and unless it
+    is NONE (some rank runs eager: its batch above the largest captured size, or its kind of batch without a graph)
+    every rank is padded to the largest count (`_post_process_dp_padding`), which is what the MoE layers' all-gather
+    carries from each rank. An idle rank's dummy batch is one decode token (`execute_dummy_batch`)."""
+    padded = []
+    for t, m in zip(tokens, mixed):
+        if not 0 < t <= host.max_graph or (host.mixed_graph if m else host.decode_graph) is None:
+            return tokens  # the least mode is NONE: no DP padding
+        padded.append(host.padded_tokens(t, m))
+    return [max(padded)] * len(tokens)
+
+
 def group_step_time(deployment: Deployment) -> Callable[[int, int, float, Any], float]:
     """The step time of a DP group's plan: the slowest rank's own step without its MoE experts, plus the MoE layers
-    of the group (`DataParallelMoe.step_s`); a plain plan's time as the cost model gives it."""
+    of the group (`DataParallelMoe.step_s`) on the token counts the ranks agree on (`dp_padded_tokens`); a plain
+    plan's time as the cost model gives it. (A rank's own part is priced on its own tokens: the padding's dense
+    work on a rank below the largest count is not added.)"""
     cost_model = deployment.cost_model
     time_s = cost_model.time_s
+    host = cost_model.host
     moe = deployment.moe
     dummy = StepArrays(np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=bool))
     dummy_s = time_s(dummy) - moe.rank_moe_s(1) if moe is not None else 0.0
@@ -149,14 +192,16 @@ def group_step_time(deployment: Deployment) -> Callable[[int, int, float, Any], 
         if not isinstance(plan, GroupPlan):  # expert parallelism over one rank's TP GPUs: no exchange
             t = plan.num_batched_tokens
             return time_s(plan) - moe.rank_moe_s(t) + moe.step_s([t])
-        tokens, own = [], []
+        tokens, mixed, own = [], [], []
         for p in plan.plans:
             if p.is_empty:
                 tokens.append(1)
+                mixed.append(False)
                 own.append(dummy_s)
             else:
                 t = p.num_batched_tokens
                 tokens.append(t)
+                mixed.append(p.num_prefill_tokens > 0)
                 own.append(time_s(p) - moe.rank_moe_s(t))
-        return max(own) + moe.step_s(tokens)
+        return max(own) + moe.step_s(dp_padded_tokens(host, tokens, mixed))
     return step_time

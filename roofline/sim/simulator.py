@@ -62,7 +62,7 @@ from engine.core.step_plan import StepPlan
 from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
 from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
-from roofline.sim.data_parallel import group_step_time, make_scheduler, ranks_of
+from roofline.sim.data_parallel import DataParallelScheduler, group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
 from roofline.sim.pipeline_engine import PipelineEngine
 from roofline.sim.recorder import Recorder, SimulationResult, StepSink, build_result
@@ -135,9 +135,11 @@ class EarlyStop:
 class _Replica:
     """One engine instance: its scheduler, the step in flight and its counters."""
 
-    def __init__(self, index: int, deployment: Deployment) -> None:
+    def __init__(self, index: int, deployment: Deployment, num_clients: int = 1) -> None:
         self.index = index
-        self.scheduler = make_scheduler(deployment)  # vLLM's, or a DP group's (roofline.sim.data_parallel)
+        # vLLM's, or a DP group's behind `num_clients` API-server processes' load balancers
+        # (roofline.sim.data_parallel)
+        self.scheduler = make_scheduler(deployment, num_clients)
         self.plan: StepPlan | None = None  # the step in flight
         self.num_steps = 0
         self.num_outstanding = 0
@@ -241,7 +243,7 @@ class _Simulation:
                  step_sink: StepSink | None = None) -> None:
         spec = deployment.spec
         self.specs, self.options, self.time_fn, self.progress = specs, options, time_fn, progress
-        self.replicas = [_Replica(i, deployment) for i in range(options.num_replicas)]
+        self.replicas = [_Replica(i, deployment, options.api_server_count) for i in range(options.num_replicas)]
         self.recorder = Recorder(specs, options.record_steps, step_sink)
         self.make_request = RequestFactory(spec.vocab_size, workload.seed, spec.bos_token_id, spec.eos_token_id)
         self.prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
@@ -363,8 +365,11 @@ class _Simulation:
             if reach_s > now:
                 self.push(reach_s, _REACH, index)
                 return
-            del self.api_ticket[index]
-            self.enter(now, replica, self.in_frontend.pop(index))
+            process = self.api_ticket.pop(index)[0]
+            request = self.in_frontend.pop(index)
+            if isinstance(replica.scheduler, DataParallelScheduler):  # the process's client picks the DP rank
+                replica.scheduler.client_of[request.request_id] = process
+            self.enter(now, replica, request)
         else:
             self.hand_over(now, index, self.in_frontend.pop(index))
 
