@@ -115,12 +115,15 @@ def test_decode_tiles_follow_the_family_kernel_rows() -> None:
 
 
 def test_legacy_collector_time_is_a_table_condition_only() -> None:
-    spec, hw = load_model("deepseek-r1"), load_profile("h200-sxm")
-    assert hw.efficiency.mla_table_legacy_fixed_s > 0  # fitted on H200's legacy MLA tables
+    spec = load_model("deepseek-r1")
     steps = StepArrays(np.array([1, 1, 700]), np.array([100, 2000, 0]), np.array([1, 1, 1]))
-    times = [StepCostModel(spec, replace(hw, efficiency=replace(hw.efficiency, mla_table_legacy_fixed_s=v)),
-                           QuantConfig.from_user(), 8).time_s(steps) for v in (0.0, 1.0)]
-    assert times[0] == times[1]
+    names = ("mla_table_legacy_fixed_s", "mla_table_legacy_token_s", "mla_table_legacy_token_head_s")
+    for chip in ("h200-sxm", "b300"):  # a fitted legacy table; B200's kernel fields with the collector's terms
+        hw = load_profile(chip)
+        assert all(getattr(hw.efficiency, n) > 0 for n in names), chip  # fitted on the chip's legacy MLA tables
+        times = [StepCostModel(spec, replace(hw, efficiency=replace(hw.efficiency, **dict.fromkeys(names, v))),
+                               QuantConfig.from_user(), 8).time_s(steps) for v in (0.0, 1.0)]
+        assert times[0] == times[1], chip
 
 
 def test_shared_experts_and_dense_layers_take_their_checkpoint_scheme() -> None:

@@ -208,7 +208,7 @@ def _mla_writes(chips: list[str]) -> list[ChipWrite]:
         FIT_ON,
         GPUS,
         LEGACY_HELD,
-        LEGACY_PARAM,
+        LEGACY_PARAMS,
         fit_mla_chip,
         legacy_collector,
         newest_version,
@@ -235,13 +235,15 @@ def _mla_writes(chips: list[str]) -> list[ChipWrite]:
                   "kernels, bf16 prefill queries)")
         error = f"held-out (heads 4 and 16) median error {100 * med:.1f} % (p90 {100 * p90:.1f} %)"
         cmd = command("mla", chip)
+        collector = (f"the legacy collector's own time (its native custom ops: aiconfigurator commit c56db49f) "
+                     f"fitted as {', '.join(LEGACY_PARAMS)} (a table condition, never used in serving)")
         if system in FIT_ON:
-            source = (f"{GPUS[FIT_ON[system]]}'s fit, written by `{cmd}` (roofline.calibration.mla_fit FIT_ON: the "
-                      f"same kernels; this chip's tables are legacy collections, 1.6x slower than the serving path): "
-                      f"against {tables}, {error}")
+            source = (f"{GPUS[FIT_ON[system]]}'s kernel fields, written by `{cmd}` (roofline.calibration.mla_fit "
+                      f"FIT_ON: the same kernels; this chip's tables are legacy collections): of {tables}, the "
+                      f"per-rank head counts whose CRC32 is not 0 mod 4 fit only {collector}; {error}")
         else:
-            legacy = (f"; legacy collector: {', '.join(LEGACY_HELD)} held at b200's fit, the collector's own time "
-                      f"per call fitted as {LEGACY_PARAM} (a table condition)") if legacy_collector(system) else ""
+            legacy = (f"; legacy collector: {', '.join(LEGACY_HELD)} held at b200's fit, {collector}"
+                      if legacy_collector(system) else "")
             source = (f"fitted by `{cmd}` (roofline.calibration.mla_fit) on {tables}, the per-rank head counts "
                       f"whose CRC32 is not 0 mod 4{legacy}; {error}")
         eff = yaml_values(values)

@@ -25,11 +25,18 @@ Two collectors: B200's tables were re-collected with aiconfigurator's fused-op f
 ai-dynamo/aiconfigurator#1423, "the previous rows ran the never-in-serving native chain (+34%)"); the others are
 "provenance: legacy". The legacy rows are slower than the serving path: GB300's legacy 0.24.0 rows run 1.6x its
 re-collected 0.27.0 rows (median over the 8,784 shared context shapes; 35-60 us more per call at a few tokens), and
-B300's and GB200's legacy rows 1.65x B200's on the same shapes, more than the chips differ. Hence (`FIT_ON`,
-`LEGACY_HELD`): B300 and GB200 (same kernel family, same kernels) take B200's fit, their own tables judged only; the
-legacy tables of Hopper and Ada (no re-collected table in their family) are fitted with the legacy collector's time
-per call as a table condition (`mla_table_legacy_fixed_s`, never used in serving) and the serving path's times per
-call (`LEGACY_HELD`) held at B200's fit: a constant per call cannot be told apart from the collector's in one table.
+B300's and GB200's legacy rows 1.65x B200's on the same shapes, more than the chips differ. The legacy collector ran
+vLLM's custom ops in their native torch decompositions (aiconfigurator commit c56db49f, which fixed it, added
+`custom_ops = ["all"]` to collector/vllm/utils.py `create_vllm_config` and the vllm_c RMSNorm dispatch of
+`enable_engine_fused_ops`): the q / kv latent RMSNorms as an eager mean/pow/rsqrt/mul chain, per token, and the
+rotary embedding of the query's rope part, per token and head. GB300's gap grows as such: 33-60 us at 1-256 tokens,
+then about 20 ns per token plus 0.57 ns per token and head (2.6 ms at 131k tokens and 1 head, 12 ms at 128 heads).
+Hence (`FIT_ON`, `LEGACY_HELD`, `LEGACY_PARAMS`): every legacy table is fitted with the collector's own time
+(`mla_table_legacy_*`: per call, per token, per token and head; a table condition, never used in serving). B300 and
+GB200 (same kernel family, same kernels) take B200's kernel fields whole; of their tables only the collector's time
+is fitted. The legacy tables of Hopper and Ada (no re-collected table in their family) are fitted whole, with the
+serving path's times per call (`LEGACY_HELD`) held at B200's fit: a constant per call cannot be told apart from the
+collector's in one table.
 benchmarks/accuracy/mla_accuracy.py prints the judge (train / held-out error per GPU and phase).
 """
 
@@ -66,9 +73,13 @@ GEMM_TYPES = {"bfloat16": "none", "fp8_block": "fp8-block", "nvfp4": "nvfp4"}
 MLA_PARAMS = stage_fields("mla")  # declaration order is the fit order
 # GPUs whose MLA fields are another GPU's fit: their tables are legacy collections of the same kernels (docstring).
 FIT_ON = {"b300_sxm": "b200_sxm", "gb200": "b200_sxm"}
-LEGACY_PARAM = "mla_table_legacy_fixed_s"
+# The legacy collector's own time (a table condition, never used in serving: `EfficiencyParams.mla_table_legacy_*`):
+# per call, per token, per token and query head; the fit starts at GB300's measured gap (module docstring).
+_LEGACY_PREFIX = "mla_table_legacy_"
+_LEGACY_START_S = {"fixed_s": 30e-6, "token_s": 20e-9, "token_head_s": 0.5e-9}
+LEGACY_PARAMS = {n: _LEGACY_START_S[n.removeprefix(_LEGACY_PREFIX)] for n in MLA_PARAMS if n.startswith(_LEGACY_PREFIX)}
 # The serving path's times per call (not per tile), held at the re-collected (B200) fit where a legacy table is fitted.
-LEGACY_HELD = tuple(n for n in MLA_PARAMS if n.endswith("_fixed_s") and "_tile_" not in n and n != LEGACY_PARAM)
+LEGACY_HELD = tuple(n for n in MLA_PARAMS if n.endswith("_fixed_s") and "_tile_" not in n and n not in LEGACY_PARAMS)
 
 
 def held_out(num_heads: int) -> bool:
@@ -118,6 +129,8 @@ class Components:
     kv_fp8: np.ndarray
     has_decode: np.ndarray
     has_prefill: np.ndarray
+    tokens: np.ndarray  # the module call's tokens: batch x isl (context), batch (generation)
+    heads: np.ndarray
     legacy: bool = False
 
 
@@ -175,7 +188,9 @@ def components(hw: HardwareProfile, d: pd.DataFrame, legacy: bool = False) -> Co
             else:
                 rest[idx] += op_time_s(hw, r, quant, 1)[0]
                 rest_warm[idx] += op_time_s(warm_hw, r, quant, 1)[0]
-    return Components(rest, rest_warm, warm, dec, pre, fp8, has_d, has_p, legacy)
+    tokens = np.where(d.phase == "context", d.batch_size * d.isl, d.batch_size).astype(np.float64)
+    return Components(rest, rest_warm, warm, dec, pre, fp8, has_d, has_p, tokens,
+                      d.num_heads.to_numpy(dtype=np.float64), legacy)
 
 
 def predict(hw: HardwareProfile, comp: Components, rows: np.ndarray) -> np.ndarray:
@@ -199,7 +214,9 @@ def predict(hw: HardwareProfile, comp: Components, rows: np.ndarray) -> np.ndarr
             t[np.searchsorted(idx, s)] += mla_prefill_time_s(h, *comp.prefill_shape[s].T)
         out[sel] = t
     if comp.legacy:
-        out += hw.efficiency.mla_table_legacy_fixed_s
+        e, t = hw.efficiency, comp.tokens[rows]
+        per_token = e.mla_table_legacy_token_s + comp.heads[rows] * e.mla_table_legacy_token_head_s
+        out += e.mla_table_legacy_fixed_s + t * per_token
     return out
 
 
@@ -211,22 +228,31 @@ def _stats(pred: np.ndarray, measured: np.ndarray) -> tuple[float, float, int]:
 def fit_mla_chip(gpu: str, reference: dict[str, float] | None = None
             ) -> tuple[HardwareProfile, dict[str, float], list[tuple[str, str, float, float, int]]]:
     """Fit `gpu`'s mla_* fields on its training rows and judge them on all rows. `reference`: the re-collected
-    table's fit (B200's), whose `LEGACY_HELD` values a legacy table's fit holds; a GPU in `FIT_ON` is not fitted:
-    it takes `reference` whole and its rows only judge it."""
+    table's fit (B200's), whose `LEGACY_HELD` values a legacy table's fit holds; a GPU in `FIT_ON` takes `reference`'s
+    kernel fields whole, and of its legacy table only the collector's own time (`LEGACY_PARAMS`) is fitted."""
     d = module_table(gpu)
     hw = load_profile(GPUS[gpu])
-    legacy = legacy_collector(gpu)
-    comp = components(hw, d, legacy and gpu not in FIT_ON)
+    comp = components(hw, d, legacy_collector(gpu))
     train = np.flatnonzero(~d.held_out.to_numpy())
     measured = d.measured_s.to_numpy()
-    names = [n for n in MLA_PARAMS if n != LEGACY_PARAM]
+    names = [n for n in MLA_PARAMS if n not in LEGACY_PARAMS]
     if not d.kv_cache_dtype.eq("fp8").any():
         names = [n for n in names if "fp8_kv" not in n]
     before = hw
+    samples = [("mla_module", {"row": int(i)}, float(measured[i])) for i in train]
+
+    def run(start: HardwareProfile, fitted_names: list[str]) -> HardwareProfile:
+        return fit(samples, start, [f"efficiency.{n}" for n in fitted_names],
+                   predict=lambda p, _k, f: predict(p, comp, f["row"].to_numpy())).profile
+
+    legacy_start = {f"efficiency.{n}": v for n, v in LEGACY_PARAMS.items()}
     if gpu in FIT_ON:
         assert reference is not None, f"{gpu} takes {FIT_ON[gpu]}'s fit: fit that first"
-        fitted = with_params(hw, {f"efficiency.{n}": v for n, v in reference.items()})
-        values = dict(reference)
+        kernels = {n: v for n, v in reference.items() if n not in LEGACY_PARAMS}
+        fitted = with_params(hw, {f"efficiency.{n}": v for n, v in kernels.items()})
+        if comp.legacy:
+            fitted = run(with_params(fitted, legacy_start), list(LEGACY_PARAMS))
+        values = kernels | {n: getattr(fitted.efficiency, n) for n in LEGACY_PARAMS if comp.legacy}
     else:
         # The fit starts from the declared defaults (`EfficiencyParams`), not from the values the chip file holds:
         # the loss is flat along some of these parameters (a per-call time against a per-tile one), so a start at
@@ -235,13 +261,9 @@ def fit_mla_chip(gpu: str, reference: dict[str, float] | None = None
         if comp.legacy:
             assert reference is not None, f"{gpu}'s legacy table holds the re-collected fit's {LEGACY_HELD}"
             held = {n: reference[n] for n in LEGACY_HELD if n in names}
-            names = [n for n in names if n not in held] + [LEGACY_PARAM]
-            start = with_params(start, {f"efficiency.{n}": v for n, v in held.items()}
-                                | {f"efficiency.{LEGACY_PARAM}": 30e-6})
-        samples = [("mla_module", {"row": int(i)}, float(measured[i])) for i in train]
-        result = fit(samples, start, [f"efficiency.{n}" for n in names],
-                     predict=lambda p, _k, f: predict(p, comp, f["row"].to_numpy()))
-        fitted = result.profile
+            names = [n for n in names if n not in held] + list(LEGACY_PARAMS)
+            start = with_params(start, {f"efficiency.{n}": v for n, v in held.items()} | legacy_start)
+        fitted = run(start, names)
         values = {n: getattr(fitted.efficiency, n) for n in MLA_PARAMS if n in names or n in held}
     report = []
     for split, mask in (("train", ~d.held_out), ("held-out", d.held_out)):

@@ -340,10 +340,16 @@ class EfficiencyParams:
     mla_decode_tile_fixed_s: float = _param(1e-6, "us", "mla", ("mla",))
     mla_prefill_tile_fixed_s: float = _param(1e-6, "us", "mla", ("mla",))
     mla_decode_reread_fraction: float = _param(1.0, "fraction", "mla", ("mla",), lo=0.0, hi=1.0)
-    # MEASUREMENT CONDITION OF THE MLA MODULE TABLES ONLY, never used by the serving step model: the time per module
-    # call that aiconfigurator's legacy MLA collector adds (its rows ran a never-in-serving native chain: the
-    # package's own B200 collection_meta.yaml, ai-dynamo/aiconfigurator#1423; `roofline.calibration.mla_fit`).
+    # MEASUREMENT CONDITION OF THE MLA MODULE TABLES ONLY, never used by the serving step model: the time that
+    # aiconfigurator's legacy MLA collector adds to a module call (`roofline.calibration.mla_fit`). Its rows ran vLLM's
+    # custom ops in their native torch decompositions (the package's own B200 collection_meta.yaml; aiconfigurator
+    # commit c56db49f, ai-dynamo/aiconfigurator#1423, added `custom_ops = ["all"]` to collector/vllm/utils.py
+    # `create_vllm_config` and `enable_engine_fused_ops`): the RMSNorms of the q and kv latents as an eager
+    # mean/pow/rsqrt/mul chain (per token: 1536 + 512 values) and the rotary embedding of the query's 64-wide rope part
+    # (per token and head): a time per call, one per token and one per token and query head.
     mla_table_legacy_fixed_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
+    mla_table_legacy_token_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
+    mla_table_legacy_token_head_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
     # Weight-only linear layers on Marlin (`roofline.cost.kernels.gemm_weight_only.marlin_time_s`): the factor of the
     # 16-bit GEMM's compute efficiency its mma.sync main loop, the dequantization interleaved, reaches. Default 1:
     # Marlin's README (IST-DASLab/marlin: "essentially ideal speedups", its Ampere/Ada kernel). Stage `unfitted`: no
