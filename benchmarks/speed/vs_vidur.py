@@ -143,8 +143,18 @@ def roofline_command(trace: Path, out: Path, chunk_size: int | None, setup: Setu
 
 
 def vidur_command(python: str, trace: Path, out: Path, cache: Path, datasets: tuple[str, str],
-                  chunk_size: int | None, setup: Setup, stages: int) -> list[str]:
+                  chunk_size: int | None, setup: Setup, stages: int,
+                  forest: tuple[int, int, int] | None = None, prediction_max_tokens: int | None = None) -> list[str]:
     predictor = "--random_forrest_execution_time_predictor_config"
+    # One point of Vidur's random-forest grid (trees, depth, min samples to split) instead of its grid search, with
+    # the least cross-validation folds (2): one forest trained per operator instead of 27 x 10 + 1.
+    grid = [] if forest is None else [
+        f"{predictor}_num_estimators", str(forest[0]), f"{predictor}_max_depth", str(forest[1]),
+        f"{predictor}_min_samples_split", str(forest[2]), f"{predictor}_k_fold_cv_splits", "2"]
+    # Vidur tabulates every forest's prediction before the run, for 1 to prediction_max_tokens_per_request tokens
+    # (its default 2,097,152: about 2 million rows per operator, each table a dict held in memory every run).
+    if prediction_max_tokens is not None:
+        grid += [f"{predictor}_prediction_max_tokens_per_request", str(prediction_max_tokens)]
     if chunk_size:
         scheduler = ["--replica_scheduler_config_type", "sarathi", "--sarathi_scheduler_config_batch_size_cap", "128",
                      "--sarathi_scheduler_config_chunk_size", str(chunk_size)]
@@ -163,7 +173,7 @@ def vidur_command(python: str, trace: Path, out: Path, cache: Path, datasets: tu
             "--trace_request_generator_config_time_scale_factor", "1",
             "--trace_request_generator_config_max_tokens", "4096", *scheduler,
             f"{predictor}_model_profiling_dataset", datasets[0], f"{predictor}_network_profiling_dataset", datasets[1],
-            f"{predictor}_cache_dir", str(cache), "--metrics_config_output_dir", str(out)]
+            f"{predictor}_cache_dir", str(cache), "--metrics_config_output_dir", str(out), *grid]
 
 
 def run_measured(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, object]:
@@ -222,6 +232,18 @@ def main() -> int:
                         help="Vidur's pipeline stages (default 2, Vidur's own default: with 1, Vidur 0.0.26 stopped "
                              "on an assertion in Request.on_batch_stage_end on the llama-2-70b-a100-tp2 list; "
                              "roofline runs the setup's tensor parallelism alone: no -pp is passed to it)")
+    parser.add_argument("--vidur-forest", default=None, metavar="TREES,DEPTH,SPLIT",
+                        help="train Vidur's random forests at this one point of its grid (e.g. 250,16,2) with 2 "
+                             "cross-validation folds instead of its 27-point grid search with 10 (default: its "
+                             "grid search, about an hour of a 2-core machine for llama-2-70b-a100-tp2); Vidur's cache "
+                             "does not tell the two apart: give each its own --vidur-cache")
+    parser.add_argument("--vidur-prediction-max-tokens", type=int, default=None, metavar="N",
+                        help="Vidur's prediction tables up to N tokens (a batch's tokens, a request's KV cache) "
+                             "instead of its default 2,097,152; N at least the batch's token cap (8,192) and the "
+                             "longest request changes no prediction, only the tables' size (memory, start time)")
+    parser.add_argument("--no-vidur-warmup", action="store_true",
+                        help="no untimed warm-up run of Vidur: its --vidur-cache already holds the forests and "
+                             "prediction tables of this setup (an earlier run of this script trained them)")
     parser.add_argument("--work-dir", type=Path, default=Path("vs-vidur"), help="traces and outputs (kept)")
     parser.add_argument("--vidur-cache", type=Path, default=None,
                         help="Vidur's cache (profiles, trained forests, prediction tables), kept between runs of "
@@ -230,6 +252,18 @@ def main() -> int:
     args = parser.parse_args()
     if args.vidur_stages < 1:
         parser.error(f"--vidur-stages: a whole number >= 1, got {args.vidur_stages}")
+    forest = None
+    if args.vidur_forest is not None:
+        parts = args.vidur_forest.split(",")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts) or min(int(p) for p in parts[:2]) < 1 \
+                or int(parts[2]) < 2:
+            parser.error(f"--vidur-forest: TREES,DEPTH,SPLIT, whole numbers, trees and depth >= 1, split >= 2 "
+                         f"(e.g. 250,16,2), "
+                         f"got {args.vidur_forest!r}")
+        forest = (int(parts[0]), int(parts[1]), int(parts[2]))
+    if args.vidur_prediction_max_tokens is not None and args.vidur_prediction_max_tokens < 8192:
+        parser.error(f"--vidur-prediction-max-tokens: a whole number >= 8192 (the batch's token cap), "
+                     f"got {args.vidur_prediction_max_tokens}")
     if args.vidur_python and args.vidur_profiling is None:
         parser.error("--vidur-python needs --vidur-profiling (Vidur's package ships no profiling data)")
 
@@ -247,8 +281,10 @@ def main() -> int:
         vidur_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         vidur_env.update(HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
         tools["vidur"] = lambda out: (vidur_command(args.vidur_python, vidur_trace, out, cache, datasets,
-                                                    args.chunk_size, setup, args.vidur_stages), vidur_env)
-        warm = run_measured(*tools["vidur"](work / "vidur-warmup"), cwd=work)  # trains and caches its forests
+                                                    args.chunk_size, setup, args.vidur_stages, forest,
+                                                    args.vidur_prediction_max_tokens), vidur_env)
+        warm = run_measured(*tools["vidur"](work / "vidur-warmup"), cwd=work) if not args.no_vidur_warmup \
+            else {"returncode": 0, "wall_s": 0.0}  # the warm-up trains and caches its forests
         print(f"vidur warm-up: exit {warm['returncode']}, {warm['wall_s']:.1f} s", flush=True)
         if warm["returncode"] != 0:
             print(f"vidur failed; its error:\n{warm['stderr_tail']}", flush=True)
