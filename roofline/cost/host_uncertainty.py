@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from roofline.cost.uncertainty import _levels
+from roofline.cost.uncertainty import _levels, check_ratios
 from roofline.errors import UserError, check_fields
 
 NOISE_METRICS = ("ttft", "tpot")
@@ -79,13 +79,7 @@ def read_ratio_quantiles(section: Any, field: str, names: tuple[str, ...], where
     for name in names:
         if name not in table:
             continue
-        values = table[name]
-        if not isinstance(values, list) or len(values) != len(levels) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e3 for v in values) \
-                or any(b < a for a, b in zip(values, values[1:])):
-            raise UserError(f"{where}.{table_key}.{name}: must be {len(levels)} positive ratios (one per level), "
-                            f"non-decreasing, got {values!r}")
-        ratios.append((name, tuple(float(v) for v in values)))
+        ratios.append((name, check_ratios(table[name], len(levels), f"{where}.{table_key}.{name}")))
     unknown = sorted(set(table) - set(names))
     if unknown:
         raise UserError(f"{where}.{table_key}.{unknown[0]}: not allowed; allowed: {', '.join(names)}")

@@ -127,14 +127,19 @@ def _ratios(section: Any, levels: tuple[float, ...], where: str) -> tuple[tuple[
         count = entry["num_rows"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise UserError(f"{where}.{kind}.num_rows: must be a positive integer, got {count!r}")
-        if not isinstance(values, list) or len(values) != len(levels) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e3 for v in values) \
-                or any(b < a for a, b in zip(values, values[1:])):
-            raise UserError(f"{where}.{kind}.measured_over_predicted: must be {len(levels)} positive ratios (one per "
-                            f"level), non-decreasing, got {values!r}")
-        ratios.append((kind, tuple(float(v) for v in values)))
+        ratios.append((kind, check_ratios(values, len(levels), f"{where}.{kind}.measured_over_predicted")))
         rows.append((kind, count))
     return tuple(ratios), tuple(rows)
+
+
+def check_ratios(values: Any, num_levels: int, where: str) -> tuple[float, ...]:
+    """A list of `num_levels` positive, non-decreasing ratios (one per quantile level), or one line naming `where`."""
+    if not isinstance(values, list) or len(values) != num_levels or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e3 for v in values) \
+            or any(b < a for a, b in zip(values, values[1:])):
+        raise UserError(f"{where}: must be {num_levels} positive ratios (one per level), non-decreasing, "
+                        f"got {values!r}")
+    return tuple(float(v) for v in values)
 
 
 def _levels(section: dict[str, Any], where: str) -> tuple[float, ...]:
