@@ -236,44 +236,45 @@ def _simulate_worker(payload: tuple[SimCase, bool, str]) -> tuple[str, dict]:
     return case.row.row_id, data
 
 
-VERIFY_SAMPLE = 6  # rows per GPU re-simulated before an earlier identity's cached rows of that GPU are reused
+VERIFY_SAMPLE = 3  # rows per reuse group re-simulated before an earlier identity's cached rows of it are reused
 NOT_COMPARED = ("wall_s",)  # what differs between two simulations of one row by the same code
 
 
 def reuse_verified(todo: list[tuple[SimCase, bool, str]], old_cache: Path, sim_cache: Path, outcomes: dict,
                    jobs: int, log) -> list[tuple[SimCase, bool, str]]:  # noqa: ANN001
-    """Rows cached under an earlier code identity, reused where the change cannot have moved them: per GPU, a
-    fixed sample of VERIFY_SAMPLE rows (the smallest CRC32 of their ids) is simulated now; if every one equals
-    its old result (all fields but NOT_COMPARED), the GPU's other old simulated rows (not its misses) are copied
-    into this identity's cache, and REUSED.json there says from which identity, on which evidence. Otherwise the
-    GPU is simulated afresh.
+    """Rows cached under an earlier code identity, reused where the change cannot have moved them: per reuse group
+    (`reuse_group`: GPU, model, precision and layout, i.e. one set of kernels, operator fits and engine paths), a
+    fixed sample of VERIFY_SAMPLE rows (the smallest CRC32 of their ids) is simulated now; if every one equals its
+    old result (all fields but NOT_COMPARED), the group's other old simulated rows (not its misses) are copied into
+    this identity's cache, and REUSED.json there says from which identity, on which evidence. Otherwise the group
+    is simulated afresh.
     Returns what is left to simulate."""
     old = {case.row.row_id: _read_json(_cache_file(old_cache, case.row.row_id)) for case, _, _ in todo}
-    by_system: dict[str, list[tuple[SimCase, bool, str]]] = defaultdict(list)
+    by_group: dict[str, list[tuple[SimCase, bool, str]]] = defaultdict(list)
     for item in todo:  # a miss is simulated again: it is what a change may have fixed
         if old[item[0].row.row_id] is not None and old[item[0].row.row_id].get("status") == "simulated":
-            by_system[item[0].row.system].append(item)
-    samples = {system: sorted(items, key=lambda t: zlib.crc32(t[0].row.row_id.encode()))[:VERIFY_SAMPLE]
-               for system, items in by_system.items()}
+            by_group[reuse_group(item[0])].append(item)
+    samples = {group: sorted(items, key=lambda t: zlib.crc32(t[0].row.row_id.encode()))[:VERIFY_SAMPLE]
+               for group, items in by_group.items()}
     sampled = [item for items in samples.values() for item in items]
-    log(f"reuse from {old_cache.name}: re-simulating {len(sampled)} sampled rows of {len(samples)} GPUs")
+    log(f"reuse from {old_cache.name}: re-simulating {len(sampled)} sampled rows of {len(samples)} groups")
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         fresh = dict(pool.map(_simulate_worker, sampled))
     record_path = sim_cache / "REUSED.json"
     record = _read_json(record_path) or {}
     reused: set[str] = set()
-    for system, items in by_system.items():
-        same = [_comparable(fresh[c.row.row_id]) == _comparable(old[c.row.row_id]) for c, _, _ in samples[system]]
+    for group, items in by_group.items():
+        same = [_comparable(fresh[c.row.row_id]) == _comparable(old[c.row.row_id]) for c, _, _ in samples[group]]
         if not all(same):
-            log(f"  {system}: {same.count(False)} of {len(same)} sampled rows differ: simulated afresh")
+            log(f"  {group}: {same.count(False)} of {len(same)} sampled rows differ: simulated afresh")
             continue
         for case, _, path in items:
             if case.row.row_id not in fresh:
                 _write_json(Path(path), old[case.row.row_id])
             reused.add(case.row.row_id)
-        record[system] = {"from_identity": old_cache.name.removeprefix("sim-"), "rows": len(items),
-                          "verified_rows": [c.row.row_id for c, _, _ in samples[system]]}
-        log(f"  {system}: {len(same)} sampled rows identical: {len(items)} rows reused")
+        record[group] = {"from_identity": old_cache.name.removeprefix("sim-"), "rows": len(items),
+                         "verified_rows": [c.row.row_id for c, _, _ in samples[group]]}
+        log(f"  {group}: {len(same)} sampled rows identical: {len(items)} rows reused")
     for row_id, data in fresh.items():
         outcomes[row_id] = data
     for item in todo:
@@ -282,6 +283,15 @@ def reuse_verified(todo: list[tuple[SimCase, bool, str]], old_cache: Path, sim_c
     if record:
         _write_json(record_path, record)
     return [item for item in todo if item[0].row.row_id not in reused and item[0].row.row_id not in fresh]
+
+
+def reuse_group(case: SimCase) -> str:
+    """The rows one set of code paths serves: a change to one GPU's fit, one model's kernels (its weights'
+    precision) or the data / expert-parallel paths moves all of a group's rows or none of them."""
+    parallel = case.engine.parallel
+    layout = (f"dp{parallel.data_parallel_size}" + ("-ep" if case.engine.enable_expert_parallel else "")
+              + ("-multinode" if case.engine.data_parallel_size_local is not None else ""))
+    return f"{case.row.system}/{case.row.model_path}/{case.row.precision}/{layout}"
 
 
 def _comparable(data: dict | None) -> dict | None:
@@ -582,8 +592,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="submit no new simulation after this many minutes; the rest is reported as 'not run' "
                              "and a re-run resumes them from the cache (0: no budget)")
     parser.add_argument("--reuse-verified", default=None, metavar="IDENTITY",
-                        help="reuse the rows cached under an earlier code identity, per GPU, where a sample of "
-                             f"{VERIFY_SAMPLE} of its rows re-simulates identically now (reuse_verified)")
+                        help="reuse the rows cached under an earlier code identity, per GPU, model, precision and "
+                             f"layout, where a sample of {VERIFY_SAMPLE} of its rows re-simulates identically now "
+                             "(reuse_verified)")
     parser.add_argument("--peer-only", action="store_true",
                         help="only fill the peer's cache for every row that would be simulated, then stop")
     args = parser.parse_args(argv)
