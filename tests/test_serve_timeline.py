@@ -55,3 +55,44 @@ def test_served_step_overhead_is_the_served_period_less_the_matched_in_process_d
     assert 0 < out["matched_steps"] < 300
     assert served_step_overhead.matched_duration_s(durations, 1, 11) == pytest.approx(0.020)
     assert served_step_overhead.matched_duration_s(durations, 1, 12) is None  # no in-process step within +-1
+
+
+def test_timeline_pairs_matches_requests_by_the_clients_ids_and_counts_close_pairs() -> None:
+    """benchmarks/ground_truth/timeline_pairs.py: ids of both endpoints; two requests sent 1 ms apart (none within
+    15 ms before) handed off 14 and 16 ms after their sends, an isolated one 10 ms after; steps by SCHEDULED stamp."""
+    import timeline_pairs
+
+    assert timeline_pairs.client_key("cmpl-bench-0e0f8042-7-0") == ("bench-0e0f8042", 7)
+    assert timeline_pairs.client_key("chatcmpl-bench-0e0f8042-12") == ("bench-0e0f8042", 12)
+    with pytest.raises(ValueError):
+        timeline_pairs.client_key("embd-bench-0e0f8042-7")
+    # index, sent, arrival, add, scheduled
+    rows = [[0, 1.000, 1.004, 1.014, 1.020], [1, 1.001, 1.006, 1.017, 1.020], [2, 1.100, 1.104, 1.110, 1.130]]
+    out = timeline_pairs.pairs(rows)
+    assert out["isolated"] == 1 and out["isolated_send_to_add_ms"] == pytest.approx(10.0)
+    assert out["pairs"] == 1 and out["pair_send_gap_ms"] == pytest.approx(1.0)
+    assert out["pair_first_send_to_add_ms"] == pytest.approx(14.0)
+    assert out["pair_second_send_to_add_ms"] == pytest.approx(16.0)
+    assert out["pair_add_gap_ms"] == pytest.approx(3.0) and out["pair_second_first"] == 0
+    assert out["steps_with_1_2_3plus_new"] == [1, 1, 0]
+
+
+def test_phased_api_server_takes_input_work_round_robin_behind_output_work() -> None:
+    """benchmarks/ground_truth/api_server_phases.py (an experiment): three requests of 20 ms input work at t = 0 in
+    two phases of 10 ms: the first phases run 0-30 ms, the second phases 30-60 ms; an output pass of 5 ms taken at
+    35 ms preempts the first request's second phase (done at 45 ms, the others at 55 and 65 ms). Before the others
+    came, the first request's reach was 20 ms (a lower bound, as the simulator needs)."""
+    from api_server_phases import PhasedApiServer
+
+    from roofline.sim.api_server import ApiServerCosts
+
+    costs = ApiServerCosts(request_s=0.02, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.005,
+                           output_token_s=0.0, latency_s=0.0)
+    server = PhasedApiServer(costs, 1, "completions", phases=(0.5, 0.5), reach_phase=2)
+    assert server.take_request(0.0, 0)[2] == pytest.approx(0.02)
+    server.take_request(0.0, 0)
+    server.take_request(0.0, 0)
+    assert server.reach_s(0.0, 0, 0) == pytest.approx(0.04)
+    assert server.stream_outputs(0.035, 0, 1) == pytest.approx(0.04)
+    assert [server.reach_s(0.035, 0, t) for t in range(3)] == pytest.approx([0.045, 0.055, 0.065])
+    assert server.reach_s(0.07, 0, 2) == pytest.approx(0.065)

@@ -419,7 +419,28 @@ def main() -> int:
     parser.add_argument("--reference-traces", nargs="*", type=Path, default=[],
                         help="in-process step traces of the same model and core (roofline measure --engine vllm): "
                              "the served engine's decode steps are compared with theirs")
+    parser.add_argument("--input-phases", default=None, metavar="F1,F2,...",
+                        help="experiment (api_server_phases.py): the API server's input work in phases of these "
+                             "fractions, round robin between the requests being taken in, instead of first come first "
+                             "served")
+    parser.add_argument("--reach-phase", type=int, default=None, metavar="K",
+                        help="with --input-phases: the request reaches the engine core after K phases (default: all)")
     args = parser.parse_args()
+    if args.input_phases is not None:
+        import functools
+
+        from api_server_phases import PhasedApiServer
+
+        import roofline.sim.simulator as simulator
+
+        try:
+            phases = tuple(float(f) for f in args.input_phases.split(","))
+        except ValueError:
+            parser.error(f"--input-phases: comma-separated fractions, got {args.input_phases!r}")
+        simulator.ApiServer = functools.partial(  # type: ignore[misc]
+            PhasedApiServer, phases=phases, reach_phase=args.reach_phase or len(phases))
+    elif args.reach_phase is not None:
+        parser.error("--reach-phase: only with --input-phases")
     if args.report:
         print(report(json.loads(args.report[0].read_text()), json.loads(args.report[1].read_text())))
         return 0

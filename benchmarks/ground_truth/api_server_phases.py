@@ -1,0 +1,135 @@
+"""An experiment, not the simulator's model: vLLM's API server taking a request's input work in phases, round robin
+between the requests being taken in, instead of first come first served (roofline/sim/api_server.py). For
+`vllm_serve_sim.py --input-phases F1,F2,... --reach-phase K`: the fractions of a request's input work (`request_s` +
+`prompt_token_s` x prompt tokens, the client's sending added by the bench) in each phase, and after how many phases it
+reaches the engine core (the rest is work of the event loop after the hand-off, e.g. the streamed response's start).
+
+Why phases: in vLLM 0.32 a request's input path is a chain of awaits on the API server's asyncio loop (the HTTP body,
+`OpenAIServingCompletion.render_completion_request` -> `_check_model`, `OnlineRenderer.render_completion` ->
+`BaseRenderer.render_cmpl_async`: `render_prompts_async`, `tokenize_prompts_async` on the renderer's thread pool
+(`make_async`), `process_for_engine_async`, each an `asyncio.gather`; then the StreamingResponse's generator,
+`AsyncLLM.generate` -> `add_request` -> `InputProcessor.process_inputs_async` -> `_add_request` ->
+`AsyncMPClient.add_request_async`); at each, the request's task goes to the back of the loop's ready queue
+(`BaseEventLoop._run_once` runs the ready callbacks in rounds), so close arrivals interleave. The phase sizes are not
+in the source; measured (`vllm_serve_bench.py --timeline`, closed1 runs, one request at a time): send to vLLM's arrival
+stamp 3.75-4.00 ms, arrival stamp to the hand-off 3.44-4.29 ms (medians), together 0.65-0.69 of the input work the CPU
+fit charges (11.2 ms completions, 12.1 ms chat, client included), the rest after the hand-off.
+(docs/benchmark-history/2026-11-29f-serve.md.)
+
+Output work keeps its priority over the input work (preemptive, as in roofline.sim.api_server). The costs are the
+simulator's (`ApiServerCosts`); only the queueing differs.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Any
+
+from roofline.sim.api_server import ApiServer, ApiServerCosts
+
+
+class PhasedApiServer(ApiServer):
+    """`ApiServer` with the input work in phases taken round robin (module docstring); same interface."""
+
+    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions", *,
+                 phases: tuple[float, ...], reach_phase: int) -> None:
+        super().__init__(costs, num_processes, endpoint)
+        if not phases or any(f < 0 for f in phases) or abs(sum(phases) - 1.0) > 1e-9:
+            raise SystemExit(f"--input-phases: fractions >= 0 summing to 1, got {phases}")
+        if not 1 <= reach_phase <= len(phases):
+            raise SystemExit(f"--reach-phase: 1 to {len(phases)}, got {reach_phase}")
+        self.loops = [_Loop(phases, reach_phase) for _ in range(num_processes)]
+
+    def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, int, float]:
+        process = self.num_taken % self.num_processes
+        ticket = self.num_taken
+        self.num_taken += 1
+        loop = self.loops[process]
+        loop.advance(now_s)
+        loop.add(ticket, self.request_s + self.prompt_token_s * num_prompt_tokens)
+        return process, ticket, loop.projected_end(ticket) + self.latency_s
+
+    def reach_s(self, now_s: float, process: int, ticket: int) -> float:
+        loop = self.loops[process]
+        loop.advance(now_s)
+        done = loop.finished_s.get(ticket)
+        reach = (loop.projected_end(ticket) if done is None else done) + self.latency_s
+        if reach <= now_s:
+            del loop.finished_s[ticket]
+        return reach
+
+    def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
+        loop = self.loops[process]
+        loop.advance(now_s)
+        end = loop.add_output(now_s, self.output_pass_s + self.output_token_s * num_tokens)
+        return end + self.output_latency_s
+
+
+class _Loop:
+    """One API-server process's event loop, advanced lazily to the simulator's clock: `busy` holds the output passes
+    not yet over (start, end; back to back or apart, in order), `queue` the requests being taken in as [ticket, phase,
+    work left in the phase, the request's input work]: the head runs whenever no output pass does, and a request
+    whose phase ends goes to the back for its next one (`phases`)."""
+
+    def __init__(self, phases: tuple[float, ...], reach_phase: int) -> None:
+        self.phases, self.reach_phase = phases, reach_phase
+        self.now_s = 0.0
+        self.busy: collections.deque[tuple[float, float]] = collections.deque()
+        self.queue: collections.deque[list[Any]] = collections.deque()
+        self.finished_s: dict[int, float] = {}  # ticket -> when its input work ended
+
+    def add(self, ticket: int, work_s: float) -> None:
+        self.queue.append([ticket, 0, work_s * self.phases[0], work_s])
+
+    def add_output(self, now_s: float, work_s: float) -> float:
+        """An output pass taken at `now_s` (after `advance(now_s)`): when it ends."""
+        start = max(now_s, self.busy[-1][1]) if self.busy else now_s
+        self.busy.append((start, start + work_s))
+        return start + work_s
+
+    def advance(self, to_s: float) -> None:
+        """The loop's work up to `to_s` (the simulator's clock never goes back)."""
+        if to_s > self.now_s:
+            self.now_s = _run(self.now_s, to_s, self.queue, self.busy, self.finished_s, None, self.phases, self.reach_phase)
+
+    def projected_end(self, ticket: int) -> float:
+        """When `ticket`'s input work ends if no more requests or output passes come (a lower bound)."""
+        queue = collections.deque([list(entry) for entry in self.queue])
+        finished: dict[int, float] = {}
+        _run(self.now_s, math.inf, queue, collections.deque(self.busy), finished, ticket, self.phases,
+             self.reach_phase)
+        return finished[ticket]
+
+
+def _run(now_s: float, to_s: float, queue: collections.deque[list[Any]], busy: collections.deque[tuple[float, float]],
+         finished_s: dict[int, float], stop: int | None, phases: tuple[float, ...], reach_phase: int) -> float:
+    """Runs the loop (`_Loop`) from `now_s` to `to_s`, or until request `stop`'s input work ends; returns the time
+    reached. Input work runs outside the output passes, preempted by them (slices taken as infinitely small)."""
+    t = now_s
+    while t < to_s:
+        while busy and busy[0][1] <= t:
+            busy.popleft()
+        if busy and busy[0][0] <= t:  # an output pass runs
+            t = min(busy[0][1], to_s)
+            continue
+        free_end = min(to_s, busy[0][0]) if busy else to_s
+        if not queue:
+            t = free_end
+            continue
+        head = queue[0]
+        if t + head[2] > free_end:
+            head[2] -= free_end - t
+            t = free_end
+            continue
+        t += head[2]
+        queue.popleft()
+        head[1] += 1
+        if head[1] == reach_phase:
+            finished_s[head[0]] = t
+            if head[0] == stop:
+                return t
+        if head[1] < len(phases):
+            head[2] = head[3] * phases[head[1]]
+            queue.append(head)
+    return t
