@@ -315,6 +315,25 @@ def test_marlin_dequantization_rate_caps_the_weight_stream_per_sm() -> None:
     assert marlin_moe_gemm_time_s(slow, *args[1:], **kw) == pytest.approx(free + 2 * 2e-6, rel=1e-9)
 
 
+def test_marlin_overlap_exponent_0_is_the_gemms_1_the_sum_of_stream_and_conversion() -> None:
+    # One token's gate_up on 8 experts (4096 x 7168, 8-row moe blocks), its MMAs and conversion (tc) apart from its
+    # weight stream (tm = the experts' bytes at the DRAM bandwidth x memory efficiency x bw_scale).
+    hw = load_profile("h100-sxm")
+    e = replace(hw.efficiency, moe_w4a16_marlin_slice_s=0.0)
+
+    def at(p: float, weight_bytes: float) -> float:
+        chip = replace(hw, efficiency=replace(e, moe_w4a16_marlin_overlap_exponent=p))
+        return marlin_moe_gemm_time_s(chip, 1.0, 4096.0, 7168.0, "bf16", 8.0, 8, weight_bytes_per_param=weight_bytes,
+                                      in_bytes=0.0, out_bytes=0.0, eff_scale=1.0, bw_scale=1.0, dequant_rate=20e9)
+
+    tc = at(1.0, 0.0) - e.kernel_fixed_s
+    tm = 8 * 4096 * 7168 * 0.5625 / (hw.memory_bandwidth_bytes_per_s * e.memory_efficiency)
+    assert at(1.0, 0.5625) == pytest.approx(e.kernel_fixed_s + tc + tm, rel=1e-12)
+    assert at(0.0, 0.5625) == at(e.overlap_exponent, 0.5625)
+    assert at(64.0, 0.5625) == pytest.approx(e.kernel_fixed_s + max(tc, tm) * (1 + (min(tc, tm) / max(tc, tm)) ** 64)
+                                             ** (1 / 64), rel=1e-12)
+
+
 def test_marlin_int4_and_fp4_experts_take_their_own_dequantization_rate() -> None:
     hw = load_profile("h200-sxm")
     e = replace(hw.efficiency, moe_w4a16_marlin_int4_dequant_rate=60e9, moe_w4a16_marlin_fp4_dequant_rate=30e9)

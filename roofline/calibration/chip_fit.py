@@ -153,7 +153,8 @@ MOE_FORMAT_NOTES = {
                    "math at the fp8 peak, its token tiles each re-reading its weight tile, experts padded to 256)",
     "mxfp4-marlin": "vLLM's Marlin MoE kernel (csrc/moe/marlin_moe_wna16) on MXFP4 and int4 experts, timed as "
                     "roofline.cost.kernels.moe describes it (vLLM's block_size_m rule, the kernel's stripes, its "
-                    "slice steps, the weights dequantized per moe block at the weight type's rate per SM)",
+                    "slice steps, the weights dequantized per moe block at the weight type's rate per SM, streamed "
+                    "beside the conversion at its own overlap exponent)",
 }
 
 
@@ -178,7 +179,8 @@ def _moe_writes(chip: str, formats: frozenset[str] | None = None) -> ChipWrite:
             report.append(f"{chip} {scheme}: {f.values}; held out: {held}")
         else:
             loss = "median" if scheme == "mxfp4-marlin" else "mean"
-            shared = ("the fixed cost, the slice step and the int4 / fp4 dequantization rates per SM"
+            shared = ("the fixed cost, the slice step, the int4 / fp4 dequantization rates per SM and the overlap "
+                      "exponent of the weight stream with the conversion"
                       if scheme == "mxfp4-marlin" else "the fixed cost")
             text = (f"fitted by `{cmd}` (roofline.calibration.moe_format_fit.fit_family_format: {shared} "
                     f"shared by {', '.join(f.family_systems)}, fitted on their rows together, the two factors on "

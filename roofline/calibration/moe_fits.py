@@ -171,8 +171,8 @@ def with_params(hw: HardwareProfile, prefix: str, factor: float, bandwidth_facto
 def family_shared(prefix: str) -> tuple[str, ...]:
     """A format's parameters beyond its three (`FITTED`'s prefix: `_gemm_factor`, `_bandwidth_factor`, `_fixed_s`)
     that its family fit shares over the family's chips (`roofline.calibration.moe_format_fit.fit_family_format`):
-    its other `moe_format` parameters of the same group, in declaration order (Marlin's slice step and its
-    dequantization rates per weight type: the same SMs run the same kernel)."""
+    its other `moe_format` parameters of the same group, in declaration order (Marlin's slice step, its
+    dequantization rates per weight type and its overlap exponent: the same SMs run the same kernel)."""
     own = {f"{prefix}_gemm_factor", f"{prefix}_bandwidth_factor", f"{prefix}_fixed_s"}
     return tuple(n for n in group_fields(prefix, "moe_format") if n not in own) if prefix in GROUPS else ()
 

@@ -56,12 +56,14 @@ from roofline.cost.kernels import kernel_family
 from roofline.cost.params import EFFICIENCY_PARAMS
 
 # Marlin's starts (compute factor, bandwidth factor, fixed us, slice step us, int4 and fp4 dequantization rates in G
-# weights/s per SM: `family_shared`): near its compute factor (~0.3 of the 16-bit GEMM's efficiency on Hopper, ~0.15
-# on Blackwell), weights at or near the DRAM peak, a few us per slice step, 30-60 G weights/s per SM (20-30 per
-# clock at ~2 GHz: a dozen-odd integer / half2 instructions per 8 weights, dequant.h).
-MARLIN_FIT_STARTS = ((0.3, 1.0, 30.0, 2.0, 40.0, 40.0), (0.3, 0.9, 20.0, 1.0, 60.0, 30.0),
-                     (0.15, 1.2, 25.0, 3.0, 30.0, 25.0))
-# The range of a fitted rate's log (YAML units, G weights/s per SM): 1 to 10,000.
+# weights/s per SM, overlap exponent: `family_shared`): near its compute factor (~0.3 of the 16-bit GEMM's efficiency
+# on Hopper, ~0.15 on Blackwell), weights at or near the DRAM peak, a few us per slice step, 30-60 G weights/s per SM
+# (20-30 per clock at ~2 GHz: a dozen-odd integer / half2 instructions per 8 weights, dequant.h), the weight stream
+# and the conversion from a soft sum (4, the 16-bit GEMMs' order) to nearly the larger of the two (16).
+MARLIN_FIT_STARTS = ((0.3, 1.0, 30.0, 2.0, 40.0, 40.0, 8.0), (0.3, 0.9, 20.0, 1.0, 60.0, 30.0, 4.0),
+                     (0.15, 1.2, 25.0, 3.0, 30.0, 25.0, 16.0))
+# The range of a fitted rate's log (YAML units, G weights/s per SM): 1 to 10,000; of an exponent's: 1 to its
+# declared bound (64).
 _LOG_RATE = (0.0, math.log(1e4))
 # Family-shared values as written: four significant digits.
 SHARED_DIGITS = 4
@@ -111,6 +113,8 @@ def fit_family_format(hws: dict[str, HardwareProfile], tables: dict[str, pd.Data
     shared = family_shared(prefix)
     rate = np.array([EFFICIENCY_PARAMS[n].unit != "us" for n in shared], dtype=bool)
     scale = np.array([EFFICIENCY_PARAMS[n].scale for n in shared])
+    log_hi = np.array([math.log(EFFICIENCY_PARAMS[n].hi) if EFFICIENCY_PARAMS[n].unit == "exponent" else _LOG_RATE[1]
+                       for n in shared])
     if bandwidth_max is None:  # one kernel family, one memory efficiency
         bandwidth_max = bandwidth_cap(next(iter(hws.values())), scheme)
 
@@ -118,7 +122,7 @@ def fit_family_format(hws: dict[str, HardwareProfile], tables: dict[str, pd.Data
         # shared coordinates: a time in us (at least 0), a rate as its log in YAML units
         z = np.asarray(x[2:] if common is None else common, dtype=np.float64)
         factor, bw, fixed = _clip(np.array([x[0], x[1], z[0]]), bandwidth_max)
-        extra = np.where(rate, np.exp(np.clip(z[1:], *_LOG_RATE)), np.clip(z[1:], 0.0, 500.0)) * scale
+        extra = np.where(rate, np.exp(np.clip(z[1:], _LOG_RATE[0], log_hi)), np.clip(z[1:], 0.0, 500.0)) * scale
         return (factor, bw, fixed * 1e-6, *(float(v) for v in extra))
 
     def loss(x: np.ndarray, gpus: list[str], common: np.ndarray | None) -> float:

@@ -257,6 +257,14 @@ class EfficiencyParams:
     # Defaults: no limit (1e9 G/s). Fitted per weight type over a family's chips (same SMs, same rate).
     moe_w4a16_marlin_int4_dequant_rate: float = _param(1e18, "G weights/s per SM", "moe_w4a16_marlin", ("moe_format",))
     moe_w4a16_marlin_fp4_dequant_rate: float = _param(1e18, "G weights/s per SM", "moe_w4a16_marlin", ("moe_format",))
+    # How its weight stream overlaps its dequantization and MMAs (`_overlap`'s exponent for the Marlin MoE GEMMs): the
+    # kernel prefetches the weight tiles `stages` (4) k tiles ahead with cp.async into shared memory
+    # (csrc/moe/marlin_moe_wna16/marlin_template.h `fetch_to_shared`, `cp_async_wait<stages - 2>`) while the SM
+    # dequantizes and multiplies the tile before, so the DRAM stream and the conversion run side by side and a call
+    # whose two times are close costs nearly the larger one (the tables: MXFP4 experts at 1-7 tokens per expert run
+    # in the same time on H100 and H200, whose DRAM times differ 1.43x), not the 16-bit GEMMs' soft sum
+    # (overlap_exponent). 0 = the GEMMs' overlap_exponent (no effect). Fitted with the fixed cost over a family's chips.
+    moe_w4a16_marlin_overlap_exponent: float = _param(0.0, "exponent", "moe_w4a16_marlin", ("moe_format",), lo=0.0)
     # MXFP4 experts with MXFP8 activations on FlashInfer's TRT-LLM fused MoE (`--moe-backend flashinfer-mxfp4-mxfp8`,
     # vLLM's VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: InferenceX's gpt-oss recipes on B200), timed as
     # `roofline.cost.kernels.moe._mxfp4_mxfp8_moe_s` describes it (fp8 x fp4 math at the fp8 peak, the MXFP8 input

@@ -403,12 +403,13 @@ def marlin_moe_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: s
     and at most n_tiles * routed tokens * 4 / SMs (`determine_exec_config`). Compute: the busiest SM's share of
     the tile iterations plus, per slice (moe block x n tile), the family's per-tile cost gemm_tile_fixed_k, at
     the compute factor; bytes: each touched expert's weights once, the activations in and out, at the bandwidth
-    factor; the two overlap (`_overlap`); plus kernel_fixed_s. Every moe block is computed in full, so a token
-    alone on its expert costs block_m rows, and a call's slices grow with the moe blocks (top-k x tokens at
-    decode), not with its bytes. Every moe block also dequantizes its weight tiles again, in registers beside the
-    MMAs: the busiest SM's tile iterations x thread_n x thread_k weights at `dequant_rate` (weights per second an
-    SM, the weight type's: `_marlin_gemms_s`) bound the compute time from below. Plus the call's slice steps on its
-    critical path (`marlin_slice_steps`) at moe_w4a16_marlin_slice_s each."""
+    factor; the two overlap (`_overlap`, at moe_w4a16_marlin_overlap_exponent where the chip states it); plus
+    kernel_fixed_s. Every moe block is computed in full, so a token alone on its expert costs block_m rows, and a
+    call's slices grow with the moe blocks (top-k x tokens at decode), not with its bytes. Every moe block also
+    dequantizes its weight tiles again, in registers beside the MMAs: the busiest SM's tile iterations x thread_n x
+    thread_k weights at `dequant_rate` (weights per second an SM, the weight type's: `_marlin_gemms_s`) bound the
+    compute time from below. Plus the call's slice steps on its critical path (`marlin_slice_steps`) at
+    moe_w4a16_marlin_slice_s each."""
     e = hw.efficiency
     sms = hw.num_compute_units
     one_block = block_m <= 16
@@ -434,7 +435,8 @@ def marlin_moe_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, dtype: s
     bw = _bandwidth(hw) * e.memory_efficiency * bw_scale
     moved = groups * n * k * weight_bytes_per_param + routed * (k * in_bytes + n * out_bytes)
     steps = marlin_slice_steps(units, _ceil(k / tk), sms * per_sm_blocks)
-    return _overlap(tc, moved / bw, e.overlap_exponent) + e.kernel_fixed_s + steps * e.moe_w4a16_marlin_slice_s
+    overlap = e.moe_w4a16_marlin_overlap_exponent or e.overlap_exponent  # 0: the GEMMs' (params.py)
+    return _overlap(tc, moved / bw, overlap) + e.kernel_fixed_s + steps * e.moe_w4a16_marlin_slice_s
 
 
 def marlin_slice_steps(units: Any, k_tiles: Any, blocks: Any) -> Any:
