@@ -228,14 +228,15 @@ class FastPath:
         # Prefill rows as the plan shows them: (row, context, query, blocks held after allocation).
         prefill_rows: list[tuple[int, int, int, int]] = []
         if preempting:
-            self._allocate_or_preempt(cols, plan, self._touched(opening, filling, prefills), num_updates)
+            self._allocate_or_preempt(cols, plan, self._touched(opening, filling, prefills), opening, filling,
+                                      num_updates)
             cols.off = cols.off[:len(running)]  # victims are the tail rows
             cols.seq = cols.seq[:len(running)]
             prefills = cols.prefills
         elif not prefills:
-            kv.allocate_decode_slots(list(opening), list(filling))
+            kv.allocate_decode_slots(opening, filling)
         else:
-            self._allocate_with_prefills(cols, opening, filling, prefills, num_updates)
+            self._allocate_rows(cols, self._touched(opening, filling, prefills), opening, filling, num_updates)
         total = cols.num_decoders
         context_sum = cols.num_decoders * (num_updates - 1) + cols.off_sum
         num_prefill_tokens = 0
@@ -263,15 +264,16 @@ class FastPath:
         touched.update(dict.fromkeys(prefills))
         return sorted(touched, key=_SEQ)
 
-    def _allocate_with_prefills(self, cols: RunningColumns, opening: dict[Request, None], filling: dict[Request, None],
-                                prefills: list[Request], num_updates: int) -> None:
-        """The touched rows in queue order when the free blocks cover them all: each prefill by `allocate`, the runs
-        of decoders between them by one `allocate_decode_slots` each (the same blocks in the same order: within
-        a run, openings take blocks in queue order and fills register in queue order, and the two commute)."""
+    def _allocate_rows(self, cols: RunningColumns, rows: list[Request], opening: dict[Request, None],
+                       filling: dict[Request, None], num_updates: int) -> None:
+        """Touched rows (`_touched`, or a run of them) in queue order when the free blocks cover them all: each
+        prefill by `allocate`, the runs of decoders between them by one `allocate_decode_slots` each (the same
+        blocks in the same order: within a run, openings take blocks in queue order and fills register in queue
+        order, and the two commute)."""
         kv = self.sched.kv
         run_opening: list[Request] = []
         run_filling: list[Request] = []
-        for req in self._touched(opening, filling, prefills):
+        for req in rows:
             if req._col_off is None:  # a prefill
                 if run_opening or run_filling:
                     kv.allocate_decode_slots(run_opening, run_filling)
@@ -367,18 +369,40 @@ class FastPath:
         return True
 
     def _allocate_or_preempt(self, cols: RunningColumns, plan: StepPlan, touched: list[Request],
-                             num_updates: int) -> None:
+                             opening: dict[Request, None], filling: dict[Request, None], num_updates: int) -> None:
         """The scheduler's loop (FCFS) on the columns, when the free blocks do not cover every running
         request: the requests that need the KV cache manager ask it in queue order, and a request that does
         not fit preempts from the tail of the running queue until it fits or is itself preempted. Victims
-        leave the columns (their rows are the tail); the requests left running are all scheduled in full."""
+        leave the columns (their rows are the tail); the requests left running are all scheduled in full.
+        The rows before the first that does not fit (and those after a preemption, up to the next) go as one run
+        (`_allocate_rows`): an allocation of a running request fails exactly when it needs more blocks than are
+        free, and nothing else changes the free blocks among them, so none of them would have failed."""
         sched = self.sched
         kv = sched.kv
         running = sched.running
+        bs = cols.block_size
         preempted: list[str] = []
-        for req in touched:
-            if req._cols is not cols:
-                break  # preempted already (victims come from the tail)
+        i, num_touched = 0, len(touched)
+        while i < num_touched and touched[i]._cols is cols:  # (victims come from the tail: the rest are preempted)
+            free = kv.num_free_blocks
+            end = i
+            while end < num_touched:
+                req = touched[end]
+                if req._cols is not cols:
+                    break
+                if req._col_off is None:  # a prefill: blocks for all its tokens (fewer than max_model_len)
+                    need = -(-(req.num_prompt_tokens + len(req._output_ids)) // bs) - len(req.block_ids)
+                else:
+                    need = req in opening
+                if need > free:
+                    break
+                free -= need
+                end += 1
+            if end > i:
+                self._allocate_rows(cols, touched[i:end], opening, filling, num_updates)
+                i = end
+                continue
+            req = touched[i]
             ctx, num_tokens, rem = self._counts(cols, req, num_updates)
             while not kv.allocate(req, ctx, num_tokens, rem):
                 victim = running.pop()
@@ -388,6 +412,7 @@ class FastPath:
                 preempted.append(victim.request_id)
                 if victim is req:
                     break
+            i += 1
         plan.preempted_request_ids = tuple(preempted)
 
     def _update_columns(self, cols: RunningColumns, new: list[Request], new_emits: list[bool],

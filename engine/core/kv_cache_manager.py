@@ -34,7 +34,7 @@ groups' blocks are held uncached in `req.sliding_block_ids`. Not mirrored: prefi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 
 import numpy as np
@@ -263,7 +263,7 @@ class KVCacheManager:
         if num_new > 0:
             ids.extend(self.pool.allocate(num_new * groups))
 
-    def allocate_decode_slots(self, opening: Sequence[Request], filling: Sequence[Request]) -> None:
+    def allocate_decode_slots(self, opening: Collection[Request], filling: Collection[Request]) -> None:
         """`allocate_slots(req, 1)` for many running requests at once, in queue order, each computing one token
         that either opens a block (`opening`: one new block each) or fills its last block (`filling`: registered
         in the prefix cache; none without caching); the caller checked that the free blocks suffice. The new

@@ -106,17 +106,10 @@ class PipelineScheduler(Scheduler):
             if num_new_tokens <= 0:
                 i += 1
                 continue
-            while not self.kv.allocate_slots(req, num_new_tokens):
-                victim, i, budget = self._pop_victim(plan, i, budget)
-                self.preempt_request(victim)
-                preempted.append(victim.request_id)
-                if victim is req:
-                    break
-            if req.status is not _RUNNING:
+            scheduled = self._allocate_and_add(plan, req, num_new_tokens, i, budget, preempted)
+            if scheduled is None:
                 break
-            self._add_to_plan(plan, req, num_new_tokens)
-            budget -= num_new_tokens
-            i += 1
+            i, budget = scheduled
         plan.preempted_request_ids = tuple(preempted)
 
     def _add_to_plan(self, plan: StepPlan, req: Request, num_new_tokens: int) -> None:  # type: ignore[override]

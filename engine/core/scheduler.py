@@ -180,18 +180,28 @@ class Scheduler:
                 num_new_tokens = threshold
             num_new_tokens = min(num_new_tokens, budget, max_pos - computed)
             assert num_new_tokens > 0, req  # a request reaching max_model_len has stopped
-            while not self.kv.allocate_slots(req, num_new_tokens):
-                victim, i, budget = self._pop_victim(plan, i, budget)
-                self.preempt_request(victim)
-                preempted.append(victim.request_id)
-                if victim is req:
-                    break
-            if req.status is not _RUNNING:
+            scheduled = self._allocate_and_add(plan, req, num_new_tokens, i, budget, preempted)
+            if scheduled is None:
                 break
-            self._add_to_plan(plan, req, num_new_tokens)
-            budget -= num_new_tokens
-            i += 1
+            i, budget = scheduled
         plan.preempted_request_ids = tuple(preempted)
+
+    def _allocate_and_add(self, plan: StepPlan, req: Request, num_new_tokens: int, i: int, budget: int,
+                          preempted: list[str]) -> tuple[int, int] | None:
+        """Running request `req` (at index `i` of the running queue) gets slots for `num_new_tokens`, preempting
+        from the tail of the queue (`_pop_victim`, their ids appended to `preempted`) until they fit or it is
+        itself preempted, and is added to the plan: the index of the next request and the budget left, or None if
+        it was preempted (the pass ends)."""
+        while not self.kv.allocate_slots(req, num_new_tokens):
+            victim, i, budget = self._pop_victim(plan, i, budget)
+            self.preempt_request(victim)
+            preempted.append(victim.request_id)
+            if victim is req:
+                break
+        if req.status is not _RUNNING:
+            return None
+        self._add_to_plan(plan, req, num_new_tokens)
+        return i + 1, budget - num_new_tokens
 
     def _pop_victim(self, plan: StepPlan, i: int, budget: int) -> tuple[Request, int, int]:
         """Remove the request to preempt from the running queue; returns it, the index of the request being
