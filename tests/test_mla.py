@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from roofline.cost.hardware import load_profile
-from roofline.cost.kernels.mla import MlaBatch, mla_backend, mla_records
+from roofline.cost.kernels.attention import FA3_KERNELS, TRTLLM_GEN_KERNELS
+from roofline.cost.kernels.mla import MlaBatch, mla_backend, mla_decode_rows, mla_records
 from roofline.cost.ops import BatchStats
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
@@ -112,6 +113,36 @@ def test_decode_tiles_follow_the_family_kernel_rows() -> None:
     rec = next(r for r in mla_records(spec, QuantConfig.from_user(), 1, triton) if r.name == "mla_decode")
     assert rec.kv_read_bytes == 1000 * 576 * 2.0  # from DRAM once
     assert rec.shape[3] == 7 * 1000 * 576 * 2.0  # read again by the 7 other tiles (mla_decode_reread_fraction)
+
+
+def test_trtllm_gen_mla_decode_tile_rows_follow_its_kernel_choice() -> None:
+    # FlashInfer fmhaKernels.cuh selectMlaGenerationKernel on 148 SMs: SwapsMmaAb with 8 / 16 heads a CTA up to 32
+    # heads; above, while sequences x ceil(heads / 16) CTAs fit the SMs and a split holds at most 1024 keys.
+    rows = [mla_decode_rows(TRTLLM_GEN_KERNELS, h, 16, 8192, 148) for h in (1, 8, 16, 32)]
+    assert rows == [8, 8, 16, 16]
+    assert mla_decode_rows(TRTLLM_GEN_KERNELS, 64, 37, 8192, 148) == 64  # 148 CTAs, 1 split: 8192 keys > 1024
+    assert mla_decode_rows(TRTLLM_GEN_KERNELS, 64, 37, 1024, 148) == 16  # 148 CTAs, 1 split of 1024 keys
+    assert mla_decode_rows(TRTLLM_GEN_KERNELS, 64, 38, 1024, 148) == 64  # 152 CTAs > 148: KeepsMmaAb, 64 heads
+    assert mla_decode_rows(TRTLLM_GEN_KERNELS, 128, 2, 9216, 148) == 16  # 16 CTAs, 9 splits of 1024 keys
+    assert mla_decode_rows(TRTLLM_GEN_KERNELS, 128, 2, 9217, 148) == 128  # 1025 keys a split: the 2-CTA kernel
+    assert list(mla_decode_rows(TRTLLM_GEN_KERNELS, 128, np.array([1, 64]), np.array([100, 100]), 148)) == [16, 128]
+    assert mla_decode_rows(FA3_KERNELS, 128, 64, 100, 132) == 64  # a fixed tile elsewhere
+    # The step model cuts B200's decodes the same way: 32 heads (DeepSeek-R1 at TP 4), two 16-head tiles a sequence.
+    spec, hw = load_model("deepseek-r1"), load_profile("b200")
+    stats = BatchStats.from_arrays(np.ones(3, dtype=int), np.array([10, 500, 4000]), np.ones(3, dtype=int))
+    model = StepCostModel(spec, hw, QuantConfig.from_user(), 4)
+    dec = next(r for r in model._attention_records(stats) if r.kind == "mla_decode")
+    assert dec.shape[2] == 3 * 2  # work tiles
+
+
+def test_fp8_block_linear_term_is_a_table_condition_only() -> None:
+    spec = load_model("deepseek-r1")
+    steps = StepArrays(np.array([1, 1, 700]), np.array([100, 2000, 0]), np.array([1, 1, 1]))
+    hw = load_profile("b200")
+    assert hw.efficiency.mla_table_fp8_block_linear_s > 0  # fitted on B200's MLA module tables
+    times = [StepCostModel(spec, replace(hw, efficiency=replace(hw.efficiency, mla_table_fp8_block_linear_s=v)),
+                           QuantConfig.from_user(), 8).time_s(steps) for v in (0.0, 1.0)]
+    assert times[0] == times[1]
 
 
 def test_legacy_collector_time_is_a_table_condition_only() -> None:

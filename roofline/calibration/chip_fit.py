@@ -244,7 +244,8 @@ def _mla_writes(chips: list[str]) -> list[ChipWrite]:
                       f"FIT_ON: the same kernels; this chip's tables are legacy collections): of {tables}, the "
                       f"per-rank head counts whose CRC32 is not 0 mod 4 fit only {collector}; {error}")
         else:
-            legacy = (f"; legacy collector: {', '.join(LEGACY_HELD)} held at b200's fit, {collector}"
+            legacy = (f"; legacy collector: {', '.join(LEGACY_HELD)} held at b200's fit at 90e57ce "
+                      f"(roofline.calibration.mla_fit LEGACY_HELD_S), {collector}"
                       if legacy_collector(system) else "")
             source = (f"fitted by `{cmd}` (roofline.calibration.mla_fit) on {tables}, the per-rank head counts "
                       f"whose CRC32 is not 0 mod 4{legacy}; {error}")

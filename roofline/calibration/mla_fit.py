@@ -57,6 +57,7 @@ from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.mla import (
     MlaBatch,
     mla_backend,
+    mla_decode_rows,
     mla_decode_time_s,
     mla_op_time_s,
     mla_prefill_time_s,
@@ -78,8 +79,19 @@ FIT_ON = {"b300_sxm": "b200_sxm", "gb200": "b200_sxm"}
 _LEGACY_PREFIX = "mla_table_legacy_"
 _LEGACY_START_S = {"fixed_s": 30e-6, "token_s": 20e-9, "token_head_s": 0.5e-9}
 LEGACY_PARAMS = {n: _LEGACY_START_S[n.removeprefix(_LEGACY_PREFIX)] for n in MLA_PARAMS if n.startswith(_LEGACY_PREFIX)}
-# The serving path's times per call (not per tile), held at the re-collected (B200) fit where a legacy table is fitted.
-LEGACY_HELD = tuple(n for n in MLA_PARAMS if n.endswith("_fixed_s") and "_tile_" not in n and n not in LEGACY_PARAMS)
+# The block-fp8 linear layers' time per call in the module's CUDA graph that the GEMM model lacks (a table condition,
+# never used in serving: `EfficiencyParams.mla_table_fp8_block_linear_s`), fitted on the GPUs named here (a GPU in
+# `FIT_ON` takes its reference's). Not on Hopper: there the fit puts it at 0.9-1.5 us a layer and it leaves the
+# training error as it was (BENCHMARKS.md's MLA section, history 2026-11-29f-mla.md).
+FP8_BLOCK_PARAM = "mla_table_fp8_block_linear_s"
+FP8_BLOCK_FITTED = ("b200_sxm", "l40s")
+# The serving path's times per call (not per tile) that a legacy table's fit holds: B200's fit of them at 90e57ce
+# (its re-collected tables with a 64-row decode tile). Since the TRT-LLM-gen decode tiles and the block-fp8 term,
+# B200's fit leaves them at their bound (0): at one wave of tiles a per-call time and the per-wave tile time are one
+# constant, which that fit gives the tile term; the legacy fits keep the values they were fitted with.
+LEGACY_HELD_S = {"mla_decode_fixed_s": 2.062308411162023e-06, "mla_decode_fp8_kv_fixed_s": 2.274014117819397e-06,
+                 "mla_prefill_fixed_s": 9.723870550795357e-07}
+LEGACY_HELD = tuple(LEGACY_HELD_S)
 
 
 def held_out(num_heads: int) -> bool:
@@ -131,6 +143,7 @@ class Components:
     has_prefill: np.ndarray
     tokens: np.ndarray  # the module call's tokens: batch x isl (context), batch (generation)
     heads: np.ndarray
+    fp8_block_linears: np.ndarray  # linear layers (GEMM records) with block-fp8 weights, per row
     legacy: bool = False
 
 
@@ -140,8 +153,8 @@ def _spec(heads: int) -> ModelSpec:
                    num_dense_layers=1, checkpoint_quant=None)
 
 
-def _batches(d: pd.DataFrame, family: str | None) -> list[MlaBatch]:
-    rows = kernel_family(family).attention.mla_decode_rows
+def _batches(d: pd.DataFrame, family: str | None, sms: int) -> list[MlaBatch]:
+    kernels = kernel_family(family).attention
     out = []
     for row in d.itertuples():
         backend = mla_backend(family, row.kv_cache_dtype == "fp8")
@@ -150,6 +163,7 @@ def _batches(d: pd.DataFrame, family: str | None) -> list[MlaBatch]:
             q, c = np.full(b, int(row.isl)), np.zeros(b, dtype=np.int64)
         else:
             q, c = np.ones(b, dtype=np.int64), np.full(b, int(row.step) - 1)
+        rows = int(mla_decode_rows(kernels, int(row.num_heads), b, int(c.max()) + 1, sms))
         out.append(MlaBatch.from_lengths(q, c, int(row.num_heads), backend.decode_threshold, rows=rows))
     return out
 
@@ -162,9 +176,10 @@ def components(hw: HardwareProfile, d: pd.DataFrame, legacy: bool = False) -> Co
     rest, rest_warm, warm = np.zeros(n), np.zeros(n), np.zeros(n, bool)
     dec, pre = np.zeros((n, 4)), np.zeros((n, 4))
     has_d, has_p = np.zeros(n, bool), np.zeros(n, bool)
+    fp8_block_linears = np.zeros(n)
     fp8 = (d.kv_cache_dtype == "fp8").to_numpy()
     l2 = hw.l2_cache_bytes or 0.0
-    batches = _batches(d, hw.family)
+    batches = _batches(d, hw.family, hw.num_compute_units)
     paths = np.array([(b.decode_tokens > 0, b.prefill_tokens > 0) for b in batches])
     keys = pd.DataFrame({"h": d.num_heads.to_numpy(), "g": d.gemm_type.to_numpy(), "kv": fp8,
                          "pd": paths[:, 0], "pp": paths[:, 1]})
@@ -177,6 +192,8 @@ def components(hw: HardwareProfile, d: pd.DataFrame, legacy: bool = False) -> Co
         records = mla_records(_spec(int(heads)), quant, 1, batch)
         working_set = sum(r.weight_bytes + r.kv_read_bytes + r.act_bytes for r in records)
         warm[idx] = working_set <= l2
+        if gemm_type == "fp8_block":
+            fp8_block_linears[idx] = sum(1 for r in records if r.kind == "gemm")
         for r in records:
             if r.kind == "mla_decode":
                 dec[idx], has_d[idx] = np.column_stack([np.broadcast_to(x, idx.shape) for x in r.shape]), True
@@ -190,7 +207,7 @@ def components(hw: HardwareProfile, d: pd.DataFrame, legacy: bool = False) -> Co
                 rest_warm[idx] += op_time_s(warm_hw, r, quant, 1)[0]
     tokens = np.where(d.phase == "context", d.batch_size * d.isl, d.batch_size).astype(np.float64)
     return Components(rest, rest_warm, warm, dec, pre, fp8, has_d, has_p, tokens,
-                      d.num_heads.to_numpy(dtype=np.float64), legacy)
+                      d.num_heads.to_numpy(dtype=np.float64), fp8_block_linears, legacy)
 
 
 def predict(hw: HardwareProfile, comp: Components, rows: np.ndarray) -> np.ndarray:
@@ -213,6 +230,7 @@ def predict(hw: HardwareProfile, comp: Components, rows: np.ndarray) -> np.ndarr
         if s.size:
             t[np.searchsorted(idx, s)] += mla_prefill_time_s(h, *comp.prefill_shape[s].T)
         out[sel] = t
+    out += hw.efficiency.mla_table_fp8_block_linear_s * comp.fp8_block_linears[rows]
     if comp.legacy:
         e, t = hw.efficiency, comp.tokens[rows]
         per_token = e.mla_table_legacy_token_s + comp.heads[rows] * e.mla_table_legacy_token_head_s
@@ -238,6 +256,8 @@ def fit_mla_chip(gpu: str, reference: dict[str, float] | None = None
     names = [n for n in MLA_PARAMS if n not in LEGACY_PARAMS]
     if not d.kv_cache_dtype.eq("fp8").any():
         names = [n for n in names if "fp8_kv" not in n]
+    if gpu not in FP8_BLOCK_FITTED or not d.gemm_type.eq("fp8_block").any():
+        names = [n for n in names if n != FP8_BLOCK_PARAM]
     before = hw
     samples = [("mla_module", {"row": int(i)}, float(measured[i])) for i in train]
 
@@ -259,8 +279,7 @@ def fit_mla_chip(gpu: str, reference: dict[str, float] | None = None
         # the file's values would move the result with every refit; from a fixed start, a refit reproduces it.
         start, held = with_params(hw, {f"efficiency.{n}": EFFICIENCY_PARAMS[n].default for n in MLA_PARAMS}), {}
         if comp.legacy:
-            assert reference is not None, f"{gpu}'s legacy table holds the re-collected fit's {LEGACY_HELD}"
-            held = {n: reference[n] for n in LEGACY_HELD if n in names}
+            held = {n: LEGACY_HELD_S[n] for n in LEGACY_HELD if n in names}
             names = [n for n in names if n not in held] + list(LEGACY_PARAMS)
             start = with_params(start, {f"efficiency.{n}": v for n, v in held.items()} | legacy_start)
         fitted = run(start, names)

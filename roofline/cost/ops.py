@@ -441,22 +441,26 @@ def _per_expert(routed: Any, touched: Any) -> Any:
 
 
 def step_ops(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats,
-             kernels: AttentionKernels = FA3_KERNELS, graph_max_tokens: float = math.inf) -> list[OpRecord]:
+             kernels: AttentionKernels = FA3_KERNELS, graph_max_tokens: float = math.inf,
+             sms: int = 0) -> list[OpRecord]:
     """Every operator of one step on one rank, in execution order (per-layer operators summed over layers), with
     the attention `kernels` of the device's family (`KernelFamily.attention`); `graph_max_tokens`: `token_ops`."""
     r = RankShape.of(spec, tp)
-    attention = mla_step_records(spec, quant, tp, s, kernels) if spec.is_mla else attention_records(r, s, quant,
+    attention = mla_step_records(spec, quant, tp, s, kernels, sms) if spec.is_mla else attention_records(r, s, quant,
                                                                                                     kernels)
     return token_ops(spec, quant, tp, s.num_tokens, graph_max_tokens) + attention + emit_ops(spec, quant, tp,
                                                                                              s.num_emits)
 
 
 def mla_step_records(spec: ModelSpec, quant: QuantConfig, tp: int, s: BatchStats,
-                     kernels: AttentionKernels = FA3_KERNELS) -> list[OpRecord]:
+                     kernels: AttentionKernels = FA3_KERNELS, sms: int = 0) -> list[OpRecord]:
     """An MLA model's attention records of a step (`roofline.cost.kernels.mla.mla_attention_records`), its decode
-    work tiles as the family's `kernels` cut them (`AttentionKernels.mla_decode_rows`)."""
-    from roofline.cost.kernels.mla import MlaBatch, mla_attention_records, mla_heads_per_rank
-    batch = MlaBatch.from_stats(s, mla_heads_per_rank(spec, tp), kernels.mla_decode_rows)
+    work tiles as the family's `kernels` cut them (`roofline.cost.kernels.mla.mla_decode_rows`; `sms`: the
+    device's SMs, which TRT-LLM-gen's kernel choice for more than 32 heads reads)."""
+    from roofline.cost.kernels.mla import MlaBatch, mla_attention_records, mla_decode_rows, mla_heads_per_rank
+    heads = mla_heads_per_rank(spec, tp)
+    rows = mla_decode_rows(kernels, heads, s.num_decode_seqs, s.decode_pairs / np.maximum(s.num_decode_seqs, 1), sms)
+    batch = MlaBatch.from_stats(s, heads, rows)
     return mla_attention_records(spec, quant, tp, batch)
 
 

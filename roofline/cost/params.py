@@ -358,6 +358,14 @@ class EfficiencyParams:
     mla_table_legacy_fixed_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
     mla_table_legacy_token_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
     mla_table_legacy_token_head_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
+    # MEASUREMENT CONDITION OF THE MLA MODULE TABLES ONLY, never used by the serving step model: the time per block-fp8
+    # linear layer of a module call that the chip's block-fp8 GEMM model lacks. That model is fitted on the GEMM
+    # tables, which time fp8_block eagerly (`roofline.calibration.gemm_format_fit.EAGER_FORMATS`), with its host time
+    # apart; the module tables replay the layer in a CUDA graph, where vLLM's block-fp8 linear
+    # (`W8A8BlockFp8LinearOp`) runs the activation's group quantization (and on Blackwell DeepGEMM's UE8M0 scale
+    # layout) as kernels of their own before the GEMM: B200's tables put the module of 1 head and 1 token at 45.7 us
+    # with fp8_block linear layers against 29.5 us with bf16 ones (three linear layers: qkv_a, q_b, o_proj).
+    mla_table_fp8_block_linear_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
     # Weight-only linear layers on Marlin (`roofline.cost.kernels.gemm_weight_only.marlin_time_s`): the factor of the
     # 16-bit GEMM's compute efficiency its mma.sync main loop, the dequantization interleaved, reaches. Default 1:
     # Marlin's README (IST-DASLab/marlin: "essentially ideal speedups", its Ampere/Ada kernel). Stage `unfitted`: no

@@ -37,6 +37,7 @@ from roofline.cost.kernels.attention import (
 from roofline.cost.kernels.mla import (
     MlaBatch,
     mla_attention_records,
+    mla_decode_rows,
     mla_decode_shape,
     mla_decode_time_s,
     mla_heads_per_rank,
@@ -530,7 +531,7 @@ class StepCostModel:
         """`roofline.cost.ops.step_ops`; on a CPU with the attention shapes of `cpu_engine` (`CPU_ENGINES`)."""
         if self.hw.kind != "cpu":
             graph_max = 0 if self._mixed_eager and s.num_prefill_seqs else self._graph_max_tokens
-            return step_ops(self.spec, self.quant, self.tp, s, self._attn_kernels, graph_max)
+            return step_ops(self.spec, self.quant, self.tp, s, self._attn_kernels, graph_max, self.hw.num_compute_units)
         return (token_ops(self.spec, self.quant, self.tp, s.num_tokens)
                 + CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
                 + emit_ops(self.spec, self.quant, self.tp, s.num_emits))
@@ -540,7 +541,7 @@ class StepCostModel:
         if self.hw.kind == "cpu":
             return CPU_ENGINES[self.cpu_engine].attention_records(self.rank, s, self.quant)
         if self.spec.is_mla:
-            return mla_step_records(self.spec, self.quant, self.tp, s, self._attn_kernels)
+            return mla_step_records(self.spec, self.quant, self.tp, s, self._attn_kernels, self.hw.num_compute_units)
         return attention_records(self.rank, s, self.quant, self._attn_kernels)
 
     def _mla_attention_s(self, s: BatchStats) -> tuple[float, int]:
@@ -550,7 +551,7 @@ class StepCostModel:
         k = self.hw.executor.kernels_per_elementwise_op
         if s.num_decode_seqs and not s.num_prefill_seqs:  # decodes only: the records' floats, without the records
             return self._mla_decode_only_s(s.num_decode_seqs, s.decode_pairs)
-        for op in mla_step_records(self.spec, self.quant, self.tp, s, self._attn_kernels):
+        for op in mla_step_records(self.spec, self.quant, self.tp, s, self._attn_kernels, self.hw.num_compute_units):
             if op.kind == "mla_bmm":
                 key = (op.name, s.num_decode_seqs)
                 cached = self._mla_bmm.get(key)
@@ -569,7 +570,8 @@ class StepCostModel:
         """`_mla_attention_s` of a step of `n` decodes over `pairs` keys: W_UK, the absorbed decode kernel, W_UV,
         in the records' order and with their arguments (`mla_attention_records`, `op_time_s`), the batched matmuls
         computed once per `n`."""
-        b = MlaBatch.of_decodes(n, pairs, self._mla_heads, self._attn_kernels.mla_decode_rows)
+        rows = mla_decode_rows(self._attn_kernels, self._mla_heads, n, pairs / n, self.hw.num_compute_units)
+        b = MlaBatch.of_decodes(n, pairs, self._mla_heads, rows)
         if ("mla_w_uk", n) not in self._mla_bmm:
             k = self.hw.executor.kernels_per_elementwise_op
             for op in mla_attention_records(self.spec, self.quant, self.tp, b):

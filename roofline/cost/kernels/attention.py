@@ -58,6 +58,7 @@ class AttentionKernels:
     softmax_on_sfu: bool = False
     decode_unit_prologue: bool = True
     mla_decode_rows: int = 64
+    mla_decode_trtllm_gen: bool = False
 
 
 # vLLM's FA3 varlen on Hopper (and the FA2 kernels of Ampere, described with the same tiles): FA3 always packs
@@ -76,7 +77,8 @@ FA3_KERNELS = AttentionKernels(name="fa3", q_rows=_FA3_Q_ROWS, packs_gqa=True)
 # run persistent over waves. Softmax exponentials run on the SFU (MUFU.EX2), whose throughput Blackwell Ultra doubles
 # (`exp_throughput_factor` of the chip profile).
 TRTLLM_GEN_KERNELS = AttentionKernels(name="trtllm-gen", q_rows=((math.inf, 256),), packs_gqa=False,
-                                      decode_heads_per_cta=32, decode_waves=True, softmax_on_sfu=True)
+                                      decode_heads_per_cta=32, decode_waves=True, softmax_on_sfu=True,
+                                      mla_decode_trtllm_gen=True)
 # vLLM's FLASH_ATTN backend on Ada (SM89) runs FlashAttention 2 (vllm_flash_attn, fa_version 2); with a paged KV
 # cache `mha_varlen_fwd` always launches the split-KV kernel (csrc/flash_attn/flash_api.cpp:
 # `run_mha_fwd(params, stream, /*force_split_kernel=*/paged_KV)`), whose tiles are fixed for every head_dim

@@ -50,6 +50,7 @@ import numpy as np
 
 from engine.core.model_spec import ModelSpec
 from roofline.cost.hardware import HardwareProfile
+from roofline.cost.kernels.attention import AttentionKernels
 from roofline.cost.kernels.gemm import gemm_time_s
 from roofline.cost.kernels.mla_backends import MlaBackend
 from roofline.cost.ops import OpRecord, elementwise_record, gemm_record
@@ -64,6 +65,28 @@ _ROPE_FLOPS_PER_ELEMENT = 3
 _NORM_FLOPS_PER_ELEMENT = 5
 
 
+
+
+def mla_decode_rows(kernels: AttentionKernels, heads: int, num_seqs: Any, kv_len: Any, sms: int) -> Any:
+    """Query rows of one decode work tile of `num_seqs` decodes over `kv_len` keys each (scalars or arrays; each tile
+    of a sequence reads its latents): the family's fixed `AttentionKernels.mla_decode_rows`, or, where
+    `mla_decode_trtllm_gen`, the MLA generation kernel TRT-LLM-gen picks (FlashInfer
+    `include/flashinfer/trtllm/fmha/fmhaKernels.cuh`, `selectMlaGenerationKernel` and `useSwapsMmaAbMlaGenKernel`;
+    the same in TensorRT-LLM's `fmhaKernels.h`): up to 32 heads the low-latency SwapsMmaAb kernel with 8 (up to 8
+    heads) or 16 query heads a CTA; above, the same 16-head kernel while its CTAs (sequences x ceil(heads / 16))
+    fit the `sms` and the keys a CTA takes after the split over the KV sequence (at most ceil(keys / 256) splits,
+    SMs / CTAs) are at most 1024, else the high-throughput KeepsMmaAb kernel with 64 heads a CTA, whose 128-head form
+    runs two CTAs of one cluster on one latent stream (2-CTA MMA: one tile of 128 rows)."""
+    if not kernels.mla_decode_trtllm_gen:
+        return kernels.mla_decode_rows
+    if heads <= 32:
+        return 8 if heads <= 8 else 16
+    ctas = np.asarray(num_seqs) * -(-heads // 16)
+    kv = np.asarray(kv_len, dtype=np.float64)
+    splits = np.maximum(1, np.minimum(np.ceil(kv / 256.0), np.maximum(1, sms // np.maximum(ctas, 1))))
+    swaps = (np.ceil(kv / splits) <= 1024) & (ctas <= sms)
+    rows = np.where(swaps, 16, 128 if heads == 128 else 64)
+    return int(rows) if rows.ndim == 0 else rows
 
 
 def mla_backend(family: str | None, kv_fp8: bool) -> MlaBackend:
@@ -127,14 +150,14 @@ class MlaBatch:
         return self.decode_tokens + self.prefill_tokens
 
     @classmethod
-    def of_decodes(cls, num_seqs: int, pairs: float, heads: int, rows: int = MLA_DECODE_ROWS) -> "MlaBatch":
+    def of_decodes(cls, num_seqs: Any, pairs: Any, heads: int, rows: Any = MLA_DECODE_ROWS) -> "MlaBatch":
         """`num_seqs` decodes (one query token each) over `pairs` keys in all (their contexts plus themselves)."""
         tiles = -(-heads // rows)
         return cls(decode_seqs=num_seqs, decode_tokens=num_seqs, decode_tiles=num_seqs * tiles,
                    decode_row_keys=tiles * rows * pairs, decode_latent_reads=tiles * pairs, decode_latent_tokens=pairs)
 
     @classmethod
-    def from_stats(cls, s: Any, heads: int, rows: int = MLA_DECODE_ROWS) -> "MlaBatch":
+    def from_stats(cls, s: Any, heads: int, rows: Any = MLA_DECODE_ROWS) -> "MlaBatch":
         """From a step's `roofline.cost.ops.BatchStats`: its decodes (one query token) on the decode path, every
         longer query on the prefill path. vLLM sends queries up to the decode backend's `reorder_batch_threshold`
         through the decode path too (Hopper: 512 / 128 tokens); the aggregates do not keep them apart, so the step
