@@ -33,7 +33,8 @@ on all of them with a bf16 query (`prefill/selector.py`; the tables' context row
 `AttentionKernels.mla_decode_rows` query rows (heads x query tokens of one sequence): 64 for FlashMLA's and FA3's
 Q tile, 16 for the Triton MLA kernel (vLLM `vllm/v1/attention/ops/triton_decode_attention.py`
 `_decode_grouped_att_m_fwd`: BLOCK_H = 16, grid (batch, cdiv(heads, 16), splits)); on Blackwell TRT-LLM-gen's
-kernel choice per call (`mla_decode_rows`: 8, 16, 64 or 128 rows). Fewer heads pad a tile; more heads read the latents once per tile, the repeated reads
+kernel choice per call (`mla_decode_rows`: 8, 16, 64 or 128 rows).
+Fewer heads pad a tile; more heads read the latents once per tile, the repeated reads
 of one sequence's latents by its other tiles (running at the same time) partly from the L2:
 `mla_decode_reread_fraction` of their bytes cost DRAM time.
 
