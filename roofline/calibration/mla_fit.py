@@ -89,9 +89,8 @@ FP8_BLOCK_FITTED = ("b200_sxm", "l40s")
 # (its re-collected tables with a 64-row decode tile). Since the TRT-LLM-gen decode tiles and the block-fp8 term,
 # B200's fit leaves them at their bound (0): at one wave of tiles a per-call time and the per-wave tile time are one
 # constant, which that fit gives the tile term; the legacy fits keep the values they were fitted with.
-LEGACY_HELD_S = {"mla_decode_fixed_s": 2.062308411162023e-06, "mla_decode_fp8_kv_fixed_s": 2.274014117819397e-06,
-                 "mla_prefill_fixed_s": 9.723870550795357e-07}
-LEGACY_HELD = tuple(LEGACY_HELD_S)
+LEGACY_HELD = tuple(n for n in MLA_PARAMS if n.endswith("_fixed_s") and "_tile_" not in n and n not in LEGACY_PARAMS)
+LEGACY_HELD_S = dict(zip(LEGACY_HELD, (2.062308411162023e-06, 2.274014117819397e-06, 9.723870550795357e-07)))
 
 
 def held_out(num_heads: int) -> bool:
