@@ -23,8 +23,8 @@ from roofline.cost.uncertainty import KINDS, OpTimeFactors, chip_uncertainty
 from roofline.errors import UserError
 from roofline.registry import load_model, resolve
 
-SIM = ["simulate", "--model", "llama-3.1-8b", "--num-requests", "20", "--request-rate", "8", "--intervals",
-       "--interval-samples", "4"]
+PLAIN = ["simulate", "--model", "llama-3.1-8b", "--num-requests", "20", "--request-rate", "8"]
+SIM = PLAIN + ["--intervals", "--interval-samples", "4"]
 
 
 def _section(spread: float) -> dict:
@@ -112,18 +112,45 @@ def test_wider_uncertainty_gives_wider_intervals(tmp_path: Path) -> None:
         assert widths["wide"][key] > 3 * widths["narrow"][key] > 0, key
 
 
-def test_same_seed_same_bytes_and_parallel_equals_serial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    first = _run(SIM + ["--json"])
-    assert first == _run(SIM + ["--json"])
-    assert _run(SIM + ["--json", "--seed", "1"]) != first
+def test_same_seed_same_bytes_whatever_the_number_of_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The samples on 1 (here, one after another), 2 or 3 forked workers, started beside the central run
+    (`SampleRuns`), give the same bytes; the central run's figures are the plain run's."""
     import roofline.sim.intervals as intervals
 
     real = intervals.IntervalSpec.from_flags.__func__  # type: ignore[attr-defined]
-    monkeypatch.setattr(intervals.IntervalSpec, "from_flags",
-                        classmethod(lambda cls, *a, **k: replace(real(cls, *a, **k), num_workers=1)))
-    assert _run(SIM + ["--json"]) == first  # in this process, one sample after another
+    outputs = {}
+    for workers in (1, 2, 3):
+        monkeypatch.setattr(intervals.IntervalSpec, "from_flags",
+                            classmethod(lambda cls, *a, w=workers, **k: replace(real(cls, *a, **k), num_workers=w)))
+        outputs[workers] = _run(SIM + ["--json"])
+    assert outputs[1] == outputs[2] == outputs[3]
+    monkeypatch.undo()
+    assert _run(SIM + ["--json"]) == outputs[1]
+    assert _run(SIM + ["--json", "--seed", "1"]) != outputs[1]
+    plain = json.loads(_run(PLAIN + ["--json"]))
+    assert "intervals" not in plain
+    record = json.loads(outputs[1])
+    assert {k: v for k, v in record.items() if k != "intervals"} == plain  # the plain run, as without --intervals
     text = _run(SIM)
     assert "80 % intervals (4 sampled cost models)" in text and "Mean TPOT (ms):" in text
+
+
+def test_a_failing_sample_ends_the_run_with_its_error_and_no_worker_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    from roofline.sim.intervals import SampleRuns
+
+    def run_one(hw: object) -> dict[str, float | None]:
+        raise UserError("sample failed")
+
+    hw = load_profile("h100-sxm")
+    runs = SampleRuns(run_one, [hw] * 4, 2)
+    with pytest.raises(UserError, match="sample failed"):
+        try:
+            runs.results()
+        finally:
+            runs.close()
+    assert not multiprocessing.active_children()
 
 
 def test_save_result_holds_the_intervals(tmp_path: Path) -> None:

@@ -573,3 +573,28 @@ def test_layouts_differing_only_in_dp_or_ep_are_distinct_rows_and_shown_only_whe
     tp_only = planner.make_plan(_request(sensitivity=False), FakeBackend(), PRICES, num_workers=1)
     assert not {"data_parallel_size", "expert_parallel", "pipeline_parallel_size"} & set(
         report_tables(tp_only, all_tables(tp_only))["serving"].columns)
+
+
+@pytest.mark.slow  # two plans with the real simulator (~20 s of CPU)
+def test_a_profile_with_wider_uncertainty_gives_the_plan_a_wider_range(tmp_path: Path) -> None:
+    """Issue 41: the plan's answer (GPUs for the target rate) with its pessimistic and optimistic GPUs, each operator
+    kind at the 90th / 10th percentile of its measured / predicted: a profile whose uncertainty is wider gives a wider
+    range around the same nominal answer, and the report states the confidence."""
+    from roofline.cli import main
+    from tests.test_intervals import _profile_with
+
+    gpus = {}
+    for name, spread in (("narrow", 0.03), ("wide", 0.3)):
+        out, profile = tmp_path / name, _profile_with(tmp_path, spread, name)
+        rc = main(["plan", "--model", "llama-3.1-8b", "--hardware", str(profile), "--workload", "sharegpt-chat",
+                   "--slo-ttft-s", "2", "--slo-tpot-s", "0.1", "--target-qps", "200", "--tensor-parallel-sizes", "1",
+                   "--max-num-seqs", "64", "--num-requests", "30", "--workers", "1", "--max-model-len", "16384",
+                   "--price", f"{profile}=2", "--out", str(out)])
+        assert rc == 0
+        row = _read_csv(out / "configurations.csv")[0]
+        gpus[name] = [int(row[k]) for k in ("optimistic_num_gpus", "num_gpus", "pessimistic_num_gpus")]
+        assert "(90 % confidence if the kinds' errors move together" in (out / "report.md").read_text()
+    narrow, wide = gpus["narrow"], gpus["wide"]
+    assert narrow[1] == wide[1]  # the nominal answer does not read the uncertainty
+    assert wide[0] <= narrow[0] <= narrow[1] <= narrow[2] <= wide[2], gpus
+    assert wide[2] - wide[0] > narrow[2] - narrow[0], gpus

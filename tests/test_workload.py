@@ -15,6 +15,7 @@ from roofline.registry import list_ids
 from roofline.sim.traces import read_trace
 from roofline.sim.workload import (
     ArrivalProcess,
+    KeptPrompts,
     LengthDistribution,
     PromptStream,
     RequestFactory,
@@ -201,7 +202,8 @@ def test_bad_flags_are_user_errors(argv: list[str], message: str) -> None:
         workload_from_args(parse(argv))
 
 
-def test_prompt_stream_gives_the_ids_of_eager_requests_in_any_order_of_asking() -> None:
+def test_prompt_stream_gives_the_ids_of_eager_requests_in_any_order_of_asking(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The simulator's lazy prompts (`PromptStream`, `Request.lazy`): asked for out of spec order (a later request
     scheduled first on another replica), every prompt still has the ids `RequestFactory` gives in spec order, for
     unique prompts, shared prefixes and multi-turn sessions."""
@@ -220,6 +222,17 @@ def test_prompt_stream_gives_the_ids_of_eager_requests_in_any_order_of_asking() 
             assert lazy[i].num_prompt_tokens == eager[i].num_prompt_tokens
             assert lazy[i].token_ids(0, 3) == eager[i].token_ids(0, 3)
         assert not stream._made  # each made prompt was handed to its request
+        kept = KeptPrompts(workload, specs, 32000, 1, 2)  # made at once (`roofline simulate --intervals`)
+        for i in (39, 0, 5):
+            request = factory.lazy(specs[i], kept.source(i), specs[i].arrival_s)
+            assert np.array_equal(request.prompt_array, eager[i].prompt_array), (name, i)
+            assert not request.prompt_array.flags.writeable
+    specs = sample_requests(load_workload("sharegpt-chat"))
+    total = sum(s.num_prompt_tokens for s in specs)
+    monkeypatch.setattr(KeptPrompts, "MAX_TOKENS", total)
+    assert KeptPrompts.kept(load_workload("sharegpt-chat"), specs, 32000) is not None
+    monkeypatch.setattr(KeptPrompts, "MAX_TOKENS", total - 1)
+    assert KeptPrompts.kept(load_workload("sharegpt-chat"), specs, 32000) is None  # over the bound: not kept
 
 
 def test_lazy_request_refuses_a_source_of_the_wrong_length() -> None:

@@ -55,9 +55,9 @@ DEFAULT_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "
 SEED = 0  # the sampling seed (roofline simulate's default workload seed)
 
 
-def select_rows(rows_per_gpu: int, max_client_tokens: float) -> list[SimCase]:
-    """Per GPU (`SYSTEM_ORDER`), the first `rows_per_gpu` simulated rows of at most `max_client_tokens` output tokens
-    by the CRC-32 of their row id, interleaved GPU by GPU."""
+def select_rows(rows_per_gpu: int, max_client_tokens: float, gpus: tuple[str, ...] = SYSTEM_ORDER) -> list[SimCase]:
+    """Per GPU (of `gpus`, in `SYSTEM_ORDER`), the first `rows_per_gpu` simulated rows of at most `max_client_tokens`
+    output tokens by the CRC-32 of their row id, interleaved GPU by GPU."""
     by_gpu: dict[str, list[SimCase]] = defaultdict(list)
     for row in read_silicon_rows():
         try:
@@ -67,7 +67,7 @@ def select_rows(rows_per_gpu: int, max_client_tokens: float) -> list[SimCase]:
         if not isinstance(case, Skip) and PROMPTS_PER_CONCURRENCY * case.concurrency * row.osl <= max_client_tokens:
             by_gpu[row.system].append(case)
     chosen = [sorted(by_gpu.get(s, []), key=lambda c: zlib.crc32(c.row.row_id.encode()))[:rows_per_gpu]
-              for s in SYSTEM_ORDER]
+              for s in SYSTEM_ORDER if s in gpus]
     return [c[i] for i in range(rows_per_gpu) for c in chosen if i < len(c)]
 
 
@@ -80,6 +80,7 @@ def simulate_row(case: SimCase, spec: IntervalSpec) -> dict:
     from roofline.registry import load_model
     from roofline.sim.deployment import make_deployment
     from roofline.sim.simulator import SimulationOptions, run_simulation
+    from roofline.sim.workload import KeptPrompts, sample_requests
 
     row, n = case.row, case.concurrency
     spec_model = load_model(case.config_path)
@@ -92,13 +93,16 @@ def simulate_row(case: SimCase, spec: IntervalSpec) -> dict:
         engine = replace(engine, max_model_len=AUTO_FIT_MAX_MODEL_LEN)
     workload = client_workload(row, PROMPTS_PER_CONCURRENCY * n, RANGE_RATIO)
     options = SimulationOptions(max_concurrency=n, record_steps=False)
+    specs = sample_requests(workload)  # the same requests and prompts for every run of the row, made once
+    prompts = KeptPrompts.kept(workload, specs, spec_model.vocab_size, spec_model.bos_token_id, spec_model.eos_token_id)
     out: dict = {"row_id": row.row_id, "system": row.system, "model": row.model_path.split("/")[-1],
                  "measured_ttft_s": row.measured_ttft_s, "measured_tpot_s": row.measured_tpot_s}
     started = time.perf_counter()
     noise = [{}] + spec.noise(hw)  # the run-to-run factors where the host states them (none for the central value)
     for (label, profile), factors in zip([("central", hw)] + [(f"sample_{i}", p)
                                                                 for i, p in enumerate(spec.profiles(hw))], noise):
-        result = run_simulation(make_deployment(spec_model, profile, engine, vllm_version=version), workload, options)
+        result = run_simulation(make_deployment(spec_model, profile, engine, vllm_version=version), workload, options,
+                                specs=specs, prompts=prompts)
         out[label] = apply_noise({"ttft_s": _mean(result.requests.ttft_s.to_numpy()),
                                   "tpot_s": _mean(result.requests.tpot_s.to_numpy())}, factors)
     out["wall_s"] = time.perf_counter() - started
@@ -140,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-gpu", type=int, default=50, help="rows per GPU (default: %(default)s)")
     parser.add_argument("--max-client-tokens", type=float, default=2.5e5,
                         help="only rows whose client generates at most this many tokens (default: %(default)g)")
+    parser.add_argument("--gpus", default=",".join(SYSTEM_ORDER),
+                        help="comma-separated GPUs whose rows to run (default: all; a budget then reaches "
+                             "--rows-per-gpu on fewer GPUs; the cache serves a later run of all)")
     parser.add_argument("--models", default="",
                         help="comma-separated model names of the selected rows to run (default: all; a subset's "
                              "figures are that subset's)")
@@ -156,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     spec = IntervalSpec(args.level, args.samples, SEED, 1)
     cache = args.out / "cache" / f"{identity}-l{args.level:g}-n{args.samples}-s{SEED}"
     cache.mkdir(parents=True, exist_ok=True)
-    cases = select_rows(args.rows_per_gpu, args.max_client_tokens)
+    gpus = tuple(args.gpus.split(","))
+    if set(gpus) - set(SYSTEM_ORDER):
+        parser.error(f"--gpus: {', '.join(sorted(set(gpus) - set(SYSTEM_ORDER)))} is not allowed; allowed: a "
+                     f"comma-separated subset of {', '.join(SYSTEM_ORDER)}")
+    cases = select_rows(args.rows_per_gpu, args.max_client_tokens, gpus)
     if args.models:
         wanted = set(args.models.split(","))
         models = {c.row.model_path.split("/")[-1] for c in cases}

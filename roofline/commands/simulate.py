@@ -62,18 +62,18 @@ from roofline.sim.intervals import (
     DEFAULT_LEVEL_PERCENT,
     DEFAULT_NUM_SAMPLES,
     IntervalSpec,
+    SampleRuns,
     apply_noise,
     format_intervals,
     interval_metrics,
     interval_record,
-    run_samples,
 )
 from roofline.sim.metrics import SummaryOptions, format_summary
 from roofline.sim.simulator import ROUTERS, SimulationOptions, run_simulation, terminal_progress
 from roofline.sim.timeline import draw_load_over_time, format_peaks, load_over_time, peaks
 from roofline.sim.traces import trace_rows
 from roofline.sim.verdict import load_verdict
-from roofline.sim.workload import Workload
+from roofline.sim.workload import KeptPrompts, Workload, sample_requests
 from roofline.sim.workload_args import add_workload_args, workload_from_args
 from roofline.vllm_flags import add_vllm_serve_flags
 
@@ -201,16 +201,37 @@ def run(args: argparse.Namespace) -> int:
                                 endpoint=args.endpoint or "completions")
     intervals = None if args.intervals is None else \
         IntervalSpec.from_flags(args.intervals, args.interval_samples, deployment.hw, workload.seed or 0)
-    stream = None
     if args.out is not None:
         # (imported only for --out: Parquet's writer is a fifth of the process's start)
         from roofline.sim.outputs import StepTraceStream, write_csv, write_outputs
         prepare_output_dir(args.out)
-        stream = StepTraceStream(args.out, deployment)  # steps.parquet written as the steps come
     if args.save_result:
         check_result_dir(args.result_dir)
-    result = run_simulation(deployment, workload, options, specs=specs, progress=terminal_progress(),
-                            step_sink=None if stream is None else stream.write)
+    runs, prompts = None, None
+    if intervals is not None:
+        # The samples start now, on forked workers (`SampleRuns`), and the plain run below runs beside them; all
+        # read the same requests and prompts, made once here where they are few enough (the same figures).
+        specs = sample_requests(workload) if specs is None else specs
+        prompts = KeptPrompts.kept(workload, specs, deployment.spec.vocab_size, deployment.spec.bos_token_id,
+                                   deployment.spec.eos_token_id)
+        lens = client_input_lens
+
+        def run_one(hw: Any) -> dict[str, float | None]:  # one sampled cost model, the same requests
+            sampled = run_simulation(make_deployment(deployment.spec, hw, engine_args), workload,
+                                     replace(options, record_steps=False), specs=specs, prompts=prompts)
+            return interval_metrics(bench_metrics(
+                sampled.requests, sampled.itl, sampled.requests["num_prompt_tokens"].to_numpy() if lens is None
+                else lens, metric_options, max_concurrency, request_rate), sampled.summary(summary_options))
+
+        runs = SampleRuns(run_one, intervals.profiles(deployment.hw), intervals.num_workers)
+    try:
+        stream = None if args.out is None else StepTraceStream(args.out, deployment)  # steps.parquet as they come
+        result = run_simulation(deployment, workload, options, specs=specs, progress=terminal_progress(),
+                                step_sink=None if stream is None else stream.write, prompts=prompts)
+        sample_metrics = None if runs is None else runs.results()
+    finally:
+        if runs is not None:
+            runs.close()
     if client_input_lens is None:
         client_input_lens = result.requests["num_prompt_tokens"].to_numpy()
     vllm = bench_metrics(result.requests, result.itl, client_input_lens, metric_options, max_concurrency,
@@ -229,18 +250,8 @@ def run(args: argparse.Namespace) -> int:
                **result.summary(summary_options)}
     load_table = load_over_time(result.requests, result.steps, args.slo_ttft_s, args.slo_tpot_s)
     summary["load_over_time"] = peaks(load_table)
-    if intervals is not None:
-        lens = client_input_lens
-
-        def run_one(hw: Any) -> dict[str, float | None]:  # one sampled cost model, the same requests
-            sampled = run_simulation(make_deployment(deployment.spec, hw, engine_args), workload,
-                                     replace(options, record_steps=False), specs=specs)
-            return interval_metrics(bench_metrics(sampled.requests, sampled.itl, lens, metric_options,
-                                                  max_concurrency, request_rate), sampled.summary(summary_options))
-
-        samples = [apply_noise(m, f) for m, f in zip(
-            run_samples(run_one, intervals.profiles(deployment.hw), intervals.num_workers),
-            intervals.noise(deployment.hw))]
+    if intervals is not None and sample_metrics is not None:
+        samples = [apply_noise(m, f) for m, f in zip(sample_metrics, intervals.noise(deployment.hw))]
         summary["intervals"] = interval_record(interval_metrics(vllm, summary), samples, intervals, deployment.hw)
     if args.out is not None:
         write_outputs(args.out, deployment, result, summary, stream)

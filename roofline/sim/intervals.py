@@ -3,7 +3,8 @@ measured uncertainty (`roofline simulate --intervals`).
 
     spec = IntervalSpec.from_flags("80", "8", hw, seed=0)     # level 80 %, 8 samples (UserError on bad values)
     profiles = spec.profiles(hw)                               # hw with sampled `op_time_factors`
-    samples = run_samples(lambda p: metrics_of(p), profiles, spec.num_workers)
+    runs = SampleRuns(lambda p: metrics_of(p), profiles, spec.num_workers)   # started now, beside the central run
+    samples = runs.results()                                   # (then runs.close())
     record = interval_record(central, samples, spec, hw)       # per metric: central, low, high
 
 What is sampled: the profile's `uncertainty` (`roofline.cost.uncertainty`: per operator kind, measured / predicted on
@@ -16,8 +17,9 @@ numbers the plain run prints); the interval is the samples' (100 - level) / 2 an
 (numpy linear). Not sampled (`not_sampled`): the executor's host terms (step and launch times), elementwise kernels,
 and whatever the profile does not state.
 
-The samples run on `num_workers` forked processes (they inherit the parent's imports, model, requests and caches, so
-a sample costs one simulation), in sample order whatever finishes first: the same seed gives the same bytes.
+The samples run on `num_workers` forked processes (`SampleRuns`; they inherit the parent's imports, model, requests,
+prompts and caches, so a sample costs one simulation), started before the central run so that it runs beside them,
+and are collected in sample order whatever finishes first: the same seed gives the same bytes.
 """
 
 from __future__ import annotations
@@ -121,28 +123,51 @@ def _run_index(i: int) -> dict[str, float | None]:
     return run_one(profiles[i])
 
 
-def _ignore_sigint() -> None:
+def _worker_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the group; the parent ends the workers
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # (not the CLI's handler, `roofline.cli`): ended quietly
 
 
-def run_samples(run_one: Callable[[HardwareProfile], dict[str, float | None]], profiles: list[HardwareProfile],
-                num_workers: int) -> list[dict[str, float | None]]:
-    """`run_one(profile)` for every profile, in order: on `num_workers` forked processes (where the platform forks),
-    else here."""
-    if num_workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [run_one(p) for p in profiles]
-    _TASK[:] = [run_one, profiles]
-    pool = multiprocessing.get_context("fork").Pool(num_workers, initializer=_ignore_sigint)
-    try:
-        results = pool.map(_run_index, range(len(profiles)), chunksize=1)
-        pool.close()
-        return results
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+class SampleRuns:
+    """`run_one(profile)` for every profile, in order: started at once on `num_workers` forked processes (where the
+    platform forks), so that the caller's own simulation (the central value) runs beside them; else, one after
+    another here, when `results()` is called. `close()` ends the workers (after `results()`, or on an error).
+
+        runs = SampleRuns(run_one, spec.profiles(hw), spec.num_workers)
+        try:
+            central = ...                  # the plain run, in this process
+            samples = runs.results()       # in profile order, whichever finished first
+        finally:
+            runs.close()
+    """
+
+    def __init__(self, run_one: Callable[[HardwareProfile], dict[str, float | None]],
+                 profiles: list[HardwareProfile], num_workers: int) -> None:
+        self._run_one, self._profiles = run_one, profiles
+        self._pool: Any = None
+        self._pending: Any = None
+        if num_workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+            _TASK[:] = [run_one, profiles]
+            self._pool = multiprocessing.get_context("fork").Pool(num_workers, initializer=_worker_signals)
+            self._pending = self._pool.map_async(_run_index, range(len(profiles)), chunksize=1)
+
+    def results(self) -> list[dict[str, float | None]]:
+        if self._pool is None:
+            return [self._run_one(p) for p in self._profiles]
+        results: list[dict[str, float | None]] = self._pending.get()
+        self._pool.close()  # the workers end when their queue is empty
+        self._pool.join()
+        self._pool = None
         _TASK.clear()
+        return results
+
+    def close(self) -> None:
+        """End the workers now if `results()` has not (an error, a Ctrl-C)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+            _TASK.clear()
 
 
 # ---- the figures --------------------------------------------------------------------------------------------------

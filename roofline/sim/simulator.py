@@ -67,7 +67,7 @@ from roofline.sim.deployment import Deployment
 from roofline.sim.pipeline_engine import PipelineEngine
 from roofline.sim.recorder import Recorder, SimulationResult, StepSink, build_result
 from roofline.sim.token_times import TimeSeries
-from roofline.sim.workload import PromptStream, RequestFactory, RequestSpec, Workload, sample_requests
+from roofline.sim.workload import KeptPrompts, PromptStream, RequestFactory, RequestSpec, Workload, sample_requests
 
 ROUTERS = ("round_robin", "least_outstanding")
 # Steps per part handed to a step sink: a multiple of the step rows' blocks (`StepRows.CHUNK`) and of steps.parquet's
@@ -189,12 +189,13 @@ class _SeenTimes:
 def run_simulation(deployment: Deployment, workload: Workload, options: SimulationOptions = SimulationOptions(),
                    specs: Sequence[RequestSpec] | None = None, step_time_fn: StepTimeFn | None = None,
                    progress: Callable[[int, int], None] | None = None,
-                   step_sink: StepSink | None = None, early_stop: EarlyStop | None = None) -> SimulationResult:
+                   step_sink: StepSink | None = None, early_stop: EarlyStop | None = None,
+                   prompts: KeptPrompts | None = None) -> SimulationResult:
     """Simulate serving the workload's requests (or `specs`, in arrival order, if given) until all finished.
     `step_sink`: takes the steps with their sequences in parts of `STEPS_PER_PART` as they come
     (`roofline.sim.outputs.StepTraceStream.write`; the result then holds no step sequences). `early_stop`: checks
     that may end the run sooner (`EarlyStop`); the requests unfinished then have no finish time (NaN), and a first
-    token time if they had one."""
+    token time if they had one. `prompts`: the prompts of these specs made before (`KeptPrompts`, the same ids)."""
     assert early_stop is None or options.api_server_count == 1, "EarlyStop: one API-server process only"
     if deployment.pipeline is not None and step_time_fn is not None:
         raise UserError("--pipeline-parallel-size (-pp): a pipeline's batches are timed stage by stage "
@@ -203,7 +204,7 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
     _check_lengths(specs, deployment.scheduler_config.max_model_len)
     started = time.perf_counter()
     sim = _Simulation(deployment, workload, specs, options, step_time_fn or _default_time(deployment),
-                      progress, step_sink)
+                      progress, step_sink, prompts)
     # The loop makes no reference cycles (tests/test_simulator.py checks), so reference counting frees all it
     # drops; the cyclic collector would only traverse the live requests and their token lists again and again (a
     # fifth of the run time for 10,000 requests, BENCHMARKS.md). Paused for the loop and the result tables: right
@@ -240,7 +241,7 @@ class _Simulation:
 
     def __init__(self, deployment: Deployment, workload: Workload, specs: Sequence[RequestSpec],
                  options: SimulationOptions, time_fn: StepTimeFn, progress: Callable[[int, int], None] | None,
-                 step_sink: StepSink | None = None) -> None:
+                 step_sink: StepSink | None = None, prompts: KeptPrompts | None = None) -> None:
         spec = deployment.spec
         self.specs, self.options, self.time_fn, self.progress = specs, options, time_fn, progress
         self.replicas = [_Replica(i, deployment, options.api_server_count) for i in range(options.num_replicas)]
@@ -248,7 +249,7 @@ class _Simulation:
         self.make_request = RequestFactory(spec.vocab_size, workload.seed, spec.bos_token_id, spec.eos_token_id)
         self.prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
         # Prompts made when the scheduler first reads them, in spec order: the queue of an overloaded run holds no ids.
-        self.prompts = PromptStream(self.make_request, specs, self.prefix_tokens)
+        self.prompts = PromptStream(self.make_request, specs, self.prefix_tokens) if prompts is None else prompts
         self.token_id = sampled_token_id(spec)
         self.heap: list[tuple[float, int, int, int]] = []
         self.seq = 0

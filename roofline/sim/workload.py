@@ -573,6 +573,34 @@ class PromptStream:
         return made.pop(index)
 
 
+class KeptPrompts:
+    """Every prompt of `specs` made at once, in spec order (the ids `PromptStream` gives), read-only and kept:
+    `roofline simulate --intervals` runs the same requests on several sampled cost models, which read these instead
+    of making each prompt again (`source(i)` as `PromptStream.source`). Holds every prompt's ids (8 bytes a token):
+    `kept` keeps at most `MAX_TOKENS` of them (a day's replayed trace can hold hundreds of millions)."""
+
+    MAX_TOKENS = 1 << 24  # 128 MiB of ids
+
+    @classmethod
+    def kept(cls, workload: Workload, specs: Sequence[RequestSpec], vocab_size: int, bos_token_id: int | None = None,
+             eos_token_id: int | None = None) -> KeptPrompts | None:
+        """The prompts kept, or None (each run makes its own: the same ids) over `MAX_TOKENS`."""
+        if sum(spec.num_prompt_tokens for spec in specs) > cls.MAX_TOKENS:
+            return None
+        return cls(workload, specs, vocab_size, bos_token_id, eos_token_id)
+
+    def __init__(self, workload: Workload, specs: Sequence[RequestSpec], vocab_size: int,
+                 bos_token_id: int | None = None, eos_token_id: int | None = None) -> None:
+        factory = RequestFactory(vocab_size, workload.seed, bos_token_id, eos_token_id)  # as the simulator's
+        prefix_tokens = workload.shared_prefix.prefix_tokens if workload.shared_prefix else 0
+        self._prompts = [factory.prompt_ids(spec, prefix_tokens) for spec in specs]
+        for ids in self._prompts:
+            ids.flags.writeable = False  # each request's prompt_array (read-only there too)
+
+    def source(self, index: int) -> Callable[[], np.ndarray]:
+        return functools.partial(self._prompts.__getitem__, index)
+
+
 def build_requests(workload: Workload, specs: Sequence[RequestSpec], vocab_size: int,
                    bos_token_id: int | None = None, eos_token_id: int | None = None) -> list[Request]:
     """All requests at once (for `measure`), seeded by the workload's seed."""
