@@ -130,6 +130,23 @@ def test_minimax_recipes_set_their_flags_or_force_expert_parallelism() -> None:
     assert any("--enable-expert-parallel" in n for n in h200.notes)
 
 
+def test_minimax_b200_0_17_rows_name_the_triton_moe_they_ran_as_not_modelled() -> None:
+    # The 0.17.0 fp8 B200 script (2026-03-11 to 03-27) exports VLLM_USE_FLASHINFER_MOE_FP8=0 and
+    # VLLM_MOE_USE_DEEP_GEMM=0: vLLM's Triton fused MoE, not the TRT-LLM-gen MoE the simulator runs; the 0.19.0
+    # script (2026-04-03 on) exports neither.
+    minimax = dict(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", gemm_quant_mode="fp8_block",
+                   moe_quant_mode="fp8_block", system="b200_sxm", tp_size=2.0, moe_tp_size=2.0)
+    march = resolve_row(parse_row(record(**minimax, backend_version="0.17.0", silicon_data_source=(
+        "source_file=2026-03-25.csv; model=MiniMax-M2.5; silicon_concurrency=16; measured=2026-03-11T18:39:31Z"))))
+    april = resolve_row(parse_row(record(**minimax, backend_version="0.19.0", silicon_data_source=(
+        "source_file=2026-04-06.csv; model=MiniMax-M2.5; silicon_concurrency=16; measured=2026-04-03T00:00:00.000Z"))))
+    assert isinstance(march, SimCase) and isinstance(april, SimCase)
+    recipe = [n for n in march.notes if n.startswith("engine flags of InferenceX's recipe")]
+    assert len(recipe) == 1 and "not modelled: VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0" in recipe[0]
+    assert march.engine.enable_expert_parallel  # the recipe's `if [ "$EP_SIZE" -ge 1 ]`
+    assert not any("VLLM_USE_FLASHINFER_MOE_FP8" in n for n in april.notes)
+
+
 def test_empty_precision_is_the_checkpoint_dtype() -> None:
     case = resolve_row(parse_row(record(model_path="Qwen/Qwen3-32B", precision=NAN, gemm_quant_mode=NAN,
                                         moe_quant_mode=NAN)))
