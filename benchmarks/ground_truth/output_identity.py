@@ -2,12 +2,17 @@
 
     python benchmarks/ground_truth/output_identity.py --baseline 479dcdb [--candidate REF] [--out DIR] [--case sharegpt-chat ...]
 
-For every case (each shipped workload with the default deployment, plus a tensor-parallel, two-replica
-deployment under the least-outstanding router), runs `roofline simulate --out` once with the baseline commit
-(checked out into a temporary git worktree, run from there so its own modules are imported) and once with this
-tree, and compares `requests.csv`, `steps.parquet`, `timeseries.csv` and `summary.json` byte for byte; a
+For every case, runs `roofline simulate --out` once with the baseline commit (checked out into a temporary git
+worktree, run from there so its own modules are imported) and once with this tree, and compares what the run printed
+(the vLLM-style result block and summary, or the `--json` summary; the output folder's path written as $OUT),
+`requests.csv`, `steps.parquet`, `timeseries.csv` and `summary.json` byte for byte; a
 `steps.parquet` whose bytes differ counts as the same when its table (values, types, schema metadata) is, and is
-reported as re-encoded (the writer's encoding options changed, not the result). `run.json`
+reported as re-encoded (the writer's encoding options changed, not the result). The cases: each shipped workload
+with the default deployment; a tensor-parallel, two-replica deployment under the least-outstanding router; and the
+paths of the simulator's loop: the README's workload (overloaded, with preemptions), with `--json` and another seed,
+a preemption-heavy one (a small KV cache), no prefix caching, chunked prefill off on long prompts, a closed loop
+behind two API-server processes, pipeline parallelism, an MoE model with data and expert parallelism, and
+prediction intervals. `run.json`
 is compared too but reported apart: its metadata may change with a documented schema change. A build from
 51ee9e7 up to 6b0fa82 (data folders moved, registry not yet reading a checkout's own folders) reads the data of
 the installed editable checkout instead of its worktree's: take baselines before 51ee9e7 or from 6b0fa82 on. Exit 0 when every
@@ -25,7 +30,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RESULT_FILES = ("requests.csv", "steps.parquet", "timeseries.csv", "summary.json")
+RESULT_FILES = ("stdout.txt", "requests.csv", "steps.parquet", "timeseries.csv", "summary.json")
+README = ["--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--workload", "sharegpt-chat"]
 
 CASES: dict[str, list[str]] = {
     "sharegpt-chat": ["--workload", "sharegpt-chat"],
@@ -36,13 +42,30 @@ CASES: dict[str, list[str]] = {
     "70b-tp4-2-replicas": ["--model", "llama-3.1-70b", "--tensor-parallel-size", "4", "--num-replicas", "2",
                            "--router", "least_outstanding", "--workload", "sharegpt-chat", "--num-requests", "400",
                            "--request-rate", "6", "--slo-ttft-s", "1", "--slo-tpot-s", "0.05"],
+    "readme-2000": [*README, "--request-rate", "10", "--num-requests", "2000"],
+    "readme-json-seed3": [*README, "--request-rate", "10", "--num-requests", "1000", "--seed", "3", "--json"],
+    "preempt-small-cache": [*README, "--request-rate", "20", "--num-requests", "600", "--num-gpu-blocks-override",
+                            "3000", "--max-model-len", "16384", "--seed", "5"],
+    "no-prefix-cache": [*README, "--request-rate", "12", "--num-requests", "800", "--no-enable-prefix-caching",
+                        "--seed", "7"],
+    "no-chunked-long": ["--workload", "long-summarization", "--num-requests", "200", "--no-enable-chunked-prefill",
+                        "--max-model-len", "16384", "--max-num-batched-tokens", "16384"],
+    "closed-loop-2-api": [*README, "--num-requests", "500", "--request-rate", "inf", "--max-concurrency", "64",
+                          "--api-server-count", "2"],
+    "pp2": ["--model", "llama-3.1-70b", "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2",
+            "--workload", "sharegpt-chat", "--num-requests", "300", "--request-rate", "5"],
+    "moe-dp2-ep": ["--model", "qwen3-30b-a3b", "--data-parallel-size", "2", "--enable-expert-parallel",
+                   "--workload", "sharegpt-chat", "--num-requests", "300", "--request-rate", "8"],
+    "intervals": [*README, "--num-requests", "300", "--request-rate", "8", "--intervals", "--interval-samples", "4"],
 }
 
 
 def simulate(tree: Path, case_args: list[str], out: Path) -> None:
+    """One run from `tree` into `out`, what it printed kept as stdout.txt."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    subprocess.run([sys.executable, "-m", "roofline", "simulate", *case_args, "--out", str(out)], cwd=tree, env=env,
-                   check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.run([sys.executable, "-m", "roofline", "simulate", *case_args, "--out", str(out)], cwd=tree,
+                          env=env, check=True, stdout=subprocess.PIPE)
+    (out / "stdout.txt").write_bytes(proc.stdout.replace(str(out).encode(), b"$OUT"))
 
 
 def digest(path: Path) -> str:
