@@ -241,14 +241,13 @@ NOT_COMPARED = ("wall_s",)  # what differs between two simulations of one row by
 
 
 def reuse_verified(todo: list[tuple[SimCase, bool, str]], old_cache: Path, sim_cache: Path, outcomes: dict,
-                   jobs: int, log, tolerance: float = 0.0) -> list[tuple[SimCase, bool, str]]:  # noqa: ANN001
+                   jobs: int, log) -> list[tuple[SimCase, bool, str]]:  # noqa: ANN001
     """Rows cached under an earlier code identity, reused where the change cannot have moved them: per reuse group
     (`reuse_group`: GPU, model, precision and layout, i.e. one set of kernels, operator fits and engine paths), a
     fixed sample of VERIFY_SAMPLE rows (the smallest CRC32 of their ids) is simulated now; if every one equals its
-    old result (all fields but NOT_COMPARED; with `tolerance` > 0, every number within that relative difference and
-    the rest equal), the group's other old simulated rows (not its misses) are copied into this identity's cache,
-    and REUSED.json there says from which identity, on which evidence (the largest relative difference seen).
-    Otherwise the group is simulated afresh.
+    old result (all fields but NOT_COMPARED), the group's other old simulated rows (not its misses) are copied into
+    this identity's cache, and REUSED.json there says from which identity, on which evidence. Otherwise the group
+    is simulated afresh.
     Returns what is left to simulate."""
     old = {case.row.row_id: _read_json(_cache_file(old_cache, case.row.row_id)) for case, _, _ in todo}
     by_group: dict[str, list[tuple[SimCase, bool, str]]] = defaultdict(list)
@@ -265,9 +264,7 @@ def reuse_verified(todo: list[tuple[SimCase, bool, str]], old_cache: Path, sim_c
     record = _read_json(record_path) or {}
     reused: set[str] = set()
     for group, items in by_group.items():
-        differences = [_difference(_comparable(fresh[c.row.row_id]), _comparable(old[c.row.row_id]))
-                       for c, _, _ in samples[group]]
-        same = [d <= tolerance for d in differences]
+        same = [_comparable(fresh[c.row.row_id]) == _comparable(old[c.row.row_id]) for c, _, _ in samples[group]]
         if not all(same):
             log(f"  {group}: {same.count(False)} of {len(same)} sampled rows differ: simulated afresh")
             continue
@@ -276,10 +273,8 @@ def reuse_verified(todo: list[tuple[SimCase, bool, str]], old_cache: Path, sim_c
                 _write_json(Path(path), old[case.row.row_id])
             reused.add(case.row.row_id)
         record[group] = {"from_identity": old_cache.name.removeprefix("sim-"), "rows": len(items),
-                         "verified_rows": [c.row.row_id for c, _, _ in samples[group]],
-                         "tolerance": tolerance, "largest_relative_difference": max(differences)}
-        log(f"  {group}: {len(same)} sampled rows within {tolerance:g} (largest {max(differences):.2g}): "
-            f"{len(items)} rows reused")
+                         "verified_rows": [c.row.row_id for c, _, _ in samples[group]]}
+        log(f"  {group}: {len(same)} sampled rows identical: {len(items)} rows reused")
     for row_id, data in fresh.items():
         outcomes[row_id] = data
     for item in todo:
@@ -297,27 +292,6 @@ def reuse_group(case: SimCase) -> str:
     layout = (f"dp{parallel.data_parallel_size}" + ("-ep" if case.engine.enable_expert_parallel else "")
               + ("-multinode" if case.engine.data_parallel_size_local is not None else ""))
     return f"{case.row.system}/{case.row.model_path}/{case.row.precision}/{layout}"
-
-
-def _difference(new: object, old: object) -> float:
-    """The largest relative difference between two results' numbers (0: identical); inf where anything but a
-    number differs (a field, a string, a length)."""
-    if isinstance(new, dict) and isinstance(old, dict):
-        if new.keys() != old.keys():
-            return math.inf
-        return max((_difference(new[k], old[k]) for k in new), default=0.0)
-    if isinstance(new, list) and isinstance(old, list):
-        if len(new) != len(old):
-            return math.inf
-        return max((_difference(a, b) for a, b in zip(new, old)), default=0.0)
-    numbers = (int, float)
-    if isinstance(new, numbers) and isinstance(old, numbers) and not isinstance(new, bool) \
-            and not isinstance(old, bool):
-        if new == old:
-            return 0.0
-        scale = max(abs(new), abs(old))
-        return abs(new - old) / scale if scale > 0 and math.isfinite(scale) else math.inf
-    return 0.0 if new == old else math.inf
 
 
 def _comparable(data: dict | None) -> dict | None:
@@ -621,9 +595,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="reuse the rows cached under an earlier code identity, per GPU, model, precision and "
                              f"layout, where a sample of {VERIFY_SAMPLE} of its rows re-simulates identically now "
                              "(reuse_verified)")
-    parser.add_argument("--reuse-tolerance", type=float, default=0.0, metavar="RELATIVE",
-                        help="with --reuse-verified: the sampled rows may differ from the old ones by at most this "
-                             "relative difference in every number (default: 0, identical)")
     parser.add_argument("--peer-only", action="store_true",
                         help="only fill the peer's cache for every row that would be simulated, then stop")
     args = parser.parse_args(argv)
@@ -682,10 +653,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             todo.append((case, row.system in sensitivity, str(path)))
     if args.reuse_verified:
-        if not 0.0 <= args.reuse_tolerance < 0.05:
-            parser.error(f"--reuse-tolerance: {args.reuse_tolerance} is outside [0, 0.05)")
         todo = reuse_verified(todo, args.out / "cache" / f"sim-{args.reuse_verified}", sim_cache, outcomes,
-                              args.jobs, log, args.reuse_tolerance)
+                              args.jobs, log)
     if args.limit:
         for case, _, _ in todo[args.limit:]:
             outcomes[case.row.row_id] = {"status": "not run", "error": "--limit"}
