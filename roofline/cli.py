@@ -90,20 +90,44 @@ def main(argv: list[str] | None = None) -> int:
             PermissionError) as exc:
         print(f"{command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except Terminated:
-        # As for Ctrl-C below: the pools and Ray tasks were ended on the way out; a second SIGTERM ends it at once.
+    except (Terminated, KeyboardInterrupt) as exc:
+        return _interrupted(command, exc)
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:
+        # An interrupt raised inside a C extension's initialisation comes out as that module's ImportError
+        # ("initialization failed", seen with matplotlib's ft2font when Ctrl-C lands while `plan` imports it), the
+        # interrupt as its cause: still an interrupt, never a traceback.
+        interrupt = _interrupt_in_chain(exc)
+        if interrupt is None:
+            raise
+        return _interrupted(command, interrupt)
+
+
+def _interrupt_in_chain(exc: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or `Terminated` among `exc`'s causes and contexts, if any."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, (KeyboardInterrupt, Terminated)):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def _interrupted(command: str, interrupt: BaseException) -> int:
+    """The exit status after Ctrl-C (130) or SIGTERM (`TERMINATED_STATUS`), with its one line on stderr. A second one
+    while this one unwinds (or one `_interrupt` re-sends late) ends the process at once with that status, never with
+    a traceback; worker pools and Ray were already ended where the interrupt passed through them
+    (`roofline.planning.executor`)."""
+    if isinstance(interrupt, Terminated):
         signal.signal(signal.SIGTERM, lambda signum, frame: _exit_now(TERMINATED_STATUS))
         print(f"\n{command}: terminated", file=sys.stderr)
         return TERMINATED_STATUS
-    except KeyboardInterrupt:
-        # A second Ctrl-C while this one unwinds (or one `_interrupt` re-sends late) ends the process at once with
-        # 130, never with a traceback; worker pools and Ray were already ended where the interrupt passed through
-        # them (`roofline.planning.executor`).
-        signal.signal(signal.SIGINT, lambda signum, frame: _exit_now(130))
-        print(f"\n{command}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+    signal.signal(signal.SIGINT, lambda signum, frame: _exit_now(130))
+    print(f"\n{command}: interrupted", file=sys.stderr)
+    return 130
 
 
 # Functions an interrupt must not be raised in (`_interrupt`): callbacks whose exceptions Python prints and drops

@@ -128,3 +128,39 @@ def test_sigterm_ends_plan_and_its_pool_workers_with_exit_143(tmp_path) -> None:
     assert not left, f"processes of the plan left 5 s after SIGTERM: {err!r}"
     last = [line for line in err.strip().splitlines() if "resource_tracker" not in line and "warnings.warn(" not in line]
     assert rc == 143 and "Traceback" not in err and last[-1] == "roofline plan: terminated", err
+
+
+def test_an_interrupt_turned_into_an_import_error_is_still_an_interrupt(monkeypatch, capsys) -> None:
+    """Ctrl-C while a C extension initialises (matplotlib's ft2font, imported by `plan`) surfaces as an ImportError
+    caused by the KeyboardInterrupt: exit 130 and one line, as any Ctrl-C; SIGTERM's `Terminated` so: 143. Any other
+    ImportError is still raised."""
+    from roofline import cli
+
+    def import_fails(interrupt: BaseException | None):
+        def build(name):
+            try:
+                if interrupt is not None:
+                    raise interrupt
+                raise ImportError("no module")
+            except BaseException as exc:
+                raise ImportError("initialization failed") from exc
+        return build
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        monkeypatch.setattr(cli, "build_parser", import_fails(KeyboardInterrupt()))
+        assert cli.main(["plan"]) == 130
+        assert capsys.readouterr().err.strip() == "roofline: interrupted"
+        monkeypatch.setattr(cli, "build_parser", import_fails(cli.Terminated()))
+        assert cli.main(["plan"]) == cli.TERMINATED_STATUS == 143
+        assert capsys.readouterr().err.strip() == "roofline: terminated"
+        monkeypatch.setattr(cli, "build_parser", import_fails(None))
+        try:
+            cli.main(["plan"])
+        except ImportError as exc:
+            assert str(exc) == "initialization failed"
+        else:
+            raise AssertionError("an ImportError with no interrupt behind it was swallowed")
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
