@@ -149,6 +149,44 @@ def test_group_step_lasts_as_long_as_the_slowest_rank_and_idle_ranks_run_a_dummy
     assert busy == pytest.approx(own + moe.step_s([2048, 1]), rel=1e-12)
 
 
+def test_before_0_17_dp_ranks_are_padded_to_the_largest_count_even_when_it_runs_eager() -> None:
+    # vLLM 0.12.0-0.16.0 pad whenever the compilation config has graphs (`allow_dp_padding`), 0.17.0 on only when
+    # the step's synchronised graph mode is not NONE.
+    old = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2), vllm_version="0.12.0")
+    host = old.cost_model.host
+    top = host.max_graph
+    assert old.dp_pads_eager_steps
+    assert make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2),
+                           vllm_version="0.16.0").dp_pads_eager_steps
+    assert not make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2),
+                               vllm_version="0.17.0").dp_pads_eager_steps
+    assert not make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2)).dp_pads_eager_steps
+    assert not make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(enable_expert_parallel=True,
+                                                                        tensor_parallel_size=2),
+                               vllm_version="0.12.0").dp_pads_eager_steps  # one rank: nothing to agree on
+    assert dp_padded_tokens(host, [top + 1, 3], [True, False], pad_eager=True) == [top + 1, top + 1]
+    assert dp_padded_tokens(host, [13, 1], [False, False], pad_eager=True) == [16, 16]  # as from 0.17
+    eager = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2, enforce_eager=True),
+                            vllm_version="0.12.0")
+    assert dp_padded_tokens(eager.cost_model.host, [top + 1, 3], [True, False], pad_eager=True) == [top + 1, 3]
+
+    # A rank prefilling 2,048 tokens beside an idle one: the experts run 2 x 2,048 tokens on 0.12, 2,049 on 0.32.
+    new = make_deployment("qwen3-30b-a3b", "h200-sxm", EngineArgs(data_parallel_size=2))
+    times = []
+    for deployment in (old, new):
+        group = DataParallelScheduler(deployment, 2)
+        group.ranks[0].add_request(Request("a", list(range(1, 2049)), SamplingParams(max_tokens=2, ignore_eos=True),
+                                           arrival_time_s=0.0))
+        plan = group.schedule(0.0)
+        moe = deployment.moe
+        assert moe is not None and 2048 > top
+        own = deployment.cost_model.time_s(plan.plans[0]) - moe.rank_moe_s(2048)
+        times.append(group_step_time(deployment)(0, 0, 0.0, plan))
+        assert times[-1] == pytest.approx(own + moe.step_s([2048, 2048] if deployment is old else [2048, 1]),
+                                          rel=1e-12)
+    assert times[0] > times[1]
+
+
 def test_busiest_rank_share_and_eplb() -> None:
     uniform = np.full(8, 1 / 8)
     assert np.allclose(rank_shares(uniform, 4), 0.25)

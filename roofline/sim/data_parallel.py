@@ -20,7 +20,8 @@ How vLLM 0.32 runs it:
   steps; a rank with nothing scheduled runs a dummy batch (`execute_dummy_batch`, one token) so that its MoE layers
   join the collectives. A step lasts as long as the slowest rank's: the ranks' attention and dense parts differ,
   the MoE layers are shared (`roofline.cost.expert_parallel.DataParallelMoe`). Before each forward pass the ranks
-  agree on their token counts and pad to the largest where none runs eager (`dp_padded_tokens`): the MoE layers
+  agree on their token counts and pad to the largest where none runs eager (`dp_padded_tokens`; releases before
+  `roofline.sim.deployment.DP_PAD_BY_STEP_GRAPH_SINCE`: also where one does, unless graphs are off): the MoE layers
   carry DP x the largest count.
 """
 
@@ -158,19 +159,28 @@ def ranks_of(index: int, plan: Any) -> list[tuple[int, StepPlan]]:
     return [(index, plan)]
 
 
-def dp_padded_tokens(host: HostModel, tokens: list[int], mixed: list[bool]) -> list[int]:
+def dp_padded_tokens(host: HostModel, tokens: list[int], mixed: list[bool], pad_eager: bool = False) -> list[int]:
     """The token counts the DP ranks run, as vLLM 0.32 agrees on them before each forward pass
     (vllm/v1/worker/gpu_model_runner.py `_determine_batch_execution_and_padding`, vllm/v1/worker/dp_utils.py
     `coordinate_batch_across_dp`): each rank pads its batch to its CUDA graph's size and picks its runtime graph
     mode; one all-reduce shares both; the ranks take the least mode (`_post_process_cudagraph_mode`), and unless it
     is NONE (some rank runs eager: its batch above the largest captured size, or its kind of batch without a graph)
     every rank is padded to the largest count (`_post_process_dp_padding`), which is what the MoE layers' all-gather
-    carries from each rank. An idle rank's dummy batch is one decode token (`execute_dummy_batch`)."""
+    carries from each rank. An idle rank's dummy batch is one decode token (`execute_dummy_batch`).
+
+    `pad_eager`: the releases before that rule (`roofline.sim.deployment.DP_PAD_BY_STEP_GRAPH_SINCE`) decide on the
+    compilation config's graph mode instead (0.12.0 and 0.16.0 `_determine_batch_execution_and_padding`:
+    `allow_dp_padding = cudagraph_mode != NONE`), so unless graphs are off altogether every rank is padded to the
+    largest count even where that count runs eager (a rank decoding beside one prefilling 4,000 tokens runs 4,000)."""
+    graphs = host.decode_graph is not None or host.mixed_graph is not None
     padded = []
     for t, m in zip(tokens, mixed):
         if not 0 < t <= host.max_graph or (host.mixed_graph if m else host.decode_graph) is None:
-            return tokens  # the least mode is NONE: no DP padding
-        padded.append(host.padded_tokens(t, m))
+            if not (pad_eager and graphs):
+                return tokens  # the least mode is NONE: no DP padding
+            padded.append(t)  # eager: the rank's own count, no graph padding
+        else:
+            padded.append(host.padded_tokens(t, m))
     return [max(padded)] * len(tokens)
 
 
@@ -183,6 +193,7 @@ def group_step_time(deployment: Deployment) -> Callable[[int, int, float, Any], 
     time_s = cost_model.time_s
     host = cost_model.host
     moe = deployment.moe
+    pad_eager = deployment.dp_pads_eager_steps
     dummy = StepArrays(np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=bool))
     dummy_s = time_s(dummy) - moe.rank_moe_s(1) if moe is not None else 0.0
 
@@ -203,5 +214,5 @@ def group_step_time(deployment: Deployment) -> Callable[[int, int, float, Any], 
                 tokens.append(t)
                 mixed.append(p.num_prefill_tokens > 0)
                 own.append(time_s(p) - moe.rank_moe_s(t))
-        return max(own) + moe.step_s(dp_padded_tokens(host, tokens, mixed))
+        return max(own) + moe.step_s(dp_padded_tokens(host, tokens, mixed, pad_eager))
     return step_time

@@ -11,13 +11,25 @@ from engine.core.model_spec import ModelSpec
 from roofline.cost.cpu import DEFAULT_CPU_ENGINE
 from roofline.cost.expert_parallel import DataParallelMoe
 from roofline.cost.hardware import HardwareProfile, load_profile
-from roofline.cost.kv_capacity import KvCapacity, KvCapacityInputs, compute_kv_capacity, kv_cache_groups
+from roofline.cost.kv_capacity import (
+    KvCapacity,
+    KvCapacityInputs,
+    compute_kv_capacity,
+    kv_cache_groups,
+    parse_vllm_version,
+)
 from roofline.cost.pipeline import PipelineStages, StageCostModel
 from roofline.cost.quant import QuantConfig, resolve_kv_cache_dtype
 from roofline.cost.step_cost import StepCostModel
 from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION, EngineArgs, engine_record
 from roofline.errors import UserError
 from roofline.registry import load_model
+
+# The first vLLM release that decides the DP ranks' padding on the step's synchronised graph mode
+# (`roofline.sim.data_parallel.dp_padded_tokens`; vllm-project/vllm#34102, "[DP] Only use DP padding when cudagraphs
+# are actually used"); the releases before decide on the compilation config's (read in the 0.12.0 and 0.16.0 wheels:
+# vllm/v1/worker/gpu_model_runner.py `_determine_batch_execution_and_padding`; 0.17.0 and 0.32.0: by the step).
+DP_PAD_BY_STEP_GRAPH_SINCE = (0, 17)
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +50,9 @@ class Deployment:
     moe: DataParallelMoe | None = None
     # Pipeline parallelism (`roofline.cost.pipeline`): the stages and their cost models; None with one stage.
     pipeline: PipelineStages | None = None
+    # The DP ranks pad to the largest count even when it runs eager (vLLM releases before
+    # `DP_PAD_BY_STEP_GRAPH_SINCE`; `dp_padded_tokens`).
+    dp_pads_eager_steps: bool = False
 
     @property
     def gpus_per_replica(self) -> int:
@@ -48,7 +63,8 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
                     cpu_engine: str = DEFAULT_CPU_ENGINE, vllm_version: str = VLLM_VERSION) -> Deployment:
     """Resolve ids/paths, check the engine arguments against the model and the device, build the cost model
     (`cpu_engine`: whose execution a CPU profile describes, `StepCostModel`) and compute the KV block count
-    (with `vllm_version`'s memory profile, `roofline.cost.kv_capacity`; the scheduler is vLLM 0.32's whatever it);
+    (with `vllm_version`'s memory profile, `roofline.cost.kv_capacity`; the scheduler is vLLM 0.32's whatever it,
+    but for the DP ranks' padding rule, which is `vllm_version`'s: `roofline.sim.data_parallel.dp_padded_tokens`);
     `UserError` if it cannot run."""
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     hw = hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
@@ -121,5 +137,8 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     record = engine_record(engine, max_num_seqs, max_num_batched_tokens, max_model_len, gpu_memory_utilization,
                            hw.executor.host_overlaps_device, cost_model.cudagraph_mode, cost_model.max_capture_size,
                            kv_cache_dtype)
-    return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record, moe, pipeline)
+    dp_pads_eager_steps = (parallel.data_parallel_size > 1
+                           and parse_vllm_version(vllm_version) < DP_PAD_BY_STEP_GRAPH_SINCE)
+    return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record, moe, pipeline,
+                      dp_pads_eager_steps)
 
