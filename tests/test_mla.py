@@ -148,13 +148,49 @@ def test_fp8_block_linear_term_is_a_table_condition_only() -> None:
 def test_legacy_collector_time_is_a_table_condition_only() -> None:
     spec = load_model("deepseek-r1")
     steps = StepArrays(np.array([1, 1, 700]), np.array([100, 2000, 0]), np.array([1, 1, 1]))
-    names = ("mla_table_legacy_fixed_s", "mla_table_legacy_token_s", "mla_table_legacy_token_head_s")
-    for chip in ("h200-sxm", "b300"):  # a fitted legacy table; B200's kernel fields with the collector's terms
+    names = ("mla_table_legacy_fixed_s", "mla_table_legacy_token_s", "mla_table_legacy_token_head_s",
+             "mla_table_legacy_resident_fraction")
+    for chip in ("h200-sxm", "b300", "l40s"):  # fitted legacy tables; B200's kernel fields with the collector's terms
         hw = load_profile(chip)
         assert all(getattr(hw.efficiency, n) > 0 for n in names), chip  # fitted on the chip's legacy MLA tables
         times = [StepCostModel(spec, replace(hw, efficiency=replace(hw.efficiency, **dict.fromkeys(names, v))),
                                QuantConfig.from_user(), 8).time_s(steps) for v in (0.0, 1.0)]
         assert times[0] == times[1], chip
+
+
+def test_legacy_chains_read_dram_for_the_part_of_their_working_set_beyond_the_l2() -> None:
+    # DeepSeek-V3: the q latent's norm chain holds 1536 x 8 bytes a token (its fp32 copy and square), the kv latent's
+    # 512 x 8, the rope chain 4.5 x 64 x 2 = 576 bytes a token and head; L40S's L2 is 96 MiB.
+    from roofline.calibration.mla_fit import legacy_spill
+    l2 = load_profile("l40s").l2_cache_bytes
+    assert l2 == 96 * 2**20
+    tokens, heads = np.array([4096.0, 16384.0, 65536.0]), np.array([1.0, 16.0, 4.0])
+    per_token, per_head = legacy_spill(load_model("deepseek-v3"), tokens, heads, l2)
+    # 4096 tokens: 48 MiB and 16 MiB, both in the L2; 16384: 192 MiB (half beyond) and 64 MiB; 65536: 768 and 256 MiB
+    assert per_token.tolist() == pytest.approx([0.0, 1536 * 0.5 / 2048, (1536 * 0.875 + 512 * 0.625) / 2048])
+    # 4096 x 1 x 576 bytes = 2.25 MiB; 16384 x 16 = 144 MiB (a third beyond); 65536 x 4 = 144 MiB
+    assert per_head.tolist() == pytest.approx([0.0, 1 / 3, 1 / 3])
+    # No L2 size (B300's file): all from DRAM, the collector's time linear in the tokens.
+    assert [a.tolist() for a in legacy_spill(load_model("deepseek-v3"), tokens, heads, 0.0)] == [[1.0] * 3] * 2
+
+
+def test_legacy_collector_time_with_its_l2_resident_fraction() -> None:
+    # The collector's time of a module call (`mla_fit.predict`): its per-token chains cost their DRAM time on the
+    # part beyond the L2 and `mla_table_legacy_resident_fraction` of it on the rest.
+    from roofline.calibration.mla_fit import Components, predict
+    hw = load_profile("l40s")
+    tokens, heads, spill_t, spill_h = np.array([100.0, 20000.0]), np.array([2.0, 8.0]), np.array([0.0, 0.4]), \
+        np.array([0.25, 1.0])
+    zeros, no = np.zeros(2), np.zeros(2, bool)
+    comp = Components(zeros, zeros, no, np.zeros((2, 4)), np.zeros((2, 4)), no, no, no, tokens, heads, zeros,
+                      legacy=True, token_spill=spill_t, token_head_spill=spill_h)
+    # r = 1: linear in the tokens whatever the L2 holds (the form before the L2 term), 40 us + t (80 ns + h 6 ns);
+    # r = 0: 40 us + t (80 ns x 0 + 2 x 6 ns x 0.25) and 40 us + t (80 ns x 0.4 + 8 x 6 ns x 1).
+    for r, expected in ((1.0, [49.2e-6, 2.6e-3]), (0.0, [40.3e-6, 1.64e-3])):
+        e = replace(hw.efficiency, mla_table_legacy_fixed_s=40e-6, mla_table_legacy_token_s=80e-9,
+                    mla_table_legacy_token_head_s=6e-9, mla_table_legacy_resident_fraction=r,
+                    mla_table_fp8_block_linear_s=0.0)
+        assert predict(replace(hw, efficiency=e), comp, np.arange(2)).tolist() == pytest.approx(expected, rel=1e-12)
 
 
 def test_shared_experts_and_dense_layers_take_their_checkpoint_scheme() -> None:

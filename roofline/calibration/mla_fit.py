@@ -32,11 +32,15 @@ vLLM's custom ops in their native torch decompositions (aiconfigurator commit c5
 rotary embedding of the query's rope part, per token and head. GB300's gap grows as such: 33-60 us at 1-256 tokens,
 then about 20 ns per token plus 0.57 ns per token and head (2.6 ms at 131k tokens and 1 head, 12 ms at 128 heads).
 Hence (`FIT_ON`, `LEGACY_HELD`, `LEGACY_PARAMS`): every legacy table is fitted with the collector's own time
-(`mla_table_legacy_*`: per call, per token, per token and head; a table condition, never used in serving). B300 and
-GB200 (same kernel family, same kernels) take B200's kernel fields whole; of their tables only the collector's time
-is fitted. The legacy tables of Hopper and Ada (no re-collected table in their family) are fitted whole, with the
-serving path's times per call (`LEGACY_HELD`) held at B200's fit: a constant per call cannot be told apart from the
-collector's in one table.
+(`mla_table_legacy_*`: per call, per token, per token and head; a table condition, never used in serving). The two
+eager chains re-read what their previous ops wrote; while a chain's working set fits in the L2 those reads hit it
+(`legacy_spill`), and the chain costs `mla_table_legacy_resident_fraction` of its DRAM time: L40S's tables (96 MB of
+L2, 864 GB/s of DRAM) run the module of 1 head at 173-188 ns a token from 2k to 8k tokens, 224 / 238 / 249 / 259 ns
+at 16k / 32k / 64k / 131k (the fastest row of each, many short prompts: not the attention; 2026-11-29g-l40s.md).
+B300 and GB200 (same kernel family, same kernels) take B200's kernel fields whole; of their tables only the
+collector's time is fitted. The legacy tables of Hopper and Ada (no re-collected table in their family) are fitted
+whole, with the serving path's times per call (`LEGACY_HELD`) held at B200's fit: a constant per call cannot be told
+apart from the collector's in one table.
 benchmarks/accuracy/mla_accuracy.py prints the judge (train / held-out error per GPU and phase).
 """
 
@@ -77,8 +81,10 @@ FIT_ON = {"b300_sxm": "b200_sxm", "gb200": "b200_sxm"}
 # The legacy collector's own time (a table condition, never used in serving: `EfficiencyParams.mla_table_legacy_*`):
 # per call, per token, per token and query head; the fit starts at GB300's measured gap (module docstring).
 _LEGACY_PREFIX = "mla_table_legacy_"
-_LEGACY_START_S = {"fixed_s": 30e-6, "token_s": 20e-9, "token_head_s": 0.5e-9}
-LEGACY_PARAMS = {n: _LEGACY_START_S[n.removeprefix(_LEGACY_PREFIX)] for n in MLA_PARAMS if n.startswith(_LEGACY_PREFIX)}
+_LEGACY_START = {"fixed_s": 30e-6, "token_s": 20e-9, "token_head_s": 0.5e-9, "resident_fraction": 0.5}
+LEGACY_PARAMS = {n: _LEGACY_START[n.removeprefix(_LEGACY_PREFIX)] for n in MLA_PARAMS if n.startswith(_LEGACY_PREFIX)}
+# The L2's share of the collector's time: not fitted on a chip without an L2 size (`legacy_spill` is then 1).
+LEGACY_RESIDENT = "mla_table_legacy_resident_fraction"
 # The block-fp8 linear layers' time per call in the module's CUDA graph that the GEMM model lacks (a table condition,
 # never used in serving: `EfficiencyParams.mla_table_fp8_block_linear_s`), fitted on the GPUs named here (a GPU in
 # `FIT_ON` takes its reference's). Not on Hopper, where the fit puts it at 0.9-1.5 us a layer, moves the training
@@ -91,6 +97,36 @@ FP8_BLOCK_FITTED = ("b200_sxm", "l40s")
 # constant, which that fit gives the tile term; the legacy fits keep the values they were fitted with.
 LEGACY_HELD = tuple(n for n in MLA_PARAMS if n.endswith("_fixed_s") and "_tile_" not in n and n not in LEGACY_PARAMS)
 LEGACY_HELD_S = dict(zip(LEGACY_HELD, (2.062308411162023e-06, 2.274014117819397e-06, 9.723870550795357e-07)))
+
+
+def _beyond_l2(working_set_bytes: np.ndarray, l2_bytes: float) -> np.ndarray:
+    """The fraction of a streamed working set that the L2 does not hold: 1 - L2 / set above the L2's size (a cache
+    holding L2 bytes of the set), 0 below; 1 where the L2's size is unknown (0)."""
+    if l2_bytes <= 0:
+        return np.ones_like(working_set_bytes)
+    return np.clip(1.0 - l2_bytes / np.maximum(working_set_bytes, 1.0), 0.0, 1.0)
+
+
+def legacy_spill(spec: ModelSpec, tokens: np.ndarray, heads: np.ndarray, l2_bytes: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The fractions of the legacy collector's per-token and per-token-and-head chains (module docstring) that
+    read DRAM rather than the L2, per module call of `tokens` tokens and `heads` query heads. Each chain is eager
+    torch ops, each re-reading what the previous ones wrote, so its working set is what is live between a tensor's
+    write and its last read:
+    per token, the latent RMSNorms (vLLM `RMSNorm.forward_native`: x.to(float32), x.pow(2).mean(-1), x *
+    rsqrt(...), .to(bf16) * weight): the fp32 copy and its square, 2 x 4 bytes per value, the q latent's
+    (q_lora_rank values, 12 KiB a token for DeepSeek-V3) and the kv latent's (kv_lora_rank) chains weighted by
+    their values; per token and head, the query's rope part (vLLM `DeepseekScalingRotaryEmbedding.forward_native`
+    and `rotate_gptj`, R = 64 values in bf16, its cos/sin cache in the model dtype): the input, q_rot * cos, -x2
+    (R / 2), the stacked rotation and its product with sin, live until the sum reads them: 4.5 R x 2 bytes."""
+    m = spec.mla
+    assert m is not None, "an MLA model"
+    q_rank, kv_rank = float(m.q_lora_rank or 0), float(m.kv_lora_rank)
+    fp32_pair = 2 * 4.0
+    per_token = (q_rank * _beyond_l2(tokens * q_rank * fp32_pair, l2_bytes)
+                 + kv_rank * _beyond_l2(tokens * kv_rank * fp32_pair, l2_bytes)) / (q_rank + kv_rank)
+    rope_live = 4.5 * m.qk_rope_head_dim * 2.0
+    return per_token, _beyond_l2(tokens * heads * rope_live, l2_bytes)
 
 
 def held_out(num_heads: int) -> bool:
@@ -144,6 +180,8 @@ class Components:
     heads: np.ndarray
     fp8_block_linears: np.ndarray  # linear layers (GEMM records) with block-fp8 weights, per row
     legacy: bool = False
+    token_spill: np.ndarray | None = None  # `legacy_spill` per row (legacy tables)
+    token_head_spill: np.ndarray | None = None
 
 
 def _spec(heads: int) -> ModelSpec:
@@ -205,8 +243,10 @@ def components(hw: HardwareProfile, d: pd.DataFrame, legacy: bool = False) -> Co
                 rest[idx] += op_time_s(hw, r, quant, 1)[0]
                 rest_warm[idx] += op_time_s(warm_hw, r, quant, 1)[0]
     tokens = np.where(d.phase == "context", d.batch_size * d.isl, d.batch_size).astype(np.float64)
-    return Components(rest, rest_warm, warm, dec, pre, fp8, has_d, has_p, tokens,
-                      d.num_heads.to_numpy(dtype=np.float64), fp8_block_linears, legacy)
+    heads = d.num_heads.to_numpy(dtype=np.float64)
+    spill = legacy_spill(_spec(1), tokens, heads, l2) if legacy else (None, None)
+    return Components(rest, rest_warm, warm, dec, pre, fp8, has_d, has_p, tokens, heads, fp8_block_linears, legacy,
+                      *spill)
 
 
 def predict(hw: HardwareProfile, comp: Components, rows: np.ndarray) -> np.ndarray:
@@ -231,8 +271,11 @@ def predict(hw: HardwareProfile, comp: Components, rows: np.ndarray) -> np.ndarr
         out[sel] = t
     out += hw.efficiency.mla_table_fp8_block_linear_s * comp.fp8_block_linears[rows]
     if comp.legacy:
-        e, t = hw.efficiency, comp.tokens[rows]
-        per_token = e.mla_table_legacy_token_s + comp.heads[rows] * e.mla_table_legacy_token_head_s
+        assert comp.token_spill is not None and comp.token_head_spill is not None
+        e, t, r = hw.efficiency, comp.tokens[rows], hw.efficiency.mla_table_legacy_resident_fraction
+        dram_t, dram_th = comp.token_spill[rows], comp.token_head_spill[rows]
+        per_token = (e.mla_table_legacy_token_s * (r + (1.0 - r) * dram_t)
+                     + comp.heads[rows] * e.mla_table_legacy_token_head_s * (r + (1.0 - r) * dram_th))
         out += e.mla_table_legacy_fixed_s + t * per_token
     return out
 
@@ -257,6 +300,7 @@ def fit_mla_chip(gpu: str, reference: dict[str, float] | None = None
         names = [n for n in names if "fp8_kv" not in n]
     if gpu not in FP8_BLOCK_FITTED or not d.gemm_type.eq("fp8_block").any():
         names = [n for n in names if n != FP8_BLOCK_PARAM]
+    legacy_names = [n for n in LEGACY_PARAMS if n != LEGACY_RESIDENT or hw.l2_cache_bytes]
     before = hw
     samples = [("mla_module", {"row": int(i)}, float(measured[i])) for i in train]
 
@@ -264,14 +308,14 @@ def fit_mla_chip(gpu: str, reference: dict[str, float] | None = None
         return fit(samples, start, [f"efficiency.{n}" for n in fitted_names],
                    predict=lambda p, _k, f: predict(p, comp, f["row"].to_numpy())).profile
 
-    legacy_start = {f"efficiency.{n}": v for n, v in LEGACY_PARAMS.items()}
+    legacy_start = {f"efficiency.{n}": LEGACY_PARAMS[n] for n in legacy_names}
     if gpu in FIT_ON:
         assert reference is not None, f"{gpu} takes {FIT_ON[gpu]}'s fit: fit that first"
         kernels = {n: v for n, v in reference.items() if n not in LEGACY_PARAMS}
         fitted = with_params(hw, {f"efficiency.{n}": v for n, v in kernels.items()})
         if comp.legacy:
-            fitted = run(with_params(fitted, legacy_start), list(LEGACY_PARAMS))
-        values = kernels | {n: getattr(fitted.efficiency, n) for n in LEGACY_PARAMS if comp.legacy}
+            fitted = run(with_params(fitted, legacy_start), legacy_names)
+        values = kernels | {n: getattr(fitted.efficiency, n) for n in legacy_names if comp.legacy}
     else:
         # The fit starts from the declared defaults (`EfficiencyParams`), not from the values the chip file holds:
         # the loss is flat along some of these parameters (a per-call time against a per-tile one), so a start at
@@ -279,7 +323,7 @@ def fit_mla_chip(gpu: str, reference: dict[str, float] | None = None
         start, held = with_params(hw, {f"efficiency.{n}": EFFICIENCY_PARAMS[n].default for n in MLA_PARAMS}), {}
         if comp.legacy:
             held = {n: LEGACY_HELD_S[n] for n in LEGACY_HELD if n in names}
-            names = [n for n in names if n not in held] + list(LEGACY_PARAMS)
+            names = [n for n in names if n not in held] + legacy_names
             start = with_params(start, {f"efficiency.{n}": v for n, v in held.items()} | legacy_start)
         fitted = run(start, names)
         values = {n: getattr(fitted.efficiency, n) for n in MLA_PARAMS if n in names or n in held}

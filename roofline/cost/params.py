@@ -354,10 +354,16 @@ class EfficiencyParams:
     # commit c56db49f, ai-dynamo/aiconfigurator#1423, added `custom_ops = ["all"]` to collector/vllm/utils.py
     # `create_vllm_config` and `enable_engine_fused_ops`): the RMSNorms of the q and kv latents as an eager
     # mean/pow/rsqrt/mul chain (per token: 1536 + 512 values) and the rotary embedding of the query's 64-wide rope part
-    # (per token and head): a time per call, one per token and one per token and query head.
+    # (per token and head): a time per call, one per token and one per token and query head. The two per-token times
+    # are those of chains that stream from DRAM; each eager op of a chain re-reads tensors its predecessors wrote, which
+    # come from the L2 while the chain's working set fits in it (`roofline.calibration.mla_fit.legacy_spill`): the
+    # part of the L2-resident time that the chain still costs is `mla_table_legacy_resident_fraction` (1: the L2 does
+    # not help, the per-token times are linear in the tokens; 0: a resident chain costs nothing beyond the model's
+    # own norm and RoPE records).
     mla_table_legacy_fixed_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
     mla_table_legacy_token_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
     mla_table_legacy_token_head_s: float = _param(0.0, "us", "mla", ("mla",), lo=0.0)
+    mla_table_legacy_resident_fraction: float = _param(1.0, "fraction", "mla", ("mla",), lo=0.0, hi=1.0)
     # MEASUREMENT CONDITION OF THE MLA MODULE TABLES ONLY, never used by the serving step model: the time per block-fp8
     # linear layer of a module call that the chip's block-fp8 GEMM model lacks. That model is fitted on the GEMM
     # tables, which time fp8_block eagerly (`roofline.calibration.gemm_format_fit.EAGER_FORMATS`), with its host time
