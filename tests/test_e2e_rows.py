@@ -4,6 +4,7 @@ row either simulated or skipped with a reason from the closed list. Skipped with
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -124,10 +125,15 @@ def test_minimax_recipes_set_their_flags_or_force_expert_parallelism() -> None:
     assert isinstance(b200, SimCase)
     assert (b200.engine.kv_cache_dtype, b200.engine.block_size, b200.engine.max_num_batched_tokens) == ("fp8", 32,
                                                                                                       16384)
-    h200 = resolve_row(parse_row(record(**minimax, system="h200_sxm", backend_version="0.16.0", silicon_data_source=(
-        "db-dump/2026-04-27; config_id=606; silicon_concurrency=16; measured=2026-03-01T00:00:00.000Z"))))
+    h200 = resolve_row(parse_row(record(**minimax, system="h200_sxm", backend_version="0.18.0", tp_size=8.0,
+                                        silicon_data_source=(
+        "db-dump/2026-04-27; config_id=606; silicon_concurrency=16; measured=2026-03-28T00:00:00.000Z"))))
     assert isinstance(h200, SimCase) and h200.engine.enable_expert_parallel
-    assert any("--enable-expert-parallel" in n for n in h200.notes)
+    assert any("--enable-expert-parallel" in n for n in h200.notes) and not h200.engine.enable_prefix_caching
+    # The first H200 script (a36346339, 2026-03-01, vLLM 0.16.0) passed no --enable-expert-parallel.
+    first = resolve_row(parse_row(record(**minimax, system="h200_sxm", backend_version="0.16.0", silicon_data_source=(
+        "db-dump/2026-04-27; config_id=606; silicon_concurrency=16; measured=2026-03-01T00:00:00.000Z"))))
+    assert isinstance(first, SimCase) and not first.engine.enable_expert_parallel
 
 
 def test_minimax_b200_0_17_rows_name_the_triton_moe_they_ran_as_not_modelled() -> None:
@@ -145,6 +151,125 @@ def test_minimax_b200_0_17_rows_name_the_triton_moe_they_ran_as_not_modelled() -
     assert len(recipe) == 1 and "not modelled: VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0" in recipe[0]
     assert march.engine.enable_expert_parallel  # the recipe's `if [ "$EP_SIZE" -ge 1 ]`
     assert not any("VLLM_USE_FLASHINFER_MOE_FP8" in n for n in april.notes)
+
+
+KIMI_B200 = dict(model_path="moonshotai/Kimi-K2.5", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
+                 system="b200_sxm", backend_version="0.17.0", tp_size=4.0, isl=1024)
+
+
+@pytest.mark.parametrize("measured,prefix_caching", [("2026-03-11T16:59:40Z", True),
+                                                     ("2026-03-27T00:00:00.000Z", False)])
+def test_kimi_b200_march_rows_ran_tensor_parallel_only_whatever_their_labels(measured: str,
+                                                                            prefix_caching: bool) -> None:
+    # kimik2.5_fp4_b200.sh (a58dedd5a .. 626932a11): --tensor-parallel-size=$TP --max-num-seqs $CONC, never
+    # --enable-expert-parallel or --data-parallel-size; 79a42e20a (2026-03-27) added --no-enable-prefix-caching.
+    labelled_ep = resolve_row(parse_row(record(**KIMI_B200, moe_tp_size=1.0, moe_ep_size=4.0, silicon_data_source=(
+        f"source_file=2026-03-25.csv; model=Kimi-K2.5; silicon_concurrency=16; measured={measured}"))))
+    assert isinstance(labelled_ep, SimCase)
+    engine = labelled_ep.engine
+    assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.enable_expert_parallel) == (4, 1, False)
+    assert (engine.max_num_seqs, engine.enable_prefix_caching, engine.kv_cache_dtype) == (16, prefix_caching, "auto")
+    assert any("no --enable-expert-parallel (the row reads tp 4, attention_dp 1, moe_tp 1, moe_ep 4)" in n
+               for n in labelled_ep.notes)
+    # The rows of config 635 read attention_dp 4 and moe_ep 16 (16 GPUs, two nodes): one node, TP 4, the client's
+    # concurrency batch_size x 4 = the run's CONC.
+    two_node_label = resolve_row(parse_row(record(**KIMI_B200, batch_size=4.0, attention_dp_size=4.0, moe_tp_size=1.0,
+                                                  moe_ep_size=16.0, silicon_data_source=(
+        f"db-dump/2026-04-27; config_id=635; silicon_concurrency=16; measured={measured}"))))
+    assert isinstance(two_node_label, SimCase) and two_node_label.concurrency == 16
+    engine = two_node_label.engine
+    assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.data_parallel_size_local,
+            engine.enable_expert_parallel, engine.max_num_seqs) == (4, 1, None, False, 16)
+    assert two_node_label.api_server_count == 1
+
+
+def test_kimi_b200_april_rows_take_the_april_flags() -> None:
+    # 6c3acebfa (2026-04-20): --kv-cache-dtype fp8 --max-cudagraph-capture-size 2048
+    # --max-num-batched-tokens $((ISL * 2)) --stream-interval 20 --no-enable-prefix-caching.
+    case = resolve_row(parse_row(record(**KIMI_B200, silicon_data_source=(
+        "db-dump/2026-04-27; config_id=811; silicon_concurrency=16; measured=2026-04-20T00:00:00.000Z"))))
+    assert isinstance(case, SimCase)
+    engine = case.engine
+    assert (engine.kv_cache_dtype, engine.max_cudagraph_capture_size, engine.max_num_batched_tokens,
+            engine.max_num_seqs, engine.enable_prefix_caching, engine.enable_expert_parallel) == (
+        "fp8", 2048, 2048, 16, False, False)
+    recipe = [n for n in case.notes if n.startswith("engine flags of InferenceX's recipe")]
+    assert len(recipe) == 1 and "6c3acebfa" in recipe[0] and "--stream-interval 20" in recipe[0]
+
+
+def test_campaign_rows_repeating_an_inferencex_measurement_take_its_recipe() -> None:
+    # aiconfigurator's kimi-k2.5-gap-analysis.csv repeats InferenceX's Kimi-K2.5 B200 rows of 2026-03-27 (config 635,
+    # labelled tp 4, attention_dp 4) under the labels tp 4, moe_ep 4 and no date: the March recipe, TP 4 only.
+    rows = {r.row_id: r for r in read_silicon_rows()}
+    copy = rows["kimi_k2_5_gap_analysis_kimi_k2_5_gap_analysis_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp4_ep4_3"]
+    assert row_origin(copy) == ORIGIN_AIC_CAMPAIGN and copy.moe_ep_size == 4
+    case = resolve_row(copy)
+    assert isinstance(case, SimCase)
+    engine = case.engine
+    assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.enable_expert_parallel,
+            engine.max_num_seqs, engine.enable_prefix_caching) == (4, 1, False, 4, False)
+    assert any(n.startswith("the measurement of InferenceX's row") and "measured 2026-03-27" in n for n in case.notes)
+    # A campaign row no InferenceX row repeats keeps its labels and vLLM's defaults.
+    other = resolve_row(replace(copy, measured_ttft_s=0.2))
+    assert isinstance(other, SimCase) and not any("InferenceX" in n for n in other.notes)
+    assert (other.engine.enable_expert_parallel, other.engine.max_num_seqs) == (True, 1024)
+
+
+def test_kimi_b200_int4_rows_take_their_recipes_flags_and_name_the_flashinfer_moe() -> None:
+    # kimik2.5_int4_b200.sh at 79ea3651a (2026-03-24): --max-num-seqs $CONC --gpu-memory-utilization 0.95
+    # --no-enable-prefix-caching, VLLM_USE_FLASHINFER_MOE_INT4=1 (not modelled).
+    case = resolve_row(parse_row(record(**dict(KIMI_B200, precision="int4", gemm_quant_mode="int4_wo",
+                                               moe_quant_mode="int4_wo", backend_version="0.15.1", tp_size=8.0),
+                                        silicon_data_source=("source_file=2026-03-25.csv; model=Kimi-K2.5; "
+                                                             "silicon_concurrency=16; measured=2026-03-24T20:03:09Z"))))
+    assert isinstance(case, SimCase)
+    engine = case.engine
+    assert (engine.max_num_seqs, engine.gpu_memory_utilization, engine.enable_prefix_caching,
+            engine.enable_expert_parallel) == (16, 0.95, False, False)
+    assert any("not modelled: VLLM_USE_FLASHINFER_MOE_INT4=1" in n for n in case.notes)
+
+
+MINIMAX_FP4 = dict(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp4", gemm_quant_mode="nvfp4",
+                   moe_quant_mode="nvfp4", backend_version="0.19.0", tp_size=2.0, batch_size=128.0,
+                   attention_dp_size=2.0, moe_tp_size=1.0, moe_ep_size=4.0)
+
+
+@pytest.mark.parametrize("system,config,measured,launch", [
+    ("b200_sxm", 707, "2026-04-22", (1, 2, True)),  # `{ tp: 2, ep: 2, dp-attn: true }`: the DP_ATTENTION branch
+    ("b200_sxm", 706, "2026-04-08", (2, 1, True)),  # `{ tp: 2, ep: 2 }`
+    ("b300_sxm", 727, "2026-04-21", (1, 2, True)),
+    ("b300_sxm", 726, "2026-04-17", (2, 1, True)),
+])
+def test_minimax_fp4_rows_run_the_scripts_data_parallel_attention_branch_only_where_configured(
+        system: str, config: int, measured: str, launch: tuple[int, int, bool]) -> None:
+    # minimaxm2.5_fp4_b200.sh / _b300.sh: DP_ATTENTION=true -> --tensor-parallel-size=1 --data-parallel-size=$TP
+    # --enable-expert-parallel; EP_SIZE > 1 -> --tensor-parallel-size=$TP --enable-expert-parallel; no --block-size.
+    case = resolve_row(parse_row(record(**MINIMAX_FP4, system=system, silicon_data_source=(
+        f"db-dump/2026-04-27; config_id={config}; silicon_concurrency=256; measured={measured}T00:00:00.000Z"))))
+    assert isinstance(case, SimCase) and case.concurrency == 256
+    engine = case.engine
+    assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.enable_expert_parallel) == launch
+    assert (engine.data_parallel_size_local, engine.block_size, engine.kv_cache_dtype) == (None, 16, "fp8")
+    assert case.api_server_count == launch[1]  # vLLM's default: one API server per DP rank from 0.17.0
+
+
+def test_minimax_fp8_rows_labelled_data_parallel_ran_tensor_parallel_with_experts_parallel() -> None:
+    # The fp8 scripts have no DP_ATTENTION branch: `{ tp: 4, ep: 4 }` (config 691, read attention_dp 4, moe_ep 16)
+    # is --tensor-parallel-size=4 --enable-expert-parallel on one node, block 32; H100's (2026-03-28) likewise.
+    minimax = dict(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", gemm_quant_mode="fp8_block",
+                   moe_quant_mode="fp8_block", tp_size=4.0, batch_size=16.0, attention_dp_size=4.0,
+                   moe_tp_size=1.0, moe_ep_size=16.0)
+    b200 = resolve_row(parse_row(record(**minimax, system="b200_sxm", backend_version="0.19.0", silicon_data_source=(
+        "db-dump/2026-04-27; config_id=691; silicon_concurrency=64; measured=2026-04-03T00:00:00.000Z"))))
+    h100 = resolve_row(parse_row(record(**minimax, system="h100_sxm", backend_version="0.18.0", silicon_data_source=(
+        "source_file=2026-04-06.csv; model=MiniMax-M2.5; silicon_concurrency=64; measured=2026-03-28T00:00:00.000Z"))))
+    for case in (b200, h100):
+        assert isinstance(case, SimCase) and case.concurrency == 64
+        engine = case.engine
+        assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.data_parallel_size_local,
+                engine.enable_expert_parallel) == (4, 1, None, True)
+    assert isinstance(b200, SimCase) and b200.engine.block_size == 32
+    assert isinstance(h100, SimCase) and (h100.engine.max_num_seqs, h100.engine.enable_prefix_caching) == (256, False)
 
 
 def test_empty_precision_is_the_checkpoint_dtype() -> None:
@@ -216,12 +341,14 @@ def test_every_vllm_agg_row_is_simulated_skipped_or_a_named_miss() -> None:
     implied_dp = [o for o in outcomes if isinstance(o, SimCase) and o.row.attention_dp_size == 1
                   and o.engine.data_parallel_size > 1]
     assert len(implied_dp) == 19
-    # No row is skipped for data or expert parallelism of a MoE model any more; of the 61 over two nodes, those on
-    # a GPU whose profile describes the network between nodes (scale_out: H100, H200, B200) are simulated, B300's 5
-    # skipped.
+    # No row is skipped for data or expert parallelism of a MoE model any more. The 61 whose labels span two nodes
+    # (tp T x attention_dp T) are all InferenceX rows of a single-node script's `{ tp: T, ep: T }`: one node each,
+    # as launched (`launch_layout`); 8 MiniMax-M2.5 fp4 rows ran its DP_ATTENTION branch (TP 1 x DP 2).
     assert not [o for o in outcomes if isinstance(o, Skip) and SkipReason.PARALLELISM in o.reasons]
-    assert sum(isinstance(o, Skip) and o.reasons[0] == SkipReason.MULTI_NODE for o in outcomes) == 5
-    assert sum(isinstance(o, SimCase) and o.engine.data_parallel_size_local is not None for o in outcomes) == 56
+    assert not [o for o in outcomes if isinstance(o, Skip) and SkipReason.MULTI_NODE in o.reasons]
+    assert not [o for o in outcomes if isinstance(o, SimCase) and o.engine.data_parallel_size_local is not None]
+    assert sum(isinstance(o, SimCase) and o.engine.data_parallel_size > 1 and o.engine.tensor_parallel_size == 1
+               and "MiniMax" in o.row.model_path for o in outcomes) == 8
     assert all(isinstance(o, (SimCase, Skip)) for o in outcomes)
     assert all(o.reasons and set(o.reasons) <= set(SkipReason) for o in outcomes if isinstance(o, Skip))
     assert sum(isinstance(o, SimCase) for o in outcomes) > 0

@@ -36,7 +36,10 @@ from roofline.cost.quant import QUANTIZATION_CHOICES
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.judge.harness import (
+    copied_from,
     harness_of,
+    launch_layout,
+    measured_date,
     unrecorded_client,
 )
 from roofline.registry import list_ids, load_model
@@ -94,15 +97,19 @@ ASSUMPTIONS = (
     "state (requests 2N..8N of the 10 x N run).",
     "Engine flags of InferenceX's rows whose recipe is public (`INFERENCEX_HARNESS`: Llama-3.1-70B on H100 / H200 / "
     "B200, gpt-oss-120b on H100 / H200 / B200 at 2025-11-02, 0.18.0 on H100 / H200 and 0.15.1 on B200, "
-    "MiniMax-M2.5 per GPU and version): the recipe's "
+    "MiniMax-M2.5 per GPU, version and precision, Kimi-K2.5 fp4 on B200 per date): the recipe's "
     "at the row's date, where the simulator expresses them (fp8 KV cache, --async-scheduling, --moe-backend marlin "
     "for VLLM_MXFP4_USE_MARLIN=1, --moe-backend flashinfer-mxfp4-mxfp8 for VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
     "--float32-matmul-precision high for VLLM_FLOAT32_MATMUL_PRECISION=high, --cudagraph-mode for the compilation "
     "config's cudagraph_mode, --max-cudagraph-capture-size for `cuda-graph-sizes` / `--max-cudagraph-capture-size` "
-    "(gpt-oss 2025-11, MiniMax-M2.5 0.19), --max-num-seqs, "
+    "(gpt-oss 2025-11, MiniMax-M2.5 0.19, Kimi-K2.5 B200 from 2026-04-20), --max-num-seqs, "
     "--max-num-batched-tokens, --block-size, "
-    "--gpu-memory-utilization, prefix caching off); the rest is named per row; MiniMax-M2.5 rows whose recipe "
-    "enabled expert parallelism whatever moe_ep_size says are simulated with --enable-expert-parallel. "
+    "--gpu-memory-utilization, prefix caching off where the script turns it off); the rest is named per row. Their "
+    "parallel layout is the one the recipe's single-node script launched (`launch_layout`), not the row's labels: "
+    "--tensor-parallel-size tp, no --data-parallel-size (the file's rows of a sweep's `{ tp: T, ep: T }` read "
+    "attention_dp T, moe_ep T x T), --enable-expert-parallel where the script passes it (EP_SIZE > 1; always for "
+    "MiniMax-M2.5 0.17.0 B200 and 0.18.0 H200, never for Kimi-K2.5 B200 and MiniMax-M2.5 0.16.0 H200), TP 1 x DP tp "
+    "with EP for the MiniMax-M2.5 fp4 configurations run on the script's DP_ATTENTION branch. "
     "Every other row: the defaults of `vllm serve` of the row's version (0.11.2-0.19.0, nightly 2026-04; rows "
     "without a version were measured 2025-10-29 to 2025-12-05, i.e. 0.11-0.12): max_num_batched_tokens 8192, "
     "max_num_seqs 1024, gpu_memory_utilization 0.9, chunked prefill and prefix caching on, block size 16, "
@@ -117,8 +124,8 @@ ASSUMPTIONS = (
     "-> fp8); an unquantized checkpoint gets the --quantization its precision column implies (fp8 -> fp8); an "
     "empty precision with an empty gemm_quant_mode is the checkpoint's dtype (bf16).",
     "attention_dp_size empty = 1 (every such row's silicon_concurrency equals batch_size).",
-    "Data / expert parallelism (a MoE model): --data-parallel-size attention_dp_size (or the DP the experts' width "
-    "implies), --enable-expert-parallel where moe_ep_size > 1 or the recipe passes it, vLLM's default "
+    "Data / expert parallelism (a MoE model without an InferenceX recipe): --data-parallel-size attention_dp_size "
+    "(or the DP the experts' width implies), --enable-expert-parallel where moe_ep_size > 1, vLLM's default "
     "--all2all-backend allgather_reducescatter (no row records one), no EPLB; over two nodes "
     "--data-parallel-size-local = GPUs per node / TP, the all-to-all across nodes over the profile's scale_out NICs "
     "(unmeasured). A dense model's data parallelism is skipped.",
@@ -262,9 +269,14 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
     notes: list[str] = []
     per_node = gpus_per_node(row.system)
     hardware_id = SYSTEM_PROFILES.get(row.system)
+    # A row of an InferenceX recipe runs the layout its script launched, whatever its parallel labels say
+    # (`launch_layout`); the others their labels.
+    harness = harness_of(row)
+    launch = None if harness is None else launch_layout(row, harness)
+    num_gpus = row.num_gpus if launch is None else launch.tensor_parallel_size * launch.data_parallel_size
     # More GPUs than a node holds: data-parallel ranks over nodes where the profile describes the network between
     # them (`scale_out:`, issue 40), else a skip.
-    multi_node = row.num_gpus > per_node
+    multi_node = num_gpus > per_node
     if multi_node and (row.pp_size > 1 or row.tp_size > per_node or row.attention_dp_size == 1 or hardware_id is None
                        or hardware_id not in list_ids("hardware") or load_profile(hardware_id).scale_out is None):
         reasons[SkipReason.MULTI_NODE] = (f"{row.num_gpus} GPUs (tp {row.tp_size} x pp {row.pp_size} x dp "
@@ -299,12 +311,22 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
                        f"the experts, but tp {row.tp_size} x attention_dp {row.attention_dp_size} = "
                        f"{row.tp_size * row.attention_dp_size} for attention")
     # Data / expert parallelism (issue 40): a MoE model's DP ranks (attention_dp, or the unrecorded DP its experts'
-    # width implies) and --enable-expert-parallel (moe_ep > 1, or the row's InferenceX recipe passing it whatever
-    # moe_ep_size says) are simulated (`roofline.sim.data_parallel`); a dense model's DP ranks are not modelled.
+    # width implies) and --enable-expert-parallel (moe_ep > 1) are simulated (`roofline.sim.data_parallel`), or,
+    # for a row of an InferenceX recipe, the TP, DP and EP its script passed; a dense model's DP ranks are not
+    # modelled.
     data_parallel = max(row.attention_dp_size, implied_dp) if is_moe else row.attention_dp_size
-    harness = harness_of(row)
-    expert_parallel = is_moe and row.tp_size * data_parallel > 1 and (
-        (row.moe_ep_size or 1) > 1 or (harness is not None and harness.expert_parallel))
+    expert_parallel = is_moe and row.tp_size * data_parallel > 1 and (row.moe_ep_size or 1) > 1
+    tensor_parallel = row.tp_size
+    if launch is not None and (launch.tensor_parallel_size, launch.data_parallel_size, launch.expert_parallel) != (
+            row.tp_size, data_parallel, expert_parallel):
+        notes.append(f"launched as its recipe's script runs it: --tensor-parallel-size {launch.tensor_parallel_size}"
+                     + (f" --data-parallel-size {launch.data_parallel_size}" if launch.data_parallel_size > 1 else "")
+                     + (" --enable-expert-parallel" if launch.expert_parallel else ", no --enable-expert-parallel")
+                     + f" (the row reads tp {row.tp_size}, attention_dp {row.attention_dp_size}, moe_tp "
+                     f"{row.moe_tp_size}, moe_ep {row.moe_ep_size})")
+    if launch is not None:
+        tensor_parallel, data_parallel = launch.tensor_parallel_size, launch.data_parallel_size
+        expert_parallel = is_moe and tensor_parallel * data_parallel > 1 and launch.expert_parallel
     if not is_moe and row.attention_dp_size > 1:
         reasons[SkipReason.PARALLELISM] = f"attention data parallelism {row.attention_dp_size} of a dense model"
     if reasons:
@@ -314,15 +336,19 @@ def resolve_row(row: SiliconRow) -> SimCase | Skip:
         raise RowError(f"row {row.row_id}: the run's server configuration is not recorded: {defect.reason}")
     assert spec is not None and quantization is not None and hardware_id is not None
     if harness is not None:
+        if (original := copied_from(row)) is not None:
+            notes.append(f"the measurement of InferenceX's row {original.row_id} (measured {measured_date(original)}; "
+                         "the same mean TTFT and TPOT to 5 significant digits)")
         notes.append(f"engine flags of InferenceX's recipe {harness.source}"
                      + (f"; not modelled: {harness.not_modelled}" if harness.not_modelled else ""))
-    local = per_node // row.tp_size if multi_node else None
+    local = per_node // tensor_parallel if multi_node else None
     if data_parallel > 1 or expert_parallel:
         notes.append(f"--data-parallel-size {data_parallel}" + (" --enable-expert-parallel" if expert_parallel else "")
-                     + (f" --data-parallel-size-local {local} (over {row.num_gpus // per_node} nodes; the all-to-all "
+                     + (f" --data-parallel-size-local {local} (over {num_gpus // per_node} nodes; the all-to-all "
                         "across nodes is unmeasured)" if local else "")
                      + " with vLLM's default --all2all-backend allgather_reducescatter (the row records no backend)")
-    engine = replace(engine_args_for(row, quantization, data_parallel, expert_parallel), data_parallel_size_local=local)
+    engine = replace(engine_args_for(row, quantization, data_parallel, expert_parallel, tensor_parallel),
+                     data_parallel_size_local=local)
     api_servers = api_server_count_default(row.backend_version, data_parallel)
     if api_servers > 1:
         notes.append(f"--api-server-count {api_servers}: vLLM's default with --data-parallel-size {data_parallel}")
@@ -366,17 +392,18 @@ def kv_vllm_version(version: str | None) -> str:
 
 
 def engine_args_for(row: SiliconRow, quantization: str, data_parallel_size: int = 1,
-                    expert_parallel: bool = False) -> EngineArgs:
+                    expert_parallel: bool = False, tensor_parallel_size: int | None = None) -> EngineArgs:
     """vLLM's flags for the row: its version's defaults (see VERSION_BATCH_DEFAULTS and
-    `async_scheduling_default`), its TP, DP, expert parallelism and quantization; over them, the flags of its
-    InferenceX recipe (`harness_of`)."""
+    `async_scheduling_default`), its TP (the row's unless given), DP, expert parallelism and quantization; over
+    them, the flags of its InferenceX recipe (`harness_of`)."""
     flags: dict[str, object] = dict(VERSION_BATCH_DEFAULTS, async_scheduling=async_scheduling_default(row.backend_version))
     harness = harness_of(row)
     if harness is not None:
         per_row = {"CONC": row.concurrency, "2*ISL": 2 * row.isl}
         flags.update({k: per_row.get(v, v) if isinstance(v, str) else v for k, v in harness.flags.items()})
     flags.update(data_parallel_size=data_parallel_size, enable_expert_parallel=expert_parallel)
-    return EngineArgs(tensor_parallel_size=row.tp_size, quantization=quantization, **flags)  # type: ignore[arg-type]
+    return EngineArgs(tensor_parallel_size=row.tp_size if tensor_parallel_size is None else tensor_parallel_size,
+                      quantization=quantization, **flags)  # type: ignore[arg-type]
 
 
 FP4_PRECISIONS = ("fp4", "nvfp4", "mxfp4")
