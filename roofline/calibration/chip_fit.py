@@ -238,7 +238,8 @@ def _mla_writes(chips: list[str]) -> list[ChipWrite]:
         error = f"held-out (heads 4 and 16) median error {100 * med:.1f} % (p90 {100 * p90:.1f} %)"
         cmd = command("mla", chip)
         collector = (f"the legacy collector's own time (its native custom ops: aiconfigurator commit c56db49f) "
-                     f"fitted as {', '.join(LEGACY_PARAMS)} (a table condition, never used in serving)")
+                     f"fitted as {', '.join(n for n in LEGACY_PARAMS if n in values)} (a table condition, never used "
+                     "in serving)")
         if system in FIT_ON:
             source = (f"{GPUS[FIT_ON[system]]}'s kernel fields, written by `{cmd}` (roofline.calibration.mla_fit "
                       f"FIT_ON: the same kernels; this chip's tables are legacy collections): of {tables}, the "
