@@ -365,7 +365,9 @@ def add_engine_args(parser: argparse.ArgumentParser, command: str) -> None:
                 "overlap the host's scheduling with the device's step (default: the profile's executor, on for "
                 "GPUs as in vLLM >= 0.14; give --no-async-scheduling for older vLLM; a CPU: off)"))),
         "moe_backend": ("--moe-backend", dict(choices=MOE_BACKEND_CHOICES, default="auto", help=(
-            "MoE expert kernel (default: auto = the device's default; marlin: MXFP4 experts on Marlin W4A16, "
+            "MoE expert kernel (default: auto = the device's default; triton: vLLM's Triton fused MoE, for block-fp8 "
+            "experts on any GPU and 16-bit ones where it is the default, as vLLM's --moe-backend triton or "
+            "VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0; marlin: MXFP4 experts on Marlin W4A16, "
             "as vLLM's --moe-backend marlin or VLLM_MXFP4_USE_MARLIN=1; flashinfer-mxfp4-mxfp8: MXFP4 experts with "
             "MXFP8 activations on FlashInfer's TRT-LLM MoE, Blackwell only, as VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1)"
             ))),

@@ -136,10 +136,10 @@ def test_minimax_recipes_set_their_flags_or_force_expert_parallelism() -> None:
     assert isinstance(first, SimCase) and not first.engine.enable_expert_parallel
 
 
-def test_minimax_b200_0_17_rows_name_the_triton_moe_they_ran_as_not_modelled() -> None:
+def test_minimax_b200_0_17_rows_run_the_triton_moe_their_recipe_forced() -> None:
     # The 0.17.0 fp8 B200 script (2026-03-11 to 03-27) exports VLLM_USE_FLASHINFER_MOE_FP8=0 and
-    # VLLM_MOE_USE_DEEP_GEMM=0: vLLM's Triton fused MoE, not the TRT-LLM-gen MoE the simulator runs; the 0.19.0
-    # script (2026-04-03 on) exports neither.
+    # VLLM_MOE_USE_DEEP_GEMM=0: vLLM's Triton fused MoE (--moe-backend triton), not the default TRT-LLM-gen MoE; the
+    # 0.19.0 script (2026-04-03 on) exports neither.
     minimax = dict(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", gemm_quant_mode="fp8_block",
                    moe_quant_mode="fp8_block", system="b200_sxm", tp_size=2.0, moe_tp_size=2.0)
     march = resolve_row(parse_row(record(**minimax, backend_version="0.17.0", silicon_data_source=(
@@ -148,7 +148,9 @@ def test_minimax_b200_0_17_rows_name_the_triton_moe_they_ran_as_not_modelled() -
         "source_file=2026-04-06.csv; model=MiniMax-M2.5; silicon_concurrency=16; measured=2026-04-03T00:00:00.000Z"))))
     assert isinstance(march, SimCase) and isinstance(april, SimCase)
     recipe = [n for n in march.notes if n.startswith("engine flags of InferenceX's recipe")]
-    assert len(recipe) == 1 and "not modelled: VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0" in recipe[0]
+    assert len(recipe) == 1 and "VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0" in recipe[0]
+    assert "not modelled" not in recipe[0]
+    assert (march.engine.moe_backend, april.engine.moe_backend) == ("triton", "auto")
     assert march.engine.enable_expert_parallel  # the recipe's `if [ "$EP_SIZE" -ge 1 ]`
     assert not any("VLLM_USE_FLASHINFER_MOE_FP8" in n for n in april.notes)
 

@@ -145,6 +145,9 @@ def _gemm_writes(chip: str) -> ChipWrite:
 # What each format's fit describes (the kernel vLLM runs and how roofline.cost.kernels.moe times it).
 MOE_FORMAT_NOTES = {
     "fp8-block": "block-scaled fp8 experts, timed as roofline.cost.kernels.moe describes the family's kernel",
+    "fp8-block-triton": "block-scaled fp8 experts on vLLM's Triton fused MoE (--moe-backend triton), timed as "
+                        "roofline.cost.kernels.moe._triton_fp8_block_gemms_s describes it (vLLM's default config's "
+                        "row block of 16 up to 64 tokens and 64 above, no finalize kernel)",
     "nvfp4": "NVFP4 experts (FlashInfer TRT-LLM with its token tiles and finalize pass, roofline.cost.kernels.moe)",
     "mxfp4": "MXFP4 experts with bf16 activations (gpt-oss's), timed as roofline.cost.kernels.moe describes the "
              "family's kernel (OAI Triton; or FlashInfer TRT-LLM mxfp4-bf16: bf16 math on 4-bit weights, its token "
@@ -168,6 +171,10 @@ def _moe_writes(chip: str, formats: frozenset[str] | None = None) -> ChipWrite:
     for scheme, f in fit_moe_formats(chip, formats=formats).items():
         what = (f"{PACKAGE} {version(PACKAGE)} systems/data/{f.table}, its {' and '.join(f.dtypes)} rows "
                 f"({', '.join(f.kernels)}; no expert parallelism)")
+        if f.ep_rows:
+            what += (f", and moe_triton_masked_row_efficiency with the other three held on its balanced moe_ep rows "
+                     f"of the same shapes ({f.ep_rows} rows: the rank's experts of the collector's expert map, every "
+                     f"routed row through roofline.cost.kernels.moe.triton_masked_rows_s)")
         if f.how == "per_chip":
             held = "; ".join(f"{dist} {_pct(e['median_err'])} % (p90 {_pct(e['p90_err'])} %, bias {_bias(e['bias'])})"
                              for dist, e in f.held_out.items())

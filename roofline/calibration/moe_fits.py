@@ -39,7 +39,13 @@ from roofline.calibration.moe_routing import mean_over_draws, table_routing
 from roofline.calibration.op_tables import moe_rows_gated
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.kernels import kernel_family
-from roofline.cost.kernels.moe import TRTLLM_WIDE_TILE_SCHEMES, moe_bandwidth_cap, moe_row_tiles, moe_time_s
+from roofline.cost.kernels.moe import (
+    TRITON_FP8_BLOCK,
+    TRTLLM_WIDE_TILE_SCHEMES,
+    moe_bandwidth_cap,
+    moe_row_tiles,
+    moe_time_s,
+)
 from roofline.cost.ops import expected_experts_touched
 from roofline.cost.params import EFFICIENCY_PARAMS, GROUPS, group_fields, search_value
 from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolve_for_hardware
@@ -47,8 +53,8 @@ from roofline.cost.quant import _SCHEMES, MXFP8_MOE_BACKEND, QuantConfig, resolv
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "gb200": "gb200", "b300_sxm": "b300"}
 # table moe_dtype -> our scheme name (roofline.cost.quant)
 FORMATS = {"bfloat16": "none", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "nvfp4", "w4a16_mxfp4": "mxfp4"}
-FITTED = {"fp8-block": "moe_fp8_block", "mxfp4": "moe_w4a16", "nvfp4": "moe_fp4", "mxfp4-marlin": "moe_w4a16_marlin",
-          "mxfp4-mxfp8": "moe_mxfp4_mxfp8"}
+FITTED = {"fp8-block": "moe_fp8_block", TRITON_FP8_BLOCK: "moe_triton_fp8_block", "mxfp4": "moe_w4a16",
+          "nvfp4": "moe_fp4", "mxfp4-marlin": "moe_w4a16_marlin", "mxfp4-mxfp8": "moe_mxfp4_mxfp8"}
 # MXFP4 experts with MXFP8 activations (`--moe-backend flashinfer-mxfp4-mxfp8`): the tables' FlashInfer TRT-LLM
 # mxfp4 x mxfp8 kernel (`w4a8_mxfp4_mxfp8`, `vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular`:
 # DeepSeek-V4's experts, hidden 4096 / 7168, top-6 of 256 / 384), Blackwell only (`run_mxfp8`).
@@ -119,7 +125,8 @@ def _table_routing(keys: tuple[tuple[str, int, int, int], ...]) -> tuple[np.ndar
 
 def _expert_dtype(hw: HardwareProfile, scheme: str) -> tuple[str, float]:
     """(the dtype the format's experts compute in on `hw`, their weight bytes per parameter)."""
-    weight_bytes, gemm_dtype = _SCHEMES["mxfp4" if scheme in ("mxfp4-marlin", "mxfp4-mxfp8") else scheme]
+    weight_bytes, gemm_dtype = _SCHEMES["mxfp4" if scheme in ("mxfp4-marlin", "mxfp4-mxfp8") else
+                                        "fp8-block" if scheme == TRITON_FP8_BLOCK else scheme]
     dtype = "fp8" if scheme == "mxfp4-mxfp8" else gemm_dtype or "bf16"
     return (dtype if dtype in hw.supported_dtypes else "bf16"), weight_bytes or 2.0
 
@@ -135,7 +142,8 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
     weight_bytes: float | np.ndarray = bytes_per_param
     # The experts as the kernel holds them: MXFP4 kernels pad (roofline.cost.quant.resolve_for_hardware).
     backend = {"mxfp4-marlin": "marlin", "mxfp4-mxfp8": MXFP8_MOE_BACKEND}.get(scheme, "auto")
-    quant = QuantConfig.from_user(quantization="mxfp4" if backend != "auto" else scheme, moe_backend=backend)
+    quant = QuantConfig.from_user(quantization="mxfp4" if backend != "auto" else
+                                  "fp8-block" if scheme == TRITON_FP8_BLOCK else scheme, moe_backend=backend)
     align_h, align_i = resolve_for_hardware(quant, kernel_family(hw.family).moe).expert_alignment
     hidden = np.ceil(d.hidden_size.to_numpy(np.float64) / align_h) * align_h
     inter = np.ceil(d.inter.to_numpy(np.float64) / align_i) * align_i

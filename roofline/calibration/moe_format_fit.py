@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
+from roofline.calibration.fit import minimize_bounded_scalar
 from roofline.calibration.moe_fits import (
     FIT_STARTS,
     FITTED,
@@ -50,10 +51,13 @@ from roofline.calibration.moe_fits import (
     predict,
     with_params,
 )
-from roofline.calibration.moe_routing import DISTRIBUTIONS
+from roofline.calibration.moe_routing import DISTRIBUTIONS, balanced_loads
+from roofline.calibration.op_tables import moe_rows_gated
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.kernels import kernel_family
+from roofline.cost.kernels.moe import TRITON_FP8_BLOCK, moe_row_tiles, moe_time_s, triton_masked_rows_s
 from roofline.cost.params import EFFICIENCY_PARAMS
+from roofline.cost.quant import _SCHEMES
 
 # Marlin's starts (compute factor, bandwidth factor, fixed us, slice step us, int4 and fp4 dequantization rates in G
 # weights/s per SM, overlap exponent: `family_shared`): near its compute factor (~0.3 of the 16-bit GEMM's efficiency
@@ -97,6 +101,99 @@ def load_mxfp8_table(gpu: str) -> pd.DataFrame:
     if d.empty:  # (an empty frame's row-wise join is a frame: its column names would become rows)
         return d.assign(held_out=False).reset_index(drop=True)
     return _with_shape_split(d)
+
+
+# vLLM's Triton fused MoE where another kernel is the family's default (`--moe-backend triton`): the tables whose
+# collector calls `fused_experts` itself (ai-dynamo/aiconfigurator collector/vllm/collect_moe_v1.py, kernel_source
+# `vllm_fused_moe`; the expert map of moe_ep rows from vLLM's `determine_expert_map`, the rank's experts first).
+TRITON_KERNEL = "vllm_fused_moe"
+TRITON_DTYPE = "fp8_block"
+
+
+def _triton_table(gpu: str) -> tuple[str, pd.DataFrame] | None:
+    """(its path under systems/data, its block-fp8 `TRITON_KERNEL` rows) of the newest vLLM MoE table of `gpu` that
+    has them; None where none has."""
+    from roofline.calibration.op_tables import package_root
+    root = package_root() / gpu / "moe" / "vllm"
+    for path in sorted(root.glob("*/moe_perf.parquet"), reverse=True,
+                       key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in p.parent.name.split("."))):
+        d = pd.read_parquet(path)
+        d = d[(d.moe_dtype == TRITON_DTYPE) & (d.kernel_source == TRITON_KERNEL)]
+        if not d.empty:
+            return str(path.relative_to(package_root())), d
+    return None
+
+
+def load_triton_table(gpu: str, expert_parallel: bool = False) -> pd.DataFrame:
+    """The block-fp8 Triton rows of `_triton_table` (empty where there are none): without expert parallelism (the
+    per-rank width inter_size / moe_tp_size), or with it (`expert_parallel`: moe_ep_size > 1, moe_tp 1), with the
+    shape split of `load_table` (an EP row goes with its shape's moe_tp 1 rows)."""
+    found = _triton_table(gpu)
+    if found is None:
+        return pd.DataFrame(columns=["held_out", "distribution", "measured_s"])
+    d = found[1]
+    d = d[(d.moe_ep_size > 1) & (d.moe_tp_size == 1)] if expert_parallel else \
+        d[(d.moe_ep_size == 1) & (d.inter_size % d.moe_tp_size == 0)]
+    d = d.assign(inter=d.inter_size // d.moe_tp_size, measured_s=d.latency * 1e-3, scheme=TRITON_FP8_BLOCK,
+                 gated=moe_rows_gated(d))
+    return _with_shape_split(d)
+
+
+def predict_triton_ep(hw: HardwareProfile, d: pd.DataFrame) -> np.ndarray:
+    """Seconds of balanced moe_ep rows of the Triton block-fp8 table (`load_triton_table(..., True)`): the rank's
+    E / EP experts (vLLM's linear expert map: the first ones) on their share of the collector's balanced routing
+    (`moe_routing.balanced_loads`), the call's row block from all its tokens, plus the other ranks' routed rows
+    through the kernels that run on every row (`roofline.cost.kernels.moe.triton_masked_rows_s`)."""
+    out = np.empty(len(d))
+    for i, r in enumerate(d.itertuples()):
+        local = int(r.num_experts) // int(r.moe_ep_size)
+        loads = balanced_loads(int(r.num_tokens), int(r.num_experts), int(r.topk)).astype(np.float64)[:local]
+        touched, row_tiles = moe_row_tiles(loads[None, :])
+        rows = float(loads.sum())
+        t = moe_time_s(hw, rows / max(float(touched[0]), 1.0), touched, float(r.hidden_size), float(r.inter), "fp8",
+                       _SCHEMES["fp8-block"][0] or 1.0, 2.0, TRITON_FP8_BLOCK, row_tiles,
+                       num_experts=float(local), num_tokens=float(r.num_tokens))
+        masked = triton_masked_rows_s(hw, float(r.num_tokens) * float(r.topk) - rows, float(r.hidden_size),
+                                      float(r.inter), 2.0)
+        out[i] = float(np.asarray(t).reshape(-1)[0]) + masked
+    return out
+
+
+# The masked-row efficiency's search range and tolerance (`minimize_bounded_scalar`, deterministic).
+MASKED_ROW_RANGE, MASKED_ROW_TOLERANCE = (0.02, 1.0), 0.002
+EXPERT_PARALLEL = "expert parallel (balanced)"  # MoeFormatFit.held_out's key for the moe_ep rows
+
+
+def fit_triton_fp8_block(hw: HardwareProfile, system: str, table: str, routing: str = "table") -> "MoeFormatFit":
+    """The Triton block-fp8 MoE of `system` (`load_triton_table`): its three parameters on the balanced training
+    shapes without expert parallelism (`fit_format`), then moe_triton_masked_row_efficiency on the balanced moe_ep
+    rows of the training shapes with those held (`predict_triton_ep`, median absolute log error); the held-out
+    shapes judge both."""
+    scheme = TRITON_FP8_BLOCK
+    d = load_triton_table(system)
+    balanced = d[d.distribution == "balanced"]
+    train = balanced[~balanced.held_out]
+    three = yaml_values(scheme, (*fit_format(hw, train, scheme, routing), 1.0))
+    hw_3 = with_params(hw, FITTED[scheme], *written(scheme, three))
+    ep = load_triton_table(system, expert_parallel=True)
+    ep = ep[ep.distribution == "balanced"]
+    ep_train, ep_test = ep[~ep.held_out], ep[ep.held_out]
+    measured = ep_train.measured_s.to_numpy()
+
+    def loss(x: float) -> float:
+        hw_x = with_params(hw, FITTED[scheme], *written(scheme, three)[:3], x)
+        return float(np.median(np.abs(np.log(predict_triton_ep(hw_x, ep_train) / measured))))
+
+    masked = minimize_bounded_scalar(loss, MASKED_ROW_RANGE, MASKED_ROW_TOLERANCE)
+    values = yaml_values(scheme, (*written(scheme, three)[:3], masked))
+    hw_s = with_params(hw_3, FITTED[scheme], *written(scheme, values))
+    test = d[d.held_out]
+    held = {dist: errors(predict(hw_s, t, scheme, routing), t.measured_s.to_numpy())
+            for dist in DISTRIBUTIONS if not (t := test[test.distribution == dist]).empty}
+    held[EXPERT_PARALLEL] = errors(predict_triton_ep(hw_s, ep_test), ep_test.measured_s.to_numpy())
+    shapes = int(train[["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]].drop_duplicates().shape[0])
+    return MoeFormatFit(scheme, "per_chip", (system,), (TRITON_KERNEL,), (TRITON_DTYPE,), table, values,
+                        len(train), shapes, held, len(ep_train))
 
 
 def fit_family_format(hws: dict[str, HardwareProfile], tables: dict[str, pd.DataFrame], scheme: str,
@@ -193,6 +290,7 @@ class MoeFormatFit:
     fit_rows: int
     fit_shapes: int
     held_out: dict[str, dict[str, float]]  # distribution -> errors on the held-out shapes (per_chip fits only)
+    ep_rows: int = 0  # the moe_ep rows a fit also took (the Triton MoE's masked-row efficiency)
 
 
 def chips_with_moe_tables() -> dict[str, str]:
@@ -257,6 +355,10 @@ def fit_moe_formats(pid: str, routing: str = "table", formats: frozenset[str] | 
                                         (str(part.moe_dtype.iloc[0]),), table, values, len(train),
                                         int(train[["hidden_size", "inter_size", "topk", "num_experts",
                                                    "moe_tp_size"]].drop_duplicates().shape[0]), held)
+    if not kernel_family(hw.family).moe.fp8_block_triton and (not formats or TRITON_FP8_BLOCK in formats):
+        found = _triton_table(system)
+        if found is not None:
+            out[TRITON_FP8_BLOCK] = fit_triton_fp8_block(hw, system, found[0], routing)
     for scheme, (loader, _, _) in FAMILY_FORMATS.items():
         if (scheme == "mxfp4" and not trtllm_mxfp4) or (formats and scheme not in formats):
             continue

@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from roofline.cost.kernels.all_to_all import a2a_time_s
+from roofline.cost.kernels.moe import triton_masked_rows_s
 from roofline.cost.op_time import op_time_s
 from roofline.cost.ops import expert_shape, moe_record
+from roofline.cost.quant import TRITON_MOE_BACKEND
 from roofline.cost.step_cost import StepCostModel
 
 if TYPE_CHECKING:
@@ -111,12 +113,16 @@ class DataParallelMoe:
         self._experts_table = CountTable(self._group_experts)
         self._exchange_table = CountTable(self._exchange)
 
-    def _moe_s(self, tokens: Any, shape: tuple[int, int], num_experts: int) -> Any:
-        """The experts' time (all MoE layers) for `tokens` (an array: one time per count; 0 tokens take none)."""
+    def _moe_s(self, tokens: Any, shape: tuple[int, int], num_experts: int, call_tokens: Any = None) -> Any:
+        """The experts' time (all MoE layers) for `tokens` (an array: one time per count; 0 tokens take none);
+        `call_tokens`: the tokens the kernel is called with, where more than `tokens` (EP at DP 1: all of them)."""
         t = np.asarray(tokens, dtype=np.float64)
         count: Any = np.maximum(t, 1.0)  # arrays, as StepCostModel tabulates token operators
         op = moe_record("moe_experts", count, *shape, self.topk, num_experts, self.num_moe_layers, self.quant,
                         self.bias)
+        if call_tokens is not None:
+            calls: Any = np.maximum(np.asarray(call_tokens, dtype=np.float64), 1.0)  # (arrays, as `count`)
+            op = replace(op, shape=(*op.shape[:5], calls))
         seconds, _ = op_time_s(self.hw, op, self.quant, self.k, self.cpu_engine)
         return np.where(t > 0, np.broadcast_to(seconds, t.shape), 0.0)
 
@@ -138,6 +144,17 @@ class DataParallelMoe:
         return np.minimum(routed * self.busiest_share + sigma * math.sqrt(2 * math.log(n)), routed) / self.topk
 
     def _group_experts(self, totals: np.ndarray) -> np.ndarray:
+        if self.layout.expert_parallel and self.quant.moe_backend == TRITON_MOE_BACKEND \
+                and self.layout.data_parallel_size == 1:
+            # vLLM's Triton fused MoE under EP at DP 1: every rank is called with all the step's tokens (its
+            # row block follows them) and runs the other ranks' routed rows through its masked kernels
+            # (`triton_masked_rows_s`).
+            busiest = self.busiest_tokens(totals)
+            own = self._moe_s(busiest, self.group_shape, max(1, self.local_experts), call_tokens=totals)
+            h, i = self.group_shape
+            masked = triton_masked_rows_s(self.hw, (np.asarray(totals, dtype=np.float64) - busiest) * self.topk, h,
+                                          i, self.quant.act_bytes)
+            return own + self.num_moe_layers * np.where(np.asarray(totals) > 0, masked, 0.0)
         if self.layout.expert_parallel:
             return self._moe_s(self.busiest_tokens(totals), self.group_shape, max(1, self.local_experts))
         return self._moe_s(totals, self.group_shape, self.num_experts)

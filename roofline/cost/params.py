@@ -66,6 +66,7 @@ GROUPS: dict[str, str] = {
     "moe_bf16": "16-bit fused MoE",
     "moe_fp8": "per-tensor fp8 fused MoE",
     "moe_fp8_block": "block-scaled fp8 fused MoE",
+    "moe_triton_fp8_block": "block-scaled fp8 experts on vLLM's Triton fused MoE where another kernel is the default",
     "moe_w4a16": "MXFP4 weight-only fused MoE (OAI Triton, FlashInfer TRT-LLM mxfp4-bf16)",
     "moe_w4a16_marlin": "MXFP4 / int4 experts on vLLM's Marlin MoE",
     "moe_mxfp4_mxfp8": "MXFP4 experts with MXFP8 activations (FlashInfer TRT-LLM)",
@@ -229,6 +230,21 @@ class EfficiencyParams:
     moe_fp8_block_gemm_factor: float = _param(1.0, "fraction", "moe_fp8_block", ("moe_format",))
     moe_fp8_block_fixed_s: float = _param(0.0, "us", "moe_fp8_block", ("moe_format",))
     moe_fp8_block_bandwidth_factor: float = _param(1.0, "factor", "moe_fp8_block", ("moe_format",), hi=2.0)
+    # vLLM's Triton fused MoE on block-fp8 experts where it is not the family's default (`--moe-backend triton`, or
+    # VLLM_USE_FLASHINFER_MOE_FP8=0 with VLLM_MOE_USE_DEEP_GEMM=0: InferenceX's MiniMax-M2.5 B200 recipes of March 2026)
+    # on Blackwell, timed as `roofline.cost.kernels.moe._triton_fp8_block_moe_s` describes it (vLLM's default config's
+    # row tile, no finalize kernel): the same three parameters. Where Triton is the default (Hopper, Ada, Ampere) the
+    # flag runs the moe_fp8_block_* fit above. Fitted per chip on the tables that time `fused_experts`.
+    moe_triton_fp8_block_gemm_factor: float = _param(1.0, "fraction", "moe_triton_fp8_block", ("moe_format",))
+    moe_triton_fp8_block_fixed_s: float = _param(0.0, "us", "moe_triton_fp8_block", ("moe_format",))
+    moe_triton_fp8_block_bandwidth_factor: float = _param(1.0, "factor", "moe_triton_fp8_block", ("moe_format",),
+                                                          hi=2.0)
+    # Under expert parallelism the Triton MoE runs every routed row of the call, its expert elsewhere or not, through
+    # its zero-writing GEMM blocks, the activation, the output quantization and moe_sum
+    # (`roofline.cost.kernels.moe.triton_masked_rows_s`): the fraction of memory_efficiency x the DRAM peak those
+    # rows' bytes move at (many short thread blocks, not one stream). Default 1: streaming. Fitted on the tables'
+    # moe_ep rows.
+    moe_triton_masked_row_efficiency: float = _param(1.0, "fraction", "moe_triton_fp8_block", ("moe_format",))
     moe_w4a16_gemm_factor: float = _param(1.0, "fraction", "moe_w4a16", ("moe_format",))
     moe_w4a16_fixed_s: float = _param(0.0, "us", "moe_w4a16", ("moe_format",))
     moe_w4a16_bandwidth_factor: float = _param(1.0, "factor", "moe_w4a16", ("moe_format",), hi=2.0)

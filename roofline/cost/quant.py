@@ -34,7 +34,12 @@ vLLM 0.11-0.18 (`get_mxfp4_backend`: `Mxfp4Backend.SM100_FI_MXFP4_MXFP8_TRTLLM`,
 list), hence a name after the environment variable. It pads hidden and the per-rank intermediate size to 256
 (vLLM 0.18 `Mxfp4MoEMethod.create_weights`; the vLLM 0.24 operator tables time 64-, 128- and 256-wide experts
 alike). Only on Blackwell (`TrtLlmMxfp4ExpertsBase._supports_current_device`: SM100 family). Other formats on
-these kernels are not modelled (a `UserError`, `check_moe_backend`).
+these kernels are not modelled (a `UserError`, `check_moe_backend`). `triton` (vLLM 0.32's `--moe-backend triton`,
+`Fp8MoeBackend.TRITON` / `UnquantizedMoeBackend.TRITON`; before the flag, VLLM_USE_FLASHINFER_MOE_FP8=0 with
+VLLM_MOE_USE_DEEP_GEMM=0 made vLLM 0.17's `select_fp8_moe_backend` fall through to it) runs the experts on vLLM's
+Triton fused MoE (`fused_experts`): block-fp8 experts on any GPU with fp8 (on Blackwell its own fit,
+`roofline.cost.kernels.moe.TRITON_FP8_BLOCK`), and 16-bit experts where Triton is already the family's default
+(Hopper, Ada, Ampere). Per-tensor fp8, NVFP4 and MXFP4 experts on it are not modelled.
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ _SCHEMES: dict[str, tuple[float | None, str | None]] = {
 QUANTIZATION_CHOICES = tuple(_SCHEMES)
 # --moe-backend values the cost model describes (module docstring).
 MXFP8_MOE_BACKEND = "flashinfer-mxfp4-mxfp8"
-MOE_BACKEND_CHOICES = ("auto", "marlin", MXFP8_MOE_BACKEND)
+TRITON_MOE_BACKEND = "triton"
+MOE_BACKEND_CHOICES = ("auto", "marlin", MXFP8_MOE_BACKEND, TRITON_MOE_BACKEND)
 # vLLM's VLLM_FLOAT32_MATMUL_PRECISION (vllm/envs.py, default "highest"; the GPU worker passes it to
 # `torch.set_float32_matmul_precision`, vllm/v1/worker/gpu_worker.py) -> the dtype an fp32 GEMM computes in:
 # "highest" true fp32 (no tensor cores), "high" TF32 tensor cores, "medium" bf16 tensor cores (PyTorch's meaning of
@@ -135,6 +141,8 @@ class QuantConfig:
         """The experts' kernel as `roofline.cost.kernels.moe.moe_time_s` names it: their scheme, "mxfp4-marlin" for
         MXFP4 experts on Marlin, "mxfp4-mxfp8" for MXFP4 experts with MXFP8 activations."""
         scheme = self.experts[0]
+        if scheme == "fp8-block" and self.moe_backend == TRITON_MOE_BACKEND:  # vLLM's Triton fused MoE
+            return "fp8-block-triton"
         if scheme == "w4a16-int4":  # vLLM's Marlin W4A16 MoE, the kernel `--moe-backend marlin` runs MXFP4 on
             return "mxfp4-marlin"
         if scheme != "mxfp4":
@@ -347,6 +355,14 @@ def check_moe_backend(quant: QuantConfig, spec: ModelSpec, moe: MoeKernels, devi
     `family`: its kernel family)."""
     if quant.moe_backend == "auto":
         return
+    if quant.moe_backend == TRITON_MOE_BACKEND and spec.is_moe:
+        scheme = quant.experts[0]
+        if scheme == "fp8-block" or (scheme == "none" and not moe.trtllm_gen):
+            return
+        what = "16-bit" if scheme == "none" else scheme
+        raise UserError(f"--moe-backend triton: modelled for block-fp8 experts, and for 16-bit experts where Triton "
+                        f"is the device's default MoE (not {family or 'this family'}); model '{spec.name}' runs its "
+                        f"experts in {what} on device '{device}'; allowed: auto")
     if quant.moe_backend == MXFP8_MOE_BACKEND and not moe.mxfp8_activations:
         raise UserError(f"--moe-backend {MXFP8_MOE_BACKEND}: FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE runs on "
                         f"Blackwell (SM100) only; device '{device}' is {family or 'not a Blackwell GPU'}; "

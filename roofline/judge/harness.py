@@ -103,11 +103,10 @@ _FUSE_ALLREDUCE_RMS = "the all-reduce + RMSNorm fusion pass"
 # The 0.17.0 fp8 B200 script exports VLLM_USE_FLASHINFER_MOE_FP8=0 and VLLM_MOE_USE_DEEP_GEMM=0 (f342df18e to
 # 626932a11; gone from bddbf4031, 2026-04-03): vLLM 0.17.0's `select_fp8_moe_backend` (fused_moe/oracle/fp8.py) then
 # drops FlashInfer TRT-LLM / CUTLASS and DeepGEMM, `Fp8MoEMethod` passes allow_vllm_cutlass=False, and the block-fp8
-# experts run on the Triton fused MoE (`TritonExperts`). The simulator runs FlashInfer's TRT-LLM-gen MoE on
-# Blackwell; aiconfigurator's B200 vLLM 0.19.0 MoE table times the Triton kernel (its collector calls `fused_experts`),
-# against TRT-LLM-gen in its 0.24.0 table: docs/benchmark-history/2026-11-29f-dpep.md.
-_MINIMAX_0_17_B200_TRITON_MOE = ("VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0 (vLLM's Triton fused MoE "
-                                 "for the block-fp8 experts; simulated: FlashInfer TRT-LLM-gen)")
+# experts run on the Triton fused MoE (`TritonExperts`): what vLLM 0.32's `--moe-backend triton` selects
+# (docs/benchmark-history/2026-11-29f-dpep.md).
+_MINIMAX_0_17_B200_TRITON_MOE = ("VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0: vLLM's Triton fused MoE "
+                                 "for the block-fp8 experts (--moe-backend triton)")
 
 
 # Their config.yaml's `cuda-graph-sizes: 2048` (vLLM 0.11's one-value form: the largest capture size) is
@@ -163,9 +162,9 @@ INFERENCEX_HARNESS: tuple[Harness, ...] = (
             "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1",
             "the all-reduce + RMSNorm fusion pass"),
     Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "0.17.0", ("2026-03-11", "2026-03-28"),
-            dict(block_size=32, gpu_memory_utilization=0.95),
-            "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at 64c20b6b5 / 626932a11 (2026-03-11 / 03-27)",
-            _MINIMAX_0_17_B200_TRITON_MOE, expert_parallel=True),
+            dict(block_size=32, gpu_memory_utilization=0.95, moe_backend="triton"),
+            "benchmarks/single_node/minimaxm2.5_fp8_b200.sh at 64c20b6b5 / 626932a11 (2026-03-11 / 03-27): "
+            + _MINIMAX_0_17_B200_TRITON_MOE, expert_parallel=True),
     Harness("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "nightly-5b8c30d62b754b57", ("2026-04-03", "2026-04-03"),
             dict(kv_cache_dtype="fp8", block_size=32, enable_prefix_caching=False, gpu_memory_utilization=0.95),
             "benchmarks/single_node/minimaxm2.5_fp4_b200.sh at 08bcde8f1 (2026-04-02, image "

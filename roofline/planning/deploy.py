@@ -133,8 +133,8 @@ def vllm_serve_command(model: str, engine: EngineArgs, c: ConfigPlan, checkpoint
         args += ["--kv-cache-dtype", config.kv_cache_dtype]
     if engine.async_scheduling is not None:
         args.append("--async-scheduling" if engine.async_scheduling else "--no-async-scheduling")
-    if engine.moe_backend == "marlin":
-        args += ["--moe-backend", "marlin"]
+    if engine.moe_backend in ("marlin", "triton"):  # vLLM 0.32's --moe-backend values of the same names
+        args += ["--moe-backend", engine.moe_backend]
     if engine.enforce_eager:
         args.append("--enforce-eager")
     elif engine.cudagraph_mode is not None:

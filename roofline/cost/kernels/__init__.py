@@ -79,6 +79,9 @@ class KernelFamily:
             unused.add("gemm_sustained_sm_fraction")
         if not self.moe.trtllm_gen:
             unused.add("moe_trtllm_wide_tile_bandwidth_factor")
+        if self.moe.fp8_block_triton:  # `--moe-backend triton` runs the family's own block-fp8 fit
+            unused.update(("moe_triton_fp8_block_gemm_factor", "moe_triton_fp8_block_fixed_s",
+                           "moe_triton_fp8_block_bandwidth_factor"))
         return frozenset(unused)
 
     def check_profile(self, hw: HardwareProfile) -> None:

@@ -88,10 +88,13 @@ class MoeKernels:
     (`TRTLLM_MOE_TILES_8BIT`) and wide-tile bandwidth (`TRTLLM_WIDE_TILE_SCHEMES`).
     `mxfp4_bf16_trtllm`: the default MXFP4 MoE is TRT-LLM's mxfp4-bf16 kernel (vLLM `_get_priority_backends_for_gpt_oss`:
     SM100; `_mxfp4_bf16_moe_s`); otherwise OAI Triton's `matmul_ogs` (`MOE_W4A16_TILES`).
-    `mxfp8_activations`: `--moe-backend flashinfer-mxfp4-mxfp8` (FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE) runs here."""
+    `mxfp8_activations`: `--moe-backend flashinfer-mxfp4-mxfp8` (FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE) runs here.
+    `fp8_block_triton`: the family's default block-fp8 MoE (its moe_fp8_block_* fit) is vLLM's Triton fused MoE, so
+    `--moe-backend triton` runs that fit; else the flag runs `_triton_fp8_block_moe_s` at moe_triton_fp8_block_*."""
 
     name: str
     trtllm_gen: bool = False
+    fp8_block_triton: bool = True
     mxfp4_bf16_trtllm: bool = False
     mxfp8_activations: bool = False
 
@@ -100,7 +103,18 @@ class MoeKernels:
 TRITON_MOE = MoeKernels(name="triton-cutlass")
 # Blackwell (SM100): FlashInfer's TRT-LLM-gen fused MoE for every format.
 TRTLLM_GEN_MOE = MoeKernels(name="flashinfer-trtllm-gen", trtllm_gen=True, mxfp4_bf16_trtllm=True,
-                            mxfp8_activations=True)
+                            mxfp8_activations=True, fp8_block_triton=False)
+# vLLM's Triton fused MoE on block-fp8 experts without a tuned config for the shape (none ships for MiniMax-M2.5's
+# E = 256 / 128 / 64, N = 1536 / 768 on B200 in 0.17.0 or 0.22.0): `get_default_config` (fused_moe/fused_moe.py, the
+# same rule in 0.17.0 and 0.22.0) takes BLOCK_SIZE_M 16 for a call of at most 64 tokens and 64 above, BLOCK_SIZE_N
+# and BLOCK_SIZE_K the 128 x 128 weight block. moe_align_block_size pads every expert's rows to whole M blocks, and
+# every block streams its expert's weight tiles. The B200 tables step there: MiniMax-M2.5's experts (3072 x 1536,
+# top-8 of 256, moe_tp 1) 0.62 ms at 64 tokens, 1.02 ms at 80.
+TRITON_FP8_BLOCK_SMALL_M = 64
+TRITON_FP8_BLOCK_TILE_M = (16, 64)  # (at most TRITON_FP8_BLOCK_SMALL_M tokens, above)
+TRITON_FP8_BLOCK_TILE_N = 128
+# The scheme name (`roofline.cost.quant.QuantConfig.expert_kernel`) of block-fp8 experts on `--moe-backend triton`.
+TRITON_FP8_BLOCK = "fp8-block-triton"
 # Its formats whose weights stream at `moe_trtllm_wide_tile_bandwidth_factor` of their bandwidth once the token tile
 # passes 8 (`trtllm_tile_tokens`): block fp8 (DeepSeek FP8: the B200 table steps up 1.29-1.31x there at the same
 # weights, median over shapes; per-tensor fp8 1.11-1.12x, NVFP4 1.12-1.20x and bf16 1.11-1.14x, what their own
@@ -180,12 +194,18 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     kernels = kernel_families.kernel_family(hw.family).moe
     if scheme is None:
         scheme = "fp8" if dtype in EIGHT_BIT_DTYPES else "none"
+    if scheme == TRITON_FP8_BLOCK and kernels.fp8_block_triton:  # the family's own block-fp8 MoE is Triton: its fit
+        scheme = "fp8-block"
+    triton_fp8_block = scheme == TRITON_FP8_BLOCK
+    trtllm_gen = kernels.trtllm_gen and not triton_fp8_block
     eff_scale, bw_scale, fixed_s = {
         # Per-tensor fp8 experts (FlashInfer CUTLASS / TRT-LLM) may outrun the dense fp8 GEMM kernel the factor is
         # relative to, never the peaks: factor x that kernel's efficiency is at most 1.
         "fp8": (min(e.moe_fp8_gemm_factor, 1.0 / e.gemm_fp8_compute_efficiency),
                 min(e.moe_fp8_gemm_factor, 1.0 / e.gemm_fp8_memory_efficiency), e.moe_fp8_fixed_s),
         "fp8-block": (e.moe_fp8_block_gemm_factor, e.moe_fp8_block_bandwidth_factor, e.moe_fp8_block_fixed_s),
+        TRITON_FP8_BLOCK: (e.moe_triton_fp8_block_gemm_factor, e.moe_triton_fp8_block_bandwidth_factor,
+                           e.moe_triton_fp8_block_fixed_s),
         "mxfp4": (e.moe_w4a16_gemm_factor, e.moe_w4a16_bandwidth_factor, e.moe_w4a16_fixed_s),
         "mxfp4-marlin": (e.moe_w4a16_marlin_gemm_factor, e.moe_w4a16_marlin_bandwidth_factor,
                          e.moe_w4a16_marlin_fixed_s),
@@ -196,9 +216,9 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     # Inputs: 8-bit for W8A8; fp4 with an fp8 scale per 16 for W4A4 on a device with fp4; else 16-bit.
     in_b = 1.0 if dtype in EIGHT_BIT_DTYPES else (NVFP4_BYTES_PER_ELEMENT if dtype == "fp4" else act_bytes)
     tiles = MOE_W4A16_TILES if scheme in ("mxfp4", "mxfp4-marlin") else None
-    trtllm = TRTLLM_MOE_TILES_8BIT if scheme == "fp8-block" and kernels.trtllm_gen else None
+    trtllm = TRTLLM_MOE_TILES_8BIT if scheme == "fp8-block" and trtllm_gen else None
     weights_bw: Any = bw_scale
-    if kernels.trtllm_gen and scheme in TRTLLM_WIDE_TILE_SCHEMES:
+    if trtllm_gen and scheme in TRTLLM_WIDE_TILE_SCHEMES:
         assert num_experts is not None, "the TRT-LLM MoE's token tile follows the tokens per expert: num_experts"
         wide = trtllm_tile_tokens(tokens_per_expert * touched, num_experts) > 8
         weights_bw = bw_scale * np.where(wide, e.moe_trtllm_wide_tile_bandwidth_factor, 1.0)
@@ -224,9 +244,12 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
     if scheme == "mxfp4-marlin" and num_experts is not None:
         return (_marlin_gemms_s(hw, tokens_per_expert, touched, hidden, inter, dtype, num_experts, kw, marlin_int4)
                 + act + fixed_s)
+    if triton_fp8_block:
+        return _triton_fp8_block_gemms_s(hw, tokens_per_expert, up_width * inter, hidden, inter, dtype, num_tokens,
+                                         gemm, kw) + act + fixed_s
     up = gemm(hw, tokens_per_expert, up_width * inter, hidden, dtype, **kw)
     down = gemm(hw, tokens_per_expert, hidden, inter, dtype, **kw)
-    if kernels.trtllm_gen:  # FlashInfer's TRT-LLM fused MoE: its finalize kernel after GEMM2
+    if trtllm_gen:  # FlashInfer's TRT-LLM fused MoE: its finalize kernel after GEMM2
         assert num_tokens is not None, "the TRT-LLM MoE's finalize pass sums per token: num_tokens is needed"
         act = act + _trtllm_finalize_s(hw, tokens_per_expert * touched, num_tokens, hidden, act_bytes)
     if scheme == "fp8":  # per-tensor fp8's grouped GEMMs: weights streamed at most at moe_fp8_weight_rate, and a
@@ -234,6 +257,37 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
         weights_s = touched * (up_width + 1.0) * hidden * inter * weight_bytes_per_param / e.moe_fp8_weight_rate
         return _max(up + down, weights_s) + act + fixed_s + touched * e.moe_fp8_expert_fixed_s
     return up + down + act + fixed_s
+
+
+def _triton_fp8_block_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, up_n: Any, hidden: Any, inter: Any,
+                              dtype: str, num_tokens: Any, gemm: Callable[..., Any], kw: dict[str, Any]) -> Any:
+    """vLLM's Triton fused MoE's two grouped GEMMs on block-fp8 experts (`TRITON_FP8_BLOCK`): gate_up (n = `up_n`)
+    and down, each expert's rows in blocks of vLLM's default BLOCK_SIZE_M for the call's `num_tokens`
+    (`TRITON_FP8_BLOCK_TILE_M`), 128 weight rows a tile; no finalize kernel (the top-k sum is vLLM's moe_sum, a
+    streaming pass the activation's bytes carry)."""
+    assert num_tokens is not None, "the Triton MoE's row block follows the call's tokens: num_tokens is needed"
+
+    def at(tm: int) -> Any:
+        a = {**kw, "tiles": None, "tiles_8bit": ((math.inf, ((math.inf, (tm, TRITON_FP8_BLOCK_TILE_N)),)),)}
+        return gemm(hw, tokens_per_expert, up_n, hidden, dtype, **a) + gemm(hw, tokens_per_expert, hidden, inter,
+                                                                           dtype, **a)
+
+    small, large = TRITON_FP8_BLOCK_TILE_M
+    tm = np.where(np.asarray(num_tokens) <= TRITON_FP8_BLOCK_SMALL_M, float(small), float(large))
+    return _at_tile_heights(float(tm) if tm.ndim == 0 else tm, at)
+
+
+def triton_masked_rows_s(hw: HardwareProfile, rows: Any, hidden: Any, inter: Any, act_bytes: float) -> Any:
+    """What `rows` routed rows whose experts sit on other expert-parallel ranks cost vLLM's Triton fused MoE on this
+    one (`fused_experts` with an `expert_map`, vLLM 0.17.0-0.32 fused_moe.py): moe_align_block_size maps their
+    blocks to expert -1, for which both grouped GEMMs write zero rows (`write_zeros_to_output`: 2 x inter and hidden
+    values a row); the SiLU-and-mul reads and writes every row, the block-fp8 quantization of its output
+    (`moe_kernel_quantize_input`) reads `inter` values and writes fp8 ones, and moe_sum reads the hidden row: all at
+    the streaming bandwidth times moe_triton_masked_row_efficiency (fitted on the tables' moe_ep rows, which time
+    `fused_experts` on all the tokens with the rank's experts)."""
+    per_row = (2.0 * inter + 3.0 * inter + hidden) * act_bytes + inter * (act_bytes + 1.0) + hidden * act_bytes
+    e = hw.efficiency
+    return rows * per_row / (_bandwidth(hw) * e.memory_efficiency * e.moe_triton_masked_row_efficiency)
 
 
 def _mxfp4_mxfp8_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any,
