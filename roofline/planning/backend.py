@@ -38,8 +38,8 @@ from roofline.sim.workload import RequestSpec, Workload, load_workload, sample_r
 
 # What the sensitivity moves. Compute: the fractions of a compute peak that GEMMs and attention reach.
 # Memory: the fractions of DRAM bandwidth that streaming kernels and decode attention reach. Left alone:
-# moe_compute_efficiency (a factor on the GEMM efficiency, which already moves) and the collectives' and all-to-all's
-# bus efficiencies (the interconnect, neither compute nor memory).
+# moe_compute_efficiency and moe_triton_masked_row_efficiency (factors on the GEMM / memory efficiency, which already
+# move) and the collectives' and all-to-all's bus efficiencies (the interconnect, neither compute nor memory).
 COMPUTE_EFFICIENCIES = ("gemm_compute_efficiency", "gemm_fp8_compute_efficiency", "attention_compute_efficiency",
                         "mla_decode_compute_efficiency", "mla_decode_fp8_kv_compute_efficiency")
 MEMORY_EFFICIENCIES = ("memory_efficiency", "attention_memory_efficiency", "gemm_fp8_memory_efficiency",
@@ -48,7 +48,7 @@ MEMORY_EFFICIENCIES = ("memory_efficiency", "attention_memory_efficiency", "gemm
 UNSCALED_EFFICIENCIES = ("moe_compute_efficiency", "collective_bus_efficiency", "collective_one_stage_bus_efficiency",
                          "nccl_bus_efficiency", "deepep_ht_dispatch_bus_efficiency", "deepep_ht_combine_bus_efficiency",
                          "deepep_ll_dispatch_bus_efficiency", "deepep_ll_combine_bus_efficiency",
-                         "nccl_ag_bus_efficiency", "nccl_rs_bus_efficiency")
+                         "nccl_ag_bus_efficiency", "nccl_rs_bus_efficiency", "moe_triton_masked_row_efficiency")
 
 
 # What takes a decode step's time, as the report explains a layout by it.
