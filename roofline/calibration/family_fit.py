@@ -44,8 +44,9 @@ from roofline.calibration.families import (
 )
 from roofline.calibration.fit import fit, get_param
 from roofline.calibration.moe_fits import JOINT_FAMILIES, fit_joint, fit_wide_tile, load_table
-from roofline.calibration.op_tables import load_op_tables
+from roofline.calibration.op_tables import load_all_reduce_versions, load_op_tables
 from roofline.calibration.profile_writer import write_profile_values
+from roofline.cost.collective_versions import SECTION as VERSIONS_SECTION
 from roofline.cost.hardware import FAMILIES_DIR, HardwareProfile, load_profile
 from roofline.cost.kernels import kernel_family
 from roofline.cost.params import EFFICIENCY_PARAMS, EfficiencyParams
@@ -118,6 +119,8 @@ def fit_one_family(family: str, members: dict[str, str], log: Callable[[str], No
                        train[system]["all_reduce"]["measured_s"])]
         fitted = fit(samples, hw, [f"efficiency.{p}" for p in collective]).profile
         per_chip[pid] = {p: get_param(fitted, f"efficiency.{p}") for p in collective}
+    by_version, version_errors = _fit_all_reduce_versions(with_tables, chips, result.efficiency, per_chip, collective,
+                                                          tables)
     # A chip whose profile declares `sustained_clock_factor` gets it fitted on its own GEMM training rows, the
     # family's parameters held (its GEMM error at the base clock kept for the record).
     clock: dict[str, dict[str, Any]] = {}
@@ -160,11 +163,52 @@ def fit_one_family(family: str, members: dict[str, str], log: Callable[[str], No
             "fitted_params": fitted_params, "stages": result.stages, "existing": existing, "per_chip": per_chip, "clock": clock,
             "l2_known": any(chip.l2_cache_bytes is not None for chip in chips.values()),
             "held_out": held_out, "leave_one_gpu_out": logo_by_id, "other_kernels": other_kernels,
+            "all_reduce_by_vllm_version": by_version, "all_reduce_version_errors": version_errors,
             "versions": {system: sorted({f.attrs["vllm_version"] for f in t.values()}) for system, t in tables.items()},
             "fp8_kinds": sorted({kind for t in train.values() for kind, f in t.items()
                                  if (f.get("kv_dtype", f["dtype"]) == "fp8").any()}),
             "train_rows": {system: {k: int(len(f)) for k, f in t.items()} for system, t in train.items()},
             "seconds": time.perf_counter() - t0}
+
+
+def _fit_all_reduce_versions(with_tables: dict[str, str], chips: dict[str, HardwareProfile],
+                             efficiency: EfficiencyParams, per_chip: dict[str, dict[str, float]],
+                             collective: Iterable[str], tables: dict[str, dict[str, Any]]
+                             ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, dict[str, Any]]]:
+    """The collectives fitted per chip once more on each OLDER vLLM version's all-reduce table (the newest one's
+    are `per_chip`, its values repeated under its version), the message sizes split as the family's; and each
+    version's held-out error with the newest table's parameters ("before") and its own ("after").
+    `roofline.cost.collective_versions` picks a set by the deployment's vLLM version."""
+    params = list(collective)
+    versions = {system: load_all_reduce_versions(system) for system in with_tables.values()}
+    if not any(len(v) > 1 for v in versions.values()):
+        return {}, {}
+    train, test = split_tables({f"{system}@{v}": {"all_reduce": f} for system, vs in versions.items()
+                                for v, f in vs.items()})
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    errors: dict[str, dict[str, Any]] = {}
+    for pid, system in with_tables.items():
+        if pid not in per_chip or len(versions[system]) < 2:
+            continue
+        newest = tables[system]["all_reduce"].attrs["vllm_version"]
+        hw = replace(chips[system], efficiency=replace(efficiency, **per_chip[pid]))
+        out[pid], errors[pid] = {}, {}
+        for version in versions[system]:
+            key = f"{system}@{version}"
+            if version == newest:
+                values = dict(per_chip[pid])
+            else:
+                samples = [("all_reduce", dict(zip(["message_bytes", "num_devices", "dtype"], row)), float(s))
+                           for row, s in zip(train[key]["all_reduce"][["message_bytes", "num_devices", "dtype"]]
+                                             .itertuples(index=False), train[key]["all_reduce"]["measured_s"])]
+                fitted = fit(samples, hw, [f"efficiency.{p}" for p in params]).profile
+                values = {p: get_param(fitted, f"efficiency.{p}") for p in params}
+            out[pid][version] = values
+            own = replace(hw, efficiency=replace(hw.efficiency, **values))
+            errors[pid][version] = {
+                "before": _kind_record(gpu_errors(hw, test[key])["by_kind"]["all_reduce"]),
+                "after": _kind_record(gpu_errors(own, test[key])["by_kind"]["all_reduce"])}
+    return out, errors
 
 
 def _rounded(efficiency: EfficiencyParams, names: Iterable[str]) -> EfficiencyParams:
@@ -275,13 +319,22 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
         "efficiency": eff, "executor": existing["executor"]}
     if r["per_chip"]:
         yaml_fields = {n: (p.key, p.scale) for n, p in EFFICIENCY_PARAMS.items()}
-        doc["per_chip"] = {pid: {"efficiency": {yaml_fields[k][0]: float(f"{v / yaml_fields[k][1]:.6g}")
-                                                for k, v in values.items()}}
-                           for pid, values in r["per_chip"].items()}
+        def as_yaml(values: dict[str, float]) -> dict[str, float]:
+            return {yaml_fields[k][0]: float(f"{v / yaml_fields[k][1]:.6g}") for k, v in values.items()}
+
+        doc["per_chip"] = {pid: {"efficiency": as_yaml(values)} for pid, values in r["per_chip"].items()}
+        for pid, by_version in (r.get("all_reduce_by_vllm_version") or {}).items():
+            doc["per_chip"][pid][VERSIONS_SECTION] = {v: as_yaml(values) for v, values in by_version.items()}
         names = sorted({yaml_fields[k][0] for values in r["per_chip"].values() for k in values})
         sources["per_chip"] = (f"{', '.join(names[:-1])} and {names[-1]} fitted per chip on the "
                                "training message sizes of its own vLLM custom all-reduce table (the collectives "
                                "ride on the chip's link); chips without tables use the family value")
+        if r.get("all_reduce_by_vllm_version"):
+            sources["per_chip"] += (f"; {VERSIONS_SECTION}: the same fitted per chip on each vLLM version's "
+                                    "custom_allreduce_perf table (the newest's values repeated), the held-out error "
+                                    "per version in fit.all_reduce_by_vllm_version_held_out (before: the newest "
+                                    "table's parameters; after: the version's own); the deployment's vLLM version "
+                                    "picks one (roofline.cost.collective_versions)")
     fit_record: dict[str, Any] = {
         "status": "fitted" if r["systems"] else "assumed",
         "fitted_on": fitted_on,
@@ -290,6 +343,8 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
         "command": command(family),
         "held_out": {pid: {k: _kind_record(v) for k, v in e["by_kind"].items()} for pid, e in r["held_out"].items()},
     }
+    if r.get("all_reduce_version_errors"):
+        fit_record["all_reduce_by_vllm_version_held_out"] = r["all_reduce_version_errors"]
     if r["clock"]:
         fit_record["note_held_out"] = "; ".join(
             f"{pid}: with its sustained_clock_factor {c['factor']} ({pid}.yaml; at 1: GEMM median "

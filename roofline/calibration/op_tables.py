@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -149,16 +150,39 @@ def load_op_tables(system: str, root: Path | None = None, kernels: str = "defaul
         path = _newest(base / folder / "vllm", name)
         if path is None:
             continue
-        frame = readers[kind](pd.read_parquet(path))
-        frame = frame[_is_default(frame, kind) == (kernels == "default")]
+        frame = _read(kind, path, readers[kind], kernels)
         if len(frame):
-            frame = frame.copy()
-            frame["shape_key"] = frame[list(_SHAPE_KEYS[kind])].astype(str).agg("/".join, axis=1)
-            frame = frame.reset_index(drop=True)
-            frame.attrs["source"] = str(path)
-            frame.attrs["vllm_version"] = path.parent.name
             out[kind] = frame
     return out
+
+
+def _read(kind: str, path: Path, reader: Any, kernels: str) -> pd.DataFrame:
+    frame = reader(pd.read_parquet(path))
+    frame = frame[_is_default(frame, kind) == (kernels == "default")].copy()
+    if not len(frame):
+        return frame
+    frame["shape_key"] = frame[list(_SHAPE_KEYS[kind])].astype(str).agg("/".join, axis=1)
+    frame = frame.reset_index(drop=True)
+    frame.attrs["source"] = str(path)
+    frame.attrs["vllm_version"] = path.parent.name
+    return frame
+
+
+def load_all_reduce_versions(system: str, root: Path | None = None) -> dict[str, pd.DataFrame]:
+    """The default-kernel all-reduce rows of every vLLM version folder of `system` that has the table, by version
+    (oldest first): `roofline.calibration.family_fit` fits the collectives once per table version."""
+    root = Path(root) if root is not None else package_root()
+    folder = root / system / _FILES["all_reduce"][0] / "vllm"
+    name = _FILES["all_reduce"][1]
+    if not folder.is_dir():
+        return {}
+    paths = sorted((p / name for p in folder.iterdir() if (p / name).exists()), key=lambda p: _version(p.parent))
+    frames = {p.parent.name: _read("all_reduce", p, _all_reduce, "default") for p in paths}
+    return {v: f for v, f in frames.items() if len(f)}
+
+
+def _version(p: Path) -> tuple[int, ...]:
+    return tuple(int(x) if x.isdigit() else -1 for x in p.name.replace("-", ".").split("."))
 
 
 def _preferred(kind: str, group: str) -> tuple[str, ...]:
@@ -189,11 +213,7 @@ def _newest(folder: Path, name: str) -> Path | None:
     candidates = [p for p in folder.iterdir() if (p / name).exists()]
     if not candidates:
         return None
-
-    def version(p: Path) -> tuple[int, ...]:
-        return tuple(int(x) if x.isdigit() else -1 for x in p.name.replace("-", ".").split("."))
-
-    return max(candidates, key=version) / name
+    return max(candidates, key=_version) / name
 
 
 def _gemm(d: pd.DataFrame) -> pd.DataFrame:

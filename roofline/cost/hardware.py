@@ -76,8 +76,9 @@ Kernel families (`hardware_profiles/families/<name>.yaml`): what depends on the 
 CUTLASS fp8 on Hopper; FlashInfer TRT-LLM on Blackwell; ...) is shared by the GPUs that run them; the chip keeps
 its datasheet numbers (the kernels themselves: `roofline.cost.kernels.KernelFamily`, keyed by the family's `id`).
 A family file holds `id`, `name`, `efficiency`, `executor`, optional
-`per_chip: {chip id: {efficiency: {...}}}` (values a family fit sets per chip: the collectives, which ride on
-the chip's own link), an optional `fit` record (what the parameters were fitted on and their held-out and
+`per_chip: {chip id: {efficiency: {...}, all_reduce_by_vllm_version: {version: {...}}}}` (values a family fit sets
+per chip: the collectives, which ride on the chip's own link; and the same per vLLM all-reduce table version, which
+`roofline.cost.collective_versions` picks by the deployment's vLLM version), an optional `fit` record (what the parameters were fitted on and their held-out and
 leave-one-GPU-out errors, written by benchmarks/accuracy/gpu_profiles.py) and `sources` for every number. A chip's
 parameters are the family's, then its `per_chip` entry, then the chip file's own `efficiency`/`executor`.
 `HardwareProfile.provenance` says where they came from; `provenance_line()` says it in one line.
@@ -93,6 +94,7 @@ from typing import Any
 import numpy as np
 
 from roofline.cost.architecture import Architecture, parse_architecture
+from roofline.cost.collective_versions import SECTION, Versions, parse_versions
 from roofline.cost.host_cpu import HostCpu
 from roofline.cost.params import EfficiencyParams, ExecutorParams
 from roofline.cost.profile_yaml import (
@@ -273,6 +275,8 @@ class HardwareProfile:
     # the factors a sampled cost model multiplies each operator kind's time by (`roofline simulate --intervals`).
     uncertainty: OpUncertainty | None = field(default=None, compare=False, hash=False)
     op_time_factors: OpTimeFactors = NOMINAL_FACTORS
+    # The collective parameters per vLLM all-reduce table version (`roofline.cost.collective_versions`).
+    all_reduce_by_vllm_version: Versions = ()
 
     def streaming_curve(self, engine: str) -> StreamingCurve | None:
         """The measured weight-streaming curve of `engine`'s GEMM kernel, or None: one rate for every row count."""
@@ -354,6 +358,7 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
     for name, section in (("efficiency", efficiency_section), ("executor", executor_section)):
         if section is not None and not isinstance(section, dict):
             raise UserError(f"{where}: {name}: must be a mapping of fields, got {type(section).__name__}")
+    chip = {}
     if family is not None:
         chip = (family.get("per_chip") or {}).get(profile_id) or {}
         efficiency_section = {**family["efficiency"], **(chip.get("efficiency") or {}), **(efficiency_section or {})}
@@ -382,6 +387,8 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
             optional_positive(data, "pcie_bandwidth_gb_per_s_per_direction", where), 1e9),
         tdp_w=optional_positive(data, "tdp_w", where),
         efficiency=EfficiencyParams.from_dict(efficiency_section, f"{where}: efficiency"),
+        all_reduce_by_vllm_version=parse_versions(chip.get(SECTION), efficiency_section or {},
+                                                  f"{where}: per_chip.{profile_id}"),
         executor=executor,
         sources=(),
         measured=_measured(data.get("measured"), where),
@@ -546,7 +553,7 @@ def _parse_family(data: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(per_chip, dict):
         raise UserError(f"{where}: per_chip: must be a mapping of chip id -> {{efficiency: {{...}}}}")
     for chip, section in per_chip.items():
-        check_keys(section, ("efficiency",), f"{where}: per_chip.{chip}")
+        check_keys(section, {"efficiency": True, SECTION: False}, f"{where}: per_chip.{chip}")
         EfficiencyParams.from_dict({**data["efficiency"], **section["efficiency"]},
                                    f"{where}: per_chip.{chip}.efficiency")
     _mapping_or_none(data.get("fit"), "fit", where)

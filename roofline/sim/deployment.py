@@ -8,6 +8,7 @@ from typing import Any
 
 from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.model_spec import ModelSpec
+from roofline.cost.collective_versions import for_vllm_version
 from roofline.cost.cpu import DEFAULT_CPU_ENGINE
 from roofline.cost.expert_parallel import DataParallelMoe
 from roofline.cost.hardware import HardwareProfile, load_profile
@@ -68,6 +69,8 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     `UserError` if it cannot run."""
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     hw = hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
+    # The all-reduce of `vllm_version`'s operator table (`roofline.cost.collective_versions`).
+    hw = for_vllm_version(hw, vllm_version)
     engine.check_model(spec)
     engine.check_hardware(hw)
     hw = engine.resolve_hardware(hw)
