@@ -203,11 +203,21 @@ def _fit_all_reduce_versions(with_tables: dict[str, str], chips: dict[str, Hardw
                                              .itertuples(index=False), train[key]["all_reduce"]["measured_s"])]
                 fitted = fit(samples, hw, [f"efficiency.{p}" for p in params]).profile
                 values = {p: get_param(fitted, f"efficiency.{p}") for p in params}
-            out[pid][version] = values
             own = replace(hw, efficiency=replace(hw.efficiency, **values))
-            errors[pid][version] = {
-                "before": _kind_record(gpu_errors(hw, test[key])["by_kind"]["all_reduce"]),
-                "after": _kind_record(gpu_errors(own, test[key])["by_kind"]["all_reduce"])}
+            before = _kind_record(gpu_errors(hw, test[key])["by_kind"]["all_reduce"])
+            after = _kind_record(gpu_errors(own, test[key])["by_kind"]["all_reduce"])
+            # An older version's set is kept only where it predicts that version's held-out rows no worse than the
+            # newest table's parameters, in median and p90: the one all-reduce form (custom kernel, then a ring of
+            # 2(n-1) steps) cannot follow every version's curve (the 0.14.0 H100 TP 8 rows above vLLM's 256 KiB
+            # custom limit: ~4 us over 0.24.0 up to 4 MiB, ~30 us over from 8 MiB), and a set that trades one
+            # range for another is not the version's all-reduce.
+            # A version whose own set is not kept gets the newest table's (they predict its rows better).
+            kept = version == newest or (after["median_pct"] <= before["median_pct"]
+                                         and after["p90_pct"] <= before["p90_pct"])
+            out[pid][version] = values if kept else dict(per_chip[pid])
+            errors[pid][version] = {"before": before, "after": after, "used": kept}
+        if all(values == per_chip[pid] for values in out[pid].values()):
+            del out[pid]
     return out, errors
 
 
@@ -333,8 +343,10 @@ def family_document(r: dict[str, Any]) -> dict[str, Any]:
             sources["per_chip"] += (f"; {VERSIONS_SECTION}: the same fitted per chip on each vLLM version's "
                                     "custom_allreduce_perf table (the newest's values repeated), the held-out error "
                                     "per version in fit.all_reduce_by_vllm_version_held_out (before: the newest "
-                                    "table's parameters; after: the version's own); the deployment's vLLM version "
-                                    "picks one (roofline.cost.collective_versions)")
+                                    "table's parameters; after: the version's own; used: whether the version's own "
+                                    "set is kept, being no worse in median and p90, else the newest table's values "
+                                    "stand for it); the deployment's vLLM version picks one "
+                                    "(roofline.cost.collective_versions)")
     fit_record: dict[str, Any] = {
         "status": "fitted" if r["systems"] else "assumed",
         "fitted_on": fitted_on,

@@ -78,8 +78,9 @@ its datasheet numbers (the kernels themselves: `roofline.cost.kernels.KernelFami
 A family file holds `id`, `name`, `efficiency`, `executor`, optional
 `per_chip: {chip id: {efficiency: {...}, all_reduce_by_vllm_version: {version: {...}}}}` (values a family fit sets
 per chip: the collectives, which ride on the chip's own link; and the same per vLLM all-reduce table version, which
-`roofline.cost.collective_versions` picks by the deployment's vLLM version), an optional `fit` record (what the parameters were fitted on and their held-out and
-leave-one-GPU-out errors, written by benchmarks/accuracy/gpu_profiles.py) and `sources` for every number. A chip's
+`roofline.cost.collective_versions` picks by the deployment's vLLM version), an optional `fit` record (what the
+parameters were fitted on and their held-out and leave-one-GPU-out errors, written by
+benchmarks/accuracy/gpu_profiles.py) and `sources` for every number. A chip's
 parameters are the family's, then its `per_chip` entry, then the chip file's own `efficiency`/`executor`.
 `HardwareProfile.provenance` says where they came from; `provenance_line()` says it in one line.
 """
