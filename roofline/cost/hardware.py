@@ -359,7 +359,7 @@ def parse_profile(data: dict[str, Any], where: str, base_dir: Path | None = None
     for name, section in (("efficiency", efficiency_section), ("executor", executor_section)):
         if section is not None and not isinstance(section, dict):
             raise UserError(f"{where}: {name}: must be a mapping of fields, got {type(section).__name__}")
-    chip = {}
+    chip: dict[str, Any] = {}
     if family is not None:
         chip = (family.get("per_chip") or {}).get(profile_id) or {}
         efficiency_section = {**family["efficiency"], **(chip.get("efficiency") or {}), **(efficiency_section or {})}
