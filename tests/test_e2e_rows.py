@@ -155,6 +155,27 @@ def test_minimax_b200_0_17_rows_run_the_triton_moe_their_recipe_forced() -> None
     assert not any("VLLM_USE_FLASHINFER_MOE_FP8" in n for n in april.notes)
 
 
+def test_the_judges_reuse_groups_split_recipes_and_versions_but_not_loads() -> None:
+    """`e2e_accuracy.reuse_group`: rows of one model, GPU and layout run by another vLLM version or other flags (the
+    0.17.0 MiniMax-M2.5 B200 recipe's Triton MoE) are different groups, so sampled rows of one never vouch for the
+    other's cached results; a recipe's rows at other concurrencies (`--max-num-seqs $CONC`) share one."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy"))
+    from e2e_accuracy import reuse_group  # type: ignore[import-not-found]
+
+    minimax = dict(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", gemm_quant_mode="fp8_block",
+                   moe_quant_mode="fp8_block", system="b200_sxm", tp_size=2.0, moe_tp_size=2.0)
+    cases = [resolve_row(parse_row(record(**minimax, backend_version=version))) for version in ("0.17.0", "0.19.0")]
+    assert isinstance(cases[0], SimCase) and isinstance(cases[1], SimCase)
+    old, new = cases
+    assert reuse_group(old) != reuse_group(new) and "/vllm-0.17.0/" in reuse_group(old)
+    triton = replace(old, engine=replace(old.engine, moe_backend="triton"))
+    assert reuse_group(triton) != reuse_group(old)
+    busier = replace(old, engine=replace(old.engine, max_num_seqs=64, max_num_batched_tokens=2048), concurrency=64)
+    assert reuse_group(busier) == reuse_group(old)
+
+
 KIMI_B200 = dict(model_path="moonshotai/Kimi-K2.5", precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
                  system="b200_sxm", backend_version="0.17.0", tp_size=4.0, isl=1024)
 

@@ -48,7 +48,7 @@ import traceback
 import zlib
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -243,11 +243,11 @@ NOT_COMPARED = ("wall_s",)  # what differs between two simulations of one row by
 def reuse_verified(todo: list[tuple[SimCase, bool, str]], old_cache: Path, sim_cache: Path, outcomes: dict,
                    jobs: int, log) -> list[tuple[SimCase, bool, str]]:  # noqa: ANN001
     """Rows cached under an earlier code identity, reused where the change cannot have moved them: per reuse group
-    (`reuse_group`: GPU, model, precision and layout, i.e. one set of kernels, operator fits and engine paths), a
-    fixed sample of VERIFY_SAMPLE rows (the smallest CRC32 of their ids) is simulated now; if every one equals its
-    old result (all fields but NOT_COMPARED), the group's other old simulated rows (not its misses) are copied into
-    this identity's cache, and REUSED.json there says from which identity, on which evidence. Otherwise the group
-    is simulated afresh.
+    (`reuse_group`: GPU, model, precision, layout, vLLM version and recipe flags: one set of kernels, operator fits
+    and engine paths), a fixed sample of VERIFY_SAMPLE rows (the smallest CRC32 of their ids) is simulated now; if
+    every one equals its old result (all fields but NOT_COMPARED), the group's other old simulated rows (not its
+    misses) are copied into this identity's cache, and REUSED.json there says from which identity, on which
+    evidence. Otherwise the group is simulated afresh.
     Returns what is left to simulate."""
     old = {case.row.row_id: _read_json(_cache_file(old_cache, case.row.row_id)) for case, _, _ in todo}
     by_group: dict[str, list[tuple[SimCase, bool, str]]] = defaultdict(list)
@@ -285,13 +285,25 @@ def reuse_verified(todo: list[tuple[SimCase, bool, str]], old_cache: Path, sim_c
     return [item for item in todo if item[0].row.row_id not in reused and item[0].row.row_id not in fresh]
 
 
+# Engine arguments that follow each row's load (a recipe's `--max-num-seqs $CONC`, `--max-num-batched-tokens
+# $((ISL * 2))`): not part of a reuse group's key, which would otherwise hold one row each.
+LOAD_ARGS = frozenset({"max_num_seqs", "max_num_batched_tokens"})
+
+
 def reuse_group(case: SimCase) -> str:
     """The rows one set of code paths serves: a change to one GPU's fit, one model's kernels (its weights'
-    precision) or the data / expert-parallel paths moves all of a group's rows or none of them."""
+    precision), the data / expert-parallel paths, a vLLM version's behaviour or a recipe's flags (a kernel backend,
+    the KV cache's dtype, prefix caching ...) moves all of a group's rows or none of them. The key names the GPU,
+    model, precision and layout, and carries the row's vLLM version and a digest of its engine arguments other than
+    `LOAD_ARGS`: rows of one model launched by different recipes (the 0.17.0 and 0.19.0 MiniMax-M2.5 B200 rows, Triton
+    and TRT-LLM-gen MoE) are different groups, so 3 sampled rows of one can never vouch for the other."""
     parallel = case.engine.parallel
     layout = (f"dp{parallel.data_parallel_size}" + ("-ep" if case.engine.enable_expert_parallel else "")
               + ("-multinode" if case.engine.data_parallel_size_local is not None else ""))
-    return f"{case.row.system}/{case.row.model_path}/{case.row.precision}/{layout}"
+    flags = repr(sorted((f.name, repr(getattr(case.engine, f.name))) for f in fields(case.engine)
+                        if f.name not in LOAD_ARGS))
+    digest = f"{zlib.crc32(flags.encode()):08x}"
+    return f"{case.row.system}/{case.row.model_path}/{case.row.precision}/{layout}/vllm-{case.row.backend_version}/{digest}"
 
 
 def _comparable(data: dict | None) -> dict | None:
