@@ -123,10 +123,16 @@ def _table_routing(keys: tuple[tuple[str, int, int, int], ...]) -> tuple[np.ndar
     return rows, touched, weights, row_tiles
 
 
+def _quantization(scheme: str) -> str:
+    """The `--quantization` scheme (`roofline.cost.quant`) of a format's experts: the kernel variants' base format."""
+    if scheme in ("mxfp4-marlin", "mxfp4-mxfp8"):
+        return "mxfp4"
+    return "fp8-block" if scheme == TRITON_FP8_BLOCK else scheme
+
+
 def _expert_dtype(hw: HardwareProfile, scheme: str) -> tuple[str, float]:
     """(the dtype the format's experts compute in on `hw`, their weight bytes per parameter)."""
-    weight_bytes, gemm_dtype = _SCHEMES["mxfp4" if scheme in ("mxfp4-marlin", "mxfp4-mxfp8") else
-                                        "fp8-block" if scheme == TRITON_FP8_BLOCK else scheme]
+    weight_bytes, gemm_dtype = _SCHEMES[_quantization(scheme)]
     dtype = "fp8" if scheme == "mxfp4-mxfp8" else gemm_dtype or "bf16"
     return (dtype if dtype in hw.supported_dtypes else "bf16"), weight_bytes or 2.0
 
@@ -142,8 +148,7 @@ def _predict(hw: HardwareProfile, d: pd.DataFrame, scheme: str, touched: np.ndar
     weight_bytes: float | np.ndarray = bytes_per_param
     # The experts as the kernel holds them: MXFP4 kernels pad (roofline.cost.quant.resolve_for_hardware).
     backend = {"mxfp4-marlin": "marlin", "mxfp4-mxfp8": MXFP8_MOE_BACKEND}.get(scheme, "auto")
-    quant = QuantConfig.from_user(quantization="mxfp4" if backend != "auto" else
-                                  "fp8-block" if scheme == TRITON_FP8_BLOCK else scheme, moe_backend=backend)
+    quant = QuantConfig.from_user(quantization=_quantization(scheme), moe_backend=backend)
     align_h, align_i = resolve_for_hardware(quant, kernel_family(hw.family).moe).expert_alignment
     hidden = np.ceil(d.hidden_size.to_numpy(np.float64) / align_h) * align_h
     inter = np.ceil(d.inter.to_numpy(np.float64) / align_i) * align_i

@@ -38,7 +38,7 @@ these kernels are not modelled (a `UserError`, `check_moe_backend`). `triton` (v
 `Fp8MoeBackend.TRITON` / `UnquantizedMoeBackend.TRITON`; before the flag, VLLM_USE_FLASHINFER_MOE_FP8=0 with
 VLLM_MOE_USE_DEEP_GEMM=0 made vLLM 0.17's `select_fp8_moe_backend` fall through to it) runs the experts on vLLM's
 Triton fused MoE (`fused_experts`): block-fp8 experts on any GPU with fp8 (on Blackwell its own fit,
-`roofline.cost.kernels.moe.TRITON_FP8_BLOCK`), and 16-bit experts where Triton is already the family's default
+`TRITON_FP8_BLOCK`), and 16-bit experts where Triton is already the family's default
 (Hopper, Ada, Ampere). Per-tensor fp8, NVFP4 and MXFP4 experts on it are not modelled.
 """
 
@@ -85,6 +85,8 @@ QUANTIZATION_CHOICES = tuple(_SCHEMES)
 # --moe-backend values the cost model describes (module docstring).
 MXFP8_MOE_BACKEND = "flashinfer-mxfp4-mxfp8"
 TRITON_MOE_BACKEND = "triton"
+# The scheme name (`QuantConfig.expert_kernel`, `roofline.cost.kernels.moe.moe_time_s`) of block-fp8 experts on it.
+TRITON_FP8_BLOCK = "fp8-block-triton"
 MOE_BACKEND_CHOICES = ("auto", "marlin", MXFP8_MOE_BACKEND, TRITON_MOE_BACKEND)
 # vLLM's VLLM_FLOAT32_MATMUL_PRECISION (vllm/envs.py, default "highest"; the GPU worker passes it to
 # `torch.set_float32_matmul_precision`, vllm/v1/worker/gpu_worker.py) -> the dtype an fp32 GEMM computes in:
@@ -142,7 +144,7 @@ class QuantConfig:
         MXFP4 experts on Marlin, "mxfp4-mxfp8" for MXFP4 experts with MXFP8 activations."""
         scheme = self.experts[0]
         if scheme == "fp8-block" and self.moe_backend == TRITON_MOE_BACKEND:  # vLLM's Triton fused MoE
-            return "fp8-block-triton"
+            return TRITON_FP8_BLOCK
         if scheme == "w4a16-int4":  # vLLM's Marlin W4A16 MoE, the kernel `--moe-backend marlin` runs MXFP4 on
             return "mxfp4-marlin"
         if scheme != "mxfp4":

@@ -18,7 +18,7 @@ import numpy as np
 import roofline.cost.kernels as kernel_families  # (the records hold this module's tables: bound at call time)
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.kernels.gemm import gemm_time_s, streaming_act_quant_time_s
-from roofline.cost.quant import EIGHT_BIT_DTYPES, MXFP8_BYTES_PER_ELEMENT, NVFP4_BYTES_PER_ELEMENT
+from roofline.cost.quant import EIGHT_BIT_DTYPES, MXFP8_BYTES_PER_ELEMENT, NVFP4_BYTES_PER_ELEMENT, TRITON_FP8_BLOCK
 from roofline.cost.roofline_math import Num, _bandwidth, _ceil, _max, _overlap
 
 # Weight-only W4A16 MXFP4 MoE (OAI Triton `matmul_ogs` on Hopper; Blackwell's TRT-LLM kernel tiles as
@@ -113,8 +113,6 @@ TRTLLM_GEN_MOE = MoeKernels(name="flashinfer-trtllm-gen", trtllm_gen=True, mxfp4
 TRITON_FP8_BLOCK_SMALL_M = 64
 TRITON_FP8_BLOCK_TILE_M = (16, 64)  # (at most TRITON_FP8_BLOCK_SMALL_M tokens, above)
 TRITON_FP8_BLOCK_TILE_N = 128
-# The scheme name (`roofline.cost.quant.QuantConfig.expert_kernel`) of block-fp8 experts on `--moe-backend triton`.
-TRITON_FP8_BLOCK = "fp8-block-triton"
 # Its formats whose weights stream at `moe_trtllm_wide_tile_bandwidth_factor` of their bandwidth once the token tile
 # passes 8 (`trtllm_tile_tokens`): block fp8 (DeepSeek FP8: the B200 table steps up 1.29-1.31x there at the same
 # weights, median over shapes; per-tensor fp8 1.11-1.12x, NVFP4 1.12-1.20x and bf16 1.11-1.14x, what their own
