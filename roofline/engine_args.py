@@ -89,6 +89,17 @@ COMMAND_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Asynchronous scheduling became vLLM's default in 0.14.0 (release notes; PR #27614,
+# https://github.com/vllm-project/vllm/pull/27614); before, the host's scheduling, input preparation and output
+# processing ran between the GPU's steps (the GPU profiles' executor describes both: roofline.cost.params).
+ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14)
+
+
+def version_async_scheduling(major_minor: tuple[int, int]) -> bool:
+    """Whether `vllm serve` of that release schedules asynchronously when --async-scheduling is not given."""
+    return major_minor >= ASYNC_SCHEDULING_DEFAULT_SINCE
+
+
 @dataclass(frozen=True)
 class EngineArgs:
     """The serving engine's configuration under vLLM's flag names; None = vLLM's default for the device.

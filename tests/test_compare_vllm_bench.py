@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from roofline.cli import main
+from roofline.commands import compare as compare_command
+from roofline.engine_args import VLLM_VERSION
+from roofline.sim.deployment import make_deployment
 
 SMALL_ENGINE = ["--max-model-len", "4096", "--num-gpu-blocks-override", "2000"]
 
@@ -170,3 +173,25 @@ def test_v1_version_chat_backend_and_api_server_count_are_used_and_shown(tmp_pat
     assert compare_json([*argv, "--endpoint", "completions"], capsys)["endpoint"] == "completions"
     assert main(["compare", *argv]) == 0
     assert "vLLM version: not in the file and no --vllm-version" in capsys.readouterr().out
+
+
+def test_the_version_sizes_the_deployment_and_sets_its_scheduling_default(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--vllm-version is the deployment's release, not only a label: 0.11 schedules synchronously unless
+    --async-scheduling is given, and its memory profile (not 0.32's) sizes the KV cache."""
+    deployments: list[dict] = []
+
+    def spy(*args: object, **kwargs: object) -> object:
+        deployments.append(kwargs)
+        return make_deployment(*args, **kwargs)  # type: ignore[arg-type]
+    monkeypatch.setattr(compare_command, "make_deployment", spy)
+    path = summary_only_result(tmp_path / "r.json")
+    argv = ["--vllm-bench", str(path), "--hardware", "h100-sxm", "--random-input-len", "256",
+            "--random-output-len", "32", "--max-model-len", "4096"]
+    old, new = (compare_json([*argv, "--vllm-version", v], capsys) for v in ("0.11.0", "0.32.0"))
+    assert (old["engine"]["async_scheduling"], new["engine"]["async_scheduling"]) == (False, True)
+    assert compare_json([*argv, "--vllm-version", "0.11.0", "--async-scheduling"],
+                        capsys)["engine"]["async_scheduling"] is True
+    assert [call["vllm_version"] for call in deployments] == ["0.11.0", "0.32.0", "0.11.0"]
+    compare_json(argv, capsys)  # no version anywhere: the simulator's own (vLLM 0.32)
+    assert deployments[-1]["vllm_version"] == VLLM_VERSION

@@ -44,12 +44,11 @@ from roofline.cost.kv_capacity import (  # noqa: E402
 )
 from roofline.cost.quant import QuantConfig, resolve_kv_cache_dtype  # noqa: E402
 from roofline.cost.step_cost import StepCostModel  # noqa: E402
-from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, EngineArgs  # noqa: E402
+from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, EngineArgs, version_async_scheduling  # noqa: E402
 from roofline.errors import UserError  # noqa: E402
 from roofline.registry import load_model  # noqa: E402
 
 DEFAULT_CASES = ROOT / "benchmarks" / "data" / "vllm_kv_capacity_cases.yaml"
-ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14)  # vLLM's --async-scheduling default on GPUs (engine_args.EngineArgs)
 FLAG_FIELDS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
                "tensor_parallel_size", "quantization", "kv_cache_dtype", "block_size", "enforce_eager", "moe_backend")
 
@@ -91,8 +90,7 @@ def kv_inputs(case: dict[str, Any]) -> KvCapacityInputs:
                                 else DEFAULT_GPU_MEMORY_UTILIZATION),
         vllm_version=version, weights_quantized=quant.quantization != "none" or quant.experts[0] != "none",
         topk_topp_sampler=case.get("topk_topp_sampler", "pytorch"),
-        async_scheduling=bool(case.get("async_scheduling",
-                                       parse_vllm_version(version) >= ASYNC_SCHEDULING_DEFAULT_SINCE)))
+        async_scheduling=bool(case.get("async_scheduling", version_async_scheduling(parse_vllm_version(version)))))
 
 
 def predict(case: dict[str, Any]) -> Prediction:

@@ -25,6 +25,7 @@ metric of the file predicted next to measured with the relative error; it says w
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from roofline.calibration.compare import compare_repeats, compare_trace, format_summary, write_report
@@ -40,7 +41,14 @@ from roofline.calibration.vllm_bench import (
     replay_from_result,
 )
 from roofline.cost.hardware import load_profile
-from roofline.engine_args import add_engine_args, check_quantization_flag, engine_args_from
+from roofline.cost.kv_capacity import parse_vllm_version
+from roofline.engine_args import (
+    VLLM_VERSION,
+    add_engine_args,
+    check_quantization_flag,
+    engine_args_from,
+    version_async_scheduling,
+)
 from roofline.errors import UserError
 from roofline.hf_cache import cached_config, looks_like_hf_id
 from roofline.jsonable import to_json
@@ -82,8 +90,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     bench.add_argument("--router", choices=ROUTERS, default="round_robin")
     add_api_server_args(bench)
     bench.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
-                       help="the vLLM release that served the run (vLLM does not record it): below 0.8, the V0 "
-                            "engine, refused")
+                       help="the vLLM release that served the run (vLLM does not record it): its KV memory profile, "
+                            "KV dtype, all-reduce table, DP padding and --async-scheduling default are used "
+                            "(default: the file's version key, else 0.32); below 0.8, the V0 engine, refused")
     bench.add_argument("--num-prompts", dest="num_requests", type=int, default=None, metavar="N",
                        help="default: the file's num_prompts")
     bench.add_argument("--request-rate", default=None, metavar="RPS", help="default: the file's request_rate")
@@ -151,7 +160,13 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
     # A vllm bench serve result is vLLM's: on a cpu profile, the vLLM-CPU executor description.
     spec = load_model(model)
     check_quantization_flag(args.quantization, spec)  # before the deployment, which may not fit without it
-    deployment = make_deployment(spec, args.hardware, engine_args_from(args, "simulate"), cpu_engine="vllm-cpu")
+    engine = engine_args_from(args, "simulate")
+    if version is not None and engine.async_scheduling is None and load_profile(args.hardware).kind != "cpu":
+        # The release's own default when the flag is not given (vLLM >= 0.14 schedules asynchronously).
+        engine = replace(engine, async_scheduling=version_async_scheduling(parse_vllm_version(version)))
+    # The release's KV memory profile, KV dtype, all-reduce table and DP padding (`make_deployment`).
+    deployment = make_deployment(spec, args.hardware, engine, cpu_engine="vllm-cpu",
+                                 vllm_version=version or VLLM_VERSION)
     replay = replay_from_result(record)
     load = bench_load_from_args(args, replay.lengths, replay.due_s, replay.settings)
     options = SimulationOptions(num_replicas=args.num_replicas, router=args.router, record_steps=False,

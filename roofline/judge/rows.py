@@ -33,7 +33,7 @@ import yaml
 from engine.core.model_spec import checkpoint_quant
 from roofline.cost.hardware import load_profile
 from roofline.cost.quant import QUANTIZATION_CHOICES
-from roofline.engine_args import EngineArgs
+from roofline.engine_args import EngineArgs, version_async_scheduling
 from roofline.errors import UserError
 from roofline.judge.harness import (
     copied_from,
@@ -73,10 +73,6 @@ CHECKPOINT_QUANTIZATION = {"nvidia/Llama-3.1-8B-Instruct-FP8": "fp8"}
 # (2026-08-10), after every release in the file. gpu_memory_utilization 0.9 (vllm/config/cache.py up to 0.19;
 # 0.92 from 0.22). Chunked prefill and prefix caching on, block size 16, KV cache in the model dtype: V1 defaults.
 VERSION_BATCH_DEFAULTS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
-# Asynchronous scheduling became vLLM's default in 0.14.0 (release notes; PR #27614,
-# https://github.com/vllm-project/vllm/pull/27614); before, the host's scheduling, input preparation and output
-# processing ran between the GPU's steps (the GPU profiles' executor describes both: roofline.cost.params).
-ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14)
 LARGE_GPU_MIN_BYTES = 70 * 2 ** 30
 API_SERVER_COUNT_DP_DEFAULT_SINCE = (0, 17)  # `api_server_count_default`
 
@@ -377,7 +373,7 @@ def async_scheduling_default(version: str | None) -> bool:
     if version.startswith("nightly"):
         return True
     major, minor = (int(x) for x in version.split(".")[:2])
-    return (major, minor) >= ASYNC_SCHEDULING_DEFAULT_SINCE
+    return version_async_scheduling((major, minor))
 
 
 def kv_vllm_version(version: str | None) -> str:
