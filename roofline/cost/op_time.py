@@ -17,9 +17,9 @@ from roofline.cost.kernels.gemm import act_quant_time_s, gemm_time_s, simt_gemm_
 from roofline.cost.kernels.gemm_block_scaled import cutedsl_fp4_gemm_time_s, fp4_act_quant_time_s
 from roofline.cost.kernels.gemm_weight_only import weight_only_time_s
 from roofline.cost.kernels.mla import MLA_OP_KINDS, mla_op_time_s
-from roofline.cost.kernels.moe import moe_time_s
+from roofline.cost.kernels.moe import DEEPGEMM_PADDED_MOE_KERNELS, moe_time_s
 from roofline.cost.ops import OpRecord
-from roofline.cost.quant import EIGHT_BIT_DTYPES, FP8_GROUP_SCALE_BYTES, QuantConfig
+from roofline.cost.quant import DEEPGEMM_FP8_BLOCK_PADDED, EIGHT_BIT_DTYPES, FP8_GROUP_SCALE_BYTES, QuantConfig
 from roofline.cost.roofline_math import _bandwidth, _max, memory_op_time_s
 
 
@@ -138,7 +138,8 @@ def op_time_s(hw: HardwareProfile, op: OpRecord, quant: QuantConfig, kernels_per
         t = moe_time_s(hw, tpe, touched, hidden, inter, op.dtype, w_expert, quant.act_bytes, quant.expert_kernel,
                        num_experts=num_experts, num_tokens=num_tokens, gemm=gemm_formula(hw),
                        marlin_int4=quant.experts[0] == "w4a16-int4")
-        kernels = 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
+        kernels = DEEPGEMM_PADDED_MOE_KERNELS if quant.expert_kernel == DEEPGEMM_FP8_BLOCK_PADDED \
+            else 6  # topk softmax, align/sort, gate_up, act, down, combine (vLLM fused_moe)
     elif op.kind in MLA_OP_KINDS:
         t = mla_op_time_s(hw, op, quant.kv_dtype == "fp8")
     elif op.kind == "all_reduce":

@@ -87,6 +87,9 @@ MXFP8_MOE_BACKEND = "flashinfer-mxfp4-mxfp8"
 TRITON_MOE_BACKEND = "triton"
 # The scheme name (`QuantConfig.expert_kernel`, `roofline.cost.kernels.moe.moe_time_s`) of block-fp8 experts on it.
 TRITON_FP8_BLOCK = "fp8-block-triton"
+# The scheme name of block-fp8 experts on DeepGEMM's contiguous grouped GEMM as vLLM 0.11.1-0.12.x runs it on Hopper
+# (`resolve_deepgemm_moe`; `roofline.cost.kernels.moe.deepgemm_padded_moe_s`).
+DEEPGEMM_FP8_BLOCK_PADDED = "fp8-block-deepgemm-padded"
 MOE_BACKEND_CHOICES = ("auto", "marlin", MXFP8_MOE_BACKEND, TRITON_MOE_BACKEND)
 # vLLM's VLLM_FLOAT32_MATMUL_PRECISION (vllm/envs.py, default "highest"; the GPU worker passes it to
 # `torch.set_float32_matmul_precision`, vllm/v1/worker/gpu_worker.py) -> the dtype an fp32 GEMM computes in:
@@ -132,6 +135,9 @@ class QuantConfig:
     expert_alignment: tuple[int, int] = (1, 1)
     moe_backend: str = "auto"  # --moe-backend (module docstring)
     float32_matmul_precision: str = "highest"  # --float32-matmul-precision (FLOAT32_MATMUL_PRECISION_DTYPES)
+    # Block-fp8 experts run DeepGEMM's contiguous grouped GEMM over the padded rows of every expert, as the
+    # deployment's vLLM release does on this family (`resolve_deepgemm_moe`).
+    deepgemm_padded_moe: bool = False
 
     @property
     def fp32_gemm_dtype(self) -> str:
@@ -145,6 +151,8 @@ class QuantConfig:
         scheme = self.experts[0]
         if scheme == "fp8-block" and self.moe_backend == TRITON_MOE_BACKEND:  # vLLM's Triton fused MoE
             return TRITON_FP8_BLOCK
+        if scheme == "fp8-block" and self.deepgemm_padded_moe:
+            return DEEPGEMM_FP8_BLOCK_PADDED
         if scheme == "w4a16-int4":  # vLLM's Marlin W4A16 MoE, the kernel `--moe-backend marlin` runs MXFP4 on
             return "mxfp4-marlin"
         if scheme != "mxfp4":
@@ -246,6 +254,41 @@ def resolve_kv_cache_dtype(requested: str, spec: ModelSpec, vllm_version: str) -
                         f"{vllm_version} uses for --kv-cache-dtype auto and the simulator does not model; pass "
                         "--kv-cache-dtype fp8 or bfloat16")
     return declared
+
+
+# Block-fp8 experts on Hopper, vLLM 0.11.1-0.12.x (read in the 0.11.0, 0.11.1, 0.12.0 and 0.13.0 wheels): with
+# DeepGEMM installed (the release images install it: docker/Dockerfile, tools/install_deepgemm.sh) the fp8 MoE
+# backend is DeepGEMM (vllm/model_executor/layers/quantization/fp8.py `get_fp8_moe_backend`: VLLM_USE_DEEP_GEMM and
+# VLLM_MOE_USE_DEEP_GEMM default to 1; from 0.12.0 not when the experts' TP, TP x DP without EP, is 8 or more and
+# the variable is unset, vllm-project/vllm#29346), and DeepGEMM's E8M0 scales are on by default on Hopper
+# (vllm/utils/deep_gemm.py `is_deep_gemm_e8m0_used`, vllm-project/vllm#26197; 0.11.0 still gated them behind
+# VLLM_USE_DEEP_GEMM_E8M0_HOPPER=0), which makes `fused_experts` (fused_moe.py) call `deep_gemm_moe_fp8` at every
+# token count ("is_deep_gemm_e8m0_used() or _valid_deep_gemm(...)"), decode included. Its grouped GEMMs run over
+# `compute_aligned_M` rows (deep_gemm_utils.py: M x topk + local experts x 127, rounded up to 128; the experts'
+# counts are not on the host) and `deepgemm_moe_permute` fills the block ids with zeros, so the blocks no expert
+# needs are computed as expert 0's: `roofline.cost.kernels.moe.deepgemm_padded_moe_s`. 0.13.0 fills them with -1,
+# which DeepGEMM's scheduler skips (`deepgemm_moe_permute`: "DeepGEMM uses negative values in m_indices ... to mark
+# completely invalid / padded blocks that should be skipped"); from there the family's block-fp8 MoE fit holds as
+# before (not re-read). 0.11.1 and 0.11.2 pad too, but a release is read as (major, minor) here and 0.11.0 does not.
+DEEPGEMM_PADDED_MOE_SINCE = (0, 12)
+DEEPGEMM_PADDED_MOE_UNTIL = (0, 13)
+DEEPGEMM_MOE_MAX_EXPERT_TP = 8  # experts' TP from which 0.12 falls back to Triton (`get_fp8_moe_backend`)
+
+
+def resolve_deepgemm_moe(quant: QuantConfig, family_has_contiguous_deepgemm: bool, vllm_version: str,
+                         expert_tp_size: int) -> QuantConfig:
+    """`quant` with `deepgemm_padded_moe` set where vLLM `vllm_version` runs block-fp8 experts on DeepGEMM's padded
+    contiguous GEMM (see above): --moe-backend auto, a family whose DeepGEMM grouped kernel is described
+    (`BlockScaledGemmKernels.contiguous_time_s`: Hopper), a release in [DEEPGEMM_PADDED_MOE_SINCE,
+    DEEPGEMM_PADDED_MOE_UNTIL), the experts' TP (`expert_tp_size`: TP x DP without EP, 1 with EP) under
+    DEEPGEMM_MOE_MAX_EXPERT_TP. It applies only to experts the checkpoint quantizes block-wise
+    (`QuantConfig.expert_kernel`)."""
+    version = parse_vllm_version(vllm_version)
+    if (quant.moe_backend != "auto" or not family_has_contiguous_deepgemm
+            or not DEEPGEMM_PADDED_MOE_SINCE <= version < DEEPGEMM_PADDED_MOE_UNTIL
+            or expert_tp_size >= DEEPGEMM_MOE_MAX_EXPERT_TP):
+        return quant
+    return replace(quant, deepgemm_padded_moe=True)
 
 
 def resolve_for_model(quant: QuantConfig, spec: ModelSpec) -> QuantConfig:

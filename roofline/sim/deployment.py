@@ -12,6 +12,7 @@ from roofline.cost.collective_versions import for_vllm_version
 from roofline.cost.cpu import DEFAULT_CPU_ENGINE
 from roofline.cost.expert_parallel import DataParallelMoe
 from roofline.cost.hardware import HardwareProfile, load_profile
+from roofline.cost.kernels import kernel_family
 from roofline.cost.kv_capacity import (
     KvCapacity,
     KvCapacityInputs,
@@ -20,7 +21,7 @@ from roofline.cost.kv_capacity import (
     parse_vllm_version,
 )
 from roofline.cost.pipeline import PipelineStages, StageCostModel
-from roofline.cost.quant import QuantConfig, resolve_kv_cache_dtype
+from roofline.cost.quant import QuantConfig, resolve_deepgemm_moe, resolve_kv_cache_dtype
 from roofline.cost.step_cost import StepCostModel
 from roofline.engine_args import DEFAULT_GPU_MEMORY_UTILIZATION, VLLM_VERSION, EngineArgs, engine_record
 from roofline.errors import UserError
@@ -79,6 +80,13 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
                                   model_dtype=spec.torch_dtype,
                                   moe_backend=engine.moe_backend,
                                   float32_matmul_precision=engine.float32_matmul_precision)
+    # The block-fp8 MoE kernel of `vllm_version` (`resolve_deepgemm_moe`); the experts' TP is vLLM's
+    # `FusedMoEParallelConfig.make`: TP x DP without EP, 1 with it.
+    parallel = engine.parallel
+    block_fp8 = kernel_family(hw.family).block_fp8_gemm
+    quant = resolve_deepgemm_moe(
+        quant, block_fp8 is not None and block_fp8.contiguous_time_s is not None, vllm_version,
+        1 if parallel.enable_expert_parallel else engine.tensor_parallel_size * parallel.data_parallel_size)
     max_num_seqs, max_num_batched_tokens = engine.batch_limits(spec, hw.memory_capacity_bytes,
                                                                f"{hw.id} {hw.name}", is_cpu=False)
     capture_sizes = (engine.cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, spec.architecture)
@@ -87,7 +95,6 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
                                cudagraph_mode=engine.resolved_cudagraph_mode, capture_sizes=capture_sizes)
     max_model_len = engine.resolved_max_model_len(spec)
     cost_model.expect_max_num_tokens(max_num_batched_tokens)
-    parallel = engine.parallel
     moe = None
     if spec.is_moe and (parallel.data_parallel_size > 1 or parallel.enable_expert_parallel):
         moe = DataParallelMoe(cost_model, parallel.layout(hw, engine.tensor_parallel_size),

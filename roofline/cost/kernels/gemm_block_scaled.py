@@ -26,9 +26,11 @@ from roofline.cost.roofline_math import _bandwidth, _overlap
 _DEEPGEMM_SM90_BLOCK_N = tuple(range(16, 129, 16)) + (144, 160, 192)
 
 
-def deepgemm_sm90_layout(m: Any, n: Any, k: Any, sms: int, shared_memory_bytes: int) -> tuple[Any, Any]:
+def deepgemm_sm90_layout(m: Any, n: Any, k: Any, sms: int, shared_memory_bytes: int,
+                         block_ms: tuple[int, ...] = (64, 128, 16, 32, 256)) -> tuple[Any, Any]:
     """(block_m, block_n) DeepGEMM's SM90 heuristic picks for an fp8 1D2D GEMM, per element, on a chip whose one
-    block may hold `shared_memory_bytes`."""
+    block may hold `shared_memory_bytes`; `block_ms`: its block_m candidates (an m-grouped contiguous GEMM has one,
+    `DEEPGEMM_CONTIGUOUS_BLOCK_M`)."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
     shape = np.broadcast(m, n, k).shape
     l2_bw = math.floor(min(64.0 * sms, 8e6 / 1.3e3))  # bytes per cycle, as the heuristic models them
@@ -36,7 +38,7 @@ def deepgemm_sm90_layout(m: Any, n: Any, k: Any, sms: int, shared_memory_bytes: 
     best = np.full(shape, np.inf)
     block_m, block_n = np.full(shape, 128.0), np.full(shape, 128.0)
     for cluster_m, cluster_n in ((1, 1), (1, 2), (2, 1)):
-        for bm in (64, 128, 16, 32, 256):
+        for bm in block_ms:
             allowed_m = (m <= 16) if bm == 16 else (m <= 32) if bm == 32 else np.full(shape, True)
             for bn in _DEEPGEMM_SM90_BLOCK_N:
                 if bm > 128 and bn > 128:
@@ -73,8 +75,27 @@ def deepgemm_sm90_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weigh
                                  out_bytes)
 
 
+# DeepGEMM's m-grouped contiguous GEMM (`m_grouped_fp8_gemm_nt_contiguous`: the MoE experts' rows one after another,
+# each expert's padded to whole blocks of this many rows, `get_mk_alignment_for_contiguous_layout`) runs the same
+# SM90 1D2D kernel with block_m fixed at the alignment (csrc/jit_kernels/heuristics/common.hpp `get_best_config`:
+# "if (gemm_type == GemmType::MGroupedContiguous) block_ms = std::vector{get_mk_alignment_for_contiguous_layout()}").
+DEEPGEMM_CONTIGUOUS_BLOCK_M = 128
+
+
+def deepgemm_sm90_contiguous_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weight_bytes_per_param: Any,
+                                    in_bytes: float, out_bytes: float) -> Any:
+    """DeepGEMM's SM90 m-grouped contiguous fp8 GEMM over `m` rows (all the groups' padded rows together): every
+    128-row block is computed against its group's weights, as `deepgemm_sm90_gemm_time_s` with block_m 128;
+    `weight_bytes_per_param` counts every group's weights the call reads (the groups' count times one's bytes per
+    parameter of n x k)."""
+    smem = hw.architecture.require("shared_memory_per_block_bytes", hw.id, "DeepGEMM's SM90 layout heuristic")
+    block_m, block_n = deepgemm_sm90_layout(m, n, k, hw.num_compute_units, smem, (DEEPGEMM_CONTIGUOUS_BLOCK_M,))
+    return _deepgemm_gemm_time_s(hw, m, n, k, block_m, block_n, _K_BLOCK, weight_bytes_per_param, in_bytes,
+                                 out_bytes)
+
+
 def _deepgemm_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, block_m: Any, block_n: Any, k_block: int,
-                          weight_bytes_per_param: float, in_bytes: float, out_bytes: float) -> Any:
+                          weight_bytes_per_param: Any, in_bytes: float, out_bytes: float) -> Any:
     """A persistent DeepGEMM kernel with (block_m, block_n) output tiles, K padded to `k_block`: see
     `deepgemm_sm90_gemm_time_s`."""
     e = hw.efficiency
@@ -252,11 +273,14 @@ class BlockScaledGemmKernels:
     """The kernel a family runs for a block-scaled fp8 linear layer (1x128 activation groups, 128x128 weight blocks;
     vLLM's DeepGemmFp8BlockScaledMMKernel where vllm/utils/deep_gemm.py `is_deep_gemm_supported`: Hopper and Blackwell
     datacenter GPUs): its time with K-major fp8 operands (`time_s(hw, m, n, k, weight bytes per parameter, input bytes
-    per element, output bytes per element)`)."""
+    per element, output bytes per element)`). `contiguous_time_s`: the same library's m-grouped contiguous GEMM (the
+    MoE experts' rows one after another, `m_grouped_fp8_gemm_nt_contiguous`) where described, same arguments (the
+    weight bytes per parameter counting every group the call reads); None: not described on the family."""
 
     name: str
     time_s: Callable[[HardwareProfile, Any, Any, Any, float, float, float], Any]
+    contiguous_time_s: Callable[[HardwareProfile, Any, Any, Any, Any, float, float], Any] | None = None
 
 
-DEEPGEMM_SM90 = BlockScaledGemmKernels("deepgemm-sm90", deepgemm_sm90_gemm_time_s)
+DEEPGEMM_SM90 = BlockScaledGemmKernels("deepgemm-sm90", deepgemm_sm90_gemm_time_s, deepgemm_sm90_contiguous_time_s)
 DEEPGEMM_SM100 = BlockScaledGemmKernels("deepgemm-sm100", deepgemm_sm100_gemm_time_s)

@@ -18,7 +18,15 @@ import numpy as np
 import roofline.cost.kernels as kernel_families  # (the records hold this module's tables: bound at call time)
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.kernels.gemm import gemm_time_s, streaming_act_quant_time_s
-from roofline.cost.quant import EIGHT_BIT_DTYPES, MXFP8_BYTES_PER_ELEMENT, NVFP4_BYTES_PER_ELEMENT, TRITON_FP8_BLOCK
+from roofline.cost.kernels.gemm_block_scaled import DEEPGEMM_CONTIGUOUS_BLOCK_M
+from roofline.cost.quant import (
+    DEEPGEMM_FP8_BLOCK_PADDED,
+    EIGHT_BIT_DTYPES,
+    FP8_GROUP_SCALE_BYTES,
+    MXFP8_BYTES_PER_ELEMENT,
+    NVFP4_BYTES_PER_ELEMENT,
+    TRITON_FP8_BLOCK,
+)
 from roofline.cost.roofline_math import Num, _bandwidth, _ceil, _max, _overlap
 
 # Weight-only W4A16 MXFP4 MoE (OAI Triton `matmul_ogs` on Hopper; Blackwell's TRT-LLM kernel tiles as
@@ -194,6 +202,10 @@ def moe_time_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden
         scheme = "fp8" if dtype in EIGHT_BIT_DTYPES else "none"
     if scheme == TRITON_FP8_BLOCK and kernels.fp8_block_triton:  # the family's own block-fp8 MoE is Triton: its fit
         scheme = "fp8-block"
+    if scheme == DEEPGEMM_FP8_BLOCK_PADDED:
+        assert num_experts is not None and num_tokens is not None, "DeepGEMM's padded rows: num_experts, num_tokens"
+        return deepgemm_padded_moe_s(hw, tokens_per_expert, touched, hidden, inter, num_experts, num_tokens,
+                                     weight_bytes_per_param, act_bytes, gated) + e.moe_fp8_block_fixed_s
     triton_fp8_block = scheme == TRITON_FP8_BLOCK
     trtllm_gen = kernels.trtllm_gen and not triton_fp8_block
     eff_scale, bw_scale, fixed_s = {
@@ -273,6 +285,52 @@ def _triton_fp8_block_gemms_s(hw: HardwareProfile, tokens_per_expert: Any, up_n:
     small, large = TRITON_FP8_BLOCK_TILE_M
     tm = np.where(np.asarray(num_tokens) <= TRITON_FP8_BLOCK_SMALL_M, float(small), float(large))
     return _at_tile_heights(float(tm) if tm.ndim == 0 else tm, at)
+
+
+# The kernels of one `deep_gemm_moe_fp8` call (`deepgemm_padded_moe_s`): topk softmax, the input quantization,
+# count_expert_num_tokens, the block ids' zero fill, ep_scatter's two kernels, gate_up, the activation, its
+# quantization, down, ep_gather.
+DEEPGEMM_PADDED_MOE_KERNELS = 11
+
+
+def deepgemm_padded_moe_s(hw: HardwareProfile, tokens_per_expert: Any, touched: Any, hidden: Any, inter: Any,
+                          num_experts: Any, num_tokens: Any, weight_bytes_per_param: Any, act_bytes: float,
+                          gated: Any = True) -> Any:
+    """Block-fp8 experts as vLLM 0.11.1-0.12.x runs them on Hopper (`roofline.cost.quant.resolve_deepgemm_moe`):
+    `deep_gemm_moe_fp8` (vllm/model_executor/layers/fused_moe/deep_gemm_moe.py `DeepGemmExperts.apply`), less the
+    routing and launches (the family's moe_fp8_block_fixed_s, added by `moe_time_s`). The call's rows are
+    `compute_aligned_M`: routed = tokens_per_expert x touched rows plus 127 for each of the rank's `num_experts`,
+    rounded up to 128, since the experts' counts are not on the host; `deepgemm_moe_permute` gives each expert's rows
+    whole 128-row blocks and the rest expert id 0, so DeepGEMM's contiguous GEMM (`deepgemm_sm90_contiguous_time_s`)
+    computes all of them: at decode about num_experts x 128 rows whatever the batch (128 experts: 16,384 rows for 16
+    tokens or 1). Passes, in order: the input's 1x128-group fp8 quantization (`num_tokens` x hidden, in the modular
+    kernel's prepare); `ep_scatter` copying the routed rows (fp8 values and scales) into their blocks; gate_up over
+    all rows (the touched experts' weights and expert 0's, bf16 out); SiLU-and-mul over all rows (`activation`);
+    their 1x128-group quantization (`per_token_group_quant_fp8`); down over all rows; `ep_gather` reading the routed
+    rows and writing each token's weighted sum. The streaming passes at the DRAM rate times memory_efficiency, the
+    quantizations at act_group_quant_memory_efficiency (the same kernel as the block-fp8 linear layers'). `gated`
+    False: one up projection (no gate; its activation reads and writes `inter` values a row)."""
+    block_fn = kernel_families.kernel_family(hw.family).block_fp8_gemm
+    assert block_fn is not None and block_fn.contiguous_time_s is not None, \
+        f"{hw.id}: no DeepGEMM contiguous grouped GEMM described on family {hw.family}"
+    e = hw.efficiency
+    align = DEEPGEMM_CONTIGUOUS_BLOCK_M
+    routed = tokens_per_expert * touched
+    rows = _ceil((routed + num_experts * (align - 1)) / align) * align
+    up_width = np.where(gated, 2.0, 1.0) if not isinstance(gated, bool) else (2.0 if gated else 1.0)
+    fp8_in = 1.0 + FP8_GROUP_SCALE_BYTES
+    # Weights read: every touched expert's and expert 0's (the padding blocks'), each once per call.
+    weights = weight_bytes_per_param * np.minimum(touched + 1.0, num_experts)
+    up = block_fn.contiguous_time_s(hw, rows, up_width * inter, hidden, weights, fp8_in, act_bytes)
+    down = block_fn.contiguous_time_s(hw, rows, hidden, inter, weights, fp8_in, act_bytes)
+    quant_eff = e.act_group_quant_memory_efficiency
+    quant = (streaming_act_quant_time_s(hw, num_tokens, hidden, act_bytes, fp8_in, quant_eff)
+             + streaming_act_quant_time_s(hw, rows, inter, act_bytes, fp8_in, quant_eff))
+    bw = _bandwidth(hw) * e.memory_efficiency
+    streamed = (2.0 * routed * hidden * fp8_in  # ep_scatter: the routed rows read and written
+                + rows * (up_width + 1.0) * inter * act_bytes  # the activation over every row
+                + (routed + num_tokens) * hidden * act_bytes)  # ep_gather
+    return up + down + quant + streamed / bw + 3.0 * e.kernel_fixed_s
 
 
 def triton_masked_rows_s(hw: HardwareProfile, rows: Any, hidden: Any, inter: Any, act_bytes: float) -> Any:
