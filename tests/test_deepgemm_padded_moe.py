@@ -29,7 +29,7 @@ def _deployment(version: str, tp: int = 2, moe_backend: str = "auto"):  # noqa: 
                            vllm_version=version)
 
 
-@pytest.mark.parametrize("version, tp, expert_tp, backend, padded", [
+@pytest.mark.parametrize("version, deepgemm_family, expert_tp, backend, padded", [
     ("0.12.0", True, 2, "auto", True),
     ("0.12.1", True, 4, "auto", True),
     ("0.11.0", True, 2, "auto", False),  # E8M0 off on Hopper: Triton below 128 tokens
@@ -39,10 +39,10 @@ def _deployment(version: str, tp: int = 2, moe_backend: str = "auto"):  # noqa: 
     ("0.12.0", True, 2, "triton", False),  # --moe-backend triton
     ("0.12.0", False, 2, "auto", False),  # no DeepGEMM grouped kernel on the family
 ])
-def test_vllm_0_12_runs_block_fp8_experts_on_padded_deepgemm(version: str, tp: bool, expert_tp: int, backend: str,
-                                                            padded: bool) -> None:
+def test_vllm_0_12_runs_block_fp8_experts_on_padded_deepgemm(version: str, deepgemm_family: bool, expert_tp: int,
+                                                            backend: str, padded: bool) -> None:
     quant = QuantConfig.from_user(quantization="fp8-block", moe_backend=backend)
-    resolved = resolve_deepgemm_moe(quant, tp, version, expert_tp)
+    resolved = resolve_deepgemm_moe(quant, deepgemm_family, version, expert_tp)
     assert resolved.deepgemm_padded_moe is padded
     assert (resolved.expert_kernel == DEEPGEMM_FP8_BLOCK_PADDED) is padded
 
