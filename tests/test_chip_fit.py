@@ -109,3 +109,30 @@ def _run(argv: list[str]) -> tuple[int, str]:
 def test_calibrate_op_refuses_in_one_line(argv: list[str], field: str) -> None:
     rc, message = _run(argv)
     assert rc == 2 and len(message.splitlines()) == 1 and field in message, message
+
+
+@pytest.mark.slow
+def test_gemm_format_fit_reproduces_the_shipped_b200_values_with_deepgemms_small_calls(tmp_path: Path) -> None:
+    """B200's fit also fits DeepGEMM's decode-sized calls on the SGLang table (the vLLM table times them eagerly)
+    and leaves every shipped value as it is; ~20 s of CPU."""
+    from roofline.calibration.chip_fit import fit_op, write
+
+    copy = tmp_path / "b200.yaml"
+    shutil.copy(resolve("hardware", "b200"), copy)
+    (w,) = fit_op("gemm-formats", ["b200"])
+    assert {"gemm_fp8_block_fixed_us", "gemm_fp8_block_saturation_fraction"} <= set(w.efficiency)
+    write(w, copy)
+    assert load_profile(copy) == load_profile("b200")
+    assert "sglang/0.5.14/gemm_perf.parquet" in yaml.safe_load(copy.read_text())["sources"][
+        "efficiency.gemm_fp8_block_fixed_us"]
+
+
+def test_small_call_rows_are_the_sglang_deepgemm_calls_under_the_vllm_tables_floor() -> None:
+    from roofline.calibration.gemm_format_fit import EAGER_DEVICE_ROWS_FLOOR_MULTIPLE, load_small_call_rows
+
+    floor_s = 100e-6
+    d = load_small_call_rows("b200_sxm", floor_s)
+    assert len(d) > 1000 and set(d.gemm_dtype) == {"fp8_block"}
+    assert (d.measured_s < EAGER_DEVICE_ROWS_FLOOR_MULTIPLE * floor_s).all()
+    assert d.held_out.any() and not d.held_out.all()
+    assert load_small_call_rows("a30", floor_s).empty  # no SGLang table

@@ -197,3 +197,43 @@ def test_blackwell_block_fp8_runs_deepgemms_sm100_layout_and_hopper_keeps_sm90s(
         assert linear_time_s(hw, 3000.0, 4096.0, 7168.0, "fp8", 1.0, 2.0, "fp8-block") == pytest.approx(
             gemm(hw, 3000.0, 4096.0, 7168.0, 1.0, group_bytes, 2.0) + quant)
 
+
+
+def _small_calls(hw, fixed_s: float, saturation: float):  # noqa: ANN001, ANN202 - a HardwareProfile
+    return replace(hw, efficiency=replace(hw.efficiency, gemm_fp8_block_fixed_s=fixed_s,
+                                          gemm_fp8_block_saturation_fraction=saturation))
+
+
+def test_deepgemm_small_call_terms_have_no_effect_at_their_defaults() -> None:
+    hw = _small_calls(load_profile("b200"), 0.0, 1e-3)
+    e = hw.efficiency
+    # m = 4 swaps A and B: 4096 weight rows are 32 tiles of 128 on 148 SMs, one wave of pure streaming
+    block_m, block_n, swap, _ = deepgemm_sm100_layout(4.0, 4096.0, 3072.0, hw.num_compute_units)
+    assert swap and block_n == 128.0
+    moved = 4 * 3072 * (1.0 + 4.0 / 128) + 4096 * 3072 * 1.0 + 4 * 4096 * 2.0
+    stream = moved / (hw.memory_bandwidth_bytes_per_s * e.gemm_fp8_memory_efficiency)
+    t = deepgemm_sm100_gemm_time_s(hw, 4.0, 4096.0, 3072.0, 1.0, 1.0 + 4.0 / 128, 2.0)
+    # the weight stream at the full rate, the little math mostly hidden under it (the soft overlap adds ~1.5 %)
+    assert stream + e.kernel_fixed_s < t < 1.03 * (stream + e.kernel_fixed_s)
+
+
+def test_deepgemm_small_call_adds_its_fixed_time_and_few_tiles_draw_a_bandwidth_share() -> None:
+    base = _small_calls(load_profile("b200"), 0.0, 1e-3)
+    args = (4.0, 4096.0, 3072.0, 1.0, 1.0 + 4.0 / 128, 2.0)
+    t0 = deepgemm_sm100_gemm_time_s(base, *args)
+    assert deepgemm_sm100_gemm_time_s(_small_calls(base, 2e-6, 1e-3), *args) == pytest.approx(t0 + 2e-6)
+    # 32 tiles against a saturating 0.5 x 148 = 74: the weights stream at 32 / 74 of the rate
+    slow = deepgemm_sm100_gemm_time_s(_small_calls(base, 0.0, 0.5), *args)
+    assert slow - base.efficiency.kernel_fixed_s == pytest.approx((t0 - base.efficiency.kernel_fixed_s) * 74 / 32,
+                                                                  rel=5e-2)
+    # a call over enough tiles is unchanged
+    big = (4096.0, 4096.0, 3072.0, 1.0, 1.0 + 4.0 / 128, 2.0)
+    assert deepgemm_sm100_gemm_time_s(_small_calls(base, 0.0, 0.5), *big) == deepgemm_sm100_gemm_time_s(base, *big)
+
+
+@pytest.mark.parametrize("chip", ["b200", "gb200", "b300"])
+def test_blackwell_chips_carry_fitted_deepgemm_small_call_terms_and_hopper_none(chip: str) -> None:
+    e = load_profile(chip).efficiency
+    assert 1e-6 < e.gemm_fp8_block_fixed_s < 4e-6 and 0.1 < e.gemm_fp8_block_saturation_fraction < 0.5
+    h = load_profile("h200-sxm").efficiency
+    assert h.gemm_fp8_block_fixed_s == 0.0 and h.gemm_fp8_block_saturation_fraction == 1e-3

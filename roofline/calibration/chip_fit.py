@@ -109,6 +109,12 @@ def _gemm_writes(chip: str) -> ChipWrite:
         held = f"held-out median error {_pct(e['median_err'])} % (p90 {_pct(e['p90_err'])} %, bias {_bias(e['bias'])})"
         rows = (f"measured at >= {EAGER_DEVICE_ROWS_FLOOR_MULTIPLE:g}x the eager host floor of {f.host_floor_us} us "
                 f"({f.judged_rows} of {f.rows} rows) " if f.host_floor_us is not None else "")
+        if f.rows_note:  # the decode-sized DeepGEMM calls, on another framework's table of the same call
+            rows = f"{f.rows_note}, "
+        if f.vllm_held_out is not None:
+            v = f.vllm_held_out
+            held += (f"; the vLLM table's held-out fp8_block rows with every value as written {_pct(v['median_err'])} "
+                     f"% (p90 {_pct(v['p90_err'])} %, bias {_bias(v['bias'])})")
         timed = "the collector times them eagerly" if f.host_floor_us is not None else "timed in a CUDA graph"
         limit = ""
         if f.power_limit is not None and f.held_out_without_limit is not None:

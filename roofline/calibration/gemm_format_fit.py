@@ -10,7 +10,10 @@ mod 5 are held out, never fitted on. The format's parameters of `roofline.cost.o
 
 The collector times fp8_block eagerly and nvfp4 in a CUDA graph (`EAGER_FORMATS`): fp8-block is fitted and judged
 on the rows where device time dominates the eager host floor. A chip whose profile declares a `power_limit` (GB200)
-gets it fitted on the same rows (`fit_power_limit`). benchmarks/accuracy/moe_accuracy.py prints the judge.
+gets it fitted on the same rows (`fit_power_limit`). The decode-sized DeepGEMM calls under that floor, which the vLLM
+table cannot time, are fitted on the same chip's SGLang GEMM table (`fit_small_calls`: the same DeepGEMM call, timed
+in a CUDA graph) where the chip's family runs DeepGEMM's SM100 kernel. benchmarks/accuracy/moe_accuracy.py prints the
+judge.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from scipy.optimize import minimize, minimize_scalar
 
 from roofline.calibration.op_tables import package_root
 from roofline.cost.hardware import HardwareProfile, PowerLimit
+from roofline.cost.kernels import kernel_family
+from roofline.cost.kernels.gemm_block_scaled import DEEPGEMM_SM100
 from roofline.cost.op_time import linear_time_s
 from roofline.cost.params import EFFICIENCY_PARAMS, group_fields
 
@@ -60,11 +65,48 @@ POWER_LIMIT_AFTER_MS = tuple(float(x) for x in np.arange(2.0, 8.01, 0.25))
 DECIMALS = 3  # the fitted values as written (YAML units); the power limit's threshold in ms: 2
 
 
-def gemm_table_path(system: str) -> Any:
-    """The newest vLLM GEMM table of `system` in the installed package (versions compared numerically)."""
-    root = package_root() / system / "gemm" / "vllm"
+# The decode-sized block-fp8 calls (`fit_small_calls`). vLLM's table times fp8_block eagerly, so its rows under
+# EAGER_DEVICE_ROWS_FLOOR_MULTIPLE host floors (every decode-sized call: B200's floor is ~194 us where such a call runs
+# 5-15 us on the device) say nothing of the kernel. aiconfigurator's SGLang collector times the same call in a CUDA
+# graph (collector/sglang/collect_gemm.py: `sglang_per_token_group_quant_fp8` with column-major, TMA-aligned UE8M0
+# scales, then DeepGEMM's `gemm_nt_f8f8bf16`), the library call vLLM's DeepGemmFp8BlockScaledMMKernel makes after its
+# own group quantization kernel (vllm/model_executor/layers/quantization/utils/fp8_utils.py
+# `W8A8BlockFp8LinearOp._run_deepgemm` -> `fp8_gemm_nt`, 0.19.0). Where both tables time a call above the floor they
+# agree (SGLang / vLLM, median over the shapes of 1-3 ms: B200 0.97, B300 1.09; above 10 ms 1.03 / 0.99). These rows
+# fit gemm_fp8_block_fixed_s and gemm_fp8_block_saturation_fraction with the format's other parameters held. Only
+# where the family runs DeepGEMM's SM100 kernel: the SM90 kernel's small calls were not examined.
+SMALL_CALL_PARAMS = group_fields("gemm_fp8_block_small", "gemm_format")  # the fixed time (us), the saturation
+SMALL_CALL_STARTS = ((2.0, 0.3), (1.0, 0.6), (3.0, 0.1))  # YAML units: us, fraction
+
+
+def _newest(root: Any) -> Any:
     return max(root.glob("*/gemm_perf.parquet"),
                key=lambda p: tuple(int(x) if x.isdigit() else 0 for x in p.parent.name.split(".")))
+
+
+def gemm_table_path(system: str) -> Any:
+    """The newest vLLM GEMM table of `system` in the installed package (versions compared numerically)."""
+    return _newest(package_root() / system / "gemm" / "vllm")
+
+
+def small_call_table_path(system: str) -> Any | None:
+    """The newest SGLang GEMM table of `system` in the installed package, None where there is none."""
+    root = package_root() / system / "gemm" / "sglang"
+    return _newest(root) if any(root.glob("*/gemm_perf.parquet")) else None
+
+
+def load_small_call_rows(system: str, floor_s: float) -> pd.DataFrame:
+    """The SGLang table's fp8_block rows measured under EAGER_DEVICE_ROWS_FLOOR_MULTIPLE times the vLLM table's host
+    floor `floor_s` (the calls that table cannot time), with `measured_s` and `held_out` ((n, k) CRC32 0 mod 5)."""
+    path = small_call_table_path(system)
+    if path is None:
+        return pd.DataFrame()
+    d = pd.read_parquet(path)
+    d = d[d.gemm_dtype == "fp8_block"]
+    d = d.assign(measured_s=d.latency * 1e-3)
+    d = d[d.measured_s < EAGER_DEVICE_ROWS_FLOOR_MULTIPLE * floor_s]
+    d["held_out"] = [zlib.crc32(f"{n}-{k}".encode()) % 5 == 0 for n, k in zip(d.n, d.k)]
+    return d.reset_index(drop=True)
 
 
 def load_gemm_table(system: str) -> pd.DataFrame:
@@ -116,6 +158,23 @@ def fit_gemm(hw: HardwareProfile, train: pd.DataFrame, gemm_dtype: str) -> dict[
     return _gemm_params(gemm_dtype, best.x)
 
 
+def fit_small_call_params(hw: HardwareProfile, train: pd.DataFrame) -> dict[str, float]:
+    """SMALL_CALL_PARAMS (SI) minimizing the median absolute log error of the fp8_block rows `train` on `hw` (its
+    other parameters as they are), Nelder-Mead from SMALL_CALL_STARTS."""
+    measured = train.measured_s.to_numpy()
+
+    def params(x: np.ndarray) -> dict[str, float]:  # (us, fraction) -> SI
+        return dict(zip(SMALL_CALL_PARAMS, (float(np.clip(x[0], 0.0, 100.0)) * 1e-6, float(np.clip(x[1], 1e-3, 1.0)))))
+
+    def loss(x: np.ndarray) -> float:
+        return float(np.median(np.abs(np.log(gemm_predict(hw, train, "fp8_block", params(x)) / measured))))
+
+    best = min((minimize(loss, np.array(x0), method="Nelder-Mead",
+                         options={"xatol": 1e-3, "fatol": 1e-5, "maxiter": 300}) for x0 in SMALL_CALL_STARTS),
+               key=lambda r: r.fun)
+    return params(best.x)
+
+
 def fit_power_limit(hw: HardwareProfile, train: pd.DataFrame, gemm_dtype: str) -> tuple[dict[str, float], PowerLimit]:
     """The format's parameters and the chip's `PowerLimit` on `train` (see POWER_LIMIT_AFTER_MS)."""
     measured = train.measured_s.to_numpy()
@@ -162,6 +221,10 @@ class GemmFormatFit:
     held_out_without_limit: dict[str, float] | None
     held_out_short: dict[str, float] | None  # eager formats: calls < POWER_THROTTLE_CALL_S
     held_out_short_rows: int
+    # The small-call fit (`fit_small_calls`): which rows, and the vLLM table's judged held-out rows with every
+    # written value (the fit must leave them as they were).
+    rows_note: str = ""
+    vllm_held_out: dict[str, float] | None = None
 
 
 def _as_written(hw: HardwareProfile, values: dict[str, float], limit: dict[str, float] | None) -> HardwareProfile:
@@ -177,6 +240,9 @@ def fit_gemm_formats(hw: HardwareProfile, system: str) -> list[GemmFormatFit]:
     out = []
     table = gemm_table_path(system)
     rel = str(table.relative_to(package_root()))
+    # The format parameters are fitted with the small-call terms at their no-effect defaults (those are fitted after
+    # them, on other rows): the same values whatever the chip file held before.
+    hw = replace(hw, efficiency=replace(hw.efficiency, **{n: EFFICIENCY_PARAMS[n].default for n in SMALL_CALL_PARAMS}))
     for gemm_dtype, d in load_gemm_table(system).groupby("gemm_dtype"):
         if GEMM_FORMATS[gemm_dtype][1] not in hw.supported_dtypes:
             continue
@@ -205,4 +271,31 @@ def fit_gemm_formats(hw: HardwareProfile, system: str) -> list[GemmFormatFit]:
             held_out_short=None if short is None else gemm_errors(gemm_predict(written, short, gemm_dtype, {}),
                                                                   short.measured_s.to_numpy()),
             held_out_short_rows=0 if short is None else len(short)))
+        if gemm_dtype in EAGER_FORMATS and kernel_family(hw.family).block_fp8_gemm is DEEPGEMM_SM100:
+            small = fit_small_calls(written, system, eager_host_floor_s(d), test)
+            if small is not None:
+                out.append(small)
     return out
+
+
+def fit_small_calls(hw: HardwareProfile, system: str, floor_s: float, vllm_test: pd.DataFrame) -> GemmFormatFit | None:
+    """SMALL_CALL_PARAMS on `system`'s SGLang fp8_block rows under the vLLM table's floor (`load_small_call_rows`;
+    `hw` holds the format's other parameters as written), judged on their held-out rows and, with every value as
+    written, on the vLLM table's judged held-out rows `vllm_test`. None where the chip has no SGLang table."""
+    d = load_small_call_rows(system, floor_s)
+    if d.empty:
+        return None
+    train, test = d[~d.held_out], d[d.held_out]
+    values = yaml_values(fit_small_call_params(hw, train))
+    written = _as_written(hw, values, None)
+    path = small_call_table_path(system)
+    return GemmFormatFit(
+        gemm_dtype="fp8_block", kernel=str(d.kernel_source.iloc[0]), table=str(path.relative_to(package_root())),
+        values=values, power_limit=None, rows=len(d), judged_rows=len(d), train_rows=len(train),
+        held_out_rows=len(test), host_floor_us=None,
+        held_out=gemm_errors(gemm_predict(written, test, "fp8_block", {}), test.measured_s.to_numpy()),
+        held_out_without_limit=None, held_out_short=None, held_out_short_rows=0,
+        rows_note=(f"measured under {EAGER_DEVICE_ROWS_FLOOR_MULTIPLE:g}x the vLLM table's eager host floor of "
+                   f"{floor_s * 1e6:.1f} us ({len(d)} rows: the decode-sized calls it cannot time), the other "
+                   f"fp8_block parameters held"),
+        vllm_held_out=gemm_errors(gemm_predict(written, vllm_test, "fp8_block", {}), vllm_test.measured_s.to_numpy()))

@@ -58,6 +58,8 @@ GROUPS: dict[str, str] = {
     "device": "every GPU kernel: DRAM streaming, the memory/compute soft roofline, a kernel's fixed time",
     "gemm": "dense bf16/fp16 and per-tensor 8-bit GEMMs (cuBLAS, CUTLASS) and their input quantization",
     "gemm_fp8_block": "block-scaled fp8 dense GEMMs (DeepGEMM) and their group quantization",
+    "gemm_fp8_block_small": "block-scaled fp8 dense GEMMs (DeepGEMM): the decode-sized call's fixed time and "
+                            "bandwidth share",
     "gemm_fp4": "NVFP4 dense GEMMs (FlashInfer CuTe-DSL)",
     "gemm_weight_only": "weight-only (mixed-input) dense GEMMs: Marlin (W4A16, W8A16 fp8, FP4), Machete",
     "cpu": "CPU executors only (roofline.cost.cpu.engine)",
@@ -207,6 +209,14 @@ class EfficiencyParams:
     gemm_fp8_block_factor: float = _param(1.0, "fraction", "gemm_fp8_block", ("gemm_format",))
     gemm_fp8_block_tile_fixed_k: float = _param(64.0, "K elements", "gemm_fp8_block", ("gemm_format",))
     act_group_quant_memory_efficiency: float = _param(0.85, "fraction", "gemm_fp8_block", ("gemm_format",))
+    # The decode-sized DeepGEMM call, which the eagerly timed tables above cannot time (their host floor hides it):
+    # a fixed device time per GEMM call beyond kernel_fixed_s, and the fraction of the SMs whose CTAs saturate DRAM
+    # (a call with fewer CTAs, e.g. a swap-AB decode GEMM over few 128-row weight tiles, draws a proportional share),
+    # as gemm_fp4_fixed_s / gemm_fp4_saturation_fraction. Defaults: no effect; the Blackwell chip files carry the fit
+    # of `roofline calibrate --op-tables --op gemm-formats` on the CUDA-graph-timed DeepGEMM rows of the SGLang table
+    # (`roofline.calibration.gemm_format_fit.fit_small_calls`).
+    gemm_fp8_block_fixed_s: float = _param(0.0, "us", "gemm_fp8_block_small", ("gemm_format",))
+    gemm_fp8_block_saturation_fraction: float = _param(1e-3, "fraction", "gemm_fp8_block_small", ("gemm_format",))
     # NVFP4 (FlashInfer CuTe-DSL on Blackwell, `roofline.cost.kernels.gemm_block_scaled.cutedsl_fp4_gemm_time_s`):
     # this factor of the 8-bit GEMM's compute efficiency at the fp4 peak; a fixed device time per call beyond kernel_fixed_s (the
     # persistent kernel's prologue: tensor-memory allocation, barrier and TMA-descriptor setup, scale-factor

@@ -67,8 +67,10 @@ def deepgemm_sm90_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, weigh
                               in_bytes: float, out_bytes: float) -> Any:
     """DeepGEMM's SM90 fp8 GEMM with the layout of `deepgemm_sm90_layout`: ceil(tiles / SMs) waves of
     2*block_m*block_n*(k + gemm_fp8_block_tile_fixed_k) FLOPs per SM at gemm_fp8_compute_efficiency *
-    gemm_fp8_block_factor of the fp8 peak; bytes at gemm_fp8_memory_efficiency; overlapped as `_overlap`; plus
-    kernel_fixed_s. On a chip with a `power_limit` (GB200), math longer than its after_s runs at its clock_factor."""
+    gemm_fp8_block_factor of the fp8 peak; bytes at gemm_fp8_memory_efficiency, a call with fewer tiles than
+    gemm_fp8_block_saturation_fraction of the SMs drawing a proportional share; overlapped as `_overlap`; plus
+    kernel_fixed_s and gemm_fp8_block_fixed_s (the decode-sized call's terms: no effect at their defaults, fitted
+    on Blackwell). On a chip with a `power_limit` (GB200), math longer than its after_s runs at its clock_factor."""
     smem = hw.architecture.require("shared_memory_per_block_bytes", hw.id, "DeepGEMM's SM90 layout heuristic")
     block_m, block_n = deepgemm_sm90_layout(m, n, k, hw.num_compute_units, smem)
     return _deepgemm_gemm_time_s(hw, m, n, k, block_m, block_n, _K_BLOCK, weight_bytes_per_param, in_bytes,
@@ -102,13 +104,14 @@ def _deepgemm_gemm_time_s(hw: HardwareProfile, m: Any, n: Any, k: Any, block_m: 
     sms = hw.num_compute_units
     per_sm = hw.peak_flops("fp8") * e.gemm_fp8_compute_efficiency * e.gemm_fp8_block_factor / sms
     k_blocks = np.ceil(np.asarray(k, dtype=np.float64) / k_block) * k_block
-    waves = np.ceil(np.ceil(m / block_m) * np.ceil(n / block_n) / sms)
-    tc = waves * 2.0 * block_m * block_n * (k_blocks + e.gemm_fp8_block_tile_fixed_k) / per_sm
+    tiles = np.ceil(m / block_m) * np.ceil(n / block_n)
+    tc = np.ceil(tiles / sms) * 2.0 * block_m * block_n * (k_blocks + e.gemm_fp8_block_tile_fixed_k) / per_sm
     if hw.power_limit is not None:  # a long call's math runs at the clock the chip's power limit holds it to
         tc = np.where(tc > hw.power_limit.after_s, tc / hw.power_limit.clock_factor, tc)
+    share = np.minimum(tiles / (e.gemm_fp8_block_saturation_fraction * sms), 1.0)
     tm = (m * k * in_bytes + n * k * weight_bytes_per_param + m * n * out_bytes) / (
-        _bandwidth(hw) * e.gemm_fp8_memory_efficiency)
-    t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s
+        _bandwidth(hw) * e.gemm_fp8_memory_efficiency * share)
+    t = _overlap(tc, tm, e.overlap_exponent) + e.kernel_fixed_s + e.gemm_fp8_block_fixed_s
     return float(t) if np.ndim(t) == 0 else t
 
 
