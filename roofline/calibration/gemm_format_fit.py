@@ -289,6 +289,7 @@ def fit_small_calls(hw: HardwareProfile, system: str, floor_s: float, vllm_test:
     values = yaml_values(fit_small_call_params(hw, train))
     written = _as_written(hw, values, None)
     path = small_call_table_path(system)
+    assert path is not None  # (load_small_call_rows read it)
     return GemmFormatFit(
         gemm_dtype="fp8_block", kernel=str(d.kernel_source.iloc[0]), table=str(path.relative_to(package_root())),
         values=values, power_limit=None, rows=len(d), judged_rows=len(d), train_rows=len(train),
