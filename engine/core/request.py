@@ -27,8 +27,6 @@ import numpy as np
 _min = np.minimum.reduce
 NO_BLOCK_IDS = np.zeros(0, dtype=np.int64)  # `Request.block_ids_head` of a request holding no run of blocks
 NO_BLOCK_IDS.flags.writeable = False
-_ONE_ID = np.zeros(1, dtype=np.int64)  # the stand-in prompt `Request.lazy` builds its request with
-_ONE_ID.flags.writeable = False
 
 
 class RequestStatus(enum.IntEnum):
@@ -141,6 +139,13 @@ class Request:
         if prompt is prompt_token_ids:  # the caller's own array: keep a read-only view of it
             prompt = prompt.view()
         prompt.flags.writeable = False
+        self._init_fields(request_id, sampling, arrival_time_s, eos_token_id, priority)
+        self._prompt: np.ndarray | None = prompt
+        self.num_prompt_tokens = len(prompt)
+
+    def _init_fields(self, request_id: str, sampling: SamplingParams, arrival_time_s: float,
+                     eos_token_id: int | None, priority: int) -> None:
+        """Every field of a new request but its prompt (`__init__` and `lazy` set it)."""
         self.request_id = request_id
         self.sampling = sampling
         self.arrival_time_s = arrival_time_s
@@ -148,10 +153,10 @@ class Request:
         self.priority = priority  # lower is served first under policy "priority" (vLLM's convention)
         # The prompt as an int64 array (the simulator never makes a Python int per prompt token) and the
         # generated tokens, only ever appended to.
-        self._prompt: np.ndarray | None = prompt
+        self._prompt = None
         self._prompt_source: Callable[[], np.ndarray] | None = None  # (`Request.lazy`)
         self._output_ids: list[int] = []
-        self.num_prompt_tokens = len(prompt)
+        self.num_prompt_tokens = 0
         self._num_computed = 0
         self.status = RequestStatus.WAITING
         # KV bookkeeping, owned by KVCacheManager: the ids of the blocks held (in token order; a new list
@@ -294,8 +299,11 @@ class Request:
         if isinstance(num_prompt_tokens, bool) or not isinstance(num_prompt_tokens, int) or num_prompt_tokens < 1:
             raise ValueError(f"request {request_id!r}: num_prompt_tokens must be a positive integer, got "
                              f"{num_prompt_tokens!r}")
-        req = cls(request_id, _ONE_ID, sampling, arrival_time_s, eos_token_id, priority)
-        req._prompt, req._prompt_source, req.num_prompt_tokens = None, prompt_source, num_prompt_tokens
+        # (Not through `__init__`, whose checks of a prompt's ids would run on a stand-in: ~40 % of a lazy request's
+        # making, which the simulator does for each of its requests.)
+        req = cls.__new__(cls)
+        req._init_fields(request_id, sampling, arrival_time_s, eos_token_id, priority)
+        req._prompt_source, req.num_prompt_tokens = prompt_source, num_prompt_tokens
         return req
 
     @property

@@ -55,6 +55,8 @@ class Scheduler:
         self._fast = FastPath(self) if fast_paths and not cache.num_sliding_groups else None
         # The waiting queue's head when its blocks did not fit, with what its failure depended on (`_Blocked`).
         self._blocked: _Blocked | None = None
+        # The stop tokens of a request (`add_request`) by its stop_token_ids and the EOS that stops it.
+        self._stop_sets: dict[tuple[tuple[int, ...], int | None], frozenset[int]] = {}
 
     # ---- queries ----
     @property
@@ -107,10 +109,12 @@ class Scheduler:
                 f"{self.kv.num_usable_blocks}; raise num_blocks or lower max_tokens/max_model_len"
             )
         req.max_num_tokens = max_len
-        stop = set(req.sampling.stop_token_ids)
-        if req.eos_token_id is not None and not req.sampling.ignore_eos:
-            stop.add(req.eos_token_id)
-        req.stop_token_set = frozenset(stop)
+        eos = None if req.sampling.ignore_eos else req.eos_token_id
+        key = (tuple(req.sampling.stop_token_ids), eos)
+        stop = self._stop_sets.get(key)
+        if stop is None:  # (one set per kind of request, not one each)
+            stop = self._stop_sets[key] = frozenset(key[0]) | (set() if eos is None else {eos})
+        req.stop_token_set = stop
         req.next_check_len = req.num_prompt_tokens + 1
         self.waiting.add_request(req)
         self.requests[req.request_id] = req
