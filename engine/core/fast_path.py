@@ -32,7 +32,6 @@ from engine.core.step_plan import ColumnRows, StepPlan
 
 _STOPPED, _CAPPED = RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED
 _SEQ = operator.attrgetter("_col_seq")
-_max = np.maximum.reduce
 
 class RunningColumns:
     """The running queue's counters while every step gives each running request all its remaining tokens and
@@ -69,10 +68,12 @@ class RunningColumns:
         self.scheduled = False  # between `schedule_running` and `update`: decoders computed all their tokens
         self.num_joined = 0
         # `_col_off` of each row (0 for prefills), for the plans' arrays; replaced, never written in place, so a
-        # plan can keep the one of its step.
-        self.off = np.zeros(0, dtype=np.int64)
+        # plan can keep the one of its step. Lists, not arrays: a step that changes the rows (a join, a finish, a
+        # prefill turned decoder: ~half the steps of an overloaded run) copies and edits a list of ~160 ints for
+        # ~1/8 of the instructions numpy's concatenations and masks took; `ColumnRows` makes the arrays if asked.
+        self.off: list[int] = []
         # ... and its `_col_seq`, the index of its request id in `ids` (every row that joined the period, in order).
-        self.seq = np.zeros(0, dtype=np.int32)
+        self.seq: list[int] = []
         self.ids: list[str] = []
         self.num_decoders = 0
         self.off_sum = 0  # of the decoders
@@ -160,7 +161,7 @@ class RunningColumns:
     def longest_context(self) -> Callable[[], int]:
         """The longest context of this step's rows, all decoders, before it (for the plan)."""
         off, num_updates = self.off, self.num_updates
-        return lambda: int(_max(off)) + num_updates - 1
+        return lambda: max(off) + num_updates - 1
 
     def bulk_rows(self, prefill_rows: list[tuple[int, int, int, int]]) -> ColumnRows:
         """The plan's rows of this step, as `schedule_running` leaves them; `prefill_rows` (row, context, query,
@@ -438,15 +439,17 @@ class FastPath:
         # The last step's prefills (all scheduled in full, so sampling now) and this step's admissions, in queue
         # order: their first token of the period, or none (a prompt chunk: they stay prefills).
         off = cols.off
+        own = False  # `off` is a list of this update's own (a copy no plan holds)
         running = sched.running
         if cols.prefills:
             joining = cols.prefills
             cols.prefills = []
             changed = [req for req in joining if self._start_decoding(cols, req, num_updates, finished)]
             if changed:  # prefills turned decoders: their rows' `off`
-                off = off.copy()
+                off = off[:]
+                own = True
                 for req in changed:
-                    off[running.index(req)] = req._col_off
+                    off[running.index(req)] = cast(int, req._col_off)
         if new:
             new_off: list[int] = []
             for req, emits in zip(new, new_emits):
@@ -456,9 +459,13 @@ class FastPath:
                     new_off.append(0)
                     if not emits:
                         cols.prefills.append(req)
-            off = np.concatenate((off, new_off))
-            cols.seq = np.concatenate((cols.seq, np.arange(cols.num_joined - len(new), cols.num_joined,
-                                                             dtype=np.int32)))
+            seq = cols.seq + list(range(cols.num_joined - len(new), cols.num_joined))
+            if own:
+                off.extend(new_off)
+            else:
+                off = off + new_off
+            own = True
+            cols.seq = seq
         cols.off = off
         if not finished:
             return []
@@ -469,13 +476,13 @@ class FastPath:
             cols.remove(req)
             cols.detach(req)
             sched.finish_request(req, status, now_s)
-        keep = np.ones(len(off), dtype=bool)
-        keep[rows] = False
-        cols.off = off[keep]
-        cols.seq = cols.seq[keep]
+        if not own:
+            off = off[:]
+        seq = cols.seq if new else cols.seq[:]  # (a join made it anew)
         assert running is cols.reqs
         for i in sorted(rows, reverse=True):
-            del running[i]
+            del running[i], off[i], seq[i]
+        cols.off, cols.seq = off, seq
         return [req for req, _ in finished]
 
     def _start_decoding(self, cols: RunningColumns, req: Request, num_updates: int,

@@ -37,12 +37,13 @@ class ColumnRows:
     row i is a decode of context `off[i] + num_updates - 1` and `ceil((off[i] + num_updates) / block_size)`
     blocks, except the rows of `prefill_rows` (row, context, query, blocks); the request of row i is
     `ids[seq[i]]`. Called (once, on first use), it gives the plan's arrays; its fields are a step's record
-    (`engine.core.step_record`). `off` and `seq` are never written in place; `ids` only grows."""
+    (`engine.core.step_record`). `off` and `seq` (lists of ints, or int arrays) are never written in place; `ids`
+    only grows."""
 
     __slots__ = ("off", "num_updates", "block_size", "prefill_rows", "seq", "ids")
 
-    def __init__(self, off: np.ndarray, num_updates: int, block_size: int,
-                 prefill_rows: list[tuple[int, int, int, int]], seq: np.ndarray, ids: list[str]) -> None:
+    def __init__(self, off: list[int] | np.ndarray, num_updates: int, block_size: int,
+                 prefill_rows: list[tuple[int, int, int, int]], seq: list[int] | np.ndarray, ids: list[str]) -> None:
         self.off = off
         self.num_updates = num_updates
         self.block_size = block_size
@@ -51,7 +52,7 @@ class ColumnRows:
         self.ids = ids
 
     def __call__(self) -> BulkRows:
-        off, num_updates, bs = self.off, self.num_updates, self.block_size
+        off, num_updates, bs = np.asarray(self.off, dtype=np.int64), self.num_updates, self.block_size
         context = off + (num_updates - 1)
         num_blocks = (off + (num_updates + bs - 1)) // bs
         if not self.prefill_rows:

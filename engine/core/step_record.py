@@ -51,6 +51,11 @@ class StepRecords:
         self._tail_emits: list[bool] = []
         self._periods: list[list[str]] = []  # the bulk rows' ids lists, each once (they only grow)
         self._period_of: dict[int, int] = {}  # id() of one of them -> its index
+        # The last bulk rows' `off` and `seq` as the plan gave them (the fast path's lists, which a step that changes
+        # the rows replaces) and as the arrays recorded for them.
+        self._last_off: object = None
+        self._last_seq: object = None
+        self._last_arrays = (_NO_ROWS64, _NO_ROWS32)
 
     def __len__(self) -> int:
         return len(self._num_tail)
@@ -70,8 +75,11 @@ class StepRecords:
             if period is None:
                 period = self._period_of[id(ids)] = len(self._periods)
                 self._periods.append(ids)
-            self._off.append(bulk.off)
-            self._seq.append(bulk.seq)
+            if bulk.off is not self._last_off or bulk.seq is not self._last_seq:  # (a change makes new lists)
+                self._last_off, self._last_seq = bulk.off, bulk.seq
+                self._last_arrays = (np.asarray(bulk.off, dtype=np.int64), np.asarray(bulk.seq, dtype=np.int32))
+            self._off.append(self._last_arrays[0])
+            self._seq.append(self._last_arrays[1])
             self._num_updates.append(bulk.num_updates)
             self._period.append(period)
             self._prefill_rows.append(bulk.prefill_rows or None)
