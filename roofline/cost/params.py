@@ -499,7 +499,7 @@ class ExecutorParams:
     kernel_launch_s: float = 4e-6  # host time to launch one kernel or replay one graph
     step_overhead_s: float = 2e-3  # host time per step: schedule, prepare inputs, sample, bookkeeping
     # Host time per scheduled sequence and step (per-sequence Python in schedule, prepare inputs, block tables,
-    # sampling, update); 0 = folded into step_overhead_s (the shipped GPU profiles).
+    # sampling, update); 0 = folded into step_overhead_s. The GPU families state both parts with their sources.
     step_overhead_per_seq_s: float = 0.0
     host_overlaps_device: bool = False  # async scheduling: host work of step i+1 hides under device step i
     # With host_overlaps_device: device idle time between consecutive steps that overlapping does not hide (the
