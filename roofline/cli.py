@@ -77,6 +77,7 @@ def _named_command(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     command = "roofline"
+    _raised.clear()
     try:
         argv = sys.argv[1:] if argv is None else argv
         parser = build_parser(_named_command(argv))
@@ -86,22 +87,24 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         command = f"roofline {args.command}"
         return int(args.run(args) or 0)
-    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError,
-            PermissionError) as exc:
-        print(f"{command}: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
     except (Terminated, KeyboardInterrupt) as exc:
         return _interrupted(command, exc)
     except BrokenPipeError:
         return 0
     except Exception as exc:
-        # An interrupt raised inside a C extension's initialisation comes out as that module's ImportError
+        # An interrupt raised inside a C extension can come out as another error: as that module's ImportError
         # ("initialization failed", seen with matplotlib's ft2font when Ctrl-C lands while `plan` imports it), the
-        # interrupt as its cause: still an interrupt, never a traceback.
-        interrupt = _interrupt_in_chain(exc)
-        if interrupt is None:
-            raise
-        return _interrupted(command, interrupt)
+        # interrupt as its cause; or with no trace of it at all, where the extension turns any Python error into its
+        # own (matplotlib's pybind11 bounding-box converter: "Invalid bounding box", seen with Ctrl-C while `plan`
+        # draws its report). Either is still the interrupt, exit 130 and never a traceback or an "error" line.
+        interrupt = _interrupt_in_chain(exc) or (_raised[-1] if _raised else None)
+        if interrupt is not None:
+            return _interrupted(command, interrupt)
+        if isinstance(exc, (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError,
+                            PermissionError)):
+            print(f"{command}: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        raise
 
 
 def _interrupt_in_chain(exc: BaseException) -> BaseException | None:
@@ -158,7 +161,14 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
         timer.daemon = True
         timer.start()
         return
-    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+    interrupt = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    _raised.append(interrupt)
+    raise interrupt
+
+
+# The interrupts `_interrupt` raised during this `main`: an error that follows one is that interrupt, whatever a C
+# extension turned it into (`main`).
+_raised: list[BaseException] = []
 
 
 # After a Ctrl-C the exit handlers (multiprocessing's: a pool's queues and semaphores released, its processes joined)

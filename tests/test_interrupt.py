@@ -164,3 +164,31 @@ def test_an_interrupt_turned_into_an_import_error_is_still_an_interrupt(monkeypa
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+def test_an_interrupt_an_extension_turned_into_another_error_is_still_an_interrupt(monkeypatch, capsys) -> None:
+    """Ctrl-C while matplotlib's pybind11 converter reads a bounding box (`plan` drawing its report) comes out as its
+    own ValueError("Invalid bounding box"), with no trace of the KeyboardInterrupt: still exit 130 and one line, as
+    the interrupt `roofline.cli._interrupt` raised. The same ValueError with no interrupt before it is bad input."""
+    from roofline import cli
+
+    def converter_fails(interrupted: bool):
+        def build(name):
+            try:
+                if interrupted:
+                    cli._interrupt(signal.SIGINT, None)
+            except KeyboardInterrupt:
+                pass
+            raise ValueError("Invalid bounding box") from None
+        return build
+
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        monkeypatch.setattr(cli, "build_parser", converter_fails(True))
+        assert cli.main(["plan"]) == 130
+        assert capsys.readouterr().err.strip() == "roofline: interrupted"
+        monkeypatch.setattr(cli, "build_parser", converter_fails(False))
+        assert cli.main(["plan"]) == 2
+        assert capsys.readouterr().err.strip() == "roofline: error: Invalid bounding box"
+    finally:
+        signal.signal(signal.SIGINT, handler)
