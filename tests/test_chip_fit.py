@@ -136,3 +136,22 @@ def test_small_call_rows_are_the_sglang_deepgemm_calls_under_the_vllm_tables_flo
     assert (d.measured_s < EAGER_DEVICE_ROWS_FLOOR_MULTIPLE * floor_s).all()
     assert d.held_out.any() and not d.held_out.all()
     assert load_small_call_rows("a30", floor_s).empty  # no SGLang table
+
+
+@pytest.mark.parametrize("write", [True, False])
+def test_a_written_per_chip_fit_rewrites_its_familys_uncertainty(monkeypatch: pytest.MonkeyPatch,
+                                                                 write: bool) -> None:
+    """`--op ... --write` rewrites the held-out ratios of every family it wrote into (a chip's or the family file's),
+    once each, from the values just written; without --write nothing is rewritten."""
+    from roofline.calibration import chip_fit
+    from roofline.commands import calibrate
+
+    writes = [chip_fit.ChipWrite("b200", {}, {}), chip_fit.ChipWrite("gb200", {}, {}),
+              chip_fit.ChipWrite("families/hopper", {}, {})]
+    monkeypatch.setattr(chip_fit, "fit_op", lambda *a, **k: writes)
+    monkeypatch.setattr(chip_fit, "write", lambda w: Path(w.target))
+    rewritten: list[tuple[str, bool]] = []
+    monkeypatch.setattr(calibrate, "_uncertainty", lambda family, members, write: rewritten.append((family, write)))
+    rc, _ = _run(["calibrate", "--op-tables", "--op", "mla"] + (["--write"] if write else []))
+    assert rc == 0
+    assert rewritten == ([("blackwell", True), ("hopper", True)] if write else [])

@@ -206,14 +206,38 @@ def run_family(args: argparse.Namespace) -> int:
             for pid in r["clock"]:
                 print(f"wrote {write_chip_clock(r, pid)}")
     if args.uncertainty or args.write:  # a written fit's held-out ratios are rewritten with it, never left stale
-        from roofline.calibration.family_fit import family_file
-        from roofline.calibration.uncertainty import family_uncertainty, uncertainty_report, write_uncertainty
-
-        section = family_uncertainty(args.family, families[args.family], log=progress_printer())
-        print(uncertainty_report(args.family, section))
-        if args.write:
-            print(f"wrote {write_uncertainty(family_file(args.family), section)} (uncertainty)")
+        _uncertainty(args.family, families[args.family], args.write)
     return 0
+
+
+def _uncertainty(family: str, members: dict[str, str], write: bool) -> None:
+    """Print (and with `write`, write) family `family`'s `uncertainty:` section from its written parameters."""
+    from roofline.calibration.family_fit import family_file
+    from roofline.calibration.uncertainty import family_uncertainty, uncertainty_report, write_uncertainty
+
+    section = family_uncertainty(family, members, log=progress_printer())
+    print(uncertainty_report(family, section))
+    if write:
+        print(f"wrote {write_uncertainty(family_file(family), section)} (uncertainty)")
+
+
+def refresh_uncertainty(targets: list[str]) -> None:
+    """After a per-chip fit wrote `targets` (chip ids, or `families/<id>`): rewrite the `uncertainty:` section of
+    every family they belong to, from the values just written, so that no written fit leaves its family's held-out
+    ratios stale (a family whose chips name no tables has no section to rewrite)."""
+    from roofline.calibration.family_fit import chips_by_family
+    from roofline.cost.hardware import FAMILIES_DIR
+    from roofline.cost.profile_yaml import read_profile_dict
+
+    families = chips_by_family()
+    touched = set()
+    for target in targets:
+        if target.startswith(f"{FAMILIES_DIR}/"):
+            touched.add(target.split("/", 1)[1])
+        else:
+            touched.add(str(read_profile_dict(resolve("hardware", target)).get("family") or ""))
+    for family in sorted(f for f in touched if any(families.get(f, {}).values())):
+        _uncertainty(family, families[family], write=True)
 
 
 def run_op(args: argparse.Namespace) -> int:
@@ -240,10 +264,13 @@ def run_op(args: argparse.Namespace) -> int:
         if args.moe_format not in FITTED:
             raise UserError(f"--format: {args.moe_format!r} is not allowed; allowed: {', '.join(FITTED)}")
         formats = frozenset({args.moe_format})
+    written = []
     for w in fit_op(args.op, chips, args.family, log=progress_printer(), formats=formats):
         print("\n".join(w.report))
         if args.write:
             print(f"wrote {write(w)}")
+            written.append(w.target)
+    refresh_uncertainty(written)
     return 0
 
 
@@ -262,11 +289,14 @@ def run_all_to_all(args: argparse.Namespace) -> int:
                         ("--prior-scale", args.prior_scale), ("--json", args.json or None)):
         if value is not None:
             raise UserError(f"{flag}: not with --all-to-all (fitted per chip on the tables its profile names)")
+    written = []
     for chip, system in chips_with_tables().items():
         r = fit_chip(chip, system)
         print("\n".join(report_lines(r)))
         if args.write:
             print(f"wrote {write_chip(r)}")
+            written.append(chip)
+    refresh_uncertainty(written)
     return 0
 
 

@@ -23,9 +23,11 @@ speed, the ones it does not state keep that:
       single_thread_speed_relative: 1.0
       api_server_costs_s: {request: 0.006, output_pass: 0.002}
 
-A host may also state how sure those costs are and how much a served run varies between repeats
-(`api_server_cost_uncertainty`, `served_run_to_run_noise`: `roofline.cost.host_uncertainty`), which
-`roofline simulate --intervals` samples; `cost_factors` are a sampled cost model's factors on the costs.
+A host may also state how sure those costs are, how much a served run varies between repeats and how sure its speed
+and the executor's host terms are (`api_server_cost_uncertainty`, `served_run_to_run_noise`, `host_time_uncertainty`:
+`roofline.cost.host_uncertainty`), which `roofline simulate --intervals` samples; `cost_factors` are a sampled cost
+model's factors on the costs, `time_factors` its host-time factors (the speed and executor they were applied to:
+`roofline.sim.intervals.with_host_time`).
 
 A profile without the section describes no API server: the simulator then charges the executor's older
 per-request terms (`executor.tokenize_us_per_prompt_token`, `executor.frontend_us_per_request`), if any.
@@ -36,11 +38,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roofline.cost.host_uncertainty import NOISE_METRICS, RatioQuantiles, read_ratio_quantiles
+from roofline.cost.host_uncertainty import HOST_TIME_TERMS, NOISE_METRICS, RatioQuantiles, read_ratio_quantiles
 from roofline.errors import UserError, check_fields
 
 HOST_KEYS = ("cpu_model", "single_thread_speed_relative", "api_server_costs_s", "api_server_cost_uncertainty",
-             "served_run_to_run_noise")
+             "served_run_to_run_noise", "host_time_uncertainty")
 REQUIRED_HOST_KEYS = ("cpu_model", "single_thread_speed_relative")
 # The API server's costs a host may state (roofline.sim.api_server.ApiServerCosts, each without its "_s").
 COST_NAMES = ("request", "chat_request", "prompt_token", "output_pass", "output_token", "chat_output_token",
@@ -58,7 +60,9 @@ class HostCpu:
     api_server_costs_s: tuple[tuple[str, float], ...] = ()
     cost_uncertainty: RatioQuantiles | None = None
     run_to_run_noise: RatioQuantiles | None = None
+    time_uncertainty: RatioQuantiles | None = None
     cost_factors: tuple[tuple[str, float], ...] = ()
+    time_factors: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def from_dict(cls, section: Any, where: str) -> "HostCpu":
@@ -82,12 +86,15 @@ class HostCpu:
                 raise UserError(f"{where}.api_server_costs_s.{name}: must be seconds in [0, 1], got {value!r}")
         cost_unc = section.get("api_server_cost_uncertainty")
         noise = section.get("served_run_to_run_noise")
+        host_time = section.get("host_time_uncertainty")
         return cls(cpu_model=model.strip(), single_thread_speed_relative=float(speed),
                    api_server_costs_s=tuple((name, float(costs[name])) for name in COST_NAMES if name in costs),
                    cost_uncertainty=None if cost_unc is None else read_ratio_quantiles(
                        cost_unc, "api_server_cost_uncertainty", COST_NAMES, where),
                    run_to_run_noise=None if noise is None else read_ratio_quantiles(
-                       noise, "served_run_to_run_noise", NOISE_METRICS, where))
+                       noise, "served_run_to_run_noise", NOISE_METRICS, where),
+                   time_uncertainty=None if host_time is None else read_ratio_quantiles(
+                       host_time, "host_time_uncertainty", HOST_TIME_TERMS, where))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cpu_model": self.cpu_model,

@@ -14,11 +14,19 @@ kinds (`roofline.cost.uncertainty`).
         command: ...
         levels: [...]
         run_over_mean: {ttft: [...], tpot: [...]}
+      host_time_uncertainty:                         # per host term: quantiles of (true value) / (stated value)
+        method: ...
+        command: python benchmarks/ground_truth/host_time_uncertainty.py --yaml
+        levels: [...]
+        ratio_to_stated: {assumed_cpu_speed: [...], server_cpu_speed: [...], step_overhead: [...], ...}
 
 `api_server_cost_uncertainty` multiplies the API server's cost terms (`roofline.sim.api_server.ApiServerCosts`, the
 names of `host_cpu.COST_NAMES`) of a sampled cost model, one factor per term, the same for every request and step of
 the run; `served_run_to_run_noise` multiplies a sampled run's TTFT and TPOT figures (the client's; a repeat of the
-same load differs by it from another). Both are drawn like the operator kinds (`OpUncertainty.sample`: Latin
+same load differs by it from another); `host_time_uncertainty` (names `HOST_TIME_TERMS`) the host's single-thread
+speed and the executor's host terms (`roofline.sim.intervals.with_host_time`: `assumed_cpu_speed` divides the terms
+measured on the reference host and scaled by the speed, `server_cpu_speed` every host term, the others multiply the
+executor's term of their name). All three are drawn like the operator kinds (`OpUncertainty.sample`: Latin
 hypercube over each entry's quantiles, linear in ln ratio between levels, entries independent), each from its own
 seeded generator, so that adding them leaves the operator kinds' draws as they were.
 """
@@ -34,10 +42,16 @@ from roofline.cost.uncertainty import _levels, check_ratios
 from roofline.errors import UserError, check_fields
 
 NOISE_METRICS = ("ttft", "tpot")
-_COST_KEYS = ("method", "command", "levels", "resample_over_fit")
-_NOISE_KEYS = ("method", "command", "levels", "run_over_mean")
+# The host terms `host_time_uncertainty` may state (draw order): the speed of the CPU the family assumes against the
+# speed stated for it, the spread of GPU servers' CPUs against the assumed one, and the executor's host terms
+# (`roofline.cost.params.ExecutorParams`: step_overhead_us, step_overhead_per_seq_us, kernel_launch_us, step_gap_us).
+HOST_TIME_TERMS = ("assumed_cpu_speed", "server_cpu_speed", "step_overhead", "step_overhead_per_seq", "kernel_launch",
+                   "step_gap")
+# Per host field, the key of its table of ratios.
+_TABLE_KEY = {"api_server_cost_uncertainty": "resample_over_fit", "served_run_to_run_noise": "run_over_mean",
+              "host_time_uncertainty": "ratio_to_stated"}
 # Per section, the generator's stream after [41, seed] (the operator kinds draw from [41, seed] itself).
-_STREAM = {"api_server_cost_uncertainty": 1, "served_run_to_run_noise": 2}
+_STREAM = {"api_server_cost_uncertainty": 1, "served_run_to_run_noise": 2, "host_time_uncertainty": 3}
 
 
 @dataclass(frozen=True)
@@ -65,12 +79,11 @@ class RatioQuantiles:
 
 
 def read_ratio_quantiles(section: Any, field: str, names: tuple[str, ...], where: str) -> RatioQuantiles:
-    """A host section's `field` (api_server_cost_uncertainty or served_run_to_run_noise), validated (UserError
-    naming the field)."""
+    """A host section's `field` (api_server_cost_uncertainty, served_run_to_run_noise or host_time_uncertainty),
+    validated (UserError naming the field)."""
     where = f"{where}.{field}"
-    table_key = "resample_over_fit" if field == "api_server_cost_uncertainty" else "run_over_mean"
-    check_fields(section, list(_COST_KEYS if table_key == "resample_over_fit" else _NOISE_KEYS), where,
-                 ["levels", table_key])
+    table_key = _TABLE_KEY[field]
+    check_fields(section, ["method", "command", "levels", table_key], where, ["levels", table_key])
     levels = _levels(section, where)
     table = section[table_key]
     if not isinstance(table, dict) or not table:

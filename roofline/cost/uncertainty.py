@@ -26,11 +26,11 @@ A sample draws one factor per operator kind (`KINDS`), the same for every operat
 run (an error of a kind at a model's shapes is shared by its layers and steps), independently between kinds: the
 inverse of the kind's quantile function (linear in ln ratio between levels, held at the outermost levels) at one
 point of each of `n` equal strata of (0, 1), the strata's midpoints shuffled per kind by a seeded generator (Latin
-hypercube: n samples cover every kind's distribution evenly). Kinds not in the section (and the executor's host
-terms, elementwise kernels and sampling) keep factor 1. `mla` is the whole-module error of vLLM's MLA attention
-(`roofline.calibration.mla_fit`'s held-out rows), applied to the MLA records only (the module's projections are GEMMs,
-sampled as such); `all_to_all` is expert parallelism's dispatch and combine (`roofline.calibration.all_to_all_fit`'s
-held-out rows).
+hypercube: n samples cover every kind's distribution evenly). Kinds not in the section (and elementwise kernels and
+sampling) keep factor 1; the host's terms are sampled from the host's own fields (`roofline.cost.host_uncertainty`).
+`mla` is the whole-module error of vLLM's MLA attention (`roofline.calibration.mla_fit`'s held-out rows), applied to
+the MLA records only (the module's projections are GEMMs, sampled as such); `all_to_all` is expert parallelism's
+dispatch and combine (`roofline.calibration.all_to_all_fit`'s held-out rows).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ KINDS = ("gemm", "attention_prefill", "attention_decode", "moe", "all_reduce", "
 _RECORD_KIND = {"gemm": "gemm", "attention_prefill": "attention_prefill", "attention_decode": "attention_decode",
                 "moe": "moe", "all_reduce": "all_reduce", "all_gather": "all_reduce",
                 "mla_prefill": "mla", "mla_decode": "mla", "mla_bmm": "mla"}
-NOT_SAMPLED = ("the host: executor step and launch times; the API server's terms unless the host states their "
-               "uncertainty (roofline.cost.host_uncertainty)", "elementwise kernels and sampling")
+NOT_SAMPLED = ("the host: its speed, executor step and launch times, the API server's terms, unless the host states "
+               "their uncertainty (roofline.cost.host_uncertainty)", "elementwise kernels and sampling")
 _SECTION_KEYS = ("method", "command", "fitted_on", "levels", "per_chip", "without_tables")
 _KIND_KEYS = ("num_rows", "measured_over_predicted")
 

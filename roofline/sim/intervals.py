@@ -11,11 +11,12 @@ What is sampled: the profile's `uncertainty` (`roofline.cost.uncertainty`: per o
 held-out operator-table rows), one factor per kind and sample (Latin hypercube over the kind's quantiles, kinds
 independent, `OpUncertainty.sample`), each sample a whole simulation of the same requests with every operator of a
 kind slower or faster by its factor; where the host states them (`roofline.cost.host_uncertainty`), the API server's
-cost terms likewise (one factor per term, `host.cost_factors`), and the served run-to-run noise as a factor on the
-sample's TTFT and TPOT figures (`apply_noise`). The central value is the run with the cost model as fitted (the
-numbers the plain run prints); the interval is the samples' (100 - level) / 2 and (100 + level) / 2 percentiles
-(numpy linear). Not sampled (`not_sampled`): the executor's host terms (step and launch times), elementwise kernels,
-and whatever the profile does not state.
+cost terms likewise (one factor per term, `host.cost_factors`), the host's single-thread speed and the executor's
+host terms (step, per-sequence, launch and gap times; `with_host_time`), and the served run-to-run noise as a factor
+on the sample's TTFT and TPOT figures (`apply_noise`). The central value is the run with the cost model as fitted
+(the numbers the plain run prints); the interval is the samples' (100 - level) / 2 and (100 + level) / 2 percentiles
+(numpy linear). Not sampled (`not_sampled`): elementwise kernels and sampling, and whatever the profile does not
+state.
 
 The samples run on `num_workers` forked processes (`SampleRuns`; they inherit the parent's imports, model, requests,
 prompts and caches, so a sample costs one simulation), started before the central run so that it runs beside them,
@@ -78,12 +79,13 @@ class IntervalSpec:
                 raise UserError(f"--interval-samples: {samples} is not allowed; allowed: {allowed_n}")
             n = int(value)
         host = hw.host
-        if hw.uncertainty is None and (host is None or (host.cost_uncertainty is None
-                                                        and host.run_to_run_noise is None)):
+        if hw.uncertainty is None and (host is None or (host.cost_uncertainty is None and host.run_to_run_noise is None
+                                                        and host.time_uncertainty is None)):
             raise UserError(f"--intervals: hardware profile {hw.id} states no uncertainty (an uncertainty: section, "
                             f"its own or its family's: roofline calibrate --op-tables --family F --uncertainty "
-                            f"--write; or host.api_server_cost_uncertainty / host.served_run_to_run_noise); allowed: "
-                            f"a profile of a family fitted on operator tables (roofline profiles)")
+                            f"--write; or host.api_server_cost_uncertainty / served_run_to_run_noise / "
+                            f"host_time_uncertainty); allowed: a profile of a family fitted on operator tables "
+                            f"(roofline profiles)")
         if workers is None:
             workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         return cls(percent, n, seed, max(1, min(workers, n)))
@@ -98,6 +100,8 @@ class IntervalSpec:
         if host is not None and host.cost_uncertainty is not None:
             out = [replace(p, host=replace(host, cost_factors=f))
                    for p, f in zip(out, host.cost_uncertainty.sample(n, self.seed))]
+        if host is not None and host.time_uncertainty is not None:
+            out = [with_host_time(p, f) for p, f in zip(out, host.time_uncertainty.sample(n, self.seed))]
         return out
 
     def noise(self, hw: HardwareProfile) -> list[dict[str, float]]:
@@ -111,6 +115,28 @@ class IntervalSpec:
         tail = (100.0 - self.level_percent) / 2
         low, high = np.percentile(np.asarray(values, dtype=np.float64), [tail, 100.0 - tail])
         return float(low), float(high)
+
+
+def with_host_time(hw: HardwareProfile, factors: tuple[tuple[str, float], ...]) -> HardwareProfile:
+    """`hw` with the host-time factors of `roofline.cost.host_uncertainty.HOST_TIME_TERMS` applied: the host's
+    single-thread speed times assumed_cpu_speed x server_cpu_speed (the API server's reference costs are divided by
+    it, `roofline.sim.api_server.ApiServerCosts.for_host`); executor.step_overhead (measured on the reference host
+    and divided by the assumed speed) times step_overhead / (assumed_cpu_speed x server_cpu_speed); the per-sequence
+    and launch times (measured on GPU servers) times their own factor / server_cpu_speed; the step gap times its
+    factor. A term without a factor keeps 1."""
+    f = dict(factors)
+    assumed, server = f.get("assumed_cpu_speed", 1.0), f.get("server_cpu_speed", 1.0)
+    host = hw.host
+    assert host is not None
+    ex = hw.executor
+    executor = replace(
+        ex, step_overhead_s=ex.step_overhead_s * f.get("step_overhead", 1.0) / (assumed * server),
+        step_overhead_per_seq_s=ex.step_overhead_per_seq_s * f.get("step_overhead_per_seq", 1.0) / server,
+        kernel_launch_s=ex.kernel_launch_s * f.get("kernel_launch", 1.0) / server,
+        step_gap_s=ex.step_gap_s * f.get("step_gap", 1.0))
+    return replace(hw, executor=executor, host=replace(
+        host, single_thread_speed_relative=host.single_thread_speed_relative * assumed * server,
+        time_factors=factors))
 
 
 # ---- running the samples ------------------------------------------------------------------------------------------
@@ -206,7 +232,8 @@ def not_sampled(hw: HardwareProfile) -> list[str]:
     """What `--intervals` leaves at its fitted value for `hw`."""
     host = hw.host
     out = [] if hw.uncertainty is not None else ["operator times (the profile states no operator uncertainty)"]
-    out.append("the host: executor step and launch times")
+    if host is None or host.time_uncertainty is None:
+        out.append("the host: its speed, executor step and launch times")
     if host is not None:
         left = [] if host.cost_uncertainty is None else [n for n, _ in host.cost_uncertainty.ratios]
         out.append("the API server's " + ("terms" if not left else "terms other than " + ", ".join(left)))
@@ -239,6 +266,10 @@ def interval_record(central: dict[str, float | None], samples: list[dict[str, fl
     if host is not None and host.cost_uncertainty is not None:
         drawn.append(f"one factor per API-server cost term ({', '.join(n for n, _ in host.cost_uncertainty.ratios)}) "
                      f"from the host's api_server_cost_uncertainty ({host.cost_uncertainty.source})")
+    if host is not None and host.time_uncertainty is not None:
+        drawn.append(f"one factor per host term ({', '.join(n for n, _ in host.time_uncertainty.ratios)}) on the "
+                     f"host's speed and the executor's host times from the host's host_time_uncertainty "
+                     f"({host.time_uncertainty.source})")
     if host is not None and host.run_to_run_noise is not None:
         drawn.append(f"a run-to-run factor on the TTFT and TPOT figures from the host's served_run_to_run_noise "
                      f"({host.run_to_run_noise.source})")
@@ -248,6 +279,8 @@ def interval_record(central: dict[str, float | None], samples: list[dict[str, fl
     for entry, p, noise in zip(factors, profiles, spec.noise(hw)):
         if p.host is not None and p.host.cost_factors:
             entry["api_server"] = dict(p.host.cost_factors)
+        if p.host is not None and p.host.time_factors:
+            entry["host_time"] = dict(p.host.time_factors)
         if noise:
             entry["run_to_run"] = noise
     return {
