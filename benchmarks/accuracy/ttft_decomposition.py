@@ -19,7 +19,9 @@ judge: nothing here is fitted on it or writes a model value (docs/benchmark-hist
   ones), each under three API-server cost sets on the GPU host (reference-host seconds / the profile's speed): the
   profiles' (`ApiServerCosts()`), the served campaign's CPU fit (`CAMPAIGN_COSTS`), and that plus the client's
   share of TTFT one request at a time (`CLIENT_SHARE_S`); one JSON line per row; `--summary FILE` prints the TTFT
-  and TPOT errors of each set.
+  and TPOT errors of each set. `--launches-serial`: instead, the profiles' costs with the cost model's step time as
+  it is and as if a step's kernel launches did not overlap its kernels (`launches_serial`: device + launches + the
+  rest of the host time where hidden; a what-if of section 7 of the history note, not a model).
 - `latency`: the row's mean TTFT with 0-14 ms more per-request latency on the GPU host (added to `latency_s`): how
   the step grid turns a longer way in into whole steps.
 - `shape`: from a judge run's rows.csv (`e2e_accuracy.py --out`), the median of predicted / measured - 1 of TTFT and
@@ -32,10 +34,12 @@ judge: nothing here is fitted on it or writes a model value (docs/benchmark-hist
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import sys
 import zlib
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -63,6 +67,31 @@ CLIENT_SHARE_S = 5.5e-3
 COST_SETS = {"base": ApiServerCosts(), "campaign": CAMPAIGN_COSTS,
              "campaign+client": replace(CAMPAIGN_COSTS, latency_s=CAMPAIGN_COSTS.latency_s + CLIENT_SHARE_S)}
 LATENCY_STEPS_MS = (0, 2, 4, 6, 8, 10, 14)
+
+
+@contextlib.contextmanager
+def launches_serial() -> Iterator[None]:
+    """While active, deployments made compute a step as if its launches did not overlap its kernels:
+    max(device, host - launches) + launches (+ the step gap) with asynchronous scheduling, (host - launches) + device
+    + launches without (`roofline.cost.host.HostModel.combine` takes the max of device and launches)."""
+    from roofline.cost.host import HostModel
+    from roofline.cost.roofline_math import _max
+
+    original = HostModel.combine
+
+    def serial(self: HostModel, device_s, host_s, launch_s):  # noqa: ANN001, ANN202 - floats or arrays
+        ex = self.hw.executor
+        if self.hw.kind == "cpu":
+            return original(self, device_s, host_s, launch_s)
+        if ex.host_overlaps_device:
+            return _max(device_s, host_s - launch_s) + launch_s + ex.step_gap_s
+        return (host_s - launch_s) + device_s + launch_s
+
+    HostModel.combine = serial  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        HostModel.combine = original  # type: ignore[method-assign]
 
 
 def judge_case(row: SiliconRow) -> tuple[SimCase, Deployment]:
@@ -122,14 +151,20 @@ def subset(rows: list[SiliconRow], judged: set[str] | None, count: int) -> list[
     return sorted(chosen, key=lambda r: zlib.crc32(r.row_id.encode()))[:count]
 
 
-def what_if(rows: list[SiliconRow], out: Path) -> None:
+def what_if(rows: list[SiliconRow], out: Path, serial: bool) -> None:
     with out.open("a") as f:
         for row in rows:
             case, deployment = judge_case(row)
             record: dict = {"row_id": row.row_id, "concurrency": case.concurrency, "isl": row.isl, "osl": row.osl,
                             "measured_ttft_s": row.measured_ttft_s, "measured_tpot_s": row.measured_tpot_s}
-            for name, costs in COST_SETS.items():
-                result = simulate(case, deployment, costs)
+            variants = [("base", deployment, ApiServerCosts())]
+            if serial:
+                with launches_serial():
+                    variants.append(("launches serial", judge_case(row)[1], ApiServerCosts()))
+            else:
+                variants += [(name, deployment, costs) for name, costs in COST_SETS.items() if name != "base"]
+            for name, dep, costs in variants:
+                result = simulate(case, dep, costs)
                 record[name] = [float(np.mean(result.requests.ttft_s)), float(np.nanmean(result.requests.tpot_s))]
             f.write(json.dumps(record) + "\n")
             f.flush()
@@ -138,7 +173,7 @@ def what_if(rows: list[SiliconRow], out: Path) -> None:
 def summary(path: Path) -> list[str]:
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     lines = [f"{len(records)} rows"]
-    for name in COST_SETS:
+    for name in [k for k in records[0] if isinstance(records[0][k], list)]:
         ttft = np.array([r[name][0] / r["measured_ttft_s"] - 1 for r in records]) * 100
         tpot = np.array([r[name][1] / r["measured_tpot_s"] - 1 for r in records]) * 100
         moved = np.array([r[name][0] - r["base"][0] for r in records]) * 1e3
@@ -230,6 +265,8 @@ def main() -> int:
                              "shape and host-gap read it")
     parser.add_argument("--out", type=Path, help="what-if: JSON lines, appended")
     parser.add_argument("--summary", type=Path, help="what-if: print the summary of this JSON-lines file and stop")
+    parser.add_argument("--launches-serial", action="store_true",
+                        help="what-if: the base step time against launches not overlapping the kernels")
     args = parser.parse_args()
     if args.mode in ("shape", "host-gap"):
         if args.judge_rows is None:
@@ -247,7 +284,7 @@ def main() -> int:
         if args.judge_rows:
             with args.judge_rows.open(newline="") as f:
                 judged = {r["row_id"] for r in csv.DictReader(f) if r["status"] == "simulated"}
-        what_if(subset(rows, judged, args.rows), args.out)
+        what_if(subset(rows, judged, args.rows), args.out, args.launches_serial)
         print("\n".join(summary(args.out)))
         return 0
     by_id = {r.row_id: r for r in rows}
