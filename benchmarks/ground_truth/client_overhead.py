@@ -19,8 +19,12 @@ Run under vLLM's venv (it has aiohttp, uvicorn, fastapi, uvloop):
 Prompts: text of `--prompt-tokens` x 4 characters drawn from a mix of ASCII words and non-ASCII characters
 (random token ids of a 200k vocabulary decode to such text; json.dumps escapes each non-ASCII character as \\uXXXX).
 Per (pattern, prompt length): `--requests` sequential requests (concurrency 1), repeated `--repeats` times,
-interleaved; the median TTFT per repeat, then the median over repeats. Wall times on a shared host: read with the
-load average the result records.
+interleaved; the median TTFT per repeat, then the median over repeats. Wall times on a shared host include the
+wake-ups of two processes, which load stretches (a new connection needs more of them): read them with the load
+average the result records. Load-independent: the CPU time per request of the client process (`time.process_time`,
+the whole request: session, connection, post, stream, close) and of the server process (`/proc/PID/stat` utime +
+stime), per cell, medians over repeats; and the client's CPU time inside the TTFT clock (from the clock's start to
+the first chunk), median per repeat.
 """
 
 from __future__ import annotations
@@ -81,20 +85,22 @@ async def first_chunk(response) -> None:  # noqa: ANN001 - aiohttp response
             return
 
 
-async def run_pattern(pattern: str, url: str, prompt: str, num_requests: int) -> list[float]:
+async def run_pattern(pattern: str, url: str, prompt: str, num_requests: int) -> tuple[list[float], list[float]]:
+    """TTFT and the client's CPU time inside the TTFT clock, per request."""
     import aiohttp
 
     payload = {"model": "m", "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": 16, "logprobs": None,
                "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
     headers = {"Authorization": "Bearer x"}
-    ttfts = []
+    ttfts, in_clock_cpu = [], []
     if pattern == "inferencex":
         for _ in range(num_requests):
             async with aiohttp.ClientSession(trust_env=True, timeout=aiohttp.ClientTimeout(total=60)) as session:
-                st = time.perf_counter()
+                st, cpu = time.perf_counter(), time.process_time()
                 async with session.post(url, json=payload, headers=headers) as response:
                     await first_chunk(response)
                     ttfts.append(time.perf_counter() - st)
+                    in_clock_cpu.append(time.process_time() - cpu)
                     async for _ in response.content:
                         pass
     else:
@@ -102,14 +108,22 @@ async def run_pattern(pattern: str, url: str, prompt: str, num_requests: int) ->
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
             for _ in range(num_requests):
-                st = time.perf_counter()
+                st, cpu = time.perf_counter(), time.process_time()
                 async with session.post(url, data=body, headers={**headers, "Content-Type": "application/json"}
                                         ) as response:
                     await first_chunk(response)
                     ttfts.append(time.perf_counter() - st)
+                    in_clock_cpu.append(time.process_time() - cpu)
                     async for _ in response.content:
                         pass
-    return ttfts
+    return ttfts, in_clock_cpu
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of process `pid` in seconds (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -145,14 +159,21 @@ def main() -> int:
     lens = [int(x) for x in args.prompt_tokens.split(",")]
     prompts = {n: prompt_text(n, rng) for n in lens}
     medians: dict[str, dict[int, list[float]]] = {p: {n: [] for n in lens} for p in PATTERNS}
+    client_cpu: dict[str, dict[int, list[float]]] = {p: {n: [] for n in lens} for p in PATTERNS}
+    server_cpu: dict[str, dict[int, list[float]]] = {p: {n: [] for n in lens} for p in PATTERNS}
     with open("/proc/loadavg") as f:
         load_before = f.read().split()[:3]
     for p in PATTERNS:  # warm-up
         asyncio.run(run_pattern(p, url, prompts[lens[0]], 5))
+    in_clock: dict[str, dict[int, list[float]]] = {p: {n: [] for n in lens} for p in PATTERNS}
     for r in range(args.repeats):
         cells = [(p, n) for p in PATTERNS for n in lens]
         for p, n in (cells if r % 2 == 0 else cells[::-1]):
-            ttfts = asyncio.run(run_pattern(p, url, prompts[n], args.requests))
+            c0, s0 = time.process_time(), process_cpu_s(server.pid)
+            ttfts, cpus = asyncio.run(run_pattern(p, url, prompts[n], args.requests))
+            in_clock[p][n].append(statistics.median(cpus))
+            client_cpu[p][n].append((time.process_time() - c0) / args.requests)
+            server_cpu[p][n].append((process_cpu_s(server.pid) - s0) / args.requests)
             medians[p][n].append(statistics.median(ttfts))
     with open("/proc/loadavg") as f:
         load_after = f.read().split()[:3]
@@ -160,12 +181,19 @@ def main() -> int:
     result: dict = {"python": platform.python_version(), "machine": platform.processor() or platform.machine(),
                     "requests": args.requests, "repeats": args.repeats, "loadavg_before": load_before,
                     "loadavg_after": load_after, "prompt_chars": {str(n): len(prompts[n]) for n in lens},
-                    "median_ttft_ms": {}, "inferencex_minus_reference_ms": {}}
+                    "median_ttft_ms": {}, "inferencex_minus_reference_ms": {}, "client_cpu_ms_per_request": {},
+                    "server_cpu_ms_per_request": {}, "client_cpu_in_ttft_clock_ms": {}}
     for n in lens:
         for p in PATTERNS:
             result["median_ttft_ms"].setdefault(p, {})[str(n)] = {
                 "median": round(statistics.median(medians[p][n]) * 1e3, 4),
                 "min": round(min(medians[p][n]) * 1e3, 4), "max": round(max(medians[p][n]) * 1e3, 4)}
+            result["client_cpu_ms_per_request"].setdefault(p, {})[str(n)] = round(
+                statistics.median(client_cpu[p][n]) * 1e3, 4)
+            result["server_cpu_ms_per_request"].setdefault(p, {})[str(n)] = round(
+                statistics.median(server_cpu[p][n]) * 1e3, 4)
+            result["client_cpu_in_ttft_clock_ms"].setdefault(p, {})[str(n)] = round(
+                statistics.median(in_clock[p][n]) * 1e3, 4)
         diffs = [a - b for a, b in zip(medians["inferencex"][n], medians["reference"][n])]
         result["inferencex_minus_reference_ms"][str(n)] = {
             "median": round(statistics.median(diffs) * 1e3, 4), "min": round(min(diffs) * 1e3, 4),
@@ -173,7 +201,13 @@ def main() -> int:
         print(f"prompt {n} tokens ({len(prompts[n])} chars): InferenceX pattern "
               f"{statistics.median(medians['inferencex'][n]) * 1e3:.3f} ms, reference pattern "
               f"{statistics.median(medians['reference'][n]) * 1e3:.3f} ms; difference per repeat median "
-              f"{statistics.median(diffs) * 1e3:.3f} ms (min {min(diffs) * 1e3:.3f}, max {max(diffs) * 1e3:.3f})")
+              f"{statistics.median(diffs) * 1e3:.3f} ms (min {min(diffs) * 1e3:.3f}, max {max(diffs) * 1e3:.3f}); CPU per "
+              f"request, client / server: InferenceX {result['client_cpu_ms_per_request']['inferencex'][str(n)]:.3f} / "
+              f"{result['server_cpu_ms_per_request']['inferencex'][str(n)]:.3f} ms, reference "
+              f"{result['client_cpu_ms_per_request']['reference'][str(n)]:.3f} / "
+              f"{result['server_cpu_ms_per_request']['reference'][str(n)]:.3f} ms; client CPU inside the TTFT clock: "
+              f"InferenceX {result['client_cpu_in_ttft_clock_ms']['inferencex'][str(n)]:.3f} ms, reference "
+              f"{result['client_cpu_in_ttft_clock_ms']['reference'][str(n)]:.3f} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
