@@ -399,3 +399,22 @@ def test_rows_are_told_apart_by_where_they_were_measured() -> None:
     assert {o for m, o in origins if m == "meta-llama/Llama-3.1-70B"} == {ORIGIN_INFERENCEX}
     assert row_origin(parse_row(record(silicon_data_source="db-dump/2026-04-27; config_id=1; silicon_concurrency=16"))
                       ) == ORIGIN_INFERENCEX
+
+
+def test_the_judge_adds_inferencex_clients_connection_per_request_only_to_its_rows() -> None:
+    """roofline.judge.checks.client_costs: a row InferenceX measured, and a campaign row repeating one, get the
+    reference API-server costs with INFERENCEX_CLIENT_S more latency; a campaign row of its own keeps the profile's."""
+    from roofline.judge.checks import INFERENCEX_CLIENT_S, client_costs
+    from roofline.sim.api_server import ApiServerCosts
+
+    reference = ApiServerCosts()
+    inferencex = client_costs(parse_row(record(
+        silicon_data_source="db-dump/2026-04-27; config_id=1; silicon_concurrency=16")))
+    assert inferencex is not None
+    assert inferencex.latency_s == reference.latency_s + INFERENCEX_CLIENT_S == 3.77e-3 + 2.5e-3
+    assert inferencex.request_s == reference.request_s and inferencex.output_pass_s == reference.output_pass_s
+    rows = {r.row_id: r for r in read_silicon_rows()}
+    copy = rows["kimi_k2_5_gap_analysis_kimi_k2_5_gap_analysis_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp4_ep4_3"]
+    assert client_costs(copy) == inferencex
+    campaign = next(r for r in rows.values() if r.model_path == "Qwen/Qwen3-32B" and r.system == "h100_sxm")
+    assert client_costs(campaign) is None

@@ -57,6 +57,7 @@ import pandas as pd
 from roofline.cost.step_shape import StepArrays
 from roofline.judge.checks import (
     RANGE_RATIO,
+    client_costs,
     client_workload,
     decode_read_floor_s,
     measured_prefill_load,
@@ -180,7 +181,8 @@ def simulate_case(case: SimCase, sensitivity: bool) -> dict:
     for suffix, multiple, ratio in runs:
         result = run_simulation(deployment, client_workload(row, multiple * n, ratio),
                                 SimulationOptions(max_concurrency=n, record_steps=False,
-                                                  api_server_count=case.api_server_count))
+                                                  api_server_count=case.api_server_count,
+                                                  api_server_costs=client_costs(row)))
         requests = result.requests  # workload order = send order of the closed loop
         ttft, tpot = requests.ttft_s.to_numpy(), requests.tpot_s.to_numpy()
         out.update({f"ttft_mean{suffix}_s": _mean(ttft), f"tpot_mean{suffix}_s": _mean(tpot)})

@@ -21,7 +21,8 @@ judge: nothing here is fitted on it or writes a model value (docs/benchmark-hist
   share of TTFT one request at a time (`CLIENT_SHARE_S`); one JSON line per row; `--summary FILE` prints the TTFT
   and TPOT errors of each set. `--launches-serial`: instead, the profiles' costs with the cost model's step time as
   it is and as if a step's kernel launches did not overlap its kernels (`launches_serial`: device + launches + the
-  rest of the host time where hidden; a what-if of section 7 of the history note, not a model).
+  rest of the host time where hidden; a what-if of section 7 of the history note, not a model). `--judge-client`:
+  the profiles' costs against the judge's (`roofline.judge.checks.client_costs`: InferenceX's client).
 - `latency`: the row's mean TTFT with 0-14 ms more per-request latency on the GPU host (added to `latency_s`): how
   the step grid turns a longer way in into whole steps.
 - `shape`: from a judge run's rows.csv (`e2e_accuracy.py --out`), the median of predicted / measured - 1 of TTFT and
@@ -47,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from roofline.judge.checks import RANGE_RATIO, client_workload  # noqa: E402
+from roofline.judge.checks import RANGE_RATIO, client_costs, client_workload  # noqa: E402
 from roofline.judge.rows import SiliconRow, SimCase, kv_vllm_version, read_silicon_rows, resolve_row  # noqa: E402
 from roofline.registry import load_model  # noqa: E402
 from roofline.sim.api_server import ApiServerCosts  # noqa: E402
@@ -151,14 +152,16 @@ def subset(rows: list[SiliconRow], judged: set[str] | None, count: int) -> list[
     return sorted(chosen, key=lambda r: zlib.crc32(r.row_id.encode()))[:count]
 
 
-def what_if(rows: list[SiliconRow], out: Path, serial: bool) -> None:
+def what_if(rows: list[SiliconRow], out: Path, serial: bool, judge_client: bool = False) -> None:
     with out.open("a") as f:
         for row in rows:
             case, deployment = judge_case(row)
             record: dict = {"row_id": row.row_id, "concurrency": case.concurrency, "isl": row.isl, "osl": row.osl,
                             "measured_ttft_s": row.measured_ttft_s, "measured_tpot_s": row.measured_tpot_s}
             variants = [("base", deployment, ApiServerCosts())]
-            if serial:
+            if judge_client:  # the judge's client (roofline.judge.checks.client_costs) against the profiles' costs
+                variants.append(("judge client", deployment, client_costs(row) or ApiServerCosts()))
+            elif serial:
                 with launches_serial():
                     variants.append(("launches serial", judge_case(row)[1], ApiServerCosts()))
             else:
@@ -265,6 +268,8 @@ def main() -> int:
                              "shape and host-gap read it")
     parser.add_argument("--out", type=Path, help="what-if: JSON lines, appended")
     parser.add_argument("--summary", type=Path, help="what-if: print the summary of this JSON-lines file and stop")
+    parser.add_argument("--judge-client", action="store_true",
+                        help="what-if: the profiles' costs against the judge's client costs (checks.client_costs)")
     parser.add_argument("--launches-serial", action="store_true",
                         help="what-if: the base step time against launches not overlapping the kernels")
     args = parser.parse_args()
@@ -284,7 +289,7 @@ def main() -> int:
         if args.judge_rows:
             with args.judge_rows.open(newline="") as f:
                 judged = {r["row_id"] for r in csv.DictReader(f) if r["status"] == "simulated"}
-        what_if(subset(rows, judged, args.rows), args.out, args.launches_serial)
+        what_if(subset(rows, judged, args.rows), args.out, args.launches_serial, args.judge_client)
         print("\n".join(summary(args.out)))
         return 0
     by_id = {r.row_id: r for r in rows}

@@ -84,7 +84,9 @@ AUTO_FIT_NOTE = ("Where one request of the model's max_model_len does not fit th
 
 ASSUMPTIONS = (
     "Client: `vllm bench serve`-style closed loop, `--max-concurrency N --request-rate inf`, random prompts (no "
-    "prefix hits), ignore_eos; N = batch_size x attention_dp_size.",
+    "prefix hits), ignore_eos; N = batch_size x attention_dp_size. On the rows InferenceX measured, its client's new "
+    "connection per request: 2.5 ms of client time per request on the reference host inside the TTFT clock "
+    "(`checks.INFERENCEX_CLIENT_S`, measured by benchmarks/ground_truth/client_overhead.py).",
     "Request lengths: uniform integers in [int(0.8 L), L] for isl and osl independently: the random dataset of "
     "InferenceX's harness (`--random-range-ratio 0.8`, benchmark_serving.py's `np.random.randint(int(L * r), L + 1)`); "
     "the Llama-3.1-70B / gpt-oss rows are its grid (TP 2/4/8, concurrency 4-64, 1k/1k, 1k/8k, 8k/1k), the file "
