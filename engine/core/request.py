@@ -130,7 +130,12 @@ class Request:
         arrival_time_s: float = 0.0,
         eos_token_id: int | None = None,
         priority: int = 0,
+        _prompt_source: Callable[[], np.ndarray] | None = None,
     ) -> None:
+        if _prompt_source is not None:  # `Request.lazy`: no prompt yet (`prompt_token_ids` unused), no checks of it
+            self._init_fields(request_id, sampling, arrival_time_s, eos_token_id, priority)
+            self._prompt_source: Callable[[], np.ndarray] | None = _prompt_source
+            return
         prompt = np.asarray(prompt_token_ids, dtype=np.int64)
         if prompt.ndim != 1 or len(prompt) == 0:
             raise ValueError(f"request {request_id!r}: prompt_token_ids must be a non-empty sequence of token ids")
@@ -154,7 +159,7 @@ class Request:
         # The prompt as an int64 array (the simulator never makes a Python int per prompt token) and the
         # generated tokens, only ever appended to.
         self._prompt = None
-        self._prompt_source: Callable[[], np.ndarray] | None = None  # (`Request.lazy`)
+        self._prompt_source = None  # (`Request.lazy`)
         self._output_ids: list[int] = []
         self.num_prompt_tokens = 0
         self._num_computed = 0
@@ -299,11 +304,11 @@ class Request:
         if isinstance(num_prompt_tokens, bool) or not isinstance(num_prompt_tokens, int) or num_prompt_tokens < 1:
             raise ValueError(f"request {request_id!r}: num_prompt_tokens must be a positive integer, got "
                              f"{num_prompt_tokens!r}")
-        # (Not through `__init__`, whose checks of a prompt's ids would run on a stand-in: ~40 % of a lazy request's
-        # making, which the simulator does for each of its requests.)
-        req = cls.__new__(cls)
-        req._init_fields(request_id, sampling, arrival_time_s, eos_token_id, priority)
-        req._prompt_source, req.num_prompt_tokens = prompt_source, num_prompt_tokens
+        # (`__init__`'s checks of a prompt's ids skipped, which would run on a stand-in: ~40 % of a lazy request's
+        # making, which the simulator does for each of its requests. Through `__init__`, not `cls.__new__(cls)`:
+        # a class compiled by mypyc (benchmarks/speed/compiled_ab.py) runs `__init__` from `__new__`.)
+        req = cls(request_id, (), sampling, arrival_time_s, eos_token_id, priority, prompt_source)
+        req.num_prompt_tokens = num_prompt_tokens
         return req
 
     @property
