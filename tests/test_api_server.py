@@ -196,6 +196,11 @@ def test_costs_measured_on_the_host_replace_the_scaled_reference_ones() -> None:
                        [per_request * (k + 1) + k * output + latency for k in range(3)], rtol=0, atol=1e-12)
     given = run_simulation(deployment, _burst(3), SimulationOptions(api_server_costs=INPUT_ONLY), step_time_fn=step)
     assert np.allclose(given.requests.first_scheduled_s, [0.01 * (k + 1) for k in range(3)], rtol=0, atol=1e-12)
+    # A sampled cost model's factors (--intervals) multiply given costs too: request x 1.5 -> 15 ms per position.
+    sampled = make_deployment("llama-156m", replace(gpu_profile_without_tokenizer("h100-sxm"), host=replace(
+        host, cost_factors=(("request", 1.5), ("output_pass", 3.0)))), ENGINE)
+    given = run_simulation(sampled, _burst(3), SimulationOptions(api_server_costs=INPUT_ONLY), step_time_fn=step)
+    assert np.allclose(given.requests.first_scheduled_s, [0.015 * (k + 1) for k in range(3)], rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize(("costs", "message"), [

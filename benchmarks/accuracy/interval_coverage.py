@@ -42,7 +42,7 @@ from e2e_accuracy import (  # noqa: E402 - the judge's own reading of the rows a
     source_root,
 )
 
-from roofline.judge.checks import RANGE_RATIO, client_workload  # noqa: E402
+from roofline.judge.checks import RANGE_RATIO, client_costs, client_workload  # noqa: E402
 from roofline.judge.rows import RowError, SimCase, Skip, read_silicon_rows, resolve_row  # noqa: E402
 from roofline.sim.intervals import (  # noqa: E402
     DEFAULT_LEVEL_PERCENT,
@@ -92,7 +92,10 @@ def simulate_row(case: SimCase, spec: IntervalSpec) -> dict:
     except KvCacheTooSmall:  # as e2e_accuracy.simulate_case: vLLM would not start with the model's length
         engine = replace(engine, max_model_len=AUTO_FIT_MAX_MODEL_LEN)
     workload = client_workload(row, PROMPTS_PER_CONCURRENCY * n, RANGE_RATIO)
-    options = SimulationOptions(max_concurrency=n, record_steps=False)
+    # as e2e_accuracy.simulate_case: the row's API-server processes and the judge's client (its per-request time on
+    # the rows InferenceX measured)
+    options = SimulationOptions(max_concurrency=n, record_steps=False, api_server_count=case.api_server_count,
+                                api_server_costs=client_costs(row))
     specs = sample_requests(workload)  # the same requests and prompts for every run of the row, made once
     prompts = KeptPrompts.kept(workload, specs, spec_model.vocab_size, spec_model.bos_token_id, spec_model.eos_token_id)
     out: dict = {"row_id": row.row_id, "system": row.system, "model": row.model_path.split("/")[-1],

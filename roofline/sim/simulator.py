@@ -51,7 +51,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -271,9 +271,12 @@ class _Simulation:
                             f"is not modelled; add host: (cpu_model, single_thread_speed_relative) to the profile")
         self.api: list[ApiServer] | None = None
         if host is not None:
-            # Costs given for a fit or a test are reference-host costs; else the host's (its measured ones, if any).
-            costs = options.api_server_costs.scaled(1.0 / host.single_thread_speed_relative) \
-                if options.api_server_costs is not None else ApiServerCosts.for_host(host)
+            # Costs given for a fit, a test or the judge's client are reference-host costs; else the host's (its
+            # measured ones, if any). A sampled cost model's factors (`host.cost_factors`, --intervals) apply to
+            # either.
+            costs = ApiServerCosts.for_host(host) if options.api_server_costs is None else replace(
+                given := options.api_server_costs.scaled(1.0 / host.single_thread_speed_relative),
+                **{f"{name}_s": getattr(given, f"{name}_s") * factor for name, factor in host.cost_factors})
             self.api = [ApiServer(costs, options.api_server_count, options.endpoint) for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
         # client saw each step's tokens (`_SeenTimes`).
