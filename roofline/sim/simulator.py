@@ -274,9 +274,12 @@ class _Simulation:
             # Costs given for a fit, a test or the judge's client are reference-host costs; else the host's (its
             # measured ones, if any). A sampled cost model's factors (`host.cost_factors`, --intervals) apply to
             # either.
-            costs = ApiServerCosts.for_host(host) if options.api_server_costs is None else replace(
-                given := options.api_server_costs.scaled(1.0 / host.single_thread_speed_relative),
-                **{f"{name}_s": getattr(given, f"{name}_s") * factor for name, factor in host.cost_factors})
+            if options.api_server_costs is None:
+                costs = ApiServerCosts.for_host(host)
+            else:
+                given = options.api_server_costs.scaled(1.0 / host.single_thread_speed_relative)
+                costs = replace(given, **{f"{name}_s": getattr(given, f"{name}_s") * factor
+                                          for name, factor in host.cost_factors})
             self.api = [ApiServer(costs, options.api_server_count, options.endpoint) for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
         # client saw each step's tokens (`_SeenTimes`).
