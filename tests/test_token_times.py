@@ -85,6 +85,22 @@ def test_pooled_values_and_statistics_equal_numpys_on_the_gaps(exact_order: bool
         assert by_request.mean() == np.mean(in_rows) and by_request.std() == np.std(in_rows)
 
 
+def test_by_row_is_the_stable_argsort_order() -> None:
+    # Runs of one row in any order (a row's runs apart, as well as together): the elements a stable argsort of the
+    # rows gives, in its order; and the by-request pooled values read it once for the mean and the std.
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 2, 50, 3000):
+        rows = np.repeat(rng.integers(0, max(n // 8, 1), max(n // 4, 1)).astype(np.int32),
+                         rng.integers(1, 8, max(n // 4, 1)))[:n]
+        values = rng.uniform(0, 1, len(rows))
+        expected = values[np.argsort(rows, kind="stable")]
+        got = token_times.by_row(values, rows)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected)
+    segments, times_of, rows_of = _runs()
+    pooled = segments.token_times(len(rows_of)).values(by_request=True)
+    assert pooled.in_order is not None and pooled.in_order() is pooled.in_order()
+
+
 def test_weighted_percentile_is_numpys_on_random_multisets() -> None:
     rng = np.random.default_rng(0)
     for n in (1, 2, 3, 7, 100, 1001):

@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.calibration import plots
 from roofline.calibration.protocol import (
     STEP_KINDS,
     error_stats,
@@ -232,6 +231,8 @@ def _end_to_end_of_repeats(per_repeat: list[dict[str, Any] | None], spread: dict
 
 def write_report(result: Comparison, out_dir: Path) -> list[Path]:
     """steps.csv, summary.json and four PNGs into out_dir; returns the paths written."""
+    from roofline.calibration import plots  # (matplotlib: imported when the plots are drawn)
+
     out_dir.mkdir(parents=True, exist_ok=True)
     table = result.table
     paths = [out_dir / "steps.csv", out_dir / "summary.json"]

@@ -19,7 +19,6 @@ import numpy as np
 from roofline import __version__
 from roofline.cost.hardware import load_profile
 from roofline.errors import UserError
-from roofline.planning import plots as plan_plots
 from roofline.planning.bounds import RATE_MARGIN
 from roofline.planning.layouts import explain
 from roofline.planning.plan import (
@@ -75,6 +74,8 @@ def _saturation_of(plan: Plan, c: ConfigPlan) -> float | None:
 
 def write_figures(plan: Plan, out_dir: Path) -> list[tuple[str, str]]:
     """The plots; returns (file name, caption) in report order."""
+    from roofline.planning import plots as plan_plots  # (matplotlib: imported when figures are drawn)
+
     figures: list[tuple[str, str]] = []
     best = plan.best
     bars = []
