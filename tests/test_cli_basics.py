@@ -132,3 +132,28 @@ def test_simulate_imports_no_other_commands_modules() -> None:
             "assert not loaded, loaded")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_top_level_help_is_the_whole_parsers_without_importing_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    # A command line naming no subcommand builds the outline (`roofline.commands.HELP`): the same help and the same
+    # refusal of a misspelt command as the whole parser, and no command's modules (numpy, pandas) imported.
+    from roofline.cli import build_parser, outline_parser
+
+    whole, outline = build_parser(), outline_parser()
+    assert outline.format_help() == whole.format_help()
+    for argv in (["nope"], ["--bogus"]):
+        refusals = []
+        for parser in (whole, outline):
+            with pytest.raises(SystemExit) as exited:
+                parser.parse_args(argv)
+            refusals.append((exited.value.code, capsys.readouterr().err))
+        assert refusals[0] == refusals[1] and refusals[0][0] == 2 and "error:" in refusals[0][1]
+    code = ("import sys, contextlib, io; from roofline.cli import main; out = io.StringIO(); "
+            "with_help = contextlib.redirect_stdout(out)\n"
+            "with with_help:\n"
+            "    try:\n        main(['--help'])\n    except SystemExit as exc:\n        assert exc.code == 0\n"
+            "assert 'simulate' in out.getvalue() and 'predict-ops' in out.getvalue()\n"
+            "loaded = [m for m in sys.modules if m.startswith('roofline.commands.') or m in ('numpy', 'pandas')]\n"
+            "assert not loaded, loaded")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

@@ -63,6 +63,7 @@ from roofline.calibration.calibrate import (
 )
 from roofline.calibration.op_tables import load_op_tables
 from roofline.calibration.protocol import load_traces
+from roofline.commands import HELP
 from roofline.cost.hardware import load_profile
 from roofline.errors import UserError
 from roofline.jsonable import jsonable
@@ -72,7 +73,7 @@ from roofline.registry import resolve
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "calibrate", help="fit a hardware profile on step traces or operator tables; write a calibrated profile",
+        "calibrate", help=HELP["calibrate"],
         description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hardware", help="hardware profile id or path to start from (not with --family)")
     parser.add_argument("--out", type=Path, metavar="CALIBRATED.yaml",

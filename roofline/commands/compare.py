@@ -40,6 +40,7 @@ from roofline.calibration.vllm_bench import (
     read_vllm_result,
     replay_from_result,
 )
+from roofline.commands import HELP
 from roofline.cost.hardware import load_profile
 from roofline.cost.kv_capacity import parse_vllm_version
 from roofline.engine_args import (
@@ -66,7 +67,7 @@ _TRACE_FLAGS = ("out", "repeat_trace")
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "compare", help="compare a measured step trace, or a vllm bench serve result, with the prediction",
+        "compare", help=HELP["compare"],
         description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", type=Path, default=None, metavar="DIR",
                         help="step-trace directory (steps.parquet, run.json, requests.csv), or a repeat set of them")

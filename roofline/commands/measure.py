@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.core.trace import RunMetadata
 from roofline.calibration.protocol import format_noise_floor, is_repeat_set, prepare_repeat_set, record_repeat
+from roofline.commands import HELP
 from roofline.engine_args import add_engine_args, engine_args_from
 from roofline.errors import UserError
 from roofline.paths import prepare_output_dir
@@ -36,7 +37,7 @@ DEFAULT_MODEL = "llama-156m"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "measure", help="run a workload on the real paged-KV engine and record its step trace (needs torch)",
+        "measure", help=HELP["measure"],
         description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help=f"model id, config.json or HF model directory (default: {DEFAULT_MODEL})")

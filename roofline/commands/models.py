@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from engine.core.model_spec import ModelSpec, format_params
+from roofline.commands import HELP
 from roofline.commands.profiles import format_table
 from roofline.cost.quant import QuantConfig, resolve_for_model
 from roofline.registry import data_dir, list_ids, load_model, preset_hf_ids
@@ -28,7 +29,7 @@ _UNFITTED_LINEAR = {"awq": "AWQ int4 (Marlin)", "gptq": "GPTQ int4 (Machete on H
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("models", help="list the shipped model presets",
+    parser = subparsers.add_parser("models", help=HELP["models"],
                                    description="List the shipped model presets (HF config.json files) with their "
                                    "architecture, parameters, KV bytes per token, quantization and whether its "
                                    "kernels are fitted on operator tables.")

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from roofline.commands import HELP
 from roofline.cost.hardware import load_profile
 from roofline.cost.quant import KV_CACHE_DTYPE_CHOICES, QUANTIZATION_CHOICES
 from roofline.engine_args import EngineArgs, add_engine_args, derived_max_model_len, engine_args_from
@@ -48,7 +49,7 @@ from roofline.vllm_flags import add_vllm_serve_flags, canonical_kv_cache_dtype, 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "plan", help="capacity plan: GPUs, configuration and cost for a traffic and SLOs",
+        "plan", help=HELP["plan"],
         description="For each hardware, tensor-parallel size, quantization, KV-cache dtype, max_num_batched_tokens "
         "and max_num_seqs: whether it fits (checked without simulating; if not, why and what would make it fit), "
         "the highest request rate one replica sustains within the SLOs (found by simulation), the replicas, GPUs "

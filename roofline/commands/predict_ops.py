@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from roofline.commands import HELP
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.single_ops import OP_DTYPES, OPTIONAL_OP_COLUMNS, SINGLE_OP_COLUMNS, predict_single_ops
 from roofline.errors import UserError
@@ -35,7 +36,7 @@ _POSITIVE_INTS = {"m", "n", "k", "batch_size", "seq_len", "num_heads", "num_kv_h
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("predict-ops", help="predict single operators (GEMM, attention, all-reduce, MoE)",
+    parser = subparsers.add_parser("predict-ops", help=HELP["predict_ops"],
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hardware", required=True, help="hardware profile id or path")
     parser.add_argument("--input", required=True, type=Path, help="CSV of operators (see above)")

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from roofline.commands import HELP
 from roofline.cost.hardware import parse_profile
 from roofline.cost.profile_yaml import dump_profile, profile_yaml
 from roofline.errors import UserError
@@ -42,7 +43,7 @@ _MIB = 2**20
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "profile-device", help="microbenchmark this machine's CPU or GPU into a hardware profile",
+        "profile-device", help=HELP["profile_device"],
         description="Measure GEMM throughput per dtype, memory read/copy bandwidth and per-op launch overhead "
         "of the local device and write a hardware profile YAML (printed without --out). Needs torch.")
     parser.add_argument("--out", metavar="FILE", help="write the profile here instead of printing it")

@@ -14,13 +14,14 @@ import argparse
 import json
 from typing import Any
 
+from roofline.commands import HELP
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.params import EFFICIENCY_PARAMS, stage_fields
 from roofline.registry import list_ids
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("profiles", help="list the shipped hardware profiles",
+    parser = subparsers.add_parser("profiles", help=HELP["profiles"],
                                    description="List the shipped hardware profiles with their key numbers.")
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     parser.set_defaults(run=run)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.model_spec import ModelSpec
+from roofline.commands import HELP
 from roofline.cost.kernels import kernel_family
 from roofline.cost.kernels.gemm_weight_only import kernel_label
 from roofline.engine_args import add_engine_args, check_quantization_flag, engine_args_from
@@ -92,7 +93,7 @@ _BENCH_ONLY_FLAGS = ("dataset_path", "tokenizer", "random_input_len", "random_ou
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "simulate", help="simulate serving a workload (latency, throughput, goodput, KV usage)",
+        "simulate", help=HELP["simulate"],
         description="Discrete-event simulation of a vLLM-style deployment: the engine's own scheduler, steps "
                     "charged the time the cost model predicts on the hardware profile.")
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"model id or path (default: {DEFAULT_MODEL})")

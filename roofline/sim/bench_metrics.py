@@ -45,7 +45,7 @@ from engine.core import metrics
 from roofline.cost.hardware import HardwareProfile
 from roofline.errors import UserError
 from roofline.sim.metrics import InterTokenLatencies, meets_slos, rate_per_s
-from roofline.sim.token_times import TokenTimes, WeightedValues
+from roofline.sim.token_times import TokenTimes, WeightedValues, by_row
 
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
 DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")  # vLLM's default for generative models
@@ -201,8 +201,8 @@ def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes,
         "total_token_throughput": (total_input + total_output) / duration,
     }
     if detailed:
-        order = np.argsort(itl.request_index, kind="stable")
-        rows, gaps = itl.request_index[order], itl.gap_s[order]
+        index = itl.request_index  # (the gaps by request row, as a stable argsort of the rows orders them)
+        rows, gaps = by_row(index, index), by_row(itl.gap_s, index)
         bounds = np.searchsorted(rows, np.arange(completed + 1))
         result.update(input_lens=[int(v) for v in client_input_lens], output_lens=output_lens.tolist(),
                       ttfts=ttft.tolist(), itls=[gaps[bounds[i]:bounds[i + 1]].tolist() for i in range(completed)])
