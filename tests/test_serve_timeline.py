@@ -96,3 +96,39 @@ def test_phased_api_server_takes_input_work_round_robin_behind_output_work() -> 
     assert server.stream_outputs(0.035, 0, 1) == pytest.approx(0.04)
     assert [server.reach_s(0.035, 0, t) for t in range(3)] == pytest.approx([0.045, 0.055, 0.065])
     assert server.reach_s(0.07, 0, 2) == pytest.approx(0.065)
+
+
+def test_burst_stages_joins_every_stage_by_the_clients_request_id(tmp_path: Path) -> None:
+    """benchmarks/ground_truth/burst_stages.py: two requests of one run (client ids bench-ab-0 and bench-ab-1, sent
+    at 5.000 and 5.002 s); the second reaches the server first. Each stage by id (the x-request-id header on asgi /
+    handler, the server's ids with a suffix on add / ec_in / ec_add), relative to the first send; the connection
+    accepted before the run's window (t0 - 1 s) is left out; blocks of 100 positions give medians in ms."""
+    import json
+
+    import burst_stages
+
+    log = [
+        ["conn", 3.5], ["conn", 5.010], ["conn", 5.011],
+        ["asgi", "bench-ab-1", 5.020], ["asgi", "bench-ab-0", 5.030],
+        ["handler", "bench-ab-1", 5.021], ["handler", "bench-ab-0", 5.031],
+        ["add", "cmpl-bench-ab-1-0-x9", 5.025], ["add", "cmpl-bench-ab-0-0-x8", 5.040],
+        ["ec_in", "cmpl-bench-ab-1-0-x9", 5.0255, 5.026], ["ec_in", "cmpl-bench-ab-0-0-x8", 5.0405, 5.041],
+        ["ec_add", "cmpl-bench-ab-1-0-x9", 5.030, 5.0305], ["ec_add", "cmpl-bench-ab-0-0-x8", 5.050, 5.0502],
+        ["ec_sched", 5.0306, 5.031, 1, 1, 0], ["ec_step", 5.0306, 5.060],
+        # req: id, arrival, queued, scheduled, first token, seen by the output handler, last, finished
+        ["req", "cmpl-bench-ab-1-0", 5.022, 5.0305, 5.031, 5.060, 5.070, 5.3, 5.3],
+        ["req", "cmpl-bench-ab-0-0", 5.032, 5.0502, 5.061, 5.090, 5.095, 5.4, 5.4],
+    ]
+    (tmp_path / "timeline-a1.log").write_text("".join(json.dumps(e) + "\n" for e in log))
+    result = {"start_times": [5.000, 5.002], "ttfts": [0.100, 0.080], "duration": 0.5}
+    (tmp_path / "burst1000-completions-a1-r0.json").write_text(json.dumps(result))
+    run = burst_stages.extract(tmp_path)["runs"]["burst1000-completions-a1-r0"]
+    assert run["columns"] == list(burst_stages.STAGES)
+    assert run["rows"][0] == pytest.approx([0.0, 0.030, 0.031, 0.032, 0.040, 0.041, 0.0502, 0.061, 0.090, 0.095,
+                                            0.100])
+    assert run["rows"][1] == pytest.approx([0.002, 0.020, 0.021, 0.022, 0.025, 0.026, 0.0305, 0.031, 0.060, 0.070,
+                                            0.082])
+    assert run["conn"] == pytest.approx([0.010, 0.011])
+    assert burst_stages.engine_summary(run)["new_scheduled_before_last_queued"] == 1
+    block = burst_stages.blocks(run["rows"], run["columns"])[0]
+    assert block["positions"] == "0-1" and block["scheduled"] == 46.0 and block["client"] == 91.0

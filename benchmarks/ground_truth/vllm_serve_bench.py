@@ -171,8 +171,11 @@ def thread_cpu_s(leader: int, client: int | None = None) -> dict[str, float]:
 def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib), "VLLM_CPU_OMP_THREADS_BIND": args.engine_cores}
     if args.timeline:
+        here = Path(__file__).resolve().parent
+        # timeline_site/sitecustomize.py: the engine-core process's timestamps (vLLM spawns it: a fresh interpreter).
         env.update(VLLM_SERVE_TIMELINE=str(args.work_dir / f"timeline-a{api_server_count}.log"),
-                   VLLM_SERVE_TIMELINE_DIR=str(Path(__file__).resolve().parent))
+                   VLLM_SERVE_TIMELINE_DIR=str(here),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(here / "timeline_site"), env.get("PYTHONPATH")])))
     command = ["taskset", "-c", args.api_cores, *vllm_command(args, "serve", str(args.model_dir), "--port",
                                                               str(args.port), *SERVER_FLAGS, "--dtype", args.dtype,
                                                               "--api-server-count", str(api_server_count))]

@@ -8,7 +8,19 @@
   request's end, vLLM's own `RequestStateStats` (`vllm/v1/metrics/stats.py`): the API server's arrival stamp (taken
   when rendering starts), the engine core's QUEUED and SCHEDULED events and first token (`EngineCoreOutputs.timestamp`:
   the step's outputs made), the output handler's iteration stamp of the first token, the last token's;
-- ["pass", start, end, outputs]: each `OutputProcessor.process_outputs` call.
+- ["pass", start, end, outputs]: each `OutputProcessor.process_outputs` call;
+- ["conn", t]: each HTTP connection uvicorn's protocol accepts (`connection_made`);
+- ["asgi", x-request-id, t]: the request's ASGI task starts (`Starlette.__call__`: uvicorn has parsed its headers);
+- ["handler", x-request-id, t]: the endpoint's serving method starts (`OpenAIServingCompletion.create_completion`,
+  `OpenAIServingChat.create_chat_completion`: FastAPI has read and validated the body).
+In the engine-core process (`install_engine_core`, by `timeline_site/sitecustomize.py` when vLLM spawns it):
+- ["ec_in", request id, start, end]: `EngineCoreProc.preprocess_add_request` in the input socket thread (the decoded
+  request made a `Request`: block hashes, validation), before it is queued for the busy loop;
+- ["ec_add", request id, start, end]: `EngineCore.add_request` in the busy loop (the scheduler's QUEUED);
+- ["ec_inq", start, end]: each `EngineCoreProc._process_input_queue` (the busy loop draining its input queue);
+- ["ec_sched", start, end, new, running, waiting]: each `Scheduler.schedule` (new requests scheduled, then the
+  running and waiting queues' lengths);
+- ["ec_step", start, end]: each `EngineCore.step` / `step_with_batch_queue` (schedule, execute, update).
 `timeline(...)` joins them with the client's send times and TTFTs (`vllm bench serve --save-detailed`) into where each
 request's TTFT went. Nothing else of vLLM changes.
 """
@@ -58,6 +70,104 @@ def install(path: str) -> None:
     stats.IterationStats.update_from_finished_request = update_from_finished_request  # type: ignore[method-assign]
     core_client.AsyncMPClient.add_request_async = add_request_async  # type: ignore[method-assign]
     output_processor.OutputProcessor.process_outputs = process_outputs  # type: ignore[method-assign]
+
+    import starlette.applications as applications
+
+    call = applications.Starlette.__call__
+
+    async def starlette_call(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and str(scope.get("path", "")).startswith("/v1/"):
+            rid = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode()
+            log.write(json.dumps(["asgi", rid, time.monotonic()]) + "\n")
+        await call(self, scope, receive, send)
+
+    applications.Starlette.__call__ = starlette_call  # type: ignore[method-assign]
+
+    import importlib
+
+    for module_name in ("httptools_impl", "h11_impl"):
+        try:
+            module = importlib.import_module(f"uvicorn.protocols.http.{module_name}")
+        except ImportError:
+            continue
+        for cls in vars(module).values():
+            if isinstance(cls, type) and "connection_made" in vars(cls) and cls.__module__ == module.__name__:
+                made = cls.connection_made
+
+                def connection_made(self: Any, *args: Any, _made: Any = made, **kwargs: Any) -> Any:
+                    log.write(json.dumps(["conn", time.monotonic()]) + "\n")
+                    return _made(self, *args, **kwargs)
+
+                cls.connection_made = connection_made  # type: ignore[attr-defined]
+
+    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+
+    for cls, method in ((OpenAIServingCompletion, "create_completion"), (OpenAIServingChat, "create_chat_completion")):
+        original = getattr(cls, method)
+
+        async def handler(self: Any, request: Any, raw_request: Any = None, *args: Any, _original: Any = original,
+                          **kwargs: Any) -> Any:
+            rid = raw_request.headers.get("x-request-id", "") if raw_request is not None else ""
+            log.write(json.dumps(["handler", rid, time.monotonic()]) + "\n")
+            return await _original(self, request, raw_request, *args, **kwargs)
+
+        setattr(cls, method, handler)
+
+
+def install_engine_core(path: str, core: Any) -> None:
+    """The engine-core process's events (module docstring); `core`: the module `vllm.v1.engine.core`, just imported."""
+    from vllm.v1.core.sched import scheduler as sched
+
+    log = open(path, "a", buffering=1)
+
+    preprocess = core.EngineCoreProc.preprocess_add_request
+
+    def preprocess_add_request(self: Any, request: Any) -> Any:
+        start = time.monotonic()
+        result = preprocess(self, request)
+        log.write(json.dumps(["ec_in", request.request_id, start, time.monotonic()]) + "\n")
+        return result
+
+    add = core.EngineCore.add_request
+
+    def add_request(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        result = add(self, request, *args, **kwargs)
+        log.write(json.dumps(["ec_add", request.request_id, start, time.monotonic()]) + "\n")
+        return result
+
+    drain = core.EngineCoreProc._process_input_queue
+
+    def process_input_queue(self: Any) -> Any:
+        start = time.monotonic()
+        result = drain(self)
+        log.write(json.dumps(["ec_inq", start, time.monotonic()]) + "\n")
+        return result
+
+    schedule = sched.Scheduler.schedule
+
+    def schedule_logged(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        out = schedule(self, *args, **kwargs)
+        log.write(json.dumps(["ec_sched", start, time.monotonic(), len(out.scheduled_new_reqs), len(self.running),
+                              len(self.waiting)]) + "\n")
+        return out
+
+    def timed(original: Any) -> Any:
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            start = time.monotonic()
+            result = original(self, *args, **kwargs)
+            log.write(json.dumps(["ec_step", start, time.monotonic()]) + "\n")
+            return result
+        return step
+
+    core.EngineCoreProc.preprocess_add_request = preprocess_add_request
+    core.EngineCore.add_request = add_request
+    core.EngineCoreProc._process_input_queue = process_input_queue
+    core.EngineCore.step = timed(core.EngineCore.step)
+    core.EngineCore.step_with_batch_queue = timed(core.EngineCore.step_with_batch_queue)
+    sched.Scheduler.schedule = schedule_logged
 
 
 PARTS = ("client_to_arrival", "arrival_to_engine", "engine_to_queued", "queued_to_scheduled", "prefill_step",

@@ -1,0 +1,33 @@
+"""For `vllm_serve_bench.py --timeline` only (its server's PYTHONPATH starts with this folder): in every process of
+the server, once `vllm.v1.engine.core` is imported, install `vllm_timeline.install_engine_core`'s timestamps (vLLM
+spawns the engine-core process, so the API server's own patches do not reach it). Nothing else changes."""
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+_MODULE = "vllm.v1.engine.core"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
+        if name != _MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_install(module):  # type: ignore[no-untyped-def]
+            exec_module(module)
+            sys.path.insert(0, os.environ["VLLM_SERVE_TIMELINE_DIR"])
+            __import__("vllm_timeline").install_engine_core(os.environ["VLLM_SERVE_TIMELINE"], module)
+
+        spec.loader.exec_module = exec_and_install  # type: ignore[method-assign]
+        return spec
+
+
+if os.environ.get("VLLM_SERVE_TIMELINE") and os.environ.get("VLLM_SERVE_TIMELINE_DIR"):
+    sys.meta_path.insert(0, _AfterImport())
