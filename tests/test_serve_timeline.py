@@ -132,3 +132,21 @@ def test_burst_stages_joins_every_stage_by_the_clients_request_id(tmp_path: Path
     assert burst_stages.engine_summary(run)["new_scheduled_before_last_queued"] == 1
     block = burst_stages.blocks(run["rows"], run["columns"])[0]
     assert block["positions"] == "0-1" and block["scheduled"] == 46.0 and block["client"] == 91.0
+
+
+def test_phased_api_server_with_the_output_pass_in_the_round() -> None:
+    """api_server_phases.py with `output_in_round`: the same three requests (20 ms of input work in two phases of 10 ms,
+    at t = 0); the output pass of 5 ms taken at 35 ms goes to the back of the round, behind the second phases of all
+    three (done at 40, 50, 60 ms): it ends at 65 ms and delays none of them."""
+    from api_server_phases import PhasedApiServer
+
+    from roofline.sim.api_server import ApiServerCosts
+
+    costs = ApiServerCosts(request_s=0.02, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.005,
+                           output_token_s=0.0, latency_s=0.0)
+    server = PhasedApiServer(costs, 1, "completions", phases=(0.5, 0.5), reach_phase=2, output_in_round=True)
+    for _ in range(3):
+        server.take_request(0.0, 0)
+    assert server.stream_outputs(0.035, 0, 1) == pytest.approx(0.065)
+    assert [server.reach_s(0.035, 0, t) for t in range(3)] == pytest.approx([0.04, 0.05, 0.06])
+    assert server.stream_outputs(0.07, 0, 1) == pytest.approx(0.075)  # the loop is idle again: at once

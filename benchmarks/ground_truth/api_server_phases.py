@@ -16,7 +16,11 @@ stamp 3.75-4.00 ms, arrival stamp to the hand-off 3.44-4.29 ms (medians), togeth
 fit charges (11.2 ms completions, 12.1 ms chat, client included), the rest after the hand-off.
 (docs/benchmark-history/2026-11-29f-serve.md.)
 
-Output work keeps its priority over the input work (preemptive, as in roofline.sim.api_server). The costs are the
+Output work keeps its priority over the input work (preemptive, as in roofline.sim.api_server), or with
+`output_in_round` (`vllm_serve_sim.py --output-in-round`) takes its turn as one more member of the round: the output
+handler (`vllm/v1/engine/async_llm.py` `AsyncLLM._run_output_handler`) is one task of the same loop, so a step's output
+pass queues behind one slice of every request being taken in (measured in 1,000-prompt bursts: its first outputs
+wait 233-459 ms (p90-max) during the intake; docs/benchmark-history/2026-11-30c-serve3.md). The costs are the
 simulator's (`ApiServerCosts`); only the queueing differs.
 """
 
@@ -33,13 +37,13 @@ class PhasedApiServer(ApiServer):
     """`ApiServer` with the input work in phases taken round robin (module docstring); same interface."""
 
     def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions", *,
-                 phases: tuple[float, ...], reach_phase: int) -> None:
+                 phases: tuple[float, ...], reach_phase: int, output_in_round: bool = False) -> None:
         super().__init__(costs, num_processes, endpoint)
         if not phases or any(f < 0 for f in phases) or abs(sum(phases) - 1.0) > 1e-9:
             raise SystemExit(f"--input-phases: fractions >= 0 summing to 1, got {phases}")
         if not 1 <= reach_phase <= len(phases):
             raise SystemExit(f"--reach-phase: 1 to {len(phases)}, got {reach_phase}")
-        self.loops = [_Loop(phases, reach_phase) for _ in range(num_processes)]
+        self.loops = [_Loop(phases, reach_phase, output_in_round) for _ in range(num_processes)]
 
     def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, int, float]:
         process = self.num_taken % self.num_processes
@@ -72,8 +76,9 @@ class _Loop:
     work left in the phase, the request's input work]: the head runs whenever no output pass does, and a request
     whose phase ends goes to the back for its next one (`phases`)."""
 
-    def __init__(self, phases: tuple[float, ...], reach_phase: int) -> None:
-        self.phases, self.reach_phase = phases, reach_phase
+    def __init__(self, phases: tuple[float, ...], reach_phase: int, output_in_round: bool = False) -> None:
+        self.phases, self.reach_phase, self.output_in_round = phases, reach_phase, output_in_round
+        self.num_outputs = 0  # output passes taken in the round: tickets -1, -2, ...
         self.now_s = 0.0
         self.busy: collections.deque[tuple[float, float]] = collections.deque()
         self.queue: collections.deque[list[Any]] = collections.deque()
@@ -84,6 +89,11 @@ class _Loop:
 
     def add_output(self, now_s: float, work_s: float) -> float:
         """An output pass taken at `now_s` (after `advance(now_s)`): when it ends."""
+        if self.output_in_round:  # at the back of the round: after one slice of each request ahead (exact: FIFO)
+            self.num_outputs += 1
+            ticket = -self.num_outputs
+            self.queue.append([ticket, 0, work_s, work_s])
+            return self.projected_end(ticket)
         start = max(now_s, self.busy[-1][1]) if self.busy else now_s
         self.busy.append((start, start + work_s))
         return start + work_s
@@ -124,6 +134,11 @@ def _run(now_s: float, to_s: float, queue: collections.deque[list[Any]], busy: c
             continue
         t += head[2]
         queue.popleft()
+        if head[0] < 0:  # an output pass in the round: one slice, done
+            if head[0] == stop:
+                finished_s[stop] = t
+                return t
+            continue
         head[1] += 1
         if head[1] == reach_phase:
             finished_s[head[0]] = t

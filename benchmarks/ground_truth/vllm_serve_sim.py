@@ -425,6 +425,9 @@ def main() -> int:
                              "served")
     parser.add_argument("--reach-phase", type=int, default=None, metavar="K",
                         help="with --input-phases: the request reaches the engine core after K phases (default: all)")
+    parser.add_argument("--output-in-round", action="store_true",
+                        help="with --input-phases: each output pass takes its turn in the round (the output handler "
+                             "as one more task of the loop) instead of preempting the input work")
     args = parser.parse_args()
     if args.input_phases is not None:
         import functools
@@ -438,9 +441,10 @@ def main() -> int:
         except ValueError:
             parser.error(f"--input-phases: comma-separated fractions, got {args.input_phases!r}")
         simulator.ApiServer = functools.partial(  # type: ignore[misc]
-            PhasedApiServer, phases=phases, reach_phase=args.reach_phase or len(phases))
-    elif args.reach_phase is not None:
-        parser.error("--reach-phase: only with --input-phases")
+            PhasedApiServer, phases=phases, reach_phase=args.reach_phase or len(phases),
+            output_in_round=args.output_in_round)
+    elif args.reach_phase is not None or args.output_in_round:
+        parser.error("--reach-phase, --output-in-round: only with --input-phases")
     if args.report:
         print(report(json.loads(args.report[0].read_text()), json.loads(args.report[1].read_text())))
         return 0
