@@ -240,8 +240,21 @@ def main() -> int:
     parser.add_argument("--api-costs", type=Path, help="vllm_serve_sim.py's output whose fitted API-server costs "
                         "(`costs`) replace the profile's (a host whose profile does not state them)")
     parser.add_argument("--simulated", type=Path, help="print against this --runs output")
+    parser.add_argument("--input-phases", default=None, metavar="F1,F2,...",
+                        help="simulate with api_server_phases.py's round-robin intake (as vllm_serve_sim.py)")
+    parser.add_argument("--output-in-round", action="store_true", help="with --input-phases: as vllm_serve_sim.py")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.input_phases:
+        import functools
+
+        from api_server_phases import PhasedApiServer
+
+        import roofline.sim.simulator as simulator
+
+        phases = tuple(float(f) for f in args.input_phases.split(","))
+        simulator.ApiServer = functools.partial(  # type: ignore[misc]
+            PhasedApiServer, phases=phases, reach_phase=len(phases), output_in_round=args.output_in_round)
     if args.work_dir:
         data = extract(args.work_dir)
         if args.out:
