@@ -84,3 +84,18 @@ def test_sharegpt_is_simulated_at_the_printed_mean_lengths_and_short_outputs_at_
     assert bench.simulated_lengths(random) == (4000, 200, "random, as stated")  # 0.2 % short: as stated
     random["measured"]["total_output_tokens"] = 67205  # gpt-oss: EOS ended a third of the output early
     assert bench.simulated_lengths(random) == (4000, 134, "random; output: printed mean")
+
+
+def test_a_case_runs_through_roofline_compare_and_a_refused_one_keeps_the_reason(tmp_path: Path) -> None:
+    cases = {case["id"]: case for case in bench.load_cases(CASES)}
+    row = bench.simulate_case(cases["kvcached-qwen3-0.6b-h100-random512-rate16-seed42"], tmp_path)
+    assert row["shape"] == "rate-limited" and row["lengths"] == "random, as stated"
+    for metric in bench.SCORED:
+        scored = row["metrics"][metric]
+        assert scored["measured"] == cases[row["id"]]["measured"][metric]
+        assert scored["predicted"] > 0 and scored["rel_err"] == pytest.approx(
+            scored["predicted"] / scored["measured"] - 1)
+    refused = bench.simulate_case(cases["gpustack-qwen3-235b-a22b-fp8-a100-tp4-random2k-burst"], tmp_path)
+    assert "metrics" not in refused and "fp8" in refused["not_simulated"]
+    summary = bench.summarize([row, refused])
+    assert summary["rate-limited"]["mean_ttft_ms"]["n"] == 1 and summary["burst"]["mean_ttft_ms"]["n"] == 0
