@@ -64,6 +64,8 @@ def test_a_case_on_a_gpu_without_a_profile_is_one_line_and_exit_2(tmp_path: Path
     (lambda c: c["measured"].update(mean_ttft_ms="fast"), "measured.mean_ttft_ms"),
     (lambda c: c["load"].update(request_rate=-1), "load.request_rate"),
     (lambda c: c["load"].update(warmups=3), "'warmups'"),
+    (lambda c: c["deployment"].update(num_replicas=2), "deployment.gpu_count"),
+    (lambda c: c["deployment"].update(router="random"), "deployment.router"),
 ])
 def test_each_bad_field_is_named(tmp_path: Path, edit, field: str) -> None:
     case = _one_case()

@@ -50,6 +50,7 @@ from roofline.calibration.vllm_bench import FIRST_V1_VERSION  # noqa: E402
 from roofline.cost.hardware import load_profile  # noqa: E402
 from roofline.errors import UserError  # noqa: E402
 from roofline.registry import list_ids  # noqa: E402
+from roofline.sim.simulator import ROUTERS  # noqa: E402
 from roofline.yaml_file import read_yaml  # noqa: E402
 
 DEFAULT_CASES = ROOT / "benchmarks" / "data" / "public_vllm_bench_cases.yaml"
@@ -65,7 +66,8 @@ REQUIRED_MEASURED = ("completed", "duration") + SCORED
 SECTIONS = {"id", "source", "deployment", "load", "measured", "unknowns"}
 SOURCE_KEYS = {"url", "title", "date"}
 DEPLOYMENT_KEYS = {"model", "model_hf_id", "hardware", "gpu_count", "gpu_stated", "serve_command", "serve_args",
-                   "vllm_version", "vllm_version_note"}
+                   "vllm_version", "vllm_version_note", "num_replicas", "router"}
+DEPLOYMENT_REQUIRED = DEPLOYMENT_KEYS - {"num_replicas", "router"}
 LOAD_KEYS = {"backend", "dataset", "random_input_len", "random_output_len", "num_prompts", "request_rate",
              "burstiness", "max_concurrency", "seed"}
 SHORT_OUTPUT = 0.98  # printed total below this share of num_prompts x output length: EOS ended outputs early
@@ -123,7 +125,7 @@ def _check_source(source: Any, where: str) -> None:
 
 
 def _check_deployment(deployment: Any, where: str, models: set[str], profiles: set[str]) -> None:
-    _keys(deployment, DEPLOYMENT_KEYS, f"{where}: deployment")
+    _keys(deployment, DEPLOYMENT_KEYS, f"{where}: deployment", required=DEPLOYMENT_REQUIRED)
     if deployment["model"] not in models:
         raise UserError(f"{where}: deployment.model: {deployment['model']!r} is not a shipped model preset "
                         f"(roofline models)")
@@ -138,9 +140,15 @@ def _check_deployment(deployment: Any, where: str, models: set[str], profiles: s
         raise UserError(f"{where}: deployment.gpu_count: a positive integer, got {gpus!r}")
     if not isinstance(deployment["serve_args"], str):
         raise UserError(f"{where}: deployment.serve_args: a string of vllm serve flags ('' for none)")
+    replicas = deployment.get("num_replicas", 1)
+    if not _positive_int(replicas):
+        raise UserError(f"{where}: deployment.num_replicas: a positive integer (vLLM servers behind one router)")
+    if deployment.get("router", "round_robin") not in ROUTERS:
+        raise UserError(f"{where}: deployment.router: {deployment['router']!r}; allowed: {', '.join(ROUTERS)}")
     parallel = _parallel_sizes(deployment["serve_args"])
-    if parallel != gpus:
-        raise UserError(f"{where}: deployment.gpu_count: {gpus} GPUs, but serve_args run TP x PP x DP = {parallel}")
+    if parallel * replicas != gpus:
+        raise UserError(f"{where}: deployment.gpu_count: {gpus} GPUs, but num_replicas x TP x PP x DP = "
+                        f"{replicas} x {parallel}")
     for key in ("model_hf_id", "gpu_stated", "serve_command", "vllm_version_note"):
         if not isinstance(deployment[key], str) or not deployment[key].strip():
             raise UserError(f"{where}: deployment.{key}: a non-empty string")
@@ -263,6 +271,8 @@ def simulate_case(case: dict[str, Any], workdir: Path) -> dict[str, Any]:
             "--json"]
     if "seed" in load:
         argv += ["--seed", str(load["seed"])]
+    argv += ["--num-replicas", str(deployment.get("num_replicas", 1)), "--router",
+             deployment.get("router", "round_robin")]
     argv += shlex.split(deployment["serve_args"])
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
