@@ -15,8 +15,9 @@ cost terms likewise (one factor per term, `host.cost_factors`), the host's singl
 host terms (step, per-sequence, launch and gap times; `with_host_time`), and the served run-to-run noise as a factor
 on the sample's TTFT and TPOT figures (`apply_noise`). The central value is the run with the cost model as fitted
 (the numbers the plain run prints); the interval is the samples' (100 - level) / 2 and (100 + level) / 2 percentiles
-(numpy linear). Not sampled (`not_sampled`): elementwise kernels and sampling, and whatever the profile does not
-state.
+(numpy linear). Not sampled (`not_sampled`, printed and saved with every result): elementwise kernels and sampling,
+the served prefill steps' time beyond their kernels' (profiles sampled from operator tables), and whatever the profile
+does not state.
 
 The samples run on `num_workers` forked processes (`SampleRuns`; they inherit the parent's imports, model, requests,
 prompts and caches, so a sample costs one simulation), started before the central run so that it runs beside them,
@@ -231,7 +232,12 @@ def apply_noise(metrics: dict[str, float | None], factors: dict[str, float]) -> 
 def not_sampled(hw: HardwareProfile) -> list[str]:
     """What `--intervals` leaves at its fitted value for `hw`."""
     host = hw.host
-    out = [] if hw.uncertainty is not None else ["operator times (the profile states no operator uncertainty)"]
+    out = ["operator times (the profile states no operator uncertainty)"] if hw.uncertainty is None else [
+        # The operator tables time kernels alone; the prefill steps as vLLM serves them run longer, by a share that
+        # differs by model and GPU and that no table holds (measured end to end, not sampled: BENCHMARKS.md,
+        # "Prediction intervals", its missing error source).
+        "the served prefill steps' time beyond their kernels' (end to end, measured TTFT is mostly above these "
+        "intervals: BENCHMARKS.md, Prediction intervals)"]
     if host is None or host.time_uncertainty is None:
         out.append("the host: its speed, executor step and launch times")
     if host is not None:
