@@ -150,3 +150,32 @@ def test_phased_api_server_with_the_output_pass_in_the_round() -> None:
     assert server.stream_outputs(0.035, 0, 1) == pytest.approx(0.065)
     assert [server.reach_s(0.035, 0, t) for t in range(3)] == pytest.approx([0.04, 0.05, 0.06])
     assert server.stream_outputs(0.07, 0, 1) == pytest.approx(0.075)  # the loop is idle again: at once
+
+
+def test_event_loop_api_server_runs_the_ready_queue_in_rounds() -> None:
+    """api_server_phases.py EventLoopApiServer (an experiment): three requests of 20 ms input work in two phases of
+    10 ms sent at t = 0, their connections arriving at 5, 10, 15 ms (one per 5 ms). Poll at 5 ms: r0's first phase
+    (5-15); poll at 15: r0's second phase, then r1's and r2's first (15-25-35-45: r0 reaches the engine at 25); an
+    output pass of 5 ms arriving at 30 ms joins at the poll of 45, behind r1's and r2's second phases (done at 55 and
+    65): it ends at 70. A pass of 200 outputs (two chunks of 128 + 72 at 0.1 ms each, the pass's 5 ms in the first)
+    arriving at 80 ms with a request sent then (its connection at 85): the second chunk, queued by the first (its
+    `asyncio.sleep(0)`), runs before the new connection polled with it (97.8-105), then the request's phases
+    (105-125)."""
+    from api_server_phases import EventLoopApiServer
+
+    from roofline.sim.api_server import ApiServerCosts
+
+    costs = ApiServerCosts(request_s=0.02, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.005,
+                           output_token_s=0.0, latency_s=0.0)
+    server = EventLoopApiServer(costs, 1, "completions", phases=(0.5, 0.5), accept_gap_s=0.005)
+    assert server.take_request(0.0, 0)[2] == pytest.approx(0.025)
+    server.take_request(0.0, 0)
+    server.take_request(0.0, 0)
+    assert [server.reach_s(0.0, 0, t) for t in range(3)] == pytest.approx([0.025, 0.055, 0.065])
+    assert server.stream_outputs(0.03, 0, 1) == pytest.approx(0.07)
+    assert [server.reach_s(0.03, 0, t) for t in range(3)] == pytest.approx([0.025, 0.055, 0.065])
+    server.output_token_s = 1e-4
+    assert server.stream_outputs(0.08, 0, 200) == pytest.approx(0.105)
+    assert server.take_request(0.08, 0)[2] == pytest.approx(0.125)
+    with pytest.raises(SystemExit, match="--event-loop"):
+        EventLoopApiServer(costs, phases=(0.5, 0.6))

@@ -27,6 +27,7 @@ simulator's (`ApiServerCosts`); only the queueing differs.
 from __future__ import annotations
 
 import collections
+import heapq
 import math
 from typing import Any
 
@@ -148,3 +149,142 @@ def _run(now_s: float, to_s: float, queue: collections.deque[list[Any]], busy: c
             head[2] = head[3] * phases[head[1]]
             queue.append(head)
     return t
+
+
+# The output handler processes at most this many outputs between yields to the loop (`VLLM_V1_OUTPUT_PROC_CHUNK_SIZE`,
+# vllm/envs.py default 128; `AsyncLLM._run_output_handler.output_handler`: `await asyncio.sleep(0)` between chunks).
+OUTPUT_CHUNK = 128
+
+
+class EventLoopApiServer(ApiServer):
+    """An experiment (`vllm_serve_sim.py --event-loop F1,F2,...`): each API-server process as the asyncio loop it is,
+    a FIFO ready queue run in rounds (CPython 3.11 `BaseEventLoop._run_once`: it polls the selector, appends the
+    I/O callbacks that are ready to `_ready`, then runs exactly the `len(_ready)` callbacks there at the round's
+    start; a callback scheduled meanwhile (`call_soon`: a task that awaited something already done, or
+    `asyncio.sleep(0)`) runs in the next round, behind them). Each callback runs to its end (no preemption).
+
+    A request's input work (`request_s` + `prompt_token_s` x prompt tokens, the client's sending added by the bench)
+    is a chain of phases in the fractions `phases`: the first enters the queue at the connection's arrival at the
+    server (the accept: `selector_events._accept_connection`, then uvicorn's protocol parsing the headers), each
+    phase's end puts the next at the back of the queue, and the request reaches the engine core when its last phase
+    ends (`AsyncMPClient.add_request_async`). The connections arrive one per `accept_gap_s` after their sends at the
+    earliest (the client's connection work: one client process for all API-server processes).
+
+    The output handler (`vllm/v1/engine/async_llm.py` `AsyncLLM._run_output_handler`: one task of the same loop,
+    `asyncio.create_task(output_handler())`) takes each step's outputs as an I/O callback of the loop: its pass
+    (`output_pass_s` + `output_token_s` x outputs) enters the back of the queue at the step's end, in chunks of
+    `OUTPUT_CHUNK` outputs (`OutputProcessor.process_outputs` per chunk, `await asyncio.sleep(0)` between them);
+    the client has the step's tokens `output_latency_s` after the last chunk ends. Same interface as `ApiServer`."""
+
+    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions", *,
+                 phases: tuple[float, ...], accept_gap_s: float = 0.0, client_request_s: float = 0.0) -> None:
+        super().__init__(costs, num_processes, endpoint)
+        if not phases or any(f < 0 for f in phases) or abs(sum(phases) - 1.0) > 1e-9:
+            raise SystemExit(f"--event-loop: fractions >= 0 summing to 1, got {phases}")
+        if accept_gap_s < 0:
+            raise SystemExit(f"--accept-gap-ms: >= 0, got {accept_gap_s * 1e3}")
+        # The client's own work per request (`client_request_s`, included in `request_s` by vllm_serve_sim.py's
+        # with_client): with `--client-outside-loop` it is taken out of the server's queue and spaces the
+        # connections instead (the client is its own process and event loop: its sending precedes the connection).
+        self.phases, self.accept_gap_s = phases, accept_gap_s + client_request_s
+        self.request_s -= client_request_s
+        self.loops = [_EventLoop(len(phases)) for _ in range(num_processes)]
+        self.last_connect_s = -math.inf
+        self.num_outputs = 0
+
+    def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, int, float]:
+        process = self.num_taken % self.num_processes
+        ticket = self.num_taken
+        self.num_taken += 1
+        loop = self.loops[process]
+        loop.advance(now_s)
+        self.last_connect_s = max(now_s, self.last_connect_s) + self.accept_gap_s
+        work = self.request_s + self.prompt_token_s * num_prompt_tokens
+        loop.arrive(self.last_connect_s, [(ticket, k, work * f) for k, f in enumerate(self.phases)])
+        return process, ticket, loop.projected_end(ticket) + self.latency_s
+
+    def reach_s(self, now_s: float, process: int, ticket: int) -> float:
+        loop = self.loops[process]
+        loop.advance(now_s)
+        done = loop.finished_s.get(ticket)
+        reach = (loop.projected_end(ticket) if done is None else done) + self.latency_s
+        if reach <= now_s:
+            del loop.finished_s[ticket]
+        return reach
+
+    def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
+        loop = self.loops[process]
+        loop.advance(now_s)
+        self.num_outputs += 1
+        ticket = -self.num_outputs  # output passes: negative tickets
+        chunks = [(ticket, k, (self.output_pass_s if k == 0 else 0.0) + self.output_token_s * min(OUTPUT_CHUNK, rest))
+                  for k, rest in enumerate(range(num_tokens, 0, -OUTPUT_CHUNK))]
+        loop.arrive(now_s, chunks)
+        return loop.projected_end(ticket) + self.output_latency_s
+
+
+class _EventLoop:
+    """One process's loop (`EventLoopApiServer`), advanced lazily to the simulator's clock. `ready`: the callbacks
+    queued, each (ticket, phase, seconds); `left`: how many of them belong to the round under way; `io`: the
+    arrivals not yet polled (time, order, the chain of callbacks, the first one queued at the poll, each next one
+    when its predecessor ends); `finished_s`: ticket -> when its chain ended. A chain's later links wait in `rest`."""
+
+    def __init__(self, num_phases: int) -> None:
+        self.now_s = 0.0
+        self.ready: collections.deque[tuple[int, int, float]] = collections.deque()
+        self.left = 0
+        self.io: list[tuple[float, int, int]] = []  # heap of (arrival, order, ticket)
+        self.rest: dict[int, list[tuple[int, int, float]]] = {}  # ticket -> its chain
+        self.num_arrivals = 0
+        self.finished_s: dict[int, float] = {}
+
+    def arrive(self, at_s: float, chain: list[tuple[int, int, float]]) -> None:
+        ticket = chain[0][0]
+        self.rest[ticket] = chain
+        heapq.heappush(self.io, (at_s, self.num_arrivals, ticket))
+        self.num_arrivals += 1
+
+    def advance(self, to_s: float) -> None:
+        """Runs the loop until its next poll would come at or after `to_s` (what arrives later is not known yet)."""
+        self.now_s, self.left = _run_loop(self.now_s, self.left, self.ready, self.io, self.rest, self.finished_s,
+                                          to_s, None)
+
+    def projected_end(self, ticket: int) -> float:
+        """When `ticket`'s chain ends if nothing more arrives (a lower bound: later arrivals only queue behind)."""
+        finished: dict[int, float] = {}
+        _run_loop(self.now_s, self.left, collections.deque(self.ready), list(self.io), dict(self.rest), finished,
+                  math.inf, ticket)
+        return finished[ticket]
+
+
+def _run_loop(now_s: float, left: int, ready: collections.deque[tuple[int, int, float]],
+              io: list[tuple[float, int, int]], rest: dict[int, list[tuple[int, int, float]]],
+              finished_s: dict[int, float], to_s: float, stop: int | None) -> tuple[float, int]:
+    """`_EventLoop`'s rounds from `now_s` (`left` callbacks of the round under way) until the next poll would come at
+    or after `to_s`, or chain `stop` ends; returns (the time reached, the callbacks left in the round)."""
+    t = now_s
+    while True:
+        if left == 0:  # the poll: the arrivals so far join the back of the queue, in order; a new round
+            if not ready:
+                if not io or io[0][0] >= to_s:  # idle until an arrival not polled yet
+                    return t, 0
+                t = max(t, io[0][0])
+            if t >= to_s:  # the poll comes at or after `to_s`: arrivals before it may still be added
+                return t, 0
+            while io and io[0][0] <= t:
+                ticket = heapq.heappop(io)[2]
+                ready.append(rest[ticket][0])
+            left = len(ready)
+            continue
+        ticket, phase, work = ready.popleft()
+        left -= 1
+        t += work
+        chain = rest[ticket]
+        if phase + 1 < len(chain):
+            ready.append(chain[phase + 1])
+        else:
+            del rest[ticket]
+            if ticket >= 0 or ticket == stop:  # requests; an output pass only where asked for
+                finished_s[ticket] = t
+            if ticket == stop:
+                return t, left

@@ -385,6 +385,23 @@ def report(before: dict[str, Any], after: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def install_event_loop(parser: argparse.ArgumentParser, fractions: str, accept_gap_ms: float,
+                       client_request_s: float = 0.0) -> None:
+    """The simulator's API server replaced by api_server_phases.EventLoopApiServer (the experiment)."""
+    import functools
+
+    from api_server_phases import EventLoopApiServer
+
+    import roofline.sim.simulator as simulator
+
+    try:
+        phases = tuple(float(f) for f in fractions.split(","))
+    except ValueError:
+        parser.error(f"--event-loop: comma-separated fractions, got {fractions!r}")
+    simulator.ApiServer = functools.partial(  # type: ignore[misc]
+        EventLoopApiServer, phases=phases, accept_gap_s=accept_gap_ms / 1e3, client_request_s=client_request_s)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, help="the index vllm_serve_bench.py wrote")
@@ -428,7 +445,22 @@ def main() -> int:
     parser.add_argument("--output-in-round", action="store_true",
                         help="with --input-phases: each output pass takes its turn in the round (the output handler "
                              "as one more task of the loop) instead of preempting the input work")
+    parser.add_argument("--event-loop", default=None, metavar="F1,F2,...",
+                        help="experiment (api_server_phases.py EventLoopApiServer): the API server as an asyncio ready "
+                             "queue in rounds, each request's input work a chain of phases of these fractions, the "
+                             "output handler's passes in the same queue")
+    parser.add_argument("--accept-gap-ms", type=float, default=0.0, metavar="MS",
+                        help="with --event-loop: the connections reach the server at most one per MS after their sends")
+    parser.add_argument("--client-outside-loop", action="store_true",
+                        help="with --event-loop: the client's work per request (client_costs_s) spaces the connections "
+                             "instead of queueing in the API server's loop")
     args = parser.parse_args()
+    if args.client_outside_loop and args.event_loop is None:
+        parser.error("--client-outside-loop: only with --event-loop")
+    if args.event_loop is not None:
+        install_event_loop(parser, args.event_loop, args.accept_gap_ms)
+    elif args.accept_gap_ms:
+        parser.error("--accept-gap-ms: only with --event-loop")
     if args.input_phases is not None:
         import functools
 
@@ -524,6 +556,8 @@ def main() -> int:
         record.update(fitted_on=fitted_on, costs={k: getattr(costs, k) for k in costs.__dataclass_fields__})
     if client is not None:
         record["client_costs_s"] = client
+    if args.client_outside_loop and client:
+        install_event_loop(parser, args.event_loop, args.accept_gap_ms, client["request_s"])
     predicted = simulate_all(index, args.hardware, costs, client=client)
     record.update(predicted=predicted, rows=summarize(index, predicted), cpu_rows=cpu_rows(index),
                   ttft_rows=ttft_rows(index), step_gap_rows=step_gap_rows(index))
