@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import gc
 import importlib
 import os
 import signal
@@ -90,6 +91,23 @@ def _named_command(argv: list[str]) -> str | None:
     return first if first.replace("-", "_") in COMMANDS and "_" not in first else None
 
 
+def _parser(argv: list[str], freeze_imports: bool) -> argparse.ArgumentParser:
+    """The parser for `argv`, its command's modules imported with the cyclic garbage collector off: the imports'
+    objects (numpy's, pandas', pyarrow's, the project's modules: ~66,000 tracked by the collector for `simulate`)
+    are long-lived and their garbage is little, but the collections their allocations trigger walk them again and
+    again; frozen afterwards (`gc.freeze`, where `freeze_imports`), no later collection walks them, nor the one at
+    the interpreter's exit. Only the collector's work changes, never a result (BENCHMARKS.md "Simulator speed")."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return build_parser(_named_command(argv)) if _names_a_command(argv) else outline_parser()
+    finally:
+        if freeze_imports:
+            gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def _names_a_command(argv: list[str]) -> bool:
     """Whether some argument could be taken for a subcommand (one of `COMMANDS`, with - or _): where none is,
     argparse never parses a subcommand's arguments and `outline_parser` answers as the whole parser would
@@ -97,12 +115,14 @@ def _names_a_command(argv: list[str]) -> bool:
     return any(arg.replace("-", "_") in COMMANDS for arg in argv if not arg.startswith("-"))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, freeze_imports: bool = False) -> int:
+    """The command line `argv` run; its exit status. `freeze_imports` (the process's own run, `entry`): what the
+    parser's imports made is moved out of the cyclic garbage collector's sight (`_parser`)."""
     command = "roofline"
     _raised.clear()
     try:
         argv = sys.argv[1:] if argv is None else argv
-        parser = build_parser(_named_command(argv)) if _names_a_command(argv) else outline_parser()
+        parser = _parser(argv, freeze_imports)
         args = parser.parse_args(argv)
         if not getattr(args, "run", None):
             parser.print_help()
@@ -210,7 +230,7 @@ def entry() -> NoReturn:
         signal.signal(signal.SIGINT, _interrupt)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupt)
-    status = main()
+    status = main(freeze_imports=True)
     if status in (130, TERMINATED_STATUS):
         watchdog = threading.Timer(_SHUTDOWN_AFTER_INTERRUPT_S, _exit_now, (status,))
         watchdog.daemon = True

@@ -157,3 +157,20 @@ def test_top_level_help_is_the_whole_parsers_without_importing_a_command(capsys:
             "assert not loaded, loaded")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_processs_run_freezes_its_imports_and_keeps_the_collector_on() -> None:
+    # `entry` (the process's own run) imports with the collector off and freezes what the imports made; the collector
+    # is on again afterwards and the printed result is the same as without (roofline.cli._parser).
+    code = ("import contextlib, gc, io, sys; from roofline.cli import main\n"
+            "printed = []\n"
+            "for freeze in (False, True):\n"
+            "    out = io.StringIO()\n"
+            "    with contextlib.redirect_stdout(out):\n"
+            "        assert main(['simulate', '--num-requests', '3', '--json'], freeze_imports=freeze) == 0\n"
+            "    assert gc.isenabled()\n"
+            "    printed.append(out.getvalue())\n"
+            "    assert (gc.get_freeze_count() > 0) == freeze, gc.get_freeze_count()\n"
+            "assert printed[0] == printed[1] and printed[0].startswith('{')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
