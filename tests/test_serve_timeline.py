@@ -179,3 +179,21 @@ def test_event_loop_api_server_runs_the_ready_queue_in_rounds() -> None:
     assert server.take_request(0.08, 0)[2] == pytest.approx(0.125)
     with pytest.raises(SystemExit, match="--event-loop"):
         EventLoopApiServer(costs, phases=(0.5, 0.6))
+
+
+def test_event_loop_api_server_with_the_io_callbacks_at_the_poll() -> None:
+    """EventLoopApiServer with `io_at_poll` (uvloop: the accept and the read run in libuv's poll phase): a request of
+    20 ms in two phases and an output pass of 5 ms both arriving at t = 0. Queued, the poll puts the request's first
+    phase and the pass in the round (0-10, 10-15) and the second phase after (15-25); at the poll, the first phase runs
+    there (0-10) and the round holds its second phase, then the pass (10-20, 20-25)."""
+    from api_server_phases import EventLoopApiServer
+
+    from roofline.sim.api_server import ApiServerCosts
+
+    costs = ApiServerCosts(request_s=0.02, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.005,
+                           output_token_s=0.0, latency_s=0.0)
+    for io_at_poll, reach, seen in ((False, 0.025, 0.015), (True, 0.02, 0.025)):
+        server = EventLoopApiServer(costs, 1, "completions", phases=(0.5, 0.5), io_at_poll=io_at_poll)
+        server.take_request(0.0, 0)
+        assert server.stream_outputs(0.0, 0, 1) == pytest.approx(seen)
+        assert server.reach_s(0.0, 0, 0) == pytest.approx(reach)

@@ -157,17 +157,20 @@ OUTPUT_CHUNK = 128
 
 
 class EventLoopApiServer(ApiServer):
-    """An experiment (`vllm_serve_sim.py --event-loop F1,F2,...`): each API-server process as the asyncio loop it is,
-    a FIFO ready queue run in rounds (CPython 3.11 `BaseEventLoop._run_once`: it polls the selector, appends the
-    I/O callbacks that are ready to `_ready`, then runs exactly the `len(_ready)` callbacks there at the round's
-    start; a callback scheduled meanwhile (`call_soon`: a task that awaited something already done, or
-    `asyncio.sleep(0)`) runs in the next round, behind them). Each callback runs to its end (no preemption).
+    """An experiment (`vllm_serve_sim.py --event-loop F1,F2,...`): each API-server process as the event loop it is,
+    a FIFO ready queue run in rounds. `vllm serve` runs on uvloop (`vllm/entrypoints/cli/serve.py`:
+    `uvloop.run(run_server(args))`): once per libuv iteration `Loop._on_idle` (uvloop/loop.pyx) runs exactly the
+    `ntodo = len(self._ready)` handles queued at its start; a handle queued meanwhile (`call_soon`: a task whose await
+    is already done, `asyncio.sleep(0)`) runs in the next round, behind them; the I/O callbacks (the accept,
+    `handles/streamserver.pyx` `__uv_streamserver_on_listen`; the reads) run in libuv's poll phase between rounds.
+    (CPython's own loop, `BaseEventLoop._run_once`, has the same rounds.) Each callback runs to its end.
 
     A request's input work (`request_s` + `prompt_token_s` x prompt tokens, the client's sending added by the bench)
     is a chain of phases in the fractions `phases`: the first enters the queue at the connection's arrival at the
     server (the accept: `selector_events._accept_connection`, then uvicorn's protocol parsing the headers), each
     phase's end puts the next at the back of the queue, and the request reaches the engine core when its last phase
-    ends (`AsyncMPClient.add_request_async`). The connections arrive one per `accept_gap_s` after their sends at the
+    ends (`AsyncMPClient.add_request_async`); with `io_at_poll` the first phase runs at the poll instead (uvloop's
+    poll phase), before the round. The connections arrive one per `accept_gap_s` after their sends at the
     earliest (the client's connection work: one client process for all API-server processes).
 
     The output handler (`vllm/v1/engine/async_llm.py` `AsyncLLM._run_output_handler`: one task of the same loop,
@@ -177,7 +180,8 @@ class EventLoopApiServer(ApiServer):
     the client has the step's tokens `output_latency_s` after the last chunk ends. Same interface as `ApiServer`."""
 
     def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions", *,
-                 phases: tuple[float, ...], accept_gap_s: float = 0.0, client_request_s: float = 0.0) -> None:
+                 phases: tuple[float, ...], accept_gap_s: float = 0.0, client_request_s: float = 0.0,
+                 io_at_poll: bool = False) -> None:
         super().__init__(costs, num_processes, endpoint)
         if not phases or any(f < 0 for f in phases) or abs(sum(phases) - 1.0) > 1e-9:
             raise SystemExit(f"--event-loop: fractions >= 0 summing to 1, got {phases}")
@@ -188,7 +192,7 @@ class EventLoopApiServer(ApiServer):
         # connections instead (the client is its own process and event loop: its sending precedes the connection).
         self.phases, self.accept_gap_s = phases, accept_gap_s + client_request_s
         self.request_s -= client_request_s
-        self.loops = [_EventLoop(len(phases)) for _ in range(num_processes)]
+        self.loops = [_EventLoop(io_at_poll) for _ in range(num_processes)]
         self.last_connect_s = -math.inf
         self.num_outputs = 0
 
@@ -229,7 +233,8 @@ class _EventLoop:
     arrivals not yet polled (time, order, the chain of callbacks, the first one queued at the poll, each next one
     when its predecessor ends); `finished_s`: ticket -> when its chain ended. A chain's later links wait in `rest`."""
 
-    def __init__(self, num_phases: int) -> None:
+    def __init__(self, io_at_poll: bool = False) -> None:
+        self.io_at_poll = io_at_poll
         self.now_s = 0.0
         self.ready: collections.deque[tuple[int, int, float]] = collections.deque()
         self.left = 0
@@ -247,21 +252,24 @@ class _EventLoop:
     def advance(self, to_s: float) -> None:
         """Runs the loop until its next poll would come at or after `to_s` (what arrives later is not known yet)."""
         self.now_s, self.left = _run_loop(self.now_s, self.left, self.ready, self.io, self.rest, self.finished_s,
-                                          to_s, None)
+                                          to_s, None, self.io_at_poll)
 
     def projected_end(self, ticket: int) -> float:
         """When `ticket`'s chain ends if nothing more arrives (a lower bound: later arrivals only queue behind)."""
         finished: dict[int, float] = {}
         _run_loop(self.now_s, self.left, collections.deque(self.ready), list(self.io), dict(self.rest), finished,
-                  math.inf, ticket)
+                  math.inf, ticket, self.io_at_poll)
         return finished[ticket]
 
 
 def _run_loop(now_s: float, left: int, ready: collections.deque[tuple[int, int, float]],
               io: list[tuple[float, int, int]], rest: dict[int, list[tuple[int, int, float]]],
-              finished_s: dict[int, float], to_s: float, stop: int | None) -> tuple[float, int]:
+              finished_s: dict[int, float], to_s: float, stop: int | None,
+              io_at_poll: bool = False) -> tuple[float, int]:
     """`_EventLoop`'s rounds from `now_s` (`left` callbacks of the round under way) until the next poll would come at
-    or after `to_s`, or chain `stop` ends; returns (the time reached, the callbacks left in the round)."""
+    or after `to_s`, or chain `stop` ends; returns (the time reached, the callbacks left in the round). With
+    `io_at_poll` a request's first phase runs at the poll itself, before the round (uvloop: libuv runs the I/O
+    callbacks, the accept and the read, in its poll phase), its next phase joining the round."""
     t = now_s
     while True:
         if left == 0:  # the poll: the arrivals so far join the back of the queue, in order; a new round
@@ -273,7 +281,12 @@ def _run_loop(now_s: float, left: int, ready: collections.deque[tuple[int, int, 
                 return t, 0
             while io and io[0][0] <= t:
                 ticket = heapq.heappop(io)[2]
-                ready.append(rest[ticket][0])
+                chain = rest[ticket]
+                if io_at_poll and ticket >= 0 and len(chain) > 1:
+                    t += chain[0][2]
+                    ready.append(chain[1])
+                else:
+                    ready.append(chain[0])
             left = len(ready)
             continue
         ticket, phase, work = ready.popleft()

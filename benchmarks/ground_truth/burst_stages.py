@@ -246,12 +246,13 @@ def main() -> int:
     parser.add_argument("--event-loop", default=None, metavar="F1,F2,...",
                         help="simulate with api_server_phases.py's event loop (as vllm_serve_sim.py)")
     parser.add_argument("--accept-gap-ms", type=float, default=0.0, help="with --event-loop: as vllm_serve_sim.py")
+    parser.add_argument("--io-at-poll", action="store_true", help="with --event-loop: as vllm_serve_sim.py")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.event_loop:
         from vllm_serve_sim import install_event_loop
 
-        install_event_loop(parser, args.event_loop, args.accept_gap_ms)
+        install_event_loop(parser, args.event_loop, args.accept_gap_ms, io_at_poll=args.io_at_poll)
     if args.input_phases:
         import functools
 

@@ -386,7 +386,7 @@ def report(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def install_event_loop(parser: argparse.ArgumentParser, fractions: str, accept_gap_ms: float,
-                       client_request_s: float = 0.0) -> None:
+                       client_request_s: float = 0.0, io_at_poll: bool = False) -> None:
     """The simulator's API server replaced by api_server_phases.EventLoopApiServer (the experiment)."""
     import functools
 
@@ -399,7 +399,8 @@ def install_event_loop(parser: argparse.ArgumentParser, fractions: str, accept_g
     except ValueError:
         parser.error(f"--event-loop: comma-separated fractions, got {fractions!r}")
     simulator.ApiServer = functools.partial(  # type: ignore[misc]
-        EventLoopApiServer, phases=phases, accept_gap_s=accept_gap_ms / 1e3, client_request_s=client_request_s)
+        EventLoopApiServer, phases=phases, accept_gap_s=accept_gap_ms / 1e3, client_request_s=client_request_s,
+        io_at_poll=io_at_poll)
 
 
 def main() -> int:
@@ -454,11 +455,14 @@ def main() -> int:
     parser.add_argument("--client-outside-loop", action="store_true",
                         help="with --event-loop: the client's work per request (client_costs_s) spaces the connections "
                              "instead of queueing in the API server's loop")
+    parser.add_argument("--io-at-poll", action="store_true",
+                        help="with --event-loop: each request's first phase (accept, read) runs at the loop's poll, "
+                             "before the round (uvloop's poll phase), instead of in the queue")
     args = parser.parse_args()
-    if args.client_outside_loop and args.event_loop is None:
-        parser.error("--client-outside-loop: only with --event-loop")
+    if (args.client_outside_loop or args.io_at_poll) and args.event_loop is None:
+        parser.error("--client-outside-loop, --io-at-poll: only with --event-loop")
     if args.event_loop is not None:
-        install_event_loop(parser, args.event_loop, args.accept_gap_ms)
+        install_event_loop(parser, args.event_loop, args.accept_gap_ms, io_at_poll=args.io_at_poll)
     elif args.accept_gap_ms:
         parser.error("--accept-gap-ms: only with --event-loop")
     if args.input_phases is not None:
@@ -557,7 +561,7 @@ def main() -> int:
     if client is not None:
         record["client_costs_s"] = client
     if args.client_outside_loop and client:
-        install_event_loop(parser, args.event_loop, args.accept_gap_ms, client["request_s"])
+        install_event_loop(parser, args.event_loop, args.accept_gap_ms, client["request_s"], args.io_at_poll)
     predicted = simulate_all(index, args.hardware, costs, client=client)
     record.update(predicted=predicted, rows=summarize(index, predicted), cpu_rows=cpu_rows(index),
                   ttft_rows=ttft_rows(index), step_gap_rows=step_gap_rows(index))
