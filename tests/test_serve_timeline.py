@@ -197,3 +197,25 @@ def test_event_loop_api_server_with_the_io_callbacks_at_the_poll() -> None:
         server.take_request(0.0, 0)
         assert server.stream_outputs(0.0, 0, 1) == pytest.approx(seen)
         assert server.reach_s(0.0, 0, 0) == pytest.approx(reach)
+
+
+def test_loop_steps_counts_the_input_paths_steps_per_request_in_the_intake(tmp_path: Path) -> None:
+    """benchmarks/ground_truth/loop_steps.py: two requests sent at t = 10 s, handed off at 10.004 and 10.006 s; in the
+    intake 4 input-path steps of 100 us and 2 output-handler steps 1 ms apart (not input); a step after the last
+    hand-off counts for the whole run only: 2 input steps and 0.2 ms of CPU per request, one gap of 1 ms."""
+    import json
+
+    import loop_steps
+
+    events = [["step", "RequestResponseCycle.run_asgi", 10.0001 + i * 1e-3, 10.0002 + i * 1e-3] for i in range(4)]
+    events += [["step", "AsyncLLM._run_output_handler.<locals>.output_handler", t, t + 1e-5] for t in (10.002, 10.003)]
+    events += [["add", "a", 10.004], ["add", "b", 10.006], ["step", "TaskHandle._run_coro", 10.01, 10.0101],
+               ["io", 10.00005, 10.00008]]
+    (tmp_path / "timeline-a1.log").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    (tmp_path / "burst1000-completions-a1-r0.json").write_text(json.dumps({"start_times": [10.0, 10.0],
+                                                                           "duration": 1.0}))
+    run = loop_steps.analyse(tmp_path)["runs"]["burst1000-completions-a1-r0"]
+    assert run["input_steps_per_request"] == 2.0
+    assert run["input_cpu_ms_per_request"] == pytest.approx(0.2)
+    assert run["output_handler_steps"] == 2 and run["output_handler_gap_ms"] == {"median": 1.0, "p90": 1.0}
+    assert run["reads"]["n"] == 1 and run["whole_run_steps_per_request"]["TaskHandle._run_coro"] == 0.5

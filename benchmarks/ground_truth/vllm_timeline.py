@@ -21,6 +21,12 @@ In the engine-core process (`install_engine_core`, by `timeline_site/sitecustomi
 - ["ec_sched", start, end, new, running, waiting]: each `Scheduler.schedule` (new requests scheduled, then the
   running and waiting queues' lengths);
 - ["ec_step", start, end]: each `EngineCore.step` / `step_with_batch_queue` (schedule, execute, update).
+With `VLLM_SERVE_TIMELINE_STEPS=1` also, in the API server's loop (uvloop: `vllm/entrypoints/cli/serve.py` runs
+`uvloop.run(run_server(args))`, so the loop's task factory is set when that coroutine starts):
+- ["step", coroutine qualname, start, end]: each step of each task (one `send` / `throw` into its coroutine: the
+  CPU the task holds the loop between two awaits), buffered and written every 5,000 steps or 1 s;
+- ["io", start, end]: each `data_received` of uvicorn's HTTP protocol (libuv's poll phase: the request's bytes read
+  and parsed, its ASGI task created).
 `timeline(...)` joins them with the client's send times and TTFTs (`vllm bench serve --save-detailed`) into where each
 request's TTFT went. Nothing else of vLLM changes.
 """
@@ -100,6 +106,11 @@ def install(path: str) -> None:
 
                 cls.connection_made = connection_made  # type: ignore[attr-defined]
 
+    import os
+
+    if os.environ.get("VLLM_SERVE_TIMELINE_STEPS"):
+        install_steps(log, importlib)
+
     from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
     from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
 
@@ -113,6 +124,86 @@ def install(path: str) -> None:
             return await _original(self, request, raw_request, *args, **kwargs)
 
         setattr(cls, method, handler)
+
+
+def install_steps(log: Any, importlib: Any) -> None:
+    """The per-step stamps of the loop's tasks and the HTTP protocol's reads (module docstring)."""
+    import asyncio
+    import collections.abc
+
+    import uvloop
+
+    buffer: list[str] = []
+    flushed = [time.monotonic()]
+
+    def record(entry: list[Any]) -> None:
+        buffer.append(json.dumps(entry))
+        if len(buffer) >= 5000 or entry[-1] - flushed[0] > 1.0:
+            log.write("\n".join(buffer) + "\n")
+            buffer.clear()
+            flushed[0] = entry[-1]
+
+    class Timed(collections.abc.Coroutine):  # type: ignore[type-arg]
+        """A task's coroutine, each step timed."""
+
+        def __init__(self, coro: Any) -> None:
+            self.coro = coro
+            self.kind = getattr(coro, "__qualname__", type(coro).__name__)
+
+        def send(self, value: Any) -> Any:
+            start = time.monotonic()
+            try:
+                return self.coro.send(value)
+            finally:
+                record(["step", self.kind, start, time.monotonic()])
+
+        def throw(self, *args: Any) -> Any:
+            start = time.monotonic()
+            try:
+                return self.coro.throw(*args)
+            finally:
+                record(["step", self.kind, start, time.monotonic()])
+
+        def close(self) -> None:
+            self.coro.close()
+
+        def __await__(self) -> Any:
+            return self.coro.__await__()
+
+        def __getattr__(self, name: str) -> Any:  # cr_frame, cr_code, ... (anyio inspects its tasks' coroutines)
+            return getattr(self.coro, name)
+
+    def factory(loop: Any, coro: Any, **kwargs: Any) -> Any:
+        return asyncio.Task(Timed(coro), loop=loop, **kwargs)
+
+    run = uvloop.run
+
+    async def with_factory(main: Any) -> Any:
+        asyncio.get_running_loop().set_task_factory(factory)
+        return await main
+
+    def timed_run(main: Any, **kwargs: Any) -> Any:
+        return run(with_factory(main), **kwargs)
+
+    uvloop.run = timed_run
+
+    for module_name in ("httptools_impl", "h11_impl"):
+        try:
+            module = importlib.import_module(f"uvicorn.protocols.http.{module_name}")
+        except ImportError:
+            continue
+        for cls in vars(module).values():
+            if isinstance(cls, type) and "data_received" in vars(cls) and cls.__module__ == module.__name__:
+                received = cls.data_received
+
+                def data_received(self: Any, data: Any, _received: Any = received) -> Any:
+                    start = time.monotonic()
+                    try:
+                        return _received(self, data)
+                    finally:
+                        record(["io", start, time.monotonic()])
+
+                cls.data_received = data_received  # type: ignore[attr-defined]
 
 
 def install_engine_core(path: str, core: Any) -> None:
