@@ -9,11 +9,11 @@ Why phases: in vLLM 0.32 a request's input path is a chain of awaits on the API 
 `BaseRenderer.render_cmpl_async`: `render_prompts_async`, `tokenize_prompts_async` on the renderer's thread pool
 (`make_async`), `process_for_engine_async`, each an `asyncio.gather`; then the StreamingResponse's generator,
 `AsyncLLM.generate` -> `add_request` -> `InputProcessor.process_inputs_async` -> `_add_request` ->
-`AsyncMPClient.add_request_async`); at each, the request's task goes to the back of the loop's ready queue
-(`BaseEventLoop._run_once` runs the ready callbacks in rounds), so close arrivals interleave. The phase sizes are not
-in the source; measured (`vllm_serve_bench.py --timeline`, closed1 runs, one request at a time): send to vLLM's arrival
-stamp 3.75-4.00 ms, arrival stamp to the hand-off 3.44-4.29 ms (medians), together 0.65-0.69 of the input work the CPU
-fit charges (11.2 ms completions, 12.1 ms chat, client included), the rest after the hand-off.
+`AsyncMPClient.add_request_async`); at each, the request's task goes to the back of the loop's ready queue (uvloop's
+`Loop._on_idle`, the loop `vllm serve` runs, takes the ready callbacks in rounds), so close arrivals interleave. The
+phase sizes are not in the source; measured (`vllm_serve_bench.py --timeline`, closed1 runs, one request at a time):
+send to vLLM's arrival stamp 3.75-4.00 ms, arrival stamp to the hand-off 3.44-4.29 ms (medians), together 0.65-0.69 of
+the input work the CPU fit charges (11.2 ms completions, 12.1 ms chat, client included), the rest after the hand-off.
 (docs/benchmark-history/2026-11-29f-serve.md.)
 
 Output work keeps its priority over the input work (preemptive, as in roofline.sim.api_server), or with

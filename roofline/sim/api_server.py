@@ -10,7 +10,8 @@ in the API server `AsyncLLM.output_handler` takes each message and `OutputProces
 every request's new token incrementally and hands it to the request's stream, whose generator writes one SSE
 chunk (`serving_completion` / `serving_chat`). All of that is Python on one event loop, so a burst of N requests
 sent at once queues behind it and the k-th request reaches the engine after about k requests' input work. The
-step's outputs do not wait for that queue: asyncio runs the ready callbacks in rounds (`BaseEventLoop._run_once`),
+step's outputs do not wait for that queue: the loop (uvloop: `vllm/entrypoints/cli/serve.py` `uvloop.run`) runs the
+ready callbacks in rounds (`uvloop/loop.pyx` `Loop._on_idle`; CPython's `BaseEventLoop._run_once` alike),
 each request's coroutine gives the loop up at every await of its input path, and `output_handler` is one task that
 runs in the round after the engine core's message arrives, processing at most `VLLM_V1_OUTPUT_PROC_CHUNK_SIZE`
 (128) outputs between yields "so that we don't block the event loop for too long" (`async_llm.py`). So a step's
