@@ -11,7 +11,7 @@ import time
 
 PLAN = [sys.executable, "-m", "roofline", "plan", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
         "--workload", "sharegpt-chat", "--slo-ttft-s", "2", "--slo-tpot-s", "0.08", "--target-qps", "10",
-        "--tensor-parallel-sizes", "1", "--max-num-seqs", "64,128,256", "--num-requests", "300"]
+        "--tensor-parallel-sizes", "1", "--max-num-seqs", "64,128,256", "--num-requests", "1500"]
 
 
 # Ten Ctrl-Cs at different moments of a plan: while it imports (`roofline.cli._interrupt`) and parses, as it has
