@@ -97,8 +97,19 @@ def test_by_row_is_the_stable_argsort_order() -> None:
         got = token_times.by_row(values, rows)
         assert got.dtype == expected.dtype and np.array_equal(got, expected)
     segments, times_of, rows_of = _runs()
-    pooled = segments.token_times(len(rows_of)).values(by_request=True)
+    tt = segments.token_times(len(rows_of))
+    pooled = tt.values(by_request=True)
     assert pooled.in_order is not None and pooled.in_order() is pooled.in_order()
+    # The orders the mean and std read are the explicit gaps' (by row: their stable sort; masked: their mask), made
+    # from the runs without the explicit arrays; preempted requests' runs (gaps across them) included.
+    gaps, index = tt.gap_s, tt.request_index
+    assert np.array_equal(pooled.in_order(), gaps[np.argsort(index, kind="stable")])
+    for mask in (None, np.arange(len(rows_of)) % 3 != 0, np.zeros(len(rows_of), dtype=bool)):
+        order = tt.values(mask).in_order
+        assert order is not None
+        got = order()
+        expected = gaps if mask is None else gaps[mask[index]]
+        assert got.dtype == expected.dtype and np.array_equal(got, expected)
 
 
 def test_weighted_percentile_is_numpys_on_random_multisets() -> None:

@@ -226,12 +226,14 @@ class TokenTimes:
             made: list[np.ndarray] = []  # (made once: the mean and the standard deviation both read it)
 
             def in_order() -> np.ndarray:
+                # `_explicit`'s gaps of the kept rows (`gaps[rows[index]]`), or all of them by request row (`by_row`):
+                # its slices joined in that order, without the every-gap arrays (~50 MB at 10,000 ShareGPT requests).
                 if not made:
-                    gaps, index = self._explicit()
-                    if by_request:
-                        made.append(by_row(gaps, index))
-                    else:
-                        made.append(gaps if rows is None else gaps[rows[index]])
+                    pieces, piece_rows = self._pieces(None if rows is None else rows.tolist())
+                    if by_request:  # (a stable sort of the slices by row: the stable sort of their gaps by row)
+                        order = np.argsort(np.array(piece_rows, dtype=np.int64), kind="stable").tolist()
+                        pieces = [pieces[i] for i in order]
+                    made.append(np.concatenate(pieces) if pieces else np.zeros(0))
                 return made[0]
         row, start, length = self.row, self.start, self.length
         if rows is not None:
@@ -262,28 +264,35 @@ class TokenTimes:
         """The request row of each of `gap_s` (int32)."""
         return self._explicit()[1]
 
-    def _explicit(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every gap and its row: a run's gaps are a slice of the stamps' differences (`np.diff(times)[k]` is
-        `times[k + 1] - times[k]`, the subtraction `np.diff` of the request's times makes), a gap across runs one
-        subtraction; slices, not an index per token (~20x faster for the planner's runs of 2,500 requests)."""
-        if self._explicit_gaps is not None:
-            return self._explicit_gaps
+    def _pieces(self, keep: list[bool] | None = None) -> tuple[list[np.ndarray], list[int]]:
+        """`_explicit`'s gaps as slices in its order, each with its request row; only the rows where `keep` (a
+        request's runs are judged against the run before whatever is kept, as `_explicit`'s gaps then masked)."""
         times = self.times
         steps = times[1:] - times[:-1]
         pieces: list[np.ndarray] = []
         piece_rows: list[int] = []
         previous_row, previous_end = -1, 0
         for row, start, length in zip(self.row.tolist(), self.start.tolist(), self.length.tolist()):
-            if row == previous_row:  # the request's next run: the gap across the hole
-                pieces.append(times[start:start + 1] - times[previous_end - 1:previous_end])
-                piece_rows.append(row)
-            if length > 1:
-                pieces.append(steps[start:start + length - 1])
-                piece_rows.append(row)
+            if keep is None or keep[row]:
+                if row == previous_row:  # the request's next run: the gap across the hole
+                    pieces.append(times[start:start + 1] - times[previous_end - 1:previous_end])
+                    piece_rows.append(row)
+                if length > 1:
+                    pieces.append(steps[start:start + length - 1])
+                    piece_rows.append(row)
             previous_row, previous_end = row, start + length
+        return pieces, piece_rows
+
+    def _explicit(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every gap and its row: a run's gaps are a slice of the stamps' differences (`np.diff(times)[k]` is
+        `times[k + 1] - times[k]`, the subtraction `np.diff` of the request's times makes), a gap across runs one
+        subtraction; slices, not an index per token (~20x faster for the planner's runs of 2,500 requests)."""
+        if self._explicit_gaps is not None:
+            return self._explicit_gaps
+        pieces, piece_rows = self._pieces()
         gaps = np.concatenate(pieces) if pieces else np.zeros(0)
         rows = np.repeat(np.array(piece_rows, dtype=np.int32), [len(p) for p in pieces]) if pieces else \
             np.zeros(0, dtype=np.int32)
-        if len(gaps) <= EXACT_ORDER_MAX_GAPS:  # (the statistics' orders and the planner read them again)
+        if len(gaps) <= EXACT_ORDER_MAX_GAPS:  # (`gap_s` and `request_index` read them again)
             self._explicit_gaps = gaps, rows
         return gaps, rows
