@@ -301,3 +301,152 @@ def _run_loop(now_s: float, left: int, ready: collections.deque[tuple[int, int, 
                 finished_s[ticket] = t
             if ticket == stop:
                 return t, left
+
+
+class RendererThreadApiServer(ApiServer):
+    """An experiment (`vllm_serve_sim.py --renderer-thread PRE,RENDER,POST`): each API-server process as two threads
+    on one core, its event loop and its renderer's one worker. vLLM 0.32 renders and tokenizes on a thread pool of
+    `ModelConfig.renderer_num_workers` workers, 1 by default (`vllm/config/model.py`; `vllm/renderers/base.py`
+    `BaseRenderer.__init__`: `_executor`, `_tokenize_prompt_async = make_async(self._tokenize_prompt,
+    executor=self._executor)`; `vllm/renderers/hf.py` `HfRenderer`: `_apply_chat_template_async` on the same
+    executor; `vllm/utils/async_utils.py` `make_async`: `loop.run_in_executor`): a FIFO queue served by one thread.
+    A request's input work W (`request_s` + `prompt_token_s` x prompt tokens, the client's sending added by the
+    bench) is three parts in order: the loop's part before the render (accept, read, routing and validation, the
+    handler's first steps; PRE of the server's share of W, plus the client's own work `client_request_s`), the
+    renderer thread's (RENDER: the tokenizer call), the loop's part after it (POST: `process_for_engine_async`,
+    `AsyncLLM.generate` -> `InputProcessor`, `AsyncMPClient.add_request_async`); the request reaches the engine core
+    (+ `latency_s`) when the last part ends. The loop takes its input parts first come first served in the order
+    they became ready (a POST part queues behind the PRE parts that arrived before its render ended), each step's
+    output pass (`output_pass_s` + `output_token_s` x outputs) before them (preemptive, as roofline.sim.api_server).
+    The two threads share the core by processor sharing (each at half speed while both have work): the tokenizer
+    releases the GIL (HF `tokenizers`' Rust encode; measured with renderer_cpu.py), so the kernel, not the GIL's
+    switch interval, divides the core. The connections reach the server one per `accept_gap_s` after their sends
+    at the earliest. With `client_thread` the client's own work per request (`client_request_s`: `vllm bench serve`,
+    its own process on the same core) is a third thread's FIFO part before the loop's first, instead of loop work.
+    Same interface as `ApiServer`."""
+
+    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions", *,
+                 parts: tuple[float, float, float], accept_gap_s: float = 0.0, client_request_s: float = 0.0,
+                 client_thread: bool = False) -> None:
+        super().__init__(costs, num_processes, endpoint)
+        if len(parts) != 3 or any(f < 0 for f in parts) or abs(sum(parts) - 1.0) > 1e-9:
+            raise SystemExit(f"--renderer-thread: 3 fractions >= 0 summing to 1 (PRE,RENDER,POST), got {parts}")
+        if accept_gap_s < 0:
+            raise SystemExit(f"--accept-gap-ms: >= 0, got {accept_gap_s * 1e3}")
+        self.parts, self.accept_gap_s, self.client_request_s = parts, accept_gap_s, client_request_s
+        self.client_thread = client_thread
+        self.cores = [_TwoThreads() for _ in range(num_processes)]
+        self.last_connect_s = -math.inf
+        self.num_outputs = 0
+
+    def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, int, float]:
+        process = self.num_taken % self.num_processes
+        ticket = self.num_taken
+        self.num_taken += 1
+        core = self.cores[process]
+        core.advance(now_s)
+        self.last_connect_s = max(now_s, self.last_connect_s + self.accept_gap_s)
+        client = min(self.client_request_s, self.request_s)
+        server = self.request_s - client + self.prompt_token_s * num_prompt_tokens
+        pre, render, post = (server * f for f in self.parts)
+        if self.client_thread:
+            chain = [(CLIENT, client), (LOOP, pre), (RENDERER, render), (LOOP, post)]
+        else:
+            chain = [(LOOP, pre + client), (RENDERER, render), (LOOP, post)]
+        core.arrive(self.last_connect_s, ticket, chain)
+        return process, ticket, core.projected_end(ticket) + self.latency_s
+
+    def reach_s(self, now_s: float, process: int, ticket: int) -> float:
+        core = self.cores[process]
+        core.advance(now_s)
+        done = core.finished_s.get(ticket)
+        reach = (core.projected_end(ticket) if done is None else done) + self.latency_s
+        if reach <= now_s:
+            del core.finished_s[ticket]
+        return reach
+
+    def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
+        core = self.cores[process]
+        core.advance(now_s)
+        self.num_outputs += 1
+        ticket = -self.num_outputs  # output passes: negative tickets
+        core.arrive(now_s, ticket, [(OUTPUTS, self.output_pass_s + self.output_token_s * num_tokens)])
+        return core.projected_end(ticket) + self.output_latency_s
+
+
+class _TwoThreads:
+    """One process's loop and renderer thread (and, with `client_thread`, the client's) on one core
+    (`RendererThreadApiServer`), advanced lazily to the simulator's clock. Queues, each of [ticket, part, seconds
+    left]: `outputs` and `loop`, the loop's output passes and input parts; `renderer`; `client`. `io`: arrivals not yet
+    taken (time, order, ticket); `chains`: ticket -> its parts as (queue index, seconds); `finished_s`: ticket -> when
+    its last part ended."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+        self.queues: list[collections.deque[list[Any]]] = [collections.deque() for _ in range(4)]
+        self.io: list[tuple[float, int, int]] = []
+        self.chains: dict[int, list[tuple[int, float]]] = {}
+        self.num_arrivals = 0
+        self.finished_s: dict[int, float] = {}
+
+    def arrive(self, at_s: float, ticket: int, chain: list[tuple[int, float]]) -> None:
+        self.chains[ticket] = chain
+        heapq.heappush(self.io, (at_s, self.num_arrivals, ticket))
+        self.num_arrivals += 1
+
+    def advance(self, to_s: float) -> None:
+        self.now_s = _run_two_threads(self.now_s, self.queues, self.io, self.chains, self.finished_s, to_s, None)
+
+    def projected_end(self, ticket: int) -> float:
+        """When `ticket`'s last part ends if nothing more arrives (later arrivals only queue behind it, except
+        output passes, which preempt: `reach_s` asks again)."""
+        finished: dict[int, float] = {}
+        queues = [collections.deque([list(j) for j in q]) for q in self.queues]
+        _run_two_threads(self.now_s, queues, list(self.io), dict(self.chains), finished, math.inf, ticket)
+        return finished[ticket]
+
+
+OUTPUTS, LOOP, RENDERER, CLIENT = range(4)  # _TwoThreads' queues; OUTPUTS and LOOP are one thread, OUTPUTS first
+
+
+def _run_two_threads(now_s: float, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
+                     chains: dict[int, list[tuple[int, float]]], finished_s: dict[int, float], to_s: float,
+                     stop: int | None) -> float:
+    """`_TwoThreads` from `now_s` until `to_s` or until chain `stop` ends; returns the time reached. The threads with
+    work share the core equally (processor sharing)."""
+    t = now_s
+    while True:
+        while io and io[0][0] <= t:
+            ticket = heapq.heappop(io)[2]
+            queue, work = chains[ticket][0]
+            queues[queue].append([ticket, 0, work])
+        loop = queues[OUTPUTS] or queues[LOOP]
+        running = [q[0] for q in (loop, queues[RENDERER], queues[CLIENT]) if q]
+        nxt = io[0][0] if io else math.inf
+        if not running:
+            if nxt >= to_s:
+                return t
+            t = nxt
+            continue
+        rate = 1.0 / len(running)
+        dt = max(0.0, min(nxt - t, to_s - t, min(j[2] for j in running) / rate))
+        t += dt
+        for j in running:
+            j[2] -= dt * rate
+        for j in running:
+            if j[2] > 1e-12:
+                continue
+            ticket, part = j[0], j[1]
+            chain = chains[ticket]
+            queues[chain[part][0]].popleft()
+            if part + 1 < len(chain):
+                queue, work = chain[part + 1]
+                queues[queue].append([ticket, part + 1, work])
+            else:
+                del chains[ticket]
+                if ticket >= 0 or ticket == stop:
+                    finished_s[ticket] = t
+                if ticket == stop:
+                    return t
+        if t >= to_s:
+            return t
