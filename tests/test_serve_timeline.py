@@ -225,6 +225,23 @@ def test_renderer_thread_api_server_shares_one_core_between_the_loop_and_the_ren
     server.take_request(0.0, 0)
     server.take_request(0.0, 0)
     assert [server.reach_s(0.0, 0, t) for t in range(2)] == pytest.approx([0.020, 0.040])
+    # Two processes, a request each at t = 0: on their own cores 10 + 5 + 5 ms each; on one shared core both loops
+    # (then both renderers, then both loops) run at half speed: both reach the engine at 40 ms.
+    for shared, reach in ((False, 0.020), (True, 0.040)):
+        server = RendererThreadApiServer(costs, 2, "completions", parts=(0.5, 0.25, 0.25), shared_core=shared)
+        server.take_request(0.0, 0)
+        server.take_request(0.0, 0)
+        assert [server.reach_s(0.0, p, t) for p, t in ((0, 0), (1, 1))] == pytest.approx([reach, reach])
+    # The client's 4 ms per request as its own thread before the loop's 5 ms and the renderer's 5 ms: r0's client
+    # part 0-4; r0's loop part beside r1's client part at half speed 4-12, then alone 12-13; r0's render beside r1's
+    # loop part 13-23 (r0 reaches the engine at 23); r1's render alone 23-28.
+    client = ApiServerCosts(request_s=0.014, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.005,
+                            output_token_s=0.0, latency_s=0.0)
+    server = RendererThreadApiServer(client, 1, "completions", parts=(0.5, 0.5, 0.0), client_request_s=0.004,
+                                     client_thread=True)
+    server.take_request(0.0, 0)
+    server.take_request(0.0, 0)
+    assert [server.reach_s(0.0, 0, t) for t in range(2)] == pytest.approx([0.023, 0.028])
     with pytest.raises(SystemExit, match="--renderer-thread"):
         RendererThreadApiServer(costs, parts=(0.5, 0.5))  # type: ignore[arg-type]
 

@@ -323,11 +323,13 @@ class RendererThreadApiServer(ApiServer):
     switch interval, divides the core. The connections reach the server one per `accept_gap_s` after their sends
     at the earliest. With `client_thread` the client's own work per request (`client_request_s`: `vllm bench serve`,
     its own process on the same core) is a third thread's FIFO part before the loop's first, instead of loop work.
-    Same interface as `ApiServer`."""
+    With `shared_core` every process's threads and the one client thread share one core (the campaign pins the API
+    servers and the client to core 0); otherwise each process has its own core (and client thread). Same interface
+    as `ApiServer`."""
 
     def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions", *,
                  parts: tuple[float, float, float], accept_gap_s: float = 0.0, client_request_s: float = 0.0,
-                 client_thread: bool = False) -> None:
+                 client_thread: bool = False, shared_core: bool = False) -> None:
         super().__init__(costs, num_processes, endpoint)
         if len(parts) != 3 or any(f < 0 for f in parts) or abs(sum(parts) - 1.0) > 1e-9:
             raise SystemExit(f"--renderer-thread: 3 fractions >= 0 summing to 1 (PRE,RENDER,POST), got {parts}")
@@ -335,7 +337,12 @@ class RendererThreadApiServer(ApiServer):
             raise SystemExit(f"--accept-gap-ms: >= 0, got {accept_gap_s * 1e3}")
         self.parts, self.accept_gap_s, self.client_request_s = parts, accept_gap_s, client_request_s
         self.client_thread = client_thread
-        self.cores = [_TwoThreads() for _ in range(num_processes)]
+        # Per process: its core and its index on it (`shared_core`: every process and the client on one core).
+        if shared_core:
+            core = _TwoThreads(num_processes)
+            self.cores = [(core, p) for p in range(num_processes)]
+        else:
+            self.cores = [(_TwoThreads(1), 0) for _ in range(num_processes)]
         self.last_connect_s = -math.inf
         self.num_outputs = 0
 
@@ -343,21 +350,22 @@ class RendererThreadApiServer(ApiServer):
         process = self.num_taken % self.num_processes
         ticket = self.num_taken
         self.num_taken += 1
-        core = self.cores[process]
+        core, p = self.cores[process]
         core.advance(now_s)
         self.last_connect_s = max(now_s, self.last_connect_s + self.accept_gap_s)
         client = min(self.client_request_s, self.request_s)
         server = self.request_s - client + self.prompt_token_s * num_prompt_tokens
         pre, render, post = (server * f for f in self.parts)
+        loop, renderer = 3 * p + LOOP, 3 * p + RENDERER
         if self.client_thread:
-            chain = [(CLIENT, client), (LOOP, pre), (RENDERER, render), (LOOP, post)]
+            chain = [(core.client, client), (loop, pre), (renderer, render), (loop, post)]
         else:
-            chain = [(LOOP, pre + client), (RENDERER, render), (LOOP, post)]
+            chain = [(loop, pre + client), (renderer, render), (loop, post)]
         core.arrive(self.last_connect_s, ticket, chain)
         return process, ticket, core.projected_end(ticket) + self.latency_s
 
     def reach_s(self, now_s: float, process: int, ticket: int) -> float:
-        core = self.cores[process]
+        core = self.cores[process][0]
         core.advance(now_s)
         done = core.finished_s.get(ticket)
         reach = (core.projected_end(ticket) if done is None else done) + self.latency_s
@@ -366,24 +374,25 @@ class RendererThreadApiServer(ApiServer):
         return reach
 
     def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
-        core = self.cores[process]
+        core, p = self.cores[process]
         core.advance(now_s)
         self.num_outputs += 1
         ticket = -self.num_outputs  # output passes: negative tickets
-        core.arrive(now_s, ticket, [(OUTPUTS, self.output_pass_s + self.output_token_s * num_tokens)])
+        core.arrive(now_s, ticket, [(3 * p + OUTPUTS, self.output_pass_s + self.output_token_s * num_tokens)])
         return core.projected_end(ticket) + self.output_latency_s
 
 
 class _TwoThreads:
-    """One process's loop and renderer thread (and, with `client_thread`, the client's) on one core
+    """The loop and renderer thread of one or more processes (and the client's thread) on one core
     (`RendererThreadApiServer`), advanced lazily to the simulator's clock. Queues, each of [ticket, part, seconds
-    left]: `outputs` and `loop`, the loop's output passes and input parts; `renderer`; `client`. `io`: arrivals not yet
-    taken (time, order, ticket); `chains`: ticket -> its parts as (queue index, seconds); `finished_s`: ticket -> when
-    its last part ended."""
+    left]: per process OUTPUTS and LOOP, the loop's output passes and input parts, RENDERER; last the client's.
+    `io`: arrivals not yet taken (time, order, ticket); `chains`: ticket -> its parts as (queue index, seconds);
+    `finished_s`: ticket -> when its last part ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_processes: int) -> None:
         self.now_s = 0.0
-        self.queues: list[collections.deque[list[Any]]] = [collections.deque() for _ in range(4)]
+        self.client = 3 * num_processes  # the client's queue, after each process's OUTPUTS, LOOP, RENDERER
+        self.queues: list[collections.deque[list[Any]]] = [collections.deque() for _ in range(self.client + 1)]
         self.io: list[tuple[float, int, int]] = []
         self.chains: dict[int, list[tuple[int, float]]] = {}
         self.num_arrivals = 0
@@ -406,7 +415,7 @@ class _TwoThreads:
         return finished[ticket]
 
 
-OUTPUTS, LOOP, RENDERER, CLIENT = range(4)  # _TwoThreads' queues; OUTPUTS and LOOP are one thread, OUTPUTS first
+OUTPUTS, LOOP, RENDERER = range(3)  # a process's queues in _TwoThreads (+ 3 x its index); OUTPUTS and LOOP: one thread
 
 
 def _run_two_threads(now_s: float, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
@@ -420,8 +429,9 @@ def _run_two_threads(now_s: float, queues: list[collections.deque[list[Any]]], i
             ticket = heapq.heappop(io)[2]
             queue, work = chains[ticket][0]
             queues[queue].append([ticket, 0, work])
-        loop = queues[OUTPUTS] or queues[LOOP]
-        running = [q[0] for q in (loop, queues[RENDERER], queues[CLIENT]) if q]
+        threads = [queues[i + OUTPUTS] or queues[i + LOOP] for i in range(0, len(queues) - 1, 3)]
+        threads += [queues[i + RENDERER] for i in range(0, len(queues) - 1, 3)] + [queues[-1]]
+        running = [q[0] for q in threads if q]
         nxt = io[0][0] if io else math.inf
         if not running:
             if nxt >= to_s:
