@@ -22,6 +22,8 @@ import numpy as np
 from roofline.judge.rows import SimCase, read_silicon_rows, resolve_row
 
 GPUS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm")
+NEEDED = {"row_id", "status", "system", "origin", "predicted_ttft_s", "measured_ttft_s", "predicted_tpot_s",
+          "measured_tpot_s", "peer_ttft_s", "peer_tpot_s"}
 
 
 def stats(rows: list[dict], metric: str, source: str = "predicted") -> str:
@@ -37,8 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rows_csv", type=Path, help="e2e_accuracy.py's rows.csv")
     args = parser.parse_args(argv)
+    try:
+        table = list(csv.DictReader(args.rows_csv.open()))
+    except OSError as exc:
+        parser.error(f"rows_csv: cannot read {args.rows_csv}: {exc.strerror}")
+    missing = NEEDED - set(table[0] if table else ())
+    if missing:
+        parser.error(f"rows_csv: {args.rows_csv} is not e2e_accuracy.py's rows.csv: no column "
+                     f"{', '.join(sorted(missing))}")
     silicon = {r.row_id: r for r in read_silicon_rows()}
-    simulated = [r for r in csv.DictReader(args.rows_csv.open()) if r["status"] == "simulated"]
+    simulated = [r for r in table if r["status"] == "simulated"]
     parallel, kimi = set(), set()
     for r in simulated:
         row = silicon[r["row_id"]]
