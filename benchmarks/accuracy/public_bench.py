@@ -18,7 +18,9 @@ flags are passed as given, its model and GPU are the shipped preset and profile 
 Scored: mean TTFT, median TTFT, mean TPOT and output throughput, relative error predicted / measured - 1; per load
 shape (burst: request rate inf and no max concurrency; rate-limited: a finite rate; closed loop: a max concurrency)
 and overall (and the cases at random lengths apart from the ShareGPT ones at mean lengths), n, median and p90 of
-|error| and the bias (mean signed error). Written under --out: report.md, rows.csv
+|error| and the bias (mean signed error). Per burst, where the simulated time goes (`roofline.sim.time_split`: steps
+with prefill, decode-only steps, idle, the last request's first step) beside the measured median and p99 ITL
+(report.md, summary.json). Written under --out: report.md, rows.csv
 (one line per case, every printed metric predicted and measured) and summary.json. A JUDGE: nothing is fitted here,
 no model term is chosen by it. Same cases, same outputs (no clock, no randomness beyond the cases' seeds).
 
@@ -285,6 +287,7 @@ def simulate_case(case: dict[str, Any], workdir: Path) -> dict[str, Any]:
     row["metrics"] = {k: {"predicted": v["predicted"], "measured": v["measured"], "rel_err": v["rel_err"]}
                       for k, v in metrics.items()}
     row["verdict"] = result["verdict"]["text"]
+    row["simulated_time"] = result["simulated_time"]
     row["command"] = "roofline " + " ".join(shlex.quote(a) for a in argv).replace(str(record_path),
                                                                                   f"<{case['id']}.json>")
     return row
@@ -341,10 +344,42 @@ def report_markdown(rows: list[dict[str, Any]], summary: dict[str, Any], meta: d
         lines.append(f"| [{r['id']}]({r['source']}) | {r['shape']} | {r['model']} | {r['hardware']} x {r['gpus']} | "
                      f"{r['vllm_version']} | {r['input_len']} / {r['output_len']} ({r['lengths']}) | "
                      + " | ".join(cells) + f" | {r['verdict']} |")
+    lines += time_split_table(rows)
     skipped = [r for r in rows if "not_simulated" in r]
     if skipped:
         lines += ["", "Not simulated:"] + [f"- {r['id']}: {r['not_simulated']}" for r in skipped]
     return "\n".join(lines) + "\n"
+
+
+def time_split_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The bursts' simulated time by stage (`roofline.sim.time_split`) beside what the measured block says of the
+    same stages: its duration, its median ITL (the commoner kind of step) and p99 ITL (the longer kind)."""
+    bursts = [r for r in rows if "metrics" in r and r["shape"] == "burst"]
+    if not bursts:
+        return []
+    lines = ["", "Bursts: where the simulated time goes (engine-seconds over replicas) beside the measured ITL. "
+             "Steps with prefill carry a prompt chunk (decodes beside it), decode-only steps one token per sequence.",
+             "", "| case | duration s meas / sim | steps with prefill: n, total s, median ms (tokens) | decode-only: n, "
+             "total s, median ms (sequences) | ITL ms meas / sim: median, p99 | last request first scheduled s | "
+             "preemptions |", "|---|---|---|---|---|---|---|"]
+    for r in bursts:
+        t, m = r["simulated_time"], r["metrics"]
+        p, d = t["steps_with_prefill"], t["decode_only_steps"]
+
+        def itl(key: str) -> str:
+            v = m.get(key)
+            return "-" if v is None or v["predicted"] is None else f"{v['measured']:.4g} / {v['predicted']:.4g}"
+
+        def kind(k: dict[str, Any], median_key: str) -> str:
+            if not k["count"]:
+                return "0"
+            return f"{k['count']}, {k['total_s']:.4g}, {1e3 * k['median_s']:.4g} ({k[median_key]:.0f})"
+
+        last = t["last_first_scheduled_s"]
+        lines.append(f"| {r['id']} | {m['duration']['measured']:.4g} / {m['duration']['predicted']:.4g} | "
+                     f"{kind(p, 'median_tokens')} | {kind(d, 'median_seqs')} | {itl('median_itl_ms')}, "
+                     f"{itl('p99_itl_ms')} | {'-' if last is None else f'{last:.4g}'} | {t['preemptions']} |")
+    return lines
 
 
 def write_outputs(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any], meta: dict[str, Any]) -> None:

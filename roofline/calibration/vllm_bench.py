@@ -36,6 +36,7 @@ from roofline.sim.bench_client import BenchLoad
 from roofline.sim.bench_metrics import BenchMetricOptions, bench_metrics, unmodelled
 from roofline.sim.deployment import Deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
+from roofline.sim.time_split import time_split, time_split_line
 from roofline.sim.verdict import load_verdict
 
 _STAT_KEY = re.compile(r"^(mean|median|std|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el|client_queue_time|"
@@ -285,6 +286,8 @@ def compare_with_result(record: dict[str, Any], deployment: Deployment, load: Be
                                 deployment.scheduler_config.max_num_batched_tokens,
                                 burst=False,  # (a burst is recognised from the due times)
                                 max_concurrency=load.max_concurrency).as_dict(),
+        # Where the simulated time goes (steps by kind, idle, the last request's first step: `roofline.sim.time_split`).
+        "simulated_time": time_split(result.requests, result.steps, deployment.cache_config.block_size),
     }
     return Comparison(rows, context)
 
@@ -308,6 +311,7 @@ def format_comparison(comparison: Comparison) -> str:
         lines.append(f"{row['metric']:<34}{_number(row['predicted']):>14}{_number(row['measured']):>14}{rel:>12}")
     lines.append("not modelled: " + "; ".join(ctx["unmodelled"]))
     lines.append(f"simulated {ctx['verdict']['text']}")
+    lines.append(time_split_line(ctx["simulated_time"]))
     return "\n".join(lines)
 
 
