@@ -100,6 +100,20 @@ def version_async_scheduling(major_minor: tuple[int, int]) -> bool:
     return major_minor >= ASYNC_SCHEDULING_DEFAULT_SINCE
 
 
+# The CUDA-graph mode `vllm serve` runs when none is given: FULL_AND_PIECEWISE from 0.11.0 (vllm/config/__init__.py
+# `VllmConfig.__post_init__`: "default to full and piecewise for most models", PIECEWISE for pooling and
+# encoder-decoder models, read in the 0.11.0 wheel), PIECEWISE before (the same place in 0.10.2: PIECEWISE under
+# V1's piecewise compilation; 0.8-0.9 had no mode flag and captured piecewise graphs only): a batch of decodes
+# then replays piecewise graphs with attention launched from the host, as a batch with prefills does.
+FULL_AND_PIECEWISE_DEFAULT_SINCE = (0, 11)
+
+
+def version_cudagraph_mode(major_minor: tuple[int, int]) -> str:
+    """The CUDA-graph mode of `vllm serve` of that release when neither --cudagraph-mode nor --enforce-eager is
+    given (a model vLLM serves with piecewise graphs only, pooling or encoder-decoder, is not modelled here)."""
+    return DEFAULT_CUDAGRAPH_MODE if major_minor >= FULL_AND_PIECEWISE_DEFAULT_SINCE else "PIECEWISE"
+
+
 @dataclass(frozen=True)
 class EngineArgs:
     """The serving engine's configuration under vLLM's flag names; None = vLLM's default for the device.

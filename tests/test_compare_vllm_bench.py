@@ -195,3 +195,25 @@ def test_the_version_sizes_the_deployment_and_sets_its_scheduling_default(
     assert [call["vllm_version"] for call in deployments] == ["0.11.0", "0.32.0", "0.11.0"]
     compare_json(argv, capsys)  # no version anywhere: the simulator's own (vLLM 0.32)
     assert deployments[-1]["vllm_version"] == VLLM_VERSION
+
+
+@pytest.mark.parametrize(("version", "mode"), [("0.10.2", "PIECEWISE"), ("0.11.0", "FULL_AND_PIECEWISE"),
+                                               (None, "FULL_AND_PIECEWISE")])
+def test_the_release_s_cuda_graph_mode_when_none_is_given(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          version: str | None, mode: str) -> None:
+    """vLLM before 0.11.0 replays piecewise graphs for decodes too (VllmConfig.__post_init__ of 0.10.2); a given
+    --cudagraph-mode or --enforce-eager wins."""
+    record = {"model_id": "llama-156m", "num_prompts": 8, "request_rate": "inf", "burstiness": 1.0,
+              "max_concurrency": 1, "duration": 1.0, "completed": 8, "mean_ttft_ms": 10.0}
+    if version is not None:
+        record["vllm_version"] = version
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(record))
+    argv = ["compare", "--vllm-bench", str(path), "--hardware", "h100-sxm", "--max-model-len", "4096",
+            "--random-input-len", "64", "--random-output-len", "4", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["engine"]["cudagraph_mode"] == mode
+    assert main([*argv, "--cudagraph-mode", "FULL_DECODE_ONLY"]) == 0
+    assert json.loads(capsys.readouterr().out)["engine"]["cudagraph_mode"] == "FULL_DECODE_ONLY"
+    assert main([*argv, "--enforce-eager"]) == 0
+    assert json.loads(capsys.readouterr().out)["engine"]["cudagraph_mode"] == "NONE"

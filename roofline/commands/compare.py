@@ -49,6 +49,7 @@ from roofline.engine_args import (
     check_quantization_flag,
     engine_args_from,
     version_async_scheduling,
+    version_cudagraph_mode,
 )
 from roofline.errors import UserError
 from roofline.hf_cache import cached_config, looks_like_hf_id
@@ -162,9 +163,13 @@ def run_vllm_bench(args: argparse.Namespace) -> int:
     spec = load_model(model)
     check_quantization_flag(args.quantization, spec)  # before the deployment, which may not fit without it
     engine = engine_args_from(args, "simulate")
-    if version is not None and engine.async_scheduling is None and load_profile(args.hardware).kind != "cpu":
-        # The release's own default when the flag is not given (vLLM >= 0.14 schedules asynchronously).
-        engine = replace(engine, async_scheduling=version_async_scheduling(parse_vllm_version(version)))
+    if version is not None and load_profile(args.hardware).kind != "cpu":
+        # The release's own defaults where the flags are not given: vLLM >= 0.14 schedules asynchronously; before
+        # 0.11.0 a batch of decodes replays piecewise CUDA graphs (a device that runs none stays eager: HostModel).
+        if engine.async_scheduling is None:
+            engine = replace(engine, async_scheduling=version_async_scheduling(parse_vllm_version(version)))
+        if engine.cudagraph_mode is None and not engine.enforce_eager:
+            engine = replace(engine, cudagraph_mode=version_cudagraph_mode(parse_vllm_version(version)))
     # The release's KV memory profile, KV dtype, all-reduce table and DP padding (`make_deployment`).
     deployment = make_deployment(spec, args.hardware, engine, cpu_engine="vllm-cpu",
                                  vllm_version=version or VLLM_VERSION)
