@@ -353,15 +353,19 @@ def report_markdown(rows: list[dict[str, Any]], summary: dict[str, Any], meta: d
 
 def time_split_table(rows: list[dict[str, Any]]) -> list[str]:
     """The bursts' simulated time by stage (`roofline.sim.time_split`) beside what the measured block says of the
-    same stages: its duration, its median ITL (the commoner kind of step) and p99 ITL (the longer kind)."""
+    same stages: its duration, its median ITL (the commoner kind of step) and p99 ITL (the longer kind), and the
+    requests decoding at once on average (Little's law: output tok/s x mean TPOT), measured and simulated: where
+    they agree the engine's schedule (admission, KV cache, batch) is the measured one and the time per step is
+    what differs; where the simulated is larger, the real server held the requests back before the engine."""
     bursts = [r for r in rows if "metrics" in r and r["shape"] == "burst"]
     if not bursts:
         return []
     lines = ["", "Bursts: where the simulated time goes (engine-seconds over replicas) beside the measured ITL. "
-             "Steps with prefill carry a prompt chunk (decodes beside it), decode-only steps one token per sequence.",
+             "Steps with prefill carry a prompt chunk (decodes beside it), decode-only steps one token per sequence; "
+             "decoding at once: output tok/s x mean TPOT (Little's law), the requests decoding together on average.",
              "", "| case | duration s meas / sim | steps with prefill: n, total s, median ms (tokens) | decode-only: n, "
              "total s, median ms (sequences) | ITL ms meas / sim: median, p99 | last request first scheduled s | "
-             "preemptions |", "|---|---|---|---|---|---|---|"]
+             "preemptions | decoding at once meas / sim |", "|---|---|---|---|---|---|---|---|"]
     for r in bursts:
         t, m = r["simulated_time"], r["metrics"]
         p, d = t["steps_with_prefill"], t["decode_only_steps"]
@@ -376,9 +380,12 @@ def time_split_table(rows: list[dict[str, Any]]) -> list[str]:
             return f"{k['count']}, {k['total_s']:.4g}, {1e3 * k['median_s']:.4g} ({k[median_key]:.0f})"
 
         last = t["last_first_scheduled_s"]
+        at_once = [m["output_throughput"][k] * m["mean_tpot_ms"][k] / 1e3 if m["mean_tpot_ms"][k] is not None
+                   else None for k in ("measured", "predicted")]
         lines.append(f"| {r['id']} | {m['duration']['measured']:.4g} / {m['duration']['predicted']:.4g} | "
                      f"{kind(p, 'median_tokens')} | {kind(d, 'median_seqs')} | {itl('median_itl_ms')}, "
-                     f"{itl('p99_itl_ms')} | {'-' if last is None else f'{last:.4g}'} | {t['preemptions']} |")
+                     f"{itl('p99_itl_ms')} | {'-' if last is None else f'{last:.4g}'} | {t['preemptions']} | "
+                     + " / ".join("-" if v is None else f"{v:.0f}" for v in at_once) + " |")
     return lines
 
 
