@@ -64,3 +64,10 @@ def test_compare_vllm_bench_reports_the_split_of_its_simulated_run(tmp_path,
     assert busy + split["idle_s"] == pytest.approx(split["duration_s"])
     assert main(argv) == 0
     assert "\nsimulated " + f"{split['duration_s']:.2f} s: " in capsys.readouterr().out
+
+
+def test_decoding_at_once_is_output_rate_times_mean_tpot() -> None:
+    from roofline.calibration.vllm_bench import decoding_at_once
+    assert decoding_at_once({"output_throughput": 438.56, "mean_tpot_ms": 132.45}) == pytest.approx(58.087, abs=1e-3)
+    assert decoding_at_once({"output_throughput": 438.56}) is None
+    assert decoding_at_once({"output_throughput": 438.56, "mean_tpot_ms": float("nan")}) is None

@@ -288,6 +288,7 @@ def simulate_case(case: dict[str, Any], workdir: Path) -> dict[str, Any]:
                       for k, v in metrics.items()}
     row["verdict"] = result["verdict"]["text"]
     row["simulated_time"] = result["simulated_time"]
+    row["decoding_at_once"] = result["decoding_at_once"]
     row["command"] = "roofline " + " ".join(shlex.quote(a) for a in argv).replace(str(record_path),
                                                                                   f"<{case['id']}.json>")
     return row
@@ -380,8 +381,7 @@ def time_split_table(rows: list[dict[str, Any]]) -> list[str]:
             return f"{k['count']}, {k['total_s']:.4g}, {1e3 * k['median_s']:.4g} ({k[median_key]:.0f})"
 
         last = t["last_first_scheduled_s"]
-        at_once = [m["output_throughput"][k] * m["mean_tpot_ms"][k] / 1e3 if m["mean_tpot_ms"][k] is not None
-                   else None for k in ("measured", "predicted")]
+        at_once = [r["decoding_at_once"][k] for k in ("measured", "predicted")]
         lines.append(f"| {r['id']} | {m['duration']['measured']:.4g} / {m['duration']['predicted']:.4g} | "
                      f"{kind(p, 'median_tokens')} | {kind(d, 'median_seqs')} | {itl('median_itl_ms')}, "
                      f"{itl('p99_itl_ms')} | {'-' if last is None else f'{last:.4g}'} | {t['preemptions']} | "

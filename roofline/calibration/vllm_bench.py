@@ -288,8 +288,22 @@ def compare_with_result(record: dict[str, Any], deployment: Deployment, load: Be
                                 max_concurrency=load.max_concurrency).as_dict(),
         # Where the simulated time goes (steps by kind, idle, the last request's first step: `roofline.sim.time_split`).
         "simulated_time": time_split(result.requests, result.steps, deployment.cache_config.block_size),
+        # Requests decoding at once on average, measured and simulated (`decoding_at_once`).
+        "decoding_at_once": {side: decoding_at_once(record if side == "measured" else predicted)
+                             for side in ("measured", "predicted")},
     }
     return Comparison(rows, context)
+
+
+def decoding_at_once(figures: dict[str, Any]) -> float | None:
+    """The requests decoding together on average, by Little's law: output tok/s x mean TPOT (each decoding request
+    adds one token per TPOT). Equal in a measured and a simulated run, their difference in TPOT and throughput is the
+    time per step; a larger simulated one says the real server held requests back before the engine. None without
+    both figures."""
+    rate, tpot = figures.get("output_throughput"), figures.get("mean_tpot_ms")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (rate, tpot)):
+        return None
+    return float(rate) * float(tpot) / 1e3
 
 
 def format_comparison(comparison: Comparison) -> str:
@@ -312,6 +326,10 @@ def format_comparison(comparison: Comparison) -> str:
     lines.append("not modelled: " + "; ".join(ctx["unmodelled"]))
     lines.append(f"simulated {ctx['verdict']['text']}")
     lines.append(time_split_line(ctx["simulated_time"]))
+    at_once = ctx["decoding_at_once"]
+    if at_once["measured"] is not None and at_once["predicted"] is not None:
+        lines.append(f"requests decoding at once (output tok/s x mean TPOT): measured {at_once['measured']:.1f}, "
+                     f"simulated {at_once['predicted']:.1f}")
     return "\n".join(lines)
 
 
