@@ -301,7 +301,8 @@ def decoding_at_once(figures: dict[str, Any]) -> float | None:
     time per step; a larger simulated one says the real server held requests back before the engine. None without
     both figures."""
     rate, tpot = figures.get("output_throughput"), figures.get("mean_tpot_ms")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (rate, tpot)):
+    if not (isinstance(rate, (int, float)) and isinstance(tpot, (int, float))) or isinstance(rate, bool) \
+            or isinstance(tpot, bool) or not (math.isfinite(rate) and math.isfinite(tpot)):
         return None
     return float(rate) * float(tpot) / 1e3
 
