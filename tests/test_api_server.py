@@ -1,5 +1,7 @@
-"""vLLM's API server as a stage of the simulation (roofline.sim.api_server): serial input work per request, serial
-output work per step, `--api-server-count`, the chat endpoint, the host's speed, determinism."""
+"""vLLM's API server as a stage of the simulation (roofline.sim.api_server): each process's event loop (input parts
+first come first served, output passes first) and its renderer's one worker, the rest of a request's input path
+re-queued at the render's await, the client's thread, shared cores, the connections' spacing, `--api-server-count`,
+the chat endpoint, the host's speed, determinism."""
 
 from __future__ import annotations
 
@@ -25,8 +27,14 @@ ENGINE = EngineArgs(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=
 STEP_S = 0.01
 
 
-def _hw(speed: float = 1.0):  # noqa: ANN202 - a HardwareProfile with a host of the given speed
-    return replace(gpu_profile_without_tokenizer("h100-sxm"), host=HostCpu("test host", speed))
+# A host whose loop does all of a request's work after the render's await: with no tokenization (prompt_token_s 0)
+# each request's input work is then one part on the loop, first come first served (the tests of the output passes'
+# priority, the processes, the chat endpoint below).
+ALL_AFTER = {"api_server_before_render_fraction": 0.0}
+
+
+def _hw(speed: float = 1.0, **host):  # noqa: ANN003, ANN202 - a HardwareProfile with a host of the given speed
+    return replace(gpu_profile_without_tokenizer("h100-sxm"), host=HostCpu("test host", speed, **host))
 
 
 def _burst(n: int, prompt: int = 16, output: int = 1) -> Workload:
@@ -35,8 +43,9 @@ def _burst(n: int, prompt: int = 16, output: int = 1) -> Workload:
                     output_tokens=LengthDistribution("fixed", value=output))
 
 
-def _run(workload: Workload, costs: ApiServerCosts, speed: float = 1.0, **options):  # noqa: ANN003, ANN202
-    deployment = make_deployment("llama-156m", _hw(speed), ENGINE)
+def _run(workload: Workload, costs: ApiServerCosts, speed: float = 1.0, host: dict | None = None,
+         **options):  # noqa: ANN003, ANN202
+    deployment = make_deployment("llama-156m", _hw(speed, **(ALL_AFTER if host is None else host)), ENGINE)
     return run_simulation(deployment, workload, SimulationOptions(api_server_costs=costs, **options),
                           step_time_fn=lambda replica, step, start, plan: STEP_S)
 
@@ -55,6 +64,57 @@ def test_a_burst_queues_behind_one_process_and_ttft_grows_with_the_position() ->
     # Spread out (one request every 50 ms), each request's TTFT is its own input work and step.
     spread = replace(_burst(5), arrival=ArrivalProcess("constant", 20.0))
     assert np.allclose(_run(spread, INPUT_ONLY).requests.ttft_s, 0.02 + STEP_S, rtol=0, atol=1e-12)
+
+
+def test_the_rest_of_each_request_queues_behind_the_first_parts_of_the_burst() -> None:
+    """vLLM's input path gives the loop up at the render (the renderer's one worker, `make_async`): with 49 % of the
+    20-ms input work before it, the burst's 5 first parts run first (5 x 9.8 ms), each rest (10.2 ms) after them:
+    request k reaches the engine at 49 + 10.2 (k + 1) ms. Alone, each takes its 20 ms."""
+    result = _run(_burst(5), INPUT_ONLY, host={})
+    reach = [5 * 0.0098 + 0.0102 * (k + 1) for k in range(5)]
+    assert np.allclose(result.requests.first_scheduled_s, reach, rtol=0, atol=1e-12)
+    spread = replace(_burst(5), arrival=ArrivalProcess("constant", 20.0))
+    assert np.allclose(_run(spread, INPUT_ONLY, host={}).requests.ttft_s, 0.02 + STEP_S, rtol=0, atol=1e-12)
+
+
+def _reach(server: ApiServer, now_s: float, num_prompt_tokens: int) -> float:
+    """A request taken at `now_s`: when it reaches the engine core as far as known then."""
+    process, ticket, _ = server.take_request(now_s, num_prompt_tokens)
+    return server.reach_s(now_s, process, ticket)
+
+
+def test_the_renderer_thread_tokenizes_beside_the_loop() -> None:
+    """ApiServer alone, a core per thread: the tokenizer's 10 ms per request (1,000 tokens x 10 us) on the renderer
+    thread, FIFO, the loop's 2 ms (1 before the render, 1 after) beside it: request 0 in at 1 + 10 + 1 = 12 ms,
+    request 1's render waits for request 0's (to 21 ms), in at 22; on one shared core the two threads run at half
+    speed while both have work."""
+    costs = replace(INPUT_ONLY, request_s=0.002, prompt_token_s=1e-5)
+    own = ApiServer(costs, host=HostCpu("x", 1.0, api_server_before_render_fraction=0.5))
+    assert _reach(own, 0.0, 1000) == pytest.approx(0.012)
+    assert _reach(own, 0.0, 1000) == pytest.approx(0.022)
+    # One core: request 0's first part 0-1 ms; request 1's first part beside its render, both at half speed, 1-3;
+    # the render alone to 12, its rest beside request 1's render to 14; request 1's render alone to 23, its rest 24.
+    shared = ApiServer(costs, host=HostCpu("x", 1.0, api_server_before_render_fraction=0.5, api_server_num_cores=1))
+    assert _reach(shared, 0.0, 1000) == pytest.approx(0.012)  # alone so far
+    assert _reach(shared, 0.0, 1000) == pytest.approx(0.024)
+    assert shared.reach_s(0.012, 0, 0) == pytest.approx(0.014)  # delayed by request 1, which came later
+    assert shared.reach_s(0.014, 0, 0) == pytest.approx(0.014)
+
+
+def test_the_client_thread_and_the_connections_spacing_delay_the_intake() -> None:
+    """A client on the API server's cores (`client_shares_api_server_cores`) sends each request with its own CPU
+    (client_request_s, 3 ms here) first, FIFO; the connections reach the server one per 5 ms at the most."""
+    costs = replace(INPUT_ONLY, request_s=0.002, client_request_s=0.003)
+    apart = ApiServer(costs, host=HostCpu("x", 1.0))  # the client elsewhere (a GPU host): not the server's work
+    assert [_reach(apart, 0.0, 0) for _ in range(2)] == [pytest.approx(0.002), pytest.approx(0.004)]
+    gap = ApiServer(costs, host=HostCpu("x", 1.0, connection_accept_gap_s=0.005))
+    assert [_reach(gap, 0.0, 0) for _ in range(2)] == [pytest.approx(0.002), pytest.approx(0.007)]
+    # Client and loop on two cores (1 ms before the render, 1 after): request 0 sent 0-3 ms, in 3-5; request 1
+    # sent 3-6 (its send beside request 0's loop work), in 6-8.
+    shares = HostCpu("x", 1.0, api_server_before_render_fraction=0.5, api_server_num_cores=2,
+                     client_shares_api_server_cores=True)
+    both = ApiServer(costs, host=shares)
+    assert [_reach(both, 0.0, 0) for _ in range(2)] == [pytest.approx(0.005), pytest.approx(0.008)]
 
 
 def test_output_work_runs_first_and_delays_the_input_work_pending() -> None:
@@ -107,9 +167,11 @@ def test_output_work_longer_than_a_step_stretches_the_clients_tpot() -> None:
 def test_input_work_waits_for_output_work_and_is_delayed_by_later_output_work() -> None:
     """ApiServer alone, exact times: a request taken while an output pass runs (to 6 ms) starts after it (done at
     26 ms); a pass taken at 10 ms runs at once (to 12 ms) and delays the pending request by its 2 ms."""
-    server = ApiServer(replace(INPUT_ONLY, output_pass_s=0.001, output_token_s=0.0005), num_processes=1)
+    server = ApiServer(replace(INPUT_ONLY, output_pass_s=0.001, output_token_s=0.0005), num_processes=1,
+                       host=HostCpu("x", 1.0, **ALL_AFTER))
     assert server.stream_outputs(0.0, 0, num_tokens=10) == pytest.approx(0.006)
-    assert server.take_request(0.002, num_prompt_tokens=5) == (0, 0, pytest.approx(0.026))
+    assert server.take_request(0.002, num_prompt_tokens=5) == (0, 0, pytest.approx(0.022))  # its own work
+    assert server.reach_s(0.002, 0, 0) == pytest.approx(0.026)  # after the pass under way
     assert server.stream_outputs(0.010, 0, num_tokens=2) == pytest.approx(0.012)
     assert server.reach_s(0.026, 0, 0) == pytest.approx(0.028)
     assert server.reach_s(0.028, 0, 0) == pytest.approx(0.028)  # done: no later pass delays it
@@ -177,7 +239,8 @@ def test_costs_measured_on_the_host_replace_the_scaled_reference_ones() -> None:
     """host.api_server_costs_s: seconds measured on that host, used as they are; the costs it does not state are
     the reference ones divided by the host's speed."""
     host = HostCpu.from_dict({"cpu_model": "x", "single_thread_speed_relative": 2.0,
-                              "api_server_costs_s": {"request": 0.02, "output_pass": 0.002}}, "p.yaml: host")
+                              "api_server_costs_s": {"request": 0.02, "output_pass": 0.002},
+                              "api_server_before_render_fraction": 0.0}, "p.yaml: host")
     costs = ApiServerCosts.for_host(host)
     reference = ApiServerCosts()
     assert costs.request_s == 0.02 and costs.output_pass_s == 0.002
@@ -188,12 +251,12 @@ def test_costs_measured_on_the_host_replace_the_scaled_reference_ones() -> None:
     deployment = make_deployment("llama-156m", replace(gpu_profile_without_tokenizer("h100-sxm"), host=host), ENGINE)
     step = lambda replica, s, start, plan: STEP_S  # noqa: E731
     measured = run_simulation(deployment, _burst(3), SimulationOptions(), step_time_fn=step)
-    per_request = 0.02 + 16 * reference.prompt_token_s / 2
+    render = 16 * reference.prompt_token_s / 2  # request 0's tokenization, on the renderer thread, before its loop work
     latency = reference.latency_s / 2  # not measured on the host: the reference's at its speed
     # Each step's output pass (its one token) delays the input work still pending: request 1 by one, 2 by two.
     output = 0.002 + reference.output_token_s / 2
     assert np.allclose(measured.requests.first_scheduled_s,
-                       [per_request * (k + 1) + k * output + latency for k in range(3)], rtol=0, atol=1e-12)
+                       [render + 0.02 * (k + 1) + k * output + latency for k in range(3)], rtol=0, atol=1e-12)
     given = run_simulation(deployment, _burst(3), SimulationOptions(api_server_costs=INPUT_ONLY), step_time_fn=step)
     assert np.allclose(given.requests.first_scheduled_s, [0.01 * (k + 1) for k in range(3)], rtol=0, atol=1e-12)
     # A sampled cost model's factors (--intervals) multiply given costs too: request x 1.5 -> 15 ms per position.
@@ -201,6 +264,36 @@ def test_costs_measured_on_the_host_replace_the_scaled_reference_ones() -> None:
         host, cost_factors=(("request", 1.5), ("output_pass", 3.0)))), ENGINE)
     given = run_simulation(sampled, _burst(3), SimulationOptions(api_server_costs=INPUT_ONLY), step_time_fn=step)
     assert np.allclose(given.requests.first_scheduled_s, [0.015 * (k + 1) for k in range(3)], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("api_server_before_render_fraction", 1.5, r"host\.api_server_before_render_fraction: must be a number in \[0, 1\]"),
+    ("connection_accept_gap_us", -1, r"host\.connection_accept_gap_us: must be microseconds in \[0, 1000000\], got -1$"),
+    ("api_server_num_cores", 0, r"host\.api_server_num_cores: must be a positive integer .*, got 0$"),
+    ("api_server_num_cores", 1.5, r"host\.api_server_num_cores: must be a positive integer .*, got 1\.5$"),
+    ("client_shares_api_server_cores", "yes", r"host\.client_shares_api_server_cores: must be true or false, got 'yes'$"),
+])
+def test_the_api_server_layout_is_validated(field: str, value: object, message: str) -> None:
+    data = read_profile_dict(resolve("hardware", "h100-sxm"))
+    host = {"cpu_model": "x", "single_thread_speed_relative": 1, field: value}
+    with pytest.raises(UserError, match=message):
+        parse_profile({**data, "host": host}, "p.yaml")
+
+
+def test_the_api_server_layout_is_read_with_its_defaults() -> None:
+    """A GPU family's host states none of it: the loop's split as measured on the reference host (0.49), no spacing,
+    a core per thread, the client apart; a pinned CPU host states its own, and they round-trip."""
+    family = load_profile("h100-sxm").host
+    assert family is not None
+    assert (family.api_server_before_render_fraction, family.connection_accept_gap_s, family.api_server_num_cores,
+            family.client_shares_api_server_cores) == (0.49, 0.0, None, False)
+    pinned = {"cpu_model": "x", "single_thread_speed_relative": 1.0, "api_server_before_render_fraction": 0.4,
+              "connection_accept_gap_us": 234.5, "api_server_num_cores": 1, "client_shares_api_server_cores": True}
+    host = HostCpu.from_dict(pinned, "p.yaml: host")
+    assert host.connection_accept_gap_s == pytest.approx(234.5e-6) and host.api_server_num_cores == 1
+    assert host.to_dict() == pinned
+    with pytest.raises(UserError, match=r"client_shares_api_server_cores: true needs api_server_num_cores"):
+        HostCpu.from_dict({**pinned, "api_server_num_cores": None}, "p.yaml: host")
 
 
 @pytest.mark.parametrize(("costs", "message"), [

@@ -1,4 +1,5 @@
-"""An experiment, not the simulator's model: vLLM's API server taking a request's input work in phases, round robin
+"""Experiments (the model since 2026-11-30d, roofline/sim/api_server.py, grew out of RendererThreadApiServer), not the
+simulator's model: vLLM's API server taking a request's input work in phases, round robin
 between the requests being taken in, instead of first come first served (roofline/sim/api_server.py). For
 `vllm_serve_sim.py --input-phases F1,F2,... --reach-phase K`: the fractions of a request's input work (`request_s` +
 `prompt_token_s` x prompt tokens, the client's sending added by the bench) in each phase, and after how many phases it
@@ -37,9 +38,11 @@ from roofline.sim.api_server import ApiServer, ApiServerCosts
 class PhasedApiServer(ApiServer):
     """`ApiServer` with the input work in phases taken round robin (module docstring); same interface."""
 
-    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions", *,
-                 phases: tuple[float, ...], reach_phase: int, output_in_round: bool = False) -> None:
+    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions",
+                 host: Any = None, *, phases: tuple[float, ...], reach_phase: int,
+                 output_in_round: bool = False) -> None:
         super().__init__(costs, num_processes, endpoint)
+        self.request_s += costs.client_request_s  # the client's sending as the model before 2026-11-30d had it
         if not phases or any(f < 0 for f in phases) or abs(sum(phases) - 1.0) > 1e-9:
             raise SystemExit(f"--input-phases: fractions >= 0 summing to 1, got {phases}")
         if not 1 <= reach_phase <= len(phases):
@@ -179,10 +182,11 @@ class EventLoopApiServer(ApiServer):
     `OUTPUT_CHUNK` outputs (`OutputProcessor.process_outputs` per chunk, `await asyncio.sleep(0)` between them);
     the client has the step's tokens `output_latency_s` after the last chunk ends. Same interface as `ApiServer`."""
 
-    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions", *,
-                 phases: tuple[float, ...], accept_gap_s: float = 0.0, client_request_s: float = 0.0,
-                 io_at_poll: bool = False) -> None:
+    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions",
+                 host: Any = None, *, phases: tuple[float, ...], accept_gap_s: float = 0.0,
+                 client_request_s: float = 0.0, io_at_poll: bool = False) -> None:
         super().__init__(costs, num_processes, endpoint)
+        self.request_s += costs.client_request_s  # the client's sending as the model before 2026-11-30d had it
         if not phases or any(f < 0 for f in phases) or abs(sum(phases) - 1.0) > 1e-9:
             raise SystemExit(f"--event-loop: fractions >= 0 summing to 1, got {phases}")
         if accept_gap_s < 0:
@@ -327,10 +331,11 @@ class RendererThreadApiServer(ApiServer):
     servers and the client to core 0); otherwise each process has its own core (and client thread). Same interface
     as `ApiServer`."""
 
-    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions", *,
-                 parts: tuple[float, float, float], accept_gap_s: float = 0.0, client_request_s: float = 0.0,
-                 client_thread: bool = False, shared_core: bool = False) -> None:
+    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions",
+                 host: Any = None, *, parts: tuple[float, float, float], accept_gap_s: float = 0.0,
+                 client_request_s: float = 0.0, client_thread: bool = False, shared_core: bool = False) -> None:
         super().__init__(costs, num_processes, endpoint)
+        self.request_s += costs.client_request_s  # the client's sending as the model before 2026-11-30d had it
         if len(parts) != 3 or any(f < 0 for f in parts) or abs(sum(parts) - 1.0) > 1e-9:
             raise SystemExit(f"--renderer-thread: 3 fractions >= 0 summing to 1 (PRE,RENDER,POST), got {parts}")
         if accept_gap_s < 0:

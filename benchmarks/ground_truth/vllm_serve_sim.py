@@ -89,11 +89,13 @@ def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_fla
                         if host is not None and hasattr(ApiServerCosts, "for_host") else ApiServerCosts()
                 # The client's work on the same cores (seconds on this host, so at the reference host's speed).
                 costs = with_client(costs, {k: v * speed for k, v in client.items()} if client else None)
-            if shared and not API_SERVER_MODELS_CORE[0]:
-                # More API-server processes than the cores they were pinned to: they share them (processor
-                # sharing), so each runs its work at api_cores / count of a core's speed. Only the work on those
-                # cores: the hops (latency_s, output_latency_s) are no CPU work of theirs and the engine core's own
-                # per-step work (engine_step_s) runs on the engine's core (until 2026-11-29e all were scaled).
+            if shared and not API_SERVER_MODELS_CORE[0] and (host is None or host.api_server_num_cores is None):
+                # More API-server processes than the cores they were pinned to, and a profile that does not say
+                # so (host.api_server_num_cores: the simulator's API server then shares the cores itself): they
+                # share them (processor sharing), so each runs its work at api_cores / count of a core's speed.
+                # Only the work on those cores: the hops (latency_s, output_latency_s) are no CPU work of theirs
+                # and the engine core's own per-step work (engine_step_s) runs on the engine's core (until
+                # 2026-11-29e all were scaled).
                 factor = count / api_cores
                 costs = replace(costs, **{name: getattr(costs, name) * factor for name in API_CORE_WORK})
             kwargs.update(api_server_count=count, endpoint=run["endpoint"], api_server_costs=costs)
@@ -343,11 +345,12 @@ def client_cpu_fit(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 def with_client(costs: Any, client: dict[str, float] | None) -> Any:
     """The API-server costs with the client's work added, where the client ran on the API server's cores (as
-    vllm_serve_bench.py pins it): its sending of each request before the API server takes it in, its reading of
-    each streamed chunk beside the API server's output work (one core's work, served in the same order)."""
+    vllm_serve_bench.py pins it): its sending of each request (`client_request_s`: the client's own thread where
+    the profile says it shares the API server's cores, `host.client_shares_api_server_cores`), its reading of each
+    streamed chunk beside the API server's output work (one core's work, served in the same order)."""
     if not client:
         return costs
-    return replace(costs, request_s=costs.request_s + client["request_s"],
+    return replace(costs, client_request_s=client["request_s"],
                    output_token_s=costs.output_token_s + client["output_token_s"])
 
 

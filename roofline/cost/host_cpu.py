@@ -23,6 +23,23 @@ speed, the ones it does not state keep that:
       single_thread_speed_relative: 1.0
       api_server_costs_s: {request: 0.006, output_pass: 0.002}
 
+Where a request's input work runs (`roofline.sim.api_server`: the event loop, the renderer's one worker thread, the
+client) is partly the host's: how the loop's share of a request's work splits at the render's await, how far apart
+the client's connections arrive, on how many cores the API-server processes run and whether the client runs on them:
+
+    host:
+      api_server_before_render_fraction: 0.49  # of the loop's input work, before the render (default 0.49)
+      connection_accept_gap_us: 234.5          # the connections at most one per 234.5 us (default 0)
+      api_server_num_cores: 1                  # every API-server process on one core (default: a core per thread)
+      client_shares_api_server_cores: true     # the client on those cores too (default false)
+
+The defaults and their sources: `api_server_before_render_fraction` 0.49, the loop's intake time before the render
+in 4 traced 1,000-prompt bursts of real `vllm serve` on the reference host (median of 0.456-0.498 by task kind;
+docs/benchmark-history/2026-11-30c-serve5.md); `connection_accept_gap_us` 0 (not measured on a GPU host; 234.5 us on
+the 2026-11-30 CPU host, `vllm bench serve` on the API server's core: 2026-11-30c-serve4.md); `api_server_num_cores`
+unset, a core per thread (an unpinned API server on a many-core GPU server); `client_shares_api_server_cores`
+false (the client on its own cores or machine).
+
 A host may also state how sure those costs are, how much a served run varies between repeats and how sure its speed
 and the executor's host terms are (`api_server_cost_uncertainty`, `served_run_to_run_noise`, `host_time_uncertainty`:
 `roofline.cost.host_uncertainty`), which `roofline simulate --intervals` samples; `cost_factors` are a sampled cost
@@ -42,11 +59,15 @@ from roofline.cost.host_uncertainty import HOST_TIME_TERMS, NOISE_METRICS, Ratio
 from roofline.errors import UserError, check_fields
 
 HOST_KEYS = ("cpu_model", "single_thread_speed_relative", "api_server_costs_s", "api_server_cost_uncertainty",
-             "served_run_to_run_noise", "host_time_uncertainty")
+             "served_run_to_run_noise", "host_time_uncertainty", "api_server_before_render_fraction",
+             "connection_accept_gap_us", "api_server_num_cores", "client_shares_api_server_cores")
 REQUIRED_HOST_KEYS = ("cpu_model", "single_thread_speed_relative")
 # The API server's costs a host may state (roofline.sim.api_server.ApiServerCosts, each without its "_s").
 COST_NAMES = ("request", "chat_request", "prompt_token", "output_pass", "output_token", "chat_output_token",
-              "latency", "output_latency", "engine_step")
+              "latency", "output_latency", "engine_step", "client_request")
+# The loop's share of a request's input work before the render's await, where a host does not state its own: measured
+# on the reference host (module docstring).
+BEFORE_RENDER_FRACTION = 0.49
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,11 @@ class HostCpu:
     time_uncertainty: RatioQuantiles | None = None
     cost_factors: tuple[tuple[str, float], ...] = ()
     time_factors: tuple[tuple[str, float], ...] = ()
+    # Where the API server's threads run (module docstring; defaults and their sources there).
+    api_server_before_render_fraction: float = BEFORE_RENDER_FRACTION
+    connection_accept_gap_s: float = 0.0
+    api_server_num_cores: int | None = None
+    client_shares_api_server_cores: bool = False
 
     @classmethod
     def from_dict(cls, section: Any, where: str) -> "HostCpu":
@@ -84,6 +110,23 @@ class HostCpu:
                                 f"{', '.join(COST_NAMES)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise UserError(f"{where}.api_server_costs_s.{name}: must be seconds in [0, 1], got {value!r}")
+        before = section.get("api_server_before_render_fraction", BEFORE_RENDER_FRACTION)
+        if isinstance(before, bool) or not isinstance(before, (int, float)) or not 0 <= before <= 1:
+            raise UserError(f"{where}.api_server_before_render_fraction: must be a number in [0, 1] (the loop's "
+                            f"share of a request's input work before the render), got {before!r}")
+        gap = section.get("connection_accept_gap_us", 0.0)
+        if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap <= 1e6:
+            raise UserError(f"{where}.connection_accept_gap_us: must be microseconds in [0, 1000000], got {gap!r}")
+        cores = section.get("api_server_num_cores")
+        if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
+            raise UserError(f"{where}.api_server_num_cores: must be a positive integer (the cores every API-server "
+                            f"process runs on; leave it out for a core per thread), got {cores!r}")
+        shares = section.get("client_shares_api_server_cores", False)
+        if not isinstance(shares, bool):
+            raise UserError(f"{where}.client_shares_api_server_cores: must be true or false, got {shares!r}")
+        if shares and cores is None:
+            raise UserError(f"{where}.client_shares_api_server_cores: true needs api_server_num_cores (the cores it "
+                            f"shares)")
         cost_unc = section.get("api_server_cost_uncertainty")
         noise = section.get("served_run_to_run_noise")
         host_time = section.get("host_time_uncertainty")
@@ -94,11 +137,21 @@ class HostCpu:
                    run_to_run_noise=None if noise is None else read_ratio_quantiles(
                        noise, "served_run_to_run_noise", NOISE_METRICS, where),
                    time_uncertainty=None if host_time is None else read_ratio_quantiles(
-                       host_time, "host_time_uncertainty", HOST_TIME_TERMS, where))
+                       host_time, "host_time_uncertainty", HOST_TIME_TERMS, where),
+                   api_server_before_render_fraction=float(before), connection_accept_gap_s=float(gap) * 1e-6,
+                   api_server_num_cores=cores, client_shares_api_server_cores=shares)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cpu_model": self.cpu_model,
                                "single_thread_speed_relative": self.single_thread_speed_relative}
         if self.api_server_costs_s:
             out["api_server_costs_s"] = dict(self.api_server_costs_s)
+        if self.api_server_before_render_fraction != BEFORE_RENDER_FRACTION:
+            out["api_server_before_render_fraction"] = self.api_server_before_render_fraction
+        if self.connection_accept_gap_s:
+            out["connection_accept_gap_us"] = round(self.connection_accept_gap_s * 1e6, 6)
+        if self.api_server_num_cores is not None:
+            out["api_server_num_cores"] = self.api_server_num_cores
+        if self.client_shares_api_server_cores:
+            out["client_shares_api_server_cores"] = True
         return out

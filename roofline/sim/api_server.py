@@ -22,14 +22,33 @@ in a burst".) With `--api-server-count N` the requests are spread over N such pr
 kernel spreads connections over the processes' shared socket), and the engine core sends each process the outputs
 of its own requests.
 
-The model, per process, a single server on which output work runs before the input work queued (preemptive
-priority, the slices taken as infinitely small); input work first come first served, output work likewise:
-- input work per request: `request_s` (+ `chat_request_s` on the chat endpoint) + `prompt_token_s` x prompt
-  tokens (tokenization); it starts after the output work under way and is delayed by output work taken before
-  it ends;
-- output work per engine step with outputs for the process: `output_pass_s` + `output_token_s` (+
-  `chat_output_token_s`) x its tokens in the step, after the process's earlier output work; the client sees the
-  step's tokens when it ends;
+The model, per process, two threads (after vLLM 0.32's own): its event loop and its renderer's one worker. vLLM
+renders and tokenizes a prompt on a thread pool of `ModelConfig.renderer_num_workers` workers, 1 by default
+(`vllm/config/model.py`; `vllm/renderers/base.py` `BaseRenderer.__init__`: `_executor`, `_tokenize_prompt_async =
+make_async(self._tokenize_prompt, executor=self._executor)`; `vllm/utils/async_utils.py` `make_async`:
+`loop.run_in_executor`), so a FIFO served by one thread, and the request's coroutine gives the loop up at that await:
+the rest of its input path (`process_for_engine_async`, `AsyncLLM.generate` -> `InputProcessor`,
+`AsyncMPClient.add_request_async`) queues at the back of the loop's work once the render is done, behind the first
+parts of the requests that arrived meanwhile. A request's input work is so three parts in order:
+- the loop's part before the render: `host.api_server_before_render_fraction` of `request_s` (+ `chat_request_s`
+  on the chat endpoint): the accept, the reads, routing and validation, the handler's first steps;
+- the renderer thread's: `prompt_token_s` x prompt tokens (`BaseRenderer._tokenize_prompt`: HF tokenizers' Rust
+  encode, which releases the GIL, so the thread runs beside the loop);
+- the loop's part after it: the rest of `request_s`; the request reaches the engine core (+ `latency_s`) when it ends.
+The loop takes its input parts first come first served in the order they became ready, and each engine step's
+output work before them (preemptive priority, the slices taken as infinitely small): `output_pass_s` +
+`output_token_s` (+ `chat_output_token_s`) x the process's tokens in the step, after its earlier output work; the
+client sees the step's tokens when it ends. The renderer takes its parts FIFO. Where the client runs on the API
+server's cores (`host.client_shares_api_server_cores`, a pinned CPU host), its own work per request
+(`client_request_s`: `vllm bench serve` sending it) is a third thread's FIFO part before the loop's first. The
+connections reach the server one per `host.connection_accept_gap_us` at the most. Threads share cores by processor
+sharing: with `host.api_server_num_cores` set, every API-server process's threads (and the client's, where it
+shares) run on that many cores, each thread at min(1, cores / threads with work) of a core; without it each thread
+has a core of its own (an unpinned API server on a many-core GPU host). The split and the renderer's cost are
+measured (docs/benchmark-history/2026-11-30c-serve5.md: the loop's intake time before the render 0.456-0.498 of it in
+traced 1,000-prompt bursts; the tokenizer's encode 191 us per 128-token prompt on the reference host, with the GIL
+released).
+The rest, outside the threads:
 - the rest of a request's time outside the engine core that does not occupy the loop (`latency_s`: the request's
   hop to the engine core, the client's HTTP; in the reference costs also the hop back, their `output_latency_s`
   being 0), charged on the way in;
@@ -44,15 +63,17 @@ The costs are seconds on the reference host (`REFERENCE_HOST`), divided by the p
 (`update_from_output`, building the outputs) is the profile's `executor.step_overhead_per_seq_us`, in the step.
 
     costs = ApiServerCosts.for_host(hw.host)
-    server = ApiServer(costs, num_processes=2, endpoint="chat")
+    server = ApiServer(costs, num_processes=2, endpoint="chat", host=hw.host)
     process, ticket, reach_s = server.take_request(now_s, num_prompt_tokens=1024)  # reaches the engine core ...
     seen_s = server.stream_outputs(step_end_s, process, num_tokens=37)             # when the client sees them
-    reach_s = server.reach_s(reach_s, process, ticket)   # ... later, if output work came first meanwhile
+    reach_s = server.reach_s(reach_s, process, ticket)   # ... later, if work that came later went first
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -94,6 +115,9 @@ class ApiServerCosts:
     them (`IterationStats.iteration_timestamp`), per request's first token in real `vllm serve` runs
     (`vllm_serve_bench.py --timeline`); 0 on the reference (not measured on a GPU host; on the CPU host most of it
     is the wake-up of the sending and receiving threads on cores kept busy by the Worker and the API server).
+    `client_request_s`: the client's own CPU per request where it runs on the API server's cores
+    (`host.client_shares_api_server_cores`); 0 on the reference (its client ran apart), measured on the CPU hosts
+    (vllm_serve_sim.py --fit-cpu: the client's CPU accounting).
     """
 
     request_s: float = 0.40e-3
@@ -105,6 +129,7 @@ class ApiServerCosts:
     latency_s: float = 3.77e-3
     output_latency_s: float = 0.0
     engine_step_s: float = 0.0
+    client_request_s: float = 0.0
 
     @classmethod
     def for_host(cls, host: HostCpu) -> "ApiServerCosts":
@@ -120,14 +145,21 @@ class ApiServerCosts:
         return replace(self, **{name: getattr(self, name) * factor for name in self.__dataclass_fields__})
 
 
-class ApiServer:
-    """`num_processes` API-server processes; requests assigned round robin. Per process, output work runs before
-    the input work queued (see the module docstring): `output_busy_until_s[p]` ends its output work taken so far;
-    its pending input work is a FIFO of tickets, each ending at `base_s[ticket] + shift_s[p]`, where `shift_s[p]`
-    sums the output work taken while input work was pending (each such pass delays every pending request by its
-    length)."""
+# Where a request's input work runs (module docstring): per process a queue of output passes and one of input parts
+# (both the loop thread's, output passes first) and the renderer's queue; after the processes' queues, the client's.
+OUTPUTS, LOOP, RENDERER = range(3)
+_DONE_S = 1e-12  # a part with at most this much work left is done (the processor-sharing steps' rounding)
 
-    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions") -> None:
+
+class ApiServer:
+    """`num_processes` API-server processes (requests assigned round robin) and the client, as threads on the host's
+    cores (module docstring); `host` gives the split of the loop's input work, the connections' spacing and the
+    cores (`roofline.cost.host_cpu`; without it, its defaults). Each thread's queue is advanced lazily to the
+    simulator's clock (`_Threads`); a request's reach is projected with what has arrived so far, and asked again
+    then (`reach_s`), since work that comes later can go first (output passes; input parts ready earlier)."""
+
+    def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions",
+                 host: HostCpu | None = None) -> None:
         if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
             raise UserError(f"--api-server-count: must be a positive integer, got {num_processes!r}")
         if endpoint not in ENDPOINTS:
@@ -141,54 +173,226 @@ class ApiServer:
         self.output_latency_s = costs.output_latency_s
         self.engine_step_s = costs.engine_step_s  # added to each engine step (see ApiServerCosts)
         self.num_processes = num_processes
-        self.output_busy_until_s = [0.0] * num_processes
-        self.shift_s = [0.0] * num_processes
-        self.pending: list[collections.deque[int]] = [collections.deque() for _ in range(num_processes)]
-        self.base_s: dict[int, float] = {}  # pending ticket -> its end less its process's shift_s
-        self.finished_s: dict[int, float] = {}  # ticket -> when its input work ended, once no output can delay it
+        host = host or HostCpu("", 1.0)
+        self.before_render = host.api_server_before_render_fraction
+        self.accept_gap_s = host.connection_accept_gap_s
+        self.client_s = costs.client_request_s if host.client_shares_api_server_cores else 0.0
+        self.threads = _Threads(num_processes, host.api_server_num_cores, host.client_shares_api_server_cores)
+        self.last_connect_s = -math.inf
         self.num_taken = 0
+        self.num_outputs = 0
 
     def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, int, float]:
-        """A request sent at `now_s`: (its process, its ticket, when it reaches the engine core as far as known now:
-        output work taken later may delay it; `reach_s` says when it does)."""
+        """A request sent at `now_s`: (its process, its ticket, the earliest it can reach the engine core: `reach_s`
+        says then when it does)."""
         process = self.num_taken % self.num_processes
         ticket = self.num_taken
         self.num_taken += 1
-        pending, shift = self.pending[process], self.shift_s[process]
-        start = max(now_s, self.output_busy_until_s[process],
-                    self.base_s[pending[-1]] + shift if pending else now_s)
-        done = start + self.request_s + self.prompt_token_s * num_prompt_tokens
-        pending.append(ticket)
-        self.base_s[ticket] = done - shift
-        return process, ticket, done + self.latency_s
+        threads = self.threads
+        threads.advance(now_s)
+        self.last_connect_s = max(now_s, self.last_connect_s + self.accept_gap_s)
+        loop = 3 * process + LOOP
+        chain = [(loop, self.request_s * self.before_render),
+                 (3 * process + RENDERER, self.prompt_token_s * num_prompt_tokens),
+                 (loop, self.request_s * (1.0 - self.before_render))]
+        if self.client_s > 0:
+            chain.insert(0, (threads.client, self.client_s))
+        threads.arrive(self.last_connect_s, ticket, chain)
+        # A lower bound (its own work, no waiting): `reach_s` then projects with what has arrived by then.
+        return process, ticket, (self.last_connect_s + self.client_s + self.request_s
+                                 + self.prompt_token_s * num_prompt_tokens + self.latency_s)
 
     def reach_s(self, now_s: float, process: int, ticket: int) -> float:
-        """When request `ticket` of `process` reaches the engine core, with the output work taken by `now_s`."""
-        self._finish(process, now_s)
-        done = self.finished_s.get(ticket)
-        reach = (self.base_s[ticket] + self.shift_s[process] if done is None else done) + self.latency_s
+        """When request `ticket` of `process` reaches the engine core, with the work taken by `now_s`."""
+        threads = self.threads
+        threads.advance(now_s)
+        done = threads.finished_s.get(ticket)
+        reach = (threads.projected_end(ticket) if done is None else done) + self.latency_s
         if reach <= now_s:
-            del self.finished_s[ticket]
+            del threads.finished_s[ticket]
         return reach
-
-    def _finish(self, process: int, now_s: float) -> None:
-        """The input work of `process` done by `now_s` is final: no later output pass delays it."""
-        pending, shift = self.pending[process], self.shift_s[process]
-        while pending and self.base_s[pending[0]] + shift <= now_s:
-            ticket = pending.popleft()
-            self.finished_s[ticket] = self.base_s.pop(ticket) + shift
 
     def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
         """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them.
-        The pass starts once the process's earlier output work is done; input work still pending waits for it; the
+        The pass starts once the process's earlier output work is done; input work on its loop waits for it; the
         client has the tokens `output_latency_s` after the pass ends (the hand-off's delay: module docstring)."""
-        start = max(now_s, self.output_busy_until_s[process])
-        work = self.output_pass_s + self.output_token_s * num_tokens
-        self._finish(process, start)  # input work done before the pass is not delayed by it
-        if self.pending[process]:
-            self.shift_s[process] += work
-        self.output_busy_until_s[process] = start + work
-        return start + work + self.output_latency_s
+        self.num_outputs += 1
+        end = self.threads.add_output(now_s, process, -self.num_outputs,
+                                      self.output_pass_s + self.output_token_s * num_tokens)
+        return end + self.output_latency_s
+
+
+class _Threads:
+    """The API server's threads (`ApiServer`), advanced lazily to the simulator's clock. `queues`: per process
+    OUTPUTS and LOOP (the loop thread's: output passes first) and RENDERER, then the client's; each entry [ticket,
+    part, seconds left]; `io`: chains not yet arrived (time, order, ticket); `chains`: ticket -> its parts as (queue,
+    seconds), an output pass (ticket < 0) one part on OUTPUTS; `finished_s`: request ticket -> when its last part
+    ended. `num_cores`: the cores the processes' threads (and the client's, with `client_shares`) share; None: a
+    core per thread. With a core per thread an output pass's end is exact when it is taken (`output_until_s`), and
+    while no request's input is under way it is not queued at all: it delays nothing but the passes after it, and
+    what is left of it is queued once a request arrives (`_queue_outputs`)."""
+
+    def __init__(self, num_processes: int, num_cores: int | None, client_shares: bool) -> None:
+        self.num_cores, self.client_shares = num_cores, client_shares
+        self.client = 3 * num_processes
+        self.queues: list[collections.deque[list[Any]]] = [collections.deque() for _ in range(self.client + 1)]
+        self.io: list[tuple[float, int, int]] = []
+        self.chains: dict[int, list[tuple[int, float]]] = {}
+        self.num_arrivals = 0
+        self.num_inputs = 0  # requests whose input work is under way
+        self.now_s = 0.0
+        self.finished_s: dict[int, float] = {}
+        self.output_until_s = [0.0] * num_processes  # own cores: when each process's output work taken so far ends
+        self.queued_until_s = [0.0] * num_processes  # ... of which the queued part
+
+    def arrive(self, at_s: float, ticket: int, chain: list[tuple[int, float]]) -> None:
+        if ticket >= 0:
+            if self.num_cores is None and self.num_inputs == 0:
+                self._queue_outputs()
+            self.num_inputs += 1
+        self.chains[ticket] = chain
+        heapq.heappush(self.io, (at_s, self.num_arrivals, ticket))
+        self.num_arrivals += 1
+
+    def add_output(self, now_s: float, process: int, ticket: int, work_s: float) -> float:
+        """An output pass of `process` taken at `now_s`: when it ends (with a core per thread, exact; with shared
+        cores as far as known now)."""
+        self.advance(now_s)
+        if self.num_cores is None:
+            end = max(now_s, self.output_until_s[process]) + work_s
+            self.output_until_s[process] = end
+            if self.num_inputs:
+                self.queued_until_s[process] = end
+                self.arrive(now_s, ticket, [(3 * process + OUTPUTS, work_s)])
+            return end
+        self.arrive(now_s, ticket, [(3 * process + OUTPUTS, work_s)])
+        return self.projected_end(ticket)
+
+    def _queue_outputs(self) -> None:
+        """Own cores, a request arriving while none is under way: the output work not queued, what is left of it
+        from now on (back to back after what is queued: it was taken by now), queued on its process's loop."""
+        for process, until in enumerate(self.output_until_s):
+            start = max(self.now_s, self.queued_until_s[process])
+            if until > start:
+                self.num_arrivals += 1
+                ticket = -(1 << 62) - self.num_arrivals  # apart from the passes' own tickets
+                self.chains[ticket] = [(3 * process + OUTPUTS, until - start)]
+                heapq.heappush(self.io, (start, self.num_arrivals, ticket))
+                self.queued_until_s[process] = until
+
+    def advance(self, to_s: float) -> None:
+        """The threads' work up to `to_s` (inclusive: what ends at `to_s` is done)."""
+        if not self.chains:  # nothing under way or due
+            self.now_s = max(self.now_s, to_s)
+        elif to_s >= self.now_s:
+            self.now_s = self._run(self.queues, self.io, self.chains, self.finished_s, to_s, None)
+
+    def projected_end(self, ticket: int) -> float:
+        """When `ticket`'s last part ends if nothing more arrives."""
+        finished: dict[int, float] = {}
+        queues = [collections.deque([list(job) for job in queue]) for queue in self.queues]
+        self._run(queues, list(self.io), dict(self.chains), finished, math.inf, ticket)
+        return finished[ticket]
+
+    def _run(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
+             chains: dict[int, list[tuple[int, float]]], finished_s: dict[int, float], to_s: float,
+             stop: int | None) -> float:
+        """From `now_s` until `to_s` or until chain `stop` ends; returns the time reached. The threads with work share
+        the cores (processor sharing; a core per thread without `num_cores`)."""
+        t, client, num_cores = self.now_s, self.client, self.num_cores
+        threads = [(queues[i + OUTPUTS], queues[i + LOOP], queues[i + RENDERER]) for i in range(0, client, 3)]
+        client_queue = queues[client]
+        while True:
+            while io and io[0][0] <= t:
+                ticket = heapq.heappop(io)[2]
+                queue, work = chains[ticket][0]
+                queues[queue].append([ticket, 0, work])
+            running = []
+            for outputs, loop, renderer in threads:
+                if outputs:
+                    running.append(outputs[0])
+                elif loop:
+                    running.append(loop[0])
+                if renderer:
+                    running.append(renderer[0])
+            if client_queue:
+                running.append(client_queue[0])
+            nxt = io[0][0] if io else math.inf
+            if not running:
+                if nxt >= to_s:
+                    return to_s
+                t = nxt
+                continue
+            if len(running) == 1 and t + running[0][2] <= (nxt if nxt < to_s else to_s):
+                t, ended = self._alone(running[0], t, nxt if nxt < to_s else to_s, queues, chains, finished_s, stop)
+                if ended:  # chain `stop`
+                    return t
+                continue
+            num_shared = len(running) - (1 if client_queue and not self.client_shares else 0)
+            if num_cores is None or num_shared <= num_cores:  # every thread at a core's speed
+                dt = min(nxt - t, to_s - t, min(job[2] for job in running))
+                for job in running:
+                    job[2] -= dt
+            else:
+                rate = num_cores / num_shared
+                rates = [rate] * len(running)
+                if client_queue and not self.client_shares:
+                    rates[-1] = 1.0
+                dt = min(nxt - t, to_s - t, min(job[2] / r for job, r in zip(running, rates)))
+                for job, r in zip(running, rates):
+                    job[2] -= dt * r
+            t += dt
+            num_done = 0
+            for job in running:
+                if job[2] > _DONE_S:
+                    continue
+                num_done += 1
+                ticket, part = job[0], job[1]
+                chain = chains[ticket]
+                queues[chain[part][0]].popleft()
+                if part + 1 < len(chain):
+                    queue, work = chain[part + 1]
+                    queues[queue].append([ticket, part + 1, work])
+                    continue
+                del chains[ticket]
+                if ticket >= 0:
+                    if stop is None:  # not a projection (whose copies leave the count alone)
+                        self.num_inputs -= 1
+                    finished_s[ticket] = t
+                elif ticket == stop:
+                    finished_s[ticket] = t
+                if ticket == stop:
+                    return t
+            if t >= to_s and not num_done:
+                return t
+
+    def _alone(self, job: list[Any], t: float, limit_s: float, queues: list[collections.deque[list[Any]]],
+               chains: dict[int, list[tuple[int, float]]], finished_s: dict[int, float],
+               stop: int | None) -> tuple[float, bool]:
+        """`_run`'s step when `job`, the only one with work, ends by `limit_s` (at a core's speed, alone): it ends,
+        and its chain's next parts run back to back while no other work is ready and they end by `limit_s`. Returns
+        the time reached and whether chain `stop` ended."""
+        ticket, part = job[0], job[1]
+        chain = chains[ticket]
+        t += job[2]
+        left = queues[chain[part][0]]
+        left.popleft()
+        while part + 1 < len(chain):
+            queue, work = chain[part + 1]
+            if left or queues[queue] or t + work > limit_s:  # other work ready, or the part outlasts the limit
+                queues[queue].append([ticket, part + 1, work])
+                return t, False
+            part += 1
+            t += work
+        del chains[ticket]
+        if ticket >= 0:
+            if stop is None:
+                self.num_inputs -= 1
+            finished_s[ticket] = t
+        if ticket == stop:
+            finished_s[ticket] = t
+            return t, True
+        return t, False
 
 
 def without_api_server(hw: HardwareProfile) -> HardwareProfile:

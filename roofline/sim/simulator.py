@@ -280,7 +280,7 @@ class _Simulation:
                 given = options.api_server_costs.scaled(1.0 / host.single_thread_speed_relative)
                 costs = replace(given, **{f"{name}_s": getattr(given, f"{name}_s") * factor
                                           for name, factor in host.cost_factors})
-            self.api = [ApiServer(costs, options.api_server_count, options.endpoint) for _ in self.replicas]
+            self.api = [ApiServer(costs, options.api_server_count, options.endpoint, host) for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
         # client saw each step's tokens (`_SeenTimes`).
         self.process_of = np.zeros(len(specs), np.int64) if options.api_server_count > 1 else None
