@@ -112,6 +112,42 @@ def test_by_row_is_the_stable_argsort_order() -> None:
         assert got.dtype == expected.dtype and np.array_equal(got, expected)
 
 
+def test_std_in_place_is_numpys_std() -> None:
+    # The same float as np.std (numpy's pairwise sums over the same array), computed in the array given.
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 8, 9, 127, 128, 129, 1000, 100_003):
+        x = rng.exponential(0.05, n) + rng.integers(0, 2, n)
+        expected = np.std(x)
+        got = token_times.std_in_place(x.copy())
+        assert got == expected and isinstance(got, np.float64), n
+    readonly = rng.uniform(0, 1, 10)
+    readonly.flags.writeable = False
+    assert token_times.std_in_place(readonly) == np.std(readonly)  # (not overwritten: numpy's own)
+    assert readonly.flags.writeable is False
+
+
+def test_pooled_std_consumes_its_order_and_the_next_order_reuses_it() -> None:
+    # The by-request values' std overwrites their order (made again if asked), the same std as numpy's of it; the
+    # next order made is joined into that array, and holds the gaps it should.
+    segments, times_of, rows_of = _runs()
+    tt = segments.token_times(len(rows_of))
+    gaps, index = tt.gap_s, tt.request_index
+    by_row = gaps[np.argsort(index, kind="stable")]
+    pooled = tt.values(by_request=True)
+    assert pooled.mean() == np.mean(by_row)
+    assert pooled.std() == np.std(by_row)
+    assert pooled.in_order is not None and np.array_equal(pooled.in_order(), by_row)  # made again
+    assert pooled.std() == np.std(by_row)
+    spare = tt._spare
+    assert spare is not None
+    mask = np.arange(len(rows_of)) % 2 == 0
+    masked = tt.values(mask)
+    assert masked.in_order is not None
+    order = masked.in_order()
+    assert np.array_equal(order, gaps[mask[index]]) and np.shares_memory(order, spare)
+    assert masked.std() == np.std(gaps[mask[index]])
+
+
 def test_weighted_percentile_is_numpys_on_random_multisets() -> None:
     rng = np.random.default_rng(0)
     for n in (1, 2, 3, 7, 100, 1001):

@@ -118,19 +118,24 @@ EXACT_ORDER_MAX_GAPS = 1 << 24
 @dataclass(frozen=True)
 class WeightedValues:
     """A multiset of floats: `values` ascending, each `counts` times (counts > 0); `in_order`, where given, makes
-    the values one by one in the order whose numpy sum the mean and standard deviation repeat."""
+    the values one by one in the order whose numpy sum the mean and standard deviation repeat (an array to read at
+    once: `std` overwrites it, `consume_in_order`)."""
 
     values: np.ndarray
     counts: np.ndarray
     in_order: Callable[[], np.ndarray] | None = None
+    # Runs a function that may overwrite its argument (`std_in_place`) on `in_order`'s array, handed over (the one
+    # made, else a new one; `in_order` makes it again when next asked), and returns its result.
+    consume_in_order: Callable[[Callable[[np.ndarray], np.float64]], np.float64] | None = None
 
     @classmethod
-    def of(cls, values: np.ndarray, counts: np.ndarray,
-           in_order: Callable[[], np.ndarray] | None = None) -> WeightedValues:
+    def of(cls, values: np.ndarray, counts: np.ndarray, in_order: Callable[[], np.ndarray] | None = None,
+           consume_in_order: Callable[[Callable[[np.ndarray], np.float64]], np.float64] | None = None
+           ) -> WeightedValues:
         keep = counts > 0
         values, counts = values[keep], counts[keep]
         order = np.argsort(values, kind="stable")
-        return cls(values[order], counts[order].astype(np.int64), in_order)
+        return cls(values[order], counts[order].astype(np.int64), in_order, consume_in_order)
 
     def __len__(self) -> int:
         return int(self.counts.sum())
@@ -149,6 +154,8 @@ class WeightedValues:
     def std(self) -> float:
         """The population standard deviation: numpy's `std` of the values in order where `in_order` is given, else
         the root of the mean squared deviation from the mean, by `math.fsum`."""
+        if self.consume_in_order is not None:
+            return float(self.consume_in_order(std_in_place))
         if self.in_order is not None:
             return float(np.std(self.in_order()))
         deviation = self.values - self.mean()
@@ -164,6 +171,22 @@ class WeightedValues:
 
     def percentile(self, q: float) -> float:
         return weighted_percentile(self, q)
+
+
+def std_in_place(x: np.ndarray) -> np.float64:
+    """`np.std(x)` of a float64 array, the same float, computed in `x` (overwritten with the squared deviations):
+    numpy's `_var` (numpy/_core/_methods.py) step by step, its pairwise sums over the same contiguous array, without
+    its temporary copy of `x`. That copy is the cost: ~35 MB for the 4.4 million ITL gaps of 10,000 ShareGPT
+    requests, whose fresh pages cost ~40 ms, 8x numpy's arithmetic on them (BENCHMARKS.md "Simulator speed")."""
+    n = len(x)
+    if x.dtype != np.float64 or x.ndim != 1 or not n or not x.flags.c_contiguous or not x.flags.writeable:
+        return np.float64(np.std(x))
+    mean = np.add.reduce(x, keepdims=True)  # _var: umr_sum(arr, keepdims=True), then divided by the count in place
+    np.true_divide(mean, np.intp(n), out=mean, casting="unsafe")
+    np.subtract(x, mean, out=x)
+    np.square(x, out=x)
+    total = np.add.reduce(x)
+    return np.float64(np.sqrt(total.dtype.type(total / np.intp(n))))
 
 
 def weighted_percentile(values: WeightedValues, q: float) -> float:
@@ -210,6 +233,9 @@ class TokenTimes:
         self.times, self.row, self.start, self.length = times, row, start, length
         self.num_requests = num_requests
         self._explicit_gaps: tuple[np.ndarray, np.ndarray] | None = None  # kept up to EXACT_ORDER_MAX_GAPS
+        # An array of gaps in some order that its user overwrote and gave back (`values`' `consume_in_order`), to
+        # join the next order's slices into.
+        self._spare: np.ndarray | None = None
 
     @property
     def num_gaps(self) -> int:
@@ -221,20 +247,38 @@ class TokenTimes:
         finishing order (`InterTokenLatencies.values`), or by request row (`by_request`:
         `InterTokenLatencies.values_by_request`)."""
         assert rows is None or not by_request, "by request: all of them"
-        in_order = None
+        in_order = consume_in_order = None
         if self.num_gaps <= EXACT_ORDER_MAX_GAPS:
             made: list[np.ndarray] = []  # (made once: the mean and the standard deviation both read it)
 
-            def in_order() -> np.ndarray:
+            def make() -> np.ndarray:
                 # `_explicit`'s gaps of the kept rows (`gaps[rows[index]]`), or all of them by request row (`by_row`):
                 # its slices joined in that order, without the every-gap arrays (~50 MB at 10,000 ShareGPT requests).
+                pieces, piece_rows = self._pieces(None if rows is None else rows.tolist())
+                if by_request:  # (a stable sort of the slices by row: the stable sort of their gaps by row)
+                    order = np.argsort(np.array(piece_rows, dtype=np.int64), kind="stable").tolist()
+                    pieces = [pieces[i] for i in order]
+                if not pieces:
+                    return np.zeros(0)
+                # Into the array a `consume_in_order` gave back, where it is long enough: its pages are mapped
+                # already (a new array of the 4.4 million gaps of 10,000 ShareGPT requests, ~35 MB, costs ~30 ms
+                # of page faults here, 6x the copy).
+                spare, self._spare = self._spare, None
+                n = sum(len(p) for p in pieces)
+                return np.concatenate(pieces, out=spare[:n]) if spare is not None and len(spare) >= n else \
+                    np.concatenate(pieces)
+
+            def in_order() -> np.ndarray:
                 if not made:
-                    pieces, piece_rows = self._pieces(None if rows is None else rows.tolist())
-                    if by_request:  # (a stable sort of the slices by row: the stable sort of their gaps by row)
-                        order = np.argsort(np.array(piece_rows, dtype=np.int64), kind="stable").tolist()
-                        pieces = [pieces[i] for i in order]
-                    made.append(np.concatenate(pieces) if pieces else np.zeros(0))
+                    made.append(make())
                 return made[0]
+
+            def consume_in_order(use: Callable[[np.ndarray], np.float64]) -> np.float64:
+                x = made.pop() if made else make()
+                result = use(x)
+                if self._spare is None or len(self._spare) < len(x):
+                    self._spare = x  # (overwritten: to be made into again)
+                return result
         row, start, length = self.row, self.start, self.length
         if rows is not None:
             keep = rows[row]
@@ -246,7 +290,8 @@ class TokenTimes:
         same = np.flatnonzero(row[1:] == row[:-1])  # a request's next run: the gap across a preemption
         across = self.times[start[same + 1]] - self.times[start[same] + length[same] - 1]
         return WeightedValues.of(np.concatenate((steps, across)),
-                                 np.concatenate((counts, np.ones(len(across), dtype=np.int64))), in_order)
+                                 np.concatenate((counts, np.ones(len(across), dtype=np.int64))), in_order,
+                                 consume_in_order)
 
     def tokens_at_stamps(self) -> np.ndarray:
         """How many tokens were stamped with each entry of `times`."""
