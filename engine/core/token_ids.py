@@ -83,15 +83,22 @@ class TokenIdGenerator:
         if n < 0:
             raise ValueError(f"TokenIdGenerator.unique: n must be >= 0, got {n}")
         ahead, pos = self._ahead, self._ahead_pos
-        if pos + n > len(ahead):
-            rest = ahead[pos:]
-            ahead = self._ahead = np.concatenate((rest, self._draw(self._stream, max(n - len(rest), _STREAM_AHEAD))))
-            ahead.flags.writeable = False
-            pos = 0
-        self._ahead_pos = pos + n
-        # A read-only view, not a copy: the ~28 prompts of one draw hold it together (the same bytes as their
-        # copies) and, arriving together, mostly finish together.
-        return ahead[pos:pos + n]
+        if pos + n <= len(ahead):
+            self._ahead_pos = pos + n
+            # A read-only view, not a copy: the ~28 prompts of one draw hold it together (the same bytes as their
+            # copies) and, arriving together, mostly finish together.
+            return ahead[pos:pos + n]
+        # The ids left and the next draw's first ones: only this call's ids are joined (a copy of the whole draw
+        # was ~2 us a prompt, most of it the page faults of a new 512 KB array), the rest of the draw is ahead.
+        rest = ahead[pos:]
+        drawn = self._ahead = self._draw(self._stream, max(n - len(rest), _STREAM_AHEAD))
+        drawn.flags.writeable = False
+        self._ahead_pos = n - len(rest)
+        if not len(rest):
+            return drawn[:n]
+        ids = np.concatenate((rest, drawn[:n - len(rest)]))
+        ids.flags.writeable = False
+        return ids
 
     def prefix(self, group_id: int, n: int) -> list[int]:
         """The first `n` ids of shared-prefix group `group_id` (an int >= 0)."""
