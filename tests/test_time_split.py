@@ -24,12 +24,16 @@ def test_steps_split_by_kind_and_the_rest_is_idle() -> None:
     requests = pd.DataFrame({"arrival_s": [1.0, 1.0, 1.5], "first_scheduled_s": [1.1, 1.2, 3.0],
                              "finish_s": [4.0, 5.0, 6.0]})
     # Two replicas: steps with prefill of 0.5 + 0.3 s, decode-only of 0.1 + 0.1 + 0.2 s.
-    split = time_split(requests, _steps([0.5, 0.1, 0.3, 0.1, 0.2], [100, 0, 50, 0, 0], [0, 0, 1, 1, 1]), 16)
+    split = time_split(requests, _steps([0.5, 0.1, 0.3, 0.1, 0.2], [100, 0, 50, 0, 0], [0, 0, 1, 1, 1]), 16,
+                       num_replicas=2)
     assert split["duration_s"] == pytest.approx(5.0)
     assert split["steps_with_prefill"] == {"count": 2, "total_s": pytest.approx(0.8), "median_s": pytest.approx(0.4),
                                            "median_tokens": pytest.approx(85.0)}
     assert split["decode_only_steps"]["count"] == 3 and split["decode_only_steps"]["median_s"] == pytest.approx(0.1)
     assert split["idle_s"] == pytest.approx(2 * 5.0 - 1.2)  # two engines over the run, less their steps
+    # A third engine that ran no step idles the whole run.
+    three = time_split(requests, _steps([0.5, 0.1, 0.3, 0.1, 0.2], [100, 0, 50, 0, 0], [0, 0, 1, 1, 1]), 16, 3)
+    assert three["idle_s"] == pytest.approx(3 * 5.0 - 1.2) and three["engines"] == 3
     assert split["last_first_scheduled_s"] == pytest.approx(2.0)
     assert split["preemptions"] == 2 and split["peak_running"] == 4 and split["kv_cache_tokens"] == 1600
     line = time_split_line(split)

@@ -287,7 +287,8 @@ def compare_with_result(record: dict[str, Any], deployment: Deployment, load: Be
                                 burst=False,  # (a burst is recognised from the due times)
                                 max_concurrency=load.max_concurrency).as_dict(),
         # Where the simulated time goes (steps by kind, idle, the last request's first step: `roofline.sim.time_split`).
-        "simulated_time": time_split(result.requests, result.steps, deployment.cache_config.block_size),
+        "simulated_time": time_split(result.requests, result.steps, deployment.cache_config.block_size,
+                                     options.num_replicas),
         # Requests decoding at once on average, measured and simulated (`decoding_at_once`).
         "decoding_at_once": {side: decoding_at_once(record if side == "measured" else predicted)
                              for side in ("measured", "predicted")},

@@ -9,9 +9,10 @@ Steps with prefill are those that compute any prompt token (vLLM's chunked prefi
 "mixed" step); decode-only steps compute one token per sequence. A served run's measured figures say the same
 about the real engine: its median ITL is the commoner kind of step, its p99 ITL the longer one (`vllm bench serve`
 records a token's gap to the previous one, so a request decoding through a step with prefill sees that step's time).
-Times are summed over replicas (engine-seconds); `idle_s` is the engines' time without a step over the run, summed
-too. `last_first_scheduled_s`: when the last request first got a step, from the first send: in a burst, how long the
-API server and the queue (KV cache, max_num_seqs, the token budget) held the last one back.
+Times are summed over the engines (engine-seconds: the replicas, each data-parallel rank its own engine); `idle_s`
+is the engines' time without a step over the run, summed too. `last_first_scheduled_s`: when the last request first
+got a step, from the first send: in a burst, how long the API server and the queue (KV cache, max_num_seqs, the token
+budget) held the last one back.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ def _kind(steps: pd.DataFrame, seqs_column: str) -> dict[str, Any]:
 _COLUMN = {"tokens": "num_batched_tokens", "seqs": "num_seqs"}
 
 
-def time_split(requests: pd.DataFrame, steps: pd.DataFrame, block_size: int) -> dict[str, Any]:
+def time_split(requests: pd.DataFrame, steps: pd.DataFrame, block_size: int, num_replicas: int = 1) -> dict[str, Any]:
     """The run's time split (module docstring); every figure from `requests` and `steps` (the simulator's
-    `SimulationResult.requests` and `.steps`)."""
+    `SimulationResult.requests` and `.steps`) of a run on `num_replicas` engines."""
     start = float(requests["arrival_s"].min()) if len(requests) else 0.0
     finish = requests["finish_s"].to_numpy(dtype=float)
     end = float(np.nanmax(finish)) if len(requests) and not np.isnan(finish).all() else start
@@ -45,14 +46,15 @@ def time_split(requests: pd.DataFrame, steps: pd.DataFrame, block_size: int) -> 
         else None
     prefill = steps[steps["num_prefill_tokens"] > 0]
     decode = steps[steps["num_prefill_tokens"] == 0]
-    replicas = int(steps["replica"].nunique()) if len(steps) else 1
     duration = end - start
+    # Engines: the replicas, or more where a replica's data-parallel ranks record their own steps (engine i x DP + r).
+    engines = max(num_replicas, int(steps["replica"].max()) + 1 if len(steps) else 0)
     return {
         "duration_s": duration,
-        "replicas_with_steps": replicas,
+        "engines": engines,
         "steps_with_prefill": _kind(prefill, "tokens"),
         "decode_only_steps": _kind(decode, "seqs"),
-        "idle_s": max(0.0, replicas * duration - float(steps["duration_s"].sum())) if len(steps) else duration,
+        "idle_s": max(0.0, engines * duration - float(steps["duration_s"].sum())),
         "last_first_scheduled_s": last_scheduled,
         "preemptions": int(steps["num_preemptions"].sum()) if len(steps) else 0,
         "peak_running": int(steps["num_running"].max()) if len(steps) else 0,
