@@ -101,3 +101,18 @@ def test_a_case_runs_through_roofline_compare_and_a_refused_one_keeps_the_reason
     assert "metrics" not in refused and "fp8" in refused["not_simulated"]
     summary = bench.summarize([row, refused])
     assert summary["rate-limited"]["mean_ttft_ms"]["n"] == 1 and summary["burst"]["mean_ttft_ms"]["n"] == 0
+
+
+def test_a_burst_s_row_carries_its_time_split_and_the_report_shows_it(tmp_path: Path) -> None:
+    """The bursts' split table: the simulated steps by kind beside the measured ITL and the requests decoding at once."""
+    cases = {case["id"]: case for case in bench.load_cases(CASES)}
+    row = bench.simulate_case(cases["kvcached-qwen3-0.6b-h100-random512-burst-seed42"], tmp_path)
+    split, at_once = row["simulated_time"], row["decoding_at_once"]
+    assert split["steps_with_prefill"]["count"] >= 1 and split["decode_only_steps"]["count"] >= 127  # 128 tokens
+    assert split["duration_s"] == pytest.approx(row["metrics"]["duration"]["predicted"])
+    measured = cases[row["id"]]["measured"]
+    assert at_once["measured"] == pytest.approx(measured["output_throughput"] * measured["mean_tpot_ms"] / 1e3)
+    lines = bench.time_split_table([row])
+    assert lines[-1].startswith(f"| {row['id']} | 5.4 / ") and lines[-1].endswith(
+        f" | {at_once['measured']:.0f} / {at_once['predicted']:.0f} |")
+    assert bench.time_split_table([{**row, "shape": "rate-limited"}]) == []
