@@ -266,3 +266,25 @@ def test_loop_steps_counts_the_input_paths_steps_per_request_in_the_intake(tmp_p
     assert run["input_cpu_ms_per_request"] == pytest.approx(0.2)
     assert run["output_handler_steps"] == 2 and run["output_handler_gap_ms"] == {"median": 1.0, "p90": 1.0}
     assert run["reads"]["n"] == 1 and run["whole_run_steps_per_request"]["TaskHandle._run_coro"] == 0.5
+
+
+def test_vllm_serve_sim_joins_the_runs_of_several_indexes_of_one_setup(tmp_path: Path) -> None:
+    """vllm_serve_sim.py --runs A B: one session's one-process runs with another's two-process runs, in one index;
+    indexes of another setup (server flags, model, pinning) are refused."""
+    import argparse
+    import json
+
+    import vllm_serve_sim
+
+    setup = {"server_flags": ["--max-num-seqs", "256"], "model_config": {"hidden_size": 256}, "api_cores": "0",
+             "engine_cores": "1"}
+    paths = [tmp_path / "a1.json", tmp_path / "a2.json", tmp_path / "other.json"]
+    paths[0].write_text(json.dumps({**setup, "started": "06:02", "runs": [{"name": "burst100-completions-a1-r0"}]}))
+    paths[1].write_text(json.dumps({**setup, "started": "08:41", "runs": [{"name": "burst100-completions-a2-r0"}]}))
+    paths[2].write_text(json.dumps({**setup, "api_cores": "0,2", "runs": []}))
+    parser = argparse.ArgumentParser()
+    index = vllm_serve_sim.merged_index(parser, paths[:2])
+    assert [run["name"] for run in index["runs"]] == ["burst100-completions-a1-r0", "burst100-completions-a2-r0"]
+    assert index["started"] == "06:02" and index["server_flags"] == setup["server_flags"]
+    with pytest.raises(SystemExit):
+        vllm_serve_sim.merged_index(parser, [paths[0], paths[2]])

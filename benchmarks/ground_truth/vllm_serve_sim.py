@@ -434,9 +434,24 @@ def install_renderer_thread(parser: argparse.ArgumentParser, fractions: str, acc
         client_thread=client_thread, shared_core=shared_core)
 
 
+def merged_index(parser: argparse.ArgumentParser, paths: list[Path]) -> dict[str, Any]:
+    """The runs of `paths` in one index (the first's settings); indexes whose server flags, model or cores differ
+    are refused."""
+    indexes = [json.loads(path.read_text()) for path in paths]
+    first = indexes[0]
+    for path, index in zip(paths[1:], indexes[1:]):
+        for key in ("server_flags", "model_config", "api_cores", "engine_cores"):
+            if index.get(key) != first.get(key):
+                parser.error(f"--runs: {path} has another {key} than {paths[0]}")
+    return {**first, "runs": [run for index in indexes for run in index["runs"]]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, help="the index vllm_serve_bench.py wrote")
+    parser.add_argument("--runs", type=Path, nargs="+",
+                        help="the index vllm_serve_bench.py wrote; more than one: their runs together (the same "
+                             "server flags, model and pinning), e.g. one session's one-process runs and another's "
+                             "two-process ones")
     parser.add_argument("--hardware", help="hardware profile (a cpu profile; with host: for the API server)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--fit", default=None, metavar="CELLS",
@@ -532,7 +547,7 @@ def main() -> int:
     if args.report:
         print(report(json.loads(args.report[0].read_text()), json.loads(args.report[1].read_text())))
         return 0
-    index = json.loads(args.runs.read_text())
+    index = merged_index(parser, args.runs)
     costs = None
     record: dict[str, Any] = {"hardware": args.hardware}
     fitted_on: list[str] = []
