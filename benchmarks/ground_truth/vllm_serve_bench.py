@@ -200,6 +200,43 @@ def thread_cpu_s(leader: int, client: int | None = None) -> dict[str, float]:
     return out
 
 
+def thread_sched(leader: int, client: int | None = None) -> dict[str, list[int]]:
+    """Per thread of the server's session and of the client, "process/thread/pid/tid" -> [ns on a CPU, ns runnable but
+    waiting for a CPU (the run delay), times scheduled in, the CPU it last ran on]: the scheduler's own per-task
+    accounting (/proc/<pid>/task/<tid>/schedstat, the kernel's Documentation/scheduler/sched-stats.rst) and stat
+    field 39. The run delay is what processor sharing costs a thread: the time others held its core."""
+    procs = {pid: ("api_server" if pid == leader else name) for pid, name in server_pids(leader).items()}
+    if client is not None:
+        procs[client] = "client"
+    out: dict[str, list[int]] = {}
+    for pid, proc in procs.items():
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                sched = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            thread = stat.split("(", 1)[1].rsplit(")", 1)[0]
+            out[f"{proc}/{thread}/{pid}/{tid}"] = [int(sched[0]), int(sched[1]), int(sched[2]),
+                                             int(stat.rsplit(")", 1)[1].split()[36])]
+    return out
+
+
+def cpu_sched() -> dict[str, list[int]]:
+    """Per CPU, /proc/schedstat's [ns its tasks ran, ns its tasks waited runnable, timeslices] (every task's, other
+    sessions' too); empty where the kernel has no CONFIG_SCHEDSTATS (this project's VM: per-task schedstat only)."""
+    try:
+        text = Path("/proc/schedstat").read_text()
+    except OSError:
+        return {}
+    return {line.split()[0]: [int(x) for x in line.split()[7:10]] for line in text.splitlines()
+            if line.startswith("cpu")}
+
+
 def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib), "VLLM_CPU_OMP_THREADS_BIND": args.engine_cores}
     here = Path(__file__).resolve().parent
@@ -345,11 +382,13 @@ class CpuSampler(threading.Thread):
         super().__init__(daemon=True)
         self.leader, self.client, self.period_s = leader, client, period_s
         self.samples: list[tuple[float, dict[str, list[int]], dict[str, float]]] = []
+        self.sched: list[tuple[dict[str, list[int]], dict[str, list[int]]]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             self.samples.append((time.time(), cpu_ticks(), thread_cpu_s(self.leader, self.client)))
+            self.sched.append((thread_sched(self.leader, self.client), cpu_sched()))
             self.stop.wait(self.period_s)
 
     def engine_window(self) -> dict[str, Any]:
@@ -368,7 +407,26 @@ class CpuSampler(threading.Thread):
             end.update(sample[2])
         threads = {key: round(end[key] - first[2].get(key, 0.0), 3) for key in sorted(end)
                    if end[key] - first[2].get(key, 0.0) > 0}
-        return {"wall_s": round(last[0] - first[0], 3), "threads_cpu_s": threads, "cpus": cpu_use_s(first[1], last[1])}
+        # Per thread (seen in the window) and per CPU, the scheduler's accounting over the window: CPU s,
+        # run delay s, times scheduled in; a thread's last CPU and the CPUs it may run on.
+        (sched0, cpus0), (_, cpus1) = self.sched[busy[0] - 1], self.sched[busy[-1]]
+        sched1: dict[str, list[int]] = {}  # each thread's last sample up to the window's end (the client may be gone)
+        for thread_sample, _ in self.sched[busy[0] - 1:busy[-1] + 1]:
+            sched1.update(thread_sample)
+        sched = {}
+        for key, (run_ns, delay_ns, slices, cpu) in sched1.items():
+            start = sched0.get(key, [0, 0, 0, 0])  # a thread started within the window: from its start
+            if run_ns > start[0]:
+                try:
+                    allowed = sorted(os.sched_getaffinity(int(key.rsplit("/", 1)[1])))
+                except OSError:
+                    allowed = []
+                sched[key] = {"cpu_s": (run_ns - start[0]) / 1e9, "run_delay_s": (delay_ns - start[1]) / 1e9,
+                              "slices": slices - start[2], "last_cpu": cpu, "allowed_cpus": allowed}
+        cpus_sched = {cpu: {"run_s": (v[0] - cpus0[cpu][0]) / 1e9, "run_delay_s": (v[1] - cpus0[cpu][1]) / 1e9,
+                            "slices": v[2] - cpus0[cpu][2]} for cpu, v in cpus1.items() if cpu in cpus0}
+        return {"wall_s": round(last[0] - first[0], 3), "threads_cpu_s": threads, "cpus": cpu_use_s(first[1], last[1]),
+                "threads_sched": sched, "cpus_sched": cpus_sched}
 
 
 def loadavg() -> list[float]:
@@ -391,11 +449,18 @@ def bench(args: argparse.Namespace, load: str, endpoint: str, seed: int, result_
         "--disable-tqdm", *(["--temperature", args.temperature] if args.temperature != "server" else []),
         python=args.client_python)]
     started = time.time()
+    # --perf-sched: every CPU's scheduler events over the run (`perf sched record -a`, until SIGINT), for
+    # `perf sched timehist` (who held the core while a thread waited); diagnostic runs only (perf takes CPU itself).
+    perf = (subprocess.Popen(["perf", "sched", "record", "-a", "-o", str(result_dir / f"{name}.perf.data")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if args.perf_sched else None)
     client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = CpuSampler(args.server_leader, client.pid)
     sampler.start()
     stdout, stderr = client.communicate()
     out = subprocess.CompletedProcess(command, client.returncode, stdout, stderr)
+    if perf is not None:
+        perf.send_signal(signal.SIGINT)
+        perf.wait()
     wall_s = time.time() - started
     cpus = cpu_use_s(before_ticks, cpu_ticks())
     sampler.stop.set()
@@ -443,6 +508,9 @@ def main() -> int:
     parser.add_argument("--client-python", default=sys.executable,
                         help="the interpreter whose `vllm bench serve` is the client (default: this one's; another "
                              "release's client keeps the client fixed while the server's release changes)")
+    parser.add_argument("--perf-sched", action="store_true",
+                        help="record every CPU's scheduler events over each run (perf sched record -a) into the work "
+                             "directory (<run>.perf.data): a diagnostic, perf takes CPU itself")
     parser.add_argument("--temperature", default="server",
                         help="vllm bench serve --temperature; 'server' sends none (vLLM 0.32's client default: the "
                              "server's default, 1.0 for this model: random sampling)")
