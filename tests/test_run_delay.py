@@ -61,3 +61,12 @@ def test_holders_split_a_wait_over_who_ran_meanwhile() -> None:
     assert row["held_by_s"]["worker_main"] == pytest.approx(0.002)
     assert row["held_by_s"]["other:python"] == pytest.approx(0.004)
     assert "worker_main" not in out  # its run started at 0 < since_s, and it did not wait
+
+
+def test_step_period_summary_and_residual_wait() -> None:
+    import sim_step_periods
+
+    # Back-to-back steps of 10 ms and 5 ms, one each: a random instant falls in the 10 ms one 2/3 of the time.
+    assert sim_step_periods.residual_ms([10.0, 5.0]) == pytest.approx((100 + 25) / 30)
+    s = sim_step_periods.summary([10.0, 5.0, 5.0, 5.0], [True, False, False, False])
+    assert s["prompt_share"] == 0.25 and s["prompt_ms"] == 10.0 and s["decode_ms"] == 5.0
