@@ -432,3 +432,25 @@ def test_shipped_gpu_profiles_tokenize_at_the_published_rate() -> None:
         assert hw.host is not None and hw.host.single_thread_speed_relative == 2.0
         assert ApiServerCosts.for_host(hw.host).prompt_token_s == pytest.approx(1.05e-6)
         assert hw.executor.tokenize_s_per_prompt_token == 0 and hw.executor.frontend_s_per_request == 0
+
+
+def test_a_freed_table_is_in_the_prefix_cache_from_its_front(deployment, monkeypatch) -> None:  # noqa: ANN001
+    # KVCacheManager.free tells the pool how many of a request's blocks (tail first) hold no prefix-cache hash, the
+    # others holding one (`BlockPool.free`'s num_uncached, which spares reading the hashes): checked against the
+    # hashes on runs that preempt and hit shared prefixes and preempted requests' own blocks.
+    from engine.core.block_pool import NO_HASH, BlockPool
+
+    checked: list[tuple[int, int]] = []  # (uncached, cached) blocks of each checked free
+    original = BlockPool.free
+
+    def free(self: BlockPool, ordered_ids, num_uncached: int | None = None) -> None:  # noqa: ANN001
+        if num_uncached is not None:
+            hashed = self.block_hash[np.asarray(ordered_ids, dtype=np.int64)] != NO_HASH
+            assert not hashed[:num_uncached].any() and hashed[num_uncached:].all()
+            checked.append((num_uncached, len(hashed) - num_uncached))
+        original(self, ordered_ids, num_uncached)
+
+    monkeypatch.setattr(BlockPool, "free", free)
+    result = run_simulation(deployment, small_workload(num_requests=60, rate=400.0), SimulationOptions())
+    assert result.requests["num_preemptions"].sum() > 0 and result.requests["num_prefix_hit_tokens"].sum() > 0
+    assert len(checked) >= 60 and any(uncached and cached for uncached, cached in checked)

@@ -301,9 +301,11 @@ class BlockPool:
             self._num_holes += len(idle)
         self.ref_cnt[arr] = refs + 1
 
-    def free(self, ordered_ids: Sequence[int] | np.ndarray) -> None:
+    def free(self, ordered_ids: Sequence[int] | np.ndarray, num_uncached: int | None = None) -> None:
         """Drop one reference from each block (distinct ids); `ordered_ids` lists them in eviction order (an int64
-        array is read, never written)."""
+        array is read, never written). `num_uncached`, where the caller knows it: its first `num_uncached` blocks
+        hold no prefix-cache hash and the others hold one (a request's table tail first: the blocks after its
+        registered ones, then those), which spares reading the hashes when no block is held by anyone else."""
         if not len(ordered_ids):
             return
         arr = ordered_ids if isinstance(ordered_ids, np.ndarray) else np.fromiter(ordered_ids, np.int64,
@@ -314,6 +316,12 @@ class BlockPool:
         if num_held and _count_nonzero(refs < 0):
             raise AssertionError(f"block {int(arr[refs < 0][0])} freed twice")
         self.ref_cnt[arr] = refs
+        if not num_held and num_uncached is not None:  # every block idle: the split below, known
+            if num_uncached < len(arr):
+                self._append(arr[num_uncached:])
+            if num_uncached:
+                self._prepend(arr[:num_uncached])
+            return
         idle = arr[refs == 0] if num_held else arr  # (most blocks are their request's alone)
         n = len(idle)
         if n:

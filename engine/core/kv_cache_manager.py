@@ -295,12 +295,16 @@ class KVCacheManager:
     def free(self, req: Request) -> None:
         """Release all blocks of `req`, last block first so a chain is evicted from its tail."""
         head, ids = req.block_ids_head, req.block_ids
+        # Its first num_cached_blocks blocks are in the prefix cache (registered, or hits), the others not: a block
+        # in use is never evicted, and its table is registered from the front.
+        num_uncached = len(ids) - req.num_cached_blocks
         if not len(head):
-            self.pool.free(ids[::-1])
+            self.pool.free(ids[::-1], num_uncached)
         else:  # only the blocks appended after the head are converted
             tail = ids[len(head):]
             tail.reverse()
-            self.pool.free(np.concatenate((np.fromiter(tail, np.int64, len(tail)), head[::-1])) if tail else head[::-1])
+            self.pool.free(np.concatenate((np.fromiter(tail, np.int64, len(tail)), head[::-1])) if tail else head[::-1],
+                           num_uncached)
         req.block_ids = []
         req.block_ids_head = NO_BLOCK_IDS
         req.num_cached_blocks = 0
