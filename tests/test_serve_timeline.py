@@ -199,53 +199,6 @@ def test_event_loop_api_server_with_the_io_callbacks_at_the_poll() -> None:
         assert server.reach_s(0.0, 0, 0) == pytest.approx(reach)
 
 
-def test_renderer_thread_api_server_shares_one_core_between_the_loop_and_the_renderer() -> None:
-    """api_server_phases.py RendererThreadApiServer (an experiment): requests of 20 ms input work in parts of 10 ms
-    (the loop before the render), 5 ms (the renderer thread), 5 ms (the loop after it). Two sent at t = 0: r0's first
-    part 0-10 alone; r0's render and r1's first part share the core (half speed each) 10-20; r1's first part ends
-    alone 20-25; r0's last part and r1's render share 25-35 (r0 reaches the engine at 35); r1's last part 35-40. An
-    output pass of 5 ms arriving with a request runs first (0-5), the request's parts after (5-15, 15-20, 20-25)."""
-    from api_server_phases import RendererThreadApiServer
-
-    from roofline.sim.api_server import ApiServerCosts
-
-    costs = ApiServerCosts(request_s=0.02, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.005,
-                           output_token_s=0.0, latency_s=0.0)
-    server = RendererThreadApiServer(costs, 1, "completions", parts=(0.5, 0.25, 0.25))
-    server.take_request(0.0, 0)
-    server.take_request(0.0, 0)
-    assert [server.reach_s(0.0, 0, t) for t in range(2)] == pytest.approx([0.035, 0.040])
-    assert [server.reach_s(0.05, 0, t) for t in range(2)] == pytest.approx([0.035, 0.040])
-    server = RendererThreadApiServer(costs, 1, "completions", parts=(0.5, 0.25, 0.25))
-    server.take_request(0.0, 0)
-    assert server.stream_outputs(0.0, 0, 1) == pytest.approx(0.005)
-    assert server.reach_s(0.0, 0, 0) == pytest.approx(0.025)
-    # The connections one per 15 ms: r0's render runs alone (10-15), its last part before r1's first (15-20).
-    server = RendererThreadApiServer(costs, 1, "completions", parts=(0.5, 0.25, 0.25), accept_gap_s=0.015)
-    server.take_request(0.0, 0)
-    server.take_request(0.0, 0)
-    assert [server.reach_s(0.0, 0, t) for t in range(2)] == pytest.approx([0.020, 0.040])
-    # Two processes, a request each at t = 0: on their own cores 10 + 5 + 5 ms each; on one shared core both loops
-    # (then both renderers, then both loops) run at half speed: both reach the engine at 40 ms.
-    for shared, reach in ((False, 0.020), (True, 0.040)):
-        server = RendererThreadApiServer(costs, 2, "completions", parts=(0.5, 0.25, 0.25), shared_core=shared)
-        server.take_request(0.0, 0)
-        server.take_request(0.0, 0)
-        assert [server.reach_s(0.0, p, t) for p, t in ((0, 0), (1, 1))] == pytest.approx([reach, reach])
-    # The client's 4 ms per request as its own thread before the loop's 5 ms and the renderer's 5 ms: r0's client
-    # part 0-4; r0's loop part beside r1's client part at half speed 4-12, then alone 12-13; r0's render beside r1's
-    # loop part 13-23 (r0 reaches the engine at 23); r1's render alone 23-28.
-    client = ApiServerCosts(request_s=0.014, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.005,
-                            output_token_s=0.0, latency_s=0.0)
-    server = RendererThreadApiServer(client, 1, "completions", parts=(0.5, 0.5, 0.0), client_request_s=0.004,
-                                     client_thread=True)
-    server.take_request(0.0, 0)
-    server.take_request(0.0, 0)
-    assert [server.reach_s(0.0, 0, t) for t in range(2)] == pytest.approx([0.023, 0.028])
-    with pytest.raises(SystemExit, match="--renderer-thread"):
-        RendererThreadApiServer(costs, parts=(0.5, 0.5))  # type: ignore[arg-type]
-
-
 def test_loop_steps_counts_the_input_paths_steps_per_request_in_the_intake(tmp_path: Path) -> None:
     """benchmarks/ground_truth/loop_steps.py: two requests sent at t = 10 s, handed off at 10.004 and 10.006 s; in the
     intake 4 input-path steps of 100 us and 2 output-handler steps 1 ms apart (not input); a step after the last

@@ -247,9 +247,6 @@ def main() -> int:
                         help="simulate with api_server_phases.py's event loop (as vllm_serve_sim.py)")
     parser.add_argument("--accept-gap-ms", type=float, default=0.0, help="with --event-loop: as vllm_serve_sim.py")
     parser.add_argument("--io-at-poll", action="store_true", help="with --event-loop: as vllm_serve_sim.py")
-    parser.add_argument("--renderer-thread", default=None, metavar="PRE,RENDER,POST",
-                        help="simulate with api_server_phases.py's loop and renderer thread (as vllm_serve_sim.py)")
-    parser.add_argument("--client-thread", action="store_true", help="with --renderer-thread: as vllm_serve_sim.py")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.event_loop:
@@ -284,11 +281,6 @@ def main() -> int:
         if not (args.runs and args.hardware and args.out):
             parser.error("--stages / --runs: give --runs, --hardware and --out (or --simulated)")
         client = json.loads(args.client_costs.read_text())["client_costs_s"] if args.client_costs else None
-        if args.renderer_thread:
-            from vllm_serve_sim import install_renderer_thread
-
-            install_renderer_thread(parser, args.renderer_thread, args.accept_gap_ms,
-                                    client["request_s"] if client else 0.0, args.client_thread)
         costs = json.loads(args.api_costs.read_text())["costs"] if args.api_costs else None
         simulated = simulate(stages, json.loads(args.runs.read_text()), args.hardware, client, costs)
         args.out.write_text(json.dumps(simulated) + "\n")

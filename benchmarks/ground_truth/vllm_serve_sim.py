@@ -89,7 +89,7 @@ def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_fla
                         if host is not None and hasattr(ApiServerCosts, "for_host") else ApiServerCosts()
                 # The client's work on the same cores (seconds on this host, so at the reference host's speed).
                 costs = with_client(costs, {k: v * speed for k, v in client.items()} if client else None)
-            if shared and not API_SERVER_MODELS_CORE[0] and (host is None or host.api_server_num_cores is None):
+            if shared and (host is None or host.api_server_num_cores is None):
                 # More API-server processes than the cores they were pinned to, and a profile that does not say
                 # so (host.api_server_num_cores: the simulator's API server then shares the cores itself): they
                 # share them (processor sharing), so each runs its work at api_cores / count of a core's speed.
@@ -111,11 +111,6 @@ def _engine_args(args: argparse.Namespace) -> Any:
     from roofline.engine_args import engine_args_from
 
     return engine_args_from(args, "simulate")
-
-
-# Set by install_renderer_thread(shared_core=True): the API-server stage runs every process on one core itself, so
-# simulate_run does not also slow each process by count / api_cores.
-API_SERVER_MODELS_CORE = [False]
 
 
 def simulate_all(index: dict[str, Any], hardware: str, costs: Any = None, names: set[str] | None = None,
@@ -411,29 +406,6 @@ def install_event_loop(parser: argparse.ArgumentParser, fractions: str, accept_g
         io_at_poll=io_at_poll)
 
 
-def install_renderer_thread(parser: argparse.ArgumentParser, fractions: str, accept_gap_ms: float,
-                            client_request_s: float, client_thread: bool = False, shared_core: bool = False) -> None:
-    """The simulator's API server replaced by api_server_phases.RendererThreadApiServer (the experiment)."""
-    import functools
-
-    from api_server_phases import RendererThreadApiServer
-
-    import roofline.sim.simulator as simulator
-
-    try:
-        parts = tuple(float(f) for f in fractions.split(","))
-    except ValueError:
-        parser.error(f"--renderer-thread: comma-separated fractions PRE,RENDER,POST, got {fractions!r}")
-    if len(parts) != 3 or any(f < 0 for f in parts) or abs(sum(parts) - 1.0) > 1e-9:
-        parser.error(f"--renderer-thread: 3 fractions >= 0 summing to 1 (PRE,RENDER,POST), got {fractions!r}")
-    if accept_gap_ms < 0:
-        parser.error(f"--accept-gap-ms: >= 0, got {accept_gap_ms}")
-    API_SERVER_MODELS_CORE[0] = shared_core
-    simulator.ApiServer = functools.partial(  # type: ignore[misc]
-        RendererThreadApiServer, parts=parts, accept_gap_s=accept_gap_ms / 1e3, client_request_s=client_request_s,
-        client_thread=client_thread, shared_core=shared_core)
-
-
 def merged_index(parser: argparse.ArgumentParser, paths: list[Path]) -> dict[str, Any]:
     """The runs of `paths` in one index (the first's settings); indexes whose server flags, model or cores differ
     are refused."""
@@ -504,30 +476,13 @@ def main() -> int:
     parser.add_argument("--io-at-poll", action="store_true",
                         help="with --event-loop: each request's first phase (accept, read) runs at the loop's poll, "
                              "before the round (uvloop's poll phase), instead of in the queue")
-    parser.add_argument("--renderer-thread", default=None, metavar="PRE,RENDER,POST",
-                        help="experiment (api_server_phases.py RendererThreadApiServer): each API-server process as its "
-                             "loop (first come first served, output passes first) and its renderer's one worker thread "
-                             "(FIFO) sharing one core; a request's server work split in these fractions, the client's "
-                             "own work in the loop's first part")
-    parser.add_argument("--client-thread", action="store_true",
-                        help="with --renderer-thread: the client's work per request (client_costs_s) as a third "
-                             "thread on the same core, before the loop's first part")
-    parser.add_argument("--shared-core", action="store_true",
-                        help="with --renderer-thread: every API-server process's threads and the client's on one core "
-                             "(the campaign's pinning) instead of a core per process")
     args = parser.parse_args()
-    if args.renderer_thread is not None and (args.event_loop is not None or args.input_phases is not None):
-        parser.error("--renderer-thread: not with --event-loop or --input-phases")
-    if (args.client_thread or args.shared_core) and args.renderer_thread is None:
-        parser.error("--client-thread, --shared-core: only with --renderer-thread")
     if (args.client_outside_loop or args.io_at_poll) and args.event_loop is None:
         parser.error("--client-outside-loop, --io-at-poll: only with --event-loop")
     if args.event_loop is not None:
         install_event_loop(parser, args.event_loop, args.accept_gap_ms, io_at_poll=args.io_at_poll)
-    elif args.accept_gap_ms and args.renderer_thread is None:
-        parser.error("--accept-gap-ms: only with --event-loop or --renderer-thread")
-    if args.renderer_thread is not None:  # before the fit too; the client's share once it is known (below)
-        install_renderer_thread(parser, args.renderer_thread, args.accept_gap_ms, 0.0, False, args.shared_core)
+    elif args.accept_gap_ms:
+        parser.error("--accept-gap-ms: only with --event-loop")
     if args.input_phases is not None:
         import functools
 
@@ -623,9 +578,6 @@ def main() -> int:
         record.update(fitted_on=fitted_on, costs={k: getattr(costs, k) for k in costs.__dataclass_fields__})
     if client is not None:
         record["client_costs_s"] = client
-    if args.renderer_thread is not None and client:
-        install_renderer_thread(parser, args.renderer_thread, args.accept_gap_ms, client["request_s"],
-                                args.client_thread, args.shared_core)
     if args.client_outside_loop and client:
         install_event_loop(parser, args.event_loop, args.accept_gap_ms, client["request_s"], args.io_at_poll)
     predicted = simulate_all(index, args.hardware, costs, client=client)
