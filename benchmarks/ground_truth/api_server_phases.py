@@ -32,7 +32,7 @@ import heapq
 import math
 from typing import Any
 
-from roofline.sim.api_server import ApiServer, ApiServerCosts
+from roofline.sim.api_server import ApiServer, ApiServerCosts, reach_after
 
 
 class PhasedApiServer(ApiServer):
@@ -59,13 +59,7 @@ class PhasedApiServer(ApiServer):
         return process, ticket, loop.projected_end(ticket) + self.latency_s
 
     def reach_s(self, now_s: float, process: int, ticket: int) -> float:
-        loop = self.loops[process]
-        loop.advance(now_s)
-        done = loop.finished_s.get(ticket)
-        reach = (loop.projected_end(ticket) if done is None else done) + self.latency_s
-        if reach <= now_s:
-            del loop.finished_s[ticket]
-        return reach
+        return reach_after(self.loops[process], now_s, ticket, self.latency_s)
 
     def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
         loop = self.loops[process]
@@ -212,13 +206,7 @@ class EventLoopApiServer(ApiServer):
         return process, ticket, loop.projected_end(ticket) + self.latency_s
 
     def reach_s(self, now_s: float, process: int, ticket: int) -> float:
-        loop = self.loops[process]
-        loop.advance(now_s)
-        done = loop.finished_s.get(ticket)
-        reach = (loop.projected_end(ticket) if done is None else done) + self.latency_s
-        if reach <= now_s:
-            del loop.finished_s[ticket]
-        return reach
+        return reach_after(self.loops[process], now_s, ticket, self.latency_s)
 
     def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
         loop = self.loops[process]

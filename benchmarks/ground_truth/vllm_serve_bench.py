@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,15 +175,13 @@ def server_pids(leader: int) -> dict[int, str]:
     return pids
 
 
-def thread_cpu_s(leader: int, client: int | None = None) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by every thread of the server's session and of the client process,
-    summed by process and thread name ("VLLM::EngineCor/VLLM::EngineCor", "VLLM::Worker/gloo_tcp_loop", the API
-    server's "api_server/python", "client/..."), from /proc/<pid>/task/<tid>/stat fields 14-15."""
-    tick = os.sysconf("SC_CLK_TCK")
+def server_threads(leader: int, client: int | None = None) -> Iterator[tuple[str, int, str, str, str]]:
+    """Every live thread of the server's session and of the client process: (its process's name, "api_server" for
+    the leader, "client" for the client; pid; tid; thread name; its /proc/<pid>/task/<tid>/stat fields after the
+    name). Threads that end while read are skipped."""
     procs = {pid: ("api_server" if pid == leader else name) for pid, name in server_pids(leader).items()}
     if client is not None:
         procs[client] = "client"
-    out: dict[str, float] = {}
     for pid, proc in procs.items():
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -193,10 +192,20 @@ def thread_cpu_s(leader: int, client: int | None = None) -> dict[str, float]:
                 stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
             except OSError:
                 continue
-            thread = stat.split("(", 1)[1].rsplit(")", 1)[0]
-            fields = stat.rsplit(")", 1)[1].split()
-            key = f"{proc}/{thread}"
-            out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+            name, fields = stat.split("(", 1)[1].rsplit(")", 1)
+            yield proc, pid, tid, name, fields
+
+
+def thread_cpu_s(leader: int, client: int | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by every thread of the server's session and of the client process,
+    summed by process and thread name ("VLLM::EngineCor/VLLM::EngineCor", "VLLM::Worker/gloo_tcp_loop", the API
+    server's "api_server/python", "client/..."), from /proc/<pid>/task/<tid>/stat fields 14-15."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for proc, _pid, _tid, thread, stat in server_threads(leader, client):
+        fields = stat.split()
+        key = f"{proc}/{thread}"
+        out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
 
 
@@ -205,24 +214,13 @@ def thread_sched(leader: int, client: int | None = None) -> dict[str, list[int]]
     waiting for a CPU (the run delay), times scheduled in, the CPU it last ran on]: the scheduler's own per-task
     accounting (/proc/<pid>/task/<tid>/schedstat, the kernel's Documentation/scheduler/sched-stats.rst) and stat
     field 39. The run delay is what processor sharing costs a thread: the time others held its core."""
-    procs = {pid: ("api_server" if pid == leader else name) for pid, name in server_pids(leader).items()}
-    if client is not None:
-        procs[client] = "client"
     out: dict[str, list[int]] = {}
-    for pid, proc in procs.items():
+    for proc, pid, tid, thread, stat in server_threads(leader, client):
         try:
-            tids = os.listdir(f"/proc/{pid}/task")
+            sched = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
         except OSError:
             continue
-        for tid in tids:
-            try:
-                sched = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
-                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            except OSError:
-                continue
-            thread = stat.split("(", 1)[1].rsplit(")", 1)[0]
-            out[f"{proc}/{thread}/{pid}/{tid}"] = [int(sched[0]), int(sched[1]), int(sched[2]),
-                                             int(stat.rsplit(")", 1)[1].split()[36])]
+        out[f"{proc}/{thread}/{pid}/{tid}"] = [int(sched[0]), int(sched[1]), int(sched[2]), int(stat.split()[36])]
     return out
 
 

@@ -89,27 +89,19 @@ def install(path: str) -> None:
 
     applications.Starlette.__call__ = starlette_call  # type: ignore[method-assign]
 
-    import importlib
+    for cls in uvicorn_protocols("connection_made"):
+        made = cls.connection_made
 
-    for module_name in ("httptools_impl", "h11_impl"):
-        try:
-            module = importlib.import_module(f"uvicorn.protocols.http.{module_name}")
-        except ImportError:
-            continue
-        for cls in vars(module).values():
-            if isinstance(cls, type) and "connection_made" in vars(cls) and cls.__module__ == module.__name__:
-                made = cls.connection_made
+        def connection_made(self: Any, *args: Any, _made: Any = made, **kwargs: Any) -> Any:
+            log.write(json.dumps(["conn", time.monotonic()]) + "\n")
+            return _made(self, *args, **kwargs)
 
-                def connection_made(self: Any, *args: Any, _made: Any = made, **kwargs: Any) -> Any:
-                    log.write(json.dumps(["conn", time.monotonic()]) + "\n")
-                    return _made(self, *args, **kwargs)
-
-                cls.connection_made = connection_made  # type: ignore[attr-defined]
+        cls.connection_made = connection_made  # type: ignore[attr-defined]
 
     import os
 
     if os.environ.get("VLLM_SERVE_TIMELINE_STEPS"):
-        install_steps(log, importlib)
+        install_steps(log)
 
     from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
     from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
@@ -126,7 +118,7 @@ def install(path: str) -> None:
         setattr(cls, method, handler)
 
 
-def install_steps(log: Any, importlib: Any) -> None:
+def install_steps(log: Any) -> None:
     """The per-step stamps of the loop's tasks and the HTTP protocol's reads (module docstring)."""
     import asyncio
     import collections.abc
@@ -187,23 +179,32 @@ def install_steps(log: Any, importlib: Any) -> None:
 
     uvloop.run = timed_run
 
+    for cls in uvicorn_protocols("data_received"):
+        received = cls.data_received
+
+        def data_received(self: Any, data: Any, _received: Any = received) -> Any:
+            start = time.monotonic()
+            try:
+                return _received(self, data)
+            finally:
+                record(["io", start, time.monotonic()])
+
+        cls.data_received = data_received  # type: ignore[attr-defined]
+
+
+def uvicorn_protocols(method: str) -> list[type]:
+    """uvicorn's HTTP protocol classes (httptools' and h11's, those installed) that define `method` themselves."""
+    import importlib
+
+    classes = []
     for module_name in ("httptools_impl", "h11_impl"):
         try:
             module = importlib.import_module(f"uvicorn.protocols.http.{module_name}")
         except ImportError:
             continue
-        for cls in vars(module).values():
-            if isinstance(cls, type) and "data_received" in vars(cls) and cls.__module__ == module.__name__:
-                received = cls.data_received
-
-                def data_received(self: Any, data: Any, _received: Any = received) -> Any:
-                    start = time.monotonic()
-                    try:
-                        return _received(self, data)
-                    finally:
-                        record(["io", start, time.monotonic()])
-
-                cls.data_received = data_received  # type: ignore[attr-defined]
+        classes += [cls for cls in vars(module).values()
+                    if isinstance(cls, type) and method in vars(cls) and cls.__module__ == module.__name__]
+    return classes
 
 
 def install_engine_core(path: str, core: Any) -> None:

@@ -236,13 +236,7 @@ class ApiServer:
 
     def reach_s(self, now_s: float, process: int, ticket: int) -> float:
         """When request `ticket` of `process` reaches the engine core, with the work taken by `now_s`."""
-        threads = self.threads
-        threads.advance(now_s)
-        done = threads.finished_s.get(ticket)
-        reach = (threads.projected_end(ticket) if done is None else done) + self.latency_s
-        if reach <= now_s:
-            del threads.finished_s[ticket]
-        return reach
+        return reach_after(self.threads, now_s, ticket, self.latency_s)
 
     def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
         """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them.
@@ -252,6 +246,18 @@ class ApiServer:
         end = self.threads.add_output(now_s, process, -self.num_outputs,
                                       self.output_pass_s + self.output_token_s * num_tokens)
         return end + self.output_latency_s
+
+
+def reach_after(queues: Any, now_s: float, ticket: int, latency_s: float) -> float:
+    """When request `ticket` whose input work runs on `queues` (`_Threads`, or an experiment's queue with the same
+    `advance`, `finished_s` and `projected_end`) reaches the engine core, with the work taken by `now_s`: its input's
+    end, final or projected, plus the hop `latency_s`. A final reach in the past is forgotten once asked."""
+    queues.advance(now_s)
+    done = queues.finished_s.get(ticket)
+    reach: float = (queues.projected_end(ticket) if done is None else done) + latency_s
+    if reach <= now_s:
+        del queues.finished_s[ticket]
+    return reach
 
 
 class _Threads:
