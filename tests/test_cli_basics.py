@@ -134,6 +134,23 @@ def test_simulate_imports_no_other_commands_modules() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_simulates_printout_help_and_refusals_import_no_pandas() -> None:
+    # The printout reads the tables' numpy columns (roofline.sim.table): pandas and the pyarrow it imports (~0.25-0.45 s
+    # of the process's start) only for --out, a CSV trace, or a command that needs DataFrames.
+    code = ("import sys, contextlib, io; from roofline.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "    assert main(['simulate', '--num-requests', '30', '--verbose', '--slo-ttft-s', '0.2', "
+            "'--slo-tpot-s', '0.02', '--goodput', 'ttft:200']) == 0\n"
+            "    assert main(['simulate', '--num-requests', '20', '--workload', 'multi-turn-chat', '--json']) == 0\n"
+            "    assert main(['simulate', '--num-requests', '0']) == 2\n"
+            "    for argv in (['simulate', '--help'], ['--help'], ['simulate', '--num-requests', 'x']):\n"
+            "        try:\n            main(argv)\n        except SystemExit:\n            pass\n"
+            "loaded = [m for m in ('pandas', 'pyarrow') if m in sys.modules]\n"
+            "assert not loaded, loaded")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_top_level_help_is_the_whole_parsers_without_importing_a_command(capsys: pytest.CaptureFixture[str]) -> None:
     # A command line naming no subcommand builds the outline (`roofline.commands.HELP`): the same help and the same
     # refusal of a misspelt command as the whole parser, and no command's modules (numpy, pandas) imported.

@@ -12,7 +12,11 @@ with the default deployment; a tensor-parallel, two-replica deployment under the
 paths of the simulator's loop: the README's workload (overloaded, with preemptions), with `--json` and another seed,
 a preemption-heavy one (a small KV cache), no prefix caching, chunked prefill off on long prompts, a closed loop
 behind two API-server processes, pipeline parallelism, an MoE model with data and expert parallelism, and
-prediction intervals. `run.json`
+prediction intervals; and the printout's own paths, most of them without `--out` (the printout alone, from the
+tables' numpy columns without pandas): the verbose block with SLOs, goodput and every percentile metric, a run that
+keeps up (steady state) with --warmup-s/--drain, an open-loop burst, a closed loop's client-queue metrics in
+`--json`, a trace replay (its load over time), intervals with SLOs, and `--save-result --save-detailed`'s result
+JSON. Besides the files named, load_over_time.csv and the result JSON are compared. `run.json`
 is compared too but reported apart: its metadata may change with a documented schema change. A build from
 51ee9e7 up to 6b0fa82 (data folders moved, registry not yet reading a checkout's own folders) reads the data of
 the installed editable checkout instead of its worktree's: take baselines before 51ee9e7 or from 6b0fa82 on. Exit 0 when every
@@ -30,7 +34,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RESULT_FILES = ("stdout.txt", "requests.csv", "steps.parquet", "timeseries.csv", "summary.json")
+RESULT_FILES = ("stdout.txt", "requests.csv", "steps.parquet", "timeseries.csv", "summary.json", "load_over_time.csv",
+                "result.json")
 README = ["--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--workload", "sharegpt-chat"]
 
 CASES: dict[str, list[str]] = {
@@ -57,14 +62,36 @@ CASES: dict[str, list[str]] = {
     "moe-dp2-ep": ["--model", "qwen3-30b-a3b", "--data-parallel-size", "2", "--enable-expert-parallel",
                    "--workload", "sharegpt-chat", "--num-requests", "300", "--request-rate", "8"],
     "intervals": [*README, "--num-requests", "300", "--request-rate", "8", "--intervals", "--interval-samples", "4"],
+    "verbose-slo-goodput-no-out": [*README, "--request-rate", "10", "--num-requests", "1000", "--verbose",
+                                   "--slo-ttft-s", "0.5", "--slo-tpot-s", "0.05", "--goodput", "ttft:500", "tpot:50",
+                                   "e2el:20000", "--percentile-metrics", "ttft,tpot,itl,e2el",
+                                   "--metric-percentiles", "50,90,99,99.9"],
+    "readme-2000-no-out": [*README, "--request-rate", "10", "--num-requests", "2000"],
+    "steady-window-verbose": [*README, "--request-rate", "4", "--num-requests", "800", "--verbose", "--warmup-s",
+                              "20", "--drain", "--slo-ttft-s", "0.3"],
+    "burst-verbose-no-out": [*README, "--request-rate", "inf", "--num-requests", "300", "--verbose"],
+    "closed-loop-json-no-out": [*README, "--request-rate", "5", "--num-requests", "400", "--max-concurrency", "16",
+                                "--percentile-metrics", "ttft,e2el,client_queue_time,e2el_including_client_queue",
+                                "--json", "--slo-ttft-s", "1"],
+    "trace-azure-no-out": ["--workload", "tests/data/azure-llm-conv-2023-head20.csv", "--verbose", "--slo-ttft-s",
+                           "0.05"],
+    "intervals-slo-no-out": [*README, "--num-requests", "300", "--request-rate", "8", "--intervals",
+                             "--interval-samples", "4", "--verbose", "--slo-tpot-s", "0.02"],
+    "save-result-detailed": [*README, "--num-requests", "300", "--request-rate", "6", "--save-result",
+                             "--save-detailed", "--result-dir", "{out}", "--result-filename", "result.json"],
 }
+# Cases run without --out: what they printed is compared (their folder holds stdout.txt alone).
+NO_OUT = frozenset(name for name in CASES if name.endswith("-no-out"))
 
 
-def simulate(tree: Path, case_args: list[str], out: Path) -> None:
-    """One run from `tree` into `out`, what it printed kept as stdout.txt."""
+def simulate(tree: Path, case_args: list[str], out: Path, with_out: bool = True) -> None:
+    """One run from `tree` into `out` (`with_out`: as its --out), what it printed kept as stdout.txt; "{out}" in
+    `case_args` is `out`."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run([sys.executable, "-m", "roofline", "simulate", *case_args, "--out", str(out)], cwd=tree,
-                          env=env, check=True, stdout=subprocess.PIPE)
+    out.mkdir(parents=True, exist_ok=True)
+    args = [arg.replace("{out}", str(out)) for arg in case_args] + (["--out", str(out)] if with_out else [])
+    proc = subprocess.run([sys.executable, "-m", "roofline", "simulate", *args], cwd=tree, env=env, check=True,
+                          stdout=subprocess.PIPE)
     (out / "stdout.txt").write_bytes(proc.stdout.replace(str(out).encode(), b"$OUT"))
 
 
@@ -95,8 +122,8 @@ def main() -> int:
         try:
             all_same = True
             for name in args.case or list(CASES):
-                simulate(worktree, CASES[name], out / "baseline" / name)
-                simulate(candidate, CASES[name], out / "current" / name)
+                simulate(worktree, CASES[name], out / "baseline" / name, name not in NO_OUT)
+                simulate(candidate, CASES[name], out / "current" / name, name not in NO_OUT)
                 diffs = [f for f in RESULT_FILES
                          if digest(out / "baseline" / name / f) != digest(out / "current" / name / f)]
                 reencoded = [f for f in diffs if f.endswith(".parquet")

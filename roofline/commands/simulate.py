@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
             sampled = run_simulation(make_deployment(deployment.spec, hw, engine_args), workload,
                                      replace(options, record_steps=False), specs=specs, prompts=prompts)
             return interval_metrics(bench_metrics(
-                sampled.requests, sampled.itl, sampled.requests["num_prompt_tokens"].to_numpy() if lens is None
+                sampled.request_table, sampled.itl, sampled.request_table["num_prompt_tokens"] if lens is None
                 else lens, metric_options, max_concurrency, request_rate), sampled.summary(summary_options))
 
         runs = SampleRuns(run_one, intervals.profiles(deployment.hw), intervals.num_workers)
@@ -234,10 +234,11 @@ def run(args: argparse.Namespace) -> int:
         if runs is not None:
             runs.close()
     if client_input_lens is None:
-        client_input_lens = result.requests["num_prompt_tokens"].to_numpy()
-    vllm = bench_metrics(result.requests, result.itl, client_input_lens, metric_options, max_concurrency,
+        client_input_lens = result.request_table["num_prompt_tokens"]
+    # (The printout reads the tables' numpy columns: pandas is imported only where a DataFrame is written, --out.)
+    vllm = bench_metrics(result.request_table, result.itl, client_input_lens, metric_options, max_concurrency,
                          request_rate, detailed=args.save_detailed)
-    steady = steady_state(result.requests, result.itl, result.steps, WARMUP_FRACTION, DRAIN_FRACTION,
+    steady = steady_state(result.request_table, result.itl, result.step_table, WARMUP_FRACTION, DRAIN_FRACTION,
                           metric_options.percentiles)
     not_modelled = unmodelled(deployment.hw) + model_unmodelled(deployment.spec)
     summary = {"model": deployment.spec.name, "hardware": deployment.hw.id,
@@ -249,21 +250,21 @@ def run(args: argparse.Namespace) -> int:
                "vllm_bench": {k: v for k, v in vllm.items() if not isinstance(v, list)},
                "steady_state": steady, "unmodelled": list(not_modelled),
                **result.summary(summary_options)}
-    load_table = load_over_time(result.requests, result.steps, args.slo_ttft_s, args.slo_tpot_s)
+    load_table = load_over_time(result.request_table, result.step_table, args.slo_ttft_s, args.slo_tpot_s)
     summary["load_over_time"] = peaks(load_table)
     if intervals is not None and sample_metrics is not None:
         samples = [apply_noise(m, f) for m, f in zip(sample_metrics, intervals.noise(deployment.hw))]
         summary["intervals"] = interval_record(interval_metrics(vllm, summary), samples, intervals, deployment.hw)
     if args.out is not None:
         write_outputs(args.out, deployment, result, summary, stream)
-        write_csv(load_table, args.out / "load_over_time.csv")
+        write_csv(load_table.to_pandas(), args.out / "load_over_time.csv")
         if workload.trace_path is not None:  # (a trace's load varies; matplotlib only for it)
             draw_load_over_time(load_table, args.out / "load_over_time.png",
                                 f"{deployment.spec.name} on {deployment.hw.id}, {workload.name}")
     saved = None
     if args.save_result:
         saved = save_result(args, deployment, offered, vllm, steady, summary.get("intervals"))
-    verdict = load_verdict(result.requests, result.steps, deployment.scheduler_config.max_num_seqs,
+    verdict = load_verdict(result.request_table, result.step_table, deployment.scheduler_config.max_num_seqs,
                            deployment.scheduler_config.max_num_batched_tokens, burst=_is_burst(request_rate),
                            max_concurrency=max_concurrency)
     if args.json:

@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from engine.core import metrics
 from roofline.cost.hardware import HardwareProfile
 from roofline.errors import UserError
 from roofline.sim.metrics import InterTokenLatencies, meets_slos, rate_per_s
+from roofline.sim.table import Columns, between, column, skipna_sum
 from roofline.sim.token_times import TokenTimes, WeightedValues, by_row
 
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
@@ -149,12 +149,12 @@ def _stats(values: np.ndarray | WeightedValues, percentiles: Sequence[float]) ->
             [float(np.percentile(data, p) * 1000) for p in percentiles])
 
 
-def per_request_token_times(requests: pd.DataFrame, itl: InterTokenLatencies) -> tuple[np.ndarray, np.ndarray]:
+def per_request_token_times(requests: Columns, itl: InterTokenLatencies) -> tuple[np.ndarray, np.ndarray]:
     """Every output token's time, and its request row, in request order (first token, then the ITL gaps)."""
     order = np.argsort(itl.request_index, kind="stable")
     rows = itl.request_index[order]
     gaps = itl.gap_s[order]
-    first = requests["first_token_s"].to_numpy(dtype=float)
+    first = column(requests, "first_token_s", float)
     # Cumulative gaps within each request: a running sum restarted at each request's first gap.
     cumulative = np.cumsum(gaps)
     starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if len(rows) else np.zeros(0, dtype=np.int64)
@@ -168,16 +168,16 @@ def per_request_token_times(requests: pd.DataFrame, itl: InterTokenLatencies) ->
     return all_times, all_rows
 
 
-def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, client_input_lens: np.ndarray,
+def bench_metrics(requests: Columns, itl: InterTokenLatencies | TokenTimes, client_input_lens: np.ndarray,
                   options: BenchMetricOptions, max_concurrency: int | None, request_rate: float,
                   detailed: bool = False) -> dict[str, Any]:
     """vLLM's result keys for a finished simulation (`requests` in send order, as the simulator returns them)."""
-    ttft = requests["ttft_s"].to_numpy(dtype=float)
-    e2el = requests["e2e_s"].to_numpy(dtype=float)
-    output_lens = requests["num_output_tokens"].to_numpy(dtype=np.int64)
-    queue = requests["client_queue_s"].to_numpy(dtype=float)
-    start = requests["arrival_s"].to_numpy(dtype=float)
-    finish = requests["finish_s"].to_numpy(dtype=float)
+    ttft = column(requests, "ttft_s", float)
+    e2el = column(requests, "e2e_s", float)
+    output_lens = column(requests, "num_output_tokens", np.int64)
+    queue = column(requests, "client_queue_s", float)
+    start = column(requests, "arrival_s", float)
+    finish = column(requests, "finish_s", float)
     # vLLM's client: TPOT from its own TTFT and latency; a one-token output counts TPOT 0 towards goodput.
     all_tpots = np.nan_to_num(metrics.tpot_s_array(ttft, e2el, output_lens), nan=0.0)
     tpots = all_tpots[output_lens > 1]
@@ -230,7 +230,7 @@ def bench_metrics(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes,
     return result
 
 
-def _peaks(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, start: np.ndarray,
+def _peaks(requests: Columns, itl: InterTokenLatencies | TokenTimes, start: np.ndarray,
            finish: np.ndarray) -> tuple[float, int]:
     """vLLM's max_output_tokens_per_s and max_concurrent_requests: 1-s buckets from the first send."""
     first_send = float(start.min())
@@ -291,7 +291,7 @@ def format_bench_metrics(metrics: dict[str, Any], max_concurrency: int | None, r
 # ---- steady state --------------------------------------------------------------------------------------------
 
 
-def steady_state(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, steps: pd.DataFrame, warmup_fraction: float,
+def steady_state(requests: Columns, itl: InterTokenLatencies | TokenTimes, steps: Columns, warmup_fraction: float,
                  drain_fraction: float, percentiles: Sequence[float]) -> dict[str, Any]:
     """Figures of the steady state, which vLLM's counting does not give: the first `warmup_fraction` and the last
     `drain_fraction` of the requests by send order left out of the latencies; throughput between the
@@ -300,7 +300,7 @@ def steady_state(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, 
     lo, hi = int(n * warmup_fraction), n - int(n * drain_fraction)
     kept = np.zeros(n, dtype=bool)
     kept[lo:hi] = True
-    done = np.sort(requests["finish_s"].to_numpy(dtype=float))
+    done = np.sort(column(requests, "finish_s", float))
     first, last = int(n * warmup_fraction), n - 1 - int(n * drain_fraction)
     window = (float(done[first]), float(done[last])) if last > first and done[last] > done[first] else None
     out: dict[str, Any] = {
@@ -311,15 +311,13 @@ def steady_state(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, 
     }
     if window:
         span = window[1] - window[0]
-        in_window = steps["end_s"].between(window[0], window[1])
+        in_window = between(column(steps, "end_s", float), window[0], window[1])
         out["request_throughput"] = (last - first) / span
-        out["output_throughput"] = float(steps.loc[in_window, "num_output_tokens"].sum()) / span
-    sub = requests[kept]
-    n_out = sub["num_output_tokens"].to_numpy()
+        out["output_throughput"] = float(skipna_sum(column(steps, "num_output_tokens")[in_window])) / span
+    n_out = column(requests, "num_output_tokens")[kept]
+    ttft, e2el = column(requests, "ttft_s", float)[kept], column(requests, "e2e_s", float)[kept]
     values: dict[str, np.ndarray | WeightedValues] = {
-        "ttft": sub["ttft_s"].to_numpy(dtype=float), "e2el": sub["e2e_s"].to_numpy(dtype=float),
-        "tpot": metrics.tpot_s_array(sub["ttft_s"].to_numpy(dtype=float), sub["e2e_s"].to_numpy(dtype=float),
-                                     n_out)[n_out > 1],
+        "ttft": ttft, "e2el": e2el, "tpot": metrics.tpot_s_array(ttft, e2el, n_out)[n_out > 1],
         "itl": itl.values(kept)}
     for name in ("ttft", "tpot", "itl", "e2el"):
         mean, median, std, pcts = _stats(values[name], percentiles)

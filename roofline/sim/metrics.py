@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from roofline.errors import UserError
+from roofline.sim.table import Columns, between, column, skipna_max, skipna_sum
 from roofline.sim.token_times import TokenTimes, WeightedValues
 
 PERCENTILES = (50, 90, 99)
@@ -99,9 +99,9 @@ def meets_slos(values: dict[str, np.ndarray], slos: dict[str, float]) -> np.ndar
     return good
 
 
-def measurement_window(requests: pd.DataFrame, options: SummaryOptions) -> tuple[float, float]:
+def measurement_window(requests: Columns, options: SummaryOptions) -> tuple[float, float]:
     """[start, end] of the statistics window in seconds of simulated time."""
-    end = float(requests["arrival_s"].max() if options.drain else requests["finish_s"].max())
+    end = skipna_max(column(requests, "arrival_s" if options.drain else "finish_s", float))
     start = options.warmup_s
     if start >= end:
         raise UserError(f"--warmup-s {options.warmup_s}: leaves no time to measure; the run's "
@@ -109,7 +109,7 @@ def measurement_window(requests: pd.DataFrame, options: SummaryOptions) -> tuple
     return start, end
 
 
-def summarize(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, steps: pd.DataFrame,
+def summarize(requests: Columns, itl: InterTokenLatencies | TokenTimes, steps: Columns,
               options: SummaryOptions) -> dict[str, Any]:
     """The summary of a finished run. `requests`: one row per request with arrival_s, first_token_s, finish_s,
     num_prompt_tokens, num_output_tokens, ttft_s, tpot_s, e2e_s, queueing_s, num_preemptions,
@@ -117,51 +117,51 @@ def summarize(requests: pd.DataFrame, itl: InterTokenLatencies | TokenTimes, ste
     start, end = measurement_window(requests, options)
     window = (start, end)
     duration = end - start
-    arrived = (requests["arrival_s"] >= start) & (requests["arrival_s"] <= end)
-    measured = requests[arrived]
-    first_in = requests["first_token_s"].between(start, end)
-    finished_in = requests["finish_s"].between(start, end)
-    step_in = steps["end_s"].between(start, end)
-    latency = {m: latency_stats(measured[m].to_numpy(dtype=float)) for m in ("ttft_s", "tpot_s", "e2e_s",
-                                                                            "queueing_s")}
-    arrived_rows = arrived.to_numpy()
+    arrived = between(column(requests, "arrival_s", float), start, end)
+    first_in = between(column(requests, "first_token_s", float), start, end)
+    finished_in = between(column(requests, "finish_s", float), start, end)
+    step_in = between(column(steps, "end_s", float), start, end)
+    measured = {m: column(requests, m, float)[arrived] for m in ("ttft_s", "tpot_s", "e2e_s", "queueing_s")}
+    latency = {m: latency_stats(values) for m, values in measured.items()}
     # The gaps of the requests that arrived in the window; all of them without a window (no copy then).
-    latency["itl_s"] = latency_stats(itl.values(None if _all(arrived_rows) else arrived_rows))
+    latency["itl_s"] = latency_stats(itl.values(None if _all(arrived) else arrived))
     summary: dict[str, Any] = {
         "num_requests": int(len(requests)),
-        "num_measured_requests": int(len(measured)),
+        "num_measured_requests": int(np.count_nonzero(arrived)),
         "window_s": [start, end],
         "duration_s": duration,
-        "input_tokens_per_s": rate_per_s(float(requests.loc[first_in, "num_prompt_tokens"].sum()), window),
-        "output_tokens_per_s": rate_per_s(float(steps.loc[step_in, "num_output_tokens"].sum()), window),
+        "input_tokens_per_s": rate_per_s(float(skipna_sum(column(requests, "num_prompt_tokens")[first_in])), window),
+        "output_tokens_per_s": rate_per_s(float(skipna_sum(column(steps, "num_output_tokens")[step_in])), window),
         "requests_per_s": rate_per_s(float(finished_in.sum()), window),
         "latency": {m: latency[m] for m in LATENCY_METRICS},
-        "num_preemptions": int(requests["num_preemptions"].sum()),
-        "prefix_hit_tokens": int(requests["num_prefix_hit_tokens"].sum()),
+        "num_preemptions": int(skipna_sum(column(requests, "num_preemptions"))),
+        "prefix_hit_tokens": int(skipna_sum(column(requests, "num_prefix_hit_tokens"))),
     }
     if options.slo_ttft_s is not None or options.slo_tpot_s is not None:
-        summary["slo"] = slo_summary(measured, options, window)
+        summary["slo"] = slo_summary(measured["ttft_s"], measured["tpot_s"], options, window)
     return summary
 
 
-def run_figures(requests: pd.DataFrame) -> dict[str, float | None]:
+def run_figures(requests: Columns) -> dict[str, float | None]:
     """Mean TTFT, mean TPOT and the throughputs of a whole run from its requests table alone (`measure` and
     `compare`, for measured and simulated runs alike): the window is `summarize`'s default, from the start of the
     run (time 0) to the last finish, in which every token was sampled, every first token came and every request
     finished, so these equal `summarize`'s figures without --warmup-s or --drain."""
     window = measurement_window(requests, SummaryOptions())
-    latency = {m: latency_stats(requests[m].to_numpy(dtype=float))["mean"] for m in ("ttft_s", "tpot_s")}
+    latency = {m: latency_stats(column(requests, m, float))["mean"] for m in ("ttft_s", "tpot_s")}
     return {
         "mean_ttft_s": latency["ttft_s"],
         "mean_tpot_s": latency["tpot_s"],
-        "output_tokens_per_s": rate_per_s(float(requests["num_output_tokens"].sum()), window),
-        "input_tokens_per_s": rate_per_s(float(requests["num_prompt_tokens"].sum()), window),
+        "output_tokens_per_s": rate_per_s(float(skipna_sum(column(requests, "num_output_tokens"))), window),
+        "input_tokens_per_s": rate_per_s(float(skipna_sum(column(requests, "num_prompt_tokens"))), window),
         "requests_per_s": rate_per_s(float(len(requests)), window),
     }
 
 
-def slo_summary(measured: pd.DataFrame, options: SummaryOptions, window_s: tuple[float, float]) -> dict[str, object]:
-    values = {"ttft": measured["ttft_s"].to_numpy(dtype=float), "tpot": measured["tpot_s"].to_numpy(dtype=float)}
+def slo_summary(ttft_s: np.ndarray, tpot_s: np.ndarray, options: SummaryOptions,
+                window_s: tuple[float, float]) -> dict[str, object]:
+    """SLO shares and goodput of the measured requests' TTFT and TPOT."""
+    values = {"ttft": ttft_s, "tpot": tpot_s}
     meets_ttft = meets_slos(values, {} if options.slo_ttft_s is None else {"ttft": options.slo_ttft_s})
     meets_tpot = meets_slos(values, {} if options.slo_tpot_s is None else {"tpot": options.slo_tpot_s})
     good = meets_ttft & meets_tpot

@@ -5,32 +5,48 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from engine.core import metrics
 from engine.core.request import Request
 from engine.core.step_record import StepRecords, StepSequences
 from roofline.sim.metrics import InterTokenLatencies, SummaryOptions, summarize
+from roofline.sim.table import Table
 from roofline.sim.token_times import Segments, TimeSeries, TokenTimes
 from roofline.sim.workload import RequestSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
 class SimulationResult:
-    """What a run produced; `requests` in workload order, `steps` in (start time, replica) order."""
+    """What a run produced; `request_table` in workload order, `step_table` in (start time, replica) order: numpy
+    columns (`roofline.sim.table`), as DataFrames in `requests` and `steps` (built on first use: the printout reads
+    the columns, and pandas is imported only for a DataFrame)."""
 
-    requests: pd.DataFrame
-    steps: pd.DataFrame
+    request_table: Table
+    step_table: Table
     itl: InterTokenLatencies | TokenTimes  # (a simulation's: TokenTimes)
     # Per step: query, context, emits (empty unless the steps were recorded), and each sequence's request id.
     step_seqs: StepSequences = field(repr=False)
     wall_time_s: float = 0.0
     # Where an early stop (`roofline.sim.simulator.EarlyStop`) ended the run, None when every request finished.
     stopped_at_s: float | None = None
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        """The request table as a DataFrame (its own copy of the columns)."""
+        return self.request_table.to_pandas()
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        """The step table as a DataFrame (on the table's arrays)."""
+        return self.step_table.to_pandas(copy=False)
 
     @property
     def step_request_ids(self) -> list[tuple[str, ...]]:
@@ -44,7 +60,7 @@ class SimulationResult:
                            "kv_usage"]].rename(columns={"start_s": "time_s"})
 
     def summary(self, options: SummaryOptions = SummaryOptions()) -> dict[str, Any]:
-        return summarize(self.requests, self.itl, self.steps, options)
+        return summarize(self.request_table, self.itl, self.step_table, options)
 
 
 class Recorder:
@@ -76,7 +92,7 @@ class Recorder:
         """Hand the steps recorded since the last part to `step_sink` and drop their sequences."""
         assert self.step_sink is not None
         seqs, self.step_seqs = self.step_seqs.sequences(), StepRecords()
-        frame = self.steps.frame(self.num_streamed_steps)
+        frame = self.steps.frame(self.num_streamed_steps).to_pandas(copy=False)
         self.num_streamed_steps += len(frame)
         self.step_sink(frame, seqs)
 
@@ -100,7 +116,7 @@ class Recorder:
 
 
 # Takes the rows of some steps (a DataFrame of STEP_COLUMNS) and their sequences.
-StepSink = Callable[[pd.DataFrame, StepSequences], None]
+StepSink = Callable[["pd.DataFrame", StepSequences], None]
 
 # One row per step; the names of engine.core.trace's step columns where they exist. The columns holding times (and
 # the KV usage) are float64, the others int64.
@@ -136,14 +152,14 @@ class StepRows:
                                             width * len(self.rows)).reshape(-1, width))
             self.rows.clear()
 
-    def table(self) -> pd.DataFrame:
-        """The rows as a DataFrame of STEP_COLUMNS (float64 where `_FLOAT_COLUMNS`, else int64); the rows are
+    def table(self) -> Table:
+        """The rows as a table of STEP_COLUMNS (float64 where `_FLOAT_COLUMNS`, else int64); the rows are
         dropped."""
         self.flush()
         blocks, self._blocks = self._blocks, []
         return _frame(blocks)
 
-    def frame(self, start: int) -> pd.DataFrame:
+    def frame(self, start: int) -> Table:
         """`table()`'s rows from row `start` on, the rows kept."""
         self.flush()
         first = 0
@@ -156,14 +172,14 @@ class StepRows:
         return _frame([])
 
 
-def _frame(blocks: list[np.ndarray]) -> pd.DataFrame:
-    """Blocks of step rows as a DataFrame of STEP_COLUMNS (float64 where `_FLOAT_COLUMNS`, else int64)."""
+def _frame(blocks: list[np.ndarray]) -> Table:
+    """Blocks of step rows as a table of STEP_COLUMNS (float64 where `_FLOAT_COLUMNS`, else int64)."""
     blocks = blocks or [np.zeros((0, len(STEP_COLUMNS)))]
     columns = {}
     for i, name in enumerate(STEP_COLUMNS):  # column by column: no copy of all of them at once
         column = np.concatenate([block[:, i] for block in blocks])
         columns[name] = column if name in _FLOAT_COLUMNS else column.astype(np.int64)
-    return pd.DataFrame(columns, copy=False)
+    return Table(columns)
 
 
 def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float,
@@ -173,7 +189,7 @@ def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float,
     num_output = rec.num_output
     # The last token is sampled in the step that finishes the request: finish is the last token's time.
     tpot = metrics.tpot_s_array(rec.first_token, rec.finish, num_output)
-    requests = pd.DataFrame({
+    requests = Table({
         "request_id": [s.request_id for s in specs],
         "replica": rec.replica,
         "arrival_s": arrival,

@@ -3,7 +3,7 @@ bin the offered load, what was served, the KV cache, the queue and the latency a
 that arrived in it. A replayed day of a production trace shows its peak hours here, where the run's summary averages
 them away.
 
-    table = load_over_time(result.requests, result.steps, slo_ttft_s=2.0, slo_tpot_s=0.08)  # a DataFrame, a bin a row
+    table = load_over_time(result.request_table, result.step_table, slo_ttft_s=2.0, slo_tpot_s=0.08)  # a bin a row
     print(format_peaks(table))          # one line: the busiest bin and the peaks of KV usage, queue and SLO misses
     draw_load_over_time(table, path)    # four panels, PNG
 
@@ -19,7 +19,8 @@ Columns (times in seconds of the run's clock; a bin is [start_s, end_s)):
   `ttft_slo_percent`, `tpot_slo_percent`, `slo_percent` with SLOs: the share of them meeting the TTFT, the TPOT
   and both SLOs (`roofline.sim.metrics.meets_slos`).
 
-Computed from the requests and steps tables the simulation keeps, in a few vectorised passes (no per-request Python).
+Computed from the requests and steps tables the simulation keeps, in a few vectorised passes (no per-request Python);
+the table is numpy columns (`roofline.sim.table.Table`: `.to_pandas()` for a DataFrame).
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from roofline.sim.metrics import meets_slos
+from roofline.sim.table import Columns, Table, column
 
 MAX_BINS = 60
 # Bin widths a person reads without arithmetic: sub-second to a week.
@@ -48,11 +49,11 @@ def bin_width_s(span_s: float) -> float:
     return math.ceil(span_s / MAX_BINS / BIN_WIDTHS_S[-1]) * BIN_WIDTHS_S[-1]
 
 
-def load_over_time(requests: pd.DataFrame, steps: pd.DataFrame, slo_ttft_s: float | None = None,
-                   slo_tpot_s: float | None = None, width_s: float | None = None) -> pd.DataFrame:
+def load_over_time(requests: Columns, steps: Columns, slo_ttft_s: float | None = None,
+                   slo_tpot_s: float | None = None, width_s: float | None = None) -> Table:
     """The table of the module docstring, bins from 0 to past the run's last arrival and last step."""
-    arrival = requests["arrival_s"].to_numpy(dtype=float)
-    start, end = steps["start_s"].to_numpy(dtype=float), steps["end_s"].to_numpy(dtype=float)
+    arrival = column(requests, "arrival_s", float)
+    start, end = column(steps, "start_s", float), column(steps, "end_s", float)
     span = max(float(arrival.max(initial=0.0)), float(end.max(initial=0.0)))
     width = width_s if width_s is not None else bin_width_s(span)
     num_bins = max(1, math.ceil(span / width))  # (a time at the span's end falls in the last bin)
@@ -62,32 +63,32 @@ def load_over_time(requests: pd.DataFrame, steps: pd.DataFrame, slo_ttft_s: floa
     # offered load: requests by arrival bin
     arrived_bin = np.minimum((arrival // width).astype(np.int64), num_bins - 1)
     table["arrivals_per_s"] = np.bincount(arrived_bin, minlength=num_bins) / width
-    for column, name in (("num_prompt_tokens", "offered_prompt_tokens_per_s"),
+    for source, name in (("num_prompt_tokens", "offered_prompt_tokens_per_s"),
                          ("num_output_tokens", "offered_output_tokens_per_s")):
-        table[name] = np.bincount(arrived_bin, requests[column].to_numpy(dtype=float), num_bins) / width
+        table[name] = np.bincount(arrived_bin, column(requests, source, float), num_bins) / width
 
     # served: finishes, and tokens sampled by the end of their step
-    finish = requests["finish_s"].to_numpy(dtype=float)
+    finish = column(requests, "finish_s", float)
     finished = np.isfinite(finish)
     table["finished_per_s"] = np.bincount(_bins(finish[finished], width, num_bins), minlength=num_bins) / width
-    table["output_tokens_per_s"] = np.bincount(_bins(end, width, num_bins), steps["num_output_tokens"].to_numpy(
-        dtype=float), num_bins) / width
+    table["output_tokens_per_s"] = np.bincount(_bins(end, width, num_bins), column(steps, "num_output_tokens", float),
+                                               num_bins) / width
 
     # the engines: time averages and maxima of per-step values
-    replica = steps["replica"].to_numpy()
+    replica = column(steps, "replica")
     replicas = np.unique(replica)
-    for column, how in (("kv_usage", "mean"), ("num_running", "sum"), ("num_waiting", "sum")):
-        values = steps[column].to_numpy(dtype=float)
+    for name, how in (("kv_usage", "mean"), ("num_running", "sum"), ("num_waiting", "sum")):
+        signal = column(steps, name, float)
         total = np.zeros(num_bins)
         for r in replicas:
             mine = replica == r
-            total += np.diff(_integral(start[mine], end[mine], values[mine], edges)) / width
-        table[f"{column}_mean"] = total / len(replicas) if how == "mean" and len(replicas) else total
-        if column != "num_running":
-            table[f"{column}_max"] = _max_per_bin(start, end, values, replica, replicas, edges)
+            total += np.diff(_integral(start[mine], end[mine], signal[mine], edges)) / width
+        table[f"{name}_mean"] = total / len(replicas) if how == "mean" and len(replicas) else total
+        if name != "num_running":
+            table[f"{name}_max"] = _max_per_bin(start, end, signal, replica, replicas, edges)
 
     # the requests that arrived in each bin: latency, SLOs
-    ttft, tpot = requests["ttft_s"].to_numpy(dtype=float), requests["tpot_s"].to_numpy(dtype=float)
+    ttft, tpot = column(requests, "ttft_s", float), column(requests, "tpot_s", float)
     table["ttft_p50_s"] = _per_bin(ttft, arrived_bin, num_bins, _median)
     table["ttft_p90_s"] = _per_bin(ttft, arrived_bin, num_bins, _p90)
     table["tpot_p50_s"] = _per_bin(tpot, arrived_bin, num_bins, _median)
@@ -97,7 +98,7 @@ def load_over_time(requests: pd.DataFrame, steps: pd.DataFrame, slo_ttft_s: floa
         table[f"{name}_slo_percent"] = _share(meets_slos(values, {name: limit}), arrived_bin, num_bins)
     if slos:
         table["slo_percent"] = _share(meets_slos(values, slos), arrived_bin, num_bins)
-    return pd.DataFrame(table)
+    return Table(table)
 
 
 def _median(values: np.ndarray) -> float:
@@ -167,19 +168,21 @@ def _share(good: np.ndarray, bins: np.ndarray, num_bins: int) -> np.ndarray:
         return np.where(count > 0, 100.0 * np.bincount(bins, good.astype(float), num_bins) / count, math.nan)
 
 
-def peaks(table: pd.DataFrame) -> dict[str, Any]:
+def peaks(table: Columns) -> dict[str, Any]:
     """The bins a reader looks for: the busiest (arrivals), the fullest KV cache, the longest queue and, with SLOs,
     the lowest attainment; each with its bin's start."""
-    width = float(table["end_s"].iloc[0] - table["start_s"].iloc[0])
+    start = column(table, "start_s", float)
+    width = float(column(table, "end_s", float)[0] - start[0])
     result: dict[str, Any] = {"bin_s": width, "num_bins": len(table)}
-    for column, key in (("arrivals_per_s", "peak_arrivals_per_s"), ("kv_usage_max", "peak_kv_usage"),
-                        ("num_waiting_max", "peak_num_waiting")):
-        row = int(table[column].to_numpy().argmax())
-        result[key] = {"value": float(table[column].iloc[row]), "at_s": float(table["start_s"].iloc[row])}
-    if "slo_percent" in table.columns and table["slo_percent"].notna().any():
-        row = int(np.nanargmin(table["slo_percent"].to_numpy()))
-        result["lowest_slo_percent"] = {"value": float(table["slo_percent"].iloc[row]),
-                                        "at_s": float(table["start_s"].iloc[row])}
+    for name, key in (("arrivals_per_s", "peak_arrivals_per_s"), ("kv_usage_max", "peak_kv_usage"),
+                      ("num_waiting_max", "peak_num_waiting")):
+        values = column(table, name)
+        row = int(values.argmax())
+        result[key] = {"value": float(values[row]), "at_s": float(start[row])}
+    slo = column(table, "slo_percent", float) if "slo_percent" in table.columns else None
+    if slo is not None and not np.isnan(slo).all():
+        row = int(np.nanargmin(slo))
+        result["lowest_slo_percent"] = {"value": float(slo[row]), "at_s": float(start[row])}
     return result
 
 
@@ -211,10 +214,13 @@ def _clock(seconds: float) -> str:
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
-def draw_load_over_time(table: pd.DataFrame, path: Path, title: str) -> Path:
+def draw_load_over_time(table: Columns, path: Path, title: str) -> Path:
     """Four panels sharing the time axis: offered and served requests per second; KV usage; waiting requests; SLO
     attainment (or TTFT percentiles without SLOs)."""
     from roofline.figures import COLORS, new_figure, save_png
+
+    if isinstance(table, Table):
+        table = table.to_pandas()
 
     span = float(table["end_s"].iloc[-1])
     unit, scale = ("h", 3600.0) if span > 3 * 3600 else ("min", 60.0) if span > 180 else ("s", 1.0)

@@ -30,12 +30,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from roofline.errors import UserError
 from roofline.sim.workload import MAX_TIME_S, MAX_TOKENS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ def csv_format(columns: list[str], path: Path) -> CsvFormat:
 
 def read_csv_trace(path: Path) -> TraceRows:
     """Every request of a CSV trace (module docstring), checked row by row."""
+    import pandas as pd  # (here: pandas' C reader only for a CSV trace)
+
     try:
         columns = list(pd.read_csv(path, nrows=0).columns)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -129,6 +134,8 @@ def read_csv_trace(path: Path) -> TraceRows:
 
 
 def _chunks(path: Path, fmt: CsvFormat) -> Iterator[pd.DataFrame]:
+    import pandas as pd
+
     columns = [fmt.time_column, fmt.prompt_column, fmt.output_column]
     try:
         # Numbers parsed by the C reader (a column holding anything else comes as text, checked by `_numbers`), a
@@ -150,6 +157,8 @@ def _bad(column: pd.Series, rows: np.ndarray, name: str, path: Path, first_line:
 def _times(column: pd.Series, fmt: CsvFormat, path: Path, first_line: int) -> np.ndarray:
     """Seconds (float64), or nanoseconds since the epoch (int64) for datetimes."""
     if fmt.datetimes:
+        import pandas as pd
+
         # ISO 8601 in C (a tenth of format="mixed"'s time); offsets made UTC, so one file may mix them.
         stamps = pd.to_datetime(column, format="ISO8601", utc=True, errors="coerce")
         bad = np.flatnonzero(stamps.isna().to_numpy())
@@ -179,4 +188,6 @@ def _numbers(column: pd.Series) -> np.ndarray:
     """float64 values; NaN where a cell is no number."""
     if column.dtype.kind in "iuf":
         return column.to_numpy(dtype=float)
+    import pandas as pd
+
     return pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)

@@ -35,9 +35,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from roofline.sim.bench_metrics import DRAIN_FRACTION, WARMUP_FRACTION
+from roofline.sim.table import Columns, column, skipna_mean, skipna_sum
 
 # The wait grows by more than this many seconds per second of due time: the queue grows without bound (a 5 %
 # shortfall of served against offered load; below it the run's own noise, e.g. a burst of long prompts, dominates).
@@ -116,16 +116,17 @@ class Verdict:
         return f"verdict: keeps up: offered {offered}, served {served}; the queue stays bounded ({usage})"
 
 
-def load_verdict(requests: pd.DataFrame, steps: pd.DataFrame, max_num_seqs: int, max_num_batched_tokens: int,
+def load_verdict(requests: Columns, steps: Columns, max_num_seqs: int, max_num_batched_tokens: int,
                  burst: bool, max_concurrency: int | None = None) -> Verdict:
     """The verdict of a run from its requests and steps tables (`roofline.sim.recorder.SimulationResult`);
     `burst`: every request was made due at once (an infinite request rate); `max_concurrency`: the closed loop's
     number of slots, None in open loop."""
     n = len(requests)
-    sent = requests["arrival_s"].to_numpy(dtype=float)
-    client_wait = requests["client_queue_s"].to_numpy(dtype=float)
+    sent = column(requests, "arrival_s", float)
+    client_wait = column(requests, "client_queue_s", float)
     due = sent - client_wait
-    wait = client_wait + requests["queueing_s"].to_numpy(dtype=float)
+    queueing = column(requests, "queueing_s", float)
+    wait = client_wait + queueing
     order = np.argsort(due, kind="stable")
     lo, hi = int(n * WARMUP_FRACTION), n - int(n * DRAIN_FRACTION)
     span = float(due.max() - due.min()) if n else 0.0
@@ -133,18 +134,19 @@ def load_verdict(requests: pd.DataFrame, steps: pd.DataFrame, max_num_seqs: int,
     offered = math.inf if burst or span <= 0 else (n - 1) / span
     kept = order[lo:hi]
     slope = _slope(due[kept], wait[kept])
-    engine_slope = _slope(sent[kept], requests["queueing_s"].to_numpy(dtype=float)[kept])
-    done = np.sort(requests["finish_s"].to_numpy(dtype=float))
+    engine_slope = _slope(sent[kept], queueing[kept])
+    done = np.sort(column(requests, "finish_s", float))
     first, last = int(n * WARMUP_FRACTION), n - 1 - int(n * DRAIN_FRACTION)
     served = (last - first) / float(done[last] - done[first]) if last > first and done[last] > done[first] else None
     # The steps while requests wait (the engine's queue or the client's): where a limit binds, if one does.
-    queued = steps["num_waiting"] > 0
-    busy, over = (steps[queued], "while requests wait") if queued.any() else (steps, "of the run")
-    kv = float(busy["kv_usage"].mean()) if len(busy) else 0.0
-    budget = float((busy["num_batched_tokens"] / max_num_batched_tokens).mean()) if len(busy) else 0.0
-    seqs = float((busy["num_running"] / max_num_seqs).mean()) if len(busy) else 0.0
-    preemptions = int(steps["num_preemptions"].sum()) if len(steps) else 0
-    waiting = bool((steps["num_waiting"] > 0).any()) or bool(np.any(client_wait > 0))
+    queued = column(steps, "num_waiting") > 0
+    busy, over = (queued, "while requests wait") if queued.any() else (slice(None), "of the run")
+    num_busy = int(np.count_nonzero(queued)) if queued.any() else len(steps)
+    kv = skipna_mean(column(steps, "kv_usage")[busy]) if num_busy else 0.0
+    budget = skipna_mean(column(steps, "num_batched_tokens")[busy] / max_num_batched_tokens) if num_busy else 0.0
+    seqs = skipna_mean(column(steps, "num_running")[busy] / max_num_seqs) if num_busy else 0.0
+    preemptions = int(skipna_sum(column(steps, "num_preemptions"))) if len(steps) else 0
+    waiting = bool(queued.any()) or bool(np.any(client_wait > 0))
     if kv >= KV_FULL or preemptions:
         limit = "KV cache"
     elif budget >= BUDGET_FULL:

@@ -52,19 +52,22 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from engine.core.request import Request, SamplingParams
 from engine.core.token_ids import MultiTurnSession, TokenIdGenerator
 from roofline.errors import UserError, check_fields
 from roofline.registry import resolve
 from roofline.yaml_file import read_yaml
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_WORKLOAD = "sharegpt-chat"
 ARRIVAL_PROCESSES = ("poisson", "gamma", "constant", "burst", "all_at_once")
@@ -324,13 +327,21 @@ def parse_length(section: Any, where: str, base_dir: Path) -> LengthDistribution
 
 def read_histogram(path: Path, where: str) -> tuple[tuple[int, int, float], ...]:
     """A CSV histogram `min_tokens,max_tokens,count` (bins inclusive at both ends)."""
-    frame = read_csv_table(path, where)
-    missing = [c for c in _HISTOGRAM_COLUMNS if c not in frame.columns]
+    plain = _integer_csv(path)
+    if plain is not None:  # (the shipped histograms: no pandas imported for them)
+        header, rows = plain
+        missing = [c for c in _HISTOGRAM_COLUMNS if c not in header]
+        picked = [header.index(c) for c in _HISTOGRAM_COLUMNS if c in header]
+        table = [tuple(row[i] for i in picked) for row in rows]
+    else:
+        frame = read_csv_table(path, where)
+        missing = [c for c in _HISTOGRAM_COLUMNS if c not in frame.columns]
+        table = [] if missing else list(frame[list(_HISTOGRAM_COLUMNS)].itertuples(index=False))
     if missing:
         raise UserError(f"{where}: '{path}' lacks column '{missing[0]}'; expected columns: "
                         f"{','.join(_HISTOGRAM_COLUMNS)}")
     bins = []
-    for row_number, row in enumerate(frame[list(_HISTOGRAM_COLUMNS)].itertuples(index=False), start=2):
+    for row_number, row in enumerate(table, start=2):
         lo, hi, count = row
         if not (float(lo).is_integer() and float(hi).is_integer() and 1 <= lo <= hi and count >= 0):
             raise UserError(f"{where}: '{path}' line {row_number}: need integers 1 <= min_tokens <= max_tokens "
@@ -341,7 +352,37 @@ def read_histogram(path: Path, where: str) -> tuple[tuple[int, int, float], ...]
     return tuple(bins)
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIGITS = re.compile(r"[0-9]{1,18}")  # (below 2^63: an int64 column)
+
+
+def _integer_csv(path: Path) -> tuple[list[str], list[list[int]]] | None:
+    """The header and rows of a CSV file of plain column names and non-negative integers only (ASCII, one row a
+    line, every row as wide as the header, no blank line), as `pd.read_csv` reads such a file (int64 columns);
+    None for any other file (or none at all), which `read_csv_table` reads, or refuses, with pandas."""
+    try:
+        lines = [line.removesuffix("\r") for line in path.read_bytes().decode("ascii").split("\n")]
+    except (OSError, UnicodeDecodeError):
+        return None
+    if lines[-1] == "":  # (the last line's end)
+        lines.pop()
+    if len(lines) < 2:
+        return None
+    header = lines[0].split(",")
+    if len(set(header)) != len(header) or not all(_NAME.fullmatch(name) for name in header):
+        return None
+    rows = []
+    for line in lines[1:]:
+        cells = line.split(",")
+        if len(cells) != len(header) or not all(_DIGITS.fullmatch(cell) for cell in cells):
+            return None
+        rows.append([int(cell) for cell in cells])
+    return header, rows
+
+
 def read_csv_table(path: Path, where: str) -> pd.DataFrame:
+    import pandas as pd  # (here: a run without a CSV file imports no pandas)
+
     if not path.is_file():
         raise UserError(f"{where}: no such file '{path}'")
     try:
