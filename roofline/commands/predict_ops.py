@@ -17,15 +17,18 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from roofline.commands import HELP
 from roofline.cost.hardware import HardwareProfile, load_profile
 from roofline.cost.single_ops import OP_DTYPES, OPTIONAL_OP_COLUMNS, SINGLE_OP_COLUMNS, predict_single_ops
 from roofline.errors import UserError
 from roofline.paths import check_output_file
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _GEMM_DTYPES = ("bf16", "fp16", "fp8", "int8")
 _ATTENTION_DTYPES = ("bf16", "fp16")
@@ -55,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def read_ops_csv(path: Path) -> pd.DataFrame:
+    import pandas as pd  # (here: `predict-ops --help` and a refused flag import no pandas)
+
     if not path.is_file():
         raise UserError(f"--input: no such file '{path}'")
     try:

@@ -34,6 +34,7 @@ from roofline.planning.search import (
 from roofline.registry import load_model
 from roofline.sim.deployment import Deployment, make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
+from roofline.sim.table import between, column
 from roofline.sim.workload import RequestSpec, Workload, load_workload, sample_requests
 
 # What the sensitivity moves. Compute: the fractions of a compute peak that GEMMs and attention reach.
@@ -131,35 +132,35 @@ class SimulatorBackend:
         stop = slo_early_stop(stop_slo, specs, measured_slice(len(specs))) if stop_slo is not None else None
         result = run_simulation(self.deployment(config, efficiency), workload, SimulationOptions(record_steps=False),
                                 specs=specs, early_stop=stop)
-        req, steps = result.requests, result.steps
-        finish = req["finish_s"].to_numpy(dtype=float)
+        req, steps = result.request_table, result.step_table  # (numpy columns: no DataFrame built for a probe)
+        finish = column(req, "finish_s", float)
         # Mean batch in steady state (between the 10th and 90th percentile completion, as for the
         # throughput), weighted by step duration: what a representative decode step looks like.
         done = finish[np.isfinite(finish)]
         lo, hi = np.percentile(done, [100 * WARMUP_FRACTION, 100 * (1 - DRAIN_FRACTION)]) if len(done) \
             else (-np.inf, np.inf)
-        inside = steps["start_s"].between(lo, hi)
-        durations = steps.loc[inside, "duration_s"].to_numpy(dtype=float)
-        batch = steps.loc[inside, "num_seqs"].to_numpy(dtype=float)
+        inside = between(column(steps, "start_s", float), lo, hi)
+        durations = column(steps, "duration_s", float)[inside]
+        batch = column(steps, "num_seqs", float)[inside]
         mean_batch = float(np.average(batch, weights=durations)) if durations.sum() > 0 else 1.0
-        kv_time, kv_usage = steps["start_s"].to_numpy(dtype=float), steps["kv_usage"].to_numpy(dtype=float)
-        prompts = req["num_prompt_tokens"].to_numpy()
+        kv_time, kv_usage = column(steps, "start_s", float), column(steps, "kv_usage", float)
+        prompts = column(req, "num_prompt_tokens")
         if result.stopped_at_s is not None:
             outputs = np.array([s.num_output_tokens for s in specs], dtype=np.int64)
             # What the run served: the tokens it computed per second over the second half of the part it ran, in
             # requests of the workload's mean uncached prompt and output (its completions so far are mostly of the
             # short requests, and lag). Within 5 % of the whole run's steady throughput on the README plan's
             # overloaded probes (docs/benchmark-history/2026-11-29d-plan.md); a next guess's estimate only.
-            start = steps["start_s"].to_numpy(dtype=float)
+            start = column(steps, "start_s", float)
             half = start >= (start[0] + result.stopped_at_s) / 2 if len(start) else np.zeros(0, dtype=bool)
             prefix = _workload(self.workload).shared_prefix
             per_request = float(np.mean(uncached_prompt_tokens(specs, prefix.prefix_tokens if prefix else 0)
                                         + outputs))
             span = result.stopped_at_s - float(start[half][0]) if half.any() else 0.0
-            served = float(steps["num_batched_tokens"].to_numpy()[half].sum()) / span / per_request if span > 0 \
+            served = float(column(steps, "num_batched_tokens")[half].sum()) / span / per_request if span > 0 \
                 else None
-            ttft, tpot, e2e = floors(result.stopped_at_s, req["arrival_s"].to_numpy(dtype=float),
-                                     req["first_token_s"].to_numpy(dtype=float), finish, outputs)
+            ttft, tpot, e2e = floors(result.stopped_at_s, column(req, "arrival_s", float),
+                                     column(req, "first_token_s", float), finish, outputs)
             empty = np.zeros(0)
             return RunResult(ttft_s=ttft, tpot_s=tpot, finish_s=finish, num_prompt_tokens=prompts,
                              num_output_tokens=outputs, kv_time_s=kv_time, kv_usage=kv_usage,
@@ -167,9 +168,9 @@ class SimulatorBackend:
                              itl_request_index=empty.astype(np.int64), stopped_at_s=result.stopped_at_s,
                              served_per_s=served)
         return RunResult(
-            ttft_s=req["ttft_s"].to_numpy(dtype=float), tpot_s=req["tpot_s"].to_numpy(dtype=float),
-            finish_s=finish, num_prompt_tokens=prompts, num_output_tokens=req["num_output_tokens"].to_numpy(),
-            kv_time_s=kv_time, kv_usage=kv_usage, mean_num_running=mean_batch, e2e_s=req["e2e_s"].to_numpy(dtype=float),
+            ttft_s=column(req, "ttft_s", float), tpot_s=column(req, "tpot_s", float),
+            finish_s=finish, num_prompt_tokens=prompts, num_output_tokens=column(req, "num_output_tokens"),
+            kv_time_s=kv_time, kv_usage=kv_usage, mean_num_running=mean_batch, e2e_s=column(req, "e2e_s", float),
             itl_s=np.asarray(result.itl.gap_s, dtype=float), itl_request_index=np.asarray(result.itl.request_index))
 
     def step_profile(self, config: Config, query_lens: np.ndarray, context_lens: np.ndarray,
