@@ -93,10 +93,11 @@ def _named_command(argv: list[str]) -> str | None:
 
 def _parser(argv: list[str], freeze_imports: bool) -> argparse.ArgumentParser:
     """The parser for `argv`, its command's modules imported with the cyclic garbage collector off: the imports'
-    objects (numpy's, pandas', pyarrow's, the project's modules: ~66,000 tracked by the collector for `simulate`)
-    are long-lived and their garbage is little, but the collections their allocations trigger walk them again and
-    again; frozen afterwards (`gc.freeze`, where `freeze_imports`), no later collection walks them, nor the one at
-    the interpreter's exit. Only the collector's work changes, never a result (BENCHMARKS.md "Simulator speed")."""
+    objects (numpy's and the project's modules: ~48,000 tracked by the collector for `simulate`, ~123,000 when it
+    imported pandas and pyarrow) are long-lived and their garbage is little, but the collections their allocations
+    trigger walk them again and again; frozen afterwards (`gc.freeze`, where `freeze_imports`), no later collection
+    walks them, nor the one at the interpreter's exit. Only the collector's work changes, never a result
+    (BENCHMARKS.md "Simulator speed")."""
     enabled = gc.isenabled()
     gc.disable()
     try:

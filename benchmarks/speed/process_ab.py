@@ -68,9 +68,10 @@ def main() -> int:
     parser.add_argument("base", type=Path, help="source tree compared with (e.g. a worktree of main)")
     parser.add_argument("candidate", type=Path, help="source tree measured")
     parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("args", nargs="*", help="the roofline command line (after --); default: the README's run")
-    opts = parser.parse_args()
-    args = opts.args or README
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)  # the roofline command line after --
+    opts = parser.parse_args(argv[:cut])
+    args = argv[cut + 1:] or README
     trees = {"base": opts.base.resolve(), "candidate": opts.candidate.resolve()}
     for tree in trees.values():
         subprocess.run([sys.executable, "-m", "compileall", "-q", "roofline", "engine"], cwd=tree, check=True)
