@@ -117,6 +117,26 @@ def test_the_client_thread_and_the_connections_spacing_delay_the_intake() -> Non
     assert [_reach(both, 0.0, 0) for _ in range(2)] == [pytest.approx(0.005), pytest.approx(0.008)]
 
 
+def test_the_clients_chunk_work_lengthens_the_output_pass_only_where_it_shares_the_cores() -> None:
+    """The client's CPU after a send, per streamed chunk (client_output_token_s, 1 ms here), runs on the API server's
+    cores where the client does (`client_shares_api_server_cores`): a pass of 3 tokens takes 3 x (1 + 1) ms there;
+    with the client elsewhere (a GPU host's default) the pass is the server's own 3 ms, as without the cost."""
+    costs = replace(INPUT_ONLY, output_token_s=0.001, client_output_token_s=0.001)
+    shares = HostCpu("x", 1.0, api_server_num_cores=1, client_shares_api_server_cores=True)
+    assert ApiServer(costs, host=shares).stream_outputs(1.0, 0, num_tokens=3) == pytest.approx(1.006)
+    for server in (ApiServer(costs, host=HostCpu("x", 1.0)), ApiServer(costs),
+                   ApiServer(replace(costs, client_output_token_s=0.0), host=HostCpu("x", 1.0))):
+        assert server.stream_outputs(1.0, 0, num_tokens=3) == pytest.approx(1.003)
+    # The before-send part spaces the intake, the chunk part does not: two requests in a burst reach the engine at
+    # the same times whatever the chunk cost.
+    one = HostCpu("x", 1.0, api_server_before_render_fraction=0.0, api_server_num_cores=1,
+                  client_shares_api_server_cores=True)
+    for chunk_s in (0.0, 0.005):
+        server = ApiServer(replace(INPUT_ONLY, request_s=0.002, client_request_s=0.001,
+                                   client_output_token_s=chunk_s), host=one)
+        assert [_reach(server, 0.0, 0) for _ in range(2)] == [pytest.approx(0.003), pytest.approx(0.006)]
+
+
 def test_output_work_runs_first_and_delays_the_input_work_pending() -> None:
     """A step's output pass (5 ms) runs as soon as the step ends, before the input work queued, which it delays:
     request 0 in at 20 ms, its step to 30, streamed 30-35 ms; request 1's input (due at 40) ends at 45, its step to
@@ -300,6 +320,9 @@ def test_the_api_server_layout_is_read_with_its_defaults() -> None:
     ({"request_s": 0.001}, r"host\.api_server_costs_s\.request_s: not an API-server cost; allowed: request, "),
     ({"request": -0.001}, r"host\.api_server_costs_s\.request: must be seconds in \[0, 1\], got -0\.001"),
     ({"request": "1ms"}, r"host\.api_server_costs_s\.request: must be seconds in \[0, 1\], got '1ms'"),
+    ({"client_output_token": 2}, r"host\.api_server_costs_s\.client_output_token: must be seconds in \[0, 1\], got 2$"),
+    ({"client_chunk": 1e-5}, r"host\.api_server_costs_s\.client_chunk: not an API-server cost; allowed: .*, "
+                             r"client_request, client_output_token$"),
     ([0.001], r"host\.api_server_costs_s: must be a mapping of request, chat_request, "),
 ])
 def test_measured_host_costs_are_validated(costs: object, message: str) -> None:

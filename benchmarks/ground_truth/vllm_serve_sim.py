@@ -340,13 +340,44 @@ def client_cpu_fit(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 def with_client(costs: Any, client: dict[str, float] | None) -> Any:
     """The API-server costs with the client's work added, where the client ran on the API server's cores (as
-    vllm_serve_bench.py pins it): its sending of each request (`client_request_s`: the client's own thread where
-    the profile says it shares the API server's cores, `host.client_shares_api_server_cores`), its reading of each
-    streamed chunk beside the API server's output work (one core's work, served in the same order)."""
+    vllm_serve_bench.py pins it and the profile says, `host.client_shares_api_server_cores`): its work before each
+    request's send (`client_request_s`: the client's own thread) and on each streamed chunk after it
+    (`client_output_token_s`: beside the API server's output work, one core's work served in the same order)."""
     if not client:
         return costs
-    return replace(costs, client_request_s=client["request_s"],
-                   output_token_s=costs.output_token_s + client["output_token_s"])
+    return replace(costs, client_request_s=client["request_s"], client_output_token_s=client["output_token_s"])
+
+
+def client_before_send_fraction(split_runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The share of `vllm bench serve`'s CPU per request that runs before the request's send, as
+    `vllm_serve_bench.py --client-split` measured it (`bench_client_split.py`) on the campaign's loads (bursts of 100,
+    20/s) of `split_runs`, the mean over the runs: before = the request's callbacks before its send + `benchmark`'s own
+    task (the `get_request` loop, `create_task`); after = its callbacks after the send + the loop's other callbacks and
+    its time outside them (`select`: driven by the reads), less the probe's own cost (`probe_ns_per_callback` per
+    callback, which runs mostly between one callback's end stamp and the next one's start)."""
+    runs = [r for r in split_runs if r["load"] in ("burst100", "rate20") and "summary" in r.get("client_split", {})]
+    if not runs:
+        raise SystemExit("--client-split: no burst100 / rate20 run with a client_split summary")
+    fractions, before, after = [], [], []
+    for run in runs:
+        r = run["client_split"]["summary"]
+        probe_ms = run["client_split"].get("probe_ns_per_callback", 0.0) / 1e6 * r["callbacks"] / r["requests"]
+        b = r["before_send_ms_per_request"] + r["main_task_ms_per_request"]
+        a = (r["after_send_ms_per_request"] + r["other_callbacks_ms_per_request"]
+             + r["outside_callbacks_ms_per_request"] - probe_ms)
+        fractions.append(b / (a + b))
+        before.append(b)
+        after.append(a)
+    return {"before_send_fraction": statistics.mean(fractions), "before_send_ms": statistics.mean(before),
+            "after_send_ms": statistics.mean(after), "runs": len(runs)}
+
+
+def placed_client(client_cpu: dict[str, float], fraction: float, tokens_per_request: float) -> dict[str, float]:
+    """The client's CPU per request as the host's accounting has it (`client_cpu_fit`: per request + per token, at
+    `tokens_per_request` streamed tokens), placed by the measured split: `fraction` of it before the send
+    (`request_s`), the rest after it, per streamed token (`output_token_s`)."""
+    total = client_cpu["per_request_s"] + tokens_per_request * client_cpu["per_token_s"]
+    return {"request_s": fraction * total, "output_token_s": (1.0 - fraction) * total / tokens_per_request}
 
 
 # How much slower than the reference host (roofline.sim.api_server.REFERENCE_HOST) this host runs the API server's
@@ -438,6 +469,11 @@ def main() -> int:
     parser.add_argument("--fit-runs", nargs="*", type=Path, default=[], metavar="INDEX",
                         help="indexes of vllm_serve_bench.py runs used in the --fit-cpu fit only, never judged "
                              "(runs-split.json: bursts of one output token, one request at a time)")
+    parser.add_argument("--client-split", nargs="+", type=Path, default=None, metavar="INDEX",
+                        help="with --fit-cpu: the client's CPU per request (its accounting, client_cpu_fit) placed "
+                             "before each send and per streamed token after it by the split vllm_serve_bench.py "
+                             "--client-split measured (these indexes; client_before_send_fraction) instead of all its "
+                             "per-request work before the send")
     parser.add_argument("--client-costs", type=Path, default=None, metavar="JSON",
                         help="an --out file of a --fit-cpu fit: its client_costs_s (the client's CPU per request and "
                              "per streamed token, on the API server's cores) added to the API server's costs")
@@ -477,6 +513,8 @@ def main() -> int:
                         help="with --event-loop: each request's first phase (accept, read) runs at the loop's poll, "
                              "before the round (uvloop's poll phase), instead of in the queue")
     args = parser.parse_args()
+    if args.client_split and not args.fit_cpu:
+        parser.error("--client-split: only with --fit-cpu")
     if (args.client_outside_loop or args.io_at_poll) and args.event_loop is None:
         parser.error("--client-outside-loop, --io-at-poll: only with --event-loop")
     if args.event_loop is not None:
@@ -531,6 +569,14 @@ def main() -> int:
                         chat_output_token_s=0.0)
         client = {"request_s": client_cpu["per_request_s"], "output_token_s": client_cpu["per_token_s"]}
         record["api_cpu"], record["client_cpu"] = cpu, client_cpu
+        if args.client_split:
+            # Where the client's CPU falls, measured (its before-send work delays the intake, its per-chunk work the
+            # output path): the accounting's per-request work is not all before the send.
+            split_runs = [run for path in args.client_split for run in json.loads(path.read_text())["runs"]]
+            placement = client_before_send_fraction(split_runs)
+            tokens = statistics.mean(statistics.mean(r["result"]["output_lens"]) for r in fit_runs)
+            client = placed_client(client_cpu, placement["before_send_fraction"], tokens)
+            record["client_split"] = {**placement, "tokens_per_request": tokens, **client}
         # Timing: latency_s and engine_step_s on the fit cells and the closed loops of the fit runs together (the
         # servers' iteration logs bound engine_step_s: the time per step outside the Worker's forward pass,
         # `step_gap_rows`, 1.9-3.0 ms on these cells, schedule() and update_from_output() included; at one request

@@ -39,8 +39,12 @@ The loop takes its input parts first come first served in the order they became 
 output work before them (preemptive priority, the slices taken as infinitely small): `output_pass_s` +
 `output_token_s` (+ `chat_output_token_s`) x the process's tokens in the step, after its earlier output work; the
 client sees the step's tokens when it ends. The renderer takes its parts FIFO. Where the client runs on the API
-server's cores (`host.client_shares_api_server_cores`, a pinned CPU host), its own work per request
-(`client_request_s`: `vllm bench serve` sending it) is a third thread's FIFO part before the loop's first. The
+server's cores (`host.client_shares_api_server_cores`, a pinned CPU host), its own work is placed where `vllm bench
+serve` does it (`vllm/benchmarks/lib/endpoint_request_func.py`): the work before a request's send
+(`client_request_s`: the task's start, the payload, aiohttp's request and connection, the body's `write_bytes`) is a
+third thread's FIFO part before the loop's first; its work on each streamed chunk after the send
+(`client_output_token_s`: the transport's read, aiohttp's parser, `StreamedResponseHandler.add_chunk`, `json.loads`,
+the timestamps) is added to the output pass that streams the token (one core's work either way). The
 connections reach the server one per `host.connection_accept_gap_us` at the most. Threads share cores by processor
 sharing: with `host.api_server_num_cores` set, every API-server process's threads (and the client's, where it
 shares) run on that many cores, each thread at min(1, cores / threads with work) of a core; without it each thread
@@ -117,9 +121,10 @@ class ApiServerCosts:
     them (`IterationStats.iteration_timestamp`), per request's first token in real `vllm serve` runs
     (`vllm_serve_bench.py --timeline`); 0 on the reference (not measured on a GPU host; on the CPU host most of it
     is the wake-up of the sending and receiving threads on cores kept busy by the Worker and the API server).
-    `client_request_s`: the client's own CPU per request where it runs on the API server's cores
-    (`host.client_shares_api_server_cores`); 0 on the reference (its client ran apart), measured on the CPU hosts
-    (vllm_serve_sim.py --fit-cpu: the client's CPU accounting).
+    `client_request_s` and `client_output_token_s`: the client's own CPU before each request's send and per streamed
+    chunk after it, where it runs on the API server's cores (`host.client_shares_api_server_cores`); 0 on the
+    reference (its client ran apart), measured on the CPU hosts (`vllm_serve_bench.py --client-split`: the client's
+    callbacks timed before and after each send; vllm_serve_sim.py: the client's CPU accounting, placed by that split).
     """
 
     request_s: float = 0.40e-3
@@ -132,6 +137,7 @@ class ApiServerCosts:
     output_latency_s: float = 0.0
     engine_step_s: float = 0.0
     client_request_s: float = 0.0
+    client_output_token_s: float = 0.0
 
     @classmethod
     def for_host(cls, host: HostCpu) -> "ApiServerCosts":
@@ -201,11 +207,13 @@ class ApiServer:
         self.prompt_token_s = costs.prompt_token_s
         self.output_pass_s = costs.output_pass_s
         self.output_token_s = costs.output_token_s + (costs.chat_output_token_s if chat else 0.0)
+        host = host or HostCpu("", 1.0)
+        if host.client_shares_api_server_cores:  # the client reads each streamed chunk on the same cores
+            self.output_token_s += costs.client_output_token_s
         self.latency_s = costs.latency_s
         self.output_latency_s = costs.output_latency_s
         self.engine_step_s = costs.engine_step_s  # added to each engine step (see ApiServerCosts)
         self.num_processes = num_processes
-        host = host or HostCpu("", 1.0)
         self.before_render = host.api_server_before_render_fraction
         self.accept_gap_s = host.connection_accept_gap_s
         self.client_s = costs.client_request_s if host.client_shares_api_server_cores else 0.0
