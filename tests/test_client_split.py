@@ -91,3 +91,21 @@ def test_the_clients_cpu_is_placed_by_the_measured_split() -> None:
     assert placed["output_token_s"] == pytest.approx(0.75 * 2.6e-3 / 32)
     with pytest.raises(SystemExit, match="--client-split: no burst100 / rate20 run"):
         vllm_serve_sim.client_before_send_fraction(runs[2:])
+
+
+def test_the_clients_accounting_counts_its_own_marks_where_a_run_has_them() -> None:
+    """A run with the client's marks (unprobed: its process CPU over its timed requests) counts that, a probed one
+    its engine window as before (the window's filter: at most 1 s longer than the run): 100 requests of 1 token at
+    0.5 ms and 100 of 32 tokens at 2.05 ms fit 0.45 ms per request + 50 us per token."""
+    def marked(tokens: int, ms: float) -> dict:
+        return {"result": {"completed": 100, "output_lens": [tokens] * 100, "duration": 1.0},
+                "engine_window": {"wall_s": 9.0, "threads_cpu_s": {"client/python": 7.0}},  # start-up: not used
+                "client_split": {"probed": False, "summary": {"requests": 100, "output_tokens": 100 * tokens,
+                                                              "process_cpu_ms_per_request": ms}}}
+    fit = vllm_serve_sim.client_cpu_fit([marked(1, 0.5), marked(32, 2.05)])
+    assert fit["per_request_s"] == pytest.approx(0.45e-3) and fit["per_token_s"] == pytest.approx(50e-6)
+    assert fit["runs"] == 2
+    probed = marked(1, 0.5)
+    probed["client_split"]["probed"] = True  # the probe's runs are slowed by it: their window, which is too long here
+    with pytest.raises(SystemExit, match="--fit-cpu: no run with the client's CPU"):
+        vllm_serve_sim.client_cpu_fit([probed])

@@ -1,6 +1,7 @@
 """Where `vllm bench serve`'s client spends its CPU per request: before the request's send, and after it per
-streamed chunk; for `vllm_serve_bench.py --client-split` (its client's launcher calls `install(path)` when
-`VLLM_BENCH_CLIENT_SPLIT` names a file; runs in vLLM's venv, imports no `roofline`).
+streamed chunk; for `vllm_serve_bench.py --client-split` (its client's launcher calls `install(path, probe)` when
+`VLLM_BENCH_CLIENT_SPLIT` names a file; runs in vLLM's venv, imports no `roofline`). Without --client-split the
+launcher installs the marks alone (`probe` false): the client's CPU over its timed requests, unperturbed.
 
 What the client (vLLM 0.32, `vllm/benchmarks/serve.py`, `vllm/benchmarks/lib/endpoint_request_func.py`) does per
 request, on one asyncio event loop (`asyncio.run(main_async(args))`, the standard loop: no uvloop in the client):
@@ -70,6 +71,7 @@ class _State:
         self.window_start: dict[str, int] | None = None
         self.window_end: dict[str, int] | None = None
         self.marks: dict[str, dict[str, float]] = {}
+        self.probed = True  # the loop probe installed (else the marks alone)
 
 
 S = _State()
@@ -158,15 +160,36 @@ def probed(func: Any) -> Any:
     return request_func
 
 
-def install(path: str) -> None:
-    """In `vllm bench serve`'s process, before its CLI runs: the loop probe, the send mark (the end of aiohttp's
-    `ClientRequest.write_bytes`), the SSE message count, the completions and chat request functions probed,
-    `benchmark`'s task marked; `path` written at exit."""
+def install(path: str, probe: bool = True) -> None:
+    """In `vllm bench serve`'s process, before its CLI runs: the completions and chat request functions wrapped (the
+    timed requests' window: their thread and process CPU from the first one's start to the last one's end),
+    `benchmark`'s task marked, `path` written at exit; with `probe` also the loop probe, the send mark (the end of
+    aiohttp's `ClientRequest.write_bytes`) and the SSE message count. Without it (the marks alone, two clock reads
+    a request) the run is not perturbed and its client CPU is the requests' own, not the start-up's or the metrics'."""
     import aiohttp.client_reqrep as reqrep
     from vllm.benchmarks import serve
     from vllm.benchmarks.lib import endpoint_request_func as erf
 
     _mark("install")
+    S.probed = probe
+    for name, func in list(erf.ASYNC_REQUEST_FUNCS.items()):
+        if func in (erf.async_request_openai_completions, erf.async_request_openai_chat_completions):
+            erf.ASYNC_REQUEST_FUNCS[name] = probed(func)
+    benchmark = serve.benchmark
+
+    async def marked_benchmark(*args: Any, **kwargs: Any) -> Any:
+        _mark("benchmark_start")
+        S.main_task = asyncio.current_task()
+        MAIN.set(True)  # benchmark's task and what it starts (the request tasks copy it, and are charged first)
+        try:
+            return await benchmark(*args, **kwargs)
+        finally:
+            _mark("benchmark_end")
+
+    serve.benchmark = marked_benchmark
+    atexit.register(write, path)
+    if not probe:
+        return
     install_loop_probe()
     write_bytes = reqrep.ClientRequest.write_bytes
 
@@ -195,22 +218,6 @@ def install(path: str) -> None:
         return messages
 
     erf.StreamedResponseHandler.add_chunk = counted_add_chunk  # type: ignore[method-assign]
-    for name, func in list(erf.ASYNC_REQUEST_FUNCS.items()):
-        if func in (erf.async_request_openai_completions, erf.async_request_openai_chat_completions):
-            erf.ASYNC_REQUEST_FUNCS[name] = probed(func)
-    benchmark = serve.benchmark
-
-    async def marked_benchmark(*args: Any, **kwargs: Any) -> Any:
-        _mark("benchmark_start")
-        S.main_task = asyncio.current_task()
-        MAIN.set(True)  # benchmark's task and what it starts (the request tasks copy it, and are charged first)
-        try:
-            return await benchmark(*args, **kwargs)
-        finally:
-            _mark("benchmark_end")
-
-    serve.benchmark = marked_benchmark
-    atexit.register(write, path)
 
 
 def _probe_ns() -> float:
@@ -238,7 +245,8 @@ def summary(requests: list[dict[str, Any]], start: dict[str, int], end: dict[str
     return {"requests": n, "output_tokens": tokens, "sse_messages": messages,
             "reads": sum(r["reads"] for r in timed), "callbacks": window["callbacks"],
             "before_send_ms_per_request": before / n,
-            "first_step_ms_per_request": sum(r["first_ns"] for r in timed) / 1e6 / n, "after_send_ms_per_request": after / n,
+            "first_step_ms_per_request": sum(r["first_ns"] for r in timed) / 1e6 / n,
+            "after_send_ms_per_request": after / n,
             "after_send_us_per_message": 1e3 * after / messages if messages else None,
             "main_task_ms_per_request": main_ms / n, "other_callbacks_ms_per_request": other_ms / n,
             "outside_callbacks_ms_per_request": (thread_ms - window["callbacks_ns"] / 1e6) / n,
@@ -252,7 +260,9 @@ def write(path: str) -> None:
                  "before_ns": r.before_ns, "after_ns": r.after_ns, "first_ns": r.first_ns, "reads": r.reads,
                  "messages": r.messages,
                  "output_tokens": r.output_tokens} for r in S.requests]
-    out: dict[str, Any] = {"marks": S.marks, "probe_ns_per_callback": _probe_ns(), "requests": requests}
+    out: dict[str, Any] = {"marks": S.marks, "probed": S.probed, "requests": requests}
+    if S.probed:
+        out["probe_ns_per_callback"] = _probe_ns()
     if S.window_start and S.window_end:
         out["window_start"], out["window_end"] = S.window_start, S.window_end
         out["summary"] = summary(requests, S.window_start, S.window_end)

