@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import yaml
 from profiles import gpu_profile_without_tokenizer
 
 from roofline.cost.hardware import load_profile, parse_profile
@@ -51,7 +52,9 @@ def _run(workload: Workload, costs: ApiServerCosts, speed: float = 1.0, host: di
 
 
 INPUT_ONLY = ApiServerCosts(request_s=0.02, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.0,
-                            output_token_s=0.0, chat_output_token_s=0.0, latency_s=0.0)
+                            output_token_s=0.0, chat_output_token_s=0.0, latency_s=0.0,
+                            engine_admit_step_s=0.0, engine_new_request_s=0.0, engine_prompt_token_s=0.0,
+                            prefix_cache_token_s=0.0, block_hash_token_s=0.0)
 
 
 def test_a_burst_queues_behind_one_process_and_ttft_grows_with_the_position() -> None:
@@ -273,6 +276,7 @@ def test_costs_measured_on_the_host_replace_the_scaled_reference_ones() -> None:
     measured = run_simulation(deployment, _burst(3), SimulationOptions(), step_time_fn=step)
     render = 16 * reference.prompt_token_s / 2  # request 0's tokenization, on the renderer thread, before its loop work
     latency = reference.latency_s / 2  # not measured on the host: the reference's at its speed
+    latency += 16 * reference.block_hash_token_s / 2  # the engine core's input thread hashes its blocks
     # Each step's output pass (its one token) delays the input work still pending: request 1 by one, 2 by two.
     output = 0.002 + reference.output_token_s / 2
     assert np.allclose(measured.requests.first_scheduled_s,
@@ -339,6 +343,60 @@ def test_the_served_engine_core_adds_its_own_work_to_every_step() -> None:
     bare = _run(_burst(1, output=4), replace(INPUT_ONLY, request_s=0.0))
     assert np.allclose(result.requests.ttft_s - bare.requests.ttft_s, 0.005, rtol=0, atol=1e-12)
     assert np.allclose(result.requests.e2e_s - bare.requests.e2e_s, 4 * 0.005, rtol=0, atol=1e-12)
+
+
+def test_a_new_requests_engine_work_lands_in_the_step_that_admits_it() -> None:
+    """engine_admit_step_s once per step that admits requests, engine_new_request_s and the prompt tokens' share per
+    request it admits (with prefix caching, prefix_cache_token_s more per token): a burst of 3 x 16-token prompts is
+    admitted by the first step (10 + 4 + 3 x 1 + 48 x (0.01 + 0.02) ms); the two decode steps after it keep 10 ms.
+    With prefix caching the input thread's block hashes (block_hash_token_s per token) delay the reach, not a step;
+    without it neither the hashes nor prefix_cache_token_s are charged."""
+    costs = replace(INPUT_ONLY, request_s=0.0, engine_admit_step_s=0.004, engine_new_request_s=0.001,
+                    engine_prompt_token_s=1e-5, prefix_cache_token_s=2e-5, block_hash_token_s=1e-4)
+    result = _run(_burst(3, output=3), costs)
+    assert np.allclose(result.steps.duration_s, [STEP_S + 0.004 + 0.003 + 48 * 3e-5, STEP_S, STEP_S], rtol=0,
+                       atol=1e-12)
+    assert np.allclose(result.requests.first_scheduled_s, 16 * 1e-4, rtol=0, atol=1e-12)
+    one = _run(_burst(1, output=3), costs)  # per step, not per request: one request pays the same step cost
+    assert one.steps.duration_s.iloc[0] == pytest.approx(STEP_S + 0.004 + 0.001 + 16 * 3e-5, abs=1e-12)
+    deployment = make_deployment("llama-156m", _hw(**ALL_AFTER), replace(ENGINE, enable_prefix_caching=False))
+    off = run_simulation(deployment, _burst(3, output=3), SimulationOptions(api_server_costs=costs),
+                         step_time_fn=lambda replica, step, start, plan: STEP_S)
+    assert np.allclose(off.steps.duration_s, [STEP_S + 0.004 + 0.003 + 48 * 1e-5, STEP_S, STEP_S], rtol=0,
+                       atol=1e-12)
+    assert np.allclose(off.requests.first_scheduled_s, 0.0, rtol=0, atol=1e-12)
+    # Async scheduling: the engine core schedules while the device runs the step before; the admission hides there.
+    overlapped = make_deployment("llama-156m", _hw(**ALL_AFTER), replace(ENGINE, async_scheduling=True))
+    assert overlapped.hw.executor.host_overlaps_device
+    hidden = run_simulation(overlapped, _burst(3, output=3), SimulationOptions(api_server_costs=costs),
+                            step_time_fn=lambda replica, step, start, plan: STEP_S)
+    assert np.allclose(hidden.steps.duration_s, STEP_S, rtol=0, atol=1e-12)
+
+
+def test_the_new_request_costs_scale_with_the_host_and_a_host_may_state_them() -> None:
+    """The reference costs of a new request divided by the host's speed; a host's measured admit-step cost replaces
+    the reference's (0: not measured on a GPU host)."""
+    reference = ApiServerCosts()
+    assert reference.engine_admit_step_s == 0.0 and reference.engine_new_request_s > 0
+    fast = ApiServerCosts.for_host(HostCpu("x", 2.0))
+    assert fast.engine_new_request_s == reference.engine_new_request_s / 2
+    assert fast.block_hash_token_s == reference.block_hash_token_s / 2
+    host = HostCpu.from_dict({"cpu_model": "x", "single_thread_speed_relative": 2.0,
+                              "api_server_costs_s": {"engine_admit_step": 0.0004}}, "p.yaml: host")
+    assert ApiServerCosts.for_host(host).engine_admit_step_s == 0.0004
+
+
+def test_a_bad_new_request_cost_in_a_profile_is_one_line_and_exit_2(tmp_path, capsys) -> None:  # noqa: ANN001
+    from roofline.cli import main
+
+    data = read_profile_dict(resolve("hardware", "h100-sxm"))
+    data["host"] = {"cpu_model": "x", "single_thread_speed_relative": 1, "api_server_costs_s": {"engine_admit_step": -1}}
+    profile = tmp_path / "bad.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    assert main(["simulate", "--model", "llama-156m", "--hardware", str(profile), "--num-requests", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    assert "host.api_server_costs_s.engine_admit_step: must be seconds in [0, 1], got -1" in err[0]
 
 
 def test_the_outputs_hand_off_delays_what_the_client_sees_not_the_engine() -> None:

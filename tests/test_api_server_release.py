@@ -20,7 +20,9 @@ ENGINE = EngineArgs(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=
                     async_scheduling=False)
 STEP_S = 0.01
 INPUT_ONLY = ApiServerCosts(request_s=0.02, chat_request_s=0.005, prompt_token_s=0.0, output_pass_s=0.0,
-                            output_token_s=0.0, chat_output_token_s=0.0, latency_s=0.0)
+                            output_token_s=0.0, chat_output_token_s=0.0, latency_s=0.0,
+                            engine_admit_step_s=0.0, engine_new_request_s=0.0, engine_prompt_token_s=0.0,
+                            prefix_cache_token_s=0.0, block_hash_token_s=0.0)
 
 
 @pytest.mark.parametrize(("version", "architecture", "extra_s"), [

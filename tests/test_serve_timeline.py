@@ -57,6 +57,44 @@ def test_served_step_overhead_is_the_served_period_less_the_matched_in_process_d
     assert served_step_overhead.matched_duration_s(durations, 1, 12) is None  # no in-process step within +-1
 
 
+def _engine_step(events: list, start: float, new: int, running: int, forward_s: float, outside_s: float,
+                 states_s: float = 0.0) -> float:
+    """One traced `EngineCore.step` at `start` (s): schedule 0.1 ms, the enqueue 0.2 ms, the Worker's RPC (its
+    `_update_states` `states_s`, then the forward pass) and the update 0.1 ms, the rest of `outside_s` after the step
+    before the next (the busy loop); returns the next step's start."""
+    sched_end = start + 1e-4
+    events += [["ec_sched", start, sched_end, new, running, 0], ["ec_exec", sched_end, sched_end + 2e-4, new]]
+    worker = sched_end + 2e-4
+    events += [["wk_upd", worker, worker + states_s, new, 0], ["wk_rpc", "execute_model", worker,
+                                                                worker + states_s + forward_s]]
+    update = worker + states_s + forward_s
+    end = update + 1e-4
+    events += [["ec_upd", update, end], ["ec_step", start, end]]
+    return start + forward_s + outside_s
+
+
+def test_step_kinds_split_the_admitting_steps_extra_outside_the_forward_pass() -> None:
+    """Decode steps with 3 running: 1 ms outside the forward pass; steps admitting 1 new request (3 running): 1.4 ms,
+    0.1 of it the Worker's `_update_states`: the extra of one new request is 0.4 ms, per kind and by new requests."""
+    import timeline_engine_parts
+
+    events: list = []
+    t = 0.0
+    for i in range(40):
+        new = 1 if i % 4 == 0 else 0
+        t = _engine_step(events, t, new, 3, 0.005, 0.0014 if new else 0.001, states_s=1e-4 if new else 0.0)
+    out = timeline_engine_parts.step_kinds(events, [0.0, t - 1.5])
+    assert out["admitting"]["outside_worker"] == pytest.approx(1.4, abs=1e-6)
+    assert out["decode"]["outside_worker"] == pytest.approx(1.0, abs=1e-6)
+    assert out["admitting"]["worker_update_states"] == pytest.approx(0.1, abs=1e-6)
+    assert out["admitting"]["schedule"] == pytest.approx(0.1, abs=1e-6)
+    assert out["admitting_extra_ms_by_new"]["1"]["extra_ms"] == pytest.approx(0.4, abs=1e-6)
+    assert out["new_per_admitting_step"] == 1
+    # served_step_overhead.py --step-kinds: that extra less one request's engine-core Python, per step.
+    parts = {"r": {"by_step": out}}
+    assert served_step_overhead.admit_step_ms(parts) == {"r": pytest.approx(0.4, abs=1e-6)}
+
+
 def test_timeline_pairs_matches_requests_by_the_clients_ids_and_counts_close_pairs() -> None:
     """benchmarks/ground_truth/timeline_pairs.py: ids of both endpoints; two requests sent 1 ms apart (none within
     15 ms before) handed off 14 and 16 ms after their sends, an isolated one 10 ms after; steps by SCHEDULED stamp."""

@@ -63,19 +63,19 @@ MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "h
                 "torch_dtype": "float32"}
 
 
-def make_scheduler(model_dir: str) -> VScheduler:
+def make_scheduler(model_dir: str, prefix_caching: bool) -> VScheduler:
     sched_cfg = VSchedulerConfig(max_num_seqs=256, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
                                  max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False, enable_chunked_prefill=True,
                                  async_scheduling=False)
     model_cfg = ModelConfig(model=model_dir, skip_tokenizer_init=True, max_model_len=MAX_MODEL_LEN, dtype="float32",
                             seed=0)
-    cache_cfg = VCacheConfig(block_size=BLOCK_SIZE, enable_prefix_caching=True)
+    cache_cfg = VCacheConfig(block_size=BLOCK_SIZE, enable_prefix_caching=prefix_caching)
     vllm_config = VllmConfig(scheduler_config=sched_cfg, model_config=model_cfg, cache_config=cache_cfg)
     # The CPU platform adjusts these in VllmConfig; pin a GPU server's defaults.
     vllm_config.scheduler_config.max_num_batched_tokens = MAX_NUM_BATCHED_TOKENS
     vllm_config.scheduler_config.max_num_scheduled_tokens = None
     vllm_config.scheduler_config.enable_chunked_prefill = True
-    vllm_config.cache_config.enable_prefix_caching = True
+    vllm_config.cache_config.enable_prefix_caching = prefix_caching
     vllm_config.cache_config.block_size = BLOCK_SIZE
     vllm_config.cache_config.num_gpu_blocks = NUM_BLOCKS
     kv_cfg = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[], kv_cache_groups=[
@@ -110,7 +110,7 @@ def step(sched: VScheduler) -> tuple[int, int]:
 
 
 def one_round(model_dir: str, prompt_len: int, running: int, rng: np.random.Generator, hasher) -> dict[str, int]:  # noqa: ANN001
-    sched = make_scheduler(model_dir)
+    sched = make_scheduler(model_dir, prefix_caching=hasher is not None)
     for i in range(running):  # requests already decoding, as in a closed loop at concurrency running + 1
         sched.add_request(make_request(f"old{i}", rng.integers(3, VOCAB, 256).tolist(), hasher))
     for _ in range(4):
@@ -134,11 +134,15 @@ def main() -> int:
     parser.add_argument("--prompt-lens", default="1024,4096,8192")
     parser.add_argument("--running", type=int, default=3, help="requests decoding beside the new one")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--prefix-caching", choices=("on", "off"), default="on",
+                        help="off: no block hasher (`EngineCore.__init__` builds one only with prefix caching or a KV "
+                             "connector) and the KV cache manager without caching, as `vllm serve "
+                             "--no-enable-prefix-caching` (the served campaign's servers)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     init_none_hash(sha256)
-    hasher = get_request_block_hasher(BLOCK_SIZE, sha256)
+    hasher = get_request_block_hasher(BLOCK_SIZE, sha256) if args.prefix_caching == "on" else None
     lens = [int(x) for x in args.prompt_lens.split(",")]
     rng = np.random.default_rng(0)
     rounds: dict[int, list[dict[str, int]]] = {n: [] for n in lens}
@@ -154,7 +158,8 @@ def main() -> int:
         load_after = f.read().split()[:3]
     result: dict = {"vllm": __import__("vllm").__version__, "python": platform.python_version(),
                     "machine": platform.processor() or platform.machine(), "running": args.running,
-                    "repeats": args.repeats, "block_size": BLOCK_SIZE, "hash": "sha256",
+                    "repeats": args.repeats, "block_size": BLOCK_SIZE,
+                    "prefix_caching": args.prefix_caching, "hash": "sha256" if hasher else None,
                     "loadavg_before": load_before, "loadavg_after": load_after, "per_prompt_len": {}}
     for n, rs in rounds.items():
         med = {k: statistics.median(x[k] for x in rs) / 1e6 for k in rs[0]}

@@ -489,8 +489,8 @@ def main() -> int:
                         help="an --out file of a --fit-cpu fit: its client_costs_s (the client's CPU per request and "
                              "per streamed token, on the API server's cores) added to the API server's costs")
     parser.add_argument("--engine-step", type=Path, default=None, metavar="JSON",
-                        help="with --fit-cpu: engine_step_s as served_step_overhead.py measured it (its --out file) "
-                             "instead of fitting it by timing")
+                        help="with --fit-cpu: engine_step_s (and with its --step-kinds engine_admit_step_s) as "
+                             "served_step_overhead.py measured it (its --out file) instead of fitting it by timing")
     parser.add_argument("--hops", type=Path, default=None, metavar="INDEX",
                         help="with --fit-cpu: latency_s and output_latency_s from a vllm_serve_bench.py --timeline "
                              "index (its closed1 runs' hop to the engine core, its rate20 runs' outputs' hand-off) "
@@ -610,7 +610,10 @@ def main() -> int:
             grid["latency_s"] = (0.0, 1e-3, 2e-3, 3e-3, 4e-3)
         if args.engine_step:
             # Measured instead (served_step_overhead.py: served steps against in-process steps of the same shape).
-            costs = replace(costs, engine_step_s=json.loads(args.engine_step.read_text())["engine_step_s"])
+            served_step = json.loads(args.engine_step.read_text())
+            costs = replace(costs, engine_step_s=served_step["engine_step_s"])
+            if "engine_admit_step_s" in served_step:  # --step-kinds: the work of a step that admits new requests
+                costs = replace(costs, engine_admit_step_s=served_step["engine_admit_step_s"])
             record["engine_step"] = str(args.engine_step)
         else:
             grid["engine_step_s"] = (1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3)

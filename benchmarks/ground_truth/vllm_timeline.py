@@ -20,7 +20,15 @@ In the engine-core process (`install_engine_core`, by `timeline_site/sitecustomi
 - ["ec_inq", start, end]: each `EngineCoreProc._process_input_queue` (the busy loop draining its input queue);
 - ["ec_sched", start, end, new, running, waiting]: each `Scheduler.schedule` (new requests scheduled, then the
   running and waiting queues' lengths);
-- ["ec_step", start, end]: each `EngineCore.step` / `step_with_batch_queue` (schedule, execute, update).
+- ["ec_step", start, end]: each `EngineCore.step` / `step_with_batch_queue` (schedule, execute, update);
+- ["ec_exec", start, end, new]: `MultiprocExecutor.execute_model` (non-blocking: the scheduler output pickled and
+  written to the shared-memory `MessageQueue`, `shm_broadcast.MessageQueue.enqueue`), new = the requests it admits;
+- ["ec_upd", start, end]: `Scheduler.update_from_output` (the step's outputs made).
+In the Worker process (`install_worker`, when `vllm.v1.executor.multiproc_executor` is imported there):
+- ["wk_rpc", method, start, end]: `WorkerProc._execute_worker_rpc` (the RPC run and its result enqueued);
+- ["wk_upd", start, end, new, finished]: `GPUModelRunner._update_states` (the persistent batch: a new request's
+  `CachedRequestState`, `InputBatch.add_request`);
+- ["wk_loads", start, end, bytes]: the message's `pickle.loads` in `MessageQueue.dequeue` (the scheduler output).
 With `VLLM_SERVE_TIMELINE_STEPS=1` also, in the API server's loop (uvloop: `vllm/entrypoints/cli/serve.py` runs
 `uvloop.run(run_server(args))`, so the loop's task factory is set when that coroutine starts):
 - ["step", coroutine qualname, start, end]: each step of each task (one `send` / `throw` into its coroutine: the
@@ -254,12 +262,83 @@ def install_engine_core(path: str, core: Any) -> None:
             return result
         return step
 
+    from vllm.v1.executor import multiproc_executor as mp
+
+    execute = mp.MultiprocExecutor.execute_model
+
+    def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        result = execute(self, scheduler_output, *args, **kwargs)
+        log.write(json.dumps(["ec_exec", start, time.monotonic(), len(scheduler_output.scheduled_new_reqs)]) + "\n")
+        return result
+
+    update = sched.Scheduler.update_from_output
+
+    def update_from_output(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        result = update(self, *args, **kwargs)
+        log.write(json.dumps(["ec_upd", start, time.monotonic()]) + "\n")
+        return result
+
+    mp.MultiprocExecutor.execute_model = execute_model
+    sched.Scheduler.update_from_output = update_from_output
     core.EngineCoreProc.preprocess_add_request = preprocess_add_request
     core.EngineCore.add_request = add_request
     core.EngineCoreProc._process_input_queue = process_input_queue
     core.EngineCore.step = timed(core.EngineCore.step)
     core.EngineCore.step_with_batch_queue = timed(core.EngineCore.step_with_batch_queue)
     sched.Scheduler.schedule = schedule_logged
+
+
+def install_worker(path: str, mp: Any) -> None:
+    """The Worker process's events (module docstring); `mp`: the module `vllm.v1.executor.multiproc_executor`, just
+    imported, in whichever process imports it: the patches go in when `WorkerProc.worker_busy_loop` starts, which
+    runs in the Worker only."""
+    busy_loop = mp.WorkerProc.worker_busy_loop
+
+    def worker_busy_loop(self: Any, *args: Any, **kwargs: Any) -> Any:
+        install_worker_steps(path, mp)
+        return busy_loop(self, *args, **kwargs)
+
+    mp.WorkerProc.worker_busy_loop = worker_busy_loop
+
+
+def install_worker_steps(path: str, mp: Any) -> None:
+    import pickle
+    import types
+
+    from vllm.distributed.device_communicators import shm_broadcast
+    from vllm.v1.worker import gpu_model_runner as runner
+
+    log = open(path, "a", buffering=1)
+    rpc = mp.WorkerProc._execute_worker_rpc
+
+    def execute_worker_rpc(self: Any, rpc_request: Any) -> Any:
+        start = time.monotonic()
+        result = rpc(self, rpc_request)
+        method = rpc_request[0] if isinstance(rpc_request[0], str) else "bytes"
+        log.write(json.dumps(["wk_rpc", method, start, time.monotonic()]) + "\n")
+        return result
+
+    def loads(data: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        result = pickle.loads(data, *args, **kwargs)
+        log.write(json.dumps(["wk_loads", start, time.monotonic(), len(data)]) + "\n")
+        return result
+
+    states = runner.GPUModelRunner._update_states
+
+    def update_states(self: Any, scheduler_output: Any) -> Any:
+        start = time.monotonic()
+        result = states(self, scheduler_output)
+        log.write(json.dumps(["wk_upd", start, time.monotonic(), len(scheduler_output.scheduled_new_reqs),
+                              len(scheduler_output.finished_req_ids)]) + "\n")
+        return result
+
+    mp.WorkerProc._execute_worker_rpc = execute_worker_rpc
+    # shm_broadcast calls `pickle.loads` through its module global `pickle`: a copy of the module with loads timed.
+    shm_broadcast.pickle = types.SimpleNamespace(**{**vars(pickle), "loads": loads})
+    runner.GPUModelRunner._update_states = update_states
 
 
 PARTS = ("client_to_arrival", "arrival_to_engine", "engine_to_queued", "queued_to_scheduled", "prefill_step",

@@ -61,7 +61,11 @@ The rest, outside the threads:
   `process_outputs_socket` task receives and decodes them, `output_handler` takes them a loop round later), a
   delay that does not occupy the loop: the client sees a step's tokens that much later (added after the output
   pass; that the loop is free for input work meanwhile is not modelled);
-- the served engine core's own work per step beyond an in-process step (`engine_step_s`), added to each step.
+- the served engine core's own work per step beyond an in-process step (`engine_step_s`), added to each step;
+- the engine core's work for new requests: per step that admits any (`engine_admit_step_s`) and per request it admits
+  (`engine_new_request_s` + `engine_prompt_token_s` per prompt token, with prefix caching + `prefix_cache_token_s`),
+  added to that step, and with prefix caching the input thread's block hashes (`block_hash_token_s` per prompt token),
+  added to the request's way in (see `ApiServerCosts`).
 The costs are seconds on the reference host (`REFERENCE_HOST`), divided by the profile's
 `host.single_thread_speed_relative` (`roofline.cost.host_cpu`). The engine core's own per-step work per sequence
 (`update_from_output`, building the outputs) is the profile's `executor.step_overhead_per_seq_us`, in the step.
@@ -121,6 +125,23 @@ class ApiServerCosts:
     them (`IterationStats.iteration_timestamp`), per request's first token in real `vllm serve` runs
     (`vllm_serve_bench.py --timeline`); 0 on the reference (not measured on a GPU host; on the CPU host most of it
     is the wake-up of the sending and receiving threads on cores kept busy by the Worker and the API server).
+    `engine_admit_step_s`: a served step that admits new requests takes longer outside the forward pass than one that
+    admits none, by about the same for one new request as for two to five (measured on the CPU host: real `vllm
+    serve`, `vllm_serve_bench.py --timeline`, `timeline_engine_parts.py --by-step`): per step, not per request. vLLM
+    0.32: the scheduler output then carries `NewRequestData` (the prompt's ids, the sampling parameters), pickled into
+    the Worker's shared-memory queue (`shm_broadcast.MessageQueue.enqueue`) and unpickled there, and the Worker's
+    `GPUModelRunner._update_states` adds them to the persistent batch, whose change rebuilds the sampling metadata
+    (`InputBatch.refresh_metadata` -> `_make_sampling_metadata`, the logits processors' `update_state`); 0 on the
+    reference (not measured on a GPU host). `engine_new_request_s`: the engine core's own Python per new request
+    (vLLM's `Scheduler.schedule` admitting it from the waiting queue, `KVCacheManager.allocate_slots`;
+    `update_from_output`), measured on vLLM's own `Scheduler` and `Request` without a model (engine_core_new_request.py,
+    prefix caching off, 128 tokens: 0.043 ms, less the tokens' share); the same Python on every host.
+    Per prompt token, likewise (engine_core_new_request.py, 128 to 8,192 tokens, the slope):
+    `engine_prompt_token_s` in the admitting step (`Scheduler.schedule` allocating its blocks, `update_from_output`);
+    with prefix caching `prefix_cache_token_s` more there (the cache lookup, caching the full blocks) and
+    `block_hash_token_s` in the input thread before it can be scheduled (`EngineCoreProc.preprocess_add_request` ->
+    `Request.from_engine_core_request` -> `vllm/v1/core/kv_cache_utils.py` `get_request_block_hasher`: SHA-256 per full
+    block; `EngineCore.__init__` builds the hasher only with prefix caching or a KV connector).
     `client_request_s` and `client_output_token_s`: the client's own CPU before each request's send and per streamed
     chunk after it, where it runs on the API server's cores (`host.client_shares_api_server_cores`); 0 on the
     reference (its client ran apart), measured on the CPU hosts (`vllm_serve_bench.py --client-split`: the client's
@@ -136,6 +157,11 @@ class ApiServerCosts:
     latency_s: float = 3.77e-3
     output_latency_s: float = 0.0
     engine_step_s: float = 0.0
+    engine_admit_step_s: float = 0.0
+    engine_new_request_s: float = 0.039e-3
+    engine_prompt_token_s: float = 0.0284e-6
+    prefix_cache_token_s: float = 0.0647e-6
+    block_hash_token_s: float = 0.1224e-6
     client_request_s: float = 0.0
     client_output_token_s: float = 0.0
 
@@ -197,7 +223,7 @@ class ApiServer:
     then (`reach_s`), since work that comes later can go first (output passes; input parts ready earlier)."""
 
     def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions",
-                 host: HostCpu | None = None) -> None:
+                 host: HostCpu | None = None, enable_prefix_caching: bool = True) -> None:
         if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
             raise UserError(f"--api-server-count: must be a positive integer, got {num_processes!r}")
         if endpoint not in ENDPOINTS:
@@ -214,6 +240,13 @@ class ApiServer:
         self.output_latency_s = costs.output_latency_s
         self.engine_step_s = costs.engine_step_s  # added to each engine step (see ApiServerCosts)
         self.num_processes = num_processes
+        # A new request's engine-core work: in the step that admits it, and the input thread's block hashes.
+        self.admit_step_s = costs.engine_admit_step_s
+        self.new_request_s = costs.engine_new_request_s
+        self.new_request_token_s = costs.engine_prompt_token_s + (costs.prefix_cache_token_s if enable_prefix_caching
+                                                                   else 0.0)
+        self.hash_token_s = costs.block_hash_token_s if enable_prefix_caching else 0.0
+        self.hash_s: dict[int, float] = {}  # ticket -> its input thread's hashing, while it is on its way
         self.before_render = host.api_server_before_render_fraction
         self.accept_gap_s = host.connection_accept_gap_s
         self.client_s = costs.client_request_s if host.client_shares_api_server_cores else 0.0
@@ -238,13 +271,29 @@ class ApiServer:
         if self.client_s > 0:
             chain.insert(0, (threads.client, self.client_s))
         threads.arrive(self.last_connect_s, ticket, chain)
+        hash_s = self.hash_token_s * num_prompt_tokens
+        if hash_s > 0:
+            self.hash_s[ticket] = hash_s
         # A lower bound (its own work, no waiting): `reach_s` then projects with what has arrived by then.
         return process, ticket, (self.last_connect_s + self.client_s + self.request_s
-                                 + self.prompt_token_s * num_prompt_tokens + self.latency_s)
+                                 + self.prompt_token_s * num_prompt_tokens + self.latency_s + hash_s)
 
     def reach_s(self, now_s: float, process: int, ticket: int) -> float:
-        """When request `ticket` of `process` reaches the engine core, with the work taken by `now_s`."""
-        return reach_after(self.threads, now_s, ticket, self.latency_s)
+        """When request `ticket` of `process` reaches the engine core, with the work taken by `now_s`: after the
+        hop, the engine core's input thread builds its `Request` (with prefix caching, its block hashes) before the
+        busy loop can schedule it."""
+        hash_s = self.hash_s.get(ticket, 0.0)
+        reach = reach_after(self.threads, now_s, ticket, self.latency_s + hash_s)
+        if hash_s and reach <= now_s:
+            del self.hash_s[ticket]
+        return reach
+
+    def admission_s(self, num_prompt_tokens: list[int]) -> float:
+        """The engine core's work for the new requests a step admits (their prompts' lengths), added to that step."""
+        if not num_prompt_tokens:
+            return 0.0
+        return (self.admit_step_s + len(num_prompt_tokens) * self.new_request_s
+                + self.new_request_token_s * sum(num_prompt_tokens))
 
     def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
         """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them.

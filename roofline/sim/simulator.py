@@ -62,7 +62,7 @@ from engine.core.step_plan import StepPlan
 from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
 from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts, release_chat_request_extra_s
-from roofline.sim.data_parallel import DataParallelScheduler, group_step_time, make_scheduler, ranks_of
+from roofline.sim.data_parallel import DataParallelScheduler, GroupPlan, group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
 from roofline.sim.pipeline_engine import PipelineEngine
 from roofline.sim.recorder import Recorder, SimulationResult, StepSink, build_result
@@ -270,6 +270,7 @@ class _Simulation:
             raise UserError(f"{flag}: hardware profile '{deployment.hw.id}' has no host: section, so its API server "
                             f"is not modelled; add host: (cpu_model, single_thread_speed_relative) to the profile")
         self.api: list[ApiServer] | None = None
+        self.host_overlaps_device = deployment.hw.executor.host_overlaps_device
         if host is not None:
             # Costs given for a fit, a test or the judge's client are reference-host costs; else the host's (its
             # measured ones, if any). A sampled cost model's factors (`host.cost_factors`, --intervals) apply to
@@ -284,7 +285,8 @@ class _Simulation:
             extra_s = release_chat_request_extra_s(deployment.vllm_version, deployment.spec.architecture)
             if extra_s:
                 costs = replace(costs, chat_request_s=costs.chat_request_s + extra_s / host.single_thread_speed_relative)
-            self.api = [ApiServer(costs, options.api_server_count, options.endpoint, host) for _ in self.replicas]
+            self.api = [ApiServer(costs, options.api_server_count, options.endpoint, host,
+                                  deployment.cache_config.enable_prefix_caching) for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
         # client saw each step's tokens (`_SeenTimes`).
         self.process_of = np.zeros(len(specs), np.int64) if options.api_server_count > 1 else None
@@ -431,12 +433,29 @@ class _Simulation:
                 self.wake(replica, now)
             return  # otherwise idle until the next arrival
         duration = self.time_fn(replica.index, replica.num_steps, now, plan)
-        if self.api is not None:  # the served engine core's own per-step work (ApiServerCosts.engine_step_s)
-            duration += self.api[replica.index].engine_step_s
+        if self.api is not None:  # the served engine core's own work: per step, per request it admits
+            duration += self.api[replica.index].engine_step_s + self.admission_s(replica, plan)
         for engine_index, rank_plan in ranks_of(replica.index, plan):  # a DP group: each rank's plan
             _record_step(self.recorder, engine_index, rank_plan, now, duration)
         replica.plan = plan
         self.push(now + duration, _STEP_END, replica.index)
+
+    def admission_s(self, replica: _Replica, plan: StepPlan) -> float:
+        """The served engine core's work for the requests `plan` admits (`ApiServer.admission_s`); 0 without an API
+        server, when it admits none, or with async scheduling (`executor.host_overlaps_device`: vLLM's engine core
+        schedules the next step while the device runs this one, so its scheduler's work hides under the device time
+        as the executor's own host work does, `roofline.cost.host`)."""
+        if self.api is None or self.host_overlaps_device:
+            return 0.0
+        api = self.api[replica.index]
+        if isinstance(plan, GroupPlan):  # each DP rank's engine core admits its own; the group waits for the slowest
+            ranks = replica.scheduler.ranks  # type: ignore[union-attr]
+            return max(api.admission_s([rank.requests[rid].num_prompt_tokens for rid in p.admitted_request_ids])
+                       for rank, p in zip(ranks, plan.plans))
+        if not plan.admitted_request_ids:
+            return 0.0
+        requests = replica.scheduler.requests
+        return api.admission_s([requests[rid].num_prompt_tokens for rid in plan.admitted_request_ids])
 
     def pipeline_step(self, now: float, replica: _Replica) -> None:
         """A pipeline's engine core at `now` (`roofline.sim.pipeline_engine`): the calls of its batch-queue loop,
@@ -450,7 +469,7 @@ class _Simulation:
                 replica.admit()
             if scheduler.has_unfinished() and not engine.is_full:
                 plan = scheduler.schedule(now)
-                done = engine.submit(plan, now, host_s)
+                done = engine.submit(plan, now, host_s + self.admission_s(replica, plan))
                 if not plan.is_empty:
                     _record_step(self.recorder, replica.index, plan, now, done - now)
                 if not engine.is_full and (not plan.is_empty or scheduler.has_unfinished()):

