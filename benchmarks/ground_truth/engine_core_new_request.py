@@ -10,7 +10,9 @@ that admits no request (the request's marginal cost). The scheduler, the KV cach
 same Python on a GPU host as here (only the Worker's model runner differs), so the CPU time carries over divided by
 the host's single-thread speed (`host.single_thread_speed_relative`). Not measured here: the GPU model runner's
 share (adding the request to its input batch: a copy of the prompt's ids into a numpy row, its block-table row) and
-the scheduler output's broadcast to the TP workers (pickling the new request's prompt ids).
+the scheduler output's broadcast to the TP workers (pickling the new request's prompt ids): served, on the CPU host,
+`timeline_engine_parts.py --by-step` measures them. `--prefix-caching off`: no block hasher and no caching, as `vllm
+serve --no-enable-prefix-caching` runs.
 
 Run from the repo root under vLLM's venv (see vllm_scheduler_equivalence.py for its setup):
 
