@@ -120,7 +120,8 @@ class ApiServerCosts:
     the model in a Worker process, `vllm/platforms/cpu.py`; shared-memory `MessageQueue`,
     `vllm/distributed/device_communicators/shm_broadcast.py`) and the outputs' serialization to the API server
     (`EngineCoreProc.process_output_sockets`); 0 on the reference (not measured on a GPU host), measured on the CPU
-    host (served_step_overhead.py; BENCHMARKS.md, "vLLM's API server in a burst"). `output_latency_s`: from a step's
+    host as a decode step's (served_step_overhead.py --step-kinds: the mean over the steps less the admitting steps'
+    share, `engine_admit_step_s`; BENCHMARKS.md, "vLLM's API server in a burst"). `output_latency_s`: from a step's
     outputs leaving the engine core's step (`EngineCoreOutputs.timestamp`) to the API server's output handler taking
     them (`IterationStats.iteration_timestamp`), per request's first token in real `vllm serve` runs
     (`vllm_serve_bench.py --timeline`); 0 on the reference (not measured on a GPU host; on the CPU host most of it
