@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -134,9 +135,9 @@ def test_simulate_imports_no_other_commands_modules() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_simulates_printout_help_and_refusals_import_no_pandas() -> None:
+def test_simulates_printout_help_and_refusals_import_no_pandas(tmp_path: Path) -> None:
     # The printout reads the tables' numpy columns (roofline.sim.table): pandas and the pyarrow it imports (~0.25-0.45 s
-    # of the process's start) only for --out, a CSV trace, or a command that needs DataFrames.
+    # of the process's start) only for a CSV trace or a command that needs DataFrames; --out imports pyarrow alone.
     code = ("import sys, contextlib, io; from roofline.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
             "    assert main(['simulate', '--num-requests', '30', '--verbose', '--slo-ttft-s', '0.2', "
@@ -146,9 +147,13 @@ def test_simulates_printout_help_and_refusals_import_no_pandas() -> None:
             "    for argv in (['simulate', '--help'], ['--help'], ['simulate', '--num-requests', 'x']):\n"
             "        try:\n            main(argv)\n        except SystemExit:\n            pass\n"
             "loaded = [m for m in ('pandas', 'pyarrow') if m in sys.modules]\n"
-            "assert not loaded, loaded")
+            "assert not loaded, loaded\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert main(['simulate', '--num-requests', '20', '--out', {str(tmp_path)!r}]) == 0\n"
+            "assert 'pandas' not in sys.modules and 'pyarrow' in sys.modules")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "steps.parquet").is_file() and (tmp_path / "requests.csv").is_file()
 
 
 def test_top_level_help_is_the_whole_parsers_without_importing_a_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -126,3 +126,24 @@ def test_a_plain_histogram_reads_as_pandas_reads_it_and_another_falls_back(tmp_p
     fractional = tmp_path / "fractional.csv"
     fractional.write_text("min_tokens,max_tokens,count\n1,1,0.5\n\n2,3,1.25\n")  # pandas': a float, a blank line
     assert read_histogram(fractional, "x") == ((1, 1, 0.5), (2, 3, 1.25))
+
+
+def test_the_trace_writers_arrays_are_pyarrows_own() -> None:
+    # steps.parquet's columns built from their buffers (roofline.sim.outputs._arrow: pa.array would import pandas)
+    import pyarrow as pa
+
+    from roofline.sim.outputs import _arrow
+
+    rng = np.random.default_rng(3)
+    cases = [(rng.integers(-5, 2**40, 37), pa.int64()), (rng.integers(0, 9000, 37).astype(np.int32), pa.int32()),
+             (np.array([0.5, math.nan, -0.0, math.inf]), pa.float64()), (rng.random(37) < 0.3, pa.bool_()),
+             (np.zeros(0), pa.float64()), (np.arange(10)[::3], pa.int64()), (["r-0", "", "ü-1"], pa.string()),
+             ([], pa.string())]
+    for values, typ in cases:
+        built, expected = _arrow(values, typ), pa.array(values, type=typ)
+        # (by the values' reprs: NaN equal to NaN, -0.0 not 0.0)
+        assert built.type == expected.type and repr(built.to_pylist()) == repr(expected.to_pylist()), (values, typ)
+        assert built.null_count == expected.null_count == 0
+        built.validate(full=True)
+    mixed = _arrow(np.arange(3), pa.float64())  # another type: pa.array's conversion
+    assert mixed.equals(pa.array([0.0, 1.0, 2.0]))

@@ -23,15 +23,17 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.core import metrics
 from engine.core.request import Request
 from engine.core.scheduler import StepPlan
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 STEPS_FILE = "steps.parquet"
@@ -392,7 +394,7 @@ def read_trace(trace_dir: str | Path) -> tuple[pd.DataFrame, RunMetadata]:
     if file_version != str(SCHEMA_VERSION).encode():
         raise ValueError(f"{steps_path}: schema version {file_version!r}, this reader reads {SCHEMA_VERSION}")
     _check_schema(schema, str(steps_path))
-    return pq.read_table(steps_path).to_pandas(), metadata
+    return pq.read_table(steps_path).to_pandas(), metadata  # (pyarrow imports pandas for it)
 
 
 def request_metrics(req: Request) -> dict[str, Any]:
@@ -452,5 +454,7 @@ def read_requests(trace_dir: str | Path) -> pd.DataFrame:
         header = next(csv.reader(f), [])
     if tuple(header[: len(REQUEST_COLUMNS)]) != REQUEST_COLUMNS:
         raise ValueError(f"{path}: header must start with {','.join(REQUEST_COLUMNS)}")
+    import pandas as pd  # (here: a writer of traces, `roofline simulate --out`, imports no pandas)
+
     dtypes = {c: "Int64" for c in _REQUEST_INT_COLUMNS} | {"request_id": str}
     return pd.read_csv(path, dtype=dtypes, keep_default_na=False, na_values=[""])

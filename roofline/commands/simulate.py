@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
         summary["intervals"] = interval_record(interval_metrics(vllm, summary), samples, intervals, deployment.hw)
     if args.out is not None:
         write_outputs(args.out, deployment, result, summary, stream)
-        write_csv(load_table.to_pandas(), args.out / "load_over_time.csv")
+        write_csv(load_table, args.out / "load_over_time.csv")
         if workload.trace_path is not None:  # (a trace's load varies; matplotlib only for it)
             draw_load_over_time(load_table, args.out / "load_over_time.png",
                                 f"{deployment.spec.name} on {deployment.hw.id}, {workload.name}")

@@ -1,18 +1,21 @@
 """What `roofline simulate --out DIR` writes: requests.csv (per request), steps.parquet + run.json (a step trace
 as the engine writes one, `engine.core.trace`, plus the replica, the predicted time and its per-operator
-breakdown), timeseries.csv (KV usage, running and waiting requests per step) and summary.json."""
+breakdown), timeseries.csv (KV usage, running and waiting requests per step) and summary.json; all from the run's
+numpy columns (`roofline.sim.table`), pyarrow for the Parquet file, no pandas (a column the CSV writer does not know
+is handed to pandas' own writer)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import math
 import os
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -33,6 +36,7 @@ from roofline.jsonable import to_json
 from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import STEP_COLUMNS, SimulationResult
 from roofline.sim.simulator import gc_paused
+from roofline.sim.table import Columns, Table, column
 
 
 def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResult, summary: dict[str, object],
@@ -52,8 +56,8 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
     metadata = run_metadata(deployment, summary)
     if stream is not None:
         with gc_paused():
-            write_csv(result.requests, out_dir / "requests.csv")
-            write_csv(result.timeseries, out_dir / "timeseries.csv")
+            write_csv(result.request_table, out_dir / "requests.csv")
+            write_csv(result.timeseries_table, out_dir / "timeseries.csv")
             (out_dir / "summary.json").write_text(to_json(summary))
             stream.close()
             write_run_file(out_dir, metadata)
@@ -63,8 +67,8 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
         # formatting (each file is written by one thread alone, so the bytes do not depend on the interleaving). The
         # table is built first, on this thread: two threads both running Python only take turns at the GIL.
         trace = pool.submit(write_trace, out_dir, step_table(deployment, result), metadata)
-        write_csv(result.requests, out_dir / "requests.csv")
-        write_csv(result.timeseries, out_dir / "timeseries.csv")
+        write_csv(result.request_table, out_dir / "requests.csv")
+        write_csv(result.timeseries_table, out_dir / "timeseries.csv")
         (out_dir / "summary.json").write_text(to_json(summary))
         trace.result()  # (raises what the thread raised)
 
@@ -72,16 +76,17 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
 _NEEDS_QUOTES = re.compile(r'[,"\r\n]')  # the fields the csv module quotes (QUOTE_MINIMAL)
 
 
-def write_csv(frame: pd.DataFrame, path: Path) -> None:
-    """`frame.to_csv(path, index=False)`, the same bytes, in a fraction of the time for frames of integer, float64
-    and string columns (anything else is left to pandas). pandas writes an integer by `str`, a float64 by numpy's
-    `astype(str)`, which is Python's `repr` (the shortest string that reads back, 'inf'), NaN and a missing string
-    as an empty field, and quotes a field only if it holds a comma, a quote or a line break; here each distinct
-    value is formatted once (a step's counts and KV usage repeat) and the rows joined."""
+def write_csv(frame: Columns, path: Path) -> None:
+    """`frame.to_csv(path, index=False)` (a Table's as its DataFrame's), the same bytes, in a fraction of the time
+    for frames of integer, float64 and string columns (anything else is left to pandas). pandas writes an integer
+    by `str`, a float64 by numpy's `astype(str)`, which is Python's `repr` (the shortest string that reads back,
+    'inf'), NaN and a missing string as an empty field, and quotes a field only if it holds a comma, a quote or a
+    line break; here each distinct value is formatted once (a step's counts and KV usage repeat) and the rows
+    joined."""
     cells = [_csv_cells(frame[name]) for name in frame.columns] if all(
         isinstance(name, str) and not _NEEDS_QUOTES.search(name) for name in frame.columns) else []
-    if len(cells) < 2 or any(column is None for column in cells):  # (one empty field alone is quoted)
-        frame.to_csv(path, index=False)
+    if len(cells) < 2 or any(cell is None for cell in cells):  # (one empty field alone is quoted)
+        (frame.to_pandas() if isinstance(frame, Table) else frame).to_csv(path, index=False)
         return
     lines = [",".join(frame.columns)]
     lines.extend(map(",".join, zip(*cells)))
@@ -89,9 +94,23 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
     path.write_bytes(os.linesep.join(lines).encode())
 
 
-def _csv_cells(column: pd.Series) -> list[str] | None:
-    """Each value of `column` as pandas' `to_csv` writes it, or None for a column left to pandas."""
-    values = column.to_numpy()
+def _csv_cells(values: Any) -> list[str] | None:
+    """Each value of a column (a DataFrame's Series; a Table's array, or list of text) as pandas' `to_csv` writes it,
+    or None for a column left to pandas."""
+    if isinstance(values, list):  # (a Table's text)
+        text = True
+    elif isinstance(values, np.ndarray):
+        text = values.dtype == object
+    else:  # a Series: pandas is imported
+        import pandas as pd
+
+        text = isinstance(values.dtype, pd.StringDtype) or values.dtype == object
+        values = values.to_numpy()
+    if text:
+        strings = values if isinstance(values, list) else values.tolist()
+        if all(type(v) is str and not _NEEDS_QUOTES.search(v) for v in strings):
+            return strings
+        return None
     if values.dtype.kind in "iu":
         distinct, index = np.unique(values, return_inverse=True)
         return np.array(list(map(str, distinct.tolist())), dtype=object)[index].tolist()
@@ -99,10 +118,6 @@ def _csv_cells(column: pd.Series) -> list[str] | None:
         bits, index = np.unique(values.view(np.int64), return_inverse=True)
         return np.array(["" if math.isnan(v) else repr(v) for v in bits.view(np.float64).tolist()],
                         dtype=object)[index].tolist()
-    if isinstance(column.dtype, pd.StringDtype) or column.dtype == object:
-        strings = values.tolist()
-        if all(type(v) is str and not _NEEDS_QUOTES.search(v) for v in strings):
-            return strings
     return None
 
 
@@ -111,25 +126,25 @@ def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
     the cost model's per-operator breakdown as `op_<name>_s`. Built column by column from arrays: the per-step
     lists as one array of values with offsets, the breakdown in bulk (`StepCostModel.breakdown_columns`); the
     same table as building every cell in Python, in a fraction of the time."""
-    return steps_table(deployment, result.steps, result.step_seqs)
+    return steps_table(deployment, result.step_table, result.step_seqs)
 
 
-def steps_table(deployment: Deployment, steps: pd.DataFrame, seqs: StepSequences) -> pa.Table:
+def steps_table(deployment: Deployment, steps: Columns, seqs: StepSequences) -> pa.Table:
     """`step_table` of some steps: their rows of the steps table and their sequences."""
     concatenated = seqs.concatenated  # every step's query, context and emits, step after step
     breakdown = deployment.cost_model.breakdown_columns(seqs)
-    columns: dict[str, object] = {name: steps[name].to_numpy() for name in TRACE_STEP_COLUMNS
-                                  if name in steps.columns}
-    columns["arrival_cutoff_s"] = steps["start_s"].to_numpy()  # a schedule at t sees every arrival by t
+    columns: dict[str, object] = {name: column(steps, name) for name in TRACE_STEP_COLUMNS if name in steps.columns}
+    columns["arrival_cutoff_s"] = column(steps, "start_s")  # a schedule at t sees every arrival by t
     offsets = _offsets(seqs.offsets)
     for values, name in zip(concatenated, ("query_lens", "context_lens", "emits")):
         typ = TRACE_STEP_COLUMNS[name]
-        columns[name] = pa.ListArray.from_arrays(offsets, pa.array(values, type=typ.value_type), type=typ)
-    columns["predicted_s"] = steps["duration_s"].to_numpy()
+        columns[name] = pa.ListArray.from_arrays(offsets, _arrow(values, typ.value_type), type=typ)
+    columns["predicted_s"] = column(steps, "duration_s")
     # Each distinct id once, then taken: the same string array as one built from every sequence's id string.
-    ids = pa.array(seqs.request_names, type=pa.string()).take(pa.array(seqs.request_index))
+    index = seqs.request_index
+    ids = _arrow(seqs.request_names, pa.string()).take(_arrow(index, _ARROW_TYPES.get(index.dtype, pa.int64())))
     columns["request_ids"] = pa.ListArray.from_arrays(offsets, ids)
-    columns["replica"] = steps["replica"].to_numpy()
+    columns["replica"] = column(steps, "replica")
     for name in sorted(breakdown):
         columns[f"op_{name}_s"] = breakdown[name]
     schema = step_schema([n for n in columns if n not in TRACE_STEP_COLUMNS])
@@ -154,7 +169,7 @@ class StepTraceStream:
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._pending: Future[None] | None = None
 
-    def write(self, steps: pd.DataFrame, seqs: StepSequences) -> None:
+    def write(self, steps: Columns, seqs: StepSequences) -> None:
         table = steps_table(self.deployment, steps, seqs)
         self._wait()
         if self._schema is None:
@@ -173,7 +188,7 @@ class StepTraceStream:
     def close(self) -> None:
         """Finish the file (a run of no steps: the empty table's)."""
         if self._writer is None:
-            self.write(pd.DataFrame({name: np.zeros(0) for name in STEP_COLUMNS}), StepSequences.empty())
+            self.write(Table({name: np.zeros(0) for name in STEP_COLUMNS}), StepSequences.empty())
         self._wait()
         self._pool.shutdown()
         assert self._writer is not None
@@ -208,7 +223,7 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         if field.name in table.column_names:
             columns.append(table.column(field.name))
         else:
-            zeros = zeros if zeros is not None else pa.array(np.zeros(table.num_rows), type=field.type)
+            zeros = zeros if zeros is not None else _arrow(np.zeros(table.num_rows), field.type)
             columns.append(zeros)
     return pa.Table.from_arrays(columns, schema=schema)
 
@@ -216,11 +231,37 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 def _offsets(offsets: np.ndarray) -> pa.Array:
     """List offsets as `pa.list_` holds them (int32)."""
     assert offsets[-1] < 2**31, "more list values than a pa.list_ column holds"
-    return pa.array(offsets.astype(np.int32))
+    return _arrow(offsets.astype(np.int32), pa.int32())
 
 
 def _array(column: object, typ: pa.DataType) -> pa.Array:
-    return column if isinstance(column, pa.Array) else pa.array(column, type=typ)
+    return column if isinstance(column, pa.Array) else _arrow(column, typ)
+
+
+# The arrow types of the trace's numbers and the numpy types that hold them alike.
+_NUMPY_TYPES = {pa.int64(): np.dtype(np.int64), pa.int32(): np.dtype(np.int32), pa.float64(): np.dtype(np.float64),
+                pa.bool_(): np.dtype(np.bool_)}
+_ARROW_TYPES = {dtype: typ for typ, dtype in _NUMPY_TYPES.items()}
+
+
+def _arrow(values: Any, typ: pa.DataType) -> pa.Array:
+    """`pa.array(values, type=typ)` of a numpy array already of `typ`'s numpy type, or of a list of str, built from
+    its buffers: pyarrow's `pa.array` first asks whether `values` is a pandas object, which imports pandas (~0.2 s
+    of a run's start; pyarrow's pandas-shim `_PandasAPIShim._check_import`). Anything else goes to `pa.array`."""
+    if isinstance(values, list) and typ == pa.string() and all(type(v) is str for v in values):
+        encoded = [v.encode() for v in values]
+        ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
+        if not len(ends) or ends[-1] < 2**31:
+            offsets = np.concatenate([np.zeros(1, np.int32), ends.astype(np.int32)])
+            return pa.Array.from_buffers(typ, len(encoded), [None, pa.py_buffer(offsets),
+                                                             pa.py_buffer(b"".join(encoded))])
+    if isinstance(values, np.ndarray) and values.ndim == 1 and _NUMPY_TYPES.get(typ) == values.dtype:
+        if typ == pa.bool_():
+            data = np.packbits(values, bitorder="little")  # (arrow's booleans: a bit each, least significant first)
+        else:
+            data = np.ascontiguousarray(values)
+        return pa.Array.from_buffers(typ, len(values), [None, pa.py_buffer(data)])
+    return pa.array(values, type=typ)
 
 
 def run_metadata(deployment: Deployment, summary: dict[str, object]) -> RunMetadata:
@@ -241,8 +282,9 @@ def run_metadata(deployment: Deployment, summary: dict[str, object]) -> RunMetad
                 "quantization": quant.quantization},
         engine_config=engine_config,
         device={"hardware_profile": deployment.hw.id, "name": deployment.hw.name},
-        library_versions={"roofline": __version__, "numpy": np.__version__, "pandas": pd.__version__,
-                          "pyarrow": pa.__version__},
+        # (pandas' version as installed: the run imports no pandas)
+        library_versions={"roofline": __version__, "numpy": np.__version__,
+                          "pandas": importlib.metadata.version("pandas"), "pyarrow": pa.__version__},
         seed=seed, workload=workload, num_replicas=num_replicas,
         # the load (rate, concurrency, dataset) that was simulated, and the KV capacity's terms
         extra={"kv_cache": summary["kv_cache"], "offered_load": summary.get("offered_load")},

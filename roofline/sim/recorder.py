@@ -54,10 +54,16 @@ class SimulationResult:
         return self.step_seqs.all_request_ids()
 
     @property
-    def timeseries(self) -> pd.DataFrame:
+    def timeseries_table(self) -> Table:
         """KV usage and running/waiting requests of each replica at each step start."""
-        return self.steps[["start_s", "replica", "num_running", "num_waiting", "num_kv_blocks_used",
-                           "kv_usage"]].rename(columns={"start_s": "time_s"})
+        steps = self.step_table
+        return Table({"time_s": steps["start_s"], **{name: steps[name] for name in (
+            "replica", "num_running", "num_waiting", "num_kv_blocks_used", "kv_usage")}})
+
+    @property
+    def timeseries(self) -> pd.DataFrame:
+        """`timeseries_table` as a DataFrame."""
+        return self.timeseries_table.to_pandas(copy=False)
 
     def summary(self, options: SummaryOptions = SummaryOptions()) -> dict[str, Any]:
         return summarize(self.request_table, self.itl, self.step_table, options)
@@ -92,7 +98,7 @@ class Recorder:
         """Hand the steps recorded since the last part to `step_sink` and drop their sequences."""
         assert self.step_sink is not None
         seqs, self.step_seqs = self.step_seqs.sequences(), StepRecords()
-        frame = self.steps.frame(self.num_streamed_steps).to_pandas(copy=False)
+        frame = self.steps.frame(self.num_streamed_steps)
         self.num_streamed_steps += len(frame)
         self.step_sink(frame, seqs)
 
@@ -115,8 +121,8 @@ class Recorder:
         self.token_runs.add(row, times, series)
 
 
-# Takes the rows of some steps (a DataFrame of STEP_COLUMNS) and their sequences.
-StepSink = Callable[["pd.DataFrame", StepSequences], None]
+# Takes the rows of some steps (a table of STEP_COLUMNS) and their sequences.
+StepSink = Callable[[Table, StepSequences], None]
 
 # One row per step; the names of engine.core.trace's step columns where they exist. The columns holding times (and
 # the KV usage) are float64, the others int64.
