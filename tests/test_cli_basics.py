@@ -137,7 +137,8 @@ def test_simulate_imports_no_other_commands_modules() -> None:
 
 def test_simulates_printout_help_and_refusals_import_no_pandas(tmp_path: Path) -> None:
     # The printout reads the tables' numpy columns (roofline.sim.table): pandas and the pyarrow it imports (~0.25-0.45 s
-    # of the process's start) only for a CSV trace or a command that needs DataFrames; --out imports pyarrow alone.
+    # of the process's start) only for a CSV trace or a command that needs DataFrames; --out imports pyarrow alone, and
+    # the --help of commands whose runs read traces or CSVs imports neither.
     code = ("import sys, contextlib, io; from roofline.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
             "    assert main(['simulate', '--num-requests', '30', '--verbose', '--slo-ttft-s', '0.2', "
@@ -150,6 +151,8 @@ def test_simulates_printout_help_and_refusals_import_no_pandas(tmp_path: Path) -
             "assert not loaded, loaded\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    assert main(['simulate', '--num-requests', '20', '--out', {str(tmp_path)!r}]) == 0\n"
+            "    for argv in (['measure', '--help'], ['compare', '--help'], ['predict-ops', '--help']):\n"
+            "        try:\n            main(argv)\n        except SystemExit:\n            pass\n"
             "assert 'pandas' not in sys.modules and 'pyarrow' in sys.modules")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

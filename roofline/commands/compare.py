@@ -28,18 +28,6 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from roofline.calibration.compare import compare_repeats, compare_trace, format_summary, write_report
-from roofline.calibration.protocol import load_traces
-from roofline.calibration.traces import load_trace
-from roofline.calibration.vllm_bench import (
-    check_vllm_version,
-    compare_with_result,
-    endpoint_of,
-    format_comparison,
-    measured_metric_options,
-    read_vllm_result,
-    replay_from_result,
-)
 from roofline.commands import HELP
 from roofline.cost.hardware import load_profile
 from roofline.cost.kv_capacity import parse_vllm_version
@@ -116,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--trace/--vllm-bench: give exactly one of them")
     if args.vllm_bench is not None:
         return run_vllm_bench(args)
+    # (the traces' modules, with pandas, imported for a comparison: not for --help or a refused flag)
+    from roofline.calibration.compare import compare_repeats, compare_trace, format_summary, write_report
+    from roofline.calibration.protocol import load_traces
+    from roofline.calibration.traces import load_trace
+
     _refuse_bench_flags(args)
     hw = load_profile(args.hardware)
     traces = load_traces(args.trace)
@@ -150,6 +143,16 @@ def _refuse_bench_flags(args: argparse.Namespace) -> None:
 
 
 def run_vllm_bench(args: argparse.Namespace) -> int:
+    from roofline.calibration.vllm_bench import (
+        check_vllm_version,
+        compare_with_result,
+        endpoint_of,
+        format_comparison,
+        measured_metric_options,
+        read_vllm_result,
+        replay_from_result,
+    )
+
     for dest in _TRACE_FLAGS:
         if getattr(args, dest) is not None:
             raise UserError(f"--{dest.replace('_', '-')}: only with --trace, not with --vllm-bench")

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.trace import RunMetadata
-from roofline.calibration.protocol import format_noise_floor, is_repeat_set, prepare_repeat_set, record_repeat
 from roofline.commands import HELP
 from roofline.engine_args import add_engine_args, engine_args_from
 from roofline.errors import UserError
@@ -87,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.core.config import SchedulerConfig
     from engine.llm_engine import EngineConfig, LLMEngine
     from engine.weights import load_hf_dir
+    from roofline.calibration.protocol import is_repeat_set, prepare_repeat_set
     from roofline.sim.simulator import terminal_progress
 
     if args.threads is not None and args.threads < 1:
@@ -179,6 +179,8 @@ def _record_repeat(args: argparse.Namespace, out_dir: Path, started: datetime) -
     """A repeat of a set: listed in its protocol.json, with noise_floor.json rewritten (printed from two on)."""
     if out_dir == args.out:
         return
+    from roofline.calibration.protocol import format_noise_floor, record_repeat
+
     floor = record_repeat(args.out, out_dir, started)
     if floor is not None and not args.json:
         print("\n".join(format_noise_floor(floor)))
