@@ -39,6 +39,23 @@ def test_timeline_splits_each_requests_ttft_and_matches_by_time() -> None:
     assert out["outputs_per_pass_mean"] == 3
 
 
+def test_timeline_splits_the_ttft_by_api_server_process() -> None:
+    """The same two requests handed off by two processes (`add`'s pid 7 and 8): each process's parts are its one
+    request's; the 90th percentiles interpolate between the two requests' parts; with one pid no per-process split."""
+    events = [
+        ["add", "cmpl-a-0-x1", 10.004, 7], ["add", "cmpl-b-0-x2", 10.056, 8],
+        ["req", "cmpl-a-0", 10.001, 10.005, 10.006, 10.036, 10.040, 10.3, 10.3],
+        ["req", "cmpl-b-0", 10.052, 10.070, 10.071, 10.101, 10.103, 10.4, 10.4],
+    ]
+    out = vllm_timeline.timeline(events, [10.050, 10.000], [0.110, 0.045])
+    assert out["by_api_process"]["7"]["requests"] == 1 and out["by_api_process"]["8"]["requests"] == 1
+    assert out["by_api_process"]["7"]["arrival_to_engine_ms"] == pytest.approx(3.0, abs=1e-6)
+    assert out["by_api_process"]["8"]["engine_to_queued_ms"] == pytest.approx(14.0, abs=1e-6)
+    assert out["p90_ms"]["engine_to_queued"] == pytest.approx(0.1 * 1.0 + 0.9 * 14.0, abs=1e-6)
+    events[1][3] = 7
+    assert "by_api_process" not in vllm_timeline.timeline(events, [10.050, 10.000], [0.110, 0.045])
+
+
 def test_served_step_overhead_is_the_served_period_less_the_matched_in_process_duration() -> None:
     """In-process steps of (1 prefill, 10 sequences) last 20 ms, decodes of 10 sequences 15 ms; a served run of 300
     steps alternating the two shapes with elapsed 21 / 16 ms in 6 s spends 1.5 ms per step outside the elapsed, so
@@ -93,6 +110,48 @@ def test_step_kinds_split_the_admitting_steps_extra_outside_the_forward_pass() -
     # served_step_overhead.py --step-kinds: that extra less one request's engine-core Python, per step.
     parts = {"r": {"by_step": out}}
     assert served_step_overhead.admit_step_ms(parts) == {"r": pytest.approx(0.4, abs=1e-6)}
+
+
+def test_engine_parts_with_two_api_server_processes_counts_each_ones_requests_and_the_connections() -> None:
+    """Three requests handed to the engine core by two API-server processes (`add`'s pid 11, 12, 11): the hop, the
+    wait for the busy loop and the admitting step per request, the requests per process and the connections accepted
+    in the run's window (one an hour before it left out); an `add` without a pid (older logs) is still joined."""
+    import timeline_engine_parts
+
+    events: list = [["conn", 9.99], ["conn", 10.049], ["conn", -3600.0],
+                    ["ec_step", 10.000, 10.004], ["ec_sched", 10.000, 10.001, 0, 2, 0],
+                    ["ec_step", 10.010, 10.030], ["ec_sched", 10.010, 10.011, 2, 4, 0],
+                    ["ec_step", 10.060, 10.080], ["ec_sched", 10.060, 10.061, 1, 5, 0]]
+    for rid, add, pid, scheduled in (("a", 10.002, 11, 10.010), ("b", 10.005, 12, 10.010), ("c", 10.050, 11, 10.060)):
+        events += [["add", f"cmpl-{rid}-x", add, pid], ["ec_in", f"cmpl-{rid}-x", add + 0.001, add + 0.0011],
+                   ["ec_add", f"cmpl-{rid}-x", add + 0.003, add + 0.0031],
+                   ["req", f"cmpl-{rid}", add - 0.002, add + 0.003, scheduled, scheduled + 0.02, 0, 0, 0]]
+    events[-4] = ["add", "cmpl-c-x", 10.050]  # no pid: counted with the others' requests, not per process
+    out = timeline_engine_parts.engine_parts(events, [10.0, 10.045])
+    assert out["requests"] == 3
+    assert out["hop_ms"] == pytest.approx(1.0, abs=1e-6)
+    assert out["wait_ms"] == pytest.approx(1.9, abs=1e-6)
+    assert out["step_ms"] == pytest.approx(20.0, abs=1e-6)
+    assert out["running"] == pytest.approx((4 + 4 + 5) / 3, abs=1e-3)
+    assert out["requests_per_api_process"] == [1, 1]
+    assert out["connections"] == 2
+    assert out["connection_after_send_ms"] == [pytest.approx(4.0)]  # 10.049 after the send at 10.045; 9.99: none
+
+
+def test_the_api_server_timestamps_go_in_only_in_the_processes_vllm_spawns_as_api_servers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`install_api_server` (timeline_site/sitecustomize.py, once `vllm.v1.utils` is imported): `install` in a
+    process multiprocessing names "ApiServer_<i>" (vllm/v1/utils.py `APIServerProcessManager`), not in the launcher,
+    the engine core or the Worker, which import the module too."""
+    import multiprocessing
+
+    calls: list[str] = []
+    monkeypatch.setattr(vllm_timeline, "install", calls.append)
+    process = multiprocessing.current_process()
+    for name in ("MainProcess", "EngineCore_DP0", "ApiServer_1"):
+        monkeypatch.setattr(process, "name", name)
+        vllm_timeline.install_api_server(f"log-{name}", None)
+    assert calls == ["log-ApiServer_1"]
 
 
 def test_timeline_pairs_matches_requests_by_the_clients_ids_and_counts_close_pairs() -> None:

@@ -1,5 +1,5 @@
 """Where each request's time from the API server's hand-off to the engine's first token goes, from the raw events of a
-`vllm_serve_bench.py --timeline` work directory (`timeline-a1.log`, `vllm_timeline.py`: `add`, `ec_in`, `ec_add`,
+`vllm_serve_bench.py --timeline` work directory (`timeline-a<api-server-count>.log`, `vllm_timeline.py`: `add`, `ec_in`, `ec_add`,
 `ec_sched`, `ec_step`, `req`), per run, means in ms:
 
     python benchmarks/ground_truth/timeline_engine_parts.py --work-dir $OUT/tl
@@ -38,6 +38,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from vllm_timeline import timeline
+
 
 def engine_parts(events: list[list[Any]], start_times: list[float]) -> dict[str, float]:
     """The means (ms; `running`: requests) over the requests whose arrival lies in the run's send window."""
@@ -61,7 +63,22 @@ def engine_parts(events: list[list[Any]], start_times: list[float]) -> dict[str,
         rows.append({"hop_ms": 1e3 * (ins[rid][0] - adds[rid]), "wait_ms": 1e3 * (queued[rid][0] - ins[rid][1]),
                      "step_ms": 1e3 * (step[1] - step[0]), "token_after_step_end_ms": 1e3 * (e[5] - step[1]),
                      "running": sched[3]})
-    return {key: round(statistics.mean(row[key] for row in rows), 3) for key in rows[0]} | {"requests": len(rows)}
+    # With several API-server processes: the requests each handed to the engine core (`add`'s pid) and the HTTP
+    # connections accepted over the window (`conn`: the client's pool opens one per request in flight beyond it).
+    pids: dict[int, int] = {}
+    for e in events:
+        if e[0] == "add" and len(e) > 3 and first - 0.5 <= e[2] <= last:
+            pids[e[3]] = pids.get(e[3], 0) + 1
+    conns = [e[1] for e in events if e[0] == "conn" and first - 1.0 <= e[1] <= last]
+    # Each connection's accept (`connection_made`) after the client's latest send before it (ms; the ones more than
+    # 50 ms after any send are not a request's: the harness's /metrics reads): vLLM's deferred accept with several
+    # processes (vllm/entrypoints/launchers/launcher.py `NoSignalServer._accept`, up to 5 x 1 ms).
+    sends = sorted(start_times)
+    after_send = sorted(round(1e3 * (t - sends[i - 1]), 3) for t in conns
+                        if (i := bisect.bisect_right(sends, t)) and t - sends[i - 1] <= 0.05)
+    return ({key: round(statistics.mean(row[key] for row in rows), 3) for key in rows[0]}
+            | {"requests": len(rows), "requests_per_api_process": sorted(pids.values()), "connections": len(conns),
+               "connection_after_send_ms": after_send})
 
 
 IDLE_DRAIN_S = 1e-3  # a `_process_input_queue` this long blocked on an empty queue: the engine was idle
@@ -156,17 +173,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", type=Path, required=True, help="a vllm_serve_bench.py --timeline work directory")
     parser.add_argument("--by-step", action="store_true", help="also each step's parts by kind (module docstring)")
+    parser.add_argument("--ttft", action="store_true",
+                        help="also where each run's TTFT went (vllm_timeline.timeline, recomputed from the log: with "
+                             "several API-server processes per process too)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures per run (JSON)")
     args = parser.parse_args()
-    events = [json.loads(line) for line in (args.work_dir / "timeline-a1.log").read_text().splitlines()]
+    logs: dict[int, list[list[Any]]] = {}  # per --api-server-count, its session's events
     rows: dict[str, Any] = {}
     for run in json.loads((args.work_dir / "runs.json").read_text())["runs"]:
+        count = run.get("api_server_count", 1)
+        if count not in logs:
+            logs[count] = [json.loads(line) for line in
+                           (args.work_dir / f"timeline-a{count}.log").read_text().splitlines()]
+        events = logs[count]
         detailed = json.loads((args.work_dir / run["file"]).read_text())
+        # (no iteration log with several API servers: vllm/v1/metrics/loggers.py `StatLoggerManager` disables the
+        # logging stat logger for client_count > 1)
         prompt_steps = [s[5] for s in run["engine_steps"] if s[1] > 0]
         parts = engine_parts(events, detailed["start_times"])
-        parts |= {"prompt_step_forward_ms": round(statistics.mean(prompt_steps), 3)}
+        if prompt_steps:
+            parts |= {"prompt_step_forward_ms": round(statistics.mean(prompt_steps), 3)}
         if args.by_step:
             parts["by_step"] = step_kinds(events, detailed["start_times"])
+        if args.ttft:
+            parts["ttft"] = timeline(events, detailed["start_times"], detailed["ttfts"])
         rows[run["name"]] = parts
         print(run["name"], json.dumps(parts))
     if args.out:

@@ -506,7 +506,7 @@ def main() -> int:
     # ~2 s in bfloat16 on the AVX2 host, loaded; BENCHMARKS.md).
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--timeline", action="store_true",
-                        help="record each request's timestamps in the API server (vllm_timeline.py; one process only) "
+                        help="record each request's timestamps in the API server(s) (vllm_timeline.py) "
                              "and store where each run's TTFT went (run['timeline'])")
     parser.add_argument("--client-split", action="store_true",
                         help="probe the client's CPU per request before and after each send (bench_client_split.py; "
@@ -572,7 +572,7 @@ def main() -> int:
                     # Kept: every metric and the per-request lists the simulator replays or is judged on (the
                     # generated texts and ITL lists stay in the work directory's result file).
                     run["result"] = {k: v for k, v in detailed.items() if k not in ("generated_texts", "itls", "errors")}
-                    if args.timeline and count == 1:
+                    if args.timeline:
                         from vllm_timeline import timeline
 
                         events = [json.loads(line) for line in

