@@ -124,17 +124,25 @@ def simulate_all(index: dict[str, Any], hardware: str, costs: Any = None, names:
                 for run in index["runs"] if (names is None or run["name"] in names) and "excluded" not in run}
 
 
-def judge_summary(rows: list[dict[str, Any]], fitted: set[str]) -> dict[str, str]:
+def judge_summary(rows: list[dict[str, Any]], fitted: set[str],
+                  floor: dict[str, dict[str, float]] | None = None) -> dict[str, str]:
     """The target of issue 37 per group of cells (the fitted ones, the judged ones, each API-server count): how many
-    (cell, metric) errors lie within the repeats' spread + 10 points, and the median |error|."""
+    (cell, metric) errors lie within the repeats' spread + 10 points, and the median |error|; with `floor` (cell ->
+    metric -> spread %, e.g. another index's rows: `spreads`) that spread instead of the rows' own."""
     groups: dict[str, list[tuple[float, float]]] = {}
     for row in rows:
         names = ["all", "fitted" if row["cell"] in fitted else "judged", f"api-server-count {row['cell'][-1]}"]
         for metric in METRICS:
+            spread = floor[row["cell"]][metric] if floor is not None else row[metric]["spread_pct"]
             for name in names:
-                groups.setdefault(name, []).append((abs(row[metric]["error_pct"]), row[metric]["spread_pct"]))
+                groups.setdefault(name, []).append((abs(row[metric]["error_pct"]), spread))
     return {name: f"{sum(e <= s + 10 for e, s in pairs)} of {len(pairs)} within spread + 10 points, median "
                   f"|error| {statistics.median(e for e, _ in pairs):.1f} %" for name, pairs in groups.items()}
+
+
+def spreads(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each cell's spread % per metric in `rows` (an --out file's: the noise floor its repeats measured)."""
+    return {row["cell"]: {metric: row[metric]["spread_pct"] for metric in METRICS} for row in rows}
 
 
 def api_cores(index: dict[str, Any]) -> int:
@@ -152,7 +160,9 @@ def cell_of(run: dict[str, Any]) -> str:
 
 def summarize(index: dict[str, Any], predicted: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """Per cell: measured median over repeats, spread (max - min) / median, predicted (median over the repeats'
-    replays) and the error of the predicted against the measured median, for every metric."""
+    replays) and the error of the predicted against the measured median, for every metric; also the means over the
+    repeats and the error of the predicted mean, and each repeat's own error (`run_error_pct`, in the runs' order:
+    with one run per server session, the error per session)."""
     cells: dict[str, list[dict[str, Any]]] = {}
     for run in index["runs"]:
         if run["name"] in predicted:
@@ -165,8 +175,14 @@ def summarize(index: dict[str, Any], predicted: dict[str, dict[str, float]]) -> 
             measured = [r["result"][metric] for r in runs]
             mid = statistics.median(measured)
             pred = statistics.median(predicted[r["name"]][metric] for r in runs)
+            preds = [predicted[r["name"]][metric] for r in runs]
+            mean, pred_mean = statistics.mean(measured), statistics.mean(preds)
             row[metric] = {"measured": mid, "spread_pct": 100 * (max(measured) - min(measured)) / mid,
-                           "predicted": pred, "error_pct": 100 * (pred / mid - 1)}
+                           "predicted": pred, "error_pct": 100 * (pred / mid - 1),
+                           "measured_mean": mean, "predicted_mean": pred_mean,
+                           "error_of_mean_pct": 100 * (pred_mean / mean - 1),
+                           "run_error_pct": [100 * (p / m - 1) for p, m in zip(preds, measured)]}
+        row["runs"] = [r["name"] for r in runs]
         rows.append(row)
     return rows
 
@@ -488,6 +504,12 @@ def main() -> int:
     parser.add_argument("--client-costs", type=Path, default=None, metavar="JSON",
                         help="an --out file of a --fit-cpu fit: its client_costs_s (the client's CPU per request and "
                              "per streamed token, on the API server's cores) added to the API server's costs")
+    parser.add_argument("--costs", type=Path, default=None, metavar="JSON",
+                        help="an --out file of a --fit-cpu fit: its API-server costs and client_costs_s as they are, "
+                             "nothing fitted (every cell of --runs judged out of sample, e.g. new server sessions)")
+    parser.add_argument("--floor", type=Path, default=None, metavar="JSON",
+                        help="an --out file whose cells' spreads (its repeats') are also taken as each cell's noise "
+                             "floor: a second count, summary_floor (e.g. the campaign's floor on new runs)")
     parser.add_argument("--engine-step", type=Path, default=None, metavar="JSON",
                         help="with --fit-cpu: engine_step_s (and with its --step-kinds engine_admit_step_s) as "
                              "served_step_overhead.py measured it (its --out file) instead of fitting it by timing")
@@ -526,6 +548,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.client_split and not args.fit_cpu:
         parser.error("--client-split: only with --fit-cpu")
+    if args.costs and (args.fit_cpu or args.fit or args.fit_chat or args.fit_host_scale or args.client_costs):
+        parser.error("--costs: not with --fit-cpu, --fit, --fit-chat, --fit-host-scale or --client-costs (it fits nothing)")
     if (args.client_outside_loop or args.io_at_poll) and args.event_loop is None:
         parser.error("--client-outside-loop, --io-at-poll: only with --event-loop")
     if args.event_loop is not None:
@@ -556,6 +580,16 @@ def main() -> int:
     record: dict[str, Any] = {"hardware": args.hardware}
     fitted_on: list[str] = []
     client = json.loads(args.client_costs.read_text())["client_costs_s"] if args.client_costs else None
+    if args.costs:
+        # A fitted model as it is: the API server's costs (reference-host seconds) and the client's (this host's).
+        from roofline.sim.api_server import ApiServerCosts
+
+        fitted = json.loads(args.costs.read_text())
+        if "costs" not in fitted:
+            parser.error(f"--costs: {args.costs} has no costs (an --out file of a --fit-cpu fit)")
+        costs = ApiServerCosts(**fitted["costs"])
+        client = fitted.get("client_costs_s")
+        record["costs_from"] = str(args.costs)
     if args.fit_cpu:
         # The API server's CPU per request, per streamed token, per engine step and the chat endpoint's per request
         # from the CPU accounting of the fit cells and the fit runs (--fit-runs: the same bursts with one output
@@ -646,6 +680,14 @@ def main() -> int:
     if args.reference_traces:
         record["served_steps"] = served_step_rows(index, decode_step_ms(args.reference_traces))
     record["summary"] = judge_summary(record["rows"], set(fitted_on))
+    if args.floor:
+        floor = spreads(json.loads(args.floor.read_text())["rows"])
+        missing = sorted({row["cell"] for row in record["rows"]} - set(floor))
+        if missing:
+            parser.error(f"--floor: {args.floor} has no cell {', '.join(missing)}")
+        record["floor_from"] = str(args.floor)
+        record["summary_floor"] = judge_summary(record["rows"], set(fitted_on), floor)
+        print("with --floor's spreads:", "; ".join(f"{k}: {v}" for k, v in record["summary_floor"].items()))
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     for key, value in record["summary"].items():
         print(f"{key}: {value}")

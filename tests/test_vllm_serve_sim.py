@@ -1,0 +1,74 @@
+"""vllm_serve_sim.py's judge of new server sessions: the means and each run's error per cell (`summarize`), another
+index's spreads as the noise floor (`judge_summary`, `--floor`) and a fitted model's costs taken as they are
+(`--costs`), which must reproduce the fit's own simulation of a run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks" / "ground_truth"))
+
+import vllm_serve_sim  # noqa: E402
+
+SCRIPT = ROOT / "benchmarks" / "ground_truth" / "vllm_serve_sim.py"
+RESULTS = ROOT / "benchmarks" / "results" / "vllm-serve-bench"
+FIT = RESULTS / "2026-11-30e-serve8" / "sim-2026-11-30c-host.json"
+
+
+def _run(name: str, ttft: float) -> dict:
+    load, endpoint, count, _ = name.split("-")
+    metrics = {"mean_ttft_ms": ttft, "median_ttft_ms": ttft, "mean_tpot_ms": 5.0, "output_throughput": 100.0}
+    return {"name": name, "load": load, "endpoint": endpoint, "api_server_count": int(count[1:]),
+            "loadavg_before": [1.0], "result": metrics}
+
+
+def test_summarize_gives_each_sessions_error_and_the_error_of_the_mean() -> None:
+    """Three sessions' runs of one cell (mean TTFT 20, 30, 40 ms) simulated at 30 ms each: the median's error 0 %,
+    the spread (40 - 20) / 30, the mean's error 0 %, each session's +50 / 0 / -25 %."""
+    index = {"runs": [_run(f"rate20-chat-a1-r{k}", ttft) for k, ttft in enumerate((20.0, 40.0, 30.0))]}
+    predicted = {run["name"]: {**run["result"], "mean_ttft_ms": 30.0} for run in index["runs"]}
+    (row,) = vllm_serve_sim.summarize(index, predicted)
+    ttft = row["mean_ttft_ms"]
+    assert row["repeats"] == 3 and row["runs"] == ["rate20-chat-a1-r0", "rate20-chat-a1-r1", "rate20-chat-a1-r2"]
+    assert ttft["measured"] == 30.0 and ttft["error_pct"] == 0.0 and ttft["spread_pct"] == pytest.approx(100 * 20 / 30)
+    assert ttft["measured_mean"] == 30.0 and ttft["error_of_mean_pct"] == pytest.approx(0.0)
+    assert ttft["run_error_pct"] == pytest.approx([50.0, -25.0, 0.0])
+
+
+def test_judge_summary_takes_another_indexs_spreads_as_the_floor() -> None:
+    """A -16.5 % error: beyond its own 6 % spread + 10 points it misses, within another index's 7 % it is met."""
+    metrics = {m: {"error_pct": -16.5, "spread_pct": 6.0} for m in vllm_serve_sim.METRICS}
+    rows = [{"cell": "rate20-chat-a1", **metrics}]
+    assert vllm_serve_sim.judge_summary(rows, set())["all"].startswith("0 of 4")
+    floor = vllm_serve_sim.spreads([{"cell": "rate20-chat-a1", **{m: {"spread_pct": 7.0} for m in metrics}}])
+    assert vllm_serve_sim.judge_summary(rows, set(), floor)["all"].startswith("4 of 4")
+
+
+def test_costs_refuses_a_fit_in_the_same_run(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(SCRIPT), "--runs", str(tmp_path / "r.json"), "--costs", str(FIT),
+                          "--fit-cpu", "burst100-completions-a1", "--out", str(tmp_path / "o.json")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "--costs: not with --fit-cpu" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_costs_reproduces_the_fits_own_simulation_of_a_run(tmp_path: Path) -> None:
+    """One campaign run re-simulated with --costs (the fit's --out file): the same prediction as in that file."""
+    campaign = json.loads((RESULTS / "2026-11-30c" / "runs.json").read_text())
+    run = next(r for r in campaign["runs"] if r["name"] == "burst100-completions-a1-r0")
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps({**campaign, "runs": [run]}))
+    fit = json.loads(FIT.read_text())
+    out = tmp_path / "sim.json"
+    subprocess.run([sys.executable, str(SCRIPT), "--runs", str(runs), "--hardware", str(ROOT / fit["hardware"]),
+                    "--costs", str(FIT), "--floor", str(FIT), "--out", str(out)], check=True, capture_output=True,
+                   cwd=ROOT)
+    record = json.loads(out.read_text())
+    assert record["predicted"][run["name"]] == fit["predicted"][run["name"]]
+    assert record["costs"] == fit["costs"] and record["client_costs_s"] == fit["client_costs_s"]
+    assert record["fitted_on"] == [] and "summary_floor" in record
