@@ -51,7 +51,9 @@ def test_judge_summary_takes_another_indexs_spreads_as_the_floor() -> None:
 
 
 def test_costs_refuses_a_fit_in_the_same_run(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, str(SCRIPT), "--runs", str(tmp_path / "r.json"), "--costs", str(FIT),
+    runs = tmp_path / "r.json"
+    runs.write_text("{}")
+    out = subprocess.run([sys.executable, str(SCRIPT), "--runs", str(runs), "--costs", str(FIT),
                           "--fit-cpu", "burst100-completions-a1", "--out", str(tmp_path / "o.json")],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "--costs: not with --fit-cpu" in out.stderr and "Traceback" not in out.stderr
@@ -72,3 +74,14 @@ def test_costs_reproduces_the_fits_own_simulation_of_a_run(tmp_path: Path) -> No
     assert record["predicted"][run["name"]] == fit["predicted"][run["name"]]
     assert record["costs"] == fit["costs"] and record["client_costs_s"] == fit["client_costs_s"]
     assert record["fitted_on"] == [] and "summary_floor" in record
+
+
+def test_a_missing_input_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """An input file that is not there (here --costs) is refused by the argument parser: one line, exit 2."""
+    missing = tmp_path / "no-such-fit.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--runs", str(RESULTS / "2026-11-30e-lead" / "runs-sessions-rerun.json"),
+                           "--hardware", str(RESULTS / "2026-11-30c" / "cal-host.yaml"), "--costs", str(missing)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert f"argument --costs: no such file: {missing}" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -464,6 +464,14 @@ def install_event_loop(parser: argparse.ArgumentParser, fractions: str, accept_g
         io_at_poll=io_at_poll)
 
 
+def existing_file(text: str) -> Path:
+    """An input file argument: refused in one line (argparse's usage error, exit 2) if it is not a file."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return path
+
+
 def merged_index(parser: argparse.ArgumentParser, paths: list[Path]) -> dict[str, Any]:
     """The runs of `paths` in one index (the first's settings); indexes whose server flags, model or cores differ
     are refused."""
@@ -478,7 +486,7 @@ def merged_index(parser: argparse.ArgumentParser, paths: list[Path]) -> dict[str
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, nargs="+",
+    parser.add_argument("--runs", type=existing_file, nargs="+",
                         help="the index vllm_serve_bench.py wrote; more than one: their runs together (the same "
                              "server flags, model and pinning), e.g. one session's one-process runs and another's "
                              "two-process ones")
@@ -493,35 +501,35 @@ def main() -> int:
                              "rate20-completions-a1'): the API server's costs from their CPU accounting and timing")
     parser.add_argument("--fit-cpu-chat", default=None, metavar="CELLS",
                         help="the chat endpoint's cells for its extra costs, with --fit-cpu")
-    parser.add_argument("--fit-runs", nargs="*", type=Path, default=[], metavar="INDEX",
+    parser.add_argument("--fit-runs", nargs="*", type=existing_file, default=[], metavar="INDEX",
                         help="indexes of vllm_serve_bench.py runs used in the --fit-cpu fit only, never judged "
                              "(runs-split.json: bursts of one output token, one request at a time)")
-    parser.add_argument("--client-split", nargs="+", type=Path, default=None, metavar="INDEX",
+    parser.add_argument("--client-split", nargs="+", type=existing_file, default=None, metavar="INDEX",
                         help="with --fit-cpu: the client's CPU per request (its accounting, client_cpu_fit) placed "
                              "before each send and per streamed token after it by the split vllm_serve_bench.py "
                              "--client-split measured (these indexes; client_before_send_fraction) instead of all its "
                              "per-request work before the send")
-    parser.add_argument("--client-costs", type=Path, default=None, metavar="JSON",
+    parser.add_argument("--client-costs", type=existing_file, default=None, metavar="JSON",
                         help="an --out file of a --fit-cpu fit: its client_costs_s (the client's CPU per request and "
                              "per streamed token, on the API server's cores) added to the API server's costs")
-    parser.add_argument("--costs", type=Path, default=None, metavar="JSON",
+    parser.add_argument("--costs", type=existing_file, default=None, metavar="JSON",
                         help="an --out file of a --fit-cpu fit: its API-server costs and client_costs_s as they are, "
                              "nothing fitted (every cell of --runs judged out of sample, e.g. new server sessions)")
-    parser.add_argument("--floor", type=Path, default=None, metavar="JSON",
+    parser.add_argument("--floor", type=existing_file, default=None, metavar="JSON",
                         help="an --out file whose cells' spreads (its repeats') are also taken as each cell's noise "
                              "floor: a second count, summary_floor (e.g. the campaign's floor on new runs)")
-    parser.add_argument("--engine-step", type=Path, default=None, metavar="JSON",
+    parser.add_argument("--engine-step", type=existing_file, default=None, metavar="JSON",
                         help="with --fit-cpu: engine_step_s (and with its --step-kinds engine_admit_step_s) as "
                              "served_step_overhead.py measured it (its --out file) instead of fitting it by timing")
-    parser.add_argument("--hops", type=Path, default=None, metavar="INDEX",
+    parser.add_argument("--hops", type=existing_file, default=None, metavar="INDEX",
                         help="with --fit-cpu: latency_s and output_latency_s from a vllm_serve_bench.py --timeline "
                              "index (its closed1 runs' hop to the engine core, its rate20 runs' outputs' hand-off) "
                              "instead of fitting latency_s by timing")
     parser.add_argument("--fit-host-scale", default=None, metavar="CELLS",
                         help="comma-separated cell patterns (e.g. 'burst100-*-a1,rate20-*-a1') to fit one factor on "
                              "that scales every reference API-server cost (this host's speed, HOST_SCALES)")
-    parser.add_argument("--report", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
-    parser.add_argument("--reference-traces", nargs="*", type=Path, default=[],
+    parser.add_argument("--report", nargs=2, type=existing_file, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--reference-traces", nargs="*", type=existing_file, default=[],
                         help="in-process step traces of the same model and core (roofline measure --engine vllm): "
                              "the served engine's decode steps are compared with theirs")
     parser.add_argument("--input-phases", default=None, metavar="F1,F2,...",
