@@ -267,3 +267,30 @@ def test_blocked_head_is_not_looked_up_at_every_step(monkeypatch):
             assert results[1] == fast
             assert _outcome(results[0]) == _outcome(fast_finished)
     assert lookups["fast"] < lookups["slow"] and lookups["fast-lists"] < lookups["slow-lists"]
+
+
+def test_priority_preemption_between_tied_requests_makes_progress():
+    """Two priority-0 requests arriving at the same step that do not fit the cache together (prompts chunked by
+    long_prefill_token_threshold), among lower-priority ones: the victim is chosen by (priority, arrival, request
+    id), the order vLLM's requests sort by, so the same one yields each time and all finish (a key without the id
+    let the two preempt each other in turn forever: the case hypothesis found)."""
+    config = SchedulerConfig(max_num_seqs=7, max_num_batched_tokens=67, max_model_len=27, enable_chunked_prefill=False,
+                             policy="priority", long_prefill_token_threshold=4, scheduler_reserve_full_isl=False,
+                             watermark=0.1)
+    cache = CacheConfig(num_blocks=8, block_size=4, enable_prefix_caching=False)
+    shared = [20, 41, 24, 46, 29, 47, 21, 20, 36]
+    rows = [  # arrival step, id, prompt, max_tokens, ignore_eos, priority
+        (4, "r0", shared + [27, 45, 30, 35, 43, 4, 20, 47], 3, False, 1),
+        (18, "r1", shared + [27, 45, 30, 35, 43, 4, 20, 47], 5, False, 2),
+        (16, "r2", shared + [27, 45, 30, 30, 43, 4, 20, 47], 7, False, 0),
+        (13, "r3", shared + [24, 33, 18, 25], 7, False, 2),
+        (11, "r4", [20, 35, 25, 19, 10, 28, 38], 21, False, 1),
+        (4, "r5", shared + [42], 12, True, 1),
+        (16, "r6", [20, 35, 35, 47, 10, 21, 44, 12, 49, 4, 5, 23, 21, 17], 7, True, 0),
+        (6, "r7", shared + [20, 35], 19, False, 1)]
+    requests = [(step, Request(rid, prompt, SamplingParams(max_tokens=n, ignore_eos=ignore), float(step), EOS,
+                               priority=priority)) for step, rid, prompt, n, ignore, priority in rows]
+    for fast_paths in (True, False):
+        finished, _, sched = _run(config, cache, _fresh(requests), fast_paths=fast_paths)
+        assert sorted(r.request_id for r in finished) == [f"r{i}" for i in range(8)]
+        assert sched.kv.num_used_blocks == 0

@@ -213,7 +213,11 @@ class Scheduler:
         running = self.running
         if self.config.policy == "fcfs":
             return running.pop(), i, budget
-        victim = max(running, key=lambda r: (r.priority, r.arrival_time_s))
+        # vLLM 0.32 `Scheduler.schedule` takes max(running, key=(priority, arrival_time)); its arrival times are
+        # wall-clock floats that never tie, where a simulated burst's do. Ties are broken by request id, the
+        # order of the waiting heap (vLLM `Request.__lt__`): with a partial key, two tied requests that do not
+        # fit together take turns preempting each other and neither finishes.
+        victim = max(running, key=lambda r: (r.priority, r.arrival_time_s, r.request_id))
         idx = running.index(victim)
         del running[idx]
         if idx < i:
