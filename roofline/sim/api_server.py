@@ -114,7 +114,8 @@ class ApiServerCosts:
     reference host, chat against completions endpoint, 2 repeats with 1 and with 2 API-server processes: TTFT grows
     by 4-6 ms more per position on the chat endpoint, of which ~1 ms is the engine's share of the template's 16
     tokens; the grid fit on the chat cells with one process picked 4 ms too (a flat optimum; BENCHMARKS.md, "vLLM's
-    API server in a burst"). `chat_output_token_s`: not resolved by those runs (0). `engine_step_s`: the served
+    API server in a burst"). `chat_output_token_s`: not resolved by those runs (0); a harmony-rendered model's chat
+    stream adds its release's `release_chat_output_token_extra_s`. `engine_step_s`: the served
     engine core's own work per step that an in-process step trace (what the engine's step time is calibrated on) does
     not hold: the hand-off of the scheduled batch to the Worker process and of its output back (vLLM-CPU always runs
     the model in a Worker process, `vllm/platforms/cpu.py`; shared-memory `MessageQueue`,
@@ -201,13 +202,51 @@ def release_chat_request_extra_s(vllm_version: str, architecture: str) -> float:
     """Reference-host seconds per chat request that vLLM release `vllm_version` ("0.11.0", "0.11.0+cpu") adds to
     `ApiServerCosts.chat_request_s` for a model of `architecture`: 0 for every release but 0.11.0, and for
     harmony-rendered models."""
-    major, minor = parse_vllm_version(vllm_version)
-    parts = vllm_version.strip().lstrip("v").split(".")
-    patch = re.match(r"\d+", parts[2]) if len(parts) > 2 else None
-    release = (major, minor, int(patch.group()) if patch else 0)
+    release = _release(vllm_version)
     if release in CHAT_TEMPLATE_PARSED_PER_REQUEST and architecture not in HARMONY_ARCHITECTURES:
         return CHAT_TEMPLATE_PARSE_S
     return 0.0
+
+
+# The chat endpoint's work per output token for models vLLM streams through harmony (gpt-oss: hf_config.model_type
+# "gpt_oss"), beyond a plain model's (`ApiServerCosts.chat_output_token_s`), on the event loop, seconds on the
+# reference host, by the vLLM release whose streaming path was read and timed; a release takes the nearest one at or
+# below it (the first for older ones). vLLM 0.10.2 / 0.11.0 (`vllm/entrypoints/openai/serving_chat.py`
+# `OpenAIServingChat.chat_completion_stream_generator`, `use_harmony`): openai_harmony's `StreamableParser.process`
+# per token and its `current_channel` / `current_recipient` / `last_content_delta`; 0.11.0 also builds the default
+# reasoning parser "openai_gptoss" (`GptOssForCausalLMConfig.verify_and_update_config`, which 0.11.0's chat server
+# takes from `structured_outputs_config`, 0.10.2's only from --reasoning-parser) and so keeps
+# `previous_token_ids + output.token_ids`, a new list per token. vLLM 0.32 (`vllm/parser/harmony.py`
+# `HarmonyParser.parse_delta` -> `process_chunk`, chosen by `vllm/parser/parser_manager.py`
+# `ParserManager._compose_parser` with `is_harmony`): the same parser calls plus `StreamableParser.messages` per
+# token (openai_harmony serializes every completed message to JSON and rebuilds it in Python on each read), the
+# segments and the delta's channels. Measured on the reference host (benchmarks/ground_truth/harmony_stream_cost.py:
+# the installed vLLM's own stream generator driven in-process, one RequestOutput per token, a gpt-oss reply in
+# harmony form with gpt-oss's o200k_harmony tokens, against the same tokens streamed as a plain model's), the slope
+# over 64 / 256 / 1,024 output tokens: BENCHMARKS.md, "vLLM's API server in a burst".
+HARMONY_CHAT_OUTPUT_TOKEN_S = (((0, 10, 2), 2.8e-6),   # 0.11.0's path without the reasoning parser
+                               ((0, 11, 0), 3.3e-6),
+                               ((0, 32, 0), 12.2e-6))
+
+
+def _release(vllm_version: str) -> tuple[int, int, int]:
+    major, minor = parse_vllm_version(vllm_version)
+    parts = vllm_version.strip().lstrip("v").split(".")
+    patch = re.match(r"\d+", parts[2]) if len(parts) > 2 else None
+    return major, minor, int(patch.group()) if patch else 0
+
+
+def release_chat_output_token_extra_s(vllm_version: str, architecture: str) -> float:
+    """Reference-host seconds per streamed output token that the chat endpoint of vLLM release `vllm_version` adds to
+    `ApiServerCosts.chat_output_token_s` for a model of `architecture`: harmony's parsing for gpt-oss, 0 for others."""
+    release = _release(vllm_version)
+    if architecture not in HARMONY_ARCHITECTURES:
+        return 0.0
+    extra_s = HARMONY_CHAT_OUTPUT_TOKEN_S[0][1]
+    for since, value_s in HARMONY_CHAT_OUTPUT_TOKEN_S:
+        if release >= since:
+            extra_s = value_s
+    return extra_s
 
 
 # Where a request's input work runs (module docstring): per process a queue of output passes and one of input parts

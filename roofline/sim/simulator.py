@@ -61,7 +61,13 @@ from engine.core.request import Request
 from engine.core.step_plan import StepPlan
 from roofline.cost.step_cost import StepCostModel
 from roofline.errors import UserError
-from roofline.sim.api_server import ENDPOINTS, ApiServer, ApiServerCosts, release_chat_request_extra_s
+from roofline.sim.api_server import (
+    ENDPOINTS,
+    ApiServer,
+    ApiServerCosts,
+    release_chat_output_token_extra_s,
+    release_chat_request_extra_s,
+)
 from roofline.sim.data_parallel import DataParallelScheduler, GroupPlan, group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
 from roofline.sim.pipeline_engine import PipelineEngine
@@ -285,6 +291,11 @@ class _Simulation:
             extra_s = release_chat_request_extra_s(deployment.vllm_version, deployment.spec.architecture)
             if extra_s:
                 costs = replace(costs, chat_request_s=costs.chat_request_s + extra_s / host.single_thread_speed_relative)
+            # And its chat stream's work per output token beyond a plain model's (harmony's parsing for gpt-oss).
+            token_s = release_chat_output_token_extra_s(deployment.vllm_version, deployment.spec.architecture)
+            if token_s:
+                costs = replace(costs, chat_output_token_s=costs.chat_output_token_s
+                                + token_s / host.single_thread_speed_relative)
             self.api = [ApiServer(costs, options.api_server_count, options.endpoint, host,
                                   deployment.cache_config.enable_prefix_caching) for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
