@@ -1,23 +1,30 @@
-"""BlockPool and KVCacheManager: free-queue order, eviction, prefix hits (vLLM V1 semantics)."""
+"""BlockPool and KVCacheManager: free-queue order, eviction, prefix hits (vLLM V1 semantics). Each test runs on the
+Python classes and, where it is built, on the compiled ones (engine.core.compiled_kv)."""
 
 import pytest
 
 from engine.core import CacheConfig, KVCacheManager, Request, SamplingParams
 from engine.core.block_hash import ROOT_BLOCK_HASH, block_hash, prompt_block_hashes
-from engine.core.block_pool import NO_HASH, BlockPool
+from engine.core.block_pool import NO_HASH
+from engine.core.compiled_kv import block_pool_classes, kv_cache_manager_classes
+
+POOLS = pytest.mark.parametrize("BlockPool", block_pool_classes(), ids=lambda c: c.__name__)
+MANAGERS = pytest.mark.parametrize("KVCacheManager", kv_cache_manager_classes(), ids=lambda c: c.__name__)
 
 
 def _ids(blocks):
     return [b.block_id for b in blocks]
 
 
-def test_null_block_is_reserved():
+@POOLS
+def test_null_block_is_reserved(BlockPool):
     pool = BlockPool(5)
     assert pool.num_free_blocks == 4
     assert _ids(pool.get_new_blocks(4)) == [1, 2, 3, 4]
 
 
-def test_freed_cached_blocks_are_evicted_lru_and_tail_first():
+@POOLS
+def test_freed_cached_blocks_are_evicted_lru_and_tail_first(BlockPool):
     pool = BlockPool(7)
     a = pool.get_new_blocks(3)  # 1 2 3
     b = pool.get_new_blocks(2)  # 4 5
@@ -30,7 +37,8 @@ def test_freed_cached_blocks_are_evicted_lru_and_tail_first():
     assert pool.num_cached_blocks == 0  # every cached block was evicted on reuse
 
 
-def test_freed_uncached_blocks_are_reused_first():
+@POOLS
+def test_freed_uncached_blocks_are_reused_first(BlockPool):
     pool = BlockPool(6)
     a = pool.get_new_blocks(2)  # 1 2
     pool.cache_full_blocks(a, [7], 0, 1)  # block 1 cached, block 2 partial
@@ -40,7 +48,8 @@ def test_freed_uncached_blocks_are_reused_first():
     assert pool.get_cached_block(7) is a[0]
 
 
-def test_touch_takes_an_evictable_block_out_of_the_free_queue():
+@POOLS
+def test_touch_takes_an_evictable_block_out_of_the_free_queue(BlockPool):
     pool = BlockPool(4)
     a = pool.get_new_blocks(1)
     pool.cache_full_blocks(a, [9], 0, 1)
@@ -51,7 +60,8 @@ def test_touch_takes_an_evictable_block_out_of_the_free_queue():
     pool.check_invariants()
 
 
-def test_freeing_a_block_twice_fails():
+@POOLS
+def test_freeing_a_block_twice_fails(BlockPool):
     pool = BlockPool(3)
     a = pool.get_new_blocks(1)
     pool.free_blocks(a)
@@ -59,7 +69,8 @@ def test_freeing_a_block_twice_fails():
         pool.free_blocks(a)
 
 
-def test_duplicate_hashes_keep_the_first_block():
+@POOLS
+def test_duplicate_hashes_keep_the_first_block(BlockPool):
     pool = BlockPool(4)
     a, b = pool.get_new_blocks(1), pool.get_new_blocks(1)
     pool.cache_full_blocks(a, [5], 0, 1)
@@ -71,7 +82,8 @@ def test_duplicate_hashes_keep_the_first_block():
     pool.check_invariants()
 
 
-def test_chains_of_evicted_blocks_are_dropped_and_lookups_unchanged():
+@POOLS
+def test_chains_of_evicted_blocks_are_dropped_and_lookups_unchanged(BlockPool):
     pool = BlockPool(6)
     pool._max_chains = 2  # prune at every third chain
     a = pool.get_new_blocks(2)  # 1 2
@@ -82,7 +94,7 @@ def test_chains_of_evicted_blocks_are_dropped_and_lookups_unchanged():
     assert pool.find_longest_cache_hit([31, 32], 2) == [1, 2]
     c = pool.get_new_blocks(2)  # 2 1: evicts a's chain, tail first
     pool.cache_full_blocks(c, [31, 52], 0, 2)  # a third chain: a's, evicted, is dropped
-    assert len(pool._chains) == 2
+    assert pool.num_live_chains == 2
     assert pool.find_longest_cache_hit([31, 32], 2) == [2]
     assert pool.find_longest_cache_hit([41, 42, 43], 3) == [3, 4, 5]
     pool.check_invariants()
@@ -92,7 +104,8 @@ def _req(tokens, rid="r"):
     return Request(rid, tokens, SamplingParams(max_tokens=8))
 
 
-def test_prefix_hit_stops_one_token_short_of_the_prompt():
+@MANAGERS
+def test_prefix_hit_stops_one_token_short_of_the_prompt(KVCacheManager):
     kv = KVCacheManager(CacheConfig(num_blocks=20, block_size=4), max_model_len=100)
     first = _req(list(range(100, 108)), "a")  # two full blocks
     kv.update_block_hashes(first)
@@ -107,7 +120,8 @@ def test_prefix_hit_stops_one_token_short_of_the_prompt():
     assert kv.get_computed_blocks(longer)[1] == 8
 
 
-def test_hit_chain_breaks_at_first_differing_block():
+@MANAGERS
+def test_hit_chain_breaks_at_first_differing_block(KVCacheManager):
     kv = KVCacheManager(CacheConfig(num_blocks=20, block_size=2), max_model_len=100)
     first = _req([1, 2, 3, 4, 5, 6, 7], "a")
     kv.update_block_hashes(first)
@@ -117,7 +131,8 @@ def test_hit_chain_breaks_at_first_differing_block():
     assert kv.get_computed_blocks(other)[1] == 2
 
 
-def test_allocate_counts_evictable_hit_blocks_against_free_blocks():
+@MANAGERS
+def test_allocate_counts_evictable_hit_blocks_against_free_blocks(KVCacheManager):
     kv = KVCacheManager(CacheConfig(num_blocks=4, block_size=2), max_model_len=100)
     a = _req([1, 2, 3, 4, 5], "a")
     kv.update_block_hashes(a)
@@ -132,7 +147,8 @@ def test_allocate_counts_evictable_hit_blocks_against_free_blocks():
     kv.pool.check_invariants()
 
 
-def test_failed_allocation_changes_nothing():
+@MANAGERS
+def test_failed_allocation_changes_nothing(KVCacheManager):
     kv = KVCacheManager(CacheConfig(num_blocks=3, block_size=2), max_model_len=100)
     a = _req([1, 2, 3, 4, 5], "a")
     kv.update_block_hashes(a)
@@ -140,7 +156,8 @@ def test_failed_allocation_changes_nothing():
     assert a.block_ids == [] and kv.num_free_blocks == 2
 
 
-def test_a_chain_is_hashed_when_a_lookup_walks_into_it():
+@MANAGERS
+def test_a_chain_is_hashed_when_a_lookup_walks_into_it(KVCacheManager):
     kv = KVCacheManager(CacheConfig(num_blocks=20, block_size=4), max_model_len=100)
     a = _req(list(range(100, 112)), "a")  # three full blocks
     assert kv.get_computed_blocks(a) == ([], 0) and len(a.block_hashes) == 1  # a miss needs the first hash only
@@ -158,7 +175,8 @@ def test_a_chain_is_hashed_when_a_lookup_walks_into_it():
     pool.check_invariants()
 
 
-def test_lazy_hashes_equal_the_eager_ones_across_outputs():
+@MANAGERS
+def test_lazy_hashes_equal_the_eager_ones_across_outputs(KVCacheManager):
     kv = KVCacheManager(CacheConfig(num_blocks=20, block_size=4), max_model_len=100)
     a, b = _req(list(range(100, 106)), "a"), _req(list(range(100, 106)), "b")
     for tokens in ([7, 7], [7, 7, 7, 7], [8, 7, 7, 9]):  # one partly prompt, one of a repeated token, one mixed
@@ -220,7 +238,8 @@ def test_admission_reserves_the_whole_sequence_in_the_sliding_group_up_to_its_ca
     assert len(a.block_ids) == 2 and len(a.sliding_block_ids) == 2  # the first chunk only is allocated
 
 
-def test_dense_cache_holds_no_sliding_blocks():
+@MANAGERS
+def test_dense_cache_holds_no_sliding_blocks(KVCacheManager):
     kv = KVCacheManager(CacheConfig(num_blocks=64, block_size=4, enable_prefix_caching=False), max_model_len=1000)
     a = _req(list(range(1, 21)), "a")
     assert _advance(kv, a, 20) and a.sliding_block_ids == [] and kv.num_used_blocks == 5

@@ -1,7 +1,8 @@
 """Property tests of the scheduler and KV cache under random arrivals, lengths, budgets, cache sizes and
 prefix sharing: blocks are conserved, reference counts never go negative and match their holders, no block
 is freed twice (BlockPool asserts it), every request finishes with exactly its tokens, none is lost or
-duplicated, and the budget and max_num_seqs are never exceeded."""
+duplicated, and the budget and max_num_seqs are never exceeded. The KV cache manager and block pool are the Python
+classes or, where built, the compiled ones (`impl`, engine.core.compiled_kv), which must give the same plans."""
 
 from collections import Counter
 
@@ -9,12 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.core import CacheConfig, Request, RequestStatus, SamplingParams, Scheduler, SchedulerConfig
+from engine.core import CacheConfig, Request, RequestStatus, SamplingParams, Scheduler, SchedulerConfig, compiled_kv
 from engine.core.block_pool import NO_HASH, BlockPool
 from engine.core.fast_path import FastPath
 from engine.core.kv_cache_manager import KVCacheManager
 
 EOS = 1
+IMPLS = ["python"] + (["compiled"] if compiled_kv.BUILT else [])
+KV_IMPLS = pytest.mark.parametrize("impl", IMPLS)
 
 
 def _token(request_id: str, position: int) -> int:
@@ -94,10 +97,14 @@ def _check_step(sched: Scheduler, plan, config: SchedulerConfig) -> None:
         assert r.block_ids_head.tolist() == r.block_ids[:len(r.block_ids_head)]  # the KV manager's array of them
 
 
-def _run(config, cache, requests, check=True, constant=None, fast_paths=True):
+def _run(config, cache, requests, check=True, constant=None, fast_paths=True, impl="python"):
     """Drive the scheduler step by step; the fake model samples `_token`, or the int `constant` for every
-    seq (passed as one int, as the simulator does, which takes the fast path's columns)."""
-    sched = Scheduler(config, cache, fast_paths=fast_paths)
+    seq (passed as one int, as the simulator does, which takes the fast path's columns). `impl`: the KV cache
+    manager's ("python" or "compiled")."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(compiled_kv, "COMPILED", impl == "compiled")
+        sched = Scheduler(config, cache, fast_paths=fast_paths)
+    assert isinstance(sched.kv, compiled_kv.CompiledKVCacheManager) == (impl == "compiled") or cache.num_sliding_groups
     pending = sorted(requests, key=lambda x: x[0])
     finished: list[Request] = []
     plans = []
@@ -129,11 +136,12 @@ def _run(config, cache, requests, check=True, constant=None, fast_paths=True):
     return finished, plans, sched
 
 
+@KV_IMPLS
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
-def test_scheduler_invariants(workload):
+def test_scheduler_invariants(impl, workload):
     config, cache, requests = workload
-    finished, _, sched = _run(config, cache, requests)
+    finished, _, sched = _run(config, cache, _fresh(requests), impl=impl)
     assert sorted(r.request_id for r in finished) == sorted(r.request_id for _, r in requests)
     for req in finished:
         assert req.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
@@ -143,13 +151,30 @@ def test_scheduler_invariants(workload):
     sched.kv.pool.check_invariants()
 
 
+@KV_IMPLS
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
-def test_bulk_running_path_equals_the_loop(workload):
+def test_bulk_running_path_equals_the_loop(impl, workload):
     config, cache, requests = workload
-    _, fast, _ = _run(config, cache, _fresh(requests), check=False)
-    _, slow, _ = _run(config, cache, _fresh(requests), check=False, fast_paths=False)
+    _, fast, _ = _run(config, cache, _fresh(requests), check=False, impl=impl)
+    _, slow, _ = _run(config, cache, _fresh(requests), check=False, fast_paths=False, impl=impl)
     assert fast == slow
+
+
+@pytest.mark.skipif(not compiled_kv.BUILT, reason="the compiled KV cache manager is not built")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads(), st.sampled_from([None, 7, EOS]), st.booleans())
+def test_compiled_kv_cache_manager_gives_the_python_plans(workload, token, fast_paths):
+    """The compiled KV cache manager and block pool (engine.core.compiled_kv) give the plans (block tables
+    included), outcomes and free blocks of the Python ones, step by step."""
+    config, cache, requests = workload
+    py_finished, py, py_sched = _run(config, cache, _fresh(requests), constant=token, fast_paths=fast_paths)
+    c_finished, c, c_sched = _run(config, cache, _fresh(requests), constant=token, fast_paths=fast_paths,
+                                  impl="compiled")
+    assert c == py
+    assert _outcome(c_finished) == _outcome(py_finished)
+    assert c_sched.kv.pool.block_hash.tolist() == py_sched.kv.pool.block_hash.tolist()
+    assert c_sched.kv.pool.num_chains_made == py_sched.kv.pool.num_chains_made
 
 
 def _fresh(requests):
@@ -162,16 +187,17 @@ def _outcome(finished):
                    r.finish_time_s, r.num_preemptions, r.num_prefix_hit_tokens) for r in finished)
 
 
+@KV_IMPLS
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), st.sampled_from([7, EOS]))
-def test_column_path_equals_token_lists(workload, token):
+def test_column_path_equals_token_lists(impl, workload, token):
     """One int for every sampled token (the scheduler's column path, lazily written tokens and times) gives
     the same plans, tokens, times and outcomes as the same token passed per sequence, and keeps every
     invariant at every step."""
     config, cache, requests = workload
-    fast_finished, fast, sched = _run(config, cache, _fresh(requests), check=False, constant=token)
-    checked_finished, checked, _ = _run(config, cache, _fresh(requests), constant=token)  # reads write tokens
-    slow_finished, slow, _ = _run(config, cache, _fresh(requests), constant=token, fast_paths=False)
+    fast_finished, fast, sched = _run(config, cache, _fresh(requests), check=False, constant=token, impl=impl)
+    checked_finished, checked, _ = _run(config, cache, _fresh(requests), constant=token, impl=impl)  # reads write tokens
+    slow_finished, slow, _ = _run(config, cache, _fresh(requests), constant=token, fast_paths=False, impl=impl)
     assert fast == slow == checked
     assert _outcome(fast_finished) == _outcome(slow_finished) == _outcome(checked_finished)
     assert sched.kv.num_used_blocks == 0 and sched.num_running == 0
@@ -187,7 +213,8 @@ def _staggered(count: int, per_arrival: int) -> list:
             for i in range(count)]
 
 
-def test_preempting_steps_stay_on_the_column_path(monkeypatch):
+@KV_IMPLS
+def test_preempting_steps_stay_on_the_column_path(impl, monkeypatch):
     """FCFS steps that preempt (a cache too small for all running requests) run on the columns, never the
     scheduler's loop, and give the plans and outcomes of the loops alone."""
     config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=64)
@@ -203,8 +230,8 @@ def test_preempting_steps_stay_on_the_column_path(monkeypatch):
         return handled
 
     monkeypatch.setattr(FastPath, "schedule_running", recorded)
-    fast_finished, fast, _ = _run(config, cache, _staggered(10, 2), constant=7)
-    slow_finished, slow, _ = _run(config, cache, _staggered(10, 2), constant=7, fast_paths=False)
+    fast_finished, fast, _ = _run(config, cache, _staggered(10, 2), constant=7, impl=impl)
+    slow_finished, slow, _ = _run(config, cache, _staggered(10, 2), constant=7, fast_paths=False, impl=impl)
     assert sum(len(p[4]) for p in fast) > 0  # preemptions happened
     assert not any(p.preempted_request_ids for p in declined)
     assert fast == slow
@@ -269,7 +296,8 @@ def test_blocked_head_is_not_looked_up_at_every_step(monkeypatch):
     assert lookups["fast"] < lookups["slow"] and lookups["fast-lists"] < lookups["slow-lists"]
 
 
-def test_priority_preemption_between_tied_requests_makes_progress():
+@KV_IMPLS
+def test_priority_preemption_between_tied_requests_makes_progress(impl):
     """Two priority-0 requests arriving at the same step that do not fit the cache together (prompts chunked by
     long_prefill_token_threshold), among lower-priority ones: the victim is chosen by (priority, arrival, request
     id), the order vLLM's requests sort by, so the same one yields each time and all finish (a key without the id
@@ -291,6 +319,6 @@ def test_priority_preemption_between_tied_requests_makes_progress():
     requests = [(step, Request(rid, prompt, SamplingParams(max_tokens=n, ignore_eos=ignore), float(step), EOS,
                                priority=priority)) for step, rid, prompt, n, ignore, priority in rows]
     for fast_paths in (True, False):
-        finished, _, sched = _run(config, cache, _fresh(requests), fast_paths=fast_paths)
+        finished, _, sched = _run(config, cache, _fresh(requests), fast_paths=fast_paths, impl=impl)
         assert sorted(r.request_id for r in finished) == [f"r{i}" for i in range(8)]
         assert sched.kv.num_used_blocks == 0

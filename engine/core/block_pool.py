@@ -209,6 +209,11 @@ class BlockPool:
     def num_chains_made(self) -> int:
         return self._num_chains_made
 
+    @property
+    def num_live_chains(self) -> int:
+        """Chains kept (not yet dropped by `_prune_chains`)."""
+        return len(self._chains)
+
     def usage(self) -> float:
         return self.num_used_blocks / self.num_usable_blocks
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from engine.core.compiled_kv import new_kv_cache_manager
 from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.fast_path import FastPath
 from engine.core.kv_cache_manager import KVCacheManager
@@ -41,7 +42,8 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, cache: CacheConfig, fast_paths: bool = True) -> None:
         self.config = config
         self.cache_config = cache
-        self.kv = KVCacheManager(cache, config.max_model_len, config.watermark)
+        # The compiled manager where it is built (engine.core.compiled_kv; ROOFLINE_PURE_PYTHON=1: the Python one).
+        self.kv: KVCacheManager = new_kv_cache_manager(cache, config.max_model_len, config.watermark)
         self.waiting = create_request_queue(config.policy)
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}  # every unfinished request by id

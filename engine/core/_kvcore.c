@@ -1,0 +1,1253 @@
+/* The compiled block pool and KV cache manager of engine.core (`engine.core.compiled_kv` wraps them).
+
+   The same operations, with the same results, as engine/core/block_pool.py (`BlockPool`) and
+   engine/core/kv_cache_manager.py (`KVCacheManager`), which stay the reference: every block id handed out, every
+   prefix hit, every eviction is the one the Python classes give (tests/test_core_*.py run both). What differs is
+   only how the state is held:
+
+   - the free queue is the Python pool's layout, in int32 C arrays: a window [head, tail) of a large array, with
+     the position of each free block in it; allocation reads a run at the head, a freed block is written before
+     the head or after the tail, a prefix hit leaves a hole that allocation skips, and compaction packs it. (A
+     doubly linked list gave the same order but chased a pointer per allocated block through memory the loop
+     keeps out of the caches: 2-3x slower admissions.)
+   - reference counts, block hashes and each block's registration order and chain are the int64 numpy arrays the
+     Python wrapper made (`CompiledBlockPool`), written in place through their buffers, so that tests and the
+     wrapper read them as they read the Python pool's;
+   - a chain (one request's block list registered in the prefix cache) is a C struct indexed by its id, holding
+     the request's block id and hash lists (the same list objects), and for a lazy chain the hasher to call (the
+     manager's `ensure_block_hashes` and the request) when a lookup walks into it.
+
+   Nothing here is a model: no number in this file is a parameter. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NO_HASH (-1LL)
+#define PLACEHOLDER_BASE (-2LL)
+#define NEVER INT64_MAX
+#define MIN_MAX_CHAINS 1024
+
+typedef struct {
+    PyObject *block_ids;    /* list[int]: the block list registered from `start` on */
+    PyObject *block_hashes; /* list[int]: its chained hashes (a lazy chain: those computed so far) */
+    PyObject *hash_fn;      /* NULL: hashed when registered; else hash_fn(n) or hash_fn(hash_arg, n) hashes n blocks */
+    PyObject *hash_arg;
+    Py_ssize_t start;
+    int closed;
+} Chain;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t num_blocks;
+    Py_buffer bufs[4];
+    int have_bufs;
+    int64_t *ref_cnt, *block_hash, *reg_order, *reg_chain;
+    int32_t *queue, *pos; /* the free queue: queue[head:tail] in eviction order, with holes where pos does not
+                             point back; pos[b] is -1 for a block not in it */
+    Py_ssize_t queue_len, head, tail, num_holes;
+    Py_ssize_t num_free;
+    int64_t num_registered;
+    Chain **chains;  /* by chain id; NULL once dropped */
+    Py_ssize_t chains_cap;
+    int64_t *alive;  /* ids of the chains kept, ascending */
+    Py_ssize_t num_alive, alive_cap;
+    int64_t num_chains_made;
+    Py_ssize_t max_chains;
+    PyObject *starts; /* dict: hash of a chain's first registered block -> list of chain ids, in creation order */
+} Pool;
+
+static PyTypeObject PoolType;
+
+/* ---- helpers ---- */
+
+static inline int64_t as_i64(PyObject *o) { return PyLong_AsLongLong(o); }
+
+/* An int64 copy of a sequence of ints (list, tuple, or anything iterable by PySequence_Fast: numpy arrays). */
+typedef struct { int64_t *v; Py_ssize_t n; int64_t small[64]; } IdBuf;
+
+static int idbuf_init(IdBuf *b, Py_ssize_t n) {
+    b->n = n;
+    b->v = n <= 64 ? b->small : PyMem_Malloc(sizeof(int64_t) * (size_t)n);
+    if (!b->v) { PyErr_NoMemory(); return -1; }
+    return 0;
+}
+static void idbuf_free(IdBuf *b) { if (b->v && b->v != b->small) PyMem_Free(b->v); b->v = NULL; }
+
+static int idbuf_from(IdBuf *b, PyObject *seq, int reversed) {
+    PyObject *fast = PySequence_Fast(seq, "block ids must be a sequence of ints");
+    if (!fast) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (idbuf_init(b, n) < 0) { Py_DECREF(fast); return -1; }
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t x = as_i64(items[reversed ? n - 1 - i : i]);
+        if (x == -1 && PyErr_Occurred()) { Py_DECREF(fast); idbuf_free(b); return -1; }
+        b->v[i] = x;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+static int check_block(Pool *p, int64_t b) {
+    if (b < 0 || b >= p->num_blocks) {
+        PyErr_Format(PyExc_IndexError, "block id %lld out of range [0, %zd)", (long long)b, p->num_blocks);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the free queue ---- */
+
+/* Lay the free queue `ids` (not aliasing the queue) out anew, with room for num_blocks prepends before it. */
+static void q_reset(Pool *p, const int32_t *ids, Py_ssize_t n) {
+    Py_ssize_t head = p->num_blocks;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        p->queue[head + i] = ids[i];
+        p->pos[ids[i]] = (int32_t)(head + i);
+    }
+    p->head = head;
+    p->tail = head + n;
+    p->num_free = n;
+    p->num_holes = 0;
+}
+
+static int q_compact(Pool *p) {
+    int32_t *valid = PyMem_Malloc(sizeof(int32_t) * (size_t)(p->num_free + 1));
+    if (!valid) { PyErr_NoMemory(); return -1; }
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = p->head; i < p->tail; i++) {
+        int32_t b = p->queue[i];
+        if (p->pos[b] == i) valid[n++] = b;
+    }
+    q_reset(p, valid, n);
+    PyMem_Free(valid);
+    return 0;
+}
+
+/* ids[0..n) after the tail, in order. */
+static int q_append(Pool *p, const int64_t *ids, Py_ssize_t n) {
+    if (p->tail + n > p->queue_len && q_compact(p) < 0) return -1;
+    Py_ssize_t tail = p->tail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        p->queue[tail + i] = (int32_t)ids[i];
+        p->pos[ids[i]] = (int32_t)(tail + i);
+    }
+    p->tail = tail + n;
+    p->num_free += n;
+    return 0;
+}
+
+/* ids[0..n) before the head, in order (ids[0] becomes the head). */
+static int q_prepend(Pool *p, const int64_t *ids, Py_ssize_t n) {
+    if (p->head < n && q_compact(p) < 0) return -1;
+    Py_ssize_t head = p->head - n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        p->queue[head + i] = (int32_t)ids[i];
+        p->pos[ids[i]] = (int32_t)(head + i);
+    }
+    p->head = head;
+    p->num_free += n;
+    return 0;
+}
+
+/* Take n blocks from the head (ref_cnt 1, evicted from the prefix cache) into out. */
+static int pool_take(Pool *p, Py_ssize_t n, int64_t *out) {
+    if (n > p->num_free) {
+        PyErr_Format(PyExc_AssertionError, "(%zd, %zd)", n, p->num_free);
+        return -1;
+    }
+    Py_ssize_t head = p->head;
+    if (!p->num_holes) {
+        for (Py_ssize_t i = 0; i < n; i++) out[i] = p->queue[head + i];
+        p->head = head + n;
+    } else {
+        Py_ssize_t got = 0, i = head;
+        while (got < n) {
+            int32_t b = p->queue[i];
+            if (p->pos[b] == i) out[got++] = b;
+            i++;
+        }
+        p->num_holes -= (i - head) - n;
+        p->head = i;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t b = out[i];
+        p->pos[b] = -1;
+        p->block_hash[b] = NO_HASH;  /* eviction; its chain's entry is stale now */
+        p->ref_cnt[b] = 1;
+    }
+    p->num_free -= n;
+    return 0;
+}
+
+/* Drop a reference from each of ids (distinct, in eviction order); num_uncached < 0: unknown (`BlockPool.free`). */
+static int pool_free_ids(Pool *p, const int64_t *ids, Py_ssize_t n, Py_ssize_t num_uncached) {
+    if (!n) return 0;
+    Py_ssize_t num_held = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (check_block(p, ids[i]) < 0) return -1;
+        if (p->ref_cnt[ids[i]] != 1) num_held++;
+    }
+    if (num_held) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (p->ref_cnt[ids[i]] < 1) {
+                PyErr_Format(PyExc_AssertionError, "block %lld freed twice", (long long)ids[i]);
+                return -1;
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) p->ref_cnt[ids[i]] -= 1;
+    if (!num_held && num_uncached >= 0) { /* every block idle: the caller's split */
+        if (num_uncached > n) num_uncached = n;
+        if (num_uncached < n && q_append(p, ids + num_uncached, n - num_uncached) < 0) return -1;
+        if (num_uncached && q_prepend(p, ids, num_uncached) < 0) return -1;
+        return 0;
+    }
+    /* The idle blocks holding a hash to the tail in order, the others to the head in order. */
+    IdBuf hashed, uncached;
+    if (idbuf_init(&hashed, n) < 0) return -1;
+    if (idbuf_init(&uncached, n) < 0) { idbuf_free(&hashed); return -1; }
+    Py_ssize_t num_hashed = 0, num_uncached_idle = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t b = ids[i];
+        if (p->ref_cnt[b]) continue;
+        if (p->block_hash[b] != NO_HASH) hashed.v[num_hashed++] = b;
+        else uncached.v[num_uncached_idle++] = b;
+    }
+    int rc = 0;
+    if (num_hashed && q_append(p, hashed.v, num_hashed) < 0) rc = -1;
+    if (!rc && num_uncached_idle && q_prepend(p, uncached.v, num_uncached_idle) < 0) rc = -1;
+    idbuf_free(&hashed);
+    idbuf_free(&uncached);
+    return rc;
+}
+
+static void pool_touch_ids(Pool *p, const int64_t *ids, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t b = ids[i];
+        if (!p->ref_cnt[b]) {  /* out of the free queue: a hole */
+            p->pos[b] = -1;
+            p->num_free--;
+            p->num_holes++;
+        }
+        p->ref_cnt[b] += 1;
+    }
+}
+
+/* ---- chains ---- */
+
+static void chain_free(Chain *c) {
+    if (!c) return;
+    Py_XDECREF(c->block_ids); Py_XDECREF(c->block_hashes); Py_XDECREF(c->hash_fn); Py_XDECREF(c->hash_arg);
+    PyMem_Free(c);
+}
+
+static Chain *pool_chain(Pool *p, int64_t id) {
+    if (id <= 0 || id >= p->chains_cap || !p->chains[id]) {
+        PyObject *key = PyLong_FromLongLong(id);
+        if (key) { PyErr_SetObject(PyExc_KeyError, key); Py_DECREF(key); }
+        return NULL;
+    }
+    return p->chains[id];
+}
+
+/* Drop the chains none of whose blocks are cached any more (`BlockPool._prune_chains`). */
+static int pool_prune(Pool *p) {
+    Py_ssize_t cap = p->num_chains_made + 1;
+    char *live = PyMem_Calloc((size_t)cap, 1);
+    if (!live) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t b = 0; b < p->num_blocks; b++) {
+        if (p->block_hash[b] != NO_HASH) {
+            int64_t c = p->reg_chain[b];
+            if (c > 0 && c < cap) live[c] = 1;
+        }
+    }
+    PyObject *starts = PyDict_New();
+    if (!starts) { PyMem_Free(live); return -1; }
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < p->num_alive; i++) {
+        int64_t id = p->alive[i];
+        Chain *c = p->chains[id];
+        if (!live[id]) { p->chains[id] = NULL; chain_free(c); continue; }
+        p->alive[kept++] = id;
+        PyObject *key = PyList_GET_ITEM(c->block_hashes, c->start);
+        PyObject *lst = PyDict_GetItemWithError(starts, key);
+        if (!lst) {
+            if (PyErr_Occurred()) goto fail;
+            lst = PyList_New(0);
+            if (!lst || PyDict_SetItem(starts, key, lst) < 0) { Py_XDECREF(lst); goto fail; }
+            Py_DECREF(lst);
+        }
+        PyObject *idobj = PyLong_FromLongLong(id);
+        if (!idobj || PyList_Append(lst, idobj) < 0) { Py_XDECREF(idobj); goto fail; }
+        Py_DECREF(idobj);
+    }
+    p->num_alive = kept;
+    Py_SETREF(p->starts, starts);
+    p->max_chains = 2 * kept > MIN_MAX_CHAINS ? 2 * kept : MIN_MAX_CHAINS;
+    PyMem_Free(live);
+    return 0;
+fail:
+    /* (chains already dropped are gone; the rest are compacted up to the failure, which only memory can cause) */
+    PyMem_Free(live);
+    Py_DECREF(starts);
+    return -1;
+}
+
+/* A new chain; steals nothing. Returns its id, or -1 with an exception. */
+static int64_t pool_new_chain(Pool *p, PyObject *block_ids, PyObject *block_hashes, Py_ssize_t start,
+                              PyObject *hash_fn, PyObject *hash_arg) {
+    if (!PyList_Check(block_ids) || !PyList_Check(block_hashes)) {
+        PyErr_SetString(PyExc_TypeError, "a chain's block_ids and block_hashes must be lists");
+        return -1;
+    }
+    if (start < 0 || start >= PyList_GET_SIZE(block_hashes)) {
+        PyErr_SetString(PyExc_IndexError, "a new chain needs the hash of its first block");
+        return -1;
+    }
+    if (p->num_alive >= p->max_chains && pool_prune(p) < 0) return -1;
+    int64_t id = p->num_chains_made + 1;
+    if (id >= p->chains_cap) {
+        Py_ssize_t cap = p->chains_cap ? 2 * p->chains_cap : 1024;
+        Chain **chains = PyMem_Realloc(p->chains, sizeof(Chain *) * (size_t)cap);
+        if (!chains) { PyErr_NoMemory(); return -1; }
+        memset(chains + p->chains_cap, 0, sizeof(Chain *) * (size_t)(cap - p->chains_cap));
+        p->chains = chains;
+        p->chains_cap = cap;
+    }
+    if (p->num_alive >= p->alive_cap) {
+        Py_ssize_t cap = p->alive_cap ? 2 * p->alive_cap : 1024;
+        int64_t *alive = PyMem_Realloc(p->alive, sizeof(int64_t) * (size_t)cap);
+        if (!alive) { PyErr_NoMemory(); return -1; }
+        p->alive = alive;
+        p->alive_cap = cap;
+    }
+    Chain *c = PyMem_Calloc(1, sizeof(Chain));
+    if (!c) { PyErr_NoMemory(); return -1; }
+    PyObject *key = PyList_GET_ITEM(block_hashes, start);
+    PyObject *lst = PyDict_GetItemWithError(p->starts, key);
+    if (!lst) {
+        if (PyErr_Occurred()) { PyMem_Free(c); return -1; }
+        lst = PyList_New(0);
+        if (!lst || PyDict_SetItem(p->starts, key, lst) < 0) { Py_XDECREF(lst); PyMem_Free(c); return -1; }
+        Py_DECREF(lst);
+    }
+    PyObject *idobj = PyLong_FromLongLong(id);
+    if (!idobj || PyList_Append(lst, idobj) < 0) { Py_XDECREF(idobj); PyMem_Free(c); return -1; }
+    Py_DECREF(idobj);
+    Py_INCREF(block_ids); c->block_ids = block_ids;
+    Py_INCREF(block_hashes); c->block_hashes = block_hashes;
+    Py_XINCREF(hash_fn); c->hash_fn = hash_fn;
+    Py_XINCREF(hash_arg); c->hash_arg = hash_arg;
+    c->start = start;
+    p->chains[id] = c;
+    p->alive[p->num_alive++] = id;
+    p->num_chains_made = id;
+    return id;
+}
+
+/* Register block_ids[start:end] (a list) in `chain`. */
+static int pool_register(Pool *p, int64_t chain, PyObject *block_ids, PyObject *block_hashes, Py_ssize_t start,
+                         Py_ssize_t end) {
+    Chain *c = pool_chain(p, chain);
+    if (!c) return -1;
+    if (end > PyList_GET_SIZE(block_ids) || start < 0) {
+        PyErr_SetString(PyExc_IndexError, "register_chain: [start, end) past the block list");
+        return -1;
+    }
+    int64_t order = p->num_registered;
+    p->num_registered = order + (end - start);
+    if (c->hash_fn) {
+        for (Py_ssize_t k = start; k < end; k++) {
+            int64_t b = as_i64(PyList_GET_ITEM(block_ids, k));
+            if (check_block(p, b) < 0) return -1;
+            p->block_hash[b] = PLACEHOLDER_BASE - order++;
+            p->reg_chain[b] = chain;
+        }
+    } else {
+        if (end > PyList_GET_SIZE(block_hashes)) {
+            PyErr_SetString(PyExc_IndexError, "register_chain: a hash missing for an eager chain");
+            return -1;
+        }
+        for (Py_ssize_t k = start; k < end; k++) {
+            int64_t b = as_i64(PyList_GET_ITEM(block_ids, k));
+            if (check_block(p, b) < 0) return -1;
+            int64_t h = as_i64(PyList_GET_ITEM(block_hashes, k));
+            if (h == -1 && PyErr_Occurred()) return -1;
+            p->block_hash[b] = h;
+            p->reg_order[b] = order++;
+            p->reg_chain[b] = chain;
+        }
+    }
+    return 0;
+}
+
+/* Write the real hashes of a lazy chain over the placeholders of its blocks still registered in it. */
+static int pool_materialize(Pool *p, int64_t chain_id) {
+    Chain *c = pool_chain(p, chain_id);
+    if (!c) return -1;
+    if (!c->hash_fn) return 0;
+    Py_ssize_t n = PyList_GET_SIZE(c->block_ids) - c->start;
+    Py_ssize_t last = -1;
+    for (Py_ssize_t m = 0; m < n; m++) {
+        int64_t b = as_i64(PyList_GET_ITEM(c->block_ids, c->start + m));
+        if (p->reg_chain[b] == chain_id && p->block_hash[b] < NO_HASH) last = m;
+    }
+    if (last < 0) return 0;
+    PyObject *num = PyLong_FromSsize_t(c->start + last + 1);
+    if (!num) return -1;
+    PyObject *fn = c->hash_fn, *arg = c->hash_arg;
+    Py_INCREF(fn); Py_XINCREF(arg);  /* (the call may drop the chain) */
+    PyObject *r = arg ? PyObject_CallFunctionObjArgs(fn, arg, num, NULL) : PyObject_CallOneArg(fn, num);
+    Py_DECREF(num); Py_DECREF(fn); Py_XDECREF(arg);
+    if (!r) return -1;
+    Py_DECREF(r);
+    c = pool_chain(p, chain_id);
+    if (!c) return -1;
+    if (PyList_GET_SIZE(c->block_hashes) < c->start + last + 1) {
+        PyErr_SetString(PyExc_AssertionError, "a lazy chain's hasher did not hash its blocks");
+        return -1;
+    }
+    for (Py_ssize_t m = 0; m <= last; m++) {
+        int64_t b = as_i64(PyList_GET_ITEM(c->block_ids, c->start + m));
+        if (p->reg_chain[b] == chain_id && p->block_hash[b] < NO_HASH) {
+            int64_t h = as_i64(PyList_GET_ITEM(c->block_hashes, c->start + m));
+            if (h == -1 && PyErr_Occurred()) return -1;
+            p->reg_order[b] = PLACEHOLDER_BASE - p->block_hash[b];
+            p->block_hash[b] = h;
+        }
+    }
+    return 0;
+}
+
+/* The blocks cached under wanted[0], [1], ... up to the first miss (`BlockPool.find_longest_cache_hit`). */
+static PyObject *pool_find_hit(Pool *p, PyObject *block_hashes, Py_ssize_t max_num_blocks) {
+    PyObject *fast = PySequence_Fast(block_hashes, "block_hashes must be a sequence");
+    if (!fast) return NULL;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    PyObject *result = NULL;
+    int64_t *wanted = NULL, *found = NULL;
+    if (max_num_blocks <= 0 || !len) { Py_DECREF(fast); return PyList_New(0); }
+    int in = PyDict_Contains(p->starts, items[0]);
+    if (in <= 0) { Py_DECREF(fast); return in < 0 ? NULL : PyList_New(0); }
+    Py_ssize_t num_wanted = len < max_num_blocks ? len : max_num_blocks;
+    wanted = PyMem_Malloc(sizeof(int64_t) * (size_t)num_wanted);
+    Py_ssize_t num_found = 0, found_cap = 8;
+    found = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)found_cap);
+    if (!wanted || !found) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t k = 0; k < num_wanted; k++) {
+        wanted[k] = as_i64(items[k]);
+        if (wanted[k] == -1 && PyErr_Occurred()) goto done;
+        PyObject *lst = PyDict_GetItemWithError(p->starts, items[k]);
+        if (!lst) { if (PyErr_Occurred()) goto done; continue; }
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(lst); j++) {
+            if (num_found == found_cap) {
+                found_cap *= 2;
+                int64_t *f = PyMem_Realloc(found, sizeof(int64_t) * 2 * (size_t)found_cap);
+                if (!f) { PyErr_NoMemory(); goto done; }
+                found = f;
+            }
+            found[2 * num_found] = k;
+            found[2 * num_found + 1] = as_i64(PyList_GET_ITEM(lst, j));
+            num_found++;
+        }
+    }
+    for (Py_ssize_t f = 0; f < num_found; f++) {  /* the only blocks compared below are these chains' */
+        if (pool_materialize(p, found[2 * f + 1]) < 0) goto done;
+    }
+    result = PyList_New(0);
+    if (!result) goto done;
+    for (Py_ssize_t pos = 0; pos < num_wanted; pos++) {
+        int64_t best_order = NEVER, best = -1;
+        for (Py_ssize_t f = 0; f < num_found; f++) {
+            int64_t k = found[2 * f];
+            if (k > pos) break;  /* (found is by position) */
+            Chain *c = pool_chain(p, found[2 * f + 1]);
+            if (!c) { Py_CLEAR(result); goto done; }
+            Py_ssize_t idx = c->start + (pos - k);
+            if (idx >= PyList_GET_SIZE(c->block_ids)) continue;
+            int64_t b = as_i64(PyList_GET_ITEM(c->block_ids, idx));
+            if (p->block_hash[b] != wanted[pos]) continue;
+            if (best < 0 || p->reg_order[b] < best_order) { best_order = p->reg_order[b]; best = b; }
+            if (num_found == 1) break;
+        }
+        if (best < 0) break;
+        PyObject *o = PyLong_FromLongLong(best);
+        if (!o || PyList_Append(result, o) < 0) { Py_XDECREF(o); Py_CLEAR(result); goto done; }
+        Py_DECREF(o);
+    }
+done:
+    PyMem_Free(wanted);
+    PyMem_Free(found);
+    Py_DECREF(fast);
+    return result;
+}
+
+static void pool_release_chains(Pool *p) {
+    for (Py_ssize_t i = 0; i < p->num_alive; i++) {
+        int64_t id = p->alive[i];
+        chain_free(p->chains[id]);
+        p->chains[id] = NULL;
+    }
+    p->num_alive = 0;
+    if (p->starts) PyDict_Clear(p->starts);
+}
+
+/* ---- the Python type ---- */
+
+static int Pool_traverse(Pool *p, visitproc visit, void *arg) {
+    Py_VISIT(p->starts);
+    for (Py_ssize_t i = 0; i < p->num_alive; i++) {
+        Chain *c = p->chains[p->alive[i]];
+        if (!c) continue;
+        Py_VISIT(c->block_ids); Py_VISIT(c->block_hashes); Py_VISIT(c->hash_fn); Py_VISIT(c->hash_arg);
+    }
+    for (int i = 0; i < 4 && p->have_bufs; i++) Py_VISIT(p->bufs[i].obj);
+    return 0;
+}
+
+static int Pool_clear(Pool *p) {
+    pool_release_chains(p);
+    Py_CLEAR(p->starts);
+    return 0;
+}
+
+static void Pool_dealloc(Pool *p) {
+    PyObject_GC_UnTrack(p);
+    Pool_clear(p);
+    if (p->have_bufs) for (int i = 0; i < 4; i++) PyBuffer_Release(&p->bufs[i]);
+    p->have_bufs = 0;
+    PyMem_Free(p->queue); PyMem_Free(p->pos); PyMem_Free(p->chains); PyMem_Free(p->alive);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static int Pool_init(Pool *p, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"num_blocks", "ref_cnt", "block_hash", "reg_order", "reg_chain", NULL};
+    Py_ssize_t n;
+    PyObject *arrays[4];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "nOOOO", kwlist, &n, &arrays[0], &arrays[1], &arrays[2], &arrays[3]))
+        return -1;
+    if (p->have_bufs) { PyErr_SetString(PyExc_RuntimeError, "BlockPool initialized twice"); return -1; }
+    if (n < 2 || n > INT32_MAX - 1) { PyErr_SetString(PyExc_AssertionError, "num_blocks"); return -1; }
+    for (int i = 0; i < 4; i++) {
+        if (PyObject_GetBuffer(arrays[i], &p->bufs[i], PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            for (int j = 0; j < i; j++) PyBuffer_Release(&p->bufs[j]);
+            return -1;
+        }
+        if (p->bufs[i].itemsize != 8 || p->bufs[i].len != 8 * n) {
+            for (int j = 0; j <= i; j++) PyBuffer_Release(&p->bufs[j]);
+            PyErr_SetString(PyExc_ValueError, "the pool's arrays must be int64 of num_blocks elements");
+            return -1;
+        }
+    }
+    p->have_bufs = 1;
+    p->num_blocks = n;
+    p->ref_cnt = p->bufs[0].buf; p->block_hash = p->bufs[1].buf;
+    p->reg_order = p->bufs[2].buf; p->reg_chain = p->bufs[3].buf;
+    p->queue_len = 4 * n + 16;
+    p->queue = PyMem_Malloc(sizeof(int32_t) * (size_t)p->queue_len);
+    p->pos = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
+    p->starts = PyDict_New();
+    if (!p->queue || !p->pos || !p->starts) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t b = 0; b < n; b++) p->pos[b] = -1;
+    for (Py_ssize_t b = 1; b < n; b++) p->queue[b - 1] = (int32_t)b;  /* (below the window q_reset lays out) */
+    q_reset(p, p->queue, n - 1);
+    p->max_chains = MIN_MAX_CHAINS;
+    return 0;
+}
+
+static PyObject *Pool_allocate(Pool *p, PyObject *arg) {
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0) n = 0;
+    IdBuf b;
+    if (idbuf_init(&b, n) < 0) return NULL;
+    if (pool_take(p, n, b.v) < 0) { idbuf_free(&b); return NULL; }
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *o = PyLong_FromLongLong(b.v[i]);
+        if (!o) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, i, o);
+    }
+    idbuf_free(&b);
+    return out;
+}
+
+static PyObject *Pool_touch_ids(Pool *p, PyObject *arg) {
+    IdBuf b;
+    if (idbuf_from(&b, arg, 0) < 0) return NULL;
+    for (Py_ssize_t i = 0; i < b.n; i++) if (check_block(p, b.v[i]) < 0) { idbuf_free(&b); return NULL; }
+    pool_touch_ids(p, b.v, b.n);
+    idbuf_free(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_free(Pool *p, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"ordered_ids", "num_uncached", NULL};
+    PyObject *ids, *nu = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &ids, &nu)) return NULL;
+    Py_ssize_t num_uncached = -1;
+    if (nu != Py_None) {
+        num_uncached = PyLong_AsSsize_t(nu);
+        if (num_uncached == -1 && PyErr_Occurred()) return NULL;
+        if (num_uncached < 0) { PyErr_SetString(PyExc_ValueError, "num_uncached < 0"); return NULL; }
+    }
+    IdBuf b;
+    if (idbuf_from(&b, ids, 0) < 0) return NULL;
+    int rc = pool_free_ids(p, b.v, b.n, num_uncached);
+    idbuf_free(&b);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_register_chain(Pool *p, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"chain", "block_ids", "block_hashes", "start", "end", "hash_blocks", "ids", NULL};
+    PyObject *chain, *block_ids, *block_hashes, *hash_blocks = Py_None, *ids = Py_None;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!O!nn|OO", kwlist, &chain, &PyList_Type, &block_ids, &PyList_Type,
+                                     &block_hashes, &start, &end, &hash_blocks, &ids))
+        return NULL;
+    int64_t id;
+    if (chain == Py_None) {
+        id = pool_new_chain(p, block_ids, block_hashes, start, hash_blocks == Py_None ? NULL : hash_blocks, NULL);
+        if (id < 0) return NULL;
+    } else {
+        id = as_i64(chain);
+        if (id == -1 && PyErr_Occurred()) return NULL;
+    }
+    if (pool_register(p, id, block_ids, block_hashes, start, end) < 0) return NULL;
+    return PyLong_FromLongLong(id);
+}
+
+static PyObject *Pool_register_ends(Pool *p, PyObject *args) {
+    PyObject *chains, *ids;
+    if (!PyArg_ParseTuple(args, "OO", &chains, &ids)) return NULL;
+    IdBuf c, b;
+    if (idbuf_from(&c, chains, 0) < 0) return NULL;
+    if (idbuf_from(&b, ids, 0) < 0) { idbuf_free(&c); return NULL; }
+    Py_ssize_t n = b.n < c.n ? b.n : c.n;
+    int64_t order = p->num_registered;
+    p->num_registered = order + b.n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (check_block(p, b.v[i]) < 0) { idbuf_free(&c); idbuf_free(&b); return NULL; }
+        p->block_hash[b.v[i]] = PLACEHOLDER_BASE - order++;
+        p->reg_chain[b.v[i]] = c.v[i];
+    }
+    idbuf_free(&c); idbuf_free(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_materialize(Pool *p, PyObject *arg) {
+    int64_t id = as_i64(arg);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    if (pool_materialize(p, id) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_materialize_all(Pool *p, PyObject *Py_UNUSED(ignored)) {
+    /* The chains of the blocks holding placeholders, ascending (as np.unique gives them). */
+    char *seen = PyMem_Calloc((size_t)(p->num_chains_made + 1), 1);
+    if (!seen) return PyErr_NoMemory();
+    for (Py_ssize_t b = 0; b < p->num_blocks; b++) {
+        if (p->block_hash[b] < NO_HASH) {
+            int64_t c = p->reg_chain[b];
+            if (c >= 0 && c <= p->num_chains_made) seen[c] = 1;
+        }
+    }
+    for (int64_t c = 0; c <= p->num_chains_made; c++) {
+        if (seen[c] && pool_materialize(p, c) < 0) { PyMem_Free(seen); return NULL; }
+    }
+    PyMem_Free(seen);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_may_hit(Pool *p, PyObject *arg) {
+    int r = PyDict_Contains(p->starts, arg);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *Pool_find_longest_cache_hit(Pool *p, PyObject *args) {
+    PyObject *hashes;
+    Py_ssize_t max_num_blocks;
+    if (!PyArg_ParseTuple(args, "On", &hashes, &max_num_blocks)) return NULL;
+    return pool_find_hit(p, hashes, max_num_blocks);
+}
+
+static PyObject *Pool_close_chain(Pool *p, PyObject *arg) {
+    int64_t id = as_i64(arg);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    if (id > 0 && id < p->chains_cap && p->chains[id]) p->chains[id]->closed = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_candidates_closed(Pool *p, PyObject *args) {
+    PyObject *hashes;
+    Py_ssize_t max_num_blocks;
+    if (!PyArg_ParseTuple(args, "On", &hashes, &max_num_blocks)) return NULL;
+    PyObject *fast = PySequence_Fast(hashes, "block_hashes must be a sequence");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (max_num_blocks < n) n = max_num_blocks < 0 ? 0 : max_num_blocks;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *lst = PyDict_GetItemWithError(p->starts, PySequence_Fast_GET_ITEM(fast, k));
+        if (!lst) { if (PyErr_Occurred()) { Py_DECREF(fast); return NULL; } continue; }
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(lst); j++) {
+            Chain *c = pool_chain(p, as_i64(PyList_GET_ITEM(lst, j)));
+            if (!c) { Py_DECREF(fast); return NULL; }
+            if (!c->closed) { Py_DECREF(fast); Py_RETURN_FALSE; }
+        }
+    }
+    Py_DECREF(fast);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *Pool_prune_chains(Pool *p, PyObject *Py_UNUSED(ignored)) {
+    if (pool_prune(p) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_release_chains(Pool *p, PyObject *Py_UNUSED(ignored)) {
+    pool_release_chains(p);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pool_free_queue(Pool *p, PyObject *Py_UNUSED(ignored)) {
+    /* The free queue head first, for check_invariants (its holes counted). */
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    Py_ssize_t holes = 0;
+    for (Py_ssize_t i = p->head; i < p->tail; i++) {
+        int32_t b = p->queue[i];
+        if (b < 0 || b >= p->num_blocks || p->pos[b] != i) { holes++; continue; }
+        PyObject *o = PyLong_FromLong(b);
+        if (!o || PyList_Append(out, o) < 0) { Py_XDECREF(o); Py_DECREF(out); return NULL; }
+        Py_DECREF(o);
+    }
+    if (holes != p->num_holes) {
+        Py_DECREF(out);
+        PyErr_Format(PyExc_AssertionError, "%zd holes in the free queue, %zd counted", holes, p->num_holes);
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *Pool_chain_info(Pool *p, PyObject *arg) {
+    /* (block_ids, block_hashes, start, lazy, closed) of a kept chain, else None; for check_invariants. */
+    int64_t id = as_i64(arg);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    if (id <= 0 || id >= p->chains_cap || !p->chains[id]) Py_RETURN_NONE;
+    Chain *c = p->chains[id];
+    return Py_BuildValue("OOnOO", c->block_ids, c->block_hashes, c->start, c->hash_fn ? Py_True : Py_False,
+                         c->closed ? Py_True : Py_False);
+}
+
+static PyObject *Pool_get_num_free(Pool *p, void *c) { return PyLong_FromSsize_t(p->num_free); }
+static PyObject *Pool_get_num_used(Pool *p, void *c) { return PyLong_FromSsize_t(p->num_blocks - 1 - p->num_free); }
+static PyObject *Pool_get_num_usable(Pool *p, void *c) { return PyLong_FromSsize_t(p->num_blocks - 1); }
+static PyObject *Pool_get_num_chains_made(Pool *p, void *c) { return PyLong_FromLongLong(p->num_chains_made); }
+static PyObject *Pool_get_num_live_chains(Pool *p, void *c) { return PyLong_FromSsize_t(p->num_alive); }
+static PyObject *Pool_get_starts(Pool *p, void *c) { Py_INCREF(p->starts); return p->starts; }
+static PyObject *Pool_get_max_chains(Pool *p, void *c) { return PyLong_FromSsize_t(p->max_chains); }
+static int Pool_set_max_chains(Pool *p, PyObject *v, void *c) {
+    Py_ssize_t n = v ? PyLong_AsSsize_t(v) : -1;
+    if (n == -1 && (PyErr_Occurred() || !v)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "cannot delete _max_chains");
+        return -1;
+    }
+    p->max_chains = n;
+    return 0;
+}
+
+static PyMethodDef Pool_methods[] = {
+    {"allocate", (PyCFunction)Pool_allocate, METH_O, "Take n blocks (ref_cnt 1) from the head of the free queue."},
+    {"touch_ids", (PyCFunction)Pool_touch_ids, METH_O, "A prefix hit takes a reference on each block."},
+    {"free", (PyCFunction)(void (*)(void))Pool_free, METH_VARARGS | METH_KEYWORDS, "Drop one reference each."},
+    {"register_chain", (PyCFunction)(void (*)(void))Pool_register_chain, METH_VARARGS | METH_KEYWORDS,
+     "Register block_ids[start:end] in a chain (a new one for None); returns the chain."},
+    {"register_ends", (PyCFunction)Pool_register_ends, METH_VARARGS, "One block at the end of each lazy chain."},
+    {"_materialize", (PyCFunction)Pool_materialize, METH_O, "Hash a lazy chain's registered blocks."},
+    {"_materialize_all", (PyCFunction)Pool_materialize_all, METH_NOARGS, "Hash every lazy chain's blocks."},
+    {"may_hit", (PyCFunction)Pool_may_hit, METH_O, "Whether some chain starts with this hash."},
+    {"find_longest_cache_hit", (PyCFunction)Pool_find_longest_cache_hit, METH_VARARGS, "The longest prefix hit."},
+    {"close_chain", (PyCFunction)Pool_close_chain, METH_O, "No more blocks will be registered in the chain."},
+    {"candidates_closed", (PyCFunction)Pool_candidates_closed, METH_VARARGS, "Every compared chain closed."},
+    {"_prune_chains", (PyCFunction)Pool_prune_chains, METH_NOARGS, "Drop the chains with no cached block."},
+    {"release_chains", (PyCFunction)Pool_release_chains, METH_NOARGS, "Forget every chain."},
+    {"_free_queue", (PyCFunction)Pool_free_queue, METH_NOARGS, "The free queue, head first."},
+    {"_chain_info", (PyCFunction)Pool_chain_info, METH_O, "A kept chain's lists, start, laziness, closed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Pool_getset[] = {
+    {"num_free_blocks", (getter)Pool_get_num_free, NULL, NULL, NULL},
+    {"num_used_blocks", (getter)Pool_get_num_used, NULL, NULL, NULL},
+    {"num_usable_blocks", (getter)Pool_get_num_usable, NULL, NULL, NULL},
+    {"num_chains_made", (getter)Pool_get_num_chains_made, NULL, NULL, NULL},
+    {"num_live_chains", (getter)Pool_get_num_live_chains, NULL, NULL, NULL},
+    {"_chain_starts", (getter)Pool_get_starts, NULL, NULL, NULL},
+    {"_max_chains", (getter)Pool_get_max_chains, (setter)Pool_set_max_chains, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef Pool_members[] = {
+    {"num_blocks", T_PYSSIZET, offsetof(Pool, num_blocks), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PoolType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.BlockPoolCore",
+    .tp_basicsize = sizeof(Pool),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The compiled block pool's state and operations (engine.core.compiled_kv.CompiledBlockPool).",
+    .tp_traverse = (traverseproc)Pool_traverse,
+    .tp_clear = (inquiry)Pool_clear,
+    .tp_dealloc = (destructor)Pool_dealloc,
+    .tp_init = (initproc)Pool_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = Pool_methods,
+    .tp_getset = Pool_getset,
+    .tp_members = Pool_members,
+};
+
+/* ---- the KV cache manager ---- */
+
+typedef struct {
+    PyObject_HEAD
+    Pool *pool;
+    PyObject *ensure;       /* the manager's ensure_block_hashes, unbound: ensure(self, req, n) */
+    PyObject *no_block_ids; /* engine.core.request.NO_BLOCK_IDS */
+    Py_ssize_t block_size, max_model_len, watermark_blocks, failed_need;
+    int enable_caching;
+} KV;
+
+static PyObject *s_block_ids, *s_block_ids_head, *s_block_hashes, *s_num_cached_blocks, *s_cache_chain,
+    *s_sliding_block_ids, *s_sliding_first_block, *s_num_tokens, *s_num_computed_tokens, *s_zero;
+
+static int KV_traverse(KV *kv, visitproc visit, void *arg) {
+    Py_VISIT(kv->pool); Py_VISIT(kv->ensure); Py_VISIT(kv->no_block_ids);
+    return 0;
+}
+static int KV_clear(KV *kv) {
+    Py_CLEAR(kv->pool); Py_CLEAR(kv->ensure); Py_CLEAR(kv->no_block_ids);
+    return 0;
+}
+static void KV_dealloc(KV *kv) {
+    PyObject_GC_UnTrack(kv);
+    KV_clear(kv);
+    Py_TYPE(kv)->tp_free((PyObject *)kv);
+}
+
+static int KV_init(KV *kv, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"pool", "block_size", "max_model_len", "watermark_blocks", "enable_caching",
+                             "ensure_block_hashes", "no_block_ids", NULL};
+    PyObject *pool, *ensure, *nbi;
+    int caching;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!nnnpOO", kwlist, &PoolType, &pool, &kv->block_size,
+                                     &kv->max_model_len, &kv->watermark_blocks, &caching, &ensure, &nbi))
+        return -1;
+    if (kv->block_size < 1) { PyErr_SetString(PyExc_ValueError, "block_size < 1"); return -1; }
+    Py_INCREF(pool); Py_XSETREF(kv->pool, (Pool *)pool);
+    Py_INCREF(ensure); Py_XSETREF(kv->ensure, ensure);
+    Py_INCREF(nbi); Py_XSETREF(kv->no_block_ids, nbi);
+    kv->enable_caching = caching;
+    kv->failed_need = 0;
+    return 0;
+}
+
+static inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t b) { return -((-a) / b) - (((-a) % b) > 0 ? 1 : 0); }
+/* (a >= 0 everywhere it is used: the usual (a + b - 1) / b) */
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+static Py_ssize_t get_ssize(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) return -1;
+    Py_ssize_t r = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return r;
+}
+static int set_ssize(PyObject *o, PyObject *name, Py_ssize_t value) {
+    PyObject *v = PyLong_FromSsize_t(value);
+    if (!v) return -1;
+    int r = PyObject_SetAttr(o, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* ensure_block_hashes(req, n) unless req.block_hashes already has n. */
+static int kv_ensure(KV *kv, PyObject *req, Py_ssize_t n) {
+    PyObject *hashes = PyObject_GetAttr(req, s_block_hashes);
+    if (!hashes) return -1;
+    Py_ssize_t have = PyList_Check(hashes) ? PyList_GET_SIZE(hashes) : -1;
+    Py_DECREF(hashes);
+    if (have >= n) return 0;
+    PyObject *num = PyLong_FromSsize_t(n);
+    if (!num) return -1;
+    PyObject *r = PyObject_CallFunctionObjArgs(kv->ensure, (PyObject *)kv, req, num, NULL);
+    Py_DECREF(num);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* `KVCacheManager._register`: req.block_ids[start:end] into its chain, a new lazy one if it has none. */
+static int kv_register(KV *kv, PyObject *req, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *chain = PyObject_GetAttr(req, s_cache_chain);
+    if (!chain) return -1;
+    PyObject *block_ids = PyObject_GetAttr(req, s_block_ids);
+    if (!block_ids) { Py_DECREF(chain); return -1; }
+    int rc = -1;
+    int64_t id;
+    PyObject *hashes = NULL;
+    if (chain == Py_None) {
+        if (kv_ensure(kv, req, start + 1) < 0) goto done;
+        hashes = PyObject_GetAttr(req, s_block_hashes);
+        if (!hashes) goto done;
+        /* The hasher: a bound method of this manager, called with (req, n). */
+        PyObject *bound = PyMethod_New(kv->ensure, (PyObject *)kv);
+        if (!bound) goto done;
+        id = pool_new_chain(kv->pool, block_ids, hashes, start, bound, req);
+        Py_DECREF(bound);
+        if (id < 0) goto done;
+        if (set_ssize(req, s_cache_chain, (Py_ssize_t)id) < 0) goto done;
+        /* (set_ssize made the int; register below) */
+        if (pool_register(kv->pool, id, block_ids, hashes, start, end) < 0) goto done;
+    } else {
+        id = as_i64(chain);
+        if (id == -1 && PyErr_Occurred()) goto done;
+        Chain *c = pool_chain(kv->pool, id);
+        if (!c) goto done;
+        if (pool_register(kv->pool, id, block_ids, c->block_hashes, start, end) < 0) goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(hashes);
+    Py_DECREF(block_ids);
+    Py_DECREF(chain);
+    return rc;
+}
+
+/* `KVCacheManager.allocate`, without sliding groups. 1: allocated, 0: does not fit, -1: error. */
+static int kv_allocate(KV *kv, PyObject *req, Py_ssize_t num_computed_tokens, Py_ssize_t num_tokens,
+                       Py_ssize_t num_new_tokens, PyObject *hit_ids, int must_fit, int watermark) {
+    Pool *pool = kv->pool;
+    Py_ssize_t bs = kv->block_size;
+    IdBuf hits;
+    hits.v = NULL; hits.n = 0;
+    if (hit_ids && idbuf_from(&hits, hit_ids, 0) < 0) return -1;
+    for (Py_ssize_t i = 0; i < hits.n; i++) if (check_block(pool, hits.v[i]) < 0) { idbuf_free(&hits); return -1; }
+    Py_ssize_t num_hit = hits.n;
+    Py_ssize_t num_computed = num_computed_tokens + num_hit * bs;
+    PyObject *block_ids = PyObject_GetAttr(req, s_block_ids);
+    if (!block_ids) { idbuf_free(&hits); return -1; }
+    if (!PyList_Check(block_ids)) {
+        PyErr_SetString(PyExc_TypeError, "Request.block_ids must be a list");
+        goto fail;
+    }
+    Py_ssize_t num_held = PyList_GET_SIZE(block_ids) + num_hit;
+    Py_ssize_t num_required_free = watermark ? kv->watermark_blocks : 0;
+    for (Py_ssize_t i = 0; i < num_hit; i++) num_required_free += pool->ref_cnt[hits.v[i]] == 0;
+    Py_ssize_t num_free = pool->num_free;
+    if (must_fit) {
+        Py_ssize_t num_full = num_tokens < kv->max_model_len ? num_tokens : kv->max_model_len;
+        Py_ssize_t need = CEIL_DIV(num_full, bs) - num_held + num_required_free;
+        if (need > num_free) { kv->failed_need = need; goto no; }
+    }
+    Py_ssize_t upto = num_computed + num_new_tokens;
+    if (upto > kv->max_model_len) upto = kv->max_model_len;
+    Py_ssize_t end_block = CEIL_DIV(upto, bs);
+    Py_ssize_t num_to_allocate = end_block - num_held;
+    if (num_to_allocate + num_required_free > num_free) {
+        kv->failed_need = num_to_allocate + num_required_free;
+        goto no;
+    }
+    if (num_hit) {
+        pool_touch_ids(pool, hits.v, num_hit);
+        for (Py_ssize_t i = 0; i < num_hit; i++) {
+            PyObject *o = PyLong_FromLongLong(hits.v[i]);
+            if (!o || PyList_Append(block_ids, o) < 0) { Py_XDECREF(o); goto fail; }
+            Py_DECREF(o);
+        }
+        if (set_ssize(req, s_num_cached_blocks, num_hit) < 0) goto fail;
+    }
+    if (num_to_allocate > 0) {
+        IdBuf fresh;
+        if (idbuf_init(&fresh, num_to_allocate) < 0) goto fail;
+        if (pool_take(pool, num_to_allocate, fresh.v) < 0) { idbuf_free(&fresh); goto fail; }
+        for (Py_ssize_t i = 0; i < num_to_allocate; i++) {
+            PyObject *o = PyLong_FromLongLong(fresh.v[i]);
+            if (!o || PyList_Append(block_ids, o) < 0) { Py_XDECREF(o); idbuf_free(&fresh); goto fail; }
+            Py_DECREF(o);
+        }
+        idbuf_free(&fresh);
+    }
+    if (kv->enable_caching) {
+        /* Register blocks full of scheduled tokens; generated tokens not yet sampled are never cached. */
+        Py_ssize_t full = num_computed + num_new_tokens < num_tokens ? num_computed + num_new_tokens : num_tokens;
+        Py_ssize_t num_full_blocks = full / bs;
+        Py_ssize_t num_cached = get_ssize(req, s_num_cached_blocks);
+        if (num_cached == -1 && PyErr_Occurred()) goto fail;
+        if (num_full_blocks > num_cached) {
+            if (kv_register(kv, req, num_cached, num_full_blocks) < 0) goto fail;
+            if (set_ssize(req, s_num_cached_blocks, num_full_blocks) < 0) goto fail;
+        }
+    }
+    Py_DECREF(block_ids);
+    idbuf_free(&hits);
+    return 1;
+no:
+    Py_DECREF(block_ids);
+    idbuf_free(&hits);
+    return 0;
+fail:
+    Py_DECREF(block_ids);
+    idbuf_free(&hits);
+    return -1;
+}
+
+static PyObject *KV_allocate(KV *kv, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"req", "num_computed_tokens", "num_tokens", "num_new_tokens", "hit_ids",
+                             "full_sequence_must_fit", "apply_watermark", NULL};
+    PyObject *req, *hits = NULL;
+    Py_ssize_t nc, nt, nn;
+    int must_fit = 0, watermark = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Onnn|Opp", kwlist, &req, &nc, &nt, &nn, &hits, &must_fit, &watermark))
+        return NULL;
+    int r = kv_allocate(kv, req, nc, nt, nn, hits, must_fit, watermark);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *KV_allocate_slots(KV *kv, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"req", "num_new_tokens", "new_computed_block_ids", "full_sequence_must_fit",
+                             "apply_watermark", NULL};
+    PyObject *req, *hits = NULL;
+    Py_ssize_t nn;
+    int must_fit = 0, watermark = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "On|Opp", kwlist, &req, &nn, &hits, &must_fit, &watermark))
+        return NULL;
+    Py_ssize_t nc = get_ssize(req, s_num_computed_tokens);
+    if (nc == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t bs = kv->block_size;
+    int has_hits = 0;
+    if (hits) {
+        has_hits = PyObject_IsTrue(hits);
+        if (has_hits < 0) return NULL;
+    }
+    if (nn == 1 && nc % bs > 0 && nc % bs < bs - 1 && !(has_hits || must_fit || watermark))
+        Py_RETURN_TRUE;  /* the common decode: its slot is in the last block held, which it does not fill */
+    Py_ssize_t nt = get_ssize(req, s_num_tokens);
+    if (nt == -1 && PyErr_Occurred()) return NULL;
+    int r = kv_allocate(kv, req, nc, nt, nn, has_hits ? hits : NULL, must_fit, watermark);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *KV_allocate_decode_slots(KV *kv, PyObject *args) {
+    PyObject *opening, *filling;
+    if (!PyArg_ParseTuple(args, "OO", &opening, &filling)) return NULL;
+    Pool *pool = kv->pool;
+    Py_ssize_t n = PyObject_Length(opening);
+    if (n < 0) return NULL;
+    if (n) {
+        IdBuf fresh;
+        if (idbuf_init(&fresh, n) < 0) return NULL;
+        if (pool_take(pool, n, fresh.v) < 0) { idbuf_free(&fresh); return NULL; }
+        PyObject *it = PyObject_GetIter(opening), *req;
+        if (!it) { idbuf_free(&fresh); return NULL; }
+        Py_ssize_t i = 0;
+        while (i < n && (req = PyIter_Next(it))) {
+            PyObject *ids = PyObject_GetAttr(req, s_block_ids);
+            PyObject *o = ids ? PyLong_FromLongLong(fresh.v[i++]) : NULL;
+            int rc = o ? PyList_Append(ids, o) : -1;
+            Py_XDECREF(o); Py_XDECREF(ids); Py_DECREF(req);
+            if (rc < 0) { Py_DECREF(it); idbuf_free(&fresh); return NULL; }
+        }
+        Py_DECREF(it);
+        idbuf_free(&fresh);
+        if (PyErr_Occurred()) return NULL;
+    }
+    if (filling == Py_None) Py_RETURN_NONE;
+    PyObject *it = PyObject_GetIter(filling), *req;
+    if (!it) return NULL;
+    /* Each fill registers one block at the end of its request's chain, the orders in queue order (what
+       `register_ends` of the pending run and `_register` of a new chain give, one after the other). */
+    while ((req = PyIter_Next(it))) {
+        int rc = -1;
+        Py_ssize_t k = get_ssize(req, s_num_cached_blocks);
+        if (!(k == -1 && PyErr_Occurred()) && kv_register(kv, req, k, k + 1) == 0
+                && set_ssize(req, s_num_cached_blocks, k + 1) == 0)
+            rc = 0;
+        Py_DECREF(req);
+        if (rc < 0) { Py_DECREF(it); return NULL; }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *KV_free(KV *kv, PyObject *req) {
+    Pool *pool = kv->pool;
+    PyObject *ids = PyObject_GetAttr(req, s_block_ids);
+    if (!ids) return NULL;
+    IdBuf b;
+    if (idbuf_from(&b, ids, 1) < 0) { Py_DECREF(ids); return NULL; }  /* last block first */
+    Py_DECREF(ids);
+    Py_ssize_t nc = get_ssize(req, s_num_cached_blocks);
+    if (nc == -1 && PyErr_Occurred()) { idbuf_free(&b); return NULL; }
+    /* Its first num_cached_blocks blocks are in the prefix cache (registered, or hits), the others not. */
+    int rc = pool_free_ids(pool, b.v, b.n, b.n - nc);
+    idbuf_free(&b);
+    if (rc < 0) return NULL;
+    PyObject *empty = PyList_New(0);
+    if (!empty || PyObject_SetAttr(req, s_block_ids, empty) < 0) { Py_XDECREF(empty); return NULL; }
+    Py_DECREF(empty);
+    if (PyObject_SetAttr(req, s_block_ids_head, kv->no_block_ids) < 0) return NULL;
+    if (PyObject_SetAttr(req, s_num_cached_blocks, s_zero) < 0) return NULL;
+    PyObject *sliding = PyObject_GetAttr(req, s_sliding_block_ids);
+    if (!sliding) return NULL;
+    Py_ssize_t ns = PyObject_Length(sliding);
+    if (ns > 0) {
+        if (idbuf_from(&b, sliding, 1) < 0) { Py_DECREF(sliding); return NULL; }
+        rc = pool_free_ids(pool, b.v, b.n, -1);
+        idbuf_free(&b);
+        if (rc < 0) { Py_DECREF(sliding); return NULL; }
+        empty = PyList_New(0);
+        if (!empty || PyObject_SetAttr(req, s_sliding_block_ids, empty) < 0) {
+            Py_XDECREF(empty); Py_DECREF(sliding); return NULL;
+        }
+        Py_DECREF(empty);
+    }
+    Py_DECREF(sliding);
+    if (ns < 0) return NULL;
+    if (PyObject_SetAttr(req, s_sliding_first_block, s_zero) < 0) return NULL;
+    PyObject *chain = PyObject_GetAttr(req, s_cache_chain);
+    if (!chain) return NULL;
+    if (chain != Py_None) {
+        int64_t id = as_i64(chain);
+        if (id == -1 && PyErr_Occurred()) { Py_DECREF(chain); return NULL; }
+        if (id > 0 && id < pool->chains_cap && pool->chains[id]) pool->chains[id]->closed = 1;
+        if (PyObject_SetAttr(req, s_cache_chain, Py_None) < 0) { Py_DECREF(chain); return NULL; }
+    }
+    Py_DECREF(chain);
+    Py_RETURN_NONE;
+}
+
+static PyObject *KV_get_computed_blocks(KV *kv, PyObject *req) {
+    if (!kv->enable_caching) return Py_BuildValue("([]i)", 0);
+    Py_ssize_t nt = get_ssize(req, s_num_tokens);
+    if (nt == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t max_num_blocks = (nt - 1) / kv->block_size;
+    if (nt - 1 < 0 || max_num_blocks <= 0) return Py_BuildValue("([]i)", 0);
+    /* A hit starts at the first block: the rest of the request is hashed only if some chain starts there. */
+    if (kv_ensure(kv, req, 1) < 0) return NULL;
+    PyObject *hashes = PyObject_GetAttr(req, s_block_hashes);
+    if (!hashes) return NULL;
+    if (!PyList_Check(hashes) || PyList_GET_SIZE(hashes) < 1) {
+        Py_DECREF(hashes);
+        PyErr_SetString(PyExc_AssertionError, "ensure_block_hashes gave no first hash");
+        return NULL;
+    }
+    int hit = PyDict_Contains(kv->pool->starts, PyList_GET_ITEM(hashes, 0));
+    Py_DECREF(hashes);
+    if (hit < 0) return NULL;
+    if (!hit) return Py_BuildValue("([]i)", 0);
+    if (kv_ensure(kv, req, max_num_blocks) < 0) return NULL;
+    hashes = PyObject_GetAttr(req, s_block_hashes);
+    if (!hashes) return NULL;
+    PyObject *hits = pool_find_hit(kv->pool, hashes, max_num_blocks);
+    Py_DECREF(hashes);
+    if (!hits) return NULL;
+    return Py_BuildValue("(Nn)", hits, PyList_GET_SIZE(hits) * kv->block_size);
+}
+
+static PyObject *KV_get_num_free(KV *kv, void *c) { return PyLong_FromSsize_t(kv->pool->num_free); }
+static PyObject *KV_get_num_used(KV *kv, void *c) {
+    return PyLong_FromSsize_t(kv->pool->num_blocks - 1 - kv->pool->num_free);
+}
+static PyObject *KV_get_num_usable(KV *kv, void *c) { return PyLong_FromSsize_t(kv->pool->num_blocks - 1); }
+static PyObject *KV_get_pool(KV *kv, void *c) {
+    if (!kv->pool) Py_RETURN_NONE;
+    Py_INCREF(kv->pool);
+    return (PyObject *)kv->pool;
+}
+static PyObject *KV_get_enable_caching(KV *kv, void *c) { return PyBool_FromLong(kv->enable_caching); }
+
+static PyMethodDef KV_methods[] = {
+    {"allocate", (PyCFunction)(void (*)(void))KV_allocate, METH_VARARGS | METH_KEYWORDS,
+     "`KVCacheManager.allocate` (no sliding groups)."},
+    {"allocate_slots", (PyCFunction)(void (*)(void))KV_allocate_slots, METH_VARARGS | METH_KEYWORDS,
+     "`KVCacheManager.allocate_slots` (no sliding groups)."},
+    {"allocate_decode_slots", (PyCFunction)KV_allocate_decode_slots, METH_VARARGS,
+     "`KVCacheManager.allocate_decode_slots`."},
+    {"free", (PyCFunction)KV_free, METH_O, "`KVCacheManager.free`."},
+    {"get_computed_blocks", (PyCFunction)KV_get_computed_blocks, METH_O, "`KVCacheManager.get_computed_blocks`."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef KV_getset[] = {
+    {"num_free_blocks", (getter)KV_get_num_free, NULL, NULL, NULL},
+    {"num_used_blocks", (getter)KV_get_num_used, NULL, NULL, NULL},
+    {"num_usable_blocks", (getter)KV_get_num_usable, NULL, NULL, NULL},
+    {"pool", (getter)KV_get_pool, NULL, NULL, NULL},
+    {"enable_caching", (getter)KV_get_enable_caching, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef KV_members[] = {
+    {"block_size", T_PYSSIZET, offsetof(KV, block_size), READONLY, NULL},
+    {"max_model_len", T_PYSSIZET, offsetof(KV, max_model_len), READONLY, NULL},
+    {"watermark_blocks", T_PYSSIZET, offsetof(KV, watermark_blocks), READONLY, NULL},
+    {"failed_need", T_PYSSIZET, offsetof(KV, failed_need), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject KVType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.KVCacheManagerCore",
+    .tp_basicsize = sizeof(KV),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The compiled KV cache manager's hot operations (engine.core.compiled_kv.CompiledKVCacheManager).",
+    .tp_traverse = (traverseproc)KV_traverse,
+    .tp_clear = (inquiry)KV_clear,
+    .tp_dealloc = (destructor)KV_dealloc,
+    .tp_init = (initproc)KV_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = KV_methods,
+    .tp_getset = KV_getset,
+    .tp_members = KV_members,
+};
+
+static struct PyModuleDef kvcore_module = {
+    PyModuleDef_HEAD_INIT, "engine.core._kvcore",
+    "Compiled BlockPool and KVCacheManager operations (see engine/core/compiled_kv.py).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kvcore(void) {
+    (void)ceil_div;
+    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&KVType) < 0) return NULL;
+#define INTERN(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL
+    INTERN(s_block_ids, "block_ids");
+    INTERN(s_block_ids_head, "block_ids_head");
+    INTERN(s_block_hashes, "block_hashes");
+    INTERN(s_num_cached_blocks, "num_cached_blocks");
+    INTERN(s_cache_chain, "cache_chain");
+    INTERN(s_sliding_block_ids, "sliding_block_ids");
+    INTERN(s_sliding_first_block, "sliding_first_block");
+    INTERN(s_num_tokens, "num_tokens");
+    INTERN(s_num_computed_tokens, "num_computed_tokens");
+#undef INTERN
+    if (!(s_zero = PyLong_FromLong(0))) return NULL;
+    PyObject *m = PyModule_Create(&kvcore_module);
+    if (!m) return NULL;
+    Py_INCREF(&PoolType);
+    if (PyModule_AddObject(m, "BlockPoolCore", (PyObject *)&PoolType) < 0) return NULL;
+    Py_INCREF(&KVType);
+    if (PyModule_AddObject(m, "KVCacheManagerCore", (PyObject *)&KVType) < 0) return NULL;
+    return m;
+}
