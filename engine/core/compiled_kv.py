@@ -86,7 +86,8 @@ if _kvcore is not None:
     class CompiledKVCacheManager(_kvcore.KVCacheManagerCore, KVCacheManager):
         """`KVCacheManager` in C for a cache without sliding-window groups: `allocate`, `allocate_slots`,
         `allocate_decode_slots`, `free` and `get_computed_blocks` are `KVCacheManagerCore`'s; the block hashes
-        (`ensure_block_hashes`, called back from C when a lookup needs them) are `KVCacheManager`'s."""
+        (`ensure_block_hashes`, called back from C when a lookup needs them) are `KVCacheManager`'s. It leaves
+        `Request.block_ids_head` empty (C reads the block list itself; the head is the Python manager's shortcut)."""
 
         def __init__(self, cache: CacheConfig, max_model_len: int, watermark: float = 0.0) -> None:
             if cache.num_sliding_groups:
