@@ -31,8 +31,12 @@ def _kind_in_subprocess(**env: str) -> str:
 
 
 def test_the_extension_is_built_where_a_compiler_is():
+    """In CI (a fresh clone installed by .ci/run) a missing build is a failure; in a checkout installed before the
+    extension existed it is only a skip that says how to build it."""
     if not _compiler_found():
         pytest.skip("no C compiler or Python headers here: the package runs on the Python classes")
+    if not compiled_kv.BUILT and not os.environ.get("CI"):
+        pytest.skip("engine.core._kvcore is not built in this checkout: `pip install -e .` builds it")
     assert compiled_kv.BUILT, "a C compiler is here but engine.core._kvcore was not built (pip install -e . again)"
 
 
