@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import yaml
+from api_costs import only
 from profiles import gpu_profile_without_tokenizer
 
 from roofline.cost.hardware import load_profile, parse_profile
@@ -51,10 +52,7 @@ def _run(workload: Workload, costs: ApiServerCosts, speed: float = 1.0, host: di
                           step_time_fn=lambda replica, step, start, plan: STEP_S)
 
 
-INPUT_ONLY = ApiServerCosts(request_s=0.02, chat_request_s=0.0, prompt_token_s=0.0, output_pass_s=0.0,
-                            output_token_s=0.0, chat_output_token_s=0.0, latency_s=0.0,
-                            engine_admit_step_s=0.0, engine_new_request_s=0.0, engine_prompt_token_s=0.0,
-                            prefix_cache_token_s=0.0, block_hash_token_s=0.0)
+INPUT_ONLY = only(request_s=0.02)
 
 
 def test_a_burst_queues_behind_one_process_and_ttft_grows_with_the_position() -> None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from api_costs import only
 from profiles import gpu_profile_without_tokenizer
 
 from roofline.cost.host_cpu import HostCpu
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
-from roofline.sim.api_server import CHAT_TEMPLATE_PARSE_S, ApiServerCosts, release_chat_request_extra_s
+from roofline.sim.api_server import CHAT_TEMPLATE_PARSE_S, release_chat_request_extra_s
 from roofline.sim.deployment import make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
@@ -19,10 +20,7 @@ from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
 ENGINE = EngineArgs(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=512, num_gpu_blocks_override=400,
                     async_scheduling=False)
 STEP_S = 0.01
-INPUT_ONLY = ApiServerCosts(request_s=0.02, chat_request_s=0.005, prompt_token_s=0.0, output_pass_s=0.0,
-                            output_token_s=0.0, chat_output_token_s=0.0, latency_s=0.0,
-                            engine_admit_step_s=0.0, engine_new_request_s=0.0, engine_prompt_token_s=0.0,
-                            prefix_cache_token_s=0.0, block_hash_token_s=0.0)
+INPUT_ONLY = only(request_s=0.02, chat_request_s=0.005)
 
 
 @pytest.mark.parametrize(("version", "architecture", "extra_s"), [
