@@ -49,8 +49,15 @@ def test_the_compiled_manager_is_in_use_when_built():
         assert isinstance(Scheduler(SchedulerConfig(max_model_len=64), cache).kv, compiled_kv.CompiledKVCacheManager)
 
 
-def test_pure_python_is_selected_by_the_environment():
-    assert _kind_in_subprocess(ROOFLINE_PURE_PYTHON="1") == "KVCacheManager"
+@pytest.mark.parametrize("value", ["1", "TRUE", " yes"])
+def test_pure_python_is_selected_by_the_environment(value):
+    assert _kind_in_subprocess(ROOFLINE_PURE_PYTHON=value) == "KVCacheManager"
+
+
+def test_a_false_value_keeps_the_compiled_manager():
+    if not compiled_kv.BUILT:
+        pytest.skip("engine.core._kvcore is not built")
+    assert _kind_in_subprocess(ROOFLINE_PURE_PYTHON="0") == "CompiledKVCacheManager"
 
 
 def test_a_hybrid_cache_uses_the_python_manager():

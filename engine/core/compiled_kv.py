@@ -9,9 +9,9 @@ tests/test_core_properties.py run both), in C: the simulator's step loop spends 
 (docs/benchmark-history/2026-11-30d-speed.md), most of it in numpy calls on a few block ids each.
 
 The extension is optional: `pip install -e .` builds it where a C compiler is found (setup.py) and the package
-runs on the Python classes where it is not. `ROOFLINE_PURE_PYTHON=1` in the environment selects the Python
-classes even where it is built (read once, at import). A hybrid model's cache (sliding-window groups) always uses
-the Python manager: the compiled one has no sliding groups.
+runs on the Python classes where it is not. `ROOFLINE_PURE_PYTHON=1` (any value but empty, 0, false or no) in the
+environment selects the Python classes even where it is built (read once, at import). A hybrid model's cache
+(sliding-window groups) always uses the Python manager: the compiled one has no sliding groups.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ except ImportError:  # not built (no compiler at install time)
 
 BUILT = _kvcore is not None
 # Whether `new_kv_cache_manager` gives the compiled manager: built, and not turned off.
-COMPILED = BUILT and os.environ.get("ROOFLINE_PURE_PYTHON", "") not in ("1", "true", "yes")
+COMPILED = BUILT and os.environ.get("ROOFLINE_PURE_PYTHON", "").strip().lower() in ("", "0", "false", "no")
 
 
 if _kvcore is not None:

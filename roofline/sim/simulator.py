@@ -287,15 +287,14 @@ class _Simulation:
                 given = options.api_server_costs.scaled(1.0 / host.single_thread_speed_relative)
                 costs = replace(given, **{f"{name}_s": getattr(given, f"{name}_s") * factor
                                           for name, factor in host.cost_factors})
-            # The simulated release's own chat work per request beyond 0.32's (vLLM 0.11.0's template parse).
-            extra_s = release_chat_request_extra_s(deployment.vllm_version, deployment.spec.architecture)
-            if extra_s:
-                costs = replace(costs, chat_request_s=costs.chat_request_s + extra_s / host.single_thread_speed_relative)
-            # And its chat stream's work per output token beyond a plain model's (harmony's parsing for gpt-oss).
-            token_s = release_chat_output_token_extra_s(deployment.vllm_version, deployment.spec.architecture)
-            if token_s:
-                costs = replace(costs, chat_output_token_s=costs.chat_output_token_s
-                                + token_s / host.single_thread_speed_relative)
+            # The simulated release's own chat work beyond a plain model's on 0.32, in reference-host seconds: per
+            # request (vLLM 0.11.0's template parse), per streamed output token (harmony's parsing for gpt-oss).
+            version, architecture = deployment.vllm_version, deployment.spec.architecture
+            speed = host.single_thread_speed_relative
+            costs = replace(costs,
+                            chat_request_s=costs.chat_request_s + release_chat_request_extra_s(version, architecture) / speed,
+                            chat_output_token_s=costs.chat_output_token_s
+                            + release_chat_output_token_extra_s(version, architecture) / speed)
             self.api = [ApiServer(costs, options.api_server_count, options.endpoint, host,
                                   deployment.cache_config.enable_prefix_caching) for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
