@@ -150,6 +150,42 @@ class _SumsOnly(StepArrays):
         raise AssertionError("the sums suffice")
 
 
+SERIAL_HOST_H100 = replace(H100, executor=replace(H100.executor, host_overlaps_device=False))
+
+
+@pytest.mark.parametrize("hw,quant,tp", [
+    (H100, BF16, 1), (SERIAL_HOST_H100, BF16, 1), (H100, FP8_KV, 2),
+    (replace(EAGER_H100, executor=replace(EAGER_H100.executor, host_overlaps_device=False)), BF16, 1),
+    (load_profile("b200"), BF16, 1),
+    (load_profile("l40s"), QuantConfig.from_user(quantization="fp8", model_dtype="bfloat16"), 1),
+    (load_profile("a100-80gb-sxm"), BF16, 4)])
+def test_plain_paths_give_the_general_floats(hw, quant, tp):
+    """On a GPU with full attention (`_plain_gqa_decode`), `time_s`'s written-out paths (decodes only from their
+    count and context sum, `_decode_step_terms`; a step given by its sums; a step given by its arrays, prefills,
+    decodes and idle rows of no query token, `_plain_rows_time_s`) give the general path's floats bit for bit, with
+    the host overlapping the device or not, in and past the CUDA graphs' sizes."""
+    m = model(hw=hw, quant=quant, tp=tp)
+    assert m._plain_gqa_decode
+    rng = np.random.default_rng(7)
+    for i in range(60):
+        n = int(rng.integers(1, 700))
+        share = (0.0, 0.03, 0.5, 1.0)[i % 4]
+        q = np.where(rng.random(n) < share, rng.integers(2, 4000, n), 1)
+        if i % 5 == 0:
+            q[rng.random(n) < 0.1] = 0
+        c = rng.integers(0, 60000 if i % 3 else 50, n)
+        e = rng.random(n) < 0.9
+        general = m._arrays_time_s(q, c, e)
+        assert m.time_s(StepArrays(q, c, e)) == general
+        dec = c[q == 1]
+        if (q > 0).all():
+            rows = (int(dec.size), int(dec.sum()), int(dec.max()) if dec.size else 0, q[q > 1].tolist(),
+                    c[q > 1].tolist())
+            assert m.time_s(_SumsOnly(q, c, e, rows)) == general
+        ones = np.ones(n, np.int64)
+        assert m.time_s(StepArrays(ones, c, np.ones(n, bool))) == m._arrays_time_s(ones, c, np.ones(n, bool))
+
+
 MOE = replace(SPEC, num_experts=8, num_experts_per_tok=2)
 FP8 = QuantConfig.from_user(quantization="fp8", model_dtype="bfloat16")
 

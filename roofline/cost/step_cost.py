@@ -33,6 +33,7 @@ from roofline.cost.kernels.attention import (
     attention_decode_time_of_terms_s,
     attention_prefill_time_s,
     attention_q_tile_tokens,
+    attention_tile_heads,
 )
 from roofline.cost.kernels.mla import (
     MlaBatch,
@@ -67,7 +68,15 @@ from roofline.cost.quant import (
     resolve_for_hardware,
     resolve_for_model,
 )
-from roofline.cost.roofline_math import _distinct_rows, _ExactPowArray, _segment_sums, row_sums
+from roofline.cost.roofline_math import (
+    _bandwidth,
+    _distinct_rows,
+    _ExactPowArray,
+    _overlap,
+    _segment_sums,
+    _sum,
+    row_sums,
+)
 from roofline.cost.step_shape import ConcatenatedSteps, StepShape
 
 
@@ -149,6 +158,12 @@ class StepCostModel:
         self._rows_suffice = not spec.sliding_window
         # `time_s`'s parts of a step of decodes only that depend on the number of sequences alone, by that number.
         self._decode_parts: dict[int, tuple[float, float, float]] = {}
+        # `time_s`'s of a step of decodes only where `_plain_gqa_decode`, by number of decodes (`_decode_step_terms`).
+        self._plain_gqa_decode = self._plain_decode and not spec.is_mla
+        self._decode_steps: dict[int, tuple[Any, ...]] = {}
+        self._prefill_terms: tuple[Any, ...] | None = None  # `_plain_rows_time_s`'s (`_make_prefill_terms`)
+        self._host_overlaps = hw.executor.host_overlaps_device  # `HostModel.combine`'s case, and its gap
+        self._step_gap_s = hw.executor.step_gap_s
         # `_decode_layer_s`'s, by number of decodes: their bytes of Q and O, and the time's terms.
         self._decode_terms: dict[int, tuple[float, DecodeAttentionTerms]] = {}
         self._decode_flops_per_pair = 4.0 * self.rank.heads * self.rank.head_dim  # (decode_attention_shape's order)
@@ -212,6 +227,29 @@ class StepCostModel:
         scalar formulas on the aggregates (`_attention_s`), without building records."""
         if not shape.num_prefill_tokens:  # decodes only (a prompt's last token counts as prefill)
             n = shape.num_seqs
+            if self._plain_gqa_decode and n:
+                # `_decode_layer_s`, `attention_decode_time_of_terms_s`, `_overlap` and `HostModel.combine` written
+                # out on the terms of n (`_decode_step_terms`): the same operations on the same floats, in order.
+                k = self._decode_steps.get(n)
+                if k is None:
+                    k = self._decode_step_terms(n)
+                token_emit_s, rest_s, launch_s, q_bytes, rate, prologue, bandwidth, p, inv_p, kernel_fixed_s, \
+                    attention_fixed_s, waves_s = k
+                pairs = float(shape.num_context_tokens) + n
+                tc = self._decode_flops_per_pair * pairs / rate
+                tm = (q_bytes + (pairs + n) * self._kv_token + prologue) / bandwidth
+                big, small = (tc, tm) if tc >= tm else (tm, tc)
+                hi = big + 1e-30
+                if big / hi == 1.0:
+                    t = hi * (1.0 + (small / hi) ** p) ** inv_p + kernel_fixed_s + attention_fixed_s
+                else:
+                    t = hi * ((tc / hi) ** p + (tm / hi) ** p) ** inv_p + kernel_fixed_s + attention_fixed_s
+                if waves_s is not None:
+                    t = t + waves_s
+                device_s = token_emit_s + float(self.rank.layers * (t * self._decode_factor))
+                if self._host_overlaps:
+                    return (rest_s if rest_s > device_s else device_s) + self._step_gap_s
+                return rest_s + (launch_s if launch_s > device_s else device_s)
             if self._plain_decode and n:
                 r = self.rank
                 pairs = float(shape.num_context_tokens) + n
@@ -239,6 +277,12 @@ class StepCostModel:
         sums = shape.seq_sums() if self._rows_suffice else None
         if sums is not None:
             return self._rows_time_s(shape.num_batched_tokens, shape.num_emitting_seqs, *sums)
+        if self._plain_gqa_decode:  # `BatchStats.from_arrays`' sums, then as a step given by its sums
+            q, c, emits = shape.seq_arrays()
+            decode = q == 1
+            prefill = np.flatnonzero(q > 1).tolist()
+            return self._plain_rows_time_s(int(_sum(q)), int(np.count_nonzero(emits)), int(np.count_nonzero(decode)),
+                                           int(_sum(c[decode])), q[prefill].tolist(), c[prefill].tolist())
         return self._arrays_time_s(*shape.seq_arrays())
 
     def _arrays_time_s(self, query_lens: np.ndarray, context_lens: np.ndarray, emits: np.ndarray) -> float:
@@ -251,11 +295,76 @@ class StepCostModel:
         sequences of one query token, and the query and context lengths of the others in order
         (`StepShape.seq_sums`), where `_rows_suffice`: the `BatchStats` that `BatchStats.from_arrays` builds, field
         for field, without the arrays."""
+        if self._plain_gqa_decode:
+            return self._plain_rows_time_s(num_tokens, num_emits, num_decodes, decode_context_sum, prefill_query,
+                                           prefill_context)
         prefill = BatchStats._prefill_sums(prefill_query, prefill_context, None, self._q_tile) if prefill_query else {}
         stats = BatchStats(num_tokens=num_tokens, num_emits=num_emits, num_decode_seqs=num_decodes,
                            decode_pairs=float(decode_context_sum) + num_decodes,
                            decode_max_keys=float(decode_context_max) + 1.0 if num_decodes else 0.0, **prefill)
         return self._stats_time_s(stats)
+
+    def _plain_rows_time_s(self, num_tokens: int, num_emits: int, num_decodes: int, decode_context_sum: int,
+                           prefill_query: list[int], prefill_context: list[int]) -> float:
+        """`_rows_time_s` where `_plain_gqa_decode` (a GPU, full attention, not MLA): `BatchStats._prefill_sums`
+        without a window, `_stats_time_s`, `_attention_s`, `prefill_attention_shape` and `attention_prefill_time_s`
+        written out, without the `BatchStats`; the same operations on the same floats, in order (the prefill
+        attention's constants, `_prefill_terms`, computed once)."""
+        r = self.rank
+        t, kernels = 0.0, 0
+        num_prefills = len(prefill_query)
+        if num_prefills:
+            q_tile = self._q_tile
+            pairs = kv_tokens = pad = 0.0
+            tiles = 0
+            for q, c in zip(prefill_query, prefill_context):
+                assert c >= 0, "context lengths must be >= 0"
+                n = math.ceil(q / q_tile)
+                qf, cf = float(q), float(c)
+                pairs += qf * (cf + 1) + qf * (qf - 1) / 2  # attention_pairs without a window
+                kv_tokens += c + q  # min(c, inf) + q
+                pad += (n * q_tile - q) * (c + q)  # last_keys = min(c + q, inf)
+                tiles += n
+            tokens = sum(prefill_query)
+            half_tile, q_token, kv_token, tile_heads, sms, per_pair, per_sm, tile_fixed_s, bandwidth, p, \
+                fixed_s, attention_fixed_s = self._prefill_terms or self._make_prefill_terms()
+            # prefill_attention_shape
+            computed = pairs + tiles * half_tile + float(pad)
+            moved = 2 * tokens * q_token + (float(kv_tokens) + tokens) * kv_token
+            work_units = tile_heads * tiles
+            # attention_prefill_time_s
+            units = max(work_units, 1.0)
+            waves = math.ceil(units / sms)
+            tc = waves * (r.heads * computed) / units * per_pair / per_sm + (waves - 1) * tile_fixed_s
+            tm = moved / bandwidth
+            t += float(r.layers * (_overlap(tc, tm, p) + fixed_s + attention_fixed_s) * self._prefill_factor)
+            kernels += r.layers
+        if num_decodes:
+            t += float(r.layers * self._decode_layer_s(num_decodes, float(decode_context_sum) + num_decodes))
+            kernels += r.layers
+        padded = self._padded_tokens(num_tokens, num_prefills > 0)
+        token_s, token_k = (self._mixed_token_table if num_prefills else self._token_table).lookup(padded)
+        emit_s, emit_k = self._emit_table.lookup(num_emits)
+        return self._combine(token_s + emit_s + t, *self._host_time_s(num_tokens, num_prefills, num_decodes,
+                                                                      token_k + emit_k + kernels))
+
+    def _make_prefill_terms(self) -> tuple[Any, ...]:
+        """`_plain_rows_time_s`'s constants of `prefill_attention_shape` and `attention_prefill_time_s` (the same
+        expressions: q_tile^2 / 2, the efficiency, the peak per SM, the FLOPs of a pair, the bandwidth)."""
+        r, hw, e = self.rank, self.hw, self.hw.efficiency
+        kv_fp8 = self.quant.kv_dtype == "fp8"
+        eff = e.attention_compute_efficiency * np.where(kv_fp8, e.attention_fp8_kv_compute_factor, 1.0) \
+            if kv_fp8 else e.attention_compute_efficiency
+        sms = hw.num_compute_units
+        softmax = e.attention_softmax_flops_per_pair
+        if self._attn_kernels.softmax_on_sfu:
+            softmax = softmax / hw.exp_throughput_factor
+        self._prefill_terms = (self._q_tile * self._q_tile / 2.0, self._q_token, self._kv_token,
+                               attention_tile_heads(r.heads, r.kv_heads, self._attn_kernels), sms,
+                               4.0 * r.head_dim + softmax, hw.peak_flops(self.quant.act_dtype) * eff / sms,
+                               e.attention_tile_fixed_s, _bandwidth(hw) * e.memory_efficiency, e.overlap_exponent,
+                               e.kernel_fixed_s, e.attention_fixed_s)
+        return self._prefill_terms
 
     def expect_max_num_tokens(self, max_num_tokens: int) -> None:
         """A hint, which changes no result: steps will have at most `max_num_tokens` tokens (the scheduler's
@@ -506,6 +615,23 @@ class StepCostModel:
                 t += float(layers * self._decode_layer_s(p.num_decode_seqs, p.decode_pairs))
                 kernels += layers
         return t, kernels
+
+    def _decode_step_terms(self, n: int) -> tuple[Any, ...]:
+        """What `time_s` of a step of `n` decodes (`_plain_gqa_decode`) needs besides their context sum: the token and
+        emit operators' seconds summed (as `_stats_time_s` sums them, left to right), the host time less its
+        launches (where `HostModel.combine` subtracts them: the same subtraction) or the whole host time (where the
+        host overlaps the device), the launches' time, and `_decode_layer_s`'s bytes of Q and O and time's terms
+        (with 1 / overlap_exponent, `_overlap`'s same division)."""
+        token_s, token_k = self._token_table.lookup(self._padded_tokens(n))
+        emit_s, emit_k = self._emit_table.lookup(n)
+        host_s, launch_s = self._host_time_s(n, 0, n, token_k + emit_k + self.rank.layers)
+        self._decode_layer_s(n, 0.0)  # (its terms)
+        q_bytes, terms = self._decode_terms[n]
+        rate, prologue, bandwidth, p, kernel_fixed_s, attention_fixed_s, waves_s = terms
+        k = self._decode_steps[n] = (token_s + emit_s, host_s if self._host_overlaps else host_s - launch_s,
+                                     launch_s, q_bytes, rate, prologue, bandwidth, p, 1.0 / p, kernel_fixed_s,
+                                     attention_fixed_s, waves_s)
+        return k
 
     def _decode_layer_s(self, num_seqs: int, pairs: float) -> float:
         """`attention_decode_time_s` of one layer's decode attention over `num_seqs` sequences and `pairs` keys
