@@ -250,6 +250,8 @@ class _Simulation:
                  step_sink: StepSink | None = None, prompts: KeptPrompts | None = None) -> None:
         spec = deployment.spec
         self.specs, self.options, self.time_fn, self.progress = specs, options, time_fn, progress
+        # The cost model's `time_s` where `time_fn` is `_cost_model_time`'s, called without it (once a step).
+        self.plan_time_s: Callable[[StepPlan], float] | None = getattr(time_fn, "plan_time_s", None)
         self.replicas = [_Replica(i, deployment, options.api_server_count) for i in range(options.num_replicas)]
         self.recorder = Recorder(specs, options.record_steps, step_sink)
         self.make_request = RequestFactory(spec.vocab_size, workload.seed, spec.bos_token_id, spec.eos_token_id)
@@ -442,13 +444,19 @@ class _Simulation:
                 replica.admit(everything=True)
                 self.wake(replica, now)
             return  # otherwise idle until the next arrival
-        duration = self.time_fn(replica.index, replica.num_steps, now, plan)
+        plan_time_s = self.plan_time_s
+        duration = plan_time_s(plan) if plan_time_s is not None else self.time_fn(index, replica.num_steps, now, plan)
         if self.api is not None:  # the served engine core's own work: per step, per request it admits
-            duration += self.api[replica.index].engine_step_s + self.admission_s(replica, plan)
-        for engine_index, rank_plan in ranks_of(replica.index, plan):  # a DP group: each rank's plan
-            _record_step(self.recorder, engine_index, rank_plan, now, duration)
+            duration += self.api[index].engine_step_s + (0.0 if self.host_overlaps_device
+                                                         else self.admission_s(replica, plan))
+        if isinstance(plan, GroupPlan):  # a DP group: each rank's plan
+            for engine_index, rank_plan in ranks_of(index, plan):
+                _record_step(self.recorder, engine_index, rank_plan, now, duration)
+        else:
+            _record_step(self.recorder, index, plan, now, duration)
         replica.plan = plan
-        self.push(now + duration, _STEP_END, replica.index)
+        heapq.heappush(self.heap, (now + duration, _STEP_END, self.seq, index))  # (`push`)
+        self.seq += 1
 
     def admission_s(self, replica: _Replica, plan: StepPlan) -> float:
         """The served engine core's work for the requests `plan` admits (`ApiServer.admission_s`); 0 without an API
@@ -598,6 +606,7 @@ def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
 
     def step_time(replica: int, step_index: int, start_s: float, plan: StepPlan) -> float:
         return time_s(plan)
+    step_time.plan_time_s = time_s  # type: ignore[attr-defined]  # (`_Simulation.schedule` calls it directly)
     return step_time
 
 

@@ -72,9 +72,11 @@ class Segments:
             return
         stamps = series.values[:series.num]
         first = int(stamps.searchsorted(times[0]))  # (the method: a third of np.searchsorted's cost)
-        if first + n <= series.num and _all(stamps[first:first + n] == times):  # one run (the common case)
-            self._append(row, self._series_index(series), first, n)
-            return
+        if first + n <= series.num:  # one run (the common case)? Equal bytes are equal floats (the stamps are the
+            run = stamps[first:first + n]  # clock's, never NaN; both float64), a sixth of `==`'s bool array's cost
+            if run.tobytes() == times.tobytes() or _all(run == times):
+                self._append(row, self._series_index(series), first, n)
+                return
         where = stamps.searchsorted(times)
         if int(where[-1]) < series.num and _all(stamps[where] == times):
             breaks = np.flatnonzero(np.diff(where) != 1) + 1
