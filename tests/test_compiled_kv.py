@@ -1,7 +1,9 @@
 """The compiled KV cache manager (engine/core/_kvcore.c, engine.core.compiled_kv): built where a C compiler is, in
 use when built, and turned off by ROOFLINE_PURE_PYTHON=1. (That it gives the Python classes' results:
-tests/test_core_block_pool.py, tests/test_core_properties.py.)"""
+tests/test_core_block_pool.py, tests/test_core_properties.py.) Its prompt hashing and token id draw against their
+Python and numpy references: below."""
 
+import functools
 import os
 import shutil
 import subprocess
@@ -9,9 +11,24 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.core import CacheConfig, KVCacheManager, Scheduler, SchedulerConfig, compiled_kv
+from engine.core import (
+    CacheConfig,
+    KVCacheManager,
+    Request,
+    SamplingParams,
+    Scheduler,
+    SchedulerConfig,
+    TokenIdGenerator,
+    compiled_kv,
+    token_ids,
+)
+from engine.core.block_hash import ROOT_BLOCK_HASH, block_hash, prompt_block_hashes
+from engine.core.compiled_kv import _kvcore
 
 _PROBE = ("from engine.core import CacheConfig, Scheduler, SchedulerConfig; "
           "s = Scheduler(SchedulerConfig(max_model_len=64), CacheConfig(num_blocks=16, block_size=4)); "
@@ -67,3 +84,94 @@ def test_a_hybrid_cache_uses_the_python_manager():
     if compiled_kv.BUILT:
         with pytest.raises(ValueError, match="num_sliding_groups"):
             compiled_kv.CompiledKVCacheManager(cache, 64)
+
+
+# ---- the prompt's block hashes and the token id draw in C: the same numbers as the Python/numpy reference ----
+
+_built = pytest.mark.skipif(not compiled_kv.BUILT, reason="engine.core._kvcore is not built")
+
+
+@_built
+@settings(max_examples=150, deadline=None)
+@given(block_size=st.integers(1, 40), num_blocks=st.integers(0, 30), extra=st.integers(0, 39),
+       first=st.integers(0, 30), reverse=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_prompt_block_hashes_in_c_are_block_hash_py(block_size, num_blocks, extra, first, reverse, seed):
+    """`_kvcore.prompt_block_hashes` (the compiled manager's prompt hashing), extended in two calls, gives
+    `block_hash.prompt_block_hashes`'s chain, also on a strided view, and its first hash is `block_hash`'s."""
+    ids = np.random.default_rng(seed).integers(0, 300_000, size=num_blocks * block_size + extra % block_size)
+    if reverse:
+        ids = ids[::-1]  # (not contiguous)
+    hashes: list[int] = []
+    _kvcore.prompt_block_hashes(hashes, ids, min(first, num_blocks), block_size)
+    _kvcore.prompt_block_hashes(hashes, ids, num_blocks, block_size)
+    assert hashes == prompt_block_hashes(ROOT_BLOCK_HASH, ids[:num_blocks * block_size], 0, block_size)
+    if num_blocks:
+        assert hashes[0] == block_hash(ROOT_BLOCK_HASH, ids[:block_size], 0)
+
+
+@_built
+def test_the_compiled_manager_hashes_prompt_and_outputs_as_the_python_one():
+    """`ensure_block_hashes` of the compiled manager (prompt in C, generated tokens by the Python method) against the
+    Python manager's, a block at a time and all at once, on prompts that do and do not end on a block boundary."""
+    cache = CacheConfig(num_blocks=64, block_size=4)
+    for num_prompt in (3, 8, 13):
+        reqs = []
+        for kind in (KVCacheManager, compiled_kv.CompiledKVCacheManager):
+            kv = kind(cache, 64)
+            gen = TokenIdGenerator(1000, 7)
+            req = Request.lazy("r", num_prompt, functools.partial(gen.unique_array, num_prompt),
+                               SamplingParams(max_tokens=20))
+            for token in (5, 5, 5, 9, 5, 5, 5, 5, 1, 2, 3):
+                req.append_output_token(token, None)
+            for n in range(1, 3):
+                kv.ensure_block_hashes(req, n)
+            kv.ensure_block_hashes(req, req.num_tokens // cache.block_size)
+            reqs.append(req)
+        assert reqs[0].block_hashes == reqs[1].block_hashes
+        assert len(reqs[1].block_hashes) == (num_prompt + 11) // 4
+
+
+def _numpy_draw(rng: np.random.Generator, n: int, num_allowed: int, bounds: list[int]) -> np.ndarray:
+    """`TokenIdGenerator._draw` by numpy (its reference code)."""
+    ids = rng.integers(0, num_allowed, size=n)
+    if bounds:
+        rows = np.flatnonzero(ids >= bounds[0])
+        ids[rows] = ids[rows] + np.searchsorted(np.array(bounds), ids[rows], side="right")
+    return ids
+
+
+@_built
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**63), num_allowed=st.sampled_from([2, 3, 1000, 128254, 151936, 2**31 + 11, 2**32 - 1]),
+       reserved=st.lists(st.integers(0, 2**32 - 2), max_size=4), sizes=st.lists(st.integers(0, 3000), max_size=4))
+def test_draw_token_ids_in_c_is_numpy(seed, num_allowed, reserved, sizes):
+    """`_kvcore.draw_token_ids` gives numpy's ids (PCG64, Lemire's bounded draw: 2^31 + 11 rejects nearly half its
+    draws) and leaves the generator in numpy's state, across calls that stop halfway through a 64-bit output."""
+    bounds = sorted({r % num_allowed for r in reserved})
+    ours, ref = np.random.default_rng(seed), np.random.default_rng(seed)
+    for n in sizes:
+        state = ours.bit_generator.state
+        ids = np.empty(n, dtype=np.int64)
+        pcg = state["state"]
+        pcg["state"], state["has_uint32"], state["uinteger"] = _kvcore.draw_token_ids(
+            pcg["state"], pcg["inc"], state["has_uint32"], state["uinteger"], num_allowed, bounds, ids)
+        ours.bit_generator.state = state
+        assert ids.tolist() == _numpy_draw(ref, n, num_allowed, bounds).tolist()
+        assert ours.bit_generator.state == ref.bit_generator.state
+
+
+def test_token_ids_are_the_same_drawn_by_c_or_numpy(monkeypatch):
+    """TokenIdGenerator's ids (stream, prefixes, blocks) with its draw in C (where built) and by numpy."""
+    def ids() -> list[list[int]]:
+        gen = TokenIdGenerator(32000, 3, reserved_ids=(0, 2, 31999))
+        return [gen.unique(5), gen.unique(70000), gen.prefix(1, 1500), gen.block_array(4, 16).tolist(), gen.unique(9)]
+    default = ids()
+    monkeypatch.setattr(token_ids, "_DRAW_IN_C", False)
+    assert ids() == default
+    assert token_ids._DRAW_IN_C is False or not compiled_kv.COMPILED
+
+
+def test_pure_python_draws_token_ids_by_numpy():
+    run = subprocess.run([sys.executable, "-c", "from engine.core import token_ids; print(token_ids._DRAW_IN_C)"],
+                         capture_output=True, text=True, check=True, env={**os.environ, "ROOFLINE_PURE_PYTHON": "1"})
+    assert run.stdout.strip() == "False"

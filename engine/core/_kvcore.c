@@ -815,6 +815,205 @@ static PyTypeObject PoolType = {
     .tp_members = Pool_members,
 };
 
+/* ---- prompt block hashes (engine/core/block_hash.py, the reference) ----
+
+   hash_k = (hash_{k-1} + sum over the block's positions t of w_token(x_t) * w_position(t)) mod 2^63, with
+   w_token(x) = splitmix64(x ^ TOKEN_SALT), w_position(t) = splitmix64(t ^ POSITION_SALT) | 1, arithmetic mod 2^64:
+   the same numbers as block_hash.py's `block_hash` and `prompt_block_hashes` (tests/test_compiled_kv.py compares
+   them), computed here for the prompt's blocks without a numpy call per block. */
+
+#define ROOT_BLOCK_HASH 0x5EEDB10CULL
+#define MASK_63 0x7FFFFFFFFFFFFFFFULL
+#define TOKEN_SALT 0x243F6A8885A308D3ULL
+#define POSITION_SALT 0x13198A2E03707344ULL
+
+static inline uint64_t splitmix64(uint64_t x) {
+    uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t *position_weights;  /* w_position(t) for t < num_position_weights, grown by doubling */
+static Py_ssize_t num_position_weights;
+
+static int ensure_position_weights(Py_ssize_t n) {
+    if (n <= num_position_weights) return 0;
+    Py_ssize_t size = num_position_weights ? 2 * num_position_weights : 1 << 13;
+    while (size < n) size *= 2;
+    uint64_t *w = PyMem_RawRealloc(position_weights, sizeof(uint64_t) * (size_t)size);
+    if (!w) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t t = num_position_weights; t < size; t++) w[t] = splitmix64((uint64_t)t ^ POSITION_SALT) | 1ULL;
+    position_weights = w;
+    num_position_weights = size;
+    return 0;
+}
+
+/* Append to `hashes` (a list) the hashes of blocks [len(hashes), num_blocks) of the int64 ids `prompt` (its first
+   num_blocks * block_size ids), chained after the list's last hash. */
+static int hash_prompt_blocks(PyObject *hashes, PyObject *prompt, Py_ssize_t num_blocks, Py_ssize_t bs) {
+    Py_ssize_t have = PyList_GET_SIZE(hashes);
+    if (num_blocks <= have) return 0;
+    uint64_t parent = ROOT_BLOCK_HASH;
+    if (have) {
+        parent = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(hashes, have - 1));
+        if (parent == (uint64_t)-1 && PyErr_Occurred()) return -1;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(prompt, &view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) return -1;
+    int rc = -1;
+    const char *fmt = view.format ? view.format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@') fmt++;
+    if (view.ndim != 1 || view.itemsize != 8 || !(fmt[0] == 'l' || fmt[0] == 'q') || fmt[1]) {
+        PyErr_SetString(PyExc_TypeError, "a prompt must be a 1-d int64 array");
+        goto done;
+    }
+    if (view.shape[0] < num_blocks * bs) {
+        PyErr_SetString(PyExc_IndexError, "hash_prompt_blocks: the prompt is shorter than its blocks");
+        goto done;
+    }
+    if (ensure_position_weights(num_blocks * bs) < 0) goto done;
+    Py_ssize_t stride = view.strides[0];
+    const char *base = view.buf;
+    for (Py_ssize_t k = have; k < num_blocks; k++) {
+        uint64_t content = 0;
+        for (Py_ssize_t t = k * bs; t < (k + 1) * bs; t++) {
+            uint64_t x = (uint64_t)*(const int64_t *)(base + t * stride);
+            content += splitmix64(x ^ TOKEN_SALT) * position_weights[t];
+        }
+        parent = (parent + content) & MASK_63;
+        PyObject *h = PyLong_FromUnsignedLongLong(parent);
+        if (!h || PyList_Append(hashes, h) < 0) { Py_XDECREF(h); goto done; }
+        Py_DECREF(h);
+    }
+    rc = 0;
+done:
+    PyBuffer_Release(&view);
+    return rc;
+}
+
+static PyObject *mod_prompt_block_hashes(PyObject *Py_UNUSED(m), PyObject *args) {
+    /* prompt_block_hashes(hashes, prompt, num_blocks, block_size): the C path of `KVCacheManagerCore`'s
+       hashing, for tests. */
+    PyObject *hashes, *prompt;
+    Py_ssize_t num_blocks, bs;
+    if (!PyArg_ParseTuple(args, "O!Onn", &PyList_Type, &hashes, &prompt, &num_blocks, &bs)) return NULL;
+    if (bs < 1) { PyErr_SetString(PyExc_ValueError, "block_size < 1"); return NULL; }
+    if (hash_prompt_blocks(hashes, prompt, num_blocks, bs) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- token ids drawn from numpy's PCG64 (engine/core/token_ids.py, `TokenIdGenerator._draw`) ----
+
+   `Generator(PCG64).integers(0, num_allowed, size=n)` (int64, num_allowed <= 2^32) gives, id after id,
+   Lemire's bounded draw on the bit generator's next 32-bit output (numpy/random/src/distributions/distributions.c
+   `random_bounded_uint64_fill`, `buffered_bounded_lemire_uint32`); a 32-bit output is the low half of the next
+   64-bit PCG64 output, its high half kept for the following one (`pcg64_next32`: has_uint32, uinteger); a 64-bit
+   output steps the 128-bit LCG, then applies XSL-RR (numpy/random/src/pcg64/pcg64.h, O'Neill's PCG). Drawn here
+   from the state numpy reports (`bit_generator.state`, which the caller sets back), the same ids and the same
+   final state (tests/test_compiled_kv.py checks both against numpy), at a fraction of numpy's per-id cost
+   (its bounded fill calls the generator through a pointer for each 32 bits). The reserved-id shift of `_draw`
+   is applied in the same pass. */
+
+typedef unsigned __int128 u128;
+#define PCG_MULT (((u128)0x2360ED051FC65DA4ULL << 64) | (u128)0x4385DF649FCCF645ULL)
+
+static int u128_from(PyObject *o, u128 *out) {
+    uint64_t lo = PyLong_AsUnsignedLongLongMask(o);
+    if (lo == (uint64_t)-1 && PyErr_Occurred()) return -1;
+    PyObject *sh = PyLong_FromLong(64);
+    if (!sh) return -1;
+    PyObject *hi_o = PyNumber_Rshift(o, sh);
+    Py_DECREF(sh);
+    if (!hi_o) return -1;
+    uint64_t hi = PyLong_AsUnsignedLongLong(hi_o);
+    Py_DECREF(hi_o);
+    if (hi == (uint64_t)-1 && PyErr_Occurred()) return -1;
+    *out = ((u128)hi << 64) | lo;
+    return 0;
+}
+
+static PyObject *u128_to(u128 v) {
+    PyObject *hi = PyLong_FromUnsignedLongLong((uint64_t)(v >> 64));
+    PyObject *lo = PyLong_FromUnsignedLongLong((uint64_t)v);
+    PyObject *sh = PyLong_FromLong(64);
+    PyObject *shifted = hi && sh ? PyNumber_Lshift(hi, sh) : NULL;
+    PyObject *r = shifted && lo ? PyNumber_Or(shifted, lo) : NULL;
+    Py_XDECREF(hi); Py_XDECREF(lo); Py_XDECREF(sh); Py_XDECREF(shifted);
+    return r;
+}
+
+static PyObject *mod_draw_token_ids(PyObject *Py_UNUSED(m), PyObject *args) {
+    /* draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out) -> (state, has_uint32, uinteger):
+       out[i] = the i-th id of `_draw`; bounds: the ascending reserved_j - j. */
+    PyObject *state_o, *inc_o, *bounds_o, *out_o;
+    int has_uint32;
+    unsigned long long uinteger_ull, num_allowed;
+    if (!PyArg_ParseTuple(args, "OOiKKOO", &state_o, &inc_o, &has_uint32, &uinteger_ull, &num_allowed, &bounds_o,
+                          &out_o))
+        return NULL;
+    if (num_allowed < 2 || num_allowed > 0xFFFFFFFFULL) {
+        PyErr_SetString(PyExc_ValueError, "draw_token_ids: num_allowed must be in [2, 2^32)");
+        return NULL;
+    }
+    u128 state, inc;
+    if (u128_from(state_o, &state) < 0 || u128_from(inc_o, &inc) < 0) return NULL;
+    IdBuf bounds;
+    if (idbuf_from(&bounds, bounds_o, 0) < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(out_o, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        idbuf_free(&bounds);
+        return NULL;
+    }
+    const char *fmt = view.format ? view.format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@') fmt++;
+    if (view.ndim != 1 || view.itemsize != 8 || !(fmt[0] == 'l' || fmt[0] == 'q') || fmt[1]) {
+        PyBuffer_Release(&view);
+        idbuf_free(&bounds);
+        PyErr_SetString(PyExc_TypeError, "draw_token_ids: out must be a 1-d int64 array");
+        return NULL;
+    }
+    int64_t *out = view.buf;
+    Py_ssize_t n = view.shape[0];
+    uint32_t uinteger = (uint32_t)uinteger_ull;
+    const uint32_t rng_excl = (uint32_t)num_allowed;  /* numpy's rng + 1, rng = high - low */
+    const uint32_t threshold = (uint32_t)(UINT32_MAX - (rng_excl - 1)) % rng_excl;
+    const int64_t first_bound = bounds.n ? bounds.v[0] : INT64_MAX;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t m;
+        uint32_t leftover;
+        do {
+            uint32_t x;
+            if (has_uint32) {
+                has_uint32 = 0;
+                x = uinteger;
+            } else {
+                state = state * PCG_MULT + inc;
+                uint64_t word = (uint64_t)(state >> 64) ^ (uint64_t)state;
+                unsigned rot = (unsigned)(state >> 122);
+                word = (word >> rot) | (word << ((-rot) & 63));
+                has_uint32 = 1;
+                uinteger = (uint32_t)(word >> 32);
+                x = (uint32_t)word;
+            }
+            m = (uint64_t)x * rng_excl;
+            leftover = (uint32_t)m;
+        } while (leftover < threshold);  /* (leftover >= rng_excl > threshold on all but a few in 2^32 / rng) */
+        int64_t k = (int64_t)(m >> 32);
+        if (k >= first_bound) {
+            Py_ssize_t j = 0;
+            while (j < bounds.n && bounds.v[j] <= k) j++;
+            k += j;
+        }
+        out[i] = k;
+    }
+    PyBuffer_Release(&view);
+    idbuf_free(&bounds);
+    PyObject *st = u128_to(state);
+    if (!st) return NULL;
+    return Py_BuildValue("(NiK)", st, has_uint32, (unsigned long long)uinteger);
+}
+
 /* ---- the KV cache manager ---- */
 
 typedef struct {
@@ -827,7 +1026,8 @@ typedef struct {
 } KV;
 
 static PyObject *s_block_ids, *s_block_ids_head, *s_block_hashes, *s_num_cached_blocks, *s_cache_chain,
-    *s_sliding_block_ids, *s_sliding_first_block, *s_num_tokens, *s_num_computed_tokens, *s_zero;
+    *s_sliding_block_ids, *s_sliding_first_block, *s_num_tokens, *s_num_computed_tokens, *s_num_prompt_tokens,
+    *s_prompt_array, *s_ensure_block_hashes, *s_zero;
 
 static int KV_traverse(KV *kv, visitproc visit, void *arg) {
     Py_VISIT(kv->pool); Py_VISIT(kv->ensure); Py_VISIT(kv->no_block_ids);
@@ -879,11 +1079,26 @@ static int set_ssize(PyObject *o, PyObject *name, Py_ssize_t value) {
     return r;
 }
 
-/* ensure_block_hashes(req, n) unless req.block_hashes already has n. */
+/* `KVCacheManager.ensure_block_hashes(req, n)`: the prompt's blocks hashed here (`hash_prompt_blocks`), the blocks
+   of generated tokens past them by the Python method. */
 static int kv_ensure(KV *kv, PyObject *req, Py_ssize_t n) {
     PyObject *hashes = PyObject_GetAttr(req, s_block_hashes);
     if (!hashes) return -1;
-    Py_ssize_t have = PyList_Check(hashes) ? PyList_GET_SIZE(hashes) : -1;
+    if (!PyList_Check(hashes)) { Py_DECREF(hashes); PyErr_SetString(PyExc_TypeError, "block_hashes: a list"); return -1; }
+    Py_ssize_t have = PyList_GET_SIZE(hashes);
+    if (have < n) {
+        Py_ssize_t num_prompt = get_ssize(req, s_num_prompt_tokens);
+        if (num_prompt == -1 && PyErr_Occurred()) { Py_DECREF(hashes); return -1; }
+        Py_ssize_t num_prompt_blocks = num_prompt / kv->block_size;
+        if (num_prompt_blocks > n) num_prompt_blocks = n;
+        if (num_prompt_blocks > have) {
+            PyObject *prompt = PyObject_GetAttr(req, s_prompt_array);
+            int rc = prompt ? hash_prompt_blocks(hashes, prompt, num_prompt_blocks, kv->block_size) : -1;
+            Py_XDECREF(prompt);
+            if (rc < 0) { Py_DECREF(hashes); return -1; }
+            have = PyList_GET_SIZE(hashes);
+        }
+    }
     Py_DECREF(hashes);
     if (have >= n) return 0;
     PyObject *num = PyLong_FromSsize_t(n);
@@ -908,8 +1123,8 @@ static int kv_register(KV *kv, PyObject *req, Py_ssize_t start, Py_ssize_t end) 
         if (kv_ensure(kv, req, start + 1) < 0) goto done;
         hashes = PyObject_GetAttr(req, s_block_hashes);
         if (!hashes) goto done;
-        /* The hasher: a bound method of this manager, called with (req, n). */
-        PyObject *bound = PyMethod_New(kv->ensure, (PyObject *)kv);
+        /* The hasher: this manager's ensure_block_hashes (bound), called with (req, n). */
+        PyObject *bound = PyObject_GetAttr((PyObject *)kv, s_ensure_block_hashes);
         if (!bound) goto done;
         id = pool_new_chain(kv->pool, block_ids, hashes, start, bound, req);
         Py_DECREF(bound);
@@ -1138,6 +1353,14 @@ static PyObject *KV_free(KV *kv, PyObject *req) {
     Py_RETURN_NONE;
 }
 
+static PyObject *KV_ensure_block_hashes(KV *kv, PyObject *args) {
+    PyObject *req;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "On", &req, &n)) return NULL;
+    if (kv_ensure(kv, req, n) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *KV_get_computed_blocks(KV *kv, PyObject *req) {
     if (!kv->enable_caching) return Py_BuildValue("([]i)", 0);
     Py_ssize_t nt = get_ssize(req, s_num_tokens);
@@ -1187,6 +1410,8 @@ static PyMethodDef KV_methods[] = {
      "`KVCacheManager.allocate_decode_slots`."},
     {"free", (PyCFunction)KV_free, METH_O, "`KVCacheManager.free`."},
     {"get_computed_blocks", (PyCFunction)KV_get_computed_blocks, METH_O, "`KVCacheManager.get_computed_blocks`."},
+    {"ensure_block_hashes", (PyCFunction)KV_ensure_block_hashes, METH_VARARGS,
+     "`KVCacheManager.ensure_block_hashes`: the prompt's blocks hashed in C, the rest by the Python method."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1223,9 +1448,17 @@ static PyTypeObject KVType = {
     .tp_members = KV_members,
 };
 
+static PyMethodDef module_methods[] = {
+    {"draw_token_ids", (PyCFunction)mod_draw_token_ids, METH_VARARGS,
+     "draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out): `TokenIdGenerator._draw` on PCG64."},
+    {"prompt_block_hashes", (PyCFunction)mod_prompt_block_hashes, METH_VARARGS,
+     "prompt_block_hashes(hashes, prompt, num_blocks, block_size): extend the list `hashes` to num_blocks hashes."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef kvcore_module = {
     PyModuleDef_HEAD_INIT, "engine.core._kvcore",
-    "Compiled BlockPool and KVCacheManager operations (see engine/core/compiled_kv.py).", -1, NULL,
+    "Compiled BlockPool and KVCacheManager operations (see engine/core/compiled_kv.py).", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__kvcore(void) {
@@ -1241,6 +1474,9 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     INTERN(s_sliding_first_block, "sliding_first_block");
     INTERN(s_num_tokens, "num_tokens");
     INTERN(s_num_computed_tokens, "num_computed_tokens");
+    INTERN(s_num_prompt_tokens, "num_prompt_tokens");
+    INTERN(s_prompt_array, "prompt_array");
+    INTERN(s_ensure_block_hashes, "ensure_block_hashes");
 #undef INTERN
     if (!(s_zero = PyLong_FromLong(0))) return NULL;
     PyObject *m = PyModule_Create(&kvcore_module);

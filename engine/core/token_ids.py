@@ -23,9 +23,15 @@ alike (the simulator must not feed the session's response ids back as its sample
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from engine.core.compiled_kv import COMPILED, _kvcore
+
+# The ids drawn by the extension (`_kvcore.draw_token_ids`: numpy's PCG64 and bounded draw, the same ids and
+# generator state) where it is built and selected, else by numpy.
+_DRAW_IN_C = COMPILED and _kvcore is not None
 _PREFIX_CHUNK = 1024
 # Ids drawn from the sequential stream at once (`unique_array` hands them out in order): one numpy draw per ~28
 # ShareGPT prompts instead of one each, whose fixed cost (~10 us: `integers`' size handling, the reserved-id pass)
@@ -42,7 +48,8 @@ class TokenIdGenerator:
         self._reserved_in_vocab = [i for i in reserved if 0 <= i < vocab_size]  # ascending
         self._num_allowed = vocab_size - len(self._reserved_in_vocab)
         # reserved_j - j for the j-th reserved id (ascending): the draws k >= it are shifted past it (`_draw`).
-        self._reserved_bounds = np.array([r - j for j, r in enumerate(self._reserved_in_vocab)], dtype=np.int64)
+        self._bounds_list = [r - j for j, r in enumerate(self._reserved_in_vocab)]
+        self._reserved_bounds = np.array(self._bounds_list, dtype=np.int64)
         if self._num_allowed < 2:
             raise ValueError(f"TokenIdGenerator: vocab_size {vocab_size} leaves fewer than 2 usable token ids")
         self.vocab_size = vocab_size
@@ -65,6 +72,10 @@ class TokenIdGenerator:
         # since a pass over all ids per reserved id cost ~10 us per 2,340 ids. (A gather from a table of the
         # allowed ids gives the same ids, but its random reads of a vocabulary-sized table miss the caches in a
         # long simulation: 48 -> 23 us per 2,340 ids, BENCHMARKS.md.)
+        if _DRAW_IN_C and self._num_allowed < 1 << 32:
+            state = dict(rng.bit_generator.state)
+            if state["bit_generator"] == "PCG64":  # (every generator here: `default_rng`)
+                return self._draw_in_c(rng, state, n)
         ids = rng.integers(0, self._num_allowed, size=n)
         bounds = self._reserved_bounds
         if len(bounds):
@@ -72,6 +83,15 @@ class TokenIdGenerator:
             if len(rows):
                 k = ids[rows]
                 ids[rows] = k + np.searchsorted(bounds, k, side="right")
+        return ids
+
+    def _draw_in_c(self, rng: np.random.Generator, state: dict[str, Any], n: int) -> np.ndarray:
+        """`_draw` by the extension, from the PCG64 state `state` of `rng`, which it sets to the state after."""
+        ids = np.empty(n, dtype=np.int64)
+        pcg = state["state"]
+        pcg["state"], state["has_uint32"], state["uinteger"] = _kvcore.draw_token_ids(
+            pcg["state"], pcg["inc"], state["has_uint32"], state["uinteger"], self._num_allowed, self._bounds_list, ids)
+        rng.bit_generator.state = state
         return ids
 
     def unique(self, n: int) -> list[int]:
