@@ -31,7 +31,7 @@ from engine.core.compiled_kv import COMPILED, _kvcore
 
 # The ids drawn by the extension (`_kvcore.draw_token_ids`: numpy's PCG64 and bounded draw, the same ids and
 # generator state) where it is built and selected, else by numpy.
-_DRAW_IN_C = COMPILED and _kvcore is not None
+_DRAW_IN_C = COMPILED and hasattr(_kvcore, "draw_token_ids")  # (a build from before it: numpy)
 _PREFIX_CHUNK = 1024
 # Ids drawn from the sequential stream at once (`unique_array` hands them out in order): one numpy draw per ~28
 # ShareGPT prompts instead of one each, whose fixed cost (~10 us: `integers`' size handling, the reserved-id pass)
