@@ -241,7 +241,8 @@ class TokenTimes:
 
     @property
     def num_gaps(self) -> int:
-        return int(self.length.sum()) - len(np.unique(self.row))
+        # (less one a request: its distinct rows counted by `bincount`, without `np.unique`'s sort)
+        return int(self.length.sum()) - (int(np.count_nonzero(np.bincount(self.row))) if len(self.row) else 0)
 
     def values(self, rows: np.ndarray | None = None, by_request: bool = False) -> WeightedValues:
         """The gaps between consecutive tokens of each request (of the rows where `rows` is True), pooled; their
@@ -256,9 +257,9 @@ class TokenTimes:
             def make() -> np.ndarray:
                 # `_explicit`'s gaps of the kept rows (`gaps[rows[index]]`), or all of them by request row (`by_row`):
                 # its slices joined in that order, without the every-gap arrays (~50 MB at 10,000 ShareGPT requests).
-                pieces, piece_rows = self._pieces(None if rows is None else rows.tolist())
+                pieces, piece_rows, piece_lengths = self._pieces(rows)
                 if by_request:  # (a stable sort of the slices by row: the stable sort of their gaps by row)
-                    order = np.argsort(np.array(piece_rows, dtype=np.int64), kind="stable").tolist()
+                    order = np.argsort(piece_rows, kind="stable").tolist()
                     pieces = [pieces[i] for i in order]
                 if not pieces:
                     return np.zeros(0)
@@ -266,7 +267,7 @@ class TokenTimes:
                 # already (a new array of the 4.4 million gaps of 10,000 ShareGPT requests, ~35 MB, costs ~30 ms
                 # of page faults here, 6x the copy).
                 spare, self._spare = self._spare, None
-                n = sum(len(p) for p in pieces)
+                n = int(piece_lengths.sum())
                 return np.concatenate(pieces, out=spare[:n]) if spare is not None and len(spare) >= n else \
                     np.concatenate(pieces)
 
@@ -311,24 +312,45 @@ class TokenTimes:
         """The request row of each of `gap_s` (int32)."""
         return self._explicit()[1]
 
-    def _pieces(self, keep: list[bool] | None = None) -> tuple[list[np.ndarray], list[int]]:
-        """`_explicit`'s gaps as slices in its order, each with its request row; only the rows where `keep` (a
-        request's runs are judged against the run before whatever is kept, as `_explicit`'s gaps then masked)."""
-        times = self.times
+    def _pieces(self, keep: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """`_explicit`'s gaps as slices in its order, each with its request row (int64) and length; only the rows
+        where `keep` (a bool per request row; a request's runs are judged against the run before whatever is kept,
+        as `_explicit`'s gaps then masked). Per run, in finishing order: the gap across the hole from the request's
+        run before (`times[start] - times[end of that run - 1]`, where the run before is the same request's), then
+        the run's own gaps (`steps[start:start + length - 1]`, where it has two tokens or more); the pieces' places,
+        rows and bounds found with numpy, the slices made by one comprehension."""
+        times, row, start, length = self.times, self.row, self.start, self.length
         steps = times[1:] - times[:-1]
-        pieces: list[np.ndarray] = []
-        piece_rows: list[int] = []
-        previous_row, previous_end = -1, 0
-        for row, start, length in zip(self.row.tolist(), self.start.tolist(), self.length.tolist()):
-            if keep is None or keep[row]:
-                if row == previous_row:  # the request's next run: the gap across the hole
-                    pieces.append(times[start:start + 1] - times[previous_end - 1:previous_end])
-                    piece_rows.append(row)
-                if length > 1:
-                    pieces.append(steps[start:start + length - 1])
-                    piece_rows.append(row)
-            previous_row, previous_end = row, start + length
-        return pieces, piece_rows
+        num_runs = len(row)
+        kept = np.ones(num_runs, dtype=bool) if keep is None else np.asarray(keep, dtype=bool)[row]
+        after = np.zeros(num_runs, dtype=bool)  # the request's next run: the run before is the same request's
+        after[1:] = row[1:] == row[:-1]
+        cross = np.flatnonzero(after & kept)
+        inner = np.flatnonzero((length > 1) & kept)
+        # The gaps across holes, each the one subtraction the explicit gaps make (elementwise: the same floats).
+        across = times[start[cross]] - times[start[cross - 1] + length[cross - 1] - 1]
+        # Each kept run's pieces: its gap across (if any) first, then its own gaps.
+        count = np.zeros(num_runs, dtype=np.int64)
+        count[cross] += 1
+        count[inner] += 1
+        first = np.cumsum(count) - count
+        num_pieces = int(count.sum())
+        is_across = np.zeros(num_pieces, dtype=bool)
+        lo = np.empty(num_pieces, dtype=np.int64)
+        piece_rows = np.empty(num_pieces, dtype=np.int64)
+        at = first[cross]
+        is_across[at] = True
+        lo[at] = np.arange(len(cross))
+        piece_rows[at] = row[cross]
+        at = first[inner] + after[inner] * kept[inner]  # (after the gap across, where the run has one)
+        lo[at] = start[inner]
+        piece_rows[at] = row[inner]
+        piece_lengths = np.ones(num_pieces, dtype=np.int64)
+        piece_lengths[at] = length[inner] - 1
+        hi = lo + piece_lengths
+        pieces = [across[a:b] if c else steps[a:b]
+                  for c, a, b in zip(is_across.tolist(), lo.tolist(), hi.tolist())]
+        return pieces, piece_rows, piece_lengths
 
     def _explicit(self) -> tuple[np.ndarray, np.ndarray]:
         """Every gap and its row: a run's gaps are a slice of the stamps' differences (`np.diff(times)[k]` is
@@ -336,10 +358,9 @@ class TokenTimes:
         subtraction; slices, not an index per token (~20x faster for the planner's runs of 2,500 requests)."""
         if self._explicit_gaps is not None:
             return self._explicit_gaps
-        pieces, piece_rows = self._pieces()
+        pieces, piece_rows, piece_lengths = self._pieces()
         gaps = np.concatenate(pieces) if pieces else np.zeros(0)
-        rows = np.repeat(np.array(piece_rows, dtype=np.int32), [len(p) for p in pieces]) if pieces else \
-            np.zeros(0, dtype=np.int32)
+        rows = np.repeat(piece_rows.astype(np.int32), piece_lengths) if pieces else np.zeros(0, dtype=np.int32)
         if len(gaps) <= EXACT_ORDER_MAX_GAPS:  # (`gap_s` and `request_index` read them again)
             self._explicit_gaps = gaps, rows
         return gaps, rows
