@@ -165,3 +165,39 @@ def test_tokens_at_stamps_count_every_token_once() -> None:
     assert counts.sum() == sum(len(t) for t in times_of)
     stamped = np.repeat(tt.times, counts)
     assert np.array_equal(np.sort(stamped), np.sort(np.concatenate(times_of)))
+
+
+@pytest.mark.parametrize("step_back", [False, True], ids=["ascending", "a-step-back"])
+def test_a_run_ending_at_the_latest_stamp_starts_where_searchsorted_says(step_back: bool) -> None:
+    """Requests finishing as the simulator records them (their last token at the stamp just added): each run starts
+    at the stamp `searchsorted` gives for its first token, with repeated stamps at a run's start (the first of them,
+    not the run's own), one-token requests, and stamps that step back (which `Segments.add` then searches)."""
+    rng = np.random.default_rng(11)
+    series = TimeSeries()
+    segments = Segments()
+    expected = []
+    t = 0.0
+    for step in range(600):
+        t += float(rng.choice([0.0, 0.02, 0.03]))  # (0.0: a stamp repeated)
+        if step_back and step == 300:
+            t -= 0.5
+        series.add(t)
+        if step % 3 == 0:
+            n = int(rng.integers(1, min(step, 40) + 2))
+            times = series.values[series.num - n:series.num].copy()
+            segments.add(step, times, series)
+            stamps = series.values[:series.num]  # (Segments.add's search, as it was before its shortcut)
+            first = int(np.searchsorted(stamps, times[0]))
+            where = np.searchsorted(stamps, times)
+            if np.array_equal(stamps[first:first + n], times):
+                expected.append((step, "stamps", first, n))
+            elif where.max() < series.num and np.array_equal(stamps[where], times):
+                bounds = [0, *(np.flatnonzero(np.diff(where) != 1) + 1).tolist(), n]
+                expected += [(step, "stamps", int(where[lo]), hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
+            else:
+                expected.append((step, "own", 0, n))
+    assert series.ascending is not step_back
+    kinds = ["stamps" if s is series else "own" for s in segments.series]
+    assert [(row, kinds[i], first, n) for row, i, first, n in zip(segments.row, segments.series_index,
+                                                                    segments.start, segments.length)] == expected
+    assert any(n == 1 for _, _, _, n in expected) and any(first < 500 for _, _, first, _ in expected)
