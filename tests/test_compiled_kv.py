@@ -175,3 +175,57 @@ def test_pure_python_draws_token_ids_by_numpy():
     run = subprocess.run([sys.executable, "-c", "from engine.core import token_ids; print(token_ids._DRAW_IN_C)"],
                          capture_output=True, text=True, check=True, env={**os.environ, "ROOFLINE_PURE_PYTHON": "1"})
     assert run.stdout.strip() == "False"
+
+
+class _RequestSubclass(Request):
+    """Not exactly `Request`: the extension reaches its fields through the generic attribute calls."""
+
+
+@_built
+def test_bind_request_type_wants_object_slots():
+    class NoSlots:
+        pass
+
+    with pytest.raises(TypeError, match="no slot"):
+        _kvcore.bind_request_type(NoSlots)
+
+
+@_built
+def test_a_request_subclass_gets_the_same_blocks_as_a_request():
+    """The compiled manager reads a `Request`'s slots at their offsets and anything else through getattr/setattr: the
+    same block tables, prefix hits, cached counts and frees either way."""
+    cache = CacheConfig(num_blocks=32, block_size=4)
+    tables = []
+    for cls in (Request, _RequestSubclass):
+        kv = compiled_kv.CompiledKVCacheManager(cache, 64)
+        first = cls("a", list(range(10)), SamplingParams(max_tokens=4))
+        second = cls("b", list(range(9)) + [99], SamplingParams(max_tokens=4))
+        hit, num_hit = kv.get_computed_blocks(first)
+        assert kv.allocate_slots(first, 10 - num_hit, hit, full_sequence_must_fit=True)
+        hit, num_hit = kv.get_computed_blocks(second)
+        assert kv.allocate_slots(second, 10 - num_hit, hit, full_sequence_must_fit=True)
+        state = [list(first.block_ids), list(second.block_ids), num_hit, first.num_cached_blocks,
+                 second.num_cached_blocks, list(first.block_hashes)]
+        kv.free(first)
+        state += [first.block_ids, first.num_cached_blocks, first.cache_chain, kv.num_free_blocks]
+        tables.append(state)
+    assert tables[0] == tables[1]
+    assert tables[0][2] == 8  # the second request's hit: the first two blocks
+
+
+@_built
+def test_block_ids_and_hashes_of_every_size_read_back_exactly():
+    """The extension's int reading (CPython's digits read directly for up to three digits) on the edges: 0, one,
+    two and three 30-bit digits, 2^63 - 1 (the largest hash), beyond (an error, as PyLong_AsLongLong gives), and a
+    negative number."""
+    pool = compiled_kv.CompiledBlockPool(8)
+    values = [0, 1, 2**30 - 1, 2**30, 2**60 - 1, 2**60, 2**63 - 1, 2**62 + 12345]
+    for value in values:
+        ids = pool.allocate(1)
+        pool.register_chain(None, ids, [value], 0, 1)
+        assert int(pool.block_hash[ids[0]]) == value
+        pool.free(ids)
+    with pytest.raises(OverflowError):
+        pool.register_chain(None, pool.allocate(1), [2**63], 0, 1)
+    with pytest.raises(IndexError):
+        pool.touch_ids([-1])

@@ -57,13 +57,34 @@ typedef struct {
     int64_t num_chains_made;
     Py_ssize_t max_chains;
     PyObject *starts; /* dict: hash of a chain's first registered block -> list of chain ids, in creation order */
+    PyObject **id_objs; /* the int object of each block id, made on first use and shared by every block list: a
+                           block list's ints cost a reference each, not an allocation and a free */
 } Pool;
 
 static PyTypeObject PoolType;
 
 /* ---- helpers ---- */
 
-static inline int64_t as_i64(PyObject *o) { return PyLong_AsLongLong(o); }
+/* An int's value (-1 with an exception when it is none or out of range). Block ids and hashes (non-negative, below
+   2^63: up to three 30-bit digits) read from CPython 3.11's digits directly: PyLong_AsLongLong goes through
+   _PyLong_AsByteArray for anything past one digit (~125 instructions a hash). Other versions: the API call. */
+static inline int64_t as_i64(PyObject *o) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && PyLong_SHIFT == 30
+    if (PyLong_CheckExact(o)) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        switch (Py_SIZE(o)) {
+        case 0: return 0;
+        case 1: return (int64_t)d[0];
+        case 2: return (int64_t)d[0] | ((int64_t)d[1] << 30);
+        case 3:
+            if (d[2] < 8) return (int64_t)d[0] | ((int64_t)d[1] << 30) | ((int64_t)d[2] << 60);
+            break;
+        default: break;
+        }
+    }
+#endif
+    return PyLong_AsLongLong(o);
+}
 
 /* An int64 copy of a sequence of ints (list, tuple, or anything iterable by PySequence_Fast: numpy arrays). */
 typedef struct { int64_t *v; Py_ssize_t n; int64_t small[64]; } IdBuf;
@@ -89,6 +110,33 @@ static int idbuf_from(IdBuf *b, PyObject *seq, int reversed) {
     }
     Py_DECREF(fast);
     return 0;
+}
+
+/* A new reference to the int of block id b (0 <= b < num_blocks). */
+static inline PyObject *block_obj(Pool *p, int64_t b) {
+    PyObject *o = p->id_objs[b];
+    if (!o) {
+        o = PyLong_FromLongLong(b);
+        if (!o) return NULL;
+        p->id_objs[b] = o;
+    }
+    Py_INCREF(o);
+    return o;
+}
+
+/* Append the ints of block ids ids[0..n) to the list `lst` in one slice assignment (one resize, not n appends). */
+static int append_blocks(Pool *p, PyObject *lst, const int64_t *ids, Py_ssize_t n) {
+    PyObject *tail = PyList_New(n);
+    if (!tail) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = block_obj(p, ids[i]);
+        if (!o) { Py_DECREF(tail); return -1; }
+        PyList_SET_ITEM(tail, i, o);
+    }
+    Py_ssize_t len = PyList_GET_SIZE(lst);
+    int rc = PyList_SetSlice(lst, len, len, tail);
+    Py_DECREF(tail);
+    return rc;
 }
 
 static int check_block(Pool *p, int64_t b) {
@@ -476,7 +524,7 @@ static PyObject *pool_find_hit(Pool *p, PyObject *block_hashes, Py_ssize_t max_n
             if (num_found == 1) break;
         }
         if (best < 0) break;
-        PyObject *o = PyLong_FromLongLong(best);
+        PyObject *o = block_obj(p, best);
         if (!o || PyList_Append(result, o) < 0) { Py_XDECREF(o); Py_CLEAR(result); goto done; }
         Py_DECREF(o);
     }
@@ -521,7 +569,8 @@ static void Pool_dealloc(Pool *p) {
     Pool_clear(p);
     if (p->have_bufs) for (int i = 0; i < 4; i++) PyBuffer_Release(&p->bufs[i]);
     p->have_bufs = 0;
-    PyMem_Free(p->queue); PyMem_Free(p->pos); PyMem_Free(p->chains); PyMem_Free(p->alive);
+    if (p->id_objs) for (Py_ssize_t b = 0; b < p->num_blocks; b++) Py_XDECREF(p->id_objs[b]);
+    PyMem_Free(p->queue); PyMem_Free(p->pos); PyMem_Free(p->chains); PyMem_Free(p->alive); PyMem_Free(p->id_objs);
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
@@ -551,8 +600,9 @@ static int Pool_init(Pool *p, PyObject *args, PyObject *kw) {
     p->queue_len = 4 * n + 16;
     p->queue = PyMem_Malloc(sizeof(int32_t) * (size_t)p->queue_len);
     p->pos = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
+    p->id_objs = PyMem_Calloc((size_t)n, sizeof(PyObject *));
     p->starts = PyDict_New();
-    if (!p->queue || !p->pos || !p->starts) { PyErr_NoMemory(); return -1; }
+    if (!p->queue || !p->pos || !p->starts || !p->id_objs) { PyErr_NoMemory(); return -1; }
     for (Py_ssize_t b = 0; b < n; b++) p->pos[b] = -1;
     for (Py_ssize_t b = 1; b < n; b++) p->queue[b - 1] = (int32_t)b;  /* (below the window q_reset lays out) */
     q_reset(p, p->queue, n - 1);
@@ -569,7 +619,7 @@ static PyObject *Pool_allocate(Pool *p, PyObject *arg) {
     if (pool_take(p, n, b.v) < 0) { idbuf_free(&b); return NULL; }
     PyObject *out = PyList_New(n);
     for (Py_ssize_t i = 0; out && i < n; i++) {
-        PyObject *o = PyLong_FromLongLong(b.v[i]);
+        PyObject *o = block_obj(p, b.v[i]);
         if (!o) { Py_CLEAR(out); break; }
         PyList_SET_ITEM(out, i, o);
     }
@@ -943,6 +993,14 @@ static PyObject *u128_to(u128 v) {
     return r;
 }
 
+/* PCG64's next 64-bit output: step the LCG, then XSL-RR of the new state. */
+static inline uint64_t pcg64_next(u128 *state, u128 inc) {
+    *state = *state * PCG_MULT + inc;
+    uint64_t word = (uint64_t)(*state >> 64) ^ (uint64_t)*state;
+    unsigned rot = (unsigned)(*state >> 122);
+    return (word >> rot) | (word << ((-rot) & 63));
+}
+
 static PyObject *mod_draw_token_ids(PyObject *Py_UNUSED(m), PyObject *args) {
     /* draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out) -> (state, has_uint32, uinteger):
        out[i] = the i-th id of `_draw`; bounds: the ascending reserved_j - j. */
@@ -979,34 +1037,81 @@ static PyObject *mod_draw_token_ids(PyObject *Py_UNUSED(m), PyObject *args) {
     const uint32_t rng_excl = (uint32_t)num_allowed;  /* numpy's rng + 1, rng = high - low */
     const uint32_t threshold = (uint32_t)(UINT32_MAX - (rng_excl - 1)) % rng_excl;
     const int64_t first_bound = bounds.n ? bounds.v[0] : INT64_MAX;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t m;
-        uint32_t leftover;
-        do {
+    /* An id from a 32-bit output x: Lemire's draw (x again while rejected), then the reserved-id shift. */
+#define NEXT32(x)                                                              \
+    do {                                                                       \
+        if (has_uint32) {                                                      \
+            has_uint32 = 0;                                                    \
+            (x) = uinteger;                                                    \
+        } else {                                                               \
+            uint64_t w_ = pcg64_next(&state, inc);                             \
+            has_uint32 = 1;                                                    \
+            uinteger = (uint32_t)(w_ >> 32);                                   \
+            (x) = (uint32_t)w_;                                                \
+        }                                                                      \
+    } while (0)
+#define FINISH(m, dst)                                                         \
+    do {                                                                       \
+        uint64_t m_ = (m);                                                     \
+        while ((uint32_t)m_ < threshold) {                                     \
+            uint32_t x_;                                                       \
+            NEXT32(x_);                                                        \
+            m_ = (uint64_t)x_ * rng_excl;                                      \
+        }                                                                      \
+        int64_t k_ = (int64_t)(m_ >> 32);                                      \
+        if (k_ >= first_bound) {                                               \
+            Py_ssize_t j_ = 0;                                                 \
+            while (j_ < bounds.n && bounds.v[j_] <= k_) j_++;                  \
+            k_ += j_;                                                          \
+        }                                                                      \
+        (dst) = k_;                                                            \
+    } while (0)
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (has_uint32 || i + 1 == n) {  /* one id, from the buffered half or a new output's low half */
             uint32_t x;
-            if (has_uint32) {
-                has_uint32 = 0;
-                x = uinteger;
-            } else {
-                state = state * PCG_MULT + inc;
-                uint64_t word = (uint64_t)(state >> 64) ^ (uint64_t)state;
-                unsigned rot = (unsigned)(state >> 122);
-                word = (word >> rot) | (word << ((-rot) & 63));
-                has_uint32 = 1;
-                uinteger = (uint32_t)(word >> 32);
-                x = (uint32_t)word;
-            }
-            m = (uint64_t)x * rng_excl;
-            leftover = (uint32_t)m;
-        } while (leftover < threshold);  /* (leftover >= rng_excl > threshold on all but a few in 2^32 / rng) */
-        int64_t k = (int64_t)(m >> 32);
-        if (k >= first_bound) {
-            Py_ssize_t j = 0;
-            while (j < bounds.n && bounds.v[j] <= k) j++;
-            k += j;
+            NEXT32(x);
+            FINISH((uint64_t)x * rng_excl, out[i]);
+            i++;
+            continue;
         }
-        out[i] = k;
+        /* Two ids from each 64-bit output, low half first, while neither is rejected (all but a few in
+           2^32 / num_allowed): then the first goes the one-id way with the high half buffered, as numpy has it. */
+        u128 st = state;
+        uint32_t hi = uinteger;
+        int rejected = 0;
+        for (; i + 1 < n; i += 2) {
+            st = st * PCG_MULT + inc;
+            uint64_t word = (uint64_t)(st >> 64) ^ (uint64_t)st;
+            unsigned rot = (unsigned)(st >> 122);
+            uint64_t w = (word >> rot) | (word << ((-rot) & 63));
+            uint64_t m0 = (uint64_t)(uint32_t)w * rng_excl, m1 = (w >> 32) * rng_excl;
+            hi = (uint32_t)(w >> 32);  /* (numpy keeps the last high half in its state, used or not) */
+            if ((uint32_t)m0 < threshold || (uint32_t)m1 < threshold) {
+                rejected = 1;
+                uinteger = hi;
+                has_uint32 = 1;
+                state = st;
+                FINISH(m0, out[i]);
+                i++;
+                break;
+            }
+            int64_t k0 = (int64_t)(m0 >> 32), k1 = (int64_t)(m1 >> 32);
+            if (k0 >= first_bound || k1 >= first_bound) {
+                FINISH(m0, out[i]);
+                FINISH(m1, out[i + 1]);
+            } else {
+                out[i] = k0;
+                out[i + 1] = k1;
+            }
+        }
+        if (!rejected) {
+            state = st;
+            uinteger = hi;
+        }
     }
+#undef NEXT32
+#undef FINISH
     PyBuffer_Release(&view);
     idbuf_free(&bounds);
     PyObject *st = u128_to(state);
@@ -1064,6 +1169,93 @@ static inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t b) { return -((-a) / 
 /* (a >= 0 everywhere it is used: the usual (a + b - 1) / b) */
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
+/* A request's fields read and written at their slots' offsets, as the interpreter's LOAD_ATTR_SLOT does, when it is
+   exactly `engine.core.request.Request` (`bind_request_type`, called by engine.core.compiled_kv); any other object,
+   or before the binding, through the generic attribute calls (~160 instructions each: the type's lookup and the
+   descriptor's call, most of what these entry points cost, 2026-11-30g-steploop3.md). `num_tokens` and
+   `num_computed_tokens` are Request properties: read here as they compute them while the fast path's columns do not
+   hold the request (`_cols` None), else through the property. */
+static PyTypeObject *req_type;
+static Py_ssize_t off_block_ids, off_block_ids_head, off_block_hashes, off_num_cached_blocks, off_cache_chain,
+    off_sliding_block_ids, off_sliding_first_block, off_num_prompt_tokens, off_prompt, off_output_ids, off_num_computed,
+    off_cols;
+static PyObject *s_prompt, *s_output_ids, *s_num_computed, *s_cols;
+
+static inline PyObject *req_get(PyObject *req, PyObject *name, Py_ssize_t off) {  /* new reference */
+    if (Py_TYPE(req) == req_type) {
+        PyObject *v = *(PyObject **)((char *)req + off);
+        if (v) { Py_INCREF(v); return v; }
+    }
+    return PyObject_GetAttr(req, name);
+}
+static inline int req_set(PyObject *req, PyObject *name, Py_ssize_t off, PyObject *v) {
+    if (Py_TYPE(req) == req_type) {
+        PyObject **slot = (PyObject **)((char *)req + off);
+        PyObject *old = *slot;
+        Py_INCREF(v);
+        *slot = v;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(req, name, v);
+}
+#define RGET(req, field) req_get((req), s_##field, off_##field)
+#define RSET(req, field, v) req_set((req), s_##field, off_##field, (v))
+/* A borrowed slot value, NULL where not bound or unset. */
+static inline PyObject *req_slot(PyObject *req, Py_ssize_t off) {
+    return Py_TYPE(req) == req_type ? *(PyObject **)((char *)req + off) : NULL;
+}
+
+static PyObject *mod_bind_request_type(PyObject *Py_UNUSED(m), PyObject *cls) {
+    if (!PyType_Check(cls)) { PyErr_SetString(PyExc_TypeError, "bind_request_type: a class"); return NULL; }
+    struct { PyObject *name; Py_ssize_t *off; } fields[] = {
+        {s_block_ids, &off_block_ids}, {s_block_ids_head, &off_block_ids_head}, {s_block_hashes, &off_block_hashes},
+        {s_num_cached_blocks, &off_num_cached_blocks}, {s_cache_chain, &off_cache_chain},
+        {s_sliding_block_ids, &off_sliding_block_ids}, {s_sliding_first_block, &off_sliding_first_block},
+        {s_num_prompt_tokens, &off_num_prompt_tokens}, {s_prompt, &off_prompt}, {s_output_ids, &off_output_ids},
+        {s_num_computed, &off_num_computed}, {s_cols, &off_cols},
+    };
+    req_type = NULL;
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, fields[i].name);
+        if (!descr) {
+            if (PyErr_Occurred()) return NULL;
+            PyErr_Format(PyExc_TypeError, "bind_request_type: no slot %R", fields[i].name);
+            return NULL;
+        }
+        if (!Py_IS_TYPE(descr, &PyMemberDescr_Type) || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "bind_request_type: %R is not an object slot", fields[i].name);
+            return NULL;
+        }
+        *fields[i].off = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    Py_INCREF(cls);
+    req_type = (PyTypeObject *)cls;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t ssize_of(PyObject *v) {  /* steals v */
+    if (!v) return -1;
+    Py_ssize_t r = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* `req.num_tokens`, `req.num_computed_tokens` (Request's properties). */
+static Py_ssize_t req_num_tokens(PyObject *req) {
+    PyObject *outputs = req_slot(req, off_output_ids), *np = req_slot(req, off_num_prompt_tokens);
+    if (req_slot(req, off_cols) == Py_None && outputs && PyList_CheckExact(outputs) && np && PyLong_CheckExact(np)) {
+        Py_ssize_t n = PyLong_AsSsize_t(np);
+        return n == -1 && PyErr_Occurred() ? -1 : n + PyList_GET_SIZE(outputs);
+    }
+    return ssize_of(PyObject_GetAttr(req, s_num_tokens));
+}
+static Py_ssize_t req_num_computed(PyObject *req) {
+    PyObject *nc = req_slot(req, off_num_computed);
+    if (req_slot(req, off_cols) == Py_None && nc && PyLong_CheckExact(nc)) return PyLong_AsSsize_t(nc);
+    return ssize_of(PyObject_GetAttr(req, s_num_computed_tokens));
+}
+
 static Py_ssize_t get_ssize(PyObject *o, PyObject *name) {
     PyObject *v = PyObject_GetAttr(o, name);
     if (!v) return -1;
@@ -1079,20 +1271,32 @@ static int set_ssize(PyObject *o, PyObject *name, Py_ssize_t value) {
     return r;
 }
 
+#define RGET_SSIZE(req, field) ssize_of(RGET(req, field))
+static int req_set_ssize(PyObject *req, PyObject *name, Py_ssize_t off, Py_ssize_t value) {
+    PyObject *v = PyLong_FromSsize_t(value);
+    if (!v) return -1;
+    int r = req_set(req, name, off, v);
+    Py_DECREF(v);
+    return r;
+}
+#define RSET_SSIZE(req, field, value) req_set_ssize((req), s_##field, off_##field, (value))
+
 /* `KVCacheManager.ensure_block_hashes(req, n)`: the prompt's blocks hashed here (`hash_prompt_blocks`), the blocks
    of generated tokens past them by the Python method. */
 static int kv_ensure(KV *kv, PyObject *req, Py_ssize_t n) {
-    PyObject *hashes = PyObject_GetAttr(req, s_block_hashes);
+    PyObject *hashes = RGET(req, block_hashes);
     if (!hashes) return -1;
     if (!PyList_Check(hashes)) { Py_DECREF(hashes); PyErr_SetString(PyExc_TypeError, "block_hashes: a list"); return -1; }
     Py_ssize_t have = PyList_GET_SIZE(hashes);
     if (have < n) {
-        Py_ssize_t num_prompt = get_ssize(req, s_num_prompt_tokens);
+        Py_ssize_t num_prompt = RGET_SSIZE(req, num_prompt_tokens);
         if (num_prompt == -1 && PyErr_Occurred()) { Py_DECREF(hashes); return -1; }
         Py_ssize_t num_prompt_blocks = num_prompt / kv->block_size;
         if (num_prompt_blocks > n) num_prompt_blocks = n;
         if (num_prompt_blocks > have) {
-            PyObject *prompt = PyObject_GetAttr(req, s_prompt_array);
+            PyObject *prompt = req_slot(req, off_prompt);
+            if (prompt && prompt != Py_None) Py_INCREF(prompt);
+            else prompt = PyObject_GetAttr(req, s_prompt_array);  /* (loads a lazy request's prompt) */
             int rc = prompt ? hash_prompt_blocks(hashes, prompt, num_prompt_blocks, kv->block_size) : -1;
             Py_XDECREF(prompt);
             if (rc < 0) { Py_DECREF(hashes); return -1; }
@@ -1112,16 +1316,16 @@ static int kv_ensure(KV *kv, PyObject *req, Py_ssize_t n) {
 
 /* `KVCacheManager._register`: req.block_ids[start:end] into its chain, a new lazy one if it has none. */
 static int kv_register(KV *kv, PyObject *req, Py_ssize_t start, Py_ssize_t end) {
-    PyObject *chain = PyObject_GetAttr(req, s_cache_chain);
+    PyObject *chain = RGET(req, cache_chain);
     if (!chain) return -1;
-    PyObject *block_ids = PyObject_GetAttr(req, s_block_ids);
+    PyObject *block_ids = RGET(req, block_ids);
     if (!block_ids) { Py_DECREF(chain); return -1; }
     int rc = -1;
     int64_t id;
     PyObject *hashes = NULL;
     if (chain == Py_None) {
         if (kv_ensure(kv, req, start + 1) < 0) goto done;
-        hashes = PyObject_GetAttr(req, s_block_hashes);
+        hashes = RGET(req, block_hashes);
         if (!hashes) goto done;
         /* The hasher: this manager's ensure_block_hashes (bound), called with (req, n). */
         PyObject *bound = PyObject_GetAttr((PyObject *)kv, s_ensure_block_hashes);
@@ -1129,7 +1333,7 @@ static int kv_register(KV *kv, PyObject *req, Py_ssize_t start, Py_ssize_t end) 
         id = pool_new_chain(kv->pool, block_ids, hashes, start, bound, req);
         Py_DECREF(bound);
         if (id < 0) goto done;
-        if (set_ssize(req, s_cache_chain, (Py_ssize_t)id) < 0) goto done;
+        if (RSET_SSIZE(req, cache_chain, (Py_ssize_t)id) < 0) goto done;
         /* (set_ssize made the int; register below) */
         if (pool_register(kv->pool, id, block_ids, hashes, start, end) < 0) goto done;
     } else {
@@ -1158,7 +1362,7 @@ static int kv_allocate(KV *kv, PyObject *req, Py_ssize_t num_computed_tokens, Py
     for (Py_ssize_t i = 0; i < hits.n; i++) if (check_block(pool, hits.v[i]) < 0) { idbuf_free(&hits); return -1; }
     Py_ssize_t num_hit = hits.n;
     Py_ssize_t num_computed = num_computed_tokens + num_hit * bs;
-    PyObject *block_ids = PyObject_GetAttr(req, s_block_ids);
+    PyObject *block_ids = RGET(req, block_ids);
     if (!block_ids) { idbuf_free(&hits); return -1; }
     if (!PyList_Check(block_ids)) {
         PyErr_SetString(PyExc_TypeError, "Request.block_ids must be a list");
@@ -1183,33 +1387,26 @@ static int kv_allocate(KV *kv, PyObject *req, Py_ssize_t num_computed_tokens, Py
     }
     if (num_hit) {
         pool_touch_ids(pool, hits.v, num_hit);
-        for (Py_ssize_t i = 0; i < num_hit; i++) {
-            PyObject *o = PyLong_FromLongLong(hits.v[i]);
-            if (!o || PyList_Append(block_ids, o) < 0) { Py_XDECREF(o); goto fail; }
-            Py_DECREF(o);
-        }
-        if (set_ssize(req, s_num_cached_blocks, num_hit) < 0) goto fail;
+        if (append_blocks(pool, block_ids, hits.v, num_hit) < 0) goto fail;
+        if (RSET_SSIZE(req, num_cached_blocks, num_hit) < 0) goto fail;
     }
     if (num_to_allocate > 0) {
         IdBuf fresh;
         if (idbuf_init(&fresh, num_to_allocate) < 0) goto fail;
         if (pool_take(pool, num_to_allocate, fresh.v) < 0) { idbuf_free(&fresh); goto fail; }
-        for (Py_ssize_t i = 0; i < num_to_allocate; i++) {
-            PyObject *o = PyLong_FromLongLong(fresh.v[i]);
-            if (!o || PyList_Append(block_ids, o) < 0) { Py_XDECREF(o); idbuf_free(&fresh); goto fail; }
-            Py_DECREF(o);
-        }
+        int rc = append_blocks(pool, block_ids, fresh.v, num_to_allocate);
         idbuf_free(&fresh);
+        if (rc < 0) goto fail;
     }
     if (kv->enable_caching) {
         /* Register blocks full of scheduled tokens; generated tokens not yet sampled are never cached. */
         Py_ssize_t full = num_computed + num_new_tokens < num_tokens ? num_computed + num_new_tokens : num_tokens;
         Py_ssize_t num_full_blocks = full / bs;
-        Py_ssize_t num_cached = get_ssize(req, s_num_cached_blocks);
+        Py_ssize_t num_cached = RGET_SSIZE(req, num_cached_blocks);
         if (num_cached == -1 && PyErr_Occurred()) goto fail;
         if (num_full_blocks > num_cached) {
             if (kv_register(kv, req, num_cached, num_full_blocks) < 0) goto fail;
-            if (set_ssize(req, s_num_cached_blocks, num_full_blocks) < 0) goto fail;
+            if (RSET_SSIZE(req, num_cached_blocks, num_full_blocks) < 0) goto fail;
         }
     }
     Py_DECREF(block_ids);
@@ -1246,7 +1443,7 @@ static PyObject *KV_allocate_slots(KV *kv, PyObject *args, PyObject *kw) {
     int must_fit = 0, watermark = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "On|Opp", kwlist, &req, &nn, &hits, &must_fit, &watermark))
         return NULL;
-    Py_ssize_t nc = get_ssize(req, s_num_computed_tokens);
+    Py_ssize_t nc = req_num_computed(req);
     if (nc == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t bs = kv->block_size;
     int has_hits = 0;
@@ -1256,7 +1453,7 @@ static PyObject *KV_allocate_slots(KV *kv, PyObject *args, PyObject *kw) {
     }
     if (nn == 1 && nc % bs > 0 && nc % bs < bs - 1 && !(has_hits || must_fit || watermark))
         Py_RETURN_TRUE;  /* the common decode: its slot is in the last block held, which it does not fill */
-    Py_ssize_t nt = get_ssize(req, s_num_tokens);
+    Py_ssize_t nt = req_num_tokens(req);
     if (nt == -1 && PyErr_Occurred()) return NULL;
     int r = kv_allocate(kv, req, nc, nt, nn, has_hits ? hits : NULL, must_fit, watermark);
     if (r < 0) return NULL;
@@ -1277,8 +1474,8 @@ static PyObject *KV_allocate_decode_slots(KV *kv, PyObject *args) {
         if (!it) { idbuf_free(&fresh); return NULL; }
         Py_ssize_t i = 0;
         while (i < n && (req = PyIter_Next(it))) {
-            PyObject *ids = PyObject_GetAttr(req, s_block_ids);
-            PyObject *o = ids ? PyLong_FromLongLong(fresh.v[i++]) : NULL;
+            PyObject *ids = RGET(req, block_ids);
+            PyObject *o = ids ? block_obj(pool, fresh.v[i++]) : NULL;
             int rc = o ? PyList_Append(ids, o) : -1;
             Py_XDECREF(o); Py_XDECREF(ids); Py_DECREF(req);
             if (rc < 0) { Py_DECREF(it); idbuf_free(&fresh); return NULL; }
@@ -1294,9 +1491,9 @@ static PyObject *KV_allocate_decode_slots(KV *kv, PyObject *args) {
        `register_ends` of the pending run and `_register` of a new chain give, one after the other). */
     while ((req = PyIter_Next(it))) {
         int rc = -1;
-        Py_ssize_t k = get_ssize(req, s_num_cached_blocks);
+        Py_ssize_t k = RGET_SSIZE(req, num_cached_blocks);
         if (!(k == -1 && PyErr_Occurred()) && kv_register(kv, req, k, k + 1) == 0
-                && set_ssize(req, s_num_cached_blocks, k + 1) == 0)
+                && RSET_SSIZE(req, num_cached_blocks, k + 1) == 0)
             rc = 0;
         Py_DECREF(req);
         if (rc < 0) { Py_DECREF(it); return NULL; }
@@ -1308,23 +1505,23 @@ static PyObject *KV_allocate_decode_slots(KV *kv, PyObject *args) {
 
 static PyObject *KV_free(KV *kv, PyObject *req) {
     Pool *pool = kv->pool;
-    PyObject *ids = PyObject_GetAttr(req, s_block_ids);
+    PyObject *ids = RGET(req, block_ids);
     if (!ids) return NULL;
     IdBuf b;
     if (idbuf_from(&b, ids, 1) < 0) { Py_DECREF(ids); return NULL; }  /* last block first */
     Py_DECREF(ids);
-    Py_ssize_t nc = get_ssize(req, s_num_cached_blocks);
+    Py_ssize_t nc = RGET_SSIZE(req, num_cached_blocks);
     if (nc == -1 && PyErr_Occurred()) { idbuf_free(&b); return NULL; }
     /* Its first num_cached_blocks blocks are in the prefix cache (registered, or hits), the others not. */
     int rc = pool_free_ids(pool, b.v, b.n, b.n - nc);
     idbuf_free(&b);
     if (rc < 0) return NULL;
     PyObject *empty = PyList_New(0);
-    if (!empty || PyObject_SetAttr(req, s_block_ids, empty) < 0) { Py_XDECREF(empty); return NULL; }
+    if (!empty || RSET(req, block_ids, empty) < 0) { Py_XDECREF(empty); return NULL; }
     Py_DECREF(empty);
-    if (PyObject_SetAttr(req, s_block_ids_head, kv->no_block_ids) < 0) return NULL;
-    if (PyObject_SetAttr(req, s_num_cached_blocks, s_zero) < 0) return NULL;
-    PyObject *sliding = PyObject_GetAttr(req, s_sliding_block_ids);
+    if (RSET(req, block_ids_head, kv->no_block_ids) < 0) return NULL;
+    if (RSET(req, num_cached_blocks, s_zero) < 0) return NULL;
+    PyObject *sliding = RGET(req, sliding_block_ids);
     if (!sliding) return NULL;
     Py_ssize_t ns = PyObject_Length(sliding);
     if (ns > 0) {
@@ -1333,21 +1530,21 @@ static PyObject *KV_free(KV *kv, PyObject *req) {
         idbuf_free(&b);
         if (rc < 0) { Py_DECREF(sliding); return NULL; }
         empty = PyList_New(0);
-        if (!empty || PyObject_SetAttr(req, s_sliding_block_ids, empty) < 0) {
+        if (!empty || RSET(req, sliding_block_ids, empty) < 0) {
             Py_XDECREF(empty); Py_DECREF(sliding); return NULL;
         }
         Py_DECREF(empty);
     }
     Py_DECREF(sliding);
     if (ns < 0) return NULL;
-    if (PyObject_SetAttr(req, s_sliding_first_block, s_zero) < 0) return NULL;
-    PyObject *chain = PyObject_GetAttr(req, s_cache_chain);
+    if (RSET(req, sliding_first_block, s_zero) < 0) return NULL;
+    PyObject *chain = RGET(req, cache_chain);
     if (!chain) return NULL;
     if (chain != Py_None) {
         int64_t id = as_i64(chain);
         if (id == -1 && PyErr_Occurred()) { Py_DECREF(chain); return NULL; }
         if (id > 0 && id < pool->chains_cap && pool->chains[id]) pool->chains[id]->closed = 1;
-        if (PyObject_SetAttr(req, s_cache_chain, Py_None) < 0) { Py_DECREF(chain); return NULL; }
+        if (RSET(req, cache_chain, Py_None) < 0) { Py_DECREF(chain); return NULL; }
     }
     Py_DECREF(chain);
     Py_RETURN_NONE;
@@ -1363,13 +1560,13 @@ static PyObject *KV_ensure_block_hashes(KV *kv, PyObject *args) {
 
 static PyObject *KV_get_computed_blocks(KV *kv, PyObject *req) {
     if (!kv->enable_caching) return Py_BuildValue("([]i)", 0);
-    Py_ssize_t nt = get_ssize(req, s_num_tokens);
+    Py_ssize_t nt = req_num_tokens(req);
     if (nt == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t max_num_blocks = (nt - 1) / kv->block_size;
     if (nt - 1 < 0 || max_num_blocks <= 0) return Py_BuildValue("([]i)", 0);
     /* A hit starts at the first block: the rest of the request is hashed only if some chain starts there. */
     if (kv_ensure(kv, req, 1) < 0) return NULL;
-    PyObject *hashes = PyObject_GetAttr(req, s_block_hashes);
+    PyObject *hashes = RGET(req, block_hashes);
     if (!hashes) return NULL;
     if (!PyList_Check(hashes) || PyList_GET_SIZE(hashes) < 1) {
         Py_DECREF(hashes);
@@ -1381,7 +1578,7 @@ static PyObject *KV_get_computed_blocks(KV *kv, PyObject *req) {
     if (hit < 0) return NULL;
     if (!hit) return Py_BuildValue("([]i)", 0);
     if (kv_ensure(kv, req, max_num_blocks) < 0) return NULL;
-    hashes = PyObject_GetAttr(req, s_block_hashes);
+    hashes = RGET(req, block_hashes);
     if (!hashes) return NULL;
     PyObject *hits = pool_find_hit(kv->pool, hashes, max_num_blocks);
     Py_DECREF(hashes);
@@ -1449,6 +1646,8 @@ static PyTypeObject KVType = {
 };
 
 static PyMethodDef module_methods[] = {
+    {"bind_request_type", (PyCFunction)mod_bind_request_type, METH_O,
+     "bind_request_type(Request): read and write its slots at their offsets."},
     {"draw_token_ids", (PyCFunction)mod_draw_token_ids, METH_VARARGS,
      "draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out): `TokenIdGenerator._draw` on PCG64."},
     {"prompt_block_hashes", (PyCFunction)mod_prompt_block_hashes, METH_VARARGS,
@@ -1475,6 +1674,10 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     INTERN(s_num_tokens, "num_tokens");
     INTERN(s_num_computed_tokens, "num_computed_tokens");
     INTERN(s_num_prompt_tokens, "num_prompt_tokens");
+    INTERN(s_prompt, "_prompt");
+    INTERN(s_output_ids, "_output_ids");
+    INTERN(s_num_computed, "_num_computed");
+    INTERN(s_cols, "_cols");
     INTERN(s_prompt_array, "prompt_array");
     INTERN(s_ensure_block_hashes, "ensure_block_hashes");
 #undef INTERN

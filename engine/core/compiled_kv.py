@@ -24,7 +24,7 @@ import numpy as np
 from engine.core.block_pool import NO_HASH, BlockPool, KVCacheBlock, _BlockViews
 from engine.core.config import CacheConfig
 from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.request import NO_BLOCK_IDS
+from engine.core.request import NO_BLOCK_IDS, Request
 
 try:
     from engine.core import _kvcore
@@ -37,6 +37,10 @@ COMPILED = BUILT and os.environ.get("ROOFLINE_PURE_PYTHON", "").strip().lower() 
 
 
 if _kvcore is not None:
+    # The extension reads and writes a Request's slots at their offsets (generic attribute calls for anything else;
+    # a build from before this binding: always).
+    if hasattr(_kvcore, "bind_request_type"):
+        _kvcore.bind_request_type(Request)
 
     class CompiledBlockPool(_kvcore.BlockPoolCore, BlockPool):
         """`BlockPool` in C: the free queue, reference counts, chains and lookups are `BlockPoolCore`'s; the
