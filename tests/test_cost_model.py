@@ -143,7 +143,7 @@ class _SumsOnly(StepArrays):
     def num_prefill_tokens(self) -> int:
         return max(1, super().num_prefill_tokens)  # (the all-decode steps too: through their sums)
 
-    def seq_sums(self) -> tuple:  # type: ignore[override]
+    def seq_sums(self, longest: bool = True) -> tuple:  # type: ignore[override]
         return self.rows
 
     def seq_arrays(self) -> tuple:

@@ -227,26 +227,45 @@ class StepPlan:
         """Every sequence samples a token this step."""
         return all(self._emits)  # the bulk rows always do
 
-    def seq_sums(self) -> tuple[int, int, int, list[int], list[int]] | None:
-        """The sequences of one query token (count, context sum, longest context; 0 without any) and the query and
-        context lengths of the others in order, without building arrays; None when that would take them (a plan
-        whose bulk rows are not all decodes, or without bulk rows)."""
-        if self._bulk_decodes is None or self._bulk_context_sum is None:
+    def seq_sums(self, longest: bool = True) -> tuple[int, int, int, list[int], list[int]] | None:
+        """The sequences of one query token (count, context sum, longest context; 0 without any, or where not
+        `longest`) and the query and context lengths of the others in order, without building arrays; None when that
+        would take them (a plan without bulk rows)."""
+        if self._bulk_context_sum is None:
             return None
-        num_bulk, bulk_max = self._bulk_decodes
-        count, total = num_bulk, self._bulk_context_sum
-        longest = bulk_max() if num_bulk else 0
+        total = self._bulk_context_sum
         query: list[int] = []
         context: list[int] = []
+        if self._bulk_decodes is not None:  # every bulk row a decode
+            count, bulk_max = self._bulk_decodes
+            longest_context = bulk_max() if longest and count else 0
+        else:  # bulk rows with prefill chunks (`ColumnRows.prefill_rows`): the rows' sums less the chunks'
+            cols = self._columns
+            assert cols is not None
+            count, longest_context = len(cols.off), 0
+            for _, ctx, q, _ in sorted(cols.prefill_rows):  # (in row order, as the arrays have them)
+                if q == 1:
+                    longest_context = max(longest_context, ctx)
+                    continue
+                count -= 1
+                total -= ctx
+                if q > 1:
+                    query.append(q)
+                    context.append(ctx)
+            if longest and len(cols.prefill_rows) < len(cols.off):  # the decoders' longest context
+                rows = {row for row, _, _, _ in cols.prefill_rows}
+                longest_context = max(longest_context, int(max(
+                    off for i, off in enumerate(cols.off) if i not in rows)) + cols.num_updates - 1)
         for q, c in zip(self._query, self._context):
             if q == 1:
                 count += 1
                 total += c
-                longest = max(longest, c)
+                if longest:
+                    longest_context = max(longest_context, c)
             else:
                 query.append(q)
                 context.append(c)
-        return count, total, longest, query, context
+        return count, total, longest_context if longest else 0, query, context
 
     @property
     def request_ids(self) -> list[str]:

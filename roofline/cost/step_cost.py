@@ -274,7 +274,8 @@ class StepCostModel:
             return self._stats_time_s(BatchStats.from_decode_contexts(context, self.spec.sliding_window,
                                                                       self.spec.is_hybrid_attention,
                                                                       self.spec.chunked_local_attention))
-        sums = shape.seq_sums() if self._rows_suffice else None
+        # (`_plain_rows_time_s` reads no longest context: not asked for)
+        sums = shape.seq_sums(not self._plain_gqa_decode) if self._rows_suffice else None
         if sums is not None:
             return self._rows_time_s(shape.num_batched_tokens, shape.num_emitting_seqs, *sums)
         if self._plain_gqa_decode:  # `BatchStats.from_arrays`' sums, then as a step given by its sums

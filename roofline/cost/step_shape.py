@@ -42,9 +42,9 @@ class StepShape(Protocol):
     def num_context_tokens(self) -> int:
         """Tokens already in the KV cache before the step, summed over its sequences."""
 
-    def seq_sums(self) -> tuple[int, int, int, list[int], list[int]] | None:
-        """The sequences of one query token (count, context sum, longest context; 0 without any) and the query and
-        context lengths of the others in order; None where only the arrays give them."""
+    def seq_sums(self, longest: bool = True) -> tuple[int, int, int, list[int], list[int]] | None:
+        """The sequences of one query token (count, context sum, longest context; 0 without any, or where not
+        `longest`) and the query and context lengths of the others in order; None where only the arrays give them."""
 
     def seq_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(query lengths, context lengths, emits), one entry per sequence."""
@@ -80,7 +80,7 @@ class StepArrays:
     def num_context_tokens(self) -> int:
         return int(np.add.reduce(self.context))
 
-    def seq_sums(self) -> None:
+    def seq_sums(self, longest: bool = True) -> None:
         return None  # the arrays are at hand
 
     def seq_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
