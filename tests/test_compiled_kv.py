@@ -171,10 +171,12 @@ def test_token_ids_are_the_same_drawn_by_c_or_numpy(monkeypatch):
     assert token_ids._DRAW_IN_C is False or not compiled_kv.COMPILED
 
 
-def test_pure_python_draws_token_ids_by_numpy():
-    run = subprocess.run([sys.executable, "-c", "from engine.core import token_ids; print(token_ids._DRAW_IN_C)"],
-                         capture_output=True, text=True, check=True, env={**os.environ, "ROOFLINE_PURE_PYTHON": "1"})
-    assert run.stdout.strip() == "False"
+def test_pure_python_draws_token_ids_and_checks_prompts_by_numpy():
+    probe = ("from engine.core import request, token_ids; "
+             "print(token_ids._DRAW_IN_C, request._any_negative is request._any_negative_numpy)")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, "ROOFLINE_PURE_PYTHON": "1"})
+    assert run.stdout.split() == ["False", "True"]
 
 
 class _RequestSubclass(Request):
@@ -229,3 +231,28 @@ def test_block_ids_and_hashes_of_every_size_read_back_exactly():
         pool.register_chain(None, pool.allocate(1), [2**63], 0, 1)
     with pytest.raises(IndexError):
         pool.touch_ids([-1])
+
+
+@_built
+@settings(max_examples=100, deadline=None)
+@given(ids=st.lists(st.integers(-2**63, 2**63 - 1), max_size=300), step=st.sampled_from([1, 2, -1]))
+def test_any_negative_id_is_numpy(ids, step):
+    """The prompt check's scan (contiguous, strided and reversed views, any length) says what numpy says."""
+    array = np.array(ids, dtype=np.int64)[::step]
+    assert _kvcore.any_negative_id(array) is bool((array < 0).any())
+
+
+@_built
+def test_any_negative_id_refuses_what_is_not_int64_ids():
+    for bad in (np.zeros(3, np.int32), np.zeros((2, 2), np.int64)):
+        with pytest.raises(ValueError, match="any_negative_id"):
+            _kvcore.any_negative_id(bad)
+
+
+def test_a_negative_prompt_id_is_refused_either_way():
+    """Request's prompt check, by the extension or by numpy: a negative id is named, eager or lazy."""
+    with pytest.raises(ValueError, match="must be >= 0, got -3"):
+        Request("r", [1, -3, 2], SamplingParams())
+    lazy = Request.lazy("s", 3, lambda: np.array([4, -1, 0]), SamplingParams())
+    with pytest.raises(ValueError, match="prompt source gave"):
+        lazy.prompt_array

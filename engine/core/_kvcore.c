@@ -942,6 +942,33 @@ done:
     return rc;
 }
 
+static PyObject *mod_any_negative_id(PyObject *Py_UNUSED(m), PyObject *ids) {
+    /* any_negative_id(ids): whether a 1-d int64 array holds an id below 0 (Request's prompt check: the sign bits
+       or-ed in four lanes, ~1 instruction an id; numpy's `minimum.reduce` sets up a reduction, ~10 k instructions a
+       prompt). */
+    Py_buffer view;
+    if (PyObject_GetBuffer(ids, &view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) return NULL;
+    const char *fmt = view.format ? view.format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@') fmt++;
+    if (view.ndim != 1 || view.itemsize != 8 || !(fmt[0] == 'l' || fmt[0] == 'q') || fmt[1]) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "any_negative_id: ids must be a 1-d int64 array");
+        return NULL;
+    }
+    const char *base = view.buf;
+    Py_ssize_t n = view.shape[0], stride = view.strides[0], i = 0;
+    uint64_t acc = 0;
+    if (stride == 8) {
+        const uint64_t *v = (const uint64_t *)base;
+        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (; i + 4 <= n; i += 4) { a0 |= v[i]; a1 |= v[i + 1]; a2 |= v[i + 2]; a3 |= v[i + 3]; }
+        acc = a0 | a1 | a2 | a3;
+    }
+    for (; i < n; i++) acc |= *(const uint64_t *)(base + i * stride);
+    PyBuffer_Release(&view);
+    return PyBool_FromLong((acc >> 63) != 0);
+}
+
 static PyObject *mod_prompt_block_hashes(PyObject *Py_UNUSED(m), PyObject *args) {
     /* prompt_block_hashes(hashes, prompt, num_blocks, block_size): the C path of `KVCacheManagerCore`'s
        hashing, for tests. */
@@ -965,6 +992,7 @@ static PyObject *mod_prompt_block_hashes(PyObject *Py_UNUSED(m), PyObject *args)
    (its bounded fill calls the generator through a pointer for each 32 bits). The reserved-id shift of `_draw`
    is applied in the same pass. */
 
+#ifdef __SIZEOF_INT128__  /* (a compiler without 128-bit integers builds the rest: token_ids then draws by numpy) */
 typedef unsigned __int128 u128;
 #define PCG_MULT (((u128)0x2360ED051FC65DA4ULL << 64) | (u128)0x4385DF649FCCF645ULL)
 
@@ -1118,6 +1146,8 @@ static PyObject *mod_draw_token_ids(PyObject *Py_UNUSED(m), PyObject *args) {
     if (!st) return NULL;
     return Py_BuildValue("(NiK)", st, has_uint32, (unsigned long long)uinteger);
 }
+
+#endif  /* __SIZEOF_INT128__ */
 
 /* ---- the KV cache manager ---- */
 
@@ -1648,8 +1678,11 @@ static PyTypeObject KVType = {
 static PyMethodDef module_methods[] = {
     {"bind_request_type", (PyCFunction)mod_bind_request_type, METH_O,
      "bind_request_type(Request): read and write its slots at their offsets."},
+#ifdef __SIZEOF_INT128__
     {"draw_token_ids", (PyCFunction)mod_draw_token_ids, METH_VARARGS,
      "draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out): `TokenIdGenerator._draw` on PCG64."},
+#endif
+    {"any_negative_id", (PyCFunction)mod_any_negative_id, METH_O, "any_negative_id(ids): an int64 array's id < 0."},
     {"prompt_block_hashes", (PyCFunction)mod_prompt_block_hashes, METH_VARARGS,
      "prompt_block_hashes(hashes, prompt, num_blocks, block_size): extend the list `hashes` to num_blocks hashes."},
     {NULL, NULL, 0, NULL},

@@ -16,7 +16,6 @@ environment selects the Python classes even where it is built (read once, at imp
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,17 +23,11 @@ import numpy as np
 from engine.core.block_pool import NO_HASH, BlockPool, KVCacheBlock, _BlockViews
 from engine.core.config import CacheConfig
 from engine.core.kv_cache_manager import KVCacheManager
+
+# Whether the extension is built, and whether `new_kv_cache_manager` gives the compiled manager (built, and not turned
+# off by ROOFLINE_PURE_PYTHON): engine.core.native.
+from engine.core.native import BUILT, COMPILED, _kvcore
 from engine.core.request import NO_BLOCK_IDS, Request
-
-try:
-    from engine.core import _kvcore
-except ImportError:  # not built (no compiler at install time)
-    _kvcore = None  # type: ignore[assignment]
-
-BUILT = _kvcore is not None
-# Whether `new_kv_cache_manager` gives the compiled manager: built, and not turned off.
-COMPILED = BUILT and os.environ.get("ROOFLINE_PURE_PYTHON", "").strip().lower() in ("", "0", "false", "no")
-
 
 if _kvcore is not None:
     # The extension reads and writes a Request's slots at their offsets (generic attribute calls for anything else;

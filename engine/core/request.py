@@ -24,7 +24,19 @@ from typing import Protocol
 
 import numpy as np
 
-_min = np.minimum.reduce
+from engine.core.native import COMPILED, _kvcore
+
+_min = np.minimum.reduce  # (the ufunc itself: `prompt.min()` goes through a Python wrapper, ~1 us a request)
+
+
+def _any_negative_numpy(ids: np.ndarray) -> bool:
+    return bool(_min(ids) < 0)
+
+
+# Whether an int64 prompt holds an id below 0 (its check): the extension's scan where it is built and selected
+# (engine.core.native), else numpy's minimum.
+_any_negative = (_kvcore.any_negative_id if COMPILED and hasattr(_kvcore, "any_negative_id")
+                 else _any_negative_numpy)
 NO_BLOCK_IDS = np.zeros(0, dtype=np.int64)  # `Request.block_ids_head` of a request holding no run of blocks
 NO_BLOCK_IDS.flags.writeable = False
 
@@ -139,7 +151,7 @@ class Request:
         prompt = np.asarray(prompt_token_ids, dtype=np.int64)
         if prompt.ndim != 1 or len(prompt) == 0:
             raise ValueError(f"request {request_id!r}: prompt_token_ids must be a non-empty sequence of token ids")
-        if _min(prompt) < 0:  # (the ufunc itself: `prompt.min()` goes through a Python wrapper, ~1 us a request)
+        if _any_negative(prompt):
             raise ValueError(f"request {request_id!r}: prompt_token_ids must be >= 0, got {int(_min(prompt))}")
         if prompt is prompt_token_ids:  # the caller's own array: keep a read-only view of it
             prompt = prompt.view()
@@ -285,7 +297,7 @@ class Request:
     def _load_prompt(self) -> np.ndarray:
         assert self._prompt_source is not None
         prompt = np.asarray(self._prompt_source(), dtype=np.int64)
-        if prompt.shape != (self.num_prompt_tokens,) or _min(prompt) < 0:
+        if prompt.shape != (self.num_prompt_tokens,) or _any_negative(prompt):
             raise ValueError(f"request {self.request_id!r}: its prompt source gave {prompt.shape} ids (not "
                              f"{self.num_prompt_tokens} ids >= 0)")
         if prompt.flags.writeable:

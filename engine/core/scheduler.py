@@ -254,9 +254,10 @@ class Scheduler:
             if not cfg.enable_chunked_prefill and num_new_tokens > budget:
                 break
             num_new_tokens = min(num_new_tokens, budget)
-            if not kv.allocate_slots(req, num_new_tokens, hit_block_ids,
-                                     full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
-                                     apply_watermark=bool(self.running)):  # vLLM keeps the watermark for running
+            # (full_sequence_must_fit, apply_watermark) by position: keywords cost the compiled manager ~0.3 us more a
+            # call to parse. vLLM keeps the watermark for running requests.
+            if not kv.allocate_slots(req, num_new_tokens, hit_block_ids, cfg.scheduler_reserve_full_isl,
+                                     bool(self.running)):
                 if self._fast is not None:
                     self._blocked = _Blocked.of(self, req, budget, threshold)
                 break

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.core.compiled_kv import COMPILED, _kvcore
+from engine.core.native import COMPILED, _kvcore
 
 # The ids drawn by the extension (`_kvcore.draw_token_ids`: numpy's PCG64 and bounded draw, the same ids and
 # generator state) where it is built and selected, else by numpy.
