@@ -199,6 +199,24 @@ def test_input_work_waits_for_output_work_and_is_delayed_by_later_output_work() 
     assert server.stream_outputs(0.030, 0, num_tokens=0) == pytest.approx(0.031)
 
 
+@pytest.mark.parametrize("cores", [None, 1])
+def test_the_output_pass_starts_after_the_hand_off_and_the_input_work_runs_meanwhile(cores: int | None) -> None:
+    """ApiServer alone, exact times, a core per thread or one shared core: a step ends at 0; its outputs reach the
+    output handler 3 ms later (output_latency_s), where their 2-ms pass starts, preempting the input work then under
+    way: a request taken at 2.5 ms (4 ms of input work) runs 2.5-3, waits for the pass (3-5; the client sees the
+    tokens at 5 ms, as when the pass ran first and the hand-off came after it) and ends at 8.5 ms (it ended at 6.5 ms
+    with the pass at 0-2). A pass taken while no request is under way and a request arriving before it reaches
+    the loop: the request runs first (1-3), then the pass (3-5), then the rest (5-7)."""
+    host = HostCpu("x", 1.0, api_server_num_cores=cores, **ALL_AFTER)
+    costs = replace(INPUT_ONLY, request_s=0.004, output_pass_s=0.002, output_latency_s=0.003)
+    server = ApiServer(costs, host=host)
+    assert server.stream_outputs(0.0, 0, num_tokens=4) == pytest.approx(0.005)
+    assert _reach(server, 0.0025, 0) == pytest.approx(0.0085)
+    server = ApiServer(costs, host=host)
+    assert server.stream_outputs(0.0, 0, num_tokens=4) == pytest.approx(0.005)
+    assert _reach(server, 0.001, 0) == pytest.approx(0.007)
+
+
 def test_closed_loop_sends_the_next_request_when_the_client_saw_the_last_token() -> None:
     costs = replace(INPUT_ONLY, request_s=1e-3, output_pass_s=1e-3, output_token_s=1e-3)
     result = _run(_burst(3, output=2), costs, max_concurrency=1)

@@ -553,6 +553,18 @@ def main() -> int:
     parser.add_argument("--io-at-poll", action="store_true",
                         help="with --event-loop: each request's first phase (accept, read) runs at the loop's poll, "
                              "before the round (uvloop's poll phase), instead of in the queue")
+    parser.add_argument("--stream-steps", type=float, default=None, metavar="FRACTION",
+                        help="experiment (stream_steps.py StreamStepApiServer): each step's output work as the output "
+                             "handler's turn (output_pass_s + FRACTION of output_token_s per output) and then the "
+                             "requests' stream steps' turn, first come first served with the input work on the loop")
+    parser.add_argument("--stream-input-steps", type=int, default=1, metavar="K",
+                        help="with --stream-steps: each of a request's loop parts in K steps, each queued at the back")
+    parser.add_argument("--stream-handoff-after", action="store_true",
+                        help="with --stream-steps (a diagnostic): the outputs' hand-off delay (output_latency_s) after "
+                             "the streams' turn, as the model has it, instead of before the handler's")
+    parser.add_argument("--stream-preemptive", action="store_true",
+                        help="with --stream-steps (a diagnostic): the output work before the input work (OUTPUTS), "
+                             "as the model has it, instead of first come first served with it")
     args = parser.parse_args()
     if args.client_split and not args.fit_cpu:
         parser.error("--client-split: only with --fit-cpu")
@@ -564,6 +576,18 @@ def main() -> int:
         install_event_loop(parser, args.event_loop, args.accept_gap_ms, io_at_poll=args.io_at_poll)
     elif args.accept_gap_ms:
         parser.error("--accept-gap-ms: only with --event-loop")
+    if args.stream_steps is not None:
+        import functools
+
+        from stream_steps import StreamStepApiServer
+
+        import roofline.sim.simulator as simulator
+
+        simulator.ApiServer = functools.partial(  # type: ignore[misc]
+            StreamStepApiServer, handler_token_fraction=args.stream_steps, input_steps=args.stream_input_steps,
+            handoff_after=args.stream_handoff_after, preemptive=args.stream_preemptive)
+    elif args.stream_input_steps != 1 or args.stream_handoff_after or args.stream_preemptive:
+        parser.error("--stream-input-steps, --stream-handoff-after, --stream-preemptive: only with --stream-steps")
     if args.input_phases is not None:
         import functools
 

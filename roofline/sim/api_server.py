@@ -36,9 +36,10 @@ parts of the requests that arrived meanwhile. A request's input work is so three
   encode, which releases the GIL, so the thread runs beside the loop);
 - the loop's part after it: the rest of `request_s`; the request reaches the engine core (+ `latency_s`) when it ends.
 The loop takes its input parts first come first served in the order they became ready, and each engine step's
-output work before them (preemptive priority, the slices taken as infinitely small): `output_pass_s` +
-`output_token_s` (+ `chat_output_token_s`) x the process's tokens in the step, after its earlier output work; the
-client sees the step's tokens when it ends. The renderer takes its parts FIFO. Where the client runs on the API
+output work, once the outputs reach the output handler (after the hand-off, `output_latency_s` below), before them
+(preemptive priority, the slices taken as infinitely small): `output_pass_s` + `output_token_s` (+
+`chat_output_token_s`) x the process's tokens in the step, after its earlier output work; the client sees the
+step's tokens when it ends. The renderer takes its parts FIFO. Where the client runs on the API
 server's cores (`host.client_shares_api_server_cores`, a pinned CPU host), its own work is placed where `vllm bench
 serve` does it (`vllm/benchmarks/lib/endpoint_request_func.py`): the work before a request's send
 (`client_request_s`: the task's start, the payload, aiohttp's request and connection, the body's `write_bytes`) is a
@@ -59,8 +60,8 @@ The rest, outside the threads:
 - the hand-off of each step's outputs from the engine core to the API server's output handler (`output_latency_s`:
   `EngineCoreProc.process_output_sockets`' thread encodes and sends them over ZMQ, the API server's
   `process_outputs_socket` task receives and decodes them, `output_handler` takes them a loop round later), a
-  delay that does not occupy the loop: the client sees a step's tokens that much later (added after the output
-  pass; that the loop is free for input work meanwhile is not modelled);
+  delay that does not occupy the loop: the step's output pass starts when it is over (measured up to the handler
+  taking them, `IterationStats.iteration_timestamp`), and the loop runs input work meanwhile;
 - the served engine core's own work per step beyond an in-process step (`engine_step_s`), added to each step;
 - the engine core's work for new requests: per step that admits any (`engine_admit_step_s`) and per request it admits
   (`engine_new_request_s` + `engine_prompt_token_s` per prompt token, with prefix caching + `prefix_cache_token_s`),
@@ -337,12 +338,12 @@ class ApiServer:
 
     def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
         """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them.
-        The pass starts once the process's earlier output work is done; input work on its loop waits for it; the
-        client has the tokens `output_latency_s` after the pass ends (the hand-off's delay: module docstring)."""
+        They reach the output handler `output_latency_s` later (the hand-off: module docstring); the pass starts then,
+        once the process's earlier output work is done; input work on its loop waits for it; the client has the
+        tokens when the pass ends."""
         self.num_outputs += 1
-        end = self.threads.add_output(now_s, process, -self.num_outputs,
-                                      self.output_pass_s + self.output_token_s * num_tokens)
-        return end + self.output_latency_s
+        return self.threads.add_output(now_s, now_s + self.output_latency_s, process, -self.num_outputs,
+                                       self.output_pass_s + self.output_token_s * num_tokens)
 
 
 def reach_after(queues: Any, now_s: float, ticket: int, latency_s: float) -> float:
@@ -378,7 +379,9 @@ class _Threads:
         self.now_s = 0.0
         self.finished_s: dict[int, float] = {}
         self.output_until_s = [0.0] * num_processes  # own cores: when each process's output work taken so far ends
-        self.queued_until_s = [0.0] * num_processes  # ... of which the queued part
+        # ... and its passes taken while no request's input was under way, not queued: (start, end)
+        self.unqueued: list[collections.deque[tuple[float, float]]] = [collections.deque()
+                                                                       for _ in range(num_processes)]
 
     def arrive(self, at_s: float, ticket: int, chain: list[tuple[int, float]]) -> None:
         if ticket >= 0:
@@ -389,31 +392,43 @@ class _Threads:
         heapq.heappush(self.io, (at_s, self.num_arrivals, ticket))
         self.num_arrivals += 1
 
-    def add_output(self, now_s: float, process: int, ticket: int, work_s: float) -> float:
-        """An output pass of `process` taken at `now_s`: when it ends (with a core per thread, exact; with shared
-        cores as far as known now)."""
+    def add_output(self, now_s: float, at_s: float, process: int, ticket: int, work_s: float) -> float:
+        """An output pass of `process` taken at `now_s` that reaches its loop at `at_s` (>= `now_s`): when it ends
+        (with a core per thread, exact; with shared cores as far as known now)."""
         self.advance(now_s)
         if self.num_cores is None:
-            end = max(now_s, self.output_until_s[process]) + work_s
+            start = max(at_s, self.output_until_s[process])
+            end = start + work_s
             self.output_until_s[process] = end
             if self.num_inputs:
-                self.queued_until_s[process] = end
-                self.arrive(now_s, ticket, [(3 * process + OUTPUTS, work_s)])
+                self.arrive(at_s, ticket, [(3 * process + OUTPUTS, work_s)])
+            else:
+                passes = self.unqueued[process]
+                while passes and passes[0][1] <= now_s:  # over: nothing left to queue
+                    passes.popleft()
+                passes.append((start, end))
             return end
-        self.arrive(now_s, ticket, [(3 * process + OUTPUTS, work_s)])
+        self.arrive(at_s, ticket, [(3 * process + OUTPUTS, work_s)])
         return self.projected_end(ticket)
 
     def _queue_outputs(self) -> None:
-        """Own cores, a request arriving while none is under way: the output work not queued, what is left of it
-        from now on (back to back after what is queued: it was taken by now), queued on its process's loop."""
-        for process, until in enumerate(self.output_until_s):
-            start = max(self.now_s, self.queued_until_s[process])
-            if until > start:
+        """Own cores, a request arriving while none is under way: the output passes taken but not queued
+        (`unqueued`), what is left of them from now on, queued on its process's loop, back-to-back passes as one."""
+        for process, passes in enumerate(self.unqueued):
+            blocks: list[list[float]] = []
+            for start, end in passes:
+                if end <= self.now_s:
+                    continue
+                if blocks and start <= blocks[-1][1]:
+                    blocks[-1][1] = end
+                else:
+                    blocks.append([max(self.now_s, start), end])
+            for start, end in blocks:
                 self.num_arrivals += 1
                 ticket = -(1 << 62) - self.num_arrivals  # apart from the passes' own tickets
-                self.chains[ticket] = [(3 * process + OUTPUTS, until - start)]
+                self.chains[ticket] = [(3 * process + OUTPUTS, end - start)]
                 heapq.heappush(self.io, (start, self.num_arrivals, ticket))
-                self.queued_until_s[process] = until
+            passes.clear()
 
     def advance(self, to_s: float) -> None:
         """The threads' work up to `to_s` (inclusive: what ends at `to_s` is done)."""
