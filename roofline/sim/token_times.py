@@ -76,19 +76,26 @@ class Segments:
         n = len(times)
         if n == 0:
             return
-        num, values, t0 = series.num, series.values, times[0]
+        num, values, t0 = series.num, series.values, times.item(0)
         # Where the request's tokens end at the latest stamp (its last token is the step's that just ended), that
         # run's start is the first stamp of t0 (what `searchsorted` gives) when the stamps ascend and the one before
         # it is lower; else searched.
         first = num - n
-        if not (series.ascending and first >= 0 and values[first] == t0 and (first == 0 or values[first - 1] < t0)):
+        if not (series.ascending and first >= 0 and values.item(first) == t0
+                and (first == 0 or values.item(first - 1) < t0)):
             first = int(values[:num].searchsorted(t0))  # (the method: a third of np.searchsorted's cost)
-        stamps = values[:num]
         if first + n <= num:  # one run (the common case)? Equal bytes are equal floats (the stamps are the
-            run = stamps[first:first + n]  # clock's, never NaN; both float64), a sixth of `==`'s bool array's cost
+            run = values[first:first + n]  # clock's, never NaN; both float64), a sixth of `==`'s bool array's cost
             if run.tobytes() == times.tobytes() or _all(run == times):
-                self._append(row, self._series_index(series), first, n)
+                index = self._index_of.get(id(series))  # (`_series_index` and `_append`, inline: once a request)
+                if index is None:
+                    index = self._series_index(series)
+                self.row.append(row)
+                self.series_index.append(index)
+                self.start.append(first)
+                self.length.append(n)
                 return
+        stamps = values[:num]
         where = stamps.searchsorted(times)
         if int(where.max()) < num and _all(stamps[where] == times):  # (max: stamps that step back search unsorted)
             breaks = np.flatnonzero(np.diff(where) != 1) + 1
