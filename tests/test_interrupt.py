@@ -8,6 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import roofline
 
 PLAN = [sys.executable, "-m", "roofline", "plan", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
         "--workload", "sharegpt-chat", "--slo-ttft-s", "2", "--slo-tpot-s", "0.08", "--target-qps", "10",
@@ -23,6 +26,18 @@ TRIES = [(0.7, "2", True), (1.0, "1", False), (1.5, "2", False), (2.0, "1", True
          (("by branch and bound", 0.0), "2", True), (("by branch and bound", 0.2), "1", False),
          (("search round 1", 0.0), "2", True), (("search round 1", 1.0), "2", False),
          (("search round 1", 2.0), "1", True)]
+
+
+# Where the package's frames are. A Ctrl-C in Python's own start-up, before the first line of roofline/__main__.py
+# ran, no program can turn into its own message: before the interpreter installs its handler it kills the process
+# (SIGINT's default: status -2, nothing printed), after it a KeyboardInterrupt's traceback without the package's frames.
+PACKAGE_DIR = str(Path(roofline.__file__).resolve().parent)
+
+
+def _before_roofline_ran(rc: int, err: str) -> bool:
+    if rc == -signal.SIGINT and not err.strip():
+        return True
+    return "KeyboardInterrupt" in err and "Traceback" in err and PACKAGE_DIR not in err
 
 
 def _interrupt_once(tmp_path, moment, workers: str, whole_group: bool) -> tuple[int, float, str]:
@@ -63,6 +78,12 @@ def test_sigint_ends_plan_within_5_s_with_exit_130_and_no_traceback_10_of_10(tmp
     """Each of `TRIES`: exit 130 within 5 s, "interrupted" on one line and no traceback, from any process."""
     for i, (moment, workers, whole_group) in enumerate(TRIES):
         rc, elapsed, err = _interrupt_once(tmp_path / str(i), moment, workers, whole_group)
+        # On a loaded machine the interpreter's start-up can outlast an early moment: then the try tested Python,
+        # not roofline; it is made again later (the same try, up to 3 times, 1 s later each time).
+        for retry in range(1, 4):
+            if isinstance(moment, tuple) or not _before_roofline_ran(rc, err):
+                break
+            rc, elapsed, err = _interrupt_once(tmp_path / f"{i}-{retry}", moment + retry, workers, whole_group)
         where = f"try {i + 1} (SIGINT at {moment}, --workers {workers}, whole group {whole_group}): {err!r}"
         assert rc == 130, where
         # (before the command line is parsed the message names the program only). After os._exit, multiprocessing's
