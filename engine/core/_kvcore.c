@@ -1286,21 +1286,6 @@ static Py_ssize_t req_num_computed(PyObject *req) {
     return ssize_of(PyObject_GetAttr(req, s_num_computed_tokens));
 }
 
-static Py_ssize_t get_ssize(PyObject *o, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (!v) return -1;
-    Py_ssize_t r = PyLong_AsSsize_t(v);
-    Py_DECREF(v);
-    return r;
-}
-static int set_ssize(PyObject *o, PyObject *name, Py_ssize_t value) {
-    PyObject *v = PyLong_FromSsize_t(value);
-    if (!v) return -1;
-    int r = PyObject_SetAttr(o, name, v);
-    Py_DECREF(v);
-    return r;
-}
-
 #define RGET_SSIZE(req, field) ssize_of(RGET(req, field))
 static int req_set_ssize(PyObject *req, PyObject *name, Py_ssize_t off, Py_ssize_t value) {
     PyObject *v = PyLong_FromSsize_t(value);
@@ -1364,7 +1349,6 @@ static int kv_register(KV *kv, PyObject *req, Py_ssize_t start, Py_ssize_t end) 
         Py_DECREF(bound);
         if (id < 0) goto done;
         if (RSET_SSIZE(req, cache_chain, (Py_ssize_t)id) < 0) goto done;
-        /* (set_ssize made the int; register below) */
         if (pool_register(kv->pool, id, block_ids, hashes, start, end) < 0) goto done;
     } else {
         id = as_i64(chain);
