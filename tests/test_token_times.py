@@ -201,3 +201,49 @@ def test_a_run_ending_at_the_latest_stamp_starts_where_searchsorted_says(step_ba
     assert [(row, kinds[i], first, n) for row, i, first, n in zip(segments.row, segments.series_index,
                                                                     segments.start, segments.length)] == expected
     assert any(n == 1 for _, _, _, n in expected) and any(first < 500 for _, _, first, _ in expected)
+
+
+@pytest.mark.parametrize("step_back", [False, True])
+def test_a_preempted_requests_runs_are_those_its_search_gives(step_back: bool) -> None:
+    """Requests with holes in their tokens (preempted), finishing at the stamp just added: their runs are those of
+    each token's `searchsorted` index (cut where it does not step by 1), with stamps repeated inside and at the
+    start of runs, a token time that is no stamp, times that repeat, and stamps that step back."""
+    rng = np.random.default_rng(12)
+    series = TimeSeries()
+    segments = Segments()
+    expected = []
+    t = 0.0
+    for step in range(900):
+        t += float(rng.choice([0.0] + [0.02] * 10 + [0.03] * 10))  # (0.0: a stamp repeated)
+        if step_back and step == 450:
+            t -= 0.5
+        series.add(t)
+        if step % 3 == 0 and step > 4:
+            stamps = series.values[:series.num]
+            picked = np.flatnonzero(rng.random(series.num) < float(rng.choice([0.05, 0.5, 0.9])))
+            picked = np.union1d(picked[picked > series.num - 60], [series.num - 1])  # (ends at the latest stamp)
+            times = stamps[picked].copy()
+            if step % 27 == 0:
+                times[len(times) // 2] += 0.001  # no stamp
+            if step % 33 == 0 and len(times) > 2:
+                times[1] = times[0]  # a time repeated
+            n = len(times)
+            segments.add(step, times, series)
+            first = int(np.searchsorted(stamps, times[0]))  # (Segments.add's search, as it was before its shortcuts)
+            where = np.searchsorted(stamps, times)
+            if np.array_equal(stamps[first:first + n], times):
+                expected.append((step, "stamps", first, n))
+            elif where.max() < series.num and np.array_equal(stamps[where], times):
+                bounds = [0, *(np.flatnonzero(np.diff(where) != 1) + 1).tolist(), n]
+                expected += [(step, "stamps", int(where[lo]), hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
+            else:
+                expected.append((step, "own", 0, n))
+    assert series.ascending is not step_back
+    kinds = ["stamps" if s is series else "own" for s in segments.series]
+    got = [(row, kinds[i], first, n) for row, i, first, n in zip(segments.row, segments.series_index,
+                                                                segments.start, segments.length)]
+    assert got == expected
+    runs_of = {}
+    for row, kind, _, _ in expected:
+        runs_of[row] = runs_of.get(row, 0) + (kind == "stamps")
+    assert sum(r > 1 for r in runs_of.values()) > 50 and any(kind == "own" for _, kind, _, _ in expected)

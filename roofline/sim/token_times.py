@@ -53,6 +53,39 @@ class TimeSeries:
         self._last = time_s
 
 
+def _runs_from_end(values: np.ndarray, num: int, times: np.ndarray) -> list[tuple[int, int]] | None:
+    """The runs (first stamp, length; last run first) of `times` among ascending stamps `values[:num]`, as
+    `Segments.add`'s search makes them (`where`, each time's `searchsorted` index, cut where it does not step by 1),
+    found from the end: each run is the longest tail of the times left equal to the stamps ending where the run
+    after it starts (the last run: at the latest stamp), the end of the one before by one `searchsorted` of its last
+    time. The same runs where every stamp of a run is above the stamp before it (then each is its time's
+    `searchsorted` index): checked, as the times ascending strictly and each run's first stamp above the one before;
+    None where a check fails (then searched)."""
+    n = len(times)
+    if n > 1 and not _all(times[1:] > times[:-1]):
+        return None
+    runs = []
+    left, end = n, num  # times[:left] still to place, before stamp `end`
+    while left:
+        m = min(left, end)
+        differ = (times[left - m:left] != values[end - m:end])[::-1]
+        k = int(differ.argmax())
+        if not differ.item(k):
+            k = m
+        if k == 0:
+            return None
+        start = end - k
+        if start and not values.item(start - 1) < values.item(start):
+            return None
+        runs.append((start, k))
+        left -= k
+        if left:
+            end = int(values[:start].searchsorted(times.item(left - 1), side="right"))
+            if end == 0 or values.item(end - 1) != times.item(left - 1):
+                return None
+    return runs
+
+
 class Segments:
     """The runs of every finished request, in finishing order: request row, series, first stamp, length."""
 
@@ -94,6 +127,13 @@ class Segments:
                 self.series_index.append(index)
                 self.start.append(first)
                 self.length.append(n)
+                return
+        if series.ascending and first >= 0:  # (a preempted request's runs: found from its last, without a search)
+            runs = _runs_from_end(values, num, times)
+            if runs is not None:
+                index = self._series_index(series)
+                for start, length in reversed(runs):
+                    self._append(row, index, start, length)
                 return
         stamps = values[:num]
         where = stamps.searchsorted(times)
