@@ -146,6 +146,13 @@ def test_pooled_std_consumes_its_order_and_the_next_order_reuses_it() -> None:
     order = masked.in_order()
     assert np.array_equal(order, gaps[mask[index]]) and np.shares_memory(order, spare)
     assert masked.std() == np.std(gaps[mask[index]])
+    # A longer order after that shorter one: the whole array given back, not the shorter one's part of it.
+    assert tt._spare is spare
+    everything = tt.values()
+    assert everything.in_order is not None
+    order = everything.in_order()
+    assert len(order) > len(gaps[mask[index]]) and np.shares_memory(order, spare)
+    assert np.array_equal(order, gaps) and everything.mean() == np.mean(gaps) and everything.std() == np.std(gaps)
 
 
 def test_weighted_percentile_is_numpys_on_random_multisets() -> None:

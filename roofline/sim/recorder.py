@@ -112,9 +112,10 @@ class Recorder:
         self.num_preemptions[row] = req.num_preemptions
         self.num_prefix_hits[row] = req.num_prefix_hit_tokens or 0
         if times is None:
-            self.first_token[row] = req.first_token_time_s
-            self.finish[row] = req.finish_time_s
             times = req.token_times_array  # (mostly a view of the scheduler's array of step times: no conversion)
+            # (its first: `first_token_time_s`, the same float, without reading the request's times again)
+            self.first_token[row] = times.item(0) if len(times) else None
+            self.finish[row] = req.finish_time_s
         else:
             self.first_token[row] = times[0]
             self.finish[row] = times[-1]

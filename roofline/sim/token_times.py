@@ -112,10 +112,19 @@ class Segments:
         num, values, t0 = series.num, series.values, times.item(0)
         # Where the request's tokens end at the latest stamp (its last token is the step's that just ended), that
         # run's start is the first stamp of t0 (what `searchsorted` gives) when the stamps ascend and the one before
-        # it is lower; else searched.
+        # it is lower; else its runs found from its last token back (a preempted request's: `_runs_from_end`, whose
+        # one run is the one found by the search of t0 below, and whose several runs are where that run is not the
+        # times); else searched.
         first = num - n
         if not (series.ascending and first >= 0 and values.item(first) == t0
                 and (first == 0 or values.item(first - 1) < t0)):
+            if series.ascending and first >= 0:
+                runs = _runs_from_end(values, num, times)
+                if runs is not None:
+                    at = self._series_index(series)
+                    for start, length in reversed(runs):
+                        self._append(row, at, start, length)
+                    return
             first = int(values[:num].searchsorted(t0))  # (the method: a third of np.searchsorted's cost)
         if first + n <= num:  # one run (the common case)? Equal bytes are equal floats (the stamps are the
             run = values[first:first + n]  # clock's, never NaN; both float64), a sixth of `==`'s bool array's cost
@@ -127,13 +136,6 @@ class Segments:
                 self.series_index.append(index)
                 self.start.append(first)
                 self.length.append(n)
-                return
-        if series.ascending and first >= 0:  # (a preempted request's runs: found from its last, without a search)
-            runs = _runs_from_end(values, num, times)
-            if runs is not None:
-                index = self._series_index(series)
-                for start, length in reversed(runs):
-                    self._append(row, index, start, length)
                 return
         stamps = values[:num]
         where = stamps.searchsorted(times)
@@ -311,9 +313,10 @@ class TokenTimes:
         assert rows is None or not by_request, "by request: all of them"
         in_order = consume_in_order = None
         if self.num_gaps <= EXACT_ORDER_MAX_GAPS:
-            made: list[np.ndarray] = []  # (made once: the mean and the standard deviation both read it)
+            # (made once: the mean and the standard deviation both read it), with the array it lies in
+            made: list[tuple[np.ndarray, np.ndarray]] = []
 
-            def make() -> np.ndarray:
+            def make() -> tuple[np.ndarray, np.ndarray]:
                 # `_explicit`'s gaps of the kept rows (`gaps[rows[index]]`), or all of them by request row (`by_row`):
                 # its slices joined in that order, without the every-gap arrays (~50 MB at 10,000 ShareGPT requests).
                 pieces, piece_rows, piece_lengths = self._pieces(rows)
@@ -321,25 +324,29 @@ class TokenTimes:
                     order = np.argsort(piece_rows, kind="stable").tolist()
                     pieces = [pieces[i] for i in order]
                 if not pieces:
-                    return np.zeros(0)
+                    empty = np.zeros(0)
+                    return empty, empty
                 # Into the array a `consume_in_order` gave back, where it is long enough: its pages are mapped
                 # already (a new array of the 4.4 million gaps of 10,000 ShareGPT requests, ~35 MB, costs ~30 ms
-                # of page faults here, 6x the copy).
-                spare, self._spare = self._spare, None
-                n = int(piece_lengths.sum())
-                return np.concatenate(pieces, out=spare[:n]) if spare is not None and len(spare) >= n else \
-                    np.concatenate(pieces)
+                # of page faults here, 6x the copy; ~80 ms for the third order of a README run, which had found
+                # only the second's shorter part given back). That array is given back whole, not the part used.
+                spare, n = self._spare, int(piece_lengths.sum())
+                if spare is not None and len(spare) >= n:
+                    self._spare = None
+                    return np.concatenate(pieces, out=spare[:n]), spare
+                made_now = np.concatenate(pieces)
+                return made_now, made_now
 
             def in_order() -> np.ndarray:
                 if not made:
                     made.append(make())
-                return made[0]
+                return made[0][0]
 
             def consume_in_order(use: Callable[[np.ndarray], np.float64]) -> np.float64:
-                x = made.pop() if made else make()
+                x, whole = made.pop() if made else make()
                 result = use(x)
-                if self._spare is None or len(self._spare) < len(x):
-                    self._spare = x  # (overwritten: to be made into again)
+                if self._spare is None or len(self._spare) < len(whole):
+                    self._spare = whole  # (overwritten: to be made into again)
                 return result
         row, start, length = self.row, self.start, self.length
         if rows is not None:
