@@ -372,6 +372,7 @@ class _Threads:
         self.num_cores, self.client_shares = num_cores, client_shares
         self.client = 3 * num_processes
         self.queues: list[collections.deque[list[Any]]] = [collections.deque() for _ in range(self.client + 1)]
+        self._threads = self._threads_of(self.queues)  # (`_run`'s, of these queues: made once)
         self.io: list[tuple[float, int, int]] = []
         self.chains: dict[int, list[tuple[int, float]]] = {}
         self.num_arrivals = 0
@@ -395,7 +396,10 @@ class _Threads:
     def add_output(self, now_s: float, at_s: float, process: int, ticket: int, work_s: float) -> float:
         """An output pass of `process` taken at `now_s` that reaches its loop at `at_s` (>= `now_s`): when it ends
         (with a core per thread, exact; with shared cores as far as known now)."""
-        self.advance(now_s)
+        if not self.chains:  # (`advance(now_s)`, inline: once a step)
+            self.now_s = max(self.now_s, now_s)
+        elif now_s >= self.now_s:
+            self.now_s = self._run(self.queues, self.io, self.chains, self.finished_s, now_s, None)
         if self.num_cores is None:
             start = max(at_s, self.output_until_s[process])
             end = start + work_s
@@ -450,7 +454,7 @@ class _Threads:
         """From `now_s` until `to_s` or until chain `stop` ends; returns the time reached. The threads with work share
         the cores (processor sharing; a core per thread without `num_cores`)."""
         t, client, num_cores = self.now_s, self.client, self.num_cores
-        threads = [(queues[i + OUTPUTS], queues[i + LOOP], queues[i + RENDERER]) for i in range(0, client, 3)]
+        threads = self._threads if queues is self.queues else self._threads_of(queues)
         client_queue = queues[client]
         while True:
             while io and io[0][0] <= t:
@@ -515,6 +519,10 @@ class _Threads:
                     return t
             if t >= to_s and not num_done:
                 return t
+
+    def _threads_of(self, queues: list[collections.deque[list[Any]]]) -> list[tuple[collections.deque[list[Any]], ...]]:
+        """Per process, its OUTPUTS, LOOP and RENDERER queues of `queues`."""
+        return [(queues[i + OUTPUTS], queues[i + LOOP], queues[i + RENDERER]) for i in range(0, self.client, 3)]
 
     def _alone(self, job: list[Any], t: float, limit_s: float, queues: list[collections.deque[list[Any]]],
                chains: dict[int, list[tuple[int, float]]], finished_s: dict[int, float],
