@@ -109,8 +109,10 @@ class Recorder:
         row = self.row_of[req.request_id]
         self.first_scheduled[row] = req.first_scheduled_time_s
         self.num_output[row] = req.num_output_tokens
-        self.num_preemptions[row] = req.num_preemptions
-        self.num_prefix_hits[row] = req.num_prefix_hit_tokens or 0
+        if req.num_preemptions:  # (the two columns start at 0: most requests leave them so)
+            self.num_preemptions[row] = req.num_preemptions
+        if req.num_prefix_hit_tokens:
+            self.num_prefix_hits[row] = req.num_prefix_hit_tokens
         if times is None:
             times = req.token_times_array  # (mostly a view of the scheduler's array of step times: no conversion)
             # (its first: `first_token_time_s`, the same float, without reading the request's times again)
