@@ -174,6 +174,21 @@ def test_tokens_at_stamps_count_every_token_once() -> None:
     assert np.array_equal(np.sort(stamped), np.sort(np.concatenate(times_of)))
 
 
+def _searched_runs(row: int, stamps: np.ndarray, times: np.ndarray) -> list[tuple[int, str, int, int]]:
+    """A request's runs as `Segments.add`'s search found them before its shortcuts: (row, "stamps", first, n) for
+    each run of `times` that are consecutive stamps (cut where the `searchsorted` index does not step by 1), else
+    the whole request as its own times, (row, "own", 0, n)."""
+    n = len(times)
+    first = int(np.searchsorted(stamps, times[0]))
+    where = np.searchsorted(stamps, times)
+    if np.array_equal(stamps[first:first + n], times):
+        return [(row, "stamps", first, n)]
+    if where.max() < len(stamps) and np.array_equal(stamps[where], times):
+        bounds = [0, *(np.flatnonzero(np.diff(where) != 1) + 1).tolist(), n]
+        return [(row, "stamps", int(where[lo]), hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [(row, "own", 0, n)]
+
+
 @pytest.mark.parametrize("step_back", [False, True], ids=["ascending", "a-step-back"])
 def test_a_run_ending_at_the_latest_stamp_starts_where_searchsorted_says(step_back: bool) -> None:
     """Requests finishing as the simulator records them (their last token at the stamp just added): each run starts
@@ -193,16 +208,7 @@ def test_a_run_ending_at_the_latest_stamp_starts_where_searchsorted_says(step_ba
             n = int(rng.integers(1, min(step, 40) + 2))
             times = series.values[series.num - n:series.num].copy()
             segments.add(step, times, series)
-            stamps = series.values[:series.num]  # (Segments.add's search, as it was before its shortcut)
-            first = int(np.searchsorted(stamps, times[0]))
-            where = np.searchsorted(stamps, times)
-            if np.array_equal(stamps[first:first + n], times):
-                expected.append((step, "stamps", first, n))
-            elif where.max() < series.num and np.array_equal(stamps[where], times):
-                bounds = [0, *(np.flatnonzero(np.diff(where) != 1) + 1).tolist(), n]
-                expected += [(step, "stamps", int(where[lo]), hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
-            else:
-                expected.append((step, "own", 0, n))
+            expected += _searched_runs(step, series.values[:series.num], times)
     assert series.ascending is not step_back
     kinds = ["stamps" if s is series else "own" for s in segments.series]
     assert [(row, kinds[i], first, n) for row, i, first, n in zip(segments.row, segments.series_index,
@@ -234,17 +240,8 @@ def test_a_preempted_requests_runs_are_those_its_search_gives(step_back: bool) -
                 times[len(times) // 2] += 0.001  # no stamp
             if step % 33 == 0 and len(times) > 2:
                 times[1] = times[0]  # a time repeated
-            n = len(times)
             segments.add(step, times, series)
-            first = int(np.searchsorted(stamps, times[0]))  # (Segments.add's search, as it was before its shortcuts)
-            where = np.searchsorted(stamps, times)
-            if np.array_equal(stamps[first:first + n], times):
-                expected.append((step, "stamps", first, n))
-            elif where.max() < series.num and np.array_equal(stamps[where], times):
-                bounds = [0, *(np.flatnonzero(np.diff(where) != 1) + 1).tolist(), n]
-                expected += [(step, "stamps", int(where[lo]), hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
-            else:
-                expected.append((step, "own", 0, n))
+            expected += _searched_runs(step, stamps, times)
     assert series.ascending is not step_back
     kinds = ["stamps" if s is series else "own" for s in segments.series]
     got = [(row, kinds[i], first, n) for row, i, first, n in zip(segments.row, segments.series_index,
