@@ -576,6 +576,10 @@ def main() -> int:
         install_event_loop(parser, args.event_loop, args.accept_gap_ms, io_at_poll=args.io_at_poll)
     elif args.accept_gap_ms:
         parser.error("--accept-gap-ms: only with --event-loop")
+    if args.stream_steps is not None and not 0.0 <= args.stream_steps <= 1.0:
+        parser.error(f"--stream-steps: a fraction from 0 to 1, got {args.stream_steps}")
+    if args.stream_input_steps < 1:
+        parser.error(f"--stream-input-steps: a positive integer, got {args.stream_input_steps}")
     if args.stream_steps is not None:
         import functools
 
