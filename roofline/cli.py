@@ -219,6 +219,29 @@ _raised: list[BaseException] = []
 _SHUTDOWN_AFTER_INTERRUPT_S = 3.0
 
 
+# The commands that run torch in this process or a child (the engine's: `measure`, `profile-device`): their BLAS
+# threads are torch's to set, never limited here (`_one_blas_thread`).
+_TORCH_COMMANDS = frozenset({"measure", "profile_device"})
+
+
+def _one_blas_thread(argv: list[str], environ: dict[str, str] | os._Environ[str]) -> bool:
+    """Limit numpy's OpenBLAS to one thread for a torch-free command, unless the user chose a thread count
+    (`OPENBLAS_NUM_THREADS`, or `OMP_NUM_THREADS`, which OpenBLAS reads next); whether it did. At `import numpy`
+    OpenBLAS starts a thread per core, and each spins for its `THREAD_TIMEOUT` (2^28 cycles by default) before it
+    sleeps (OpenBLAS `driver/others/blas_server.c`; numpy issue #29193: `import numpy` took 1.28 s of CPU on a
+    17-thread host, 0.05 s with one thread), and wakes to spin again after any BLAS call (OpenBLAS issue #5171);
+    the simulator's arrays are small and its fits' normal equations a few columns wide, so those threads only take
+    CPU from the simulation and from a plan's worker processes, which inherit the setting. Set before numpy is
+    imported: the thread count is read once, when OpenBLAS loads."""
+    command = _named_command(argv)
+    if command is None or command.replace("-", "_") in _TORCH_COMMANDS:
+        return False
+    if "OPENBLAS_NUM_THREADS" in environ or "OMP_NUM_THREADS" in environ:
+        return False
+    environ["OPENBLAS_NUM_THREADS"] = "1"
+    return True
+
+
 def entry() -> NoReturn:
     """The `roofline` console script and `python -m roofline`: `main`'s exit status. Ctrl-C goes through `_interrupt`
     (where it is not ignored: a process started with SIGINT ignored keeps it so). After a Ctrl-C the exit handlers run
@@ -226,11 +249,12 @@ def entry() -> NoReturn:
     ends with 130 by `os._exit`: the interpreter's own exit would end it by SIGINT instead when a KeyboardInterrupt
     once passed through a C extension's `PyRun_String` (CPython's unhandled-KeyboardInterrupt flag, seen in 3 of 30
     Ctrl-Cs in a plan's first second), whatever was caught since. SIGTERM likewise (`Terminated`, exit 143), where it
-    is at its default."""
+    is at its default. numpy's BLAS runs one thread for a torch-free command (`_one_blas_thread`)."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupt)
+    _one_blas_thread(sys.argv[1:], os.environ)
     status = main(freeze_imports=True)
     if status in (130, TERMINATED_STATUS):
         watchdog = threading.Timer(_SHUTDOWN_AFTER_INTERRUPT_S, _exit_now, (status,))

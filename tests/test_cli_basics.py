@@ -4,6 +4,7 @@ the torch-free commands never import torch."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,34 @@ def test_a_named_command_builds_its_parser_alone(argv: list[str], command: str |
     from roofline.cli import _named_command
 
     assert _named_command(argv) == command
+
+
+@pytest.mark.parametrize("argv, environ, limited", [
+    (["simulate", "--num-requests", "3"], {}, True),
+    (["plan", "--help"], {"PATH": "/bin"}, True),
+    (["simulate"], {"OPENBLAS_NUM_THREADS": "4"}, False),  # the user's choice stands
+    (["simulate"], {"OMP_NUM_THREADS": "8"}, False),  # OpenBLAS reads it when its own is not set
+    (["measure", "--model", "llama-tiny"], {}, False),  # torch's threads: not ours to set
+    (["profile-device"], {}, False),
+    (["--version"], {}, False),  # no command: numpy never imported
+])
+def test_a_torch_free_command_runs_one_blas_thread_unless_the_user_chose(argv: list[str], environ: dict[str, str],
+                                                                          limited: bool) -> None:
+    from roofline.cli import _one_blas_thread
+
+    before = dict(environ)
+    assert _one_blas_thread(argv, environ) is limited
+    assert environ == ({**before, "OPENBLAS_NUM_THREADS": "1"} if limited else before)
+
+
+def test_the_process_loads_openblas_with_one_thread() -> None:
+    # The console script's own process: numpy's OpenBLAS reads the variable once, when it loads (after `entry` set it).
+    code = ("import os, sys; sys.argv = ['roofline', 'simulate', '--num-requests', '2', '--json']; "
+            "import roofline.cli as cli; cli.main = lambda freeze_imports=False: print(os.environ.get("
+            "'OPENBLAS_NUM_THREADS')) or 0; cli.entry()")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", (proc.returncode, proc.stdout, proc.stderr)
 
 
 def test_simulate_imports_no_other_commands_modules() -> None:
