@@ -1,5 +1,6 @@
-"""The optional C extension engine.core._kvcore (the compiled block pool and KV cache manager,
-engine/core/compiled_kv.py); everything else is in pyproject.toml.
+"""The optional C extensions engine.core._kvcore (the compiled block pool and KV cache manager,
+engine/core/compiled_kv.py) and roofline.cost._stepcost (the step cost's GPU full-attention paths,
+roofline/cost/native.py); everything else is in pyproject.toml.
 
 `optional=True`: where no C compiler (or no Python headers) is found, the build warns and installs without it, and
 engine.core runs on its Python classes. tests/test_compiled_kv.py checks that a built extension is the one in use.
@@ -14,6 +15,13 @@ setup(
             sources=["engine/core/_kvcore.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        # The same floats as the Python code (roofline/cost/_stepcost.c): no fused multiply-adds.
+        Extension(
+            "roofline.cost._stepcost",
+            sources=["roofline/cost/_stepcost.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-ffp-contract=off"],
+        ),
     ]
 )

@@ -43,6 +43,7 @@ from roofline.cost.kernels.mla import (
     mla_decode_time_s,
     mla_heads_per_rank,
 )
+from roofline.cost.native import COMPILED, _stepcost
 from roofline.cost.op_time import OpCost, op_cost, op_time_s
 from roofline.cost.ops import (
     BatchStats,
@@ -173,6 +174,8 @@ class StepCostModel:
         self._prefill_factor = hw.op_time_factors.attention_prefill
         self._decode_factor = hw.op_time_factors.attention_decode
         self._mla_factor = hw.op_time_factors.mla
+        # `time_s`'s GPU full-attention paths compiled (roofline/cost/_stepcost.c), where built; None: the Python code.
+        self._core = self._make_core() if COMPILED else None
 
     # -- public API --
     @property
@@ -228,6 +231,15 @@ class StepCostModel:
         if not shape.num_prefill_tokens:  # decodes only (a prompt's last token counts as prefill)
             n = shape.num_seqs
             if self._plain_gqa_decode and n:
+                core = self._core
+                if core is not None:  # (the compiled path below: the same floats)
+                    context_sum = shape.num_context_tokens
+                    t = core.decode_s(n, context_sum)
+                    if t is None:  # n's first step: its terms handed over
+                        self._set_decode_terms(core, n)
+                        t = core.decode_s(n, context_sum)
+                    if t is not None:
+                        return t
                 # `_decode_layer_s`, `attention_decode_time_of_terms_s`, `_overlap` and `HostModel.combine` written
                 # out on the terms of n (`_decode_step_terms`): the same operations on the same floats, in order.
                 k = self._decode_steps.get(n)
@@ -310,7 +322,16 @@ class StepCostModel:
         """`_rows_time_s` where `_plain_gqa_decode` (a GPU, full attention, not MLA): `BatchStats._prefill_sums`
         without a window, `_stats_time_s`, `_attention_s`, `prefill_attention_shape` and `attention_prefill_time_s`
         written out, without the `BatchStats`; the same operations on the same floats, in order (the prefill
-        attention's constants, `_prefill_terms`, computed once)."""
+        attention's constants, `_prefill_terms`, computed once). Compiled where built (`_core`), the same floats."""
+        core = self._core
+        if core is not None:
+            t = core.rows_s(num_tokens, num_emits, num_decodes, decode_context_sum, prefill_query, prefill_context)
+            if t is None:  # a count's first step: its parts handed over
+                self._set_rows_terms(core, num_tokens, len(prefill_query) > 0, num_emits, num_decodes)
+                t = core.rows_s(num_tokens, num_emits, num_decodes, decode_context_sum, prefill_query,
+                                prefill_context)
+            if t is not None:
+                return t
         r = self.rank
         t, kernels = 0.0, 0
         num_prefills = len(prefill_query)
@@ -348,6 +369,50 @@ class StepCostModel:
         emit_s, emit_k = self._emit_table.lookup(num_emits)
         return self._combine(token_s + emit_s + t, *self._host_time_s(num_tokens, num_prefills, num_decodes,
                                                                       token_k + emit_k + kernels))
+
+    def _make_core(self) -> Any:
+        """The compiled `time_s` paths of a GPU with full attention (`_plain_gqa_decode`, roofline/cost/_stepcost.c),
+        with this model's constants; None where they do not apply (another host model, constants of other types)."""
+        if _stepcost is None or not self._plain_gqa_decode or type(self.host) is not HostModel:
+            return None
+        host, ex, r = self.host, self.hw.executor, self.rank
+        launches = {"full": 1, "piecewise": 2 * host._layers + 1, None: -1}  # (`HostModel.time_s`; -1: every kernel)
+        half_tile, q_token, kv_token, tile_heads, sms, per_pair, per_sm, tile_fixed_s, bandwidth, p, fixed_s, \
+            attention_fixed_s = self._prefill_terms or self._make_prefill_terms()
+        if not (isinstance(self._q_tile, float) and isinstance(q_token, (int, float))):
+            return None
+        try:
+            return _stepcost.PlainStepCost(
+                layers=r.layers, heads=r.heads, tile_heads=tile_heads, sms=sms, kv_token=kv_token, q_token=q_token,
+                flops_per_pair=self._decode_flops_per_pair, decode_factor=self._decode_factor,
+                prefill_factor=self._prefill_factor, q_tile=self._q_tile, half_tile=half_tile, per_pair=per_pair,
+                per_sm=per_sm, tile_fixed_s=tile_fixed_s, bandwidth=bandwidth, p=p, fixed_s=fixed_s,
+                attention_fixed_s=attention_fixed_s, max_graph=host.max_graph,
+                decode_launches=launches[host.decode_graph], mixed_launches=launches[host.mixed_graph],
+                kernel_launch_s=ex.kernel_launch_s, step_overhead_s=ex.step_overhead_s,
+                per_seq_s=ex.step_overhead_per_seq_s, step_gap_s=ex.step_gap_s, host_overlaps=ex.host_overlaps_device)
+        except (TypeError, ValueError, OverflowError):  # (a constant of another type: the Python code)
+            return None
+
+    def _set_decode_terms(self, core: Any, n: int) -> None:
+        """Hand `_core` what a step of `n` decodes only needs (`_decode_step_terms`)."""
+        token_emit_s, rest_s, launch_s, q_bytes, rate, prologue, bandwidth, p, _, kernel_fixed_s, attention_fixed_s, \
+            waves_s = self._decode_steps.get(n) or self._decode_step_terms(n)
+        core.set_decode(n, token_emit_s, rest_s, launch_s)
+        core.set_layer(n, q_bytes, rate, prologue, bandwidth, p, kernel_fixed_s, attention_fixed_s, waves_s)
+
+    def _set_rows_terms(self, core: Any, num_tokens: int, with_prefills: bool, num_emits: int,
+                        num_decodes: int) -> None:
+        """Hand `_core` what `_plain_rows_time_s` looks up by count: the token operators (of the padded count, from
+        the table of a step with or without prefills), the emit operators, the decodes' attention terms."""
+        table = self._mixed_token_table if with_prefills else self._token_table
+        core.set_tokens(with_prefills, num_tokens, *table.lookup(self._padded_tokens(num_tokens, with_prefills)))
+        if num_emits > 0:
+            core.set_emits(num_emits, *self._emit_table.lookup(num_emits))
+        if num_decodes:
+            self._decode_layer_s(num_decodes, 0.0)  # (its terms)
+            q_bytes, terms = self._decode_terms[num_decodes]
+            core.set_layer(num_decodes, q_bytes, *terms)
 
     def _make_prefill_terms(self) -> tuple[Any, ...]:
         """`_plain_rows_time_s`'s constants of `prefill_attention_shape` and `attention_prefill_time_s` (the same

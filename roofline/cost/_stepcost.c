@@ -1,0 +1,409 @@
+/* The step cost's GPU full-attention paths in C: `StepCostModel.time_s` of a step of decodes only and
+ * `StepCostModel._plain_rows_time_s` (roofline/cost/step_cost.py, the reference), the same floats.
+ *
+ * Same floats: every operation below is the Python code's, on the same doubles, in the same order: Python's float
+ * arithmetic is IEEE double arithmetic, an int meeting a float is converted exactly as here (the ints are far below
+ * 2^53), `**` on positive finite floats is libm's pow (CPython's float_pow and numpy's scalar power both call it),
+ * and the build turns off contraction into fused multiply-adds (setup.py: -ffp-contract=off). Where the Python code
+ * does integer arithmetic before meeting a float, so does this code (int64). tests/test_cost_model.py compares the
+ * two paths bit for bit.
+ *
+ * What depends on a count alone (the token and emit operators' seconds from the cost model's tables, the padded
+ * sizes, a number of decodes' attention terms) is looked up in the Python code on a count's first use and handed
+ * to the object (`set_*`), which keeps it in arrays by count: a method returns None for a count it has not been
+ * given (and for input it does not take: a negative context, ints past int64), and the Python code then fills it
+ * in or runs itself. The object holds no Python object, so it makes no reference cycle with the cost model.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A step of n decodes only: `_decode_step_terms(n)`'s parts besides the attention terms. */
+typedef struct {
+    double token_emit_s, rest_s, launch_s;
+} StepParts;
+
+/* `_decode_layer_s`'s per number of decodes: Q and O bytes and `DecodeAttentionTerms`. */
+typedef struct {
+    double q_bytes, rate, prologue, bandwidth, p, kernel_fixed_s, attention_fixed_s, waves_s;
+    int has_waves;
+} LayerTerms;
+
+/* A count's operators: seconds and kernels (`_CountTable.lookup`). */
+typedef struct {
+    double s;
+    long long k;
+} CountPart;
+
+/* Growable arrays indexed by count, each entry with a filled flag. */
+typedef struct {
+    char *data;
+    char *filled;
+    Py_ssize_t size, item;
+} Cache;
+
+static void *cache_get(Cache *c, long long i) {
+    if (i < 0 || i >= c->size || !c->filled[i])
+        return NULL;
+    return c->data + i * c->item;
+}
+
+static void *cache_put(Cache *c, long long i) {
+    if (i < 0 || i > (1LL << 30)) {
+        PyErr_SetString(PyExc_ValueError, "count out of range");
+        return NULL;
+    }
+    if (i >= c->size) {
+        Py_ssize_t size = c->size ? c->size : 64;
+        while (size <= i)
+            size *= 2;
+        char *data = PyMem_Realloc(c->data, (size_t)(size * c->item));
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        c->data = data;
+        char *filled = PyMem_Realloc(c->filled, (size_t)size);
+        if (filled == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        memset(filled + c->size, 0, (size_t)(size - c->size));
+        c->filled = filled;
+        c->size = size;
+    }
+    c->filled[i] = 1;
+    return c->data + i * c->item;
+}
+
+static void cache_free(Cache *c) {
+    PyMem_Free(c->data);
+    PyMem_Free(c->filled);
+    c->data = c->filled = NULL;
+    c->size = 0;
+}
+
+typedef struct {
+    PyObject_HEAD
+    /* the model's shape */
+    long long layers, heads, tile_heads, sms;
+    double kv_token, q_token, flops_per_pair, decode_factor, prefill_factor;
+    int q_token_is_int;
+    long long q_token_int;
+    /* `_make_prefill_terms` */
+    double q_tile, half_tile, per_pair, per_sm, tile_fixed_s, bandwidth, p, fixed_s, attention_fixed_s;
+    /* the host (`HostModel.time_s`, `HostModel.combine`): launches of the decode and the mixed graph (-1: none,
+       every kernel launched) up to max_graph tokens */
+    long long max_graph, decode_launches, mixed_launches;
+    double kernel_launch_s, step_overhead_s, per_seq_s, step_gap_s;
+    int host_overlaps;
+    /* by count */
+    Cache steps;      /* StepParts by number of decodes (a step of decodes only) */
+    Cache layer;      /* LayerTerms by number of decodes */
+    Cache tokens[2];  /* CountPart by number of tokens: [0] a step without prefills, [1] with (padded, its table) */
+    Cache emits;      /* CountPart by number of emitted tokens */
+} Core;
+
+/* `roofline_math._overlap` on floats. */
+static double overlap(double tc, double tm, double p) {
+    double big = tc, small = tm;
+    if (!(tc >= tm)) {
+        big = tm;
+        small = tc;
+    }
+    double hi = big + 1e-30;
+    if (big / hi == 1.0)
+        return hi * pow(1.0 + pow(small / hi, p), 1.0 / p);
+    return hi * pow(pow(tc / hi, p) + pow(tm / hi, p), 1.0 / p);
+}
+
+/* `attention_decode_time_of_terms_s(terms, flops_per_pair * pairs, q_bytes + (pairs + n) * kv_token)`. */
+static double decode_layer(const Core *self, const LayerTerms *l, double pairs, long long n) {
+    double flops = self->flops_per_pair * pairs;
+    double moved = l->q_bytes + (pairs + (double)n) * self->kv_token;
+    double tc = flops / l->rate;
+    double tm = (moved + l->prologue) / l->bandwidth;
+    double t = overlap(tc, tm, l->p) + l->kernel_fixed_s + l->attention_fixed_s;
+    if (l->has_waves)
+        t = t + l->waves_s;
+    return t;
+}
+
+/* Python's max(a, b) of floats: b where b > a, else a. */
+static inline double py_max(double a, double b) { return b > a ? b : a; }
+
+static int as_ll(PyObject *o, long long *out) {
+    if (!PyLong_Check(o))
+        return 0;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static int as_double(PyObject *o, double *out) {
+    *out = PyFloat_AsDouble(o);
+    return !(*out == -1.0 && PyErr_Occurred());
+}
+
+static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"layers", "heads", "tile_heads", "sms", "kv_token", "q_token", "flops_per_pair",
+                             "decode_factor", "prefill_factor", "q_tile", "half_tile", "per_pair", "per_sm",
+                             "tile_fixed_s", "bandwidth", "p", "fixed_s", "attention_fixed_s", "max_graph",
+                             "decode_launches", "mixed_launches", "kernel_launch_s", "step_overhead_s",
+                             "per_seq_s", "step_gap_s", "host_overlaps", NULL};
+    PyObject *q_token;
+    int host_overlaps;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LLLLdOddddddddddddLLLddddp", kwlist, &self->layers,
+                                     &self->heads, &self->tile_heads, &self->sms, &self->kv_token, &q_token,
+                                     &self->flops_per_pair, &self->decode_factor, &self->prefill_factor,
+                                     &self->q_tile, &self->half_tile, &self->per_pair, &self->per_sm,
+                                     &self->tile_fixed_s, &self->bandwidth, &self->p, &self->fixed_s,
+                                     &self->attention_fixed_s, &self->max_graph, &self->decode_launches,
+                                     &self->mixed_launches, &self->kernel_launch_s, &self->step_overhead_s,
+                                     &self->per_seq_s, &self->step_gap_s, &host_overlaps))
+        return -1;
+    self->host_overlaps = host_overlaps;
+    if (PyLong_Check(q_token)) {
+        self->q_token_is_int = 1;
+        if (!as_ll(q_token, &self->q_token_int)) {
+            PyErr_SetString(PyExc_ValueError, "q_token out of range");
+            return -1;
+        }
+        self->q_token = (double)self->q_token_int;
+    } else {
+        self->q_token_is_int = 0;
+        if (!as_double(q_token, &self->q_token))
+            return -1;
+    }
+    cache_free(&self->steps);
+    cache_free(&self->layer);
+    cache_free(&self->tokens[0]);
+    cache_free(&self->tokens[1]);
+    cache_free(&self->emits);
+    self->steps.item = sizeof(StepParts);
+    self->layer.item = sizeof(LayerTerms);
+    self->tokens[0].item = self->tokens[1].item = self->emits.item = sizeof(CountPart);
+    return 0;
+}
+
+static void Core_dealloc(Core *self) {
+    cache_free(&self->steps);
+    cache_free(&self->layer);
+    cache_free(&self->tokens[0]);
+    cache_free(&self->tokens[1]);
+    cache_free(&self->emits);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* set_decode(n, token_emit_s, rest_s, launch_s): a step of n decodes only (`_decode_step_terms`). */
+static PyObject *Core_set_decode(Core *self, PyObject *args) {
+    long long n;
+    StepParts v;
+    if (!PyArg_ParseTuple(args, "Lddd", &n, &v.token_emit_s, &v.rest_s, &v.launch_s))
+        return NULL;
+    StepParts *slot = cache_put(&self->steps, n);
+    if (slot == NULL)
+        return NULL;
+    *slot = v;
+    Py_RETURN_NONE;
+}
+
+/* set_layer(n, q_bytes, rate, prologue, bandwidth, p, kernel_fixed_s, attention_fixed_s, waves_s or None). */
+static PyObject *Core_set_layer(Core *self, PyObject *args) {
+    long long n;
+    LayerTerms v;
+    PyObject *waves;
+    if (!PyArg_ParseTuple(args, "LdddddddO", &n, &v.q_bytes, &v.rate, &v.prologue, &v.bandwidth, &v.p,
+                          &v.kernel_fixed_s, &v.attention_fixed_s, &waves))
+        return NULL;
+    v.has_waves = waves != Py_None;
+    v.waves_s = 0.0;
+    if (v.has_waves && !as_double(waves, &v.waves_s))
+        return NULL;
+    LayerTerms *slot = cache_put(&self->layer, n);
+    if (slot == NULL)
+        return NULL;
+    *slot = v;
+    Py_RETURN_NONE;
+}
+
+/* set_tokens(with_prefills, num_tokens, seconds, kernels) and set_emits(num_emits, seconds, kernels). */
+static PyObject *Core_set_tokens(Core *self, PyObject *args) {
+    int mixed;
+    long long n;
+    CountPart v;
+    if (!PyArg_ParseTuple(args, "pLdL", &mixed, &n, &v.s, &v.k))
+        return NULL;
+    CountPart *slot = cache_put(&self->tokens[mixed], n);
+    if (slot == NULL)
+        return NULL;
+    *slot = v;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_set_emits(Core *self, PyObject *args) {
+    long long n;
+    CountPart v;
+    if (!PyArg_ParseTuple(args, "LdL", &n, &v.s, &v.k))
+        return NULL;
+    CountPart *slot = cache_put(&self->emits, n);
+    if (slot == NULL)
+        return NULL;
+    *slot = v;
+    Py_RETURN_NONE;
+}
+
+/* decode_s(n, context_sum): `time_s` of a step of n >= 1 decodes whose contexts sum to context_sum; None where n's
+   terms are not set. */
+static PyObject *Core_decode_s(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long n, context;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "decode_s(n, context_sum)");
+        return NULL;
+    }
+    if (!as_ll(args[0], &n) || !as_ll(args[1], &context))
+        Py_RETURN_NONE;
+    const StepParts *s = cache_get(&self->steps, n);
+    const LayerTerms *l = cache_get(&self->layer, n);
+    if (s == NULL || l == NULL)
+        Py_RETURN_NONE;
+    double pairs = (double)context + (double)n;
+    double device_s = s->token_emit_s + (double)self->layers * (decode_layer(self, l, pairs, n) * self->decode_factor);
+    if (self->host_overlaps)
+        return PyFloat_FromDouble((s->rest_s > device_s ? s->rest_s : device_s) + self->step_gap_s);
+    return PyFloat_FromDouble(s->rest_s + (s->launch_s > device_s ? s->launch_s : device_s));
+}
+
+/* rows_s(num_tokens, num_emits, num_decodes, decode_context_sum, prefill_query, prefill_context):
+   `_plain_rows_time_s`; None where a count's parts are not set, or for input it does not take. */
+static PyObject *Core_rows_s(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long num_tokens, num_emits, num_decodes, decode_context;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "rows_s(num_tokens, num_emits, num_decodes, decode_context_sum, "
+                                         "prefill_query, prefill_context)");
+        return NULL;
+    }
+    PyObject *pq = args[4], *pc = args[5];
+    if (!as_ll(args[0], &num_tokens) || !as_ll(args[1], &num_emits) || !as_ll(args[2], &num_decodes)
+        || !as_ll(args[3], &decode_context) || !PyList_Check(pq) || !PyList_Check(pc))
+        Py_RETURN_NONE;
+    Py_ssize_t num_prefills = PyList_GET_SIZE(pq);
+    if (PyList_GET_SIZE(pc) != num_prefills)
+        Py_RETURN_NONE;
+    const CountPart *token = cache_get(&self->tokens[num_prefills > 0], num_tokens);
+    if (token == NULL)
+        Py_RETURN_NONE;
+    CountPart no_emits = {0.0, 0};
+    const CountPart *emit = num_emits > 0 ? cache_get(&self->emits, num_emits) : &no_emits;
+    if (emit == NULL)
+        Py_RETURN_NONE;
+    const LayerTerms *l = NULL;
+    if (num_decodes) {
+        l = cache_get(&self->layer, num_decodes);
+        if (l == NULL)
+            Py_RETURN_NONE;
+    }
+    double t = 0.0;
+    long long kernels = 0;
+    if (num_prefills) {
+        double q_tile = self->q_tile;
+        double pairs = 0.0, kv_tokens = 0.0, pad = 0.0;
+        long long tiles = 0, tokens = 0;
+        for (Py_ssize_t i = 0; i < num_prefills; i++) {
+            long long q, c;
+            if (!as_ll(PyList_GET_ITEM(pq, i), &q) || !as_ll(PyList_GET_ITEM(pc, i), &c) || c < 0
+                || q > (1LL << 40) || c > (1LL << 40) || q < -(1LL << 40))
+                Py_RETURN_NONE;  /* (the Python code asserts c >= 0) */
+            long long n = (long long)ceil((double)q / q_tile);
+            double qf = (double)q, cf = (double)c;
+            pairs += qf * (cf + 1.0) + qf * (qf - 1.0) / 2.0;
+            kv_tokens += (double)(c + q);
+            pad += ((double)n * q_tile - (double)q) * (double)(c + q);
+            tiles += n;
+            tokens += q;
+        }
+        /* prefill_attention_shape */
+        double computed = pairs + (double)tiles * self->half_tile + pad;
+        double q_moved = self->q_token_is_int ? (double)(2 * tokens * self->q_token_int)
+                                              : (double)(2 * tokens) * self->q_token;
+        double moved = q_moved + (kv_tokens + (double)tokens) * self->kv_token;
+        long long work_units = self->tile_heads * tiles;
+        /* attention_prefill_time_s: max(work_units, 1.0) */
+        double units = 1.0 > (double)work_units ? 1.0 : (double)work_units;
+        long long waves = (long long)ceil(units / (double)self->sms);
+        double tc = (double)waves * ((double)self->heads * computed) / units * self->per_pair / self->per_sm
+                    + (double)(waves - 1) * self->tile_fixed_s;
+        double tm = moved / self->bandwidth;
+        t += (double)self->layers * (overlap(tc, tm, self->p) + self->fixed_s + self->attention_fixed_s)
+             * self->prefill_factor;
+        kernels += self->layers;
+    }
+    if (num_decodes) {
+        double pairs = (double)decode_context + (double)num_decodes;
+        t += (double)self->layers * (decode_layer(self, l, pairs, num_decodes) * self->decode_factor);
+        kernels += self->layers;
+    }
+    /* HostModel.time_s */
+    long long launches = kernels + token->k + emit->k;
+    if (0 < num_tokens && num_tokens <= self->max_graph) {
+        long long graph = num_prefills ? self->mixed_launches : self->decode_launches;
+        if (graph >= 0)
+            launches = graph;
+    }
+    double launch_s = (double)launches * self->kernel_launch_s;
+    double host_s = self->step_overhead_s + launch_s + self->per_seq_s * (double)(num_decodes + num_prefills);
+    /* HostModel.combine */
+    double device_s = token->s + emit->s + t;
+    if (self->host_overlaps)
+        return PyFloat_FromDouble(py_max(device_s, host_s) + self->step_gap_s);
+    return PyFloat_FromDouble((host_s - launch_s) + py_max(device_s, launch_s));
+}
+
+static PyMethodDef Core_methods[] = {
+    {"decode_s", (PyCFunction)(void (*)(void))Core_decode_s, METH_FASTCALL, NULL},
+    {"rows_s", (PyCFunction)(void (*)(void))Core_rows_s, METH_FASTCALL, NULL},
+    {"set_decode", (PyCFunction)Core_set_decode, METH_VARARGS, NULL},
+    {"set_layer", (PyCFunction)Core_set_layer, METH_VARARGS, NULL},
+    {"set_tokens", (PyCFunction)Core_set_tokens, METH_VARARGS, NULL},
+    {"set_emits", (PyCFunction)Core_set_emits, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "roofline.cost._stepcost.PlainStepCost",
+    .tp_doc = "The step cost's GPU full-attention paths (roofline/cost/_stepcost.c)",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Core_init,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_methods = Core_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_stepcost", "The step cost's GPU full-attention paths in C (step_cost.py's reference).",
+    -1, NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__stepcost(void) {
+    if (PyType_Ready(&CoreType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&CoreType);
+    if (PyModule_AddObject(m, "PlainStepCost", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(&CoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
