@@ -217,6 +217,36 @@ def test_the_output_pass_starts_after_the_hand_off_and_the_input_work_runs_meanw
     assert _reach(server, 0.001, 0) == pytest.approx(0.007)
 
 
+@pytest.mark.parametrize("cores", [None, 1])
+def test_the_intake_waits_for_wake_ups_only_where_the_thread_sleeps(cores: int | None) -> None:
+    """The intake's wake-ups occupy no thread and apply only where the thread taking the next part is idle: a request
+    alone (2 ms on the loop before the render, 1 ms of render, 2 ms after; the loop's wake-up on the read 1 ms, the
+    worker's 0.2 ms, the loop's after the render 0.3 ms) reaches the engine core at 1 + 2 + 0.2 + 1 + 0.3 + 2 =
+    6.5 ms (5 ms without them). They make its intake longer, so more output work meets it: an output pass (1.5 ms)
+    reaching the loop at 6 ms preempts its rest (4.5-6.5 ms): it ends at 8 ms. A pass reaching the loop at 4.4 ms,
+    while the loop was asleep waiting for the render, keeps it busy at the render's end (4.2): no wake-up, the rest
+    runs after the pass (5.9-7.9 ms). Two requests at once: they share the loop's one wake-up on the read, and their
+    renders' wake-ups find the worker or the loop busy with the other request: each reaches the engine core 1 ms later
+    than without the wake-ups, not 1.5."""
+    host = HostCpu("x", 1.0, api_server_num_cores=cores, api_server_before_render_fraction=0.5)
+    costs = replace(INPUT_ONLY, request_s=0.004, render_request_s=0.001, read_wait_s=0.001, render_start_wait_s=0.0002,
+                    render_resume_wait_s=0.0003, output_pass_s=0.0015)
+    asleep = replace(costs, read_wait_s=0.0, render_start_wait_s=0.0, render_resume_wait_s=0.0)
+    assert _reach(ApiServer(asleep, host=host), 0.0, 0) == pytest.approx(0.005)
+    assert _reach(ApiServer(costs, host=host), 0.0, 0) == pytest.approx(0.0065)
+    for pass_s, reach_s in ((0.006, 0.008), (0.0044, 0.0079)):
+        server = ApiServer(costs, host=host)
+        process, ticket, _ = server.take_request(0.0, 0)
+        server.stream_outputs(pass_s, process, num_tokens=0)
+        assert server.reach_s(pass_s, process, ticket) == pytest.approx(reach_s)
+    reach = []
+    for variant in (asleep, costs):
+        server = ApiServer(replace(variant, output_pass_s=0.0), host=host)
+        first, second = server.take_request(0.0, 0), server.take_request(0.0, 0)
+        reach.append(np.array([server.reach_s(0.0, first[0], first[1]), server.reach_s(0.0, second[0], second[1])]))
+    assert reach[1] - reach[0] == pytest.approx([0.001, 0.001])
+
+
 def test_closed_loop_sends_the_next_request_when_the_client_saw_the_last_token() -> None:
     costs = replace(INPUT_ONLY, request_s=1e-3, output_pass_s=1e-3, output_token_s=1e-3)
     result = _run(_burst(3, output=2), costs, max_concurrency=1)
@@ -342,7 +372,8 @@ def test_the_api_server_layout_is_read_with_its_defaults() -> None:
     ({"request": "1ms"}, r"host\.api_server_costs_s\.request: must be seconds in \[0, 1\], got '1ms'"),
     ({"client_output_token": 2}, r"host\.api_server_costs_s\.client_output_token: must be seconds in \[0, 1\], got 2$"),
     ({"client_chunk": 1e-5}, r"host\.api_server_costs_s\.client_chunk: not an API-server cost; allowed: .*, "
-                             r"client_request, client_output_token$"),
+                             r"client_request, client_output_token, render_request, read_wait, render_start_wait, "
+                             r"render_resume_wait$"),
     ([0.001], r"host\.api_server_costs_s: must be a mapping of request, chat_request, "),
 ])
 def test_measured_host_costs_are_validated(costs: object, message: str) -> None:

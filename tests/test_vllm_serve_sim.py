@@ -18,7 +18,7 @@ import vllm_serve_sim  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "ground_truth" / "vllm_serve_sim.py"
 RESULTS = ROOT / "benchmarks" / "results" / "vllm-serve-bench"
-FIT = RESULTS / "2026-11-30g-serve14" / "sim-2026-11-30c-host.json"
+FIT = RESULTS / "2026-11-30h-serve15" / "sim-2026-11-30c-host.json"
 
 
 def _run(name: str, ttft: float) -> dict:

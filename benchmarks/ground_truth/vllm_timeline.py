@@ -14,7 +14,9 @@ server process, `timeline_site/sitecustomize.py`) and appends one JSON line per 
 - ["conn", t]: each HTTP connection uvicorn's protocol accepts (`connection_made`);
 - ["asgi", x-request-id, t]: the request's ASGI task starts (`Starlette.__call__`: uvicorn has parsed its headers);
 - ["handler", x-request-id, t]: the endpoint's serving method starts (`OpenAIServingCompletion.create_completion`,
-  `OpenAIServingChat.create_chat_completion`: FastAPI has read and validated the body).
+  `OpenAIServingChat.create_chat_completion`: FastAPI has read and validated the body);
+- ["render", start, end, thread CPU s]: each `BaseRenderer._tokenize_prompt` (the tokenizer's call, on the renderer's
+  worker thread: `make_async(self._tokenize_prompt, executor=self._executor)`).
 In the engine-core process (`install_engine_core`, by `timeline_site/sitecustomize.py` when vLLM spawns it):
 - ["ec_in", request id, start, end]: `EngineCoreProc.preprocess_add_request` in the input socket thread (the decoded
   request made a `Request`: block hashes, validation), before it is queued for the busy loop;
@@ -127,6 +129,20 @@ def install(path: str) -> None:
 
     if os.environ.get("VLLM_SERVE_TIMELINE_STEPS"):
         install_steps(log)
+
+    import vllm.renderers.base as renderers_base
+
+    tokenize = renderers_base.BaseRenderer._tokenize_prompt
+
+    def tokenize_prompt(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start, cpu = time.monotonic(), time.thread_time()
+        try:
+            return tokenize(self, *args, **kwargs)
+        finally:
+            log.write(json.dumps(["render", start, time.monotonic(), time.thread_time() - cpu]) + "\n")
+
+    # (make_async binds it when the renderer is made, after this: `BaseRenderer.__init__`)
+    renderers_base.BaseRenderer._tokenize_prompt = tokenize_prompt  # type: ignore[method-assign]
 
     from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
     from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion

@@ -32,9 +32,17 @@ the rest of its input path (`process_for_engine_async`, `AsyncLLM.generate` -> `
 parts of the requests that arrived meanwhile. A request's input work is so three parts in order:
 - the loop's part before the render: `host.api_server_before_render_fraction` of `request_s` (+ `chat_request_s`
   on the chat endpoint): the accept, the reads, routing and validation, the handler's first steps;
-- the renderer thread's: `prompt_token_s` x prompt tokens (`BaseRenderer._tokenize_prompt`: HF tokenizers' Rust
-  encode, which releases the GIL, so the thread runs beside the loop);
+- the renderer thread's: `render_request_s` + `prompt_token_s` x prompt tokens (`BaseRenderer._tokenize_prompt`: the
+  HF tokenizer's call; its Rust encode releases the GIL, so the thread runs beside the loop);
 - the loop's part after it: the rest of `request_s`; the request reaches the engine core (+ `latency_s`) when it ends.
+Three waits in that path occupy no thread: wake-ups of a thread asleep when the request's next part comes to it:
+the loop's on epoll when the request's bytes arrive (`read_wait_s`, after the client's own work before the send,
+where it shares the cores), the renderer worker's on the executor's queue (`render_start_wait_s`), and the loop's on
+the worker's `call_soon_threadsafe` when the render is done (`render_resume_wait_s`; `vllm/utils/async_utils.py`
+`make_async`: `loop.run_in_executor`). Each applies only when that thread has nothing to do then (a busy loop reads
+the bytes and takes the callback at its next turn without sleeping); the output work that reaches the loop during
+one goes first, as in vLLM's loop, where the coroutine resumes behind what is ready by then (0 on the reference
+host, whose `latency_s` holds its time outside the loop; measured on the CPU host, `vllm_serve_intake_waits.py`).
 The loop takes its input parts first come first served in the order they became ready, and each engine step's
 output work, once the outputs reach the output handler (after the hand-off, `output_latency_s` below), before them
 (preemptive priority, the slices taken as infinitely small): `output_pass_s` + `output_token_s` (+
@@ -149,6 +157,12 @@ class ApiServerCosts:
     chunk after it, where it runs on the API server's cores (`host.client_shares_api_server_cores`); 0 on the
     reference (its client ran apart), measured on the CPU hosts (`vllm_serve_bench.py --client-split`: the client's
     callbacks timed before and after each send; vllm_serve_sim.py: the client's CPU accounting, placed by that split).
+    `render_request_s`: the renderer thread's work per request beyond `prompt_token_s` (the HF tokenizer call's own);
+    0 everywhere shipped. `read_wait_s`, `render_start_wait_s`, `render_resume_wait_s`: the intake's wake-ups (module
+    docstring); 0 on the reference (its measured time outside the loop is in `latency_s`), measured on the CPU host in
+    traced `vllm serve` runs one request at a time (vllm_serve_intake_waits.py: the loop's idle time from the send to
+    its read of the request beyond the client's work; the renderer thread's `_tokenize_prompt` stamped: from the
+    loop's submit to its start, and from its end to the loop's resuming the request).
     """
 
     request_s: float = 0.40e-3
@@ -167,6 +181,10 @@ class ApiServerCosts:
     block_hash_token_s: float = 0.1224e-6
     client_request_s: float = 0.0
     client_output_token_s: float = 0.0
+    render_request_s: float = 0.0
+    read_wait_s: float = 0.0
+    render_start_wait_s: float = 0.0
+    render_resume_wait_s: float = 0.0
 
     @classmethod
     def for_host(cls, host: HostCpu) -> "ApiServerCosts":
@@ -253,6 +271,10 @@ def release_chat_output_token_extra_s(vllm_version: str, architecture: str) -> f
 # Where a request's input work runs (module docstring): per process a queue of output passes and one of input parts
 # (both the loop thread's, output passes first) and the renderer's queue; after the processes' queues, the client's.
 OUTPUTS, LOOP, RENDERER = range(3)
+# A chain's part that occupies no thread: a wake-up. When it is reached and the thread that runs the next part has
+# nothing to do (asleep: on epoll, on the executor's queue), the next part is ready that many seconds later; when that
+# thread is busy, it takes the part when it gets to it, and the wait is nothing.
+WAIT = -1
 _DONE_S = 1e-12  # a part with at most this much work left is done (the processor-sharing steps' rounding)
 
 
@@ -272,6 +294,9 @@ class ApiServer:
         chat = endpoint == "chat"
         self.request_s = costs.request_s + (costs.chat_request_s if chat else 0.0)
         self.prompt_token_s = costs.prompt_token_s
+        self.render_request_s = costs.render_request_s
+        self.read_wait_s = costs.read_wait_s
+        self.render_waits_s = (costs.render_start_wait_s, costs.render_resume_wait_s)
         self.output_pass_s = costs.output_pass_s
         self.output_token_s = costs.output_token_s + (costs.chat_output_token_s if chat else 0.0)
         host = host or HostCpu("", 1.0)
@@ -306,18 +331,23 @@ class ApiServer:
         threads.advance(now_s)
         self.last_connect_s = max(now_s, self.last_connect_s + self.accept_gap_s)
         loop = 3 * process + LOOP
-        chain = [(loop, self.request_s * self.before_render),
-                 (3 * process + RENDERER, self.prompt_token_s * num_prompt_tokens),
-                 (loop, self.request_s * (1.0 - self.before_render))]
+        render_s = self.render_request_s + self.prompt_token_s * num_prompt_tokens
+        start_wait_s, resume_wait_s = self.render_waits_s
+        chain = [(loop, self.request_s * self.before_render), (WAIT, start_wait_s), (3 * process + RENDERER, render_s),
+                 (WAIT, resume_wait_s), (loop, self.request_s * (1.0 - self.before_render)), ]
         if self.client_s > 0:
-            chain.insert(0, (threads.client, self.client_s))
-        threads.arrive(self.last_connect_s, ticket, chain)
+            chain[:0] = [(threads.client, self.client_s), (WAIT, self.read_wait_s)]
+        else:
+            chain.insert(0, (WAIT, self.read_wait_s))
+        chain = [(queue, work) for queue, work in chain if queue != WAIT or work > 0]
+        arrive_s = self.last_connect_s
+        threads.arrive(arrive_s, ticket, chain)
         hash_s = self.hash_token_s * num_prompt_tokens
         if hash_s > 0:
             self.hash_s[ticket] = hash_s
         # A lower bound (its own work, no waiting): `reach_s` then projects with what has arrived by then.
-        return process, ticket, (self.last_connect_s + self.client_s + self.request_s
-                                 + self.prompt_token_s * num_prompt_tokens + self.latency_s + hash_s)
+        return process, ticket, (self.last_connect_s + self.client_s + self.request_s + render_s + self.latency_s
+                                 + hash_s)
 
     def reach_s(self, now_s: float, process: int, ticket: int) -> float:
         """When request `ticket` of `process` reaches the engine core, with the work taken by `now_s`: after the
@@ -460,7 +490,10 @@ class _Threads:
             while io and io[0][0] <= t:
                 ticket = heapq.heappop(io)[2]
                 queue, work = chains[ticket][0]
-                queues[queue].append([ticket, 0, work])
+                if queue == WAIT:  # (a chain that starts with one)
+                    self._wait(queues, io, chains, ticket, chains[ticket], 0, t)
+                else:
+                    queues[queue].append([ticket, 0, work])
             running = []
             for outputs, loop, renderer in threads:
                 if outputs:
@@ -478,7 +511,8 @@ class _Threads:
                 t = nxt
                 continue
             if len(running) == 1 and t + running[0][2] <= (nxt if nxt < to_s else to_s):
-                t, ended = self._alone(running[0], t, nxt if nxt < to_s else to_s, queues, chains, finished_s, stop)
+                t, ended = self._alone(running[0], t, nxt if nxt < to_s else to_s, queues, io, chains, finished_s,
+                                       stop)
                 if ended:  # chain `stop`
                     return t
                 continue
@@ -506,7 +540,10 @@ class _Threads:
                 queues[chain[part][0]].popleft()
                 if part + 1 < len(chain):
                     queue, work = chain[part + 1]
-                    queues[queue].append([ticket, part + 1, work])
+                    if queue == WAIT:
+                        self._wait(queues, io, chains, ticket, chain, part + 1, t)
+                    else:
+                        queues[queue].append([ticket, part + 1, work])
                     continue
                 del chains[ticket]
                 if ticket >= 0:
@@ -520,13 +557,27 @@ class _Threads:
             if t >= to_s and not num_done:
                 return t
 
+    def _wait(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
+              chains: dict[int, list[tuple[int, float]]], ticket: int, chain: list[tuple[int, float]], part: int,
+              t: float) -> None:
+        """Chain `ticket` reached its WAIT part `part` at `t`: the next part is queued now if its thread is busy, and
+        arrives when the wait is over if that thread is idle (`WAIT`)."""
+        chains[ticket] = rest = chain[part + 1:]
+        queue = rest[0][0]
+        busy = queues[queue] or (queue % 3 == LOOP and queue < self.client and queues[queue - LOOP + OUTPUTS])
+        if busy:
+            queues[queue].append([ticket, 0, rest[0][1]])
+            return
+        self.num_arrivals += 1
+        heapq.heappush(io, (t + chain[part][1], self.num_arrivals, ticket))
+
     def _threads_of(self, queues: list[collections.deque[list[Any]]]) -> list[tuple[collections.deque[list[Any]], ...]]:
         """Per process, its OUTPUTS, LOOP and RENDERER queues of `queues`."""
         return [(queues[i + OUTPUTS], queues[i + LOOP], queues[i + RENDERER]) for i in range(0, self.client, 3)]
 
     def _alone(self, job: list[Any], t: float, limit_s: float, queues: list[collections.deque[list[Any]]],
-               chains: dict[int, list[tuple[int, float]]], finished_s: dict[int, float],
-               stop: int | None) -> tuple[float, bool]:
+               io: list[tuple[float, int, int]], chains: dict[int, list[tuple[int, float]]],
+               finished_s: dict[int, float], stop: int | None) -> tuple[float, bool]:
         """`_run`'s step when `job`, the only one with work, ends by `limit_s` (at a core's speed, alone): it ends,
         and its chain's next parts run back to back while no other work is ready and they end by `limit_s`. Returns
         the time reached and whether chain `stop` ended."""
@@ -537,6 +588,9 @@ class _Threads:
         left.popleft()
         while part + 1 < len(chain):
             queue, work = chain[part + 1]
+            if queue == WAIT:
+                self._wait(queues, io, chains, ticket, chain, part + 1, t)
+                return t, False
             if left or queues[queue] or t + work > limit_s:  # other work ready, or the part outlasts the limit
                 queues[queue].append([ticket, part + 1, work])
                 return t, False
