@@ -19,7 +19,7 @@ from roofline.cost.profile_yaml import read_profile_dict
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.registry import resolve
-from roofline.sim.api_server import ApiServer, ApiServerCosts
+from roofline.sim.api_server import ApiServer, ApiServerCosts, Connections, assigns_by_connection
 from roofline.sim.deployment import make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
@@ -460,3 +460,52 @@ def test_the_outputs_hand_off_delays_what_the_client_sees_not_the_engine() -> No
     closed, bare_closed = (_run(_burst(2, output=1), replace(costs, output_latency_s=latency), max_concurrency=1)
                            for latency in (0.003, 0.0))
     assert closed.requests.arrival_s.iloc[1] - bare_closed.requests.arrival_s.iloc[1] == pytest.approx(0.003, abs=1e-12)
+
+
+def test_a_bursts_new_connections_go_to_the_least_loaded_process() -> None:
+    """vLLM 0.32 with --api-server-count 2 (roofline.sim.api_server.Connections): the run's first request reuses the
+    client's test connection (process 0); each new connection goes to the process with fewer open connections (of
+    equals the lowest-numbered): a burst goes round robin."""
+    connections = Connections(2)
+    assert [connections.take(0.0) for _ in range(7)] == [0, 1, 0, 1, 0, 1, 0]
+
+
+def test_a_paced_request_reuses_the_connection_idle_longest_and_a_closed_one_is_dropped() -> None:
+    connections = Connections(2)
+    assert [connections.take(0.0), connections.take(0.0)] == [0, 1]
+    connections.release(1, 1.0)
+    connections.release(0, 2.0)
+    assert connections.take(0.5) == 0  # none idle yet: a new connection, to the lowest-numbered of equals
+    assert [connections.take(3.0), connections.take(3.0)] == [1, 0]  # idle since 1.0 s, then since 2.0 s
+    later = Connections(2)
+    assert [later.take(0.0), later.take(0.0)] == [0, 1]
+    later.release(0, 0.0)
+    later.release(1, 4.0)
+    # Process 0's connection, idle 5 s, was closed by the server (uvicorn's keep-alive timeout): process 1's is taken.
+    assert later.take(5.0) == 1
+    assert later.open == [0, 1]
+
+
+def test_the_request_to_process_assignment_follows_the_release() -> None:
+    """vLLM 0.32 (the simulator's default): a closed loop of one request at a time reuses one connection, so one
+    process takes them all; 0.11.0 (uvloop's own accept, not modelled): round robin."""
+    taken: list[int] = []
+    original = ApiServer.next_process
+
+    def record(self: ApiServer, now_s: float) -> int:
+        taken.append(original(self, now_s))
+        return taken[-1]
+
+    costs = replace(INPUT_ONLY, request_s=1e-3, output_pass_s=1e-3, output_token_s=1e-3)
+    for version, expected in (("0.32.0", [0, 0, 0, 0]), ("0.11.0", [0, 1, 0, 1])):
+        taken.clear()
+        deployment = make_deployment("llama-156m", _hw(**ALL_AFTER), ENGINE, vllm_version=version)
+        ApiServer.next_process = record  # type: ignore[method-assign]
+        try:
+            run_simulation(deployment, _burst(4, output=2), SimulationOptions(api_server_costs=costs, max_concurrency=1,
+                                                                             api_server_count=2),
+                           step_time_fn=lambda replica, step, start, plan: STEP_S)
+        finally:
+            ApiServer.next_process = original  # type: ignore[method-assign]
+        assert taken == expected, version
+    assert assigns_by_connection("0.32.0") and not assigns_by_connection("0.11.0")

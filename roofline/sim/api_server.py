@@ -18,9 +18,9 @@ runs in the round after the engine core's message arrives, processing at most `V
 output work waits for about one slice of each request being taken in, not for their whole input work, and the
 requests still being taken in wait for it. (Measured in real `vllm serve` bursts of 1,000: the first requests'
 tokens stream at the engine's step pace while the rest are still being taken in; BENCHMARKS.md, "vLLM's API server
-in a burst".) With `--api-server-count N` the requests are spread over N such processes (round robin here; the
-kernel spreads connections over the processes' shared socket), and the engine core sends each process the outputs
-of its own requests.
+in a burst".) With `--api-server-count N` the requests are spread over N such processes (each request to the process
+that accepted its connection, `Connections`; round robin for releases before 0.32), and the engine core sends each
+process the outputs of its own requests.
 
 The model, per process, two threads (after vLLM 0.32's own): its event loop and its renderer's one worker. vLLM
 renders and tokenizes a prompt on a thread pool of `ModelConfig.renderer_num_workers` workers, 1 by default
@@ -279,14 +279,15 @@ _DONE_S = 1e-12  # a part with at most this much work left is done (the processo
 
 
 class ApiServer:
-    """`num_processes` API-server processes (requests assigned round robin) and the client, as threads on the host's
-    cores (module docstring); `host` gives the split of the loop's input work, the connections' spacing and the
-    cores (`roofline.cost.host_cpu`; without it, its defaults). Each thread's queue is advanced lazily to the
-    simulator's clock (`_Threads`); a request's reach is projected with what has arrived so far, and asked again
-    then (`reach_s`), since work that comes later can go first (output passes; input parts ready earlier)."""
+    """`num_processes` API-server processes (requests assigned by connection with `by_connection`, else round robin)
+    and the client, as threads on the host's cores (module docstring); `host` gives the split of the loop's input
+    work, the connections' spacing and the cores (`roofline.cost.host_cpu`; without it, its defaults). Each thread's
+    queue is advanced lazily to the simulator's clock (`_Threads`); a request's reach is projected with what has
+    arrived so far, and asked again then (`reach_s`), since work that comes later can go first (output passes; input
+    parts ready earlier)."""
 
     def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions",
-                 host: HostCpu | None = None, enable_prefix_caching: bool = True) -> None:
+                 host: HostCpu | None = None, enable_prefix_caching: bool = True, by_connection: bool = False) -> None:
         if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
             raise UserError(f"--api-server-count: must be a positive integer, got {num_processes!r}")
         if endpoint not in ENDPOINTS:
@@ -320,11 +321,12 @@ class ApiServer:
         self.last_connect_s = -math.inf
         self.num_taken = 0
         self.num_outputs = 0
+        self.connections = Connections(num_processes) if num_processes > 1 and by_connection else None
 
     def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, int, float]:
         """A request sent at `now_s`: (its process, its ticket, the earliest it can reach the engine core: `reach_s`
         says then when it does)."""
-        process = self.num_taken % self.num_processes
+        process = self.next_process(now_s)
         ticket = self.num_taken
         self.num_taken += 1
         threads = self.threads
@@ -348,6 +350,19 @@ class ApiServer:
         # A lower bound (its own work, no waiting): `reach_s` then projects with what has arrived by then.
         return process, ticket, (self.last_connect_s + self.client_s + self.request_s + render_s + self.latency_s
                                  + hash_s)
+
+    def next_process(self, now_s: float) -> int:
+        """The process that takes the next request, sent at `now_s`: its connection's (`Connections`), or round
+        robin without them."""
+        if self.connections is not None:
+            return self.connections.take(now_s)
+        return self.num_taken % self.num_processes
+
+    def release(self, process: int, at_s: float) -> None:
+        """A request of `process` ended: its client has read the response's end at `at_s`, and its connection is
+        idle from then on (`Connections`)."""
+        if self.connections is not None:
+            self.connections.release(process, at_s)
 
     def reach_s(self, now_s: float, process: int, ticket: int) -> float:
         """When request `ticket` of `process` reaches the engine core, with the work taken by `now_s`: after the
@@ -374,6 +389,74 @@ class ApiServer:
         self.num_outputs += 1
         return self.threads.add_output(now_s, now_s + self.output_latency_s, process, -self.num_outputs,
                                        self.output_pass_s + self.output_token_s * num_tokens)
+
+
+# The first vLLM release whose API-server processes accept a connection only while least loaded (`Connections`): 0.32,
+# the release read; 0.11.0's (read too) leave it to uvloop's own server, which accepts every queued connection in
+# whichever process wakes first (not modelled: such releases keep the round robin); those between were not read.
+LEAST_LOADED_ACCEPT_SINCE = (0, 32)
+
+
+def assigns_by_connection(vllm_version: str) -> bool:
+    """Whether `vllm_version`'s processes take requests by connection (`Connections`) rather than round robin."""
+    return parse_vllm_version(vllm_version) >= LEAST_LOADED_ACCEPT_SINCE
+
+
+# uvicorn's `timeout_keep_alive`, as vLLM sets it (`vllm/envs.py` VLLM_HTTP_TIMEOUT_KEEP_ALIVE, default 5 s;
+# `vllm/entrypoints/launchers/launcher.py` `serve_http`): the server closes a connection idle this long.
+SERVER_KEEP_ALIVE_S = 5.0
+
+
+class Connections:
+    """Which API-server process takes each request of `vllm bench serve` (vLLM 0.32) when the server runs
+    `--api-server-count` N > 1 processes: the one that accepted the connection the request goes out on.
+    - The client (`vllm/benchmarks/serve.py` `benchmark`) sends every request through one `aiohttp.ClientSession`
+      whose `TCPConnector` keeps connections alive (`force_close=False`, no limit but `--max-concurrency`): a request
+      takes an idle connection if there is one, else opens a new one; the pool is first in first out (aiohttp 3.14
+      `BaseConnector._get`: `popleft`; `_release`: `append`), so the connection idle longest. A connection is idle
+      once the client has read its response to the end (`[DONE]`: here the last token seen), and the server closes
+      it after `SERVER_KEEP_ALIVE_S` idle. Before the run the client's test request opens one (`wait_for_endpoint`,
+      same session): the run's first request reuses it.
+    - The processes share one listening socket (`vllm/entrypoints/cli/serve.py` `run_multi_api_server`:
+      `setup_server` binds it in the parent, `APIServerProcessManager` hands it to each), and each accepts a pending
+      connection only while it has no more open connections than any other (`launcher.py` `NoSignalServer._accept`
+      with the shared `api_server_loads`: "a pending connection is accepted by the least loaded worker"; a more
+      loaded one defers, rechecking every 1 ms for up to 5 ms): a new connection goes to the process with the fewest
+      open connections; of equals (all wake on the shared socket and race for it) the lowest-numbered here, the first
+      (the test request's) to process 0. Not modelled: the deferral's expiry when the least loaded process is busy
+      5 ms, and which process wins a race (measured bursts end exactly balanced, in an order between round robin and
+      pairs).
+    So a burst's requests go round robin, and a paced load's follow its connections' order of release (measured on
+    real `vllm serve`: docs/benchmark-history/2026-11-30h-serve16.md)."""
+
+    def __init__(self, num_processes: int) -> None:
+        self.open = [0] * num_processes  # the processes' open connections
+        self.idle: collections.deque[tuple[float, int]] = collections.deque()  # (idle since, process), oldest first
+        self.ending: list[tuple[float, int, int]] = []  # heap (idle from, order, process): requests not yet read
+        self.num_released = 0
+        self.started = False
+
+    def take(self, now_s: float) -> int:
+        """The process of the connection the request sent at `now_s` goes out on."""
+        if not self.started:  # the client's test request's connection, idle since just before the run
+            self.started = True
+            self.open[0] += 1
+            self.idle.append((now_s, 0))
+        while self.ending and self.ending[0][0] <= now_s:
+            at_s, _, process = heapq.heappop(self.ending)
+            self.idle.append((at_s, process))
+        while self.idle:
+            at_s, process = self.idle.popleft()
+            if now_s - at_s < SERVER_KEEP_ALIVE_S:
+                return process
+            self.open[process] -= 1  # closed by the server meanwhile: aiohttp drops it
+        process = self.open.index(min(self.open))
+        self.open[process] += 1
+        return process
+
+    def release(self, process: int, at_s: float) -> None:
+        heapq.heappush(self.ending, (at_s, self.num_released, process))
+        self.num_released += 1
 
 
 def reach_after(queues: Any, now_s: float, ticket: int, latency_s: float) -> float:

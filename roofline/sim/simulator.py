@@ -65,6 +65,7 @@ from roofline.sim.api_server import (
     ENDPOINTS,
     ApiServer,
     ApiServerCosts,
+    assigns_by_connection,
     release_chat_output_token_extra_s,
     release_chat_request_extra_s,
 )
@@ -298,7 +299,8 @@ class _Simulation:
                             chat_output_token_s=costs.chat_output_token_s
                             + release_chat_output_token_extra_s(version, architecture) / speed)
             self.api = [ApiServer(costs, options.api_server_count, options.endpoint, host,
-                                  deployment.cache_config.enable_prefix_caching) for _ in self.replicas]
+                                  deployment.cache_config.enable_prefix_caching, assigns_by_connection(version))
+                        for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
         # client saw each step's tokens (`_SeenTimes`).
         self.process_of = np.zeros(len(specs), np.int64) if options.api_server_count > 1 else None
@@ -558,9 +560,11 @@ class _Simulation:
                 if num:
                     seen_times[process].add(now, api.stream_outputs(now, process, num))
             for req in replica.scheduler.update_from_output(plan, self.token_id, now):
-                seen = seen_times[process_of[row_of[req.request_id]]]  # type: ignore[index]
+                process = process_of[row_of[req.request_id]]  # type: ignore[index]
+                seen = seen_times[process]
                 times = seen.map(req.token_times_array)
                 self.recorder.finished(req, seen.seen, times)
+                api.release(int(process), float(times[-1]))  # its connection is idle from then on
                 self.request_seen(replica, float(times[-1]))
         self.next_step(now, replica)
 
