@@ -75,6 +75,7 @@ static inline int64_t as_i64(PyObject *o) {
         switch (Py_SIZE(o)) {
         case 0: return 0;
         case 1: return (int64_t)d[0];
+        case -1: return -(int64_t)d[0];
         case 2: return (int64_t)d[0] | ((int64_t)d[1] << 30);
         case 3:
             if (d[2] < 8) return (int64_t)d[0] | ((int64_t)d[1] << 30) | ((int64_t)d[2] << 60);
@@ -1474,46 +1475,47 @@ static PyObject *KV_allocate_slots(KV *kv, PyObject *args, PyObject *kw) {
     return PyBool_FromLong(r);
 }
 
-static PyObject *KV_allocate_decode_slots(KV *kv, PyObject *args) {
-    PyObject *opening, *filling;
-    if (!PyArg_ParseTuple(args, "OO", &opening, &filling)) return NULL;
+/* `KVCacheManager.allocate_decode_slots`: a new block for each of opening[0..n) (in order), and the block each of
+   filling[0..m) fills registered (in order). */
+static int kv_decode_slots(KV *kv, PyObject *const *opening, Py_ssize_t n, PyObject *const *filling, Py_ssize_t m) {
     Pool *pool = kv->pool;
-    Py_ssize_t n = PyObject_Length(opening);
-    if (n < 0) return NULL;
     if (n) {
         IdBuf fresh;
-        if (idbuf_init(&fresh, n) < 0) return NULL;
-        if (pool_take(pool, n, fresh.v) < 0) { idbuf_free(&fresh); return NULL; }
-        PyObject *it = PyObject_GetIter(opening), *req;
-        if (!it) { idbuf_free(&fresh); return NULL; }
-        Py_ssize_t i = 0;
-        while (i < n && (req = PyIter_Next(it))) {
-            PyObject *ids = RGET(req, block_ids);
-            PyObject *o = ids ? block_obj(pool, fresh.v[i++]) : NULL;
+        if (idbuf_init(&fresh, n) < 0) return -1;
+        if (pool_take(pool, n, fresh.v) < 0) { idbuf_free(&fresh); return -1; }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *ids = RGET(opening[i], block_ids);
+            PyObject *o = ids ? block_obj(pool, fresh.v[i]) : NULL;
             int rc = o ? PyList_Append(ids, o) : -1;
-            Py_XDECREF(o); Py_XDECREF(ids); Py_DECREF(req);
-            if (rc < 0) { Py_DECREF(it); idbuf_free(&fresh); return NULL; }
+            Py_XDECREF(o); Py_XDECREF(ids);
+            if (rc < 0) { idbuf_free(&fresh); return -1; }
         }
-        Py_DECREF(it);
         idbuf_free(&fresh);
-        if (PyErr_Occurred()) return NULL;
     }
-    if (filling == Py_None) Py_RETURN_NONE;
-    PyObject *it = PyObject_GetIter(filling), *req;
-    if (!it) return NULL;
     /* Each fill registers one block at the end of its request's chain, the orders in queue order (what
        `register_ends` of the pending run and `_register` of a new chain give, one after the other). */
-    while ((req = PyIter_Next(it))) {
-        int rc = -1;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *req = filling[i];
         Py_ssize_t k = RGET_SSIZE(req, num_cached_blocks);
-        if (!(k == -1 && PyErr_Occurred()) && kv_register(kv, req, k, k + 1) == 0
-                && RSET_SSIZE(req, num_cached_blocks, k + 1) == 0)
-            rc = 0;
-        Py_DECREF(req);
-        if (rc < 0) { Py_DECREF(it); return NULL; }
+        if (k == -1 && PyErr_Occurred()) return -1;
+        if (kv_register(kv, req, k, k + 1) < 0 || RSET_SSIZE(req, num_cached_blocks, k + 1) < 0) return -1;
     }
-    Py_DECREF(it);
-    if (PyErr_Occurred()) return NULL;
+    return 0;
+}
+
+static PyObject *KV_allocate_decode_slots(KV *kv, PyObject *args) {
+    PyObject *opening, *filling, *o = NULL, *f = NULL;
+    if (!PyArg_ParseTuple(args, "OO", &opening, &filling)) return NULL;
+    if (!(o = PySequence_Fast(opening, "opening: an iterable of requests"))) return NULL;
+    if (filling != Py_None && !(f = PySequence_Fast(filling, "filling: an iterable of requests"))) {
+        Py_DECREF(o);
+        return NULL;
+    }
+    int rc = kv_decode_slots(kv, PySequence_Fast_ITEMS(o), PySequence_Fast_GET_SIZE(o),
+                             f ? PySequence_Fast_ITEMS(f) : NULL, f ? PySequence_Fast_GET_SIZE(f) : 0);
+    Py_DECREF(o);
+    Py_XDECREF(f);
+    if (rc < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1659,6 +1661,1233 @@ static PyTypeObject KVType = {
     .tp_members = KV_members,
 };
 
+/* ---- the scheduler's fast path: its columns' state in C (engine.core.compiled_fast) ----
+
+   `ColumnsCore` holds `engine.core.fast_path.RunningColumns`' state as C fields (the rows of a period indexed by
+   `_col_seq`; each phase's decoders as a list linked in queue order; the stops as a heap on (update count, seq))
+   and its operations, with their results; `FastPathCore` runs `FastPath.schedule_running` and `FastPath.update` in
+   C in the common case (a period without prefill rows, every running request a decoder and the free blocks covering
+   the step; every admission sampling its token) and calls the Python methods, on the same C columns, for every
+   other case. The Python classes stay the reference (tests/test_core_properties.py compares them step by step). */
+
+typedef struct {
+    PyObject *req;          /* owned while the row is held (joined, not yet detached) */
+    Py_ssize_t prev, next;  /* the phase's list, in seq order */
+    int64_t stop;           /* the update count of its stop while a decoder */
+    char in_phase;          /* a decoder */
+} Row;
+
+typedef struct { int64_t stop; Py_ssize_t seq; } StopEntry;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *reqs, *token, *times, *times_array, *off, *seq, *ids, *prefills;
+    Py_ssize_t block_size, num_updates, num_joined, num_decoders;
+    long long off_sum;
+    char scheduled, times_complete;
+    double *times_data;
+    Py_ssize_t times_cap;
+    Row *rows;
+    Py_ssize_t rows_cap;
+    Py_ssize_t *head, *tail, *count;  /* by phase */
+    StopEntry *heap;
+    Py_ssize_t heap_n, heap_cap;
+} Cols;
+
+static PyTypeObject ColsType;
+
+/* Offsets of the slots the fast path reads and writes (`bind_fast_path_types`); generic attribute calls where the
+   object is not exactly the bound class. */
+static PyTypeObject *plan_type, *colrows_type;
+static Py_ssize_t off_col_off, off_col_seq, off_request_id, off_max_num_tokens, off_stop_token_set, off_token_times,
+    off_times_array;
+static Py_ssize_t off_p_preempted_request_ids, off_p_requests, off_p_columns, off_p_bulk_context_sum, off_p_bulk_decodes, off_p_num_batched_tokens,
+    off_p_num_prefill_tokens, off_p_num_decode_tokens, off_p_emits;
+static Py_ssize_t off_cr_off, off_cr_num_updates, off_cr_block_size, off_cr_prefill_rows, off_cr_seq, off_cr_ids;
+static PyObject *s_col_off, *s_col_seq, *s_request_id, *s_max_num_tokens, *s_stop_token_set, *s_token_times,
+    *s_times_array, *s_requests, *s_columns, *s_bulk_context_sum, *s_bulk_decodes, *s_num_batched_tokens,
+    *s_num_prefill_tokens, *s_num_decode_tokens, *s_emits, *s_running, *s_num_running_without_output,
+    *s_finish_request, *s_grow_times, *s_remove, *s_preempted_request_ids, *s_preempt_request;
+
+static inline PyObject *obj_get(PyObject *o, PyTypeObject *t, Py_ssize_t off, PyObject *name) {  /* new ref */
+    if (t && Py_TYPE(o) == t) {
+        PyObject *v = *(PyObject **)((char *)o + off);
+        if (v) { Py_INCREF(v); return v; }
+    }
+    return PyObject_GetAttr(o, name);
+}
+static inline int obj_set(PyObject *o, PyTypeObject *t, Py_ssize_t off, PyObject *name, PyObject *v) {
+    if (t && Py_TYPE(o) == t) {
+        PyObject **slot = (PyObject **)((char *)o + off);
+        PyObject *old = *slot;
+        Py_INCREF(v);
+        *slot = v;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(o, name, v);
+}
+/* Steals v. */
+static inline int obj_set_new(PyObject *o, PyTypeObject *t, Py_ssize_t off, PyObject *name, PyObject *v) {
+    if (!v) return -1;
+    int rc = obj_set(o, t, off, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+#define FGET(req, field) obj_get((req), req_type, off_##field, s_##field)
+#define FSET(req, field, v) obj_set((req), req_type, off_##field, s_##field, (v))
+#define FSET_NEW(req, field, v) obj_set_new((req), req_type, off_##field, s_##field, (v))
+#define PSET_NEW(plan, field, v) obj_set_new((plan), plan_type, off_p_##field, s_##field, (v))
+
+static int slot_offset(PyTypeObject *cls, PyObject *name, Py_ssize_t *off) {
+    PyObject *descr = PyDict_GetItemWithError(cls->tp_dict, name);
+    if (!descr) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "bind_fast_path_types: %s has no slot %R", cls->tp_name, name);
+        return -1;
+    }
+    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type) || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "bind_fast_path_types: %R is not an object slot", name);
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
+    return 0;
+}
+
+static PyObject *status_stopped, *status_capped;
+
+static PyObject *mod_bind_fast_path_types(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *req_cls, *plan_cls, *rows_cls, *stopped, *capped;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO", &PyType_Type, &req_cls, &PyType_Type, &plan_cls, &PyType_Type, &rows_cls,
+                          &stopped, &capped))
+        return NULL;
+    if ((PyTypeObject *)req_cls != req_type) {
+        PyErr_SetString(PyExc_TypeError, "bind_fast_path_types: the request class must be bind_request_type's");
+        return NULL;
+    }
+    if (((PyTypeObject *)rows_cls)->tp_dictoffset || ((PyTypeObject *)rows_cls)->tp_itemsize) {
+        PyErr_SetString(PyExc_TypeError, "bind_fast_path_types: the rows class must have slots only");
+        return NULL;
+    }
+    struct { PyTypeObject *cls; PyObject *name; Py_ssize_t *off; } fields[] = {
+        {req_type, s_col_off, &off_col_off}, {req_type, s_col_seq, &off_col_seq},
+        {req_type, s_request_id, &off_request_id}, {req_type, s_max_num_tokens, &off_max_num_tokens},
+        {req_type, s_stop_token_set, &off_stop_token_set}, {req_type, s_token_times, &off_token_times},
+        {req_type, s_times_array, &off_times_array},
+        {(PyTypeObject *)plan_cls, s_preempted_request_ids, &off_p_preempted_request_ids},
+        {(PyTypeObject *)plan_cls, s_requests, &off_p_requests}, {(PyTypeObject *)plan_cls, s_columns, &off_p_columns},
+        {(PyTypeObject *)plan_cls, s_bulk_context_sum, &off_p_bulk_context_sum},
+        {(PyTypeObject *)plan_cls, s_bulk_decodes, &off_p_bulk_decodes},
+        {(PyTypeObject *)plan_cls, s_num_batched_tokens, &off_p_num_batched_tokens},
+        {(PyTypeObject *)plan_cls, s_num_prefill_tokens, &off_p_num_prefill_tokens},
+        {(PyTypeObject *)plan_cls, s_num_decode_tokens, &off_p_num_decode_tokens},
+        {(PyTypeObject *)plan_cls, s_emits, &off_p_emits},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (slot_offset(fields[i].cls, fields[i].name, fields[i].off) < 0) return NULL;
+    const char *row_names[] = {"off", "num_updates", "block_size", "prefill_rows", "seq", "ids"};
+    Py_ssize_t *row_offs[] = {&off_cr_off, &off_cr_num_updates, &off_cr_block_size, &off_cr_prefill_rows, &off_cr_seq,
+                              &off_cr_ids};
+    for (int i = 0; i < 6; i++) {
+        PyObject *name = PyUnicode_InternFromString(row_names[i]);
+        int rc = name ? slot_offset((PyTypeObject *)rows_cls, name, row_offs[i]) : -1;
+        Py_XDECREF(name);
+        if (rc < 0) return NULL;
+    }
+    Py_INCREF(plan_cls); Py_XSETREF(plan_type, (PyTypeObject *)plan_cls);
+    Py_INCREF(rows_cls); Py_XSETREF(colrows_type, (PyTypeObject *)rows_cls);
+    Py_INCREF(stopped); Py_XSETREF(status_stopped, stopped);
+    Py_INCREF(capped); Py_XSETREF(status_capped, capped);
+    Py_RETURN_NONE;
+}
+
+/* `max(off) + delta`, called by a plan for its longest decode context (`RunningColumns.longest_context`). */
+typedef struct { PyObject_HEAD PyObject *off; Py_ssize_t delta; } MaxPlus;
+static PyTypeObject MaxPlusType;
+static void MaxPlus_dealloc(MaxPlus *m) { Py_XDECREF(m->off); Py_TYPE(m)->tp_free((PyObject *)m); }
+static PyObject *MaxPlus_call(MaxPlus *m, PyObject *args, PyObject *kw) {
+    if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "takes no arguments");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(m->off);
+    if (!n) { PyErr_SetString(PyExc_ValueError, "max() arg is an empty sequence"); return NULL; }
+    int64_t best = INT64_MIN;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v = as_i64(PyList_GET_ITEM(m->off, i));
+        if (v == -1 && PyErr_Occurred()) return NULL;
+        if (v > best) best = v;
+    }
+    return PyLong_FromLongLong(best + m->delta);
+}
+static PyTypeObject MaxPlusType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.MaxPlus",
+    .tp_basicsize = sizeof(MaxPlus),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "max(off) + delta of a list of ints (a plan's longest decode context).",
+    .tp_dealloc = (destructor)MaxPlus_dealloc,
+    .tp_call = (ternaryfunc)MaxPlus_call,
+};
+static PyObject *maxplus_new(PyObject *off, Py_ssize_t delta) {
+    MaxPlus *m = PyObject_New(MaxPlus, &MaxPlusType);
+    if (!m) return NULL;
+    Py_INCREF(off);
+    m->off = off;
+    m->delta = delta;
+    return (PyObject *)m;
+}
+
+static inline Py_ssize_t phase_of(int64_t off, Py_ssize_t bs) {
+    Py_ssize_t p = (Py_ssize_t)(off % bs);
+    return p < 0 ? p + bs : p;
+}
+
+static int Cols_traverse(Cols *c, visitproc visit, void *arg) {
+    Py_VISIT(c->reqs); Py_VISIT(c->token); Py_VISIT(c->times); Py_VISIT(c->times_array);
+    Py_VISIT(c->off); Py_VISIT(c->seq); Py_VISIT(c->ids); Py_VISIT(c->prefills);
+    for (Py_ssize_t i = 0; i < c->num_joined; i++) Py_VISIT(c->rows[i].req);
+    return 0;
+}
+static int Cols_clear(Cols *c) {
+    Py_CLEAR(c->reqs); Py_CLEAR(c->token); Py_CLEAR(c->times); Py_CLEAR(c->times_array);
+    Py_CLEAR(c->off); Py_CLEAR(c->seq); Py_CLEAR(c->ids); Py_CLEAR(c->prefills);
+    c->times_data = NULL; c->times_cap = 0;
+    for (Py_ssize_t i = 0; i < c->num_joined; i++) Py_CLEAR(c->rows[i].req);
+    return 0;
+}
+static void Cols_dealloc(Cols *c) {
+    PyObject_GC_UnTrack(c);
+    Cols_clear(c);
+    PyMem_Free(c->rows); PyMem_Free(c->head); PyMem_Free(c->tail); PyMem_Free(c->count); PyMem_Free(c->heap);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+/* Point times_data at `arr` (a C-contiguous float64 array) and hold it. */
+static int cols_set_times_array(Cols *c, PyObject *arr) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arr, &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
+    int ok = view.itemsize == 8 && view.format && strcmp(view.format, "d") == 0 && view.ndim == 1;
+    double *data = (double *)view.buf;
+    Py_ssize_t n = view.len / 8;
+    PyBuffer_Release(&view);  /* (the array is held: its data stays where it is) */
+    if (!ok) { PyErr_SetString(PyExc_TypeError, "times_array: a 1-d float64 array"); return -1; }
+    Py_INCREF(arr);
+    Py_XSETREF(c->times_array, arr);
+    c->times_data = data;
+    c->times_cap = n;
+    return 0;
+}
+
+static int Cols_init(Cols *c, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"reqs", "token", "block_size", "times_array", NULL};
+    PyObject *reqs, *token, *arr;
+    Py_ssize_t bs;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OnO", kwlist, &PyList_Type, &reqs, &token, &bs, &arr)) return -1;
+    if (bs < 1) { PyErr_SetString(PyExc_ValueError, "block_size < 1"); return -1; }
+    if (c->head) { PyErr_SetString(PyExc_RuntimeError, "ColumnsCore is initialized once"); return -1; }
+    if (cols_set_times_array(c, arr) < 0) return -1;
+    Py_INCREF(reqs); c->reqs = reqs;
+    Py_INCREF(token); c->token = token;
+    if (!(c->times = PyList_New(0)) || !(c->off = PyList_New(0)) || !(c->seq = PyList_New(0))
+            || !(c->ids = PyList_New(0)) || !(c->prefills = PyList_New(0)))
+        return -1;
+    c->block_size = bs;
+    c->times_complete = 1;
+    c->head = PyMem_Malloc(bs * sizeof(Py_ssize_t));
+    c->tail = PyMem_Malloc(bs * sizeof(Py_ssize_t));
+    c->count = PyMem_Calloc(bs, sizeof(Py_ssize_t));
+    if (!c->head || !c->tail || !c->count) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < bs; i++) c->head[i] = c->tail[i] = -1;
+    return 0;
+}
+
+/* The row of `req` (its `_col_seq`), checked to be held by it; -1 with an exception if not. */
+static Py_ssize_t cols_row(Cols *c, PyObject *req) {
+    PyObject *o = FGET(req, col_seq);
+    if (!o) return -1;
+    Py_ssize_t s = PyLong_AsSsize_t(o);
+    Py_DECREF(o);
+    if (s == -1 && PyErr_Occurred()) return -1;
+    if (s < 0 || s >= c->num_joined || c->rows[s].req != req) {
+        PyErr_Format(PyExc_AssertionError, "request %R holds no row of these columns", req);
+        return -1;
+    }
+    return s;
+}
+
+/* `req._col_off`: 1 with *off set, 0 when None (a prefill), -1 on error. */
+static int col_off_of(PyObject *req, int64_t *off) {
+    PyObject *o = FGET(req, col_off);
+    if (!o) return -1;
+    if (o == Py_None) { Py_DECREF(o); return 0; }
+    *off = as_i64(o);
+    Py_DECREF(o);
+    return *off == -1 && PyErr_Occurred() ? -1 : 1;
+}
+
+static int cols_join(Cols *c, PyObject *const *reqs, Py_ssize_t n) {
+    if (c->num_joined + n > c->rows_cap) {
+        Py_ssize_t cap = c->rows_cap ? c->rows_cap : 256;
+        while (cap < c->num_joined + n) cap *= 2;
+        Row *rows = PyMem_Realloc(c->rows, cap * sizeof(Row));
+        if (!rows) { PyErr_NoMemory(); return -1; }
+        c->rows = rows;
+        c->rows_cap = cap;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = reqs[i];
+        PyObject *rid = FGET(r, request_id);
+        if (!rid) return -1;
+        int rc = PyList_Append(c->ids, rid);
+        Py_DECREF(rid);
+        if (rc < 0 || FSET(r, cols, (PyObject *)c) < 0 || FSET(r, col_off, Py_None) < 0
+                || FSET_NEW(r, col_seq, PyLong_FromSsize_t(c->num_joined)) < 0)
+            return -1;
+        Row *row = &c->rows[c->num_joined++];
+        Py_INCREF(r);
+        row->req = r;
+        row->prev = row->next = -1;
+        row->stop = 0;
+        row->in_phase = 0;
+    }
+    return 0;
+}
+
+static int heap_push(Cols *c, int64_t stop, Py_ssize_t seq) {
+    if (c->heap_n == c->heap_cap) {
+        Py_ssize_t cap = c->heap_cap ? 2 * c->heap_cap : 256;
+        StopEntry *h = PyMem_Realloc(c->heap, cap * sizeof(StopEntry));
+        if (!h) { PyErr_NoMemory(); return -1; }
+        c->heap = h;
+        c->heap_cap = cap;
+    }
+    StopEntry *h = c->heap, e = {stop, seq};
+    Py_ssize_t i = c->heap_n++;
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) / 2;
+        if (h[p].stop < stop || (h[p].stop == stop && h[p].seq < seq)) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = e;
+    return 0;
+}
+static void heap_pop(Cols *c) {
+    StopEntry *h = c->heap, last = h[--c->heap_n];
+    Py_ssize_t n = c->heap_n, i = 0;
+    if (!n) return;
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, best = i;
+        StopEntry b = last;
+        if (l < n && (h[l].stop < b.stop || (h[l].stop == b.stop && h[l].seq < b.seq))) { best = l; b = h[l]; }
+        if (l + 1 < n && (h[l + 1].stop < b.stop || (h[l + 1].stop == b.stop && h[l + 1].seq < b.seq))) best = l + 1;
+        if (best == i) break;
+        h[i] = h[best];
+        i = best;
+    }
+    h[i] = last;
+}
+
+/* `RunningColumns.add_decoder` (row s of req). */
+static int cols_add_decoder(Cols *c, Py_ssize_t s, PyObject *req, int64_t off) {
+    PyObject *mt = FGET(req, max_num_tokens);
+    if (!mt) return -1;
+    int64_t max_num_tokens = as_i64(mt);
+    Py_DECREF(mt);
+    if (max_num_tokens == -1 && PyErr_Occurred()) return -1;
+    if (FSET_NEW(req, col_off, PyLong_FromLongLong(off)) < 0) return -1;
+    Row *rows = c->rows, *row = &rows[s];
+    Py_ssize_t p = phase_of(off, c->block_size);
+    /* In seq order: after the last row of its phase with a smaller seq (its tail, unless it joined before a decoder
+       of its phase but decodes after it: a prompt chunk). */
+    Py_ssize_t after = c->tail[p];
+    while (after >= 0 && after > s) after = rows[after].prev;
+    row->prev = after;
+    row->next = after >= 0 ? rows[after].next : c->head[p];
+    if (row->next >= 0) rows[row->next].prev = s; else c->tail[p] = s;
+    if (after >= 0) rows[after].next = s; else c->head[p] = s;
+    c->count[p]++;
+    row->in_phase = 1;
+    row->stop = max_num_tokens - off;
+    if (heap_push(c, row->stop, s) < 0) return -1;
+    c->num_decoders++;
+    c->off_sum += off;
+    return 0;
+}
+
+/* Forget decoder row s (`RunningColumns.remove`; its heap entry goes stale). */
+static void cols_unlink(Cols *c, Py_ssize_t s, int64_t off) {
+    Row *rows = c->rows, *row = &rows[s];
+    Py_ssize_t p = phase_of(off, c->block_size);
+    if (row->prev >= 0) rows[row->prev].next = row->next; else c->head[p] = row->next;
+    if (row->next >= 0) rows[row->next].prev = row->prev; else c->tail[p] = row->prev;
+    c->count[p]--;
+    row->in_phase = 0;
+    c->num_decoders--;
+    c->off_sum -= off;
+}
+
+static int cols_remove(Cols *c, PyObject *req) {
+    Py_ssize_t s = cols_row(c, req);
+    if (s < 0) return -1;
+    int64_t off;
+    int has = col_off_of(req, &off);
+    if (has < 0) return -1;
+    if (!has) {
+        PyObject *r = PyObject_CallMethodOneArg(c->prefills, s_remove, req);
+        if (!r) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    if (c->rows[s].in_phase) cols_unlink(c, s, off);
+    return 0;
+}
+
+/* Append to the list l (exactly a list) n items: src[0..n), or n times `one` where src is NULL; one resize of its
+   item array (PyMem_Realloc, as the list's own resize), not a temporary list and a slice assignment. */
+static int list_append_n(PyObject *l, PyObject *const *src, PyObject *one, Py_ssize_t n) {
+    if (!PyList_CheckExact(l)) { PyErr_SetString(PyExc_TypeError, "list_append_n: a list"); return -1; }
+    PyListObject *lst = (PyListObject *)l;
+    Py_ssize_t len = Py_SIZE(l), need = len + n;
+    if (need > lst->allocated) {
+        Py_ssize_t cap = need + (need >> 3) + 6;
+        PyObject **items = PyMem_Realloc(lst->ob_item, cap * sizeof(PyObject *));
+        if (!items) { PyErr_NoMemory(); return -1; }
+        lst->ob_item = items;
+        lst->allocated = cap;
+    }
+    PyObject **dst = lst->ob_item + len;
+    if (src)
+        for (Py_ssize_t i = 0; i < n; i++) { Py_INCREF(src[i]); dst[i] = src[i]; }
+    else
+        for (Py_ssize_t i = 0; i < n; i++) { Py_INCREF(one); dst[i] = one; }
+    Py_SET_SIZE(l, need);
+    return 0;
+}
+
+/* `RunningColumns.materialize`. */
+static int cols_materialize(Cols *c, PyObject *req) {
+    int64_t off;
+    int has = col_off_of(req, &off);
+    if (has <= 0) return has;
+    PyObject *outputs = FGET(req, output_ids), *times = NULL;
+    if (!outputs) return -1;
+    int rc = -1;
+    if (!PyList_Check(outputs)) { PyErr_SetString(PyExc_TypeError, "_output_ids: a list"); goto done; }
+    Py_ssize_t num_prompt = RGET_SSIZE(req, num_prompt_tokens);
+    if (num_prompt == -1 && PyErr_Occurred()) goto done;
+    Py_ssize_t missing = (Py_ssize_t)(off + c->num_updates) - num_prompt - PyList_GET_SIZE(outputs);
+    if (missing <= 0) { rc = 0; goto done; }
+    Py_ssize_t nt = PyList_GET_SIZE(c->times);
+    if (missing > nt) { PyErr_SetString(PyExc_AssertionError, "materialize: more tokens than updates"); goto done; }
+    if (list_append_n(outputs, NULL, c->token, missing) < 0) goto done;  /* outputs.extend([token] * missing) */
+    if (!(times = FGET(req, token_times))) goto done;
+    if (!PyList_Check(times)) { PyErr_SetString(PyExc_TypeError, "_token_times: a list"); goto done; }
+    if (c->times_complete) {
+        if (!PyList_GET_SIZE(times)) {
+            PyObject *view = PySequence_GetSlice(c->times_array, c->num_updates - missing, c->num_updates);
+            if (!view || FSET_NEW(req, times_array, view) < 0) goto done;
+        }
+        if (list_append_n(times, &PyList_GET_ITEM(c->times, nt - missing), NULL, missing) < 0) goto done;
+    } else {
+        for (Py_ssize_t i = nt - missing; i < nt; i++) {
+            PyObject *t = PyList_GET_ITEM(c->times, i);
+            if (t != Py_None && PyList_Append(times, t) < 0) goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(times);
+    Py_DECREF(outputs);
+    return rc;
+}
+
+static PyObject *cols_num_computed_of(Cols *c, PyObject *req) {
+    int64_t off;
+    int has = col_off_of(req, &off);
+    if (has < 0) return NULL;
+    if (!has) return FGET(req, num_computed);
+    return PyLong_FromLongLong(off + c->num_updates - !c->scheduled);
+}
+
+static int cols_detach(Cols *c, PyObject *req) {
+    Py_ssize_t s = cols_row(c, req);
+    if (s < 0 || cols_materialize(c, req) < 0) return -1;
+    if (FSET_NEW(req, num_computed, cols_num_computed_of(c, req)) < 0) return -1;
+    if (FSET(req, cols, Py_None) < 0 || FSET(req, col_off, Py_None) < 0) return -1;
+    if (!c->rows[s].in_phase) Py_CLEAR(c->rows[s].req);  /* (a decoder's stays linked until the columns go) */
+    return 0;
+}
+
+static PyObject *Cols_join(Cols *c, PyObject *new) {
+    PyObject *fast = PySequence_Fast(new, "join: a sequence of requests");
+    if (!fast) return NULL;
+    int rc = cols_join(c, PySequence_Fast_ITEMS(fast), PySequence_Fast_GET_SIZE(fast));
+    Py_DECREF(fast);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+static PyObject *Cols_add_decoder(Cols *c, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "add_decoder(req, off)"); return NULL; }
+    Py_ssize_t s = cols_row(c, args[0]);
+    if (s < 0) return NULL;
+    if (c->rows[s].in_phase) { PyErr_SetString(PyExc_AssertionError, "add_decoder: already a decoder"); return NULL; }
+    int64_t off = as_i64(args[1]);
+    if (off == -1 && PyErr_Occurred()) return NULL;
+    if (cols_add_decoder(c, s, args[0], off) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+static PyObject *Cols_remove(Cols *c, PyObject *req) {
+    if (cols_remove(c, req) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+static PyObject *Cols_materialize(Cols *c, PyObject *req) {
+    if (cols_materialize(c, req) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+static PyObject *Cols_detach(Cols *c, PyObject *req) {
+    if (cols_detach(c, req) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+static PyObject *Cols_num_computed_of(Cols *c, PyObject *req) { return cols_num_computed_of(c, req); }
+static PyObject *Cols_num_tokens_of(Cols *c, PyObject *req) {
+    int64_t off;
+    int has = col_off_of(req, &off);
+    if (has < 0) return NULL;
+    if (has) return PyLong_FromLongLong(off + c->num_updates);
+    PyObject *outputs = FGET(req, output_ids);
+    if (!outputs) return NULL;
+    Py_ssize_t n = PyObject_Length(outputs);
+    Py_DECREF(outputs);
+    Py_ssize_t num_prompt = RGET_SSIZE(req, num_prompt_tokens);
+    if (n < 0 || (num_prompt == -1 && PyErr_Occurred())) return NULL;
+    return PyLong_FromSsize_t(num_prompt + n);
+}
+/* The rows of phase p, in queue order, as a dict (`RunningColumns.by_phase[p]`). */
+static PyObject *Cols_phase(Cols *c, PyObject *arg) {
+    Py_ssize_t p = PyLong_AsSsize_t(arg);
+    if (p == -1 && PyErr_Occurred()) return NULL;
+    if (p < 0 || p >= c->block_size) { PyErr_SetString(PyExc_IndexError, "phase out of range"); return NULL; }
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (Py_ssize_t s = c->head[p]; s >= 0; s = c->rows[s].next)
+        if (PyDict_SetItem(d, c->rows[s].req, Py_None) < 0) { Py_DECREF(d); return NULL; }
+    return d;
+}
+/* The decoders stopping at update count u, in seq order, forgotten here: n of them into out (a caller's array of at
+   least c->num_decoders), or -1. */
+static Py_ssize_t cols_pop_stops(Cols *c, int64_t u, Py_ssize_t *out) {
+    Py_ssize_t n = 0;
+    while (c->heap_n && c->heap[0].stop <= u) {
+        StopEntry e = c->heap[0];
+        heap_pop(c);
+        Row *row = &c->rows[e.seq];
+        if (e.stop == u && row->in_phase && row->stop == u) out[n++] = e.seq;
+    }
+    return n;
+}
+static PyObject *Cols_pop_stops(Cols *c, PyObject *arg) {
+    int64_t u = as_i64(arg);
+    if (u == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t *seqs = PyMem_Malloc((c->num_decoders + 1) * sizeof(Py_ssize_t));
+    if (!seqs) return PyErr_NoMemory();
+    Py_ssize_t n = cols_pop_stops(c, u, seqs);
+    if (!n) { PyMem_Free(seqs); Py_RETURN_NONE; }
+    PyObject *lst = PyList_New(n);
+    if (lst)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_INCREF(c->rows[seqs[i]].req);
+            PyList_SET_ITEM(lst, i, c->rows[seqs[i]].req);
+        }
+    PyMem_Free(seqs);
+    return lst;
+}
+static PyObject *Cols_get_times_array(Cols *c, void *x) {
+    if (!c->times_array) Py_RETURN_NONE;
+    Py_INCREF(c->times_array);
+    return c->times_array;
+}
+static int Cols_set_times_array(Cols *c, PyObject *v, void *x) {
+    if (!v) { PyErr_SetString(PyExc_AttributeError, "times_array cannot be deleted"); return -1; }
+    return cols_set_times_array(c, v);
+}
+
+static PyMethodDef Cols_methods[] = {
+    {"join", (PyCFunction)Cols_join, METH_O, "`RunningColumns.join`."},
+    {"add_decoder", (PyCFunction)(void (*)(void))Cols_add_decoder, METH_FASTCALL, "`RunningColumns.add_decoder`."},
+    {"remove", (PyCFunction)Cols_remove, METH_O, "`RunningColumns.remove`."},
+    {"materialize", (PyCFunction)Cols_materialize, METH_O, "`RunningColumns.materialize`."},
+    {"detach", (PyCFunction)Cols_detach, METH_O, "`RunningColumns.detach`."},
+    {"num_computed_of", (PyCFunction)Cols_num_computed_of, METH_O, "`RunningColumns.num_computed_of`."},
+    {"num_tokens_of", (PyCFunction)Cols_num_tokens_of, METH_O, "`RunningColumns.num_tokens_of`."},
+    {"phase", (PyCFunction)Cols_phase, METH_O, "`RunningColumns.phase`: a new dict."},
+    {"pop_stops", (PyCFunction)Cols_pop_stops, METH_O, "`RunningColumns.pop_stops`: in seq order."},
+    {NULL, NULL, 0, NULL},
+};
+static PyGetSetDef Cols_getset[] = {
+    {"times_array", (getter)Cols_get_times_array, (setter)Cols_set_times_array, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+static PyMemberDef Cols_members[] = {
+    {"reqs", T_OBJECT_EX, offsetof(Cols, reqs), READONLY, NULL},
+    {"token", T_OBJECT_EX, offsetof(Cols, token), READONLY, NULL},
+    {"times", T_OBJECT_EX, offsetof(Cols, times), READONLY, NULL},
+    {"off", T_OBJECT_EX, offsetof(Cols, off), 0, NULL},
+    {"seq", T_OBJECT_EX, offsetof(Cols, seq), 0, NULL},
+    {"ids", T_OBJECT_EX, offsetof(Cols, ids), READONLY, NULL},
+    {"prefills", T_OBJECT_EX, offsetof(Cols, prefills), 0, NULL},
+    {"block_size", T_PYSSIZET, offsetof(Cols, block_size), READONLY, NULL},
+    {"num_updates", T_PYSSIZET, offsetof(Cols, num_updates), 0, NULL},
+    {"num_joined", T_PYSSIZET, offsetof(Cols, num_joined), READONLY, NULL},
+    {"num_decoders", T_PYSSIZET, offsetof(Cols, num_decoders), READONLY, NULL},
+    {"off_sum", T_LONGLONG, offsetof(Cols, off_sum), READONLY, NULL},
+    {"scheduled", T_BOOL, offsetof(Cols, scheduled), 0, NULL},
+    {"times_complete", T_BOOL, offsetof(Cols, times_complete), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+static PyTypeObject ColsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.ColumnsCore",
+    .tp_basicsize = sizeof(Cols),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "`RunningColumns`' state and operations in C (engine.core.compiled_fast.CompiledColumns).",
+    .tp_traverse = (traverseproc)Cols_traverse,
+    .tp_clear = (inquiry)Cols_clear,
+    .tp_dealloc = (destructor)Cols_dealloc,
+    .tp_init = (initproc)Cols_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = Cols_methods,
+    .tp_getset = Cols_getset,
+    .tp_members = Cols_members,
+};
+
+/* ---- FastPathCore ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *sched, *columns, *kv;
+    PyObject *py_schedule_running, *py_update;  /* FastPath's own methods (unbound): every other case */
+    Py_ssize_t *buf;  /* scratch: row indices */
+    Py_ssize_t buf_cap;
+    PyObject **objs;  /* scratch: requests */
+    Py_ssize_t objs_cap;
+    int fcfs;  /* the scheduler's policy is "fcfs" (its config is frozen) */
+} FP;
+
+static int FP_traverse(FP *f, visitproc visit, void *arg) {
+    Py_VISIT(f->sched); Py_VISIT(f->columns); Py_VISIT(f->kv); Py_VISIT(f->py_schedule_running); Py_VISIT(f->py_update);
+    return 0;
+}
+static int FP_clear(FP *f) {
+    Py_CLEAR(f->sched); Py_CLEAR(f->columns); Py_CLEAR(f->kv); Py_CLEAR(f->py_schedule_running); Py_CLEAR(f->py_update);
+    return 0;
+}
+static void FP_dealloc(FP *f) {
+    PyObject_GC_UnTrack(f);
+    FP_clear(f);
+    PyMem_Free(f->buf);
+    PyMem_Free(f->objs);
+    Py_TYPE(f)->tp_free((PyObject *)f);
+}
+static int FP_init(FP *f, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"scheduler", "kv", "schedule_running", "update", NULL};
+    PyObject *sched, *kv, *sr, *up;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!OO", kwlist, &sched, &KVType, &kv, &sr, &up)) return -1;
+    if (!plan_type) { PyErr_SetString(PyExc_RuntimeError, "bind_fast_path_types first"); return -1; }
+    Py_INCREF(sched); Py_XSETREF(f->sched, sched);
+    Py_INCREF(kv); Py_XSETREF(f->kv, kv);
+    Py_INCREF(sr); Py_XSETREF(f->py_schedule_running, sr);
+    Py_INCREF(up); Py_XSETREF(f->py_update, up);
+    Py_INCREF(Py_None); Py_XSETREF(f->columns, Py_None);
+    PyObject *config = PyObject_GetAttrString(sched, "config");
+    PyObject *policy = config ? PyObject_GetAttrString(config, "policy") : NULL;
+    Py_XDECREF(config);
+    if (!policy) return -1;
+    f->fcfs = PyUnicode_Check(policy) && PyUnicode_CompareWithASCIIString(policy, "fcfs") == 0;
+    Py_DECREF(policy);
+    return 0;
+}
+
+static int fp_scratch(FP *f, Py_ssize_t n) {
+    if (n > f->buf_cap) {
+        Py_ssize_t cap = f->buf_cap ? f->buf_cap : 256;
+        while (cap < n) cap *= 2;
+        Py_ssize_t *b = PyMem_Realloc(f->buf, cap * sizeof(Py_ssize_t));
+        if (!b) { PyErr_NoMemory(); return -1; }
+        f->buf = b;
+        PyObject **o = PyMem_Realloc(f->objs, cap * sizeof(PyObject *));
+        if (!o) { PyErr_NoMemory(); return -1; }
+        f->objs = o;
+        f->buf_cap = f->objs_cap = cap;
+    }
+    return 0;
+}
+
+/* The scheduler's running list, borrowed, if it is the columns' (else NULL, no exception). */
+static PyObject *fp_running(FP *f, Cols *c) {
+    PyObject *running = PyObject_GetAttr(f->sched, s_running);
+    if (!running) return NULL;
+    Py_DECREF(running);  /* (the scheduler holds it) */
+    return running == c->reqs && PyList_CheckExact(running) ? running : NULL;
+}
+
+static PyObject *fp_call_python(PyObject *fn, FP *f, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *all[4];
+    all[0] = (PyObject *)f;
+    for (Py_ssize_t i = 0; i < nargs; i++) all[i + 1] = args[i];
+    return PyObject_Vectorcall(fn, all, nargs + 1, NULL);
+}
+
+/* A decoder row still held by the columns (not preempted). */
+static inline int row_held(Cols *c, Py_ssize_t s) { return c->rows[s].req != NULL && c->rows[s].in_phase; }
+
+/* `FastPath._allocate_or_preempt` for a period without prefill rows (FCFS): the rows opening (phase po) or filling
+   (phase pf, where `caching`) a block, in queue order, ask the KV cache manager in runs that fit; a row that does not
+   fit preempts from the tail of the running list until it fits or is itself preempted. Sets the plan's
+   preempted_request_ids. */
+static int fp_allocate_or_preempt(FP *f, Cols *c, PyObject *running, PyObject *plan, Py_ssize_t po, Py_ssize_t pf,
+                                  int caching) {
+    KV *kv = (KV *)f->kv;
+    Row *rows = c->rows;
+    Py_ssize_t n = c->count[po] + (caching ? c->count[pf] : 0);
+    if (fp_scratch(f, 2 * n + 2) < 0) return -1;
+    /* touched rows (seq) merged from the two lists, with flags: 1 opening, 2 filling */
+    Py_ssize_t *tseq = f->buf, nt = 0;
+    char *flags = PyMem_Malloc(n + 1);
+    if (!flags) { PyErr_NoMemory(); return -1; }
+    Py_ssize_t a = c->head[po], b = caching ? c->head[pf] : -1;
+    while (a >= 0 || b >= 0) {
+        if (b < 0 || (a >= 0 && a < b)) { tseq[nt] = a; flags[nt++] = 1; a = rows[a].next; }
+        else if (a < 0 || b < a) { tseq[nt] = b; flags[nt++] = 2; b = rows[b].next; }
+        else { tseq[nt] = a; flags[nt++] = 3; a = rows[a].next; b = rows[b].next; }  /* (a block of one token) */
+    }
+    PyObject **objs = f->objs;  /* opening run, then filling run, both within [0, n) and [n, 2n) */
+    PyObject *preempted = PyList_New(0), *req = NULL;
+    if (!preempted) goto fail;
+    Py_ssize_t u = c->num_updates, i = 0;
+    while (i < nt && row_held(c, tseq[i])) {
+        Py_ssize_t free = kv->pool->num_free, end = i;
+        while (end < nt && row_held(c, tseq[end]) && (flags[end] & 1) <= free) {
+            free -= flags[end] & 1;
+            end++;
+        }
+        if (end > i) {
+            Py_ssize_t no = 0, nf = 0;
+            for (Py_ssize_t k = i; k < end; k++) {
+                if (flags[k] & 1) objs[no++] = rows[tseq[k]].req;
+                if (flags[k] & 2) objs[n + nf++] = rows[tseq[k]].req;
+            }
+            if (kv_decode_slots(kv, objs, no, objs + n, nf) < 0) goto fail;
+            i = end;
+            continue;
+        }
+        req = rows[tseq[i]].req;
+        Py_INCREF(req);  /* (it may be preempted: its row lets go of it) */
+        int64_t off;
+        if (col_off_of(req, &off) != 1) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_AssertionError, "a decoder without _col_off");
+            goto fail;
+        }
+        for (;;) {
+            int r = kv_allocate(kv, req, (Py_ssize_t)(off + u - 1), (Py_ssize_t)(off + u), 1, NULL, 0, 0);
+            if (r < 0) goto fail;
+            if (r) break;
+            Py_ssize_t last = PyList_GET_SIZE(running) - 1;
+            if (last < 0) { PyErr_SetString(PyExc_AssertionError, "nothing left to preempt"); goto fail; }
+            PyObject *victim = PyList_GET_ITEM(running, last);
+            Py_INCREF(victim);
+            int rc = PyList_SetSlice(running, last, last + 1, NULL);
+            if (rc == 0) rc = cols_remove(c, victim);
+            if (rc == 0) rc = cols_detach(c, victim);
+            PyObject *res = rc == 0 ? PyObject_CallMethodOneArg(f->sched, s_preempt_request, victim) : NULL;
+            PyObject *rid = res ? FGET(victim, request_id) : NULL;
+            Py_XDECREF(res);
+            rc = rid ? PyList_Append(preempted, rid) : -1;
+            Py_XDECREF(rid);
+            Py_DECREF(victim);
+            if (rc < 0) goto fail;
+            if (victim == req) break;
+        }
+        Py_CLEAR(req);
+        i++;
+    }
+    PyMem_Free(flags);
+    return PSET_NEW(plan, preempted_request_ids, PyList_AsTuple(preempted)) < 0 ? (Py_DECREF(preempted), -1)
+                                                                              : (Py_DECREF(preempted), 0);
+fail:
+    PyMem_Free(flags);
+    Py_XDECREF(req);
+    Py_XDECREF(preempted);
+    return -1;
+}
+
+/* The position of row s in the running list (its seq's in `seq`, ascending, which the running list follows), checked;
+   -1 with an exception if not there. */
+static Py_ssize_t row_pos(Cols *c, PyObject *running, Py_ssize_t s) {
+    PyObject *seq = c->seq;
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(seq);
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(seq, mid));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v < s) lo = mid + 1; else hi = mid;
+    }
+    if (lo >= PyList_GET_SIZE(seq) || lo >= PyList_GET_SIZE(running) || PyList_GET_ITEM(running, lo) != c->rows[s].req) {
+        PyErr_SetString(PyExc_AssertionError, "a row is not at its place in the running list");
+        return -1;
+    }
+    return lo;
+}
+
+/* A prefill row's counts: tokens, computed tokens, blocks held. */
+typedef struct { Py_ssize_t s, num_tokens, computed, num_blocks, is_first; } PrefillInfo;
+
+static int prefill_info(Cols *c, PyObject *req, PrefillInfo *p) {
+    if ((p->s = cols_row(c, req)) < 0) return -1;
+    PyObject *outputs = FGET(req, output_ids), *ids = NULL;
+    if (!outputs) return -1;
+    Py_ssize_t num_out = PyObject_Length(outputs);
+    Py_DECREF(outputs);
+    Py_ssize_t num_prompt = RGET_SSIZE(req, num_prompt_tokens);
+    if (num_out < 0 || (num_prompt == -1 && PyErr_Occurred())) return -1;
+    p->num_tokens = num_prompt + num_out;
+    p->is_first = num_out == 0;
+    p->computed = RGET_SSIZE(req, num_computed);
+    if (p->computed == -1 && PyErr_Occurred()) return -1;
+    if (!(ids = RGET(req, block_ids))) return -1;
+    p->num_blocks = PyObject_Length(ids);
+    Py_DECREF(ids);
+    return p->num_blocks < 0 ? -1 : 0;
+}
+
+/* The rows of a step with prefill rows, when the free blocks cover them (`FastPath._allocate_rows` on `_touched`):
+   in queue order, each prefill by `allocate`, the runs of decoders between them by one decode allocation each.
+   0: done, 1: does not fit or is cut (nothing changed: the Python method takes the step), -1: error. */
+static int fp_allocate_prefills(FP *f, Cols *c, PrefillInfo *pi, Py_ssize_t np, Py_ssize_t po, Py_ssize_t pf,
+                                Py_ssize_t extra_tokens, Py_ssize_t budget, Py_ssize_t threshold, Py_ssize_t total) {
+    KV *kv = (KV *)f->kv;
+    Row *rows = c->rows;
+    Py_ssize_t num_needed = c->count[po], max_rem = 0, bs = c->block_size;
+    for (Py_ssize_t i = 0; i < np; i++) {
+        Py_ssize_t rem = pi[i].num_tokens - pi[i].computed;
+        if (rem > max_rem) max_rem = rem;
+        num_needed += CEIL_DIV(pi[i].num_tokens, bs) - pi[i].num_blocks;
+    }
+    if (total + extra_tokens > budget || (threshold && max_rem > threshold) || num_needed > kv->pool->num_free) return 1;
+    int caching = kv->enable_caching;
+    Py_ssize_t n = c->count[po] + (caching ? c->count[pf] : 0);
+    if (fp_scratch(f, 2 * n + 2) < 0) return -1;
+    PyObject **objs = f->objs;
+    Py_ssize_t a = c->head[po], b = caching ? c->head[pf] : -1, k = 0, no = 0, nf = 0;
+    for (;;) {
+        Py_ssize_t next_p = k < np ? pi[k].s : PY_SSIZE_T_MAX;
+        Py_ssize_t next_d = a >= 0 && (b < 0 || a <= b) ? a : b;  /* the next decoder in queue order */
+        if (next_d < 0) next_d = PY_SSIZE_T_MAX;
+        if (next_p == PY_SSIZE_T_MAX && next_d == PY_SSIZE_T_MAX) break;
+        if (next_d < next_p) {
+            if (a == next_d) { objs[no++] = rows[a].req; a = rows[a].next; }
+            if (b == next_d) { objs[n + nf++] = rows[b].req; b = rows[b].next; }
+            continue;
+        }
+        if (no || nf) {
+            if (kv_decode_slots(kv, objs, no, objs + n, nf) < 0) return -1;
+            no = nf = 0;
+        }
+        PrefillInfo *p = &pi[k++];
+        int r = kv_allocate(kv, rows[p->s].req, p->computed, p->num_tokens, p->num_tokens - p->computed, NULL, 0, 0);
+        if (r < 0) return -1;
+        if (!r) { PyErr_SetString(PyExc_AssertionError, "a prefill row did not fit"); return -1; }
+    }
+    if ((no || nf) && kv_decode_slots(kv, objs, no, objs + n, nf) < 0) return -1;
+    return 0;
+}
+
+/* `FastPath.schedule_running(plan, budget, threshold)`: in C for a period whose step the free blocks cover (decoders
+   and prefill rows, all scheduled in full), and for FCFS steps of decoders that preempt; the Python method otherwise
+   (no period, someone cut short, preempting with prefill rows or under another policy). */
+static PyObject *FP_schedule_running(FP *f, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "schedule_running(plan, budget, threshold)"); return NULL; }
+    PyObject *plan = args[0];
+    if (!PyObject_TypeCheck(f->columns, &ColsType)) return fp_call_python(f->py_schedule_running, f, args, nargs);
+    Cols *c = (Cols *)f->columns;
+    if (!PyList_CheckExact(c->off) || !PyList_CheckExact(c->seq) || !PyList_CheckExact(c->prefills))
+        return fp_call_python(f->py_schedule_running, f, args, nargs);
+    PyObject *running = fp_running(f, c);
+    if (!running) {
+        if (PyErr_Occurred()) return NULL;
+        return fp_call_python(f->py_schedule_running, f, args, nargs);
+    }
+    Py_ssize_t budget = PyLong_AsSsize_t(args[1]), threshold = PyLong_AsSsize_t(args[2]);
+    if ((budget == -1 || threshold == -1) && PyErr_Occurred()) return NULL;
+    Py_ssize_t total = PyList_GET_SIZE(running), np = PyList_GET_SIZE(c->prefills);
+    KV *kv = (KV *)f->kv;
+    Py_ssize_t bs = c->block_size, u = c->num_updates;
+    Py_ssize_t po = phase_of(1 - (int64_t)u, bs), pf = phase_of(-(int64_t)u, bs);
+    if (total != c->num_decoders + np || PyList_GET_SIZE(c->off) != total)
+        return fp_call_python(f->py_schedule_running, f, args, nargs);
+    PrefillInfo *pi = NULL;
+    PyObject *prefill_rows = NULL, *result = NULL;
+    long long context_sum;
+    Py_ssize_t num_prefill_tokens = 0;
+    if (np) {
+        pi = PyMem_Malloc(np * sizeof(PrefillInfo));
+        if (!pi) return PyErr_NoMemory();
+        Py_ssize_t extra = 0;
+        for (Py_ssize_t i = 0; i < np; i++) {
+            if (prefill_info(c, PyList_GET_ITEM(c->prefills, i), &pi[i]) < 0) goto done;
+            extra += pi[i].num_tokens - pi[i].computed - 1;
+        }
+        int r = fp_allocate_prefills(f, c, pi, np, po, pf, extra, budget, threshold, total);
+        if (r < 0) goto done;
+        if (r) { result = fp_call_python(f->py_schedule_running, f, args, nargs); goto done; }
+        total = c->num_decoders;
+        context_sum = (long long)c->num_decoders * (u - 1) + c->off_sum;
+        if (!(prefill_rows = PyList_New(np))) goto done;
+        for (Py_ssize_t i = 0; i < np; i++) {
+            PrefillInfo *p = &pi[i];
+            PyObject *req = c->rows[p->s].req;
+            Py_ssize_t rem = p->num_tokens - p->computed, pos = row_pos(c, running, p->s);
+            if (pos < 0) goto done;
+            total += rem;
+            context_sum += p->computed;
+            if (rem > 1 || p->is_first) num_prefill_tokens += rem;
+            PyObject *ids = RGET(req, block_ids);
+            Py_ssize_t nb = ids ? PyObject_Length(ids) : -1;
+            Py_XDECREF(ids);
+            if (nb < 0) goto done;
+            PyObject *row = Py_BuildValue("(nnnn)", pos, p->computed, rem, nb);
+            if (!row) goto done;
+            PyList_SET_ITEM(prefill_rows, i, row);
+            if (RSET_SSIZE(req, num_computed, p->num_tokens) < 0) goto done;
+        }
+    } else {
+        int preempting = c->count[po] > kv->pool->num_free;
+        if (total > budget || (preempting && !f->fcfs))
+            return fp_call_python(f->py_schedule_running, f, args, nargs);
+        if (preempting) {
+            if (fp_allocate_or_preempt(f, c, running, plan, po, pf, kv->enable_caching) < 0) return NULL;
+            total = PyList_GET_SIZE(running);  /* (the victims were the tail rows) */
+            PyObject *off = PyList_GetSlice(c->off, 0, total), *seq = off ? PyList_GetSlice(c->seq, 0, total) : NULL;
+            if (!seq) { Py_XDECREF(off); return NULL; }
+            Py_SETREF(c->off, off);
+            Py_SETREF(c->seq, seq);
+            if (total != c->num_decoders) {
+                PyErr_SetString(PyExc_AssertionError, "running rows and decoders differ after preemption");
+                return NULL;
+            }
+        } else {
+            Py_ssize_t n = c->count[po], m = kv->enable_caching ? c->count[pf] : 0;
+            if (fp_scratch(f, n + m) < 0) return NULL;
+            PyObject **objs = f->objs;
+            Py_ssize_t k = 0;
+            for (Py_ssize_t s = c->head[po]; s >= 0; s = c->rows[s].next) objs[k++] = c->rows[s].req;
+            if (m)
+                for (Py_ssize_t s = c->head[pf]; s >= 0; s = c->rows[s].next) objs[k++] = c->rows[s].req;
+            if (kv_decode_slots(kv, objs, n, objs + n, m) < 0) return NULL;
+        }
+        context_sum = (long long)c->num_decoders * (u - 1) + c->off_sum;
+    }
+    /* plan.add_running_columns(running[:], ColumnRows(off, u, bs, prefill_rows, seq, ids), context_sum, total,
+       num_prefill_tokens, longest_context where every row decodes) */
+    PyObject *rows = colrows_type->tp_alloc(colrows_type, 0);
+    if (!rows) goto done;
+    if (!prefill_rows && !(prefill_rows = PyList_New(0))) { Py_DECREF(rows); goto done; }
+    Py_INCREF(prefill_rows);
+    PyObject *vals[6] = {c->off, PyLong_FromSsize_t(u), PyLong_FromSsize_t(bs), prefill_rows, c->seq, c->ids};
+    Py_INCREF(c->off); Py_INCREF(c->seq); Py_INCREF(c->ids);
+    Py_ssize_t offs[6] = {off_cr_off, off_cr_num_updates, off_cr_block_size, off_cr_prefill_rows, off_cr_seq,
+                          off_cr_ids};
+    int bad = 0;
+    for (int i = 0; i < 6; i++) {
+        if (!vals[i]) { bad = 1; continue; }
+        *(PyObject **)((char *)rows + offs[i]) = vals[i];  /* (steals: the slot was NULL) */
+    }
+    if (bad) { Py_DECREF(rows); goto done; }
+    if (PSET_NEW(plan, requests, PyList_GetSlice(running, 0, PyList_GET_SIZE(running))) < 0
+            || PSET_NEW(plan, columns, rows) < 0
+            || PSET_NEW(plan, bulk_context_sum, PyLong_FromLongLong(context_sum)) < 0)
+        goto done;
+    if (!np) {
+        PyObject *longest = maxplus_new(c->off, u - 1);
+        PyObject *decodes = longest ? PyTuple_New(2) : NULL;
+        PyObject *count = decodes ? PyLong_FromSsize_t(PyList_GET_SIZE(running)) : NULL;
+        if (!count) { Py_XDECREF(decodes); Py_XDECREF(longest); goto done; }
+        PyTuple_SET_ITEM(decodes, 0, count);
+        PyTuple_SET_ITEM(decodes, 1, longest);
+        if (PSET_NEW(plan, bulk_decodes, decodes) < 0) goto done;
+    }
+    if (PSET_NEW(plan, num_batched_tokens, PyLong_FromSsize_t(total)) < 0
+            || PSET_NEW(plan, num_prefill_tokens, PyLong_FromSsize_t(num_prefill_tokens)) < 0
+            || PSET_NEW(plan, num_decode_tokens, PyLong_FromSsize_t(total - num_prefill_tokens)) < 0)
+        goto done;
+    c->scheduled = 1;
+    Py_INCREF(Py_True);
+    result = Py_True;
+done:
+    PyMem_Free(pi);
+    Py_XDECREF(prefill_rows);
+    return result;
+}
+
+static int cmp_ssize(const void *a, const void *b) {
+    Py_ssize_t x = *(const Py_ssize_t *)a, y = *(const Py_ssize_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A list of `src` without the entries at the ascending positions drop[0..nd). */
+static PyObject *list_without(PyObject *src, const Py_ssize_t *drop, Py_ssize_t nd) {
+    Py_ssize_t n = PyList_GET_SIZE(src);
+    PyObject *out = PyList_New(n - nd);
+    if (!out) return NULL;
+    Py_ssize_t j = 0, d = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (d < nd && drop[d] == i) { d++; continue; }
+        PyObject *o = PyList_GET_ITEM(src, i);
+        Py_INCREF(o);
+        PyList_SET_ITEM(out, j++, o);
+    }
+    return out;
+}
+
+/* `FastPath.update(plan, token, now_s)`: in C while a period without prefill rows goes on with the same token and
+   every request admitted this step samples its token; the Python method otherwise (a period to start or end, a
+   prompt chunk). */
+/* `FastPath._start_decoding` of row s: its first sampled token of the period. 1: a decoder now (*off set), 0: it stops
+   (its seq, or ~seq where stopped by a stop token, appended to fin), -1: error. Counts first outputs in *num_first. */
+static int fp_start_decoding(Cols *c, Py_ssize_t s, Py_ssize_t u, Py_ssize_t *fin, Py_ssize_t *nfin,
+                             Py_ssize_t *num_first, int64_t *off) {
+    PyObject *req = c->rows[s].req;
+    PyObject *outputs = FGET(req, output_ids), *stop_set = NULL;
+    if (!outputs) return -1;
+    Py_ssize_t num_out = PyObject_Length(outputs);
+    Py_DECREF(outputs);
+    Py_ssize_t num_prompt = RGET_SSIZE(req, num_prompt_tokens);
+    if (num_out < 0 || (num_prompt == -1 && PyErr_Occurred())) return -1;
+    Py_ssize_t num_tokens = num_prompt + num_out + 1;
+    *off = (int64_t)num_tokens - u;
+    if (FSET_NEW(req, col_off, PyLong_FromLongLong(*off)) < 0) return -1;
+    *num_first += num_out == 0;
+    if (!(stop_set = FGET(req, stop_token_set))) return -1;
+    int stops = PySequence_Contains(stop_set, c->token);
+    Py_DECREF(stop_set);
+    if (stops < 0) return -1;
+    if (stops) { fin[(*nfin)++] = ~s; return 0; }
+    PyObject *mt = FGET(req, max_num_tokens);
+    if (!mt) return -1;
+    int64_t max_num_tokens = as_i64(mt);
+    Py_DECREF(mt);
+    if (max_num_tokens == -1 && PyErr_Occurred()) return -1;
+    if ((int64_t)num_tokens >= max_num_tokens) { fin[(*nfin)++] = s; return 0; }
+    return cols_add_decoder(c, s, req, *off) < 0 ? -1 : 1;
+}
+
+/* `FastPath.update(plan, token, now_s)`: in C while a period goes on with the same token (its prefill rows sampling
+   their first token, admissions joining it as decoders or, for a prompt chunk, prefill rows); the Python method
+   otherwise (a period to start or to end). */
+static PyObject *FP_update(FP *f, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "update(plan, token, now_s)"); return NULL; }
+    PyObject *plan = args[0], *token = args[1], *now = args[2];
+    if (!PyObject_TypeCheck(f->columns, &ColsType)) return fp_call_python(f->py_update, f, args, nargs);
+    Cols *c = (Cols *)f->columns;
+    int same = PyLong_CheckExact(token) && PyLong_CheckExact(c->token)
+        ? PyObject_RichCompareBool(token, c->token, Py_EQ) : 0;
+    if (same < 0) return NULL;
+    if (!same || !PyList_CheckExact(c->prefills) || !PyList_CheckExact(c->off) || !PyList_CheckExact(c->seq))
+        return fp_call_python(f->py_update, f, args, nargs);
+    PyObject *running = fp_running(f, c);
+    if (!running) {
+        if (PyErr_Occurred()) return NULL;
+        return fp_call_python(f->py_update, f, args, nargs);
+    }
+    Py_ssize_t nrows = PyList_GET_SIZE(c->off), total = PyList_GET_SIZE(running), num_new = total - nrows;
+    if (num_new < 0) return fp_call_python(f->py_update, f, args, nargs);
+    PyObject *emits = NULL;
+    if (num_new) {  /* whether each admission samples its token (plan.emits_after_bulk) */
+        emits = obj_get(plan, plan_type, off_p_emits, s_emits);
+        if (!emits) return NULL;
+        int ok = PyList_CheckExact(emits) && PyList_GET_SIZE(emits) == num_new;
+        for (Py_ssize_t i = 0; ok && i < num_new; i++) ok = PyBool_Check(PyList_GET_ITEM(emits, i));
+        if (!ok) { Py_DECREF(emits); return fp_call_python(f->py_update, f, args, nargs); }
+    }
+    double now_v = 0.0;
+    if (now != Py_None) {
+        now_v = PyFloat_AsDouble(now);
+        if (now_v == -1.0 && PyErr_Occurred()) { Py_XDECREF(emits); return NULL; }
+    }
+    /* From here on, the update (`FastPath._update_columns`). */
+    PyObject *new_off = NULL, *new_seq = NULL, *joining = NULL;
+    Py_ssize_t first_new = c->num_joined;
+    if (num_new && cols_join(c, &PyList_GET_ITEM(running, nrows), num_new) < 0) goto fail;
+    Py_ssize_t u = ++c->num_updates;
+    c->scheduled = 0;
+    if (PyList_Append(c->times, now) < 0) goto fail;
+    if (now == Py_None) {
+        c->times_complete = 0;
+    } else if (c->times_complete) {
+        if (u > c->times_cap) {
+            PyObject *r = PyObject_CallMethodNoArgs((PyObject *)c, s_grow_times);
+            if (!r) goto fail;
+            Py_DECREF(r);
+            if (u > c->times_cap) { PyErr_SetString(PyExc_AssertionError, "_grow_times did not grow"); goto fail; }
+        }
+        c->times_data[u - 1] = now_v;
+    }
+    Py_ssize_t np = PyList_GET_SIZE(c->prefills);
+    if (fp_scratch(f, c->num_decoders + np + num_new + 1) < 0) goto fail;
+    Py_ssize_t *fin = f->buf;  /* finished rows: seq if capped, ~seq if stopped */
+    Py_ssize_t nfin = cols_pop_stops(c, u, fin), num_first = 0;
+    int64_t off;
+    if (np) {  /* the last step's prefills (all scheduled in full): their first token of the period */
+        joining = c->prefills;
+        if (!(c->prefills = PyList_New(0))) { c->prefills = joining; joining = NULL; goto fail; }
+        PyObject *off2 = NULL;
+        for (Py_ssize_t i = 0; i < np; i++) {
+            Py_ssize_t s = cols_row(c, PyList_GET_ITEM(joining, i));
+            int r = s < 0 ? -1 : fp_start_decoding(c, s, u, fin, &nfin, &num_first, &off);
+            if (r < 0) { Py_XDECREF(off2); goto fail; }
+            if (!r) continue;
+            Py_ssize_t pos = row_pos(c, running, s);
+            if (pos < 0 || (!off2 && !(off2 = PyList_GetSlice(c->off, 0, nrows)))) { Py_XDECREF(off2); goto fail; }
+            PyObject *o = PyLong_FromLongLong(off);
+            if (!o) { Py_DECREF(off2); goto fail; }
+            PyList_SetItem(off2, pos, o);
+        }
+        if (off2) Py_SETREF(c->off, off2);
+        Py_CLEAR(joining);
+    }
+    if (num_new) {
+        new_off = PyList_New(num_new);
+        new_seq = PyList_New(num_new);
+        if (!new_off || !new_seq) goto fail;
+        for (Py_ssize_t i = 0; i < num_new; i++) {
+            Py_ssize_t s = first_new + i;
+            int r = 0;
+            if (PyList_GET_ITEM(emits, i) == Py_True) {
+                r = fp_start_decoding(c, s, u, fin, &nfin, &num_first, &off);
+                if (r < 0) goto fail;
+            } else if (PyList_Append(c->prefills, c->rows[s].req) < 0) {  /* a prompt chunk: a prefill row */
+                goto fail;
+            }
+            PyObject *ro = PyLong_FromLongLong(r ? off : 0), *sq = PyLong_FromSsize_t(s);
+            if (!ro || !sq) { Py_XDECREF(ro); Py_XDECREF(sq); goto fail; }
+            PyList_SET_ITEM(new_off, i, ro);
+            PyList_SET_ITEM(new_seq, i, sq);
+        }
+        Py_ssize_t len;
+        PyObject *off2 = PyList_GetSlice(c->off, 0, nrows);
+        if (!off2) goto fail;
+        len = PyList_GET_SIZE(off2);
+        if (PyList_SetSlice(off2, len, len, new_off) < 0) { Py_DECREF(off2); goto fail; }
+        Py_SETREF(c->off, off2);
+        PyObject *seq2 = PyList_GetSlice(c->seq, 0, PyList_GET_SIZE(c->seq));
+        if (!seq2) goto fail;
+        len = PyList_GET_SIZE(seq2);
+        if (PyList_SetSlice(seq2, len, len, new_seq) < 0) { Py_DECREF(seq2); goto fail; }
+        Py_SETREF(c->seq, seq2);
+        Py_CLEAR(new_off);
+        Py_CLEAR(new_seq);
+    }
+    Py_CLEAR(emits);
+    if (num_first) {
+        PyObject *nrwo = PyObject_GetAttr(f->sched, s_num_running_without_output);
+        if (!nrwo) goto fail;
+        Py_ssize_t v = PyLong_AsSsize_t(nrwo);
+        Py_DECREF(nrwo);
+        if (v == -1 && PyErr_Occurred()) goto fail;
+        PyObject *nv = PyLong_FromSsize_t(v - num_first);
+        if (!nv) goto fail;
+        int rc = PyObject_SetAttr(f->sched, s_num_running_without_output, nv);
+        Py_DECREF(nv);
+        if (rc < 0) goto fail;
+    }
+    if (!nfin) return PyList_New(0);
+    /* In queue order (seq); each one's row in the running list by its seq's position in `seq` (ascending). */
+    Py_ssize_t *order = PyMem_Malloc(2 * nfin * sizeof(Py_ssize_t));
+    if (!order) { PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t i = 0; i < nfin; i++) order[i] = fin[i];
+    /* sort by seq (decoding the stopped marks) */
+    for (Py_ssize_t i = 1; i < nfin; i++) {
+        Py_ssize_t x = order[i], kx = x < 0 ? ~x : x, j = i - 1;
+        while (j >= 0 && (order[j] < 0 ? ~order[j] : order[j]) > kx) { order[j + 1] = order[j]; j--; }
+        order[j + 1] = x;
+    }
+    Py_ssize_t *pos = order + nfin;
+    PyObject *seq = c->seq, *result = NULL;
+    Py_ssize_t nseq = PyList_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < nfin; i++) {
+        Py_ssize_t s = order[i] < 0 ? ~order[i] : order[i], lo = 0, hi = nseq;
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(seq, mid));
+            if (v < s) lo = mid + 1; else hi = mid;
+        }
+        if (lo >= nseq || PyList_GET_ITEM(running, lo) != c->rows[s].req) {
+            PyErr_SetString(PyExc_AssertionError, "a finished row is not in the running list");
+            PyMem_Free(order);
+            return NULL;
+        }
+        pos[i] = lo;
+    }
+    if (!(result = PyList_New(nfin))) { PyMem_Free(order); return NULL; }
+    for (Py_ssize_t i = 0; i < nfin; i++) {
+        Py_ssize_t s = order[i] < 0 ? ~order[i] : order[i];
+        PyObject *req = c->rows[s].req;
+        Py_INCREF(req);
+        PyList_SET_ITEM(result, i, req);
+        PyObject *status = order[i] < 0 ? status_stopped : status_capped;
+        if (cols_remove(c, req) < 0 || cols_detach(c, req) < 0) goto fail_result;
+        PyObject *r = PyObject_CallMethodObjArgs(f->sched, s_finish_request, req, status, now, NULL);
+        if (!r) goto fail_result;
+        Py_DECREF(r);
+    }
+    qsort(pos, nfin, sizeof(Py_ssize_t), cmp_ssize);
+    for (Py_ssize_t i = nfin - 1; i >= 0; i--)
+        if (PyList_SetSlice(running, pos[i], pos[i] + 1, NULL) < 0) goto fail_result;
+    PyObject *off3 = list_without(c->off, pos, nfin), *seq3 = off3 ? list_without(c->seq, pos, nfin) : NULL;
+    if (!seq3) { Py_XDECREF(off3); goto fail_result; }
+    Py_SETREF(c->off, off3);
+    Py_SETREF(c->seq, seq3);
+    PyMem_Free(order);
+    return result;
+fail_result:
+    Py_DECREF(result);
+    PyMem_Free(order);
+    return NULL;
+fail:
+    Py_XDECREF(new_off);
+    Py_XDECREF(new_seq);
+    Py_XDECREF(emits);
+    Py_XDECREF(joining);
+    return NULL;
+}
+
+static PyMethodDef FP_methods[] = {
+    {"schedule_running", (PyCFunction)(void (*)(void))FP_schedule_running, METH_FASTCALL,
+     "`FastPath.schedule_running`: in C for a step of decoders that the free blocks cover."},
+    {"update", (PyCFunction)(void (*)(void))FP_update, METH_FASTCALL,
+     "`FastPath.update`: in C while the period goes on without prompt chunks."},
+    {NULL, NULL, 0, NULL},
+};
+static PyMemberDef FP_members[] = {
+    {"sched", T_OBJECT_EX, offsetof(FP, sched), READONLY, NULL},
+    {"columns", T_OBJECT, offsetof(FP, columns), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+static PyTypeObject FPType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.FastPathCore",
+    .tp_basicsize = sizeof(FP),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "`FastPath.schedule_running` and `update` in C on `ColumnsCore` (engine.core.compiled_fast).",
+    .tp_traverse = (traverseproc)FP_traverse,
+    .tp_clear = (inquiry)FP_clear,
+    .tp_dealloc = (destructor)FP_dealloc,
+    .tp_init = (initproc)FP_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = FP_methods,
+    .tp_members = FP_members,
+};
+
 static PyMethodDef module_methods[] = {
     {"bind_request_type", (PyCFunction)mod_bind_request_type, METH_O,
      "bind_request_type(Request): read and write its slots at their offsets."},
@@ -1667,6 +2896,8 @@ static PyMethodDef module_methods[] = {
      "draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out): `TokenIdGenerator._draw` on PCG64."},
 #endif
     {"any_negative_id", (PyCFunction)mod_any_negative_id, METH_O, "any_negative_id(ids): an int64 array's id < 0."},
+    {"bind_fast_path_types", (PyCFunction)mod_bind_fast_path_types, METH_VARARGS,
+     "bind_fast_path_types(Request, StepPlan, ColumnRows, stopped, capped): the fast path's slots and statuses."},
     {"prompt_block_hashes", (PyCFunction)mod_prompt_block_hashes, METH_VARARGS,
      "prompt_block_hashes(hashes, prompt, num_blocks, block_size): extend the list `hashes` to num_blocks hashes."},
     {NULL, NULL, 0, NULL},
@@ -1679,7 +2910,9 @@ static struct PyModuleDef kvcore_module = {
 
 PyMODINIT_FUNC PyInit__kvcore(void) {
     (void)ceil_div;
-    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&KVType) < 0) return NULL;
+    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&KVType) < 0 || PyType_Ready(&ColsType) < 0
+            || PyType_Ready(&FPType) < 0 || PyType_Ready(&MaxPlusType) < 0)
+        return NULL;
 #define INTERN(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL
     INTERN(s_block_ids, "block_ids");
     INTERN(s_block_ids_head, "block_ids_head");
@@ -1697,6 +2930,28 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     INTERN(s_cols, "_cols");
     INTERN(s_prompt_array, "prompt_array");
     INTERN(s_ensure_block_hashes, "ensure_block_hashes");
+    INTERN(s_col_off, "_col_off");
+    INTERN(s_col_seq, "_col_seq");
+    INTERN(s_request_id, "request_id");
+    INTERN(s_max_num_tokens, "max_num_tokens");
+    INTERN(s_stop_token_set, "stop_token_set");
+    INTERN(s_token_times, "_token_times");
+    INTERN(s_times_array, "_times_array");
+    INTERN(s_requests, "requests");
+    INTERN(s_columns, "_columns");
+    INTERN(s_bulk_context_sum, "_bulk_context_sum");
+    INTERN(s_bulk_decodes, "_bulk_decodes");
+    INTERN(s_num_batched_tokens, "num_batched_tokens");
+    INTERN(s_num_prefill_tokens, "num_prefill_tokens");
+    INTERN(s_num_decode_tokens, "num_decode_tokens");
+    INTERN(s_emits, "_emits");
+    INTERN(s_running, "running");
+    INTERN(s_num_running_without_output, "num_running_without_output");
+    INTERN(s_finish_request, "finish_request");
+    INTERN(s_grow_times, "_grow_times");
+    INTERN(s_remove, "remove");
+    INTERN(s_preempted_request_ids, "preempted_request_ids");
+    INTERN(s_preempt_request, "preempt_request");
 #undef INTERN
     if (!(s_zero = PyLong_FromLong(0))) return NULL;
     PyObject *m = PyModule_Create(&kvcore_module);
@@ -1705,5 +2960,9 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     if (PyModule_AddObject(m, "BlockPoolCore", (PyObject *)&PoolType) < 0) return NULL;
     Py_INCREF(&KVType);
     if (PyModule_AddObject(m, "KVCacheManagerCore", (PyObject *)&KVType) < 0) return NULL;
+    Py_INCREF(&ColsType);
+    if (PyModule_AddObject(m, "ColumnsCore", (PyObject *)&ColsType) < 0) return NULL;
+    Py_INCREF(&FPType);
+    if (PyModule_AddObject(m, "FastPathCore", (PyObject *)&FPType) < 0) return NULL;
     return m;
 }

@@ -106,6 +106,15 @@ class RunningColumns:
         self.num_decoders += 1
         self.off_sum += off
 
+    def phase(self, phase: int) -> dict[Request, None]:
+        """The decoders of `phase` (`_col_off % block_size`), in queue order (do not modify)."""
+        return self.by_phase[phase]
+
+    def pop_stops(self, num_updates: int) -> list[Request] | None:
+        """Forget and return the decoders that stop at update count `num_updates` (None without any; the order
+        among them is free: the caller sorts by `_col_seq`)."""
+        return self.stopping.pop(num_updates, None)
+
     def remove(self, req: Request) -> None:
         """Forget a row leaving mid-period (preempted or finished); its `_col_off` stays for `detach`."""
         off = req._col_off
@@ -186,6 +195,9 @@ class SchedulerState(Protocol):
 class FastPath:
     """The fast paths of one scheduler (see the module docstring)."""
 
+    # The columns a period starts (engine.core.compiled_fast's in C: `CompiledFastPath`).
+    new_columns: type[RunningColumns] = RunningColumns
+
     def __init__(self, scheduler: SchedulerState) -> None:
         self.sched = scheduler
         self.columns: RunningColumns | None = None  # while updates go the column path
@@ -220,8 +232,8 @@ class FastPath:
                 return self._decline()
         elif total > budget:
             return self._decline()
-        opening = cols.by_phase[(1 - num_updates) % bs]
-        filling = cols.by_phase[-num_updates % bs] if kv.enable_caching else {}
+        opening = cols.phase((1 - num_updates) % bs)
+        filling = cols.phase(-num_updates % bs) if kv.enable_caching else {}
         num_needed += len(opening)
         preempting = num_needed > kv.num_free_blocks
         if preempting and sched.config.policy != "fcfs":
@@ -317,7 +329,7 @@ class FastPath:
             if len(plan.requests) != len(running) or not all(map(operator.is_, plan.requests, running)):
                 return None
             kv = self.sched.kv
-            cols = self.columns = RunningColumns(running, token, kv.block_size)
+            cols = self.columns = self.new_columns(running, token, kv.block_size)
             new = running[:]
             new_emits = plan.emits
         else:
@@ -433,7 +445,7 @@ class FastPath:
                 cols.times_array = np.concatenate((cols.times_array, np.empty(len(cols.times_array))))
             cols.times_array[num_updates - 1] = now_s
         finished: list[tuple[Request, RequestStatus]] = []
-        stops = cols.stopping.pop(num_updates, None)
+        stops = cols.pop_stops(num_updates)
         if stops:
             finished = [(req, _CAPPED) for req in stops]
         # The last step's prefills (all scheduled in full, so sampling now) and this step's admissions, in queue

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from engine.core.compiled_fast import new_fast_path
 from engine.core.compiled_kv import new_kv_cache_manager
 from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.fast_path import FastPath
@@ -54,7 +55,8 @@ class Scheduler:
         self._pending: StepPlan | None = None  # the plan whose output is still to come
         self._pending_aborted = False  # a request of the pending plan was aborted
         # (The fast path's batched decode allocation knows one block table per request: not a hybrid model's.)
-        self._fast = FastPath(self) if fast_paths and not cache.num_sliding_groups else None
+        # (In C where the KV cache manager is: engine.core.compiled_fast.)
+        self._fast: FastPath | None = new_fast_path(self) if fast_paths and not cache.num_sliding_groups else None
         # The waiting queue's head when its blocks did not fit, with what its failure depended on (`_Blocked`).
         self._blocked: _Blocked | None = None
         # The stop tokens of a request (`add_request`) by its stop_token_ids and the EOS that stops it.

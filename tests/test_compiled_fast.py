@@ -1,0 +1,165 @@
+"""The fast path with its columns in C (engine.core.compiled_fast, engine/core/_kvcore.c): in use where built, the
+Python `FastPath` under ROOFLINE_PURE_PYTHON=1, and the same plans, tokens, times and outcomes as the Python fast
+path on long periods, preemptions, prompt chunks, steps without a clock and request subclasses, with the common
+steps run in C. (Random workloads, step by step: tests/test_core_properties.py.)"""
+
+import gc
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine.core import CacheConfig, Request, SamplingParams, Scheduler, SchedulerConfig, compiled_fast, compiled_kv
+from engine.core.fast_path import FastPath
+
+_built = pytest.mark.skipif(not compiled_fast.FAST_PATH_BUILT, reason="engine.core._kvcore is not built")
+
+
+class _Sub(Request):
+    """Not exactly `Request`: the extension reaches its fields through the generic attribute calls."""
+
+
+def _requests(n, prompt_len, max_tokens, cls=Request, per_step=2):
+    return [(i // per_step, cls(f"r{i}", [2 + (i * 7 + k) % 40 for k in range(prompt_len + i % 7)],
+                               SamplingParams(max_tokens=max_tokens + (i * 13) % 17, ignore_eos=i % 5 != 0),
+                               float(i // per_step), eos_token_id=1 if i % 3 else 9))
+            for i in range(n)]
+
+
+def _run(config, cache, requests, compiled, clock=True, token=9, monkeypatch=None):
+    """Drive a scheduler as the simulator does (one token id for every sequence); its plans, finished requests and the
+    number of steps the Python fast path took (`FastPath`'s methods counted)."""
+    counts = {"schedule_running": 0, "update": 0}
+    in_python = []  # the plans `FastPath.schedule_running` (Python) scheduled
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compiled_kv, "COMPILED", compiled)
+        for name in counts:
+            original = getattr(FastPath, name)
+
+            def counted(self, *args, _original=original, _name=name):
+                counts[_name] += 1
+                if _name == "schedule_running":
+                    in_python.append(args[0])
+                return _original(self, *args)
+
+            mp.setattr(FastPath, name, counted)
+        sched = Scheduler(config, cache)
+        assert isinstance(sched._fast, compiled_fast.CompiledFastPath) == compiled
+        pending = sorted(requests, key=lambda x: x[0])
+        plans, finished, objects = [], [], []
+        step = 0
+        while pending or sched.has_unfinished():
+            while pending and pending[0][0] <= step:
+                sched.add_request(pending.pop(0)[1])
+            now = float(step) if clock else None
+            plan = sched.schedule(now)
+            objects.append(plan)
+            sums = plan.seq_sums()
+            plans.append((plan.request_ids, plan.query_lens, plan.context_lens, plan.block_tables,
+                          plan.preempted_request_ids, plan.emits, plan.num_prefill_tokens, plan.num_decode_tokens,
+                          plan.num_context_tokens, sums, plan.num_kv_blocks_used))
+            if not plan.is_empty:
+                finished += sched.update_from_output(plan, token, now)
+            step += 1
+            assert step < 20000
+    outcome = sorted((r.request_id, r.status, r.output_token_ids, r.token_times_s, r.token_times_array.tolist(),
+                      r.finish_time_s, r.num_preemptions, r.num_prefix_hit_tokens) for r in finished)
+    return plans, outcome, counts, step, in_python, objects
+
+
+def _same(config, cache, make, **kw):
+    py = _run(config, cache, make(), compiled=False, **kw)
+    c = _run(config, cache, make(), compiled=True, **kw)
+    assert c[0] == py[0] and c[1] == py[1]
+    return py, c
+
+
+def test_the_compiled_fast_path_is_in_use_where_built():
+    probe = ("from engine.core import CacheConfig, Scheduler, SchedulerConfig; "
+             "s = Scheduler(SchedulerConfig(max_model_len=64), CacheConfig(num_blocks=16, block_size=4)); "
+             "print(type(s._fast).__name__)")
+    for value, expected in (("", "CompiledFastPath" if compiled_fast.FAST_PATH_BUILT else "FastPath"),
+                            ("1", "FastPath")):
+        run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                             env={**os.environ, "ROOFLINE_PURE_PYTHON": value})
+        assert run.stdout.strip() == expected
+
+
+@_built
+def test_a_long_period_in_c_gives_the_python_plans():
+    """~3,000 updates in one period (the times array grown past 1,024 twice), with joins, stops by EOS and by length,
+    and every step but the period's first few in C."""
+    config = SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=4096)
+    cache = CacheConfig(num_blocks=4096, block_size=16, enable_prefix_caching=True)
+    py, c = _same(config, cache, lambda: _requests(120, 20, 200, per_step=5) + [(0, Request(
+        "long", [5] * 30, SamplingParams(max_tokens=3000, ignore_eos=True)))])
+    steps = c[3]
+    assert steps >= 3000
+    assert c[2]["schedule_running"] + c[2]["update"] < 20 < steps  # the Python methods: hardly ever
+    assert py[2]["update"] > steps - 5  # (the reference ran them all)
+
+
+@_built
+@pytest.mark.parametrize("clock", [True, False])
+@pytest.mark.parametrize("cls", [Request, _Sub])
+def test_preemptions_and_prompt_chunks_on_c_columns(clock, cls):
+    """A cache too small for everyone (FCFS preemptions) and a budget that chunks prompts: those steps go to the
+    Python methods on the C columns, the others to C; steps without a clock (no token times) and a Request subclass
+    (generic attribute calls) too."""
+    config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=48, max_model_len=256)
+    cache = CacheConfig(num_blocks=40, block_size=4, enable_prefix_caching=True)
+    py, c = _same(config, cache, lambda: _requests(40, 30, 40, cls=cls), clock=clock)
+    assert any(p[4] for p in c[0])  # preemptions happened
+    assert any(not all(p[5]) for p in c[0])  # prompt chunks happened
+    assert 0 < c[2]["schedule_running"] < c[3] / 2
+
+
+@_built
+def test_preempting_steps_run_in_c():
+    """FCFS steps that preempt, in a period without prompt chunks (a budget above every prompt), are the C path's."""
+    config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=512, max_model_len=256)
+    cache = CacheConfig(num_blocks=40, block_size=4, enable_prefix_caching=True)
+    py, c = _same(config, cache, lambda: _requests(40, 30, 40, per_step=1))
+    assert sum(len(p[4]) for p in c[0]) > 10  # preemptions
+    assert not any(plan.preempted_request_ids for plan in c[4])  # none of them in Python
+    assert any(plan.preempted_request_ids for plan in py[4])  # (the reference's)
+
+
+@_built
+@pytest.mark.parametrize("threshold", [0, 8])
+def test_prompt_chunks_run_in_c(threshold):
+    """Prompt chunks (a budget below the prompts, a long-prefill threshold) in a cache that holds everyone: the chunked
+    admissions join as prefill rows and the steps that finish them run in C too."""
+    config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=24, max_model_len=256,
+                             long_prefill_token_threshold=threshold)
+    cache = CacheConfig(num_blocks=600, block_size=4, enable_prefix_caching=True)
+    py, c = _same(config, cache, lambda: _requests(30, 30, 40))
+    assert sum(not all(p[5]) for p in c[0]) > 10  # steps with a prompt chunk
+    c_plans = {id(plan) for plan in c[5]} - {id(plan) for plan in c[4]}  # scheduled in C
+    chunked = [plan for plan in c[5] if id(plan) in c_plans and plan.sequence_record()[0].prefill_rows]
+    assert len(chunked) > (5 if threshold == 0 else 0)  # steps with prefill rows, in C (a threshold cuts most)
+    assert c[2]["update"] < c[3] / 2 if threshold == 0 else c[2]["update"] < c[3]
+
+
+@_built
+def test_no_prefix_caching_and_a_block_of_one_token():
+    for block_size, caching in ((1, True), (4, False), (16, False)):
+        config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=128)
+        cache = CacheConfig(num_blocks=400 // block_size, block_size=block_size, enable_prefix_caching=caching)
+        _same(config, cache, lambda: _requests(30, 10, 30))
+
+
+@_built
+def test_the_c_columns_leak_no_request():
+    """Every reference the C columns and fast path take is given back: a finished request is held the same number
+    of times after either run (and its scheduler's collection)."""
+    config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=48, max_model_len=256)
+    cache = CacheConfig(num_blocks=40, block_size=4, enable_prefix_caching=True)
+    counts = []
+    for compiled in (False, True):
+        made = _requests(40, 30, 40)
+        _run(config, cache, made, compiled=compiled)
+        gc.collect()
+        counts.append([sys.getrefcount(r) for _, r in made])
+    assert counts[0] == counts[1]
