@@ -1,6 +1,7 @@
 """The optional C extensions engine.core._kvcore (the compiled block pool and KV cache manager,
-engine/core/compiled_kv.py) and roofline.cost._stepcost (the step cost's GPU full-attention paths,
-roofline/cost/native.py); everything else is in pyproject.toml.
+engine/core/compiled_kv.py), roofline.cost._stepcost (the step cost's GPU full-attention paths,
+roofline/cost/native.py) and roofline.sim._simcore (a finished request's runs of stamps, roofline/sim/native.py);
+everything else is in pyproject.toml.
 
 `optional=True`: where no C compiler (or no Python headers) is found, the build warns and installs without it, and
 engine.core runs on its Python classes. tests/test_compiled_kv.py checks that a built extension is the one in use.
@@ -22,6 +23,12 @@ setup(
             sources=["roofline/cost/_stepcost.c"],
             optional=True,
             extra_compile_args=["-O2", "-ffp-contract=off"],
+        ),
+        Extension(
+            "roofline.sim._simcore",
+            sources=["roofline/sim/_simcore.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
         ),
     ]
 )

@@ -3,10 +3,13 @@ statistics and the peaks are those of the explicit gaps."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
-from roofline.sim import token_times
+from roofline.sim import native, token_times
 from roofline.sim.token_times import Segments, TimeSeries, WeightedValues, weighted_percentile
 
 
@@ -189,11 +192,29 @@ def _searched_runs(row: int, stamps: np.ndarray, times: np.ndarray) -> list[tupl
     return [(row, "own", 0, n)]
 
 
+# `Segments.add` in Python (the reference), and with its shortcuts compiled (roofline/sim/_simcore.c) on the times as
+# an array and as the scheduler's list of floats.
+ADD_MODES = ["python", "compiled-array", "compiled-list"]
+
+
+def _add_mode(mode: str, monkeypatch: pytest.MonkeyPatch) -> Callable[[np.ndarray], Any]:
+    if mode == "python":
+        monkeypatch.setattr(token_times, "COMPILED", False)
+    elif not native.BUILT:
+        pytest.skip("roofline.sim._simcore is not built")
+    else:
+        monkeypatch.setattr(token_times, "COMPILED", True)
+    return (lambda times: times.tolist()) if mode == "compiled-list" else (lambda times: times)
+
+
+@pytest.mark.parametrize("mode", ADD_MODES)
 @pytest.mark.parametrize("step_back", [False, True], ids=["ascending", "a-step-back"])
-def test_a_run_ending_at_the_latest_stamp_starts_where_searchsorted_says(step_back: bool) -> None:
+def test_a_run_ending_at_the_latest_stamp_starts_where_searchsorted_says(step_back: bool, mode: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Requests finishing as the simulator records them (their last token at the stamp just added): each run starts
     at the stamp `searchsorted` gives for its first token, with repeated stamps at a run's start (the first of them,
     not the run's own), one-token requests, and stamps that step back (which `Segments.add` then searches)."""
+    given = _add_mode(mode, monkeypatch)
     rng = np.random.default_rng(11)
     series = TimeSeries()
     segments = Segments()
@@ -207,7 +228,7 @@ def test_a_run_ending_at_the_latest_stamp_starts_where_searchsorted_says(step_ba
         if step % 3 == 0:
             n = int(rng.integers(1, min(step, 40) + 2))
             times = series.values[series.num - n:series.num].copy()
-            segments.add(step, times, series)
+            segments.add(step, given(times), series)
             expected += _searched_runs(step, series.values[:series.num], times)
     assert series.ascending is not step_back
     kinds = ["stamps" if s is series else "own" for s in segments.series]
@@ -216,11 +237,14 @@ def test_a_run_ending_at_the_latest_stamp_starts_where_searchsorted_says(step_ba
     assert any(n == 1 for _, _, _, n in expected) and any(first < 500 for _, _, first, _ in expected)
 
 
+@pytest.mark.parametrize("mode", ADD_MODES)
 @pytest.mark.parametrize("step_back", [False, True])
-def test_a_preempted_requests_runs_are_those_its_search_gives(step_back: bool) -> None:
+def test_a_preempted_requests_runs_are_those_its_search_gives(step_back: bool, mode: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Requests with holes in their tokens (preempted), finishing at the stamp just added: their runs are those of
     each token's `searchsorted` index (cut where it does not step by 1), with stamps repeated inside and at the
     start of runs, a token time that is no stamp, times that repeat, and stamps that step back."""
+    given = _add_mode(mode, monkeypatch)
     rng = np.random.default_rng(12)
     series = TimeSeries()
     segments = Segments()
@@ -240,7 +264,7 @@ def test_a_preempted_requests_runs_are_those_its_search_gives(step_back: bool) -
                 times[len(times) // 2] += 0.001  # no stamp
             if step % 33 == 0 and len(times) > 2:
                 times[1] = times[0]  # a time repeated
-            segments.add(step, times, series)
+            segments.add(step, given(times), series)
             expected += _searched_runs(step, stamps, times)
     assert series.ascending is not step_back
     kinds = ["stamps" if s is series else "own" for s in segments.series]

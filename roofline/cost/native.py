@@ -19,5 +19,7 @@ try:
 except ImportError:  # not built (no compiler at install time)
     _stepcost = None
 
+# ROOFLINE_PURE_PYTHON not set to select the Python code (roofline.sim.native reads it here too).
+ALLOWED = os.environ.get("ROOFLINE_PURE_PYTHON", "").strip().lower() in ("", "0", "false", "no")
 BUILT = _stepcost is not None
-COMPILED = BUILT and os.environ.get("ROOFLINE_PURE_PYTHON", "").strip().lower() in ("", "0", "false", "no")
+COMPILED = BUILT and ALLOWED

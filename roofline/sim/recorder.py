@@ -15,6 +15,7 @@ from engine.core import metrics
 from engine.core.request import Request
 from engine.core.step_record import StepRecords, StepSequences
 from roofline.sim.metrics import InterTokenLatencies, SummaryOptions, summarize
+from roofline.sim.native import COMPILED, _simcore
 from roofline.sim.table import Table
 from roofline.sim.token_times import Segments, TimeSeries, TokenTimes
 from roofline.sim.workload import RequestSpec
@@ -114,6 +115,12 @@ class Recorder:
         if req.num_prefix_hit_tokens:
             self.num_prefix_hits[row] = req.num_prefix_hit_tokens
         if times is None:
+            if COMPILED:  # the scheduler's list of floats, read as it is (`Segments.add`; roofline/sim/_simcore.c)
+                times_list = req.token_times_s
+                self.first_token[row] = times_list[0] if times_list else None
+                self.finish[row] = req.finish_time_s
+                self.token_runs.add(row, times_list, series)
+                return
             times = req.token_times_array  # (mostly a view of the scheduler's array of step times: no conversion)
             # (its first: `first_token_time_s`, the same float, without reading the request's times again)
             self.first_token[row] = times.item(0) if len(times) else None
@@ -148,12 +155,22 @@ class StepRows:
         self.rows: list[tuple] = []  # the latest rows, not yet in a block (`append` is the list's)
         self.append = self.rows.append
         self._blocks: list[np.ndarray] = []
+        # Compiled (roofline/sim/_simcore.c): `record(engine_index, plan, now_s, duration_s)` writes a step's row into
+        # `_array` (the tuple's values, the same doubles) and says whether it is full; `flush` copies the rows out.
+        # None: the rows are tuples (`append`).
+        self._array = np.empty((self.CHUNK, len(STEP_COLUMNS))) if COMPILED else None
+        self._block = _simcore.StepBlock(self._array) if COMPILED else None
+        self.record: Callable[[int, Any, float, float], bool] | None = \
+            self._block.record if self._block is not None else None
 
     def __len__(self) -> int:
-        return len(self.rows) + sum(len(b) for b in self._blocks)
+        return len(self.rows) + (self._block.count if self._block is not None else 0) + sum(len(b) for b in self._blocks)
 
     def flush(self) -> None:
         """Move the pending rows into a block (call every so often; `table` does at the end)."""
+        if self._block is not None and self._block.count:
+            self._blocks.append(self._array[:self._block.count].copy())  # type: ignore[index]
+            self._block.reset()
         if self.rows:
             # (fromiter over the flattened rows: half the time of `np.array(rows)`, the same float64 conversions)
             width = len(self.rows[0])

@@ -622,13 +622,18 @@ def _default_time(deployment: Deployment) -> StepTimeFn:
 
 def _record_step(recorder: Recorder, engine_index: int, plan: StepPlan, now: float, duration: float) -> None:
     rows = recorder.steps
-    rows.append((
-        engine_index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
-        plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_emitting_seqs,
-        len(plan.preempted_request_ids),
-        plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used, plan.num_kv_blocks_total,
-        plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
-    if len(rows.rows) >= rows.CHUNK:
+    record = rows.record
+    if record is not None:  # compiled: this row written into the block's array (roofline/sim/_simcore.c)
+        full = record(engine_index, plan, now, duration)
+    else:
+        rows.append((
+            engine_index, plan.step_index, now, now + duration, duration, plan.num_seqs, plan.num_batched_tokens,
+            plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_emitting_seqs,
+            len(plan.preempted_request_ids),
+            plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used, plan.num_kv_blocks_total,
+            plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
+        full = len(rows.rows) >= rows.CHUNK
+    if full:
         rows.flush()
         if recorder.step_sink is not None and len(recorder.step_seqs) + 1 >= STEPS_PER_PART:
             recorder.step_seqs.add(plan)

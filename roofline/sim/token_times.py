@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from roofline.sim.native import COMPILED, _simcore
+
 _all = np.logical_and.reduce  # (of a bool array; `np.array_equal` and `arr.all()` go through Python wrappers)
 
 
@@ -104,11 +106,23 @@ class Segments:
             self.series.append(series)
         return index
 
-    def add(self, row: int, times: np.ndarray, series: TimeSeries) -> None:
-        """Request `row`'s token times, each an entry of `series` (else kept as a series of their own)."""
+    def add(self, row: int, times: np.ndarray | list[float], series: TimeSeries) -> None:
+        """Request `row`'s token times (an array, or the scheduler's list of floats), each an entry of `series` (else
+        kept as a series of their own)."""
         n = len(times)
         if n == 0:
             return
+        if COMPILED:  # the shortcuts below in C (roofline/sim/_simcore.c), on a list without converting it
+            runs = _simcore.runs(series.values, series.num, series.ascending, times)
+            if runs is not None:
+                index = self._index_of.get(id(series))
+                if index is None:
+                    index = self._series_index(series)
+                for start, length in runs:
+                    self._append(row, index, start, length)
+                return
+        if not isinstance(times, np.ndarray):
+            times = np.fromiter(times, np.float64, n)
         num, values, t0 = series.num, series.values, times.item(0)
         # Where the request's tokens end at the latest stamp (its last token is the step's that just ended), that
         # run's start is the first stamp of t0 (what `searchsorted` gives) when the stamps ascend and the one before

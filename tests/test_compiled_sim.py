@@ -1,0 +1,62 @@
+"""The simulator's compiled records (roofline/sim/_simcore.c): built where a C compiler is and in use when built (off
+by ROOFLINE_PURE_PYTHON=1), and the Python code's records exactly: each step's row (`StepRows`) and each request's
+runs of stamps (`Segments.add`, also tests/test_token_times.py)."""
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from roofline.engine_args import EngineArgs
+from roofline.sim import native, recorder, token_times
+from roofline.sim.deployment import make_deployment
+from roofline.sim.simulator import SimulationOptions, run_simulation
+from roofline.sim.workload import ArrivalProcess, load_workload
+
+requires_build = pytest.mark.skipif(not native.BUILT, reason="roofline.sim._simcore is not built")
+
+_PROBE = "from roofline.sim.recorder import StepRows; print(StepRows().record is not None)"
+
+
+def test_the_extension_is_built_where_the_step_costs_is():
+    """Built by the same setup.py as roofline.cost._stepcost (tests/test_compiled_step_cost.py checks that one is
+    built where a compiler is)."""
+    from roofline.cost import native as cost_native
+    assert native.BUILT == cost_native.BUILT
+
+
+@requires_build
+def test_in_use_when_built_and_off_by_the_environment():
+    def probe(value: str) -> str:
+        return subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True,
+                              env={**os.environ, "ROOFLINE_PURE_PYTHON": value}).stdout.strip()
+    assert probe("") == "True"
+    assert probe("1") == "False"
+
+
+def _run(compiled: bool, monkeypatch: pytest.MonkeyPatch, chunk: int):
+    for module in (recorder, token_times):
+        monkeypatch.setattr(module, "COMPILED", compiled)
+    monkeypatch.setattr(recorder.StepRows, "CHUNK", chunk)
+    workload = replace(load_workload("sharegpt-chat"), num_requests=400, arrival=ArrivalProcess("poisson", 30.0))
+    deployment = make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs(num_gpu_blocks_override=3000, max_model_len=16384))
+    return run_simulation(deployment, workload, SimulationOptions(record_steps=True))
+
+
+@requires_build
+@pytest.mark.parametrize("chunk", [4096, 7])
+def test_the_compiled_records_are_the_python_records(monkeypatch: pytest.MonkeyPatch, chunk: int):
+    """A run with preemptions (a small KV cache), blocks of rows full and not: every step column and every request's
+    runs the same, bit for bit."""
+    python = _run(False, monkeypatch, chunk)
+    compiled = _run(True, monkeypatch, chunk)
+    assert python.request_table["num_preemptions"].sum() > 10
+    for name in python.step_table.columns:
+        a, b = python.step_table[name], compiled.step_table[name]
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    for name in ("times", "row", "start", "length"):
+        assert np.array_equal(getattr(python.itl, name), getattr(compiled.itl, name)), name
+    assert python.request_table["first_token_s"].tobytes() == compiled.request_table["first_token_s"].tobytes()
