@@ -68,6 +68,66 @@ def assignments(timeline_log: Path, runs: list[dict[str, Any]]) -> dict[str, lis
     return out
 
 
+def accepts(timeline_log: Path, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per run (traced with the `conn` events' pid and port and the `asgi` events' port): the connections its requests
+    came on, in the order the processes accepted them, and how the processes took them (`accept_stats`); each
+    request's connection is the latest accepted with its port before its ASGI start."""
+    conns: list[tuple[float, int, int]] = []  # (accepted at, pid, client port)
+    asgi: dict[str, dict[int, tuple[float, int]]] = {}  # client id -> request index -> (t, client port)
+    with open(timeline_log) as f:
+        for line in f:
+            if line.startswith('["conn"'):
+                event = json.loads(line)
+                if len(event) >= 4 and event[3] is not None:
+                    conns.append((event[1], event[2], event[3]))
+            elif line.startswith('["asgi"'):
+                event = json.loads(line)
+                match = REQUEST_ID.search(event[1])
+                if match is not None and len(event) >= 4 and event[3] is not None:
+                    asgi.setdefault(match[1], {})[int(match[2])] = (event[2], event[3])
+    conns.sort()
+    out: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        starts = run["result"]["start_times"]
+        lo, hi = min(starts), max(starts)
+        clients = [c for c, reqs in asgi.items() if lo - 0.5 <= min(t for t, _ in reqs.values()) <= hi + 5.0]
+        if run.get("api_server_count", 1) < 2 or len(clients) != 1 or len(asgi[clients[0]]) != len(starts):
+            continue
+        conn_of: dict[int, tuple[float, int, int]] = {}
+        for index, (t, port) in asgi[clients[0]].items():
+            before = [c for c in conns if c[2] == port and c[0] <= t]
+            if before:
+                conn_of[index] = before[-1]
+        used = sorted(set(conn_of.values()))
+        pids = sorted({c[1] for c in used})
+        rank = {c: i for i, c in enumerate(used)}
+        out[run["name"]] = {
+            "connections": len(used), "accepted": "".join(str(pids.index(c[1])) for c in used),
+            "request_connection_rank": [rank[conn_of[i]] for i in sorted(conn_of)],
+            **accept_stats([pids.index(c[1]) for c in used], len(pids))}
+    return out
+
+
+def accept_stats(accepted: list[int], num_processes: int) -> dict[str, int]:
+    """Of connections accepted in order by `accepted`'s processes (all new; open counts from 0): how many went to a
+    process with the fewest open ones, and at ties to the process that accepted the one before ("last") or another."""
+    opened = [0] * num_processes
+    least = tie_last = tie_other = 0
+    previous = None
+    for process in accepted:
+        fewest = min(opened)
+        if opened[process] == fewest:
+            least += 1
+            if opened.count(fewest) > 1:
+                if process == previous:
+                    tie_last += 1
+                else:
+                    tie_other += 1
+        opened[process] += 1
+        previous = process
+    return {"to_least_loaded": least, "ties_to_last_acceptor": tie_last, "ties_to_another": tie_other}
+
+
 def sequence_stats(processes: list[int], num_processes: int) -> dict[str, Any]:
     """The requests per process, the changes of process between consecutive requests (of len - 1), the runs'
     longest and mean length, and the requests whose process differs from round robin's (i mod N, relabelled so that
@@ -184,6 +244,10 @@ def main() -> int:
                               "assignment": {name: "".join(map(str, seq)) for name, seq in measured.items()}}
     for name, stats in record["stats"].items():
         print(name, json.dumps(stats), file=sys.stderr)
+    record["accepts"] = accepts(args.timeline, index["runs"])
+    for name, stats in record["accepts"].items():
+        print(name, "accepted", json.dumps({k: v for k, v in stats.items() if k != "request_connection_rank"}),
+              file=sys.stderr)
     if args.simulate and args.apply_to:
         by_cell = {(run["load"], run["endpoint"], run["api_server_count"], run["seed"]): measured[run["name"]]
                    for run in index["runs"] if run["name"] in measured}

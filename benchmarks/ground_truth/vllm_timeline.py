@@ -11,8 +11,10 @@ server process, `timeline_site/sitecustomize.py`) and appends one JSON line per 
   when rendering starts), the engine core's QUEUED and SCHEDULED events and first token (`EngineCoreOutputs.timestamp`:
   the step's outputs made), the output handler's iteration stamp of the first token, the last token's;
 - ["pass", start, end, outputs]: each `OutputProcessor.process_outputs` call;
-- ["conn", t]: each HTTP connection uvicorn's protocol accepts (`connection_made`);
-- ["asgi", x-request-id, t]: the request's ASGI task starts (`Starlette.__call__`: uvicorn has parsed its headers);
+- ["conn", t, pid, client port]: each HTTP connection uvicorn's protocol accepts (`connection_made`), the process
+  that accepted it and the client's port (with several API-server processes: which process took which connection);
+- ["asgi", x-request-id, t, client port]: the request's ASGI task starts (`Starlette.__call__`: uvicorn has parsed its
+  headers), and the port of the connection it came on;
 - ["handler", x-request-id, t]: the endpoint's serving method starts (`OpenAIServingCompletion.create_completion`,
   `OpenAIServingChat.create_chat_completion`: FastAPI has read and validated the body);
 - ["render", start, end, thread CPU s]: each `BaseRenderer._tokenize_prompt` (the tokenizer's call, on the renderer's
@@ -113,7 +115,8 @@ def install(path: str) -> None:
     async def starlette_call(self: Any, scope: Any, receive: Any, send: Any) -> None:
         if scope.get("type") == "http" and str(scope.get("path", "")).startswith("/v1/"):
             rid = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode()
-            log.write(json.dumps(["asgi", rid, time.monotonic()]) + "\n")
+            client = scope.get("client") or (None, None)
+            log.write(json.dumps(["asgi", rid, time.monotonic(), client[1]]) + "\n")
         await call(self, scope, receive, send)
 
     applications.Starlette.__call__ = starlette_call  # type: ignore[method-assign]
@@ -122,7 +125,9 @@ def install(path: str) -> None:
         made = cls.connection_made
 
         def connection_made(self: Any, *args: Any, _made: Any = made, **kwargs: Any) -> Any:
-            log.write(json.dumps(["conn", time.monotonic()]) + "\n")
+            transport = args[0] if args else kwargs.get("transport")
+            peer = transport.get_extra_info("peername") if transport is not None else None
+            log.write(json.dumps(["conn", time.monotonic(), os.getpid(), peer[1] if peer else None]) + "\n")
             return _made(self, *args, **kwargs)
 
         cls.connection_made = connection_made  # type: ignore[attr-defined]

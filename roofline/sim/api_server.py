@@ -422,10 +422,10 @@ class Connections:
       connection only while it has no more open connections than any other (`launcher.py` `NoSignalServer._accept`
       with the shared `api_server_loads`: "a pending connection is accepted by the least loaded worker"; a more
       loaded one defers, rechecking every 1 ms for up to 5 ms): a new connection goes to the process with the fewest
-      open connections; of equals (all wake on the shared socket and race for it) the lowest-numbered here, the first
-      (the test request's) to process 0. Not modelled: the deferral's expiry when the least loaded process is busy
-      5 ms, and which process wins a race (measured bursts end exactly balanced, in an order between round robin and
-      pairs).
+      open connections. Not modelled: which of equals takes it (all wake on the shared socket; measured, the one
+      that accepted last, still running, in most ties of a long burst, not early in one), here the lowest-numbered,
+      the first (the test request's) to process 0, so a burst keeps the round robin order; nor the deferral's expiry
+      when the least loaded process is busy 5 ms.
     So a burst's requests go round robin, and a paced load's follow its connections' order of release (measured on
     real `vllm serve`: docs/benchmark-history/2026-11-30h-serve16.md)."""
 
