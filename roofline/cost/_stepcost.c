@@ -248,6 +248,30 @@ static PyObject *Core_set_tokens(Core *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* set_tokens_range(with_prefills, first, seconds, kernels): counts first, first + 1, ... at once (a table's block of
+   counts that no CUDA graph pads: each its own count's seconds). */
+static PyObject *Core_set_tokens_range(Core *self, PyObject *args) {
+    int mixed;
+    long long first, kernels;
+    PyObject *seconds;
+    if (!PyArg_ParseTuple(args, "pLO!L", &mixed, &first, &PyList_Type, &seconds, &kernels))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(seconds);
+    if (n && cache_put(&self->tokens[mixed], first + n - 1) == NULL)  /* (grown once) */
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double s = PyFloat_AsDouble(PyList_GET_ITEM(seconds, i));
+        if (s == -1.0 && PyErr_Occurred())
+            return NULL;
+        CountPart *slot = cache_put(&self->tokens[mixed], first + i);
+        if (slot == NULL)
+            return NULL;
+        slot->s = s;
+        slot->k = kernels;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Core_set_emits(Core *self, PyObject *args) {
     long long n;
     CountPart v;
@@ -372,6 +396,7 @@ static PyMethodDef Core_methods[] = {
     {"set_decode", (PyCFunction)Core_set_decode, METH_VARARGS, NULL},
     {"set_layer", (PyCFunction)Core_set_layer, METH_VARARGS, NULL},
     {"set_tokens", (PyCFunction)Core_set_tokens, METH_VARARGS, NULL},
+    {"set_tokens_range", (PyCFunction)Core_set_tokens_range, METH_VARARGS, NULL},
     {"set_emits", (PyCFunction)Core_set_emits, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -35,6 +35,12 @@ class _CountTable:
             block = self._fill(count // _TABLE_BLOCK)
         return block[count % _TABLE_BLOCK], self._kernels
 
+    def block(self, index: int) -> list[float]:
+        """The seconds of counts index x _TABLE_BLOCK ... (index + 1) x _TABLE_BLOCK - 1 as `lookup` gives them
+        (count 0's entry is not looked up: `lookup(0)` is 0.0); filled where not yet."""
+        block = self._blocks.get(index)
+        return self._fill(index) if block is None else block
+
     def _fill(self, index: int) -> list[float]:
         first = last = index
         if 0 < index * _TABLE_BLOCK < self.span_end:

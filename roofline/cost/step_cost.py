@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from engine.core.model_spec import ModelSpec
-from roofline.cost.count_table import _CountTable
+from roofline.cost.count_table import _TABLE_BLOCK, _CountTable
 from roofline.cost.cpu import CPU_ENGINES, DEFAULT_CPU_ENGINE, check_cpu_engine
 from roofline.cost.cpu import engine as cpu_engine_timing
 from roofline.cost.hardware import HardwareProfile
@@ -406,7 +406,14 @@ class StepCostModel:
         """Hand `_core` what `_plain_rows_time_s` looks up by count: the token operators (of the padded count, from
         the table of a step with or without prefills), the emit operators, the decodes' attention terms."""
         table = self._mixed_token_table if with_prefills else self._token_table
-        core.set_tokens(with_prefills, num_tokens, *table.lookup(self._padded_tokens(num_tokens, with_prefills)))
+        padded = self._padded_tokens(num_tokens, with_prefills)
+        token_s, token_k = table.lookup(padded)
+        if num_tokens > self._max_graph:  # no graph pads it, nor the rest of its table block: the block at once
+            block = num_tokens // _TABLE_BLOCK
+            first = max(block * _TABLE_BLOCK, self._max_graph + 1)
+            core.set_tokens_range(with_prefills, first, table.block(block)[first - block * _TABLE_BLOCK:], token_k)
+        else:
+            core.set_tokens(with_prefills, num_tokens, token_s, token_k)
         if num_emits > 0:
             core.set_emits(num_emits, *self._emit_table.lookup(num_emits))
         if num_decodes:
