@@ -9,8 +9,8 @@ targets.
 Each run is `python -m roofline simulate --model llama-3.1-8b --hardware h100-sxm --workload sharegpt-chat
 --num-requests N --request-rate 10` in a child process; wall time from here, CPU time (user + system) and peak
 RSS (the child's `ru_maxrss`) from `os.wait4`. The targets (issue 42): 1,000,000 requests in <= 60 s wall and
-<= 4 GB peak RSS; 10,000 requests in <= 1 s of CPU (reported for the whole process and without the process's own
-start, `roofline simulate --num-requests 1`, which is measured too); `--out` adds at most 25 % (rounds of the
+<= 4 GB peak RSS; 10,000 requests in <= 1 s of CPU, judged on the whole process as a user runs it (reported also
+without the process's own start, `roofline simulate --num-requests 1`, which is measured too); `--out` adds at most 25 % (rounds of the
 10,000-request run without and with `--out`, alternating). Before the runs the repository's packages are compiled to
 bytecode (`compileall`), as an installed package is: with `PYTHONDONTWRITEBYTECODE` set (this project's sessions
 set it) every process would otherwise compile the project's modules it imports from source (BENCHMARKS.md,
@@ -79,7 +79,8 @@ def main() -> None:
     small_cpu = min(float(r["cpu_s"]) for r in small)  # type: ignore[arg-type]
     sim_cpu = small_cpu - float(start["cpu_s"])  # type: ignore[arg-type]
     rows.append((f"{args.small:,} requests, CPU (best of 2)", f"{small_cpu:.2f} s whole process, {sim_cpu:.2f} s "
-                 f"without the start", f"<= {TARGETS['small_cpu_s']} s", _met(sim_cpu <= TARGETS["small_cpu_s"])))
+                 f"without the start", f"<= {TARGETS['small_cpu_s']} s, the whole process (as a user runs it)",
+                 _met(small_cpu <= TARGETS["small_cpu_s"])))
     with tempfile.TemporaryDirectory() as tmp:
         plain, written = [], []
         for i in range(args.out_rounds):
