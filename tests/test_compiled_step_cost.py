@@ -19,6 +19,7 @@ from roofline.cost.hardware import load_profile
 from roofline.cost.quant import QuantConfig
 from roofline.cost.step_cost import StepCostModel
 from roofline.cost.step_shape import StepArrays
+from tests.test_cost_model import _SumsOnly
 
 SPEC = ModelSpec(name="m", architecture="LlamaForCausalLM", num_layers=4, hidden_size=1024, num_heads=16,
                  num_kv_heads=4, head_dim=64, intermediate_size=4096, vocab_size=32000)
@@ -75,23 +76,6 @@ def _pair(hw, quant, tp):
     return compiled, reference
 
 
-class _Sums(StepArrays):
-    """A shape that hands over its counts and sums, as a scheduler's plan does (`_plain_rows_time_s`)."""
-
-    __slots__ = ("rows",)
-
-    def __init__(self, q: np.ndarray, c: np.ndarray, e: np.ndarray, rows: tuple) -> None:
-        super().__init__(q, c, e)
-        self.rows = rows
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return max(1, super().num_prefill_tokens)  # (the all-decode steps too: through their sums)
-
-    def seq_sums(self, longest: bool = True) -> tuple:  # type: ignore[override]
-        return self.rows
-
-
 @requires_build
 @pytest.mark.parametrize("hw,quant,tp", [
     (H100, BF16, 1), (SERIAL_H100, BF16, 1), (H100, FP8_KV, 2), (EAGER_SERIAL_H100, BF16, 1),
@@ -109,7 +93,7 @@ def test_the_compiled_paths_give_the_python_floats(hw, quant, tp):
         e = rng.random(n) < (0.9, 0.0, 1.0)[i % 3]
         dec = c[q == 1]
         shapes = [StepArrays(q, c, e), StepArrays(np.ones(n, np.int64), c, np.ones(n, bool)),
-                  _Sums(q, c, e, (int(dec.size), int(dec.sum()), 0, q[q > 1].tolist(), c[q > 1].tolist()))]
+                  _SumsOnly(q, c, e, (int(dec.size), int(dec.sum()), 0, q[q > 1].tolist(), c[q > 1].tolist()))]
         for shape in shapes if i % 2 else shapes[::-1]:
             first, second = (compiled, reference) if i % 2 else (reference, compiled)
             a, b = first.time_s(shape), second.time_s(shape)
@@ -120,7 +104,7 @@ def test_the_compiled_paths_give_the_python_floats(hw, quant, tp):
 def test_a_negative_context_is_refused_by_the_python_code():
     compiled, _ = _pair(H100, BF16, 1)
     with pytest.raises(AssertionError, match="context lengths"):
-        compiled.time_s(_Sums(np.array([5]), np.array([-1]), np.array([True]), (0, 0, 0, [5], [-1])))
+        compiled.time_s(_SumsOnly(np.array([5]), np.array([-1]), np.array([True]), (0, 0, 0, [5], [-1])))
 
 
 @requires_build
