@@ -18,5 +18,7 @@ try:
 except ImportError:  # not built (no compiler at install time)
     _kvcore = None  # type: ignore[assignment]
 
+# ROOFLINE_PURE_PYTHON not set to select the Python code (roofline.cost.native and roofline.sim.native read it here).
+ALLOWED = os.environ.get("ROOFLINE_PURE_PYTHON", "").strip().lower() in ("", "0", "false", "no")
 BUILT = _kvcore is not None
-COMPILED = BUILT and os.environ.get("ROOFLINE_PURE_PYTHON", "").strip().lower() in ("", "0", "false", "no")
+COMPILED = BUILT and ALLOWED

@@ -5,13 +5,14 @@ paths) and whether this process uses it.
 
 `BUILT`: `pip install -e .` compiled it (setup.py builds it where a C compiler and Python's headers are found).
 `COMPILED`: built, and not turned off by `ROOFLINE_PURE_PYTHON` (any value but empty, 0, false or no; read once, at
-import; as `engine.core.native` reads it), which selects the Python code of `roofline.cost.step_cost`, the reference.
+import, by `engine.core.native`), which selects the Python code of `roofline.cost.step_cost`, the reference.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from engine.core.native import ALLOWED
 
 _stepcost: Any
 try:
@@ -19,7 +20,5 @@ try:
 except ImportError:  # not built (no compiler at install time)
     _stepcost = None
 
-# ROOFLINE_PURE_PYTHON not set to select the Python code (roofline.sim.native reads it here too).
-ALLOWED = os.environ.get("ROOFLINE_PURE_PYTHON", "").strip().lower() in ("", "0", "false", "no")
 BUILT = _stepcost is not None
 COMPILED = BUILT and ALLOWED

@@ -4,7 +4,7 @@
     from roofline.sim.native import COMPILED, _simcore
 
 `BUILT`: `pip install -e .` compiled it (setup.py, where a C compiler and Python's headers are found). `COMPILED`:
-built, and not turned off by `ROOFLINE_PURE_PYTHON` (as `roofline.cost.native` reads it), which selects the Python
+built, and not turned off by `ROOFLINE_PURE_PYTHON` (read by `engine.core.native`), which selects the Python
 code, the reference.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roofline.cost.native import ALLOWED
+from engine.core.native import ALLOWED
 
 _simcore: Any
 try:
