@@ -10,13 +10,13 @@ Each run is `python -m roofline simulate --model llama-3.1-8b --hardware h100-sx
 --num-requests N --request-rate 10` in a child process; wall time from here, CPU time (user + system) and peak
 RSS (the child's `ru_maxrss`) from `os.wait4`. The targets (issue 42): 1,000,000 requests in <= 60 s wall and
 <= 4 GB peak RSS; 10,000 requests in <= 1 s of CPU, judged on the whole process as a user runs it (reported also
-without the process's own start, `roofline simulate --num-requests 1`, which is measured too); `--out` adds at most 25 % (rounds of the
-10,000-request run without and with `--out`, alternating). Before the runs the repository's packages are compiled to
-bytecode (`compileall`), as an installed package is: with `PYTHONDONTWRITEBYTECODE` set (this project's sessions
-set it) every process would otherwise compile the project's modules it imports from source (BENCHMARKS.md,
-Simulator speed). The load average before and after each run is printed with it: CPU and wall times of a loaded
-machine are no measurements of the simulator (peak RSS is). Prints one JSON object per run as it ends, then the
-table.
+without the process's own start, `roofline simulate --num-requests 1`, which is measured too); `--out` adds at most
+25 % (rounds of the 10,000-request run without and with `--out`, alternating). Before the runs the repository's
+packages are compiled to bytecode (`compileall`), as an installed package is: with `PYTHONDONTWRITEBYTECODE` set
+(this project's sessions set it) every process would otherwise compile the project's modules it imports from source
+(BENCHMARKS.md, Simulator speed). The load average before and after each run is printed with it: CPU and wall times
+of a loaded machine are no measurements of the simulator (peak RSS is). Prints one JSON object per run as it ends,
+then the table.
 """
 
 from __future__ import annotations
