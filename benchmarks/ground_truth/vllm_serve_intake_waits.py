@@ -110,6 +110,11 @@ def main() -> None:
     parser.add_argument("--work-dirs", type=Path, nargs="+", required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    for path in args.work_dirs:
+        missing = [name for name in ("timeline-a1.log", "runs.json") if not (path / name).is_file()]
+        if missing:
+            parser.exit(2, f"--work-dirs: {path} has no {' or '.join(missing)} (a vllm_serve_bench.py --timeline "
+                           f"--api-server-counts 1 work dir)\n")
     runs: dict[str, Any] = {}
     for k, path in enumerate(args.work_dirs, 1):
         runs |= {f"{name}-s{k}": row for name, row in analyse(path).items()}

@@ -24,7 +24,6 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -76,9 +75,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.prompts < 20:
-        sys.exit("vllm_serve_render_wait.py: --prompts must be at least 20 (10 are warm-up)")
-    import uvloop
-    from vllm.tokenizers.registry import get_tokenizer
+        parser.exit(2, "vllm_serve_render_wait.py: --prompts must be at least 20 (10 are warm-up)\n")
+    if args.input_len < 1 or args.gap_ms < 0 or args.max_model_len < args.input_len:
+        parser.exit(2, "vllm_serve_render_wait.py: --input-len must be >= 1, --gap-ms >= 0 and --max-model-len >= "
+                       "--input-len\n")
+    if not Path(args.tokenizer).is_dir():
+        parser.exit(2, f"vllm_serve_render_wait.py: --tokenizer {args.tokenizer} is not a directory (the served "
+                       "model's, e.g. the campaign's llama-tiny-bpe)\n")
+    try:
+        import uvloop
+        from vllm.tokenizers.registry import get_tokenizer
+    except ImportError as exc:
+        parser.exit(2, f"vllm_serve_render_wait.py: runs in vLLM's venv (\"$VLLM_VENV/bin/python\"): {exc}\n")
 
     tokenizer = get_tokenizer(args.tokenizer)
     rng = random.Random(0)
