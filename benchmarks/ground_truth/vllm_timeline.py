@@ -10,14 +10,14 @@ server process, `timeline_site/sitecustomize.py`) and appends one JSON line per 
   request's end, vLLM's own `RequestStateStats` (`vllm/v1/metrics/stats.py`): the API server's arrival stamp (taken
   when rendering starts), the engine core's QUEUED and SCHEDULED events and first token (`EngineCoreOutputs.timestamp`:
   the step's outputs made), the output handler's iteration stamp of the first token, the last token's;
-- ["pass", start, end, outputs]: each `OutputProcessor.process_outputs` call;
+- ["pass", start, end, outputs, pid]: each `OutputProcessor.process_outputs` call;
 - ["conn", t, pid, client port]: each HTTP connection uvicorn's protocol accepts (`connection_made`), the process
   that accepted it and the client's port (with several API-server processes: which process took which connection);
 - ["asgi", x-request-id, t, client port]: the request's ASGI task starts (`Starlette.__call__`: uvicorn has parsed its
   headers), and the port of the connection it came on;
 - ["handler", x-request-id, t]: the endpoint's serving method starts (`OpenAIServingCompletion.create_completion`,
   `OpenAIServingChat.create_chat_completion`: FastAPI has read and validated the body);
-- ["render", start, end, thread CPU s]: each `BaseRenderer._tokenize_prompt` (the tokenizer's call, on the renderer's
+- ["render", start, end, thread CPU s, pid]: each `BaseRenderer._tokenize_prompt` (the tokenizer's call, on the renderer's
   worker thread: `make_async(self._tokenize_prompt, executor=self._executor)`).
 In the engine-core process (`install_engine_core`, by `timeline_site/sitecustomize.py` when vLLM spawns it):
 - ["ec_in", request id, start, end]: `EngineCoreProc.preprocess_add_request` in the input socket thread (the decoded
@@ -37,9 +37,9 @@ In the Worker process (`install_worker`, when `vllm.v1.executor.multiproc_execut
 - ["wk_loads", start, end, bytes]: the message's `pickle.loads` in `MessageQueue.dequeue` (the scheduler output).
 With `VLLM_SERVE_TIMELINE_STEPS=1` also, in the API server's loop (uvloop: `vllm/entrypoints/cli/serve.py` runs
 `uvloop.run(run_server(args))`, so the loop's task factory is set when that coroutine starts):
-- ["step", coroutine qualname, start, end]: each step of each task (one `send` / `throw` into its coroutine: the
+- ["step", coroutine qualname, start, end, pid]: each step of each task (one `send` / `throw` into its coroutine: the
   CPU the task holds the loop between two awaits), buffered and written every 5,000 steps or 1 s;
-- ["io", start, end]: each `data_received` of uvicorn's HTTP protocol (libuv's poll phase: the request's bytes read
+- ["io", start, end, pid]: each `data_received` of uvicorn's HTTP protocol (libuv's poll phase: the request's bytes read
   and parsed, its ASGI task created).
 `timeline(...)` joins them with the client's send times and TTFTs (`vllm bench serve --save-detailed`) into where each
 request's TTFT went. Nothing else of vLLM changes.
@@ -101,7 +101,7 @@ def install(path: str) -> None:
     def process_outputs(self: Any, outputs: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.monotonic()
         result = process(self, outputs, *args, **kwargs)
-        log.write(json.dumps(["pass", start, time.monotonic(), len(outputs)]) + "\n")
+        log.write(json.dumps(["pass", start, time.monotonic(), len(outputs), os.getpid()]) + "\n")
         return result
 
     stats.IterationStats.update_from_finished_request = update_from_finished_request  # type: ignore[method-assign]
@@ -133,7 +133,7 @@ def install(path: str) -> None:
         cls.connection_made = connection_made  # type: ignore[attr-defined]
 
     if os.environ.get("VLLM_SERVE_TIMELINE_STEPS"):
-        install_steps(log)
+        install_steps(log, os.getpid())
 
     import vllm.renderers.base as renderers_base
 
@@ -144,7 +144,7 @@ def install(path: str) -> None:
         try:
             return tokenize(self, *args, **kwargs)
         finally:
-            log.write(json.dumps(["render", start, time.monotonic(), time.thread_time() - cpu]) + "\n")
+            log.write(json.dumps(["render", start, time.monotonic(), time.thread_time() - cpu, os.getpid()]) + "\n")
 
     # (make_async binds it when the renderer is made, after this: `BaseRenderer.__init__`)
     renderers_base.BaseRenderer._tokenize_prompt = tokenize_prompt  # type: ignore[method-assign]
@@ -164,7 +164,7 @@ def install(path: str) -> None:
         setattr(cls, method, handler)
 
 
-def install_steps(log: Any) -> None:
+def install_steps(log: Any, pid: int) -> None:
     """The per-step stamps of the loop's tasks and the HTTP protocol's reads (module docstring)."""
     import asyncio
     import collections.abc
@@ -175,11 +175,12 @@ def install_steps(log: Any) -> None:
     flushed = [time.monotonic()]
 
     def record(entry: list[Any]) -> None:
-        buffer.append(json.dumps(entry))
-        if len(buffer) >= 5000 or entry[-1] - flushed[0] > 1.0:
+        end = entry[-1]
+        buffer.append(json.dumps([*entry, pid]))
+        if len(buffer) >= 5000 or end - flushed[0] > 1.0:
             log.write("\n".join(buffer) + "\n")
             buffer.clear()
-            flushed[0] = entry[-1]
+            flushed[0] = end
 
     class Timed(collections.abc.Coroutine):  # type: ignore[type-arg]
         """A task's coroutine, each step timed."""

@@ -1,0 +1,86 @@
+"""The TTFT stages of real `vllm serve` against the simulator's (benchmarks/ground_truth/vllm_serve_stages.py): exact
+boundaries on a small made-up trace, and the observed simulator giving the simulator's own times."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "ground_truth"))
+
+import vllm_serve_stages  # noqa: E402
+
+from roofline.cost.host_cpu import HostCpu  # noqa: E402
+from roofline.sim.api_server import LOOP, RENDERER, ApiServer, ApiServerCosts  # noqa: E402
+
+
+def test_request_keys_of_the_hand_off_and_of_the_output_processor() -> None:
+    assert vllm_serve_stages.request_key("cmpl-bench-81dfec64-3-0-a29e3e4e") == "bench-81dfec64-3"
+    assert vllm_serve_stages.request_key("cmpl-bench-81dfec64-3-0", suffixed=False) == "bench-81dfec64-3"
+    assert vllm_serve_stages.request_key("chatcmpl-bench-x-7-9904051d") == "bench-x-7"
+    assert vllm_serve_stages.request_key("chatcmpl-bench-x-7", suffixed=False) == "bench-x-7"
+
+
+def _work_dir(tmp_path: Path, sends: list[float]) -> Path:
+    """Request 0 sent at 10.000 s: read at 10.001, the render submitted by the step ending 10.002 and resumed at
+    10.003, handed off at 10.004, the engine core's input thread done at 10.005, scheduled at 10.006, its token out
+    of the step at 10.016, at the output handler 10.017, at the client 10.020 (TTFT 20 ms). The other one's intake
+    (sent at `sends[1]`) overlaps it or not."""
+    pid = 7
+    events: list[list[object]] = []
+    for i, send in enumerate(sends):
+        t = send
+        events += [["io", t + 0.0010, t + 0.0011, pid], ["asgi", f"bench-r-{i}", t + 0.0012, 5000 + i],
+                   ["step", "BaseRenderer.tokenize_prompt_async", t + 0.0015, t + 0.0020, pid],
+                   ["step", "BaseRenderer.tokenize_prompt_async", t + 0.0030, t + 0.0035, pid],
+                   ["step", "TaskHandle._run_coro", t + 0.0037, t + 0.0041, pid],
+                   ["add", f"cmpl-bench-r-{i}-0-s{i}", t + 0.004, pid],
+                   ["ec_in", f"cmpl-bench-r-{i}-0-s{i}", t + 0.0045, t + 0.005],
+                   ["req", f"cmpl-bench-r-{i}-0", t + 0.0012, t + 0.0055, t + 0.006, t + 0.016, t + 0.017, t + 0.1,
+                    t + 0.1]]
+    (tmp_path / "timeline-a1.log").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (tmp_path / "r0.json").write_text(json.dumps({"start_times": sends, "ttfts": [0.020] * len(sends)}))
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": [{"name": "rate20-completions-a1-r0", "file": "r0.json"}]}))
+    return tmp_path
+
+
+def test_measured_stages_of_a_request_and_requests_whose_intakes_overlap_left_out(tmp_path: Path) -> None:
+    apart = vllm_serve_stages.measured(_work_dir(tmp_path, [10.0, 10.5]), 1)["rate20-completions-a1-r0"]
+    assert [row["index"] for row in apart] == [0, 1]
+    assert apart[0]["bounds"] == pytest.approx([10.0, 10.001, 10.002, 10.003, 10.004, 10.005, 10.006, 10.016, 10.017,
+                                                10.020])
+    # The loop in the read stage (10.001-10.002): its own read (0.1 ms) and step (0.5 ms), idle 0.4 ms; in the
+    # hand-off stage (10.003-10.004) its own steps 0.8 ms (the stream task's first step, which hands it off, counted
+    # to the hand-off).
+    assert apart[0]["loop"]["read"] == pytest.approx({"own": 0.0006, "stream": 0.0, "output_path": 0.0, "idle": 0.0004})
+    assert apart[0]["loop"]["handoff"] == pytest.approx({"own": 0.0008, "stream": 0.0, "output_path": 0.0,
+                                                          "idle": 0.0002})
+    overlapping = vllm_serve_stages.measured(_work_dir(tmp_path, [10.0, 10.002]), 1)["rate20-completions-a1-r0"]
+    assert overlapping == []
+
+
+def test_the_observed_simulator_notes_each_part_and_keeps_its_times() -> None:
+    """A request alone (1 ms on the loop before the render, 0.5 ms of render, 1 ms after): its parts are noted
+    where they are queued and end, and it reaches the engine core when the unobserved simulator says."""
+    costs = replace(ApiServerCosts(), request_s=0.002, prompt_token_s=0.0, render_request_s=0.0005, latency_s=0.0)
+    host = HostCpu("x", 1.0, api_server_before_render_fraction=0.5)
+    plain = ApiServer(costs, host=host)
+    process, ticket, _ = plain.take_request(0.0, 0)
+    expected = plain.reach_s(0.0, process, ticket)
+    vllm_serve_stages._save_originals()
+    try:
+        seen = vllm_serve_stages.observe_threads()
+        server = ApiServer(costs, host=host)
+        process, ticket, _ = server.take_request(0.0, 0)
+        assert server.reach_s(1.0, process, ticket) == expected == pytest.approx(0.0025)
+    finally:
+        vllm_serve_stages.restore()
+    marks = [(what, queue, t) for t, what, queue, job in seen["log"] if job == ticket]
+    assert marks == [("queued", LOOP, 0.0), ("ended", LOOP, pytest.approx(0.001)),
+                     ("queued", RENDERER, pytest.approx(0.001)), ("ended", RENDERER, pytest.approx(0.0015)),
+                     ("queued", LOOP, pytest.approx(0.0015)), ("ended", LOOP, pytest.approx(0.0025))]
+    assert ApiServer.__init__ is vllm_serve_stages._ORIGINALS[("server", "__init__")]
