@@ -84,3 +84,22 @@ def test_the_observed_simulator_notes_each_part_and_keeps_its_times() -> None:
                      ("queued", RENDERER, pytest.approx(0.001)), ("ended", RENDERER, pytest.approx(0.0015)),
                      ("queued", LOOP, pytest.approx(0.0015)), ("ended", LOOP, pytest.approx(0.0025))]
     assert ApiServer.__init__ is vllm_serve_stages._ORIGINALS[("server", "__init__")]
+
+
+def test_output_steps_of_a_pass_the_handler_and_its_stream_steps_back_to_back(tmp_path: Path) -> None:
+    """A step's output work at 10.1 s: the socket task's step (0.1 ms), the handler's step (0.4 ms) around its pass
+    of 2 outputs, two stream steps (0.15 ms each, 20 us apart), then a stream step 1 ms later (another request's
+    hand-off: not this step's)."""
+    pid = 7
+    events = [["step", "AsyncMPClient._ensure_output_queue_task.<locals>.process_outputs_socket", 10.1, 10.1001, pid],
+              ["step", "AsyncLLM._run_output_handler.<locals>.output_handler", 10.1001, 10.1005, pid],
+              ["pass", 10.1002, 10.1003, 2, pid],
+              ["step", "TaskHandle._run_coro", 10.10052, 10.10067, pid],
+              ["step", "TaskHandle._run_coro", 10.10069, 10.10084, pid],
+              ["step", "TaskHandle._run_coro", 10.1018, 10.1020, pid]]
+    (tmp_path / "timeline-a1.log").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (tmp_path / "r0.json").write_text(json.dumps({"start_times": [10.0], "ttfts": [0.2]}))
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": [{"name": "rate20-completions-a1-r0", "file": "r0.json"}]}))
+    out = vllm_serve_stages.output_steps(tmp_path, 1)["rate20-completions-a1-r0"]
+    assert out == {"2": {"passes": 1, "socket_step": pytest.approx(0.1), "handler_step": pytest.approx(0.4),
+                         "stream_steps": pytest.approx(0.3), "stream_steps_seen": 2, "span": pytest.approx(0.54)}}

@@ -43,6 +43,7 @@ import argparse
 import bisect
 import collections
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -55,6 +56,7 @@ from intake_loop import kind_of  # noqa: E402
 STAGES = ("send", "read", "render", "handoff", "engine_intake", "wait", "prompt_step", "output_handoff",
           "output_stream")
 KINDS = ("own", "stream", "output_path", "idle")
+STREAM_GAP_S = 0.1e-3  # a step's stream steps follow the handler's step and each other within this (measured: 10-30 us)
 
 
 def request_key(engine_id: str, suffixed: bool = True) -> str:
@@ -271,6 +273,55 @@ def simulated(log: list[tuple[float, str, int, int]], tickets: dict[int, tuple[i
     return out
 
 
+def output_steps(work_dir: Path, count: int) -> dict[str, dict[str, float]]:
+    """Per run, the loop's output work of a step as vLLM runs it: the ZMQ socket task's step
+    (`process_outputs_socket`), the output handler's step around its pass (`output_handler`), then the requests' stream
+    steps (`TaskHandle._run_coro`: Starlette's `StreamingResponse` writing each SSE chunk), back to back after it
+    (`STREAM_GAP_S`), at most one an output; means over the passes with at least one output, by the outputs in the pass
+    (ms; "span": the pass's end -> the last stream step's end)."""
+    events = read_events(work_dir / f"timeline-a{count}.log")
+    by_pid: dict[Any, list[tuple[float, float, str]]] = collections.defaultdict(list)
+    for e in events:
+        if e[0] == "step":
+            by_pid[e[4] if len(e) > 4 else None].append((e[2], e[3], e[1]))
+    for spans in by_pid.values():
+        spans.sort()
+    out: dict[str, dict[str, float]] = {}
+    runs = json.loads((work_dir / "runs.json").read_text())["runs"]
+    for run in runs:
+        sends = json.loads((work_dir / run["file"]).read_text())["start_times"]
+        lo, hi = sends[0], sends[-1] + 1.0
+        rows: dict[int, list[tuple[float, float, float, int, float]]] = collections.defaultdict(list)
+        for e in events:
+            if e[0] != "pass" or not lo <= e[1] <= hi or e[3] < 1:
+                continue
+            spans = by_pid[e[4] if len(e) > 4 else None]
+            j = bisect.bisect_right(spans, (e[1], math.inf, ""))
+            handler = [s for s in spans[max(0, j - 3):j + 1] if "output_handler" in s[2] and s[0] <= e[1] <= s[1]]
+            if not handler:
+                continue
+            socket = [s for s in spans[max(0, j - 4):j] if "process_outputs_socket" in s[2]]
+            k = j
+            while k < len(spans) and spans[k][0] < e[2]:  # (the handler's own step)
+                k += 1
+            streams: list[tuple[float, float, str]] = []
+            while (k < len(spans) and spans[k][2] == "TaskHandle._run_coro" and len(streams) < e[3]
+                   and spans[k][0] - (streams[-1][1] if streams else handler[0][1]) < STREAM_GAP_S):
+                streams.append(spans[k])  # the step's stream steps: back to back after the handler's step
+                k += 1
+            if not streams:
+                continue
+            rows[e[3]].append((socket[-1][1] - socket[-1][0] if socket else 0.0, handler[0][1] - handler[0][0],
+                               sum(b - a for a, b, _ in streams), len(streams), streams[-1][1] - e[2]))
+        out[run["name"]] = {str(n): {"passes": len(r), "socket_step": round(1e3 * statistics.mean(x[0] for x in r), 4),
+                                     "handler_step": round(1e3 * statistics.mean(x[1] for x in r), 4),
+                                     "stream_steps": round(1e3 * statistics.mean(x[2] for x in r), 4),
+                                     "stream_steps_seen": round(statistics.mean(x[3] for x in r), 3),
+                                     "span": round(1e3 * statistics.mean(x[4] for x in r), 4)}
+                            for n, r in sorted(rows.items())}
+    return out
+
+
 def output_split(rows: list[dict[str, Any]]) -> dict[str, float]:
     """The measured output stream in two: the output handler's pass (its stamp -> the pass's end) and the rest
     (-> the client: the requests' stream steps, the writes, the client's reads), and the outputs in that pass."""
@@ -314,6 +365,7 @@ def main() -> None:
         index = json.loads((path / "runs.json").read_text())
         count = index["runs"][0]["api_server_count"]
         meas = measured(path, count)
+        steps = output_steps(path, count)
         for run in index["runs"]:
             if run["name"] not in meas:
                 continue
@@ -335,6 +387,7 @@ def main() -> None:
                      "simulated_outputs_ms": {s: round(1e3 * statistics.mean(sim[r["index"]]["outputs"][s]
                                                                              for r in rows), 4) for s in STAGES[:4]},
                      "measured_output_split_ms": output_split(rows),
+                     "measured_output_steps_ms": steps.get(run["name"], {}),
                      "measured_mean_ttft_ms": run["result"]["mean_ttft_ms"],
                      "simulated_mean_ttft_ms": round(predicted["mean_ttft_ms"], 4)}
             out["runs"][name] = entry
