@@ -12,6 +12,8 @@ import pytest
 
 from engine.core import CacheConfig, Request, SamplingParams, Scheduler, SchedulerConfig, compiled_fast, compiled_kv
 from engine.core.fast_path import FastPath
+from engine.core.pipeline_scheduler import PipelineScheduler
+from engine.core.scheduler import Scheduler as _Scheduler
 
 _built = pytest.mark.skipif(not compiled_fast.FAST_PATH_BUILT, reason="engine.core._kvcore is not built")
 
@@ -163,3 +165,85 @@ def test_the_c_columns_leak_no_request():
         gc.collect()
         counts.append([sys.getrefcount(r) for _, r in made])
     assert counts[0] == counts[1]
+
+
+def test_the_whole_step_is_in_c_for_an_fcfs_scheduler_where_built():
+    """`Scheduler.schedule` / `update_from_output` hand the step to the compiled fast path (`schedule_step`,
+    `update_step`) for an FCFS `Scheduler` where built, whose plans are made at StepPlan's slots directly; not under
+    ROOFLINE_PURE_PYTHON=1, the priority policy, without fast paths, or for a subclass (PipelineScheduler)."""
+    probe = ("from engine.core import CacheConfig, Scheduler, SchedulerConfig; "
+             "s = Scheduler(SchedulerConfig(max_model_len=64), CacheConfig(num_blocks=16, block_size=4)); "
+             "print(s._step is not None and s._step is s._fast)")
+    for value, expected in (("", str(compiled_fast.STEP_BUILT)), ("1", "False")):
+        run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                             env={**os.environ, "ROOFLINE_PURE_PYTHON": value})
+        assert run.stdout.strip() == expected
+    assert compiled_fast.STEP_PLANS_DIRECT == compiled_fast.STEP_BUILT
+    cache = CacheConfig(num_blocks=64, block_size=4)
+    assert Scheduler(SchedulerConfig(max_model_len=64, policy="priority"), cache)._step is None
+    assert Scheduler(SchedulerConfig(max_model_len=64), cache, fast_paths=False)._step is None
+    assert PipelineScheduler(SchedulerConfig(max_model_len=64), cache, 2, False)._step is None
+
+
+@_built
+@pytest.mark.parametrize("chunked, threshold, full_isl, watermark, caching", [
+    (True, 0, True, 0.0, True), (False, 0, True, 0.0, True), (True, 8, False, 0.1, True), (False, 0, False, 0.1, False),
+    (True, 8, True, 0.0, False)])
+def test_admissions_in_c_give_the_python_plans(monkeypatch, chunked, threshold, full_isl, watermark, caching):
+    """The waiting queue's admissions in C (`schedule_step`: prefix hits of shared prompts and of preempted requests'
+    own blocks, a blocked head carried over, chunked prefill on and off, a long-prefill threshold, the full-sequence
+    check, the watermark): the plans, tokens, times and outcomes of the Python scheduler, which never runs its
+    `_schedule_waiting` there."""
+    calls = {"waiting": 0}
+    original = _Scheduler._schedule_waiting
+
+    def counted(self, *args):
+        calls["waiting"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(_Scheduler, "_schedule_waiting", counted)
+    config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=64, max_model_len=64,
+                             enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold,
+                             scheduler_reserve_full_isl=full_isl, watermark=watermark)
+    cache = CacheConfig(num_blocks=48, block_size=4, enable_prefix_caching=caching)
+    def make():  # a 16-token system prompt shared by all, then their own
+        return [(step, Request(r.request_id, [5 + k % 30 for k in range(16)] + r.prompt_token_ids[:20], r.sampling,
+                               r.arrival_time_s, r.eos_token_id)) for step, r in _requests(90, 30, 40, per_step=3)]
+
+    py = _run(config, cache, make(), compiled=False)
+    in_python = calls["waiting"]
+    c = _run(config, cache, make(), compiled=True)
+    assert c[0] == py[0] and c[1] == py[1]
+    assert any(p[4] for p in c[0])  # preemptions happened
+    assert in_python > 0 and calls["waiting"] == in_python  # (none in the compiled run)
+    if caching:
+        assert sum(r[7] for r in c[1]) > 0  # prefix hits (shared prompts) happened
+
+
+@_built
+def test_an_abort_between_schedule_and_update_in_c():
+    """A request aborted after `schedule_step`: `update_step` skips it as `update_from_output` does (the token-list
+    update), and the step after runs in C again, with the same plans and outcomes as the Python scheduler."""
+    config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=128)
+    cache = CacheConfig(num_blocks=64, block_size=4)
+    results = []
+    for compiled in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(compiled_kv, "COMPILED", compiled)
+            sched = Scheduler(config, cache)
+        assert (sched._step is not None) == compiled
+        for _, req in _requests(6, 10, 20):
+            sched.add_request(req)
+        plans, finished = [], []
+        for step in range(60):
+            plan = sched.schedule(float(step))
+            if step == 5:
+                assert sched.abort_request("r2", float(step)) is not None
+            if not plan.is_empty:
+                plans.append((plan.request_ids, plan.query_lens, plan.context_lens, plan.block_tables))
+                finished += sched.update_from_output(plan, 7 if step != 8 else {r: 3 for r in plan.request_ids},
+                                                     float(step))
+        results.append((plans, sorted((r.request_id, r.status, r.output_token_ids, r.token_times_s)
+                                      for r in finished)))
+        assert not sched.has_unfinished()
+    assert results[0] == results[1]

@@ -1450,6 +1450,23 @@ static PyObject *KV_allocate(KV *kv, PyObject *args, PyObject *kw) {
     return PyBool_FromLong(r);
 }
 
+/* `KVCacheManager.allocate_slots`: 1 allocated, 0 does not fit, -1 error. */
+static int kv_allocate_slots(KV *kv, PyObject *req, Py_ssize_t nn, PyObject *hits, int must_fit, int watermark) {
+    Py_ssize_t nc = req_num_computed(req);
+    if (nc == -1 && PyErr_Occurred()) return -1;
+    Py_ssize_t bs = kv->block_size;
+    int has_hits = 0;
+    if (hits) {
+        has_hits = PyObject_IsTrue(hits);
+        if (has_hits < 0) return -1;
+    }
+    if (nn == 1 && nc % bs > 0 && nc % bs < bs - 1 && !(has_hits || must_fit || watermark))
+        return 1;  /* the common decode: its slot is in the last block held, which it does not fill */
+    Py_ssize_t nt = req_num_tokens(req);
+    if (nt == -1 && PyErr_Occurred()) return -1;
+    return kv_allocate(kv, req, nc, nt, nn, has_hits ? hits : NULL, must_fit, watermark);
+}
+
 static PyObject *KV_allocate_slots(KV *kv, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"req", "num_new_tokens", "new_computed_block_ids", "full_sequence_must_fit",
                              "apply_watermark", NULL};
@@ -1458,19 +1475,7 @@ static PyObject *KV_allocate_slots(KV *kv, PyObject *args, PyObject *kw) {
     int must_fit = 0, watermark = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "On|Opp", kwlist, &req, &nn, &hits, &must_fit, &watermark))
         return NULL;
-    Py_ssize_t nc = req_num_computed(req);
-    if (nc == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t bs = kv->block_size;
-    int has_hits = 0;
-    if (hits) {
-        has_hits = PyObject_IsTrue(hits);
-        if (has_hits < 0) return NULL;
-    }
-    if (nn == 1 && nc % bs > 0 && nc % bs < bs - 1 && !(has_hits || must_fit || watermark))
-        Py_RETURN_TRUE;  /* the common decode: its slot is in the last block held, which it does not fill */
-    Py_ssize_t nt = req_num_tokens(req);
-    if (nt == -1 && PyErr_Occurred()) return NULL;
-    int r = kv_allocate(kv, req, nc, nt, nn, has_hits ? hits : NULL, must_fit, watermark);
+    int r = kv_allocate_slots(kv, req, nn, hits, must_fit, watermark);
     if (r < 0) return NULL;
     return PyBool_FromLong(r);
 }
@@ -1574,31 +1579,40 @@ static PyObject *KV_ensure_block_hashes(KV *kv, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *KV_get_computed_blocks(KV *kv, PyObject *req) {
-    if (!kv->enable_caching) return Py_BuildValue("([]i)", 0);
+/* `KVCacheManager.get_computed_blocks(req)`: 0 and *hits NULL without a hit, else 1 with *hits a new list of the hit
+   block ids (maybe empty); -1 on error. */
+static int kv_lookup(KV *kv, PyObject *req, PyObject **hits) {
+    *hits = NULL;
+    if (!kv->enable_caching) return 0;
     Py_ssize_t nt = req_num_tokens(req);
-    if (nt == -1 && PyErr_Occurred()) return NULL;
+    if (nt == -1 && PyErr_Occurred()) return -1;
     Py_ssize_t max_num_blocks = (nt - 1) / kv->block_size;
-    if (nt - 1 < 0 || max_num_blocks <= 0) return Py_BuildValue("([]i)", 0);
+    if (nt - 1 < 0 || max_num_blocks <= 0) return 0;
     /* A hit starts at the first block: the rest of the request is hashed only if some chain starts there. */
-    if (kv_ensure(kv, req, 1) < 0) return NULL;
+    if (kv_ensure(kv, req, 1) < 0) return -1;
     PyObject *hashes = RGET(req, block_hashes);
-    if (!hashes) return NULL;
+    if (!hashes) return -1;
     if (!PyList_Check(hashes) || PyList_GET_SIZE(hashes) < 1) {
         Py_DECREF(hashes);
         PyErr_SetString(PyExc_AssertionError, "ensure_block_hashes gave no first hash");
-        return NULL;
+        return -1;
     }
     int hit = PyDict_Contains(kv->pool->starts, PyList_GET_ITEM(hashes, 0));
     Py_DECREF(hashes);
-    if (hit < 0) return NULL;
-    if (!hit) return Py_BuildValue("([]i)", 0);
-    if (kv_ensure(kv, req, max_num_blocks) < 0) return NULL;
+    if (hit <= 0) return hit;
+    if (kv_ensure(kv, req, max_num_blocks) < 0) return -1;
     hashes = RGET(req, block_hashes);
-    if (!hashes) return NULL;
-    PyObject *hits = pool_find_hit(kv->pool, hashes, max_num_blocks);
+    if (!hashes) return -1;
+    *hits = pool_find_hit(kv->pool, hashes, max_num_blocks);
     Py_DECREF(hashes);
-    if (!hits) return NULL;
+    return *hits ? 1 : -1;
+}
+
+static PyObject *KV_get_computed_blocks(KV *kv, PyObject *req) {
+    PyObject *hits;
+    int r = kv_lookup(kv, req, &hits);
+    if (r < 0) return NULL;
+    if (!r) return Py_BuildValue("([]i)", 0);
     return Py_BuildValue("(Nn)", hits, PyList_GET_SIZE(hits) * kv->block_size);
 }
 
@@ -2272,14 +2286,20 @@ typedef struct {
     PyObject **objs;  /* scratch: requests */
     Py_ssize_t objs_cap;
     int fcfs;  /* the scheduler's policy is "fcfs" (its config is frozen) */
+    /* `schedule_step`: the scheduler's config (the object last read) and its fields */
+    PyObject *config;
+    Py_ssize_t max_num_batched_tokens, long_prefill_token_threshold, max_num_seqs;
+    int chunked, reserve_full_isl;
 } FP;
 
 static int FP_traverse(FP *f, visitproc visit, void *arg) {
     Py_VISIT(f->sched); Py_VISIT(f->columns); Py_VISIT(f->kv); Py_VISIT(f->py_schedule_running); Py_VISIT(f->py_update);
+    Py_VISIT(f->config);
     return 0;
 }
 static int FP_clear(FP *f) {
     Py_CLEAR(f->sched); Py_CLEAR(f->columns); Py_CLEAR(f->kv); Py_CLEAR(f->py_schedule_running); Py_CLEAR(f->py_update);
+    Py_CLEAR(f->config);
     return 0;
 }
 static void FP_dealloc(FP *f) {
@@ -2861,11 +2881,439 @@ fail:
     return NULL;
 }
 
+/* ---- the scheduler's whole step in C (engine.core.scheduler: `Scheduler.schedule`, `update_from_output`) ----
+
+   Where the compiled fast path serves an FCFS `Scheduler` (exactly that class, its waiting queue exactly
+   `FCFSRequestQueue`), `Scheduler.schedule` hands the step to `schedule_step` and `update_from_output` to
+   `update_step`: the same statements as the Python methods, in the same order (vLLM's `Scheduler.schedule`: the
+   running queue, then, if nothing was preempted, the waiting queue in order while the budget, max_num_seqs and the
+   free blocks allow; `_update_after_schedule`), with the plan's and the requests' fields written at their slots'
+   offsets. The running queue is `schedule_running`'s (above; `Scheduler._schedule_running` where it declines), a
+   blocked head's failure is carried over by the scheduler's `_Blocked` (its slots read here, `_Blocked.of` called),
+   and an update that is not the fast path's is `Scheduler._update_lists`. The Python methods stay the reference
+   (tests/test_core_properties.py, tests/test_compiled_fast.py compare them step by step). */
+
+static PyTypeObject *blocked_type;
+static PyObject *blocked_of, *status_running;
+static Py_ssize_t off_status, off_num_prefix_hit_tokens, off_first_scheduled_time_s;
+static Py_ssize_t off_b_req, off_b_num_tokens, off_b_need, off_b_budget, off_b_threshold, off_b_watermark,
+    off_b_first_hash, off_b_num_chains;
+static PyObject *s_status, *s_num_prefix_hit_tokens, *s_first_scheduled_time_s, *s_b_req, *s_b_num_tokens, *s_b_need,
+    *s_b_budget, *s_b_threshold, *s_b_watermark, *s_b_first_hash, *s_b_num_chains, *s_pending, *s_pending_aborted,
+    *s_num_steps, *s_blocked, *s_waiting, *s_config, *s_popleft, *s_schedule_running_py, *s_update_lists, *s_flush,
+    *s_admitted_request_ids, *s_num_new_prefix_hit_tokens, *s_query, *s_context, *s_num_blocks,
+    *s_num_kv_blocks_used, *s_num_kv_blocks_total, *s_num_running, *s_num_waiting, *s_empty_tuple;
+
+/* StepPlan's slots as `StepPlan.__init__` sets them, in `__slots__` order: `plan_new` fills them directly while the
+   class has exactly these slots (`bind_step_types` checks), else calls the class. */
+enum { K_INDEX, K_LIST, K_TUPLE, K_ZERO, K_NONE };
+static const struct { const char *name; int kind; } plan_fields[] = {
+    {"step_index", K_INDEX}, {"requests", K_LIST}, {"num_batched_tokens", K_ZERO}, {"num_prefill_tokens", K_ZERO},
+    {"num_decode_tokens", K_ZERO}, {"preempted_request_ids", K_TUPLE}, {"admitted_request_ids", K_TUPLE},
+    {"num_new_prefix_hit_tokens", K_ZERO}, {"num_kv_blocks_used", K_ZERO}, {"num_kv_blocks_total", K_ZERO},
+    {"num_running", K_ZERO}, {"num_waiting", K_ZERO}, {"_query", K_LIST}, {"_context", K_LIST}, {"_emits", K_LIST},
+    {"_num_blocks", K_LIST}, {"_bulk", K_NONE}, {"_columns", K_NONE}, {"_bulk_context_sum", K_NONE},
+    {"_bulk_decodes", K_NONE}, {"_arrays", K_NONE}, {"_seqs", K_NONE}, {"_tables", K_NONE},
+};
+#define NUM_PLAN_FIELDS ((Py_ssize_t)(sizeof(plan_fields) / sizeof(plan_fields[0])))
+static Py_ssize_t plan_offs[NUM_PLAN_FIELDS];
+static int plan_direct;
+static Py_ssize_t off_p_admitted_request_ids, off_p_num_new_prefix_hit_tokens, off_p_query, off_p_context,
+    off_p_num_blocks, off_p_num_kv_blocks_used, off_p_num_kv_blocks_total, off_p_num_running, off_p_num_waiting;
+
+#define PGET(plan, field) obj_get((plan), plan_type, off_p_##field, s_##field)
+#define BGET(b, field) obj_get((b), blocked_type, off_b_##field, s_b_##field)
+
+static PyObject *mod_bind_step_types(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *bcls, *of, *running;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyType_Type, &bcls, &of, &running)) return NULL;
+    if (!plan_type || !req_type) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_step_types: bind_fast_path_types first");
+        return NULL;
+    }
+    struct { PyTypeObject *cls; PyObject *name; Py_ssize_t *off; } fields[] = {
+        {req_type, s_status, &off_status}, {req_type, s_num_prefix_hit_tokens, &off_num_prefix_hit_tokens},
+        {req_type, s_first_scheduled_time_s, &off_first_scheduled_time_s},
+        {(PyTypeObject *)bcls, s_b_req, &off_b_req}, {(PyTypeObject *)bcls, s_b_num_tokens, &off_b_num_tokens},
+        {(PyTypeObject *)bcls, s_b_need, &off_b_need}, {(PyTypeObject *)bcls, s_b_budget, &off_b_budget},
+        {(PyTypeObject *)bcls, s_b_threshold, &off_b_threshold}, {(PyTypeObject *)bcls, s_b_watermark, &off_b_watermark},
+        {(PyTypeObject *)bcls, s_b_first_hash, &off_b_first_hash},
+        {(PyTypeObject *)bcls, s_b_num_chains, &off_b_num_chains},
+        {plan_type, s_admitted_request_ids, &off_p_admitted_request_ids},
+        {plan_type, s_num_new_prefix_hit_tokens, &off_p_num_new_prefix_hit_tokens},
+        {plan_type, s_query, &off_p_query}, {plan_type, s_context, &off_p_context},
+        {plan_type, s_num_blocks, &off_p_num_blocks}, {plan_type, s_num_kv_blocks_used, &off_p_num_kv_blocks_used},
+        {plan_type, s_num_kv_blocks_total, &off_p_num_kv_blocks_total}, {plan_type, s_num_running, &off_p_num_running},
+        {plan_type, s_num_waiting, &off_p_num_waiting},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (slot_offset(fields[i].cls, fields[i].name, fields[i].off) < 0) return NULL;
+    /* The plan's slots, checked against `plan_fields` (in order, nothing more: a slot added to StepPlan makes
+       `plan_new` call the class). */
+    PyObject *slots = PyDict_GetItemString(plan_type->tp_dict, "__slots__");
+    int direct = slots && PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == NUM_PLAN_FIELDS
+        && plan_type->tp_base == &PyBaseObject_Type && !plan_type->tp_dictoffset;
+    for (Py_ssize_t i = 0; direct && i < NUM_PLAN_FIELDS; i++) {
+        PyObject *item = PyTuple_GET_ITEM(slots, i);
+        direct = PyUnicode_Check(item) && PyUnicode_CompareWithASCIIString(item, plan_fields[i].name) == 0;
+        if (!direct) break;
+        PyObject *name = PyUnicode_InternFromString(plan_fields[i].name);
+        int rc = name ? slot_offset(plan_type, name, &plan_offs[i]) : -1;
+        Py_XDECREF(name);
+        if (rc < 0) return NULL;
+    }
+    plan_direct = direct;
+    Py_INCREF(bcls); Py_XSETREF(blocked_type, (PyTypeObject *)bcls);
+    Py_INCREF(of); Py_XSETREF(blocked_of, of);
+    Py_INCREF(running); Py_XSETREF(status_running, running);
+    return PyBool_FromLong(plan_direct);
+}
+
+/* `StepPlan(step_index)`. */
+static PyObject *plan_new(PyObject *step_index) {
+    if (!plan_direct) return PyObject_CallOneArg((PyObject *)plan_type, step_index);
+    PyObject *plan = plan_type->tp_alloc(plan_type, 0);
+    if (!plan) return NULL;
+    for (Py_ssize_t i = 0; i < NUM_PLAN_FIELDS; i++) {
+        PyObject *v;
+        switch (plan_fields[i].kind) {
+            case K_INDEX: v = step_index; Py_INCREF(v); break;
+            case K_LIST: v = PyList_New(0); break;
+            case K_TUPLE: v = s_empty_tuple; Py_INCREF(v); break;
+            case K_ZERO: v = s_zero; Py_INCREF(v); break;
+            default: v = Py_None; Py_INCREF(v); break;
+        }
+        if (!v) { Py_DECREF(plan); return NULL; }
+        *(PyObject **)((char *)plan + plan_offs[i]) = v;  /* (the slot was NULL) */
+    }
+    return plan;
+}
+
+/* An int slot's value plus `delta`, written back (the plan's counters). */
+static int add_to_int(PyObject *o, PyTypeObject *t, Py_ssize_t off, PyObject *name, Py_ssize_t delta) {
+    if (!delta) return 0;
+    PyObject *v = obj_get(o, t, off, name);
+    if (!v) return -1;
+    Py_ssize_t x = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    return obj_set_new(o, t, off, name, PyLong_FromSsize_t(x + delta));
+}
+
+static int attr_ssize(PyObject *o, const char *name, Py_ssize_t *out) {
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (!v) return -1;
+    *out = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The scheduler's config, read again if it is another object than last time (a frozen dataclass). */
+static int fp_config(FP *f) {
+    PyObject *config = PyObject_GetAttr(f->sched, s_config);
+    if (!config) return -1;
+    if (config == f->config) { Py_DECREF(config); return 0; }
+    PyObject *v;
+    int rc = 0;
+    rc |= attr_ssize(config, "max_num_batched_tokens", &f->max_num_batched_tokens);
+    rc |= attr_ssize(config, "long_prefill_token_threshold", &f->long_prefill_token_threshold);
+    rc |= attr_ssize(config, "max_num_seqs", &f->max_num_seqs);
+    if (rc < 0) { Py_DECREF(config); return -1; }
+    if (!(v = PyObject_GetAttrString(config, "enable_chunked_prefill"))
+            || (f->chunked = PyObject_IsTrue(v), Py_DECREF(v), f->chunked < 0)
+            || !(v = PyObject_GetAttrString(config, "scheduler_reserve_full_isl"))
+            || (f->reserve_full_isl = PyObject_IsTrue(v), Py_DECREF(v), f->reserve_full_isl < 0)) {
+        Py_DECREF(config);
+        return -1;
+    }
+    Py_XSETREF(f->config, config);
+    return 0;
+}
+
+/* `_Blocked.holds(sched, budget, threshold)`: 1 holds, 0 not, -1 error. */
+static int blocked_holds(KV *kv, PyObject *b, PyObject *req, Py_ssize_t budget, Py_ssize_t threshold,
+                         Py_ssize_t num_running) {
+    Pool *pool = kv->pool;
+    PyObject *v;
+    Py_ssize_t x;
+#define B_SSIZE(field) (v = BGET(b, field), v ? (x = PyLong_AsSsize_t(v), Py_DECREF(v), x) : -1)
+    if ((x = B_SSIZE(need)) == -1 && PyErr_Occurred()) return -1;
+    if (!(pool->num_free < x)) return 0;
+    Py_ssize_t nt = req_num_tokens(req);
+    if (nt == -1 && PyErr_Occurred()) return -1;
+    if ((x = B_SSIZE(num_tokens)) == -1 && PyErr_Occurred()) return -1;
+    if (nt != x) return 0;
+    if ((x = B_SSIZE(budget)) == -1 && PyErr_Occurred()) return -1;
+    if (!(budget >= x)) return 0;
+    if ((x = B_SSIZE(threshold)) == -1 && PyErr_Occurred()) return -1;
+    if (threshold != x) return 0;
+#undef B_SSIZE
+    if (!(v = BGET(b, watermark))) return -1;
+    int w = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (w < 0) return -1;
+    if ((num_running > 0) != w) return 0;
+    if (!(v = BGET(b, first_hash))) return -1;
+    if (v != Py_None) {
+        int hit = PyDict_Contains(pool->starts, v);
+        Py_DECREF(v);
+        if (hit) return hit < 0 ? -1 : 0;
+    } else {
+        Py_DECREF(v);
+    }
+    if (!(v = BGET(b, num_chains))) return -1;
+    if (v == Py_None) { Py_DECREF(v); return 1; }
+    x = PyLong_AsSsize_t(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    return pool->num_chains_made == x;
+}
+
+/* Write `req.num_computed_tokens = value` (the property's setter: the columns must not hold the request). */
+static int req_set_computed(PyObject *req, Py_ssize_t value) {
+    PyObject *cols = req_slot(req, off_cols);
+    if (cols && cols != Py_None) {
+        PyErr_SetString(PyExc_AssertionError, "the fast path's columns hold this request's counters");
+        return -1;
+    }
+    if (!cols) return obj_set_new(req, NULL, 0, s_num_computed_tokens, PyLong_FromSsize_t(value));
+    return RSET_SSIZE(req, num_computed, value);
+}
+
+/* `Scheduler._schedule_waiting(plan, budget, threshold, now_s)` for FCFS: admit waiting requests in queue order until
+   one does not fit (with `_admit`, `_add_to_plan` and `StepPlan.add_seq`). */
+static int fp_schedule_waiting(FP *f, PyObject *plan, PyObject *running, PyObject *waiting, Py_ssize_t budget,
+                               Py_ssize_t threshold, PyObject *now) {
+    KV *kv = (KV *)f->kv;
+    PyObject *sched = f->sched;
+    Py_ssize_t nwait = PyObject_Size(waiting);
+    if (nwait < 0) return -1;
+    if (!nwait || budget <= 0 || PyList_GET_SIZE(running) >= f->max_num_seqs) return 0;  /* (admitted: ()) */
+    PyObject *blocked = PyObject_GetAttr(sched, s_blocked), *req = NULL, *hits = NULL, *admitted = NULL;
+    PyObject *requests = NULL, *query = NULL, *context = NULL, *emits = NULL, *num_blocks = NULL;
+    if (!blocked) return -1;
+    Py_ssize_t d_batched = 0, d_prefill = 0, d_decode = 0, d_hit = 0, d_first = 0;
+    int rc = -1;
+    while (nwait > 0 && budget > 0 && PyList_GET_SIZE(running) < f->max_num_seqs) {
+        if (!(req = PySequence_GetItem(waiting, 0))) goto done;
+        if (blocked != Py_None) {
+            PyObject *breq = BGET(blocked, req);
+            if (!breq) goto done;
+            Py_DECREF(breq);
+            if (breq == req) {
+                int h = blocked_holds(kv, blocked, req, budget, threshold, PyList_GET_SIZE(running));
+                if (h < 0) goto done;
+                if (h) break;  /* the same head fails again (the usual step of a full cache) */
+            }
+        }
+        if (kv_lookup(kv, req, &hits) < 0) goto done;
+        Py_ssize_t num_hit = hits ? PyList_GET_SIZE(hits) * kv->block_size : 0;
+        Py_ssize_t nt = req_num_tokens(req);
+        if (nt == -1 && PyErr_Occurred()) goto done;
+        Py_ssize_t num_new = nt - num_hit;
+        if (0 < threshold && threshold < num_new) num_new = threshold;
+        if (!f->chunked && num_new > budget) break;
+        if (num_new > budget) num_new = budget;
+        int ok = kv_allocate_slots(kv, req, num_new, hits, f->reserve_full_isl, PyList_GET_SIZE(running) > 0);
+        if (ok < 0) goto done;
+        Py_CLEAR(hits);
+        if (!ok) {
+            PyObject *b = PyLong_FromSsize_t(budget), *t = PyLong_FromSsize_t(threshold);
+            PyObject *nb = b && t ? PyObject_CallFunctionObjArgs(blocked_of, sched, req, b, t, NULL) : NULL;
+            Py_XDECREF(b);
+            Py_XDECREF(t);
+            if (!nb) goto done;
+            int r = PyObject_SetAttr(sched, s_blocked, nb);
+            Py_DECREF(nb);
+            if (r < 0) goto done;
+            break;
+        }
+        PyObject *popped = PyObject_CallMethodNoArgs(waiting, s_popleft);
+        if (!popped) goto done;
+        Py_DECREF(popped);
+        nwait--;
+        /* `_admit` */
+        if (PyList_Append(running, req) < 0) goto done;
+        Py_ssize_t num_prompt = RGET_SSIZE(req, num_prompt_tokens);
+        if (num_prompt == -1 && PyErr_Occurred()) goto done;
+        d_first += nt == num_prompt;
+        if (FSET(req, status, status_running) < 0 || req_set_computed(req, num_hit) < 0) goto done;
+        PyObject *v = FGET(req, num_prefix_hit_tokens);
+        if (!v) goto done;
+        Py_DECREF(v);
+        if (v == Py_None && FSET_NEW(req, num_prefix_hit_tokens, PyLong_FromSsize_t(num_hit)) < 0) goto done;
+        if (now != Py_None) {
+            if (!(v = FGET(req, first_scheduled_time_s))) goto done;
+            Py_DECREF(v);
+            if (v == Py_None && FSET(req, first_scheduled_time_s, now) < 0) goto done;
+        }
+        /* `_add_to_plan`: `StepPlan.add_seq(req, num_new)`, then the computed tokens advance */
+        if (!requests) {
+            if (!(requests = PGET(plan, requests)) || !(query = PGET(plan, query)) || !(context = PGET(plan, context))
+                    || !(emits = PGET(plan, emits)) || !(num_blocks = PGET(plan, num_blocks))
+                    || !(admitted = PyList_New(0)))
+                goto done;
+        }
+        PyObject *ids = RGET(req, block_ids);
+        Py_ssize_t held = ids ? PyObject_Length(ids) : -1;
+        Py_XDECREF(ids);
+        if (held < 0) goto done;
+        if (PyList_Append(requests, req) < 0) goto done;
+        PyObject *q = PyLong_FromSsize_t(num_new), *c = PyLong_FromSsize_t(num_hit), *nbk = PyLong_FromSsize_t(held);
+        int r = q && c && nbk ? 0 : -1;
+        if (!r) r = PyList_Append(query, q);
+        if (!r) r = PyList_Append(context, c);
+        if (!r) r = PyList_Append(emits, num_hit + num_new == nt ? Py_True : Py_False);
+        if (!r) r = PyList_Append(num_blocks, nbk);
+        Py_XDECREF(q); Py_XDECREF(c); Py_XDECREF(nbk);
+        if (r < 0) goto done;
+        d_batched += num_new;
+        if (num_new == 1 && num_hit >= num_prompt) d_decode++; else d_prefill += num_new;
+        if (req_set_computed(req, num_hit + num_new) < 0) goto done;
+        d_hit += num_hit;
+        PyObject *rid = FGET(req, request_id);
+        r = rid ? PyList_Append(admitted, rid) : -1;
+        Py_XDECREF(rid);
+        if (r < 0) goto done;
+        budget -= num_new;
+        Py_CLEAR(req);
+    }
+    if (admitted && PSET_NEW(plan, admitted_request_ids, PyList_AsTuple(admitted)) < 0) goto done;
+    if (add_to_int(plan, plan_type, off_p_num_batched_tokens, s_num_batched_tokens, d_batched) < 0
+            || add_to_int(plan, plan_type, off_p_num_prefill_tokens, s_num_prefill_tokens, d_prefill) < 0
+            || add_to_int(plan, plan_type, off_p_num_decode_tokens, s_num_decode_tokens, d_decode) < 0
+            || add_to_int(plan, plan_type, off_p_num_new_prefix_hit_tokens, s_num_new_prefix_hit_tokens, d_hit) < 0
+            || add_to_int(sched, NULL, 0, s_num_running_without_output, d_first) < 0)
+        goto done;
+    rc = 0;
+done:
+    Py_XDECREF(req);
+    Py_XDECREF(hits);
+    Py_XDECREF(blocked);
+    Py_XDECREF(admitted);
+    Py_XDECREF(requests);
+    Py_XDECREF(query);
+    Py_XDECREF(context);
+    Py_XDECREF(emits);
+    Py_XDECREF(num_blocks);
+    return rc;
+}
+
+/* `Scheduler.schedule(now_s)`. */
+static PyObject *FP_schedule_step(FP *f, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs > 1) { PyErr_SetString(PyExc_TypeError, "schedule_step(now_s=None)"); return NULL; }
+    PyObject *now = nargs ? args[0] : Py_None, *sched = f->sched;
+    PyObject *pending = PyObject_GetAttr(sched, s_pending);
+    if (!pending) return NULL;
+    Py_DECREF(pending);
+    if (pending != Py_None) {
+        PyErr_SetString(PyExc_AssertionError, "update_from_output() must follow every non-empty schedule()");
+        return NULL;
+    }
+    if (fp_config(f) < 0) return NULL;
+    PyObject *num_steps = PyObject_GetAttr(sched, s_num_steps), *plan = NULL, *running = NULL, *waiting = NULL;
+    PyObject *b = NULL, *t = NULL, *r = NULL, *v = NULL, *result = NULL;
+    if (!num_steps || !(plan = plan_new(num_steps))) goto done;
+    if (!(running = PyObject_GetAttr(sched, s_running)) || !(waiting = PyObject_GetAttr(sched, s_waiting))) goto done;
+    if (!PyList_CheckExact(running)) { PyErr_SetString(PyExc_TypeError, "Scheduler.running: a list"); goto done; }
+    Py_ssize_t nwait = PyObject_Size(waiting);
+    if (nwait < 0) goto done;
+    Py_ssize_t threshold = f->long_prefill_token_threshold, budget = f->max_num_batched_tokens;
+    if (PyList_GET_SIZE(running) + nwait <= 1) threshold = 0;  /* no one to starve (vLLM) */
+    if (!(b = PyLong_FromSsize_t(budget)) || !(t = PyLong_FromSsize_t(threshold))) goto done;
+    PyObject *sr_args[3] = {plan, b, t};
+    if (!(r = FP_schedule_running(f, sr_args, 3))) goto done;
+    int done_running = PyObject_IsTrue(r);
+    Py_CLEAR(r);
+    if (done_running < 0) goto done;
+    if (!done_running && !(r = PyObject_CallMethodObjArgs(sched, s_schedule_running_py, plan, b, t, NULL))) goto done;
+    Py_CLEAR(r);
+    Py_SETREF(running, PyObject_GetAttr(sched, s_running));  /* (the same list: preemptions pop from it) */
+    if (!running) goto done;
+    if (!PyList_CheckExact(running)) { PyErr_SetString(PyExc_TypeError, "Scheduler.running: a list"); goto done; }
+    if (!(v = PGET(plan, preempted_request_ids))) goto done;
+    int preempted = PyObject_IsTrue(v);
+    Py_CLEAR(v);
+    if (preempted < 0) goto done;
+    if (!preempted) {
+        if (!(v = PGET(plan, num_batched_tokens))) goto done;
+        Py_ssize_t nb = PyLong_AsSsize_t(v);
+        Py_CLEAR(v);
+        if (nb == -1 && PyErr_Occurred()) goto done;
+        if (fp_schedule_waiting(f, plan, running, waiting, budget - nb, threshold, now) < 0) goto done;
+    }
+    Pool *pool = ((KV *)f->kv)->pool;
+    if (PSET_NEW(plan, num_kv_blocks_used, PyLong_FromSsize_t(pool->num_blocks - 1 - pool->num_free)) < 0
+            || PSET_NEW(plan, num_kv_blocks_total, PyLong_FromSsize_t(pool->num_blocks - 1)) < 0
+            || PSET_NEW(plan, num_running, PyLong_FromSsize_t(PyList_GET_SIZE(running))) < 0)
+        goto done;
+    if ((nwait = PyObject_Size(waiting)) < 0 || PSET_NEW(plan, num_waiting, PyLong_FromSsize_t(nwait)) < 0) goto done;
+    if (!(v = PGET(plan, requests))) goto done;
+    int nonempty = PyObject_IsTrue(v);
+    Py_CLEAR(v);
+    if (nonempty < 0) goto done;
+    if (nonempty) {
+        if (PyObject_SetAttr(sched, s_pending, plan) < 0) goto done;
+        Py_ssize_t n = PyLong_AsSsize_t(num_steps);
+        if (n == -1 && PyErr_Occurred()) goto done;
+        if (!(v = PyLong_FromSsize_t(n + 1)) || PyObject_SetAttr(sched, s_num_steps, v) < 0) goto done;
+    }
+    Py_INCREF(plan);
+    result = plan;
+done:
+    Py_XDECREF(num_steps); Py_XDECREF(plan); Py_XDECREF(running); Py_XDECREF(waiting);
+    Py_XDECREF(b); Py_XDECREF(t); Py_XDECREF(r); Py_XDECREF(v);
+    return result;
+}
+
+/* `Scheduler.update_from_output(plan, sampled, now_s)`. */
+static PyObject *FP_update_step(FP *f, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "update_step(plan, sampled, now_s=None)");
+        return NULL;
+    }
+    PyObject *plan = args[0], *sampled = args[1], *now = nargs > 2 ? args[2] : Py_None, *sched = f->sched;
+    PyObject *v = PGET(plan, requests);
+    if (!v) return NULL;
+    int nonempty = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (nonempty <= 0) return nonempty < 0 ? NULL : PyList_New(0);
+    PyObject *pending = PyObject_GetAttr(sched, s_pending);
+    if (!pending) return NULL;
+    Py_DECREF(pending);
+    if (pending != plan) {
+        PyErr_SetString(PyExc_AssertionError, "update_from_output() takes the plan of the last schedule()");
+        return NULL;
+    }
+    if (PyObject_SetAttr(sched, s_pending, Py_None) < 0) return NULL;
+    if (PyLong_Check(sampled)) {
+        PyObject *aborted = PyObject_GetAttr(sched, s_pending_aborted);
+        if (!aborted) return NULL;
+        int a = PyObject_IsTrue(aborted);
+        Py_DECREF(aborted);
+        if (a < 0) return NULL;
+        if (!a) {
+            PyObject *up_args[3] = {plan, sampled, now};
+            PyObject *finished = FP_update(f, up_args, 3);
+            if (finished != Py_None) return finished;  /* (or NULL) */
+            Py_DECREF(finished);
+        }
+    }
+    PyObject *r = PyObject_CallMethodNoArgs((PyObject *)f, s_flush);
+    if (!r) return NULL;
+    Py_DECREF(r);
+    return PyObject_CallMethodObjArgs(sched, s_update_lists, plan, sampled, now, NULL);
+}
+
 static PyMethodDef FP_methods[] = {
     {"schedule_running", (PyCFunction)(void (*)(void))FP_schedule_running, METH_FASTCALL,
      "`FastPath.schedule_running`: in C for a step of decoders that the free blocks cover."},
     {"update", (PyCFunction)(void (*)(void))FP_update, METH_FASTCALL,
      "`FastPath.update`: in C while the period goes on without prompt chunks."},
+    {"schedule_step", (PyCFunction)(void (*)(void))FP_schedule_step, METH_FASTCALL,
+     "`Scheduler.schedule(now_s)` in C (an FCFS `Scheduler`, engine.core.scheduler)."},
+    {"update_step", (PyCFunction)(void (*)(void))FP_update_step, METH_FASTCALL,
+     "`Scheduler.update_from_output(plan, sampled, now_s)` in C (an FCFS `Scheduler`)."},
     {NULL, NULL, 0, NULL},
 };
 static PyMemberDef FP_members[] = {
@@ -2898,6 +3346,9 @@ static PyMethodDef module_methods[] = {
     {"any_negative_id", (PyCFunction)mod_any_negative_id, METH_O, "any_negative_id(ids): an int64 array's id < 0."},
     {"bind_fast_path_types", (PyCFunction)mod_bind_fast_path_types, METH_VARARGS,
      "bind_fast_path_types(Request, StepPlan, ColumnRows, stopped, capped): the fast path's slots and statuses."},
+    {"bind_step_types", (PyCFunction)mod_bind_step_types, METH_VARARGS,
+     "bind_step_types(_Blocked, _Blocked.of, RequestStatus.RUNNING): the scheduler's step in C; whether its plans are "
+     "made directly (StepPlan's slots as expected)."},
     {"prompt_block_hashes", (PyCFunction)mod_prompt_block_hashes, METH_VARARGS,
      "prompt_block_hashes(hashes, prompt, num_blocks, block_size): extend the list `hashes` to num_blocks hashes."},
     {NULL, NULL, 0, NULL},
@@ -2952,8 +3403,39 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     INTERN(s_remove, "remove");
     INTERN(s_preempted_request_ids, "preempted_request_ids");
     INTERN(s_preempt_request, "preempt_request");
+    INTERN(s_status, "status");
+    INTERN(s_num_prefix_hit_tokens, "num_prefix_hit_tokens");
+    INTERN(s_first_scheduled_time_s, "first_scheduled_time_s");
+    INTERN(s_b_req, "req");
+    INTERN(s_b_num_tokens, "num_tokens");
+    INTERN(s_b_need, "need");
+    INTERN(s_b_budget, "budget");
+    INTERN(s_b_threshold, "threshold");
+    INTERN(s_b_watermark, "watermark");
+    INTERN(s_b_first_hash, "first_hash");
+    INTERN(s_b_num_chains, "num_chains");
+    INTERN(s_pending, "_pending");
+    INTERN(s_pending_aborted, "_pending_aborted");
+    INTERN(s_num_steps, "num_steps");
+    INTERN(s_blocked, "_blocked");
+    INTERN(s_waiting, "waiting");
+    INTERN(s_config, "config");
+    INTERN(s_popleft, "popleft");
+    INTERN(s_schedule_running_py, "_schedule_running");
+    INTERN(s_update_lists, "_update_lists");
+    INTERN(s_flush, "flush");
+    INTERN(s_admitted_request_ids, "admitted_request_ids");
+    INTERN(s_num_new_prefix_hit_tokens, "num_new_prefix_hit_tokens");
+    INTERN(s_query, "_query");
+    INTERN(s_context, "_context");
+    INTERN(s_num_blocks, "_num_blocks");
+    INTERN(s_num_kv_blocks_used, "num_kv_blocks_used");
+    INTERN(s_num_kv_blocks_total, "num_kv_blocks_total");
+    INTERN(s_num_running, "num_running");
+    INTERN(s_num_waiting, "num_waiting");
 #undef INTERN
     if (!(s_zero = PyLong_FromLong(0))) return NULL;
+    if (!(s_empty_tuple = PyTuple_New(0))) return NULL;
     PyObject *m = PyModule_Create(&kvcore_module);
     if (!m) return NULL;
     Py_INCREF(&PoolType);

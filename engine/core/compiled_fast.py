@@ -7,7 +7,10 @@
 `_col_seq`, each phase's decoders as a list linked in queue order, the stops as a heap) with its operations;
 `CompiledFastPath` runs `FastPath.schedule_running` and `FastPath.update` in C in the common case (a period without
 prefill rows whose step the free blocks cover, every admission sampling its token) and `FastPath`'s Python methods,
-on the same C columns, in every other case (a period starting or ending, prompt chunks, preemptions). The Python
+on the same C columns, in every other case (a period starting or ending, prompt chunks, preemptions). For an FCFS
+`Scheduler` it also runs the scheduler's whole step (`schedule_step`: `Scheduler.schedule` with its waiting queue's
+admissions; `update_step`: `Scheduler.update_from_output`), so that a step makes no Python call of engine.core in
+the common case. The Python
 classes stay the reference: tests/test_core_properties.py compares both step by step. Moving the fast path's code to
 C while its state stayed in Python objects saved nothing (docs/benchmark-history/2026-11-30f-steploop2.md): the
 state is what moved here.
@@ -15,6 +18,7 @@ state is what moved here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,6 +53,33 @@ if FAST_PATH_BUILT or TYPE_CHECKING:
 
         def __init__(self, scheduler: SchedulerState) -> None:
             _kvcore.FastPathCore.__init__(self, scheduler, scheduler.kv, FastPath.schedule_running, FastPath.update)
+
+
+# Built with the scheduler's whole step in C (`FastPathCore.schedule_step` / `update_step`; a build from before it: the
+# Python `Scheduler.schedule` and `update_from_output` on the compiled fast path).
+STEP_BUILT = FAST_PATH_BUILT and hasattr(_kvcore, "bind_step_types")
+_STEP_BOUND = False
+# The step in C makes its plans at StepPlan's slots directly (False: StepPlan's slots are not the ones it knows, and it
+# calls the class; tests/test_compiled_fast.py requires True where built, so that a new slot is added there too).
+STEP_PLANS_DIRECT = False
+
+
+def bind_step(blocked: type, blocked_of: Callable[..., object]) -> bool:
+    """Give the extension what the scheduler's step in C reads and calls: `engine.core.scheduler._Blocked` (its slots)
+    and `_Blocked.of`. Whether the step in C is built (called once, by engine.core.scheduler)."""
+    global _STEP_BOUND, STEP_PLANS_DIRECT
+    if STEP_BUILT:
+        STEP_PLANS_DIRECT = _kvcore.bind_step_types(blocked, blocked_of, RequestStatus.RUNNING)
+        _STEP_BOUND = True
+    return _STEP_BOUND
+
+
+def compiled_step(fast: FastPath | None) -> CompiledFastPath | None:
+    """`fast` where it can run its scheduler's whole step (the step in C built and bound, `fast` the compiled fast
+    path), else None."""
+    if _STEP_BOUND and isinstance(fast, CompiledFastPath):
+        return fast
+    return None
 
 
 def fast_path_class(scheduler: SchedulerState) -> type[FastPath]:

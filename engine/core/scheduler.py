@@ -26,15 +26,19 @@ groups, streaming-input sessions (sliding-window groups: `KVCacheManager`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from engine.core.compiled_fast import new_fast_path
+from engine.core.compiled_fast import bind_step, compiled_step, new_fast_path
 from engine.core.compiled_kv import new_kv_cache_manager
 from engine.core.config import CacheConfig, SchedulerConfig
 from engine.core.fast_path import FastPath
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.request import Request, RequestStatus
-from engine.core.request_queue import create_request_queue
+from engine.core.request_queue import FCFSRequestQueue, create_request_queue
 from engine.core.step_plan import StepPlan
+
+if TYPE_CHECKING:
+    from engine.core.compiled_fast import CompiledFastPath
 
 _RUNNING = RequestStatus.RUNNING
 
@@ -57,6 +61,12 @@ class Scheduler:
         # (The fast path's batched decode allocation knows one block table per request: not a hybrid model's.)
         # (In C where the KV cache manager is: engine.core.compiled_fast.)
         self._fast: FastPath | None = new_fast_path(self) if fast_paths and not cache.num_sliding_groups else None
+        # The whole step in C (`schedule_step`, `update_step`: engine.core.compiled_fast) where the compiled fast path
+        # serves an FCFS scheduler of exactly this class: the same statements as `schedule` and `update_from_output`
+        # below, which stay the reference.
+        self._step: CompiledFastPath | None = None
+        if type(self) is Scheduler and type(self.waiting) is FCFSRequestQueue:
+            self._step = compiled_step(self._fast)
         # The waiting queue's head when its blocks did not fit, with what its failure depended on (`_Blocked`).
         self._blocked: _Blocked | None = None
         # The stop tokens of a request (`add_request`) by its stop_token_ids and the EOS that stops it.
@@ -154,6 +164,8 @@ class Scheduler:
         # num_tokens - 1 tokens) and stops the admissions if it does not fit (whole sequence must fit with
         # scheduler_reserve_full_isl; without chunked prefill, the whole rest of the prompt must fit the
         # budget).
+        if self._step is not None:
+            return self._step.schedule_step(now_s)
         assert self._pending is None, "update_from_output() must follow every non-empty schedule()"
         plan = StepPlan(self.num_steps)
         threshold = self.config.long_prefill_token_threshold
@@ -300,6 +312,8 @@ class Scheduler:
         token every emitting seq sampled (the simulator's case, which goes the fast path). Requests aborted
         since `schedule()` are skipped.
         """
+        if self._step is not None:
+            return self._step.update_step(plan, sampled, now_s)
         if plan.is_empty:
             return []
         assert plan is self._pending, "update_from_output() takes the plan of the last schedule()"
@@ -310,6 +324,11 @@ class Scheduler:
                 if finished is not None:
                     return finished
             self._fast.flush()
+        return self._update_lists(plan, sampled, now_s)
+
+    def _update_lists(self, plan: StepPlan, sampled: dict[str, int] | Sequence[int] | int,
+                      now_s: float | None) -> list[Request]:
+        """`update_from_output` token by token (not the fast path's update)."""
         emits = plan.emits
         if isinstance(sampled, int):
             sampled = [sampled] * plan.num_seqs
@@ -402,3 +421,7 @@ class _Blocked:
                 and budget >= self.budget and threshold == self.threshold and bool(sched.running) == self.watermark
                 and (self.first_hash is None or not pool.may_hit(self.first_hash))
                 and (self.num_chains is None or pool.num_chains_made == self.num_chains))
+
+
+# The scheduler's step in C reads `_Blocked`'s slots and calls `_Blocked.of` (engine.core.compiled_fast).
+bind_step(_Blocked, _Blocked.of)
