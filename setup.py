@@ -1,7 +1,8 @@
 """The optional C extensions engine.core._kvcore (the compiled block pool and KV cache manager,
 engine/core/compiled_kv.py), roofline.cost._stepcost (the step cost's GPU full-attention paths,
-roofline/cost/native.py) and roofline.sim._simcore (a finished request's runs of stamps, roofline/sim/native.py);
-everything else is in pyproject.toml.
+roofline/cost/native.py), roofline.sim._simcore (a finished request's runs of stamps, roofline/sim/native.py), and
+for `--out` engine.core._steprec (the steps' sequences, engine/core/step_record.py) and roofline.sim._csvrows (the
+CSV rows, roofline/sim/outputs.py); everything else is in pyproject.toml.
 
 `optional=True`: where no C compiler (or no Python headers) is found, the build warns and installs without it, and
 engine.core runs on its Python classes. tests/test_compiled_kv.py checks that a built extension is the one in use.
@@ -17,6 +18,12 @@ setup(
             optional=True,
             extra_compile_args=["-O2"],
         ),
+        Extension(
+            "engine.core._steprec",
+            sources=["engine/core/_steprec.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
         # The same floats as the Python code (roofline/cost/_stepcost.c): no fused multiply-adds.
         Extension(
             "roofline.cost._stepcost",
@@ -27,6 +34,12 @@ setup(
         Extension(
             "roofline.sim._simcore",
             sources=["roofline/sim/_simcore.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
+        Extension(
+            "roofline.sim._csvrows",
+            sources=["roofline/sim/_csvrows.c"],
             optional=True,
             extra_compile_args=["-O2"],
         ),

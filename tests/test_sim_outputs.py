@@ -17,10 +17,12 @@ from roofline.cost.ops import BatchStats
 from roofline.cost.roofline_math import _distinct_rows, _ExactPowArray, _segment_sums
 from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
+from roofline.sim import outputs
 from roofline.sim.deployment import Deployment, make_deployment
 from roofline.sim.outputs import step_table, write_csv
 from roofline.sim.recorder import SimulationResult
 from roofline.sim.simulator import SimulationOptions, run_simulation
+from roofline.sim.table import Table
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, SharedPrefix, Workload
 from tests.profiles import TEST_CPU_PROFILE
 
@@ -170,10 +172,34 @@ def test_write_csv_writes_the_bytes_of_pandas(tmp_path: Path) -> None:
         "float32": pd.DataFrame({"x": np.array([0.1, 2.5], dtype=np.float32), "y": [1, 2]}),
         "one column": pd.DataFrame({"id": ["", "a"]}),
     }
+    frames["int32 and uint64"] = pd.DataFrame({"a": np.array([-(2**31), 7, 2**31 - 1], dtype=np.int32),
+                                               "b": np.array([0, 2**64 - 1, 5], dtype=np.uint64),
+                                               "c": np.array([-128, 0, 127], dtype=np.int8)})
+    frames["strided"] = pd.DataFrame({"x": floats[::2], "y": np.arange(len(floats[::2]))})
     for name, frame in frames.items():
-        write_csv(frame, tmp_path / "fast.csv")
         frame.to_csv(tmp_path / "pandas.csv", index=False)
-        assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), name
+        # a DataFrame, and a Table of its columns (text as a list: the rows written in C where built)
+        table = Table({k: frame[k].tolist() if frame[k].dtype == object else frame[k].to_numpy() for k in frame})
+        for kind, written in (("frame", frame), ("table", table)):
+            write_csv(written, tmp_path / "fast.csv")
+            assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), (name, kind)
+
+
+@pytest.mark.skipif(not outputs.CSV_COMPILED, reason="roofline.sim._csvrows not built (or ROOFLINE_PURE_PYTHON)")
+def test_compiled_csv_rows_are_the_python_cells() -> None:
+    """The C rows (`_csvrows.rows`) of number and text columns are the Python cells joined; a text that needs
+    quotes, an object array or a bool column is left to them (None)."""
+    rng = np.random.default_rng(5)
+    floats = np.concatenate([rng.random(300) * 10.0 ** rng.integers(-30, 30, 300), [np.nan, -np.nan, np.inf, -np.inf,
+                             -0.0, 0.0, 1e16, 9999999999999998.0, 1e-4, 1e-5, 5e-324, 2.0**-1074, 1.7976931348623157e308,
+                             0.1, 0.1, 123456789.125]])
+    n = len(floats)
+    columns = [[f"r{i}" for i in range(n)], floats, rng.integers(-(2**62), 2**62, n), np.repeat(floats[:4], n // 4 + 1)[:n]]
+    expected = "".join(",".join(row) + "\n" for row in zip(*[outputs._csv_cells(c) for c in columns]))
+    assert outputs._csvrows.rows(columns, "\n") == expected.encode()
+    assert outputs._csvrows.rows([["a"], np.zeros(1)], "\r\n") == b"a,0.0\r\n"
+    for other in (["a,b"], ['q"'], ["x\ny"], np.array(["a"], dtype=object), np.array([True]), [1]):
+        assert outputs._csvrows.rows([other, np.zeros(1)], "\n") is None
 
 
 def test_distinct_rows_are_numpys_unique_rows() -> None:

@@ -1,14 +1,20 @@
 """`engine.core.step_record`: the steps' sequences recorded as the plans hold them and built into arrays at the end,
-on hand-made plans (the simulator's own runs: tests/test_simulator.py::test_recorded_steps_equal_each_plan_as_it_ran)."""
+on hand-made plans (the simulator's own runs: tests/test_simulator.py::test_recorded_steps_equal_each_plan_as_it_ran);
+the compiled records (engine/core/_steprec.c) against the Python ones, the reference."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
+from engine.core import step_record
 from engine.core.step_plan import ColumnRows
-from engine.core.step_record import StepRecords
+from engine.core.step_record import CompiledStepRecords, PythonStepRecords
+
+KINDS = [PythonStepRecords, pytest.param(CompiledStepRecords, marks=pytest.mark.skipif(
+    step_record._steprec is None, reason="engine.core._steprec not built"))]
 
 
 @dataclass
@@ -28,7 +34,7 @@ class _Plan:
 
     @property
     def requests(self) -> list[_Request]:
-        bulk_ids = [self.bulk.ids[i] for i in self.bulk.seq.tolist()] if self.bulk is not None else []
+        bulk_ids = [self.bulk.ids[i] for i in np.asarray(self.bulk.seq).tolist()] if self.bulk is not None else []
         return [_Request(r) for r in bulk_ids + self.tail_ids]
 
     def sequence_record(self) -> tuple[ColumnRows | None, list[int], list[int], list[bool]]:
@@ -51,10 +57,10 @@ def _bulk(off: list[int], num_updates: int, seq: list[int], ids: list[str],
                       np.array(seq, dtype=np.int32), ids)
 
 
-def _check(plans: list[_Plan]) -> None:
-    records = StepRecords()
+def _check(plans: list[_Plan], kind: type = PythonStepRecords) -> None:
+    records = kind()
     for plan in plans:
-        records.add(plan)  # type: ignore[arg-type]
+        records.add(plan)
     seqs = records.sequences()
     assert len(records) == len(seqs) == len(plans)
     query, context, emits = seqs.concatenated
@@ -65,24 +71,36 @@ def _check(plans: list[_Plan]) -> None:
         assert [x.tolist() for x in seqs[i]] == [q, c, e], i
         assert seqs.request_ids(i) == tuple(ids), i
     assert seqs.all_request_ids() == [tuple(p.expected()[3]) for p in plans]
+    if kind is not PythonStepRecords:  # the reference's layout too: the same names, the same indices
+        reference = PythonStepRecords()
+        for plan in plans:
+            reference.add(plan)  # type: ignore[arg-type]
+        expected = reference.sequences()
+        assert seqs.request_names == expected.request_names
+        assert np.array_equal(seqs.request_index, expected.request_index)
+        assert np.array_equal(seqs.offsets, expected.offsets) and seqs.offsets.dtype == np.int64
 
 
-def test_no_steps_give_empty_arrays() -> None:
-    seqs = StepRecords().sequences()
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_steps_give_empty_arrays(kind: type) -> None:
+    seqs = kind().sequences()
     assert len(seqs) == 0 and seqs.offsets.tolist() == [0] and seqs.request_names == []
     assert [a.dtype for a in seqs.concatenated] == [np.int32, np.int32, np.bool_]
     assert all(len(a) == 0 for a in seqs.concatenated)
 
 
-def test_one_step_of_tail_rows_only() -> None:
-    _check([_Plan(None, ["a", "b"], [5, 1], [0, 7], [True, False])])
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_step_of_tail_rows_only(kind: type) -> None:
+    _check([_Plan(None, ["a", "b"], [5, 1], [0, 7], [True, False])], kind)
 
 
-def test_one_step_of_bulk_rows_only() -> None:
-    _check([_Plan(_bulk([3, 9], 2, [1, 0], ["x", "y"]), [], [], [], [])])
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_step_of_bulk_rows_only(kind: type) -> None:
+    _check([_Plan(_bulk([3, 9], 2, [1, 0], ["x", "y"]), [], [], [], [])], kind)
 
 
-def test_bulk_tail_prefill_and_empty_steps_mixed() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_bulk_tail_prefill_and_empty_steps_mixed(kind: type) -> None:
     period_a = ["r0", "r1", "r2"]
     period_b = ["r1", "r3"]  # a request in two periods: indexed through each period's list
     _check([
@@ -93,4 +111,27 @@ def test_bulk_tail_prefill_and_empty_steps_mixed() -> None:
               [True, True]),
         _Plan(None, ["r7"], [11], [0], [True]),
         _Plan(_bulk([4, 8], 5, [0, 1], period_a), [], [], [], []),  # period a again, after b
-    ])
+    ], kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bulk_rows_as_the_fast_path_lists_them(kind: type) -> None:
+    """The compiled fast path's rows are lists, kept from step to step until the rows change (then new lists); a
+    period's id list grows after its first step."""
+    ids = ["a", "b", "c"]
+    off, seq = [5, 9, 2], [2, 0, 1]
+    plans = [_Plan(ColumnRows(off, n, 16, [], seq, ids), [], [], [], []) for n in (1, 2, 3)]
+    ids.append("d")  # (a request joins: new lists, the same period)
+    off2, seq2 = [5, 9, 2, 40], [2, 0, 1, 3]
+    plans.append(_Plan(ColumnRows(off2, 4, 16, [(3, 40, 8, 3)], seq2, ids), ["t"], [7], [0], [True]))
+    plans.append(_Plan(ColumnRows(off2, 5, 16, [], seq2, ids), [], [], [], []))
+    _check(plans, kind)
+
+
+@pytest.mark.skipif(not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)")
+def test_request_id_bytes_are_the_ids_utf8() -> None:
+    records = CompiledStepRecords()
+    for plan in [_Plan(_bulk([4, 8], 1, [1, 0], ["é1", "r0"]), ["x,y"], [3], [0], [False]), _Plan(None, [], [], [], [])]:
+        records.add(plan)
+    offsets, data = records.sequences().request_id_utf8()  # type: ignore[misc]
+    assert offsets.tolist() == [0, 2, 5, 8] and bytes(data) == "r0é1x,y".encode()

@@ -11,23 +11,33 @@ update count, their request ids as indices into the period's list) and the seque
 values and request ids, appended to flat lists). A decode step of 150 requests is thus kept as two array
 references and an int instead of three 150-row arrays and 150 strings; the arrays are built for all steps at once
 by a few numpy passes.
+
+Compiled (engine/core/_steprec.c, where built and `ROOFLINE_PURE_PYTHON` is not set), `StepRecords` is
+`CompiledStepRecords`: each step's rows written into C arrays as it is added (the same values, the same request
+names and indices), which `sequences()` hands over without a copy; `PythonStepRecords` is the reference.
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterator, Sequence
-from typing import overload
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 
+from engine.core.native import ALLOWED
 from engine.core.step_plan import StepPlan
+
+try:
+    from engine.core import _steprec  # type: ignore[attr-defined]
+except ImportError:  # not built (no compiler at install time)
+    _steprec = None
 
 _REQUEST_ID = operator.attrgetter("request_id")
 
 
-class StepRecords:
+class PythonStepRecords:
     """The sequences of every step added, in order (see the module docstring).
 
     Kept as columns, one entry per step: the bulk rows' `off` and `seq` arrays (empty without bulk rows), update
@@ -155,6 +165,32 @@ class StepRecords:
         return StepSequences(query, context, emits, starts, names, index)
 
 
+class CompiledStepRecords:
+    """`PythonStepRecords` in C (`_steprec.StepLog`): `add` writes the step's rows into C arrays; `sequences()` (the
+    same values and layout) closes the records: no step is added after it."""
+
+    def __init__(self) -> None:
+        self._log = _steprec.StepLog()
+        self.add: Callable[[StepPlan], None] = self._log.add
+        self._sequences: StepSequences | None = None
+
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def sequences(self) -> StepSequences:
+        if self._sequences is None:
+            query, context, emits, starts, names, index = self._log.finish()
+            self._sequences = StepSequences(
+                np.frombuffer(query, np.int32), np.frombuffer(context, np.int32), np.frombuffer(emits, np.bool_),
+                np.frombuffer(starts, np.int64), names, np.frombuffer(index, np.int32))
+        return self._sequences
+
+
+COMPILED = _steprec is not None and ALLOWED
+StepRecords: type[PythonStepRecords] | type[CompiledStepRecords] = \
+    CompiledStepRecords if COMPILED else PythonStepRecords
+
+
 _NO_ROWS64 = np.zeros(0, dtype=np.int64)  # the bulk rows of a step without any
 _NO_ROWS32 = np.zeros(0, dtype=np.int32)
 
@@ -177,6 +213,18 @@ class StepSequences(Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]):
     @classmethod
     def empty(cls) -> StepSequences:
         return StepRecords().sequences()
+
+    def request_id_utf8(self) -> tuple[np.ndarray, Any] | None:
+        """Every sequence's request id as UTF-8 bytes one after the other and the int32 offsets (n + 1) of each:
+        Arrow's string layout (`pa.Array.from_buffers`), gathered in C; None without the C extension or where the
+        bytes do not fit int32 offsets."""
+        if not COMPILED:
+            return None
+        gathered = _steprec.gather_utf8(self.request_names, self.request_index)
+        if gathered is None:
+            return None
+        offsets, data = gathered
+        return np.frombuffer(offsets, np.int32), data
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

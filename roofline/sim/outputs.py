@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engine.core.native import ALLOWED
 from engine.core.step_record import StepSequences
 from engine.core.trace import (
     ROW_GROUP_STEPS,
@@ -37,6 +38,13 @@ from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import STEP_COLUMNS, SimulationResult
 from roofline.sim.simulator import gc_paused
 from roofline.sim.table import Columns, Table, column
+
+try:
+    from roofline.sim import _csvrows  # type: ignore[attr-defined]
+except ImportError:  # not built (no compiler at install time)
+    _csvrows = None
+# The CSV rows in C (roofline/sim/_csvrows.c: `_csv_cells`' text, joined), unless `ROOFLINE_PURE_PYTHON` is set.
+CSV_COMPILED = _csvrows is not None and ALLOWED
 
 
 def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResult, summary: dict[str, object],
@@ -82,9 +90,14 @@ def write_csv(frame: Columns, path: Path) -> None:
     by `str`, a float64 by numpy's `astype(str)`, which is Python's `repr` (the shortest string that reads back,
     'inf'), NaN and a missing string as an empty field, and quotes a field only if it holds a comma, a quote or a
     line break; here each distinct value is formatted once (a step's counts and KV usage repeat) and the rows
-    joined."""
-    cells = [_csv_cells(frame[name]) for name in frame.columns] if all(
-        isinstance(name, str) and not _NEEDS_QUOTES.search(name) for name in frame.columns) else []
+    joined; compiled (`CSV_COMPILED`), a Table's rows are written in C, the same text."""
+    plain_names = all(isinstance(name, str) and not _NEEDS_QUOTES.search(name) for name in frame.columns)
+    if CSV_COMPILED and plain_names and len(frame.columns) >= 2 and isinstance(frame, Table):
+        rows = _csvrows.rows([frame[name] for name in frame.columns], os.linesep)
+        if rows is not None:  # (None: a column the Python cells write)
+            path.write_bytes((",".join(frame.columns) + os.linesep).encode() + rows)
+            return
+    cells = [_csv_cells(frame[name]) for name in frame.columns] if plain_names else []
     if len(cells) < 2 or any(cell is None for cell in cells):  # (one empty field alone is quoted)
         (frame.to_pandas() if isinstance(frame, Table) else frame).to_csv(path, index=False)
         return
@@ -140,15 +153,24 @@ def steps_table(deployment: Deployment, steps: Columns, seqs: StepSequences) -> 
         typ = TRACE_STEP_COLUMNS[name]
         columns[name] = pa.ListArray.from_arrays(offsets, _arrow(values, typ.value_type), type=typ)
     columns["predicted_s"] = column(steps, "duration_s")
-    # Each distinct id once, then taken: the same string array as one built from every sequence's id string.
-    index = seqs.request_index
-    ids = _arrow(seqs.request_names, pa.string()).take(_arrow(index, _ARROW_TYPES.get(index.dtype, pa.int64())))
-    columns["request_ids"] = pa.ListArray.from_arrays(offsets, ids)
+    columns["request_ids"] = pa.ListArray.from_arrays(offsets, _request_ids(seqs))
     columns["replica"] = column(steps, "replica")
     for name in sorted(breakdown):
         columns[f"op_{name}_s"] = breakdown[name]
     schema = step_schema([n for n in columns if n not in TRACE_STEP_COLUMNS])
     return pa.table({n: _array(columns[n], schema.field(n).type) for n in schema.names}, schema=schema)
+
+
+def _request_ids(seqs: StepSequences) -> pa.Array:
+    """Every sequence's request id, a string array: its UTF-8 bytes gathered in C (`StepSequences.request_id_utf8`),
+    else each distinct id once, then taken (pyarrow.compute, imported only then); the same strings as an array
+    built from every sequence's id string."""
+    gathered = seqs.request_id_utf8()
+    if gathered is not None:
+        offsets, data = gathered
+        return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    index = seqs.request_index
+    return _arrow(seqs.request_names, pa.string()).take(_arrow(index, _ARROW_TYPES.get(index.dtype, pa.int64())))
 
 
 class StepTraceStream:

@@ -1,0 +1,609 @@
+/* The steps' sequences recorded in C: `engine.core.step_record.StepRecords` (the Python class, the reference) with
+   each step's rows written into growing C arrays as the step is added, and the request id strings of many
+   sequences gathered into one UTF-8 buffer.
+
+   StepLog.add(plan) reads `plan.sequence_record()` as StepRecords.add does: the bulk rows (`ColumnRows`: offsets
+   `off`, request indices `seq` into the period's id list `ids`, the update count, the prefill rows) and the rows
+   after them (query, context, emits lists; their ids are the plan's last requests'). A bulk row is a decode of
+   context `off + num_updates - 1`, except a prefill row (row, context, query, blocks). The bulk rows' offsets and
+   indices are converted from the fast path's lists only when the lists change (a decode step keeps them: the
+   previous step's converted rows are reused), so a step costs a few C loops over its rows.
+
+   StepLog.finish() hands the arrays over (the log is then closed): query, context, request index (int32), emits
+   (one byte each, 0 or 1), the steps' offsets (int64, n + 1), as buffers numpy reads in place, and the request
+   names: every period's id list once, in the order of its first step, then the ids of the rows after the bulk
+   rows, each row's index pointing into it. These are the values and the layout StepRecords.sequences() gives
+   (tests/test_step_record.py compares the two on the same plans).
+
+   gather_utf8(names, index) -> (offsets, data) or None: the UTF-8 bytes of names[index[i]] for every i, one after
+   the other, and the int32 offsets (n + 1) of each (Arrow's string layout; pyarrow's `take` of the names gives the
+   same values). None where the bytes would not fit int32 offsets.
+
+   Nothing here is a model: no number in this file is a parameter. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- an owned block of memory that numpy reads through the buffer protocol (np.frombuffer) ---- */
+
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+} Block;
+
+static void Block_dealloc(Block *b) {
+    PyMem_RawFree(b->data);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static int Block_getbuffer(Block *b, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)b, b->data, b->len, 0, flags);
+}
+
+static PyBufferProcs Block_as_buffer = {(getbufferproc)Block_getbuffer, NULL};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._steprec.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_dealloc = (destructor)Block_dealloc,
+    .tp_as_buffer = &Block_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Bytes owned here, read in place through the buffer protocol (np.frombuffer).",
+};
+
+/* A growing C array. */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap; /* bytes */
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 1 << 14;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *data = PyMem_RawRealloc(b->data, cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+/* The buffer as a Block (the memory handed over; `b` left empty). */
+static PyObject *buf_take(Buf *b) {
+    Block *block = PyObject_New(Block, &BlockType);
+    if (block == NULL)
+        return NULL;
+    if (b->data == NULL) { /* (an empty array: one byte, so that the pointer is not NULL) */
+        b->data = PyMem_RawMalloc(1);
+        if (b->data == NULL) {
+            Py_DECREF(block);
+            return PyErr_NoMemory();
+        }
+    }
+    block->data = b->data;
+    block->len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)block;
+}
+
+#define AT(buf, type) ((type *)(buf).data)
+
+/* ---- StepLog ---- */
+
+static PyObject *s_sequence_record, *s_off, *s_seq, *s_num_updates, *s_prefill_rows, *s_ids, *s_requests,
+    *s_request_id;
+
+typedef struct {
+    PyObject_HEAD
+    Buf query, context, emits, index; /* per sequence: int32, int32, uint8, int32 */
+    Buf starts;                       /* per step, n + 1: int64 */
+    Buf period, num_bulk;             /* per step: int32 (-1: no bulk rows), int64 */
+    Py_ssize_t num_steps;
+    PyObject *periods;   /* list: the bulk rows' id lists, each once, in the order of their first step */
+    PyObject *period_of; /* dict: the address of an id list -> its index in `periods` */
+    PyObject *tail_ids;  /* list[str]: the ids of the rows after the bulk rows, step after step */
+    PyObject *last_ids;  /* (borrowed: `periods` holds it) */
+    Py_ssize_t last_period;
+    PyObject *last_off, *last_seq; /* the lists `raw_off` and `raw_seq` were converted from (references held) */
+    Buf raw_off, raw_seq;          /* int64, int32 */
+    int closed;
+} StepLog;
+
+static int StepLog_init(StepLog *self, PyObject *args, PyObject *kwds) {
+    if (!PyArg_ParseTuple(args, ":StepLog"))
+        return -1;
+    self->periods = PyList_New(0);
+    self->period_of = PyDict_New();
+    self->tail_ids = PyList_New(0);
+    if (self->periods == NULL || self->period_of == NULL || self->tail_ids == NULL)
+        return -1;
+    if (buf_reserve(&self->starts, sizeof(int64_t)) < 0)
+        return -1;
+    AT(self->starts, int64_t)[0] = 0;
+    self->starts.len = sizeof(int64_t);
+    self->last_period = -1;
+    return 0;
+}
+
+static void StepLog_dealloc(StepLog *self) {
+    Buf *bufs[] = {&self->query, &self->context, &self->emits, &self->index, &self->starts, &self->period,
+                   &self->num_bulk, &self->raw_off, &self->raw_seq};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        PyMem_RawFree(bufs[i]->data);
+    Py_XDECREF(self->periods);
+    Py_XDECREF(self->period_of);
+    Py_XDECREF(self->tail_ids);
+    Py_XDECREF(self->last_off);
+    Py_XDECREF(self->last_seq);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Reads a sequence of ints (a list, else any sequence: a numpy array's items) into `out` (int64 or int32). */
+static int read_ints(PyObject *obj, Buf *out, int wide, Py_ssize_t *n) {
+    PyObject *fast = PySequence_Fast(obj, "StepLog: a sequence of ints expected");
+    if (fast == NULL)
+        return -1;
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    out->len = 0;
+    if (buf_reserve(out, size * (wide ? 8 : 4)) < 0) {
+        Py_DECREF(fast);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        long long v = PyLong_AsLongLong(items[i]);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (wide)
+            AT(*out, int64_t)[i] = v;
+        else
+            AT(*out, int32_t)[i] = (int32_t)v;
+    }
+    out->len = size * (wide ? 8 : 4);
+    *n = size;
+    Py_DECREF(fast);
+    return 0;
+}
+
+static Py_ssize_t period_index(StepLog *self, PyObject *ids) {
+    if (ids == self->last_ids)
+        return self->last_period;
+    PyObject *key = PyLong_FromVoidPtr(ids);
+    if (key == NULL)
+        return -1;
+    PyObject *found = PyDict_GetItemWithError(self->period_of, key);
+    Py_ssize_t period;
+    if (found != NULL) {
+        period = PyLong_AsSsize_t(found);
+    } else if (PyErr_Occurred()) {
+        period = -1;
+    } else {
+        period = PyList_GET_SIZE(self->periods);
+        PyObject *value = PyLong_FromSsize_t(period);
+        if (value == NULL || PyDict_SetItem(self->period_of, key, value) < 0 || PyList_Append(self->periods, ids) < 0)
+            period = -1;
+        Py_XDECREF(value);
+    }
+    Py_DECREF(key);
+    if (period >= 0) {
+        self->last_ids = ids;
+        self->last_period = period;
+    }
+    return period;
+}
+
+/* The bulk rows of `bulk` (a ColumnRows) after the `start` sequences written so far. */
+static int add_bulk(StepLog *self, PyObject *bulk, Py_ssize_t start, Py_ssize_t *num_rows, Py_ssize_t *period) {
+    int rc = -1;
+    PyObject *off = PyObject_GetAttr(bulk, s_off);
+    PyObject *seq = off ? PyObject_GetAttr(bulk, s_seq) : NULL;
+    PyObject *nu_obj = seq ? PyObject_GetAttr(bulk, s_num_updates) : NULL;
+    PyObject *prefill = nu_obj ? PyObject_GetAttr(bulk, s_prefill_rows) : NULL;
+    PyObject *ids = prefill ? PyObject_GetAttr(bulk, s_ids) : NULL;
+    if (ids == NULL)
+        goto done;
+    long long num_updates = PyLong_AsLongLong(nu_obj);
+    if (num_updates == -1 && PyErr_Occurred())
+        goto done;
+    if (off != self->last_off || seq != self->last_seq) { /* (a change of rows makes new lists) */
+        Py_ssize_t n_off, n_seq;
+        Py_CLEAR(self->last_off);
+        Py_CLEAR(self->last_seq);
+        if (read_ints(off, &self->raw_off, 1, &n_off) < 0 || read_ints(seq, &self->raw_seq, 0, &n_seq) < 0)
+            goto done;
+        if (n_off != n_seq) {
+            PyErr_SetString(PyExc_ValueError, "StepLog: bulk rows' off and seq differ in length");
+            goto done;
+        }
+        Py_INCREF(off);
+        Py_INCREF(seq);
+        self->last_off = off;
+        self->last_seq = seq;
+    }
+    Py_ssize_t n = self->raw_off.len / 8;
+    if (buf_reserve(&self->query, (start + n) * 4 - self->query.len) < 0
+        || buf_reserve(&self->context, (start + n) * 4 - self->context.len) < 0
+        || buf_reserve(&self->emits, (start + n) - self->emits.len) < 0
+        || buf_reserve(&self->index, (start + n) * 4 - self->index.len) < 0)
+        goto done;
+    int32_t *query = AT(self->query, int32_t) + start, *context = AT(self->context, int32_t) + start;
+    int32_t *index = AT(self->index, int32_t) + start;
+    const int64_t *raw_off = AT(self->raw_off, int64_t);
+    int64_t delta = num_updates - 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        context[i] = (int32_t)(raw_off[i] + delta);
+        query[i] = 1;
+    }
+    memset(self->emits.data + start, 1, n);
+    memcpy(index, self->raw_seq.data, n * 4);
+    if (prefill != Py_None) {
+        PyObject *rows = PySequence_Fast(prefill, "StepLog: prefill_rows must be a sequence");
+        if (rows == NULL)
+            goto done;
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(rows); k++) {
+            PyObject *row = PySequence_Fast_GET_ITEM(rows, k);
+            long long r, ctx, nq;
+            if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 3) {
+                PyErr_SetString(PyExc_TypeError, "StepLog: a prefill row is a tuple (row, context, query, blocks)");
+                Py_DECREF(rows);
+                goto done;
+            }
+            r = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 0));
+            ctx = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 1));
+            nq = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));
+            if (PyErr_Occurred()) {
+                Py_DECREF(rows);
+                goto done;
+            }
+            if (r < -n || r >= n) {
+                PyErr_SetString(PyExc_IndexError, "StepLog: a prefill row outside the bulk rows");
+                Py_DECREF(rows);
+                goto done;
+            }
+            if (r < 0)
+                r += n;
+            context[r] = (int32_t)ctx;
+            query[r] = (int32_t)nq;
+        }
+        Py_DECREF(rows);
+    }
+    *period = period_index(self, ids);
+    if (*period < 0)
+        goto done;
+    *num_rows = n;
+    rc = 0;
+done:
+    Py_XDECREF(off);
+    Py_XDECREF(seq);
+    Py_XDECREF(nu_obj);
+    Py_XDECREF(prefill);
+    Py_XDECREF(ids);
+    return rc;
+}
+
+/* The rows after the bulk rows: values from the lists, ids from the plan's last requests. */
+static int add_tail(StepLog *self, PyObject *plan, PyObject *query_obj, PyObject *context_obj, PyObject *emits_obj,
+                    Py_ssize_t start, Py_ssize_t *num_rows) {
+    int rc = -1;
+    PyObject *q = PySequence_Fast(query_obj, "StepLog: query lengths must be a sequence");
+    PyObject *c = q ? PySequence_Fast(context_obj, "StepLog: context lengths must be a sequence") : NULL;
+    PyObject *e = c ? PySequence_Fast(emits_obj, "StepLog: emits must be a sequence") : NULL;
+    PyObject *requests = NULL, *fast_requests = NULL;
+    if (e == NULL)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(q);
+    *num_rows = n;
+    if (n == 0) {
+        rc = 0;
+        goto done;
+    }
+    if (PySequence_Fast_GET_SIZE(c) != n || PySequence_Fast_GET_SIZE(e) != n) {
+        PyErr_SetString(PyExc_ValueError, "StepLog: query, context and emits differ in length");
+        goto done;
+    }
+    requests = PyObject_GetAttr(plan, s_requests);
+    fast_requests = requests ? PySequence_Fast(requests, "StepLog: plan.requests must be a sequence") : NULL;
+    if (fast_requests == NULL)
+        goto done;
+    Py_ssize_t num_requests = PySequence_Fast_GET_SIZE(fast_requests);
+    if (num_requests < n) {
+        PyErr_SetString(PyExc_ValueError, "StepLog: fewer requests than rows after the bulk rows");
+        goto done;
+    }
+    if (buf_reserve(&self->query, (start + n) * 4 - self->query.len) < 0
+        || buf_reserve(&self->context, (start + n) * 4 - self->context.len) < 0
+        || buf_reserve(&self->emits, (start + n) - self->emits.len) < 0
+        || buf_reserve(&self->index, (start + n) * 4 - self->index.len) < 0)
+        goto done;
+    Py_ssize_t first_tail = PyList_GET_SIZE(self->tail_ids);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long qv = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(q, i));
+        long long cv = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(c, i));
+        int ev = PyObject_IsTrue(PySequence_Fast_GET_ITEM(e, i));
+        if (PyErr_Occurred() || ev < 0)
+            goto done;
+        AT(self->query, int32_t)[start + i] = (int32_t)qv;
+        AT(self->context, int32_t)[start + i] = (int32_t)cv;
+        self->emits.data[start + i] = (char)ev;
+        AT(self->index, int32_t)[start + i] = (int32_t)(first_tail + i);
+        PyObject *id = PyObject_GetAttr(PySequence_Fast_GET_ITEM(fast_requests, num_requests - n + i), s_request_id);
+        if (id == NULL)
+            goto done;
+        int failed = PyList_Append(self->tail_ids, id);
+        Py_DECREF(id);
+        if (failed < 0)
+            goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(q);
+    Py_XDECREF(c);
+    Py_XDECREF(e);
+    Py_XDECREF(requests);
+    Py_XDECREF(fast_requests);
+    return rc;
+}
+
+static PyObject *StepLog_add(StepLog *self, PyObject *plan) {
+    if (self->closed) {
+        PyErr_SetString(PyExc_RuntimeError, "StepLog: add after finish");
+        return NULL;
+    }
+    if (buf_reserve(&self->starts, 8) < 0 || buf_reserve(&self->period, 4) < 0 || buf_reserve(&self->num_bulk, 8) < 0)
+        return NULL;
+    PyObject *record = PyObject_CallMethodNoArgs(plan, s_sequence_record);
+    if (record == NULL)
+        return NULL;
+    if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 4) {
+        PyErr_SetString(PyExc_TypeError, "StepLog: sequence_record() must give (bulk, query, context, emits)");
+        Py_DECREF(record);
+        return NULL;
+    }
+    PyObject *bulk = PyTuple_GET_ITEM(record, 0);
+    Py_ssize_t start = self->query.len / 4, num_bulk = 0, num_tail = 0, period = -1;
+    if (bulk != Py_None && add_bulk(self, bulk, start, &num_bulk, &period) < 0) {
+        Py_DECREF(record);
+        return NULL;
+    }
+    if (add_tail(self, plan, PyTuple_GET_ITEM(record, 1), PyTuple_GET_ITEM(record, 2), PyTuple_GET_ITEM(record, 3),
+                 start + num_bulk, &num_tail) < 0) {
+        Py_DECREF(record);
+        return NULL;
+    }
+    Py_DECREF(record);
+    Py_ssize_t end = start + num_bulk + num_tail;
+    self->query.len = self->context.len = self->index.len = end * 4;
+    self->emits.len = end;
+    AT(self->starts, int64_t)[self->num_steps + 1] = end;
+    AT(self->period, int32_t)[self->num_steps] = (int32_t)period;
+    AT(self->num_bulk, int64_t)[self->num_steps] = num_bulk;
+    self->num_steps++;
+    self->starts.len += 8;
+    self->period.len += 4;
+    self->num_bulk.len += 8;
+    Py_RETURN_NONE;
+}
+
+static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
+    if (self->closed) {
+        PyErr_SetString(PyExc_RuntimeError, "StepLog: finished already");
+        return NULL;
+    }
+    /* The names: each period's list as it is now (they only grow), then the rows' after the bulk rows. */
+    Py_ssize_t num_periods = PyList_GET_SIZE(self->periods);
+    Py_ssize_t *base = PyMem_RawMalloc((num_periods + 1) * sizeof(Py_ssize_t));
+    if (base == NULL)
+        return PyErr_NoMemory();
+    PyObject *names = PyList_New(0);
+    if (names == NULL) {
+        PyMem_RawFree(base);
+        return NULL;
+    }
+    for (Py_ssize_t p = 0; p < num_periods; p++) {
+        base[p] = PyList_GET_SIZE(names);
+        PyObject *ids = PyList_GET_ITEM(self->periods, p);
+        if (PyList_SetSlice(names, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, ids) < 0) /* (each as it is now) */
+            goto fail;
+    }
+    Py_ssize_t tail_base = PyList_GET_SIZE(names);
+    if (PyList_SetSlice(names, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, self->tail_ids) < 0)
+        goto fail;
+    const int64_t *starts = AT(self->starts, int64_t), *num_bulk = AT(self->num_bulk, int64_t);
+    const int32_t *period = AT(self->period, int32_t);
+    int32_t *index = AT(self->index, int32_t);
+    for (Py_ssize_t i = 0; i < self->num_steps; i++) {
+        int64_t lo = starts[i], mid = lo + num_bulk[i], hi = starts[i + 1];
+        int32_t b = period[i] >= 0 ? (int32_t)base[period[i]] : 0;
+        if (b)
+            for (int64_t j = lo; j < mid; j++)
+                index[j] += b;
+        for (int64_t j = mid; j < hi; j++)
+            index[j] += (int32_t)tail_base;
+    }
+    PyMem_RawFree(base);
+    base = NULL;
+    PyObject *query = buf_take(&self->query), *context = buf_take(&self->context), *emits = buf_take(&self->emits);
+    PyObject *index_block = buf_take(&self->index), *starts_block = buf_take(&self->starts);
+    if (query == NULL || context == NULL || emits == NULL || index_block == NULL || starts_block == NULL) {
+        Py_XDECREF(query);
+        Py_XDECREF(context);
+        Py_XDECREF(emits);
+        Py_XDECREF(index_block);
+        Py_XDECREF(starts_block);
+        goto fail;
+    }
+    self->closed = 1;
+    Py_CLEAR(self->last_off);
+    Py_CLEAR(self->last_seq);
+    return Py_BuildValue("(NNNNNN)", query, context, emits, starts_block, names, index_block);
+fail:
+    PyMem_RawFree(base);
+    Py_DECREF(names);
+    return NULL;
+}
+
+static Py_ssize_t StepLog_len(StepLog *self) { return self->num_steps; }
+
+static PySequenceMethods StepLog_as_sequence = {.sq_length = (lenfunc)StepLog_len};
+
+static PyMethodDef StepLog_methods[] = {
+    {"add", (PyCFunction)StepLog_add, METH_O, "add(plan): record the plan's sequences (StepRecords.add)."},
+    {"finish", (PyCFunction)StepLog_finish, METH_NOARGS,
+     "finish() -> (query, context, emits, starts, names, index): the arrays as buffers; the log is closed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject StepLogType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._steprec.StepLog",
+    .tp_basicsize = sizeof(StepLog),
+    .tp_dealloc = (destructor)StepLog_dealloc,
+    .tp_as_sequence = &StepLog_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The sequences of every step added, written into C arrays (engine.core.step_record).",
+    .tp_methods = StepLog_methods,
+    .tp_init = (initproc)StepLog_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- gather_utf8 ---- */
+
+static PyObject *gather_utf8(PyObject *module, PyObject *args) {
+    PyObject *names;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "O!y*:gather_utf8", &PyList_Type, &names, &view))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t num_names = PyList_GET_SIZE(names);
+    const char **text = NULL;
+    Py_ssize_t *size = NULL;
+    Buf offsets = {0}, data = {0};
+    if (view.len % 4) {
+        PyErr_SetString(PyExc_ValueError, "gather_utf8: index must be int32");
+        goto done;
+    }
+    text = PyMem_RawMalloc((num_names + 1) * sizeof(*text));
+    size = PyMem_RawMalloc((num_names + 1) * sizeof(*size));
+    if (text == NULL || size == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < num_names; i++) {
+        PyObject *name = PyList_GET_ITEM(names, i);
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "gather_utf8: names must be str");
+            goto done;
+        }
+        text[i] = PyUnicode_AsUTF8AndSize(name, &size[i]);
+        if (text[i] == NULL)
+            goto done;
+    }
+    const int32_t *index = (const int32_t *)view.buf;
+    Py_ssize_t n = view.len / 4;
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (index[i] < 0 || index[i] >= num_names) {
+            PyErr_SetString(PyExc_IndexError, "gather_utf8: an index outside the names");
+            goto done;
+        }
+        total += size[index[i]];
+    }
+    if (total >= INT32_MAX) { /* (Arrow's string offsets are int32) */
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+    /* (+16: names of at most 16 bytes are copied as 16 from a padded table, each written over the next one's start) */
+    if (buf_reserve(&offsets, (n + 1) * 4) < 0 || buf_reserve(&data, total + 16) < 0)
+        goto done;
+    int32_t *off = AT(offsets, int32_t);
+    int32_t at = 0;
+    off[0] = 0;
+    Py_ssize_t longest = 0;
+    for (Py_ssize_t k = 0; k < num_names; k++)
+        longest = size[k] > longest ? size[k] : longest;
+    if (longest <= 16) {
+        char *table = PyMem_RawCalloc(num_names + 1, 16);
+        if (table == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < num_names; k++)
+            memcpy(table + 16 * k, text[k], size[k]);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t k = index[i];
+            memcpy(data.data + at, table + 16 * k, 16);
+            at += (int32_t)size[k];
+            off[i + 1] = at;
+        }
+        PyMem_RawFree(table);
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t k = index[i];
+            memcpy(data.data + at, text[k], size[k]);
+            at += (int32_t)size[k];
+            off[i + 1] = at;
+        }
+    }
+    offsets.len = (n + 1) * 4;
+    data.len = total;
+    PyObject *off_block = buf_take(&offsets), *data_block = off_block ? buf_take(&data) : NULL;
+    if (data_block == NULL) {
+        Py_XDECREF(off_block);
+        goto done;
+    }
+    result = Py_BuildValue("(NN)", off_block, data_block);
+done:
+    PyMem_RawFree(text);
+    PyMem_RawFree(size);
+    PyMem_RawFree(offsets.data);
+    PyMem_RawFree(data.data);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"gather_utf8", gather_utf8, METH_VARARGS,
+     "gather_utf8(names, index) -> (offsets, data) or None: names[index[i]]'s UTF-8 bytes one after the other."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_steprec", "The steps' sequences recorded in C (engine/core/step_record.py's reference).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__steprec(void) {
+    struct { PyObject **name; const char *text; } names[] = {
+        {&s_sequence_record, "sequence_record"}, {&s_off, "off"}, {&s_seq, "seq"}, {&s_num_updates, "num_updates"},
+        {&s_prefill_rows, "prefill_rows"}, {&s_ids, "ids"}, {&s_requests, "requests"},
+        {&s_request_id, "request_id"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return NULL;
+    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&StepLogType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&StepLogType);
+    if (PyModule_AddObject(m, "StepLog", (PyObject *)&StepLogType) < 0) {
+        Py_DECREF(&StepLogType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
