@@ -103,3 +103,24 @@ def test_output_steps_of_a_pass_the_handler_and_its_stream_steps_back_to_back(tm
     out = vllm_serve_stages.output_steps(tmp_path, 1)["rate20-completions-a1-r0"]
     assert out == {"2": {"passes": 1, "socket_step": pytest.approx(0.1), "handler_step": pytest.approx(0.4),
                          "stream_steps": pytest.approx(0.3), "stream_steps_seen": 2, "span": pytest.approx(0.54)}}
+
+
+def test_input_hop_in_parts_where_the_send_and_decode_are_stamped(tmp_path: Path) -> None:
+    """Handed off at 10.001 s, sent 0.1 ms later, decoded in the engine core 10.0015-10.0016, preprocessed
+    10.0017-10.0018: send 0.1, transport 0.4 (sent while the engine core was in a step), decode 0.1, to preprocess
+    0.1, preprocess 0.1 ms; a request of another run (at 99 s) is left out, and a work dir without the stamps gives
+    nothing."""
+    rid = "cmpl-bench-r-0-0-s0"
+    events = [["add", rid, 10.001, 7], ["sent", rid, 10.0011, 7], ["ec_dec", rid, 10.0015, 10.0016],
+              ["ec_in", rid, 10.0017, 10.0018], ["add", "cmpl-x-0-0-s", 99.0, 7], ["sent", "cmpl-x-0-0-s", 99.1, 7],
+              ["ec_dec", "cmpl-x-0-0-s", 99.2, 99.3], ["ec_in", "cmpl-x-0-0-s", 99.4, 99.5],
+              ["ec_step", 10.0005, 10.005]]
+    (tmp_path / "timeline-a1.log").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (tmp_path / "r0.json").write_text(json.dumps({"start_times": [10.0], "ttfts": [0.02]}))
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": [{"name": "rate20-completions-a1-r0", "file": "r0.json"}]}))
+    out = vllm_serve_stages.input_hop(tmp_path, 1)["rate20-completions-a1-r0"]
+    assert out == {"send": pytest.approx(0.1), "transport": pytest.approx(0.4), "decode": pytest.approx(0.1),
+                   "to_preprocess": pytest.approx(0.1), "preprocess": pytest.approx(0.1), "requests": 1,
+                   "transport_in_step": pytest.approx(0.4), "requests_in_step": 1}
+    (tmp_path / "timeline-a1.log").write_text(json.dumps(events[0]) + "\n")
+    assert vllm_serve_stages.input_hop(tmp_path, 1) == {}

@@ -273,6 +273,60 @@ def simulated(log: list[tuple[float, str, int, int]], tickets: dict[int, tuple[i
     return out
 
 
+HOP_PARTS = ("send", "transport", "decode", "to_preprocess", "preprocess")
+
+
+def input_hop(work_dir: Path, count: int) -> dict[str, dict[str, float]]:
+    """Per run, each request's input hop (the hand-off -> the engine core's input thread done) in parts, where the
+    work dir has vllm_timeline.py's "sent" and "ec_dec" stamps: `add_request_async` -> `_send_input` returned (the
+    request encoded, handed to ZMQ) -> the input thread's `MsgpackDecoder.decode` starts (the message across ZMQ's
+    I/O threads, the input thread woken from `poller.poll()` with the GIL) -> decoded -> `preprocess_add_request`
+    starts -> ends; the transport also by whether the engine core was in a step (`EngineCore.step`, "ec_step") when
+    the request was sent, and for those sent while the busy loop ran its own Python (holding the GIL). Means over the
+    run's requests, ms; {} without the stamps."""
+    events = read_events(work_dir / f"timeline-a{count}.log")
+    steps = sorted((e[1], e[2]) for e in events if e[0] == "ec_step")
+    step_starts = [a for a, _ in steps]
+    # the busy loop's own Python in a step, holding the GIL: `schedule()`, `execute_model`'s enqueue (the
+    # scheduler output pickled), `update_from_output`
+    python = sorted((e[1], e[2]) for e in events if e[0] in ("ec_sched", "ec_exec", "ec_upd"))
+    python_starts = [a for a, _ in python]
+    stamps: dict[str, dict[str, Any]] = collections.defaultdict(dict)
+    for e in events:
+        if e[0] in ("add", "sent"):
+            stamps[e[1]][e[0]] = e[2]
+        elif e[0] in ("ec_dec", "ec_in"):
+            stamps[e[1]][e[0]] = (e[2], e[3])
+    out: dict[str, dict[str, float]] = {}
+    for run in json.loads((work_dir / "runs.json").read_text())["runs"]:
+        sends = json.loads((work_dir / run["file"]).read_text())["start_times"]
+        lo, hi = sends[0], sends[-1] + 1.0
+        rows = [(s["add"], s["sent"], *s["ec_dec"], *s["ec_in"]) for s in stamps.values()
+                if len(s) == 4 and lo <= s["add"] <= hi]
+        if not rows:
+            continue
+        out[run["name"]] = {part: round(1e3 * statistics.mean(r[p + 1] - r[p] for r in rows), 4)
+                            for p, part in enumerate(HOP_PARTS)} | {"requests": len(rows)}
+        # the transport by whether the engine core was in a step (`EngineCore.step`) when the request was sent
+        during: dict[bool, list[float]] = {True: [], False: []}
+        for r in rows:
+            k = bisect.bisect_right(step_starts, r[1]) - 1
+            during[k >= 0 and steps[k][1] > r[1]].append(r[2] - r[1])
+        held = []
+        for r in rows:
+            k = bisect.bisect_right(python_starts, r[1]) - 1
+            if k >= 0 and python[k][1] > r[1]:
+                held.append(r[2] - r[1])
+        for key, name in ((True, "in_step"), (False, "between_steps")):
+            if during[key]:
+                out[run["name"]][f"transport_{name}"] = round(1e3 * statistics.mean(during[key]), 4)
+                out[run["name"]][f"requests_{name}"] = len(during[key])
+        if held:
+            out[run["name"]]["transport_in_busy_loop_python"] = round(1e3 * statistics.mean(held), 4)
+            out[run["name"]]["requests_in_busy_loop_python"] = len(held)
+    return out
+
+
 def output_steps(work_dir: Path, count: int) -> dict[str, dict[str, float]]:
     """Per run, the loop's output work of a step as vLLM runs it: the ZMQ socket task's step
     (`process_outputs_socket`), the output handler's step around its pass (`output_handler`), then the requests' stream
@@ -366,6 +420,7 @@ def main() -> None:
         count = index["runs"][0]["api_server_count"]
         meas = measured(path, count)
         steps = output_steps(path, count)
+        hops = input_hop(path, count)
         for run in index["runs"]:
             if run["name"] not in meas:
                 continue
@@ -388,6 +443,7 @@ def main() -> None:
                                                                              for r in rows), 4) for s in STAGES[:4]},
                      "measured_output_split_ms": output_split(rows),
                      "measured_output_steps_ms": steps.get(run["name"], {}),
+                     "measured_input_hop_ms": hops.get(run["name"], {}),
                      "measured_mean_ttft_ms": run["result"]["mean_ttft_ms"],
                      "simulated_mean_ttft_ms": round(predicted["mean_ttft_ms"], 4)}
             out["runs"][name] = entry

@@ -10,6 +10,8 @@ server process, `timeline_site/sitecustomize.py`) and appends one JSON line per 
   request's end, vLLM's own `RequestStateStats` (`vllm/v1/metrics/stats.py`): the API server's arrival stamp (taken
   when rendering starts), the engine core's QUEUED and SCHEDULED events and first token (`EngineCoreOutputs.timestamp`:
   the step's outputs made), the output handler's iteration stamp of the first token, the last token's;
+- ["sent", request id, t, pid]: `AsyncMPClient._send_input` of an ADD returned (the request encoded and handed to
+  the ZMQ socket);
 - ["pass", start, end, outputs, pid]: each `OutputProcessor.process_outputs` call;
 - ["conn", t, pid, client port]: each HTTP connection uvicorn's protocol accepts (`connection_made`), the process
   that accepted it and the client's port (with several API-server processes: which process took which connection);
@@ -20,6 +22,8 @@ server process, `timeline_site/sitecustomize.py`) and appends one JSON line per 
 - ["render", start, end, thread CPU s, pid]: each `BaseRenderer._tokenize_prompt` (the tokenizer's call, on the renderer's
   worker thread: `make_async(self._tokenize_prompt, executor=self._executor)`).
 In the engine-core process (`install_engine_core`, by `timeline_site/sitecustomize.py` when vLLM spawns it):
+- ["ec_dec", request id, start, end]: the request's `MsgpackDecoder.decode` in the input socket thread (it starts
+  right after `recv_multipart`: the message has crossed ZMQ and the thread has woken and taken the GIL);
 - ["ec_in", request id, start, end]: `EngineCoreProc.preprocess_add_request` in the input socket thread (the decoded
   request made a `Request`: block hashes, validation), before it is queued for the busy loop;
 - ["ec_add", request id, start, end]: `EngineCore.add_request` in the busy loop (the scheduler's QUEUED);
@@ -104,6 +108,15 @@ def install(path: str) -> None:
         log.write(json.dumps(["pass", start, time.monotonic(), len(outputs), os.getpid()]) + "\n")
         return result
 
+    send_input = core_client.AsyncMPClient._send_input
+
+    def send_input_logged(self: Any, request_type: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        result = send_input(self, request_type, request, *args, **kwargs)
+        if getattr(request_type, "name", "") == "ADD":
+            log.write(json.dumps(["sent", request.request_id, time.monotonic(), os.getpid()]) + "\n")
+        return result
+
+    core_client.AsyncMPClient._send_input = send_input_logged  # type: ignore[method-assign]
     stats.IterationStats.update_from_finished_request = update_from_finished_request  # type: ignore[method-assign]
     core_client.AsyncMPClient.add_request_async = add_request_async  # type: ignore[method-assign]
     output_processor.OutputProcessor.process_outputs = process_outputs  # type: ignore[method-assign]
@@ -260,6 +273,19 @@ def install_engine_core(path: str, core: Any) -> None:
 
     log = open(path, "a", buffering=1)
 
+    from vllm.v1 import serial_utils
+
+    decode = serial_utils.MsgpackDecoder.decode
+
+    def decode_logged(self: Any, bufs: Any) -> Any:
+        start = time.monotonic()
+        result = decode(self, bufs)
+        rid = getattr(result, "request_id", None)
+        if isinstance(rid, str):  # an EngineCoreRequest, on the input thread
+            log.write(json.dumps(["ec_dec", rid, start, time.monotonic()]) + "\n")
+        return result
+
+    serial_utils.MsgpackDecoder.decode = decode_logged  # type: ignore[method-assign]
     preprocess = core.EngineCoreProc.preprocess_add_request
 
     def preprocess_add_request(self: Any, request: Any) -> Any:
