@@ -458,7 +458,9 @@ def bench(args: argparse.Namespace, load: str, endpoint: str, seed: int, result_
     started = time.time()
     # --perf-sched: every CPU's scheduler events over the run (`perf sched record -a`, until SIGINT), for
     # `perf sched timehist` (who held the core while a thread waited); diagnostic runs only (perf takes CPU itself).
-    perf = (subprocess.Popen(["perf", "sched", "record", "-a", "-o", str(result_dir / f"{name}.perf.data")],
+    # On CLOCK_MONOTONIC, the clock of --timeline's stamps (and the client's), so the two join.
+    perf = (subprocess.Popen(["perf", "sched", "record", "-k", "CLOCK_MONOTONIC", "-a",
+                              "-o", str(result_dir / f"{name}.perf.data")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if args.perf_sched else None)
     env = None
     if args.client_split or args.client_python == sys.executable:  # (another release's client: left as it is)
