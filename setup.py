@@ -31,11 +31,12 @@ setup(
             optional=True,
             extra_compile_args=["-O2", "-ffp-contract=off"],
         ),
+        # (no fused multiply-adds either: `ordered_sum`'s squared deviations are numpy's floats)
         Extension(
             "roofline.sim._simcore",
             sources=["roofline/sim/_simcore.c"],
             optional=True,
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O2", "-ffp-contract=off"],
         ),
         Extension(
             "roofline.sim._csvrows",

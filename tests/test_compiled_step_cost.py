@@ -112,3 +112,43 @@ def test_a_simulation_prints_the_same_bytes_with_and_without_it():
     args = ["-m", "roofline", "simulate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--workload",
             "sharegpt-chat", "--request-rate", "10", "--num-requests", "300"]
     assert _run(args, ROOFLINE_PURE_PYTHON="") == _run(args, ROOFLINE_PURE_PYTHON="1")
+
+
+@requires_build
+def test_a_plan_is_timed_from_its_fields_with_time_s_floats():
+    # `plan_time_fn` (what the simulator calls once a step) on every plan of a run with preemptions, against the
+    # Python code's `time_s`: the same floats; the steps of decodes only timed in C (time_s not called for them).
+    from dataclasses import replace as dc_replace
+
+    from roofline.engine_args import EngineArgs
+    from roofline.sim.deployment import make_deployment
+    from roofline.sim.simulator import run_simulation
+    from roofline.sim.workload import load_workload
+
+    engine = EngineArgs(num_gpu_blocks_override=1200, max_model_len=16384)  # (preemptions)
+    deployment = make_deployment("llama-3.1-8b", "h100-sxm", engine)
+    reference = make_deployment("llama-3.1-8b", "h100-sxm", engine).cost_model
+    reference._core = None
+    compiled = deployment.cost_model
+    called = []
+
+    def time_s(shape):
+        called.append(shape)
+        return compiled.time_s(shape)
+
+    timed = compiled._core.plan_s
+    decode_only = []
+
+    def step_time(replica, step_index, start_s, plan):
+        t = timed(time_s, plan)
+        expected = reference.time_s(plan)
+        assert np.float64(t).tobytes() == np.float64(expected).tobytes()
+        if not plan.num_prefill_tokens:
+            decode_only.append(plan)
+        return t
+
+    workload = dc_replace(load_workload("sharegpt-chat"), num_requests=300)
+    result = run_simulation(deployment, workload, step_time_fn=step_time)
+    assert int(result.request_table["num_preemptions"].sum()) > 0
+    assert len(decode_only) > 100
+    assert len(called) < len(result.step_table["step_index"]) - len(decode_only) + 20  # (a count's first step)

@@ -3,6 +3,7 @@ statistics and the peaks are those of the explicit gaps."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -59,13 +60,16 @@ def test_gaps_are_the_explicit_gaps_in_finishing_order() -> None:
     assert len(segments.row) > len(rows)  # the preempted requests have more than one run
 
 
-@pytest.mark.parametrize("exact_order", [True, False], ids=["in-order", "multiset"])
-def test_pooled_values_and_statistics_equal_numpys_on_the_gaps(exact_order: bool,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    # Up to EXACT_ORDER_MAX_GAPS gaps the mean and std are numpy's on the gaps in finishing order, bit for bit;
-    # above, math.fsum's on the multiset (to 1e-14 here).
+@pytest.mark.parametrize("order", ["in-order", "in-order-compiled", "multiset"])
+def test_pooled_values_and_statistics_equal_numpys_on_the_gaps(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Up to EXACT_ORDER_MAX_GAPS gaps the mean and std are numpy's on the gaps in finishing order, bit for bit (made
+    # as an array, or compiled: summed in that order without it); above, math.fsum's on the multiset (to 1e-14 here).
+    exact_order = order != "multiset"
     if not exact_order:
         monkeypatch.setattr(token_times, "EXACT_ORDER_MAX_GAPS", 0)
+    elif order == "in-order-compiled" and not native.BUILT:
+        pytest.skip("roofline.sim._simcore is not built")
+    monkeypatch.setattr(token_times, "COMPILED", order == "in-order-compiled")
     segments, times_of, rows = _runs()
     tt = segments.token_times(len(rows))
     for mask in (None, np.arange(len(rows)) % 3 != 0):
@@ -82,10 +86,45 @@ def test_pooled_values_and_statistics_equal_numpys_on_the_gaps(exact_order: bool
         else:
             assert pooled.mean() == pytest.approx(np.mean(gaps), rel=1e-14)
             assert pooled.std() == pytest.approx(np.std(gaps), rel=1e-12)
+        assert (pooled.sum_in_order is not None) == (order == "in-order-compiled")
     by_request = tt.values(by_request=True)
     in_rows = np.concatenate([np.diff(t) for _, t in sorted(zip(rows, times_of), key=lambda p: p[0])])
     if exact_order:
         assert by_request.mean() == np.mean(in_rows) and by_request.std() == np.std(in_rows)
+
+
+@pytest.mark.skipif(not native.BUILT, reason="roofline.sim._simcore is not built")
+def test_ordered_sum_is_numpys_sum_of_the_pieces_joined() -> None:
+    # `_simcore.ordered_sum`: numpy's add.reduce of the pieces joined (its pairwise sum: lengths around its blocks
+    # of 8 and 128 and its splits), and of their squared deviations from numpy's mean (np.std's sum), bit for bit;
+    # pieces of both sources, empty ones, one long one.
+    rng = np.random.default_rng(11)
+    lengths = [0, 1, 7, 8, 9, 127, 128, 129, 136, 255, 256, 1000, 8192, 8193, 100_003]
+    for trial in range(160):
+        steps = rng.uniform(0, 1, int(rng.integers(1, 4000))) * 10.0 ** int(rng.integers(-6, 3))
+        across = rng.uniform(0, 1, int(rng.integers(1, 60)))
+        if trial < len(lengths):  # one piece of a given length
+            steps = rng.uniform(0, 1, max(lengths[trial], 1))
+            which, lo, hi = np.zeros(1, dtype=bool), np.zeros(1, np.int64), np.full(1, lengths[trial], np.int64)
+        else:
+            k = int(rng.integers(0, 80))
+            which = rng.uniform(0, 1, k) < 0.3
+            lo, hi = np.zeros(k, np.int64), np.zeros(k, np.int64)
+            for i in range(k):
+                size = len(across) if which[i] else len(steps)
+                lo[i] = rng.integers(0, size + 1)
+                hi[i] = rng.integers(lo[i], min(size, lo[i] + int(rng.integers(0, 500))) + 1)
+        joined = np.concatenate([np.zeros(0)] + [(across if w else steps)[a:b] for w, a, b in zip(which, lo, hi)])
+        total = native._simcore.ordered_sum((steps, across), which, lo, hi, None)
+        assert total == np.add.reduce(joined)
+        if len(joined):
+            mean = total / len(joined)
+            assert mean == np.mean(joined)
+            squares = native._simcore.ordered_sum((steps, across), which, lo, hi, mean)
+            assert math.sqrt(squares / len(joined)) == np.std(joined)
+    with pytest.raises(ValueError):  # a piece out of its source
+        native._simcore.ordered_sum((np.zeros(3), np.zeros(1)), np.zeros(1, dtype=bool), np.zeros(1, np.int64),
+                                    np.full(1, 4, np.int64), None)
 
 
 def test_by_row_is_the_stable_argsort_order() -> None:
@@ -129,9 +168,11 @@ def test_std_in_place_is_numpys_std() -> None:
     assert readonly.flags.writeable is False
 
 
-def test_pooled_std_consumes_its_order_and_the_next_order_reuses_it() -> None:
+def test_pooled_std_consumes_its_order_and_the_next_order_reuses_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # The by-request values' std overwrites their order (made again if asked), the same std as numpy's of it; the
-    # next order made is joined into that array, and holds the gaps it should.
+    # next order made is joined into that array, and holds the gaps it should (the Python code's: compiled, the
+    # sums are taken without the array, `test_ordered_sum_is_numpys_sum_of_the_pieces_joined`).
+    monkeypatch.setattr(token_times, "COMPILED", False)
     segments, times_of, rows_of = _runs()
     tt = segments.token_times(len(rows_of))
     gaps, index = tt.gap_s, tt.request_index

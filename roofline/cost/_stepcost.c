@@ -284,6 +284,21 @@ static PyObject *Core_set_emits(Core *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* `time_s` of a step of n >= 1 decodes whose contexts sum to `context` into *t; 0 where n's terms are not set. */
+static int decode_time(Core *self, long long n, long long context, double *t) {
+    const StepParts *s = cache_get(&self->steps, n);
+    const LayerTerms *l = cache_get(&self->layer, n);
+    if (s == NULL || l == NULL)
+        return 0;
+    double pairs = (double)context + (double)n;
+    double device_s = s->token_emit_s + (double)self->layers * (decode_layer(self, l, pairs, n) * self->decode_factor);
+    if (self->host_overlaps)
+        *t = (s->rest_s > device_s ? s->rest_s : device_s) + self->step_gap_s;
+    else
+        *t = s->rest_s + (s->launch_s > device_s ? s->launch_s : device_s);
+    return 1;
+}
+
 /* decode_s(n, context_sum): `time_s` of a step of n >= 1 decodes whose contexts sum to context_sum; None where n's
    terms are not set. */
 static PyObject *Core_decode_s(Core *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -292,17 +307,61 @@ static PyObject *Core_decode_s(Core *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "decode_s(n, context_sum)");
         return NULL;
     }
-    if (!as_ll(args[0], &n) || !as_ll(args[1], &context))
+    double t;
+    if (!as_ll(args[0], &n) || !as_ll(args[1], &context) || !decode_time(self, n, context, &t))
         Py_RETURN_NONE;
-    const StepParts *s = cache_get(&self->steps, n);
-    const LayerTerms *l = cache_get(&self->layer, n);
-    if (s == NULL || l == NULL)
-        Py_RETURN_NONE;
-    double pairs = (double)context + (double)n;
-    double device_s = s->token_emit_s + (double)self->layers * (decode_layer(self, l, pairs, n) * self->decode_factor);
-    if (self->host_overlaps)
-        return PyFloat_FromDouble((s->rest_s > device_s ? s->rest_s : device_s) + self->step_gap_s);
-    return PyFloat_FromDouble(s->rest_s + (s->launch_s > device_s ? s->launch_s : device_s));
+    return PyFloat_FromDouble(t);
+}
+
+/* The StepPlan fields `plan_s` reads (engine/core/step_plan.py). */
+static PyObject *name_num_prefill_tokens, *name_requests, *name_bulk_context_sum, *name_context;
+
+/* A plan's int attribute, or -1 where it is none (or missing: the Python code then decides). */
+static long long plan_int(PyObject *plan, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(plan, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    long long out;
+    int ok = as_ll(v, &out);
+    Py_DECREF(v);
+    return ok && out >= 0 ? out : -1;
+}
+
+/* plan_s(time_s, plan): `time_s(plan)` (the cost model's method, given) where the plan is not a step of decodes
+   only whose time `decode_s` knows; else `decode_s(plan.num_seqs, plan.num_context_tokens)` with the plan's fields
+   read here (`num_prefill_tokens` 0; the sequences `requests`; the context sum `num_context_tokens` computes where
+   the scheduler's fast path gave it, `_bulk_context_sum`, with no rows after its own, `_context` empty), without
+   the Python calls. A field missing or of another type: `time_s(plan)`. */
+static PyObject *Core_plan_s(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "plan_s(time_s, plan)");
+        return NULL;
+    }
+    PyObject *time_s = args[0], *plan = args[1];
+    if (plan_int(plan, name_num_prefill_tokens) != 0)
+        return PyObject_CallOneArg(time_s, plan);
+    PyObject *requests = PyObject_GetAttr(plan, name_requests);
+    if (requests == NULL) {
+        PyErr_Clear();
+        return PyObject_CallOneArg(time_s, plan);
+    }
+    Py_ssize_t n = PyList_Check(requests) ? PyList_GET_SIZE(requests) : 0;
+    Py_DECREF(requests);
+    long long context = n > 0 ? plan_int(plan, name_bulk_context_sum) : -1;
+    if (context >= 0) {  /* (rows after the fast path's: the Python code sums them) */
+        PyObject *rest = PyObject_GetAttr(plan, name_context);
+        if (rest == NULL)
+            PyErr_Clear();
+        if (rest == NULL || !PyList_Check(rest) || PyList_GET_SIZE(rest) != 0)
+            context = -1;
+        Py_XDECREF(rest);
+    }
+    double t;
+    if (context < 0 || !decode_time(self, n, context, &t))
+        return PyObject_CallOneArg(time_s, plan);
+    return PyFloat_FromDouble(t);
 }
 
 /* rows_s(num_tokens, num_emits, num_decodes, decode_context_sum, prefill_query, prefill_context):
@@ -392,6 +451,7 @@ static PyObject *Core_rows_s(Core *self, PyObject *const *args, Py_ssize_t nargs
 
 static PyMethodDef Core_methods[] = {
     {"decode_s", (PyCFunction)(void (*)(void))Core_decode_s, METH_FASTCALL, NULL},
+    {"plan_s", (PyCFunction)(void (*)(void))Core_plan_s, METH_FASTCALL, NULL},
     {"rows_s", (PyCFunction)(void (*)(void))Core_rows_s, METH_FASTCALL, NULL},
     {"set_decode", (PyCFunction)Core_set_decode, METH_VARARGS, NULL},
     {"set_layer", (PyCFunction)Core_set_layer, METH_VARARGS, NULL},
@@ -419,6 +479,11 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__stepcost(void) {
+    if ((name_num_prefill_tokens = PyUnicode_InternFromString("num_prefill_tokens")) == NULL
+        || (name_requests = PyUnicode_InternFromString("requests")) == NULL
+        || (name_bulk_context_sum = PyUnicode_InternFromString("_bulk_context_sum")) == NULL
+        || (name_context = PyUnicode_InternFromString("_context")) == NULL)
+        return NULL;
     if (PyType_Ready(&CoreType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -13,7 +13,7 @@ floats) and on numpy arrays (fitting thousands of measured shapes). `time_s` equ
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, NamedTuple
@@ -212,6 +212,15 @@ class StepCostModel:
         breakdown["host_overhead"] = total_s - device_s
         return StepCost(total_s=total_s, device_s=device_s, host_s=host_s, breakdown_s=breakdown, ops=costs,
                         num_kernels=num_kernels, padded_num_tokens=padded)
+
+    def plan_time_fn(self) -> Callable[[StepShape], float]:
+        """`time_s` as the simulator calls it, once a step: compiled, a step of decodes only is timed from the plan's
+        fields in C without `time_s`'s Python calls (`_stepcost.PlainStepCost.plan_s`, the same floats: its
+        `decode_s`), any other step by `time_s`; else `time_s` itself."""
+        core = self._core
+        if core is None:
+            return self.time_s
+        return partial(core.plan_s, self.time_s)
 
     def time_s(self, shape: StepShape) -> float:
         """`cost(shape).total_s` (to 1e-12 relative), fast: the simulator calls it once per step. The same floats

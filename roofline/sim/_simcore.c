@@ -12,10 +12,15 @@
  *   the end of the run before by a search of its last time, side "right").
  * Anything else (a time that is no float, a shortcut that does not hold) gives None, and the Python code runs as
  * before. tests/test_token_times.py compares the two on requests of every kind.
+ *
+ * Also: the step rows (`StepBlock`, recorder.py's `StepRows`) and the ITL gaps' sums in order (`ordered_sum`,
+ * token_times.py's `TokenTimes.values`: numpy's mean and std of the gaps without joining them into an array).
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+#include <string.h>
 
 /* The times as doubles: a list's items read in place, else a C-contiguous buffer of doubles. */
 typedef struct {
@@ -322,9 +327,181 @@ static PyTypeObject StepBlockType = {
     .tp_getset = StepBlock_getset,
 };
 
+/* ordered_sum(sources, which, lo, hi, mean): numpy's `np.add.reduce` of the float64 values that the pieces
+ * `sources[which[k]][lo[k]:hi[k]]`, k = 0, 1, ..., joined would make (`TokenTimes.values`' gaps in order), without
+ * joining them; with `mean` a float, of their squared deviations `(x - mean) * (x - mean)` (`np.std`'s sum,
+ * numpy/_core/_methods.py `_var`: `arr - arrmean`, `multiply(x, x)`, `umr_sum`). The same floats as numpy's: a
+ * contiguous float64 reduction starts from the identity 0.0 and adds numpy's pairwise sum of all n values
+ * (numpy/_core/src/umath/loops_utils.h.src `DOUBLE_pairwise_sum`: under 8 values one by one from 0.0; up to
+ * PW_BLOCKSIZE = 128 eight accumulators, combined ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the rest one
+ * by one; above, split at n / 2 rounded down to a multiple of 8). The recursion reads its blocks left to right, so the
+ * pieces are read once, in order, through a cursor. Built without fused multiply-adds (setup.py).
+ * tests/test_token_times.py compares it with numpy's on arrays of every length class and on a run's gaps. */
+typedef struct {
+    const double *src[2];
+    Py_ssize_t src_len[2];
+    const unsigned char *which;
+    const int64_t *lo, *hi;
+    Py_ssize_t num_pieces, piece;
+    int64_t at;
+    int squared;
+    double mean;
+} Pieces;
+
+#define PW_BLOCKSIZE 128
+
+/* The next n values: where they lie in one piece, a pointer to them there; else copied into `buf`. */
+static const double *pieces_next(Pieces *p, double *buf, Py_ssize_t n) {
+    while (p->at >= p->hi[p->piece]) {  /* (the caller asks for no more than the pieces hold) */
+        p->piece++;
+        p->at = p->lo[p->piece];
+    }
+    if (p->hi[p->piece] - p->at >= n) {
+        const double *values = p->src[p->which[p->piece] != 0] + p->at;
+        p->at += n;
+        return values;
+    }
+    Py_ssize_t got = 0;
+    while (got < n) {
+        while (p->at >= p->hi[p->piece]) {
+            p->piece++;
+            p->at = p->lo[p->piece];
+        }
+        Py_ssize_t take = (Py_ssize_t)(p->hi[p->piece] - p->at);
+        if (take > n - got)
+            take = n - got;
+        memcpy(buf + got, p->src[p->which[p->piece] != 0] + p->at, (size_t)take * sizeof(double));
+        got += take;
+        p->at += take;
+    }
+    return buf;
+}
+
+/* numpy's pairwise sum of a[0:n], n <= PW_BLOCKSIZE (of the squared deviations from `mean` where `squared`). */
+static double block_sum(const double *a, Py_ssize_t n, int squared, double mean) {
+    if (n < 8) {
+        double res = 0.;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double x = a[i];
+            if (squared) {
+                x -= mean;
+                x *= x;
+            }
+            res += x;
+        }
+        return res;
+    }
+    double r0, r1, r2, r3, r4, r5, r6, r7;
+    Py_ssize_t i, whole = n - (n % 8);
+    if (squared) {
+#define SQ(j) ((a[j] - mean) * (a[j] - mean))
+        r0 = SQ(0), r1 = SQ(1), r2 = SQ(2), r3 = SQ(3), r4 = SQ(4), r5 = SQ(5), r6 = SQ(6), r7 = SQ(7);
+        for (i = 8; i < whole; i += 8) {
+            r0 += SQ(i), r1 += SQ(i + 1), r2 += SQ(i + 2), r3 += SQ(i + 3);
+            r4 += SQ(i + 4), r5 += SQ(i + 5), r6 += SQ(i + 6), r7 += SQ(i + 7);
+        }
+    } else {
+        r0 = a[0], r1 = a[1], r2 = a[2], r3 = a[3], r4 = a[4], r5 = a[5], r6 = a[6], r7 = a[7];
+        for (i = 8; i < whole; i += 8) {
+            r0 += a[i], r1 += a[i + 1], r2 += a[i + 2], r3 += a[i + 3];
+            r4 += a[i + 4], r5 += a[i + 5], r6 += a[i + 6], r7 += a[i + 7];
+        }
+    }
+    double res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7));
+    for (; i < n; i++)
+        res += squared ? SQ(i) : a[i];
+#undef SQ
+    return res;
+}
+
+static double pairwise(Pieces *p, Py_ssize_t n) {
+    if (n <= PW_BLOCKSIZE) {
+        double buf[PW_BLOCKSIZE];
+        return block_sum(pieces_next(p, buf, n), n, p->squared, p->mean);
+    }
+    Py_ssize_t n2 = n / 2;
+    n2 -= n2 % 8;
+    double left = pairwise(p, n2);  /* (first: the cursor reads left to right) */
+    double right = pairwise(p, n - n2);
+    return left + right;
+}
+
+static int open_array(PyObject *obj, Py_buffer *view, const char *format, Py_ssize_t itemsize) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    /* (int64: "l" where a C long has 8 bytes, else "q") */
+    int same = view->format != NULL && (strcmp(view->format, format) == 0
+                                        || (strcmp(format, "l") == 0 && strcmp(view->format, "q") == 0));
+    if (view->ndim != 1 || view->itemsize != itemsize || !same) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "ordered_sum: a 1-d contiguous array of '%s' expected", format);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *mod_ordered_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 2) {
+        PyErr_SetString(PyExc_TypeError, "ordered_sum((steps, across), which, lo, hi, mean)");
+        return NULL;
+    }
+    Py_buffer views[5];
+    int opened = 0;
+    PyObject *result = NULL;
+    Pieces p;
+    p.squared = args[4] != Py_None;
+    p.mean = p.squared ? PyFloat_AsDouble(args[4]) : 0.0;
+    if (p.squared && p.mean == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *objs[5] = {PyTuple_GET_ITEM(args[0], 0), PyTuple_GET_ITEM(args[0], 1), args[1], args[2], args[3]};
+    const char *formats[5] = {"d", "d", "?", "l", "l"};
+    Py_ssize_t sizes[5] = {sizeof(double), sizeof(double), 1, sizeof(int64_t), sizeof(int64_t)};
+    for (; opened < 5; opened++)
+        if (open_array(objs[opened], &views[opened], formats[opened], sizes[opened]) < 0)
+            goto done;
+    for (int k = 0; k < 2; k++) {
+        p.src[k] = (const double *)views[k].buf;
+        p.src_len[k] = views[k].shape[0];
+    }
+    p.which = (const unsigned char *)views[2].buf;
+    p.lo = (const int64_t *)views[3].buf;
+    p.hi = (const int64_t *)views[4].buf;
+    p.num_pieces = views[2].shape[0];
+    if (views[3].shape[0] != p.num_pieces || views[4].shape[0] != p.num_pieces) {
+        PyErr_SetString(PyExc_ValueError, "ordered_sum: which, lo and hi of one length");
+        goto done;
+    }
+    Py_ssize_t n = 0;
+    for (Py_ssize_t k = 0; k < p.num_pieces; k++) {
+        int w = p.which[k] != 0;
+        if (p.lo[k] < 0 || p.hi[k] < p.lo[k] || p.hi[k] > p.src_len[w]) {
+            PyErr_SetString(PyExc_ValueError, "ordered_sum: a piece out of its source's bounds");
+            goto done;
+        }
+        n += (Py_ssize_t)(p.hi[k] - p.lo[k]);
+    }
+    /* (`which` read as 0 / 1 from here on: numpy's bools are bytes 0 or 1) */
+    p.piece = 0;
+    p.at = p.num_pieces ? p.lo[0] : 0;
+    double total = 0.0;
+    if (n) {
+        Py_BEGIN_ALLOW_THREADS
+        total = 0.0 + pairwise(&p, n);  /* (numpy's reduction: the identity, then the pairwise sum) */
+        Py_END_ALLOW_THREADS
+    }
+    result = PyFloat_FromDouble(total);
+done:
+    for (int k = 0; k < opened; k++)
+        PyBuffer_Release(&views[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"runs", (PyCFunction)(void (*)(void))mod_runs, METH_FASTCALL,
      "runs(values, num, ascending, times): a finished request's runs of stamps (Segments.add's shortcuts), or None"},
+    {"ordered_sum", (PyCFunction)(void (*)(void))mod_ordered_sum, METH_FASTCALL,
+     "ordered_sum((steps, across), which, lo, hi, mean): numpy's add.reduce of the pieces joined (or of their squared "
+     "deviations from mean)"},
     {NULL, NULL, 0, NULL},
 };
 

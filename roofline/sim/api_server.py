@@ -318,6 +318,9 @@ class ApiServer:
         self.accept_gap_s = host.connection_accept_gap_s
         self.client_s = costs.client_request_s if host.client_shares_api_server_cores else 0.0
         self.threads = _Threads(num_processes, host.api_server_num_cores, host.client_shares_api_server_cores)
+        # Per process, a request's input chain (`take_request`) around its render: the parts before it and after it
+        # (made once: they depend on the process alone), and the renderer's queue.
+        self._chain_parts = [self._chain_around_render(process) for process in range(num_processes)]
         self.last_connect_s = -math.inf
         self.num_taken = 0
         self.num_outputs = 0
@@ -332,24 +335,29 @@ class ApiServer:
         threads = self.threads
         threads.advance(now_s)
         self.last_connect_s = max(now_s, self.last_connect_s + self.accept_gap_s)
-        loop = 3 * process + LOOP
         render_s = self.render_request_s + self.prompt_token_s * num_prompt_tokens
-        start_wait_s, resume_wait_s = self.render_waits_s
-        chain = [(loop, self.request_s * self.before_render), (WAIT, start_wait_s), (3 * process + RENDERER, render_s),
-                 (WAIT, resume_wait_s), (loop, self.request_s * (1.0 - self.before_render)), ]
-        if self.client_s > 0:
-            chain[:0] = [(threads.client, self.client_s), (WAIT, self.read_wait_s)]
-        else:
-            chain.insert(0, (WAIT, self.read_wait_s))
-        chain = [(queue, work) for queue, work in chain if queue != WAIT or work > 0]
+        before, renderer, after = self._chain_parts[process]
         arrive_s = self.last_connect_s
-        threads.arrive(arrive_s, ticket, chain)
+        threads.arrive(arrive_s, ticket, [*before, (renderer, render_s), *after])
         hash_s = self.hash_token_s * num_prompt_tokens
         if hash_s > 0:
             self.hash_s[ticket] = hash_s
         # A lower bound (its own work, no waiting): `reach_s` then projects with what has arrived by then.
         return process, ticket, (self.last_connect_s + self.client_s + self.request_s + render_s + self.latency_s
                                  + hash_s)
+
+    def _chain_around_render(self, process: int) -> tuple[list[tuple[int, float]], int, list[tuple[int, float]]]:
+        """A request's input chain on `process` (module docstring) but its render: the parts before and after it
+        (without the waits of no time) and the renderer's queue. The chain: the client's part (where it shares the
+        cores), the wait for the loop to read the request, the loop's part before the render, the wait for the
+        renderer to start, the render, the wait for the loop to resume, the loop's part after the render."""
+        loop = 3 * process + LOOP
+        start_wait_s, resume_wait_s = self.render_waits_s
+        client = [(self.threads.client, self.client_s)] if self.client_s > 0 else []
+        before = [*client, (WAIT, self.read_wait_s), (loop, self.request_s * self.before_render), (WAIT, start_wait_s)]
+        after = [(WAIT, resume_wait_s), (loop, self.request_s * (1.0 - self.before_render))]
+        return ([(queue, work) for queue, work in before if queue != WAIT or work > 0], 3 * process + RENDERER,
+                [(queue, work) for queue, work in after if queue != WAIT or work > 0])
 
     def next_process(self, now_s: float) -> int:
         """The process that takes the next request, sent at `now_s`: its connection's (`Connections`), or round

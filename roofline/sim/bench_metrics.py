@@ -43,7 +43,7 @@ import numpy as np
 from engine.core import metrics
 from roofline.cost.hardware import HardwareProfile
 from roofline.errors import UserError
-from roofline.sim.metrics import InterTokenLatencies, meets_slos, rate_per_s
+from roofline.sim.metrics import InterTokenLatencies, median, meets_slos, percentile, rate_per_s
 from roofline.sim.table import Columns, between, column, skipna_sum
 from roofline.sim.token_times import TokenTimes, WeightedValues, by_row
 
@@ -145,8 +145,8 @@ def _stats(values: np.ndarray | WeightedValues, percentiles: Sequence[float]) ->
     if isinstance(values, WeightedValues):
         values = np.zeros(0)
     data = values if len(values) else np.zeros(1)
-    return (float(np.mean(data) * 1000), float(np.median(data) * 1000), float(np.std(data) * 1000),
-            [float(np.percentile(data, p) * 1000) for p in percentiles])
+    return (float(np.mean(data) * 1000), float(median(data) * 1000), float(np.std(data) * 1000),
+            [float(percentile(data, p) * 1000) for p in percentiles])
 
 
 def per_request_token_times(requests: Columns, itl: InterTokenLatencies) -> tuple[np.ndarray, np.ndarray]:

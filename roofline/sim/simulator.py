@@ -271,7 +271,8 @@ class _Simulation:
         self.tokenize_s_per_token = deployment.hw.executor.tokenize_s_per_prompt_token
         self.frontend_s = deployment.hw.executor.frontend_s_per_request
         self.in_frontend: dict[int, Request] = {}  # sent, not yet at the engine core (spec index -> request)
-        self.api_ticket: dict[int, tuple[int, int]] = {}  # ... behind an API server: (its process, its ticket)
+        # ... behind an API server: (its replica, its process, its ticket)
+        self.api_ticket: dict[int, tuple[_Replica, int, int]] = {}
         # vLLM's API server per replica, where the profile describes the host CPU (`roofline.sim.api_server`).
         host = deployment.hw.host
         if host is None and (options.api_server_count != 1 or options.endpoint != "completions"):
@@ -314,8 +315,9 @@ class _Simulation:
     def run(self, early_stop: EarlyStop | None = None) -> None:
         if self.specs:
             self.push(self.specs[0].arrival_s, _ARRIVAL, 0)
-        handlers = {_ARRIVAL: self.arrive, _REACH: self.reach, _SCHEDULE: self.schedule, _STEP_END: self.end_step,
-                    _SEEN: self.seen}
+        handlers: list[Callable[[float, int], None]] = [self.end_step, self.seen, self.arrive, self.reach,
+                                                         self.schedule]  # (by priority: a list's index is cheaper)
+        assert [_STEP_END, _SEEN, _ARRIVAL, _REACH, _SCHEDULE] == list(range(len(handlers)))
         heap = self.heap
         if early_stop is None:
             while heap:
@@ -372,7 +374,7 @@ class _Simulation:
             if self.process_of is not None:
                 self.process_of[index] = process
             self.in_frontend[index] = request
-            self.api_ticket[index] = (process, ticket)
+            self.api_ticket[index] = (replica, process, ticket)
             self.push(reach_s, _REACH, index)
             return
         if self.tokenize_s_per_token > 0 or self.frontend_s > 0:
@@ -385,14 +387,14 @@ class _Simulation:
     def reach(self, now: float, index: int) -> None:
         """Request `index`, through the API server, reaches the engine core at `now`."""
         if self.api is not None:
-            replica = self.replicas[self.recorder.replica[index]]
+            replica, process, ticket = self.api_ticket[index]
             # Output work the API server took since the request was sent may have delayed its input work (the
             # event loop runs the output handler first: roofline.sim.api_server): come back then.
-            reach_s = self.api[replica.index].reach_s(now, *self.api_ticket[index])
+            reach_s = self.api[replica.index].reach_s(now, process, ticket)
             if reach_s > now:
                 self.push(reach_s, _REACH, index)
                 return
-            process = self.api_ticket.pop(index)[0]
+            del self.api_ticket[index]
             request = self.in_frontend.pop(index)
             if isinstance(replica.scheduler, DataParallelScheduler):  # the process's client picks the DP rank
                 replica.scheduler.client_of[request.request_id] = process
@@ -606,7 +608,7 @@ def _route(replicas: list[_Replica], router: str, rr_next: int) -> _Replica:
 
 
 def _cost_model_time(cost_model: StepCostModel) -> StepTimeFn:
-    time_s = cost_model.time_s  # a StepPlan is a StepShape: the cost model reads what it needs of it
+    time_s = cost_model.plan_time_fn()  # a StepPlan is a StepShape: the cost model reads what it needs of it
 
     def step_time(replica: int, step_index: int, start_s: float, plan: StepPlan) -> float:
         return time_s(plan)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from roofline.sim.metrics import meets_slos
+from roofline.sim.metrics import meets_slos, percentile
 from roofline.sim.table import Columns, Table, column
 
 MAX_BINS = 60
@@ -76,7 +76,8 @@ def load_over_time(requests: Columns, steps: Columns, slo_ttft_s: float | None =
 
     # the engines: time averages and maxima of per-step values
     replica = column(steps, "replica")
-    replicas = np.unique(replica)
+    # (the distinct replicas ascending, as np.unique gives them, without its call that imports numpy.ma)
+    replicas = np.flatnonzero(np.bincount(replica)) if len(replica) else replica[:0]
     for name, how in (("kv_usage", "mean"), ("num_running", "sum"), ("num_waiting", "sum")):
         signal = column(steps, name, float)
         total = np.zeros(num_bins)
@@ -102,11 +103,11 @@ def load_over_time(requests: Columns, steps: Columns, slo_ttft_s: float | None =
 
 
 def _median(values: np.ndarray) -> float:
-    return float(np.percentile(values, 50))
+    return float(percentile(values, 50))
 
 
 def _p90(values: np.ndarray) -> float:
-    return float(np.percentile(values, 90))
+    return float(percentile(values, 90))
 
 
 def _bins(times: np.ndarray, width: float, num_bins: int) -> np.ndarray:

@@ -204,15 +204,19 @@ class WeightedValues:
     # Runs a function that may overwrite its argument (`std_in_place`) on `in_order`'s array, handed over (the one
     # made, else a new one; `in_order` makes it again when next asked), and returns its result.
     consume_in_order: Callable[[Callable[[np.ndarray], np.float64]], np.float64] | None = None
+    # Compiled (roofline/sim/_simcore.c `ordered_sum`): `sum_in_order(None)` is (numpy's sum of `in_order`'s array, its
+    # length), `sum_in_order(mean)` (numpy's sum of its squared deviations from `mean`, its length), the same floats
+    # without making the array; None: the array is made.
+    sum_in_order: Callable[[float | None], tuple[float, int]] | None = None
 
     @classmethod
     def of(cls, values: np.ndarray, counts: np.ndarray, in_order: Callable[[], np.ndarray] | None = None,
-           consume_in_order: Callable[[Callable[[np.ndarray], np.float64]], np.float64] | None = None
-           ) -> WeightedValues:
+           consume_in_order: Callable[[Callable[[np.ndarray], np.float64]], np.float64] | None = None,
+           sum_in_order: Callable[[float | None], tuple[float, int]] | None = None) -> WeightedValues:
         keep = counts > 0
         values, counts = values[keep], counts[keep]
         order = np.argsort(values, kind="stable")
-        return cls(values[order], counts[order].astype(np.int64), in_order, consume_in_order)
+        return cls(values[order], counts[order].astype(np.int64), in_order, consume_in_order, sum_in_order)
 
     def __len__(self) -> int:
         return int(self.counts.sum())
@@ -224,6 +228,9 @@ class WeightedValues:
     def mean(self) -> float:
         """numpy's mean of the values in order where `in_order` is given, else count x value summed by
         `math.fsum` (which may differ from a numpy sum in its last bits)."""
+        if self.sum_in_order is not None:  # (np.mean: the sum divided by the count)
+            total, n = self.sum_in_order(None)
+            return total / n if n else math.nan
         if self.in_order is not None:
             return float(np.mean(self.in_order()))
         return math.fsum((self.values * self.counts).tolist()) / len(self)
@@ -231,6 +238,12 @@ class WeightedValues:
     def std(self) -> float:
         """The population standard deviation: numpy's `std` of the values in order where `in_order` is given, else
         the root of the mean squared deviation from the mean, by `math.fsum`."""
+        if self.sum_in_order is not None:  # (`std_in_place`'s steps on the sums: the same floats)
+            total, n = self.sum_in_order(None)
+            if not n:
+                return math.nan
+            squares, _ = self.sum_in_order(total / n)
+            return math.sqrt(squares / n)
         if self.consume_in_order is not None:
             return float(self.consume_in_order(std_in_place))
         if self.in_order is not None:
@@ -325,7 +338,20 @@ class TokenTimes:
         finishing order (`InterTokenLatencies.values`), or by request row (`by_request`:
         `InterTokenLatencies.values_by_request`)."""
         assert rows is None or not by_request, "by request: all of them"
-        in_order = consume_in_order = None
+        in_order = consume_in_order = sum_in_order = None
+        if COMPILED and self.num_gaps <= EXACT_ORDER_MAX_GAPS:  # the mean's and std's sums in that order, no array
+            sources, is_across, lo, hi, piece_rows, piece_lengths = self._piece_bounds(rows)
+            if by_request:
+                order = np.argsort(piece_rows, kind="stable")
+                is_across, lo, hi = is_across[order], lo[order], hi[order]
+            num_in_order = int(piece_lengths.sum())
+            sums: dict[float | None, float] = {}  # (the plain sum: read by the mean and the std)
+
+            def sum_in_order(mean: float | None) -> tuple[float, int]:
+                total = sums.get(mean)
+                if total is None:
+                    total = sums[mean] = _simcore.ordered_sum(sources, is_across, lo, hi, mean)
+                return total, num_in_order
         if self.num_gaps <= EXACT_ORDER_MAX_GAPS:
             # (made once: the mean and the standard deviation both read it), with the array it lies in
             made: list[tuple[np.ndarray, np.ndarray]] = []
@@ -374,7 +400,7 @@ class TokenTimes:
         across = self.times[start[same + 1]] - self.times[start[same] + length[same] - 1]
         return WeightedValues.of(np.concatenate((steps, across)),
                                  np.concatenate((counts, np.ones(len(across), dtype=np.int64))), in_order,
-                                 consume_in_order)
+                                 consume_in_order, sum_in_order)
 
     def tokens_at_stamps(self) -> np.ndarray:
         """How many tokens were stamped with each entry of `times`."""
@@ -395,10 +421,19 @@ class TokenTimes:
     def _pieces(self, keep: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         """`_explicit`'s gaps as slices in its order, each with its request row (int64) and length; only the rows
         where `keep` (a bool per request row; a request's runs are judged against the run before whatever is kept,
-        as `_explicit`'s gaps then masked). Per run, in finishing order: the gap across the hole from the request's
-        run before (`times[start] - times[end of that run - 1]`, where the run before is the same request's), then
-        the run's own gaps (`steps[start:start + length - 1]`, where it has two tokens or more); the pieces' places,
-        rows and bounds found with numpy, the slices made by one comprehension."""
+        as `_explicit`'s gaps then masked). The slices made by one comprehension from `_piece_bounds`."""
+        (steps, across), is_across, lo, hi, piece_rows, piece_lengths = self._piece_bounds(keep)
+        pieces = [across[a:b] if c else steps[a:b]
+                  for c, a, b in zip(is_across.tolist(), lo.tolist(), hi.tolist())]
+        return pieces, piece_rows, piece_lengths
+
+    def _piece_bounds(self, keep: np.ndarray | None = None) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray,
+                                                                     np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`_pieces`' slices as bounds: ((steps, across), per piece whether it is of `across` (else of `steps`), its
+        first and end index there, its request row, its length). Per run, in finishing order: the gap across the
+        hole from the request's run before (`times[start] - times[end of that run - 1]`, where the run before is the
+        same request's), then the run's own gaps (`steps[start:start + length - 1]`, where it has two tokens or
+        more); the pieces' places, rows and bounds found with numpy."""
         times, row, start, length = self.times, self.row, self.start, self.length
         steps = times[1:] - times[:-1]
         num_runs = len(row)
@@ -428,9 +463,7 @@ class TokenTimes:
         piece_lengths = np.ones(num_pieces, dtype=np.int64)
         piece_lengths[at] = length[inner] - 1
         hi = lo + piece_lengths
-        pieces = [across[a:b] if c else steps[a:b]
-                  for c, a, b in zip(is_across.tolist(), lo.tolist(), hi.tolist())]
-        return pieces, piece_rows, piece_lengths
+        return (steps, across), is_across, lo, hi, piece_rows, piece_lengths
 
     def _explicit(self) -> tuple[np.ndarray, np.ndarray]:
         """Every gap and its row: a run's gaps are a slice of the stamps' differences (`np.diff(times)[k]` is

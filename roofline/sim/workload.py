@@ -482,7 +482,10 @@ def sample_requests(workload: Workload) -> list[RequestSpec]:
         specs = _single_turn(workload, arrival_rng, prompt_rng, output_rng)
     else:
         specs = _multi_turn(workload, workload.sessions, arrival_rng, prompt_rng, output_rng, session_rng)
-    order = sorted(range(len(specs)), key=lambda i: (specs[i].arrival_s, i))
+    arrivals = [spec.arrival_s for spec in specs]
+    if all(a <= b for a, b in zip(arrivals, arrivals[1:])):  # in order already (an arrival process's times): as sorted
+        return specs
+    order = sorted(range(len(specs)), key=lambda i: (arrivals[i], i))
     return [specs[i] for i in order]
 
 
@@ -490,16 +493,17 @@ def _single_turn(workload: Workload, arrival_rng: np.random.Generator, prompt_rn
                  output_rng: np.random.Generator) -> list[RequestSpec]:
     n = workload.num_requests
     arrival, prompt_tokens, output_tokens = workload.synthetic
-    arrivals = arrival.sample(arrival_rng, n)
-    prompts = prompt_tokens.sample(prompt_rng, n)
-    outputs = output_tokens.sample(output_rng, n)
+    # (as Python numbers at once: the same floats and ints as each element's float() / int())
+    arrivals = np.asarray(arrival.sample(arrival_rng, n), dtype=np.float64).tolist()
+    prompts = [int(x) for x in np.asarray(prompt_tokens.sample(prompt_rng, n)).tolist()]
+    outputs = [int(x) for x in np.asarray(output_tokens.sample(output_rng, n)).tolist()]
     prefix = workload.shared_prefix
     specs = []
     for i in range(n):
         group = None if prefix is None else i % prefix.num_groups
         # A shared prefix is part of the prompt: a prompt shorter than prefix + 1 is lengthened to it.
-        num_prompt = int(prompts[i]) if prefix is None else max(int(prompts[i]), prefix.prefix_tokens + 1)
-        specs.append(RequestSpec(f"r{i}", float(arrivals[i]), num_prompt, int(outputs[i]), prefix_group=group))
+        num_prompt = prompts[i] if prefix is None else max(prompts[i], prefix.prefix_tokens + 1)
+        specs.append(RequestSpec(f"r{i}", arrivals[i], num_prompt, outputs[i], prefix_group=group))
     return specs
 
 
