@@ -3,11 +3,13 @@ Python `FastPath` under ROOFLINE_PURE_PYTHON=1, and the same plans, tokens, time
 path on long periods, preemptions, prompt chunks, steps without a clock and request subclasses, with the common
 steps run in C. (Random workloads, step by step: tests/test_core_properties.py.)"""
 
+import functools
 import gc
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from engine.core import CacheConfig, Request, SamplingParams, Scheduler, SchedulerConfig, compiled_fast, compiled_kv
@@ -247,3 +249,64 @@ def test_an_abort_between_schedule_and_update_in_c():
                                       for r in finished)))
         assert not sched.has_unfinished()
     assert results[0] == results[1]
+
+
+def _slots(req):
+    """Every slot of a request (arrays by their ids: the same shared NO_BLOCK_IDS)."""
+    return [(name, type(v).__name__, v.tolist() if hasattr(v, "tolist") else v)
+            for name in Request.__slots__ for v in [getattr(req, name)]]
+
+
+@pytest.mark.skipif(not compiled_fast.STEP_BUILT, reason="engine.core._kvcore is not built")
+def test_a_lazy_request_made_in_c_is_the_python_ones():
+    """`Request.lazy` in C (`new_lazy_request`) sets every slot as the Python code does (`__init__`, `_init_fields`):
+    the same values and types, the shared empty block-id array; a subclass and a bad length go the Python way."""
+    from engine.core import request as request_module
+
+    assert request_module._new_lazy is not None
+    source = functools.partial(np.arange, 5)
+    sampling = SamplingParams(max_tokens=3)
+    c = Request.lazy("r", 5, source, sampling, 1.5, 2, 1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(request_module, "_new_lazy", None)
+        py = Request.lazy("r", 5, source, sampling, 1.5, 2, 1)
+    assert _slots(c) == _slots(py)
+    assert c.block_ids_head is py.block_ids_head and c._prompt_source is source
+    assert c.block_ids is not py.block_ids and c.prompt_array.tolist() == [0, 1, 2, 3, 4]
+    assert type(_Sub.lazy("s", 5, source, sampling)) is _Sub
+    with pytest.raises(ValueError, match="num_prompt_tokens"):
+        Request.lazy("r", 0, source, sampling)
+
+
+@_built
+def test_add_request_in_c_gives_the_python_state_and_errors():
+    """`Scheduler.add_request` in C (`add_request_step`): the stop rules, the queue and the index of the Python method,
+    one stop set per kind of request; each of the method's errors, with its message (the Python method raises them)."""
+    config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=64)
+    cache = CacheConfig(num_blocks=8, block_size=4)
+    states, errors = [], []
+    for compiled in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(compiled_kv, "COMPILED", compiled)
+            sched = Scheduler(config, cache)
+        assert (sched._step is not None) == compiled
+        reqs = [Request(f"r{i}", [5] * (3 + i), SamplingParams(max_tokens=4 + i, ignore_eos=i % 2 == 1,
+                                                                   stop_token_ids=(7, 8) if i % 3 else ()), 0.0, 2)
+                for i in range(6)]
+        for r in reqs:
+            sched.add_request(r)
+        states.append([(r.max_num_tokens, r.stop_token_set, r.next_check_len) for r in sched.waiting])
+        assert [r.request_id for r in sched.waiting] == list(sched.requests) == [r.request_id for r in reqs]
+        assert len({id(r.stop_token_set) for r in reqs}) == len(sched._stop_sets) == 4
+        bad = [reqs[0], Request("long", [5] * 64, SamplingParams()), Request("big", [5] * 20, SamplingParams(40))]
+        scheduled = Request("done", [5] * 3, SamplingParams())
+        scheduled.num_computed_tokens = 1
+        caught = []
+        for r in bad + [scheduled]:
+            with pytest.raises(ValueError) as info:
+                sched.add_request(r)
+            caught.append(str(info.value))
+        errors.append(caught)
+        assert len(sched.waiting) == len(sched.requests) == 6
+    assert states[0] == states[1] and errors[0] == errors[1]
+    assert "already in the scheduler" in errors[1][0] and "KV blocks" in errors[1][2]

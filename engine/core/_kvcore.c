@@ -1716,11 +1716,11 @@ static PyTypeObject *plan_type, *colrows_type;
 static Py_ssize_t off_col_off, off_col_seq, off_request_id, off_max_num_tokens, off_stop_token_set, off_token_times,
     off_times_array;
 static Py_ssize_t off_p_preempted_request_ids, off_p_requests, off_p_columns, off_p_bulk_context_sum, off_p_bulk_decodes, off_p_num_batched_tokens,
-    off_p_num_prefill_tokens, off_p_num_decode_tokens, off_p_emits;
+    off_p_num_prefill_tokens, off_p_num_decode_tokens, off_p_emits, off_p_num_emitting_seqs;
 static Py_ssize_t off_cr_off, off_cr_num_updates, off_cr_block_size, off_cr_prefill_rows, off_cr_seq, off_cr_ids;
 static PyObject *s_col_off, *s_col_seq, *s_request_id, *s_max_num_tokens, *s_stop_token_set, *s_token_times,
     *s_times_array, *s_requests, *s_columns, *s_bulk_context_sum, *s_bulk_decodes, *s_num_batched_tokens,
-    *s_num_prefill_tokens, *s_num_decode_tokens, *s_emits, *s_running, *s_num_running_without_output,
+    *s_num_prefill_tokens, *s_num_decode_tokens, *s_emits, *s_num_emitting_seqs, *s_running, *s_num_running_without_output,
     *s_finish_request, *s_grow_times, *s_remove, *s_preempted_request_ids, *s_preempt_request;
 
 static inline PyObject *obj_get(PyObject *o, PyTypeObject *t, Py_ssize_t off, PyObject *name) {  /* new ref */
@@ -1795,6 +1795,7 @@ static PyObject *mod_bind_fast_path_types(PyObject *Py_UNUSED(m), PyObject *args
         {(PyTypeObject *)plan_cls, s_num_prefill_tokens, &off_p_num_prefill_tokens},
         {(PyTypeObject *)plan_cls, s_num_decode_tokens, &off_p_num_decode_tokens},
         {(PyTypeObject *)plan_cls, s_emits, &off_p_emits},
+        {(PyTypeObject *)plan_cls, s_num_emitting_seqs, &off_p_num_emitting_seqs},
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (slot_offset(fields[i].cls, fields[i].name, fields[i].off) < 0) return NULL;
@@ -2288,7 +2289,7 @@ typedef struct {
     int fcfs;  /* the scheduler's policy is "fcfs" (its config is frozen) */
     /* `schedule_step`: the scheduler's config (the object last read) and its fields */
     PyObject *config;
-    Py_ssize_t max_num_batched_tokens, long_prefill_token_threshold, max_num_seqs;
+    Py_ssize_t max_num_batched_tokens, long_prefill_token_threshold, max_num_seqs, max_model_len;
     int chunked, reserve_full_isl;
 } FP;
 
@@ -2624,6 +2625,7 @@ static PyObject *FP_schedule_running(FP *f, PyObject *const *args, Py_ssize_t na
     }
     if (bad) { Py_DECREF(rows); goto done; }
     if (PSET_NEW(plan, requests, PyList_GetSlice(running, 0, PyList_GET_SIZE(running))) < 0
+            || PSET_NEW(plan, num_emitting_seqs, PyLong_FromSsize_t(PyList_GET_SIZE(running))) < 0  /* (all emit) */
             || PSET_NEW(plan, columns, rows) < 0
             || PSET_NEW(plan, bulk_context_sum, PyLong_FromLongLong(context_sum)) < 0)
         goto done;
@@ -2894,11 +2896,11 @@ fail:
    (tests/test_core_properties.py, tests/test_compiled_fast.py compare them step by step). */
 
 static PyTypeObject *blocked_type;
-static PyObject *blocked_of, *status_running;
-static Py_ssize_t off_status, off_num_prefix_hit_tokens, off_first_scheduled_time_s;
+static PyObject *blocked_of, *status_running, *status_waiting, *py_add_request;
+static Py_ssize_t off_status, off_num_prefix_hit_tokens, off_first_scheduled_time_s, off_next_check_len;
 static Py_ssize_t off_b_req, off_b_num_tokens, off_b_need, off_b_budget, off_b_threshold, off_b_watermark,
     off_b_first_hash, off_b_num_chains;
-static PyObject *s_status, *s_num_prefix_hit_tokens, *s_first_scheduled_time_s, *s_b_req, *s_b_num_tokens, *s_b_need,
+static PyObject *s_next_check_len, *s_stop_sets, *s_append, *s_status, *s_num_prefix_hit_tokens, *s_first_scheduled_time_s, *s_b_req, *s_b_num_tokens, *s_b_need,
     *s_b_budget, *s_b_threshold, *s_b_watermark, *s_b_first_hash, *s_b_num_chains, *s_pending, *s_pending_aborted,
     *s_num_steps, *s_blocked, *s_waiting, *s_config, *s_popleft, *s_schedule_running_py, *s_update_lists, *s_flush,
     *s_admitted_request_ids, *s_num_new_prefix_hit_tokens, *s_query, *s_context, *s_num_blocks,
@@ -2911,7 +2913,8 @@ static const struct { const char *name; int kind; } plan_fields[] = {
     {"step_index", K_INDEX}, {"requests", K_LIST}, {"num_batched_tokens", K_ZERO}, {"num_prefill_tokens", K_ZERO},
     {"num_decode_tokens", K_ZERO}, {"preempted_request_ids", K_TUPLE}, {"admitted_request_ids", K_TUPLE},
     {"num_new_prefix_hit_tokens", K_ZERO}, {"num_kv_blocks_used", K_ZERO}, {"num_kv_blocks_total", K_ZERO},
-    {"num_running", K_ZERO}, {"num_waiting", K_ZERO}, {"_query", K_LIST}, {"_context", K_LIST}, {"_emits", K_LIST},
+    {"num_running", K_ZERO}, {"num_waiting", K_ZERO}, {"num_emitting_seqs", K_ZERO}, {"_query", K_LIST},
+    {"_context", K_LIST}, {"_emits", K_LIST},
     {"_num_blocks", K_LIST}, {"_bulk", K_NONE}, {"_columns", K_NONE}, {"_bulk_context_sum", K_NONE},
     {"_bulk_decodes", K_NONE}, {"_arrays", K_NONE}, {"_seqs", K_NONE}, {"_tables", K_NONE},
 };
@@ -2925,8 +2928,8 @@ static Py_ssize_t off_p_admitted_request_ids, off_p_num_new_prefix_hit_tokens, o
 #define BGET(b, field) obj_get((b), blocked_type, off_b_##field, s_b_##field)
 
 static PyObject *mod_bind_step_types(PyObject *Py_UNUSED(m), PyObject *args) {
-    PyObject *bcls, *of, *running;
-    if (!PyArg_ParseTuple(args, "O!OO", &PyType_Type, &bcls, &of, &running)) return NULL;
+    PyObject *bcls, *of, *running, *waiting, *add;
+    if (!PyArg_ParseTuple(args, "O!OOOO", &PyType_Type, &bcls, &of, &running, &waiting, &add)) return NULL;
     if (!plan_type || !req_type) {
         PyErr_SetString(PyExc_RuntimeError, "bind_step_types: bind_fast_path_types first");
         return NULL;
@@ -2934,6 +2937,7 @@ static PyObject *mod_bind_step_types(PyObject *Py_UNUSED(m), PyObject *args) {
     struct { PyTypeObject *cls; PyObject *name; Py_ssize_t *off; } fields[] = {
         {req_type, s_status, &off_status}, {req_type, s_num_prefix_hit_tokens, &off_num_prefix_hit_tokens},
         {req_type, s_first_scheduled_time_s, &off_first_scheduled_time_s},
+        {req_type, s_next_check_len, &off_next_check_len},
         {(PyTypeObject *)bcls, s_b_req, &off_b_req}, {(PyTypeObject *)bcls, s_b_num_tokens, &off_b_num_tokens},
         {(PyTypeObject *)bcls, s_b_need, &off_b_need}, {(PyTypeObject *)bcls, s_b_budget, &off_b_budget},
         {(PyTypeObject *)bcls, s_b_threshold, &off_b_threshold}, {(PyTypeObject *)bcls, s_b_watermark, &off_b_watermark},
@@ -2966,6 +2970,8 @@ static PyObject *mod_bind_step_types(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_INCREF(bcls); Py_XSETREF(blocked_type, (PyTypeObject *)bcls);
     Py_INCREF(of); Py_XSETREF(blocked_of, of);
     Py_INCREF(running); Py_XSETREF(status_running, running);
+    Py_INCREF(waiting); Py_XSETREF(status_waiting, waiting);
+    Py_INCREF(add); Py_XSETREF(py_add_request, add);
     return PyBool_FromLong(plan_direct);
 }
 
@@ -3018,6 +3024,7 @@ static int fp_config(FP *f) {
     rc |= attr_ssize(config, "max_num_batched_tokens", &f->max_num_batched_tokens);
     rc |= attr_ssize(config, "long_prefill_token_threshold", &f->long_prefill_token_threshold);
     rc |= attr_ssize(config, "max_num_seqs", &f->max_num_seqs);
+    rc |= attr_ssize(config, "max_model_len", &f->max_model_len);
     if (rc < 0) { Py_DECREF(config); return -1; }
     if (!(v = PyObject_GetAttrString(config, "enable_chunked_prefill"))
             || (f->chunked = PyObject_IsTrue(v), Py_DECREF(v), f->chunked < 0)
@@ -3092,7 +3099,7 @@ static int fp_schedule_waiting(FP *f, PyObject *plan, PyObject *running, PyObjec
     PyObject *blocked = PyObject_GetAttr(sched, s_blocked), *req = NULL, *hits = NULL, *admitted = NULL;
     PyObject *requests = NULL, *query = NULL, *context = NULL, *emits = NULL, *num_blocks = NULL;
     if (!blocked) return -1;
-    Py_ssize_t d_batched = 0, d_prefill = 0, d_decode = 0, d_hit = 0, d_first = 0;
+    Py_ssize_t d_batched = 0, d_prefill = 0, d_decode = 0, d_hit = 0, d_first = 0, d_emit = 0;
     int rc = -1;
     while (nwait > 0 && budget > 0 && PyList_GET_SIZE(running) < f->max_num_seqs) {
         if (!(req = PySequence_GetItem(waiting, 0))) goto done;
@@ -3164,6 +3171,7 @@ static int fp_schedule_waiting(FP *f, PyObject *plan, PyObject *running, PyObjec
         if (!r) r = PyList_Append(query, q);
         if (!r) r = PyList_Append(context, c);
         if (!r) r = PyList_Append(emits, num_hit + num_new == nt ? Py_True : Py_False);
+        d_emit += num_hit + num_new == nt;
         if (!r) r = PyList_Append(num_blocks, nbk);
         Py_XDECREF(q); Py_XDECREF(c); Py_XDECREF(nbk);
         if (r < 0) goto done;
@@ -3183,6 +3191,7 @@ static int fp_schedule_waiting(FP *f, PyObject *plan, PyObject *running, PyObjec
             || add_to_int(plan, plan_type, off_p_num_prefill_tokens, s_num_prefill_tokens, d_prefill) < 0
             || add_to_int(plan, plan_type, off_p_num_decode_tokens, s_num_decode_tokens, d_decode) < 0
             || add_to_int(plan, plan_type, off_p_num_new_prefix_hit_tokens, s_num_new_prefix_hit_tokens, d_hit) < 0
+            || add_to_int(plan, plan_type, off_p_num_emitting_seqs, s_num_emitting_seqs, d_emit) < 0
             || add_to_int(sched, NULL, 0, s_num_running_without_output, d_first) < 0)
         goto done;
     rc = 0;
@@ -3305,6 +3314,144 @@ static PyObject *FP_update_step(FP *f, PyObject *const *args, Py_ssize_t nargs) 
     return PyObject_CallMethodObjArgs(sched, s_update_lists, plan, sampled, now, NULL);
 }
 
+/* `Scheduler.add_request(req)` where every check passes (else the Python method, which raises the error): its stop
+   rules precomputed, queued, indexed by id. */
+static PyObject *FP_add_request_step(FP *f, PyObject *req) {
+    PyObject *sched = f->sched, *requests = NULL, *sampling = NULL, *v = NULL, *key = NULL, *stop = NULL;
+    PyObject *stop_sets = NULL, *waiting = NULL, *rid = NULL, *result = NULL;
+    if (fp_config(f) < 0) return NULL;
+    if (!(requests = PyObject_GetAttr(sched, s_requests)) || !(rid = FGET(req, request_id))) goto done;
+    int known = PyDict_Check(requests) ? PyDict_Contains(requests, rid) : 1;
+    if (known < 0) goto done;
+    PyObject *status = req_slot(req, off_status);
+    Py_ssize_t nc = req_num_computed(req);
+    if (nc == -1 && PyErr_Occurred()) goto done;
+    Py_ssize_t nt = req_num_tokens(req), np_ = RGET_SSIZE(req, num_prompt_tokens);
+    if ((nt == -1 || np_ == -1) && PyErr_Occurred()) goto done;
+    if (!(sampling = PyObject_GetAttrString(req, "sampling"))) goto done;
+    Py_ssize_t max_tokens;
+    if (attr_ssize(sampling, "max_tokens", &max_tokens) < 0) goto done;
+    Py_ssize_t max_len = np_ + max_tokens < f->max_model_len ? np_ + max_tokens : f->max_model_len;
+    KV *kv = (KV *)f->kv;
+    if (known || status != status_waiting || nc || nt != np_ || np_ >= f->max_model_len
+            || CEIL_DIV(max_len, kv->block_size) > kv->pool->num_blocks - 1 || !PyDict_CheckExact(requests)) {
+        result = PyObject_CallFunctionObjArgs(py_add_request, sched, req, NULL);  /* (raises the error) */
+        goto done;
+    }
+    if (FSET_NEW(req, max_num_tokens, PyLong_FromSsize_t(max_len)) < 0) goto done;
+    if (!(v = PyObject_GetAttrString(sampling, "ignore_eos"))) goto done;
+    int ignore_eos = PyObject_IsTrue(v);
+    Py_CLEAR(v);
+    if (ignore_eos < 0) goto done;
+    PyObject *eos = Py_None;
+    if (!ignore_eos && !(v = eos = PyObject_GetAttrString(req, "eos_token_id"))) goto done;
+    PyObject *ids = PyObject_GetAttrString(sampling, "stop_token_ids");
+    PyObject *ids_tuple = ids ? PySequence_Tuple(ids) : NULL;
+    Py_XDECREF(ids);
+    if (!ids_tuple) goto done;
+    key = PyTuple_Pack(2, ids_tuple, eos);
+    Py_DECREF(ids_tuple);
+    Py_CLEAR(v);
+    if (!key || !(stop_sets = PyObject_GetAttr(sched, s_stop_sets))) goto done;
+    if (!PyDict_Check(stop_sets)) { PyErr_SetString(PyExc_TypeError, "Scheduler._stop_sets: a dict"); goto done; }
+    stop = PyDict_GetItemWithError(stop_sets, key);
+    if (stop) {
+        Py_INCREF(stop);
+    } else {  /* frozenset(stop_token_ids) | ({eos} or nothing): one set per kind of request */
+        if (PyErr_Occurred()) goto done;
+        if (!(stop = PyFrozenSet_New(PyTuple_GET_ITEM(key, 0)))) goto done;
+        if (PyTuple_GET_ITEM(key, 1) != Py_None && PySet_Add(stop, PyTuple_GET_ITEM(key, 1)) < 0) goto done;
+        if (PyDict_SetItem(stop_sets, key, stop) < 0) goto done;
+    }
+    if (FSET(req, stop_token_set, stop) < 0 || FSET_NEW(req, next_check_len, PyLong_FromSsize_t(np_ + 1)) < 0) goto done;
+    if (!(waiting = PyObject_GetAttr(sched, s_waiting))) goto done;
+    if (!(v = PyObject_CallMethodOneArg(waiting, s_append, req))) goto done;
+    Py_CLEAR(v);
+    if (PyDict_SetItem(requests, rid, req) < 0) goto done;
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    Py_XDECREF(requests); Py_XDECREF(rid); Py_XDECREF(sampling); Py_XDECREF(v); Py_XDECREF(key); Py_XDECREF(stop);
+    Py_XDECREF(stop_sets); Py_XDECREF(waiting);
+    return result;
+}
+
+/* ---- a lazy request made in C (`Request.lazy`: `Request.__init__` and `_init_fields` in Python) ----
+
+   Every slot of `engine.core.request.Request` set as `_init_fields` sets it, then its prompt source and length, while
+   the class has exactly these slots in this order (`bind_lazy_request` checks; otherwise `Request.lazy` stays the
+   Python code's). */
+enum { RK_WAITING, RK_NO_BLOCK_IDS, RK_LIST, RK_ZERO, RK_NONE, RK_FROZENSET, R_ARG0 = 100 };  /* R_ARG0 + i: argument i */
+static const struct { const char *name; int kind; } request_fields[] = {
+    {"request_id", R_ARG0 + 0}, {"sampling", R_ARG0 + 3}, {"arrival_time_s", R_ARG0 + 4},
+    {"eos_token_id", R_ARG0 + 5}, {"priority", R_ARG0 + 6}, {"num_prompt_tokens", R_ARG0 + 1}, {"status", RK_WAITING},
+    {"block_ids", RK_LIST}, {"block_ids_head", RK_NO_BLOCK_IDS}, {"block_hashes", RK_LIST}, {"num_cached_blocks", RK_ZERO},
+    {"cache_chain", RK_NONE}, {"sliding_block_ids", RK_LIST}, {"sliding_first_block", RK_ZERO},
+    {"max_num_tokens", RK_ZERO}, {"stop_token_set", RK_FROZENSET}, {"next_check_len", RK_ZERO},
+    {"first_scheduled_time_s", RK_NONE}, {"finish_time_s", RK_NONE}, {"num_preemptions", RK_ZERO},
+    {"num_prefix_hit_tokens", RK_NONE}, {"_prompt", RK_NONE}, {"_prompt_source", R_ARG0 + 2}, {"_output_ids", RK_LIST},
+    {"_num_computed", RK_ZERO}, {"_token_times", RK_LIST}, {"_times_array", RK_NONE}, {"_cols", RK_NONE},
+    {"_col_off", RK_NONE}, {"_col_seq", RK_ZERO},
+};
+#define NUM_REQUEST_FIELDS ((Py_ssize_t)(sizeof(request_fields) / sizeof(request_fields[0])))
+static Py_ssize_t request_offs[NUM_REQUEST_FIELDS];
+static PyTypeObject *lazy_type;
+static PyObject *lazy_waiting, *lazy_no_block_ids, *empty_frozenset;
+
+/* new_lazy_request(request_id, num_prompt_tokens, prompt_source, sampling, arrival_time_s, eos_token_id, priority) */
+static PyObject *mod_new_lazy_request(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !lazy_type) {
+        PyErr_SetString(PyExc_TypeError, nargs != 7 ? "new_lazy_request takes 7 arguments" : "bind_lazy_request first");
+        return NULL;
+    }
+    PyObject *req = lazy_type->tp_alloc(lazy_type, 0);
+    if (!req) return NULL;
+    for (Py_ssize_t i = 0; i < NUM_REQUEST_FIELDS; i++) {
+        int kind = request_fields[i].kind;
+        PyObject *v;
+        if (kind >= R_ARG0) v = args[kind - R_ARG0];
+        else if (kind == RK_WAITING) v = lazy_waiting;
+        else if (kind == RK_NO_BLOCK_IDS) v = lazy_no_block_ids;
+        else if (kind == RK_ZERO) v = s_zero;
+        else if (kind == RK_FROZENSET) v = empty_frozenset;
+        else if (kind == RK_LIST) v = NULL;
+        else v = Py_None;
+        if (v) Py_INCREF(v);
+        else if (!(v = PyList_New(0))) { Py_DECREF(req); return NULL; }
+        *(PyObject **)((char *)req + request_offs[i]) = v;  /* (the slot was NULL) */
+    }
+    return req;
+}
+
+/* bind_lazy_request(Request, RequestStatus.WAITING, NO_BLOCK_IDS): `new_lazy_request` where Request's slots are the
+   ones it fills (in order), else None. */
+static PyObject *mod_bind_lazy_request(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *cls, *waiting, *nbi;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyType_Type, &cls, &waiting, &nbi)) return NULL;
+    PyTypeObject *t = (PyTypeObject *)cls;
+    PyObject *slots = PyDict_GetItemString(t->tp_dict, "__slots__");
+    int ok = slots && PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == NUM_REQUEST_FIELDS
+        && t->tp_base == &PyBaseObject_Type && !t->tp_dictoffset;
+    for (Py_ssize_t i = 0; ok && i < NUM_REQUEST_FIELDS; i++) {
+        PyObject *item = PyTuple_GET_ITEM(slots, i);
+        ok = PyUnicode_Check(item) && PyUnicode_CompareWithASCIIString(item, request_fields[i].name) == 0;
+        if (!ok) break;
+        PyObject *name = PyUnicode_InternFromString(request_fields[i].name);
+        int rc = name ? slot_offset(t, name, &request_offs[i]) : -1;
+        Py_XDECREF(name);
+        if (rc < 0) return NULL;
+    }
+    if (!ok) Py_RETURN_NONE;
+    if (!empty_frozenset && !(empty_frozenset = PyFrozenSet_New(NULL))) return NULL;
+    Py_INCREF(cls); Py_XSETREF(lazy_type, t);
+    Py_INCREF(waiting); Py_XSETREF(lazy_waiting, waiting);
+    Py_INCREF(nbi); Py_XSETREF(lazy_no_block_ids, nbi);
+    static PyMethodDef def = {"new_lazy_request", (PyCFunction)(void (*)(void))mod_new_lazy_request, METH_FASTCALL,
+                              "new_lazy_request(request_id, num_prompt_tokens, prompt_source, sampling, arrival_time_s, "
+                              "eos_token_id, priority): `Request.lazy` without its checks."};
+    return PyCFunction_New(&def, NULL);
+}
+
 static PyMethodDef FP_methods[] = {
     {"schedule_running", (PyCFunction)(void (*)(void))FP_schedule_running, METH_FASTCALL,
      "`FastPath.schedule_running`: in C for a step of decoders that the free blocks cover."},
@@ -3312,6 +3459,8 @@ static PyMethodDef FP_methods[] = {
      "`FastPath.update`: in C while the period goes on without prompt chunks."},
     {"schedule_step", (PyCFunction)(void (*)(void))FP_schedule_step, METH_FASTCALL,
      "`Scheduler.schedule(now_s)` in C (an FCFS `Scheduler`, engine.core.scheduler)."},
+    {"add_request_step", (PyCFunction)FP_add_request_step, METH_O,
+     "`Scheduler.add_request(req)` in C (the Python method where a check fails: its error)."},
     {"update_step", (PyCFunction)(void (*)(void))FP_update_step, METH_FASTCALL,
      "`Scheduler.update_from_output(plan, sampled, now_s)` in C (an FCFS `Scheduler`)."},
     {NULL, NULL, 0, NULL},
@@ -3347,8 +3496,11 @@ static PyMethodDef module_methods[] = {
     {"bind_fast_path_types", (PyCFunction)mod_bind_fast_path_types, METH_VARARGS,
      "bind_fast_path_types(Request, StepPlan, ColumnRows, stopped, capped): the fast path's slots and statuses."},
     {"bind_step_types", (PyCFunction)mod_bind_step_types, METH_VARARGS,
-     "bind_step_types(_Blocked, _Blocked.of, RequestStatus.RUNNING): the scheduler's step in C; whether its plans are "
-     "made directly (StepPlan's slots as expected)."},
+     "bind_step_types(_Blocked, _Blocked.of, RequestStatus.RUNNING, RequestStatus.WAITING, Scheduler.add_request): the "
+     "scheduler's step in C; whether its plans are made directly (StepPlan's slots as expected)."},
+    {"bind_lazy_request", (PyCFunction)mod_bind_lazy_request, METH_VARARGS,
+     "bind_lazy_request(Request, RequestStatus.WAITING, NO_BLOCK_IDS): `new_lazy_request`, or None where Request's "
+     "slots are not the ones it fills."},
     {"prompt_block_hashes", (PyCFunction)mod_prompt_block_hashes, METH_VARARGS,
      "prompt_block_hashes(hashes, prompt, num_blocks, block_size): extend the list `hashes` to num_blocks hashes."},
     {NULL, NULL, 0, NULL},
@@ -3396,6 +3548,7 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     INTERN(s_num_prefill_tokens, "num_prefill_tokens");
     INTERN(s_num_decode_tokens, "num_decode_tokens");
     INTERN(s_emits, "_emits");
+    INTERN(s_num_emitting_seqs, "num_emitting_seqs");
     INTERN(s_running, "running");
     INTERN(s_num_running_without_output, "num_running_without_output");
     INTERN(s_finish_request, "finish_request");
@@ -3404,6 +3557,9 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     INTERN(s_preempted_request_ids, "preempted_request_ids");
     INTERN(s_preempt_request, "preempt_request");
     INTERN(s_status, "status");
+    INTERN(s_next_check_len, "next_check_len");
+    INTERN(s_stop_sets, "_stop_sets");
+    INTERN(s_append, "append");
     INTERN(s_num_prefix_hit_tokens, "num_prefix_hit_tokens");
     INTERN(s_first_scheduled_time_s, "first_scheduled_time_s");
     INTERN(s_b_req, "req");

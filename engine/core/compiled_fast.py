@@ -9,8 +9,8 @@
 prefill rows whose step the free blocks cover, every admission sampling its token) and `FastPath`'s Python methods,
 on the same C columns, in every other case (a period starting or ending, prompt chunks, preemptions). For an FCFS
 `Scheduler` it also runs the scheduler's whole step (`schedule_step`: `Scheduler.schedule` with its waiting queue's
-admissions; `update_step`: `Scheduler.update_from_output`), so that a step makes no Python call of engine.core in
-the common case. The Python
+admissions; `update_step`: `Scheduler.update_from_output`; `add_request_step`: `Scheduler.add_request`), so that a
+step makes no Python call of engine.core in the common case. The Python
 classes stay the reference: tests/test_core_properties.py compares both step by step. Moving the fast path's code to
 C while its state stayed in Python objects saved nothing (docs/benchmark-history/2026-11-30f-steploop2.md): the
 state is what moved here.
@@ -64,12 +64,14 @@ _STEP_BOUND = False
 STEP_PLANS_DIRECT = False
 
 
-def bind_step(blocked: type, blocked_of: Callable[..., object]) -> bool:
-    """Give the extension what the scheduler's step in C reads and calls: `engine.core.scheduler._Blocked` (its slots)
-    and `_Blocked.of`. Whether the step in C is built (called once, by engine.core.scheduler)."""
+def bind_step(blocked: type, blocked_of: Callable[..., object], add_request: Callable[..., None]) -> bool:
+    """Give the extension what the scheduler's step in C reads and calls: `engine.core.scheduler._Blocked` (its slots),
+    `_Blocked.of` and `Scheduler.add_request` (the checks' errors). Whether the step in C is built (called once, by
+    engine.core.scheduler)."""
     global _STEP_BOUND, STEP_PLANS_DIRECT
     if STEP_BUILT:
-        STEP_PLANS_DIRECT = _kvcore.bind_step_types(blocked, blocked_of, RequestStatus.RUNNING)
+        STEP_PLANS_DIRECT = _kvcore.bind_step_types(blocked, blocked_of, RequestStatus.RUNNING, RequestStatus.WAITING,
+                                                    add_request)
         _STEP_BOUND = True
     return _STEP_BOUND
 

@@ -61,12 +61,16 @@ class Scheduler:
         # (The fast path's batched decode allocation knows one block table per request: not a hybrid model's.)
         # (In C where the KV cache manager is: engine.core.compiled_fast.)
         self._fast: FastPath | None = new_fast_path(self) if fast_paths and not cache.num_sliding_groups else None
-        # The whole step in C (`schedule_step`, `update_step`: engine.core.compiled_fast) where the compiled fast path
-        # serves an FCFS scheduler of exactly this class: the same statements as `schedule` and `update_from_output`
-        # below, which stay the reference.
+        # The whole step in C (`schedule_step`, `update_step`, `add_request_step`: engine.core.compiled_fast) where the
+        # compiled fast path serves an FCFS scheduler of exactly this class: the same statements as `schedule`,
+        # `update_from_output` and `add_request` below, which stay the reference.
         self._step: CompiledFastPath | None = None
         if type(self) is Scheduler and type(self.waiting) is FCFSRequestQueue:
             self._step = compiled_step(self._fast)
+        if self._step is not None:  # this scheduler's own entry points are the C methods (no Python call between)
+            self.schedule = self._step.schedule_step  # type: ignore[method-assign]
+            self.update_from_output = self._step.update_step  # type: ignore[method-assign]
+            self.add_request = self._step.add_request_step  # type: ignore[method-assign]
         # The waiting queue's head when its blocks did not fit, with what its failure depended on (`_Blocked`).
         self._blocked: _Blocked | None = None
         # The stop tokens of a request (`add_request`) by its stop_token_ids and the EOS that stops it.
@@ -164,8 +168,6 @@ class Scheduler:
         # num_tokens - 1 tokens) and stops the admissions if it does not fit (whole sequence must fit with
         # scheduler_reserve_full_isl; without chunked prefill, the whole rest of the prompt must fit the
         # budget).
-        if self._step is not None:
-            return self._step.schedule_step(now_s)
         assert self._pending is None, "update_from_output() must follow every non-empty schedule()"
         plan = StepPlan(self.num_steps)
         threshold = self.config.long_prefill_token_threshold
@@ -312,8 +314,6 @@ class Scheduler:
         token every emitting seq sampled (the simulator's case, which goes the fast path). Requests aborted
         since `schedule()` are skipped.
         """
-        if self._step is not None:
-            return self._step.update_step(plan, sampled, now_s)
         if plan.is_empty:
             return []
         assert plan is self._pending, "update_from_output() takes the plan of the last schedule()"
@@ -423,5 +423,6 @@ class _Blocked:
                 and (self.num_chains is None or pool.num_chains_made == self.num_chains))
 
 
-# The scheduler's step in C reads `_Blocked`'s slots and calls `_Blocked.of` (engine.core.compiled_fast).
-bind_step(_Blocked, _Blocked.of)
+# The scheduler's step in C reads `_Blocked`'s slots and calls `_Blocked.of`, and `add_request` for its errors
+# (engine.core.compiled_fast).
+bind_step(_Blocked, _Blocked.of, Scheduler.add_request)

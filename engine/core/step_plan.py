@@ -133,6 +133,7 @@ class StepPlan:
         "num_kv_blocks_total",
         "num_running",
         "num_waiting",
+        "num_emitting_seqs",
         "_query",
         "_context",
         "_emits",
@@ -159,6 +160,8 @@ class StepPlan:
         self.num_kv_blocks_total = 0
         self.num_running = 0
         self.num_waiting = 0
+        # Sequences that sample a token this step (kept as the plan is filled: read at every step by the simulator).
+        self.num_emitting_seqs = 0
         # Per sequence: tokens computed this step, tokens already in the KV cache before it, whether it
         # samples a token, and the length of its block table. `_bulk` holds the same for the leading
         # sequences as arrays (the fast path's columns), the lists those after them.
@@ -202,12 +205,6 @@ class StepPlan:
             self._arrays = (np.concatenate((bulk_query, self._query)), np.concatenate((bulk_context, self._context)),
                             np.concatenate((bulk_emits, self._emits)))
         return self._arrays
-
-    @property
-    def num_emitting_seqs(self) -> int:
-        """Sequences that sample a token this step."""
-        num_bulk = len(self.requests) - len(self._emits)  # bulk rows always do
-        return num_bulk + sum(self._emits)
 
     @property
     def emits_after_bulk(self) -> list[bool]:
@@ -322,7 +319,9 @@ class StepPlan:
         self.requests.append(req)
         self._query.append(num_new_tokens)
         self._context.append(ctx)
-        self._emits.append(ctx + num_new_tokens == req.num_tokens + num_placeholders)
+        emits = ctx + num_new_tokens == req.num_tokens + num_placeholders
+        self._emits.append(emits)
+        self.num_emitting_seqs += emits
         self._num_blocks.append(len(req.block_ids))
         self.num_batched_tokens += num_new_tokens
         if num_new_tokens == 1 and ctx >= num_prompt_tokens:
@@ -337,6 +336,7 @@ class StepPlan:
         i = self.requests.index(req)
         n = self._query[i]
         is_decode = n == 1 and self._context[i] >= req.num_prompt_tokens
+        self.num_emitting_seqs -= self._emits[i]
         for column in (self.requests, self._query, self._context, self._emits, self._num_blocks):
             del column[i]
         self.num_batched_tokens -= n
@@ -353,6 +353,7 @@ class StepPlan:
         self.requests = requests
         self._query, self._context, self._num_blocks = query, context, num_blocks
         self._emits = [True] * len(requests)
+        self.num_emitting_seqs = len(requests)
         self._set_totals(num_batched_tokens, num_prefill_tokens)
 
     def add_running_columns(self, requests: list[Request], bulk: ColumnRows, context_sum: int,
@@ -363,6 +364,7 @@ class StepPlan:
         `longest_decode()` their longest context where every one of them is a decode."""
         self.requests = requests
         self._columns = bulk
+        self.num_emitting_seqs = len(requests)  # (the bulk rows always emit)
         self._bulk_context_sum = context_sum
         if longest_decode is not None:
             self._bulk_decodes = (len(requests), longest_decode)
