@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from engine.core import CacheConfig, Request, SamplingParams, Scheduler, SchedulerConfig, compiled_fast, compiled_kv
+from engine.core import request as request_module
 from engine.core.fast_path import FastPath
 from engine.core.pipeline_scheduler import PipelineScheduler
 from engine.core.scheduler import Scheduler as _Scheduler
@@ -170,13 +171,15 @@ def test_the_c_columns_leak_no_request():
 
 
 def test_the_whole_step_is_in_c_for_an_fcfs_scheduler_where_built():
-    """`Scheduler.schedule` / `update_from_output` hand the step to the compiled fast path (`schedule_step`,
-    `update_step`) for an FCFS `Scheduler` where built, whose plans are made at StepPlan's slots directly; not under
-    ROOFLINE_PURE_PYTHON=1, the priority policy, without fast paths, or for a subclass (PipelineScheduler)."""
+    """`Scheduler.schedule` / `update_from_output` / `add_request` are the compiled fast path's (`schedule_step`,
+    `update_step`, `add_request_step`) for an FCFS `Scheduler` where built, whose plans are made at StepPlan's slots
+    directly, and `Request.lazy` is made in C; not under ROOFLINE_PURE_PYTHON=1, the priority policy, without fast
+    paths, or for a subclass (PipelineScheduler)."""
     probe = ("from engine.core import CacheConfig, Scheduler, SchedulerConfig; "
              "s = Scheduler(SchedulerConfig(max_model_len=64), CacheConfig(num_blocks=16, block_size=4)); "
-             "print(s._step is not None and s._step is s._fast)")
-    for value, expected in (("", str(compiled_fast.STEP_BUILT)), ("1", "False")):
+             "import engine.core.request as r; print(s._step is not None and s._step is s._fast, r._new_lazy is not None)")
+    built = str(compiled_fast.STEP_BUILT)
+    for value, expected in (("", f"{built} {built}"), ("1", "False False")):
         run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                              env={**os.environ, "ROOFLINE_PURE_PYTHON": value})
         assert run.stdout.strip() == expected
@@ -257,13 +260,10 @@ def _slots(req):
             for name in Request.__slots__ for v in [getattr(req, name)]]
 
 
-@pytest.mark.skipif(not compiled_fast.STEP_BUILT, reason="engine.core._kvcore is not built")
+@pytest.mark.skipif(request_module._new_lazy is None, reason="engine.core._kvcore is not built or not selected")
 def test_a_lazy_request_made_in_c_is_the_python_ones():
     """`Request.lazy` in C (`new_lazy_request`) sets every slot as the Python code does (`__init__`, `_init_fields`):
     the same values and types, the shared empty block-id array; a subclass and a bad length go the Python way."""
-    from engine.core import request as request_module
-
-    assert request_module._new_lazy is not None
     source = functools.partial(np.arange, 5)
     sampling = SamplingParams(max_tokens=3)
     c = Request.lazy("r", 5, source, sampling, 1.5, 2, 1)
@@ -310,3 +310,42 @@ def test_add_request_in_c_gives_the_python_state_and_errors():
         assert len(sched.waiting) == len(sched.requests) == 6
     assert states[0] == states[1] and errors[0] == errors[1]
     assert "already in the scheduler" in errors[1][0] and "KV blocks" in errors[1][2]
+
+
+def _blocked_state(sched):
+    b = sched._blocked
+    return None if b is None else (b.req.request_id, b.num_tokens, b.need, b.budget, b.threshold, b.watermark,
+                                   b.first_hash, b.num_chains)
+
+
+@_built
+@pytest.mark.parametrize("full_isl", [True, False])
+def test_a_blocked_head_in_c_is_the_python_ones(full_isl):
+    """The `_Blocked` the step in C makes when the waiting queue's head does not fit (`_Blocked.of` in C, its slots
+    filled directly): the Python scheduler's, field for field, after every step (a small cache: heads blocked, preempted
+    requests back at the head with their own chains cached)."""
+    config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=64, max_model_len=128,
+                             scheduler_reserve_full_isl=full_isl)
+    cache = CacheConfig(num_blocks=40, block_size=4, enable_prefix_caching=True)
+    scheds = []
+    for compiled in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(compiled_kv, "COMPILED", compiled)
+            scheds.append(Scheduler(config, cache))
+    assert scheds[1]._step is not None and scheds[0]._step is None
+    pending = [_requests(40, 30, 40) for _ in scheds]
+    num_blocked = 0
+    for step in range(2000):
+        states = []
+        for sched, reqs in zip(scheds, pending):
+            while reqs and reqs[0][0] <= step:
+                sched.add_request(reqs.pop(0)[1])
+            plan = sched.schedule(float(step))
+            states.append((plan.request_ids, plan.query_lens, _blocked_state(sched)))
+            if not plan.is_empty:
+                sched.update_from_output(plan, 9, float(step))
+        assert states[0] == states[1]
+        num_blocked += states[0][2] is not None
+        if not (pending[0] or scheds[0].has_unfinished()):
+            break
+    assert not scheds[1].has_unfinished() and num_blocked > 20

@@ -736,25 +736,32 @@ static PyObject *Pool_close_chain(Pool *p, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Pool_candidates_closed(Pool *p, PyObject *args) {
-    PyObject *hashes;
-    Py_ssize_t max_num_blocks;
-    if (!PyArg_ParseTuple(args, "On", &hashes, &max_num_blocks)) return NULL;
+/* Whether every chain compared by a lookup of hashes[0..max_num_blocks) is closed: 1 yes, 0 no, -1 error. */
+static int pool_candidates_closed(Pool *p, PyObject *hashes, Py_ssize_t max_num_blocks) {
     PyObject *fast = PySequence_Fast(hashes, "block_hashes must be a sequence");
-    if (!fast) return NULL;
+    if (!fast) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
     if (max_num_blocks < n) n = max_num_blocks < 0 ? 0 : max_num_blocks;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *lst = PyDict_GetItemWithError(p->starts, PySequence_Fast_GET_ITEM(fast, k));
-        if (!lst) { if (PyErr_Occurred()) { Py_DECREF(fast); return NULL; } continue; }
+        if (!lst) { if (PyErr_Occurred()) { Py_DECREF(fast); return -1; } continue; }
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(lst); j++) {
             Chain *c = pool_chain(p, as_i64(PyList_GET_ITEM(lst, j)));
-            if (!c) { Py_DECREF(fast); return NULL; }
-            if (!c->closed) { Py_DECREF(fast); Py_RETURN_FALSE; }
+            if (!c) { Py_DECREF(fast); return -1; }
+            if (!c->closed) { Py_DECREF(fast); return 0; }
         }
     }
     Py_DECREF(fast);
-    Py_RETURN_TRUE;
+    return 1;
+}
+
+static PyObject *Pool_candidates_closed(Pool *p, PyObject *args) {
+    PyObject *hashes;
+    Py_ssize_t max_num_blocks;
+    if (!PyArg_ParseTuple(args, "On", &hashes, &max_num_blocks)) return NULL;
+    int r = pool_candidates_closed(p, hashes, max_num_blocks);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
 }
 
 static PyObject *Pool_prune_chains(Pool *p, PyObject *Py_UNUSED(ignored)) {
@@ -2886,21 +2893,26 @@ fail:
 /* ---- the scheduler's whole step in C (engine.core.scheduler: `Scheduler.schedule`, `update_from_output`) ----
 
    Where the compiled fast path serves an FCFS `Scheduler` (exactly that class, its waiting queue exactly
-   `FCFSRequestQueue`), `Scheduler.schedule` hands the step to `schedule_step` and `update_from_output` to
-   `update_step`: the same statements as the Python methods, in the same order (vLLM's `Scheduler.schedule`: the
-   running queue, then, if nothing was preempted, the waiting queue in order while the budget, max_num_seqs and the
-   free blocks allow; `_update_after_schedule`), with the plan's and the requests' fields written at their slots'
-   offsets. The running queue is `schedule_running`'s (above; `Scheduler._schedule_running` where it declines), a
-   blocked head's failure is carried over by the scheduler's `_Blocked` (its slots read here, `_Blocked.of` called),
-   and an update that is not the fast path's is `Scheduler._update_lists`. The Python methods stay the reference
+   `FCFSRequestQueue`), the scheduler's `schedule`, `update_from_output` and `add_request` are `schedule_step`,
+   `update_step` and `add_request_step`: the same statements as the Python methods, in the same order (vLLM's
+   `Scheduler.schedule`: the running queue, then, if nothing was preempted, the waiting queue in order while the
+   budget, max_num_seqs and the free blocks allow; `_update_after_schedule`), with the plans', the requests' and the
+   `_Blocked`s' fields written at their slots' offsets. The running queue is `schedule_running`'s (above;
+   `Scheduler._schedule_running` where it declines), a blocked head's failure is carried over by a `_Blocked`
+   (`holds` and `of` done here), and an update that is not the fast path's is `Scheduler._update_lists`. The Python methods stay the reference
    (tests/test_core_properties.py, tests/test_compiled_fast.py compare them step by step). */
 
 static PyTypeObject *blocked_type;
-static PyObject *blocked_of, *status_running, *status_waiting, *py_add_request;
+/* `_Blocked`'s slots, in order: `blocked_new` fills them directly while the class has exactly these (`blocked_direct`). */
+static const char *blocked_slots[] = {"req", "num_tokens", "need", "budget", "threshold", "watermark", "first_hash",
+                                      "num_chains"};
+static int blocked_direct;
+static PyObject *status_running, *status_waiting, *py_add_request;
 static Py_ssize_t off_status, off_num_prefix_hit_tokens, off_first_scheduled_time_s, off_next_check_len;
 static Py_ssize_t off_b_req, off_b_num_tokens, off_b_need, off_b_budget, off_b_threshold, off_b_watermark,
     off_b_first_hash, off_b_num_chains;
-static PyObject *s_next_check_len, *s_stop_sets, *s_append, *s_status, *s_num_prefix_hit_tokens, *s_first_scheduled_time_s, *s_b_req, *s_b_num_tokens, *s_b_need,
+static PyObject *s_next_check_len, *s_stop_sets, *s_append, *s_status, *s_num_prefix_hit_tokens,
+    *s_first_scheduled_time_s, *s_b_req, *s_b_num_tokens, *s_b_need,
     *s_b_budget, *s_b_threshold, *s_b_watermark, *s_b_first_hash, *s_b_num_chains, *s_pending, *s_pending_aborted,
     *s_num_steps, *s_blocked, *s_waiting, *s_config, *s_popleft, *s_schedule_running_py, *s_update_lists, *s_flush,
     *s_admitted_request_ids, *s_num_new_prefix_hit_tokens, *s_query, *s_context, *s_num_blocks,
@@ -2928,8 +2940,8 @@ static Py_ssize_t off_p_admitted_request_ids, off_p_num_new_prefix_hit_tokens, o
 #define BGET(b, field) obj_get((b), blocked_type, off_b_##field, s_b_##field)
 
 static PyObject *mod_bind_step_types(PyObject *Py_UNUSED(m), PyObject *args) {
-    PyObject *bcls, *of, *running, *waiting, *add;
-    if (!PyArg_ParseTuple(args, "O!OOOO", &PyType_Type, &bcls, &of, &running, &waiting, &add)) return NULL;
+    PyObject *bcls, *running, *waiting, *add;
+    if (!PyArg_ParseTuple(args, "O!OOO", &PyType_Type, &bcls, &running, &waiting, &add)) return NULL;
     if (!plan_type || !req_type) {
         PyErr_SetString(PyExc_RuntimeError, "bind_step_types: bind_fast_path_types first");
         return NULL;
@@ -2967,12 +2979,19 @@ static PyObject *mod_bind_step_types(PyObject *Py_UNUSED(m), PyObject *args) {
         if (rc < 0) return NULL;
     }
     plan_direct = direct;
+    PyObject *bslots = PyDict_GetItemString(((PyTypeObject *)bcls)->tp_dict, "__slots__");
+    int bdirect = bslots && PyTuple_Check(bslots) && PyTuple_GET_SIZE(bslots) == 8
+        && ((PyTypeObject *)bcls)->tp_base == &PyBaseObject_Type && !((PyTypeObject *)bcls)->tp_dictoffset;
+    for (Py_ssize_t i = 0; bdirect && i < 8; i++) {
+        PyObject *item = PyTuple_GET_ITEM(bslots, i);
+        bdirect = PyUnicode_Check(item) && PyUnicode_CompareWithASCIIString(item, blocked_slots[i]) == 0;
+    }
+    blocked_direct = bdirect;
     Py_INCREF(bcls); Py_XSETREF(blocked_type, (PyTypeObject *)bcls);
-    Py_INCREF(of); Py_XSETREF(blocked_of, of);
     Py_INCREF(running); Py_XSETREF(status_running, running);
     Py_INCREF(waiting); Py_XSETREF(status_waiting, waiting);
     Py_INCREF(add); Py_XSETREF(py_add_request, add);
-    return PyBool_FromLong(plan_direct);
+    return PyBool_FromLong(plan_direct && blocked_direct);
 }
 
 /* `StepPlan(step_index)`. */
@@ -3076,6 +3095,61 @@ static int blocked_holds(KV *kv, PyObject *b, PyObject *req, Py_ssize_t budget, 
     return pool->num_chains_made == x;
 }
 
+/* `_Blocked.of(sched, req, budget, threshold)` after `req`'s allocation failed (its lookup just done): the new
+   `_Blocked` (its slots filled here while the class has exactly `blocked_slots`, else through the class), or None when
+   its failure cannot be carried over. */
+static PyObject *blocked_new(FP *f, PyObject *req, Py_ssize_t budget, Py_ssize_t threshold, Py_ssize_t num_running) {
+    KV *kv = (KV *)f->kv;
+    Pool *pool = kv->pool;
+    Py_ssize_t nt = req_num_tokens(req);
+    if (nt == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t max_num_blocks = nt >= 1 ? (nt - 1) / kv->block_size : -1;
+    PyObject *first_hash = Py_None, *num_chains = Py_None, *hashes = NULL;
+    Py_INCREF(first_hash); Py_INCREF(num_chains);
+    PyObject *vals[8] = {NULL}, *result = NULL;
+    if (kv->enable_caching && max_num_blocks > 0) {
+        if (!(hashes = RGET(req, block_hashes))) goto done;
+        Py_SETREF(first_hash, PySequence_GetItem(hashes, 0));
+        if (!first_hash) goto done;
+        int hit = PyDict_Contains(pool->starts, first_hash);
+        if (hit < 0) goto done;
+        if (hit) {  /* then the lookup hashed all it compares */
+            int closed = f->reserve_full_isl ? pool_candidates_closed(pool, hashes, max_num_blocks) : 0;
+            if (closed < 0) goto done;
+            if (!closed) { Py_INCREF(Py_None); result = Py_None; goto done; }
+            Py_INCREF(Py_None);
+            Py_SETREF(first_hash, Py_None);
+            Py_SETREF(num_chains, PyLong_FromLongLong(pool->num_chains_made));
+            if (!num_chains) goto done;
+        }
+    }
+    vals[0] = req; Py_INCREF(req);
+    vals[1] = PyLong_FromSsize_t(nt);
+    vals[2] = PyLong_FromSsize_t(kv->failed_need);
+    vals[3] = PyLong_FromSsize_t(budget);
+    vals[4] = PyLong_FromSsize_t(threshold);
+    vals[5] = num_running > 0 ? Py_True : Py_False; Py_INCREF(vals[5]);
+    vals[6] = first_hash; first_hash = NULL;
+    vals[7] = num_chains; num_chains = NULL;
+    for (int i = 1; i < 5; i++) if (!vals[i]) goto done;
+    if (!blocked_direct) {
+        PyObject *args[7] = {vals[0], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7]};  /* (its __init__) */
+        result = PyObject_Vectorcall((PyObject *)blocked_type, args, 7, NULL);
+        goto done;
+    }
+    if (!(result = blocked_type->tp_alloc(blocked_type, 0))) goto done;
+    Py_ssize_t offs[8] = {off_b_req, off_b_num_tokens, off_b_need, off_b_budget, off_b_threshold, off_b_watermark,
+                          off_b_first_hash, off_b_num_chains};
+    for (int i = 0; i < 8; i++) {
+        *(PyObject **)((char *)result + offs[i]) = vals[i];  /* (steals; the slot was NULL) */
+        vals[i] = NULL;
+    }
+done:
+    for (int i = 0; i < 8; i++) Py_XDECREF(vals[i]);
+    Py_XDECREF(first_hash); Py_XDECREF(num_chains); Py_XDECREF(hashes);
+    return result;
+}
+
 /* Write `req.num_computed_tokens = value` (the property's setter: the columns must not hold the request). */
 static int req_set_computed(PyObject *req, Py_ssize_t value) {
     PyObject *cols = req_slot(req, off_cols);
@@ -3125,10 +3199,7 @@ static int fp_schedule_waiting(FP *f, PyObject *plan, PyObject *running, PyObjec
         if (ok < 0) goto done;
         Py_CLEAR(hits);
         if (!ok) {
-            PyObject *b = PyLong_FromSsize_t(budget), *t = PyLong_FromSsize_t(threshold);
-            PyObject *nb = b && t ? PyObject_CallFunctionObjArgs(blocked_of, sched, req, b, t, NULL) : NULL;
-            Py_XDECREF(b);
-            Py_XDECREF(t);
+            PyObject *nb = blocked_new(f, req, budget, threshold, PyList_GET_SIZE(running));
             if (!nb) goto done;
             int r = PyObject_SetAttr(sched, s_blocked, nb);
             Py_DECREF(nb);
@@ -3496,8 +3567,8 @@ static PyMethodDef module_methods[] = {
     {"bind_fast_path_types", (PyCFunction)mod_bind_fast_path_types, METH_VARARGS,
      "bind_fast_path_types(Request, StepPlan, ColumnRows, stopped, capped): the fast path's slots and statuses."},
     {"bind_step_types", (PyCFunction)mod_bind_step_types, METH_VARARGS,
-     "bind_step_types(_Blocked, _Blocked.of, RequestStatus.RUNNING, RequestStatus.WAITING, Scheduler.add_request): the "
-     "scheduler's step in C; whether its plans are made directly (StepPlan's slots as expected)."},
+     "bind_step_types(_Blocked, RequestStatus.RUNNING, RequestStatus.WAITING, Scheduler.add_request): the scheduler's "
+     "step in C; whether its plans and `_Blocked`s are made directly (their slots as expected)."},
     {"bind_lazy_request", (PyCFunction)mod_bind_lazy_request, METH_VARARGS,
      "bind_lazy_request(Request, RequestStatus.WAITING, NO_BLOCK_IDS): `new_lazy_request`, or None where Request's "
      "slots are not the ones it fills."},

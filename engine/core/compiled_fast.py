@@ -59,19 +59,19 @@ if FAST_PATH_BUILT or TYPE_CHECKING:
 # Python `Scheduler.schedule` and `update_from_output` on the compiled fast path).
 STEP_BUILT = FAST_PATH_BUILT and hasattr(_kvcore, "bind_step_types")
 _STEP_BOUND = False
-# The step in C makes its plans at StepPlan's slots directly (False: StepPlan's slots are not the ones it knows, and it
-# calls the class; tests/test_compiled_fast.py requires True where built, so that a new slot is added there too).
+# The step in C makes its plans and `_Blocked`s at their slots directly (False: StepPlan's or `_Blocked`'s slots are not
+# the ones it knows, and it calls the class; tests/test_compiled_fast.py requires True where built, so that a new slot
+# is added there too).
 STEP_PLANS_DIRECT = False
 
 
-def bind_step(blocked: type, blocked_of: Callable[..., object], add_request: Callable[..., None]) -> bool:
-    """Give the extension what the scheduler's step in C reads and calls: `engine.core.scheduler._Blocked` (its slots),
-    `_Blocked.of` and `Scheduler.add_request` (the checks' errors). Whether the step in C is built (called once, by
-    engine.core.scheduler)."""
+def bind_step(blocked: type, add_request: Callable[..., None]) -> bool:
+    """Give the extension what the scheduler's step in C reads, makes and calls: `engine.core.scheduler._Blocked` (its
+    slots; `_Blocked.of` is done in C) and `Scheduler.add_request` (the checks' errors). Whether the step in C is built
+    (called once, by engine.core.scheduler)."""
     global _STEP_BOUND, STEP_PLANS_DIRECT
     if STEP_BUILT:
-        STEP_PLANS_DIRECT = _kvcore.bind_step_types(blocked, blocked_of, RequestStatus.RUNNING, RequestStatus.WAITING,
-                                                    add_request)
+        STEP_PLANS_DIRECT = _kvcore.bind_step_types(blocked, RequestStatus.RUNNING, RequestStatus.WAITING, add_request)
         _STEP_BOUND = True
     return _STEP_BOUND
 

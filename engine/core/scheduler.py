@@ -423,6 +423,6 @@ class _Blocked:
                 and (self.num_chains is None or pool.num_chains_made == self.num_chains))
 
 
-# The scheduler's step in C reads `_Blocked`'s slots and calls `_Blocked.of`, and `add_request` for its errors
+# The scheduler's step in C reads and makes `_Blocked`s (`holds` and `of` in C), and calls `add_request` for its errors
 # (engine.core.compiled_fast).
-bind_step(_Blocked, _Blocked.of, Scheduler.add_request)
+bind_step(_Blocked, Scheduler.add_request)
