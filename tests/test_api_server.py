@@ -373,7 +373,7 @@ def test_the_api_server_layout_is_read_with_its_defaults() -> None:
     ({"client_output_token": 2}, r"host\.api_server_costs_s\.client_output_token: must be seconds in \[0, 1\], got 2$"),
     ({"client_chunk": 1e-5}, r"host\.api_server_costs_s\.client_chunk: not an API-server cost; allowed: .*, "
                              r"client_request, client_output_token, render_request, read_wait, render_start_wait, "
-                             r"render_resume_wait$"),
+                             r"render_resume_wait, busy_engine_hop$"),
     ([0.001], r"host\.api_server_costs_s: must be a mapping of request, chat_request, "),
 ])
 def test_measured_host_costs_are_validated(costs: object, message: str) -> None:
@@ -509,3 +509,15 @@ def test_the_request_to_process_assignment_follows_the_release() -> None:
             ApiServer.next_process = original  # type: ignore[method-assign]
         assert taken == expected, version
     assert assigns_by_connection("0.32.0") and not assigns_by_connection("0.11.0")
+
+
+def test_a_request_reaching_a_busy_engine_core_waits_for_its_core() -> None:
+    """`busy_engine_hop_s` (6 ms): request 0 (5 ms of input work) reaches the idle engine core at 5 ms and runs its
+    step 5-15 ms; request 1, taken in next (5-10 ms), reaches it during that step and arrives 6 ms later, at 16 ms,
+    after the step (without the term: at 10 ms, scheduled at the step's end, 15 ms). A request reaching an idle engine
+    core, as the first, takes no more."""
+    costs = replace(INPUT_ONLY, request_s=0.005)
+    before = _run(_burst(2), costs).requests
+    after = _run(_burst(2), replace(costs, busy_engine_hop_s=0.006)).requests
+    assert np.allclose(before.first_scheduled_s, [0.005, 0.015], rtol=0, atol=1e-12)
+    assert np.allclose(after.first_scheduled_s, [0.005, 0.016], rtol=0, atol=1e-12)

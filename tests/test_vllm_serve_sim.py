@@ -18,7 +18,7 @@ import vllm_serve_sim  # noqa: E402
 
 SCRIPT = ROOT / "benchmarks" / "ground_truth" / "vllm_serve_sim.py"
 RESULTS = ROOT / "benchmarks" / "results" / "vllm-serve-bench"
-FIT = RESULTS / "2026-11-30h-serve15" / "sim-2026-11-30c-host.json"
+FIT = RESULTS / "2026-11-30i-serve17" / "sim-2026-11-30c-host-busy-hop.json"  # the model's fit of this host
 
 
 def _run(name: str, ttft: float) -> dict:
@@ -85,3 +85,19 @@ def test_a_missing_input_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert f"argument --costs: no such file: {missing}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_busy_hop_is_each_sessions_in_step_transport_less_one_at_a_time() -> None:
+    """Session 1: 0.40 / 0.44 ms at 20/s in a step, 0.10 / 0.12 one at a time -> 0.31 ms; session 2: 0.30 - 0.10 =
+    0.20 ms; runs without the stamps (session 3) are left out: 0.255 ms."""
+    def run(session: int, load: str, hop: dict[str, float]) -> dict[str, object]:
+        return {"session": session, "load": load, "measured_input_hop_ms": hop}
+    stages = {"runs": {"a": run(1, "rate20", {"transport_in_step": 0.40}), "b": run(1, "rate20", {"transport_in_step": 0.44}),
+                       "c": run(1, "closed1", {"transport": 0.10}), "d": run(1, "closed1", {"transport": 0.12}),
+                       "e": run(2, "rate20", {"transport_in_step": 0.30}), "f": run(2, "closed1", {"transport": 0.10}),
+                       "g": run(3, "rate20", {}), "h": run(3, "closed1", {})}}
+    out = vllm_serve_sim.busy_hop_s(stages)
+    assert out["busy_engine_hop_s"] == pytest.approx(0.255e-3)
+    assert out["per_session_ms"] == {"s1": pytest.approx(0.31), "s2": pytest.approx(0.20)}
+    with pytest.raises(SystemExit, match="--busy-hop: no session"):
+        vllm_serve_sim.busy_hop_s({"runs": {"g": run(3, "rate20", {})}})

@@ -387,6 +387,25 @@ def intake_waits(costs: Any, cpu: dict[str, float], client: dict[str, float] | N
     return costs
 
 
+def busy_hop_s(stages: dict[str, Any]) -> dict[str, Any]:
+    """The input hop's extra reaching a busy engine core (`busy_engine_hop_s`) from vllm_serve_stages.py's runs: per
+    session, the mean ZMQ transport of the rate20 requests sent while the engine core was in a step
+    (`measured_input_hop_ms.transport_in_step`) less that of its closed1 runs (one request at a time, the engine
+    idle: the hop `latency_s` holds); the sessions' mean (those with the stamps, without perf: its CPU slows them)."""
+    per_session: dict[int, dict[str, list[float]]] = {}
+    for run in stages["runs"].values():
+        hop = run.get("measured_input_hop_ms") or {}
+        key = "transport_in_step" if run["load"] == "rate20" else "transport"
+        if key in hop:
+            per_session.setdefault(run["session"], {}).setdefault(run["load"], []).append(hop[key])
+    extra = {k: statistics.mean(v["rate20"]) - statistics.mean(v["closed1"]) for k, v in sorted(per_session.items())
+             if v.get("rate20") and v.get("closed1")}
+    if not extra:
+        raise SystemExit("--busy-hop: no session with both rate20 and closed1 runs' input hop stamps")
+    return {"busy_engine_hop_s": statistics.mean(extra.values()) / 1e3,
+            "per_session_ms": {f"s{k}": round(v, 4) for k, v in extra.items()}}
+
+
 def with_client(costs: Any, client: dict[str, float] | None) -> Any:
     """The API-server costs with the client's work added, where the client ran on the API server's cores (as
     vllm_serve_bench.py pins it and the profile says, `host.client_shares_api_server_cores`): its work before each
@@ -552,6 +571,10 @@ def main() -> int:
                         help="with --fit-cpu: the intake's wake-ups (read_wait_s, render_start_wait_s, "
                              "render_resume_wait_s) as vllm_serve_intake_waits.py measured them one request at a time "
                              "(its --out file: the closed1 completions runs)")
+    parser.add_argument("--busy-hop", type=existing_file, default=None, metavar="JSON",
+                        help="with --fit-cpu: the input hop's extra reaching a busy engine core (busy_engine_hop_s) "
+                             "as vllm_serve_stages.py measured it (its --out file: the transport of requests sent "
+                             "during a step at 20/s less one at a time, per session)")
     parser.add_argument("--render-split", action="store_true",
                         help="with --intake-waits: also the renderer thread's measured CPU per request taken out of "
                              "the loop's (render_request_s; a diagnostic, not the model)")
@@ -600,6 +623,8 @@ def main() -> int:
         parser.error("--client-split: only with --fit-cpu")
     if args.intake_waits and not args.fit_cpu:
         parser.error("--intake-waits: only with --fit-cpu")
+    if args.busy_hop and not args.fit_cpu:
+        parser.error("--busy-hop: only with --fit-cpu")
     if args.render_split and not args.intake_waits:
         parser.error("--render-split: only with --intake-waits")
     if args.costs and (args.fit_cpu or args.fit or args.fit_chat or args.fit_host_scale or args.client_costs):
@@ -715,6 +740,10 @@ def main() -> int:
         if args.intake_waits:
             costs = intake_waits(costs, cpu, client, json.loads(args.intake_waits.read_text()), args.render_split)
             record["intake_waits"] = str(args.intake_waits)
+        if args.busy_hop:
+            busy = busy_hop_s(json.loads(args.busy_hop.read_text()))
+            costs = replace(costs, busy_engine_hop_s=busy["busy_engine_hop_s"])
+            record["busy_hop"] = {"stages": str(args.busy_hop), **busy}
         if args.engine_step:
             # Measured instead (served_step_overhead.py: served steps against in-process steps of the same shape).
             served_step = json.loads(args.engine_step.read_text())

@@ -223,8 +223,8 @@ def observe_threads() -> dict[str, Any]:
 
     def send_noted(self: Any, now: float, index: int, ending: Any = None) -> None:
         send(self, now, index, ending)
-        if self.api is not None and index in self.api_ticket:
-            seen["ticket"][index] = self.api_ticket[index]
+        if self.api is not None and index in self.api_ticket:  # (replica,) process, ticket
+            seen["ticket"][index] = tuple(self.api_ticket[index][-2:])
 
     threads.__init__, threads._alone = init_noted, alone  # type: ignore[method-assign]
     server.__init__ = server_noted  # type: ignore[method-assign]

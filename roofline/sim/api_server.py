@@ -163,6 +163,14 @@ class ApiServerCosts:
     traced `vllm serve` runs one request at a time (vllm_serve_intake_waits.py: the loop's idle time from the send to
     its read of the request beyond the client's work; the renderer thread's `_tokenize_prompt` stamped: from the
     loop's submit to its start, and from its end to the loop's resuming the request).
+    `busy_engine_hop_s`: the input hop's extra for a request that reaches the engine core while a step is under way
+    (`latency_s` is the hop to an idle engine): vLLM-CPU runs the model in a Worker process
+    (`vllm/v1/executor/multiproc_executor.py`) whose OpenMP threads compute on the cores they are bound to
+    (`VLLM_CPU_OMP_THREADS_BIND`), and where the engine core shares them, its ZMQ I/O thread and input thread
+    (`vllm/v1/engine/core.py` `EngineCoreProc.process_input_sockets`) wait for the core while the forward pass runs;
+    0 on the reference (a GPU host's Worker waits on the device), measured on the CPU host (real `vllm serve`, perf
+    sched joined to the timeline: `vllm_serve_hop_wakeups.py`; the transport in a step less one at a time,
+    `vllm_serve_stages.py`'s `input_hop`).
     """
 
     request_s: float = 0.40e-3
@@ -185,6 +193,7 @@ class ApiServerCosts:
     read_wait_s: float = 0.0
     render_start_wait_s: float = 0.0
     render_resume_wait_s: float = 0.0
+    busy_engine_hop_s: float = 0.0
 
     @classmethod
     def for_host(cls, host: HostCpu) -> "ApiServerCosts":
@@ -304,6 +313,7 @@ class ApiServer:
         if host.client_shares_api_server_cores:  # the client reads each streamed chunk on the same cores
             self.output_token_s += costs.client_output_token_s
         self.latency_s = costs.latency_s
+        self.busy_hop_s = costs.busy_engine_hop_s  # more, reaching the engine core during a step (see ApiServerCosts)
         self.output_latency_s = costs.output_latency_s
         self.engine_step_s = costs.engine_step_s  # added to each engine step (see ApiServerCosts)
         self.num_processes = num_processes

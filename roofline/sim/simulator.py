@@ -273,6 +273,7 @@ class _Simulation:
         self.in_frontend: dict[int, Request] = {}  # sent, not yet at the engine core (spec index -> request)
         # ... behind an API server: (its replica, its process, its ticket)
         self.api_ticket: dict[int, tuple[_Replica, int, int]] = {}
+        self.hop_waited: set[int] = set()  # ... that reached a busy engine core and waited for its core (reach)
         # vLLM's API server per replica, where the profile describes the host CPU (`roofline.sim.api_server`).
         host = deployment.hw.host
         if host is None and (options.api_server_count != 1 or options.endpoint != "completions"):
@@ -390,10 +391,19 @@ class _Simulation:
             replica, process, ticket = self.api_ticket[index]
             # Output work the API server took since the request was sent may have delayed its input work (the
             # event loop runs the output handler first: roofline.sim.api_server): come back then.
-            reach_s = self.api[replica.index].reach_s(now, process, ticket)
-            if reach_s > now:
-                self.push(reach_s, _REACH, index)
-                return
+            api = self.api[replica.index]
+            if index in self.hop_waited:  # (its wait for the engine core's core below: over)
+                self.hop_waited.discard(index)
+            else:
+                reach_s = api.reach_s(now, process, ticket)
+                if reach_s > now:
+                    self.push(reach_s, _REACH, index)
+                    return
+                if api.busy_hop_s > 0 and replica.plan is not None:
+                    # A step under way: the engine core's input threads wait for their core (ApiServerCosts)
+                    self.hop_waited.add(index)
+                    self.push(now + api.busy_hop_s, _REACH, index)
+                    return
             del self.api_ticket[index]
             request = self.in_frontend.pop(index)
             if isinstance(replica.scheduler, DataParallelScheduler):  # the process's client picks the DP rank
