@@ -349,3 +349,34 @@ def test_a_blocked_head_in_c_is_the_python_ones(full_isl):
         if not (pending[0] or scheds[0].has_unfinished()):
             break
     assert not scheds[1].has_unfinished() and num_blocked > 20
+
+
+@pytest.mark.skipif(request_module._ready_prompt is None, reason="engine.core._kvcore is not built or not selected")
+def test_a_lazy_prompt_checked_in_c_loads_as_in_python():
+    """`Request._load_prompt` with its checks in C (`ready_prompt`: an exact read-only int64 array of the length, no id
+    below 0, kept as it is) and without: the same prompt for every kind of source, the same errors."""
+    ro = np.arange(6, dtype=np.int64)
+    ro.flags.writeable = False
+    strided = np.arange(12, dtype=np.int64)[::2]
+    strided.flags.writeable = False
+    negative = np.array([3, -1, 4], dtype=np.int64)
+    negative.flags.writeable = False
+    sources = {"read-only": ro, "writeable": np.arange(6, dtype=np.int64), "list": [0, 1, 2, 3, 4, 5],
+               "int32": np.arange(6, dtype=np.int32), "float": np.arange(6.0), "strided": strided,
+               "short": ro[:5], "negative": negative}
+    results = []
+    for ready in (request_module._ready_prompt, None):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(request_module, "_ready_prompt", ready)
+            got = {}
+            for name, ids in sources.items():
+                req = Request.lazy(name, 3 if name == "negative" else 6, lambda ids=ids: ids, SamplingParams())
+                try:
+                    prompt = req.prompt_array
+                    got[name] = (prompt.tolist(), prompt.dtype.name, prompt.flags.writeable, prompt is ids)
+                except ValueError as error:
+                    got[name] = str(error)
+            results.append(got)
+    assert results[0] == results[1]
+    assert results[0]["read-only"][3] and not results[0]["writeable"][2]
+    assert "prompt source" in results[0]["negative"] and "prompt source" in results[0]["short"]

@@ -950,6 +950,32 @@ done:
     return rc;
 }
 
+/* ready_prompt(prompt, num_prompt_tokens, ndarray): whether `prompt` is exactly a numpy array of `num_prompt_tokens`
+   int64 ids >= 0, read-only, C-contiguous: what `Request._load_prompt` keeps as it is (its checks, without numpy's
+   calls; False: the Python code decides, and raises where it must). */
+static PyObject *mod_ready_prompt(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "ready_prompt(prompt, num_prompt_tokens, ndarray)"); return NULL; }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if ((PyObject *)Py_TYPE(args[0]) != args[2]) Py_RETURN_FALSE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) { PyErr_Clear(); Py_RETURN_FALSE; }
+    const char *fmt = view.format ? view.format : "B";
+    if (*fmt == '=' || *fmt == '@') fmt++;
+    int ok = view.readonly && view.ndim == 1 && view.itemsize == 8 && (fmt[0] == 'l' || fmt[0] == 'q') && !fmt[1]
+        && view.shape[0] == n && view.strides[0] == 8;
+    if (ok) {
+        const uint64_t *v = (const uint64_t *)view.buf;
+        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        Py_ssize_t i = 0;
+        for (; i + 4 <= n; i += 4) { a0 |= v[i]; a1 |= v[i + 1]; a2 |= v[i + 2]; a3 |= v[i + 3]; }
+        for (; i < n; i++) a0 |= v[i];
+        ok = !(((a0 | a1 | a2 | a3) >> 63) != 0);
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(ok);
+}
+
 static PyObject *mod_any_negative_id(PyObject *Py_UNUSED(m), PyObject *ids) {
     /* any_negative_id(ids): whether a 1-d int64 array holds an id below 0 (Request's prompt check: the sign bits
        or-ed in four lanes, ~1 instruction an id; numpy's `minimum.reduce` sets up a reduction, ~10 k instructions a
@@ -2298,6 +2324,7 @@ typedef struct {
     PyObject *config;
     Py_ssize_t max_num_batched_tokens, long_prefill_token_threshold, max_num_seqs, max_model_len;
     int chunked, reserve_full_isl;
+    int in_step;  /* inside `update_step`: the scheduler is exactly `Scheduler` (its `finish_request` done here) */
 } FP;
 
 static int FP_traverse(FP *f, visitproc visit, void *arg) {
@@ -2678,6 +2705,29 @@ static PyObject *list_without(PyObject *src, const Py_ssize_t *drop, Py_ssize_t 
     return out;
 }
 
+static PyObject *KV_free(KV *kv, PyObject *req);
+static Py_ssize_t off_finish_time_s, off_status;  /* (bound by bind_step_types) */
+static PyObject *s_finish_time_s, *s_status;
+
+/* `Scheduler.finish_request(req, status, now_s)`: in C inside `update_step` (the scheduler exactly `Scheduler`), else
+   the scheduler's method. */
+static int fp_finish(FP *f, PyObject *req, PyObject *status, PyObject *now) {
+    if (!f->in_step) {
+        PyObject *r = PyObject_CallMethodObjArgs(f->sched, s_finish_request, req, status, now, NULL);
+        Py_XDECREF(r);
+        return r ? 0 : -1;
+    }
+    if (FSET(req, status, status) < 0 || FSET(req, finish_time_s, now) < 0) return -1;
+    PyObject *r = KV_free((KV *)f->kv, req);
+    if (!r) return -1;
+    Py_DECREF(r);
+    PyObject *requests = PyObject_GetAttr(f->sched, s_requests), *rid = requests ? FGET(req, request_id) : NULL;
+    int rc = rid ? PyObject_DelItem(requests, rid) : -1;
+    Py_XDECREF(rid);
+    Py_XDECREF(requests);
+    return rc;
+}
+
 /* `FastPath.update(plan, token, now_s)`: in C while a period without prefill rows goes on with the same token and
    every request admitted this step samples its token; the Python method otherwise (a period to start or end, a
    prompt chunk). */
@@ -2865,9 +2915,7 @@ static PyObject *FP_update(FP *f, PyObject *const *args, Py_ssize_t nargs) {
         PyList_SET_ITEM(result, i, req);
         PyObject *status = order[i] < 0 ? status_stopped : status_capped;
         if (cols_remove(c, req) < 0 || cols_detach(c, req) < 0) goto fail_result;
-        PyObject *r = PyObject_CallMethodObjArgs(f->sched, s_finish_request, req, status, now, NULL);
-        if (!r) goto fail_result;
-        Py_DECREF(r);
+        if (fp_finish(f, req, status, now) < 0) goto fail_result;
     }
     qsort(pos, nfin, sizeof(Py_ssize_t), cmp_ssize);
     for (Py_ssize_t i = nfin - 1; i >= 0; i--)
@@ -2911,6 +2959,7 @@ static PyObject *status_running, *status_waiting, *py_add_request;
 static Py_ssize_t off_status, off_num_prefix_hit_tokens, off_first_scheduled_time_s, off_next_check_len;
 static Py_ssize_t off_b_req, off_b_num_tokens, off_b_need, off_b_budget, off_b_threshold, off_b_watermark,
     off_b_first_hash, off_b_num_chains;
+static PyObject *s_sampling, *s_max_tokens, *s_ignore_eos, *s_eos_token_id, *s_stop_token_ids;
 static PyObject *s_next_check_len, *s_stop_sets, *s_append, *s_status, *s_num_prefix_hit_tokens,
     *s_first_scheduled_time_s, *s_b_req, *s_b_num_tokens, *s_b_need,
     *s_b_budget, *s_b_threshold, *s_b_watermark, *s_b_first_hash, *s_b_num_chains, *s_pending, *s_pending_aborted,
@@ -2949,7 +2998,7 @@ static PyObject *mod_bind_step_types(PyObject *Py_UNUSED(m), PyObject *args) {
     struct { PyTypeObject *cls; PyObject *name; Py_ssize_t *off; } fields[] = {
         {req_type, s_status, &off_status}, {req_type, s_num_prefix_hit_tokens, &off_num_prefix_hit_tokens},
         {req_type, s_first_scheduled_time_s, &off_first_scheduled_time_s},
-        {req_type, s_next_check_len, &off_next_check_len},
+        {req_type, s_next_check_len, &off_next_check_len}, {req_type, s_finish_time_s, &off_finish_time_s},
         {(PyTypeObject *)bcls, s_b_req, &off_b_req}, {(PyTypeObject *)bcls, s_b_num_tokens, &off_b_num_tokens},
         {(PyTypeObject *)bcls, s_b_need, &off_b_need}, {(PyTypeObject *)bcls, s_b_budget, &off_b_budget},
         {(PyTypeObject *)bcls, s_b_threshold, &off_b_threshold}, {(PyTypeObject *)bcls, s_b_watermark, &off_b_watermark},
@@ -3374,7 +3423,9 @@ static PyObject *FP_update_step(FP *f, PyObject *const *args, Py_ssize_t nargs) 
         if (a < 0) return NULL;
         if (!a) {
             PyObject *up_args[3] = {plan, sampled, now};
+            f->in_step = 1;
             PyObject *finished = FP_update(f, up_args, 3);
+            f->in_step = 0;
             if (finished != Py_None) return finished;  /* (or NULL) */
             Py_DECREF(finished);
         }
@@ -3399,9 +3450,10 @@ static PyObject *FP_add_request_step(FP *f, PyObject *req) {
     if (nc == -1 && PyErr_Occurred()) goto done;
     Py_ssize_t nt = req_num_tokens(req), np_ = RGET_SSIZE(req, num_prompt_tokens);
     if ((nt == -1 || np_ == -1) && PyErr_Occurred()) goto done;
-    if (!(sampling = PyObject_GetAttrString(req, "sampling"))) goto done;
-    Py_ssize_t max_tokens;
-    if (attr_ssize(sampling, "max_tokens", &max_tokens) < 0) goto done;
+    if (!(sampling = PyObject_GetAttr(req, s_sampling)) || !(v = PyObject_GetAttr(sampling, s_max_tokens))) goto done;
+    Py_ssize_t max_tokens = PyLong_AsSsize_t(v);
+    Py_CLEAR(v);
+    if (max_tokens == -1 && PyErr_Occurred()) goto done;
     Py_ssize_t max_len = np_ + max_tokens < f->max_model_len ? np_ + max_tokens : f->max_model_len;
     KV *kv = (KV *)f->kv;
     if (known || status != status_waiting || nc || nt != np_ || np_ >= f->max_model_len
@@ -3410,13 +3462,13 @@ static PyObject *FP_add_request_step(FP *f, PyObject *req) {
         goto done;
     }
     if (FSET_NEW(req, max_num_tokens, PyLong_FromSsize_t(max_len)) < 0) goto done;
-    if (!(v = PyObject_GetAttrString(sampling, "ignore_eos"))) goto done;
+    if (!(v = PyObject_GetAttr(sampling, s_ignore_eos))) goto done;
     int ignore_eos = PyObject_IsTrue(v);
     Py_CLEAR(v);
     if (ignore_eos < 0) goto done;
     PyObject *eos = Py_None;
-    if (!ignore_eos && !(v = eos = PyObject_GetAttrString(req, "eos_token_id"))) goto done;
-    PyObject *ids = PyObject_GetAttrString(sampling, "stop_token_ids");
+    if (!ignore_eos && !(v = eos = PyObject_GetAttr(req, s_eos_token_id))) goto done;
+    PyObject *ids = PyObject_GetAttr(sampling, s_stop_token_ids);
     PyObject *ids_tuple = ids ? PySequence_Tuple(ids) : NULL;
     Py_XDECREF(ids);
     if (!ids_tuple) goto done;
@@ -3564,6 +3616,8 @@ static PyMethodDef module_methods[] = {
      "draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out): `TokenIdGenerator._draw` on PCG64."},
 #endif
     {"any_negative_id", (PyCFunction)mod_any_negative_id, METH_O, "any_negative_id(ids): an int64 array's id < 0."},
+    {"ready_prompt", (PyCFunction)(void (*)(void))mod_ready_prompt, METH_FASTCALL,
+     "ready_prompt(prompt, num_prompt_tokens, ndarray): an int64 array `Request._load_prompt` keeps as it is."},
     {"bind_fast_path_types", (PyCFunction)mod_bind_fast_path_types, METH_VARARGS,
      "bind_fast_path_types(Request, StepPlan, ColumnRows, stopped, capped): the fast path's slots and statuses."},
     {"bind_step_types", (PyCFunction)mod_bind_step_types, METH_VARARGS,
@@ -3629,6 +3683,12 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     INTERN(s_preempt_request, "preempt_request");
     INTERN(s_status, "status");
     INTERN(s_next_check_len, "next_check_len");
+    INTERN(s_sampling, "sampling");
+    INTERN(s_max_tokens, "max_tokens");
+    INTERN(s_ignore_eos, "ignore_eos");
+    INTERN(s_eos_token_id, "eos_token_id");
+    INTERN(s_stop_token_ids, "stop_token_ids");
+    INTERN(s_finish_time_s, "finish_time_s");
     INTERN(s_stop_sets, "_stop_sets");
     INTERN(s_append, "append");
     INTERN(s_num_prefix_hit_tokens, "num_prefix_hit_tokens");

@@ -37,6 +37,10 @@ def _any_negative_numpy(ids: np.ndarray) -> bool:
 # (engine.core.native), else numpy's minimum.
 _any_negative = (_kvcore.any_negative_id if COMPILED and hasattr(_kvcore, "any_negative_id")
                  else _any_negative_numpy)
+# Whether a prompt source's array is one `Request._load_prompt` keeps as it is (exactly an ndarray of the request's
+# length of int64 ids >= 0, read-only): the extension's check of all that where built and selected, else None.
+_ready_prompt: Callable[[object, int, type], bool] | None = (
+    _kvcore.ready_prompt if COMPILED and hasattr(_kvcore, "ready_prompt") else None)
 NO_BLOCK_IDS = np.zeros(0, dtype=np.int64)  # `Request.block_ids_head` of a request holding no run of blocks
 NO_BLOCK_IDS.flags.writeable = False
 
@@ -295,8 +299,13 @@ class Request:
         return prompt
 
     def _load_prompt(self) -> np.ndarray:
-        assert self._prompt_source is not None
-        prompt = np.asarray(self._prompt_source(), dtype=np.int64)
+        source = self._prompt_source
+        assert source is not None
+        prompt = source()
+        if _ready_prompt is not None and _ready_prompt(prompt, self.num_prompt_tokens, np.ndarray):
+            self._prompt, self._prompt_source = prompt, None  # (what the lines below keep as it is, checked in C)
+            return prompt
+        prompt = np.asarray(prompt, dtype=np.int64)
         if prompt.shape != (self.num_prompt_tokens,) or _any_negative(prompt):
             raise ValueError(f"request {self.request_id!r}: its prompt source gave {prompt.shape} ids (not "
                              f"{self.num_prompt_tokens} ids >= 0)")
