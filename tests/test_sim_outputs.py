@@ -261,6 +261,7 @@ def test_streamed_step_trace_is_the_whole_tables_file(tmp_path: Path, monkeypatc
         original_widen(self, schema)
 
     original_widen = outputs.StepTraceStream._widen
+    monkeypatch.setattr(outputs, "FORKED", False)  # (in this process: `widened` is seen here)
     monkeypatch.setattr(outputs, "steps_table", sparse_table)
     monkeypatch.setattr(outputs.StepTraceStream, "_widen", widen)
     (tmp_path / "parts").mkdir()
@@ -271,3 +272,41 @@ def test_streamed_step_trace_is_the_whole_tables_file(tmp_path: Path, monkeypatc
     assert widened  # some part lacked an operator a later one had
     for name in ("steps.parquet", "requests.csv", "timeseries.csv", "run.json"):
         assert (tmp_path / "parts" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+@pytest.mark.skipif(not outputs.FORKED, reason="steps.parquet by a forked process: Linux only")
+def test_forked_writer_writes_the_in_process_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out` by a child process (`_ForkedWriter`: the parts and the CSV tables through a pipe) writes the files the
+    in-process writer writes, byte for byte, in several parts; a failure in the child is raised here with its
+    traceback, and a part handed over after it ends is refused the same way."""
+    from roofline.sim import simulator
+
+    monkeypatch.setattr(simulator, "STEPS_PER_PART", 4096)  # (several parts; a multiple of the row groups)
+    monkeypatch.setattr(outputs, "ROW_GROUP_STEPS", 4096)
+    model, hardware, engine, load = CASES["mistral-sliding-window"]
+    deployment = make_deployment(model, hardware, engine)
+    summary = {"seed": 3, "workload": "small", "num_replicas": 1, "kv_cache": {}}
+    for forked in (False, True):
+        monkeypatch.setattr(outputs, "FORKED", forked)
+        out = tmp_path / f"forked-{forked}"
+        out.mkdir()
+        stream = outputs.StepTraceStream(out, deployment)
+        assert (stream._child is not None) == forked
+        result = run_simulation(deployment, load, SimulationOptions(), step_sink=stream.write)
+        stream.write_tables(outputs.csv_tables(result))
+        outputs.write_outputs(out, deployment, result, summary, stream)
+    for name in ("steps.parquet", "requests.csv", "timeseries.csv", "summary.json", "run.json"):
+        assert (tmp_path / "forked-True" / name).read_bytes() == (tmp_path / "forked-False" / name).read_bytes(), name
+
+    def failing_table(*args: object) -> pa.Table:
+        raise ValueError("no table today")
+
+    monkeypatch.setattr(outputs, "FORKED", True)
+    monkeypatch.setattr(outputs, "steps_table", failing_table)  # (the child is a copy: it fails there)
+    (tmp_path / "failing").mkdir()
+    stream = outputs.StepTraceStream(tmp_path / "failing", deployment)
+    with pytest.raises(RuntimeError, match="no table today"):  # (at the next part handed over, or at the end)
+        run_simulation(deployment, load, SimulationOptions(), step_sink=stream.write)
+        stream.close()
+    with pytest.raises(RuntimeError, match="no table today"):  # (and again: the child is gone)
+        stream.close()

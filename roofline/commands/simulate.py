@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         IntervalSpec.from_flags(args.intervals, args.interval_samples, deployment.hw, workload.seed or 0)
     if args.out is not None:
         # (imported only for --out: Parquet's writer is a fifth of the process's start)
-        from roofline.sim.outputs import StepTraceStream, write_csv, write_outputs
+        from roofline.sim.outputs import StepTraceStream, csv_tables, write_csv, write_outputs
         prepare_output_dir(args.out)
     if args.save_result:
         check_result_dir(args.result_dir)
@@ -229,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
         stream = None if args.out is None else StepTraceStream(args.out, deployment)  # steps.parquet as they come
         result = run_simulation(deployment, workload, options, specs=specs, progress=terminal_progress(),
                                 step_sink=None if stream is None else stream.write, prompts=prompts)
+        if stream is not None:  # (the CSVs now: where a child process writes them, beside what follows here)
+            stream.write_tables(csv_tables(result))
         sample_metrics = None if runs is None else runs.results()
     finally:
         if runs is not None:

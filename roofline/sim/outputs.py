@@ -2,15 +2,29 @@
 as the engine writes one, `engine.core.trace`, plus the replica, the predicted time and its per-operator
 breakdown), timeseries.csv (KV usage, running and waiting requests per step) and summary.json; all from the run's
 numpy columns (`roofline.sim.table`), pyarrow for the Parquet file, no pandas (a column the CSV writer does not know
-is handed to pandas' own writer)."""
+is handed to pandas' own writer).
+
+Where the platform forks (Linux), steps.parquet and the CSV files are written by a child process forked when the
+simulation starts (`StepTraceStream`, `_ForkedWriter`): the simulation's process hands it each part of steps and
+the tables through a pipe and goes on, so that `--out` runs on the second core; the same code writes the same
+bytes either way."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import importlib.metadata
 import math
 import os
+import pickle
+import queue
 import re
+import signal
+import struct
+import sys
+import threading
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -64,11 +78,11 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
     metadata = run_metadata(deployment, summary)
     if stream is not None:
         with gc_paused():
-            write_csv(result.request_table, out_dir / "requests.csv")
-            write_csv(result.timeseries_table, out_dir / "timeseries.csv")
+            if not stream.tables_written:
+                stream.write_tables(csv_tables(result))
             (out_dir / "summary.json").write_text(to_json(summary))
-            stream.close()
             write_run_file(out_dir, metadata)
+            stream.close()
         return
     with gc_paused(), ThreadPoolExecutor(max_workers=1) as pool:
         # The step trace's Parquet encoding on a second thread: it runs without the GIL, beside the CSVs' Python
@@ -79,6 +93,11 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
         write_csv(result.timeseries_table, out_dir / "timeseries.csv")
         (out_dir / "summary.json").write_text(to_json(summary))
         trace.result()  # (raises what the thread raised)
+
+
+def csv_tables(result: SimulationResult) -> dict[str, Table]:
+    """The CSV files of a run's tables: file name -> table."""
+    return {"requests.csv": result.request_table, "timeseries.csv": result.timeseries_table}
 
 
 _NEEDS_QUOTES = re.compile(r'[,"\r\n]')  # the fields the csv module quotes (QUOTE_MINIMAL)
@@ -190,8 +209,14 @@ class StepTraceStream:
         # part at a time, so that at most two parts' tables are alive.
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._pending: Future[None] | None = None
+        self.tables_written = False
+        # Where the platform forks (`FORKED`): the parts are written by a child process (`_ForkedWriter`).
+        self._child = _ForkedWriter.start(self) if FORKED else None
 
     def write(self, steps: Columns, seqs: StepSequences) -> None:
+        if self._child is not None:
+            self._child.send("part", ({name: steps[name] for name in steps.columns}, seqs))
+            return
         table = steps_table(self.deployment, steps, seqs)
         self._wait()
         if self._schema is None:
@@ -202,6 +227,16 @@ class StepTraceStream:
         self._pending = self._pool.submit(self._writer.write_table, _conform(table, self._schema),
                                           row_group_size=ROW_GROUP_STEPS)
 
+    def write_tables(self, tables: dict[str, Table]) -> None:
+        """The CSV files of `tables` (`csv_tables`) in the output folder: by the child that writes the parts where
+        one does (after the last part, while the simulation's process goes on to its summary), else here."""
+        if self._child is not None:
+            self._child.send("tables", {name: {c: table[c] for c in table.columns} for name, table in tables.items()})
+        else:
+            for name, table in tables.items():
+                write_csv(table, self.out_dir / name)
+        self.tables_written = True
+
     def _wait(self) -> None:
         if self._pending is not None:
             self._pending.result()  # (raises what the thread raised)
@@ -209,6 +244,9 @@ class StepTraceStream:
 
     def close(self) -> None:
         """Finish the file (a run of no steps: the empty table's)."""
+        if self._child is not None:
+            self._child.finish()
+            return
         if self._writer is None:
             self.write(Table({name: np.zeros(0) for name in STEP_COLUMNS}), StepSequences.empty())
         self._wait()
@@ -235,6 +273,149 @@ class StepTraceStream:
         for i in range(source.num_row_groups):
             self._writer.write_table(_conform(source.read_row_group(i), self._schema), row_group_size=ROW_GROUP_STEPS)
         kept.unlink()
+
+
+# steps.parquet by a forked process (`_ForkedWriter`): Linux only (a fork elsewhere is unsafe with threads or absent).
+FORKED = sys.platform == "linux" and hasattr(os, "fork")
+
+
+class _ForkedWriter:
+    """A child process forked from the simulation's that writes a StepTraceStream's parts as the simulation hands
+    them over, so that the second core builds each part's table (its sequences' request ids, the per-operator
+    breakdown) and encodes it while the simulation goes on: the simulation's process only pickles the part's arrays
+    into a pipe (protocol 5: the arrays' bytes written as they are, no copy of them into the pickle). The child,
+    a copy of the process at `start`, holds the deployment and the stream; a thread of it reads the pipe while it
+    writes, at most `QUEUED` parts ahead (then the pipe fills and the simulation waits: memory stays bounded). The
+    file is the in-process writer's (the same code on the same parts). `finish` waits for the child and raises
+    what it raised; the child ends with the pipe (the simulation's process gone) and on Ctrl-C."""
+
+    QUEUED = 2
+
+    def __init__(self, pid: int, data_fd: int, status_fd: int) -> None:
+        self.pid, self._data_fd, self._status_fd = pid, data_fd, status_fd
+        self._failure: str | None = None  # (once the child is reaped: None, or why it failed)
+        self._reaped = False
+
+    @classmethod
+    def start(cls, stream: StepTraceStream) -> _ForkedWriter:
+        data_r, data_w = os.pipe()
+        status_r, status_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(data_w)
+            os.close(status_r)
+            _child_writes(stream, data_r, status_w)
+        os.close(data_r)
+        os.close(status_w)
+        import fcntl  # (Linux: where FORKED)
+
+        with contextlib.suppress(OSError, AttributeError):  # a larger pipe: fewer waits for the child's reader
+            fcntl.fcntl(data_w, fcntl.F_SETPIPE_SZ, 1 << 20)  # type: ignore[attr-defined]
+        return cls(pid, data_w, status_r)
+
+    def send(self, kind: str, payload: object) -> None:
+        """A part ("part": its step rows' columns and its sequences) or the CSV tables ("tables": file name ->
+        columns) to the child."""
+        buffers: list[pickle.PickleBuffer] = []
+        header = pickle.dumps((kind, payload), protocol=5, buffer_callback=buffers.append)
+        raws = [buffer.raw() for buffer in buffers]
+        lengths = [len(header), *(raw.nbytes for raw in raws)]
+        if self._reaped:
+            self._reap()  # (raises why)
+        try:
+            _write_all(self._data_fd, [struct.pack(f"<{len(lengths) + 1}q", len(lengths), *lengths), header, *raws])
+        except BrokenPipeError:  # the child ended: say why
+            self._reap()
+
+    def finish(self) -> None:
+        if not self._reaped:
+            with contextlib.suppress(BrokenPipeError):
+                _write_all(self._data_fd, [struct.pack("<q", 0)])  # (no buffers: the end)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Wait for the child (once); raise why it failed, if it did."""
+        if not self._reaped:
+            self._reaped = True
+            os.close(self._data_fd)
+            chunks = []
+            while chunk := os.read(self._status_fd, 1 << 16):
+                chunks.append(chunk)
+            os.close(self._status_fd)
+            _, status = os.waitpid(self.pid, 0)
+            message = b"".join(chunks).decode(errors="replace")
+            if status != 0 or message != "ok":
+                self._failure = message or f"exit status {status}"
+        if self._failure is not None:
+            raise RuntimeError(f"writing steps.parquet and the CSV files (a child process) failed: {self._failure}")
+
+
+def _write_all(fd: int, pieces: list[Any]) -> None:
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        while len(view):
+            view = view[os.write(fd, view):]
+
+
+def _read_exact(reader: Any, n: int) -> bytearray:
+    data = bytearray(n)
+    view = memoryview(data)
+    while len(view):
+        got = reader.readinto(view)
+        if not got:
+            raise EOFError("the simulation's process closed the pipe before the last part")
+        view = view[got:]
+    return data
+
+
+def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int) -> None:
+    """The forked child's whole life: write the parts read from `data_fd` into the stream, then finish the file;
+    b"ok" or the traceback to `status_fd`."""
+    code = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # (Ctrl-C reaches the process group: end as the parent does)
+        gc.disable()  # (the child makes no cycles it must collect, and a collection touches every inherited page)
+        # The reader thread takes the GIL between two reads of the pipe: at once, not after the 5 ms a thread
+        # holding it may keep it, or the pipe stays full and the simulation's process waits.
+        sys.setswitchinterval(1e-4)
+        stream._child = None
+        parts: queue.Queue[Any] = queue.Queue(maxsize=_ForkedWriter.QUEUED)
+        threading.Thread(target=_read_parts, args=(data_fd, parts), daemon=True).start()
+        while (message := parts.get()) is not None:
+            if isinstance(message, BaseException):
+                raise message
+            kind, payload = message
+            if kind == "part":
+                columns, seqs = payload
+                stream.write(Table(columns), seqs)
+            else:
+                stream.write_tables({name: Table(columns) for name, columns in payload.items()})
+        stream.close()
+        os.write(status_fd, b"ok")
+        code = 0
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.write(status_fd, traceback.format_exc().encode())
+    finally:
+        os._exit(code)
+
+
+def _read_parts(data_fd: int, parts: queue.Queue[Any]) -> None:
+    """The child's reader thread: each message (its pickle, then its arrays' bytes) unpickled onto `parts`, None at
+    the end, an exception where reading failed."""
+    try:
+        with open(data_fd, "rb", buffering=0) as reader:
+            while True:
+                (count,) = struct.unpack("<q", _read_exact(reader, 8))
+                if count == 0:
+                    parts.put(None)
+                    return
+                lengths = struct.unpack(f"<{count}q", _read_exact(reader, 8 * count))
+                header = _read_exact(reader, lengths[0])
+                buffers = [_read_exact(reader, n) for n in lengths[1:]]
+                parts.put(pickle.loads(header, buffers=buffers))
+    except BaseException as error:  # (handed to the child's main thread, which raises it)
+        parts.put(error)
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
