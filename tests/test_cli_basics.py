@@ -164,6 +164,18 @@ def test_simulate_imports_no_other_commands_modules() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_simulate_out_imports_no_pyarrow_where_a_child_writes() -> None:
+    # `--out` where the platform forks: steps.parquet is written by a child process, which imports pyarrow; the
+    # simulation's process does not (~0.06 s of CPU and ~50 MB: 2026-11-30i-outspeed.md).
+    code = ("import sys, tempfile, contextlib, io; from roofline.cli import main; from roofline.sim import outputs\n"
+            "with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['simulate', '--num-requests', '20', '--out', out + '/o']) == 0\n"
+            "loaded = [m for m in ('pyarrow', 'pandas', 'roofline.sim.steps_file') if m in sys.modules]\n"
+            "assert not loaded or not outputs.FORKED, loaded")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_simulates_printout_help_and_refusals_import_no_pandas(tmp_path: Path) -> None:
     # The printout reads the tables' numpy columns (roofline.sim.table): pandas and the pyarrow it imports (~0.25-0.45 s
     # of the process's start) only for a CSV trace or a command that needs DataFrames; --out imports pyarrow alone, and

@@ -19,9 +19,10 @@ from roofline.cost.step_shape import StepArrays
 from roofline.engine_args import EngineArgs
 from roofline.sim import outputs
 from roofline.sim.deployment import Deployment, make_deployment
-from roofline.sim.outputs import step_table, write_csv
+from roofline.sim.outputs import write_csv
 from roofline.sim.recorder import SimulationResult
 from roofline.sim.simulator import SimulationOptions, run_simulation
+from roofline.sim.steps_file import step_table
 from roofline.sim.table import Table
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, SharedPrefix, Workload
 from tests.profiles import TEST_CPU_PROFILE
@@ -174,7 +175,8 @@ def test_write_csv_writes_the_bytes_of_pandas(tmp_path: Path) -> None:
     }
     frames["int32 and uint64"] = pd.DataFrame({"a": np.array([-(2**31), 7, 2**31 - 1], dtype=np.int32),
                                                "b": np.array([0, 2**64 - 1, 5], dtype=np.uint64),
-                                               "c": np.array([-128, 0, 127], dtype=np.int8)})
+                                               "c": np.array([-128, 0, 127], dtype=np.int8),
+                                               "d": np.array([-(2**63), -1, 2**63 - 1], dtype=np.int64)})
     frames["strided"] = pd.DataFrame({"x": floats[::2], "y": np.arange(len(floats[::2]))})
     for name, frame in frames.items():
         frame.to_csv(tmp_path / "pandas.csv", index=False)
@@ -236,9 +238,9 @@ def test_streamed_step_trace_is_the_whole_tables_file(tmp_path: Path, monkeypatc
     steps, prefill chunks of long prompts, sample no token), each part's all-zero operator columns left out as
     `breakdown_columns` leaves out an operator no step of it has (a later part with the column widens the file)."""
     from engine.core import trace
-    from roofline.sim import outputs, recorder, simulator
+    from roofline.sim import recorder, simulator, steps_file
 
-    for module in (trace, outputs):
+    for module in (trace, steps_file):
         monkeypatch.setattr(module, "ROW_GROUP_STEPS", 1)
     monkeypatch.setattr(recorder.StepRows, "CHUNK", 1)
     monkeypatch.setattr(simulator, "STEPS_PER_PART", 1)
@@ -248,7 +250,7 @@ def test_streamed_step_trace_is_the_whole_tables_file(tmp_path: Path, monkeypatc
     summary = {"seed": 3, "workload": "small", "num_replicas": 1, "kv_cache": {}}
     outputs.write_outputs(tmp_path / "whole", deployment, whole, summary)
 
-    original = outputs.steps_table
+    original = steps_file.steps_table
     widened = []
 
     def sparse_table(deployment: Deployment, steps: pd.DataFrame, seqs: object) -> pa.Table:
@@ -256,14 +258,14 @@ def test_streamed_step_trace_is_the_whole_tables_file(tmp_path: Path, monkeypatc
         zero = [n for n in table.column_names if n.startswith("op_") and not np.any(table.column(n).to_numpy())]
         return table.drop_columns(zero)
 
-    def widen(self: outputs.StepTraceStream, schema: pa.Schema) -> None:
+    def widen(self: steps_file.StepsFileWriter, schema: pa.Schema) -> None:
         widened.append(schema)
         original_widen(self, schema)
 
-    original_widen = outputs.StepTraceStream._widen
+    original_widen = steps_file.StepsFileWriter._widen
     monkeypatch.setattr(outputs, "FORKED", False)  # (in this process: `widened` is seen here)
-    monkeypatch.setattr(outputs, "steps_table", sparse_table)
-    monkeypatch.setattr(outputs.StepTraceStream, "_widen", widen)
+    monkeypatch.setattr(steps_file, "steps_table", sparse_table)
+    monkeypatch.setattr(steps_file.StepsFileWriter, "_widen", widen)
     (tmp_path / "parts").mkdir()
     stream = outputs.StepTraceStream(tmp_path / "parts", deployment)
     parts = run_simulation(deployment, load, SimulationOptions(), step_sink=stream.write)
@@ -279,10 +281,10 @@ def test_forked_writer_writes_the_in_process_files(tmp_path: Path, monkeypatch: 
     """`--out` by a child process (`_ForkedWriter`: the parts and the CSV tables through a pipe) writes the files the
     in-process writer writes, byte for byte, in several parts; a failure in the child is raised here with its
     traceback, and a part handed over after it ends is refused the same way."""
-    from roofline.sim import simulator
+    from roofline.sim import simulator, steps_file
 
     monkeypatch.setattr(simulator, "STEPS_PER_PART", 4096)  # (several parts; a multiple of the row groups)
-    monkeypatch.setattr(outputs, "ROW_GROUP_STEPS", 4096)
+    monkeypatch.setattr(steps_file, "ROW_GROUP_STEPS", 4096)
     model, hardware, engine, load = CASES["mistral-sliding-window"]
     deployment = make_deployment(model, hardware, engine)
     summary = {"seed": 3, "workload": "small", "num_replicas": 1, "kv_cache": {}}
@@ -302,7 +304,7 @@ def test_forked_writer_writes_the_in_process_files(tmp_path: Path, monkeypatch: 
         raise ValueError("no table today")
 
     monkeypatch.setattr(outputs, "FORKED", True)
-    monkeypatch.setattr(outputs, "steps_table", failing_table)  # (the child is a copy: it fails there)
+    monkeypatch.setattr(steps_file, "steps_table", failing_table)  # (the child is a copy: it fails there)
     (tmp_path / "failing").mkdir()
     stream = outputs.StepTraceStream(tmp_path / "failing", deployment)
     with pytest.raises(RuntimeError, match="no table today"):  # (at the next part handed over, or at the end)

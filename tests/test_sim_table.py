@@ -129,10 +129,10 @@ def test_a_plain_histogram_reads_as_pandas_reads_it_and_another_falls_back(tmp_p
 
 
 def test_the_trace_writers_arrays_are_pyarrows_own() -> None:
-    # steps.parquet's columns built from their buffers (roofline.sim.outputs._arrow: pa.array would import pandas)
+    # steps.parquet's columns built from their buffers (roofline.sim.steps_file._arrow: pa.array would import pandas)
     import pyarrow as pa
 
-    from roofline.sim.outputs import _arrow
+    from roofline.sim.steps_file import _arrow
 
     rng = np.random.default_rng(3)
     cases = [(rng.integers(-5, 2**40, 37), pa.int64()), (rng.integers(0, 9000, 37).astype(np.int32), pa.int32()),

@@ -122,22 +122,29 @@ static int put_cell(Out *o, Column *c, Py_ssize_t i) {
         return text == NULL ? -1 : out_put(o, text, size);
     }
     const char *at = (const char *)c->view.buf + i * c->view.strides[0];
-    char digits[32];
     if (c->kind == SIGNED || c->kind == UNSIGNED) {
-        int n;
+        char digits[24], *end = digits + sizeof(digits), *p = end;
+        unsigned long long magnitude;
+        int negative = 0;
         if (c->kind == SIGNED) {
             long long v = c->view.itemsize == 8 ? (long long)*(const int64_t *)at
                         : c->view.itemsize == 4 ? (long long)*(const int32_t *)at
                         : c->view.itemsize == 2 ? (long long)*(const int16_t *)at : (long long)*(const int8_t *)at;
-            n = snprintf(digits, sizeof(digits), "%lld", v);
+            negative = v < 0;
+            magnitude = negative ? 0ULL - (unsigned long long)v : (unsigned long long)v;
         } else {
-            unsigned long long v = c->view.itemsize == 8 ? (unsigned long long)*(const uint64_t *)at
-                                 : c->view.itemsize == 4 ? (unsigned long long)*(const uint32_t *)at
-                                 : c->view.itemsize == 2 ? (unsigned long long)*(const uint16_t *)at
-                                 : (unsigned long long)*(const uint8_t *)at;
-            n = snprintf(digits, sizeof(digits), "%llu", v);
+            magnitude = c->view.itemsize == 8 ? (unsigned long long)*(const uint64_t *)at
+                      : c->view.itemsize == 4 ? (unsigned long long)*(const uint32_t *)at
+                      : c->view.itemsize == 2 ? (unsigned long long)*(const uint16_t *)at
+                      : (unsigned long long)*(const uint8_t *)at;
         }
-        return out_put(o, digits, n);
+        do { /* (str(int): the decimal digits, a minus sign before them) */
+            *--p = (char)('0' + magnitude % 10);
+            magnitude /= 10;
+        } while (magnitude);
+        if (negative)
+            *--p = '-';
+        return out_put(o, p, end - p);
     }
     double v;
     uint64_t bits;

@@ -1,0 +1,217 @@
+"""steps.parquet of a simulation (`roofline simulate --out`): the step-trace table of some steps (the engine's
+columns, `engine.core.trace`, plus the replica, the predicted time and its per-operator breakdown) built in bulk
+from the run's numpy columns, its writer in parts, and run.json; pyarrow, no pandas. Imported only where the file
+is written (`roofline.sim.outputs`: by the writer process where the platform forks), so that the simulation's
+process need not import pyarrow."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engine.core.step_record import StepSequences
+from engine.core.trace import (
+    ROW_GROUP_STEPS,
+    STEPS_FILE,
+    EngineConfigRecord,
+    RunMetadata,
+    open_steps_file,
+    step_schema,
+    write_run_file,
+)
+from engine.core.trace import STEP_COLUMNS as TRACE_STEP_COLUMNS
+from roofline import __version__
+from roofline.sim.deployment import Deployment
+from roofline.sim.recorder import STEP_COLUMNS, SimulationResult
+from roofline.sim.table import Columns, Table, column
+
+
+def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
+    """The step-trace columns, plus `replica`, `request_ids`, `predicted_s` (the time the step was charged) and
+    the cost model's per-operator breakdown as `op_<name>_s`. Built column by column from arrays: the per-step
+    lists as one array of values with offsets, the breakdown in bulk (`StepCostModel.breakdown_columns`); the
+    same table as building every cell in Python, in a fraction of the time."""
+    return steps_table(deployment, result.step_table, result.step_seqs)
+
+
+def steps_table(deployment: Deployment, steps: Columns, seqs: StepSequences) -> pa.Table:
+    """`step_table` of some steps: their rows of the steps table and their sequences."""
+    concatenated = seqs.concatenated  # every step's query, context and emits, step after step
+    breakdown = deployment.cost_model.breakdown_columns(seqs)
+    columns: dict[str, object] = {name: column(steps, name) for name in TRACE_STEP_COLUMNS if name in steps.columns}
+    columns["arrival_cutoff_s"] = column(steps, "start_s")  # a schedule at t sees every arrival by t
+    offsets = _offsets(seqs.offsets)
+    for values, name in zip(concatenated, ("query_lens", "context_lens", "emits")):
+        typ = TRACE_STEP_COLUMNS[name]
+        columns[name] = pa.ListArray.from_arrays(offsets, _arrow(values, typ.value_type), type=typ)
+    columns["predicted_s"] = column(steps, "duration_s")
+    columns["request_ids"] = pa.ListArray.from_arrays(offsets, _request_ids(seqs))
+    columns["replica"] = column(steps, "replica")
+    for name in sorted(breakdown):
+        columns[f"op_{name}_s"] = breakdown[name]
+    schema = step_schema([n for n in columns if n not in TRACE_STEP_COLUMNS])
+    return pa.table({n: _array(columns[n], schema.field(n).type) for n in schema.names}, schema=schema)
+
+
+def _request_ids(seqs: StepSequences) -> pa.Array:
+    """Every sequence's request id, a string array: its UTF-8 bytes gathered in C (`StepSequences.request_id_utf8`),
+    else each distinct id once, then taken (pyarrow.compute, imported only then); the same strings as an array
+    built from every sequence's id string."""
+    gathered = seqs.request_id_utf8()
+    if gathered is not None:
+        offsets, data = gathered
+        return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    index = seqs.request_index
+    return _arrow(seqs.request_names, pa.string()).take(_arrow(index, _ARROW_TYPES.get(index.dtype, pa.int64())))
+
+
+class StepsFileWriter:
+    """steps.parquet written in parts as the simulation runs (`roofline.sim.outputs.StepTraceStream`): each part of
+    `roofline.sim.simulator.STEPS_PER_PART` steps becomes its rows of the file and is dropped, so `--out` holds a
+    part's sequences, not the whole run's (a sequence per request and step: 450 million for 1,000,000 ShareGPT
+    requests). The parts are multiples of the file's row groups, so the file is the one the whole table written at
+    once gives (one part: the same bytes). An operator absent from a part (no prefill in it, say) is 0.0 there, as
+    in the whole table; one first met in a later part widens the file: what was written is copied, row group by
+    row group, into a file with the column (0.0 in the earlier steps)."""
+
+    def __init__(self, out_dir: Path, deployment: Deployment) -> None:
+        self.out_dir, self.deployment = out_dir, deployment
+        self._writer: pq.ParquetWriter | None = None
+        self._schema: pa.Schema | None = None
+        # A part's Parquet encoding runs on a second thread (without the GIL) while the simulation goes on; one
+        # part at a time, so that at most two parts' tables are alive.
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._pending: Future[None] | None = None
+
+    def write(self, steps: Columns, seqs: StepSequences) -> None:
+        table = steps_table(self.deployment, steps, seqs)
+        self._wait()
+        if self._schema is None:
+            self._open(table.schema)
+        assert self._schema is not None and self._writer is not None
+        if set(table.schema.names) - set(self._schema.names):
+            self._widen(table.schema)
+        self._pending = self._pool.submit(self._writer.write_table, _conform(table, self._schema),
+                                          row_group_size=ROW_GROUP_STEPS)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()  # (raises what the thread raised)
+            self._pending = None
+
+    def close(self) -> None:
+        """Finish the file (a run of no steps: the empty table's)."""
+        if self._writer is None:
+            self.write(Table({name: np.zeros(0) for name in STEP_COLUMNS}), StepSequences.empty())
+        self._wait()
+        self._pool.shutdown()
+        assert self._writer is not None
+        self._writer.close()
+
+    def _open(self, schema: pa.Schema) -> None:
+        self._writer = open_steps_file(self.out_dir, schema)
+        self._schema = self._writer.schema
+
+    def _widen(self, schema: pa.Schema) -> None:
+        """Reopen the file with the new operator columns of `schema` too, the steps written so far copied."""
+        assert self._writer is not None and self._schema is not None
+        self._writer.close()
+        path = self.out_dir / STEPS_FILE
+        kept = path.with_name(STEPS_FILE + ".part")
+        path.replace(kept)
+        ops = sorted({n for n in [*self._schema.names, *schema.names] if n.startswith("op_")})
+        self._open(step_schema([*[n for n in self._schema.names if n not in TRACE_STEP_COLUMNS
+                                  and not n.startswith("op_")], *ops]))
+        assert self._writer is not None and self._schema is not None
+        source = pq.ParquetFile(kept)
+        for i in range(source.num_row_groups):
+            self._writer.write_table(_conform(source.read_row_group(i), self._schema), row_group_size=ROW_GROUP_STEPS)
+        kept.unlink()
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table`'s columns in `schema`'s order, 0.0 for an operator it lacks."""
+    zeros = None
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            columns.append(table.column(field.name))
+        else:
+            zeros = zeros if zeros is not None else _arrow(np.zeros(table.num_rows), field.type)
+            columns.append(zeros)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _offsets(offsets: np.ndarray) -> pa.Array:
+    """List offsets as `pa.list_` holds them (int32)."""
+    assert offsets[-1] < 2**31, "more list values than a pa.list_ column holds"
+    return _arrow(offsets.astype(np.int32), pa.int32())
+
+
+def _array(column: object, typ: pa.DataType) -> pa.Array:
+    return column if isinstance(column, pa.Array) else _arrow(column, typ)
+
+
+# The arrow types of the trace's numbers and the numpy types that hold them alike.
+_NUMPY_TYPES = {pa.int64(): np.dtype(np.int64), pa.int32(): np.dtype(np.int32), pa.float64(): np.dtype(np.float64),
+                pa.bool_(): np.dtype(np.bool_)}
+_ARROW_TYPES = {dtype: typ for typ, dtype in _NUMPY_TYPES.items()}
+
+
+def _arrow(values: Any, typ: pa.DataType) -> pa.Array:
+    """`pa.array(values, type=typ)` of a numpy array already of `typ`'s numpy type, or of a list of str, built from
+    its buffers: pyarrow's `pa.array` first asks whether `values` is a pandas object, which imports pandas (~0.2 s
+    of a run's start; pyarrow's pandas-shim `_PandasAPIShim._check_import`). Anything else goes to `pa.array`."""
+    if isinstance(values, list) and typ == pa.string() and all(type(v) is str for v in values):
+        encoded = [v.encode() for v in values]
+        ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
+        if not len(ends) or ends[-1] < 2**31:
+            offsets = np.concatenate([np.zeros(1, np.int32), ends.astype(np.int32)])
+            return pa.Array.from_buffers(typ, len(encoded), [None, pa.py_buffer(offsets),
+                                                             pa.py_buffer(b"".join(encoded))])
+    if isinstance(values, np.ndarray) and values.ndim == 1 and _NUMPY_TYPES.get(typ) == values.dtype:
+        if typ == pa.bool_():
+            data = np.packbits(values, bitorder="little")  # (arrow's booleans: a bit each, least significant first)
+        else:
+            data = np.ascontiguousarray(values)
+        return pa.Array.from_buffers(typ, len(values), [None, pa.py_buffer(data)])
+    return pa.array(values, type=typ)
+
+
+def run_metadata(deployment: Deployment, summary: dict[str, object]) -> RunMetadata:
+    """run.json of the step trace: what was simulated, on what, with which versions."""
+    quant = deployment.quant
+    record = dict(deployment.engine_record)
+    typed = {name: record.pop(name) for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                                                 "enable_chunked_prefill", "block_size", "enable_prefix_caching",
+                                                 "dtype", "quantization", "kv_cache_dtype", "tensor_parallel_size")}
+    engine_config = EngineConfigRecord.from_json(
+        {**typed, "num_kv_blocks": deployment.cache_config.num_blocks, **record}, "simulator run metadata")
+    seed, workload, num_replicas = summary["seed"], summary["workload"], summary["num_replicas"]
+    assert isinstance(seed, int) and isinstance(workload, str) and isinstance(num_replicas, int)
+    return RunMetadata(
+        source="simulator",
+        model=dataclasses.asdict(deployment.spec),
+        dtypes={"activations": quant.act_dtype, "weights_gemm": quant.gemm_dtype, "kv_cache": quant.kv_dtype,
+                "quantization": quant.quantization},
+        engine_config=engine_config,
+        device={"hardware_profile": deployment.hw.id, "name": deployment.hw.name},
+        # (pandas' version as installed: the run imports no pandas)
+        library_versions={"roofline": __version__, "numpy": np.__version__,
+                          "pandas": importlib.metadata.version("pandas"), "pyarrow": pa.__version__},
+        seed=seed, workload=workload, num_replicas=num_replicas,
+        # the load (rate, concurrency, dataset) that was simulated, and the KV capacity's terms
+        extra={"kv_cache": summary["kv_cache"], "offered_load": summary.get("offered_load")},
+    )
+
+
+def write_run_json(out_dir: Path, deployment: Deployment, summary: dict[str, object]) -> None:
+    """run.json of the step trace in `out_dir` (`run_metadata`)."""
+    write_run_file(out_dir, run_metadata(deployment, summary))
