@@ -377,7 +377,8 @@ class _Simulation:
                 self.process_of[index] = process
             self.in_frontend[index] = request
             self.api_ticket[index] = (replica, process, ticket)
-            self.push(reach_s, _REACH, index)
+            heapq.heappush(self.heap, (reach_s, _REACH, self.seq, index))  # (`push`)
+            self.seq += 1
             return
         if self.tokenize_s_per_token > 0 or self.frontend_s > 0:
             self.in_frontend[index] = request
@@ -415,7 +416,8 @@ class _Simulation:
 
     def route(self, index: int) -> _Replica:
         """The router picks the replica of request `index`."""
-        replica = _route(self.replicas, self.options.router, self.num_routed)
+        replicas = self.replicas
+        replica = replicas[0] if len(replicas) == 1 else _route(replicas, self.options.router, self.num_routed)
         self.num_routed += 1
         self.recorder.replica[index] = replica.index
         replica.num_outstanding += 1
