@@ -42,6 +42,8 @@ import asyncio
 import atexit
 import contextvars
 import json
+import os
+import selectors
 import time
 from typing import Any
 
@@ -52,13 +54,14 @@ _now = time.thread_time_ns
 
 class _Request:
     __slots__ = ("test", "start_s", "sent_s", "end_s", "before_ns", "after_ns", "first_ns", "reads", "messages",
-                 "sent", "output_tokens")
+                 "sent", "output_tokens", "index")
 
     def __init__(self, test: bool) -> None:
         self.test, self.start_s, self.sent_s, self.end_s = test, time.perf_counter(), None, None
         self.before_ns = self.after_ns = self.reads = self.messages = self.output_tokens = 0
         self.sent = False
         self.first_ns = -1  # the CPU of its task's first step (where the TTFT clock starts)
+        self.index = -1  # its place in S.requests
 
 
 class _State:
@@ -72,6 +75,10 @@ class _State:
         self.window_end: dict[str, int] | None = None
         self.marks: dict[str, dict[str, float]] = {}
         self.probed = True  # the loop probe installed (else the marks alone)
+        # --client-chunks: each wait of the loop (its selector's select) and each streamed chunk, stamped
+        self.selects: list[tuple[int, int, int, int, int, int, int]] | None = None
+        self.chunks: list[tuple[int, int, int, int, int, int]] | None = None
+        self.schedstat_fd = -1
 
 
 S = _State()
@@ -146,6 +153,7 @@ def probed(func: Any) -> Any:
         if not test and S.window_start is None:
             S.window_start = _counters()
         token = REQUEST.set(request)
+        request.index = len(S.requests)
         S.requests.append(request)
         S.current = request  # this callback's time so far is the request's too (its task's first step)
         try:
@@ -165,7 +173,8 @@ def install(path: str, probe: bool = True) -> None:
     timed requests' window: their thread and process CPU from the first one's start to the last one's end),
     `benchmark`'s task marked, `path` written at exit; with `probe` also the loop probe, the send mark (the end of
     aiohttp's `ClientRequest.write_bytes`) and the SSE message count. Without it (the marks alone, two clock reads
-    a request) the run is not perturbed and its client CPU is the requests' own, not the start-up's or the metrics'."""
+    a request) the run is not perturbed and its client CPU is the requests' own, not the start-up's or the metrics'.
+    With `VLLM_BENCH_CLIENT_CHUNKS=1` (`vllm_serve_bench.py --client-chunks`) also `install_chunk_stamps`."""
     import aiohttp.client_reqrep as reqrep
     from vllm.benchmarks import serve
     from vllm.benchmarks.lib import endpoint_request_func as erf
@@ -188,6 +197,8 @@ def install(path: str, probe: bool = True) -> None:
 
     serve.benchmark = marked_benchmark
     atexit.register(write, path)
+    if os.environ.get("VLLM_BENCH_CLIENT_CHUNKS") == "1":
+        install_chunk_stamps()
     if not probe:
         return
     install_loop_probe()
@@ -218,6 +229,63 @@ def install(path: str, probe: bool = True) -> None:
         return messages
 
     erf.StreamedResponseHandler.add_chunk = counted_add_chunk  # type: ignore[method-assign]
+
+
+def _run_delay_ns() -> int:
+    """This thread's time runnable but not running so far (ns; /proc/thread-self/schedstat's second field)."""
+    return int(os.pread(S.schedstat_fd, 64, 0).split()[1])
+
+
+def install_chunk_stamps() -> None:
+    """Stamp every wait of the client's event loop and every streamed chunk, in wall (perf_counter, the TTFT's clock)
+    and thread CPU, with the thread's run-queue delay around each wait (schedstat): a wait's wall less its run-queue
+    delay is the time nothing was readable (the server had not written), the rest the client's wait for its core.
+
+    - `selectors.EpollSelector.select` (asyncio's standard loop on Linux polls through it once per `_run_once`): per
+      call (wall at entry, wall at exit, thread CPU at entry and at exit, run-queue delay at entry and at exit (-1
+      for a poll with timeout 0: callbacks were ready), events returned);
+    - `StreamedResponseHandler.add_chunk` (vllm/benchmarks/lib/endpoint_request_func.py: each chunk read from the
+      response, in the request's task): (request index, wall, thread CPU at entry and at exit, SSE messages, the
+      index of the loop's last wait).
+    Costs a few us a wait (two schedstat reads: `chunk_probe_ns`, written with them) and ~1 us a chunk."""
+    from vllm.benchmarks.lib import endpoint_request_func as erf
+
+    S.selects, S.chunks = [], []
+    S.schedstat_fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)  # the main thread: the client's loop
+    selects, chunks, wall, cpu, delay = S.selects, S.chunks, time.perf_counter_ns, _now, _run_delay_ns
+    select = selectors.EpollSelector.select
+
+    def stamped_select(self: Any, timeout: float | None = None) -> Any:
+        if timeout is not None and timeout <= 0:  # a poll (callbacks ready): no wait, no schedstat read
+            w0, c0 = wall(), cpu()
+            events = select(self, timeout)
+            selects.append((w0, wall(), c0, cpu(), -1, -1, len(events)))
+            return events
+        w0, c0, d0 = wall(), cpu(), delay()
+        events = select(self, timeout)
+        selects.append((w0, wall(), c0, cpu(), d0, delay(), len(events)))
+        return events
+
+    selectors.EpollSelector.select = stamped_select  # type: ignore[method-assign]
+    add_chunk = erf.StreamedResponseHandler.add_chunk
+
+    def stamped_add_chunk(self: Any, chunk_bytes: bytes) -> list[str]:
+        w, c = wall(), cpu()
+        messages = add_chunk(self, chunk_bytes)
+        request = REQUEST.get()
+        chunks.append((request.index if request is not None else -1, w, c, cpu(), len(messages), len(selects) - 1))
+        return messages
+
+    erf.StreamedResponseHandler.add_chunk = stamped_add_chunk  # type: ignore[method-assign]
+
+
+def _chunk_probe_ns() -> float:
+    """The chunk stamps' own cost per wait (three clock reads twice, the tuple) from a loop like the wrapper's."""
+    n, t0, out = 5000, time.perf_counter_ns(), []
+    for _ in range(n):
+        w0, c0, d0 = time.perf_counter_ns(), _now(), _run_delay_ns()
+        out.append((w0, time.perf_counter_ns(), c0, _now(), d0, _run_delay_ns(), 0))
+    return (time.perf_counter_ns() - t0) / n
 
 
 def _probe_ns() -> float:
@@ -263,6 +331,8 @@ def write(path: str) -> None:
     out: dict[str, Any] = {"marks": S.marks, "probed": S.probed, "requests": requests}
     if S.probed:
         out["probe_ns_per_callback"] = _probe_ns()
+    if S.chunks is not None:
+        out["selects"], out["chunks"], out["chunk_probe_ns"] = S.selects, S.chunks, _chunk_probe_ns()
     if S.window_start and S.window_end:
         out["window_start"], out["window_end"] = S.window_start, S.window_end
         out["summary"] = summary(requests, S.window_start, S.window_end)

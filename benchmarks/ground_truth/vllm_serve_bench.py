@@ -466,6 +466,7 @@ def bench(args: argparse.Namespace, load: str, endpoint: str, seed: int, result_
     if args.client_split or args.client_python == sys.executable:  # (another release's client: left as it is)
         env = {**os.environ, "VLLM_BENCH_CLIENT_SPLIT": str(result_dir / f"{name}.client-split.json"),
                "VLLM_BENCH_CLIENT_PROBE": "1" if args.client_split else "0",
+               "VLLM_BENCH_CLIENT_CHUNKS": "1" if args.client_chunks else "0",
                "VLLM_SERVE_TIMELINE_DIR": str(Path(__file__).resolve().parent)}
     client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     sampler = CpuSampler(args.server_leader, client.pid)
@@ -518,6 +519,10 @@ def main() -> int:
                         help="probe the client's CPU per request before and after each send (bench_client_split.py; "
                              "the probe costs CPU itself and slows the run: a measurement of the split, not a "
                              "campaign) into run['client_split'] (without it: the client's CPU over its requests)")
+    parser.add_argument("--client-chunks", action="store_true",
+                        help="stamp each wait of the client's event loop and each streamed chunk (wall, thread CPU, "
+                             "run-queue delay; bench_client_split.py install_chunk_stamps) in the work directory's "
+                             "<run>.client-split.json, for vllm_serve_client_chunks.py")
     parser.add_argument("--cells", default="",
                         help="LOAD:ENDPOINT,... to run instead of every --loads x --endpoints pair")
     parser.add_argument("--first-repeat", type=int, default=0,
