@@ -25,7 +25,7 @@ import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from engine.core.native import ALLOWED
 from engine.core.step_record import StepSequences
 from roofline.jsonable import to_json
 from roofline.sim.deployment import Deployment
-from roofline.sim.recorder import SimulationResult
+from roofline.sim.recorder import SimulationResult, timeseries_of
 from roofline.sim.simulator import gc_paused
 from roofline.sim.table import Columns, Table
 
@@ -80,9 +80,12 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
         trace.result()  # (raises what the thread raised)
 
 
+TIMESERIES_FILE = "timeseries.csv"
+
+
 def csv_tables(result: SimulationResult) -> dict[str, Table]:
     """The CSV files of a run's tables: file name -> table."""
-    return {"requests.csv": result.request_table, "timeseries.csv": result.timeseries_table}
+    return {"requests.csv": result.request_table, TIMESERIES_FILE: result.timeseries_table}
 
 
 _NEEDS_QUOTES = re.compile(r'[,"\r\n]')  # the fields the csv module quotes (QUOTE_MINIMAL)
@@ -90,25 +93,39 @@ _NEEDS_QUOTES = re.compile(r'[,"\r\n]')  # the fields the csv module quotes (QUO
 
 def write_csv(frame: Columns, path: Path) -> None:
     """`frame.to_csv(path, index=False)` (a Table's as its DataFrame's), the same bytes, in a fraction of the time
-    for frames of integer, float64 and string columns (anything else is left to pandas). pandas writes an integer
-    by `str`, a float64 by numpy's `astype(str)`, which is Python's `repr` (the shortest string that reads back,
-    'inf'), NaN and a missing string as an empty field, and quotes a field only if it holds a comma, a quote or a
-    line break; here each distinct value is formatted once (a step's counts and KV usage repeat) and the rows
-    joined; compiled (`CSV_COMPILED`), a Table's rows are written in C, the same text."""
-    plain_names = all(isinstance(name, str) and not _NEEDS_QUOTES.search(name) for name in frame.columns)
-    if CSV_COMPILED and plain_names and len(frame.columns) >= 2 and isinstance(frame, Table):
-        rows = _csvrows.rows([frame[name] for name in frame.columns], os.linesep)
-        if rows is not None:  # (None: a column the Python cells write)
-            path.write_bytes((",".join(frame.columns) + os.linesep).encode() + rows)
-            return
-    cells = [_csv_cells(frame[name]) for name in frame.columns] if plain_names else []
-    if len(cells) < 2 or any(cell is None for cell in cells):  # (one empty field alone is quoted)
+    for frames of integer, float64 and string columns (`csv_rows`; anything else is left to pandas)."""
+    rows = csv_rows(frame)
+    if rows is None:
         (frame.to_pandas() if isinstance(frame, Table) else frame).to_csv(path, index=False)
         return
-    lines = [",".join(frame.columns)]
-    lines.extend(map(",".join, zip(*cells)))
+    path.write_bytes(csv_header(frame) + rows)
+
+
+def csv_header(frame: Columns) -> bytes:
+    """The header line `to_csv` writes of `frame` (names `csv_rows` writes: no quotes)."""
+    return (",".join(frame.columns) + os.linesep).encode()
+
+
+def csv_rows(frame: Columns) -> bytes | None:
+    """The lines after `to_csv`'s header of `frame`, or None where pandas' own writer must write it (a field it
+    quotes, a column of another kind, a single column). pandas writes an integer by `str`, a float64 by numpy's
+    `astype(str)`, which is Python's `repr` (the shortest string that reads back, 'inf'), NaN and a missing string
+    as an empty field, and quotes a field only if it holds a comma, a quote or a line break; here each distinct
+    value is formatted once (a step's counts and KV usage repeat) and the rows joined; compiled (`CSV_COMPILED`), a
+    Table's rows are written in C, the same text."""
+    if len(frame.columns) < 2 or not all(isinstance(name, str) and not _NEEDS_QUOTES.search(name)
+                                         for name in frame.columns):  # (one empty field alone is quoted)
+        return None
+    if CSV_COMPILED and isinstance(frame, Table):
+        rows = _csvrows.rows([frame[name] for name in frame.columns], os.linesep)
+        if rows is not None:  # (None: a column the Python cells write)
+            return rows
+    cells = [_csv_cells(frame[name]) for name in frame.columns]
+    if any(cell is None for cell in cells):
+        return None
+    lines = list(map(",".join, zip(*cells)))
     lines.append("")
-    path.write_bytes(os.linesep.join(lines).encode())
+    return os.linesep.join(lines).encode()
 
 
 def _csv_cells(values: Any) -> list[str] | None:
@@ -149,13 +166,33 @@ class StepTraceStream:
         self.out_dir, self.deployment = out_dir, deployment
         self.tables_written = False
         self._local: Any = None  # the in-process writer (a StepsFileWriter), made on first use
+        # timeseries.csv, its rows appended part by part (the parts' step rows, in order, are the step table's) as
+        # long as `csv_rows` writes them: the file, and how many rows it holds; None when left to the end.
+        self._timeseries: BinaryIO | None = None
+        self._timeseries_rows: int | None = 0
         self._child = _ForkedWriter.start(self) if FORKED else None
 
     def write(self, steps: Columns, seqs: StepSequences) -> None:
         if self._child is not None:
             self._child.send("part", ({name: steps[name] for name in steps.columns}, seqs))
-        else:
-            self._writer().write(steps, seqs)
+            return
+        self._writer().write(steps, seqs)
+        self._append_timeseries(timeseries_of(steps))
+
+    def _append_timeseries(self, table: Table) -> None:
+        if self._timeseries_rows is None:
+            return
+        rows = csv_rows(table)
+        if rows is None:  # (left to the end: `write_tables`)
+            if self._timeseries is not None:
+                self._timeseries.close()
+            self._timeseries, self._timeseries_rows = None, None
+            return
+        if self._timeseries is None:
+            self._timeseries = open(self.out_dir / TIMESERIES_FILE, "wb")  # noqa: SIM115 (closed in write_tables)
+            self._timeseries.write(csv_header(table))
+        self._timeseries.write(rows)
+        self._timeseries_rows += len(table)
 
     def write_tables(self, tables: dict[str, Table]) -> None:
         """The CSV files of `tables` (`csv_tables`) in the output folder: by the child that writes the parts where
@@ -164,6 +201,10 @@ class StepTraceStream:
             self._child.send("tables", {name: {c: table[c] for c in table.columns} for name, table in tables.items()})
         else:
             for name, table in tables.items():
+                if name == TIMESERIES_FILE and self._timeseries is not None:  # (written part by part)
+                    self._timeseries.close()
+                    assert self._timeseries_rows == len(table), (self._timeseries_rows, len(table))
+                    continue
                 write_csv(table, self.out_dir / name)
         self.tables_written = True
 

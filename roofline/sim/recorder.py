@@ -16,7 +16,7 @@ from engine.core.request import Request
 from engine.core.step_record import StepRecords, StepSequences
 from roofline.sim.metrics import InterTokenLatencies, SummaryOptions, summarize
 from roofline.sim.native import COMPILED, _simcore
-from roofline.sim.table import Table
+from roofline.sim.table import Columns, Table
 from roofline.sim.token_times import Segments, TimeSeries, TokenTimes
 from roofline.sim.workload import RequestSpec
 
@@ -57,9 +57,7 @@ class SimulationResult:
     @property
     def timeseries_table(self) -> Table:
         """KV usage and running/waiting requests of each replica at each step start."""
-        steps = self.step_table
-        return Table({"time_s": steps["start_s"], **{name: steps[name] for name in (
-            "replica", "num_running", "num_waiting", "num_kv_blocks_used", "kv_usage")}})
+        return timeseries_of(self.step_table)
 
     @property
     def timeseries(self) -> pd.DataFrame:
@@ -68,6 +66,12 @@ class SimulationResult:
 
     def summary(self, options: SummaryOptions = SummaryOptions()) -> dict[str, Any]:
         return summarize(self.request_table, self.itl, self.step_table, options)
+
+
+def timeseries_of(steps: Columns) -> Table:
+    """`SimulationResult.timeseries_table` of some steps' rows (a table of STEP_COLUMNS)."""
+    return Table({"time_s": steps["start_s"], **{name: steps[name] for name in (
+        "replica", "num_running", "num_waiting", "num_kv_blocks_used", "kv_usage")}})
 
 
 class Recorder:
