@@ -1,0 +1,34 @@
+"""A session's engine speed against the campaign's (benchmarks/ground_truth/vllm_serve_engine_speed.py): exact
+ratios on made-up engine steps."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "ground_truth"))
+
+import vllm_serve_engine_speed as speed  # noqa: E402
+
+
+def test_decode_only_steps_by_batch_and_the_mean_ratio_over_shared_sizes() -> None:
+    # [iteration, context requests, context tokens, generation requests, generation tokens, elapsed ms]
+    run = {"engine_steps": [[1, 1, 128, 0, 0, 12.0]] + [[i, 0, 0, 1, 1, 6.0] for i in range(5)]
+           + [[i, 0, 0, 2, 2, 9.0] for i in range(5)] + [[9, 1, 128, 2, 2, 20.0]] + [[i, 0, 0, 3, 3, 1.0]
+                                                                                     for i in range(4)]}
+    steps = speed.decode_steps(run)
+    assert sorted(steps) == [1, 2, 3] and steps[2] == [9.0] * 5  # the mixed step (a prefill in it) is left out
+    reference = {1: [5.0] * 5, 2: [10.0] * 6, 3: [1.0] * 9}
+    # sizes 1 and 2 (3 has only 4 steps here): (6/5 + 9/10) / 2
+    assert speed.speed_ratio(steps, reference) == pytest.approx(1.05)
+    assert speed.speed_ratio({}, reference) is None
+    assert speed.cell("rate20-completions-a1-r0-s1") == "rate20-completions-a1"
+
+
+def test_correlation_line() -> None:
+    fit = speed.correlation([1.0, 1.1, 1.2], [-10.0, -20.0, -30.0])
+    assert fit is not None
+    assert (fit["pearson"], fit["slope"], fit["intercept"]) == pytest.approx((-1.0, -100.0, 90.0))
+    assert speed.correlation([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) is None
