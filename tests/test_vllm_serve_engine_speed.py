@@ -32,3 +32,19 @@ def test_correlation_line() -> None:
     assert fit is not None
     assert (fit["pearson"], fit["slope"], fit["intercept"]) == pytest.approx((-1.0, -100.0, 90.0))
     assert speed.correlation([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) is None
+
+
+def test_the_scaled_profile_is_the_engine_alone_made_slower() -> None:
+    import vllm_serve_engine_scaled as scaled
+
+    profile = {"name": "host", "peak_tflops": {"bf16": 0.8, "fp32": 0.2}, "memory_bandwidth_gb_per_s": 40.0,
+               "weight_streaming": {"vllm-cpu": {"rows": [1, 2], "gb_per_s": [20.0, 10.0]}},
+               "executor": {"mode": "eager", "kernel_launch_us": 1.0, "step_overhead_us": 500.0,
+                            "step_overhead_per_seq_us": 30.0}, "host": {"api_server_num_cores": 1}}
+    out = scaled.scaled_hardware(profile, 1.25)
+    assert out["peak_tflops"] == pytest.approx({"bf16": 0.64, "fp32": 0.16})
+    assert out["memory_bandwidth_gb_per_s"] == pytest.approx(32.0)
+    assert out["weight_streaming"]["vllm-cpu"]["gb_per_s"] == pytest.approx([16.0, 8.0])
+    assert (out["executor"]["step_overhead_us"], out["executor"]["step_overhead_per_seq_us"]) == pytest.approx(
+        (625.0, 37.5))
+    assert out["host"] == profile["host"] and profile["peak_tflops"]["bf16"] == 0.8  # the API side, the input kept

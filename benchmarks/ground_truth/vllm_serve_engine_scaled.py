@@ -1,0 +1,79 @@
+"""A diagnostic for one server session: its one-process runs, with the profile's engine made as much slower as the
+session's own logged engine steps were (vllm_serve_engine_speed.py's ratios), for vllm_serve_sim.py to replay
+(docs/benchmark-history/2026-11-30i-serve18.md, section 4):
+
+    python benchmarks/ground_truth/vllm_serve_engine_scaled.py --runs $R/2026-11-30e-serve11/runs-sessions.json \
+        --suffix -s1 --speed $O/engine-speed.json --hardware $R/2026-11-30c/cal-host.yaml \
+        --costs $S/sim-2026-11-30c-host-busy-hop.json --out-dir $OUT/s1
+    python benchmarks/ground_truth/vllm_serve_sim.py --runs $OUT/s1/runs.json --hardware $OUT/s1/hardware.yaml \
+        --costs $OUT/s1/costs.json --out $OUT/s1/sim.json
+
+The factor: the mean of the session's runs' `engine_step_ratio` (its one-process runs whose name ends with
+`--suffix`). It divides the profile's peak FLOP rates, memory bandwidth and weight-streaming rates and multiplies its
+per-step executor overheads, and multiplies the API-server costs' engine-core terms (`engine_step_s`,
+`engine_admit_step_s`, `engine_new_request_s`, `engine_prompt_token_s`). Only the engine's core: the API server's
+and the client's costs are left as fitted. Not the model: a check of how much of a session's error its measured engine
+speed accounts for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+ENGINE_COSTS = ("engine_step_s", "engine_admit_step_s", "engine_new_request_s", "engine_prompt_token_s")
+EXECUTOR_TIMES = ("kernel_launch_us", "step_overhead_per_seq_us", "step_overhead_us")
+
+
+def scaled_hardware(profile: dict, factor: float) -> dict:
+    """The profile with its engine `factor` times slower (module docstring)."""
+    out = json.loads(json.dumps(profile))
+    out["peak_tflops"] = {k: v / factor for k, v in out["peak_tflops"].items()}
+    out["memory_bandwidth_gb_per_s"] = out["memory_bandwidth_gb_per_s"] / factor
+    for kernel in (out.get("weight_streaming") or {}).values():
+        kernel["gb_per_s"] = [v / factor for v in kernel["gb_per_s"]]
+    for key in EXECUTOR_TIMES:
+        if out.get("executor", {}).get(key) is not None:
+            out["executor"][key] = out["executor"][key] * factor
+    out["name"] = f"{out['name']} (engine x{factor:.3f} slower)"
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, required=True)
+    parser.add_argument("--suffix", required=True, help="the session's runs: names ending with it, e.g. -s1")
+    parser.add_argument("--speed", type=Path, required=True, help="vllm_serve_engine_speed.py's --out")
+    parser.add_argument("--hardware", type=Path, required=True)
+    parser.add_argument("--costs", type=Path, required=True, help="vllm_serve_sim.py --out of a fit")
+    parser.add_argument("--out-dir", type=Path, required=True)
+    args = parser.parse_args()
+    index = json.loads(args.runs.read_text())
+    runs = [r for r in index["runs"] if r["name"].endswith(args.suffix) and r.get("api_server_count") == 1]
+    names = {r["name"] for r in runs}
+    ratios = [row["engine_step_ratio"] for row in json.loads(args.speed.read_text())["rows"]
+              if row["run"] in names and row["engine_step_ratio"] is not None
+              and Path(row["session"]).resolve() == args.runs.resolve()]
+    if not ratios:
+        parser.exit(2, f"--suffix: {args.suffix}: no one-process run of {args.runs} with an engine_step_ratio in "
+                       f"{args.speed}\n")
+    factor = statistics.fmean(ratios)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "runs.json").write_text(json.dumps({**index, "runs": runs}) + "\n")
+    profile = yaml.safe_load(args.hardware.read_text())
+    (args.out_dir / "hardware.yaml").write_text(yaml.safe_dump(scaled_hardware(profile, factor), sort_keys=False))
+    fitted = json.loads(args.costs.read_text())
+    fitted["costs"] = {k: v * factor if k in ENGINE_COSTS else v for k, v in fitted["costs"].items()}
+    fitted["engine_scaled"] = {"factor": factor, "runs": sorted(names), "from": str(args.costs)}
+    (args.out_dir / "costs.json").write_text(json.dumps(fitted) + "\n")
+    print(f"{args.suffix}: {len(runs)} runs, engine x{factor:.3f} ({len(ratios)} ratios)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
