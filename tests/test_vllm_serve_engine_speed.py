@@ -48,3 +48,10 @@ def test_the_scaled_profile_is_the_engine_alone_made_slower() -> None:
     assert (out["executor"]["step_overhead_us"], out["executor"]["step_overhead_per_seq_us"]) == pytest.approx(
         (625.0, 37.5))
     assert out["host"] == profile["host"] and profile["peak_tflops"]["bf16"] == 0.8  # the API side, the input kept
+
+
+def test_the_api_servers_cpu_per_request_over_the_engine_window() -> None:
+    run = {"result": {"completed": 200}, "engine_window": {"threads_cpu_s": {
+        "api_server/python": 2.0, "api_server/ZMQbg/IO/1": 0.2, "client/python": 8.0, "VLLM::Worker/VLLM::Worker": 9.0}}}
+    assert speed.api_cpu_per_request(run) == pytest.approx(0.011)  # the API server's threads only
+    assert speed.api_cpu_per_request({"result": {"completed": 200}}) is None

@@ -12,7 +12,9 @@ The factor: the mean of the session's runs' `engine_step_ratio` (its one-process
 `--suffix`). It divides the profile's peak FLOP rates, memory bandwidth and weight-streaming rates and multiplies its
 per-step executor overheads, and multiplies the API-server costs' engine-core terms (`engine_step_s`,
 `engine_admit_step_s`, `engine_new_request_s`, `engine_prompt_token_s`). Only the engine's core: the API server's
-and the client's costs are left as fitted. Not the model: a check of how much of a session's error its measured engine
+and the client's costs are left as fitted, unless `--api-too`, which scales core 0's CPU costs (`CORE0_COSTS` and
+`client_costs_s`) by the mean of the runs' `api_cpu_ratio` (the API server's CPU per request against the reference
+session's). Not the model: a check of how much of a session's error its measured engine
 speed accounts for.
 """
 
@@ -27,6 +29,9 @@ from pathlib import Path
 import yaml
 
 ENGINE_COSTS = ("engine_step_s", "engine_admit_step_s", "engine_new_request_s", "engine_prompt_token_s")
+# The CPU work on core 0 (the API server's loop and renderer, the client's): with --api-too
+CORE0_COSTS = ("request_s", "chat_request_s", "prompt_token_s", "output_pass_s", "output_token_s",
+               "chat_output_token_s", "render_request_s", "client_request_s", "client_output_token_s")
 EXECUTOR_TIMES = ("kernel_launch_us", "step_overhead_per_seq_us", "step_overhead_us")
 
 
@@ -52,6 +57,9 @@ def main() -> int:
     parser.add_argument("--hardware", type=Path, required=True)
     parser.add_argument("--costs", type=Path, required=True, help="vllm_serve_sim.py --out of a fit")
     parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--api-too", action="store_true",
+                        help="also scale core 0's CPU costs (the API server's and the client's, client_costs_s too) by "
+                             "the mean of the session's runs' api_cpu_ratio")
     args = parser.parse_args()
     index = json.loads(args.runs.read_text())
     runs = [r for r in index["runs"] if r["name"].endswith(args.suffix) and r.get("api_server_count") == 1]
@@ -63,15 +71,25 @@ def main() -> int:
         parser.exit(2, f"--suffix: {args.suffix}: no one-process run of {args.runs} with an engine_step_ratio in "
                        f"{args.speed}\n")
     factor = statistics.fmean(ratios)
+    api_ratios = [row["api_cpu_ratio"] for row in json.loads(args.speed.read_text())["rows"]
+                  if row["run"] in names and row.get("api_cpu_ratio") is not None
+                  and Path(row["session"]).resolve() == args.runs.resolve()]
+    if args.api_too and not api_ratios:
+        parser.exit(2, f"--api-too: no api_cpu_ratio for {args.suffix}'s runs in {args.speed}\n")
+    api_factor = statistics.fmean(api_ratios) if args.api_too else 1.0
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "runs.json").write_text(json.dumps({**index, "runs": runs}) + "\n")
     profile = yaml.safe_load(args.hardware.read_text())
     (args.out_dir / "hardware.yaml").write_text(yaml.safe_dump(scaled_hardware(profile, factor), sort_keys=False))
     fitted = json.loads(args.costs.read_text())
-    fitted["costs"] = {k: v * factor if k in ENGINE_COSTS else v for k, v in fitted["costs"].items()}
-    fitted["engine_scaled"] = {"factor": factor, "runs": sorted(names), "from": str(args.costs)}
+    fitted["costs"] = {k: v * factor if k in ENGINE_COSTS else v * api_factor if k in CORE0_COSTS else v
+                       for k, v in fitted["costs"].items()}
+    if fitted.get("client_costs_s"):
+        fitted["client_costs_s"] = {k: v * api_factor for k, v in fitted["client_costs_s"].items()}
+    fitted["engine_scaled"] = {"factor": factor, "api_factor": api_factor, "runs": sorted(names),
+                               "from": str(args.costs)}
     (args.out_dir / "costs.json").write_text(json.dumps(fitted) + "\n")
-    print(f"{args.suffix}: {len(runs)} runs, engine x{factor:.3f} ({len(ratios)} ratios)")
+    print(f"{args.suffix}: {len(runs)} runs, engine x{factor:.3f} ({len(ratios)} ratios), core 0 x{api_factor:.3f}")
     return 0
 
 

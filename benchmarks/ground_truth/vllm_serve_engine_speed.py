@@ -11,8 +11,10 @@ A run's engine speed: vLLM's own step times (the served engine's `--enable-loggi
 `vllm_serve_bench.py` `engine_steps`: schedule, the Worker's forward pass, update_from_output, all on the engine's
 core) of its decode-only steps, per batch size, over the reference index's runs of the same cell; the ratio's mean
 over the batch sizes both have (at least 5 steps each). Runs without logged steps (two API-server processes) have no
-ratio. The error: the `vllm_serve_sim.py --out` row's `run_error_pct` of the cell's mean TTFT, by the run's place
-among the cell's runs in the index (the order vllm_serve_sim.py reads them). A run listed by two sessions (the same
+ratio. Beside it, core 0's side: the API server's CPU per request over the engine's working window (which also holds
+the client's test request: the same in every session) against the reference's runs of the cell. The error: the
+`vllm_serve_sim.py --out` row's `run_error_pct` of the cell's mean TTFT, by the run's place among the cell's runs in
+the index (the order vllm_serve_sim.py reads them). A run listed by two sessions (the same
 name and TTFT) counts once. Nothing here is fitted: a diagnostic of what the profile, fitted on one session, cannot
 know of another.
 """
@@ -37,6 +39,16 @@ def decode_steps(run: dict[str, Any]) -> dict[int, list[float]]:
         if context_requests == 0 and generation_requests >= 1:
             out[int(generation_requests)].append(elapsed_ms)
     return out
+
+
+def api_cpu_per_request(run: dict[str, Any]) -> float | None:
+    """The API-server process's threads' CPU (s) over the engine's working window (`engine_window`: it also holds the
+    client's test request), per completed request; None without the window."""
+    threads = (run.get("engine_window") or {}).get("threads_cpu_s") or {}
+    completed = run["result"].get("completed") or 0
+    if not threads or not completed:
+        return None
+    return sum(v for k, v in threads.items() if k.startswith("api_server")) / completed
 
 
 def cell(name: str) -> str:
@@ -71,9 +83,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     reference: dict[str, dict[int, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    reference_api: dict[str, list[float]] = collections.defaultdict(list)
     for run in json.loads(args.reference.read_text())["runs"]:
         for b, v in decode_steps(run).items():
             reference[cell(run["name"])][b].extend(v)
+        api = api_cpu_per_request(run)
+        if api is not None and run.get("api_server_count") == 1:
+            reference_api[cell(run["name"])].append(api)
     rows, seen = [], set()
     for runs_path, sim_path in args.session:
         sim = {row["cell"]: row for row in json.loads(sim_path.read_text())["rows"]}
@@ -89,8 +105,13 @@ def main() -> int:
             if key in seen or i >= len(errors):
                 continue
             seen.add(key)
+            api = api_cpu_per_request(run)
             rows.append({"session": str(runs_path), "run": run["name"], "cell": c,
                          "engine_step_ratio": speed_ratio(decode_steps(run), reference[c]),
+                         # the API server's CPU per request over the reference's mean (one process only)
+                         "api_cpu_ratio": (api / statistics.fmean(reference_api[c])
+                                           if api is not None and reference_api.get(c) and
+                                           run.get("api_server_count") == 1 else None),
                          "mean_ttft_ms": run["result"]["mean_ttft_ms"], "ttft_error_pct": errors[i]})
     with_ratio = [r for r in rows if r["engine_step_ratio"] is not None]
     out: dict[str, Any] = {"rows": rows, "correlation": {}}
@@ -101,8 +122,10 @@ def main() -> int:
                                                             [r["ttft_error_pct"] for r in sel])}
     for r in rows:
         ratio = r["engine_step_ratio"]
+        api = r["api_cpu_ratio"]
         print(f"{Path(r['session']).parent.name:22s} {r['run']:30s} engine step x"
-              f"{'  -  ' if ratio is None else f'{ratio:.3f}'}  mean TTFT {r['mean_ttft_ms']:.1f} ms, "
+              f"{'  -  ' if ratio is None else f'{ratio:.3f}'}  API CPU x{'  -  ' if api is None else f'{api:.3f}'}"
+              f"  mean TTFT {r['mean_ttft_ms']:.1f} ms, "
               f"error {r['ttft_error_pct']:+.1f} %")
     print(json.dumps(out["correlation"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
