@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None, freeze_imports: bool = False) -> int:
     """The command line `argv` run; its exit status. `freeze_imports` (the process's own run, `entry`): what the
     parser's imports made is moved out of the cyclic garbage collector's sight (`_parser`)."""
     command = "roofline"
+    args = None
     _raised.clear()
     try:
         argv = sys.argv[1:] if argv is None else argv
@@ -147,6 +148,13 @@ def main(argv: list[str] | None = None, freeze_imports: bool = False) -> int:
                             PermissionError)):
             print(f"{command}: error: {_one_line(exc)}", file=sys.stderr)
             return 2
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # The machine's refusal, not the user's input (a full disk, a read-only or failing filesystem while
+            # `--out` writes): its one line, exit 1; a write to an open file names no path: the output folder then.
+            out = getattr(args, "out", None) if exc.filename is None else None
+            message = f"--out {out}: {exc.strerror}" if out is not None else _one_line(exc)
+            print(f"{command}: error: {message}", file=sys.stderr)
+            return 1
         raise
 
 

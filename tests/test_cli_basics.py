@@ -240,3 +240,22 @@ def test_the_processs_run_freezes_its_imports_and_keeps_the_collector_on() -> No
             "assert printed[0] == printed[1] and printed[0].startswith('{')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ as Linux has them")
+@pytest.mark.parametrize("limit_bytes", [1_000, 100_000])
+def test_a_write_the_machine_refuses_is_one_line_and_exit_1(tmp_path: Path, limit_bytes: int) -> None:
+    # A file-size limit makes `--out`'s writes fail as a full disk does (EFBIG instead of ENOSPC): at 1,000 bytes in
+    # the simulation's own process, at 100,000 in the writer child's (where the platform forks). Either is one line
+    # naming the error, never a traceback.
+    import resource
+    import signal
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    argv = [sys.executable, "-m", "roofline", "simulate", "--num-requests", "2000", "--out", str(tmp_path / "o")]
+    proc = subprocess.run(argv, preexec_fn=limit, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert _one_error_line(proc.stderr) == f"roofline simulate: error: --out {tmp_path / 'o'}: File too large"

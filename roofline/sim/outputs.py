@@ -247,7 +247,7 @@ class _ForkedWriter:
 
     def __init__(self, pid: int, data_fd: int, status_fd: int) -> None:
         self.pid, self._data_fd, self._status_fd = pid, data_fd, status_fd
-        self._failure: str | None = None  # (once the child is reaped: None, or why it failed)
+        self._failure: BaseException | None = None  # (once the child is reaped: None, or why it failed)
         self._reaped = False
 
     @classmethod
@@ -297,11 +297,14 @@ class _ForkedWriter:
                 chunks.append(chunk)
             os.close(self._status_fd)
             _, status = os.waitpid(self.pid, 0)
-            message = b"".join(chunks).decode(errors="replace")
-            if status != 0 or message != "ok":
-                self._failure = message or f"exit status {status}"
+            message = b"".join(chunks)
+            if message.startswith(b"oserror:"):  # the machine refused a write (a full disk, ...): that error
+                self._failure = pickle.loads(message[len(b"oserror:"):])
+            elif status != 0 or message != b"ok":
+                why = message.decode(errors="replace") or f"exit status {status}"
+                self._failure = RuntimeError(f"writing steps.parquet and the CSV files (a child process) failed: {why}")
         if self._failure is not None:
-            raise RuntimeError(f"writing steps.parquet and the CSV files (a child process) failed: {self._failure}")
+            raise self._failure
 
 
 def _write_all(fd: int, pieces: list[Any]) -> None:
@@ -324,7 +327,8 @@ def _read_exact(reader: Any, n: int) -> memoryview:
 
 def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int) -> None:
     """The forked child's whole life: write the parts read from `data_fd` into the stream, then finish the file;
-    b"ok" or the traceback to `status_fd`."""
+    b"ok", an OSError (pickled: the parent raises it, one line at the command line) or the traceback to
+    `status_fd`."""
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # (Ctrl-C reaches the process group: end as the parent does)
@@ -348,9 +352,11 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int) -> None
                 stream.close(payload)
         os.write(status_fd, b"ok")
         code = 0
-    except BaseException:
+    except BaseException as exc:
+        failure = (b"oserror:" + pickle.dumps(exc) if isinstance(exc, OSError) and exc.errno is not None
+                   else traceback.format_exc().encode())
         with contextlib.suppress(OSError):
-            os.write(status_fd, traceback.format_exc().encode())
+            _write_all(status_fd, [failure])
     finally:
         os._exit(code)
 
