@@ -37,11 +37,11 @@ def test_in_use_when_built_and_off_by_the_environment():
     assert probe("1") == "False"
 
 
-def _run(compiled: bool, monkeypatch: pytest.MonkeyPatch, chunk: int):
+def _run(compiled: bool, monkeypatch: pytest.MonkeyPatch, chunk: int, workload_id: str = "sharegpt-chat"):
     for module in (recorder, token_times):
         monkeypatch.setattr(module, "COMPILED", compiled)
     monkeypatch.setattr(recorder.StepRows, "CHUNK", chunk)
-    workload = replace(load_workload("sharegpt-chat"), num_requests=400, arrival=ArrivalProcess("poisson", 30.0))
+    workload = replace(load_workload(workload_id), num_requests=400, arrival=ArrivalProcess("poisson", 30.0))
     deployment = make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs(num_gpu_blocks_override=3000, max_model_len=16384))
     return run_simulation(deployment, workload, SimulationOptions(record_steps=True))
 
@@ -60,3 +60,37 @@ def test_the_compiled_records_are_the_python_records(monkeypatch: pytest.MonkeyP
     for name in ("times", "row", "start", "length"):
         assert np.array_equal(getattr(python.itl, name), getattr(compiled.itl, name)), name
     assert python.request_table["first_token_s"].tobytes() == compiled.request_table["first_token_s"].tobytes()
+
+
+@requires_build
+@pytest.mark.parametrize("workload_id", ["sharegpt-chat", "multi-turn-chat"])
+def test_a_finished_requests_records_in_one_call_are_the_python_records(monkeypatch: pytest.MonkeyPatch,
+                                                                        workload_id: str):
+    """`Recorder.finished` through `_simcore.Finisher` (most requests: the first of a series and a run the search
+    must find go to the Python code), on a run with preemptions and one with prefix hits: every request column and every
+    run the same, bit for bit."""
+    python = _run(False, monkeypatch, 4096, workload_id)
+    handled: list[bool] = []
+    compiled_finisher = native._simcore.Finisher
+
+    class Counting:
+        def __init__(self, *args):
+            self._record = compiled_finisher(*args).record
+
+        def record(self, *args):
+            handled.append(self._record(*args))
+            return handled[-1]
+
+    monkeypatch.setattr(native._simcore, "Finisher", Counting)
+    compiled = _run(True, monkeypatch, 4096, workload_id)
+    if workload_id == "sharegpt-chat":
+        assert python.request_table["num_preemptions"].sum() > 10
+    else:
+        assert python.request_table["num_prefix_hit_tokens"].sum() > 0
+    assert len(handled) == 400 and sum(handled) > 350
+    for name in python.request_table.columns:
+        a, b = np.asarray(python.request_table[name]), np.asarray(compiled.request_table[name])
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    for name in ("times", "row", "start", "length"):
+        a, b = getattr(python.itl, name), getattr(compiled.itl, name)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name

@@ -13,8 +13,9 @@
  * Anything else (a time that is no float, a shortcut that does not hold) gives None, and the Python code runs as
  * before. tests/test_token_times.py compares the two on requests of every kind.
  *
- * Also: the step rows (`StepBlock`, recorder.py's `StepRows`) and the ITL gaps' sums in order (`ordered_sum`,
- * token_times.py's `TokenTimes.values`: numpy's mean and std of the gaps without joining them into an array).
+ * Also: the step rows (`StepBlock`, recorder.py's `StepRows`), a finished request's columns and runs in one call
+ * (`Finisher`, recorder.py's `Recorder.finished`) and the ITL gaps' sums in order (`ordered_sum`, token_times.py's
+ * `TokenTimes.values`: numpy's mean and std of the gaps without joining them into an array).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -426,15 +427,15 @@ static double pairwise(Pieces *p, Py_ssize_t n) {
     return left + right;
 }
 
-static int open_array(PyObject *obj, Py_buffer *view, const char *format, Py_ssize_t itemsize) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+static int open_array(PyObject *obj, Py_buffer *view, const char *format, Py_ssize_t itemsize, int writable) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
         return -1;
     /* (int64: "l" where a C long has 8 bytes, else "q") */
     int same = view->format != NULL && (strcmp(view->format, format) == 0
                                         || (strcmp(format, "l") == 0 && strcmp(view->format, "q") == 0));
     if (view->ndim != 1 || view->itemsize != itemsize || !same) {
         PyBuffer_Release(view);
-        PyErr_Format(PyExc_TypeError, "ordered_sum: a 1-d contiguous array of '%s' expected", format);
+        PyErr_Format(PyExc_TypeError, "a 1-d contiguous array of '%s' expected", format);
         return -1;
     }
     return 0;
@@ -457,7 +458,7 @@ static PyObject *mod_ordered_sum(PyObject *self, PyObject *const *args, Py_ssize
     const char *formats[5] = {"d", "d", "?", "l", "l"};
     Py_ssize_t sizes[5] = {sizeof(double), sizeof(double), 1, sizeof(int64_t), sizeof(int64_t)};
     for (; opened < 5; opened++)
-        if (open_array(objs[opened], &views[opened], formats[opened], sizes[opened]) < 0)
+        if (open_array(objs[opened], &views[opened], formats[opened], sizes[opened], 0) < 0)
             goto done;
     for (int k = 0; k < 2; k++) {
         p.src[k] = (const double *)views[k].buf;
@@ -496,6 +497,219 @@ done:
     return result;
 }
 
+/* Finisher(first_scheduled, num_output, num_preemptions, num_prefix_hits, first_token, finish, segments):
+ * `Recorder.finished` of a request whose tokens the scheduler stamped (recorder.py, the reference), in one call:
+ * record(req, row, series) writes the request's columns as the Python code's item assignments do (a float, or NaN
+ * for None; an int), and appends its runs of `series`' stamps to `segments` (`Segments.add`'s shortcuts: `runs`
+ * above, appended as `Segments._append` does) and says True; False, writing nothing, where the Python code is to
+ * do it all (a series `segments` has not indexed yet, a run its search must find, a field of another type).
+ * tests/test_compiled_sim.py compares a run's records both ways. */
+static const char *finished_fields[] = {"first_scheduled_time_s", "num_output_tokens", "num_preemptions",
+                                        "num_prefix_hit_tokens", "token_times_s", "finish_time_s"};
+#define NUM_FINISHED_FIELDS 6
+static PyObject *finished_names[NUM_FINISHED_FIELDS];
+static PyObject *name_values, *name_num, *name_ascending, *name_index_of, *name_append;
+static const char *segment_arrays[] = {"row", "series_index", "start", "length"};
+static PyObject *segment_names[4];
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *columns[6];  /* first_scheduled, num_output, num_preemptions, num_prefix_hits, first_token, finish */
+    Py_buffer views[6];
+    int num_views;
+    PyObject *segments;
+    PyObject *appends[4];  /* segments' row, series_index, start, length arrays' `append` (made once: never replaced) */
+    PyObject *index_of;    /* segments' `_index_of` (likewise) */
+} Finisher;
+
+static void Finisher_release(Finisher *self) {
+    for (int i = 0; i < self->num_views; i++)
+        PyBuffer_Release(&self->views[i]);
+    self->num_views = 0;
+    for (int i = 0; i < 6; i++)
+        Py_CLEAR(self->columns[i]);
+    for (int i = 0; i < 4; i++)
+        Py_CLEAR(self->appends[i]);
+    Py_CLEAR(self->index_of);
+    Py_CLEAR(self->segments);
+}
+
+static int Finisher_init(Finisher *self, PyObject *args, PyObject *kwds) {
+    PyObject *objs[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5], &objs[6]))
+        return -1;
+    Finisher_release(self);
+    static const char *formats[6] = {"d", "l", "l", "l", "d", "d"};
+    for (int i = 0; i < 6; i++) {
+        if (open_array(objs[i], &self->views[i], formats[i], 8, 1) < 0) {
+            Finisher_release(self);
+            return -1;
+        }
+        self->num_views = i + 1;
+        Py_INCREF(objs[i]);
+        self->columns[i] = objs[i];
+    }
+    Py_INCREF(objs[6]);
+    self->segments = objs[6];
+    for (int i = 0; i < 4; i++) {
+        PyObject *arr = PyObject_GetAttr(objs[6], segment_names[i]);
+        self->appends[i] = arr ? PyObject_GetAttr(arr, name_append) : NULL;
+        Py_XDECREF(arr);
+        if (self->appends[i] == NULL) {
+            Finisher_release(self);
+            return -1;
+        }
+    }
+    if ((self->index_of = PyObject_GetAttr(objs[6], name_index_of)) == NULL || !PyDict_Check(self->index_of)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "Finisher: segments._index_of is no dict");
+        Finisher_release(self);
+        return -1;
+    }
+    return 0;
+}
+
+static void Finisher_dealloc(Finisher *self) {
+    Finisher_release(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A float column's value as numpy assigns it: None -> NaN, else the number as a double; -1 on error. */
+static int as_double(PyObject *v, double *out) {
+    if (v == Py_None) {
+        *out = Py_NAN;
+        return 0;
+    }
+    if (!PyFloat_Check(v) && !PyLong_Check(v))
+        return -1;
+    *out = PyFloat_AsDouble(v);
+    if (*out == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+static int as_int64(PyObject *v, long long *out) {
+    if (!PyLong_CheckExact(v))
+        return -1;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Finisher_record(Finisher *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "record(req, row, series)");
+        return NULL;
+    }
+    if (self->segments == NULL) {
+        PyErr_SetString(PyExc_ValueError, "Finisher: not initialized");
+        return NULL;
+    }
+    PyObject *req = args[0], *series = args[2];
+    Py_ssize_t row = PyLong_AsSsize_t(args[1]);
+    if (row == -1 && PyErr_Occurred())
+        return NULL;
+    if (row < 0 || row >= self->views[0].shape[0]) {
+        PyErr_SetString(PyExc_IndexError, "Finisher.record: row out of range");
+        return NULL;
+    }
+    PyObject *fields[NUM_FINISHED_FIELDS] = {NULL};
+    PyObject *index_of = NULL, *key = NULL, *runs = NULL, *svalues = NULL, *snum = NULL, *sasc = NULL;
+    PyObject *result = NULL;
+    int handled = 0;
+    /* The series' index in `segments` (`Segments._index_of`, by id), else the Python code registers it. */
+    index_of = self->index_of;
+    Py_INCREF(index_of);
+    key = PyLong_FromVoidPtr(series);
+    if (key == NULL)
+        goto done;
+    PyObject *index = PyDict_GetItemWithError(index_of, key);  /* (borrowed) */
+    if (index == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        goto decided;
+    }
+    for (int i = 0; i < NUM_FINISHED_FIELDS; i++)
+        if ((fields[i] = PyObject_GetAttr(req, finished_names[i])) == NULL)
+            goto done;
+    double first_scheduled, finish, first_token;
+    long long num_output, num_preemptions, num_prefix_hits;
+    PyObject *times = fields[4];
+    if (as_double(fields[0], &first_scheduled) < 0 || as_int64(fields[1], &num_output) < 0
+        || as_int64(fields[2], &num_preemptions) < 0 || as_int64(fields[3], &num_prefix_hits) < 0
+        || as_double(fields[5], &finish) < 0 || !PyList_CheckExact(times))
+        goto decided;
+    Py_ssize_t n = PyList_GET_SIZE(times);
+    if (n && as_double(PyList_GET_ITEM(times, 0), &first_token) < 0)
+        goto decided;
+    if (!n)
+        first_token = Py_NAN;
+    if (n) {  /* (no tokens: no runs, as `Segments.add`) */
+        if ((svalues = PyObject_GetAttr(series, name_values)) == NULL || (snum = PyObject_GetAttr(series, name_num)) == NULL
+            || (sasc = PyObject_GetAttr(series, name_ascending)) == NULL)
+            goto done;
+        PyObject *run_args[4] = {svalues, snum, sasc, times};
+        if ((runs = mod_runs(NULL, run_args, 4)) == NULL)
+            goto done;
+        if (runs == Py_None)
+            goto decided;
+    }
+    ((double *)self->views[0].buf)[row] = first_scheduled;
+    ((int64_t *)self->views[1].buf)[row] = num_output;
+    if (num_preemptions)
+        ((int64_t *)self->views[2].buf)[row] = num_preemptions;
+    if (num_prefix_hits)
+        ((int64_t *)self->views[3].buf)[row] = num_prefix_hits;
+    ((double *)self->views[4].buf)[row] = first_token;
+    ((double *)self->views[5].buf)[row] = finish;
+    for (Py_ssize_t r = 0; runs != NULL && r < PyList_GET_SIZE(runs); r++) {
+        PyObject *pair = PyList_GET_ITEM(runs, r);
+        PyObject *values[4] = {args[1], index, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)};
+        for (int a = 0; a < 4; a++) {
+            PyObject *ok = PyObject_CallOneArg(self->appends[a], values[a]);
+            if (ok == NULL)
+                goto done;
+            Py_DECREF(ok);
+        }
+    }
+    handled = 1;
+decided:
+    result = PyBool_FromLong(handled);
+done:
+    for (int i = 0; i < NUM_FINISHED_FIELDS; i++)
+        Py_XDECREF(fields[i]);
+    Py_XDECREF(index_of);
+    Py_XDECREF(key);
+    Py_XDECREF(runs);
+    Py_XDECREF(svalues);
+    Py_XDECREF(snum);
+    Py_XDECREF(sasc);
+    return result;
+}
+
+static PyMethodDef Finisher_methods[] = {
+    {"record", (PyCFunction)(void (*)(void))Finisher_record, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FinisherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "roofline.sim._simcore.Finisher",
+    .tp_doc = "Recorder.finished in C (roofline/sim/_simcore.c)",
+    .tp_basicsize = sizeof(Finisher),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Finisher_init,
+    .tp_dealloc = (destructor)Finisher_dealloc,
+    .tp_methods = Finisher_methods,
+};
+
 static PyMethodDef methods[] = {
     {"runs", (PyCFunction)(void (*)(void))mod_runs, METH_FASTCALL,
      "runs(values, num, ascending, times): a finished request's runs of stamps (Segments.add's shortcuts), or None"},
@@ -516,7 +730,19 @@ PyMODINIT_FUNC PyInit__simcore(void) {
             return NULL;
     if ((step_index_name = PyUnicode_InternFromString("step_index")) == NULL)
         return NULL;
-    if (PyType_Ready(&StepBlockType) < 0)
+    if (PyType_Ready(&StepBlockType) < 0 || PyType_Ready(&FinisherType) < 0)
+        return NULL;
+    for (int i = 0; i < NUM_FINISHED_FIELDS; i++)
+        if ((finished_names[i] = PyUnicode_InternFromString(finished_fields[i])) == NULL)
+            return NULL;
+    for (int i = 0; i < 4; i++)
+        if ((segment_names[i] = PyUnicode_InternFromString(segment_arrays[i])) == NULL)
+            return NULL;
+    if ((name_values = PyUnicode_InternFromString("values")) == NULL
+        || (name_num = PyUnicode_InternFromString("num")) == NULL
+        || (name_ascending = PyUnicode_InternFromString("ascending")) == NULL
+        || (name_index_of = PyUnicode_InternFromString("_index_of")) == NULL
+        || (name_append = PyUnicode_InternFromString("append")) == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -524,6 +750,12 @@ PyMODINIT_FUNC PyInit__simcore(void) {
     Py_INCREF(&StepBlockType);
     if (PyModule_AddObject(m, "StepBlock", (PyObject *)&StepBlockType) < 0) {
         Py_DECREF(&StepBlockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&FinisherType);
+    if (PyModule_AddObject(m, "Finisher", (PyObject *)&FinisherType) < 0) {
+        Py_DECREF(&FinisherType);
         Py_DECREF(m);
         return NULL;
     }

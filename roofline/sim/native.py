@@ -1,6 +1,6 @@
 """The optional C extension `roofline.sim._simcore` (roofline/sim/_simcore.c: a finished request's runs of stamps,
-`roofline.sim.token_times.Segments.add`'s shortcuts; the step rows; the ITL gaps' sums in order) and whether this
-process uses it.
+`roofline.sim.token_times.Segments.add`'s shortcuts; the step rows; a finished request's records; the ITL gaps' sums
+in order) and whether this process uses it.
 
     from roofline.sim.native import COMPILED, _simcore
 

@@ -91,6 +91,10 @@ class Recorder:
         # Every token's time, as runs of the replicas' step stamps (`roofline.sim.token_times`): 8 bytes a step and
         # 32 a run instead of 12 bytes a token.
         self.token_runs = Segments()
+        # Compiled (roofline/sim/_simcore.c): `finished` of a request the scheduler stamped in one call, where it can.
+        self._finish = _simcore.Finisher(self.first_scheduled, self.num_output, self.num_preemptions,
+                                         self.num_prefix_hits, self.first_token, self.finish,
+                                         self.token_runs).record if COMPILED else None
         self.record_steps = record_steps or step_sink is not None
         self.steps = StepRows()
         self.step_seqs = StepRecords()  # the steps' sequences since the last part went to `step_sink`
@@ -112,6 +116,8 @@ class Recorder:
         or when its API-server process's client saw them); `times`: its tokens' times where they differ from those
         the scheduler stamped (the client's, behind an API server of more than one process)."""
         row = self.row_of[req.request_id]
+        if times is None and self._finish is not None and self._finish(req, row, series):
+            return  # (every column below and the runs, as the code below makes them: `_simcore.Finisher`)
         self.first_scheduled[row] = req.first_scheduled_time_s
         self.num_output[row] = req.num_output_tokens
         if req.num_preemptions:  # (the two columns start at 0: most requests leave them so)
