@@ -165,6 +165,7 @@ class StepTraceStream:
     def __init__(self, out_dir: Path, deployment: Deployment) -> None:
         self.out_dir, self.deployment = out_dir, deployment
         self.tables_written = False
+        self._in_child = False  # (set in the forked writer process)
         self._local: Any = None  # the in-process writer (a StepsFileWriter), made on first use
         # timeseries.csv, its rows appended part by part (the parts' step rows, in order, are the step table's) as
         # long as `csv_rows` writes them: the file, and how many rows it holds; None when left to the end.
@@ -176,8 +177,8 @@ class StepTraceStream:
         if self._child is not None:
             self._child.send("part", ({name: steps[name] for name in steps.columns}, seqs))
             return
-        self._writer().write(steps, seqs)
         self._append_timeseries(timeseries_of(steps))
+        self._writer().write(steps, seqs)
 
     def _append_timeseries(self, table: Table) -> None:
         if self._timeseries_rows is None:
@@ -195,10 +196,14 @@ class StepTraceStream:
         self._timeseries_rows += len(table)
 
     def write_tables(self, tables: dict[str, Table]) -> None:
-        """The CSV files of `tables` (`csv_tables`) in the output folder: by the child that writes the parts where
-        one does (after the last part, while the simulation's process goes on to its summary), else here."""
-        if self._child is not None:
-            self._child.send("tables", {name: {c: table[c] for c in table.columns} for name, table in tables.items()})
+        """The CSV files of `tables` (`csv_tables`) in the output folder, here while a child that writes the parts
+        finishes the last one (timeseries.csv there: its rows came with the parts), else all here."""
+        if self._child is not None:  # timeseries.csv by the child (its rows came with the parts), the others here
+            self._child.send("tables", {name: {c: table[c] for c in table.columns} for name, table in tables.items()
+                                        if name == TIMESERIES_FILE})
+            for name, table in tables.items():
+                if name != TIMESERIES_FILE:
+                    write_csv(table, self.out_dir / name)
         else:
             for name, table in tables.items():
                 if name == TIMESERIES_FILE and self._timeseries is not None:  # (written part by part)
@@ -225,7 +230,7 @@ class StepTraceStream:
         if self._local is None:
             from roofline.sim.steps_file import StepsFileWriter
 
-            self._local = StepsFileWriter(self.out_dir, self.deployment)
+            self._local = StepsFileWriter(self.out_dir, self.deployment, threaded=not self._in_child)
         return self._local
 
 
@@ -336,7 +341,7 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int) -> None
         # The reader thread takes the GIL between two reads of the pipe: at once, not after the 5 ms a thread
         # holding it may keep it, or the pipe stays full and the simulation's process waits.
         sys.setswitchinterval(1e-4)
-        stream._child = None
+        stream._child, stream._in_child = None, True
         parts: queue.Queue[Any] = queue.Queue(maxsize=_ForkedWriter.QUEUED)
         threading.Thread(target=_read_parts, args=(data_fd, parts), daemon=True).start()
         while (message := parts.get()) is not None:

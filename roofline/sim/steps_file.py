@@ -81,13 +81,14 @@ class StepsFileWriter:
     in the whole table; one first met in a later part widens the file: what was written is copied, row group by
     row group, into a file with the column (0.0 in the earlier steps)."""
 
-    def __init__(self, out_dir: Path, deployment: Deployment) -> None:
+    def __init__(self, out_dir: Path, deployment: Deployment, threaded: bool = True) -> None:
         self.out_dir, self.deployment = out_dir, deployment
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
         # A part's Parquet encoding runs on a second thread (without the GIL) while the simulation goes on; one
-        # part at a time, so that at most two parts' tables are alive.
-        self._pool = ThreadPoolExecutor(max_workers=1)
+        # part at a time, so that at most two parts' tables are alive. Not `threaded` (the forked writer process,
+        # which has a core of its own beside the simulation's): encoded at once, no third busy thread.
+        self._pool = ThreadPoolExecutor(max_workers=1) if threaded else None
         self._pending: Future[None] | None = None
 
     def write(self, steps: Columns, seqs: StepSequences) -> None:
@@ -98,6 +99,9 @@ class StepsFileWriter:
         assert self._schema is not None and self._writer is not None
         if set(table.schema.names) - set(self._schema.names):
             self._widen(table.schema)
+        if self._pool is None:
+            self._writer.write_table(_conform(table, self._schema), row_group_size=ROW_GROUP_STEPS)
+            return
         self._pending = self._pool.submit(self._writer.write_table, _conform(table, self._schema),
                                           row_group_size=ROW_GROUP_STEPS)
 
@@ -111,7 +115,8 @@ class StepsFileWriter:
         if self._writer is None:
             self.write(Table({name: np.zeros(0) for name in STEP_COLUMNS}), StepSequences.empty())
         self._wait()
-        self._pool.shutdown()
+        if self._pool is not None:
+            self._pool.shutdown()
         assert self._writer is not None
         self._writer.close()
 
