@@ -78,9 +78,10 @@ def main() -> None:
     rows = [("process start (1 request)", f"{start['cpu_s']} s CPU", "", "")]
     small_cpu = min(float(r["cpu_s"]) for r in small)  # type: ignore[arg-type]
     sim_cpu = small_cpu - float(start["cpu_s"])  # type: ignore[arg-type]
+    judged = args.small == 10_000  # (the CPU target is of 10,000 requests)
     rows.append((f"{args.small:,} requests, CPU (best of 2)", f"{small_cpu:.2f} s whole process, {sim_cpu:.2f} s "
-                 f"without the start", f"<= {TARGETS['small_cpu_s']} s, the whole process (as a user runs it)",
-                 _met(small_cpu <= TARGETS["small_cpu_s"])))
+                 f"without the start", f"<= {TARGETS['small_cpu_s']} s, the whole process (as a user runs it)"
+                 if judged else "", _met(small_cpu <= TARGETS["small_cpu_s"]) if judged else ""))
     with tempfile.TemporaryDirectory() as tmp:
         plain, written = [], []
         for i in range(args.out_rounds):
@@ -100,7 +101,7 @@ def main() -> None:
         large = run(args.num_requests)
         rss_gb = float(large["peak_rss_mb"]) / 1024  # type: ignore[arg-type]
         rows.append((f"{args.num_requests:,} requests, wall", f"{large['wall_s']} s (CPU {large['cpu_s']} s)",
-                     f"<= {TARGETS['large_wall_s']:.0f} s", _met(float(large["wall_s"]) <= TARGETS["large_wall_s"])))
+                     f"<= {TARGETS['large_wall_s']:.0f} s", _met(float(large["wall_s"]) <= TARGETS["large_wall_s"])))  # type: ignore[arg-type]
         rows.append((f"{args.num_requests:,} requests, peak RSS", f"{rss_gb:.2f} GB",
                      f"<= {TARGETS['large_rss_gb']:.0f} GB", _met(rss_gb <= TARGETS["large_rss_gb"])))
     width = max(len(r[0]) for r in rows)
