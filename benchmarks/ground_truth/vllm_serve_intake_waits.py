@@ -34,6 +34,23 @@ PHASES = ("A_send_to_read", "B_read_to_render", "C_render", "D_render_to_handoff
 KINDS = ("own", "stream", "output_path", "idle")
 
 
+def loop_by_kind(window: list[Any], lo: float, hi: float, handoff: float) -> dict[str, float]:
+    """The API server's loop's seconds of [lo, hi) by `KINDS`, from the loop's spans `window` ((start, end, task)) of
+    one request's intake that ends at its `handoff`: "own" its own work (its read, its input task, its stream task's
+    first step, which hands it to the engine core), "stream" / "output_path" other requests', "idle" the rest."""
+    out = dict.fromkeys(KINDS, 0.0)
+    for a, b, q in window:
+        overlap = min(b, hi) - max(a, lo)
+        if overlap <= 0:
+            continue
+        kind = "own" if q == "io" else kind_of(q)
+        if kind == "input" or (q == "TaskHandle._run_coro" and b >= handoff):
+            kind = "own"  # its own stream task's first step hands it to the engine core
+        out[kind] += overlap
+    out["idle"] = max(0.0, (hi - lo) - sum(out.values()))
+    return out
+
+
 def analyse(work_dir: Path) -> dict[str, Any]:
     events = [json.loads(line) for line in (work_dir / "timeline-a1.log").read_text().splitlines()]
     spans = sorted([(e[2], e[3], e[1]) for e in events if e[0] == "step"]
@@ -72,18 +89,7 @@ def analyse(work_dir: Path) -> dict[str, Any]:
             row: dict[str, Any] = {}
             for p, name in enumerate(PHASES):
                 lo, hi = bounds[p], bounds[p + 1]
-                out = dict.fromkeys(KINDS, 0.0)
-                for a, b, q in window:
-                    overlap = min(b, hi) - max(a, lo)
-                    if overlap <= 0:
-                        continue
-                    kind = "own" if q == "io" else kind_of(q)
-                    if kind == "input" or (q == "TaskHandle._run_coro" and b >= handoff):
-                        kind = "own"  # its own stream task's first step hands it to the engine core
-                    out[kind] += overlap
-                out["idle"] = max(0.0, (hi - lo) - sum(out.values()))
-                out["total"] = hi - lo
-                row[name] = out
+                row[name] = {**loop_by_kind(window, lo, hi, handoff), "total": hi - lo}
             k = bisect.bisect_left(render_starts, bounds[2])
             if k < len(renders) and renders[k][0] < bounds[3]:
                 row["render_wall"], row["render_cpu"] = renders[k][1] - renders[k][0], renders[k][2]

@@ -51,11 +51,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from intake_loop import kind_of  # noqa: E402
+from vllm_serve_intake_waits import KINDS, loop_by_kind  # noqa: E402
 
 STAGES = ("send", "read", "render", "handoff", "engine_intake", "wait", "prompt_step", "output_handoff",
           "output_stream")
-KINDS = ("own", "stream", "output_path", "idle")
 STREAM_GAP_S = 0.1e-3  # a step's stream steps follow the handler's step and each other within this (measured: 10-30 us)
 
 
@@ -130,18 +129,7 @@ def measured(work_dir: Path, count: int) -> dict[str, list[dict[str, Any]]]:
                       req[6], send + ttfts[i]]
             loop: dict[str, dict[str, float]] = {}
             for p, stage in enumerate(STAGES[:4]):
-                lo, hi = bounds[p], bounds[p + 1]
-                kinds = dict.fromkeys(KINDS, 0.0)
-                for a, b, q in window:
-                    overlap = min(b, hi) - max(a, lo)
-                    if overlap <= 0:
-                        continue
-                    kind = "own" if q == "io" else kind_of(q)
-                    if kind == "input" or (q == "TaskHandle._run_coro" and b >= handoff):
-                        kind = "own"  # its own stream task's first step hands it to the engine core
-                    kinds[kind] += overlap
-                kinds["idle"] = max(0.0, (hi - lo) - sum(kinds.values()))
-                loop[stage] = kinds
+                loop[stage] = loop_by_kind(window, bounds[p], bounds[p + 1], handoff)
             row = {"index": i, "bounds": bounds, "loop": loop}
             # the output handler's pass that carries its first token: the first of its process's passes from the
             # handler's stamp on (`OutputProcessor.process_outputs`, stamped just after `iteration_timestamp`)
