@@ -34,6 +34,17 @@ PHASES = ("A_send_to_read", "B_read_to_render", "C_render", "D_render_to_handoff
 KINDS = ("own", "stream", "output_path", "idle")
 
 
+def spans_between(spans: list[Any], starts: list[float], lo: float, hi: float) -> list[Any]:
+    """The loop's spans ((start, end, task), sorted by start, `starts` their starts) that overlap (lo, hi)."""
+    j = max(0, bisect.bisect_right(starts, lo) - 1)
+    window = []
+    while j < len(spans) and spans[j][0] < hi:
+        if spans[j][1] > lo:
+            window.append(spans[j])
+        j += 1
+    return window
+
+
 def loop_by_kind(window: list[Any], lo: float, hi: float, handoff: float) -> dict[str, float]:
     """The API server's loop's seconds of [lo, hi) by `KINDS`, from the loop's spans `window` ((start, end, task)) of
     one request's intake that ends at its `handoff`: "own" its own work (its read, its input task, its stream task's
@@ -75,12 +86,7 @@ def analyse(work_dir: Path) -> dict[str, Any]:
         for n, (send, handoff, asgi_t) in enumerate(windows):
             if (n and windows[n - 1][1] > send) or (n + 1 < len(windows) and windows[n + 1][0] < handoff):
                 continue  # another request's intake overlaps this one
-            j = max(0, bisect.bisect_right(starts, send) - 1)
-            window = []
-            while j < len(spans) and spans[j][0] < handoff:
-                if spans[j][1] > send:
-                    window.append(spans[j])
-                j += 1
+            window = spans_between(spans, starts, send, handoff)
             reads = [s for s in window if s[2] == "io" and s[0] <= asgi_t]
             tokenize = [s for s in window if s[2].endswith("tokenize_prompt_async")]
             if not reads or len(tokenize) < 2:

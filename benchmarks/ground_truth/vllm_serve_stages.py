@@ -51,7 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vllm_serve_intake_waits import KINDS, loop_by_kind  # noqa: E402
+from vllm_serve_intake_waits import KINDS, loop_by_kind, spans_between  # noqa: E402
 
 STAGES = ("send", "read", "render", "handoff", "engine_intake", "wait", "prompt_step", "output_handoff",
           "output_stream")
@@ -114,12 +114,7 @@ def measured(work_dir: Path, count: int) -> dict[str, list[dict[str, Any]]]:
             if overlaps:
                 continue
             spans, pid_starts = by_pid.get(pid, []), starts.get(pid, [])
-            j = max(0, bisect.bisect_right(pid_starts, send) - 1)
-            window = []
-            while j < len(spans) and spans[j][0] < handoff:
-                if spans[j][1] > send:
-                    window.append(spans[j])
-                j += 1
+            window = spans_between(spans, pid_starts, send, handoff)
             reads = [s for s in window if s[2] == "io" and s[0] <= asgi[key]]
             tokenize = [s for s in window if s[2].endswith("tokenize_prompt_async")]
             if not reads or len(tokenize) < 2:
