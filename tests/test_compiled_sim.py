@@ -14,7 +14,7 @@ from roofline.engine_args import EngineArgs
 from roofline.sim import native, recorder, token_times
 from roofline.sim.deployment import make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
-from roofline.sim.workload import ArrivalProcess, load_workload
+from roofline.sim.workload import ArrivalProcess, RequestSpec, load_workload
 
 requires_build = pytest.mark.skipif(not native.BUILT, reason="roofline.sim._simcore is not built")
 
@@ -94,3 +94,70 @@ def test_a_finished_requests_records_in_one_call_are_the_python_records(monkeypa
     for name in ("times", "row", "start", "length"):
         a, b = getattr(python.itl, name), getattr(compiled.itl, name)
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+
+
+def _loop_run(compiled: bool, monkeypatch: pytest.MonkeyPatch, case: str):
+    """One of the loop cases below, its event loop compiled (`_simcore.run_loop`, checked to have run) or Python's."""
+    from roofline.sim import simulator
+    from tests.profiles import gpu_profile_without_tokenizer
+
+    ran: list[bool] = []
+    run_loop = native._simcore.run_loop
+
+    def counted(*args):
+        ran.append(run_loop(*args))
+        return ran[-1]
+    monkeypatch.setattr(native._simcore, "run_loop", counted)
+    for module in (simulator, recorder, token_times):
+        monkeypatch.setattr(module, "COMPILED", compiled)
+    hw = gpu_profile_without_tokenizer("h100-sxm") if case in ("no-api-server", "bursts-no-api-server", "ties") \
+        else "h100-sxm"
+    engine = EngineArgs(num_gpu_blocks_override=3000, max_model_len=16384,
+                        async_scheduling=False if case == "sync-scheduling" else None)
+    options = {"closed-loop": SimulationOptions(max_concurrency=40, record_steps=False),
+               "two-replicas": SimulationOptions(num_replicas=2, router="least_outstanding", record_steps=False),
+               "bursts-no-api-server": SimulationOptions(num_replicas=2, record_steps=False),
+               "bursts-api-server": SimulationOptions(num_replicas=2, record_steps=False),
+               "steps-recorded": SimulationOptions(record_steps=True)}.get(case, SimulationOptions(record_steps=False))
+    if case == "steps-recorded":
+        monkeypatch.setattr(recorder.StepRows, "CHUNK", 7)  # (blocks full: `_record_rest`)
+    workload = replace(load_workload("sharegpt-chat"), num_requests=300, arrival=ArrivalProcess("poisson", 30.0))
+    # (bursts of equal requests at equal times on two replicas: steps ending at the same instant, `next_step`'s tie)
+    specs = [RequestSpec(f"b{i}", (i // 40) * 2.0, 600 + 500 * (i % 3 == 0), 150) for i in range(300)] \
+        if case.startswith("bursts") else None
+    step_time_fn = None
+    if case == "ties":  # steps of 0.25 s, requests arriving at multiples of 0.5 s: arrivals at a step's end
+        specs = [RequestSpec(f"t{i}", 0.5 * (i // 3), 200 + 37 * (i % 5), 40) for i in range(300)]
+
+        def step_time_fn(replica: int, step_index: int, start_s: float, plan) -> float:
+            return 0.25
+    result = run_simulation(make_deployment("llama-3.1-8b", hw, engine), workload, options, specs=specs,
+                            step_time_fn=step_time_fn)
+    assert ran == ([True] if compiled else [])
+    return result
+
+
+@requires_build
+@pytest.mark.parametrize("case", ["api-server", "sync-scheduling", "closed-loop", "two-replicas", "no-api-server",
+                                  "bursts-no-api-server", "bursts-api-server", "ties", "steps-recorded"])
+def test_the_compiled_event_loop_is_the_python_loop(monkeypatch: pytest.MonkeyPatch, case: str):
+    """`_Simulation.run` through `_simcore.run_loop` (the common step's handlers in C) against the Python loop, on runs
+    with preemptions (a small KV cache) behind an API server of one process (asynchronous scheduling: requests wait
+    in transit; synchronous: the engine core's admissions), a closed loop, two replicas, no API server, bursts on two
+    replicas (steps ending at the same time), arrivals at a step's end (a step time function), and the steps'
+    sequences recorded with blocks of rows filling: every request and step column, every run of stamps, the summary,
+    the same bytes."""
+    python = _loop_run(False, monkeypatch, case)
+    compiled = _loop_run(True, monkeypatch, case)
+    assert python.request_table["num_preemptions"].sum() > 0 or case.startswith("bursts") or case == "ties"
+    for table in ("request_table", "step_table"):
+        a_table, b_table = getattr(python, table), getattr(compiled, table)
+        assert a_table.columns == b_table.columns
+        for name in a_table.columns:
+            a, b = np.asarray(a_table[name]), np.asarray(b_table[name])
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (table, name)
+    for name in ("times", "row", "start", "length"):
+        a, b = getattr(python.itl, name), getattr(compiled.itl, name)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    assert repr(python.summary()) == repr(compiled.summary())
+    assert len(python.step_seqs) == len(compiled.step_seqs)

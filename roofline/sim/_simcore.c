@@ -15,11 +15,13 @@
  *
  * Also: the step rows (`StepBlock`, recorder.py's `StepRows`), a finished request's columns and runs in one call
  * (`Finisher`, recorder.py's `Recorder.finished`) and the ITL gaps' sums in order (`ordered_sum`, token_times.py's
- * `TokenTimes.values`: numpy's mean and std of the gaps without joining them into an array).
+ * `TokenTimes.values`: numpy's mean and std of the gaps without joining them into an array), and the simulator's
+ * event loop with its common step (`run_loop`, simulator.py's `_Simulation.run`).
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -710,9 +712,793 @@ static PyTypeObject FinisherType = {
     .tp_methods = Finisher_methods,
 };
 
+/* run_loop(sim, handlers): `_Simulation.run`'s event loop without an early stop (simulator.py, the reference), with
+ * the common step's handlers in C: a step's end (`end_step`, `end_step_streamed` of an API server of one process,
+ * `next_step`) and a schedule (`schedule`) on a replica that is no pipeline's and no DP group's. Every other event,
+ * and every uncommon turn of these two (an empty plan: `_Simulation.idle`; a step row block full or the steps'
+ * sequences recorded: `_record_rest`; a finished request the compiled `Finisher` leaves to `Recorder.finished`; a
+ * closed loop's freed slot: `request_seen` / `end_step`'s `send`; the served engine core's admissions:
+ * `admission_s`), goes to the Python code. The same statements in the same order on the same objects: the
+ * simulation's and replicas' attributes read and written as the Python code does (`seq`, `num_done`,
+ * `num_in_flight`; a replica's `plan`, `num_steps`, `num_outstanding`, `schedule_pending`, `in_transit`), the
+ * scheduler's, cost model's, API server's and stamps' methods called as it calls them (the stamps' `add` and the
+ * step row written here where their types are the compiled ones), and the same float operations in the same order.
+ * The heap is `heapq`'s algorithm on the same list (the Python handlers push with `heapq.heappush`): its 4-tuples
+ * compared as `heapq` compares them (a time that is a float and two ints compared as numbers, anything else by
+ * Python's `<`). tests/test_compiled_sim.py runs both ways and compares every output. */
+
+static PyObject *one;
+static PyObject *n_heap, *n_replicas, *n_api, *n_recorder, *n_plan_time_s, *n_time_fn, *n_token_id, *n_progress, *n_max_in_flight, *n_host_overlaps, *n_specs, *n_plan, *n_num_steps, *n_num_outstanding, *n_schedule_pending, *n_in_transit, *n_num_done, *n_num_in_flight, *n_seq, *n_admit, *n_request_id, *n_num_emitting, *n_requests, *n_idle, *n_finished, *n_request_seen, *n_admission_s, *n_stream_outputs, *n_stamps, *n_scheduler, *n_schedule, *n_update, *n_engine_step_s, *n_row_of, *n_steps, *n_record_steps, *n_finisher, *n_last, *n_grow, *n_index, *n_block, *n_add_request;
+static struct { PyObject **var; const char *name; } loop_names[] = {
+    {&n_heap, "heap"},
+    {&n_replicas, "replicas"},
+    {&n_api, "api"},
+    {&n_recorder, "recorder"},
+    {&n_plan_time_s, "plan_time_s"},
+    {&n_time_fn, "time_fn"},
+    {&n_token_id, "token_id"},
+    {&n_progress, "progress"},
+    {&n_max_in_flight, "max_in_flight"},
+    {&n_host_overlaps, "host_overlaps_device"},
+    {&n_specs, "specs"},
+    {&n_plan, "plan"},
+    {&n_num_steps, "num_steps"},
+    {&n_num_outstanding, "num_outstanding"},
+    {&n_schedule_pending, "schedule_pending"},
+    {&n_in_transit, "in_transit"},
+    {&n_num_done, "num_done"},
+    {&n_num_in_flight, "num_in_flight"},
+    {&n_seq, "seq"},
+    {&n_admit, "admit"},
+    {&n_request_id, "request_id"},
+    {&n_num_emitting, "num_emitting_seqs"},
+    {&n_requests, "requests"},
+    {&n_idle, "idle"},
+    {&n_finished, "finished"},
+    {&n_request_seen, "request_seen"},
+    {&n_admission_s, "admission_s"},
+    {&n_stream_outputs, "stream_outputs"},
+    {&n_stamps, "stamps"},
+    {&n_scheduler, "scheduler"},
+    {&n_schedule, "schedule"},
+    {&n_update, "update_from_output"},
+    {&n_engine_step_s, "engine_step_s"},
+    {&n_row_of, "row_of"},
+    {&n_steps, "steps"},
+    {&n_record_steps, "record_steps"},
+    {&n_finisher, "_finisher"},
+    {&n_last, "_last"},
+    {&n_grow, "_grow"},
+    {&n_index, "index"},
+    {&n_block, "_block"},
+    {&n_add_request, "add_request"},
+};
+
+/* An object's attributes read and written at their slots' offsets where its type is the one bound (a class with
+ * these names in its __slots__: `_Replica`, `TimeSeries`), else by name (the same attributes). */
+#define MAX_SLOTS 5
+typedef struct {
+    PyTypeObject *type;  /* NULL: by name */
+    int num;
+    PyObject **names[MAX_SLOTS];
+    Py_ssize_t offsets[MAX_SLOTS];
+} Slots;
+
+static void slots_bind(Slots *s, PyTypeObject *type) {
+    s->type = NULL;
+    for (int i = 0; i < s->num; i++) {
+        PyObject *d = _PyType_Lookup(type, *s->names[i]);  /* (borrowed) */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+            return;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY))
+            return;
+        s->offsets[i] = m->offset;
+    }
+    s->type = type;
+}
+
+/* obj's attribute i: a new reference, NULL (AttributeError) where unset. */
+static PyObject *slot_get(const Slots *s, PyObject *obj, int i) {
+    if (Py_TYPE(obj) == s->type) {
+        PyObject *v = *(PyObject **)((char *)obj + s->offsets[i]);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(obj, *s->names[i]);
+}
+
+static int slot_set(const Slots *s, PyObject *obj, int i, PyObject *v) {
+    if (Py_TYPE(obj) == s->type) {
+        PyObject **at = (PyObject **)((char *)obj + s->offsets[i]);
+        PyObject *old = *at;
+        Py_INCREF(v);
+        *at = v;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, *s->names[i], v);
+}
+
+/* obj's int attribute i += delta. */
+static int slot_add(const Slots *s, PyObject *obj, int i, long delta) {
+    PyObject *v = slot_get(s, obj, i);
+    if (v == NULL)
+        return -1;
+    PyObject *w;
+    long x;
+    int overflow = 0;
+    if (PyLong_CheckExact(v) && ((x = PyLong_AsLongAndOverflow(v, &overflow)), !overflow) && x > -(1L << 60)
+        && x < (1L << 60))
+        w = PyLong_FromLong(x + delta);
+    else {
+        PyErr_Clear();
+        PyObject *d = PyLong_FromLong(delta);
+        w = d ? PyNumber_Add(v, d) : NULL;
+        Py_XDECREF(d);
+    }
+    Py_DECREF(v);
+    if (w == NULL)
+        return -1;
+    int rc = slot_set(s, obj, i, w);
+    Py_DECREF(w);
+    return rc;
+}
+
+enum { R_PLAN, R_NUM_STEPS, R_NUM_OUTSTANDING, R_SCHEDULE_PENDING, R_IN_TRANSIT };
+static Slots rep_slots = {NULL, 5, {&n_plan, &n_num_steps, &n_num_outstanding, &n_schedule_pending, &n_in_transit}, {0}};
+enum { T_VALUES, T_NUM, T_ASCENDING, T_LAST };
+static Slots series_slots = {NULL, 4, {&name_values, &name_num, &name_ascending, &n_last}, {0}};
+enum { S_SEQ, S_NUM_DONE, S_NUM_IN_FLIGHT };
+static Slots sim_slots = {NULL, 3, {&n_seq, &n_num_done, &n_num_in_flight}, {0}};
+
+typedef struct {
+    PyObject *replica, *index, *schedule, *update, *add_request, *stamps, *stream_outputs;  /* stream_outputs: NULL without api */
+    double engine_step_s;
+} Rep;
+
+typedef struct {
+    PyObject *sim, *handlers, *heap, *recorder, *plan_time_s, *time_fn, *token_id, *progress, *num_specs;
+    PyObject *row_of, *finisher, *block, *steps_rows, *record_rest, *zero, *false_, *step_end, *schedule_prio;
+    int has_api, closed, host_overlaps, record_steps;
+    Py_ssize_t num_reps;
+    Rep *reps;
+} Loop;
+
+/* Python's `a < b` for the heap's entries: (time_s, priority, seq_no, payload) tuples. -1 on error. */
+static int entry_lt(PyObject *a, PyObject *b) {
+    if (PyTuple_CheckExact(a) && PyTuple_CheckExact(b) && PyTuple_GET_SIZE(a) == 4 && PyTuple_GET_SIZE(b) == 4) {
+        PyObject *ta = PyTuple_GET_ITEM(a, 0), *tb = PyTuple_GET_ITEM(b, 0);
+        if (PyFloat_Check(ta) && PyFloat_Check(tb)) {
+            if (ta != tb) {  /* (the same object is equal to itself in a tuple comparison, even a NaN) */
+                double x = PyFloat_AS_DOUBLE(ta), y = PyFloat_AS_DOUBLE(tb);
+                if (x != y)
+                    return x < y;
+            }
+            for (int i = 1; i < 3; i++) {
+                PyObject *u = PyTuple_GET_ITEM(a, i), *v = PyTuple_GET_ITEM(b, i);
+                if (!PyLong_CheckExact(u) || !PyLong_CheckExact(v))
+                    return PyObject_RichCompareBool(a, b, Py_LT);
+                int overflow_u = 0, overflow_v = 0;
+                long long p = PyLong_AsLongLongAndOverflow(u, &overflow_u);
+                long long q = PyLong_AsLongLongAndOverflow(v, &overflow_v);
+                if (overflow_u || overflow_v)
+                    return PyObject_RichCompareBool(a, b, Py_LT);
+                if (p != q)
+                    return p < q;
+            }
+        }
+    }
+    return PyObject_RichCompareBool(a, b, Py_LT);
+}
+
+/* heapq's _siftdown / _siftup (CPython Modules/_heapqmodule.c): the same comparisons, the same layout. */
+static int sift_down(PyObject *heap, Py_ssize_t startpos, Py_ssize_t pos) {
+    PyObject **items = ((PyListObject *)heap)->ob_item;
+    PyObject *newitem = items[pos];
+    while (pos > startpos) {
+        Py_ssize_t parentpos = (pos - 1) >> 1;
+        PyObject *parent = items[parentpos];
+        int lt = entry_lt(newitem, parent);
+        if (lt < 0)
+            return -1;
+        if (!lt)
+            break;
+        items[pos] = parent;
+        pos = parentpos;
+    }
+    items[pos] = newitem;
+    return 0;
+}
+
+static int sift_up(PyObject *heap, Py_ssize_t pos) {
+    Py_ssize_t endpos = PyList_GET_SIZE(heap), startpos = pos;
+    PyObject **items = ((PyListObject *)heap)->ob_item;
+    PyObject *newitem = items[pos];
+    Py_ssize_t childpos = 2 * pos + 1;
+    while (childpos < endpos) {
+        Py_ssize_t rightpos = childpos + 1;
+        if (rightpos < endpos) {
+            int lt = entry_lt(items[childpos], items[rightpos]);
+            if (lt < 0)
+                return -1;
+            if (!lt)
+                childpos = rightpos;
+        }
+        items[pos] = items[childpos];
+        pos = childpos;
+        childpos = 2 * pos + 1;
+    }
+    items[pos] = newitem;
+    return sift_down(heap, startpos, pos);
+}
+
+/* heapq.heappop: a new reference, NULL on error. */
+static PyObject *heap_pop(PyObject *heap) {
+    Py_ssize_t n = PyList_GET_SIZE(heap);
+    PyObject *last = PyList_GET_ITEM(heap, n - 1);
+    Py_INCREF(last);
+    if (PyList_SetSlice(heap, n - 1, n, NULL) < 0) {
+        Py_DECREF(last);
+        return NULL;
+    }
+    if (n - 1 == 0)
+        return last;
+    PyObject *top = PyList_GET_ITEM(heap, 0);  /* (the list's reference becomes ours) */
+    PyList_SET_ITEM(heap, 0, last);
+    if (sift_up(heap, 0) < 0) {
+        Py_DECREF(top);
+        return NULL;
+    }
+    return top;
+}
+
+/* heapq.heappush(heap, (time_s, priority, sim.seq, payload)); sim.seq += 1. Steals nothing. */
+static int push(Loop *L, double time_s, PyObject *priority, PyObject *payload) {
+    PyObject *seq = slot_get(&sim_slots, L->sim, S_SEQ);
+    if (seq == NULL)
+        return -1;
+    PyObject *t = PyFloat_FromDouble(time_s);
+    PyObject *entry = t ? PyTuple_Pack(4, t, priority, seq, payload) : NULL;
+    Py_XDECREF(t);
+    if (entry == NULL) {
+        Py_DECREF(seq);
+        return -1;
+    }
+    int rc = PyList_Append(L->heap, entry);
+    Py_DECREF(entry);
+    if (rc == 0)
+        rc = sift_down(L->heap, 0, PyList_GET_SIZE(L->heap) - 1);
+    if (rc == 0) {
+        PyObject *next = PyNumber_Add(seq, one);
+        rc = next ? slot_set(&sim_slots, L->sim, S_SEQ, next) : -1;
+        Py_XDECREF(next);
+    }
+    Py_DECREF(seq);
+    return rc;
+}
+
+static int call_discard(PyObject *r) {
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* `TimeSeries.add(time_s)` (token_times.py): the stamp written into `values` (grown by its `_grow` when full), `num`
+ * counted, `ascending` cleared at a step back or a NaN, `_last` the stamp. */
+static int series_add(PyObject *series, PyObject *time_obj) {
+    double t = PyFloat_AsDouble(time_obj);
+    if (t == -1.0 && PyErr_Occurred())
+        return -1;
+    PyObject *num_obj = slot_get(&series_slots, series, T_NUM);
+    if (num_obj == NULL)
+        return -1;
+    Py_ssize_t num = PyLong_AsSsize_t(num_obj);
+    Py_DECREF(num_obj);
+    if (num == -1 && PyErr_Occurred())
+        return -1;
+    Py_buffer view;
+    for (int grown = 0;; grown++) {
+        PyObject *values = slot_get(&series_slots, series, T_VALUES);
+        if (values == NULL)
+            return -1;
+        int rc = PyObject_GetBuffer(values, &view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
+        Py_DECREF(values);
+        if (rc < 0)
+            return -1;
+        if (view.ndim != 1 || view.format == NULL || strcmp(view.format, "d") != 0) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "TimeSeries.values: a float64 array");
+            return -1;
+        }
+        if (num < view.shape[0])
+            break;
+        PyBuffer_Release(&view);
+        if (grown) {
+            PyErr_SetString(PyExc_ValueError, "TimeSeries._grow: no room");
+            return -1;
+        }
+        if (call_discard(PyObject_CallMethodNoArgs(series, n_grow)) < 0)
+            return -1;
+    }
+    ((double *)view.buf)[num] = t;
+    PyBuffer_Release(&view);
+    PyObject *next = PyLong_FromSsize_t(num + 1);
+    if (next == NULL)
+        return -1;
+    int rc = slot_set(&series_slots, series, T_NUM, next);
+    Py_DECREF(next);
+    if (rc < 0)
+        return -1;
+    PyObject *last = slot_get(&series_slots, series, T_LAST);
+    if (last == NULL)
+        return -1;
+    double l = PyFloat_AsDouble(last);
+    Py_DECREF(last);
+    if (l == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(t >= l) && slot_set(&series_slots, series, T_ASCENDING, Py_False) < 0)
+        return -1;
+    return slot_set(&series_slots, series, T_LAST, time_obj);
+}
+
+/* `_record_step(recorder, index, plan, now, duration)` where the rows are the compiled block's: the row written, then
+ * `_record_rest(recorder, plan, full)` where the block is full or the steps' sequences are recorded. */
+static int record_step(Loop *L, PyObject *index, PyObject *plan, PyObject *now_obj, double duration) {
+    PyObject *d = PyFloat_FromDouble(duration);
+    if (d == NULL)
+        return -1;
+    PyObject *args[4] = {index, plan, now_obj, d};
+    PyObject *full = StepBlock_record((StepBlock *)L->block, args, 4);
+    Py_DECREF(d);
+    if (full == NULL)
+        return -1;
+    int rc = 0;
+    if (full == Py_True || L->record_steps)
+        rc = call_discard(PyObject_CallFunctionObjArgs(L->record_rest, L->recorder, plan, full, NULL));
+    Py_DECREF(full);
+    return rc;
+}
+
+/* `if replica.in_transit: replica.admit()`: each [request, schedules to let pass] entry's request added to the
+ * scheduler where its count is 0, else its count taken down by one and the entry kept; `in_transit` the kept entries,
+ * a new list. Entries of other types: the Python method. */
+static int admit(Rep *r, PyObject *in_transit) {
+    if (!PyList_CheckExact(in_transit)) {
+        int waiting = PyObject_IsTrue(in_transit);
+        return waiting <= 0 ? waiting : call_discard(PyObject_CallMethodNoArgs(r->replica, n_admit));
+    }
+    Py_ssize_t n = PyList_GET_SIZE(in_transit);
+    if (n == 0)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PyList_GET_ITEM(in_transit, i);
+        if (!PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 2 || !PyLong_CheckExact(PyList_GET_ITEM(entry, 1)))
+            return call_discard(PyObject_CallMethodNoArgs(r->replica, n_admit));
+    }
+    PyObject *waiting = PyList_New(0);
+    if (waiting == NULL)
+        return -1;
+    Py_INCREF(in_transit);  /* (iterated while `replica.in_transit` is replaced only at the end, as in Python) */
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(in_transit); i++) {
+        PyObject *entry = PyList_GET_ITEM(in_transit, i);
+        PyObject *count = PyList_GET_ITEM(entry, 1);
+        int overflow = 0;
+        long c = PyLong_AsLongAndOverflow(count, &overflow);
+        if (!overflow && c == 0) {
+            PyObject *request = PyList_GET_ITEM(entry, 0);
+            Py_INCREF(request);
+            rc = call_discard(PyObject_CallOneArg(r->add_request, request));
+            Py_DECREF(request);
+        } else {
+            PyObject *less = PyNumber_Subtract(count, one);
+            if (less == NULL || PyList_SetItem(entry, 1, less) < 0)  /* (steals `less`) */
+                rc = -1;
+            else
+                rc = PyList_Append(waiting, entry);
+        }
+    }
+    Py_DECREF(in_transit);
+    if (rc == 0)
+        rc = slot_set(&rep_slots, r->replica, R_IN_TRANSIT, waiting);
+    Py_DECREF(waiting);
+    return rc;
+}
+
+/* `_Simulation.schedule(now, index)` for a replica with no pipeline and a plain scheduler. */
+static int loop_schedule(Loop *L, PyObject *now_obj, Py_ssize_t index) {
+    Rep *r = &L->reps[index];
+    double now = PyFloat_AsDouble(now_obj);
+    if (now == -1.0 && PyErr_Occurred())
+        return -1;
+    if (slot_set(&rep_slots, r->replica, R_SCHEDULE_PENDING, Py_False) < 0)
+        return -1;
+    PyObject *in_transit = slot_get(&rep_slots, r->replica, R_IN_TRANSIT);
+    if (in_transit == NULL)
+        return -1;
+    int rc = admit(r, in_transit);
+    Py_DECREF(in_transit);
+    if (rc < 0)
+        return -1;
+    PyObject *plan = PyObject_CallOneArg(r->schedule, now_obj);
+    if (plan == NULL)
+        return -1;
+    PyObject *requests = PyObject_GetAttr(plan, n_requests);  /* `plan.is_empty`: not plan.requests */
+    int nonempty = requests ? PyObject_IsTrue(requests) : -1;
+    Py_XDECREF(requests);
+    if (nonempty <= 0) {
+        int rc = nonempty < 0 ? -1
+            : call_discard(PyObject_CallMethodObjArgs(L->sim, n_idle, now_obj, r->replica, plan, NULL));
+        Py_DECREF(plan);
+        return rc;
+    }
+    PyObject *dur_obj;
+    if (L->plan_time_s != Py_None) {
+        dur_obj = PyObject_CallOneArg(L->plan_time_s, plan);
+    } else {
+        PyObject *num_steps = slot_get(&rep_slots, r->replica, R_NUM_STEPS);
+        dur_obj = num_steps ? PyObject_CallFunctionObjArgs(L->time_fn, r->index, num_steps, now_obj, plan, NULL) : NULL;
+        Py_XDECREF(num_steps);
+    }
+    if (dur_obj == NULL)
+        goto error;
+    double duration = PyFloat_AsDouble(dur_obj);
+    Py_DECREF(dur_obj);
+    if (duration == -1.0 && PyErr_Occurred())
+        goto error;
+    if (L->has_api) {  /* duration += api.engine_step_s + (0.0 if host_overlaps_device else admission_s(...)) */
+        double admission = 0.0;
+        if (!L->host_overlaps) {
+            PyObject *a = PyObject_CallMethodObjArgs(L->sim, n_admission_s, r->replica, plan, NULL);
+            if (a == NULL)
+                goto error;
+            admission = PyFloat_AsDouble(a);
+            Py_DECREF(a);
+            if (admission == -1.0 && PyErr_Occurred())
+                goto error;
+        }
+        duration += r->engine_step_s + admission;
+    }
+    if (record_step(L, r->index, plan, now_obj, duration) < 0 || slot_set(&rep_slots, r->replica, R_PLAN, plan) < 0)
+        goto error;
+    Py_DECREF(plan);
+    return push(L, now + duration, L->step_end, r->index);
+error:
+    Py_DECREF(plan);
+    return -1;
+}
+
+/* `wake(replica, now)`. */
+static int wake(Loop *L, Rep *r, PyObject *now_obj) {
+    PyObject *pending = slot_get(&rep_slots, r->replica, R_SCHEDULE_PENDING);
+    if (pending == NULL)
+        return -1;
+    int is = PyObject_IsTrue(pending);
+    Py_DECREF(pending);
+    if (is < 0)
+        return -1;
+    if (is)
+        return 0;
+    if (slot_set(&rep_slots, r->replica, R_SCHEDULE_PENDING, Py_True) < 0)
+        return -1;
+    return push(L, PyFloat_AS_DOUBLE(now_obj), L->schedule_prio, r->index);
+}
+
+/* `end_step(now, index)` (with `end_step_streamed` of one API-server process, or none) and `next_step`. */
+static int loop_end_step(Loop *L, PyObject *now_obj, Py_ssize_t index) {
+    Rep *r = &L->reps[index];
+    double now = PyFloat_AsDouble(now_obj);
+    if (now == -1.0 && PyErr_Occurred())
+        return -1;
+    PyObject *plan = slot_get(&rep_slots, r->replica, R_PLAN);
+    if (plan == NULL)
+        return -1;
+    PyObject *seen = NULL, *finished = NULL;
+    int rc = -1;
+    if (plan == Py_None) {
+        PyErr_SetString(PyExc_AssertionError, "a step ended on a replica with no step in flight");
+        goto done;
+    }
+    if (slot_set(&rep_slots, r->replica, R_PLAN, Py_None) < 0 || slot_add(&rep_slots, r->replica, R_NUM_STEPS, 1) < 0)
+        goto done;
+    if (r->stream_outputs != NULL) {  /* seen_s = api.stream_outputs(now, 0, num) if num else now */
+        PyObject *num = PyObject_GetAttr(plan, n_num_emitting);
+        if (num == NULL)
+            goto done;
+        int nonzero = PyObject_IsTrue(num);
+        if (nonzero > 0)
+            seen = PyObject_CallFunctionObjArgs(r->stream_outputs, now_obj, L->zero, num, NULL);
+        else if (nonzero == 0) {
+            seen = now_obj;
+            Py_INCREF(seen);
+        }
+        Py_DECREF(num);
+        if (seen == NULL)
+            goto done;
+    } else {
+        seen = now_obj;
+        Py_INCREF(seen);
+    }
+    if (series_add(r->stamps, seen) < 0)
+        goto done;
+    PyObject *update_args[3] = {plan, L->token_id, seen};
+    finished = PyObject_Vectorcall(r->update, update_args, 3, NULL);
+    if (finished == NULL)
+        goto done;
+    PyObject *it = PyObject_GetIter(finished);
+    if (it == NULL)
+        goto done;
+    PyObject *req;
+    while ((req = PyIter_Next(it)) != NULL) {
+        int ok = -1;
+        PyObject *rid = PyObject_GetAttr(req, n_request_id);
+        PyObject *row = rid ? PyDict_GetItemWithError(L->row_of, rid) : NULL;  /* (borrowed) */
+        Py_XDECREF(rid);
+        if (row == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_KeyError, "a finished request the recorder does not know");
+        } else {
+            PyObject *rec_args[3] = {req, row, r->stamps};
+            PyObject *handled = Finisher_record((Finisher *)L->finisher, rec_args, 3);
+            if (handled == Py_False) {  /* (the Python code does it all) */
+                Py_DECREF(handled);
+                handled = PyObject_CallMethodObjArgs(L->recorder, n_finished, req, r->stamps, NULL);
+            }
+            if (handled != NULL) {
+                Py_DECREF(handled);
+                ok = 0;
+            }
+        }
+        if (ok == 0) {
+            if (r->stream_outputs != NULL) {  /* request_seen(replica, seen_s) */
+                if (L->closed)
+                    ok = call_discard(PyObject_CallMethodObjArgs(L->sim, n_request_seen, r->replica, seen, NULL));
+                else
+                    ok = (slot_add(&rep_slots, r->replica, R_NUM_OUTSTANDING, -1) < 0 || slot_add(&sim_slots, L->sim, S_NUM_DONE, 1) < 0
+                          || slot_add(&sim_slots, L->sim, S_NUM_IN_FLIGHT, -1) < 0) ? -1 : 0;
+            } else {  /* (no API server: an open loop only, `end_step`'s statements) */
+                ok = (slot_add(&rep_slots, r->replica, R_NUM_OUTSTANDING, -1) < 0 || slot_add(&sim_slots, L->sim, S_NUM_DONE, 1) < 0
+                      || slot_add(&sim_slots, L->sim, S_NUM_IN_FLIGHT, -1) < 0) ? -1 : 0;
+            }
+        }
+        Py_DECREF(req);
+        if (ok < 0) {
+            Py_DECREF(it);
+            goto done;
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        goto done;
+    /* next_step */
+    if (L->progress != Py_None) {
+        PyObject *done_n = slot_get(&sim_slots, L->sim, S_NUM_DONE);
+        PyObject *p = done_n ? PyObject_CallFunctionObjArgs(L->progress, done_n, L->num_specs, NULL) : NULL;
+        Py_XDECREF(done_n);
+        if (call_discard(p) < 0)
+            goto done;
+    }
+    PyObject *pending = slot_get(&rep_slots, r->replica, R_SCHEDULE_PENDING);
+    if (pending == NULL)
+        goto done;
+    int is_pending = PyObject_IsTrue(pending);
+    Py_DECREF(pending);
+    if (is_pending < 0)
+        goto done;
+    int alone = 0;
+    if (!is_pending) {
+        if (PyList_GET_SIZE(L->heap) == 0)
+            alone = 1;
+        else {
+            PyObject *head = PyList_GET_ITEM(L->heap, 0);
+            PyObject *t = PyTuple_Check(head) && PyTuple_GET_SIZE(head) > 0 ? PyTuple_GET_ITEM(head, 0) : NULL;
+            if (t == NULL) {
+                PyErr_SetString(PyExc_TypeError, "the heap's entries are tuples");
+                goto done;
+            }
+            alone = PyFloat_Check(t) ? PyFloat_AS_DOUBLE(t) > now : PyObject_RichCompareBool(t, now_obj, Py_GT);
+            if (alone < 0)
+                goto done;
+        }
+    }
+    rc = alone ? loop_schedule(L, now_obj, index) : wake(L, r, now_obj);
+done:
+    Py_DECREF(plan);
+    Py_XDECREF(seen);
+    Py_XDECREF(finished);
+    return rc;
+}
+
+static void loop_release(Loop *L) {
+    for (Py_ssize_t i = 0; i < L->num_reps; i++) {
+        Rep *r = &L->reps[i];
+        Py_XDECREF(r->replica);
+        Py_XDECREF(r->index);
+        Py_XDECREF(r->schedule);
+        Py_XDECREF(r->update);
+        Py_XDECREF(r->add_request);
+        Py_XDECREF(r->stamps);
+        Py_XDECREF(r->stream_outputs);
+    }
+    PyMem_Free(L->reps);
+    PyObject **owned[] = {&L->heap, &L->recorder, &L->plan_time_s, &L->time_fn, &L->token_id, &L->progress,
+                          &L->num_specs, &L->row_of, &L->finisher, &L->block, &L->steps_rows};
+    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
+        Py_CLEAR(*owned[i]);
+}
+
+static PyObject *get_double(PyObject *obj, PyObject *name, double *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return NULL;
+    *out = PyFloat_AsDouble(v);
+    if (*out == -1.0 && PyErr_Occurred()) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* run_loop(sim, handlers, record_rest) -> True once the loop has run; False, having run nothing, where the recorder's
+ * finisher or step block is not the compiled one. The simulation's replicas must all be ones this code handles
+ * (`_Simulation.compiled_loop` decides). */
+static PyObject *mod_run_loop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_CheckExact(args[1]) || PyList_GET_SIZE(args[1]) != 5) {
+        PyErr_SetString(PyExc_TypeError, "run_loop(sim, handlers (a list of 5), record_rest)");
+        return NULL;
+    }
+    Loop L;
+    memset(&L, 0, sizeof(L));
+    L.sim = args[0];
+    L.handlers = args[1];
+    L.record_rest = args[2];
+    PyObject *result = NULL, *replicas = NULL, *api = NULL, *specs = NULL, *v = NULL;
+    if ((L.heap = PyObject_GetAttr(L.sim, n_heap)) == NULL || !PyList_CheckExact(L.heap)
+        || (L.recorder = PyObject_GetAttr(L.sim, n_recorder)) == NULL
+        || (L.plan_time_s = PyObject_GetAttr(L.sim, n_plan_time_s)) == NULL
+        || (L.time_fn = PyObject_GetAttr(L.sim, n_time_fn)) == NULL
+        || (L.token_id = PyObject_GetAttr(L.sim, n_token_id)) == NULL
+        || (L.progress = PyObject_GetAttr(L.sim, n_progress)) == NULL
+        || (specs = PyObject_GetAttr(L.sim, n_specs)) == NULL
+        || (L.row_of = PyObject_GetAttr(L.recorder, n_row_of)) == NULL || !PyDict_CheckExact(L.row_of)
+        || (L.finisher = PyObject_GetAttr(L.recorder, n_finisher)) == NULL
+        || (L.steps_rows = PyObject_GetAttr(L.recorder, n_steps)) == NULL
+        || (L.block = PyObject_GetAttr(L.steps_rows, n_block)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "run_loop: a simulation's attributes");
+        goto done;
+    }
+    if (Py_TYPE(L.finisher) != &FinisherType || Py_TYPE(L.block) != &StepBlockType) {
+        result = Py_False;  /* (records of other types: the Python loop; nothing has run) */
+        Py_INCREF(result);
+        goto done;
+    }
+    Py_ssize_t num_specs = PyObject_Length(specs);
+    if (num_specs < 0 || (L.num_specs = PyLong_FromSsize_t(num_specs)) == NULL)
+        goto done;
+    if ((v = PyObject_GetAttr(L.recorder, n_record_steps)) == NULL || (L.record_steps = PyObject_IsTrue(v)) < 0)
+        goto done;
+    Py_CLEAR(v);
+    if ((v = PyObject_GetAttr(L.sim, n_max_in_flight)) == NULL)
+        goto done;
+    L.closed = v != Py_None;
+    Py_CLEAR(v);
+    if ((v = PyObject_GetAttr(L.sim, n_host_overlaps)) == NULL || (L.host_overlaps = PyObject_IsTrue(v)) < 0)
+        goto done;
+    Py_CLEAR(v);
+    if ((api = PyObject_GetAttr(L.sim, n_api)) == NULL || (replicas = PyObject_GetAttr(L.sim, n_replicas)) == NULL
+        || !PyList_CheckExact(replicas) || (api != Py_None && (!PyList_CheckExact(api)
+                                                                || PyList_GET_SIZE(api) != PyList_GET_SIZE(replicas)))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "run_loop: replicas and api lists");
+        goto done;
+    }
+    L.has_api = api != Py_None;
+    slots_bind(&sim_slots, Py_TYPE(L.sim));
+    if (PyList_GET_SIZE(replicas)) {
+        PyObject *r0 = PyList_GET_ITEM(replicas, 0), *stamps0 = PyObject_GetAttr(r0, n_stamps);
+        if (stamps0 == NULL)
+            goto done;
+        slots_bind(&rep_slots, Py_TYPE(r0));
+        slots_bind(&series_slots, Py_TYPE(stamps0));
+        Py_DECREF(stamps0);
+    }
+    Py_ssize_t n = PyList_GET_SIZE(replicas);
+    if ((L.reps = PyMem_Calloc(n ? n : 1, sizeof(Rep))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    L.num_reps = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Rep *r = &L.reps[i];
+        r->replica = PyList_GET_ITEM(replicas, i);
+        Py_INCREF(r->replica);
+        PyObject *scheduler = PyObject_GetAttr(r->replica, n_scheduler);
+        if (scheduler == NULL)
+            goto done;
+        r->schedule = PyObject_GetAttr(scheduler, n_schedule);
+        r->update = r->schedule ? PyObject_GetAttr(scheduler, n_update) : NULL;
+        r->add_request = r->update ? PyObject_GetAttr(scheduler, n_add_request) : NULL;
+        Py_DECREF(scheduler);
+        if (r->add_request == NULL || (r->stamps = PyObject_GetAttr(r->replica, n_stamps)) == NULL
+            || (r->index = PyObject_GetAttr(r->replica, n_index)) == NULL)
+            goto done;
+        if (PyLong_AsSsize_t(r->index) != i) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "run_loop: replica i at index i");
+            goto done;
+        }
+        if (L.has_api) {
+            PyObject *a = PyList_GET_ITEM(api, i);
+            if ((r->stream_outputs = PyObject_GetAttr(a, n_stream_outputs)) == NULL)
+                goto done;
+            if ((v = get_double(a, n_engine_step_s, &r->engine_step_s)) == NULL)
+                goto done;
+            Py_CLEAR(v);
+        }
+    }
+    L.zero = PyLong_FromLong(0);
+    L.step_end = PyLong_FromLong(0);
+    L.schedule_prio = PyLong_FromLong(4);
+    if (L.zero == NULL || L.step_end == NULL || L.schedule_prio == NULL)
+        goto done;
+    PyObject *heap = L.heap;
+    while (PyList_GET_SIZE(heap)) {
+        PyObject *entry = heap_pop(heap);
+        if (entry == NULL)
+            goto done;
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4) {
+            Py_DECREF(entry);
+            PyErr_SetString(PyExc_TypeError, "run_loop: the heap's entries are (time_s, priority, seq_no, payload)");
+            goto done;
+        }
+        PyObject *now_obj = PyTuple_GET_ITEM(entry, 0), *payload = PyTuple_GET_ITEM(entry, 3);
+        long priority = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
+        int rc;
+        if (priority == -1 && PyErr_Occurred())
+            rc = -1;
+        else if ((priority == 0 || priority == 4) && PyFloat_CheckExact(now_obj) && PyLong_CheckExact(payload)) {
+            Py_ssize_t index = PyLong_AsSsize_t(payload);
+            if (index < 0 || index >= n) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_IndexError, "run_loop: no such replica");
+                rc = -1;
+            } else
+                rc = priority == 0 ? loop_end_step(&L, now_obj, index) : loop_schedule(&L, now_obj, index);
+        } else if (priority >= 0 && priority < 5) {
+            PyObject *call_args[2] = {now_obj, payload};
+            rc = call_discard(PyObject_Vectorcall(PyList_GET_ITEM(L.handlers, priority), call_args, 2, NULL));
+        } else {
+            PyErr_SetString(PyExc_ValueError, "run_loop: an event's priority is 0-4");
+            rc = -1;
+        }
+        Py_DECREF(entry);
+        if (rc < 0)
+            goto done;
+    }
+    result = Py_True;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(v);
+    Py_XDECREF(api);
+    Py_XDECREF(replicas);
+    Py_XDECREF(specs);
+    Py_XDECREF(L.zero);
+    Py_XDECREF(L.step_end);
+    Py_XDECREF(L.schedule_prio);
+    loop_release(&L);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"runs", (PyCFunction)(void (*)(void))mod_runs, METH_FASTCALL,
      "runs(values, num, ascending, times): a finished request's runs of stamps (Segments.add's shortcuts), or None"},
+    {"run_loop", (PyCFunction)(void (*)(void))mod_run_loop, METH_FASTCALL,
+     "run_loop(sim, handlers, record_rest): _Simulation.run's loop, its common step in C (False: not run)"},
     {"ordered_sum", (PyCFunction)(void (*)(void))mod_ordered_sum, METH_FASTCALL,
      "ordered_sum((steps, across), which, lo, hi, mean): numpy's add.reduce of the pieces joined (or of their squared "
      "deviations from mean)"},
@@ -743,6 +1529,11 @@ PyMODINIT_FUNC PyInit__simcore(void) {
         || (name_ascending = PyUnicode_InternFromString("ascending")) == NULL
         || (name_index_of = PyUnicode_InternFromString("_index_of")) == NULL
         || (name_append = PyUnicode_InternFromString("append")) == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof(loop_names) / sizeof(loop_names[0]); i++)
+        if ((*loop_names[i].var = PyUnicode_InternFromString(loop_names[i].name)) == NULL)
+            return NULL;
+    if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -92,9 +92,10 @@ class Recorder:
         # 32 a run instead of 12 bytes a token.
         self.token_runs = Segments()
         # Compiled (roofline/sim/_simcore.c): `finished` of a request the scheduler stamped in one call, where it can.
-        self._finish = _simcore.Finisher(self.first_scheduled, self.num_output, self.num_preemptions,
-                                         self.num_prefix_hits, self.first_token, self.finish,
-                                         self.token_runs).record if COMPILED else None
+        self._finisher = _simcore.Finisher(self.first_scheduled, self.num_output, self.num_preemptions,
+                                           self.num_prefix_hits, self.first_token, self.finish,
+                                           self.token_runs) if COMPILED else None
+        self._finish = self._finisher.record if self._finisher is not None else None
         self.record_steps = record_steps or step_sink is not None
         self.steps = StepRows()
         self.step_seqs = StepRecords()  # the steps' sequences since the last part went to `step_sink`
@@ -154,17 +155,22 @@ _FLOAT_COLUMNS = frozenset(("start_s", "end_s", "duration_s", "kv_usage"))
 
 
 class StepRows:
-    """The step rows (tuples of STEP_COLUMNS' values) as they come, kept compact: every `_CHUNK` rows the tuples
-    become one float64 block (ints below 2^53, as every count here is, are exact in a float64), 136 bytes a step
-    instead of ~500 for a tuple of Python numbers (1.3 GB for the 2.8 million steps of 1,000,000 ShareGPT
-    requests)."""
+    """The step rows (tuples of STEP_COLUMNS' values) as they come, kept compact: every `CHUNK` rows the tuples (or
+    the compiled block's rows) go into one growing array per column (float64, or int64 where the column is an int:
+    the counts, below 2^53, exact in a float64 and cast as `astype(np.int64)` casts), 136 bytes a step instead of ~500
+    for a tuple of Python numbers (1.3 GB for the 2.8 million steps of 1,000,000 ShareGPT requests). The table at
+    the end is the columns' first rows, no copy (blocks joined at the end were a second copy of every row, 353 MB
+    and 2 s of the 1,000,000-request run, docs/benchmark-history/2026-11-30j-simloop.md); an array grows in place
+    (`ndarray.resize`: realloc, which moves a large block's pages without copying them)."""
 
     CHUNK = 4096  # rows per block
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []  # the latest rows, not yet in a block (`append` is the list's)
+        self.rows: list[tuple] = []  # the latest rows, not yet in the columns (`append` is the list's)
         self.append = self.rows.append
-        self._blocks: list[np.ndarray] = []
+        self._columns = [np.empty(self.CHUNK * 4, np.float64 if name in _FLOAT_COLUMNS else np.int64)
+                         for name in STEP_COLUMNS]
+        self._num = 0  # rows in the columns
         # Compiled (roofline/sim/_simcore.c): `record(engine_index, plan, now_s, duration_s)` writes a step's row into
         # `_array` (the tuple's values, the same doubles) and says whether it is full; `flush` copies the rows out.
         # None: the rows are tuples (`append`).
@@ -174,48 +180,45 @@ class StepRows:
             self._block.record if self._block is not None else None
 
     def __len__(self) -> int:
-        return len(self.rows) + (self._block.count if self._block is not None else 0) + sum(len(b) for b in self._blocks)
+        return len(self.rows) + (self._block.count if self._block is not None else 0) + self._num
+
+    def _take(self, block: np.ndarray) -> None:
+        """Append a block of rows (float64, one row a step) to the columns."""
+        k, at = len(block), self._num
+        if at + k > len(self._columns[0]):
+            capacity = max(2 * len(self._columns[0]), at + k)
+            columns = self._columns
+            for i in range(len(columns)):  # (the list's is the one reference: no view of a column is out, `frame` copies)
+                columns[i].resize(capacity, refcheck=True)
+        for i, column in enumerate(self._columns):
+            column[at:at + k] = block[:, i]
+        self._num = at + k
 
     def flush(self) -> None:
-        """Move the pending rows into a block (call every so often; `table` does at the end)."""
+        """Move the pending rows into the columns (call every so often; `table` does at the end)."""
         if self._block is not None and self._block.count:
-            self._blocks.append(self._array[:self._block.count].copy())  # type: ignore[index]
+            self._take(self._array[:self._block.count])  # type: ignore[index]
             self._block.reset()
         if self.rows:
             # (fromiter over the flattened rows: half the time of `np.array(rows)`, the same float64 conversions)
             width = len(self.rows[0])
-            self._blocks.append(np.fromiter(chain.from_iterable(self.rows), np.float64,
-                                            width * len(self.rows)).reshape(-1, width))
+            self._take(np.fromiter(chain.from_iterable(self.rows), np.float64,
+                                   width * len(self.rows)).reshape(-1, width))
             self.rows.clear()
 
     def table(self) -> Table:
         """The rows as a table of STEP_COLUMNS (float64 where `_FLOAT_COLUMNS`, else int64); the rows are
         dropped."""
         self.flush()
-        blocks, self._blocks = self._blocks, []
-        return _frame(blocks)
+        columns, num = self._columns, self._num
+        self._columns = [column[:0].copy() for column in columns]
+        self._num = 0
+        return Table({name: column[:num] for name, column in zip(STEP_COLUMNS, columns)})
 
     def frame(self, start: int) -> Table:
-        """`table()`'s rows from row `start` on, the rows kept."""
+        """`table()`'s rows from row `start` on (copies), the rows kept."""
         self.flush()
-        first = 0
-        for i, block in enumerate(self._blocks):
-            if first + len(block) > start:
-                blocks = self._blocks[i:]
-                blocks[0] = blocks[0][start - first:]
-                return _frame(blocks)
-            first += len(block)
-        return _frame([])
-
-
-def _frame(blocks: list[np.ndarray]) -> Table:
-    """Blocks of step rows as a table of STEP_COLUMNS (float64 where `_FLOAT_COLUMNS`, else int64)."""
-    blocks = blocks or [np.zeros((0, len(STEP_COLUMNS)))]
-    columns = {}
-    for i, name in enumerate(STEP_COLUMNS):  # column by column: no copy of all of them at once
-        column = np.concatenate([block[:, i] for block in blocks])
-        columns[name] = column if name in _FLOAT_COLUMNS else column.astype(np.int64)
-    return Table(columns)
+        return Table({name: column[start:self._num].copy() for name, column in zip(STEP_COLUMNS, self._columns)})
 
 
 def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float,

@@ -71,6 +71,7 @@ from roofline.sim.api_server import (
 )
 from roofline.sim.data_parallel import DataParallelScheduler, GroupPlan, group_step_time, make_scheduler, ranks_of
 from roofline.sim.deployment import Deployment
+from roofline.sim.native import COMPILED, _simcore
 from roofline.sim.pipeline_engine import PipelineEngine
 from roofline.sim.recorder import Recorder, SimulationResult, StepSink, build_result
 from roofline.sim.token_times import TimeSeries
@@ -142,6 +143,10 @@ class EarlyStop:
 
 class _Replica:
     """One engine instance: its scheduler, the step in flight and its counters."""
+
+    # (slots: the compiled loop reads and writes them at their offsets, roofline/sim/_simcore.c)
+    __slots__ = ("index", "scheduler", "plan", "num_steps", "num_outstanding", "schedule_pending", "pipeline", "lag",
+                 "in_transit", "stamps")
 
     def __init__(self, index: int, deployment: Deployment, num_clients: int = 1) -> None:
         self.index = index
@@ -321,6 +326,8 @@ class _Simulation:
                                                          self.schedule]  # (by priority: a list's index is cheaper)
         assert [_STEP_END, _SEEN, _ARRIVAL, _REACH, _SCHEDULE] == list(range(len(handlers)))
         heap = self.heap
+        if early_stop is None and self.compiled_loop() and _simcore.run_loop(self, handlers, _record_rest):
+            return  # (the same loop, its common step in C)
         if early_stop is None:
             while heap:
                 now, priority, _, payload = heapq.heappop(heap)
@@ -340,6 +347,17 @@ class _Simulation:
                 continue
             now, priority, _, payload = heapq.heappop(heap)
             handlers[priority](now, payload)
+
+    def compiled_loop(self) -> bool:
+        """Whether `run` (without an early stop) runs in C (roofline/sim/_simcore.c `run_loop`: the loop and the
+        common step's handlers, `end_step` / `end_step_streamed` / `next_step` / `schedule`, the same statements, the
+        Python code the reference): compiled, every replica an engine of its own (no pipeline, no DP group), its step
+        rows the compiled block's, and an API server of one process per replica or none (then an open loop)."""
+        if not COMPILED or self.recorder.steps.record is None or self.seen_times is not None:
+            return False
+        if self.api is None and self.max_in_flight is not None:
+            return False
+        return all(r.pipeline is None and not isinstance(r.scheduler, DataParallelScheduler) for r in self.replicas)
 
     def first_token_times(self) -> np.ndarray:
         """Per request, when its first token was sampled: the recorded time of a finished request, the scheduler's
@@ -455,12 +473,8 @@ class _Simulation:
             replica.admit()
         plan = replica.scheduler.schedule(now)
         if plan.is_empty:
-            if plan.preempted_request_ids:  # a step that only preempted: vLLM schedules again at once
-                self.wake(replica, now)
-            elif replica.in_transit:  # nothing to run: the engine waits on its input and takes them at once
-                replica.admit(everything=True)
-                self.wake(replica, now)
-            return  # otherwise idle until the next arrival
+            self.idle(now, replica, plan)
+            return
         plan_time_s = self.plan_time_s
         duration = plan_time_s(plan) if plan_time_s is not None else self.time_fn(index, replica.num_steps, now, plan)
         if self.api is not None:  # the served engine core's own work: per step, per request it admits
@@ -474,6 +488,15 @@ class _Simulation:
         replica.plan = plan
         heapq.heappush(self.heap, (now + duration, _STEP_END, self.seq, index))  # (`push`)
         self.seq += 1
+
+    def idle(self, now: float, replica: _Replica, plan: StepPlan) -> None:
+        """After a schedule at `now` whose plan is empty."""
+        if plan.preempted_request_ids:  # a step that only preempted: vLLM schedules again at once
+            self.wake(replica, now)
+        elif replica.in_transit:  # nothing to run: the engine waits on its input and takes them at once
+            replica.admit(everything=True)
+            self.wake(replica, now)
+        # otherwise idle until the next arrival
 
     def admission_s(self, replica: _Replica, plan: StepPlan) -> float:
         """The served engine core's work for the requests `plan` admits (`ApiServer.admission_s`); 0 without an API
@@ -648,8 +671,15 @@ def _record_step(recorder: Recorder, engine_index: int, plan: StepPlan, now: flo
             plan.num_new_prefix_hit_tokens, plan.num_kv_blocks_used, plan.num_kv_blocks_total,
             plan.num_kv_blocks_used / plan.num_kv_blocks_total, plan.num_running, plan.num_waiting))
         full = len(rows.rows) >= rows.CHUNK
+    if full or recorder.record_steps:
+        _record_rest(recorder, plan, full)
+
+
+def _record_rest(recorder: Recorder, plan: StepPlan, full: bool) -> None:
+    """`_record_step` after the row: the rows' block moved out where it is `full`, a part handed to the step sink,
+    the plan's sequences recorded (the compiled loop calls it where the block is full or sequences are recorded)."""
     if full:
-        rows.flush()
+        recorder.steps.flush()
         if recorder.step_sink is not None and len(recorder.step_seqs) + 1 >= STEPS_PER_PART:
             recorder.step_seqs.add(plan)
             recorder.stream_steps()

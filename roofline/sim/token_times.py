@@ -39,6 +39,8 @@ class TimeSeries:
     """Time stamps in the order they are added (nondecreasing in practice; `Segments.add` checks what it uses);
     `ascending`: so far every stamp is at least the one before (no NaN)."""
 
+    __slots__ = ("values", "num", "ascending", "_last")  # (the compiled loop's `add` writes them at their offsets)
+
     def __init__(self) -> None:
         self.values = np.empty(1024)
         self.num = 0
@@ -47,12 +49,17 @@ class TimeSeries:
 
     def add(self, time_s: float) -> None:
         if self.num == len(self.values):
-            self.values = np.concatenate((self.values, np.empty(self.num)))
+            self._grow()
         self.values[self.num] = time_s
         self.num += 1
         if not time_s >= self._last:  # (a step back, or a NaN)
             self.ascending = False
         self._last = time_s
+
+    def _grow(self) -> None:
+        """Double `values` into a new array (views of the old one stay as they are; the compiled event loop calls it
+        too, roofline/sim/_simcore.c)."""
+        self.values = np.concatenate((self.values, np.empty(self.num)))
 
 
 def _runs_from_end(values: np.ndarray, num: int, times: np.ndarray) -> list[tuple[int, int]] | None:
