@@ -19,6 +19,7 @@ import vllm_serve_sim  # noqa: E402
 SCRIPT = ROOT / "benchmarks" / "ground_truth" / "vllm_serve_sim.py"
 RESULTS = ROOT / "benchmarks" / "results" / "vllm-serve-bench"
 FIT = RESULTS / "2026-11-30i-serve17" / "sim-2026-11-30c-host-busy-hop.json"  # the model's fit of this host
+SESSIONS = RESULTS / "2026-11-30i-serve17" / "sim-sessions-serve11-busy-hop.json"  # serve11's between-session spreads
 
 
 def _run(name: str, ttft: float) -> dict:
@@ -68,12 +69,16 @@ def test_costs_reproduces_the_fits_own_simulation_of_a_run(tmp_path: Path) -> No
     fit = json.loads(FIT.read_text())
     out = tmp_path / "sim.json"
     subprocess.run([sys.executable, str(SCRIPT), "--runs", str(runs), "--hardware", str(ROOT / fit["hardware"]),
-                    "--costs", str(FIT), "--floor", str(FIT), "--out", str(out)], check=True, capture_output=True,
-                   cwd=ROOT)
+                    "--costs", str(FIT), "--floor", str(FIT), str(SESSIONS), "--out", str(out)], check=True,
+                   capture_output=True, cwd=ROOT)
     record = json.loads(out.read_text())
     assert record["predicted"][run["name"]] == fit["predicted"][run["name"]]
     assert record["costs"] == fit["costs"] and record["client_costs_s"] == fit["client_costs_s"]
     assert record["fitted_on"] == [] and "summary_floor" in record
+    # a second floor (the between-session spreads) is one more count, under its file's name
+    assert list(record["summary_floors"]) == [str(SESSIONS)]
+    assert record["summary_floors"][str(SESSIONS)]["all"].endswith("within spread + 10 points, median |error| "
+                                                                    + record["summary"]["all"].split("median |error| ")[1])
 
 
 def test_a_missing_input_file_is_one_line_and_exit_2(tmp_path: Path) -> None:

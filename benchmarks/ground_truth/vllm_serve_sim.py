@@ -557,9 +557,10 @@ def main() -> int:
     parser.add_argument("--costs", type=existing_file, default=None, metavar="JSON",
                         help="an --out file of a --fit-cpu fit: its API-server costs and client_costs_s as they are, "
                              "nothing fitted (every cell of --runs judged out of sample, e.g. new server sessions)")
-    parser.add_argument("--floor", type=existing_file, default=None, metavar="JSON",
+    parser.add_argument("--floor", type=existing_file, nargs="+", default=None, metavar="JSON",
                         help="an --out file whose cells' spreads (its repeats') are also taken as each cell's noise "
-                             "floor: a second count, summary_floor (e.g. the campaign's floor on new runs)")
+                             "floor: a second count, summary_floor (e.g. the campaign's floor on new runs); more "
+                             "files: one more count each, summary_floors (file -> count)")
     parser.add_argument("--engine-step", type=existing_file, default=None, metavar="JSON",
                         help="with --fit-cpu: engine_step_s (and with its --step-kinds engine_admit_step_s) as "
                              "served_step_overhead.py measured it (its --out file) instead of fitting it by timing")
@@ -782,14 +783,17 @@ def main() -> int:
     if args.reference_traces:
         record["served_steps"] = served_step_rows(index, decode_step_ms(args.reference_traces))
     record["summary"] = judge_summary(record["rows"], set(fitted_on))
-    if args.floor:
-        floor = spreads(json.loads(args.floor.read_text())["rows"])
+    for i, path in enumerate(args.floor or []):
+        floor = spreads(json.loads(path.read_text())["rows"])
         missing = sorted({row["cell"] for row in record["rows"]} - set(floor))
         if missing:
-            parser.error(f"--floor: {args.floor} has no cell {', '.join(missing)}")
-        record["floor_from"] = str(args.floor)
-        record["summary_floor"] = judge_summary(record["rows"], set(fitted_on), floor)
-        print("with --floor's spreads:", "; ".join(f"{k}: {v}" for k, v in record["summary_floor"].items()))
+            parser.error(f"--floor: {path} has no cell {', '.join(missing)}")
+        summary = judge_summary(record["rows"], set(fitted_on), floor)
+        if i == 0:
+            record["floor_from"], record["summary_floor"] = str(path), summary
+        else:
+            record.setdefault("summary_floors", {})[str(path)] = summary
+        print(f"with {path.name}'s spreads:", "; ".join(f"{k}: {v}" for k, v in summary.items()))
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     for key, value in record["summary"].items():
         print(f"{key}: {value}")
