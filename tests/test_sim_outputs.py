@@ -204,6 +204,31 @@ def test_compiled_csv_rows_are_the_python_cells() -> None:
         assert outputs._csvrows.rows([other, np.zeros(1)], "\n") is None
 
 
+@pytest.mark.skipif(not outputs.CSV_COMPILED, reason="roofline.sim._csvrows not built (or ROOFLINE_PURE_PYTHON)")
+def test_compiled_csv_floats_are_pythons_repr_everywhere() -> None:
+    """The C rows' floats (Ryu's digits, laid out as repr lays them out: roofline/sim/_csvrows.c `shortest_repr`) are
+    `repr` on random bit patterns (every exponent, subnormals), powers of two and ten and their neighbours (the
+    asymmetric bounds), rounded decimals, integers and the layout's thresholds (1e16, 1e-4), signs included. (A
+    20,000,000-value run of the same check: docs/benchmark-history/2026-11-30j-outspeed2.md.)"""
+    rng = np.random.default_rng(42)
+    powers_of_two = np.array([2.0**k for k in range(-1074, 1024)])
+    powers_of_ten = np.array([float(f"1e{k}") for k in range(-323, 309)])
+    values = np.concatenate([
+        rng.integers(0, 2**64, 100_000, dtype=np.uint64).view(np.float64),
+        rng.integers(0, 2**52, 10_000, dtype=np.uint64).view(np.float64),  # subnormals
+        powers_of_two, np.nextafter(powers_of_two, 0), np.nextafter(powers_of_two, np.inf),
+        powers_of_ten, np.nextafter(powers_of_ten, 0), np.nextafter(powers_of_ten, np.inf),
+        [round(x, int(k)) for x, k in zip((rng.random(10_000) * 10.0 ** rng.integers(-8, 20, 10_000)).tolist(),
+                                          rng.integers(0, 12, 10_000))],
+        rng.integers(-(2**53), 2**53, 10_000).astype(np.float64),
+        [1e16, 9999999999999998.0, 1e15, 1e-4, 9.999999999999999e-05, 1e-5, 0.0, -0.0, 5e-324, 1.7976931348623157e308],
+    ])
+    values = values[np.isfinite(values)]
+    values = np.concatenate([values, -values])
+    rows = outputs._csvrows.rows([values, np.zeros(len(values), dtype=np.int8)], "\n")
+    assert rows.decode().split("\n")[:-1] == [repr(v) + ",0" for v in values.tolist()]
+
+
 def test_distinct_rows_are_numpys_unique_rows() -> None:
     rng = np.random.default_rng(1)
     columns = [rng.integers(0, hi, 500) for hi in (3, 1, 40, 10**6)]

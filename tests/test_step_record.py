@@ -4,6 +4,8 @@ the compiled records (engine/core/_steprec.c) against the Python ones, the refer
 
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,3 +137,47 @@ def test_request_id_bytes_are_the_ids_utf8() -> None:
         records.add(plan)
     offsets, data = records.sequences().request_id_utf8()  # type: ignore[misc]
     assert offsets.tolist() == [0, 2, 5, 8] and bytes(data) == "r0é1x,y".encode()
+
+
+@pytest.mark.skipif(not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)")
+def test_a_freed_part_leaves_its_memory_to_the_next_and_the_next_holds_its_own_values() -> None:
+    """A part's arrays, once freed, leave their memory to the next log's (engine/core/_steprec.c: pages already
+    touched); the next part, smaller, written over what the first left there, holds exactly its own values."""
+    def part(base: int, n: int) -> list[_Plan]:  # (n int32 rows a column: above the 64 KB kept at the least)
+        ids = [f"r{base + i}" for i in range(n)]
+        return [_Plan(_bulk(list(range(base, base + n)), 1 + base % 3, list(range(n))[::-1], ids), [], [], [], []),
+                _Plan(None, ["t"], [7], [base], [True]),
+                _Plan(_bulk(list(range(n // 2)), 2, list(range(n // 2)), ids, prefill_rows=[(0, 99, 5, 1)]),
+                      [], [], [], [])]
+
+    _check(part(0, 30_000), CompiledStepRecords)
+    assert step_record._steprec.kept_bytes() >= 4 * 30_000
+    _check(part(7, 20_000), CompiledStepRecords)
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)"))])
+def test_a_received_buffer_is_the_pipes_next_bytes_in_the_memory_its_slot_last_freed(
+        monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
+    monkeypatch.setattr(step_record, "COMPILED", compiled)
+    sent = np.arange(200_010, dtype=np.uint32).astype(np.uint8).tobytes()
+    read_fd, write_fd = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write_fd, sent), os.close(write_fd)))
+    writer.start()  # (more than a pipe holds: written while read)
+    try:
+        first = np.frombuffer(step_record.received_buffer(100_000, 3, read_fd), dtype=np.uint8)
+        assert first.tobytes() == sent[:100_000]
+        address = first.ctypes.data
+        del first
+        again = np.frombuffer(step_record.received_buffer(100_000, 3, read_fd), dtype=np.uint8)
+        assert again.tobytes() == sent[100_000:200_000]
+        if compiled:  # the freed one's memory, for the same slot; another slot's elsewhere
+            assert again.ctypes.data == address
+        other = np.frombuffer(step_record.received_buffer(10, 4, read_fd), dtype=np.uint8)
+        assert other.tobytes() == sent[200_000:] and other.ctypes.data != again.ctypes.data
+        writer.join()
+        with pytest.raises(EOFError):
+            step_record.received_buffer(1, 4, read_fd)
+    finally:
+        writer.join()
+        os.close(read_fd)

@@ -23,19 +23,50 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#ifndef _WIN32
+#include <unistd.h> /* read: the writer process's pipe (Linux, where roofline.sim.outputs forks) */
+#endif
 
 /* ---- an owned block of memory that numpy reads through the buffer protocol (np.frombuffer) ---- */
+
+/* What a block holds, so that its memory can be kept for the next block of the same kind: a simulation hands its
+   steps over in parts (`roofline.sim.outputs.StepTraceStream`), each part's arrays freed once handed over (written
+   into the writer process's pipe, or encoded), and the next part's arrays are the same sizes. Written into the
+   pages of the last part's, they touch no fresh memory: a fresh page is a fault and a page of zeros (on this
+   project's VMs first-touched memory costs ~2 ms a MB: BENCHMARKS.md, "Output overhead"), ~17 MB a part of 8,192
+   steps of sharegpt. One block kept of each kind (the largest), so what is kept is at most a part's arrays. The
+   writer process receives each part's arrays into blocks too (`received_block`: the message's k-th buffer, kind
+   KIND_RECEIVED + k), freed once the part is written. */
+enum { KIND_NONE, KIND_QUERY, KIND_CONTEXT, KIND_EMITS, KIND_INDEX, KIND_STARTS, KIND_PERIOD, KIND_NUM_BULK,
+       KIND_ID_OFFSETS, KIND_ID_BYTES, KIND_RECEIVED, NUM_KINDS = KIND_RECEIVED + 16 };
+#define KEEP_MIN_BYTES (64 * 1024) /* smaller blocks are malloc's own business */
+static struct {
+    char *data;
+    Py_ssize_t cap;
+} kept[NUM_KINDS];
 
 typedef struct {
     PyObject_HEAD
     char *data;
-    Py_ssize_t len;
+    Py_ssize_t len, cap;
+    int kind;
 } Block;
 
+static void keep_or_free(char *data, Py_ssize_t cap, int kind) {
+    if (kind != KIND_NONE && cap >= KEEP_MIN_BYTES && cap > kept[kind].cap) {
+        PyMem_RawFree(kept[kind].data);
+        kept[kind].data = data;
+        kept[kind].cap = cap;
+    } else {
+        PyMem_RawFree(data);
+    }
+}
+
 static void Block_dealloc(Block *b) {
-    PyMem_RawFree(b->data);
+    keep_or_free(b->data, b->cap, b->kind);
     Py_TYPE(b)->tp_free((PyObject *)b);
 }
 
@@ -55,15 +86,24 @@ static PyTypeObject BlockType = {
     .tp_doc = "Bytes owned here, read in place through the buffer protocol (np.frombuffer).",
 };
 
-/* A growing C array. */
+/* A growing C array; its first memory the block kept of its kind, if any. */
 typedef struct {
     char *data;
     Py_ssize_t len, cap; /* bytes */
+    int kind;
 } Buf;
 
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap)
         return 0;
+    if (b->data == NULL && b->kind != KIND_NONE && kept[b->kind].data != NULL) {
+        b->data = kept[b->kind].data;
+        b->cap = kept[b->kind].cap;
+        kept[b->kind].data = NULL;
+        kept[b->kind].cap = 0;
+        if (b->len + extra <= b->cap)
+            return 0;
+    }
     Py_ssize_t cap = b->cap ? b->cap : 1 << 14;
     while (cap < b->len + extra)
         cap *= 2;
@@ -77,6 +117,14 @@ static int buf_reserve(Buf *b, Py_ssize_t extra) {
     return 0;
 }
 
+/* The buffer's memory back to its kind's keeping (or freed). */
+static void buf_free(Buf *b) {
+    if (b->data != NULL)
+        keep_or_free(b->data, b->cap, b->kind);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
 /* The buffer as a Block (the memory handed over; `b` left empty). */
 static PyObject *buf_take(Buf *b) {
     Block *block = PyObject_New(Block, &BlockType);
@@ -88,9 +136,12 @@ static PyObject *buf_take(Buf *b) {
             Py_DECREF(block);
             return PyErr_NoMemory();
         }
+        b->cap = 1;
     }
     block->data = b->data;
     block->len = b->len;
+    block->cap = b->cap;
+    block->kind = b->kind;
     b->data = NULL;
     b->len = b->cap = 0;
     return (PyObject *)block;
@@ -127,6 +178,13 @@ static int StepLog_init(StepLog *self, PyObject *args, PyObject *kwds) {
     self->tail_ids = PyList_New(0);
     if (self->periods == NULL || self->period_of == NULL || self->tail_ids == NULL)
         return -1;
+    self->query.kind = KIND_QUERY;
+    self->context.kind = KIND_CONTEXT;
+    self->emits.kind = KIND_EMITS;
+    self->index.kind = KIND_INDEX;
+    self->starts.kind = KIND_STARTS;
+    self->period.kind = KIND_PERIOD;
+    self->num_bulk.kind = KIND_NUM_BULK;
     if (buf_reserve(&self->starts, sizeof(int64_t)) < 0)
         return -1;
     AT(self->starts, int64_t)[0] = 0;
@@ -139,7 +197,7 @@ static void StepLog_dealloc(StepLog *self) {
     Buf *bufs[] = {&self->query, &self->context, &self->emits, &self->index, &self->starts, &self->period,
                    &self->num_bulk, &self->raw_off, &self->raw_seq};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        PyMem_RawFree(bufs[i]->data);
+        buf_free(bufs[i]);
     Py_XDECREF(self->periods);
     Py_XDECREF(self->period_of);
     Py_XDECREF(self->tail_ids);
@@ -478,6 +536,69 @@ static PyTypeObject StepLogType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- received_block, kept_bytes ---- */
+
+static PyObject *received_block(PyObject *module, PyObject *args) {
+    Py_ssize_t nbytes, slot;
+    int fd = -1;
+    if (!PyArg_ParseTuple(args, "nn|i:received_block", &nbytes, &slot, &fd))
+        return NULL;
+    if (nbytes < 0 || slot < 0) {
+        PyErr_SetString(PyExc_ValueError, "received_block: nbytes and slot must be >= 0");
+        return NULL;
+    }
+    Buf buf = {.kind = slot < NUM_KINDS - KIND_RECEIVED ? KIND_RECEIVED + (int)slot : KIND_NONE};
+    if (buf_reserve(&buf, nbytes) < 0)
+        return NULL;
+    /* Read from `fd` (a pipe) until the block is full, without the GIL: one call a buffer, not one a pipe's worth
+       of it (a thread that reads the pipe takes the GIL only then). */
+    Py_ssize_t at = 0;
+    int error = 0;
+    if (fd >= 0) {
+#ifdef _WIN32
+        buf_free(&buf);
+        PyErr_SetString(PyExc_NotImplementedError, "received_block: reading a pipe (where the platform forks)");
+        return NULL;
+#else
+        Py_BEGIN_ALLOW_THREADS
+        while (at < nbytes) {
+            ssize_t got = read(fd, buf.data + at, (size_t)(nbytes - at));
+            if (got > 0) {
+                at += got;
+            } else if (got == 0) {
+                break;
+            } else if (errno != EINTR) {
+                error = errno;
+                break;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (error) {
+            buf_free(&buf);
+            errno = error;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        if (at < nbytes) {
+            buf_free(&buf);
+            PyErr_SetString(PyExc_EOFError, "the simulation's process closed the pipe before the last part");
+            return NULL;
+        }
+#endif
+    }
+    buf.len = nbytes;
+    PyObject *block = buf_take(&buf);
+    if (block == NULL)
+        buf_free(&buf);
+    return block;
+}
+
+static PyObject *kept_bytes(PyObject *module, PyObject *unused) {
+    Py_ssize_t total = 0;
+    for (int k = 0; k < NUM_KINDS; k++)
+        total += kept[k].cap;
+    return PyLong_FromSsize_t(total);
+}
+
 /* ---- gather_utf8 ---- */
 
 static PyObject *gather_utf8(PyObject *module, PyObject *args) {
@@ -489,7 +610,7 @@ static PyObject *gather_utf8(PyObject *module, PyObject *args) {
     Py_ssize_t num_names = PyList_GET_SIZE(names);
     const char **text = NULL;
     Py_ssize_t *size = NULL;
-    Buf offsets = {0}, data = {0};
+    Buf offsets = {.kind = KIND_ID_OFFSETS}, data = {.kind = KIND_ID_BYTES};
     if (view.len % 4) {
         PyErr_SetString(PyExc_ValueError, "gather_utf8: index must be int32");
         goto done;
@@ -568,13 +689,18 @@ static PyObject *gather_utf8(PyObject *module, PyObject *args) {
 done:
     PyMem_RawFree(text);
     PyMem_RawFree(size);
-    PyMem_RawFree(offsets.data);
-    PyMem_RawFree(data.data);
+    buf_free(&offsets);
+    buf_free(&data);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
+    {"received_block", received_block, METH_VARARGS,
+     "received_block(nbytes, slot[, fd]) -> Block: nbytes of writable memory, the block kept of `slot`'s kind (the "
+     "k-th buffer of a message) if any, kept again for the next one once freed; read from the pipe `fd` if given "
+     "(without the GIL; EOFError if it ends first), else uninitialised."},
+    {"kept_bytes", kept_bytes, METH_NOARGS, "kept_bytes() -> int: the bytes kept for the next blocks (all kinds)."},
     {"gather_utf8", gather_utf8, METH_VARARGS,
      "gather_utf8(names, index) -> (offsets, data) or None: names[index[i]]'s UTF-8 bytes one after the other."},
     {NULL, NULL, 0, NULL},

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
@@ -187,6 +188,25 @@ class CompiledStepRecords:
 
 
 COMPILED = _steprec is not None and ALLOWED
+
+
+def received_buffer(nbytes: int, slot: int, fd: int) -> Any:
+    """The next `nbytes` of the pipe `fd`, the `slot`-th buffer of a message (the writer process's parts,
+    `roofline.sim.outputs`), in memory not zeroed first: compiled, a block whose memory is kept when it is freed and
+    given to the next message's buffer of the same slot (a part's arrays then fill pages already touched, not fresh
+    ones), read without the GIL (engine/core/_steprec.c); else a numpy array. EOFError if the pipe ends first."""
+    if COMPILED:
+        return _steprec.received_block(nbytes, slot, fd)
+    data = np.empty(nbytes, dtype=np.uint8)
+    view = memoryview(data)  # type: ignore[arg-type]
+    while len(view):
+        got = os.readv(fd, [view])
+        if not got:
+            raise EOFError("the simulation's process closed the pipe before the last part")
+        view = view[got:]
+    return data
+
+
 StepRecords: type[PythonStepRecords] | type[CompiledStepRecords] = \
     CompiledStepRecords if COMPILED else PythonStepRecords
 

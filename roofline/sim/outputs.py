@@ -11,6 +11,7 @@ bytes either way."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import math
@@ -30,7 +31,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from engine.core.native import ALLOWED
-from engine.core.step_record import StepSequences
+from engine.core.step_record import StepSequences, received_buffer
 from roofline.jsonable import to_json
 from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import SimulationResult, timeseries_of
@@ -293,7 +294,9 @@ class _ForkedWriter:
         self._reap()
 
     def _reap(self) -> None:
-        """Wait for the child (once); raise why it failed, if it did."""
+        """Wait for the child's word (once); raise why it failed, if it did. Its b"ok" comes after its last file is
+        closed, and its exit (the kernel taking back its ~100-200 MB: 0.01-0.02 s) is waited for at the process's
+        exit (`atexit`), beside what the simulation's process does meanwhile; a failed child is waited for here."""
         if not self._reaped:
             self._reaped = True
             os.close(self._data_fd)
@@ -301,15 +304,23 @@ class _ForkedWriter:
             while chunk := os.read(self._status_fd, 1 << 16):
                 chunks.append(chunk)
             os.close(self._status_fd)
-            _, status = os.waitpid(self.pid, 0)
             message = b"".join(chunks)
+            if message == b"ok":
+                atexit.register(_wait_for, self.pid)
+                return
+            status = _wait_for(self.pid)
             if message.startswith(b"oserror:"):  # the machine refused a write (a full disk, ...): that error
                 self._failure = pickle.loads(message[len(b"oserror:"):])
-            elif status != 0 or message != b"ok":
+            else:
                 why = message.decode(errors="replace") or f"exit status {status}"
                 self._failure = RuntimeError(f"writing steps.parquet and the CSV files (a child process) failed: {why}")
         if self._failure is not None:
             raise self._failure
+
+
+def _wait_for(pid: int) -> int:
+    """The exit status of the child `pid`, once it has ended."""
+    return os.waitpid(pid, 0)[1]
 
 
 def _write_all(fd: int, pieces: list[Any]) -> None:
@@ -356,6 +367,7 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int) -> None
             else:  # "close", with the run's summary or None
                 stream.close(payload)
         os.write(status_fd, b"ok")
+        os.close(status_fd)  # (every file closed: the parent goes on, while this process's memory is given back)
         code = 0
     except BaseException as exc:
         failure = (b"oserror:" + pickle.dumps(exc) if isinstance(exc, OSError) and exc.errno is not None
@@ -378,7 +390,8 @@ def _read_parts(data_fd: int, parts: queue.Queue[Any]) -> None:
                     return
                 lengths = struct.unpack(f"<{count}q", _read_exact(reader, 8 * count))
                 header = _read_exact(reader, lengths[0])
-                buffers = [_read_exact(reader, n) for n in lengths[1:]]
+                # (the k-th array of each part into the memory of the last part's k-th, once that one is written)
+                buffers = [memoryview(received_buffer(n, slot, data_fd)) for slot, n in enumerate(lengths[1:])]
                 parts.put(pickle.loads(header, buffers=buffers))
     except BaseException as error:  # (handed to the child's main thread, which raises it)
         parts.put(error)
