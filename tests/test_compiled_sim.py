@@ -12,6 +12,7 @@ import pytest
 
 from roofline.engine_args import EngineArgs
 from roofline.sim import native, recorder, token_times
+from roofline.sim.api_server import ApiServerCosts
 from roofline.sim.deployment import make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, RequestSpec, load_workload
@@ -118,7 +119,10 @@ def _loop_run(compiled: bool, monkeypatch: pytest.MonkeyPatch, case: str):
                "two-replicas": SimulationOptions(num_replicas=2, router="least_outstanding", record_steps=False),
                "bursts-no-api-server": SimulationOptions(num_replicas=2, record_steps=False),
                "bursts-api-server": SimulationOptions(num_replicas=2, record_steps=False),
-               "steps-recorded": SimulationOptions(record_steps=True)}.get(case, SimulationOptions(record_steps=False))
+               "steps-recorded": SimulationOptions(record_steps=True),
+               # (a request reaching the engine core during a step waits for its core: `reach`'s second wait)
+               "busy-hop": SimulationOptions(record_steps=False, api_server_costs=replace(
+                   ApiServerCosts(), busy_engine_hop_s=2e-3))}.get(case, SimulationOptions(record_steps=False))
     if case == "steps-recorded":
         monkeypatch.setattr(recorder.StepRows, "CHUNK", 7)  # (blocks full: `_record_rest`)
     workload = replace(load_workload("sharegpt-chat"), num_requests=300, arrival=ArrivalProcess("poisson", 30.0))
@@ -139,14 +143,14 @@ def _loop_run(compiled: bool, monkeypatch: pytest.MonkeyPatch, case: str):
 
 @requires_build
 @pytest.mark.parametrize("case", ["api-server", "sync-scheduling", "closed-loop", "two-replicas", "no-api-server",
-                                  "bursts-no-api-server", "bursts-api-server", "ties", "steps-recorded"])
+                                  "bursts-no-api-server", "bursts-api-server", "ties", "busy-hop", "steps-recorded"])
 def test_the_compiled_event_loop_is_the_python_loop(monkeypatch: pytest.MonkeyPatch, case: str):
-    """`_Simulation.run` through `_simcore.run_loop` (the common step's handlers in C) against the Python loop, on runs
-    with preemptions (a small KV cache) behind an API server of one process (asynchronous scheduling: requests wait
-    in transit; synchronous: the engine core's admissions), a closed loop, two replicas, no API server, bursts on two
-    replicas (steps ending at the same time), arrivals at a step's end (a step time function), and the steps'
-    sequences recorded with blocks of rows filling: every request and step column, every run of stamps, the summary,
-    the same bytes."""
+    """`_Simulation.run` through `_simcore.run_loop` (the common step's handlers and the requests' way in, in C)
+    against the Python loop, on runs with preemptions (a small KV cache) behind an API server of one process
+    (asynchronous scheduling: requests wait in transit; synchronous: the engine core's admissions), a closed loop,
+    two replicas, no API server, bursts on two replicas (steps ending at the same time), arrivals at a step's end (a
+    step time function), requests waiting for a busy engine core's core, and the steps' sequences recorded with
+    blocks of rows filling: every request and step column, every run of stamps, the summary, the same bytes."""
     python = _loop_run(False, monkeypatch, case)
     compiled = _loop_run(True, monkeypatch, case)
     assert python.request_table["num_preemptions"].sum() > 0 or case.startswith("bursts") or case == "ties"

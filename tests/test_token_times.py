@@ -93,6 +93,28 @@ def test_pooled_values_and_statistics_equal_numpys_on_the_gaps(order: str, monke
         assert by_request.mean() == np.mean(in_rows) and by_request.std() == np.std(in_rows)
 
 
+def test_the_multiset_of_all_gaps_is_made_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Above EXACT_ORDER_MAX_GAPS no order is kept: all rows' gaps, asked in finishing order or by request, are one
+    # multiset made once, its fsum mean made once (the std reads it); the same figures as a multiset made afresh.
+    monkeypatch.setattr(token_times, "EXACT_ORDER_MAX_GAPS", 0)
+    segments, _, rows = _runs()
+    tt = segments.token_times(len(rows))
+    pooled = tt.values()
+    assert tt.values(by_request=True) is pooled and tt.values() is pooled
+    assert tt.values(np.arange(len(rows)) % 3 != 0) is not pooled
+    fresh = WeightedValues.of(pooled.values.copy(), pooled.counts.copy())
+    calls: list[int] = []
+    fsum = math.fsum
+
+    def counted(values: Any) -> float:
+        calls.append(1)
+        return fsum(values)
+    monkeypatch.setattr(token_times.math, "fsum", counted)
+    assert pooled.mean() == fresh.mean() and pooled.std() == fresh.std()
+    assert pooled.mean() == fresh.mean()
+    assert len(calls) == 4  # each: the mean once, the std's squared deviations once
+
+
 @pytest.mark.skipif(not native.BUILT, reason="roofline.sim._simcore is not built")
 def test_ordered_sum_is_numpys_sum_of_the_pieces_joined() -> None:
     # `_simcore.ordered_sum`: numpy's add.reduce of the pieces joined (its pairwise sum: lengths around its blocks

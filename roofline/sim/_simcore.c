@@ -37,13 +37,9 @@ static int times_open(Times *t, PyObject *obj, Py_ssize_t *n) {
     t->list = NULL;
     t->data = NULL;
     t->has_view = 0;
-    if (PyList_CheckExact(obj)) {
-        Py_ssize_t size = PyList_GET_SIZE(obj);
-        for (Py_ssize_t i = 0; i < size; i++)
-            if (!PyFloat_CheckExact(PyList_GET_ITEM(obj, i)))
-                return 0;
+    if (PyList_CheckExact(obj)) {  /* (its items' types: `times_floats`) */
         t->list = obj;
-        *n = size;
+        *n = PyList_GET_SIZE(obj);
         return 1;
     }
     if (PyObject_GetBuffer(obj, &t->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
@@ -56,6 +52,16 @@ static int times_open(Times *t, PyObject *obj, Py_ssize_t *n) {
         return 0;
     t->data = (const double *)t->view.buf;
     *n = t->view.shape[0];
+    return 1;
+}
+
+/* Whether every time is a float (a list's items; a buffer's are doubles). */
+static int times_floats(const Times *t) {
+    if (t->list == NULL)
+        return 1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(t->list); i++)
+        if (!PyFloat_CheckExact(PyList_GET_ITEM(t->list, i)))
+            return 0;
     return 1;
 }
 
@@ -117,11 +123,23 @@ static PyObject *mod_runs(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (!times_open(&times, args[3], &n) || n == 0 || num - n < 0)
         goto none;
     Py_ssize_t first = num - n;
+    if (times.list != NULL && !PyFloat_CheckExact(PyList_GET_ITEM(times.list, 0)))
+        goto none;
     double t0 = time_at(&times, 0);
     if (values[first] == t0 && (first == 0 || values[first - 1] < t0)) {  /* one run ending at the latest stamp */
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (!(values[first + i] == time_at(&times, i)))
-                goto none;  /* (the Python code searches) */
+        if (times.list != NULL) {  /* (each item a float, and equal to its stamp, in one pass) */
+            PyObject **items = ((PyListObject *)times.list)->ob_item;
+            const double *at = values + first;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *item = items[i];
+                if (!PyFloat_CheckExact(item) || !(at[i] == PyFloat_AS_DOUBLE(item)))
+                    goto none;  /* (the Python code searches, or decides) */
+            }
+        } else {
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (!(values[first + i] == times.data[i]))
+                    goto none;  /* (the Python code searches) */
+        }
         result = PyList_New(1);
         PyObject *pair = result ? run_pair(first, n) : NULL;
         if (pair == NULL) {
@@ -132,6 +150,8 @@ static PyObject *mod_runs(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto done;
     }
     /* `_runs_from_end` */
+    if (!times_floats(&times))
+        goto none;
     for (Py_ssize_t i = 1; i < n; i++)
         if (!(time_at(&times, i) > time_at(&times, i - 1)))
             goto none;
@@ -239,6 +259,57 @@ static int put(double *row, int column, PyObject *value) {
     return 0;
 }
 
+/* The plan class bound by `bind_plan_type` (engine.core's StepPlan) and its slots' offsets: a plan of exactly that
+ * class is read at them (`num_seqs`, its property `len(self.requests)`, as the length of `requests`), any other by
+ * name. */
+static PyTypeObject *plan_type;
+static Py_ssize_t plan_offsets[NUM_PLAN_FIELDS], step_index_offset, requests_offset;
+static PyObject *requests_name;
+
+static PyObject *bind_plan_type(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "bind_plan_type(cls): a class");
+        return NULL;
+    }
+    Py_ssize_t offsets[NUM_PLAN_FIELDS + 2];
+    for (int i = 0; i < NUM_PLAN_FIELDS + 2; i++) {
+        PyObject *name = i < NUM_PLAN_FIELDS ? plan_names[i] : i == NUM_PLAN_FIELDS ? step_index_name : requests_name;
+        offsets[i] = -1;
+        if (i == 0)  /* (num_seqs: a property, read from `requests`) */
+            continue;
+        PyObject *d = _PyType_Lookup((PyTypeObject *)cls, name);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            plan_type = NULL;  /* (no slot: every plan by name) */
+            Py_RETURN_FALSE;
+        }
+        offsets[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    memcpy(plan_offsets, offsets, sizeof(plan_offsets));
+    step_index_offset = offsets[NUM_PLAN_FIELDS];
+    requests_offset = offsets[NUM_PLAN_FIELDS + 1];
+    Py_XSETREF(plan_type, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_TRUE;
+}
+
+/* A plan's field i (-1: step_index): a new reference, at its slot where the plan is of the bound class. */
+static PyObject *plan_get(PyObject *plan, int i) {
+    if (Py_TYPE(plan) == plan_type) {
+        if (i == 0) {
+            PyObject *requests = *(PyObject **)((char *)plan + requests_offset);
+            if (requests != NULL) {
+                Py_ssize_t n = PyObject_Length(requests);
+                return n < 0 ? NULL : PyLong_FromSsize_t(n);
+            }
+        } else {
+            PyObject *v = *(PyObject **)((char *)plan + (i < 0 ? step_index_offset : plan_offsets[i]));
+            if (v != NULL)
+                return Py_NewRef(v);
+        }
+    }
+    return PyObject_GetAttr(plan, i < 0 ? step_index_name : plan_names[i]);
+}
+
 /* record(engine_index, plan, now, duration) -> whether the block is full. */
 static PyObject *StepBlock_record(StepBlock *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
@@ -258,7 +329,7 @@ static PyObject *StepBlock_record(StepBlock *self, PyObject *const *args, Py_ssi
     if (duration == -1.0 && PyErr_Occurred())
         return NULL;
     Py_INCREF(args[0]);
-    if (put(row, 0, args[0]) < 0 || put(row, 1, PyObject_GetAttr(plan, step_index_name)) < 0)
+    if (put(row, 0, args[0]) < 0 || put(row, 1, plan_get(plan, -1)) < 0)
         return NULL;
     row[2] = now;
     row[3] = now + duration;
@@ -266,7 +337,7 @@ static PyObject *StepBlock_record(StepBlock *self, PyObject *const *args, Py_ssi
     PyObject *used = NULL, *total = NULL;
     int column = 5;
     for (int i = 0; i < NUM_PLAN_FIELDS; i++, column++) {
-        PyObject *value = PyObject_GetAttr(plan, plan_names[i]);
+        PyObject *value = plan_get(plan, i);
         if (value == NULL)
             goto error;
         if (i == 5) {  /* len(preempted_request_ids) */
@@ -714,7 +785,9 @@ static PyTypeObject FinisherType = {
 
 /* run_loop(sim, handlers): `_Simulation.run`'s event loop without an early stop (simulator.py, the reference), with
  * the common step's handlers in C: a step's end (`end_step`, `end_step_streamed` of an API server of one process,
- * `next_step`) and a schedule (`schedule`) on a replica that is no pipeline's and no DP group's. Every other event,
+ * `next_step`) and a schedule (`schedule`) on a replica that is no pipeline's and no DP group's; and with one replica
+ * behind an API server of one process in an open loop, the requests' way in (`arrive`, `send`, `route`, `reach`,
+ * `enter`: the API server's `take_request` and `reach_s` called as the Python code calls them). Every other event,
  * and every uncommon turn of these two (an empty plan: `_Simulation.idle`; a step row block full or the steps'
  * sequences recorded: `_record_rest`; a finished request the compiled `Finisher` leaves to `Recorder.finished`; a
  * closed loop's freed slot: `request_seen` / `end_step`'s `send`; the served engine core's admissions:
@@ -728,7 +801,7 @@ static PyTypeObject FinisherType = {
  * Python's `<`). tests/test_compiled_sim.py runs both ways and compares every output. */
 
 static PyObject *one;
-static PyObject *n_heap, *n_replicas, *n_api, *n_recorder, *n_plan_time_s, *n_time_fn, *n_token_id, *n_progress, *n_max_in_flight, *n_host_overlaps, *n_specs, *n_plan, *n_num_steps, *n_num_outstanding, *n_schedule_pending, *n_in_transit, *n_num_done, *n_num_in_flight, *n_seq, *n_admit, *n_request_id, *n_num_emitting, *n_requests, *n_idle, *n_finished, *n_request_seen, *n_admission_s, *n_stream_outputs, *n_stamps, *n_scheduler, *n_schedule, *n_update, *n_engine_step_s, *n_row_of, *n_steps, *n_record_steps, *n_finisher, *n_last, *n_grow, *n_index, *n_block, *n_add_request;
+static PyObject *n_heap, *n_replicas, *n_api, *n_recorder, *n_plan_time_s, *n_time_fn, *n_token_id, *n_progress, *n_max_in_flight, *n_host_overlaps, *n_specs, *n_plan, *n_num_steps, *n_num_outstanding, *n_schedule_pending, *n_in_transit, *n_num_done, *n_num_in_flight, *n_seq, *n_admit, *n_request_id, *n_num_emitting, *n_requests, *n_idle, *n_finished, *n_request_seen, *n_admission_s, *n_stream_outputs, *n_stamps, *n_scheduler, *n_schedule, *n_update, *n_engine_step_s, *n_row_of, *n_steps, *n_record_steps, *n_finisher, *n_last, *n_grow, *n_index, *n_block, *n_add_request, *n_lag, *n_num_routed, *n_make_request, *n_prompts, *n_lazy, *n_source, *n_in_frontend, *n_api_ticket, *n_hop_waited, *n_take_request, *n_reach_s, *n_busy_hop_s, *n_sent, *n_replica, *n_arrival_s, *n_num_prompt_tokens, *n_process_of;
 static struct { PyObject **var; const char *name; } loop_names[] = {
     {&n_heap, "heap"},
     {&n_replicas, "replicas"},
@@ -772,11 +845,28 @@ static struct { PyObject **var; const char *name; } loop_names[] = {
     {&n_index, "index"},
     {&n_block, "_block"},
     {&n_add_request, "add_request"},
+    {&n_lag, "lag"},
+    {&n_num_routed, "num_routed"},
+    {&n_make_request, "make_request"},
+    {&n_prompts, "prompts"},
+    {&n_lazy, "lazy"},
+    {&n_source, "source"},
+    {&n_in_frontend, "in_frontend"},
+    {&n_api_ticket, "api_ticket"},
+    {&n_hop_waited, "hop_waited"},
+    {&n_take_request, "take_request"},
+    {&n_reach_s, "reach_s"},
+    {&n_busy_hop_s, "busy_hop_s"},
+    {&n_sent, "sent"},
+    {&n_replica, "replica"},
+    {&n_arrival_s, "arrival_s"},
+    {&n_num_prompt_tokens, "num_prompt_tokens"},
+    {&n_process_of, "process_of"},
 };
 
 /* An object's attributes read and written at their slots' offsets where its type is the one bound (a class with
  * these names in its __slots__: `_Replica`, `TimeSeries`), else by name (the same attributes). */
-#define MAX_SLOTS 5
+#define MAX_SLOTS 6
 typedef struct {
     PyTypeObject *type;  /* NULL: by name */
     int num;
@@ -847,12 +937,13 @@ static int slot_add(const Slots *s, PyObject *obj, int i, long delta) {
     return rc;
 }
 
-enum { R_PLAN, R_NUM_STEPS, R_NUM_OUTSTANDING, R_SCHEDULE_PENDING, R_IN_TRANSIT };
-static Slots rep_slots = {NULL, 5, {&n_plan, &n_num_steps, &n_num_outstanding, &n_schedule_pending, &n_in_transit}, {0}};
+enum { R_PLAN, R_NUM_STEPS, R_NUM_OUTSTANDING, R_SCHEDULE_PENDING, R_IN_TRANSIT, R_LAG };
+static Slots rep_slots = {NULL, 6, {&n_plan, &n_num_steps, &n_num_outstanding, &n_schedule_pending, &n_in_transit,
+                                    &n_lag}, {0}};
 enum { T_VALUES, T_NUM, T_ASCENDING, T_LAST };
 static Slots series_slots = {NULL, 4, {&name_values, &name_num, &name_ascending, &n_last}, {0}};
-enum { S_SEQ, S_NUM_DONE, S_NUM_IN_FLIGHT };
-static Slots sim_slots = {NULL, 3, {&n_seq, &n_num_done, &n_num_in_flight}, {0}};
+enum { S_SEQ, S_NUM_DONE, S_NUM_IN_FLIGHT, S_NUM_ROUTED };
+static Slots sim_slots = {NULL, 4, {&n_seq, &n_num_done, &n_num_in_flight, &n_num_routed}, {0}};
 
 typedef struct {
     PyObject *replica, *index, *schedule, *update, *add_request, *stamps, *stream_outputs;  /* stream_outputs: NULL without api */
@@ -862,6 +953,13 @@ typedef struct {
 typedef struct {
     PyObject *sim, *handlers, *heap, *recorder, *plan_time_s, *time_fn, *token_id, *progress, *num_specs;
     PyObject *row_of, *finisher, *block, *steps_rows, *record_rest, *zero, *false_, *step_end, *schedule_prio;
+    /* The request's way in (`arrive`, `send`, `route`, `reach`, `enter`): where `requests_in` (one replica behind an
+     * API server of one process, an open loop), else the Python handlers. */
+    int requests_in;
+    PyObject *specs, *lazy, *source, *in_frontend, *api_ticket, *hop_waited, *api0, *take_request, *reach_s;
+    PyObject *arrival_prio, *reach_prio;
+    Py_buffer sent, replica_col;
+    int num_views;
     int has_api, closed, host_overlaps, record_steps;
     Py_ssize_t num_reps;
     Rep *reps;
@@ -956,13 +1054,11 @@ static PyObject *heap_pop(PyObject *heap) {
 }
 
 /* heapq.heappush(heap, (time_s, priority, sim.seq, payload)); sim.seq += 1. Steals nothing. */
-static int push(Loop *L, double time_s, PyObject *priority, PyObject *payload) {
+static int push_obj(Loop *L, PyObject *time_obj, PyObject *priority, PyObject *payload) {
     PyObject *seq = slot_get(&sim_slots, L->sim, S_SEQ);
     if (seq == NULL)
         return -1;
-    PyObject *t = PyFloat_FromDouble(time_s);
-    PyObject *entry = t ? PyTuple_Pack(4, t, priority, seq, payload) : NULL;
-    Py_XDECREF(t);
+    PyObject *entry = PyTuple_Pack(4, time_obj, priority, seq, payload);
     if (entry == NULL) {
         Py_DECREF(seq);
         return -1;
@@ -977,6 +1073,15 @@ static int push(Loop *L, double time_s, PyObject *priority, PyObject *payload) {
         Py_XDECREF(next);
     }
     Py_DECREF(seq);
+    return rc;
+}
+
+static int push(Loop *L, double time_s, PyObject *priority, PyObject *payload) {
+    PyObject *t = PyFloat_FromDouble(time_s);
+    if (t == NULL)
+        return -1;
+    int rc = push_obj(L, t, priority, payload);
+    Py_DECREF(t);
     return rc;
 }
 
@@ -1313,6 +1418,202 @@ done:
     return rc;
 }
 
+/* `enter(now, replica, request)` (no `ending`): the request reaches the replica's engine core. */
+static int enter(Loop *L, Rep *r, PyObject *now_obj, PyObject *request) {
+    PyObject *plan = slot_get(&rep_slots, r->replica, R_PLAN);
+    if (plan == NULL)
+        return -1;
+    int idle = plan == Py_None;
+    Py_DECREF(plan);
+    int rc;
+    PyObject *lag = NULL;
+    if (!idle && (lag = slot_get(&rep_slots, r->replica, R_LAG)) == NULL)
+        return -1;
+    int no_lag = lag != NULL && PyLong_CheckExact(lag) && PyLong_AsLong(lag) == 0;
+    if (lag != NULL && !PyLong_CheckExact(lag)) {  /* (`lag == 0` of another type) */
+        no_lag = PyObject_RichCompareBool(lag, L->zero, Py_EQ);
+        if (no_lag < 0) {
+            Py_DECREF(lag);
+            return -1;
+        }
+    }
+    if (idle || no_lag)
+        rc = call_discard(PyObject_CallOneArg(r->add_request, request));
+    else {  /* replica.in_transit.append([request, replica.lag]) */
+        PyObject *in_transit = slot_get(&rep_slots, r->replica, R_IN_TRANSIT);
+        PyObject *entry = in_transit ? PyList_New(2) : NULL;
+        if (entry != NULL) {
+            Py_INCREF(request);
+            PyList_SET_ITEM(entry, 0, request);
+            Py_INCREF(lag);
+            PyList_SET_ITEM(entry, 1, lag);
+            rc = PyList_Check(in_transit) ? PyList_Append(in_transit, entry)
+                                          : call_discard(PyObject_CallMethod(in_transit, "append", "O", entry));
+            Py_DECREF(entry);
+        } else
+            rc = -1;
+        Py_XDECREF(in_transit);
+    }
+    Py_XDECREF(lag);
+    if (rc == 0 && idle)
+        rc = wake(L, r, now_obj);
+    return rc;
+}
+
+/* An item of a float64 (or int64) array: its buffer's element `index` (bounds checked). */
+static int put_double(Py_buffer *view, Py_ssize_t index, double v) {
+    if (index < 0 || index >= view->shape[0]) {
+        PyErr_SetString(PyExc_IndexError, "run_loop: a request row out of range");
+        return -1;
+    }
+    ((double *)view->buf)[index] = v;
+    return 0;
+}
+
+/* `arrive(now, index)` of an open loop, its `send` and `route` to the one replica behind its API server. */
+static int loop_arrive(Loop *L, PyObject *now_obj, PyObject *index_obj) {
+    Py_ssize_t index = PyLong_AsSsize_t(index_obj);
+    if (index == -1 && PyErr_Occurred())
+        return -1;
+    Py_ssize_t num_specs = PyList_GET_SIZE(L->specs);
+    if (index < 0 || index >= num_specs) {
+        PyErr_SetString(PyExc_IndexError, "run_loop: no such request");
+        return -1;
+    }
+    PyObject *spec = PyList_GET_ITEM(L->specs, index);  /* (borrowed: the list is the simulation's, not changed) */
+    Py_INCREF(spec);
+    PyObject *request = NULL, *source = NULL, *taken = NULL, *ticket = NULL, *next_index = NULL, *tokens = NULL;
+    int rc = -1;
+    if (index + 1 < num_specs) {  /* push(specs[index + 1].arrival_s, _ARRIVAL, index + 1) */
+        PyObject *arrival = PyObject_GetAttr(PyList_GET_ITEM(L->specs, index + 1), n_arrival_s);
+        next_index = arrival ? PyLong_FromSsize_t(index + 1) : NULL;
+        int pushed = next_index ? push_obj(L, arrival, L->arrival_prio, next_index) : -1;
+        Py_XDECREF(arrival);
+        if (pushed < 0)
+            goto done;
+    }
+    /* send(now, index) */
+    if (slot_add(&sim_slots, L->sim, S_NUM_IN_FLIGHT, 1) < 0
+        || put_double(&L->sent, index, PyFloat_AS_DOUBLE(now_obj)) < 0)
+        goto done;
+    if ((source = PyObject_CallOneArg(L->source, index_obj)) == NULL)
+        goto done;
+    PyObject *lazy_args[3] = {spec, source, now_obj};
+    if ((request = PyObject_Vectorcall(L->lazy, lazy_args, 3, NULL)) == NULL)
+        goto done;
+    /* route(index): the one replica */
+    Rep *r = &L->reps[0];
+    if (slot_add(&sim_slots, L->sim, S_NUM_ROUTED, 1) < 0)
+        goto done;
+    if (index >= L->replica_col.shape[0]) {
+        PyErr_SetString(PyExc_IndexError, "run_loop: a request row out of range");
+        goto done;
+    }
+    ((int64_t *)L->replica_col.buf)[index] = 0;  /* recorder.replica[index] = replica.index */
+    if (slot_add(&rep_slots, r->replica, R_NUM_OUTSTANDING, 1) < 0)
+        goto done;
+    if ((tokens = PyObject_GetAttr(spec, n_num_prompt_tokens)) == NULL)
+        goto done;
+    PyObject *take_args[2] = {now_obj, tokens};
+    if ((taken = PyObject_Vectorcall(L->take_request, take_args, 2, NULL)) == NULL)
+        goto done;
+    if (!PyTuple_CheckExact(taken) || PyTuple_GET_SIZE(taken) != 3) {
+        PyErr_SetString(PyExc_TypeError, "take_request: (process, ticket, reach_s)");
+        goto done;
+    }
+    if (PyDict_SetItem(L->in_frontend, index_obj, request) < 0)
+        goto done;
+    if ((ticket = PyTuple_Pack(3, r->replica, PyTuple_GET_ITEM(taken, 0), PyTuple_GET_ITEM(taken, 1))) == NULL
+        || PyDict_SetItem(L->api_ticket, index_obj, ticket) < 0)
+        goto done;
+    rc = push_obj(L, PyTuple_GET_ITEM(taken, 2), L->reach_prio, index_obj);
+done:
+    Py_DECREF(spec);
+    Py_XDECREF(request);
+    Py_XDECREF(source);
+    Py_XDECREF(taken);
+    Py_XDECREF(ticket);
+    Py_XDECREF(next_index);
+    Py_XDECREF(tokens);
+    return rc;
+}
+
+/* `reach(now, index)` behind the one replica's API server of one process. */
+static int loop_reach(Loop *L, PyObject *now_obj, PyObject *index_obj) {
+    Rep *r = &L->reps[0];
+    PyObject *ticket = PyDict_GetItemWithError(L->api_ticket, index_obj);  /* (borrowed) */
+    if (ticket == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, index_obj);
+        return -1;
+    }
+    if (!PyTuple_CheckExact(ticket) || PyTuple_GET_SIZE(ticket) != 3 || PyTuple_GET_ITEM(ticket, 0) != r->replica) {
+        PyErr_SetString(PyExc_TypeError, "run_loop: a ticket (replica, process, ticket)");
+        return -1;
+    }
+    Py_INCREF(ticket);
+    int rc = -1;
+    int waited = PySet_Contains(L->hop_waited, index_obj);
+    if (waited < 0)
+        goto done;
+    if (waited) {
+        if (PySet_Discard(L->hop_waited, index_obj) < 0)
+            goto done;
+    } else {
+        PyObject *reach_args[3] = {now_obj, PyTuple_GET_ITEM(ticket, 1), PyTuple_GET_ITEM(ticket, 2)};
+        PyObject *reach_s = PyObject_Vectorcall(L->reach_s, reach_args, 3, NULL);
+        if (reach_s == NULL)
+            goto done;
+        int later = PyFloat_CheckExact(reach_s) ? PyFloat_AS_DOUBLE(reach_s) > PyFloat_AS_DOUBLE(now_obj)
+                                                : PyObject_RichCompareBool(reach_s, now_obj, Py_GT);
+        if (later != 0) {
+            rc = later < 0 ? -1 : push_obj(L, reach_s, L->reach_prio, index_obj);
+            Py_DECREF(reach_s);
+            goto done;
+        }
+        Py_DECREF(reach_s);
+        /* if api.busy_hop_s > 0 and replica.plan is not None: wait for the engine core's core */
+        PyObject *hop = PyObject_GetAttr(L->api0, n_busy_hop_s);
+        if (hop == NULL)
+            goto done;
+        int positive = PyObject_RichCompareBool(hop, L->zero, Py_GT);
+        int busy = 0;
+        if (positive > 0) {
+            PyObject *plan = slot_get(&rep_slots, r->replica, R_PLAN);
+            busy = plan == NULL ? -1 : plan != Py_None;
+            Py_XDECREF(plan);
+        }
+        if (positive < 0 || busy < 0) {
+            Py_DECREF(hop);
+            goto done;
+        }
+        if (busy) {
+            PyObject *at = PyNumber_Add(now_obj, hop);
+            rc = at == NULL || PySet_Add(L->hop_waited, index_obj) < 0 ? -1 : push_obj(L, at, L->reach_prio, index_obj);
+            Py_XDECREF(at);
+            Py_DECREF(hop);
+            goto done;
+        }
+        Py_DECREF(hop);
+    }
+    if (PyDict_DelItem(L->api_ticket, index_obj) < 0)
+        goto done;
+    PyObject *request = PyDict_GetItemWithError(L->in_frontend, index_obj);
+    if (request == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, index_obj);
+        goto done;
+    }
+    Py_INCREF(request);
+    rc = PyDict_DelItem(L->in_frontend, index_obj);
+    if (rc == 0)
+        rc = enter(L, r, now_obj, request);
+    Py_DECREF(request);
+done:
+    Py_DECREF(ticket);
+    return rc;
+}
+
 static void loop_release(Loop *L) {
     for (Py_ssize_t i = 0; i < L->num_reps; i++) {
         Rep *r = &L->reps[i];
@@ -1325,8 +1626,15 @@ static void loop_release(Loop *L) {
         Py_XDECREF(r->stream_outputs);
     }
     PyMem_Free(L->reps);
+    if (L->num_views > 0)
+        PyBuffer_Release(&L->sent);
+    if (L->num_views > 1)
+        PyBuffer_Release(&L->replica_col);
+    L->num_views = 0;
     PyObject **owned[] = {&L->heap, &L->recorder, &L->plan_time_s, &L->time_fn, &L->token_id, &L->progress,
-                          &L->num_specs, &L->row_of, &L->finisher, &L->block, &L->steps_rows};
+                          &L->num_specs, &L->row_of, &L->finisher, &L->block, &L->steps_rows, &L->specs, &L->lazy,
+                          &L->source, &L->in_frontend, &L->api_ticket, &L->hop_waited, &L->api0, &L->take_request,
+                          &L->reach_s, &L->arrival_prio, &L->reach_prio};
     for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
         Py_CLEAR(*owned[i]);
 }
@@ -1341,6 +1649,66 @@ static PyObject *get_double(PyObject *obj, PyObject *name, double *out) {
         return NULL;
     }
     return v;
+}
+
+/* Whether the requests' way in runs here (`requests_in`): one replica behind an API server of one process, an open
+ * loop, the specs a list, the recorder's `sent` and `replica` float64 / int64 arrays. 0, or -1 on error. */
+static int setup_requests_in(Loop *L, PyObject *api, PyObject *specs) {
+    L->requests_in = 0;
+    if (!L->has_api || L->num_reps != 1 || L->closed || !PyList_CheckExact(specs) || !PyList_CheckExact(api))
+        return 0;
+    PyObject *process_of = PyObject_GetAttr(L->sim, n_process_of);
+    if (process_of == NULL)
+        return -1;
+    int one_process = process_of == Py_None;
+    Py_DECREF(process_of);
+    if (!one_process)
+        return 0;
+    PyObject *make_request = PyObject_GetAttr(L->sim, n_make_request);
+    PyObject *prompts = make_request ? PyObject_GetAttr(L->sim, n_prompts) : NULL;
+    if (prompts != NULL) {
+        L->lazy = PyObject_GetAttr(make_request, n_lazy);
+        L->source = L->lazy ? PyObject_GetAttr(prompts, n_source) : NULL;
+    }
+    Py_XDECREF(make_request);
+    Py_XDECREF(prompts);
+    if (L->source == NULL || (L->in_frontend = PyObject_GetAttr(L->sim, n_in_frontend)) == NULL
+        || (L->api_ticket = PyObject_GetAttr(L->sim, n_api_ticket)) == NULL
+        || (L->hop_waited = PyObject_GetAttr(L->sim, n_hop_waited)) == NULL)
+        return -1;
+    L->api0 = Py_NewRef(PyList_GET_ITEM(api, 0));
+    if ((L->take_request = PyObject_GetAttr(L->api0, n_take_request)) == NULL
+        || (L->reach_s = PyObject_GetAttr(L->api0, n_reach_s)) == NULL)
+        return -1;
+    if (!PyDict_CheckExact(L->in_frontend) || !PyDict_CheckExact(L->api_ticket) || !PyAnySet_CheckExact(L->hop_waited))
+        return 0;
+    PyObject *sent = PyObject_GetAttr(L->recorder, n_sent);
+    if (sent == NULL)
+        return -1;
+    int rc = PyObject_GetBuffer(sent, &L->sent, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
+    Py_DECREF(sent);
+    if (rc < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    L->num_views = 1;
+    PyObject *column = PyObject_GetAttr(L->recorder, n_replica);
+    if (column == NULL)
+        return -1;
+    rc = PyObject_GetBuffer(column, &L->replica_col, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
+    Py_DECREF(column);
+    if (rc < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    L->num_views = 2;
+    Py_buffer *a = &L->sent, *b = &L->replica_col;
+    if (a->ndim != 1 || a->format == NULL || strcmp(a->format, "d") != 0 || b->ndim != 1 || b->itemsize != 8
+        || b->format == NULL || (strcmp(b->format, "l") != 0 && strcmp(b->format, "q") != 0))
+        return 0;
+    L->specs = Py_NewRef(specs);
+    L->requests_in = 1;
+    return 0;
 }
 
 /* run_loop(sim, handlers, record_rest) -> True once the loop has run; False, having run nothing, where the recorder's
@@ -1444,7 +1812,12 @@ static PyObject *mod_run_loop(PyObject *self, PyObject *const *args, Py_ssize_t 
     L.zero = PyLong_FromLong(0);
     L.step_end = PyLong_FromLong(0);
     L.schedule_prio = PyLong_FromLong(4);
-    if (L.zero == NULL || L.step_end == NULL || L.schedule_prio == NULL)
+    L.arrival_prio = PyLong_FromLong(2);
+    L.reach_prio = PyLong_FromLong(3);
+    if (L.zero == NULL || L.step_end == NULL || L.schedule_prio == NULL || L.arrival_prio == NULL
+        || L.reach_prio == NULL)
+        goto done;
+    if (setup_requests_in(&L, api, specs) < 0)
         goto done;
     PyObject *heap = L.heap;
     while (PyList_GET_SIZE(heap)) {
@@ -1461,6 +1834,9 @@ static PyObject *mod_run_loop(PyObject *self, PyObject *const *args, Py_ssize_t 
         int rc;
         if (priority == -1 && PyErr_Occurred())
             rc = -1;
+        else if ((priority == 2 || priority == 3) && L.requests_in && PyFloat_CheckExact(now_obj)
+                 && PyLong_CheckExact(payload))
+            rc = priority == 2 ? loop_arrive(&L, now_obj, payload) : loop_reach(&L, now_obj, payload);
         else if ((priority == 0 || priority == 4) && PyFloat_CheckExact(now_obj) && PyLong_CheckExact(payload)) {
             Py_ssize_t index = PyLong_AsSsize_t(payload);
             if (index < 0 || index >= n) {
@@ -1490,13 +1866,15 @@ done:
     Py_XDECREF(L.zero);
     Py_XDECREF(L.step_end);
     Py_XDECREF(L.schedule_prio);
-    loop_release(&L);
+    loop_release(&L);  /* (arrival_prio, reach_prio, specs and the views too) */
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"runs", (PyCFunction)(void (*)(void))mod_runs, METH_FASTCALL,
      "runs(values, num, ascending, times): a finished request's runs of stamps (Segments.add's shortcuts), or None"},
+    {"bind_plan_type", (PyCFunction)bind_plan_type, METH_O,
+     "bind_plan_type(StepPlan): the step rows read a plan of that class at its slots (True), or by name (False)"},
     {"run_loop", (PyCFunction)(void (*)(void))mod_run_loop, METH_FASTCALL,
      "run_loop(sim, handlers, record_rest): _Simulation.run's loop, its common step in C (False: not run)"},
     {"ordered_sum", (PyCFunction)(void (*)(void))mod_ordered_sum, METH_FASTCALL,
@@ -1514,7 +1892,8 @@ PyMODINIT_FUNC PyInit__simcore(void) {
     for (int i = 0; i < NUM_PLAN_FIELDS; i++)
         if ((plan_names[i] = PyUnicode_InternFromString(plan_fields[i])) == NULL)
             return NULL;
-    if ((step_index_name = PyUnicode_InternFromString("step_index")) == NULL)
+    if ((step_index_name = PyUnicode_InternFromString("step_index")) == NULL
+        || (requests_name = PyUnicode_InternFromString("requests")) == NULL)
         return NULL;
     if (PyType_Ready(&StepBlockType) < 0 || PyType_Ready(&FinisherType) < 0)
         return NULL;

@@ -13,6 +13,7 @@ import numpy as np
 
 from engine.core import metrics
 from engine.core.request import Request
+from engine.core.step_plan import StepPlan
 from engine.core.step_record import StepRecords, StepSequences
 from roofline.sim.metrics import InterTokenLatencies, SummaryOptions, summarize
 from roofline.sim.native import COMPILED, _simcore
@@ -22,6 +23,9 @@ from roofline.sim.workload import RequestSpec
 
 if TYPE_CHECKING:
     import pandas as pd
+
+if _simcore is not None:  # the step rows read a StepPlan's fields at its slots (roofline/sim/_simcore.c)
+    _simcore.bind_plan_type(StepPlan)
 
 
 @dataclass

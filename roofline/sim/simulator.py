@@ -350,7 +350,8 @@ class _Simulation:
 
     def compiled_loop(self) -> bool:
         """Whether `run` (without an early stop) runs in C (roofline/sim/_simcore.c `run_loop`: the loop and the
-        common step's handlers, `end_step` / `end_step_streamed` / `next_step` / `schedule`, the same statements, the
+        common step's handlers, `end_step` / `end_step_streamed` / `next_step` / `schedule`, and with one replica
+        behind an API server of one process in an open loop `arrive` / `send` / `reach`; the same statements, the
         Python code the reference): compiled, every replica an engine of its own (no pipeline, no DP group), its step
         rows the compiled block's, and an API server of one process per replica or none (then an open loop)."""
         if not COMPILED or self.recorder.steps.record is None or self.seen_times is not None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -215,6 +215,8 @@ class WeightedValues:
     # length), `sum_in_order(mean)` (numpy's sum of its squared deviations from `mean`, its length), the same floats
     # without making the array; None: the array is made.
     sum_in_order: Callable[[float | None], tuple[float, int]] | None = None
+    # The mean by `math.fsum`, once made (the standard deviation reads it too).
+    _fsum_mean: list[float] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def of(cls, values: np.ndarray, counts: np.ndarray, in_order: Callable[[], np.ndarray] | None = None,
@@ -240,7 +242,9 @@ class WeightedValues:
             return total / n if n else math.nan
         if self.in_order is not None:
             return float(np.mean(self.in_order()))
-        return math.fsum((self.values * self.counts).tolist()) / len(self)
+        if not self._fsum_mean:
+            self._fsum_mean.append(math.fsum((self.values * self.counts).tolist()) / len(self))
+        return self._fsum_mean[0]
 
     def std(self) -> float:
         """The population standard deviation: numpy's `std` of the values in order where `in_order` is given, else
@@ -333,6 +337,8 @@ class TokenTimes:
         # An array of gaps in some order that its user overwrote and gave back (`values`' `consume_in_order`), to
         # join the next order's slices into.
         self._spare: np.ndarray | None = None
+        # All rows' gaps as a multiset without an order (above EXACT_ORDER_MAX_GAPS), made once (`values`).
+        self._pooled: WeightedValues | None = None
 
     @property
     def num_gaps(self) -> int:
@@ -345,6 +351,8 @@ class TokenTimes:
         finishing order (`InterTokenLatencies.values`), or by request row (`by_request`:
         `InterTokenLatencies.values_by_request`)."""
         assert rows is None or not by_request, "by request: all of them"
+        if rows is None and self._pooled is not None:  # (no order kept: one multiset, whichever order was asked)
+            return self._pooled
         in_order = consume_in_order = sum_in_order = None
         if COMPILED and self.num_gaps <= EXACT_ORDER_MAX_GAPS:  # the mean's and std's sums in that order, no array
             sources, is_across, lo, hi, piece_rows, piece_lengths = self._piece_bounds(rows)
@@ -405,9 +413,12 @@ class TokenTimes:
         steps = self.times[1:] - self.times[:-1]
         same = np.flatnonzero(row[1:] == row[:-1])  # a request's next run: the gap across a preemption
         across = self.times[start[same + 1]] - self.times[start[same] + length[same] - 1]
-        return WeightedValues.of(np.concatenate((steps, across)),
-                                 np.concatenate((counts, np.ones(len(across), dtype=np.int64))), in_order,
-                                 consume_in_order, sum_in_order)
+        pooled = WeightedValues.of(np.concatenate((steps, across)),
+                                   np.concatenate((counts, np.ones(len(across), dtype=np.int64))), in_order,
+                                   consume_in_order, sum_in_order)
+        if rows is None and in_order is None and sum_in_order is None:
+            self._pooled = pooled  # (above EXACT_ORDER_MAX_GAPS: the next call of all rows, in either order, takes it)
+        return pooled
 
     def tokens_at_stamps(self) -> np.ndarray:
         """How many tokens were stamped with each entry of `times`."""
