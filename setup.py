@@ -1,6 +1,7 @@
 """The optional C extensions engine.core._kvcore (the compiled block pool and KV cache manager,
 engine/core/compiled_kv.py), roofline.cost._stepcost (the step cost's GPU full-attention paths,
-roofline/cost/native.py), roofline.sim._simcore (a finished request's runs of stamps, roofline/sim/native.py), and
+roofline/cost/native.py), roofline.sim._simcore (a finished request's runs of stamps, roofline/sim/native.py),
+roofline.sim._apicore (the API server's threads, roofline/sim/api_server.py), and
 for `--out` engine.core._steprec (the steps' sequences, engine/core/step_record.py) and roofline.sim._csvrows (the
 CSV rows, roofline/sim/outputs.py); everything else is in pyproject.toml.
 
@@ -35,6 +36,13 @@ setup(
         Extension(
             "roofline.sim._simcore",
             sources=["roofline/sim/_simcore.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-ffp-contract=off"],
+        ),
+        # (no fused multiply-adds: the API server's times are the Python code's floats)
+        Extension(
+            "roofline.sim._apicore",
+            sources=["roofline/sim/_apicore.c"],
             optional=True,
             extra_compile_args=["-O2", "-ffp-contract=off"],
         ),
