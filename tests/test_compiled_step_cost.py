@@ -34,6 +34,8 @@ _PROBE = ("from roofline.sim.deployment import make_deployment; from roofline.en
           "print(type(make_deployment('llama-3.1-8b', 'h100-sxm', EngineArgs()).cost_model._core).__name__)")
 
 requires_build = pytest.mark.skipif(not native.BUILT, reason="roofline.cost._stepcost is not built")
+# (in use: built and not turned off by ROOFLINE_PURE_PYTHON)
+requires_compiled = pytest.mark.skipif(not native.COMPILED, reason="roofline.cost._stepcost is not built or selected")
 
 
 def _compiler_found() -> bool:
@@ -63,7 +65,7 @@ def test_in_use_when_built_and_off_by_the_environment():
         assert _run(["-c", _PROBE], ROOFLINE_PURE_PYTHON=value).strip() == "NoneType"
 
 
-@requires_build
+@requires_compiled
 def test_only_the_gpu_full_attention_paths_are_compiled():
     assert StepCostModel(SPEC, H100, BF16)._core is not None
     assert StepCostModel(replace(SPEC, sliding_window=512), H100, BF16)._core is None
@@ -76,7 +78,7 @@ def _pair(hw, quant, tp):
     return compiled, reference
 
 
-@requires_build
+@requires_compiled
 @pytest.mark.parametrize("hw,quant,tp", [
     (H100, BF16, 1), (SERIAL_H100, BF16, 1), (H100, FP8_KV, 2), (EAGER_SERIAL_H100, BF16, 1),
     (load_profile("b200"), BF16, 1), (load_profile("l40s"), FP8, 1), (load_profile("a100-80gb-sxm"), BF16, 4)])
@@ -100,7 +102,7 @@ def test_the_compiled_paths_give_the_python_floats(hw, quant, tp):
             assert a == b and np.float64(a).tobytes() == np.float64(b).tobytes()
 
 
-@requires_build
+@requires_compiled
 def test_a_negative_context_is_refused_by_the_python_code():
     compiled, _ = _pair(H100, BF16, 1)
     with pytest.raises(AssertionError, match="context lengths"):
@@ -114,7 +116,7 @@ def test_a_simulation_prints_the_same_bytes_with_and_without_it():
     assert _run(args, ROOFLINE_PURE_PYTHON="") == _run(args, ROOFLINE_PURE_PYTHON="1")
 
 
-@requires_build
+@requires_compiled
 def test_a_plan_is_timed_from_its_fields_with_time_s_floats():
     # `plan_time_fn` (what the simulator calls once a step) on every plan of a run with preemptions, against the
     # Python code's `time_s`: the same floats; the steps of decodes only timed in C (time_s not called for them).
@@ -152,3 +154,70 @@ def test_a_plan_is_timed_from_its_fields_with_time_s_floats():
     assert int(result.request_table["num_preemptions"].sum()) > 0
     assert len(decode_only) > 100
     assert len(called) < len(result.step_table["step_index"]) - len(decode_only) + 20  # (a count's first step)
+
+
+def _plan(rng, bulk: str):
+    """A StepPlan of random rows: bulk rows of decodes only, bulk rows with prefill chunks (out of row order, some of
+    one query token), or none; then admitted sequences (prefill chunks and single tokens)."""
+    from engine.core.step_plan import ColumnRows, StepPlan
+
+    plan = StepPlan(0)
+    n = int(rng.integers(1, 300))
+    off = rng.integers(1, 5000, n).tolist()
+    plan.requests = [None] * n  # type: ignore[list-item]  # (only their number is read)
+    num_tokens = prefill_tokens = 0
+    if bulk == "decodes":
+        plan.add_running_columns(plan.requests, ColumnRows(off, 1, 16, [], list(range(n)), []), sum(off), n, 0,
+                                 longest_decode=lambda: max(off))
+        num_tokens = n
+    elif bulk == "chunks":
+        rows = rng.choice(n, size=min(n, int(rng.integers(1, 40))), replace=False).tolist()
+        prefill_rows = [(row, int(rng.integers(0, 3000)), int(rng.choice([1, 2, 700, 4000])), 9) for row in rows]
+        context = list(off)
+        query = [1] * n
+        for row, ctx, q, _ in prefill_rows:
+            context[row], query[row] = ctx, q
+        num_tokens, prefill_tokens = sum(query), sum(q for _, _, q, _ in prefill_rows if q > 1)
+        plan.add_running_columns(plan.requests, ColumnRows(off, 1, 16, prefill_rows, list(range(n)), []),
+                                 sum(context), num_tokens, prefill_tokens)
+    else:
+        plan.requests = []
+    plan.num_emitting_seqs = len(plan.requests)
+    for _ in range(int(rng.integers(1, 6))):  # admissions after the bulk rows (`add_seq`'s columns)
+        q = int(rng.choice([1, 3, 512, 2048]))
+        plan.requests.append(None)  # type: ignore[arg-type]
+        plan._query.append(q)
+        plan._context.append(int(rng.integers(0, 9000)))
+        emits = bool(rng.random() < 0.7)
+        plan._emits.append(emits)
+        plan.num_emitting_seqs += emits
+        num_tokens += q
+        prefill_tokens += q if q > 1 else 0
+    plan.num_batched_tokens, plan.num_prefill_tokens = num_tokens, max(prefill_tokens, 1)
+    return plan
+
+
+@requires_compiled
+@pytest.mark.parametrize("hw", [H100, SERIAL_H100])
+def test_a_plan_with_prefills_is_timed_from_its_slots_with_time_s_floats(hw):
+    """`plan_s` of StepPlans with prefills (bulk rows of decodes, bulk rows with prefill chunks out of row order,
+    none): `time_s`'s floats bit for bit, `time_s` called only for a count's first step (its parts handed over) and
+    for a plan without bulk rows (the arrays' path)."""
+    compiled, reference = _pair(hw, BF16, 1)
+    timed = compiled.plan_time_fn().func  # type: ignore[attr-defined]
+    rng = np.random.default_rng(5)
+    called = []
+
+    def time_s(shape):
+        called.append(shape)
+        return compiled.time_s(shape)
+
+    for i in range(300):
+        plan = _plan(rng, ("decodes", "chunks", "none")[i % 3])
+        expected = reference.time_s(plan)
+        first = timed(time_s, plan)
+        num_called = len(called)
+        again = timed(time_s, plan)  # (every count's parts set now: in C)
+        assert len(called) == num_called or not plan._columns
+        assert np.float64(first).tobytes() == np.float64(expected).tobytes() == np.float64(again).tobytes()
+    assert len(called) < 300 + 200

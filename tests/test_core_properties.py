@@ -116,7 +116,7 @@ def _run(config, cache, requests, check=True, constant=None, fast_paths=True, im
         plan = sched.schedule(float(step))
         if check:
             _check_step(sched, plan, config)
-        assert plan.num_emitting_seqs == sum(plan.emits)
+        assert plan.num_emitting_seqs == sum(plan.emits) and plan.num_seqs == len(plan.requests)
         sums = plan.seq_sums()  # what the simulator costs a step by, where the fast path can tell without arrays
         q, c, _ = plan.seq_arrays()
         assert plan.num_context_tokens == int(c.sum())

@@ -953,13 +953,10 @@ done:
 /* ready_prompt(prompt, num_prompt_tokens, ndarray): whether `prompt` is exactly a numpy array of `num_prompt_tokens`
    int64 ids >= 0, read-only, C-contiguous: what `Request._load_prompt` keeps as it is (its checks, without numpy's
    calls; False: the Python code decides, and raises where it must). */
-static PyObject *mod_ready_prompt(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "ready_prompt(prompt, num_prompt_tokens, ndarray)"); return NULL; }
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    if (n == -1 && PyErr_Occurred()) return NULL;
-    if ((PyObject *)Py_TYPE(args[0]) != args[2]) Py_RETURN_FALSE;
+static int prompt_ready(PyObject *prompt, Py_ssize_t n, PyObject *ndarray) {
+    if ((PyObject *)Py_TYPE(prompt) != ndarray) return 0;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) { PyErr_Clear(); Py_RETURN_FALSE; }
+    if (PyObject_GetBuffer(prompt, &view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) { PyErr_Clear(); return 0; }
     const char *fmt = view.format ? view.format : "B";
     if (*fmt == '=' || *fmt == '@') fmt++;
     int ok = view.readonly && view.ndim == 1 && view.itemsize == 8 && (fmt[0] == 'l' || fmt[0] == 'q') && !fmt[1]
@@ -973,7 +970,14 @@ static PyObject *mod_ready_prompt(PyObject *Py_UNUSED(m), PyObject *const *args,
         ok = !(((a0 | a1 | a2 | a3) >> 63) != 0);
     }
     PyBuffer_Release(&view);
-    return PyBool_FromLong(ok);
+    return ok;
+}
+
+static PyObject *mod_ready_prompt(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "ready_prompt(prompt, num_prompt_tokens, ndarray)"); return NULL; }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(prompt_ready(args[0], n, args[2]));
 }
 
 static PyObject *mod_any_negative_id(PyObject *Py_UNUSED(m), PyObject *ids) {
@@ -1242,8 +1246,8 @@ static inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t b) { return -((-a) / 
 static PyTypeObject *req_type;
 static Py_ssize_t off_block_ids, off_block_ids_head, off_block_hashes, off_num_cached_blocks, off_cache_chain,
     off_sliding_block_ids, off_sliding_first_block, off_num_prompt_tokens, off_prompt, off_output_ids, off_num_computed,
-    off_cols;
-static PyObject *s_prompt, *s_output_ids, *s_num_computed, *s_cols;
+    off_cols, off_prompt_source;
+static PyObject *s_prompt, *s_output_ids, *s_num_computed, *s_cols, *s_prompt_source;
 
 static inline PyObject *req_get(PyObject *req, PyObject *name, Py_ssize_t off) {  /* new reference */
     if (Py_TYPE(req) == req_type) {
@@ -1277,7 +1281,7 @@ static PyObject *mod_bind_request_type(PyObject *Py_UNUSED(m), PyObject *cls) {
         {s_num_cached_blocks, &off_num_cached_blocks}, {s_cache_chain, &off_cache_chain},
         {s_sliding_block_ids, &off_sliding_block_ids}, {s_sliding_first_block, &off_sliding_first_block},
         {s_num_prompt_tokens, &off_num_prompt_tokens}, {s_prompt, &off_prompt}, {s_output_ids, &off_output_ids},
-        {s_num_computed, &off_num_computed}, {s_cols, &off_cols},
+        {s_num_computed, &off_num_computed}, {s_cols, &off_cols}, {s_prompt_source, &off_prompt_source},
     };
     req_type = NULL;
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
@@ -1332,6 +1336,8 @@ static int req_set_ssize(PyObject *req, PyObject *name, Py_ssize_t off, Py_ssize
 
 /* `KVCacheManager.ensure_block_hashes(req, n)`: the prompt's blocks hashed here (`hash_prompt_blocks`), the blocks
    of generated tokens past them by the Python method. */
+static PyObject *load_lazy_prompt(PyObject *req);
+
 static int kv_ensure(KV *kv, PyObject *req, Py_ssize_t n) {
     PyObject *hashes = RGET(req, block_hashes);
     if (!hashes) return -1;
@@ -1345,7 +1351,7 @@ static int kv_ensure(KV *kv, PyObject *req, Py_ssize_t n) {
         if (num_prompt_blocks > have) {
             PyObject *prompt = req_slot(req, off_prompt);
             if (prompt && prompt != Py_None) Py_INCREF(prompt);
-            else prompt = PyObject_GetAttr(req, s_prompt_array);  /* (loads a lazy request's prompt) */
+            else prompt = load_lazy_prompt(req);  /* (a lazy request's prompt: `prompt_array`) */
             int rc = prompt ? hash_prompt_blocks(hashes, prompt, num_prompt_blocks, kv->block_size) : -1;
             Py_XDECREF(prompt);
             if (rc < 0) { Py_DECREF(hashes); return -1; }
@@ -1749,11 +1755,11 @@ static PyTypeObject *plan_type, *colrows_type;
 static Py_ssize_t off_col_off, off_col_seq, off_request_id, off_max_num_tokens, off_stop_token_set, off_token_times,
     off_times_array;
 static Py_ssize_t off_p_preempted_request_ids, off_p_requests, off_p_columns, off_p_bulk_context_sum, off_p_bulk_decodes, off_p_num_batched_tokens,
-    off_p_num_prefill_tokens, off_p_num_decode_tokens, off_p_emits, off_p_num_emitting_seqs;
+    off_p_num_prefill_tokens, off_p_num_decode_tokens, off_p_emits, off_p_num_emitting_seqs, off_p_num_seqs;
 static Py_ssize_t off_cr_off, off_cr_num_updates, off_cr_block_size, off_cr_prefill_rows, off_cr_seq, off_cr_ids;
 static PyObject *s_col_off, *s_col_seq, *s_request_id, *s_max_num_tokens, *s_stop_token_set, *s_token_times,
     *s_times_array, *s_requests, *s_columns, *s_bulk_context_sum, *s_bulk_decodes, *s_num_batched_tokens,
-    *s_num_prefill_tokens, *s_num_decode_tokens, *s_emits, *s_num_emitting_seqs, *s_running, *s_num_running_without_output,
+    *s_num_prefill_tokens, *s_num_decode_tokens, *s_emits, *s_num_emitting_seqs, *s_num_seqs, *s_running, *s_num_running_without_output,
     *s_finish_request, *s_grow_times, *s_remove, *s_preempted_request_ids, *s_preempt_request;
 
 static inline PyObject *obj_get(PyObject *o, PyTypeObject *t, Py_ssize_t off, PyObject *name) {  /* new ref */
@@ -1829,6 +1835,7 @@ static PyObject *mod_bind_fast_path_types(PyObject *Py_UNUSED(m), PyObject *args
         {(PyTypeObject *)plan_cls, s_num_decode_tokens, &off_p_num_decode_tokens},
         {(PyTypeObject *)plan_cls, s_emits, &off_p_emits},
         {(PyTypeObject *)plan_cls, s_num_emitting_seqs, &off_p_num_emitting_seqs},
+        {(PyTypeObject *)plan_cls, s_num_seqs, &off_p_num_seqs},
     };
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (slot_offset(fields[i].cls, fields[i].name, fields[i].off) < 0) return NULL;
@@ -2660,6 +2667,7 @@ static PyObject *FP_schedule_running(FP *f, PyObject *const *args, Py_ssize_t na
     if (bad) { Py_DECREF(rows); goto done; }
     if (PSET_NEW(plan, requests, PyList_GetSlice(running, 0, PyList_GET_SIZE(running))) < 0
             || PSET_NEW(plan, num_emitting_seqs, PyLong_FromSsize_t(PyList_GET_SIZE(running))) < 0  /* (all emit) */
+            || PSET_NEW(plan, num_seqs, PyLong_FromSsize_t(PyList_GET_SIZE(running))) < 0
             || PSET_NEW(plan, columns, rows) < 0
             || PSET_NEW(plan, bulk_context_sum, PyLong_FromLongLong(context_sum)) < 0)
         goto done;
@@ -2974,7 +2982,8 @@ static const struct { const char *name; int kind; } plan_fields[] = {
     {"step_index", K_INDEX}, {"requests", K_LIST}, {"num_batched_tokens", K_ZERO}, {"num_prefill_tokens", K_ZERO},
     {"num_decode_tokens", K_ZERO}, {"preempted_request_ids", K_TUPLE}, {"admitted_request_ids", K_TUPLE},
     {"num_new_prefix_hit_tokens", K_ZERO}, {"num_kv_blocks_used", K_ZERO}, {"num_kv_blocks_total", K_ZERO},
-    {"num_running", K_ZERO}, {"num_waiting", K_ZERO}, {"num_emitting_seqs", K_ZERO}, {"_query", K_LIST},
+    {"num_running", K_ZERO}, {"num_waiting", K_ZERO}, {"num_emitting_seqs", K_ZERO}, {"num_seqs", K_ZERO},
+    {"_query", K_LIST},
     {"_context", K_LIST}, {"_emits", K_LIST},
     {"_num_blocks", K_LIST}, {"_bulk", K_NONE}, {"_columns", K_NONE}, {"_bulk_context_sum", K_NONE},
     {"_bulk_decodes", K_NONE}, {"_arrays", K_NONE}, {"_seqs", K_NONE}, {"_tables", K_NONE},
@@ -3222,7 +3231,7 @@ static int fp_schedule_waiting(FP *f, PyObject *plan, PyObject *running, PyObjec
     PyObject *blocked = PyObject_GetAttr(sched, s_blocked), *req = NULL, *hits = NULL, *admitted = NULL;
     PyObject *requests = NULL, *query = NULL, *context = NULL, *emits = NULL, *num_blocks = NULL;
     if (!blocked) return -1;
-    Py_ssize_t d_batched = 0, d_prefill = 0, d_decode = 0, d_hit = 0, d_first = 0, d_emit = 0;
+    Py_ssize_t d_batched = 0, d_prefill = 0, d_decode = 0, d_hit = 0, d_first = 0, d_emit = 0, d_seqs = 0;
     int rc = -1;
     while (nwait > 0 && budget > 0 && PyList_GET_SIZE(running) < f->max_num_seqs) {
         if (!(req = PySequence_GetItem(waiting, 0))) goto done;
@@ -3286,6 +3295,7 @@ static int fp_schedule_waiting(FP *f, PyObject *plan, PyObject *running, PyObjec
         Py_XDECREF(ids);
         if (held < 0) goto done;
         if (PyList_Append(requests, req) < 0) goto done;
+        d_seqs++;
         PyObject *q = PyLong_FromSsize_t(num_new), *c = PyLong_FromSsize_t(num_hit), *nbk = PyLong_FromSsize_t(held);
         int r = q && c && nbk ? 0 : -1;
         if (!r) r = PyList_Append(query, q);
@@ -3312,6 +3322,7 @@ static int fp_schedule_waiting(FP *f, PyObject *plan, PyObject *running, PyObjec
             || add_to_int(plan, plan_type, off_p_num_decode_tokens, s_num_decode_tokens, d_decode) < 0
             || add_to_int(plan, plan_type, off_p_num_new_prefix_hit_tokens, s_num_new_prefix_hit_tokens, d_hit) < 0
             || add_to_int(plan, plan_type, off_p_num_emitting_seqs, s_num_emitting_seqs, d_emit) < 0
+            || add_to_int(plan, plan_type, off_p_num_seqs, s_num_seqs, d_seqs) < 0
             || add_to_int(sched, NULL, 0, s_num_running_without_output, d_first) < 0)
         goto done;
     rc = 0;
@@ -3575,6 +3586,327 @@ static PyObject *mod_bind_lazy_request(PyObject *Py_UNUSED(m), PyObject *args) {
     return PyCFunction_New(&def, NULL);
 }
 
+/* ---- the simulator's requests and prompts made in C (roofline/sim/workload.py, the reference) ----
+
+   `PromptSources(stream, specs, gen, made, ndarray)`: `PromptStream.source` of the PromptStream `stream` (its specs,
+   its factory's TokenIdGenerator, its dict of prompts made ahead): called with a spec's index, a `PromptSource`,
+   which, called, gives the prompt `PromptStream._prompt(index)` gives. In C where the prompt is the next one in spec
+   order, of a spec with no shared prefix, session or trace blocks, and the generator's ids drawn ahead hold it
+   (`TokenIdGenerator.unique_array`: a read-only view of them, the same ids, `_ahead_pos` and `_next` advanced as
+   the Python code advances them); else `stream._prompt(index)` itself. A `PromptSource` keeps what it gave: a
+   second call gives the same array (what the Python code checks, where `load_lazy_prompt` found it not ready).
+   `load_lazy_prompt(req)` (the scheduler's first read of a lazy request's prompt, `Request.prompt_array`): a
+   `PromptSource`'s prompt checked and kept as `Request._load_prompt` does, without its Python frames.
+   `LazyRequests(sampling, make_sampling, eos_token_id, lazy)`: `RequestFactory.lazy(spec, prompt_source,
+   arrival_s)` with its dict of SamplingParams by output length, `make_sampling(n)` making one, and `Request.lazy`
+   (called where num_prompt_tokens is not an int >= 1: its error). */
+
+static PyObject *s_next, *s_ahead, *s_ahead_pos, *s_prompt_method, *s_block_ids_spec, *s_prefix_group, *s_session_id,
+    *s_num_output_tokens;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *stream;  /* a weak reference: the stream holds this object as its `source` */
+    PyObject *specs, *gen, *made, *ndarray;
+} PromptSources;
+
+typedef struct {
+    PyObject_HEAD
+    PromptSources *owner;
+    PyObject *stream;  /* (as `functools.partial(stream._prompt, index)` holds it) */
+    Py_ssize_t index;
+    PyObject *ids;  /* what the first call gave (NULL before) */
+} PromptSource;
+
+static PyTypeObject PromptSourcesType, PromptSourceType;
+
+static int PS_traverse(PromptSources *o, visitproc visit, void *arg) {
+    Py_VISIT(o->stream); Py_VISIT(o->specs); Py_VISIT(o->gen); Py_VISIT(o->made); Py_VISIT(o->ndarray);
+    return 0;
+}
+static int PS_clear(PromptSources *o) {
+    Py_CLEAR(o->stream); Py_CLEAR(o->specs); Py_CLEAR(o->gen); Py_CLEAR(o->made); Py_CLEAR(o->ndarray);
+    return 0;
+}
+static void PS_dealloc(PromptSources *o) {
+    PyObject_GC_UnTrack(o);
+    PS_clear(o);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+static int PS_init(PromptSources *o, PyObject *args, PyObject *kw) {
+    PyObject *stream, *specs, *gen, *made, *ndarray;
+    if (!PyArg_ParseTuple(args, "OOOO!O!", &stream, &specs, &gen, &PyDict_Type, &made, &PyType_Type, &ndarray))
+        return -1;
+    PyObject *ref = PyWeakref_NewRef(stream, NULL);
+    if (!ref) return -1;
+    Py_XSETREF(o->stream, ref);
+    Py_INCREF(specs); Py_XSETREF(o->specs, specs);
+    Py_INCREF(gen); Py_XSETREF(o->gen, gen);
+    Py_INCREF(made); Py_XSETREF(o->made, made);
+    Py_INCREF(ndarray); Py_XSETREF(o->ndarray, ndarray);
+    return 0;
+}
+static PyObject *PS_call(PromptSources *o, PyObject *args, PyObject *kw) {
+    Py_ssize_t index;
+    if (kw && PyDict_GET_SIZE(kw)) { PyErr_SetString(PyExc_TypeError, "source(index)"); return NULL; }
+    if (!PyArg_ParseTuple(args, "n", &index)) return NULL;
+    PyObject *stream = o->stream ? PyWeakref_GetObject(o->stream) : NULL;  /* (borrowed) */
+    if (!stream || stream == Py_None) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "PromptSources: no stream");
+        return NULL;
+    }
+    PromptSource *src = PyObject_New(PromptSource, &PromptSourceType);
+    if (!src) return NULL;
+    Py_INCREF(o);
+    src->owner = o;
+    Py_INCREF(stream);
+    src->stream = stream;
+    src->index = index;
+    src->ids = NULL;
+    return (PyObject *)src;
+}
+
+/* An attribute that is None (1), is not (0), or an error (-1). */
+static int attr_is_none(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) return -1;
+    Py_DECREF(v);
+    return v == Py_None;
+}
+
+/* An attribute's value as a Py_ssize_t >= 0 where it is exactly an int; -1 otherwise (-2 with an error). */
+static Py_ssize_t attr_count(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) return -2;
+    Py_ssize_t n = -1;
+    if (PyLong_CheckExact(v)) {
+        n = PyLong_AsSsize_t(v);
+        if (n == -1 && PyErr_Occurred()) { PyErr_Clear(); n = -1; }
+        if (n < 0) n = -1;
+    }
+    Py_DECREF(v);
+    return n;
+}
+
+/* `PromptStream._prompt(index)` where it is the next unique prompt the ids drawn ahead hold (see above): a new
+   reference; NULL without an error where the Python code is to make it; NULL with one on an error. */
+static PyObject *prompt_in_c(PromptSources *o, PyObject *stream, Py_ssize_t index) {
+    Py_ssize_t next = attr_count(stream, s_next);
+    if (next != index) {  /* (not the next prompt: the Python code makes those before it, and keeps them) */
+        if (next == -2) PyErr_Clear();
+        return NULL;
+    }
+    PyObject *spec = PySequence_GetItem(o->specs, index);
+    if (!spec) { PyErr_Clear(); return NULL; }  /* (the Python code raises it) */
+    PyObject *ids = NULL, *ahead = NULL;
+    int plain = 1;
+    PyObject *names[3] = {s_block_ids_spec, s_prefix_group, s_session_id};
+    for (int i = 0; plain == 1 && i < 3; i++) plain = attr_is_none(spec, names[i]);
+    if (plain != 1) goto done;
+    Py_ssize_t n = attr_count(spec, s_num_prompt_tokens);
+    if (n < 0) goto done;
+    Py_ssize_t pos = attr_count(o->gen, s_ahead_pos);
+    if (pos < 0) goto done;
+    if (!(ahead = PyObject_GetAttr(o->gen, s_ahead))) goto done;
+    if ((PyObject *)Py_TYPE(ahead) != o->ndarray) goto done;
+    Py_ssize_t len = PyObject_Length(ahead);
+    if (len < 0 || pos + n > len) goto done;  /* (a draw: the Python code) */
+    PyObject *start = PyLong_FromSsize_t(pos), *stop = PyLong_FromSsize_t(pos + n);
+    PyObject *slice = start && stop ? PySlice_New(start, stop, NULL) : NULL;
+    Py_XDECREF(start);
+    PyObject *view = slice ? PyObject_GetItem(ahead, slice) : NULL;
+    Py_XDECREF(slice);
+    PyObject *next_o = view ? PyLong_FromSsize_t(next + 1) : NULL;
+    if (!next_o || PyObject_SetAttr(o->gen, s_ahead_pos, stop) < 0 || PyObject_SetAttr(stream, s_next, next_o) < 0) {
+        Py_XDECREF(stop); Py_XDECREF(view); Py_XDECREF(next_o);
+        goto done;
+    }
+    Py_DECREF(stop);
+    Py_DECREF(next_o);
+    ids = view;
+done:
+    Py_XDECREF(ahead);
+    Py_DECREF(spec);
+    if (!ids && PyErr_Occurred()) PyErr_Clear();  /* (the Python code meets the same error, and raises it) */
+    return ids;
+}
+
+static PyObject *source_ids(PromptSource *src) {  /* new reference */
+    if (!src->ids) {
+        PyObject *ids = prompt_in_c(src->owner, src->stream, src->index);
+        if (!ids) {
+            PyObject *i = PyLong_FromSsize_t(src->index);
+            if (!i) return NULL;
+            ids = PyObject_CallMethodOneArg(src->stream, s_prompt_method, i);
+            Py_DECREF(i);
+            if (!ids) return NULL;
+        }
+        src->ids = ids;
+    }
+    Py_INCREF(src->ids);
+    return src->ids;
+}
+
+static void PSrc_dealloc(PromptSource *src) {
+    Py_XDECREF(src->owner);
+    Py_XDECREF(src->stream);
+    Py_XDECREF(src->ids);
+    PyObject_Free(src);
+}
+static PyObject *PSrc_call(PromptSource *src, PyObject *args, PyObject *kw) {
+    if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "a prompt source takes no arguments");
+        return NULL;
+    }
+    return source_ids(src);
+}
+
+static PyTypeObject PromptSourcesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.PromptSources",
+    .tp_doc = "PromptSources(stream, specs, gen, made, ndarray)(index): `PromptStream.source(index)` in C.",
+    .tp_basicsize = sizeof(PromptSources),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)PS_init,
+    .tp_dealloc = (destructor)PS_dealloc,
+    .tp_traverse = (traverseproc)PS_traverse,
+    .tp_clear = (inquiry)PS_clear,
+    .tp_call = (ternaryfunc)PS_call,
+};
+
+static PyTypeObject PromptSourceType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.PromptSource",
+    .tp_doc = "One spec's prompt (`PromptSources`): called, `PromptStream._prompt(index)`.",
+    .tp_basicsize = sizeof(PromptSource),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)PSrc_dealloc,
+    .tp_call = (ternaryfunc)PSrc_call,
+};
+
+/* `Request.prompt_array` of a request not holding its prompt: a `PromptSource`'s prompt kept as `_load_prompt` keeps
+   it where `ready_prompt` holds (`_prompt` set, `_prompt_source` None), else the property (which gets the same
+   array from the source and decides). A new reference. */
+static PyObject *load_lazy_prompt(PyObject *req) {
+    PyObject *src = req_slot(req, off_prompt_source);
+    if (src && Py_TYPE(src) == &PromptSourceType) {
+        PyObject *ids = source_ids((PromptSource *)src);
+        if (!ids) return NULL;
+        PyObject *num = req_slot(req, off_num_prompt_tokens);
+        Py_ssize_t n = num && PyLong_CheckExact(num) ? PyLong_AsSsize_t(num) : -1;
+        if (n == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (n >= 0 && prompt_ready(ids, n, ((PromptSource *)src)->owner->ndarray)) {
+            PyObject **p = (PyObject **)((char *)req + off_prompt), **s = (PyObject **)((char *)req + off_prompt_source);
+            PyObject *old_p = *p, *old_s = *s;
+            Py_INCREF(ids);
+            *p = ids;
+            Py_INCREF(Py_None);
+            *s = Py_None;
+            Py_XDECREF(old_p);
+            Py_XDECREF(old_s);  /* (the source, with its reference to ids) */
+            return ids;
+        }
+        Py_DECREF(ids);
+    }
+    return PyObject_GetAttr(req, s_prompt_array);
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *sampling, *make_sampling, *eos_token_id, *lazy;
+    vectorcallfunc vectorcall;
+} LazyRequests;
+
+static PyTypeObject LazyRequestsType;
+
+static int LR_traverse(LazyRequests *o, visitproc visit, void *arg) {
+    Py_VISIT(o->sampling); Py_VISIT(o->make_sampling); Py_VISIT(o->eos_token_id); Py_VISIT(o->lazy);
+    return 0;
+}
+static int LR_clear(LazyRequests *o) {
+    Py_CLEAR(o->sampling); Py_CLEAR(o->make_sampling); Py_CLEAR(o->eos_token_id); Py_CLEAR(o->lazy);
+    return 0;
+}
+static void LR_dealloc(LazyRequests *o) {
+    PyObject_GC_UnTrack(o);
+    LR_clear(o);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+static int LR_init(LazyRequests *o, PyObject *args, PyObject *kw) {
+    PyObject *sampling, *make, *eos, *lazy;
+    if (!PyArg_ParseTuple(args, "O!OOO", &PyDict_Type, &sampling, &make, &eos, &lazy)) return -1;
+    Py_INCREF(sampling); Py_XSETREF(o->sampling, sampling);
+    Py_INCREF(make); Py_XSETREF(o->make_sampling, make);
+    Py_INCREF(eos); Py_XSETREF(o->eos_token_id, eos);
+    Py_INCREF(lazy); Py_XSETREF(o->lazy, lazy);
+    return 0;
+}
+
+/* lazy(spec, prompt_source, arrival_s): `RequestFactory.lazy`. */
+static PyObject *LR_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    LazyRequests *o = (LazyRequests *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 3 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "lazy(spec, prompt_source, arrival_s)");
+        return NULL;
+    }
+    if (!o->sampling || !lazy_type) {
+        PyErr_SetString(PyExc_RuntimeError, "LazyRequests: not initialized, or bind_lazy_request not called");
+        return NULL;
+    }
+    PyObject *spec = args[0], *out = NULL, *rid = NULL, *num_prompt = NULL;
+    PyObject *num_out = PyObject_GetAttr(spec, s_num_output_tokens);
+    if (!num_out) return NULL;
+    PyObject *sampling = PyDict_GetItemWithError(o->sampling, num_out);  /* (borrowed) */
+    if (sampling) Py_INCREF(sampling);
+    else if (PyErr_Occurred()) goto done;
+    else {  /* immutable, so requests of one output length share one */
+        if (!(sampling = PyObject_CallOneArg(o->make_sampling, num_out))) goto done;
+        if (PyDict_SetItem(o->sampling, num_out, sampling) < 0) goto done;
+    }
+    if (!(rid = PyObject_GetAttr(spec, s_request_id)) || !(num_prompt = PyObject_GetAttr(spec, s_num_prompt_tokens)))
+        goto done;
+    int overflow = 0;
+    long long npt = PyLong_CheckExact(num_prompt) ? PyLong_AsLongLongAndOverflow(num_prompt, &overflow) : 0;
+    if (npt == -1 && PyErr_Occurred()) goto done;
+    int ok = npt >= 1 || overflow > 0;  /* an int >= 1 */
+    if (ok) {
+        PyObject *a[7] = {rid, num_prompt, args[1], sampling, args[2], o->eos_token_id, s_zero};
+        out = mod_new_lazy_request(NULL, a, 7);
+    } else {  /* `Request.lazy`: its error */
+        PyObject *a[6] = {rid, num_prompt, args[1], sampling, args[2], o->eos_token_id};
+        out = PyObject_Vectorcall(o->lazy, a, 6, NULL);
+    }
+done:
+    Py_XDECREF(sampling);
+    Py_XDECREF(num_out);
+    Py_XDECREF(rid);
+    Py_XDECREF(num_prompt);
+    return out;
+}
+static PyObject *LR_new(PyTypeObject *t, PyObject *args, PyObject *kw) {
+    PyObject *o = PyType_GenericNew(t, args, kw);
+    if (o) *(vectorcallfunc *)((char *)o + offsetof(LazyRequests, vectorcall)) = LR_vectorcall;
+    return o;
+}
+
+static PyTypeObject LazyRequestsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.LazyRequests",
+    .tp_doc = "LazyRequests(sampling, make_sampling, eos_token_id, Request.lazy)(spec, prompt_source, arrival_s): "
+              "`RequestFactory.lazy` in C.",
+    .tp_basicsize = sizeof(LazyRequests),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(LazyRequests, vectorcall),
+    .tp_new = LR_new,
+    .tp_init = (initproc)LR_init,
+    .tp_dealloc = (destructor)LR_dealloc,
+    .tp_traverse = (traverseproc)LR_traverse,
+    .tp_clear = (inquiry)LR_clear,
+    .tp_call = PyVectorcall_Call,
+};
+
 static PyMethodDef FP_methods[] = {
     {"schedule_running", (PyCFunction)(void (*)(void))FP_schedule_running, METH_FASTCALL,
      "`FastPath.schedule_running`: in C for a step of decoders that the free blocks cover."},
@@ -3639,7 +3971,8 @@ static struct PyModuleDef kvcore_module = {
 PyMODINIT_FUNC PyInit__kvcore(void) {
     (void)ceil_div;
     if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&KVType) < 0 || PyType_Ready(&ColsType) < 0
-            || PyType_Ready(&FPType) < 0 || PyType_Ready(&MaxPlusType) < 0)
+            || PyType_Ready(&FPType) < 0 || PyType_Ready(&MaxPlusType) < 0 || PyType_Ready(&PromptSourcesType) < 0
+            || PyType_Ready(&PromptSourceType) < 0 || PyType_Ready(&LazyRequestsType) < 0)
         return NULL;
 #define INTERN(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL
     INTERN(s_block_ids, "block_ids");
@@ -3653,6 +3986,15 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     INTERN(s_num_computed_tokens, "num_computed_tokens");
     INTERN(s_num_prompt_tokens, "num_prompt_tokens");
     INTERN(s_prompt, "_prompt");
+    INTERN(s_prompt_source, "_prompt_source");
+    INTERN(s_next, "_next");
+    INTERN(s_ahead, "_ahead");
+    INTERN(s_ahead_pos, "_ahead_pos");
+    INTERN(s_prompt_method, "_prompt");
+    INTERN(s_block_ids_spec, "block_ids");
+    INTERN(s_prefix_group, "prefix_group");
+    INTERN(s_session_id, "session_id");
+    INTERN(s_num_output_tokens, "num_output_tokens");
     INTERN(s_output_ids, "_output_ids");
     INTERN(s_num_computed, "_num_computed");
     INTERN(s_cols, "_cols");
@@ -3674,6 +4016,7 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     INTERN(s_num_decode_tokens, "num_decode_tokens");
     INTERN(s_emits, "_emits");
     INTERN(s_num_emitting_seqs, "num_emitting_seqs");
+    INTERN(s_num_seqs, "num_seqs");
     INTERN(s_running, "running");
     INTERN(s_num_running_without_output, "num_running_without_output");
     INTERN(s_finish_request, "finish_request");
@@ -3727,6 +4070,12 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     if (!m) return NULL;
     Py_INCREF(&PoolType);
     if (PyModule_AddObject(m, "BlockPoolCore", (PyObject *)&PoolType) < 0) return NULL;
+    Py_INCREF(&PromptSourcesType);
+    if (PyModule_AddObject(m, "PromptSources", (PyObject *)&PromptSourcesType) < 0) return NULL;
+    Py_INCREF(&PromptSourceType);
+    if (PyModule_AddObject(m, "PromptSource", (PyObject *)&PromptSourceType) < 0) return NULL;
+    Py_INCREF(&LazyRequestsType);
+    if (PyModule_AddObject(m, "LazyRequests", (PyObject *)&LazyRequestsType) < 0) return NULL;
     Py_INCREF(&KVType);
     if (PyModule_AddObject(m, "KVCacheManagerCore", (PyObject *)&KVType) < 0) return NULL;
     Py_INCREF(&ColsType);

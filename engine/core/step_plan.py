@@ -134,6 +134,7 @@ class StepPlan:
         "num_running",
         "num_waiting",
         "num_emitting_seqs",
+        "num_seqs",
         "_query",
         "_context",
         "_emits",
@@ -162,6 +163,7 @@ class StepPlan:
         self.num_waiting = 0
         # Sequences that sample a token this step (kept as the plan is filled: read at every step by the simulator).
         self.num_emitting_seqs = 0
+        self.num_seqs = 0  # len(requests), kept as the plan is filled (read at every step by the simulator too)
         # Per sequence: tokens computed this step, tokens already in the KV cache before it, whether it
         # samples a token, and the length of its block table. `_bulk` holds the same for the leading
         # sequences as arrays (the fast path's columns), the lists those after them.
@@ -183,10 +185,6 @@ class StepPlan:
     @property
     def is_empty(self) -> bool:
         return not self.requests
-
-    @property
-    def num_seqs(self) -> int:
-        return len(self.requests)
 
     def seq_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(query lengths int64, context lengths int64, emits bool), one entry per sequence; read-only (a plan
@@ -317,6 +315,7 @@ class StepPlan:
         ctx = req.num_computed_tokens
         num_prompt_tokens = req.num_prompt_tokens
         self.requests.append(req)
+        self.num_seqs += 1
         self._query.append(num_new_tokens)
         self._context.append(ctx)
         emits = ctx + num_new_tokens == req.num_tokens + num_placeholders
@@ -339,6 +338,7 @@ class StepPlan:
         self.num_emitting_seqs -= self._emits[i]
         for column in (self.requests, self._query, self._context, self._emits, self._num_blocks):
             del column[i]
+        self.num_seqs -= 1
         self.num_batched_tokens -= n
         if is_decode:
             self.num_decode_tokens -= 1
@@ -351,6 +351,7 @@ class StepPlan:
         """Schedule every one of `requests` (the running queue, all of which emit) at once, from lists of
         their query lengths, context lengths and block-table lengths."""
         self.requests = requests
+        self.num_seqs = len(requests)
         self._query, self._context, self._num_blocks = query, context, num_blocks
         self._emits = [True] * len(requests)
         self.num_emitting_seqs = len(requests)
@@ -363,6 +364,7 @@ class StepPlan:
         first use), `context_sum` their context sum;
         `longest_decode()` their longest context where every one of them is a decode."""
         self.requests = requests
+        self.num_seqs = len(requests)
         self._columns = bulk
         self.num_emitting_seqs = len(requests)  # (the bulk rows always emit)
         self._bulk_context_sum = context_sum

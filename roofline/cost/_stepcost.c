@@ -17,6 +17,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,85 +314,24 @@ static PyObject *Core_decode_s(Core *self, PyObject *const *args, Py_ssize_t nar
     return PyFloat_FromDouble(t);
 }
 
-/* The StepPlan fields `plan_s` reads (engine/core/step_plan.py). */
-static PyObject *name_num_prefill_tokens, *name_requests, *name_bulk_context_sum, *name_context;
-
-/* A plan's int attribute, or -1 where it is none (or missing: the Python code then decides). */
-static long long plan_int(PyObject *plan, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(plan, name);
-    if (v == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    long long out;
-    int ok = as_ll(v, &out);
-    Py_DECREF(v);
-    return ok && out >= 0 ? out : -1;
-}
-
-/* plan_s(time_s, plan): `time_s(plan)` (the cost model's method, given) where the plan is not a step of decodes
-   only whose time `decode_s` knows; else `decode_s(plan.num_seqs, plan.num_context_tokens)` with the plan's fields
-   read here (`num_prefill_tokens` 0; the sequences `requests`; the context sum `num_context_tokens` computes where
-   the scheduler's fast path gave it, `_bulk_context_sum`, with no rows after its own, `_context` empty), without
-   the Python calls. A field missing or of another type: `time_s(plan)`. */
-static PyObject *Core_plan_s(Core *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "plan_s(time_s, plan)");
-        return NULL;
-    }
-    PyObject *time_s = args[0], *plan = args[1];
-    if (plan_int(plan, name_num_prefill_tokens) != 0)
-        return PyObject_CallOneArg(time_s, plan);
-    PyObject *requests = PyObject_GetAttr(plan, name_requests);
-    if (requests == NULL) {
-        PyErr_Clear();
-        return PyObject_CallOneArg(time_s, plan);
-    }
-    Py_ssize_t n = PyList_Check(requests) ? PyList_GET_SIZE(requests) : 0;
-    Py_DECREF(requests);
-    long long context = n > 0 ? plan_int(plan, name_bulk_context_sum) : -1;
-    if (context >= 0) {  /* (rows after the fast path's: the Python code sums them) */
-        PyObject *rest = PyObject_GetAttr(plan, name_context);
-        if (rest == NULL)
-            PyErr_Clear();
-        if (rest == NULL || !PyList_Check(rest) || PyList_GET_SIZE(rest) != 0)
-            context = -1;
-        Py_XDECREF(rest);
-    }
-    double t;
-    if (context < 0 || !decode_time(self, n, context, &t))
-        return PyObject_CallOneArg(time_s, plan);
-    return PyFloat_FromDouble(t);
-}
-
-/* rows_s(num_tokens, num_emits, num_decodes, decode_context_sum, prefill_query, prefill_context):
-   `_plain_rows_time_s`; None where a count's parts are not set, or for input it does not take. */
-static PyObject *Core_rows_s(Core *self, PyObject *const *args, Py_ssize_t nargs) {
-    long long num_tokens, num_emits, num_decodes, decode_context;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "rows_s(num_tokens, num_emits, num_decodes, decode_context_sum, "
-                                         "prefill_query, prefill_context)");
-        return NULL;
-    }
-    PyObject *pq = args[4], *pc = args[5];
-    if (!as_ll(args[0], &num_tokens) || !as_ll(args[1], &num_emits) || !as_ll(args[2], &num_decodes)
-        || !as_ll(args[3], &decode_context) || !PyList_Check(pq) || !PyList_Check(pc))
-        Py_RETURN_NONE;
-    Py_ssize_t num_prefills = PyList_GET_SIZE(pq);
-    if (PyList_GET_SIZE(pc) != num_prefills)
-        Py_RETURN_NONE;
+/* `_plain_rows_time_s` of a step given by its counts and its prefill chunks' query and context lengths (q[i], c[i],
+   i < num_prefills) into *t: 1; 0 where a count's parts are not set, or for input it does not take (a negative
+   context: the Python code asserts; lengths past 2^40). */
+static int rows_time(Core *self, long long num_tokens, long long num_emits, long long num_decodes,
+                     long long decode_context, const long long *pq, const long long *pc, Py_ssize_t num_prefills,
+                     double *out) {
     const CountPart *token = cache_get(&self->tokens[num_prefills > 0], num_tokens);
     if (token == NULL)
-        Py_RETURN_NONE;
+        return 0;
     CountPart no_emits = {0.0, 0};
     const CountPart *emit = num_emits > 0 ? cache_get(&self->emits, num_emits) : &no_emits;
     if (emit == NULL)
-        Py_RETURN_NONE;
+        return 0;
     const LayerTerms *l = NULL;
     if (num_decodes) {
         l = cache_get(&self->layer, num_decodes);
         if (l == NULL)
-            Py_RETURN_NONE;
+            return 0;
     }
     double t = 0.0;
     long long kernels = 0;
@@ -400,10 +340,9 @@ static PyObject *Core_rows_s(Core *self, PyObject *const *args, Py_ssize_t nargs
         double pairs = 0.0, kv_tokens = 0.0, pad = 0.0;
         long long tiles = 0, tokens = 0;
         for (Py_ssize_t i = 0; i < num_prefills; i++) {
-            long long q, c;
-            if (!as_ll(PyList_GET_ITEM(pq, i), &q) || !as_ll(PyList_GET_ITEM(pc, i), &c) || c < 0
-                || q > (1LL << 40) || c > (1LL << 40) || q < -(1LL << 40))
-                Py_RETURN_NONE;  /* (the Python code asserts c >= 0) */
+            long long q = pq[i], c = pc[i];
+            if (c < 0 || q > (1LL << 40) || c > (1LL << 40) || q < -(1LL << 40))
+                return 0;  /* (the Python code asserts c >= 0) */
             long long n = (long long)ceil((double)q / q_tile);
             double qf = (double)q, cf = (double)c;
             pairs += qf * (cf + 1.0) + qf * (qf - 1.0) / 2.0;
@@ -445,8 +384,311 @@ static PyObject *Core_rows_s(Core *self, PyObject *const *args, Py_ssize_t nargs
     /* HostModel.combine */
     double device_s = token->s + emit->s + t;
     if (self->host_overlaps)
-        return PyFloat_FromDouble(py_max(device_s, host_s) + self->step_gap_s);
-    return PyFloat_FromDouble((host_s - launch_s) + py_max(device_s, launch_s));
+        *out = py_max(device_s, host_s) + self->step_gap_s;
+    else
+        *out = (host_s - launch_s) + py_max(device_s, launch_s);
+    return 1;
+}
+
+/* Growable pairs of int64 (a step's prefill chunks: query and context lengths), on the stack up to 64. */
+typedef struct {
+    long long *q, *c;
+    Py_ssize_t n, cap;
+    long long small_q[64], small_c[64];
+} Chunks;
+
+static void chunks_init(Chunks *k) {
+    k->q = k->small_q;
+    k->c = k->small_c;
+    k->n = 0;
+    k->cap = 64;
+}
+
+static void chunks_free(Chunks *k) {
+    if (k->q != k->small_q) {
+        PyMem_Free(k->q);
+        PyMem_Free(k->c);
+    }
+}
+
+static int chunks_add(Chunks *k, long long q, long long c) {
+    if (k->n == k->cap) {
+        Py_ssize_t cap = 2 * k->cap;
+        long long *nq = PyMem_Malloc(sizeof(long long) * (size_t)cap), *nc = PyMem_Malloc(sizeof(long long) * (size_t)cap);
+        if (nq == NULL || nc == NULL) {
+            PyMem_Free(nq);
+            PyMem_Free(nc);
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(nq, k->q, sizeof(long long) * (size_t)k->n);
+        memcpy(nc, k->c, sizeof(long long) * (size_t)k->n);
+        chunks_free(k);
+        k->q = nq;
+        k->c = nc;
+        k->cap = cap;
+    }
+    k->q[k->n] = q;
+    k->c[k->n] = c;
+    k->n++;
+    return 0;
+}
+
+/* rows_s(num_tokens, num_emits, num_decodes, decode_context_sum, prefill_query, prefill_context):
+   `_plain_rows_time_s`; None where a count's parts are not set, or for input it does not take. */
+static PyObject *Core_rows_s(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long num_tokens, num_emits, num_decodes, decode_context;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "rows_s(num_tokens, num_emits, num_decodes, decode_context_sum, "
+                                         "prefill_query, prefill_context)");
+        return NULL;
+    }
+    PyObject *pq = args[4], *pc = args[5];
+    if (!as_ll(args[0], &num_tokens) || !as_ll(args[1], &num_emits) || !as_ll(args[2], &num_decodes)
+        || !as_ll(args[3], &decode_context) || !PyList_Check(pq) || !PyList_Check(pc))
+        Py_RETURN_NONE;
+    Py_ssize_t num_prefills = PyList_GET_SIZE(pq);
+    if (PyList_GET_SIZE(pc) != num_prefills)
+        Py_RETURN_NONE;
+    Chunks k;
+    chunks_init(&k);
+    for (Py_ssize_t i = 0; i < num_prefills; i++) {
+        long long q, c;
+        if (!as_ll(PyList_GET_ITEM(pq, i), &q) || !as_ll(PyList_GET_ITEM(pc, i), &c)) {
+            chunks_free(&k);
+            Py_RETURN_NONE;
+        }
+        if (chunks_add(&k, q, c) < 0) {
+            chunks_free(&k);
+            return NULL;
+        }
+    }
+    double t;
+    int ok = rows_time(self, num_tokens, num_emits, num_decodes, decode_context, k.q, k.c, k.n, &t);
+    chunks_free(&k);
+    if (!ok)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(t);
+}
+
+/* The StepPlan fields `plan_s` reads (engine/core/step_plan.py). */
+static PyObject *name_num_prefill_tokens, *name_requests, *name_bulk_context_sum, *name_context;
+
+/* A plan's int attribute, or -1 where it is none (or missing: the Python code then decides). */
+static long long plan_int(PyObject *plan, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(plan, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    long long out;
+    int ok = as_ll(v, &out);
+    Py_DECREF(v);
+    return ok && out >= 0 ? out : -1;
+}
+
+/* StepPlan and ColumnRows (engine/core/step_plan.py) as `bind_plan_types` gave them, and the offsets of the slots
+   `plan_s` reads (a plan of exactly that class is read at its slots, without attribute lookups). */
+static PyTypeObject *plan_type, *colrows_type;
+static Py_ssize_t off_num_prefill_tokens, off_requests, off_bulk_context_sum, off_context, off_query, off_bulk_decodes,
+    off_columns, off_num_batched_tokens, off_num_emitting_seqs, off_cr_off, off_cr_prefill_rows;
+
+static int slot_offset(PyTypeObject *cls, const char *name, Py_ssize_t *off) {
+    PyObject *descr = PyDict_GetItemString(cls->tp_dict, name);  /* (borrowed) */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+        || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "bind_plan_types: %s has no object slot %s", cls->tp_name, name);
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
+    return 0;
+}
+
+/* bind_plan_types(StepPlan, ColumnRows): `plan_s` reads a plan of exactly the class StepPlan at its slots. */
+static PyObject *mod_bind_plan_types(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyTypeObject *pt, *ct;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &pt, &PyType_Type, &ct))
+        return NULL;
+    struct { PyTypeObject *cls; const char *name; Py_ssize_t *off; } fields[] = {
+        {pt, "num_prefill_tokens", &off_num_prefill_tokens}, {pt, "requests", &off_requests},
+        {pt, "_bulk_context_sum", &off_bulk_context_sum}, {pt, "_context", &off_context}, {pt, "_query", &off_query},
+        {pt, "_bulk_decodes", &off_bulk_decodes}, {pt, "_columns", &off_columns},
+        {pt, "num_batched_tokens", &off_num_batched_tokens}, {pt, "num_emitting_seqs", &off_num_emitting_seqs},
+        {ct, "off", &off_cr_off}, {ct, "prefill_rows", &off_cr_prefill_rows},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (slot_offset(fields[i].cls, fields[i].name, fields[i].off) < 0)
+            return NULL;
+    Py_INCREF(pt);
+    Py_INCREF(ct);
+    Py_XSETREF(plan_type, pt);
+    Py_XSETREF(colrows_type, ct);
+    Py_RETURN_NONE;
+}
+
+/* A slot's value (borrowed; NULL where unset). */
+static inline PyObject *slot_of(PyObject *o, Py_ssize_t off) { return *(PyObject **)((char *)o + off); }
+
+/* A slot's int into *out: 0 where unset or not an int in range. */
+static inline int slot_ll(PyObject *o, Py_ssize_t off, long long *out) {
+    PyObject *v = slot_of(o, off);
+    return v != NULL && as_ll(v, out);
+}
+
+/* A prefill row of `ColumnRows.prefill_rows`: (row, context, query, blocks). */
+typedef struct { long long v[4]; } Row4;
+
+static int row4_cmp(const void *a, const void *b) {  /* tuples' order */
+    const long long *x = ((const Row4 *)a)->v, *y = ((const Row4 *)b)->v;
+    for (int i = 0; i < 4; i++)
+        if (x[i] != y[i])
+            return x[i] < y[i] ? -1 : 1;
+    return 0;
+}
+
+/* `time_s` of a plan of exactly StepPlan with prefills (num_prefill_tokens not 0) into *t, as the Python code gives
+   it where a `_core` exists (`_plain_gqa_decode`): `StepPlan.seq_sums(False)` from the slots, then
+   `_rows_time_s` -> `_plain_rows_time_s` -> `rows_time`. 1: done; 0: the Python code decides (no bulk rows: the
+   arrays' path; a slot unset or of another type; a count's parts not set; input `rows_time` does not take); -1: an
+   error. */
+static int plan_rows_time(Core *self, PyObject *plan, double *t) {
+    long long total, count, num_tokens, num_emits;
+    if (!slot_ll(plan, off_bulk_context_sum, &total) || !slot_ll(plan, off_num_batched_tokens, &num_tokens)
+        || !slot_ll(plan, off_num_emitting_seqs, &num_emits))
+        return 0;  /* (no bulk rows: seq_sums gives None) */
+    Chunks k;
+    chunks_init(&k);
+    int rc = 0;
+    PyObject *decodes = slot_of(plan, off_bulk_decodes);
+    if (decodes == NULL)
+        goto done;
+    if (decodes != Py_None) {  /* every bulk row a decode: their count */
+        if (!PyTuple_CheckExact(decodes) || PyTuple_GET_SIZE(decodes) != 2
+            || !as_ll(PyTuple_GET_ITEM(decodes, 0), &count))
+            goto done;
+    } else {  /* bulk rows with prefill chunks: the rows' sums less the chunks', the chunks in row order */
+        PyObject *cols = slot_of(plan, off_columns);
+        if (cols == NULL || Py_TYPE(cols) != colrows_type)
+            goto done;
+        PyObject *off = slot_of(cols, off_cr_off), *rows = slot_of(cols, off_cr_prefill_rows);
+        if (off == NULL || rows == NULL || !PyList_CheckExact(rows))
+            goto done;
+        Py_ssize_t num_off = PyObject_Length(off);
+        if (num_off < 0) {
+            rc = -1;
+            goto done;
+        }
+        count = num_off;
+        Py_ssize_t nr = PyList_GET_SIZE(rows);
+        Row4 small[16], *sorted = nr <= 16 ? small : PyMem_Malloc(sizeof(Row4) * (size_t)nr);
+        if (sorted == NULL) {
+            PyErr_NoMemory();
+            rc = -1;
+            goto done;
+        }
+        int ok = 1;
+        for (Py_ssize_t i = 0; ok && i < nr; i++) {
+            PyObject *row = PyList_GET_ITEM(rows, i);
+            ok = PyTuple_CheckExact(row) && PyTuple_GET_SIZE(row) == 4;
+            for (int j = 0; ok && j < 4; j++)
+                ok = as_ll(PyTuple_GET_ITEM(row, j), &sorted[i].v[j]);
+        }
+        if (ok) {
+            qsort(sorted, (size_t)nr, sizeof(Row4), row4_cmp);
+            for (Py_ssize_t i = 0; i < nr; i++) {
+                long long ctx = sorted[i].v[1], q = sorted[i].v[2];
+                if (q == 1)
+                    continue;
+                count -= 1;
+                total -= ctx;
+                if (q > 1 && chunks_add(&k, q, ctx) < 0) {
+                    ok = 0;
+                    rc = -1;
+                }
+            }
+        }
+        if (sorted != small)
+            PyMem_Free(sorted);
+        if (!ok)
+            goto done;
+    }
+    /* the sequences after the bulk rows */
+    PyObject *query = slot_of(plan, off_query), *context = slot_of(plan, off_context);
+    if (query == NULL || context == NULL || !PyList_CheckExact(query) || !PyList_CheckExact(context))
+        goto done;
+    Py_ssize_t m = PyList_GET_SIZE(query) < PyList_GET_SIZE(context) ? PyList_GET_SIZE(query)
+                                                                       : PyList_GET_SIZE(context);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        long long q, c;
+        if (!as_ll(PyList_GET_ITEM(query, i), &q) || !as_ll(PyList_GET_ITEM(context, i), &c))
+            goto done;
+        if (q == 1) {
+            count += 1;
+            total += c;
+        } else if (chunks_add(&k, q, c) < 0) {
+            rc = -1;
+            goto done;
+        }
+    }
+    rc = rows_time(self, num_tokens, num_emits, count, total, k.q, k.c, k.n, t);
+done:
+    chunks_free(&k);
+    return rc;
+}
+
+/* plan_s(time_s, plan): `time_s(plan)` (the cost model's method, given), from the plan's fields here where they
+   suffice, the same floats:
+   - a step of decodes only (`num_prefill_tokens` 0) whose time `decode_s` knows: `decode_s(plan.num_seqs,
+     plan.num_context_tokens)` (the sequences `requests`; the context sum `num_context_tokens` computes where the
+     scheduler's fast path gave it, `_bulk_context_sum`, with no rows after its own, `_context` empty);
+   - a plan of exactly StepPlan with prefills: `plan_rows_time`.
+   Otherwise (a field missing or of another type, a count's first step) `time_s(plan)`. */
+static PyObject *Core_plan_s(Core *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "plan_s(time_s, plan)");
+        return NULL;
+    }
+    PyObject *time_s = args[0], *plan = args[1];
+    double t;
+    if (plan_type != NULL && Py_TYPE(plan) == plan_type) {  /* its slots */
+        long long prefill;
+        if (!slot_ll(plan, off_num_prefill_tokens, &prefill))
+            return PyObject_CallOneArg(time_s, plan);
+        if (prefill != 0) {
+            int rc = plan_rows_time(self, plan, &t);
+            if (rc < 0)
+                return NULL;
+            return rc ? PyFloat_FromDouble(t) : PyObject_CallOneArg(time_s, plan);
+        }
+        PyObject *requests = slot_of(plan, off_requests), *rest = slot_of(plan, off_context);
+        Py_ssize_t n = requests != NULL && PyList_Check(requests) ? PyList_GET_SIZE(requests) : 0;
+        long long context;
+        if (n > 0 && slot_ll(plan, off_bulk_context_sum, &context) && context >= 0 && rest != NULL
+            && PyList_Check(rest) && PyList_GET_SIZE(rest) == 0 && decode_time(self, n, context, &t))
+            return PyFloat_FromDouble(t);
+        return PyObject_CallOneArg(time_s, plan);
+    }
+    if (plan_int(plan, name_num_prefill_tokens) != 0)
+        return PyObject_CallOneArg(time_s, plan);
+    PyObject *requests = PyObject_GetAttr(plan, name_requests);
+    if (requests == NULL) {
+        PyErr_Clear();
+        return PyObject_CallOneArg(time_s, plan);
+    }
+    Py_ssize_t n = PyList_Check(requests) ? PyList_GET_SIZE(requests) : 0;
+    Py_DECREF(requests);
+    long long context = n > 0 ? plan_int(plan, name_bulk_context_sum) : -1;
+    if (context >= 0) {  /* (rows after the fast path's: the Python code sums them) */
+        PyObject *rest = PyObject_GetAttr(plan, name_context);
+        if (rest == NULL)
+            PyErr_Clear();
+        if (rest == NULL || !PyList_Check(rest) || PyList_GET_SIZE(rest) != 0)
+            context = -1;
+        Py_XDECREF(rest);
+    }
+    if (context < 0 || !decode_time(self, n, context, &t))
+        return PyObject_CallOneArg(time_s, plan);
+    return PyFloat_FromDouble(t);
 }
 
 static PyMethodDef Core_methods[] = {
@@ -473,9 +715,15 @@ static PyTypeObject CoreType = {
     .tp_methods = Core_methods,
 };
 
+static PyMethodDef module_methods[] = {
+    {"bind_plan_types", (PyCFunction)mod_bind_plan_types, METH_VARARGS,
+     "bind_plan_types(StepPlan, ColumnRows): `plan_s` reads a plan of exactly that class at its slots."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_stepcost", "The step cost's GPU full-attention paths in C (step_cost.py's reference).",
-    -1, NULL, NULL, NULL, NULL, NULL,
+    -1, module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__stepcost(void) {

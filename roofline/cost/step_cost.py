@@ -214,12 +214,15 @@ class StepCostModel:
                         num_kernels=num_kernels, padded_num_tokens=padded)
 
     def plan_time_fn(self) -> Callable[[StepShape], float]:
-        """`time_s` as the simulator calls it, once a step: compiled, a step of decodes only is timed from the plan's
-        fields in C without `time_s`'s Python calls (`_stepcost.PlainStepCost.plan_s`, the same floats: its
-        `decode_s`), any other step by `time_s`; else `time_s` itself."""
+        """`time_s` as the simulator calls it, once a step: compiled, a step is timed from the plan's fields in C
+        without `time_s`'s Python calls (`_stepcost.PlainStepCost.plan_s`, the same floats: a step of decodes only
+        as `decode_s`; a `StepPlan`'s step with prefills as `seq_sums` and `rows_s`, its slots read in C), a
+        count's first step and any other shape by `time_s`; else `time_s` itself."""
         core = self._core
         if core is None:
             return self.time_s
+        from engine.core.step_plan import ColumnRows, StepPlan  # (the simulator's plans: read at their slots)
+        _stepcost.bind_plan_types(StepPlan, ColumnRows)
         return partial(core.plan_s, self.time_s)
 
     def time_s(self, shape: StepShape) -> float:

@@ -60,6 +60,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.core import request as _request
+from engine.core.native import COMPILED, _kvcore
 from engine.core.request import Request, SamplingParams
 from engine.core.token_ids import MultiTurnSession, TokenIdGenerator
 from roofline.errors import UserError, check_fields
@@ -554,6 +556,12 @@ class RequestFactory:
         self._eos_token_id = eos_token_id
         self._sessions: dict[int, tuple[MultiTurnSession, int, int]] = {}  # id -> (session, prompt, output)
         self._sampling: dict[int, SamplingParams] = {}
+        if _IN_C and type(self) is RequestFactory and _request._new_lazy is not None:
+            # `lazy` in C (engine/core/_kvcore.c `LazyRequests`: the same requests, one call a request instead of
+            # two Python frames); `Request.lazy` given for its errors. (An instance attribute: a subclass, or
+            # ROOFLINE_PURE_PYTHON=1, keeps the method below, the reference.)
+            self.lazy = _kvcore.LazyRequests(self._sampling, _sampling_of, eos_token_id,  # type: ignore[method-assign]
+                                             Request.lazy)
 
     def __call__(self, spec: RequestSpec, prefix_tokens: int = 0, arrival_s: float | None = None) -> Request:
         """The request of `spec`, arriving at `arrival_s` (default: the spec's arrival time)."""
@@ -570,8 +578,7 @@ class RequestFactory:
         (`Request.lazy`; `PromptStream.source` makes the same ids as `__call__` in spec order)."""
         sampling = self._sampling.get(spec.num_output_tokens)
         if sampling is None:
-            sampling = self._sampling[spec.num_output_tokens] = SamplingParams(max_tokens=spec.num_output_tokens,
-                                                                               ignore_eos=True)
+            sampling = self._sampling[spec.num_output_tokens] = _sampling_of(spec.num_output_tokens)
         return Request.lazy(spec.request_id, spec.num_prompt_tokens, prompt_source, sampling, arrival_time_s=arrival_s,
                             eos_token_id=self._eos_token_id)
 
@@ -606,6 +613,13 @@ class PromptStream:
         self._factory, self._specs, self._prefix_tokens = factory, specs, prefix_tokens
         self._next = 0  # the first spec whose prompt is not made yet
         self._made: dict[int, np.ndarray] = {}
+        if _IN_C and type(self) is PromptStream and type(factory) is RequestFactory \
+                and type(factory._gen) is TokenIdGenerator:
+            # `source` in C (engine/core/_kvcore.c `PromptSources`): a spec's next unique prompt taken from the ids
+            # drawn ahead as `unique_array` takes it, any other by `_prompt`; the same ids, and the scheduler loads
+            # a source of its own kind without `Request._load_prompt`'s Python frames.
+            self.source = _kvcore.PromptSources(self, specs, factory._gen, self._made,  # type: ignore[method-assign]
+                                                np.ndarray)
 
     def source(self, index: int) -> Callable[[], np.ndarray]:
         return functools.partial(self._prompt, index)
@@ -644,6 +658,16 @@ class KeptPrompts:
 
     def source(self, index: int) -> Callable[[], np.ndarray]:
         return functools.partial(self._prompts.__getitem__, index)
+
+
+def _sampling_of(num_output_tokens: int) -> SamplingParams:
+    """The sampling of a simulated request of `num_output_tokens` (`ignore_eos`: its output length is honoured)."""
+    return SamplingParams(max_tokens=num_output_tokens, ignore_eos=True)
+
+
+# The requests' and prompts' making in C (`RequestFactory.lazy`, `PromptStream.source`) where the extension is built,
+# selected and new enough.
+_IN_C = COMPILED and hasattr(_kvcore, "PromptSources")
 
 
 def build_requests(workload: Workload, specs: Sequence[RequestSpec], vocab_size: int,
