@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from roofline.cost import native as cost_native
 from roofline.cost.hardware import load_profile
 from roofline.cost.host_cpu import HostCpu
 from roofline.engine_args import EngineArgs
@@ -23,7 +24,13 @@ from roofline.sim.deployment import make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
 
-pytestmark = pytest.mark.skipif(api_server._apicore is None, reason="roofline.sim._apicore not built")
+requires_build = pytest.mark.skipif(api_server._apicore is None, reason="roofline.sim._apicore is not built")
+
+
+def test_the_extension_is_built_where_the_step_costs_is() -> None:
+    """Built by the same setup.py as roofline.cost._stepcost (tests/test_compiled_step_cost.py checks that one is
+    built where a compiler is): a build that drops this one fails here, not by skipping the tests below."""
+    assert (api_server._apicore is not None) == cost_native.BUILT
 
 _DUMMY_COSTS = (0.0,) * 10
 ENGINE = EngineArgs(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=512, num_gpu_blocks_override=400,
@@ -73,6 +80,7 @@ def _threads_state(py: _Threads, c: Any, tickets: range) -> None:
             _same(done, c.finished(ticket))
 
 
+@requires_build
 @pytest.mark.parametrize("num_processes", [1, 2, 3])
 @pytest.mark.parametrize("num_cores", [None, 1, 2, 3])
 @pytest.mark.parametrize("client_shares", [False, True])
@@ -121,6 +129,7 @@ def test_the_threads_give_the_same_times_as_the_python_threads(num_processes: in
             _threads_state(py, c, range(num_tickets))
 
 
+@requires_build
 def test_arrivals_of_the_same_time_and_order_go_by_ticket() -> None:
     """A wait counts the arrivals before taking its order and `arrive` after, so the two can share one; Python's
     (time, order, ticket) tuples then put the lower ticket first, and so does the C heap: request 5 reaches its wait
@@ -157,6 +166,7 @@ def _random_costs(rng: random.Random) -> ApiServerCosts:
     return costs.scaled(rng.choice([0.25, 1.0, 3.0]))
 
 
+@requires_build
 @pytest.mark.parametrize("seed", range(24))
 def test_the_api_server_gives_the_same_times_as_the_python_api_server(seed: int,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
@@ -195,6 +205,7 @@ def test_the_api_server_gives_the_same_times_as_the_python_api_server(seed: int,
         now += rng.expovariate(1.0 / rng.choice([1e-4, 1e-3, 1e-2]))
 
 
+@requires_build
 def test_the_simulator_uses_the_compiled_api_server_unless_told_or_changed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Built and allowed, `ApiServer` runs the compiled threads; with `ROOFLINE_PURE_PYTHON` (`COMPILED` false), for
     a subclass, or with `_Threads` patched (the experiments of benchmarks/ground_truth/), the Python code."""
@@ -219,6 +230,7 @@ def test_the_simulator_uses_the_compiled_api_server_unless_told_or_changed(monke
     assert ApiServer(costs).core is None
 
 
+@requires_build
 def test_the_output_queue_index_layout() -> None:
     """The C code's queue layout (per process OUTPUTS, LOOP, RENDERER, then the client's) and wait mark are this
     module's."""
@@ -228,6 +240,7 @@ def test_the_output_queue_index_layout() -> None:
 CPU_HOST = Path(__file__).resolve().parents[1] / "benchmarks/results/vllm-serve-bench/cpu-host-calibrated.yaml"
 
 
+@requires_build
 @pytest.mark.parametrize(("arrival", "num_processes", "endpoint", "max_concurrency"), [
     (ArrivalProcess("poisson", 20.0), 1, "completions", None),
     (ArrivalProcess("poisson", 20.0), 2, "chat", None),
