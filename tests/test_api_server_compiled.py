@@ -91,7 +91,7 @@ def test_the_threads_give_the_same_times_as_the_python_threads(num_processes: in
     for seed in range(6):
         rng = random.Random(seed + 10 * num_processes + 100 * (num_cores or 0) + 1000 * client_shares)
         py = _Threads(num_processes, num_cores, client_shares)
-        parts = [([], 3 * p + RENDERER, []) for p in range(num_processes)]
+        parts: list[tuple[list[Any], int, list[Any]]] = [([], 3 * p + RENDERER, []) for p in range(num_processes)]
         c = api_server._apicore.Server(num_processes, num_cores, client_shares, parts, _DUMMY_COSTS)
         now, num_tickets, num_passes = 0.0, 0, 0
         pending: list[int] = []
