@@ -1232,7 +1232,9 @@ static int loop_schedule(Loop *L, PyObject *now_obj, Py_ssize_t index) {
     PyObject *plan = PyObject_CallOneArg(r->schedule, now_obj);
     if (plan == NULL)
         return -1;
-    PyObject *requests = PyObject_GetAttr(plan, n_requests);  /* `plan.is_empty`: not plan.requests */
+    PyObject *requests = Py_TYPE(plan) == plan_type && *(PyObject **)((char *)plan + requests_offset) != NULL
+        ? Py_NewRef(*(PyObject **)((char *)plan + requests_offset))
+        : PyObject_GetAttr(plan, n_requests);  /* `plan.is_empty`: not plan.requests */
     int nonempty = requests ? PyObject_IsTrue(requests) : -1;
     Py_XDECREF(requests);
     if (nonempty <= 0) {
@@ -1311,13 +1313,14 @@ static int loop_end_step(Loop *L, PyObject *now_obj, Py_ssize_t index) {
     if (slot_set(&rep_slots, r->replica, R_PLAN, Py_None) < 0 || slot_add(&rep_slots, r->replica, R_NUM_STEPS, 1) < 0)
         goto done;
     if (r->stream_outputs != NULL) {  /* seen_s = api.stream_outputs(now, 0, num) if num else now */
-        PyObject *num = PyObject_GetAttr(plan, n_num_emitting);
+        PyObject *num = plan_get(plan, 4);  /* (num_emitting_seqs) */
         if (num == NULL)
             goto done;
         int nonzero = PyObject_IsTrue(num);
-        if (nonzero > 0)
-            seen = PyObject_CallFunctionObjArgs(r->stream_outputs, now_obj, L->zero, num, NULL);
-        else if (nonzero == 0) {
+        if (nonzero > 0) {
+            PyObject *stream_args[3] = {now_obj, L->zero, num};
+            seen = PyObject_Vectorcall(r->stream_outputs, stream_args, 3, NULL);
+        } else if (nonzero == 0) {
             seen = now_obj;
             Py_INCREF(seen);
         }
