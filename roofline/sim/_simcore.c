@@ -1520,8 +1520,14 @@ static int loop_arrive(Loop *L, PyObject *now_obj, PyObject *index_obj) {
     PyObject *take_args[2] = {now_obj, tokens};
     if ((taken = PyObject_Vectorcall(L->take_request, take_args, 2, NULL)) == NULL)
         goto done;
-    if (!PyTuple_CheckExact(taken) || PyTuple_GET_SIZE(taken) != 3) {
-        PyErr_SetString(PyExc_TypeError, "take_request: (process, ticket, reach_s)");
+    if (!PyTuple_CheckExact(taken)) {  /* (`process, ticket, reach_s = ...` takes any sequence of three) */
+        PyObject *as_tuple = PySequence_Tuple(taken);
+        Py_SETREF(taken, as_tuple);
+        if (taken == NULL)
+            goto done;
+    }
+    if (PyTuple_GET_SIZE(taken) != 3) {
+        PyErr_SetString(PyExc_ValueError, "take_request: (process, ticket, reach_s)");
         goto done;
     }
     if (PyDict_SetItem(L->in_frontend, index_obj, request) < 0)
@@ -1823,7 +1829,9 @@ static PyObject *mod_run_loop(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (setup_requests_in(&L, api, specs) < 0)
         goto done;
     PyObject *heap = L.heap;
-    while (PyList_GET_SIZE(heap)) {
+    for (unsigned long events = 0; PyList_GET_SIZE(heap); events++) {
+        if ((events & 4095) == 0 && PyErr_CheckSignals() < 0)  /* (Ctrl-C: the loop may run no Python code) */
+            goto done;
         PyObject *entry = heap_pop(heap);
         if (entry == NULL)
             goto done;
