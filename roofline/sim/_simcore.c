@@ -260,8 +260,8 @@ static int put(double *row, int column, PyObject *value) {
 }
 
 /* The plan class bound by `bind_plan_type` (engine.core's StepPlan) and its slots' offsets: a plan of exactly that
- * class is read at them (`num_seqs`, its property `len(self.requests)`, as the length of `requests`), any other by
- * name. */
+ * class is read at them (`num_seqs` where it is a property, `len(self.requests)`, as the length of `requests`), any
+ * other by name. */
 static PyTypeObject *plan_type;
 static Py_ssize_t plan_offsets[NUM_PLAN_FIELDS], step_index_offset, requests_offset;
 static PyObject *requests_name;
@@ -275,9 +275,9 @@ static PyObject *bind_plan_type(PyObject *self, PyObject *cls) {
     for (int i = 0; i < NUM_PLAN_FIELDS + 2; i++) {
         PyObject *name = i < NUM_PLAN_FIELDS ? plan_names[i] : i == NUM_PLAN_FIELDS ? step_index_name : requests_name;
         offsets[i] = -1;
-        if (i == 0)  /* (num_seqs: a property, read from `requests`) */
-            continue;
         PyObject *d = _PyType_Lookup((PyTypeObject *)cls, name);
+        if (i == 0 && (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)))
+            continue;  /* (num_seqs: a property, `len(self.requests)`, read from `requests`) */
         if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
             || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
             plan_type = NULL;  /* (no slot: every plan by name) */
@@ -295,7 +295,7 @@ static PyObject *bind_plan_type(PyObject *self, PyObject *cls) {
 /* A plan's field i (-1: step_index): a new reference, at its slot where the plan is of the bound class. */
 static PyObject *plan_get(PyObject *plan, int i) {
     if (Py_TYPE(plan) == plan_type) {
-        if (i == 0) {
+        if (i == 0 && plan_offsets[0] < 0) {
             PyObject *requests = *(PyObject **)((char *)plan + requests_offset);
             if (requests != NULL) {
                 Py_ssize_t n = PyObject_Length(requests);
