@@ -260,8 +260,8 @@ static int put(double *row, int column, PyObject *value) {
 }
 
 /* The plan class bound by `bind_plan_type` (engine.core's StepPlan) and its slots' offsets: a plan of exactly that
- * class is read at them (`num_seqs`, its property `len(self.requests)`, as the length of `requests`), any other by
- * name. */
+ * class is read at them (`num_seqs` where it is a property, `len(self.requests)`, as the length of `requests`), any
+ * other by name. */
 static PyTypeObject *plan_type;
 static Py_ssize_t plan_offsets[NUM_PLAN_FIELDS], step_index_offset, requests_offset;
 static PyObject *requests_name;
@@ -275,9 +275,9 @@ static PyObject *bind_plan_type(PyObject *self, PyObject *cls) {
     for (int i = 0; i < NUM_PLAN_FIELDS + 2; i++) {
         PyObject *name = i < NUM_PLAN_FIELDS ? plan_names[i] : i == NUM_PLAN_FIELDS ? step_index_name : requests_name;
         offsets[i] = -1;
-        if (i == 0)  /* (num_seqs: a property, read from `requests`) */
-            continue;
         PyObject *d = _PyType_Lookup((PyTypeObject *)cls, name);
+        if (i == 0 && (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)))
+            continue;  /* (num_seqs: a property, `len(self.requests)`, read from `requests`) */
         if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
             || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
             plan_type = NULL;  /* (no slot: every plan by name) */
@@ -295,7 +295,7 @@ static PyObject *bind_plan_type(PyObject *self, PyObject *cls) {
 /* A plan's field i (-1: step_index): a new reference, at its slot where the plan is of the bound class. */
 static PyObject *plan_get(PyObject *plan, int i) {
     if (Py_TYPE(plan) == plan_type) {
-        if (i == 0) {
+        if (i == 0 && plan_offsets[0] < 0) {
             PyObject *requests = *(PyObject **)((char *)plan + requests_offset);
             if (requests != NULL) {
                 Py_ssize_t n = PyObject_Length(requests);
@@ -1232,7 +1232,9 @@ static int loop_schedule(Loop *L, PyObject *now_obj, Py_ssize_t index) {
     PyObject *plan = PyObject_CallOneArg(r->schedule, now_obj);
     if (plan == NULL)
         return -1;
-    PyObject *requests = PyObject_GetAttr(plan, n_requests);  /* `plan.is_empty`: not plan.requests */
+    PyObject *requests = Py_TYPE(plan) == plan_type && *(PyObject **)((char *)plan + requests_offset) != NULL
+        ? Py_NewRef(*(PyObject **)((char *)plan + requests_offset))
+        : PyObject_GetAttr(plan, n_requests);  /* `plan.is_empty`: not plan.requests */
     int nonempty = requests ? PyObject_IsTrue(requests) : -1;
     Py_XDECREF(requests);
     if (nonempty <= 0) {
@@ -1311,13 +1313,14 @@ static int loop_end_step(Loop *L, PyObject *now_obj, Py_ssize_t index) {
     if (slot_set(&rep_slots, r->replica, R_PLAN, Py_None) < 0 || slot_add(&rep_slots, r->replica, R_NUM_STEPS, 1) < 0)
         goto done;
     if (r->stream_outputs != NULL) {  /* seen_s = api.stream_outputs(now, 0, num) if num else now */
-        PyObject *num = PyObject_GetAttr(plan, n_num_emitting);
+        PyObject *num = plan_get(plan, 4);  /* (num_emitting_seqs) */
         if (num == NULL)
             goto done;
         int nonzero = PyObject_IsTrue(num);
-        if (nonzero > 0)
-            seen = PyObject_CallFunctionObjArgs(r->stream_outputs, now_obj, L->zero, num, NULL);
-        else if (nonzero == 0) {
+        if (nonzero > 0) {
+            PyObject *stream_args[3] = {now_obj, L->zero, num};
+            seen = PyObject_Vectorcall(r->stream_outputs, stream_args, 3, NULL);
+        } else if (nonzero == 0) {
             seen = now_obj;
             Py_INCREF(seen);
         }
@@ -1517,8 +1520,14 @@ static int loop_arrive(Loop *L, PyObject *now_obj, PyObject *index_obj) {
     PyObject *take_args[2] = {now_obj, tokens};
     if ((taken = PyObject_Vectorcall(L->take_request, take_args, 2, NULL)) == NULL)
         goto done;
-    if (!PyTuple_CheckExact(taken) || PyTuple_GET_SIZE(taken) != 3) {
-        PyErr_SetString(PyExc_TypeError, "take_request: (process, ticket, reach_s)");
+    if (!PyTuple_CheckExact(taken)) {  /* (`process, ticket, reach_s = ...` takes any sequence of three) */
+        PyObject *as_tuple = PySequence_Tuple(taken);
+        Py_SETREF(taken, as_tuple);
+        if (taken == NULL)
+            goto done;
+    }
+    if (PyTuple_GET_SIZE(taken) != 3) {
+        PyErr_SetString(PyExc_ValueError, "take_request: (process, ticket, reach_s)");
         goto done;
     }
     if (PyDict_SetItem(L->in_frontend, index_obj, request) < 0)
@@ -1820,7 +1829,9 @@ static PyObject *mod_run_loop(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (setup_requests_in(&L, api, specs) < 0)
         goto done;
     PyObject *heap = L.heap;
-    while (PyList_GET_SIZE(heap)) {
+    for (unsigned long events = 0; PyList_GET_SIZE(heap); events++) {
+        if ((events & 4095) == 0 && PyErr_CheckSignals() < 0)  /* (Ctrl-C: the loop may run no Python code) */
+            goto done;
         PyObject *entry = heap_pop(heap);
         if (entry == NULL)
             goto done;
