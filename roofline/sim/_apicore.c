@@ -1,18 +1,19 @@
 /* The API server's threads in C: roofline/sim/api_server.py's `_Threads` (processor sharing of the processes' loop,
  * renderer and the client's threads, the waits, the output passes taken while no input is under way, the
  * projections) and `ApiServer`'s per-request and per-step calls (`take_request`, `reach_s` with `reach_after`,
- * `stream_outputs`). The Python classes are the reference: this file follows them statement by statement, the same
+ * `stream_outputs`, `release`; `Connections`). The Python classes are the reference: this file follows them statement by statement, the same
  * float operations in the same order (built with -ffp-contract=off: no fused multiply-adds), so every time is the
  * same double. tests/test_api_server_compiled.py drives both with the same random calls and compares every float.
  *
- * Server(num_processes, num_cores, client_shares, chain_parts, costs):
+ * Server(num_processes, num_cores, client_shares, chain_parts, costs[, by_connection, keep_alive_s]):
  *   num_cores: None (a core per thread) or a positive int; chain_parts: per process (before, renderer, after), the
  *   parts of a request's chain around its render as `ApiServer._chain_around_render` makes them; costs: the floats
  *   (render_request_s, prompt_token_s, hash_token_s, client_s, request_s, latency_s, accept_gap_s,
- *   output_latency_s, output_pass_s, output_token_s) of `ApiServer`.
- * ApiServer's: take_request(now_s, num_prompt_tokens) (round robin), take_request_on(process, now_s,
- *   num_prompt_tokens) (a process chosen by `Connections`), reach_s(now_s, process, ticket), stream_outputs(now_s,
- *   process, num_tokens).
+ *   output_latency_s, output_pass_s, output_token_s) of `ApiServer`; by_connection: the processes take requests by
+ *   connection (`Connections`, their keep-alive `keep_alive_s`), else round robin.
+ * ApiServer's: take_request(now_s, num_prompt_tokens), take_request_on(process, now_s, num_prompt_tokens) (a
+ *   process chosen by the caller), reach_s(now_s, process, ticket), stream_outputs(now_s, process, num_tokens),
+ *   release(process, at_s).
  * _Threads's (for the tests): arrive(at_s, ticket, chain), add_output(now_s, at_s, process, ticket, work_s),
  *   advance(to_s), projected_end(ticket), reach(now_s, ticket, latency_s) (`reach_after`), finished(ticket) (the
  *   `finished_s` entry or None), and the attributes now_s, num_inputs, num_arrivals, num_chains.
@@ -83,6 +84,17 @@ typedef struct {
 } Pass;
 
 typedef struct {
+    double at;
+    int process;
+} Idle;
+
+typedef struct {
+    double at;
+    int64_t order;
+    int process;
+} Ending;
+
+typedef struct {
     Pass *items;
     Py_ssize_t head, size, cap;
 } Passes;
@@ -112,6 +124,15 @@ typedef struct {
     Table table;
     double *output_until_s;
     Passes *unqueued;
+    /* `Connections` (by_connection): the processes' open connections, the idle ones (a ring of (since, process),
+     * oldest first), the requests not yet read (a heap of (from, order, process)) */
+    int by_connection, started;
+    double keep_alive_s;
+    int64_t *open, num_released;
+    Idle *idle;
+    Py_ssize_t idle_head, idle_size, idle_cap;
+    Ending *ending;
+    Py_ssize_t ending_size, ending_cap;
     /* per process: a request's chain around its render */
     Part (*before)[MAX_PARTS];
     Part (*after)[MAX_PARTS];
@@ -742,6 +763,104 @@ static int threads_reach(Server *s, double now_s, int64_t ticket, double latency
     return 0;
 }
 
+/* ---- Connections -------------------------------------------------------------------------------------------- */
+
+static inline int ending_less(const Ending *a, const Ending *b) {
+    return a->at < b->at || (a->at == b->at && (a->order < b->order || (a->order == b->order
+                                                                       && a->process < b->process)));
+}
+
+static int idle_append(Server *s, double at, int process) {
+    if (s->idle_size == s->idle_cap) {
+        Py_ssize_t cap = s->idle_cap ? 2 * s->idle_cap : 16;
+        Idle *items = PyMem_Malloc(sizeof(Idle) * cap);
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < s->idle_size; i++)
+            items[i] = s->idle[(s->idle_head + i) % s->idle_cap];
+        PyMem_Free(s->idle);
+        s->idle = items;
+        s->idle_head = 0;
+        s->idle_cap = cap;
+    }
+    Idle *item = &s->idle[(s->idle_head + s->idle_size) % s->idle_cap];
+    item->at = at;
+    item->process = process;
+    s->idle_size++;
+    return 0;
+}
+
+/* `Connections.take`: the process of the connection the request sent at `now_s` goes out on; -1 on error. */
+static int connections_take(Server *s, double now_s) {
+    if (!s->started) { /* the client's test request's connection, idle since just before the run */
+        s->started = 1;
+        s->open[0] += 1;
+        if (idle_append(s, now_s, 0) < 0)
+            return -1;
+    }
+    while (s->ending_size && s->ending[0].at <= now_s) {
+        Ending top = s->ending[0], last = s->ending[--s->ending_size];
+        Py_ssize_t n = s->ending_size, i = 0;
+        while (1) {
+            Py_ssize_t child = 2 * i + 1;
+            if (child >= n)
+                break;
+            if (child + 1 < n && ending_less(&s->ending[child + 1], &s->ending[child]))
+                child++;
+            if (!ending_less(&s->ending[child], &last))
+                break;
+            s->ending[i] = s->ending[child];
+            i = child;
+        }
+        if (n > 0)
+            s->ending[i] = last;
+        if (idle_append(s, top.at, top.process) < 0)
+            return -1;
+    }
+    while (s->idle_size) {
+        Idle item = s->idle[s->idle_head];
+        s->idle_head = (s->idle_head + 1) % s->idle_cap;
+        s->idle_size--;
+        if (now_s - item.at < s->keep_alive_s)
+            return item.process;
+        s->open[item.process] -= 1; /* closed by the server meanwhile: aiohttp drops it */
+    }
+    int process = 0;
+    for (int p = 1; p < s->num_processes; p++)
+        if (s->open[p] < s->open[process])
+            process = p;
+    s->open[process] += 1;
+    return process;
+}
+
+/* `Connections.release`. */
+static int connections_release(Server *s, int process, double at_s) {
+    if (s->ending_size == s->ending_cap) {
+        Py_ssize_t cap = s->ending_cap ? 2 * s->ending_cap : 16;
+        Ending *ending = PyMem_Realloc(s->ending, sizeof(Ending) * cap);
+        if (ending == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->ending = ending;
+        s->ending_cap = cap;
+    }
+    Ending item = {at_s, s->num_released, process};
+    Py_ssize_t i = s->ending_size++;
+    while (i > 0) {
+        Py_ssize_t parent = (i - 1) / 2;
+        if (!ending_less(&item, &s->ending[parent]))
+            break;
+        s->ending[i] = s->ending[parent];
+        i = parent;
+    }
+    s->ending[i] = item;
+    s->num_released += 1;
+    return 0;
+}
+
 /* ---- the Python type ----------------------------------------------------------------------------------------- */
 
 static void work_free(Work *w) {
@@ -768,6 +887,12 @@ static void Server_clear(Server *s) {
     PyMem_Free(s->after);
     PyMem_Free(s->num_before);
     PyMem_Free(s->num_after);
+    PyMem_Free(s->open);
+    PyMem_Free(s->idle);
+    PyMem_Free(s->ending);
+    s->open = NULL;
+    s->idle = NULL;
+    s->ending = NULL;
     s->free_slots = NULL;
     s->table.slots = NULL;
     s->output_until_s = NULL;
@@ -826,11 +951,12 @@ static int check_waits(const Part *parts, int num_parts) {
 }
 
 static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
-    int num_processes, client_shares;
+    int num_processes, client_shares, by_connection = 0;
     PyObject *num_cores, *chain_parts;
-    double c[10];
-    if (!PyArg_ParseTuple(args, "iOpO(dddddddddd)", &num_processes, &num_cores, &client_shares, &chain_parts, &c[0],
-                          &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9]))
+    double c[10], keep_alive_s = 0.0;
+    if (!PyArg_ParseTuple(args, "iOpO(dddddddddd)|pd", &num_processes, &num_cores, &client_shares, &chain_parts,
+                          &c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9], &by_connection,
+                          &keep_alive_s))
         return -1;
     if (num_processes < 1) {
         PyErr_SetString(PyExc_ValueError, "num_processes: a positive integer");
@@ -871,6 +997,17 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     s->num_arrivals = s->num_inputs = s->num_taken = s->num_outputs = 0;
     s->now_s = 0.0;
     s->last_connect_s = -INFINITY;
+    s->by_connection = by_connection;
+    s->keep_alive_s = keep_alive_s;
+    s->started = 0;
+    s->num_released = 0;
+    s->idle_head = s->idle_size = s->idle_cap = 0;
+    s->ending_size = s->ending_cap = 0;
+    s->open = PyMem_Calloc(num_processes, sizeof(int64_t));
+    if (s->open == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     int num_queues = s->client + 1;
     s->work.num_queues = s->scratch.num_queues = num_queues;
     s->work.queues = PyMem_Calloc(num_queues, sizeof(Queue));
@@ -1011,7 +1148,9 @@ static PyObject *Server_take_request(Server *s, PyObject *const *fast, Py_ssize_
     double now_s = PyFloat_AsDouble(args[0]);
     if (now_s == -1.0 && PyErr_Occurred())
         return NULL;
-    int process = (int)(s->num_taken % s->num_processes);
+    int process = s->by_connection ? connections_take(s, now_s) : (int)(s->num_taken % s->num_processes);
+    if (process < 0)
+        return NULL;
     return take_on(s, process, now_s, args[1]);
 }
 
@@ -1079,6 +1218,22 @@ static PyObject *Server_stream_outputs(Server *s, PyObject *const *fast, Py_ssiz
                            s->output_pass_s + s->output_token_s * (double)num_tokens, &end_s) < 0)
         return NULL;
     return PyFloat_FromDouble(end_s);
+}
+
+static const char *const release_names[] = {"process", "at_s"};
+
+static PyObject *Server_release(Server *s, PyObject *const *fast, Py_ssize_t nargs, PyObject *kwnames) {
+    int process;
+    PyObject *args[2];
+    if (call_args(fast, nargs, kwnames, release_names, 2, args, "release(process, at_s)") < 0
+        || process_of(s, args[0], &process) < 0)
+        return NULL;
+    double at_s = PyFloat_AsDouble(args[1]);
+    if (at_s == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (s->by_connection && connections_release(s, process, at_s) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *Server_arrive(Server *s, PyObject *args) {
@@ -1166,6 +1321,8 @@ static PyMethodDef Server_methods[] = {
      "reach_s(now_s, process, ticket) -> float: ApiServer.reach_s"},
     {"stream_outputs", (PyCFunction)(void (*)(void))Server_stream_outputs, METH_FASTCALL | METH_KEYWORDS,
      "stream_outputs(now_s, process, num_tokens) -> float: ApiServer.stream_outputs"},
+    {"release", (PyCFunction)(void (*)(void))Server_release, METH_FASTCALL | METH_KEYWORDS,
+     "release(process, at_s): ApiServer.release (Connections.release)"},
     {"arrive", (PyCFunction)Server_arrive, METH_VARARGS, "arrive(at_s, ticket, chain): _Threads.arrive"},
     {"add_output", (PyCFunction)Server_add_output, METH_VARARGS,
      "add_output(now_s, at_s, process, ticket, work_s) -> float: _Threads.add_output"},

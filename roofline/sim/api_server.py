@@ -346,25 +346,22 @@ class ApiServer:
         self.num_taken = 0
         self.num_outputs = 0
         self.connections = Connections(num_processes) if num_processes > 1 and by_connection else None
-        # The compiled threads (`_apicore.Server`, built from the same parts and costs), where this is the class as
-        # defined here: a subclass or a patched class (the experiments of benchmarks/ground_truth/ reach into
-        # `threads`) runs the Python code. `take_request`, `reach_s` and `stream_outputs` are then its calls, and
-        # `threads`, `hash_s`, `num_taken`, `num_outputs` and `last_connect_s` stay as made (the Python code's).
+        # The compiled threads and connections (`_apicore.Server`, built from the same parts and costs), where this
+        # is the class as defined here: a subclass or a patched class (the experiments of benchmarks/ground_truth/
+        # reach into `threads` or pick the processes) runs the Python code. `take_request`, `reach_s`,
+        # `stream_outputs` and `release` are then its calls, and `threads`, `connections`, `hash_s`, `num_taken`,
+        # `num_outputs` and `last_connect_s` stay as made (the Python code's).
         self.core: Any = None
         if COMPILED and type(self) is ApiServer and _unchanged():
             self.core = core = _apicore.Server(
                 num_processes, host.api_server_num_cores, host.client_shares_api_server_cores, self._chain_parts,
                 (self.render_request_s, self.prompt_token_s, self.hash_token_s, self.client_s, self.request_s,
-                 self.latency_s, self.accept_gap_s, self.output_latency_s, self.output_pass_s, self.output_token_s))
-            take = core.take_request if self.connections is None else self._take_on_connection
-            self.take_request = take  # type: ignore[method-assign]
+                 self.latency_s, self.accept_gap_s, self.output_latency_s, self.output_pass_s, self.output_token_s),
+                self.connections is not None, SERVER_KEEP_ALIVE_S)
+            self.take_request = core.take_request  # type: ignore[method-assign]
             self.reach_s = core.reach_s  # type: ignore[method-assign]
             self.stream_outputs = core.stream_outputs  # type: ignore[method-assign]
-
-    def _take_on_connection(self, now_s: float, num_prompt_tokens: int) -> tuple[int, int, float]:
-        """`take_request` with the compiled threads and `Connections`."""
-        taken: tuple[int, int, float] = self.core.take_request_on(self.next_process(now_s), now_s, num_prompt_tokens)
-        return taken
+            self.release = core.release  # type: ignore[method-assign]
 
     def take_request(self, now_s: float, num_prompt_tokens: int) -> tuple[int, int, float]:
         """A request sent at `now_s`: (its process, its ticket, the earliest it can reach the engine core: `reach_s`
@@ -738,11 +735,11 @@ class _Threads:
         return t, False
 
 
-_OWN = (dict(vars(ApiServer)), dict(vars(_Threads)))  # the classes as defined here (`ApiServer.core`)
+_OWN = (dict(vars(ApiServer)), dict(vars(_Threads)), dict(vars(Connections)))  # as defined here (`ApiServer.core`)
 
 
 def _unchanged() -> bool:
-    return (dict(vars(ApiServer)), dict(vars(_Threads))) == _OWN
+    return (dict(vars(ApiServer)), dict(vars(_Threads)), dict(vars(Connections))) == _OWN
 
 
 def without_api_server(hw: HardwareProfile) -> HardwareProfile:
