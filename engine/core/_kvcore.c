@@ -953,7 +953,8 @@ done:
 /* ready_prompt(prompt, num_prompt_tokens, ndarray): whether `prompt` is exactly a numpy array of `num_prompt_tokens`
    int64 ids >= 0, read-only, C-contiguous: what `Request._load_prompt` keeps as it is (its checks, without numpy's
    calls; False: the Python code decides, and raises where it must). */
-static int prompt_ready(PyObject *prompt, Py_ssize_t n, PyObject *ndarray) {
+/* `scan`: whether to check that no id is below 0 (not for ids `TokenIdGenerator._draw` made, all in [0, vocab)). */
+static int prompt_ready(PyObject *prompt, Py_ssize_t n, PyObject *ndarray, int scan) {
     if ((PyObject *)Py_TYPE(prompt) != ndarray) return 0;
     Py_buffer view;
     if (PyObject_GetBuffer(prompt, &view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) { PyErr_Clear(); return 0; }
@@ -961,7 +962,7 @@ static int prompt_ready(PyObject *prompt, Py_ssize_t n, PyObject *ndarray) {
     if (*fmt == '=' || *fmt == '@') fmt++;
     int ok = view.readonly && view.ndim == 1 && view.itemsize == 8 && (fmt[0] == 'l' || fmt[0] == 'q') && !fmt[1]
         && view.shape[0] == n && view.strides[0] == 8;
-    if (ok) {
+    if (ok && scan) {
         const uint64_t *v = (const uint64_t *)view.buf;
         uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         Py_ssize_t i = 0;
@@ -977,7 +978,7 @@ static PyObject *mod_ready_prompt(PyObject *Py_UNUSED(m), PyObject *const *args,
     if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "ready_prompt(prompt, num_prompt_tokens, ndarray)"); return NULL; }
     Py_ssize_t n = PyLong_AsSsize_t(args[1]);
     if (n == -1 && PyErr_Occurred()) return NULL;
-    return PyBool_FromLong(prompt_ready(args[0], n, args[2]));
+    return PyBool_FromLong(prompt_ready(args[0], n, args[2], 1));
 }
 
 static PyObject *mod_any_negative_id(PyObject *Py_UNUSED(m), PyObject *ids) {
@@ -3596,7 +3597,8 @@ static PyObject *mod_bind_lazy_request(PyObject *Py_UNUSED(m), PyObject *args) {
    the Python code advances them); else `stream._prompt(index)` itself. A `PromptSource` keeps what it gave: a
    second call gives the same array (what the Python code checks, where `load_lazy_prompt` found it not ready).
    `load_lazy_prompt(req)` (the scheduler's first read of a lazy request's prompt, `Request.prompt_array`): a
-   `PromptSource`'s prompt checked and kept as `Request._load_prompt` does, without its Python frames.
+   `PromptSource`'s prompt checked and kept as `Request._load_prompt` does, without its Python frames (a view of the
+   ids drawn ahead is not scanned for an id below 0: `TokenIdGenerator._draw` makes none).
    `LazyRequests(sampling, make_sampling, eos_token_id, lazy)`: `RequestFactory.lazy(spec, prompt_source,
    arrival_s)` with its dict of SamplingParams by output length, `make_sampling(n)` making one, and `Request.lazy`
    (called where num_prompt_tokens is not an int >= 1: its error). */
@@ -3616,6 +3618,7 @@ typedef struct {
     PyObject *stream;  /* (as `functools.partial(stream._prompt, index)` holds it) */
     Py_ssize_t index;
     PyObject *ids;  /* what the first call gave (NULL before) */
+    int drawn;      /* ids is a view of the generator's ids drawn ahead (`prompt_in_c`): every id in [0, vocab) */
 } PromptSource;
 
 static PyTypeObject PromptSourcesType, PromptSourceType;
@@ -3663,6 +3666,7 @@ static PyObject *PS_call(PromptSources *o, PyObject *args, PyObject *kw) {
     src->stream = stream;
     src->index = index;
     src->ids = NULL;
+    src->drawn = 0;
     return (PyObject *)src;
 }
 
@@ -3734,6 +3738,7 @@ done:
 static PyObject *source_ids(PromptSource *src) {  /* new reference */
     if (!src->ids) {
         PyObject *ids = prompt_in_c(src->owner, src->stream, src->index);
+        src->drawn = ids != NULL;
         if (!ids) {
             PyObject *i = PyLong_FromSsize_t(src->index);
             if (!i) return NULL;
@@ -3796,7 +3801,8 @@ static PyObject *load_lazy_prompt(PyObject *req) {
         PyObject *num = req_slot(req, off_num_prompt_tokens);
         Py_ssize_t n = num && PyLong_CheckExact(num) ? PyLong_AsSsize_t(num) : -1;
         if (n == -1 && PyErr_Occurred()) PyErr_Clear();
-        if (n >= 0 && prompt_ready(ids, n, ((PromptSource *)src)->owner->ndarray)) {
+        PromptSource *ps = (PromptSource *)src;
+        if (n >= 0 && prompt_ready(ids, n, ps->owner->ndarray, !ps->drawn)) {
             PyObject **p = (PyObject **)((char *)req + off_prompt), **s = (PyObject **)((char *)req + off_prompt_source);
             PyObject *old_p = *p, *old_s = *s;
             Py_INCREF(ids);
