@@ -1284,7 +1284,8 @@ static PyObject *mod_bind_request_type(PyObject *Py_UNUSED(m), PyObject *cls) {
         {s_num_prompt_tokens, &off_num_prompt_tokens}, {s_prompt, &off_prompt}, {s_output_ids, &off_output_ids},
         {s_num_computed, &off_num_computed}, {s_cols, &off_cols}, {s_prompt_source, &off_prompt_source},
     };
-    req_type = NULL;
+    /* (the offsets found first: a class refused leaves the type bound before, and its offsets, as they were) */
+    Py_ssize_t offs[sizeof(fields) / sizeof(fields[0])];
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, fields[i].name);
         if (!descr) {
@@ -1296,8 +1297,9 @@ static PyObject *mod_bind_request_type(PyObject *Py_UNUSED(m), PyObject *cls) {
             PyErr_Format(PyExc_TypeError, "bind_request_type: %R is not an object slot", fields[i].name);
             return NULL;
         }
-        *fields[i].off = ((PyMemberDescrObject *)descr)->d_member->offset;
+        offs[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
     }
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) *fields[i].off = offs[i];
     Py_INCREF(cls);
     req_type = (PyTypeObject *)cls;
     Py_RETURN_NONE;
