@@ -185,9 +185,9 @@ def _interrupted(command: str, interrupt: BaseException) -> int:
 
 
 # Functions an interrupt must not be raised in (`_interrupt`): callbacks whose exceptions Python prints and drops
-# (importlib's module-lock weakref callback `cb`, weak dictionaries' `_remove`, finalizers) and `__set_name__`, whose
-# exception class creation wraps in a RuntimeError.
-_NOT_INTERRUPTIBLE = frozenset({"cb", "_remove", "__del__", "__set_name__"})
+# (importlib's module-lock weakref callback `cb`, weak sets' `_remove`, WeakKeyDictionary's and WeakValueDictionary's
+# `remove` (Lib/weakref.py), finalizers) and `__set_name__`, whose exception class creation wraps in a RuntimeError.
+_NOT_INTERRUPTIBLE = frozenset({"cb", "_remove", "remove", "__del__", "__set_name__"})
 
 
 class Terminated(BaseException):

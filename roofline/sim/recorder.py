@@ -192,8 +192,10 @@ class StepRows:
         if at + k > len(self._columns[0]):
             capacity = max(2 * len(self._columns[0]), at + k)
             columns = self._columns
-            for i in range(len(columns)):  # (the list's is the one reference: no view of a column is out, `frame` copies)
-                columns[i].resize(capacity, refcheck=True)
+            # No view of a column is ever out (`frame` copies; `table` hands the arrays over and starts new ones), so
+            # the reference check is off: a profiler or debugger holding the bound method adds a reference it counts.
+            for i in range(len(columns)):
+                columns[i].resize(capacity, refcheck=False)
         for i, column in enumerate(self._columns):
             column[at:at + k] = block[:, i]
         self._num = at + k
