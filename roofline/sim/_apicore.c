@@ -143,21 +143,31 @@ typedef struct {
 
 /* ---- containers ---------------------------------------------------------------------------------------------- */
 
-static int queue_push(Queue *q, int32_t chain, int part, double left) {
-    if (q->size == q->cap) {
-        Py_ssize_t cap = q->cap ? 2 * q->cap : 8;
-        Job *items = PyMem_Malloc(sizeof(Job) * cap);
-        if (items == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < q->size; i++)
-            items[i] = q->items[(q->head + i) % q->cap];
-        PyMem_Free(q->items);
-        q->items = items;
-        q->head = 0;
-        q->cap = cap;
+/* Room for one more item in a ring (`*items`, `cap` items of `item_size` bytes, `size` of them from `*head` on): a
+   full ring is copied, in order from its head, into one twice as large (`first_cap` the first time). */
+static int ring_reserve(void **items, Py_ssize_t *head, Py_ssize_t size, Py_ssize_t *cap, size_t item_size,
+                        Py_ssize_t first_cap) {
+    if (size < *cap)
+        return 0;
+    Py_ssize_t new_cap = *cap ? 2 * *cap : first_cap;
+    char *grown = PyMem_Malloc(item_size * (size_t)new_cap);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
+    const char *old = *items;
+    for (Py_ssize_t i = 0; i < size; i++)
+        memcpy(grown + item_size * (size_t)i, old + item_size * (size_t)((*head + i) % *cap), item_size);
+    PyMem_Free(*items);
+    *items = grown;
+    *head = 0;
+    *cap = new_cap;
+    return 0;
+}
+
+static int queue_push(Queue *q, int32_t chain, int part, double left) {
+    if (ring_reserve((void **)&q->items, &q->head, q->size, &q->cap, sizeof(Job), 8) < 0)
+        return -1;
     Job *job = &q->items[(q->head + q->size) % q->cap];
     job->chain = chain;
     job->part = part;
@@ -223,20 +233,8 @@ static int32_t io_pop(Work *w) {
 }
 
 static int passes_push(Passes *p, double start, double end) {
-    if (p->size == p->cap) {
-        Py_ssize_t cap = p->cap ? 2 * p->cap : 8;
-        Pass *items = PyMem_Malloc(sizeof(Pass) * cap);
-        if (items == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < p->size; i++)
-            items[i] = p->items[(p->head + i) % p->cap];
-        PyMem_Free(p->items);
-        p->items = items;
-        p->head = 0;
-        p->cap = cap;
-    }
+    if (ring_reserve((void **)&p->items, &p->head, p->size, &p->cap, sizeof(Pass), 8) < 0)
+        return -1;
     Pass *item = &p->items[(p->head + p->size) % p->cap];
     item->start = start;
     item->end = end;
@@ -771,20 +769,8 @@ static inline int ending_less(const Ending *a, const Ending *b) {
 }
 
 static int idle_append(Server *s, double at, int process) {
-    if (s->idle_size == s->idle_cap) {
-        Py_ssize_t cap = s->idle_cap ? 2 * s->idle_cap : 16;
-        Idle *items = PyMem_Malloc(sizeof(Idle) * cap);
-        if (items == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < s->idle_size; i++)
-            items[i] = s->idle[(s->idle_head + i) % s->idle_cap];
-        PyMem_Free(s->idle);
-        s->idle = items;
-        s->idle_head = 0;
-        s->idle_cap = cap;
-    }
+    if (ring_reserve((void **)&s->idle, &s->idle_head, s->idle_size, &s->idle_cap, sizeof(Idle), 16) < 0)
+        return -1;
     Idle *item = &s->idle[(s->idle_head + s->idle_size) % s->idle_cap];
     item->at = at;
     item->process = process;
