@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "ground_truth"))
 
 import vllm_serve_judge_table as judge  # noqa: E402
@@ -26,3 +28,15 @@ def test_each_figure_is_met_within_its_floors_spread_plus_ten_points() -> None:
     lines = text.splitlines()
     assert len(lines) == 2 + 4 and lines[2].count("**miss**") == 1 and lines[3].count("**miss**") == 1
     assert lines[2].endswith("| -15.0 |")  # the other simulation's error
+
+
+def test_a_missing_or_wrong_file_is_refused_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    wrong = tmp_path / "index.json"
+    wrong.write_text('{"runs": []}')
+    for argv, said in ((["--sim", str(tmp_path / "none.json")], "argument --sim: no such file"),
+                       (["--sim", str(wrong)], f"--sim {wrong}: not a vllm_serve_sim.py --out file")):
+        monkeypatch.setattr(sys, "argv", ["vllm_serve_judge_table.py", *argv])
+        with pytest.raises(SystemExit) as stop:
+            judge.main()
+        assert stop.value.code == 2
+        assert said in capsys.readouterr().err.splitlines()[-1]

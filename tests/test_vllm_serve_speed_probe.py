@@ -48,3 +48,19 @@ def test_the_profile_takes_core_0s_speed_with_its_source() -> None:
     assert out["host"] == {"cpu_model": "x", "single_thread_speed_relative": 0.8765, "api_server_num_cores": 1}
     assert out["sources"] == {"peak_tflops": "measured", "host.single_thread_speed_relative": "measured: the probe"}
     assert profile["host"]["single_thread_speed_relative"] == 1.0  # the given profile is not changed
+
+
+def test_a_missing_or_wrong_index_is_refused_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    wrong = tmp_path / "sim.json"
+    wrong.write_text('{"rows": []}')
+    out = str(tmp_path / "out.json")
+    for argv, said in ((["--probe", str(tmp_path / "none.json"), "--reference", str(wrong)],
+                        "argument --probe: no such file"),
+                       (["--probe", str(wrong), "--reference", str(wrong)],
+                        f"--probe {wrong}: not vllm_serve_bench.py's index")):
+        monkeypatch.setattr(sys, "argv", ["vllm_serve_speed_probe.py", *argv, "--out", out])
+        with pytest.raises(SystemExit) as stop:
+            probe.main()
+        assert stop.value.code == 2
+        assert said in capsys.readouterr().err.splitlines()[-1]
+    assert not Path(out).exists()

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vllm_serve_sim import METRICS, spreads
+from vllm_serve_sim import METRICS, existing_file, spreads
 
 LABELS = {"mean_ttft_ms": "mean TTFT ms", "median_ttft_ms": "median TTFT ms", "mean_tpot_ms": "mean TPOT ms",
           "output_throughput": "output tok/s"}
@@ -60,15 +60,24 @@ def table(rows: list[dict[str, Any]], floors: dict[str, dict[str, dict[str, floa
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sim", type=Path, nargs="+", required=True,
+    parser.add_argument("--sim", type=existing_file, nargs="+", required=True,
                         help="vllm_serve_sim.py's --out files (their rows together, e.g. one per server session)")
-    parser.add_argument("--floor", type=Path, nargs="*", default=[], help="--out files whose spreads are floors")
-    parser.add_argument("--also", type=Path, nargs="*", default=[],
+    parser.add_argument("--floor", type=existing_file, nargs="*", default=[], help="--out files whose spreads are floors")
+    parser.add_argument("--also", type=existing_file, nargs="*", default=[],
                         help="other --out files of the same runs (e.g. another profile): their errors beside")
     args = parser.parse_args()
-    rows = [row for path in args.sim for row in json.loads(path.read_text())["rows"]]
-    floors = {path.parent.name + "/" + path.stem: spreads(json.loads(path.read_text())["rows"]) for path in args.floor}
-    also = {row["cell"]: row for path in args.also for row in json.loads(path.read_text())["rows"]} or None
+
+    def sim_rows(flag: str, path: Path) -> list[dict[str, Any]]:
+        """The rows of a `vllm_serve_sim.py --out` file; anything else refused in one line."""
+        try:
+            rows = json.loads(path.read_text())["rows"]
+        except (ValueError, KeyError, TypeError):
+            parser.error(f"{flag} {path}: not a vllm_serve_sim.py --out file (JSON with a 'rows' list)")
+        return rows
+
+    rows = [row for path in args.sim for row in sim_rows("--sim", path)]
+    floors = {path.parent.name + "/" + path.stem: spreads(sim_rows("--floor", path)) for path in args.floor}
+    also = {row["cell"]: row for path in args.also for row in sim_rows("--also", path)} or None
     if also is not None and set(also) != {row["cell"] for row in rows}:
         parser.error("--also: not the same cells as --sim")
     for name, floor in floors.items():

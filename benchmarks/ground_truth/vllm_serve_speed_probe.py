@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 from vllm_serve_engine_speed import api_cpu_per_request, decode_steps
+from vllm_serve_sim import existing_file
 
 PROBE_LOAD, PROBE_ENDPOINT = "closed1", "completions"
 
@@ -80,17 +81,22 @@ def profile_at_speed(profile: dict[str, Any], speed: float, source: str) -> dict
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--probe", type=Path, required=True, help="the probe session's index (vllm_serve_bench.py)")
-    parser.add_argument("--reference", type=Path, required=True,
+    parser.add_argument("--probe", type=existing_file, required=True, help="the probe session's index (vllm_serve_bench.py)")
+    parser.add_argument("--reference", type=existing_file, required=True,
                         help="the index of the campaign's session whose speed the profile holds (its closed1 runs)")
-    parser.add_argument("--hardware", type=Path, help="the host profile to restate at the probe's core-0 speed")
+    parser.add_argument("--hardware", type=existing_file, help="the host profile to restate at the probe's core-0 speed")
     parser.add_argument("--hardware-out", type=Path, help="with --hardware: where to write it")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if (args.hardware is None) != (args.hardware_out is None):
         parser.error("--hardware and --hardware-out: both or neither")
-    probe = probe_runs(json.loads(args.probe.read_text()))
-    reference = probe_runs(json.loads(args.reference.read_text()))
+    found = []
+    for flag, path in (("--probe", args.probe), ("--reference", args.reference)):
+        try:
+            found.append(probe_runs(json.loads(path.read_text())))
+        except (ValueError, KeyError, TypeError):
+            parser.error(f"{flag} {path}: not vllm_serve_bench.py's index (JSON with a 'runs' list of runs)")
+    probe, reference = found
     for flag, runs in (("--probe", probe), ("--reference", reference)):
         if not runs:
             parser.error(f"{flag}: no one-process {PROBE_LOAD} {PROBE_ENDPOINT} run in the index")
