@@ -74,3 +74,61 @@ def test_the_bench_refuses_a_switch_interval_out_of_range(tmp_path: Path) -> Non
     assert out.returncode == 2
     assert out.stderr.strip() == "--switch-interval-s: 0.0: must be > 0 and <= 1 (seconds)"
     assert not list(tmp_path.iterdir())  # refused before anything was built
+
+
+STEPS_PROBE = ("import types\nfrom vllm.v1.engine.core import EngineCore\n"
+               "d = types.SimpleNamespace(iteration_index=4, num_ctx_requests=1, num_ctx_tokens=130,\n"
+               "    num_generation_requests=7, num_generation_tokens=7, elapsed_ms=12.345)\n"
+               "out = {}\nEngineCore()._attach_iteration_details(out, d)\nprint(out['seen'] is d)\n"
+               "EngineCore()._attach_iteration_details(out, None)\nprint(out['seen'] is None)")
+
+
+def test_the_engine_core_writes_each_steps_details_in_the_stat_loggers_words(tmp_path: Path) -> None:
+    """VLLM_SERVE_ENGINE_STEPS: the wrapped `_attach_iteration_details` still does vLLM's work and then writes one line
+    a step with details (none for a step without), which vllm_serve_bench.py's ITERATION parses as the server's log."""
+    sys.path.insert(0, str(SITE.parent))
+    from vllm_serve_bench import engine_steps
+
+    pkg = tmp_path / "vllm" / "v1" / "engine"
+    pkg.mkdir(parents=True)
+    for d in (tmp_path / "vllm", tmp_path / "vllm" / "v1", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "core.py").write_text("class EngineCore:\n    def _attach_iteration_details(self, outputs, details):\n"
+                                 "        outputs['seen'] = details\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_SERVE_")}
+    steps = tmp_path / "steps.log"
+    out = subprocess.run([sys.executable, "-c", STEPS_PROBE], cwd=tmp_path, capture_output=True, text=True, check=True,
+                         env={**clean, "PYTHONPATH": os.pathsep.join([str(SITE), str(tmp_path)]),
+                              "VLLM_SERVE_ENGINE_STEPS": str(steps)})
+    assert out.stdout.split() == ["True", "True"]
+    lines = steps.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Iteration(4): 1 context requests, 130 context tokens, 7 generation "
+                                                   "requests, 7 generation tokens, iteration elapsed time: 12.35 ms t=")
+    assert engine_steps(steps, 0) == ([[4, 1, 130, 7, 7, 12.35]], len(lines[0]) + 1)
+    assert engine_steps(tmp_path / "absent.log", 0) == ([], 0)  # not yet written: no steps
+    # Without the variable the module is left alone (nothing written, vLLM's method as it was).
+    subprocess.run([sys.executable, "-c", STEPS_PROBE], cwd=tmp_path, capture_output=True, text=True, check=True,
+                   env={**clean, "PYTHONPATH": os.pathsep.join([str(SITE), str(tmp_path)])})
+    assert len(steps.read_text().splitlines()) == 1
+
+
+def test_interleaved_sessions_alternate_the_counts_one_repeat_each() -> None:
+    sys.path.insert(0, str(SITE.parent))
+    from vllm_serve_bench import session_plan
+
+    assert session_plan([1, 2], 0, 3, interleave=False) == [(1, [0, 1, 2]), (2, [0, 1, 2])]
+    assert session_plan([1, 2], 0, 3, interleave=True) == [(1, [0]), (2, [0]), (1, [1]), (2, [1]), (1, [2]), (2, [2])]
+    assert session_plan([2], 5, 2, interleave=True) == [(2, [5]), (2, [6])]
+
+
+def test_the_bench_refuses_bad_repeats_and_server_counts(tmp_path: Path) -> None:
+    bench = SITE.parent / "vllm_serve_bench.py"
+    for flags, line in ((["--repeats", "0"], "--repeats: 0: must be >= 1"),
+                        (["--api-server-counts", "1,x"], "--api-server-counts: 1,x: must be distinct integers >= 1, "
+                                                         "comma-separated (e.g. 1,2)"),
+                        (["--api-server-counts", "1,1"], "--api-server-counts: 1,1: must be distinct integers >= 1, "
+                                                         "comma-separated (e.g. 1,2)")):
+        out = subprocess.run([sys.executable, str(bench), "--work-dir", str(tmp_path / "w"),
+                              "--out", str(tmp_path / "r.json"), *flags], capture_output=True, text=True)
+        assert (out.returncode, out.stderr.strip()) == (2, line)
+    assert not list(tmp_path.iterdir())  # refused before anything was built

@@ -55,3 +55,12 @@ def test_the_api_servers_cpu_per_request_over_the_engine_window() -> None:
         "api_server/python": 2.0, "api_server/ZMQbg/IO/1": 0.2, "client/python": 8.0, "VLLM::Worker/VLLM::Worker": 9.0}}}
     assert speed.api_cpu_per_request(run) == pytest.approx(0.011)  # the API server's threads only
     assert speed.api_cpu_per_request({"result": {"completed": 200}}) is None
+
+
+def test_two_process_runs_count_both_api_servers_and_take_the_one_process_reference() -> None:
+    run = {"result": {"completed": 100}, "engine_window": {"threads_cpu_s": {
+        "VLLM::APIServer/VLLM::APIServer": 0.6, "VLLM::APIServer/ZMQbg/IO/0": 0.1, "api_server/python": 0.05,
+        "VLLM::EngineCor/VLLM::EngineCor": 3.0}}}
+    # both spawned API servers (process name VLLM::APIServer) and the idle parent (api_server)
+    assert speed.api_cpu_per_request(run) == pytest.approx(0.0075)
+    assert speed.one_process("burst100-chat-a2") == "burst100-chat-a1"

@@ -248,6 +248,10 @@ def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path
         # timeline_site/sitecustomize.py: the engine-core process's timestamps (vLLM spawns it: a fresh interpreter).
         env.update(VLLM_SERVE_TIMELINE=str(args.work_dir / f"timeline-a{api_server_count}.log"),
                    VLLM_SERVE_TIMELINE_DIR=str(here), **site)
+    if args.engine_steps_file is not None:
+        # timeline_site/sitecustomize.py: the engine-core process writes each step's details (the stat logger's
+        # words) to this file, with any --api-server-count (the API servers' stat logger logs none with 2).
+        env.update(VLLM_SERVE_ENGINE_STEPS=str(args.engine_steps_file), **site)
     if args.switch_interval_s is not None:
         # timeline_site/sitecustomize.py: sys.setswitchinterval in the server's processes (or the engine core's alone).
         env.update(VLLM_SERVE_SWITCH_INTERVAL_S=repr(args.switch_interval_s),
@@ -316,8 +320,11 @@ ITERATION = re.compile(r"Iteration\((\d+)\): (\d+) context requests, (\d+) conte
 
 
 def engine_steps(log_path: Path, offset: int) -> tuple[list[list[float]], int]:
-    """The engine steps the server logged after byte `offset` of its log: [[iteration, context requests, context
-    tokens, generation requests, generation tokens, elapsed ms], ...], and the log's new end."""
+    """The engine steps the server logged after byte `offset` of its log (or the engine core's steps file, the same
+    words): [[iteration, context requests, context tokens, generation requests, generation tokens, elapsed ms], ...],
+    and the log's new end. A file not yet written (the engine core opens its steps file at its first step): none."""
+    if not log_path.exists():
+        return [], offset
     with open(log_path, "rb") as f:
         f.seek(offset)
         text = f.read().decode(errors="replace")
@@ -444,6 +451,7 @@ def bench(args: argparse.Namespace, load: str, endpoint: str, seed: int, result_
     before_tokens = prompt_tokens_total(args.port)
     before_histograms = histogram_totals(args.port)
     _, log_offset = engine_steps(args.server_log, 0)
+    _, core_offset = engine_steps(args.engine_steps_file, 0) if args.engine_steps_file else ([], 0)
     before_load = loadavg()
     before_cpu = thread_cpu_s(args.server_leader)
     before_client = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -489,12 +497,33 @@ def bench(args: argparse.Namespace, load: str, endpoint: str, seed: int, result_
         raise SystemExit(f"vllm bench serve failed ({name}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     return {"load": load, "endpoint": endpoint, "seed": seed, "file": f"{name}.json",
             "wall_s": wall_s, "cpu_s": cpu_s, "cpus": cpus,
-            "engine_window": sampler.engine_window(), "engine_steps": engine_steps(args.server_log, log_offset)[0],
+            "engine_window": sampler.engine_window(), **run_engine_steps(args, log_offset, core_offset),
             "server_histograms": histogram_means(before_histograms, histogram_totals(args.port)),
             "loadavg_before": before_load, "loadavg_after": loadavg(),
             "server_prompt_tokens": prompt_tokens_total(args.port) - before_tokens,
             "client_warnings": [line for line in out.stderr.splitlines() + out.stdout.splitlines()
                                 if "tokens than expected" in line]}
+
+
+def run_engine_steps(args: argparse.Namespace, log_offset: int, core_offset: int) -> dict[str, Any]:
+    """The run's `engine_steps`: with --engine-steps the engine core's own file (any API-server count), and how many
+    steps the API server's log holds beside it (`engine_steps_in_server_log`: the same steps with one process, none
+    with two); without it the server's log."""
+    logged = engine_steps(args.server_log, log_offset)[0]
+    if args.engine_steps_file is None:
+        return {"engine_steps": logged}
+    return {"engine_steps": engine_steps(args.engine_steps_file, core_offset)[0], "engine_steps_source": "engine-core",
+            "engine_steps_in_server_log": len(logged)}
+
+
+def session_plan(counts: list[int], first_repeat: int, repeats: int, interleave: bool) -> list[tuple[int, list[int]]]:
+    """The server sessions in order, each as (API-server count, its repeats): one session per count holding every
+    repeat (the campaign's), or with `interleave` one session per repeat and count, the counts alternating within
+    each repeat (a1 r0, a2 r0, a1 r1, ...): the spread between repeats is then the spread between server sessions."""
+    numbers = list(range(first_repeat, first_repeat + repeats))
+    if interleave:
+        return [(count, [repeat]) for repeat in numbers for count in counts]
+    return [(count, numbers) for count in counts]
 
 
 def main() -> int:
@@ -537,6 +566,15 @@ def main() -> int:
     parser.add_argument("--temperature", default="server",
                         help="vllm bench serve --temperature; 'server' sends none (vLLM 0.32's client default: the "
                              "server's default, 1.0 for this model: random sampling)")
+    parser.add_argument("--engine-steps", action="store_true",
+                        help="the engine core writes each step's iteration details to the work directory "
+                             "(engine-steps-<session>.log; timeline_site/sitecustomize.py), read into each run's "
+                             "engine_steps: the engine's speed with --api-server-count 2 too, whose API servers log "
+                             "no steps")
+    parser.add_argument("--interleave", action="store_true",
+                        help="one server session per repeat and API-server count, the counts alternating (a1 r0, "
+                             "a2 r0, a1 r1, ...; each session runs its one repeat's cells): the repeats' spread then "
+                             "holds the drift between server sessions")
     parser.add_argument("--switch-interval-s", type=float, default=None,
                         help="CPython's GIL switch interval (sys.setswitchinterval, seconds; default: Python's, 0.005) "
                              "in the server's processes, see --switch-interval-in")
@@ -545,6 +583,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.switch_interval_s is not None and not 0 < args.switch_interval_s <= 1:
         parser.exit(2, f"--switch-interval-s: {args.switch_interval_s}: must be > 0 and <= 1 (seconds)\n")
+    if args.repeats < 1:
+        parser.exit(2, f"--repeats: {args.repeats}: must be >= 1\n")
+    try:
+        counts = [int(c) for c in args.api_server_counts.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        parser.exit(2, f"--api-server-counts: {args.api_server_counts}: must be distinct integers >= 1, comma-separated "
+                       "(e.g. 1,2)\n")
     args.model_dir = args.work_dir / "llama-tiny-bpe"
     if not (args.model_dir / "tokenizer.json").exists():
         args.model_dir.mkdir(parents=True, exist_ok=True)
@@ -570,12 +617,17 @@ def main() -> int:
         index = json.loads(args.out.read_text())
     # One server session per --api-server-count (a start takes minutes on the loaded host); the repeats run in it,
     # each in the reverse order of the one before, so the host's drift meets every cell alike.
-    for count in [int(c) for c in args.api_server_counts.split(",")]:
-        args.server_log = args.work_dir / f"server-a{count}.log"
+    for count, repeats in session_plan(counts, args.first_repeat, args.repeats, args.interleave):
+        names = [f"{load}-{endpoint}-a{count}-r{repeat}" for repeat in repeats for load, endpoint in cells]
+        if all(any(r["name"] == name for r in index["runs"]) for name in names):
+            continue  # every run of this session is in the index already (a resumed campaign)
+        session = f"a{count}" + (f"-r{repeats[0]}" if args.interleave else "")
+        args.server_log = args.work_dir / f"server-{session}.log"
+        args.engine_steps_file = args.work_dir / f"engine-steps-{session}.log" if args.engine_steps else None
         proc = start_server(args, count, args.server_log)
         args.server_leader = proc.pid
         try:
-            for repeat in range(args.first_repeat, args.first_repeat + args.repeats):
+            for repeat in repeats:
                 order = cells if repeat % 2 == 0 else cells[::-1]
                 for load, endpoint in order:
                     name = f"{load}-{endpoint}-a{count}-r{repeat}"
@@ -583,7 +635,7 @@ def main() -> int:
                         continue
                     log(f"run {name}, load average {loadavg()}")
                     run = bench(args, load, endpoint, seed=repeat, result_dir=args.work_dir, name=name)
-                    run.update(name=name, repeat=repeat, api_server_count=count,
+                    run.update(name=name, repeat=repeat, api_server_count=count, server_session=session,
                                switch_interval_s=args.switch_interval_s,
                                switch_interval_in=args.switch_interval_in if args.switch_interval_s else None,
                                server_autogroup_nice=args.server_autogroup_nice,

@@ -10,9 +10,12 @@ whether a session's misses go with its own engine step time (docs/benchmark-hist
 A run's engine speed: vLLM's own step times (the served engine's `--enable-logging-iteration-details` lines,
 `vllm_serve_bench.py` `engine_steps`: schedule, the Worker's forward pass, update_from_output, all on the engine's
 core) of its decode-only steps, per batch size, over the reference index's runs of the same cell; the ratio's mean
-over the batch sizes both have (at least 5 steps each). Runs without logged steps (two API-server processes) have no
-ratio. Beside it, core 0's side: the API server's CPU per request over the engine's working window (which also holds
-the client's test request: the same in every session) against the reference's runs of the cell. The error: the
+over the batch sizes both have (at least 5 steps each). Runs without logged steps (two API-server processes before
+`vllm_serve_bench.py --engine-steps`: their API servers log none) have no ratio; a two-process run's steps are set
+against the reference's one-process runs of its load and endpoint where the reference has no steps of its own cell
+(the engine's work is the same; the campaign's two-process runs logged none). Beside it, core 0's side: the API
+server processes' CPU per request over the engine's working window (which also holds the client's test request: the
+same in every session) against the reference's one-process runs of the load and endpoint. The error: the
 `vllm_serve_sim.py --out` row's `run_error_pct` of the cell's mean TTFT, by the run's place among the cell's runs in
 the index (the order vllm_serve_sim.py reads them). A run listed by two sessions (the same
 name and TTFT) counts once. Nothing here is fitted: a diagnostic of what the profile, fitted on one session, cannot
@@ -48,12 +51,18 @@ def api_cpu_per_request(run: dict[str, Any]) -> float | None:
     completed = run["result"].get("completed") or 0
     if not threads or not completed:
         return None
-    return sum(v for k, v in threads.items() if k.startswith("api_server")) / completed
+    return sum(v for k, v in threads.items() if k.startswith("api_server") or k.startswith("VLLM::APIServer")) \
+        / completed
 
 
 def cell(name: str) -> str:
     """`rate20-completions-a1-r0-s1` -> `rate20-completions-a1`."""
     return name.rsplit("-r", 1)[0]
+
+
+def one_process(cell_name: str) -> str:
+    """`burst100-chat-a2` -> `burst100-chat-a1`: the one-process cell of the same load and endpoint."""
+    return cell_name.rsplit("-a", 1)[0] + "-a1"
 
 
 def speed_ratio(steps: dict[int, list[float]], reference: dict[int, list[float]]) -> float | None:
@@ -90,6 +99,7 @@ def main() -> int:
         api = api_cpu_per_request(run)
         if api is not None and run.get("api_server_count") == 1:
             reference_api[cell(run["name"])].append(api)
+    reference = {c: v for c, v in reference.items() if v}
     rows, seen = [], set()
     for runs_path, sim_path in args.session:
         sim = {row["cell"]: row for row in json.loads(sim_path.read_text())["rows"]}
@@ -106,20 +116,25 @@ def main() -> int:
                 continue
             seen.add(key)
             api = api_cpu_per_request(run)
+            steps_cell = c if c in reference else one_process(c)
+            api_cell = one_process(c)
             rows.append({"session": str(runs_path), "run": run["name"], "cell": c,
-                         "engine_step_ratio": speed_ratio(decode_steps(run), reference[c]),
-                         # the API server's CPU per request over the reference's mean (one process only)
-                         "api_cpu_ratio": (api / statistics.fmean(reference_api[c])
-                                           if api is not None and reference_api.get(c) and
-                                           run.get("api_server_count") == 1 else None),
+                         "engine_step_ratio": speed_ratio(decode_steps(run), reference.get(steps_cell, {})),
+                         "engine_step_reference": steps_cell,
+                         # the API server processes' CPU per request over the reference's one-process mean
+                         "api_cpu_ratio": (api / statistics.fmean(reference_api[api_cell])
+                                           if api is not None and reference_api.get(api_cell) else None),
                          "mean_ttft_ms": run["result"]["mean_ttft_ms"], "ttft_error_pct": errors[i]})
     with_ratio = [r for r in rows if r["engine_step_ratio"] is not None]
     out: dict[str, Any] = {"rows": rows, "correlation": {}}
-    for load in ("rate20", "burst100", "burst1000", "all"):
-        sel = [r for r in with_ratio if load in ("all", r["cell"].split("-")[0])]
-        out["correlation"][load] = {
-            "runs": len(sel), "ratio_to_error": correlation([r["engine_step_ratio"] for r in sel],
-                                                            [r["ttft_error_pct"] for r in sel])}
+    for count in ("1", "2", "all"):
+        for load in ("rate20", "burst100", "burst1000", "all"):
+            sel = [r for r in with_ratio if load in ("all", r["cell"].split("-")[0])
+                   and count in ("all", r["cell"].rsplit("-a", 1)[1])]
+            key = load if count == "all" else f"{load}-a{count}"
+            out["correlation"][key] = {
+                "runs": len(sel), "ratio_to_error": correlation([r["engine_step_ratio"] for r in sel],
+                                                                [r["ttft_error_pct"] for r in sel])}
     for r in rows:
         ratio = r["engine_step_ratio"]
         api = r["api_cpu_ratio"]

@@ -7,7 +7,17 @@ the version lookup of "vllm" as the launcher does in the spawned processes too (
 platform); with VLLM_SERVE_SWITCH_INTERVAL_S set, call sys.setswitchinterval with it, in every process of the server
 (VLLM_SERVE_SWITCH_INTERVAL_IN=server) or only in the engine-core process (=engine-core: when `EngineCoreProc` is
 constructed, which happens in that process alone), the A/B of CPython's GIL hand-off interval in
-docs/benchmark-history/2026-11-30f-serve12.md. Nothing else changes."""
+docs/benchmark-history/2026-11-30f-serve12.md; with VLLM_SERVE_ENGINE_STEPS set (a file path), the engine-core process
+appends each step's iteration details to that file, one line a step in the stat logger's own words. Nothing else
+changes.
+
+Why the engine core writes them: vLLM 0.32's API server prints a step's details (`--enable-logging-iteration-details`)
+from its `LoggingStatLogger`, which `StatLoggerManager` (vllm/v1/metrics/loggers.py) does not create when
+`client_count` > 1 ("disabling stats logging to avoid incomplete stats"): with `--api-server-count 2` no step is
+logged, though the engine core still measures each one (vllm/v1/engine/core.py `EngineCore.capture_iteration_details`,
+the same clock and span) and attaches it to that step's outputs (`_attach_iteration_details`). The hook wraps
+`_attach_iteration_details`, which only the engine-core process calls, and writes what it was given: the same numbers
+the one-process server's log shows, from either setup, at one line-buffered write a step on the engine's core."""
 
 import importlib.abc
 import importlib.machinery
@@ -95,3 +105,53 @@ if os.environ.get("VLLM_SERVE_SWITCH_INTERVAL_S"):
         sys.setswitchinterval(float(os.environ["VLLM_SERVE_SWITCH_INTERVAL_S"]))
     else:
         sys.meta_path.insert(0, _SwitchIntervalInEngineCore())
+
+
+_STEP_LINE = ("Iteration({}): {} context requests, {} context tokens, {} generation requests, {} generation tokens, "
+              "iteration elapsed time: {:.2f} ms t={:.6f}\n")
+
+
+def format_step(details, now_s):  # type: ignore[no-untyped-def]
+    """One step's line: vLLM's `LoggingStatLogger._log_iteration_details` words (`vllm_serve_bench.py` ITERATION
+    parses either) and the engine core's CLOCK_MONOTONIC when the step's outputs were made."""
+    return _STEP_LINE.format(details.iteration_index, details.num_ctx_requests, details.num_ctx_tokens,
+                             details.num_generation_requests, details.num_generation_tokens, details.elapsed_ms,
+                             now_s)
+
+
+class _EngineStepsInEngineCore(importlib.abc.MetaPathFinder):
+    """Once `vllm.v1.engine.core` is imported, wrap `EngineCore._attach_iteration_details` to write each step's
+    details to VLLM_SERVE_ENGINE_STEPS (opened, line-buffered, at the first step: in the engine-core process)."""
+
+    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
+        if name != "vllm.v1.engine.core":
+            return None
+        sys.meta_path.remove(self)
+        spec = next(filter(None, (f.find_spec(name, path, target) for f in sys.meta_path
+                                  if hasattr(f, "find_spec"))), None)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_wrap(module):  # type: ignore[no-untyped-def]
+            exec_module(module)
+            attach = module.EngineCore._attach_iteration_details
+            import time
+
+            sink = []
+
+            def _attach_iteration_details(self, outputs, iteration_details):  # type: ignore[no-untyped-def]
+                attach(self, outputs, iteration_details)
+                if iteration_details is not None:
+                    if not sink:
+                        sink.append(open(os.environ["VLLM_SERVE_ENGINE_STEPS"], "a", buffering=1))
+                    sink[0].write(format_step(iteration_details, time.monotonic()))
+
+            module.EngineCore._attach_iteration_details = _attach_iteration_details
+
+        spec.loader.exec_module = exec_and_wrap  # type: ignore[method-assign]
+        return spec
+
+
+if os.environ.get("VLLM_SERVE_ENGINE_STEPS"):
+    sys.meta_path.insert(0, _EngineStepsInEngineCore())
