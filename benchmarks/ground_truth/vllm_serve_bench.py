@@ -306,6 +306,16 @@ def autogroup_nice(pid: int) -> int:
         return 0
 
 
+def sched_autogroup_enabled() -> int | None:
+    """The kernel's autogroup switch (/proc/sys/kernel/sched_autogroup_enabled: 1, each session's processes share the
+    cores as one group against the other sessions', the server's against the client's; 0, task by task), None where
+    the kernel has none."""
+    try:
+        return int(Path("/proc/sys/kernel/sched_autogroup_enabled").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def stop_server(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGINT)
     try:
@@ -639,6 +649,7 @@ def main() -> int:
                                switch_interval_s=args.switch_interval_s,
                                switch_interval_in=args.switch_interval_in if args.switch_interval_s else None,
                                server_autogroup_nice=args.server_autogroup_nice,
+                               sched_autogroup_enabled=sched_autogroup_enabled(),
                                bench_autogroup_nice=autogroup_nice(os.getpid()))
                     detailed = json.loads((args.work_dir / run["file"]).read_text())
                     # Kept: every metric and the per-request lists the simulator replays or is judged on (the
