@@ -58,3 +58,64 @@ class _CountTable:
             self._blocks.setdefault(i, row)
         return self._blocks[index]
 
+
+
+class _OpCountTable:
+    """Seconds of each operator that depends on one count (`StepCostModel.breakdown_columns`' token and emit
+    operators), for every count, tabulated in blocks of `_TABLE_BLOCK` counts by `evaluate(counts)` (counts >= 1
+    -> (operator names, seconds: counts x operators, kernels per count)), kept for the model's life: the
+    simulator's `--out` costs a part of steps at a time, and the parts share most of their counts. Only where the
+    formulas are elementwise in the count (a dense model on a GPU, `StepCostModel.expect_max_num_tokens`), so
+    that a count's seconds are those of evaluating any array that holds it (tests/test_sim_outputs.py checks them
+    against `cost(...).breakdown_s`).
+
+    The first lookup of a count below `span_end` fills every block below it not yet filled in one evaluation
+    (~26 ms for 8,192 token counts on the project's VM, against ~14-20 ms per part to evaluate a part's ~1,500
+    distinct counts); counts above are filled block by block."""
+
+    def __init__(self, evaluate: Any, span_end: int = 0) -> None:
+        self._evaluate = evaluate
+        self.span_end = span_end
+        self._names: list[str] | None = None
+        self._kernels = 0  # kernels of any count >= 1 (the same operators for every count)
+        self._seconds = np.zeros((0, 0))  # row = count; row 0 (and unfilled blocks) zeros
+        self._filled = np.zeros(0, dtype=bool)  # by block
+
+    def columns(self, counts: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(names, seconds: len(counts) x operators, kernels per count) of integer `counts` >= 0: a count of 0 has
+        no operators (0.0 seconds, 0 kernels), and no positive count none at all (no names)."""
+        positive = counts > 0
+        if not positive.any():
+            return [], np.zeros((len(counts), 0)), np.zeros(len(counts), dtype=np.int64)
+        blocks = counts[positive] // _TABLE_BLOCK
+        top = int(blocks.max())
+        if top >= len(self._filled) or not self._filled[blocks].all():
+            needed = np.zeros(top + 1, dtype=bool)
+            needed[blocks] = True
+            self._fill(np.flatnonzero(needed))
+        assert self._names is not None
+        return list(self._names), self._seconds[counts], np.where(positive, self._kernels, 0)
+
+    def _fill(self, blocks: np.ndarray) -> None:
+        wanted = set(blocks.tolist())
+        if int(blocks.min()) * _TABLE_BLOCK < self.span_end:  # the whole span at once
+            wanted.update(range((self.span_end - 1) // _TABLE_BLOCK + 1))
+        wanted = {b for b in wanted if b >= len(self._filled) or not self._filled[b]}
+        order = sorted(wanted)
+        counts = np.concatenate([np.arange(b * _TABLE_BLOCK, (b + 1) * _TABLE_BLOCK, dtype=np.int64) for b in order])
+        counts = counts[counts > 0]
+        names, seconds, kernels = self._evaluate(counts)
+        if self._names is None:
+            self._names, self._kernels = list(names), int(kernels[0])
+            self._seconds = np.zeros((0, len(names)))
+        assert list(names) == self._names and bool((kernels == self._kernels).all()), "the same operators"
+        end = (order[-1] + 1) * _TABLE_BLOCK
+        if end > len(self._seconds):
+            grown = np.zeros((end, len(self._names)))
+            grown[:len(self._seconds)] = self._seconds
+            self._seconds = grown
+            filled = np.zeros(end // _TABLE_BLOCK, dtype=bool)
+            filled[:len(self._filled)] = self._filled
+            self._filled = filled
+        self._seconds[counts] = seconds
+        self._filled[order] = True

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from engine.core.model_spec import ModelSpec
-from roofline.cost.count_table import _TABLE_BLOCK, _CountTable
+from roofline.cost.count_table import _TABLE_BLOCK, _CountTable, _OpCountTable
 from roofline.cost.cpu import CPU_ENGINES, DEFAULT_CPU_ENGINE, check_cpu_engine
 from roofline.cost.cpu import engine as cpu_engine_timing
 from roofline.cost.hardware import HardwareProfile
@@ -144,6 +144,9 @@ class StepCostModel:
         self._mixed_eager = self.host.mixed_eager
         self._mixed_token_table = _CountTable(partial(self._token_part, graph_max_tokens=0)) \
             if self._mixed_eager else self._token_table
+        # `breakdown_columns`' token and emit operators, per operator, by count (`_OpCountTable`), where the formulas
+        # are elementwise in the count (as `expect_max_num_tokens` asks); else None: evaluated per call.
+        self._op_tables: dict[str, _OpCountTable] | None = {} if not spec.is_moe and hw.kind != "cpu" else None
         self._attn_kernels = family.attention
         self._moe_kernels = family.moe
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
@@ -479,12 +482,13 @@ class StepCostModel:
             mixed = cols["num_prefill_seqs"] > 0
             padded[mixed] = np.array([self._padded_tokens(n, True) for n in distinct.tolist()],
                                      dtype=np.int64)[inverse][mixed]
-        token_names, token_s, token_k = self._count_columns(
-            partial(token_ops, graph_max_tokens=self._graph_max_tokens), padded)
+        token_names, token_s, token_k = self._op_columns(
+            "tokens", partial(token_ops, graph_max_tokens=self._graph_max_tokens), padded)
         if self._mixed_eager and (cols["num_prefill_seqs"] > 0).any():  # batches with prefills: eager at any size
             mixed = cols["num_prefill_seqs"] > 0
-            token_s[mixed] = self._count_columns(partial(token_ops, graph_max_tokens=0), padded[mixed])[1]
-        emit_names, emit_s, emit_k = self._count_columns(emit_ops, cols["num_emits"].astype(np.int64))
+            token_s[mixed] = self._op_columns("eager_tokens", partial(token_ops, graph_max_tokens=0),
+                                              padded[mixed])[1]
+        emit_names, emit_s, emit_k = self._op_columns("emits", emit_ops, cols["num_emits"].astype(np.int64))
         attn_names, attn_s, attn_k = self._attention_columns(cols, stats)
         names = token_names + attn_names + emit_names  # cost's order
         times = np.concatenate([token_s, attn_s, emit_s], axis=1)
@@ -584,6 +588,17 @@ class StepCostModel:
         if any(float(values.sum()) >= 2**53 for values in terms.values()):
             return None
         return {name: np.bincount(step_of, weights=values, minlength=n) for name, values in terms.items()}
+
+    def _op_columns(self, key: str, ops_of: Any, counts: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """`_count_columns(ops_of, counts)`, the same floats: from the table `key` of this model's counts kept across
+        calls (`_OpCountTable`) where the formulas are elementwise in the count, else evaluated now."""
+        if self._op_tables is None:
+            return self._count_columns(ops_of, counts)
+        table = self._op_tables.get(key)
+        if table is None:
+            span_end = self._token_table.span_end if key != "emits" else 0
+            table = self._op_tables[key] = _OpCountTable(partial(self._count_columns, ops_of), span_end)
+        return table.columns(counts)
 
     def _count_columns(self, ops_of: Any, counts: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
         """Names, seconds (steps x operators) and kernels per step of the operators `ops_of(spec, quant, tp,

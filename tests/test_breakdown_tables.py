@@ -1,0 +1,147 @@
+"""`StepCostModel.breakdown_columns`' token and emit operators kept per count across calls (`_OpCountTable`, a dense
+model on a GPU): every call's columns are `cost(...).breakdown_s` of each step bit for bit, whichever counts the
+earlier calls tabulated; a call whose counts are all tabulated evaluates no operator; elsewhere (MoE, CPU) nothing
+is kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from profiles import TEST_CPU_PROFILE
+
+from roofline.cost.count_table import _TABLE_BLOCK, _OpCountTable
+from roofline.cost.hardware import parse_profile
+from roofline.cost.ops import emit_ops, token_ops
+from roofline.cost.step_cost import StepCostModel
+from roofline.cost.step_shape import StepArrays
+from roofline.engine_args import EngineArgs
+from roofline.sim.deployment import make_deployment
+
+Step = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+# (model, hardware, engine arguments): dense models on GPUs, where the operators are tabulated.
+DENSE = {
+    "llama-tp1": ("llama-3.1-8b", "h100-sxm", EngineArgs(max_num_batched_tokens=2048)),
+    # TP 2 (all-reduces, their eager path above the graph sizes), batches with prefills eager at every size
+    "llama-tp2-decode-graphs": ("llama-3.1-8b", "h100-sxm",
+                                EngineArgs(tensor_parallel_size=2, max_num_batched_tokens=1024,
+                                           cudagraph_mode="FULL_DECODE_ONLY")),
+    # W8A8 fp8 (CUTLASS 8-bit dispatch, the input quantization) on Ada (power limit, CTA occupancy, split-K reduce)
+    "fp8-l40s": ("llama-3.1-8b-instruct-fp8-dynamic", "l40s", EngineArgs(max_num_batched_tokens=1024)),
+    # weight-only int4 (Marlin / Machete) on Blackwell (split-K reduction kernel)
+    "awq-b200": ("llama-3.1-8b-instruct-awq-int4", "b200", EngineArgs(max_num_batched_tokens=1024)),
+    # sliding-window layers beside full ones (Gemma 3), qk-norm and sandwich norms
+    "gemma-hybrid": ("gemma-3-4b", "h100-sxm", EngineArgs(max_num_batched_tokens=1024)),
+}
+
+
+def random_steps(rng: np.random.Generator, n: int, max_query: int) -> list[Step]:
+    """`n` steps of decodes (contexts up to 6,000) and up to 3 prefill chunks, some sequences emitting nothing."""
+    steps = []
+    for _ in range(n):
+        decodes = int(rng.integers(0, 70))
+        chunks = int(rng.integers(0 if decodes else 1, 4))
+        q = np.concatenate([np.ones(decodes, dtype=np.int64), rng.integers(2, max_query, size=chunks)])
+        c = rng.integers(0, 6000, size=len(q))
+        e = rng.random(len(q)) < 0.85
+        steps.append((q, c, e))
+    return steps
+
+
+def assert_breakdown_is_step_cost(model: StepCostModel, steps: list[Step], untabulated: StepCostModel | None = None
+                                  ) -> None:
+    """`model.breakdown_columns(steps)` is `cost(...).breakdown_s` of each step and, where `untabulated` is given (the
+    same model without `_op_tables`: the operators evaluated on this call's counts alone), its columns bit for bit."""
+    columns = model.breakdown_columns(steps)
+    names: set[str] = set()
+    # A hybrid model's `host_overhead` is left out of the comparison with `cost`: `_attention_columns` orders the
+    # attention records of all steps together (the full layers' decode before the prefill where the first step
+    # has no prefill), so the device time of a step with both is summed in another order than `cost`'s (its last
+    # bits), with or without the tables.
+    hybrid = model.spec.is_hybrid_attention
+    for i, (q, c, e) in enumerate(steps):
+        expected = model.cost(StepArrays(q, c, e)).breakdown_s
+        names |= expected.keys()
+        compared = [name for name in columns if not (hybrid and name == "host_overhead")]
+        assert {name: columns[name][i] for name in compared} == {name: expected.get(name, 0.0) for name in compared}, i
+    assert names == set(columns)
+    if untabulated is not None:
+        untabulated._op_tables = None
+        reference = untabulated.breakdown_columns(steps)
+        assert list(columns) == list(reference)
+        for name in reference:
+            assert columns[name].tobytes() == reference[name].tobytes(), name
+
+
+@pytest.mark.parametrize("case", sorted(DENSE))
+def test_tabulated_breakdown_is_step_cost_call_after_call(case: str) -> None:
+    model_id, hardware, engine = DENSE[case]
+    model = make_deployment(model_id, hardware, engine).cost_model
+    assert model._op_tables == {}
+    rng = np.random.default_rng(sum(map(ord, case)))
+    budget = engine.max_num_batched_tokens or 2048
+    # parts of steps one after another on one model, as the simulator's --out hands them over; the last one's
+    # token counts pass the tabulated span (counts above it are tabulated block by block)
+    for part, max_query in enumerate((budget // 2, budget, 2 * budget + 700)):
+        assert_breakdown_is_step_cost(model, random_steps(rng, 25, max_query),
+                                      make_deployment(model_id, hardware, engine).cost_model)
+        assert set(model._op_tables) >= {"tokens", "emits"}, part
+
+
+def test_a_call_of_tabulated_counts_evaluates_no_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    model_id, hardware, engine = DENSE["llama-tp1"]
+    model = make_deployment(model_id, hardware, engine).cost_model
+    rng = np.random.default_rng(7)
+    first = random_steps(rng, 30, 2048)
+    reference = StepCostModel.breakdown_columns(make_deployment(model_id, hardware, engine).cost_model, first[5:])
+    model.breakdown_columns(first)
+    evaluated: list[int] = []
+    original = StepCostModel._count_columns
+
+    def counting(self: StepCostModel, ops_of: Any, counts: np.ndarray) -> Any:
+        evaluated.append(len(counts))
+        return original(self, ops_of, counts)
+
+    monkeypatch.setattr(StepCostModel, "_count_columns", counting)
+    again = model.breakdown_columns(first[5:])  # token counts within the span, emit counts already seen
+    assert evaluated == []
+    assert list(again) == list(reference)
+    for name in reference:
+        assert again[name].tobytes() == reference[name].tobytes(), name
+
+
+@pytest.mark.parametrize("case", ["llama-tp2-decode-graphs", "fp8-l40s"])
+def test_op_count_table_equals_evaluating_the_counts(case: str) -> None:
+    """Random arrays of counts (zeros among them, in any order, repeated) from the table kept across lookups: the
+    names, seconds and kernels of `_count_columns` on that array alone, bit for bit."""
+    model_id, hardware, engine = DENSE[case]
+    model = make_deployment(model_id, hardware, engine).cost_model
+    rng = np.random.default_rng(11)
+    tables = {"tokens": _OpCountTable(lambda x: model._count_columns(token_ops, x), span_end=700),
+              "emits": _OpCountTable(lambda x: model._count_columns(emit_ops, x))}
+    for _ in range(6):
+        for key, ops_of in (("tokens", token_ops), ("emits", emit_ops)):
+            top = int(rng.choice([3, 300, 1100, 3 * _TABLE_BLOCK + 5]))
+            counts = rng.integers(0, top, size=int(rng.integers(1, 60)))
+            counts[rng.random(len(counts)) < 0.2] = 0
+            names, seconds, kernels = tables[key].columns(counts)
+            want_names, want_seconds, want_kernels = model._count_columns(ops_of, counts)
+            assert names == want_names
+            assert seconds.shape == want_seconds.shape and seconds.tobytes() == want_seconds.tobytes()
+            assert kernels.dtype == want_kernels.dtype and kernels.tolist() == want_kernels.tolist()
+    assert tables["tokens"].columns(np.zeros(4, dtype=np.int64))[0] == []  # no positive count: no operators
+
+
+@pytest.mark.parametrize("model_id, hardware", [("qwen3-moe-tiny", "h100-sxm"),
+                                                ("llama-156m", parse_profile(TEST_CPU_PROFILE, where="test"))])
+def test_moe_and_cpu_breakdowns_are_evaluated_per_call(model_id: str, hardware: Any) -> None:
+    """An MoE layer's expected row tiles depend on the smallest and largest count evaluated together, and a CPU's
+    formulas are not checked for elementwise evaluation: their operators are evaluated per call, as before."""
+    model = make_deployment(model_id, hardware, EngineArgs(max_num_batched_tokens=512, max_model_len=1024,
+                                                           num_gpu_blocks_override=256)).cost_model
+    assert model._op_tables is None
+    rng = np.random.default_rng(3)
+    for _ in range(2):
+        assert_breakdown_is_step_cost(model, random_steps(rng, 12, 400))
