@@ -306,24 +306,43 @@ def test_forked_writer_writes_the_in_process_files(tmp_path: Path, monkeypatch: 
     """`--out` by a child process (`_ForkedWriter`: the parts and the CSV tables through a pipe) writes the files the
     in-process writer writes, byte for byte, in several parts; a failure in the child is raised here with its
     traceback, and a part handed over after it ends is refused the same way."""
-    from roofline.sim import simulator, steps_file
+    from engine.core import trace
+    from roofline.sim import recorder, simulator, steps_file
 
-    monkeypatch.setattr(simulator, "STEPS_PER_PART", 4096)  # (several parts; a multiple of the row groups)
-    monkeypatch.setattr(steps_file, "ROW_GROUP_STEPS", 4096)
+    for module in (trace, steps_file):  # (several parts; a multiple of the row groups)
+        monkeypatch.setattr(module, "ROW_GROUP_STEPS", 64)
+    monkeypatch.setattr(recorder.StepRows, "CHUNK", 64)
+    monkeypatch.setattr(simulator, "STEPS_PER_PART", 64)
     model, hardware, engine, load = CASES["mistral-sliding-window"]
     deployment = make_deployment(model, hardware, engine)
     summary = {"seed": 3, "workload": "small", "num_replicas": 1, "kv_cache": {}}
-    for forked in (False, True):
+    # The parts through the shared memory (`_ForkedWriter.RING_BYTES`): as it is, so small that each part waits for
+    # the child to free the last one's place and wraps round, and so small that the larger parts go through the
+    # pipe.
+    variants = [(False, None), (True, None), (True, 32 << 10), (True, 16 << 10)]
+    for forked, ring_bytes in variants:
         monkeypatch.setattr(outputs, "FORKED", forked)
-        out = tmp_path / f"forked-{forked}"
+        if ring_bytes is not None:
+            monkeypatch.setattr(outputs._ForkedWriter, "RING_BYTES", ring_bytes)
+        out = tmp_path / f"forked-{forked}-{ring_bytes}"
         out.mkdir()
         stream = outputs.StepTraceStream(out, deployment)
         assert (stream._child is not None) == forked
         result = run_simulation(deployment, load, SimulationOptions(), step_sink=stream.write)
         stream.write_tables(outputs.csv_tables(result))
+        if forked:
+            child = stream._child
+            assert child is not None
+            placed = child._placed  # (bytes placed in the ring, the skipped ends of it counted)
         outputs.write_outputs(out, deployment, result, summary, stream)
-    for name in ("steps.parquet", "requests.csv", "timeseries.csv", "summary.json", "run.json"):
-        assert (tmp_path / "forked-True" / name).read_bytes() == (tmp_path / "forked-False" / name).read_bytes(), name
+        if ring_bytes == 32 << 10:  # (parts of ~20 KB: round the ring twice)
+            assert placed > 2 * ring_bytes
+        elif ring_bytes == 16 << 10:  # (the larger parts through the pipe)
+            assert placed < 2 * ring_bytes
+    for forked, ring_bytes in variants[1:]:
+        for name in ("steps.parquet", "requests.csv", "timeseries.csv", "summary.json", "run.json"):
+            assert (tmp_path / f"forked-{forked}-{ring_bytes}" / name).read_bytes() == \
+                (tmp_path / "forked-False-None" / name).read_bytes(), (name, ring_bytes)
 
     def failing_table(*args: object) -> pa.Table:
         raise ValueError("no table today")

@@ -15,10 +15,12 @@ import atexit
 import contextlib
 import gc
 import math
+import mmap
 import os
 import pickle
 import queue
 import re
+import select
 import signal
 import struct
 import sys
@@ -242,50 +244,118 @@ FORKED = sys.platform == "linux" and hasattr(os, "fork")
 class _ForkedWriter:
     """A child process forked from the simulation's that writes a StepTraceStream's parts as the simulation hands
     them over, so that the second core builds each part's table (its sequences' request ids, the per-operator
-    breakdown) and encodes it while the simulation goes on: the simulation's process only pickles the part's arrays
-    into a pipe (protocol 5: the arrays' bytes written as they are, no copy of them into the pickle). The child,
-    a copy of the process at `start`, holds the deployment and the stream; a thread of it reads the pipe while it
-    writes, at most `QUEUED` parts ahead (then the pipe fills and the simulation waits: memory stays bounded). The
-    file is the in-process writer's (the same code on the same parts). `finish` waits for the child and raises
-    what it raised; the child ends with the pipe (the simulation's process gone) and on Ctrl-C."""
+    breakdown) and encodes it while the simulation goes on: the simulation's process only copies the part's
+    pickle (protocol 5: the arrays' bytes out of band, as they are) into memory shared with the child (`RING_BYTES`
+    of it, used round and round) and tells the child where, through a pipe; the child reads the arrays where they
+    lie and says when it is done with them (a message larger than the shared memory goes through the pipe). The
+    child, a copy of the process at `start`, holds the deployment and the stream; a thread of it reads the pipe
+    while it writes, at most `QUEUED` parts ahead (then the shared memory fills and the simulation waits: memory
+    stays bounded). The file is the in-process writer's (the same code on the same parts). `finish` waits for the
+    child and raises what it raised; the child ends with the pipe (the simulation's process gone) and on Ctrl-C.
+
+    Why shared memory: through the pipe alone a part of 8,192 steps of sharegpt (~20 MB) is copied twice, a pipe's
+    worth (1 MB) at a time, each wait a wake-up of the other process: 0.015-0.04 s in which the simulation waited,
+    a part (docs/benchmark-history/2026-12-01a-outspeed3.md); a copy into memory already touched is ~0.003 s."""
 
     QUEUED = 2
+    # The shared memory: two parts of sharegpt's 8,192 steps and the last one (a part is placed whole; one that
+    # does not fit before the end starts again at the beginning).
+    RING_BYTES = 48 << 20
 
-    def __init__(self, pid: int, data_fd: int, status_fd: int) -> None:
+    def __init__(self, pid: int, data_fd: int, status_fd: int, ring: mmap.mmap, release_fd: int) -> None:
         self.pid, self._data_fd, self._status_fd = pid, data_fd, status_fd
         self._failure: BaseException | None = None  # (once the child is reaped: None, or why it failed)
         self._reaped = False
+        self._ring, self._ring_view = ring, memoryview(ring)
+        self._release_fd = release_fd  # the child's word: the ring's bytes up to here are free again
+        self._placed = 0  # the ring's bytes ever placed (or skipped at its end), and of them those freed again
+        self._released = 0
+        self._release_rest = b""  # (a part of the child's next 8-byte word)
 
     @classmethod
     def start(cls, stream: StepTraceStream) -> _ForkedWriter:
         data_r, data_w = os.pipe()
         status_r, status_w = os.pipe()
+        release_r, release_w = os.pipe()
+        ring = mmap.mmap(-1, cls.RING_BYTES)  # (anonymous and shared: the child sees the same pages)
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(data_w)
             os.close(status_r)
-            _child_writes(stream, data_r, status_w)
+            os.close(release_r)
+            _child_writes(stream, data_r, status_w, ring, release_w)
         os.close(data_r)
         os.close(status_w)
+        os.close(release_w)
+        os.set_blocking(release_r, False)  # (read as it comes: `_read_releases`)
         import fcntl  # (Linux: where FORKED)
 
         with contextlib.suppress(OSError, AttributeError):  # a larger pipe: fewer waits for the child's reader
             fcntl.fcntl(data_w, fcntl.F_SETPIPE_SZ, 1 << 20)  # type: ignore[attr-defined]
-        return cls(pid, data_w, status_r)
+        return cls(pid, data_w, status_r, ring, release_r)
 
     def send(self, kind: str, payload: object) -> None:
         """A part ("part": its step rows' columns and its sequences) or the CSV tables ("tables": file name ->
         columns) to the child."""
         buffers: list[pickle.PickleBuffer] = []
         header = pickle.dumps((kind, payload), protocol=5, buffer_callback=buffers.append)
-        raws = [buffer.raw() for buffer in buffers]
-        lengths = [len(header), *(raw.nbytes for raw in raws)]
+        pieces = [memoryview(header), *(buffer.raw() for buffer in buffers)]
+        lengths = [piece.nbytes for piece in pieces]
         if self._reaped:
             self._reap()  # (raises why)
         try:
-            _write_all(self._data_fd, [struct.pack(f"<{len(lengths) + 1}q", len(lengths), *lengths), header, *raws])
+            places = self._places(lengths)
+            if places is not None:
+                self._place(pieces, lengths, *places)
+            else:  # (through the pipe: the pieces' lengths, then the pieces)
+                _write_all(self._data_fd, [struct.pack(f"<{len(lengths) + 1}q", len(lengths), *lengths), *pieces])
         except BrokenPipeError:  # the child ended: say why
             self._reap()
+
+    def _places(self, lengths: list[int]) -> tuple[list[int], int] | None:
+        """Where the next pieces of `lengths` bytes go in the ring: one after the other from where the last ended,
+        each at a multiple of 64 bytes and whole (one that would pass the ring's end starts at its beginning), and
+        the end of the last in bytes ever placed; None where they take more than the ring."""
+        size = len(self._ring)
+        at = self._placed
+        offsets = []
+        for n in lengths:
+            if at % size + n > size:
+                at += size - at % size
+            offsets.append(at % size)
+            at += _aligned(n)
+        return (offsets, at) if at - self._placed <= size else None
+
+    def _read_releases(self) -> bool:
+        """The child's words so far, without waiting (the last is the one that counts: they only grow); False once
+        the child has closed its end."""
+        while True:
+            try:
+                words = os.read(self._release_fd, 1 << 12)
+            except BlockingIOError:
+                return True
+            if not words:
+                return False
+            words = self._release_rest + words
+            whole = len(words) // 8 * 8
+            if whole:
+                self._released = struct.unpack_from("<q", words, whole - 8)[0]
+            self._release_rest = words[whole:]
+
+    def _place(self, pieces: list[memoryview], lengths: list[int], offsets: list[int], end: int) -> None:
+        """The pieces into the ring at `offsets` (`_places`), once the child has freed their place; then to the pipe:
+        -(their number), the end of their place in bytes ever placed (what the child frees once it is done with
+        them), their offsets in the ring, their lengths."""
+        alive = self._read_releases()
+        while end - self._released > len(self._ring):  # wait for the child to be done with earlier parts
+            if not alive:
+                raise BrokenPipeError  # (the child ended)
+            select.select([self._release_fd], [], [])
+            alive = self._read_releases()
+        for piece, at, n in zip(pieces, offsets, lengths):
+            self._ring_view[at:at + n] = piece
+        self._placed = end
+        _write_all(self._data_fd, [struct.pack(f"<{2 * len(pieces) + 2}q", -len(pieces), end, *offsets, *lengths)])
 
     def finish(self) -> None:
         if not self._reaped:
@@ -304,6 +374,7 @@ class _ForkedWriter:
             while chunk := os.read(self._status_fd, 1 << 16):
                 chunks.append(chunk)
             os.close(self._status_fd)
+            os.close(self._release_fd)  # (the ring is unmapped with the process: ~0.005 s for its 48 MB, not here)
             message = b"".join(chunks)
             if message == b"ok":
                 atexit.register(_wait_for, self.pid)
@@ -316,6 +387,11 @@ class _ForkedWriter:
                 self._failure = RuntimeError(f"writing steps.parquet and the CSV files (a child process) failed: {why}")
         if self._failure is not None:
             raise self._failure
+
+
+def _aligned(nbytes: int) -> int:
+    """`nbytes` rounded up to a multiple of 64 (where the next piece in the shared memory starts)."""
+    return -(-nbytes // 64) * 64
 
 
 def _wait_for(pid: int) -> int:
@@ -341,10 +417,11 @@ def _read_exact(reader: Any, n: int) -> memoryview:
     return data
 
 
-def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int) -> None:
-    """The forked child's whole life: write the parts read from `data_fd` into the stream, then finish the file;
-    b"ok", an OSError (pickled: the parent raises it, one line at the command line) or the traceback to
-    `status_fd`."""
+def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int, ring: mmap.mmap, release_fd: int) -> None:
+    """The forked child's whole life: write the parts read from `data_fd` (and the shared memory `ring`) into the
+    stream, then finish the file; b"ok", an OSError (pickled: the parent raises it, one line at the command line)
+    or the traceback to `status_fd`. After each message read from the ring, the end of its place there (bytes ever
+    placed) to `release_fd`: the parent may place the next ones over it."""
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # (Ctrl-C reaches the process group: end as the parent does)
@@ -352,20 +429,30 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int) -> None
         # The reader thread takes the GIL between two reads of the pipe: at once, not after the 5 ms a thread
         # holding it may keep it, or the pipe stays full and the simulation's process waits.
         sys.setswitchinterval(1e-4)
+        # The shared memory's pages made now, while the simulation runs its first part (Linux 5.14 on: elsewhere the
+        # first copy into each page makes it): the simulation's process then copies a part into pages that exist
+        # (0.007 s a part of ~20 MB instead of 0.010-0.015 s: docs/benchmark-history/2026-12-01a-outspeed3.md).
+        with contextlib.suppress(OSError, ValueError):
+            ring.madvise(getattr(mmap, "MADV_POPULATE_WRITE", 23))
         stream._child, stream._in_child = None, True
         parts: queue.Queue[Any] = queue.Queue(maxsize=_ForkedWriter.QUEUED)
-        threading.Thread(target=_read_parts, args=(data_fd, parts), daemon=True).start()
-        while (message := parts.get()) is not None:
-            if isinstance(message, BaseException):
-                raise message
-            kind, payload = message
+        threading.Thread(target=_read_parts, args=(data_fd, parts, ring), daemon=True).start()
+        while (item := parts.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            (kind, payload), release = item
             if kind == "part":
                 columns, seqs = payload
                 stream.write(Table(columns), seqs)
+                del columns, seqs
             elif kind == "tables":
                 stream.write_tables({name: Table(columns) for name, columns in payload.items()})
             else:  # "close", with the run's summary or None
                 stream.close(payload)
+            del item, payload  # (its arrays, views of the ring's memory: written, not read again)
+            if release is not None:
+                with contextlib.suppress(BrokenPipeError):  # (the parent gone: it places nothing more)
+                    os.write(release_fd, struct.pack("<q", release))
         os.write(status_fd, b"ok")
         os.close(status_fd)  # (every file closed: the parent goes on, while this process's memory is given back)
         code = 0
@@ -378,9 +465,11 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int) -> None
         os._exit(code)
 
 
-def _read_parts(data_fd: int, parts: queue.Queue[Any]) -> None:
-    """The child's reader thread: each message (its pickle, then its arrays' bytes) unpickled onto `parts`, None at
-    the end, an exception where reading failed."""
+def _read_parts(data_fd: int, parts: queue.Queue[Any], ring: mmap.mmap) -> None:
+    """The child's reader thread: each message (its pickle, then its arrays' bytes; in the ring or through the pipe:
+    `_ForkedWriter.send`) unpickled onto `parts` with the end of its place in the ring (None: through the pipe),
+    None at the end, an exception where reading failed."""
+    shared = memoryview(ring)
     try:
         with open(data_fd, "rb", buffering=0) as reader:
             while True:
@@ -388,10 +477,15 @@ def _read_parts(data_fd: int, parts: queue.Queue[Any]) -> None:
                 if count == 0:
                     parts.put(None)
                     return
+                if count < 0:  # in the ring: read where they lie
+                    end, *fields = struct.unpack(f"<{1 - 2 * count}q", _read_exact(reader, 8 * (1 - 2 * count)))
+                    pieces = [shared[at:at + n] for at, n in zip(fields[:-count], fields[-count:])]
+                    parts.put((pickle.loads(pieces[0], buffers=pieces[1:]), end))
+                    continue
                 lengths = struct.unpack(f"<{count}q", _read_exact(reader, 8 * count))
                 header = _read_exact(reader, lengths[0])
                 # (the k-th array of each part into the memory of the last part's k-th, once that one is written)
                 buffers = [memoryview(received_buffer(n, slot, data_fd)) for slot, n in enumerate(lengths[1:])]
-                parts.put(pickle.loads(header, buffers=buffers))
+                parts.put((pickle.loads(header, buffers=buffers), None))
     except BaseException as error:  # (handed to the child's main thread, which raises it)
         parts.put(error)
