@@ -12,7 +12,8 @@ import pytest
 from profiles import TEST_CPU_PROFILE
 
 from roofline.cost.count_table import _TABLE_BLOCK, _OpCountTable
-from roofline.cost.hardware import parse_profile
+from roofline.cost.hardware import load_profile, parse_profile
+from roofline.cost.host import CUDAGRAPH_MODE_CHOICES, HostModel
 from roofline.cost.ops import emit_ops, token_ops
 from roofline.cost.step_cost import StepCostModel
 from roofline.cost.step_shape import StepArrays
@@ -145,3 +146,25 @@ def test_moe_and_cpu_breakdowns_are_evaluated_per_call(model_id: str, hardware: 
     rng = np.random.default_rng(3)
     for _ in range(2):
         assert_breakdown_is_step_cost(model, random_steps(rng, 12, 400))
+
+
+@pytest.mark.parametrize("mode", CUDAGRAPH_MODE_CHOICES)
+@pytest.mark.parametrize("hardware", ["h100-sxm", "cpu"])
+@pytest.mark.parametrize("sizes", [None, (1, 2, 4, 8, 24, 512)])
+def test_host_model_on_arrays_is_its_scalar_time(mode: str, hardware: str, sizes: tuple[int, ...] | None) -> None:
+    """`HostModel.padded_tokens_array` and `time_s_array` (`breakdown_columns`' host side): each step's padded count
+    and (host, launch) seconds of `padded_tokens` and `time_s`, bit for bit, below, at and above the captured sizes."""
+    hw = load_profile(hardware) if hardware != "cpu" else parse_profile(TEST_CPU_PROFILE, where="test")
+    host = HostModel(hw, mode, sizes or hw.executor.cuda_graph_batch_sizes, 28)
+    rng = np.random.default_rng(5)
+    graph_sizes = list(host.graph_sizes)
+    tokens = np.concatenate([rng.integers(0, 1500, size=400), graph_sizes, [s + 1 for s in graph_sizes],
+                             [0, 1, host.max_graph]]).astype(np.int64)
+    prefills = np.where(rng.random(len(tokens)) < 0.5, 0, rng.integers(1, 5, size=len(tokens))).astype(np.int64)
+    decodes = rng.integers(0, 300, size=len(tokens)).astype(np.int64)
+    kernels = rng.integers(0, 2000, size=len(tokens)).astype(np.int64)
+    padded = host.padded_tokens_array(tokens, prefills > 0)
+    assert padded.tolist() == [host.padded_tokens(t, p > 0) for t, p in zip(tokens.tolist(), prefills.tolist())]
+    host_s, launch_s = host.time_s_array(tokens, prefills, decodes, kernels)
+    expected = [host.time_s(*row) for row in zip(tokens.tolist(), prefills.tolist(), decodes.tolist(), kernels.tolist())]
+    assert list(zip(host_s.tolist(), launch_s.tolist())) == expected

@@ -15,6 +15,8 @@ import bisect
 import math
 from typing import Any
 
+import numpy as np
+
 from roofline.cost.hardware import HardwareProfile
 from roofline.cost.roofline_math import Num, _max
 
@@ -67,6 +69,38 @@ class HostModel:
                                                                 else self.decode_graph is None):
             return num_tokens
         return self.graph_sizes[bisect.bisect_left(self.graph_sizes, num_tokens)]
+
+    def padded_tokens_array(self, num_tokens: np.ndarray, mixed: np.ndarray) -> np.ndarray:
+        """`padded_tokens(n, m)` of each n of an int64 array and m of a bool array (the same integers: the next
+        captured size by `bisect_left`'s rule, `searchsorted` side left, on the ascending sizes)."""
+        padded = num_tokens.copy()
+        if not self.max_graph:
+            return padded
+        sizes = np.asarray(self.graph_sizes, dtype=np.int64)
+        graph = (num_tokens > 0) & (num_tokens <= self.max_graph)
+        if self.mixed_graph is None:
+            graph &= ~mixed
+        if self.decode_graph is None:
+            graph &= mixed
+        padded[graph] = sizes[np.searchsorted(sizes, num_tokens[graph], side="left")]
+        return padded
+
+    def time_s_array(self, num_tokens: np.ndarray, num_prefill_seqs: np.ndarray, num_decode_seqs: np.ndarray,
+                     num_kernels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`time_s` of each step of int64 arrays, elementwise: the same operations in the same order on each step's
+        numbers (IEEE float64 either way), so the same floats."""
+        ex = self.hw.executor
+        launches = num_kernels.astype(np.int64)
+        graph = (num_tokens > 0) & (num_tokens <= self.max_graph)
+        for rows, kind in ((graph & (num_prefill_seqs == 0), self.decode_graph),
+                           (graph & (num_prefill_seqs != 0), self.mixed_graph)):
+            if kind == "full":
+                launches[rows] = 1
+            elif kind == "piecewise":
+                launches[rows] = 2 * self._layers + 1
+        launch_s = launches * ex.kernel_launch_s
+        return ex.step_overhead_s + launch_s + ex.step_overhead_per_seq_s * (num_decode_seqs + num_prefill_seqs), \
+            launch_s
 
     def time_s(self, num_tokens: int, num_prefill_seqs: int, num_decode_seqs: int, num_kernels: int
                ) -> tuple[float, float]:

@@ -476,12 +476,20 @@ class StepCostModel:
         if not len(steps):
             return {}
         cols, stats = self._stats_columns(steps)
-        distinct, inverse = np.unique(cols["num_tokens"].astype(np.int64), return_inverse=True)
-        padded = np.array([self._padded_tokens(n) for n in distinct.tolist()], dtype=np.int64)[inverse]
-        if self._mixed_graph != self._decode_graph:  # batches with prefills padded as their own graph pads them
-            mixed = cols["num_prefill_seqs"] > 0
-            padded[mixed] = np.array([self._padded_tokens(n, True) for n in distinct.tolist()],
-                                     dtype=np.int64)[inverse][mixed]
+        host = self.host
+        # `HostModel`'s padding and host time on arrays (the same integers and floats), unless replaced
+        arrays = type(host) is HostModel and self._padded_tokens == host.padded_tokens \
+            and self._host_time_s == host.time_s and list(host.graph_sizes) == sorted(host.graph_sizes)
+        tokens = cols["num_tokens"].astype(np.int64)
+        if arrays:
+            padded = host.padded_tokens_array(tokens, cols["num_prefill_seqs"] > 0)
+        else:
+            distinct, inverse = np.unique(tokens, return_inverse=True)
+            padded = np.array([self._padded_tokens(n) for n in distinct.tolist()], dtype=np.int64)[inverse]
+            if self._mixed_graph != self._decode_graph:  # batches with prefills padded as their own graph pads them
+                mixed = cols["num_prefill_seqs"] > 0
+                padded[mixed] = np.array([self._padded_tokens(n, True) for n in distinct.tolist()],
+                                         dtype=np.int64)[inverse][mixed]
         token_names, token_s, token_k = self._op_columns(
             "tokens", partial(token_ops, graph_max_tokens=self._graph_max_tokens), padded)
         if self._mixed_eager and (cols["num_prefill_seqs"] > 0).any():  # batches with prefills: eager at any size
@@ -492,13 +500,14 @@ class StepCostModel:
         attn_names, attn_s, attn_k = self._attention_columns(cols, stats)
         names = token_names + attn_names + emit_names  # cost's order
         times = np.concatenate([token_s, attn_s, emit_s], axis=1)
-        kernels = (token_k + attn_k + emit_k).tolist()
-        # The host time of each distinct (tokens, prefill seqs, decode seqs, kernels), once.
-        distinct_keys, key_of = _distinct_rows([distinct[inverse], cols["num_prefill_seqs"].astype(np.int64),
-                                                cols["num_decode_seqs"].astype(np.int64),
-                                                np.asarray(kernels, dtype=np.int64)])
-        host_s, launch_s = np.array([self._host_time_s(t, p, d, k) for t, p, d, k in distinct_keys.tolist()],
-                                    dtype=np.float64).reshape(-1, 2)[key_of].T
+        kernels = (token_k + attn_k + emit_k).astype(np.int64)
+        prefills, decodes = cols["num_prefill_seqs"].astype(np.int64), cols["num_decode_seqs"].astype(np.int64)
+        if arrays:
+            host_s, launch_s = host.time_s_array(tokens, prefills, decodes, kernels)
+        else:  # the host time of each distinct (tokens, prefill seqs, decode seqs, kernels), once
+            distinct_keys, key_of = _distinct_rows([tokens, prefills, decodes, kernels])
+            host_s, launch_s = np.array([self._host_time_s(t, p, d, k) for t, p, d, k in distinct_keys.tolist()],
+                                        dtype=np.float64).reshape(-1, 2)[key_of].T
         device_s = row_sums(times)
         total_s = self._combine(device_s, host_s, launch_s)  # elementwise: the same IEEE operations
         columns = {name: times[:, j].copy() for j, name in enumerate(names)}
