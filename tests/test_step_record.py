@@ -130,6 +130,28 @@ def test_bulk_rows_as_the_fast_path_lists_them(kind: type) -> None:
     _check(plans, kind)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_names_hold_only_the_stretch_of_a_period_the_rows_point_into(kind: type) -> None:
+    """A period's id list only grows (every request that joined it): a part's names take of it only the stretch its
+    rows point into, from the least index to the greatest, so a part of a long run hands over the ids of the
+    requests about it, not of the whole run so far; the ids of every sequence the same."""
+    joined = [f"r{i}" for i in range(1000)]  # (a long run's period: 1,000 requests joined so far)
+    other = [f"q{i}" for i in range(50)]
+    plans = [
+        _Plan(_bulk([4, 8, 2], 1, [997, 990, 995], joined), [], [], [], []),
+        _Plan(_bulk([6, 1], 3, [12, 40], other), ["t0"], [9], [0], [False]),
+        _Plan(_bulk([4, 8], 2, [998, 992], joined), [], [], [], []),
+        _Plan(None, ["t1"], [3], [5], [True]),
+        _Plan(_bulk([], 1, [], other), [], [], [], []),  # (a period's step without rows)
+    ]
+    _check(plans, kind)
+    records = kind()
+    for plan in plans:
+        records.add(plan)
+    assert records.sequences().request_names == [f"r{i}" for i in range(990, 999)] + \
+        [f"q{i}" for i in range(12, 41)] + ["t0", "t1"]
+
+
 @pytest.mark.skipif(not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)")
 def test_request_id_bytes_are_the_ids_utf8() -> None:
     records = CompiledStepRecords()

@@ -11,8 +11,8 @@
 
    StepLog.finish() hands the arrays over (the log is then closed): query, context, request index (int32), emits
    (one byte each, 0 or 1), the steps' offsets (int64, n + 1), as buffers numpy reads in place, and the request
-   names: every period's id list once, in the order of its first step, then the ids of the rows after the bulk
-   rows, each row's index pointing into it. These are the values and the layout StepRecords.sequences() gives
+   names: of every period's id list the stretch the rows point into (its least to its greatest index), in the order
+   of the period's first step, then the ids of the rows after the bulk rows, each row's index pointing into it. These are the values and the layout StepRecords.sequences() gives
    (tests/test_step_record.py compares the two on the same plans).
 
    gather_utf8(names, index) -> (offsets, data) or None: the UTF-8 bytes of names[index[i]] for every i, one after
@@ -479,28 +479,56 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "StepLog: finished already");
         return NULL;
     }
-    /* The names: each period's list as it is now (they only grow), then the rows' after the bulk rows. */
+    /* The names: of each period's list the stretch its rows here point into (from the least index to the greatest:
+       a period's list only grows, with every request that joined it, so the whole list would make each part's names
+       as many as the run's requests so far), then the rows' after the bulk rows. */
     Py_ssize_t num_periods = PyList_GET_SIZE(self->periods);
     Py_ssize_t *base = PyMem_RawMalloc((num_periods + 1) * sizeof(Py_ssize_t));
-    if (base == NULL)
-        return PyErr_NoMemory();
+    int32_t *least = PyMem_RawMalloc((num_periods + 1) * sizeof(int32_t));
+    int32_t *most = PyMem_RawMalloc((num_periods + 1) * sizeof(int32_t));
     PyObject *names = PyList_New(0);
-    if (names == NULL) {
-        PyMem_RawFree(base);
-        return NULL;
+    if (names == NULL)
+        goto fail;
+    if (base == NULL || least == NULL || most == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    const int64_t *starts = AT(self->starts, int64_t), *num_bulk = AT(self->num_bulk, int64_t);
+    const int32_t *period = AT(self->period, int32_t);
+    int32_t *index = AT(self->index, int32_t);
+    for (Py_ssize_t p = 0; p < num_periods; p++) {
+        least[p] = INT32_MAX;
+        most[p] = -1;
+    }
+    for (Py_ssize_t i = 0; i < self->num_steps; i++) {
+        if (period[i] < 0)
+            continue;
+        int32_t lo = least[period[i]], hi = most[period[i]];
+        for (int64_t j = starts[i], mid = starts[i] + num_bulk[i]; j < mid; j++) {
+            lo = index[j] < lo ? index[j] : lo;
+            hi = index[j] > hi ? index[j] : hi;
+        }
+        least[period[i]] = lo;
+        most[period[i]] = hi;
     }
     for (Py_ssize_t p = 0; p < num_periods; p++) {
-        base[p] = PyList_GET_SIZE(names);
         PyObject *ids = PyList_GET_ITEM(self->periods, p);
-        if (PyList_SetSlice(names, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, ids) < 0) /* (each as it is now) */
+        if (most[p] < least[p]) { /* (no rows point into it) */
+            base[p] = 0;
+            continue;
+        }
+        base[p] = PyList_GET_SIZE(names) - least[p];
+        PyObject *stretch = PyList_GetSlice(ids, least[p], (Py_ssize_t)most[p] + 1); /* (as it is now) */
+        if (stretch == NULL)
+            goto fail;
+        int failed = PyList_SetSlice(names, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, stretch);
+        Py_DECREF(stretch);
+        if (failed < 0)
             goto fail;
     }
     Py_ssize_t tail_base = PyList_GET_SIZE(names);
     if (PyList_SetSlice(names, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, self->tail_ids) < 0)
         goto fail;
-    const int64_t *starts = AT(self->starts, int64_t), *num_bulk = AT(self->num_bulk, int64_t);
-    const int32_t *period = AT(self->period, int32_t);
-    int32_t *index = AT(self->index, int32_t);
     for (Py_ssize_t i = 0; i < self->num_steps; i++) {
         int64_t lo = starts[i], mid = lo + num_bulk[i], hi = starts[i + 1];
         int32_t b = period[i] >= 0 ? (int32_t)base[period[i]] : 0;
@@ -511,7 +539,10 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
             index[j] += (int32_t)tail_base;
     }
     PyMem_RawFree(base);
+    PyMem_RawFree(least);
+    PyMem_RawFree(most);
     base = NULL;
+    least = most = NULL;
     PyObject *query = buf_take(&self->query), *context = buf_take(&self->context), *emits = buf_take(&self->emits);
     PyObject *index_block = buf_take(&self->index), *starts_block = buf_take(&self->starts);
     if (query == NULL || context == NULL || emits == NULL || index_block == NULL || starts_block == NULL) {
@@ -528,7 +559,9 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
     return Py_BuildValue("(NNNNNN)", query, context, emits, starts_block, names, index_block);
 fail:
     PyMem_RawFree(base);
-    Py_DECREF(names);
+    PyMem_RawFree(least);
+    PyMem_RawFree(most);
+    Py_XDECREF(names);
     return NULL;
 }
 

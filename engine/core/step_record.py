@@ -113,19 +113,28 @@ class PythonStepRecords:
         np.cumsum(lengths, out=starts[1:])
         total = int(starts[-1])
         tails = np.flatnonzero(num_tail)  # steps with tail rows
-        # Request ids: one list of names (each period's ids once, then every tail's), each sequence an index in it.
-        # A step's bulk rows index their period's list from where it starts in `names` (the period's base).
+        # Request ids: one list of names (of each period's ids the stretch its rows point into, from the least index
+        # to the greatest, then every tail's), each sequence an index in it. A period's list only grows, with every
+        # request that joined it: whole, each part's names would be as many as the run's requests so far. A step's
+        # bulk rows index their period's list from `names`' position of its index 0 (the period's base).
         names: list[str] = []
-        base_of: dict[int, int] = {-1: 0}  # a period -> its base (no bulk rows: none to index)
         periods = self._period
         runs = np.flatnonzero(np.diff(periods, prepend=-2)).tolist() if n else []  # each run of one period
-        run_bases = []
-        for i in runs:
-            base = base_of.get(periods[i])
-            if base is None:
-                base = base_of[periods[i]] = len(names)
-                names.extend(self._periods[periods[i]])
-            run_bases.append(base)
+        stretch: dict[int, tuple[int, int]] = {}  # a period -> its least and greatest index, in first-step order
+        for lo, hi in zip(runs, runs[1:] + [n]):
+            period = periods[lo]
+            if period < 0:
+                continue
+            least, most = stretch.get(period, (2**31, -1))
+            rows = np.concatenate(self._seq[lo:hi])
+            if len(rows):
+                least, most = min(least, int(rows.min())), max(most, int(rows.max()))
+            stretch[period] = least, most
+        base_of: dict[int, int] = {-1: 0}  # a period -> its base (no bulk rows: none to index)
+        for period, (least, most) in stretch.items():
+            base_of[period] = len(names) - least if most >= least else 0
+            names.extend(self._periods[period][least:most + 1])
+        run_bases = [base_of[periods[i]] for i in runs]
         # A step's tail rows as zeros after its bulk rows, in the contexts and the request indices alike.
         offs, seqs = self._off, self._seq
         if len(tails):
