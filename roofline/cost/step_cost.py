@@ -548,7 +548,7 @@ class StepCostModel:
         other_step = np.searchsorted(starts, other, side="right") - 1
         num_decodes = lengths - np.bincount(other_step, minlength=n)
         cols["num_tokens"] = num_decodes + np.bincount(other_step, weights=q[other], minlength=n)
-        silent = np.flatnonzero(e == 0)
+        silent = np.flatnonzero(np.logical_not(e) if e.dtype == np.bool_ else e == 0)  # (bool's `== 0`: 10x slower)
         cols["num_emits"] = (lengths - np.bincount(np.searchsorted(starts, silent, side="right") - 1, minlength=n)
                              ).astype(np.float64)
         cols["num_decode_seqs"] = num_decodes.astype(np.float64)
