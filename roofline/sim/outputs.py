@@ -26,6 +26,7 @@ import struct
 import sys
 import threading
 import traceback
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -429,15 +430,19 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int, ring: m
         # The reader thread takes the GIL between two reads of the pipe: at once, not after the 5 ms a thread
         # holding it may keep it, or the pipe stays full and the simulation's process waits.
         sys.setswitchinterval(1e-4)
-        # The shared memory's pages made now, while the simulation runs its first part (Linux 5.14 on: elsewhere the
-        # first copy into each page makes it): the simulation's process then copies a part into pages that exist
-        # (0.007 s a part of ~20 MB instead of 0.010-0.015 s: docs/benchmark-history/2026-12-01a-outspeed3.md).
-        with contextlib.suppress(OSError, ValueError):
-            ring.madvise(getattr(mmap, "MADV_POPULATE_WRITE", 23))
         stream._child, stream._in_child = None, True
         parts: queue.Queue[Any] = queue.Queue(maxsize=_ForkedWriter.QUEUED)
         threading.Thread(target=_read_parts, args=(data_fd, parts, ring), daemon=True).start()
-        while (item := parts.get()) is not None:
+        idle: Iterator[bool] | None = _while_idle(ring)
+        while True:
+            try:
+                item = parts.get() if idle is None else parts.get_nowait()
+            except queue.Empty:  # (nothing to write yet: a piece of the work that can be done now)
+                if not next(idle, False):  # type: ignore[arg-type]
+                    idle = None
+                continue
+            if item is None:
+                break
             if isinstance(item, BaseException):
                 raise item
             (kind, payload), release = item
@@ -463,6 +468,27 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int, ring: m
             _write_all(status_fd, [failure])
     finally:
         os._exit(code)
+
+
+def _while_idle(ring: mmap.mmap) -> Iterator[bool]:
+    """What the child does while no message waits (the simulation's first part: ~0.25 s at 10,000 requests), a piece
+    a step, so that a message waits for one piece at most: import the table's writer (pyarrow) and read the
+    installed versions run.json names (~0.004 s the first time: at the end otherwise), then make the shared memory's
+    pages 1 MB at a time (Linux 5.14 on; elsewhere the first copy into each page makes it), so that the simulation's
+    process copies each part into pages that exist (a part of ~20 MB: 0.007 s instead of 0.010-0.015 s,
+    docs/benchmark-history/2026-12-01a-outspeed3.md). A short run's writer never idles that long: it makes no more
+    pages than its messages fill."""
+    from roofline.sim.steps_file import installed_version
+
+    installed_version("pandas")
+    yield True
+    advice = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+    for start in range(0, len(ring), 1 << 20):
+        try:
+            ring.madvise(advice, start, min(1 << 20, len(ring) - start))
+        except (OSError, ValueError):  # (an older kernel: the pages are made as they are written)
+            return
+        yield True
 
 
 def _read_parts(data_fd: int, parts: queue.Queue[Any], ring: mmap.mmap) -> None:
