@@ -1,7 +1,7 @@
-"""`StepCostModel.breakdown_columns`' token and emit operators kept per count across calls (`_OpCountTable`, a dense
-model on a GPU): every call's columns are `cost(...).breakdown_s` of each step bit for bit, whichever counts the
-earlier calls tabulated; a call whose counts are all tabulated evaluates no operator; elsewhere (MoE, CPU) nothing
-is kept."""
+"""`StepCostModel.breakdown_columns`' token and emit operators kept per count across calls (`_OpCountTable`, on a
+GPU; an MoE layer evaluated per call): every call's columns are `cost(...).breakdown_s` of each step bit for bit,
+whichever counts the earlier calls tabulated; a call whose counts are all tabulated evaluates no operator of a dense
+model; a CPU's are evaluated per call."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from roofline.sim.deployment import make_deployment
 
 Step = tuple[np.ndarray, np.ndarray, np.ndarray]
 
-# (model, hardware, engine arguments): dense models on GPUs, where the operators are tabulated.
-DENSE = {
+# (model, hardware, engine arguments) on GPUs, where the operators are tabulated (an MoE layer's evaluated per call).
+CASES = {
     "llama-tp1": ("llama-3.1-8b", "h100-sxm", EngineArgs(max_num_batched_tokens=2048)),
     # TP 2 (all-reduces, their eager path above the graph sizes), batches with prefills eager at every size
     "llama-tp2-decode-graphs": ("llama-3.1-8b", "h100-sxm",
@@ -35,6 +35,14 @@ DENSE = {
     "awq-b200": ("llama-3.1-8b-instruct-awq-int4", "b200", EngineArgs(max_num_batched_tokens=1024)),
     # sliding-window layers beside full ones (Gemma 3), qk-norm and sandwich norms
     "gemma-hybrid": ("gemma-3-4b", "h100-sxm", EngineArgs(max_num_batched_tokens=1024)),
+    # MoE models: their experts (`_PER_CALL_KINDS`) evaluated on each call's counts, the rest tabulated
+    "qwen3-moe": ("qwen3-30b-a3b", "h100-sxm", EngineArgs(max_num_batched_tokens=1024)),
+    "mixtral-fp8-tp4": ("mixtral-8x7b", "h200-sxm", EngineArgs(tensor_parallel_size=4, quantization="fp8",
+                                                               max_num_batched_tokens=1024)),
+    # latent attention and MoE (its dense first layers, shared experts), TP 8
+    "deepseek-mla": ("deepseek-v3", "h200-sxm", EngineArgs(tensor_parallel_size=8, max_num_batched_tokens=1024)),
+    # sliding and full layers with MoE
+    "gpt-oss-hybrid": ("gpt-oss-20b", "h100-sxm", EngineArgs(max_num_batched_tokens=1024)),
 }
 
 
@@ -57,11 +65,11 @@ def assert_breakdown_is_step_cost(model: StepCostModel, steps: list[Step], untab
     same model without `_op_tables`: the operators evaluated on this call's counts alone), its columns bit for bit."""
     columns = model.breakdown_columns(steps)
     names: set[str] = set()
-    # A hybrid model's `host_overhead` is left out of the comparison with `cost`: `_attention_columns` orders the
+    # A hybrid or MLA model's `host_overhead` is left out of the comparison with `cost`: `_attention_columns` orders the
     # attention records of all steps together (the full layers' decode before the prefill where the first step
     # has no prefill), so the device time of a step with both is summed in another order than `cost`'s (its last
     # bits), with or without the tables.
-    hybrid = model.spec.is_hybrid_attention
+    hybrid = model.spec.is_hybrid_attention or (model.spec.is_mla and model.hw.kind != "cpu")
     for i, (q, c, e) in enumerate(steps):
         expected = model.cost(StepArrays(q, c, e)).breakdown_s
         names |= expected.keys()
@@ -76,9 +84,9 @@ def assert_breakdown_is_step_cost(model: StepCostModel, steps: list[Step], untab
             assert columns[name].tobytes() == reference[name].tobytes(), name
 
 
-@pytest.mark.parametrize("case", sorted(DENSE))
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_tabulated_breakdown_is_step_cost_call_after_call(case: str) -> None:
-    model_id, hardware, engine = DENSE[case]
+    model_id, hardware, engine = CASES[case]
     model = make_deployment(model_id, hardware, engine).cost_model
     assert model._op_tables == {}
     rng = np.random.default_rng(sum(map(ord, case)))
@@ -92,7 +100,7 @@ def test_tabulated_breakdown_is_step_cost_call_after_call(case: str) -> None:
 
 
 def test_a_call_of_tabulated_counts_evaluates_no_operator(monkeypatch: pytest.MonkeyPatch) -> None:
-    model_id, hardware, engine = DENSE["llama-tp1"]
+    model_id, hardware, engine = CASES["llama-tp1"]
     model = make_deployment(model_id, hardware, engine).cost_model
     rng = np.random.default_rng(7)
     first = random_steps(rng, 30, 2048)
@@ -117,7 +125,7 @@ def test_a_call_of_tabulated_counts_evaluates_no_operator(monkeypatch: pytest.Mo
 def test_op_count_table_equals_evaluating_the_counts(case: str) -> None:
     """Random arrays of counts (zeros among them, in any order, repeated) from the table kept across lookups: the
     names, seconds and kernels of `_count_columns` on that array alone, bit for bit."""
-    model_id, hardware, engine = DENSE[case]
+    model_id, hardware, engine = CASES[case]
     model = make_deployment(model_id, hardware, engine).cost_model
     rng = np.random.default_rng(11)
     tables = {"tokens": _OpCountTable(lambda x: model._count_columns(token_ops, x), span_end=700),
@@ -135,17 +143,36 @@ def test_op_count_table_equals_evaluating_the_counts(case: str) -> None:
     assert tables["tokens"].columns(np.zeros(4, dtype=np.int64))[0] == []  # no positive count: no operators
 
 
-@pytest.mark.parametrize("model_id, hardware", [("qwen3-moe-tiny", "h100-sxm"),
-                                                ("llama-156m", parse_profile(TEST_CPU_PROFILE, where="test"))])
-def test_moe_and_cpu_breakdowns_are_evaluated_per_call(model_id: str, hardware: Any) -> None:
-    """An MoE layer's expected row tiles depend on the smallest and largest count evaluated together, and a CPU's
-    formulas are not checked for elementwise evaluation: their operators are evaluated per call, as before."""
-    model = make_deployment(model_id, hardware, EngineArgs(max_num_batched_tokens=512, max_model_len=1024,
-                                                           num_gpu_blocks_override=256)).cost_model
+def test_a_cpu_breakdown_is_evaluated_per_call() -> None:
+    """A CPU's formulas are not checked for elementwise evaluation: its operators are evaluated per call."""
+    model = make_deployment("llama-156m", parse_profile(TEST_CPU_PROFILE, where="test"),
+                            EngineArgs(max_num_batched_tokens=512, max_model_len=1024, num_gpu_blocks_override=256)
+                            ).cost_model
     assert model._op_tables is None
     rng = np.random.default_rng(3)
     for _ in range(2):
         assert_breakdown_is_step_cost(model, random_steps(rng, 12, 400))
+
+
+def test_an_moe_layer_is_evaluated_on_each_calls_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MoE model's experts are evaluated on each call's counts together (their Poisson window depends on them),
+    its other token operators tabulated: the second call of the same steps evaluates the experts alone."""
+    model_id, hardware, engine = CASES["qwen3-moe"]
+    model = make_deployment(model_id, hardware, engine).cost_model
+    steps = random_steps(np.random.default_rng(4), 20, 1024)
+    first = model.breakdown_columns(steps)
+    evaluated: list[list[str]] = []
+    original = StepCostModel._count_columns
+
+    def recording(self: StepCostModel, ops_of: Any, counts: np.ndarray) -> Any:
+        result = original(self, ops_of, counts)
+        evaluated.append(result[0])
+        return result
+
+    monkeypatch.setattr(StepCostModel, "_count_columns", recording)
+    again = model.breakdown_columns(steps)
+    assert evaluated == [["moe_experts"]]
+    assert list(again) == list(first) and all(again[n].tobytes() == first[n].tobytes() for n in first)
 
 
 @pytest.mark.parametrize("mode", CUDAGRAPH_MODE_CHOICES)

@@ -144,9 +144,12 @@ class StepCostModel:
         self._mixed_eager = self.host.mixed_eager
         self._mixed_token_table = _CountTable(partial(self._token_part, graph_max_tokens=0)) \
             if self._mixed_eager else self._token_table
-        # `breakdown_columns`' token and emit operators, per operator, by count (`_OpCountTable`), where the formulas
-        # are elementwise in the count (as `expect_max_num_tokens` asks); else None: evaluated per call.
-        self._op_tables: dict[str, _OpCountTable] | None = {} if not spec.is_moe and hw.kind != "cpu" else None
+        # `breakdown_columns`' token and emit operators, per operator, by count (`_OpCountTable`), on a GPU, whose
+        # formulas are elementwise in the count but an MoE layer's (`_PER_CALL_KINDS`); a CPU's: None, per call.
+        self._op_tables: dict[str, _OpCountTable] | None = {} if hw.kind != "cpu" else None
+        self._op_orders: dict[str, list[str]] = {}  # each table's operator names with the per-call ones, in order
+        self._op_per_call: dict[str, Any] = {}  # each table's per-call operators (`_ops_of_kinds`), or None
+        self._op_span_end = 0  # (`expect_max_num_tokens`)
         self._attn_kernels = family.attention
         self._moe_kernels = family.moe
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
@@ -463,6 +466,7 @@ class StepCostModel:
         a CPU's formulas are not checked for it.)"""
         if not self.spec.is_moe and self.hw.kind != "cpu":
             self._token_table.span_end = self._padded_tokens(max_num_tokens) + 1
+        self._op_span_end = self._padded_tokens(max_num_tokens) + 1  # `_op_columns`' tables: elementwise operators
 
     def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
         """`cost(StepArrays(q, c, e)).breakdown_s` of many steps (query, context, emits arrays each) as columns:
@@ -598,16 +602,38 @@ class StepCostModel:
             return None
         return {name: np.bincount(step_of, weights=values, minlength=n) for name, values in terms.items()}
 
+    # Operator kinds evaluated on each call's counts together, never tabulated: an MoE layer's expected row tiles sum
+    # a Poisson window chosen from the smallest and largest count evaluated (`_poisson_row_tiles`).
+    _PER_CALL_KINDS = frozenset({"moe"})
+
     def _op_columns(self, key: str, ops_of: Any, counts: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
-        """`_count_columns(ops_of, counts)`, the same floats: from the table `key` of this model's counts kept across
-        calls (`_OpCountTable`) where the formulas are elementwise in the count, else evaluated now."""
+        """`_count_columns(ops_of, counts)`, the same floats: the operators whose formulas are elementwise in the
+        count from the table `key` of this model's counts kept across calls (`_OpCountTable`), an MoE layer's
+        (`_PER_CALL_KINDS`) evaluated on `counts` as `_count_columns` evaluates it, in the operators' order; a CPU's
+        all evaluated now (its formulas are not checked for elementwise evaluation)."""
         if self._op_tables is None:
             return self._count_columns(ops_of, counts)
         table = self._op_tables.get(key)
-        if table is None:
-            span_end = self._token_table.span_end if key != "emits" else 0
-            table = self._op_tables[key] = _OpCountTable(partial(self._count_columns, ops_of), span_end)
-        return table.columns(counts)
+        order = self._op_orders.get(key)
+        if table is None or order is None:
+            records = ops_of(self.spec, self.quant, self.tp, np.ones(1).view(_ExactPowArray))
+            order = self._op_orders[key] = [op.name for op in records]
+            per_call = [op.name for op in records if op.kind in self._PER_CALL_KINDS]
+            tabulated = ops_of if not per_call else partial(_ops_of_kinds, ops_of, self._PER_CALL_KINDS, False)
+            table = self._op_tables[key] = _OpCountTable(partial(self._count_columns, tabulated),
+                                                         self._op_span_end if key != "emits" else 0)
+            self._op_per_call[key] = partial(_ops_of_kinds, ops_of, self._PER_CALL_KINDS, True) if per_call else None
+        names, seconds, kernels = table.columns(counts)
+        per_call_ops = self._op_per_call.get(key)
+        if per_call_ops is None or not names:
+            return names, seconds, kernels
+        more_names, more_seconds, more_kernels = self._count_columns(per_call_ops, counts)
+        merged = [name for name in order if name in names or name in more_names]
+        index = {name: j for j, name in enumerate(merged)}
+        times = np.empty((len(counts), len(merged)))
+        times[:, [index[name] for name in names]] = seconds
+        times[:, [index[name] for name in more_names]] = more_seconds
+        return merged, times, kernels + more_kernels
 
     def _count_columns(self, ops_of: Any, counts: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
         """Names, seconds (steps x operators) and kernels per step of the operators `ops_of(spec, quant, tp,
@@ -852,3 +878,7 @@ class StepCostModel:
     def _emit_part(self, num_emits: np.ndarray) -> tuple[np.ndarray, int]:
         return self._parts_cost(emit_ops(self.spec, self.quant, self.tp, num_emits))
 
+
+def _ops_of_kinds(ops_of: Any, kinds: frozenset[str], inside: bool, *args: Any, **kwargs: Any) -> list[OpRecord]:
+    """The records of `ops_of(*args, **kwargs)` of `kinds` (`inside`) or of the other kinds, in order."""
+    return [op for op in ops_of(*args, **kwargs) if (op.kind in kinds) == inside]
