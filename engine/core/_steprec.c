@@ -167,6 +167,8 @@ typedef struct {
     Py_ssize_t last_period;
     PyObject *last_off, *last_seq; /* the lists `raw_off` and `raw_seq` were converted from (references held) */
     Buf raw_off, raw_seq;          /* int64, int32 */
+    int32_t raw_least, raw_most;   /* raw_seq's least and greatest index (-1, -2 where empty) */
+    Buf least, most;               /* per period: the least and greatest index its rows point to (int32) */
     int closed;
 } StepLog;
 
@@ -195,7 +197,7 @@ static int StepLog_init(StepLog *self, PyObject *args, PyObject *kwds) {
 
 static void StepLog_dealloc(StepLog *self) {
     Buf *bufs[] = {&self->query, &self->context, &self->emits, &self->index, &self->starts, &self->period,
-                   &self->num_bulk, &self->raw_off, &self->raw_seq};
+                   &self->num_bulk, &self->raw_off, &self->raw_seq, &self->least, &self->most};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         buf_free(bufs[i]);
     Py_XDECREF(self->periods);
@@ -226,8 +228,10 @@ static inline long long int_value(PyObject *o) {
     return PyLong_AsLongLong(o);
 }
 
-/* Reads a sequence of ints (a list, else any sequence: a numpy array's items) into `out` (int64 or int32). */
-static int read_ints(PyObject *obj, Buf *out, int wide, Py_ssize_t *n) {
+/* Reads a sequence of ints (a list, else any sequence: a numpy array's items) into `out` (int64 or int32; int32:
+   their least and greatest value into *least and *most, -1 and -2 where there is none: the stretch of the period's
+   id list the part's names take, `StepLog_finish`, found here where the values pass anyway). One loop per width. */
+static int read_ints(PyObject *obj, Buf *out, int wide, Py_ssize_t *n, int32_t *least, int32_t *most) {
     PyObject *fast = PySequence_Fast(obj, "StepLog: a sequence of ints expected");
     if (fast == NULL)
         return -1;
@@ -238,16 +242,32 @@ static int read_ints(PyObject *obj, Buf *out, int wide, Py_ssize_t *n) {
         Py_DECREF(fast);
         return -1;
     }
-    for (Py_ssize_t i = 0; i < size; i++) {
-        long long v = int_value(items[i]);
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(fast);
-            return -1;
+    if (wide) {
+        int64_t *dst = AT(*out, int64_t);
+        for (Py_ssize_t i = 0; i < size; i++) {
+            long long v = int_value(items[i]);
+            if (v == -1 && PyErr_Occurred()) {
+                Py_DECREF(fast);
+                return -1;
+            }
+            dst[i] = v;
         }
-        if (wide)
-            AT(*out, int64_t)[i] = v;
-        else
-            AT(*out, int32_t)[i] = (int32_t)v;
+    } else {
+        int32_t *dst = AT(*out, int32_t);
+        int32_t lo = INT32_MAX, hi = INT32_MIN;
+        for (Py_ssize_t i = 0; i < size; i++) {
+            long long v = int_value(items[i]);
+            if (v == -1 && PyErr_Occurred()) {
+                Py_DECREF(fast);
+                return -1;
+            }
+            int32_t x = (int32_t)v;
+            dst[i] = x;
+            lo = x < lo ? x : lo;
+            hi = x > hi ? x : hi;
+        }
+        *least = size ? lo : -1;
+        *most = size ? hi : -2;
     }
     out->len = size * (wide ? 8 : 4);
     *n = size;
@@ -270,8 +290,15 @@ static Py_ssize_t period_index(StepLog *self, PyObject *ids) {
     } else {
         period = PyList_GET_SIZE(self->periods);
         PyObject *value = PyLong_FromSsize_t(period);
-        if (value == NULL || PyDict_SetItem(self->period_of, key, value) < 0 || PyList_Append(self->periods, ids) < 0)
+        if (value == NULL || buf_reserve(&self->least, 4) < 0 || buf_reserve(&self->most, 4) < 0
+            || PyDict_SetItem(self->period_of, key, value) < 0 || PyList_Append(self->periods, ids) < 0) {
             period = -1;
+        } else { /* (no row points into it yet) */
+            AT(self->least, int32_t)[period] = INT32_MAX;
+            AT(self->most, int32_t)[period] = -1;
+            self->least.len += 4;
+            self->most.len += 4;
+        }
         Py_XDECREF(value);
     }
     Py_DECREF(key);
@@ -299,7 +326,8 @@ static int add_bulk(StepLog *self, PyObject *bulk, Py_ssize_t start, Py_ssize_t 
         Py_ssize_t n_off, n_seq;
         Py_CLEAR(self->last_off);
         Py_CLEAR(self->last_seq);
-        if (read_ints(off, &self->raw_off, 1, &n_off) < 0 || read_ints(seq, &self->raw_seq, 0, &n_seq) < 0)
+        if (read_ints(off, &self->raw_off, 1, &n_off, NULL, NULL) < 0
+            || read_ints(seq, &self->raw_seq, 0, &n_seq, &self->raw_least, &self->raw_most) < 0)
             goto done;
         if (n_off != n_seq) {
             PyErr_SetString(PyExc_ValueError, "StepLog: bulk rows' off and seq differ in length");
@@ -360,6 +388,11 @@ static int add_bulk(StepLog *self, PyObject *bulk, Py_ssize_t start, Py_ssize_t 
     *period = period_index(self, ids);
     if (*period < 0)
         goto done;
+    if (n) { /* (the stretch of the period's list the part's names take: StepLog_finish) */
+        int32_t *least = AT(self->least, int32_t) + *period, *most = AT(self->most, int32_t) + *period;
+        *least = self->raw_least < *least ? self->raw_least : *least;
+        *most = self->raw_most > *most ? self->raw_most : *most;
+    }
     *num_rows = n;
     rc = 0;
 done:
@@ -484,33 +517,17 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
        as many as the run's requests so far), then the rows' after the bulk rows. */
     Py_ssize_t num_periods = PyList_GET_SIZE(self->periods);
     Py_ssize_t *base = PyMem_RawMalloc((num_periods + 1) * sizeof(Py_ssize_t));
-    int32_t *least = PyMem_RawMalloc((num_periods + 1) * sizeof(int32_t));
-    int32_t *most = PyMem_RawMalloc((num_periods + 1) * sizeof(int32_t));
+    const int32_t *least = AT(self->least, int32_t), *most = AT(self->most, int32_t); /* (kept by add_bulk) */
     PyObject *names = PyList_New(0);
     if (names == NULL)
         goto fail;
-    if (base == NULL || least == NULL || most == NULL) {
+    if (base == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
     const int64_t *starts = AT(self->starts, int64_t), *num_bulk = AT(self->num_bulk, int64_t);
     const int32_t *period = AT(self->period, int32_t);
     int32_t *index = AT(self->index, int32_t);
-    for (Py_ssize_t p = 0; p < num_periods; p++) {
-        least[p] = INT32_MAX;
-        most[p] = -1;
-    }
-    for (Py_ssize_t i = 0; i < self->num_steps; i++) {
-        if (period[i] < 0)
-            continue;
-        int32_t lo = least[period[i]], hi = most[period[i]];
-        for (int64_t j = starts[i], mid = starts[i] + num_bulk[i]; j < mid; j++) {
-            lo = index[j] < lo ? index[j] : lo;
-            hi = index[j] > hi ? index[j] : hi;
-        }
-        least[period[i]] = lo;
-        most[period[i]] = hi;
-    }
     for (Py_ssize_t p = 0; p < num_periods; p++) {
         PyObject *ids = PyList_GET_ITEM(self->periods, p);
         if (most[p] < least[p]) { /* (no rows point into it) */
@@ -539,10 +556,7 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
             index[j] += (int32_t)tail_base;
     }
     PyMem_RawFree(base);
-    PyMem_RawFree(least);
-    PyMem_RawFree(most);
     base = NULL;
-    least = most = NULL;
     PyObject *query = buf_take(&self->query), *context = buf_take(&self->context), *emits = buf_take(&self->emits);
     PyObject *index_block = buf_take(&self->index), *starts_block = buf_take(&self->starts);
     if (query == NULL || context == NULL || emits == NULL || index_block == NULL || starts_block == NULL) {
@@ -559,8 +573,6 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
     return Py_BuildValue("(NNNNNN)", query, context, emits, starts_block, names, index_block);
 fail:
     PyMem_RawFree(base);
-    PyMem_RawFree(least);
-    PyMem_RawFree(most);
     Py_XDECREF(names);
     return NULL;
 }
