@@ -108,7 +108,8 @@ def main() -> int:
         index = json.loads(path.read_text())
         if not isinstance(index, dict) or not isinstance(index.get("runs"), list):
             parser.exit(2, f"--runs: {path}: not a vllm_serve_bench.py index (no 'runs' list)\n")
-        rows += [run_row(run) for run in index["runs"] if "engine_window" in run and run["engine_window"]]
+        # (indexes before the scheduler's per-thread accounting, 2026-11-30d, have no threads_sched: left out)
+        rows += [run_row(run) for run in index["runs"] if (run.get("engine_window") or {}).get("threads_sched")]
     cells = cell_rows(rows)
     for row in cells:
         ratio = ", ".join(f"{name} x{row[f + '_over_a1']:.2f}" for f, name in FIGURES.items() if f + "_over_a1" in row)
