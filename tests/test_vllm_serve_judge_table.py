@@ -40,3 +40,16 @@ def test_a_missing_or_wrong_file_is_refused_in_one_line(tmp_path, monkeypatch, c
             judge.main()
         assert stop.value.code == 2
         assert said in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_median_error_and_bias_by_api_server_count() -> None:
+    rows = [{"cell": "burst100-chat-a2", "mean_ttft_ms": figure(-30.0, 1.0), "median_ttft_ms": figure(-10.0, 1.0),
+             "mean_tpot_ms": figure(+4.0, 1.0), "output_throughput": figure(+2.0, 1.0)},
+            {"cell": "rate20-chat-a2", "mean_ttft_ms": figure(-20.0, 1.0), "median_ttft_ms": figure(-20.0, 1.0),
+             "mean_tpot_ms": figure(-6.0, 1.0), "output_throughput": figure(0.0, 1.0)},
+            {"cell": "rate20-chat-a1", "mean_ttft_ms": figure(5.0, 1.0), "median_ttft_ms": figure(7.0, 1.0),
+             "mean_tpot_ms": figure(1.0, 1.0), "output_throughput": figure(-1.0, 1.0)}]
+    groups = judge.errors_by_count(rows)
+    assert groups["a2 TTFT"] == {"figures": 4, "median_abs_error_pct": 20.0, "bias_pct": -20.0}
+    assert groups["a2 all"] == {"figures": 8, "median_abs_error_pct": 8.0, "bias_pct": -8.0}
+    assert groups["a1 TPOT"] == {"figures": 1, "median_abs_error_pct": 1.0, "bias_pct": 1.0}

@@ -58,6 +58,24 @@ def table(rows: list[dict[str, Any]], floors: dict[str, dict[str, dict[str, floa
     return "\n".join(lines), counts
 
 
+def errors_by_count(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per API-server count (the cell's `-aN`) and metric kind (TTFT: mean and median; TPOT; throughput) and over
+    all: how many figures, the median |error| % and the bias, the median signed error % (negative: simulated
+    shorter / lower than measured)."""
+    import statistics
+
+    kinds = {"mean_ttft_ms": "TTFT", "median_ttft_ms": "TTFT", "mean_tpot_ms": "TPOT",
+             "output_throughput": "throughput"}
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        count = "a" + row["cell"].rsplit("-a", 1)[1]
+        for metric in METRICS:
+            for key in (f"{count} all", f"{count} {kinds[metric]}"):
+                groups.setdefault(key, []).append(row[metric]["error_pct"])
+    return {key: {"figures": len(errors), "median_abs_error_pct": statistics.median(abs(e) for e in errors),
+                  "bias_pct": statistics.median(errors)} for key, errors in sorted(groups.items())}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sim", type=existing_file, nargs="+", required=True,
@@ -88,6 +106,10 @@ def main() -> int:
     print(text)
     print()
     print("; ".join(f"{name}: {n} of {len(rows) * len(METRICS)} met" for name, n in counts.items()))
+    print()
+    for key, group in errors_by_count(rows).items():
+        print(f"{key}: {group['figures']} figures, median |error| {group['median_abs_error_pct']:.1f} %, bias (median "
+              f"signed error) {group['bias_pct']:+.1f} %")
     return 0
 
 
