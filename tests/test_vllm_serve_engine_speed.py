@@ -64,3 +64,30 @@ def test_two_process_runs_count_both_api_servers_and_take_the_one_process_refere
     # both spawned API servers (process name VLLM::APIServer) and the idle parent (api_server)
     assert speed.api_cpu_per_request(run) == pytest.approx(0.0075)
     assert speed.one_process("burst100-chat-a2") == "burst100-chat-a1"
+
+
+def test_a_two_process_sessions_runs_are_scaled_by_their_own_steps(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    import yaml
+
+    runs = tmp_path / "runs.json"
+    names = ["rate20-chat-a2-r1", "burst100-chat-a2-r1", "rate20-chat-a1-r1"]
+    runs.write_text(json.dumps({"runs": [{"name": n, "api_server_count": int(n[-4])} for n in names]}))
+    rows = [{"run": n, "session": str(runs), "engine_step_ratio": r, "api_cpu_ratio": 1.5}
+            for n, r in zip(names, (1.2, 1.4, 9.0))]
+    (tmp_path / "speed.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "hw.yaml").write_text(yaml.safe_dump({"name": "host", "peak_tflops": {"fp32": 0.2},
+                                                      "memory_bandwidth_gb_per_s": 40.0, "executor": {}}))
+    (tmp_path / "costs.json").write_text(json.dumps({"costs": {"engine_step_s": 1e-3, "request_s": 2e-3}}))
+    here = Path(__file__).resolve().parents[1] / "benchmarks" / "ground_truth"
+    out = subprocess.run([sys.executable, str(here / "vllm_serve_engine_scaled.py"), "--runs", str(runs), "--suffix=-a2-r1",
+                          "--speed", str(tmp_path / "speed.json"), "--hardware", str(tmp_path / "hw.yaml"),
+                          "--costs", str(tmp_path / "costs.json"), "--out-dir", str(tmp_path / "o")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "-a2-r1: 2 runs, engine x1.300 (2 ratios), core 0 x1.000"
+    costs = json.loads((tmp_path / "o" / "costs.json").read_text())["costs"]
+    assert costs == pytest.approx({"engine_step_s": 1.3e-3, "request_s": 2e-3})
+    scaled = [r["name"] for r in json.loads((tmp_path / "o" / "runs.json").read_text())["runs"]]
+    assert scaled == names[:2]

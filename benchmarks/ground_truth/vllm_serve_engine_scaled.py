@@ -1,5 +1,5 @@
-"""A diagnostic for one server session: its one-process runs, with the profile's engine made as much slower as the
-session's own logged engine steps were (vllm_serve_engine_speed.py's ratios), for vllm_serve_sim.py to replay
+"""A diagnostic for one server session: its runs, with the profile's engine made as much slower as the session's own
+logged engine steps were (vllm_serve_engine_speed.py's ratios), for vllm_serve_sim.py to replay
 (docs/benchmark-history/2026-11-30i-serve18.md, section 4):
 
     python benchmarks/ground_truth/vllm_serve_engine_scaled.py --runs $R/2026-11-30e-serve11/runs-sessions.json \
@@ -8,9 +8,10 @@ session's own logged engine steps were (vllm_serve_engine_speed.py's ratios), fo
     python benchmarks/ground_truth/vllm_serve_sim.py --runs $OUT/s1/runs.json --hardware $OUT/s1/hardware.yaml \
         --costs $OUT/s1/costs.json --out $OUT/s1/sim.json
 
-The factor: the mean of the session's runs' `engine_step_ratio` (its one-process runs whose name ends with
-`--suffix`). It divides the profile's peak FLOP rates, memory bandwidth and weight-streaming rates and multiplies its
-per-step executor overheads, and multiplies the API-server costs' engine-core terms (`engine_step_s`,
+The factor: the mean of the session's runs' `engine_step_ratio` (its runs whose name ends with `--suffix`, e.g.
+`--suffix=-a2-r1` for `vllm_serve_bench.py --interleave`'s session a2 r1; two-process runs have steps with `--engine-steps`).
+It divides the profile's peak FLOP rates, memory bandwidth and weight-streaming rates and multiplies its per-step
+executor overheads, and multiplies the API-server costs' engine-core terms (`engine_step_s`,
 `engine_admit_step_s`, `engine_new_request_s`, `engine_prompt_token_s`). Only the engine's core: the API server's
 and the client's costs are left as fitted, unless `--api-too`, which scales core 0's CPU costs (`CORE0_COSTS` and
 `client_costs_s`) by the mean of the runs' `api_cpu_ratio` (the API server's CPU per request against the reference
@@ -62,13 +63,13 @@ def main() -> int:
                              "the mean of the session's runs' api_cpu_ratio")
     args = parser.parse_args()
     index = json.loads(args.runs.read_text())
-    runs = [r for r in index["runs"] if r["name"].endswith(args.suffix) and r.get("api_server_count") == 1]
+    runs = [r for r in index["runs"] if r["name"].endswith(args.suffix)]
     names = {r["name"] for r in runs}
     ratios = [row["engine_step_ratio"] for row in json.loads(args.speed.read_text())["rows"]
               if row["run"] in names and row["engine_step_ratio"] is not None
               and Path(row["session"]).resolve() == args.runs.resolve()]
     if not ratios:
-        parser.exit(2, f"--suffix: {args.suffix}: no one-process run of {args.runs} with an engine_step_ratio in "
+        parser.exit(2, f"--suffix: {args.suffix}: no run of {args.runs} with an engine_step_ratio in "
                        f"{args.speed}\n")
     factor = statistics.fmean(ratios)
     api_ratios = [row["api_cpu_ratio"] for row in json.loads(args.speed.read_text())["rows"]
