@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from profiles import TEST_CPU_PROFILE
 
+from roofline.cost import step_cost
 from roofline.cost.count_table import _TABLE_BLOCK, _OpCountTable
 from roofline.cost.hardware import load_profile, parse_profile
 from roofline.cost.host import CUDAGRAPH_MODE_CHOICES, HostModel
@@ -91,8 +92,8 @@ def test_tabulated_breakdown_is_step_cost_call_after_call(case: str) -> None:
     assert model._op_tables == {}
     rng = np.random.default_rng(sum(map(ord, case)))
     budget = engine.max_num_batched_tokens or 2048
-    # parts of steps one after another on one model, as the simulator's --out hands them over; the last one's
-    # token counts pass the tabulated span (counts above it are tabulated block by block)
+    # parts of steps one after another on one model, as the simulator's --out hands them over, each with counts of
+    # blocks the ones before did not fill
     for part, max_query in enumerate((budget // 2, budget, 2 * budget + 700)):
         assert_breakdown_is_step_cost(model, random_steps(rng, 25, max_query),
                                       make_deployment(model_id, hardware, engine).cost_model)
@@ -128,7 +129,7 @@ def test_op_count_table_equals_evaluating_the_counts(case: str) -> None:
     model_id, hardware, engine = CASES[case]
     model = make_deployment(model_id, hardware, engine).cost_model
     rng = np.random.default_rng(11)
-    tables = {"tokens": _OpCountTable(lambda x: model._count_columns(token_ops, x), span_end=700),
+    tables = {"tokens": _OpCountTable(lambda x: model._count_columns(token_ops, x)),
               "emits": _OpCountTable(lambda x: model._count_columns(emit_ops, x))}
     for _ in range(6):
         for key, ops_of in (("tokens", token_ops), ("emits", emit_ops)):
@@ -195,3 +196,15 @@ def test_host_model_on_arrays_is_its_scalar_time(mode: str, hardware: str, sizes
     host_s, launch_s = host.time_s_array(tokens, prefills, decodes, kernels)
     expected = [host.time_s(*row) for row in zip(tokens.tolist(), prefills.tolist(), decodes.tolist(), kernels.tolist())]
     assert list(zip(host_s.tolist(), launch_s.tolist())) == expected
+
+
+def test_counts_beyond_the_tables_bound_are_evaluated_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call with a count at or above `_OP_TABLE_COUNTS` (a table holds a row of every count up to its largest)
+    evaluates its counts, the same floats, and tabulates nothing."""
+    monkeypatch.setattr(step_cost, "_OP_TABLE_COUNTS", 600)
+    model_id, hardware, engine = CASES["llama-tp1"]
+    model = make_deployment(model_id, hardware, engine).cost_model
+    steps = [(np.array([1, 1, 700]), np.array([10, 20, 0]), np.array([True, True, False])),
+             (np.array([1] * 5), np.array([100] * 5), np.ones(5, dtype=bool))]
+    assert_breakdown_is_step_cost(model, steps, make_deployment(model_id, hardware, engine).cost_model)
+    assert "tokens" not in model._op_tables

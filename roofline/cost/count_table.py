@@ -64,18 +64,18 @@ class _OpCountTable:
     """Seconds of each operator that depends on one count (`StepCostModel.breakdown_columns`' token and emit
     operators), for every count, tabulated in blocks of `_TABLE_BLOCK` counts by `evaluate(counts)` (counts >= 1
     -> (operator names, seconds: counts x operators, kernels per count)), kept for the model's life: the
-    simulator's `--out` costs a part of steps at a time, and the parts share most of their counts. Only where the
-    formulas are elementwise in the count (a dense model on a GPU, `StepCostModel.expect_max_num_tokens`), so
-    that a count's seconds are those of evaluating any array that holds it (tests/test_sim_outputs.py checks them
+    simulator's `--out` costs a part of steps at a time, and the parts share most of their counts. Only operators
+    whose formulas are elementwise in the count (`StepCostModel._op_columns`), so that a count's seconds are those of
+    evaluating any array that holds it (tests/test_sim_outputs.py and tests/test_breakdown_tables.py check them
     against `cost(...).breakdown_s`).
 
-    The first lookup of a count below `span_end` fills every block below it not yet filled in one evaluation
-    (~26 ms for 8,192 token counts on the project's VM, against ~14-20 ms per part to evaluate a part's ~1,500
-    distinct counts); counts above are filled block by block."""
+    A lookup fills the blocks of its counts not yet filled in one evaluation: a part of the README's workload touches
+    every block up to its 8,192-token budget (~26 ms once on the project's VM, against 14-20 ms per part to evaluate
+    a part's ~1,500 distinct counts, most of it the fixed cost of the GEMM tilings' numpy calls); later parts
+    mostly gather rows."""
 
-    def __init__(self, evaluate: Any, span_end: int = 0) -> None:
+    def __init__(self, evaluate: Any) -> None:
         self._evaluate = evaluate
-        self.span_end = span_end
         self._names: list[str] | None = None
         self._kernels = 0  # kernels of any count >= 1 (the same operators for every count)
         self._seconds = np.zeros((0, 0))  # row = count; row 0 (and unfilled blocks) zeros
@@ -97,11 +97,7 @@ class _OpCountTable:
         return list(self._names), self._seconds[counts], np.where(positive, self._kernels, 0)
 
     def _fill(self, blocks: np.ndarray) -> None:
-        wanted = set(blocks.tolist())
-        if int(blocks.min()) * _TABLE_BLOCK < self.span_end:  # the whole span at once
-            wanted.update(range((self.span_end - 1) // _TABLE_BLOCK + 1))
-        wanted = {b for b in wanted if b >= len(self._filled) or not self._filled[b]}
-        order = sorted(wanted)
+        order = [b for b in blocks.tolist() if b >= len(self._filled) or not self._filled[b]]  # (ascending)
         counts = np.concatenate([np.arange(b * _TABLE_BLOCK, (b + 1) * _TABLE_BLOCK, dtype=np.int64) for b in order])
         counts = counts[counts > 0]
         names, seconds, kernels = self._evaluate(counts)

@@ -80,6 +80,10 @@ from roofline.cost.roofline_math import (
 )
 from roofline.cost.step_shape import ConcatenatedSteps, StepShape
 
+# `_op_columns` tabulates counts below this (a table holds a row of every count up to the largest: ~20 operators x 8
+# bytes each, 21 MB at this bound); a call with a larger count evaluates its counts (the same floats).
+_OP_TABLE_COUNTS = 2**17
+
 
 class _OpParts(NamedTuple):
     """Names, times (`OpCost.time_s`) and kernels (`OpCost.num_kernels`) of a list of operator records."""
@@ -149,7 +153,6 @@ class StepCostModel:
         self._op_tables: dict[str, _OpCountTable] | None = {} if hw.kind != "cpu" else None
         self._op_orders: dict[str, list[str]] = {}  # each table's operator names with the per-call ones, in order
         self._op_per_call: dict[str, Any] = {}  # each table's per-call operators (`_ops_of_kinds`), or None
-        self._op_span_end = 0  # (`expect_max_num_tokens`)
         self._attn_kernels = family.attention
         self._moe_kernels = family.moe
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
@@ -466,7 +469,6 @@ class StepCostModel:
         a CPU's formulas are not checked for it.)"""
         if not self.spec.is_moe and self.hw.kind != "cpu":
             self._token_table.span_end = self._padded_tokens(max_num_tokens) + 1
-        self._op_span_end = self._padded_tokens(max_num_tokens) + 1  # `_op_columns`' tables: elementwise operators
 
     def breakdown_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
         """`cost(StepArrays(q, c, e)).breakdown_s` of many steps (query, context, emits arrays each) as columns:
@@ -474,9 +476,11 @@ class StepCostModel:
 
         In bulk: the steps are aggregated into columns of `BatchStats` fields (`_stats_columns`); the operators
         are evaluated on arrays (`_ExactPowArray`): those of the token count and of the emit count once per
-        distinct count, attention once for all steps (`_attention_columns`); each step's total is `cost`'s `sum`
-        (`row_sums`: the same rounding; an absent operator adds 0.0, which changes no sum). `ConcatenatedSteps`
-        (the simulator's records) are read as their concatenated arrays, not step by step."""
+        distinct count and kept for later calls (`_op_columns`: the simulator's `--out` calls this once per part of
+        steps), attention once for all steps (`_attention_columns`); the host time of every step on arrays
+        (`HostModel.time_s_array`); each step's total is `cost`'s `sum` (`row_sums`: the same rounding; an absent
+        operator adds 0.0, which changes no sum). `ConcatenatedSteps` (the simulator's records) are read as their
+        concatenated arrays, not step by step."""
         if not len(steps):
             return {}
         cols, stats = self._stats_columns(steps)
@@ -611,7 +615,7 @@ class StepCostModel:
         count from the table `key` of this model's counts kept across calls (`_OpCountTable`), an MoE layer's
         (`_PER_CALL_KINDS`) evaluated on `counts` as `_count_columns` evaluates it, in the operators' order; a CPU's
         all evaluated now (its formulas are not checked for elementwise evaluation)."""
-        if self._op_tables is None:
+        if self._op_tables is None or (len(counts) and int(counts.max()) >= _OP_TABLE_COUNTS):
             return self._count_columns(ops_of, counts)
         table = self._op_tables.get(key)
         order = self._op_orders.get(key)
@@ -620,8 +624,7 @@ class StepCostModel:
             order = self._op_orders[key] = [op.name for op in records]
             per_call = [op.name for op in records if op.kind in self._PER_CALL_KINDS]
             tabulated = ops_of if not per_call else partial(_ops_of_kinds, ops_of, self._PER_CALL_KINDS, False)
-            table = self._op_tables[key] = _OpCountTable(partial(self._count_columns, tabulated),
-                                                         self._op_span_end if key != "emits" else 0)
+            table = self._op_tables[key] = _OpCountTable(partial(self._count_columns, tabulated))
             self._op_per_call[key] = partial(_ops_of_kinds, ops_of, self._PER_CALL_KINDS, True) if per_call else None
         names, seconds, kernels = table.columns(counts)
         per_call_ops = self._op_per_call.get(key)
