@@ -1,7 +1,8 @@
-"""`StepCostModel.breakdown_columns`' token and emit operators kept per count across calls (`_OpCountTable`, on a
-GPU; an MoE layer evaluated per call): every call's columns are `cost(...).breakdown_s` of each step bit for bit,
-whichever counts the earlier calls tabulated; a call whose counts are all tabulated evaluates no operator of a dense
-model; a CPU's are evaluated per call."""
+"""`StepCostModel.breakdown_columns` in bulk: the token and emit operators kept per count across calls
+(`_OpCountTable`, on a GPU; an MoE layer evaluated per call), a hybrid model's sliding layers as columns
+(`_hybrid_columns`), the step-by-step records' GEMMs evaluated for all steps at once (`_records_columns`), the host
+time on arrays. Every call's columns are `cost(...).breakdown_s` of each step bit for bit, whichever counts the
+earlier calls tabulated, and the columns of the paths they replace."""
 
 from __future__ import annotations
 
@@ -63,7 +64,9 @@ def random_steps(rng: np.random.Generator, n: int, max_query: int) -> list[Step]
 def assert_breakdown_is_step_cost(model: StepCostModel, steps: list[Step], untabulated: StepCostModel | None = None
                                   ) -> None:
     """`model.breakdown_columns(steps)` is `cost(...).breakdown_s` of each step and, where `untabulated` is given (the
-    same model without `_op_tables`: the operators evaluated on this call's counts alone), its columns bit for bit."""
+    same model without `_op_tables`, the operators evaluated on this call's counts alone, and a hybrid model's
+    attention step by step, not `_hybrid_columns`, its records one by one, not `_batch_records`), its columns bit for
+    bit."""
     columns = model.breakdown_columns(steps)
     names: set[str] = set()
     # A hybrid or MLA model's `host_overhead` is left out of the comparison with `cost`: `_attention_columns` orders the
@@ -79,6 +82,8 @@ def assert_breakdown_is_step_cost(model: StepCostModel, steps: list[Step], untab
     assert names == set(columns)
     if untabulated is not None:
         untabulated._op_tables = None
+        untabulated._hybrid_columns = False
+        untabulated._batch_records = False
         reference = untabulated.breakdown_columns(steps)
         assert list(columns) == list(reference)
         for name in reference:
@@ -208,3 +213,53 @@ def test_counts_beyond_the_tables_bound_are_evaluated_per_call(monkeypatch: pyte
              (np.array([1] * 5), np.array([100] * 5), np.ones(5, dtype=bool))]
     assert_breakdown_is_step_cost(model, steps, make_deployment(model_id, hardware, engine).cost_model)
     assert "tokens" not in model._op_tables
+
+
+@pytest.mark.parametrize("case", ["gemma-hybrid", "gpt-oss-hybrid"])
+@pytest.mark.parametrize("exact_prefill_sums", [True, False])
+def test_hybrid_columns_are_the_step_by_step_breakdown(case: str, exact_prefill_sums: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hybrid model's sliding layers summed as columns beside the full layers' (`_hybrid_columns`): the columns of
+    building each step's `BatchStats` and records, bit for bit, `host_overhead` included (the attention records in
+    the order the steps give them: a first step of decodes only puts the decodes' records first); with the prefill
+    sums of `_prefill_columns` and of `_prefill_sums`' loop."""
+    model_id, hardware, engine = CASES[case]
+    model = make_deployment(model_id, hardware, engine).cost_model
+    assert model._hybrid_columns
+    if not exact_prefill_sums:
+        monkeypatch.setattr(StepCostModel, "_prefill_columns", lambda *args: None)
+    rng = np.random.default_rng(9)
+    decodes_first = [(np.ones(4, dtype=np.int64), rng.integers(0, 9000, size=4), np.ones(4, dtype=bool))]
+    for steps in (decodes_first + random_steps(rng, 30, 1024), random_steps(rng, 30, 3000)):
+        columns = model.breakdown_columns(steps)
+        step_by_step = make_deployment(model_id, hardware, engine).cost_model
+        step_by_step._hybrid_columns = False
+        reference = step_by_step.breakdown_columns(steps)
+        assert list(columns) == list(reference)
+        for name in reference:
+            assert columns[name].tobytes() == reference[name].tobytes(), name
+
+
+@pytest.mark.parametrize("model_id, hardware, engine", [
+    ("deepseek-v3", "h200-sxm", EngineArgs(tensor_parallel_size=8, max_num_batched_tokens=2048)),
+    ("kimi-k2.5-nvfp4", "b200", EngineArgs(tensor_parallel_size=8, max_num_batched_tokens=2048)),
+    ("llama-4-scout", "h200-sxm", EngineArgs(tensor_parallel_size=4, max_num_batched_tokens=2048,
+                                             max_model_len=32768)),
+    ("llama-3.2-1b", "cpu", EngineArgs(max_num_batched_tokens=2048, num_gpu_blocks_override=512, max_model_len=8192))])
+def test_batched_records_are_the_records_one_by_one(model_id: str, hardware: str, engine: EngineArgs) -> None:
+    """The steps whose attention records are built step by step (an MLA model, chunked local attention, a CPU):
+    their GEMM-like records of the same shape but the rows evaluated for all steps at once (`_records_columns`):
+    the columns of evaluating every record of every step on its own, bit for bit, and `cost(...).breakdown_s`."""
+    hw = parse_profile(TEST_CPU_PROFILE, where="test") if hardware == "cpu" else hardware
+    model = make_deployment(model_id, hw, engine).cost_model
+    rng = np.random.default_rng(13)
+    for _ in range(2):
+        steps = random_steps(rng, 30, 2048)
+        one_by_one = make_deployment(model_id, hw, engine).cost_model
+        one_by_one._batch_records = False
+        assert_breakdown_is_step_cost(model, steps)
+        reference = one_by_one.breakdown_columns(steps)
+        columns = model.breakdown_columns(steps)
+        assert list(columns) == list(reference)
+        for name in reference:
+            assert columns[name].tobytes() == reference[name].tobytes(), name

@@ -316,11 +316,16 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig,
     (`BatchStats.sliding`): a sliding layer reads at most the window of each sequence's KV cache. Attention
     sinks (gpt-oss: one learned logit per head added to the softmax's denominator, FA3's `s_aux`) add one term
     per (query, head): not counted."""
-    if s.sliding is not None and r.sliding_layers:
-        full = replace(r, layers=r.layers - r.sliding_layers, sliding_layers=0)
-        slid = replace(r, layers=r.sliding_layers, sliding_layers=0)
-        return attention_records(full, replace(s, sliding=None), quant, kernels) + [
-            replace(op, name=op.name + "_sliding") for op in attention_records(slid, s.sliding, quant, kernels)]
+    if s.sliding is not None and r.sliding_layers:  # the full layers', then the sliding layers' (same shapes)
+        return _attention_records(r, r.layers - r.sliding_layers, s, quant, kernels, "") + \
+            _attention_records(r, r.sliding_layers, s.sliding, quant, kernels, "_sliding")
+    return _attention_records(r, r.layers, s, quant, kernels, "")
+
+
+def _attention_records(r: RankShape, layers: int, s: BatchStats, quant: QuantConfig, kernels: AttentionKernels,
+                       suffix: str) -> list[OpRecord]:
+    """`attention_records` of `layers` layers of `r`'s shape over `s`'s own fields (not `s.sliding`), the records
+    named with `suffix`."""
     kv_token = 2 * r.kv_heads * r.head_dim * quant.kv_bytes_per_element  # K and V of one token, per layer
     q_token = r.heads * r.head_dim * quant.act_bytes
     flops_per_pair = 4.0 * r.heads * r.head_dim  # QK^T and PV: 2 MACs per (query, key, head, dim)
@@ -332,22 +337,22 @@ def attention_records(r: RankShape, s: BatchStats, quant: QuantConfig,
     out = []
     if s.num_prefill_seqs:
         out.append(OpRecord(
-            name="attention_prefill", kind="attention_prefill", count=r.layers,
-            flops=r.layers * flops_per_pair * s.prefill_pairs, weight_bytes=0.0,
-            act_bytes=r.layers * 2 * s.prefill_tokens * q_token,
-            kv_read_bytes=r.layers * s.prefill_kv_tokens * kv_token,
-            kv_write_bytes=r.layers * s.prefill_tokens * kv_token,
+            name="attention_prefill" + suffix, kind="attention_prefill", count=layers,
+            flops=layers * flops_per_pair * s.prefill_pairs, weight_bytes=0.0,
+            act_bytes=layers * 2 * s.prefill_tokens * q_token,
+            kv_read_bytes=layers * s.prefill_kv_tokens * kv_token,
+            kv_write_bytes=layers * s.prefill_tokens * kv_token,
             shape=prefill_attention_shape(r.heads, r.kv_heads, r.head_dim, q_tile_tokens, s.prefill_tokens,
                                           s.prefill_pairs, s.prefill_q_tiles, s.prefill_pad_pairs,
                                           s.prefill_kv_tokens, q_token, kv_token, kernels),
             dtype=dtype))
     if s.num_decode_seqs:
         out.append(OpRecord(
-            name="attention_decode", kind="attention_decode", count=r.layers,
-            flops=r.layers * flops_per_pair * s.decode_pairs, weight_bytes=0.0,
-            act_bytes=r.layers * 2 * s.num_decode_seqs * q_token,
-            kv_read_bytes=r.layers * s.decode_pairs * kv_token,
-            kv_write_bytes=r.layers * s.num_decode_seqs * kv_token,
+            name="attention_decode" + suffix, kind="attention_decode", count=layers,
+            flops=layers * flops_per_pair * s.decode_pairs, weight_bytes=0.0,
+            act_bytes=layers * 2 * s.num_decode_seqs * q_token,
+            kv_read_bytes=layers * s.decode_pairs * kv_token,
+            kv_write_bytes=layers * s.num_decode_seqs * kv_token,
             shape=decode_attention_shape(r.heads, r.kv_heads, r.head_dim, s.num_decode_seqs, s.decode_pairs,
                                          q_token, kv_token, kernels),
             dtype=dtype))

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from roofline.cost.ops import (
     BatchStats,
     OpRecord,
     RankShape,
+    _attention_records,
     attention_pairs,
     attention_records,
     decode_attention_shape,
@@ -83,14 +84,6 @@ from roofline.cost.step_shape import ConcatenatedSteps, StepShape
 # `_op_columns` tabulates counts below this (a table holds a row of every count up to the largest: ~20 operators x 8
 # bytes each, 21 MB at this bound); a call with a larger count evaluates its counts (the same floats).
 _OP_TABLE_COUNTS = 2**17
-
-
-class _OpParts(NamedTuple):
-    """Names, times (`OpCost.time_s`) and kernels (`OpCost.num_kernels`) of a list of operator records."""
-
-    names: tuple[str, ...]
-    times: tuple[float, ...]
-    kernels: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -153,6 +146,12 @@ class StepCostModel:
         self._op_tables: dict[str, _OpCountTable] | None = {} if hw.kind != "cpu" else None
         self._op_orders: dict[str, list[str]] = {}  # each table's operator names with the per-call ones, in order
         self._op_per_call: dict[str, Any] = {}  # each table's per-call operators (`_ops_of_kinds`), or None
+        self._batch_records = True  # (`_records_columns`; False: record by record)
+        # A hybrid model's sliding layers with a plain window (not chunked, not MLA) on a GPU: `_stats_columns` sums
+        # their `_WINDOW_FIELDS` beside the full layers' (as "sliding_" columns), `_attention_columns` evaluates their
+        # records on those, instead of step by step.
+        self._hybrid_columns = spec.is_hybrid_attention and bool(spec.sliding_window) and \
+            not spec.chunked_local_attention and not spec.is_mla and hw.kind != "cpu" and self.rank.sliding_layers > 0
         self._attn_kernels = family.attention
         self._moe_kernels = family.moe
         self._q_tile = attention_q_tile_tokens(spec.head_dim, self.rank.heads, self.rank.kv_heads, self._attn_kernels)
@@ -529,7 +528,9 @@ class StepCostModel:
 
     def _stats_columns(self, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
                        ) -> tuple[dict[str, np.ndarray], list[BatchStats] | None]:
-        """`_stats` of every step as columns (float64) of `_STATS_FIELDS`, and on a CPU the `BatchStats` too.
+        """`_stats` of every step as columns (float64) of `_STATS_FIELDS`, and on a CPU the `BatchStats` too; of a
+        hybrid model (`_hybrid_columns`) the full layers' fields, and its sliding layers' window-dependent ones
+        (`BatchStats.sliding`'s) as "sliding_" + name.
 
         The sequences of all steps are concatenated (`ConcatenatedSteps` hold them so) and each step's sums taken
         with `BatchStats.from_arrays`'s arithmetic: decodes (query length 1) by integer sums converted to float
@@ -538,8 +539,10 @@ class StepCostModel:
         n = len(steps)
         records = steps if isinstance(steps, ConcatenatedSteps) else None
         lengths = np.diff(records.offsets) if records is not None else np.array([len(q) for q, _, _ in steps], dtype=np.int64)
-        # CPU attention reads every field, a hybrid model's stats have two windows; reduceat needs rows.
-        if self.hw.kind == "cpu" or self.spec.is_hybrid_attention or self.spec.is_mla or not lengths.all():
+        # CPU attention reads every field, an MLA or chunked hybrid model's stats other windows; reduceat needs rows.
+        spec = self.spec
+        if self.hw.kind == "cpu" or (spec.is_hybrid_attention and not self._hybrid_columns) or spec.is_mla \
+                or not lengths.all():
             stats = [self._stats(q, c, e) for q, c, e in steps]
             values = np.array([[getattr(s, f) for f in self._STATS_FIELDS] for s in stats], dtype=np.float64)
             return {name: values[:, j] for j, name in enumerate(self._STATS_FIELDS)}, stats
@@ -548,8 +551,7 @@ class StepCostModel:
         q, c, e = records.concatenated if records is not None else (np.concatenate([q for q, _, _ in steps]),
                                                         np.concatenate([c for _, c, _ in steps]),
                                                         np.concatenate([e for _, _, e in steps]))
-        window = self.spec.sliding_window
-        cols: dict[str, np.ndarray] = {name: np.zeros(n) for name in self._STATS_FIELDS}
+        cols: dict[str, np.ndarray] = {}
         # Most sequences are decodes (query 1) that emit: each step's counts are its length less a count of the
         # few others (integers, exact in float64), and one sum over every sequence is left (the decodes' contexts).
         other = np.flatnonzero(q != 1)
@@ -560,19 +562,38 @@ class StepCostModel:
         cols["num_emits"] = (lengths - np.bincount(np.searchsorted(starts, silent, side="right") - 1, minlength=n)
                              ).astype(np.float64)
         cols["num_decode_seqs"] = num_decodes.astype(np.float64)
+        windowed = (q, c, other, other_step, starts, lengths, cols["num_decode_seqs"])
+        cols.update(self._window_columns(*windowed, None if self._hybrid_columns else spec.sliding_window))
+        if self._hybrid_columns:  # `from_arrays`' `sliding`: the same sums in the window
+            cols.update({"sliding_" + name: values for name, values in
+                         self._window_columns(*windowed, spec.sliding_window).items()})
+        return cols, None
+
+    # `_stats_columns`' fields that depend on the window (the rest are counts of sequences and tokens).
+    _WINDOW_FIELDS = ("decode_pairs", "prefill_tokens", "prefill_pairs", "prefill_q_tiles", "prefill_kv_tokens",
+                      "prefill_pad_pairs", "prefill_masked_pairs", "num_prefill_seqs")
+
+    def _window_columns(self, q: np.ndarray, c: np.ndarray, other: np.ndarray, other_step: np.ndarray,
+                        starts: np.ndarray, lengths: np.ndarray, num_decode_seqs: np.ndarray, window: int | None
+                        ) -> dict[str, np.ndarray]:
+        """`_stats_columns`' `_WINDOW_FIELDS` of every step with keys limited to `window` (None: every key), as
+        `BatchStats.from_arrays` sums them: `other` the rows of sequences that are not decodes, `other_step` their
+        steps."""
+        n = len(lengths)
+        cols = {name: np.zeros(n) for name in self._WINDOW_FIELDS}
         if window:  # from_arrays' decode_pairs
             keys = np.where(q == 1, np.minimum(c + 1, window), 0)
             cols["decode_pairs"] = _segment_sums(keys, starts, lengths).astype(np.float64)
         else:
             context_sums = _segment_sums(c, starts, lengths)
             context_sums -= np.bincount(other_step, weights=c[other], minlength=n).astype(np.int64)
-            cols["decode_pairs"] = context_sums.astype(np.float64) + cols["num_decode_seqs"]
+            cols["decode_pairs"] = context_sums.astype(np.float64) + num_decode_seqs
         prefill = other[q[other] > 1]
         step_of = other_step[q[other] > 1]
-        exact = self._prefill_columns(q[prefill], c[prefill], step_of, n)
+        exact = self._prefill_columns(q[prefill], c[prefill], step_of, n, window)
         if exact is not None:
             cols.update(exact)
-            return cols, None
+            return cols
         qs, cs = q[prefill].tolist(), c[prefill].tolist()
         bounds = np.flatnonzero(np.diff(step_of, prepend=-1, append=n + 1)).tolist()
         sums = [BatchStats._prefill_sums(qs[lo:hi], cs[lo:hi], window, self._q_tile)
@@ -581,10 +602,10 @@ class StepCostModel:
             rows = step_of[bounds[:-1]]
             for name in sums[0]:
                 cols[name][rows] = [step[name] for step in sums]
-        return cols, None
+        return cols
 
-    def _prefill_columns(self, q: np.ndarray, c: np.ndarray, step_of: np.ndarray, n: int
-                         ) -> dict[str, np.ndarray] | None:
+    def _prefill_columns(self, q: np.ndarray, c: np.ndarray, step_of: np.ndarray, n: int,
+                         window: int | None | str = "model") -> dict[str, np.ndarray] | None:
         """The prefill fields of `_stats_columns` from each prefill chunk's query and context length and step:
         `_prefill_sums`' terms as arrays, summed per step by `bincount`. Every term is a non-negative integer, so
         where the sum of all of them is below 2^53 every partial sum is exact and any order of addition gives
@@ -593,7 +614,8 @@ class StepCostModel:
         q_tile = self._q_tile
         if not float(q_tile).is_integer() or (len(q) and max(int(q.max()), int(c.max())) >= 2**26):
             return None
-        window = self.spec.sliding_window
+        if window == "model":
+            window = self.spec.sliding_window
         w = float(window) if window else math.inf
         qf, cf = q.astype(np.float64), c.astype(np.float64)
         tiles = np.ceil(qf / q_tile)
@@ -666,55 +688,85 @@ class StepCostModel:
         step (`roofline.cost.cpu.engine.attention_records`)."""
         n = len(cols["num_tokens"])
         if stats is not None:
-            names = list(dict.fromkeys(op.name for s in stats for op in self._attention_records(s)))
-            times, kernels = np.zeros((n, len(names))), np.zeros(n, dtype=np.int64)
-            for i, s in enumerate(stats):
-                parts = self._op_parts(self._attention_records(s))
-                for name, t in zip(parts.names, parts.times):
-                    times[i, names.index(name)] = t
-                kernels[i] = sum(parts.kernels)
-            return names, times, kernels
+            return self._records_columns([self._attention_records(s) for s in stats])
         r = self.rank
         prefill = np.flatnonzero(cols["num_prefill_seqs"])
         decode = np.flatnonzero(cols["num_decode_seqs"])
+        # (layers, name suffix, columns' prefix): a hybrid model's full layers, then its sliding ones (`attention_records`)
+        layer_sets = [(r.layers - r.sliding_layers, "", ""), (r.sliding_layers, "_sliding", "sliding_")] \
+            if self._hybrid_columns else [(r.layers, "", "")]
+        names, columns, kernels, first_rows = [], [], np.zeros(n, dtype=np.int64), []
+        for layers, suffix, prefix in layer_sets:
 
-        def field(rows: np.ndarray, name: str) -> np.ndarray:
-            return cols[name][rows].view(_ExactPowArray)
+            def field(rows: np.ndarray, name: str, prefix: str = prefix) -> np.ndarray:
+                return cols[prefix + name if prefix + name in cols else name][rows].view(_ExactPowArray)
 
-        records = [("attention_prefill", prefill, lambda: prefill_attention_shape(
-            r.heads, r.kv_heads, r.head_dim, self._q_tile, field(prefill, "prefill_tokens"),
-            field(prefill, "prefill_pairs"), field(prefill, "prefill_q_tiles"), field(prefill, "prefill_pad_pairs"),
-            field(prefill, "prefill_kv_tokens"), self._q_token, self._kv_token, self._attn_kernels)),
-            ("attention_decode", decode, lambda: decode_attention_shape(
-                r.heads, r.kv_heads, r.head_dim, field(decode, "num_decode_seqs"), field(decode, "decode_pairs"),
-                self._q_token, self._kv_token, self._attn_kernels))]
-        names, columns, kernels = [], [], np.zeros(n, dtype=np.int64)
-        for kind, rows, shape in records:
-            if not len(rows):
-                continue
-            first = int(rows[0])
-            s = BatchStats(**{f: cols[f][first].item() for f in self._STATS_FIELDS})
-            record = next(op for op in attention_records(r, s, self.quant, self._attn_kernels) if op.kind == kind)
-            t, op_kernels = op_time_s(self.hw, replace(record, shape=shape()), self.quant,
-                                      self.hw.executor.kernels_per_elementwise_op)
-            column = np.zeros(n)
-            column[rows] = np.broadcast_to(np.asarray(t, dtype=np.float64), rows.shape)
-            names.append(record.name)
-            columns.append(column)
-            kernels[rows] += record.count * op_kernels
+            shapes = [("attention_prefill", prefill, lambda field=field: prefill_attention_shape(
+                r.heads, r.kv_heads, r.head_dim, self._q_tile, field(prefill, "prefill_tokens"),
+                field(prefill, "prefill_pairs"), field(prefill, "prefill_q_tiles"),
+                field(prefill, "prefill_pad_pairs"), field(prefill, "prefill_kv_tokens"), self._q_token,
+                self._kv_token, self._attn_kernels)),
+                ("attention_decode", decode, lambda field=field: decode_attention_shape(
+                    r.heads, r.kv_heads, r.head_dim, field(decode, "num_decode_seqs"), field(decode, "decode_pairs"),
+                    self._q_token, self._kv_token, self._attn_kernels))]
+            for kind, rows, shape in shapes:
+                if not len(rows):
+                    continue
+                first = int(rows[0])
+                s = BatchStats(**{f: field(rows[:1], f)[0].item() for f in self._STATS_FIELDS})
+                record = next(op for op in _attention_records(r, layers, s, self.quant, self._attn_kernels, suffix)
+                              if op.kind == kind)
+                t, op_kernels = op_time_s(self.hw, replace(record, shape=shape()), self.quant,
+                                          self.hw.executor.kernels_per_elementwise_op)
+                column = np.zeros(n)
+                column[rows] = np.broadcast_to(np.asarray(t, dtype=np.float64), rows.shape)
+                names.append(record.name)
+                columns.append(column)
+                first_rows.append(first)
+                kernels[rows] += record.count * op_kernels
+        if self._hybrid_columns:
+            # The order `BatchStats` steps give (`_attention_columns`' step-by-step path, `dict.fromkeys`): by the first
+            # step with the record, then by its order within a step.
+            order = sorted(range(len(names)), key=lambda j: (first_rows[j], j))
+            names, columns = [names[j] for j in order], [columns[j] for j in order]
         times = np.stack(columns, axis=1) if columns else np.zeros((n, 0))
         return names, times, kernels
 
-    def _op_parts(self, ops: list[OpRecord]) -> _OpParts:
-        """Names, `op_cost(...).time_s` and `op_cost(...).num_kernels` of records, in order."""
+    # Record kinds whose time depends on the step through the shape's first element alone (a GEMM's m), which
+    # `_records_columns` evaluates for all steps at once on a GPU.
+    _M_KINDS = frozenset({"gemm", "mla_bmm"})
+
+    def _records_columns(self, records: list[list[OpRecord]]) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Names (in the order the steps give them), seconds (steps x records: `op_time_s`'s, 0.0 where a step
+        lacks the record) and kernels per step of each step's records. On a GPU the records of `_M_KINDS` of the same
+        name, count, dtype, weights and shape but its first element (a GEMM's rows: an MLA step's kv_b_proj over
+        its latents, W_UK / W_UV over its decodes) are evaluated once on the array of their distinct first
+        elements (`_ExactPowArray`: the floats of each step's own evaluation, as the token operators'); the others
+        record by record."""
+        n = len(records)
+        index = {name: j for j, name in enumerate(dict.fromkeys(op.name for ops in records for op in ops))}
+        times, kernels = np.zeros((n, len(index))), np.zeros(n, dtype=np.int64)
         k = self.hw.executor.kernels_per_elementwise_op
-        names, times, kernels = [], [], []
-        for op in ops:
-            t, op_kernels = op_time_s(self.hw, op, self.quant, k, self.cpu_engine)
-            names.append(op.name)
-            times.append(float(t))
-            kernels.append(op.count * op_kernels)
-        return _OpParts(tuple(names), tuple(times), tuple(kernels))
+        batched: dict[tuple[Any, ...], tuple[OpRecord, list[int], list[Any]]] = {}
+        batch = self.hw.kind != "cpu" and self._batch_records
+        for i, ops in enumerate(records):
+            for op in ops:
+                if batch and op.kind in self._M_KINDS:
+                    key = (op.name, op.kind, op.count, op.dtype, op.weight_bytes, op.shape[1:])
+                    rows, ms = batched.setdefault(key, (op, [], []))[1:]
+                    rows.append(i)
+                    ms.append(op.shape[0])
+                    continue
+                t, op_kernels = op_time_s(self.hw, op, self.quant, k, self.cpu_engine)
+                times[i, index[op.name]] = float(t)
+                kernels[i] += op.count * op_kernels
+        for op, rows, ms in batched.values():
+            distinct, inverse = np.unique(np.array(ms, dtype=np.float64), return_inverse=True)
+            shape: tuple[Any, ...] = (distinct.view(_ExactPowArray), *op.shape[1:])
+            t, op_kernels = op_time_s(self.hw, replace(op, shape=shape), self.quant, k, self.cpu_engine)
+            times[rows, index[op.name]] = np.broadcast_to(np.asarray(t, dtype=np.float64), distinct.shape)[inverse]
+            kernels[rows] += op.count * op_kernels
+        return list(index), times, kernels
 
     def _stats_time_s(self, stats: BatchStats) -> float:
         padded = self._padded_tokens(stats.num_tokens, stats.num_prefill_seqs > 0)
