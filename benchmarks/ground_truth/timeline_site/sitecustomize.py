@@ -68,15 +68,18 @@ if os.environ.get("VLLM_SERVE_TIMELINE") and os.environ.get("VLLM_SERVE_TIMELINE
     sys.meta_path.insert(0, _AfterImport())
 
 
-class _SwitchIntervalInEngineCore(importlib.abc.MetaPathFinder):
-    """Once `vllm.v1.engine.core` is imported, wrap `EngineCoreProc.__init__` (it runs in the engine-core process
-    only, DP subclasses included) to set the switch interval there first."""
+class _AfterEngineCoreImport(importlib.abc.MetaPathFinder):
+    """Once `vllm.v1.engine.core` is imported, call `wrap(module)` (it patches the module's classes), then leave
+    sys.meta_path. The spec is the one the finders after this one give (another of these, or the timeline's
+    installer above with --timeline, included), so several wraps chain."""
+
+    def __init__(self, wrap):  # type: ignore[no-untyped-def]
+        self.wrap = wrap
 
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
         if name != "vllm.v1.engine.core":
             return None
         sys.meta_path.remove(self)
-        # The spec as the finders after this one give it (the timeline's installer above included, with --timeline).
         spec = next(filter(None, (f.find_spec(name, path, target) for f in sys.meta_path
                                   if hasattr(f, "find_spec"))), None)
         if spec is None or spec.loader is None:
@@ -85,26 +88,32 @@ class _SwitchIntervalInEngineCore(importlib.abc.MetaPathFinder):
 
         def exec_and_wrap(module):  # type: ignore[no-untyped-def]
             exec_module(module)
-            init = module.EngineCoreProc.__init__
-
-            def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-                sys.setswitchinterval(float(os.environ["VLLM_SERVE_SWITCH_INTERVAL_S"]))
-                # In the server's log: the run's record that the engine core took it.
-                print(f"sitecustomize: engine core pid {os.getpid()} switch interval {sys.getswitchinterval()} s",
-                      file=sys.stderr, flush=True)
-                init(self, *args, **kwargs)
-
-            module.EngineCoreProc.__init__ = __init__
+            self.wrap(module)
 
         spec.loader.exec_module = exec_and_wrap  # type: ignore[method-assign]
         return spec
+
+
+def _switch_interval_in_engine_core(module):  # type: ignore[no-untyped-def]
+    """Wrap `EngineCoreProc.__init__` (it runs in the engine-core process only, DP subclasses included) to set the
+    switch interval there first."""
+    init = module.EngineCoreProc.__init__
+
+    def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sys.setswitchinterval(float(os.environ["VLLM_SERVE_SWITCH_INTERVAL_S"]))
+        # In the server's log: the run's record that the engine core took it.
+        print(f"sitecustomize: engine core pid {os.getpid()} switch interval {sys.getswitchinterval()} s",
+              file=sys.stderr, flush=True)
+        init(self, *args, **kwargs)
+
+    module.EngineCoreProc.__init__ = __init__
 
 
 if os.environ.get("VLLM_SERVE_SWITCH_INTERVAL_S"):
     if os.environ.get("VLLM_SERVE_SWITCH_INTERVAL_IN", "server") == "server":
         sys.setswitchinterval(float(os.environ["VLLM_SERVE_SWITCH_INTERVAL_S"]))
     else:
-        sys.meta_path.insert(0, _SwitchIntervalInEngineCore())
+        sys.meta_path.insert(0, _AfterEngineCoreImport(_switch_interval_in_engine_core))
 
 
 _STEP_LINE = ("Iteration({}): {} context requests, {} context tokens, {} generation requests, {} generation tokens, "
@@ -119,39 +128,23 @@ def format_step(details, now_s):  # type: ignore[no-untyped-def]
                              now_s)
 
 
-class _EngineStepsInEngineCore(importlib.abc.MetaPathFinder):
-    """Once `vllm.v1.engine.core` is imported, wrap `EngineCore._attach_iteration_details` to write each step's
-    details to VLLM_SERVE_ENGINE_STEPS (opened, line-buffered, at the first step: in the engine-core process)."""
+def _engine_steps_in_engine_core(module):  # type: ignore[no-untyped-def]
+    """Wrap `EngineCore._attach_iteration_details` to write each step's details to VLLM_SERVE_ENGINE_STEPS (opened,
+    line-buffered, at the first step: in the engine-core process)."""
+    attach = module.EngineCore._attach_iteration_details
+    import time
 
-    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
-        if name != "vllm.v1.engine.core":
-            return None
-        sys.meta_path.remove(self)
-        spec = next(filter(None, (f.find_spec(name, path, target) for f in sys.meta_path
-                                  if hasattr(f, "find_spec"))), None)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
+    sink = []
 
-        def exec_and_wrap(module):  # type: ignore[no-untyped-def]
-            exec_module(module)
-            attach = module.EngineCore._attach_iteration_details
-            import time
+    def _attach_iteration_details(self, outputs, iteration_details):  # type: ignore[no-untyped-def]
+        attach(self, outputs, iteration_details)
+        if iteration_details is not None:
+            if not sink:
+                sink.append(open(os.environ["VLLM_SERVE_ENGINE_STEPS"], "a", buffering=1))
+            sink[0].write(format_step(iteration_details, time.monotonic()))
 
-            sink = []
-
-            def _attach_iteration_details(self, outputs, iteration_details):  # type: ignore[no-untyped-def]
-                attach(self, outputs, iteration_details)
-                if iteration_details is not None:
-                    if not sink:
-                        sink.append(open(os.environ["VLLM_SERVE_ENGINE_STEPS"], "a", buffering=1))
-                    sink[0].write(format_step(iteration_details, time.monotonic()))
-
-            module.EngineCore._attach_iteration_details = _attach_iteration_details
-
-        spec.loader.exec_module = exec_and_wrap  # type: ignore[method-assign]
-        return spec
+    module.EngineCore._attach_iteration_details = _attach_iteration_details
 
 
 if os.environ.get("VLLM_SERVE_ENGINE_STEPS"):
-    sys.meta_path.insert(0, _EngineStepsInEngineCore())
+    sys.meta_path.insert(0, _AfterEngineCoreImport(_engine_steps_in_engine_core))
