@@ -183,52 +183,73 @@ static inline void queue_popleft(Queue *q) {
     q->size--;
 }
 
+/* Room for one more item in the array `*items` of `size` items (`*cap` allocated, doubled when full, 16 at first);
+   -1 with MemoryError set. */
+static int array_reserve(void **items, Py_ssize_t size, Py_ssize_t *cap, size_t item_size) {
+    if (size < *cap)
+        return 0;
+    Py_ssize_t grown = *cap ? 2 * *cap : 16;
+    void *more = PyMem_Realloc(*items, item_size * grown);
+    if (more == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *items = more;
+    *cap = grown;
+    return 0;
+}
+
+/* A binary min-heap in `arr` ordered by `less`, as heapq keeps one. HEAP_SIFT_UP places `item` at index `at` (the
+   heap's old size, its size already one more) and moves it up; HEAP_SIFT_DOWN, after the root is taken and `last` (the
+   old last item) removed from the `n` left, moves `last` down from the root. Macros: the heaps hold different types. */
+#define HEAP_SIFT_UP(arr, at, item, less)                                                                      \
+    do {                                                                                                       \
+        Py_ssize_t i_ = (at);                                                                                  \
+        while (i_ > 0) {                                                                                       \
+            Py_ssize_t parent_ = (i_ - 1) / 2;                                                                 \
+            if (!less(&(item), &(arr)[parent_]))                                                               \
+                break;                                                                                         \
+            (arr)[i_] = (arr)[parent_];                                                                        \
+            i_ = parent_;                                                                                      \
+        }                                                                                                      \
+        (arr)[i_] = (item);                                                                                    \
+    } while (0)
+
+#define HEAP_SIFT_DOWN(arr, n, last, less)                                                                     \
+    do {                                                                                                       \
+        Py_ssize_t n_ = (n), i_ = 0;                                                                           \
+        while (1) {                                                                                            \
+            Py_ssize_t child_ = 2 * i_ + 1;                                                                    \
+            if (child_ >= n_)                                                                                  \
+                break;                                                                                         \
+            if (child_ + 1 < n_ && less(&(arr)[child_ + 1], &(arr)[child_]))                                   \
+                child_++;                                                                                      \
+            if (!less(&(arr)[child_], &(last)))                                                                \
+                break;                                                                                         \
+            (arr)[i_] = (arr)[child_];                                                                         \
+            i_ = child_;                                                                                       \
+        }                                                                                                      \
+        if (n_ > 0)                                                                                            \
+            (arr)[i_] = (last);                                                                                \
+    } while (0)
+
 static inline int arrival_less(const Arrival *a, const Arrival *b) {
     return a->at < b->at || (a->at == b->at && (a->order < b->order || (a->order == b->order
                                                                        && a->ticket < b->ticket)));
 }
 
 static int io_push(Work *w, double at, int64_t order, int32_t chain) {
-    if (w->io_size == w->io_cap) {
-        Py_ssize_t cap = w->io_cap ? 2 * w->io_cap : 16;
-        Arrival *io = PyMem_Realloc(w->io, sizeof(Arrival) * cap);
-        if (io == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        w->io = io;
-        w->io_cap = cap;
-    }
+    if (array_reserve((void **)&w->io, w->io_size, &w->io_cap, sizeof(Arrival)) < 0)
+        return -1;
     Arrival item = {at, order, w->chains[chain].ticket, chain};
-    Py_ssize_t i = w->io_size++;
-    while (i > 0) {
-        Py_ssize_t parent = (i - 1) / 2;
-        if (!arrival_less(&item, &w->io[parent]))
-            break;
-        w->io[i] = w->io[parent];
-        i = parent;
-    }
-    w->io[i] = item;
+    HEAP_SIFT_UP(w->io, w->io_size++, item, arrival_less);
     return 0;
 }
 
 static int32_t io_pop(Work *w) {
     int32_t chain = w->io[0].chain;
     Arrival last = w->io[--w->io_size];
-    Py_ssize_t n = w->io_size, i = 0;
-    while (1) {
-        Py_ssize_t child = 2 * i + 1;
-        if (child >= n)
-            break;
-        if (child + 1 < n && arrival_less(&w->io[child + 1], &w->io[child]))
-            child++;
-        if (!arrival_less(&w->io[child], &last))
-            break;
-        w->io[i] = w->io[child];
-        i = child;
-    }
-    if (n > 0)
-        w->io[i] = last;
+    HEAP_SIFT_DOWN(w->io, w->io_size, last, arrival_less);
     return chain;
 }
 
@@ -788,20 +809,7 @@ static int connections_take(Server *s, double now_s) {
     }
     while (s->ending_size && s->ending[0].at <= now_s) {
         Ending top = s->ending[0], last = s->ending[--s->ending_size];
-        Py_ssize_t n = s->ending_size, i = 0;
-        while (1) {
-            Py_ssize_t child = 2 * i + 1;
-            if (child >= n)
-                break;
-            if (child + 1 < n && ending_less(&s->ending[child + 1], &s->ending[child]))
-                child++;
-            if (!ending_less(&s->ending[child], &last))
-                break;
-            s->ending[i] = s->ending[child];
-            i = child;
-        }
-        if (n > 0)
-            s->ending[i] = last;
+        HEAP_SIFT_DOWN(s->ending, s->ending_size, last, ending_less);
         if (idle_append(s, top.at, top.process) < 0)
             return -1;
     }
@@ -823,26 +831,10 @@ static int connections_take(Server *s, double now_s) {
 
 /* `Connections.release`. */
 static int connections_release(Server *s, int process, double at_s) {
-    if (s->ending_size == s->ending_cap) {
-        Py_ssize_t cap = s->ending_cap ? 2 * s->ending_cap : 16;
-        Ending *ending = PyMem_Realloc(s->ending, sizeof(Ending) * cap);
-        if (ending == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        s->ending = ending;
-        s->ending_cap = cap;
-    }
+    if (array_reserve((void **)&s->ending, s->ending_size, &s->ending_cap, sizeof(Ending)) < 0)
+        return -1;
     Ending item = {at_s, s->num_released, process};
-    Py_ssize_t i = s->ending_size++;
-    while (i > 0) {
-        Py_ssize_t parent = (i - 1) / 2;
-        if (!ending_less(&item, &s->ending[parent]))
-            break;
-        s->ending[i] = s->ending[parent];
-        i = parent;
-    }
-    s->ending[i] = item;
+    HEAP_SIFT_UP(s->ending, s->ending_size++, item, ending_less);
     s->num_released += 1;
     return 0;
 }
