@@ -12,6 +12,7 @@ floats) and on numpy arrays (fitting thousands of measured shapes). `time_s` equ
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -695,7 +696,7 @@ class StepCostModel:
         # (layers, name suffix, columns' prefix): a hybrid model's full layers, then its sliding ones (`attention_records`)
         layer_sets = [(r.layers - r.sliding_layers, "", ""), (r.sliding_layers, "_sliding", "sliding_")] \
             if self._hybrid_columns else [(r.layers, "", "")]
-        names, columns, kernels, first_rows = [], [], np.zeros(n, dtype=np.int64), []
+        names, columns, kernels = [], [], np.zeros(n, dtype=np.int64)
         for layers, suffix, prefix in layer_sets:
 
             def field(rows: np.ndarray, name: str, prefix: str = prefix) -> np.ndarray:
@@ -712,7 +713,6 @@ class StepCostModel:
             for kind, rows, shape in shapes:
                 if not len(rows):
                     continue
-                first = int(rows[0])
                 s = BatchStats(**{f: field(rows[:1], f)[0].item() for f in self._STATS_FIELDS})
                 record = next(op for op in _attention_records(r, layers, s, self.quant, self._attn_kernels, suffix)
                               if op.kind == kind)
@@ -722,13 +722,7 @@ class StepCostModel:
                 column[rows] = np.broadcast_to(np.asarray(t, dtype=np.float64), rows.shape)
                 names.append(record.name)
                 columns.append(column)
-                first_rows.append(first)
                 kernels[rows] += record.count * op_kernels
-        if self._hybrid_columns:
-            # The order `BatchStats` steps give (`_attention_columns`' step-by-step path, `dict.fromkeys`): by the first
-            # step with the record, then by its order within a step.
-            order = sorted(range(len(names)), key=lambda j: (first_rows[j], j))
-            names, columns = [names[j] for j in order], [columns[j] for j in order]
         times = np.stack(columns, axis=1) if columns else np.zeros((n, 0))
         return names, times, kernels
 
@@ -744,7 +738,7 @@ class StepCostModel:
         elements (`_ExactPowArray`: the floats of each step's own evaluation, as the token operators'); the others
         record by record."""
         n = len(records)
-        index = {name: j for j, name in enumerate(dict.fromkeys(op.name for ops in records for op in ops))}
+        index = {name: j for j, name in enumerate(_merged_order([op.name for op in ops] for ops in records))}
         times, kernels = np.zeros((n, len(index))), np.zeros(n, dtype=np.int64)
         k = self.hw.executor.kernels_per_elementwise_op
         batched: dict[tuple[Any, ...], tuple[OpRecord, list[int], list[Any]]] = {}
@@ -937,3 +931,31 @@ class StepCostModel:
 def _ops_of_kinds(ops_of: Any, kinds: frozenset[str], inside: bool, *args: Any, **kwargs: Any) -> list[OpRecord]:
     """The records of `ops_of(*args, **kwargs)` of `kinds` (`inside`) or of the other kinds, in order."""
     return [op for op in ops_of(*args, **kwargs) if (op.kind in kinds) == inside]
+
+
+def _merged_order(sequences: Any) -> list[str]:
+    """An order of the names of all `sequences` in which each sequence's names keep their own order (a topological
+    order of their consecutive pairs, ties to the name seen first), so that summing a step's columns in it adds its
+    records in `cost`'s order; where none exists, the order of first appearance."""
+    first: dict[str, int] = {}
+    after: dict[str, set[str]] = {}
+    before: dict[str, int] = {}
+    for names in dict.fromkeys(tuple(names) for names in sequences):
+        for name in names:
+            if name not in first:
+                first[name], after[name], before[name] = len(first), set(), 0
+        for a, b in zip(names, names[1:]):
+            if b not in after[a]:
+                after[a].add(b)
+                before[b] += 1
+    ready = [(rank, name) for name, rank in first.items() if not before[name]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        order.append(name)
+        for b in after[name]:
+            before[b] -= 1
+            if not before[b]:
+                heapq.heappush(ready, (first[b], b))
+    return order if len(order) == len(first) else list(first)
