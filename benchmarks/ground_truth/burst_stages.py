@@ -23,9 +23,11 @@ scheduler's waiting queue), first schedule and the client's first token for the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,16 +151,12 @@ def merged_blocks(runs: list[dict[str, Any]], columns: list[str]) -> list[dict[s
     return out
 
 
-def simulate(stages: dict[str, Any], index: dict[str, Any], hardware: str, client: dict[str, float] | None,
-             costs: dict[str, float] | None = None) -> dict[str, Any]:
-    """Each run of `index` named in `stages` replayed by vllm_serve_sim.simulate_run (the same inputs as its judge),
-    with the simulator's per-request reach of the engine core, first schedule and client first token captured."""
-    import tempfile
-
-    from vllm_serve_sim import api_cores, simulate_run
-
+@contextlib.contextmanager
+def captured_simulations() -> Iterator[tuple[list[Any], dict[str, float]]]:
+    """While open, every simulation run in this process is appended to the first list (its `_Simulation`: the
+    recorder's `sent` and `first_token` per request) and each request's reach of the engine core's scheduler is
+    recorded in the dict (request id -> simulated time)."""
     import roofline.sim.simulator as sim
-    from roofline.sim.api_server import ApiServerCosts
 
     captured: list[Any] = []
     reach: dict[str, float] = {}
@@ -174,31 +172,44 @@ def simulate(stages: dict[str, Any], index: dict[str, Any], hardware: str, clien
 
     sim._Simulation.__init__ = init_capture  # type: ignore[method-assign]
     sim._Simulation.enter = enter_capture  # type: ignore[method-assign]
-    out: dict[str, Any] = {}
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            model_dir = Path(tmp) / "llama-tiny"
-            model_dir.mkdir()
-            (model_dir / "config.json").write_text(json.dumps(index["model_config"]))
-            for run in index["runs"]:
-                if run["name"] not in stages["runs"]:
-                    continue
-                captured.clear()
-                reach.clear()
-                metrics = simulate_run(run, model_dir, hardware, index["server_flags"],
-                                       None if costs is None else ApiServerCosts(**costs), api_cores(index), client)
-                s = captured[-1]
-                rec = s.recorder
-                ids = sorted(rec.row_of, key=rec.row_of.get)
-                t0 = float(min(rec.sent))
-                rows = []
-                for row, rid in enumerate(ids):
-                    values = [rec.sent[row], reach.get(rid), rec.first_scheduled[row], rec.first_token[row]]
-                    rows.append([None if v is None else round(float(v) - t0, 6) for v in values])
-                out[run["name"]] = {"columns": list(SIM_STAGES), "rows": rows, "metrics": metrics}
+        yield captured, reach
     finally:
         sim._Simulation.__init__ = init  # type: ignore[method-assign]
         sim._Simulation.enter = enter  # type: ignore[method-assign]
+
+
+def simulate(stages: dict[str, Any], index: dict[str, Any], hardware: str, client: dict[str, float] | None,
+             costs: dict[str, float] | None = None) -> dict[str, Any]:
+    """Each run of `index` named in `stages` replayed by vllm_serve_sim.simulate_run (the same inputs as its judge),
+    with the simulator's per-request reach of the engine core, first schedule and client first token captured."""
+    import tempfile
+
+    from vllm_serve_sim import api_cores, simulate_run
+
+    from roofline.sim.api_server import ApiServerCosts
+
+    out: dict[str, Any] = {}
+    with captured_simulations() as (captured, reach), tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "llama-tiny"
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(json.dumps(index["model_config"]))
+        for run in index["runs"]:
+            if run["name"] not in stages["runs"]:
+                continue
+            captured.clear()
+            reach.clear()
+            metrics = simulate_run(run, model_dir, hardware, index["server_flags"],
+                                   None if costs is None else ApiServerCosts(**costs), api_cores(index), client)
+            s = captured[-1]
+            rec = s.recorder
+            ids = sorted(rec.row_of, key=rec.row_of.get)
+            t0 = float(min(rec.sent))
+            rows = []
+            for row, rid in enumerate(ids):
+                values = [rec.sent[row], reach.get(rid), rec.first_scheduled[row], rec.first_token[row]]
+                rows.append([None if v is None else round(float(v) - t0, 6) for v in values])
+            out[run["name"]] = {"columns": list(SIM_STAGES), "rows": rows, "metrics": metrics}
     return {"hardware": hardware, "runs": out}
 
 
