@@ -18,6 +18,7 @@ setup(
             sources=["engine/core/_kvcore.c"],
             optional=True,
             extra_compile_args=["-O2"],
+            extra_link_args=["-pthread"],  # (`DrawAhead`'s thread; in libc itself since glibc 2.34)
         ),
         Extension(
             "engine.core._steprec",

@@ -1068,42 +1068,29 @@ static inline uint64_t pcg64_next(u128 *state, u128 inc) {
     return (word >> rot) | (word << ((-rot) & 63));
 }
 
-static PyObject *mod_draw_token_ids(PyObject *Py_UNUSED(m), PyObject *args) {
-    /* draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out) -> (state, has_uint32, uinteger):
-       out[i] = the i-th id of `_draw`; bounds: the ascending reserved_j - j. */
-    PyObject *state_o, *inc_o, *bounds_o, *out_o;
-    int has_uint32;
-    unsigned long long uinteger_ull, num_allowed;
-    if (!PyArg_ParseTuple(args, "OOiKKOO", &state_o, &inc_o, &has_uint32, &uinteger_ull, &num_allowed, &bounds_o,
-                          &out_o))
-        return NULL;
-    if (num_allowed < 2 || num_allowed > 0xFFFFFFFFULL) {
-        PyErr_SetString(PyExc_ValueError, "draw_token_ids: num_allowed must be in [2, 2^32)");
-        return NULL;
-    }
+/* One draw: `n` ids into `out` from the generator state (state, inc, has_uint32, uinteger), which it advances.
+   No Python object is touched (a `DrawAhead` runs it without the GIL). */
+typedef struct {
     u128 state, inc;
-    if (u128_from(state_o, &state) < 0 || u128_from(inc_o, &inc) < 0) return NULL;
-    IdBuf bounds;
-    if (idbuf_from(&bounds, bounds_o, 0) < 0) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(out_o, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        idbuf_free(&bounds);
-        return NULL;
-    }
-    const char *fmt = view.format ? view.format : "B";
-    if (*fmt == '<' || *fmt == '=' || *fmt == '@') fmt++;
-    if (view.ndim != 1 || view.itemsize != 8 || !(fmt[0] == 'l' || fmt[0] == 'q') || fmt[1]) {
-        PyBuffer_Release(&view);
-        idbuf_free(&bounds);
-        PyErr_SetString(PyExc_TypeError, "draw_token_ids: out must be a 1-d int64 array");
-        return NULL;
-    }
-    int64_t *out = view.buf;
-    Py_ssize_t n = view.shape[0];
-    uint32_t uinteger = (uint32_t)uinteger_ull;
-    const uint32_t rng_excl = (uint32_t)num_allowed;  /* numpy's rng + 1, rng = high - low */
+    int has_uint32;
+    uint32_t uinteger, num_allowed;  /* num_allowed in [2, 2^32) */
+    const int64_t *bounds;           /* the ascending reserved_j - j */
+    Py_ssize_t num_bounds;
+    int64_t *out;
+    Py_ssize_t n;
+} DrawJob;
+
+static void draw_ids(DrawJob *job) {
+    u128 state = job->state;
+    const u128 inc = job->inc;
+    int has_uint32 = job->has_uint32;
+    uint32_t uinteger = job->uinteger;
+    const int64_t *bv = job->bounds;
+    const Py_ssize_t bn = job->num_bounds, n = job->n;
+    int64_t *out = job->out;
+    const uint32_t rng_excl = job->num_allowed;  /* numpy's rng + 1, rng = high - low */
     const uint32_t threshold = (uint32_t)(UINT32_MAX - (rng_excl - 1)) % rng_excl;
-    const int64_t first_bound = bounds.n ? bounds.v[0] : INT64_MAX;
+    const int64_t first_bound = bn ? bv[0] : INT64_MAX;
     /* An id from a 32-bit output x: Lemire's draw (x again while rejected), then the reserved-id shift. */
 #define NEXT32(x)                                                              \
     do {                                                                       \
@@ -1128,7 +1115,7 @@ static PyObject *mod_draw_token_ids(PyObject *Py_UNUSED(m), PyObject *args) {
         int64_t k_ = (int64_t)(m_ >> 32);                                      \
         if (k_ >= first_bound) {                                               \
             Py_ssize_t j_ = 0;                                                 \
-            while (j_ < bounds.n && bounds.v[j_] <= k_) j_++;                  \
+            while (j_ < bn && bv[j_] <= k_) j_++;                  \
             k_ += j_;                                                          \
         }                                                                      \
         (dst) = k_;                                                            \
@@ -1179,12 +1166,251 @@ static PyObject *mod_draw_token_ids(PyObject *Py_UNUSED(m), PyObject *args) {
     }
 #undef NEXT32
 #undef FINISH
+    job->state = state;
+    job->has_uint32 = has_uint32;
+    job->uinteger = uinteger;
+}
+
+/* `out`'s buffer into `view` where it is a writable, C-contiguous 1-d int64 array; else -1 with a TypeError. */
+static int int64_out(PyObject *out_o, const char *name, Py_buffer *view) {
+    if (PyObject_GetBuffer(out_o, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *fmt = view->format ? view->format : "B";
+    if (*fmt == '<' || *fmt == '=' || *fmt == '@') fmt++;
+    if (view->ndim != 1 || view->itemsize != 8 || !(fmt[0] == 'l' || fmt[0] == 'q') || fmt[1]) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s: out must be a 1-d int64 array", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The generator's arguments (state, inc, has_uint32, uinteger, num_allowed, bounds) of draw_token_ids into `job`,
+   the bounds copied into `bounds` (freed by the caller; `job->bounds` points into it). */
+static int draw_job_parse(PyObject *args, const char *name, DrawJob *job, IdBuf *bounds, PyObject **out_o) {
+    PyObject *state_o, *inc_o, *bounds_o;
+    int has_uint32;
+    unsigned long long uinteger_ull, num_allowed;
+    if (!PyArg_ParseTuple(args, "OOiKKOO", &state_o, &inc_o, &has_uint32, &uinteger_ull, &num_allowed, &bounds_o,
+                          out_o))
+        return -1;
+    if (num_allowed < 2 || num_allowed > 0xFFFFFFFFULL) {
+        PyErr_Format(PyExc_ValueError, "%s: num_allowed must be in [2, 2^32)", name);
+        return -1;
+    }
+    if (u128_from(state_o, &job->state) < 0 || u128_from(inc_o, &job->inc) < 0) return -1;
+    if (idbuf_from(bounds, bounds_o, 0) < 0) return -1;
+    job->has_uint32 = has_uint32 != 0;
+    job->uinteger = (uint32_t)uinteger_ull;
+    job->num_allowed = (uint32_t)num_allowed;
+    job->bounds = bounds->v;
+    job->num_bounds = bounds->n;
+    job->out = NULL;
+    job->n = 0;
+    return 0;
+}
+
+/* (state, has_uint32, uinteger) after the draw: a new reference. */
+static PyObject *draw_job_result(const DrawJob *job) {
+    PyObject *st = u128_to(job->state);
+    if (!st) return NULL;
+    return Py_BuildValue("(NiK)", st, job->has_uint32, (unsigned long long)job->uinteger);
+}
+
+static PyObject *mod_draw_token_ids(PyObject *Py_UNUSED(m), PyObject *args) {
+    /* draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out) -> (state, has_uint32, uinteger):
+       out[i] = the i-th id of `_draw`; bounds: the ascending reserved_j - j. */
+    DrawJob job;
+    IdBuf bounds;
+    Py_buffer view;
+    PyObject *out_o;
+    if (draw_job_parse(args, "draw_token_ids", &job, &bounds, &out_o) < 0) return NULL;
+    if (int64_out(out_o, "draw_token_ids", &view) < 0) { idbuf_free(&bounds); return NULL; }
+    job.bounds = bounds.v;  /* (bounds.v may point into the struct's own small array: set here, not in a copy) */
+    job.out = view.buf;
+    job.n = view.shape[0];
+    draw_ids(&job);
     PyBuffer_Release(&view);
     idbuf_free(&bounds);
-    PyObject *st = u128_to(state);
-    if (!st) return NULL;
-    return Py_BuildValue("(NiK)", st, has_uint32, (unsigned long long)uinteger);
+    return draw_job_result(&job);
 }
+
+/* ---- the sequential stream's next draws on another thread (`TokenIdGenerator.unique_array`) ----
+
+   `DrawAhead()`: `start(state, inc, has_uint32, uinteger, num_allowed, bounds, outs)` begins, on a new thread
+   (pthread, no GIL: it touches no Python object, only the buffers of the int64 arrays of the list `outs`, held until
+   the join, and a copy of the bounds), the draws of `draw_token_ids` into each array of `outs` in turn, one after
+   another from the state given, and returns at once; `join()` waits for them (the GIL released) and gives, for
+   each, the state after it as `draw_token_ids` does (a list), or None where no draw is pending or its thread runs in
+   another process (a fork's child of a process whose draw was running: the arrays' bytes are not to be read). The
+   ids are those `draw_token_ids` gives from the same states: the same function draws them. `join_draws()` joins
+   every pending draw's thread of this process (at exit and before a fork: token_ids.py registers it), its result
+   kept for `join`, so that no thread is left running. Where the thread cannot be made, `start` draws on the
+   caller's thread. */
+
+#include <pthread.h>
+#include <unistd.h>
+
+typedef struct DrawAhead {
+    PyObject_HEAD
+    DrawJob job;                        /* the state the draws start from */
+    IdBuf bounds;
+    Py_ssize_t num_outs;
+    Py_buffer *views;                   /* the arrays' buffers (malloc'd: num_outs) */
+    DrawJob *after;                     /* the state after each draw (malloc'd: num_outs) */
+    pthread_t thread;
+    pid_t pid;                          /* the process that started the pending draws */
+    int pending;                        /* draws started, not joined (views and bounds held) */
+    int threaded;                       /* ... on `thread`, not yet joined */
+    struct DrawAhead *prev, *next;      /* the list of pending draws (changed with the GIL held) */
+} DrawAhead;
+
+static DrawAhead *draws_pending;
+
+static void draw_all(DrawAhead *o) {
+    DrawJob job = o->job;
+    for (Py_ssize_t k = 0; k < o->num_outs; k++) {
+        job.out = o->views[k].buf;
+        job.n = o->views[k].shape[0];
+        draw_ids(&job);
+        o->after[k] = job;
+    }
+}
+
+static void *draw_thread(void *arg) {
+    draw_all((DrawAhead *)arg);
+    return NULL;
+}
+
+static void draw_ahead_release(DrawAhead *o) {
+    for (Py_ssize_t k = 0; k < o->num_outs; k++) PyBuffer_Release(&o->views[k]);
+    o->num_outs = 0;
+    idbuf_free(&o->bounds);
+}
+
+/* Waits for the pending draws (the GIL released where `release_gil` and the thread is ours) and releases what
+   they held. Returns 1 where their results are this process's draws, 0 otherwise. */
+static int draw_ahead_finish(DrawAhead *o, int release_gil) {
+    if (!o->pending) return 0;
+    int ours = 1;  /* (draws that ended before a fork are whole in the child too) */
+    if (o->threaded) {
+        if (o->pid != getpid()) ours = 0;
+        else if (release_gil) {
+            Py_BEGIN_ALLOW_THREADS
+            pthread_join(o->thread, NULL);
+            Py_END_ALLOW_THREADS
+        } else {
+            pthread_join(o->thread, NULL);
+        }
+    }
+    o->pending = 0;
+    o->threaded = 0;
+    if (o->prev) o->prev->next = o->next; else if (draws_pending == o) draws_pending = o->next;
+    if (o->next) o->next->prev = o->prev;
+    o->prev = o->next = NULL;
+    Py_ssize_t n = o->num_outs;
+    draw_ahead_release(o);
+    o->num_outs = n;  /* (the results' count, for `join`) */
+    return ours;
+}
+
+static PyObject *DA_start(DrawAhead *o, PyObject *args) {
+    if (o->pending) {
+        PyErr_SetString(PyExc_RuntimeError, "DrawAhead.start: draws are pending (join them first)");
+        return NULL;
+    }
+    PyObject *outs;
+    if (draw_job_parse(args, "DrawAhead.start", &o->job, &o->bounds, &outs) < 0) return NULL;
+    o->job.bounds = o->bounds.v;
+    o->num_outs = 0;
+    if (!PyList_Check(outs)) {
+        idbuf_free(&o->bounds);
+        PyErr_SetString(PyExc_TypeError, "DrawAhead.start: outs must be a list of int64 arrays");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(outs), cap = n ? n : 1;
+    free(o->views);
+    free(o->after);
+    o->views = malloc(sizeof(Py_buffer) * cap);
+    o->after = malloc(sizeof(DrawJob) * cap);
+    if (!o->views || !o->after) { idbuf_free(&o->bounds); PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (int64_out(PyList_GET_ITEM(outs, k), "DrawAhead.start", &o->views[k]) < 0) {
+            draw_ahead_release(o);
+            return NULL;
+        }
+        o->num_outs = k + 1;
+    }
+    o->pending = 1;
+    o->pid = getpid();
+    o->prev = NULL;
+    o->next = draws_pending;
+    if (draws_pending) draws_pending->prev = o;
+    draws_pending = o;
+    o->threaded = pthread_create(&o->thread, NULL, draw_thread, o) == 0;
+    if (!o->threaded) draw_all(o);  /* (no thread: the same draws here) */
+    Py_RETURN_NONE;
+}
+
+static PyObject *DA_join(DrawAhead *o, PyObject *Py_UNUSED(ignored)) {
+    if (!draw_ahead_finish(o, 1)) Py_RETURN_NONE;
+    PyObject *list = PyList_New(o->num_outs);
+    if (!list) return NULL;
+    for (Py_ssize_t k = 0; k < o->num_outs; k++) {
+        PyObject *r = draw_job_result(&o->after[k]);
+        if (!r) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, k, r);
+    }
+    return list;
+}
+
+static PyObject *DA_get_pending(DrawAhead *o, void *Py_UNUSED(c)) { return PyBool_FromLong(o->pending); }
+static PyObject *DA_get_running(DrawAhead *o, void *Py_UNUSED(c)) { return PyBool_FromLong(o->threaded); }
+
+static void DA_dealloc(DrawAhead *o) {
+    draw_ahead_finish(o, 0);  /* (the thread writes into the arrays' memory: joined before they are released) */
+    free(o->views);
+    free(o->after);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+
+static PyObject *mod_join_draws(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(ignored)) {
+    /* Joins every pending draw's thread (their results kept for `join`, as where they ended by themselves). */
+    for (DrawAhead *o = draws_pending; o; o = o->next)
+        if (o->threaded && o->pid == getpid()) {
+            Py_BEGIN_ALLOW_THREADS
+            pthread_join(o->thread, NULL);
+            Py_END_ALLOW_THREADS
+            o->threaded = 0;  /* (still pending: `join` gives its result without waiting) */
+        }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef DA_methods[] = {
+    {"start", (PyCFunction)DA_start, METH_VARARGS,
+     "start(state, inc, has_uint32, uinteger, num_allowed, bounds, outs): `draw_token_ids` into each int64 array of "
+     "the list `outs` in turn, begun on another thread."},
+    {"join", (PyCFunction)DA_join, METH_NOARGS,
+     "join() -> [(state, has_uint32, uinteger) after each array], or None where no draw of this process is pending."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef DA_getset[] = {
+    {"pending", (getter)DA_get_pending, NULL, "draws started and not joined", NULL},
+    {"running", (getter)DA_get_running, NULL, "their thread started and not joined (it may have ended)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject DrawAheadType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.DrawAhead",
+    .tp_basicsize = sizeof(DrawAhead),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The sequential stream's next `draw_token_ids` on another thread (TokenIdGenerator.unique_array).",
+    .tp_dealloc = (destructor)DA_dealloc,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = DA_methods,
+    .tp_getset = DA_getset,
+};
 
 #endif  /* __SIZEOF_INT128__ */
 
@@ -3954,6 +4180,8 @@ static PyMethodDef module_methods[] = {
 #ifdef __SIZEOF_INT128__
     {"draw_token_ids", (PyCFunction)mod_draw_token_ids, METH_VARARGS,
      "draw_token_ids(state, inc, has_uint32, uinteger, num_allowed, bounds, out): `TokenIdGenerator._draw` on PCG64."},
+    {"join_draws", (PyCFunction)mod_join_draws, METH_NOARGS,
+     "join_draws(): wait for every `DrawAhead` draw of this process (at exit, before a fork)."},
 #endif
     {"any_negative_id", (PyCFunction)mod_any_negative_id, METH_O, "any_negative_id(ids): an int64 array's id < 0."},
     {"ready_prompt", (PyCFunction)(void (*)(void))mod_ready_prompt, METH_FASTCALL,
@@ -3982,6 +4210,9 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
             || PyType_Ready(&FPType) < 0 || PyType_Ready(&MaxPlusType) < 0 || PyType_Ready(&PromptSourcesType) < 0
             || PyType_Ready(&PromptSourceType) < 0 || PyType_Ready(&LazyRequestsType) < 0)
         return NULL;
+#ifdef __SIZEOF_INT128__
+    if (PyType_Ready(&DrawAheadType) < 0) return NULL;
+#endif
 #define INTERN(var, text) if (!(var = PyUnicode_InternFromString(text))) return NULL
     INTERN(s_block_ids, "block_ids");
     INTERN(s_block_ids_head, "block_ids_head");
@@ -4084,6 +4315,10 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     if (PyModule_AddObject(m, "PromptSource", (PyObject *)&PromptSourceType) < 0) return NULL;
     Py_INCREF(&LazyRequestsType);
     if (PyModule_AddObject(m, "LazyRequests", (PyObject *)&LazyRequestsType) < 0) return NULL;
+#ifdef __SIZEOF_INT128__
+    Py_INCREF(&DrawAheadType);
+    if (PyModule_AddObject(m, "DrawAhead", (PyObject *)&DrawAheadType) < 0) return NULL;
+#endif
     Py_INCREF(&KVType);
     if (PyModule_AddObject(m, "KVCacheManagerCore", (PyObject *)&KVType) < 0) return NULL;
     Py_INCREF(&ColsType);

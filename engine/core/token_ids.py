@@ -22,6 +22,8 @@ alike (the simulator must not feed the session's response ids back as its sample
 
 from __future__ import annotations
 
+import atexit
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -32,11 +34,24 @@ from engine.core.native import COMPILED, _kvcore
 # The ids drawn by the extension (`_kvcore.draw_token_ids`: numpy's PCG64 and bounded draw, the same ids and
 # generator state) where it is built and selected, else by numpy.
 _DRAW_IN_C = COMPILED and hasattr(_kvcore, "draw_token_ids")  # (a build from before it: numpy)
+# The sequential stream's next draw begun on another thread as soon as the last one is handed out
+# (`_kvcore.DrawAhead`: the same C draw, without the GIL), so that a long simulation's main thread only hands ids
+# out. Module-level so that tests can turn it off.
+DRAW_AHEAD = _DRAW_IN_C and hasattr(_kvcore, "DrawAhead")
+if DRAW_AHEAD:
+    # No draw's thread left running at exit, nor at a fork (the `--out` writer's child: roofline/sim/outputs.py):
+    # each pending draw joined first (it ends within ~0.2 ms), its result kept for its `join`.
+    atexit.register(_kvcore.join_draws)
+    os.register_at_fork(before=_kvcore.join_draws)
 _PREFIX_CHUNK = 1024
 # Ids drawn from the sequential stream at once (`unique_array` hands them out in order): one numpy draw per ~28
 # ShareGPT prompts instead of one each, whose fixed cost (~10 us: `integers`' size handling, the reserved-id pass)
 # outweighed drawing a prompt's 2,340 ids.
 _STREAM_AHEAD = 1 << 16
+# Draws of _STREAM_AHEAD ids made at once on the other thread (DRAW_AHEAD), at most: a thread's start costs ~50 us
+# on this project's VM, a third of a draw (docs/benchmark-history/2026-12-01b-million2.md). A generator's first
+# batch is one draw, each next one twice the last, so that a short run draws little it does not use.
+_DRAW_AHEAD_CHUNKS = 16
 _STREAM_TAG = 1
 _PREFIX_TAG = 2
 _BLOCK_TAG = 3
@@ -63,6 +78,17 @@ class TokenIdGenerator:
         self._ahead = np.zeros(0, dtype=np.int64)
         self._ahead_pos = 0
         self._prefix_chunks: dict[tuple[int, int], np.ndarray] = {}
+        # The stream's next draws of _STREAM_AHEAD ids being made on another thread (DRAW_AHEAD): `_next_out`
+        # their array, unseen until joined, `_next_from` the state they start from. `_stream` itself stays at the
+        # state after the ids handed to `_ahead`, as without the thread.
+        self._drawer: Any = None
+        self._batch = 1  # (the draws of the next batch)
+        self._next_out: list[np.ndarray] | None = None
+        self._next_from: tuple[int, int, int, int] | None = None
+        # Joined draws not yet handed out, the next last: (ids, the state after them), and the state (PCG64
+        # state, inc, has_uint32, uinteger) the next starts from.
+        self._ready: list[tuple[np.ndarray, tuple[int, int, int]]] = []
+        self._ready_from: tuple[int, int, int, int] | None = None
 
     def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         # The k-th id that is not reserved, for k drawn uniformly: k plus the number of reserved ids at or below
@@ -111,7 +137,7 @@ class TokenIdGenerator:
         # The ids left and the next draw's first ones: only this call's ids are joined (a copy of the whole draw
         # was ~2 us a prompt, most of it the page faults of a new 512 KB array), the rest of the draw is ahead.
         rest = ahead[pos:]
-        drawn = self._ahead = self._draw(self._stream, max(n - len(rest), _STREAM_AHEAD))
+        drawn = self._ahead = self._draw_stream(max(n - len(rest), _STREAM_AHEAD))
         drawn.flags.writeable = False
         self._ahead_pos = n - len(rest)
         if not len(rest):
@@ -119,6 +145,55 @@ class TokenIdGenerator:
         ids = np.concatenate((rest, drawn[:n - len(rest)]))
         ids.flags.writeable = False
         return ids
+
+    def _draw_stream(self, n: int) -> np.ndarray:
+        """`_draw(self._stream, n)`, `_stream` set to the state after it. Where the draw is one of _STREAM_AHEAD
+        ids from the state the stream is at, the ids drawn ahead on another thread (DRAW_AHEAD: the same C draw,
+        from that state); the next batch of draws is begun as one is taken up."""
+        ahead = DRAW_AHEAD and _DRAW_IN_C
+        if n == _STREAM_AHEAD and ahead and self._drawer is not None:
+            state = self._stream.bit_generator.state
+            pcg = state["state"]
+            key = (pcg["state"], pcg["inc"], state["has_uint32"], state["uinteger"])
+            if not self._ready and self._next_out is not None and key == self._next_from:
+                after = self._drawer.join()
+                out, self._next_out = self._next_out, None
+                if after is not None:  # (None: begun by the parent of this forked process, not to be read)
+                    self._ready = list(zip(out, after))[::-1]
+                    self._ready_from = key
+                    self._start_ahead(after[-1], pcg["inc"])
+            if self._ready and key == self._ready_from:
+                ids, (pcg_state, has_uint32, uinteger) = self._ready.pop()
+                self._stream.bit_generator.state = {
+                    "bit_generator": "PCG64", "state": {"state": pcg_state, "inc": pcg["inc"]},
+                    "has_uint32": has_uint32, "uinteger": uinteger}
+                self._ready_from = (pcg_state, pcg["inc"], has_uint32, uinteger)
+                return ids
+        # Not drawn ahead (the first draw, a longer one): what was is dropped, and drawing ahead begins afresh.
+        self._ready = []
+        if self._next_out is not None:
+            self._drawer.join()
+            self._next_out = None
+        drawn = self._draw(self._stream, n)
+        if ahead and self._num_allowed < 1 << 32:
+            state = self._stream.bit_generator.state
+            if state["bit_generator"] == "PCG64":  # (every generator here: `default_rng`)
+                pcg = state["state"]
+                self._start_ahead((pcg["state"], state["has_uint32"], state["uinteger"]), pcg["inc"])
+        return drawn
+
+    def _start_ahead(self, start: tuple[int, int, int], inc: int) -> None:
+        """Begins the next batch of draws of _STREAM_AHEAD ids of the stream from the PCG64 state `start` (state,
+        has_uint32, uinteger) and increment `inc` on another thread."""
+        if self._drawer is None:
+            self._drawer = _kvcore.DrawAhead()
+        # One array a draw, as without the thread (not views of one batch: a prompt, a view of its draw, holds
+        # only that draw, and a long-running request no batch).
+        out = [np.empty(_STREAM_AHEAD, dtype=np.int64) for _ in range(self._batch)]
+        self._batch = min(2 * self._batch, _DRAW_AHEAD_CHUNKS)
+        pcg_state, has_uint32, uinteger = start
+        self._drawer.start(pcg_state, inc, has_uint32, uinteger, self._num_allowed, self._bounds_list, out)
+        self._next_out, self._next_from = out, (pcg_state, inc, has_uint32, uinteger)
 
     def prefix(self, group_id: int, n: int) -> list[int]:
         """The first `n` ids of shared-prefix group `group_id` (an int >= 0)."""
