@@ -97,6 +97,15 @@ def test_detailed_lists_are_per_request_in_request_order() -> None:
     assert "input_lens" not in metrics() and "latencies" in metrics()
 
 
+def test_without_latency_lists_the_same_keys_less_the_two_lists() -> None:
+    with_lists, without = metrics(), metrics(latency_lists=False)
+    assert with_lists["latencies"] == pytest.approx([1.5, 0.2, 1.5]) and len(with_lists["queue_times"]) == 3
+    assert "latencies" not in without and "queue_times" not in without
+    assert without == {k: v for k, v in with_lists.items() if k not in ("latencies", "queue_times")}
+    assert list(without) == [k for k in with_lists if k not in ("latencies", "queue_times")]
+    assert "latencies" in metrics(detailed=True, latency_lists=False)  # (--save-detailed writes them)
+
+
 def test_steady_state_leaves_out_warmup_and_drain() -> None:
     n = 20
     requests = pd.DataFrame({"arrival_s": np.arange(n, dtype=float), "finish_s": np.arange(n) + 1.0,

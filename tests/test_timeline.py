@@ -92,3 +92,52 @@ def test_simulate_writes_the_load_over_time_of_a_trace(tmp_path: Path, capsys: p
     assert table["start_s"].iloc[0] == 0.0 and set(table["slo_percent"].dropna()) <= set(np.linspace(0, 100, 101))
     for name in ("load_over_time.csv", "load_over_time.png"):  # the same run, the same bytes
         assert (runs[0] / name).read_bytes() == (runs[1] / name).read_bytes()
+
+
+def _reference_integral(start: np.ndarray, end: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """One replica's signal integrated as the table computed it before its sort was shared: sorted, its breaks and
+    levels stacked, interpolated."""
+    order = np.argsort(start, kind="stable")
+    start, end, values = start[order], end[order], values[order]
+    after = np.cumsum(values * (end - start))
+    before = after - values * (end - start)
+    return np.interp(at, np.column_stack((start, end)).ravel(), np.column_stack((before, after)).ravel(), left=0.0,
+                     right=float(after[-1]))
+
+
+def test_three_replicas_steps_out_of_order_average_as_each_alone() -> None:
+    # Steps of three replicas interleaved out of start order (each replica's own steps back to back): every mean the
+    # same floats as each replica integrated alone, and close to the overlaps summed bin by bin.
+    rng = np.random.default_rng(4)
+    parts = []
+    for r in range(3):
+        ends = np.cumsum(rng.uniform(0.01, 0.3, 400))
+        starts = np.concatenate(([0.0], ends[:-1])) + rng.uniform(0, 0.005, 400) * (rng.random(400) < 0.5)
+        parts.append(pd.DataFrame({"replica": r, "start_s": starts, "end_s": ends, "kv_usage": rng.random(400),
+                                   "num_running": rng.integers(0, 50, 400), "num_waiting": rng.integers(0, 9, 400),
+                                   "num_output_tokens": rng.integers(0, 50, 400)}))
+    steps = pd.concat(parts).sample(frac=1.0, random_state=1).reset_index(drop=True)
+    requests = pd.DataFrame({"arrival_s": [0.0, 5.0], "num_prompt_tokens": [1, 2], "num_output_tokens": [1, 2],
+                             "finish_s": [1.0, 9.0], "ttft_s": [0.1, 0.2], "tpot_s": [math.nan, 0.1]})
+    table = load_over_time(requests, steps, width_s=2.0)
+    edges = np.append(table["start_s"], table["end_s"][-1])
+    for name in ("kv_usage", "num_running", "num_waiting"):
+        total = np.zeros(len(edges) - 1)
+        brute = np.zeros(len(edges) - 1)
+        for r in range(3):
+            mine = steps[steps["replica"] == r]
+            start, end = mine["start_s"].to_numpy(), mine["end_s"].to_numpy()
+            signal = mine[name].to_numpy(dtype=float)
+            total += np.diff(_reference_integral(start, end, signal, edges)) / 2.0
+            overlap = np.clip(np.minimum(end[:, None], edges[None, 1:]) - np.maximum(start[:, None], edges[None, :-1]),
+                              0, None)
+            brute += (signal[:, None] * overlap).sum(axis=0) / 2.0
+        expected = total / 3 if name == "kv_usage" else total
+        assert table[f"{name}_mean"].tobytes() == expected.tobytes()
+        assert table[f"{name}_mean"] == pytest.approx(brute / 3 if name == "kv_usage" else brute, rel=1e-9)
+    # the maxima: the highest value of any step overlapping the bin
+    for name in ("kv_usage", "num_waiting"):
+        start, end = steps["start_s"].to_numpy(), steps["end_s"].to_numpy()
+        signal = steps[name].to_numpy(dtype=float)
+        running = (start[:, None] < edges[None, 1:]) & (end[:, None] > edges[None, :-1])
+        assert table[f"{name}_max"].tolist() == np.where(running, signal[:, None], 0.0).max(axis=0).tolist()

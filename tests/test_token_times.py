@@ -338,3 +338,53 @@ def test_a_preempted_requests_runs_are_those_its_search_gives(step_back: bool, m
     for row, kind, _, _ in expected:
         runs_of[row] = runs_of.get(row, 0) + (kind == "stamps")
     assert sum(r > 1 for r in runs_of.values()) > 50 and any(kind == "own" for _, kind, _, _ in expected)
+
+
+def test_merged_is_the_stable_sort_of_the_two_joined() -> None:
+    # `WeightedValues.merged`: the arrays `of` makes of the two joined (ties: the first's values before the second's,
+    # each in its order), zero counts left out, without sorting the first again.
+    rng = np.random.default_rng(5)
+    for n, m in ((0, 0), (0, 5), (7, 0), (300, 40), (2000, 600)):
+        values = rng.integers(0, 50, n) / 8.0  # (many ties, within and across the two)
+        counts = rng.integers(0, 4, n)
+        more_values, more_counts = rng.integers(0, 50, m) / 8.0, rng.integers(0, 3, m)
+        order = np.argsort(values, kind="stable")
+        # (counts made unique per position, so that an order of ties that differs shows)
+        counts = np.where(counts > 0, np.arange(n) + 1, 0)
+        more_counts = np.where(more_counts > 0, n + np.arange(m) + 1, 0)
+        merged = WeightedValues.merged(values[order], counts[order], more_values, more_counts)
+        made = WeightedValues.of(np.concatenate((values, more_values)), np.concatenate((counts, more_counts)))
+        assert np.array_equal(merged.values, made.values) and np.array_equal(merged.counts, made.counts)
+        assert merged.counts.dtype == np.int64
+
+
+def test_the_multisets_of_a_run_sort_its_stamps_differences_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every multiset (all rows, some rows) starts from one stable sort of the stamps' differences; the same arrays as
+    # the sort of its own gaps joined.
+    monkeypatch.setattr(token_times, "EXACT_ORDER_MAX_GAPS", 0)
+    segments, times_of, rows = _runs()
+    tt = segments.token_times(len(rows))
+    sorts: list[int] = []
+    argsort = np.argsort
+
+    def counted(a: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        if len(a) == len(tt.times) - 1:
+            sorts.append(1)
+        return argsort(a, *args, **kwargs)
+    monkeypatch.setattr(token_times.np, "argsort", counted)
+    for mask in (None, np.arange(len(rows)) % 3 != 0, np.arange(len(rows)) % 2 == 0):
+        pooled = tt.values(mask)
+        chosen = [t for r, t in zip(rows, times_of) if mask is None or mask[r]]
+        gaps = np.concatenate([np.diff(t) for t in chosen])
+        assert np.array_equal(np.repeat(pooled.values, pooled.counts), np.sort(gaps))
+    assert len(sorts) == 1
+
+
+def test_the_fsum_mean_and_std_read_the_products_as_floats() -> None:
+    rng = np.random.default_rng(9)
+    values = np.sort(rng.lognormal(-3, 2, 5000))
+    counts = rng.integers(1, 1000, 5000)
+    pooled = WeightedValues(values, counts)
+    assert pooled.mean() == math.fsum((values * counts).tolist()) / counts.sum()
+    deviation = values - pooled.mean()
+    assert pooled.std() == math.sqrt(math.fsum((deviation * deviation * counts).tolist()) / counts.sum())

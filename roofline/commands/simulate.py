@@ -222,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
                                      replace(options, record_steps=False), specs=specs, prompts=prompts)
             return interval_metrics(bench_metrics(
                 sampled.request_table, sampled.itl, sampled.request_table["num_prompt_tokens"] if lens is None
-                else lens, metric_options, max_concurrency, request_rate), sampled.summary(summary_options))
+                else lens, metric_options, max_concurrency, request_rate, latency_lists=False),
+                sampled.summary(summary_options))
 
         runs = SampleRuns(run_one, intervals.profiles(deployment.hw), intervals.num_workers)
     try:
@@ -239,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         client_input_lens = result.request_table["num_prompt_tokens"]
     # (The printout reads the tables' numpy columns: pandas is imported only where a DataFrame is written, --out.)
     vllm = bench_metrics(result.request_table, result.itl, client_input_lens, metric_options, max_concurrency,
-                         request_rate, detailed=args.save_detailed)
+                         request_rate, detailed=args.save_detailed, latency_lists=args.save_result)
     steady = steady_state(result.request_table, result.itl, result.step_table, WARMUP_FRACTION, DRAIN_FRACTION,
                           metric_options.percentiles)
     not_modelled = unmodelled(deployment.hw) + model_unmodelled(deployment.spec)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 if _simcore is not None:  # the step rows read a StepPlan's fields at its slots (roofline/sim/_simcore.c)
     _simcore.bind_plan_type(StepPlan)
+_ROWS_IN_C = COMPILED and hasattr(_simcore, "rows_of")  # (a build of this source)
 
 
 @dataclass
@@ -83,7 +84,9 @@ class Recorder:
 
     def __init__(self, specs: Sequence[RequestSpec], record_steps: bool, step_sink: StepSink | None = None) -> None:
         n = len(specs)
-        self.row_of = {s.request_id: i for i, s in enumerate(specs)}
+        # (compiled: the dict made at its size at once, ~0.2 s less at 1,000,000 requests; the same dict)
+        self.row_of = _simcore.rows_of(specs, "request_id") if _ROWS_IN_C and type(specs) is list else \
+            {s.request_id: i for i, s in enumerate(specs)}
         self.first_scheduled = np.full(n, np.nan)
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)

@@ -78,15 +78,17 @@ def load_over_time(requests: Columns, steps: Columns, slo_ttft_s: float | None =
     replica = column(steps, "replica")
     # (the distinct replicas ascending, as np.unique gives them, without its call that imports numpy.ma)
     replicas = np.flatnonzero(np.bincount(replica)) if len(replica) else replica[:0]
+    # (each replica's steps in start order once, for the three signals)
+    mine = [replica == r for r in replicas]
+    ordered = [_StepOrder(start[m], end[m]) for m in mine]
     for name, how in (("kv_usage", "mean"), ("num_running", "sum"), ("num_waiting", "sum")):
         signal = column(steps, name, float)
         total = np.zeros(num_bins)
-        for r in replicas:
-            mine = replica == r
-            total += np.diff(_integral(start[mine], end[mine], signal[mine], edges)) / width
+        for m, steps_of in zip(mine, ordered):
+            total += np.diff(steps_of.integral(signal[m], edges)) / width
         table[f"{name}_mean"] = total / len(replicas) if how == "mean" and len(replicas) else total
         if name != "num_running":
-            table[f"{name}_max"] = _max_per_bin(start, end, signal, replica, replicas, edges)
+            table[f"{name}_max"] = _max_per_bin(start, end, signal, mine, ordered, edges)
 
     # the requests that arrived in each bin: latency, SLOs
     ttft, tpot = column(requests, "ttft_s", float), column(requests, "tpot_s", float)
@@ -114,33 +116,42 @@ def _bins(times: np.ndarray, width: float, num_bins: int) -> np.ndarray:
     return np.minimum((times // width).astype(np.int64), num_bins - 1)
 
 
-def _integral(start: np.ndarray, end: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The integral from 0 to each time of `at` of one replica's step signal: values[i] over [start[i], end[i]), 0
-    between its steps (which do not overlap); piecewise linear, so interpolated exactly between its breaks."""
-    if len(start) == 0:
-        return np.zeros(len(at))
-    order = np.argsort(start, kind="stable")
-    start, end, values = start[order], end[order], values[order]
-    after = np.cumsum(values * (end - start))
-    before = after - values * (end - start)
-    times = np.column_stack((start, end)).ravel()
-    levels = np.column_stack((before, after)).ravel()
-    return np.interp(at, times, levels, left=0.0, right=float(after[-1]))
+class _StepOrder:
+    """One replica's steps in start order, for the integrals of its step signals (`integral`): the order and the
+    breaks (each step's start and end, interleaved) made once for all its signals."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
+        self.order = np.argsort(start, kind="stable")
+        self.times = np.empty(2 * len(start))  # (np.column_stack((start, end)).ravel() in that order, one array)
+        self.times[0::2], self.times[1::2] = start[self.order], end[self.order]
+
+    def integral(self, values: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The integral from 0 to each time of `at` of the step signal `values` (in the steps' order as given):
+        values[i] over [start[i], end[i]), 0 between the steps (which do not overlap); piecewise linear, so
+        interpolated exactly between its breaks."""
+        if len(self.order) == 0:
+            return np.zeros(len(at))
+        area = values[self.order]
+        area *= self.times[1::2] - self.times[0::2]  # (value x (end - start): the same products, in place)
+        after = np.cumsum(area)
+        levels = np.empty(len(self.times))  # (each step's level at its start, then at its end)
+        levels[1::2] = after
+        levels[0::2] = np.subtract(after, area, out=area)
+        return np.interp(at, self.times, levels, left=0.0, right=float(after[-1]))
 
 
-def _max_per_bin(start: np.ndarray, end: np.ndarray, values: np.ndarray, replica: np.ndarray,
-                 replicas: np.ndarray, edges: np.ndarray) -> np.ndarray:
+def _max_per_bin(start: np.ndarray, end: np.ndarray, values: np.ndarray, mine: list[np.ndarray],
+                 ordered: list[_StepOrder], edges: np.ndarray) -> np.ndarray:
     """Per bin, the highest value of any step running in it: those starting in it and the one each replica was
-    running at its start."""
+    running at its start (`mine`: each replica's steps, `ordered`: their start order)."""
     num_bins = len(edges) - 1
     width = edges[1] - edges[0]
     best = np.zeros(num_bins)
     if len(start) == 0:
         return best
     np.maximum.at(best, _bins(start, width, num_bins), values)
-    for r in replicas:
-        mine = np.flatnonzero(replica == r)
-        order = mine[np.argsort(start[mine], kind="stable")]
+    for m, steps_of in zip(mine, ordered):
+        order = np.flatnonzero(m)[steps_of.order]  # (the replica's rows by start)
         running = np.searchsorted(start[order], edges[:-1], side="right") - 1  # the last step started by the edge
         has = running >= 0
         step = order[running[has]]

@@ -227,6 +227,24 @@ class WeightedValues:
         order = np.argsort(values, kind="stable")
         return cls(values[order], counts[order].astype(np.int64), in_order, consume_in_order, sum_in_order)
 
+    @classmethod
+    def merged(cls, values: np.ndarray, counts: np.ndarray, more_values: np.ndarray, more_counts: np.ndarray,
+               in_order: Callable[[], np.ndarray] | None = None,
+               consume_in_order: Callable[[Callable[[np.ndarray], np.float64]], np.float64] | None = None,
+               sum_in_order: Callable[[float | None], tuple[float, int]] | None = None) -> WeightedValues:
+        """`of(concatenate((values, more_values)), concatenate((counts, more_counts)))` where `values` ascend (as a
+        stable sort leaves them): the same arrays, `more_values` sorted stably and each put after the values equal to
+        it (where the stable sort of the two joined puts it), without sorting `values` again."""
+        keep = counts > 0
+        values, counts = values[keep], counts[keep]
+        keep = more_counts > 0
+        more_values, more_counts = more_values[keep], more_counts[keep]
+        order = np.argsort(more_values, kind="stable")
+        more_values, more_counts = more_values[order], more_counts[order]
+        at = np.searchsorted(values, more_values, side="right")
+        return cls(np.insert(values, at, more_values), np.insert(counts, at, more_counts).astype(np.int64), in_order,
+                   consume_in_order, sum_in_order)
+
     def __len__(self) -> int:
         return int(self.counts.sum())
 
@@ -242,8 +260,8 @@ class WeightedValues:
             return total / n if n else math.nan
         if self.in_order is not None:
             return float(np.mean(self.in_order()))
-        if not self._fsum_mean:
-            self._fsum_mean.append(math.fsum((self.values * self.counts).tolist()) / len(self))
+        if not self._fsum_mean:  # (a memoryview's items are the array's floats: no list of them, 1/3 the time)
+            self._fsum_mean.append(math.fsum(memoryview(self.values * self.counts)) / len(self))
         return self._fsum_mean[0]
 
     def std(self) -> float:
@@ -260,7 +278,7 @@ class WeightedValues:
         if self.in_order is not None:
             return float(np.std(self.in_order()))
         deviation = self.values - self.mean()
-        return math.sqrt(math.fsum((deviation * deviation * self.counts).tolist()) / len(self))
+        return math.sqrt(math.fsum(memoryview(deviation * deviation * self.counts)) / len(self))
 
     def median(self) -> float:
         """numpy's median: the middle value, or the mean of the two middle ones ((a + b) / 2)."""
@@ -339,6 +357,7 @@ class TokenTimes:
         self._spare: np.ndarray | None = None
         # All rows' gaps as a multiset without an order (above EXACT_ORDER_MAX_GAPS), made once (`values`).
         self._pooled: WeightedValues | None = None
+        self._steps_sorted: tuple[np.ndarray, np.ndarray] | None = None  # (`_sorted_steps`)
 
     @property
     def num_gaps(self) -> int:
@@ -410,15 +429,24 @@ class TokenTimes:
         g = len(self.times)
         inside = np.cumsum(np.bincount(start + 1, minlength=g + 1) - np.bincount(start + length, minlength=g + 1))
         counts = inside[1:g]  # gaps from stamp k to k + 1: times[k + 1] - times[k]
-        steps = self.times[1:] - self.times[:-1]
         same = np.flatnonzero(row[1:] == row[:-1])  # a request's next run: the gap across a preemption
         across = self.times[start[same + 1]] - self.times[start[same] + length[same] - 1]
-        pooled = WeightedValues.of(np.concatenate((steps, across)),
-                                   np.concatenate((counts, np.ones(len(across), dtype=np.int64))), in_order,
-                                   consume_in_order, sum_in_order)
+        order, sorted_steps = self._sorted_steps()
+        pooled = WeightedValues.merged(sorted_steps, counts[order], across, np.ones(len(across), dtype=np.int64),
+                                       in_order, consume_in_order, sum_in_order)
         if rows is None and in_order is None and sum_in_order is None:
             self._pooled = pooled  # (above EXACT_ORDER_MAX_GAPS: the next call of all rows, in either order, takes it)
         return pooled
+
+    def _sorted_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """The order that sorts the stamps' differences `times[k + 1] - times[k]` (a stable argsort) and those
+        differences in it; made once, every multiset of the run (`values`) starts from it (at 1,000,000 ShareGPT
+        requests the sort of 2.6 million differences took 0.3 s a multiset)."""
+        if self._steps_sorted is None:
+            steps = self.times[1:] - self.times[:-1]
+            order = np.argsort(steps, kind="stable")
+            self._steps_sorted = order, steps[order]
+        return self._steps_sorted
 
     def tokens_at_stamps(self) -> np.ndarray:
         """How many tokens were stamped with each entry of `times`."""
