@@ -160,3 +160,26 @@ def test_without_the_extension_ids_are_drawn_on_the_callers_thread():
     ids = [gen.unique(n)[:3] + gen.unique(n)[-3:] for n in (2340, 70000, 65536, 5, 2340)]
     assert pure.stdout.strip() == str(ids)
     assert (gen._drawer is not None) == (COMPILED and token_ids.DRAW_AHEAD)
+
+
+@_threaded
+def test_the_draw_thread_takes_no_signal():
+    """The draw's thread blocks every signal (a Ctrl-C goes to the interpreter's thread, which handles it)."""
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("no /proc")
+    before = set(os.listdir("/proc/self/task"))
+    drawer = _kvcore.DrawAhead()
+    outs = [np.empty(1 << 22, dtype=np.int64) for _ in range(8)]  # (~0.1 s of draws: the thread is there to read)
+    state = np.random.default_rng(5).bit_generator.state
+    drawer.start(state["state"]["state"], state["state"]["inc"], 0, 0, 1000, [], outs)
+    masks = []
+    for tid in set(os.listdir("/proc/self/task")) - before:
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                masks += [line.split()[1] for line in f if line.startswith("SigBlk:")]
+        except FileNotFoundError:  # (ended meanwhile)
+            pass
+    assert drawer.join() is not None
+    assert masks, "the draw's thread ended before it was read"
+    unblockable = (1 << (9 - 1)) | (1 << (19 - 1))  # SIGKILL, SIGSTOP
+    assert all(int(mask, 16) | unblockable == (1 << 64) - 1 for mask in masks)
