@@ -9,7 +9,10 @@ import pandas as pd
 import pytest
 
 from roofline.cost.params import ExecutorParams
+from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
+from roofline.sim import bench_metrics as bench_metrics_module
+from roofline.sim import simulator, token_times
 from roofline.sim.bench_metrics import (
     BenchMetricOptions,
     bench_metrics,
@@ -18,7 +21,9 @@ from roofline.sim.bench_metrics import (
     steady_state,
     unmodelled,
 )
+from roofline.sim.deployment import make_deployment
 from roofline.sim.metrics import InterTokenLatencies
+from roofline.sim.workload import fixed_workload
 
 
 def toy() -> tuple[pd.DataFrame, InterTokenLatencies]:
@@ -118,6 +123,19 @@ def test_steady_state_leaves_out_warmup_and_drain() -> None:
     steady = steady_state(requests, itl, steps, 0.1, 0.1, (99.0,))
     assert steady["num_requests"] == 16 and steady["mean_ttft_ms"] == pytest.approx(500.0)
     assert steady["request_throughput"] == pytest.approx(1.0)
+
+
+def test_steady_state_computes_no_std(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It reports none: no ITL multiset's std (a 0.1 s fsum at 1,000,000 requests), no numpy std.
+    deployment = make_deployment("llama-3.1-8b", "h100-sxm", EngineArgs())
+    result = simulator.run_simulation(deployment, fixed_workload(64, 8, 40, 20.0, 0))
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("std computed")
+    monkeypatch.setattr(token_times.WeightedValues, "std", refused)
+    monkeypatch.setattr(bench_metrics_module.np, "std", refused)
+    steady = steady_state(result.request_table, result.itl, result.step_table, 0.1, 0.1, (50.0, 99.0))
+    assert steady["num_requests"] == 32 and steady["mean_itl_ms"] > 0 and "std_itl_ms" not in steady
 
 
 def test_result_filename_is_vllms() -> None:

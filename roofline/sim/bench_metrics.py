@@ -136,17 +136,18 @@ def percentile_word(p: float) -> str:
     return str(int(p)) if int(p) == p else str(p)
 
 
-def _stats(values: np.ndarray | WeightedValues, percentiles: Sequence[float]) -> tuple[float, float, float,
-                                                                                       list[float]]:
-    """(mean, median, std, percentiles) in ms, as vLLM (an empty list counts as [0])."""
+def _stats(values: np.ndarray | WeightedValues, percentiles: Sequence[float],
+           with_std: bool = True) -> tuple[float, float, float | None, list[float]]:
+    """(mean, median, std, percentiles) in ms, as vLLM (an empty list counts as [0]); std None unless `with_std`
+    (the steady state reports none: at 1,000,000 requests its ITL gaps' std was a 0.1 s `fsum` for nothing)."""
     if isinstance(values, WeightedValues) and len(values):  # a simulation's ITL gaps, pooled
-        return (values.mean() * 1000, values.median() * 1000, values.std() * 1000,
+        return (values.mean() * 1000, values.median() * 1000, values.std() * 1000 if with_std else None,
                 [values.percentile(p) * 1000 for p in percentiles])
     if isinstance(values, WeightedValues):
         values = np.zeros(0)
     data = values if len(values) else np.zeros(1)
-    return (float(np.mean(data) * 1000), float(median(data) * 1000), float(np.std(data) * 1000),
-            [float(percentile(data, p) * 1000) for p in percentiles])
+    return (float(np.mean(data) * 1000), float(median(data) * 1000),
+            float(np.std(data) * 1000) if with_std else None, [float(percentile(data, p) * 1000) for p in percentiles])
 
 
 def per_request_token_times(requests: Columns, itl: InterTokenLatencies) -> tuple[np.ndarray, np.ndarray]:
@@ -324,7 +325,7 @@ def steady_state(requests: Columns, itl: InterTokenLatencies | TokenTimes, steps
         "ttft": ttft, "e2el": e2el, "tpot": metrics.tpot_s_array(ttft, e2el, n_out)[n_out > 1],
         "itl": itl.values(kept)}
     for name in ("ttft", "tpot", "itl", "e2el"):
-        mean, median, std, pcts = _stats(values[name], percentiles)
+        mean, median, _, pcts = _stats(values[name], percentiles, with_std=False)
         out[f"mean_{name}_ms"] = mean
         out[f"median_{name}_ms"] = median
         for p, value in zip(percentiles, pcts):
