@@ -105,8 +105,9 @@ def strace_stop(proc: subprocess.Popen, path: Path) -> dict[str, list[int]]:
 
 def switch_counts(path: Path, pids: dict[int, str]) -> dict[str, int]:
     """From `perf record -e sched:sched_switch` on the API servers' core: the switches from one thread to another,
-    counted by the pair of roles ("api:<pid>", "client", "other", "idle"), and how many of them change process
-    (address space) between two busy tasks."""
+    counted by the pair of roles ("api:<pid>", "client", "other", "idle"), how many of them change process (address
+    space) between two busy tasks, and how often an API-server process was switched in (`api_resumed`) after another
+    API-server process had run since it was last switched out (`api_resumed_after_other_api`)."""
     tgid = {}
     for pid, role in pids.items():
         try:
@@ -117,9 +118,15 @@ def switch_counts(path: Path, pids: dict[int, str]) -> dict[str, int]:
     tgid[os.getpid()] = "client"
     for tid in os.listdir(f"/proc/{os.getpid()}/task"):
         tgid[int(tid)] = "client"
-    text = subprocess.run(["perf", "script", "-i", str(path), "-F", "trace"], capture_output=True, text=True).stdout
+    text = subprocess.run(["perf", "script", "-i", str(path), "-F", "pid,tid,trace"], capture_output=True,
+                          text=True).stdout
+    for line in text.splitlines():  # each sample's (switched-out) task: its process, where /proc no longer has it
+        head = re.match(r"\s*(\d+)/(\d+)\s", line)
+        if head and int(head[2]) not in tgid and int(head[1]) in pids:
+            tgid[int(head[2])] = f"{pids[int(head[1])]}:{head[1]}"
     out: dict[str, int] = {}
-    cross = 0
+    cross = resumed = after_other = 0
+    since: dict[str, set[str]] = {}  # API-server process -> the processes switched in since it was switched out
     for line in text.splitlines():
         prev = re.search(r"prev_pid=(\d+)", line)
         nxt = re.search(r"next_pid=(\d+)", line)
@@ -131,7 +138,17 @@ def switch_counts(path: Path, pids: dict[int, str]) -> dict[str, int]:
         out[f"{a}->{b}"] = out.get(f"{a}->{b}", 0) + 1
         if a != b and "idle" not in (a, b):
             cross += 1
+        for key, ran in since.items():
+            if key != b:
+                ran.add(b)
+        if b.startswith("api:"):
+            if b in since:
+                resumed += 1
+                after_other += any(x.startswith("api:") and x != b for x in since[b])
+            since[b] = set()
     out["cross_process_busy"] = cross
+    out["api_resumed"] = resumed
+    out["api_resumed_after_other_api"] = after_other
     return out
 
 
@@ -145,7 +162,7 @@ async def client(args: argparse.Namespace) -> dict[str, Any]:
     texts = prompts(args.requests, args.words, args.seed)
 
     async def one(session: Any, text: str) -> None:
-        body = {"model": "tiny", "prompt": text, "max_tokens": 1, "temperature": 0, "ignore_eos": True,
+        body = {"model": "tiny", "prompt": text, "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True,
                 "stream": True, "stream_options": {"include_usage": True}}
         async with session.post(url, json=body) as response:
             assert response.status == 200, response.status
@@ -153,14 +170,21 @@ async def client(args: argparse.Namespace) -> dict[str, Any]:
                 pass
 
     rows = []
-    extra = (["strace"] if args.strace else []) + (["perf"] if args.perf_switches else [])
+    extra = ((["strace"] if args.strace else []) + (["perf"] if args.perf_switches else [])
+             + (["profile"] if args.profile else []))
     for rnd in range(args.rounds + len(extra)):
         traced = rnd >= args.rounds and extra[rnd - args.rounds] == "strace"
         switches = rnd >= args.rounds and extra[rnd - args.rounds] == "perf"
+        profiled = rnd >= args.rounds and extra[rnd - args.rounds] == "profile"
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, use_dns_cache=True,
                                          keepalive_timeout=60, enable_cleanup_closed=True, force_close=False)
-        async with aiohttp.ClientSession(connector=connector, trust_env=True) as session:
-            for phase in ("fresh", "warm", "serial"):
+        serial_connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60, force_close=False)
+        async with aiohttp.ClientSession(connector=connector, trust_env=True) as burst_session, \
+                aiohttp.ClientSession(connector=serial_connector, trust_env=True) as serial_session:
+            # (one at a time on a session of its own: one connection, not the burst's, which the server closes
+            # after 5 s idle, uvicorn's keep-alive as vLLM sets it)
+            for phase in args.phases.split(","):
+                session = burst_session if phase in ("fresh", "warm") else serial_session
                 tracer = perf = None
                 if traced:
                     trace_path = Path(args.trace_dir) / f"strace-{args.session}-{phase}.txt"
@@ -171,25 +195,44 @@ async def client(args: argparse.Namespace) -> dict[str, Any]:
                                              "-o", str(perf_path)], stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL)
                     time.sleep(1.0)
+                if profiled:  # timeline_site/sitecustomize.py: cProfile on from this signal to the next
+                    for pid in api_pids:
+                        os.kill(pid, signal.SIGUSR2)
+                    await asyncio.sleep(0.2)
                 before = counters(pids)
                 cpu0, t0 = time.process_time_ns(), time.perf_counter()
                 if phase == "serial":
                     for text in texts[:args.serial]:
                         await one(session, text)
+                elif phase == "paced":  # one request every 1 / rate s, each on an idle connection or a new one
+                    tasks = []
+                    for k in range(args.paced):
+                        await asyncio.sleep(max(0.0, t0 + k / args.paced_rate - time.perf_counter()))
+                        tasks.append(asyncio.ensure_future(one(session, texts[k % len(texts)])))
+                    await asyncio.gather(*tasks)
+                elif phase == "idle":
+                    await asyncio.sleep(args.idle_s)
                 else:
                     await asyncio.gather(*(one(session, t) for t in texts))
                 wall, cpu = time.perf_counter() - t0, time.process_time_ns() - cpu0
                 if perf is not None:
                     perf.send_signal(signal.SIGINT)
                     perf.wait()
-                row: dict[str, Any] = {"round": rnd, "phase": phase, "traced": traced or switches, "wall_s": wall,
+                if profiled:
+                    for pid in api_pids:
+                        os.kill(pid, signal.SIGUSR2)
+                row: dict[str, Any] = {"round": rnd, "phase": phase, "traced": traced or switches or profiled,
+                                       "wall_s": wall,
                                        "client_cpu_s": cpu / 1e9,
-                                       "requests": args.serial if phase == "serial" else args.requests,
+                                       "requests": {"serial": args.serial, "paced": args.paced, "idle": 0}.get(
+                                           phase, args.requests),
                                        "threads": diff(before, counters(pids))}
                 if tracer is not None:
                     row["strace"] = strace_stop(tracer, trace_path)
                 if perf is not None:
                     row["switches"] = switch_counts(perf_path, pids)
+                if profiled:
+                    row["profiled"] = True
                 rows.append(row)
                 await asyncio.sleep(0.5)
         await asyncio.sleep(1.0)  # the connections closed
@@ -219,7 +262,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     and involuntary switches, minor faults) and per API process, and the syscalls per request where traced."""
     out = []
     for row in rows:
-        n = row["requests"]
+        n = row["requests"] or row["wall_s"]  # idle: per second
         api = [v for k, v in row["threads"].items() if k.startswith("api/")]
         tot = [sum(v[i] for v in api) for i in range(7)]
         per_proc: dict[str, float] = {}
@@ -253,7 +296,9 @@ def report(index: dict[str, Any]) -> list[dict[str, Any]]:
 
     out = []
     for session in index["sessions"]:
-        for phase in ("fresh", "warm", "serial"):
+        for phase in ("fresh", "warm", "paced", "idle", "serial"):
+            if not any(s["phase"] == phase for s in session["summary"]):
+                continue
             clean = [s for s in session["summary"] if s["phase"] == phase and not s["traced"]]
             row: dict[str, Any] = {"session": session["name"], "api_server_count": session["api_server_count"],
                                    "phase": phase, "rounds": len(clean)}
@@ -270,6 +315,46 @@ def report(index: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def profile_diff(index: dict[str, Any], work_dir: Path, number: int, top: int = 25) -> dict[str, Any]:
+    """The profiled round's phase `number` (1: the first phase, ...): per API-server count, the cProfile stats of its
+    sessions' API-server loops added up (`timeline_site/sitecustomize.py`'s prof-<pid>-<n>.out), per request; then
+    the functions whose own time (tottime) and calls a request differ most, two processes less one."""
+    import pstats
+
+    per_count: dict[int, dict[str, list[float]]] = {}
+    requests: dict[int, int] = {}
+    for session in index["sessions"]:
+        rows = [r for r in session["rows"] if r.get("profiled")]
+        if len(rows) < number:
+            continue
+        row = rows[number - 1]
+        pids = sorted({k.split("/")[1] for k in row["threads"] if k.startswith("api/")})
+        count = session["api_server_count"]
+        requests[count] = requests.get(count, 0) + row["requests"]
+        table = per_count.setdefault(count, {})
+        for pid in pids:
+            path = work_dir / f"prof-{pid}-{number}.out"
+            if not path.exists():
+                continue
+            for (file, line, func), (_cc, ncalls, tottime, _ct, _callers) in pstats.Stats(str(path)).stats.items():
+                key = f"{file}:{line}({func})"
+                entry = table.setdefault(key, [0.0, 0.0])
+                entry[0] += ncalls
+                entry[1] += tottime
+    if set(per_count) != {1, 2}:
+        return {}
+    norm = {c: {k: [v[0] / requests[c], v[1] * 1e3 / requests[c]] for k, v in t.items()} for c, t in per_count.items()}
+    keys = set(norm[1]) | set(norm[2])
+    rows_out = [{"function": k, "calls_a1": round(norm[1].get(k, [0, 0])[0], 3),
+                 "calls_a2": round(norm[2].get(k, [0, 0])[0], 3),
+                 "tottime_ms_a1": round(norm[1].get(k, [0, 0])[1], 4),
+                 "tottime_ms_a2": round(norm[2].get(k, [0, 0])[1], 4)} for k in keys]
+    by_time = sorted(rows_out, key=lambda r: -(r["tottime_ms_a2"] - r["tottime_ms_a1"]))[:top]
+    by_calls = sorted(rows_out, key=lambda r: -abs(r["calls_a2"] - r["calls_a1"]))[:top]
+    total = {c: round(sum(v[1] for v in norm[c].values()), 3) for c in norm}
+    return {"requests": requests, "tottime_ms_per_request": total, "by_time": by_time, "by_calls": by_calls}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", type=Path, help="the model (vllm_serve_bench.py's) and server logs")
@@ -279,9 +364,19 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--serial", type=int, default=40)
     parser.add_argument("--words", type=int, default=100, help="words a prompt (~128 tokens)")
+    parser.add_argument("--max-tokens", type=int, default=1, help="output tokens a request (streamed)")
+    parser.add_argument("--phases", default="fresh,warm,serial",
+                        help="of fresh, warm (bursts on new / kept-alive connections), paced (--paced requests at "
+                             "--paced-rate a second), idle (--idle-s with no request: per second), serial")
+    parser.add_argument("--paced", type=int, default=200)
+    parser.add_argument("--paced-rate", type=float, default=20.0)
+    parser.add_argument("--idle-s", type=float, default=5.0)
     parser.add_argument("--strace", action="store_true", help="one more round under strace -c")
     parser.add_argument("--perf-switches", action="store_true",
                         help="one more round with the API core's context switches recorded (perf sched_switch)")
+    parser.add_argument("--profile", action="store_true",
+                        help="one more round with the API servers' loops under cProfile (per phase: "
+                             "<work-dir>/prof-<pid>-<n>.out; timeline_site/sitecustomize.py)")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--api-cores", default="0")
     parser.add_argument("--engine-cores", default="1")
@@ -295,8 +390,14 @@ def main() -> int:
     parser.add_argument("--core", default="0", help=argparse.SUPPRESS)
     parser.add_argument("--client-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, help="print the medians of a results file (--out) as JSON lines")
+    parser.add_argument("--profile-diff", type=int, default=0, metavar="N",
+                        help="with --report and --work-dir: the profiled round's N-th phase, two processes less one")
     args = parser.parse_args()
     if args.report is not None:
+        if args.profile_diff:
+            print(json.dumps(profile_diff(json.loads(args.report.read_text()), args.work_dir, args.profile_diff),
+                             indent=1))
+            return 0
         for row in report(json.loads(args.report.read_text())):
             print(json.dumps(row))
         return 0
@@ -312,12 +413,17 @@ def main() -> int:
     if not (args.model_dir / "tokenizer.json").exists():
         parser.exit(2, f"--work-dir: no model in {args.model_dir} (run vllm_serve_bench.py once to build it)\n")
     args.kv_gib, args.dtype, args.timeline, args.engine_steps_file = 2, "float32", False, None
+    if args.profile:  # the server's processes load timeline_site/sitecustomize.py (start_server's env is this one's)
+        site = str(Path(__file__).resolve().parent / "timeline_site")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))
+        os.environ["VLLM_SERVE_PROFILE_DIR"] = str(args.work_dir)
     args.switch_interval_s = None
     args.server_flags = vsb.server_flags(sys.executable)
     args.vllm_server = vsb.vllm_version(sys.executable)
     args.platform_fallback = vsb.has_platform_fallback(sys.executable)
     index: dict[str, Any] = (json.loads(args.out.read_text()) if args.out.exists() else
                              {"vllm_server": args.vllm_server, "server_flags": args.server_flags,
+                              "max_tokens": args.max_tokens,
                               "requests": args.requests, "serial": args.serial, "words": args.words, "sessions": []})
     for i, session in enumerate(sessions):
         count = int(session[1])
@@ -338,8 +444,12 @@ def main() -> int:
                             "--api-pids", ",".join(map(str, api)), "--session", name,
                             "--trace-dir", str(args.work_dir), "--rounds", str(args.rounds),
                             "--requests", str(args.requests), "--serial", str(args.serial), "--words",
-                            str(args.words), "--seed", str(i), *(["--strace"] if args.strace else []),
+                            str(args.words), "--max-tokens", str(args.max_tokens), "--seed", str(i),
+                            "--phases", args.phases, "--paced", str(args.paced), "--paced-rate", str(args.paced_rate),
+                            "--idle-s", str(args.idle_s),
+                            *(["--strace"] if args.strace else []),
                             *(["--perf-switches"] if args.perf_switches else []), "--core", args.api_cores,
+                            *(["--profile"] if args.profile else []),
                             "--client-out", str(client_out)], check=True)
             rows = json.loads(client_out.read_text())["rows"]
             index["sessions"].append({"name": name, "api_server_count": count, "started_utc": started,

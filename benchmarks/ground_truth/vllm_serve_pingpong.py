@@ -68,10 +68,54 @@ def make_unit(model_dir: str, tokens: int, seed: int):
     return unit
 
 
+def make_chunk_unit(model_dir: str, seed: int, num_requests: int = 50):
+    """One streamed chunk of an output pass: the next of `num_requests` requests' token detokenized, its SSE chunk
+    serialized and kept with that request's others (each request's objects live, as in a pass over a batch)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+    rng = random.Random(seed)
+    ids = [rng.randrange(3, 32000) for _ in range(4096)]
+    streams: list[list[str]] = [[] for _ in range(num_requests)]
+    state = {"i": 0}
+
+    def unit() -> None:
+        i = state["i"]
+        state["i"] += 1
+        piece = tok.decode(ids[i % len(ids):i % len(ids) + 1])
+        stream = streams[i % num_requests]
+        stream.append("data: " + json.dumps({"id": f"cmpl-{i % num_requests}", "object": "text_completion",
+                                             "created": 0, "model": "tiny",
+                                             "choices": [{"index": 0, "text": piece, "logprobs": None,
+                                                          "finish_reason": None}]}) + "\n\n")
+        if len(stream) > 32:
+            stream.clear()
+    return unit
+
+
+def make_client_unit(num_requests: int = 100):
+    """The client's read of one chunk: parse it, keep its text with its request's."""
+    chunk = json.dumps({"id": "cmpl-0", "object": "text_completion", "created": 0, "model": "tiny",
+                        "choices": [{"index": 0, "text": " token", "logprobs": None, "finish_reason": None}]})
+    texts: list[list[str]] = [[] for _ in range(num_requests)]
+    state = {"i": 0}
+
+    def unit() -> None:
+        state["i"] += 1
+        data = json.loads(chunk)
+        texts[state["i"] % num_requests].append(data["choices"][0]["text"])
+        if len(texts[state["i"] % num_requests]) > 32:
+            texts[state["i"] % num_requests].clear()
+    return unit
+
+
 def worker(role: str, model_dir: str, tokens: int, units: int, warmup: int, per_turn: int, rx: Any, tx: Any,
            result: Any, seed: int) -> None:
-    """Does `per_turn` units, passes the turn (tx), waits for it back (rx); "echo" only passes it back."""
-    unit = make_unit(model_dir, tokens, seed) if role != "echo" else None
+    """Does `per_turn` units, passes the turn (tx), waits for it back (rx); "echo" only passes it back. Roles: A, B,
+    C (a request's work, `make_unit`), S1, S2 (a chunk of an output pass), K1, K2 (the client's read of a chunk); the
+    first role of a ring (A, S1) ends it."""
+    unit = (None if role == "echo" else make_chunk_unit(model_dir, seed) if role.startswith("S")
+            else make_client_unit() if role.startswith("K") else make_unit(model_dir, tokens, seed))
     cpu = 0
     done = 0
     while True:
@@ -87,7 +131,7 @@ def worker(role: str, model_dir: str, tokens: int, units: int, warmup: int, per_
             done += per_turn
             if done > warmup:
                 cpu += t1 - t0
-            if done >= warmup + units and role == "A":
+            if done >= warmup + units and role in ("A", "S1"):
                 tx.send_bytes(b"stop")
                 rx.recv_bytes()
                 break
@@ -96,7 +140,9 @@ def worker(role: str, model_dir: str, tokens: int, units: int, warmup: int, per_
         result.put((role, cpu, max(0, done - warmup)))
 
 
-RINGS = {"one": ("A", "echo"), "two": ("A", "B"), "ring3": ("A", "B", "C")}
+RINGS = {"one": ("A", "echo"), "two": ("A", "B"), "ring3": ("A", "B", "C"),
+         # an output pass chunk by chunk, the client reading each: one API server, and two taking turns through it
+         "chunks-a1": ("S1", "K1"), "chunks-a2": ("S1", "K1", "S2", "K2")}
 
 
 def run_processes(mode: str, args: argparse.Namespace) -> dict[str, float]:

@@ -148,3 +148,29 @@ def _engine_steps_in_engine_core(module):  # type: ignore[no-untyped-def]
 
 if os.environ.get("VLLM_SERVE_ENGINE_STEPS"):
     sys.meta_path.insert(0, _AfterEngineCoreImport(_engine_steps_in_engine_core))
+
+
+def _profile_on_signal(directory):  # type: ignore[no-untyped-def]
+    """VLLM_SERVE_PROFILE_DIR (vllm_serve_conn_split.py --profile): every server process profiles its main thread (the
+    API server's event loop) with cProfile between two SIGUSR2s and writes the stats to
+    <dir>/prof-<pid>-<n>.out (n: 1, 2, ...). Nothing runs until the first signal."""
+    import cProfile
+    import signal
+
+    state = {"profile": None, "n": 0}
+
+    def toggle(signum, frame):  # type: ignore[no-untyped-def]
+        if state["profile"] is None:
+            state["profile"] = cProfile.Profile()
+            state["profile"].enable()
+            return
+        profile, state["profile"] = state["profile"], None
+        profile.disable()
+        state["n"] += 1
+        profile.dump_stats(os.path.join(directory, f"prof-{os.getpid()}-{state['n']}.out"))
+
+    signal.signal(signal.SIGUSR2, toggle)
+
+
+if os.environ.get("VLLM_SERVE_PROFILE_DIR"):
+    _profile_on_signal(os.environ["VLLM_SERVE_PROFILE_DIR"])
