@@ -337,7 +337,8 @@ def profile_diff(index: dict[str, Any], work_dir: Path, number: int, top: int = 
             if not path.exists():
                 continue
             for (file, line, func), (_cc, ncalls, tottime, _ct, _callers) in pstats.Stats(str(path)).stats.items():
-                key = f"{file}:{line}({func})"
+                # (the installed packages' paths cut to the package: no machine's paths in the results)
+                key = f"{file.rsplit('site-packages/', 1)[-1].rsplit('/lib/python3', 1)[-1]}:{line}({func})"
                 entry = table.setdefault(key, [0.0, 0.0])
                 entry[0] += ncalls
                 entry[1] += tottime
