@@ -4,6 +4,7 @@ statistics and the peaks are those of the explicit gaps."""
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -388,3 +389,48 @@ def test_the_fsum_mean_and_std_read_the_products_as_floats() -> None:
     assert pooled.mean() == math.fsum((values * counts).tolist()) / counts.sum()
     deviation = values - pooled.mean()
     assert pooled.std() == math.sqrt(math.fsum((deviation * deviation * counts).tolist()) / counts.sum())
+
+
+def test_presort_sorts_on_another_thread_the_same_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `presort` (from PRESORT_MIN_STAMPS stamps on) sorts the stamps' differences on a thread of its own; the first
+    # multiset takes that sort: the same arrays as a run's without it. Below the threshold no thread starts.
+    monkeypatch.setattr(token_times, "EXACT_ORDER_MAX_GAPS", 0)
+    segments, _, rows = _runs()
+    plain = segments.token_times(len(rows))
+    tt = segments.token_times(len(rows))
+    tt.presort()
+    assert tt._presorting is None  # (few stamps: sorted where asked)
+    monkeypatch.setattr(token_times, "PRESORT_MIN_STAMPS", 2)
+    threads: list[str] = []
+    sort_steps = token_times._sort_steps
+
+    def on_a_thread(times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        threads.append(threading.current_thread().name)
+        return sort_steps(times)
+    monkeypatch.setattr(token_times, "_sort_steps", on_a_thread)
+    tt.presort()
+    assert tt._presorting is not None
+    thread = tt._presorting[0]
+    for mask in (None, np.arange(len(rows)) % 3 != 0):
+        made, expected = tt.values(mask), plain.values(mask)
+        assert np.array_equal(made.values, expected.values) and np.array_equal(made.counts, expected.counts)
+    assert threads[0] == "roofline-presort" and not thread.is_alive() and tt._presorting is None
+    assert len(threads) == 2  # (and the plain run's own, on this thread)
+
+
+def test_a_failed_presort_sorts_again_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(token_times, "EXACT_ORDER_MAX_GAPS", 0)
+    monkeypatch.setattr(token_times, "PRESORT_MIN_STAMPS", 2)
+    segments, _, rows = _runs()
+    expected = segments.token_times(len(rows)).values()
+    tt = segments.token_times(len(rows))
+    sort_steps = token_times._sort_steps
+
+    def fails_on_its_thread(times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if threading.current_thread().name == "roofline-presort":
+            raise MemoryError
+        return sort_steps(times)
+    monkeypatch.setattr(token_times, "_sort_steps", fails_on_its_thread)
+    tt.presort()
+    made = tt.values()
+    assert np.array_equal(made.values, expected.values) and np.array_equal(made.counts, expected.counts)
