@@ -1886,7 +1886,8 @@ done:
  * made by `cls.__new__` (object's) and its fields set in `__init__`'s order by object's `__setattr__`, which is what
  * a frozen dataclass's `__init__` calls. `names`: the fields in that order; the first one's value for instance i is
  * the str `id_prefix` followed by i in decimal (f"{id_prefix}{i}"), the others' are `values` (a tuple, one item a
- * field after the first): a list of n items is per instance (item i), anything else the same object for all. A
+ * field after the first): a list of n items is per instance (item i), anything else the same object for all. A slot
+ * (`__slots__`) is written at its offset, as its descriptor does. A
  * per-instance list of specs made in one pass, ~0.2 us a spec against ~2.5 us for the Python loop of 1,000,000
  * (docs/benchmark-history/2026-12-01b-million3.md). */
 static PyObject *mod_make_specs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1931,6 +1932,26 @@ static PyObject *mod_make_specs(PyObject *self, PyObject *const *args, Py_ssize_
     }
     char id_text[96];  /* the prefix, then i's digits (at most 19) */
     memcpy(id_text, prefix_text, prefix_len);
+    /* A field that is a slot (its class attribute a member descriptor of an object, as `__slots__` makes) is written
+     * at its offset, as the descriptor's `__set__` writes it (PyMember_SetOne: the new reference in, the old one, none
+     * on a new object, out); any other by object's `__setattr__`. */
+    Py_ssize_t offsets[16];
+    if (num_fields > 16) {
+        PyErr_SetString(PyExc_ValueError, "make_specs: at most 16 fields");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < num_fields; k++) {
+        PyObject *descr = PyObject_GetAttr((PyObject *)cls, PyTuple_GET_ITEM(names, k));
+        offsets[k] = -1;
+        if (descr == NULL)
+            PyErr_Clear();
+        else if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READONLY))
+                offsets[k] = member->offset;
+        }
+        Py_XDECREF(descr);
+    }
     PyObject *empty = PyTuple_New(0), *specs = PyList_New(n);
     if (empty == NULL || specs == NULL)
         goto fail;
@@ -1943,17 +1964,24 @@ static PyObject *mod_make_specs(PyObject *self, PyObject *const *args, Py_ssize_
         PyObject *id = PyUnicode_FromStringAndSize(id_text, prefix_len + digits);  /* (UTF-8, as the prefix) */
         if (id == NULL)
             goto fail;
-        int rc = PyObject_GenericSetAttr(spec, PyTuple_GET_ITEM(names, 0), id);
-        Py_DECREF(id);
-        if (rc < 0)
-            goto fail;
-        for (Py_ssize_t k = 1; k < num_fields; k++) {
-            PyObject *v = PyTuple_GET_ITEM(values, k - 1);
-            if (PyList_CheckExact(v))
-                v = PyList_GET_ITEM(v, i);
-            if (PyObject_GenericSetAttr(spec, PyTuple_GET_ITEM(names, k), v) < 0)
+        for (Py_ssize_t k = 0; k < num_fields; k++) {
+            PyObject *v = id;
+            if (k > 0) {
+                v = PyTuple_GET_ITEM(values, k - 1);
+                if (PyList_CheckExact(v))
+                    v = PyList_GET_ITEM(v, i);
+            }
+            if (offsets[k] >= 0) {
+                PyObject **slot = (PyObject **)((char *)spec + offsets[k]);
+                PyObject *old = *slot;
+                *slot = Py_NewRef(v);
+                Py_XDECREF(old);
+            } else if (PyObject_GenericSetAttr(spec, PyTuple_GET_ITEM(names, k), v) < 0) {
+                Py_DECREF(id);
                 goto fail;
+            }
         }
+        Py_DECREF(id);
     }
     Py_DECREF(empty);
     return specs;
@@ -1992,6 +2020,66 @@ static PyObject *mod_rows_of(PyObject *self, PyObject *const *args, Py_ssize_t n
     return rows;
 }
 
+/* spec_column(specs, name, out) -> bool: `out` (a writable C-contiguous buffer of len(specs) float64 ('d') or int64
+ * ('q' / 'l')) filled with each spec's attribute `name` as `np.array([getattr(s, name) for s in specs], dtype)`
+ * fills it: a float's double, an int's value (OverflowError past int64, as numpy's); False, `out` partly written,
+ * where an item is of another type (the caller's Python code decides then). With `out` None: the list of the
+ * attribute's values. recorder.py's `build_result` (its comprehensions the reference). */
+static PyObject *mod_spec_column(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "spec_column(specs: list, name: str, out)");
+        return NULL;
+    }
+    PyObject *specs = args[0], *name = args[1], *out = args[2];
+    Py_ssize_t n = PyList_GET_SIZE(specs);
+    if (out == Py_None) {
+        PyObject *values = PyList_New(n);
+        if (values == NULL)
+            return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyObject_GetAttr(PyList_GET_ITEM(specs, i), name);
+            if (v == NULL) {
+                Py_DECREF(values);
+                return NULL;
+            }
+            PyList_SET_ITEM(values, i, v);
+        }
+        return values;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    const char *format = view.format ? view.format : "B";
+    int is_float = strcmp(format, "d") == 0 && view.itemsize == 8;
+    int is_int = (strcmp(format, "q") == 0 || strcmp(format, "l") == 0) && view.itemsize == 8;
+    if ((!is_float && !is_int) || view.len != n * 8) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "spec_column: out must hold len(specs) float64 or int64");
+        return NULL;
+    }
+    PyObject *result = Py_True;
+    for (Py_ssize_t i = 0; i < n && result == Py_True; i++) {
+        PyObject *v = PyObject_GetAttr(PyList_GET_ITEM(specs, i), name);
+        if (v == NULL) {
+            result = NULL;
+            break;
+        }
+        if (is_float && PyFloat_CheckExact(v))
+            ((double *)view.buf)[i] = PyFloat_AS_DOUBLE(v);
+        else if (is_int && PyLong_CheckExact(v)) {
+            long long x = PyLong_AsLongLong(v);
+            if (x == -1 && PyErr_Occurred())
+                result = NULL;
+            else
+                ((int64_t *)view.buf)[i] = (int64_t)x;
+        } else
+            result = Py_False;
+        Py_DECREF(v);
+    }
+    PyBuffer_Release(&view);
+    return Py_XNewRef(result);
+}
+
 static PyMethodDef methods[] = {
     {"runs", (PyCFunction)(void (*)(void))mod_runs, METH_FASTCALL,
      "runs(values, num, ascending, times): a finished request's runs of stamps (Segments.add's shortcuts), or None"},
@@ -2002,6 +2090,9 @@ static PyMethodDef methods[] = {
     {"ordered_sum", (PyCFunction)(void (*)(void))mod_ordered_sum, METH_FASTCALL,
      "ordered_sum((steps, across), which, lo, hi, mean): numpy's add.reduce of the pieces joined (or of their squared "
      "deviations from mean)"},
+    {"spec_column", (PyCFunction)(void (*)(void))mod_spec_column, METH_FASTCALL,
+     "spec_column(specs, name, out): out (float64 or int64) filled with each spec's attribute (False: another type), "
+     "or with out None the list of them"},
     {"rows_of", (PyCFunction)(void (*)(void))mod_rows_of, METH_FASTCALL,
      "rows_of(specs, name): {getattr(spec, name): i for i, spec in enumerate(specs)}, the dict at its size at once"},
     {"make_specs", (PyCFunction)(void (*)(void))mod_make_specs, METH_FASTCALL,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 if _simcore is not None:  # the step rows read a StepPlan's fields at its slots (roofline/sim/_simcore.c)
     _simcore.bind_plan_type(StepPlan)
 _ROWS_IN_C = COMPILED and hasattr(_simcore, "rows_of")  # (a build of this source)
+_COLUMNS_IN_C = COMPILED and hasattr(_simcore, "spec_column")
 
 
 @dataclass
@@ -234,17 +235,18 @@ def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float,
                  stopped_at_s: float | None = None) -> SimulationResult:
     itl = rec.token_runs.token_times(len(specs))
     itl.presort()  # (the ITL multisets' sort, on the second core while the tables and the printout are made)
-    due = np.array([s.arrival_s for s in specs], dtype=float)
+    due = _spec_column(specs, "arrival_s", np.float64)
     arrival = rec.sent  # at the server: when the client sent it
     num_output = rec.num_output
     # The last token is sampled in the step that finishes the request: finish is the last token's time.
     tpot = metrics.tpot_s_array(rec.first_token, rec.finish, num_output)
     requests = Table({
-        "request_id": [s.request_id for s in specs],
+        "request_id": _simcore.spec_column(specs, "request_id", None) if _COLUMNS_IN_C and type(specs) is list
+        else [s.request_id for s in specs],
         "replica": rec.replica,
         "arrival_s": arrival,
         "client_queue_s": arrival - due,
-        "num_prompt_tokens": np.array([s.num_prompt_tokens for s in specs], dtype=np.int64),
+        "num_prompt_tokens": _spec_column(specs, "num_prompt_tokens", np.int64),
         "num_output_tokens": num_output,
         "first_scheduled_s": rec.first_scheduled,
         "first_token_s": rec.first_token,
@@ -261,3 +263,13 @@ def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float,
     steps = rec.steps.table()
     # (Streamed steps: their sequences went to the sink, none here.)
     return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s, stopped_at_s)
+
+
+def _spec_column(specs: Sequence[RequestSpec], name: str, dtype: type) -> np.ndarray:
+    """`np.array([getattr(s, name) for s in specs], dtype)`; compiled (`_simcore.spec_column`: one pass in C, ~0.05 s
+    less a column at 1,000,000 requests) where every value is a float (int) as the specs hold them."""
+    if _COLUMNS_IN_C and type(specs) is list:
+        out = np.empty(len(specs), dtype)
+        if _simcore.spec_column(specs, name, out):
+            return out
+    return np.array([getattr(s, name) for s in specs], dtype=dtype)
