@@ -269,7 +269,7 @@ def _spec_column(specs: Sequence[RequestSpec], name: str, dtype: type) -> np.nda
     """`np.array([getattr(s, name) for s in specs], dtype)`; compiled (`_simcore.spec_column`: one pass in C, ~0.05 s
     less a column at 1,000,000 requests) where every value is a float (int) as the specs hold them."""
     if _COLUMNS_IN_C and type(specs) is list:
-        out = np.empty(len(specs), dtype)
+        out: np.ndarray = np.empty(len(specs), dtype)
         if _simcore.spec_column(specs, name, out):
             return out
     return np.array([getattr(s, name) for s in specs], dtype=dtype)
