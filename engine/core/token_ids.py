@@ -34,13 +34,13 @@ from engine.core.native import COMPILED, _kvcore
 # The ids drawn by the extension (`_kvcore.draw_token_ids`: numpy's PCG64 and bounded draw, the same ids and
 # generator state) where it is built and selected, else by numpy.
 _DRAW_IN_C = COMPILED and hasattr(_kvcore, "draw_token_ids")  # (a build from before it: numpy)
-# The sequential stream's next draw begun on another thread as soon as the last one is handed out
+# The sequential stream's next draws made on another thread while the last ones are handed out
 # (`_kvcore.DrawAhead`: the same C draw, without the GIL), so that a long simulation's main thread only hands ids
 # out. Module-level so that tests can turn it off.
 DRAW_AHEAD = _DRAW_IN_C and hasattr(_kvcore, "DrawAhead")
 if DRAW_AHEAD:
     # No draw's thread left running at exit, nor at a fork (the `--out` writer's child: roofline/sim/outputs.py):
-    # each pending draw joined first (it ends within ~0.2 ms), its result kept for its `join`.
+    # each pending batch of draws joined first (it ends within a batch's draw, ~2.5 ms), its result kept for `join`.
     atexit.register(_kvcore.join_draws)
     os.register_at_fork(before=_kvcore.join_draws)
 _PREFIX_CHUNK = 1024
@@ -79,7 +79,7 @@ class TokenIdGenerator:
         self._ahead_pos = 0
         self._prefix_chunks: dict[tuple[int, int], np.ndarray] = {}
         # The stream's next draws of _STREAM_AHEAD ids being made on another thread (DRAW_AHEAD): `_next_out`
-        # their array, unseen until joined, `_next_from` the state they start from. `_stream` itself stays at the
+        # their arrays, unseen until joined, `_next_from` the state they start from. `_stream` itself stays at the
         # state after the ids handed to `_ahead`, as without the thread.
         self._drawer: Any = None
         self._batch = 1  # (the draws of the next batch)
