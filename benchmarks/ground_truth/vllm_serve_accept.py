@@ -122,12 +122,13 @@ async def burst(session: Any, url: str, n: int) -> float:
     return time.perf_counter() - start
 
 
-def strace_start(pids: list[int], path: Path) -> subprocess.Popen:
+def strace_start(pids: list[int], path: Path, attach_s: float = 0.5) -> subprocess.Popen:
+    """`strace -c -f` attached to `pids` (and their threads), given `attach_s` to attach before it returns."""
     command = ["strace", "-c", "-f", "-o", str(path)]
     for pid in pids:
         command += ["-p", str(pid)]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)  # attached
+    time.sleep(attach_s)
     return proc
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import vllm_serve_bench as vsb
+from vllm_serve_accept import strace_start, strace_stop
 
 WORDS = ("the", "of", "and", "model", "serve", "request", "token", "engine", "batch", "core", "python", "loop",
          "socket", "accept", "process", "thread", "cache", "kernel", "queue", "stream", "prompt", "output", "value")
@@ -80,27 +81,6 @@ def counters(pids: dict[int, str]) -> dict[str, list[int]]:
 def diff(before: dict[str, list[int]], after: dict[str, list[int]]) -> dict[str, list[int]]:
     return {k: [a - b for a, b in zip(v, before.get(k, [0] * len(v)))] for k, v in after.items()
             if v[0] - before.get(k, [0])[0] > 0}
-
-
-def strace_start(pids: list[int], path: Path) -> subprocess.Popen:
-    command = ["strace", "-c", "-f", "-o", str(path)]
-    for pid in pids:
-        command += ["-p", str(pid)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)  # attached to every thread
-    return proc
-
-
-def strace_stop(proc: subprocess.Popen, path: Path) -> dict[str, list[int]]:
-    """{syscall: [calls, errors]} from `strace -c`'s table."""
-    proc.send_signal(signal.SIGINT)
-    proc.wait()
-    out = {}
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
-            out[parts[-1]] = [int(parts[3]), int(parts[4]) if len(parts) == 6 else 0]
-    return out
 
 
 def switch_counts(path: Path, pids: dict[int, str]) -> dict[str, int]:
@@ -188,7 +168,7 @@ async def client(args: argparse.Namespace) -> dict[str, Any]:
                 tracer = perf = None
                 if traced:
                     trace_path = Path(args.trace_dir) / f"strace-{args.session}-{phase}.txt"
-                    tracer = strace_start(api_pids, trace_path)
+                    tracer = strace_start(api_pids, trace_path, attach_s=1.0)  # every thread
                 if switches:
                     perf_path = Path(args.trace_dir) / f"switches-{args.session}-{phase}.data"
                     perf = subprocess.Popen(["perf", "record", "-q", "-e", "sched:sched_switch", "-C", args.core,
