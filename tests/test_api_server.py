@@ -118,6 +118,26 @@ def test_the_client_thread_and_the_connections_spacing_delay_the_intake() -> Non
     assert [_reach(both, 0.0, 0) for _ in range(2)] == [pytest.approx(0.005), pytest.approx(0.008)]
 
 
+def test_a_pass_pays_the_refill_for_its_turns_after_another_process() -> None:
+    """Two processes on one core, the client on it (its reads take a turn per chunk), 1 ms a token, a refill of
+    0.1 ms a turn after the other process's: a pass of 3 tokens has 4 turns (its wake-up and a chunk each). Alone
+    (the other process idle) it takes its 3 ms; beside the other process's pass of 3 tokens both share the core and
+    half of each one's turns follow the other's: 4 x 0.1 / 2 = 0.2 ms more each, both end at 6.4 ms. One process or no
+    refill: no term."""
+    costs = replace(INPUT_ONLY, output_token_s=0.001)
+    turns = HostCpu("x", 1.0, api_server_num_cores=1, client_shares_api_server_cores=True,
+                    api_server_refill_after_other_s=1e-4)
+    alone = ApiServer(costs, num_processes=2, host=turns)
+    assert alone.stream_outputs(1.0, 0, num_tokens=3) == pytest.approx(1.003)
+    both = ApiServer(costs, num_processes=2, host=turns)
+    both.stream_outputs(1.0, 0, num_tokens=3)
+    assert both.stream_outputs(1.0, 1, num_tokens=3) == pytest.approx(1.0064)
+    for host, num_processes in ((turns, 1), (replace(turns, api_server_refill_after_other_s=0.0), 2)):
+        server = ApiServer(costs, num_processes=num_processes, host=host)
+        server.stream_outputs(1.0, 0, num_tokens=3)
+        assert server.stream_outputs(1.0, num_processes - 1, num_tokens=3) == pytest.approx(1.006)
+
+
 def test_the_clients_chunk_work_lengthens_the_output_pass_only_where_it_shares_the_cores() -> None:
     """The client's CPU after a send, per streamed chunk (client_output_token_s, 1 ms here), runs on the API server's
     cores where the client does (`client_shares_api_server_cores`): a pass of 3 tokens takes 3 x (1 + 1) ms there;
@@ -342,6 +362,9 @@ def test_costs_measured_on_the_host_replace_the_scaled_reference_ones() -> None:
     ("api_server_num_cores", 0, r"host\.api_server_num_cores: must be a positive integer .*, got 0$"),
     ("api_server_num_cores", 1.5, r"host\.api_server_num_cores: must be a positive integer .*, got 1\.5$"),
     ("client_shares_api_server_cores", "yes", r"host\.client_shares_api_server_cores: must be true or false, got 'yes'$"),
+    ("api_server_refill_after_other_us", -1, r"host\.api_server_refill_after_other_us: must be microseconds in \[0, "
+                                             r"100000\], got -1$"),
+    ("api_server_refill_after_other_us", 100, r"host\.api_server_refill_after_other_us: needs api_server_num_cores"),
 ])
 def test_the_api_server_layout_is_validated(field: str, value: object, message: str) -> None:
     data = read_profile_dict(resolve("hardware", "h100-sxm"))
@@ -357,10 +380,13 @@ def test_the_api_server_layout_is_read_with_its_defaults() -> None:
     assert family is not None
     assert (family.api_server_before_render_fraction, family.connection_accept_gap_s, family.api_server_num_cores,
             family.client_shares_api_server_cores) == (0.49, 0.0, None, False)
+    assert family.api_server_refill_after_other_s == 0.0
     pinned = {"cpu_model": "x", "single_thread_speed_relative": 1.0, "api_server_before_render_fraction": 0.4,
-              "connection_accept_gap_us": 234.5, "api_server_num_cores": 1, "client_shares_api_server_cores": True}
+              "connection_accept_gap_us": 234.5, "api_server_num_cores": 1, "client_shares_api_server_cores": True,
+              "api_server_refill_after_other_us": 100.0}
     host = HostCpu.from_dict(pinned, "p.yaml: host")
     assert host.connection_accept_gap_s == pytest.approx(234.5e-6) and host.api_server_num_cores == 1
+    assert host.api_server_refill_after_other_s == pytest.approx(100e-6)
     assert host.to_dict() == pinned
     with pytest.raises(UserError, match=r"client_shares_api_server_cores: true needs api_server_num_cores"):
         HostCpu.from_dict({**pinned, "api_server_num_cores": None}, "p.yaml: host")

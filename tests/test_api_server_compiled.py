@@ -32,7 +32,7 @@ def test_the_extension_is_built_where_the_step_costs_is() -> None:
     built where a compiler is): a build that drops this one fails here, not by skipping the tests below."""
     assert (api_server._apicore is not None) == cost_native.BUILT
 
-_DUMMY_COSTS = (0.0,) * 10
+_DUMMY_COSTS = (0.0,) * 11
 ENGINE = EngineArgs(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=512, num_gpu_blocks_override=400,
                     async_scheduling=False)
 
@@ -87,7 +87,8 @@ def _threads_state(py: _Threads, c: Any, tickets: range) -> None:
 def test_the_threads_give_the_same_times_as_the_python_threads(num_processes: int, num_cores: int | None,
                                                                client_shares: bool) -> None:
     """`_Threads`' calls (`arrive`, `add_output`, `advance`, `projected_end`, `reach_after`) on random chains with
-    waits, the client's thread and output passes, in both: the same floats and state after every call."""
+    waits, the client's thread and output passes (some with turns' refills), in both: the same floats and state
+    after every call."""
     for seed in range(6):
         rng = random.Random(seed + 10 * num_processes + 100 * (num_cores or 0) + 1000 * client_shares)
         py = _Threads(num_processes, num_cores, client_shares)
@@ -108,8 +109,9 @@ def test_the_threads_give_the_same_times_as_the_python_threads(num_processes: in
                 num_passes += 1
                 at = now + (0.0 if rng.random() < 0.5 else rng.uniform(0.0, 5e-4))
                 process, work = rng.randrange(num_processes), _work(rng)
-                _same(py.add_output(now, at, process, -num_passes, work), c.add_output(now, at, process,
-                                                                                       -num_passes, work))
+                refill = rng.choice([0.0, 0.0, rng.uniform(0.0, 2.0)])  # (turns after another process's)
+                _same(py.add_output(now, at, process, -num_passes, work, refill),
+                      c.add_output(now, at, process, -num_passes, work, refill))
             elif op < 0.7:
                 to = now + rng.uniform(-1e-3, 3e-3)
                 py.advance(to)
@@ -174,9 +176,11 @@ def test_the_api_server_gives_the_same_times_as_the_python_api_server(seed: int,
     `stream_outputs`, `release`), random: the same processes, tickets and floats from both."""
     rng = random.Random(seed)
     num_processes = 1 + seed % 3
+    cores = rng.choice([None, 1, 2])
     host = HostCpu("x", 1.0, api_server_before_render_fraction=rng.choice([0.0, 0.49, 1.0]),
-                   connection_accept_gap_s=rng.choice([0.0, 234.5e-6]),
-                   api_server_num_cores=rng.choice([None, 1, 2]), client_shares_api_server_cores=rng.random() < 0.5)
+                   connection_accept_gap_s=rng.choice([0.0, 234.5e-6]), api_server_num_cores=cores,
+                   client_shares_api_server_cores=rng.random() < 0.5,
+                   api_server_refill_after_other_s=0.0 if cores is None else rng.choice([0.0, 1e-4]))
     python, compiled = _server_pair(monkeypatch, _random_costs(rng), num_processes=num_processes,
                                     endpoint=rng.choice(["completions", "chat"]), host=host,
                                     enable_prefix_caching=rng.random() < 0.7, by_connection=rng.random() < 0.6)
@@ -241,18 +245,24 @@ CPU_HOST = Path(__file__).resolve().parents[1] / "benchmarks/results/vllm-serve-
 
 
 @requires_build
-@pytest.mark.parametrize(("arrival", "num_processes", "endpoint", "max_concurrency"), [
-    (ArrivalProcess("poisson", 20.0), 1, "completions", None),
-    (ArrivalProcess("poisson", 20.0), 2, "chat", None),
-    (ArrivalProcess("all_at_once"), 2, "completions", None),
-    (ArrivalProcess("poisson", 20.0), 2, "completions", 4),
+@pytest.mark.parametrize(("arrival", "num_processes", "endpoint", "max_concurrency", "refill_s"), [
+    (ArrivalProcess("poisson", 20.0), 1, "completions", None, 0.0),
+    (ArrivalProcess("poisson", 20.0), 2, "chat", None, 0.0),
+    (ArrivalProcess("all_at_once"), 2, "completions", None, 0.0),
+    (ArrivalProcess("poisson", 20.0), 2, "completions", 4, 0.0),
+    (ArrivalProcess("all_at_once"), 2, "completions", None, 1e-4),
+    (ArrivalProcess("poisson", 20.0), 2, "chat", None, 1e-4),
 ])
 def test_a_simulation_behind_the_compiled_api_server_is_the_python_ones(
-        arrival: ArrivalProcess, num_processes: int, endpoint: str, max_concurrency: int | None,
+        arrival: ArrivalProcess, num_processes: int, endpoint: str, max_concurrency: int | None, refill_s: float,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The served CPU host (its API server and client on one shared core, the hand-off's delay, the connections of
-    two processes), open and closed loops: every request's times the same with either implementation."""
-    deployment = make_deployment("llama-156m", load_profile(CPU_HOST), ENGINE)
+    two processes, the turns' refill), open and closed loops: every request's times the same with either
+    implementation."""
+    hw = load_profile(CPU_HOST)
+    assert hw.host is not None
+    hw = replace(hw, host=replace(hw.host, api_server_refill_after_other_s=refill_s))
+    deployment = make_deployment("llama-156m", hw, ENGINE)
     workload = Workload(name="w", seed=3, num_requests=60, arrival=arrival,
                         prompt_tokens=LengthDistribution("uniform", min_tokens=8, max_tokens=200),
                         output_tokens=LengthDistribution("uniform", min_tokens=1, max_tokens=24))

@@ -32,13 +32,16 @@ the client's connections arrive, on how many cores the API-server processes run 
       connection_accept_gap_us: 234.5          # the connections at most one per 234.5 us (default 0)
       api_server_num_cores: 1                  # every API-server process on one core (default: a core per thread)
       client_shares_api_server_cores: true     # the client on those cores too (default false)
+      api_server_refill_after_other_us: 100    # per turn of an API-server process after another's (default 0)
 
 The defaults and their sources: `api_server_before_render_fraction` 0.49, the loop's intake time before the render
 in 4 traced 1,000-prompt bursts of real `vllm serve` on the reference host (median of 0.456-0.498 by task kind;
 docs/benchmark-history/2026-11-30c-serve5.md); `connection_accept_gap_us` 0 (not measured on a GPU host; 234.5 us on
 the 2026-11-30 CPU host, `vllm bench serve` on the API server's core: 2026-11-30c-serve4.md); `api_server_num_cores`
 unset, a core per thread (an unpinned API server on a many-core GPU server); `client_shares_api_server_cores`
-false (the client on its own cores or machine).
+false (the client on its own cores or machine); `api_server_refill_after_other_us` 0 (each API-server process on a core
+of its own: no process resumes after another's on its core; measured only where they share one,
+`roofline.sim.api_server`'s "turns").
 
 A host may also state how sure those costs are, how much a served run varies between repeats and how sure its speed
 and the executor's host terms are (`api_server_cost_uncertainty`, `served_run_to_run_noise`, `host_time_uncertainty`:
@@ -60,7 +63,8 @@ from roofline.errors import UserError, check_fields
 
 HOST_KEYS = ("cpu_model", "single_thread_speed_relative", "api_server_costs_s", "api_server_cost_uncertainty",
              "served_run_to_run_noise", "host_time_uncertainty", "api_server_before_render_fraction",
-             "connection_accept_gap_us", "api_server_num_cores", "client_shares_api_server_cores")
+             "connection_accept_gap_us", "api_server_num_cores", "client_shares_api_server_cores",
+             "api_server_refill_after_other_us")
 REQUIRED_HOST_KEYS = ("cpu_model", "single_thread_speed_relative")
 # The API server's costs a host may state (roofline.sim.api_server.ApiServerCosts, each without its "_s").
 COST_NAMES = ("request", "chat_request", "prompt_token", "output_pass", "output_token", "chat_output_token",
@@ -91,6 +95,7 @@ class HostCpu:
     connection_accept_gap_s: float = 0.0
     api_server_num_cores: int | None = None
     client_shares_api_server_cores: bool = False
+    api_server_refill_after_other_s: float = 0.0
 
     @classmethod
     def from_dict(cls, section: Any, where: str) -> "HostCpu":
@@ -129,6 +134,13 @@ class HostCpu:
         if shares and cores is None:
             raise UserError(f"{where}.client_shares_api_server_cores: true needs api_server_num_cores (the cores it "
                             f"shares)")
+        refill = section.get("api_server_refill_after_other_us", 0.0)
+        if isinstance(refill, bool) or not isinstance(refill, (int, float)) or not 0 <= refill <= 1e5:
+            raise UserError(f"{where}.api_server_refill_after_other_us: must be microseconds in [0, 100000], got "
+                            f"{refill!r}")
+        if refill and cores is None:
+            raise UserError(f"{where}.api_server_refill_after_other_us: needs api_server_num_cores (the cores the "
+                            f"processes take turns on; with a core each none resumes after another)")
         cost_unc = section.get("api_server_cost_uncertainty")
         noise = section.get("served_run_to_run_noise")
         host_time = section.get("host_time_uncertainty")
@@ -141,7 +153,8 @@ class HostCpu:
                    time_uncertainty=None if host_time is None else read_ratio_quantiles(
                        host_time, "host_time_uncertainty", HOST_TIME_TERMS, where),
                    api_server_before_render_fraction=float(before), connection_accept_gap_s=float(gap) * 1e-6,
-                   api_server_num_cores=cores, client_shares_api_server_cores=shares)
+                   api_server_num_cores=cores, client_shares_api_server_cores=shares,
+                   api_server_refill_after_other_s=float(refill) * 1e-6)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cpu_model": self.cpu_model,
@@ -156,4 +169,6 @@ class HostCpu:
             out["api_server_num_cores"] = self.api_server_num_cores
         if self.client_shares_api_server_cores:
             out["client_shares_api_server_cores"] = True
+        if self.api_server_refill_after_other_s:
+            out["api_server_refill_after_other_us"] = round(self.api_server_refill_after_other_s * 1e6, 6)
         return out

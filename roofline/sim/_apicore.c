@@ -9,12 +9,12 @@
  *   num_cores: None (a core per thread) or a positive int; chain_parts: per process (before, renderer, after), the
  *   parts of a request's chain around its render as `ApiServer._chain_around_render` makes them; costs: the floats
  *   (render_request_s, prompt_token_s, hash_token_s, client_s, request_s, latency_s, accept_gap_s,
- *   output_latency_s, output_pass_s, output_token_s) of `ApiServer`; by_connection: the processes take requests by
+ *   output_latency_s, output_pass_s, output_token_s, refill_s) of `ApiServer`; by_connection: the processes take requests by
  *   connection (`Connections`, their keep-alive `keep_alive_s`), else round robin.
  * ApiServer's: take_request(now_s, num_prompt_tokens), take_request_on(process, now_s, num_prompt_tokens) (a
  *   process chosen by the caller), reach_s(now_s, process, ticket), stream_outputs(now_s, process, num_tokens),
  *   release(process, at_s).
- * _Threads's (for the tests): arrive(at_s, ticket, chain), add_output(now_s, at_s, process, ticket, work_s),
+ * _Threads's (for the tests): arrive(at_s, ticket, chain), add_output(now_s, at_s, process, ticket, work_s[, refill]),
  *   advance(to_s), projected_end(ticket), reach(now_s, ticket, latency_s) (`reach_after`), finished(ticket) (the
  *   `finished_s` entry or None), and the attributes now_s, num_inputs, num_arrivals, num_chains.
  *
@@ -46,6 +46,7 @@ typedef struct {
     int64_t ticket;
     int base;      /* the first part still in the chain (`_wait` drops those before) */
     int num_parts; /* of `parts`, from 0 */
+    double refill; /* an output pass's `_Threads.refills` entry, else 0 */
     Part parts[MAX_PARTS];
 } Chain;
 
@@ -138,7 +139,7 @@ typedef struct {
     Part (*after)[MAX_PARTS];
     int *num_before, *num_after;
     double render_request_s, prompt_token_s, hash_token_s, client_s, request_s, latency_s, accept_gap_s,
-        output_latency_s, output_pass_s, output_token_s;
+        output_latency_s, output_pass_s, output_token_s, refill_s;
 } Server;
 
 /* ---- containers ---------------------------------------------------------------------------------------------- */
@@ -432,6 +433,20 @@ static int threads_alone(Server *s, Work *w, int q, double *tp, double limit_s, 
     return has_stop && ticket == stop;
 }
 
+/* The rate of queue `q`'s head job on shared cores (`_run` with `_shared_rates`): 1 for the client's thread on its own
+ * core (`own`), `rate` / (1 + refill x after_other) for an output pass with a refill while other processes have work
+ * (`after_other` > 0), else `rate`. */
+static inline double shared_rate(Work *w, Queue *queues, int q, int client, double rate, double after_other, int own) {
+    if (own)
+        return 1.0;
+    if (after_other > 0.0 && q < client && q % 3 == OUTPUTS) {
+        double refill = w->chains[queue_head(&queues[q])->chain].refill;
+        if (refill > 0.0)
+            return rate / (1.0 + refill * after_other);
+    }
+    return rate;
+}
+
 /* `_Threads._run` on `w` from `now_s` until `to_s`, or until chain `stop` ends (`*stopped` then 1). Returns the time
  * reached; NaN with an exception set on error. */
 static double threads_run(Server *s, Work *w, double to_s, int has_stop, int64_t stop, int *stopped) {
@@ -460,15 +475,16 @@ static double threads_run(Server *s, Work *w, double to_s, int has_stop, int64_t
             } else if (queue_push(&queues[first.queue], c, 0, first.work) < 0)
                 goto done;
         }
-        int n = 0;
+        int n = 0, busy = 0; /* busy: the processes with work (`_shared_rates`) */
         for (int p = 0; p < num_procs; p++) {
-            int i = 3 * p;
+            int i = 3 * p, n0 = n;
             if (queues[i + OUTPUTS].size)
                 run[n++] = i + OUTPUTS;
             else if (queues[i + LOOP].size)
                 run[n++] = i + LOOP;
             if (queues[i + RENDERER].size)
                 run[n++] = i + RENDERER;
+            busy += n > n0;
         }
         int client_running = client_queue->size > 0;
         if (client_running)
@@ -513,11 +529,13 @@ static double threads_run(Server *s, Work *w, double to_s, int has_stop, int64_t
         } else {
             double rate = (double)s->num_cores / (double)num_shared;
             int last_own = client_running && !s->client_shares; /* the client's thread on a core of its own */
-            double least = queue_head(&queues[run[0]])->left / (n == 1 && last_own ? 1.0 : rate);
-            for (int k = 1; k < n; k++) {
-                double r = (k == n - 1 && last_own) ? 1.0 : rate;
+            /* `_shared_rates`: an output pass with a refill, while other processes have work */
+            double after_other = busy > 1 ? (double)(busy - 1) / (double)busy : 0.0;
+            double least = INFINITY;
+            for (int k = 0; k < n; k++) {
+                double r = shared_rate(w, queues, run[k], client, rate, after_other, k == n - 1 && last_own);
                 double v = queue_head(&queues[run[k]])->left / r;
-                if (v < least)
+                if (k == 0 || v < least)
                     least = v;
             }
             dt = nxt - t;
@@ -526,7 +544,7 @@ static double threads_run(Server *s, Work *w, double to_s, int has_stop, int64_t
             if (least < dt)
                 dt = least;
             for (int k = 0; k < n; k++) {
-                double r = (k == n - 1 && last_own) ? 1.0 : rate;
+                double r = shared_rate(w, queues, run[k], client, rate, after_other, k == n - 1 && last_own);
                 queue_head(&queues[run[k]])->left -= dt * r;
             }
         }
@@ -678,6 +696,7 @@ static int threads_queue_outputs(Server *s) {
             chain->ticket = -((int64_t)1 << 62) - s->num_arrivals; /* apart from the passes' own tickets */
             chain->base = 0;
             chain->num_parts = 1;
+            chain->refill = 0.0;
             chain->parts[0].queue = 3 * p + OUTPUTS;
             chain->parts[0].work = blocks[k].end - blocks[k].start;
             s->num_chains++;
@@ -694,7 +713,7 @@ static int threads_queue_outputs(Server *s) {
 }
 
 /* `_Threads.arrive`, the chain's parts given. */
-static int threads_arrive(Server *s, double at_s, int64_t ticket, const Part *parts, int num_parts) {
+static int threads_arrive(Server *s, double at_s, int64_t ticket, const Part *parts, int num_parts, double refill) {
     if (ticket >= 0) {
         if (!s->has_cores && s->num_inputs == 0 && threads_queue_outputs(s) < 0)
             return -1;
@@ -707,6 +726,7 @@ static int threads_arrive(Server *s, double at_s, int64_t ticket, const Part *pa
     chain->ticket = ticket;
     chain->base = 0;
     chain->num_parts = num_parts;
+    chain->refill = refill;
     memcpy(chain->parts, parts, sizeof(Part) * num_parts);
     s->num_chains++;
     if (io_push(&s->work, at_s, s->num_arrivals, c) < 0)
@@ -717,7 +737,7 @@ static int threads_arrive(Server *s, double at_s, int64_t ticket, const Part *pa
 
 /* `_Threads.add_output`: 0 with `*end_s`, -1 on error. */
 static int threads_add_output(Server *s, double now_s, double at_s, int process, int64_t ticket, double work_s,
-                              double *end_s) {
+                              double refill, double *end_s) {
     if (s->num_chains == 0) {
         if (now_s > s->now_s)
             s->now_s = now_s;
@@ -735,7 +755,7 @@ static int threads_add_output(Server *s, double now_s, double at_s, int process,
         double end = start + work_s;
         s->output_until_s[process] = end;
         if (s->num_inputs) {
-            if (threads_arrive(s, at_s, ticket, &part, 1) < 0)
+            if (threads_arrive(s, at_s, ticket, &part, 1, 0.0) < 0)
                 return -1;
         } else {
             Passes *passes = &s->unqueued[process];
@@ -749,7 +769,7 @@ static int threads_add_output(Server *s, double now_s, double at_s, int process,
         *end_s = end;
         return 0;
     }
-    if (threads_arrive(s, at_s, ticket, &part, 1) < 0)
+    if (threads_arrive(s, at_s, ticket, &part, 1, refill > 0 ? refill : 0.0) < 0)
         return -1;
     return threads_projected_end(s, ticket, end_s);
 }
@@ -931,10 +951,10 @@ static int check_waits(const Part *parts, int num_parts) {
 static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     int num_processes, client_shares, by_connection = 0;
     PyObject *num_cores, *chain_parts;
-    double c[10], keep_alive_s = 0.0;
-    if (!PyArg_ParseTuple(args, "iOpO(dddddddddd)|pd", &num_processes, &num_cores, &client_shares, &chain_parts,
-                          &c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9], &by_connection,
-                          &keep_alive_s))
+    double c[11], keep_alive_s = 0.0;
+    if (!PyArg_ParseTuple(args, "iOpO(ddddddddddd)|pd", &num_processes, &num_cores, &client_shares, &chain_parts,
+                          &c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9], &c[10],
+                          &by_connection, &keep_alive_s))
         return -1;
     if (num_processes < 1) {
         PyErr_SetString(PyExc_ValueError, "num_processes: a positive integer");
@@ -971,6 +991,7 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     s->output_latency_s = c[7];
     s->output_pass_s = c[8];
     s->output_token_s = c[9];
+    s->refill_s = c[10];
     s->num_chains = 0;
     s->num_arrivals = s->num_inputs = s->num_taken = s->num_outputs = 0;
     s->now_s = 0.0;
@@ -1100,7 +1121,7 @@ static PyObject *take_on(Server *s, int process, double now_s, PyObject *tokens)
     parts[n++].work = render_s;
     for (int i = 0; i < s->num_after[process]; i++)
         parts[n++] = s->after[process][i];
-    if (threads_arrive(s, s->last_connect_s, ticket, parts, n) < 0)
+    if (threads_arrive(s, s->last_connect_s, ticket, parts, n, 0.0) < 0)
         return NULL;
     double hash_s = s->hash_token_s * (double)num_prompt_tokens;
     if (hash_s > 0) {
@@ -1191,9 +1212,12 @@ static PyObject *Server_stream_outputs(Server *s, PyObject *const *fast, Py_ssiz
     if (num_tokens == -1 && PyErr_Occurred())
         return NULL;
     s->num_outputs += 1;
-    double end_s;
-    if (threads_add_output(s, now_s, now_s + s->output_latency_s, process, -s->num_outputs,
-                           s->output_pass_s + s->output_token_s * (double)num_tokens, &end_s) < 0)
+    double end_s, work_s = s->output_pass_s + s->output_token_s * (double)num_tokens, refill = 0.0;
+    if (s->refill_s > 0 && work_s > 0) /* `ApiServer.stream_outputs`' turns: its wake-up and, where the client shares
+                                          the cores, one per chunk */
+        refill = s->refill_s * (double)(1 + (s->client_shares ? num_tokens : 0)) / work_s;
+    if (threads_add_output(s, now_s, now_s + s->output_latency_s, process, -s->num_outputs, work_s, refill, &end_s)
+        < 0)
         return NULL;
     return PyFloat_FromDouble(end_s);
 }
@@ -1223,22 +1247,22 @@ static PyObject *Server_arrive(Server *s, PyObject *args) {
     if (!PyArg_ParseTuple(args, "dLO", &at_s, &ticket, &seq) || parts_from(s, seq, parts, &n, 1) < 0
         || check_waits(parts, n) < 0)
         return NULL;
-    if (threads_arrive(s, at_s, ticket, parts, n) < 0)
+    if (threads_arrive(s, at_s, ticket, parts, n, 0.0) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *Server_add_output(Server *s, PyObject *args) {
-    double now_s, at_s, work_s, end_s;
+    double now_s, at_s, work_s, end_s, refill = 0.0;
     int process;
     long long ticket;
-    if (!PyArg_ParseTuple(args, "ddiLd", &now_s, &at_s, &process, &ticket, &work_s))
+    if (!PyArg_ParseTuple(args, "ddiLd|d", &now_s, &at_s, &process, &ticket, &work_s, &refill))
         return NULL;
     if (process < 0 || process >= s->num_processes) {
         PyErr_Format(PyExc_IndexError, "process %d of %d", process, s->num_processes);
         return NULL;
     }
-    if (threads_add_output(s, now_s, at_s, process, ticket, work_s, &end_s) < 0)
+    if (threads_add_output(s, now_s, at_s, process, ticket, work_s, refill, &end_s) < 0)
         return NULL;
     return PyFloat_FromDouble(end_s);
 }

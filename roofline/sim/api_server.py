@@ -338,6 +338,10 @@ class ApiServer:
         self.before_render = host.api_server_before_render_fraction
         self.accept_gap_s = host.connection_accept_gap_s
         self.client_s = costs.client_request_s if host.client_shares_api_server_cores else 0.0
+        # A turn of a process after another process's, on shared cores (`stream_outputs`): only where the cores are
+        # shared (`host.api_server_num_cores`, which the profile requires with it) and there is another process.
+        self.refill_s = host.api_server_refill_after_other_s if num_processes > 1 else 0.0
+        self.client_turns = host.client_shares_api_server_cores
         self.threads = _Threads(num_processes, host.api_server_num_cores, host.client_shares_api_server_cores)
         # Per process, a request's input chain (`take_request`) around its render: the parts before it and after it
         # (made once: they depend on the process alone), and the renderer's queue.
@@ -356,8 +360,8 @@ class ApiServer:
             self.core = core = _apicore.Server(
                 num_processes, host.api_server_num_cores, host.client_shares_api_server_cores, self._chain_parts,
                 (self.render_request_s, self.prompt_token_s, self.hash_token_s, self.client_s, self.request_s,
-                 self.latency_s, self.accept_gap_s, self.output_latency_s, self.output_pass_s, self.output_token_s),
-                self.connections is not None, SERVER_KEEP_ALIVE_S)
+                 self.latency_s, self.accept_gap_s, self.output_latency_s, self.output_pass_s, self.output_token_s,
+                 self.refill_s), self.connections is not None, SERVER_KEEP_ALIVE_S)
             self.take_request = core.take_request  # type: ignore[method-assign]
             self.reach_s = core.reach_s  # type: ignore[method-assign]
             self.stream_outputs = core.stream_outputs  # type: ignore[method-assign]
@@ -430,10 +434,21 @@ class ApiServer:
         """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them.
         They reach the output handler `output_latency_s` later (the hand-off: module docstring); the pass starts then,
         once the process's earlier output work is done; input work on its loop waits for it; the client has the
-        tokens when the pass ends."""
+        tokens when the pass ends.
+
+        Turns (`host.api_server_refill_after_other_us`): a pass is the process's turns on the core: its wake-up for
+        the step's outputs and, where the client shares the core, one per streamed chunk (the client, woken by
+        each write, reads it, and the core goes to the next runnable process: the same or another API-server
+        process). A turn that follows another API-server process's work starts with the caches that process
+        filled and costs `refill_s` more CPU; on shared cores the pass's work carries that per turn, for the share
+        of its turns taken while other processes have work (`_Threads._shared_rates`)."""
         self.num_outputs += 1
-        return self.threads.add_output(now_s, now_s + self.output_latency_s, process, -self.num_outputs,
-                                       self.output_pass_s + self.output_token_s * num_tokens)
+        work_s = self.output_pass_s + self.output_token_s * num_tokens
+        refill = 0.0
+        if self.refill_s > 0 and work_s > 0:
+            refill = self.refill_s * (1 + (num_tokens if self.client_turns else 0)) / work_s
+        return self.threads.add_output(now_s, now_s + self.output_latency_s, process, -self.num_outputs, work_s,
+                                       refill)
 
 
 # The first vLLM release whose API-server processes accept a connection only while least loaded (`Connections`): 0.32,
@@ -541,6 +556,9 @@ class _Threads:
         # ... and its passes taken while no request's input was under way, not queued: (start, end)
         self.unqueued: list[collections.deque[tuple[float, float]]] = [collections.deque()
                                                                        for _ in range(num_processes)]
+        # Output passes that take turns (`ApiServer.stream_outputs`): ticket -> the refill work a second of the
+        # pass's own work carries where every turn of it follows another process's (`_shared_rates`).
+        self.refills: dict[int, float] = {}
 
     def arrive(self, at_s: float, ticket: int, chain: list[tuple[int, float]]) -> None:
         if ticket >= 0:
@@ -551,9 +569,11 @@ class _Threads:
         heapq.heappush(self.io, (at_s, self.num_arrivals, ticket))
         self.num_arrivals += 1
 
-    def add_output(self, now_s: float, at_s: float, process: int, ticket: int, work_s: float) -> float:
+    def add_output(self, now_s: float, at_s: float, process: int, ticket: int, work_s: float,
+                   refill: float = 0.0) -> float:
         """An output pass of `process` taken at `now_s` that reaches its loop at `at_s` (>= `now_s`): when it ends
-        (with a core per thread, exact; with shared cores as far as known now)."""
+        (with a core per thread, exact; with shared cores as far as known now). `refill`: on shared cores, the work
+        its turns after another process's add, per second of its own work (`_shared_rates`)."""
         if not self.chains:  # (`advance(now_s)`, inline: once a step)
             self.now_s = max(self.now_s, now_s)
         elif now_s >= self.now_s:
@@ -570,6 +590,8 @@ class _Threads:
                     passes.popleft()
                 passes.append((start, end))
             return end
+        if refill > 0:
+            self.refills[ticket] = refill
         self.arrive(at_s, ticket, [(3 * process + OUTPUTS, work_s)])
         return self.projected_end(ticket)
 
@@ -654,6 +676,8 @@ class _Threads:
                 rates = [rate] * len(running)
                 if client_queue and not self.client_shares:
                     rates[-1] = 1.0
+                if self.refills:
+                    self._shared_rates(threads, running, rates, rate)
                 dt = min(nxt - t, to_s - t, min(job[2] / r for job, r in zip(running, rates)))
                 for job, r in zip(running, rates):
                     job[2] -= dt * r
@@ -680,10 +704,30 @@ class _Threads:
                     finished_s[ticket] = t
                 elif ticket == stop:
                     finished_s[ticket] = t
+                elif stop is None and self.refills:
+                    self.refills.pop(ticket, None)
                 if ticket == stop:
                     return t
             if t >= to_s and not num_done:
                 return t
+
+    def _shared_rates(self, threads: list[tuple[collections.deque[list[Any]], ...]], running: list[list[Any]],
+                      rates: list[float], rate: float) -> None:
+        """`_run`'s rates on shared cores where output passes take turns (`refills`): while `k` > 1 processes have
+        work, the core goes round them, and (k - 1) / k of a pass's turns follow another process's; each such turn
+        refills the caches (`ApiServer.stream_outputs`), so the pass's own work advances 1 + refill x (k - 1) / k
+        times slower."""
+        busy = 0
+        for outputs, loop, renderer in threads:
+            if outputs or loop or renderer:
+                busy += 1
+        if busy < 2:
+            return
+        after_other = (busy - 1) / busy
+        for i, job in enumerate(running):
+            refill = self.refills.get(job[0])
+            if refill is not None:
+                rates[i] = rate / (1.0 + refill * after_other)
 
     def _wait(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
               chains: dict[int, list[tuple[int, float]]], ticket: int, chain: list[tuple[int, float]], part: int,
@@ -729,6 +773,8 @@ class _Threads:
             if stop is None:
                 self.num_inputs -= 1
             finished_s[ticket] = t
+        elif stop is None and self.refills:
+            self.refills.pop(ticket, None)
         if ticket == stop:
             finished_s[ticket] = t
             return t, True
