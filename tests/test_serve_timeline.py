@@ -231,6 +231,53 @@ def test_burst_stages_joins_every_stage_by_the_clients_request_id(tmp_path: Path
     assert block["positions"] == "0-1" and block["scheduled"] == 46.0 and block["client"] == 91.0
 
 
+def test_burst_stages_captures_each_requests_reach_under_either_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """burst_stages.py's capture: behind one API-server process (the compiled loop's case: it calls no
+    `_Simulation.enter`) every request's reach of the engine core is recorded, and it is when the Python loop enters
+    it (a busy engine core's hop of 0.3 ms included)."""
+    from dataclasses import replace
+
+    import burst_stages
+
+    import roofline.sim.simulator as sim
+    from roofline.cost.hardware import load_profile
+    from roofline.engine_args import EngineArgs
+    from roofline.sim.api_server import ApiServerCosts
+    from roofline.sim.deployment import make_deployment
+    from roofline.sim.simulator import SimulationOptions, run_simulation
+    from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
+
+    host = Path(__file__).resolve().parents[1] / "benchmarks/results/vllm-serve-bench/2026-11-30c/cal-host.yaml"
+    deployment = make_deployment("llama-156m", load_profile(host), EngineArgs(max_num_seqs=64,
+                                                                              max_num_batched_tokens=4096,
+                                                                              max_model_len=512))
+    workload = Workload(name="w", seed=3, num_requests=40, arrival=ArrivalProcess("all_at_once"),
+                        prompt_tokens=LengthDistribution("uniform", min_tokens=8, max_tokens=200),
+                        output_tokens=LengthDistribution("uniform", min_tokens=1, max_tokens=16))
+    options = SimulationOptions(api_server_count=1, api_server_costs=replace(ApiServerCosts(),
+                                                                              busy_engine_hop_s=3e-4))
+    entered: dict[str, float] = {}
+    enter = sim._Simulation.enter
+
+    def enter_noted(self: object, now: float, replica: object, request: object, *args: object) -> None:
+        entered[request.request_id] = now  # type: ignore[attr-defined]
+        enter(self, now, replica, request, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sim._Simulation, "enter", enter_noted)
+    reaches = []
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setattr(sim._Simulation, "compiled_loop", lambda self: False)
+        with burst_stages.captured_simulations() as (captured, reach):
+            run_simulation(deployment, workload, options)
+        assert len(captured) == 1 and len(reach) == 40
+        if compiled and sim.COMPILED:
+            assert not entered  # (the compiled loop ran: no `enter`)
+        reaches.append(dict(reach))
+    assert reaches[1] == entered  # the Python loop's entries
+    assert reaches[0] == entered  # the compiled loop's (`enter` called there only without it)
+
+
 def test_phased_api_server_with_the_output_pass_in_the_round() -> None:
     """api_server_phases.py with `output_in_round`: the same three requests (20 ms of input work in two phases of 10 ms,
     at t = 0); the output pass of 5 ms taken at 35 ms goes to the back of the round, behind the second phases of all

@@ -155,7 +155,13 @@ def merged_blocks(runs: list[dict[str, Any]], columns: list[str]) -> list[dict[s
 def captured_simulations() -> Iterator[tuple[list[Any], dict[str, float]]]:
     """While open, every simulation run in this process is appended to the first list (its `_Simulation`: the
     recorder's `sent` and `first_token` per request) and each request's reach of the engine core's scheduler is
-    recorded in the dict (request id -> simulated time)."""
+    recorded in the dict (request id -> simulated time).
+
+    The reach is taken where both of the simulator's loops see it: behind an API server, from its `reach_s` (each
+    server's instance attribute, wrapped once the simulation is made: the compiled loop, roofline/sim/_simcore.c
+    `loop_reach`, looks it up there and calls no `_Simulation.enter`), the final answer (no later than the loop's
+    `now`) plus the busy engine core's hop where a step is under way, as `_Simulation.reach` enters it; without one,
+    from `_Simulation.enter` (the Python loop's only)."""
     import roofline.sim.simulator as sim
 
     captured: list[Any] = []
@@ -165,9 +171,12 @@ def captured_simulations() -> Iterator[tuple[list[Any], dict[str, float]]]:
     def init_capture(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         captured.append(self)
+        for api in self.api or ():
+            api.reach_s = _reach_capture(self, api, api.reach_s, reach)
 
     def enter_capture(self: Any, now: float, replica: Any, request: Any, *args: Any, **kwargs: Any) -> None:
-        reach[request.request_id] = now
+        if self.api is None:
+            reach[request.request_id] = now
         enter(self, now, replica, request, *args, **kwargs)
 
     sim._Simulation.__init__ = init_capture  # type: ignore[method-assign]
@@ -177,6 +186,29 @@ def captured_simulations() -> Iterator[tuple[list[Any], dict[str, float]]]:
     finally:
         sim._Simulation.__init__ = init  # type: ignore[method-assign]
         sim._Simulation.enter = enter  # type: ignore[method-assign]
+
+
+def _reach_capture(simulation: Any, api: Any, reach_s: Any, reach: dict[str, float]) -> Any:
+    """`api.reach_s` recording, when a request's input is done (the answer no later than `now_s`), when it enters its
+    engine core: then, or after `api.busy_hop_s` where its replica has a step under way (`_Simulation.reach`). The
+    request is the one whose ticket this is (`_Simulation.api_ticket`, index -> (replica, process, ticket), held
+    until it enters)."""
+    index_of: dict[tuple[int, int], int] = {}
+
+    def capture(now_s: float, process: int, ticket: int) -> float:
+        at_s: float = reach_s(now_s, process, ticket)
+        if at_s <= now_s:
+            if (process, ticket) not in index_of:
+                for index, (replica, p, t) in simulation.api_ticket.items():
+                    if simulation.api[replica.index] is api:
+                        index_of[(p, t)] = index
+            index = index_of.pop((process, ticket))
+            replica = simulation.api_ticket[index][0]
+            hop_s = api.busy_hop_s if api.busy_hop_s > 0 and replica.plan is not None else 0.0
+            reach[simulation.in_frontend[index].request_id] = now_s + hop_s
+        return at_s
+
+    return capture
 
 
 def simulate(stages: dict[str, Any], index: dict[str, Any], hardware: str, client: dict[str, float] | None,
