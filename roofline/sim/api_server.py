@@ -57,9 +57,13 @@ the timestamps) is added to the output pass that streams the token (one core's w
 connections reach the server one per `host.connection_accept_gap_us` at the most. Threads share cores by processor
 sharing: with `host.api_server_num_cores` set, every API-server process's threads (and the client's, where it
 shares) run on that many cores, each thread at min(1, cores / threads with work) of a core; without it each thread
-has a core of its own (an unpinned API server on a many-core GPU host). The split and the renderer's cost are
-measured (docs/benchmark-history/2026-11-30c-serve5.md: the loop's intake time before the render 0.456-0.498 of it in
-traced 1,000-prompt bursts; the tokenizer's encode 191 us per 128-token prompt on the reference host, with the GIL
+has a core of its own (an unpinned API server on a many-core GPU host). Processes that share cores take turns on
+them, and a turn of one that follows another API-server process's work starts with the caches that work filled:
+`host.api_server_refill_after_other_us` more CPU a turn (`ApiServer.stream_outputs`; 0 on every shipped profile,
+measured on the CPU host: real `vllm serve` with two processes on one core,
+docs/benchmark-history/2026-12-01b-serve21.md). The split and the renderer's cost are measured
+(docs/benchmark-history/2026-11-30c-serve5.md: the loop's intake time before the render 0.456-0.498 of it in traced
+1,000-prompt bursts; the tokenizer's encode 191 us per 128-token prompt on the reference host, with the GIL
 released).
 The rest, outside the threads:
 - the rest of a request's time outside the engine core that does not occupy the loop (`latency_s`: the request's
