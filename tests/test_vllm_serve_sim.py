@@ -81,6 +81,34 @@ def test_costs_reproduces_the_fits_own_simulation_of_a_run(tmp_path: Path) -> No
                                                                     + record["summary"]["all"].split("median |error| ")[1])
 
 
+def test_refill_after_other_us_moves_the_two_process_run_only(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """--refill-after-other-us: the host's turns' refill for every run. A two-process burst of the campaign takes
+    longer to stream (its mean TPOT and TTFT change); a one-process run, whose process never follows another's, is
+    the same."""
+    campaign = json.loads((RESULTS / "2026-11-30d-serve6" / "runs-a2.json").read_text())
+    one = json.loads((RESULTS / "2026-11-30c" / "runs.json").read_text())
+    fit = json.loads(FIT.read_text())
+    from roofline.sim.api_server import ApiServerCosts
+
+    costs = ApiServerCosts(**fit["costs"])
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(campaign["model_config"]))
+    hardware = str(RESULTS / "2026-11-30c" / "cal-host.yaml")
+    for index, name, moves in ((campaign, "burst100-completions-a2-r0", True),
+                               (one, "burst100-completions-a1-r0", False)):
+        run = next(r for r in index["runs"] if r["name"] == name)
+        args = (run, model_dir, hardware, index["server_flags"], costs, vllm_serve_sim.api_cores(index))
+        before = vllm_serve_sim.simulate_run(*args)
+        monkeypatch.setattr(vllm_serve_sim, "REFILL_AFTER_OTHER_S", 110e-6)
+        after = vllm_serve_sim.simulate_run(*args)
+        monkeypatch.setattr(vllm_serve_sim, "REFILL_AFTER_OTHER_S", None)
+        assert (after != before) == moves, name
+        if moves:
+            assert after["mean_ttft_ms"] > before["mean_ttft_ms"]
+
+
 def test_a_missing_input_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     """An input file that is not there (here --costs) is refused by the argument parser: one line, exit 2."""
     missing = tmp_path / "no-such-fit.json"

