@@ -380,3 +380,57 @@ def test_a_lazy_prompt_checked_in_c_loads_as_in_python():
     assert results[0] == results[1]
     assert results[0]["read-only"][3] and not results[0]["writeable"][2]
     assert "prompt source" in results[0]["negative"] and "prompt source" in results[0]["short"]
+
+
+def _finished_unread(config, cache, requests, compiled):
+    """A scheduler driven as `_run` drives it; its finished requests, none of their token lists read yet."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compiled_kv, "COMPILED", compiled)
+        sched = Scheduler(config, cache)
+        pending = sorted(requests, key=lambda x: x[0])
+        finished, step = [], 0
+        while pending or sched.has_unfinished():
+            while pending and pending[0][0] <= step:
+                sched.add_request(pending.pop(0)[1])
+            plan = sched.schedule(float(step))
+            if not plan.is_empty:
+                finished += sched.update_from_output(plan, 9, float(step))
+            step += 1
+            assert step < 20000
+    return sorted(finished, key=lambda r: r.request_id)
+
+
+@_built
+@pytest.mark.parametrize("cls", [Request, _Sub])
+@pytest.mark.parametrize("small", [False, True])
+def test_a_finished_requests_last_tokens_are_written_when_first_read(cls, small):
+    """A request of exactly `Request`'s class that finishes in a C step leaves its last tokens and their times
+    unwritten (`FinishedTokens`, its `_cols`) until something reads them: its counts read as the Python run's before
+    that, and its tokens, times and times array are the Python run's when read, written once (then `_cols` is None).
+    A small cache: preemptions and prompt chunks between (most of those steps the Python methods', which write at
+    once)."""
+    if small:
+        config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=48, max_model_len=256)
+        cache = CacheConfig(num_blocks=40, block_size=4, enable_prefix_caching=True)
+    else:
+        config = SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=4096)
+        cache = CacheConfig(num_blocks=4096, block_size=16, enable_prefix_caching=True)
+    py = _finished_unread(config, cache, _requests(60, 30, 40, cls=cls, per_step=5), compiled=False)
+    c = _finished_unread(config, cache, _requests(60, 30, 40, cls=cls, per_step=5), compiled=True)
+    unwritten = [r for r in c if type(r._cols).__name__ == "FinishedTokens"]
+    if cls is _Sub:  # (another class than Request: written at once, as before)
+        assert not unwritten
+    else:
+        assert len(unwritten) > (0 if small else len(c) // 2)
+    for p, r in zip(py, c):
+        assert (r.request_id, r.num_tokens, r.num_output_tokens, r.num_computed_tokens, r.status, r.finish_time_s) \
+            == (p.request_id, p.num_tokens, p.num_output_tokens, p.num_computed_tokens, p.status, p.finish_time_s)
+    for r in unwritten:
+        assert r._cols.missing == len(r._cols.times) > 0 and not r._token_times
+    for p, r in zip(py, c):
+        assert r.token_times_s == p.token_times_s and r.output_token_ids == p.output_token_ids
+        assert r._cols is None
+        assert r.token_times_array.tolist() == p.token_times_array.tolist() == p.token_times_s
+        assert r.token_times_s == p.token_times_s and r.num_tokens == p.num_tokens  # (read again: the same)
+    for r in unwritten:
+        assert r.token_times_array is r._times_array  # the columns' view, as an eager write keeps it

@@ -2403,6 +2403,140 @@ static int cols_detach(Cols *c, PyObject *req) {
     return 0;
 }
 
+/* ---- a finished request's last tokens, made when first read (`FinishedTokens`) ----
+
+   A request that finishes while the columns hold its counters (`FastPath.update`'s stopping rows) is detached as
+   `cols_detach` does it, except that its last generated tokens and their times, which `materialize` would append
+   to its lists (hundreds of references each, dropped again when the simulator has recorded it), are not written
+   yet: `_cols` holds a `FinishedTokens` of them, which implements what `Request` asks of a `ColumnStorage`
+   (engine/core/request.py): `num_computed_of` (the request's own `_num_computed`, set as `cols_detach` sets it),
+   `num_tokens_of` (its prompt, its written outputs and the unwritten ones) and `materialize` (the lists written as
+   `cols_materialize` would have written them: `missing` times the token, the times as floats of the same values,
+   `_times_array` the same view of the columns' times; then `_cols` None). Every property of the request reads the
+   same values as before. Where the times are not all known (`times_complete` false) or the request already holds
+   times of its own, the detach materializes at once, as before. The simulator's recorder reads `missing` and
+   `times` (the float64 view) without writing the lists (roofline/sim/_simcore.c `Finisher`). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *token, *times;  /* the sampled token; the float64 view of the unwritten tokens' times */
+    Py_ssize_t missing;       /* unwritten tokens (len(times)) */
+} FinishedTokens;
+
+static PyTypeObject FinishedTokensType;
+
+static void FT_dealloc(FinishedTokens *o) {
+    Py_XDECREF(o->token);
+    Py_XDECREF(o->times);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+
+static int ft_mine(FinishedTokens *o, PyObject *req) {  /* whether req's `_cols` is o (1), not (0), error (-1) */
+    PyObject *cols = FGET(req, cols);
+    if (!cols) return -1;
+    Py_DECREF(cols);
+    return cols == (PyObject *)o;
+}
+
+static PyObject *FT_materialize(FinishedTokens *o, PyObject *req) {
+    int mine = ft_mine(o, req);
+    if (mine <= 0) { if (mine < 0) return NULL; Py_RETURN_NONE; }
+    PyObject *outputs = FGET(req, output_ids), *times = outputs ? FGET(req, token_times) : NULL, *result = NULL;
+    if (!times) goto done;
+    if (!PyList_Check(outputs) || !PyList_Check(times)) { PyErr_SetString(PyExc_TypeError, "a request's lists"); goto done; }
+    Py_buffer view;
+    if (PyObject_GetBuffer(o->times, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) goto done;
+    if (view.len != o->missing * (Py_ssize_t)sizeof(double)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_AssertionError, "FinishedTokens: times and count differ");
+        goto done;
+    }
+    int was_empty = PyList_GET_SIZE(times) == 0;
+    int rc = list_append_n(outputs, NULL, o->token, o->missing);
+    for (Py_ssize_t i = 0; rc == 0 && i < o->missing; i++) {
+        PyObject *t = PyFloat_FromDouble(((const double *)view.buf)[i]);
+        rc = t ? PyList_Append(times, t) : -1;
+        Py_XDECREF(t);
+    }
+    PyBuffer_Release(&view);
+    if (rc < 0 || (was_empty && FSET(req, times_array, o->times) < 0) || FSET(req, cols, Py_None) < 0) goto done;
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    Py_XDECREF(outputs);
+    Py_XDECREF(times);
+    return result;
+}
+
+static PyObject *FT_num_computed_of(FinishedTokens *o, PyObject *req) { return FGET(req, num_computed); }
+
+static PyObject *FT_num_tokens_of(FinishedTokens *o, PyObject *req) {
+    int mine = ft_mine(o, req);
+    if (mine < 0) return NULL;
+    PyObject *outputs = FGET(req, output_ids);
+    if (!outputs) return NULL;
+    Py_ssize_t n = PyObject_Length(outputs);
+    Py_DECREF(outputs);
+    Py_ssize_t np_ = RGET_SSIZE(req, num_prompt_tokens);
+    if (n < 0 || (np_ == -1 && PyErr_Occurred())) return NULL;
+    return PyLong_FromSsize_t(np_ + n + (mine ? o->missing : 0));
+}
+
+/* `cols_detach` of a request that finishes now: its last tokens left unwritten where that keeps every read the same. */
+static int cols_detach_finished(Cols *c, PyObject *req) {
+    int64_t off;
+    int has = col_off_of(req, &off);
+    if (has < 0) return -1;
+    PyObject *outputs = has ? req_slot(req, off_output_ids) : NULL, *times = has ? req_slot(req, off_token_times) : NULL;
+    PyObject *np_o = has ? req_slot(req, off_num_prompt_tokens) : NULL;
+    if (!has || !c->times_complete || !outputs || !times || !np_o || !PyList_CheckExact(outputs)
+            || !PyList_CheckExact(times) || PyList_GET_SIZE(times) || !PyLong_CheckExact(np_o))
+        return cols_detach(c, req);
+    Py_ssize_t num_prompt = PyLong_AsSsize_t(np_o);
+    if (num_prompt == -1 && PyErr_Occurred()) return -1;
+    Py_ssize_t missing = (Py_ssize_t)(off + c->num_updates) - num_prompt - PyList_GET_SIZE(outputs);
+    if (missing <= 0 || missing > PyList_GET_SIZE(c->times)) return cols_detach(c, req);
+    Py_ssize_t s = cols_row(c, req);
+    if (s < 0) return -1;
+    PyObject *view = PySequence_GetSlice(c->times_array, c->num_updates - missing, c->num_updates);
+    if (!view) return -1;
+    FinishedTokens *ft = PyObject_New(FinishedTokens, &FinishedTokensType);
+    if (!ft) { Py_DECREF(view); return -1; }
+    Py_INCREF(c->token);
+    ft->token = c->token;
+    ft->times = view;
+    ft->missing = missing;
+    int rc = FSET_NEW(req, num_computed, cols_num_computed_of(c, req));
+    if (rc == 0) rc = FSET(req, cols, (PyObject *)ft);
+    if (rc == 0) rc = FSET(req, col_off, Py_None);
+    Py_DECREF(ft);
+    if (rc < 0) return -1;
+    if (!c->rows[s].in_phase) Py_CLEAR(c->rows[s].req);  /* (a decoder's stays linked until the columns go) */
+    return 0;
+}
+
+static PyMethodDef FT_methods[] = {
+    {"materialize", (PyCFunction)FT_materialize, METH_O, "Write the request's last tokens and their times into it."},
+    {"num_computed_of", (PyCFunction)FT_num_computed_of, METH_O, "`req.num_computed_tokens`."},
+    {"num_tokens_of", (PyCFunction)FT_num_tokens_of, METH_O, "`req.num_tokens`."},
+    {NULL, NULL, 0, NULL},
+};
+static PyMemberDef FT_members[] = {
+    {"token", T_OBJECT_EX, offsetof(FinishedTokens, token), READONLY, NULL},
+    {"times", T_OBJECT_EX, offsetof(FinishedTokens, times), READONLY, NULL},
+    {"missing", T_PYSSIZET, offsetof(FinishedTokens, missing), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+static PyTypeObject FinishedTokensType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._kvcore.FinishedTokens",
+    .tp_doc = "A finished request's last tokens and their times, written into it when first read (a ColumnStorage).",
+    .tp_basicsize = sizeof(FinishedTokens),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)FT_dealloc,
+    .tp_methods = FT_methods,
+    .tp_members = FT_members,
+};
+
 static PyObject *Cols_join(Cols *c, PyObject *new) {
     PyObject *fast = PySequence_Fast(new, "join: a sequence of requests");
     if (!fast) return NULL;
@@ -3151,7 +3285,7 @@ static PyObject *FP_update(FP *f, PyObject *const *args, Py_ssize_t nargs) {
         Py_INCREF(req);
         PyList_SET_ITEM(result, i, req);
         PyObject *status = order[i] < 0 ? status_stopped : status_capped;
-        if (cols_remove(c, req) < 0 || cols_detach(c, req) < 0) goto fail_result;
+        if (cols_remove(c, req) < 0 || cols_detach_finished(c, req) < 0) goto fail_result;
         if (fp_finish(f, req, status, now) < 0) goto fail_result;
     }
     qsort(pos, nfin, sizeof(Py_ssize_t), cmp_ssize);
@@ -4206,7 +4340,7 @@ static struct PyModuleDef kvcore_module = {
 
 PyMODINIT_FUNC PyInit__kvcore(void) {
     (void)ceil_div;
-    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&KVType) < 0 || PyType_Ready(&ColsType) < 0
+    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&KVType) < 0 || PyType_Ready(&ColsType) < 0 || PyType_Ready(&FinishedTokensType) < 0
             || PyType_Ready(&FPType) < 0 || PyType_Ready(&MaxPlusType) < 0 || PyType_Ready(&PromptSourcesType) < 0
             || PyType_Ready(&PromptSourceType) < 0 || PyType_Ready(&LazyRequestsType) < 0)
         return NULL;
@@ -4323,6 +4457,8 @@ PyMODINIT_FUNC PyInit__kvcore(void) {
     if (PyModule_AddObject(m, "KVCacheManagerCore", (PyObject *)&KVType) < 0) return NULL;
     Py_INCREF(&ColsType);
     if (PyModule_AddObject(m, "ColumnsCore", (PyObject *)&ColsType) < 0) return NULL;
+    Py_INCREF(&FinishedTokensType);
+    if (PyModule_AddObject(m, "FinishedTokens", (PyObject *)&FinishedTokensType) < 0) return NULL;
     Py_INCREF(&FPType);
     if (PyModule_AddObject(m, "FastPathCore", (PyObject *)&FPType) < 0) return NULL;
     return m;

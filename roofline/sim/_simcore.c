@@ -675,6 +675,128 @@ static int as_int64(PyObject *v, long long *out) {
     return 0;
 }
 
+/* An object's attributes read and written at their slots' offsets where its type is the one bound (a class with
+ * these names in its __slots__: `_Replica`, `TimeSeries`, `Request`), else by name (the same attributes). */
+#define MAX_SLOTS 7
+typedef struct {
+    PyTypeObject *type;  /* NULL: by name */
+    int num;
+    PyObject **names[MAX_SLOTS];
+    Py_ssize_t offsets[MAX_SLOTS];
+} Slots;
+
+static void slots_bind(Slots *s, PyTypeObject *type) {
+    s->type = NULL;
+    for (int i = 0; i < s->num; i++) {
+        PyObject *d = _PyType_Lookup(type, *s->names[i]);  /* (borrowed) */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+            return;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY))
+            return;
+        s->offsets[i] = m->offset;
+    }
+    s->type = type;
+}
+
+/* obj's attribute i: a new reference, NULL (AttributeError) where unset. */
+static PyObject *slot_get(const Slots *s, PyObject *obj, int i) {
+    if (Py_TYPE(obj) == s->type) {
+        PyObject *v = *(PyObject **)((char *)obj + s->offsets[i]);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(obj, *s->names[i]);
+}
+
+static int slot_set(const Slots *s, PyObject *obj, int i, PyObject *v) {
+    if (Py_TYPE(obj) == s->type) {
+        PyObject **at = (PyObject **)((char *)obj + s->offsets[i]);
+        PyObject *old = *at;
+        Py_INCREF(v);
+        *at = v;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, *s->names[i], v);
+}
+
+/* A finished request's fields as `Recorder.finished` reads them, at their slots where its class is the bound one
+ * (`bind_request_type(Request)`) and it holds its own tokens (`_cols` None): `num_output_tokens` is then
+ * len(_output_ids) and `token_times_s` is `_token_times` (Request's properties, engine/core/request.py); any other
+ * request or class by name, through the properties. */
+enum { F_FIRST_SCHEDULED, F_NUM_PREEMPTIONS, F_NUM_PREFIX_HITS, F_FINISH, F_COLS, F_OUTPUT_IDS, F_TOKEN_TIMES };
+static PyObject *fn_first_scheduled, *fn_num_preemptions, *fn_num_prefix_hits, *fn_finish, *fn_cols, *fn_output_ids,
+    *fn_token_times;
+static Slots request_slots = {NULL, 7, {&fn_first_scheduled, &fn_num_preemptions, &fn_num_prefix_hits, &fn_finish,
+                                        &fn_cols, &fn_output_ids, &fn_token_times}, {0}};
+enum { T_VALUES, T_NUM, T_ASCENDING, T_LAST };
+static PyTypeObject *finished_tokens_type;  /* engine.core._kvcore.FinishedTokens (bind_request_type) */
+static PyObject *fn_missing, *fn_times;
+static Slots series_slots;  /* (TimeSeries' values, num, ascending, _last: bound by run_loop, defined below) */
+
+/* The six fields (`finished_fields`' order) as new references from the slots, 1; 0 where the request is read by name. */
+static int finished_from_slots(PyObject *req, PyObject **fields) {
+    if (request_slots.type == NULL || Py_TYPE(req) != request_slots.type)
+        return 0;
+    PyObject *const *at[7];
+    for (int i = 0; i < 7; i++) {
+        at[i] = (PyObject *const *)((char *)req + request_slots.offsets[i]);
+        if (*at[i] == NULL)
+            return 0;  /* (unset: the AttributeError by name) */
+    }
+    PyObject *outputs = *at[F_OUTPUT_IDS], *cols = *at[F_COLS], *times = *at[F_TOKEN_TIMES];
+    if (!PyList_CheckExact(outputs) || !PyList_CheckExact(times))
+        return 0;
+    Py_ssize_t num = PyList_GET_SIZE(outputs);
+    if (cols != Py_None) {
+        /* its last tokens not written yet (engine/core/_kvcore.c `FinishedTokens`): their count and the float64 view
+           of their times, which follow the request's own (none: the detach leaves them unwritten only then) */
+        if (finished_tokens_type == NULL || Py_TYPE(cols) != finished_tokens_type || PyList_GET_SIZE(times))
+            return 0;
+        PyObject *missing = PyObject_GetAttr(cols, fn_missing);
+        Py_ssize_t m = missing != NULL && PyLong_CheckExact(missing) ? PyLong_AsSsize_t(missing) : -1;
+        Py_XDECREF(missing);
+        if (m < 0 || (times = PyObject_GetAttr(cols, fn_times)) == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        num += m;
+    } else
+        Py_INCREF(times);
+    PyObject *num_output = PyLong_FromSsize_t(num);
+    if (num_output == NULL) {
+        Py_DECREF(times);
+        return -1;
+    }
+    PyObject *v[NUM_FINISHED_FIELDS] = {*at[F_FIRST_SCHEDULED], num_output, *at[F_NUM_PREEMPTIONS],
+                                        *at[F_NUM_PREFIX_HITS], times, *at[F_FINISH]};
+    for (int i = 0; i < NUM_FINISHED_FIELDS; i++)
+        fields[i] = i == 1 || i == 4 ? v[i] : Py_NewRef(v[i]);
+    return 1;
+}
+
+/* bind_request_type(Request, FinishedTokens or None): `Finisher.record` reads a request of exactly that class at its
+ * slots (True), or by name (False: a class without those slots); a request whose `_cols` is a FinishedTokens by its
+ * count and view of times. */
+static PyObject *bind_request_type(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *cls, *ft = Py_None;
+    if (!PyArg_ParseTuple(args, "O!|O", &PyType_Type, &cls, &ft))
+        return NULL;
+    if (ft != Py_None && !PyType_Check(ft)) {
+        PyErr_SetString(PyExc_TypeError, "bind_request_type(cls, FinishedTokens or None)");
+        return NULL;
+    }
+    Py_XINCREF(ft == Py_None ? NULL : ft);
+    finished_tokens_type = ft == Py_None ? NULL : (PyTypeObject *)ft;
+    slots_bind(&request_slots, (PyTypeObject *)cls);
+    if (request_slots.type != NULL)
+        Py_INCREF(cls);  /* (kept for the process, as the slots' offsets are) */
+    return PyBool_FromLong(request_slots.type != NULL);
+}
+
 static PyObject *Finisher_record(Finisher *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "record(req, row, series)");
@@ -708,7 +830,10 @@ static PyObject *Finisher_record(Finisher *self, PyObject *const *args, Py_ssize
             goto done;
         goto decided;
     }
-    for (int i = 0; i < NUM_FINISHED_FIELDS; i++)
+    int direct = finished_from_slots(req, fields);
+    if (direct < 0)
+        goto done;
+    for (int i = 0; !direct && i < NUM_FINISHED_FIELDS; i++)
         if ((fields[i] = PyObject_GetAttr(req, finished_names[i])) == NULL)
             goto done;
     double first_scheduled, finish, first_token;
@@ -716,16 +841,29 @@ static PyObject *Finisher_record(Finisher *self, PyObject *const *args, Py_ssize
     PyObject *times = fields[4];
     if (as_double(fields[0], &first_scheduled) < 0 || as_int64(fields[1], &num_output) < 0
         || as_int64(fields[2], &num_preemptions) < 0 || as_int64(fields[3], &num_prefix_hits) < 0
-        || as_double(fields[5], &finish) < 0 || !PyList_CheckExact(times))
+        || as_double(fields[5], &finish) < 0)
         goto decided;
-    Py_ssize_t n = PyList_GET_SIZE(times);
-    if (n && as_double(PyList_GET_ITEM(times, 0), &first_token) < 0)
-        goto decided;
+    Py_ssize_t n;
+    if (PyList_CheckExact(times)) {
+        n = PyList_GET_SIZE(times);
+        if (n && as_double(PyList_GET_ITEM(times, 0), &first_token) < 0)
+            goto decided;
+    } else {  /* (a FinishedTokens' float64 view: `finished_from_slots`) */
+        Times t;
+        if (!times_open(&t, times, &n) || t.data == NULL) {
+            times_close(&t);
+            goto decided;
+        }
+        if (n)
+            first_token = t.data[0];
+        times_close(&t);
+    }
     if (!n)
         first_token = Py_NAN;
     if (n) {  /* (no tokens: no runs, as `Segments.add`) */
-        if ((svalues = PyObject_GetAttr(series, name_values)) == NULL || (snum = PyObject_GetAttr(series, name_num)) == NULL
-            || (sasc = PyObject_GetAttr(series, name_ascending)) == NULL)
+        if ((svalues = slot_get(&series_slots, series, T_VALUES)) == NULL
+            || (snum = slot_get(&series_slots, series, T_NUM)) == NULL
+            || (sasc = slot_get(&series_slots, series, T_ASCENDING)) == NULL)
             goto done;
         PyObject *run_args[4] = {svalues, snum, sasc, times};
         if ((runs = mod_runs(NULL, run_args, 4)) == NULL)
@@ -864,54 +1002,6 @@ static struct { PyObject **var; const char *name; } loop_names[] = {
     {&n_process_of, "process_of"},
 };
 
-/* An object's attributes read and written at their slots' offsets where its type is the one bound (a class with
- * these names in its __slots__: `_Replica`, `TimeSeries`), else by name (the same attributes). */
-#define MAX_SLOTS 6
-typedef struct {
-    PyTypeObject *type;  /* NULL: by name */
-    int num;
-    PyObject **names[MAX_SLOTS];
-    Py_ssize_t offsets[MAX_SLOTS];
-} Slots;
-
-static void slots_bind(Slots *s, PyTypeObject *type) {
-    s->type = NULL;
-    for (int i = 0; i < s->num; i++) {
-        PyObject *d = _PyType_Lookup(type, *s->names[i]);  /* (borrowed) */
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
-            return;
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY))
-            return;
-        s->offsets[i] = m->offset;
-    }
-    s->type = type;
-}
-
-/* obj's attribute i: a new reference, NULL (AttributeError) where unset. */
-static PyObject *slot_get(const Slots *s, PyObject *obj, int i) {
-    if (Py_TYPE(obj) == s->type) {
-        PyObject *v = *(PyObject **)((char *)obj + s->offsets[i]);
-        if (v != NULL) {
-            Py_INCREF(v);
-            return v;
-        }
-    }
-    return PyObject_GetAttr(obj, *s->names[i]);
-}
-
-static int slot_set(const Slots *s, PyObject *obj, int i, PyObject *v) {
-    if (Py_TYPE(obj) == s->type) {
-        PyObject **at = (PyObject **)((char *)obj + s->offsets[i]);
-        PyObject *old = *at;
-        Py_INCREF(v);
-        *at = v;
-        Py_XDECREF(old);
-        return 0;
-    }
-    return PyObject_SetAttr(obj, *s->names[i], v);
-}
-
 /* obj's int attribute i += delta. */
 static int slot_add(const Slots *s, PyObject *obj, int i, long delta) {
     PyObject *v = slot_get(s, obj, i);
@@ -940,7 +1030,6 @@ static int slot_add(const Slots *s, PyObject *obj, int i, long delta) {
 enum { R_PLAN, R_NUM_STEPS, R_NUM_OUTSTANDING, R_SCHEDULE_PENDING, R_IN_TRANSIT, R_LAG };
 static Slots rep_slots = {NULL, 6, {&n_plan, &n_num_steps, &n_num_outstanding, &n_schedule_pending, &n_in_transit,
                                     &n_lag}, {0}};
-enum { T_VALUES, T_NUM, T_ASCENDING, T_LAST };
 static Slots series_slots = {NULL, 4, {&name_values, &name_num, &name_ascending, &n_last}, {0}};
 enum { S_SEQ, S_NUM_DONE, S_NUM_IN_FLIGHT, S_NUM_ROUTED };
 static Slots sim_slots = {NULL, 4, {&n_seq, &n_num_done, &n_num_in_flight, &n_num_routed}, {0}};
@@ -2083,6 +2172,9 @@ static PyObject *mod_spec_column(PyObject *self, PyObject *const *args, Py_ssize
 static PyMethodDef methods[] = {
     {"runs", (PyCFunction)(void (*)(void))mod_runs, METH_FASTCALL,
      "runs(values, num, ascending, times): a finished request's runs of stamps (Segments.add's shortcuts), or None"},
+    {"bind_request_type", (PyCFunction)bind_request_type, METH_VARARGS,
+     "bind_request_type(Request, FinishedTokens=None): Finisher.record reads a request of that class at its slots "
+     "(True), or by name"},
     {"bind_plan_type", (PyCFunction)bind_plan_type, METH_O,
      "bind_plan_type(StepPlan): the step rows read a plan of that class at its slots (True), or by name (False)"},
     {"run_loop", (PyCFunction)(void (*)(void))mod_run_loop, METH_FASTCALL,
@@ -2128,6 +2220,14 @@ PyMODINIT_FUNC PyInit__simcore(void) {
         return NULL;
     for (size_t i = 0; i < sizeof(loop_names) / sizeof(loop_names[0]); i++)
         if ((*loop_names[i].var = PyUnicode_InternFromString(loop_names[i].name)) == NULL)
+            return NULL;
+    struct { PyObject **var; const char *name; } request_names[] = {
+        {&fn_first_scheduled, "first_scheduled_time_s"}, {&fn_num_preemptions, "num_preemptions"},
+        {&fn_num_prefix_hits, "num_prefix_hit_tokens"}, {&fn_finish, "finish_time_s"}, {&fn_cols, "_cols"},
+        {&fn_output_ids, "_output_ids"}, {&fn_token_times, "_token_times"}, {&fn_missing, "missing"},
+        {&fn_times, "times"}};
+    for (size_t i = 0; i < sizeof(request_names) / sizeof(request_names[0]); i++)
+        if ((*request_names[i].var = PyUnicode_InternFromString(request_names[i].name)) == NULL)
             return NULL;
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;

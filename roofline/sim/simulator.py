@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from engine.core.model_spec import ModelSpec
+from engine.core.native import _kvcore
 from engine.core.request import Request
 from engine.core.step_plan import StepPlan
 from roofline.cost.step_cost import StepCostModel
@@ -235,6 +236,10 @@ def run_simulation(deployment: Deployment, workload: Workload, options: Simulati
             replica.scheduler.shutdown()
         del sim
     return result
+
+
+if COMPILED and hasattr(_simcore, "bind_request_type"):  # a finished Request's records read at its slots, in C
+    _simcore.bind_request_type(Request, getattr(_kvcore, "FinishedTokens", None))
 
 
 @contextlib.contextmanager
