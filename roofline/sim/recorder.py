@@ -171,7 +171,7 @@ class StepRows:
     and 2 s of the 1,000,000-request run, docs/benchmark-history/2026-11-30j-simloop.md); an array grows in place
     (`ndarray.resize`: realloc, which moves a large block's pages without copying them)."""
 
-    CHUNK = 4096  # rows per block
+    CHUNK = 2048  # rows per block (a divisor of `roofline.sim.simulator.STEPS_PER_PART`: a part ends with a block)
 
     def __init__(self) -> None:
         self.rows: list[tuple] = []  # the latest rows, not yet in the columns (`append` is the list's)

@@ -80,9 +80,10 @@ from roofline.sim.workload import KeptPrompts, PromptStream, RequestFactory, Req
 
 ROUTERS = ("round_robin", "least_outstanding")
 # Steps per part handed to a step sink: a multiple of the step rows' blocks (`StepRows.CHUNK`) and of steps.parquet's
-# row groups (`engine.core.trace.ROW_GROUP_STEPS`), so that the parts' rows of the file are the whole table's; one row
-# group, so that `--out`'s writer process builds and encodes the parts while the simulation goes on (outputs.py).
-STEPS_PER_PART = 8192
+# row groups (`roofline.sim.steps_file.ROW_GROUP_STEPS`), so that the parts' rows of the file are the whole table's;
+# one row group, so that `--out`'s writer process builds and encodes the parts while the simulation goes on, and has
+# at most one part's work left when the simulation ends (outputs.py).
+STEPS_PER_PART = 2048
 
 # Event priorities at equal times (see the module docstring).
 _STEP_END, _SEEN, _ARRIVAL, _REACH, _SCHEDULE = 0, 1, 2, 3, 4

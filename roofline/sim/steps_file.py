@@ -6,9 +6,12 @@ process need not import pyarrow."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.metadata
+import os
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.core.step_record import StepSequences
+from engine.core.trace import STEP_COLUMNS as TRACE_STEP_COLUMNS
 from engine.core.trace import (
-    ROW_GROUP_STEPS,
     STEPS_FILE,
     EngineConfigRecord,
     RunMetadata,
@@ -27,11 +30,18 @@ from engine.core.trace import (
     step_schema,
     write_run_file,
 )
-from engine.core.trace import STEP_COLUMNS as TRACE_STEP_COLUMNS
 from roofline import __version__
 from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import STEP_COLUMNS, SimulationResult
 from roofline.sim.table import Columns, Table, column
+
+# Steps per Parquet row group of a simulation's steps.parquet, a part of the steps as the writer gets them
+# (`roofline.sim.simulator.STEPS_PER_PART`): the writer encodes a row group at once (pyarrow's `write_table`), so what
+# is left to encode when the simulation ends is at most one; 2,048 steps of sharegpt ~0.015 s, 8,192 (the engine's
+# traces' row groups, `engine.core.trace.ROW_GROUP_STEPS`) ~0.06 s, which the simulation's process waited for at
+# the end of a 10,000-request run. Smaller row groups cost the encoding more: 1,024 steps +20 % CPU, 2,048 +5 %, the
+# file +1.5 % (docs/benchmark-history/2026-12-01c-outspeed4.md).
+ROW_GROUP_STEPS = 2048
 
 
 def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
@@ -73,6 +83,19 @@ def _request_ids(seqs: StepSequences) -> pa.Array:
     return _arrow(seqs.request_names, pa.string()).take(_arrow(index, _ARROW_TYPES.get(index.dtype, pa.int64())))
 
 
+@contextlib.contextmanager
+def _system_errors() -> Iterator[None]:
+    """pyarrow's OSError of a write the machine refused ("Error writing bytes to file. Detail: [errno 27] File too
+    large") raised as the system's (its errno and `os.strerror`), as Python's own writes raise it: the command line
+    prints that one line (`roofline.cli`), whichever file's write failed first."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno is None or exc.strerror == os.strerror(exc.errno):
+            raise
+        raise OSError(exc.errno, os.strerror(exc.errno), exc.filename) from exc
+
+
 class StepsFileWriter:
     """steps.parquet written in parts as the simulation runs (`roofline.sim.outputs.StepTraceStream`): each part of
     `roofline.sim.simulator.STEPS_PER_PART` steps becomes its rows of the file and is dropped, so `--out` holds a
@@ -92,6 +115,7 @@ class StepsFileWriter:
         self._pool = ThreadPoolExecutor(max_workers=1) if threaded else None
         self._pending: Future[None] | None = None
 
+    @_system_errors()
     def write(self, steps: Columns, seqs: StepSequences) -> None:
         table = steps_table(self.deployment, steps, seqs)
         self._wait()
@@ -111,6 +135,7 @@ class StepsFileWriter:
             self._pending.result()  # (raises what the thread raised)
             self._pending = None
 
+    @_system_errors()
     def close(self) -> None:
         """Finish the file (a run of no steps: the empty table's)."""
         if self._writer is None:
@@ -143,15 +168,18 @@ class StepsFileWriter:
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table`'s columns in `schema`'s order, 0.0 for an operator it lacks."""
+    """`table`'s columns in `schema`'s order, 0.0 for an operator it lacks. (Its columns by name in one pass:
+    `Table.column_names` and `Table.column(name)` each wrap every field of the schema again, ~2 ms a part of 35
+    columns looked up one by one.)"""
+    by_name = dict(zip(table.column_names, table.columns))
     zeros = None
     columns = []
     for field in schema:
-        if field.name in table.column_names:
-            columns.append(table.column(field.name))
-        else:
+        column = by_name.get(field.name)
+        if column is None:
             zeros = zeros if zeros is not None else _arrow(np.zeros(table.num_rows), field.type)
-            columns.append(zeros)
+            column = zeros
+        columns.append(column)
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -223,6 +251,14 @@ def installed_version(distribution: str) -> str:
     """The installed version of `distribution` (`importlib.metadata.version`: ~0.004 s the first time, which the
     writer process spends while it waits for the first part, not at the run's end: `roofline.sim.outputs`)."""
     return importlib.metadata.version(distribution)
+
+
+def write_steps_file(out_dir: Path, deployment: Deployment, table: pa.Table, summary: dict[str, object]) -> None:
+    """steps.parquet of a whole run's `table` (`step_table`), the file `StepsFileWriter` writes in parts (the same row
+    groups), and run.json."""
+    with _system_errors(), open_steps_file(out_dir, table.schema) as writer:
+        writer.write_table(table.replace_schema_metadata(writer.schema.metadata), row_group_size=ROW_GROUP_STEPS)
+    write_run_json(out_dir, deployment, summary)
 
 
 def write_run_json(out_dir: Path, deployment: Deployment, summary: dict[str, object]) -> None:
