@@ -266,6 +266,16 @@ static PyTypeObject *plan_type;
 static Py_ssize_t plan_offsets[NUM_PLAN_FIELDS], step_index_offset, requests_offset;
 static PyObject *requests_name;
 
+/* The offset of `name`'s slot in objects of `type` (a member descriptor of an object, as `__slots__` makes), -1 where
+ * it is none (or, `writable`, a read-only one): where the extension reads or writes a field as the descriptor does. */
+static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name, int writable) {
+    PyObject *d = _PyType_Lookup(type, name);  /* (borrowed; no exception set) */
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return m->type == T_OBJECT_EX && !(writable && (m->flags & READONLY)) ? m->offset : -1;
+}
+
 static PyObject *bind_plan_type(PyObject *self, PyObject *cls) {
     if (!PyType_Check(cls)) {
         PyErr_SetString(PyExc_TypeError, "bind_plan_type(cls): a class");
@@ -274,16 +284,13 @@ static PyObject *bind_plan_type(PyObject *self, PyObject *cls) {
     Py_ssize_t offsets[NUM_PLAN_FIELDS + 2];
     for (int i = 0; i < NUM_PLAN_FIELDS + 2; i++) {
         PyObject *name = i < NUM_PLAN_FIELDS ? plan_names[i] : i == NUM_PLAN_FIELDS ? step_index_name : requests_name;
-        offsets[i] = -1;
-        PyObject *d = _PyType_Lookup((PyTypeObject *)cls, name);
-        if (i == 0 && (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)))
+        offsets[i] = slot_offset((PyTypeObject *)cls, name, 0);
+        if (i == 0 && offsets[i] < 0)
             continue;  /* (num_seqs: a property, `len(self.requests)`, read from `requests`) */
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
-            || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        if (offsets[i] < 0) {
             plan_type = NULL;  /* (no slot: every plan by name) */
             Py_RETURN_FALSE;
         }
-        offsets[i] = ((PyMemberDescrObject *)d)->d_member->offset;
     }
     memcpy(plan_offsets, offsets, sizeof(plan_offsets));
     step_index_offset = offsets[NUM_PLAN_FIELDS];
@@ -687,15 +694,9 @@ typedef struct {
 
 static void slots_bind(Slots *s, PyTypeObject *type) {
     s->type = NULL;
-    for (int i = 0; i < s->num; i++) {
-        PyObject *d = _PyType_Lookup(type, *s->names[i]);  /* (borrowed) */
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+    for (int i = 0; i < s->num; i++)
+        if ((s->offsets[i] = slot_offset(type, *s->names[i], 1)) < 0)
             return;
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY))
-            return;
-        s->offsets[i] = m->offset;
-    }
     s->type = type;
 }
 
@@ -2029,18 +2030,8 @@ static PyObject *mod_make_specs(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_ValueError, "make_specs: at most 16 fields");
         return NULL;
     }
-    for (Py_ssize_t k = 0; k < num_fields; k++) {
-        PyObject *descr = PyObject_GetAttr((PyObject *)cls, PyTuple_GET_ITEM(names, k));
-        offsets[k] = -1;
-        if (descr == NULL)
-            PyErr_Clear();
-        else if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-            if (member->type == T_OBJECT_EX && !(member->flags & READONLY))
-                offsets[k] = member->offset;
-        }
-        Py_XDECREF(descr);
-    }
+    for (Py_ssize_t k = 0; k < num_fields; k++)
+        offsets[k] = slot_offset(cls, PyTuple_GET_ITEM(names, k), 1);
     PyObject *empty = PyTuple_New(0), *specs = PyList_New(n);
     if (empty == NULL || specs == NULL)
         goto fail;
