@@ -24,7 +24,7 @@ setup(
             "engine.core._steprec",
             sources=["engine/core/_steprec.c"],
             optional=True,
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O3"],  # (its loops over a step's rows vectorized)
         ),
         # The same floats as the Python code (roofline/cost/_stepcost.c): no fused multiply-adds.
         Extension(

@@ -5,16 +5,20 @@ the compiled records (engine/core/_steprec.c) against the Python ones, the refer
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from engine.core import step_record
-from engine.core.step_plan import ColumnRows
+from engine.core.step_plan import ColumnRows, StepPlan
 from engine.core.step_record import CompiledStepRecords, PythonStepRecords
 
+REPO = Path(__file__).resolve().parents[1]
 KINDS = [PythonStepRecords, pytest.param(CompiledStepRecords, marks=pytest.mark.skipif(
     step_record._steprec is None, reason="engine.core._steprec not built"))]
 
@@ -203,3 +207,107 @@ def test_a_received_buffer_is_the_pipes_next_bytes_in_the_memory_its_slot_last_f
     finally:
         writer.join()
         os.close(read_fd)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rows_that_change_by_a_few_keep_the_others_values(kind: type) -> None:
+    """The fast path's lists change a few rows at a time and keep the other rows' int objects: the compiled records
+    take those rows' values from the last lists' (engine/core/_steprec.c `read_ints`); every step the reference's
+    values, whether rows leave or join at the start, the middle or the end, all change, or the lists empty."""
+    ids = [f"r{i}" for i in range(60)]
+    off = [1000 + 7 * i for i in range(40)]  # (ints above 256: objects of their own)
+    seq = [59 - i for i in range(40)]
+    changes = [
+        (off, seq),
+        (off[:13] + off[14:], seq[:13] + seq[14:]),  # a row leaves the middle
+        (off[:13] + [5000, 5001] + off[14:], seq[:13] + [41, 42] + seq[14:]),  # two join there
+        (off[1:] + [6000], seq[1:] + [43]),  # the first leaves, one joins at the end
+        ([o + 0 for o in map(int, map(str, off))], [s + 0 for s in map(int, map(str, seq))]),  # equal values, new ints
+        (off[:20] + off[:20], seq[20:] + seq[:20]),  # the same objects elsewhere
+        ([], []),
+        (off[:5], seq[:5]),
+        (off[5:] + off[:5], seq[5:] + seq[:5]),
+    ]
+    plans = []
+    for n, (o, s) in enumerate(changes):
+        plans.append(_Plan(ColumnRows(list(o), 1 + n, 16, [], list(s), ids), [], [], [], []))
+        plans.append(_Plan(ColumnRows(plans[-1].bulk.off, 2 + n, 16, [], plans[-1].bulk.seq, ids), [], [], [], []))
+    _check(plans, kind)
+
+
+def _running(requests: list[str], plan_type: type = StepPlan) -> StepPlan:
+    plan = plan_type(0)
+    plan.add_running([_Request(r) for r in requests], [1] * len(requests), [5 + i for i in range(len(requests))],
+                     [1] * len(requests), len(requests), 0)
+    return plan
+
+
+def _columns(requests: list[str]) -> StepPlan:
+    plan = StepPlan(1)
+    plan.add_running_columns([_Request(r) for r in requests], ColumnRows([3, 8, 1], 2, 16, [(1, 20, 6, 2)],
+                                                                         [2, 0, 1], requests), 12, 10, 6)
+    return plan
+
+
+@pytest.mark.skipif(not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)")
+def test_a_step_plan_is_read_at_its_slots_and_a_subclass_by_its_own_sequence_record() -> None:
+    """`StepLog.add` reads a StepPlan's record and its ColumnRows' fields at their slots (`bind_record_types`), the
+    values `sequence_record()` gives; a plan of another class, a subclass included, by its `sequence_record()`."""
+
+    class Tailless(StepPlan):
+        __slots__ = ()
+
+        def sequence_record(self) -> tuple[ColumnRows | None, list[int], list[int], list[bool]]:
+            return None, [], [], []
+
+    plans = [_running(["a", "b"]), _columns(["x", "y", "z"]), _running(["c"], Tailless)]
+    compiled, reference = CompiledStepRecords(), PythonStepRecords()
+    for plan in plans:
+        compiled.add(plan)
+        reference.add(plan)
+    got, expected = compiled.sequences(), reference.sequences()
+    assert [[a.tolist() for a in got[i]] for i in range(3)] == [[a.tolist() for a in expected[i]] for i in range(3)]
+    assert got.all_request_ids() == expected.all_request_ids() == [("a", "b"), ("z", "x", "y"), ()]
+    assert got[1][1].tolist() == [2 + 3 - 1, 20, 2 + 1 - 1]  # (a decode's context: off + num_updates - 1)
+
+
+@pytest.mark.skipif(not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)")
+def test_a_step_adder_adds_a_step_that_fills_no_block_and_leaves_the_others_to_its_fallback() -> None:
+    calls: list[tuple[object, ...]] = []
+
+    class Records:
+        def add(self, plan: object) -> None:
+            calls.append(("add", plan))
+
+    class Owner:
+        step_seqs = Records()
+
+    adder = step_record._steprec.StepAdder(lambda owner, plan, full: calls.append(("fallback", owner, plan, full)),
+                                           "step_seqs")
+    owner = Owner()
+    assert adder(owner, "p1", False) is None
+    adder(owner, "p2", True)
+    assert calls == [("add", "p1"), ("fallback", owner, "p2", True)]
+    with pytest.raises(TypeError):
+        adder(owner, "p3")
+
+
+@pytest.mark.skipif(not step_record.COMPILED or not hasattr(os, "fork"),
+                    reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON), or no fork")
+def test_a_child_reaped_at_exit_is_waited_for_before_the_process_ends(tmp_path: Path) -> None:
+    """`reap_at_exit(pid)`: the process's end (a normal exit, after its finalization) waits for the child: what the
+    child does after its parent's last statement is done when the parent's process is gone; its status is taken."""
+    done = tmp_path / "done"
+    script = f"""
+import os, time
+from engine.core import step_record
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.3)
+    open({str(done)!r}, "w").close()
+    os._exit(0)
+assert step_record._steprec.reap_at_exit(pid) is True
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert done.exists()

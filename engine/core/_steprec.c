@@ -15,6 +15,10 @@
    of the period's first step, then the ids of the rows after the bulk rows, each row's index pointing into it. These are the values and the layout StepRecords.sequences() gives
    (tests/test_step_record.py compares the two on the same plans).
 
+   A plan of the class `bind_record_types` binds (StepPlan) is read at its slots, its bulk rows (ColumnRows) at
+   theirs; `StepAdder` makes a simulation's per-step call a C call (`roofline.sim.simulator`); `reap_at_exit` waits
+   for the `--out` writer process at the interpreter's very end (`roofline.sim.outputs`).
+
    gather_utf8(names, index) -> (offsets, data) or None: the UTF-8 bytes of names[index[i]] for every i, one after
    the other, and the int32 offsets (n + 1) of each (Arrow's string layout; pyarrow's `take` of the names gives the
    same values). None where the bytes would not fit int32 offsets.
@@ -23,11 +27,13 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 #ifndef _WIN32
-#include <unistd.h> /* read: the writer process's pipe (Linux, where roofline.sim.outputs forks) */
+#include <sys/wait.h> /* waitpid: the writer process reaped at the interpreter's end (`reap_at_exit`) */
+#include <unistd.h>   /* read: the writer process's pipe (Linux, where roofline.sim.outputs forks) */
 #endif
 
 /* ---- an owned block of memory that numpy reads through the buffer protocol (np.frombuffer) ---- */
@@ -228,51 +234,174 @@ static inline long long int_value(PyObject *o) {
     return PyLong_AsLongLong(o);
 }
 
-/* Reads a sequence of ints (a list, else any sequence: a numpy array's items) into `out` (int64 or int32; int32:
-   their least and greatest value into *least and *most, -1 and -2 where there is none: the stretch of the period's
-   id list the part's names take, `StepLog_finish`, found here where the values pass anyway). One loop per width. */
-static int read_ints(PyObject *obj, Buf *out, int wide, Py_ssize_t *n, int32_t *least, int32_t *most) {
+/* `int_value` of an int that is one digit or none (the rows' offsets and indices) into *v, without a call, and 1;
+   0 for any other object (then `int_value`, whose errors need a check). One test of the type and one of the size:
+   `read_ints`' loops, 4.4 million ints in a 10,000-request run. */
+static inline int small_int(PyObject *o, long long *v) {
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+        *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+        return 1;
+    }
+#elif PY_VERSION_HEX >= 0x030B0000
+    if (Py_IS_TYPE(o, &PyLong_Type)) {
+        Py_ssize_t size = Py_SIZE(o);
+        if ((size_t)(size + 1) <= 2) { /* (size -1, 0 or 1: times the digit, whatever a zero's holds) */
+            *v = size * (long long)((PyLongObject *)o)->ob_digit[0];
+            return 1;
+        }
+    }
+#endif
+    return 0;
+}
+
+/* The values of `items[lo:hi]` (ints) into dst[lo:hi] (int64 or int32, `wide`); -1 with an exception set where one
+   is not an int in range. */
+static int convert_ints(PyObject **items, Py_ssize_t lo, Py_ssize_t hi, char *dst, int wide) {
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        long long v;
+        if (!small_int(items[i], &v) && (v = int_value(items[i])) == -1 && PyErr_Occurred())
+            return -1;
+        if (wide)
+            ((int64_t *)dst)[i] = v;
+        else
+            ((int32_t *)dst)[i] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* Reads a sequence of ints (a list, else any sequence: a numpy array's items) into `out` (int64 or int32, `wide`;
+   int32: their least and greatest value into *least and *most, -1 and -2 where there is none: the stretch of the
+   period's id list the part's names take, `StepLog_finish`).
+
+   `old`: the list `out` holds the values of (or NULL). The fast path's lists change by a few rows at a time (a
+   request that joins, finishes or is preempted) and keep the others' int objects: the rows at the start and at
+   the end that are the same objects as `old`'s are the same values, taken from `out` as it is (those at the end
+   moved to their new place), and only the rows between them converted, not every row
+   (docs/benchmark-history/2026-12-01d-outspeed5.md). */
+static int read_ints(PyObject *obj, Buf *out, int wide, Py_ssize_t *n, int32_t *least, int32_t *most,
+                     PyObject *old) {
     PyObject *fast = PySequence_Fast(obj, "StepLog: a sequence of ints expected");
     if (fast == NULL)
         return -1;
-    Py_ssize_t size = PySequence_Fast_GET_SIZE(fast);
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(fast), width = wide ? 8 : 4;
     PyObject **items = PySequence_Fast_ITEMS(fast);
-    out->len = 0;
-    if (buf_reserve(out, size * (wide ? 8 : 4)) < 0) {
+    Py_ssize_t num_old = 0, head = 0, tail = 0;
+    if (old != NULL && PyList_CheckExact(old) && PyList_CheckExact(fast) && out->len == PyList_GET_SIZE(old) * width) {
+        PyObject **was = ((PyListObject *)old)->ob_item;
+        num_old = PyList_GET_SIZE(old);
+        Py_ssize_t most_same = size < num_old ? size : num_old, block = 8; /* (8 pointers a memcmp, then one by one) */
+        while (head + block <= most_same && !memcmp(items + head, was + head, block * sizeof(PyObject *)))
+            head += block;
+        while (head < most_same && items[head] == was[head])
+            head++;
+        while (tail + block <= most_same - head
+               && !memcmp(items + size - tail - block, was + num_old - tail - block, block * sizeof(PyObject *)))
+            tail += block;
+        while (tail < most_same - head && items[size - 1 - tail] == was[num_old - 1 - tail])
+            tail++;
+    }
+    if (buf_reserve(out, size * width - out->len) < 0) {
         Py_DECREF(fast);
         return -1;
     }
-    if (wide) {
-        int64_t *dst = AT(*out, int64_t);
-        for (Py_ssize_t i = 0; i < size; i++) {
-            long long v = int_value(items[i]);
-            if (v == -1 && PyErr_Occurred()) {
-                Py_DECREF(fast);
-                return -1;
-            }
-            dst[i] = v;
-        }
-    } else {
-        int32_t *dst = AT(*out, int32_t);
+    if (tail && size != num_old) /* (the rows at the end to their new place: before the rows between are written) */
+        memmove(out->data + (size - tail) * width, out->data + (num_old - tail) * width, tail * width);
+    out->len = 0;
+    if (convert_ints(items, head, size - tail, out->data, wide) < 0) {
+        Py_DECREF(fast);
+        return -1;
+    }
+    if (!wide) {
+        const int32_t *values = AT(*out, int32_t);
         int32_t lo = INT32_MAX, hi = INT32_MIN;
         for (Py_ssize_t i = 0; i < size; i++) {
-            long long v = int_value(items[i]);
-            if (v == -1 && PyErr_Occurred()) {
-                Py_DECREF(fast);
-                return -1;
-            }
-            int32_t x = (int32_t)v;
-            dst[i] = x;
-            lo = x < lo ? x : lo;
-            hi = x > hi ? x : hi;
+            lo = values[i] < lo ? values[i] : lo;
+            hi = values[i] > hi ? values[i] : hi;
         }
         *least = size ? lo : -1;
         *most = size ? hi : -2;
     }
-    out->len = size * (wide ? 8 : 4);
+    out->len = size * width;
     *n = size;
     Py_DECREF(fast);
     return 0;
+}
+
+/* ---- a plan's record read at its slots ---- */
+
+/* The plan class and the bulk rows' class bound by `bind_record_types` (engine.core.step_plan's StepPlan and
+   ColumnRows), and their slots' offsets: a plan of exactly that class is read at the slots its `sequence_record()`
+   returns (`PLAN_SLOTS`, in its order), bulk rows of exactly that class at theirs (`ROWS_SLOTS`), as the member
+   descriptors read them; anything else (a subclass, another class, a slot not set) by `sequence_record()` and
+   attribute lookups: a step's Python method call and five lookups less, every step of a simulation's `--out`
+   (docs/benchmark-history/2026-12-01d-outspeed5.md). */
+enum { NUM_PLAN_SLOTS = 4, NUM_ROWS_SLOTS = 5 };
+static const char *PLAN_SLOTS[NUM_PLAN_SLOTS] = {"_columns", "_query", "_context", "_emits"};
+static const char *ROWS_SLOTS[NUM_ROWS_SLOTS] = {"off", "seq", "num_updates", "prefill_rows", "ids"};
+static PyTypeObject *plan_type, *rows_type;
+static Py_ssize_t plan_offsets[NUM_PLAN_SLOTS], rows_offsets[NUM_ROWS_SLOTS];
+
+/* The offset of `name`'s slot in objects of `type` (a member descriptor of an object, as `__slots__` makes), -1
+   where it is none. */
+static Py_ssize_t slot_offset(PyTypeObject *type, const char *name) {
+    PyObject *key = PyUnicode_InternFromString(name);
+    if (key == NULL)
+        return -2;
+    PyObject *d = _PyType_Lookup(type, key); /* (borrowed; no exception set) */
+    Py_DECREF(key);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return m->type == T_OBJECT_EX ? m->offset : -1;
+}
+
+/* The offsets of `names` in `cls` into `offsets`: 1 where every one is a slot, 0 where one is not, -1 on error. */
+static int bind_slots(PyObject *cls, const char **names, int n, Py_ssize_t *offsets) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "bind_record_types(plan_cls, rows_cls): classes");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        offsets[i] = slot_offset((PyTypeObject *)cls, names[i]);
+        if (offsets[i] == -2)
+            return -1;
+        if (offsets[i] < 0)
+            return 0;
+    }
+    return 1;
+}
+
+static PyObject *bind_record_types(PyObject *module, PyObject *args) {
+    PyObject *plan_cls, *rows_cls;
+    if (!PyArg_ParseTuple(args, "OO:bind_record_types", &plan_cls, &rows_cls))
+        return NULL;
+    Py_ssize_t plan_at[NUM_PLAN_SLOTS], rows_at[NUM_ROWS_SLOTS];
+    int plan_ok = bind_slots(plan_cls, PLAN_SLOTS, NUM_PLAN_SLOTS, plan_at);
+    int rows_ok = plan_ok < 0 ? -1 : bind_slots(rows_cls, ROWS_SLOTS, NUM_ROWS_SLOTS, rows_at);
+    if (rows_ok < 0)
+        return NULL;
+    Py_CLEAR(plan_type);
+    Py_CLEAR(rows_type);
+    if (plan_ok) {
+        memcpy(plan_offsets, plan_at, sizeof(plan_offsets));
+        plan_type = (PyTypeObject *)Py_NewRef(plan_cls);
+    }
+    if (rows_ok) {
+        memcpy(rows_offsets, rows_at, sizeof(rows_offsets));
+        rows_type = (PyTypeObject *)Py_NewRef(rows_cls);
+    }
+    return PyBool_FromLong(plan_ok && rows_ok);
+}
+
+/* The `n` slots of `obj` at `offsets` as new references into `out`: 1 where all are set, else 0 (nothing taken). */
+static int read_slots(PyObject *obj, const Py_ssize_t *offsets, int n, PyObject **out) {
+    for (int i = 0; i < n; i++)
+        if (*(PyObject **)((char *)obj + offsets[i]) == NULL)
+            return 0;
+    for (int i = 0; i < n; i++)
+        out[i] = Py_NewRef(*(PyObject **)((char *)obj + offsets[i]));
+    return 1;
 }
 
 static Py_ssize_t period_index(StepLog *self, PyObject *ids) {
@@ -312,11 +441,13 @@ static Py_ssize_t period_index(StepLog *self, PyObject *ids) {
 /* The bulk rows of `bulk` (a ColumnRows) after the `start` sequences written so far. */
 static int add_bulk(StepLog *self, PyObject *bulk, Py_ssize_t start, Py_ssize_t *num_rows, Py_ssize_t *period) {
     int rc = -1;
-    PyObject *off = PyObject_GetAttr(bulk, s_off);
-    PyObject *seq = off ? PyObject_GetAttr(bulk, s_seq) : NULL;
-    PyObject *nu_obj = seq ? PyObject_GetAttr(bulk, s_num_updates) : NULL;
-    PyObject *prefill = nu_obj ? PyObject_GetAttr(bulk, s_prefill_rows) : NULL;
-    PyObject *ids = prefill ? PyObject_GetAttr(bulk, s_ids) : NULL;
+    PyObject *fields[NUM_ROWS_SLOTS] = {NULL};
+    if (Py_TYPE(bulk) != rows_type || !read_slots(bulk, rows_offsets, NUM_ROWS_SLOTS, fields)) {
+        PyObject *names[NUM_ROWS_SLOTS] = {s_off, s_seq, s_num_updates, s_prefill_rows, s_ids};
+        for (int i = 0; i < NUM_ROWS_SLOTS && (i == 0 || fields[i - 1] != NULL); i++)
+            fields[i] = PyObject_GetAttr(bulk, names[i]);
+    }
+    PyObject *off = fields[0], *seq = fields[1], *nu_obj = fields[2], *prefill = fields[3], *ids = fields[4];
     if (ids == NULL)
         goto done;
     long long num_updates = PyLong_AsLongLong(nu_obj);
@@ -324,11 +455,14 @@ static int add_bulk(StepLog *self, PyObject *bulk, Py_ssize_t start, Py_ssize_t 
         goto done;
     if (off != self->last_off || seq != self->last_seq) { /* (a change of rows makes new lists) */
         Py_ssize_t n_off, n_seq;
+        int failed = read_ints(off, &self->raw_off, 1, &n_off, NULL, NULL, self->last_off) < 0
+                     || read_ints(seq, &self->raw_seq, 0, &n_seq, &self->raw_least, &self->raw_most, self->last_seq) < 0;
         Py_CLEAR(self->last_off);
         Py_CLEAR(self->last_seq);
-        if (read_ints(off, &self->raw_off, 1, &n_off, NULL, NULL) < 0
-            || read_ints(seq, &self->raw_seq, 0, &n_seq, &self->raw_least, &self->raw_most) < 0)
+        if (failed) {
+            self->raw_off.len = self->raw_seq.len = 0; /* (what they hold is no list's now) */
             goto done;
+        }
         if (n_off != n_seq) {
             PyErr_SetString(PyExc_ValueError, "StepLog: bulk rows' off and seq differ in length");
             goto done;
@@ -344,14 +478,14 @@ static int add_bulk(StepLog *self, PyObject *bulk, Py_ssize_t start, Py_ssize_t 
         || buf_reserve(&self->emits, (start + n) - self->emits.len) < 0
         || buf_reserve(&self->index, (start + n) * 4 - self->index.len) < 0)
         goto done;
-    int32_t *query = AT(self->query, int32_t) + start, *context = AT(self->context, int32_t) + start;
+    int32_t *restrict query = AT(self->query, int32_t) + start, *restrict context = AT(self->context, int32_t) + start;
     int32_t *index = AT(self->index, int32_t) + start;
-    const int64_t *raw_off = AT(self->raw_off, int64_t);
+    const int64_t *restrict raw_off = AT(self->raw_off, int64_t);
     int64_t delta = num_updates - 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) /* (two loops, each the compiler's vector loop) */
         context[i] = (int32_t)(raw_off[i] + delta);
+    for (Py_ssize_t i = 0; i < n; i++)
         query[i] = 1;
-    }
     memset(self->emits.data + start, 1, n);
     memcpy(index, self->raw_seq.data, n * 4);
     if (prefill != Py_None) {
@@ -408,6 +542,11 @@ done:
 static int add_tail(StepLog *self, PyObject *plan, PyObject *query_obj, PyObject *context_obj, PyObject *emits_obj,
                     Py_ssize_t start, Py_ssize_t *num_rows) {
     int rc = -1;
+    if (PyList_CheckExact(query_obj) && PyList_CheckExact(context_obj) && PyList_CheckExact(emits_obj)
+        && PyList_GET_SIZE(query_obj) == 0) { /* (most steps: every row a bulk row) */
+        *num_rows = 0;
+        return 0;
+    }
     PyObject *q = PySequence_Fast(query_obj, "StepLog: query lengths must be a sequence");
     PyObject *c = q ? PySequence_Fast(context_obj, "StepLog: context lengths must be a sequence") : NULL;
     PyObject *e = c ? PySequence_Fast(emits_obj, "StepLog: emits must be a sequence") : NULL;
@@ -474,26 +613,29 @@ static PyObject *StepLog_add(StepLog *self, PyObject *plan) {
     }
     if (buf_reserve(&self->starts, 8) < 0 || buf_reserve(&self->period, 4) < 0 || buf_reserve(&self->num_bulk, 8) < 0)
         return NULL;
-    PyObject *record = PyObject_CallMethodNoArgs(plan, s_sequence_record);
-    if (record == NULL)
-        return NULL;
-    if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 4) {
-        PyErr_SetString(PyExc_TypeError, "StepLog: sequence_record() must give (bulk, query, context, emits)");
+    /* (bulk, query, context, emits): the plan's slots, else `plan.sequence_record()`'s */
+    PyObject *record = NULL, *fields[NUM_PLAN_SLOTS];
+    if (Py_TYPE(plan) != plan_type || !read_slots(plan, plan_offsets, NUM_PLAN_SLOTS, fields)) {
+        record = PyObject_CallMethodNoArgs(plan, s_sequence_record);
+        if (record == NULL)
+            return NULL;
+        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != NUM_PLAN_SLOTS) {
+            PyErr_SetString(PyExc_TypeError, "StepLog: sequence_record() must give (bulk, query, context, emits)");
+            Py_DECREF(record);
+            return NULL;
+        }
+        for (int i = 0; i < NUM_PLAN_SLOTS; i++)
+            fields[i] = Py_NewRef(PyTuple_GET_ITEM(record, i));
         Py_DECREF(record);
-        return NULL;
     }
-    PyObject *bulk = PyTuple_GET_ITEM(record, 0);
+    PyObject *bulk = fields[0];
     Py_ssize_t start = self->query.len / 4, num_bulk = 0, num_tail = 0, period = -1;
-    if (bulk != Py_None && add_bulk(self, bulk, start, &num_bulk, &period) < 0) {
-        Py_DECREF(record);
+    int failed = (bulk != Py_None && add_bulk(self, bulk, start, &num_bulk, &period) < 0)
+                 || add_tail(self, plan, fields[1], fields[2], fields[3], start + num_bulk, &num_tail) < 0;
+    for (int i = 0; i < NUM_PLAN_SLOTS; i++)
+        Py_DECREF(fields[i]);
+    if (failed)
         return NULL;
-    }
-    if (add_tail(self, plan, PyTuple_GET_ITEM(record, 1), PyTuple_GET_ITEM(record, 2), PyTuple_GET_ITEM(record, 3),
-                 start + num_bulk, &num_tail) < 0) {
-        Py_DECREF(record);
-        return NULL;
-    }
-    Py_DECREF(record);
     Py_ssize_t end = start + num_bulk + num_tail;
     self->query.len = self->context.len = self->index.len = end * 4;
     self->emits.len = end;
@@ -601,6 +743,68 @@ static PyTypeObject StepLogType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- StepAdder ---- */
+
+/* StepAdder(fallback, attr): called as (owner, plan, full), `getattr(owner, attr).add(plan)` where `full` is False,
+   else `fallback(owner, plan, full)`: a simulation's per-step call (`roofline.sim.simulator._record_rest` where
+   every step's sequences are recorded, which is then the fallback) without a Python frame for the common step. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fallback, *attr;
+    vectorcallfunc vectorcall;
+} StepAdder;
+
+static PyObject *s_add;
+
+static PyObject *StepAdder_vectorcall(StepAdder *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "StepAdder: (owner, plan, full) expected");
+        return NULL;
+    }
+    if (args[2] != Py_False)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *records = PyObject_GetAttr(args[0], self->attr);
+    if (records == NULL)
+        return NULL;
+    PyObject *call[2] = {records, args[1]};
+    PyObject *result = PyObject_VectorcallMethod(s_add, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(records);
+    return result;
+}
+
+static PyObject *StepAdder_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *fallback, *attr;
+    if (!PyArg_ParseTuple(args, "OU:StepAdder", &fallback, &attr))
+        return NULL;
+    StepAdder *self = (StepAdder *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->fallback = Py_NewRef(fallback);
+    self->attr = Py_NewRef(attr);
+    self->vectorcall = (vectorcallfunc)StepAdder_vectorcall;
+    return (PyObject *)self;
+}
+
+static void StepAdder_dealloc(StepAdder *self) {
+    Py_XDECREF(self->fallback);
+    Py_XDECREF(self->attr);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject StepAdderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "engine.core._steprec.StepAdder",
+    .tp_basicsize = sizeof(StepAdder),
+    .tp_dealloc = (destructor)StepAdder_dealloc,
+    .tp_vectorcall_offset = offsetof(StepAdder, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "StepAdder(fallback, attr)(owner, plan, full): getattr(owner, attr).add(plan) where full is False, "
+              "else fallback(owner, plan, full).",
+    .tp_new = StepAdder_new,
+};
+
 /* ---- received_block, kept_bytes ---- */
 
 static PyObject *received_block(PyObject *module, PyObject *args) {
@@ -662,6 +866,47 @@ static PyObject *kept_bytes(PyObject *module, PyObject *unused) {
     for (int k = 0; k < NUM_KINDS; k++)
         total += kept[k].cap;
     return PyLong_FromSsize_t(total);
+}
+
+/* ---- reap_at_exit ---- */
+
+/* reap_at_exit(pid) -> bool: wait for the child `pid` at the very end of the interpreter's finalization (Py_AtExit:
+   after the exit handlers, the modules' teardown and the last collection), not before them as `atexit` would, so
+   that the writer process's own end (the kernel taking back its memory) runs beside the simulation's process's
+   finalization instead of before it (docs/benchmark-history/2026-12-01d-outspeed5.md).
+   False where it cannot (no fork on the platform, or all `MAX_REAPED` places taken): the caller waits its own way. */
+#define MAX_REAPED 32
+#ifndef _WIN32
+static pid_t reaped[MAX_REAPED];
+static int num_reaped, reaping_registered;
+
+static void reap_all(void) {
+    for (int i = 0; i < num_reaped; i++) {
+        int status;
+        while (waitpid(reaped[i], &status, 0) < 0 && errno == EINTR)
+            ;
+    }
+    num_reaped = 0;
+}
+#endif
+
+static PyObject *reap_at_exit(PyObject *module, PyObject *arg) {
+    long pid = PyLong_AsLong(arg);
+    if (pid == -1 && PyErr_Occurred())
+        return NULL;
+#ifdef _WIN32
+    Py_RETURN_FALSE;
+#else
+    if (pid <= 0 || num_reaped == MAX_REAPED)
+        Py_RETURN_FALSE;
+    if (!reaping_registered) {
+        if (Py_AtExit(reap_all) < 0)
+            Py_RETURN_FALSE;
+        reaping_registered = 1;
+    }
+    reaped[num_reaped++] = (pid_t)pid;
+    Py_RETURN_TRUE;
+#endif
 }
 
 /* ---- gather_utf8 ---- */
@@ -766,6 +1011,12 @@ static PyMethodDef methods[] = {
      "k-th buffer of a message) if any, kept again for the next one once freed; read from the pipe `fd` if given "
      "(without the GIL; EOFError if it ends first), else uninitialised."},
     {"kept_bytes", kept_bytes, METH_NOARGS, "kept_bytes() -> int: the bytes kept for the next blocks (all kinds)."},
+    {"bind_record_types", bind_record_types, METH_VARARGS,
+     "bind_record_types(plan_cls, rows_cls) -> bool: StepLog.add reads plans and bulk rows of exactly these classes at "
+     "their slots (sequence_record()'s and the rows' fields); True where both have them all."},
+    {"reap_at_exit", reap_at_exit, METH_O,
+     "reap_at_exit(pid) -> bool: wait for the child pid at the end of the interpreter's finalization (Py_AtExit); "
+     "False where it cannot."},
     {"gather_utf8", gather_utf8, METH_VARARGS,
      "gather_utf8(names, index) -> (offsets, data) or None: names[index[i]]'s UTF-8 bytes one after the other."},
     {NULL, NULL, 0, NULL},
@@ -780,19 +1031,18 @@ PyMODINIT_FUNC PyInit__steprec(void) {
     struct { PyObject **name; const char *text; } names[] = {
         {&s_sequence_record, "sequence_record"}, {&s_off, "off"}, {&s_seq, "seq"}, {&s_num_updates, "num_updates"},
         {&s_prefill_rows, "prefill_rows"}, {&s_ids, "ids"}, {&s_requests, "requests"},
-        {&s_request_id, "request_id"},
+        {&s_request_id, "request_id"}, {&s_add, "add"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;
-    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&StepLogType) < 0)
+    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&StepLogType) < 0 || PyType_Ready(&StepAdderType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&StepLogType);
-    if (PyModule_AddObject(m, "StepLog", (PyObject *)&StepLogType) < 0) {
-        Py_DECREF(&StepLogType);
+    if (PyModule_AddObjectRef(m, "StepLog", (PyObject *)&StepLogType) < 0
+        || PyModule_AddObjectRef(m, "StepAdder", (PyObject *)&StepAdderType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

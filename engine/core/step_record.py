@@ -28,7 +28,7 @@ from typing import Any, overload
 import numpy as np
 
 from engine.core.native import ALLOWED
-from engine.core.step_plan import StepPlan
+from engine.core.step_plan import ColumnRows, StepPlan
 
 try:
     from engine.core import _steprec  # type: ignore[attr-defined]
@@ -197,6 +197,8 @@ class CompiledStepRecords:
 
 
 COMPILED = _steprec is not None and ALLOWED
+if COMPILED:  # (`add` reads a StepPlan's `sequence_record()` and its ColumnRows' fields at their slots)
+    _steprec.bind_record_types(StepPlan, ColumnRows)
 
 
 def received_buffer(nbytes: int, slot: int, fd: int) -> Any:

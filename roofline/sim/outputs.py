@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
+from engine.core import step_record
 from engine.core.native import ALLOWED
 from engine.core.step_record import StepSequences, received_buffer
 from roofline.jsonable import to_json
@@ -413,7 +414,9 @@ class _ForkedWriter:
     def _reap(self) -> None:
         """Wait for the child's word (once); raise why it failed, if it did. Its b"ok" comes after its last file is
         closed, and its exit (the kernel taking back its ~100-200 MB: 0.01-0.02 s) is waited for at the process's
-        exit (`atexit`), beside what the simulation's process does meanwhile; a failed child is waited for here."""
+        exit, beside what the simulation's process does meanwhile: compiled, at the very end of the interpreter's
+        finalization (`engine.core._steprec.reap_at_exit`), else by `atexit`, before it; a failed child is waited for
+        here."""
         if not self._reaped:
             self._reaped = True
             os.close(self._data_fd)
@@ -424,7 +427,8 @@ class _ForkedWriter:
             os.close(self._release_fd)  # (the ring is unmapped with the process, not here)
             message = b"".join(chunks)
             if message == b"ok":
-                atexit.register(_wait_for, self.pid)
+                if not (step_record.COMPILED and step_record._steprec.reap_at_exit(self.pid)):
+                    atexit.register(_wait_for, self.pid)
                 return
             status = _wait_for(self.pid)
             if message.startswith(b"oserror:"):  # the machine refused a write (a full disk, ...): that error

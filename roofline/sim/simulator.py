@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.core import step_record
 from engine.core.model_spec import ModelSpec
 from engine.core.native import _kvcore
 from engine.core.request import Request
@@ -334,7 +335,7 @@ class _Simulation:
                                                          self.schedule]  # (by priority: a list's index is cheaper)
         assert [_STEP_END, _SEEN, _ARRIVAL, _REACH, _SCHEDULE] == list(range(len(handlers)))
         heap = self.heap
-        if early_stop is None and self.compiled_loop() and _simcore.run_loop(self, handlers, _record_rest):
+        if early_stop is None and self.compiled_loop() and _simcore.run_loop(self, handlers, self._rest_of_step()):
             return  # (the same loop, its common step in C)
         if early_stop is None:
             while heap:
@@ -355,6 +356,14 @@ class _Simulation:
                 continue
             now, priority, _, payload = heapq.heappop(heap)
             handlers[priority](now, payload)
+
+    def _rest_of_step(self) -> Callable[[Recorder, StepPlan, bool], None]:
+        """What the compiled loop calls after a step's row: `_record_rest`; where every step's sequences are recorded
+        in C, the same as one C call (`engine.core._steprec.StepAdder`: a step that does not fill the rows' block
+        is `recorder.step_seqs.add(plan)`, without `_record_rest`'s Python frame), `_record_rest` for the others."""
+        if self.recorder.record_steps and step_record.COMPILED:
+            return step_record._steprec.StepAdder(_record_rest, "step_seqs")  # type: ignore[no-any-return]
+        return _record_rest
 
     def compiled_loop(self) -> bool:
         """Whether `run` (without an early stop) runs in C (roofline/sim/_simcore.c `run_loop`: the loop and the
