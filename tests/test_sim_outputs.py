@@ -409,3 +409,45 @@ def test_forked_writer_writes_the_in_process_files(tmp_path: Path, monkeypatch: 
         stream.close()
     with pytest.raises(RuntimeError, match="no table today"):  # (and again: the child is gone)
         stream.close()
+
+
+@pytest.mark.parametrize("name", ["pandas", "numpy", "pyarrow", "PyYAML", "pyyaml"])
+def test_an_installed_version_is_importlib_metadatas(name: str) -> None:
+    import importlib.metadata
+
+    from roofline.sim import steps_file
+
+    steps_file.installed_version.cache_clear()
+    assert steps_file.installed_version(name) == importlib.metadata.version(name)
+
+
+def test_an_installed_version_beside_an_egg_or_a_second_dist_info_is_importlib_metadatas(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder on the path with an egg of the distribution, or two dist-info folders of it: importlib.metadata's
+    answer (here: read by it); a plain dist-info folder: its METADATA's Version header, as importlib.metadata reads
+    it; a folder before them without the distribution is passed over."""
+    import importlib.metadata
+
+    from roofline.sim import steps_file
+
+    def dist_info(folder: Path, name: str, version: str, suffix: str = ".dist-info") -> None:
+        info = folder / f"{name}-{version}{suffix}"
+        info.mkdir(parents=True)
+        (info / ("METADATA" if suffix == ".dist-info" else "PKG-INFO")).write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nVersion: 9.9 (the description)\n")
+
+    empty, plain, egg, two = tmp_path / "empty", tmp_path / "plain", tmp_path / "egg", tmp_path / "two"
+    empty.mkdir()
+    dist_info(plain, "Some_Dist", "1.2.3")
+    dist_info(egg, "some_dist", "2.0", ".egg-info")
+    dist_info(two, "some-dist", "3.0")
+    dist_info(two, "Some.Dist", "3.1")
+    for folder in (plain, egg, two):
+        monkeypatch.setattr("sys.path", [str(empty), str(folder)])
+        steps_file.installed_version.cache_clear()
+        assert steps_file.installed_version("some-dist") == importlib.metadata.version("some-dist")
+    monkeypatch.setattr("sys.path", [str(empty), str(plain)])
+    assert steps_file._dist_info_version("some-dist") == "1.2.3"
+    monkeypatch.setattr("sys.path", [str(egg)])
+    assert steps_file._dist_info_version("some-dist") is None
+    steps_file.installed_version.cache_clear()

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 # (`concurrent.futures`, `queue` and `traceback` are imported where used: the in-process writer and the forked
 # writer need them, the simulation's process does not; with the `logging` and `string` modules they bring, ~3 ms
-# of its start.)
+# of its start. The forked writer imports `queue` alone: `traceback` only where it fails, `concurrent.futures` never.)
 
 try:
     from roofline.sim import _csvrows  # type: ignore[attr-defined]
@@ -478,7 +478,6 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int, ring: m
     or the traceback to `status_fd`. After each message read from the ring, the end of its place there (bytes ever
     placed) to `release_fd`: the parent may place the next ones over it."""
     import queue
-    import traceback
 
     code = 1
     try:
@@ -520,6 +519,8 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int, ring: m
         os.close(status_fd)  # (every file closed: the parent goes on, while this process's memory is given back)
         code = 0
     except BaseException as exc:
+        import traceback  # (only for a failure)
+
         failure = (b"oserror:" + pickle.dumps(exc) if isinstance(exc, OSError) and exc.errno is not None
                    else traceback.format_exc().encode())
         with contextlib.suppress(OSError):

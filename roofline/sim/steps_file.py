@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib.metadata
 import os
+import re
+import sys
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,9 @@ from roofline import __version__
 from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import STEP_COLUMNS, SimulationResult
 from roofline.sim.table import Columns, Table, column
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 # Steps per Parquet row group of a simulation's steps.parquet, a part of the steps as the writer gets them
 # (`roofline.sim.simulator.STEPS_PER_PART`): the writer encodes a row group at once (pyarrow's `write_table`), so what
@@ -112,7 +115,11 @@ class StepsFileWriter:
         # A part's Parquet encoding runs on a second thread (without the GIL) while the simulation goes on; one
         # part at a time, so that at most two parts' tables are alive. Not `threaded` (the forked writer process,
         # which has a core of its own beside the simulation's): encoded at once, no third busy thread.
-        self._pool = ThreadPoolExecutor(max_workers=1) if threaded else None
+        self._pool: ThreadPoolExecutor | None = None
+        if threaded:  # (imported here: the forked writer, which writes unthreaded, need not import it)
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1)
         self._pending: Future[None] | None = None
 
     @_system_errors()
@@ -248,9 +255,53 @@ def run_metadata(deployment: Deployment, summary: dict[str, object]) -> RunMetad
 
 @functools.cache
 def installed_version(distribution: str) -> str:
-    """The installed version of `distribution` (`importlib.metadata.version`: ~0.004 s the first time, which the
-    writer process spends while it waits for the first part, not at the run's end: `roofline.sim.outputs`)."""
+    """The installed version of `distribution`, `importlib.metadata.version(distribution)` (read by the writer
+    process while it waits for the first part, not at the run's end: `roofline.sim.outputs`). Where the first folder
+    on `sys.path` that holds the distribution's metadata holds one `<name>-<version>.dist-info` folder of it and
+    nothing else of it, its METADATA file's `Version` header is read here, as importlib.metadata finds and reads it
+    (its discovery: the folders in path order, names compared normalized), without importing importlib.metadata and
+    the `email` package it parses the file with (docs/benchmark-history/2026-12-01d-outspeed5.md); any other case
+    (an egg, a zip, two candidates, an unusual file) by `importlib.metadata.version`."""
+    version = _dist_info_version(distribution)
+    if version is not None:
+        return version
+    import importlib.metadata
+
     return importlib.metadata.version(distribution)
+
+
+def _normalized(name: str) -> str:
+    """A distribution name as importlib.metadata compares them (`Prepared.normalize`)."""
+    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
+
+
+def _dist_info_version(distribution: str) -> str | None:
+    """`installed_version`'s plain case, or None."""
+    wanted = _normalized(distribution)
+    for entry in sys.path:
+        folder = entry or "."
+        if not os.path.isdir(folder):
+            if os.path.exists(folder):
+                return None  # (a zip on the path: importlib.metadata's)
+            continue
+        try:
+            children = os.listdir(folder)
+        except OSError:
+            return None
+        found = [child for child in children if child.lower().endswith((".dist-info", ".egg-info"))
+                 and _normalized(child.lower().rpartition(".")[0].partition("-")[0]) == wanted]
+        if not found:
+            continue
+        if len(found) != 1 or not found[0].lower().endswith(".dist-info"):
+            return None
+        try:
+            with open(os.path.join(folder, found[0], "METADATA"), encoding="utf-8") as metadata:
+                header = metadata.read().split("\n\n", 1)[0]
+        except OSError:
+            return None
+        versions = re.findall(r"^Version:[ \t]*(\S+)[ \t]*$", header, flags=re.M | re.I)
+        return versions[0] if len(versions) == 1 else None
+    return None
 
 
 def write_steps_file(out_dir: Path, deployment: Deployment, table: pa.Table, summary: dict[str, object]) -> None:
