@@ -767,8 +767,8 @@ static PyObject *StepAdder_vectorcall(StepAdder *self, PyObject *const *args, si
     PyObject *records = PyObject_GetAttr(args[0], self->attr);
     if (records == NULL)
         return NULL;
-    PyObject *call[2] = {records, args[1]};
-    PyObject *result = PyObject_VectorcallMethod(s_add, call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *call[3] = {NULL, records, args[1]}; /* (call[0]: the room PY_VECTORCALL_ARGUMENTS_OFFSET lends) */
+    PyObject *result = PyObject_VectorcallMethod(s_add, call + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(records);
     return result;
 }
