@@ -451,3 +451,33 @@ def test_an_installed_version_beside_an_egg_or_a_second_dist_info_is_importlib_m
     monkeypatch.setattr("sys.path", [str(egg)])
     assert steps_file._dist_info_version("some-dist") is None
     steps_file.installed_version.cache_clear()
+
+
+def test_the_writer_takes_jemalloc_where_pyarrow_has_it_and_the_user_chose_no_pool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_choose_arrow_pool` (the forked writer, before pyarrow's import): jemalloc where pyarrow's build has it (its
+    arrow/util/config.h), nothing where it lacks it (Arrow would warn) or where ARROW_DEFAULT_MEMORY_POOL is set."""
+    import importlib.machinery
+    import importlib.util
+
+    def pyarrow_with(config: str | None) -> None:
+        package = tmp_path / f"site-{len(list(tmp_path.iterdir()))}" / "pyarrow"
+        (package / "include" / "arrow" / "util").mkdir(parents=True)
+        if config is not None:
+            (package / "include" / "arrow" / "util" / "config.h").write_text(f"#define ARROW_MIMALLOC\n{config}\n")
+        spec = importlib.machinery.ModuleSpec("pyarrow", None, is_package=True)
+        spec.submodule_search_locations = [str(package)]
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+
+    pyarrow_with("#define ARROW_JEMALLOC")
+    environ: dict[str, str] = {}
+    outputs._choose_arrow_pool(environ)
+    assert environ == {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}
+    environ = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+    outputs._choose_arrow_pool(environ)
+    assert environ == {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+    for config in ("#define ARROW_JEMALLOC_VENDORED", "/* #undef ARROW_JEMALLOC */", None):
+        pyarrow_with(config)
+        environ = {}
+        outputs._choose_arrow_pool(environ)
+        assert environ == {}, config
