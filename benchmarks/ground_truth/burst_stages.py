@@ -68,7 +68,9 @@ def extract(work_dir: Path) -> dict[str, Any]:
             continue
         if key[0] not in prefixes:
             prefixes.append(key[0])
-    results = sorted(((json.loads(p.read_text()), p.stem) for p in work_dir.glob("*-a1-r*.json")),
+    # (not the client's `<run>.client-split.json` beside each result, which vllm_serve_bench.py writes since 2fa3c99)
+    results = sorted(((json.loads(p.read_text()), p.stem) for p in work_dir.glob("*-a1-r*.json")
+                      if not p.name.endswith(".client-split.json")),
                      key=lambda item: min(item[0]["start_times"]))
     if len(results) != len(prefixes):
         raise SystemExit(f"{work_dir}: {len(results)} run results but {len(prefixes)} request id prefixes")
