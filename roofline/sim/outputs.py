@@ -540,8 +540,8 @@ def _choose_arrow_pool(environ: Any) -> None:
     names none (a user's choice stays), set in `environ` before pyarrow is imported (Arrow reads it once, then).
     Parquet's encoders grow their buffers (the levels of the list columns, the encoded pages) by reallocation from
     Arrow's default pool whatever pool the writer is given; jemalloc grows them in place where mimalloc (Arrow's
-    default) copies, and the writer's work beside the simulation slows it less: 10,000 requests +24.8 -> +20.8 %,
-    100,000 +28.6 -> +25.4 % (docs/benchmark-history/2026-12-01d-outspeed5.md). The file's bytes are the same."""
+    default) copies them, and the writer's work beside the simulation slows it less (alternated runs:
+    docs/benchmark-history/2026-12-01d-outspeed5.md). The file's bytes are the same."""
     if environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         return
     import importlib.util
