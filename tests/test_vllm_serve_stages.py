@@ -4,6 +4,8 @@ boundaries on a small made-up trace, and the observed simulator giving the simul
 from __future__ import annotations
 
 import json
+import os
+import runpy
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -124,3 +126,16 @@ def test_input_hop_in_parts_where_the_send_and_decode_are_stamped(tmp_path: Path
                    "transport_in_step": pytest.approx(0.4), "requests_in_step": 1}
     (tmp_path / "timeline-a1.log").write_text(json.dumps(events[0]) + "\n")
     assert vllm_serve_stages.input_hop(tmp_path, 1) == {}
+
+
+def test_the_script_runs_the_simulator_it_observes(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Run as a script it selects the simulator's Python loop and API server, the ones `observe` and
+    `observe_threads` patch (under the compiled loop no simulated stage was found), before anything of roofline is
+    imported by it."""
+    monkeypatch.setenv("ROOFLINE_PURE_PYTHON", "")
+    monkeypatch.setattr(sys, "argv", ["vllm_serve_stages.py", "--help"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(vllm_serve_stages.__file__, run_name="__main__")
+    assert stop.value.code == 0 and "--work-dirs" in capsys.readouterr().out
+    assert os.environ["ROOFLINE_PURE_PYTHON"] == "1"

@@ -44,6 +44,7 @@ import bisect
 import collections
 import json
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -495,5 +496,10 @@ def _save_originals() -> None:
 
 
 if __name__ == "__main__":
+    # The simulator's Python loop and API server, the ones this script observes (`observe`, `observe_threads`: the
+    # compiled loop, roofline/sim/_simcore.c `run_loop`, calls no `_Simulation.enter` or `end_step_streamed`, so
+    # under it no simulated stage was found); the compiled code is property-tested to give the same times. Set
+    # before anything of roofline is imported (`engine.core.native` reads it once).
+    os.environ["ROOFLINE_PURE_PYTHON"] = "1"
     _save_originals()
     main()
