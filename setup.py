@@ -16,6 +16,8 @@ setup(
         Extension(
             "engine.core._kvcore",
             sources=["engine/core/_kvcore.c"],
+            include_dirs=["engine/core"],  # (_slots.h)
+            depends=["engine/core/_slots.h"],
             optional=True,
             extra_compile_args=["-O2"],
             extra_link_args=["-pthread"],  # (`DrawAhead`'s thread; in libc itself since glibc 2.34)
@@ -23,6 +25,8 @@ setup(
         Extension(
             "engine.core._steprec",
             sources=["engine/core/_steprec.c"],
+            include_dirs=["engine/core"],  # (_slots.h)
+            depends=["engine/core/_slots.h"],
             optional=True,
             extra_compile_args=["-O3"],  # (its loops over a step's rows vectorized)
         ),
@@ -30,6 +34,8 @@ setup(
         Extension(
             "roofline.cost._stepcost",
             sources=["roofline/cost/_stepcost.c"],
+            include_dirs=["engine/core"],  # (_slots.h)
+            depends=["engine/core/_slots.h"],
             optional=True,
             extra_compile_args=["-O2", "-ffp-contract=off"],
         ),
@@ -37,6 +43,8 @@ setup(
         Extension(
             "roofline.sim._simcore",
             sources=["roofline/sim/_simcore.c"],
+            include_dirs=["engine/core"],  # (_slots.h)
+            depends=["engine/core/_slots.h"],
             optional=True,
             extra_compile_args=["-O2", "-ffp-contract=off"],
         ),

@@ -22,6 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "_slots.h" /* member_slot_offset */
 #include <stdint.h>
 #include <string.h>
 
@@ -1513,17 +1514,11 @@ static PyObject *mod_bind_request_type(PyObject *Py_UNUSED(m), PyObject *cls) {
     /* (the offsets found first: a class refused leaves the type bound before, and its offsets, as they were) */
     Py_ssize_t offs[sizeof(fields) / sizeof(fields[0])];
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, fields[i].name);
-        if (!descr) {
-            if (PyErr_Occurred()) return NULL;
-            PyErr_Format(PyExc_TypeError, "bind_request_type: no slot %R", fields[i].name);
+        offs[i] = member_slot_offset((PyTypeObject *)cls, fields[i].name, 0);
+        if (offs[i] < 0) {
+            PyErr_Format(PyExc_TypeError, "bind_request_type: no slot %R holding an object", fields[i].name);
             return NULL;
         }
-        if (!Py_IS_TYPE(descr, &PyMemberDescr_Type) || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError, "bind_request_type: %R is not an object slot", fields[i].name);
-            return NULL;
-        }
-        offs[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
     }
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) *fields[i].off = offs[i];
     Py_INCREF(cls);
@@ -2022,16 +2017,10 @@ static inline int obj_set_new(PyObject *o, PyTypeObject *t, Py_ssize_t off, PyOb
 #define PSET_NEW(plan, field, v) obj_set_new((plan), plan_type, off_p_##field, s_##field, (v))
 
 static int slot_offset(PyTypeObject *cls, PyObject *name, Py_ssize_t *off) {
-    PyObject *descr = PyDict_GetItemWithError(cls->tp_dict, name);
-    if (!descr) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "bind_fast_path_types: %s has no slot %R", cls->tp_name, name);
+    if ((*off = member_slot_offset(cls, name, 0)) < 0) {
+        PyErr_Format(PyExc_TypeError, "bind_fast_path_types: %s has no slot %R holding an object", cls->tp_name, name);
         return -1;
     }
-    if (!Py_IS_TYPE(descr, &PyMemberDescr_Type) || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-        PyErr_Format(PyExc_TypeError, "bind_fast_path_types: %R is not an object slot", name);
-        return -1;
-    }
-    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
     return 0;
 }
 

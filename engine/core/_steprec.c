@@ -28,6 +28,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "_slots.h" /* member_slot_offset */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -342,20 +343,6 @@ static const char *ROWS_SLOTS[NUM_ROWS_SLOTS] = {"off", "seq", "num_updates", "p
 static PyTypeObject *plan_type, *rows_type;
 static Py_ssize_t plan_offsets[NUM_PLAN_SLOTS], rows_offsets[NUM_ROWS_SLOTS];
 
-/* The offset of `name`'s slot in objects of `type` (a member descriptor of an object, as `__slots__` makes), -1
-   where it is none. */
-static Py_ssize_t slot_offset(PyTypeObject *type, const char *name) {
-    PyObject *key = PyUnicode_InternFromString(name);
-    if (key == NULL)
-        return -2;
-    PyObject *d = _PyType_Lookup(type, key); /* (borrowed; no exception set) */
-    Py_DECREF(key);
-    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
-        return -1;
-    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-    return m->type == T_OBJECT_EX ? m->offset : -1;
-}
-
 /* The offsets of `names` in `cls` into `offsets`: 1 where every one is a slot, 0 where one is not, -1 on error. */
 static int bind_slots(PyObject *cls, const char **names, int n, Py_ssize_t *offsets) {
     if (!PyType_Check(cls)) {
@@ -363,9 +350,11 @@ static int bind_slots(PyObject *cls, const char **names, int n, Py_ssize_t *offs
         return -1;
     }
     for (int i = 0; i < n; i++) {
-        offsets[i] = slot_offset((PyTypeObject *)cls, names[i]);
-        if (offsets[i] == -2)
+        PyObject *key = PyUnicode_InternFromString(names[i]);
+        if (key == NULL)
             return -1;
+        offsets[i] = member_slot_offset((PyTypeObject *)cls, key, 0);
+        Py_DECREF(key);
         if (offsets[i] < 0)
             return 0;
     }

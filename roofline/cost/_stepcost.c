@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "_slots.h" /* member_slot_offset */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -494,13 +495,15 @@ static Py_ssize_t off_num_prefill_tokens, off_requests, off_bulk_context_sum, of
     off_columns, off_num_batched_tokens, off_num_emitting_seqs, off_cr_off, off_cr_prefill_rows;
 
 static int slot_offset(PyTypeObject *cls, const char *name, Py_ssize_t *off) {
-    PyObject *descr = PyDict_GetItemString(cls->tp_dict, name);  /* (borrowed) */
-    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
-        || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+    PyObject *key = PyUnicode_InternFromString(name);
+    if (key == NULL)
+        return -1;
+    *off = member_slot_offset(cls, key, 0);
+    Py_DECREF(key);
+    if (*off < 0) {
         PyErr_Format(PyExc_TypeError, "bind_plan_types: %s has no object slot %s", cls->tp_name, name);
         return -1;
     }
-    *off = ((PyMemberDescrObject *)descr)->d_member->offset;
     return 0;
 }
 

@@ -22,6 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "_slots.h" /* member_slot_offset */
 #include <stdint.h>
 #include <string.h>
 
@@ -266,16 +267,6 @@ static PyTypeObject *plan_type;
 static Py_ssize_t plan_offsets[NUM_PLAN_FIELDS], step_index_offset, requests_offset;
 static PyObject *requests_name;
 
-/* The offset of `name`'s slot in objects of `type` (a member descriptor of an object, as `__slots__` makes), -1 where
- * it is none (or, `writable`, a read-only one): where the extension reads or writes a field as the descriptor does. */
-static Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name, int writable) {
-    PyObject *d = _PyType_Lookup(type, name);  /* (borrowed; no exception set) */
-    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
-        return -1;
-    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-    return m->type == T_OBJECT_EX && !(writable && (m->flags & READONLY)) ? m->offset : -1;
-}
-
 static PyObject *bind_plan_type(PyObject *self, PyObject *cls) {
     if (!PyType_Check(cls)) {
         PyErr_SetString(PyExc_TypeError, "bind_plan_type(cls): a class");
@@ -284,7 +275,7 @@ static PyObject *bind_plan_type(PyObject *self, PyObject *cls) {
     Py_ssize_t offsets[NUM_PLAN_FIELDS + 2];
     for (int i = 0; i < NUM_PLAN_FIELDS + 2; i++) {
         PyObject *name = i < NUM_PLAN_FIELDS ? plan_names[i] : i == NUM_PLAN_FIELDS ? step_index_name : requests_name;
-        offsets[i] = slot_offset((PyTypeObject *)cls, name, 0);
+        offsets[i] = member_slot_offset((PyTypeObject *)cls, name, 0);
         if (i == 0 && offsets[i] < 0)
             continue;  /* (num_seqs: a property, `len(self.requests)`, read from `requests`) */
         if (offsets[i] < 0) {
@@ -695,7 +686,7 @@ typedef struct {
 static void slots_bind(Slots *s, PyTypeObject *type) {
     s->type = NULL;
     for (int i = 0; i < s->num; i++)
-        if ((s->offsets[i] = slot_offset(type, *s->names[i], 1)) < 0)
+        if ((s->offsets[i] = member_slot_offset(type, *s->names[i], 1)) < 0)
             return;
     s->type = type;
 }
@@ -2031,7 +2022,7 @@ static PyObject *mod_make_specs(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     for (Py_ssize_t k = 0; k < num_fields; k++)
-        offsets[k] = slot_offset(cls, PyTuple_GET_ITEM(names, k), 1);
+        offsets[k] = member_slot_offset(cls, PyTuple_GET_ITEM(names, k), 1);
     PyObject *empty = PyTuple_New(0), *specs = PyList_New(n);
     if (empty == NULL || specs == NULL)
         goto fail;
