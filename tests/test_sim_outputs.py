@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 
+from engine.core import step_record
 from engine.core.trace import STEP_COLUMNS, step_schema
 from roofline.cost.hardware import parse_profile
 from roofline.cost.ops import BatchStats
@@ -369,43 +371,60 @@ def test_forked_writer_writes_the_in_process_files(tmp_path: Path, monkeypatch: 
     model, hardware, engine, load = CASES["mistral-sliding-window"]
     deployment = make_deployment(model, hardware, engine)
     summary = {"seed": 3, "workload": "small", "num_replicas": 1, "kv_cache": {}}
-    # The parts through the shared memory (`_ForkedWriter.RING_BYTES`): as it is, so small that each part waits for
-    # the child to free the last one's place and wraps round, and so small that the larger parts go through the
-    # pipe.
-    variants = [(False, None), (True, None), (True, 32 << 10), (True, 16 << 10)]
-    for forked, ring_bytes in variants:
-        monkeypatch.setattr(outputs, "FORKED", forked)
-        if ring_bytes is not None:
-            monkeypatch.setattr(outputs._ForkedWriter, "RING_BYTES", ring_bytes)
-        out = tmp_path / f"forked-{forked}-{ring_bytes}"
+    # The parts through the shared memory: their arrays recorded in its slots (compiled) and the rest copied into the
+    # ring (`_ForkedWriter.RING_BYTES`) as it is; slots so small that the arrays outgrow them (then copied into the
+    # ring); one slot (each part waits for the child to free it); a sink without `step_records` (`stream.write`: the
+    # arrays copied into the ring too), with the ring as it is, so small that each part waits for the child to free the
+    # last one's place and wraps round, and so small that the larger parts go through the pipe.
+    variants: dict[str, dict[str, int]] = {"in-process": {}, "forked": {}, "slots-small": {"SLOT_SEQS": 20},
+                                           "one-slot": {"NUM_SLOTS": 1}, "sink-write": {},
+                                           "sink-write-ring-32k": {"RING_BYTES": 32 << 10},
+                                           "sink-write-ring-16k": {"RING_BYTES": 16 << 10}}
+    lying: dict[str, int] = {}
+    sizes = {attr: getattr(outputs._ForkedWriter, attr) for attr in ("RING_BYTES", "NUM_SLOTS", "SLOT_SEQS")}
+    for name, changes in variants.items():
+        monkeypatch.setattr(outputs, "FORKED", name != "in-process")
+        for attr, size in sizes.items():
+            monkeypatch.setattr(outputs._ForkedWriter, attr, changes.get(attr, size))
+        out = tmp_path / name
         out.mkdir()
         stream = outputs.StepTraceStream(out, deployment)
-        assert (stream._child is not None) == forked
-        result = run_simulation(deployment, load, SimulationOptions(), step_sink=stream.write)
+        assert (stream._child is not None) == (name != "in-process")
+        if stream._child is not None:  # (how many bytes each part named where they lie)
+            counted = stream._child._lying
+
+            def count(pieces: list[memoryview], counted: Any = counted, name: str = name) -> list[int | None]:
+                found = counted(pieces)
+                lying[name] = lying.get(name, 0) + sum(p.nbytes for p, at in zip(pieces, found) if at is not None)
+                return found
+
+            monkeypatch.setattr(stream._child, "_lying", count)
+        result = run_simulation(deployment, load, SimulationOptions(),
+                                step_sink=stream.write if name.startswith("sink-write") else stream)
         stream.write_tables(outputs.csv_tables(result))
-        if forked:
-            child = stream._child
-            assert child is not None
-            placed = child._placed  # (bytes placed in the ring, the skipped ends of it counted)
+        placed = stream._child._placed if stream._child is not None else 0  # (bytes placed in the ring)
         outputs.write_outputs(out, deployment, result, summary, stream)
-        if ring_bytes == 32 << 10:  # (parts of ~20 KB: round the ring and again)
-            assert placed > 1.5 * ring_bytes
-        elif ring_bytes == 16 << 10:  # (the larger parts through the pipe)
-            assert placed < 2 * ring_bytes
-    for forked, ring_bytes in variants[1:]:
-        for name in ("steps.parquet", "requests.csv", "timeseries.csv", "summary.json", "run.json"):
-            assert (tmp_path / f"forked-{forked}-{ring_bytes}" / name).read_bytes() == \
-                (tmp_path / "forked-False-None" / name).read_bytes(), (name, ring_bytes)
+        if name.endswith("ring-32k"):  # (round the ring and again)
+            assert placed > 1.5 * (32 << 10)
+        elif name.endswith("ring-16k"):  # (the larger parts through the pipe)
+            assert placed < 2 * (16 << 10)
+    if step_record.COMPILED:  # the arrays where they were recorded, unless they outgrew their slot
+        assert lying["forked"] > 10 * lying["slots-small"] and lying["forked"] == lying["one-slot"] > 0
+    assert not any(lying.get(name, 0) for name in variants if name.startswith("sink-write"))
+    for name in list(variants)[1:]:
+        for file in ("steps.parquet", "requests.csv", "timeseries.csv", "summary.json", "run.json"):
+            assert (tmp_path / name / file).read_bytes() == (tmp_path / "in-process" / file).read_bytes(), (file, name)
 
     def failing_table(*args: object) -> pa.Table:
         raise ValueError("no table today")
 
     monkeypatch.setattr(outputs, "FORKED", True)
+    monkeypatch.setattr(outputs._ForkedWriter, "NUM_SLOTS", 1)  # (the next part's slot waits for the failed child)
     monkeypatch.setattr(steps_file, "steps_table", failing_table)  # (the child is a copy: it fails there)
     (tmp_path / "failing").mkdir()
     stream = outputs.StepTraceStream(tmp_path / "failing", deployment)
     with pytest.raises(RuntimeError, match="no table today"):  # (at the next part handed over, or at the end)
-        run_simulation(deployment, load, SimulationOptions(), step_sink=stream.write)
+        run_simulation(deployment, load, SimulationOptions(), step_sink=stream)
         stream.close()
     with pytest.raises(RuntimeError, match="no table today"):  # (and again: the child is gone)
         stream.close()

@@ -181,6 +181,38 @@ def test_a_freed_part_leaves_its_memory_to_the_next_and_the_next_holds_its_own_v
     _check(part(7, 20_000), CompiledStepRecords)
 
 
+@pytest.mark.skipif(not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)")
+@pytest.mark.parametrize("num_seqs", [1_000, 100, 0])
+def test_records_in_lent_memory_lie_there_and_outgrown_move_out_with_their_values(num_seqs: int) -> None:
+    """`CompiledStepRecords(arenas)` writes the query, context, emits and index arrays into the memory lent (the
+    `--out` writer's shared memory, roofline/sim/outputs.py), the arrays views of it; an array that outgrows its
+    arena (here 100 or 0 sequences' room for 203 sequences) moves to memory of its own; the values are the
+    reference's either way."""
+    import functools
+
+    lent = [np.full(width * num_seqs + 64, 0x55, dtype=np.uint8) for width in (4, 4, 1, 4)]
+    arenas = tuple(memoryview(a)[64:] for a in lent)  # type: ignore[arg-type]  # (anywhere: a view too)
+    ids = [f"r{i}" for i in range(200)]
+    plans = [_Plan(_bulk(list(range(100)), 3, list(range(100))[::-1], ids), ["t0"], [7], [5], [True]),
+             _Plan(None, [], [], [], []),
+             _Plan(_bulk(list(range(100)), 4, list(range(100, 200)), ids, prefill_rows=[(1, 99, 5, 1)]),
+                   ["t1", "t2"], [1, 2], [3, 4], [False, True])]
+    records = functools.partial(CompiledStepRecords, arenas)
+    _check(plans, records)
+    seqs = records()
+    for plan in plans:
+        seqs.add(plan)  # type: ignore[arg-type]
+    done = seqs.sequences()
+    arrays = [*done.concatenated, done.request_index]
+    inside = [lent[k].ctypes.data <= a.ctypes.data < lent[k].ctypes.data + len(lent[k]) for k, a in enumerate(arrays)]
+    assert inside == [num_seqs >= 203] * 4
+    if num_seqs >= 203:  # the bytes of the lent memory are the arrays'
+        assert lent[0][64:64 + 4 * 203].view(np.int32).tolist() == done.concatenated[0].tolist()
+        assert lent[3][64:64 + 4 * 203].view(np.int32).tolist() == done.request_index.tolist()
+    else:  # (the lent memory past what was written before the move is as it was)
+        assert lent[0][64 + 4 * num_seqs:].tolist() == [0x55] * (len(lent[0]) - 64 - 4 * num_seqs)
+
+
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.skipif(
     not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)"))])
 def test_a_received_buffer_is_the_pipes_next_bytes_in_the_memory_its_slot_last_freed(

@@ -9,6 +9,10 @@
    indices are converted from the fast path's lists only when the lists change (a decode step keeps them: the
    previous step's converted rows are reused), so a step costs a few C loops over its rows.
 
+   StepLog(arenas) writes the query, context, emits and request index arrays into the four writable buffers
+   `arenas` lends (the --out writer process's shared memory, which then reads them where they lie:
+   roofline.sim.outputs), an array that outgrows its arena moved to memory of its own (`Buf.external`).
+
    StepLog.finish() hands the arrays over (the log is then closed): query, context, request index (int32), emits
    (one byte each, 0 or 1), the steps' offsets (int64, n + 1), as buffers numpy reads in place, and the request
    names: of every period's id list the stretch the rows point into (its least to its greatest index), in the order
@@ -60,6 +64,7 @@ typedef struct {
     char *data;
     Py_ssize_t len, cap;
     int kind;
+    PyObject *owner; /* memory lent by `owner` (a StepLog's arena, `StepLog(arenas)`), not freed here; else NULL */
 } Block;
 
 static void keep_or_free(char *data, Py_ssize_t cap, int kind) {
@@ -73,7 +78,10 @@ static void keep_or_free(char *data, Py_ssize_t cap, int kind) {
 }
 
 static void Block_dealloc(Block *b) {
-    keep_or_free(b->data, b->cap, b->kind);
+    if (b->owner != NULL)
+        Py_DECREF(b->owner);
+    else
+        keep_or_free(b->data, b->cap, b->kind);
     Py_TYPE(b)->tp_free((PyObject *)b);
 }
 
@@ -93,16 +101,33 @@ static PyTypeObject BlockType = {
     .tp_doc = "Bytes owned here, read in place through the buffer protocol (np.frombuffer).",
 };
 
-/* A growing C array; its first memory the block kept of its kind, if any. */
+/* A growing C array; its first memory the block kept of its kind, if any, or memory lent to it (`external`: an
+   arena of `StepLog(arenas)`, never freed or reallocated here; outgrown, its bytes move to memory of its own). */
 typedef struct {
     char *data;
     Py_ssize_t len, cap; /* bytes */
     int kind;
+    int external;
 } Buf;
 
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap)
         return 0;
+    if (b->external) { /* (outgrown: the bytes so far into memory of its own, which then grows as any) */
+        Py_ssize_t cap = b->cap > (1 << 14) ? b->cap : 1 << 14;
+        while (cap < b->len + extra)
+            cap *= 2;
+        char *data = PyMem_RawMalloc(cap);
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(data, b->data, b->cap); /* (all it holds, as realloc keeps it: rows are written before `len` grows) */
+        b->data = data;
+        b->cap = cap;
+        b->external = 0;
+        return 0;
+    }
     if (b->data == NULL && b->kind != KIND_NONE && kept[b->kind].data != NULL) {
         b->data = kept[b->kind].data;
         b->cap = kept[b->kind].cap;
@@ -126,17 +151,31 @@ static int buf_reserve(Buf *b, Py_ssize_t extra) {
 
 /* The buffer's memory back to its kind's keeping (or freed). */
 static void buf_free(Buf *b) {
-    if (b->data != NULL)
+    if (b->data != NULL && !b->external)
         keep_or_free(b->data, b->cap, b->kind);
     b->data = NULL;
     b->len = b->cap = 0;
+    b->external = 0;
 }
 
-/* The buffer as a Block (the memory handed over; `b` left empty). */
-static PyObject *buf_take(Buf *b) {
+/* The buffer as a Block (the memory handed over; `b` left empty); memory lent to it stays `owner`'s (a new
+   reference: the lender lives as long as the block). */
+static PyObject *buf_take(Buf *b, PyObject *owner) {
     Block *block = PyObject_New(Block, &BlockType);
     if (block == NULL)
         return NULL;
+    block->owner = NULL;
+    if (b->external) {
+        block->data = b->data;
+        block->len = b->len;
+        block->cap = b->cap;
+        block->kind = KIND_NONE;
+        block->owner = Py_NewRef(owner);
+        b->data = NULL;
+        b->len = b->cap = 0;
+        b->external = 0;
+        return (PyObject *)block;
+    }
     if (b->data == NULL) { /* (an empty array: one byte, so that the pointer is not NULL) */
         b->data = PyMem_RawMalloc(1);
         if (b->data == NULL) {
@@ -177,11 +216,37 @@ typedef struct {
     int32_t raw_least, raw_most;   /* raw_seq's least and greatest index (-1, -2 where empty) */
     Buf least, most;               /* per period: the least and greatest index its rows point to (int32) */
     int closed;
+    Py_buffer arenas[4]; /* memory lent for query, context, emits and index (`StepLog(arenas)`), if any */
+    int num_arenas;
 } StepLog;
 
 static int StepLog_init(StepLog *self, PyObject *args, PyObject *kwds) {
-    if (!PyArg_ParseTuple(args, ":StepLog"))
+    PyObject *arenas = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:StepLog", &arenas))
         return -1;
+    if (self->periods != NULL || self->num_arenas) {
+        PyErr_SetString(PyExc_RuntimeError, "StepLog: initialised already");
+        return -1;
+    }
+    /* The per-sequence arrays written where `arenas` lend memory (the --out writer process's shared memory, which
+       it then reads without a copy: roofline.sim.outputs); an array that outgrows its arena moves to memory of its
+       own. */
+    if (arenas != Py_None) {
+        Buf *lent[4] = {&self->query, &self->context, &self->emits, &self->index};
+        if (!PyTuple_Check(arenas) || PyTuple_GET_SIZE(arenas) != 4) {
+            PyErr_SetString(PyExc_TypeError, "StepLog(arenas): a tuple of 4 writable buffers (query, context, emits, "
+                                             "index) or None");
+            return -1;
+        }
+        for (int i = 0; i < 4; i++) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(arenas, i), &self->arenas[i], PyBUF_WRITABLE) < 0)
+                return -1;
+            self->num_arenas++;
+            lent[i]->data = self->arenas[i].buf;
+            lent[i]->cap = self->arenas[i].len;
+            lent[i]->external = 1;
+        }
+    }
     self->periods = PyList_New(0);
     self->period_of = PyDict_New();
     self->tail_ids = PyList_New(0);
@@ -212,6 +277,8 @@ static void StepLog_dealloc(StepLog *self) {
     Py_XDECREF(self->tail_ids);
     Py_XDECREF(self->last_off);
     Py_XDECREF(self->last_seq);
+    for (int i = 0; i < self->num_arenas; i++)
+        PyBuffer_Release(&self->arenas[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -688,8 +755,10 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
     }
     PyMem_RawFree(base);
     base = NULL;
-    PyObject *query = buf_take(&self->query), *context = buf_take(&self->context), *emits = buf_take(&self->emits);
-    PyObject *index_block = buf_take(&self->index), *starts_block = buf_take(&self->starts);
+    PyObject *me = (PyObject *)self; /* (the lender of `arenas`' memory: alive while a block of it is) */
+    PyObject *query = buf_take(&self->query, me), *context = buf_take(&self->context, me);
+    PyObject *emits = buf_take(&self->emits, me), *index_block = buf_take(&self->index, me);
+    PyObject *starts_block = buf_take(&self->starts, me);
     if (query == NULL || context == NULL || emits == NULL || index_block == NULL || starts_block == NULL) {
         Py_XDECREF(query);
         Py_XDECREF(context);
@@ -726,7 +795,8 @@ static PyTypeObject StepLogType = {
     .tp_dealloc = (destructor)StepLog_dealloc,
     .tp_as_sequence = &StepLog_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The sequences of every step added, written into C arrays (engine.core.step_record).",
+    .tp_doc = "StepLog(arenas=None): the sequences of every step added, written into C arrays (engine.core.step_record); "
+              "`arenas`: 4 writable buffers lent for the query, context, emits and index arrays.",
     .tp_methods = StepLog_methods,
     .tp_init = (initproc)StepLog_init,
     .tp_new = PyType_GenericNew,
@@ -844,7 +914,7 @@ static PyObject *received_block(PyObject *module, PyObject *args) {
 #endif
     }
     buf.len = nbytes;
-    PyObject *block = buf_take(&buf);
+    PyObject *block = buf_take(&buf, NULL);
     if (block == NULL)
         buf_free(&buf);
     return block;
@@ -979,7 +1049,7 @@ static PyObject *gather_utf8(PyObject *module, PyObject *args) {
     }
     offsets.len = (n + 1) * 4;
     data.len = total;
-    PyObject *off_block = buf_take(&offsets), *data_block = off_block ? buf_take(&data) : NULL;
+    PyObject *off_block = buf_take(&offsets, NULL), *data_block = off_block ? buf_take(&data, NULL) : NULL;
     if (data_block == NULL) {
         Py_XDECREF(off_block);
         goto done;

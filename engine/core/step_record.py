@@ -49,7 +49,8 @@ class PythonStepRecords:
     traversed (0.035 s of sharegpt's 10,000 requests: docs/benchmark-history/2026-11-24.md, "`--out`, issue
     20 item 1, fifth session")."""
 
-    def __init__(self) -> None:
+    def __init__(self, arenas: tuple[Any, Any, Any, Any] | None = None) -> None:
+        # (`arenas`: memory `CompiledStepRecords` may write its arrays into; the reference builds its own)
         self._off: list[np.ndarray] = []
         self._seq: list[np.ndarray] = []
         self._num_updates: list[int] = []
@@ -177,10 +178,13 @@ class PythonStepRecords:
 
 class CompiledStepRecords:
     """`PythonStepRecords` in C (`_steprec.StepLog`): `add` writes the step's rows into C arrays; `sequences()` (the
-    same values and layout) closes the records: no step is added after it."""
+    same values and layout) closes the records: no step is added after it. `arenas`: four writable buffers lent for
+    the query, context, emits and index arrays (the `--out` writer process's shared memory, which it then reads
+    where the arrays lie: `roofline.sim.outputs`), each array moved to memory of its own where it outgrows its
+    arena; the arrays `sequences()` gives are views of them."""
 
-    def __init__(self) -> None:
-        self._log = _steprec.StepLog()
+    def __init__(self, arenas: tuple[Any, Any, Any, Any] | None = None) -> None:
+        self._log = _steprec.StepLog(arenas)
         self.add: Callable[[StepPlan], None] = self._log.add
         self._sequences: StepSequences | None = None
 

@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         stream = None if args.out is None else StepTraceStream(args.out, deployment)  # steps.parquet as they come
         result = run_simulation(deployment, workload, options, specs=specs, progress=terminal_progress(),
-                                step_sink=None if stream is None else stream.write, prompts=prompts)
+                                step_sink=stream, prompts=prompts)
         if stream is not None:  # (the CSVs now: where a child process writes them, beside what follows here)
             stream.write_tables(csv_tables(result))
         sample_metrics = None if runs is None else runs.results()

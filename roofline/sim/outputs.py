@@ -32,8 +32,9 @@ import numpy as np
 
 from engine.core import step_record
 from engine.core.native import ALLOWED
-from engine.core.step_record import StepSequences, received_buffer
+from engine.core.step_record import StepRecords, StepSequences, received_buffer
 from roofline.jsonable import to_json
+from roofline.sim import simulator
 from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import SimulationResult, timeseries_of
 from roofline.sim.simulator import gc_paused
@@ -213,6 +214,16 @@ class StepTraceStream:
         self._append_timeseries(timeseries_of(steps))
         self._writer().write(steps, seqs)
 
+    __call__ = write  # (the simulation's step sink: `run_simulation(step_sink=stream)`)
+
+    def step_records(self) -> Any:
+        """The records the simulation writes a part's sequences into (`roofline.sim.recorder.Recorder`): compiled,
+        where a child writes the parts, in memory shared with it (`_ForkedWriter.arenas`), so that the part's arrays
+        are handed over where they lie; else records of their own."""
+        if self._child is not None and step_record.COMPILED:
+            return StepRecords(self._child.arenas())
+        return StepRecords()
+
     def _append_timeseries(self, table: Table) -> None:
         rows = csv_rows(table)
         if rows is None:  # (a column `csv_rows` leaves to pandas: its writer's text of these rows, as in the whole file)
@@ -287,20 +298,39 @@ class _ForkedWriter:
 
     Why shared memory: through the pipe alone a part of 8,192 steps of sharegpt (~20 MB) is copied twice, a pipe's
     worth (1 MB) at a time, each wait a wake-up of the other process: 0.015-0.04 s in which the simulation waited,
-    a part (docs/benchmark-history/2026-12-01a-outspeed3.md); a copy into memory already touched is ~0.003 s."""
+    a part (docs/benchmark-history/2026-12-01a-outspeed3.md); a copy into memory already touched is ~0.003 s.
+
+    The part's per-sequence arrays (query, context, emits, request index: nearly all of its bytes) are not copied
+    at all: the simulation records them in the shared memory (`arenas`: `NUM_SLOTS` places of a part's arrays after
+    the ring, `SharedLayout`), and the message names where they lie; a slot is taken again once the child has freed
+    the message that named it. Only the rest (the pickle, the step rows, the steps' offsets) is copied into the
+    ring."""
 
     QUEUED = 2
-    # The shared memory: five parts of sharegpt's 2,048 steps (~4.4 MB each), one of 2,048 steps of 900 sequences
-    # (a part is placed whole; one that does not fit before the end starts again at the beginning, one larger than the
-    # whole goes through the pipe). Its pages are made by the child while it waits for the first part, and mapped into
-    # the simulation's process at once (`_map_pages`); the fewer, the sooner.
-    RING_BYTES = 24 << 20
+    # The ring: the parts' pieces other than the arrays in the slots (~0.3 MB a part of sharegpt's 2,048 steps), and
+    # a part whose arrays outgrew their slot (a piece is placed whole; one that does not fit before the end starts
+    # again at the beginning, a message larger than the whole goes through the pipe).
+    RING_BYTES = 4 << 20
+    # Places of a part's arrays: one the simulation writes into, up to four handed over and not yet freed (the child
+    # writing one, two queued, its reader holding one), as the ring held five parts of sharegpt before.
+    NUM_SLOTS = 5
+    # A slot's sequences (None: the most a part can hold, `STEPS_PER_PART` steps of `max_num_seqs` each).
+    SLOT_SEQS: int | None = None
+    # The sequences of a slot whose pages the child makes before the first part (slots 0 and 1; the others where first
+    # used): a part of 2,048 steps of 192 sequences (sharegpt's at 10 requests/s: ~165).
+    PREPARED_SEQS = 2048 * 192
 
-    def __init__(self, pid: int, data_fd: int, status_fd: int, ring: mmap.mmap, release_fd: int) -> None:
+    def __init__(self, pid: int, data_fd: int, status_fd: int, ring: mmap.mmap, release_fd: int,
+                 layout: SharedLayout) -> None:
         self.pid, self._data_fd, self._status_fd = pid, data_fd, status_fd
         self._failure: BaseException | None = None  # (once the child is reaped: None, or why it failed)
         self._reaped = False
-        self._ring, self._ring_view = ring, memoryview(ring)
+        self._shared, self._layout = ring, layout  # (the ring, then the slots)
+        self._ring_view = memoryview(ring)[:layout.ring_bytes]
+        self._shared_view = memoryview(ring)
+        self._shared_at = int(np.frombuffer(ring, np.uint8).__array_interface__["data"][0])  # (its address here)
+        # Per slot, the ring's end (bytes ever placed) that frees it: 0 free, `_FILLING` while being written.
+        self._slot_end = [0] * layout.num_slots
         self._release_fd = release_fd  # the child's word: the ring's bytes up to here are free again
         self._placed = 0  # the ring's bytes ever placed (or skipped at its end), and of them those freed again
         self._released = 0
@@ -312,13 +342,23 @@ class _ForkedWriter:
         data_r, data_w = os.pipe()
         status_r, status_w = os.pipe()
         release_r, release_w = os.pipe()
-        ring = mmap.mmap(-1, cls.RING_BYTES)  # (anonymous and shared: the child sees the same pages)
+        slot_seqs = cls.SLOT_SEQS or min(simulator.STEPS_PER_PART * stream.deployment.scheduler_config.max_num_seqs,
+                                         MAX_SLOT_SEQS)
+        layout = SharedLayout(cls.RING_BYTES, cls.NUM_SLOTS if step_record.COMPILED else 0, slot_seqs)
+        # (anonymous and shared: the child sees the same pages; its pages made only where touched)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_NORESERVE", 0)
+        try:
+            ring = mmap.mmap(-1, layout.total_bytes, flags=flags)
+        except OSError:  # (a machine that commits every byte mapped, and has not that many: the ring alone)
+            layout = SharedLayout(cls.RING_BYTES, 0, slot_seqs)
+            ring = mmap.mmap(-1, layout.total_bytes, flags=flags)
+        prepared = layout.prepared(cls.PREPARED_SEQS)
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(data_w)
             os.close(status_r)
             os.close(release_r)
-            _child_writes(stream, data_r, status_w, ring, release_w)
+            _child_writes(stream, data_r, status_w, ring, release_w, prepared)
         os.close(data_r)
         os.close(status_w)
         os.close(release_w)
@@ -327,31 +367,72 @@ class _ForkedWriter:
 
         with contextlib.suppress(OSError, AttributeError):  # a larger pipe: fewer waits for the child's reader
             fcntl.fcntl(data_w, fcntl.F_SETPIPE_SZ, 1 << 20)  # type: ignore[attr-defined]
-        return cls(pid, data_w, status_r, ring, release_r)
+        return cls(pid, data_w, status_r, ring, release_r, layout)
+
+    def arenas(self) -> tuple[memoryview, memoryview, memoryview, memoryview] | None:
+        """A free slot's places of a part's query, context, emits and index arrays, for the records the simulation
+        writes the next part into (`StepTraceStream.step_records`); the slot is taken until a message that names it
+        is freed by the child. Waits for the child where every slot is taken (memory stays bounded); None where the
+        child has ended (the part is refused where it is handed over: `send`)."""
+        alive = self._read_releases()
+        while True:
+            free = [k for k, end in enumerate(self._slot_end) if end <= self._released]
+            if free:
+                break
+            if not alive:
+                return None
+            select.select([self._release_fd], [], [])
+            alive = self._read_releases()
+        slot = free[0]  # (the lowest: a run whose writer keeps up takes two, whose pages the child made)
+        self._slot_end[slot] = _FILLING
+        room = [self._layout.slot_seqs * width for width in self._layout.WIDTHS]
+        return tuple(self._shared_view[at:at + n] for (at, _), n in zip(self._layout.regions(slot), room))  # type: ignore[return-value]
 
     def send(self, kind: str, payload: object) -> None:
         """A part ("part": its step rows' columns and its sequences), timeseries.csv's columns and number of rows
-        ("tables") or the run's summary ("close") to the child."""
+        ("tables") or the run's summary ("close") to the child. The pieces that lie in the shared memory already (a
+        part's arrays in a slot, `arenas`) are named where they are, the others copied into the ring."""
         buffers: list[pickle.PickleBuffer] = []
         header = pickle.dumps((kind, payload), protocol=5, buffer_callback=buffers.append)
         pieces = [memoryview(header), *(buffer.raw() for buffer in buffers)]
         lengths = [piece.nbytes for piece in pieces]
+        lying = self._lying(pieces[1:])  # (their places in the shared memory, or None)
         if self._reaped:
             self._reap()  # (raises why)
         try:
-            places = self._places(lengths)
+            copied = [n for n, at in zip(lengths, [None, *lying]) if at is None]
+            places = self._places(copied)
             if places is not None:
-                self._place(pieces, lengths, *places)
+                self._place(pieces, lengths, [None, *lying], *places)
             else:  # (through the pipe: the pieces' lengths, then the pieces)
                 _write_all(self._data_fd, [struct.pack(f"<{len(lengths) + 1}q", len(lengths), *lengths), *pieces])
+                places = [], 0  # (the slots' pieces are in the pipe: free at once)
         except BrokenPipeError:  # the child ended: say why
             self._reap()
+            return
+        if kind == "part":  # the slot it was recorded in: free once the child frees this message (at once where
+            # nothing of it lies there: the arrays outgrew it, or went through the pipe)
+            for k, end in enumerate(self._slot_end):
+                if end == _FILLING:
+                    there = any(at is not None and self._layout.slot_of(at) == k for at in lying)
+                    self._slot_end[k] = places[1] if there else 0
+
+    def _lying(self, pieces: list[memoryview]) -> list[int | None]:
+        """Of each piece, its offset in the shared memory where it lies in one of the slots, else None."""
+        if not self._layout.num_slots:
+            return [None] * len(pieces)
+        lo, hi = self._shared_at + self._layout.ring_bytes, self._shared_at + self._layout.total_bytes
+        found: list[int | None] = []
+        for piece in pieces:
+            at = int(np.frombuffer(piece, np.uint8).__array_interface__["data"][0]) if piece.nbytes else 0
+            found.append(at - self._shared_at if lo <= at and at + piece.nbytes <= hi else None)
+        return found
 
     def _places(self, lengths: list[int]) -> tuple[list[int], int] | None:
         """Where the next pieces of `lengths` bytes go in the ring: one after the other from where the last ended,
         each at a multiple of 64 bytes and whole (one that would pass the ring's end starts at its beginning), and
         the end of the last in bytes ever placed; None where they take more than the ring."""
-        size = len(self._ring)
+        size = self._layout.ring_bytes
         at = self._placed
         offsets = []
         for n in lengths:
@@ -380,30 +461,38 @@ class _ForkedWriter:
                     self._released = word
             self._release_rest = words[whole:]
 
-    def _place(self, pieces: list[memoryview], lengths: list[int], offsets: list[int], end: int) -> None:
-        """The pieces into the ring at `offsets` (`_places`), once the child has freed their place; then to the pipe:
-        -(their number), the end of their place in bytes ever placed (what the child frees once it is done with
-        them), their offsets in the ring, their lengths."""
+    def _place(self, pieces: list[memoryview], lengths: list[int], lying: list[int | None], offsets: list[int],
+               end: int) -> None:
+        """The pieces not `lying` in the shared memory into the ring at `offsets` (`_places`), once the child has
+        freed their place; then to the pipe: -(the pieces' number), the end of their place in bytes ever placed (what
+        the child frees once it is done with them), every piece's offset in the shared memory, their lengths."""
         alive = self._read_releases()
         if self._pages_made and not self._pages_mapped:
             self._map_pages()
-        while end - self._released > len(self._ring):  # wait for the child to be done with earlier parts
+        while end - self._released > self._layout.ring_bytes:  # wait for the child to be done with earlier parts
             if not alive:
                 raise BrokenPipeError  # (the child ended)
             select.select([self._release_fd], [], [])
             alive = self._read_releases()
-        for piece, at, n in zip(pieces, offsets, lengths):
-            self._ring_view[at:at + n] = piece
+        where = []
+        copied = iter(offsets)
+        for piece, at, n in zip(pieces, lying, lengths):
+            if at is None:
+                at = next(copied)
+                self._ring_view[at:at + n] = piece
+            where.append(at)
         self._placed = end
-        _write_all(self._data_fd, [struct.pack(f"<{2 * len(pieces) + 2}q", -len(pieces), end, *offsets, *lengths)])
+        _write_all(self._data_fd, [struct.pack(f"<{2 * len(pieces) + 2}q", -len(pieces), end, *where, *lengths)])
 
     def _map_pages(self) -> None:
-        """Map the ring's pages, which the child has made, into this process in one call (MADV_POPULATE_READ, Linux
-        5.14 on), instead of a fault a page as the copies first touch them: 48 MB ~3.8 ms instead of ~13 ms on this
-        project's VM (docs/benchmark-history/2026-12-01c-outspeed4.md). Elsewhere the copies' faults map them."""
+        """Map the pages the child has made (the ring's, the first slots', `SharedLayout.prepared`) into this process
+        in one call each (MADV_POPULATE_READ, Linux 5.14 on), instead of a fault a page as the copies and the records
+        first touch them: 48 MB ~3.8 ms instead of ~13 ms on this project's VM
+        (docs/benchmark-history/2026-12-01c-outspeed4.md). Elsewhere the faults map them."""
         self._pages_mapped = True
         with contextlib.suppress(OSError, ValueError):
-            self._ring.madvise(getattr(mmap, "MADV_POPULATE_READ", 22))
+            for at, n in self._layout.prepared(_ForkedWriter.PREPARED_SEQS):
+                self._shared.madvise(getattr(mmap, "MADV_POPULATE_READ", 22), at, n)
 
     def finish(self) -> None:
         if not self._reaped:
@@ -442,6 +531,56 @@ class _ForkedWriter:
 
 # The child's word on the release pipe that the ring's pages exist (`_while_idle`); its other words are ends of places.
 PAGES_MADE = -1
+# `_ForkedWriter._slot_end` of a slot the simulation writes into: freed by no end.
+_FILLING = 1 << 62
+# The most sequences a slot holds (~200 MB of address space; a part with more moves its arrays out, `arenas`).
+MAX_SLOT_SEQS = 1 << 24
+
+
+class SharedLayout:
+    """The memory the simulation's process shares with the writer process (`_ForkedWriter`): the ring, then
+    `num_slots` slots, each the places of one part's arrays of `slot_seqs` sequences: query, context and index
+    (int32) and emits (a byte), each at a page's start.
+
+        0            ring_bytes         + slot_bytes            + 2 * slot_bytes
+        | ring ...   | q | c | e | i    | q | c | e | i         | ...
+
+    Anonymous memory whose pages exist only where touched: the slots' sizes are bounds, not what a run uses."""
+
+    WIDTHS = (4, 4, 1, 4)  # bytes a sequence: query, context, emits, index (`StepRecords(arenas)`'s order)
+
+    def __init__(self, ring_bytes: int, num_slots: int, slot_seqs: int) -> None:
+        self.ring_bytes, self.num_slots, self.slot_seqs = ring_bytes, num_slots, slot_seqs
+        self.region_bytes = [_paged(slot_seqs * width) for width in self.WIDTHS]
+        self.slot_bytes = sum(self.region_bytes)
+        self.total_bytes = ring_bytes + num_slots * self.slot_bytes
+
+    def regions(self, slot: int, num_seqs: int | None = None) -> list[tuple[int, int]]:
+        """The offsets and sizes of `slot`'s four places (their first `num_seqs` sequences' bytes, if given)."""
+        at = self.ring_bytes + slot * self.slot_bytes
+        places = []
+        for width, size in zip(self.WIDTHS, self.region_bytes):
+            places.append((at, size if num_seqs is None else min(size, _paged(num_seqs * width))))
+            at += size
+        return places
+
+    def slot_of(self, offset: int) -> int | None:
+        """The slot that `offset` lies in, None in the ring."""
+        return None if offset < self.ring_bytes else (offset - self.ring_bytes) // self.slot_bytes
+
+    def prepared(self, num_seqs: int) -> list[tuple[int, int]]:
+        """The places whose pages the writer process makes before the first part (`_while_idle`): slot 0's first
+        `num_seqs` sequences (the first part's, which the simulation writes meanwhile), the ring, slot 1's."""
+        places = self.regions(0, num_seqs) if self.num_slots else []
+        places.append((0, self.ring_bytes))
+        if self.num_slots > 1:
+            places += self.regions(1, num_seqs)
+        return places
+
+
+def _paged(nbytes: int) -> int:
+    """`nbytes` rounded up to a multiple of 4,096 (a page), at least one."""
+    return max(1, -(-nbytes // 4096)) * 4096
 
 
 def _aligned(nbytes: int) -> int:
@@ -472,7 +611,8 @@ def _read_exact(reader: Any, n: int) -> memoryview:
     return data
 
 
-def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int, ring: mmap.mmap, release_fd: int) -> None:
+def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int, ring: mmap.mmap, release_fd: int,
+                  prepared: list[tuple[int, int]]) -> None:
     """The forked child's whole life: write the parts read from `data_fd` (and the shared memory `ring`) into the
     stream, then finish the file; b"ok", an OSError (pickled: the parent raises it, one line at the command line)
     or the traceback to `status_fd`. After each message read from the ring, the end of its place there (bytes ever
@@ -491,7 +631,7 @@ def _child_writes(stream: StepTraceStream, data_fd: int, status_fd: int, ring: m
         stream._child, stream._in_child = None, True
         parts: queue.Queue[Any] = queue.Queue(maxsize=_ForkedWriter.QUEUED)
         threading.Thread(target=_read_parts, args=(data_fd, parts, ring), daemon=True).start()
-        idle: Iterator[bool] | None = _while_idle(ring, release_fd)
+        idle: Iterator[bool] | None = _while_idle(ring, release_fd, prepared)
         while True:
             try:
                 item = parts.get() if idle is None else parts.get_nowait()
@@ -571,25 +711,29 @@ def _off_the_parents_cpu() -> None:
         pass
 
 
-def _while_idle(ring: mmap.mmap, release_fd: int) -> Iterator[bool]:
+def _while_idle(ring: mmap.mmap, release_fd: int, prepared: list[tuple[int, int]]) -> Iterator[bool]:
     """What the child does while no message waits (the simulation's first part: ~0.2 s at 10,000 requests), a piece
-    a step, so that a message waits for one piece at most: first make the shared memory's pages, 1 MB at a time
-    (Linux 5.14 on; elsewhere the first copy into each page makes it), and say so (`PAGES_MADE` to `release_fd`:
-    the simulation's process then maps them all in one call, `_ForkedWriter._map_pages`), so that it copies each part
-    into pages that exist: a page it makes itself is a fault, an allocation and a page of zeros on its critical path
-    (on this project's VM up to ~13 us a page where the guest's memory is fresh: 48 MB of them ~0.16 s,
-    docs/benchmark-history/2026-12-01c-outspeed4.md); then import the table's writer (pyarrow, ~0.1 s) and read
-    the installed versions run.json names (~0.004 s the first time: at the end otherwise), which the first part
+    a step, so that a message waits for one piece at most: first make the pages of the shared memory's `prepared`
+    places (`SharedLayout.prepared`: the first part's arrays, the ring, the second part's), 1 MB at a time (Linux
+    5.14 on; elsewhere the first write into each page makes it), and say so (`PAGES_MADE` to `release_fd`: the
+    simulation's process then maps them in one call each, `_ForkedWriter._map_pages`), so that it records and
+    copies each part into pages that exist: a page it makes itself is a fault, an allocation and a page of zeros on
+    its critical path (on this project's VM up to ~13 us a page where the guest's memory is fresh: 48 MB of them
+    ~0.16 s, docs/benchmark-history/2026-12-01c-outspeed4.md); then import the table's writer (pyarrow, ~0.1 s) and
+    read the installed versions run.json names (~0.004 s the first time: at the end otherwise), which the first part
     needs. A short run's writer never idles that long: it makes no more pages than its messages fill."""
     advice = getattr(mmap, "MADV_POPULATE_WRITE", 23)
     made = True
-    for start in range(0, len(ring), 1 << 20):
-        try:
-            ring.madvise(advice, start, min(1 << 20, len(ring) - start))
-        except (OSError, ValueError):  # (an older kernel: the pages are made as they are written)
-            made = False
+    for at, size in prepared:
+        for start in range(at, at + size, 1 << 20):
+            try:
+                ring.madvise(advice, start, min(1 << 20, at + size - start))
+            except (OSError, ValueError):  # (an older kernel: the pages are made as they are written)
+                made = False
+                break
+            yield True
+        if not made:
             break
-        yield True
     if made:
         with contextlib.suppress(BrokenPipeError):  # (the parent gone: it places nothing more)
             os.write(release_fd, struct.pack("<q", PAGES_MADE))

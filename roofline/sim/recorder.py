@@ -106,19 +106,24 @@ class Recorder:
         self._finish = self._finisher.record if self._finisher is not None else None
         self.record_steps = record_steps or step_sink is not None
         self.steps = StepRows()
-        self.step_seqs = StepRecords()  # the steps' sequences since the last part went to `step_sink`
+        # Where each part's sequences are recorded: the sink's `step_records()` where it has one (the `--out` writer
+        # process's shared memory, `roofline.sim.outputs.StepTraceStream`), else StepRecords of their own.
+        self._new_records: Callable[[], Any] = getattr(step_sink, "step_records", StepRecords)
+        self.step_seqs = self._new_records()  # the steps' sequences since the last part went to `step_sink`
         # Where the steps go in parts as they come (`roofline.sim.outputs.StepTraceStream.write`), if anywhere, and
         # how many of them went.
         self.step_sink = step_sink
         self.num_streamed_steps = 0
 
-    def stream_steps(self) -> None:
-        """Hand the steps recorded since the last part to `step_sink` and drop their sequences."""
+    def stream_steps(self, last: bool = False) -> None:
+        """Hand the steps recorded since the last part to `step_sink` and drop their sequences (after the `last`
+        part, records of their own: no place of the sink's is taken for none)."""
         assert self.step_sink is not None
-        seqs, self.step_seqs = self.step_seqs.sequences(), StepRecords()
+        seqs = self.step_seqs.sequences()
         frame = self.steps.frame(self.num_streamed_steps)
         self.num_streamed_steps += len(frame)
         self.step_sink(frame, seqs)
+        self.step_seqs = StepRecords() if last else self._new_records()
 
     def finished(self, req: Request, series: TimeSeries, times: np.ndarray | None = None) -> None:
         """Record a finished request whose tokens were stamped with entries of `series` (its replica's step times,
@@ -150,7 +155,8 @@ class Recorder:
         self.token_runs.add(row, times, series)
 
 
-# Takes the rows of some steps (a table of STEP_COLUMNS) and their sequences.
+# Takes the rows of some steps (a table of STEP_COLUMNS) and their sequences; a sink with a `step_records()` method
+# gives the records each part's sequences are written into (`Recorder`).
 StepSink = Callable[[Table, StepSequences], None]
 
 # One row per step; the names of engine.core.trace's step columns where they exist. The columns holding times (and
@@ -259,7 +265,7 @@ def build_result(specs: Sequence[RequestSpec], rec: Recorder, wall_s: float,
         "num_prefix_hit_tokens": rec.num_prefix_hits,
     })
     if rec.step_sink is not None and (len(rec.step_seqs) or not rec.num_streamed_steps):
-        rec.stream_steps()  # the last part
+        rec.stream_steps(last=True)
     steps = rec.steps.table()
     # (Streamed steps: their sequences went to the sink, none here.)
     return SimulationResult(requests, steps, itl, rec.step_seqs.sequences(), wall_s, stopped_at_s)
