@@ -32,7 +32,7 @@ def test_the_extension_is_built_where_the_step_costs_is() -> None:
     built where a compiler is): a build that drops this one fails here, not by skipping the tests below."""
     assert (api_server._apicore is not None) == cost_native.BUILT
 
-_DUMMY_COSTS = (0.0,) * 11
+_DUMMY_COSTS = (0.0,) * 12
 ENGINE = EngineArgs(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=512, num_gpu_blocks_override=400,
                     async_scheduling=False)
 
@@ -161,7 +161,8 @@ def _server_pair(monkeypatch: pytest.MonkeyPatch, costs: ApiServerCosts, **kwarg
 def _random_costs(rng: random.Random) -> ApiServerCosts:
     costs = replace(ApiServerCosts(), latency_s=rng.choice([0.0, 3.77e-3]), output_latency_s=rng.choice([0.0, 5e-4]),
                     render_request_s=rng.choice([0.0, 1e-4]), client_request_s=rng.choice([0.0, 3e-4]),
-                    client_output_token_s=rng.choice([0.0, 2e-5]), chat_output_token_s=rng.choice([0.0, 1e-5]))
+                    client_output_token_s=rng.choice([0.0, 2e-5]), chat_output_token_s=rng.choice([0.0, 1e-5]),
+                    chat_first_output_s=rng.choice([0.0, 3e-4]))
     if rng.random() < 0.5:  # the intake's waits
         costs = replace(costs, read_wait_s=rng.choice([0.0, 2e-4]), render_start_wait_s=rng.choice([0.0, 1e-4]),
                         render_resume_wait_s=rng.choice([0.0, 3e-4]))
@@ -173,7 +174,8 @@ def _random_costs(rng: random.Random) -> ApiServerCosts:
 def test_the_api_server_gives_the_same_times_as_the_python_api_server(seed: int,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """`ApiServer`'s calls as the simulator makes them (`take_request`, `reach_s` until the request is in,
-    `stream_outputs`, `release`), random: the same processes, tickets and floats from both."""
+    `stream_outputs` with and without first outputs, `release`), random: the same processes, tickets and floats from
+    both."""
     rng = random.Random(seed)
     num_processes = 1 + seed % 3
     cores = rng.choice([None, 1, 2])
@@ -201,8 +203,13 @@ def test_the_api_server_gives_the_same_times_as_the_python_api_server(seed: int,
                 pending.remove((process, ticket))
         elif op < 0.9:
             process, num = rng.randrange(num_processes), rng.randint(1, 200)
-            seen = python.stream_outputs(now, process, num)
-            _same(seen, compiled.stream_outputs(now, process, num_tokens=num))
+            if rng.random() < 0.5:
+                seen = python.stream_outputs(now, process, num)
+                _same(seen, compiled.stream_outputs(now, process, num_tokens=num))
+            else:  # with first outputs (the chat endpoint's role chunks)
+                first = rng.randint(0, num)
+                seen = python.stream_outputs(now, process, num, first)
+                _same(seen, compiled.stream_outputs(now, process, num_tokens=num, num_first=first))
             if rng.random() < 0.3:
                 python.release(process, seen)
                 compiled.release(process, seen)
@@ -252,16 +259,19 @@ CPU_HOST = Path(__file__).resolve().parents[1] / "benchmarks/results/vllm-serve-
     (ArrivalProcess("poisson", 20.0), 2, "completions", 4, 0.0),
     (ArrivalProcess("all_at_once"), 2, "completions", None, 1e-4),
     (ArrivalProcess("poisson", 20.0), 2, "chat", None, 1e-4),
+    (ArrivalProcess("all_at_once"), 1, "chat", None, 0.0),
+    (ArrivalProcess("all_at_once"), 2, "chat", None, 0.0),
 ])
 def test_a_simulation_behind_the_compiled_api_server_is_the_python_ones(
         arrival: ArrivalProcess, num_processes: int, endpoint: str, max_concurrency: int | None, refill_s: float,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The served CPU host (its API server and client on one shared core, the hand-off's delay, the connections of
-    two processes, the turns' refill), open and closed loops: every request's times the same with either
-    implementation."""
+    two processes, the turns' refill, the chat endpoint's first outputs), open and closed loops: every request's
+    times the same with either implementation."""
     hw = load_profile(CPU_HOST)
     assert hw.host is not None
-    hw = replace(hw, host=replace(hw.host, api_server_refill_after_other_s=refill_s))
+    hw = replace(hw, host=replace(hw.host, api_server_refill_after_other_s=refill_s,
+                                  api_server_costs_s=(*hw.host.api_server_costs_s, ("chat_first_output", 3e-4))))
     deployment = make_deployment("llama-156m", hw, ENGINE)
     workload = Workload(name="w", seed=3, num_requests=60, arrival=arrival,
                         prompt_tokens=LengthDistribution("uniform", min_tokens=8, max_tokens=200),

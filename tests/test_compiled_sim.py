@@ -122,7 +122,10 @@ def _loop_run(compiled: bool, monkeypatch: pytest.MonkeyPatch, case: str):
                "steps-recorded": SimulationOptions(record_steps=True),
                # (a request reaching the engine core during a step waits for its core: `reach`'s second wait)
                "busy-hop": SimulationOptions(record_steps=False, api_server_costs=replace(
-                   ApiServerCosts(), busy_engine_hop_s=2e-3))}.get(case, SimulationOptions(record_steps=False))
+                   ApiServerCosts(), busy_engine_hop_s=2e-3)),
+               # (the chat endpoint's first outputs in their step's pass: `end_step_streamed`)
+               "chat-first-output": SimulationOptions(record_steps=False, endpoint="chat", api_server_costs=replace(
+                   ApiServerCosts(), chat_first_output_s=2e-3))}.get(case, SimulationOptions(record_steps=False))
     if case == "steps-recorded":
         monkeypatch.setattr(recorder.StepRows, "CHUNK", 7)  # (blocks full: `_record_rest`)
     workload = replace(load_workload("sharegpt-chat"), num_requests=300, arrival=ArrivalProcess("poisson", 30.0))
@@ -143,13 +146,15 @@ def _loop_run(compiled: bool, monkeypatch: pytest.MonkeyPatch, case: str):
 
 @requires_build
 @pytest.mark.parametrize("case", ["api-server", "sync-scheduling", "closed-loop", "two-replicas", "no-api-server",
-                                  "bursts-no-api-server", "bursts-api-server", "ties", "busy-hop", "steps-recorded"])
+                                  "bursts-no-api-server", "bursts-api-server", "ties", "busy-hop", "steps-recorded",
+                                  "chat-first-output"])
 def test_the_compiled_event_loop_is_the_python_loop(monkeypatch: pytest.MonkeyPatch, case: str):
     """`_Simulation.run` through `_simcore.run_loop` (the common step's handlers and the requests' way in, in C)
     against the Python loop, on runs with preemptions (a small KV cache) behind an API server of one process
     (asynchronous scheduling: requests wait in transit; synchronous: the engine core's admissions), a closed loop,
     two replicas, no API server, bursts on two replicas (steps ending at the same time), arrivals at a step's end (a
-    step time function), requests waiting for a busy engine core's core, and the steps' sequences recorded with
+    step time function), requests waiting for a busy engine core's core, the chat endpoint's first outputs in their
+    steps' output passes, and the steps' sequences recorded with
     blocks of rows filling: every request and step column, every run of stamps, the summary, the same bytes."""
     python = _loop_run(False, monkeypatch, case)
     compiled = _loop_run(True, monkeypatch, case)

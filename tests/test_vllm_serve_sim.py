@@ -73,7 +73,10 @@ def test_costs_reproduces_the_fits_own_simulation_of_a_run(tmp_path: Path) -> No
                    capture_output=True, cwd=ROOT)
     record = json.loads(out.read_text())
     assert record["predicted"][run["name"]] == fit["predicted"][run["name"]]
-    assert record["costs"] == fit["costs"] and record["client_costs_s"] == fit["client_costs_s"]
+    # (terms added since the fit was written stay at their defaults: 0)
+    assert {k: record["costs"][k] for k in fit["costs"]} == fit["costs"]
+    assert all(record["costs"][k] == 0.0 for k in set(record["costs"]) - set(fit["costs"]))
+    assert record["client_costs_s"] == fit["client_costs_s"]
     assert record["fitted_on"] == [] and "summary_floor" in record
     # a second floor (the between-session spreads) is one more count, under its file's name
     assert list(record["summary_floors"]) == [str(SESSIONS)]
@@ -134,3 +137,32 @@ def test_busy_hop_is_each_sessions_in_step_transport_less_one_at_a_time() -> Non
     assert out["per_session_ms"] == {"s1": pytest.approx(0.31), "s2": pytest.approx(0.20)}
     with pytest.raises(SystemExit, match="--busy-hop: no session"):
         vllm_serve_sim.busy_hop_s({"runs": {"g": run(3, "rate20", {})}})
+
+
+def test_chat_split_places_the_chat_requests_extra_by_the_measured_share_before_the_hand_off() -> None:
+    """One at a time at 1 and 128 output tokens, chat minus completions: 0.3 / 0.1 ms (medians) before the hand-off,
+    0.12 / 0.14 from it to the first token (the 128-token runs' 0.6 ms more from the first token to the last: 5 us a
+    token, taken off once), 0 after the last: before 0.2, after (0.115 + 0.135) / 2 = 0.125 ms: 0.615 of it before.
+    A negative slope counts as none; fewer than two output lengths is refused in one line."""
+    row = {"before_handoff": 9.0, "handoff_to_first": 9.0, "after_last": 9.0}  # (the means: not used but the slope)
+    split = {"chat_minus_completions_ms": {
+        "closed1-out1-a1": {**row, "first_to_last": 0.0, "before_handoff_median": 0.3, "handoff_to_first_median": 0.12,
+                            "after_last_median": 0.0},
+        "closed1-out128-a1": {**row, "first_to_last": 0.635, "before_handoff_median": 0.1,
+                              "handoff_to_first_median": 0.14, "after_last_median": 0.0}}}
+    out = vllm_serve_sim.chat_before_handoff_fraction(split)
+    assert out["per_token_ms"] == pytest.approx(0.005)
+    assert out["before_handoff_ms"] == pytest.approx(0.2) and out["after_handoff_ms"] == pytest.approx(0.125)
+    assert out["before_handoff_fraction"] == pytest.approx(0.2 / 0.325)
+    split["chat_minus_completions_ms"]["closed1-out128-a1"]["first_to_last"] = -3.0
+    assert vllm_serve_sim.chat_before_handoff_fraction(split)["per_token_ms"] == 0.0
+    with pytest.raises(SystemExit, match="--chat-split: needs the chat-minus-completions rows of two output lengths"):
+        vllm_serve_sim.chat_before_handoff_fraction({"chat_minus_completions_ms": {"closed1-a1": row}})
+
+
+def test_chat_split_only_with_a_fit(tmp_path: Path) -> None:
+    runs = tmp_path / "r.json"
+    runs.write_text("{}")
+    out = subprocess.run([sys.executable, str(SCRIPT), "--runs", str(runs), "--chat-split", str(runs),
+                          "--out", str(tmp_path / "o.json")], capture_output=True, text=True)
+    assert out.returncode == 2 and "--chat-split: only with --fit-cpu" in out.stderr and "Traceback" not in out.stderr

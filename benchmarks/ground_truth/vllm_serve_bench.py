@@ -64,8 +64,17 @@ LOADS: dict[str, list[str]] = {
     # with nothing else on the API server's core.
     "burst100-out1": ["--num-prompts", "100", "--request-rate", "inf", "--random-input-len", "128",
                       "--random-output-len", "1"],
+    "burst100-out128": ["--num-prompts", "100", "--request-rate", "inf", "--random-input-len", "128",
+                        "--random-output-len", "128"],
     "closed1": ["--num-prompts", "40", "--request-rate", "inf", "--max-concurrency", "1",
                 "--random-input-len", "128", "--random-output-len", "32"],
+    # One at a time with 1 and 128 output tokens (and burst100-out128 above): against closed1 (burst100), where the
+    # chat endpoint's extra work falls (per request before or after the hand-off to the engine core, per streamed
+    # token; docs/benchmark-history/2026-12-01e-serve24.md).
+    "closed1-out1": ["--num-prompts", "100", "--request-rate", "inf", "--max-concurrency", "1",
+                     "--random-input-len", "128", "--random-output-len", "1"],
+    "closed1-out128": ["--num-prompts", "40", "--request-rate", "inf", "--max-concurrency", "1",
+                       "--random-input-len", "128", "--random-output-len", "128"],
     # The published GPU bursts whose intake the API server caps (docs/benchmark-history/2026-11-30d-gpuburst.md):
     # GPUStack's 1,000 x 128 / 4 chat burst (vLLM 0.11.0) and kvcached PR #331's 500 x 512 / 128 completions burst.
     "burst1000-out4": ["--num-prompts", "1000", "--request-rate", "inf", "--random-input-len", "128",

@@ -35,7 +35,7 @@ from typing import Any
 METRICS = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "output_throughput")
 # The ApiServerCosts that are CPU work of the API-server process (and of the client added to them) on its core.
 API_CORE_WORK = ("request_s", "chat_request_s", "prompt_token_s", "output_pass_s", "output_token_s",
-                 "chat_output_token_s", "render_request_s")
+                 "chat_output_token_s", "chat_first_output_s", "render_request_s")
 # --refill-after-other-us: the host's `api_server_refill_after_other_us` for every run (None: the profile's).
 REFILL_AFTER_OTHER_S: float | None = None
 
@@ -319,25 +319,56 @@ def window_cpu_s(run: dict[str, Any], marks: tuple[str, ...]) -> float:
                                                                                   for m in marks))
 
 
-def api_cpu_fit(runs: list[dict[str, Any]]) -> dict[str, float]:
+def api_cpu_fit(runs: list[dict[str, Any]], chat_per_token: bool = False) -> dict[str, float]:
     """Least squares of the API server's CPU seconds in each run's engine window (`cpu_rows`' api_server) over
     `runs` (one API-server process each): cpu = per_request x requests + per_token x output tokens + per_step x
-    engine steps (the server's iteration log) + chat_per_request x requests on the chat endpoint; the client's
-    one-prompt test run (32 tokens) counted as a request. Runs of one output length alone cannot tell per_request
-    from per_token: the fit needs loads of different output lengths (burst100 against burst100-out1)."""
+    engine steps (the server's iteration log) + chat_per_request x requests on the chat endpoint (with
+    `chat_per_token`, + chat_per_token x output tokens on the chat endpoint); the client's one-prompt test run (32
+    tokens) counted as a request. Runs of one output length alone cannot tell per_request from per_token: the fit
+    needs loads of different output lengths (burst100 against burst100-out1), on both endpoints for chat_per_token."""
     import numpy as np
 
     rows, cpu = [], []
     for run in runs:
         res = run["result"]
-        requests = res["completed"] + 1
-        rows.append([requests, sum(res["output_lens"]) + 32, len(run.get("engine_steps", [])),
-                     requests if run["endpoint"] == "chat" else 0])
+        requests, tokens = res["completed"] + 1, sum(res["output_lens"]) + 32
+        chat = run["endpoint"] == "chat"
+        rows.append([requests, tokens, len(run.get("engine_steps", [])), requests if chat else 0]
+                    + ([tokens if chat else 0] if chat_per_token else []))
         cpu.append(window_cpu_s(run, ("api_server", "APIServer")))
     solution, *_ = np.linalg.lstsq(np.array(rows, float), np.array(cpu), rcond=None)
-    per_request, per_token, per_step, chat = (float(x) for x in solution)
-    return {"per_request_s": per_request, "per_token_s": per_token, "per_step_s": per_step,
-            "chat_per_request_s": chat, "runs": len(cpu)}
+    per_request, per_token, per_step, chat = (float(x) for x in solution[:4])
+    out = {"per_request_s": per_request, "per_token_s": per_token, "per_step_s": per_step,
+           "chat_per_request_s": chat, "runs": len(cpu)}
+    if chat_per_token:
+        out["chat_per_token_s"] = float(solution[4])
+    return out
+
+
+def chat_before_handoff_fraction(split: dict[str, Any]) -> dict[str, float]:
+    """The share of the chat endpoint's extra work per request (over completions) that runs before the request's
+    hand-off to the engine core, from `vllm_serve_chat_split.py`'s one-at-a-time runs (its --out file): per output
+    length, chat minus completions in the loop's steps before the hand-off (the medians over requests: a step the
+    client's work on the shared core interrupts takes its wall time), against those from the hand-off to the
+    client's first token (the role chunk, and the first token's chunk written in the same task step: the per-token
+    slope of the mean steps from the first token to the last over the output lengths is taken off it) and after the
+    client's last token (the request's end); the means over the output lengths."""
+    diffs = split["chat_minus_completions_ms"]
+    lengths = {1: "closed1-out1-a1", 32: "closed1-a1", 128: "closed1-out128-a1"}
+    have = {n: diffs[c] for n, c in lengths.items() if c in diffs}
+    if len(have) < 2:
+        raise SystemExit("--chat-split: needs the chat-minus-completions rows of two output lengths or more "
+                         f"({', '.join(lengths.values())}), got {', '.join(diffs) or 'none'}")
+    ns = sorted(have)
+    # Per streamed token after the first: the slope of (first_to_last) over the output lengths (none where negative).
+    slope = max(0.0, (have[ns[-1]]["first_to_last"] - have[ns[0]]["first_to_last"]) / (ns[-1] - ns[0]))
+    before = statistics.mean(have[n]["before_handoff_median"] for n in ns)
+    after = statistics.mean(have[n]["handoff_to_first_median"] - slope + have[n]["after_last_median"] for n in ns)
+    total = before + after
+    if total <= 0:
+        raise SystemExit(f"--chat-split: the chat endpoint's extra per request is {total:.4f} ms (not positive)")
+    return {"before_handoff_ms": before, "after_handoff_ms": after, "per_token_ms": slope,
+            "before_handoff_fraction": min(1.0, max(0.0, before / total))}
 
 
 def client_cpu_fit(runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -573,6 +604,10 @@ def main() -> int:
                         help="with --fit-cpu: latency_s and output_latency_s from a vllm_serve_bench.py --timeline "
                              "index (its closed1 runs' hop to the engine core, its rate20 runs' outputs' hand-off) "
                              "instead of fitting latency_s by timing")
+    parser.add_argument("--chat-split", type=existing_file, default=None, metavar="JSON",
+                        help="with --fit-cpu: the chat endpoint's extra CPU per request split at the hand-off to the "
+                             "engine core as vllm_serve_chat_split.py measured it one request at a time (its --out "
+                             "file): chat_request_s before it, chat_first_output_s at the request's first output")
     parser.add_argument("--intake-waits", type=existing_file, default=None, metavar="JSON",
                         help="with --fit-cpu: the intake's wake-ups (read_wait_s, render_start_wait_s, "
                              "render_resume_wait_s) as vllm_serve_intake_waits.py measured them one request at a time "
@@ -634,6 +669,8 @@ def main() -> int:
         parser.error("--intake-waits: only with --fit-cpu")
     if args.busy_hop and not args.fit_cpu:
         parser.error("--busy-hop: only with --fit-cpu")
+    if args.chat_split and not args.fit_cpu:
+        parser.error("--chat-split: only with --fit-cpu")
     if args.render_split and not args.intake_waits:
         parser.error("--render-split: only with --intake-waits")
     if args.costs and (args.fit_cpu or args.fit or args.fit_chat or args.fit_host_scale or args.client_costs):
@@ -717,12 +754,24 @@ def main() -> int:
                  if run["api_server_count"] == 1 and "excluded" not in run]
         fit_runs = pick(f"{args.fit_cpu},{args.fit_cpu_chat or ''}", index["runs"])
         fit_cells = {cell_of(r) for r in fit_runs}
-        cpu, client_cpu = api_cpu_fit(fit_runs + split), client_cpu_fit(fit_runs + split)
+        cpu = api_cpu_fit(fit_runs + split)
+        client_cpu = client_cpu_fit(fit_runs + split)
         base = ApiServerCosts()
         prompt_s = base.prompt_token_s * 128  # the campaign's prompts (tokenization: not separable here)
         costs = replace(base, request_s=cpu["per_request_s"] - prompt_s, output_token_s=max(0.0, cpu["per_token_s"]),
                         output_pass_s=max(0.0, cpu["per_step_s"]), chat_request_s=max(0.0, cpu["chat_per_request_s"]),
                         chat_output_token_s=0.0)
+        if args.chat_split:
+            # The chat endpoint's extra per request placed where vLLM runs it (measured one at a time: before the
+            # hand-off, the rest at its first output). Its extra per streamed token is not resolved (measured: within
+            # the noise, one at a time and in bursts of 1, 32 and 128 tokens), so chat_output_token_s stays 0; the
+            # accounting's line with a chat term per token is kept beside as a diagnostic.
+            placement = chat_before_handoff_fraction(json.loads(args.chat_split.read_text()))
+            chat_s = max(0.0, cpu["chat_per_request_s"])
+            costs = replace(costs, chat_request_s=chat_s * placement["before_handoff_fraction"],
+                            chat_first_output_s=chat_s * (1.0 - placement["before_handoff_fraction"]))
+            record["chat_split"] = {"file": str(args.chat_split), **placement,
+                                    "api_cpu_with_chat_per_token": api_cpu_fit(fit_runs + split, chat_per_token=True)}
         client = {"request_s": client_cpu["per_request_s"], "output_token_s": client_cpu["per_token_s"]}
         record["api_cpu"], record["client_cpu"] = cpu, client_cpu
         if args.client_split:

@@ -68,7 +68,7 @@ HOST_KEYS = ("cpu_model", "single_thread_speed_relative", "api_server_costs_s", 
 REQUIRED_HOST_KEYS = ("cpu_model", "single_thread_speed_relative")
 # The API server's costs a host may state (roofline.sim.api_server.ApiServerCosts, each without its "_s").
 COST_NAMES = ("request", "chat_request", "prompt_token", "output_pass", "output_token", "chat_output_token",
-              "latency", "output_latency", "engine_step", "engine_admit_step", "engine_new_request",
+              "chat_first_output", "latency", "output_latency", "engine_step", "engine_admit_step", "engine_new_request",
               "engine_prompt_token", "prefix_cache_token", "block_hash_token", "client_request", "client_output_token",
               "render_request", "read_wait", "render_start_wait", "render_resume_wait", "busy_engine_hop")
 # The loop's share of a request's input work before the render's await, where a host does not state its own: measured

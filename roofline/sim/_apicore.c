@@ -9,10 +9,11 @@
  *   num_cores: None (a core per thread) or a positive int; chain_parts: per process (before, renderer, after), the
  *   parts of a request's chain around its render as `ApiServer._chain_around_render` makes them; costs: the floats
  *   (render_request_s, prompt_token_s, hash_token_s, client_s, request_s, latency_s, accept_gap_s,
- *   output_latency_s, output_pass_s, output_token_s, refill_s) of `ApiServer`; by_connection: the processes take requests by
+ *   output_latency_s, output_pass_s, output_token_s, refill_s, first_output_s) of `ApiServer`; by_connection: the processes take requests by
  *   connection (`Connections`, their keep-alive `keep_alive_s`), else round robin.
  * ApiServer's: take_request(now_s, num_prompt_tokens), take_request_on(process, now_s, num_prompt_tokens) (a
- *   process chosen by the caller), reach_s(now_s, process, ticket), stream_outputs(now_s, process, num_tokens),
+ *   process chosen by the caller), reach_s(now_s, process, ticket), stream_outputs(now_s, process, num_tokens[,
+ *   num_first]),
  *   release(process, at_s).
  * _Threads's (for the tests): arrive(at_s, ticket, chain), add_output(now_s, at_s, process, ticket, work_s[, refill]),
  *   advance(to_s), projected_end(ticket), reach(now_s, ticket, latency_s) (`reach_after`), finished(ticket) (the
@@ -139,7 +140,7 @@ typedef struct {
     Part (*after)[MAX_PARTS];
     int *num_before, *num_after;
     double render_request_s, prompt_token_s, hash_token_s, client_s, request_s, latency_s, accept_gap_s,
-        output_latency_s, output_pass_s, output_token_s, refill_s;
+        output_latency_s, output_pass_s, output_token_s, refill_s, first_output_s;
 } Server;
 
 /* ---- containers ---------------------------------------------------------------------------------------------- */
@@ -951,9 +952,9 @@ static int check_waits(const Part *parts, int num_parts) {
 static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     int num_processes, client_shares, by_connection = 0;
     PyObject *num_cores, *chain_parts;
-    double c[11], keep_alive_s = 0.0;
-    if (!PyArg_ParseTuple(args, "iOpO(ddddddddddd)|pd", &num_processes, &num_cores, &client_shares, &chain_parts,
-                          &c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9], &c[10],
+    double c[12], keep_alive_s = 0.0;
+    if (!PyArg_ParseTuple(args, "iOpO(dddddddddddd)|pd", &num_processes, &num_cores, &client_shares, &chain_parts,
+                          &c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9], &c[10], &c[11],
                           &by_connection, &keep_alive_s))
         return -1;
     if (num_processes < 1) {
@@ -992,6 +993,7 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     s->output_pass_s = c[8];
     s->output_token_s = c[9];
     s->refill_s = c[10];
+    s->first_output_s = c[11];
     s->num_chains = 0;
     s->num_arrivals = s->num_inputs = s->num_taken = s->num_outputs = 0;
     s->now_s = 0.0;
@@ -1062,9 +1064,10 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
 }
 
 /* The `n` arguments of a METH_FASTCALL | METH_KEYWORDS call by position or by the names `names` (the Python
- * methods' parameter names) into `out`; -1 with a TypeError naming `signature` where they do not fit. */
-static int call_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
-                     PyObject **out, const char *signature) {
+ * methods' parameter names) into `out`; -1 with a TypeError naming `signature` where they do not fit. The last
+ * `num_optional` may be left out (NULL in `out`). */
+static int call_args_opt(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
+                         int num_optional, PyObject **out, const char *signature) {
     Py_ssize_t num_kw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     if (nargs > n)
         goto bad;
@@ -1079,13 +1082,18 @@ static int call_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
             goto bad;
         out[i] = args[nargs + k];
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n - num_optional; i++)
         if (out[i] == NULL)
             goto bad;
     return 0;
 bad:
     PyErr_Format(PyExc_TypeError, "%s: wrong arguments", signature);
     return -1;
+}
+
+static int call_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names, int n,
+                     PyObject **out, const char *signature) {
+    return call_args_opt(args, nargs, kwnames, names, n, 0, out, signature);
 }
 
 static int64_t ticket_of(PyObject *obj) { return PyLong_AsLongLong(obj); }
@@ -1138,7 +1146,7 @@ static PyObject *take_on(Server *s, int process, double now_s, PyObject *tokens)
 static const char *const take_names[] = {"now_s", "num_prompt_tokens"};
 static const char *const take_on_names[] = {"process", "now_s", "num_prompt_tokens"};
 static const char *const reach_names[] = {"now_s", "process", "ticket"};
-static const char *const stream_names[] = {"now_s", "process", "num_tokens"};
+static const char *const stream_names[] = {"now_s", "process", "num_tokens", "num_first"};
 
 static PyObject *Server_take_request(Server *s, PyObject *const *fast, Py_ssize_t nargs, PyObject *kwnames) {
     PyObject *args[2];
@@ -1200,8 +1208,9 @@ static PyObject *Server_reach_s(Server *s, PyObject *const *fast, Py_ssize_t nar
 
 static PyObject *Server_stream_outputs(Server *s, PyObject *const *fast, Py_ssize_t nargs, PyObject *kwnames) {
     int process;
-    PyObject *args[3];
-    if (call_args(fast, nargs, kwnames, stream_names, 3, args, "stream_outputs(now_s, process, num_tokens)") < 0)
+    PyObject *args[4];
+    if (call_args_opt(fast, nargs, kwnames, stream_names, 4, 1, args,
+                      "stream_outputs(now_s, process, num_tokens, num_first=0)") < 0)
         return NULL;
     double now_s = PyFloat_AsDouble(args[0]);
     if (now_s == -1.0 && PyErr_Occurred())
@@ -1211,11 +1220,16 @@ static PyObject *Server_stream_outputs(Server *s, PyObject *const *fast, Py_ssiz
     long long num_tokens = PyLong_AsLongLong(args[2]);
     if (num_tokens == -1 && PyErr_Occurred())
         return NULL;
+    long long num_first = 0;
+    if (args[3] != NULL && (num_first = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+        return NULL;
     s->num_outputs += 1;
     double end_s, work_s = s->output_pass_s + s->output_token_s * (double)num_tokens, refill = 0.0;
+    if (num_first != 0) /* the chat endpoint's first outputs (`ApiServer.stream_outputs`) */
+        work_s += s->first_output_s * (double)num_first;
     if (s->refill_s > 0 && work_s > 0) /* `ApiServer.stream_outputs`' turns: its wake-up and, where the client shares
-                                          the cores, one per chunk */
-        refill = s->refill_s * (double)(1 + (s->client_shares ? num_tokens : 0)) / work_s;
+                                          the cores, one per chunk (a first output's role chunk one more) */
+        refill = s->refill_s * (double)(1 + (s->client_shares ? num_tokens + num_first : 0)) / work_s;
     if (threads_add_output(s, now_s, now_s + s->output_latency_s, process, -s->num_outputs, work_s, refill, &end_s)
         < 0)
         return NULL;
@@ -1322,7 +1336,7 @@ static PyMethodDef Server_methods[] = {
     {"reach_s", (PyCFunction)(void (*)(void))Server_reach_s, METH_FASTCALL | METH_KEYWORDS,
      "reach_s(now_s, process, ticket) -> float: ApiServer.reach_s"},
     {"stream_outputs", (PyCFunction)(void (*)(void))Server_stream_outputs, METH_FASTCALL | METH_KEYWORDS,
-     "stream_outputs(now_s, process, num_tokens) -> float: ApiServer.stream_outputs"},
+     "stream_outputs(now_s, process, num_tokens, num_first=0) -> float: ApiServer.stream_outputs"},
     {"release", (PyCFunction)(void (*)(void))Server_release, METH_FASTCALL | METH_KEYWORDS,
      "release(process, at_s): ApiServer.release (Connections.release)"},
     {"arrive", (PyCFunction)Server_arrive, METH_VARARGS, "arrive(at_s, ticket, chain): _Threads.arrive"},

@@ -931,7 +931,7 @@ static PyTypeObject FinisherType = {
  * Python's `<`). tests/test_compiled_sim.py runs both ways and compares every output. */
 
 static PyObject *one;
-static PyObject *n_heap, *n_replicas, *n_api, *n_recorder, *n_plan_time_s, *n_time_fn, *n_token_id, *n_progress, *n_max_in_flight, *n_host_overlaps, *n_specs, *n_plan, *n_num_steps, *n_num_outstanding, *n_schedule_pending, *n_in_transit, *n_num_done, *n_num_in_flight, *n_seq, *n_admit, *n_request_id, *n_num_emitting, *n_requests, *n_idle, *n_finished, *n_request_seen, *n_admission_s, *n_stream_outputs, *n_stamps, *n_scheduler, *n_schedule, *n_update, *n_engine_step_s, *n_row_of, *n_steps, *n_record_steps, *n_finisher, *n_last, *n_grow, *n_index, *n_block, *n_add_request, *n_lag, *n_num_routed, *n_make_request, *n_prompts, *n_lazy, *n_source, *n_in_frontend, *n_api_ticket, *n_hop_waited, *n_take_request, *n_reach_s, *n_busy_hop_s, *n_sent, *n_replica, *n_arrival_s, *n_num_prompt_tokens, *n_process_of;
+static PyObject *n_heap, *n_replicas, *n_api, *n_recorder, *n_plan_time_s, *n_time_fn, *n_token_id, *n_progress, *n_max_in_flight, *n_host_overlaps, *n_specs, *n_plan, *n_num_steps, *n_num_outstanding, *n_schedule_pending, *n_in_transit, *n_num_done, *n_num_in_flight, *n_seq, *n_admit, *n_request_id, *n_num_emitting, *n_requests, *n_idle, *n_finished, *n_request_seen, *n_admission_s, *n_stream_outputs, *n_stamps, *n_scheduler, *n_schedule, *n_update, *n_engine_step_s, *n_row_of, *n_steps, *n_record_steps, *n_finisher, *n_last, *n_grow, *n_index, *n_block, *n_add_request, *n_lag, *n_num_routed, *n_make_request, *n_prompts, *n_lazy, *n_source, *n_in_frontend, *n_api_ticket, *n_hop_waited, *n_take_request, *n_reach_s, *n_busy_hop_s, *n_sent, *n_replica, *n_arrival_s, *n_num_prompt_tokens, *n_process_of, *n_first_output_s;
 static struct { PyObject **var; const char *name; } loop_names[] = {
     {&n_heap, "heap"},
     {&n_replicas, "replicas"},
@@ -966,6 +966,7 @@ static struct { PyObject **var; const char *name; } loop_names[] = {
     {&n_schedule, "schedule"},
     {&n_update, "update_from_output"},
     {&n_engine_step_s, "engine_step_s"},
+    {&n_first_output_s, "first_output_s"},
     {&n_row_of, "row_of"},
     {&n_steps, "steps"},
     {&n_record_steps, "record_steps"},
@@ -1029,6 +1030,7 @@ static Slots sim_slots = {NULL, 4, {&n_seq, &n_num_done, &n_num_in_flight, &n_nu
 typedef struct {
     PyObject *replica, *index, *schedule, *update, *add_request, *stamps, *stream_outputs;  /* stream_outputs: NULL without api */
     double engine_step_s;
+    double first_output_s; /* api.first_output_s: the chat endpoint's per first output (`end_step_streamed`) */
 } Rep;
 
 typedef struct {
@@ -1393,12 +1395,21 @@ static int loop_end_step(Loop *L, PyObject *now_obj, Py_ssize_t index) {
     }
     if (slot_set(&rep_slots, r->replica, R_PLAN, Py_None) < 0 || slot_add(&rep_slots, r->replica, R_NUM_STEPS, 1) < 0)
         goto done;
-    if (r->stream_outputs != NULL) {  /* seen_s = api.stream_outputs(now, 0, num) if num else now */
+    if (r->stream_outputs != NULL) {  /* `end_step_streamed`'s one process: seen_s, the step's stream */
         PyObject *num = plan_get(plan, 4);  /* (num_emitting_seqs) */
         if (num == NULL)
             goto done;
         int nonzero = PyObject_IsTrue(num);
-        if (nonzero > 0) {
+        if (nonzero > 0 && r->first_output_s != 0.0) {  /* with its first outputs: the emitting prefill seqs */
+            PyObject *decodes = plan_get(plan, 3);  /* (num_decode_tokens) */
+            PyObject *first = decodes ? PyNumber_Subtract(num, decodes) : NULL;
+            Py_XDECREF(decodes);
+            if (first != NULL) {
+                PyObject *stream_args[4] = {now_obj, L->zero, num, first};
+                seen = PyObject_Vectorcall(r->stream_outputs, stream_args, 4, NULL);
+                Py_DECREF(first);
+            }
+        } else if (nonzero > 0) {
             PyObject *stream_args[3] = {now_obj, L->zero, num};
             seen = PyObject_Vectorcall(r->stream_outputs, stream_args, 3, NULL);
         } else if (nonzero == 0) {
@@ -1895,6 +1906,9 @@ static PyObject *mod_run_loop(PyObject *self, PyObject *const *args, Py_ssize_t 
             if ((r->stream_outputs = PyObject_GetAttr(a, n_stream_outputs)) == NULL)
                 goto done;
             if ((v = get_double(a, n_engine_step_s, &r->engine_step_s)) == NULL)
+                goto done;
+            Py_CLEAR(v);
+            if ((v = get_double(a, n_first_output_s, &r->first_output_s)) == NULL)
                 goto done;
             Py_CLEAR(v);
         }

@@ -46,12 +46,13 @@ host, whose `latency_s` holds its time outside the loop; measured on the CPU hos
 The loop takes its input parts first come first served in the order they became ready, and each engine step's
 output work, once the outputs reach the output handler (after the hand-off, `output_latency_s` below), before them
 (preemptive priority, the slices taken as infinitely small): `output_pass_s` + `output_token_s` (+
-`chat_output_token_s`) x the process's tokens in the step, after its earlier output work; the client sees the
-step's tokens when it ends. The renderer takes its parts FIFO. Where the client runs on the API
-server's cores (`host.client_shares_api_server_cores`, a pinned CPU host), its own work is placed where `vllm bench
-serve` does it (`vllm/benchmarks/lib/endpoint_request_func.py`): the work before a request's send
-(`client_request_s`: the task's start, the payload, aiohttp's request and connection, the body's `write_bytes`) is a
-third thread's FIFO part before the loop's first; its work on each streamed chunk after the send
+`chat_output_token_s`) x the process's tokens in the step (+ `chat_first_output_s` x those that are their request's
+first, on the chat endpoint), after its earlier output work; the client sees the step's tokens when it ends. The
+renderer takes its parts FIFO. Where the client runs on the API server's cores
+(`host.client_shares_api_server_cores`, a pinned CPU host), its own work is placed where `vllm bench serve` does it
+(`vllm/benchmarks/lib/endpoint_request_func.py`): the work before a request's send (`client_request_s`: the task's
+start, the payload, aiohttp's request and connection, the body's `write_bytes`) is a third thread's FIFO part before
+the loop's first; its work on each streamed chunk after the send
 (`client_output_token_s`: the transport's read, aiohttp's parser, `StreamedResponseHandler.add_chunk`, `json.loads`,
 the timestamps) is added to the output pass that streams the token (one core's work either way). The
 connections reach the server one per `host.connection_accept_gap_us` at the most. Threads share cores by processor
@@ -138,8 +139,22 @@ class ApiServerCosts:
     reference host, chat against completions endpoint, 2 repeats with 1 and with 2 API-server processes: TTFT grows
     by 4-6 ms more per position on the chat endpoint, of which ~1 ms is the engine's share of the template's 16
     tokens; the grid fit on the chat cells with one process picked 4 ms too (a flat optimum; BENCHMARKS.md, "vLLM's
-    API server in a burst"). `chat_output_token_s`: not resolved by those runs (0); a harmony-rendered model's chat
-    stream adds its release's `release_chat_output_token_extra_s`. `engine_step_s`: the served
+    API server in a burst"). That is the chat endpoint's work before the request's hand-off to the engine core:
+    `OpenAIServingChat._create_chat_completion` (vLLM 0.32 `vllm/entrypoints/openai/chat_completion/serving.py`)
+    renders the messages through the chat template (`render_chat_request`, `vllm/renderers/hf.py`) and builds the
+    request before `AsyncLLM.generate` hands it over. Its work after the hand-off is on the way out, in
+    `chat_completion_stream_generator`: `chat_first_output_s` per request at its first output (the first iteration's
+    role chunk, a `ChatCompletionStreamResponse` with `DeltaMessage(role=...)` serialized and written before the first
+    token's chunk; `vllm bench serve`'s chat client takes its TTFT at that chunk), charged in the output pass of the
+    step that streams the request's first token; `chat_output_token_s` per streamed token (each token's chunk a
+    `ChatCompletionStreamResponse` of a `ChatCompletionResponseStreamChoice` and a `DeltaMessage`, against
+    `serving_completion`'s flatter `CompletionStreamResponse`). Both 0 on the reference (not measured there) and on
+    every shipped profile; measured on the CPU host with real `vllm serve`, one request at a time, chat against
+    completions at 1, 32 and 128 output tokens (`vllm_serve_chat_split.py`: the loop's task steps by interval of the
+    request's life; bursts' CPU accounting per request and per token): the share after the hand-off is the role
+    chunk's, none per token (`vllm_serve_sim.py --chat-split` places a fitted chat extra by it; BENCHMARKS.md, "vLLM's
+    API server in a burst"). A harmony-rendered model's chat stream adds its release's
+    `release_chat_output_token_extra_s` per token. `engine_step_s`: the served
     engine core's own work per step that an in-process step trace (what the engine's step time is calibrated on) does
     not hold: the hand-off of the scheduled batch to the Worker process and of its output back (vLLM-CPU always runs
     the model in a Worker process, `vllm/platforms/cpu.py`; shared-memory `MessageQueue`,
@@ -194,6 +209,7 @@ class ApiServerCosts:
     output_pass_s: float = 0.40e-3
     output_token_s: float = 65e-6
     chat_output_token_s: float = 0.0
+    chat_first_output_s: float = 0.0
     latency_s: float = 3.77e-3
     output_latency_s: float = 0.0
     engine_step_s: float = 0.0
@@ -324,6 +340,7 @@ class ApiServer:
         self.render_waits_s = (costs.render_start_wait_s, costs.render_resume_wait_s)
         self.output_pass_s = costs.output_pass_s
         self.output_token_s = costs.output_token_s + (costs.chat_output_token_s if chat else 0.0)
+        self.first_output_s = costs.chat_first_output_s if chat else 0.0  # per request, in its first token's pass
         host = host or HostCpu("", 1.0)
         if host.client_shares_api_server_cores:  # the client reads each streamed chunk on the same cores
             self.output_token_s += costs.client_output_token_s
@@ -365,7 +382,7 @@ class ApiServer:
                 num_processes, host.api_server_num_cores, host.client_shares_api_server_cores, self._chain_parts,
                 (self.render_request_s, self.prompt_token_s, self.hash_token_s, self.client_s, self.request_s,
                  self.latency_s, self.accept_gap_s, self.output_latency_s, self.output_pass_s, self.output_token_s,
-                 self.refill_s), self.connections is not None, SERVER_KEEP_ALIVE_S)
+                 self.refill_s, self.first_output_s), self.connections is not None, SERVER_KEEP_ALIVE_S)
             self.take_request = core.take_request  # type: ignore[method-assign]
             self.reach_s = core.reach_s  # type: ignore[method-assign]
             self.stream_outputs = core.stream_outputs  # type: ignore[method-assign]
@@ -434,11 +451,12 @@ class ApiServer:
         return (self.admit_step_s + len(num_prompt_tokens) * self.new_request_s
                 + self.new_request_token_s * sum(num_prompt_tokens))
 
-    def stream_outputs(self, now_s: float, process: int, num_tokens: int) -> float:
+    def stream_outputs(self, now_s: float, process: int, num_tokens: int, num_first: int = 0) -> float:
         """A step's `num_tokens` outputs for `process`, out of the engine core at `now_s`: when the client has them.
         They reach the output handler `output_latency_s` later (the hand-off: module docstring); the pass starts then,
         once the process's earlier output work is done; input work on its loop waits for it; the client has the
-        tokens when the pass ends.
+        tokens when the pass ends. `num_first` of them are their requests' first: on the chat endpoint each adds
+        `chat_first_output_s` to the pass (the role chunk, `ApiServerCosts`).
 
         Turns (`host.api_server_refill_after_other_us`): a pass is the process's turns on the core: its wake-up for
         the step's outputs and, where the client shares the core, one per streamed chunk (the client, woken by
@@ -448,9 +466,11 @@ class ApiServer:
         of its turns taken while other processes have work (`_Threads._shared_rates`)."""
         self.num_outputs += 1
         work_s = self.output_pass_s + self.output_token_s * num_tokens
+        if num_first:
+            work_s += self.first_output_s * num_first
         refill = 0.0
-        if self.refill_s > 0 and work_s > 0:
-            refill = self.refill_s * (1 + (num_tokens if self.client_turns else 0)) / work_s
+        if self.refill_s > 0 and work_s > 0:  # (a first output's role chunk is a chunk of its own)
+            refill = self.refill_s * (1 + (num_tokens + num_first if self.client_turns else 0)) / work_s
         return self.threads.add_output(now_s, now_s + self.output_latency_s, process, -self.num_outputs, work_s,
                                        refill)
 
