@@ -377,11 +377,14 @@ def test_forked_writer_writes_the_in_process_files(tmp_path: Path, monkeypatch: 
     # arrays copied into the ring too), with the ring as it is, so small that each part waits for the child to free the
     # last one's place and wraps round, and so small that the larger parts go through the pipe.
     variants: dict[str, dict[str, int]] = {"in-process": {}, "forked": {}, "slots-small": {"SLOT_SEQS": 20},
-                                           "one-slot": {"NUM_SLOTS": 1}, "sink-write": {},
-                                           "sink-write-ring-32k": {"RING_BYTES": 32 << 10},
-                                           "sink-write-ring-16k": {"RING_BYTES": 16 << 10}}
+                                           "one-slot": {"NUM_SLOTS": 1}, "no-slots": {"NUM_SLOTS": 0},
+                                           "sink-write": {},
+                                           "sink-write-ring-32k": {"RING_BYTES": 32 << 10, "RING_BYTES_ALONE": 32 << 10},
+                                           "sink-write-ring-16k": {"RING_BYTES": 16 << 10, "RING_BYTES_ALONE": 16 << 10}}
+    # (`no-slots`, as where the records are not compiled: the whole parts through the ring of `RING_BYTES_ALONE`)
     lying: dict[str, int] = {}
     sizes = {attr: getattr(outputs._ForkedWriter, attr) for attr in ("RING_BYTES", "NUM_SLOTS", "SLOT_SEQS")}
+    sizes["RING_BYTES_ALONE"] = outputs._ForkedWriter.RING_BYTES_ALONE
     for name, changes in variants.items():
         monkeypatch.setattr(outputs, "FORKED", name != "in-process")
         for attr, size in sizes.items():
@@ -410,7 +413,7 @@ def test_forked_writer_writes_the_in_process_files(tmp_path: Path, monkeypatch: 
             assert placed < 2 * (16 << 10)
     if step_record.COMPILED:  # the arrays where they were recorded, unless they outgrew their slot
         assert lying["forked"] > 10 * lying["slots-small"] and lying["forked"] == lying["one-slot"] > 0
-    assert not any(lying.get(name, 0) for name in variants if name.startswith("sink-write"))
+    assert not any(lying.get(name, 0) for name in variants if name.startswith("sink-write") or name == "no-slots")
     for name in list(variants)[1:]:
         for file in ("steps.parquet", "requests.csv", "timeseries.csv", "summary.json", "run.json"):
             assert (tmp_path / name / file).read_bytes() == (tmp_path / "in-process" / file).read_bytes(), (file, name)

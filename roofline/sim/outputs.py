@@ -311,6 +311,8 @@ class _ForkedWriter:
     # a part whose arrays outgrew their slot (a piece is placed whole; one that does not fit before the end starts
     # again at the beginning, a message larger than the whole goes through the pipe).
     RING_BYTES = 4 << 20
+    # ... where there are no slots (records not compiled): whole parts, five of sharegpt's (~4.4 MB each).
+    RING_BYTES_ALONE = 24 << 20
     # Places of a part's arrays: one the simulation writes into, up to four handed over and not yet freed (the child
     # writing one, two queued, its reader holding one), as the ring held five parts of sharegpt before.
     NUM_SLOTS = 5
@@ -344,13 +346,14 @@ class _ForkedWriter:
         release_r, release_w = os.pipe()
         slot_seqs = cls.SLOT_SEQS or min(simulator.STEPS_PER_PART * stream.deployment.scheduler_config.max_num_seqs,
                                          MAX_SLOT_SEQS)
-        layout = SharedLayout(cls.RING_BYTES, cls.NUM_SLOTS if step_record.COMPILED else 0, slot_seqs)
+        layout = SharedLayout(cls.RING_BYTES, cls.NUM_SLOTS, slot_seqs) if step_record.COMPILED and cls.NUM_SLOTS \
+            else SharedLayout(cls.RING_BYTES_ALONE, 0, slot_seqs)
         # (anonymous and shared: the child sees the same pages; its pages made only where touched)
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_NORESERVE", 0)
         try:
             ring = mmap.mmap(-1, layout.total_bytes, flags=flags)
         except OSError:  # (a machine that commits every byte mapped, and has not that many: the ring alone)
-            layout = SharedLayout(cls.RING_BYTES, 0, slot_seqs)
+            layout = SharedLayout(cls.RING_BYTES_ALONE, 0, slot_seqs)
             ring = mmap.mmap(-1, layout.total_bytes, flags=flags)
         prepared = layout.prepared(cls.PREPARED_SEQS)
         pid = os.fork()
@@ -373,7 +376,9 @@ class _ForkedWriter:
         """A free slot's places of a part's query, context, emits and index arrays, for the records the simulation
         writes the next part into (`StepTraceStream.step_records`); the slot is taken until a message that names it
         is freed by the child. Waits for the child where every slot is taken (memory stays bounded); None where the
-        child has ended (the part is refused where it is handed over: `send`)."""
+        child has ended (the part is refused where it is handed over: `send`) or there are no slots."""
+        if not self._layout.num_slots:
+            return None
         alive = self._read_releases()
         while True:
             free = [k for k, end in enumerate(self._slot_end) if end <= self._released]
