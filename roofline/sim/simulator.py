@@ -600,10 +600,8 @@ class _Simulation:
         api = self.api[replica.index]  # type: ignore[index]
         if self.seen_times is None:  # one process: every token of the step is seen at the same time
             num = plan.num_emitting_seqs
-            if num and api.first_output_s:
-                seen_s = api.stream_outputs(now, 0, num, num - plan.num_decode_tokens)
-            else:
-                seen_s = api.stream_outputs(now, 0, num) if num else now
+            first = num - plan.num_decode_tokens if api.first_output_s else 0
+            seen_s = api.stream_outputs(now, 0, num, first) if num else now
             replica.stamps.add(seen_s)
             finished = replica.scheduler.update_from_output(plan, self.token_id, seen_s)
             for req in finished:
@@ -616,18 +614,14 @@ class _Simulation:
                 if emit:
                     counts[process_of[row_of[req.request_id]]] += 1  # type: ignore[index]
             seen_times = self.seen_times[replica.index]
+            firsts = [0] * api.num_processes
             if api.first_output_s:
-                firsts = [0] * api.num_processes
                 for req, emit, query, context in zip(plan.requests, plan.emits, plan.query_lens, plan.context_lens):
                     if emit and not (query == 1 and context >= req.num_prompt_tokens):  # (not a decode seq)
                         firsts[process_of[row_of[req.request_id]]] += 1  # type: ignore[index]
-                for process, num in enumerate(counts):
-                    if num:
-                        seen_times[process].add(now, api.stream_outputs(now, process, num, firsts[process]))
-            else:
-                for process, num in enumerate(counts):
-                    if num:
-                        seen_times[process].add(now, api.stream_outputs(now, process, num))
+            for process, num in enumerate(counts):
+                if num:
+                    seen_times[process].add(now, api.stream_outputs(now, process, num, firsts[process]))
             for req in replica.scheduler.update_from_output(plan, self.token_id, now):
                 process = process_of[row_of[req.request_id]]  # type: ignore[index]
                 seen = seen_times[process]
