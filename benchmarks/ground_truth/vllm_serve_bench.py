@@ -265,6 +265,10 @@ def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path
         # timeline_site/sitecustomize.py: sys.setswitchinterval in the server's processes (or the engine core's alone).
         env.update(VLLM_SERVE_SWITCH_INTERVAL_S=repr(args.switch_interval_s),
                    VLLM_SERVE_SWITCH_INTERVAL_IN=args.switch_interval_in, **site)
+    if args.name_engine_threads or args.engine_io_cores or args.engine_zmq_cores:
+        # timeline_site/sitecustomize.py: the engine core's input and output socket threads name themselves
+        # (EC_input, EC_output), so their CPU is told apart in each run's cpu_s and they can be pinned below.
+        env.update(VLLM_SERVE_NAME_ENGINE_THREADS="1", **site)
     if not args.platform_fallback:
         # The same for the version lookup (LAUNCHER) where the installed vLLM has no fallback of its own.
         env.update(VLLM_SERVE_CPU_VERSION=args.vllm_server + "+cpu", **site)
@@ -299,11 +303,21 @@ def start_server(args: argparse.Namespace, api_server_count: int, log_path: Path
         raise SystemExit("vllm serve did not become healthy in 900 s")
     # Every thread of the EngineCore onto the engine's core (it busy-waits on its Worker; see
     # benchmarks/ground_truth/vllm_frontend_overhead.py `pin_engine_core`).
+    # --engine-io-cores / --engine-zmq-cores (an experiment, docs/benchmark-history/2026-12-01f-serve25.md): the engine
+    # core's socket threads (named by sitecustomize) / its ZMQ I/O threads (libzmq's "ZMQbg/...") elsewhere.
     cores = {int(c) for c in args.engine_cores.split(",")}
+    moved = {"EC_input": args.engine_io_cores, "EC_output": args.engine_io_cores, "ZMQbg": args.engine_zmq_cores}
     for pid, name in server_pids(proc.pid).items():
         if name.startswith("VLLM::EngineCor"):
             for tid in os.listdir(f"/proc/{pid}/task"):
-                os.sched_setaffinity(int(tid), cores)
+                try:
+                    thread = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+                except OSError:
+                    continue  # the thread ended
+                elsewhere = moved.get(thread.split("/")[0])
+                os.sched_setaffinity(int(tid), {int(c) for c in elsewhere.split(",")} if elsewhere else cores)
+                if elsewhere:
+                    log(f"engine core thread {tid} {thread} on cores {elsewhere}")
     return proc
 
 
@@ -594,6 +608,15 @@ def main() -> int:
                         help="one server session per repeat and API-server count, the counts alternating (a1 r0, "
                              "a2 r0, a1 r1, ...; each session runs its one repeat's cells): the repeats' spread then "
                              "holds the drift between server sessions")
+    parser.add_argument("--name-engine-threads", action="store_true",
+                        help="the engine core's input and output socket threads name themselves EC_input / EC_output "
+                             "(their CPU then apart in each run's cpu_s)")
+    parser.add_argument("--engine-io-cores", default="",
+                        help="an experiment: the engine core's input and output socket threads on these cores instead "
+                             "of --engine-cores (implies --name-engine-threads)")
+    parser.add_argument("--engine-zmq-cores", default="",
+                        help="an experiment: the engine core's ZMQ I/O threads (ZMQbg/...) on these cores instead of "
+                             "--engine-cores")
     parser.add_argument("--switch-interval-s", type=float, default=None,
                         help="CPython's GIL switch interval (sys.setswitchinterval, seconds; default: Python's, 0.005) "
                              "in the server's processes, see --switch-interval-in")
@@ -630,7 +653,8 @@ def main() -> int:
                              "vllm_server": args.vllm_server,
                              "vllm_client": vllm_version(args.client_python), "loads": LOADS, "endpoints": ENDPOINTS,
                              "model_config": TINY_CONFIG, "api_cores": args.api_cores,
-                             "engine_cores": args.engine_cores, "kv_gib": args.kv_gib,
+                             "engine_cores": args.engine_cores, "engine_io_cores": args.engine_io_cores,
+                             "engine_zmq_cores": args.engine_zmq_cores, "kv_gib": args.kv_gib,
                              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "runs": []}
     if args.out.exists():
         index = json.loads(args.out.read_text())
