@@ -132,3 +132,23 @@ def test_the_bench_refuses_bad_repeats_and_server_counts(tmp_path: Path) -> None
                               "--out", str(tmp_path / "r.json"), *flags], capture_output=True, text=True)
         assert (out.returncode, out.stderr.strip()) == (2, line)
     assert not list(tmp_path.iterdir())  # refused before anything was built
+
+
+def test_the_engine_cores_socket_threads_name_themselves(tmp_path: Path) -> None:
+    # VLLM_SERVE_NAME_ENGINE_THREADS: the wrapped EngineCoreProc methods rename the thread that runs them (the kernel's
+    # comm), and only that thread; arguments and results pass through.
+    probe = ("import sys, threading, types\n"
+             "import sitecustomize as sc\n"
+             "class P:\n"
+             "    def process_input_sockets(self, a, b=0):\n"
+             "        return open(f'/proc/self/task/{threading.get_native_id()}/comm').read().strip(), a, b\n"
+             "    def process_output_sockets(self):\n"
+             "        return open(f'/proc/self/task/{threading.get_native_id()}/comm').read().strip()\n"
+             "sc._name_engine_threads(types.SimpleNamespace(EngineCoreProc=P))\n"
+             "out = {}\n"
+             "t = threading.Thread(target=lambda: out.update(i=P().process_input_sockets(1, b=2))); t.start(); t.join()\n"
+             "t = threading.Thread(target=lambda: out.update(o=P().process_output_sockets())); t.start(); t.join()\n"
+             "print(out['i'][0], out['i'][1], out['i'][2], out['o'], open('/proc/self/comm').read().strip() != 'EC_input')")
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(SITE)},
+                         capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.split() == ["EC_input", "1", "2", "EC_output", "True"]

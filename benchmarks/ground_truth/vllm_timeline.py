@@ -35,7 +35,9 @@ In the engine-core process (`install_engine_core`, by `timeline_site/sitecustomi
   written to the shared-memory `MessageQueue`, `shm_broadcast.MessageQueue.enqueue`), new = the requests it admits;
 - ["ec_upd", start, end]: `Scheduler.update_from_output` (the step's outputs made).
 In the Worker process (`install_worker`, when `vllm.v1.executor.multiproc_executor` is imported there):
-- ["wk_rpc", method, start, end]: `WorkerProc._execute_worker_rpc` (the RPC run and its result enqueued);
+- ["wk_rpc", method, start, end, minor faults, user CPU s, system CPU s, involuntary switches]:
+  `WorkerProc._execute_worker_rpc` (the RPC run and its result enqueued), and what the calling thread spent in it
+  (getrusage RUSAGE_THREAD: the forward pass's page faults, its CPU, the times it was preempted);
 - ["wk_upd", start, end, new, finished]: `GPUModelRunner._update_states` (the persistent batch: a new request's
   `CachedRequestState`, `InputBatch.add_request`);
 - ["wk_loads", start, end, bytes]: the message's `pickle.loads` in `MessageQueue.dequeue` (the scheduler output).
@@ -370,6 +372,7 @@ def install_worker(path: str, mp: Any) -> None:
 
 def install_worker_steps(path: str, mp: Any) -> None:
     import pickle
+    import resource
     import types
 
     from vllm.distributed.device_communicators import shm_broadcast
@@ -379,10 +382,15 @@ def install_worker_steps(path: str, mp: Any) -> None:
     rpc = mp.WorkerProc._execute_worker_rpc
 
     def execute_worker_rpc(self: Any, rpc_request: Any) -> Any:
+        before = resource.getrusage(resource.RUSAGE_THREAD)
         start = time.monotonic()
         result = rpc(self, rpc_request)
+        end = time.monotonic()
+        after = resource.getrusage(resource.RUSAGE_THREAD)
         method = rpc_request[0] if isinstance(rpc_request[0], str) else "bytes"
-        log.write(json.dumps(["wk_rpc", method, start, time.monotonic()]) + "\n")
+        log.write(json.dumps(["wk_rpc", method, start, end, after.ru_minflt - before.ru_minflt,
+                              round(after.ru_utime - before.ru_utime, 6), round(after.ru_stime - before.ru_stime, 6),
+                              after.ru_nivcsw - before.ru_nivcsw]) + "\n")
         return result
 
     def loads(data: Any, *args: Any, **kwargs: Any) -> Any:
