@@ -75,6 +75,12 @@ LOADS: dict[str, list[str]] = {
                      "--random-input-len", "128", "--random-output-len", "1"],
     "closed1-out128": ["--num-prompts", "40", "--request-rate", "inf", "--max-concurrency", "1",
                        "--random-input-len", "128", "--random-output-len", "128"],
+    # One request at a time, sent at (nearly: gamma intervals of shape 1,000, 3 % spread) fixed spacings of 0.2-3 s,
+    # 128 / 1 tokens: the engine's first step after it idled that long, against vLLM's 1-s busy-loop window in which
+    # the Worker and the engine core spin on their shared-memory queues before they sleep on a ZMQ poll
+    # (`shm_broadcast.SpinCondition` busy_loop_s; docs/benchmark-history/2026-12-01f-serve25.md).
+    **{f"spaced{gap}": ["--num-prompts", "10", "--request-rate", repr(round(1 / float(gap), 4)), "--burstiness", "1000",
+                        "--random-input-len", "128", "--random-output-len", "1"] for gap in ("0.2", "0.9", "1.2", "3")},
     # The published GPU bursts whose intake the API server caps (docs/benchmark-history/2026-11-30d-gpuburst.md):
     # GPUStack's 1,000 x 128 / 4 chat burst (vLLM 0.11.0) and kvcached PR #331's 500 x 512 / 128 completions burst.
     "burst1000-out4": ["--num-prompts", "1000", "--request-rate", "inf", "--random-input-len", "128",
