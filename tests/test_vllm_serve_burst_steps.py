@@ -72,3 +72,21 @@ def test_intake_cpu_splits_each_slice_at_the_first_hand_off_and_divides_by_the_i
     assert out["first_hand_off_ms"] == 10.0 and out["ms_a_hand_off"] == 5.0
     assert out["before_first_hand_off_ms"] == {"cpu0/api_loop": 2.0, "cpu0/client": 10.0}
     assert out["per_hand_off_ms"] == {"cpu0/api_loop": 2.0, "cpu1/VLLM::Worker/VLLM::Worker": 4.0}
+
+
+def test_the_per_arrival_line_recovers_its_terms_with_an_intercept_per_session() -> None:
+    # ms = session (2 or 3) + 17 per 1,000 context tokens + 0.1 per decode + 0.2 per arrival, exactly.
+    sessions = []
+    for base in (2.0, 3.0):
+        rows = []
+        for k in range(12):
+            tokens, decodes, arrivals = 500 + 130 * k, (7 * k) % 40, (5 * k) % 23
+            row = _row(4, tokens, base + 17 * tokens / 1000 + 0.1 * decodes + 0.2 * arrivals, arrivals, 0.002)
+            rows.append({**row, "gen_reqs": decodes})
+        rows.append({**_row(1, 128, 99.0, 3, 0.002)})   # below the context tokens taken: left out
+        rows.append({**_row(8, 1000, 99.0, 3, 2.0)})    # after an idle engine: left out
+        sessions.append(rows)
+    fit = bs.per_arrival_fit(sessions, num_boot=20)
+    assert fit["steps"] == 24 and fit["of"] == 24
+    assert fit["ms_per_1000_context_tokens"] == 17.0 and fit["ms_per_decode"] == 0.1 and fit["ms_per_arrival"] == 0.2
+    assert fit["ms_per_arrival_90"] == [0.2, 0.2]

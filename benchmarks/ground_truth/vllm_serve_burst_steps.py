@@ -19,7 +19,8 @@ and call span disagree (by more than 1.5 ms + 15 %) is dropped as misjoined. The
   busy-loop window: `shm_broadcast.SpinCondition` busy_loop_s, after which the Worker and the engine core sleep on a
   ZMQ poll instead of spinning on the shared-memory queue), and by the idle time before them;
 - each burst's first six steps.
-With `--perf`, per run with scheduler events: each CPU's run time by role (the API server's loop thread, its other
+With `--fit-groups`, per group of sessions the line through their prefill steps' elapsed time with a term per arrival
+(`per_arrival_fit`). With `--perf`, per run with scheduler events: each CPU's run time by role (the API server's loop thread, its other
 threads, the client, the engine core's threads by name, the Worker, other tasks) from the first send to the first
 hand-off (`add`) and, per hand-off, between the first and the last hand-off (`perf sched timehist`, CLOCK_MONOTONIC
 like the stamps).
@@ -127,6 +128,34 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def per_arrival_fit(sessions: list[list[dict[str, Any]]], min_context_tokens: int = 500, num_boot: int = 400,
+                    seed: int = 0) -> dict[str, Any]:
+    """Least squares through the prefill-heavy steps (>= `min_context_tokens`, after a step, misjoined pairs out) of
+    the sessions together: ms = the session's intercept + a x 1,000 context tokens + b x decodes + c x arrivals, with
+    residuals beyond 3 sd dropped (three rounds: the Python GC's long steps) and a bootstrap 90 % interval of c."""
+    import numpy as np
+
+    rows = [(i, r) for i, rs in enumerate(sessions) for r in rs if r["consistent"] and r["idle_s"] is not None
+            and r["idle_s"] < 0.05 and r["ctx_tokens"] >= min_context_tokens]
+    a = np.zeros((len(rows), len(sessions) + 3))
+    for k, (i, r) in enumerate(rows):
+        a[k, i] = 1.0
+        a[k, -3:] = r["ctx_tokens"] / 1000, r["gen_reqs"], r["arrivals"]
+    y = np.array([r["ms"] for _, r in rows])
+    keep = np.ones(len(y), bool)
+    for _ in range(3):
+        coef = np.linalg.lstsq(a[keep], y[keep], rcond=None)[0]
+        residual = y - a @ coef
+        keep = np.abs(residual) <= max(3 * residual[keep].std(), 1e-9)
+    rng = np.random.default_rng(seed)
+    kept = np.flatnonzero(keep)
+    boot = [np.linalg.lstsq(a[k], y[k], rcond=None)[0][-1] for k in (rng.choice(kept, len(kept)) for _ in range(num_boot))]
+    return {"steps": int(keep.sum()), "of": len(y), "ms_per_1000_context_tokens": round(float(coef[-3]), 3),
+            "ms_per_decode": round(float(coef[-2]), 4), "ms_per_arrival": round(float(coef[-1]), 4),
+            "ms_per_arrival_90": [round(float(x), 4) for x in np.percentile(boot, [5, 95])],
+            "residual_sd_ms": round(float(residual[keep].std()), 3)}
+
+
 def bursts(rows: list[dict[str, Any]], first: int = 6) -> list[list[dict[str, Any]]]:
     """The first `first` steps after each idle of >= IDLE_S in which the engine reached 8 or more context requests in
     a step (a burst, not one request at a time)."""
@@ -177,11 +206,16 @@ def intake_cpu(timehist: str, role_of: dict[int, str], first_send_s: float, firs
                                 if v > 5e-4}}
 
 
-def session(work_dir: Path, perf: bool) -> dict[str, Any]:
+def session_rows(work_dir: Path) -> tuple[list[dict[str, Any]], list[list[Any]]]:
     events = [json.loads(line) for line in (work_dir / "timeline-a1.log").read_text().splitlines()]
-    index = json.loads((work_dir / "runs.json").read_text())
     rows = join(logged_steps((work_dir / "server-a1.log").read_text(errors="replace")), worker_calls(events),
                 sorted(e[2] for e in events if e[0] == "ec_dec"))
+    return rows, events
+
+
+def session(work_dir: Path, perf: bool) -> dict[str, Any]:
+    index = json.loads((work_dir / "runs.json").read_text())
+    rows, events = session_rows(work_dir)
     out = compare(rows)
     adds = sorted(e[2] for e in events if e[0] == "add")
     out["runs"] = {}
@@ -205,12 +239,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work-dirs", type=Path, nargs="+", required=True)
     parser.add_argument("--perf", action="store_true", help="read each burst's <run>.perf.data (perf must be installed)")
+    parser.add_argument("--fit-groups", nargs="*", default=[], metavar="NAME=DIR,DIR",
+                        help="per group of work directories (e.g. the engine core's threads on its core / moved), the "
+                             "per-arrival line through their prefill steps (per_arrival_fit)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    result = {str(d.name): session(d, args.perf) for d in args.work_dirs}
+    result: dict[str, Any] = {str(d.name): session(d, args.perf) for d in args.work_dirs}
+    fits = {}
+    for group in args.fit_groups:
+        name, _, dirs = group.partition("=")
+        if not name or not dirs:
+            parser.exit(2, f"--fit-groups: {group}: must be NAME=DIR[,DIR...]\n")
+        fits[name] = per_arrival_fit([session_rows(Path(d))[0] for d in dirs.split(",")])
+        print(name, json.dumps(fits[name]))
+    if fits:
+        result["per_arrival_fits"] = fits
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name, s in result.items():
+        if name == "per_arrival_fits":
+            continue
         print(name, json.dumps({k: s[k] for k in ("steps", "misjoined", "full_prefill_ms")}),
               json.dumps({k: v for k, v in s["one_prompt_ms"].items() if k != "by_idle_s"}))
     return 0
