@@ -20,10 +20,10 @@ and call span disagree (by more than 1.5 ms + 15 %) is dropped as misjoined. The
   ZMQ poll instead of spinning on the shared-memory queue), and by the idle time before them;
 - each burst's first six steps.
 With `--fit-groups`, per group of sessions the line through their prefill steps' elapsed time with a term per arrival
-(`per_arrival_fit`). With `--perf`, per run with scheduler events: each CPU's run time by role (the API server's loop thread, its other
-threads, the client, the engine core's threads by name, the Worker, other tasks) from the first send to the first
-hand-off (`add`) and, per hand-off, between the first and the last hand-off (`perf sched timehist`, CLOCK_MONOTONIC
-like the stamps).
+(`per_arrival_fit`). With `--perf`, per run with scheduler events: each CPU's run time by role (the API server's loop
+thread, its other threads, the client, the engine core's threads by name, the Worker, other tasks) from the first send
+to the first hand-off (`add`) and, per hand-off, between the first and the last hand-off (`perf sched timehist`,
+CLOCK_MONOTONIC like the stamps).
 
 Results and their reading: BENCHMARKS.md, "vLLM's API server in a burst"; docs/benchmark-history/2026-12-01f-serve25.md.
 """
