@@ -147,6 +147,8 @@ def per_arrival_fit(sessions: list[list[dict[str, Any]]], min_context_tokens: in
         coef = np.linalg.lstsq(a[keep], y[keep], rcond=None)[0]
         residual = y - a @ coef
         keep = np.abs(residual) <= max(3 * residual[keep].std(), 1e-9)
+    coef = np.linalg.lstsq(a[keep], y[keep], rcond=None)[0]  # on the rows kept, as the bootstrap below
+    residual = y - a @ coef
     rng = np.random.default_rng(seed)
     kept = np.flatnonzero(keep)
     boot = [np.linalg.lstsq(a[k], y[k], rcond=None)[0][-1] for k in (rng.choice(kept, len(kept)) for _ in range(num_boot))]
