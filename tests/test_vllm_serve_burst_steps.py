@@ -61,14 +61,13 @@ def test_compare_takes_full_steps_after_a_step_and_one_prompt_steps_by_the_idle_
 
 
 def test_intake_cpu_splits_each_slice_at_the_first_hand_off_and_divides_by_the_intervals() -> None:
-    # perf sched timehist: time, [cpu], task[tid], wait, sch delay, run time (ms); a slice runs until its time.
-    text = "\n".join([
-        "  10.010000 [0000]  python[7]  0.000  0.000  10.000",   # client: 10.000-10.010, before the first hand-off
-        "  10.014000 [0000]  python[5]  0.000  0.000  6.000",    # API loop: 10.008-10.014 (2 ms before, 4 during)
-        "  10.020000 [0001]  VLLM::Worker[9]  0.000  0.000  8.000"])
+    # perf_sched_holders.timehist: (switch-out time, cpu, comm, tid, delay s, run s); a slice runs until its time.
+    events = [(10.010, 0, "python", 7, 0.0, 0.010),   # client: 10.000-10.010, before the first hand-off
+              (10.014, 0, "python", 5, 0.0, 0.006),   # API loop: 10.008-10.014 (2 ms before, 4 during)
+              (10.020, 1, "VLLM::Worker", 9, 0.0, 0.008)]
     roles = bs.roles({"api_server/python/5/5": [], "client/python/7/7": [], "VLLM::Worker/VLLM::Worker/9/9": []})
     assert roles == {5: "api_loop", 7: "client", 9: "VLLM::Worker/VLLM::Worker"}
-    out = bs.intake_cpu(text, roles, first_send_s=10.0, first_add_s=10.010, last_add_s=10.020, num_hand_offs=3)
+    out = bs.intake_cpu(events, roles, first_send_s=10.0, first_add_s=10.010, last_add_s=10.020, num_hand_offs=3)
     assert out["first_hand_off_ms"] == 10.0 and out["ms_a_hand_off"] == 5.0
     assert out["before_first_hand_off_ms"] == {"cpu0/api_loop": 2.0, "cpu0/client": 10.0}
     assert out["per_hand_off_ms"] == {"cpu0/api_loop": 2.0, "cpu1/VLLM::Worker/VLLM::Worker": 4.0}

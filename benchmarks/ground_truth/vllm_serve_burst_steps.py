@@ -33,16 +33,14 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import re
 import statistics
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-ITERATION = re.compile(r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, (\d+) generation "
-                       r"requests, (\d+) generation tokens, iteration elapsed time: ([0-9.]+) ms")
-TIMEHIST = re.compile(r"^\s*([\d.]+)\s+\[(\d+)\]\s+(\S.*?)\[(\d+)(?:/\d+)?\]\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
+from perf_sched_holders import timehist
+from vllm_serve_bench import ITERATION
+
 FULL_CONTEXT_TOKENS = 1900  # of the campaign's --max-num-batched-tokens 2048
 IDLE_S = 1.0  # vLLM 0.32 shm_broadcast.SpinCondition(busy_loop_s=1)
 IDLE_BUCKETS_S = (0.0, 0.5, 1.0, 2.0)
@@ -187,17 +185,13 @@ def roles(threads_sched: dict[str, Any]) -> dict[int, str]:
     return out
 
 
-def intake_cpu(timehist: str, role_of: dict[int, str], first_send_s: float, first_add_s: float, last_add_s: float,
-               num_hand_offs: int) -> dict[str, Any]:
+def intake_cpu(events: list[tuple[float, int, str, int, float, float]], role_of: dict[int, str], first_send_s: float,
+               first_add_s: float, last_add_s: float, num_hand_offs: int) -> dict[str, Any]:
     """Per CPU and role, ms of run time from the first send to the first hand-off, and per hand-off between the first
-    and the last (`perf sched timehist` lines: each a task's switch-out with its run time)."""
+    and the last (`perf_sched_holders.timehist`'s events: each a task's switch-out with its run time)."""
     before: dict[str, float] = defaultdict(float)
     during: dict[str, float] = defaultdict(float)
-    for line in timehist.splitlines():
-        m = TIMEHIST.match(line)
-        if not m:
-            continue
-        end, cpu, comm, tid, run_s = float(m[1]), int(m[2]), m[3], int(m[4]), float(m[7]) / 1e3
+    for end, cpu, comm, tid, _delay_s, run_s in events:
         role = f"cpu{cpu}/" + role_of.get(tid, "other:" + comm.split("[")[0])
         before[role] += max(0.0, min(first_add_s, end) - max(first_send_s, end - run_s))
         during[role] += max(0.0, min(last_add_s, end) - max(first_add_s, end - run_s))
@@ -229,9 +223,7 @@ def session(work_dir: Path, perf: bool) -> dict[str, Any]:
         if perf and data.exists() and run["load"].startswith("burst"):
             first_send = min(result["start_times"])
             mine = [a for a in adds if a >= first_send][:len(result["start_times"])]
-            text = subprocess.run(["perf", "sched", "timehist", "-i", str(data)], capture_output=True, text=True,
-                                  check=True).stdout
-            entry["intake_cpu"] = intake_cpu(text, roles(run["engine_window"]["threads_sched"]), first_send,
+            entry["intake_cpu"] = intake_cpu(timehist(data), roles(run["engine_window"]["threads_sched"]), first_send,
                                              mine[0], mine[-1], len(mine))
         out["runs"][run["name"]] = entry
     return out
