@@ -152,3 +152,13 @@ def test_the_engine_cores_socket_threads_name_themselves(tmp_path: Path) -> None
     out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(SITE)},
                          capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout.split() == ["EC_input", "1", "2", "EC_output", "True"]
+
+
+def test_a_core_list_that_is_not_cpu_numbers_is_refused_in_one_line_before_the_server_starts(tmp_path) -> None:
+    bench = SITE.parent / "vllm_serve_bench.py"
+    out = subprocess.run([sys.executable, str(bench), "--work-dir", str(tmp_path), "--out", str(tmp_path / "r.json"),
+                          "--engine-io-cores", "0-1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].endswith(
+        "argument --engine-io-cores: '0-1': CPU numbers separated by commas, e.g. 0 or 0,2")
+    assert not (tmp_path / "r.json").exists()
