@@ -565,13 +565,6 @@ def session_plan(counts: list[int], first_repeat: int, repeats: int, interleave:
     return [(count, numbers) for count in counts]
 
 
-def core_list(value: str) -> str:
-    """`--engine-io-cores` / `--engine-zmq-cores`: CPU numbers separated by commas (checked before the server starts)."""
-    if not all(c.strip().isdigit() for c in value.split(",")):
-        raise argparse.ArgumentTypeError(f"{value!r}: CPU numbers separated by commas, e.g. 0 or 0,2")
-    return value
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", type=Path, required=True, help="model, server logs and result files")
@@ -624,10 +617,10 @@ def main() -> int:
     parser.add_argument("--name-engine-threads", action="store_true",
                         help="the engine core's input and output socket threads name themselves EC_input / EC_output "
                              "(their CPU then apart in each run's cpu_s)")
-    parser.add_argument("--engine-io-cores", default="", type=core_list,
+    parser.add_argument("--engine-io-cores", default="",
                         help="an experiment: the engine core's input and output socket threads on these cores instead "
                              "of --engine-cores (implies --name-engine-threads)")
-    parser.add_argument("--engine-zmq-cores", default="", type=core_list,
+    parser.add_argument("--engine-zmq-cores", default="",
                         help="an experiment: the engine core's ZMQ I/O threads (ZMQbg/...) on these cores instead of "
                              "--engine-cores")
     parser.add_argument("--switch-interval-s", type=float, default=None,
@@ -640,6 +633,9 @@ def main() -> int:
         parser.exit(2, f"--switch-interval-s: {args.switch_interval_s}: must be > 0 and <= 1 (seconds)\n")
     if args.repeats < 1:
         parser.exit(2, f"--repeats: {args.repeats}: must be >= 1\n")
+    for flag, value in (("--engine-io-cores", args.engine_io_cores), ("--engine-zmq-cores", args.engine_zmq_cores)):
+        if value and not all(c.isdigit() for c in value.split(",")):  # (checked here, not a minute in at the pinning)
+            parser.exit(2, f"{flag}: {value!r}: must be CPU numbers separated by commas, e.g. 0 or 0,2\n")
     try:
         counts = [int(c) for c in args.api_server_counts.split(",")]
     except ValueError:
