@@ -122,7 +122,7 @@ def test_old_engine_run_json_loads_the_same_spec_and_dtypes(traced: tuple[Path, 
     sim = load_trace(trace_dir)
     engine_dir = tmp_path / "engine"
     engine_dir.mkdir()
-    for name in ("steps.parquet", "requests.csv"):
+    for name in ("steps.parquet", "sequences.parquet", "requests.csv"):
         (engine_dir / name).write_bytes((trace_dir / name).read_bytes())
     meta = json.loads((trace_dir / "run.json").read_text())
     meta["model"] = dataclasses.asdict(sim.spec)
@@ -171,7 +171,7 @@ def test_cli_bad_trace_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Cap
 
 def test_load_trace_rejects_a_bad_model_record(traced: tuple[Path, Path], tmp_path: Path) -> None:
     _, trace_dir = traced
-    for name in ("steps.parquet", "requests.csv"):
+    for name in ("steps.parquet", "sequences.parquet", "requests.csv"):
         (tmp_path / name).write_bytes((trace_dir / name).read_bytes())
     meta = json.loads((trace_dir / "run.json").read_text())
     meta["model"] = 42

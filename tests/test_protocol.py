@@ -65,7 +65,7 @@ def make_set(root: Path, base: Path, factors: list[float]) -> Path:
     for out, factor in zip(dirs, factors):
         shutil.copytree(base, out)
         table = pq.read_table(out / "steps.parquet")  # keeps the schema metadata (its version) as written
-        durations = pa.array(shaped_durations(table.to_pandas()) * factor, pa.float64())
+        durations = pa.array(shaped_durations(read_trace(out)[0]) * factor, pa.float64())
         table = table.set_column(table.schema.get_field_index("duration_s"), "duration_s", durations)
         pq.write_table(table, out / "steps.parquet")
         record_repeat(root, out, datetime(2026, 1, 1, tzinfo=timezone.utc))

@@ -326,21 +326,22 @@ def test_streamed_step_trace_is_the_whole_tables_file(tmp_path: Path, monkeypatc
     monkeypatch.setattr(steps_file.StepsFileWriter, "_widen", widen)
     (tmp_path / "parts").mkdir()
     stream = outputs.StepTraceStream(tmp_path / "parts", deployment)
-    parts = run_simulation(deployment, load, SimulationOptions(), step_sink=stream.write)
+    parts = run_simulation(deployment, load, SimulationOptions(), step_sink=stream)
     outputs.write_outputs(tmp_path / "parts", deployment, parts, summary, stream)
     assert len(whole.steps) > 100 and len(parts.step_seqs) == 0  # many parts; no sequences kept
     assert widened  # some part lacked an operator a later one had
-    for name in ("steps.parquet", "requests.csv", "timeseries.csv", "run.json"):
+    for name in ("steps.parquet", "sequences.parquet", "requests.csv", "timeseries.csv", "run.json"):
         assert (tmp_path / "parts" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
 
 
 def test_row_groups_of_a_simulation_read_back_as_the_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A simulation's steps.parquet in its own row groups (`steps_file.ROW_GROUP_STEPS`, smaller than the engine's
-    traces', `engine.core.trace.ROW_GROUP_STEPS`) reads back as the same table as the file of the engine's row groups:
-    the same schema (its metadata too) and the same values; only the bytes differ."""
+    """A simulation's step trace (schema version 2: steps.parquet and sequences.parquet, in its own row groups,
+    `steps_file.ROW_GROUP_STEPS`, a row group of sequences per row group of steps) reads back as the same table as
+    the run's steps written by the engine's writer (schema version 1, its list columns, its row groups): the same
+    schema and the same values; only the files differ."""
     import pyarrow.parquet as pq
 
-    from engine.core.trace import write_trace
+    from engine.core.trace import read_trace_table, write_trace
     from roofline.sim import steps_file
 
     monkeypatch.setattr(steps_file, "ROW_GROUP_STEPS", 16)  # (several row groups of this small run)
@@ -350,12 +351,18 @@ def test_row_groups_of_a_simulation_read_back_as_the_engines(tmp_path: Path, mon
     summary = {"seed": 3, "workload": "small", "num_replicas": 1, "kv_cache": {}}
     outputs.write_outputs(tmp_path / "sim", deployment, result, summary)
     write_trace(tmp_path / "engine", step_table(deployment, result), steps_file.run_metadata(deployment, summary))
-    sim, engine_file = (pq.ParquetFile(tmp_path / name / "steps.parquet") for name in ("sim", "engine"))
-    assert sim.metadata.num_row_groups == -(-len(result.steps) // 16) > 1 == engine_file.metadata.num_row_groups
-    ours, theirs = sim.read(), engine_file.read()
-    assert ours.schema.equals(theirs.schema, check_metadata=True)
+    steps_file_, seqs_file, engine_file = (pq.ParquetFile(tmp_path / name / file) for name, file in (
+        ("sim", "steps.parquet"), ("sim", "sequences.parquet"), ("engine", "steps.parquet")))
+    num_groups = -(-len(result.steps) // 16)
+    assert steps_file_.metadata.num_row_groups == seqs_file.metadata.num_row_groups == num_groups > 1
+    assert engine_file.metadata.num_row_groups == 1
+    num_seqs = result.step_table["num_seqs"]
+    assert [seqs_file.metadata.row_group(i).num_rows for i in range(num_groups)] == \
+        [int(num_seqs[16 * i:16 * (i + 1)].sum()) for i in range(num_groups)]
+    ours, theirs = (read_trace_table(tmp_path / name)[0] for name in ("sim", "engine"))
+    assert ours.schema.equals(theirs.schema)
     assert ours.equals(theirs)
-    assert (tmp_path / "sim" / "steps.parquet").read_bytes() != (tmp_path / "engine" / "steps.parquet").read_bytes()
+    assert ours.column("request_ids").to_pylist() == [list(ids) for ids in result.step_request_ids]
 
 
 @pytest.mark.skipif(not outputs.FORKED, reason="steps.parquet by a forked process: Linux only")
@@ -415,7 +422,8 @@ def test_forked_writer_writes_the_in_process_files(tmp_path: Path, monkeypatch: 
         assert lying["forked"] > 10 * lying["slots-small"] and lying["forked"] == lying["one-slot"] > 0
     assert not any(lying.get(name, 0) for name in variants if name.startswith("sink-write") or name == "no-slots")
     for name in list(variants)[1:]:
-        for file in ("steps.parquet", "requests.csv", "timeseries.csv", "summary.json", "run.json"):
+        for file in ("steps.parquet", "sequences.parquet", "requests.csv", "timeseries.csv", "summary.json",
+                     "run.json"):
             assert (tmp_path / name / file).read_bytes() == (tmp_path / "in-process" / file).read_bytes(), (file, name)
 
     def failing_table(*args: object) -> pa.Table:

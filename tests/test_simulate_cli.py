@@ -48,7 +48,7 @@ def test_out_writes_tables_byte_identical_for_the_same_seed(tmp_path: Path,
     for name in ("a", "b"):
         assert main(["simulate", *SMALL, "--num-replicas", "2", "--out", str(tmp_path / name)]) == 0
     capsys.readouterr()
-    files = ("requests.csv", "steps.parquet", "run.json", "timeseries.csv", "summary.json")
+    files = ("requests.csv", "steps.parquet", "sequences.parquet", "run.json", "timeseries.csv", "summary.json")
     for file in files:
         assert (tmp_path / "a" / file).read_bytes() == (tmp_path / "b" / file).read_bytes(), file
     assert main(["simulate", *SMALL, "--seed", "5", "--out", str(tmp_path / "c")]) == 0

@@ -85,6 +85,19 @@ def _check(plans: list[_Plan], kind: type = PythonStepRecords) -> None:
         assert seqs.request_names == expected.request_names
         assert np.array_equal(seqs.request_index, expected.request_index)
         assert np.array_equal(seqs.offsets, expected.offsets) and seqs.offsets.dtype == np.int64
+    # Recorded by row (`row_of`: every id's row of the run's requests, as --out's parts are): the same values, each
+    # sequence's index its request's row, no names.
+    names = sorted({name for p in plans for name in [*p.tail_ids, *(p.bulk.ids if p.bulk is not None else [])]})
+    row_of = {name: 7 * k + 3 for k, name in enumerate(names)}
+    records = kind(row_of=row_of)
+    for plan in plans:
+        records.add(plan)
+    by_row = records.sequences()
+    assert by_row.request_names is None and by_row.sequence_rows().dtype == np.int32
+    assert by_row.sequence_rows().tolist() == [row_of[name] for p in plans for name in p.expected()[3]]
+    assert np.array_equal(by_row.request_index, seqs.request_index)
+    assert all(np.array_equal(a, b) for a, b in zip(by_row.concatenated, seqs.concatenated))
+    assert np.array_equal(by_row.offsets, seqs.offsets)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -154,6 +167,14 @@ def test_names_hold_only_the_stretch_of_a_period_the_rows_point_into(kind: type)
         records.add(plan)
     assert records.sequences().request_names == [f"r{i}" for i in range(990, 999)] + \
         [f"q{i}" for i in range(12, 41)] + ["t0", "t1"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_request_missing_from_row_of_is_a_key_error(kind: type) -> None:
+    records = kind(row_of={"a": 0})
+    records.add(_Plan(None, ["a", "b"], [5, 1], [0, 7], [True, False]))
+    with pytest.raises(KeyError, match="b"):
+        records.sequences()
 
 
 @pytest.mark.skipif(not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)")

@@ -5,28 +5,30 @@
 For every case, runs `roofline simulate --out` once with the baseline commit (checked out into a temporary git
 worktree, run from there so its own modules are imported) and once with this tree, and compares what the run printed
 (the vLLM-style result block and summary, or the `--json` summary; the output folder's path written as $OUT),
-`requests.csv`, `steps.parquet`, `timeseries.csv` and `summary.json` byte for byte; a
-`steps.parquet` whose bytes differ counts as the same when its table (values, types, schema metadata) is, and is
-reported as re-encoded (the writer's encoding options changed, not the result). The cases: each shipped workload
-with the default deployment; a tensor-parallel, two-replica deployment under the least-outstanding router; and the
-paths of the simulator's loop: the README's workload (overloaded, with preemptions), with `--json` and another seed,
-a preemption-heavy one (a small KV cache), no prefix caching, chunked prefill off on long prompts, a closed loop
-behind two API-server processes, pipeline parallelism, an MoE model with data and expert parallelism, and
-prediction intervals; and the printout's own paths, most of them without `--out` (the printout alone, from the
-tables' numpy columns without pandas): the verbose block with SLOs, goodput and every percentile metric, a run that
-keeps up (steady state) with --warmup-s/--drain, an open-loop burst, a closed loop's client-queue metrics in
-`--json`, a trace replay (its load over time), intervals with SLOs, and `--save-result --save-detailed`'s result
-JSON. Besides the files named, load_over_time.csv and the result JSON are compared. `run.json`
-is compared too but reported apart: its metadata may change with a documented schema change. A build from
-51ee9e7 up to 6b0fa82 (data folders moved, registry not yet reading a checkout's own folders) reads the data of
-the installed editable checkout instead of its worktree's: take baselines before 51ee9e7 or from 6b0fa82 on. Exit 0 when every
-compared file is identical, 1 otherwise.
-"""
+`requests.csv`, `steps.parquet`, `sequences.parquet`, `timeseries.csv` and `summary.json` byte for byte; a step trace
+(steps.parquet, and sequences.parquet from the step trace's schema version 2 on) whose bytes differ counts as the same
+when the table `engine.core.trace.read_trace_table` of this tree reads back from it (values, types, column order: the
+DataFrame `read_trace` gives) is, and is reported as re-encoded, with the schema versions where they differ (the
+writer's encoding options or the files' layout changed, not the result). Against a baseline of schema version 1 (no
+sequences.parquet), the printout's list of the files written is compared without sequences.parquet. The cases: each
+shipped workload with the default deployment; a tensor-parallel, two-replica deployment under the least-outstanding
+router; and the paths of the simulator's loop: the README's workload (overloaded, with preemptions), with `--json` and
+another seed, a preemption-heavy one (a small KV cache), no prefix caching, chunked prefill off on long prompts, a
+closed loop behind two API-server processes, pipeline parallelism, an MoE model with data and expert parallelism, and
+prediction intervals; and the printout's own paths, most of them without `--out` (the printout alone, from the tables'
+numpy columns without pandas): the verbose block with SLOs, goodput and every percentile metric, a run that keeps up
+(steady state) with --warmup-s/--drain, an open-loop burst, a closed loop's client-queue metrics in `--json`, a trace
+replay (its load over time), intervals with SLOs, and `--save-result --save-detailed`'s result JSON. Besides the files
+named, load_over_time.csv and the result JSON are compared. `run.json` is compared too but reported apart: its
+metadata may change with a documented schema change. A build from 51ee9e7 up to 6b0fa82 (data folders moved, registry
+not yet reading a checkout's own folders) reads the data of the installed editable checkout instead of its worktree's:
+take baselines before 51ee9e7 or from 6b0fa82 on. Exit 0 when every compared file is identical, 1 otherwise."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -34,8 +36,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RESULT_FILES = ("stdout.txt", "requests.csv", "steps.parquet", "timeseries.csv", "summary.json", "load_over_time.csv",
-                "result.json")
+RESULT_FILES = ("stdout.txt", "requests.csv", "steps.parquet", "sequences.parquet", "timeseries.csv", "summary.json",
+                "load_over_time.csv", "result.json")
+TRACE_FILES = ("steps.parquet", "sequences.parquet")
 README = ["--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--workload", "sharegpt-chat"]
 
 CASES: dict[str, list[str]] = {
@@ -99,9 +102,29 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else "missing"
 
 
-def same_table(a: Path, b: Path) -> bool:
-    import pyarrow.parquet as pq  # (only when the bytes differ)
-    return a.exists() and b.exists() and pq.read_table(a).equals(pq.read_table(b), check_metadata=True)
+def same_trace(a: Path, b: Path) -> str | None:
+    """How the step traces in folders `a` and `b` are the same table read back ("re-encoded", with their schema
+    versions where they differ), or None where they are not (or one is not a trace)."""
+    sys.path.insert(0, str(REPO))  # (this tree's reader: it reads every schema version)
+    from engine.core.trace import read_trace_table
+
+    try:
+        (table_a, meta_a), (table_b, meta_b) = read_trace_table(a), read_trace_table(b)
+    except ValueError:
+        return None
+    if not (table_a.schema.equals(table_b.schema) and table_a.equals(table_b) and meta_a == meta_b):
+        return None
+    versions = [json.loads((folder / "run.json").read_text())["schema_version"] for folder in (a, b)]
+    return "the same table, re-encoded" + (f": schema version {versions[0]} -> {versions[1]}"
+                                           if versions[0] != versions[1] else "")
+
+
+def same_printout(a: Path, b: Path) -> bool:
+    """stdout.txt of `b` is `a`'s but for sequences.parquet in the list of files written, where `a` has none (a
+    baseline of schema version 1)."""
+    if (a / "sequences.parquet").exists() or not (b / "sequences.parquet").exists():
+        return False
+    return (a / "stdout.txt").read_bytes() == (b / "stdout.txt").read_bytes().replace(b", sequences.parquet", b"")
 
 
 def main() -> int:
@@ -126,13 +149,20 @@ def main() -> int:
                 simulate(candidate, CASES[name], out / "current" / name, name not in NO_OUT)
                 diffs = [f for f in RESULT_FILES
                          if digest(out / "baseline" / name / f) != digest(out / "current" / name / f)]
-                reencoded = [f for f in diffs if f.endswith(".parquet")
-                             and same_table(out / "baseline" / name / f, out / "current" / name / f)]
+                base, current = out / "baseline" / name, out / "current" / name
+                trace = same_trace(base, current) if any(f in TRACE_FILES for f in diffs) else None
+                reencoded = [f for f in diffs if f in TRACE_FILES] if trace is not None else []
+                if "stdout.txt" in diffs and same_printout(base, current):
+                    reencoded.append("stdout.txt")  # (the list of files written)
                 diffs = [f for f in diffs if f not in reencoded]
                 run_json = "same" if digest(out / "baseline" / name / "run.json") == digest(
                     out / "current" / name / "run.json") else "differs"
                 all_same &= not diffs
-                same = "identical" + (f" ({', '.join(reencoded)}: the same table, re-encoded)" if reencoded else "")
+                notes = [f"{', '.join(f for f in reencoded if f in TRACE_FILES)}: {trace}" if trace is not None
+                         and any(f in TRACE_FILES for f in reencoded) else "",
+                         "stdout.txt: + sequences.parquet in the files written" if "stdout.txt" in reencoded else ""]
+                notes = [note for note in notes if note]
+                same = "identical" + (f" ({'; '.join(notes)})" if notes else "")
                 print(f"{name:22s} {same if not diffs else 'DIFFERENT: ' + ', '.join(diffs)}"
                       f" (run.json {run_json})", flush=True)
         finally:

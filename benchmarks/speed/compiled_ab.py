@@ -8,16 +8,15 @@ compiled core worth an optional build? Measured, side by side in one run, with b
 Copies this checkout's tracked files (as they are in the working tree) to a scratch folder, compiles the chosen
 modules there with mypyc (`python -m mypyc`: needs mypy's mypyc, installed with the dev extra's mypy, and a C
 compiler; a few minutes), and runs `python -m roofline simulate` of the README's workload (`--model llama-3.1-8b
---hardware h100-sxm --workload sharegpt-chat --request-rate 10 --num-requests N`) alternately in this checkout and
-in the compiled copy (each by `PYTHONPATH`, its bytecode compiled first as an installed package's), wall time from
-here, CPU time (user + system) and peak RSS of the child from `os.wait4`. Every run's printed result must be the
-same bytes as the pure tree's; then one `--out` run of each at `--out-requests` requests compares requests.csv,
-timeseries.csv, summary.json and steps.parquet's table. Prints one JSON object per run, then the medians and best
-CPU times with their ratio. CPU times of a loaded machine are no measurements of the code (the load average is
-printed with each run); instruction counts are (valgrind callgrind, the README's workload in each tree, the
+--hardware h100-sxm --workload sharegpt-chat --request-rate 10 --num-requests N`) alternately in this checkout and in
+the compiled copy (each by `PYTHONPATH`, its bytecode compiled first as an installed package's), wall time from here,
+CPU time (user + system) and peak RSS of the child from `os.wait4`. Every run's printed result must be the same bytes
+as the pure tree's; then one `--out` run of each at `--out-requests` requests compares requests.csv, timeseries.csv,
+summary.json and the tables of steps.parquet and sequences.parquet. Prints one JSON object per run, then the medians
+and best CPU times with their ratio. CPU times of a loaded machine are no measurements of the code (the load average
+is printed with each run); instruction counts are (valgrind callgrind, the README's workload in each tree, the
 simulation's share = the count at N requests minus the count at `--num-requests 1`: BENCHMARKS.md, Simulator speed).
-Nothing is built in, or written to, this checkout.
-"""
+Nothing is built in, or written to, this checkout."""
 
 from __future__ import annotations
 
@@ -97,12 +96,14 @@ def simulate(tree: Path, num_requests: int, out: Path | None = None) -> tuple[di
 
 
 def same_outputs(a: Path, b: Path) -> list[str]:
-    """The result files that differ (steps.parquet by its table: values, types, schema metadata)."""
+    """The result files that differ (steps.parquet and sequences.parquet by their tables: values, types, schema
+    metadata)."""
     import pyarrow.parquet as pq
 
     differ = [name for name in OUT_FILES if (a / name).read_bytes() != (b / name).read_bytes()]
-    if not pq.read_table(a / "steps.parquet").equals(pq.read_table(b / "steps.parquet"), check_metadata=True):
-        differ.append("steps.parquet")
+    for name in ("steps.parquet", "sequences.parquet"):
+        if not pq.read_table(a / name).equals(pq.read_table(b / name), check_metadata=True):
+            differ.append(name)
     return differ
 
 

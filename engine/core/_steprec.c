@@ -17,7 +17,10 @@
    (one byte each, 0 or 1), the steps' offsets (int64, n + 1), as buffers numpy reads in place, and the request
    names: of every period's id list the stretch the rows point into (its least to its greatest index), in the order
    of the period's first step, then the ids of the rows after the bulk rows, each row's index pointing into it. These are the values and the layout StepRecords.sequences() gives
-   (tests/test_step_record.py compares the two on the same plans).
+   (tests/test_step_record.py compares the two on the same plans). StepLog(arenas, row_of) with `row_of` a dict
+   (request id -> its row of the run's requests): instead of the names, each name's row there (int32, a buffer), so
+   that a sequence's request row is rows[index] (the step trace's schema version 2 stores those: engine.core.trace;
+   taken by the --out writer process, not here).
 
    A plan of the class `bind_record_types` binds (StepPlan) is read at its slots, its bulk rows (ColumnRows) at
    theirs; `StepAdder` makes a simulation's per-step call a C call (`roofline.sim.simulator`); `reap_at_exit` waits
@@ -218,15 +221,23 @@ typedef struct {
     int closed;
     Py_buffer arenas[4]; /* memory lent for query, context, emits and index (`StepLog(arenas)`), if any */
     int num_arenas;
+    PyObject *row_of; /* dict: request id -> its row of the run's requests (`StepLog(arenas, row_of)`), or NULL */
 } StepLog;
 
 static int StepLog_init(StepLog *self, PyObject *args, PyObject *kwds) {
-    PyObject *arenas = Py_None;
-    if (!PyArg_ParseTuple(args, "|O:StepLog", &arenas))
+    PyObject *arenas = Py_None, *row_of = Py_None;
+    if (!PyArg_ParseTuple(args, "|OO:StepLog", &arenas, &row_of))
         return -1;
     if (self->periods != NULL || self->num_arenas) {
         PyErr_SetString(PyExc_RuntimeError, "StepLog: initialised already");
         return -1;
+    }
+    if (row_of != Py_None) {
+        if (!PyDict_Check(row_of)) {
+            PyErr_SetString(PyExc_TypeError, "StepLog(arenas, row_of): row_of must be a dict or None");
+            return -1;
+        }
+        self->row_of = Py_NewRef(row_of);
     }
     /* The per-sequence arrays written where `arenas` lend memory (the --out writer process's shared memory, which
        it then reads without a copy: roofline.sim.outputs); an array that outgrows its arena moves to memory of its
@@ -277,6 +288,7 @@ static void StepLog_dealloc(StepLog *self) {
     Py_XDECREF(self->tail_ids);
     Py_XDECREF(self->last_off);
     Py_XDECREF(self->last_seq);
+    Py_XDECREF(self->row_of);
     for (int i = 0; i < self->num_arenas; i++)
         PyBuffer_Release(&self->arenas[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -715,6 +727,7 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
        as many as the run's requests so far), then the rows' after the bulk rows. */
     Py_ssize_t num_periods = PyList_GET_SIZE(self->periods);
     Py_ssize_t *base = PyMem_RawMalloc((num_periods + 1) * sizeof(Py_ssize_t));
+    PyObject *rows = NULL; /* (with row_of: each name's row, int32) */
     const int32_t *least = AT(self->least, int32_t), *most = AT(self->most, int32_t); /* (kept by add_bulk) */
     PyObject *names = PyList_New(0);
     if (names == NULL)
@@ -744,6 +757,32 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
     Py_ssize_t tail_base = PyList_GET_SIZE(names);
     if (PyList_SetSlice(names, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, self->tail_ids) < 0)
         goto fail;
+    if (self->row_of != NULL) { /* each name's row of the run's requests, in place of the names */
+        Py_ssize_t num_names = PyList_GET_SIZE(names);
+        rows = PyBytes_FromStringAndSize(NULL, num_names * (Py_ssize_t)sizeof(int32_t));
+        if (rows == NULL)
+            goto fail;
+        int32_t *row_at = (int32_t *)PyBytes_AS_STRING(rows);
+        for (Py_ssize_t k = 0; k < num_names; k++) {
+            PyObject *name = PyList_GET_ITEM(names, k);
+            PyObject *row = PyDict_GetItemWithError(self->row_of, name);
+            if (row == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_KeyError, "StepLog: request %R is not in row_of", name);
+                goto fail;
+            }
+            long r = PyLong_AsLong(row);
+            if (r == -1 && PyErr_Occurred())
+                goto fail;
+            if (r < 0 || r > INT32_MAX) {
+                PyErr_Format(PyExc_ValueError, "StepLog: request %R's row %ld is not an int32 row", name, r);
+                goto fail;
+            }
+            row_at[k] = (int32_t)r;
+        }
+        Py_SETREF(names, rows);
+        rows = NULL;
+    }
     for (Py_ssize_t i = 0; i < self->num_steps; i++) {
         int64_t lo = starts[i], mid = lo + num_bulk[i], hi = starts[i + 1];
         int32_t b = period[i] >= 0 ? (int32_t)base[period[i]] : 0;
@@ -755,6 +794,7 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
     }
     PyMem_RawFree(base);
     base = NULL;
+
     PyObject *me = (PyObject *)self; /* (the lender of `arenas`' memory: alive while a block of it is) */
     PyObject *query = buf_take(&self->query, me), *context = buf_take(&self->context, me);
     PyObject *emits = buf_take(&self->emits, me), *index_block = buf_take(&self->index, me);
@@ -773,6 +813,7 @@ static PyObject *StepLog_finish(StepLog *self, PyObject *unused) {
     return Py_BuildValue("(NNNNNN)", query, context, emits, starts_block, names, index_block);
 fail:
     PyMem_RawFree(base);
+    Py_XDECREF(rows);
     Py_XDECREF(names);
     return NULL;
 }
@@ -795,8 +836,9 @@ static PyTypeObject StepLogType = {
     .tp_dealloc = (destructor)StepLog_dealloc,
     .tp_as_sequence = &StepLog_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "StepLog(arenas=None): the sequences of every step added, written into C arrays (engine.core.step_record); "
-              "`arenas`: 4 writable buffers lent for the query, context, emits and index arrays.",
+    .tp_doc = "StepLog(arenas=None, row_of=None): the sequences of every step added, written into C arrays "
+              "(engine.core.step_record); `arenas`: 4 writable buffers lent for the query, context, emits and index "
+              "arrays; `row_of`: a dict of request id -> row, finish() then giving each name's row (int32) for the names.",
     .tp_methods = StepLog_methods,
     .tp_init = (initproc)StepLog_init,
     .tp_new = PyType_GenericNew,

@@ -15,6 +15,12 @@ by a few numpy passes.
 Compiled (engine/core/_steprec.c, where built and `ROOFLINE_PURE_PYTHON` is not set), `StepRecords` is
 `CompiledStepRecords`: each step's rows written into C arrays as it is added (the same values, the same request
 names and indices), which `sequences()` hands over without a copy; `PythonStepRecords` is the reference.
+
+`StepRecords(row_of=...)` (a dict: request id -> its row of the run's requests, requests.csv's): the sequences
+carry each name's row there instead of the names (`request_rows`; `request_names` None), so that a sequence's
+request is `request_rows[request_index[j]]` (`sequence_rows()`): what the step trace's schema version 2 stores
+(`engine.core.trace`, sequences.parquet's `request_index`), taken by the `--out` writer process, and no names
+handed to it.
 """
 
 from __future__ import annotations
@@ -49,8 +55,9 @@ class PythonStepRecords:
     traversed (0.035 s of sharegpt's 10,000 requests: docs/benchmark-history/2026-11-24.md, "`--out`, issue
     20 item 1, fifth session")."""
 
-    def __init__(self, arenas: tuple[Any, Any, Any, Any] | None = None) -> None:
+    def __init__(self, arenas: tuple[Any, Any, Any, Any] | None = None, row_of: dict[str, int] | None = None) -> None:
         # (`arenas`: memory `CompiledStepRecords` may write its arrays into; the reference builds its own)
+        self._row_of = row_of
         self._off: list[np.ndarray] = []
         self._seq: list[np.ndarray] = []
         self._num_updates: list[int] = []
@@ -173,6 +180,10 @@ class PythonStepRecords:
                 start = int(starts[i])
                 for row, ctx, num_query, _ in prefill_rows:
                     context[start + row], query[start + row] = ctx, num_query
+        if self._row_of is not None:  # each name's row of the run's requests, in place of the names
+            row_of = self._row_of
+            rows = np.fromiter((row_of[name] for name in names), np.int32, len(names))
+            return StepSequences(query, context, emits, starts, None, index, rows)
         return StepSequences(query, context, emits, starts, names, index)
 
 
@@ -183,8 +194,8 @@ class CompiledStepRecords:
     where the arrays lie: `roofline.sim.outputs`), each array moved to memory of its own where it outgrows its
     arena; the arrays `sequences()` gives are views of them."""
 
-    def __init__(self, arenas: tuple[Any, Any, Any, Any] | None = None) -> None:
-        self._log = _steprec.StepLog(arenas)
+    def __init__(self, arenas: tuple[Any, Any, Any, Any] | None = None, row_of: dict[str, int] | None = None) -> None:
+        self._log = _steprec.StepLog(arenas, row_of)
         self.add: Callable[[StepPlan], None] = self._log.add
         self._sequences: StepSequences | None = None
 
@@ -194,9 +205,11 @@ class CompiledStepRecords:
     def sequences(self) -> StepSequences:
         if self._sequences is None:
             query, context, emits, starts, names, index = self._log.finish()
+            rows = np.frombuffer(names, np.int32) if isinstance(names, bytes) else None  # (`row_of`: names' rows)
             self._sequences = StepSequences(
                 np.frombuffer(query, np.int32), np.frombuffer(context, np.int32), np.frombuffer(emits, np.bool_),
-                np.frombuffer(starts, np.int64), names, np.frombuffer(index, np.int32))
+                np.frombuffer(starts, np.int64), None if rows is not None else names, np.frombuffer(index, np.int32),
+                rows)
         return self._sequences
 
 
@@ -234,16 +247,26 @@ class StepSequences(Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]):
     """Every step's (query lengths, context lengths, emits), read-only, int32, int32 and bool (the values of
     `plan.seq_arrays()`, which are int64; the step trace's types): `concatenated` all of
     them step after step, `offsets` where each step starts (n + 1 entries), item i step i's (views); and the
-    request id of every sequence, `request_names[request_index[j]]` for sequence j (`request_ids(i)` of step i)."""
+    request id of every sequence, `request_names[request_index[j]]` for sequence j (`request_ids(i)` of step i),
+    or, where the records were given `row_of`, its request's row of the run's requests,
+    `request_rows[request_index[j]]` (`sequence_rows()`; `request_names` None)."""
 
     def __init__(self, query: np.ndarray, context: np.ndarray, emits: np.ndarray, offsets: np.ndarray,
-                 request_names: list[str], request_index: np.ndarray) -> None:
-        for array in (query, context, emits, offsets, request_index):
+                 request_names: list[str] | None, request_index: np.ndarray,
+                 request_rows: np.ndarray | None = None) -> None:
+        assert (request_names is None) != (request_rows is None), "names or their rows"
+        for array in (query, context, emits, offsets, request_index, *(() if request_rows is None else (request_rows,))):
             array.flags.writeable = False
         self.concatenated = (query, context, emits)
         self.offsets = offsets
         self.request_names = request_names
         self.request_index = request_index
+        self.request_rows = request_rows
+
+    def sequence_rows(self) -> np.ndarray:
+        """Each sequence's request as its row of the run's requests (int32), where recorded with `row_of`."""
+        assert self.request_rows is not None, "sequences recorded with request names, not rows"
+        return self.request_rows.take(self.request_index)  # (`take`: `[]` is numpy's slower general path)
 
     @classmethod
     def empty(cls) -> StepSequences:
@@ -255,6 +278,7 @@ class StepSequences(Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]):
         bytes do not fit int32 offsets."""
         if not COMPILED:
             return None
+        assert self.request_names is not None, "sequences recorded with request rows, not names"
         gathered = _steprec.gather_utf8(self.request_names, self.request_index)
         if gathered is None:
             return None
@@ -291,11 +315,13 @@ class StepSequences(Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]):
     def request_ids(self, i: int) -> tuple[str, ...]:
         """The request id of each of step i's sequences."""
         names = self.request_names
+        assert names is not None, "sequences recorded with request rows, not names"
         return tuple(names[j] for j in self.request_index[self.offsets[i]:self.offsets[i + 1]].tolist())
 
     def all_request_ids(self) -> list[tuple[str, ...]]:
         """`request_ids(i)` of every step."""
         names = self.request_names
+        assert names is not None, "sequences recorded with request rows, not names"
         flat = [names[j] for j in self.request_index.tolist()]
         bounds = self.offsets.tolist()
         return [tuple(flat[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]

@@ -11,6 +11,16 @@ A trace directory holds `steps.parquet` (one row per executed step), `run.json` 
 the same fields whichever of the engine, the simulator or real vLLM wrote it) and `requests.csv` (per-request
 metrics). The same content gives the same bytes: columns in a fixed order, no timestamps beyond the ones in the
 data, JSON with sorted keys, floats written by `repr` (shortest round-trip).
+
+Two layouts of the steps' sequences (docs/step_trace.md), both read into the same DataFrame:
+
+- schema version 1 (`SCHEMA_VERSION`; `write_trace`: the engine's and real vLLM's traces): every step's sequences
+  as list columns of steps.parquet (`query_lens`, `context_lens`, `emits`, optionally `request_ids`);
+- schema version 2 (`FLAT_SCHEMA_VERSION`; the simulator's `roofline simulate --out`, `roofline.sim.steps_file`):
+  steps.parquet without list columns, and `sequences.parquet`, one row per sequence of every step in step order (a
+  step's sequences are the next `num_seqs` rows), whose `request_index` is the request's row of requests.csv. A
+  list column's values cost Parquet repetition and definition levels, built and encoded per column (most of a
+  simulation's `--out` writer: docs/benchmark-history/2026-12-01f-outspeed7.md); flat columns have none.
 """
 
 from __future__ import annotations
@@ -35,8 +45,11 @@ from engine.core.scheduler import StepPlan
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # the list layout (`write_trace`)
+FLAT_SCHEMA_VERSION = 2  # steps.parquet + sequences.parquet (`open_steps_file(..., FLAT_SCHEMA_VERSION)`)
+SCHEMA_VERSIONS = (SCHEMA_VERSION, FLAT_SCHEMA_VERSION)
 STEPS_FILE = "steps.parquet"
+SEQUENCES_FILE = "sequences.parquet"
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.csv"
 _VERSION_KEY = b"roofline.step_trace.schema_version"
@@ -73,6 +86,16 @@ OPTIONAL_STEP_COLUMNS: dict[str, pa.DataType] = {
     "replica": pa.int64(),  # simulator: which replica ran the step (step_index counts per replica)
 }
 _OP_COLUMN = re.compile(r"^op_[a-z0-9_]+_s$")
+# Schema version 2's sequences.parquet: one row per sequence, step after step, all non-null; what each list column of
+# version 1 is made of (`request_ids`: requests.csv's `request_id` at `request_index`, a row of that file).
+SEQUENCE_COLUMNS: dict[str, pa.DataType] = {
+    "query_len": pa.int32(),
+    "context_len": pa.int32(),
+    "emits": pa.bool_(),
+    "request_index": pa.int32(),
+}
+LIST_COLUMNS = {"query_lens": "query_len", "context_lens": "context_len", "emits": "emits",
+                "request_ids": "request_index"}
 REQUIRED_METADATA_KEYS = ("schema_version", "source", "model", "dtypes", "engine_config", "device",
                           "library_versions", "seed")
 SOURCES = ("engine", "simulator", "vllm")  # who wrote the trace: this project's engine, the simulator, real vLLM
@@ -241,17 +264,31 @@ def _column_type(name: str) -> pa.DataType | None:
     return pa.float64() if _OP_COLUMN.match(name) else None
 
 
-def step_schema(extra_columns: Sequence[str] = ()) -> pa.Schema:
-    """The Arrow schema of a steps table with the given optional columns."""
-    fields = [pa.field(name, typ, nullable=False) for name, typ in STEP_COLUMNS.items()]
+def step_schema(extra_columns: Sequence[str] = (), version: int = SCHEMA_VERSION) -> pa.Schema:
+    """The Arrow schema of a steps table with the given optional columns: schema version 1's (with the list columns)
+    or version 2's (`FLAT_SCHEMA_VERSION`: without them, `LIST_COLUMNS`; the sequences are `sequence_schema()`'s)."""
+    flat = version == FLAT_SCHEMA_VERSION
+    fields = [pa.field(name, typ, nullable=False) for name, typ in STEP_COLUMNS.items()
+              if not (flat and name in LIST_COLUMNS)]
     for name in extra_columns:
         typ = _column_type(name)
-        if typ is None or name in STEP_COLUMNS:
+        if typ is None or name in STEP_COLUMNS or (flat and name in LIST_COLUMNS):
             raise ValueError(
-                f"step trace: unknown column {name!r}; allowed extras: {', '.join(OPTIONAL_STEP_COLUMNS)}, op_<name>_s"
+                f"step trace: unknown column {name!r}; allowed extras: {', '.join(_extras(version))}, op_<name>_s"
             )
         fields.append(pa.field(name, typ, nullable=False))
-    return pa.schema(fields, metadata={_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+    return pa.schema(fields, metadata={_VERSION_KEY: str(version).encode()})
+
+
+def _extras(version: int) -> list[str]:
+    """The optional columns of steps.parquet in schema `version`."""
+    return [name for name in OPTIONAL_STEP_COLUMNS if not (version == FLAT_SCHEMA_VERSION and name in LIST_COLUMNS)]
+
+
+def sequence_schema() -> pa.Schema:
+    """The Arrow schema of schema version 2's sequences.parquet (`SEQUENCE_COLUMNS`, all non-null)."""
+    return pa.schema([pa.field(name, typ, nullable=False) for name, typ in SEQUENCE_COLUMNS.items()],
+                     metadata={_VERSION_KEY: str(FLAT_SCHEMA_VERSION).encode()})
 
 
 class StepTraceWriter:
@@ -314,16 +351,20 @@ class StepTraceWriter:
                         schema=schema)
 
 
-def _check_schema(schema: pa.Schema, where: str) -> None:
+def _check_schema(schema: pa.Schema, where: str, version: int = SCHEMA_VERSION) -> None:
     names = schema.names
+    flat = version == FLAT_SCHEMA_VERSION
     for name, typ in STEP_COLUMNS.items():
-        if name not in names:
+        if name not in names and not (flat and name in LIST_COLUMNS):
             raise ValueError(f"{where}: missing column {name!r} (expected {typ})")
     for field in schema:
         expected = _column_type(field.name)
+        if flat and field.name in LIST_COLUMNS:
+            raise ValueError(f"{where}: list column {field.name!r} in a schema version 2 trace (its sequences are "
+                             f"{SEQUENCES_FILE}'s rows)")
         if expected is None:
             raise ValueError(
-                f"{where}: unknown column {field.name!r}; allowed extras: {', '.join(OPTIONAL_STEP_COLUMNS)}, op_<name>_s"
+                f"{where}: unknown column {field.name!r}; allowed extras: {', '.join(_extras(version))}, op_<name>_s"
             )
         if not field.type.equals(expected):
             raise ValueError(f"{where}: column {field.name!r} has type {field.type}, expected {expected}")
@@ -349,9 +390,9 @@ def write_trace(
         write_requests(out, requests)
 
 
-def open_steps_file(out_dir: Path, schema: pa.Schema) -> pq.ParquetWriter:
-    """A writer of `steps.parquet` in `out_dir` for tables of `schema` (checked; the schema version set), which
-    `write_trace` writes with, so that a table written in parts of `ROW_GROUP_STEPS` steps (a simulation's
+def open_steps_file(out_dir: Path, schema: pa.Schema, version: int = SCHEMA_VERSION) -> pq.ParquetWriter:
+    """A writer of `steps.parquet` in `out_dir` for tables of `schema` (checked against schema `version`; the version
+    set), which `write_trace` writes with, so that a table written in parts of `ROW_GROUP_STEPS` steps (a simulation's
     steps as they come, `roofline.sim.outputs.StepTraceStream`) gives the file of the table written at once.
 
     No dictionary pages (a dictionary tried on the times is dropped page after page; on the per-sequence lists it
@@ -361,22 +402,39 @@ def open_steps_file(out_dir: Path, schema: pa.Schema) -> pq.ParquetWriter:
     "`--out`, issue 20, ninth session"). Row groups of `ROW_GROUP_STEPS` steps: the writer's buffers are a row
     group's, reused from one to the next, so a long trace touches less fresh memory (first-touched pages are most
     of the write's cost on this project's VMs)."""
-    _check_schema(schema, "step trace")
-    schema = schema.with_metadata({_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+    _check_schema(schema, "step trace", version)
+    schema = schema.with_metadata({_VERSION_KEY: str(version).encode()})
+    encoding = {"context_lens.list.element": "DELTA_BINARY_PACKED"} if "context_lens" in schema.names else None
     return pq.ParquetWriter(Path(out_dir) / STEPS_FILE, schema, compression="zstd", use_dictionary=False,
-                            write_statistics=False,
-                            column_encoding={"context_lens.list.element": "DELTA_BINARY_PACKED"})
+                            write_statistics=False, column_encoding=encoding)
 
 
-def write_run_file(out_dir: Path, metadata: RunMetadata) -> None:
+def open_sequences_file(out_dir: Path) -> pq.ParquetWriter:
+    """A writer of schema version 2's `sequences.parquet` in `out_dir` (`sequence_schema()`), with steps.parquet's
+    options (`open_steps_file`): the contexts delta-encoded, no dictionary, no statistics."""
+    return pq.ParquetWriter(Path(out_dir) / SEQUENCES_FILE, sequence_schema(), compression="zstd",
+                            use_dictionary=False, write_statistics=False,
+                            column_encoding={"context_len": "DELTA_BINARY_PACKED"})
+
+
+def write_run_file(out_dir: Path, metadata: RunMetadata, version: int = SCHEMA_VERSION) -> None:
     """`run.json` of a trace: the run metadata with the schema version."""
     assert isinstance(metadata, RunMetadata), "write_trace takes a RunMetadata"
-    meta = {**metadata.to_json(), "schema_version": SCHEMA_VERSION}
+    assert version in SCHEMA_VERSIONS, version
+    meta = {**metadata.to_json(), "schema_version": version}
     (Path(out_dir) / RUN_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
 def read_trace(trace_dir: str | Path) -> tuple[pd.DataFrame, RunMetadata]:
-    """The steps (one row per step; list columns hold numpy arrays) and the run metadata of a trace."""
+    """The steps (one row per step; list columns hold numpy arrays) and the run metadata of a trace, of either
+    schema version (`read_trace_table`)."""
+    table, metadata = read_trace_table(trace_dir)
+    return table.to_pandas(), metadata  # (pyarrow imports pandas for it)
+
+
+def read_trace_table(trace_dir: str | Path) -> tuple[pa.Table, RunMetadata]:
+    """The steps as an Arrow table in schema version 1's layout, and the run metadata: a version 2 trace's lists
+    rebuilt from sequences.parquet (`_with_lists`), so that both versions of the same steps give equal tables."""
     trace = Path(trace_dir)
     run_path = trace / RUN_FILE
     steps_path = trace / STEPS_FILE
@@ -386,15 +444,95 @@ def read_trace(trace_dir: str | Path) -> tuple[pd.DataFrame, RunMetadata]:
                              f"roofline measure --out wrote")
     meta = json.loads(run_path.read_text())
     version = meta.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"{run_path}: schema_version is {version!r}, this reader reads {SCHEMA_VERSION}")
+    if version not in SCHEMA_VERSIONS or isinstance(version, bool):
+        raise ValueError(f"{run_path}: schema_version is {version!r}, this reader reads "
+                         f"{' and '.join(map(str, SCHEMA_VERSIONS))}")
     metadata = RunMetadata.from_json(meta, str(run_path))
     schema = pq.read_schema(steps_path)
     file_version = (schema.metadata or {}).get(_VERSION_KEY)
-    if file_version != str(SCHEMA_VERSION).encode():
-        raise ValueError(f"{steps_path}: schema version {file_version!r}, this reader reads {SCHEMA_VERSION}")
-    _check_schema(schema, str(steps_path))
-    return pq.read_table(steps_path).to_pandas(), metadata  # (pyarrow imports pandas for it)
+    if file_version != str(version).encode():
+        raise ValueError(f"{steps_path}: schema version {file_version!r}, expected {version} (run.json's)")
+    _check_schema(schema, str(steps_path), version)
+    table = pq.read_table(steps_path)
+    return (_with_lists(table, trace) if version == FLAT_SCHEMA_VERSION else table), metadata
+
+
+def _with_lists(steps: pa.Table, trace: Path) -> pa.Table:
+    """A schema version 2 trace's steps with version 1's list columns: sequences.parquet's rows split at each step's
+    `num_seqs`, the request ids requests.csv's `request_id` at `request_index`; columns in `step_schema`'s order
+    (the optional ones in `OPTIONAL_STEP_COLUMNS`' order, then the operators'), as the simulator wrote version 1."""
+    path = trace / SEQUENCES_FILE
+    if not path.is_file():
+        raise ValueError(f"{path}: missing; a schema version 2 trace (run.json) holds its steps' sequences there")
+    schema = pq.read_schema(path)
+    file_version = (schema.metadata or {}).get(_VERSION_KEY)
+    if file_version != str(FLAT_SCHEMA_VERSION).encode():
+        raise ValueError(f"{path}: schema version {file_version!r}, expected {FLAT_SCHEMA_VERSION} (run.json's)")
+    for name, typ in SEQUENCE_COLUMNS.items():
+        if name not in schema.names:
+            raise ValueError(f"{path}: missing column {name!r} (expected {typ})")
+        if not schema.field(name).type.equals(typ):
+            raise ValueError(f"{path}: column {name!r} has type {schema.field(name).type}, expected {typ}")
+    unknown = [name for name in schema.names if name not in SEQUENCE_COLUMNS]
+    if unknown:
+        raise ValueError(f"{path}: unknown column {unknown[0]!r}; its columns: {', '.join(SEQUENCE_COLUMNS)}")
+    seqs = pq.read_table(path, columns=list(SEQUENCE_COLUMNS))
+    for name in SEQUENCE_COLUMNS:
+        if seqs.column(name).null_count:
+            raise ValueError(f"{path}: column {name!r} has null values")
+    return step_lists_table(steps, seqs, _request_ids(trace, path), str(path))
+
+
+def step_lists_table(steps: pa.Table, seqs: pa.Table, request_ids: pa.Array, where: str = SEQUENCES_FILE) -> pa.Table:
+    """Schema version 2's steps (no list columns) and sequences (`seqs`: `sequence_schema()`'s columns), with the
+    run's request ids (requests.csv's, in its rows' order), as version 1's one table: the sequences split at each
+    step's `num_seqs`; columns in `step_schema`'s order (the optional ones in `OPTIONAL_STEP_COLUMNS`' order, then the
+    operators' as in `steps`), as the simulator wrote version 1. ValueError naming `where` where they do not fit."""
+    import numpy as np
+
+    num_seqs = steps.column("num_seqs").to_numpy()
+    if len(num_seqs) and num_seqs.min() < 0:
+        raise ValueError(f"{where}: a step's num_seqs is negative")
+    ends = np.cumsum(num_seqs, dtype=np.int64)
+    total = int(ends[-1]) if len(ends) else 0
+    if total != seqs.num_rows:
+        raise ValueError(f"{where}: {seqs.num_rows} rows, but steps.parquet's num_seqs sum to {total}")
+    if total >= 2**31:
+        raise ValueError(f"{where}: {total} sequences, more than a list column holds (2**31 - 1)")
+    offsets = pa.array(np.concatenate([np.zeros(1, np.int64), ends]).astype(np.int32), pa.int32())
+    lists = {name: pa.ListArray.from_arrays(offsets, seqs.column(LIST_COLUMNS[name]).combine_chunks(),
+                                            type=STEP_COLUMNS[name]) for name in ("query_lens", "context_lens", "emits")}
+    index = seqs.column("request_index").combine_chunks()
+    if seqs.num_rows:
+        import pyarrow.compute as pc
+
+        least, most = (v.as_py() for v in pc.min_max(index).values())
+        if least < 0 or most >= len(request_ids):
+            raise ValueError(f"{where}: request_index {least if least < 0 else most} is not a row of requests.csv "
+                             f"({len(request_ids)} rows)")
+    lists["request_ids"] = pa.ListArray.from_arrays(offsets, request_ids.take(index),
+                                                    type=OPTIONAL_STEP_COLUMNS["request_ids"])
+    order = list(OPTIONAL_STEP_COLUMNS)
+    extras = sorted([n for n in steps.column_names if n not in STEP_COLUMNS] + ["request_ids"],
+                    key=lambda n: order.index(n) if n in order else len(order))  # (stable: the operators as written)
+    schema = step_schema(extras)
+    by_name = dict(zip(steps.column_names, steps.columns))
+    return pa.Table.from_arrays([pa.chunked_array([lists[n]]) if n in lists else by_name[n] for n in schema.names],
+                                schema=schema)
+
+
+def _request_ids(trace: Path, where: Path) -> pa.Array:
+    """requests.csv's `request_id` column (as written: text), in its rows' order."""
+    import pyarrow.csv as pcsv
+
+    path = trace / REQUESTS_FILE
+    if not path.is_file():
+        raise ValueError(f"{path}: missing; a schema version 2 trace's request_index ({where.name}) are its rows")
+    try:
+        return pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(
+            include_columns=["request_id"], column_types={"request_id": pa.string()})).column(0).combine_chunks()
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"{path}: no request_id column ({str(exc).splitlines()[0]})") from None
 
 
 def request_metrics(req: Request) -> dict[str, Any]:

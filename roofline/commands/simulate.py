@@ -15,8 +15,9 @@ out, as `roofline plan` measures it) and roofline's own summary (the `--warmup-s
 
 `--save-result` writes the result JSON `vllm bench serve --save-result` writes (`--result-dir`, `--result-filename`,
 `--save-detailed` for the per-request lists), plus a `roofline` section with the deployment and the load.
-`--out DIR` writes requests.csv (per request), steps.parquet and run.json (a step trace as the engine writes one,
-`engine.core.trace`, plus the replica, the predicted time and its per-operator breakdown), timeseries.csv (KV
+`--out DIR` writes requests.csv (per request), steps.parquet, sequences.parquet and run.json (a step trace,
+`engine.core.trace`'s schema version 2: the steps, and their sequences one row each; plus the replica, the predicted
+time and its per-operator breakdown), timeseries.csv (KV
 usage, running and waiting requests per step), load_over_time.csv (per time bin: offered load, KV usage, queue,
 latency and SLO attainment; `roofline.sim.timeline`; with a trace also load_over_time.png) and summary.json. A trace
 replay (and --verbose) prints the peaks of that table in one line. `--json` prints the summary as JSON instead of text.
@@ -125,8 +126,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                            f"{DEFAULT_NUM_SAMPLES})")
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=None, metavar="DIR",
-                     help="write requests.csv, steps.parquet, timeseries.csv, load_over_time.csv and summary.json "
-                          "here")
+                     help="write requests.csv, steps.parquet, sequences.parquet, run.json, timeseries.csv, "
+                          "load_over_time.csv and summary.json here")
     out.add_argument("--json", action="store_true", help="print the summary as JSON (with the load verdict)")
     out.add_argument("--verbose", "-v", action="store_true",
                      help="also print the whole engine configuration, the hardware profile's provenance, the "
@@ -227,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
 
         runs = SampleRuns(run_one, intervals.profiles(deployment.hw), intervals.num_workers)
     try:
-        stream = None if args.out is None else StepTraceStream(args.out, deployment)  # steps.parquet as they come
+        stream = None if args.out is None else StepTraceStream(args.out, deployment)  # the step trace as it comes
         result = run_simulation(deployment, workload, options, specs=specs, progress=terminal_progress(),
                                 step_sink=stream, prompts=prompts)
         if stream is not None:  # (the CSVs now: where a child process writes them, beside what follows here)
@@ -296,8 +297,8 @@ def run(args: argparse.Namespace) -> int:
         for note in quantization_notes(deployment):
             print(f"note: {note}")
         if args.out is not None:
-            print(f"wrote {args.out}/requests.csv, steps.parquet, run.json, timeseries.csv, summary.json, "
-                  f"load_over_time.csv" + (", load_over_time.png" if workload.trace_path is not None else ""))
+            print(f"wrote {args.out}/requests.csv, steps.parquet, sequences.parquet, run.json, timeseries.csv, "
+                  f"summary.json, load_over_time.csv" + (", load_over_time.png" if workload.trace_path is not None else ""))
         if saved is not None:
             print(f"wrote {saved}")
         if not args.verbose:

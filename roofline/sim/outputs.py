@@ -1,6 +1,6 @@
-"""What `roofline simulate --out DIR` writes: requests.csv (per request), steps.parquet + run.json (a step trace
-as the engine writes one, `engine.core.trace`, plus the replica, the predicted time and its per-operator
-breakdown: `roofline.sim.steps_file`), timeseries.csv (KV usage, running and waiting requests per step) and
+"""What `roofline simulate --out DIR` writes: requests.csv (per request), steps.parquet + sequences.parquet +
+run.json (a step trace, `engine.core.trace`'s schema version 2, plus the replica, the predicted time and its
+per-operator breakdown: `roofline.sim.steps_file`), timeseries.csv (KV usage, running and waiting requests per step) and
 summary.json; all from the run's numpy columns (`roofline.sim.table`), pyarrow for the Parquet file (imported only
 by what writes it), no pandas (a column the CSV writer does not know is handed to pandas' own writer).
 
@@ -78,13 +78,13 @@ def write_outputs(out_dir: Path, deployment: Deployment, result: SimulationResul
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    from roofline.sim.steps_file import step_table, write_steps_file  # (pyarrow: imported only here)
+    from roofline.sim.steps_file import step_tables, write_steps_file  # (pyarrow: imported only here)
 
     with gc_paused(), ThreadPoolExecutor(max_workers=1) as pool:
         # The step trace's Parquet encoding on a second thread: it runs without the GIL, beside the CSVs' Python
         # formatting (each file is written by one thread alone, so the bytes do not depend on the interleaving). The
         # table is built first, on this thread: two threads both running Python only take turns at the GIL.
-        trace = pool.submit(write_steps_file, out_dir, deployment, step_table(deployment, result), summary)
+        trace = pool.submit(write_steps_file, out_dir, deployment, step_tables(deployment, result), summary)
         write_csv(result.request_table, out_dir / "requests.csv")
         write_csv(result.timeseries_table, out_dir / "timeseries.csv")
         (out_dir / "summary.json").write_text(to_json(summary))
@@ -216,13 +216,15 @@ class StepTraceStream:
 
     __call__ = write  # (the simulation's step sink: `run_simulation(step_sink=stream)`)
 
-    def step_records(self) -> Any:
-        """The records the simulation writes a part's sequences into (`roofline.sim.recorder.Recorder`): compiled,
-        where a child writes the parts, in memory shared with it (`_ForkedWriter.arenas`), so that the part's arrays
-        are handed over where they lie; else records of their own."""
+    def step_records(self, row_of: dict[str, int]) -> Any:
+        """The records the simulation writes a part's sequences into (`roofline.sim.recorder.Recorder`), each
+        sequence's request as its row of the request table (`row_of`: request id -> row; requests.csv's rows, which
+        sequences.parquet's `request_index` names): compiled, where a child writes the parts, in memory shared with it
+        (`_ForkedWriter.arenas`), so that the part's arrays are handed over where they lie; else records of their
+        own."""
         if self._child is not None and step_record.COMPILED:
-            return StepRecords(self._child.arenas())
-        return StepRecords()
+            return StepRecords(self._child.arenas(), row_of)
+        return StepRecords(row_of=row_of)
 
     def _append_timeseries(self, table: Table) -> None:
         rows = csv_rows(table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -106,9 +106,12 @@ class Recorder:
         self._finish = self._finisher.record if self._finisher is not None else None
         self.record_steps = record_steps or step_sink is not None
         self.steps = StepRows()
-        # Where each part's sequences are recorded: the sink's `step_records()` where it has one (the `--out` writer
-        # process's shared memory, `roofline.sim.outputs.StepTraceStream`), else StepRecords of their own.
-        self._new_records: Callable[[], Any] = getattr(step_sink, "step_records", StepRecords)
+        # Where each part's sequences are recorded: the sink's `step_records(row_of)` where it has one (the `--out`
+        # writer process's shared memory, `roofline.sim.outputs.StepTraceStream`), else StepRecords of their own;
+        # a part's sequences name their requests by row of the request table (the step trace's sequences.parquet
+        # stores those), the run's own (no sink: `SimulationResult.step_seqs`) by request id.
+        sink_records = getattr(step_sink, "step_records", None) or _own_records
+        self._new_records: Callable[[], Any] = StepRecords if step_sink is None else partial(sink_records, self.row_of)
         self.step_seqs = self._new_records()  # the steps' sequences since the last part went to `step_sink`
         # Where the steps go in parts as they come (`roofline.sim.outputs.StepTraceStream.write`), if anywhere, and
         # how many of them went.
@@ -155,8 +158,14 @@ class Recorder:
         self.token_runs.add(row, times, series)
 
 
-# Takes the rows of some steps (a table of STEP_COLUMNS) and their sequences; a sink with a `step_records()` method
-# gives the records each part's sequences are written into (`Recorder`).
+def _own_records(row_of: dict[str, int]) -> Any:
+    """The records of a part whose sink has none to give: each sequence's request as its row (`row_of`)."""
+    return StepRecords(row_of=row_of)
+
+
+# Takes the rows of some steps (a table of STEP_COLUMNS) and their sequences (each one's request as its row of the
+# request table: `StepSequences.request_names` None); a sink with a `step_records(row_of)` method gives the records
+# each part's sequences are written into (`Recorder`).
 StepSink = Callable[[Table, StepSequences], None]
 
 # One row per step; the names of engine.core.trace's step columns where they exist. The columns holding times (and

@@ -1,6 +1,8 @@
-"""steps.parquet of a simulation (`roofline simulate --out`): the step-trace table of some steps (the engine's
-columns, `engine.core.trace`, plus the replica, the predicted time and its per-operator breakdown) built in bulk
-from the run's numpy columns, its writer in parts, and run.json; pyarrow, no pandas. Imported only where the file
+"""steps.parquet and sequences.parquet of a simulation (`roofline simulate --out`): the step trace's schema version 2
+(`engine.core.trace.FLAT_SCHEMA_VERSION`): the step rows (the engine's columns without the per-sequence lists, plus the
+replica, the predicted time and its per-operator breakdown) and one row per sequence of every step (its query and
+context lengths, whether it emits, its request's row of requests.csv), built in bulk from the run's numpy columns,
+their writer in parts, and run.json; pyarrow, no pandas. Imported only where the file
 is written (`roofline.sim.outputs`: by the writer process where the platform forks), so that the simulation's
 process need not import pyarrow."""
 
@@ -21,15 +23,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engine.core.step_record import StepSequences
-from engine.core.trace import STEP_COLUMNS as TRACE_STEP_COLUMNS
 from engine.core.trace import (
+    FLAT_SCHEMA_VERSION,
     STEPS_FILE,
     EngineConfigRecord,
     RunMetadata,
+    open_sequences_file,
     open_steps_file,
+    sequence_schema,
+    step_lists_table,
     step_schema,
     write_run_file,
 )
+from engine.core.trace import STEP_COLUMNS as TRACE_STEP_COLUMNS
 from roofline import __version__
 from roofline.sim.deployment import Deployment
 from roofline.sim.recorder import STEP_COLUMNS, SimulationResult
@@ -48,42 +54,61 @@ ROW_GROUP_STEPS = 2048
 
 
 def step_table(deployment: Deployment, result: SimulationResult) -> pa.Table:
-    """The step-trace columns, plus `replica`, `request_ids`, `predicted_s` (the time the step was charged) and
-    the cost model's per-operator breakdown as `op_<name>_s`. Built column by column from arrays: the per-step
-    lists as one array of values with offsets, the breakdown in bulk (`StepCostModel.breakdown_columns`); the
-    same table as building every cell in Python, in a fraction of the time."""
-    return steps_table(deployment, result.step_table, result.step_seqs)
+    """The run's steps as `engine.core.trace.read_trace_table` reads them back from its files: the step-trace
+    columns with the per-sequence lists, plus `replica`, `request_ids`, `predicted_s` (the time the step was charged)
+    and the cost model's per-operator breakdown as `op_<name>_s` (`step_tables`, joined: `step_lists_table`)."""
+    steps, seqs, _ = step_tables(deployment, result)
+    return step_lists_table(steps, seqs, _arrow(_request_id_list(result), pa.string()))
+
+
+def step_tables(deployment: Deployment, result: SimulationResult) -> tuple[pa.Table, pa.Table, np.ndarray]:
+    """The run's steps.parquet and sequences.parquet tables (`steps_table`, `sequences_table`), each sequence's
+    request its row of the request table, and where each step's sequences start (n + 1)."""
+    seqs = result.step_seqs
+    return (steps_table(deployment, result.step_table, seqs),
+            sequences_table(seqs, request_rows(seqs, _request_id_list(result))), seqs.offsets)
+
+
+def _request_id_list(result: SimulationResult) -> list[str]:
+    ids = result.request_table["request_id"]
+    return ids if isinstance(ids, list) else list(ids)
 
 
 def steps_table(deployment: Deployment, steps: Columns, seqs: StepSequences) -> pa.Table:
-    """`step_table` of some steps: their rows of the steps table and their sequences."""
-    concatenated = seqs.concatenated  # every step's query, context and emits, step after step
+    """steps.parquet's rows of some steps (schema version 2: no per-sequence lists): their rows of the steps table,
+    `replica`, `predicted_s` and the per-operator breakdown of their sequences, built column by column from arrays
+    (the breakdown in bulk: `StepCostModel.breakdown_columns`)."""
     breakdown = deployment.cost_model.breakdown_columns(seqs)
     columns: dict[str, object] = {name: column(steps, name) for name in TRACE_STEP_COLUMNS if name in steps.columns}
     columns["arrival_cutoff_s"] = column(steps, "start_s")  # a schedule at t sees every arrival by t
-    offsets = _offsets(seqs.offsets)
-    for values, name in zip(concatenated, ("query_lens", "context_lens", "emits")):
-        typ = TRACE_STEP_COLUMNS[name]
-        columns[name] = pa.ListArray.from_arrays(offsets, _arrow(values, typ.value_type), type=typ)
     columns["predicted_s"] = column(steps, "duration_s")
-    columns["request_ids"] = pa.ListArray.from_arrays(offsets, _request_ids(seqs))
     columns["replica"] = column(steps, "replica")
     for name in sorted(breakdown):
         columns[f"op_{name}_s"] = breakdown[name]
-    schema = step_schema([n for n in columns if n not in TRACE_STEP_COLUMNS])
+    schema = step_schema([n for n in columns if n not in TRACE_STEP_COLUMNS], FLAT_SCHEMA_VERSION)
     return pa.table({n: _array(columns[n], schema.field(n).type) for n in schema.names}, schema=schema)
 
 
-def _request_ids(seqs: StepSequences) -> pa.Array:
-    """Every sequence's request id, a string array: its UTF-8 bytes gathered in C (`StepSequences.request_id_utf8`),
-    else each distinct id once, then taken (pyarrow.compute, imported only then); the same strings as an array
-    built from every sequence's id string."""
-    gathered = seqs.request_id_utf8()
-    if gathered is not None:
-        offsets, data = gathered
-        return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    index = seqs.request_index
-    return _arrow(seqs.request_names, pa.string()).take(_arrow(index, _ARROW_TYPES.get(index.dtype, pa.int64())))
+_SEQUENCE_SCHEMA = sequence_schema()
+
+
+def sequences_table(seqs: StepSequences, rows: np.ndarray) -> pa.Table:
+    """sequences.parquet's rows of some steps: every sequence, step after step (query, context, emits: `seqs`'
+    arrays as they are), `rows` each one's request as its row of requests.csv (`request_rows`)."""
+    query, context, emits = seqs.concatenated
+    return pa.Table.from_arrays([_arrow(query, pa.int32()), _arrow(context, pa.int32()), _arrow(emits, pa.bool_()),
+                                 _arrow(rows, pa.int32())], schema=_SEQUENCE_SCHEMA)
+
+
+def request_rows(seqs: StepSequences, request_ids: list[str] | None = None) -> np.ndarray:
+    """Each sequence's request as its row of the request table (int32): as the sequences were recorded
+    (`StepRecords(row_of=...)`: their names' rows), else each name's position in `request_ids`."""
+    if seqs.request_names is None:
+        return seqs.sequence_rows()
+    assert request_ids is not None, "sequences recorded by name: the run's request ids are needed"
+    row_of = {request_id: row for row, request_id in enumerate(request_ids)}
+    rows = np.fromiter((row_of[name] for name in seqs.request_names), np.int32, len(seqs.request_names))
+    return rows[seqs.request_index]
 
 
 @contextlib.contextmanager
@@ -100,18 +125,21 @@ def _system_errors() -> Iterator[None]:
 
 
 class StepsFileWriter:
-    """steps.parquet written in parts as the simulation runs (`roofline.sim.outputs.StepTraceStream`): each part of
-    `roofline.sim.simulator.STEPS_PER_PART` steps becomes its rows of the file and is dropped, so `--out` holds a
-    part's sequences, not the whole run's (a sequence per request and step: 450 million for 1,000,000 ShareGPT
-    requests). The parts are multiples of the file's row groups, so the file is the one the whole table written at
-    once gives (one part: the same bytes). An operator absent from a part (no prefill in it, say) is 0.0 there, as
-    in the whole table; one first met in a later part widens the file: what was written is copied, row group by
-    row group, into a file with the column (0.0 in the earlier steps)."""
+    """steps.parquet and sequences.parquet written in parts as the simulation runs
+    (`roofline.sim.outputs.StepTraceStream`): each part of `roofline.sim.simulator.STEPS_PER_PART` steps becomes its
+    rows of the files and is dropped, so `--out` holds a part's sequences, not the whole run's (a sequence per
+    request and step: 450 million for 1,000,000 ShareGPT requests). The parts are multiples of the files' row groups
+    (`write_sequences`: the sequences of a row group's steps), so the files are the ones the whole tables written at
+    once give (one part: the same bytes). A part's sequences name their requests by row (`StepRecords(row_of=...)`).
+    An operator absent from a part (no prefill in it, say) is 0.0 there, as in the whole table; one first met in a
+    later part widens steps.parquet: what was written is copied, row group by row group, into a file with the
+    column (0.0 in the earlier steps)."""
 
     def __init__(self, out_dir: Path, deployment: Deployment, threaded: bool = True) -> None:
         self.out_dir, self.deployment = out_dir, deployment
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
+        self._sequences: pq.ParquetWriter | None = None
         # A part's Parquet encoding runs on a second thread (without the GIL) while the simulation goes on; one
         # part at a time, so that at most two parts' tables are alive. Not `threaded` (the forked writer process,
         # which has a core of its own beside the simulation's): encoded at once, no third busy thread.
@@ -125,17 +153,18 @@ class StepsFileWriter:
     @_system_errors()
     def write(self, steps: Columns, seqs: StepSequences) -> None:
         table = steps_table(self.deployment, steps, seqs)
+        sequences = sequences_table(seqs, request_rows(seqs))
         self._wait()
         if self._schema is None:
             self._open(table.schema)
-        assert self._schema is not None and self._writer is not None
+        assert self._schema is not None and self._writer is not None and self._sequences is not None
         if set(table.schema.names) - set(self._schema.names):
             self._widen(table.schema)
         if self._pool is None:
-            self._writer.write_table(_conform(table, self._schema), row_group_size=ROW_GROUP_STEPS)
+            _write_part(self._writer, _conform(table, self._schema), self._sequences, sequences, seqs.offsets)
             return
-        self._pending = self._pool.submit(self._writer.write_table, _conform(table, self._schema),
-                                          row_group_size=ROW_GROUP_STEPS)
+        self._pending = self._pool.submit(_write_part, self._writer, _conform(table, self._schema), self._sequences,
+                                          sequences, seqs.offsets)
 
     def _wait(self) -> None:
         if self._pending is not None:
@@ -150,12 +179,15 @@ class StepsFileWriter:
         self._wait()
         if self._pool is not None:
             self._pool.shutdown()
-        assert self._writer is not None
+        assert self._writer is not None and self._sequences is not None
         self._writer.close()
+        self._sequences.close()
 
     def _open(self, schema: pa.Schema) -> None:
-        self._writer = open_steps_file(self.out_dir, schema)
+        self._writer = open_steps_file(self.out_dir, schema, FLAT_SCHEMA_VERSION)
         self._schema = self._writer.schema
+        if self._sequences is None:
+            self._sequences = open_sequences_file(self.out_dir)
 
     def _widen(self, schema: pa.Schema) -> None:
         """Reopen the file with the new operator columns of `schema` too, the steps written so far copied."""
@@ -166,12 +198,33 @@ class StepsFileWriter:
         path.replace(kept)
         ops = sorted({n for n in [*self._schema.names, *schema.names] if n.startswith("op_")})
         self._open(step_schema([*[n for n in self._schema.names if n not in TRACE_STEP_COLUMNS
-                                  and not n.startswith("op_")], *ops]))
+                                  and not n.startswith("op_")], *ops], FLAT_SCHEMA_VERSION))
         assert self._writer is not None and self._schema is not None
         source = pq.ParquetFile(kept)
         for i in range(source.num_row_groups):
             self._writer.write_table(_conform(source.read_row_group(i), self._schema), row_group_size=ROW_GROUP_STEPS)
         kept.unlink()
+
+
+def _write_part(steps_writer: pq.ParquetWriter, steps: pa.Table, sequences_writer: pq.ParquetWriter,
+                sequences: pa.Table, offsets: np.ndarray) -> None:
+    """A part's rows of both files (the steps in row groups of `ROW_GROUP_STEPS`, the sequences of the same steps in
+    theirs: `write_sequences`; `offsets`: where each step's sequences start, n + 1)."""
+    steps_writer.write_table(steps, row_group_size=ROW_GROUP_STEPS)
+    write_sequences(sequences_writer, sequences, offsets)
+
+
+def write_sequences(writer: pq.ParquetWriter, sequences: pa.Table, offsets: np.ndarray) -> None:
+    """sequences.parquet's rows of some steps (`offsets`: where each step's start, n + 1), a row group for the
+    sequences of each `ROW_GROUP_STEPS` steps, as steps.parquet's row groups: so the parts (multiples of them) give
+    the file of the whole table (a part's ~320,000 sequences of sharegpt: pyarrow's default row groups hold
+    1,048,576). (The offsets, not the table's num_seqs: a ChunkedArray's `to_numpy` imports pandas.)"""
+    ends = np.asarray(offsets)[ROW_GROUP_STEPS::ROW_GROUP_STEPS].tolist()
+    start = 0
+    for end in [*ends, len(sequences)]:
+        if end > start or not start:  # (no sequences at all: an empty row group, as steps.parquet's)
+            writer.write_table(sequences.slice(start, end - start), row_group_size=max(1, end - start))
+        start = end
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -190,20 +243,13 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _offsets(offsets: np.ndarray) -> pa.Array:
-    """List offsets as `pa.list_` holds them (int32)."""
-    assert offsets[-1] < 2**31, "more list values than a pa.list_ column holds"
-    return _arrow(offsets.astype(np.int32), pa.int32())
-
-
 def _array(column: object, typ: pa.DataType) -> pa.Array:
     return column if isinstance(column, pa.Array) else _arrow(column, typ)
 
 
-# The arrow types of the trace's numbers and the numpy types that hold them alike.
+# The arrow types of the trace's numbers and the numpy types that hold them.
 _NUMPY_TYPES = {pa.int64(): np.dtype(np.int64), pa.int32(): np.dtype(np.int32), pa.float64(): np.dtype(np.float64),
                 pa.bool_(): np.dtype(np.bool_)}
-_ARROW_TYPES = {dtype: typ for typ, dtype in _NUMPY_TYPES.items()}
 
 
 def _arrow(values: Any, typ: pa.DataType) -> pa.Array:
@@ -304,14 +350,17 @@ def _dist_info_version(distribution: str) -> str | None:
     return None
 
 
-def write_steps_file(out_dir: Path, deployment: Deployment, table: pa.Table, summary: dict[str, object]) -> None:
-    """steps.parquet of a whole run's `table` (`step_table`), the file `StepsFileWriter` writes in parts (the same row
-    groups), and run.json."""
-    with _system_errors(), open_steps_file(out_dir, table.schema) as writer:
-        writer.write_table(table.replace_schema_metadata(writer.schema.metadata), row_group_size=ROW_GROUP_STEPS)
+def write_steps_file(out_dir: Path, deployment: Deployment, tables: tuple[pa.Table, pa.Table, np.ndarray],
+                     summary: dict[str, object]) -> None:
+    """steps.parquet and sequences.parquet of a whole run's `tables` (`step_tables`: with where each step's sequences
+    start), the files `StepsFileWriter` writes in parts (the same row groups), and run.json."""
+    steps, sequences, offsets = tables
+    with _system_errors(), open_steps_file(out_dir, steps.schema, FLAT_SCHEMA_VERSION) as writer, \
+            open_sequences_file(out_dir) as sequences_writer:
+        _write_part(writer, steps.replace_schema_metadata(writer.schema.metadata), sequences_writer, sequences, offsets)
     write_run_json(out_dir, deployment, summary)
 
 
 def write_run_json(out_dir: Path, deployment: Deployment, summary: dict[str, object]) -> None:
-    """run.json of the step trace in `out_dir` (`run_metadata`)."""
-    write_run_file(out_dir, run_metadata(deployment, summary))
+    """run.json of the step trace in `out_dir` (`run_metadata`), schema version 2."""
+    write_run_file(out_dir, run_metadata(deployment, summary), FLAT_SCHEMA_VERSION)
