@@ -19,7 +19,17 @@ from roofline.cost.profile_yaml import read_profile_dict
 from roofline.engine_args import EngineArgs
 from roofline.errors import UserError
 from roofline.registry import resolve
-from roofline.sim.api_server import ApiServer, ApiServerCosts, Connections, assigns_by_connection
+from roofline.sim import api_server
+from roofline.sim.api_server import (
+    ACCEPT,
+    LOOP,
+    RENDERER,
+    ApiServer,
+    ApiServerCosts,
+    Connections,
+    _Threads,
+    assigns_by_connection,
+)
 from roofline.sim.deployment import make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
@@ -76,6 +86,96 @@ def test_the_rest_of_each_request_queues_behind_the_first_parts_of_the_burst() -
     assert np.allclose(result.requests.first_scheduled_s, reach, rtol=0, atol=1e-12)
     spread = replace(_burst(5), arrival=ArrivalProcess("constant", 20.0))
     assert np.allclose(_run(spread, INPUT_ONLY, host={}).requests.ttft_s, 0.02 + STEP_S, rtol=0, atol=1e-12)
+
+
+def test_a_burst_of_new_connections_is_taken_one_request_a_turn_of_the_loop() -> None:
+    """One connection accepted a turn (`SimulationOptions.api_server_accept_per_turn`): request 0 goes out on the
+    client's kept-alive test connection, requests 1-4 each open one. The loop takes request 1's first part (9.8 ms)
+    beside request 0's; each later one is accepted when the one before it has been read (its first part ended) and
+    queues behind the work ready then: 0 first, 1 first, 0 rest, 2 first, 1 rest, 3 first, ... Request k < 4 reaches
+    the engine at 9.8 + 20 (k + 1) ms (all first parts first: 49 + 10.2 (k + 1) ms, above); the last at 100 ms
+    either way (the same work on one loop)."""
+    result = _run(_burst(5), INPUT_ONLY, host={}, api_server_accept_per_turn=True)
+    reach = [0.0098 + 0.02 * (k + 1) for k in range(4)] + [0.1]
+    assert np.allclose(result.requests.first_scheduled_s, reach, rtol=0, atol=1e-12)
+
+
+def test_the_loop_accepts_the_next_connection_once_it_has_read_the_last_one() -> None:
+    """`_Threads`' ACCEPT parts, one process, 1-s parts: four requests at 0 s on new connections, each a first loop
+    part, a render, a last loop part. Accepted: 0 at once; 1 when 0's first part ends (1 s), queued behind what is
+    ready then; 2 when 1's ends (2 s), behind 0's rest (ready at 2 s); 3 at 3 s behind 0's rest, before 1's. The
+    loop: 0 first, 1 first, 2 first, 0 rest, 3 first, 1 rest, 2 rest, 3 rest: ends 4, 6, 7, 8 s. Without the accepts
+    (all first parts queued at once): 5, 6, 7, 8 s."""
+    ends = {}
+    for accept in (True, False):
+        threads = _Threads(1, None, False)
+        for ticket in range(4):
+            chain = [(LOOP, 1.0), (RENDERER, 1.0), (LOOP, 1.0)]
+            threads.arrive(0.0, ticket, [(ACCEPT, 0.0), *chain] if accept else chain)
+        threads.advance(20.0)
+        ends[accept] = [threads.finished_s[ticket] for ticket in range(4)]
+    assert ends == {True: [4.0, 6.0, 7.0, 8.0], False: [5.0, 6.0, 7.0, 8.0]}
+
+
+def test_only_a_new_connections_request_waits_for_the_accept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ApiServer` with `accept_per_turn` (the Python threads): the client's part in two (its start, its send), and a
+    request opening a connection gets an ACCEPT part after them; none for the client's kept-alive test connection, nor
+    for a connection idle since a release; without `accept_per_turn`, none, the client's part whole (and with one
+    process no connections are tracked)."""
+    monkeypatch.setattr(api_server, "COMPILED", False)
+    host = HostCpu("x", 1.0, api_server_num_cores=1, client_shares_api_server_cores=True)
+    costs = replace(INPUT_ONLY, client_request_s=1e-4)
+    server = ApiServer(costs, host=host, by_connection=True, accept_per_turn=True)
+    chains = []
+    for now in (0.0, 0.0, 0.0, 2.0):  # (the last on the connection idle since 1 s)
+        if now == 2.0:
+            server.release(0, 1.0)
+        ticket = server.take_request(now, 16)[1]
+        chains.append([queue for queue, _ in server.threads.chains[ticket]])
+    client = server.threads.client
+    kept, new = [client, client, LOOP, RENDERER, LOOP], [client, client, ACCEPT, LOOP, RENDERER, LOOP]
+    assert chains == [kept, new, new, kept]
+    plain = ApiServer(costs, host=host, by_connection=True)
+    plain.take_request(0.0, 16)
+    plain.take_request(0.0, 16)
+    assert plain.connections is None
+    assert [[queue for queue, _ in chain] for chain in plain.threads.chains.values()] == [[client, LOOP, RENDERER, LOOP]] * 2
+
+
+def test_with_the_accepts_a_bursts_client_starts_every_request_before_it_sends_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`accept_per_turn`: the client's thread runs each request's start (`CLIENT_START_FRACTION` of
+    `client_request_s`) and queues its send behind the starts queued by then, and the connections get no spacing of
+    their own (`connection_accept_gap_us`): 3 requests at 0 s with 1 ms of client work each (0.71 + 0.29 ms), the
+    client alone on its core (the loop's work 0): sends end at 3 x 0.71 + 0.29, + 0.29, + 0.29 ms. Without:
+    requests 1 ms apart (the gap), each its whole 1 ms: 1, 2, 3 ms."""
+    monkeypatch.setattr(api_server, "COMPILED", False)
+    host = HostCpu("x", 1.0, api_server_before_render_fraction=0.0, connection_accept_gap_s=1e-3,
+                   api_server_num_cores=2, client_shares_api_server_cores=True)
+    costs = replace(only(request_s=0.0), client_request_s=1e-3)
+    ends = {}
+    for accept in (True, False):
+        server = ApiServer(costs, host=host, by_connection=True, accept_per_turn=accept)
+        sends = []
+        for _ in range(3):
+            sends.append(server.take_request(0.0, 0)[1])
+        server.threads.advance(1.0)
+        ends[accept] = [server.threads.finished_s[ticket] for ticket in sends]
+    start = api_server.CLIENT_START_FRACTION * 1e-3
+    assert ends[True] == pytest.approx([3 * start + k * (1e-3 - start) for k in (1, 2, 3)], abs=1e-12)
+    assert ends[False] == pytest.approx([1e-3, 2e-3, 3e-3], abs=1e-12)
+
+
+def test_connections_say_which_request_opened_one() -> None:
+    connections = Connections(1)
+    opened = []
+    for now in (0.0, 0.0, 0.0):
+        connections.take(now)
+        opened.append(connections.opened)
+    connections.release(0, 1.0)
+    connections.take(2.0)
+    opened.append(connections.opened)
+    assert opened == [False, True, True, False]
 
 
 def _reach(server: ApiServer, now_s: float, num_prompt_tokens: int) -> float:

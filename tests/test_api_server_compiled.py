@@ -19,7 +19,17 @@ from roofline.cost.hardware import load_profile
 from roofline.cost.host_cpu import HostCpu
 from roofline.engine_args import EngineArgs
 from roofline.sim import api_server
-from roofline.sim.api_server import LOOP, OUTPUTS, RENDERER, WAIT, ApiServer, ApiServerCosts, _Threads, reach_after
+from roofline.sim.api_server import (
+    ACCEPT,
+    LOOP,
+    OUTPUTS,
+    RENDERER,
+    WAIT,
+    ApiServer,
+    ApiServerCosts,
+    _Threads,
+    reach_after,
+)
 from roofline.sim.deployment import make_deployment
 from roofline.sim.simulator import SimulationOptions, run_simulation
 from roofline.sim.workload import ArrivalProcess, LengthDistribution, Workload
@@ -58,9 +68,16 @@ def _work(rng: random.Random) -> float:
 
 
 def _chain(rng: random.Random, num_processes: int, client: int) -> list[tuple[int, float]]:
-    """A random chain of 1-6 thread parts, each maybe after a wait (a wait never last, never two in a row)."""
+    """A random chain of 1-6 thread parts, each maybe after a wait (a wait never last, never two in a row), a loop's
+    part maybe after an accept (and a wait)."""
     chain: list[tuple[int, float]] = []
     for _ in range(rng.randint(1, 6)):
+        if rng.random() < 0.2:  # a new connection's accept (`_Threads._accept`): then the loop's part
+            chain.append((ACCEPT, 0.0))
+            if rng.random() < 0.3:
+                chain.append((WAIT, rng.uniform(0.0, 1e-3)))
+            chain.append((3 * rng.randrange(num_processes) + LOOP, _work(rng)))
+            continue
         if rng.random() < 0.3:
             chain.append((WAIT, rng.uniform(0.0, 1e-3)))
         process = rng.randrange(num_processes)
@@ -87,8 +104,8 @@ def _threads_state(py: _Threads, c: Any, tickets: range) -> None:
 def test_the_threads_give_the_same_times_as_the_python_threads(num_processes: int, num_cores: int | None,
                                                                client_shares: bool) -> None:
     """`_Threads`' calls (`arrive`, `add_output`, `advance`, `projected_end`, `reach_after`) on random chains with
-    waits, the client's thread and output passes (some with turns' refills), in both: the same floats and state
-    after every call."""
+    waits, accepts, the client's thread and output passes (some with turns' refills), in both: the same floats and
+    state after every call."""
     for seed in range(6):
         rng = random.Random(seed + 10 * num_processes + 100 * (num_cores or 0) + 1000 * client_shares)
         py = _Threads(num_processes, num_cores, client_shares)
@@ -174,8 +191,8 @@ def _random_costs(rng: random.Random) -> ApiServerCosts:
 def test_the_api_server_gives_the_same_times_as_the_python_api_server(seed: int,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """`ApiServer`'s calls as the simulator makes them (`take_request`, `reach_s` until the request is in,
-    `stream_outputs` with and without first outputs, `release`), random: the same processes, tickets and floats from
-    both."""
+    `stream_outputs` with and without first outputs, `release`), with and without the accepts of new connections,
+    random: the same processes, tickets and floats from both."""
     rng = random.Random(seed)
     num_processes = 1 + seed % 3
     cores = rng.choice([None, 1, 2])
@@ -185,7 +202,8 @@ def test_the_api_server_gives_the_same_times_as_the_python_api_server(seed: int,
                    api_server_refill_after_other_s=0.0 if cores is None else rng.choice([0.0, 1e-4]))
     python, compiled = _server_pair(monkeypatch, _random_costs(rng), num_processes=num_processes,
                                     endpoint=rng.choice(["completions", "chat"]), host=host,
-                                    enable_prefix_caching=rng.random() < 0.7, by_connection=rng.random() < 0.6)
+                                    enable_prefix_caching=rng.random() < 0.7, by_connection=rng.random() < 0.6,
+                                    accept_per_turn=rng.random() < 0.5)
     now = 0.0
     pending: list[tuple[int, int]] = []  # (process, ticket) not yet in
     for _ in range(400):
@@ -243,31 +261,35 @@ def test_the_simulator_uses_the_compiled_api_server_unless_told_or_changed(monke
 
 @requires_build
 def test_the_output_queue_index_layout() -> None:
-    """The C code's queue layout (per process OUTPUTS, LOOP, RENDERER, then the client's) and wait mark are this
-    module's."""
-    assert (OUTPUTS, LOOP, RENDERER, WAIT) == (0, 1, 2, api_server._apicore.WAIT)
+    """The C code's queue layout (per process OUTPUTS, LOOP, RENDERER, then the client's) and wait and accept marks
+    are this module's."""
+    assert (OUTPUTS, LOOP, RENDERER, WAIT, ACCEPT) == (0, 1, 2, api_server._apicore.WAIT, api_server._apicore.ACCEPT)
 
 
 CPU_HOST = Path(__file__).resolve().parents[1] / "benchmarks/results/vllm-serve-bench/cpu-host-calibrated.yaml"
 
 
 @requires_build
-@pytest.mark.parametrize(("arrival", "num_processes", "endpoint", "max_concurrency", "refill_s"), [
-    (ArrivalProcess("poisson", 20.0), 1, "completions", None, 0.0),
-    (ArrivalProcess("poisson", 20.0), 2, "chat", None, 0.0),
-    (ArrivalProcess("all_at_once"), 2, "completions", None, 0.0),
-    (ArrivalProcess("poisson", 20.0), 2, "completions", 4, 0.0),
-    (ArrivalProcess("all_at_once"), 2, "completions", None, 1e-4),
-    (ArrivalProcess("poisson", 20.0), 2, "chat", None, 1e-4),
-    (ArrivalProcess("all_at_once"), 1, "chat", None, 0.0),
-    (ArrivalProcess("all_at_once"), 2, "chat", None, 0.0),
+@pytest.mark.parametrize(("arrival", "num_processes", "endpoint", "max_concurrency", "refill_s", "accept"), [
+    (ArrivalProcess("poisson", 20.0), 1, "completions", None, 0.0, False),
+    (ArrivalProcess("poisson", 20.0), 2, "chat", None, 0.0, False),
+    (ArrivalProcess("all_at_once"), 2, "completions", None, 0.0, False),
+    (ArrivalProcess("poisson", 20.0), 2, "completions", 4, 0.0, False),
+    (ArrivalProcess("all_at_once"), 2, "completions", None, 1e-4, False),
+    (ArrivalProcess("poisson", 20.0), 2, "chat", None, 1e-4, False),
+    (ArrivalProcess("all_at_once"), 1, "chat", None, 0.0, False),
+    (ArrivalProcess("all_at_once"), 2, "chat", None, 0.0, False),
+    (ArrivalProcess("all_at_once"), 1, "chat", None, 0.0, True),
+    (ArrivalProcess("all_at_once"), 2, "completions", None, 1e-4, True),
+    (ArrivalProcess("poisson", 20.0), 1, "completions", None, 0.0, True),
+    (ArrivalProcess("poisson", 20.0), 2, "chat", 4, 0.0, True),
 ])
 def test_a_simulation_behind_the_compiled_api_server_is_the_python_ones(
         arrival: ArrivalProcess, num_processes: int, endpoint: str, max_concurrency: int | None, refill_s: float,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        accept: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The served CPU host (its API server and client on one shared core, the hand-off's delay, the connections of
-    two processes, the turns' refill, the chat endpoint's first outputs), open and closed loops: every request's
-    times the same with either implementation."""
+    two processes, the turns' refill, the chat endpoint's first outputs, new connections accepted one a turn), open
+    and closed loops: every request's times the same with either implementation."""
     hw = load_profile(CPU_HOST)
     assert hw.host is not None
     hw = replace(hw, host=replace(hw.host, api_server_refill_after_other_s=refill_s,
@@ -276,7 +298,8 @@ def test_a_simulation_behind_the_compiled_api_server_is_the_python_ones(
     workload = Workload(name="w", seed=3, num_requests=60, arrival=arrival,
                         prompt_tokens=LengthDistribution("uniform", min_tokens=8, max_tokens=200),
                         output_tokens=LengthDistribution("uniform", min_tokens=1, max_tokens=24))
-    options = SimulationOptions(api_server_count=num_processes, endpoint=endpoint, max_concurrency=max_concurrency)
+    options = SimulationOptions(api_server_count=num_processes, endpoint=endpoint, max_concurrency=max_concurrency,
+                                api_server_accept_per_turn=accept)
     results = []
     for compiled in (True, False):
         monkeypatch.setattr(api_server, "COMPILED", compiled)

@@ -119,6 +119,9 @@ def _loop_run(compiled: bool, monkeypatch: pytest.MonkeyPatch, case: str):
                "two-replicas": SimulationOptions(num_replicas=2, router="least_outstanding", record_steps=False),
                "bursts-no-api-server": SimulationOptions(num_replicas=2, record_steps=False),
                "bursts-api-server": SimulationOptions(num_replicas=2, record_steps=False),
+               # (new connections accepted one a turn: `end_step_streamed` releases each finished request's)
+               "bursts-accept-per-turn": SimulationOptions(num_replicas=2, record_steps=False,
+                                                           api_server_accept_per_turn=True),
                "steps-recorded": SimulationOptions(record_steps=True),
                # (a request reaching the engine core during a step waits for its core: `reach`'s second wait)
                "busy-hop": SimulationOptions(record_steps=False, api_server_costs=replace(
@@ -147,14 +150,14 @@ def _loop_run(compiled: bool, monkeypatch: pytest.MonkeyPatch, case: str):
 @requires_build
 @pytest.mark.parametrize("case", ["api-server", "sync-scheduling", "closed-loop", "two-replicas", "no-api-server",
                                   "bursts-no-api-server", "bursts-api-server", "ties", "busy-hop", "steps-recorded",
-                                  "chat-first-output"])
+                                  "chat-first-output", "bursts-accept-per-turn"])
 def test_the_compiled_event_loop_is_the_python_loop(monkeypatch: pytest.MonkeyPatch, case: str):
     """`_Simulation.run` through `_simcore.run_loop` (the common step's handlers and the requests' way in, in C)
     against the Python loop, on runs with preemptions (a small KV cache) behind an API server of one process
     (asynchronous scheduling: requests wait in transit; synchronous: the engine core's admissions), a closed loop,
-    two replicas, no API server, bursts on two replicas (steps ending at the same time), arrivals at a step's end (a
-    step time function), requests waiting for a busy engine core's core, the chat endpoint's first outputs in their
-    steps' output passes, and the steps' sequences recorded with
+    two replicas, no API server, bursts on two replicas (steps ending at the same time; with new connections accepted
+    one a turn), arrivals at a step's end (a step time function), requests waiting for a busy engine core's core, the
+    chat endpoint's first outputs in their steps' output passes, and the steps' sequences recorded with
     blocks of rows filling: every request and step column, every run of stamps, the summary, the same bytes."""
     python = _loop_run(False, monkeypatch, case)
     compiled = _loop_run(True, monkeypatch, case)

@@ -35,6 +35,7 @@
 
 enum { OUTPUTS = 0, LOOP = 1, RENDERER = 2 };
 #define WAIT (-1)
+#define ACCEPT (-2) /* api_server.py's ACCEPT */
 #define DONE_S 1e-12 /* api_server.py's _DONE_S */
 #define MAX_PARTS 16
 
@@ -70,10 +71,16 @@ typedef struct {
     int32_t chain;
 } Arrival;
 
-/* The queues, the arrivals and the chains: `_run`'s arguments (the state, or a projection's copies). */
+/* The queues, the arrivals and the chains: `_run`'s arguments (the state, or a projection's copies), and the accepts
+ * (`_Threads.accepts`, which a projection copies too): per process the chain slot of `reading` (-1: None) and the
+ * `pending` chains, each a Job (its slot, the part to go on at; `left` unused). */
 typedef struct {
     Queue *queues;
     int num_queues;
+    int32_t *reading;
+    Queue *pending;
+    int num_processes;
+    int num_reading; /* processes whose `reading` is set (0: no accept to check when a loop's part ends) */
     Arrival *io;
     Py_ssize_t io_size, io_cap;
     Chain *chains;
@@ -123,6 +130,7 @@ typedef struct {
     Py_ssize_t num_chains; /* len(chains) */
     int64_t num_arrivals, num_inputs, num_taken, num_outputs;
     double now_s, last_connect_s;
+    int accept_per_turn, opened; /* `ApiServer.accept_per_turn`; `Connections.opened` */
     Table table;
     double *output_until_s;
     Passes *unqueued;
@@ -389,6 +397,53 @@ static int threads_wait(Server *s, Work *w, int32_t c, int part, double t) {
     return io_push(w, t + wait_s, s->num_arrivals, c);
 }
 
+/* `_Threads._go_on`: chain `c` goes on at its part `part` (from its base) at `t`. */
+static int threads_go_on(Server *s, Work *w, int32_t c, int part, double t) {
+    Chain *chain = &w->chains[c];
+    Part next = chain->parts[chain->base + part];
+    if (next.queue == WAIT)
+        return threads_wait(s, w, c, part, t);
+    return queue_push(&w->queues[next.queue], c, part, next.work);
+}
+
+/* `_Threads._accept`: chain `c` reached its ACCEPT part `part` at `t`. */
+static int threads_accept(Server *s, Work *w, int32_t c, int part, double t) {
+    Chain *chain = &w->chains[c];
+    int k = chain->base + part + 1;
+    while (chain->parts[k].queue < 0) /* (checked: a thread's part follows) */
+        k++;
+    int process = chain->parts[k].queue / 3;
+    if (w->reading[process] < 0) {
+        w->reading[process] = c;
+        w->num_reading += 1;
+        return threads_go_on(s, w, c, part + 1, t);
+    }
+    return queue_push(&w->pending[process], c, part + 1, 0.0);
+}
+
+/* `_Threads._accept_next`: `process`'s loop has read the connection it accepted last (its first loop part ended at
+ * `t`). */
+static int threads_accept_next(Server *s, Work *w, int process, double t) {
+    Queue *pending = &w->pending[process];
+    w->reading[process] = -1;
+    if (!pending->size) {
+        w->num_reading -= 1;
+        return 0;
+    }
+    Job job = *queue_head(pending);
+    queue_popleft(pending);
+    w->reading[process] = job.chain;
+    return threads_go_on(s, w, job.chain, job.part, t);
+}
+
+/* `_Threads._through`: chain `c` reached its part `part` that occupies no thread (WAIT or ACCEPT) at `t`. */
+static int threads_through(Server *s, Work *w, int32_t c, int part, double t) {
+    Chain *chain = &w->chains[c];
+    if (chain->parts[chain->base + part].queue == WAIT)
+        return threads_wait(s, w, c, part, t);
+    return threads_accept(s, w, c, part, t);
+}
+
 /* A chain's last part ended at `t`: `del chains[ticket]` and its finish noted. */
 static int chain_ended(Server *s, Work *w, int32_t c, double t, int has_stop) {
     int64_t ticket = w->chains[c].ticket;
@@ -411,14 +466,18 @@ static int threads_alone(Server *s, Work *w, int q, double *tp, double limit_s, 
     int part = job->part;
     Chain *chain = &w->chains[c];
     double t = *tp + job->left;
-    Queue *left = &w->queues[chain->parts[chain->base + part].queue];
+    int queue = chain->parts[chain->base + part].queue;
+    Queue *left = &w->queues[queue];
     queue_popleft(left);
+    if (w->num_reading && queue < s->client && queue % 3 == LOOP && w->reading[queue / 3] == c
+        && threads_accept_next(s, w, queue / 3, t) < 0)
+        return -1;
     int len = chain->num_parts - chain->base;
     while (part + 1 < len) {
         Part next = chain->parts[chain->base + part + 1];
-        if (next.queue == WAIT) {
+        if (next.queue < 0) {
             *tp = t;
-            return threads_wait(s, w, c, part + 1, t);
+            return threads_through(s, w, c, part + 1, t);
         }
         if (left->size || w->queues[next.queue].size || t + next.work > limit_s) {
             *tp = t;
@@ -470,8 +529,8 @@ static double threads_run(Server *s, Work *w, double to_s, int has_stop, int64_t
             int32_t c = io_pop(w);
             Chain *chain = &w->chains[c];
             Part first = chain->parts[chain->base];
-            if (first.queue == WAIT) {
-                if (threads_wait(s, w, c, 0, t) < 0)
+            if (first.queue < 0) { /* (a chain that starts with a wait or an accept) */
+                if (threads_through(s, w, c, 0, t) < 0)
                     goto done;
             } else if (queue_push(&queues[first.queue], c, 0, first.work) < 0)
                 goto done;
@@ -559,11 +618,16 @@ static double threads_run(Server *s, Work *w, double to_s, int has_stop, int64_t
             int32_t c = job->chain;
             int part = job->part;
             Chain *chain = &w->chains[c];
-            queue_popleft(&queues[chain->parts[chain->base + part].queue]);
+            int queue = chain->parts[chain->base + part].queue;
+            queue_popleft(&queues[queue]);
+            /* (the loop has read the connection it accepted last: it accepts the next) */
+            if (w->num_reading && queue < client && queue % 3 == LOOP && w->reading[queue / 3] == c
+                && threads_accept_next(s, w, queue / 3, t) < 0)
+                goto done;
             if (part + 1 < chain->num_parts - chain->base) {
                 Part next = chain->parts[chain->base + part + 1];
-                if (next.queue == WAIT) {
-                    if (threads_wait(s, w, c, part + 1, t) < 0)
+                if (next.queue < 0) {
+                    if (threads_through(s, w, c, part + 1, t) < 0)
                         goto done;
                 } else if (queue_push(&queues[next.queue], c, part + 1, next.work) < 0)
                     goto done;
@@ -602,26 +666,39 @@ static int threads_advance(Server *s, double to_s) {
     return 0;
 }
 
+/* `to` made a copy of `from`, in order from its head; -1 with MemoryError set. */
+static int queue_copy(const Queue *from, Queue *to) {
+    if (to->cap < from->size || to->cap == 0) {
+        Py_ssize_t cap = from->size > 8 ? from->size : 8;
+        PyMem_Free(to->items);
+        to->items = PyMem_Malloc(sizeof(Job) * cap);
+        if (to->items == NULL) {
+            to->cap = 0;
+            PyErr_NoMemory();
+            return -1;
+        }
+        to->cap = cap;
+    }
+    for (Py_ssize_t k = 0; k < from->size; k++)
+        to->items[k] = from->items[(from->head + k) % from->cap];
+    to->head = 0;
+    to->size = from->size;
+    return 0;
+}
+
 /* `_Threads.projected_end`: 0 with `*end_s`, -1 with an exception (KeyError where `ticket` never ends). */
 static int threads_projected_end(Server *s, int64_t ticket, double *end_s) {
     Work *src = &s->work, *dst = &s->scratch;
-    for (int i = 0; i < src->num_queues; i++) {
-        Queue *from = &src->queues[i], *to = &dst->queues[i];
-        if (to->cap < from->size || to->cap == 0) {
-            Py_ssize_t cap = from->size > 8 ? from->size : 8;
-            PyMem_Free(to->items);
-            to->items = PyMem_Malloc(sizeof(Job) * cap);
-            if (to->items == NULL) {
-                to->cap = 0;
-                PyErr_NoMemory();
-                return -1;
-            }
-            to->cap = cap;
-        }
-        for (Py_ssize_t k = 0; k < from->size; k++)
-            to->items[k] = from->items[(from->head + k) % from->cap];
-        to->head = 0;
-        to->size = from->size;
+    for (int i = 0; i < src->num_queues; i++)
+        if (queue_copy(&src->queues[i], &dst->queues[i]) < 0)
+            return -1;
+    dst->num_reading = src->num_reading;
+    for (int p = 0; p < src->num_processes; p++) {
+        dst->reading[p] = src->reading[p];
+        if (!src->pending[p].size)
+            dst->pending[p].size = 0;
+        else if (queue_copy(&src->pending[p], &dst->pending[p]) < 0)
+            return -1;
     }
     if (dst->io_cap < src->io_size) {
         Arrival *io = PyMem_Realloc(dst->io, sizeof(Arrival) * src->io_cap);
@@ -838,8 +915,10 @@ static int connections_take(Server *s, double now_s) {
         Idle item = s->idle[s->idle_head];
         s->idle_head = (s->idle_head + 1) % s->idle_cap;
         s->idle_size--;
-        if (now_s - item.at < s->keep_alive_s)
+        if (now_s - item.at < s->keep_alive_s) {
+            s->opened = 0;
             return item.process;
+        }
         s->open[item.process] -= 1; /* closed by the server meanwhile: aiohttp drops it */
     }
     int process = 0;
@@ -847,6 +926,7 @@ static int connections_take(Server *s, double now_s) {
         if (s->open[p] < s->open[process])
             process = p;
     s->open[process] += 1;
+    s->opened = 1;
     return process;
 }
 
@@ -866,6 +946,11 @@ static void work_free(Work *w) {
     if (w->queues != NULL)
         for (int i = 0; i < w->num_queues; i++)
             PyMem_Free(w->queues[i].items);
+    if (w->pending != NULL)
+        for (int p = 0; p < w->num_processes; p++)
+            PyMem_Free(w->pending[p].items);
+    PyMem_Free(w->pending);
+    PyMem_Free(w->reading);
     PyMem_Free(w->queues);
     PyMem_Free(w->io);
     PyMem_Free(w->chains);
@@ -926,8 +1011,8 @@ static int parts_from(Server *s, PyObject *seq, Part *parts, int *num_parts, int
             Py_DECREF(fast);
             return -1;
         }
-        if (queue != WAIT && (queue < 0 || queue > s->client)) {
-            PyErr_Format(PyExc_ValueError, "a chain's queue: WAIT or 0 to %d, got %d", s->client, queue);
+        if (queue != WAIT && queue != ACCEPT && (queue < 0 || queue > s->client)) {
+            PyErr_Format(PyExc_ValueError, "a chain's queue: WAIT, ACCEPT or 0 to %d, got %d", s->client, queue);
             Py_DECREF(fast);
             return -1;
         }
@@ -939,23 +1024,33 @@ static int parts_from(Server *s, PyObject *seq, Part *parts, int *num_parts, int
     return 0;
 }
 
-/* A whole chain's waits each followed by a thread's part (what `_wait` relies on). */
-static int check_waits(const Part *parts, int num_parts) {
-    for (int i = 0; i < num_parts; i++)
-        if (parts[i].queue == WAIT && (i + 1 == num_parts || parts[i + 1].queue == WAIT)) {
+/* A whole chain's waits each followed by a thread's part (what `_wait` relies on), its accepts each by a loop's part,
+ * maybe after a wait (`_accept`: the process whose loop accepts). */
+static int check_waits(const Part *parts, int num_parts, int client) {
+    for (int i = 0; i < num_parts; i++) {
+        if (parts[i].queue == WAIT && (i + 1 == num_parts || parts[i + 1].queue < 0)) {
             PyErr_SetString(PyExc_ValueError, "a chain's WAIT part: followed by a thread's part");
             return -1;
         }
+        if (parts[i].queue == ACCEPT) {
+            int k = i + 1 < num_parts && parts[i + 1].queue == WAIT ? i + 2 : i + 1;
+            if (k >= num_parts || parts[k].queue < 0 || parts[k].queue >= client || parts[k].queue % 3 != LOOP) {
+                PyErr_SetString(PyExc_ValueError, "a chain's ACCEPT part: followed by a loop's part (maybe after a "
+                                                  "WAIT)");
+                return -1;
+            }
+        }
+    }
     return 0;
 }
 
 static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
-    int num_processes, client_shares, by_connection = 0;
+    int num_processes, client_shares, by_connection = 0, accept_per_turn = 0;
     PyObject *num_cores, *chain_parts;
     double c[12], keep_alive_s = 0.0;
-    if (!PyArg_ParseTuple(args, "iOpO(dddddddddddd)|pd", &num_processes, &num_cores, &client_shares, &chain_parts,
+    if (!PyArg_ParseTuple(args, "iOpO(dddddddddddd)|pdp", &num_processes, &num_cores, &client_shares, &chain_parts,
                           &c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9], &c[10], &c[11],
-                          &by_connection, &keep_alive_s))
+                          &by_connection, &keep_alive_s, &accept_per_turn))
         return -1;
     if (num_processes < 1) {
         PyErr_SetString(PyExc_ValueError, "num_processes: a positive integer");
@@ -1000,6 +1095,8 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     s->last_connect_s = -INFINITY;
     s->by_connection = by_connection;
     s->keep_alive_s = keep_alive_s;
+    s->accept_per_turn = accept_per_turn && by_connection; /* (`ApiServer`: only where connections are tracked) */
+    s->opened = 0;
     s->started = 0;
     s->num_released = 0;
     s->idle_head = s->idle_size = s->idle_cap = 0;
@@ -1013,13 +1110,22 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     s->work.num_queues = s->scratch.num_queues = num_queues;
     s->work.queues = PyMem_Calloc(num_queues, sizeof(Queue));
     s->scratch.queues = PyMem_Calloc(num_queues, sizeof(Queue));
+    s->work.num_processes = s->scratch.num_processes = num_processes;
+    s->work.pending = PyMem_Calloc(num_processes, sizeof(Queue));
+    s->scratch.pending = PyMem_Calloc(num_processes, sizeof(Queue));
+    s->work.reading = PyMem_Malloc(sizeof(int32_t) * num_processes);
+    s->scratch.reading = PyMem_Malloc(sizeof(int32_t) * num_processes);
+    if (s->work.reading != NULL && s->scratch.reading != NULL)
+        for (int p = 0; p < num_processes; p++)
+            s->work.reading[p] = s->scratch.reading[p] = -1;
     s->output_until_s = PyMem_Calloc(num_processes, sizeof(double));
     s->unqueued = PyMem_Calloc(num_processes, sizeof(Passes));
     s->before = PyMem_Calloc(num_processes, sizeof(*s->before));
     s->after = PyMem_Calloc(num_processes, sizeof(*s->after));
     s->num_before = PyMem_Calloc(num_processes, sizeof(int));
     s->num_after = PyMem_Calloc(num_processes, sizeof(int));
-    if (!s->work.queues || !s->scratch.queues || !s->output_until_s || !s->unqueued || !s->before || !s->after
+    if (!s->work.queues || !s->scratch.queues || !s->work.pending || !s->scratch.pending || !s->work.reading
+        || !s->scratch.reading || !s->output_until_s || !s->unqueued || !s->before || !s->after
         || !s->num_before || !s->num_after) {
         PyErr_NoMemory();
         return -1;
@@ -1041,7 +1147,7 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
             Py_DECREF(fast);
             return -1;
         }
-        if (renderer != 3 * p + RENDERER || s->num_before[p] + 1 + s->num_after[p] > MAX_PARTS) {
+        if (renderer != 3 * p + RENDERER || s->num_before[p] + 2 + s->num_after[p] > MAX_PARTS) { /* (+ an ACCEPT) */
             PyErr_SetString(PyExc_ValueError, "chain_parts: the process's renderer, at most 16 parts");
             Py_DECREF(fast);
             return -1;
@@ -1054,7 +1160,7 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
         whole[n++].work = 0.0;
         for (int i = 0; i < s->num_after[p]; i++)
             whole[n++] = s->after[p][i];
-        if (check_waits(whole, n) < 0) {
+        if (check_waits(whole, n, s->client) < 0) {
             Py_DECREF(fast);
             return -1;
         }
@@ -1123,8 +1229,22 @@ static PyObject *take_on(Server *s, int process, double now_s, PyObject *tokens)
     double render_s = s->render_request_s + s->prompt_token_s * (double)num_prompt_tokens;
     Part parts[MAX_PARTS];
     int n = 0;
-    for (int i = 0; i < s->num_before[process]; i++)
+    /* a new connection: the loop accepts it in its turn, after the client's part (`ApiServer.take_request`) */
+    int accept_at = -1;
+    if (s->accept_per_turn && s->opened) /* after the client's parts */
+        for (accept_at = 0; accept_at < s->num_before[process] && s->before[process][accept_at].queue == s->client;)
+            accept_at++;
+    for (int i = 0; i < s->num_before[process]; i++) {
+        if (i == accept_at) {
+            parts[n].queue = ACCEPT;
+            parts[n++].work = 0.0;
+        }
         parts[n++] = s->before[process][i];
+    }
+    if (accept_at == s->num_before[process]) {
+        parts[n].queue = ACCEPT;
+        parts[n++].work = 0.0;
+    }
     parts[n].queue = 3 * process + RENDERER;
     parts[n++].work = render_s;
     for (int i = 0; i < s->num_after[process]; i++)
@@ -1259,7 +1379,7 @@ static PyObject *Server_arrive(Server *s, PyObject *args) {
     Part parts[MAX_PARTS];
     int n;
     if (!PyArg_ParseTuple(args, "dLO", &at_s, &ticket, &seq) || parts_from(s, seq, parts, &n, 1) < 0
-        || check_waits(parts, n) < 0)
+        || check_waits(parts, n, s->client) < 0)
         return NULL;
     if (threads_arrive(s, at_s, ticket, parts, n, 0.0) < 0)
         return NULL;
@@ -1379,7 +1499,7 @@ PyMODINIT_FUNC PyInit__apicore(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "WAIT", WAIT) < 0) {
+    if (PyModule_AddIntConstant(m, "WAIT", WAIT) < 0 || PyModule_AddIntConstant(m, "ACCEPT", ACCEPT) < 0) {
         Py_DECREF(m);
         return NULL;
     }

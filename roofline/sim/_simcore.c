@@ -931,7 +931,7 @@ static PyTypeObject FinisherType = {
  * Python's `<`). tests/test_compiled_sim.py runs both ways and compares every output. */
 
 static PyObject *one;
-static PyObject *n_heap, *n_replicas, *n_api, *n_recorder, *n_plan_time_s, *n_time_fn, *n_token_id, *n_progress, *n_max_in_flight, *n_host_overlaps, *n_specs, *n_plan, *n_num_steps, *n_num_outstanding, *n_schedule_pending, *n_in_transit, *n_num_done, *n_num_in_flight, *n_seq, *n_admit, *n_request_id, *n_num_emitting, *n_requests, *n_idle, *n_finished, *n_request_seen, *n_admission_s, *n_stream_outputs, *n_stamps, *n_scheduler, *n_schedule, *n_update, *n_engine_step_s, *n_row_of, *n_steps, *n_record_steps, *n_finisher, *n_last, *n_grow, *n_index, *n_block, *n_add_request, *n_lag, *n_num_routed, *n_make_request, *n_prompts, *n_lazy, *n_source, *n_in_frontend, *n_api_ticket, *n_hop_waited, *n_take_request, *n_reach_s, *n_busy_hop_s, *n_sent, *n_replica, *n_arrival_s, *n_num_prompt_tokens, *n_process_of, *n_first_output_s;
+static PyObject *n_heap, *n_replicas, *n_api, *n_recorder, *n_plan_time_s, *n_time_fn, *n_token_id, *n_progress, *n_max_in_flight, *n_host_overlaps, *n_specs, *n_plan, *n_num_steps, *n_num_outstanding, *n_schedule_pending, *n_in_transit, *n_num_done, *n_num_in_flight, *n_seq, *n_admit, *n_request_id, *n_num_emitting, *n_requests, *n_idle, *n_finished, *n_request_seen, *n_admission_s, *n_stream_outputs, *n_stamps, *n_scheduler, *n_schedule, *n_update, *n_engine_step_s, *n_row_of, *n_steps, *n_record_steps, *n_finisher, *n_last, *n_grow, *n_index, *n_block, *n_add_request, *n_lag, *n_num_routed, *n_make_request, *n_prompts, *n_lazy, *n_source, *n_in_frontend, *n_api_ticket, *n_hop_waited, *n_take_request, *n_reach_s, *n_busy_hop_s, *n_sent, *n_replica, *n_arrival_s, *n_num_prompt_tokens, *n_process_of, *n_first_output_s, *n_release;
 static struct { PyObject **var; const char *name; } loop_names[] = {
     {&n_heap, "heap"},
     {&n_replicas, "replicas"},
@@ -967,6 +967,7 @@ static struct { PyObject **var; const char *name; } loop_names[] = {
     {&n_update, "update_from_output"},
     {&n_engine_step_s, "engine_step_s"},
     {&n_first_output_s, "first_output_s"},
+    {&n_release, "release"},
     {&n_row_of, "row_of"},
     {&n_steps, "steps"},
     {&n_record_steps, "record_steps"},
@@ -1029,6 +1030,8 @@ static Slots sim_slots = {NULL, 4, {&n_seq, &n_num_done, &n_num_in_flight, &n_nu
 
 typedef struct {
     PyObject *replica, *index, *schedule, *update, *add_request, *stamps, *stream_outputs;  /* stream_outputs: NULL without api */
+    PyObject *release;  /* api.release (`end_step_streamed`'s one process: a finished request's connection idle); NULL
+                           without api */
     double engine_step_s;
     double first_output_s; /* api.first_output_s: the chat endpoint's per first output (`end_step_streamed`) */
 } Rep;
@@ -1453,6 +1456,10 @@ static int loop_end_step(Loop *L, PyObject *now_obj, Py_ssize_t index) {
                 ok = 0;
             }
         }
+        if (ok == 0 && r->stream_outputs != NULL) {  /* api.release(0, seen_s): its connection is idle from then on */
+            PyObject *release_args[2] = {L->zero, seen};
+            ok = call_discard(PyObject_Vectorcall(r->release, release_args, 2, NULL));
+        }
         if (ok == 0) {
             if (r->stream_outputs != NULL) {  /* request_seen(replica, seen_s) */
                 if (L->closed)
@@ -1725,6 +1732,7 @@ static void loop_release(Loop *L) {
         Py_XDECREF(r->add_request);
         Py_XDECREF(r->stamps);
         Py_XDECREF(r->stream_outputs);
+        Py_XDECREF(r->release);
     }
     PyMem_Free(L->reps);
     if (L->num_views > 0)
@@ -1903,7 +1911,8 @@ static PyObject *mod_run_loop(PyObject *self, PyObject *const *args, Py_ssize_t 
         }
         if (L.has_api) {
             PyObject *a = PyList_GET_ITEM(api, i);
-            if ((r->stream_outputs = PyObject_GetAttr(a, n_stream_outputs)) == NULL)
+            if ((r->stream_outputs = PyObject_GetAttr(a, n_stream_outputs)) == NULL
+                || (r->release = PyObject_GetAttr(a, n_release)) == NULL)
                 goto done;
             if ((v = get_double(a, n_engine_step_s, &r->engine_step_s)) == NULL)
                 goto done;

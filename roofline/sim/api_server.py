@@ -55,17 +55,38 @@ start, the payload, aiohttp's request and connection, the body's `write_bytes`) 
 the loop's first; its work on each streamed chunk after the send
 (`client_output_token_s`: the transport's read, aiohttp's parser, `StreamedResponseHandler.add_chunk`, `json.loads`,
 the timestamps) is added to the output pass that streams the token (one core's work either way). The
-connections reach the server one per `host.connection_accept_gap_us` at the most. Threads share cores by processor
-sharing: with `host.api_server_num_cores` set, every API-server process's threads (and the client's, where it
-shares) run on that many cores, each thread at min(1, cores / threads with work) of a core; without it each thread
-has a core of its own (an unpinned API server on a many-core GPU host). Processes that share cores take turns on
-them, and a turn of one that follows another API-server process's work starts with the caches that work filled:
+connections reach the server one per `host.connection_accept_gap_us` at the most.
+The accept (`accept_per_turn`: `SimulationOptions.api_server_accept_per_turn`, judged, off by default): the loop
+accepts one new connection a turn. uvloop 0.23 accepts in its listen callback (`uvloop/handles/streamserver.pyx`
+`UVStreamServer._on_listen`), which libuv calls once per poll of the listening socket (`src/unix/stream.c`
+`uv__server_io`, one `accept()` a call since libuv 1.45: "unix: don't accept() connections in a loop",
+https://github.com/libuv/libuv/pull/3696); with `--api-server-count` N > 1 vLLM 0.32 accepts in its own coroutine, one
+connection per await of the socket's readiness (`vllm/entrypoints/launchers/launcher.py` `NoSignalServer._accept`). A
+turn runs the callbacks ready at its start (`Loop._on_idle`) and then polls; the poll's read callbacks hand each
+connection's bytes to uvicorn (`H11Protocol.data_received`, which starts the request's task). So a connection accepted
+in one turn is read in the next, behind that turn's ready work, and the poll that reads it accepts the next: a burst
+of new connections is taken one request at a time, each behind the work ready when the one before it has been read.
+Modelled per process: a request on a new connection (the client's pool, `Connections`; every request of a burst but
+the first, which reuses the client's test connection) waits after its client's part at an ACCEPT part until its loop
+has read the connection accepted before it (that request's first loop part has ended); it then goes on behind the work
+queued by then. A request on a kept-alive connection is read when its bytes arrive. With the accepts the client's side
+follows `vllm bench serve` too: a burst's client starts every request before it sends any (the share
+`CLIENT_START_FRACTION` of `client_request_s` is the request's start; its send queues behind the starts queued by
+then), and the connections get no spacing of their own (`host.connection_accept_gap_us` was measured as the accept
+spacing in bursts, which the accepts and the client's starts now give). With `--api-server-count` N > 1 only where the
+processes take requests by connection (vLLM 0.32 on); one process: every release (uvloop's). Not modelled: the real
+loop goes on accepting one a turn while an accepted connection's bytes have not come (a slow client's), and then reads
+several in one turn; vLLM's own accept reads a connection a turn or two later than uvicorn's. Measured with strace on
+real `vllm serve` (BENCHMARKS.md, "vLLM's API server in a burst"). Threads share cores by processor sharing: with
+`host.api_server_num_cores` set, every API-server process's threads (and the client's, where it shares) run on that
+many cores, each thread at min(1, cores / threads with work) of a core; without it each thread has a core of its own
+(an unpinned API server on a many-core GPU host). Processes that share cores take turns on them, and a turn of one
+that follows another API-server process's work starts with the caches that work filled:
 `host.api_server_refill_after_other_us` more CPU a turn (`ApiServer.stream_outputs`; 0 on every shipped profile,
 measured on the CPU host: real `vllm serve` with two processes on one core,
 docs/benchmark-history/2026-12-01b-serve21.md). The split and the renderer's cost are measured
 (docs/benchmark-history/2026-11-30c-serve5.md: the loop's intake time before the render 0.456-0.498 of it in traced
-1,000-prompt bursts; the tokenizer's encode 191 us per 128-token prompt on the reference host, with the GIL
-released).
+1,000-prompt bursts; the tokenizer's encode 191 us per 128-token prompt on the reference host, with the GIL released).
 The rest, outside the threads:
 - the rest of a request's time outside the engine core that does not occupy the loop (`latency_s`: the request's
   hop to the engine core, the client's HTTP; in the reference costs also the hop back, their `output_latency_s`
@@ -315,19 +336,34 @@ OUTPUTS, LOOP, RENDERER = range(3)
 # nothing to do (asleep: on epoll, on the executor's queue), the next part is ready that many seconds later; when that
 # thread is busy, it takes the part when it gets to it, and the wait is nothing.
 WAIT = -1
+# A chain's part that occupies no thread: the accept of the request's new connection by its process's loop, one
+# connection a turn of the loop (module docstring, "The accept"; `_Threads._accept`). The chain goes on when the loop
+# accepts it: at once where the connection accepted before it has been read, else when that one is read.
+ACCEPT = -2
+# With the accepts modelled (`ApiServer`'s `accept_per_turn`), the share of the client's work before a request's send
+# (`client_request_s`) that runs before its connection's await: `vllm bench serve` (vllm/benchmarks/serve.py
+# `benchmark`, `get_request` with rate inf: no await between the requests) starts every task of a burst before any
+# resumes, and each task runs to aiohttp's connection (`TCPConnector.connect`) before it writes its request. So the
+# client's thread runs each request's start, and its send queues behind the starts queued by then. Measured on the
+# 2026-12-01 CPU host (real `vllm serve`, `perf sched`, bursts of 100: the client's CPU before the first hand-off
+# 0.214-0.269 ms a request, against its fitted 0.339 ms before each send: 0.63-0.79; the midpoint;
+# docs/benchmark-history/2026-12-01f-serve25.md, section 2).
+CLIENT_START_FRACTION = 0.71
 _DONE_S = 1e-12  # a part with at most this much work left is done (the processor-sharing steps' rounding)
 
 
 class ApiServer:
-    """`num_processes` API-server processes (requests assigned by connection with `by_connection`, else round robin)
-    and the client, as threads on the host's cores (module docstring); `host` gives the split of the loop's input
-    work, the connections' spacing and the cores (`roofline.cost.host_cpu`; without it, its defaults). Each thread's
-    queue is advanced lazily to the simulator's clock (`_Threads`); a request's reach is projected with what has
-    arrived so far, and asked again then (`reach_s`), since work that comes later can go first (output passes; input
-    parts ready earlier)."""
+    """`num_processes` API-server processes (requests assigned by connection with `by_connection`, else round robin) and
+    the client, as threads on the host's cores (module docstring); with `accept_per_turn` (and the connections
+    tracked: `by_connection`) new connections accepted one a turn of each loop (module docstring, "The accept");
+    `host` gives the split of the loop's input work, the connections' spacing and the cores
+    (`roofline.cost.host_cpu`; without it, its defaults). Each thread's queue is advanced lazily to the simulator's
+    clock (`_Threads`); a request's reach is projected with what has arrived so far, and asked again then
+    (`reach_s`), since work that comes later can go first (output passes; input parts ready earlier)."""
 
     def __init__(self, costs: ApiServerCosts, num_processes: int = 1, endpoint: str = "completions",
-                 host: HostCpu | None = None, enable_prefix_caching: bool = True, by_connection: bool = False) -> None:
+                 host: HostCpu | None = None, enable_prefix_caching: bool = True, by_connection: bool = False,
+                 accept_per_turn: bool = False) -> None:
         if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
             raise UserError(f"--api-server-count: must be a positive integer, got {num_processes!r}")
         if endpoint not in ENDPOINTS:
@@ -357,7 +393,15 @@ class ApiServer:
         self.hash_token_s = costs.block_hash_token_s if enable_prefix_caching else 0.0
         self.hash_s: dict[int, float] = {}  # ticket -> its input thread's hashing, while it is on its way
         self.before_render = host.api_server_before_render_fraction
-        self.accept_gap_s = host.connection_accept_gap_s
+        # The client's connections (`Connections`): with more than one process, which takes a request; with
+        # `accept_per_turn`, which requests open a new connection, whose accept waits its turn of the loop
+        # (`_Threads._accept`; one process: by connection is the round robin).
+        self.connections = Connections(num_processes) if by_connection and (num_processes > 1 or accept_per_turn) \
+            else None
+        self.accept_per_turn = accept_per_turn and self.connections is not None
+        # The connections' spacing: with the accepts modelled, none of its own (the spacing measured in bursts is
+        # the one accept a turn and the client's start work, module docstring "The accept").
+        self.accept_gap_s = 0.0 if self.accept_per_turn else host.connection_accept_gap_s
         self.client_s = costs.client_request_s if host.client_shares_api_server_cores else 0.0
         # A turn of a process after another process's, on shared cores (`stream_outputs`): only where the cores are
         # shared (`host.api_server_num_cores`, which the profile requires with it) and there is another process.
@@ -370,7 +414,6 @@ class ApiServer:
         self.last_connect_s = -math.inf
         self.num_taken = 0
         self.num_outputs = 0
-        self.connections = Connections(num_processes) if num_processes > 1 and by_connection else None
         # The compiled threads and connections (`_apicore.Server`, built from the same parts and costs), where this
         # is the class as defined here: a subclass or a patched class (the experiments of benchmarks/ground_truth/
         # reach into `threads` or pick the processes) runs the Python code. `take_request`, `reach_s`,
@@ -382,7 +425,8 @@ class ApiServer:
                 num_processes, host.api_server_num_cores, host.client_shares_api_server_cores, self._chain_parts,
                 (self.render_request_s, self.prompt_token_s, self.hash_token_s, self.client_s, self.request_s,
                  self.latency_s, self.accept_gap_s, self.output_latency_s, self.output_pass_s, self.output_token_s,
-                 self.refill_s, self.first_output_s), self.connections is not None, SERVER_KEEP_ALIVE_S)
+                 self.refill_s, self.first_output_s), self.connections is not None, SERVER_KEEP_ALIVE_S,
+                self.accept_per_turn)
             self.take_request = core.take_request  # type: ignore[method-assign]
             self.reach_s = core.reach_s  # type: ignore[method-assign]
             self.stream_outputs = core.stream_outputs  # type: ignore[method-assign]
@@ -399,6 +443,12 @@ class ApiServer:
         self.last_connect_s = max(now_s, self.last_connect_s + self.accept_gap_s)
         render_s = self.render_request_s + self.prompt_token_s * num_prompt_tokens
         before, renderer, after = self._chain_parts[process]
+        if self.accept_per_turn and self.connections.opened:  # type: ignore[union-attr]
+            # A new connection: the loop accepts it in its turn (`_Threads._accept`), after the client's parts.
+            at = 0
+            while at < len(before) and before[at][0] == threads.client:
+                at += 1
+            before = [*before[:at], (ACCEPT, 0.0), *before[at:]]
         arrive_s = self.last_connect_s
         threads.arrive(arrive_s, ticket, [*before, (renderer, render_s), *after])
         hash_s = self.hash_token_s * num_prompt_tokens
@@ -416,6 +466,9 @@ class ApiServer:
         loop = 3 * process + LOOP
         start_wait_s, resume_wait_s = self.render_waits_s
         client = [(self.threads.client, self.client_s)] if self.client_s > 0 else []
+        if client and self.accept_per_turn:  # the request's start, then (behind the starts queued by then) its send
+            client = [(self.threads.client, self.client_s * CLIENT_START_FRACTION),
+                      (self.threads.client, self.client_s * (1.0 - CLIENT_START_FRACTION))]
         before = [*client, (WAIT, self.read_wait_s), (loop, self.request_s * self.before_render), (WAIT, start_wait_s)]
         after = [(WAIT, resume_wait_s), (loop, self.request_s * (1.0 - self.before_render))]
         return ([(queue, work) for queue, work in before if queue != WAIT or work > 0], 3 * process + RENDERER,
@@ -519,9 +572,10 @@ class Connections:
         self.ending: list[tuple[float, int, int]] = []  # heap (idle from, order, process): requests not yet read
         self.num_released = 0
         self.started = False
+        self.opened = False  # whether the last request taken opened a new connection
 
     def take(self, now_s: float) -> int:
-        """The process of the connection the request sent at `now_s` goes out on."""
+        """The process of the connection the request sent at `now_s` goes out on (`opened`: a new one)."""
         if not self.started:  # the client's test request's connection, idle since just before the run
             self.started = True
             self.open[0] += 1
@@ -532,10 +586,12 @@ class Connections:
         while self.idle:
             at_s, process = self.idle.popleft()
             if now_s - at_s < SERVER_KEEP_ALIVE_S:
+                self.opened = False
                 return process
             self.open[process] -= 1  # closed by the server meanwhile: aiohttp drops it
         process = self.open.index(min(self.open))
         self.open[process] += 1
+        self.opened = True
         return process
 
     def release(self, process: int, at_s: float) -> None:
@@ -563,7 +619,8 @@ class _Threads:
     ended. `num_cores`: the cores the processes' threads (and the client's, with `client_shares`) share; None: a
     core per thread. With a core per thread an output pass's end is exact when it is taken (`output_until_s`), and
     while no request's input is under way it is not queued at all: it delays nothing but the passes after it, and
-    what is left of it is queued once a request arrives (`_queue_outputs`)."""
+    what is left of it is queued once a request arrives (`_queue_outputs`). `accepts`: per process, the new
+    connections waiting for their loop's accept (`_Accepts`; a projection runs on a copy)."""
 
     def __init__(self, num_processes: int, num_cores: int | None, client_shares: bool) -> None:
         self.num_cores, self.client_shares = num_cores, client_shares
@@ -583,6 +640,7 @@ class _Threads:
         # Output passes that take turns (`ApiServer.stream_outputs`): ticket -> the refill work a second of the
         # pass's own work carries where every turn of it follows another process's (`_shared_rates`).
         self.refills: dict[int, float] = {}
+        self.accepts = _Accepts(num_processes)
 
     def arrive(self, at_s: float, ticket: int, chain: list[tuple[int, float]]) -> None:
         if ticket >= 0:
@@ -649,7 +707,11 @@ class _Threads:
         """When `ticket`'s last part ends if nothing more arrives."""
         finished: dict[int, float] = {}
         queues = [collections.deque([list(job) for job in queue]) for queue in self.queues]
-        self._run(queues, list(self.io), dict(self.chains), finished, math.inf, ticket)
+        accepts, self.accepts = self.accepts, self.accepts.copy()  # (the projection's own, for its run)
+        try:
+            self._run(queues, list(self.io), dict(self.chains), finished, math.inf, ticket)
+        finally:
+            self.accepts = accepts
         return finished[ticket]
 
     def _run(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
@@ -664,8 +726,8 @@ class _Threads:
             while io and io[0][0] <= t:
                 ticket = heapq.heappop(io)[2]
                 queue, work = chains[ticket][0]
-                if queue == WAIT:  # (a chain that starts with one)
-                    self._wait(queues, io, chains, ticket, chains[ticket], 0, t)
+                if queue < 0:  # (a chain that starts with a wait or an accept)
+                    self._through(queues, io, chains, ticket, chains[ticket], 0, t)
                 else:
                     queues[queue].append([ticket, 0, work])
             running = []
@@ -707,17 +769,21 @@ class _Threads:
                     job[2] -= dt * r
             t += dt
             num_done = 0
+            reading = self.accepts.reading
             for job in running:
                 if job[2] > _DONE_S:
                     continue
                 num_done += 1
                 ticket, part = job[0], job[1]
                 chain = chains[ticket]
-                queues[chain[part][0]].popleft()
+                queue = chain[part][0]
+                queues[queue].popleft()
+                if queue < client and queue % 3 == LOOP and reading[queue // 3] == ticket:
+                    self._accept_next(queues, io, chains, queue // 3, t)  # (it has read the last one accepted)
                 if part + 1 < len(chain):
                     queue, work = chain[part + 1]
-                    if queue == WAIT:
-                        self._wait(queues, io, chains, ticket, chain, part + 1, t)
+                    if queue < 0:
+                        self._through(queues, io, chains, ticket, chain, part + 1, t)
                     else:
                         queues[queue].append([ticket, part + 1, work])
                     continue
@@ -753,6 +819,52 @@ class _Threads:
             if refill is not None:
                 rates[i] = rate / (1.0 + refill * after_other)
 
+    def _through(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
+                 chains: dict[int, list[tuple[int, float]]], ticket: int, chain: list[tuple[int, float]], part: int,
+                 t: float) -> None:
+        """Chain `ticket` reached its part `part` that occupies no thread (WAIT or ACCEPT) at `t`."""
+        if chain[part][0] == WAIT:
+            self._wait(queues, io, chains, ticket, chain, part, t)
+        else:
+            self._accept(queues, io, chains, ticket, chain, part, t)
+
+    def _accept(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
+                chains: dict[int, list[tuple[int, float]]], ticket: int, chain: list[tuple[int, float]], part: int,
+                t: float) -> None:
+        """Chain `ticket` reached its ACCEPT part `part` at `t`: its connection waits to be accepted (module
+        docstring, "The accept"). The loop of its process (that of the chain's next thread part) accepts it now if
+        the connection it accepted last has been read, and the chain goes on; else it waits its turn (`pending`)."""
+        process = next(queue for queue, _ in chain[part + 1:] if queue >= 0) // 3
+        accepts = self.accepts
+        if accepts.reading[process] is None:
+            accepts.reading[process] = ticket
+            self._go_on(queues, io, chains, ticket, chain, part + 1, t)
+        else:
+            accepts.pending[process].append((ticket, part + 1))
+
+    def _accept_next(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
+                     chains: dict[int, list[tuple[int, float]]], process: int, t: float) -> None:
+        """`process`'s loop has read the connection it accepted last and run the request's first steps (its first
+        loop part ended at `t`): the turn's poll accepts the next waiting connection, whose chain goes on behind the
+        work queued by then."""
+        accepts = self.accepts
+        accepts.reading[process] = None
+        pending = accepts.pending[process]
+        if pending:
+            ticket, part = pending.popleft()
+            accepts.reading[process] = ticket
+            self._go_on(queues, io, chains, ticket, chains[ticket], part, t)
+
+    def _go_on(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
+               chains: dict[int, list[tuple[int, float]]], ticket: int, chain: list[tuple[int, float]], part: int,
+               t: float) -> None:
+        """Chain `ticket` goes on at its part `part` at `t`: a wait (`_wait`) or a thread's part, queued."""
+        queue, work = chain[part]
+        if queue == WAIT:
+            self._wait(queues, io, chains, ticket, chain, part, t)
+        else:
+            queues[queue].append([ticket, part, work])
+
     def _wait(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
               chains: dict[int, list[tuple[int, float]]], ticket: int, chain: list[tuple[int, float]], part: int,
               t: float) -> None:
@@ -780,12 +892,15 @@ class _Threads:
         ticket, part = job[0], job[1]
         chain = chains[ticket]
         t += job[2]
-        left = queues[chain[part][0]]
+        queue = chain[part][0]
+        left = queues[queue]
         left.popleft()
+        if queue < self.client and queue % 3 == LOOP and self.accepts.reading[queue // 3] == ticket:
+            self._accept_next(queues, io, chains, queue // 3, t)
         while part + 1 < len(chain):
             queue, work = chain[part + 1]
-            if queue == WAIT:
-                self._wait(queues, io, chains, ticket, chain, part + 1, t)
+            if queue < 0:
+                self._through(queues, io, chains, ticket, chain, part + 1, t)
                 return t, False
             if left or queues[queue] or t + work > limit_s:  # other work ready, or the part outlasts the limit
                 queues[queue].append([ticket, part + 1, work])
@@ -805,11 +920,28 @@ class _Threads:
         return t, False
 
 
-_OWN = (dict(vars(ApiServer)), dict(vars(_Threads)), dict(vars(Connections)))  # as defined here (`ApiServer.core`)
+class _Accepts:
+    """Per process, the accept of new connections (`_Threads._accept`): `reading`, the request whose connection the
+    loop accepted last, until its first loop part ends, else None; `pending`, the requests whose connections wait to
+    be accepted, (ticket, the chain's part to go on at), in their order."""
+
+    def __init__(self, num_processes: int) -> None:
+        self.reading: list[int | None] = [None] * num_processes
+        self.pending: list[collections.deque[tuple[int, int]]] = [collections.deque() for _ in range(num_processes)]
+
+    def copy(self) -> "_Accepts":
+        accepts = _Accepts(0)
+        accepts.reading = list(self.reading)
+        accepts.pending = [collections.deque(pending) for pending in self.pending]
+        return accepts
+
+
+# The classes as defined here (`ApiServer.core`).
+_OWN = tuple(dict(vars(cls)) for cls in (ApiServer, _Threads, Connections, _Accepts))
 
 
 def _unchanged() -> bool:
-    return (dict(vars(ApiServer)), dict(vars(_Threads)), dict(vars(Connections))) == _OWN
+    return tuple(dict(vars(cls)) for cls in (ApiServer, _Threads, Connections, _Accepts)) == _OWN
 
 
 def without_api_server(hw: HardwareProfile) -> HardwareProfile:

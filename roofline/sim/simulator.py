@@ -106,6 +106,10 @@ class SimulationOptions:
     # The API server's costs on the reference host, before the profile's host speed divides them (None: the measured
     # `ApiServerCosts()`); for fits and tests.
     api_server_costs: ApiServerCosts | None = None
+    # New connections accepted one a turn of each API-server process's loop (`roofline.sim.api_server`, "The
+    # accept"; `ApiServer`'s `accept_per_turn`): judged, not the default (BENCHMARKS.md, "vLLM's API server in a
+    # burst").
+    api_server_accept_per_turn: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.api_server_count, bool) or not isinstance(self.api_server_count, int) \
@@ -315,8 +319,13 @@ class _Simulation:
                             chat_request_s=costs.chat_request_s + release_chat_request_extra_s(version, architecture) / speed,
                             chat_output_token_s=costs.chat_output_token_s
                             + release_chat_output_token_extra_s(version, architecture) / speed)
+            # With `api_server_accept_per_turn` new connections are accepted one a turn of each process's loop,
+            # which needs the client's connections tracked: by vLLM's least-loaded accept where the release has it,
+            # trivially with one process.
+            by_connection = assigns_by_connection(version) or options.api_server_count == 1
             self.api = [ApiServer(costs, options.api_server_count, options.endpoint, host,
-                                  deployment.cache_config.enable_prefix_caching, assigns_by_connection(version))
+                                  deployment.cache_config.enable_prefix_caching, by_connection,
+                                  options.api_server_accept_per_turn)
                         for _ in self.replicas]
         # With more than one process per API server: each request's process, and per (replica, process) when its
         # client saw each step's tokens (`_SeenTimes`).
@@ -606,6 +615,7 @@ class _Simulation:
             finished = replica.scheduler.update_from_output(plan, self.token_id, seen_s)
             for req in finished:
                 self.recorder.finished(req, replica.stamps)
+                api.release(0, seen_s)  # its connection is idle from then on
                 self.request_seen(replica, seen_s)
         else:
             row_of, process_of = self.recorder.row_of, self.process_of
