@@ -178,15 +178,6 @@ def test_a_request_missing_from_row_of_is_a_key_error(kind: type) -> None:
 
 
 @pytest.mark.skipif(not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)")
-def test_request_id_bytes_are_the_ids_utf8() -> None:
-    records = CompiledStepRecords()
-    for plan in [_Plan(_bulk([4, 8], 1, [1, 0], ["é1", "r0"]), ["x,y"], [3], [0], [False]), _Plan(None, [], [], [], [])]:
-        records.add(plan)
-    offsets, data = records.sequences().request_id_utf8()  # type: ignore[misc]
-    assert offsets.tolist() == [0, 2, 5, 8] and bytes(data) == "r0é1x,y".encode()
-
-
-@pytest.mark.skipif(not step_record.COMPILED, reason="engine.core._steprec not built (or ROOFLINE_PURE_PYTHON)")
 def test_a_freed_part_leaves_its_memory_to_the_next_and_the_next_holds_its_own_values() -> None:
     """A part's arrays, once freed, leave their memory to the next log's (engine/core/_steprec.c: pages already
     touched); the next part, smaller, written over what the first left there, holds exactly its own values."""

@@ -26,10 +26,6 @@
    theirs; `StepAdder` makes a simulation's per-step call a C call (`roofline.sim.simulator`); `reap_at_exit` waits
    for the `--out` writer process at the interpreter's very end (`roofline.sim.outputs`).
 
-   gather_utf8(names, index) -> (offsets, data) or None: the UTF-8 bytes of names[index[i]] for every i, one after
-   the other, and the int32 offsets (n + 1) of each (Arrow's string layout; pyarrow's `take` of the names gives the
-   same values). None where the bytes would not fit int32 offsets.
-
    Nothing here is a model: no number in this file is a parameter. */
 
 #define PY_SSIZE_T_CLEAN
@@ -55,7 +51,7 @@
    writer process receives each part's arrays into blocks too (`received_block`: the message's k-th buffer, kind
    KIND_RECEIVED + k), freed once the part is written. */
 enum { KIND_NONE, KIND_QUERY, KIND_CONTEXT, KIND_EMITS, KIND_INDEX, KIND_STARTS, KIND_PERIOD, KIND_NUM_BULK,
-       KIND_ID_OFFSETS, KIND_ID_BYTES, KIND_RECEIVED, NUM_KINDS = KIND_RECEIVED + 16 };
+       KIND_RECEIVED, NUM_KINDS = KIND_RECEIVED + 16 };
 #define KEEP_MIN_BYTES (64 * 1024) /* smaller blocks are malloc's own business */
 static struct {
     char *data;
@@ -1010,102 +1006,6 @@ static PyObject *reap_at_exit(PyObject *module, PyObject *arg) {
 #endif
 }
 
-/* ---- gather_utf8 ---- */
-
-static PyObject *gather_utf8(PyObject *module, PyObject *args) {
-    PyObject *names;
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "O!y*:gather_utf8", &PyList_Type, &names, &view))
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t num_names = PyList_GET_SIZE(names);
-    const char **text = NULL;
-    Py_ssize_t *size = NULL;
-    Buf offsets = {.kind = KIND_ID_OFFSETS}, data = {.kind = KIND_ID_BYTES};
-    if (view.len % 4) {
-        PyErr_SetString(PyExc_ValueError, "gather_utf8: index must be int32");
-        goto done;
-    }
-    text = PyMem_RawMalloc((num_names + 1) * sizeof(*text));
-    size = PyMem_RawMalloc((num_names + 1) * sizeof(*size));
-    if (text == NULL || size == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < num_names; i++) {
-        PyObject *name = PyList_GET_ITEM(names, i);
-        if (!PyUnicode_Check(name)) {
-            PyErr_SetString(PyExc_TypeError, "gather_utf8: names must be str");
-            goto done;
-        }
-        text[i] = PyUnicode_AsUTF8AndSize(name, &size[i]);
-        if (text[i] == NULL)
-            goto done;
-    }
-    const int32_t *index = (const int32_t *)view.buf;
-    Py_ssize_t n = view.len / 4;
-    int64_t total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (index[i] < 0 || index[i] >= num_names) {
-            PyErr_SetString(PyExc_IndexError, "gather_utf8: an index outside the names");
-            goto done;
-        }
-        total += size[index[i]];
-    }
-    if (total >= INT32_MAX) { /* (Arrow's string offsets are int32) */
-        Py_INCREF(Py_None);
-        result = Py_None;
-        goto done;
-    }
-    /* (+16: names of at most 16 bytes are copied as 16 from a padded table, each written over the next one's start) */
-    if (buf_reserve(&offsets, (n + 1) * 4) < 0 || buf_reserve(&data, total + 16) < 0)
-        goto done;
-    int32_t *off = AT(offsets, int32_t);
-    int32_t at = 0;
-    off[0] = 0;
-    Py_ssize_t longest = 0;
-    for (Py_ssize_t k = 0; k < num_names; k++)
-        longest = size[k] > longest ? size[k] : longest;
-    if (longest <= 16) {
-        char *table = PyMem_RawCalloc(num_names + 1, 16);
-        if (table == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (Py_ssize_t k = 0; k < num_names; k++)
-            memcpy(table + 16 * k, text[k], size[k]);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            Py_ssize_t k = index[i];
-            memcpy(data.data + at, table + 16 * k, 16);
-            at += (int32_t)size[k];
-            off[i + 1] = at;
-        }
-        PyMem_RawFree(table);
-    } else {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            Py_ssize_t k = index[i];
-            memcpy(data.data + at, text[k], size[k]);
-            at += (int32_t)size[k];
-            off[i + 1] = at;
-        }
-    }
-    offsets.len = (n + 1) * 4;
-    data.len = total;
-    PyObject *off_block = buf_take(&offsets, NULL), *data_block = off_block ? buf_take(&data, NULL) : NULL;
-    if (data_block == NULL) {
-        Py_XDECREF(off_block);
-        goto done;
-    }
-    result = Py_BuildValue("(NN)", off_block, data_block);
-done:
-    PyMem_RawFree(text);
-    PyMem_RawFree(size);
-    buf_free(&offsets);
-    buf_free(&data);
-    PyBuffer_Release(&view);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"received_block", received_block, METH_VARARGS,
      "received_block(nbytes, slot[, fd]) -> Block: nbytes of writable memory, the block kept of `slot`'s kind (the "
@@ -1118,8 +1018,6 @@ static PyMethodDef methods[] = {
     {"reap_at_exit", reap_at_exit, METH_O,
      "reap_at_exit(pid) -> bool: wait for the child pid at the end of the interpreter's finalization (Py_AtExit); "
      "False where it cannot."},
-    {"gather_utf8", gather_utf8, METH_VARARGS,
-     "gather_utf8(names, index) -> (offsets, data) or None: names[index[i]]'s UTF-8 bytes one after the other."},
     {NULL, NULL, 0, NULL},
 };
 

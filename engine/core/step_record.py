@@ -272,19 +272,6 @@ class StepSequences(Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]):
     def empty(cls) -> StepSequences:
         return StepRecords().sequences()
 
-    def request_id_utf8(self) -> tuple[np.ndarray, Any] | None:
-        """Every sequence's request id as UTF-8 bytes one after the other and the int32 offsets (n + 1) of each:
-        Arrow's string layout (`pa.Array.from_buffers`), gathered in C; None without the C extension or where the
-        bytes do not fit int32 offsets."""
-        if not COMPILED:
-            return None
-        assert self.request_names is not None, "sequences recorded with request rows, not names"
-        gathered = _steprec.gather_utf8(self.request_names, self.request_index)
-        if gathered is None:
-            return None
-        offsets, data = gathered
-        return np.frombuffer(offsets, np.int32), data
-
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
