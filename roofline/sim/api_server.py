@@ -936,12 +936,15 @@ class _Accepts:
         return accepts
 
 
-# The classes as defined here (`ApiServer.core`).
-_OWN = tuple(dict(vars(cls)) for cls in (ApiServer, _Threads, Connections, _Accepts))
+def _definitions() -> tuple[dict[str, Any], ...]:
+    return tuple(dict(vars(cls)) for cls in (ApiServer, _Threads, Connections, _Accepts))
+
+
+_OWN = _definitions()  # the classes as defined here (`ApiServer.core`)
 
 
 def _unchanged() -> bool:
-    return tuple(dict(vars(cls)) for cls in (ApiServer, _Threads, Connections, _Accepts)) == _OWN
+    return _definitions() == _OWN
 
 
 def without_api_server(hw: HardwareProfile) -> HardwareProfile:

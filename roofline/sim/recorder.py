@@ -110,8 +110,11 @@ class Recorder:
         # writer process's shared memory, `roofline.sim.outputs.StepTraceStream`), else StepRecords of their own;
         # a part's sequences name their requests by row of the request table (the step trace's sequences.parquet
         # stores those), the run's own (no sink: `SimulationResult.step_seqs`) by request id.
-        sink_records = getattr(step_sink, "step_records", None) or _own_records
-        self._new_records: Callable[[], Any] = StepRecords if step_sink is None else partial(sink_records, self.row_of)
+        sink_records = getattr(step_sink, "step_records", None)
+        self._new_records: Callable[[], Any] = (
+            StepRecords if step_sink is None
+            else partial(sink_records, self.row_of) if sink_records is not None
+            else partial(StepRecords, row_of=self.row_of))
         self.step_seqs = self._new_records()  # the steps' sequences since the last part went to `step_sink`
         # Where the steps go in parts as they come (`roofline.sim.outputs.StepTraceStream.write`), if anywhere, and
         # how many of them went.
@@ -156,11 +159,6 @@ class Recorder:
             self.first_token[row] = times[0]
             self.finish[row] = times[-1]
         self.token_runs.add(row, times, series)
-
-
-def _own_records(row_of: dict[str, int]) -> Any:
-    """The records of a part whose sink has none to give: each sequence's request as its row (`row_of`)."""
-    return StepRecords(row_of=row_of)
 
 
 # Takes the rows of some steps (a table of STEP_COLUMNS) and their sequences (each one's request as its row of the
