@@ -79,13 +79,15 @@ def test_a_burst_queues_behind_one_process_and_ttft_grows_with_the_position() ->
 
 def test_the_rest_of_each_request_queues_behind_the_first_parts_of_the_burst() -> None:
     """vLLM's input path gives the loop up at the render (the renderer's one worker, `make_async`): with 49 % of the
-    20-ms input work before it, the burst's 5 first parts run first (5 x 9.8 ms), each rest (10.2 ms) after them:
-    request k reaches the engine at 49 + 10.2 (k + 1) ms. Alone, each takes its 20 ms."""
-    result = _run(_burst(5), INPUT_ONLY, host={})
+    20-ms input work before it and every connection read as its bytes arrive (`api_server_accept_per_turn` False),
+    the burst's 5 first parts run first (5 x 9.8 ms), each rest (10.2 ms) after them: request k reaches the engine at
+    49 + 10.2 (k + 1) ms. Alone, each takes its 20 ms."""
+    result = _run(_burst(5), INPUT_ONLY, host={}, api_server_accept_per_turn=False)
     reach = [5 * 0.0098 + 0.0102 * (k + 1) for k in range(5)]
     assert np.allclose(result.requests.first_scheduled_s, reach, rtol=0, atol=1e-12)
     spread = replace(_burst(5), arrival=ArrivalProcess("constant", 20.0))
-    assert np.allclose(_run(spread, INPUT_ONLY, host={}).requests.ttft_s, 0.02 + STEP_S, rtol=0, atol=1e-12)
+    assert np.allclose(_run(spread, INPUT_ONLY, host={}, api_server_accept_per_turn=False).requests.ttft_s,
+                       0.02 + STEP_S, rtol=0, atol=1e-12)
 
 
 def test_a_burst_of_new_connections_is_taken_one_request_a_turn_of_the_loop() -> None:

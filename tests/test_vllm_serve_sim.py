@@ -61,18 +61,22 @@ def test_costs_refuses_a_fit_in_the_same_run(tmp_path: Path) -> None:
 
 
 def test_costs_reproduces_the_fits_own_simulation_of_a_run(tmp_path: Path) -> None:
-    """One campaign run re-simulated with --costs (the fit's --out file): the same prediction as in that file."""
+    """One campaign run re-simulated with --costs (the fit's --out file): the same prediction as in that file, written
+    before the accept per turn was the default (so with --no-accept-per-turn), and as serve26's judge of it with the
+    accept."""
     campaign = json.loads((RESULTS / "2026-11-30c" / "runs.json").read_text())
     run = next(r for r in campaign["runs"] if r["name"] == "burst100-completions-a1-r0")
     runs = tmp_path / "runs.json"
     runs.write_text(json.dumps({**campaign, "runs": [run]}))
     fit = json.loads(FIT.read_text())
-    out = tmp_path / "sim.json"
-    subprocess.run([sys.executable, str(SCRIPT), "--runs", str(runs), "--hardware", str(ROOT / fit["hardware"]),
-                    "--costs", str(FIT), "--floor", str(FIT), str(SESSIONS), "--out", str(out)], check=True,
-                   capture_output=True, cwd=ROOT)
-    record = json.loads(out.read_text())
-    assert record["predicted"][run["name"]] == fit["predicted"][run["name"]]
+    accept = json.loads((RESULTS / "2026-12-01g-serve26" / "sim-host30-accept.json").read_text())
+    for flags, expected in (([], accept), (["--no-accept-per-turn"], fit)):
+        out = tmp_path / "sim.json"
+        subprocess.run([sys.executable, str(SCRIPT), "--runs", str(runs), "--hardware", str(ROOT / fit["hardware"]),
+                        "--costs", str(FIT), "--floor", str(FIT), str(SESSIONS), "--out", str(out), *flags],
+                       check=True, capture_output=True, cwd=ROOT)
+        record = json.loads(out.read_text())
+        assert record["predicted"][run["name"]] == expected["predicted"][run["name"]]
     # (terms added since the fit was written stay at their defaults: 0)
     assert {k: record["costs"][k] for k in fit["costs"]} == fit["costs"]
     assert all(record["costs"][k] == 0.0 for k in set(record["costs"]) - set(fit["costs"]))

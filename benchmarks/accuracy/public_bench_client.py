@@ -1,7 +1,7 @@
 """The benchmark client as a one-thread stage, tried on the published `vllm bench serve` results (issue 37).
 
     python benchmarks/accuracy/public_bench_client.py --out $OUT/client.json [--only ID ...] [--cost-factor F]
-        [--request-ms MS] [--accept-per-turn]
+        [--request-ms MS] [--no-accept-per-turn]
 
 `vllm bench serve` is one Python asyncio process (vllm/benchmarks/serve.py; vllm/benchmarks/lib/
 endpoint_request_func.py): per request it starts the task, builds the payload, takes aiohttp's connection and writes
@@ -23,7 +23,8 @@ reference host's). Also per burst: where the simulated API server's loop spends 
 (`loop_windows`: output passes, requests reaching the engine core, the loop's busy share; completions-endpoint costs,
 without a release's chat extras). `--cost-factor F` multiplies every API-server cost (a sensitivity: F = 2 puts the GPU
 hosts at the reference host's speed), `--request-ms MS` sets the loop's work per request (`request_s`) on every host
-(a sensitivity: how slow an intake the bursts ask for); `--accept-per-turn` runs `SimulationOptions.api_server_accept_per_turn`.
+(a sensitivity: how slow an intake the bursts ask for); `--no-accept-per-turn` runs
+`SimulationOptions.api_server_accept_per_turn` False.
 
 A diagnosis, not a judge of its own and nothing fitted: it writes per case the simulated and the client-stamped
 figures' errors, and per load shape median / p90 of |error| and the bias, as public_bench.py does.
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost-factor", type=float, default=1.0, help="every API-server cost x this (sensitivity)")
     parser.add_argument("--request-ms", type=float, default=None,
                         help="every host's loop work per request (request_s) set to this many ms (sensitivity)")
-    parser.add_argument("--accept-per-turn", action="store_true")
+    parser.add_argument("--no-accept-per-turn", action="store_true")
     args = parser.parse_args(argv)
     for_host = api_server.ApiServerCosts.__dict__["for_host"].__func__
 
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cost_factor != 1.0 or args.request_ms is not None:
         api_server.ApiServerCosts.for_host = classmethod(scaled_for_host)  # type: ignore[method-assign,assignment]
-    options = {"api_server_accept_per_turn": True} if args.accept_per_turn else {}
+    options = {"api_server_accept_per_turn": False} if args.no_accept_per_turn else {}
     rows = []
     for case in pb.load_cases(args.cases):
         if args.only and case["id"] not in args.only:
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print(case["id"], " ".join(f"{name} {100 * entry['errors'][name]['mean_ttft_ms']:+.1f}"
                                    for name in entry["errors"]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    head = {"cost_factor": args.cost_factor, "request_ms": args.request_ms, "accept_per_turn": args.accept_per_turn,
+    head = {"cost_factor": args.cost_factor, "request_ms": args.request_ms, "accept_per_turn": not args.no_accept_per_turn,
             "client_costs": CLIENT_COSTS, "summary": errors_summary(rows)}
     lines = [json.dumps(row, separators=(",", ":")) for row in rows]  # (one case a line)
     args.out.write_text(json.dumps(head, indent=1)[:-2] + ',\n "cases": [\n' + ",\n".join(lines) + "\n]}\n")

@@ -38,9 +38,9 @@ API_CORE_WORK = ("request_s", "chat_request_s", "prompt_token_s", "output_pass_s
                  "chat_output_token_s", "chat_first_output_s", "render_request_s")
 # --refill-after-other-us: the host's `api_server_refill_after_other_us` for every run (None: the profile's).
 REFILL_AFTER_OTHER_S: float | None = None
-# --accept-per-turn: every run's new connections accepted one a turn of the API server's loop
-# (`SimulationOptions.api_server_accept_per_turn`).
-ACCEPT_PER_TURN = False
+# --no-accept-per-turn: every run's connections read as their bytes arrive, not accepted one a turn of the API
+# server's loop (`SimulationOptions.api_server_accept_per_turn` False; the model before it was the default).
+ACCEPT_PER_TURN = True
 
 
 def engine_argv(server_flags: list[str]) -> list[str]:
@@ -82,8 +82,8 @@ def simulate_run(run: dict[str, Any], model_dir: Path, hardware: str, server_fla
         load = bench_load_from_args(args, lengths, replay.due_s, replay.settings)
         fields = inspect.signature(SimulationOptions).parameters
         kwargs: dict[str, Any] = {"record_steps": False, "max_concurrency": load.max_concurrency}
-        if ACCEPT_PER_TURN:
-            kwargs["api_server_accept_per_turn"] = True
+        if not ACCEPT_PER_TURN:
+            kwargs["api_server_accept_per_turn"] = False
         if "api_server_count" in fields:
             from roofline.sim.api_server import ApiServerCosts
 
@@ -630,9 +630,9 @@ def main() -> int:
     parser.add_argument("--refill-after-other-us", type=float, default=None, metavar="US",
                         help="the host's api_server_refill_after_other_us for every run (the turns of an API-server "
                              "process after another's on the shared core; default: the profile's)")
-    parser.add_argument("--accept-per-turn", action="store_true",
-                        help="new connections accepted one a turn of each API-server process's loop "
-                             "(SimulationOptions.api_server_accept_per_turn; default: the simulator's default, off)")
+    parser.add_argument("--no-accept-per-turn", action="store_true",
+                        help="connections read as their bytes arrive, not accepted one a turn of each API-server "
+                             "process's loop (SimulationOptions.api_server_accept_per_turn False; a sensitivity)")
     parser.add_argument("--report", nargs=2, type=existing_file, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--reference-traces", nargs="*", type=existing_file, default=[],
                         help="in-process step traces of the same model and core (roofline measure --engine vllm): "
@@ -726,9 +726,9 @@ def main() -> int:
             parser.error(f"--refill-after-other-us: microseconds in [0, 100000], got {args.refill_after_other_us}")
         global REFILL_AFTER_OTHER_S
         REFILL_AFTER_OTHER_S = args.refill_after_other_us * 1e-6
-    if args.accept_per_turn:
+    if args.no_accept_per_turn:
         global ACCEPT_PER_TURN
-        ACCEPT_PER_TURN = True
+        ACCEPT_PER_TURN = False
     if args.report:
         print(report(json.loads(args.report[0].read_text()), json.loads(args.report[1].read_text())))
         return 0

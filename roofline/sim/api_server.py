@@ -54,9 +54,9 @@ renderer takes its parts FIFO. Where the client runs on the API server's cores
 start, the payload, aiohttp's request and connection, the body's `write_bytes`) is a third thread's FIFO part before
 the loop's first; its work on each streamed chunk after the send
 (`client_output_token_s`: the transport's read, aiohttp's parser, `StreamedResponseHandler.add_chunk`, `json.loads`,
-the timestamps) is added to the output pass that streams the token (one core's work either way). The
-connections reach the server one per `host.connection_accept_gap_us` at the most.
-The accept (`accept_per_turn`: `SimulationOptions.api_server_accept_per_turn`, judged, off by default): the loop
+the timestamps) is added to the output pass that streams the token (one core's work either way). Without the accept
+(below), the connections reach the server one per `host.connection_accept_gap_us` at the most.
+The accept (`accept_per_turn`: `SimulationOptions.api_server_accept_per_turn`, the default): the loop
 accepts one new connection a turn. uvloop 0.23 accepts in its listen callback (`uvloop/handles/streamserver.pyx`
 `UVStreamServer._on_listen`), which libuv calls once per poll of the listening socket (`src/unix/stream.c`
 `uv__server_io`, one `accept()` a call since libuv 1.45: "unix: don't accept() connections in a loop",

@@ -106,10 +106,10 @@ class SimulationOptions:
     # The API server's costs on the reference host, before the profile's host speed divides them (None: the measured
     # `ApiServerCosts()`); for fits and tests.
     api_server_costs: ApiServerCosts | None = None
-    # New connections accepted one a turn of each API-server process's loop (`roofline.sim.api_server`, "The
-    # accept"; `ApiServer`'s `accept_per_turn`): judged, not the default (BENCHMARKS.md, "vLLM's API server in a
-    # burst").
-    api_server_accept_per_turn: bool = False
+    # New connections accepted one a turn of each API-server process's loop, as uvloop and vLLM's own accept do
+    # (`roofline.sim.api_server`, "The accept"; `ApiServer`'s `accept_per_turn`); False: every connection read as its
+    # bytes arrive, the requests' input work first come first served (the model before; a sensitivity).
+    api_server_accept_per_turn: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.api_server_count, bool) or not isinstance(self.api_server_count, int) \
