@@ -168,6 +168,63 @@ def test_with_the_accepts_a_bursts_client_starts_every_request_before_it_sends_o
     assert ends[False] == pytest.approx([1e-3, 2e-3, 3e-3], abs=1e-12)
 
 
+def _two_process_burst(first_s: float, kept_alive_at_s: float | None) -> dict[int, float]:
+    """`_Threads` of two processes with the client's test connection on process 0 (loads 1, 0, as `ApiServer` starts
+    them), a burst at 0 s on new connections as `Connections` gives them out: 1 and 3 to process 1 (their loop parts
+    `first_s` and 3 ms), 2 and 4 to process 0 (0.5 ms each); maybe a request on process 0's kept-alive connection
+    (no accept, 1 ms) at `kept_alive_at_s`. Returns when each request's input ends."""
+    threads = _Threads(2, None, False)
+    threads.accepts.loads[0] = 1
+    loop0, loop1 = LOOP, 3 + LOOP
+    for ticket, chain in ((1, [(loop1, first_s)]), (2, [(loop0, 0.5e-3)]), (3, [(loop1, 3e-3)]),
+                          (4, [(loop0, 0.5e-3)])):
+        threads.arrive(0.0, ticket, [(ACCEPT, 0.0), *chain])
+    if kept_alive_at_s is not None:
+        threads.arrive(kept_alive_at_s, 5, [(loop0, 1e-3)])
+    threads.advance(1.0)
+    return threads.finished_s
+
+
+def test_a_process_ahead_defers_its_accept_until_the_other_has_accepted() -> None:
+    """vLLM's least-loaded accept (`NoSignalServer._accept`, `_Threads._defer`). At 0 s process 1 (load 0) accepts 1
+    and process 0 (load 1, not more than 1) accepts 2: loads 2, 1. Request 2 read at 0.5 ms, process 0 is ahead:
+    it defers 4 and checks again 1 ms later (1.5 ms), behind the work its loop has ready then: request 5 (kept
+    alive, 1.2-2.2 ms), so at 2.2 ms, still ahead; again at 3.2 ms. Process 1 has read 1 at 3 ms and accepted 3
+    (loads 2, 2): the check at 3.2 ms accepts 4, read 3.2-3.7 ms. Without request 5: checks at 1.5, 2.5, 3.5 ms; 4 is
+    read 3.5-4.0 ms."""
+    ends = _two_process_burst(3e-3, 1.2e-3)
+    assert [ends[ticket] for ticket in (1, 2, 3, 4, 5)] == pytest.approx([3e-3, 0.5e-3, 6e-3, 3.7e-3, 2.2e-3],
+                                                                         abs=1e-12)
+    ends = _two_process_burst(3e-3, None)
+    assert [ends[ticket] for ticket in (1, 2, 3, 4)] == pytest.approx([3e-3, 0.5e-3, 6e-3, 4e-3], abs=1e-12)
+
+
+def test_a_deferred_accept_goes_ahead_after_five_checks() -> None:
+    """Process 1 busy reading request 1 for 10 ms: process 0 checks at 0.5 ms and after each of its sleeps, 1.5 to
+    4.5 ms, ahead at all five (`ACCEPT_DEFER_CHECKS`), and accepts 4 after the fifth sleep, at 5.5 ms (read by 6 ms),
+    while still the more loaded."""
+    ends = _two_process_burst(10e-3, None)
+    assert [ends[ticket] for ticket in (1, 2, 3, 4)] == pytest.approx([10e-3, 0.5e-3, 13e-3, 6e-3], abs=1e-12)
+
+
+def test_the_loads_count_the_test_connection_and_the_closed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ApiServer` with two processes and the accepts: process 0's load starts at 1 (the client's test connection);
+    each accept adds one; the connections the server closed after their keep-alive (`Connections.closed`) are taken
+    off when the next request is sent."""
+    monkeypatch.setattr(api_server, "COMPILED", False)
+    server = ApiServer(INPUT_ONLY, num_processes=2, host=HostCpu("x", 1.0), by_connection=True, accept_per_turn=True)
+    loads = server.threads.accepts.loads
+    assert loads == [1, 0]
+    for _ in range(3):  # the test connection's, then new ones on processes 1 and 0
+        process, ticket, _ = server.take_request(0.0, 16)
+        server.reach_s(1.0, process, ticket)
+        server.release(process, 1.0)
+    assert loads == [2, 1]
+    assert server.take_request(10.0, 16)[0] == 0  # all three closed; a new one on process 0, accepted at once
+    server.threads.advance(10.0)
+    assert loads == [1, 0] and server.connections is not None and server.connections.closed == []
+
+
 def test_connections_say_which_request_opened_one() -> None:
     connections = Connections(1)
     opened = []

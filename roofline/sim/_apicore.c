@@ -37,6 +37,8 @@ enum { OUTPUTS = 0, LOOP = 1, RENDERER = 2 };
 #define WAIT (-1)
 #define ACCEPT (-2) /* api_server.py's ACCEPT */
 #define DONE_S 1e-12 /* api_server.py's _DONE_S */
+#define ACCEPT_DEFER_CHECKS 5 /* api_server.py's */
+#define ACCEPT_DEFER_S 0.001  /* api_server.py's */
 #define MAX_PARTS 16
 
 typedef struct {
@@ -72,13 +74,15 @@ typedef struct {
 } Arrival;
 
 /* The queues, the arrivals and the chains: `_run`'s arguments (the state, or a projection's copies), and the accepts
- * (`_Threads.accepts`, which a projection copies too): per process the chain slot of `reading` (-1: None) and the
- * `pending` chains, each a Job (its slot, the part to go on at; `left` unused). */
+ * (`_Threads.accepts`, which a projection copies too): per process the chain slot of `reading` (-1: None), the
+ * `pending` chains, each a Job (its slot, the part to go on at; `left` unused), `loads` and `checks`. */
 typedef struct {
     Queue *queues;
     int num_queues;
     int32_t *reading;
     Queue *pending;
+    int64_t *loads;
+    int *checks;
     int num_processes;
     int num_reading; /* processes whose `reading` is set (0: no accept to check when a loop's part ends) */
     Arrival *io;
@@ -139,6 +143,8 @@ typedef struct {
     int by_connection, started;
     double keep_alive_s;
     int64_t *open, num_released;
+    int64_t *closed; /* per process, the connections closed since the last request (`Connections.closed`) */
+    int any_closed;
     Idle *idle;
     Py_ssize_t idle_head, idle_size, idle_cap;
     Ending *ending;
@@ -381,6 +387,27 @@ static inline void chain_del(Server *s, Work *w, int32_t chain) {
     }
 }
 
+/* A new chain's slot in `w`: the state's pool (counted in `num_chains`), or a projection's, past its copies. */
+static int32_t chain_make(Server *s, Work *w) {
+    if (w == &s->work) {
+        int32_t c = chain_new(s);
+        if (c >= 0)
+            s->num_chains++;
+        return c;
+    }
+    if (w->chains_high == w->chains_cap) {
+        int32_t cap = w->chains_cap ? 2 * w->chains_cap : 16;
+        Chain *chains = PyMem_Realloc(w->chains, sizeof(Chain) * cap);
+        if (chains == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->chains = chains;
+        w->chains_cap = cap;
+    }
+    return w->chains_high++;
+}
+
 /* ---- _Threads ------------------------------------------------------------------------------------------------ */
 
 /* `_Threads._wait`: chain `c` reached its WAIT part `part` (from its base) at `t`. */
@@ -406,6 +433,36 @@ static int threads_go_on(Server *s, Work *w, int32_t c, int part, double t) {
     return queue_push(&w->queues[next.queue], c, part, next.work);
 }
 
+/* `_Accepts.defers`. */
+static inline int accepts_defers(const Work *w, int process) {
+    if (w->num_processes < 2 || w->checks[process] >= ACCEPT_DEFER_CHECKS)
+        return 0;
+    int64_t least = w->loads[0];
+    for (int p = 1; p < w->num_processes; p++)
+        if (w->loads[p] < least)
+            least = w->loads[p];
+    return w->loads[process] > least;
+}
+
+/* `_Threads._defer`: `process` checks again ACCEPT_DEFER_S after `t`, its check a chain of its own (a new slot: the
+ * callers take their chain's pointer again after it). */
+static int threads_defer(Server *s, Work *w, int process, double t) {
+    w->checks[process] += 1;
+    s->num_arrivals += 1;
+    int32_t c = chain_make(s, w);
+    if (c < 0)
+        return -1;
+    Chain *chain = &w->chains[c];
+    chain->ticket = -((int64_t)1 << 61) - s->num_arrivals; /* apart from the passes' tickets */
+    chain->base = 0;
+    chain->num_parts = 1;
+    chain->refill = 0.0;
+    chain->parts[0].queue = 3 * process + LOOP;
+    chain->parts[0].work = 0.0;
+    w->reading[process] = c;
+    return io_push(w, t + ACCEPT_DEFER_S, s->num_arrivals, c);
+}
+
 /* `_Threads._accept`: chain `c` reached its ACCEPT part `part` at `t`. */
 static int threads_accept(Server *s, Work *w, int32_t c, int part, double t) {
     Chain *chain = &w->chains[c];
@@ -413,16 +470,21 @@ static int threads_accept(Server *s, Work *w, int32_t c, int part, double t) {
     while (chain->parts[k].queue < 0) /* (checked: a thread's part follows) */
         k++;
     int process = chain->parts[k].queue / 3;
-    if (w->reading[process] < 0) {
-        w->reading[process] = c;
-        w->num_reading += 1;
-        return threads_go_on(s, w, c, part + 1, t);
+    if (w->reading[process] >= 0)
+        return queue_push(&w->pending[process], c, part + 1, 0.0);
+    w->num_reading += 1;
+    if (accepts_defers(w, process)) {
+        if (queue_push(&w->pending[process], c, part + 1, 0.0) < 0)
+            return -1;
+        return threads_defer(s, w, process, t);
     }
-    return queue_push(&w->pending[process], c, part + 1, 0.0);
+    w->reading[process] = c;
+    w->loads[process] += 1;
+    return threads_go_on(s, w, c, part + 1, t);
 }
 
 /* `_Threads._accept_next`: `process`'s loop has read the connection it accepted last (its first loop part ended at
- * `t`). */
+ * `t`), or has run its deferred check. */
 static int threads_accept_next(Server *s, Work *w, int process, double t) {
     Queue *pending = &w->pending[process];
     w->reading[process] = -1;
@@ -430,9 +492,13 @@ static int threads_accept_next(Server *s, Work *w, int process, double t) {
         w->num_reading -= 1;
         return 0;
     }
+    if (accepts_defers(w, process))
+        return threads_defer(s, w, process, t);
     Job job = *queue_head(pending);
     queue_popleft(pending);
     w->reading[process] = job.chain;
+    w->loads[process] += 1;
+    w->checks[process] = 0;
     return threads_go_on(s, w, job.chain, job.part, t);
 }
 
@@ -469,9 +535,11 @@ static int threads_alone(Server *s, Work *w, int q, double *tp, double limit_s, 
     int queue = chain->parts[chain->base + part].queue;
     Queue *left = &w->queues[queue];
     queue_popleft(left);
-    if (w->num_reading && queue < s->client && queue % 3 == LOOP && w->reading[queue / 3] == c
-        && threads_accept_next(s, w, queue / 3, t) < 0)
-        return -1;
+    if (w->num_reading && queue < s->client && queue % 3 == LOOP && w->reading[queue / 3] == c) {
+        if (threads_accept_next(s, w, queue / 3, t) < 0)
+            return -1;
+        chain = &w->chains[c]; /* (a deferred check's slot may have moved the pool) */
+    }
     int len = chain->num_parts - chain->base;
     while (part + 1 < len) {
         Part next = chain->parts[chain->base + part + 1];
@@ -621,9 +689,11 @@ static double threads_run(Server *s, Work *w, double to_s, int has_stop, int64_t
             int queue = chain->parts[chain->base + part].queue;
             queue_popleft(&queues[queue]);
             /* (the loop has read the connection it accepted last: it accepts the next) */
-            if (w->num_reading && queue < client && queue % 3 == LOOP && w->reading[queue / 3] == c
-                && threads_accept_next(s, w, queue / 3, t) < 0)
-                goto done;
+            if (w->num_reading && queue < client && queue % 3 == LOOP && w->reading[queue / 3] == c) {
+                if (threads_accept_next(s, w, queue / 3, t) < 0)
+                    goto done;
+                chain = &w->chains[c]; /* (a deferred check's slot may have moved the pool) */
+            }
             if (part + 1 < chain->num_parts - chain->base) {
                 Part next = chain->parts[chain->base + part + 1];
                 if (next.queue < 0) {
@@ -695,6 +765,8 @@ static int threads_projected_end(Server *s, int64_t ticket, double *end_s) {
     dst->num_reading = src->num_reading;
     for (int p = 0; p < src->num_processes; p++) {
         dst->reading[p] = src->reading[p];
+        dst->loads[p] = src->loads[p];
+        dst->checks[p] = src->checks[p];
         if (!src->pending[p].size)
             dst->pending[p].size = 0;
         else if (queue_copy(&src->pending[p], &dst->pending[p]) < 0)
@@ -920,6 +992,8 @@ static int connections_take(Server *s, double now_s) {
             return item.process;
         }
         s->open[item.process] -= 1; /* closed by the server meanwhile: aiohttp drops it */
+        s->closed[item.process] += 1;
+        s->any_closed = 1;
     }
     int process = 0;
     for (int p = 1; p < s->num_processes; p++)
@@ -951,6 +1025,8 @@ static void work_free(Work *w) {
             PyMem_Free(w->pending[p].items);
     PyMem_Free(w->pending);
     PyMem_Free(w->reading);
+    PyMem_Free(w->loads);
+    PyMem_Free(w->checks);
     PyMem_Free(w->queues);
     PyMem_Free(w->io);
     PyMem_Free(w->chains);
@@ -972,9 +1048,11 @@ static void Server_clear(Server *s) {
     PyMem_Free(s->num_before);
     PyMem_Free(s->num_after);
     PyMem_Free(s->open);
+    PyMem_Free(s->closed);
     PyMem_Free(s->idle);
     PyMem_Free(s->ending);
     s->open = NULL;
+    s->closed = NULL;
     s->idle = NULL;
     s->ending = NULL;
     s->free_slots = NULL;
@@ -1101,8 +1179,10 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     s->num_released = 0;
     s->idle_head = s->idle_size = s->idle_cap = 0;
     s->ending_size = s->ending_cap = 0;
+    s->any_closed = 0;
     s->open = PyMem_Calloc(num_processes, sizeof(int64_t));
-    if (s->open == NULL) {
+    s->closed = PyMem_Calloc(num_processes, sizeof(int64_t));
+    if (s->open == NULL || s->closed == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -1118,6 +1198,12 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     if (s->work.reading != NULL && s->scratch.reading != NULL)
         for (int p = 0; p < num_processes; p++)
             s->work.reading[p] = s->scratch.reading[p] = -1;
+    s->work.loads = PyMem_Calloc(num_processes, sizeof(int64_t));
+    s->scratch.loads = PyMem_Calloc(num_processes, sizeof(int64_t));
+    s->work.checks = PyMem_Calloc(num_processes, sizeof(int));
+    s->scratch.checks = PyMem_Calloc(num_processes, sizeof(int));
+    if (s->work.loads != NULL && s->accept_per_turn) /* the loads: the test connection's (`ApiServer`) */
+        s->work.loads[0] = 1;
     s->output_until_s = PyMem_Calloc(num_processes, sizeof(double));
     s->unqueued = PyMem_Calloc(num_processes, sizeof(Passes));
     s->before = PyMem_Calloc(num_processes, sizeof(*s->before));
@@ -1125,7 +1211,8 @@ static int Server_init(Server *s, PyObject *args, PyObject *kwds) {
     s->num_before = PyMem_Calloc(num_processes, sizeof(int));
     s->num_after = PyMem_Calloc(num_processes, sizeof(int));
     if (!s->work.queues || !s->scratch.queues || !s->work.pending || !s->scratch.pending || !s->work.reading
-        || !s->scratch.reading || !s->output_until_s || !s->unqueued || !s->before || !s->after
+        || !s->scratch.reading || !s->work.loads || !s->scratch.loads || !s->work.checks || !s->scratch.checks
+        || !s->output_until_s || !s->unqueued || !s->before || !s->after
         || !s->num_before || !s->num_after) {
         PyErr_NoMemory();
         return -1;
@@ -1224,6 +1311,14 @@ static PyObject *take_on(Server *s, int process, double now_s, PyObject *tokens)
     s->num_taken += 1;
     if (threads_advance(s, now_s) < 0)
         return NULL;
+    if (s->any_closed) { /* closed since the last request: the processes' loads (`ApiServer.take_request`) */
+        for (int p = 0; p < s->num_processes; p++) {
+            if (s->accept_per_turn)
+                s->work.loads[p] -= s->closed[p];
+            s->closed[p] = 0;
+        }
+        s->any_closed = 0;
+    }
     double connect_s = s->last_connect_s + s->accept_gap_s;
     s->last_connect_s = connect_s > now_s ? connect_s : now_s;
     double render_s = s->render_request_s + s->prompt_token_s * (double)num_prompt_tokens;

@@ -74,10 +74,24 @@ follows `vllm bench serve` too: a burst's client starts every request before it 
 `CLIENT_START_FRACTION` of `client_request_s` is the request's start; its send queues behind the starts queued by
 then), and the connections get no spacing of their own (`host.connection_accept_gap_us` was measured as the accept
 spacing in bursts, which the accepts and the client's starts now give). With `--api-server-count` N > 1 only where the
-processes take requests by connection (vLLM 0.32 on); one process: every release (uvloop's). Not modelled: the real
-loop goes on accepting one a turn while an accepted connection's bytes have not come (a slow client's), and then reads
-several in one turn; vLLM's own accept reads a connection a turn or two later than uvicorn's. Measured with strace on
-real `vllm serve` (BENCHMARKS.md, "vLLM's API server in a burst"). Threads share cores by processor sharing: with
+processes take requests by connection (vLLM 0.32 on); one process: every release (uvloop's). With N > 1 the
+processes' accepts are coupled (`launcher.py` `NoSignalServer._accept`): each publishes its load (its open connections,
+those still being connected included) in a shared array, and one that is not the least loaded (`loads[index] <=
+min(loads)` false) defers its accept: `await asyncio.sleep(0.001)` and check again, at most `_ACCEPT_DEFER_CHECKS` = 5
+times, then accept anyway. Modelled: where a process's loop would accept (above), it checks its load against the
+others' (`_Accepts.loads`: the connections each has accepted and not seen closed, the client's test connection on
+process 0); more loaded, it checks again `ACCEPT_DEFER_S` later, behind the work its loop has ready then (the sleep's
+timer, then the task's step in the next turn), until it is the least loaded or has checked `ACCEPT_DEFER_CHECKS`
+times, and accepts nothing else meanwhile. So in a burst a process that is ahead waits, in ticks of its own loop, for
+the others' accepts. Left out: which of equally loaded processes takes a connection (`Connections` gives each to the
+lowest-numbered least loaded, so no other process takes a connection while its process defers it); libuv's
+millisecond clock (uvloop's `UVTimer.start`: `uv_update_time`, then `uv_timer_start` in whole milliseconds; libuv
+runs the timer at the first turn whose clock has reached the next millisecond: 0-1 ms after the check on a busy loop,
+about 1 ms on one that sleeps on its poll meanwhile), taken as 1 ms; when a process publishes a connection's close
+(here: seen when the client's next request is sent). Not modelled: the real loop goes on accepting one a turn while
+an accepted connection's bytes have not come (a slow client's), and then reads several in one turn; vLLM's own accept
+reads a connection a turn or two later than uvicorn's. Measured with strace on real `vllm serve` (BENCHMARKS.md,
+"vLLM's API server in a burst"). Threads share cores by processor sharing: with
 `host.api_server_num_cores` set, every API-server process's threads (and the client's, where it shares) run on that
 many cores, each thread at min(1, cores / threads with work) of a core; without it each thread has a core of its own
 (an unpinned API server on a many-core GPU host). Processes that share cores take turns on them, and a turn of one
@@ -349,6 +363,12 @@ ACCEPT = -2
 # 0.214-0.269 ms a request, against its fitted 0.339 ms before each send: 0.63-0.79; the midpoint;
 # docs/benchmark-history/2026-12-01f-serve25.md, section 2).
 CLIENT_START_FRACTION = 0.71
+# vLLM 0.32's accept with `--api-server-count` N > 1 (`vllm/entrypoints/launchers/launcher.py` `NoSignalServer._accept`):
+# a process that is not the least loaded defers a pending connection's accept, rechecking after each `await
+# asyncio.sleep(0.001)`, at most `_ACCEPT_DEFER_CHECKS` = 5 times, then accepts (module docstring, "The accept";
+# `_Threads._defer`).
+ACCEPT_DEFER_CHECKS = 5
+ACCEPT_DEFER_S = 0.001
 _DONE_S = 1e-12  # a part with at most this much work left is done (the processor-sharing steps' rounding)
 
 
@@ -408,6 +428,8 @@ class ApiServer:
         self.refill_s = host.api_server_refill_after_other_s if num_processes > 1 else 0.0
         self.client_turns = host.client_shares_api_server_cores
         self.threads = _Threads(num_processes, host.api_server_num_cores, host.client_shares_api_server_cores)
+        if self.accept_per_turn:  # the loads the processes publish (`_Accepts.loads`): the test connection's
+            self.threads.accepts.loads[0] = 1
         # Per process, a request's input chain (`take_request`) around its render: the parts before it and after it
         # (made once: they depend on the process alone), and the renderer's queue.
         self._chain_parts = [self._chain_around_render(process) for process in range(num_processes)]
@@ -440,10 +462,16 @@ class ApiServer:
         self.num_taken += 1
         threads = self.threads
         threads.advance(now_s)
+        connections = self.connections
+        if connections is not None and connections.closed:  # closed since the last request: the processes' loads
+            if self.accept_per_turn:
+                for closed in connections.closed:
+                    threads.accepts.loads[closed] -= 1
+            connections.closed.clear()
         self.last_connect_s = max(now_s, self.last_connect_s + self.accept_gap_s)
         render_s = self.render_request_s + self.prompt_token_s * num_prompt_tokens
         before, renderer, after = self._chain_parts[process]
-        if self.accept_per_turn and self.connections.opened:  # type: ignore[union-attr]
+        if self.accept_per_turn and connections.opened:  # type: ignore[union-attr]
             # A new connection: the loop accepts it in its turn (`_Threads._accept`), after the client's parts.
             at = 0
             while at < len(before) and before[at][0] == threads.client:
@@ -561,8 +589,9 @@ class Connections:
       loaded one defers, rechecking every 1 ms for up to 5 ms): a new connection goes to the process with the fewest
       open connections. Not modelled: which of equals takes it (all wake on the shared socket; measured, the one
       that accepted last, still running, in most ties of a long burst, not early in one), here the lowest-numbered,
-      the first (the test request's) to process 0, so a burst keeps the round robin order; nor the deferral's expiry
-      when the least loaded process is busy 5 ms.
+      the first (the test request's) to process 0, so a burst keeps the round robin order. The deferral's timing
+      (when a process accepts its connection) is the threads' (`_Threads._defer`, with the accepts modelled);
+      `closed` tells them which processes' connections the server closed.
     So a burst's requests go round robin, and a paced load's follow its connections' order of release (measured on
     real `vllm serve`: docs/benchmark-history/2026-11-30h-serve16.md)."""
 
@@ -573,6 +602,7 @@ class Connections:
         self.num_released = 0
         self.started = False
         self.opened = False  # whether the last request taken opened a new connection
+        self.closed: list[int] = []  # the processes of the connections closed since the caller last cleared it
 
     def take(self, now_s: float) -> int:
         """The process of the connection the request sent at `now_s` goes out on (`opened`: a new one)."""
@@ -589,6 +619,7 @@ class Connections:
                 self.opened = False
                 return process
             self.open[process] -= 1  # closed by the server meanwhile: aiohttp drops it
+            self.closed.append(process)
         process = self.open.index(min(self.open))
         self.open[process] += 1
         self.opened = True
@@ -833,27 +864,51 @@ class _Threads:
                 t: float) -> None:
         """Chain `ticket` reached its ACCEPT part `part` at `t`: its connection waits to be accepted (module
         docstring, "The accept"). The loop of its process (that of the chain's next thread part) accepts it now if
-        the connection it accepted last has been read, and the chain goes on; else it waits its turn (`pending`)."""
+        the connection it accepted last has been read and the process is the least loaded (or has deferred enough),
+        and the chain goes on; else it waits its turn (`pending`), or the process defers (`_defer`)."""
         process = next(queue for queue, _ in chain[part + 1:] if queue >= 0) // 3
         accepts = self.accepts
-        if accepts.reading[process] is None:
-            accepts.reading[process] = ticket
-            self._go_on(queues, io, chains, ticket, chain, part + 1, t)
-        else:
+        if accepts.reading[process] is not None:
             accepts.pending[process].append((ticket, part + 1))
+        elif accepts.defers(process):
+            accepts.pending[process].append((ticket, part + 1))
+            self._defer(io, chains, process, t)
+        else:
+            accepts.reading[process] = ticket
+            accepts.loads[process] += 1
+            self._go_on(queues, io, chains, ticket, chain, part + 1, t)
 
     def _accept_next(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
                      chains: dict[int, list[tuple[int, float]]], process: int, t: float) -> None:
         """`process`'s loop has read the connection it accepted last and run the request's first steps (its first
-        loop part ended at `t`): the turn's poll accepts the next waiting connection, whose chain goes on behind the
-        work queued by then."""
+        loop part ended at `t`), or has run its deferred check (`_defer`): the turn's poll accepts the next waiting
+        connection, whose chain goes on behind the work queued by then, unless the process defers it (again)."""
         accepts = self.accepts
         accepts.reading[process] = None
         pending = accepts.pending[process]
         if pending:
+            if accepts.defers(process):
+                self._defer(io, chains, process, t)
+                return
             ticket, part = pending.popleft()
             accepts.reading[process] = ticket
+            accepts.loads[process] += 1
+            accepts.checks[process] = 0
             self._go_on(queues, io, chains, ticket, chains[ticket], part, t)
+
+    def _defer(self, io: list[tuple[float, int, int]], chains: dict[int, list[tuple[int, float]]], process: int,
+               t: float) -> None:
+        """`process` found at `t` that it is not the least loaded (`_Accepts.defers`) and sleeps `ACCEPT_DEFER_S`
+        before it checks again (module docstring, "The accept"): its check is a part of no work on its loop, a chain
+        of its own that arrives then and queues behind the work ready by then; its end is the next check
+        (`_accept_next`: the check is the process's `reading`, so no other connection is accepted meanwhile)."""
+        accepts = self.accepts
+        accepts.checks[process] += 1
+        self.num_arrivals += 1
+        check = -(1 << 61) - self.num_arrivals  # apart from the passes' tickets
+        chains[check] = [(3 * process + LOOP, 0.0)]
+        accepts.reading[process] = check
+        heapq.heappush(io, (t + ACCEPT_DEFER_S, self.num_arrivals, check))
 
     def _go_on(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
                chains: dict[int, list[tuple[int, float]]], ticket: int, chain: list[tuple[int, float]], part: int,
@@ -922,17 +977,30 @@ class _Threads:
 
 class _Accepts:
     """Per process, the accept of new connections (`_Threads._accept`): `reading`, the request whose connection the
-    loop accepted last, until its first loop part ends, else None; `pending`, the requests whose connections wait to
-    be accepted, (ticket, the chain's part to go on at), in their order."""
+    loop accepted last, until its first loop part ends, or the ticket of its deferred check (`_Threads._defer`) until
+    that part ends, else None; `pending`, the requests whose connections wait to be accepted, (ticket, the chain's
+    part to go on at), in their order; `loads`, the load each process publishes (vLLM's `api_server_loads`: its
+    connections accepted and still open; `ApiServer` counts the client's test connection and the closed ones);
+    `checks`, how often the process has deferred the connection at the head of its `pending`."""
 
     def __init__(self, num_processes: int) -> None:
         self.reading: list[int | None] = [None] * num_processes
         self.pending: list[collections.deque[tuple[int, int]]] = [collections.deque() for _ in range(num_processes)]
+        self.loads = [0] * num_processes
+        self.checks = [0] * num_processes
+
+    def defers(self, process: int) -> bool:
+        """Whether `process` defers the accept of a pending connection now (`NoSignalServer._accept`: more loaded than
+        another process, `loads[index] <= min(loads)` false, and fewer than `ACCEPT_DEFER_CHECKS` checks made)."""
+        loads = self.loads
+        return len(loads) > 1 and self.checks[process] < ACCEPT_DEFER_CHECKS and loads[process] > min(loads)
 
     def copy(self) -> "_Accepts":
         accepts = _Accepts(0)
         accepts.reading = list(self.reading)
         accepts.pending = [collections.deque(pending) for pending in self.pending]
+        accepts.loads = list(self.loads)
+        accepts.checks = list(self.checks)
         return accepts
 
 
