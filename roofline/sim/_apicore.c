@@ -433,9 +433,9 @@ static int threads_go_on(Server *s, Work *w, int32_t c, int part, double t) {
     return queue_push(&w->queues[next.queue], c, part, next.work);
 }
 
-/* `_Accepts.defers`. */
+/* `_Accepts.defers`, with more than one process. */
 static inline int accepts_defers(const Work *w, int process) {
-    if (w->num_processes < 2 || w->checks[process] >= ACCEPT_DEFER_CHECKS)
+    if (w->checks[process] >= ACCEPT_DEFER_CHECKS)
         return 0;
     int64_t least = w->loads[0];
     for (int p = 1; p < w->num_processes; p++)
@@ -473,14 +473,30 @@ static int threads_accept(Server *s, Work *w, int32_t c, int part, double t) {
     if (w->reading[process] >= 0)
         return queue_push(&w->pending[process], c, part + 1, 0.0);
     w->num_reading += 1;
-    if (accepts_defers(w, process)) {
-        if (queue_push(&w->pending[process], c, part + 1, 0.0) < 0)
-            return -1;
-        return threads_defer(s, w, process, t);
+    if (w->num_processes > 1) {
+        if (accepts_defers(w, process)) {
+            if (queue_push(&w->pending[process], c, part + 1, 0.0) < 0)
+                return -1;
+            return threads_defer(s, w, process, t);
+        }
+        w->loads[process] += 1;
     }
     w->reading[process] = c;
-    w->loads[process] += 1;
     return threads_go_on(s, w, c, part + 1, t);
+}
+
+/* `_Threads._accept_next`'s accept of the next waiting connection with more than one process: deferred, or counted
+ * in the loads (apart: the one process's path keeps its few instructions). */
+static Py_NO_INLINE int threads_accept_coupled(Server *s, Work *w, int process, double t) {
+    if (accepts_defers(w, process))
+        return threads_defer(s, w, process, t);
+    w->loads[process] += 1;
+    w->checks[process] = 0;
+    Queue *pending = &w->pending[process];
+    Job job = *queue_head(pending);
+    queue_popleft(pending);
+    w->reading[process] = job.chain;
+    return threads_go_on(s, w, job.chain, job.part, t);
 }
 
 /* `_Threads._accept_next`: `process`'s loop has read the connection it accepted last (its first loop part ended at
@@ -492,13 +508,11 @@ static int threads_accept_next(Server *s, Work *w, int process, double t) {
         w->num_reading -= 1;
         return 0;
     }
-    if (accepts_defers(w, process))
-        return threads_defer(s, w, process, t);
+    if (w->num_processes > 1)
+        return threads_accept_coupled(s, w, process, t);
     Job job = *queue_head(pending);
     queue_popleft(pending);
     w->reading[process] = job.chain;
-    w->loads[process] += 1;
-    w->checks[process] = 0;
     return threads_go_on(s, w, job.chain, job.part, t);
 }
 

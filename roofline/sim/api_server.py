@@ -870,13 +870,15 @@ class _Threads:
         accepts = self.accepts
         if accepts.reading[process] is not None:
             accepts.pending[process].append((ticket, part + 1))
-        elif accepts.defers(process):
-            accepts.pending[process].append((ticket, part + 1))
-            self._defer(io, chains, process, t)
-        else:
-            accepts.reading[process] = ticket
+            return
+        if accepts.coupled:
+            if accepts.defers(process):
+                accepts.pending[process].append((ticket, part + 1))
+                self._defer(io, chains, process, t)
+                return
             accepts.loads[process] += 1
-            self._go_on(queues, io, chains, ticket, chain, part + 1, t)
+        accepts.reading[process] = ticket
+        self._go_on(queues, io, chains, ticket, chain, part + 1, t)
 
     def _accept_next(self, queues: list[collections.deque[list[Any]]], io: list[tuple[float, int, int]],
                      chains: dict[int, list[tuple[int, float]]], process: int, t: float) -> None:
@@ -887,13 +889,14 @@ class _Threads:
         accepts.reading[process] = None
         pending = accepts.pending[process]
         if pending:
-            if accepts.defers(process):
-                self._defer(io, chains, process, t)
-                return
+            if accepts.coupled:
+                if accepts.defers(process):
+                    self._defer(io, chains, process, t)
+                    return
+                accepts.loads[process] += 1
+                accepts.checks[process] = 0
             ticket, part = pending.popleft()
             accepts.reading[process] = ticket
-            accepts.loads[process] += 1
-            accepts.checks[process] = 0
             self._go_on(queues, io, chains, ticket, chains[ticket], part, t)
 
     def _defer(self, io: list[tuple[float, int, int]], chains: dict[int, list[tuple[int, float]]], process: int,
@@ -979,26 +982,29 @@ class _Accepts:
     """Per process, the accept of new connections (`_Threads._accept`): `reading`, the request whose connection the
     loop accepted last, until its first loop part ends, or the ticket of its deferred check (`_Threads._defer`) until
     that part ends, else None; `pending`, the requests whose connections wait to be accepted, (ticket, the chain's
-    part to go on at), in their order; `loads`, the load each process publishes (vLLM's `api_server_loads`: its
-    connections accepted and still open; `ApiServer` counts the client's test connection and the closed ones);
-    `checks`, how often the process has deferred the connection at the head of its `pending`."""
+    part to go on at), in their order; with more than one process (`coupled`) `loads`, the load each process
+    publishes (vLLM's `api_server_loads`: its connections accepted and still open; `ApiServer` counts the client's
+    test connection and the closed ones), and `checks`, how often the process has deferred the connection at the
+    head of its `pending`."""
 
     def __init__(self, num_processes: int) -> None:
         self.reading: list[int | None] = [None] * num_processes
         self.pending: list[collections.deque[tuple[int, int]]] = [collections.deque() for _ in range(num_processes)]
+        self.coupled = num_processes > 1
         self.loads = [0] * num_processes
         self.checks = [0] * num_processes
 
     def defers(self, process: int) -> bool:
-        """Whether `process` defers the accept of a pending connection now (`NoSignalServer._accept`: more loaded than
-        another process, `loads[index] <= min(loads)` false, and fewer than `ACCEPT_DEFER_CHECKS` checks made)."""
-        loads = self.loads
-        return len(loads) > 1 and self.checks[process] < ACCEPT_DEFER_CHECKS and loads[process] > min(loads)
+        """Whether `process` (of more than one) defers the accept of a pending connection now (`NoSignalServer._accept`:
+        more loaded than another process, `loads[index] <= min(loads)` false, and fewer than `ACCEPT_DEFER_CHECKS`
+        checks made)."""
+        return self.checks[process] < ACCEPT_DEFER_CHECKS and self.loads[process] > min(self.loads)
 
     def copy(self) -> "_Accepts":
         accepts = _Accepts(0)
         accepts.reading = list(self.reading)
         accepts.pending = [collections.deque(pending) for pending in self.pending]
+        accepts.coupled = self.coupled
         accepts.loads = list(self.loads)
         accepts.checks = list(self.checks)
         return accepts
