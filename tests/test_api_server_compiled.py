@@ -235,6 +235,28 @@ def test_the_api_server_gives_the_same_times_as_the_python_api_server(seed: int,
 
 
 @requires_build
+def test_a_process_ahead_defers_its_accepts_alike_in_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes taking a burst of new connections while process 1's loop streams a long output pass: process 0
+    (ahead by the client's test connection) defers its accepts until process 1 has accepted (`_Threads._defer`). The
+    compiled server gives the same floats; without the deferral (`ACCEPT_DEFER_CHECKS` 0) the Python times differ."""
+    host = HostCpu("x", 1.0)
+
+    def reaches(server: ApiServer) -> list[float]:
+        server.stream_outputs(0.0, 1, 500)
+        taken = [server.take_request(0.0, 16) for _ in range(6)]
+        return [server.reach_s(1.0, process, ticket) for process, ticket, _ in taken]
+
+    python, compiled = _server_pair(monkeypatch, ApiServerCosts(), num_processes=2, host=host, by_connection=True,
+                                    accept_per_turn=True)
+    deferred = reaches(python)
+    _same(tuple(deferred), tuple(reaches(compiled)))
+    monkeypatch.setattr(api_server, "COMPILED", False)
+    monkeypatch.setattr(api_server, "ACCEPT_DEFER_CHECKS", 0)
+    assert reaches(ApiServer(ApiServerCosts(), num_processes=2, host=host, by_connection=True,
+                             accept_per_turn=True)) != deferred
+
+
+@requires_build
 def test_the_simulator_uses_the_compiled_api_server_unless_told_or_changed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Built and allowed, `ApiServer` runs the compiled threads; with `ROOFLINE_PURE_PYTHON` (`COMPILED` false), for
     a subclass, or with `_Threads` patched (the experiments of benchmarks/ground_truth/), the Python code."""
