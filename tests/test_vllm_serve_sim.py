@@ -90,9 +90,9 @@ def test_costs_reproduces_the_fits_own_simulation_of_a_run(tmp_path: Path) -> No
 
 def test_refill_after_other_us_moves_the_two_process_run_only(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """--refill-after-other-us: the host's turns' refill for every run. A two-process burst of the campaign takes
-    longer to stream (its mean TPOT and TTFT change); a one-process run, whose process never follows another's, is
-    the same."""
+    """--refill-after-other-us: the host's turns' refill for every run. Against 0, the profile's (110 us) makes a
+    two-process burst of the campaign take longer to stream (its mean TPOT and TTFT change); a one-process run, whose
+    process never follows another's, is the same."""
     campaign = json.loads((RESULTS / "2026-11-30d-serve6" / "runs-a2.json").read_text())
     one = json.loads((RESULTS / "2026-11-30c" / "runs.json").read_text())
     fit = json.loads(FIT.read_text())
@@ -107,10 +107,10 @@ def test_refill_after_other_us_moves_the_two_process_run_only(tmp_path: Path,
                                (one, "burst100-completions-a1-r0", False)):
         run = next(r for r in index["runs"] if r["name"] == name)
         args = (run, model_dir, hardware, index["server_flags"], costs, vllm_serve_sim.api_cores(index))
+        monkeypatch.setattr(vllm_serve_sim, "REFILL_AFTER_OTHER_S", 0.0)
         before = vllm_serve_sim.simulate_run(*args)
-        monkeypatch.setattr(vllm_serve_sim, "REFILL_AFTER_OTHER_S", 110e-6)
+        monkeypatch.setattr(vllm_serve_sim, "REFILL_AFTER_OTHER_S", None)  # the profile's
         after = vllm_serve_sim.simulate_run(*args)
-        monkeypatch.setattr(vllm_serve_sim, "REFILL_AFTER_OTHER_S", None)
         assert (after != before) == moves, name
         if moves:
             assert after["mean_ttft_ms"] > before["mean_ttft_ms"]

@@ -29,7 +29,7 @@ the client's connections arrive, on how many cores the API-server processes run 
 
     host:
       api_server_before_render_fraction: 0.49  # of the loop's input work, before the render (default 0.49)
-      connection_accept_gap_us: 234.5          # the connections at most one per 234.5 us (default 0)
+      connection_accept_gap_us: 234.5          # without the accept per turn: at most one per 234.5 us (default 0)
       api_server_num_cores: 1                  # every API-server process on one core (default: a core per thread)
       client_shares_api_server_cores: true     # the client on those cores too (default false)
       api_server_refill_after_other_us: 100    # per turn of an API-server process after another's (default 0)
@@ -37,11 +37,12 @@ the client's connections arrive, on how many cores the API-server processes run 
 The defaults and their sources: `api_server_before_render_fraction` 0.49, the loop's intake time before the render
 in 4 traced 1,000-prompt bursts of real `vllm serve` on the reference host (median of 0.456-0.498 by task kind;
 docs/benchmark-history/2026-11-30c-serve5.md); `connection_accept_gap_us` 0 (not measured on a GPU host; 234.5 us on
-the 2026-11-30 CPU host, `vllm bench serve` on the API server's core: 2026-11-30c-serve4.md); `api_server_num_cores`
-unset, a core per thread (an unpinned API server on a many-core GPU server); `client_shares_api_server_cores`
-false (the client on its own cores or machine); `api_server_refill_after_other_us` 0 (each API-server process on a core
-of its own: no process resumes after another's on its core; measured only where they share one,
-`roofline.sim.api_server`'s "turns").
+the 2026-11-30 CPU host, `vllm bench serve` on the API server's core: 2026-11-30c-serve4.md; used only where
+`SimulationOptions.api_server_accept_per_turn` is off: the accept per turn and the client's starts give the
+spacing); `api_server_num_cores` unset, a core per thread (an unpinned API server on a many-core GPU server);
+`client_shares_api_server_cores` false (the client on its own cores or machine); `api_server_refill_after_other_us` 0
+(each API-server process on a core of its own: no process resumes after another's on its core; measured only where
+they share one, `roofline.sim.api_server`'s "turns": 110 us on the 2026-11-30 CPU host, 2026-12-01b-serve21.md).
 
 A host may also state how sure those costs are, how much a served run varies between repeats and how sure its speed
 and the executor's host terms are (`api_server_cost_uncertainty`, `served_run_to_run_noise`, `host_time_uncertainty`:
