@@ -108,6 +108,29 @@ def token_streams(tokenizer: Any, count: int, length: int, seed: int) -> list[li
     return streams
 
 
+def compare(runs: list[dict[str, Any]], length: int) -> dict[str, Any]:
+    """Runs of this script (several releases, several processes each) -> per release and concurrency, the min and
+    median over processes of each process's median per-token CPU at output length `length` and of its per-request
+    intercept; and every pair of releases' ratio of those (later release over earlier, by version string)."""
+    table: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for run in runs:
+        for c, row in run["by_concurrency"].items():
+            cell = table.setdefault(run["vllm"], {}).setdefault(c, {"per_token_s": [], "per_request_s": []})
+            cell["per_token_s"].append(row["per_token_s"][str(length)]["median"])
+            cell["per_request_s"].append(row["per_request_s"]["median"])
+    releases = {v: {c: {k: summarize(x) for k, x in cell.items()} for c, cell in by_c.items()}
+                for v, by_c in table.items()}
+    names = sorted(releases, key=lambda v: [int(p) if p.isdigit() else 0 for p in v.split(".")])
+    ratios: dict[str, Any] = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            common = sorted(set(releases[a]) & set(releases[b]), key=int)
+            ratios[f"{b}/{a}"] = {c: {k: {stat: releases[b][c][k][stat] / releases[a][c][k][stat]
+                                           for stat in ("min", "median")}
+                                       for k in ("per_token_s", "per_request_s")} for c in common}
+    return {"output_len": length, "releases": releases, "ratios": ratios}
+
+
 class Release:
     """The installed vLLM's frontend classes, found where each release keeps them."""
 
@@ -271,7 +294,7 @@ async def wave(release: Release, streams: list[list[int]], output_len: int, wave
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokenizer", required=True, help="HF tokenizer folder (the campaigns' llama-tiny-bpe)")
+    parser.add_argument("--tokenizer", help="HF tokenizer folder (the campaigns' llama-tiny-bpe)")
     parser.add_argument("--concurrency", default="64,256", help="requests streaming at once, comma-separated")
     parser.add_argument("--output-len", default="64,256", help="tokens per request, comma-separated (>= 2)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -279,7 +302,19 @@ def main() -> int:
                         help="the event loop (vllm serve runs uvicorn's default, uvloop where installed)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--compare", type=Path, nargs="+", metavar="RUN_JSON",
+                        help="only summarize earlier runs' outputs (any releases) and print the releases' ratios")
     args = parser.parse_args()
+    if args.compare:
+        runs = [json.loads(path.read_text()) for path in args.compare]
+        length = max(max(run["output_len"]) for run in runs)
+        text = json.dumps(compare(runs, length), indent=1)
+        if args.out:
+            args.out.write_text(text + "\n")
+        print(text)
+        return 0
+    if not args.tokenizer:
+        parser.error("--tokenizer is required (unless --compare)")
     try:
         concurrencies = parse_int_list(args.concurrency, "--concurrency")
         lengths = parse_int_list(args.output_len, "--output-len")
