@@ -54,3 +54,10 @@ def test_compare_takes_later_release_over_earlier() -> None:
     assert ratio["64"]["per_token_s"]["min"] == pytest.approx(2.0)
     assert ratio["64"]["per_token_s"]["median"] == pytest.approx(25 / 12)
     assert ratio["64"]["per_request_s"]["median"] == pytest.approx(90 / 45)
+
+
+def test_compare_keeps_a_forced_detokenizer_apart() -> None:
+    slow = run("0.8.5", {"64": 30e-6}, 40e-6) | {"label": "0.8.5 slow-detokenizer"}
+    out = fvc.compare([run("0.8.5", {"64": 10e-6}, 40e-6), slow, run("0.32.0", {"64": 20e-6}, 40e-6)], 256)
+    assert set(out["ratios"]) == {"0.8.5 slow-detokenizer/0.8.5", "0.32.0/0.8.5", "0.32.0/0.8.5 slow-detokenizer"}
+    assert out["ratios"]["0.32.0/0.8.5 slow-detokenizer"]["64"]["per_token_s"]["min"] == pytest.approx(2 / 3)

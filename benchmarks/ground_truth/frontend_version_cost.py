@@ -109,18 +109,19 @@ def token_streams(tokenizer: Any, count: int, length: int, seed: int) -> list[li
 
 
 def compare(runs: list[dict[str, Any]], length: int) -> dict[str, Any]:
-    """Runs of this script (several releases, several processes each) -> per release and concurrency, the min and
-    median over processes of each process's median per-token CPU at output length `length` and of its per-request
-    intercept; and every pair of releases' ratio of those (later release over earlier, by version string)."""
+    """Runs of this script (several releases, several processes each) -> per release (its label: the version, and
+    "slow-detokenizer" where forced) and concurrency, the min and median over processes of each process's median
+    per-token CPU at output length `length` and of its per-request intercept; and every pair of releases' ratio of
+    those (the later version over the earlier)."""
     table: dict[str, dict[str, dict[str, list[float]]]] = {}
     for run in runs:
         for c, row in run["by_concurrency"].items():
-            cell = table.setdefault(run["vllm"], {}).setdefault(c, {"per_token_s": [], "per_request_s": []})
+            cell = table.setdefault(run.get("label", run["vllm"]), {}).setdefault(c, {"per_token_s": [], "per_request_s": []})
             cell["per_token_s"].append(row["per_token_s"][str(length)]["median"])
             cell["per_request_s"].append(row["per_request_s"]["median"])
     releases = {v: {c: {k: summarize(x) for k, x in cell.items()} for c, cell in by_c.items()}
                 for v, by_c in table.items()}
-    names = sorted(releases, key=lambda v: [int(p) if p.isdigit() else 0 for p in v.split(".")])
+    names = sorted(releases, key=lambda v: ([int(p) if p.isdigit() else 0 for p in v.split()[0].split(".")], v))
     ratios: dict[str, Any] = {}
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -134,7 +135,7 @@ def compare(runs: list[dict[str, Any]], length: int) -> dict[str, Any]:
 class Release:
     """The installed vLLM's frontend classes, found where each release keeps them."""
 
-    def __init__(self, tokenizer_dir: str) -> None:
+    def __init__(self, tokenizer_dir: str, slow_detokenizer: bool = False) -> None:
         import vllm
         from vllm.sampling_params import RequestOutputKind, SamplingParams
         from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason
@@ -182,9 +183,26 @@ class Release:
             group.lora_tokenizers = None
             group.get_lora_tokenizer = lambda lora_request=None: self.tokenizer
             self.processor_factory = lambda: OutputProcessor(group, log_stats=True)
+        if slow_detokenizer:
+            self._force_slow_detokenizer()
         self.collector_takes_id = "request_id" in inspect.signature(RequestOutputCollector.__init__).parameters
         self.serving = self._serving(OpenAIServingCompletion)
         self.generator_args = inspect.signature(self.serving.completion_stream_generator).parameters
+
+    @staticmethod
+    def _force_slow_detokenizer() -> None:
+        """Every request gets `SlowIncrementalDetokenizer` (Python `detokenize_incrementally` over the tokenizer's
+        `convert_ids_to_tokens` / `convert_tokens_to_string`): V1's only detokenizer before vLLM PR #15137 (0.8.2)
+        added `FastIncrementalDetokenizer` (tokenizers' `DecodeStream`), and its fallback since."""
+        from vllm.v1.engine import detokenizer
+        base = detokenizer.IncrementalDetokenizer
+        plain = base.from_new_request.__func__  # type: ignore[attr-defined]
+
+        def slow(cls: type, tokenizer: Any, request: Any) -> Any:
+            if tokenizer is None:
+                return plain(cls, tokenizer, request)
+            return detokenizer.SlowIncrementalDetokenizer(tokenizer, request)
+        base.from_new_request = classmethod(slow)  # type: ignore[method-assign,assignment]
 
     @staticmethod
     def _serving(cls: type) -> Any:
@@ -209,6 +227,11 @@ class Release:
         kwargs = {name: values.get(name) for name in required}
         kwargs.update({name: values[name] for name in fields[len(required):] if name in values})
         return self.EngineCoreRequest(**kwargs)
+
+    def detokenizer_class(self) -> str:
+        processor = self.processor_factory()
+        processor.add_request(self.engine_request("probe", 4), "hi", None, 0, self.collector("probe"))
+        return type(processor.request_states["probe"].detokenizer).__name__
 
     def collector(self, request_id: str) -> Any:
         return self.Collector(self.DELTA, request_id) if self.collector_takes_id else self.Collector(self.DELTA)
@@ -301,6 +324,8 @@ def main() -> int:
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
                         help="the event loop (vllm serve runs uvicorn's default, uvloop where installed)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slow-detokenizer", action="store_true",
+                        help="every request detokenized by SlowIncrementalDetokenizer, as V1 did before vLLM 0.8.2")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--compare", type=Path, nargs="+", metavar="RUN_JSON",
                         help="only summarize earlier runs' outputs (any releases) and print the releases' ratios")
@@ -330,7 +355,7 @@ def main() -> int:
     else:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    release = Release(args.tokenizer)
+    release = Release(args.tokenizer, args.slow_detokenizer)
     streams = token_streams(release.tokenizer, max(concurrencies), max(lengths), args.seed)
     loop.run_until_complete(wave(release, streams[:8], 4, -1))  # warm: imports, first calls
     samples: dict[int, dict[int, list[dict[str, Any]]]] = {c: {n: [] for n in lengths} for c in concurrencies}
@@ -357,12 +382,15 @@ def main() -> int:
             "sse_bytes_per_request": {str(n): samples[c][n][0]["bytes_per_request"] for n in lengths},
         }
     import importlib.metadata as md
+    detokenizer = release.detokenizer_class()
     result = {
         "vllm": release.version,
+        "label": release.version + (" slow-detokenizer" if args.slow_detokenizer else ""),
         "packages": {name: md.version(name) for name in ("tokenizers", "transformers", "pydantic", "msgspec",
                                                         "uvloop", "torch")},
         "python": platform.python_version(),
         "tokenizer_class": release.tokenizer_class,
+        "detokenizer": detokenizer,
         "loop": args.loop,
         "output_proc_chunk_size": release.chunk_size,
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
