@@ -23,7 +23,10 @@ with finish reason "length", as `--ignore-eos` runs end). The tokens are English
 tokenizer (the serve campaigns' 32,000-token byte-level BPE: `vllm_serve_bench.py` writes it to
 `$WORK/llama-tiny-bpe`), a different seeded text per request. The request is what `vllm bench serve --backend
 openai` sends (stream, `stream_options.include_usage`, `ignore_eos`, `max_tokens`). Stats are on (`log_stats`, a
-server's default), so `process_outputs` fills an `IterationStats` per step.
+server's default), so `process_outputs` fills an `IterationStats` per step. As in the servers, the heap is frozen
+(`gc.freeze`) after a warm-up wave, and vLLM's environment variables are not cached (0.32's `enable_envs_cache`
+runs in the engine-core and worker processes only, so the API server's per-output `envs.VLLM_COMPUTE_NANS_IN_LOGITS`
+reads the environment each time).
 
 A wave is timed by CPU time (`time.process_time`) in parts: "add" (the requests' `add_request`, collectors, tasks'
 first run up to their first wait), "decode", "process" (the `process_outputs` calls), "stream" (the loop's turn after
@@ -358,6 +361,10 @@ def main() -> int:
     release = Release(args.tokenizer, args.slow_detokenizer)
     streams = token_streams(release.tokenizer, max(concurrencies), max(lengths), args.seed)
     loop.run_until_complete(wave(release, streams[:8], 4, -1))  # warm: imports, first calls
+    # Both servers freeze the startup heap out of the collector's way (0.8: `vllm/entrypoints/openai/api_server.py`
+    # `lifespan`, gc.collect + gc.freeze; 0.32: `freeze_gc_heap`, `vllm/entrypoints/launchers/utils/server_utils.py`).
+    gc.collect()
+    gc.freeze()
     samples: dict[int, dict[int, list[dict[str, Any]]]] = {c: {n: [] for n in lengths} for c in concurrencies}
     wave_id = 0
     for _ in range(args.rounds):
