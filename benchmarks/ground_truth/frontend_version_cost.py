@@ -195,8 +195,8 @@ class Release:
     @staticmethod
     def _force_slow_detokenizer() -> None:
         """Every request gets `SlowIncrementalDetokenizer` (Python `detokenize_incrementally` over the tokenizer's
-        `convert_ids_to_tokens` / `convert_tokens_to_string`): V1's only detokenizer before vLLM PR #15137 (0.8.2)
-        added `FastIncrementalDetokenizer` (tokenizers' `DecodeStream`), and its fallback since."""
+        `convert_ids_to_tokens` / `convert_tokens_to_string`): V1's only detokenizer until vLLM PR #15137 (March
+        2025, after 0.8.0) added `FastIncrementalDetokenizer` (tokenizers' `DecodeStream`), and its fallback since."""
         from vllm.v1.engine import detokenizer
         base = detokenizer.IncrementalDetokenizer
         plain = base.from_new_request.__func__  # type: ignore[attr-defined]
@@ -328,7 +328,8 @@ def main() -> int:
                         help="the event loop (vllm serve runs uvicorn's default, uvloop where installed)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slow-detokenizer", action="store_true",
-                        help="every request detokenized by SlowIncrementalDetokenizer, as V1 did before vLLM 0.8.2")
+                        help="every request detokenized by SlowIncrementalDetokenizer, as V1 did before vLLM PR "
+                             "#15137 (March 2025)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--compare", type=Path, nargs="+", metavar="RUN_JSON",
                         help="only summarize earlier runs' outputs (any releases) and print the releases' ratios")
