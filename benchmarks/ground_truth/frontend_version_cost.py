@@ -37,7 +37,12 @@ the wave's whole CPU time (all four parts) at the first and last output lengths,
 Run under the release's venv from the repo root (it imports no `roofline`):
 
     nice -n 19 "$VLLM_VENV/bin/python" benchmarks/ground_truth/frontend_version_cost.py \
-        --tokenizer $WORK/llama-tiny-bpe --concurrency 64,256 --output-len 64,256 --rounds 3 --out $OUT/v032-1.json
+        --tokenizer $WORK/llama-tiny-bpe --concurrency 64,256 --output-len 2,256 --rounds 3 --out $OUT/v032-1.json
+    python benchmarks/ground_truth/frontend_version_cost.py --compare $OUT/*.json    # releases' ratios
+
+Instructions instead of CPU time (the VM's speed drifts): two processes under callgrind, `--one-wave 2` and
+`--one-wave 258`, each `PYTHONHASHSEED=0 valgrind --tool=callgrind "$PY" ... --concurrency 64 --output-len 2,258`;
+the difference of their totals over 64 x 256 tokens (it includes building the synthetic frames).
 """
 
 from __future__ import annotations
@@ -331,6 +336,10 @@ def main() -> int:
                         help="every request detokenized by SlowIncrementalDetokenizer, as V1 did before vLLM PR "
                              "#15137 (March 2025)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--one-wave", type=int, metavar="OUTPUT_LEN",
+                        help="for an instruction count (valgrind --tool=callgrind): after the warm-up, run one wave at "
+                             "the first concurrency and this output length (one of --output-len; the token streams are "
+                             "as long as the longest), untimed; two such processes' difference is that many tokens")
     parser.add_argument("--compare", type=Path, nargs="+", metavar="RUN_JSON",
                         help="only summarize earlier runs' outputs (any releases) and print the releases' ratios")
     args = parser.parse_args()
@@ -353,6 +362,8 @@ def main() -> int:
         parser.error("--output-len needs two lengths or more (per request = the intercept)")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.one_wave is not None and args.one_wave not in lengths:
+        parser.error(f"--one-wave {args.one_wave} is not one of --output-len {lengths}")
     if args.loop == "uvloop":
         import uvloop
         loop = uvloop.new_event_loop()
@@ -366,6 +377,10 @@ def main() -> int:
     # `lifespan`, gc.collect + gc.freeze; 0.32: `freeze_gc_heap`, `vllm/entrypoints/launchers/utils/server_utils.py`).
     gc.collect()
     gc.freeze()
+    if args.one_wave is not None:
+        loop.run_until_complete(wave(release, streams[:concurrencies[0]], args.one_wave, 0))
+        print(json.dumps({"vllm": release.version, "one_wave": [concurrencies[0], args.one_wave]}))
+        return 0
     samples: dict[int, dict[int, list[dict[str, Any]]]] = {c: {n: [] for n in lengths} for c in concurrencies}
     wave_id = 0
     for _ in range(args.rounds):
