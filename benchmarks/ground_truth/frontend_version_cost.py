@@ -60,16 +60,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+from harmony_stream_cost import WORDS  # the same seeded English words (a sibling script, standard library only)
 
-WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an "
-         "they you were her she there one all we their been has when who will more no if out so said what up its "
-         "about into than them can only other new some could time these two may then do first any my now such like "
-         "our over man me even most made after also did many before must through back years where much your way "
-         "well down should because each just those people how too little state good very make world still own see "
-         "men work long get here between both life being under never day same another know while last might us "
-         "great old year off come since against go came right used take three model tokens request server latency "
-         "answer question reasoning user assistant compute memory batch cache step").split()
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 PARTS = ("add", "decode", "process", "stream")
 
 
